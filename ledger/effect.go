@@ -1,0 +1,167 @@
+// Package ledger implements the idempotency-key state machine of the effect
+// ledger (SPEC §3–4) on top of a hash-chained, append-only SQLite table.
+//
+// Every decision and the receipt it appends happen in one SQLite write
+// transaction owned by a single writer goroutine, so a race can never give
+// two winners or fork the chain.
+package ledger
+
+import (
+	"encoding/json"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// State is the state of an idempotency key (SPEC §3).
+type State string
+
+// Key states.
+const (
+	StateReserved    State = "reserved"
+	StateInterrupted State = "interrupted"
+	StateSucceeded   State = "succeeded"
+	StateFailed      State = "failed"
+)
+
+// Reserve statuses (the body "status" of a successful reserve).
+const (
+	StatusReserved    = "reserved"
+	StatusReplayed    = "replayed"
+	StatusNotRecorded = "not_recorded"
+	StatusCommitted   = "committed"
+	StatusResolved    = "resolved"
+)
+
+// ReserveRequest asks for the right to run an effect once. Pointer fields
+// are optional: nil means absent and takes the contract's default.
+type ReserveRequest struct {
+	IdempotencyKey string
+	ExecutionID    string
+	Attempt        *int64 // default 1
+	Tool           string
+	Effect         string
+	Idempotent     bool
+	InputHash      string
+	Input          json.RawMessage // fingerprinted with RFC 8785; exclusive with InputHash
+	LeaseMS        *int64          // default DefaultLeaseMS
+	Actor          string          // authenticated principal, empty without auth
+}
+
+// Lease bounds in milliseconds.
+const (
+	MinLeaseMS     = 10
+	MaxLeaseMS     = 86_400_000
+	DefaultLeaseMS = 30_000
+)
+
+// ReceiptRef names a receipt by seq and hash.
+type ReceiptRef struct {
+	Seq  uint64
+	Hash chain.Hash
+}
+
+func refOf(r *chain.Receipt) ReceiptRef { return ReceiptRef{Seq: r.Seq, Hash: r.Hash} }
+
+// ReserveResult is the outcome of a successful Reserve.
+type ReserveResult struct {
+	Status         string // StatusReserved, StatusReplayed or StatusNotRecorded
+	IdempotencyKey string
+	KeyGenerated   bool
+
+	// StatusReserved.
+	Reservation    string // the secret token; returned once
+	Attempt        uint64
+	LeaseExpiresAt uint64
+	Takeover       bool
+	Retry          bool
+
+	// StatusReplayed: the recorded outcome and the receipt it came from.
+	Outcome     string
+	ExternalRef string
+	Result      string // compact JSON text, empty if none
+	Original    ReceiptRef
+
+	// The receipt appended (reserve or replay); zero for not_recorded.
+	Receipt ReceiptRef
+}
+
+// FailureDetail describes a failed outcome.
+type FailureDetail struct {
+	Code      string
+	Message   string
+	Retryable bool
+}
+
+// CommitRequest records the outcome of a reserved effect.
+type CommitRequest struct {
+	IdempotencyKey string
+	Reservation    string
+	Outcome        string
+	ExternalRef    string
+	Result         json.RawMessage // any JSON; nil or null is absent
+	Error          *FailureDetail  // required when Outcome is failed
+	Actor          string
+}
+
+// CommitResult is the outcome of a successful Commit.
+type CommitResult struct {
+	IdempotencyKey string
+	Outcome        string
+	Receipt        ReceiptRef
+	Late           bool // committed after the lease ended
+	// Replayed is true when the same commit was recorded before and
+	// nothing was appended now.
+	Replayed bool
+}
+
+// ResolveRequest is an operator's decision about an interrupted key.
+type ResolveRequest struct {
+	IdempotencyKey string
+	Outcome        string
+	ExternalRef    string
+	Result         json.RawMessage
+	Error          *FailureDetail
+	Note           string
+	Actor          string
+}
+
+// ResolveResult is the outcome of a successful Resolve.
+type ResolveResult struct {
+	IdempotencyKey string
+	State          State
+	Receipt        ReceiptRef
+}
+
+// KeyView is the state of a key with its receipts, oldest first.
+type KeyView struct {
+	IdempotencyKey string
+	State          State
+	Tool           string
+	Effect         string
+	Idempotent     bool
+	InputHash      string
+	Receipts       []chain.Receipt
+}
+
+// ReceiptFilter selects receipts for ListReceipts. Empty strings match all.
+type ReceiptFilter struct {
+	After       uint64
+	Limit       int
+	Key         string
+	ExecutionID string
+	Tool        string
+	Kind        string
+}
+
+// Receipt page bounds.
+const (
+	DefaultPageLimit = 100
+	MaxPageLimit     = 1000
+)
+
+// Head is the latest receipt of the chain: seq 0 and the zero hash when
+// the ledger is empty.
+type Head struct {
+	Seq  uint64
+	Hash chain.Hash
+}

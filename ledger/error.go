@@ -1,0 +1,112 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Error codes of the contract (SPEC §4). The api package maps each to an
+// HTTP status in one table.
+const (
+	// Generic request errors.
+	ECodeInvalidJSON      = "invalid_json"
+	ECodeInvalidRequest   = "invalid_request"
+	ECodeInvalidKey       = "invalid_key"
+	ECodeBodyTooLarge     = "body_too_large"
+	ECodeUnsupportedMedia = "unsupported_media_type"
+	ECodeNotFound         = "not_found"
+	ECodeMethodNotAllowed = "method_not_allowed"
+	ECodeUnavailable      = "unavailable"
+	ECodeInternal         = "internal"
+
+	// Reserve.
+	ECodeFingerprintMismatch = "fingerprint_mismatch"
+	ECodeInProgress          = "in_progress"
+	ECodeUnsafeResume        = "unsafe_resume"
+	ECodeRetryNotAllowed     = "retry_not_allowed"
+	ECodeAttemptConflict     = "attempt_conflict"
+
+	// Commit and resolve.
+	ECodeUnknownKey       = "unknown_key"
+	ECodeStaleReservation = "stale_reservation"
+	ECodeAlreadyFinalized = "already_finalized"
+	ECodeNotInterrupted   = "not_interrupted"
+	ECodeUnknownReceipt   = "unknown_receipt"
+)
+
+// Error is a domain error: a contract error code, a human message and
+// optional details. Any error that is not an *Error (or does not wrap one)
+// is internal and is shown to clients only generically.
+type Error struct {
+	Code    string
+	Message string
+	Details map[string]any
+	// RetryAfter, when positive, tells the client when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// invalid returns an invalid_request error naming the offending field.
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Code: ECodeInvalidRequest, Message: fmt.Sprintf(format, args...),
+		Details: map[string]any{"field": field}}
+}
+
+// ErrorCode returns the code of err's *Error, ECodeUnavailable for
+// ErrUnavailable, and ECodeInternal for anything else.
+func ErrorCode(err error) string {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	case errors.Is(err, ErrUnavailable):
+		return ECodeUnavailable
+	default:
+		return ECodeInternal
+	}
+}
+
+// ErrorMessage returns the message of err's *Error, a fixed text for
+// ErrUnavailable and "internal error" for anything else, so that internals
+// never reach a client.
+func ErrorMessage(err error) string {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Message
+	case errors.Is(err, ErrBusy):
+		return "the ledger database is busy; retry shortly"
+	case errors.Is(err, ErrUnavailable):
+		return "the ledger database cannot be written right now; retry later"
+	default:
+		return "internal error"
+	}
+}
+
+// Sentinel errors. ErrBusy and ErrReadOnly, ErrDiskFull and ErrClosed all
+// wrap ErrUnavailable: the write was not recorded and may be retried.
+var (
+	ErrUnavailable = errors.New("ledger unavailable")
+	ErrBusy        = fmt.Errorf("database busy: %w", ErrUnavailable)
+	ErrReadOnly    = fmt.Errorf("database is read-only: %w", ErrUnavailable)
+	ErrDiskFull    = fmt.Errorf("disk full: %w", ErrUnavailable)
+	ErrIO          = fmt.Errorf("disk I/O error: %w", ErrUnavailable)
+	ErrClosed      = fmt.Errorf("ledger closed: %w", ErrUnavailable)
+
+	// ErrSchemaVersion means the database file has a schema this build
+	// does not know.
+	ErrSchemaVersion = errors.New("unsupported schema version")
+	// ErrNotLedger means the file is an SQLite database of something else.
+	ErrNotLedger = errors.New("not an effect-ledger database")
+)

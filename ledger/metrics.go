@@ -1,0 +1,41 @@
+package ledger
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of the write path. Labels are fixed sets: receipt kinds and
+// contract statuses or error codes.
+var (
+	receiptsAppended = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_receipts_appended_total",
+		Help: "Receipts appended to the chain, by kind.",
+	}, []string{"kind"})
+	reserveOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_reserve_outcomes_total",
+		Help: "Reserve requests by outcome: reserved, takeover, retry, replayed, not_recorded or the error code.",
+	}, []string{"status"})
+	commitOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_commit_outcomes_total",
+		Help: "Commit requests by outcome: committed, late, repeat or the error code.",
+	}, []string{"status"})
+	resolveOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_resolve_outcomes_total",
+		Help: "Resolve requests by outcome: resolved or the error code.",
+	}, []string{"status"})
+	headSeq = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "ledger_chain_head_seq",
+		Help: "Seq of the latest durable receipt.",
+	})
+	batchSize = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ledger_writer_batch_ops",
+		Help:    "Write operations per transaction (group commit).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+	})
+	batchSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "ledger_writer_batch_duration_seconds",
+		Help:    "Time from BEGIN to durable COMMIT of one write batch.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+	})
+)

@@ -1,0 +1,239 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mattn/go-sqlite3"
+
+	ledgerschema "github.com/effect-ledger/effect-ledger"
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// Now is the clock; it defaults to time.Now. Read once per batch.
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// ReadConns is the size of the read-only pool (default 4).
+	ReadConns int
+	// MaxBatch bounds how many queued writes share one transaction
+	// (default 256).
+	MaxBatch int
+	// BusyTimeout is how long SQLite waits for a lock held by another
+	// process (default 5s).
+	BusyTimeout time.Duration
+}
+
+// DB is an open ledger. Writes go through one writer goroutine that owns
+// the chain head; reads use a separate read-only connection pool.
+type DB struct {
+	path   string
+	now    func() time.Time
+	logger *slog.Logger
+
+	w *sql.DB // one connection, BEGIN IMMEDIATE
+	r *sql.DB // mode=ro pool
+
+	head atomic.Pointer[Head] // durable head, updated after each COMMIT
+
+	mu       sync.RWMutex // guards closed and sends on ops
+	closed   bool
+	ops      chan *writeOp
+	maxBatch int
+	done     chan struct{} // closed when the writer has exited
+
+	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+}
+
+// dsn returns a SQLite URI for path with the given mode and the
+// per-connection settings every connection needs. Pragmas go in the DSN
+// because database/sql opens connections on its own.
+func dsn(path, mode string, busy time.Duration, writer bool) string {
+	q := url.Values{}
+	q.Set("mode", mode)
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
+	q.Set("_foreign_keys", "1")
+	if writer {
+		q.Set("_txlock", "immediate")
+	}
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + p + "?" + q.Encode()
+}
+
+// Open opens the ledger at path, creating it with the schema if the file
+// does not exist, and starts the writer.
+func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	if path == "" {
+		return nil, errors.New("open ledger: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 5 * time.Second
+	}
+	db := &DB{path: abs, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
+		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{})}
+
+	if db.w, err = sql.Open("sqlite3", dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	db.w.SetMaxOpenConns(1)
+	db.w.SetMaxIdleConns(1)
+	db.w.SetConnMaxLifetime(0)
+	db.w.SetConnMaxIdleTime(0)
+	if err := db.init(ctx); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if db.r, err = sql.Open("sqlite3", dsn(abs, "ro", opts.BusyTimeout, false)); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	db.r.SetMaxOpenConns(opts.ReadConns)
+	db.r.SetMaxIdleConns(opts.ReadConns)
+	if err := db.r.PingContext(ctx); err != nil {
+		_ = db.w.Close()
+		_ = db.r.Close()
+		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, err)
+	}
+	go db.writer()
+	return db, nil
+}
+
+// init checks the connection settings, applies or checks the schema and
+// loads the chain head.
+func (db *DB) init(ctx context.Context) error {
+	var version string
+	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
+		return classify(err)
+	}
+	var mode string
+	if err := db.w.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return classify(err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("journal_mode is %q, want wal", mode)
+	}
+	if err := db.migrate(ctx); err != nil {
+		return err
+	}
+	var h Head
+	var hash []byte
+	err := db.w.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("load head: %w", classify(err))
+	default:
+		if h.Hash, err = chain.HashFromBytes(hash); err != nil {
+			return fmt.Errorf("load head: %w", err)
+		}
+	}
+	db.head.Store(&h)
+	db.logger.Info("ledger opened", "path", db.path, "sqlite_version", version,
+		"head_seq", h.Seq, "head_hash", h.Hash.String())
+	headSeq.Set(float64(h.Seq))
+	return nil
+}
+
+// migrate applies the schema to an empty file, and refuses a file with an
+// unknown schema version or that belongs to something else.
+func (db *DB) migrate(ctx context.Context) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	var version, tables int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	switch {
+	case version == ledgerschema.Version:
+		return nil
+	case version == 0 && tables == 0:
+		if _, err := tx.ExecContext(ctx, ledgerschema.SQL); err != nil {
+			return fmt.Errorf("migrate: %w", classify(err))
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate: %w", classify(err))
+		}
+		db.logger.Info("created ledger database", "path", db.path, "schema_version", ledgerschema.Version)
+		return nil
+	case version == 0:
+		return ErrNotLedger
+	default:
+		return fmt.Errorf("%w: file has %d, this build knows %d", ErrSchemaVersion, version, ledgerschema.Version)
+	}
+}
+
+// Close stops accepting writes, lets the writer finish what is queued and
+// closes both connection pools.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if !db.closed {
+		db.closed = true
+		close(db.ops)
+	}
+	db.mu.Unlock()
+	<-db.done
+	return errors.Join(db.w.Close(), db.r.Close())
+}
+
+// Path returns the absolute path of the database file.
+func (db *DB) Path() string { return db.path }
+
+// Head returns the durable head of the chain.
+func (db *DB) Head() Head { return *db.head.Load() }
+
+// classify maps SQLite failures that mean "cannot write now" onto the
+// ErrUnavailable family, using the driver's error codes.
+func classify(err error) error {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code {
+	case sqlite3.ErrBusy, sqlite3.ErrLocked:
+		return fmt.Errorf("%w: %w", ErrBusy, err)
+	case sqlite3.ErrReadonly:
+		return fmt.Errorf("%w: %w", ErrReadOnly, err)
+	case sqlite3.ErrFull:
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	case sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrProtocol:
+		return fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	return err
+}
+
+func msDuration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }

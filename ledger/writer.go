@@ -1,0 +1,262 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// SQL of the write path.
+const (
+	sqlHead = `SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1`
+
+	receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
+		effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
+		retryable, lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash`
+
+	sqlInsertReceipt = `INSERT INTO receipts (` + receiptColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq = ?`
+
+	sqlKey = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
+		lease_expires_at, final_seq FROM keys WHERE idempotency_key = ?`
+
+	sqlPutKey = `INSERT OR REPLACE INTO keys (idempotency_key, key_generated, tool, effect,
+		input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+	// The execution index is the selective one: an execution has few receipts.
+	sqlMaxAttempt = `SELECT max(attempt) FROM receipts INDEXED BY receipts_by_execution
+		WHERE execution_id = ? AND idempotency_key = ?`
+
+	sqlReservationSeq = `SELECT reserve_seq FROM reservations WHERE token_hash = ?`
+
+	sqlPutReservation = `INSERT INTO reservations (reserve_seq, token_hash) VALUES (?, ?)`
+)
+
+// writeOp is one queued write: fn runs inside the writer's transaction and
+// its error (nil, a domain *Error, or an internal failure) is sent on done
+// only after the transaction has committed or rolled back.
+type writeOp struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, t *writeTx) error
+	done chan error
+	err  error
+}
+
+// submit queues fn for the writer and waits for the durable outcome.
+func (db *DB) submit(ctx context.Context, fn func(ctx context.Context, t *writeTx) error) error {
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case db.ops <- op:
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return ctx.Err()
+	}
+	db.mu.RUnlock()
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writer owns the chain head. It drains the queue in batches: each batch
+// is one BEGIN IMMEDIATE transaction in which the ops run in order, so each
+// decision sees the effects of the ones before it. It never waits for a
+// batch to fill: a lone request is written at once.
+func (db *DB) writer() {
+	defer close(db.done)
+	batch := make([]*writeOp, 0, db.maxBatch)
+	for op := range db.ops {
+		batch = append(batch[:0], op)
+	fill:
+		for len(batch) < db.maxBatch {
+			select {
+			case op, ok := <-db.ops:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		db.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// runBatch runs ops in one transaction and replies to each after COMMIT.
+// A domain error of one op touches nothing (decisions are made before any
+// write); any other failure rolls back the whole batch and fails every op
+// in it, leaving the head as it was.
+func (db *DB) runBatch(ops []*writeOp) {
+	ctx := context.Background() // request contexts must not interrupt a shared transaction
+	start := time.Now()
+	head := *db.head.Load()
+	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head}
+	fail := func(err error) {
+		db.lastWriteErr.Store(&err)
+		db.logger.Error("write batch failed", "ops", len(ops), "err", err)
+		for _, op := range ops {
+			var de *Error
+			if !errors.As(op.err, &de) {
+				op.err = err
+			}
+			op.done <- op.err
+		}
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", classify(err)))
+		return
+	}
+	t.tx = tx
+	for _, op := range ops {
+		if err := op.ctx.Err(); err != nil {
+			op.err = err
+			continue
+		}
+		op.err = op.fn(ctx, t)
+		var de *Error
+		if op.err != nil && !errors.As(op.err, &de) {
+			_ = tx.Rollback()
+			fail(op.err)
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		_ = tx.Rollback()
+		fail(fmt.Errorf("commit: %w", classify(err)))
+		return
+	}
+	db.lastWriteErr.Store(nil)
+	db.head.Store(&t.head)
+	for _, op := range ops {
+		op.done <- op.err
+	}
+	batchSize.Observe(float64(len(ops)))
+	batchSeconds.Observe(time.Since(start).Seconds())
+	for _, kind := range t.kinds {
+		receiptsAppended.WithLabelValues(kind).Inc()
+	}
+	headSeq.Set(float64(t.head.Seq))
+}
+
+// writeTx is the writer's view of one batch transaction; it implements
+// writeStore.
+type writeTx struct {
+	tx    *sql.Tx
+	now   uint64 // unix ms, read once per batch
+	head  Head   // head including this batch's appends
+	kinds []string
+}
+
+var _ writeStore = (*writeTx)(nil)
+
+func (t *writeTx) key(ctx context.Context, key string) (keyRecord, bool, error) {
+	k := keyRecord{Key: key}
+	err := t.tx.QueryRowContext(ctx, sqlKey, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
+		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return k, false, nil
+	}
+	if err != nil {
+		return k, false, fmt.Errorf("read key: %w", classify(err))
+	}
+	return k, true, nil
+}
+
+func (t *writeTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
+	r, err := scanReceipt(t.tx.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+	if err != nil {
+		return r, fmt.Errorf("read receipt %d: %w", seq, classify(err))
+	}
+	return r, nil
+}
+
+func (t *writeTx) maxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
+	var max sql.NullInt64
+	if err := t.tx.QueryRowContext(ctx, sqlMaxAttempt, execution, key).Scan(&max); err != nil {
+		return 0, false, fmt.Errorf("read attempts: %w", classify(err))
+	}
+	return uint64(max.Int64), max.Valid, nil
+}
+
+func (t *writeTx) reservationSeq(ctx context.Context, hash []byte) (uint64, bool, error) {
+	var seq uint64
+	err := t.tx.QueryRowContext(ctx, sqlReservationSeq, hash).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read reservation: %w", classify(err))
+	}
+	return seq, true, nil
+}
+
+func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
+	r = chain.Link(t.head.Seq, t.head.Hash, r)
+	_, err := t.tx.ExecContext(ctx, sqlInsertReceipt,
+		r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
+		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
+		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
+		r.PrevHash[:], r.Hash[:])
+	if err != nil {
+		return r, fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
+	}
+	t.head = Head{Seq: r.Seq, Hash: r.Hash}
+	t.kinds = append(t.kinds, r.Kind)
+	return r, nil
+}
+
+func (t *writeTx) putKey(ctx context.Context, k *keyRecord) error {
+	_, err := t.tx.ExecContext(ctx, sqlPutKey, k.Key, k.Generated, k.Tool, k.Effect, k.InputHash,
+		k.Idempotent, k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq)
+	if err != nil {
+		return fmt.Errorf("write key: %w", classify(err))
+	}
+	return nil
+}
+
+func (t *writeTx) putReservation(ctx context.Context, seq uint64, hash []byte) error {
+	if _, err := t.tx.ExecContext(ctx, sqlPutReservation, seq, hash); err != nil {
+		return fmt.Errorf("write reservation: %w", classify(err))
+	}
+	return nil
+}
+
+// rowScanner is *sql.Row or *sql.Rows.
+type rowScanner interface{ Scan(dest ...any) error }
+
+// scanReceipt reads the columns of receiptColumns.
+func scanReceipt(s rowScanner) (chain.Receipt, error) {
+	var r chain.Receipt
+	var prev, hash []byte
+	err := s.Scan(&r.Seq, &r.Kind, &r.IdempotencyKey, &r.KeyGenerated, &r.ExecutionID, &r.Attempt,
+		&r.Tool, &r.Effect, &r.Idempotent, &r.InputHash, &r.Outcome, &r.ExternalRef, &r.Result,
+		&r.ErrorCode, &r.ErrorMessage, &r.Retryable, &r.LeaseExpiresAt, &r.RefSeq, &r.Actor,
+		&r.Note, &r.RecordedAt, &prev, &hash)
+	if err != nil {
+		return r, err
+	}
+	if r.PrevHash, err = chain.HashFromBytes(prev); err != nil {
+		return r, fmt.Errorf("receipt %d prev_hash: %w", r.Seq, err)
+	}
+	if r.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return r, fmt.Errorf("receipt %d hash: %w", r.Seq, err)
+	}
+	return r, nil
+}

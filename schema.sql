@@ -1,0 +1,83 @@
+-- effect-ledger schema, version 1 (PRAGMA user_version = 1).
+--
+-- receipts is the ledger: one row per receipt, one column per field of
+-- SPEC §2 with the same name and type, plus prev_hash and hash. It is
+-- append-only: the triggers below reject UPDATE and DELETE, and the UNIQUE
+-- constraints on hash and prev_hash rule out forks. Anyone with sqlite3 and
+-- SHA-256 can recompute the chain from this table alone.
+--
+-- keys and reservations are derived tables kept in the same transaction as
+-- every append, so lookups do not have to scan a key's receipts:
+--   keys          the current state of each idempotency key; rebuildable from
+--                 receipts at any time (see ledger.Rebuild).
+--   reservations  the SHA-256 of each reservation token. Tokens are secrets
+--                 that never enter a receipt, so this table is the one thing
+--                 receipts cannot give back: losing it only makes outstanding
+--                 reservations uncommittable (their commits get
+--                 stale_reservation and the keys become interrupted when the
+--                 leases end), it never changes a recorded outcome.
+
+PRAGMA application_id = 1701209452; -- 0x6566666C, "effl"
+
+CREATE TABLE receipts (
+	seq              INTEGER PRIMARY KEY CHECK (seq >= 1),
+	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve')),
+	idempotency_key  TEXT    NOT NULL,
+	key_generated    INTEGER NOT NULL CHECK (key_generated IN (0, 1)),
+	execution_id     TEXT    NOT NULL,
+	attempt          INTEGER NOT NULL,
+	tool             TEXT    NOT NULL,
+	effect           TEXT    NOT NULL,
+	idempotent       INTEGER NOT NULL CHECK (idempotent IN (0, 1)),
+	input_hash       TEXT    NOT NULL,
+	outcome          TEXT    NOT NULL,
+	external_ref     TEXT    NOT NULL,
+	result           TEXT    NOT NULL,
+	error_code       TEXT    NOT NULL,
+	error_message    TEXT    NOT NULL,
+	retryable        INTEGER NOT NULL CHECK (retryable IN (0, 1)),
+	lease_expires_at INTEGER NOT NULL,
+	ref_seq          INTEGER NOT NULL,
+	actor            TEXT    NOT NULL,
+	note             TEXT    NOT NULL,
+	recorded_at      INTEGER NOT NULL,
+	prev_hash        BLOB    NOT NULL UNIQUE CHECK (length(prev_hash) = 32),
+	hash             BLOB    NOT NULL UNIQUE CHECK (length(hash) = 32)
+);
+
+CREATE INDEX receipts_by_key ON receipts (idempotency_key, seq);
+CREATE INDEX receipts_by_execution ON receipts (execution_id, seq);
+CREATE INDEX receipts_by_tool ON receipts (tool, seq);
+CREATE INDEX receipts_by_kind ON receipts (kind, seq);
+
+CREATE TRIGGER receipts_no_update BEFORE UPDATE ON receipts
+BEGIN
+	SELECT RAISE(ABORT, 'receipts are append-only');
+END;
+
+CREATE TRIGGER receipts_no_delete BEFORE DELETE ON receipts
+BEGIN
+	SELECT RAISE(ABORT, 'receipts are append-only');
+END;
+
+-- State of each key, derived from its receipts.
+CREATE TABLE keys (
+	idempotency_key  TEXT    PRIMARY KEY,
+	key_generated    INTEGER NOT NULL,
+	tool             TEXT    NOT NULL, -- fingerprint, from the first reserve
+	effect           TEXT    NOT NULL,
+	input_hash       TEXT    NOT NULL,
+	idempotent       INTEGER NOT NULL,
+	first_seq        INTEGER NOT NULL, -- the first reserve
+	reserve_seq      INTEGER NOT NULL, -- the latest reserve
+	lease_expires_at INTEGER NOT NULL, -- of the latest reserve
+	final_seq        INTEGER NOT NULL  -- the latest commit or resolve, 0 if none
+) WITHOUT ROWID;
+
+-- SHA-256 of each reservation token, by the seq of its reserve receipt.
+CREATE TABLE reservations (
+	reserve_seq INTEGER PRIMARY KEY,
+	token_hash  BLOB    NOT NULL UNIQUE
+);
+
+PRAGMA user_version = 1;
