@@ -3,6 +3,7 @@ module github.com/effect-ledger/effect-ledger
 go 1.26.0
 
 require (
+	github.com/gorilla/mux v1.8.1
 	github.com/gowebpki/jcs v1.0.2
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/prometheus/client_golang v1.25.0

@@ -1,0 +1,89 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// statusOf maps every contract error code to its HTTP status (SPEC §4).
+var statusOf = map[string]int{
+	ledger.ECodeInvalidJSON:         http.StatusBadRequest,
+	ledger.ECodeInvalidRequest:      http.StatusBadRequest,
+	ledger.ECodeInvalidKey:          http.StatusBadRequest,
+	ledger.ECodeBodyTooLarge:        http.StatusRequestEntityTooLarge,
+	ledger.ECodeUnsupportedMedia:    http.StatusUnsupportedMediaType,
+	ledger.ECodeNotFound:            http.StatusNotFound,
+	ledger.ECodeMethodNotAllowed:    http.StatusMethodNotAllowed,
+	ledger.ECodeUnavailable:         http.StatusServiceUnavailable,
+	ledger.ECodeInternal:            http.StatusInternalServerError,
+	ledger.ECodeFingerprintMismatch: http.StatusUnprocessableEntity,
+	ledger.ECodeInProgress:          http.StatusConflict,
+	ledger.ECodeUnsafeResume:        http.StatusConflict,
+	ledger.ECodeRetryNotAllowed:     http.StatusConflict,
+	ledger.ECodeAttemptConflict:     http.StatusConflict,
+	ledger.ECodeUnknownKey:          http.StatusNotFound,
+	ledger.ECodeStaleReservation:    http.StatusConflict,
+	ledger.ECodeAlreadyFinalized:    http.StatusConflict,
+	ledger.ECodeNotInterrupted:      http.StatusConflict,
+	ledger.ECodeUnknownReceipt:      http.StatusNotFound,
+}
+
+var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "ledger_http_errors_total",
+	Help: "Error responses by contract error code.",
+}, []string{"code"})
+
+// Error writes err in the contract's error shape with the status of its
+// code. Internal errors are logged and shown generically.
+func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
+	code, msg := ledger.ErrorCode(err), ledger.ErrorMessage(err)
+	details := map[string]any{}
+	var retryAfter time.Duration
+	var de *ledger.Error
+	switch {
+	case errors.As(err, &de):
+		if de.Details != nil {
+			details = de.Details
+		}
+		retryAfter = de.RetryAfter
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		code, msg = ledger.ECodeUnavailable, "the request was cancelled before it was recorded"
+	}
+	status, ok := statusOf[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	if code == ledger.ECodeUnavailable && retryAfter == 0 {
+		retryAfter = time.Second
+	}
+	switch {
+	case code == ledger.ECodeInternal:
+		s.logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	case code == ledger.ECodeUnavailable:
+		s.logger.WarnContext(r.Context(), "request not recorded", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retryAfter.Seconds())), 10))
+	}
+	httpErrors.WithLabelValues(code).Inc()
+	s.writeJSON(w, status, errorBody{Error: errorObject{Code: code, Message: msg, Details: details}})
+}
+
+type errorBody struct {
+	Error errorObject `json:"error"`
+}
+
+type errorObject struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details"`
+}

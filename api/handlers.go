@@ -1,0 +1,316 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gorilla/mux"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// receiptRef is {seq, hash} in responses.
+type receiptRef struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+func refJSON(r ledger.ReceiptRef) receiptRef { return receiptRef{Seq: r.Seq, Hash: r.Hash.String()} }
+
+// rawJSON embeds stored JSON text verbatim, null when empty.
+func rawJSON(s string) json.RawMessage {
+	if s == "" {
+		return nil
+	}
+	return json.RawMessage(s)
+}
+
+type reservedBody struct {
+	Status         string     `json:"status"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	KeyGenerated   bool       `json:"key_generated"`
+	Reservation    string     `json:"reservation"`
+	Attempt        uint64     `json:"attempt"`
+	LeaseExpiresAt uint64     `json:"lease_expires_at"`
+	Takeover       bool       `json:"takeover"`
+	Retry          bool       `json:"retry"`
+	Receipt        receiptRef `json:"receipt"`
+}
+
+type replayedBody struct {
+	Status         string          `json:"status"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	KeyGenerated   bool            `json:"key_generated"`
+	Outcome        string          `json:"outcome"`
+	ExternalRef    string          `json:"external_ref"`
+	Result         json.RawMessage `json:"result"`
+	Original       receiptRef      `json:"original"`
+	Receipt        receiptRef      `json:"receipt"`
+}
+
+type notRecordedBody struct {
+	Status         string `json:"status"`
+	IdempotencyKey string `json:"idempotency_key"`
+	KeyGenerated   bool   `json:"key_generated"`
+}
+
+func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
+	o, err := readBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	req := ledger.ReserveRequest{
+		IdempotencyKey: o.str("idempotency_key"),
+		ExecutionID:    o.required("execution_id"),
+		Attempt:        o.integer("attempt"),
+		Tool:           o.required("tool"),
+		Effect:         o.required("effect"),
+		Idempotent:     o.boolean("idempotent"),
+		InputHash:      o.str("input_hash"),
+		Input:          o.json("input"),
+		LeaseMS:        o.integer("lease_ms"),
+		Actor:          ActorFromContext(r.Context()),
+	}
+	if err := o.done(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	hk, ok, err := headerKey(r)
+	switch {
+	case err != nil:
+		s.Error(w, r, err)
+		return
+	case ok && o.has("idempotency_key") && hk != req.IdempotencyKey:
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest,
+			Message: "the Idempotency-Key header and the body's idempotency_key differ",
+			Details: map[string]any{"field": "idempotency_key"}})
+		return
+	case ok:
+		req.IdempotencyKey = hk
+	}
+	res, err := s.db.Reserve(r.Context(), req)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	switch res.Status {
+	case ledger.StatusReplayed:
+		w.Header().Set("Idempotent-Replayed", "true")
+		s.writeJSON(w, http.StatusOK, replayedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
+			KeyGenerated: res.KeyGenerated, Outcome: res.Outcome, ExternalRef: res.ExternalRef,
+			Result: rawJSON(res.Result), Original: refJSON(res.Original), Receipt: refJSON(res.Receipt)})
+	case ledger.StatusNotRecorded:
+		s.writeJSON(w, http.StatusOK, notRecordedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
+			KeyGenerated: res.KeyGenerated})
+	default:
+		s.writeJSON(w, http.StatusCreated, reservedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
+			KeyGenerated: res.KeyGenerated, Reservation: res.Reservation, Attempt: res.Attempt,
+			LeaseExpiresAt: res.LeaseExpiresAt, Takeover: res.Takeover, Retry: res.Retry,
+			Receipt: refJSON(res.Receipt)})
+	}
+}
+
+// pathKey returns the {key} route variable, percent-decoded.
+func pathKey(r *http.Request) (string, error) {
+	k, err := url.PathUnescape(mux.Vars(r)["key"])
+	if err != nil {
+		return "", &ledger.Error{Code: ledger.ECodeInvalidKey, Message: "idempotency key in the path is not validly percent-encoded",
+			Details: map[string]any{"field": "idempotency_key"}}
+	}
+	return k, nil
+}
+
+type committedBody struct {
+	Status         string     `json:"status"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	Outcome        string     `json:"outcome"`
+	Late           bool       `json:"late"`
+	Receipt        receiptRef `json:"receipt"`
+}
+
+func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	o, err := readBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	req := ledger.CommitRequest{
+		IdempotencyKey: key,
+		Reservation:    o.required("reservation"),
+		Outcome:        o.required("outcome"),
+		ExternalRef:    o.str("external_ref"),
+		Result:         o.json("result"),
+		Actor:          ActorFromContext(r.Context()),
+	}
+	if req.Error, err = o.failure(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if err := o.done(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	res, err := s.db.Commit(r.Context(), req)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+		status = http.StatusOK
+	}
+	s.writeJSON(w, status, committedBody{Status: ledger.StatusCommitted, IdempotencyKey: res.IdempotencyKey,
+		Outcome: res.Outcome, Late: res.Late, Receipt: refJSON(res.Receipt)})
+}
+
+type resolvedBody struct {
+	Status         string     `json:"status"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	State          string     `json:"state"`
+	Receipt        receiptRef `json:"receipt"`
+}
+
+func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	o, err := readBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	req := ledger.ResolveRequest{
+		IdempotencyKey: key,
+		Outcome:        o.required("outcome"),
+		ExternalRef:    o.str("external_ref"),
+		Result:         o.json("result"),
+		Note:           o.required("note"),
+		Actor:          ActorFromContext(r.Context()),
+	}
+	if req.Error, err = o.failure(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if err := o.done(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	res, err := s.db.Resolve(r.Context(), req)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusCreated, resolvedBody{Status: ledger.StatusResolved, IdempotencyKey: res.IdempotencyKey,
+		State: string(res.State), Receipt: refJSON(res.Receipt)})
+}
+
+type keyBody struct {
+	IdempotencyKey string          `json:"idempotency_key"`
+	State          string          `json:"state"`
+	Tool           string          `json:"tool"`
+	Effect         string          `json:"effect"`
+	Idempotent     bool            `json:"idempotent"`
+	InputHash      string          `json:"input_hash"`
+	Receipts       []chain.Receipt `json:"receipts"`
+}
+
+func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
+	key, err := pathKey(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	v, err := s.db.GetKey(r.Context(), key)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, keyBody{IdempotencyKey: v.IdempotencyKey, State: string(v.State),
+		Tool: v.Tool, Effect: v.Effect, Idempotent: v.Idempotent, InputHash: v.InputHash, Receipts: v.Receipts})
+}
+
+type receiptsBody struct {
+	Receipts  []chain.Receipt `json:"receipts"`
+	NextAfter *uint64         `json:"next_after"`
+}
+
+// receiptQuery is the set of query parameters GET /v1/receipts accepts.
+var receiptQuery = map[string]bool{"after": true, "limit": true, "key": true, "execution_id": true, "tool": true, "kind": true}
+
+func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
+		return
+	}
+	for name, vals := range q {
+		if !receiptQuery[name] {
+			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "unknown query parameter " + strconv.Quote(truncate(name, 64)),
+				Details: map[string]any{"field": truncate(name, 64)}})
+			return
+		}
+		if len(vals) > 1 {
+			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query parameter " + name + " is given more than once",
+				Details: map[string]any{"field": name}})
+			return
+		}
+	}
+	f := ledger.ReceiptFilter{Key: q.Get("key"), ExecutionID: q.Get("execution_id"), Tool: q.Get("tool"), Kind: q.Get("kind")}
+	if v := q.Get("after"); v != "" {
+		if f.After, err = strconv.ParseUint(v, 10, 63); err != nil {
+			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "after must be a non-negative integer",
+				Details: map[string]any{"field": "after"}})
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > ledger.MaxPageLimit {
+			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "limit must be an integer from 1 to 1000",
+				Details: map[string]any{"field": "limit"}})
+			return
+		}
+		f.Limit = n
+	}
+	rs, next, err := s.db.ListReceipts(r.Context(), f)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if rs == nil {
+		rs = []chain.Receipt{}
+	}
+	s.writeJSON(w, http.StatusOK, receiptsBody{Receipts: rs, NextAfter: next})
+}
+
+func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
+	if err != nil {
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
+			Details: map[string]any{"field": "seq"}})
+		return
+	}
+	rc, err := s.db.GetReceipt(r.Context(), seq)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, rc)
+}
+
+func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {
+	h := s.db.Head()
+	s.writeJSON(w, http.StatusOK, receiptRef{Seq: h.Seq, Hash: h.Hash.String()})
+}

@@ -1,0 +1,156 @@
+// Package api serves the REST API of the effect ledger (SPEC §4) over
+// gorilla/mux. Handlers only decode, call the ledger and encode.
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/mux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "ledger_http_request_duration_seconds",
+	Help:    "HTTP request duration by route template, method and status code.",
+	Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+}, []string{"route", "method", "code"})
+
+// Server is the HTTP face of a ledger.
+type Server struct {
+	db     *ledger.DB
+	logger *slog.Logger
+	router *mux.Router
+}
+
+// NewServer returns a Server for db with every route of SPEC §4.
+func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Server{db: db, logger: logger, router: mux.NewRouter()}
+	r := s.router
+	r.UseEncodedPath() // keys may contain '/', sent as %2F
+	r.SkipClean(true)
+	r.HandleFunc("/v1/effects/reserve", s.handleReserve).Methods(http.MethodPost)
+	r.HandleFunc("/v1/effects/{key}/commit", s.handleCommit).Methods(http.MethodPost)
+	r.HandleFunc("/v1/effects/{key}/resolve", s.handleResolve).Methods(http.MethodPost)
+	r.HandleFunc("/v1/effects/{key}", s.handleGetKey).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/receipts", s.handleListReceipts).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/receipts/{seq}", s.handleGetReceipt).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/head", s.handleHead).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet, http.MethodHead)
+	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Error(w, r, ledger.Errorf(ledger.ECodeNotFound, "no such route: %s %s", r.Method, truncate(r.URL.Path, 200)))
+	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.Error(w, r, ledger.Errorf(ledger.ECodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+	})
+	return s
+}
+
+// ServeHTTP serves a request with panic recovery and metrics.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	route := "unmatched"
+	var match mux.RouteMatch
+	if s.router.Match(r, &match) && match.Route != nil {
+		if tpl, err := match.Route.GetPathTemplate(); err == nil {
+			route = tpl
+		}
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.logger.ErrorContext(r.Context(), "panic serving request", "method", r.Method,
+				"path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			if sw.status == 0 {
+				s.Error(sw, r, fmt.Errorf("panic: %v", v))
+			}
+		}
+		requestDuration.WithLabelValues(route, r.Method, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
+	}()
+	s.router.ServeHTTP(sw, r)
+}
+
+// statusWriter records the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeJSON writes v as JSON without HTML escaping, so that embedded
+// results keep their exact bytes.
+func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		s.logger.Error("encode response", "err", err)
+		buf.Reset()
+		buf.WriteString(`{"error":{"code":"internal","message":"internal error","details":{}}}` + "\n")
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// readyTimeout bounds the readiness probe.
+const readyTimeout = 2 * time.Second
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	defer cancel()
+	if err := s.db.Ready(ctx); err != nil {
+		s.Error(w, r, fmt.Errorf("not ready: %w: %w", ledger.ErrUnavailable, err))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,175 @@
+// Command ledgerd serves the effect ledger's REST API on a SQLite file.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain(os.Stderr)
+	if err := m.ParseFlags(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ledgerd:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		m.Logger.Error("ledgerd failed", "err", err)
+		fmt.Fprintln(os.Stderr, "ledgerd:", err)
+		os.Exit(1)
+	}
+}
+
+// Defaults of the flags.
+const (
+	DefaultDB              = "./ledger.db"
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultShutdownTimeout = 15 * time.Second
+)
+
+// Main is the ledgerd program, so that tests can drive it in-process.
+type Main struct {
+	DBPath          string
+	Listen          string
+	LogLevel        string
+	LogFormat       string
+	ShutdownTimeout time.Duration
+
+	Logger *slog.Logger
+	stderr io.Writer
+
+	// Addr is the address actually listened on, set by Run (for ":0").
+	Addr chan net.Addr
+}
+
+// NewMain returns a Main writing logs to stderr.
+func NewMain(stderr io.Writer) *Main {
+	return &Main{stderr: stderr, Logger: slog.New(slog.NewTextHandler(stderr, nil)), Addr: make(chan net.Addr, 1)}
+}
+
+// ParseFlags reads flags, with LEDGERD_<NAME> environment variables as
+// defaults (flags win).
+func (m *Main) ParseFlags(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("ledgerd", flag.ContinueOnError)
+	fs.SetOutput(m.stderr)
+	fs.StringVar(&m.DBPath, "db", DefaultDB, "SQLite database `path`; created with the schema on first start")
+	fs.StringVar(&m.Listen, "listen", DefaultListen, "`address` to serve HTTP on")
+	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
+	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
+	fs.Usage = func() {
+		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
+
+ledgerd records the side effects of AI-agent tool calls in a tamper-evident,
+append-only SQLite ledger and serves the REST API of SPEC §4.
+
+Every flag can also be set as LEDGERD_<NAME> (for example LEDGERD_DB,
+LEDGERD_LISTEN, LEDGERD_LOG_LEVEL); a flag on the command line wins.
+
+Example:
+  ledgerd --db /var/lib/ledger/ledger.db --listen 127.0.0.1:8080
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "LEDGERD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch m.LogFormat {
+	case "text":
+		m.Logger = slog.New(slog.NewTextHandler(m.stderr, opts))
+	case "json":
+		m.Logger = slog.New(slog.NewJSONHandler(m.stderr, opts))
+	default:
+		return fmt.Errorf("--log-format must be text or json, not %q", m.LogFormat)
+	}
+	if m.ShutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
+	}
+	return nil
+}
+
+// Run opens the ledger, serves until ctx is done, then shuts down: it stops
+// accepting, lets in-flight requests finish (up to ShutdownTimeout), and
+// closes the database.
+func (m *Main) Run(ctx context.Context) error {
+	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			m.Logger.Error("close ledger", "err", err)
+		}
+	}()
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	m.Addr <- ln.Addr()
+	srv := &http.Server{
+		Handler:           api.NewServer(db, m.Logger),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "db", db.Path(), "head_seq", db.Head().Seq)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	m.Logger.Info("shutting down", "timeout", m.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	m.Logger.Info("stopped")
+	return nil
+}

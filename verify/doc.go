@@ -1,0 +1,3 @@
+// Package verify audits an effect ledger: chain integrity and the key
+// state machine (SPEC §5).
+package verify
