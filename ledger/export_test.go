@@ -1,0 +1,6 @@
+package ledger
+
+import "database/sql"
+
+// Pools exposes the connection pools to the black-box tests.
+func (db *DB) Pools() (writer, reader *sql.DB) { return db.w, db.r }
