@@ -69,7 +69,10 @@ func TestDB_Reserve(t *testing.T) {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				return 0
 			},
-			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Input = json.RawMessage(`{"order":8}`); return r },
+			req: func(r ledger.ReserveRequest) ledger.ReserveRequest {
+				r.Input = json.RawMessage(`{"order":8}`)
+				return r
+			},
 			wantErr: ledger.ECodeFingerprintMismatch,
 		},
 		{
