@@ -1,0 +1,332 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// MustOpenServer serves a new ledger in a temp dir through httptest.
+func MustOpenServer(tb testing.TB) (*httptest.Server, *ledger.DB) {
+	tb.Helper()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
+	require.NoError(tb, err)
+	srv := httptest.NewServer(api.NewServer(db, logger))
+	tb.Cleanup(func() {
+		srv.Close()
+		_ = db.Close()
+	})
+	return srv, db
+}
+
+// response is a decoded HTTP response.
+type response struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func (r response) code() string {
+	e, _ := r.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func (r response) field() string {
+	e, _ := r.body["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	f, _ := d["field"].(string)
+	return f
+}
+
+func do(tb testing.TB, srv *httptest.Server, method, path, body string, header ...string) response {
+	tb.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	require.NoError(tb, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := srv.Client().Do(req)
+	require.NoError(tb, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(tb, err)
+	out := response{status: res.StatusCode, header: res.Header, raw: string(raw)}
+	if method != http.MethodHead {
+		require.NoError(tb, json.Unmarshal(raw, &out.body), "body %q", raw)
+		assert.Equal(tb, "application/json", res.Header.Get("Content-Type"))
+	}
+	return out
+}
+
+const reserveBody = `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`
+
+func TestServer_walkthrough(t *testing.T) {
+	srv, db := MustOpenServer(t)
+
+	r := do(t, srv, "GET", "/v1/head", "")
+	assert.Equal(t, 200, r.status)
+	assert.Equal(t, map[string]any{"seq": 0.0, "hash": strings.Repeat("0", 64)}, r.body)
+
+	r = do(t, srv, "POST", "/v1/effects/reserve", reserveBody)
+	require.Equal(t, 201, r.status, r.raw)
+	assert.Equal(t, "reserved", r.body["status"])
+	assert.Equal(t, "refund-order-1234", r.body["idempotency_key"])
+	assert.Equal(t, false, r.body["key_generated"])
+	assert.Equal(t, 1.0, r.body["attempt"])
+	assert.NotZero(t, r.body["lease_expires_at"])
+	assert.Equal(t, map[string]any{"seq": 1.0, "hash": db.Head().Hash.String()}, r.body["receipt"])
+	token := r.body["reservation"].(string)
+
+	r = do(t, srv, "POST", "/v1/effects/reserve", reserveBody)
+	assert.Equal(t, 409, r.status)
+	assert.Equal(t, "in_progress", r.code())
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+
+	commit := `{"reservation":"` + token + `","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount": 1200, "currency":"eur"}}`
+	r = do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commit)
+	require.Equal(t, 201, r.status, r.raw)
+	assert.Equal(t, "committed", r.body["status"])
+	assert.Equal(t, false, r.body["late"])
+	assert.Equal(t, 2.0, r.body["receipt"].(map[string]any)["seq"])
+	assert.Empty(t, r.header.Get("Idempotent-Replayed"))
+	committed := r.body
+
+	r = do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commit)
+	assert.Equal(t, 200, r.status)
+	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, committed, r.body, "the original 201 body")
+
+	r = do(t, srv, "POST", "/v1/effects/reserve", strings.Replace(reserveBody, "exec-1", "exec-2", 1))
+	require.Equal(t, 200, r.status, r.raw)
+	assert.Equal(t, "true", r.header.Get("Idempotent-Replayed"))
+	assert.Equal(t, "replayed", r.body["status"])
+	assert.Equal(t, "succeeded", r.body["outcome"])
+	assert.Equal(t, "re_3Pq9", r.body["external_ref"])
+	assert.Equal(t, map[string]any{"amount": 1200.0, "currency": "eur"}, r.body["result"])
+	assert.Contains(t, r.raw, `"result":{"amount":1200,"currency":"eur"}`, "compact, verbatim")
+	assert.Equal(t, committed["receipt"], r.body["original"])
+	assert.Equal(t, 3.0, r.body["receipt"].(map[string]any)["seq"])
+
+	r = do(t, srv, "GET", "/v1/effects/refund-order-1234", "")
+	require.Equal(t, 200, r.status)
+	assert.Equal(t, "succeeded", r.body["state"])
+	assert.Len(t, r.body["receipts"], 3)
+
+	r = do(t, srv, "GET", "/v1/receipts?limit=2", "")
+	require.Equal(t, 200, r.status)
+	assert.Len(t, r.body["receipts"], 2)
+	assert.Equal(t, 2.0, r.body["next_after"])
+	r = do(t, srv, "GET", "/v1/receipts?after=2", "")
+	assert.Len(t, r.body["receipts"], 1)
+	assert.Nil(t, r.body["next_after"])
+	r = do(t, srv, "GET", "/v1/receipts?kind=commit&tool=payments.refund&execution_id=exec-1&key=refund-order-1234", "")
+	assert.Len(t, r.body["receipts"], 1)
+
+	r = do(t, srv, "GET", "/v1/receipts/2", "")
+	require.Equal(t, 200, r.status)
+	assert.Equal(t, "commit", r.body["kind"])
+	assert.Equal(t, 1.0, r.body["ref_seq"])
+	assert.Len(t, r.body, 23)
+
+	r = do(t, srv, "GET", "/v1/head", "")
+	assert.Equal(t, 3.0, r.body["seq"])
+}
+
+func TestServer_Reserve_keys(t *testing.T) {
+	srv, _ := MustOpenServer(t)
+	base := `{"execution_id":"exec-1","tool":"t.x","effect":"write"`
+	for _, tt := range []struct {
+		desc, body, header string
+		wantStatus         int
+		wantErr, wantKey   string
+	}{
+		{desc: "header bare", body: base + `}`, header: "hdr-key-0001", wantStatus: 201, wantKey: "hdr-key-0001"},
+		{desc: "header sf-string", body: base + `}`, header: `"hdr-key-0002"`, wantStatus: 201, wantKey: "hdr-key-0002"},
+		{desc: "header sf-string with escapes", body: base + `}`, header: `"hdr-\"key\\-3"`, wantStatus: 201, wantKey: `hdr-"key\-3`},
+		{desc: "header and body equal", body: base + `,"idempotency_key":"hdr-key-0004"}`, header: "hdr-key-0004", wantStatus: 201, wantKey: "hdr-key-0004"},
+		{desc: "ErrInvalidRequest header and body differ", body: base + `,"idempotency_key":"hdr-key-0005"}`, header: "hdr-key-0006", wantStatus: 400, wantErr: "invalid_request"},
+		{desc: "ErrInvalidKey unterminated sf-string", body: base + `}`, header: `"hdr-key-0007`, wantStatus: 400, wantErr: "invalid_key"},
+		{desc: "ErrInvalidKey key with space", body: base + `,"idempotency_key":"has a space"}`, wantStatus: 400, wantErr: "invalid_key"},
+		{desc: "ErrInvalidKey too long", body: base + `,"idempotency_key":"` + strings.Repeat("k", 256) + `"}`, wantStatus: 400, wantErr: "invalid_key"},
+		{desc: "short key is replaced", body: base + `,"idempotency_key":"short"}`, wantStatus: 201, wantKey: "gen_"},
+		{desc: "null key is replaced", body: base + `,"idempotency_key":null}`, wantStatus: 201, wantKey: "gen_"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			var hdr []string
+			if tt.header != "" {
+				hdr = []string{"Idempotency-Key", tt.header}
+			}
+			r := do(t, srv, "POST", "/v1/effects/reserve", tt.body, hdr...)
+			assert.Equal(t, tt.wantStatus, r.status, r.raw)
+			if tt.wantErr != "" {
+				assert.Equal(t, tt.wantErr, r.code())
+				assert.Equal(t, "idempotency_key", r.field())
+				return
+			}
+			k, _ := r.body["idempotency_key"].(string)
+			assert.True(t, strings.HasPrefix(k, tt.wantKey), k)
+			assert.Equal(t, tt.wantKey == "gen_", r.body["key_generated"])
+		})
+	}
+}
+
+// TestServer_badInput sends malformed and hostile requests: each gets the
+// contract's error shape and status, and nothing is appended.
+func TestServer_badInput(t *testing.T) {
+	srv, db := MustOpenServer(t)
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	for _, tt := range []struct {
+		desc, method, path, body, contentType string
+		wantStatus                            int
+		wantErr, wantField                    string
+	}{
+		{"truncated JSON", "POST", "/v1/effects/reserve", `{"execution_id":"e`, "", 400, "invalid_json", ""},
+		{"trailing garbage", "POST", "/v1/effects/reserve", reserveBody + `{}`, "", 400, "invalid_json", ""},
+		{"trailing text", "POST", "/v1/effects/reserve", reserveBody + ` x`, "", 400, "invalid_json", ""},
+		{"empty body", "POST", "/v1/effects/reserve", ``, "application/json", 400, "invalid_json", ""},
+		{"array body", "POST", "/v1/effects/reserve", `[1]`, "", 400, "invalid_request", ""},
+		{"invalid UTF-8", "POST", "/v1/effects/reserve", "{\"tool\":\"\xff\"}", "", 400, "invalid_json", ""},
+		{"10001-deep nesting", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","input":` + deep + `}`, "", 400, "invalid_json", ""},
+		{"unknown field", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","amount":1}`, "", 400, "invalid_request", "amount"},
+		{"duplicate field", "POST", "/v1/effects/reserve", `{"execution_id":"e","execution_id":"f","tool":"t","effect":"write"}`, "", 400, "invalid_request", "execution_id"},
+		{"missing execution_id", "POST", "/v1/effects/reserve", `{"tool":"t","effect":"write"}`, "", 400, "invalid_request", "execution_id"},
+		{"execution_id a number", "POST", "/v1/effects/reserve", `{"execution_id":5,"tool":"t","effect":"write"}`, "", 400, "invalid_request", "execution_id"},
+		{"attempt -1", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","attempt":-1}`, "", 400, "invalid_request", "attempt"},
+		{"attempt 2^63", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","attempt":9223372036854775808}`, "", 400, "invalid_request", "attempt"},
+		{"attempt 1e309", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","attempt":1e309}`, "", 400, "invalid_request", "attempt"},
+		{"attempt 1.5", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","attempt":1.5}`, "", 400, "invalid_request", "attempt"},
+		{"attempt a string", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","attempt":"2"}`, "", 400, "invalid_request", "attempt"},
+		{"idempotent a string", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","idempotent":"yes"}`, "", 400, "invalid_request", "idempotent"},
+		{"lease_ms 0", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","lease_ms":0}`, "", 400, "invalid_request", "lease_ms"},
+		{"input and input_hash", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","input":1,"input_hash":"x"}`, "", 400, "invalid_request", "input"},
+		{"NUL in key", "POST", "/v1/effects/reserve", `{"idempotency_key":"abc\u0000defgh","execution_id":"e","tool":"t","effect":"write"}`, "", 400, "invalid_key", "idempotency_key"},
+		{"control char in tool", "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t\u0007","effect":"write"}`, "", 400, "invalid_request", "tool"},
+		{"wrong content type", "POST", "/v1/effects/reserve", reserveBody, "text/plain", 415, "unsupported_media_type", ""},
+		{"form content type", "POST", "/v1/effects/reserve", reserveBody, "application/x-www-form-urlencoded", 415, "unsupported_media_type", ""},
+		{"error on success", "POST", "/v1/effects/refund-order-1234/commit", `{"reservation":"r","outcome":"succeeded","error":{"code":"X"}}`, "", 400, "invalid_request", "error"},
+		{"error not an object", "POST", "/v1/effects/refund-order-1234/commit", `{"reservation":"r","outcome":"failed","error":"X"}`, "", 400, "invalid_request", "error"},
+		{"unknown error field", "POST", "/v1/effects/refund-order-1234/commit", `{"reservation":"r","outcome":"failed","error":{"code":"X","why":1}}`, "", 400, "invalid_request", "error.why"},
+		{"missing reservation", "POST", "/v1/effects/refund-order-1234/commit", `{"outcome":"succeeded"}`, "", 400, "invalid_request", "reservation"},
+		{"resolve without note", "POST", "/v1/effects/refund-order-1234/resolve", `{"outcome":"succeeded"}`, "", 400, "invalid_request", "note"},
+		{"commit unknown key", "POST", "/v1/effects/unknown-key-1/commit", `{"reservation":"r","outcome":"succeeded"}`, "", 404, "unknown_key", ""},
+		{"resolve unknown key", "POST", "/v1/effects/unknown-key-1/resolve", `{"outcome":"succeeded","note":"n"}`, "", 404, "unknown_key", ""},
+		{"get unknown key", "GET", "/v1/effects/unknown-key-1", ``, "", 404, "unknown_key", ""},
+		{"unknown route", "GET", "/v2/nothing", ``, "", 404, "not_found", ""},
+		{"wrong method", "DELETE", "/v1/receipts", ``, "", 405, "method_not_allowed", ""},
+		{"GET reserve", "PUT", "/v1/effects/reserve", ``, "", 405, "method_not_allowed", ""},
+		{"limit too large", "GET", "/v1/receipts?limit=1001", ``, "", 400, "invalid_request", "limit"},
+		{"limit zero", "GET", "/v1/receipts?limit=0", ``, "", 400, "invalid_request", "limit"},
+		{"after negative", "GET", "/v1/receipts?after=-1", ``, "", 400, "invalid_request", "after"},
+		{"unknown query", "GET", "/v1/receipts?colour=red", ``, "", 400, "invalid_request", "colour"},
+		{"bad kind", "GET", "/v1/receipts?kind=delete", ``, "", 400, "invalid_request", "kind"},
+		{"unknown receipt", "GET", "/v1/receipts/1", ``, "", 404, "unknown_receipt", ""},
+		{"non-numeric receipt", "GET", "/v1/receipts/abc", ``, "", 404, "unknown_receipt", ""},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			require.NoError(t, err)
+			ct := tt.contentType
+			if ct == "" && tt.body != "" {
+				ct = "application/json"
+			}
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			res, err := srv.Client().Do(req)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			raw, _ := io.ReadAll(res.Body)
+			var body struct {
+				Error struct {
+					Code    string         `json:"code"`
+					Message string         `json:"message"`
+					Details map[string]any `json:"details"`
+				} `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &body), "%s", raw)
+			assert.Equal(t, tt.wantStatus, res.StatusCode, "%s", raw)
+			assert.Equal(t, tt.wantErr, body.Error.Code)
+			assert.NotEmpty(t, body.Error.Message)
+			assert.NotNil(t, body.Error.Details, "details is always an object")
+			if tt.wantField != "" {
+				assert.Equal(t, tt.wantField, body.Error.Details["field"])
+			}
+		})
+	}
+	assert.Zero(t, db.Head().Seq, "bad input appends nothing")
+}
+
+func TestServer_bodyTooLarge(t *testing.T) {
+	srv, db := MustOpenServer(t)
+	big := `{"execution_id":"e","tool":"t","effect":"write","input":"` + strings.Repeat("a", 1<<20) + `"}`
+	res, err := srv.Client().Post(srv.URL+"/v1/effects/reserve", "application/json", bytes.NewReader([]byte(big)))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	assert.Equal(t, 413, res.StatusCode)
+	assert.Contains(t, string(raw), `"code":"body_too_large"`)
+	assert.Zero(t, db.Head().Seq)
+
+	// Just under the limit is accepted.
+	ok := `{"execution_id":"e","tool":"t","effect":"write","input":"` + strings.Repeat("a", 1<<20-100) + `"}`
+	r := do(t, srv, "POST", "/v1/effects/reserve", ok)
+	assert.Equal(t, 201, r.status, r.raw)
+}
+
+func TestServer_keyInPath(t *testing.T) {
+	srv, _ := MustOpenServer(t)
+	k := `a/b?c#d%e'f"g`
+	body := `{"idempotency_key":` + mustJSON(k) + `,"execution_id":"e","tool":"t","effect":"write"}`
+	r := do(t, srv, "POST", "/v1/effects/reserve", body)
+	require.Equal(t, 201, r.status, r.raw)
+	esc := strings.NewReplacer("%", "%25", "/", "%2F", "?", "%3F", "#", "%23", `"`, "%22").Replace(k)
+	r = do(t, srv, "POST", "/v1/effects/"+esc+"/commit", `{"reservation":"`+r.body["reservation"].(string)+`","outcome":"succeeded"}`)
+	require.Equal(t, 201, r.status, r.raw)
+	r = do(t, srv, "GET", "/v1/effects/"+esc, "")
+	require.Equal(t, 200, r.status, r.raw)
+	assert.Equal(t, k, r.body["idempotency_key"])
+	assert.Equal(t, "succeeded", r.body["state"])
+}
+
+func TestServer_ops(t *testing.T) {
+	srv, _ := MustOpenServer(t)
+	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
+	assert.Equal(t, 200, do(t, srv, "GET", "/readyz", "").status)
+	do(t, srv, "POST", "/v1/effects/reserve", reserveBody)
+	res, err := srv.Client().Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	for _, m := range []string{
+		`ledger_receipts_appended_total{kind="reserve"}`,
+		`ledger_reserve_outcomes_total{status="reserved"}`,
+		`ledger_chain_head_seq`,
+		`ledger_http_request_duration_seconds_count{code="201",method="POST",route="/v1/effects/reserve"}`,
+	} {
+		assert.Contains(t, string(raw), m)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
