@@ -1,0 +1,173 @@
+// Package test holds end-to-end tests that build the real ledgerd binary,
+// start it on a free port and drive it over HTTP.
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// binDir holds the binaries built once for all tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ledger-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	for _, cmd := range []string{"ledgerd", "ledgerctl"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", cmd, ":", err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Ledgerd is a running ledgerd process.
+type Ledgerd struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	URL  string
+	DB   string
+	logs *syncBuffer
+	exit chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// StartLedgerd starts ledgerd on db and a free loopback port and waits
+// until it logs that it is ready.
+func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
+	t.Helper()
+	args = append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
+	pr, pw := io.Pipe()
+	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
+	cmd.Stderr = io.MultiWriter(pw, l.logs)
+	require.NoError(t, cmd.Start())
+	go func() {
+		l.exit <- cmd.Wait()
+		_ = pw.Close()
+	}()
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ledgerd ready" {
+				ready <- line.Addr
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case addr, ok := <-ready:
+		require.True(t, ok, "ledgerd exited before it was ready:\n%s", l.logs.String())
+		l.URL = "http://" + addr
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("ledgerd not ready in 30s:\n%s", l.logs.String())
+	}
+	t.Cleanup(func() { l.Kill() })
+	return l
+}
+
+// Stop sends SIGTERM and returns the exit error (nil for exit 0).
+func (l *Ledgerd) Stop() error {
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-l.exit:
+		l.exit <- err
+		return err
+	case <-time.After(30 * time.Second):
+		_ = l.cmd.Process.Kill()
+		return fmt.Errorf("ledgerd did not stop in 30s")
+	}
+}
+
+// Kill sends SIGKILL and waits for the process to end.
+func (l *Ledgerd) Kill() {
+	_ = l.cmd.Process.Kill()
+	err := <-l.exit
+	l.exit <- err
+}
+
+// Logs returns what ledgerd wrote to stderr.
+func (l *Ledgerd) Logs() string { return l.logs.String() }
+
+// Resp is a decoded response.
+type Resp struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    string
+}
+
+// Code returns the error code of an error response.
+func (r Resp) Code() string {
+	e, _ := r.Body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// Do sends a request with a JSON body (if not empty) and decodes the reply.
+func (l *Ledgerd) Do(method, path, body string, header ...string) Resp {
+	l.t.Helper()
+	req, err := http.NewRequest(method, l.URL+path, strings.NewReader(body))
+	require.NoError(l.t, err)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(l.t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(l.t, err)
+	out := Resp{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
+	if len(raw) > 0 && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		require.NoError(l.t, json.Unmarshal(raw, &out.Body), "%s", raw)
+	}
+	return out
+}
