@@ -9,7 +9,8 @@
 -- keys and reservations are derived tables kept in the same transaction as
 -- every append, so lookups do not have to scan a key's receipts:
 --   keys          the current state of each idempotency key; rebuildable from
---                 receipts at any time (see ledger.Rebuild).
+--                 receipts at any time (ledger.DB.RebuildKeys; SQLKeysDrift
+--                 lists any difference).
 --   reservations  the SHA-256 of each reservation token. Tokens are secrets
 --                 that never enter a receipt, so this table is the one thing
 --                 receipts cannot give back: losing it only makes outstanding

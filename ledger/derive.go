@@ -1,0 +1,53 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+)
+
+// sqlDerivedKeys computes the keys table from the receipts alone: the
+// fingerprint and flags come from a key's first reserve, the lease from its
+// latest reserve, and final_seq is its latest commit or resolve. Its
+// columns are those of the keys table, in order.
+const sqlDerivedKeys = `
+	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
+		g.first_seq, g.last_seq, l.lease_expires_at, coalesce(fin.final_seq, 0)
+	FROM (SELECT idempotency_key, min(seq) AS first_seq, max(seq) AS last_seq
+		FROM receipts WHERE kind = 'reserve' GROUP BY idempotency_key) AS g
+	JOIN receipts AS f ON f.seq = g.first_seq
+	JOIN receipts AS l ON l.seq = g.last_seq
+	LEFT JOIN (SELECT idempotency_key, max(seq) AS final_seq
+		FROM receipts WHERE kind IN ('commit', 'resolve') GROUP BY idempotency_key) AS fin
+		ON fin.idempotency_key = g.idempotency_key`
+
+const keysColumns = `idempotency_key, key_generated, tool, effect, input_hash, idempotent,
+	first_seq, reserve_seq, lease_expires_at, final_seq`
+
+// SQLKeysDrift lists the rows in which the stored keys table and the keys
+// derived from the receipts differ (either way round); it returns no rows
+// when the derived table is consistent. Verifiers run it on a read-only
+// connection.
+const SQLKeysDrift = `
+	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys EXCEPT ` + sqlDerivedKeys + `)
+	UNION ALL
+	SELECT 'derived', * FROM (` + sqlDerivedKeys + ` EXCEPT SELECT ` + keysColumns + ` FROM keys)`
+
+// RebuildKeys recomputes the keys table from the receipts in one write
+// transaction, for recovery after the derived table was lost or damaged.
+// It returns the number of keys. Reservation token hashes cannot be
+// rebuilt (tokens never enter a receipt) and are left as they are.
+func (db *DB) RebuildKeys(ctx context.Context) (int64, error) {
+	var n int64
+	err := db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+		if _, err := t.tx.ExecContext(ctx, `DELETE FROM keys`); err != nil {
+			return fmt.Errorf("rebuild keys: %w", classify(err))
+		}
+		res, err := t.tx.ExecContext(ctx, `INSERT INTO keys (`+keysColumns+`) `+sqlDerivedKeys)
+		if err != nil {
+			return fmt.Errorf("rebuild keys: %w", classify(err))
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
