@@ -237,13 +237,21 @@ func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, keyBody{IdempotencyKey: v.IdempotencyKey, State: string(v.State),
-		Tool: v.Tool, Effect: v.Effect, Idempotent: v.Idempotent, InputHash: v.InputHash, Receipts: v.Receipts})
-}
-
-type receiptsBody struct {
-	Receipts  []chain.Receipt `json:"receipts"`
-	NextAfter *uint64         `json:"next_after"`
+	b := append(make([]byte, 0, 256+512*len(v.Receipts)), `{"idempotency_key":`...)
+	b = chain.AppendJSONString(b, v.IdempotencyKey)
+	b = append(b, `,"state":`...)
+	b = chain.AppendJSONString(b, string(v.State))
+	b = append(b, `,"tool":`...)
+	b = chain.AppendJSONString(b, v.Tool)
+	b = append(b, `,"effect":`...)
+	b = chain.AppendJSONString(b, v.Effect)
+	b = append(b, `,"idempotent":`...)
+	b = strconv.AppendBool(b, v.Idempotent)
+	b = append(b, `,"input_hash":`...)
+	b = chain.AppendJSONString(b, v.InputHash)
+	b = append(b, `,"receipts":`...)
+	b = appendReceipts(b, v.Receipts)
+	s.writeRaw(w, http.StatusOK, append(b, "}\n"...))
 }
 
 // receiptQuery is the set of query parameters GET /v1/receipts accepts.
@@ -289,10 +297,15 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	if rs == nil {
-		rs = []chain.Receipt{}
+	b := append(make([]byte, 0, 64+512*len(rs)), `{"receipts":`...)
+	b = appendReceipts(b, rs)
+	b = append(b, `,"next_after":`...)
+	if next == nil {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendUint(b, *next, 10)
 	}
-	s.writeJSON(w, http.StatusOK, receiptsBody{Receipts: rs, NextAfter: next})
+	s.writeRaw(w, http.StatusOK, append(b, "}\n"...))
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
@@ -307,7 +320,21 @@ func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, rc)
+	s.writeRaw(w, http.StatusOK, append(rc.AppendJSON(nil), '\n'))
+}
+
+// appendReceipts appends a JSON array of receipts. Receipts are written by
+// hand, not through encoding/json, which would re-compact the embedded
+// result: an online verifier must see the stored bytes.
+func appendReceipts(b []byte, rs []chain.Receipt) []byte {
+	b = append(b, '[')
+	for i := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = rs[i].AppendJSON(b)
+	}
+	return append(b, ']')
 }
 
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {

@@ -131,11 +131,16 @@ func (s *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 		buf.WriteString(`{"error":{"code":"internal","message":"internal error","details":{}}}` + "\n")
 		status = http.StatusInternalServerError
 	}
+	s.writeRaw(w, status, buf.Bytes())
+}
+
+// writeRaw writes an encoded JSON body.
+func (s *Server) writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(body)
 }
 
 // readyTimeout bounds the readiness probe.

@@ -38,12 +38,12 @@ type Options struct {
 // DB is an open ledger. Writes go through one writer goroutine that owns
 // the chain head; reads use a separate read-only connection pool.
 type DB struct {
-	path   string
+	*Reader // mode=ro pool for queries
+
 	now    func() time.Time
 	logger *slog.Logger
 
 	w *sql.DB // one connection, BEGIN IMMEDIATE
-	r *sql.DB // mode=ro pool
 
 	head atomic.Pointer[Head] // durable head, updated after each COMMIT
 
@@ -59,6 +59,24 @@ type DB struct {
 // dsn returns a SQLite URI for path with the given mode and the
 // per-connection settings every connection needs. Pragmas go in the DSN
 // because database/sql opens connections on its own.
+func (o *Options) defaults() {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.ReadConns <= 0 {
+		o.ReadConns = 4
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 256
+	}
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = 5 * time.Second
+	}
+}
+
 func dsn(path, mode string, busy time.Duration, writer bool) string {
 	q := url.Values{}
 	q.Set("mode", mode)
@@ -83,22 +101,8 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.ReadConns <= 0 {
-		opts.ReadConns = 4
-	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 256
-	}
-	if opts.BusyTimeout <= 0 {
-		opts.BusyTimeout = 5 * time.Second
-	}
-	db := &DB{path: abs, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
+	opts.defaults()
+	db := &DB{now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
 		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{})}
 
 	if db.w, err = sql.Open("sqlite3", dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
@@ -108,20 +112,13 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.w.SetMaxIdleConns(1)
 	db.w.SetConnMaxLifetime(0)
 	db.w.SetConnMaxIdleTime(0)
-	if err := db.init(ctx); err != nil {
+	if err := db.init(ctx, abs); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	if db.r, err = sql.Open("sqlite3", dsn(abs, "ro", opts.BusyTimeout, false)); err != nil {
+	if db.Reader, err = openReader(ctx, abs, opts); err != nil {
 		_ = db.w.Close()
-		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
-	}
-	db.r.SetMaxOpenConns(opts.ReadConns)
-	db.r.SetMaxIdleConns(opts.ReadConns)
-	if err := db.r.PingContext(ctx); err != nil {
-		_ = db.w.Close()
-		_ = db.r.Close()
-		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, err)
+		return nil, err
 	}
 	go db.writer()
 	return db, nil
@@ -129,7 +126,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 
 // init checks the connection settings, applies or checks the schema and
 // loads the chain head.
-func (db *DB) init(ctx context.Context) error {
+func (db *DB) init(ctx context.Context, abs string) error {
 	var version string
 	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
 		return classify(err)
@@ -141,7 +138,7 @@ func (db *DB) init(ctx context.Context) error {
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
-	if err := db.migrate(ctx); err != nil {
+	if err := db.migrate(ctx, abs); err != nil {
 		return err
 	}
 	var h Head
@@ -157,7 +154,7 @@ func (db *DB) init(ctx context.Context) error {
 		}
 	}
 	db.head.Store(&h)
-	db.logger.Info("ledger opened", "path", db.path, "sqlite_version", version,
+	db.logger.Info("ledger opened", "path", abs, "sqlite_version", version,
 		"head_seq", h.Seq, "head_hash", h.Hash.String())
 	headSeq.Set(float64(h.Seq))
 	return nil
@@ -165,7 +162,7 @@ func (db *DB) init(ctx context.Context) error {
 
 // migrate applies the schema to an empty file, and refuses a file with an
 // unknown schema version or that belongs to something else.
-func (db *DB) migrate(ctx context.Context) error {
+func (db *DB) migrate(ctx context.Context, abs string) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
@@ -188,7 +185,7 @@ func (db *DB) migrate(ctx context.Context) error {
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate: %w", classify(err))
 		}
-		db.logger.Info("created ledger database", "path", db.path, "schema_version", ledgerschema.Version)
+		db.logger.Info("created ledger database", "path", abs, "schema_version", ledgerschema.Version)
 		return nil
 	case version == 0:
 		return ErrNotLedger
@@ -197,8 +194,8 @@ func (db *DB) migrate(ctx context.Context) error {
 	}
 }
 
-// Close stops accepting writes, lets the writer finish what is queued and
-// closes both connection pools.
+// Close stops accepting writes, lets the writer finish what is queued,
+// checkpoints the WAL and closes both connection pools.
 func (db *DB) Close() error {
 	db.mu.Lock()
 	if !db.closed {
@@ -207,11 +204,15 @@ func (db *DB) Close() error {
 	}
 	db.mu.Unlock()
 	<-db.done
-	return errors.Join(db.w.Close(), db.r.Close())
+	// Readers go first: the last connection to close checkpoints the WAL
+	// into the main file, and only the writer can, so that a cleanly
+	// stopped ledger is one self-contained file.
+	rerr := db.r.Close()
+	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		db.logger.Warn("checkpoint on close", "err", err)
+	}
+	return errors.Join(rerr, db.w.Close())
 }
-
-// Path returns the absolute path of the database file.
-func (db *DB) Path() string { return db.path }
 
 // Head returns the durable head of the chain.
 func (db *DB) Head() Head { return *db.head.Load() }

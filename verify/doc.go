@@ -1,3 +1,0 @@
-// Package verify audits an effect ledger: chain integrity and the key
-// state machine (SPEC §5).
-package verify

@@ -1,0 +1,211 @@
+package verify
+
+import (
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// keyState is what the state checks remember of one key.
+type keyState struct {
+	key string
+	// The fingerprint and flags of the key's first receipt.
+	first chain.Receipt
+
+	hasReserve bool
+	latest     reserveInfo // the latest reserve
+	finalized  bool        // the latest reserve has a commit or resolve
+	final      finalInfo
+
+	attempts map[string]uint64 // highest attempt per execution
+	lastSeen uint64            // latest receipt time, unix ms
+}
+
+type reserveInfo struct {
+	seq, attempt, lease, recordedAt uint64
+	execution                       string
+}
+
+type finalInfo struct {
+	seq, recordedAt      uint64
+	kind, outcome, code  string
+	retryable, succeeded bool
+}
+
+// state is the key's state at unix ms t (SPEC §3).
+func (k *keyState) state(t uint64) string {
+	switch {
+	case k.finalized && k.final.succeeded:
+		return "succeeded"
+	case k.finalized:
+		return "failed"
+	case !k.hasReserve:
+		return "none"
+	case t < k.latest.lease:
+		return "reserved"
+	default:
+		return "interrupted"
+	}
+}
+
+// stateChecker replays receipts through the rules of SPEC §3–4, per key.
+type stateChecker struct {
+	col   *collector
+	audit *auditBuilder
+	from  uint64 // violations are reported only for seq > from
+	keys  map[string]*keyState
+	cur   string // the key being read, in grouped mode
+}
+
+func newStateChecker(col *collector, audit *auditBuilder, from uint64) *stateChecker {
+	return &stateChecker{col: col, audit: audit, from: from, keys: map[string]*keyState{}}
+}
+
+func (s *stateChecker) violation(r *chain.Receipt, rule, format string, args ...any) {
+	if r.Seq > s.from {
+		s.col.addf(r.Seq, rule, format, args...)
+	}
+}
+
+// addGrouped takes receipts grouped by key: when the key changes, the
+// previous key is finished and forgotten.
+func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
+	if r.IdempotencyKey != s.cur {
+		if s.cur != "" {
+			s.flush(s.cur, now)
+		}
+		s.cur = r.IdempotencyKey
+	}
+	s.add(r)
+}
+
+// flush finishes a key: its final state goes to the audit.
+func (s *stateChecker) flush(key string, now uint64) {
+	if k, ok := s.keys[key]; ok {
+		s.audit.finishKey(k, now)
+		delete(s.keys, key)
+	}
+}
+
+// finish flushes every key still held.
+func (s *stateChecker) finish(now uint64) {
+	for key := range s.keys {
+		s.flush(key, now)
+	}
+	s.cur = ""
+}
+
+// add applies one receipt to its key's state, reporting broken rules.
+func (s *stateChecker) add(r *chain.Receipt) {
+	k := s.keys[r.IdempotencyKey]
+	if k == nil {
+		k = &keyState{key: r.IdempotencyKey, first: *r, attempts: map[string]uint64{}}
+		k.first.Result, k.first.Note, k.first.ErrorMessage = "", "", ""
+		s.keys[r.IdempotencyKey] = k
+		s.first(k, r)
+	} else {
+		if r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
+			r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated {
+			s.violation(r, RuleFingerprintChanged,
+				"key %q: tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t, but its first receipt (seq %d) has tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
+				k.key, r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated,
+				k.first.Seq, k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated)
+		}
+		switch r.Kind {
+		case chain.KindReserve:
+			s.reserve(k, r)
+		case chain.KindCommit, chain.KindResolve:
+			s.finalize(k, r)
+		case chain.KindReplay:
+			s.replay(k, r)
+		}
+	}
+	if a, ok := k.attempts[r.ExecutionID]; !ok || r.Attempt > a {
+		k.attempts[r.ExecutionID] = r.Attempt
+	}
+	k.lastSeen = r.RecordedAt
+}
+
+// first handles the first receipt of a key: it must be a new reserve.
+func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
+	switch {
+	case r.Kind == chain.KindReserve && r.RefSeq == 0:
+		k.hasReserve = true
+		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+	case r.Kind == chain.KindReserve:
+		s.violation(r, RuleRetryNotAllowed, "key %q: first reserve claims to retry seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
+		k.hasReserve = true
+		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+	case r.Kind == chain.KindReplay:
+		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay of seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
+	default:
+		s.violation(r, RuleCommitWithoutReserve, "key %q: %s of reserve %d, but the key has no earlier reserve", k.key, r.Kind, r.RefSeq)
+		s.setFinal(k, r)
+	}
+}
+
+func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
+	st := k.state(r.RecordedAt)
+	switch st {
+	case "succeeded":
+		s.violation(r, RuleReserveAfterSuccess, "key %q succeeded at seq %d; a later reserve must be a replay", k.key, k.final.seq)
+	case "reserved":
+		s.violation(r, RuleRetryNotAllowed, "key %q: reserve while reserve %d holds the lease until %d (recorded_at %d)", k.key, k.latest.seq, k.latest.lease, r.RecordedAt)
+	case "interrupted":
+		if !k.first.Idempotent {
+			s.violation(r, RuleRetryNotAllowed, "key %q is not idempotent: interrupted reserve %d must be resolved by a person, not taken over", k.key, k.latest.seq)
+		} else if r.RefSeq != k.latest.seq {
+			s.violation(r, RuleRetryNotAllowed, "key %q: takeover names ref_seq %d, but the interrupted reserve is %d", k.key, r.RefSeq, k.latest.seq)
+		}
+	case "failed":
+		switch {
+		case !k.final.retryable:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry after the non-retryable failure %s at seq %d", k.key, k.final.code, k.final.seq)
+		case !k.first.Idempotent:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry of a key not declared idempotent (failure at seq %d)", k.key, k.final.seq)
+		case r.RefSeq != k.final.seq:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry names ref_seq %d, but the failure is %d", k.key, r.RefSeq, k.final.seq)
+		}
+	}
+	prev, seen := k.attempts[r.ExecutionID]
+	if seen && r.Attempt <= prev {
+		s.violation(r, RuleAttemptOrder, "key %q: execution %q reserves attempt %d after recording attempt %d", k.key, r.ExecutionID, r.Attempt, prev)
+	}
+	s.audit.reserve(k, r, st, seen, prev)
+	k.hasReserve, k.finalized = true, false
+	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+}
+
+func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
+	switch {
+	case !k.hasReserve || r.RefSeq != k.latest.seq:
+		s.violation(r, RuleCommitWithoutReserve, "key %q: %s names reserve %d, but the key's latest reserve is %d", k.key, r.Kind, r.RefSeq, k.latest.seq)
+	case k.finalized:
+		s.violation(r, RuleDoubleFinalization, "key %q: reserve %d was already finalized by %s %d", k.key, r.RefSeq, k.final.kind, k.final.seq)
+	case r.ExecutionID != k.latest.execution || r.Attempt != k.latest.attempt:
+		s.violation(r, RuleCommitWithoutReserve, "key %q: %s carries execution %q attempt %d, but reserve %d is execution %q attempt %d",
+			k.key, r.Kind, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
+	case r.Kind == chain.KindResolve && r.RecordedAt < k.latest.lease:
+		s.violation(r, RuleDoubleFinalization, "key %q: resolve at %d while reserve %d still held its lease until %d", k.key, r.RecordedAt, k.latest.seq, k.latest.lease)
+	}
+	s.setFinal(k, r)
+	if r.Kind == chain.KindResolve {
+		s.audit.resolution(k, r)
+	}
+}
+
+func (s *stateChecker) setFinal(k *keyState, r *chain.Receipt) {
+	k.finalized = true
+	k.final = finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
+		code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
+}
+
+func (s *stateChecker) replay(k *keyState, r *chain.Receipt) {
+	switch {
+	case !k.finalized || !k.final.succeeded:
+		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay while the key is %s", k.key, k.state(r.RecordedAt))
+	case r.RefSeq != k.final.seq:
+		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay names seq %d, but the success is seq %d", k.key, r.RefSeq, k.final.seq)
+	case r.Outcome != "" || r.ExternalRef != "" || r.Result != "":
+		s.violation(r, RuleInvalidField, "key %q: replay carries an outcome, external_ref or result", k.key)
+	}
+	s.audit.replay(k, r)
+}

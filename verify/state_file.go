@@ -1,0 +1,67 @@
+package verify
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ReadState reads the head pinned in a --state file; nil when the file
+// does not exist yet (the first run).
+func ReadState(path string) (*Pin, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	var p Pin
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	pin, err := ParsePin(fmt.Sprintf("%d:%s", p.Seq, p.Hash))
+	if err != nil {
+		return nil, fmt.Errorf("read state %s: %w", path, err)
+	}
+	return pin, nil
+}
+
+// WriteState pins head in path atomically: a temp file in the same
+// directory is written, synced and renamed over path, and the directory is
+// synced, so a crash leaves either the old or the new state.
+func WriteState(path string, head Pin) error {
+	b, err := json.Marshal(head)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	tmp := f.Name()
+	defer func() { _ = os.Remove(tmp) }()
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+// Package verify audits an effect ledger (SPEC §5): it recomputes the hash
+// chain, replays every receipt through the key state machine, checks that
+// the chain extends a head pinned earlier, and reports runtime retries,
+// re-invocations, duplicate effects, interrupted and failed keys and
+// operator resolutions.
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Source yields a ledger's receipts in seq order. fn must not retain the
+// receipt pointer it is given.
+type Source interface {
+	Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+}
+
+// KeySource is a Source that can also yield the receipts of every key that
+// has a receipt after a seq, grouped by key and in seq order within a key.
+// With it the state checks hold one key in memory at a time.
+type KeySource interface {
+	Source
+	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+}
+
+// KeyHistorySource is a Source that can yield one key's receipts in seq
+// order. Incremental runs on a plain Source use it for the keys touched
+// after the pinned head.
+type KeyHistorySource interface {
+	Source
+	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
+}
+
+// DerivedSource can compare the ledger's derived tables with what its
+// receipts say; each returned line is one difference.
+type DerivedSource interface {
+	KeysDrift(ctx context.Context) ([]string, error)
+}
+
+// Rules a violation can name (SPEC §5). RuleDerivedState is reported when a
+// derived table disagrees with the receipts; RuleInvalidField when a field
+// holds a value no ledger writes.
+const (
+	RuleGenesis              = "genesis"
+	RuleSeqGap               = "seq_gap"
+	RuleBrokenLink           = "broken_link"
+	RuleHashMismatch         = "hash_mismatch"
+	RuleCommitWithoutReserve = "commit_without_reserve"
+	RuleDoubleFinalization   = "double_finalization"
+	RuleReserveAfterSuccess  = "reserve_after_success"
+	RuleRetryNotAllowed      = "retry_not_allowed"
+	RuleReplayWithoutSuccess = "replay_without_success"
+	RuleAttemptOrder         = "attempt_order"
+	RuleFingerprintChanged   = "fingerprint_changed"
+	RuleHeadMismatch         = "head_mismatch"
+	RuleDerivedState         = "derived_state"
+	RuleInvalidField         = "invalid_field"
+)
+
+// Pin is a verified head: the chain must keep the receipt at Seq with Hash.
+type Pin struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Violation is one broken rule.
+type Violation struct {
+	Seq    uint64 `json:"seq"`
+	Rule   string `json:"rule"`
+	Detail string `json:"detail"`
+}
+
+// Report is the result of a check, in the JSON form of SPEC §5.
+type Report struct {
+	OK       bool   `json:"ok"`
+	Receipts uint64 `json:"receipts"`
+	Head     Pin    `json:"head"`
+	// Violations holds the first Opts.MaxViolations; ViolationsTotal
+	// counts them all.
+	Violations      []Violation `json:"violations"`
+	ViolationsTotal int         `json:"violations_total"`
+	// Checked is how many receipts were rehashed (fewer than Receipts on
+	// an incremental run).
+	Checked uint64 `json:"checked"`
+	Audit   *Audit `json:"audit"`
+}
+
+// Opts configure a Verifier.
+type Opts struct {
+	// ExpectHead, if set, must be a receipt of the chain (--expect-head).
+	ExpectHead *Pin
+	// Pinned is the head of an earlier clean run (--state); the chain must
+	// still extend it.
+	Pinned *Pin
+	// Incremental trusts the receipts up to Pinned and checks only later
+	// ones (the pinned receipt must still carry the pinned hash).
+	Incremental bool
+	// MaxViolations bounds Report.Violations (default 100).
+	MaxViolations int
+	// Now decides which reservations are interrupted (default time.Now).
+	Now func() time.Time
+	// Progress, if set, is called with the seq reached every 65,536
+	// receipts of the chain pass.
+	Progress func(seq uint64)
+	// Filter narrows the audit.
+	Filter AuditFilter
+}
+
+// Verifier checks one Source.
+type Verifier struct {
+	src  Source
+	opts Opts
+}
+
+// New returns a Verifier of src.
+func New(src Source, opts Opts) *Verifier {
+	if opts.MaxViolations <= 0 {
+		opts.MaxViolations = 100
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Verifier{src: src, opts: opts}
+}
+
+// ErrIncrementalNeedsPin means Incremental was set without Pinned.
+var ErrIncrementalNeedsPin = errors.New("incremental verification needs a pinned head (--state)")
+
+// Check runs every check and returns the report. The error is non-nil
+// only when the source could not be read; broken rules are in the report.
+func (v *Verifier) Check(ctx context.Context) (*Report, error) {
+	if v.opts.Incremental && v.opts.Pinned == nil {
+		return nil, ErrIncrementalNeedsPin
+	}
+	col := &collector{max: v.opts.MaxViolations}
+	var from uint64 // receipts up to from are trusted
+	if v.opts.Incremental {
+		from = v.opts.Pinned.Seq
+	}
+	audit := newAuditBuilder(v.opts.Filter, from)
+	state := newStateChecker(col, audit, from)
+
+	_, keyed := v.src.(KeySource)
+	var touched map[string]struct{}
+	if !keyed && from > 0 {
+		touched = map[string]struct{}{}
+	}
+	// Without a KeySource, the state checks ride on the chain pass (memory
+	// grows with the number of keys); with one, they run as a second,
+	// key-ordered pass holding one key at a time.
+	var onReceipt func(r *chain.Receipt)
+	switch {
+	case touched != nil:
+		onReceipt = func(r *chain.Receipt) { touched[r.IdempotencyKey] = struct{}{} }
+	case !keyed:
+		onReceipt = state.add
+	}
+	cc := newChainChecker(col, v.opts, from)
+	if err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
+		cc.add(r)
+		if onReceipt != nil {
+			onReceipt(r)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	cc.finish()
+
+	now := uint64(v.opts.Now().UnixMilli())
+	switch src := v.src.(type) {
+	case KeySource:
+		if err := src.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
+			state.addGrouped(r, now)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+	case KeyHistorySource:
+		for key := range touched {
+			if err := src.KeyHistory(ctx, key, func(r *chain.Receipt) error {
+				state.add(r)
+				return nil
+			}); err != nil {
+				return nil, fmt.Errorf("verify: %w", err)
+			}
+			state.flush(key, now)
+		}
+	default:
+		if touched != nil {
+			return nil, errors.New("verify: this source cannot load key histories for an incremental run")
+		}
+	}
+	state.finish(now)
+
+	if d, ok := v.src.(DerivedSource); ok && !v.opts.Incremental {
+		drift, err := d.KeysDrift(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		for _, line := range drift {
+			col.add(0, RuleDerivedState, "keys table differs from the receipts: "+line)
+		}
+	}
+
+	return &Report{
+		OK:              col.total == 0,
+		Receipts:        cc.count,
+		Head:            Pin{Seq: cc.lastSeq, Hash: cc.prev.String()},
+		Violations:      col.list,
+		ViolationsTotal: col.total,
+		Checked:         cc.checked,
+		Audit:           audit.build(),
+	}, nil
+}
+
+// collector keeps the first max violations and counts them all.
+type collector struct {
+	max   int
+	list  []Violation
+	total int
+}
+
+func (c *collector) add(seq uint64, rule, detail string) {
+	c.total++
+	if len(c.list) < c.max {
+		c.list = append(c.list, Violation{Seq: seq, Rule: rule, Detail: detail})
+	}
+}
+
+func (c *collector) addf(seq uint64, rule, format string, args ...any) {
+	c.add(seq, rule, fmt.Sprintf(format, args...))
+}
+
+// ParsePin parses "SEQ:HASH".
+func ParsePin(s string) (*Pin, error) {
+	var seq uint64
+	var hash string
+	if _, err := fmt.Sscanf(s, "%d:%s", &seq, &hash); err != nil {
+		return nil, fmt.Errorf("parse head %q: want SEQ:HASH", s)
+	}
+	h, err := chain.ParseHash(hash)
+	if err != nil {
+		return nil, fmt.Errorf("parse head %q: %w", s, err)
+	}
+	return &Pin{Seq: seq, Hash: h.String()}, nil
+}

@@ -1,0 +1,312 @@
+package verify_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+var (
+	_ verify.KeySource        = (*ledger.Reader)(nil)
+	_ verify.DerivedSource    = (*ledger.Reader)(nil)
+	_ verify.KeyHistorySource = (*api.Client)(nil)
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// post sends a JSON request to the test server and returns the decoded body.
+func post(t *testing.T, srv *httptest.Server, path, body string, wantStatus int) map[string]any {
+	t.Helper()
+	res, err := srv.Client().Post(srv.URL+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	require.Equal(t, wantStatus, res.StatusCode, "%s %s: %s", path, body, raw)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+// buildLedger produces, through the HTTP API, a ledger with ten receipts:
+//
+//	1 reserve  pay-key-0001 exec-1 (idempotent)   6 reserve  mail-key-001 exec-3 attempt 2 (retry)
+//	2 commit   pay-key-0001 succeeded             7 commit   mail-key-001 succeeded
+//	3 replay   pay-key-0001 exec-2                8 reserve  charge-key-1 exec-4 (lease 10 ms)
+//	4 reserve  mail-key-001 exec-3 (idempotent)   9 resolve  charge-key-1 failed
+//	5 commit   mail-key-001 failed, retryable    10 reserve  open-key-001 exec-5
+func buildLedger(t *testing.T) (path string, now time.Time) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "ledger.db")
+	c := &clock{t: time.UnixMilli(1764475200000)}
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Now: c.Now, Logger: quiet})
+	require.NoError(t, err)
+	srv := httptest.NewServer(api.NewServer(db, quiet))
+	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
+
+	r := post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","idempotent":true,"input":{"order":7}}`, 201)
+	post(t, srv, "/v1/effects/pay-key-0001/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_1","result":{"amount":1200}}`, 201)
+	post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0001","execution_id":"exec-2","tool":"payments.refund","effect":"write","input":{"order":7}}`, 200)
+	r = post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"mail-key-001","execution_id":"exec-3","tool":"email.send","effect":"external","idempotent":true,"input":{"to":"a@b.c"}}`, 201)
+	post(t, srv, "/v1/effects/mail-key-001/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`, 201)
+	r = post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"mail-key-001","execution_id":"exec-3","attempt":2,"tool":"email.send","effect":"external","idempotent":true}`, 201)
+	post(t, srv, "/v1/effects/mail-key-001/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`, 201)
+	post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"charge-key-1","execution_id":"exec-4","tool":"payments.charge","effect":"write","lease_ms":10}`, 201)
+	c.Advance(time.Second)
+	post(t, srv, "/v1/effects/charge-key-1/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked the PSP"}`, 201)
+	post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"open-key-001","execution_id":"exec-5","tool":"payments.charge","effect":"write","lease_ms":1000}`, 201)
+	return path, c.Now().Add(time.Hour)
+}
+
+// tamperCase is one entry of testdata/tamper.json.
+type tamperCase struct {
+	Desc  string `json:"desc"`
+	Steps []struct {
+		SQL        string `json:"sql"`
+		RehashFrom uint64 `json:"rehash_from"`
+	} `json:"steps"`
+	PinOriginalHead bool     `json:"pin_original_head"`
+	OfflineOnly     bool     `json:"offline_only"`
+	Want            []string `json:"want"`
+}
+
+// copyFile copies a closed SQLite file (no WAL left behind).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dst, b, 0o600))
+}
+
+// tamper drops the append-only triggers on path and applies the steps.
+func tamper(t *testing.T, path string, tc tamperCase) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	_, err = db.Exec(`DROP TRIGGER receipts_no_update; DROP TRIGGER receipts_no_delete;`)
+	require.NoError(t, err)
+	for _, s := range tc.Steps {
+		if s.SQL != "" {
+			_, err := db.Exec(s.SQL)
+			require.NoError(t, err, s.SQL)
+		}
+		if s.RehashFrom > 0 {
+			rehash(t, db, s.RehashFrom)
+		}
+	}
+}
+
+// rehash recomputes prev_hash and hash from seq on, as a forger would.
+func rehash(t *testing.T, db *sql.DB, from uint64) {
+	t.Helper()
+	prev := chain.ZeroHash
+	if from > 1 {
+		var h []byte
+		require.NoError(t, db.QueryRow(`SELECT hash FROM receipts WHERE seq = ?`, from-1).Scan(&h))
+		copy(prev[:], h)
+	}
+	rows, err := db.Query(`SELECT seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
+		effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
+		retryable, lease_expires_at, ref_seq, actor, note, recorded_at FROM receipts WHERE seq >= ? ORDER BY seq`, from)
+	require.NoError(t, err)
+	var rs []chain.Receipt
+	for rows.Next() {
+		var r chain.Receipt
+		require.NoError(t, rows.Scan(&r.Seq, &r.Kind, &r.IdempotencyKey, &r.KeyGenerated, &r.ExecutionID, &r.Attempt,
+			&r.Tool, &r.Effect, &r.Idempotent, &r.InputHash, &r.Outcome, &r.ExternalRef, &r.Result,
+			&r.ErrorCode, &r.ErrorMessage, &r.Retryable, &r.LeaseExpiresAt, &r.RefSeq, &r.Actor, &r.Note, &r.RecordedAt))
+		rs = append(rs, r)
+	}
+	require.NoError(t, rows.Close())
+	for _, r := range rs {
+		h := r.ComputeHash(prev)
+		_, err := db.Exec(`UPDATE receipts SET prev_hash = ?, hash = ? WHERE seq = ?`, prev[:], h[:], r.Seq)
+		require.NoError(t, err)
+		prev = h
+	}
+}
+
+func rules(rep *verify.Report) []string {
+	var out []string
+	for _, v := range rep.Violations {
+		if !contains(out, v.Rule) {
+			out = append(out, v.Rule)
+		}
+	}
+	return out
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestVerifier_tamper runs every case of testdata/tamper.json against a
+// copy of a real ledger, offline (the SQLite file) and online (a server
+// on the tampered file).
+func TestVerifier_tamper(t *testing.T) {
+	base, now := buildLedger(t)
+	rd, err := ledger.OpenReader(context.Background(), base, ledger.Options{})
+	require.NoError(t, err)
+	head, err := rd.ReadHead(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, rd.Close())
+	require.Equal(t, uint64(10), head.Seq)
+
+	raw, err := os.ReadFile("testdata/tamper.json")
+	require.NoError(t, err)
+	var cases []tamperCase
+	require.NoError(t, json.Unmarshal(raw, &cases))
+	require.NotEmpty(t, cases)
+	for _, tc := range cases {
+		t.Run(tc.Desc, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tampered.db")
+			copyFile(t, base, path)
+			tamper(t, path, tc)
+			opts := verify.Opts{Now: func() time.Time { return now }}
+			if tc.PinOriginalHead {
+				opts.ExpectHead = &verify.Pin{Seq: head.Seq, Hash: head.Hash.String()}
+			}
+
+			rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			rep, err := verify.New(rd, opts).Check(context.Background())
+			require.NoError(t, err)
+			check := func(src string, rep *verify.Report) {
+				got := rules(rep)
+				for _, want := range tc.Want {
+					assert.Contains(t, got, want, "%s: violations %+v", src, rep.Violations)
+				}
+				if len(tc.Want) == 0 {
+					assert.Empty(t, rep.Violations, src)
+					assert.True(t, rep.OK, src)
+				} else {
+					assert.False(t, rep.OK, src)
+				}
+				for _, v := range rep.Violations {
+					assert.NotEmpty(t, v.Detail)
+				}
+			}
+			check("offline", rep)
+			if tc.OfflineOnly {
+				return
+			}
+			db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+			require.NoError(t, err)
+			srv := httptest.NewServer(api.NewServer(db, quiet))
+			defer func() { srv.Close(); _ = db.Close() }()
+			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
+			require.NoError(t, err)
+			check("online", rep)
+		})
+	}
+}
+
+func TestVerifier_pins(t *testing.T) {
+	base, now := buildLedger(t)
+	rd, err := ledger.OpenReader(context.Background(), base, ledger.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	ctx := context.Background()
+	opts := func(o verify.Opts) verify.Opts { o.Now = func() time.Time { return now }; return o }
+
+	rep, err := verify.New(rd, opts(verify.Opts{})).Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%+v", rep.Violations)
+	assert.Equal(t, uint64(10), rep.Receipts)
+	assert.Equal(t, uint64(10), rep.Checked)
+	head := rep.Head
+
+	t.Run("expect head OK", func(t *testing.T) {
+		mid, _, err := rd.ListReceipts(ctx, ledger.ReceiptFilter{After: 4, Limit: 1})
+		require.NoError(t, err)
+		rep, err := verify.New(rd, opts(verify.Opts{ExpectHead: &verify.Pin{Seq: 5, Hash: mid[0].Hash.String()}})).Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, rep.OK)
+	})
+	t.Run("ErrHeadMismatch wrong hash", func(t *testing.T) {
+		rep, err := verify.New(rd, opts(verify.Opts{ExpectHead: &verify.Pin{Seq: 5, Hash: strings.Repeat("ab", 32)}})).Check(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"head_mismatch"}, rules(rep))
+		assert.Contains(t, rep.Violations[0].Detail, strings.Repeat("ab", 32), "detail names the claimed value")
+	})
+	t.Run("ErrHeadMismatch beyond the chain", func(t *testing.T) {
+		rep, err := verify.New(rd, opts(verify.Opts{ExpectHead: &verify.Pin{Seq: 11, Hash: head.Hash}})).Check(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"head_mismatch"}, rules(rep))
+	})
+	t.Run("incremental", func(t *testing.T) {
+		rep, err := verify.New(rd, opts(verify.Opts{Pinned: &verify.Pin{Seq: 6, Hash: mustHash(t, rd, 6)}, Incremental: true})).Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, rep.OK, "%+v", rep.Violations)
+		assert.Equal(t, uint64(10), rep.Receipts, "receipts counts the whole chain")
+		assert.Equal(t, uint64(4), rep.Checked, "only receipts after the pin are rehashed")
+		assert.Equal(t, head, rep.Head)
+		rep, err = verify.New(rd, opts(verify.Opts{Pinned: &verify.Pin{Seq: 6, Hash: strings.Repeat("0", 64)}, Incremental: true})).Check(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"head_mismatch"}, rules(rep))
+	})
+	t.Run("ErrIncrementalNeedsPin", func(t *testing.T) {
+		_, err := verify.New(rd, verify.Opts{Incremental: true}).Check(ctx)
+		assert.ErrorIs(t, err, verify.ErrIncrementalNeedsPin)
+	})
+}
+
+func mustHash(t *testing.T, rd *ledger.Reader, seq uint64) string {
+	r, err := rd.GetReceipt(context.Background(), seq)
+	require.NoError(t, err)
+	return r.Hash.String()
+}
+
+func TestVerifier_maxViolations(t *testing.T) {
+	base, now := buildLedger(t)
+	path := filepath.Join(t.TempDir(), "t.db")
+	copyFile(t, base, path)
+	tamper(t, path, tamperCase{Steps: []struct {
+		SQL        string `json:"sql"`
+		RehashFrom uint64 `json:"rehash_from"`
+	}{{SQL: "UPDATE receipts SET note = 'x'"}}})
+	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	rep, err := verify.New(rd, verify.Opts{MaxViolations: 3, Now: func() time.Time { return now }}).Check(context.Background())
+	require.NoError(t, err)
+	assert.Len(t, rep.Violations, 3)
+	assert.Equal(t, 10, rep.ViolationsTotal)
+}
