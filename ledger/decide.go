@@ -7,7 +7,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
-// keyRecord is the derived state of one idempotency key (table keys).
+// keyRecord is the derived state of one idempotency key (table keys),
+// exported as KeyRecord.
 type keyRecord struct {
 	Key            string
 	Generated      bool

@@ -25,8 +25,8 @@ const keysColumns = `idempotency_key, key_generated, tool, effect, input_hash, i
 
 // SQLKeysDrift lists the rows in which the stored keys table and the keys
 // derived from the receipts differ (either way round); it returns no rows
-// when the derived table is consistent. Verifiers run it on a read-only
-// connection.
+// when the derived table is consistent. It is the set-based form of the
+// verifier's merge-join check, for operators with sqlite3 and for tests.
 const SQLKeysDrift = `
 	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys EXCEPT ` + sqlDerivedKeys + `)
 	UNION ALL

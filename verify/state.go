@@ -15,8 +15,32 @@ type keyState struct {
 	finalized  bool        // the latest reserve has a commit or resolve
 	final      finalInfo
 
-	attempts map[string]uint64 // highest attempt per execution
-	lastSeen uint64            // latest receipt time, unix ms
+	attempts []execAttempt // highest attempt per execution; usually one
+}
+
+type execAttempt struct {
+	execution string
+	attempt   uint64
+}
+
+// attempt returns the highest attempt recorded for an execution.
+func (k *keyState) attempt(execution string) (uint64, bool) {
+	for _, a := range k.attempts {
+		if a.execution == execution {
+			return a.attempt, true
+		}
+	}
+	return 0, false
+}
+
+func (k *keyState) record(execution string, attempt uint64) {
+	for i := range k.attempts {
+		if k.attempts[i].execution == execution {
+			k.attempts[i].attempt = max(k.attempts[i].attempt, attempt)
+			return
+		}
+	}
+	k.attempts = append(k.attempts, execAttempt{execution, attempt})
 }
 
 type reserveInfo struct {
@@ -52,7 +76,9 @@ type stateChecker struct {
 	audit *auditBuilder
 	from  uint64 // violations are reported only for seq > from
 	keys  map[string]*keyState
-	cur   string // the key being read, in grouped mode
+	// In grouped mode one keyState is reused for key after key.
+	grouped keyState
+	drift   *driftChecker // cross-checks the keys table, in grouped full runs
 }
 
 func newStateChecker(col *collector, audit *auditBuilder, from uint64) *stateChecker {
@@ -66,22 +92,33 @@ func (s *stateChecker) violation(r *chain.Receipt, rule, format string, args ...
 }
 
 // addGrouped takes receipts grouped by key: when the key changes, the
-// previous key is finished and forgotten.
+// previous key is finished and its state reused for the next.
 func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
-	if r.IdempotencyKey != s.cur {
-		if s.cur != "" {
-			s.flush(s.cur, now)
+	k := &s.grouped
+	if k.key != r.IdempotencyKey || k.first.Seq == 0 {
+		if k.first.Seq != 0 {
+			s.finishKey(k, now)
 		}
-		s.cur = r.IdempotencyKey
+		*k = keyState{key: r.IdempotencyKey, first: *r, attempts: k.attempts[:0]}
+		s.first(k, r)
+	} else {
+		s.next(k, r)
 	}
-	s.add(r)
+	k.record(r.ExecutionID, r.Attempt)
 }
 
-// flush finishes a key: its final state goes to the audit.
+// flush finishes a key of the map: its final state goes to the audit.
 func (s *stateChecker) flush(key string, now uint64) {
 	if k, ok := s.keys[key]; ok {
-		s.audit.finishKey(k, now)
+		s.finishKey(k, now)
 		delete(s.keys, key)
+	}
+}
+
+func (s *stateChecker) finishKey(k *keyState, now uint64) {
+	s.audit.finishKey(k, now)
+	if s.drift != nil {
+		s.drift.key(k)
 	}
 }
 
@@ -90,42 +127,47 @@ func (s *stateChecker) finish(now uint64) {
 	for key := range s.keys {
 		s.flush(key, now)
 	}
-	s.cur = ""
+	if s.grouped.first.Seq != 0 {
+		s.finishKey(&s.grouped, now)
+		s.grouped = keyState{}
+	}
 }
 
-// add applies one receipt to its key's state, reporting broken rules.
+// add applies one receipt to its key's state, held in a map.
 func (s *stateChecker) add(r *chain.Receipt) {
 	k := s.keys[r.IdempotencyKey]
 	if k == nil {
-		k = &keyState{key: r.IdempotencyKey, first: *r, attempts: map[string]uint64{}}
-		k.first.Result, k.first.Note, k.first.ErrorMessage = "", "", ""
+		k = &keyState{key: r.IdempotencyKey, first: *r}
 		s.keys[r.IdempotencyKey] = k
 		s.first(k, r)
 	} else {
-		if r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
-			r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated {
-			s.violation(r, RuleFingerprintChanged,
-				"key %q: tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t, but its first receipt (seq %d) has tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
-				k.key, r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated,
-				k.first.Seq, k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated)
-		}
-		switch r.Kind {
-		case chain.KindReserve:
-			s.reserve(k, r)
-		case chain.KindCommit, chain.KindResolve:
-			s.finalize(k, r)
-		case chain.KindReplay:
-			s.replay(k, r)
-		}
+		s.next(k, r)
 	}
-	if a, ok := k.attempts[r.ExecutionID]; !ok || r.Attempt > a {
-		k.attempts[r.ExecutionID] = r.Attempt
+	k.record(r.ExecutionID, r.Attempt)
+}
+
+// next applies a receipt after the key's first, reporting broken rules.
+func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
+	if r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
+		r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated {
+		s.violation(r, RuleFingerprintChanged,
+			"key %q: tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t, but its first receipt (seq %d) has tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
+			k.key, r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated,
+			k.first.Seq, k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated)
 	}
-	k.lastSeen = r.RecordedAt
+	switch r.Kind {
+	case chain.KindReserve:
+		s.reserve(k, r)
+	case chain.KindCommit, chain.KindResolve:
+		s.finalize(k, r)
+	case chain.KindReplay:
+		s.replay(k, r)
+	}
 }
 
 // first handles the first receipt of a key: it must be a new reserve.
 func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
+	k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
 	switch {
 	case r.Kind == chain.KindReserve && r.RefSeq == 0:
 		k.hasReserve = true
@@ -165,7 +207,7 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 			s.violation(r, RuleRetryNotAllowed, "key %q: retry names ref_seq %d, but the failure is %d", k.key, r.RefSeq, k.final.seq)
 		}
 	}
-	prev, seen := k.attempts[r.ExecutionID]
+	prev, seen := k.attempt(r.ExecutionID)
 	if seen && r.Attempt <= prev {
 		s.violation(r, RuleAttemptOrder, "key %q: execution %q reserves attempt %d after recording attempt %d", k.key, r.ExecutionID, r.Attempt, prev)
 	}

@@ -6,9 +6,11 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -34,12 +36,6 @@ type KeySource interface {
 type KeyHistorySource interface {
 	Source
 	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
-}
-
-// DerivedSource can compare the ledger's derived tables with what its
-// receipts say; each returned line is one difference.
-type DerivedSource interface {
-	KeysDrift(ctx context.Context) ([]string, error)
 }
 
 // Rules a violation can name (SPEC §5). RuleDerivedState is reported when a
@@ -133,90 +129,117 @@ var ErrIncrementalNeedsPin = errors.New("incremental verification needs a pinned
 
 // Check runs every check and returns the report. The error is non-nil
 // only when the source could not be read; broken rules are in the report.
+//
+// With a KeySource (the SQLite file), the chain pass (seq order) and the
+// state pass (key order, one key in memory at a time) run concurrently on
+// their own connections. Otherwise the state checks ride on the chain
+// pass and hold every key in memory.
 func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	if v.opts.Incremental && v.opts.Pinned == nil {
 		return nil, ErrIncrementalNeedsPin
 	}
-	col := &collector{max: v.opts.MaxViolations}
 	var from uint64 // receipts up to from are trusted
 	if v.opts.Incremental {
 		from = v.opts.Pinned.Seq
 	}
-	audit := newAuditBuilder(v.opts.Filter, from)
-	state := newStateChecker(col, audit, from)
-
-	_, keyed := v.src.(KeySource)
-	var touched map[string]struct{}
-	if !keyed && from > 0 {
-		touched = map[string]struct{}{}
-	}
-	// Without a KeySource, the state checks ride on the chain pass (memory
-	// grows with the number of keys); with one, they run as a second,
-	// key-ordered pass holding one key at a time.
-	var onReceipt func(r *chain.Receipt)
-	switch {
-	case touched != nil:
-		onReceipt = func(r *chain.Receipt) { touched[r.IdempotencyKey] = struct{}{} }
-	case !keyed:
-		onReceipt = state.add
-	}
-	cc := newChainChecker(col, v.opts, from)
-	if err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
-		cc.add(r)
-		if onReceipt != nil {
-			onReceipt(r)
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("verify: %w", err)
-	}
-	cc.finish()
-
 	now := uint64(v.opts.Now().UnixMilli())
-	switch src := v.src.(type) {
-	case KeySource:
-		if err := src.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
-			state.addGrouped(r, now)
+	chainCol := &collector{max: v.opts.MaxViolations}
+	stateCol := &collector{max: v.opts.MaxViolations}
+	audit := newAuditBuilder(v.opts.Filter, from)
+	state := newStateChecker(stateCol, audit, from)
+	cc := newChainChecker(chainCol, v.opts, from)
+
+	if ks, ok := v.src.(KeySource); ok {
+		statePass := make(chan error, 1)
+		go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
+		err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
+			cc.add(r)
+			return nil
+		})
+		if serr := <-statePass; err == nil {
+			err = serr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+	} else {
+		var touched map[string]struct{}
+		if from > 0 {
+			touched = map[string]struct{}{}
+		}
+		if err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
+			cc.add(r)
+			if touched != nil {
+				touched[r.IdempotencyKey] = struct{}{}
+			} else {
+				state.add(r)
+			}
 			return nil
 		}); err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
-	case KeyHistorySource:
-		for key := range touched {
-			if err := src.KeyHistory(ctx, key, func(r *chain.Receipt) error {
-				state.add(r)
-				return nil
-			}); err != nil {
-				return nil, fmt.Errorf("verify: %w", err)
-			}
-			state.flush(key, now)
-		}
-	default:
 		if touched != nil {
-			return nil, errors.New("verify: this source cannot load key histories for an incremental run")
+			hs, ok := v.src.(KeyHistorySource)
+			if !ok {
+				return nil, errors.New("verify: this source cannot load key histories for an incremental run")
+			}
+			for key := range touched {
+				if err := hs.KeyHistory(ctx, key, func(r *chain.Receipt) error {
+					state.add(r)
+					return nil
+				}); err != nil {
+					return nil, fmt.Errorf("verify: %w", err)
+				}
+				state.flush(key, now)
+			}
 		}
+		state.finish(now)
 	}
-	state.finish(now)
+	cc.finish()
 
-	if d, ok := v.src.(DerivedSource); ok && !v.opts.Incremental {
-		drift, err := d.KeysDrift(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
-		}
-		for _, line := range drift {
-			col.add(0, RuleDerivedState, "keys table differs from the receipts: "+line)
-		}
-	}
-
+	violations := mergeViolations(v.opts.MaxViolations, chainCol, stateCol)
 	return &Report{
-		OK:              col.total == 0,
+		OK:              len(violations) == 0,
 		Receipts:        cc.count,
 		Head:            Pin{Seq: cc.lastSeq, Hash: cc.prev.String()},
-		Violations:      col.list,
-		ViolationsTotal: col.total,
+		Violations:      violations,
+		ViolationsTotal: chainCol.total + stateCol.total,
 		Checked:         cc.checked,
 		Audit:           audit.build(),
 	}, nil
+}
+
+// keyPass runs the state checks in key order, and on full runs of a
+// DerivedSource cross-checks the keys table against the replayed state.
+func (v *Verifier) keyPass(ctx context.Context, ks KeySource, state *stateChecker, col *collector, from, now uint64) error {
+	if ds, ok := ks.(DerivedSource); ok && from == 0 {
+		state.drift = newDriftChecker(ctx, col, ds)
+	}
+	err := ks.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
+		state.addGrouped(r, now)
+		return nil
+	})
+	state.finish(now)
+	if state.drift != nil {
+		if derr := state.drift.finish(); err == nil {
+			err = derr
+		}
+	}
+	return err
+}
+
+// mergeViolations orders the violations of both passes by seq and keeps
+// the first max.
+func mergeViolations(max int, cols ...*collector) []Violation {
+	out := []Violation{}
+	for _, c := range cols {
+		out = append(out, c.list...)
+	}
+	slices.SortStableFunc(out, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
 }
 
 // collector keeps the first max violations and counts them all.
