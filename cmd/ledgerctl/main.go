@@ -1,27 +1,111 @@
-// Command ledgerctl audits and inspects an effect ledger.
+// Command ledgerctl audits and inspects an effect ledger: it verifies the
+// hash chain and the key state machine, reports runtime retries and
+// re-invocations, lists receipts, and records operators' resolutions.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
-const usage = `Usage: ledgerctl <command> [flags]
+// Exit codes.
+const (
+	ExitOK         = 0
+	ExitViolations = 1
+	ExitUsage      = 2
+)
 
-Commands (coming with the verifier):
-  verify    check chain integrity and the key state machine
-  audit     report runtime retries, re-invocations and duplicate effects
-  receipts  list receipts
-  show      show one key's state and receipts
+const usage = `ledgerctl audits and inspects an effect ledger.
+
+Usage:
+  ledgerctl <command> [flags]
+
+Commands:
+  verify    check chain integrity and the key state machine (exit 1 on violations)
+  audit     runtime retries, re-invocations, duplicate effects, interrupted and failed keys
+  receipts  list receipts, with the API's filters
+  show      one key's state and its receipts as a timeline
   head      print the chain head
   export    print every receipt as JSON lines
-  resolve   record an operator's decision about an interrupted key
+  resolve   record an operator's decision about an interrupted key (server only)
+
+Every command reads either the SQLite file (--db FILE, opened read-only,
+safe while ledgerd runs) or a running server (--server URL), and prints
+JSON with --json. "ledgerctl <command> --help" shows its flags and examples.
+
+Exit codes: 0 ok, 1 violations found, 2 usage or I/O error.
 `
 
 func main() {
-	fmt.Fprint(os.Stderr, usage)
-	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
-		os.Exit(0)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(Run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Run runs ledgerctl with args and returns its exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
 	}
-	os.Exit(2)
+	var cmd interface {
+		Run(ctx context.Context, args []string) error
+	}
+	env := &Env{Stdout: stdout, Stderr: stderr}
+	switch args[0] {
+	case "verify":
+		cmd = &VerifyCommand{Env: env}
+	case "audit":
+		cmd = &AuditCommand{Env: env}
+	case "receipts":
+		cmd = &ReceiptsCommand{Env: env}
+	case "show":
+		cmd = &ShowCommand{Env: env}
+	case "head":
+		cmd = &HeadCommand{Env: env}
+	case "export":
+		cmd = &ExportCommand{Env: env}
+	case "resolve":
+		cmd = &ResolveCommand{Env: env}
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "ledgerctl: unknown command %q\n\n%s", args[0], usage)
+		return ExitUsage
+	}
+	err := cmd.Run(ctx, args[1:])
+	var ve *ViolationsError
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, flag.ErrHelp):
+		return ExitOK
+	case errors.As(err, &ve):
+		return ExitViolations
+	case errors.Is(err, errUsage):
+		return ExitUsage
+	default:
+		fmt.Fprintln(stderr, "ledgerctl:", err)
+		return ExitUsage
+	}
+}
+
+// ViolationsError means the ledger broke rules; the report was printed.
+type ViolationsError struct{ Count int }
+
+func (e *ViolationsError) Error() string { return fmt.Sprintf("%d violations", e.Count) }
+
+// errUsage marks an error already explained by a usage message.
+var errUsage = errors.New("usage")
+
+// Env is what every command writes to.
+type Env struct {
+	Stdout, Stderr io.Writer
 }

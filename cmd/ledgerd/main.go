@@ -18,6 +18,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func main() {
@@ -52,6 +53,7 @@ type Main struct {
 	LogLevel        string
 	LogFormat       string
 	ShutdownTimeout time.Duration
+	VerifyEvery     time.Duration
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -75,6 +77,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
+	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
 
@@ -125,6 +128,9 @@ Flags:
 	if m.ShutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
 	}
+	if m.VerifyEvery < 0 {
+		return errors.New("--verify-every must not be negative")
+	}
 	return nil
 }
 
@@ -141,6 +147,20 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Error("close ledger", "err", err)
 		}
 	}()
+	if m.VerifyEvery > 0 {
+		// The verifier reads through its own read-only pool, so it never
+		// takes connections from the API or the write lock.
+		rd, err := ledger.OpenReader(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rd.Close() }()
+		vctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		p := &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
+		go func() { defer close(done); p.Run(vctx) }()
+	}
 	ln, err := net.Listen("tcp", m.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// ReceiptsCommand runs `ledgerctl receipts`.
+type ReceiptsCommand struct{ *Env }
+
+// Run lists one page of receipts.
+func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
+	var src sourceFlags
+	src.register(fs)
+	var f ledger.ReceiptFilter
+	fs.Uint64Var(&f.After, "after", 0, "receipts with seq greater than `SEQ`")
+	fs.IntVar(&f.Limit, "limit", ledger.DefaultPageLimit, "at most `N` receipts (1–1000)")
+	fs.StringVar(&f.Key, "key", "", "only this idempotency `key`")
+	fs.StringVar(&f.ExecutionID, "execution-id", "", "only this `execution`")
+	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
+	fs.StringVar(&f.Kind, "kind", "", "only this `kind`: reserve, commit, replay or resolve")
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl receipts (--db FILE | --server URL) [flags]\n\nLists receipts oldest first; the next page starts --after the last seq shown.",
+		"  ledgerctl receipts --db ledger.db --limit 20\n  ledgerctl receipts --server http://127.0.0.1:8080 --kind commit --tool payments.refund --json\n")
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	st, err := src.open(ctx)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	defer st.Close()
+	rs, next, err := st.ListReceipts(ctx, f)
+	if err != nil {
+		return err
+	}
+	if src.json {
+		b := append([]byte(`{"receipts":`), appendReceipts(nil, rs)...)
+		b = append(b, `,"next_after":`...)
+		if next == nil {
+			b = append(b, "null"...)
+		} else {
+			b = strconv.AppendUint(b, *next, 10)
+		}
+		_, err := c.Stdout.Write(append(b, "}\n"...))
+		return err
+	}
+	printReceipts(c.Stdout, rs)
+	if next != nil {
+		fmt.Fprintf(c.Stdout, "(more: --after %d)\n", *next)
+	}
+	return nil
+}
+
+func appendReceipts(b []byte, rs []chain.Receipt) []byte {
+	b = append(b, '[')
+	for i := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = rs[i].AppendJSON(b)
+	}
+	return append(b, ']')
+}
+
+func printReceipts(w io.Writer, rs []chain.Receipt) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tKIND\tKEY\tEXECUTION\tATTEMPT\tTOOL\tOUTCOME\tREF/ERROR\tREF_SEQ\tRECORDED\tHASH")
+	for _, r := range rs {
+		detail := r.ExternalRef
+		if r.ErrorCode != "" {
+			detail = r.ErrorCode
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.Kind, cell(r.IdempotencyKey),
+			cell(r.ExecutionID), r.Attempt, cell(r.Tool), cell(r.Outcome), cell(detail), r.RefSeq, ms(r.RecordedAt), short(r.Hash.String()))
+	}
+	_ = tw.Flush()
+}
+
+// ShowCommand runs `ledgerctl show KEY`.
+type ShowCommand struct{ *Env }
+
+// Run prints a key's state and its receipts as a timeline.
+func (c *ShowCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	var src sourceFlags
+	src.register(fs)
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE | --server URL) [flags] KEY\n\nShows one key's state, fingerprint and receipts.",
+		"  ledgerctl show --db ledger.db refund-order-1234\n  ledgerctl show --server http://127.0.0.1:8080 --json refund-order-1234\n")
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, c.Env, "want exactly one KEY")
+	}
+	st, err := src.open(ctx)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	defer st.Close()
+	v, err := st.GetKey(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if src.json {
+		b := append([]byte(`{"idempotency_key":`), chain.AppendJSONString(nil, v.IdempotencyKey)...)
+		b = append(b, `,"state":`...)
+		b = chain.AppendJSONString(b, string(v.State))
+		b = append(b, `,"tool":`...)
+		b = chain.AppendJSONString(b, v.Tool)
+		b = append(b, `,"effect":`...)
+		b = chain.AppendJSONString(b, v.Effect)
+		b = append(b, `,"idempotent":`...)
+		b = strconv.AppendBool(b, v.Idempotent)
+		b = append(b, `,"input_hash":`...)
+		b = chain.AppendJSONString(b, v.InputHash)
+		b = append(b, `,"receipts":`...)
+		b = appendReceipts(b, v.Receipts)
+		_, err := c.Stdout.Write(append(b, "}\n"...))
+		return err
+	}
+	fmt.Fprintf(c.Stdout, "key        %s\nstate      %s\ntool       %s\neffect     %s\nidempotent %t\ninput      %s\n\n",
+		v.IdempotencyKey, v.State, v.Tool, v.Effect, v.Idempotent, cell(v.InputHash))
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tRECORDED\tKIND\tEXECUTION\tATTEMPT\tWHAT")
+	for _, r := range v.Receipts {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", r.Seq, ms(r.RecordedAt), r.Kind, cell(r.ExecutionID), r.Attempt, describe(&r))
+	}
+	return tw.Flush()
+}
+
+// describe says in words what a receipt recorded.
+func describe(r *chain.Receipt) string {
+	switch r.Kind {
+	case chain.KindReserve:
+		s := "reserved until " + ms(r.LeaseExpiresAt)
+		if r.RefSeq != 0 {
+			s += fmt.Sprintf(" (after seq %d)", r.RefSeq)
+		}
+		return s
+	case chain.KindReplay:
+		return fmt.Sprintf("replayed the outcome of seq %d", r.RefSeq)
+	}
+	s := r.Outcome
+	if r.ExternalRef != "" {
+		s += " ref=" + cell(r.ExternalRef)
+	}
+	if r.ErrorCode != "" {
+		s += fmt.Sprintf(" error=%s retryable=%t", cell(r.ErrorCode), r.Retryable)
+	}
+	if r.Kind == chain.KindResolve {
+		s += fmt.Sprintf(" by %s: %s", cell(r.Actor), cell(r.Note))
+	}
+	return s
+}
+
+// HeadCommand runs `ledgerctl head`.
+type HeadCommand struct{ *Env }
+
+// Run prints the chain head.
+func (c *HeadCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("head", flag.ContinueOnError)
+	var src sourceFlags
+	src.register(fs)
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl head (--db FILE | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
+		"  ledgerctl head --db ledger.db\n  ledgerctl head --server http://127.0.0.1:8080 --json\n")
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	st, err := src.open(ctx)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	defer st.Close()
+	h, err := st.Head(ctx)
+	if err != nil {
+		return err
+	}
+	if src.json {
+		return writeJSON(c.Stdout, map[string]any{"seq": h.Seq, "hash": h.Hash.String()})
+	}
+	_, err = fmt.Fprintf(c.Stdout, "%d:%s\n", h.Seq, h.Hash)
+	return err
+}
+
+// ExportCommand runs `ledgerctl export`.
+type ExportCommand struct{ *Env }
+
+// Run prints every receipt after --after as JSON lines.
+func (c *ExportCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	var src sourceFlags
+	src.register(fs)
+	after := fs.Uint64("after", 0, "export receipts with seq greater than `SEQ`")
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of SPEC §2).",
+		"  ledgerctl export --db ledger.db > receipts.jsonl\n  ledgerctl export --server http://127.0.0.1:8080 --after 1000\n")
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	st, err := src.open(ctx)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	defer st.Close()
+	w := bufio.NewWriterSize(c.Stdout, 1<<16)
+	buf := make([]byte, 0, 1024)
+	if err := st.Receipts(ctx, *after, func(r *chain.Receipt) error {
+		buf = append(r.AppendJSON(buf[:0]), '\n')
+		_, err := w.Write(buf)
+		return err
+	}); err != nil {
+		return err
+	}
+	return w.Flush()
+}

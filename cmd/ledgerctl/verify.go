@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// progressThreshold is the chain length above which verify shows a
+// progress bar on a terminal.
+const progressThreshold = 100_000
+
+// VerifyCommand runs `ledgerctl verify`.
+type VerifyCommand struct {
+	*Env
+}
+
+const verifyExamples = `  ledgerctl verify --db ledger.db
+  ledgerctl verify --server http://127.0.0.1:8080 --json
+  ledgerctl verify --db ledger.db --expect-head 1042:5696e522798aa5923576765d1e4184cdd8076fbac9c7ea31056382427453c3c4
+  # periodic job: pin the verified head, check only what was appended since
+  ledgerctl verify --db ledger.db --state /var/lib/ledger/verify-state.json --incremental
+`
+
+// Run verifies the ledger and prints the report.
+func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	var src sourceFlags
+	src.register(fs)
+	expect := fs.String("expect-head", "", "fail with head_mismatch unless the chain has `SEQ:HASH`")
+	stateFile := fs.String("state", "", "state `file` holding the last verified head: the chain must extend it; rewritten atomically after a clean run")
+	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
+	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
+	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl verify (--db FILE | --server URL) [flags]\n\nRehashes the chain, replays every receipt through the key state machine and\nreports violations with seq, rule and detail. Exit 0 intact, 1 violations, 2 error.", verifyExamples)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	if *incremental && *stateFile == "" {
+		return usageErr(fs, c.Env, "--incremental needs --state")
+	}
+	opts := verify.Opts{MaxViolations: *maxV}
+	if *expect != "" {
+		pin, err := verify.ParsePin(*expect)
+		if err != nil {
+			return usageErr(fs, c.Env, "--expect-head: %v", err)
+		}
+		opts.ExpectHead = pin
+	}
+	if *stateFile != "" {
+		pin, err := verify.ReadState(*stateFile)
+		if err != nil {
+			return err
+		}
+		opts.Pinned = pin
+		opts.Incremental = *incremental && pin != nil // the first run is a full one
+	}
+	st, err := src.open(ctx)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	defer st.Close()
+
+	if !*noProgress {
+		if bar := c.progressBar(ctx, st); bar != nil {
+			opts.Progress = func(seq uint64) { _ = bar.Set64(int64(seq)) }
+			defer func() { _ = bar.Finish(); fmt.Fprintln(c.Stderr) }()
+		}
+	}
+	start := time.Now()
+	rep, err := verify.New(st, opts).Check(ctx)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	if rep.OK && *stateFile != "" {
+		if err := verify.WriteState(*stateFile, rep.Head); err != nil {
+			return err
+		}
+	}
+	if src.json {
+		if err := writeJSON(c.Stdout, rep); err != nil {
+			return err
+		}
+	} else {
+		printReport(c.Stdout, rep, elapsed)
+	}
+	if !rep.OK {
+		return &ViolationsError{Count: rep.ViolationsTotal}
+	}
+	return nil
+}
+
+// progressBar returns a bar on stderr for long chains on a terminal.
+func (c *VerifyCommand) progressBar(ctx context.Context, st store) *progressbar.ProgressBar {
+	f, ok := c.Stderr.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	head, err := st.Head(ctx)
+	if err != nil || head.Seq < progressThreshold {
+		return nil
+	}
+	return progressbar.NewOptions64(int64(head.Seq),
+		progressbar.OptionSetWriter(f),
+		progressbar.OptionSetDescription("verifying"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("receipts"),
+		progressbar.OptionThrottle(200*time.Millisecond),
+	)
+}
+
+func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
+	if rep.OK {
+		fmt.Fprintf(w, "OK: %d receipts, head %d:%s (%d rehashed in %s)\n", rep.Receipts, rep.Head.Seq, rep.Head.Hash,
+			rep.Checked, elapsed.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "FAILED: %d violations in %d receipts, head %d:%s\n\n", rep.ViolationsTotal, rep.Receipts,
+			rep.Head.Seq, rep.Head.Hash)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tRULE\tDETAIL")
+		for _, v := range rep.Violations {
+			fmt.Fprintf(tw, "%d\t%s\t%s\n", v.Seq, v.Rule, v.Detail)
+		}
+		_ = tw.Flush()
+		if n := rep.ViolationsTotal - len(rep.Violations); n > 0 {
+			fmt.Fprintf(w, "… and %d more\n", n)
+		}
+	}
+	a := rep.Audit
+	awaiting := 0
+	for _, k := range a.Interrupted {
+		if k.AwaitingPerson {
+			awaiting++
+		}
+	}
+	fmt.Fprintf(w, "audit: %d runtime retries, %d re-invocations, %d duplicate effects, %d interrupted (%d awaiting a person), %d failed, %d resolutions\n",
+		len(a.RuntimeRetries), len(a.ReInvocations), len(a.DuplicateEffects), len(a.Interrupted), awaiting,
+		len(a.Failed), len(a.Resolutions))
+}

@@ -1,0 +1,225 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// ledgerctl runs the binary and returns stdout, stderr and the exit code.
+func ledgerctl(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledgerctl"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// populate drives a ledger through every kind of receipt.
+func populate(t *testing.T, l *Ledgerd) {
+	t.Helper()
+	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 1, true))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/mail-0001-abc/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 2, true))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/mail-0001-abc/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-2", 1, true))
+	require.Equal(t, 200, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0003","execution_id":"exec-4","tool":"payments.charge","effect":"write","lease_ms":10}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	time.Sleep(30 * time.Millisecond)
+}
+
+func TestLedgerctl(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	srv := []string{"--server", l.URL}
+	db := []string{"--db", l.DB}
+
+	t.Run("verify OK against the file and the server", func(t *testing.T) {
+		for _, src := range [][]string{db, srv} {
+			out, stderr, code := ledgerctl(t, append([]string{"verify", "--json"}, src...)...)
+			require.Equal(t, 0, code, stderr)
+			var rep struct {
+				OK       bool   `json:"ok"`
+				Receipts uint64 `json:"receipts"`
+				Head     struct {
+					Seq  uint64 `json:"seq"`
+					Hash string `json:"hash"`
+				} `json:"head"`
+				Violations []any                      `json:"violations"`
+				Audit      map[string][]json.RawMessage `json:"audit"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+			assert.True(t, rep.OK)
+			assert.Equal(t, uint64(6), rep.Receipts)
+			assert.Empty(t, rep.Violations)
+			for _, m := range []string{"runtime_retries", "re_invocations", "duplicate_effects", "interrupted", "failed", "resolutions"} {
+				assert.Contains(t, rep.Audit, m)
+			}
+			assert.Len(t, rep.Audit["runtime_retries"], 1)
+			assert.Len(t, rep.Audit["re_invocations"], 1)
+			assert.Len(t, rep.Audit["interrupted"], 1)
+		}
+		out, _, code := ledgerctl(t, append([]string{"verify"}, db...)...)
+		assert.Equal(t, 0, code)
+		assert.Contains(t, out, "OK: 6 receipts")
+	})
+	t.Run("head, receipts, show, export", func(t *testing.T) {
+		head, _, code := ledgerctl(t, append([]string{"head"}, srv...)...)
+		require.Equal(t, 0, code)
+		fileHead, _, _ := ledgerctl(t, append([]string{"head"}, db...)...)
+		assert.Equal(t, head, fileHead)
+		assert.True(t, strings.HasPrefix(head, "6:"), head)
+
+		out, _, code := ledgerctl(t, append([]string{"receipts", "--json", "--kind", "commit"}, db...)...)
+		require.Equal(t, 0, code)
+		var page struct {
+			Receipts  []map[string]any `json:"receipts"`
+			NextAfter *uint64          `json:"next_after"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &page))
+		assert.Len(t, page.Receipts, 2)
+		out, _, _ = ledgerctl(t, append([]string{"receipts", "--limit", "2"}, srv...)...)
+		assert.Contains(t, out, "--after 2")
+
+		out, _, code = ledgerctl(t, append([]string{"show", "mail-0001-abc"}, db...)...)
+		require.Equal(t, 0, code)
+		assert.Contains(t, out, "succeeded")
+		assert.Contains(t, out, "TIMEOUT")
+		_, _, code = ledgerctl(t, append([]string{"show", "no-such-key-1"}, srv...)...)
+		assert.Equal(t, 2, code)
+
+		out, _, code = ledgerctl(t, append([]string{"export"}, srv...)...)
+		require.Equal(t, 0, code)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		assert.Len(t, lines, 6)
+		fileOut, _, _ := ledgerctl(t, append([]string{"export"}, db...)...)
+		assert.Equal(t, out, fileOut, "the file and the server export the same bytes")
+	})
+	t.Run("resolve", func(t *testing.T) {
+		_, stderr, code := ledgerctl(t, append([]string{"resolve", "charge-0003", "--outcome", "failed", "--error-code", "NOT_CHARGED"}, srv...)...)
+		assert.Equal(t, 2, code, "--note is required")
+		assert.Contains(t, stderr, "--note")
+		_, _, code = ledgerctl(t, append([]string{"resolve", "charge-0003", "--outcome", "failed", "--note", "x"}, db...)...)
+		assert.Equal(t, 2, code, "server only")
+		out, stderr, code := ledgerctl(t, append([]string{"resolve", "charge-0003", "--outcome", "failed", "--error-code", "NOT_CHARGED", "--note", "no charge at the PSP"}, srv...)...)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, "now failed")
+		out, _, _ = ledgerctl(t, append([]string{"audit", "--json"}, db...)...)
+		assert.Contains(t, out, `"note":"no charge at the PSP"`)
+	})
+	t.Run("usage errors exit 2", func(t *testing.T) {
+		for _, args := range [][]string{{}, {"bogus"}, {"verify"}, {"verify", "--db", "/no/such/file.db"}, {"verify", "--db", l.DB, "--incremental"},
+			{"verify", "--db", l.DB, "--expect-head", "nope"}} {
+			_, _, code := ledgerctl(t, args...)
+			assert.Equal(t, 2, code, "%q", args)
+		}
+		_, _, code := ledgerctl(t, "verify", "--help")
+		assert.Equal(t, 0, code)
+	})
+}
+
+// TestLedgerctl_tampered verifies a tampered copy of a real ledger: exit 1
+// and the rule named; a state file pins the head across runs.
+func TestLedgerctl_tampered(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	require.NoError(t, l.Stop())
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+
+	_, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--state", state, "--incremental")
+	require.Equal(t, 0, code, stderr)
+	b, err := os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"seq":6`)
+
+	l = StartLedgerd(t, l.DB) // the chain grows; the next incremental run checks only the new receipt
+	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0009-abc", "exec-9", 1, false))
+	require.Equal(t, 201, r.Status)
+	out, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--state", state, "--incremental", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, `"checked":1`)
+	require.NoError(t, l.Stop())
+
+	tampered := filepath.Join(dir, "tampered.db")
+	raw, err := os.ReadFile(l.DB)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
+	sdb, err := sql.Open("sqlite3", tampered)
+	require.NoError(t, err)
+	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
+	require.NoError(t, err)
+	require.NoError(t, sdb.Close())
+
+	out, _, code = ledgerctl(t, "verify", "--db", tampered)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "hash_mismatch")
+	out, _, code = ledgerctl(t, "verify", "--db", tampered, "--json")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, `"rule":"hash_mismatch"`)
+
+	// Truncation is invisible to a self-consistent chain, but not to a pin.
+	sdb, err = sql.Open("sqlite3", tampered)
+	require.NoError(t, err)
+	_, err = sdb.Exec(`DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq >= 4`)
+	require.NoError(t, err)
+	require.NoError(t, sdb.Close())
+	out, _, code = ledgerctl(t, "verify", "--db", tampered)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "derived_state", "the keys table still knows the deleted receipts")
+
+	// A careful forger rebuilds the derived table too: the chain is then
+	// self-consistent, and only the pinned head reveals the truncation.
+	ldb, err := ledger.Open(context.Background(), tampered, ledger.Options{})
+	require.NoError(t, err)
+	_, err = ldb.RebuildKeys(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, ldb.Close())
+	_, _, code = ledgerctl(t, "verify", "--db", tampered)
+	assert.Equal(t, 0, code, "a truncated chain with rebuilt keys is self-consistent")
+	before, err := os.ReadFile(state)
+	require.NoError(t, err)
+	out, _, code = ledgerctl(t, "verify", "--db", tampered, "--state", state)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "head_mismatch")
+	after, err := os.ReadFile(state)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a failed run leaves the state file alone")
+}
+
+// TestLedgerd_verifyEvery runs the periodic verifier inside ledgerd.
+func TestLedgerd_verifyEvery(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
+	populate(t, l)
+	require.Eventually(t, func() bool {
+		res := l.Do("GET", "/metrics", "")
+		return strings.Contains(res.Raw, "ledger_verify_violations 0") &&
+			strings.Contains(res.Raw, `ledger_verify_runs_total{result="ok"}`) &&
+			!strings.Contains(res.Raw, "ledger_verify_last_success_timestamp_seconds 0\n")
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Contains(t, l.Logs(), "ledger verified")
+}
