@@ -69,7 +69,7 @@ func TestLedgerctl(t *testing.T) {
 					Seq  uint64 `json:"seq"`
 					Hash string `json:"hash"`
 				} `json:"head"`
-				Violations []any                      `json:"violations"`
+				Violations []any                        `json:"violations"`
 				Audit      map[string][]json.RawMessage `json:"audit"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
