@@ -209,3 +209,45 @@ func (rd *Reader) Keys(ctx context.Context, fn func(*KeyRecord) error) error {
 	}
 	return nil
 }
+
+// sqlDuplicateSuccesses lists the successes (commit or resolve) of keys
+// that share their tool and non-empty input_hash with another key that
+// also succeeded, grouped by (tool, input_hash). SQLite groups with a temp
+// b-tree, so memory does not grow with the ledger.
+const sqlDuplicateSuccesses = `
+	SELECT tool, input_hash, idempotency_key, seq, recorded_at FROM receipts
+	WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+	  AND (tool, input_hash) IN (
+		SELECT tool, input_hash FROM receipts
+		WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
+	ORDER BY tool, input_hash, seq`
+
+// Success is one successful outcome, as DuplicateSuccesses lists it.
+type Success struct {
+	Tool, InputHash, Key string
+	Seq, RecordedAt      uint64
+}
+
+// DuplicateSuccesses calls fn for each success whose tool and input_hash
+// another key also succeeded with, ordered by tool, input_hash and seq.
+func (rd *Reader) DuplicateSuccesses(ctx context.Context, fn func(*Success) error) error {
+	rows, err := rd.r.QueryContext(ctx, sqlDuplicateSuccesses)
+	if err != nil {
+		return fmt.Errorf("duplicate successes: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var s Success
+	for rows.Next() {
+		if err := rows.Scan(&s.Tool, &s.InputHash, &s.Key, &s.Seq, &s.RecordedAt); err != nil {
+			return fmt.Errorf("duplicate successes: %w", err)
+		}
+		if err := fn(&s); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("duplicate successes: %w", classify(err))
+	}
+	return nil
+}

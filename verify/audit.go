@@ -187,7 +187,7 @@ func (b *auditBuilder) finishKey(k *keyState, now uint64) {
 				Retryable: k.final.retryable, Seq: k.final.seq})
 		}
 	case "succeeded":
-		if k.first.InputHash != "" && (b.tool == "" || k.first.Tool == b.tool) {
+		if b.dups != nil && k.first.InputHash != "" && (b.tool == "" || k.first.Tool == b.tool) {
 			id := [2]string{k.first.Tool, k.first.InputHash}
 			d := b.dups[id]
 			if d == nil {
@@ -200,9 +200,11 @@ func (b *auditBuilder) finishKey(k *keyState, now uint64) {
 	}
 }
 
-// build returns the audit with every list sorted by key and seq.
-func (b *auditBuilder) build() *Audit {
+// build returns the audit with every list sorted by key and seq. dups,
+// when not nil, are the duplicate effects a DuplicateSource found.
+func (b *auditBuilder) build(dups []DuplicateEffect) *Audit {
 	a := b.a
+	a.DuplicateEffects = append(a.DuplicateEffects, dups...)
 	for _, byExec := range b.retries {
 		for _, rr := range byExec {
 			a.RuntimeRetries = append(a.RuntimeRetries, *rr)

@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -12,6 +13,13 @@ import (
 // cross-check it against the replayed state with a merge join.
 type DerivedSource interface {
 	Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error
+}
+
+// DuplicateSource can list, in constant memory, the successes of distinct
+// keys that share a tool and input, ordered by tool, input_hash and seq.
+// Without it the audit keeps every succeeded key's fingerprint in memory.
+type DuplicateSource interface {
+	DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error
 }
 
 // driftChecker compares, key by key, the state replayed from the receipts
@@ -114,4 +122,37 @@ func (d *driftChecker) finish() error {
 	default:
 		return nil
 	}
+}
+
+// readDuplicates reads the duplicate effects from src, applying the
+// audit's filters. It shares nothing with the key pass, so the two can
+// run concurrently.
+func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, from uint64) ([]DuplicateEffect, error) {
+	var since uint64
+	if !f.Since.IsZero() {
+		since = uint64(f.Since.UnixMilli())
+	}
+	var out []DuplicateEffect
+	var cur *DuplicateEffect
+	var latest uint64
+	flush := func() {
+		if cur != nil && len(cur.Keys) > 1 && anyAfter(cur.Seqs, from) && latest >= since &&
+			(f.Tool == "" || cur.Tool == f.Tool) {
+			out = append(out, *cur)
+		}
+	}
+	err := src.DuplicateSuccesses(ctx, func(s *ledger.Success) error {
+		if cur == nil || cur.Tool != s.Tool || cur.InputHash != s.InputHash {
+			flush()
+			cur, latest = &DuplicateEffect{Tool: s.Tool, InputHash: s.InputHash}, 0
+		}
+		if !slices.Contains(cur.Keys, s.Key) {
+			cur.Keys = append(cur.Keys, s.Key)
+			cur.Seqs = append(cur.Seqs, s.Seq)
+		}
+		latest = max(latest, s.RecordedAt)
+		return nil
+	})
+	flush()
+	return out, err
 }

@@ -149,16 +149,29 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	state := newStateChecker(stateCol, audit, from)
 	cc := newChainChecker(chainCol, v.opts, from)
 
+	var dups []DuplicateEffect
 	if ks, ok := v.src.(KeySource); ok {
+		ds, dupSource := v.src.(DuplicateSource)
+		if dupSource {
+			audit.dups = nil // found by the source, in constant memory
+		}
 		statePass := make(chan error, 1)
 		go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
+		dupPass := make(chan error, 1)
+		if dupSource {
+			go func() {
+				var err error
+				dups, err = readDuplicates(ctx, ds, v.opts.Filter, from)
+				dupPass <- err
+			}()
+		} else {
+			dupPass <- nil
+		}
 		err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
 			cc.add(r)
 			return nil
 		})
-		if serr := <-statePass; err == nil {
-			err = serr
-		}
+		err = errors.Join(err, <-statePass, <-dupPass)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
@@ -205,7 +218,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		Violations:      violations,
 		ViolationsTotal: chainCol.total + stateCol.total,
 		Checked:         cc.checked,
-		Audit:           audit.build(),
+		Audit:           audit.build(dups),
 	}, nil
 }
 
