@@ -2,7 +2,8 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
+	"io"
 	"errors"
 	"fmt"
 	"strconv"
@@ -33,15 +34,15 @@ const (
 	octet_length(effect)||':'||effect||octet_length(input_hash)||':'||input_hash||
 	octet_length(outcome)||':'||outcome||`
 
-	packedFull = `CAST(` + packedInts + `octet_length(external_ref)||':'||external_ref||
+	packedFull = packedInts + `octet_length(external_ref)||':'||external_ref||
 	octet_length(result)||':'||result||octet_length(error_code)||':'||error_code||
 	octet_length(error_message)||':'||error_message||octet_length(actor)||':'||actor||
-	octet_length(note)||':'||note||prev_hash||hash AS BLOB), seq`
+	octet_length(note)||':'||note||prev_hash||hash, seq`
 
-	packedState = `CAST(` + packedInts + `octet_length(external_ref)||':'||
+	packedState = packedInts + `octet_length(external_ref)||':'||
 	octet_length(result)||':'||octet_length(error_code)||':'||error_code||
 	octet_length(error_message)||':'||octet_length(actor)||':'||actor||
-	octet_length(note)||':'||note AS BLOB), seq`
+	octet_length(note)||':'||note, seq`
 )
 
 // SQL of the verifier's scans.
@@ -97,39 +98,56 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	if _, err := conn.ExecContext(ctx, scanPragmas); err != nil {
 		return fmt.Errorf("scan receipts: %w", classify(err))
 	}
-	rows, err := conn.QueryContext(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("scan receipts: %w", classify(err))
-	}
-	defer func() { _ = rows.Close() }()
 	full := query == sqlScanBySeq
-	var packed sql.RawBytes
-	var seq sql.NullInt64
-	var r chain.Receipt
-	for rows.Next() {
-		if err := rows.Scan(&packed, &seq); err != nil {
-			return fmt.Errorf("scan receipts: %w", err)
+	// The driver's rows directly: database/sql's per-row locking and
+	// conversions cost as much as SQLite's own work here.
+	err = conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.QueryerContext)
+		if !ok {
+			return errors.New("driver cannot query")
 		}
-		if err := unpack(&r, packed, full); err != nil {
-			return fmt.Errorf("scan receipts: receipt %d: %w", seq.Int64, err)
+		named := make([]driver.NamedValue, len(args))
+		for i, a := range args {
+			v, ok := a.(uint64)
+			if !ok {
+				return fmt.Errorf("scan argument %T", a)
+			}
+			named[i] = driver.NamedValue{Ordinal: i + 1, Value: int64(v)}
 		}
-		if err := fn(&r); err != nil {
-			return err
+		rows, err := c.QueryContext(ctx, query, named)
+		if err != nil {
+			return classify(err)
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("scan receipts: %w", classify(err))
+		defer func() { _ = rows.Close() }()
+		dest := make([]driver.Value, 2)
+		var r chain.Receipt
+		for {
+			if err := rows.Next(dest); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return classify(err)
+			}
+			packed, ok := dest[0].(string) // a fresh string per row: unpack keeps slices of it
+			if !ok {
+				return fmt.Errorf("receipt %v: %w: a field is NULL or not text", dest[1], ErrMalformedRow)
+			}
+			if err := unpack(&r, packed, full); err != nil {
+				return fmt.Errorf("receipt %v: %w", dest[1], err)
+			}
+			if err := fn(&r); err != nil {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("scan receipts: %w", err)
 	}
 	return nil
 }
 
 // unpack parses a packed row into r; full rows carry every string and the
-// hashes. The strings share one allocation.
-func unpack(r *chain.Receipt, packed []byte, full bool) error {
-	if packed == nil {
-		return fmt.Errorf("%w: a field is NULL", ErrMalformedRow)
-	}
-	s := string(packed)
+// hashes. The strings are slices of s.
+func unpack(r *chain.Receipt, s string, full bool) error {
 	var ints [8]uint64
 	for i := range ints {
 		j := strings.IndexByte(s, ',')
