@@ -3,9 +3,9 @@ package ledger
 import (
 	"context"
 	"database/sql/driver"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
