@@ -6,17 +6,16 @@
 -- constraints on hash and prev_hash rule out forks. Anyone with sqlite3 and
 -- SHA-256 can recompute the chain from this table alone.
 --
--- keys and reservations are derived tables kept in the same transaction as
--- every append, so lookups do not have to scan a key's receipts:
---   keys          the current state of each idempotency key; rebuildable from
---                 receipts at any time (ledger.DB.RebuildKeys; SQLKeysDrift
---                 lists any difference).
---   reservations  the SHA-256 of each reservation token. Tokens are secrets
---                 that never enter a receipt, so this table is the one thing
---                 receipts cannot give back: losing it only makes outstanding
---                 reservations uncommittable (their commits get
---                 stale_reservation and the keys become interrupted when the
---                 leases end), it never changes a recorded outcome.
+-- keys is a derived table kept in the same transaction as every append, so
+-- that decisions do not scan a key's receipts: the current state of each
+-- idempotency key, rebuildable from the receipts at any time
+-- (ledger.DB.RebuildKeys; ledger.SQLKeysDrift lists any difference). Its
+-- one column the receipts cannot give back is token_hash, the SHA-256 of
+-- the latest reservation token (tokens are secrets and never enter a
+-- receipt): a rebuild empties it, which only makes outstanding
+-- reservations uncommittable (their commits get stale_reservation and the
+-- keys become interrupted when the leases end); it never changes a
+-- recorded outcome.
 
 PRAGMA application_id = 1701209452; -- 0x6566666C, "effl"
 
@@ -72,13 +71,8 @@ CREATE TABLE keys (
 	first_seq        INTEGER NOT NULL, -- the first reserve
 	reserve_seq      INTEGER NOT NULL, -- the latest reserve
 	lease_expires_at INTEGER NOT NULL, -- of the latest reserve
-	final_seq        INTEGER NOT NULL  -- the latest commit or resolve, 0 if none
+	final_seq        INTEGER NOT NULL, -- the latest commit or resolve, 0 if none
+	token_hash       BLOB    NOT NULL DEFAULT x'' -- SHA-256 of the latest reservation token
 ) WITHOUT ROWID;
-
--- SHA-256 of each reservation token, by the seq of its reserve receipt.
-CREATE TABLE reservations (
-	reserve_seq INTEGER PRIMARY KEY,
-	token_hash  BLOB    NOT NULL UNIQUE
-);
 
 PRAGMA user_version = 1;

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -20,6 +21,10 @@ type keyRecord struct {
 	ReserveSeq     uint64 // the latest reserve
 	LeaseExpiresAt uint64 // of the latest reserve, unix ms
 	FinalSeq       uint64 // the latest commit or resolve; 0 if none
+	// TokenHash is the SHA-256 of the latest reservation token, as bytes
+	// in a string (comparable). It is not derivable from the receipts:
+	// scans of the keys table leave it empty.
+	TokenHash string
 }
 
 // finalized reports whether the latest reservation has an outcome.
@@ -49,14 +54,10 @@ type writeStore interface {
 	receipt(ctx context.Context, seq uint64) (chain.Receipt, error)
 	// maxAttempt returns the highest attempt recorded for execution on key.
 	maxAttempt(ctx context.Context, key, execution string) (max uint64, found bool, err error)
-	// reservationSeq returns the reserve seq of a token hash.
-	reservationSeq(ctx context.Context, tokenHash []byte) (seq uint64, found bool, err error)
 	// append links r to the chain head, stores it and returns it linked.
 	append(ctx context.Context, r chain.Receipt) (chain.Receipt, error)
 	// putKey inserts or replaces a key record.
 	putKey(ctx context.Context, k *keyRecord) error
-	// putReservation stores a token hash for the reserve at seq.
-	putReservation(ctx context.Context, seq uint64, tokenHash []byte) error
 }
 
 // decideReserve runs the reserve table of SPEC §4 for validated args at
@@ -169,12 +170,9 @@ func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 	if refSeq == 0 {
 		k.FirstSeq = r.Seq
 	}
-	k.ReserveSeq, k.LeaseExpiresAt = r.Seq, lease
-	if err := s.putKey(ctx, k); err != nil {
-		return nil, err
-	}
 	token := newReservationToken()
-	if err := s.putReservation(ctx, r.Seq, tokenHash(token)); err != nil {
+	k.ReserveSeq, k.LeaseExpiresAt, k.TokenHash = r.Seq, lease, string(tokenHash(token))
+	if err := s.putKey(ctx, k); err != nil {
 		return nil, err
 	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
@@ -191,11 +189,7 @@ func decideCommit(ctx context.Context, s writeStore, now uint64, key, token, act
 	if !found {
 		return nil, Errorf(ECodeUnknownKey, "no such idempotency key")
 	}
-	seq, found, err := s.reservationSeq(ctx, tokenHash(token))
-	if err != nil {
-		return nil, err
-	}
-	if !found || seq != k.ReserveSeq {
+	if subtle.ConstantTimeCompare([]byte(k.TokenHash), tokenHash(token)) != 1 {
 		return nil, &Error{Code: ECodeStaleReservation,
 			Message: "the reservation is not the latest reservation of this key",
 			Details: map[string]any{"latest_reserve_seq": k.ReserveSeq}}

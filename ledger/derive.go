@@ -46,6 +46,7 @@ func (db *DB) RebuildKeys(ctx context.Context) (int64, error) {
 		if err != nil {
 			return fmt.Errorf("rebuild keys: %w", classify(err))
 		}
+		t.resetCache = true
 		n, err = res.RowsAffected()
 		return err
 	})

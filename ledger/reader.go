@@ -109,8 +109,9 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*KeyView, error) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	k := keyRecord{Key: key}
+	var token []byte
 	err = tx.QueryRowContext(ctx, sqlKey, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq)
+		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq, &token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, Errorf(ECodeUnknownKey, "no such idempotency key")
 	}

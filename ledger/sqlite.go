@@ -33,6 +33,9 @@ type Options struct {
 	// BusyTimeout is how long SQLite waits for a lock held by another
 	// process (default 5s).
 	BusyTimeout time.Duration
+	// CacheKeys bounds the writer's in-memory key index (default 50,000;
+	// negative disables it).
+	CacheKeys int
 }
 
 // DB is an open ledger. Writes go through one writer goroutine that owns
@@ -54,6 +57,9 @@ type DB struct {
 	done     chan struct{} // closed when the writer has exited
 
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+
+	stmts *writeStmts // owned by the writer goroutine
+	cache *keyCache   // owned by the writer goroutine
 }
 
 // dsn returns a SQLite URI for path with the given mode and the
@@ -75,6 +81,9 @@ func (o *Options) defaults() {
 	if o.BusyTimeout <= 0 {
 		o.BusyTimeout = 5 * time.Second
 	}
+	if o.CacheKeys == 0 {
+		o.CacheKeys = 50_000
+	}
 }
 
 func dsn(path, mode string, busy time.Duration, writer bool) string {
@@ -84,6 +93,7 @@ func dsn(path, mode string, busy time.Duration, writer bool) string {
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
 	q.Set("_foreign_keys", "1")
+	q.Set("_cache_size", "-65536") // 64 MiB of page cache per connection
 	if writer {
 		q.Set("_txlock", "immediate")
 	}
@@ -103,7 +113,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	}
 	opts.defaults()
 	db := &DB{now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
-		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{})}
+		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys)}
 
 	if db.w, err = sql.Open("sqlite3", dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
@@ -113,6 +123,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.w.SetConnMaxLifetime(0)
 	db.w.SetConnMaxIdleTime(0)
 	if err := db.init(ctx, abs); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
@@ -208,6 +222,9 @@ func (db *DB) Close() error {
 	// into the main file, and only the writer can, so that a cleanly
 	// stopped ledger is one self-contained file.
 	rerr := db.r.Close()
+	for _, st := range []*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt} {
+		_ = st.Close()
+	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		db.logger.Warn("checkpoint on close", "err", err)
 	}

@@ -24,20 +24,38 @@ const (
 	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq = ?`
 
 	sqlKey = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
-		lease_expires_at, final_seq FROM keys WHERE idempotency_key = ?`
+		lease_expires_at, final_seq, token_hash FROM keys WHERE idempotency_key = ?`
 
 	sqlPutKey = `INSERT OR REPLACE INTO keys (idempotency_key, key_generated, tool, effect,
-		input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq, token_hash)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 	// The execution index is the selective one: an execution has few receipts.
 	sqlMaxAttempt = `SELECT max(attempt) FROM receipts INDEXED BY receipts_by_execution
 		WHERE execution_id = ? AND idempotency_key = ?`
-
-	sqlReservationSeq = `SELECT reserve_seq FROM reservations WHERE token_hash = ?`
-
-	sqlPutReservation = `INSERT INTO reservations (reserve_seq, token_hash) VALUES (?, ?)`
 )
+
+// writeStmts are the write path's statements, prepared once on the writer
+// connection.
+type writeStmts struct {
+	key, putKey, insert, receipt, maxAttempt *sql.Stmt
+}
+
+func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
+	var s writeStmts
+	for _, p := range []struct {
+		dst **sql.Stmt
+		sql string
+	}{{&s.key, sqlKey}, {&s.putKey, sqlPutKey}, {&s.insert, sqlInsertReceipt},
+		{&s.receipt, sqlReceiptBySeq}, {&s.maxAttempt, sqlMaxAttempt}} {
+		st, err := w.PrepareContext(ctx, p.sql)
+		if err != nil {
+			return nil, fmt.Errorf("prepare: %w", classify(err))
+		}
+		*p.dst = st
+	}
+	return &s, nil
+}
 
 // writeOp is one queued write: fn runs inside the writer's transaction and
 // its error (nil, a domain *Error, or an internal failure) is sent on done
@@ -106,7 +124,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 	ctx := context.Background() // request contexts must not interrupt a shared transaction
 	start := time.Now()
 	head := *db.head.Load()
-	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head}
+	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head, stmts: db.stmts, cache: db.cache}
 	fail := func(err error) {
 		db.lastWriteErr.Store(&err)
 		db.logger.Error("write batch failed", "ops", len(ops), "err", err)
@@ -144,6 +162,13 @@ func (db *DB) runBatch(ops []*writeOp) {
 	}
 	db.lastWriteErr.Store(nil)
 	db.head.Store(&t.head)
+	if t.resetCache {
+		db.cache = newKeyCache(db.cache.max)
+	}
+	if t.resetCache {
+		db.cache = newKeyCache(db.cache.max)
+	}
+	db.cache.merge(t.dirtyKeys, t.dirtyReceipts)
 	for _, op := range ops {
 		op.done <- op.err
 	}
@@ -156,60 +181,107 @@ func (db *DB) runBatch(ops []*writeOp) {
 }
 
 // writeTx is the writer's view of one batch transaction; it implements
-// writeStore.
+// writeStore. Reads look at this batch's own writes first, then the
+// writer's key cache, then SQLite; what the batch reads or writes is
+// merged into the cache only after COMMIT, so a failed batch leaves the
+// cache exactly as the database is.
 type writeTx struct {
 	tx    *sql.Tx
 	now   uint64 // unix ms, read once per batch
 	head  Head   // head including this batch's appends
 	kinds []string
+
+	stmts         *writeStmts
+	bound         [5]*sql.Stmt // stmts bound to tx, made on first use
+	cache         *keyCache
+	dirtyKeys     map[string]*keyRecord
+	dirtyReceipts map[uint64]*chain.Receipt
+	resetCache    bool // the batch rewrote the keys table behind the cache
 }
 
 var _ writeStore = (*writeTx)(nil)
 
+// stmt returns statement i of stmts bound to the transaction.
+func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
+	if t.bound[i] == nil {
+		st := [...]*sql.Stmt{t.stmts.key, t.stmts.putKey, t.stmts.insert, t.stmts.receipt, t.stmts.maxAttempt}[i]
+		t.bound[i] = t.tx.StmtContext(ctx, st)
+	}
+	return t.bound[i]
+}
+
+const (
+	stKey = iota
+	stPutKey
+	stInsert
+	stReceipt
+	stMaxAttempt
+)
+
 func (t *writeTx) key(ctx context.Context, key string) (keyRecord, bool, error) {
+	if k, ok := t.dirtyKeys[key]; ok {
+		return *k, true, nil
+	}
+	if k, ok := t.cache.keys[key]; ok {
+		return *k, true, nil
+	}
 	k := keyRecord{Key: key}
-	err := t.tx.QueryRowContext(ctx, sqlKey, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq)
+	var token []byte
+	err := t.stmt(ctx, stKey).QueryRowContext(ctx, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
+		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq, &token)
 	if errors.Is(err, sql.ErrNoRows) {
 		return k, false, nil
 	}
 	if err != nil {
 		return k, false, fmt.Errorf("read key: %w", classify(err))
 	}
+	k.TokenHash = string(token)
+	t.markKey(&k)
 	return k, true, nil
 }
 
+func (t *writeTx) markKey(k *keyRecord) {
+	if t.dirtyKeys == nil {
+		t.dirtyKeys = map[string]*keyRecord{}
+	}
+	c := *k
+	t.dirtyKeys[k.Key] = &c
+}
+
+func (t *writeTx) markReceipt(r *chain.Receipt) {
+	if t.dirtyReceipts == nil {
+		t.dirtyReceipts = map[uint64]*chain.Receipt{}
+	}
+	c := *r
+	t.dirtyReceipts[r.Seq] = &c
+}
+
 func (t *writeTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
-	r, err := scanReceipt(t.tx.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+	if r, ok := t.dirtyReceipts[seq]; ok {
+		return *r, nil
+	}
+	if r, ok := t.cache.receipts[seq]; ok {
+		return *r, nil
+	}
+	r, err := scanReceipt(t.stmt(ctx, stReceipt).QueryRowContext(ctx, seq))
 	if err != nil {
 		return r, fmt.Errorf("read receipt %d: %w", seq, classify(err))
 	}
+	t.markReceipt(&r)
 	return r, nil
 }
 
 func (t *writeTx) maxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
 	var max sql.NullInt64
-	if err := t.tx.QueryRowContext(ctx, sqlMaxAttempt, execution, key).Scan(&max); err != nil {
+	if err := t.stmt(ctx, stMaxAttempt).QueryRowContext(ctx, execution, key).Scan(&max); err != nil {
 		return 0, false, fmt.Errorf("read attempts: %w", classify(err))
 	}
 	return uint64(max.Int64), max.Valid, nil
 }
 
-func (t *writeTx) reservationSeq(ctx context.Context, hash []byte) (uint64, bool, error) {
-	var seq uint64
-	err := t.tx.QueryRowContext(ctx, sqlReservationSeq, hash).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("read reservation: %w", classify(err))
-	}
-	return seq, true, nil
-}
-
 func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
 	r = chain.Link(t.head.Seq, t.head.Hash, r)
-	_, err := t.tx.ExecContext(ctx, sqlInsertReceipt,
+	_, err := t.stmt(ctx, stInsert).ExecContext(ctx,
 		r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
@@ -219,22 +291,19 @@ func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, e
 	}
 	t.head = Head{Seq: r.Seq, Hash: r.Hash}
 	t.kinds = append(t.kinds, r.Kind)
+	if r.Kind != chain.KindReplay { // decisions read reserves and outcomes, never replays
+		t.markReceipt(&r)
+	}
 	return r, nil
 }
 
 func (t *writeTx) putKey(ctx context.Context, k *keyRecord) error {
-	_, err := t.tx.ExecContext(ctx, sqlPutKey, k.Key, k.Generated, k.Tool, k.Effect, k.InputHash,
-		k.Idempotent, k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq)
+	_, err := t.stmt(ctx, stPutKey).ExecContext(ctx, k.Key, k.Generated, k.Tool, k.Effect, k.InputHash,
+		k.Idempotent, k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq, []byte(k.TokenHash))
 	if err != nil {
 		return fmt.Errorf("write key: %w", classify(err))
 	}
-	return nil
-}
-
-func (t *writeTx) putReservation(ctx context.Context, seq uint64, hash []byte) error {
-	if _, err := t.tx.ExecContext(ctx, sqlPutReservation, seq, hash); err != nil {
-		return fmt.Errorf("write reservation: %w", classify(err))
-	}
+	t.markKey(k)
 	return nil
 }
 

@@ -54,6 +54,7 @@ type Main struct {
 	LogFormat       string
 	ShutdownTimeout time.Duration
 	VerifyEvery     time.Duration
+	PprofAddr       string
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -77,6 +78,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
+	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
@@ -160,6 +162,13 @@ func (m *Main) Run(ctx context.Context) error {
 		defer func() { cancel(); <-done }()
 		p := &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
 		go func() { defer close(done); p.Run(vctx) }()
+	}
+	if m.PprofAddr != "" {
+		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
 	}
 	ln, err := net.Listen("tcp", m.Listen)
 	if err != nil {

@@ -1,0 +1,463 @@
+// Command bench load-tests a real ledgerd over HTTP.
+//
+//	go run ./scripts/bench [--mode pairs|reserve|replay|mixed|all] [--clients 32] [--duration 10s] [--json]
+//
+// It builds ./cmd/ledgerd, starts it on a temporary database, drives it
+// with N concurrent keep-alive clients for D seconds, and prints requests/s,
+// pairs/s, p50/p99/max latency, errors by status and ledgerd's RSS. In the
+// same run it measures the machine's HTTP ceiling (a trivial JSON handler
+// driven by the same client code) and prints the ledger's ratio to it, so
+// figures compare across noisy machines. All traffic stays on loopback and
+// every loop is bounded by --duration.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Result is one mode's measurement.
+type Result struct {
+	Mode         string         `json:"mode"`
+	Clients      int            `json:"clients"`
+	Seconds      float64        `json:"seconds"`
+	Requests     int64          `json:"requests"`
+	RequestsPerS float64        `json:"requests_per_s"`
+	PairsPerS    float64        `json:"pairs_per_s,omitempty"`
+	P50Ms        float64        `json:"p50_ms"`
+	P99Ms        float64        `json:"p99_ms"`
+	MaxMs        float64        `json:"max_ms"`
+	Errors       map[string]int `json:"errors"`
+	RSSMiB       float64        `json:"ledgerd_rss_mib,omitempty"`
+	PeakRSSMiB   float64        `json:"ledgerd_peak_rss_mib,omitempty"`
+	Receipts     uint64         `json:"receipts,omitempty"`
+	CeilingRatio float64        `json:"ratio_to_http_ceiling,omitempty"`
+}
+
+// Report is the whole run.
+type Report struct {
+	Machine        string   `json:"machine"`
+	CPUs           int      `json:"cpus"`
+	HTTPCeilingRPS float64  `json:"http_ceiling_requests_per_s"`
+	Results        []Result `json:"results"`
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	mode := fs.String("mode", "all", "pairs, reserve, replay, mixed or all")
+	clients := fs.Int("clients", 32, "concurrent HTTP clients")
+	duration := fs.Duration("duration", 10*time.Second, "how long each mode runs")
+	asJSON := fs.Bool("json", false, "print JSON")
+	bin := fs.String("ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
+	keep := fs.Bool("keep", false, "keep the temporary directory")
+	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	modes := []string{*mode}
+	if *mode == "all" {
+		modes = []string{"pairs", "reserve", "replay", "mixed"}
+	}
+	dir, err := os.MkdirTemp("", "ledger-bench-")
+	if err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	if *bin == "" {
+		*bin = filepath.Join(dir, "ledgerd")
+		build := exec.Command("go", "build", "-o", *bin, "./cmd/ledgerd")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build ledgerd: %w", err)
+		}
+	}
+	rep := Report{Machine: machine(), CPUs: runtime.NumCPU()}
+	ceiling, err := httpCeiling(ctx, *clients, min(*duration, 5*time.Second))
+	if err != nil {
+		return err
+	}
+	rep.HTTPCeilingRPS = ceiling
+	for _, m := range modes {
+		// A fresh ledger per mode, so modes do not see each other's data.
+		db := filepath.Join(dir, m+".db")
+		l, err := startLedgerd(*bin, db, strings.Fields(*extra))
+		if err != nil {
+			return err
+		}
+		res, err := drive(ctx, l, m, *clients, *duration)
+		l.stop()
+		if err != nil {
+			return err
+		}
+		res.CeilingRatio = res.RequestsPerS / ceiling
+		rep.Results = append(rep.Results, res)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printTable(rep)
+	return nil
+}
+
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs, %s/%s, %s", model, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// ledgerd is a running server.
+type ledgerd struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan struct{}
+}
+
+func startLedgerd(bin, db string, extra []string) (*ledgerd, error) {
+	args := append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, extra...)
+	cmd := exec.Command(bin, args...)
+	pr, pw := io.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	l := &ledgerd{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); _ = pw.Close(); close(l.done) }()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct {
+				Msg, Addr string
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ledgerd ready" {
+				select {
+				case addr <- line.Addr:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		l.url = "http://" + a
+		return l, nil
+	case <-l.done:
+		return nil, errors.New("ledgerd exited before it was ready")
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, errors.New("ledgerd not ready in 30s")
+	}
+}
+
+func (l *ledgerd) stop() {
+	_ = l.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		_ = l.cmd.Process.Kill()
+		<-l.done
+	}
+}
+
+// rss returns VmRSS and VmHWM of pid in MiB.
+func rss(pid int) (float64, float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	var cur, peak float64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			cur = kb / 1024
+		case "VmHWM:":
+			peak = kb / 1024
+		}
+	}
+	return cur, peak
+}
+
+func newClient(clients int) *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		MaxIdleConns: clients * 2, MaxIdleConnsPerHost: clients * 2, MaxConnsPerHost: clients * 2,
+		IdleConnTimeout: time.Minute, DisableCompression: true,
+		DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	}}
+}
+
+// call posts body (GET when empty) and returns the status and body.
+func call(c *http.Client, method, url string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, b, err
+}
+
+// stats collects one client's latencies and errors.
+type stats struct {
+	lat    []time.Duration
+	errors map[string]int
+	pairs  int64
+}
+
+func (s *stats) record(start time.Time, status int, err error, want ...int) bool {
+	s.lat = append(s.lat, time.Since(start))
+	switch {
+	case err != nil:
+		s.errors["transport"]++
+		return false
+	case !slices.Contains(want, status):
+		s.errors[strconv.Itoa(status)]++
+		return false
+	}
+	return true
+}
+
+var tokenField = []byte(`"reservation":"`)
+
+// token extracts the reservation token without a full JSON decode.
+func token(b []byte) string {
+	i := bytes.Index(b, tokenField)
+	if i < 0 {
+		return ""
+	}
+	b = b[i+len(tokenField):]
+	j := bytes.IndexByte(b, '"')
+	if j < 0 {
+		return ""
+	}
+	return string(b[:j])
+}
+
+func reserveBody(key, exec string, n int) []byte {
+	return []byte(`{"idempotency_key":"` + key + `","execution_id":"` + exec + `","tool":"payments.refund","effect":"write","input":{"order":` + strconv.Itoa(n) + `,"amount":1200}}`)
+}
+
+func commitBody(tok string) []byte {
+	return []byte(`{"reservation":"` + tok + `","outcome":"succeeded","external_ref":"re_bench","result":{"amount":1200,"currency":"eur"}}`)
+}
+
+// drive runs one mode against l.
+func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Duration) (Result, error) {
+	c := newClient(clients)
+	// replay and mixed need committed keys to replay.
+	const seeded = 1000
+	if mode == "replay" || mode == "mixed" {
+		for i := range seeded {
+			key := fmt.Sprintf("seed-key-%06d", i)
+			st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, "seed", i))
+			if err != nil || st != 201 {
+				return Result{}, fmt.Errorf("seed reserve: %d %v %s", st, err, b)
+			}
+			if st, b, err = call(c, "POST", l.url+"/v1/effects/"+key+"/commit", commitBody(token(b))); err != nil || st != 201 {
+				return Result{}, fmt.Errorf("seed commit: %d %v %s", st, err, b)
+			}
+		}
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	all := make([]*stats, clients)
+	run := fmt.Sprintf("%x", time.Now().UnixNano())
+	start := time.Now()
+	for ci := range clients {
+		s := &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<16)}
+		all[ci] = s
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				key := fmt.Sprintf("%s-%03d-%08d", run, ci, i)
+				op := mode
+				if mode == "mixed" {
+					switch i % 10 {
+					case 0, 1, 2, 3, 4, 5:
+						op = "pairs"
+					case 6, 7, 8:
+						op = "replay"
+					default:
+						op = "read"
+					}
+				}
+				switch op {
+				case "pairs", "reserve":
+					t0 := time.Now()
+					st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, key, i))
+					if !s.record(t0, st, err, 201) || op == "reserve" {
+						continue
+					}
+					t0 = time.Now()
+					st, _, err = call(c, "POST", l.url+"/v1/effects/"+key+"/commit", commitBody(token(b)))
+					if s.record(t0, st, err, 201) {
+						s.pairs++
+					}
+				case "replay":
+					n := (ci*7919 + i) % seeded
+					t0 := time.Now()
+					st, _, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(fmt.Sprintf("seed-key-%06d", n), key, n))
+					s.record(t0, st, err, 200)
+				case "read":
+					n := (ci*7919 + i) % seeded
+					t0 := time.Now()
+					st, _, err := call(c, "GET", l.url+"/v1/effects/"+fmt.Sprintf("seed-key-%06d", n), nil)
+					s.record(t0, st, err, 200)
+				}
+			}
+		}()
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	res := Result{Mode: mode, Clients: clients, Seconds: elapsed, Errors: map[string]int{}}
+	var lat []time.Duration
+	var pairs int64
+	for _, s := range all {
+		lat = append(lat, s.lat...)
+		pairs += s.pairs
+		for k, v := range s.errors {
+			res.Errors[k] += v
+		}
+	}
+	slices.Sort(lat)
+	res.Requests = int64(len(lat))
+	res.RequestsPerS = float64(len(lat)) / elapsed
+	if mode == "pairs" || mode == "mixed" {
+		res.PairsPerS = float64(pairs) / elapsed
+	}
+	if len(lat) > 0 {
+		pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
+		res.P50Ms, res.P99Ms, res.MaxMs = pct(0.50), pct(0.99), float64(lat[len(lat)-1])/1e6
+	}
+	res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
+	if _, b, err := call(c, "GET", l.url+"/v1/head", nil); err == nil {
+		var h struct{ Seq uint64 }
+		_ = json.Unmarshal(b, &h)
+		res.Receipts = h.Seq
+	}
+	return res, nil
+}
+
+// httpCeiling measures a trivial JSON handler with the same client code:
+// decode a small body, encode a small reply.
+func httpCeiling(ctx context.Context, clients int, d time.Duration) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "seq": 1})
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	c := newClient(clients)
+	url := "http://" + ln.Addr().String() + "/"
+	var n atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := reserveBody("ceiling-key", "exec", 1)
+			for !stop.Load() {
+				if st, _, err := call(c, "POST", url, body); err == nil && st == 200 {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}
+
+func printTable(rep Report) {
+	fmt.Printf("machine: %s\nHTTP ceiling (trivial JSON handler, same client): %.0f requests/s\n\n", rep.Machine, rep.HTTPCeilingRPS)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "mode\tclients\trequests/s\tpairs/s\tp50 ms\tp99 ms\tmax ms\tratio\tRSS MiB\tpeak MiB\treceipts\terrors\t")
+	for _, r := range rep.Results {
+		errs := "-"
+		if len(r.Errors) > 0 {
+			var parts []string
+			for k, v := range r.Errors {
+				parts = append(parts, fmt.Sprintf("%s:%d", k, v))
+			}
+			slices.Sort(parts)
+			errs = strings.Join(parts, " ")
+		}
+		pairs := "-"
+		if r.PairsPerS > 0 {
+			pairs = fmt.Sprintf("%.0f", r.PairsPerS)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.0f\t%.0f\t%d\t%s\t\n", r.Mode, r.Clients, r.RequestsPerS, pairs,
+			r.P50Ms, r.P99Ms, r.MaxMs, r.CeilingRatio, r.RSSMiB, r.PeakRSSMiB, r.Receipts, errs)
+	}
+	_ = tw.Flush()
+}
