@@ -7,3 +7,8 @@ func (db *DB) Pools() (writer, reader *sql.DB) { return db.w, db.r }
 
 // Unpack exposes the packed-row decoder to the fuzz test.
 var Unpack = unpack
+
+// SetBeforeCommit installs a hook that can fail batches before COMMIT. It
+// must be called before the hook can race with the writer: the hook itself
+// reads an atomic the test flips.
+func (db *DB) SetBeforeCommit(f func() error) { db.beforeCommit = f }

@@ -60,6 +60,10 @@ type DB struct {
 
 	stmts *writeStmts // owned by the writer goroutine
 	cache *keyCache   // owned by the writer goroutine
+
+	// beforeCommit, set only by tests before any write, can fail a batch
+	// just before its COMMIT.
+	beforeCommit func() error
 }
 
 // dsn returns a SQLite URI for path with the given mode and the
@@ -93,9 +97,12 @@ func dsn(path, mode string, busy time.Duration, writer bool) string {
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
 	q.Set("_foreign_keys", "1")
-	q.Set("_cache_size", "-65536") // 64 MiB of page cache per connection
 	if writer {
 		q.Set("_txlock", "immediate")
+		// The writer's decisions and index updates touch random pages of
+		// five b-trees (hash, prev_hash, key, execution, keys): keep them
+		// in memory rather than re-reading them for every batch.
+		q.Set("_cache_size", "-65536") // 64 MiB
 	}
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return "file:" + p + "?" + q.Encode()

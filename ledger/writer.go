@@ -155,6 +155,13 @@ func (db *DB) runBatch(ops []*writeOp) {
 			return
 		}
 	}
+	if db.beforeCommit != nil {
+		if err := db.beforeCommit(); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("commit: %w", err))
+			return
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		_ = tx.Rollback()
 		fail(fmt.Errorf("commit: %w", classify(err)))
