@@ -1,0 +1,96 @@
+// Package gen writes large, valid ledgers quickly, for benchmarks and the
+// 10-million-receipt run: reserve+commit pairs on distinct keys and inputs,
+// linked and hashed exactly as ledgerd would, inserted in big transactions
+// with fsync off (the data is synthetic), then the keys table rebuilt.
+package gen
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+
+	_ "github.com/mattn/go-sqlite3" // the SQLite driver
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// T0 is the recorded_at of the first generated receipt (unix ms).
+const T0 = 1764475200000
+
+// Ledger writes a new ledger of n receipts at path (which must not exist)
+// and returns its head. progress, if set, is called every million receipts.
+func Ledger(ctx context.Context, path string, n int, progress func(done int)) (ledger.Head, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(ctx, path, ledger.Options{Logger: quiet})
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	if err := db.Close(); err != nil {
+		return ledger.Head{}, err
+	}
+	raw, err := sql.Open("sqlite3", path+"?_journal_mode=WAL&_synchronous=OFF&_cache_size=-262144")
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	defer raw.Close()
+	raw.SetMaxOpenConns(1)
+	var h chain.Hasher
+	head := ledger.Head{Hash: chain.ZeroHash}
+	const perTx = 100_000
+	for start := 1; start <= n; start += perTx {
+		if err := insert(ctx, raw, &h, &head, start, min(start+perTx-1, n)); err != nil {
+			return head, err
+		}
+		if progress != nil && (start+perTx-1)/1_000_000 != (start-1)/1_000_000 {
+			progress(min(start+perTx-1, n))
+		}
+	}
+	if err := raw.Close(); err != nil {
+		return head, err
+	}
+	db, err = ledger.Open(ctx, path, ledger.Options{Logger: quiet})
+	if err != nil {
+		return head, err
+	}
+	if _, err := db.RebuildKeys(ctx); err != nil {
+		_ = db.Close()
+		return head, err
+	}
+	return head, db.Close()
+}
+
+func insert(ctx context.Context, raw *sql.DB, h *chain.Hasher, head *ledger.Head, from, to int) error {
+	tx, err := raw.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO receipts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return err
+	}
+	for i := from; i <= to; i++ {
+		pair := uint64((i + 1) / 2)
+		r := chain.Receipt{Seq: uint64(i), Kind: chain.KindReserve, IdempotencyKey: fmt.Sprintf("gen-key-%010d", pair),
+			ExecutionID: fmt.Sprintf("exec-%010d", pair), Attempt: 1, Tool: "payments.refund", Effect: chain.EffectWrite,
+			InputHash:  fmt.Sprintf("sha256:%064d", pair),
+			RecordedAt: T0 + pair, LeaseExpiresAt: T0 + pair + 30_000}
+		if i%2 == 0 {
+			r.Kind, r.Outcome, r.ExternalRef, r.Result, r.RefSeq, r.LeaseExpiresAt = chain.KindCommit,
+				chain.OutcomeSucceeded, "re_"+strconv.Itoa(i), `{"amount":1200,"currency":"eur"}`, uint64(i-1), 0
+		}
+		r.PrevHash = head.Hash
+		r.Hash = h.Hash(head.Hash, &r)
+		if _, err := stmt.ExecContext(ctx, r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
+			r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode, r.ErrorMessage,
+			r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt, r.PrevHash[:], r.Hash[:]); err != nil {
+			return fmt.Errorf("insert %d: %w", i, err)
+		}
+		*head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
+	}
+	return tx.Commit()
+}
