@@ -765,3 +765,19 @@ func TestDB_pragmas(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, r.Stats().OpenConnections, 0)
 }
+
+func TestOpen_ErrLocked(t *testing.T) {
+	path := t.TempDir() + "/l.db"
+	db, err := ledger.Open(context.Background(), path, ledger.Options{})
+	require.NoError(t, err)
+	_, err = ledger.Open(context.Background(), path, ledger.Options{})
+	require.ErrorIs(t, err, ledger.ErrLocked)
+	assert.Contains(t, err.Error(), "pid")
+	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	require.NoError(t, err, "readers do not need the lock")
+	require.NoError(t, rd.Close())
+	require.NoError(t, db.Close())
+	db, err = ledger.Open(context.Background(), path, ledger.Options{})
+	require.NoError(t, err, "the lock is released on Close")
+	require.NoError(t, db.Close())
+}

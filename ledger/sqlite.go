@@ -61,6 +61,8 @@ type DB struct {
 	stmts *writeStmts // owned by the writer goroutine
 	cache *keyCache   // owned by the writer goroutine
 
+	lock *lockFile // held while the DB is open: one writer per file
+
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT.
 	beforeCommit func() error
@@ -119,9 +121,19 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	opts.defaults()
-	db := &DB{now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
+	lock, err := acquireLock(abs)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	db := &DB{lock: lock, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
 		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys)}
 
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lock.release()
+		}
+	}()
 	if db.w, err = sql.Open("sqlite3", dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
@@ -142,6 +154,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	go db.writer()
+	ok = true
 	return db, nil
 }
 
@@ -235,7 +248,7 @@ func (db *DB) Close() error {
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		db.logger.Warn("checkpoint on close", "err", err)
 	}
-	return errors.Join(rerr, db.w.Close())
+	return errors.Join(rerr, db.w.Close(), db.lock.release())
 }
 
 // Head returns the durable head of the chain.

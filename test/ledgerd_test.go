@@ -162,7 +162,18 @@ func TestLedgerd_config(t *testing.T) {
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee)
 		assert.NotZero(t, ee.ExitCode())
-		assert.Contains(t, string(out), "unable to open database file")
+		assert.Contains(t, string(out), "no such file or directory")
+	})
+	t.Run("ErrSecondWriter", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		l := StartLedgerd(t, path)
+		out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", path, "--listen", "127.0.0.1:0").CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, 1, ee.ExitCode())
+		assert.Contains(t, string(out), "already open for writing by another process")
+		assert.Contains(t, string(out), fmt.Sprintf("pid %d", l.cmd.Process.Pid))
+		assert.Equal(t, 200, l.Do("GET", "/readyz", "").Status, "the first one is unaffected")
 	})
 	t.Run("ErrNotADatabase", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "junk.db")
