@@ -171,3 +171,38 @@ func (l *Ledgerd) Do(method, path, body string, header ...string) Resp {
 	}
 	return out
 }
+
+// rawPost posts a JSON body and returns status and body; a transport error
+// (the server was killed) comes back as err.
+func rawPost(url, body string) (int, []byte, error) {
+	res, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, b, err
+}
+
+// field extracts a string field from a JSON object.
+func field(b []byte, name string) string {
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	s, _ := m[name].(string)
+	return s
+}
+
+// recordAck records the receipt of a 2xx response.
+func recordAck(mu *sync.Mutex, acks *[]ack, b []byte, key string) {
+	var body struct {
+		Receipt struct {
+			Seq  uint64 `json:"seq"`
+			Hash string `json:"hash"`
+		} `json:"receipt"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Receipt.Seq > 0 {
+		mu.Lock()
+		*acks = append(*acks, ack{seq: body.Receipt.Seq, hash: body.Receipt.Hash, key: key})
+		mu.Unlock()
+	}
+}
