@@ -43,7 +43,7 @@ func TestLedgerd_kill9(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	var mu sync.Mutex
 	var acks []ack
-	sent := map[string]bool{}      // keys whose reserve was sent
+	sent := map[string]bool{}       // keys whose reserve was sent
 	commitSent := map[string]bool{} // keys whose commit was sent
 	for cycle := range *killCycles {
 		l := StartLedgerd(t, path)
