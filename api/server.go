@@ -32,6 +32,23 @@ type Server struct {
 	db     *ledger.DB
 	logger *slog.Logger
 	router *mux.Router
+	// inflight bounds concurrent API requests; nil means no bound.
+	inflight chan struct{}
+}
+
+// DefaultMaxInFlight is the default bound on concurrent API requests.
+const DefaultMaxInFlight = 1024
+
+// SetMaxInFlight bounds concurrent API requests: beyond n, requests get
+// 503 unavailable with Retry-After at once instead of queueing without
+// bound. /healthz, /readyz and /metrics are never refused. n <= 0 removes
+// the bound. Call before serving.
+func (s *Server) SetMaxInFlight(n int) {
+	if n <= 0 {
+		s.inflight = nil
+		return
+	}
+	s.inflight = make(chan struct{}, n)
 }
 
 // NewServer returns a Server for db with every route of SPEC §4.
@@ -39,7 +56,7 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{db: db, logger: logger, router: mux.NewRouter()}
+	s := &Server{db: db, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight)}
 	r := s.router
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)
@@ -86,6 +103,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		requestDuration.WithLabelValues(route, r.Method, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
 	}()
+	if s.inflight != nil && route != "/healthz" && route != "/readyz" && route != "/metrics" {
+		select {
+		case s.inflight <- struct{}{}:
+			defer func() { <-s.inflight }()
+		default:
+			s.Error(sw, r, ledger.ErrOverloaded)
+			return
+		}
+	}
 	s.router.ServeHTTP(sw, r)
 }
 

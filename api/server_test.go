@@ -330,3 +330,43 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestServer_maxInFlight holds requests in flight and checks that the one
+// beyond the bound gets 503 with Retry-After while health stays open.
+func TestServer_maxInFlight(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
+	require.NoError(t, err)
+	defer db.Close()
+	s := api.NewServer(db, logger)
+	s.SetMaxInFlight(2)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	// Two slow requests: bodies that never finish arriving.
+	var held []io.Closer
+	for range 2 {
+		pr, pw := io.Pipe()
+		held = append(held, pw)
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/effects/reserve", pr)
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			if res, err := srv.Client().Do(req); err == nil {
+				res.Body.Close()
+			}
+		}()
+		_, _ = pw.Write([]byte(`{"execution_id":`))
+	}
+	require.Eventually(t, func() bool {
+		r := do(t, srv, "GET", "/v1/head", "")
+		return r.status == 503
+	}, 5e9, 10e6)
+	r := do(t, srv, "GET", "/v1/head", "")
+	assert.Equal(t, "unavailable", r.code())
+	assert.Equal(t, "1", r.header.Get("Retry-After"))
+	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
+	for _, c := range held {
+		_ = c.Close()
+	}
+	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 5e9, 10e6)
+}

@@ -87,6 +87,8 @@ func ErrorMessage(err error) string {
 		return e.Message
 	case errors.Is(err, ErrBusy):
 		return "the ledger database is busy; retry shortly"
+	case errors.Is(err, ErrOverloaded):
+		return "too many requests in flight; retry shortly"
 	case errors.Is(err, ErrUnavailable):
 		return "the ledger database cannot be written right now; retry later"
 	default:
@@ -103,6 +105,8 @@ var (
 	ErrDiskFull    = fmt.Errorf("disk full: %w", ErrUnavailable)
 	ErrIO          = fmt.Errorf("disk I/O error: %w", ErrUnavailable)
 	ErrClosed      = fmt.Errorf("ledger closed: %w", ErrUnavailable)
+	// ErrOverloaded means the server has too many requests in flight.
+	ErrOverloaded = fmt.Errorf("too many requests in flight: %w", ErrUnavailable)
 
 	// ErrSchemaVersion means the database file has a schema this build
 	// does not know.

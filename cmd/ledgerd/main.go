@@ -55,6 +55,7 @@ type Main struct {
 	ShutdownTimeout time.Duration
 	VerifyEvery     time.Duration
 	PprofAddr       string
+	MaxInFlight     int
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -78,6 +79,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
+	fs.IntVar(&m.MaxInFlight, "max-inflight", api.DefaultMaxInFlight, "concurrent API requests beyond which requests get 503 + Retry-After (0: no bound)")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
@@ -175,8 +177,10 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	m.Addr <- ln.Addr()
+	handler := api.NewServer(db, m.Logger)
+	handler.SetMaxInFlight(m.MaxInFlight)
 	srv := &http.Server{
-		Handler:           api.NewServer(db, m.Logger),
+		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
