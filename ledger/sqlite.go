@@ -95,7 +95,12 @@ func (o *Options) defaults() {
 func dsn(path, mode string, busy time.Duration, writer bool) string {
 	q := url.Values{}
 	q.Set("mode", mode)
-	q.Set("_journal_mode", "WAL")
+	if mode != "ro" {
+		// Read-only connections must not try to change the journal mode:
+		// on a copy made by VACUUM INTO (rollback journal) that is a write.
+		// They find WAL from the file header when the file uses it.
+		q.Set("_journal_mode", "WAL")
+	}
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
 	q.Set("_foreign_keys", "1")

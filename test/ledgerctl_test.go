@@ -223,3 +223,21 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, l.Logs(), "ledger verified")
 }
+
+// TestLedgerctl_backupCopy verifies a VACUUM INTO backup (a rollback-journal
+// copy) on a read-only file, pinned to the head read before the backup.
+func TestLedgerctl_backupCopy(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	head, _, code := ledgerctl(t, "head", "--db", l.DB)
+	require.Equal(t, 0, code)
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	db, err := sql.Open("sqlite3", "file:"+l.DB+"?mode=ro")
+	require.NoError(t, err)
+	_, err = db.Exec(`VACUUM INTO ?`, backup)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	require.NoError(t, os.Chmod(backup, 0o444))
+	out, stderr, code := ledgerctl(t, "verify", "--db", backup, "--expect-head", strings.TrimSpace(head))
+	assert.Equal(t, 0, code, "%s%s", out, stderr)
+}

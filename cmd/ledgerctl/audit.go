@@ -45,9 +45,12 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		}
 		filter.Since = t
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	defer st.Close()
 	rep, err := verify.New(st, verify.Opts{Filter: filter}).Check(ctx)

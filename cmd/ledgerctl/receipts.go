@@ -36,9 +36,12 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	defer st.Close()
 	rs, next, err := st.ListReceipts(ctx, f)
@@ -104,9 +107,12 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usageErr(fs, c.Env, "want exactly one KEY")
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	defer st.Close()
 	v, err := st.GetKey(ctx, pos[0])
@@ -181,9 +187,12 @@ func (c *HeadCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	defer st.Close()
 	h, err := st.Head(ctx)
@@ -214,9 +223,12 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	defer st.Close()
 	w := bufio.NewWriterSize(c.Stdout, 1<<16)

@@ -53,9 +53,12 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	if fail.Code != "" || fail.Message != "" || fail.Retryable {
 		body.Error = &fail
 	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
 	st, err := src.open(ctx)
 	if err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+		return err
 	}
 	client := st.(serverStore).Client
 	res, err := client.Resolve(ctx, key, body)

@@ -53,13 +53,24 @@ var (
 	_ store = serverStore{}
 )
 
-// open returns the store named by the flags: exactly one of --db and
-// --server.
-func (s *sourceFlags) open(ctx context.Context) (store, error) {
+// check reports a usage problem with the source flags: exactly one of
+// --db and --server is needed.
+func (s *sourceFlags) check() error {
 	switch {
 	case s.db != "" && s.server != "":
-		return nil, errors.New("give --db or --server, not both")
-	case s.db != "":
+		return errors.New("give --db or --server, not both")
+	case s.db == "" && s.server == "":
+		return errors.New("give --db FILE or --server URL")
+	}
+	return nil
+}
+
+// open returns the store named by the flags (check them first).
+func (s *sourceFlags) open(ctx context.Context) (store, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if s.db != "" {
 		if _, err := os.Stat(s.db); err != nil {
 			return nil, fmt.Errorf("--db: %w", err)
 		}
@@ -68,13 +79,10 @@ func (s *sourceFlags) open(ctx context.Context) (store, error) {
 			return nil, err
 		}
 		return fileStore{rd}, nil
-	case s.server != "":
-		c := api.NewClient(s.server)
-		c.Token = s.token
-		return serverStore{c}, nil
-	default:
-		return nil, errors.New("give --db FILE or --server URL")
 	}
+	c := api.NewClient(s.server)
+	c.Token = s.token
+	return serverStore{c}, nil
 }
 
 // parse parses args with fs, printing usage text with examples on error.
