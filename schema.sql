@@ -75,4 +75,17 @@ CREATE TABLE keys (
 	token_hash       BLOB    NOT NULL DEFAULT x'' -- SHA-256 of the latest reservation token
 ) WITHOUT ROWID;
 
+-- API bearer tokens (not part of the chain). A token is shown once, at
+-- creation; only its SHA-256 is kept. token_id is the public part of the
+-- token used to find its row; the whole token's hash is then compared in
+-- constant time.
+CREATE TABLE tokens (
+	name       TEXT    PRIMARY KEY,
+	role       TEXT    NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+	token_id   TEXT    NOT NULL UNIQUE,
+	token_hash BLOB    NOT NULL,
+	created_at INTEGER NOT NULL, -- unix ms
+	revoked_at INTEGER NOT NULL DEFAULT 0 -- unix ms, 0 while valid
+);
+
 PRAGMA user_version = 1;

@@ -24,6 +24,8 @@ var statusOf = map[string]int{
 	ledger.ECodeNotFound:            http.StatusNotFound,
 	ledger.ECodeMethodNotAllowed:    http.StatusMethodNotAllowed,
 	ledger.ECodeUnavailable:         http.StatusServiceUnavailable,
+	ledger.ECodeUnauthorized:        http.StatusUnauthorized,
+	ledger.ECodeForbidden:           http.StatusForbidden,
 	ledger.ECodeInternal:            http.StatusInternalServerError,
 	ledger.ECodeFingerprintMismatch: http.StatusUnprocessableEntity,
 	ledger.ECodeInProgress:          http.StatusConflict,
@@ -70,6 +72,9 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 		s.logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	case code == ledger.ECodeUnavailable:
 		s.logger.WarnContext(r.Context(), "request not recorded", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	if code == ledger.ECodeUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ledgerd"`)
 	}
 	if retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(retryAfter.Seconds())), 10))

@@ -33,7 +33,9 @@ type Server struct {
 	logger *slog.Logger
 	router *mux.Router
 	// inflight bounds concurrent API requests; nil means no bound.
-	inflight chan struct{}
+	inflight    chan struct{}
+	auth        authState
+	metricsAuth bool
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.
@@ -112,7 +114,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.router.ServeHTTP(sw, r)
+	ctx, err := s.authenticate(r, s.roleFor(route, r.Method))
+	if err != nil {
+		s.Error(sw, r, err)
+		return
+	}
+	s.router.ServeHTTP(sw, r.WithContext(ctx))
 }
 
 // statusWriter records the status code written.

@@ -370,3 +370,15 @@ func TestServer_maxInFlight(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 5e9, 10e6)
 }
+
+// TestServer_statusTable checks that every contract code maps to a status.
+func TestServer_statusTable(t *testing.T) {
+	for _, code := range []string{ledger.ECodeInvalidJSON, ledger.ECodeInvalidRequest, ledger.ECodeInvalidKey,
+		ledger.ECodeBodyTooLarge, ledger.ECodeUnsupportedMedia, ledger.ECodeNotFound, ledger.ECodeMethodNotAllowed,
+		ledger.ECodeUnavailable, ledger.ECodeUnauthorized, ledger.ECodeForbidden, ledger.ECodeInternal,
+		ledger.ECodeFingerprintMismatch, ledger.ECodeInProgress, ledger.ECodeUnsafeResume, ledger.ECodeRetryNotAllowed,
+		ledger.ECodeAttemptConflict, ledger.ECodeUnknownKey, ledger.ECodeStaleReservation, ledger.ECodeAlreadyFinalized,
+		ledger.ECodeNotInterrupted, ledger.ECodeUnknownReceipt} {
+		assert.NotEqual(t, 500, api.StatusOf(code), code)
+	}
+}

@@ -18,6 +18,8 @@ const (
 	ECodeNotFound         = "not_found"
 	ECodeMethodNotAllowed = "method_not_allowed"
 	ECodeUnavailable      = "unavailable"
+	ECodeUnauthorized     = "unauthorized"
+	ECodeForbidden        = "forbidden"
 	ECodeInternal         = "internal"
 
 	// Reserve.

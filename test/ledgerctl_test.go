@@ -241,3 +241,39 @@ func TestLedgerctl_backupCopy(t *testing.T) {
 	out, stderr, code := ledgerctl(t, "verify", "--db", backup, "--expect-head", strings.TrimSpace(head))
 	assert.Equal(t, 0, code, "%s%s", out, stderr)
 }
+
+// TestLedgerctl_tokens creates, uses and revokes tokens on the file of a
+// running ledgerd: no restart needed.
+func TestLedgerctl_tokens(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	assert.Contains(t, l.Logs(), "auth disabled")
+	tok, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "admin", "--name", "ops-alice")
+	require.Equal(t, 0, code, stderr)
+	tok = strings.TrimSpace(tok)
+	assert.True(t, strings.HasPrefix(tok, "elt_"))
+	_, _, code = ledgerctl(t, "token", "create", "--db", l.DB, "--role", "root", "--name", "x")
+	assert.Equal(t, 2, code)
+
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 5*time.Second, 50*time.Millisecond)
+	r := l.Do("GET", "/v1/head", "", "Authorization", "Bearer "+tok)
+	assert.Equal(t, 200, r.Status)
+	out, _, code := ledgerctl(t, "head", "--server", l.URL, "--token", tok)
+	assert.Equal(t, 0, code)
+	assert.True(t, strings.HasPrefix(out, "0:"))
+	_, _, code = ledgerctl(t, "head", "--server", l.URL)
+	assert.Equal(t, 2, code, "401 without the token")
+
+	out, _, code = ledgerctl(t, "token", "list", "--db", l.DB)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "ops-alice")
+	assert.NotContains(t, out, tok, "tokens are never shown again")
+	_, _, code = ledgerctl(t, "token", "revoke", "--db", l.DB, "ops-alice")
+	require.Equal(t, 0, code)
+	assert.Equal(t, 401, l.Do("GET", "/v1/head", "", "Authorization", "Bearer "+tok).Status)
+}
+
+func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
+	out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", filepath.Join(t.TempDir(), "l.db"), "--listen", "0.0.0.0:0").CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "without auth")
+}

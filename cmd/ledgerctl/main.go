@@ -34,6 +34,7 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
+  token     create, list and revoke API bearer tokens (file only)
 
 Every command reads either the SQLite file (--db FILE, opened read-only,
 safe while ledgerd runs) or a running server (--server URL), and prints
@@ -73,6 +74,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ExportCommand{Env: env}
 	case "resolve":
 		cmd = &ResolveCommand{Env: env}
+	case "token":
+		cmd = &TokenCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -56,6 +56,8 @@ type Main struct {
 	VerifyEvery     time.Duration
 	PprofAddr       string
 	MaxInFlight     int
+	Insecure        bool
+	MetricsAuth     bool
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -80,6 +82,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
 	fs.IntVar(&m.MaxInFlight, "max-inflight", api.DefaultMaxInFlight, "concurrent API requests beyond which requests get 503 + Retry-After (0: no bound)")
+	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
+	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
@@ -179,6 +183,21 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Addr <- ln.Addr()
 	handler := api.NewServer(db, m.Logger)
 	handler.SetMaxInFlight(m.MaxInFlight)
+	handler.SetMetricsAuth(m.MetricsAuth)
+	authOn, err := handler.AuthEnabled(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case authOn:
+		m.Logger.Info("auth enabled: API requests need a bearer token")
+	case !isLoopback(m.Listen) && !m.Insecure:
+		return fmt.Errorf("refusing to serve %s without auth: create a token (ledgerctl token create --db %s --role admin --name NAME) or pass --insecure", m.Listen, m.DBPath)
+	case !isLoopback(m.Listen):
+		m.Logger.Warn("auth disabled and --insecure: anyone who can reach this address can write receipts", "addr", m.Listen)
+	default:
+		m.Logger.Info("auth disabled: no API tokens exist, serving open on loopback (ledgerctl token create enables auth)")
+	}
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 5 * time.Second,
@@ -205,4 +224,17 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Logger.Info("stopped")
 	return nil
+}
+
+// isLoopback reports whether a listen address binds only loopback.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

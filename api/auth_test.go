@@ -1,0 +1,83 @@
+package api_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+func TestServer_auth(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: logger})
+	require.NoError(t, err)
+	defer db.Close()
+	toks, err := ledger.OpenTokens(context.Background(), path)
+	require.NoError(t, err)
+	defer toks.Close()
+	tok := map[string]string{}
+	for _, role := range []string{ledger.RoleReader, ledger.RoleWriter, ledger.RoleAdmin} {
+		tok[role], err = toks.Create(context.Background(), role+"-bot", role)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(tok[role], ledger.TokenPrefix))
+		assert.GreaterOrEqual(t, len(tok[role]), 4+12+1+64, "≥ 256 random bits")
+	}
+	_, err = toks.Create(context.Background(), "reader-bot", ledger.RoleReader)
+	assert.ErrorIs(t, err, ledger.ErrTokenExists)
+	srv := httptest.NewServer(api.NewServer(db, logger))
+	defer srv.Close()
+	bearer := func(role string) []string { return []string{"Authorization", "Bearer " + tok[role]} }
+	body := `{"idempotency_key":"auth-key-0001","execution_id":"e","tool":"t","effect":"write","lease_ms":10}`
+
+	for _, tt := range []struct {
+		desc, method, path, body string
+		header                   []string
+		wantStatus               int
+		wantCode                 string
+	}{
+		{"no token", "POST", "/v1/effects/reserve", body, nil, 401, "unauthorized"},
+		{"not bearer", "POST", "/v1/effects/reserve", body, []string{"Authorization", "Basic eDp5"}, 401, "unauthorized"},
+		{"forged token", "POST", "/v1/effects/reserve", body, []string{"Authorization", "Bearer " + tok["writer"][:20] + strings.Repeat("0", 64)}, 401, "unauthorized"},
+		{"garbage token", "POST", "/v1/effects/reserve", body, []string{"Authorization", "Bearer nope"}, 401, "unauthorized"},
+		{"reader may not write", "POST", "/v1/effects/reserve", body, bearer("reader"), 403, "forbidden"},
+		{"writer may not read", "GET", "/v1/effects/auth-key-0001", "", bearer("writer"), 403, "forbidden"},
+		{"401 does not reveal keys", "GET", "/v1/effects/no-such-key-1", "", nil, 401, "unauthorized"},
+		{"writer reserves", "POST", "/v1/effects/reserve", body, bearer("writer"), 201, ""},
+		{"reader reads", "GET", "/v1/effects/auth-key-0001", "", bearer("reader"), 200, ""},
+		{"writer may not resolve", "POST", "/v1/effects/auth-key-0001/resolve", `{"outcome":"failed","error":{"code":"X"},"note":"n"}`, bearer("writer"), 403, "forbidden"},
+		{"admin resolves", "POST", "/v1/effects/auth-key-0001/resolve", `{"outcome":"failed","error":{"code":"X"},"note":"checked"}`, bearer("admin"), 201, ""},
+		{"admin reads", "GET", "/v1/head", "", bearer("admin"), 200, ""},
+		{"healthz open", "GET", "/healthz", "", nil, 200, ""},
+		{"readyz open", "GET", "/readyz", "", nil, 200, ""},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			r := do(t, srv, tt.method, tt.path, tt.body, tt.header...)
+			assert.Equal(t, tt.wantStatus, r.status, r.raw)
+			assert.Equal(t, tt.wantCode, r.code())
+			if tt.wantStatus == 401 {
+				assert.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer")
+			}
+		})
+	}
+	// The token's name is the actor of the receipts it causes.
+	r := do(t, srv, "GET", "/v1/receipts", "", bearer("reader")...)
+	rs := r.body["receipts"].([]any)
+	require.Len(t, rs, 2)
+	assert.Equal(t, "writer-bot", rs[0].(map[string]any)["actor"])
+	assert.Equal(t, "admin-bot", rs[1].(map[string]any)["actor"])
+
+	// Revocation takes effect at once.
+	require.NoError(t, toks.Revoke(context.Background(), "reader-bot"))
+	r = do(t, srv, "GET", "/v1/head", "", bearer("reader")...)
+	assert.Equal(t, 401, r.status)
+}
