@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +58,8 @@ type Main struct {
 	PprofAddr       string
 	MaxInFlight     int
 	Insecure        bool
+	TLSCert         string
+	TLSKey          string
 	MetricsAuth     bool
 
 	Logger *slog.Logger
@@ -82,6 +85,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
 	fs.IntVar(&m.MaxInFlight, "max-inflight", api.DefaultMaxInFlight, "concurrent API requests beyond which requests get 503 + Retry-After (0: no bound)")
+	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
+	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
@@ -135,6 +140,9 @@ Flags:
 	}
 	if m.ShutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
+	}
+	if (m.TLSCert == "") != (m.TLSKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
 	}
 	if m.VerifyEvery < 0 {
 		return errors.New("--verify-every must not be negative")
@@ -208,8 +216,18 @@ func (m *Main) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
+	scheme := "http"
+	if m.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(m.TLSCert, m.TLSKey)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+		scheme = "https"
+	}
 	go func() { serveErr <- srv.Serve(ln) }()
-	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "db", db.Path(), "head_seq", db.Head().Seq)
+	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq)
 
 	select {
 	case err := <-serveErr:
