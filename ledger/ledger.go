@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -119,8 +120,19 @@ func (db *DB) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, 
 	return res, err
 }
 
-// Ready reports whether the database accepts writes: it runs an empty
-// transaction through the writer.
+// Ready reports whether the database accepts writes. While writes work it
+// runs an empty transaction through the writer (cheap); after a write
+// failed, it makes a real durable write (the schema version stamp) until
+// one succeeds, so readiness comes back by itself when the disk recovers.
 func (db *DB) Ready(ctx context.Context) error {
-	return db.submit(ctx, func(context.Context, *writeTx) error { return nil })
+	probe := db.lastWriteErr.Load() != nil
+	return db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+		if !probe {
+			return nil
+		}
+		if _, err := t.tx.ExecContext(ctx, sqlReadyProbe); err != nil {
+			return fmt.Errorf("ready probe: %w", classify(err))
+		}
+		return nil
+	})
 }

@@ -279,4 +279,8 @@ func classify(err error) error {
 	return err
 }
 
+// sqlReadyProbe rewrites the schema stamp with its own value: a durable
+// write that changes nothing, to see whether the disk takes writes again.
+var sqlReadyProbe = fmt.Sprintf("PRAGMA user_version = %d", ledgerschema.Version)
+
 func msDuration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }

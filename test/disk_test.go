@@ -1,0 +1,65 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLedgerd_diskFull puts the database on a small tmpfs, fills it, and
+// checks that writes fail with 503 unavailable, /readyz turns unready,
+// nothing partial is appended, and the service recovers by itself when
+// space is freed. It needs to mount a tmpfs (root, as in CI).
+func TestLedgerd_diskFull(t *testing.T) {
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	l := StartLedgerd(t, filepath.Join(dir, "ledger.db"))
+	reserve := func(i int) Resp {
+		return l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":"disk-key-%06d","execution_id":"e","tool":"t","effect":"write","input":{"pad":%q}}`, i, strings.Repeat("x", 2000)))
+	}
+	require.Equal(t, 201, reserve(0).Status)
+
+	// Fill the filesystem.
+	junk := filepath.Join(dir, "junk")
+	f, err := os.Create(junk)
+	require.NoError(t, err)
+	chunk := bytes.Repeat([]byte{1}, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	_ = f.Close()
+
+	var full Resp
+	for i := 1; i < 2000; i++ { // the WAL may have room for a few more
+		if full = reserve(i); full.Status != 201 {
+			break
+		}
+	}
+	require.Equal(t, 503, full.Status, full.Raw)
+	assert.Equal(t, "unavailable", full.Code())
+	assert.NotEmpty(t, full.Header.Get("Retry-After"))
+	head := l.Do("GET", "/v1/head", "").Body
+	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status)
+
+	require.NoError(t, os.Remove(junk))
+	require.Eventually(t, func() bool { return l.Do("GET", "/readyz", "").Status == 200 }, 10*time.Second, 50*time.Millisecond)
+	r := reserve(99999)
+	require.Equal(t, 201, r.Status, r.Raw)
+	assert.Equal(t, head["seq"].(float64)+1, r.Body["receipt"].(map[string]any)["seq"], "nothing partial was appended")
+	require.NoError(t, l.Stop())
+	out, _, code := ledgerctl(t, "verify", "--db", l.DB)
+	assert.Equal(t, 0, code, out)
+}
