@@ -92,5 +92,11 @@ func (s *Server) authenticate(r *http.Request, need string) (context.Context, er
 		return ctx, &ledger.Error{Code: ledger.ECodeForbidden, Message: "this token's role may not do that",
 			Details: map[string]any{"role": p.Role, "required": need}}
 	}
+	if s.limiter != nil {
+		if ok, wait := s.limiter.allow(p.Name); !ok {
+			return ctx, &ledger.Error{Code: ledger.ECodeRateLimited, Message: "this token is over its request rate",
+				Details: map[string]any{"token": p.Name}, RetryAfter: wait}
+		}
+	}
 	return NewContextWithActor(ctx, p.Name), nil
 }

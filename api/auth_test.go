@@ -81,3 +81,30 @@ func TestServer_auth(t *testing.T) {
 	r = do(t, srv, "GET", "/v1/head", "", bearer("reader")...)
 	assert.Equal(t, 401, r.status)
 }
+
+func TestServer_rateLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: logger})
+	require.NoError(t, err)
+	defer db.Close()
+	toks, err := ledger.OpenTokens(context.Background(), path)
+	require.NoError(t, err)
+	defer toks.Close()
+	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
+	require.NoError(t, err)
+	b, err := toks.Create(context.Background(), "bot-b", ledger.RoleReader)
+	require.NoError(t, err)
+	s := api.NewServer(db, logger)
+	s.SetRateLimit(0.5, 3) // a slow refill: the test cannot outrun it
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	for range 3 {
+		assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a).status)
+	}
+	r := do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a)
+	assert.Equal(t, 429, r.status)
+	assert.Equal(t, "rate_limited", r.code())
+	assert.NotEmpty(t, r.header.Get("Retry-After"))
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+b).status, "buckets are per token")
+}

@@ -26,6 +26,7 @@ var statusOf = map[string]int{
 	ledger.ECodeUnavailable:         http.StatusServiceUnavailable,
 	ledger.ECodeUnauthorized:        http.StatusUnauthorized,
 	ledger.ECodeForbidden:           http.StatusForbidden,
+	ledger.ECodeRateLimited:         http.StatusTooManyRequests,
 	ledger.ECodeInternal:            http.StatusInternalServerError,
 	ledger.ECodeFingerprintMismatch: http.StatusUnprocessableEntity,
 	ledger.ECodeInProgress:          http.StatusConflict,

@@ -36,6 +36,7 @@ type Server struct {
 	inflight    chan struct{}
 	auth        authState
 	metricsAuth bool
+	limiter     *rateLimiter
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.

@@ -375,7 +375,7 @@ func TestServer_maxInFlight(t *testing.T) {
 func TestServer_statusTable(t *testing.T) {
 	for _, code := range []string{ledger.ECodeInvalidJSON, ledger.ECodeInvalidRequest, ledger.ECodeInvalidKey,
 		ledger.ECodeBodyTooLarge, ledger.ECodeUnsupportedMedia, ledger.ECodeNotFound, ledger.ECodeMethodNotAllowed,
-		ledger.ECodeUnavailable, ledger.ECodeUnauthorized, ledger.ECodeForbidden, ledger.ECodeInternal,
+		ledger.ECodeUnavailable, ledger.ECodeUnauthorized, ledger.ECodeForbidden, ledger.ECodeRateLimited, ledger.ECodeInternal,
 		ledger.ECodeFingerprintMismatch, ledger.ECodeInProgress, ledger.ECodeUnsafeResume, ledger.ECodeRetryNotAllowed,
 		ledger.ECodeAttemptConflict, ledger.ECodeUnknownKey, ledger.ECodeStaleReservation, ledger.ECodeAlreadyFinalized,
 		ledger.ECodeNotInterrupted, ledger.ECodeUnknownReceipt} {

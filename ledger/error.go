@@ -20,6 +20,7 @@ const (
 	ECodeUnavailable      = "unavailable"
 	ECodeUnauthorized     = "unauthorized"
 	ECodeForbidden        = "forbidden"
+	ECodeRateLimited      = "rate_limited"
 	ECodeInternal         = "internal"
 
 	// Reserve.

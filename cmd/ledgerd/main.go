@@ -61,6 +61,8 @@ type Main struct {
 	TLSCert         string
 	TLSKey          string
 	MetricsAuth     bool
+	RateLimit       float64
+	RateBurst       int
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -88,6 +90,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
+	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
+	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
@@ -192,6 +196,7 @@ func (m *Main) Run(ctx context.Context) error {
 	handler := api.NewServer(db, m.Logger)
 	handler.SetMaxInFlight(m.MaxInFlight)
 	handler.SetMetricsAuth(m.MetricsAuth)
+	handler.SetRateLimit(m.RateLimit, m.RateBurst)
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
 		return err
