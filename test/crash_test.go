@@ -5,8 +5,11 @@ import (
 	"database/sql"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -176,4 +179,21 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 		require.NoError(t, err, "acknowledged receipt %d lost", a.seq)
 		require.Equal(t, a.hash, r.Hash.String())
 	}
+}
+
+// TestLedgerd_slowHeaders: a client that never finishes its headers is
+// dropped at the read-header timeout while other clients are served.
+func TestLedgerd_slowHeaders(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-header-timeout", "300ms")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write([]byte("GET /v1/head HTTP/1.1\r\nHost: x\r\nX-Slow: "))
+	require.NoError(t, err)
+	assert.Equal(t, 200, l.Do("GET", "/v1/head", "").Status, "others are served meanwhile")
+	start := time.Now()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = io.ReadAll(conn)
+	require.NoError(t, err, "the server closes the connection")
+	assert.Less(t, time.Since(start), 5*time.Second)
 }

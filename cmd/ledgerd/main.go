@@ -49,20 +49,21 @@ const (
 
 // Main is the ledgerd program, so that tests can drive it in-process.
 type Main struct {
-	DBPath          string
-	Listen          string
-	LogLevel        string
-	LogFormat       string
-	ShutdownTimeout time.Duration
-	VerifyEvery     time.Duration
-	PprofAddr       string
-	MaxInFlight     int
-	Insecure        bool
-	TLSCert         string
-	TLSKey          string
-	MetricsAuth     bool
-	RateLimit       float64
-	RateBurst       int
+	DBPath            string
+	Listen            string
+	LogLevel          string
+	LogFormat         string
+	ShutdownTimeout   time.Duration
+	VerifyEvery       time.Duration
+	PprofAddr         string
+	MaxInFlight       int
+	Insecure          bool
+	TLSCert           string
+	TLSKey            string
+	MetricsAuth       bool
+	ReadHeaderTimeout time.Duration
+	RateLimit         float64
+	RateBurst         int
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -90,6 +91,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
+	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "drop clients that take longer to send their request headers")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
@@ -213,7 +215,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: m.ReadHeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
