@@ -213,16 +213,16 @@ func (o *object) done() error {
 }
 
 // failure reads the "error" member of a commit or resolve.
-func (o *object) failure() (*ledger.FailureDetail, error) {
+func (o *object) failure() *ledger.FailureDetail {
 	e := o.sub("error")
 	if e == nil {
-		return nil, nil
+		return nil
 	}
 	f := &ledger.FailureDetail{Code: e.required("code"), Message: e.str("message"), Retryable: e.boolean("retryable")}
-	if err := e.done(); err != nil {
-		return nil, err
+	if err := e.done(); err != nil && o.err == nil {
+		o.err = err
 	}
-	return f, nil
+	return f
 }
 
 // headerKey reads the Idempotency-Key header: a bare token or a

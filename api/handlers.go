@@ -124,6 +124,20 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
+// keyAndBody reads the {key} of the path and the JSON body, answering
+// the error itself when either is bad.
+func (s *Server) keyAndBody(w http.ResponseWriter, r *http.Request) (string, *object, bool) {
+	key, err := pathKey(r)
+	if err == nil {
+		var o *object
+		if o, err = readBody(w, r); err == nil {
+			return key, o, true
+		}
+	}
+	s.Error(w, r, err)
+	return "", nil, false
+}
+
 type committedBody struct {
 	Status         string     `json:"status"`
 	IdempotencyKey string     `json:"idempotency_key"`
@@ -133,14 +147,8 @@ type committedBody struct {
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
-	key, err := pathKey(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	o, err := readBody(w, r)
-	if err != nil {
-		s.Error(w, r, err)
+	key, o, ok := s.keyAndBody(w, r)
+	if !ok {
 		return
 	}
 	req := ledger.CommitRequest{
@@ -149,11 +157,8 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
 		Outcome:        o.required("outcome"),
 		ExternalRef:    o.str("external_ref"),
 		Result:         o.json("result"),
+		Error:          o.failure(),
 		Actor:          ActorFromContext(r.Context()),
-	}
-	if req.Error, err = o.failure(); err != nil {
-		s.Error(w, r, err)
-		return
 	}
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
@@ -181,14 +186,8 @@ type resolvedBody struct {
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
-	key, err := pathKey(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	o, err := readBody(w, r)
-	if err != nil {
-		s.Error(w, r, err)
+	key, o, ok := s.keyAndBody(w, r)
+	if !ok {
 		return
 	}
 	req := ledger.ResolveRequest{
@@ -197,11 +196,8 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		ExternalRef:    o.str("external_ref"),
 		Result:         o.json("result"),
 		Note:           o.required("note"),
+		Error:          o.failure(),
 		Actor:          ActorFromContext(r.Context()),
-	}
-	if req.Error, err = o.failure(); err != nil {
-		s.Error(w, r, err)
-		return
 	}
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
@@ -237,21 +233,7 @@ func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	b := append(make([]byte, 0, 256+512*len(v.Receipts)), `{"idempotency_key":`...)
-	b = chain.AppendJSONString(b, v.IdempotencyKey)
-	b = append(b, `,"state":`...)
-	b = chain.AppendJSONString(b, string(v.State))
-	b = append(b, `,"tool":`...)
-	b = chain.AppendJSONString(b, v.Tool)
-	b = append(b, `,"effect":`...)
-	b = chain.AppendJSONString(b, v.Effect)
-	b = append(b, `,"idempotent":`...)
-	b = strconv.AppendBool(b, v.Idempotent)
-	b = append(b, `,"input_hash":`...)
-	b = chain.AppendJSONString(b, v.InputHash)
-	b = append(b, `,"receipts":`...)
-	b = appendReceipts(b, v.Receipts)
-	s.writeRaw(w, http.StatusOK, append(b, "}\n"...))
+	s.writeRaw(w, http.StatusOK, append(AppendKeyView(nil, v), '\n'))
 }
 
 // receiptQuery is the set of query parameters GET /v1/receipts accepts.
@@ -297,15 +279,7 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	b := append(make([]byte, 0, 64+512*len(rs)), `{"receipts":`...)
-	b = appendReceipts(b, rs)
-	b = append(b, `,"next_after":`...)
-	if next == nil {
-		b = append(b, "null"...)
-	} else {
-		b = strconv.AppendUint(b, *next, 10)
-	}
-	s.writeRaw(w, http.StatusOK, append(b, "}\n"...))
+	s.writeRaw(w, http.StatusOK, append(AppendReceiptPage(nil, rs, next), '\n'))
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
@@ -321,20 +295,6 @@ func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeRaw(w, http.StatusOK, append(rc.AppendJSON(nil), '\n'))
-}
-
-// appendReceipts appends a JSON array of receipts. Receipts are written by
-// hand, not through encoding/json, which would re-compact the embedded
-// result: an online verifier must see the stored bytes.
-func appendReceipts(b []byte, rs []chain.Receipt) []byte {
-	b = append(b, '[')
-	for i := range rs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = rs[i].AppendJSON(b)
-	}
-	return append(b, ']')
 }
 
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {

@@ -79,7 +79,7 @@ func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
 	pr, pw := io.Pipe()
 	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
-	cmd.Stderr = io.MultiWriter(pw, l.logs)
+	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen
 	require.NoError(t, cmd.Start())
 	go func() {
 		l.exit <- cmd.Wait()

@@ -45,10 +45,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		}
 		filter.Since = t
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}

@@ -6,9 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 
+	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -36,10 +36,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}
@@ -49,14 +46,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if src.json {
-		b := append([]byte(`{"receipts":`), appendReceipts(nil, rs)...)
-		b = append(b, `,"next_after":`...)
-		if next == nil {
-			b = append(b, "null"...)
-		} else {
-			b = strconv.AppendUint(b, *next, 10)
-		}
-		_, err := c.Stdout.Write(append(b, "}\n"...))
+		_, err := c.Stdout.Write(append(api.AppendReceiptPage(nil, rs, next), '\n'))
 		return err
 	}
 	printReceipts(c.Stdout, rs)
@@ -64,17 +54,6 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "(more: --after %d)\n", *next)
 	}
 	return nil
-}
-
-func appendReceipts(b []byte, rs []chain.Receipt) []byte {
-	b = append(b, '[')
-	for i := range rs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = rs[i].AppendJSON(b)
-	}
-	return append(b, ']')
 }
 
 func printReceipts(w io.Writer, rs []chain.Receipt) {
@@ -107,10 +86,7 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usageErr(fs, c.Env, "want exactly one KEY")
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}
@@ -120,20 +96,7 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if src.json {
-		b := append([]byte(`{"idempotency_key":`), chain.AppendJSONString(nil, v.IdempotencyKey)...)
-		b = append(b, `,"state":`...)
-		b = chain.AppendJSONString(b, string(v.State))
-		b = append(b, `,"tool":`...)
-		b = chain.AppendJSONString(b, v.Tool)
-		b = append(b, `,"effect":`...)
-		b = chain.AppendJSONString(b, v.Effect)
-		b = append(b, `,"idempotent":`...)
-		b = strconv.AppendBool(b, v.Idempotent)
-		b = append(b, `,"input_hash":`...)
-		b = chain.AppendJSONString(b, v.InputHash)
-		b = append(b, `,"receipts":`...)
-		b = appendReceipts(b, v.Receipts)
-		_, err := c.Stdout.Write(append(b, "}\n"...))
+		_, err := c.Stdout.Write(append(api.AppendKeyView(nil, v), '\n'))
 		return err
 	}
 	fmt.Fprintf(c.Stdout, "key        %s\nstate      %s\ntool       %s\neffect     %s\nidempotent %t\ninput      %s\n\n",
@@ -187,10 +150,7 @@ func (c *HeadCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}
@@ -223,10 +183,7 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}

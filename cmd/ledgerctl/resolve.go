@@ -53,10 +53,7 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	if fail.Code != "" || fail.Message != "" || fail.Retryable {
 		body.Error = &fail
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}

@@ -65,10 +65,11 @@ func (s *sourceFlags) check() error {
 	return nil
 }
 
-// open returns the store named by the flags (check them first).
-func (s *sourceFlags) open(ctx context.Context) (store, error) {
+// open returns the store named by the flags; a bad combination of flags
+// is a usage error of the command fs.
+func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (store, error) {
 	if err := s.check(); err != nil {
-		return nil, err
+		return nil, usageErr(fs, env, "%v", err)
 	}
 	if s.db != "" {
 		if _, err := os.Stat(s.db); err != nil {

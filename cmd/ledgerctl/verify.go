@@ -67,10 +67,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		opts.Pinned = pin
 		opts.Incremental = *incremental && pin != nil // the first run is a full one
 	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
-	}
-	st, err := src.open(ctx)
+	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
 	}
