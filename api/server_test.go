@@ -382,3 +382,17 @@ func TestServer_statusTable(t *testing.T) {
 		assert.NotEqual(t, 500, api.StatusOf(code), code)
 	}
 }
+
+// TestServer_hugeArrays: a large array input is fingerprinted (no crash,
+// no quadratic blow-up); past 1 MiB it is refused with 413.
+func TestServer_hugeArrays(t *testing.T) {
+	srv, db := MustOpenServer(t)
+	arr := "[" + strings.Repeat("0,", 200_000) + "0]"
+	r := do(t, srv, "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","input":`+arr+`}`)
+	assert.Equal(t, 201, r.status, r.raw[:min(len(r.raw), 200)])
+	big := "[" + strings.Repeat("0,", 600_000) + "0]"
+	r = do(t, srv, "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","input":`+big+`}`)
+	assert.Equal(t, 413, r.status)
+	assert.Equal(t, "body_too_large", r.code())
+	assert.Equal(t, uint64(1), db.Head().Seq)
+}
