@@ -3,16 +3,22 @@ package verify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // DerivedSource can list the ledger's derived keys table in key byte
 // order, the order of KeySource.KeyReceipts, so that the verifier can
-// cross-check it against the replayed state with a merge join.
+// cross-check it against the replayed state with a merge join. The scan
+// and the receipts are read in different snapshots, so while ledgerd
+// writes a key can look different in the two; KeyDrift re-checks such a
+// key in one snapshot before it counts as a violation.
 type DerivedSource interface {
 	Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error
+	KeyDrift(ctx context.Context, key string) ([]string, error)
 }
 
 // DuplicateSource can list, in constant memory, the successes of distinct
@@ -25,19 +31,21 @@ type DuplicateSource interface {
 // driftChecker compares, key by key, the state replayed from the receipts
 // with the stored keys table, read concurrently in batches.
 type driftChecker struct {
-	col    *collector
-	cancel context.CancelFunc
-	rows   chan []ledger.KeyRecord
-	errc   chan error
-	batch  []ledger.KeyRecord
-	cur    *ledger.KeyRecord
+	col     *collector
+	src     DerivedSource
+	suspect []suspect // keys that differed between the two snapshots
+	cancel  context.CancelFunc
+	rows    chan []ledger.KeyRecord
+	errc    chan error
+	batch   []ledger.KeyRecord
+	cur     *ledger.KeyRecord
 }
 
 const driftBatch = 512
 
 func newDriftChecker(ctx context.Context, col *collector, src DerivedSource) *driftChecker {
 	ctx, cancel := context.WithCancel(ctx)
-	d := &driftChecker{col: col, cancel: cancel, rows: make(chan []ledger.KeyRecord, 4), errc: make(chan error, 1)}
+	d := &driftChecker{col: col, src: src, cancel: cancel, rows: make(chan []ledger.KeyRecord, 4), errc: make(chan error, 1)}
 	go func() {
 		defer close(d.rows)
 		batch := make([]ledger.KeyRecord, 0, driftBatch)
@@ -81,12 +89,12 @@ func (d *driftChecker) advance() {
 // before it in byte order.
 func (d *driftChecker) key(k *keyState) {
 	for d.cur != nil && d.cur.Key < k.key {
-		d.col.addf(d.cur.FirstSeq, RuleDerivedState, "keys table has key %q, which has no receipts", d.cur.Key)
+		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
 		d.advance()
 	}
 	if !k.hasReserve {
 		if d.cur != nil && d.cur.Key == k.key {
-			d.col.addf(d.cur.FirstSeq, RuleDerivedState, "keys table has key %q, which has no reserve", k.key)
+			d.suspectf(d.cur.FirstSeq, k.key, "keys table has key %q, which has no reserve", k.key)
 			d.advance()
 		}
 		return
@@ -98,20 +106,50 @@ func (d *driftChecker) key(k *keyState) {
 		want.FinalSeq = k.final.seq
 	}
 	if d.cur == nil || d.cur.Key != k.key {
-		d.col.addf(want.FirstSeq, RuleDerivedState, "keys table has no row for key %q", k.key)
+		d.suspectf(want.FirstSeq, k.key, "keys table has no row for key %q", k.key)
 		return
 	}
 	if *d.cur != want {
-		d.col.addf(want.FirstSeq, RuleDerivedState, "keys row for %q is %+v; the receipts give %+v", k.key, *d.cur, want)
+		d.suspectf(want.FirstSeq, k.key, "keys row for %q is %+v; the receipts give %+v", k.key, *d.cur, want)
 	}
 	d.advance()
 }
 
-// finish reports stored rows after the last key and returns a read error.
-func (d *driftChecker) finish() error {
+// suspect is a key whose stored row and replayed state differed.
+type suspect struct {
+	seq    uint64
+	key    string
+	detail string
+}
+
+// maxSuspects bounds the keys re-checked one by one; beyond it a
+// difference is reported as found (a damaged table, not a race).
+const maxSuspects = 10_000
+
+func (d *driftChecker) suspectf(seq uint64, key, format string, args ...any) {
+	if len(d.suspect) >= maxSuspects {
+		d.col.addf(seq, RuleDerivedState, format, args...)
+		return
+	}
+	d.suspect = append(d.suspect, suspect{seq, key, fmt.Sprintf(format, args...)})
+}
+
+// finish reports stored rows after the last key, re-checks the suspects
+// in one snapshot each, and returns a read error.
+func (d *driftChecker) finish(ctx context.Context) error {
 	for d.cur != nil {
-		d.col.addf(d.cur.FirstSeq, RuleDerivedState, "keys table has key %q, which has no receipts", d.cur.Key)
+		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
 		d.advance()
+	}
+	for _, s := range d.suspect {
+		drift, err := d.src.KeyDrift(ctx, s.key)
+		if err != nil {
+			d.cancel()
+			return err
+		}
+		if len(drift) > 0 { // still different in one snapshot: not a race
+			d.col.addf(s.seq, RuleDerivedState, "%s (%s)", s.detail, strings.Join(drift, "; "))
+		}
 	}
 	d.cancel()
 	for range d.rows { // let the reader finish

@@ -234,7 +234,7 @@ func (v *Verifier) keyPass(ctx context.Context, ks KeySource, state *stateChecke
 	})
 	state.finish(now)
 	if state.drift != nil {
-		if derr := state.drift.finish(); err == nil {
+		if derr := state.drift.finish(ctx); err == nil {
 			err = derr
 		}
 	}
