@@ -1,5 +1,7 @@
 package api
 
+import "net/http"
+
 // StatusOf exposes the code→status table to the tests.
 func StatusOf(code string) int {
 	if s, ok := statusOf[code]; ok && code != "internal" {
@@ -9,4 +11,9 @@ func StatusOf(code string) int {
 		return 0
 	}
 	return 500
+}
+
+// AddPanicRoute adds a route whose handler panics, to test recovery.
+func (s *Server) AddPanicRoute() {
+	s.router.HandleFunc("/test/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
 }

@@ -396,3 +396,19 @@ func TestServer_hugeArrays(t *testing.T) {
 	assert.Equal(t, "body_too_large", r.code())
 	assert.Equal(t, uint64(1), db.Head().Seq)
 }
+
+func TestServer_panic(t *testing.T) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
+	require.NoError(t, err)
+	defer db.Close()
+	s := api.NewServer(db, logger)
+	s.AddPanicRoute()
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	r := do(t, srv, "GET", "/test/panic", "")
+	assert.Equal(t, 500, r.status)
+	assert.Equal(t, "internal", r.code())
+	assert.NotContains(t, r.raw, "boom", "no internals in the message")
+	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status, "the server lives on")
+}
