@@ -64,6 +64,12 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)
 	r.HandleFunc("/v1/effects/reserve", s.handleReserve).Methods(http.MethodPost)
+	// Any other method on the reserve path is a wrong method, not a lookup of
+	// a key called "reserve".
+	r.HandleFunc("/v1/effects/reserve", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		s.Error(w, r, ledger.Errorf(ledger.ECodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+	})
 	r.HandleFunc("/v1/effects/{key}/commit", s.handleCommit).Methods(http.MethodPost)
 	r.HandleFunc("/v1/effects/{key}/resolve", s.handleResolve).Methods(http.MethodPost)
 	r.HandleFunc("/v1/effects/{key}", s.handleGetKey).Methods(http.MethodGet, http.MethodHead)
