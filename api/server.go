@@ -110,7 +110,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				s.Error(sw, r, fmt.Errorf("panic: %v", v))
 			}
 		}
-		requestDuration.WithLabelValues(route, r.Method, strconv.Itoa(sw.code())).Observe(time.Since(start).Seconds())
+		elapsed := time.Since(start)
+		requestDuration.WithLabelValues(route, r.Method, strconv.Itoa(sw.code())).Observe(elapsed.Seconds())
+		if s.logger.Enabled(r.Context(), slog.LevelDebug) {
+			s.logger.DebugContext(r.Context(), "request", "method", r.Method, "route", route,
+				"status", sw.code(), "duration", elapsed, "remote", r.RemoteAddr)
+		}
 	}()
 	if s.inflight != nil && route != "/healthz" && route != "/readyz" && route != "/metrics" {
 		select {

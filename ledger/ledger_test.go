@@ -700,6 +700,10 @@ func TestOpen(t *testing.T) {
 		_, err = ledger.Open(context.Background(), path, ledger.Options{})
 		assert.ErrorIs(t, err, ledger.ErrSchemaVersion)
 	})
+	t.Run("directory", func(t *testing.T) {
+		_, err := ledger.Open(context.Background(), t.TempDir(), ledger.Options{})
+		assert.ErrorContains(t, err, "is a directory")
+	})
 	t.Run("unusable path", func(t *testing.T) {
 		_, err := ledger.Open(context.Background(), t.TempDir()+"/no/such/dir/l.db", ledger.Options{})
 		assert.Error(t, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -126,6 +127,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	opts.defaults()
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("open ledger: %s is a directory, not a database file", abs)
+	}
 	lock, err := acquireLock(abs)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
