@@ -12,3 +12,6 @@ var Unpack = unpack
 // must be called before the hook can race with the writer: the hook itself
 // reads an atomic the test flips.
 func (db *DB) SetBeforeCommit(f func() error) { db.beforeCommit = f }
+
+// Classify exposes the driver-error classification to the tests.
+var Classify = classify
