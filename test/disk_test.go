@@ -63,4 +63,3 @@ func TestLedgerd_diskFull(t *testing.T) {
 	out, _, code := ledgerctl(t, "verify", "--db", l.DB)
 	assert.Equal(t, 0, code, out)
 }
-
