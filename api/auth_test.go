@@ -2,10 +2,6 @@ package api_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +13,19 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-func TestServer_auth(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: logger})
-	require.NoError(t, err)
-	defer db.Close()
+// MustOpenTokens opens the tokens of the ledger at path.
+func MustOpenTokens(tb testing.TB, path string) *ledger.Tokens {
+	tb.Helper()
 	toks, err := ledger.OpenTokens(context.Background(), path)
-	require.NoError(t, err)
-	defer toks.Close()
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = toks.Close() })
+	return toks
+}
+
+func TestServer_auth(t *testing.T) {
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
+	var err error
 	tok := map[string]string{}
 	for _, role := range []string{ledger.RoleReader, ledger.RoleWriter, ledger.RoleAdmin} {
 		tok[role], err = toks.Create(context.Background(), role+"-bot", role)
@@ -35,8 +35,7 @@ func TestServer_auth(t *testing.T) {
 	}
 	_, err = toks.Create(context.Background(), "reader-bot", ledger.RoleReader)
 	assert.ErrorIs(t, err, ledger.ErrTokenExists)
-	srv := httptest.NewServer(api.NewServer(db, logger))
-	defer srv.Close()
+	srv := MustServe(t, api.NewServer(db, quiet))
 	bearer := func(role string) []string { return []string{"Authorization", "Bearer " + tok[role]} }
 	body := `{"idempotency_key":"auth-key-0001","execution_id":"e","tool":"t","effect":"write","lease_ms":10}`
 
@@ -87,22 +86,15 @@ func TestServer_auth(t *testing.T) {
 }
 
 func TestServer_rateLimit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: logger})
-	require.NoError(t, err)
-	defer db.Close()
-	toks, err := ledger.OpenTokens(context.Background(), path)
-	require.NoError(t, err)
-	defer toks.Close()
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
 	require.NoError(t, err)
 	b, err := toks.Create(context.Background(), "bot-b", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, logger)
+	s := api.NewServer(db, quiet)
 	s.SetRateLimit(0.5, 3) // a slow refill: the test cannot outrun it
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	srv := MustServe(t, s)
 	for range 3 {
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a).status)
 	}

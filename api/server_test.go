@@ -19,18 +19,32 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
+// quiet discards logs.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// MustOpenDB opens a new ledger in a temp dir and returns it with its path.
+func MustOpenDB(tb testing.TB) (*ledger.DB, string) {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "ledger.db")
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db, path
+}
+
+// MustServe serves s through httptest until the test ends.
+func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
+	tb.Helper()
+	srv := httptest.NewServer(s)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
 // MustOpenServer serves a new ledger in a temp dir through httptest.
 func MustOpenServer(tb testing.TB) (*httptest.Server, *ledger.DB) {
 	tb.Helper()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
-	require.NoError(tb, err)
-	srv := httptest.NewServer(api.NewServer(db, logger))
-	tb.Cleanup(func() {
-		srv.Close()
-		_ = db.Close()
-	})
-	return srv, db
+	db, _ := MustOpenDB(tb)
+	return MustServe(tb, api.NewServer(db, quiet)), db
 }
 
 // response is a decoded HTTP response.
@@ -338,14 +352,10 @@ func mustJSON(v any) string {
 // TestServer_maxInFlight holds requests in flight and checks that the one
 // beyond the bound gets 503 with Retry-After while health stays open.
 func TestServer_maxInFlight(t *testing.T) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
-	require.NoError(t, err)
-	defer db.Close()
-	s := api.NewServer(db, logger)
+	db, _ := MustOpenDB(t)
+	s := api.NewServer(db, quiet)
 	s.SetMaxInFlight(2)
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	srv := MustServe(t, s)
 
 	// Two slow requests: bodies that never finish arriving.
 	var held []io.Closer
@@ -402,14 +412,10 @@ func TestServer_hugeArrays(t *testing.T) {
 }
 
 func TestServer_panic(t *testing.T) {
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
-	require.NoError(t, err)
-	defer db.Close()
-	s := api.NewServer(db, logger)
+	db, _ := MustOpenDB(t)
+	s := api.NewServer(db, quiet)
 	s.AddPanicRoute()
-	srv := httptest.NewServer(s)
-	defer srv.Close()
+	srv := MustServe(t, s)
 	r := do(t, srv, "GET", "/test/panic", "")
 	assert.Equal(t, 500, r.status)
 	assert.Equal(t, "internal", r.code())
