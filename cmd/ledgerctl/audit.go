@@ -34,9 +34,6 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
 	filter := verify.AuditFilter{Tool: *tool}
 	if *since != "" {
 		t, err := parseSince(*since, time.Now())
@@ -45,7 +42,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		}
 		filter.Since = t
 	}
-	st, err := src.open(ctx, fs, c.Env)
+	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}

@@ -33,10 +33,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
-	st, err := src.open(ctx, fs, c.Env)
+	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}
@@ -147,10 +144,7 @@ func (c *HeadCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
-	st, err := src.open(ctx, fs, c.Env)
+	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}
@@ -180,10 +174,7 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
-	st, err := src.open(ctx, fs, c.Env)
+	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}

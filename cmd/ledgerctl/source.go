@@ -65,6 +65,14 @@ func (s *sourceFlags) check() error {
 	return nil
 }
 
+// openNoArgs is open for commands that take no positional arguments.
+func (s *sourceFlags) openNoArgs(ctx context.Context, fs *flag.FlagSet, env *Env, pos []string) (store, error) {
+	if len(pos) > 0 {
+		return nil, usageErr(fs, env, "unexpected arguments %q", pos)
+	}
+	return s.open(ctx, fs, env)
+}
+
 // open returns the store named by the flags; a bad combination of flags
 // is a usage error of the command fs.
 func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (store, error) {
