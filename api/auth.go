@@ -12,29 +12,55 @@ import (
 )
 
 // authCheckEvery is how often the server re-reads whether any token exists
-// (a new first token is enforced within it; a revocation at once).
+// (a new first token is enforced within it).
 const authCheckEvery = time.Second
 
-// authState caches whether auth is on.
+// authState tracks whether auth is on. Auth latches: once a valid token
+// has been seen, the running server never serves without one again, even
+// when the last token is revoked (a running server must never open up).
 type authState struct {
-	enabled atomic.Bool
+	latched atomic.Bool  // auth was on at some point since start
+	tokens  atomic.Bool  // at the last check, a valid token existed
 	checked atomic.Int64 // unix ns of the last check
+	warned  atomic.Int64 // unix ns of the last "no tokens" warning
 }
 
-// AuthEnabled reports whether requests need a token: whenever the ledger
-// has a valid one. The answer is at most authCheckEvery old.
+// AuthEnabled reports whether requests need a token: once any valid token
+// has existed since the server started. Whether tokens exist is at most
+// authCheckEvery old; every transition is logged.
 func (s *Server) AuthEnabled(ctx context.Context) (bool, error) {
-	if time.Now().UnixNano()-s.auth.checked.Load() < int64(authCheckEvery) {
-		return s.auth.enabled.Load(), nil
+	now := time.Now().UnixNano()
+	if now-s.auth.checked.Load() < int64(authCheckEvery) {
+		return s.auth.latched.Load(), nil
 	}
-	on, err := s.db.AuthEnabled(ctx)
+	has, err := s.db.AuthEnabled(ctx)
 	if err != nil {
+		if s.auth.latched.Load() {
+			// Fail closed: the token table cannot be read, auth stays on.
+			return true, nil
+		}
 		return false, err
 	}
-	s.auth.enabled.Store(on)
-	s.auth.checked.Store(time.Now().UnixNano())
-	return on, nil
+	if was := s.auth.tokens.Swap(has); was != has && s.auth.checked.Load() != 0 {
+		switch {
+		case has && !s.auth.latched.Load():
+			s.logger.WarnContext(ctx, "auth enabled: a valid API token exists, every API request now needs a bearer token")
+		case has:
+			s.logger.InfoContext(ctx, "auth: valid API tokens exist again")
+		case s.auth.latched.Load():
+			s.logger.WarnContext(ctx, "auth: no valid API token remains; every API request is refused with 401 until a token is created (auth stays on until a restart)")
+		}
+	}
+	if has {
+		s.auth.latched.Store(true)
+	}
+	s.auth.checked.Store(now)
+	return s.auth.latched.Load(), nil
 }
+
+// RequireAuth latches auth on from the start, whether or not tokens exist
+// yet (for tests and for deployments that must never serve open).
+func (s *Server) RequireAuth() { s.auth.latched.Store(true) }
 
 // SetMetricsAuth makes /metrics need a reader token when auth is on.
 func (s *Server) SetMetricsAuth(on bool) { s.metricsAuth = on }
@@ -75,6 +101,16 @@ func (s *Server) authenticate(r *http.Request, need string) (context.Context, er
 	}
 	if !on {
 		return ctx, nil
+	}
+	if !s.auth.tokens.Load() {
+		// Auth latched on but every token is gone: refuse, and say so in
+		// the log (at most once a second).
+		now := time.Now().UnixNano()
+		if last := s.auth.warned.Load(); now-last >= int64(time.Second) && s.auth.warned.CompareAndSwap(last, now) {
+			s.logger.WarnContext(ctx, "refusing API request: auth is on but no valid API token exists",
+				"method", r.Method, "path", truncate(r.URL.Path, 200), "remote", r.RemoteAddr)
+		}
+		return ctx, ledger.Errorf(ledger.ECodeUnauthorized, "no valid API token exists on this ledger; an admin must create one (ledgerctl token create)")
 	}
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
@@ -121,10 +123,18 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 		idempotent: req.Idempotent, inputHash: req.InputHash, attempt: 1, leaseMS: DefaultLeaseMS,
 		actor: req.Actor,
 	}
-	if len(a.key) < MinKeyLen {
+	switch {
+	case strings.HasPrefix(a.key, GeneratedKeyPrefix):
+		// Generated keys never dedupe: a client may not send one back.
+		return a, &Error{Code: ECodeInvalidKey,
+			Message: "the key prefix " + GeneratedKeyPrefix + " is reserved for keys the ledger generates; choose another key",
+			Details: map[string]any{"field": "idempotency_key"}}
+	case len(a.key) < MinKeyLen:
 		a.key, a.generated = NewGeneratedKey(), true
-	} else if err := ValidateKey(a.key); err != nil {
-		return a, err
+	default:
+		if err := ValidateKey(a.key); err != nil {
+			return a, err
+		}
 	}
 	if err := checkID("execution_id", a.execution); err != nil {
 		return a, err
@@ -231,7 +241,10 @@ func validErrorCode(c string) bool {
 	return true
 }
 
-// sameJSON reports whether two compact JSON texts are equal as JSON values.
+// sameJSON reports whether two compact JSON texts are equal as JSON
+// values: objects as unordered member sets, strings after unescaping, and
+// numbers by their exact decimal value (never through float64, so that
+// 12345678901234567890 and 12345678901234567891 differ).
 func sameJSON(a, b string) bool {
 	if a == b {
 		return true
@@ -239,7 +252,121 @@ func sameJSON(a, b string) bool {
 	if a == "" || b == "" {
 		return false
 	}
-	ca, errA := jcs.Transform([]byte(a))
-	cb, errB := jcs.Transform([]byte(b))
-	return errA == nil && errB == nil && bytes.Equal(ca, cb)
+	va, errA := decodeExact(a)
+	vb, errB := decodeExact(b)
+	return errA == nil && errB == nil && equalExact(va, vb)
+}
+
+func decodeExact(s string) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func equalExact(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, xv := range x {
+			yv, ok := y[k]
+			if !ok || !equalExact(xv, yv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !equalExact(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		return ok && sameNumber(string(x), string(y))
+	default: // string, bool, nil
+		return a == b
+	}
+}
+
+// sameNumber compares two JSON number literals by exact value, without
+// building big numbers (an exponent of 1e999999999 costs nothing).
+func sameNumber(a, b string) bool {
+	na, okA := normNumber(a)
+	nb, okB := normNumber(b)
+	return okA && okB && na == nb
+}
+
+// decimal is a JSON number as sign, significant digits (no leading or
+// trailing zeros) and the exponent of the last digit.
+type decimal struct {
+	neg    bool
+	digits string
+	exp    int64
+}
+
+func normNumber(s string) (decimal, bool) {
+	var d decimal
+	if strings.HasPrefix(s, "-") {
+		d.neg, s = true, s[1:]
+	}
+	mant, expPart, hasExp := strings.Cut(strings.ToLower(s), "e")
+	if hasExp {
+		e, err := parseExponent(expPart)
+		if err != nil {
+			return d, false
+		}
+		d.exp = e
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := intPart + frac
+	d.exp -= int64(len(frac))
+	digits = strings.TrimLeft(digits, "0")
+	trimmed := strings.TrimRight(digits, "0")
+	d.exp += int64(len(digits) - len(trimmed))
+	d.digits = trimmed
+	if d.digits == "" { // zero: -0 == 0 == 0.0e5
+		return decimal{}, true
+	}
+	return d, true
+}
+
+// parseExponent parses an exponent, saturating far beyond any digit
+// count a 64 KiB result can hold.
+func parseExponent(s string) (int64, error) {
+	neg := false
+	switch {
+	case strings.HasPrefix(s, "-"):
+		neg, s = true, s[1:]
+	case strings.HasPrefix(s, "+"):
+		s = s[1:]
+	}
+	if s == "" {
+		return 0, fmt.Errorf("empty exponent")
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("bad exponent")
+		}
+		if n < math.MaxInt64/100 {
+			n = n*10 + int64(c-'0')
+		}
+	}
+	if neg {
+		n = -n
+	}
+	return n, nil
 }
