@@ -11,4 +11,4 @@ import _ "embed"
 var SQL string
 
 // Version is the user_version that schema.sql stamps.
-const Version = 1
+const Version = 2

@@ -1,10 +1,19 @@
--- effect-ledger schema, version 1 (PRAGMA user_version = 1).
+-- effect-ledger schema, version 2 (PRAGMA user_version = 2).
 --
 -- receipts is the ledger: one row per receipt, one column per field of
 -- SPEC §2 with the same name and type, plus prev_hash and hash. It is
--- append-only: the triggers below reject UPDATE and DELETE, and the UNIQUE
--- constraints on hash and prev_hash rule out forks. Anyone with sqlite3 and
+-- append-only: the triggers below reject UPDATE and DELETE, and a linking
+-- trigger lets a row in only when it extends the head (seq = head + 1,
+-- prev_hash = the head's hash), which rules out forks without the two
+-- random-position UNIQUE indexes of version 1. Anyone with sqlite3 and
 -- SHA-256 can recompute the chain from this table alone.
+--
+-- head holds the chain head as of the last append: it moves in the same
+-- transaction as every receipt (by trigger) and so as every update of the
+-- derived keys table. On open, ledgerd compares it with the receipts'
+-- actual tail: a difference (a tail removed by a bad restore or by hand)
+-- means the derived state cannot be trusted, and ledgerd refuses to start
+-- until `ledgerctl rebuild-keys` has recomputed it.
 --
 -- keys is a derived table kept in the same transaction as every append, so
 -- that decisions do not scan a key's receipts: the current state of each
@@ -17,7 +26,7 @@
 -- keys become interrupted when the leases end); it never changes a
 -- recorded outcome.
 
-PRAGMA application_id = 1701209452; -- 0x6566666C, "effl"
+PRAGMA application_id = 1701209452; -- 0x6566656C
 
 CREATE TABLE receipts (
 	seq              INTEGER PRIMARY KEY CHECK (seq >= 1),
@@ -41,9 +50,16 @@ CREATE TABLE receipts (
 	actor            TEXT    NOT NULL,
 	note             TEXT    NOT NULL,
 	recorded_at      INTEGER NOT NULL,
-	prev_hash        BLOB    NOT NULL UNIQUE CHECK (length(prev_hash) = 32),
-	hash             BLOB    NOT NULL UNIQUE CHECK (length(hash) = 32)
+	prev_hash        BLOB    NOT NULL CHECK (length(prev_hash) = 32),
+	hash             BLOB    NOT NULL CHECK (length(hash) = 32)
 );
+
+CREATE TABLE head (
+	id   INTEGER PRIMARY KEY CHECK (id = 1),
+	seq  INTEGER NOT NULL,
+	hash BLOB    NOT NULL CHECK (length(hash) = 32)
+);
+INSERT INTO head (id, seq, hash) VALUES (1, 0, zeroblob(32));
 
 CREATE INDEX receipts_by_key ON receipts (idempotency_key, seq);
 CREATE INDEX receipts_by_execution ON receipts (execution_id, seq);
@@ -60,8 +76,21 @@ BEGIN
 	SELECT RAISE(ABORT, 'receipts are append-only');
 END;
 
+CREATE TRIGGER receipts_link BEFORE INSERT ON receipts
+BEGIN
+	SELECT RAISE(ABORT, 'a receipt must extend the head: seq = head seq + 1, prev_hash = head hash')
+	FROM head
+	WHERE id = 1 AND (NEW.seq IS NOT seq + 1 OR NEW.prev_hash IS NOT hash);
+	SELECT RAISE(ABORT, 'the head row is missing') WHERE NOT EXISTS (SELECT 1 FROM head WHERE id = 1);
+END;
+
+CREATE TRIGGER receipts_advance_head AFTER INSERT ON receipts
+BEGIN
+	UPDATE head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
+END;
+
 -- State of each key, derived from its receipts.
-CREATE TABLE keys (
+CREATE TABLE IF NOT EXISTS keys (
 	idempotency_key  TEXT    PRIMARY KEY,
 	key_generated    INTEGER NOT NULL,
 	tool             TEXT    NOT NULL, -- fingerprint, from the first reserve
@@ -79,7 +108,7 @@ CREATE TABLE keys (
 -- creation; only its SHA-256 is kept. token_id is the public part of the
 -- token used to find its row; the whole token's hash is then compared in
 -- constant time.
-CREATE TABLE tokens (
+CREATE TABLE IF NOT EXISTS tokens (
 	name       TEXT    PRIMARY KEY,
 	role       TEXT    NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
 	token_id   TEXT    NOT NULL UNIQUE,
@@ -88,4 +117,12 @@ CREATE TABLE tokens (
 	revoked_at INTEGER NOT NULL DEFAULT 0 -- unix ms, 0 while valid
 );
 
-PRAGMA user_version = 1;
+-- The readiness probe writes here after a failed write transaction, to see
+-- whether the disk takes a write of real size again (never part of the
+-- chain).
+CREATE TABLE ready_probe (
+	id  INTEGER PRIMARY KEY CHECK (id = 1),
+	pad BLOB    NOT NULL
+);
+
+PRAGMA user_version = 2;

@@ -28,6 +28,12 @@ func readBody(w http.ResponseWriter, r *http.Request) (*object, error) {
 				Details: map[string]any{"content_type": truncate(ct, 100)}}
 		}
 	}
+	if r.ContentLength > MaxBodyBytes {
+		// Refuse on the declared length, before reading anything: the
+		// client gets 413 instead of "100 Continue".
+		return nil, &ledger.Error{Code: ledger.ECodeBodyTooLarge,
+			Message: "request body is larger than 1 MiB", Details: map[string]any{"limit": MaxBodyBytes}}
+	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {

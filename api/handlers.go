@@ -283,7 +283,11 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
-	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
+	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
+	var seq uint64
+	if err == nil {
+		seq, err = strconv.ParseUint(raw, 10, 63)
+	}
 	if err != nil {
 		s.Error(w, r, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
 			Details: map[string]any{"field": "seq"}})

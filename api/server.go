@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorilla/mux"
@@ -68,7 +69,9 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	// a key called "reserve".
 	r.HandleFunc("/v1/effects/reserve", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
-		s.Error(w, r, ledger.Errorf(ledger.ECodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, r.URL.Path))
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s", truncate(r.Method, 32), r.URL.Path),
+			Details: map[string]any{"allow": []string{http.MethodPost}}})
 	})
 	r.HandleFunc("/v1/effects/{key}/commit", s.handleCommit).Methods(http.MethodPost)
 	r.HandleFunc("/v1/effects/{key}/resolve", s.handleResolve).Methods(http.MethodPost)
@@ -83,9 +86,43 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 		s.Error(w, r, ledger.Errorf(ledger.ECodeNotFound, "no such route: %s %s", r.Method, truncate(r.URL.Path, 200)))
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.Error(w, r, ledger.Errorf(ledger.ECodeMethodNotAllowed, "method %s is not allowed on %s", r.Method, truncate(r.URL.Path, 200)))
+		allow := s.allowed(r)
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s", truncate(r.Method, 32), truncate(r.URL.Path, 200)),
+			Details: map[string]any{"allow": allow}})
 	})
 	return s
+}
+
+// knownMethods are the methods that get their own metrics label; any
+// other method is counted as OTHER, so that clients cannot grow the
+// label set.
+var knownMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace}
+
+// methodLabel is r.Method as a metrics label: a known method or OTHER.
+func methodLabel(m string) string {
+	for _, k := range knownMethods {
+		if m == k {
+			return m
+		}
+	}
+	return "OTHER"
+}
+
+// allowed lists the methods the router serves on r's path, for Allow.
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range knownMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		var match mux.RouteMatch
+		if s.router.Match(probe, &match) && match.MatchErr == nil && match.Route != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // ServeHTTP serves a request with panic recovery and metrics.
@@ -111,7 +148,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		elapsed := time.Since(start)
-		requestDuration.WithLabelValues(route, r.Method, strconv.Itoa(sw.code())).Observe(elapsed.Seconds())
+		requestDuration.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(sw.code())).Observe(elapsed.Seconds())
 		if s.logger.Enabled(r.Context(), slog.LevelDebug) {
 			s.logger.DebugContext(r.Context(), "request", "method", r.Method, "route", route,
 				"status", sw.code(), "duration", elapsed, "remote", r.RemoteAddr)
@@ -126,7 +163,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, err := s.authenticate(r, s.roleFor(route, r.Method))
+	ctx, err := s.authenticate(r, route, s.roleFor(route, r.Method))
 	if err != nil {
 		s.Error(sw, r, err)
 		return

@@ -64,6 +64,9 @@ func TestDB_failedBatch(t *testing.T) {
 	assert.Error(t, db.Ready(ctx), "not ready while writes fail")
 
 	failing.Store(false)
+	// The first check after a failure is never ready: its probe write
+	// succeeds and makes the next check ready.
+	assert.Error(t, db.Ready(ctx), "the first check after a failed write is not ready")
 	require.NoError(t, db.Ready(ctx))
 	// The new keys were never recorded: they reserve as new.
 	res := mustReserve(t, db, reserveReq("new-key-0000", "exec-x"))

@@ -73,8 +73,10 @@ const SQLKeysDrift = `
 	UNION ALL
 	SELECT 'derived', * FROM (` + sqlDerivedKeys + ` EXCEPT SELECT ` + keysColumns + ` FROM keys)`
 
-// RebuildKeys recomputes the keys table from the receipts in one write
-// transaction, for recovery after the derived table was lost or damaged.
+// RebuildKeys recomputes the keys table from the receipts, and the
+// recorded head from their tail, in one write transaction, for recovery
+// after the derived state was lost or damaged (open the DB with
+// Options.Repair when it refuses to open for that reason).
 // It returns the number of keys. Reservation token hashes cannot be
 // rebuilt (tokens never enter a receipt) and are left as they are.
 func (db *DB) RebuildKeys(ctx context.Context) (int64, error) {
@@ -87,6 +89,16 @@ func (db *DB) RebuildKeys(ctx context.Context) (int64, error) {
 		if err != nil {
 			return fmt.Errorf("rebuild keys: %w", classify(err))
 		}
+		// The recorded head follows the receipts' actual tail again.
+		tail, err := readTail(ctx, t.tx)
+		if err != nil {
+			return fmt.Errorf("rebuild keys: %w", err)
+		}
+		if _, err := t.tx.ExecContext(ctx, `INSERT OR REPLACE INTO head (id, seq, hash) VALUES (1, ?, ?)`,
+			tail.Seq, tail.Hash[:]); err != nil {
+			return fmt.Errorf("rebuild keys: %w", classify(err))
+		}
+		t.head = tail
 		t.resetCache = true
 		n, err = res.RowsAffected()
 		return err

@@ -116,4 +116,8 @@ var (
 	ErrSchemaVersion = errors.New("unsupported schema version")
 	// ErrNotLedger means the file is an SQLite database of something else.
 	ErrNotLedger = errors.New("not an effect-ledger database")
+	// ErrDerivedState means the derived state (the keys table and the
+	// recorded head) does not match the receipts: serving from it could
+	// replay another key's result. `ledgerctl rebuild-keys` repairs it.
+	ErrDerivedState = errors.New("the derived state does not match the chain")
 )

@@ -121,13 +121,15 @@ func (db *DB) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, 
 }
 
 // Ready reports whether the database accepts writes. While writes work it
-// runs an empty transaction through the writer (cheap); after a write
-// failed, it makes a real durable write (the schema version stamp) until
-// one succeeds, so readiness comes back by itself when the disk recovers.
+// runs an empty transaction through the writer (cheap). Once a write
+// transaction has failed it answers not ready at once, and makes a real
+// durable write of 1 MiB on each check; the first such probe that succeeds
+// makes the next check ready, so readiness comes back by itself when the
+// disk recovers (a successful batch clears the failure too).
 func (db *DB) Ready(ctx context.Context) error {
-	probe := db.lastWriteErr.Load() != nil
-	return db.submit(ctx, func(ctx context.Context, t *writeTx) error {
-		if !probe {
+	failed := db.lastWriteErr.Load()
+	err := db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+		if failed == nil {
 			return nil
 		}
 		if _, err := t.tx.ExecContext(ctx, sqlReadyProbe); err != nil {
@@ -135,4 +137,11 @@ func (db *DB) Ready(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	if failed != nil {
+		return fmt.Errorf("the last write transaction failed (a probe write now succeeded): %w", *failed)
+	}
+	return nil
 }

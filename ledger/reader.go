@@ -43,7 +43,7 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
 	}
 	switch version {
-	case ledgerschema.Version:
+	case ledgerschema.Version, 1: // version 1 files are read as they are
 		return rd, nil
 	case 0:
 		_ = rd.Close()

@@ -3,8 +3,10 @@ package ledger
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -37,6 +39,9 @@ type Options struct {
 	// CacheKeys bounds the writer's in-memory key index (default 50,000;
 	// negative disables it).
 	CacheKeys int
+	// Repair skips the check that the derived state matches the chain, so
+	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
+	Repair bool
 }
 
 // DB is an open ledger. Writes go through one writer goroutine that owns
@@ -117,7 +122,9 @@ func dsn(path, mode string, busy time.Duration, writer bool) string {
 }
 
 // Open opens the ledger at path, creating it with the schema if the file
-// does not exist, and starts the writer.
+// does not exist, and starts the writer. A file that is not an
+// effect-ledger database, or has a newer schema, is refused before
+// anything is written to it or created beside it.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("open ledger: empty database path")
@@ -127,8 +134,8 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	opts.defaults()
-	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
-		return nil, fmt.Errorf("open ledger: %s is a directory, not a database file", abs)
+	if err := precheck(abs); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	lock, err := acquireLock(abs)
 	if err != nil {
@@ -150,7 +157,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.w.SetMaxIdleConns(1)
 	db.w.SetConnMaxLifetime(0)
 	db.w.SetConnMaxIdleTime(0)
-	if err := db.init(ctx, abs); err != nil {
+	if err := db.init(ctx, abs, opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
@@ -167,9 +174,63 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// init checks the connection settings, applies or checks the schema and
-// loads the chain head.
-func (db *DB) init(ctx context.Context, abs string) error {
+// applicationID is the SQLite application_id schema.sql stamps.
+const applicationID = 1701209452 // 0x6566656C
+
+// precheck looks at the file without opening it through SQLite, so that a
+// file that is refused is left exactly as it was (no journal mode switch,
+// no -wal, -shm or .lock beside it). A missing or empty file is a new
+// ledger; anything else must be an SQLite database stamped with this
+// application id (or an empty SQLite database) and a schema version this
+// build knows. The directory must exist.
+func precheck(abs string) error {
+	dir := filepath.Dir(abs)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the directory %s does not exist (create it, or choose another --db path)", dir)
+	}
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory, not a database file", abs)
+	}
+	if fi.Size() == 0 {
+		return nil
+	}
+	var hdr [100]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return fmt.Errorf("%w: the file is not an SQLite database", ErrNotLedger)
+	}
+	if string(hdr[:16]) != "SQLite format 3\x00" {
+		return fmt.Errorf("%w: the file is not an SQLite database", ErrNotLedger)
+	}
+	appID := binary.BigEndian.Uint32(hdr[68:72])
+	version := int(binary.BigEndian.Uint32(hdr[60:64]))
+	pages := binary.BigEndian.Uint32(hdr[28:32])
+	switch {
+	case appID == 0 && version == 0 && pages <= 1:
+		return nil // an empty SQLite database: becomes a ledger
+	case appID != applicationID:
+		return fmt.Errorf("%w: it is an SQLite database of another application (application_id %#x)", ErrNotLedger, appID)
+	case version > ledgerschema.Version:
+		return fmt.Errorf("%w: file has %d, this build knows up to %d (use a newer ledgerd)", ErrSchemaVersion, version, ledgerschema.Version)
+	}
+	return nil
+}
+
+// init checks the connection settings, applies, migrates or checks the
+// schema, checks the derived state against the chain (unless repairing)
+// and loads the chain head.
+func (db *DB) init(ctx context.Context, abs string, repair bool) error {
 	var version string
 	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
 		return classify(err)
@@ -184,18 +245,16 @@ func (db *DB) init(ctx context.Context, abs string) error {
 	if err := db.migrate(ctx, abs); err != nil {
 		return err
 	}
-	var h Head
-	var hash []byte
-	err := db.w.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-	case err != nil:
-		return fmt.Errorf("load head: %w", classify(err))
-	default:
-		if h.Hash, err = chain.HashFromBytes(hash); err != nil {
-			return fmt.Errorf("load head: %w", err)
+	tail, err := readTail(ctx, db.w)
+	if err != nil {
+		return fmt.Errorf("load head: %w", err)
+	}
+	if !repair {
+		if err := checkDerived(ctx, db.w, tail, abs); err != nil {
+			return err
 		}
 	}
+	h := tail
 	db.head.Store(&h)
 	db.logger.Info("ledger opened", "path", abs, "sqlite_version", version,
 		"head_seq", h.Seq, "head_hash", h.Hash.String())
@@ -203,23 +262,111 @@ func (db *DB) init(ctx context.Context, abs string) error {
 	return nil
 }
 
-// migrate applies the schema to an empty file, and refuses a file with an
-// unknown schema version or that belongs to something else.
+// queryRower is what readTail and checkDerived need of a pool or a Tx.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// readTail returns the last receipt's seq and hash as stored.
+func readTail(ctx context.Context, q queryRower) (Head, error) {
+	var h Head
+	var hash []byte
+	err := q.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return h, nil
+	case err != nil:
+		return h, classify(err)
+	}
+	if h.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+// checkDerived compares the head recorded with the last append (table
+// head, moved in the same transaction as every receipt and every update
+// of the keys table) with the receipts' actual tail, and checks that no
+// key points past the tail. Both are index lookups.
+func checkDerived(ctx context.Context, q queryRower, tail Head, abs string) error {
+	var rec Head
+	var hash []byte
+	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM head WHERE id = 1`).Scan(&rec.Seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-keys --db %s` after checking the chain with `ledgerctl verify`",
+			ErrDerivedState, abs)
+	}
+	if err != nil {
+		return fmt.Errorf("check derived state: %w", classify(err))
+	}
+	rec.Hash, _ = chain.HashFromBytes(hash)
+	if rec != tail {
+		return fmt.Errorf("%w: the last append recorded head %d (%s) but the receipts end at %d (%s) — "+
+			"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
+			"check the chain with `ledgerctl verify --db %s`, then recompute the derived state with `ledgerctl rebuild-keys --db %s`",
+			ErrDerivedState, rec.Seq, shortHash(rec.Hash), tail.Seq, shortHash(tail.Hash), abs, abs)
+	}
+	var maxPtr sql.NullInt64
+	if err := q.QueryRowContext(ctx, sqlMaxKeyPointer).Scan(&maxPtr); err != nil {
+		return fmt.Errorf("check derived state: %w", classify(err))
+	}
+	if maxPtr.Valid && uint64(maxPtr.Int64) > tail.Seq {
+		return fmt.Errorf("%w: a key points at receipt %d but the receipts end at %d; "+
+			"recompute the derived state with `ledgerctl rebuild-keys --db %s`", ErrDerivedState, maxPtr.Int64, tail.Seq, abs)
+	}
+	return nil
+}
+
+// sqlMaxKeyPointer is the highest receipt any keys row points at. A
+// key's latest reserve or final receipt is its highest pointer; the
+// receipts_by_key index is not involved, so this reads the keys table
+// once (a few hundred ms at millions of keys, at start only).
+const sqlMaxKeyPointer = `SELECT max(max(reserve_seq, final_seq)) FROM keys`
+
+func shortHash(h chain.Hash) string {
+	s := h.String()
+	return s[:12] + "…"
+}
+
+// sqlMigrateV1 turns a version 1 file into version 2 in the transaction
+// that then applies schema.sql: the v1 receipts table (UNIQUE hash and
+// prev_hash) is set aside, and its rows are copied into the new table
+// through the linking trigger, so a v1 chain whose links are broken is
+// refused rather than carried over.
+const sqlMigrateV1 = `
+	DROP TRIGGER IF EXISTS receipts_no_update;
+	DROP TRIGGER IF EXISTS receipts_no_delete;
+	DROP INDEX IF EXISTS receipts_by_key;
+	DROP INDEX IF EXISTS receipts_by_execution;
+	DROP INDEX IF EXISTS receipts_by_tool;
+	DROP INDEX IF EXISTS receipts_by_kind;
+	ALTER TABLE receipts RENAME TO receipts_v1;`
+
+const sqlMigrateV1Copy = `
+	INSERT INTO receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM receipts_v1 ORDER BY seq;
+	DROP TABLE receipts_v1;`
+
+// migrate applies the schema to an empty file, migrates a version 1 file
+// in one transaction, and refuses a file with an unknown schema version or
+// that belongs to something else.
 func (db *DB) migrate(ctx context.Context, abs string) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	var version, tables int
+	var version, tables, appID int
 	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&appID); err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
 	switch {
-	case version == ledgerschema.Version:
+	case version == ledgerschema.Version && appID == applicationID:
 		return nil
 	case version == 0 && tables == 0:
 		if _, err := tx.ExecContext(ctx, ledgerschema.SQL); err != nil {
@@ -230,7 +377,24 @@ func (db *DB) migrate(ctx context.Context, abs string) error {
 		}
 		db.logger.Info("created ledger database", "path", abs, "schema_version", ledgerschema.Version)
 		return nil
-	case version == 0:
+	case version == 1 && appID == applicationID:
+		start := time.Now()
+		var n int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
+			return fmt.Errorf("migrate v1: %w", classify(err))
+		}
+		db.logger.Info("migrating ledger database from schema 1 to 2", "path", abs, "receipts", n)
+		for _, q := range []string{sqlMigrateV1, ledgerschema.SQL, sqlMigrateV1Copy} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("migrate v1: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate v1: %w", classify(err))
+		}
+		db.logger.Info("migrated ledger database to schema 2", "path", abs, "receipts", n, "duration", time.Since(start))
+		return nil
+	case version == 0 || appID != applicationID:
 		return ErrNotLedger
 	default:
 		return fmt.Errorf("%w: file has %d, this build knows %d", ErrSchemaVersion, version, ledgerschema.Version)
@@ -283,8 +447,9 @@ func classify(err error) error {
 	return err
 }
 
-// sqlReadyProbe rewrites the schema stamp with its own value: a durable
-// write that changes nothing, to see whether the disk takes writes again.
-var sqlReadyProbe = fmt.Sprintf("PRAGMA user_version = %d", ledgerschema.Version)
+// sqlReadyProbe is a durable write of real size (1 MiB, more than a large
+// batch writes) outside the chain, to see whether the disk takes writes
+// again after a write transaction failed.
+const sqlReadyProbe = `INSERT OR REPLACE INTO ready_probe (id, pad) VALUES (1, zeroblob(1048576))`
 
 func msDuration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -153,6 +154,18 @@ Flags:
 	if m.VerifyEvery < 0 {
 		return errors.New("--verify-every must not be negative")
 	}
+	if m.MaxInFlight < 0 {
+		return fmt.Errorf("--max-inflight must be 0 (no bound) or positive, not %d", m.MaxInFlight)
+	}
+	if m.ReadHeaderTimeout <= 0 {
+		return fmt.Errorf("--read-header-timeout must be positive, not %s", m.ReadHeaderTimeout)
+	}
+	if math.IsNaN(m.RateLimit) || math.IsInf(m.RateLimit, 0) || m.RateLimit < 0 {
+		return fmt.Errorf("--rate-limit must be a finite number of requests per second ≥ 0 (0: no limit), not %v", m.RateLimit)
+	}
+	if m.RateBurst < 1 {
+		return fmt.Errorf("--rate-burst must be at least 1, not %d", m.RateBurst)
+	}
 	return nil
 }
 
@@ -160,6 +173,12 @@ Flags:
 // accepting, lets in-flight requests finish (up to ShutdownTimeout), and
 // closes the database.
 func (m *Main) Run(ctx context.Context) error {
+	// Bind first: a database is created only once the address is ours.
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer func() { _ = ln.Close() }()
 	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
 	if err != nil {
 		return err
@@ -190,10 +209,6 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer stopPprof()
 	}
-	ln, err := net.Listen("tcp", m.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	m.Addr <- ln.Addr()
 	handler := api.NewServer(db, m.Logger)
 	handler.SetMaxInFlight(m.MaxInFlight)
@@ -212,6 +227,11 @@ func (m *Main) Run(ctx context.Context) error {
 		m.Logger.Warn("auth disabled and --insecure: anyone who can reach this address can write receipts", "addr", m.Listen)
 	default:
 		m.Logger.Info("auth disabled: no API tokens exist, serving open on loopback (ledgerctl token create enables auth)")
+	}
+	if !isLoopback(m.Listen) && !m.Insecure {
+		// On a non-loopback address auth stays on for the life of the
+		// process, whatever happens to the tokens.
+		handler.RequireAuth()
 	}
 	srv := &http.Server{
 		Handler:           handler,
@@ -233,7 +253,7 @@ func (m *Main) Run(ctx context.Context) error {
 		ln = tls.NewListener(ln, srv.TLSConfig)
 		scheme = "https"
 	}
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(api.WrapListener(ln)) }()
 	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq)
 
 	select {
