@@ -335,6 +335,8 @@ func TestDB_Reserve_validation(t *testing.T) {
 		{"key with a space", func(r *ledger.ReserveRequest) { r.IdempotencyKey = "has space!" }, ledger.ECodeInvalidKey, "idempotency_key"},
 		{"key with NUL", func(r *ledger.ReserveRequest) { r.IdempotencyKey = "nul\x00inside" }, ledger.ECodeInvalidKey, "idempotency_key"},
 		{"key with non-ASCII", func(r *ledger.ReserveRequest) { r.IdempotencyKey = "clé-unicode" }, ledger.ECodeInvalidKey, "idempotency_key"},
+		{"key with the reserved gen_ prefix", func(r *ledger.ReserveRequest) { r.IdempotencyKey = "gen_ABCDEFGHIJKLMNOPQRSTUVWXYZ" }, ledger.ECodeInvalidKey, "idempotency_key"},
+		{"short key with the reserved gen_ prefix", func(r *ledger.ReserveRequest) { r.IdempotencyKey = "gen_x" }, ledger.ECodeInvalidKey, "idempotency_key"},
 		{"missing execution_id", func(r *ledger.ReserveRequest) { r.ExecutionID = "" }, ledger.ECodeInvalidRequest, "execution_id"},
 		{"long execution_id", func(r *ledger.ReserveRequest) { r.ExecutionID = strings.Repeat("e", 129) }, ledger.ECodeInvalidRequest, "execution_id"},
 		{"missing tool", func(r *ledger.ReserveRequest) { r.Tool = "" }, ledger.ECodeInvalidRequest, "tool"},
@@ -432,6 +434,37 @@ func TestDB_Commit(t *testing.T) {
 		assert.Equal(t, c.Receipt, rep.Receipt)
 		assert.Equal(t, c.Late, rep.Late)
 		assert.Equal(t, head, db.Head(), "nothing appended")
+	})
+	t.Run("results are compared by exact value", func(t *testing.T) {
+		for _, tt := range []struct {
+			desc, first, again string
+			wantSame           bool
+		}{
+			{"big integers differ in the last digit", `{"n":12345678901234567890}`, `{"n":12345678901234567891}`, false},
+			{"same big integer", `{"n":12345678901234567890}`, `{"n":12345678901234567890}`, true},
+			{"decimal forms of one value", `{"n":1.50,"m":[10,0]}`, `{"m":[1e1,-0.0],"n":15e-1}`, true},
+			{"tiny difference in a long fraction", `0.10000000000000000001`, `0.1`, false},
+			{"huge exponents differ", `1e999999999`, `1e999999998`, false},
+			{"member order does not matter", `{"a":"x","b":true}`, `{"b":true,"a":"x"}`, true},
+			{"array order matters", `[1,2]`, `[2,1]`, false},
+			{"null vs false", `[null]`, `[false]`, false},
+		} {
+			t.Run(tt.desc, func(t *testing.T) {
+				db, _ := MustOpenDB(t)
+				res := mustReserve(t, db, reserveReq(key, "exec-1"))
+				c := succeed(key, res.Reservation)
+				c.Result = json.RawMessage(tt.first)
+				mustCommit(t, db, c)
+				c.Result = json.RawMessage(tt.again)
+				rep, err := db.Commit(context.Background(), c)
+				if tt.wantSame {
+					require.NoError(t, err)
+					assert.True(t, rep.Replayed)
+				} else {
+					assert.Equal(t, ledger.ECodeAlreadyFinalized, ledger.ErrorCode(err))
+				}
+			})
+		}
 	})
 	t.Run("same failed commit again is an idempotent repeat", func(t *testing.T) {
 		db, _ := MustOpenDB(t)

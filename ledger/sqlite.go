@@ -208,10 +208,10 @@ func precheck(abs string) error {
 	}
 	var hdr [100]byte
 	if _, err := io.ReadFull(f, hdr[:]); err != nil {
-		return fmt.Errorf("%w: the file is not an SQLite database", ErrNotLedger)
+		return fmt.Errorf("%w: the file is not a database (no SQLite header)", ErrNotLedger)
 	}
 	if string(hdr[:16]) != "SQLite format 3\x00" {
-		return fmt.Errorf("%w: the file is not an SQLite database", ErrNotLedger)
+		return fmt.Errorf("%w: the file is not a database (no SQLite header)", ErrNotLedger)
 	}
 	appID := binary.BigEndian.Uint32(hdr[68:72])
 	version := int(binary.BigEndian.Uint32(hdr[60:64]))

@@ -157,12 +157,15 @@ func TestLedgerd_concurrent(t *testing.T) {
 
 func TestLedgerd_config(t *testing.T) {
 	t.Run("ErrUnusableDB", func(t *testing.T) {
-		cmd := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", filepath.Join(t.TempDir(), "missing", "dir", "l.db"), "--listen", "127.0.0.1:0")
+		db := filepath.Join(t.TempDir(), "missing", "dir", "l.db")
+		cmd := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", db, "--listen", "127.0.0.1:0")
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		require.ErrorAs(t, err, &ee)
-		assert.NotZero(t, ee.ExitCode())
-		assert.Contains(t, string(out), "no such file or directory")
+		assert.Equal(t, 1, ee.ExitCode())
+		assert.Contains(t, string(out), "does not exist")
+		assert.Contains(t, string(out), db, "the message names the database")
+		assert.NotContains(t, string(out), ".lock", "not the lock file")
 	})
 	t.Run("ErrSecondWriter", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.db")

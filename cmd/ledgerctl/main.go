@@ -35,6 +35,7 @@ Commands:
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
   token     create, list and revoke API bearer tokens (file only)
+  rebuild-keys  recompute the derived key state from the receipts (file only; ledgerd stopped)
 
 Every command reads either the SQLite file (--db FILE, opened read-only,
 safe while ledgerd runs) or a running server (--server URL), and prints
@@ -76,6 +77,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ResolveCommand{Env: env}
 	case "token":
 		cmd = &TokenCommand{Env: env}
+	case "rebuild-keys":
+		cmd = &RebuildKeysCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
