@@ -38,4 +38,16 @@ var (
 		Help:    "Time from BEGIN to durable COMMIT of one write batch.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
 	})
+	writerBusy = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_writer_busy_seconds_total",
+		Help: "Time the single writer spent running batches (BEGIN to durable COMMIT); divided by ledger_writer_ops_total it is the writer's cost per request.",
+	})
+	writerOps = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_writer_ops_total",
+		Help: "Write operations run by the writer (requests and probes).",
+	})
+	checkpoints = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_wal_checkpoints_total",
+		Help: "Background WAL checkpoints by result (ok, busy, error).",
+	}, []string{"result"})
 )

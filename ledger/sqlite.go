@@ -69,6 +69,10 @@ type DB struct {
 
 	lock *lockFile // held while the DB is open: one writer per file
 
+	ckpt      *checkpointer // WAL checkpoints off the writer's path
+	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
+	opsDone   atomic.Int64  // operations the writer ran
+
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT.
 	beforeCommit func() error
@@ -150,7 +154,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 			_ = lock.release()
 		}
 	}()
-	if db.w, err = sql.Open("sqlite3", dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
+	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	db.w.SetMaxOpenConns(1)
@@ -169,6 +173,18 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		_ = db.w.Close()
 		return nil, err
 	}
+	ck, err := sql.Open("sqlite3", dsn(abs, "rw", opts.BusyTimeout, false))
+	if err != nil {
+		_ = db.r.Close()
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	ck.SetMaxOpenConns(1)
+	ck.SetMaxIdleConns(1)
+	ck.SetConnMaxLifetime(0)
+	db.ckpt = newCheckpointer(ck, db.opsDone.Load, func(err error) {
+		db.logger.Warn("background WAL checkpoint failed", "err", err)
+	})
 	go db.writer()
 	ok = true
 	return db, nil
@@ -411,6 +427,7 @@ func (db *DB) Close() error {
 	}
 	db.mu.Unlock()
 	<-db.done
+	cerr := db.ckpt.close()
 	// Readers go first: the last connection to close checkpoints the WAL
 	// into the main file, and only the writer can, so that a cleanly
 	// stopped ledger is one self-contained file.
@@ -421,7 +438,7 @@ func (db *DB) Close() error {
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		db.logger.Warn("checkpoint on close", "err", err)
 	}
-	return errors.Join(rerr, db.w.Close(), db.lock.release())
+	return errors.Join(cerr, rerr, db.w.Close(), db.lock.release())
 }
 
 // Head returns the durable head of the chain.

@@ -179,8 +179,14 @@ func (db *DB) runBatch(ops []*writeOp) {
 	for _, op := range ops {
 		op.done <- op.err
 	}
+	busy := time.Since(start)
 	batchSize.Observe(float64(len(ops)))
-	batchSeconds.Observe(time.Since(start).Seconds())
+	batchSeconds.Observe(busy.Seconds())
+	writerBusy.Add(busy.Seconds())
+	writerOps.Add(float64(len(ops)))
+	db.busyNanos.Add(int64(busy))
+	db.opsDone.Add(int64(len(ops)))
+	db.kickCheckpoint()
 	for _, kind := range t.kinds {
 		receiptsAppended.WithLabelValues(kind).Inc()
 	}

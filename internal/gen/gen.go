@@ -6,6 +6,9 @@ package gen
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"database/sql"
 	"fmt"
 	"io"
@@ -75,8 +78,8 @@ func insert(ctx context.Context, raw *sql.DB, h *chain.Hasher, head *ledger.Head
 	}
 	for i := from; i <= to; i++ {
 		pair := uint64((i + 1) / 2)
-		r := chain.Receipt{Seq: uint64(i), Kind: chain.KindReserve, IdempotencyKey: fmt.Sprintf("gen-key-%010d", pair),
-			ExecutionID: fmt.Sprintf("exec-%010d", pair), Attempt: 1, Tool: "payments.refund", Effect: chain.EffectWrite,
+		r := chain.Receipt{Seq: uint64(i), Kind: chain.KindReserve, IdempotencyKey: UUIDLike("key", pair),
+			ExecutionID: UUIDLike("exec", pair), Attempt: 1, Tool: "payments.refund", Effect: chain.EffectWrite,
 			InputHash:  fmt.Sprintf("sha256:%064d", pair),
 			RecordedAt: T0 + pair, LeaseExpiresAt: T0 + pair + 30_000}
 		if i%2 == 0 {
@@ -93,4 +96,16 @@ func insert(ctx context.Context, raw *sql.DB, h *chain.Hasher, head *ledger.Head
 		*head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	}
 	return tx.Commit()
+}
+
+// UUIDLike returns a deterministic, uniformly spread UUID-shaped string for
+// (salt, n): keys and execution ids of generated ledgers land at random
+// positions of their indexes, as real ones do (sequential names would
+// append to the end of every b-tree and hide the cost of random inserts).
+func UUIDLike(salt string, n uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	sum := sha256.Sum256(append([]byte(salt), b[:]...))
+	x := hex.EncodeToString(sum[:16])
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }
