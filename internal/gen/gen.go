@@ -7,9 +7,9 @@ package gen
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
-	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
