@@ -128,7 +128,11 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 	}{{"empty", 0}, {"prefilled", benchReceipts(b)}} {
 		b.Run(size.name, func(b *testing.B) {
 			path := benchLedger(b, size.n)
-			db, err := ledger.Open(context.Background(), path, quiet)
+			opts := quiet
+			if v := os.Getenv("LEDGER_BENCH_PAGE_SIZE"); v != "" {
+				opts.PageSize, _ = strconv.Atoi(v) // new files only
+			}
+			db, err := ledger.Open(context.Background(), path, opts)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -39,6 +39,9 @@ type Options struct {
 	// CacheKeys bounds the writer's in-memory key index (default 50,000;
 	// negative disables it).
 	CacheKeys int
+	// PageSize is the SQLite page size of a new database file (default
+	// DefaultPageSize); an existing file keeps its own.
+	PageSize int
 	// Repair skips the check that the derived state matches the chain, so
 	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
 	Repair bool
@@ -100,6 +103,40 @@ func (o *Options) defaults() {
 	if o.CacheKeys == 0 {
 		o.CacheKeys = 50_000
 	}
+	if o.PageSize == 0 {
+		o.PageSize = DefaultPageSize
+	}
+}
+
+// DefaultPageSize is the page size of new ledgers. Every request dirties a
+// few pages at random positions of the key and execution indexes, and each
+// dirty page is written whole to the WAL at COMMIT and again by the
+// checkpoint: smaller pages write fewer bytes per request (BENCHMARKS.md).
+const DefaultPageSize = 4096
+
+// createFile makes a new, empty database file with the page size set
+// before WAL mode (which fixes it).
+func createFile(ctx context.Context, abs string, pageSize int) error {
+	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
+		return fmt.Errorf("page size %d is not a power of two from 512 to 65536", pageSize)
+	}
+	q := url.Values{}
+	q.Set("mode", "rwc")
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs)
+	c, err := sql.Open("sqlite3", "file:"+p+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	c.SetMaxOpenConns(1)
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size = %d", pageSize)); err != nil {
+		return classify(err)
+	}
+	var mode string
+	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+		return classify(err)
+	}
+	return c.Close()
 }
 
 func dsn(path, mode string, busy time.Duration, writer bool) string {
@@ -144,6 +181,12 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	lock, err := acquireLock(abs)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if fi, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
+		if err := createFile(ctx, abs, opts.PageSize); err != nil {
+			_ = lock.release()
+			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
+		}
 	}
 	db := &DB{lock: lock, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
 		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys)}
