@@ -195,9 +195,14 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "derived_state", "the keys table still knows the deleted receipts")
 
-	// A careful forger rebuilds the derived table too: the chain is then
-	// self-consistent, and only the pinned head reveals the truncation.
-	ldb, err := ledger.Open(context.Background(), tampered, ledger.Options{})
+	// ledgerd refuses to serve it: the recorded head is gone from the chain.
+	_, err = ledger.Open(context.Background(), tampered, ledger.Options{})
+	require.ErrorIs(t, err, ledger.ErrDerivedState)
+
+	// A careful forger rebuilds the derived state too (rebuild-keys): the
+	// chain is then self-consistent, and only the pinned head reveals the
+	// truncation.
+	ldb, err := ledger.Open(context.Background(), tampered, ledger.Options{Repair: true})
 	require.NoError(t, err)
 	_, err = ldb.RebuildKeys(context.Background())
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -107,14 +108,17 @@ func copyFile(t *testing.T, src, dst string) {
 	require.NoError(t, os.WriteFile(dst, b, 0o600))
 }
 
-// tamper drops the append-only triggers on path and applies the steps.
+// tamper drops the append-only and linking triggers on path and applies
+// the steps, then covers its tracks as a careful forger would: the
+// recorded head is set to the forged tail, so that ledgerd serves the file.
 func tamper(t *testing.T, path string, tc tamperCase) {
 	t.Helper()
 	db, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	_, err = db.Exec(`DROP TRIGGER receipts_no_update; DROP TRIGGER receipts_no_delete;`)
+	_, err = db.Exec(`DROP TRIGGER receipts_no_update; DROP TRIGGER receipts_no_delete;
+		DROP TRIGGER receipts_link; DROP TRIGGER receipts_advance_head;`)
 	require.NoError(t, err)
 	for _, s := range tc.Steps {
 		if s.SQL != "" {
@@ -125,6 +129,8 @@ func tamper(t *testing.T, path string, tc tamperCase) {
 			rehash(t, db, s.RehashFrom)
 		}
 	}
+	_, err = db.Exec(`UPDATE head SET seq = t.seq, hash = t.hash FROM (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) AS t`)
+	require.NoError(t, err)
 }
 
 // rehash recomputes prev_hash and hash from seq on, as a forger would.
@@ -228,6 +234,16 @@ func TestVerifier_tamper(t *testing.T) {
 				return
 			}
 			db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+			if errors.Is(err, ledger.ErrDerivedState) {
+				// Keys point past a truncated chain: the forger also runs
+				// rebuild-keys, or ledgerd would refuse to serve the file.
+				repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
+				require.NoError(t, rerr)
+				_, rerr = repair.RebuildKeys(context.Background())
+				require.NoError(t, rerr)
+				require.NoError(t, repair.Close())
+				db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+			}
 			require.NoError(t, err)
 			srv := httptest.NewServer(api.NewServer(db, quiet))
 			defer func() { srv.Close(); _ = db.Close() }()
