@@ -15,3 +15,6 @@ func (db *DB) SetBeforeCommit(f func() error) { db.beforeCommit = f }
 
 // Classify exposes the driver-error classification to the tests.
 var Classify = classify
+
+// SQLRepeatedFailures exposes the repeated-failures query to its plan test.
+const SQLRepeatedFailures = sqlRepeatedFailures

@@ -79,7 +79,7 @@ func TestLedgerctl(t *testing.T) {
 			assert.True(t, rep.OK)
 			assert.Equal(t, uint64(6), rep.Receipts)
 			assert.Empty(t, rep.Violations)
-			for _, m := range []string{"runtime_retries", "re_invocations", "duplicate_effects", "interrupted", "failed", "resolutions"} {
+			for _, m := range []string{"runtime_retries", "re_invocations", "duplicate_effects", "repeated_failures", "interrupted", "failed", "resolutions"} {
 				assert.Contains(t, rep.Audit, m)
 			}
 			assert.Len(t, rep.Audit["runtime_retries"], 1)

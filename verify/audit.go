@@ -8,10 +8,36 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
-// AuditFilter narrows the audit to recent events and one tool.
+// AuditFilter narrows the audit to recent events and one tool. An entry
+// is in the window when its event is: a runtime retry's reserve, a
+// re-invocation's receipt, a resolution; for an interrupted key its latest
+// reserve, for a failed key its final receipt; for a duplicate effect its
+// latest success and for a repeated failure its latest repeat (the entry
+// then lists all its keys, older ones too).
 type AuditFilter struct {
-	Since time.Time // events recorded at or after Since; zero for all
-	Tool  string    // keys of this tool only; empty for all
+	Since    time.Time // events recorded at or after Since; zero for all
+	SinceSeq uint64    // events at receipts with seq >= SinceSeq; 0 for all
+	Tool     string    // keys of this tool only; empty for all
+}
+
+// window is an AuditFilter in the ledger's units.
+type window struct {
+	sinceMs, sinceSeq uint64
+	tool              string
+}
+
+func (f AuditFilter) window() window {
+	w := window{sinceSeq: f.SinceSeq, tool: f.Tool}
+	if !f.Since.IsZero() && f.Since.UnixMilli() > 0 {
+		w.sinceMs = uint64(f.Since.UnixMilli())
+	}
+	return w
+}
+
+// has reports whether an event of a key of tool, at receipt seq recorded
+// at unix ms at, is in the window.
+func (w window) has(tool string, seq, at uint64) bool {
+	return seq >= w.sinceSeq && at >= w.sinceMs && (w.tool == "" || tool == w.tool)
 }
 
 // Audit tells runtime retries from re-invocations and lists what needs a
@@ -20,6 +46,7 @@ type Audit struct {
 	RuntimeRetries   []RuntimeRetry    `json:"runtime_retries"`
 	ReInvocations    []ReInvocation    `json:"re_invocations"`
 	DuplicateEffects []DuplicateEffect `json:"duplicate_effects"`
+	RepeatedFailures []RepeatedFailure `json:"repeated_failures"`
 	Interrupted      []InterruptedKey  `json:"interrupted"`
 	Failed           []FailedKey       `json:"failed"`
 	Resolutions      []Resolution      `json:"resolutions"`
@@ -61,6 +88,29 @@ type DuplicateEffect struct {
 	Seqs      []uint64 `json:"seqs"` // the success receipts, in the order of Keys
 }
 
+// RepeatedFailure is "the same failing step run again": a call (a tool
+// and a non-empty input_hash) whose effect failed under one key and that
+// was then reserved again under other keys, unchanged. A key counts as a
+// repeat when its first reserve comes after the call's first failure;
+// keys reserved before it ran alongside, not after, and are not listed.
+// The repeats' own outcomes do not matter: a repeat that succeeded was
+// still run again unchanged. Runtime retries of the failed key itself are
+// RuntimeRetries, not this.
+type RepeatedFailure struct {
+	Tool      string `json:"tool"`
+	InputHash string `json:"input_hash"`
+	ErrorCode string `json:"error_code"` // of the first failure
+	// Keys are the key of the first failure, then every key first
+	// reserved after it, in seq order.
+	Keys []string `json:"keys"`
+	// Executions[i] is the execution of the failure (i = 0) or of the
+	// first reserve of Keys[i].
+	Executions []string `json:"executions"`
+	// Seqs are the failure receipt, then each later key's first reserve,
+	// in the order of Keys.
+	Seqs []uint64 `json:"seqs"`
+}
+
 // InterruptedKey is a key whose lease ended without an outcome. The
 // non-idempotent ones await a person (resolve).
 type InterruptedKey struct {
@@ -97,27 +147,31 @@ type Resolution struct {
 
 // auditBuilder collects audit entries while the state checker runs.
 type auditBuilder struct {
-	since uint64
-	tool  string
-	from  uint64 // events at or before from were audited by an earlier run
+	win  window
+	from uint64 // events at or before from were audited by an earlier run
 
 	a       Audit
 	retries map[string]map[string]*RuntimeRetry // key → execution → entry
-	dups    map[[2]string]*DuplicateEffect
+	// dups, when not nil, collects the succeeded keys of each (tool,
+	// input_hash) from the key states (a source without DuplicateSource).
+	dups map[[2]string]*dupGroup
+}
+
+// dupGroup is a DuplicateEffect in the making, with its latest success.
+type dupGroup struct {
+	d                   DuplicateEffect
+	latestSeq, latestAt uint64
 }
 
 func newAuditBuilder(f AuditFilter, from uint64) *auditBuilder {
-	b := &auditBuilder{tool: f.Tool, from: from, retries: map[string]map[string]*RuntimeRetry{},
-		dups: map[[2]string]*DuplicateEffect{}}
-	if !f.Since.IsZero() {
-		b.since = uint64(f.Since.UnixMilli())
-	}
-	return b
+	return &auditBuilder{win: f.window(), from: from, retries: map[string]map[string]*RuntimeRetry{},
+		dups: map[[2]string]*dupGroup{}}
 }
 
-// wants reports whether an event of key k at receipt r is in the audit.
+// wants reports whether an event of key k at receipt seq, recorded at
+// unix ms at, is in the audit.
 func (b *auditBuilder) wants(k *keyState, seq, at uint64) bool {
-	return seq > b.from && at >= b.since && (b.tool == "" || k.first.Tool == b.tool)
+	return seq > b.from && b.win.has(k.first.Tool, seq, at)
 }
 
 func (b *auditBuilder) reserve(k *keyState, r *chain.Receipt, state string, seen bool, prev uint64) {
@@ -176,45 +230,52 @@ func (b *auditBuilder) finishKey(k *keyState, now uint64) {
 	switch k.state(now) {
 	case "interrupted":
 		// A state, not an event: listed for every key read, however old.
-		if b.wants(k, b.from+1, k.latest.recordedAt) {
+		if b.win.has(k.first.Tool, k.latest.seq, k.latest.recordedAt) {
 			b.a.Interrupted = append(b.a.Interrupted, InterruptedKey{Key: k.key, Tool: k.first.Tool,
 				Idempotent: k.first.Idempotent, AwaitingPerson: !k.first.Idempotent, ReserveSeq: k.latest.seq,
 				ExecutionID: k.latest.execution, Attempt: k.latest.attempt, LeaseExpiresAt: k.latest.lease})
 		}
 	case "failed":
-		if b.wants(k, b.from+1, k.final.recordedAt) {
+		if b.win.has(k.first.Tool, k.final.seq, k.final.recordedAt) {
 			b.a.Failed = append(b.a.Failed, FailedKey{Key: k.key, Tool: k.first.Tool, ErrorCode: k.final.code,
 				Retryable: k.final.retryable, Seq: k.final.seq})
 		}
 	case "succeeded":
-		if b.dups != nil && k.first.InputHash != "" && (b.tool == "" || k.first.Tool == b.tool) {
+		if b.dups != nil && k.first.InputHash != "" && (b.win.tool == "" || k.first.Tool == b.win.tool) {
 			id := [2]string{k.first.Tool, k.first.InputHash}
-			d := b.dups[id]
-			if d == nil {
-				d = &DuplicateEffect{Tool: id[0], InputHash: id[1]}
-				b.dups[id] = d
+			g := b.dups[id]
+			if g == nil {
+				g = &dupGroup{d: DuplicateEffect{Tool: id[0], InputHash: id[1]}}
+				b.dups[id] = g
 			}
-			d.Keys = append(d.Keys, k.key)
-			d.Seqs = append(d.Seqs, k.final.seq)
+			g.d.Keys = append(g.d.Keys, k.key)
+			g.d.Seqs = append(g.d.Seqs, k.final.seq)
+			if k.final.seq > g.latestSeq {
+				g.latestSeq, g.latestAt = k.final.seq, k.final.recordedAt
+			}
 		}
 	}
 }
 
-// build returns the audit with every list sorted by key and seq. dups,
-// when not nil, are the duplicate effects a DuplicateSource found.
-func (b *auditBuilder) build(dups []DuplicateEffect) *Audit {
+// build returns the audit with every list sorted by key and seq. dups and
+// repeats, when not nil, are what a DuplicateSource or a RepeatSource (or
+// a repeatFinder) found.
+func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) *Audit {
 	a := b.a
 	a.DuplicateEffects = append(a.DuplicateEffects, dups...)
+	a.RepeatedFailures = append(a.RepeatedFailures, repeats...)
 	for _, byExec := range b.retries {
 		for _, rr := range byExec {
 			a.RuntimeRetries = append(a.RuntimeRetries, *rr)
 		}
 	}
-	for _, d := range b.dups {
-		if len(d.Keys) < 2 || !anyAfter(d.Seqs, b.from) {
+	for _, g := range b.dups {
+		if len(g.d.Keys) < 2 || g.latestSeq <= b.from || !b.win.has(g.d.Tool, g.latestSeq, g.latestAt) {
 			continue
 		}
-		a.DuplicateEffects = append(a.DuplicateEffects, *d)
+		d := g.d
+		sortBySeq(d.Keys, d.Seqs) // keys were finished in map order
+		a.DuplicateEffects = append(a.DuplicateEffects, d)
 	}
 	slices.SortFunc(a.RuntimeRetries, func(x, y RuntimeRetry) int {
 		return cmp.Or(cmp.Compare(x.Key, y.Key), cmp.Compare(x.Seqs[0], y.Seqs[0]))
@@ -223,20 +284,33 @@ func (b *auditBuilder) build(dups []DuplicateEffect) *Audit {
 	slices.SortFunc(a.DuplicateEffects, func(x, y DuplicateEffect) int {
 		return cmp.Or(cmp.Compare(x.Tool, y.Tool), cmp.Compare(x.InputHash, y.InputHash))
 	})
+	slices.SortFunc(a.RepeatedFailures, func(x, y RepeatedFailure) int {
+		return cmp.Or(cmp.Compare(x.Tool, y.Tool), cmp.Compare(x.InputHash, y.InputHash))
+	})
 	slices.SortFunc(a.Interrupted, func(x, y InterruptedKey) int { return cmp.Compare(x.ReserveSeq, y.ReserveSeq) })
 	slices.SortFunc(a.Failed, func(x, y FailedKey) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.Resolutions, func(x, y Resolution) int { return cmp.Compare(x.Seq, y.Seq) })
 	ensure(&a.RuntimeRetries)
 	ensure(&a.ReInvocations)
 	ensure(&a.DuplicateEffects)
+	ensure(&a.RepeatedFailures)
 	ensure(&a.Interrupted)
 	ensure(&a.Failed)
 	ensure(&a.Resolutions)
 	return &a
 }
 
-func anyAfter(seqs []uint64, from uint64) bool {
-	return slices.ContainsFunc(seqs, func(s uint64) bool { return s > from })
+// sortBySeq sorts keys and their seqs together, by seq.
+func sortBySeq(keys []string, seqs []uint64) {
+	idx := make([]int, len(keys))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(x, y int) int { return cmp.Compare(seqs[x], seqs[y]) })
+	k, s := slices.Clone(keys), slices.Clone(seqs)
+	for i, j := range idx {
+		keys[i], seqs[i] = k[j], s[j]
+	}
 }
 
 // ensure makes a nil list an empty one, so JSON shows [] not null.

@@ -112,7 +112,6 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 		_, err = db.Commit(ctx, ledger.CommitRequest{IdempotencyKey: k, Reservation: res.Reservation, Outcome: outcome, Error: fd})
 		require.NoError(t, err)
 	}
-	require.NoError(t, db.Close())
 	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
@@ -123,4 +122,20 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 	assert.Equal(t, "payments.refund", d.Tool)
 	assert.Equal(t, []string{"refund-a-0001", "refund-b-0002"}, d.Keys)
 	assert.Equal(t, []uint64{2, 4}, d.Seqs)
+
+	srv := httptest.NewServer(api.NewServer(db, quiet))
+	defer func() { srv.Close(); _ = db.Close() }()
+	for range 5 { // the online pass finishes keys in map order: the keys must still come in seq order
+		online, err := verify.New(api.NewClient(srv.URL), verify.Opts{}).Check(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, rep.Audit.DuplicateEffects, online.Audit.DuplicateEffects, "online")
+	}
+	for _, f := range []verify.AuditFilter{{SinceSeq: 4}, {SinceSeq: 5}, {Tool: "payments.charge"}} {
+		offline, err := verify.New(rd, verify.Opts{Filter: f}).Check(ctx)
+		require.NoError(t, err)
+		online, err := verify.New(api.NewClient(srv.URL), verify.Opts{Filter: f}).Check(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, offline.Audit.DuplicateEffects, online.Audit.DuplicateEffects, "%+v", f)
+		assert.Equal(t, f.SinceSeq == 4, len(offline.Audit.DuplicateEffects) == 1, "%+v", f)
+	}
 }

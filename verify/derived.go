@@ -163,32 +163,31 @@ func (d *driftChecker) finish(ctx context.Context) error {
 }
 
 // readDuplicates reads the duplicate effects from src, applying the
-// audit's filters. It shares nothing with the key pass, so the two can
+// audit's filters: an entry is kept when its latest success is after from
+// and in the window. It shares nothing with the key pass, so the two can
 // run concurrently.
 func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, from uint64) ([]DuplicateEffect, error) {
-	var since uint64
-	if !f.Since.IsZero() {
-		since = uint64(f.Since.UnixMilli())
-	}
+	win := f.window()
 	var out []DuplicateEffect
 	var cur *DuplicateEffect
-	var latest uint64
+	var latestSeq, latestAt uint64
 	flush := func() {
-		if cur != nil && len(cur.Keys) > 1 && anyAfter(cur.Seqs, from) && latest >= since &&
-			(f.Tool == "" || cur.Tool == f.Tool) {
+		if cur != nil && len(cur.Keys) > 1 && latestSeq > from && win.has(cur.Tool, latestSeq, latestAt) {
 			out = append(out, *cur)
 		}
 	}
 	err := src.DuplicateSuccesses(ctx, func(s *ledger.Success) error {
 		if cur == nil || cur.Tool != s.Tool || cur.InputHash != s.InputHash {
 			flush()
-			cur, latest = &DuplicateEffect{Tool: s.Tool, InputHash: s.InputHash}, 0
+			cur, latestSeq, latestAt = &DuplicateEffect{Tool: s.Tool, InputHash: s.InputHash}, 0, 0
 		}
 		if !slices.Contains(cur.Keys, s.Key) {
 			cur.Keys = append(cur.Keys, s.Key)
 			cur.Seqs = append(cur.Seqs, s.Seq)
 		}
-		latest = max(latest, s.RecordedAt)
+		if s.Seq > latestSeq { // rows come in seq order
+			latestSeq, latestAt = s.Seq, s.RecordedAt
+		}
 		return nil
 	})
 	flush()

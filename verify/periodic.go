@@ -29,10 +29,83 @@ var (
 	}, []string{"result"})
 )
 
+// Audit metrics of periodic verification: what the audit found in the
+// whole ledger as of the last run that completed. The ledger is
+// append-only, so each only grows: alert on its increase, e.g.
+// delta(ledger_audit_repeated_failure_keys[15m]) > 0. Each is a vector
+// without labels so that it is exported only once a run has set it: a
+// missing series means "not verified yet", never "none found".
+var (
+	auditRuntimeRetries = newAuditGauge("ledger_audit_runtime_retries",
+		"Runtime retries in the ledger: reserves of a key by the same execution with a higher attempt.")
+	auditReInvocations = newAuditGauge("ledger_audit_re_invocations",
+		"Re-invocations in the ledger: receipts of a key by an execution other than its first (deduplicated replays, takeovers, retries).")
+	auditDuplicateEffects = newAuditGauge("ledger_audit_duplicate_effects",
+		"Duplicate effects in the ledger: (tool, input_hash) pairs that succeeded under more than one key.")
+	auditRepeatedFailures = newAuditGauge("ledger_audit_repeated_failures",
+		"Repeated failures in the ledger: (tool, input_hash) pairs whose effect failed and that were reserved again under a new key afterwards.")
+	auditRepeatedFailureKeys = newAuditGauge("ledger_audit_repeated_failure_keys",
+		"Keys that ran a failed call again unchanged: each key reserved for a (tool, input_hash) after its effect failed under another key. A loop makes it climb.")
+	auditResolutions = newAuditGauge("ledger_audit_resolutions",
+		"Operator resolutions in the ledger.")
+)
+
+func newAuditGauge(name, help string) *prometheus.GaugeVec {
+	return promauto.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help + " As of the last verification run."}, nil)
+}
+
+// auditTotals counts the audit's events in the whole ledger.
+type auditTotals struct {
+	runtimeRetries, reInvocations, duplicateEffects, repeatedFailures, repeatedFailureKeys, resolutions int
+}
+
+// plus adds the events after from of an audit made with from as its
+// pinned head: an incremental run lists only entries with an event after
+// from (their earlier events were counted by the run that pinned from).
+func (t auditTotals) plus(a *Audit, from uint64) auditTotals {
+	after := func(seq uint64) int {
+		if seq > from {
+			return 1
+		}
+		return 0
+	}
+	for _, r := range a.RuntimeRetries {
+		for _, s := range r.Seqs {
+			t.runtimeRetries += after(s)
+		}
+	}
+	for _, r := range a.ReInvocations {
+		t.reInvocations += after(r.Seq)
+	}
+	for _, d := range a.DuplicateEffects {
+		t.duplicateEffects += after(d.Seqs[1]) // a duplicate from its second success on
+	}
+	for _, r := range a.RepeatedFailures {
+		t.repeatedFailures += after(r.Seqs[1]) // repeated from its first repeat on
+		for _, s := range r.Seqs[1:] {
+			t.repeatedFailureKeys += after(s)
+		}
+	}
+	for _, r := range a.Resolutions {
+		t.resolutions += after(r.Seq)
+	}
+	return t
+}
+
+func (t auditTotals) export() {
+	auditRuntimeRetries.WithLabelValues().Set(float64(t.runtimeRetries))
+	auditReInvocations.WithLabelValues().Set(float64(t.reInvocations))
+	auditDuplicateEffects.WithLabelValues().Set(float64(t.duplicateEffects))
+	auditRepeatedFailures.WithLabelValues().Set(float64(t.repeatedFailures))
+	auditRepeatedFailureKeys.WithLabelValues().Set(float64(t.repeatedFailureKeys))
+	auditResolutions.WithLabelValues().Set(float64(t.resolutions))
+}
+
 // Periodic verifies a source every Every: a full run first, then
 // incremental runs from the last head verified clean. A run with
 // violations does not move the pinned head, so they are reported again
-// on every run until someone acts.
+// on every run until someone acts. Each completed run exports the audit's
+// totals (ledger_audit_*), carried across incremental runs.
 type Periodic struct {
 	Src    Source
 	Every  time.Duration
@@ -40,7 +113,8 @@ type Periodic struct {
 	// MaxLogged bounds the violations logged per run (default 20).
 	MaxLogged int
 
-	pin *Pin
+	pin    *Pin
+	totals auditTotals // the audit's totals up to pin
 }
 
 // Run verifies until ctx is done.
@@ -67,13 +141,26 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: p.pin != nil, MaxViolations: p.MaxLogged}).Check(ctx)
 	elapsed := time.Since(start)
 	verifyDuration.Set(elapsed.Seconds())
-	switch {
-	case err != nil:
+	if err != nil {
 		if ctx.Err() == nil {
 			verifyRuns.WithLabelValues("error").Inc()
 			p.Logger.ErrorContext(ctx, "ledger verification could not run", "err", err)
 		}
 		return nil
+	}
+	var from uint64
+	if p.pin != nil {
+		from = p.pin.Seq
+	}
+	totals := p.totals.plus(rep.Audit, from)
+	totals.export()
+	if n := totals.repeatedFailureKeys - p.totals.repeatedFailureKeys; n > 0 && from > 0 {
+		// Only for what was appended since the last clean run: the first
+		// run's history is in the gauges, not worth a warning at each start.
+		p.Logger.WarnContext(ctx, "failed calls run again unchanged under new keys (ledgerctl audit lists them)",
+			"new_repeat_keys", n, "repeated_failures", totals.repeatedFailures)
+	}
+	switch {
 	case !rep.OK:
 		verifyRuns.WithLabelValues("violations").Inc()
 		verifyViolations.Set(float64(rep.ViolationsTotal))
@@ -87,7 +174,7 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 		verifyViolations.Set(0)
 		verifyLastSuccess.Set(float64(time.Now().Unix()))
 		head := rep.Head
-		p.pin = &head
+		p.pin, p.totals = &head, totals
 		p.Logger.InfoContext(ctx, "ledger verified", "receipts", rep.Receipts, "checked", rep.Checked,
 			"head_seq", head.Seq, "duration", elapsed)
 	}

@@ -1,8 +1,8 @@
 // Package verify audits an effect ledger (SPEC §5): it recomputes the hash
 // chain, replays every receipt through the key state machine, checks that
 // the chain extends a head pinned earlier, and reports runtime retries,
-// re-invocations, duplicate effects, interrupted and failed keys and
-// operator resolutions.
+// re-invocations, duplicate effects, repeated failures, interrupted and
+// failed keys and operator resolutions.
 package verify
 
 import (
@@ -150,28 +150,43 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	cc := newChainChecker(chainCol, v.opts, from)
 
 	var dups []DuplicateEffect
+	var repeats []RepeatedFailure
+	// Without a RepeatSource, repeated failures are found in the seq-ordered
+	// chain pass; on an incremental run that pass starts at the pinned head,
+	// so only failures among the receipts read are seen.
+	finder := newRepeatFinder()
 	if ks, ok := v.src.(KeySource); ok {
 		ds, dupSource := v.src.(DuplicateSource)
 		if dupSource {
 			audit.dups = nil // found by the source, in constant memory
 		}
+		rs, repeatSource := v.src.(RepeatSource)
+		if repeatSource {
+			finder = nil
+		}
 		statePass := make(chan error, 1)
 		go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
-		dupPass := make(chan error, 1)
-		if dupSource {
-			go func() {
-				var err error
-				dups, err = readDuplicates(ctx, ds, v.opts.Filter, from)
-				dupPass <- err
-			}()
-		} else {
-			dupPass <- nil
-		}
+		// The grouping queries run one after the other on one connection,
+		// beside the two passes.
+		queryPass := make(chan error, 1)
+		go func() {
+			var errD, errR error
+			if dupSource {
+				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
+			}
+			if repeatSource && errD == nil {
+				repeats, errR = readRepeats(ctx, rs, v.opts.Filter, from)
+			}
+			queryPass <- errors.Join(errD, errR)
+		}()
 		err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
 			cc.add(r)
+			if finder != nil {
+				finder.add(r)
+			}
 			return nil
 		})
-		err = errors.Join(err, <-statePass, <-dupPass)
+		err = errors.Join(err, <-statePass, <-queryPass)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
@@ -186,6 +201,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 				touched[r.IdempotencyKey] = struct{}{}
 			} else {
 				state.add(r)
+				finder.add(r)
 			}
 			return nil
 		}); err != nil {
@@ -196,17 +212,29 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			if !ok {
 				return nil, errors.New("verify: this source cannot load key histories for an incremental run")
 			}
+			// The touched keys' histories come key by key: the finder
+			// gets what matters to it sorted by seq. It sees the failures
+			// of touched keys only, so an incremental online run misses a
+			// repeat of a call that failed under an older, untouched key.
+			var forFinder []chain.Receipt
 			for key := range touched {
 				if err := hs.KeyHistory(ctx, key, func(r *chain.Receipt) error {
 					state.add(r)
+					if finder.wanted(r) {
+						forFinder = append(forFinder, *r)
+					}
 					return nil
 				}); err != nil {
 					return nil, fmt.Errorf("verify: %w", err)
 				}
 				state.flush(key, now)
 			}
+			finder.addUnordered(forFinder)
 		}
 		state.finish(now)
+	}
+	if finder != nil {
+		repeats = finder.list(v.opts.Filter, from)
 	}
 	cc.finish()
 
@@ -218,7 +246,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		Violations:      violations,
 		ViolationsTotal: chainCol.total + stateCol.total,
 		Checked:         cc.checked,
-		Audit:           audit.build(dups),
+		Audit:           audit.build(dups, repeats),
 	}, nil
 }
 

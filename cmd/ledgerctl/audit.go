@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,27 +21,41 @@ type AuditCommand struct {
 const auditExamples = `  ledgerctl audit --db ledger.db
   ledgerctl audit --server http://127.0.0.1:8080 --since 24h --tool payments.refund
   ledgerctl audit --db ledger.db --since 2026-11-01T00:00:00Z --json
+  ledgerctl audit --db ledger.db --since 1043     # what happened after head 1042
 `
 
+const auditSummary = `Usage: ledgerctl audit (--db FILE | --server URL) [flags]
+
+Tells runtime retries (same execution, next attempt) from re-invocations (a new
+execution of the same call) and lists what needs attention: duplicate effects
+(distinct keys, same tool and input, all succeeded), repeated failures (a call
+that failed, run again unchanged under new keys), interrupted and failed keys and
+operator resolutions. Exit 1 if the chain itself has violations (run verify).
+
+--since and --tool apply to every list. An entry is in the --since window when
+its event is: a runtime retry's reserve, a re-invocation's receipt, a resolution;
+an interrupted key's latest reserve, a failed key's failure; a duplicate effect's
+latest success, a repeated failure's latest repeat (such an entry still lists
+all its keys, older ones too). --tool keeps the keys of that tool.`
+
 // Run prints the audit: runtime retries, re-invocations, duplicate
-// effects, interrupted and failed keys, and operator resolutions.
+// effects, repeated failures, interrupted and failed keys, and operator
+// resolutions.
 func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	var src sourceFlags
 	src.register(fs)
-	since := fs.String("since", "", "only events since `WHEN`: an RFC 3339 time or a duration ago such as 24h")
+	since := fs.String("since", "", "only events since `WHEN`: an RFC 3339 time (at or after it), a duration ago such as 24h, or a receipt seq such as 1043 (that receipt and later ones)")
 	tool := fs.String("tool", "", "only keys of this `tool`")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl audit (--db FILE | --server URL) [flags]\n\nTells runtime retries (same execution, next attempt) from re-invocations (a new\nexecution of the same call) and lists what needs attention. Exit 1 if the chain\nitself has violations (run verify to see them).", auditExamples)
+	pos, err := parse(fs, c.Env, args, auditSummary, auditExamples)
 	if err != nil {
 		return err
 	}
 	filter := verify.AuditFilter{Tool: *tool}
 	if *since != "" {
-		t, err := parseSince(*since, time.Now())
-		if err != nil {
+		if err := parseSince(*since, time.Now(), &filter); err != nil {
 			return usageErr(fs, c.Env, "--since: %v", err)
 		}
-		filter.Since = t
 	}
 	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
@@ -66,16 +81,30 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// parseSince reads an RFC 3339 time or a duration before now.
-func parseSince(s string, now time.Time) (time.Time, error) {
+// parseSince sets f's window from a receipt seq (digits only), a duration
+// before now or an RFC 3339 time.
+func parseSince(s string, now time.Time, f *verify.AuditFilter) error {
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		seq, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("seq %q: %w", s, err)
+		}
+		f.SinceSeq = seq
+		return nil
+	}
 	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(-d), nil
+		if d < 0 {
+			return fmt.Errorf("negative duration %q", s)
+		}
+		f.Since = now.Add(-d)
+		return nil
 	}
 	t, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("want an RFC 3339 time or a duration, got %q", s)
+		return fmt.Errorf("want an RFC 3339 time, a duration or a receipt seq, got %q", s)
 	}
-	return t, nil
+	f.Since = t
+	return nil
 }
 
 func ms(v uint64) string { return time.UnixMilli(int64(v)).UTC().Format(time.RFC3339) }
@@ -112,6 +141,20 @@ func printAudit(w io.Writer, a *verify.Audit) {
 				keys[i] = cell(k)
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", cell(d.Tool), cell(d.InputHash), strings.Join(keys, ", "))
+		}
+	})
+	section("Repeated failures: a failed call run again unchanged under new keys", len(a.RepeatedFailures), "TOOL\tINPUT\tFIRST ERROR\tFAILED KEY → LATER KEYS\tEXECUTIONS", func(tw io.Writer) {
+		for _, r := range a.RepeatedFailures {
+			keys := make([]string, len(r.Keys))
+			for i, k := range r.Keys {
+				keys[i] = cell(k)
+			}
+			execs := make([]string, len(r.Executions))
+			for i, e := range r.Executions {
+				execs[i] = cell(e)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s → %s\t%s\n", cell(r.Tool), cell(r.InputHash), cell(r.ErrorCode),
+				keys[0], strings.Join(keys[1:], ", "), strings.Join(execs, ", "))
 		}
 	})
 	section("Interrupted: lease ended without an outcome", len(a.Interrupted), "KEY\tTOOL\tEXECUTION\tATTEMPT\tLEASE ENDED\tNEXT STEP", func(tw io.Writer) {

@@ -147,7 +147,7 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 			awaiting++
 		}
 	}
-	fmt.Fprintf(w, "audit: %d runtime retries, %d re-invocations, %d duplicate effects, %d interrupted (%d awaiting a person), %d failed, %d resolutions\n",
-		len(a.RuntimeRetries), len(a.ReInvocations), len(a.DuplicateEffects), len(a.Interrupted), awaiting,
+	fmt.Fprintf(w, "audit: %d runtime retries, %d re-invocations, %d duplicate effects, %d repeated failures, %d interrupted (%d awaiting a person), %d failed, %d resolutions\n",
+		len(a.RuntimeRetries), len(a.ReInvocations), len(a.DuplicateEffects), len(a.RepeatedFailures), len(a.Interrupted), awaiting,
 		len(a.Failed), len(a.Resolutions))
 }

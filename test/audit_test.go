@@ -1,0 +1,173 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// call reserves key for payments.refund on order n and returns the
+// reservation token.
+func call(t *testing.T, l *Ledgerd, key, exec string, n int) string {
+	t.Helper()
+	r := l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(
+		`{"idempotency_key":%q,"execution_id":%q,"tool":"payments.refund","effect":"write","input":{"order":%d}}`, key, exec, n))
+	require.Equal(t, 201, r.Status, r.Raw)
+	return r.Body["reservation"].(string)
+}
+
+func commit(t *testing.T, l *Ledgerd, key, token, outcome string) {
+	t.Helper()
+	body := `{"reservation":"` + token + `","outcome":"succeeded"}`
+	if outcome == "failed" {
+		body = `{"reservation":"` + token + `","outcome":"failed","error":{"code":"DECLINED"}}`
+	}
+	r := l.Do("POST", "/v1/effects/"+key+"/commit", body)
+	require.Equal(t, 201, r.Status, r.Raw)
+}
+
+type repeatedFailure struct {
+	Tool       string   `json:"tool"`
+	InputHash  string   `json:"input_hash"`
+	ErrorCode  string   `json:"error_code"`
+	Keys       []string `json:"keys"`
+	Executions []string `json:"executions"`
+	Seqs       []uint64 `json:"seqs"`
+}
+
+// TestLedgerctl_repeatedFailures: a refund fails, and the model calls it
+// again, unchanged, under two new keys. The file and the server report it
+// alike in `ledgerctl audit` (table and JSON, with the filters) and in
+// `verify --json`, and ledgerd's periodic verification exports it.
+func TestLedgerctl_repeatedFailures(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
+	tok := call(t, l, "refund-a-0001", "exec-1", 1234) // seq 1
+	commit(t, l, "refund-a-0001", tok, "failed")       // seq 2
+	tok = call(t, l, "refund-b-0002", "exec-2", 1234)  // seq 3: the same call again
+	commit(t, l, "refund-b-0002", tok, "succeeded")    // seq 4
+	tok = call(t, l, "refund-x-0001", "exec-3", 99)    // seq 5: another input
+	commit(t, l, "refund-x-0001", tok, "failed")       // seq 6
+	call(t, l, "refund-c-0003", "exec-4", 1234)        // seq 7: and again
+
+	srv := []string{"--server", l.URL}
+	db := []string{"--db", l.DB}
+	audit := func(src []string, args ...string) []repeatedFailure {
+		t.Helper()
+		out, stderr, code := ledgerctl(t, append(append([]string{"audit", "--json"}, src...), args...)...)
+		require.Equal(t, 0, code, stderr)
+		var a struct {
+			RepeatedFailures []repeatedFailure `json:"repeated_failures"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &a), out)
+		require.NotNil(t, a.RepeatedFailures, "an empty list is [], not null or absent: %s", out)
+		return a.RepeatedFailures
+	}
+
+	t.Run("audit --json, file and server", func(t *testing.T) {
+		for _, src := range [][]string{db, srv} {
+			got := audit(src)
+			require.Len(t, got, 1, "%v", src)
+			r := got[0]
+			assert.Equal(t, "payments.refund", r.Tool)
+			assert.True(t, strings.HasPrefix(r.InputHash, "sha256:"), r.InputHash)
+			assert.Equal(t, "DECLINED", r.ErrorCode)
+			assert.Equal(t, []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"}, r.Keys)
+			assert.Equal(t, []string{"exec-1", "exec-2", "exec-4"}, r.Executions)
+			assert.Equal(t, []uint64{2, 3, 7}, r.Seqs)
+		}
+	})
+	t.Run("audit table, beside duplicate effects", func(t *testing.T) {
+		for _, src := range [][]string{db, srv} {
+			out, stderr, code := ledgerctl(t, append([]string{"audit"}, src...)...)
+			require.Equal(t, 0, code, stderr)
+			dup := strings.Index(out, "Duplicate effects")
+			rep := strings.Index(out, "Repeated failures: a failed call run again unchanged under new keys (1)")
+			intr := strings.Index(out, "Interrupted")
+			require.True(t, dup >= 0 && rep > dup && intr > rep, "sections out of order:\n%s", out)
+			section := out[rep:intr]
+			assert.Contains(t, section, "DECLINED")
+			assert.Contains(t, section, "refund-a-0001 → refund-b-0002, refund-c-0003")
+			assert.Contains(t, section, "exec-1, exec-2, exec-4")
+		}
+	})
+	t.Run("filters", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want int
+		}{
+			{[]string{"--tool", "payments.refund"}, 1},
+			{[]string{"--tool", "email.send"}, 0},
+			{[]string{"--since", "7"}, 1},  // the latest repeat is seq 7
+			{[]string{"--since", "8"}, 0},  // nothing after it
+			{[]string{"--since", "0"}, 1},  // a seq: everything
+			{[]string{"--since", "1h"}, 1}, // a duration ago
+			{[]string{"--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, 0},
+			{[]string{"--since", "2000-01-01T00:00:00Z", "--tool", "payments.refund"}, 1},
+		} {
+			for _, src := range [][]string{db, srv} {
+				assert.Len(t, audit(src, tc.args...), tc.want, "%v %v", tc.args, src[0])
+			}
+		}
+		for _, bad := range []string{"yesterday", "-5m", "99999999999999999999999"} {
+			_, stderr, code := ledgerctl(t, "audit", "--db", l.DB, "--since", bad)
+			assert.Equal(t, 2, code, bad)
+			assert.Contains(t, stderr, "--since", bad)
+		}
+	})
+	t.Run("verify --json audit and summary", func(t *testing.T) {
+		for _, src := range [][]string{db, srv} {
+			out, stderr, code := ledgerctl(t, append([]string{"verify", "--json"}, src...)...)
+			require.Equal(t, 0, code, stderr)
+			var rep struct {
+				Audit struct {
+					RepeatedFailures []repeatedFailure `json:"repeated_failures"`
+				} `json:"audit"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+			require.Len(t, rep.Audit.RepeatedFailures, 1)
+			assert.Equal(t, []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"}, rep.Audit.RepeatedFailures[0].Keys)
+			out, _, _ = ledgerctl(t, append([]string{"verify"}, src...)...)
+			assert.Contains(t, out, "1 repeated failures")
+		}
+	})
+	t.Run("help documents the filters", func(t *testing.T) {
+		_, stderr, code := ledgerctl(t, "audit", "--help")
+		assert.Equal(t, 0, code)
+		assert.Contains(t, stderr, "repeated failures")
+		assert.Contains(t, stderr, "receipt seq")
+		assert.Contains(t, stderr, "RFC 3339")
+	})
+	t.Run("periodic verification exports it", func(t *testing.T) {
+		require.Eventually(t, func() bool {
+			m := l.Do("GET", "/metrics", "").Raw
+			return strings.Contains(m, "ledger_audit_repeated_failures 1\n") &&
+				strings.Contains(m, "ledger_audit_repeated_failure_keys 2\n")
+		}, 10*time.Second, 50*time.Millisecond)
+		call(t, l, "refund-d-0004", "exec-5", 1234) // the loop goes on
+		require.Eventually(t, func() bool {
+			m := l.Do("GET", "/metrics", "").Raw
+			return strings.Contains(m, "ledger_audit_repeated_failures 1\n") &&
+				strings.Contains(m, "ledger_audit_repeated_failure_keys 3\n")
+		}, 10*time.Second, 50*time.Millisecond, "an incremental run adds the new repeat")
+		assert.Contains(t, l.Logs(), "failed calls run again unchanged under new keys")
+	})
+}
+
+// TestLedgerd_auditMetricsNeedVerification: without --verify-every no
+// audit gauge is exported, not even as 0.
+func TestLedgerd_auditMetricsNeedVerification(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	tok := call(t, l, "refund-a-0001", "exec-1", 1)
+	commit(t, l, "refund-a-0001", tok, "failed")
+	call(t, l, "refund-b-0002", "exec-2", 1)
+	m := l.Do("GET", "/metrics", "")
+	require.Equal(t, 200, m.Status)
+	assert.Contains(t, m.Raw, "ledger_receipts_appended_total")
+	assert.NotContains(t, m.Raw, "ledger_audit_")
+}

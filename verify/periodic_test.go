@@ -1,0 +1,83 @@
+package verify_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// gauge returns the value of an unlabelled gauge in the default registry,
+// and whether it is exported at all.
+func gauge(t *testing.T, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// TestPeriodic_auditMetrics: the audit gauges appear with the first run
+// and count the whole ledger across incremental runs. No other test in
+// this package runs Periodic, so they start absent.
+func TestPeriodic_auditMetrics(t *testing.T) {
+	names := []string{"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
+		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}
+	for _, n := range names {
+		_, ok := gauge(t, n)
+		assert.False(t, ok, "%s before any verification", n)
+	}
+
+	c := newCalls(t)
+	c.reserve("refund-a-0001", "exec-1", "payments.refund", 7, idempotent())
+	c.fail("refund-a-0001", "TIMEOUT", true)
+	c.reserve("refund-a-0001", "exec-1", "payments.refund", 7, idempotent(), attempt(2)) // runtime retry
+	c.reserve("refund-b-0002", "exec-2", "payments.refund", 7)                           // repeat 1
+	c.succeed("refund-b-0002")
+	c.reserve("charge-a-0001", "exec-3", "payments.charge", 1, lease(10))
+	c.resolveFailed("charge-a-0001", "NOT_CHARGED") // resolution
+
+	rd, err := ledger.OpenReader(context.Background(), c.path, ledger.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	p := &verify.Periodic{Src: rd, Logger: quiet}
+	want := func(desc string, vals ...float64) {
+		t.Helper()
+		for i, n := range names {
+			got, ok := gauge(t, n)
+			assert.True(t, ok, "%s: %s exported", desc, n)
+			assert.Equal(t, vals[i], got, "%s: %s", desc, n)
+		}
+	}
+	rep := p.Once(context.Background())
+	require.NotNil(t, rep)
+	require.True(t, rep.OK)
+	want("full run", 1, 0, 0, 1, 1, 1)
+
+	rep = p.Once(context.Background())
+	require.NotNil(t, rep)
+	assert.Less(t, rep.Checked, rep.Receipts, "the second run is incremental")
+	want("incremental run, nothing new", 1, 0, 0, 1, 1, 1)
+
+	c.reserve("refund-c-0003", "exec-4", "payments.refund", 7) // repeat 2 of the same call
+	c.succeed("refund-c-0003")                                 // refund-b and refund-c both succeeded
+	c.reserve("charge-b-0002", "exec-5", "payments.charge", 1) // repeat of the resolved failure
+	require.NotNil(t, p.Once(context.Background()))
+	want("incremental run, new repeats", 1, 0, 1, 2, 3, 1)
+
+	res, err := c.db.Reserve(context.Background(), ledger.ReserveRequest{IdempotencyKey: "refund-b-0002",
+		ExecutionID: "exec-6", Tool: "payments.refund", Effect: "write", Input: input(7)})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusReplayed, res.Status, "a deduplicated replay: a re-invocation")
+	require.NotNil(t, p.Once(context.Background()))
+	want("incremental run, a replay", 1, 1, 1, 2, 3, 1)
+}

@@ -1,0 +1,142 @@
+package verify
+
+import (
+	"cmp"
+	"context"
+	"slices"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// RepeatSource can list, grouped by the database, the calls run again
+// after they failed: for each (tool, non-empty input_hash) whose effect
+// failed, its first failure and then the first reserve of every key
+// reserved after it, ordered by tool, input_hash and seq. Without it the
+// audit finds them in the seq-ordered chain pass, holding each failed
+// call in memory.
+type RepeatSource interface {
+	RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error
+}
+
+var _ RepeatSource = (*ledger.Reader)(nil)
+
+// repeatCollector turns rows grouped by (tool, input_hash), the failure
+// first and then the later keys in seq order, into RepeatedFailure
+// entries, keeping those whose latest repeat is after from and in the
+// window.
+type repeatCollector struct {
+	win  window
+	from uint64
+	out  []RepeatedFailure
+
+	cur                 *RepeatedFailure
+	latestSeq, latestAt uint64
+}
+
+func (c *repeatCollector) add(r *ledger.CallAfterFailure) {
+	if r.Failure {
+		c.flush()
+		c.cur = &RepeatedFailure{Tool: r.Tool, InputHash: r.InputHash, ErrorCode: r.ErrorCode,
+			Keys: []string{r.Key}, Executions: []string{r.ExecutionID}, Seqs: []uint64{r.Seq}}
+		c.latestSeq, c.latestAt = 0, 0
+		return
+	}
+	if c.cur == nil || c.cur.Tool != r.Tool || c.cur.InputHash != r.InputHash || r.Seq <= c.cur.Seqs[0] ||
+		slices.Contains(c.cur.Keys, r.Key) {
+		return // not after a failure, or a key listed already (only in an edited ledger)
+	}
+	c.cur.Keys = append(c.cur.Keys, r.Key)
+	c.cur.Executions = append(c.cur.Executions, r.ExecutionID)
+	c.cur.Seqs = append(c.cur.Seqs, r.Seq)
+	if r.Seq > c.latestSeq {
+		c.latestSeq, c.latestAt = r.Seq, r.RecordedAt
+	}
+}
+
+func (c *repeatCollector) flush() {
+	if c.cur != nil && len(c.cur.Keys) > 1 && c.latestSeq > c.from && c.win.has(c.cur.Tool, c.latestSeq, c.latestAt) {
+		c.out = append(c.out, *c.cur)
+	}
+	c.cur = nil
+}
+
+// readRepeats reads the repeated failures from src, applying the audit's
+// filters. Like readDuplicates it shares nothing with the key pass.
+func readRepeats(ctx context.Context, src RepeatSource, f AuditFilter, from uint64) ([]RepeatedFailure, error) {
+	c := &repeatCollector{win: f.window(), from: from}
+	err := src.RepeatedFailures(ctx, f.Tool, func(r *ledger.CallAfterFailure) error {
+		c.add(r)
+		return nil
+	})
+	c.flush()
+	return c.out, err
+}
+
+// repeatFinder finds repeated failures in receipts given in seq order
+// (the online chain pass). It holds each failed (tool, input_hash) and
+// the keys reserved after its failure, never the other receipts: memory
+// grows with the failed calls, not with the ledger.
+type repeatFinder struct {
+	groups map[[2]string][]ledger.CallAfterFailure // the failure first
+}
+
+func newRepeatFinder() *repeatFinder {
+	return &repeatFinder{groups: map[[2]string][]ledger.CallAfterFailure{}}
+}
+
+// add takes the next receipt in seq order.
+func (f *repeatFinder) add(r *chain.Receipt) {
+	if r.InputHash == "" {
+		return
+	}
+	id := [2]string{r.Tool, r.InputHash}
+	switch {
+	case (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeFailed:
+		if _, ok := f.groups[id]; !ok {
+			f.groups[id] = []ledger.CallAfterFailure{{Tool: r.Tool, InputHash: r.InputHash, Failure: true,
+				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, ErrorCode: r.ErrorCode, Seq: r.Seq,
+				RecordedAt: r.RecordedAt}}
+		}
+	case r.Kind == chain.KindReserve && r.RefSeq == 0:
+		if g, ok := f.groups[id]; ok {
+			f.groups[id] = append(g, ledger.CallAfterFailure{Tool: r.Tool, InputHash: r.InputHash,
+				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, Seq: r.Seq, RecordedAt: r.RecordedAt})
+		}
+	}
+}
+
+// addUnordered takes receipts in any order (the key histories of an
+// incremental online run): it sorts them by seq, then adds them.
+func (f *repeatFinder) addUnordered(rs []chain.Receipt) {
+	slices.SortFunc(rs, func(x, y chain.Receipt) int { return cmp.Compare(x.Seq, y.Seq) })
+	for i := range rs {
+		f.add(&rs[i])
+	}
+}
+
+// wanted reports whether r can matter to a repeatFinder.
+func (f *repeatFinder) wanted(r *chain.Receipt) bool {
+	return r.InputHash != "" && (r.Kind == chain.KindReserve && r.RefSeq == 0 ||
+		r.Kind != chain.KindReserve && r.Outcome == chain.OutcomeFailed)
+}
+
+// list returns the entries, ordered by tool and input_hash, filtered as
+// readRepeats does.
+func (f *repeatFinder) list(flt AuditFilter, from uint64) []RepeatedFailure {
+	ids := make([][2]string, 0, len(f.groups))
+	for id, g := range f.groups {
+		if len(g) > 1 && (flt.Tool == "" || id[0] == flt.Tool) {
+			ids = append(ids, id)
+		}
+	}
+	slices.SortFunc(ids, func(x, y [2]string) int { return cmp.Or(cmp.Compare(x[0], y[0]), cmp.Compare(x[1], y[1])) })
+	c := &repeatCollector{win: flt.window(), from: from}
+	for _, id := range ids {
+		for i := range f.groups[id] {
+			c.add(&f.groups[id][i])
+		}
+	}
+	c.flush()
+	return c.out
+}
