@@ -1,0 +1,126 @@
+"""Python client of the effect ledger (``ledgerd``).
+
+Reserve an idempotency key before a tool call's side effect, commit its
+outcome afterwards, and get the recorded result back instead of running the
+effect again when the call repeats::
+
+    from effect_ledger import Ledger
+
+    ledger = Ledger("http://127.0.0.1:8080", token="elt_...")
+
+    @ledger.effect(tool="payments.refund", effect="write", idempotent=True)
+    def refund(order_id: int, amount: int) -> dict:
+        return psp.refund(order_id, amount)   # runs at most once per (tool, input)
+
+``AsyncLedger`` is the same for asyncio. See the package README for the
+context manager, ``do``, waiting, retries and errors.
+"""
+
+from ._async import AsyncEffectHandle, AsyncEffectScope, AsyncLedger
+from ._core import current_reservation
+from ._handle import HandleBase, ResultNotRecordedError
+from ._sync import EffectHandle, EffectScope, Ledger
+from ._types import (
+    EFFECT_CLASSES,
+    Committed,
+    Effect,
+    EffectResult,
+    NotRecorded,
+    Outcome,
+    ReceiptRef,
+    Replay,
+    Reservation,
+    current_execution,
+    execution,
+)
+from .canonical import canonical_json, derive_key, fingerprint
+from .errors import (
+    LedgerError,
+    InvalidJSONError,
+    InvalidRequestError,
+    InvalidKeyError,
+    BodyTooLargeError,
+    UnsupportedMediaTypeError,
+    NotFoundError,
+    MethodNotAllowedError,
+    UnavailableError,
+    UnauthorizedError,
+    ForbiddenError,
+    RateLimitedError,
+    InternalError,
+    FingerprintMismatchError,
+    InProgressError,
+    UnsafeResumeError,
+    RetryNotAllowedError,
+    AttemptConflictError,
+    UnknownKeyError,
+    StaleReservationError,
+    AlreadyFinalizedError,
+    NotInterruptedError,
+    UnknownReceiptError,
+    UnknownNamespaceError,
+    NamespaceExistsError,
+    NotCheckpointedError,
+    ConnectionFailedError,
+    BadResponseError,
+    EffectFailed,
+    error_for,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Ledger",
+    "AsyncLedger",
+    "Effect",
+    "Outcome",
+    "EffectResult",
+    "Reservation",
+    "Replay",
+    "NotRecorded",
+    "Committed",
+    "ReceiptRef",
+    "EffectHandle",
+    "AsyncEffectHandle",
+    "EffectScope",
+    "AsyncEffectScope",
+    "HandleBase",
+    "ResultNotRecordedError",
+    "EFFECT_CLASSES",
+    "execution",
+    "current_execution",
+    "current_reservation",
+    "canonical_json",
+    "fingerprint",
+    "derive_key",
+    "LedgerError",
+    "InvalidJSONError",
+    "InvalidRequestError",
+    "InvalidKeyError",
+    "BodyTooLargeError",
+    "UnsupportedMediaTypeError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "UnavailableError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "RateLimitedError",
+    "InternalError",
+    "FingerprintMismatchError",
+    "InProgressError",
+    "UnsafeResumeError",
+    "RetryNotAllowedError",
+    "AttemptConflictError",
+    "UnknownKeyError",
+    "StaleReservationError",
+    "AlreadyFinalizedError",
+    "NotInterruptedError",
+    "UnknownReceiptError",
+    "UnknownNamespaceError",
+    "NamespaceExistsError",
+    "NotCheckpointedError",
+    "ConnectionFailedError",
+    "BadResponseError",
+    "EffectFailed",
+    "error_for",
+]

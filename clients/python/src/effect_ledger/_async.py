@@ -1,0 +1,328 @@
+"""The asyncio client: the same protocol as ``Ledger``, awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import _core, _handle
+from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call, encode_json
+from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
+from .errors import LedgerError
+
+__all__ = ["AsyncLedger", "AsyncEffectHandle", "AsyncEffectScope"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class AsyncLedger(_Core):
+    """A client of one ledger for asyncio code; the arguments are those of
+    ``Ledger`` (``client`` is an ``httpx.AsyncClient``). Every method is a
+    coroutine; ``effect(...)`` gives an ``async with`` context manager and a
+    decorator of ``async def`` functions. Use ``async with AsyncLedger(...)``
+    or ``await ledger.aclose()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        *,
+        client: Optional[httpx.AsyncClient] = None,
+        verify: Any = True,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, token, **options)
+        self._own = client is None
+        self._client = client if client is not None else httpx.AsyncClient(verify=verify)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections (unless the client was passed in)."""
+        if self._own:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> "AsyncLedger":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def _run(self, flow: _core.Flow) -> Any:
+        reply: Any = None
+        try:
+            while True:
+                action = flow.send(reply)
+                if isinstance(action, _Sleep):
+                    await asyncio.sleep(action.seconds)
+                    reply = None
+                    continue
+                reply = await self._send(action)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _send(self, req: _Request) -> Union[_Reply, BaseException]:
+        headers = dict(self._headers)
+        content = None
+        if req.body is not None:
+            content = encode_json(req.body)
+            headers["Content-Type"] = "application/json"
+        try:
+            r = await self._client.request(
+                req.method,
+                self.base_url + req.path,
+                content=content,
+                params=req.params,
+                headers=headers,
+                timeout=req.timeout,
+            )
+        except httpx.TransportError as e:
+            return e
+        return _Reply(r.status_code, r.headers, r.content)
+
+    # -- the protocol (see Ledger for the details of each) -------------------
+
+    async def reserve(
+        self, effect: Effect, *, wait: Optional[float] = None
+    ) -> Union[Reservation, Replay, NotRecorded]:
+        """Reserve ``effect``'s key; see ``Ledger.reserve``."""
+        return await self._run(self._reserve_flow(effect, wait))
+
+    async def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
+        """Commit a reservation as succeeded; see ``Ledger.succeed``."""
+        body = self._success_body(reservation.reservation, result, external_ref)
+        return await self._run(self._commit_flow(reservation.key, body))
+
+    async def fail(
+        self, reservation: Reservation, code: str, message: str = "", retryable: bool = False
+    ) -> Committed:
+        """Commit a reservation as failed; see ``Ledger.fail``."""
+        body = self._failure_body(reservation.reservation, code, message, retryable)
+        return await self._run(self._commit_flow(reservation.key, body))
+
+    async def resolve(
+        self,
+        key: str,
+        note: str,
+        *,
+        outcome: str = "succeeded",
+        result: Any = None,
+        external_ref: str = "",
+        error_code: Optional[str] = None,
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> dict:
+        """Record an operator's decision about an interrupted key; see ``Ledger.resolve``."""
+        return await self._run(
+            self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
+        )
+
+    async def get_effect(self, key: str) -> dict:
+        """Return a key's state and receipts."""
+        return await self._run(self._get_flow("/effects/" + quote(key, safe="")))
+
+    async def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
+        """Return one page of receipts; see ``Ledger.receipts``."""
+        params: Dict[str, Any] = {"after": after, "limit": limit}
+        params.update({k: v for k, v in filters.items() if v is not None})
+        return await self._run(self._get_flow("/receipts", params))
+
+    async def head(self) -> ReceiptRef:
+        """Return the chain's latest receipt (seq 0 when empty)."""
+        data = await self._run(self._get_flow("/head"))
+        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+
+    # -- running effects ----------------------------------------------------
+
+    async def do(
+        self,
+        effect: Effect,
+        fn: Callable[[str], Union[Any, Awaitable[Any]]],
+        *,
+        wait: Optional[float] = None,
+        retry_on: Optional[Tuple[type, ...]] = None,
+    ) -> EffectResult:
+        """Run ``fn(key)`` (a coroutine function or a plain one) at most once
+        for ``effect`` and record its outcome; see ``Ledger.do``. A
+        cancellation while ``fn`` runs leaves the reservation to end as
+        interrupted."""
+        retry = self.retry_on if retry_on is None else tuple(retry_on)
+        if not effect.recorded:
+            return _handle.unrecorded_result(effect, await _maybe_await(fn(_handle.local_key(effect))))
+        res = await self.reserve(effect, wait=wait)
+        if isinstance(res, Replay):
+            return _handle.replay_result(res)
+        if isinstance(res, NotRecorded):
+            return _handle.unrecorded_result(effect, await _maybe_await(fn(res.key)))
+        token = _current.set(res)
+        try:
+            value = await _maybe_await(fn(res.key))
+        except Exception as exc:
+            await self._record_failure(res, exc, retry)
+            raise
+        finally:
+            _current.reset(token)
+        out = _handle.as_outcome(value)
+        committed = await self._record_success(res, out.result, out.external_ref)
+        return EffectResult(
+            key=res.key,
+            result=out.result,
+            external_ref=out.external_ref,
+            replayed=False,
+            recorded=True,
+            receipt=committed.receipt,
+            reservation=res,
+        )
+
+    async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
+        f = _core.failure_of(exc, retry_on)
+        try:
+            await self.fail(res, f["code"], f["message"], f["retryable"])
+        except LedgerError as err:
+            _handle.note_failure_not_recorded(exc, res.key, err)
+
+    async def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
+        result, problem = _handle.result_problem(res.key, result)
+        try:
+            committed = await self.succeed(res, result, external_ref)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        if problem is not None:
+            raise problem
+        return committed
+
+    def effect(
+        self,
+        tool: str,
+        effect: str = "write",
+        idempotent: bool = False,
+        input: Any = None,
+        key: Any = None,
+        *,
+        input_hash: Optional[str] = None,
+        execution_id: Optional[str] = None,
+        attempt: Optional[int] = None,
+        lease_ms: Optional[int] = None,
+        wait: Optional[float] = None,
+        retry_on: Optional[Tuple[type, ...]] = None,
+    ) -> "AsyncEffectScope":
+        """Describe an effect, for ``async with`` or as a decorator of an
+        ``async def`` (or plain) function; see ``Ledger.effect``::
+
+            async with ledger.effect(tool="email.send", effect="external", input=msg) as eff:
+                if not eff.replayed:
+                    mid = await mailer.send(msg, idempotency_key=eff.key)
+                    await eff.succeed(result={"id": mid}, external_ref=mid)
+        """
+        spec = Effect(
+            tool=tool,
+            effect=effect,
+            idempotent=idempotent,
+            input=input,
+            input_hash=input_hash,
+            key=key,
+            execution_id=execution_id,
+            attempt=attempt,
+            lease_ms=lease_ms,
+        )
+        return AsyncEffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
+
+
+class AsyncEffectHandle(_handle.HandleBase):
+    """The running effect inside ``async with ledger.effect(...) as eff``;
+    ``succeed`` and ``fail`` are coroutines. See ``HandleBase``."""
+
+    def __init__(self, ledger: AsyncLedger, spec: Effect, retry_on: Tuple[type, ...]) -> None:
+        super().__init__(spec, retry_on)
+        self._ledger = ledger
+
+    async def succeed(self, result: Any = None, external_ref: str = "") -> Optional[Committed]:
+        """Commit the effect as succeeded (now); see ``EffectHandle.succeed``."""
+        res = self._begin_commit("succeed")
+        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
+        if res is None:
+            return None
+        self.committed = await self._ledger._record_success(res, result, external_ref)
+        return self.committed
+
+    async def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
+        """Commit the effect as failed (now); see ``EffectHandle.fail``."""
+        _handle.check_code(code)
+        res = self._begin_commit("fail")
+        self.outcome = "failed"
+        if res is None:
+            return None
+        try:
+            self.committed = await self._ledger.fail(res, code, message, retryable)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        return self.committed
+
+
+class AsyncEffectScope:
+    """What ``AsyncLedger.effect(...)`` returns: an async context manager
+    (one ``async with`` at a time) and a decorator."""
+
+    def __init__(
+        self, ledger: AsyncLedger, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]
+    ) -> None:
+        self._ledger = ledger
+        self._spec = spec
+        self._wait = wait
+        self._retry_on = retry_on
+        self._handle: Optional[AsyncEffectHandle] = None
+
+    async def __aenter__(self) -> AsyncEffectHandle:
+        if self._handle is not None:
+            raise RuntimeError("this effect(...) is already in use; call ledger.effect(...) for each with-block")
+        h = AsyncEffectHandle(self._ledger, self._spec, self._retry_on)
+        self._handle = h
+        try:
+            if self._spec.recorded:
+                h._started(await self._ledger.reserve(self._spec, wait=self._wait))
+            else:
+                h.key = _handle.local_key(self._spec)
+        except BaseException:
+            self._handle = None
+            raise
+        return h
+
+    async def __aexit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        h, self._handle = self._handle, None
+        if h is None:
+            return
+        try:
+            if h._must_commit_on_exit(exc):
+                h._finishing = True
+                assert h.reservation is not None
+                if exc is None:
+                    h.outcome = "succeeded"
+                    h.committed = await self._ledger._record_success(h.reservation, None, "")
+                else:
+                    h.outcome = "failed"
+                    await self._ledger._record_failure(h.reservation, exc, h.retry_on)
+        finally:
+            h._release()
+
+    def __call__(self, fn: F) -> F:
+        spec, input_fn, key_fn = _handle.decorator_spec(self._spec, self._spec.input, self._spec.key)
+        ledger, wait, retry_on = self._ledger, self._wait, self._retry_on
+
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not spec.recorded:
+                return await _maybe_await(fn(*args, **kwargs))
+            eff = effect_for_call(spec, fn, args, kwargs, input_fn, key_fn)
+            result = await ledger.do(eff, lambda _key: fn(*args, **kwargs), wait=wait, retry_on=retry_on)
+            return result.result
+
+        return wrapper  # type: ignore[return-value]

@@ -1,0 +1,405 @@
+"""The protocol shared by the sync and async clients, without I/O.
+
+Each operation is a generator ("flow") that yields ``_Request`` and
+``_Sleep`` actions and receives the reply of each request (an ``_Reply``, or
+the transport exception). ``Ledger`` runs flows with ``httpx.Client`` and
+``time.sleep``, ``AsyncLedger`` with ``httpx.AsyncClient`` and
+``asyncio.sleep``, so retries, waiting and error mapping exist once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import inspect
+import json
+import random
+import re
+import time
+from contextvars import ContextVar
+from typing import Any, Callable, Generator, Mapping, NamedTuple, Optional, Tuple, Union
+from urllib.parse import quote
+
+from . import errors
+from ._types import (
+    EFFECT_CLASSES,
+    Committed,
+    Effect,
+    NotRecorded,
+    Replay,
+    Reservation,
+    _execution_for,
+)
+from .canonical import derive_key
+
+#: Largest ``wait_ms`` the ledger accepts (SPEC §8).
+MAX_WAIT_MS = 60_000
+#: Largest committed result, as compact JSON (SPEC §4).
+MAX_RESULT_BYTES = 64 * 1024
+MAX_ERROR_MESSAGE = 1024
+
+_RETRY_STATUS = frozenset({429, 502, 503, 504})
+_CODE_RE = re.compile(r"^[A-Z0-9_]{1,64}$")
+
+
+class _Request(NamedTuple):
+    method: str
+    path: str
+    body: Optional[dict]
+    params: Optional[dict]
+    timeout: float
+
+
+class _Sleep(NamedTuple):
+    seconds: float
+
+
+class _Reply(NamedTuple):
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
+Flow = Generator[Union[_Request, _Sleep], Any, Any]
+
+#: The reservation (or replay) the current ``do`` call or decorated function
+#: runs under; read with ``current_reservation()``.
+_current: ContextVar[Optional[Reservation]] = ContextVar("effect_ledger_reservation", default=None)
+
+
+def current_reservation() -> Optional[Reservation]:
+    """Return the reservation the running effect body holds, or None.
+
+    Inside a function run by ``do`` or a decorated function this gives its
+    idempotency key (``current_reservation().key``) to pass downstream, e.g.
+    as the payment provider's own idempotency key.
+    """
+    return _current.get()
+
+
+def encode_json(value: Any) -> bytes:
+    """Encode a request body or result as compact UTF-8 JSON (dataclasses as
+    objects; NaN and infinities are refused)."""
+    return json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_json_default
+    ).encode("utf-8")
+
+
+def _json_default(o: Any) -> Any:
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    raise TypeError("%s is not JSON serializable" % type(o).__name__)
+
+
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
+    """Parse a Retry-After header: delay seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def decode_reply(reply: _Reply) -> Any:
+    """Return the JSON body of a 2xx reply, or raise the typed error."""
+    retry_after = parse_retry_after(reply.headers.get("retry-after"))
+    try:
+        data = json.loads(reply.content) if reply.content else None
+    except ValueError:
+        data = None
+    if 200 <= reply.status < 300:
+        if not isinstance(data, dict):
+            raise errors.BadResponseError(
+                "bad_response", "HTTP %d with a body that is not a JSON object" % reply.status, status=reply.status
+            )
+        return data
+    e = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(e, dict) or not isinstance(e.get("code"), str):
+        snippet = reply.content[:200].decode("utf-8", "replace")
+        raise errors.BadResponseError(
+            "bad_response", "HTTP %d: %s" % (reply.status, snippet), status=reply.status, retry_after=retry_after
+        )
+    details = e.get("details") if isinstance(e.get("details"), dict) else {}
+    raise errors.error_for(e["code"], str(e.get("message", "")), details, reply.status, retry_after)
+
+
+def failure_of(exc: BaseException, retry_on: Tuple[type, ...] = ()) -> dict:
+    """Return the commit ``error`` object for an exception raised by an
+    effect's body: ``EffectFailed`` gives its own code, message and
+    retryable flag; any other exception is recorded under its class name in
+    upper snake case (``TimeoutError`` -> ``TIMEOUT_ERROR``), retryable when
+    it has a true ``retryable`` attribute or is an instance of ``retry_on``."""
+    if isinstance(exc, errors.EffectFailed):
+        return {"code": exc.code, "message": exc.message[:MAX_ERROR_MESSAGE], "retryable": bool(exc.retryable)}
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(exc).__name__).upper()
+    code = re.sub(r"[^A-Z0-9_]", "_", name)[:64] or "EXCEPTION"
+    msg = str(exc)
+    message = ("%s: %s" % (type(exc).__name__, msg) if msg else type(exc).__name__)[:MAX_ERROR_MESSAGE]
+    retryable = getattr(exc, "retryable", False) is True or (bool(retry_on) and isinstance(exc, retry_on))
+    return {"code": code, "message": message, "retryable": retryable}
+
+
+def bind_input(fn: Callable, args: tuple, kwargs: dict) -> dict:
+    """Return a decorated function's call as a JSON object: each parameter's
+    name and value, defaults applied, ``self``/``cls`` left out, ``*args`` as
+    a list and ``**kwargs`` as an object under their own names."""
+    sig = inspect.signature(fn)
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    out = {}
+    for i, (name, value) in enumerate(bound.arguments.items()):
+        if i == 0 and name in ("self", "cls"):
+            continue
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+class _Core:
+    """Configuration and flows shared by ``Ledger`` and ``AsyncLedger``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        *,
+        namespace: Optional[str] = None,
+        timeout: float = 10.0,
+        wait: float = 30.0,
+        retries: int = 5,
+        commit_retries: int = 10,
+        backoff: float = 0.1,
+        max_retry_delay: float = 30.0,
+        lease_ms: Optional[int] = None,
+        retry_on: Tuple[type, ...] = (),
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://, got %r" % base_url)
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.namespace = namespace
+        self.timeout = timeout
+        self.wait = wait
+        self.retries = retries
+        self.commit_retries = commit_retries
+        self.backoff = backoff
+        self.max_retry_delay = max_retry_delay
+        self.lease_ms = lease_ms
+        self.retry_on = tuple(retry_on)
+        # None: unknown; False: the server rejected wait_ms (it predates
+        # SPEC §8), so in_progress is polled using Retry-After instead.
+        self.server_waits: Optional[bool] = None
+        self._headers = {"Accept": "application/json", "User-Agent": "effect-ledger-python"}
+        if token:
+            self._headers["Authorization"] = "Bearer " + token
+
+    def _path(self, rest: str) -> str:
+        if self.namespace:
+            return "/v1/ns/" + quote(self.namespace, safe="") + rest
+        return "/v1" + rest
+
+    # -- requests with retries --------------------------------------------
+
+    def _delay(self, n: int, retry_after: Optional[float]) -> float:
+        # Full jitter on an exponential backoff, never less than Retry-After.
+        d = random.uniform(0, self.backoff * (2**n))
+        if retry_after is not None:
+            d = max(d, retry_after)
+        return d
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Optional[dict] = None,
+        params: Optional[dict] = None,
+        *,
+        retries: Optional[int] = None,
+        extra_timeout: float = 0.0,
+        with_reply: bool = False,
+    ) -> Flow:
+        """Send one request; retry 429, 502, 503, 504 and broken connections
+        with backoff honouring Retry-After, at most ``retries`` times and
+        never for longer than ``max_retry_delay`` at once."""
+        limit = self.retries if retries is None else retries
+        n = 0
+        while True:
+            reply = yield _Request(method, path, body, params, self.timeout + extra_timeout)
+            try:
+                if isinstance(reply, BaseException):
+                    err: errors.LedgerError = errors.ConnectionFailedError(
+                        "connection_failed", "%s: %s" % (type(reply).__name__, reply)
+                    )
+                    err.__cause__ = reply
+                    raise err
+                data = decode_reply(reply)
+                return (data, reply) if with_reply else data
+            except errors.LedgerError as e:
+                retryable = isinstance(e, errors.ConnectionFailedError) or e.status in _RETRY_STATUS
+                if not retryable or n >= limit:
+                    raise
+                delay = self._delay(n, e.retry_after)
+                if delay > self.max_retry_delay:
+                    raise
+            n += 1
+            yield _Sleep(delay)
+
+    # -- reserve -----------------------------------------------------------
+
+    def _reserve_body(self, effect: Effect) -> Tuple[dict, str]:
+        if effect.effect not in EFFECT_CLASSES:
+            raise ValueError("effect must be one of %s, got %r" % (", ".join(EFFECT_CLASSES), effect.effect))
+        execution_id, attempt = _execution_for(effect)
+        body: dict = {
+            "idempotency_key": effect.resolved_key(),
+            "execution_id": execution_id,
+            "attempt": attempt,
+            "tool": effect.tool,
+            "effect": effect.effect,
+            "idempotent": effect.idempotent,
+        }
+        if effect.input is not None:
+            body["input"] = effect.input
+        if effect.input_hash is not None:
+            body["input_hash"] = effect.input_hash
+        lease = effect.lease_ms if effect.lease_ms is not None else self.lease_ms
+        if lease is not None:
+            body["lease_ms"] = lease
+        return body, execution_id
+
+    def _reserve_flow(self, effect: Effect, wait: Optional[float]) -> Flow:
+        """Reserve; while another reservation holds the key, wait for it up
+        to ``wait`` seconds: first with the server's ``wait_ms`` (woken by
+        the commit or the lease's end), else, on a server without it, by
+        polling at growing intervals (at most 1 s, never beyond
+        Retry-After). Returns a Reservation, Replay or NotRecorded."""
+        body, execution_id = self._reserve_body(effect)
+        wait = self.wait if wait is None else wait
+        deadline = time.monotonic() + max(0.0, wait)
+        poll = 0.05
+        server_wait = False  # the next request asks the server to wait
+        while True:
+            req = body
+            remaining = deadline - time.monotonic()
+            if server_wait and self.server_waits is not False and remaining >= 0.01:
+                req = dict(body, wait_ms=min(MAX_WAIT_MS, int(remaining * 1000)))
+            try:
+                data = yield from self._call(
+                    "POST", self._path("/effects/reserve"), req, extra_timeout=req.get("wait_ms", 0) / 1000
+                )
+            except errors.InvalidRequestError as e:
+                if "wait_ms" in req and e.details.get("field") == "wait_ms":
+                    self.server_waits = False
+                    continue
+                raise
+            except errors.InProgressError as e:
+                if "wait_ms" in req:
+                    self.server_waits = True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                if not server_wait and self.server_waits is not False:
+                    server_wait = True
+                    continue
+                delay = min(poll, remaining)
+                if e.retry_after is not None:
+                    delay = min(delay, max(e.retry_after, 0.01))
+                poll = min(poll * 2, 1.0)
+                yield _Sleep(delay)
+                continue
+            if "wait_ms" in req:
+                self.server_waits = True
+            status = data.get("status")
+            if status == "replayed":
+                return Replay._from(data)
+            if status == "not_recorded":
+                return NotRecorded(key=data.get("idempotency_key", ""), key_generated=bool(data.get("key_generated")))
+            return Reservation._from(data, execution_id)
+
+    # -- commit, resolve, reads ---------------------------------------------
+
+    def _commit_flow(self, key: str, body: dict) -> Flow:
+        # A commit is safe to repeat: the same values are answered 200
+        # with Idempotent-Replayed, so it is retried harder than a reserve.
+        path = self._path("/effects/%s/commit" % quote(key, safe=""))
+        data, reply = yield from self._call("POST", path, body, retries=self.commit_retries, with_reply=True)
+        replayed = reply.headers.get("idempotent-replayed", "").lower() == "true"
+        return Committed._from(data, replayed=replayed)
+
+    @staticmethod
+    def _success_body(reservation: str, result: Any, external_ref: str) -> dict:
+        body: dict = {"reservation": reservation, "outcome": "succeeded"}
+        if external_ref:
+            body["external_ref"] = external_ref
+        if result is not None:
+            body["result"] = result
+        return body
+
+    @staticmethod
+    def _failure_body(reservation: str, code: str, message: str, retryable: bool) -> dict:
+        if not _CODE_RE.match(code):
+            raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+        return {
+            "reservation": reservation,
+            "outcome": "failed",
+            "error": {"code": code, "message": message[:MAX_ERROR_MESSAGE], "retryable": retryable},
+        }
+
+    def _resolve_flow(
+        self,
+        key: str,
+        note: str,
+        outcome: str,
+        result: Any,
+        external_ref: str,
+        error_code: Optional[str],
+        error_message: str,
+        retryable: bool,
+    ) -> Flow:
+        body: dict = {"outcome": outcome, "note": note}
+        if external_ref:
+            body["external_ref"] = external_ref
+        if result is not None:
+            body["result"] = result
+        if outcome == "failed":
+            body["error"] = {"code": error_code or "", "message": error_message, "retryable": retryable}
+        data = yield from self._call("POST", self._path("/effects/%s/resolve" % quote(key, safe="")), body)
+        return data
+
+    def _get_flow(self, rest: str, params: Optional[dict] = None) -> Flow:
+        data = yield from self._call("GET", self._path(rest), params=params)
+        return data
+
+
+def check_result(value: Any) -> Optional[str]:
+    """Return why value cannot be committed as a result, or None."""
+    try:
+        size = len(encode_json(value))
+    except (TypeError, ValueError) as e:
+        return "the result is not JSON: %s" % e
+    if size > MAX_RESULT_BYTES:
+        return "the result is %d bytes of JSON, over the ledger's %d" % (size, MAX_RESULT_BYTES)
+    return None
+
+
+def effect_for_call(
+    spec: Effect,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    input_fn: Optional[Callable],
+    key_fn: Optional[Callable],
+) -> Effect:
+    """Return the Effect of one call of a decorated function: input from
+    ``input_fn`` or the bound arguments, key from ``key_fn`` or derived."""
+    value = input_fn(*args, **kwargs) if input_fn is not None else bind_input(fn, args, kwargs)
+    key = key_fn(*args, **kwargs) if key_fn is not None else derive_key(spec.tool, value)
+    return dataclasses.replace(spec, input=value, key=key)

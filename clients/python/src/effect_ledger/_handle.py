@@ -1,0 +1,196 @@
+"""State shared by the sync and async effect handles and scopes."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from contextvars import Token
+from typing import Any, Callable, Optional, Tuple
+
+from ._core import _CODE_RE, _current, check_result
+from ._types import Committed, Effect, EffectResult, NotRecorded, Outcome, Replay, Reservation
+from .errors import LedgerError
+
+log = logging.getLogger("effect_ledger")
+
+_NOT_RECORDED_NOTE = (
+    "effect_ledger: the effect ran but its outcome was not recorded; the key stays reserved until "
+    "its lease ends and is then interrupted (taken over if idempotent, else a person resolves it)"
+)
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach note to exc where Python supports notes (3.11+)."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+
+
+def local_key(effect: Effect) -> str:
+    """The key shown for a ``none``/``read`` call, which is not recorded."""
+    try:
+        return effect.resolved_key()
+    except (ValueError, TypeError):
+        return effect.key or ""
+
+
+def replay_result(res: Replay) -> EffectResult:
+    return EffectResult(
+        key=res.key,
+        result=res.result,
+        external_ref=res.external_ref,
+        replayed=True,
+        recorded=True,
+        receipt=res.receipt,
+        original=res.original,
+    )
+
+
+def as_outcome(value: Any) -> Outcome:
+    return value if isinstance(value, Outcome) else Outcome(result=value)
+
+
+class ResultNotRecordedError(TypeError):
+    """The effect succeeded but its result could not be stored (not JSON,
+    or over 64 KiB): it was recorded as a success without a result, so it is
+    never run again. ``key`` names it; ``reason`` says what was wrong."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__("effect %s succeeded and was recorded without its result: %s" % (key, reason))
+        self.key = key
+        self.reason = reason
+
+
+class HandleBase:
+    """What the context manager yields, shared by the sync and async kinds.
+
+    Attributes:
+        key: the idempotency key (also for a ``none``/``read`` call).
+        recorded: False for ``none``/``read`` effects, which skip the ledger.
+        replayed: the key already succeeded: the body must not run the
+            effect; ``result`` and ``external_ref`` hold the recorded outcome.
+        reservation: the granted reservation (None on a replay or when not
+            recorded); see also ``takeover``, ``retry`` and ``attempt``.
+        replay: the ledger's replay answer (None unless ``replayed``).
+        committed: the commit, once ``succeed``/``fail`` (or leaving the
+            block) recorded it.
+        outcome: ``"succeeded"``/``"failed"`` once known (replays: succeeded).
+        result, external_ref: the recorded (replay) or committed outcome.
+    """
+
+    def __init__(self, spec: Effect, retry_on: Tuple[type, ...]) -> None:
+        self.spec = spec
+        self.retry_on = retry_on
+        self.key: str = ""
+        self.recorded = spec.recorded
+        self.replayed = False
+        self.reservation: Optional[Reservation] = None
+        self.replay: Optional[Replay] = None
+        self.committed: Optional[Committed] = None
+        self.outcome: Optional[str] = None
+        self.result: Any = None
+        self.external_ref: str = ""
+        self._finishing = False  # succeed/fail was called (even if it raised)
+        self._token: Optional[Token] = None
+
+    @property
+    def takeover(self) -> bool:
+        """The reservation took over an interrupted run of the same key:
+        check downstream whether that run's effect happened."""
+        return bool(self.reservation and self.reservation.takeover)
+
+    @property
+    def retry(self) -> bool:
+        """The reservation retries a retryable failure of the same key."""
+        return bool(self.reservation and self.reservation.retry)
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number the reservation was recorded with."""
+        return self.reservation.attempt if self.reservation else 0
+
+    def _started(self, res: Any) -> None:
+        if isinstance(res, Replay):
+            self.key, self.replayed, self.replay = res.key, True, res
+            self.outcome, self.result, self.external_ref = "succeeded", res.result, res.external_ref
+        elif isinstance(res, NotRecorded):
+            self.key, self.recorded = res.key, False
+        else:
+            self.key, self.reservation = res.key, res
+            self._token = _current.set(res)
+
+    def _release(self) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+
+    def _begin_commit(self, what: str) -> Optional[Reservation]:
+        """Check that a commit may be made now and return the reservation
+        (None for an unrecorded effect, where commits do nothing)."""
+        if self.replayed:
+            raise RuntimeError(
+                "effect %s was replayed: its recorded outcome is in .result; there is nothing to %s" % (self.key, what)
+            )
+        if self._finishing:
+            raise RuntimeError("effect %s: succeed() or fail() was already called" % self.key)
+        self._finishing = True
+        return self.reservation
+
+    def _must_commit_on_exit(self, exc: Optional[BaseException]) -> bool:
+        """Leaving the block: commit unless replayed, unrecorded, already
+        committed, or left by a BaseException that is not an Exception
+        (KeyboardInterrupt, cancellation), whose effect may or may not have
+        happened: that key is left reserved, to end as interrupted."""
+        if not self.recorded or self.replayed or self._finishing or self.reservation is None:
+            return False
+        return exc is None or isinstance(exc, Exception)
+
+
+def result_problem(key: str, result: Any) -> Tuple[Any, Optional[ResultNotRecordedError]]:
+    """Return the result to commit and the error to raise after committing
+    when the result cannot be stored."""
+    reason = check_result(result)
+    if reason is None:
+        return result, None
+    return None, ResultNotRecordedError(key, reason)
+
+
+def note_failure_not_recorded(exc: BaseException, key: str, err: LedgerError) -> None:
+    log.warning("effect_ledger: could not record the failure of effect %s: %s", key, err)
+    add_note(exc, "effect_ledger: the failure of effect %s was not recorded: %s" % (key, err))
+
+
+def note_outcome_not_recorded(err: BaseException) -> None:
+    add_note(err, _NOT_RECORDED_NOTE)
+
+
+def decorator_spec(
+    spec: Effect, input_value: Any, key_value: Any
+) -> Tuple[Effect, Optional[Callable], Optional[Callable]]:
+    """Split the decorator's input=/key= arguments into callables."""
+    if input_value is not None and not callable(input_value):
+        raise TypeError(
+            "as a decorator, effect(input=...) takes a callable that gets the call's arguments and returns "
+            "its JSON input; without it the input is the call's bound arguments"
+        )
+    key_fn = key_value if callable(key_value) else None
+    if key_value is not None and key_fn is None:
+        raise TypeError(
+            "as a decorator, effect(key=...) takes a callable that gets the call's arguments and returns "
+            "the key; without it the key is derived from the tool and the input"
+        )
+    return dataclasses.replace(spec, input=None, key=None), input_value, key_fn
+
+
+def unrecorded_result(effect: Effect, value: Any) -> EffectResult:
+    """The EffectResult of a ``none``/``read`` call, run without the ledger."""
+    out = as_outcome(value)
+    return EffectResult(
+        key=local_key(effect), result=out.result, external_ref=out.external_ref, replayed=False, recorded=False
+    )
+
+
+def check_code(code: str) -> None:
+    """Raise ValueError unless code is a valid error code (A-Z0-9_, 1-64)."""
+    if not _CODE_RE.match(code):
+        raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)

@@ -1,0 +1,380 @@
+"""The synchronous client."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
+from urllib.parse import quote
+
+import httpx
+
+from . import _core, _handle
+from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call, encode_json
+from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
+from .errors import LedgerError
+
+__all__ = ["Ledger", "EffectHandle", "EffectScope"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Ledger(_Core):
+    """A client of one ledger (``ledgerd``), for synchronous code.
+
+    Args:
+        base_url: e.g. ``"http://127.0.0.1:8080"``.
+        token: an API bearer token (``elt_...``) when the ledger has tokens;
+            a gateway needs the ``writer`` role.
+        namespace: serve effects of this namespace (``/v1/ns/{ns}/...``,
+            SPEC §7) instead of ``default``.
+        timeout: seconds for one HTTP request (a waiting reserve gets its
+            ``wait_ms`` on top).
+        wait: seconds a reserve waits for another reservation of the same
+            key to end (``in_progress``) before raising ``InProgressError``;
+            0 does not wait. Per call: ``wait=``.
+        retries: how often a request answered 429, 502, 503 or 504, or whose
+            connection failed, is retried (backoff honouring Retry-After).
+        commit_retries: the same for commits, which are safe to repeat.
+        backoff: the first retry's backoff in seconds (doubling, jittered).
+        max_retry_delay: a Retry-After longer than this is not waited for:
+            the error is raised (with ``retry_after``) instead.
+        lease_ms: default lease of reservations (the ledger's is 30 s).
+        retry_on: exception types whose failures are recorded retryable.
+        client: an ``httpx.Client`` to use (e.g. for custom TLS); it is not
+            closed by ``close``.
+        verify: TLS verification for the client this creates (``True``, a CA
+            bundle path or an ``ssl.SSLContext``).
+
+    Use it as a context manager, or call ``close`` when done.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: Optional[str] = None,
+        *,
+        client: Optional[httpx.Client] = None,
+        verify: Any = True,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, token, **options)
+        self._own = client is None
+        self._client = client if client is not None else httpx.Client(verify=verify)
+
+    def close(self) -> None:
+        """Close the HTTP connections (unless the client was passed in)."""
+        if self._own:
+            self._client.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _run(self, flow: _core.Flow) -> Any:
+        reply: Any = None
+        try:
+            while True:
+                action = flow.send(reply)
+                if isinstance(action, _Sleep):
+                    time.sleep(action.seconds)
+                    reply = None
+                    continue
+                reply = self._send(action)
+        except StopIteration as stop:
+            return stop.value
+
+    def _send(self, req: _Request) -> Union[_Reply, BaseException]:
+        headers = dict(self._headers)
+        content = None
+        if req.body is not None:
+            content = encode_json(req.body)
+            headers["Content-Type"] = "application/json"
+        try:
+            r = self._client.request(
+                req.method,
+                self.base_url + req.path,
+                content=content,
+                params=req.params,
+                headers=headers,
+                timeout=req.timeout,
+            )
+        except httpx.TransportError as e:
+            return e
+        return _Reply(r.status_code, r.headers, r.content)
+
+    # -- the protocol -------------------------------------------------------
+
+    def reserve(self, effect: Effect, *, wait: Optional[float] = None) -> Union[Reservation, Replay, NotRecorded]:
+        """Reserve ``effect``'s key, waiting up to ``wait`` seconds (default:
+        the client's) while another reservation holds it.
+
+        Returns a ``Reservation`` (run the effect, then ``succeed``/``fail``),
+        a ``Replay`` (it already succeeded: do not run it) or ``NotRecorded``
+        (``none``/``read``). Raises ``FingerprintMismatchError``,
+        ``InProgressError``, ``UnsafeResumeError``, ``RetryNotAllowedError``,
+        ``AttemptConflictError`` and the other ``LedgerError``s.
+        """
+        return self._run(self._reserve_flow(effect, wait))
+
+    def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
+        """Commit a reservation as succeeded with its result (any JSON) and
+        downstream reference. Raises ``StaleReservationError`` (another
+        reservation took over), ``AlreadyFinalizedError``, ..."""
+        body = self._success_body(reservation.reservation, result, external_ref)
+        return self._run(self._commit_flow(reservation.key, body))
+
+    def fail(self, reservation: Reservation, code: str, message: str = "", retryable: bool = False) -> Committed:
+        """Commit a reservation as failed with an error ``code`` (``A-Z0-9_``,
+        1-64 characters). ``retryable`` with an idempotent handler lets the
+        key be reserved again (``retry``)."""
+        body = self._failure_body(reservation.reservation, code, message, retryable)
+        return self._run(self._commit_flow(reservation.key, body))
+
+    def resolve(
+        self,
+        key: str,
+        note: str,
+        *,
+        outcome: str = "succeeded",
+        result: Any = None,
+        external_ref: str = "",
+        error_code: Optional[str] = None,
+        error_message: str = "",
+        retryable: bool = False,
+    ) -> dict:
+        """Record an operator's decision about an interrupted key (needs an
+        ``admin`` token). Raises ``NotInterruptedError``, ``UnknownKeyError``."""
+        return self._run(
+            self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
+        )
+
+    def get_effect(self, key: str) -> dict:
+        """Return a key's state and receipts (``GET /v1/effects/{key}``)."""
+        return self._run(self._get_flow("/effects/" + quote(key, safe="")))
+
+    def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
+        """Return one page of receipts: ``{"receipts": [...], "next_after"}``.
+        Filters: ``key``, ``execution_id``, ``tool``, ``kind``."""
+        params: Dict[str, Any] = {"after": after, "limit": limit}
+        params.update({k: v for k, v in filters.items() if v is not None})
+        return self._run(self._get_flow("/receipts", params))
+
+    def head(self) -> ReceiptRef:
+        """Return the chain's latest receipt (seq 0 when empty)."""
+        data = self._run(self._get_flow("/head"))
+        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+
+    # -- running effects ----------------------------------------------------
+
+    def do(
+        self,
+        effect: Effect,
+        fn: Callable[[str], Any],
+        *,
+        wait: Optional[float] = None,
+        retry_on: Optional[Tuple[type, ...]] = None,
+    ) -> EffectResult:
+        """Run ``fn(key)`` at most once for ``effect`` and record its outcome.
+
+        Reserves the key; on a replay returns the recorded outcome without
+        calling ``fn``. Otherwise calls ``fn`` with the idempotency key (pass
+        it downstream), commits its return value as the result (return an
+        ``Outcome`` to add an external reference) and returns it. An
+        exception from ``fn`` is committed as a failure (see ``EffectFailed``;
+        retryable when the exception has ``retryable = True`` or is one of
+        ``retry_on``) and re-raised. ``none``/``read`` effects run ``fn``
+        without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
+        leaves the reservation to end as interrupted.
+        """
+        retry = self.retry_on if retry_on is None else tuple(retry_on)
+        if not effect.recorded:
+            return _handle.unrecorded_result(effect, fn(_handle.local_key(effect)))
+        res = self.reserve(effect, wait=wait)
+        if isinstance(res, Replay):
+            return _handle.replay_result(res)
+        if isinstance(res, NotRecorded):
+            return _handle.unrecorded_result(effect, fn(res.key))
+        token = _current.set(res)
+        try:
+            value = fn(res.key)
+        except Exception as exc:
+            self._record_failure(res, exc, retry)
+            raise
+        finally:
+            _current.reset(token)
+        out = _handle.as_outcome(value)
+        committed = self._record_success(res, out.result, out.external_ref)
+        return EffectResult(
+            key=res.key,
+            result=out.result,
+            external_ref=out.external_ref,
+            replayed=False,
+            recorded=True,
+            receipt=committed.receipt,
+            reservation=res,
+        )
+
+    def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
+        f = _core.failure_of(exc, retry_on)
+        try:
+            self.fail(res, f["code"], f["message"], f["retryable"])
+        except LedgerError as err:
+            _handle.note_failure_not_recorded(exc, res.key, err)
+
+    def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
+        result, problem = _handle.result_problem(res.key, result)
+        try:
+            committed = self.succeed(res, result, external_ref)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        if problem is not None:
+            raise problem
+        return committed
+
+    def effect(
+        self,
+        tool: str,
+        effect: str = "write",
+        idempotent: bool = False,
+        input: Any = None,
+        key: Any = None,
+        *,
+        input_hash: Optional[str] = None,
+        execution_id: Optional[str] = None,
+        attempt: Optional[int] = None,
+        lease_ms: Optional[int] = None,
+        wait: Optional[float] = None,
+        retry_on: Optional[Tuple[type, ...]] = None,
+    ) -> "EffectScope":
+        """Describe an effect, to use as a context manager or a decorator.
+
+        As a context manager it reserves on entry and yields an
+        ``EffectHandle``::
+
+            with ledger.effect(tool="payments.refund", idempotent=True, input=req) as eff:
+                if eff.replayed:
+                    return eff.result                  # recorded outcome; not run again
+                ref = psp.refund(req, idempotency_key=eff.key)
+                eff.succeed(result={"refund": ref.id}, external_ref=ref.id)
+
+        Leaving the block without ``succeed``/``fail`` commits a success with
+        no result; an exception escaping it is committed as a failure.
+
+        As a decorator, each call reserves with a key derived from the tool
+        and the call's arguments (or ``key=`` / ``input=`` callables taking
+        the same arguments), runs the function, commits its return value,
+        and on a replay returns the recorded result without calling it::
+
+            @ledger.effect(tool="payments.refund", effect="write", idempotent=True)
+            def refund(order_id: int, amount: int) -> dict: ...
+        """
+        spec = Effect(
+            tool=tool,
+            effect=effect,
+            idempotent=idempotent,
+            input=input,
+            input_hash=input_hash,
+            key=key,
+            execution_id=execution_id,
+            attempt=attempt,
+            lease_ms=lease_ms,
+        )
+        return EffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
+
+
+class EffectHandle(_handle.HandleBase):
+    """The running effect inside ``with ledger.effect(...) as eff``.
+
+    See ``HandleBase`` for its attributes (``key``, ``replayed``,
+    ``result``, ``reservation``, ``takeover``, ...).
+    """
+
+    def __init__(self, ledger: Ledger, spec: Effect, retry_on: Tuple[type, ...]) -> None:
+        super().__init__(spec, retry_on)
+        self._ledger = ledger
+
+    def succeed(self, result: Any = None, external_ref: str = "") -> Optional[Committed]:
+        """Commit the effect as succeeded (now). Returns the commit, or None
+        for a ``none``/``read`` effect. Raises ``RuntimeError`` on a replay
+        or a second call, and ``ResultNotRecordedError`` (after recording a
+        success without result) when the result is not storable JSON."""
+        res = self._begin_commit("succeed")
+        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
+        if res is None:
+            return None
+        self.committed = self._ledger._record_success(res, result, external_ref)
+        return self.committed
+
+    def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
+        """Commit the effect as failed (now) with an error code (``A-Z0-9_``)."""
+        _handle.check_code(code)
+        res = self._begin_commit("fail")
+        self.outcome = "failed"
+        if res is None:
+            return None
+        try:
+            self.committed = self._ledger.fail(res, code, message, retryable)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        return self.committed
+
+
+class EffectScope:
+    """What ``Ledger.effect(...)`` returns: a context manager (one ``with``
+    at a time) and a decorator."""
+
+    def __init__(self, ledger: Ledger, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> None:
+        self._ledger = ledger
+        self._spec = spec
+        self._wait = wait
+        self._retry_on = retry_on
+        self._handle: Optional[EffectHandle] = None
+
+    def __enter__(self) -> EffectHandle:
+        if self._handle is not None:
+            raise RuntimeError("this effect(...) is already in use; call ledger.effect(...) for each with-block")
+        h = EffectHandle(self._ledger, self._spec, self._retry_on)
+        if self._spec.recorded:
+            h._started(self._ledger.reserve(self._spec, wait=self._wait))
+        else:
+            h.key = _handle.local_key(self._spec)
+        self._handle = h
+        return h
+
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], tb: Any) -> None:
+        h, self._handle = self._handle, None
+        if h is None:
+            return
+        try:
+            if h._must_commit_on_exit(exc):
+                h._finishing = True
+                assert h.reservation is not None
+                if exc is None:
+                    h.outcome = "succeeded"
+                    h.committed = self._ledger._record_success(h.reservation, None, "")
+                else:
+                    h.outcome = "failed"
+                    self._ledger._record_failure(h.reservation, exc, h.retry_on)
+        finally:
+            h._release()
+
+    def __call__(self, fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("%s is a coroutine function: decorate it with AsyncLedger.effect" % fn.__qualname__)
+        spec, input_fn, key_fn = _handle.decorator_spec(self._spec, self._spec.input, self._spec.key)
+        ledger, wait, retry_on = self._ledger, self._wait, self._retry_on
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not spec.recorded:
+                return fn(*args, **kwargs)
+            eff = effect_for_call(spec, fn, args, kwargs, input_fn, key_fn)
+            return ledger.do(eff, lambda _key: fn(*args, **kwargs), wait=wait, retry_on=retry_on).result
+
+        return wrapper  # type: ignore[return-value]

@@ -1,0 +1,259 @@
+"""Value types shared by the sync and async clients."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Tuple
+
+from .canonical import derive_key
+
+__all__ = [
+    "EFFECT_CLASSES",
+    "ReceiptRef",
+    "Effect",
+    "Outcome",
+    "Reservation",
+    "Replay",
+    "NotRecorded",
+    "Committed",
+    "EffectResult",
+    "execution",
+    "current_execution",
+]
+
+#: The effect classes of the contract. ``none`` and ``read`` are not effects:
+#: the high-level calls run them without touching the ledger.
+EFFECT_CLASSES = ("none", "read", "write", "destructive", "external")
+NOT_EFFECTS = ("none", "read")
+
+
+@dataclass(frozen=True)
+class ReceiptRef:
+    """A receipt's position and chain hash, ``{"seq", "hash"}`` in the API."""
+
+    seq: int
+    hash: str
+
+    @classmethod
+    def _from(cls, d: Any) -> Optional["ReceiptRef"]:
+        if not isinstance(d, dict):
+            return None
+        return cls(seq=int(d.get("seq", 0)), hash=str(d.get("hash", "")))
+
+
+@dataclass(frozen=True)
+class Effect:
+    """What a call does, for ``Ledger.do`` and ``Ledger.reserve``.
+
+    Attributes:
+        tool: the tool or capability name (1-128 visible ASCII).
+        effect: ``write``, ``destructive`` or ``external``; ``none`` and
+            ``read`` are not recorded.
+        idempotent: the handler dedupes downstream, so an interrupted or
+            retryably failed run may be run again (takeover, retry).
+        input: the call's input, any JSON value; the ledger fingerprints it
+            so the key cannot be reused for another call.
+        input_hash: instead of ``input``, a fingerprint you computed.
+        key: the idempotency key. ``None`` (the default) derives a stable key
+            from ``tool`` and ``input`` (see ``derive_key``); ``""`` asks the
+            ledger for a unique generated key, which never deduplicates.
+        execution_id: the execution (e.g. the model's tool-call id); default:
+            the one set with ``execution(...)``, else a fresh random one.
+        attempt: the runtime attempt within that execution (>= 1); default:
+            the one set with ``execution(...)``, else 1.
+        lease_ms: how long the reservation is held (10 .. 86,400,000 ms);
+            default: the client's, else the ledger's (30 s).
+    """
+
+    tool: str
+    effect: str = "write"
+    idempotent: bool = False
+    input: Any = None
+    input_hash: Optional[str] = None
+    key: Optional[str] = None
+    execution_id: Optional[str] = None
+    attempt: Optional[int] = None
+    lease_ms: Optional[int] = None
+
+    def resolved_key(self) -> str:
+        """Return the key to reserve: ``key``, or the derived one."""
+        if self.key is not None:
+            return self.key
+        if self.input is None:
+            raise ValueError(
+                "effect %r: pass key= or input= (a key derived from the tool alone would make every call "
+                "one effect); pass key='' for a generated key that never deduplicates" % self.tool
+            )
+        return derive_key(self.tool, self.input)
+
+    @property
+    def recorded(self) -> bool:
+        """False for ``none`` and ``read``, which skip the ledger."""
+        return self.effect not in NOT_EFFECTS
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A successful effect's outcome, to return from the function given to
+    ``do`` (or from a decorated function) when it has an external reference.
+    Any other return value is recorded as the result itself."""
+
+    result: Any = None
+    external_ref: str = ""
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A granted reservation (201): run the effect, then commit.
+
+    ``reservation`` is the secret token that proves it; ``takeover`` is set
+    when an interrupted earlier run was taken over (check downstream whether
+    it already happened), ``retry`` when a retryable failure is retried.
+    """
+
+    key: str
+    key_generated: bool
+    reservation: str
+    attempt: int
+    lease_expires_at: int
+    takeover: bool
+    retry: bool
+    receipt: Optional[ReceiptRef]
+    execution_id: str
+
+    @classmethod
+    def _from(cls, d: dict, execution_id: str) -> "Reservation":
+        return cls(
+            key=d["idempotency_key"],
+            key_generated=bool(d.get("key_generated")),
+            reservation=d["reservation"],
+            attempt=int(d.get("attempt", 1)),
+            lease_expires_at=int(d.get("lease_expires_at", 0)),
+            takeover=bool(d.get("takeover")),
+            retry=bool(d.get("retry")),
+            receipt=ReceiptRef._from(d.get("receipt")),
+            execution_id=execution_id,
+        )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The key already succeeded (200 ``replayed``): the recorded outcome,
+    returned instead of running the effect again. ``original`` is the
+    success receipt, ``receipt`` the ``replay`` receipt just appended."""
+
+    key: str
+    key_generated: bool
+    outcome: str
+    external_ref: str
+    result: Any
+    original: Optional[ReceiptRef]
+    receipt: Optional[ReceiptRef]
+
+    @classmethod
+    def _from(cls, d: dict) -> "Replay":
+        return cls(
+            key=d["idempotency_key"],
+            key_generated=bool(d.get("key_generated")),
+            outcome=d.get("outcome", ""),
+            external_ref=d.get("external_ref", "") or "",
+            result=d.get("result"),
+            original=ReceiptRef._from(d.get("original")),
+            receipt=ReceiptRef._from(d.get("receipt")),
+        )
+
+
+@dataclass(frozen=True)
+class NotRecorded:
+    """The effect class is ``none`` or ``read`` (200 ``not_recorded``)."""
+
+    key: str
+    key_generated: bool
+
+
+@dataclass(frozen=True)
+class Committed:
+    """An outcome recorded for a reservation. ``replayed`` is set when the
+    same commit had already been recorded (a retried commit); ``late`` when
+    it arrived after the lease ended."""
+
+    key: str
+    outcome: str
+    late: bool
+    receipt: Optional[ReceiptRef]
+    replayed: bool
+
+    @classmethod
+    def _from(cls, d: dict, replayed: bool) -> "Committed":
+        return cls(
+            key=d.get("idempotency_key", ""),
+            outcome=d.get("outcome", ""),
+            late=bool(d.get("late")),
+            receipt=ReceiptRef._from(d.get("receipt")),
+            replayed=replayed,
+        )
+
+
+@dataclass(frozen=True)
+class EffectResult:
+    """What ``do`` returns.
+
+    Attributes:
+        key: the idempotency key.
+        result: the function's return value on a fresh run; the recorded
+            result (decoded JSON) on a replay.
+        external_ref: the downstream reference.
+        replayed: the effect had already succeeded and was not run again.
+        recorded: False for ``none``/``read`` effects, which skip the ledger.
+        receipt: the commit receipt, or the replay receipt on a replay.
+        original: on a replay, the receipt of the recorded success.
+        reservation: the reservation the function ran under (None on a replay).
+    """
+
+    key: str
+    result: Any
+    external_ref: str
+    replayed: bool
+    recorded: bool
+    receipt: Optional[ReceiptRef] = None
+    original: Optional[ReceiptRef] = None
+    reservation: Optional[Reservation] = None
+
+
+_execution: ContextVar[Optional[Tuple[str, int]]] = ContextVar("effect_ledger_execution", default=None)
+
+
+@contextlib.contextmanager
+def execution(execution_id: str, attempt: int = 1) -> Iterator[None]:
+    """Set the execution id and attempt of every effect reserved inside the
+    block (in this thread or task) that does not name its own.
+
+    A gateway wraps each tool call the model makes::
+
+        with execution(tool_call.id, attempt=runtime_attempt):
+            refund(order_id=1234, amount=1200)   # a decorated function
+    """
+    if not execution_id:
+        raise ValueError("execution: execution_id is required")
+    if attempt < 1:
+        raise ValueError("execution: attempt must be >= 1")
+    token = _execution.set((execution_id, attempt))
+    try:
+        yield
+    finally:
+        _execution.reset(token)
+
+
+def current_execution() -> Optional[Tuple[str, int]]:
+    """Return the ``(execution_id, attempt)`` set by ``execution``, if any."""
+    return _execution.get()
+
+
+def _execution_for(effect: Effect) -> Tuple[str, int]:
+    ctx = _execution.get()
+    eid = effect.execution_id or (ctx[0] if ctx else "exec_" + uuid.uuid4().hex)
+    attempt = effect.attempt if effect.attempt is not None else (ctx[1] if ctx and not effect.execution_id else 1)
+    return eid, attempt

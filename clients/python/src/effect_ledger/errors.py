@@ -1,0 +1,298 @@
+"""Typed errors: one exception class per contract error code.
+
+Every error the ledger answers with (``{"error": {"code", "message",
+"details"}}``) is raised as the subclass of ``LedgerError`` registered for
+its code, so callers branch with ``except`` instead of comparing strings::
+
+    try:
+        ledger.do(effect, run)
+    except FingerprintMismatchError as err:
+        log.error("key reused for another call: %s", err.details)
+
+A code this client does not know is raised as ``LedgerError`` itself.
+``EffectFailed`` is different: it is raised by *your* code to report a
+failed effect with a chosen error code, and is committed as a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+
+__all__ = [
+    "LedgerError",
+    "InvalidJSONError",
+    "InvalidRequestError",
+    "InvalidKeyError",
+    "BodyTooLargeError",
+    "UnsupportedMediaTypeError",
+    "NotFoundError",
+    "MethodNotAllowedError",
+    "UnavailableError",
+    "UnauthorizedError",
+    "ForbiddenError",
+    "RateLimitedError",
+    "InternalError",
+    "FingerprintMismatchError",
+    "InProgressError",
+    "UnsafeResumeError",
+    "RetryNotAllowedError",
+    "AttemptConflictError",
+    "UnknownKeyError",
+    "StaleReservationError",
+    "AlreadyFinalizedError",
+    "NotInterruptedError",
+    "UnknownReceiptError",
+    "UnknownNamespaceError",
+    "NamespaceExistsError",
+    "NotCheckpointedError",
+    "ConnectionFailedError",
+    "BadResponseError",
+    "EffectFailed",
+    "error_for",
+]
+
+
+class LedgerError(Exception):
+    """An error answered by the ledger (or met while talking to it).
+
+    Attributes:
+        code: the contract's error code, e.g. ``"fingerprint_mismatch"``;
+            ``"connection_failed"`` and ``"bad_response"`` are the client's own.
+        message: the server's human-readable message.
+        details: the error's ``details`` object (may be empty).
+        status: the HTTP status, or ``None`` when no response arrived.
+        retry_after: the ``Retry-After`` header in seconds, if any.
+    """
+
+    #: The contract error code this class stands for (``None`` on the base).
+    code_name: Optional[str] = None
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        details: Optional[Mapping[str, Any]] = None,
+        status: Optional[int] = None,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        super().__init__("%s: %s" % (code, message))
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+        self.status = status
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return "%s(code=%r, message=%r, status=%r)" % (type(self).__name__, self.code, self.message, self.status)
+
+
+class InvalidJSONError(LedgerError):
+    """400: the request body is not valid JSON."""
+
+    code_name = "invalid_json"
+
+
+class InvalidRequestError(LedgerError):
+    """400: a field is missing, of the wrong type, out of range or unknown; details name the field."""
+
+    code_name = "invalid_request"
+
+
+class InvalidKeyError(LedgerError):
+    """400: the idempotency key is not 8-255 bytes of 0x21-0x7E, or starts with gen_."""
+
+    code_name = "invalid_key"
+
+
+class BodyTooLargeError(LedgerError):
+    """413: the request body is over 1 MiB."""
+
+    code_name = "body_too_large"
+
+
+class UnsupportedMediaTypeError(LedgerError):
+    """415: the request body is not JSON."""
+
+    code_name = "unsupported_media_type"
+
+
+class NotFoundError(LedgerError):
+    """404: no such route."""
+
+    code_name = "not_found"
+
+
+class MethodNotAllowedError(LedgerError):
+    """405: the route does not take this method."""
+
+    code_name = "method_not_allowed"
+
+
+class UnavailableError(LedgerError):
+    """503: the ledger cannot record now (overloaded, disk trouble); retry after retry_after."""
+
+    code_name = "unavailable"
+
+
+class UnauthorizedError(LedgerError):
+    """401: the bearer token is missing or not valid."""
+
+    code_name = "unauthorized"
+
+
+class ForbiddenError(LedgerError):
+    """403: the token's role or namespaces do not allow this."""
+
+    code_name = "forbidden"
+
+
+class RateLimitedError(LedgerError):
+    """429: the token is over its request rate; retry after retry_after."""
+
+    code_name = "rate_limited"
+
+
+class InternalError(LedgerError):
+    """500: the ledger failed internally."""
+
+    code_name = "internal"
+
+
+class FingerprintMismatchError(LedgerError):
+    """422: the key was first reserved for another tool, effect or input; details carry the stored
+    ``tool``, ``effect`` and ``input_hash``."""
+
+    code_name = "fingerprint_mismatch"
+
+
+class InProgressError(LedgerError):
+    """409: another reservation of the key is running (still, after waiting);
+    ``details["lease_expires_at"]`` says until when at most, ``retry_after`` in how many seconds."""
+
+    code_name = "in_progress"
+
+
+class UnsafeResumeError(LedgerError):
+    """409: the key's earlier run was interrupted (its lease ended without a commit) and its handler
+    is not idempotent: a person must resolve it; details name the interrupted reservation."""
+
+    code_name = "unsafe_resume"
+
+
+class RetryNotAllowedError(LedgerError):
+    """409: the key failed and may not run again (the failure was not retryable, or the handler is
+    not idempotent); details carry the recorded failure."""
+
+    code_name = "retry_not_allowed"
+
+
+class AttemptConflictError(LedgerError):
+    """409: this execution already used this attempt number (or a higher one) on the key."""
+
+    code_name = "attempt_conflict"
+
+
+class UnknownKeyError(LedgerError):
+    """404: no such idempotency key."""
+
+    code_name = "unknown_key"
+
+
+class StaleReservationError(LedgerError):
+    """409: the reservation is not the key's latest one."""
+
+    code_name = "stale_reservation"
+
+
+class AlreadyFinalizedError(LedgerError):
+    """409: the reservation was already committed with other values, or the key was resolved."""
+
+    code_name = "already_finalized"
+
+
+class NotInterruptedError(LedgerError):
+    """409: only an interrupted key can be resolved."""
+
+    code_name = "not_interrupted"
+
+
+class UnknownReceiptError(LedgerError):
+    """404: no receipt with this seq."""
+
+    code_name = "unknown_receipt"
+
+
+class UnknownNamespaceError(LedgerError):
+    """404: no such namespace."""
+
+    code_name = "unknown_namespace"
+
+
+class NamespaceExistsError(LedgerError):
+    """409: the namespace exists already."""
+
+    code_name = "namespace_exists"
+
+
+class NotCheckpointedError(LedgerError):
+    """404: no checkpoint covers the receipt yet."""
+
+    code_name = "not_checkpointed"
+
+
+_BY_CODE: dict[str, type[LedgerError]] = {
+    c.code_name: c for c in LedgerError.__subclasses__() if c.code_name is not None
+}
+
+
+class ConnectionFailedError(LedgerError):
+    """The ledger could not be reached, or the connection broke before an
+    answer arrived (after the client's retries). ``__cause__`` holds the
+    transport error. Code ``connection_failed``, status ``None``."""
+
+    code_name = "connection_failed"
+
+
+class BadResponseError(LedgerError):
+    """The answer was not the contract's: not JSON, or an error without the
+    ``{"error": {...}}`` shape (e.g. a proxy's HTML page). Code
+    ``bad_response``; ``status`` is the HTTP status."""
+
+    code_name = "bad_response"
+
+
+def error_for(
+    code: str,
+    message: str,
+    details: Optional[Mapping[str, Any]] = None,
+    status: Optional[int] = None,
+    retry_after: Optional[float] = None,
+) -> LedgerError:
+    """Return the typed error for a contract error code (``LedgerError`` for
+    an unknown code)."""
+    cls = _BY_CODE.get(code, LedgerError)
+    return cls(code, message, details, status, retry_after)
+
+
+_CODE_RE = re.compile(r"^[A-Z0-9_]{1,64}$")
+
+
+class EffectFailed(Exception):
+    """Raise this from an effect's body to record a failure with your own
+    error code; the client commits it (``outcome: failed``) and re-raises it.
+
+    Args:
+        code: 1-64 characters of ``A-Z``, ``0-9`` and ``_`` (e.g. ``"CARD_DECLINED"``).
+        message: up to 1024 characters.
+        retryable: the failure is transient; together with an idempotent
+            handler it allows a later retry of the same key.
+    """
+
+    def __init__(self, code: str, message: str = "", retryable: bool = False) -> None:
+        if not _CODE_RE.match(code):
+            raise ValueError("EffectFailed: code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+        super().__init__("%s: %s" % (code, message) if message else code)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
