@@ -20,10 +20,12 @@ from effect_ledger import (
     ForbiddenError,
     InProgressError,
     Ledger,
+    NotFoundError,
     RateLimitedError,
     Reservation,
     UnauthorizedError,
     UnavailableError,
+    UnknownNamespaceError,
 )
 
 
@@ -85,15 +87,18 @@ class Server:
     def __init__(self, handle: Any) -> None:
         outer = self
         self.requests: List[dict] = []
+        self.paths: List[str] = []
 
         class H(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:
                 pass
 
             def do_GET(self) -> None:
+                outer.paths.append(self.path)
                 handle(self, None)
 
             def do_POST(self) -> None:
+                outer.paths.append(self.path)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 outer.requests.append(json.loads(body))
                 handle(self, outer.requests[-1])
@@ -202,3 +207,27 @@ def test_waiting_on_a_server_without_wait_ms(ledger: Ledger, pre_wait_ms_proxy: 
         with pytest.raises(InProgressError):
             old.do(other, lambda key: None, wait=0.5)
         assert 0.45 < time.monotonic() - start < 2
+
+
+def test_namespace_routes(server: Any, uid: str) -> None:
+    def handle(h: Any, body: Any) -> None:
+        if h.path.endswith("/head"):
+            reply(h, 200, b'{"seq": 1, "hash": "' + b"00" * 32 + b'"}')
+        else:
+            reply(h, 200, json.dumps({"status": "replayed", "idempotency_key": body["idempotency_key"],
+                                      "outcome": "succeeded", "result": 1}).encode())
+
+    s = Server(handle)
+    try:
+        with Ledger(s.url, namespace="payments") as c:
+            c.head()
+            c.do(Effect(tool="t", key="a/b-" + uid), lambda key: None)
+        assert s.paths == ["/v1/ns/payments/head", "/v1/ns/payments/effects/reserve"]
+    finally:
+        s.close()
+    # The real ledger answers an unknown namespace (or, before SPEC §7, an
+    # unknown route) with a typed error.
+    with Ledger(server.url, namespace="no-such-ns") as c:
+        with pytest.raises((UnknownNamespaceError, NotFoundError)) as err:
+            c.head()
+        assert err.value.status == 404
