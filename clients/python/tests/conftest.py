@@ -69,7 +69,8 @@ class Ledgerd:
                     ready.set()
             ready.set()  # exited
 
-        threading.Thread(target=read, daemon=True).start()
+        self._reader = threading.Thread(target=read, daemon=True)
+        self._reader.start()
         if not ready.wait(30) or self.addr is None:
             self.stop()
             raise RuntimeError("ledgerd did not start:\n" + "".join(self.logs))
@@ -82,6 +83,9 @@ class Ledgerd:
             else:
                 self.proc.kill()
         self.proc.wait(timeout=30)
+        self._reader.join(timeout=30)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 def ledgerctl(bins: Path, *args: str) -> str:

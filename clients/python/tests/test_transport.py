@@ -157,7 +157,7 @@ class PreWaitMsProxy(Server):
 
     def __init__(self, upstream: str) -> None:
         self.rejected = threading.Event()
-        client = httpx.Client(base_url=upstream)
+        client = self.client = httpx.Client(base_url=upstream)
 
         def handle(h: Any, body: Any) -> None:
             if body is not None and "wait_ms" in body:
@@ -171,6 +171,10 @@ class PreWaitMsProxy(Server):
             reply(h, r.status_code, r.content, headers)
 
         super().__init__(handle)
+
+    def close(self) -> None:
+        super().close()
+        self.client.close()
 
 
 @pytest.fixture
