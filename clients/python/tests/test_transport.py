@@ -3,6 +3,7 @@ wait_ms, against real ledgerd processes (and real sockets)."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import socket
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from effect_ledger import (
+    AsyncLedger,
     BadResponseError,
     ConnectionFailedError,
     Effect,
@@ -75,10 +77,18 @@ def free_port() -> int:
 
 
 def test_connection_refused_is_retried_then_raised() -> None:
-    with Ledger("http://127.0.0.1:%d" % free_port(), retries=2, backoff=0.01) as c:
+    url = "http://127.0.0.1:%d" % free_port()
+    with Ledger(url, retries=2, backoff=0.01) as c:
         with pytest.raises(ConnectionFailedError) as err:
             c.head()
     assert err.value.status is None and isinstance(err.value.__cause__, httpx.TransportError)
+
+    async def main() -> None:
+        async with AsyncLedger(url, retries=1, backoff=0.01) as a:
+            with pytest.raises(ConnectionFailedError):
+                await a.do(Effect(tool="t", key="k-12345678"), lambda key: pytest.fail("must not run"))
+
+    asyncio.run(main())
 
 
 class Server:
