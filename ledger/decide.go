@@ -189,9 +189,12 @@ func decideCommit(ctx context.Context, s writeStore, now uint64, key, token, act
 	if !found {
 		return nil, Errorf(ECodeUnknownKey, "no such idempotency key")
 	}
+	if err := checkReservationToken(token); err != nil {
+		return nil, err
+	}
 	if subtle.ConstantTimeCompare([]byte(k.TokenHash), tokenHash(token)) != 1 {
 		return nil, &Error{Code: ECodeStaleReservation,
-			Message: "the reservation is not the latest reservation of this key",
+			Message: "this reservation token is not the key's latest reservation (it was taken over, retried, or never issued for this key)",
 			Details: map[string]any{"latest_reserve_seq": k.ReserveSeq}}
 	}
 	reserve, err := s.receipt(ctx, k.ReserveSeq)

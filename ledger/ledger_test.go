@@ -401,8 +401,24 @@ func TestDB_Commit(t *testing.T) {
 	t.Run("ErrStaleReservation for a wrong token", func(t *testing.T) {
 		db, _ := MustOpenDB(t)
 		mustReserve(t, db, reserveReq(key, "exec-1"))
-		_, err := db.Commit(context.Background(), succeed(key, "rsv_forged"))
+		_, err := db.Commit(context.Background(), succeed(key, "rsv_"+strings.Repeat("0f", 32)))
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
+		assert.Contains(t, ledger.ErrorMessage(err), "not the key's latest reservation")
+	})
+	t.Run("ErrInvalidRequest for a malformed token", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		for _, tok := range []string{"rsv_forged", "rsv_…", "null", res.Reservation[:len(res.Reservation)-1],
+			res.Reservation + "0", strings.ToUpper(res.Reservation), " " + res.Reservation, "rsv_" + strings.Repeat("g", 64)} {
+			_, err := db.Commit(context.Background(), succeed(key, tok))
+			var e *ledger.Error
+			require.ErrorAs(t, err, &e, "%q", tok)
+			assert.Equal(t, ledger.ECodeInvalidRequest, e.Code, "%q", tok)
+			assert.Equal(t, "reservation", e.Details["field"], "%q", tok)
+			assert.Contains(t, e.Message, "malformed", "%q", tok)
+		}
+		_, err := db.Commit(context.Background(), succeed(key, res.Reservation))
+		assert.NoError(t, err, "the malformed attempts changed nothing")
 	})
 	t.Run("ErrStaleReservation for another key's token", func(t *testing.T) {
 		db, _ := MustOpenDB(t)

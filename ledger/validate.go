@@ -84,7 +84,22 @@ func NewGeneratedKey() string { return GeneratedKeyPrefix + rand.Text() }
 func newReservationToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return "rsv_" + hex.EncodeToString(b[:])
+	return reservationTokenPrefix + hex.EncodeToString(b[:])
+}
+
+// reservationTokenPrefix starts every reservation token; 64 lowercase hex
+// digits (256 random bits) follow it.
+const reservationTokenPrefix = "rsv_"
+
+// checkReservationToken rejects a string that cannot be a reservation
+// token of this ledger, so that a typo or a truncated paste is told apart
+// from a real token that is no longer the key's latest.
+func checkReservationToken(token string) error {
+	hexPart, ok := strings.CutPrefix(token, reservationTokenPrefix)
+	if ok && len(hexPart) == 64 && strings.Trim(hexPart, "0123456789abcdef") == "" {
+		return nil
+	}
+	return invalid("reservation", "reservation is not a reservation token of this ledger (malformed: expected %s and 64 lowercase hex digits, the \"reservation\" of the reserve response)", reservationTokenPrefix)
 }
 
 // tokenHash is what the ledger stores of a reservation token.
