@@ -44,7 +44,8 @@ all its keys, older ones too). --tool keeps the keys of that tool.`
 func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
+	src.registerJSON(fs)
 	since := fs.String("since", "", "only events since `WHEN`: an RFC 3339 time (at or after it), a duration ago such as 24h, or a receipt seq such as 1043 (that receipt and later ones)")
 	tool := fs.String("tool", "", "only keys of this `tool`")
 	pos, err := parse(fs, c.Env, args, auditSummary, auditExamples)
@@ -75,7 +76,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if !rep.OK {
-		fmt.Fprintf(c.Stderr, "ledgerctl audit: the chain has %d violations; run ledgerctl verify\n", rep.ViolationsTotal)
+		fmt.Fprintf(c.Stderr, "ledgerctl audit: the chain has %s; run ledgerctl verify\n", plural(rep.ViolationsTotal, "violation", "violations"))
 		return &ViolationsError{Count: rep.ViolationsTotal}
 	}
 	return nil

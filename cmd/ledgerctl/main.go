@@ -35,11 +35,14 @@ Commands:
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
   token     create, list and revoke API bearer tokens (file only)
+  backup    copy a live ledger consistently and verify the copy (file only)
   rebuild-keys  recompute the derived key state from the receipts (file only; ledgerd stopped)
 
-Every command reads either the SQLite file (--db FILE, opened read-only,
-safe while ledgerd runs) or a running server (--server URL), and prints
-JSON with --json. "ledgerctl <command> --help" shows its flags and examples.
+The read commands take either the SQLite file (--db FILE, opened read-only,
+safe while ledgerd runs) or a running server (--server URL; a bare HOST:PORT
+means http://HOST:PORT). "ledgerctl <command> --help" shows the flags that
+command takes, with examples. The receipt format, the API and the rules the
+verifier checks are in docs/spec.md.
 
 Exit codes: 0 ok, 1 violations found, 2 usage or I/O error.
 `
@@ -79,6 +82,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &TokenCommand{Env: env}
 	case "rebuild-keys":
 		cmd = &RebuildKeysCommand{Env: env}
+	case "backup":
+		cmd = &BackupCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -106,7 +111,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // ViolationsError means the ledger broke rules; the report was printed.
 type ViolationsError struct{ Count int }
 
-func (e *ViolationsError) Error() string { return fmt.Sprintf("%d violations", e.Count) }
+func (e *ViolationsError) Error() string { return plural(e.Count, "violation", "violations") }
 
 // errUsage marks an error already explained by a usage message.
 var errUsage = errors.New("usage")

@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -47,10 +45,10 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	if *db == "" {
-		return usageErr(fs, c.Env, "--db is required")
+		return usageErr(fs, c.Env, "give --db FILE")
 	}
-	if _, err := os.Stat(*db); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("no ledger database at %s", *db)
+	if err := checkDBFile(*db); err != nil {
+		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	l, err := ledger.Open(ctx, *db, ledger.Options{Logger: quiet, Repair: true})
@@ -76,14 +74,6 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSON(c.Stdout, map[string]any{"keys": n, "head": map[string]any{"seq": head.Seq, "hash": head.Hash.String()}})
 	}
-	_, err = fmt.Fprintf(c.Stdout, "rebuilt the derived state: %d %s; head %d %s\n", n, plural(n, "key", "keys"), head.Seq, head.Hash)
+	_, err = fmt.Fprintf(c.Stdout, "rebuilt the derived state: %s; head %d %s\n", plural(n, "key", "keys"), head.Seq, head.Hash)
 	return err
-}
-
-// plural picks the singular or plural form for n.
-func plural(n int64, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -20,7 +20,8 @@ type ReceiptsCommand struct{ *Env }
 func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
+	src.registerJSON(fs)
 	var f ledger.ReceiptFilter
 	fs.Uint64Var(&f.After, "after", 0, "receipts with seq greater than `SEQ`")
 	fs.IntVar(&f.Limit, "limit", ledger.DefaultPageLimit, "at most `N` receipts (1–1000)")
@@ -74,7 +75,8 @@ type ShowCommand struct{ *Env }
 func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
+	src.registerJSON(fs)
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE | --server URL) [flags] KEY\n\nShows one key's state, fingerprint and receipts.",
 		"  ledgerctl show --db ledger.db refund-order-1234\n  ledgerctl show --server http://127.0.0.1:8080 --json refund-order-1234\n")
 	if err != nil {
@@ -138,7 +140,8 @@ type HeadCommand struct{ *Env }
 func (c *HeadCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("head", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
+	src.registerJSON(fs)
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl head (--db FILE | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
 		"  ledgerctl head --db ledger.db\n  ledgerctl head --server http://127.0.0.1:8080 --json\n")
 	if err != nil {
@@ -167,9 +170,9 @@ type ExportCommand struct{ *Env }
 func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
 	after := fs.Uint64("after", 0, "export receipts with seq greater than `SEQ`")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of SPEC §2).",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
 		"  ledgerctl export --db ledger.db > receipts.jsonl\n  ledgerctl export --server http://127.0.0.1:8080 --after 1000\n")
 	if err != nil {
 		return err

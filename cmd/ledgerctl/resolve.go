@@ -1,33 +1,57 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // ResolveCommand runs `ledgerctl resolve`.
 type ResolveCommand struct{ *Env }
 
+// resolveFlags maps the API's field names to the flags that set them, so
+// that messages name what the operator typed.
+var resolveFlags = map[string]string{
+	"outcome":       "--outcome",
+	"external_ref":  "--ref",
+	"result":        "--result",
+	"error":         "--error-code",
+	"error.code":    "--error-code",
+	"error.message": "--error-message",
+	"note":          "--note",
+}
+
 // Run records an operator's decision about an interrupted key.
 func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerServer(fs)
+	src.registerJSON(fs)
 	var body api.ResolveBody
 	var fail api.FailureBody
-	fs.StringVar(&body.Outcome, "outcome", "", "what happened: succeeded or failed (required)")
+	fs.StringVar(&body.Outcome, "outcome", "", "what happened: `succeeded|failed` (required)")
 	fs.StringVar(&body.ExternalRef, "ref", "", "downstream `reference` (charge id, message id, …)")
 	result := fs.String("result", "", "recorded result as `JSON`")
-	fs.StringVar(&fail.Code, "error-code", "", "failed: error `CODE` (A-Z, 0-9, _)")
-	fs.StringVar(&fail.Message, "error-message", "", "failed: error `message`")
-	fs.BoolVar(&fail.Retryable, "retryable", false, "failed: the error is transient (an idempotent key may then be retried)")
-	fs.StringVar(&body.Note, "note", "", "why: what the operator checked (required)")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl resolve --server URL KEY --outcome succeeded|failed --note TEXT [flags]\n\nRecords what really happened to an interrupted effect (a reservation whose\nlease ended without a commit). Server only: a resolve appends a receipt.",
+	fs.StringVar(&fail.Code, "error-code", "", "with --outcome failed (required there): error `CODE` (A-Z, 0-9, _)")
+	fs.StringVar(&fail.Message, "error-message", "", "with --outcome failed: error `message`")
+	fs.BoolVar(&fail.Retryable, "retryable", false, "with --outcome failed: the error is transient (an idempotent key may then be retried)")
+	fs.StringVar(&body.Note, "note", "", "why: what the operator checked, as `text` (required)")
+	setUsage(fs, c.Env, "Usage: ledgerctl resolve --server URL KEY --outcome succeeded|failed --note TEXT [flags]\n\nRecords what really happened to an interrupted effect (a reservation whose\nlease ended without a commit). Server only: a resolve appends a receipt, and\nonly ledgerd writes the ledger. Needs an admin token when tokens exist.",
 		"  ledgerctl resolve --server http://127.0.0.1:8080 charge-77 --outcome succeeded --ref ch_3Pq9 --note \"charge found in the PSP dashboard\"\n  ledgerctl resolve --server http://127.0.0.1:8080 charge-78 --outcome failed --error-code NOT_CHARGED --note \"no charge at the PSP\"\n")
+	for _, a := range args {
+		if a == "--db" || a == "-db" || strings.HasPrefix(a, "--db=") || strings.HasPrefix(a, "-db=") {
+			return usageErr(fs, c.Env, "resolve appends a receipt, which only ledgerd does: give --server URL, not --db")
+		}
+	}
+	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
@@ -35,30 +59,26 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 		return usageErr(fs, c.Env, "want exactly one KEY")
 	}
 	key := pos[0]
-	if src.db != "" {
-		return usageErr(fs, c.Env, "resolve appends a receipt: use --server, not --db")
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
 	}
-	if body.Outcome != "succeeded" && body.Outcome != "failed" {
-		return usageErr(fs, c.Env, "--outcome must be succeeded or failed")
+	if err := checkResolve(&body, &fail, *result); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
 	}
-	if body.Note == "" {
-		return usageErr(fs, c.Env, "--note is required: say what you checked")
-	}
-	if *result != "" {
-		if !json.Valid([]byte(*result)) {
-			return usageErr(fs, c.Env, "--result is not valid JSON")
-		}
-		body.Result = json.RawMessage(*result)
-	}
-	if fail.Code != "" || fail.Message != "" || fail.Retryable {
+	if body.Outcome == "failed" {
 		body.Error = &fail
 	}
-	st, err := src.open(ctx, fs, c.Env)
+	client, err := src.client(fs, c.Env)
 	if err != nil {
 		return err
 	}
-	client := st.(serverStore).Client
 	res, err := client.Resolve(ctx, key, body)
+	var le *ledger.Error
+	if errors.As(err, &le) && le.Code == ledger.ECodeInvalidRequest {
+		if f, ok := le.Details["field"].(string); ok && resolveFlags[f] != "" {
+			return fmt.Errorf("%s: %w", resolveFlags[f], err)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -68,4 +88,61 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	}
 	_, err = fmt.Fprintf(c.Stdout, "resolved %s: now %s (receipt %d:%s)\n", res.IdempotencyKey, res.State, res.Receipt.Seq, res.Receipt.Hash)
 	return err
+}
+
+// checkResolve checks the flags as the server would, naming the flags.
+func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) error {
+	switch body.Outcome {
+	case "succeeded":
+		if fail.Code != "" || fail.Message != "" || fail.Retryable {
+			return errors.New("--error-code, --error-message and --retryable go with --outcome failed only")
+		}
+	case "failed":
+		if fail.Code == "" {
+			return errors.New("--outcome failed needs --error-code CODE")
+		}
+		if !validErrorCode(fail.Code) {
+			return fmt.Errorf("--error-code must be 1–%d characters of A-Z, 0-9 and _, got %q", ledger.MaxErrorCodeLen, fail.Code)
+		}
+		if utf8.RuneCountInString(fail.Message) > ledger.MaxErrorMessageLen {
+			return fmt.Errorf("--error-message must be at most %d characters", ledger.MaxErrorMessageLen)
+		}
+	case "":
+		return errors.New("--outcome is required: succeeded or failed")
+	default:
+		return fmt.Errorf("--outcome must be succeeded or failed, got %q", body.Outcome)
+	}
+	if n := utf8.RuneCountInString(body.Note); n == 0 {
+		return errors.New("--note is required: say what you checked")
+	} else if n > ledger.MaxNoteLen {
+		return fmt.Errorf("--note must be at most %d characters", ledger.MaxNoteLen)
+	}
+	if utf8.RuneCountInString(body.ExternalRef) > ledger.MaxExternalRefLen {
+		return fmt.Errorf("--ref must be at most %d characters", ledger.MaxExternalRefLen)
+	}
+	if result != "" {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, []byte(result)); err != nil {
+			return fmt.Errorf("--result is not valid JSON: %v", err)
+		}
+		if buf.Len() > ledger.MaxResultLen {
+			return fmt.Errorf("--result must be at most %d bytes as compact JSON", ledger.MaxResultLen)
+		}
+		body.Result = json.RawMessage(buf.Bytes())
+	}
+	return nil
+}
+
+// validErrorCode reports whether c is 1–64 characters of A-Z, 0-9 and _.
+func validErrorCode(c string) bool {
+	if c == "" || len(c) > ledger.MaxErrorCodeLen {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		ch := c[i]
+		if !(ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
+			return false
+		}
+	}
+	return true
 }

@@ -7,8 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"net/url"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -16,16 +19,38 @@ import (
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
-// sourceFlags are --db, --server and --token, shared by the commands.
+// sourceFlags are the flags that name what a command reads — a ledger
+// file (--db) or a server (--server, --token) — and --json. Each command
+// registers only the ones it uses.
 type sourceFlags struct {
 	db, server, token string
 	json              bool
+	hasDB, hasServer  bool
 }
 
-func (s *sourceFlags) register(fs *flag.FlagSet) {
+// registerDB adds --db.
+func (s *sourceFlags) registerDB(fs *flag.FlagSet) {
+	s.hasDB = true
 	fs.StringVar(&s.db, "db", "", "SQLite ledger `file`, opened read-only (safe while ledgerd runs)")
-	fs.StringVar(&s.server, "server", os.Getenv("LEDGERCTL_SERVER"), "ledgerd base `URL` (env LEDGERCTL_SERVER)")
-	fs.StringVar(&s.token, "token", os.Getenv("LEDGERCTL_TOKEN"), "bearer `token` for --server (env LEDGERCTL_TOKEN)")
+}
+
+// registerServer adds --server and --token.
+func (s *sourceFlags) registerServer(fs *flag.FlagSet) {
+	s.hasServer = true
+	// The environment is read in check, so that --help never shows a
+	// token and --db wins over LEDGERCTL_SERVER.
+	fs.StringVar(&s.server, "server", "", "ledgerd base `URL`, e.g. http://127.0.0.1:8080; a bare HOST:PORT means http:// (env LEDGERCTL_SERVER)")
+	fs.StringVar(&s.token, "token", "", "bearer `token` for --server (env LEDGERCTL_TOKEN)")
+}
+
+// registerSource adds --db, --server and --token.
+func (s *sourceFlags) registerSource(fs *flag.FlagSet) {
+	s.registerDB(fs)
+	s.registerServer(fs)
+}
+
+// registerJSON adds --json.
+func (s *sourceFlags) registerJSON(fs *flag.FlagSet) {
 	fs.BoolVar(&s.json, "json", false, "print JSON")
 }
 
@@ -54,13 +79,25 @@ var (
 )
 
 // check reports a usage problem with the source flags: exactly one of
-// --db and --server is needed.
+// the registered --db and --server is needed.
 func (s *sourceFlags) check() error {
+	if s.hasServer {
+		if s.server == "" && s.db == "" {
+			s.server = os.Getenv("LEDGERCTL_SERVER")
+		}
+		if s.token == "" {
+			s.token = os.Getenv("LEDGERCTL_TOKEN")
+		}
+	}
 	switch {
 	case s.db != "" && s.server != "":
 		return errors.New("give --db or --server, not both")
-	case s.db == "" && s.server == "":
+	case s.db == "" && s.server == "" && s.hasDB && s.hasServer:
 		return errors.New("give --db FILE or --server URL")
+	case s.db == "" && s.hasDB && !s.hasServer:
+		return errors.New("give --db FILE")
+	case s.server == "" && s.hasServer && !s.hasDB:
+		return errors.New("give --server URL")
 	}
 	return nil
 }
@@ -80,8 +117,8 @@ func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (sto
 		return nil, usageErr(fs, env, "%v", err)
 	}
 	if s.db != "" {
-		if _, err := os.Stat(s.db); err != nil {
-			return nil, fmt.Errorf("--db: %w", err)
+		if err := checkDBFile(s.db); err != nil {
+			return nil, err
 		}
 		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
 		if err != nil {
@@ -89,20 +126,102 @@ func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (sto
 		}
 		return fileStore{rd}, nil
 	}
-	c := api.NewClient(s.server)
-	c.Token = s.token
+	c, err := s.client(fs, env)
+	if err != nil {
+		return nil, err
+	}
 	return serverStore{c}, nil
+}
+
+// client returns an API client for --server and --token.
+func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
+	base, err := serverURL(s.server)
+	if err != nil {
+		return nil, usageErr(fs, env, "--server: %v", err)
+	}
+	c := api.NewClient(base)
+	c.Token = s.token
+	return c, nil
+}
+
+// serverURL checks a --server value and returns the base URL. A bare
+// HOST:PORT means http://HOST:PORT.
+func serverURL(s string) (string, error) {
+	if s == "" {
+		return "", errors.New("empty URL")
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL; give http://HOST:PORT (or https://…)", s)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("scheme %q: give http://HOST:PORT or https://HOST:PORT", u.Scheme)
+	case u.Host == "":
+		return "", fmt.Errorf("%q has no host; give http://HOST:PORT", s)
+	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
+		return "", fmt.Errorf("%q: give http://HOST:PORT (or https://), with an optional path prefix and nothing else", s)
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// checkDBFile says clearly when --db names no ledger file. It never
+// creates anything.
+func checkDBFile(path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("no ledger database at %s (start ledgerd --db %s to create one)", path, path)
+	case err != nil:
+		return fmt.Errorf("--db %s: %w", path, err)
+	case fi.IsDir():
+		return fmt.Errorf("--db %s is a directory, not a ledger database file", path)
+	}
+	return nil
 }
 
 // parse parses args with fs, printing usage text with examples on error.
 // Flags may come before or after positional arguments, which it returns.
 func parse(fs *flag.FlagSet, env *Env, args []string, summary, examples string) ([]string, error) {
+	setUsage(fs, env, summary, examples)
+	return parseArgs(fs, args)
+}
+
+// setUsage makes fs print its usage text, flags and examples on env.Stderr.
+func setUsage(fs *flag.FlagSet, env *Env, summary, examples string) {
 	fs.SetOutput(env.Stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(env.Stderr, "%s\n\nFlags:\n", summary)
-		fs.PrintDefaults()
+		printFlags(env.Stderr, fs)
 		fmt.Fprintf(env.Stderr, "\nExamples:\n%s", examples)
 	}
+}
+
+// printFlags lists fs's flags as flag.PrintDefaults does, but spelled
+// with two dashes, the way the messages and the documentation name them.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if name != "" {
+			line += " " + name
+		}
+		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
+		switch f.DefValue {
+		case "", "false", "0":
+		default:
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w, line)
+	})
+}
+
+// parseArgs parses args with fs; flags may come before or after the
+// positional arguments, which it returns.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -132,6 +251,15 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// plural returns "1 receipt" or "2 receipts": n and the noun in the
+// right number.
+func plural[N ~int | ~int64 | ~uint64](n N, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // short abbreviates a hash for tables.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -35,7 +34,8 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
 func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	var src sourceFlags
-	src.register(fs)
+	src.registerSource(fs)
+	src.registerJSON(fs)
 	expect := fs.String("expect-head", "", "fail with head_mismatch unless the chain has `SEQ:HASH`")
 	stateFile := fs.String("state", "", "state `file` holding the last verified head: the chain must extend it; rewritten atomically after a clean run")
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
@@ -125,20 +125,12 @@ func (c *VerifyCommand) progressBar(ctx context.Context, st store) *progressbar.
 
 func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 	if rep.OK {
-		fmt.Fprintf(w, "OK: %d receipts, head %d:%s (%d rehashed in %s)\n", rep.Receipts, rep.Head.Seq, rep.Head.Hash,
+		fmt.Fprintf(w, "OK: %s, head %d:%s (%d rehashed in %s)\n", plural(rep.Receipts, "receipt", "receipts"), rep.Head.Seq, rep.Head.Hash,
 			rep.Checked, elapsed.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(w, "FAILED: %d violations in %d receipts, head %d:%s\n\n", rep.ViolationsTotal, rep.Receipts,
+		fmt.Fprintf(w, "FAILED: %s in %s, head %d:%s\n\n", plural(rep.ViolationsTotal, "violation", "violations"), plural(rep.Receipts, "receipt", "receipts"),
 			rep.Head.Seq, rep.Head.Hash)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tRULE\tDETAIL")
-		for _, v := range rep.Violations {
-			fmt.Fprintf(tw, "%d\t%s\t%s\n", v.Seq, v.Rule, v.Detail)
-		}
-		_ = tw.Flush()
-		if n := rep.ViolationsTotal - len(rep.Violations); n > 0 {
-			fmt.Fprintf(w, "… and %d more\n", n)
-		}
+		printViolations(w, rep)
 	}
 	a := rep.Audit
 	awaiting := 0
@@ -147,7 +139,8 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 			awaiting++
 		}
 	}
-	fmt.Fprintf(w, "audit: %d runtime retries, %d re-invocations, %d duplicate effects, %d repeated failures, %d interrupted (%d awaiting a person), %d failed, %d resolutions\n",
-		len(a.RuntimeRetries), len(a.ReInvocations), len(a.DuplicateEffects), len(a.RepeatedFailures), len(a.Interrupted), awaiting,
-		len(a.Failed), len(a.Resolutions))
+	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s\n",
+		plural(len(a.RuntimeRetries), "runtime retry", "runtime retries"), plural(len(a.ReInvocations), "re-invocation", "re-invocations"),
+		plural(len(a.DuplicateEffects), "duplicate effect", "duplicate effects"), plural(len(a.RepeatedFailures), "repeated failure", "repeated failures"),
+		len(a.Interrupted), awaiting, len(a.Failed), plural(len(a.Resolutions), "resolution", "resolutions"))
 }

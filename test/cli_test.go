@@ -1,0 +1,312 @@
+package test
+
+import (
+	"bytes"
+	"database/sql"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// ledgerctlEnv runs ledgerctl with extra environment.
+func ledgerctlEnv(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledgerctl"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// helpFlags returns the flags a --help text lists, in order.
+func helpFlags(help string) []string {
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  --([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+		names = append(names, m[1])
+	}
+	return names
+}
+
+// TestLedgerctl_help checks that every command's --help lists exactly the
+// flags it takes, spelled --flag, and that no help text points outside
+// the repository.
+func TestLedgerctl_help(t *testing.T) {
+	source := []string{"db", "server", "token"}
+	for _, tc := range []struct {
+		cmd  []string
+		want []string
+	}{
+		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress")},
+		{[]string{"audit"}, append(source, "json", "since", "tool")},
+		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
+		{[]string{"show"}, append(source, "json")},
+		{[]string{"head"}, append(source, "json")},
+		{[]string{"export"}, append(source, "after")},
+		{[]string{"resolve"}, []string{"server", "token", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
+		{[]string{"token", "create"}, []string{"db", "role", "name", "json"}},
+		{[]string{"token", "list"}, []string{"db", "json"}},
+		{[]string{"token", "revoke"}, []string{"db"}},
+		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
+		{[]string{"rebuild-keys"}, []string{"db", "json"}},
+	} {
+		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
+			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)
+			assert.Equal(t, 0, code)
+			assert.Empty(t, out)
+			got := helpFlags(help)
+			slices.Sort(got)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			assert.Equal(t, want, got, "%s", help)
+			assert.Contains(t, help, "Examples:")
+			assert.NotContains(t, help, "elt_secret_in_env", "help never shows a token from the environment")
+			assert.NotContains(t, help, "shared/")
+			assert.NotContains(t, help, "SPEC")
+		})
+	}
+	out, _, code := ledgerctl(t, "--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, out, "backup")
+	assert.Contains(t, out, "docs/spec.md")
+	assert.NotContains(t, out, "shared/")
+	_, stderr, code := ledgerctl(t, "token", "--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stderr, "ledgerctl token revoke --db FILE NAME")
+}
+
+// TestLedgerctl_missingDB gives every command that reads a file a --db
+// that does not exist, in an existing and in a missing directory: one
+// clear line, exit 2, and nothing created.
+func TestLedgerctl_missingDB(t *testing.T) {
+	dir := t.TempDir()
+	for _, db := range []string{filepath.Join(dir, "none.db"), filepath.Join(dir, "no-such-dir", "ledger.db")} {
+		for _, args := range [][]string{
+			{"verify"}, {"audit"}, {"receipts"}, {"show", "some-key-1"}, {"head"}, {"export"},
+			{"token", "create", "--role", "admin", "--name", "ops"}, {"token", "list"}, {"token", "revoke", "ops"},
+			{"backup", "--out", filepath.Join(dir, "copy.db")}, {"rebuild-keys"},
+		} {
+			args = append(args, "--db", db)
+			out, stderr, code := ledgerctl(t, args...)
+			assert.Equal(t, 2, code, "%q", args)
+			assert.Empty(t, out, "%q", args)
+			assert.Equal(t, "ledgerctl: no ledger database at "+db+" (start ledgerd --db "+db+" to create one)\n", stderr, "%q", args)
+		}
+	}
+	es, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, es, "no database, lock, journal or copy was created")
+}
+
+// TestLedgerctl_errorsPrintOnce checks that a fatal error is one line on
+// stderr, whichever command fails and how.
+func TestLedgerctl_errorsPrintOnce(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	dir := t.TempDir()
+	notLedger := filepath.Join(dir, "other.db")
+	sdb, err := sql.Open("sqlite3", notLedger)
+	require.NoError(t, err)
+	_, err = sdb.Exec(`CREATE TABLE t (x)`)
+	require.NoError(t, err)
+	require.NoError(t, sdb.Close())
+	existing := filepath.Join(dir, "existing.db")
+	require.NoError(t, os.WriteFile(existing, []byte("keep"), 0o600))
+	closed := closedAddr(t)
+
+	for _, args := range [][]string{
+		{"show", "no-such-key-1", "--server", l.URL},
+		{"show", "no-such-key-1", "--db", l.DB},
+		{"head", "--server", closed},
+		{"verify", "--server", closed},
+		{"verify", "--db", notLedger},
+		{"audit", "--db", notLedger},
+		{"token", "list", "--db", notLedger},
+		{"token", "revoke", "--db", l.DB, "nobody"},
+		{"backup", "--db", l.DB, "--out", existing},
+		{"backup", "--db", notLedger, "--out", filepath.Join(dir, "copy.db")},
+		{"resolve", "no-such-key-1", "--server", l.URL, "--outcome", "succeeded", "--note", "checked"},
+	} {
+		_, stderr, code := ledgerctl(t, args...)
+		assert.Equal(t, 2, code, "%q", args)
+		assert.Equal(t, 1, strings.Count(stderr, "\n"), "%q printed once:\n%s", args, stderr)
+		assert.True(t, strings.HasPrefix(stderr, "ledgerctl: "), "%q: %s", args, stderr)
+	}
+	raw, err := os.ReadFile(existing)
+	require.NoError(t, err)
+	assert.Equal(t, "keep", string(raw))
+	_, stderr, _ := ledgerctl(t, "backup", "--db", l.DB, "--out", existing)
+	assert.Contains(t, stderr, "give --force to replace it")
+}
+
+// closedAddr returns the URL of a loopback port nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return "http://" + addr
+}
+
+// TestLedgerctl_serverURL accepts a bare HOST:PORT as http:// and explains
+// what it cannot use.
+func TestLedgerctl_serverURL(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	want, stderr, code := ledgerctl(t, "head", "--server", l.URL)
+	require.Equal(t, 0, code, stderr)
+	bare := strings.TrimPrefix(l.URL, "http://")
+	for _, server := range []string{bare, l.URL + "/"} {
+		out, stderr, code := ledgerctl(t, "head", "--server", server)
+		assert.Equal(t, 0, code, "%s: %s", server, stderr)
+		assert.Equal(t, want, out, server)
+	}
+	out, stderr, code := ledgerctlEnv(t, []string{"LEDGERCTL_SERVER=" + bare}, "head")
+	assert.Equal(t, 0, code, stderr)
+	assert.Equal(t, want, out, "LEDGERCTL_SERVER may be bare too")
+	out, stderr, code = ledgerctlEnv(t, []string{"LEDGERCTL_SERVER=" + bare}, "head", "--db", l.DB)
+	assert.Equal(t, 0, code, "--db wins over LEDGERCTL_SERVER: %s", stderr)
+	assert.Equal(t, want, out)
+
+	for _, server := range []string{"ftp://" + bare, "http://", "http://" + bare + "?x=1"} {
+		_, stderr, code := ledgerctl(t, "head", "--server", server)
+		assert.Equal(t, 2, code, server)
+		assert.Contains(t, stderr, "--server", server)
+		assert.Contains(t, stderr, "http://HOST:PORT", server)
+	}
+}
+
+// TestLedgerctl_plurals checks counts in words: 1 receipt, 2 receipts,
+// 1 violation.
+func TestLedgerctl_plurals(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	r := l.Do("POST", "/v1/effects/reserve", reserve("plural-key-1", "exec-1", 1, true))
+	require.Equal(t, 201, r.Status, r.Raw)
+	out, stderr, code := ledgerctl(t, "verify", "--db", l.DB)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "OK: 1 receipt, head 1:")
+	assert.Contains(t, out, "audit: 0 runtime retries, 0 re-invocations, 0 duplicate effects")
+	require.NoError(t, l.Stop())
+
+	l = StartLedgerd(t, l.DB)
+	populate(t, l)
+	out, stderr, code = ledgerctl(t, "verify", "--db", l.DB)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "OK: 7 receipts")
+	assert.Contains(t, out, "audit: 1 runtime retry, 1 re-invocation, 0 duplicate effects")
+	require.NoError(t, l.Stop())
+
+	tampered := filepath.Join(t.TempDir(), "tampered.db")
+	raw, err := os.ReadFile(l.DB)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
+	sdb, err := sql.Open("sqlite3", tampered)
+	require.NoError(t, err)
+	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET recorded_at = recorded_at + 1 WHERE seq = 7`)
+	require.NoError(t, err)
+	require.NoError(t, sdb.Close())
+	out, _, code = ledgerctl(t, "verify", "--db", tampered)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "FAILED: 1 violation in 7 receipts")
+	_, stderr, code = ledgerctl(t, "audit", "--db", tampered)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "ledgerctl audit: the chain has 1 violation; run ledgerctl verify\n", stderr)
+}
+
+// TestLedgerctl_resolveNamesFlags checks that resolve's messages name the
+// flags the operator typed, and that a refused resolve appends nothing.
+func TestLedgerctl_resolveNamesFlags(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0077","execution_id":"exec-1","tool":"payments.charge","effect":"write","lease_ms":10}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	time.Sleep(30 * time.Millisecond)
+	base := []string{"resolve", "charge-0077", "--server", l.URL}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--outcome", "failed", "--note", "checked"}, "--outcome failed needs --error-code"},
+		{[]string{"--outcome", "failed", "--error-code", "not_charged", "--note", "checked"}, "--error-code must be"},
+		{[]string{"--outcome", "succeeded", "--retryable", "--note", "checked"}, "--retryable"},
+		{[]string{"--outcome", "succeeded", "--error-message", "x", "--note", "checked"}, "--error-message"},
+		{[]string{"--outcome", "succeeded", "--result", "{bad", "--note", "checked"}, "--result is not valid JSON"},
+		{[]string{"--outcome", "succeeded"}, "--note is required"},
+		{[]string{"--outcome", "maybe", "--note", "checked"}, "--outcome must be succeeded or failed"},
+		{[]string{"--outcome", "succeeded", "--note", "checked", "--db", l.DB}, "give --server URL, not --db"},
+	} {
+		_, stderr, code := ledgerctl(t, append(slices.Clone(base), tc.args...)...)
+		assert.Equal(t, 2, code, "%q", tc.args)
+		assert.Contains(t, stderr, tc.want, "%q", tc.args)
+		assert.NotContains(t, stderr, "error.code", "%q", tc.args)
+	}
+	assert.Equal(t, float64(1), l.Do("GET", "/v1/head", "").Body["seq"], "nothing appended")
+	out, stderr, code := ledgerctl(t, append(base, "--outcome", "failed", "--error-code", "NOT_CHARGED", "--note", "no charge at the PSP")...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "now failed")
+}
+
+// TestLedgerctl_tokenCommands checks the token subcommands' usage errors.
+func TestLedgerctl_tokenCommands(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token"}, "want create, list or revoke"},
+		{[]string{"token", "bogus"}, "unknown token command"},
+		{[]string{"token", "create", "--db", l.DB, "--role", "root", "--name", "x"}, "--role must be reader, writer or admin"},
+		{[]string{"token", "create", "--db", l.DB, "--role", "admin", "--name", "two words"}, "--name must be"},
+		{[]string{"token", "create", "--db", l.DB, "--role", "admin"}, "give --role and --name"},
+		{[]string{"token", "revoke", "--db", l.DB}, "want exactly one NAME"},
+		{[]string{"token", "list"}, "give --db FILE"},
+		{[]string{"token", "list", "--db", l.DB, "--role", "admin"}, "flag provided but not defined: -role"},
+	} {
+		_, stderr, code := ledgerctl(t, tc.args...)
+		assert.Equal(t, 2, code, "%q", tc.args)
+		assert.Contains(t, stderr, tc.want, "%q", tc.args)
+	}
+	out, _, code := ledgerctl(t, "token", "list", "--db", l.DB, "--json")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "[]\n", out, "no token was created")
+}
+
+// TestLedgerd_commitReservationToken checks what a commit with a wrong
+// reservation token says: malformed (400) or not the latest (409).
+func TestLedgerd_commitReservationToken(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	r := l.Do("POST", "/v1/effects/reserve", reserve("token-key-1", "exec-1", 1, true))
+	require.Equal(t, 201, r.Status, r.Raw)
+	tok := r.Body["reservation"].(string)
+	for _, bad := range []string{"rsv_…", "null", tok[:len(tok)-2], tok + "00", "elt_" + tok[4:]} {
+		r := l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"`+bad+`","outcome":"succeeded"}`)
+		assert.Equal(t, 400, r.Status, "%q: %s", bad, r.Raw)
+		assert.Equal(t, "invalid_request", r.Code(), bad)
+		e, _ := r.Body["error"].(map[string]any)
+		assert.Contains(t, e["message"], "not a reservation token of this ledger (malformed: expected rsv_ and 64 lowercase hex digits", bad)
+		d, _ := e["details"].(map[string]any)
+		assert.Equal(t, "reservation", d["field"], bad)
+	}
+	r = l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"rsv_`+strings.Repeat("0", 64)+`","outcome":"succeeded"}`)
+	assert.Equal(t, 409, r.Status, r.Raw)
+	assert.Equal(t, "stale_reservation", r.Code())
+	e, _ := r.Body["error"].(map[string]any)
+	assert.Equal(t, "this reservation token is not the key's latest reservation (it was taken over, retried, or never issued for this key)", e["message"])
+	r = l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"`+tok+`","outcome":"succeeded"}`)
+	assert.Equal(t, 201, r.Status, r.Raw)
+}
