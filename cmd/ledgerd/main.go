@@ -102,7 +102,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
 
 ledgerd records the side effects of AI-agent tool calls in a tamper-evident,
-append-only SQLite ledger and serves the REST API of SPEC §4.
+append-only SQLite ledger and serves the REST API described in docs/spec.md §4.
 
 Every flag can also be set as LEDGERD_<NAME> (for example LEDGERD_DB,
 LEDGERD_LISTEN, LEDGERD_LOG_LEVEL); a flag on the command line wins.
