@@ -88,6 +88,11 @@ func TestLedgerctl_help(t *testing.T) {
 	_, stderr, code := ledgerctl(t, "token", "--help")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, stderr, "ledgerctl token revoke --db FILE NAME")
+
+	help, _ := exec.Command(filepath.Join(binDir, "ledgerd"), "--help").CombinedOutput()
+	assert.Contains(t, string(help), "Usage: ledgerd")
+	assert.NotContains(t, string(help), "SPEC", "ledgerd --help stands alone too")
+	assert.NotContains(t, string(help), "shared/")
 }
 
 // TestLedgerctl_missingDB gives every command that reads a file a --db
