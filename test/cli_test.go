@@ -266,6 +266,32 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 	assert.Contains(t, out, "now failed")
 }
 
+// TestLedgerctl_flagValues checks that bad flag values are usage errors
+// that name the flag, for a file and for a server alike.
+func TestLedgerctl_flagValues(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	for _, src := range [][]string{{"--db", l.DB}, {"--server", l.URL}} {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"receipts", "--limit", "0"}, "--limit must be from 1 to 1000, got 0"},
+			{[]string{"receipts", "--limit", "-1"}, "--limit must be from 1 to 1000, got -1"},
+			{[]string{"receipts", "--limit", "1001"}, "--limit must be from 1 to 1000, got 1001"},
+			{[]string{"receipts", "--kind", "bogus"}, `--kind must be reserve, commit, replay or resolve, got "bogus"`},
+			{[]string{"verify", "--max-violations", "0"}, "--max-violations must be at least 1"},
+			{[]string{"audit", "--since", "yesterday"}, "--since: want an RFC 3339 time or a duration"},
+		} {
+			args := append(slices.Clone(tc.args), src...)
+			out, stderr, code := ledgerctl(t, args...)
+			assert.Equal(t, 2, code, "%q", args)
+			assert.Empty(t, out, "%q", args)
+			assert.Contains(t, stderr, tc.want, "%q", args)
+		}
+	}
+}
+
 // TestLedgerctl_tokenCommands checks the token subcommands' usage errors.
 func TestLedgerctl_tokenCommands(t *testing.T) {
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))

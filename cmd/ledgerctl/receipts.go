@@ -34,6 +34,14 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
+		return usageErr(fs, c.Env, "--limit must be from 1 to %d, got %d", ledger.MaxPageLimit, f.Limit)
+	}
+	switch f.Kind {
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	default:
+		return usageErr(fs, c.Env, "--kind must be reserve, commit, replay or resolve, got %q", f.Kind)
+	}
 	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err

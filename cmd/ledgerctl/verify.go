@@ -48,6 +48,9 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
+	if *maxV < 1 {
+		return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
+	}
 	if *incremental && *stateFile == "" {
 		return usageErr(fs, c.Env, "--incremental needs --state")
 	}
