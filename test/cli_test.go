@@ -57,7 +57,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
 		{[]string{"show"}, append(source, "json")},
 		{[]string{"head"}, append(source, "json")},
-		{[]string{"export"}, append(source, "after")},
+		{[]string{"export"}, append(source, "json", "after")},
 		{[]string{"resolve"}, []string{"server", "token", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
 		{[]string{"token", "create"}, []string{"db", "role", "name", "json"}},
 		{[]string{"token", "list"}, []string{"db", "json"}},
@@ -188,6 +188,12 @@ func TestLedgerctl_serverURL(t *testing.T) {
 	out, stderr, code = ledgerctlEnv(t, []string{"LEDGERCTL_SERVER=" + bare}, "head", "--db", l.DB)
 	assert.Equal(t, 0, code, "--db wins over LEDGERCTL_SERVER: %s", stderr)
 	assert.Equal(t, want, out)
+
+	plain, _, code := ledgerctl(t, "export", "--server", bare)
+	require.Equal(t, 0, code)
+	withJSON, _, code := ledgerctl(t, "export", "--server", bare, "--json")
+	require.Equal(t, 0, code, "export takes --json like every read command")
+	assert.Equal(t, plain, withJSON)
 
 	for _, server := range []string{"ftp://" + bare, "http://", "http://" + bare + "?x=1"} {
 		_, stderr, code := ledgerctl(t, "head", "--server", server)
