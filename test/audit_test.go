@@ -133,7 +133,7 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 			require.Len(t, rep.Audit.RepeatedFailures, 1)
 			assert.Equal(t, []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"}, rep.Audit.RepeatedFailures[0].Keys)
 			out, _, _ = ledgerctl(t, append([]string{"verify"}, src...)...)
-			assert.Contains(t, out, "1 repeated failures")
+			assert.Contains(t, out, ", 1 repeated failure, ", "counted in words, singular for one")
 		}
 	})
 	t.Run("help documents the filters", func(t *testing.T) {
