@@ -3,6 +3,7 @@ package verify
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -115,6 +116,53 @@ type Periodic struct {
 
 	pin    *Pin
 	totals auditTotals // the audit's totals up to pin
+
+	mu          sync.Mutex
+	last        *Run
+	lastSuccess time.Time
+}
+
+// Run is the outcome of one periodic verification run.
+type Run struct {
+	Started     time.Time
+	Duration    time.Duration
+	Incremental bool
+	// Report is the run's report; nil when the ledger could not be read.
+	Report *Report
+	// Err is why the ledger could not be read; nil when Report is set.
+	Err error
+}
+
+// Status is what the periodic verifier has done so far.
+type Status struct {
+	Every time.Duration
+	// Last is the latest finished run; nil before the first one ends.
+	Last *Run
+	// LastSuccess is when the latest run without violations ended; zero
+	// if none has.
+	LastSuccess time.Time
+}
+
+// Status returns the latest finished run. It is safe to call while Run
+// runs.
+func (p *Periodic) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Status{Every: p.Every, LastSuccess: p.lastSuccess}
+	if p.last != nil {
+		last := *p.last
+		st.Last = &last
+	}
+	return st
+}
+
+func (p *Periodic) record(r Run) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last = &r
+	if r.Report != nil && r.Report.OK {
+		p.lastSuccess = r.Started.Add(r.Duration)
+	}
 }
 
 // Run verifies until ctx is done.
@@ -138,13 +186,15 @@ func (p *Periodic) Run(ctx context.Context) {
 // Once runs one verification and records its outcome.
 func (p *Periodic) Once(ctx context.Context) *Report {
 	start := time.Now()
-	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: p.pin != nil, MaxViolations: p.MaxLogged}).Check(ctx)
+	incremental := p.pin != nil
+	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: incremental, MaxViolations: p.MaxLogged}).Check(ctx)
 	elapsed := time.Since(start)
 	verifyDuration.Set(elapsed.Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
 			verifyRuns.WithLabelValues("error").Inc()
 			p.Logger.ErrorContext(ctx, "ledger verification could not run", "err", err)
+			p.record(Run{Started: start, Duration: elapsed, Incremental: incremental, Err: err})
 		}
 		return nil
 	}
@@ -178,5 +228,6 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 		p.Logger.InfoContext(ctx, "ledger verified", "receipts", rep.Receipts, "checked", rep.Checked,
 			"head_seq", head.Seq, "duration", elapsed)
 	}
+	p.record(Run{Started: start, Duration: elapsed, Incremental: incremental, Report: rep})
 	return rep
 }

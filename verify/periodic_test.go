@@ -3,6 +3,7 @@ package verify_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -27,8 +28,8 @@ func gauge(t *testing.T, name string) (float64, bool) {
 }
 
 // TestPeriodic_auditMetrics: the audit gauges appear with the first run
-// and count the whole ledger across incremental runs. No other test in
-// this package runs Periodic, so they start absent.
+// and count the whole ledger across incremental runs. No test before it
+// in this package runs Periodic, so they start absent.
 func TestPeriodic_auditMetrics(t *testing.T) {
 	names := []string{"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
 		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}
@@ -80,4 +81,65 @@ func TestPeriodic_auditMetrics(t *testing.T) {
 	require.Equal(t, ledger.StatusReplayed, res.Status, "a deduplicated replay: a re-invocation")
 	require.NotNil(t, p.Once(context.Background()))
 	want("incremental run, a replay", 1, 1, 1, 2, 3, 1)
+}
+
+// TestPeriodic_Status runs after TestPeriodic_auditMetrics, which needs the
+// audit gauges unset.
+func TestPeriodic_Status(t *testing.T) {
+	ctx := context.Background()
+	path, _ := buildLedger(t)
+	rd, err := ledger.OpenReader(ctx, path, ledger.Options{Logger: quiet})
+	require.NoError(t, err)
+	defer rd.Close()
+	p := &verify.Periodic{Src: rd, Every: time.Minute, Logger: quiet}
+
+	t.Run("BeforeFirstRun", func(t *testing.T) {
+		st := p.Status()
+		assert.Equal(t, time.Minute, st.Every)
+		assert.Nil(t, st.Last)
+		assert.True(t, st.LastSuccess.IsZero())
+	})
+
+	t.Run("OK", func(t *testing.T) {
+		before := time.Now()
+		require.NotNil(t, p.Once(ctx))
+		st := p.Status()
+		require.NotNil(t, st.Last)
+		require.NotNil(t, st.Last.Report)
+		assert.NoError(t, st.Last.Err)
+		assert.True(t, st.Last.Report.OK)
+		assert.Equal(t, uint64(10), st.Last.Report.Receipts)
+		assert.False(t, st.Last.Incremental, "the first run is full")
+		assert.False(t, st.Last.Started.Before(before))
+		assert.False(t, st.LastSuccess.Before(st.Last.Started))
+
+		require.NotNil(t, p.Once(ctx))
+		assert.True(t, p.Status().Last.Incremental, "later runs start from the clean head")
+	})
+
+	t.Run("ErrViolations", func(t *testing.T) {
+		ok := p.Status().LastSuccess
+		tamper(t, path, tamperCase{Steps: []struct {
+			SQL        string `json:"sql"`
+			RehashFrom uint64 `json:"rehash_from"`
+		}{{SQL: `UPDATE receipts SET external_ref = 'forged' WHERE seq = 7`}}})
+		q := &verify.Periodic{Src: rd, Every: time.Minute, Logger: quiet}
+		require.NotNil(t, q.Once(ctx))
+		st := q.Status()
+		require.NotNil(t, st.Last.Report)
+		assert.False(t, st.Last.Report.OK)
+		assert.Positive(t, st.Last.Report.ViolationsTotal)
+		assert.True(t, st.LastSuccess.IsZero(), "a run with violations is no success")
+		assert.Equal(t, ok, p.Status().LastSuccess, "another verifier's status is its own")
+	})
+
+	t.Run("ErrUnreadable", func(t *testing.T) {
+		q := &verify.Periodic{Src: rd, Every: time.Minute, Logger: quiet}
+		require.NoError(t, rd.Close())
+		assert.Nil(t, q.Once(ctx))
+		st := q.Status()
+		require.NotNil(t, st.Last)
+		assert.Nil(t, st.Last.Report)
+		assert.Error(t, st.Last.Err)
+	})
 }
