@@ -245,17 +245,9 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
 		return
 	}
-	for name, vals := range q {
-		if !receiptQuery[name] {
-			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "unknown query parameter " + strconv.Quote(truncate(name, 64)),
-				Details: map[string]any{"field": truncate(name, 64)}})
-			return
-		}
-		if len(vals) > 1 {
-			s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query parameter " + name + " is given more than once",
-				Details: map[string]any{"field": name}})
-			return
-		}
+	if err := checkQuery(q, receiptQuery); err != nil {
+		s.Error(w, r, err)
+		return
 	}
 	f := ledger.ReceiptFilter{Key: q.Get("key"), ExecutionID: q.Get("execution_id"), Tool: q.Get("tool"), Kind: q.Get("kind")}
 	if v := q.Get("after"); v != "" {

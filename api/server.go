@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
@@ -38,6 +39,10 @@ type Server struct {
 	auth        authState
 	metricsAuth bool
 	limiter     *rateLimiter
+
+	auditSrc     verify.Source
+	auditSem     chan struct{} // one audit at a time
+	verification VerificationStatus
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.
@@ -55,12 +60,14 @@ func (s *Server) SetMaxInFlight(n int) {
 	s.inflight = make(chan struct{}, n)
 }
 
-// NewServer returns a Server for db with every route of SPEC §4.
+// NewServer returns a Server for db with every route of SPEC §4, the audit
+// and verification routes, and the web audit page at /ui/.
 func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{db: db, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight)}
+	s := &Server{db: db, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight),
+		auditSem: make(chan struct{}, 1)}
 	r := s.router
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)
@@ -79,6 +86,10 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	r.HandleFunc("/v1/receipts", s.handleListReceipts).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/receipts/{seq}", s.handleGetReceipt).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/head", s.handleHead).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/audit", s.handleAudit).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/verification", s.handleVerification).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet, http.MethodHead)
@@ -221,6 +232,7 @@ func (s *Server) writeRaw(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -54,7 +54,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	}
 	filter := verify.AuditFilter{Tool: *tool}
 	if *since != "" {
-		if err := parseSince(*since, time.Now(), &filter); err != nil {
+		if err := api.ParseSince(*since, time.Now(), &filter); err != nil {
 			return usageErr(fs, c.Env, "--since: %v", err)
 		}
 	}
@@ -79,32 +79,6 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stderr, "ledgerctl audit: the chain has %s; run ledgerctl verify\n", plural(rep.ViolationsTotal, "violation", "violations"))
 		return &ViolationsError{Count: rep.ViolationsTotal}
 	}
-	return nil
-}
-
-// parseSince sets f's window from a receipt seq (digits only), a duration
-// before now or an RFC 3339 time.
-func parseSince(s string, now time.Time, f *verify.AuditFilter) error {
-	if s != "" && strings.Trim(s, "0123456789") == "" {
-		seq, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("seq %q: %w", s, err)
-		}
-		f.SinceSeq = seq
-		return nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d < 0 {
-			return fmt.Errorf("negative duration %q", s)
-		}
-		f.Since = now.Add(-d)
-		return nil
-	}
-	t, err := time.Parse(time.RFC3339, s)
-	if err != nil {
-		return fmt.Errorf("want an RFC 3339 time, a duration or a receipt seq, got %q", s)
-	}
-	f.Since = t
 	return nil
 }
 

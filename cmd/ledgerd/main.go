@@ -107,6 +107,9 @@ append-only SQLite ledger and serves the REST API described in docs/spec.md §4.
 Every flag can also be set as LEDGERD_<NAME> (for example LEDGERD_DB,
 LEDGERD_LISTEN, LEDGERD_LOG_LEVEL); a flag on the command line wins.
 
+The read-only web audit page is served at /ui/ (it asks for a reader token
+when tokens exist).
+
 Example:
   ledgerd --db /var/lib/ledger/ledger.db --listen 127.0.0.1:8080
 
@@ -188,19 +191,20 @@ func (m *Main) Run(ctx context.Context) error {
 			m.Logger.Error("close ledger", "err", err)
 		}
 	}()
+	// The verifier and GET /v1/audit read through their own read-only
+	// pool, so they never take connections from the API or the write lock.
+	rd, err := ledger.OpenReader(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rd.Close() }()
+	var periodic *verify.Periodic
 	if m.VerifyEvery > 0 {
-		// The verifier reads through its own read-only pool, so it never
-		// takes connections from the API or the write lock.
-		rd, err := ledger.OpenReader(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
-		if err != nil {
-			return err
-		}
-		defer func() { _ = rd.Close() }()
 		vctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		defer func() { cancel(); <-done }()
-		p := &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
-		go func() { defer close(done); p.Run(vctx) }()
+		periodic = &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
+		go func() { defer close(done); periodic.Run(vctx) }()
 	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
@@ -214,6 +218,10 @@ func (m *Main) Run(ctx context.Context) error {
 	handler.SetMaxInFlight(m.MaxInFlight)
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
+	handler.SetAuditSource(rd)
+	if periodic != nil {
+		handler.SetVerification(periodic)
+	}
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
 		return err
@@ -254,7 +262,8 @@ func (m *Main) Run(ctx context.Context) error {
 		scheme = "https"
 	}
 	go func() { serveErr <- srv.Serve(api.WrapListener(ln)) }()
-	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq)
+	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq,
+		"audit_page", scheme+"://"+ln.Addr().String()+"/ui/")
 
 	select {
 	case err := <-serveErr:

@@ -1,0 +1,809 @@
+// effect-ledger web audit page: plain JavaScript, no dependencies, no build.
+//
+// Every value read from the ledger goes into the page as text (through
+// el() and text nodes, never as HTML): receipts hold strings written by
+// gateways and models. The page's Content-Security-Policy enforces Trusted
+// Types, so an HTML sink would throw instead of parsing.
+'use strict';
+
+(() => {
+  const TOKEN_KEY = 'effect-ledger.token';
+  // The page is served at <base>ui/ and the API at <base>v1/, so that the
+  // page also works behind a reverse proxy that mounts ledgerd on a prefix.
+  const BASE = location.pathname.replace(/ui\/[^/]*$/, '');
+
+  // Audit members (SPEC §5) in display order, with what they mean. A member
+  // the server adds later is shown too, after these, under its own name.
+  const AUDIT_MEMBERS = {
+    runtime_retries: {
+      title: 'Runtime retries',
+      desc: 'The same execution reserved a key again with the next attempt: the runtime retried.',
+    },
+    re_invocations: {
+      title: 'Re-invocations',
+      desc: 'A new execution of the same call: deduplicated replays, and takeovers or retries by another execution.',
+    },
+    duplicate_effects: {
+      title: 'Duplicate effects',
+      desc: 'Distinct keys ran the same tool on the same input and all succeeded: the "refund called twice" a key cannot catch.',
+      attention: true,
+    },
+    repeated_failures: {
+      title: 'Repeated failures',
+      desc: 'A failing step run again under a different key, with the same tool and input.',
+      attention: true,
+    },
+    interrupted: {
+      title: 'Interrupted keys',
+      desc: 'Lease ended without an outcome: the effect may or may not have happened. Non-idempotent keys await a person (ledgerctl resolve).',
+      attention: true,
+    },
+    failed: {
+      title: 'Failed keys',
+      desc: 'Keys whose latest outcome is a failure, with its error code.',
+      attention: true,
+    },
+    resolutions: {
+      title: 'Operator resolutions',
+      desc: 'Decisions recorded by a person about interrupted keys.',
+    },
+  };
+
+  const COLUMN_LABELS = {
+    execution_id: 'execution',
+    first_execution_id: 'first execution',
+    input_hash: 'input',
+    error_code: 'error',
+    error_codes: 'between attempts',
+    reserve_seq: 'reserve',
+    lease_expires_at: 'lease ended',
+    recorded_at: 'recorded',
+    awaiting_person: 'awaiting a person',
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  // el creates an element. Attributes are set as DOM properties from a
+  // fixed list; children that are not nodes become text nodes.
+  const PROPS = new Set(['id', 'title', 'type', 'value', 'colSpan', 'hidden', 'disabled', 'name', 'open']);
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'href') e.setAttribute('href', v);
+      else if (k === 'data') Object.assign(e.dataset, v);
+      else if (k.startsWith('on') && typeof v === 'function') e.addEventListener(k.slice(2), v);
+      else if (PROPS.has(k)) e[k] = v;
+      else throw new Error('el: unsupported attribute ' + k);
+    }
+    for (const c of children.flat(Infinity)) {
+      if (c === undefined || c === null || c === false) continue;
+      e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  // ---- formatting ----
+
+  function fmtTime(ms, zone = ' UTC') {
+    if (!ms) return '—';
+    const d = new Date(ms);
+    if (Number.isNaN(d.getTime())) return String(ms);
+    return d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, zone);
+  }
+
+  function timeEl(ms, zone) {
+    return el('span', { class: 'num', title: ms ? new Date(ms).toISOString() : undefined }, fmtTime(ms, zone));
+  }
+
+  function ago(ms) {
+    const s = Math.round((Date.now() - ms) / 1000);
+    if (s < 0) return 'in ' + human(-s);
+    return human(s) + ' ago';
+  }
+
+  function human(s) {
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.round(s / 60) + ' min';
+    if (s < 86400) return (s / 3600).toFixed(1).replace(/\.0$/, '') + ' h';
+    return (s / 86400).toFixed(1).replace(/\.0$/, '') + ' d';
+  }
+
+  function fmtDuration(ms) {
+    if (ms < 1000) return ms + ' ms';
+    return human(Math.round(ms / 1000));
+  }
+
+  function short(h, n = 12) {
+    return h && h.length > n + 1 ? h.slice(0, n) + '…' : h;
+  }
+
+  function hashEl(h, n = 12) {
+    if (!h) return el('span', { class: 'muted' }, '—');
+    return el('span', { class: 'mono', title: h }, short(h, n));
+  }
+
+  function keyLink(key, cls = 'clip') {
+    return el('a', { class: 'mono ' + cls, href: '#key/' + encodeURIComponent(key), title: key, data: { key: key } }, key);
+  }
+
+  // clip shows a long value on one line, cut with an ellipsis; the whole
+  // value is in its tooltip (and in the receipt's detail).
+  function clip(text, cls = '') {
+    return el('span', { class: 'mono clip ' + cls, title: text }, text);
+  }
+
+  function badge(text, cls) {
+    return el('span', { class: 'badge ' + (cls || '') }, text);
+  }
+
+  function kv(pairs) {
+    const dl = el('dl', { class: 'kv' });
+    for (const [k, v] of pairs) {
+      if (v === undefined || v === null || v === '') continue;
+      dl.append(el('dt', null, k), el('dd', null, v));
+    }
+    return dl;
+  }
+
+  function plural(n, word) {
+    return n + ' ' + word + (n === 1 ? '' : 's');
+  }
+
+  function yesNo(b) {
+    return b ? 'yes' : 'no';
+  }
+
+  function jsonText(v) {
+    return JSON.stringify(v, null, 2);
+  }
+
+  function empty(text) {
+    return el('div', { class: 'empty' }, text);
+  }
+
+  // ---- API ----
+
+  class APIError extends Error {
+    constructor(status, code, message, details) {
+      super(message);
+      this.status = status;
+      this.code = code;
+      this.details = details || {};
+    }
+  }
+
+  function token() {
+    return sessionStorage.getItem(TOKEN_KEY) || '';
+  }
+
+  let authSeen = null; // whether the server asked for a token
+
+  // request fetches path from the API with the token and returns the
+  // response; error responses throw an APIError with the contract's code.
+  async function request(path, okStatuses = [200]) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    let res;
+    try {
+      res = await fetch(BASE + path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    } catch (e) {
+      throw new APIError(0, 'network', 'ledgerd cannot be reached (' + e.message + ')');
+    }
+    if (okStatuses.includes(res.status)) {
+      if (authSeen === null) authSeen = Boolean(t);
+      return res;
+    }
+    let code = 'http_' + res.status;
+    let message = res.statusText || 'request failed';
+    let details = {};
+    try {
+      const body = await res.json();
+      if (body && body.error) {
+        code = String(body.error.code);
+        message = String(body.error.message);
+        details = body.error.details || {};
+      }
+    } catch (e) {
+      // not the contract's error shape: keep the status
+    }
+    throw new APIError(res.status, code, message, details);
+  }
+
+  async function api(path) {
+    return (await request(path)).json();
+  }
+
+  function query(params) {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
+    const s = q.toString();
+    return s ? '?' + s : '';
+  }
+
+  // ---- session ----
+
+  function showLogin(err) {
+    authSeen = true;
+    const msg = $('login-message');
+    msg.className = 'muted';
+    if (err.status === 403) {
+      const role = err.details.role ? ' (' + err.details.role + ')' : '';
+      msg.textContent = 'This token' + role + ' may not read the ledger: use a reader or admin token.';
+      msg.className = 'login-error';
+    } else if (token()) {
+      msg.textContent = 'The server refused this token: ' + err.message + '.';
+      msg.className = 'login-error';
+    } else {
+      msg.textContent = 'This ledger requires a bearer token with the reader (or admin) role.';
+    }
+    $('main').hidden = true;
+    $('login').hidden = false;
+    $('banner').hidden = true;
+    updateSession();
+    $('token').focus();
+  }
+
+  function hideLogin() {
+    $('login').hidden = true;
+    $('main').hidden = false;
+  }
+
+  function updateSession() {
+    const has = Boolean(token());
+    $('forget').hidden = !has;
+    $('session-state').textContent = has ? 'token in use' : authSeen === false ? 'open ledger (no tokens)' : '';
+  }
+
+  function showError(err) {
+    if (err.status === 401 || err.status === 403) {
+      showLogin(err);
+      return;
+    }
+    const b = $('banner');
+    b.replaceChildren(el('strong', null, err.code || 'error'), ': ', err.message || String(err));
+    if (err.status === 429 || err.status === 503) b.append(' Try again in a moment.');
+    b.hidden = false;
+  }
+
+  // ---- routing ----
+
+  let generation = 0; // drops answers to views the user has left
+
+  function parseHash() {
+    const h = location.hash.replace(/^#/, '');
+    const qi = h.indexOf('?');
+    const path = qi < 0 ? h : h.slice(0, qi);
+    const params = new URLSearchParams(qi < 0 ? '' : h.slice(qi + 1));
+    const slash = path.indexOf('/');
+    const view = (slash < 0 ? path : path.slice(0, slash)) || 'overview';
+    let arg = slash < 0 ? '' : path.slice(slash + 1);
+    try {
+      arg = decodeURIComponent(arg);
+    } catch (e) {
+      // a malformed escape: use it as typed
+    }
+    return { view, arg, params };
+  }
+
+  const VIEWS = { overview: renderOverview, receipts: renderReceipts, key: renderKey, audit: renderAudit };
+
+  async function route() {
+    const my = ++generation;
+    const live = () => my === generation;
+    let { view, arg, params } = parseHash();
+    if (!VIEWS[view]) view = 'overview';
+    for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('active', a.dataset.view === view);
+    for (const name of Object.keys(VIEWS)) $('view-' + name).hidden = name !== view;
+    $('banner').hidden = true;
+    hideLogin();
+    try {
+      await VIEWS[view](live, arg, params);
+    } catch (err) {
+      if (live()) showError(err);
+    }
+    if (live()) updateSession();
+  }
+
+  // ---- overview ----
+
+  const RECENT = 8; // receipts on the overview
+
+  async function renderOverview(live) {
+    const head = await api('v1/head');
+    if (!live()) return;
+    $('head-seq').textContent = head.seq.toLocaleString('en-US');
+    $('head-hash').replaceChildren(el('span', { class: 'hash', title: 'hash of receipt ' + head.seq }, head.hash));
+    $('checkpoint').replaceChildren(empty('Loading…'));
+    $('verification').replaceChildren(empty('Loading…'));
+    $('audit-tiles').replaceChildren(empty('Running the audit…'));
+    $('audit-warning').replaceChildren();
+    const settle = async (p, render, target) => {
+      try {
+        const v = await p;
+        if (live()) render(v);
+      } catch (err) {
+        if (!live()) return;
+        if (err.status === 401 || err.status === 403) throw err;
+        target.replaceChildren(el('div', { class: 'login-error' }, 'Could not load: ', err.code, ': ', err.message));
+      }
+    };
+    $('recent').replaceChildren(empty('Loading…'));
+    await Promise.all([
+      settle(api('v1/receipts' + query({ after: Math.max(0, head.seq - RECENT), limit: RECENT })),
+        (page) => $('recent').replaceChildren(page.receipts.length ? receiptTable(page.receipts.reverse(), 'recent-table') : empty('The ledger is empty.')), $('recent')),
+      settle(loadCheckpoint(), (cp) => renderCheckpoint(cp, head), $('checkpoint')),
+      settle(api('v1/verification'), renderVerification, $('verification')),
+      settle(loadAudit({}), renderAuditTiles, $('audit-tiles')),
+    ]);
+  }
+
+  async function loadCheckpoint() {
+    try {
+      const res = await request('log/default/checkpoint');
+      return await res.text();
+    } catch (err) {
+      if (err.status === 404) return null;
+      throw err;
+    }
+  }
+
+  function renderCheckpoint(text, head) {
+    const box = $('checkpoint');
+    if (text === null) {
+      box.replaceChildren(
+        el('div', { class: 'status-line' }, badge('none', ''), el('strong', null, 'No signed checkpoints')),
+        el('p', { class: 'muted small' }, 'This server publishes no signed checkpoint at /log/default/checkpoint. Pin the head instead: ledgerctl verify --expect-head SEQ:HASH.'),
+      );
+      return;
+    }
+    const lines = text.split('\n');
+    const size = Number(lines[1]);
+    const covers = Number.isFinite(size) ? size.toLocaleString('en-US') + ' of ' + head.seq.toLocaleString('en-US') + ' receipts' : '';
+    box.replaceChildren(
+      el('div', { class: 'status-line' }, badge('signed', 'ok'), el('strong', null, covers)),
+      kv([['origin', el('span', { class: 'mono' }, lines[0] || '')], ['root', el('span', { class: 'mono', title: lines[2] || '' }, short(lines[2] || '', 24))]]),
+      el('details', null, el('summary', { class: 'small' }, 'Signed note'), el('pre', null, text)),
+    );
+  }
+
+  function renderVerification(v) {
+    const box = $('verification');
+    const vcard = $('card-violations');
+    vcard.hidden = true;
+    if (!v.enabled) {
+      box.replaceChildren(
+        el('div', { class: 'status-line' }, badge('off', ''), el('strong', null, 'Periodic verification is off')),
+        el('p', { class: 'muted small' }, 'Start ledgerd with --verify-every 10m to verify the chain in the background, or run ledgerctl verify.'),
+      );
+      return;
+    }
+    if (!v.ran) {
+      box.replaceChildren(
+        el('div', { class: 'status-line' }, badge('pending', 'info'), el('strong', null, 'The first run has not finished yet')),
+        el('p', { class: 'muted small' }, 'Runs every ' + fmtDuration(v.every_ms) + '.'),
+      );
+      return;
+    }
+    let status;
+    if (v.error) status = [badge('error', 'bad'), el('strong', null, v.error)];
+    else if (v.ok) status = [badge('intact', 'ok'), el('strong', null, 'No violations')];
+    else status = [badge(plural(v.violations_total, 'violation'), 'bad'), el('strong', null, 'The chain is not intact')];
+    box.replaceChildren(
+      el('div', { class: 'status-line', id: 'verification-status' }, status),
+      kv([
+        ['finished', el('span', null, timeEl(v.finished_at), ' ', el('span', { class: 'muted' }, '(' + ago(v.finished_at) + ')'))],
+        ['run', (v.incremental ? 'incremental' : 'full') + ' in ' + fmtDuration(v.duration_ms) + ', every ' + fmtDuration(v.every_ms)],
+        ['receipts', v.error ? '' : v.receipts.toLocaleString('en-US') + ' (' + v.checked.toLocaleString('en-US') + (v.incremental ? ' new' : '') + ' rehashed)'],
+        ['head', v.error ? '' : el('span', null, String(v.head.seq), ' · ', hashEl(v.head.hash))],
+        ['last success', v.last_success_at ? el('span', null, timeEl(v.last_success_at)) : 'never'],
+      ]),
+    );
+    if (!v.ok && !v.error) {
+      vcard.hidden = false;
+      const rows = v.violations.map((x) => el('tr', null, el('td', { class: 'num' }, String(x.seq)), el('td', null, badge(x.rule, 'bad')), el('td', null, x.detail)));
+      $('violations').replaceChildren(
+        el('div', { class: 'table-wrap' }, el('table', { id: 'violations-table' }, el('thead', null, el('tr', null, el('th', null, 'seq'), el('th', null, 'rule'), el('th', null, 'detail'))), el('tbody', null, rows))),
+        el('p', { class: 'muted small', hidden: v.violations_total <= v.violations.length }, 'and ' + (v.violations_total - v.violations.length) + ' more: run ledgerctl verify for the full list.'),
+      );
+    }
+  }
+
+  async function loadAudit(params) {
+    const res = await request('v1/audit' + query(params));
+    const violations = Number(res.headers.get('Ledger-Violations') || '0');
+    return { audit: await res.json(), violations };
+  }
+
+  function auditMembers(audit) {
+    const names = Object.keys(AUDIT_MEMBERS).filter((n) => n in audit);
+    for (const n of Object.keys(audit)) if (!(n in AUDIT_MEMBERS)) names.push(n);
+    return names;
+  }
+
+  function memberTitle(name) {
+    const m = AUDIT_MEMBERS[name];
+    if (m) return m.title;
+    const s = name.replace(/_/g, ' ');
+    return s.charAt(0).toUpperCase() + s.slice(1);
+  }
+
+  function violationWarning(n) {
+    if (!n) return null;
+    return el('div', { class: 'banner', id: 'audit-violations' },
+      el('strong', null, 'The chain has ' + plural(n, 'integrity violation') + '.'),
+      ' This audit is not to be trusted until they are explained: run ledgerctl verify.');
+  }
+
+  function renderAuditTiles({ audit, violations }) {
+    $('audit-warning').replaceChildren(violationWarning(violations) || '');
+    $('audit-tiles').replaceChildren(...auditMembers(audit).map((name) => {
+      const list = Array.isArray(audit[name]) ? audit[name] : [];
+      const attention = list.length > 0 && AUDIT_MEMBERS[name] && AUDIT_MEMBERS[name].attention;
+      const awaiting = list.filter((x) => x && x.awaiting_person === true).length;
+      return el('a', { class: 'tile' + (attention ? ' attention' : ''), href: '#audit/' + encodeURIComponent(name), data: { member: name } },
+        el('div', { class: 'n' }, String(list.length)),
+        el('div', { class: 't' }, memberTitle(name)),
+        awaiting ? el('div', { class: 'sub' }, awaiting + ' awaiting a person') : null);
+    }));
+  }
+
+  // ---- receipts ----
+
+  const RECEIPT_FILTERS = ['key', 'execution_id', 'tool', 'kind', 'after', 'limit'];
+
+  async function renderReceipts(live, _arg, params) {
+    const form = $('receipts-form');
+    for (const f of RECEIPT_FILTERS) form.elements[f].value = params.get(f) || (f === 'limit' ? '50' : '');
+    const filters = {};
+    for (const f of RECEIPT_FILTERS) filters[f] = params.get(f) || '';
+    if (!filters.limit) filters.limit = '50';
+    $('receipts').replaceChildren(empty('Loading…'));
+    const page = await api('v1/receipts' + query(filters));
+    if (!live()) return;
+    const rs = page.receipts;
+    const filtered = ['key', 'execution_id', 'tool', 'kind'].some((f) => filters[f]);
+    $('receipts-title').textContent = rs.length
+      ? (filtered ? 'Matching receipts' : 'Receipts') + ' · seq ' + rs[0].seq + '–' + rs[rs.length - 1].seq
+      : 'Receipts';
+    const next = $('page-next');
+    next.disabled = page.next_after === null;
+    next.dataset.after = page.next_after === null ? '' : String(page.next_after);
+    $('page-first').disabled = !filters.after;
+    if (!rs.length) {
+      $('receipts').replaceChildren(empty(filtered || filters.after ? 'No receipt matches.' : 'The ledger is empty.'));
+      return;
+    }
+    $('receipts').replaceChildren(receiptTable(rs, 'receipts-table'));
+  }
+
+  const RECEIPT_COLUMNS = ['seq', 'recorded (UTC)', 'kind', 'key', 'execution', 'attempt', 'tool', 'outcome', 'error', 'ref', 'actor', 'hash'];
+
+  // receiptTable lists receipts; a click on a row shows all its fields.
+  function receiptTable(rs, id) {
+    const tbody = el('tbody');
+    for (const r of rs) {
+      const row = el('tr', { class: 'row', data: { seq: String(r.seq) } },
+        el('td', { class: 'num' }, String(r.seq)),
+        el('td', { class: 'nowrap' }, timeEl(r.recorded_at, '')),
+        el('td', null, badge(r.kind, kindClass(r))),
+        el('td', null, keyLink(r.idempotency_key)),
+        el('td', null, clip(r.execution_id)),
+        el('td', { class: 'num' }, String(r.attempt)),
+        el('td', null, clip(r.tool)),
+        el('td', null, r.outcome ? badge(r.outcome, r.outcome) : ''),
+        el('td', null, clip(r.error_code)),
+        el('td', { class: 'num' }, r.ref_seq ? String(r.ref_seq) : ''),
+        el('td', null, clip(r.actor)),
+        el('td', { class: 'nowrap' }, hashEl(r.hash, 8)));
+      row.addEventListener('click', (ev) => {
+        if (ev.target.closest('a')) return;
+        const next = row.nextElementSibling;
+        if (next && next.classList.contains('detail')) next.remove();
+        else row.after(el('tr', { class: 'detail' }, el('td', { colSpan: RECEIPT_COLUMNS.length }, receiptDetail(r))));
+      });
+      tbody.append(row);
+    }
+    return el('div', { class: 'table-wrap' }, el('table', { id },
+      el('thead', null, el('tr', null, RECEIPT_COLUMNS.map((c) => el('th', null, c)))), tbody));
+  }
+
+  function kindClass(r) {
+    if (r.kind === 'commit' || r.kind === 'resolve') return r.outcome;
+    if (r.kind === 'replay') return 'ok';
+    return 'info';
+  }
+
+  function receiptDetail(r) {
+    return kv([
+      ['seq', String(r.seq)],
+      ['kind', r.kind],
+      ['idempotency key', el('span', { class: 'mono' }, r.idempotency_key)],
+      ['key generated', yesNo(r.key_generated)],
+      ['execution', el('span', { class: 'mono' }, r.execution_id)],
+      ['attempt', String(r.attempt)],
+      ['tool', el('span', { class: 'mono' }, r.tool)],
+      ['effect', r.effect],
+      ['idempotent', yesNo(r.idempotent)],
+      ['input hash', r.input_hash ? el('span', { class: 'mono' }, r.input_hash) : ''],
+      ['outcome', r.outcome],
+      ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
+      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['error code', r.error_code],
+      ['error message', r.error_message],
+      ['retryable', r.kind === 'commit' || r.kind === 'resolve' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
+      ['lease expires', r.lease_expires_at ? timeEl(r.lease_expires_at) : ''],
+      ['ref seq', r.ref_seq ? String(r.ref_seq) : ''],
+      ['actor', r.actor],
+      ['note', r.note],
+      ['recorded', timeEl(r.recorded_at)],
+      ['prev hash', el('span', { class: 'hash' }, r.prev_hash)],
+      ['hash', el('span', { class: 'hash' }, r.hash)],
+    ]);
+  }
+
+  // ---- key timeline ----
+
+  async function renderKey(live, key) {
+    $('key-form').elements.key.value = key;
+    const box = $('key-view');
+    if (!key) {
+      box.replaceChildren(el('div', { class: 'card' }, empty('Enter an idempotency key, or click a key anywhere on this page.')));
+      return;
+    }
+    box.replaceChildren(el('div', { class: 'card' }, empty('Loading…')));
+    let v;
+    try {
+      v = await api('v1/effects/' + encodeURIComponent(key));
+    } catch (err) {
+      if (err.code !== 'unknown_key' && err.code !== 'invalid_key') throw err;
+      if (live()) box.replaceChildren(el('div', { class: 'card' }, el('div', { class: 'key-name' }, key), empty(err.code === 'unknown_key' ? 'No receipt has this key.' : err.message)));
+      return;
+    }
+    if (!live()) return;
+    const rs = v.receipts;
+    const bySeq = new Map(rs.map((r) => [r.seq, r]));
+    const firstExec = rs.length ? rs[0].execution_id : '';
+    const events = rs.map((r) => describe(r, bySeq, firstExec));
+    const execs = new Map();
+    for (const r of rs) {
+      let e = execs.get(r.execution_id);
+      if (!e) execs.set(r.execution_id, (e = { id: r.execution_id, attempts: new Set(), kinds: [], first: r.recorded_at }));
+      e.attempts.add(r.attempt);
+      e.kinds.push(r.kind);
+    }
+    const reserves = rs.filter((r) => r.kind === 'reserve');
+    const retries = events.filter((e) => e.runtimeRetry).length;
+    const reinv = events.filter((e) => e.reInvocation).length;
+    const replays = rs.filter((r) => r.kind === 'replay').length;
+
+    const summary = el('div', { class: 'card', id: 'key-summary' },
+      el('div', { class: 'key-head' }, el('span', { class: 'key-name', id: 'key-name' }, v.idempotency_key), badge(v.state, v.state)),
+      kv([
+        ['tool', el('span', { class: 'mono' }, v.tool)],
+        ['effect', v.effect],
+        ['idempotent', v.idempotent ? 'yes: an interrupted lease may be taken over, a retryable failure retried' : 'no: an interrupted lease needs a person'],
+        ['fingerprint', v.input_hash ? el('span', { class: 'mono' }, v.input_hash) : el('span', { class: 'muted' }, 'no input hash')],
+      ]),
+      el('div', { class: 'stats' },
+        stat(rs.length, 'receipts'), stat(reserves.length, 'attempts reserved'), stat(execs.size, 'executions'),
+        stat(retries, 'runtime retries'), stat(reinv, 're-invocations'), stat(replays, 'replays')));
+
+    const execRows = [...execs.values()].map((e) => el('tr', null,
+      el('td', { class: 'mono' }, e.id),
+      el('td', null, e.id === firstExec ? 'first' : 're-invocation'),
+      el('td', { class: 'num' }, [...e.attempts].join(', ')),
+      el('td', null, kindCounts(e.kinds)),
+      el('td', null, timeEl(e.first))));
+    const execCard = el('div', { class: 'card' }, el('h2', null, 'Executions'),
+      el('div', { class: 'table-wrap' }, el('table', { id: 'executions-table' },
+        el('thead', null, el('tr', null, el('th', null, 'execution'), el('th', null, 'role'), el('th', null, 'attempts'), el('th', null, 'receipts'), el('th', null, 'first seen'))),
+        el('tbody', null, execRows))));
+
+    const items = events.map((e) => el('li', { class: 'k-' + e.cls, data: { seq: String(e.r.seq) } },
+      el('div', { class: 'ev-title' }, el('span', null, e.title), e.badge || null),
+      el('div', { class: 'ev-meta' }, '#' + e.r.seq + ' · ', timeEl(e.r.recorded_at), ' · execution ', el('span', { class: 'mono' }, e.r.execution_id), ' · attempt ' + e.r.attempt, e.r.actor ? ' · by ' : '', e.r.actor ? el('span', { class: 'mono' }, e.r.actor) : null),
+      el('div', { class: 'ev-body' }, e.body)));
+    const last = reserves[reserves.length - 1];
+    if (last && v.state === 'interrupted') {
+      items.push(el('li', { class: 'k-retry' },
+        el('div', { class: 'ev-title' }, el('span', null, 'Lease ended without an outcome'), badge('interrupted', 'interrupted')),
+        el('div', { class: 'ev-meta' }, timeEl(last.lease_expires_at)),
+        el('div', { class: 'ev-body' }, v.idempotent
+          ? 'The effect may or may not have happened. The next reserve takes it over (the handler is idempotent).'
+          : 'The effect may or may not have happened. A person must resolve it: ledgerctl resolve KEY --outcome … --note …')));
+    } else if (last && v.state === 'reserved') {
+      items.push(el('li', { class: 'k-reserve' },
+        el('div', { class: 'ev-title' }, el('span', null, 'In progress'), badge('reserved', 'reserved')),
+        el('div', { class: 'ev-meta' }, 'lease ends ', timeEl(last.lease_expires_at))));
+    }
+    const timeline = el('div', { class: 'card' }, el('h2', null, 'Timeline'), el('ol', { class: 'timeline', id: 'timeline' }, items));
+    box.replaceChildren(summary, el('div', { class: 'key-grid' }, execCard, timeline));
+  }
+
+  // kindCounts summarizes receipt kinds in order of first appearance:
+  // "reserve ×2, commit ×2".
+  function kindCounts(kinds) {
+    const n = new Map();
+    for (const k of kinds) n.set(k, (n.get(k) || 0) + 1);
+    return [...n].map(([k, c]) => (c > 1 ? k + ' ×' + c : k)).join(', ');
+  }
+
+  function stat(n, label) {
+    return el('div', { class: 'stat' }, el('div', { class: 'n' }, String(n)), el('div', { class: 't' }, label));
+  }
+
+  // describe names what a receipt of a key means in its story.
+  function describe(r, bySeq, firstExec) {
+    const ref = bySeq.get(r.ref_seq);
+    const sameExec = ref && ref.execution_id === r.execution_id;
+    const byNew = r.execution_id !== firstExec;
+    const e = { r, cls: r.kind, title: r.kind, body: null, runtimeRetry: false, reInvocation: false };
+    const outcome = () => [
+      ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
+      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['error', r.error_code ? el('span', null, el('span', { class: 'mono' }, r.error_code), r.error_message ? ' — ' : '', r.error_message) : ''],
+      ['retryable', r.outcome === 'failed' ? yesNo(r.retryable) : ''],
+    ];
+    switch (r.kind) {
+      case 'reserve':
+        if (!r.ref_seq) {
+          e.title = 'Reserved';
+        } else if (ref && ref.kind === 'reserve') {
+          e.cls = 'takeover';
+          e.title = sameExec ? 'Runtime retry: took over the interrupted lease' : 'Re-invocation: took over the interrupted lease';
+        } else {
+          e.cls = 'retry';
+          e.title = sameExec ? 'Runtime retry after a failure' : 'Re-invocation: retry after a failure';
+          if (ref && ref.error_code) e.badge = badge('after ' + ref.error_code, 'warn');
+        }
+        e.runtimeRetry = Boolean(r.ref_seq) && sameExec;
+        e.reInvocation = byNew;
+        e.body = kv([['lease until', timeEl(r.lease_expires_at)], ['follows', r.ref_seq ? '#' + r.ref_seq : '']]);
+        break;
+      case 'commit':
+        e.cls = r.outcome;
+        e.title = 'Committed';
+        e.badge = badge(r.outcome, r.outcome);
+        e.body = kv([...outcome(), ['reserve', '#' + r.ref_seq]]);
+        break;
+      case 'replay':
+        e.title = byNew ? 'Replayed to a new execution' : 'Replayed';
+        e.badge = badge('deduplicated', 'ok');
+        e.reInvocation = byNew;
+        e.body = kv([['returned', 'the outcome of #' + r.ref_seq + ' — the effect did not run again']]);
+        break;
+      case 'resolve':
+        e.title = 'Resolved by an operator';
+        e.badge = badge(r.outcome, r.outcome);
+        e.body = kv([...outcome(), ['note', r.note], ['interrupted reserve', '#' + r.ref_seq]]);
+        break;
+    }
+    return e;
+  }
+
+  // ---- audit ----
+
+  async function renderAudit(live, member, params) {
+    const form = $('audit-form');
+    form.elements.tool.value = params.get('tool') || '';
+    form.elements.since.value = params.get('since') || '';
+    const box = $('audit');
+    box.replaceChildren(el('div', { class: 'card' }, empty('Running the audit (it rehashes the chain)…')));
+    const { audit, violations } = await loadAudit({ tool: params.get('tool'), since: params.get('since') });
+    if (!live()) return;
+    const cards = auditMembers(audit).map((name) => auditSection(name, audit[name]));
+    box.replaceChildren(...[violationWarning(violations), ...cards].filter(Boolean));
+    if (member) {
+      const target = $('audit-' + member);
+      if (target) target.scrollIntoView({ block: 'start' });
+    }
+  }
+
+  function auditSection(name, list) {
+    const meta = AUDIT_MEMBERS[name] || {};
+    list = Array.isArray(list) ? list : [];
+    const n = list.length;
+    return el('article', { class: 'card', id: 'audit-' + name, data: { member: name } },
+      el('div', { class: 'section-head' }, el('h3', null, memberTitle(name)), badge(String(n), n && meta.attention ? 'warn' : '')),
+      meta.desc ? el('p', { class: 'section-desc' }, meta.desc) : null,
+      n ? genericTable(list) : empty('None.'));
+  }
+
+  // genericTable renders a list of objects with one column per field.
+  function genericTable(list) {
+    const cols = [];
+    for (const row of list) if (row && typeof row === 'object') for (const k of Object.keys(row)) if (!cols.includes(k)) cols.push(k);
+    const body = list.map((row) => el('tr', { class: row && row.awaiting_person === true ? 'attention' : '' },
+      cols.map((c) => el('td', null, cell(c, row ? row[c] : undefined)))));
+    return el('div', { class: 'table-wrap' }, el('table', null,
+      el('thead', null, el('tr', null, cols.map((c) => el('th', null, COLUMN_LABELS[c] || c.replace(/_/g, ' '))))),
+      el('tbody', null, body)));
+  }
+
+  function cell(name, v) {
+    if (v === undefined || v === null || v === '') return el('span', { class: 'muted' }, '—');
+    if (name === 'key' && typeof v === 'string') return keyLink(v, 'clip long');
+    if (name === 'keys' && Array.isArray(v)) return v.flatMap((k, i) => (i ? [', ', keyLink(String(k))] : [keyLink(String(k))]));
+    if (name === 'awaiting_person') return v === true ? badge('yes', 'warn') : 'no';
+    if (name === 'outcome' && typeof v === 'string') return badge(v, v === 'succeeded' || v === 'failed' ? v : '');
+    if (typeof v === 'boolean') return yesNo(v);
+    if (typeof v === 'number' && /_at$/.test(name)) return timeEl(v);
+    if (name === 'input_hash' && typeof v === 'string') return el('span', { class: 'mono', title: v }, short(v, 19));
+    if (Array.isArray(v)) {
+      if (v.every((x) => typeof x !== 'object' || x === null)) {
+        const sep = name === 'attempts' ? ' → ' : ', ';
+        return el('span', { class: /seqs?$/.test(name) || name === 'attempts' ? 'num' : 'mono' }, v.map((x) => (x === '' ? '—' : String(x))).join(sep));
+      }
+      return el('pre', null, jsonText(v));
+    }
+    if (typeof v === 'object') return el('pre', null, jsonText(v));
+    if (typeof v === 'number') return el('span', { class: 'num' }, String(v));
+    if (/(_id|tool|code)$/.test(name)) return clip(String(v), 'long');
+    return String(v);
+  }
+
+  // ---- wiring ----
+
+  function setHash(view, params) {
+    const h = '#' + view + query(params);
+    if (location.hash === h) route();
+    else location.hash = h;
+  }
+
+  function formValues(form, names) {
+    const out = {};
+    for (const n of names) out[n] = form.elements[n].value.trim();
+    return out;
+  }
+
+  function init() {
+    window.addEventListener('hashchange', route);
+    $('refresh').addEventListener('click', route);
+    $('forget').addEventListener('click', () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      authSeen = null;
+      route();
+    });
+    $('login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const t = $('token').value.trim();
+      if (!t) return;
+      sessionStorage.setItem(TOKEN_KEY, t);
+      $('token').value = '';
+      route();
+    });
+    $('receipts-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const v = formValues(ev.target, RECEIPT_FILTERS);
+      if (v.limit === '50') delete v.limit;
+      setHash('receipts', v);
+    });
+    $('receipts-reset').addEventListener('click', () => setHash('receipts', {}));
+    $('page-next').addEventListener('click', () => {
+      const p = parseHash().params;
+      p.set('after', $('page-next').dataset.after);
+      setHash('receipts', Object.fromEntries(p));
+    });
+    $('page-first').addEventListener('click', () => {
+      const p = parseHash().params;
+      p.delete('after');
+      setHash('receipts', Object.fromEntries(p));
+    });
+    $('key-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const k = ev.target.elements.key.value.trim();
+      location.hash = '#key/' + encodeURIComponent(k);
+    });
+    $('audit-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      setHash('audit', formValues(ev.target, ['tool', 'since']));
+    });
+    $('audit-reset').addEventListener('click', () => setHash('audit', {}));
+    route();
+  }
+
+  init();
+})();
