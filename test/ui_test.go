@@ -365,6 +365,8 @@ func TestUI(t *testing.T) {
 		assert.Contains(t, b.str(`document.querySelector('#audit-runtime_retries tbody').textContent`), "TIMEOUT")
 		assert.Contains(t, b.str(`document.querySelector('#audit-re_invocations tbody').textContent`), "deduped")
 		assert.Equal(t, []string{"charge-card-77", "charge-card-77-b", "wire-transfer-5"}, b.strs(texts("#audit-failed a[data-key]")))
+		assert.Equal(t, []string{"charge-card-77", "charge-card-77-b"}, b.strs(texts("#audit-repeated_failures a[data-key]")))
+		assert.Contains(t, b.str(`document.querySelector('#audit-repeated_failures tbody').textContent`), "CARD_DECLINED")
 		assert.Contains(t, b.str(`document.querySelector('#audit-resolutions tbody').textContent`), "bank portal shows no transfer")
 
 		// The audit's own filter.

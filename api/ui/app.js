@@ -30,7 +30,7 @@
     },
     repeated_failures: {
       title: 'Repeated failures',
-      desc: 'A failing step run again under a different key, with the same tool and input.',
+      desc: 'The same failing step run again: a call (tool and input) failed under one key, then was reserved again, unchanged, under other keys.',
       attention: true,
     },
     interrupted: {
