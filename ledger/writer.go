@@ -322,4 +322,3 @@ func (t *writeTx) putKey(ctx context.Context, k *keyRecord) error {
 
 // rowScanner is *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
-
