@@ -165,6 +165,24 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 	}
 }
 
+// openForServing opens a tampered file for the online checks the way the
+// forger gets ledgerd to serve it: keys that point past a truncated chain
+// are rebuilt first (rebuild-keys), or ledgerd would refuse the file.
+func openForServing(t *testing.T, path string) *ledger.DB {
+	t.Helper()
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	if errors.Is(err, ledger.ErrDerivedState) {
+		repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
+		require.NoError(t, rerr)
+		_, rerr = repair.RebuildKeys(context.Background())
+		require.NoError(t, rerr)
+		require.NoError(t, repair.Close())
+		db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	}
+	require.NoError(t, err)
+	return db
+}
+
 func rules(rep *verify.Report) []string {
 	var out []string
 	for _, v := range rep.Violations {
@@ -238,18 +256,7 @@ func TestVerifier_tamper(t *testing.T) {
 			if tc.OfflineOnly {
 				return
 			}
-			db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
-			if errors.Is(err, ledger.ErrDerivedState) {
-				// Keys point past a truncated chain: the forger also runs
-				// rebuild-keys, or ledgerd would refuse to serve the file.
-				repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
-				require.NoError(t, rerr)
-				_, rerr = repair.RebuildKeys(context.Background())
-				require.NoError(t, rerr)
-				require.NoError(t, repair.Close())
-				db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
-			}
-			require.NoError(t, err)
+			db := openForServing(t, path)
 			srv := httptest.NewServer(api.NewServer(db, quiet))
 			defer func() { srv.Close(); _ = db.Close() }()
 			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
@@ -418,8 +425,7 @@ func TestVerifier_incremental(t *testing.T) {
 			require.NoError(t, err)
 			check("offline", rep)
 
-			db, err := ledger.Open(ctx, path, ledger.Options{Logger: quiet})
-			require.NoError(t, err)
+			db := openForServing(t, path)
 			srv := httptest.NewServer(api.NewServer(db, quiet))
 			defer func() { srv.Close(); _ = db.Close() }()
 			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(ctx)
