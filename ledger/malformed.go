@@ -2,9 +2,11 @@ package ledger
 
 import (
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -100,6 +102,23 @@ func receiptFromValues[V any](vals []V) chain.Receipt {
 	return r
 }
 
+// printable writes control characters, DEL and bytes that are not UTF-8
+// as \xNN, so that a quoted value cannot drive a terminal.
+func printable(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size <= 1 || r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0 {
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+			i++
+			continue
+		}
+		b.WriteString(s[i : i+size])
+		i += size
+	}
+	return b.String()
+}
+
 // realText writes a REAL the way SQLite converts it to text: the shortest
 // decimal that round-trips, with ".0" when it has no fraction, and an
 // exponent outside 1e-4 … 1e15.
@@ -122,7 +141,7 @@ func realText(x float64) string {
 const maxLiteral = 64
 
 // sqlLiteral writes a driver value the way SQLite's quote() does, cut
-// after maxLiteral bytes.
+// after maxLiteral bytes, with unprintable bytes of text as \xNN.
 func sqlLiteral(v any) string {
 	switch x := v.(type) {
 	case nil:
@@ -136,7 +155,7 @@ func sqlLiteral(v any) string {
 		if len(x) > maxLiteral {
 			x, cut = x[:maxLiteral], "…"
 		}
-		return "'" + strings.ReplaceAll(x, "'", "''") + "'" + cut
+		return "'" + printable(strings.ReplaceAll(x, "'", "''")) + "'" + cut
 	case []byte:
 		cut := ""
 		if len(x) > maxLiteral/2 {

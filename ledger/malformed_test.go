@@ -41,7 +41,7 @@ func TestReader_malformedRows(t *testing.T) {
 	require.NoError(t, err)
 	raw.SetMaxOpenConns(1)
 	_, err = raw.Exec(`DROP TRIGGER receipts_no_update; PRAGMA ignore_check_constraints = ON;
-		UPDATE receipts SET attempt = 'a,b' WHERE seq = 1;
+		UPDATE receipts SET attempt = 'a,b' || char(27) || '[2J' WHERE seq = 1;
 		UPDATE receipts SET attempt = -1, ref_seq = 1.5 WHERE seq = 2;
 		UPDATE receipts SET key_generated = 2 WHERE seq = 3;
 		UPDATE receipts SET prev_hash = x'00' WHERE seq = 4;
@@ -50,7 +50,7 @@ func TestReader_malformedRows(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 	wantBad := map[uint64][]chain.Malformed{
-		1: {{Field: "attempt", Value: "'a,b'"}},
+		1: {{Field: "attempt", Value: `'a,b\x1b[2J'`}}, // no terminal escape gets through
 		2: {{Field: "attempt", Value: "-1"}, {Field: "ref_seq", Value: "1.5"}},
 		3: {{Field: "key_generated", Value: "2"}},
 		4: {{Field: "prev_hash", Value: "X'00'"}},

@@ -33,7 +33,7 @@ import (
 //
 // The key-ordered scan feeds only the state checks: it leaves out the
 // hashes and the bodies of external_ref, result and error_message (their
-// lengths stay, so a replay that carries them is still seen).
+// lengths stay; the chain pass checks what each kind carries).
 const (
 	packedInts = `seq||','||quote(key_generated)||','||quote(attempt)||','||quote(idempotent)||','||
 	quote(retryable)||','||quote(lease_expires_at)||','||quote(ref_seq)||','||quote(recorded_at)||','||
