@@ -20,12 +20,13 @@ type receiptRef struct {
 
 func refJSON(r ledger.ReceiptRef) receiptRef { return receiptRef{Seq: r.Seq, Hash: r.Hash.String()} }
 
-// rawJSON embeds stored JSON text verbatim, null when empty.
-func rawJSON(s string) json.RawMessage {
-	if s == "" {
-		return nil
-	}
-	return json.RawMessage(s)
+// storedResult is a stored result as a response carries it: verbatim JSON
+// (null when empty), or, when the stored text is not what a ledger writes
+// (an edited file), a JSON string and the result_encoding that marks it
+// (chain.ResultJSON). A response is valid JSON either way.
+func storedResult(s string) (json.RawMessage, string) {
+	b, enc := chain.ResultJSON(nil, s)
+	return json.RawMessage(b), enc
 }
 
 type reservedBody struct {
@@ -47,6 +48,7 @@ type replayedBody struct {
 	Outcome        string          `json:"outcome"`
 	ExternalRef    string          `json:"external_ref"`
 	Result         json.RawMessage `json:"result"`
+	ResultEncoding string          `json:"result_encoding,omitempty"`
 	Original       receiptRef      `json:"original"`
 	Receipt        receiptRef      `json:"receipt"`
 }
@@ -100,9 +102,10 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	switch res.Status {
 	case ledger.StatusReplayed:
 		w.Header().Set("Idempotent-Replayed", "true")
+		result, enc := storedResult(res.Result)
 		s.writeJSON(w, http.StatusOK, replayedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated, Outcome: res.Outcome, ExternalRef: res.ExternalRef,
-			Result: rawJSON(res.Result), Original: refJSON(res.Original), Receipt: refJSON(res.Receipt)})
+			Result: result, ResultEncoding: enc, Original: refJSON(res.Original), Receipt: refJSON(res.Receipt)})
 	case ledger.StatusNotRecorded:
 		s.writeJSON(w, http.StatusOK, notRecordedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated})

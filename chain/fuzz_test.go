@@ -5,13 +5,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
 // FuzzBody checks that the canonical encoding is injective on the fuzzed
 // string fields (decoding the body gives the fields back) and that the JSON
-// form round-trips. Seeds live in testdata/fuzz/FuzzBody.
+// form is valid JSON and round-trips, result bytes included. Seeds live in testdata/fuzz/FuzzBody.
 func FuzzBody(f *testing.F) {
 	f.Add("refund-order-1234", "exec-1", uint64(1), "payments.refund", `{"amount":1200}`, "re_3Pq9", "note", true)
 	f.Add("", "", uint64(0), "", "", "", "", false)
@@ -38,8 +39,10 @@ func FuzzBody(f *testing.F) {
 		if err := l.Check(); err != nil {
 			t.Fatal(err)
 		}
-		if !json.Valid([]byte(result)) {
-			return // the ledger only stores valid JSON results
+		// Any stored result, JSON or not (an edited file), gives valid JSON
+		// that carries the exact bytes back.
+		if b := l.AppendJSON(nil); !json.Valid(b) || !utf8.Valid(b) {
+			t.Fatalf("invalid JSON: %q", b)
 		}
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
@@ -53,6 +56,9 @@ func FuzzBody(f *testing.F) {
 		}
 		if got.Seq != l.Seq || got.Hash != l.Hash || got.Attempt != attempt || got.Idempotent != idem {
 			t.Fatalf("round trip changed fixed fields")
+		}
+		if got.Result != result {
+			t.Fatalf("result %q came back as %q", result, got.Result)
 		}
 	})
 }

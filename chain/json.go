@@ -1,54 +1,153 @@
 package chain
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
 )
 
+// Encodings of a stored result that is not embedded verbatim (the
+// "result_encoding" member of the JSON form).
+const (
+	// ResultText: "result" is a JSON string whose value is the stored text.
+	ResultText = "text"
+	// ResultBase64: "result" is a JSON string holding the stored bytes in
+	// standard base64 (the stored text is not UTF-8).
+	ResultBase64 = "base64"
+)
+
+// ResultJSON returns how the JSON form carries a stored result: the JSON
+// value to embed as "result", and the "result_encoding" to add beside it
+// ("" for none). A result the ledger could have stored (compact JSON,
+// UTF-8, not the literal null, which the ledger stores as the empty
+// string) is embedded verbatim, and the empty result is null. Anything
+// else (an edited file, a buggy writer) is embedded as a JSON string,
+// marked, so that the output stays valid JSON and a reader still gets the
+// exact stored bytes to hash.
+func ResultJSON(b []byte, result string) ([]byte, string) {
+	switch {
+	case result == "":
+		return append(b, "null"...), ""
+	case result != "null" && IsCompactJSON(result):
+		return append(b, result...), ""
+	case utf8.ValidString(result):
+		return AppendJSONString(b, result), ResultText
+	default:
+		b = append(b, '"')
+		b = base64.StdEncoding.AppendEncode(b, []byte(result))
+		return append(b, '"'), ResultBase64
+	}
+}
+
+// IsCompactJSON reports whether s is one JSON value in the form the ledger
+// stores results: valid JSON, valid UTF-8, and no whitespace outside
+// strings (what json.Compact produces).
+func IsCompactJSON(s string) bool {
+	inString, escaped := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return utf8.ValidString(s) && json.Valid([]byte(s))
+}
+
 // AppendJSON appends the JSON form of r (SPEC §2) to b: the 21 fields by
 // name in canonical order, result embedded verbatim (null when empty), and
 // prev_hash and hash as lowercase hex. No character is HTML-escaped, so the
 // embedded result keeps its exact bytes.
+//
+// Two members appear only on receipts no ledger writes: a stored result
+// that is not compact JSON is embedded as a string and marked with
+// "result_encoding" (see ResultJSON), and the fields of r.Malformed are
+// null, with a "malformed" object after hash naming each one's stored
+// value.
 func (r *Receipt) AppendJSON(b []byte) []byte {
+	bad := len(r.Malformed) > 0
 	b = append(b, `{"seq":`...)
-	b = strconv.AppendUint(b, r.Seq, 10)
+	b = r.appendU64(b, "seq", r.Seq, bad)
 	b = appendField(b, "kind", r.Kind)
 	b = appendField(b, "idempotency_key", r.IdempotencyKey)
 	b = append(b, `,"key_generated":`...)
-	b = strconv.AppendBool(b, r.KeyGenerated)
+	b = r.appendBool(b, "key_generated", r.KeyGenerated, bad)
 	b = appendField(b, "execution_id", r.ExecutionID)
 	b = append(b, `,"attempt":`...)
-	b = strconv.AppendUint(b, r.Attempt, 10)
+	b = r.appendU64(b, "attempt", r.Attempt, bad)
 	b = appendField(b, "tool", r.Tool)
 	b = appendField(b, "effect", r.Effect)
 	b = append(b, `,"idempotent":`...)
-	b = strconv.AppendBool(b, r.Idempotent)
+	b = r.appendBool(b, "idempotent", r.Idempotent, bad)
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
 	b = appendField(b, "external_ref", r.ExternalRef)
 	b = append(b, `,"result":`...)
-	if r.Result == "" {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, r.Result...)
+	b, enc := ResultJSON(b, r.Result)
+	if enc != "" {
+		b = appendField(b, "result_encoding", enc)
 	}
 	b = appendField(b, "error_code", r.ErrorCode)
 	b = appendField(b, "error_message", r.ErrorMessage)
 	b = append(b, `,"retryable":`...)
-	b = strconv.AppendBool(b, r.Retryable)
+	b = r.appendBool(b, "retryable", r.Retryable, bad)
 	b = append(b, `,"lease_expires_at":`...)
-	b = strconv.AppendUint(b, r.LeaseExpiresAt, 10)
+	b = r.appendU64(b, "lease_expires_at", r.LeaseExpiresAt, bad)
 	b = append(b, `,"ref_seq":`...)
-	b = strconv.AppendUint(b, r.RefSeq, 10)
+	b = r.appendU64(b, "ref_seq", r.RefSeq, bad)
 	b = appendField(b, "actor", r.Actor)
 	b = appendField(b, "note", r.Note)
 	b = append(b, `,"recorded_at":`...)
-	b = strconv.AppendUint(b, r.RecordedAt, 10)
-	b = appendField(b, "prev_hash", r.PrevHash.String())
-	b = appendField(b, "hash", r.Hash.String())
+	b = r.appendU64(b, "recorded_at", r.RecordedAt, bad)
+	b = append(b, `,"prev_hash":`...)
+	b = r.appendHash(b, "prev_hash", r.PrevHash, bad)
+	b = append(b, `,"hash":`...)
+	b = r.appendHash(b, "hash", r.Hash, bad)
+	if bad {
+		b = append(b, `,"malformed":{`...)
+		for i, m := range r.Malformed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendJSONString(b, m.Field)
+			b = append(b, ':')
+			b = AppendJSONString(b, m.Value)
+		}
+		b = append(b, '}')
+	}
 	return append(b, '}')
+}
+
+func (r *Receipt) appendU64(b []byte, name string, v uint64, bad bool) []byte {
+	if bad && r.IsMalformed(name) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendUint(b, v, 10)
+}
+
+func (r *Receipt) appendBool(b []byte, name string, v bool, bad bool) []byte {
+	if bad && r.IsMalformed(name) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendBool(b, v)
+}
+
+func (r *Receipt) appendHash(b []byte, name string, h Hash, bad bool) []byte {
+	if bad && r.IsMalformed(name) {
+		return append(b, "null"...)
+	}
+	b = append(b, '"')
+	b = hex.AppendEncode(b, h[:])
+	return append(b, '"')
 }
 
 // MarshalJSON returns the JSON form of r. Encoders that write it must not
@@ -59,34 +158,43 @@ func (r Receipt) MarshalJSON() ([]byte, error) {
 }
 
 type jsonReceipt struct {
-	Seq            *uint64         `json:"seq"`
-	Kind           *string         `json:"kind"`
-	IdempotencyKey *string         `json:"idempotency_key"`
-	KeyGenerated   *bool           `json:"key_generated"`
-	ExecutionID    *string         `json:"execution_id"`
-	Attempt        *uint64         `json:"attempt"`
-	Tool           *string         `json:"tool"`
-	Effect         *string         `json:"effect"`
-	Idempotent     *bool           `json:"idempotent"`
-	InputHash      *string         `json:"input_hash"`
-	Outcome        *string         `json:"outcome"`
-	ExternalRef    *string         `json:"external_ref"`
-	Result         json.RawMessage `json:"result"`
-	ErrorCode      *string         `json:"error_code"`
-	ErrorMessage   *string         `json:"error_message"`
-	Retryable      *bool           `json:"retryable"`
-	LeaseExpiresAt *uint64         `json:"lease_expires_at"`
-	RefSeq         *uint64         `json:"ref_seq"`
-	Actor          *string         `json:"actor"`
-	Note           *string         `json:"note"`
-	RecordedAt     *uint64         `json:"recorded_at"`
-	PrevHash       *string         `json:"prev_hash"`
-	Hash           *string         `json:"hash"`
+	Seq            *uint64           `json:"seq"`
+	Kind           *string           `json:"kind"`
+	IdempotencyKey *string           `json:"idempotency_key"`
+	KeyGenerated   *bool             `json:"key_generated"`
+	ExecutionID    *string           `json:"execution_id"`
+	Attempt        *uint64           `json:"attempt"`
+	Tool           *string           `json:"tool"`
+	Effect         *string           `json:"effect"`
+	Idempotent     *bool             `json:"idempotent"`
+	InputHash      *string           `json:"input_hash"`
+	Outcome        *string           `json:"outcome"`
+	ExternalRef    *string           `json:"external_ref"`
+	Result         json.RawMessage   `json:"result"`
+	ResultEncoding *string           `json:"result_encoding"`
+	ErrorCode      *string           `json:"error_code"`
+	ErrorMessage   *string           `json:"error_message"`
+	Retryable      *bool             `json:"retryable"`
+	LeaseExpiresAt *uint64           `json:"lease_expires_at"`
+	RefSeq         *uint64           `json:"ref_seq"`
+	Actor          *string           `json:"actor"`
+	Note           *string           `json:"note"`
+	RecordedAt     *uint64           `json:"recorded_at"`
+	PrevHash       *string           `json:"prev_hash"`
+	Hash           *string           `json:"hash"`
+	Malformed      map[string]string `json:"malformed"`
 }
+
+// nonStringFields are the fields whose stored value can be malformed, in
+// canonical order.
+var nonStringFields = []string{"seq", "key_generated", "attempt", "idempotent", "retryable",
+	"lease_expires_at", "ref_seq", "recorded_at", "prev_hash", "hash"}
 
 // UnmarshalJSON parses the JSON form of a receipt. Every field must be
 // present; result keeps the exact bytes it had in the input (null is the
-// empty string), so that an online verifier hashes what the server stored.
+// empty string, and a result_encoding is undone), so that an online
+// verifier hashes what the server stored. A field named in "malformed" is
+// null and becomes its zero value, listed in r.Malformed.
 func (r *Receipt) UnmarshalJSON(data []byte) error {
 	var j jsonReceipt
 	if err := json.Unmarshal(data, &j); err != nil {
@@ -95,10 +203,21 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 	if j.Result == nil {
 		return fmt.Errorf("decode receipt: missing field %q", "result")
 	}
+	var out Receipt
+	for _, name := range nonStringFields {
+		if v, ok := j.Malformed[name]; ok {
+			out.Malformed = append(out.Malformed, Malformed{Field: name, Value: v})
+		}
+	}
+	if len(out.Malformed) != len(j.Malformed) {
+		return fmt.Errorf("decode receipt: malformed names a field that cannot be malformed")
+	}
 	var missing string
 	u := func(name string, p *uint64) uint64 {
 		if p == nil {
-			missing = name
+			if _, ok := j.Malformed[name]; !ok {
+				missing = name
+			}
 			return 0
 		}
 		return *p
@@ -112,49 +231,86 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 	}
 	bl := func(name string, p *bool) bool {
 		if p == nil {
-			missing = name
+			if _, ok := j.Malformed[name]; !ok {
+				missing = name
+			}
 			return false
 		}
 		return *p
 	}
-	out := Receipt{
-		Seq:            u("seq", j.Seq),
-		Kind:           s("kind", j.Kind),
-		IdempotencyKey: s("idempotency_key", j.IdempotencyKey),
-		KeyGenerated:   bl("key_generated", j.KeyGenerated),
-		ExecutionID:    s("execution_id", j.ExecutionID),
-		Attempt:        u("attempt", j.Attempt),
-		Tool:           s("tool", j.Tool),
-		Effect:         s("effect", j.Effect),
-		Idempotent:     bl("idempotent", j.Idempotent),
-		InputHash:      s("input_hash", j.InputHash),
-		Outcome:        s("outcome", j.Outcome),
-		ExternalRef:    s("external_ref", j.ExternalRef),
-		ErrorCode:      s("error_code", j.ErrorCode),
-		ErrorMessage:   s("error_message", j.ErrorMessage),
-		Retryable:      bl("retryable", j.Retryable),
-		LeaseExpiresAt: u("lease_expires_at", j.LeaseExpiresAt),
-		RefSeq:         u("ref_seq", j.RefSeq),
-		Actor:          s("actor", j.Actor),
-		Note:           s("note", j.Note),
-		RecordedAt:     u("recorded_at", j.RecordedAt),
+	out.Seq = u("seq", j.Seq)
+	out.Kind = s("kind", j.Kind)
+	out.IdempotencyKey = s("idempotency_key", j.IdempotencyKey)
+	out.KeyGenerated = bl("key_generated", j.KeyGenerated)
+	out.ExecutionID = s("execution_id", j.ExecutionID)
+	out.Attempt = u("attempt", j.Attempt)
+	out.Tool = s("tool", j.Tool)
+	out.Effect = s("effect", j.Effect)
+	out.Idempotent = bl("idempotent", j.Idempotent)
+	out.InputHash = s("input_hash", j.InputHash)
+	out.Outcome = s("outcome", j.Outcome)
+	out.ExternalRef = s("external_ref", j.ExternalRef)
+	out.ErrorCode = s("error_code", j.ErrorCode)
+	out.ErrorMessage = s("error_message", j.ErrorMessage)
+	out.Retryable = bl("retryable", j.Retryable)
+	out.LeaseExpiresAt = u("lease_expires_at", j.LeaseExpiresAt)
+	out.RefSeq = u("ref_seq", j.RefSeq)
+	out.Actor = s("actor", j.Actor)
+	out.Note = s("note", j.Note)
+	out.RecordedAt = u("recorded_at", j.RecordedAt)
+	var err error
+	if out.Result, err = decodeResult(j.Result, j.ResultEncoding); err != nil {
+		return fmt.Errorf("decode receipt: %w", err)
 	}
-	if string(j.Result) != "null" {
-		out.Result = string(j.Result)
+	hash := func(name string, p *string) Hash {
+		if p == nil {
+			if _, ok := j.Malformed[name]; !ok {
+				missing = name
+			}
+			return Hash{}
+		}
+		h, perr := ParseHash(*p)
+		if perr != nil && err == nil {
+			err = fmt.Errorf("decode receipt: %s: %w", name, perr)
+		}
+		return h
 	}
-	prev, hash := s("prev_hash", j.PrevHash), s("hash", j.Hash)
+	out.PrevHash, out.Hash = hash("prev_hash", j.PrevHash), hash("hash", j.Hash)
 	if missing != "" {
 		return fmt.Errorf("decode receipt: missing field %q", missing)
 	}
-	var err error
-	if out.PrevHash, err = ParseHash(prev); err != nil {
-		return fmt.Errorf("decode receipt: prev_hash: %w", err)
-	}
-	if out.Hash, err = ParseHash(hash); err != nil {
-		return fmt.Errorf("decode receipt: hash: %w", err)
+	if err != nil {
+		return err
 	}
 	*r = out
 	return nil
+}
+
+// decodeResult undoes ResultJSON: the stored result text from the raw
+// "result" member and its "result_encoding", if any.
+func decodeResult(raw json.RawMessage, enc *string) (string, error) {
+	if enc == nil {
+		if string(raw) == "null" {
+			return "", nil
+		}
+		return string(raw), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("result with result_encoding %q is not a JSON string", *enc)
+	}
+	switch *enc {
+	case ResultText:
+		return s, nil
+	case ResultBase64:
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return "", fmt.Errorf("result: %w", err)
+		}
+		return string(b), nil
+	default:
+		return "", fmt.Errorf("unknown result_encoding %q", *enc)
+	}
 }
 
 func appendField(b []byte, name, value string) []byte {

@@ -100,6 +100,31 @@ type Receipt struct {
 
 	PrevHash Hash
 	Hash     Hash
+
+	// Malformed lists the fields whose stored value the receipt format
+	// cannot carry (a negative, fractional or non-numeric number, a
+	// boolean other than 0 and 1, a hash that is not 32 bytes, a NULL),
+	// in canonical order; each such field holds its zero value here. No
+	// ledger writes one: an edited file or a buggy writer does. A receipt
+	// with a malformed field has no canonical body, so its hash cannot be
+	// recomputed. Nil for every receipt a ledger wrote.
+	Malformed []Malformed
+}
+
+// Malformed is a stored value that the receipt format cannot carry.
+type Malformed struct {
+	Field string // the field's name in SPEC §2, e.g. "attempt" or "prev_hash"
+	Value string // the stored value as an SQL literal: 'abc', -1, 1.5, X'01ff', NULL
+}
+
+// IsMalformed reports whether the named field is listed in r.Malformed.
+func (r *Receipt) IsMalformed(field string) bool {
+	for i := range r.Malformed {
+		if r.Malformed[i].Field == field {
+			return true
+		}
+	}
+	return false
 }
 
 // BodySize returns the length in bytes of the canonical body of r.
@@ -152,7 +177,7 @@ func (r *Receipt) Body() []byte {
 }
 
 // ComputeHash returns SHA-256(Prefix ‖ prev ‖ body(r)). It ignores the
-// PrevHash and Hash fields of r.
+// PrevHash, Hash and Malformed fields of r.
 func (r *Receipt) ComputeHash(prev Hash) Hash {
 	var h Hasher
 	return h.Hash(prev, r)

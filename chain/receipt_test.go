@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,7 +82,7 @@ func TestReceipt_Hash_everyField(t *testing.T) {
 	tested := 0
 	for i := 0; i < v.NumField(); i++ {
 		name := v.Type().Field(i).Name
-		if name == "PrevHash" || name == "Hash" {
+		if name == "PrevHash" || name == "Hash" || name == "Malformed" { // not hashed
 			continue
 		}
 		t.Run(name, func(t *testing.T) {
@@ -190,6 +192,77 @@ func TestReceipt_JSON(t *testing.T) {
 		assert.Equal(t, r.ExternalRef, got.ExternalRef)
 		assert.Equal(t, r.Note, got.Note)
 	})
+	t.Run("result not as the ledger stores it", func(t *testing.T) {
+		for _, tc := range []struct {
+			desc, result, wantEnc string
+		}{
+			{desc: "compact JSON", result: `{"a":[1,"x y"]}`},
+			{desc: "JSON string", result: `"text"`},
+			{desc: "not JSON", result: `{oops`, wantEnc: chain.ResultText},
+			{desc: "not compact", result: `{"a": 1}`, wantEnc: chain.ResultText},
+			{desc: "leading space", result: ` {"a":1}`, wantEnc: chain.ResultText},
+			{desc: "the literal null", result: `null`, wantEnc: chain.ResultText},
+			{desc: "looks like an encoded string", result: `"e30="`},
+			{desc: "control characters", result: "a\x00\n\"\\", wantEnc: chain.ResultText},
+			{desc: "not UTF-8", result: "{\"a\":\"\xff\"}", wantEnc: chain.ResultBase64},
+		} {
+			t.Run(tc.desc, func(t *testing.T) {
+				r := l2
+				r.Result = tc.result
+				b := r.AppendJSON(nil)
+				assert.True(t, json.Valid(b) && utf8.Valid(b), "invalid JSON: %s", b)
+				var m map[string]any
+				require.NoError(t, json.Unmarshal(b, &m))
+				if tc.wantEnc == "" {
+					assert.NotContains(t, m, "result_encoding")
+					assert.Contains(t, string(b), `"result":`+tc.result+`,`)
+				} else {
+					assert.Equal(t, tc.wantEnc, m["result_encoding"])
+				}
+				var got chain.Receipt
+				require.NoError(t, json.Unmarshal(b, &got))
+				assert.Equal(t, tc.result, got.Result, "the exact stored bytes come back")
+				assert.Equal(t, r.ComputeHash(r.PrevHash), got.ComputeHash(got.PrevHash), "and hash as stored")
+			})
+		}
+	})
+	t.Run("ErrResultEncoding", func(t *testing.T) {
+		b := string(l2.AppendJSON(nil))
+		for _, bad := range []string{
+			`"result":{"a":1},"result_encoding":"text"`,
+			`"result":"!!","result_encoding":"base64"`,
+			`"result":"x","result_encoding":"rot13"`,
+		} {
+			in := strings.Replace(b, `"result":{"amount":1200,"currency":"eur"}`, bad, 1)
+			require.NotEqual(t, b, in)
+			var got chain.Receipt
+			assert.Error(t, json.Unmarshal([]byte(in), &got), bad)
+		}
+	})
+	t.Run("malformed fields", func(t *testing.T) {
+		r := l2
+		r.Attempt, r.Hash = 0, chain.Hash{}
+		r.Malformed = []chain.Malformed{{Field: "attempt", Value: "'abc'"}, {Field: "hash", Value: "X'00'"}}
+		b := r.AppendJSON(nil)
+		require.True(t, json.Valid(b), "%s", b)
+		assert.Contains(t, string(b), `"attempt":null,`)
+		assert.Contains(t, string(b), `"hash":null,"malformed":{"attempt":"'abc'","hash":"X'00'"}}`)
+		var got chain.Receipt
+		require.NoError(t, json.Unmarshal(b, &got))
+		assert.Equal(t, r, got)
+		assert.True(t, got.IsMalformed("hash"))
+		assert.False(t, got.IsMalformed("seq"))
+
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m))
+		delete(m, "malformed")
+		without, _ := json.Marshal(m)
+		assert.Error(t, json.Unmarshal(without, &got), "a null field needs its malformed entry")
+		m["malformed"] = map[string]string{"kind": "5"}
+		m["attempt"], m["hash"] = 1, strings.Repeat("0", 64)
+		bad, _ := json.Marshal(m)
+		assert.Error(t, json.Unmarshal(bad, &got), "string fields are never malformed")
+	})
 	t.Run("ErrMissingField", func(t *testing.T) {
 		b, _ := json.Marshal(l1)
 		var m map[string]json.RawMessage
@@ -206,6 +279,30 @@ func TestReceipt_JSON(t *testing.T) {
 			assert.Error(t, json.Unmarshal(bad, &got), "without %s", name)
 		}
 	})
+}
+
+func TestIsCompactJSON(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`{"a":1}`, true},
+		{`[1,"a b",{"c":null}]`, true},
+		{`"x"`, true},
+		{`12345678901234567890`, true},
+		{`null`, true},
+		{`"\" "`, true},
+		{`{"a": 1}`, false},
+		{"{\"a\":1}\n", false},
+		{` 1`, false},
+		{`{"a":1`, false},
+		{`{oops`, false},
+		{`1 2`, false},
+		{``, false},
+		{"\"\xff\"", false},
+	} {
+		assert.Equal(t, tc.want, chain.IsCompactJSON(tc.in), "%q", tc.in)
+	}
 }
 
 func BenchmarkHasher_Hash(b *testing.B) {

@@ -17,18 +17,26 @@ import (
 // and reading rows is what limits verification speed. The packed form is
 // the eight integer fields in decimal, each followed by ',', then the
 // thirteen string fields, each as its byte length, ':' and its bytes, then
-// (seq order only) the 32-byte prev_hash and hash:
+// (seq order only) the byte length of prev_hash, ':', and the 32-byte
+// prev_hash and hash:
 //
 //	seq,key_generated,attempt,idempotent,retryable,lease_expires_at,ref_seq,recorded_at,
 //	N:kind N:idempotency_key N:execution_id N:tool N:effect N:input_hash N:outcome
-//	N:external_ref N:result N:error_code N:error_message N:actor N:note prev_hash hash
+//	N:external_ref N:result N:error_code N:error_message N:actor N:note 32:prev_hash hash
+//
+// The integers other than seq (an INTEGER PRIMARY KEY, always an integer)
+// go through quote(), so that a text value in an integer column, which
+// could hold commas and colons and shift every field after it, starts with
+// a quote and fails to parse. A row that does not parse (such a value, a
+// negative or fractional number, a NULL, a hash of the wrong size) is read
+// again column by column and comes back with Malformed set.
 //
 // The key-ordered scan feeds only the state checks: it leaves out the
 // hashes and the bodies of external_ref, result and error_message (their
-// lengths stay, so a replay that carries them is still seen).
+// lengths stay; the chain pass checks what each kind carries).
 const (
-	packedInts = `seq||','||key_generated||','||attempt||','||idempotent||','||retryable||','||
-	lease_expires_at||','||ref_seq||','||recorded_at||','||
+	packedInts = `seq||','||quote(key_generated)||','||quote(attempt)||','||quote(idempotent)||','||
+	quote(retryable)||','||quote(lease_expires_at)||','||quote(ref_seq)||','||quote(recorded_at)||','||
 	octet_length(kind)||':'||kind||octet_length(idempotency_key)||':'||idempotency_key||
 	octet_length(execution_id)||':'||execution_id||octet_length(tool)||':'||tool||
 	octet_length(effect)||':'||effect||octet_length(input_hash)||':'||input_hash||
@@ -37,7 +45,7 @@ const (
 	packedFull = packedInts + `octet_length(external_ref)||':'||external_ref||
 	octet_length(result)||':'||result||octet_length(error_code)||':'||error_code||
 	octet_length(error_message)||':'||error_message||octet_length(actor)||':'||actor||
-	octet_length(note)||':'||note||prev_hash||hash, seq`
+	octet_length(note)||':'||note||octet_length(prev_hash)||':'||prev_hash||hash, seq`
 
 	packedState = packedInts + `octet_length(external_ref)||':'||
 	octet_length(result)||':'||octet_length(error_code)||':'||error_code||
@@ -59,9 +67,10 @@ const (
 	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys ORDER BY idempotency_key`
 )
 
-// ErrMalformedRow means a receipts row holds a value its column type does
-// not allow (NULL, text in an integer column, a hash of the wrong size):
-// the file was edited outside the ledger.
+// ErrMalformedRow means a packed row does not parse: a receipts row holds
+// a value its column type does not allow (NULL, text in an integer
+// column, a hash of the wrong size). The scans then read the row column
+// by column; it never reaches their callers.
 var ErrMalformedRow = errors.New("malformed receipt row")
 
 // Receipts calls fn for every receipt with seq > after, in seq order,
@@ -129,11 +138,10 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 				return classify(err)
 			}
 			packed, ok := dest[0].(string) // a fresh string per row: unpack keeps slices of it
-			if !ok {
-				return fmt.Errorf("receipt %v: %w: a field is NULL or not text", dest[1], ErrMalformedRow)
-			}
-			if err := unpack(&r, packed, full); err != nil {
-				return fmt.Errorf("receipt %v: %w", dest[1], err)
+			if !ok || unpack(&r, packed, full) != nil {
+				if err := readMalformed(ctx, c, dest[1], &r); err != nil {
+					return fmt.Errorf("receipt %v: %w", dest[1], err)
+				}
 			}
 			if err := fn(&r); err != nil {
 				return err
@@ -145,6 +153,25 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	}
 	return nil
 }
+
+// readMalformed reads the receipt at seq column by column, on the
+// connection of the scan, for a row whose packed form does not parse.
+func readMalformed(ctx context.Context, c driver.QueryerContext, seq driver.Value, r *chain.Receipt) error {
+	rows, err := c.QueryContext(ctx, sqlReceiptBySeq, []driver.NamedValue{{Ordinal: 1, Value: seq}})
+	if err != nil {
+		return classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	vals := make([]driver.Value, len(receiptColumnNames))
+	if err := rows.Next(vals); err != nil {
+		return fmt.Errorf("read malformed row: %w", classify(err))
+	}
+	*r = receiptFromValues(vals)
+	return nil
+}
+
+// hashLenPrefix is the length of a well-formed prev_hash in the packed form.
+var hashLenPrefix = strconv.Itoa(chain.HashSize) + ":"
 
 // unpack parses a packed row into r; full rows carry every string and the
 // hashes. The strings are slices of s.
@@ -188,17 +215,18 @@ func unpack(r *chain.Receipt, s string, full bool) error {
 		InputHash: strs[5], Outcome: strs[6], ExternalRef: strs[7], Result: strs[8], ErrorCode: strs[9],
 		ErrorMessage: strs[10], Actor: strs[11], Note: strs[12],
 	}
-	want := 0
-	if full {
-		want = 2 * chain.HashSize
+	if !full {
+		if s != "" {
+			return fmt.Errorf("%w: trailing bytes", ErrMalformedRow)
+		}
+		return nil
 	}
-	if len(s) != want {
+	if !strings.HasPrefix(s, hashLenPrefix) || len(s) != len(hashLenPrefix)+2*chain.HashSize {
 		return fmt.Errorf("%w: prev_hash or hash is not %d bytes", ErrMalformedRow, chain.HashSize)
 	}
-	if full {
-		copy(r.PrevHash[:], s[:chain.HashSize])
-		copy(r.Hash[:], s[chain.HashSize:])
-	}
+	s = s[len(hashLenPrefix):]
+	copy(r.PrevHash[:], s[:chain.HashSize])
+	copy(r.Hash[:], s[chain.HashSize:])
 	return nil
 }
 
@@ -232,9 +260,13 @@ func (rd *Reader) Keys(ctx context.Context, fn func(*KeyRecord) error) error {
 // sqlDuplicateSuccesses lists the successes (commit or resolve) of keys
 // that share their tool and non-empty input_hash with another key that
 // also succeeded, grouped by (tool, input_hash). SQLite groups with a temp
-// b-tree, so memory does not grow with the ledger.
+// b-tree, so memory does not grow with the ledger. A recorded_at that is
+// not an unsigned integer (an edited file) reads as 0 here; the chain pass
+// reports it.
 const sqlDuplicateSuccesses = `
-	SELECT tool, input_hash, idempotency_key, seq, recorded_at FROM receipts
+	SELECT tool, input_hash, idempotency_key, max(seq, 0),
+		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
+	FROM receipts
 	WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
 	  AND (tool, input_hash) IN (
 		SELECT tool, input_hash FROM receipts

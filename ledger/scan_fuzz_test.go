@@ -13,7 +13,7 @@ import (
 // live in testdata/fuzz/FuzzUnpack.
 func FuzzUnpack(f *testing.F) {
 	h := strings.Repeat("h", 64)
-	f.Add("1,0,1,1,0,1764475230000,0,1764475200000,7:reserve17:refund-order-12346:exec-115:payments.refund5:write0:0:0:0:0:0:0:0:"+h, true)
+	f.Add("1,0,1,1,0,1764475230000,0,1764475200000,7:reserve17:refund-order-12346:exec-115:payments.refund5:write0:0:0:0:0:0:0:0:32:"+h, true)
 	f.Add("1,0,1,1,0,1764475230000,0,1764475200000,7:reserve17:refund-order-12346:exec-115:payments.refund5:write0:0:3:5:0:0:0:0:0:", false)
 	f.Add("1,2,3,4,5,6,7,8,", true)
 	f.Add("18446744073709551616,0,1,1,0,0,0,0,", false)

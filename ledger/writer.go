@@ -322,23 +322,3 @@ func (t *writeTx) putKey(ctx context.Context, k *keyRecord) error {
 
 // rowScanner is *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
-
-// scanReceipt reads the columns of receiptColumns.
-func scanReceipt(s rowScanner) (chain.Receipt, error) {
-	var r chain.Receipt
-	var prev, hash []byte
-	err := s.Scan(&r.Seq, &r.Kind, &r.IdempotencyKey, &r.KeyGenerated, &r.ExecutionID, &r.Attempt,
-		&r.Tool, &r.Effect, &r.Idempotent, &r.InputHash, &r.Outcome, &r.ExternalRef, &r.Result,
-		&r.ErrorCode, &r.ErrorMessage, &r.Retryable, &r.LeaseExpiresAt, &r.RefSeq, &r.Actor,
-		&r.Note, &r.RecordedAt, &prev, &hash)
-	if err != nil {
-		return r, err
-	}
-	if r.PrevHash, err = chain.HashFromBytes(prev); err != nil {
-		return r, fmt.Errorf("receipt %d prev_hash: %w", r.Seq, err)
-	}
-	if r.Hash, err = chain.HashFromBytes(hash); err != nil {
-		return r, fmt.Errorf("receipt %d hash: %w", r.Seq, err)
-	}
-	return r, nil
-}

@@ -10,16 +10,15 @@ type chainChecker struct {
 	col    *collector
 	hasher chain.Hasher
 
-	pins    []pinCheck
-	from    uint64 // receipts up to from are trusted
-	started bool
+	pins []pinCheck
 
-	next     uint64     // the seq the next receipt must have
-	prev     chain.Hash // stored hash of the previous receipt
-	lastSeq  uint64
-	count    uint64 // receipts in the chain
-	checked  uint64 // receipts rehashed
-	progress func(uint64)
+	next        uint64     // the seq the next receipt must have
+	prev        chain.Hash // stored hash of the previous receipt
+	prevUnknown bool       // the previous receipt's hash is malformed and cannot be computed
+	lastSeq     uint64
+	count       uint64 // receipts in the chain
+	checked     uint64 // receipts rehashed
+	progress    func(uint64)
 }
 
 type pinCheck struct {
@@ -28,60 +27,68 @@ type pinCheck struct {
 	found bool
 }
 
-func newChainChecker(col *collector, opts Opts, from uint64) *chainChecker {
-	c := &chainChecker{col: col, from: from, next: 1, progress: opts.Progress}
+// newChainChecker returns a checker that starts after the receipt at
+// from (0: at the genesis), whose hash is prev; the pins at or below from
+// were checked already.
+func newChainChecker(col *collector, opts Opts, from uint64, prev chain.Hash) *chainChecker {
+	c := &chainChecker{col: col, next: from + 1, prev: prev, lastSeq: from, count: from, progress: opts.Progress}
 	for _, p := range []struct {
 		pin  *Pin
 		what string
 	}{{opts.ExpectHead, "expected head"}, {opts.Pinned, "pinned head"}} {
-		if p.pin != nil && p.pin.Seq > 0 {
-			c.pins = append(c.pins, pinCheck{pin: p.pin, what: p.what})
+		if p.pin == nil || p.pin.Seq == 0 {
+			continue
 		}
+		if len(c.pins) > 0 && *c.pins[0].pin == *p.pin {
+			continue // the same pin twice is checked once
+		}
+		c.pins = append(c.pins, pinCheck{pin: p.pin, what: p.what, found: p.pin.Seq <= from})
 	}
 	return c
 }
 
-// after is the seq the scan starts after: the pinned receipt itself is
-// read on incremental runs, to check that it still carries its hash.
-func (c *chainChecker) after() uint64 {
-	if c.from == 0 {
-		return 0
-	}
-	return c.from - 1
-}
-
 func (c *chainChecker) add(r *chain.Receipt) {
-	if c.from > 0 && !c.started {
-		c.started = true
-		c.count = c.from
-		c.lastSeq, c.next, c.prev = c.from, c.from+1, r.Hash
-		c.checkPins(r)
-		if r.Seq != c.from {
-			c.col.addf(r.Seq, RuleHeadMismatch, "pinned receipt %d is missing: the chain continues at %d", c.from, r.Seq)
-		}
-		return
-	}
 	c.count++
 	c.checked++
 	switch {
 	case c.count == 1 && r.Seq != 1:
 		c.col.addf(r.Seq, RuleGenesis, "the chain starts at seq %d, not 1", r.Seq)
-	case r.Seq != c.next:
+	case r.Seq != c.next && !r.IsMalformed("seq"):
 		c.col.addf(r.Seq, RuleSeqGap, "seq %d follows %d; want %d", r.Seq, c.lastSeq, c.next)
 	}
-	if c.count == 1 && c.from == 0 {
+	prevOK, hashOK, bodyOK := true, true, true
+	for _, m := range r.Malformed { // checkFields reports each
+		switch m.Field {
+		case "prev_hash":
+			prevOK = false
+		case "hash":
+			hashOK = false
+		default:
+			bodyOK = false // no canonical body: the receipt cannot be hashed
+		}
+	}
+	switch {
+	case c.prevUnknown || !prevOK:
+	case c.count == 1:
 		if r.PrevHash != chain.ZeroHash {
 			c.col.addf(r.Seq, RuleGenesis, "first receipt has prev_hash %s, want 32 zero bytes", r.PrevHash)
 		}
-	} else if r.PrevHash != c.prev {
+	case r.PrevHash != c.prev:
 		c.col.addf(r.Seq, RuleBrokenLink, "prev_hash %s, but the previous receipt (seq %d) has hash %s", r.PrevHash, c.lastSeq, c.prev)
 	}
-	if got := c.hasher.Hash(r.PrevHash, r); got != r.Hash {
-		c.col.addf(r.Seq, RuleHashMismatch, "stored hash %s, computed %s", r.Hash, got)
+	next, nextOK := r.Hash, hashOK
+	if bodyOK && prevOK {
+		got := c.hasher.Hash(r.PrevHash, r)
+		if hashOK && got != r.Hash {
+			c.col.addf(r.Seq, RuleHashMismatch, "stored hash %s, computed %s", r.Hash, got)
+		}
+		if !hashOK { // the next link is checked against what the hash should be
+			next, nextOK = got, true
+		}
 	}
 	checkFields(c.col, r)
 	c.checkPins(r)
-	c.prev, c.lastSeq, c.next = r.Hash, r.Seq, r.Seq+1
+	c.prev, c.prevUnknown, c.lastSeq, c.next = next, !nextOK, r.Seq, r.Seq+1
 	if c.progress != nil && c.count%65536 == 0 {
 		c.progress(r.Seq)
 	}
@@ -94,17 +101,13 @@ func (c *chainChecker) checkPins(r *chain.Receipt) {
 			continue
 		}
 		p.found = true
-		if r.Hash.String() != p.pin.Hash {
+		if r.Hash.String() != p.pin.Hash || r.IsMalformed("hash") {
 			c.col.addf(r.Seq, RuleHeadMismatch, "%s %d:%s, but the chain has %s at seq %d", p.what, p.pin.Seq, p.pin.Hash, r.Hash, r.Seq)
 		}
 	}
 }
 
 func (c *chainChecker) finish() {
-	if c.from > 0 && !c.started {
-		c.col.addf(c.from, RuleHeadMismatch, "pinned receipt %d is missing: the chain is empty or truncated", c.from)
-		c.count = 0
-	}
 	for _, p := range c.pins {
 		if !p.found {
 			c.col.addf(p.pin.Seq, RuleHeadMismatch, "%s %d:%s is not in the chain, which ends at seq %d (truncated?)", p.what, p.pin.Seq, p.pin.Hash, c.lastSeq)
@@ -112,29 +115,5 @@ func (c *chainChecker) finish() {
 	}
 	if c.progress != nil {
 		c.progress(c.lastSeq)
-	}
-}
-
-// checkFields flags values no ledger writes.
-func checkFields(col *collector, r *chain.Receipt) {
-	switch r.Kind {
-	case chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
-	default:
-		col.addf(r.Seq, RuleInvalidField, "kind %q", r.Kind)
-	}
-	switch r.Effect {
-	case chain.EffectWrite, chain.EffectDestructive, chain.EffectExternal:
-	default:
-		col.addf(r.Seq, RuleInvalidField, "effect %q", r.Effect)
-	}
-	outcome := r.Kind == chain.KindCommit || r.Kind == chain.KindResolve
-	switch {
-	case outcome && r.Outcome != chain.OutcomeSucceeded && r.Outcome != chain.OutcomeFailed:
-		col.addf(r.Seq, RuleInvalidField, "%s with outcome %q", r.Kind, r.Outcome)
-	case !outcome && r.Outcome != "":
-		col.addf(r.Seq, RuleInvalidField, "%s with outcome %q", r.Kind, r.Outcome)
-	}
-	if r.Attempt == 0 {
-		col.addf(r.Seq, RuleInvalidField, "attempt 0")
 	}
 }

@@ -2,57 +2,83 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Metrics of periodic verification.
-var (
-	verifyLastSuccess = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ledger_verify_last_success_timestamp_seconds",
-		Help: "Unix time of the last verification run that found no violation.",
-	})
-	verifyViolations = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ledger_verify_violations",
-		Help: "Violations found by the last verification run (0 when intact).",
-	})
-	verifyDuration = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ledger_verify_duration_seconds",
-		Help: "Duration of the last verification run.",
-	})
-	verifyRuns = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ledger_verify_runs_total",
-		Help: "Verification runs by result: ok, violations or error.",
-	}, []string{"result"})
-)
-
-// Audit metrics of periodic verification: what the audit found in the
-// whole ledger as of the last run that completed. The ledger is
-// append-only, so each only grows: alert on its increase, e.g.
+// periodicMetrics are the metrics of periodic verification. They are
+// registered when a Periodic finishes its first run, not at start-up: a
+// ledgerd that does not verify exports none of them, rather than a "last
+// success" of 0 that no run ever set.
+//
+// The audit gauges (ledger_audit_*) are what the audit found in the whole
+// ledger as of the last run that completed. The ledger is append-only, so
+// each only grows: alert on its increase, e.g.
 // delta(ledger_audit_repeated_failure_keys[15m]) > 0. Each is a vector
 // without labels so that it is exported only once a run has set it: a
-// missing series means "not verified yet", never "none found".
-var (
-	auditRuntimeRetries = newAuditGauge("ledger_audit_runtime_retries",
-		"Runtime retries in the ledger: reserves of a key by the same execution with a higher attempt.")
-	auditReInvocations = newAuditGauge("ledger_audit_re_invocations",
-		"Re-invocations in the ledger: receipts of a key by an execution other than its first (deduplicated replays, takeovers, retries).")
-	auditDuplicateEffects = newAuditGauge("ledger_audit_duplicate_effects",
-		"Duplicate effects in the ledger: (tool, input_hash) pairs that succeeded under more than one key.")
-	auditRepeatedFailures = newAuditGauge("ledger_audit_repeated_failures",
-		"Repeated failures in the ledger: (tool, input_hash) pairs whose effect failed and that were reserved again under a new key afterwards.")
-	auditRepeatedFailureKeys = newAuditGauge("ledger_audit_repeated_failure_keys",
-		"Keys that ran a failed call again unchanged: each key reserved for a (tool, input_hash) after its effect failed under another key. A loop makes it climb.")
-	auditResolutions = newAuditGauge("ledger_audit_resolutions",
-		"Operator resolutions in the ledger.")
-)
+// missing series means "not verified yet", never "none found" (a first run
+// that fails to read the ledger registers them unset).
+type periodicMetrics struct {
+	lastSuccess prometheus.Gauge
+	violations  prometheus.Gauge
+	duration    prometheus.Gauge
+	runs        *prometheus.CounterVec
 
-func newAuditGauge(name, help string) *prometheus.GaugeVec {
-	return promauto.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help + " As of the last verification run."}, nil)
+	auditRuntimeRetries, auditReInvocations, auditDuplicateEffects, auditRepeatedFailures,
+	auditRepeatedFailureKeys, auditResolutions *prometheus.GaugeVec
+}
+
+func newPeriodicMetrics(reg prometheus.Registerer) *periodicMetrics {
+	audit := func(name, help string) *prometheus.GaugeVec {
+		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help + " As of the last verification run."}, nil))
+	}
+	return &periodicMetrics{
+		lastSuccess: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_verify_last_success_timestamp_seconds",
+			Help: "Unix time of the last verification run that found no violation (0: none yet).",
+		})),
+		violations: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_verify_violations",
+			Help: "Violations found by the last verification run (0 when intact).",
+		})),
+		duration: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ledger_verify_duration_seconds",
+			Help: "Duration of the last verification run.",
+		})),
+		runs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ledger_verify_runs_total",
+			Help: "Verification runs by result: ok, violations or error.",
+		}, []string{"result"})),
+		auditRuntimeRetries: audit("ledger_audit_runtime_retries",
+			"Runtime retries in the ledger: reserves of a key by the same execution with a higher attempt."),
+		auditReInvocations: audit("ledger_audit_re_invocations",
+			"Re-invocations in the ledger: receipts of a key by an execution other than its first (deduplicated replays, takeovers, retries)."),
+		auditDuplicateEffects: audit("ledger_audit_duplicate_effects",
+			"Duplicate effects in the ledger: (tool, input_hash) pairs that succeeded under more than one key."),
+		auditRepeatedFailures: audit("ledger_audit_repeated_failures",
+			"Repeated failures in the ledger: (tool, input_hash) pairs whose effect failed and that were reserved again under a new key afterwards."),
+		auditRepeatedFailureKeys: audit("ledger_audit_repeated_failure_keys",
+			"Keys that ran a failed call again unchanged: each key reserved for a (tool, input_hash) after its effect failed under another key. A loop makes it climb."),
+		auditResolutions: audit("ledger_audit_resolutions",
+			"Operator resolutions in the ledger."),
+	}
+}
+
+// register registers c with reg, or returns the collector already
+// registered under its name (a second Periodic in the process).
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	return c // registered, or (never with these fixed definitions) left unexported
 }
 
 // auditTotals counts the audit's events in the whole ledger.
@@ -93,13 +119,13 @@ func (t auditTotals) plus(a *Audit, from uint64) auditTotals {
 	return t
 }
 
-func (t auditTotals) export() {
-	auditRuntimeRetries.WithLabelValues().Set(float64(t.runtimeRetries))
-	auditReInvocations.WithLabelValues().Set(float64(t.reInvocations))
-	auditDuplicateEffects.WithLabelValues().Set(float64(t.duplicateEffects))
-	auditRepeatedFailures.WithLabelValues().Set(float64(t.repeatedFailures))
-	auditRepeatedFailureKeys.WithLabelValues().Set(float64(t.repeatedFailureKeys))
-	auditResolutions.WithLabelValues().Set(float64(t.resolutions))
+func (t auditTotals) export(m *periodicMetrics) {
+	m.auditRuntimeRetries.WithLabelValues().Set(float64(t.runtimeRetries))
+	m.auditReInvocations.WithLabelValues().Set(float64(t.reInvocations))
+	m.auditDuplicateEffects.WithLabelValues().Set(float64(t.duplicateEffects))
+	m.auditRepeatedFailures.WithLabelValues().Set(float64(t.repeatedFailures))
+	m.auditRepeatedFailureKeys.WithLabelValues().Set(float64(t.repeatedFailureKeys))
+	m.auditResolutions.WithLabelValues().Set(float64(t.resolutions))
 }
 
 // Periodic verifies a source every Every: a full run first, then
@@ -113,9 +139,13 @@ type Periodic struct {
 	Logger *slog.Logger
 	// MaxLogged bounds the violations logged per run (default 20).
 	MaxLogged int
+	// Registerer receives the metrics after the first run (default
+	// prometheus.DefaultRegisterer).
+	Registerer prometheus.Registerer
 
-	pin    *Pin
-	totals auditTotals // the audit's totals up to pin
+	pin     *Pin
+	totals  auditTotals // the audit's totals up to pin
+	metrics *periodicMetrics
 
 	mu          sync.Mutex
 	last        *Run
@@ -189,13 +219,22 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 	incremental := p.pin != nil
 	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: incremental, MaxViolations: p.MaxLogged}).Check(ctx)
 	elapsed := time.Since(start)
-	verifyDuration.Set(elapsed.Seconds())
-	if err != nil {
-		if ctx.Err() == nil {
-			verifyRuns.WithLabelValues("error").Inc()
-			p.Logger.ErrorContext(ctx, "ledger verification could not run", "err", err)
-			p.record(Run{Started: start, Duration: elapsed, Incremental: incremental, Err: err})
+	if ctx.Err() != nil {
+		return nil // stopped: not a run
+	}
+	if p.metrics == nil {
+		reg := p.Registerer
+		if reg == nil {
+			reg = prometheus.DefaultRegisterer
 		}
+		p.metrics = newPeriodicMetrics(reg)
+	}
+	m := p.metrics
+	m.duration.Set(elapsed.Seconds())
+	if err != nil {
+		m.runs.WithLabelValues("error").Inc()
+		p.Logger.ErrorContext(ctx, "ledger verification could not run", "err", err)
+		p.record(Run{Started: start, Duration: elapsed, Incremental: incremental, Err: err})
 		return nil
 	}
 	var from uint64
@@ -203,7 +242,7 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 		from = p.pin.Seq
 	}
 	totals := p.totals.plus(rep.Audit, from)
-	totals.export()
+	totals.export(m)
 	if n := totals.repeatedFailureKeys - p.totals.repeatedFailureKeys; n > 0 && from > 0 {
 		// Only for what was appended since the last clean run: the first
 		// run's history is in the gauges, not worth a warning at each start.
@@ -212,17 +251,17 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 	}
 	switch {
 	case !rep.OK:
-		verifyRuns.WithLabelValues("violations").Inc()
-		verifyViolations.Set(float64(rep.ViolationsTotal))
+		m.runs.WithLabelValues("violations").Inc()
+		m.violations.Set(float64(rep.ViolationsTotal))
 		p.Logger.ErrorContext(ctx, "LEDGER INTEGRITY VIOLATIONS", "violations", rep.ViolationsTotal,
 			"receipts", rep.Receipts, "head_seq", rep.Head.Seq, "duration", elapsed)
 		for _, v := range rep.Violations {
 			p.Logger.ErrorContext(ctx, "ledger violation", "seq", v.Seq, "rule", v.Rule, "detail", v.Detail)
 		}
 	default:
-		verifyRuns.WithLabelValues("ok").Inc()
-		verifyViolations.Set(0)
-		verifyLastSuccess.Set(float64(time.Now().Unix()))
+		m.runs.WithLabelValues("ok").Inc()
+		m.violations.Set(0)
+		m.lastSuccess.Set(float64(time.Now().Unix()))
 		head := rep.Head
 		p.pin, p.totals = &head, totals
 		p.Logger.InfoContext(ctx, "ledger verified", "receipts", rep.Receipts, "checked", rep.Checked,

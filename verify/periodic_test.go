@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,8 +29,9 @@ func gauge(t *testing.T, name string) (float64, bool) {
 }
 
 // TestPeriodic_auditMetrics: the audit gauges appear with the first run
-// and count the whole ledger across incremental runs. No test before it
-// in this package runs Periodic, so they start absent.
+// and count the whole ledger across incremental runs. No other test in
+// this package runs a Periodic on the default registry, so they start
+// absent.
 func TestPeriodic_auditMetrics(t *testing.T) {
 	names := []string{"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
 		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}
@@ -142,4 +144,92 @@ func TestPeriodic_Status(t *testing.T) {
 		assert.Nil(t, st.Last.Report)
 		assert.Error(t, st.Last.Err)
 	})
+}
+
+// TestPeriodic_Once checks the metrics of periodic verification: none
+// before the first run, then the outcome of each run.
+func TestPeriodic_Once(t *testing.T) {
+	base, _ := buildLedger(t)
+	path := filepath.Join(t.TempDir(), "t.db")
+	copyFile(t, base, path)
+	ctx := context.Background()
+	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	reg := prometheus.NewPedanticRegistry()
+	p := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg}
+
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	assert.Empty(t, mfs, "no metric before the first run")
+
+	before := time.Now().Unix()
+	rep := p.Once(ctx)
+	require.NotNil(t, rep)
+	require.True(t, rep.OK)
+	assert.Equal(t, uint64(10), rep.Checked, "the first run is a full one")
+	mfs, err = reg.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	assert.ElementsMatch(t, []string{"ledger_verify_last_success_timestamp_seconds", "ledger_verify_violations",
+		"ledger_verify_duration_seconds", "ledger_verify_runs_total",
+		"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
+		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}, names)
+	last := gaugeValue(t, reg, "ledger_verify_last_success_timestamp_seconds")
+	assert.GreaterOrEqual(t, last, float64(before))
+
+	rep = p.Once(ctx)
+	require.True(t, rep.OK)
+	assert.Zero(t, rep.Checked, "later runs are incremental from the verified head")
+
+	// A second Periodic in the process shares the registered metrics.
+	p2 := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg}
+	require.NotNil(t, p2.Once(ctx))
+
+	tamper(t, path, tamperCase{Steps: []struct {
+		SQL        string `json:"sql"`
+		RehashFrom uint64 `json:"rehash_from"`
+	}{{SQL: "UPDATE receipts SET external_ref = 're_forged' WHERE seq = 10"}}})
+	rep = p.Once(ctx)
+	require.NotNil(t, rep)
+	assert.False(t, rep.OK)
+	assert.Equal(t, float64(rep.ViolationsTotal), gaugeValue(t, reg, "ledger_verify_violations"))
+	assert.Equal(t, last, gaugeValue(t, reg, "ledger_verify_last_success_timestamp_seconds"), "a failed run is no success")
+	assert.Equal(t, 1.0, counterValue(t, reg, "ledger_verify_runs_total", "violations"))
+	assert.Equal(t, 3.0, counterValue(t, reg, "ledger_verify_runs_total", "ok"))
+}
+
+func gaugeValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func counterValue(t *testing.T, reg prometheus.Gatherer, name, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

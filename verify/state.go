@@ -178,6 +178,8 @@ func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
 		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 	case r.Kind == chain.KindReplay:
 		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay of seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
+	case r.Kind != chain.KindCommit && r.Kind != chain.KindResolve:
+		// an unknown kind changes no state: checkFields reports it
 	default:
 		s.violation(r, RuleCommitWithoutReserve, "key %q: %s of reserve %d, but the key has no earlier reserve", k.key, r.Kind, r.RefSeq)
 		s.setFinal(k, r)
@@ -246,8 +248,6 @@ func (s *stateChecker) replay(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay while the key is %s", k.key, k.state(r.RecordedAt))
 	case r.RefSeq != k.final.seq:
 		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay names seq %d, but the success is seq %d", k.key, r.RefSeq, k.final.seq)
-	case r.Outcome != "" || r.ExternalRef != "" || r.Result != "":
-		s.violation(r, RuleInvalidField, "key %q: replay carries an outcome, external_ref or result", k.key)
-	}
+	} // fields a replay must not carry are the chain pass's (checkFields)
 	s.audit.replay(k, r)
 }

@@ -94,7 +94,9 @@ type Opts struct {
 	// still extend it.
 	Pinned *Pin
 	// Incremental trusts the receipts up to Pinned and checks only later
-	// ones (the pinned receipt must still carry the pinned hash).
+	// ones. The pinned receipt is read and rehashed first: if it is gone,
+	// carries another hash, or its fields no longer hash to the pin, the
+	// run checks the whole chain instead.
 	Incremental bool
 	// MaxViolations bounds Report.Violations (default 100).
 	MaxViolations int
@@ -139,15 +141,25 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		return nil, ErrIncrementalNeedsPin
 	}
 	var from uint64 // receipts up to from are trusted
-	if v.opts.Incremental {
-		from = v.opts.Pinned.Seq
+	var fromHash chain.Hash
+	if v.opts.Incremental && v.opts.Pinned.Seq > 0 {
+		ok, err := v.prefixIntact(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		if ok {
+			from = v.opts.Pinned.Seq
+			if fromHash, err = chain.ParseHash(v.opts.Pinned.Hash); err != nil {
+				return nil, fmt.Errorf("verify: pinned head: %w", err)
+			}
+		} // else nothing can be trusted: a full run finds what happened
 	}
 	now := uint64(v.opts.Now().UnixMilli())
 	chainCol := &collector{max: v.opts.MaxViolations}
 	stateCol := &collector{max: v.opts.MaxViolations}
 	audit := newAuditBuilder(v.opts.Filter, from)
 	state := newStateChecker(stateCol, audit, from)
-	cc := newChainChecker(chainCol, v.opts, from)
+	cc := newChainChecker(chainCol, v.opts, from, fromHash)
 
 	var dups []DuplicateEffect
 	var repeats []RepeatedFailure
@@ -179,7 +191,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			queryPass <- errors.Join(errD, errR)
 		}()
-		err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
+		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
 			if finder != nil {
 				finder.add(r)
@@ -195,7 +207,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if from > 0 {
 			touched = map[string]struct{}{}
 		}
-		if err := v.src.Receipts(ctx, cc.after(), func(r *chain.Receipt) error {
+		if err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
 			if touched != nil {
 				touched[r.IdempotencyKey] = struct{}{}
@@ -248,6 +260,50 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		Checked:         cc.checked,
 		Audit:           audit.build(dups, repeats),
 	}, nil
+}
+
+// errStop ends a scan early.
+var errStop = errors.New("stop")
+
+// readReceipt returns the receipt at seq, or nil if the chain has none.
+func readReceipt(ctx context.Context, src Source, seq uint64) (*chain.Receipt, error) {
+	var got *chain.Receipt
+	err := src.Receipts(ctx, seq-1, func(r *chain.Receipt) error {
+		if r.Seq == seq {
+			c := *r
+			got = &c
+		}
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, err
+	}
+	return got, nil
+}
+
+// prefixIntact decides whether an incremental run may trust the receipts
+// up to the pinned head: the pinned receipt must still be in the chain,
+// carry the pinned hash, and its stored fields must still hash to it
+// (given its prev_hash), and an expected head at or below it must be in
+// the chain with its hash. Otherwise the run checks the whole chain, so
+// that it reports the real length and head and what else changed.
+func (v *Verifier) prefixIntact(ctx context.Context) (bool, error) {
+	for _, p := range []*Pin{v.opts.Pinned, v.opts.ExpectHead} {
+		if p == nil || p.Seq == 0 || p.Seq > v.opts.Pinned.Seq {
+			continue
+		}
+		r, err := readReceipt(ctx, v.src, p.Seq)
+		if err != nil {
+			return false, err
+		}
+		if r == nil || len(r.Malformed) > 0 || r.Hash.String() != p.Hash {
+			return false, nil
+		}
+		if p == v.opts.Pinned && r.ComputeHash(r.PrevHash) != r.Hash {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // keyPass runs the state checks in key order, and on full runs of a

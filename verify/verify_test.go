@@ -98,6 +98,8 @@ type tamperCase struct {
 	PinOriginalHead bool     `json:"pin_original_head"`
 	OfflineOnly     bool     `json:"offline_only"`
 	Want            []string `json:"want"`
+	// Exact: no rule outside Want may be reported.
+	Exact bool `json:"exact"`
 }
 
 // copyFile copies a closed SQLite file (no WAL left behind).
@@ -163,6 +165,24 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 	}
 }
 
+// openForServing opens a tampered file for the online checks the way the
+// forger gets ledgerd to serve it: keys that point past a truncated chain
+// are rebuilt first (rebuild-keys), or ledgerd would refuse the file.
+func openForServing(t *testing.T, path string) *ledger.DB {
+	t.Helper()
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	if errors.Is(err, ledger.ErrDerivedState) {
+		repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
+		require.NoError(t, rerr)
+		_, rerr = repair.RebuildKeys(context.Background())
+		require.NoError(t, rerr)
+		require.NoError(t, repair.Close())
+		db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	}
+	require.NoError(t, err)
+	return db
+}
+
 func rules(rep *verify.Report) []string {
 	var out []string
 	for _, v := range rep.Violations {
@@ -219,6 +239,9 @@ func TestVerifier_tamper(t *testing.T) {
 				for _, want := range tc.Want {
 					assert.Contains(t, got, want, "%s: violations %+v", src, rep.Violations)
 				}
+				if tc.Exact {
+					assert.ElementsMatch(t, tc.Want, got, "%s: violations %+v", src, rep.Violations)
+				}
 				if len(tc.Want) == 0 {
 					assert.Empty(t, rep.Violations, src)
 					assert.True(t, rep.OK, src)
@@ -233,18 +256,7 @@ func TestVerifier_tamper(t *testing.T) {
 			if tc.OfflineOnly {
 				return
 			}
-			db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
-			if errors.Is(err, ledger.ErrDerivedState) {
-				// Keys point past a truncated chain: the forger also runs
-				// rebuild-keys, or ledgerd would refuse to serve the file.
-				repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
-				require.NoError(t, rerr)
-				_, rerr = repair.RebuildKeys(context.Background())
-				require.NoError(t, rerr)
-				require.NoError(t, repair.Close())
-				db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
-			}
-			require.NoError(t, err)
+			db := openForServing(t, path)
 			srv := httptest.NewServer(api.NewServer(db, quiet))
 			defer func() { srv.Close(); _ = db.Close() }()
 			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
@@ -317,7 +329,7 @@ func TestVerifier_maxViolations(t *testing.T) {
 	tamper(t, path, tamperCase{Steps: []struct {
 		SQL        string `json:"sql"`
 		RehashFrom uint64 `json:"rehash_from"`
-	}{{SQL: "UPDATE receipts SET note = 'x'"}}})
+	}{{SQL: "UPDATE receipts SET actor = 'someone'"}}})
 	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
@@ -325,4 +337,100 @@ func TestVerifier_maxViolations(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, rep.Violations, 3)
 	assert.Equal(t, 10, rep.ViolationsTotal)
+}
+
+// TestVerifier_incremental checks incremental runs against both sources:
+// they trust the receipts up to the pin only while the pinned receipt is
+// there and still hashes to the pin; otherwise they check the whole chain
+// and report its real length and head.
+func TestVerifier_incremental(t *testing.T) {
+	base, now := buildLedger(t)
+	ctx := context.Background()
+	rd, err := ledger.OpenReader(ctx, base, ledger.Options{})
+	require.NoError(t, err)
+	hashes := map[uint64]string{}
+	require.NoError(t, rd.Receipts(ctx, 0, func(r *chain.Receipt) error { hashes[r.Seq] = r.Hash.String(); return nil }))
+	require.NoError(t, rd.Close())
+	pin := func(seq uint64) *verify.Pin { return &verify.Pin{Seq: seq, Hash: hashes[seq]} }
+
+	for _, tc := range []struct {
+		desc         string
+		sql          string
+		rehashFrom   uint64
+		opts         verify.Opts
+		wantRules    []string
+		wantReceipts uint64
+		wantHead     uint64
+		wantChecked  uint64
+	}{
+		{desc: "OK", opts: verify.Opts{Pinned: pin(6)},
+			wantReceipts: 10, wantHead: 10, wantChecked: 4},
+		{desc: "OK with an expected head below the pin", opts: verify.Opts{Pinned: pin(6), ExpectHead: pin(3)},
+			wantReceipts: 10, wantHead: 10, wantChecked: 4},
+		{desc: "ErrHeadMismatch expected head below the pin", opts: verify.Opts{Pinned: pin(6), ExpectHead: &verify.Pin{Seq: 3, Hash: hashes[4]}},
+			wantRules: []string{"head_mismatch"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
+		{desc: "ErrHeadMismatch truncated below the pin", sql: "DELETE FROM receipts WHERE seq >= 9", opts: verify.Opts{Pinned: pin(10)},
+			wantRules: []string{"head_mismatch"}, wantReceipts: 8, wantHead: 8, wantChecked: 8},
+		{desc: "ErrHeadMismatch truncated to nothing", sql: "DELETE FROM receipts", opts: verify.Opts{Pinned: pin(10)},
+			wantRules: []string{"head_mismatch"}, wantReceipts: 0, wantHead: 0, wantChecked: 0},
+		{desc: "ErrHeadMismatch truncated, pinned twice", sql: "DELETE FROM receipts WHERE seq >= 9", opts: verify.Opts{Pinned: pin(10), ExpectHead: pin(10)},
+			wantRules: []string{"head_mismatch"}, wantReceipts: 8, wantHead: 8, wantChecked: 8},
+		{desc: "ErrHeadMismatch pinned receipt rewritten with the suffix", sql: "UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 7", rehashFrom: 7,
+			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"head_mismatch"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
+		{desc: "ErrHashMismatch pinned receipt edited in place", sql: "UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 7",
+			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"hash_mismatch"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
+		{desc: "ErrInvalidField pinned receipt malformed in place", sql: "UPDATE receipts SET attempt = 'two' WHERE seq = 7",
+			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"invalid_field"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "t.db")
+			copyFile(t, base, path)
+			c := tamperCase{}
+			if tc.sql != "" {
+				c.Steps = append(c.Steps, struct {
+					SQL        string `json:"sql"`
+					RehashFrom uint64 `json:"rehash_from"`
+				}{SQL: tc.sql, RehashFrom: tc.rehashFrom})
+			}
+			tamper(t, path, c)
+			opts := tc.opts
+			opts.Incremental, opts.Now = true, func() time.Time { return now }
+			check := func(src string, rep *verify.Report) {
+				n := 0
+				for _, v := range rep.Violations {
+					if v.Rule == "head_mismatch" {
+						n++
+					}
+				}
+				for _, want := range tc.wantRules {
+					assert.Contains(t, rules(rep), want, "%s: %+v", src, rep.Violations)
+				}
+				assert.Equal(t, len(tc.wantRules) == 0, rep.OK, "%s: %+v", src, rep.Violations)
+				assert.LessOrEqual(t, n, 1, "%s: head_mismatch once: %+v", src, rep.Violations)
+				assert.Equal(t, tc.wantReceipts, rep.Receipts, "%s: receipts", src)
+				assert.Equal(t, tc.wantHead, rep.Head.Seq, "%s: head", src)
+				want := chain.ZeroHash.String()
+				if tc.wantHead > 0 {
+					want = hashes[tc.wantHead]
+				}
+				if tc.rehashFrom == 0 || tc.wantHead < tc.rehashFrom {
+					assert.Equal(t, want, rep.Head.Hash, "%s: head hash", src)
+				}
+				assert.Equal(t, tc.wantChecked, rep.Checked, "%s: rehashed", src)
+			}
+			rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			rep, err := verify.New(rd, opts).Check(ctx)
+			require.NoError(t, err)
+			check("offline", rep)
+
+			db := openForServing(t, path)
+			srv := httptest.NewServer(api.NewServer(db, quiet))
+			defer func() { srv.Close(); _ = db.Close() }()
+			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(ctx)
+			require.NoError(t, err)
+			check("online", rep)
+		})
+	}
 }

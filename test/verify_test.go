@@ -1,0 +1,212 @@
+package test
+
+import (
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// verifyReport is the --json output of ledgerctl verify.
+type verifyReport struct {
+	OK       bool   `json:"ok"`
+	Receipts uint64 `json:"receipts"`
+	Checked  uint64 `json:"checked"`
+	Head     struct {
+		Seq  uint64 `json:"seq"`
+		Hash string `json:"hash"`
+	} `json:"head"`
+	Violations []struct {
+		Seq    uint64 `json:"seq"`
+		Rule   string `json:"rule"`
+		Detail string `json:"detail"`
+	} `json:"violations"`
+}
+
+// verifyJSON runs ledgerctl verify --json and decodes the report.
+func verifyJSON(t *testing.T, args ...string) (verifyReport, int) {
+	t.Helper()
+	out, stderr, code := ledgerctl(t, append([]string{"verify", "--json"}, args...)...)
+	var rep verifyReport
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), "stdout %q stderr %q", out, stderr)
+	return rep, code
+}
+
+func (r verifyReport) rules() map[string]int {
+	m := map[string]int{}
+	for _, v := range r.Violations {
+		m[v.Rule]++
+	}
+	return m
+}
+
+// copyLedger copies a stopped ledger's file and edits the copy with SQL
+// (the append-only triggers dropped), as someone with sqlite3 would.
+func copyLedger(t *testing.T, src string, stmts ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(src)
+	require.NoError(t, err)
+	dst := filepath.Join(t.TempDir(), "edited.db")
+	require.NoError(t, os.WriteFile(dst, raw, 0o600))
+	db, err := sql.Open("sqlite3", dst)
+	require.NoError(t, err)
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	for _, q := range append([]string{`DROP TRIGGER receipts_no_update`, `DROP TRIGGER receipts_no_delete`}, stmts...) {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	return dst
+}
+
+// TestLedgerd_invalidValuesServed edits a copy of a real ledger so that
+// it holds values no ledger writes (a result that is not JSON, text in an
+// integer column), serves it with ledgerd and checks that every answer is
+// valid JSON carrying the stored bytes, that a replay of the key does not
+// fail, and that ledgerctl verify exits 1 naming invalid_field, from the
+// file and from the server.
+func TestLedgerd_invalidValuesServed(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/refund-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_1","result":{"amount":1200}}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0002-abc", "exec-2", 1, false))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0003-abc", "exec-3", 1, false))
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.NoError(t, l.Stop())
+
+	const notJSON = `{"amount":1200, oops`
+	edited := copyLedger(t, l.DB,
+		`UPDATE receipts SET result = '`+notJSON+`' WHERE seq = 2`,
+		`UPDATE receipts SET attempt = 'two' WHERE seq = 3`)
+
+	for _, src := range [][]string{{"--db", edited}} {
+		rep, code := verifyJSON(t, src...)
+		assert.Equal(t, 1, code, "violations exit 1, not 2")
+		assert.False(t, rep.OK)
+		assert.Equal(t, uint64(4), rep.Receipts)
+		assert.Equal(t, 2, rep.rules()["invalid_field"], "%+v", rep.Violations)
+	}
+
+	l = StartLedgerd(t, edited)
+	rep, code := verifyJSON(t, "--server", l.URL)
+	assert.Equal(t, 1, code, "violations exit 1, not 2")
+	assert.Equal(t, uint64(4), rep.Receipts)
+	assert.Equal(t, 2, rep.rules()["invalid_field"], "%+v", rep.Violations)
+	assert.Equal(t, 1, rep.rules()["hash_mismatch"], "the result was edited after hashing: %+v", rep.Violations)
+	fileRep, _ := verifyJSON(t, "--db", edited)
+	assert.Equal(t, fileRep.Violations, rep.Violations, "the server's JSON carries the stored bytes: same findings")
+
+	valid := func(r Resp) {
+		t.Helper()
+		assert.True(t, json.Valid([]byte(r.Raw)), "invalid JSON: %s", r.Raw)
+	}
+	r = l.Do("GET", "/v1/receipts/2", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	valid(r)
+	assert.Equal(t, notJSON, r.Body["result"], "the stored text, as a JSON string")
+	assert.Equal(t, "text", r.Body["result_encoding"])
+
+	r = l.Do("GET", "/v1/receipts/3", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	valid(r)
+	assert.Nil(t, r.Body["attempt"])
+	assert.Equal(t, map[string]any{"attempt": "'two'"}, r.Body["malformed"])
+
+	for _, path := range []string{"/v1/effects/refund-0001", "/v1/receipts", "/v1/receipts?key=refund-0001"} {
+		r = l.Do("GET", path, "")
+		require.Equal(t, 200, r.Status, "%s: %s", path, r.Raw)
+		valid(r)
+		assert.Contains(t, r.Raw, `"result_encoding":"text"`, path)
+	}
+
+	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-9","tool":"payments.refund","effect":"write","input":{"order":7}}`)
+	require.Equal(t, 200, r.Status, "a replay of the edited result: %s", r.Raw)
+	valid(r)
+	assert.Equal(t, "replayed", r.Body["status"])
+	assert.Equal(t, notJSON, r.Body["result"])
+	assert.Equal(t, "text", r.Body["result_encoding"])
+
+	out, _, code := ledgerctl(t, "export", "--server", l.URL)
+	require.Equal(t, 0, code)
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		assert.True(t, json.Valid([]byte(line)), "export line %s", line)
+	}
+	assert.NotContains(t, l.Logs(), `"level":"ERROR"`)
+}
+
+// TestLedgerctl_incrementalAfterTruncation pins a head with --state and
+// then checks, through the binary, incremental runs on copies that lost
+// their tail or had the pinned receipt edited in place.
+func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	require.NoError(t, l.Stop())
+	state := filepath.Join(t.TempDir(), "state.json")
+	rep, code := verifyJSON(t, "--db", l.DB, "--state", state)
+	require.Equal(t, 0, code)
+	require.Equal(t, uint64(6), rep.Head.Seq)
+	pinned, err := os.ReadFile(state)
+	require.NoError(t, err)
+
+	t.Run("truncated", func(t *testing.T) {
+		edited := copyLedger(t, l.DB, `DELETE FROM receipts WHERE seq >= 5`)
+		want, _ := verifyJSON(t, "--db", edited) // a full run without the pin
+		rep, code := verifyJSON(t, "--db", edited, "--state", state, "--incremental")
+		assert.Equal(t, 1, code)
+		assert.Equal(t, uint64(4), rep.Receipts, "the real count")
+		assert.Equal(t, uint64(4), rep.Head.Seq, "the real head")
+		assert.Equal(t, want.Head.Hash, rep.Head.Hash)
+		assert.Equal(t, 1, rep.rules()["head_mismatch"], "once: %+v", rep.Violations)
+		after, err := os.ReadFile(state)
+		require.NoError(t, err)
+		assert.Equal(t, pinned, after, "a failed run leaves the state file alone")
+	})
+	t.Run("pinned receipt edited in place", func(t *testing.T) {
+		edited := copyLedger(t, l.DB, `UPDATE receipts SET actor = 'someone' WHERE seq = 6`)
+		rep, code := verifyJSON(t, "--db", edited, "--state", state, "--incremental")
+		assert.Equal(t, 1, code)
+		assert.Equal(t, map[string]int{"hash_mismatch": 1}, rep.rules(), "%+v", rep.Violations)
+		assert.Equal(t, uint64(6), rep.Violations[0].Seq)
+		assert.Equal(t, uint64(6), rep.Checked, "the whole chain was checked")
+	})
+	t.Run("intact", func(t *testing.T) {
+		rep, code := verifyJSON(t, "--db", l.DB, "--state", state, "--incremental")
+		assert.Equal(t, 0, code)
+		assert.Equal(t, uint64(6), rep.Receipts)
+		assert.Equal(t, uint64(0), rep.Checked)
+	})
+}
+
+// TestLedgerd_verifyMetricsOnlyWhenVerifying scrapes the real ledgerd's
+// /metrics: without --verify-every there is no ledger_verify_* metric
+// (no false "last success 0"); with it they appear after the first run.
+func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l)
+	r := l.Do("GET", "/metrics", "")
+	require.Equal(t, 200, r.Status)
+	require.Contains(t, r.Raw, "ledger_", "the ledger's own metrics are there")
+	assert.NotContains(t, r.Raw, "ledger_verify_")
+	assert.NotContains(t, r.Raw, "ledger_audit_")
+	require.NoError(t, l.Stop())
+
+	l = StartLedgerd(t, l.DB, "--verify-every", "1h")
+	require.Eventually(t, func() bool {
+		return strings.Contains(l.Logs(), "ledger verified")
+	}, 10*time.Second, 20*time.Millisecond)
+	r = l.Do("GET", "/metrics", "")
+	for _, name := range []string{"ledger_verify_last_success_timestamp_seconds ", "ledger_verify_violations 0",
+		"ledger_verify_duration_seconds ", `ledger_verify_runs_total{result="ok"} 1`} {
+		assert.Contains(t, r.Raw, name)
+	}
+	assert.NotContains(t, r.Raw, "ledger_verify_last_success_timestamp_seconds 0\n")
+}
