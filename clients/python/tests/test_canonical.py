@@ -101,3 +101,13 @@ def test_fingerprint_and_derived_key() -> None:
     assert all(0x21 <= ord(c) <= 0x7E for c in a) and len(a) == 67
     with pytest.raises(ValueError):
         derive_key("", {})
+
+
+def test_replay_with_a_damaged_result_is_an_error():
+    from effect_ledger._types import Replay
+    from effect_ledger.errors import BadResponseError
+
+    with pytest.raises(BadResponseError) as e:
+        Replay._from({"status": "replayed", "idempotency_key": "k-12345678", "outcome": "succeeded",
+                      "result": "not json", "result_encoding": "text"})
+    assert "damaged" in str(e.value)

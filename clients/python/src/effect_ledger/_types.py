@@ -155,6 +155,18 @@ class Replay:
 
     @classmethod
     def _from(cls, d: dict) -> "Replay":
+        if "result_encoding" in d:
+            # The ledger holds a result that is not JSON (a damaged or
+            # edited record): never hand the marked text back as a result.
+            from .errors import BadResponseError
+
+            raise BadResponseError(
+                "bad_response",
+                "the recorded result of key %r is not valid JSON in the ledger (result_encoding=%s); "
+                "the record is damaged: run ledgerctl verify" % (d.get("idempotency_key"), d.get("result_encoding")),
+                details={"idempotency_key": d.get("idempotency_key"), "result_encoding": d.get("result_encoding")},
+                status=200,
+            )
         return cls(
             key=d["idempotency_key"],
             key_generated=bool(d.get("key_generated")),
