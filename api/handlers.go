@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -75,6 +76,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		InputHash:      o.str("input_hash"),
 		Input:          o.json("input"),
 		LeaseMS:        o.integer("lease_ms"),
+		WaitMS:         o.integer("wait_ms"),
 		Actor:          ActorFromContext(r.Context()),
 	}
 	if err := o.done(); err != nil {
@@ -93,6 +95,9 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 		return
 	case ok:
 		req.IdempotencyKey = hk
+	}
+	if req.WaitMS != nil && *req.WaitMS > 0 && *req.WaitMS <= ledger.MaxWaitMS {
+		s.extendDeadlines(w, r, time.Duration(*req.WaitMS)*time.Millisecond)
 	}
 	res, err := s.db.Reserve(r.Context(), req)
 	if err != nil {

@@ -168,7 +168,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.inflight != nil && route != "/healthz" && route != "/readyz" && route != "/metrics" {
 		select {
 		case s.inflight <- struct{}{}:
-			defer func() { <-s.inflight }()
+			sl := &inflightSlot{sem: s.inflight, held: true}
+			defer sl.release()
+			r = r.WithContext(ledger.NewContextWithParker(r.Context(), sl))
 		default:
 			s.Error(sw, r, ledger.ErrOverloaded)
 			return
@@ -180,6 +182,60 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.router.ServeHTTP(sw, r.WithContext(ctx))
+}
+
+// inflightSlot is a request's place under SetMaxInFlight. A reserve parked
+// waiting for another reservation (wait_ms) gives it up, so that waiters,
+// bounded by the ledger's own limit, do not starve other requests; it
+// takes a place again before it decides. Only the request's goroutine
+// uses it.
+type inflightSlot struct {
+	sem  chan struct{}
+	held bool
+}
+
+var _ ledger.Parker = (*inflightSlot)(nil)
+
+// Park gives the place up.
+func (sl *inflightSlot) Park() { sl.release() }
+
+// Resume waits for a place, or for ctx.
+func (sl *inflightSlot) Resume(ctx context.Context) error {
+	if sl.held {
+		return nil
+	}
+	select {
+	case sl.sem <- struct{}{}:
+		sl.held = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (sl *inflightSlot) release() {
+	if sl.held {
+		sl.held = false
+		<-sl.sem
+	}
+}
+
+// waitSlack is how long a waiting reserve may take beyond its wait_ms to
+// decide and send its answer.
+const waitSlack = 30 * time.Second
+
+// extendDeadlines moves the connection's read and write deadlines past a
+// reserve's wait, so that a wait_ms longer than the server's ReadTimeout
+// or WriteTimeout is not cut off (an expired read deadline would also
+// cancel the request's context).
+func (s *Server) extendDeadlines(w http.ResponseWriter, r *http.Request, wait time.Duration) {
+	rc := http.NewResponseController(w)
+	d := time.Now().Add(wait + waitSlack)
+	for _, set := range []func(time.Time) error{rc.SetWriteDeadline, rc.SetReadDeadline} {
+		if err := set(d); err != nil {
+			s.logger.DebugContext(r.Context(), "cannot extend deadline for wait_ms", "err", err)
+		}
+	}
 }
 
 // statusWriter records the status code written.

@@ -108,10 +108,10 @@ func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 			Original: refOf(&final), Receipt: refOf(&replay)}, nil
 	case StateReserved:
 		wait := k.LeaseExpiresAt - now
-		return nil, &Error{Code: ECodeInProgress,
+		return nil, &inProgressError{leaseExpiresAt: k.LeaseExpiresAt, err: &Error{Code: ECodeInProgress,
 			Message:    "another attempt holds the reservation of this key",
 			Details:    map[string]any{"lease_expires_at": k.LeaseExpiresAt},
-			RetryAfter: msDuration((wait + 999) / 1000 * 1000)}
+			RetryAfter: msDuration((wait + 999) / 1000 * 1000)}}
 	case StateInterrupted:
 		if !k.Idempotent {
 			r, err := s.receipt(ctx, k.ReserveSeq)

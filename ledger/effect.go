@@ -44,6 +44,7 @@ type ReserveRequest struct {
 	InputHash      string
 	Input          json.RawMessage // fingerprinted with RFC 8785; exclusive with InputHash
 	LeaseMS        *int64          // default DefaultLeaseMS
+	WaitMS         *int64          // 0 … MaxWaitMS, default 0: wait for another reservation to end (SPEC §8)
 	Actor          string          // authenticated principal, empty without auth
 }
 

@@ -12,21 +12,27 @@ import (
 // error: *Error with ECodeInvalidKey, ECodeInvalidRequest,
 // ECodeFingerprintMismatch, ECodeInProgress, ECodeUnsafeResume,
 // ECodeRetryNotAllowed or ECodeAttemptConflict; ErrUnavailable when the
-// database cannot be written. A result reporting a receipt is durable.
+// database cannot be written; ctx's error when ctx ends first. A result
+// reporting a receipt is durable.
+//
+// With req.WaitMS, a key reserved by another reservation is waited on
+// (SPEC §8) without holding any lock or writer slot: the decision is made
+// again when that reservation is committed or resolved, when its lease
+// ends, or when the wait runs out (then in_progress as without a wait).
+// A ctx that ends during the wait ends it, and nothing is appended.
 func (db *DB) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
 	a, err := req.validate()
 	if err != nil {
 		return nil, err
 	}
 	var res *ReserveResult
-	if a.effect == chain.EffectNone || a.effect == chain.EffectRead {
+	switch {
+	case a.effect == chain.EffectNone || a.effect == chain.EffectRead:
 		res, err = decideReserve(ctx, nil, 0, &a) // no lookup, no receipt
-	} else {
-		err = db.submit(ctx, func(ctx context.Context, t *writeTx) error {
-			var err error
-			res, err = decideReserve(ctx, t, t.now, &a)
-			return err
-		})
+	case a.waitMS > 0 && !a.generated:
+		res, err = db.reserveWaiting(ctx, &a)
+	default:
+		res, _, err = db.reserveOnce(ctx, &a)
 	}
 	if err != nil {
 		reserveOutcomes.WithLabelValues(ErrorCode(err)).Inc()

@@ -347,6 +347,8 @@ func TestDB_Reserve_validation(t *testing.T) {
 		{"attempt 2^62", func(r *ledger.ReserveRequest) { r.Attempt = i64(1 << 62) }, ledger.ECodeInvalidRequest, "attempt"},
 		{"lease too short", func(r *ledger.ReserveRequest) { r.LeaseMS = i64(9) }, ledger.ECodeInvalidRequest, "lease_ms"},
 		{"lease too long", func(r *ledger.ReserveRequest) { r.LeaseMS = i64(86_400_001) }, ledger.ECodeInvalidRequest, "lease_ms"},
+		{"wait_ms -1", func(r *ledger.ReserveRequest) { r.WaitMS = i64(-1) }, ledger.ECodeInvalidRequest, "wait_ms"},
+		{"wait_ms 60001", func(r *ledger.ReserveRequest) { r.WaitMS = i64(60_001) }, ledger.ECodeInvalidRequest, "wait_ms"},
 		{"input and input_hash", func(r *ledger.ReserveRequest) { r.InputHash = "sha256:00" }, ledger.ECodeInvalidRequest, "input"},
 		{"long input_hash", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, strings.Repeat("h", 129) }, ledger.ECodeInvalidRequest, "input_hash"},
 		{"input with duplicate names", func(r *ledger.ReserveRequest) { r.Input = json.RawMessage(`{"a":1,"a":2}`) }, ledger.ECodeInvalidRequest, "input"},
@@ -366,11 +368,11 @@ func TestDB_Reserve_validation(t *testing.T) {
 	assert.Zero(t, db.Head().Seq, "invalid requests append nothing")
 	t.Run("boundaries OK", func(t *testing.T) {
 		req := reserveReq(strings.Repeat("k", 255), strings.Repeat("e", 128))
-		req.Tool, req.LeaseMS, req.Attempt = strings.Repeat("t", 128), i64(10), i64(1<<53-1)
+		req.Tool, req.LeaseMS, req.Attempt, req.WaitMS = strings.Repeat("t", 128), i64(10), i64(1<<53-1), i64(60_000)
 		_, err := db.Reserve(context.Background(), req)
 		require.NoError(t, err)
 		req = reserveReq("12345678", "e")
-		req.LeaseMS = i64(86_400_000)
+		req.LeaseMS, req.WaitMS = i64(86_400_000), i64(0)
 		_, err = db.Reserve(context.Background(), req)
 		require.NoError(t, err)
 	})

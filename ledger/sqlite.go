@@ -45,6 +45,10 @@ type Options struct {
 	// Repair skips the check that the derived state matches the chain, so
 	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
 	Repair bool
+	// MaxWaiters bounds the reserves parked waiting for another
+	// reservation of their key (wait_ms) at once; beyond it a reserve is
+	// answered without waiting (default DefaultMaxWaiters).
+	MaxWaiters int
 }
 
 // DB is an open ledger. Writes go through one writer goroutine that owns
@@ -75,6 +79,7 @@ type DB struct {
 	ckpt      *checkpointer // WAL checkpoints off the writer's path
 	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
 	opsDone   atomic.Int64  // operations the writer ran
+	waits *waitRegistry // reserves parked on a reserved key (SPEC §8)
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT.
@@ -189,7 +194,8 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		}
 	}
 	db := &DB{lock: lock, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
-		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys)}
+		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys),
+		waits: newWaitRegistry(opts.MaxWaiters)}
 
 	ok := false
 	defer func() {
@@ -463,6 +469,7 @@ func (db *DB) migrate(ctx context.Context, abs string) error {
 // Close stops accepting writes, lets the writer finish what is queued,
 // checkpoints the WAL and closes both connection pools.
 func (db *DB) Close() error {
+	db.EndWaits()
 	db.mu.Lock()
 	if !db.closed {
 		db.closed = true

@@ -45,6 +45,7 @@ type reserveArgs struct {
 	idempotent bool
 	inputHash  string
 	leaseMS    uint64
+	waitMS     uint64
 	actor      string
 }
 
@@ -184,6 +185,12 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 			return a, invalid("lease_ms", "lease_ms must be from %d to %d", MinLeaseMS, MaxLeaseMS)
 		}
 		a.leaseMS = uint64(*req.LeaseMS)
+	}
+	if req.WaitMS != nil {
+		if *req.WaitMS < 0 || *req.WaitMS > MaxWaitMS {
+			return a, invalid("wait_ms", "wait_ms must be from 0 to %d", MaxWaitMS)
+		}
+		a.waitMS = uint64(*req.WaitMS)
 	}
 	return a, nil
 }

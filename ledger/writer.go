@@ -176,6 +176,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 		db.cache = newKeyCache(db.cache.max)
 	}
 	db.cache.merge(t.dirtyKeys, t.dirtyReceipts)
+	db.waits.notify(t.ended) // after COMMIT: a woken reserve sees the outcome
 	for _, op := range ops {
 		op.done <- op.err
 	}
@@ -203,6 +204,7 @@ type writeTx struct {
 	now   uint64 // unix ms, read once per batch
 	head  Head   // head including this batch's appends
 	kinds []string
+	ended []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
 	bound         [5]*sql.Stmt // stmts bound to tx, made on first use
@@ -304,6 +306,9 @@ func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, e
 	}
 	t.head = Head{Seq: r.Seq, Hash: r.Hash}
 	t.kinds = append(t.kinds, r.Kind)
+	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
+		t.ended = append(t.ended, r.IdempotencyKey)
+	}
 	if r.Kind != chain.KindReplay { // decisions read reserves and outcomes, never replays
 		t.markReceipt(&r)
 	}

@@ -46,6 +46,8 @@ const (
 	DefaultDB              = "./ledger.db"
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultShutdownTimeout = 15 * time.Second
+	DefaultReadTimeout     = 30 * time.Second
+	DefaultWriteTimeout    = 30 * time.Second
 )
 
 // Main is the ledgerd program, so that tests can drive it in-process.
@@ -65,6 +67,9 @@ type Main struct {
 	ReadHeaderTimeout time.Duration
 	RateLimit         float64
 	RateBurst         int
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	MaxWaiters        int
 
 	Logger *slog.Logger
 	stderr io.Writer
@@ -93,6 +98,9 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
 	fs.DurationVar(&m.ReadHeaderTimeout, "read-header-timeout", 5*time.Second, "drop clients that take longer to send their request headers")
+	fs.DurationVar(&m.ReadTimeout, "read-timeout", DefaultReadTimeout, "drop clients that take longer to send a whole request")
+	fs.DurationVar(&m.WriteTimeout, "write-timeout", DefaultWriteTimeout, "cut responses not written within this time of the request (a reserve with wait_ms gets its wait on top)")
+	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
@@ -169,6 +177,15 @@ Flags:
 	if m.RateBurst < 1 {
 		return fmt.Errorf("--rate-burst must be at least 1, not %d", m.RateBurst)
 	}
+	if m.ReadTimeout <= 0 {
+		return fmt.Errorf("--read-timeout must be positive, not %s", m.ReadTimeout)
+	}
+	if m.WriteTimeout <= 0 {
+		return fmt.Errorf("--write-timeout must be positive, not %s", m.WriteTimeout)
+	}
+	if m.MaxWaiters <= 0 {
+		return fmt.Errorf("--max-waiters must be positive, not %d", m.MaxWaiters)
+	}
 	return nil
 }
 
@@ -182,7 +199,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer func() { _ = ln.Close() }()
-	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
+	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger, MaxWaiters: m.MaxWaiters})
 	if err != nil {
 		return err
 	}
@@ -244,12 +261,15 @@ func (m *Main) Run(ctx context.Context) error {
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: m.ReadHeaderTimeout,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		ReadTimeout:       m.ReadTimeout,
+		WriteTimeout:      m.WriteTimeout,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(m.Logger.Handler(), slog.LevelWarn),
 	}
+	// Reserves parked on a key (wait_ms) answer at once when shutdown
+	// begins instead of holding it up.
+	srv.RegisterOnShutdown(db.EndWaits)
 	serveErr := make(chan error, 1)
 	scheme := "http"
 	if m.TLSCert != "" {
