@@ -185,10 +185,13 @@ func (db *DB) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResu
 		return err
 	})
 	var ip *inProgressError
-	if errors.As(err, &ip) {
+	switch {
+	case errors.As(err, &ip):
 		return nil, ip.leaseExpiresAt, ip.err
+	case err != nil: // res may still be written by the writer after ctx ended
+		return nil, 0, err
 	}
-	return res, 0, err
+	return res, 0, nil
 }
 
 // reserveWaiting decides a, and while the key is reserved by another
