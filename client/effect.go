@@ -1,0 +1,237 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Class is the class of an effect (SPEC §1).
+type Class string
+
+// Effect classes. None and Read are not effects: Do runs them without
+// the ledger.
+const (
+	ClassNone        Class = "none"
+	ClassRead        Class = "read"
+	ClassWrite       Class = "write"
+	ClassDestructive Class = "destructive"
+	ClassExternal    Class = "external"
+)
+
+// ReceiptRef names a receipt of the chain.
+type ReceiptRef struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// ReserveRequest is one reserve call (POST /v1/effects/reserve).
+type ReserveRequest struct {
+	Key         string // 8–255 bytes of 0x21–0x7E; shorter or empty: the ledger generates one
+	ExecutionID string // required: the invocation of the tool this attempt belongs to
+	Attempt     uint64 // runtime retry number within the execution, from 1 (0 means 1)
+	Tool        string
+	Class       Class
+	Idempotent  bool   // the effect dedupes downstream: repeats are safe
+	InputHash   string // the input's fingerprint (see Fingerprint); may be empty
+	Lease       time.Duration
+	// Wait lets the server hold the request up to this long while another
+	// attempt holds the key (wait_ms; whole milliseconds, at most 60 s).
+	Wait time.Duration
+}
+
+// Reservation is the answer to a reserve.
+type Reservation struct {
+	Status       string // "reserved", "replayed" or "not_recorded"
+	Key          string
+	KeyGenerated bool
+
+	// Status "reserved": the secret token that commits, and its lease.
+	Token          string
+	Attempt        uint64
+	LeaseExpiresAt time.Time
+	Takeover       bool // the previous reservation was interrupted and this one takes over
+	Retry          bool // the previous attempt failed retryably
+
+	// Status "replayed": the recorded outcome.
+	Outcome     string
+	ExternalRef string
+	Result      json.RawMessage
+	Original    ReceiptRef // the receipt of the recorded outcome
+
+	Receipt ReceiptRef // the reserve or replay receipt appended
+}
+
+type reserveBody struct {
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	ExecutionID    string `json:"execution_id"`
+	Attempt        uint64 `json:"attempt"`
+	Tool           string `json:"tool"`
+	Effect         Class  `json:"effect"`
+	Idempotent     bool   `json:"idempotent"`
+	InputHash      string `json:"input_hash,omitempty"`
+	LeaseMS        int64  `json:"lease_ms,omitempty"`
+	WaitMS         int64  `json:"wait_ms,omitempty"`
+}
+
+type reserveReply struct {
+	Status         string          `json:"status"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	KeyGenerated   bool            `json:"key_generated"`
+	Reservation    string          `json:"reservation"`
+	Attempt        uint64          `json:"attempt"`
+	LeaseExpiresAt int64           `json:"lease_expires_at"`
+	Takeover       bool            `json:"takeover"`
+	Retry          bool            `json:"retry"`
+	Outcome        string          `json:"outcome"`
+	ExternalRef    string          `json:"external_ref"`
+	Result         json.RawMessage `json:"result"`
+	Original       ReceiptRef      `json:"original"`
+	Receipt        ReceiptRef      `json:"receipt"`
+}
+
+// reserveOnce makes one reserve request.
+func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
+	attempt := r.Attempt
+	if attempt == 0 {
+		attempt = 1
+	}
+	body := reserveBody{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: attempt, Tool: r.Tool,
+		Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash,
+		LeaseMS: r.Lease.Milliseconds(), WaitMS: r.Wait.Milliseconds()}
+	res, err := c.send(ctx, http.MethodPost, "/v1/effects/reserve", body)
+	if err != nil {
+		return nil, err
+	}
+	var b reserveReply
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return nil, fmt.Errorf("reserve: decode response: %w", err)
+	}
+	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
+		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry,
+		Outcome: b.Outcome, ExternalRef: b.ExternalRef, Original: b.Original, Receipt: b.Receipt}
+	if b.LeaseExpiresAt > 0 {
+		out.LeaseExpiresAt = time.UnixMilli(b.LeaseExpiresAt)
+	}
+	if len(b.Result) > 0 && string(b.Result) != "null" {
+		out.Result = b.Result
+	}
+	return out, nil
+}
+
+// Reserve makes one reserve call, retried on 503, 429 and transport
+// errors that happened before the request was sent. Other refusals come
+// back as *Error (ErrInProgress when another attempt holds the key even
+// after r.Wait).
+func (c *Client) Reserve(ctx context.Context, r ReserveRequest) (*Reservation, error) {
+	for n := 0; ; n++ {
+		res, err := c.reserveOnce(ctx, &r)
+		if err == nil || n >= c.maxRetries || !retryable(err) || !isError(err) && !unsent(err) {
+			return res, err
+		}
+		if err := c.pause(ctx, n, err, "reserve"); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func isError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// Commit is an outcome to record for a reservation.
+type Commit struct {
+	Outcome     string          // "succeeded" or "failed"
+	ExternalRef string          // the downstream reference (charge id, message id)
+	Result      json.RawMessage // any JSON, at most 64 KiB compacted
+	Failure     *Failure        // required with "failed": Code, Message, Retryable
+}
+
+// CommitResult is the answer to a commit.
+type CommitResult struct {
+	Key     string
+	Outcome string
+	Late    bool // recorded after the lease had ended
+	Repeat  bool // the same commit was recorded before; nothing was appended now
+	Receipt ReceiptRef
+}
+
+type commitBody struct {
+	Reservation string          `json:"reservation"`
+	Outcome     string          `json:"outcome"`
+	ExternalRef string          `json:"external_ref,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       *failureBody    `json:"error,omitempty"`
+}
+
+type failureBody struct {
+	Code      string `json:"code"`
+	Message   string `json:"message,omitempty"`
+	Retryable bool   `json:"retryable"`
+}
+
+func (c *Client) commitOnce(ctx context.Context, key, token string, cm *Commit) (*CommitResult, error) {
+	body := commitBody{Reservation: token, Outcome: cm.Outcome, ExternalRef: cm.ExternalRef, Result: cm.Result}
+	if cm.Failure != nil {
+		body.Error = &failureBody{Code: cm.Failure.Code, Message: cm.Failure.Message, Retryable: cm.Failure.Retryable}
+	}
+	res, err := c.send(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(key)+"/commit", body)
+	if err != nil {
+		return nil, err
+	}
+	var b struct {
+		IdempotencyKey string     `json:"idempotency_key"`
+		Outcome        string     `json:"outcome"`
+		Late           bool       `json:"late"`
+		Receipt        ReceiptRef `json:"receipt"`
+	}
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return nil, fmt.Errorf("commit: decode response: %w", err)
+	}
+	return &CommitResult{Key: b.IdempotencyKey, Outcome: b.Outcome, Late: b.Late, Receipt: b.Receipt,
+		Repeat: res.header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// Commit records the outcome of the reservation token on key. An
+// identical commit is idempotent, so Commit retries 503, 429, 502, 504 and
+// transport errors with backoff until ctx ends or the retries run out.
+// Use it to record an outcome that Do could not (CommitError,
+// UnknownOutcomeError, PanicError).
+func (c *Client) Commit(ctx context.Context, key, token string, cm Commit) (*CommitResult, error) {
+	return c.commitRetry(ctx, key, token, &cm, c.maxRetries)
+}
+
+func (c *Client) commitRetry(ctx context.Context, key, token string, cm *Commit, maxRetries int) (*CommitResult, error) {
+	for n := 0; ; n++ {
+		res, err := c.commitOnce(ctx, key, token, cm)
+		if err == nil || n >= maxRetries || !commitRetryable(err) {
+			return res, err
+		}
+		if err := c.pause(ctx, n, err, "commit"); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// commitRetryable: a commit may be repeated whenever its answer is
+// unknown or the server said nothing was recorded.
+func commitRetryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		switch e.Status {
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusGatewayTimeout:
+			return true
+		}
+		return false
+	}
+	return err != nil && !isContextErr(err)
+}
+
+// newExecutionID returns a fresh execution id.
+func newExecutionID() string { return "exec-" + rand.Text() }

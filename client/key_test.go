@@ -1,0 +1,110 @@
+package client_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// TestDeriveKey_knownAnswer pins the derivation so that other clients
+// (and other versions of this one) produce the same keys. Reproduce with
+//
+//	printf '%s' '{"input":{"amount":1200,"order":1234},"tool":"payments.refund"}' | sha256sum
+//	printf '%s' '{"amount":1200,"order":1234}' | sha256sum
+func TestDeriveKey_knownAnswer(t *testing.T) {
+	k, err := client.DeriveKey("payments.refund", map[string]any{"order": 1234, "amount": 1200})
+	require.NoError(t, err)
+	assert.Equal(t, "payments.refund:f397fc345dc5ae415c7f52204ddaad2acb78b4a5801b27ed33a13458bff46ce5", k)
+	fp, err := client.Fingerprint(map[string]any{"order": 1234, "amount": 1200})
+	require.NoError(t, err)
+	assert.Equal(t, "sha256:75a2e07e97a84fa440d4e0acff1fdcc639894a7a661b58c25ee7cc50266ec7fa", fp)
+}
+
+// TestDeriveKey_stable: the same call gives the same key whatever the
+// member order, spacing, number form or Go type of its input.
+func TestDeriveKey_stable(t *testing.T) {
+	type order struct {
+		Order  int     `json:"order"`
+		Amount float64 `json:"amount"`
+		Note   string  `json:"note"`
+	}
+	want, err := client.DeriveKey("payments.refund", json.RawMessage(`{"amount":1200,"note":"<é>","order":1234}`))
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		desc  string
+		input any
+	}{
+		{"map", map[string]any{"order": 1234, "note": "<é>", "amount": 1200}},
+		{"map built in another order", func() map[string]any {
+			m := map[string]any{}
+			m["note"], m["amount"], m["order"] = "<é>", 1200.0, 1234
+			return m
+		}()},
+		{"struct", order{Order: 1234, Amount: 1200, Note: "<é>"}},
+		{"raw JSON, other order and spacing", json.RawMessage(" {\"order\": 1234 ,\n \"note\":\"<\\u00e9>\", \"amount\": 1.2e3}")},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			got, err := client.DeriveKey("payments.refund", tt.input)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		})
+	}
+	other, err := client.DeriveKey("payments.refund", map[string]any{"order": 1234, "note": "<é>", "amount": 1201})
+	require.NoError(t, err)
+	assert.NotEqual(t, want, other, "another input, another key")
+	otherTool, err := client.DeriveKey("payments.charge", json.RawMessage(`{"amount":1200,"note":"<é>","order":1234}`))
+	require.NoError(t, err)
+	assert.NotEqual(t, want[len(want)-64:], otherTool[len(otherTool)-64:], "the tool is hashed too")
+}
+
+// TestDeriveKey_valid: every derived key is one the ledger accepts and
+// never a generated-looking one.
+func TestDeriveKey_valid(t *testing.T) {
+	for _, tt := range []struct {
+		desc, tool, wantPrefix string
+	}{
+		{"plain", "email.send", "email.send:"},
+		{"gen_ prefix", "gen_report", "_gen_report:"},
+		{"bytes outside 0x21–0x7E", "send mail\tnow é", "send_mail_now___:"},
+		{"long tool", strings.Repeat("t", 300), strings.Repeat("t", 189) + ":"},
+		{"long gen_ tool", "gen_" + strings.Repeat("t", 300), "_gen_" + strings.Repeat("t", 185) + ":"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			k, err := client.DeriveKey(tt.tool, nil)
+			require.NoError(t, err)
+			assert.True(t, strings.HasPrefix(k, tt.wantPrefix), k)
+			assert.LessOrEqual(t, len(k), client.MaxKeyLen)
+			assert.GreaterOrEqual(t, len(k), client.MinKeyLen)
+			assert.False(t, strings.HasPrefix(k, ledger.GeneratedKeyPrefix))
+			assert.NoError(t, ledger.ValidateKey(k))
+		})
+	}
+	t.Run("ErrEmptyTool", func(t *testing.T) {
+		_, err := client.DeriveKey("", 1)
+		assert.Error(t, err)
+	})
+	t.Run("ErrInvalidInput", func(t *testing.T) {
+		_, err := client.DeriveKey("t", json.RawMessage(`{"a":1,"a":2}`))
+		assert.Error(t, err)
+		_, err = client.DeriveKey("t", func() {})
+		assert.Error(t, err)
+	})
+}
+
+// TestFingerprint_matchesLedger: the client's fingerprint is the one the
+// ledger computes from "input".
+func TestFingerprint_matchesLedger(t *testing.T) {
+	for _, in := range []string{`{"b":[1,2,{"z":null,"a":true}],"a":"x"}`, `1e3`, `"\u00e9"`, `null`, `[]`} {
+		want, err := ledger.Fingerprint([]byte(in))
+		require.NoError(t, err)
+		got, err := client.Fingerprint(json.RawMessage(in))
+		require.NoError(t, err)
+		assert.Equal(t, want, got, in)
+	}
+}

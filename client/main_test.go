@@ -1,0 +1,117 @@
+package client_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// Ledger is a real api.Server on a SQLite file in a temp dir.
+type Ledger struct {
+	Path   string
+	DB     *ledger.DB
+	Server *api.Server
+	HTTP   *httptest.Server
+}
+
+// MustOpenLedger starts a ledger; setup may configure the server before
+// it serves.
+func MustOpenLedger(tb testing.TB, setup ...func(*api.Server)) *Ledger {
+	tb.Helper()
+	path := filepath.Join(tb.TempDir(), "ledger.db")
+	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	require.NoError(tb, err)
+	s := api.NewServer(db, quiet)
+	for _, f := range setup {
+		f(s)
+	}
+	srv := httptest.NewServer(s)
+	tb.Cleanup(func() {
+		srv.Close()
+		_ = db.Close()
+	})
+	return &Ledger{Path: path, DB: db, Server: s, HTTP: srv}
+}
+
+// MustToken creates an API token on the ledger.
+func (l *Ledger) MustToken(tb testing.TB, name, role string) string {
+	tb.Helper()
+	toks, err := ledger.OpenTokens(context.Background(), l.Path)
+	require.NoError(tb, err)
+	defer func() { _ = toks.Close() }()
+	tok, err := toks.Create(context.Background(), name, role)
+	require.NoError(tb, err)
+	return tok
+}
+
+// MustClient returns a client of url with test-friendly retry bounds.
+func MustClient(tb testing.TB, url string, opts ...client.Option) *client.Client {
+	tb.Helper()
+	c, err := client.New(url, opts...)
+	require.NoError(tb, err)
+	return c
+}
+
+// Fault decides what the Front does with one request: nil forwards it.
+type Fault func(w http.ResponseWriter, r *http.Request, forward func()) bool
+
+// Front is an HTTP proxy before a ledger that can inject faults.
+type Front struct {
+	HTTP  *httptest.Server
+	mu    sync.Mutex
+	fault Fault
+	Seen  atomic.Int64
+}
+
+// MustFront starts a proxy to target.
+func MustFront(tb testing.TB, target string) *Front {
+	tb.Helper()
+	u, err := url.Parse(target)
+	require.NoError(tb, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ErrorLog = slog.NewLogLogger(quiet.Handler(), slog.LevelError)
+	f := &Front{}
+	f.HTTP = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.Seen.Add(1)
+		f.mu.Lock()
+		fault := f.fault
+		f.mu.Unlock()
+		if fault != nil && fault(w, r, func() { proxy.ServeHTTP(httptest.NewRecorder(), r) }) {
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	tb.Cleanup(f.HTTP.Close)
+	return f
+}
+
+// Set installs a fault (nil: none).
+func (f *Front) Set(fault Fault) {
+	f.mu.Lock()
+	f.fault = fault
+	f.mu.Unlock()
+}
+
+// hangUp closes the client's connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		_ = conn.Close()
+	}
+}
