@@ -112,6 +112,28 @@ func TestClient_Do(t *testing.T) {
 		assert.True(t, res.Retry)
 		assert.Equal(t, int32(1), fx.runs.Load())
 	})
+	t.Run("OK Do again for the same execution is its next attempt", func(t *testing.T) {
+		l := MustOpenLedger(t)
+		c := MustClient(t, l.HTTP.URL)
+		e := refund(1)
+		e.ExecutionID = "tool-call-7"
+		_, err := c.Do(ctx, e, func(context.Context, string) (client.Outcome, error) {
+			return client.Outcome{}, client.Retryable("PSP_TIMEOUT", errors.New("timeout"))
+		})
+		require.Error(t, err)
+		res, err := c.Do(ctx, e, (&counter{}).fn)
+		require.NoError(t, err)
+		assert.True(t, res.Retry)
+		assert.Equal(t, uint64(2), res.Attempt)
+
+		e.Key, e.Attempt = "explicit-attempt-1", 1 // a caller that counts attempts itself
+		_, err = c.Do(ctx, e, func(context.Context, string) (client.Outcome, error) {
+			return client.Outcome{}, client.Retryable("PSP_TIMEOUT", errors.New("timeout"))
+		})
+		require.Error(t, err)
+		_, err = c.Do(ctx, e, (&counter{}).fn)
+		assert.ErrorIs(t, err, client.ErrAttemptConflict)
+	})
 	t.Run("ErrRetryNotAllowed after a permanent failure", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		c := MustClient(t, l.HTTP.URL)

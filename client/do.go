@@ -114,7 +114,7 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 		raw, _ := encodeResult(o.Result)
 		return &Result{Key: req.Key, NotRecorded: true, ExternalRef: o.ExternalRef, Result: raw}, nil
 	}
-	rsv, err := c.reserveWaiting(ctx, req)
+	rsv, err := c.reserveWaiting(ctx, req, e.Attempt == 0)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +169,11 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 const waitMargin = 250 * time.Millisecond
 
 // reserveWaiting reserves req, waiting while another attempt holds the
-// key and retrying what the server did not record.
-func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest) (*Reservation, error) {
+// key and retrying what the server did not record. With autoAttempt (the
+// caller left Attempt unset), an attempt the execution already used is
+// replaced by the next one: calling Do again for the same execution is
+// then its next runtime retry.
+func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest, autoAttempt bool) (*Reservation, error) {
 	until, ok := ctx.Deadline()
 	if !ok {
 		until = time.Now().Add(c.maxWait)
@@ -203,6 +206,9 @@ func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest) (*Rese
 			}
 		case isLedgerErr && le.Code == string(ErrInvalidRequest.(code)) && le.Details["field"] == "wait_ms" && req.Wait > 0:
 			c.noServerWait.Store(true) // a ledger without SPEC §8: poll instead
+		case autoAttempt && errors.Is(err, ErrAttemptConflict) && recordedAttempt(le) >= req.Attempt:
+			req.Attempt = recordedAttempt(le) + 1
+			autoAttempt = false // once: a second conflict is a real one
 		case retryable(err) && retries < c.maxRetries:
 			if !isLedgerErr && !unsent(err) {
 				// The request may have been recorded and its answer lost:
@@ -219,6 +225,15 @@ func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest) (*Rese
 			return nil, err
 		}
 	}
+}
+
+// recordedAttempt reads the recorded attempt of an attempt_conflict.
+func recordedAttempt(e *Error) uint64 {
+	n, _ := e.Details["recorded_attempt"].(float64)
+	if n < 1 || n >= 1<<53 {
+		return 0
+	}
+	return uint64(n)
 }
 
 // serverWait is the wait_ms for a reserve that should answer by until.
