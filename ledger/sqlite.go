@@ -79,7 +79,7 @@ type DB struct {
 	ckpt      *checkpointer // WAL checkpoints off the writer's path
 	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
 	opsDone   atomic.Int64  // operations the writer ran
-	waits *waitRegistry // reserves parked on a reserved key (SPEC §8)
+	waits     *waitRegistry // reserves parked on a reserved key (SPEC §8)
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT.
