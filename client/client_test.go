@@ -224,6 +224,21 @@ func TestClient_Do(t *testing.T) {
 		_, err = c.Do(ctx, client.Effect{Tool: "x", Class: client.ClassWrite, Input: json.RawMessage(`{"a":`)}, (&counter{}).fn)
 		assert.Error(t, err)
 	})
+	t.Run("ErrMalformedResult a replayed result that is not JSON", func(t *testing.T) {
+		l := MustOpenLedger(t)
+		front := MustFront(t, l.HTTP.URL)
+		front.Set(func(w http.ResponseWriter, r *http.Request, _ func()) bool {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Idempotent-Replayed", "true")
+			_, _ = io.WriteString(w, `{"status":"replayed","idempotency_key":"k-edited-1","key_generated":false,"outcome":"succeeded",`+
+				`"external_ref":"re_1","result":"{not json","result_encoding":"text","original":{"seq":2,"hash":"00"},"receipt":{"seq":3,"hash":"00"}}`)
+			return true
+		})
+		var fx counter
+		_, err := MustClient(t, front.HTTP.URL).Do(ctx, refund(1), fx.fn)
+		assert.ErrorIs(t, err, client.ErrMalformedResult)
+		assert.Zero(t, fx.runs.Load())
+	})
 	t.Run("OK a result too large to record: the success is recorded without it", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		c := MustClient(t, l.HTTP.URL)
@@ -290,7 +305,7 @@ func TestClient_Do_inProgress(t *testing.T) {
 		c := MustClient(t, l.HTTP.URL)
 		e := refund(1)
 		hold(t, c, e, 0)
-		ctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		start := time.Now()
 		_, err := c.Do(ctx, e, (&counter{}).fn)
@@ -298,8 +313,8 @@ func TestClient_Do_inProgress(t *testing.T) {
 		var le *client.Error
 		require.ErrorAs(t, err, &le)
 		assert.Positive(t, le.RetryAfter)
-		assert.Less(t, time.Since(start), 3*time.Second)
-		assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond, "it waited")
+		assert.Less(t, time.Since(start), 5*time.Second)
+		assert.GreaterOrEqual(t, time.Since(start), time.Second, "it waited")
 	})
 	t.Run("OK a ledger that refuses wait_ms is polled", func(t *testing.T) {
 		l := MustOpenLedger(t)

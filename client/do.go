@@ -119,6 +119,10 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 		return nil, err
 	}
 	if rsv.Status == "replayed" {
+		if rsv.ResultEncoding != "" {
+			return nil, fmt.Errorf("replay of %s (receipt %d): %w: result_encoding %q; run ledgerctl verify",
+				rsv.Key, rsv.Original.Seq, ErrMalformedResult, rsv.ResultEncoding)
+		}
 		return &Result{Key: rsv.Key, Replayed: true, ExternalRef: rsv.ExternalRef, Result: rsv.Result,
 			Receipt: rsv.Receipt, Original: rsv.Original}, nil
 	}
@@ -164,9 +168,12 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 	return req, nil
 }
 
-// waitMargin is kept between a server-side wait and the caller's deadline,
-// for the answer to arrive.
-const waitMargin = 250 * time.Millisecond
+// waitMargin is kept between a server-side wait and the caller's
+// deadline, for the decision and the answer to arrive: a quarter of the
+// time left, from 250 ms to 2 s.
+func waitMargin(left time.Duration) time.Duration {
+	return min(max(left/4, 250*time.Millisecond), 2*time.Second)
+}
 
 // reserveWaiting reserves req, waiting while another attempt holds the
 // key and retrying what the server did not record. With autoAttempt (the
@@ -179,6 +186,7 @@ func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest, autoAt
 		until = time.Now().Add(c.maxWait)
 	}
 	retries := 0
+	var busy error // the last in_progress answer
 	for {
 		req.Wait = c.serverWait(until)
 		start := time.Now()
@@ -188,7 +196,10 @@ func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest, autoAt
 		switch {
 		case err == nil:
 			return rsv, nil
+		case busy != nil && isContextErr(err):
+			return nil, errors.Join(busy, err) // still in progress when ctx ended
 		case errors.Is(err, ErrInProgress):
+			busy = err
 			left := time.Until(until)
 			if left <= 0 {
 				return nil, err
@@ -241,7 +252,8 @@ func (c *Client) serverWait(until time.Time) time.Duration {
 	if c.noServerWait.Load() {
 		return 0
 	}
-	w := min(c.wait, time.Until(until)-waitMargin)
+	left := time.Until(until)
+	w := min(c.wait, left-waitMargin(left))
 	if c.hc.Timeout > 0 {
 		w = min(w, c.hc.Timeout-time.Second)
 	}

@@ -62,7 +62,11 @@ type Reservation struct {
 	Outcome     string
 	ExternalRef string
 	Result      json.RawMessage
-	Original    ReceiptRef // the receipt of the recorded outcome
+	// ResultEncoding is set when the stored result is not JSON (an edited
+	// ledger file): Result is then a JSON string holding the stored text
+	// ("text") or its base64 ("base64").
+	ResultEncoding string
+	Original       ReceiptRef // the receipt of the recorded outcome
 
 	Receipt ReceiptRef // the reserve or replay receipt appended
 }
@@ -91,6 +95,7 @@ type reserveReply struct {
 	Outcome        string          `json:"outcome"`
 	ExternalRef    string          `json:"external_ref"`
 	Result         json.RawMessage `json:"result"`
+	ResultEncoding string          `json:"result_encoding"`
 	Original       ReceiptRef      `json:"original"`
 	Receipt        ReceiptRef      `json:"receipt"`
 }
@@ -114,7 +119,8 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 	}
 	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
 		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry,
-		Outcome: b.Outcome, ExternalRef: b.ExternalRef, Original: b.Original, Receipt: b.Receipt}
+		Outcome: b.Outcome, ExternalRef: b.ExternalRef, ResultEncoding: b.ResultEncoding,
+		Original: b.Original, Receipt: b.Receipt}
 	if b.LeaseExpiresAt > 0 {
 		out.LeaseExpiresAt = time.UnixMilli(b.LeaseExpiresAt)
 	}

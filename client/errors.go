@@ -111,6 +111,11 @@ func Permanent(code string, err error) error { return &Failure{Code: code, Err: 
 // takes it over (idempotent effects) or a person resolves it.
 var ErrOutcomeUnknown = errors.New("effect outcome unknown")
 
+// ErrMalformedResult: the ledger replayed a recorded result that is not
+// JSON, which no ledger writes (the file was edited). Do does not hand it
+// back as the effect's result.
+var ErrMalformedResult = errors.New("recorded result is not JSON")
+
 // EffectError is returned by Do when the effect function failed and its
 // failure was recorded. It unwraps to the function's error.
 type EffectError struct {
