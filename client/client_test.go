@@ -221,6 +221,8 @@ func TestClient_Do(t *testing.T) {
 		assert.ErrorContains(t, err, "unknown class")
 		_, err = c.Do(ctx, client.Effect{Class: client.ClassWrite}, (&counter{}).fn)
 		assert.ErrorContains(t, err, "empty tool")
+		_, err = c.Do(ctx, client.Effect{Tool: "cache.flush", Class: client.ClassWrite}, (&counter{}).fn)
+		assert.ErrorContains(t, err, "no Input to derive one from")
 		_, err = c.Do(ctx, client.Effect{Tool: "x", Class: client.ClassWrite, Input: json.RawMessage(`{"a":`)}, (&counter{}).fn)
 		assert.Error(t, err)
 	})

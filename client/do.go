@@ -21,7 +21,8 @@ type Effect struct {
 	// InputHash is a fingerprint computed elsewhere; when set, Input is
 	// used only to derive a missing Key.
 	InputHash string
-	// Key is the idempotency key. Empty: DeriveKey(Tool, Input).
+	// Key is the idempotency key. Empty: DeriveKey(Tool, Input), which
+	// needs an Input.
 	Key string
 	// ExecutionID names the invocation (the model's tool-call id, say);
 	// empty: a fresh one per Do.
@@ -146,6 +147,10 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 	req := &ReserveRequest{Key: e.Key, ExecutionID: e.ExecutionID, Attempt: e.Attempt, Tool: e.Tool,
 		Class: e.Class, Idempotent: e.Idempotent, InputHash: e.InputHash, Lease: e.Lease}
 	if req.Key == "" {
+		if e.Input == nil {
+			// Every call of the tool would be one effect.
+			return nil, fmt.Errorf("effect %s: no Key, and no Input to derive one from", e.Tool)
+		}
 		k, err := DeriveKey(e.Tool, e.Input)
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", e.Tool, err)

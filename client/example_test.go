@@ -61,7 +61,7 @@ func ExampleClient_Do() {
 		fmt.Printf("call %d: replayed=%t ref=%s result=%s\n", call, res.Replayed, res.ExternalRef, res.Result)
 	}
 	// Output:
-	// refunding, Idempotency-Key: payments.refund:f397fc345dc5ae415c7f52204ddaad2acb78b4a5801b27ed33a13458bff46ce5
+	// refunding, Idempotency-Key: dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb
 	// call 1: replayed=false ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
 	// call 2: replayed=true ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
 }
@@ -108,7 +108,7 @@ func ExampleDeriveKey() {
 	fmt.Println(a)
 	fmt.Println(a == c, a == b)
 	// Output:
-	// payments.refund:f397fc345dc5ae415c7f52204ddaad2acb78b4a5801b27ed33a13458bff46ce5
+	// dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb
 	// true false
 }
 

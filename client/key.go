@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/gowebpki/jcs"
 )
@@ -55,18 +54,20 @@ func Fingerprint(input any) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// DerivedKeyPrefix starts every key DeriveKey makes.
+const DerivedKeyPrefix = "dk_"
+
 // DeriveKey returns a stable idempotency key for a call of tool with
 // input, derived from what the call does rather than drawn at random, so
 // that a repeat of the same call — a runtime retry, the model calling the
 // tool again, another gateway replica — finds the first one's receipt:
 //
-//	key = T + ":" + hex(SHA-256(JCS({"input": input, "tool": tool})))
+//	key = "dk_" + hex(SHA-256(tool ‖ 0x00 ‖ JCS(input)))
 //
-// where JCS is RFC 8785 canonical JSON (member order and number and
-// string forms do not matter) and T is tool with every byte outside
-// 0x21–0x7E replaced by '_', cut to 190 bytes, and with a leading '_'
-// when it starts with the reserved "gen_". The key is at most 255 bytes
-// of 0x21–0x7E, as the ledger requires.
+// where JCS is RFC 8785 canonical JSON (member order, spacing and number
+// spelling do not matter) and a nil input is null. The key is 67 bytes of
+// visible ASCII, valid for any tool, and the same as the Python client's
+// derive_key, so gateways in either language share keys.
 //
 // Use it only when the same tool and input mean the same effect. Where a
 // caller may want the same call twice on purpose (two identical refunds),
@@ -75,47 +76,13 @@ func DeriveKey(tool string, input any) (string, error) {
 	if tool == "" {
 		return "", errors.New("derive key: empty tool")
 	}
-	canonIn, err := canonical(input)
+	canon, err := canonical(input)
 	if err != nil {
 		return "", fmt.Errorf("derive key: %w", err)
 	}
-	toolJSON, err := json.Marshal(tool)
-	if err != nil {
-		return "", fmt.Errorf("derive key: %w", err)
-	}
-	obj := make([]byte, 0, len(canonIn)+len(toolJSON)+20)
-	obj = append(obj, `{"input":`...)
-	obj = append(obj, canonIn...)
-	obj = append(obj, `,"tool":`...)
-	obj = append(obj, toolJSON...)
-	obj = append(obj, '}')
-	canon, err := jcs.Transform(obj)
-	if err != nil {
-		return "", fmt.Errorf("derive key: %w", err)
-	}
-	sum := sha256.Sum256(canon)
-	return keyPrefix(tool) + ":" + hex.EncodeToString(sum[:]), nil
+	h := sha256.New()
+	h.Write([]byte(tool))
+	h.Write([]byte{0})
+	h.Write(canon)
+	return DerivedKeyPrefix + hex.EncodeToString(h.Sum(nil)), nil
 }
-
-// keyPrefix makes tool safe as the readable part of a derived key.
-func keyPrefix(tool string) string {
-	b := []byte(tool)
-	for i, c := range b {
-		if c < 0x21 || c > 0x7E {
-			b[i] = '_'
-		}
-	}
-	const max = MaxKeyLen - 1 - sha256.Size*2 - 1 // room for ":", the hash and a leading '_'
-	if len(b) > max {
-		b = b[:max]
-	}
-	p := string(b)
-	if strings.HasPrefix(p, generatedPrefix) {
-		p = "_" + p
-	}
-	return p
-}
-
-// generatedPrefix starts the keys the ledger generates; supplied keys may
-// not use it.
-const generatedPrefix = "gen_"

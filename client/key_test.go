@@ -12,15 +12,20 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDeriveKey_knownAnswer pins the derivation so that other clients
-// (and other versions of this one) produce the same keys. Reproduce with
+// TestDeriveKey_knownAnswer pins the derivation, the same as the Python
+// client's derive_key, so that gateways in either language (and other
+// versions of this one) produce the same keys. Reproduce with
 //
-//	printf '%s' '{"input":{"amount":1200,"order":1234},"tool":"payments.refund"}' | sha256sum
+//	printf 'payments.refund\0{"amount":1200,"order":1234}' | sha256sum
 //	printf '%s' '{"amount":1200,"order":1234}' | sha256sum
 func TestDeriveKey_knownAnswer(t *testing.T) {
 	k, err := client.DeriveKey("payments.refund", map[string]any{"order": 1234, "amount": 1200})
 	require.NoError(t, err)
-	assert.Equal(t, "payments.refund:f397fc345dc5ae415c7f52204ddaad2acb78b4a5801b27ed33a13458bff46ce5", k)
+	assert.Equal(t, "dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb", k)
+	// printf 't\0null' | sha256sum
+	k, err = client.DeriveKey("t", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "dk_77413b11a83af4269e0b4368e43556391776fb26d92ea8ba3dfa4eda466f1899", k)
 	fp, err := client.Fingerprint(map[string]any{"order": 1234, "amount": 1200})
 	require.NoError(t, err)
 	assert.Equal(t, "sha256:75a2e07e97a84fa440d4e0acff1fdcc639894a7a661b58c25ee7cc50266ec7fa", fp)
@@ -60,27 +65,18 @@ func TestDeriveKey_stable(t *testing.T) {
 	assert.NotEqual(t, want, other, "another input, another key")
 	otherTool, err := client.DeriveKey("payments.charge", json.RawMessage(`{"amount":1200,"note":"<é>","order":1234}`))
 	require.NoError(t, err)
-	assert.NotEqual(t, want[len(want)-64:], otherTool[len(otherTool)-64:], "the tool is hashed too")
+	assert.NotEqual(t, want, otherTool, "the tool is hashed too")
 }
 
-// TestDeriveKey_valid: every derived key is one the ledger accepts and
-// never a generated-looking one.
+// TestDeriveKey_valid: every derived key is one the ledger accepts,
+// whatever the tool's name, and never a generated-looking one.
 func TestDeriveKey_valid(t *testing.T) {
-	for _, tt := range []struct {
-		desc, tool, wantPrefix string
-	}{
-		{"plain", "email.send", "email.send:"},
-		{"gen_ prefix", "gen_report", "_gen_report:"},
-		{"bytes outside 0x21–0x7E", "send mail\tnow é", "send_mail_now___:"},
-		{"long tool", strings.Repeat("t", 300), strings.Repeat("t", 189) + ":"},
-		{"long gen_ tool", "gen_" + strings.Repeat("t", 300), "_gen_" + strings.Repeat("t", 185) + ":"},
-	} {
-		t.Run(tt.desc, func(t *testing.T) {
-			k, err := client.DeriveKey(tt.tool, nil)
+	for _, tool := range []string{"email.send", "gen_report", "send mail\tnow é", strings.Repeat("t", 300)} {
+		t.Run(tool[:min(len(tool), 20)], func(t *testing.T) {
+			k, err := client.DeriveKey(tool, nil)
 			require.NoError(t, err)
-			assert.True(t, strings.HasPrefix(k, tt.wantPrefix), k)
-			assert.LessOrEqual(t, len(k), client.MaxKeyLen)
-			assert.GreaterOrEqual(t, len(k), client.MinKeyLen)
+			assert.True(t, strings.HasPrefix(k, client.DerivedKeyPrefix), k)
+			assert.Len(t, k, 67)
 			assert.False(t, strings.HasPrefix(k, ledger.GeneratedKeyPrefix))
 			assert.NoError(t, ledger.ValidateKey(k))
 		})
