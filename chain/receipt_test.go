@@ -32,11 +32,20 @@ func vector() (chain.Receipt, chain.Receipt) {
 	return r1, r2
 }
 
-// TestReceipt_Hash_vector checks the SPEC §2 test vector. To reproduce the
-// first hash in a shell (the body is 216 bytes, shown here as hex):
+// TestReceipt_Hash_vector checks the test vector of docs/spec.md §2. To
+// reproduce the first hash (prints "216 c536a780…"):
 //
-//	python3 -c 'import hashlib,struct; ...'  # see ../shared/conformance/smoke.py body()
-//	printf 'effect-receipt-ledger/v1' | cat - <(head -c 32 /dev/zero) body.bin | sha256sum
+//	python3 - <<'EOF'
+//	import hashlib, struct
+//	def u(n): return struct.pack('>Q', n)
+//	def b(x): return bytes([x])
+//	def s(x): x = x.encode(); return struct.pack('>I', len(x)) + x
+//	body = (u(1) + s('reserve') + s('refund-order-1234') + b(0) + s('exec-1') + u(1)
+//	        + s('payments.refund') + s('write') + b(1)
+//	        + s('sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8')
+//	        + s('') * 5 + b(0) + u(1764475230000) + u(0) + s('') * 2 + u(1764475200000))
+//	print(len(body), hashlib.sha256(b'effect-receipt-ledger/v1' + bytes(32) + body).hexdigest())
+//	EOF
 func TestReceipt_Hash_vector(t *testing.T) {
 	r1, r2 := vector()
 	assert.Equal(t, 216, len(r1.Body()), "body length of seq 1")
