@@ -37,6 +37,7 @@ Commands:
   token     create, list and revoke API bearer tokens (file only)
   backup    copy a live ledger consistently and verify the copy (file only)
   rebuild-keys  recompute the derived key state from the receipts (file only; ledgerd stopped)
+  version   print the build version and the contract versions implemented
 
 The read commands take either the SQLite file (--db FILE, opened read-only,
 safe while ledgerd runs) or a running server (--server URL; a bare HOST:PORT
@@ -84,6 +85,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &RebuildKeysCommand{Env: env}
 	case "backup":
 		cmd = &BackupCommand{Env: env}
+	case "version", "--version", "-version":
+		cmd = &VersionCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

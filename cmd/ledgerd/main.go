@@ -18,7 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -28,7 +32,7 @@ func main() {
 	defer stop()
 	m := NewMain(os.Stderr)
 	if err := m.ParseFlags(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersionShown) {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "ledgerd:", err)
@@ -40,6 +44,13 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// buildInfo is 1 with the running build's version as labels, the usual
+// way to show versions on dashboards and to alert on mixed rollouts.
+var buildInfo = promauto.NewGaugeVec(prometheus.GaugeOpts{
+	Name: "ledger_build_info",
+	Help: "Always 1; labels name the running ledgerd build and the contract version it implements.",
+}, []string{"version", "revision", "contract", "goversion"})
 
 // Defaults of the flags.
 const (
@@ -72,6 +83,8 @@ type Main struct {
 	MaxWaiters        int
 
 	Logger *slog.Logger
+	// Stdout receives what --version prints.
+	Stdout io.Writer
 	stderr io.Writer
 
 	// Addr is the address actually listened on, set by Run (for ":0").
@@ -80,14 +93,19 @@ type Main struct {
 
 // NewMain returns a Main writing logs to stderr.
 func NewMain(stderr io.Writer) *Main {
-	return &Main{stderr: stderr, Logger: slog.New(slog.NewTextHandler(stderr, nil)), Addr: make(chan net.Addr, 1)}
+	return &Main{Stdout: os.Stdout, stderr: stderr, Logger: slog.New(slog.NewTextHandler(stderr, nil)), Addr: make(chan net.Addr, 1)}
 }
 
+// errVersionShown means --version printed the version: exit 0, run nothing.
+var errVersionShown = errors.New("version shown")
+
 // ParseFlags reads flags, with LEDGERD_<NAME> environment variables as
-// defaults (flags win).
+// defaults (flags win). With --version it prints the version to Stdout
+// and returns errVersionShown.
 func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("ledgerd", flag.ContinueOnError)
 	fs.SetOutput(m.stderr)
+	showVersion := fs.Bool("version", false, "print the build version and the contract versions implemented, then exit")
 	fs.StringVar(&m.DBPath, "db", DefaultDB, "SQLite database `path`; created with the schema on first start")
 	fs.StringVar(&m.Listen, "listen", DefaultListen, "`address` to serve HTTP on")
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
@@ -110,7 +128,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
 
 ledgerd records the side effects of AI-agent tool calls in a tamper-evident,
-append-only SQLite ledger and serves the REST API described in docs/spec.md §4.
+append-only SQLite ledger and serves the REST API described in docs/spec.md §4
+(contract `+version.Contract+`; GET /v1/openapi.json describes it in OpenAPI 3.1).
 
 Every flag can also be set as LEDGERD_<NAME> (for example LEDGERD_DB,
 LEDGERD_LISTEN, LEDGERD_LOG_LEVEL); a flag on the command line wins.
@@ -127,6 +146,9 @@ Flags:
 	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // an environment variable must not turn the server into a version printer
+		}
 		name := "LEDGERD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok {
 			if err := f.Value.Set(v); err != nil && envErr == nil {
@@ -139,6 +161,10 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprint(m.Stdout, version.Read("ledgerd").String())
+		return errVersionShown
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
@@ -282,8 +308,10 @@ func (m *Main) Run(ctx context.Context) error {
 		scheme = "https"
 	}
 	go func() { serveErr <- srv.Serve(api.WrapListener(ln)) }()
+	v := version.Read("ledgerd")
+	buildInfo.WithLabelValues(v.Short(), v.Revision, v.Contract, v.Go).Set(1)
 	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq,
-		"audit_page", scheme+"://"+ln.Addr().String()+"/ui/")
+		"audit_page", scheme+"://"+ln.Addr().String()+"/ui/", "version", v.Short(), "contract", v.Contract)
 
 	select {
 	case err := <-serveErr:

@@ -1,0 +1,87 @@
+package version_test
+
+import (
+	"encoding/json"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/version"
+)
+
+const rev = "6aedb58a1b2c3d4e5f60718293a4b5c6d7e8f901"
+
+func build(v string, settings ...string) *debug.BuildInfo {
+	bi := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Path: "github.com/effect-ledger/effect-ledger", Version: v}}
+	for i := 0; i+1 < len(settings); i += 2 {
+		bi.Settings = append(bi.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+	}
+	return bi
+}
+
+func TestFromBuildInfo(t *testing.T) {
+	for _, tc := range []struct {
+		desc      string
+		bi        *debug.BuildInfo
+		wantShort string
+		wantLines []string
+	}{
+		{
+			desc:      "release tag",
+			bi:        build("v1.2.0", "vcs.revision", rev, "vcs.time", "2026-12-01T01:39:27Z", "vcs.modified", "false"),
+			wantShort: "v1.2.0",
+			wantLines: []string{"ledgerd v1.2.0", "module github.com/effect-ledger/effect-ledger v1.2.0", "revision " + rev + " (2026-12-01T01:39:27Z)"},
+		},
+		{
+			desc:      "checkout with changes",
+			bi:        build("v0.0.0-20261201013927-6aedb58a1b2c+dirty", "vcs.revision", rev, "vcs.time", "2026-12-01T01:39:27Z", "vcs.modified", "true"),
+			wantShort: "6aedb58a1b2c+modified",
+			wantLines: []string{"ledgerd 6aedb58a1b2c+modified", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
+		},
+		{
+			desc:      "clean checkout after a tag",
+			bi:        build("v1.2.1-0.20261201013927-6aedb58a1b2c", "vcs.revision", rev, "vcs.modified", "false"),
+			wantShort: "6aedb58a1b2c",
+			wantLines: []string{"ledgerd 6aedb58a1b2c", "revision " + rev},
+		},
+		{
+			desc:      "no version control",
+			bi:        build("(devel)"),
+			wantShort: "(devel)",
+			wantLines: []string{"ledgerd (devel)", "module github.com/effect-ledger/effect-ledger (devel)"},
+		},
+		{
+			desc:      "no build info",
+			bi:        nil,
+			wantShort: "(devel)",
+			wantLines: []string{"ledgerd (devel)"},
+		},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			info := version.FromBuildInfo("ledgerd", tc.bi)
+			assert.Equal(t, tc.wantShort, info.Short())
+			out := info.String()
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			for _, want := range tc.wantLines {
+				assert.Contains(t, lines, want, "got:\n%s", out)
+			}
+			assert.Contains(t, lines, "contract v1.1 (implements v1, v1.1)")
+			assert.True(t, strings.HasPrefix(lines[len(lines)-1], "go go1."), "last line names the toolchain: %q", lines[len(lines)-1])
+
+			var got version.Info
+			require.NoError(t, json.Unmarshal(info.JSON(), &got))
+			assert.Equal(t, info, got, "JSON round-trips")
+		})
+	}
+}
+
+func TestRead(t *testing.T) {
+	info := version.Read("ledgerctl")
+	assert.Equal(t, "ledgerctl", info.Binary)
+	assert.Equal(t, version.Contract, info.Contract)
+	assert.Equal(t, []string{"v1", "v1.1"}, info.Contracts)
+	assert.NotEmpty(t, info.Short())
+}
