@@ -90,6 +90,7 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	r.HandleFunc("/v1/verification", s.handleVerification).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/openapi.json", s.handleOpenAPI).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet, http.MethodHead)

@@ -39,8 +39,15 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	if err := installOpenAPICheck(); err != nil {
+		fmt.Fprintln(os.Stderr, "openapi:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	if !reportUnclaimed() && code == 0 {
+		code = 1
+	}
 	os.Exit(code)
 }
 
@@ -103,6 +110,7 @@ func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	case addr, ok := <-ready:
 		require.True(t, ok, "ledgerd exited before it was ready:\n%s", l.logs.String())
 		l.URL = "http://" + addr
+		watchHost(t, l.URL)
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		t.Fatalf("ledgerd not ready in 30s:\n%s", l.logs.String())

@@ -44,7 +44,7 @@ func TestLedgerd_tls(t *testing.T) {
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	c := &http.Client{Transport: checked(&http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}})}
 	res, err := c.Post(url+"/v1/effects/reserve", "application/json",
 		strings.NewReader(`{"idempotency_key":"tls-key-0001","execution_id":"e","tool":"t","effect":"write"}`))
 	require.NoError(t, err)

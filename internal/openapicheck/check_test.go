@@ -1,0 +1,212 @@
+package openapicheck_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+)
+
+const (
+	hash     = "c536a7804a3ee6fc1e44013c9550bcb8eb839e87df00f32e9462edc720f7771d"
+	token    = "rsv_0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	reserved = `{"status":"reserved","idempotency_key":"refund-order-1234","key_generated":false,` +
+		`"reservation":"` + token + `","attempt":1,"lease_expires_at":1764475230000,"takeover":false,` +
+		`"retry":false,"receipt":{"seq":1,"hash":"` + hash + `"}}`
+	reserveBody = `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`
+)
+
+func errorBody(code string) string {
+	return `{"error":{"code":"` + code + `","message":"m","details":{}}}`
+}
+
+func exchange(method, path, reqBody string, status int, respBody string, header ...string) openapicheck.Exchange {
+	req := httptest.NewRequest(method, "http://127.0.0.1:8080"+path, strings.NewReader(reqBody))
+	if reqBody != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp := &http.Response{StatusCode: status, Header: http.Header{}}
+	if respBody != "" {
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		resp.Header.Set(header[i], header[i+1])
+	}
+	return openapicheck.Exchange{Req: req, ReqBody: []byte(reqBody), Resp: resp, RespBody: []byte(respBody)}
+}
+
+func TestLoad(t *testing.T) {
+	doc, err := openapicheck.Load()
+	require.NoError(t, err, "api/openapi.yaml is a valid OpenAPI document")
+	assert.Equal(t, "3.1.0", doc.T.OpenAPI)
+	assert.Contains(t, doc.Operations(), "POST /v1/effects/reserve")
+	assert.Equal(t, []string{"POST"}, doc.Methods("/v1/effects/reserve"))
+	assert.Nil(t, doc.Methods("/nope"))
+}
+
+func TestParse_ErrInvalid(t *testing.T) {
+	for _, tc := range []struct{ desc, doc string }{
+		{"not yaml", "openapi: [3.1.0"},
+		{"no info", "openapi: 3.1.0\npaths: {}\n"},
+		{"dangling ref", "openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n      responses:\n        '200': {$ref: '#/components/responses/Nope'}\n"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			_, err := openapicheck.Parse([]byte(tc.doc))
+			assert.Error(t, err)
+		})
+	}
+}
+
+// TestDoc_Check shows that the checker fails on each kind of mismatch, so
+// a passing e2e suite means something.
+func TestDoc_Check(t *testing.T) {
+	doc, err := openapicheck.Load()
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		desc    string
+		x       openapicheck.Exchange
+		wantOp  string
+		wantErr string
+	}{
+		{desc: "OK reserved", x: exchange("POST", "/v1/effects/reserve", reserveBody, 201, reserved), wantOp: "POST /v1/effects/reserve"},
+		{desc: "OK error", x: exchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("in_progress"), "Retry-After", "3"), wantOp: "POST /v1/effects/reserve"},
+		{desc: "OK key with slash", x: exchange("GET", "/v1/effects/a%2Fb-0000001", "", 404, errorBody("unknown_key")), wantOp: "GET /v1/effects/{key}"},
+		{desc: "OK not found", x: exchange("GET", "/v2/nothing", "", 404, errorBody("not_found"))},
+		{desc: "OK method not allowed", x: exchange("DELETE", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET, HEAD")},
+		{desc: "OK head", x: exchange("HEAD", "/v1/head", "", 200, ""), wantOp: "HEAD /v1/head"},
+		{
+			desc:    "ErrMissingField",
+			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"takeover":false,`, "", 1)),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "takeover",
+		},
+		{
+			desc:    "ErrExtraField",
+			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"retry":false`, `"retry":false,"secret":1`, 1)),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "secret",
+		},
+		{
+			desc:    "ErrBadHash",
+			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, hash, "XYZ", 1)),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "hash",
+		},
+		{
+			desc:    "ErrUndeclaredStatus",
+			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 418, errorBody("internal")),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "status",
+		},
+		{
+			desc:    "ErrCodeNotForStatus",
+			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("unknown_key")),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "code",
+		},
+		{
+			desc:    "ErrMissingRetryAfter",
+			x:       exchange("GET", "/v1/head", "", 429, errorBody("rate_limited")),
+			wantOp:  "GET /v1/head",
+			wantErr: "Retry-After",
+		},
+		{
+			desc:    "ErrNotJSON",
+			x:       exchange("GET", "/v1/head", "", 200, "", "Content-Type", "text/plain"),
+			wantOp:  "GET /v1/head",
+			wantErr: "Content-Type",
+		},
+		{
+			desc:    "ErrAcceptedForbiddenRequest",
+			x:       exchange("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","wait_ms":999999}`, 201, reserved),
+			wantOp:  "POST /v1/effects/reserve",
+			wantErr: "request the document forbids",
+		},
+		{
+			desc:    "ErrUnknownPathNot404",
+			x:       exchange("GET", "/v2/nothing", "", 200, `{}`),
+			wantErr: "404",
+		},
+		{
+			desc:    "ErrWrongAllow",
+			x:       exchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET"),
+			wantErr: "Allow",
+		},
+		{
+			desc:    "ErrMissingAllow",
+			x:       exchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed")),
+			wantErr: "Allow",
+		},
+		{
+			desc:    "ErrNotFoundShape",
+			x:       exchange("GET", "/v2/nothing", "", 404, `{"error":"nope"}`),
+			wantErr: "error",
+		},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			op, err := doc.Check(context.Background(), tc.x)
+			assert.Equal(t, tc.wantOp, op)
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+// TestTransport checks and reports real exchanges, and hands back bodies
+// intact.
+func TestTransport(t *testing.T) {
+	doc, err := openapicheck.Load()
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/head" {
+			_, _ = w.Write([]byte(`{"seq":0,"hash":"` + strings.Repeat("0", 64) + `"}`))
+			return
+		}
+		w.WriteHeader(201)
+		_, _ = w.Write(b) // echo: not a reserve response
+	}))
+	defer srv.Close()
+	var mu sync.Mutex
+	var problems, ops []string
+	c := &http.Client{Transport: &openapicheck.Transport{
+		Base: http.DefaultTransport, Doc: doc,
+		Report: func(_ *http.Request, err error) { mu.Lock(); problems = append(problems, err.Error()); mu.Unlock() },
+		Observe: func(op string, x openapicheck.Exchange) {
+			mu.Lock()
+			ops = append(ops, op)
+			mu.Unlock()
+		},
+	}}
+
+	res, err := c.Get(srv.URL + "/v1/head")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Contains(t, string(b), `"seq":0`, "the body survives the check")
+
+	res, err = c.Post(srv.URL+"/v1/effects/reserve", "application/json", strings.NewReader(reserveBody))
+	require.NoError(t, err)
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	assert.Equal(t, reserveBody, string(b), "the server saw the request body")
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"GET /v1/head", "POST /v1/effects/reserve"}, ops)
+	require.Len(t, problems, 1, "only the echo is wrong: %v", problems)
+	assert.Contains(t, problems[0], "POST /v1/effects/reserve")
+}

@@ -1,0 +1,203 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+)
+
+// Every HTTP request the e2e tests make through http.DefaultClient (Do,
+// rawPost, http.Post) or through checked(…) is validated, with its
+// response, against api/openapi.yaml; a mismatch fails the test that
+// started the ledgerd the request went to.
+
+// watch is what a ledgerd's host reports to.
+type watch struct {
+	tb      testing.TB
+	observe func(op string, x openapicheck.Exchange) // optional
+}
+
+var (
+	watched sync.Map // host:port → *watch
+
+	unclaimedMu sync.Mutex
+	unclaimed   []string // problems on hosts no test watches
+)
+
+// installOpenAPICheck loads the document and makes http.DefaultTransport
+// check every exchange. Called from TestMain.
+func installOpenAPICheck() error {
+	doc, err := openapicheck.Load()
+	if err != nil {
+		return err
+	}
+	openAPIDoc = doc
+	plainTransport = http.DefaultTransport
+	http.DefaultTransport = checked(http.DefaultTransport)
+	return nil
+}
+
+var (
+	// openAPIDoc is the loaded document.
+	openAPIDoc *openapicheck.Doc
+	// plainTransport is the transport without checks, for probes.
+	plainTransport http.RoundTripper
+)
+
+// checked wraps a transport so that every exchange it carries is checked
+// against the OpenAPI document.
+func checked(base http.RoundTripper) http.RoundTripper {
+	return &openapicheck.Transport{Base: base, Doc: openAPIDoc, Report: reportMismatch, Observe: observe}
+}
+
+func reportMismatch(req *http.Request, err error) {
+	if w, ok := watched.Load(req.URL.Host); ok {
+		w.(*watch).tb.Errorf("openapi: %v", err)
+		return
+	}
+	unclaimedMu.Lock()
+	defer unclaimedMu.Unlock()
+	unclaimed = append(unclaimed, err.Error())
+}
+
+func observe(op string, x openapicheck.Exchange) {
+	if w, ok := watched.Load(x.Req.URL.Host); ok && w.(*watch).observe != nil {
+		w.(*watch).observe(op, x)
+	}
+}
+
+// watchHost sends the OpenAPI problems of requests to rawURL's host to tb,
+// until tb ends.
+func watchHost(tb testing.TB, rawURL string) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatalf("watch %s: %v", rawURL, err)
+	}
+	watched.Store(u.Host, &watch{tb: tb})
+	tb.Cleanup(func() { watched.Delete(u.Host) })
+}
+
+// observeHost also hands every checked exchange with rawURL's host to f.
+func observeHost(tb testing.TB, rawURL string, f func(op string, x openapicheck.Exchange)) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatalf("watch %s: %v", rawURL, err)
+	}
+	watched.Store(u.Host, &watch{tb: tb, observe: f})
+}
+
+// reportUnclaimed prints problems no test claimed; it returns false if
+// there were any.
+func reportUnclaimed() bool {
+	unclaimedMu.Lock()
+	defer unclaimedMu.Unlock()
+	for _, p := range unclaimed {
+		fmt.Fprintln(os.Stderr, "openapi (no test watched this host):", p)
+	}
+	return len(unclaimed) == 0
+}
+
+// coverage counts, per operation, the statuses seen, and the error codes
+// seen anywhere.
+type coverage struct {
+	mu       sync.Mutex
+	statuses map[string]map[int]bool
+	codes    map[string]bool
+}
+
+func newCoverage() *coverage {
+	return &coverage{statuses: map[string]map[int]bool{}, codes: map[string]bool{}}
+}
+
+func (c *coverage) observe(op string, x openapicheck.Exchange) {
+	var body struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(x.RespBody, &body)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.statuses[op] == nil {
+		c.statuses[op] = map[int]bool{}
+	}
+	c.statuses[op][x.Resp.StatusCode] = true
+	if body.Error.Code != "" {
+		c.codes[body.Error.Code] = true
+	}
+}
+
+// missing lists the (operation, status) pairs the document declares that
+// were not seen, skipping statuses in skip and operations in skipOps.
+func (c *coverage) missing(doc *openapicheck.Doc, skip map[int]bool, skipOps map[string]bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for path, item := range doc.T.Paths.Map() {
+		for method, op := range item.Operations() {
+			name := method + " " + path
+			if skipOps[name] {
+				continue
+			}
+			for status := range op.Responses.Map() {
+				var n int
+				if _, err := fmt.Sscanf(status, "%d", &n); err != nil || skip[n] {
+					continue // "default"
+				}
+				if !c.statuses[name][n] {
+					out = append(out, fmt.Sprintf("%s → %d", name, n))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// missingCodes lists the error codes of the document's Error schema that
+// were not seen, skipping those in skip.
+func (c *coverage) missingCodes(doc *openapicheck.Doc, skip map[string]bool) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	enum := doc.T.Components.Schemas["Error"].Value.Properties["error"].Value.Properties["code"].Value.Enum
+	var out []string
+	for _, v := range enum {
+		code, _ := v.(string)
+		if !skip[code] && !c.codes[code] {
+			out = append(out, code)
+		}
+	}
+	return out
+}
+
+// opsOf returns the operations of the document with the given path prefix.
+func opsOf(doc *openapicheck.Doc, prefix string) map[string]bool {
+	out := map[string]bool{}
+	for _, op := range doc.Operations() {
+		if _, path, _ := strings.Cut(op, " "); strings.HasPrefix(path, prefix) {
+			out[op] = true
+		}
+	}
+	return out
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func boolStr(b bool) string { return strconv.FormatBool(b) }
+
+// readAll reads and closes a response body.
+func readAll(res *http.Response) string {
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}

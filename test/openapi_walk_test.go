@@ -1,0 +1,322 @@
+package test
+
+import (
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestOpenAPI_EveryRoute drives every operation of api/openapi.yaml
+// through the real ledgerd, once for each status the document declares
+// for it (except 500 and 503, which need a broken server: the disk test
+// covers 503), and every error code of the contract. The checking
+// transport validates each request and response against the document; the
+// coverage check at the end fails for any declared status or error code
+// no request produced, so a route or code added to the document needs a
+// case here.
+func TestOpenAPI_EveryRoute(t *testing.T) {
+	cov := newCoverage()
+
+	// A: open (no tokens).
+	a := StartLedgerd(t, filepath.Join(t.TempDir(), "open.db"))
+	observeHost(t, a.URL, cov.observe)
+	// B: tokens, /metrics needs a reader.
+	b := StartLedgerd(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth")
+	observeHost(t, b.URL, cov.observe)
+	tok := map[string]string{}
+	for _, role := range []string{"reader", "writer", "admin"} {
+		out, stderr, code := ledgerctl(t, "token", "create", "--db", b.DB, "--role", role, "--name", "walk-"+role)
+		require.Equal(t, 0, code, stderr)
+		tok[role] = "Bearer " + strings.TrimSpace(out)
+	}
+	// C: one token, one request a millennium.
+	c := StartLedgerd(t, filepath.Join(t.TempDir(), "rate.db"), "--rate-limit", "0.000001", "--rate-burst", "1")
+	observeHost(t, c.URL, cov.observe)
+	out, stderr, code := ledgerctl(t, "token", "create", "--db", c.DB, "--role", "admin", "--name", "walk-rate")
+	require.Equal(t, 0, code, stderr)
+	rateTok := "Bearer " + strings.TrimSpace(out)
+	require.Eventually(t, func() bool {
+		return b.Do("GET", "/v1/head", "").Status == 401 && c.Do("GET", "/v1/head", "").Status == 401
+	}, 10*time.Second, 50*time.Millisecond, "auth turns on once a token exists")
+
+	skipOps := map[string]bool{}
+	pending := probePending(t, a)
+	if pending["ui"] {
+		for op := range opsOf(openAPIDoc, "/ui/") {
+			skipOps[op] = true
+		}
+	}
+
+	expect := func(r Resp, status int, code string) {
+		t.Helper()
+		assert.Equal(t, status, r.Status, r.Raw)
+		if code != "" {
+			assert.Equal(t, code, r.Code(), r.Raw)
+		}
+	}
+	res := func(r Resp) string { v, _ := r.Body["reservation"].(string); return v }
+	rsv := func(key, exec string, attempt int, idempotent bool, extra string) string {
+		return `{"idempotency_key":"` + key + `","execution_id":"` + exec + `","attempt":` + itoa(attempt) +
+			`,"tool":"walk.tool","effect":"write","idempotent":` + boolStr(idempotent) + `,"input":{"n":1}` + extra + `}`
+	}
+	huge := `{"execution_id":"` + strings.Repeat("x", 1<<20) + `"}`
+
+	t.Run("reserve", func(t *testing.T) {
+		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0001", "e1", 1, true, ""))
+		expect(r, 201, "")
+		k1 := res(r)
+		expect(a.Do("POST", "/v1/effects/walk-key-0001/commit", `{"reservation":"`+k1+`","outcome":"succeeded","external_ref":"ref-1","result":{"ok":true}}`), 201, "")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0001", "e2", 1, true, ""))
+		expect(r, 200, "")
+		assert.Equal(t, "replayed", r.Body["status"])
+		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		r = a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"search.web","effect":"read"}`)
+		expect(r, 200, "")
+		assert.Equal(t, "not_recorded", r.Body["status"])
+		assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
+
+		r = a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"walk.tool","effect":"write"}`, "Idempotency-Key", `"walk-hdr-0001"`)
+		expect(r, 201, "")
+		assert.Equal(t, "walk-hdr-0001", r.Body["idempotency_key"])
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0002", "e", 1, false, ""), "Idempotency-Key", "walk-hdr-0002"), 400, "invalid_request")
+
+		expect(a.Do("POST", "/v1/effects/reserve", `{`), 400, "invalid_json")
+		expect(a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","effect":"write"}`), 400, "invalid_request")
+		expect(a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","color":"red"}`), 400, "invalid_request")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("bad key 0001", "e", 1, false, "")), 400, "invalid_key")
+		expect(a.Do("POST", "/v1/effects/reserve", huge), 413, "body_too_large")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0003", "e", 1, false, ""), "Content-Type", "text/plain"), 415, "unsupported_media_type")
+		expect(a.Do("POST", "/v1/effects/reserve", strings.Replace(rsv("walk-key-0001", "e3", 1, true, ""), "walk.tool", "other.tool", 1)), 422, "fingerprint_mismatch")
+
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-busy-0001", "e1", 1, true, "")), 201, "")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-busy-0001", "e2", 1, true, ""))
+		expect(r, 409, "in_progress")
+		assert.NotEmpty(t, r.Header.Get("Retry-After"))
+
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-intr-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-take-0001", "e1", 1, true, `,"lease_ms":10`)), 201, "")
+		time.Sleep(30 * time.Millisecond)
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-intr-0001", "e2", 1, false, "")), 409, "unsafe_resume")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-take-0001", "e2", 1, true, ""))
+		expect(r, 201, "")
+		assert.Equal(t, true, r.Body["takeover"])
+
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-fail-0001", "e1", 1, true, ""))
+		expect(a.Do("POST", "/v1/effects/walk-fail-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"DENIED"}}`), 201, "")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-fail-0001", "e1", 2, true, "")), 409, "retry_not_allowed")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, ""))
+		expect(a.Do("POST", "/v1/effects/walk-flaky-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`), 201, "")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, "")), 409, "attempt_conflict")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 2, true, ""))
+		expect(r, 201, "")
+		assert.Equal(t, true, r.Body["retry"])
+	})
+
+	t.Run("reserve/wait_ms", func(t *testing.T) {
+		if pending["wait_ms"] {
+			t.Log("this build refuses wait_ms: the wait cases are not run (docs/spec.md §8 lands separately)")
+			return
+		}
+		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0001", "e1", 1, true, ""))
+		expect(r, 201, "")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(200 * time.Millisecond)
+			_, _, _ = rawPost(a.URL+"/v1/effects/walk-wait-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`)
+		}()
+		start := time.Now()
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0001", "e2", 1, true, `,"wait_ms":10000`))
+		<-done
+		expect(r, 200, "")
+		assert.Equal(t, "replayed", r.Body["status"], "woken by the commit")
+		assert.Less(t, time.Since(start), 5*time.Second)
+
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0002", "e1", 1, true, "")), 201, "")
+		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0002", "e2", 1, true, `,"wait_ms":100`))
+		expect(r, 409, "in_progress")
+		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0003", "e1", 1, true, `,"wait_ms":60001`)), 400, "invalid_request")
+	})
+
+	t.Run("commit", func(t *testing.T) {
+		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-cmt-0001", "e1", 1, true, ""))
+		body := `{"reservation":"` + res(r) + `","outcome":"succeeded","external_ref":"ch_1","result":{"a":[1,2]}}`
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body), 201, "")
+		r = a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body)
+		expect(r, 200, "")
+		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", strings.Replace(body, "ch_1", "ch_2", 1)), 409, "already_finalized")
+		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"rsv_stale","outcome":"succeeded"}`), 409, "stale_reservation")
+		expect(a.Do("POST", "/v1/effects/walk-none-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 404, "unknown_key")
+		expect(a.Do("POST", "/v1/effects/bad%20key-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 400, "invalid_key")
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x","outcome":"maybe"}`), 400, "invalid_request")
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x"} trailing`), 400, "invalid_json")
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", huge), 413, "body_too_large")
+		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body, "Content-Type", "application/xml"), 415, "unsupported_media_type")
+	})
+
+	t.Run("resolve", func(t *testing.T) {
+		resolve := `{"outcome":"failed","error":{"code":"NOT_SENT","message":"checked"},"note":"checked the provider"}`
+		r := a.Do("POST", "/v1/effects/walk-intr-0001/resolve", resolve)
+		expect(r, 201, "")
+		assert.Equal(t, "failed", r.Body["state"])
+		expect(a.Do("POST", "/v1/effects/walk-intr-0001/resolve", resolve), 409, "not_interrupted")
+		expect(a.Do("POST", "/v1/effects/walk-none-0001/resolve", resolve), 404, "unknown_key")
+		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", `{"outcome":"succeeded"}`), 400, "invalid_request")
+		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", huge), 413, "body_too_large")
+		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", resolve, "Content-Type", "text/csv"), 415, "unsupported_media_type")
+	})
+
+	t.Run("read", func(t *testing.T) {
+		r := a.Do("GET", "/v1/effects/walk-key-0001", "")
+		expect(r, 200, "")
+		assert.Equal(t, "succeeded", r.Body["state"])
+		expect(a.Do("HEAD", "/v1/effects/walk-key-0001", ""), 200, "")
+		expect(a.Do("GET", "/v1/effects/walk-none-0001", ""), 404, "unknown_key")
+		expect(a.Do("GET", "/v1/effects/bad%20key-0001", ""), 400, "invalid_key")
+
+		r = a.Do("GET", "/v1/receipts?after=1&limit=2&tool=walk.tool", "")
+		expect(r, 200, "")
+		assert.NotNil(t, r.Body["next_after"])
+		r = a.Do("GET", "/v1/receipts?key=walk-key-0001&kind=replay&execution_id=e2", "")
+		expect(r, 200, "")
+		assert.Nil(t, r.Body["next_after"])
+		expect(a.Do("HEAD", "/v1/receipts", ""), 200, "")
+		expect(a.Do("GET", "/v1/receipts?limit=5000", ""), 400, "invalid_request")
+		expect(a.Do("GET", "/v1/receipts?after=-1", ""), 400, "invalid_request")
+		expect(a.Do("GET", "/v1/receipts?color=red", ""), 400, "invalid_request")
+
+		expect(a.Do("GET", "/v1/receipts/1", ""), 200, "")
+		expect(a.Do("HEAD", "/v1/receipts/1", ""), 200, "")
+		expect(a.Do("GET", "/v1/receipts/999999", ""), 404, "unknown_receipt")
+		expect(a.Do("GET", "/v1/receipts/abc", ""), 404, "unknown_receipt")
+
+		expect(a.Do("GET", "/v1/head", ""), 200, "")
+		expect(a.Do("HEAD", "/v1/head", ""), 200, "")
+	})
+
+	t.Run("operations", func(t *testing.T) {
+		r := a.Do("GET", "/v1/openapi.json", "")
+		expect(r, 200, "")
+		assert.Equal(t, "3.1.0", r.Body["openapi"])
+		etag := r.Header.Get("ETag")
+		require.NotEmpty(t, etag)
+		expect(a.Do("GET", "/v1/openapi.json", "", "If-None-Match", etag), 304, "")
+		expect(a.Do("HEAD", "/v1/openapi.json", ""), 200, "")
+		expect(b.Do("GET", "/v1/openapi.json", ""), 200, "") // public even with tokens
+
+		expect(a.Do("GET", "/healthz", ""), 200, "")
+		expect(a.Do("HEAD", "/healthz", ""), 200, "")
+		expect(a.Do("GET", "/readyz", ""), 200, "")
+		expect(a.Do("HEAD", "/readyz", ""), 200, "")
+		expect(a.Do("GET", "/metrics", ""), 200, "")
+		expect(a.Do("HEAD", "/metrics", ""), 200, "")
+		if !pending["ui"] {
+			r := a.Do("GET", "/ui/", "")
+			expect(r, 200, "")
+			assert.True(t, strings.HasPrefix(r.Header.Get("Content-Type"), "text/html"), r.Header.Get("Content-Type"))
+		}
+
+		expect(a.Do("GET", "/v2/anything", ""), 404, "not_found")
+		expect(a.Do("GET", "/v1/effects/a/b/c", ""), 404, "not_found")
+		for _, m := range []struct{ method, path, allow string }{
+			{"GET", "/v1/effects/reserve", "POST"},
+			{"DELETE", "/v1/head", "GET, HEAD"},
+			{"PUT", "/v1/effects/walk-key-0001/commit", "POST"},
+			{"POST", "/v1/effects/walk-key-0001", "GET, HEAD"},
+			{"POST", "/v1/openapi.json", "GET, HEAD"},
+		} {
+			r := a.Do(m.method, m.path, "")
+			expect(r, 405, "method_not_allowed")
+			assert.Equal(t, m.allow, r.Header.Get("Allow"), "%s %s", m.method, m.path)
+		}
+	})
+
+	t.Run("auth", func(t *testing.T) {
+		reserveBody := rsv("walk-auth-0001", "e1", 1, true, "")
+		r := b.Do("POST", "/v1/effects/reserve", reserveBody, "Authorization", tok["writer"])
+		expect(r, 201, "")
+		for _, op := range []struct {
+			method, path, body, wrongRole string
+		}{
+			{"POST", "/v1/effects/reserve", reserveBody, "reader"},
+			{"POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"` + res(r) + `","outcome":"succeeded"}`, "reader"},
+			{"POST", "/v1/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`, "writer"},
+			{"GET", "/v1/effects/walk-auth-0001", "", "writer"},
+			{"GET", "/v1/receipts", "", "writer"},
+			{"GET", "/v1/receipts/1", "", "writer"},
+			{"GET", "/v1/head", "", "writer"},
+			{"GET", "/metrics", "", "writer"},
+		} {
+			r := b.Do(op.method, op.path, op.body)
+			expect(r, 401, "unauthorized")
+			assert.True(t, strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer"), "%s %s", op.method, op.path)
+			expect(b.Do(op.method, op.path, op.body, "Authorization", "Bearer elt_wrong"), 401, "unauthorized")
+			expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+		}
+		expect(b.Do("POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`, "Authorization", tok["writer"]), 201, "")
+		expect(b.Do("GET", "/v1/effects/walk-auth-0001", "", "Authorization", tok["reader"]), 200, "")
+		expect(b.Do("GET", "/metrics", "", "Authorization", tok["reader"]), 200, "")
+		expect(b.Do("GET", "/v1/head", "", "Authorization", tok["admin"]), 200, "")
+		expect(b.Do("GET", "/healthz", ""), 200, "")
+		expect(b.Do("GET", "/readyz", ""), 200, "")
+	})
+
+	t.Run("rate", func(t *testing.T) {
+		expect(c.Do("GET", "/v1/head", "", "Authorization", rateTok), 200, "") // the one request of the burst
+		for _, op := range []struct{ method, path, body string }{
+			{"POST", "/v1/effects/reserve", rsv("walk-rate-0001", "e1", 1, true, "")},
+			{"POST", "/v1/effects/walk-rate-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
+			{"POST", "/v1/effects/walk-rate-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
+			{"GET", "/v1/effects/walk-rate-0001", ""},
+			{"GET", "/v1/receipts", ""},
+			{"GET", "/v1/receipts/1", ""},
+			{"GET", "/v1/head", ""},
+		} {
+			r := c.Do(op.method, op.path, op.body, "Authorization", rateTok)
+			expect(r, 429, "rate_limited")
+			assert.NotEmpty(t, r.Header.Get("Retry-After"), "%s %s", op.method, op.path)
+		}
+	})
+
+	if t.Failed() {
+		return // the coverage below would only repeat what failed
+	}
+	assert.Empty(t, cov.missing(openAPIDoc, map[int]bool{500: true, 503: true}, skipOps),
+		"declared statuses no request produced")
+	assert.Empty(t, cov.missingCodes(openAPIDoc, map[string]bool{"internal": true, "unavailable": true}),
+		"error codes no request produced")
+}
+
+// probePending finds out, without the document's checks, which parts of
+// issue 11 that other changes deliver this build serves yet: the web
+// audit page at /ui/ and wait_ms on reserve (docs/spec.md §8). The
+// document describes both; a build without them gets their cases skipped
+// with a log line, and runs them as soon as it has them.
+func probePending(t *testing.T, l *Ledgerd) map[string]bool {
+	t.Helper()
+	plain := &http.Client{Transport: plainTransport}
+	pending := map[string]bool{}
+
+	res, err := plain.Get(l.URL + "/ui/")
+	require.NoError(t, err)
+	res.Body.Close()
+	if res.StatusCode == http.StatusNotFound && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		pending["ui"] = true
+		t.Log("this build serves no /ui/: its cases are not run")
+	}
+
+	res, err = plain.Post(l.URL+"/v1/effects/reserve", "application/json",
+		strings.NewReader(`{"execution_id":"e","tool":"t","effect":"read","wait_ms":0}`))
+	require.NoError(t, err)
+	raw := readAll(res)
+	if res.StatusCode == http.StatusBadRequest && strings.Contains(raw, `"field":"wait_ms"`) {
+		pending["wait_ms"] = true
+	}
+	return pending
+}
