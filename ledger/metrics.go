@@ -33,6 +33,14 @@ var (
 		Help:    "Write operations per transaction (group commit).",
 		Buckets: prometheus.ExponentialBuckets(1, 2, 10),
 	})
+	writerReady = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "ledger_writer_ready",
+		Help: "1 while the database accepts writes (the last write batch or readiness probe committed), 0 after one failed: what /readyz reports.",
+	})
+	batchFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_writer_batch_failures_total",
+		Help: "Write batches rolled back because the database could not be written (every request in them got 503).",
+	})
 	batchSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ledger_writer_batch_duration_seconds",
 		Help:    "Time from BEGIN to durable COMMIT of one write batch.",

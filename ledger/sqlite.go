@@ -235,6 +235,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		db.logger.Warn("background WAL checkpoint failed", "err", err)
 	})
 	go db.writer()
+	writerReady.Set(1) // Open wrote (or checked) the schema through this handle
 	ok = true
 	return db, nil
 }

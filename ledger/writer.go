@@ -127,6 +127,8 @@ func (db *DB) runBatch(ops []*writeOp) {
 	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head, stmts: db.stmts, cache: db.cache}
 	fail := func(err error) {
 		db.lastWriteErr.Store(&err)
+		writerReady.Set(0)
+		batchFailures.Inc()
 		db.logger.Error("write batch failed", "ops", len(ops), "err", err)
 		for _, op := range ops {
 			var de *Error
@@ -168,6 +170,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 		return
 	}
 	db.lastWriteErr.Store(nil)
+	writerReady.Set(1)
 	db.head.Store(&t.head)
 	if t.resetCache {
 		db.cache = newKeyCache(db.cache.max)
