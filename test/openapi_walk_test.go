@@ -1,7 +1,13 @@
 package test
 
 import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
 )
 
 // TestOpenAPI_EveryRoute drives every operation of api/openapi.yaml
@@ -222,6 +230,13 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			assert.True(t, strings.HasPrefix(r.Header.Get("Content-Type"), "text/html"), r.Header.Get("Content-Type"))
 		}
 
+		expect(a.Do("GET", "/v1/head", "", "X-Padding", strings.Repeat("p", 100<<10)), 431, "headers_too_large")
+		x := rawExchange(t, a, "POST", "/v1/effects/reserve", "Transfer-Encoding: gzip\r\nContent-Type: application/json\r\n")
+		assert.Equal(t, 501, x.Resp.StatusCode, "%s", x.RespBody)
+		op, err := openAPIDoc.Check(context.Background(), x)
+		assert.NoError(t, err)
+		cov.observe(op, x)
+
 		expect(a.Do("GET", "/v2/anything", ""), 404, "not_found")
 		expect(a.Do("GET", "/v1/effects/a/b/c", ""), 404, "not_found")
 		for _, m := range []struct{ method, path, allow string }{
@@ -247,20 +262,24 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			{"POST", "/v1/effects/reserve", reserveBody, "reader"},
 			{"POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"` + res(r) + `","outcome":"succeeded"}`, "reader"},
 			{"POST", "/v1/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`, "writer"},
-			{"GET", "/v1/effects/walk-auth-0001", "", "writer"},
+			{"GET", "/v1/effects/walk-auth-0001", "", ""}, // a writer reads its keys
 			{"GET", "/v1/receipts", "", "writer"},
 			{"GET", "/v1/receipts/1", "", "writer"},
-			{"GET", "/v1/head", "", "writer"},
+			{"GET", "/v1/head", "", ""}, // and the head
 			{"GET", "/metrics", "", "writer"},
 		} {
 			r := b.Do(op.method, op.path, op.body)
 			expect(r, 401, "unauthorized")
 			assert.True(t, strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer"), "%s %s", op.method, op.path)
 			expect(b.Do(op.method, op.path, op.body, "Authorization", "Bearer elt_wrong"), 401, "unauthorized")
-			expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+			if op.wrongRole != "" {
+				expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+			}
 		}
 		expect(b.Do("POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`, "Authorization", tok["writer"]), 201, "")
 		expect(b.Do("GET", "/v1/effects/walk-auth-0001", "", "Authorization", tok["reader"]), 200, "")
+		expect(b.Do("GET", "/v1/effects/walk-auth-0001", "", "Authorization", tok["writer"]), 200, "")
+		expect(b.Do("GET", "/v1/head", "", "Authorization", tok["writer"]), 200, "")
 		expect(b.Do("GET", "/metrics", "", "Authorization", tok["reader"]), 200, "")
 		expect(b.Do("GET", "/v1/head", "", "Authorization", tok["admin"]), 200, "")
 		expect(b.Do("GET", "/healthz", ""), 200, "")
@@ -319,4 +338,22 @@ func probePending(t *testing.T, l *Ledgerd) map[string]bool {
 		pending["wait_ms"] = true
 	}
 	return pending
+}
+
+// rawExchange sends a request over a bare connection, for what an HTTP
+// client will not send, and returns it with the response read back.
+func rawExchange(t *testing.T, l *Ledgerd, method, path, headers string) openapicheck.Exchange {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: ledgerd\r\n%sConnection: close\r\n\r\n", method, path, headers)
+	require.NoError(t, err)
+	req := httptest.NewRequest(method, l.URL+path, nil)
+	res, err := http.ReadResponse(bufio.NewReader(conn), req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	res.Body.Close()
+	return openapicheck.Exchange{Req: req, Resp: res, RespBody: body}
 }

@@ -112,6 +112,13 @@ type Exchange struct {
 func (d *Doc) Check(ctx context.Context, x Exchange) (string, error) {
 	req := x.Req.Clone(ctx)
 	req.Body = io.NopCloser(bytes.NewReader(x.ReqBody))
+	// The server refuses some requests before it chooses a route.
+	switch x.Resp.StatusCode {
+	case http.StatusRequestHeaderFieldsTooLarge:
+		return "", d.checkComponent(ctx, req, x, "HeadersTooLarge", x.Resp.StatusCode)
+	case http.StatusNotImplemented:
+		return "", d.checkComponent(ctx, req, x, "NotImplemented", x.Resp.StatusCode)
+	}
 	route, params, err := d.router.FindRoute(req)
 	switch {
 	case errors.Is(err, routers.ErrPathNotFound):
