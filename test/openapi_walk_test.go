@@ -159,7 +159,9 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		expect(r, 200, "")
 		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
 		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", strings.Replace(body, "ch_1", "ch_2", 1)), 409, "already_finalized")
-		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"rsv_stale","outcome":"succeeded"}`), 409, "stale_reservation")
+		stale := "rsv_" + strings.Repeat("0", 64) // well-formed, never issued
+		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"`+stale+`","outcome":"succeeded"}`), 409, "stale_reservation")
+		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"rsv_stale","outcome":"succeeded"}`), 400, "invalid_request")
 		expect(a.Do("POST", "/v1/effects/walk-none-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 404, "unknown_key")
 		expect(a.Do("POST", "/v1/effects/bad%20key-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 400, "invalid_key")
 		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x","outcome":"maybe"}`), 400, "invalid_request")
