@@ -67,7 +67,9 @@ func Parse(data []byte) (*Doc, error) {
 func init() {
 	// Bodies the API serves that are not JSON.
 	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
-	openapi3filter.RegisterBodyDecoder("application/openmetrics-text", openapi3filter.PlainBodyDecoder)
+	for _, ct := range []string{"application/openmetrics-text", "text/css", "text/javascript", "image/svg+xml"} {
+		openapi3filter.RegisterBodyDecoder(ct, openapi3filter.PlainBodyDecoder)
+	}
 }
 
 // Operations lists every operation of the document as "METHOD /path",

@@ -24,6 +24,14 @@ const (
 	reserveBody = `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`
 )
 
+// receipt is the JSON form of the spec's first test-vector receipt.
+const receipt = `{"seq":1,"kind":"reserve","idempotency_key":"refund-order-1234","key_generated":false,` +
+	`"execution_id":"exec-1","attempt":1,"tool":"payments.refund","effect":"write","idempotent":true,` +
+	`"input_hash":"sha256:5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8","outcome":"",` +
+	`"external_ref":"","result":null,"error_code":"","error_message":"","retryable":false,` +
+	`"lease_expires_at":1764475230000,"ref_seq":0,"actor":"","note":"","recorded_at":1764475200000,` +
+	`"prev_hash":"0000000000000000000000000000000000000000000000000000000000000000","hash":"` + hash + `"}`
+
 func errorBody(code string) string {
 	return `{"error":{"code":"` + code + `","message":"m","details":{}}}`
 }
@@ -82,6 +90,30 @@ func TestDoc_Check(t *testing.T) {
 		{desc: "OK not found", x: exchange("GET", "/v2/nothing", "", 404, errorBody("not_found"))},
 		{desc: "OK method not allowed", x: exchange("DELETE", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET, HEAD")},
 		{desc: "OK head", x: exchange("HEAD", "/v1/head", "", 200, ""), wantOp: "HEAD /v1/head"},
+		{desc: "OK receipt", x: exchange("GET", "/v1/receipts/1", "", 200, receipt), wantOp: "GET /v1/receipts/{seq}"},
+		{
+			desc: "OK malformed receipt",
+			x: exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(strings.Replace(receipt, `"seq":1`, `"seq":null`, 1),
+				`"hash":"`+hash+`"}`, `"hash":"`+hash+`","malformed":{"seq":"'x'"}}`, 1)),
+			wantOp: "GET /v1/receipts/{seq}",
+		},
+		{
+			desc:   "OK result as text",
+			x:      exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"result":null`, `"result":"{ \"a\": 1 }","result_encoding":"text"`, 1)),
+			wantOp: "GET /v1/receipts/{seq}",
+		},
+		{
+			desc:    "ErrNullWithoutMalformed",
+			x:       exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"seq":1`, `"seq":null`, 1)),
+			wantOp:  "GET /v1/receipts/{seq}",
+			wantErr: "seq",
+		},
+		{
+			desc:    "ErrMalformedNamesAString",
+			x:       exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"hash":"`+hash+`"}`, `"hash":"`+hash+`","malformed":{"tool":"x"}}`, 1)),
+			wantOp:  "GET /v1/receipts/{seq}",
+			wantErr: "malformed",
+		},
 		{
 			desc:    "ErrMissingField",
 			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"takeover":false,`, "", 1)),
