@@ -9,7 +9,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -175,17 +174,6 @@ func (c *coverage) missingCodes(doc *openapicheck.Doc, skip map[string]bool) []s
 		code, _ := v.(string)
 		if !skip[code] && !c.codes[code] {
 			out = append(out, code)
-		}
-	}
-	return out
-}
-
-// opsOf returns the operations of the document with the given path prefix.
-func opsOf(doc *openapicheck.Doc, prefix string) map[string]bool {
-	out := map[string]bool{}
-	for _, op := range doc.Operations() {
-		if _, path, _ := strings.Cut(op, " "); strings.HasPrefix(path, prefix) {
-			out[op] = true
 		}
 	}
 	return out
