@@ -52,9 +52,6 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		return b.Do("GET", "/v1/head", "").Status == 401 && c.Do("GET", "/v1/head", "").Status == 401
 	}, 10*time.Second, 50*time.Millisecond, "auth turns on once a token exists")
 
-	skipOps := map[string]bool{}
-	pending := probePending(t, a)
-
 	expect := func(r Resp, status int, code string) {
 		t.Helper()
 		assert.Equal(t, status, r.Status, r.Raw)
@@ -122,10 +119,6 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	})
 
 	t.Run("reserve/wait_ms", func(t *testing.T) {
-		if pending["wait_ms"] {
-			t.Log("this build refuses wait_ms: the wait cases are not run (docs/spec.md §8 lands separately)")
-			return
-		}
 		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0001", "e1", 1, true, ""))
 		expect(r, 201, "")
 		done := make(chan struct{})
@@ -340,30 +333,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	if t.Failed() {
 		return // the coverage below would only repeat what failed
 	}
-	assert.Empty(t, cov.missing(openAPIDoc, map[int]bool{500: true, 503: true}, skipOps),
+	assert.Empty(t, cov.missing(openAPIDoc, map[int]bool{500: true, 503: true}),
 		"declared statuses no request produced")
 	assert.Empty(t, cov.missingCodes(openAPIDoc, map[string]bool{"internal": true, "unavailable": true}),
 		"error codes no request produced")
-}
-
-// probePending finds out, without the document's checks, whether this
-// build serves wait_ms on reserve (docs/spec.md §8), which another change
-// of the same release delivers. The document describes it; a build
-// without it gets the wait cases skipped with a log line, and runs them as
-// soon as it has it.
-func probePending(t *testing.T, l *Ledgerd) map[string]bool {
-	t.Helper()
-	plain := &http.Client{Transport: plainTransport}
-	pending := map[string]bool{}
-
-	res, err := plain.Post(l.URL+"/v1/effects/reserve", "application/json",
-		strings.NewReader(`{"execution_id":"e","tool":"t","effect":"read","wait_ms":0}`))
-	require.NoError(t, err)
-	raw := readAll(res)
-	if res.StatusCode == http.StatusBadRequest && strings.Contains(raw, `"field":"wait_ms"`) {
-		pending["wait_ms"] = true
-	}
-	return pending
 }
 
 // rawExchange sends a request over a bare connection, for what an HTTP
