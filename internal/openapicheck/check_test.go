@@ -237,8 +237,18 @@ func TestTransport(t *testing.T) {
 	assert.Equal(t, reserveBody, string(b), "the server saw the request body")
 
 	mu.Lock()
-	defer mu.Unlock()
 	assert.Equal(t, []string{"GET /v1/head", "POST /v1/effects/reserve"}, ops)
 	require.Len(t, problems, 1, "only the echo is wrong: %v", problems)
 	assert.Contains(t, problems[0], "POST /v1/effects/reserve")
+	mu.Unlock()
+
+	// A server the document does not describe is passed through unchecked.
+	c.Transport.(*openapicheck.Transport).Serves = func(*http.Request) bool { return false }
+	res, err = c.Post(srv.URL+"/v1/effects/reserve", "application/json", strings.NewReader(reserveBody))
+	require.NoError(t, err)
+	res.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, problems, 1, "nothing new reported")
+	assert.Len(t, ops, 2, "nothing new observed")
 }
