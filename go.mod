@@ -11,7 +11,10 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/stretchr/testify v1.12.1
-	golang.org/x/term v0.44.0
+	github.com/transparency-dev/merkle v0.0.2
+	golang.org/x/crypto v0.59.0
+	golang.org/x/mod v0.41.0
+	golang.org/x/term v0.48.0
 )
 
 require (
@@ -25,6 +28,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
