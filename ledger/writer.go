@@ -39,6 +39,7 @@ const (
 // connection.
 type writeStmts struct {
 	key, putKey, insert, receipt, maxAttempt *sql.Stmt
+	treeRead, treeInsert                     *sql.Stmt // tree.go
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
@@ -125,6 +126,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 	start := time.Now()
 	head := *db.head.Load()
 	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head, stmts: db.stmts, cache: db.cache}
+	t.tree.cache = db.tree
 	fail := func(err error) {
 		db.lastWriteErr.Store(&err)
 		db.logger.Error("write batch failed", "ops", len(ops), "err", err)
@@ -176,6 +178,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 		db.cache = newKeyCache(db.cache.max)
 	}
 	db.cache.merge(t.dirtyKeys, t.dirtyReceipts)
+	db.commitTree(t)
 	db.waits.notify(t.ended) // after COMMIT: a woken reserve sees the outcome
 	for _, op := range ops {
 		op.done <- op.err
@@ -212,6 +215,7 @@ type writeTx struct {
 	dirtyKeys     map[string]*keyRecord
 	dirtyReceipts map[uint64]*chain.Receipt
 	resetCache    bool // the batch rewrote the keys table behind the cache
+	tree          treeTx
 }
 
 var _ writeStore = (*writeTx)(nil)
@@ -303,6 +307,9 @@ func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, e
 		r.PrevHash[:], r.Hash[:])
 	if err != nil {
 		return r, fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
+	}
+	if err := t.appendLeaf(ctx, &r); err != nil {
+		return r, err
 	}
 	t.head = Head{Seq: r.Seq, Hash: r.Hash}
 	t.kinds = append(t.kinds, r.Kind)

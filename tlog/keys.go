@@ -44,17 +44,8 @@ func LoadSigner(spec, name string) (note.Signer, string, func() error, error) {
 	if err != nil {
 		return nil, "", noop, fmt.Errorf("signing key: %w", err)
 	}
-	text := strings.TrimSpace(string(data))
-	if strings.HasPrefix(text, "PRIVATE+KEY+") {
-		s, err := note.NewSigner(text)
-		if err != nil {
-			return nil, "", noop, fmt.Errorf("signing key %s: %w", spec, err)
-		}
-		if s.Name() != name {
-			return nil, "", noop, fmt.Errorf("signing key %s is for %q, but the log origin prefix is %q (set --log-origin %s, or make a key with ledgerctl keygen --origin %s)",
-				spec, s.Name(), name, s.Name(), name)
-		}
-		vkey, err := verifierKeyOf(text)
+	if text := strings.TrimSpace(string(data)); strings.HasPrefix(text, "PRIVATE+KEY+") {
+		s, vkey, _, err := LoadSignerText(text, name)
 		if err != nil {
 			return nil, "", noop, fmt.Errorf("signing key %s: %w", spec, err)
 		}
@@ -83,10 +74,29 @@ func LoadSigner(spec, name string) (note.Signer, string, func() error, error) {
 	return s, vkey, noop, err
 }
 
+// LoadSignerText returns the signer of a note private key
+// (PRIVATE+KEY+…) whose name must be name, and its verifier key.
+func LoadSignerText(skey, name string) (note.Signer, string, func() error, error) {
+	noop := func() error { return nil }
+	s, err := note.NewSigner(skey)
+	if err != nil {
+		return nil, "", noop, fmt.Errorf("note key: %w", err)
+	}
+	if s.Name() != name {
+		return nil, "", noop, fmt.Errorf("the key is for %q, but the log origin prefix is %q (set --log-origin %s, or make a key with ledgerctl keygen --origin %s)",
+			s.Name(), name, s.Name(), name)
+	}
+	vkey, err := verifierKeyOf(skey)
+	if err != nil {
+		return nil, "", noop, err
+	}
+	return s, vkey, noop, nil
+}
+
 // verifierKeyOf derives the verifier key from a note private key
 // PRIVATE+KEY+<name>+<hash>+<base64(0x01 ‖ seed)>.
 func verifierKeyOf(skey string) (string, error) {
-	parts := strings.Split(skey, "+")
+	parts := strings.SplitN(skey, "+", 5) // base64 may hold "+"
 	if len(parts) != 5 {
 		return "", errors.New("malformed note private key")
 	}
