@@ -122,4 +122,5 @@ func (db *DB) StoreCheckpoint(ctx context.Context, c *tlog.Signed) error {
 		return nil
 	})
 }
+
 var _ tlog.Store = (*DB)(nil)
