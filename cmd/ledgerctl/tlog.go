@@ -256,15 +256,7 @@ Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 	if len(pos) != 1 || *vkeyFlag == "" {
 		return usageErr(fs, c.Env, "give one FILE and --vkey")
 	}
-	vkey := *vkeyFlag
-	if !strings.Contains(vkey, "+") {
-		b, err := os.ReadFile(vkey)
-		if err != nil {
-			return usageErr(fs, c.Env, "--vkey: %v", err)
-		}
-		vkey = strings.TrimSpace(string(b))
-	}
-	v, err := tlog.NewVerifier(vkey)
+	v, err := readVerifier(*vkeyFlag)
 	if err != nil {
 		return usageErr(fs, c.Env, "--vkey: %v", err)
 	}
