@@ -146,6 +146,7 @@ func (c *CheckpointCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerJSON(fs)
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE | --server URL)
 
 Prints the latest signed checkpoint of the Merkle tree (a C2SP signed note:
@@ -169,6 +170,14 @@ verify --checkpoint with it catches any rewrite of what it covers.`,
 	if err != nil {
 		return err
 	}
+	if src.json {
+		cp, err := tlog.ParseCheckpoint(tlog.NoteText(note))
+		if err != nil {
+			return err
+		}
+		return writeJSON(c.Env.Stdout, map[string]any{"origin": cp.Origin, "tree_size": cp.Size,
+			"root": tlog.HexHash(cp.Root), "checkpoint": string(note)})
+	}
 	_, err = c.Env.Stdout.Write(note)
 	return err
 }
@@ -181,6 +190,7 @@ func (c *ProveCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("prove", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	fs.BoolVar(&src.json, "json", true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE | --server URL) SEQ|KEY
 
 Prints the portable receipt of receipt SEQ, or of every receipt of the
