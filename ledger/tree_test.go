@@ -200,3 +200,48 @@ func TestStoreCheckpoint_ErrNotLarger(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "a", c.Note)
 }
+
+// Tiles, proofs and checkpoints are read through the read pool: they are
+// served while the writer is stuck inside a batch.
+func TestReadTile_NotOnWriter(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	ctx := context.Background()
+	for i := range 10 {
+		mustReserve(t, db, reserveReq(fmt.Sprintf("key-tile-%04d", i), "exec-1"))
+	}
+	cp := newCheckpointer(t, db)
+	_, err := cp.SignOnce(ctx)
+	require.NoError(t, err)
+
+	var blocking atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	db.SetBeforeCommit(func() error {
+		if blocking.Load() {
+			close(entered)
+			<-release
+		}
+		return nil
+	})
+	blocking.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.Reserve(ctx, reserveReq("key-tile-stuck", "exec-2"))
+		done <- err
+	}()
+	<-entered
+	defer func() { blocking.Store(false); close(release); require.NoError(t, <-done) }()
+
+	tile, err := db.ReadTile(ctx, "tile/0/000.p/10")
+	require.NoError(t, err)
+	assert.Len(t, tile.Data, 10*32)
+	assert.False(t, tile.Full)
+	entries, err := db.ReadTile(ctx, "tile/entries/000.p/10")
+	require.NoError(t, err)
+	assert.Len(t, entries.Data, 10*34)
+	_, err = db.InclusionProof(ctx, 3, 0)
+	require.NoError(t, err)
+	_, err = db.PortableReceipt(ctx, 10)
+	require.NoError(t, err)
+	_, err = db.ReadTile(ctx, "tile/0/000.p/11")
+	assert.Equal(t, ledger.ECodeNotFound, ledger.ErrorCode(err), "beyond the tree")
+}
