@@ -57,7 +57,7 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 
 // readVerifier parses a verifier key given inline or in a file.
 func readVerifier(s string) (note.Verifier, error) {
-	if !strings.Contains(s, "+") {
+	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
 		b, err := os.ReadFile(s)
 		if err != nil {
 			return nil, err
