@@ -73,7 +73,6 @@ type treeTx struct {
 	read, insert *sql.Stmt // bound to the batch transaction on first use
 	cache        treeCache
 	added        map[int64]tlog.Hash
-	err          error
 }
 
 // ReadHashes implements sumdb.HashReader over the batch, the writer's
