@@ -28,7 +28,9 @@ func (rd *Reader) checkpointed(ctx context.Context, n int64, field string) (*tlo
 		return nil, err
 	}
 	if c == nil && n == 0 {
-		return nil, Errorf(ECodeNotCheckpointed, "no checkpoint has been signed yet")
+		// SPEC §9: the size defaults to the latest checkpoint's; with none
+		// there is no size to prove against.
+		return nil, invalid(field, "no checkpoint has been signed yet, so there is no %s to prove against", field)
 	}
 	if c == nil {
 		return nil, invalid(field, "%s %d is not the size of a signed checkpoint", field, n)
@@ -38,8 +40,8 @@ func (rd *Reader) checkpointed(ctx context.Context, n int64, field string) (*tlo
 
 // InclusionProof proves receipt seq in the checkpointed tree of size n
 // (the latest checkpoint when n is 0). Errors: *Error with
-// ECodeUnknownReceipt (seq beyond the tree), ECodeInvalidRequest (n not a
-// checkpointed size ≥ seq) or ECodeNotCheckpointed.
+// ECodeUnknownReceipt (seq beyond the tree) or ECodeInvalidRequest (n not
+// a checkpointed size ≥ seq, or no checkpoint yet).
 func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlog.InclusionProof, error) {
 	size, err := rd.TreeSize(ctx)
 	if err != nil {
@@ -56,10 +58,7 @@ func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlo
 		return nil, err
 	}
 	if uint64(c.Size) < seq {
-		if n == 0 {
-			return nil, Errorf(ECodeNotCheckpointed, "receipt %d is not covered by a checkpoint yet (latest size %d)", seq, c.Size)
-		}
-		return nil, invalid("size", "size %d does not contain receipt %d", n, seq)
+		return nil, invalid("size", "the checkpointed tree of size %d does not contain receipt %d yet", c.Size, seq)
 	}
 	idx := tlog.LeafIndex(seq)
 	p, err := tlog.ProveInclusion(c.Size, idx, rd.HashReader(ctx))
@@ -71,8 +70,7 @@ func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlo
 
 // ConsistencyProof proves that the checkpointed tree of size from (0 is
 // the empty tree) is a prefix of the checkpointed tree of size to (the
-// latest when 0). Errors: *Error with ECodeInvalidRequest or
-// ECodeNotCheckpointed.
+// latest when 0). Errors: *Error with ECodeInvalidRequest.
 func (rd *Reader) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.ConsistencyProof, error) {
 	ct, err := rd.checkpointed(ctx, to, "to")
 	if err != nil {

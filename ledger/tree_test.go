@@ -119,6 +119,7 @@ func TestTree_Backfill(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrNoTree, "a reader on a file without the tree says so")
 	require.NoError(t, rd.Close())
 
+	defer ledger.SetBackfillChunk(7)() // several back-fill transactions, the last one partial
 	db, err = ledger.Open(context.Background(), path, quiet)
 	require.NoError(t, err)
 	defer db.Close()

@@ -83,6 +83,9 @@ func TestVerifiableLog_checkpointsAndProofs(t *testing.T) {
 	r := l.Do("GET", "/log/default/checkpoint", "")
 	assert.Equal(t, 404, r.Status)
 	assert.Equal(t, "not_checkpointed", r.Code())
+	r = l.Do("GET", "/v1/proof/consistency?from=0", "")
+	assert.Equal(t, 400, r.Status, "no checkpoint: no size to prove against")
+	assert.Equal(t, "invalid_request", r.Code())
 
 	// Grow the log in waves so that several checkpoints exist.
 	rng := rand.New(rand.NewPCG(7, 9))
@@ -156,6 +159,18 @@ func TestVerifiableLog_checkpointsAndProofs(t *testing.T) {
 	empty := l.Do("GET", fmt.Sprintf("/v1/proof/consistency?from=0&to=%d", last), "")
 	require.Equal(t, 200, empty.Status, empty.Raw)
 	assert.Contains(t, empty.Raw, `"hashes":[]`)
+
+	// The CLI reads the same log from the server: the checkpoint, and a
+	// verify of the whole chain against the checkpoint URL.
+	served := l.Do("GET", "/log/default/checkpoint", "").Raw
+	out, stderr, code := ledgerctl(t, "checkpoint", "--server", l.URL)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, served, out)
+	out, stderr, code = ledgerctl(t, "checkpoint", "--server", l.URL, "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, fmt.Sprintf(`"tree_size":%d`, last))
+	out, stderr, code = ledgerctl(t, "verify", "--server", l.URL, "--checkpoint", l.URL+"/log/default/checkpoint", "--vkey", vkey)
+	assert.Equal(t, 0, code, "%s%s", out, stderr)
 }
 
 func raw(hs []tlog.HexHash) [][]byte {
