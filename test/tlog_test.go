@@ -596,3 +596,42 @@ func TestVerifiableLog_sshKeys(t *testing.T) {
 	_, code = runLedgerd(t, "--db", filepath.Join(dir, "x.db"), "--listen", "127.0.0.1:0", "--signing-key", "ssh-agent:SHA256:nope")
 	assert.NotEqual(t, 0, code, "an unknown agent identity is refused at start")
 }
+
+// keygen never overwrites a key; ledgerd refuses to start with a key it
+// cannot use, naming the reason.
+func TestVerifiableLog_keyErrors(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "log.key")
+	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
+	require.Equal(t, 0, code, stderr)
+	before, err := os.ReadFile(key)
+	require.NoError(t, err)
+	_, stderr, code = ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "exists")
+	after, err := os.ReadFile(key)
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "the existing key is untouched")
+	_, _, code = ledgerctl(t, "keygen", "--origin", "bad+name", "--out", filepath.Join(dir, "k2"))
+	assert.Equal(t, 2, code)
+
+	junk := filepath.Join(dir, "junk.key")
+	require.NoError(t, os.WriteFile(junk, []byte("hello"), 0o600))
+	for _, tt := range []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"key of another origin", []string{"--signing-key", key, "--log-origin", "other.test"}, `the key is for "ex.test"`},
+		{"missing key file", []string{"--signing-key", filepath.Join(dir, "nope.key")}, "no such file"},
+		{"not a key", []string{"--signing-key", junk}, "neither a note key nor an OpenSSH private key"},
+		{"bad interval", []string{"--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "1ms"}, "--checkpoint-interval"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			out, code := runLedgerd(t, append([]string{"--db", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0"}, tt.args...)...)
+			assert.NotEqual(t, 0, code)
+			assert.Contains(t, out, tt.want)
+			assert.NoFileExists(t, filepath.Join(dir, "l.db"), "nothing is created before the key is loaded")
+		})
+	}
+}

@@ -56,7 +56,7 @@ func ParseCheckpoint(text string) (Checkpoint, error) {
 		return c, fmt.Errorf("%w: bad tree size %q", ErrBadCheckpoint, lines[1])
 	}
 	c.Size = n
-	root, err := base64.StdEncoding.DecodeString(lines[2])
+	root, err := base64.StdEncoding.Strict().DecodeString(lines[2]) // one text per root
 	if err != nil || len(root) != len(c.Root) {
 		return c, fmt.Errorf("%w: bad root hash %q", ErrBadCheckpoint, lines[2])
 	}

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -216,6 +218,15 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer func() { _ = ln.Close() }()
+	// Load the signing key before the database is opened or created: a
+	// key that cannot sign stops ledgerd before anything is written.
+	var key *signingKey
+	if m.SigningKey != "" {
+		if key, err = m.loadKey(); err != nil {
+			return err
+		}
+		defer key.close()
+	}
 	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger, MaxWaiters: m.MaxWaiters})
 	if err != nil {
 		return err
@@ -240,12 +251,8 @@ func (m *Main) Run(ctx context.Context) error {
 		periodic = &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
 		go func() { defer close(done); periodic.Run(vctx) }()
 	}
-	if m.SigningKey != "" {
-		stopSigner, err := m.startSigner(ctx, db)
-		if err != nil {
-			return err
-		}
-		defer stopSigner()
+	if key != nil {
+		defer m.startSigner(ctx, db, key)()
 	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
@@ -338,25 +345,37 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// startSigner loads the signing key and starts the checkpoint signer; the
-// returned func stops it and releases the key.
-func (m *Main) startSigner(ctx context.Context, db *ledger.DB) (func(), error) {
+// signingKey is a loaded checkpoint signing key.
+type signingKey struct {
+	signer note.Signer
+	vkey   string
+	close  func()
+}
+
+// loadKey loads --signing-key with --log-origin as its name.
+func (m *Main) loadKey() (*signingKey, error) {
 	signer, vkey, closeKey, err := tlog.LoadSigner(m.SigningKey, m.LogOrigin)
 	if err != nil {
 		return nil, err
 	}
+	return &signingKey{signer: signer, vkey: vkey, close: func() {
+		if err := closeKey(); err != nil {
+			m.Logger.Warn("close signing key", "err", err)
+		}
+	}}, nil
+}
+
+// startSigner starts the checkpoint signer; the returned func stops it.
+func (m *Main) startSigner(ctx context.Context, db *ledger.DB, key *signingKey) func() {
 	origin := tlog.Origin(m.LogOrigin, tlog.DefaultNamespace)
-	cp := &tlog.Checkpointer{Store: db, Signer: signer, Origin: origin, Interval: m.CheckpointInterval,
+	cp := &tlog.Checkpointer{Store: db, Signer: key.signer, Origin: origin, Interval: m.CheckpointInterval,
 		Logger: m.Logger.With("component", "checkpoint")}
-	m.Logger.Info("signing checkpoints", "origin", origin, "verifier_key", vkey, "interval", m.CheckpointInterval)
+	m.Logger.Info("signing checkpoints", "origin", origin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); cp.Run(sctx) }()
 	return func() {
 		cancel()
 		<-done
-		if err := closeKey(); err != nil {
-			m.Logger.Warn("close signing key", "err", err)
-		}
-	}, nil
+	}
 }
