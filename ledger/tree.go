@@ -75,7 +75,7 @@ type treeTx struct {
 	added        map[int64]tlog.Hash
 }
 
-// ReadHashes implements sumdb.HashReader over the batch, the writer's
+// treeReader is a sumdb.HashReader over the batch, the writer's
 // cache and the tree_hashes table.
 func (t *writeTx) treeReader(ctx context.Context) sumdb.HashReader {
 	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
