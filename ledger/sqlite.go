@@ -487,8 +487,8 @@ func (db *DB) Close() error {
 	// into the main file, and only the writer can, so that a cleanly
 	// stopped ledger is one self-contained file.
 	rerr := db.r.Close()
-	for _, st := range []*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt,
-		db.stmts.treeRead, db.stmts.treeInsert} {
+	for _, st := range append([]*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt,
+		db.stmts.treeRead}, db.stmts.treeInsert[:]...) {
 		_ = st.Close()
 	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -51,10 +52,9 @@ BEGIN
 END;`
 
 const (
-	sqlTreeHash       = `SELECT hash FROM tree_hashes WHERE idx = ?`
-	sqlInsertTreeHash = `INSERT INTO tree_hashes (idx, hash) VALUES (?, ?)`
-	sqlTreeCount      = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes`
-	sqlReceiptHashes  = `SELECT seq, hash FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`
+	sqlTreeHash      = `SELECT hash FROM tree_hashes WHERE idx = ?`
+	sqlTreeCount     = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes`
+	sqlReceiptHashes = `SELECT seq, hash FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`
 )
 
 // treeCacheMax bounds the writer's cache of tree hashes. The next leaf
@@ -70,9 +70,11 @@ type treeCache map[int64]tlog.Hash
 // treeTx is the tree part of one write batch: the hashes it stored, which
 // enter the writer's cache only after COMMIT.
 type treeTx struct {
-	read, insert *sql.Stmt // bound to the batch transaction on first use
-	cache        treeCache
-	added        map[int64]tlog.Hash
+	read    *sql.Stmt // bound to the batch transaction on first use
+	cache   treeCache
+	added   map[int64]tlog.Hash
+	from    int64       // stored-hash index of pending[0]
+	pending []tlog.Hash // computed, stored by flushTree
 }
 
 // treeReader is a sumdb.HashReader over the batch, the writer's
@@ -113,23 +115,59 @@ func (t *writeTx) addTreeHash(idx int64, h tlog.Hash) {
 	t.tree.added[idx] = h
 }
 
-// appendLeaf stores the tree hashes of receipt r as leaf r.Seq-1.
+// appendLeaf computes the tree hashes of receipt r as leaf r.Seq-1; they
+// are stored by flushTree before the batch commits. A leaf's stored
+// hashes directly follow the previous leaf's, so a batch's are one run.
 func (t *writeTx) appendLeaf(ctx context.Context, r *chain.Receipt) error {
 	n := tlog.LeafIndex(r.Seq)
 	hs, err := sumdb.StoredHashesForRecordHash(n, tlog.LeafHash(r.Hash), t.treeReader(ctx))
 	if err != nil {
 		return fmt.Errorf("tree leaf %d: %w", n, err)
 	}
-	if t.tree.insert == nil {
-		t.tree.insert = t.tx.StmtContext(ctx, t.stmts.treeInsert)
-	}
 	base := sumdb.StoredHashIndex(0, n)
+	if len(t.tree.pending) == 0 {
+		t.tree.from = base
+	} else if base != t.tree.from+int64(len(t.tree.pending)) {
+		return fmt.Errorf("tree leaf %d: stored hashes start at %d, want %d", n, base, t.tree.from+int64(len(t.tree.pending)))
+	}
 	for i := range hs {
-		if _, err := t.tree.insert.ExecContext(ctx, base+int64(i), hs[i][:]); err != nil {
-			return fmt.Errorf("store tree hash %d: %w", base+int64(i), classify(err))
-		}
 		t.addTreeHash(base+int64(i), hs[i])
 	}
+	t.tree.pending = append(t.tree.pending, hs...)
+	return nil
+}
+
+// treeInsertMax is 2^(len(writeStmts.treeInsert)-1): the most rows one
+// tree INSERT writes.
+const treeInsertMax = 1 << 7
+
+// sqlInsertTreeHashes returns the INSERT of n rows.
+func sqlInsertTreeHashes(n int) string {
+	return `INSERT INTO tree_hashes (idx, hash) VALUES ` + strings.TrimSuffix(strings.Repeat(`(?, ?), `, n), `, `)
+}
+
+// flushTree stores the batch's tree hashes with multi-row INSERTs of
+// 2^k rows (statements prepared at open), a few statements per batch
+// instead of about two per receipt.
+func (t *writeTx) flushTree(ctx context.Context) error {
+	rows := t.tree.pending
+	idx := t.tree.from
+	args := make([]any, 0, 2*min(len(rows), treeInsertMax))
+	for len(rows) > 0 {
+		k := len(t.stmts.treeInsert) - 1
+		for 1<<k > len(rows) {
+			k--
+		}
+		args = args[:0]
+		for i := range 1 << k {
+			args = append(args, idx+int64(i), rows[i][:])
+		}
+		if _, err := t.tx.StmtContext(ctx, t.stmts.treeInsert[k]).ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("store tree hashes %d…: %w", idx, classify(err))
+		}
+		rows, idx = rows[1<<k:], idx+int64(1<<k)
+	}
+	t.tree.pending = t.tree.pending[:0]
 	return nil
 }
 
@@ -153,15 +191,14 @@ func (db *DB) initTree(ctx context.Context, head Head, repair bool) error {
 		return fmt.Errorf("tree schema: %w", classify(err))
 	}
 	db.tree = make(treeCache, treeCacheMax)
-	for _, p := range []struct {
-		dst **sql.Stmt
-		sql string
-	}{{&db.stmts.treeRead, sqlTreeHash}, {&db.stmts.treeInsert, sqlInsertTreeHash}} {
-		st, err := db.w.PrepareContext(ctx, p.sql)
-		if err != nil {
+	var err error
+	if db.stmts.treeRead, err = db.w.PrepareContext(ctx, sqlTreeHash); err != nil {
+		return fmt.Errorf("tree: prepare: %w", classify(err))
+	}
+	for k := range db.stmts.treeInsert {
+		if db.stmts.treeInsert[k], err = db.w.PrepareContext(ctx, sqlInsertTreeHashes(1<<k)); err != nil {
 			return fmt.Errorf("tree: prepare: %w", classify(err))
 		}
-		*p.dst = st
 	}
 	size, err := db.checkTree(ctx, head)
 	if errors.Is(err, ErrDerivedState) && repair {
@@ -272,6 +309,10 @@ func (db *DB) backfillTree(ctx context.Context, from int64, to uint64) error {
 				return fmt.Errorf("tree back-fill: %w", err)
 			}
 			n++
+		}
+		if err := t.flushTree(ctx); err != nil {
+			_ = tx.Rollback()
+			return fmt.Errorf("tree back-fill: %w", err)
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("tree back-fill: %w", classify(err))

@@ -102,7 +102,7 @@ func TestTree_Backfill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
 	db, err := ledger.Open(context.Background(), path, quiet)
 	require.NoError(t, err)
-	for i := range 40 {
+	for i := range 300 {
 		mustReserve(t, db, reserveReq(fmt.Sprintf("key-fill-%04d", i), "exec-1"))
 	}
 	require.NoError(t, db.Close())
@@ -119,7 +119,9 @@ func TestTree_Backfill(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrNoTree, "a reader on a file without the tree says so")
 	require.NoError(t, rd.Close())
 
-	defer ledger.SetBackfillChunk(7)() // several back-fill transactions, the last one partial
+	// Several back-fill transactions, the last one partial; each stores
+	// hundreds of hashes in multi-row INSERTs of 2^k rows.
+	defer ledger.SetBackfillChunk(257)()
 	db, err = ledger.Open(context.Background(), path, quiet)
 	require.NoError(t, err)
 	defer db.Close()

@@ -39,7 +39,8 @@ const (
 // connection.
 type writeStmts struct {
 	key, putKey, insert, receipt, maxAttempt *sql.Stmt
-	treeRead, treeInsert                     *sql.Stmt // tree.go
+	treeRead                                 *sql.Stmt    // tree.go
+	treeInsert                               [8]*sql.Stmt // tree.go: 2^k rows each
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
@@ -156,6 +157,11 @@ func (db *DB) runBatch(ops []*writeOp) {
 			fail(op.err)
 			return
 		}
+	}
+	if err := t.flushTree(ctx); err != nil {
+		_ = tx.Rollback()
+		fail(err)
+		return
 	}
 	if db.beforeCommit != nil {
 		if err := db.beforeCommit(); err != nil {
