@@ -67,6 +67,9 @@ func (s *Server) SetMetricsAuth(on bool) { s.metricsAuth = on }
 
 // roleFor returns the role a route needs, "" for open routes.
 func (s *Server) roleFor(route, method string) string {
+	if s.publicLog && isLogRoute(route) {
+		return ""
+	}
 	switch route {
 	case "/healthz", "/readyz", "unmatched", "/ui", "/ui/{file:.*}":
 		// The web page's static files hold no data; the page asks for a

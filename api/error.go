@@ -38,6 +38,7 @@ var statusOf = map[string]int{
 	ledger.ECodeAlreadyFinalized:    http.StatusConflict,
 	ledger.ECodeNotInterrupted:      http.StatusConflict,
 	ledger.ECodeUnknownReceipt:      http.StatusNotFound,
+	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
 }
 
 var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{

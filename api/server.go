@@ -43,6 +43,7 @@ type Server struct {
 	auditSrc     verify.Source
 	auditSem     chan struct{} // one audit at a time
 	verification VerificationStatus
+	publicLog    bool // tlog.go
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.
@@ -88,6 +89,7 @@ func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
 	r.HandleFunc("/v1/head", s.handleHead).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/audit", s.handleAudit).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/verification", s.handleVerification).Methods(http.MethodGet, http.MethodHead)
+	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/openapi.json", s.handleOpenAPI).Methods(http.MethodGet, http.MethodHead)

@@ -62,6 +62,7 @@ func BenchmarkDB_ReserveCommitParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	b.ReportMetric(float64(db.WriterStats().PerOp().Nanoseconds())/1000, "writer-µs/op")
 }
 
 // benchLedger returns a copy of a generated ledger of n receipts with

@@ -36,6 +36,9 @@ const (
 	ECodeAlreadyFinalized = "already_finalized"
 	ECodeNotInterrupted   = "not_interrupted"
 	ECodeUnknownReceipt   = "unknown_receipt"
+
+	// Verifiable log (SPEC §9).
+	ECodeNotCheckpointed = "not_checkpointed"
 )
 
 // Error is a domain error: a contract error code, a human message and

@@ -18,3 +18,11 @@ var Classify = classify
 
 // SQLRepeatedFailures exposes the repeated-failures query to its plan test.
 const SQLRepeatedFailures = sqlRepeatedFailures
+
+// SetBackfillChunk sets how many leaves one tree back-fill transaction
+// adds and returns a func that restores it.
+func SetBackfillChunk(n int) func() {
+	old := backfillChunk
+	backfillChunk = n
+	return func() { backfillChunk = old }
+}

@@ -72,6 +72,7 @@ type DB struct {
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
 
 	stmts *writeStmts // owned by the writer goroutine
+	tree  treeCache   // owned by the writer goroutine (tree.go)
 	cache *keyCache   // owned by the writer goroutine
 
 	lock *lockFile // held while the DB is open: one writer per file
@@ -215,6 +216,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if err := db.initTree(ctx, db.Head(), opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
@@ -483,7 +488,8 @@ func (db *DB) Close() error {
 	// into the main file, and only the writer can, so that a cleanly
 	// stopped ledger is one self-contained file.
 	rerr := db.r.Close()
-	for _, st := range []*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt} {
+	for _, st := range append([]*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt,
+		db.stmts.treeRead}, db.stmts.treeInsert[:]...) {
 		_ = st.Close()
 	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {

@@ -39,6 +39,8 @@ const (
 // connection.
 type writeStmts struct {
 	key, putKey, insert, receipt, maxAttempt *sql.Stmt
+	treeRead                                 *sql.Stmt    // tree.go
+	treeInsert                               [8]*sql.Stmt // tree.go: 2^k rows each
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
@@ -125,6 +127,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 	start := time.Now()
 	head := *db.head.Load()
 	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head, stmts: db.stmts, cache: db.cache}
+	t.tree.cache = db.tree
 	fail := func(err error) {
 		db.lastWriteErr.Store(&err)
 		writerReady.Set(0)
@@ -157,6 +160,11 @@ func (db *DB) runBatch(ops []*writeOp) {
 			return
 		}
 	}
+	if err := t.flushTree(ctx); err != nil {
+		_ = tx.Rollback()
+		fail(err)
+		return
+	}
 	if db.beforeCommit != nil {
 		if err := db.beforeCommit(); err != nil {
 			_ = tx.Rollback()
@@ -179,6 +187,7 @@ func (db *DB) runBatch(ops []*writeOp) {
 		db.cache = newKeyCache(db.cache.max)
 	}
 	db.cache.merge(t.dirtyKeys, t.dirtyReceipts)
+	db.commitTree(t)
 	db.waits.notify(t.ended) // after COMMIT: a woken reserve sees the outcome
 	for _, op := range ops {
 		op.done <- op.err
@@ -215,6 +224,7 @@ type writeTx struct {
 	dirtyKeys     map[string]*keyRecord
 	dirtyReceipts map[uint64]*chain.Receipt
 	resetCache    bool // the batch rewrote the keys table behind the cache
+	tree          treeTx
 }
 
 var _ writeStore = (*writeTx)(nil)
@@ -306,6 +316,9 @@ func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, e
 		r.PrevHash[:], r.Hash[:])
 	if err != nil {
 		return r, fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
+	}
+	if err := t.appendLeaf(ctx, &r); err != nil {
+		return r, err
 	}
 	t.head = Head{Seq: r.Seq, Hash: r.Hash}
 	t.kinds = append(t.kinds, r.Kind)

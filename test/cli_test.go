@@ -52,7 +52,7 @@ func TestLedgerctl_help(t *testing.T) {
 		cmd  []string
 		want []string
 	}{
-		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress")},
+		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "checkpoint", "vkey")},
 		{[]string{"audit"}, append(source, "json", "since", "tool")},
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
 		{[]string{"show"}, append(source, "json")},
@@ -64,6 +64,10 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
 		{[]string{"rebuild-keys"}, []string{"db", "json"}},
+		{[]string{"keygen"}, []string{"origin", "out", "from"}},
+		{[]string{"checkpoint"}, append(source, "json")},
+		{[]string{"prove"}, append(source, "json")},
+		{[]string{"check-proof"}, []string{"vkey", "json"}},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
 			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)

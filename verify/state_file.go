@@ -33,8 +33,11 @@ func ReadState(path string) (*Pin, error) {
 // WriteState pins head in path atomically: a temp file in the same
 // directory is written, synced and renamed over path, and the directory is
 // synced, so a crash leaves either the old or the new state.
-func WriteState(path string, head Pin) error {
-	b, err := json.Marshal(head)
+func WriteState(path string, head Pin) error { return writeJSONAtomic(path, head) }
+
+// writeJSONAtomic writes v as JSON to path atomically (see WriteState).
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}

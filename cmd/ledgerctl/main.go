@@ -38,6 +38,10 @@ Commands:
   backup    copy a live ledger consistently and verify the copy (file only)
   rebuild-keys  recompute the derived key state from the receipts (file only; ledgerd stopped)
   version   print the build version and the contract versions implemented
+  keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
+  checkpoint   print the latest signed checkpoint of the Merkle tree
+  prove        print the portable receipt (receipt + inclusion proof + checkpoint) of a SEQ or KEY
+  check-proof  check portable receipts with only the verifier key (exit 1 if one is not proven)
 
 The read commands take either the SQLite file (--db FILE, opened read-only,
 safe while ledgerd runs) or a running server (--server URL; a bare HOST:PORT
@@ -87,6 +91,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &BackupCommand{Env: env}
 	case "version", "--version", "-version":
 		cmd = &VersionCommand{Env: env}
+	case "keygen":
+		cmd = &KeygenCommand{Env: env}
+	case "checkpoint":
+		cmd = &CheckpointCommand{Env: env}
+	case "prove":
+		cmd = &ProveCommand{Env: env}
+	case "check-proof":
+		cmd = &CheckProofCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

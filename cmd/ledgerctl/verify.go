@@ -28,6 +28,8 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
   ledgerctl verify --db ledger.db --expect-head 1042:5696e522798aa5923576765d1e4184cdd8076fbac9c7ea31056382427453c3c4
   # periodic job: pin the verified head, check only what was appended since
   ledgerctl verify --db ledger.db --state /var/lib/ledger/verify-state.json --incremental
+  # against a signed checkpoint kept earlier (catches truncation and rewrites)
+  ledgerctl verify --db ledger.db --checkpoint checkpoint.txt --vkey ./log.vkey --state verify-state.json
 `
 
 // Run verifies the ledger and prints the report.
@@ -41,6 +43,8 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
 	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
+	var cf checkpointFlags
+	cf.register(fs)
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl verify (--db FILE | --server URL) [flags]\n\nRehashes the chain, replays every receipt through the key state machine and\nreports violations with seq, rule and detail. Exit 0 intact, 1 violations, 2 error.", verifyExamples)
 	if err != nil {
 		return err
@@ -70,6 +74,10 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		opts.Pinned = pin
 		opts.Incremental = *incremental && pin != nil // the first run is a full one
 	}
+	cc, err := cf.load(ctx, fs, c.Env, &src, *stateFile)
+	if err != nil {
+		return err
+	}
 	st, err := src.open(ctx, fs, c.Env)
 	if err != nil {
 		return err
@@ -87,9 +95,15 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var latest []byte
+	if cc != nil {
+		if latest, err = checkCheckpoint(ctx, cc, st, rep); err != nil {
+			return err
+		}
+	}
 	elapsed := time.Since(start)
 	if rep.OK && *stateFile != "" {
-		if err := verify.WriteState(*stateFile, rep.Head); err != nil {
+		if err := writeState(*stateFile, rep.Head, latest); err != nil {
 			return err
 		}
 	}

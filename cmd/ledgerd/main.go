@@ -20,10 +20,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -82,6 +84,12 @@ type Main struct {
 	WriteTimeout      time.Duration
 	MaxWaiters        int
 
+	// Verifiable log (SPEC §9).
+	SigningKey         string
+	LogOrigin          string
+	CheckpointInterval time.Duration
+	PublicLog          bool
+
 	Logger *slog.Logger
 	// Stdout receives what --version prints.
 	Stdout io.Writer
@@ -123,6 +131,10 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
+	fs.StringVar(&m.SigningKey, "signing-key", "", "sign checkpoints of the Merkle tree with this key: a `FILE` from ledgerctl keygen, an OpenSSH Ed25519 private key file, or ssh-agent:<fingerprint>")
+	fs.StringVar(&m.LogOrigin, "log-origin", tlog.DefaultOriginPrefix, "checkpoint origin `prefix`: namespace NS has origin PREFIX/NS; the key's name")
+	fs.DurationVar(&m.CheckpointInterval, "checkpoint-interval", time.Second, "sign a new checkpoint at most this often when the tree has grown")
+	fs.BoolVar(&m.PublicLog, "public-log", false, "serve /log/default/ (checkpoint and tiles) without a token even when tokens exist")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
@@ -200,6 +212,12 @@ Flags:
 	if math.IsNaN(m.RateLimit) || math.IsInf(m.RateLimit, 0) || m.RateLimit < 0 {
 		return fmt.Errorf("--rate-limit must be a finite number of requests per second ≥ 0 (0: no limit), not %v", m.RateLimit)
 	}
+	if m.CheckpointInterval < 10*time.Millisecond {
+		return fmt.Errorf("--checkpoint-interval must be at least 10ms, not %s", m.CheckpointInterval)
+	}
+	if m.LogOrigin == "" || strings.ContainsAny(m.LogOrigin, "+ \t\n") {
+		return fmt.Errorf("--log-origin must be a non-empty name without spaces or '+', not %q", m.LogOrigin)
+	}
 	if m.RateBurst < 1 {
 		return fmt.Errorf("--rate-burst must be at least 1, not %d", m.RateBurst)
 	}
@@ -225,6 +243,15 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer func() { _ = ln.Close() }()
+	// Load the signing key before the database is opened or created: a
+	// key that cannot sign stops ledgerd before anything is written.
+	var key *signingKey
+	if m.SigningKey != "" {
+		if key, err = m.loadKey(); err != nil {
+			return err
+		}
+		defer key.close()
+	}
 	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger, MaxWaiters: m.MaxWaiters})
 	if err != nil {
 		return err
@@ -249,6 +276,9 @@ func (m *Main) Run(ctx context.Context) error {
 		periodic = &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
 		go func() { defer close(done); periodic.Run(vctx) }()
 	}
+	if key != nil {
+		defer m.startSigner(ctx, db, key)()
+	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
 		if err != nil {
@@ -262,6 +292,7 @@ func (m *Main) Run(ctx context.Context) error {
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
 	handler.SetAuditSource(rd)
+	handler.SetPublicLog(m.PublicLog)
 	if periodic != nil {
 		handler.SetVerification(periodic)
 	}
@@ -339,4 +370,39 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// signingKey is a loaded checkpoint signing key.
+type signingKey struct {
+	signer note.Signer
+	vkey   string
+	close  func()
+}
+
+// loadKey loads --signing-key with --log-origin as its name.
+func (m *Main) loadKey() (*signingKey, error) {
+	signer, vkey, closeKey, err := tlog.LoadSigner(m.SigningKey, m.LogOrigin)
+	if err != nil {
+		return nil, err
+	}
+	return &signingKey{signer: signer, vkey: vkey, close: func() {
+		if err := closeKey(); err != nil {
+			m.Logger.Warn("close signing key", "err", err)
+		}
+	}}, nil
+}
+
+// startSigner starts the checkpoint signer; the returned func stops it.
+func (m *Main) startSigner(ctx context.Context, db *ledger.DB, key *signingKey) func() {
+	origin := tlog.Origin(m.LogOrigin, tlog.DefaultNamespace)
+	cp := &tlog.Checkpointer{Store: db, Signer: key.signer, Origin: origin, Interval: m.CheckpointInterval,
+		Logger: m.Logger.With("component", "checkpoint")}
+	m.Logger.Info("signing checkpoints", "origin", origin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); cp.Run(sctx) }()
+	return func() {
+		cancel()
+		<-done
+	}
 }

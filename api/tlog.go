@@ -1,0 +1,149 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// logPrefix is the tlog-tiles prefix of the default namespace (SPEC §9).
+const logPrefix = "/log/default/"
+
+// routeLog adds the verifiable log's routes (SPEC §9): the checkpoint and
+// tiles of the default namespace, and the JSON proofs. Every one reads
+// through the read pool, never the writer.
+func (s *Server) routeLog(r *mux.Router) {
+	get := []string{http.MethodGet, http.MethodHead}
+	r.HandleFunc(logPrefix+"checkpoint", s.handleCheckpoint).Methods(get...)
+	r.HandleFunc(logPrefix+"{tile:tile/.+}", s.handleTile).Methods(get...)
+	r.HandleFunc("/v1/proof/inclusion", s.handleInclusion).Methods(get...)
+	r.HandleFunc("/v1/proof/consistency", s.handleConsistency).Methods(get...)
+	r.HandleFunc("/v1/receipts/{seq}/proof", s.handlePortable).Methods(get...)
+}
+
+// SetPublicLog serves the log's checkpoint and tiles without a token even
+// when tokens exist (--public-log), so that anyone can audit it.
+func (s *Server) SetPublicLog(on bool) { s.publicLog = on }
+
+// isLogRoute reports whether a route template is one of the tlog-tiles
+// routes that --public-log opens.
+func isLogRoute(route string) bool { return strings.HasPrefix(route, logPrefix) }
+
+func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
+	c, err := s.db.LatestCheckpoint(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if c == nil {
+		s.Error(w, r, ledger.Errorf(ledger.ECodeNotCheckpointed, "no checkpoint has been signed yet"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(len(c.Note)))
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte(c.Note))
+}
+
+func (s *Server) handleTile(w http.ResponseWriter, r *http.Request) {
+	t, err := s.db.ReadTile(r.Context(), mux.Vars(r)["tile"])
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(t.Data)))
+	if t.Full {
+		w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		w.Header().Set("Cache-Control", "no-cache")
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(t.Data)
+}
+
+// queryInt reads an optional non-negative integer query parameter.
+func queryInt(r *http.Request, name string, required bool) (int64, error) {
+	q := r.URL.Query()
+	v, ok := q[name]
+	if !ok {
+		if required {
+			return 0, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: name + " is required",
+				Details: map[string]any{"field": name}}
+		}
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v[0], 10, 63)
+	if err != nil || n < 0 || len(v) > 1 {
+		return 0, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: name + " must be one non-negative integer",
+			Details: map[string]any{"field": name}}
+	}
+	return n, nil
+}
+
+func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
+	seq, err := queryInt(r, "seq", true)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	size, err := queryInt(r, "size", false)
+	if err == nil && size == 0 && r.URL.Query().Has("size") {
+		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "size must be a checkpointed tree size",
+			Details: map[string]any{"field": "size"}}
+	}
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	p, err := s.db.InclusionProof(r.Context(), uint64(seq), size)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
+	from, err := queryInt(r, "from", true)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	to, err := queryInt(r, "to", false)
+	if err == nil && to == 0 && r.URL.Query().Has("to") {
+		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "to must be a checkpointed tree size",
+			Details: map[string]any{"field": "to"}}
+	}
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	p, err := s.db.ConsistencyProof(r.Context(), from, to)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request) {
+	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
+	if err != nil || seq == 0 {
+		s.Error(w, r, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %q", truncate(mux.Vars(r)["seq"], 40)))
+		return
+	}
+	p, err := s.db.PortableReceipt(r.Context(), seq)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, p)
+}

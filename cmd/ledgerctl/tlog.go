@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// KeygenCommand writes a new checkpoint signing key.
+type KeygenCommand struct{ Env *Env }
+
+// Run runs keygen.
+func (c *KeygenCommand) Run(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
+	origin := fs.String("origin", tlog.DefaultOriginPrefix, "checkpoint origin `prefix` (ledgerd --log-origin); the key's name")
+	out := fs.String("out", "", "write the private key to this new `file` (mode 0600)")
+	from := fs.String("from", "", "print the verifier key of an existing --signing-key (an OpenSSH Ed25519 key `file` or ssh-agent:<fingerprint>) instead of making a key")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl keygen --origin PREFIX --out FILE
+       ledgerctl keygen --origin PREFIX --from KEY
+
+Makes a new Ed25519 checkpoint signing key for ledgerd --signing-key, writes
+it to FILE (note PRIVATE+KEY+… form, mode 0600, never overwriting a file) and
+prints its verifier key on stdout: give that to whoever checks checkpoints
+and proofs (ledgerctl check-proof --vkey, verify --vkey). With --from, prints
+the verifier key of an OpenSSH Ed25519 key or an ssh-agent identity.`,
+		`  ledgerctl keygen --origin ledger.example.com --out /etc/ledgerd/log.key
+  ledgerctl keygen --origin ledger.example.com --from ~/.ssh/id_ed25519
+  ledgerctl keygen --origin ledger.example.com --from ssh-agent:SHA256:abc…
+`)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	case *origin == "" || strings.ContainsAny(*origin, "+ \t\n"):
+		return usageErr(fs, c.Env, "--origin must be a non-empty name without spaces or '+'")
+	case (*out == "") == (*from == ""):
+		return usageErr(fs, c.Env, "give --out FILE or --from KEY")
+	}
+	if *from != "" {
+		_, vkey, closeKey, err := tlog.LoadSigner(*from, *origin)
+		if err != nil {
+			return err
+		}
+		_ = closeKey()
+		_, err = fmt.Fprintln(c.Env.Stdout, vkey)
+		return err
+	}
+	skey, vkey, err := tlog.GenerateKey(*origin)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("keygen: %w", err)
+	}
+	if _, err := f.WriteString(skey + "\n"); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("keygen: %w", err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("keygen: %w", err)
+	}
+	_, err = fmt.Fprintln(c.Env.Stdout, vkey)
+	return err
+}
+
+// logSource is what checkpoint and prove read, from a file or a server.
+type logSource interface {
+	checkpoint(ctx context.Context) ([]byte, error)
+	portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error)
+	key(ctx context.Context, key string) (*ledger.KeyView, error)
+	Close() error
+}
+
+type fileLog struct{ *ledger.Reader }
+
+func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
+	c, err := f.LatestCheckpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, errors.New("no checkpoint has been signed yet (ledgerd --signing-key signs them)")
+	}
+	return []byte(c.Note), nil
+}
+
+func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
+	return f.PortableReceipt(ctx, seq)
+}
+
+func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
+	return f.GetKey(ctx, key)
+}
+
+type serverLog struct{ *api.Client }
+
+func (s serverLog) checkpoint(ctx context.Context) ([]byte, error) { return s.Checkpoint(ctx) }
+func (s serverLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
+	return s.PortableReceipt(ctx, seq)
+}
+func (s serverLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
+	return s.GetKey(ctx, key)
+}
+func (serverLog) Close() error { return nil }
+
+// openLog opens --db or --server as a logSource.
+func (s *sourceFlags) openLog(ctx context.Context, fs *flag.FlagSet, env *Env) (logSource, error) {
+	if err := s.check(); err != nil {
+		return nil, usageErr(fs, env, "%v", err)
+	}
+	if s.db != "" {
+		if err := checkDBFile(s.db); err != nil {
+			return nil, err
+		}
+		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return fileLog{rd}, nil
+	}
+	c, err := s.client(fs, env)
+	if err != nil {
+		return nil, err
+	}
+	return serverLog{c}, nil
+}
+
+// CheckpointCommand prints the latest signed checkpoint.
+type CheckpointCommand struct{ Env *Env }
+
+// Run runs checkpoint.
+func (c *CheckpointCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
+	var src sourceFlags
+	src.registerSource(fs)
+	src.registerJSON(fs)
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE | --server URL)
+
+Prints the latest signed checkpoint of the Merkle tree (a C2SP signed note:
+origin, tree size, base64 root, then the signature lines). Keep it: a later
+verify --checkpoint with it catches any rewrite of what it covers.`,
+		`  ledgerctl checkpoint --server http://127.0.0.1:8080 > checkpoint.txt
+  ledgerctl checkpoint --db ledger.db
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	l, err := src.openLog(ctx, fs, c.Env)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = l.Close() }()
+	note, err := l.checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	if src.json {
+		cp, err := tlog.ParseCheckpoint(tlog.NoteText(note))
+		if err != nil {
+			return err
+		}
+		return writeJSON(c.Env.Stdout, map[string]any{"origin": cp.Origin, "tree_size": cp.Size,
+			"root": tlog.HexHash(cp.Root), "checkpoint": string(note)})
+	}
+	_, err = c.Env.Stdout.Write(note)
+	return err
+}
+
+// ProveCommand prints portable receipts.
+type ProveCommand struct{ Env *Env }
+
+// Run runs prove.
+func (c *ProveCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("prove", flag.ContinueOnError)
+	var src sourceFlags
+	src.registerSource(fs)
+	fs.BoolVar(&src.json, "json", true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE | --server URL) SEQ|KEY
+
+Prints the portable receipt of receipt SEQ, or of every receipt of the
+idempotency key KEY (one JSON object a line): the receipt, its leaf index,
+its inclusion proof and the signed checkpoint it is proven against. Anyone
+with the log's verifier key can check it with ledgerctl check-proof, with no
+access to the ledger. An argument of digits only is a seq unless a key of
+that name exists.`,
+		`  ledgerctl prove --server http://127.0.0.1:8080 42 > receipt-42.json
+  ledgerctl prove --db ledger.db refund-order-1234 > refund.jsonl
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, c.Env, "give one SEQ or KEY")
+	}
+	l, err := src.openLog(ctx, fs, c.Env)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = l.Close() }()
+	arg := pos[0]
+	var seqs []uint64
+	kv, kerr := l.key(ctx, arg)
+	switch {
+	case kerr == nil:
+		for _, r := range kv.Receipts {
+			seqs = append(seqs, r.Seq)
+		}
+	case ledger.ErrorCode(kerr) == ledger.ECodeUnknownKey || ledger.ErrorCode(kerr) == ledger.ECodeInvalidKey:
+		seq, err := strconv.ParseUint(arg, 10, 63)
+		if err != nil {
+			return fmt.Errorf("prove: %q is neither a known key nor a seq", arg)
+		}
+		seqs = []uint64{seq}
+	default:
+		return kerr
+	}
+	for _, seq := range seqs {
+		p, err := l.portable(ctx, seq)
+		if err != nil {
+			return fmt.Errorf("prove receipt %d: %w", seq, err)
+		}
+		if err := writeJSON(c.Env.Stdout, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckProofCommand verifies portable receipts offline.
+type CheckProofCommand struct{ Env *Env }
+
+// Run runs check-proof.
+func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("check-proof", flag.ContinueOnError)
+	vkeyFlag := fs.String("vkey", "", "the log's verifier `key` (NAME+HASH+BASE64, as ledgerctl keygen prints it), or a file holding it")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY
+
+Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
+FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
+the receipt's hash recomputed from its fields, the checkpoint's signature and
+origin, and the receipt's inclusion in the signed tree.
+Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
+		`  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *vkeyFlag == "" {
+		return usageErr(fs, c.Env, "give one FILE and --vkey")
+	}
+	v, err := readVerifier(*vkeyFlag)
+	if err != nil {
+		return usageErr(fs, c.Env, "--vkey: %v", err)
+	}
+	var in io.Reader = os.Stdin
+	if pos[0] != "-" {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		in = f
+	}
+	type result struct {
+		Seq      uint64 `json:"seq"`
+		Key      string `json:"idempotency_key"`
+		Valid    bool   `json:"valid"`
+		Origin   string `json:"origin,omitempty"`
+		TreeSize int64  `json:"tree_size,omitempty"`
+		Error    string `json:"error,omitempty"`
+	}
+	var results []result
+	dec := json.NewDecoder(in)
+	bad := 0
+	for {
+		var p tlog.PortableReceipt
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("check-proof: %s: %w", pos[0], err)
+		}
+		cp, err := tlog.CheckPortable(&p, v)
+		r := result{Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin, TreeSize: cp.Size}
+		if err != nil {
+			r.Error = err.Error()
+			bad++
+		}
+		results = append(results, r)
+	}
+	if len(results) == 0 {
+		return fmt.Errorf("check-proof: %s holds no portable receipt", pos[0])
+	}
+	if *asJSON {
+		if err := writeJSON(c.Env.Stdout, map[string]any{"ok": bad == 0, "receipts": results}); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range results {
+			if r.Valid {
+				fmt.Fprintf(c.Env.Stdout, "valid: receipt %d (key %s) is in %s at tree size %d\n", r.Seq, cell(r.Key), r.Origin, r.TreeSize)
+			} else {
+				fmt.Fprintf(c.Env.Stdout, "INVALID: receipt %d (key %s): %s\n", r.Seq, cell(r.Key), r.Error)
+			}
+		}
+	}
+	if bad > 0 {
+		return &ViolationsError{Count: bad}
+	}
+	return nil
+}

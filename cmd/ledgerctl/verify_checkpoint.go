@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// checkpointFlags are verify's --checkpoint and --vkey.
+type checkpointFlags struct{ checkpoint, vkey string }
+
+func (f *checkpointFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.checkpoint, "checkpoint", "", "check the chain against this signed checkpoint: a `FILE` or an http(s) URL (e.g. SERVER/log/default/checkpoint)")
+	fs.StringVar(&f.vkey, "vkey", "", "the log's verifier `key` for --checkpoint (as ledgerctl keygen prints it), or a file holding it")
+}
+
+// load reads the checkpoint, the verifier key and the state file's
+// checkpoint; nil without --checkpoint.
+func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, src *sourceFlags, stateFile string) (*verify.CheckpointCheck, error) {
+	if f.checkpoint == "" {
+		if f.vkey != "" {
+			return nil, usageErr(fs, env, "--vkey goes with --checkpoint")
+		}
+		return nil, nil
+	}
+	if f.vkey == "" {
+		return nil, usageErr(fs, env, "--checkpoint needs --vkey")
+	}
+	v, err := readVerifier(f.vkey)
+	if err != nil {
+		return nil, usageErr(fs, env, "--vkey: %v", err)
+	}
+	note, err := readCheckpoint(ctx, f.checkpoint, src.token)
+	if err != nil {
+		return nil, fmt.Errorf("--checkpoint: %w", err)
+	}
+	cc := &verify.CheckpointCheck{Note: note, Verifier: v}
+	if stateFile != "" {
+		if cc.Previous, err = verify.ReadStateCheckpoint(stateFile); err != nil {
+			return nil, err
+		}
+	}
+	return cc, nil
+}
+
+// readVerifier parses a verifier key given inline or in a file.
+func readVerifier(s string) (note.Verifier, error) {
+	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			return nil, err
+		}
+		s = strings.TrimSpace(string(b))
+	}
+	return tlog.NewVerifier(s)
+}
+
+// readCheckpoint reads a signed note from a file or an http(s) URL.
+func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
+	if !strings.HasPrefix(from, "http://") && !strings.HasPrefix(from, "https://") {
+		return os.ReadFile(from)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, from, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", from, res.Status)
+	}
+	return b, nil
+}
+
+// checkCheckpoint runs cc on st and adds its violations to rep; it
+// returns the checkpoint to keep in the state file.
+func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, error) {
+	switch s := st.(type) {
+	case fileStore:
+		cc.Prover = readerProver{s.Reader}
+	case serverStore:
+		cc.Prover = clientProver{s.Client}
+	}
+	res, err := cc.Check(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Violations) > 0 {
+		rep.OK = false
+		rep.ViolationsTotal += len(res.Violations)
+		rep.Violations = append(rep.Violations, res.Violations...)
+	}
+	return res.Latest, nil
+}
+
+// writeState pins the head, and the latest verified checkpoint if any.
+func writeState(path string, head verify.Pin, checkpoint []byte) error {
+	if checkpoint == nil {
+		if prev, err := verify.ReadStateCheckpoint(path); err == nil && prev != nil {
+			checkpoint = prev // a run without --checkpoint keeps the one verified before
+		}
+	}
+	if checkpoint == nil {
+		return verify.WriteState(path, head)
+	}
+	return verify.WriteStateCheckpoint(path, head, checkpoint)
+}
+
+type readerProver struct{ rd *ledger.Reader }
+
+func (p readerProver) ConsistencyProof(ctx context.Context, from, to int64) ([]tlog.Hash, error) {
+	c, err := p.rd.ConsistencyProof(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return tlog.FromHex(c.Hashes), nil
+}
+
+type clientProver struct{ c *api.Client }
+
+func (p clientProver) ConsistencyProof(ctx context.Context, from, to int64) ([]tlog.Hash, error) {
+	c, err := p.c.ConsistencyProof(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	if c.From != from || c.To != to {
+		return nil, errors.New("the server answered a different consistency proof")
+	}
+	return tlog.FromHex(c.Hashes), nil
+}

@@ -1,0 +1,123 @@
+package tlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	sumdb "golang.org/x/mod/sumdb/tlog"
+)
+
+// Signed is a signed checkpoint as a log stores it before serving it.
+type Signed struct {
+	Size     int64
+	Root     Hash
+	Note     string // the signed note, as served
+	SignedAt uint64 // unix ms, set by the store
+}
+
+// Store is what the checkpoint signer needs of a log's storage.
+type Store interface {
+	// TreeSize is the number of leaves whose hashes are stored.
+	TreeSize(ctx context.Context) (int64, error)
+	// HashReader reads stored tree hashes.
+	HashReader(ctx context.Context) sumdb.HashReader
+	// LatestCheckpoint returns the largest stored checkpoint, nil if none.
+	LatestCheckpoint(ctx context.Context) (*Signed, error)
+	// StoreCheckpoint stores c durably; it fails unless c is larger than
+	// every stored checkpoint.
+	StoreCheckpoint(ctx context.Context, c *Signed) error
+}
+
+// ErrFork means the stored tree is no longer an extension of the last
+// signed checkpoint: the log was changed behind the signer's back, and it
+// refuses to sign a checkpoint that would fork the published history.
+var ErrFork = errors.New("the tree does not extend the last signed checkpoint")
+
+// Checkpointer signs a new checkpoint when the tree has grown.
+type Checkpointer struct {
+	Store    Store
+	Signer   note.Signer
+	Origin   string
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// SignOnce signs and stores a checkpoint of the current tree if it is
+// larger than the last one, and returns it (nil when the tree has not
+// grown). Before signing it checks that the stored tree still has the
+// last checkpoint's root at its size (ErrFork otherwise).
+func (c *Checkpointer) SignOnce(ctx context.Context) (*Signed, error) {
+	n, err := c.Store.TreeSize(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
+	}
+	last, err := c.Store.LatestCheckpoint(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
+	}
+	if n == 0 || last != nil && n <= last.Size {
+		if last != nil && n < last.Size {
+			return nil, fmt.Errorf("%w: the tree has %d leaves, the last checkpoint %d", ErrFork, n, last.Size)
+		}
+		return nil, nil
+	}
+	hr := c.Store.HashReader(ctx)
+	if last != nil {
+		old, err := TreeHash(last.Size, hr)
+		if err != nil {
+			return nil, fmt.Errorf("sign checkpoint: %w", err)
+		}
+		if old != last.Root {
+			return nil, fmt.Errorf("%w: the root at size %d is %s, the checkpoint signed %s", ErrFork, last.Size, old, last.Root)
+		}
+	}
+	root, err := TreeHash(n, hr)
+	if err != nil {
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
+	}
+	msg, err := Sign(Checkpoint{Origin: c.Origin, Size: n, Root: root}, c.Signer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Signed{Size: n, Root: root, Note: string(msg)}
+	if err := c.Store.StoreCheckpoint(ctx, s); err != nil {
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
+	}
+	return s, nil
+}
+
+// Run signs checkpoints every Interval until ctx ends. Failures are
+// logged (a fork once per distinct error) and retried on the next tick.
+func (c *Checkpointer) Run(ctx context.Context) {
+	logger := c.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	var lastErr string
+	for {
+		s, err := c.SignOnce(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if err.Error() != lastErr {
+				logger.ErrorContext(ctx, "checkpoint not signed", "origin", c.Origin, "err", err)
+				lastErr = err.Error()
+			}
+		case s != nil:
+			lastErr = ""
+			checkpointsSigned.Inc()
+			checkpointSize.Set(float64(s.Size))
+			logger.DebugContext(ctx, "checkpoint signed", "origin", c.Origin, "size", s.Size, "root", s.Root.String())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
