@@ -221,7 +221,7 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 		if failure == nil {
 			return a, invalid("error", "error.code is required with outcome failed")
 		}
-		if !validErrorCode(failure.Code) {
+		if !ValidErrorCode(failure.Code) {
 			return a, invalid("error.code", "error.code must be 1–%d characters of A-Z, 0-9 and _", MaxErrorCodeLen)
 		}
 		if !utf8.ValidString(failure.Message) || utf8.RuneCountInString(failure.Message) > MaxErrorMessageLen {
@@ -250,7 +250,9 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 	return a, nil
 }
 
-func validErrorCode(c string) bool {
+// ValidErrorCode reports whether c is a well-formed error code: 1–64
+// characters of A-Z, 0-9 and _.
+func ValidErrorCode(c string) bool {
 	if c == "" || len(c) > MaxErrorCodeLen {
 		return false
 	}

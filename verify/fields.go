@@ -72,7 +72,7 @@ func checkFields(col *collector, r *chain.Receipt) {
 		checkResult(bad, r.Result)
 		switch r.Outcome {
 		case chain.OutcomeFailed:
-			if !errorCode(r.ErrorCode) {
+			if !ledger.ValidErrorCode(r.ErrorCode) {
 				bad("failed %s with error_code %q, not 1–%d characters of A-Z 0-9 _", r.Kind, truncate(r.ErrorCode), ledger.MaxErrorCodeLen)
 			}
 			checkText(bad, "error_message", r.ErrorMessage, ledger.MaxErrorMessageLen)
@@ -177,19 +177,6 @@ func generatedKey(k string) bool {
 	for i := 0; i < len(rest); i++ {
 		c := rest[i]
 		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-func errorCode(c string) bool {
-	if c == "" || len(c) > ledger.MaxErrorCodeLen {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		ch := c[i]
-		if !(ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
 			return false
 		}
 	}

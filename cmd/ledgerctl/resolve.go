@@ -101,7 +101,7 @@ func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) e
 		if fail.Code == "" {
 			return errors.New("--outcome failed needs --error-code CODE")
 		}
-		if !validErrorCode(fail.Code) {
+		if !ledger.ValidErrorCode(fail.Code) {
 			return fmt.Errorf("--error-code must be 1–%d characters of A-Z, 0-9 and _, got %q", ledger.MaxErrorCodeLen, fail.Code)
 		}
 		if utf8.RuneCountInString(fail.Message) > ledger.MaxErrorMessageLen {
@@ -131,18 +131,4 @@ func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) e
 		body.Result = json.RawMessage(buf.Bytes())
 	}
 	return nil
-}
-
-// validErrorCode reports whether c is 1–64 characters of A-Z, 0-9 and _.
-func validErrorCode(c string) bool {
-	if c == "" || len(c) > ledger.MaxErrorCodeLen {
-		return false
-	}
-	for i := 0; i < len(c); i++ {
-		ch := c[i]
-		if !(ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_') {
-			return false
-		}
-	}
-	return true
 }

@@ -113,27 +113,32 @@ func (s *sourceFlags) openNoArgs(ctx context.Context, fs *flag.FlagSet, env *Env
 // open returns the store named by the flags; a bad combination of flags
 // is a usage error of the command fs.
 func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (store, error) {
-	if err := s.check(); err != nil {
-		return nil, usageErr(fs, env, "%v", err)
-	}
-	if s.db != "" {
-		if err := checkDBFile(s.db); err != nil {
-			return nil, err
-		}
-		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
-		if err != nil {
-			return nil, err
-		}
-		return fileStore{rd}, nil
-	}
-	c, err := s.client(fs, env)
-	if err != nil {
+	rd, c, err := s.openEither(ctx, fs, env)
+	switch {
+	case err != nil:
 		return nil, err
+	case rd != nil:
+		return fileStore{rd}, nil
 	}
 	return serverStore{c}, nil
 }
 
-// client returns an API client for --server and --token.
+// openEither opens the file of --db read-only, or a client of --server.
+func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env) (*ledger.Reader, *api.Client, error) {
+	if err := s.check(); err != nil {
+		return nil, nil, usageErr(fs, env, "%v", err)
+	}
+	if s.db != "" {
+		if err := checkDBFile(s.db); err != nil {
+			return nil, nil, err
+		}
+		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
+		return rd, nil, err
+	}
+	c, err := s.client(fs, env)
+	return nil, c, err
+}
+
 func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
 	base, err := serverURL(s.server)
 	if err != nil {

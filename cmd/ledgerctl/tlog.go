@@ -118,22 +118,12 @@ func (serverLog) Close() error { return nil }
 
 // openLog opens --db or --server as a logSource.
 func (s *sourceFlags) openLog(ctx context.Context, fs *flag.FlagSet, env *Env) (logSource, error) {
-	if err := s.check(); err != nil {
-		return nil, usageErr(fs, env, "%v", err)
-	}
-	if s.db != "" {
-		if err := checkDBFile(s.db); err != nil {
-			return nil, err
-		}
-		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
-		if err != nil {
-			return nil, err
-		}
-		return fileLog{rd}, nil
-	}
-	c, err := s.client(fs, env)
-	if err != nil {
+	rd, c, err := s.openEither(ctx, fs, env)
+	switch {
+	case err != nil:
 		return nil, err
+	case rd != nil:
+		return fileLog{rd}, nil
 	}
 	return serverLog{c}, nil
 }
