@@ -33,6 +33,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/internal/gen"
 )
 
 func main() {
@@ -77,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	bin := fs.String("ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,6 +122,16 @@ func run(ctx context.Context, args []string) error {
 		}
 		res.CeilingRatio = res.RequestsPerS / ceiling
 		rep.Results = append(rep.Results, res)
+	}
+	if *withBaselines {
+		res, err := baselines(ctx, dir, *clients, *duration)
+		if err != nil {
+			return fmt.Errorf("baselines: %w", err)
+		}
+		for _, r := range res {
+			r.CeilingRatio = r.RequestsPerS / ceiling
+			rep.Results = append(rep.Results, r)
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -322,7 +335,7 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
-				key := fmt.Sprintf("%s-%03d-%08d", run, ci, i)
+				key := uuidLike(run, ci, i) // random positions, as real keys land
 				op := mode
 				if mode == "mixed" {
 					switch i % 10 {
@@ -337,7 +350,7 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 				switch op {
 				case "pairs", "reserve":
 					t0 := time.Now()
-					st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, key, i))
+					st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, uuidLike(run+"-exec", ci, i), i))
 					if !s.record(t0, st, err, 201) || op == "reserve" {
 						continue
 					}
@@ -387,7 +400,9 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 		pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
 		res.P50Ms, res.P99Ms, res.MaxMs = pct(0.50), pct(0.99), float64(lat[len(lat)-1])/1e6
 	}
-	res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
+	if l.cmd != nil {
+		res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
+	}
 	if _, b, err := call(c, "GET", l.url+"/v1/head", nil); err == nil {
 		var h struct{ Seq uint64 }
 		_ = json.Unmarshal(b, &h)
@@ -460,4 +475,9 @@ func printTable(rep Report) {
 			r.P50Ms, r.P99Ms, r.MaxMs, r.CeilingRatio, r.RSSMiB, r.PeakRSSMiB, r.Receipts, errs)
 	}
 	_ = tw.Flush()
+}
+
+// uuidLike is a UUID-shaped key for client ci's i-th request of a run.
+func uuidLike(run string, ci, i int) string {
+	return gen.UUIDLike(run+"-"+strconv.Itoa(ci), uint64(i))
 }
