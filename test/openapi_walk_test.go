@@ -3,11 +3,13 @@ package test
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -45,6 +47,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	// C: one token, one request a millennium.
 	c := StartLedgerd(t, filepath.Join(t.TempDir(), "rate.db"), "--rate-limit", "0.000001", "--rate-burst", "1")
 	observeHost(t, c.URL, cov.observe)
+	// D: signs checkpoints with a key from ledgerctl keygen, public log.
+	logDir := t.TempDir()
+	d, vkey, _ := startSigned(t, logDir, "--public-log")
+	observeHost(t, d.URL, cov.observe)
 	out, stderr, code := ledgerctl(t, "token", "create", "--db", c.DB, "--role", "admin", "--name", "walk-rate")
 	require.Equal(t, 0, code, stderr)
 	rateTok := "Bearer " + strings.TrimSpace(out)
@@ -221,6 +227,112 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		expect(a.Do("HEAD", "/v1/verification", ""), 200, "")
 	})
 
+	t.Run("log", func(t *testing.T) {
+		// A signs nothing: no checkpoint, nothing to prove against.
+		expect(a.Do("GET", "/log/default/checkpoint", ""), 404, "not_checkpointed")
+		expect(a.Do("HEAD", "/log/default/checkpoint", ""), 404, "")
+		expect(a.Do("GET", "/v1/receipts/1/proof", ""), 404, "not_checkpointed")
+		expect(a.Do("GET", "/v1/proof/inclusion?seq=1", ""), 400, "invalid_request")
+		expect(a.Do("GET", "/v1/proof/consistency?from=0", ""), 400, "invalid_request")
+
+		// D: a checkpoint of one leaf, then one of 257 (a full tile and a
+		// partial one at each level it reaches).
+		appendN(t, d, "walk-log", 1)
+		_, c1 := waitCheckpoint(t, d, vkey, 1)
+		require.Equal(t, int64(1), c1.Size)
+		appendN(t, d, "walk-logb", 256)
+		note, c2 := waitCheckpoint(t, d, vkey, 257)
+		require.Equal(t, int64(257), c2.Size)
+
+		r := d.Do("GET", "/log/default/checkpoint", "")
+		expect(r, 200, "")
+		assert.Equal(t, note, r.Raw)
+		assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"))
+		expect(d.Do("HEAD", "/log/default/checkpoint", ""), 200, "")
+		for _, tile := range []struct {
+			path string
+			size int
+			full bool
+		}{
+			{"tile/0/000", 256 * 32, true},
+			{"tile/0/001.p/1", 32, false},
+			{"tile/1/000.p/1", 32, false},
+			{"tile/entries/000", 256 * 34, true},
+			{"tile/entries/001.p/1", 34, false},
+		} {
+			r := d.Do("GET", "/log/default/"+tile.path, "")
+			expect(r, 200, "")
+			assert.Len(t, r.Raw, tile.size, tile.path)
+			assert.Equal(t, "application/octet-stream", r.Header.Get("Content-Type"), tile.path)
+			if tile.full {
+				assert.Equal(t, "public, max-age=31536000, immutable", r.Header.Get("Cache-Control"), tile.path)
+			} else {
+				assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"), tile.path)
+			}
+			expect(d.Do("HEAD", "/log/default/"+tile.path, ""), 200, "")
+		}
+		for _, path := range []string{"tile/0/002", "tile/0/001.p/2", "tile/0/001", "tile/9/000", "tile/0/abc", "tile/entries/x001/000"} {
+			expect(d.Do("GET", "/log/default/"+path, ""), 404, "not_found")
+		}
+		expect(d.Do("HEAD", "/log/default/tile/0/002", ""), 404, "")
+
+		r = d.Do("GET", "/v1/proof/inclusion?seq=1", "")
+		expect(r, 200, "")
+		assert.Equal(t, float64(257), r.Body["tree_size"])
+		assert.Len(t, r.Body["hashes"], 9)
+		r = d.Do("GET", "/v1/proof/inclusion?seq=1&size=1", "")
+		expect(r, 200, "")
+		assert.Equal(t, []any{}, r.Body["hashes"], "a tree of one leaf")
+		expect(d.Do("HEAD", "/v1/proof/inclusion?seq=257&size=257", ""), 200, "")
+		expect(d.Do("GET", "/v1/proof/inclusion?seq=258", ""), 404, "unknown_receipt")
+		for _, q := range []string{"", "?seq=0", "?seq=x", "?seq=1&seq=2", "?seq=1&size=0", "?seq=1&size=258", "?seq=257&size=1"} {
+			expect(d.Do("GET", "/v1/proof/inclusion"+q, ""), 400, "invalid_request")
+		}
+
+		r = d.Do("GET", "/v1/proof/consistency?from=1&to=257", "")
+		expect(r, 200, "")
+		assert.Equal(t, hex.EncodeToString(c1.Root[:]), r.Body["root_from"])
+		assert.NotEmpty(t, r.Body["hashes"])
+		r = d.Do("GET", "/v1/proof/consistency?from=0", "")
+		expect(r, 200, "")
+		assert.Equal(t, []any{}, r.Body["hashes"], "from the empty tree")
+		expect(d.Do("HEAD", "/v1/proof/consistency?from=257", ""), 200, "")
+		for _, q := range []string{"", "?from=-1", "?from=258", "?from=1&to=0", "?from=1&to=258"} {
+			expect(d.Do("GET", "/v1/proof/consistency"+q, ""), 400, "invalid_request")
+		}
+
+		r = d.Do("GET", "/v1/receipts/1/proof", "")
+		expect(r, 200, "")
+		assert.Equal(t, note, r.Body["checkpoint"], "against the latest checkpoint")
+		file := filepath.Join(logDir, "receipt-1.json")
+		require.NoError(t, os.WriteFile(file, []byte(r.Raw), 0o600))
+		_, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey)
+		assert.Equal(t, 0, code, "the portable receipt the document describes verifies offline: %s", stderr)
+		expect(d.Do("HEAD", "/v1/receipts/257/proof", ""), 200, "")
+		expect(d.Do("GET", "/v1/receipts/258/proof", ""), 404, "unknown_receipt")
+		expect(d.Do("GET", "/v1/receipts/0/proof", ""), 404, "unknown_receipt")
+		expect(d.Do("GET", "/v1/receipts/abc/proof", ""), 404, "unknown_receipt")
+
+		for _, path := range []string{"/log/default/checkpoint", "/log/default/tile/0/000", "/v1/proof/inclusion", "/v1/proof/consistency", "/v1/receipts/1/proof"} {
+			r := d.Do("POST", path, "")
+			expect(r, 405, "method_not_allowed")
+			assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"), path)
+		}
+
+		// Tokens exist: --public-log keeps the checkpoint and tiles open;
+		// the JSON proofs still need a reader.
+		out, stderr, code := ledgerctl(t, "token", "create", "--db", d.DB, "--role", "reader", "--name", "walk-log")
+		require.Equal(t, 0, code, stderr)
+		reader := "Bearer " + strings.TrimSpace(out)
+		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
+		expect(d.Do("GET", "/log/default/checkpoint", ""), 200, "")
+		expect(d.Do("GET", "/log/default/tile/0/000", ""), 200, "")
+		for _, path := range []string{"/v1/proof/inclusion?seq=1", "/v1/proof/consistency?from=0", "/v1/receipts/1/proof"} {
+			expect(d.Do("GET", path, ""), 401, "unauthorized")
+			expect(d.Do("GET", path, "", "Authorization", reader), 200, "")
+		}
+	})
+
 	t.Run("operations", func(t *testing.T) {
 		r := a.Do("GET", "/v1/openapi.json", "")
 		expect(r, 200, "")
@@ -292,6 +404,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			{"GET", "/metrics", "", "writer"},
 			{"GET", "/v1/audit", "", "writer"},
 			{"GET", "/v1/verification", "", "writer"},
+			{"GET", "/log/default/checkpoint", "", "writer"}, // without --public-log
+			{"GET", "/log/default/tile/0/000", "", "writer"},
+			{"GET", "/v1/proof/inclusion?seq=1", "", "writer"},
+			{"GET", "/v1/proof/consistency?from=0", "", "writer"},
+			{"GET", "/v1/receipts/1/proof", "", "writer"},
 		} {
 			r := b.Do(op.method, op.path, op.body)
 			expect(r, 401, "unauthorized")
@@ -323,6 +440,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			{"GET", "/v1/head", ""},
 			{"GET", "/v1/audit", ""},
 			{"GET", "/v1/verification", ""},
+			{"GET", "/log/default/checkpoint", ""},
+			{"GET", "/log/default/tile/0/000", ""},
+			{"GET", "/v1/proof/inclusion?seq=1", ""},
+			{"GET", "/v1/proof/consistency?from=0", ""},
+			{"GET", "/v1/receipts/1/proof", ""},
 		} {
 			r := c.Do(op.method, op.path, op.body, "Authorization", rateTok)
 			expect(r, 429, "rate_limited")

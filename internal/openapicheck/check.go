@@ -29,6 +29,9 @@ import (
 type Doc struct {
 	T      *openapi3.T
 	router routers.Router
+	// docPath maps a path as routed (with its x-path-regexp parameters
+	// spelled out) back to the document's path.
+	docPath map[string]string
 }
 
 var (
@@ -57,11 +60,50 @@ func Parse(data []byte) (*Doc, error) {
 	// Match requests to any host: tests serve on random ports.
 	routed := *t
 	routed.Servers = nil
+	paths, docPath, err := multiSegment(t.Paths)
+	if err != nil {
+		return nil, err
+	}
+	routed.Paths = paths
 	r, err := gorillamux.NewRouter(&routed)
 	if err != nil {
 		return nil, fmt.Errorf("openapi router: %w", err)
 	}
-	return &Doc{T: t, router: r}, nil
+	return &Doc{T: t, router: r, docPath: docPath}, nil
+}
+
+// multiSegment returns paths with every path parameter that has an
+// x-path-regexp extension spelled as {name:regexp}, so that the router
+// matches values that span several segments (a tile path such as
+// tile/0/x001/234.p/5; an OpenAPI path parameter cannot hold a '/'), and
+// the map from each rewritten path back to the document's.
+func multiSegment(in *openapi3.Paths) (*openapi3.Paths, map[string]string, error) {
+	out := openapi3.NewPaths()
+	docPath := map[string]string{}
+	for path, item := range in.Map() {
+		routed := path
+		params := slices.Clone(item.Parameters)
+		for _, op := range item.Operations() {
+			params = append(params, op.Parameters...)
+		}
+		for _, p := range params {
+			if p.Value == nil || p.Value.In != openapi3.ParameterInPath {
+				continue
+			}
+			v, ok := p.Value.Extensions["x-path-regexp"]
+			if !ok {
+				continue
+			}
+			re, ok := v.(string)
+			if !ok || re == "" || strings.ContainsAny(re, "{}") {
+				return nil, nil, fmt.Errorf("openapi: %s: parameter %s: x-path-regexp must be a regexp without braces", path, p.Value.Name)
+			}
+			routed = strings.Replace(routed, "{"+p.Value.Name+"}", "{"+p.Value.Name+":"+re+"}", 1)
+		}
+		out.Set(routed, item)
+		docPath[routed] = path
+	}
+	return out, docPath, nil
 }
 
 func init() {
@@ -133,7 +175,7 @@ func (d *Doc) Check(ctx context.Context, x Exchange) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("find route: %w", err)
 	}
-	op := route.Method + " " + route.Path
+	op := route.Method + " " + d.docPath[route.Path]
 
 	opts := &openapi3filter.Options{
 		AuthenticationFunc:    openapi3filter.NoopAuthenticationFunc,

@@ -2,6 +2,7 @@ package openapicheck_test
 
 import (
 	"context"
+	"encoding/base64"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,11 @@ const receipt = `{"seq":1,"kind":"reserve","idempotency_key":"refund-order-1234"
 	`"external_ref":"","result":null,"error_code":"","error_message":"","retryable":false,` +
 	`"lease_expires_at":1764475230000,"ref_seq":0,"actor":"","note":"","recorded_at":1764475200000,` +
 	`"prev_hash":"0000000000000000000000000000000000000000000000000000000000000000","hash":"` + hash + `"}`
+
+// checkpoint is a signed note of the form ledgerd serves (C2SP
+// tlog-checkpoint; the root and signature are arbitrary bytes).
+var checkpoint = "ex.test/default\n3\n" + base64.StdEncoding.EncodeToString(make([]byte, 32)) + "\n\n\u2014 ex.test " +
+	base64.StdEncoding.EncodeToString(make([]byte, 68)) + "\n"
 
 func errorBody(code string) string {
 	return `{"error":{"code":"` + code + `","message":"m","details":{}}}`
@@ -64,6 +70,7 @@ func TestParse_ErrInvalid(t *testing.T) {
 	for _, tc := range []struct{ desc, doc string }{
 		{"not yaml", "openapi: [3.1.0"},
 		{"no info", "openapi: 3.1.0\npaths: {}\n"},
+		{"x-path-regexp with braces", "openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /x/{p}:\n    get:\n      parameters:\n        - {name: p, in: path, required: true, schema: {type: string}, x-path-regexp: 'a{2}'}\n      responses:\n        '200': {description: ok}\n"},
 		{"dangling ref", "openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get:\n      responses:\n        '200': {$ref: '#/components/responses/Nope'}\n"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -176,6 +183,82 @@ func TestDoc_Check(t *testing.T) {
 			desc:    "ErrMissingAllow",
 			x:       exchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed")),
 			wantErr: "Allow",
+		},
+		{
+			desc:   "OK tile of several segments",
+			x:      exchange("GET", "/log/default/tile/0/x001/234.p/5", "", 200, strings.Repeat("\x00\xff", 80), "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			wantOp: "GET /log/default/{tile}",
+		},
+		{
+			desc:   "OK full tile",
+			x:      exchange("GET", "/log/default/tile/entries/000", "", 200, "\x00\x20", "Content-Type", "application/octet-stream", "Cache-Control", "public, max-age=31536000, immutable", "X-Content-Type-Options", "nosniff"),
+			wantOp: "GET /log/default/{tile}",
+		},
+		{
+			desc:   "OK tile beyond the tree",
+			x:      exchange("GET", "/log/default/tile/1/x002/000", "", 404, errorBody("not_found")),
+			wantOp: "GET /log/default/{tile}",
+		},
+		{
+			desc:    "ErrTileWithoutCacheControl",
+			x:       exchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "X-Content-Type-Options", "nosniff"),
+			wantOp:  "GET /log/default/{tile}",
+			wantErr: "Cache-Control",
+		},
+		{
+			desc:    "ErrTileCachedBriefly",
+			x:       exchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "max-age=60", "X-Content-Type-Options", "nosniff"),
+			wantOp:  "GET /log/default/{tile}",
+			wantErr: "Cache-Control",
+		},
+		{
+			desc:    "ErrMalformedTileServed",
+			x:       exchange("GET", "/log/default/tile/0/abc", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			wantOp:  "GET /log/default/{tile}",
+			wantErr: "request the document forbids",
+		},
+		{
+			desc:    "ErrTileNotCheckpointed",
+			x:       exchange("GET", "/log/default/tile/0/000", "", 404, errorBody("not_checkpointed")),
+			wantOp:  "GET /log/default/{tile}",
+			wantErr: "code",
+		},
+		{
+			desc:   "OK checkpoint",
+			x:      exchange("GET", "/log/default/checkpoint", "", 200, checkpoint, "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			wantOp: "GET /log/default/checkpoint",
+		},
+		{
+			desc:   "OK no checkpoint yet",
+			x:      exchange("GET", "/log/default/checkpoint", "", 404, errorBody("not_checkpointed")),
+			wantOp: "GET /log/default/checkpoint",
+		},
+		{
+			desc:    "ErrCheckpointNotANote",
+			x:       exchange("GET", "/log/default/checkpoint", "", 200, "ex.test/default\n3\n", "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			wantOp:  "GET /log/default/checkpoint",
+			wantErr: "pattern",
+		},
+		{
+			desc:   "OK portable receipt",
+			x:      exchange("GET", "/v1/receipts/1/proof", "", 200, `{"receipt":`+receipt+`,"leaf_index":0,"inclusion":[],"checkpoint":"`+strings.ReplaceAll(checkpoint, "\n", `\n`)+`"}`),
+			wantOp: "GET /v1/receipts/{seq}/proof",
+		},
+		{
+			desc:   "OK portable receipt not checkpointed",
+			x:      exchange("GET", "/v1/receipts/1/proof", "", 404, errorBody("not_checkpointed")),
+			wantOp: "GET /v1/receipts/{seq}/proof",
+		},
+		{
+			desc:    "ErrInclusionUpperHex",
+			x:       exchange("GET", "/v1/proof/inclusion?seq=1", "", 200, `{"seq":1,"leaf_index":0,"tree_size":2,"root":"`+hash+`","hashes":["`+strings.ToUpper(hash)+`"]}`),
+			wantOp:  "GET /v1/proof/inclusion",
+			wantErr: "hashes",
+		},
+		{
+			desc:   "OK consistency",
+			x:      exchange("GET", "/v1/proof/consistency?from=0", "", 200, `{"from":0,"to":2,"root_from":"`+hash+`","root_to":"`+hash+`","hashes":[]}`),
+			wantOp: "GET /v1/proof/consistency",
 		},
 		{
 			desc:    "ErrNotFoundShape",
