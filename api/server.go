@@ -31,9 +31,10 @@ var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 
 // Server is the HTTP face of a ledger.
 type Server struct {
-	db     *ledger.DB
-	logger *slog.Logger
-	router *mux.Router
+	db       *ledger.DB
+	cosigned CosignedCheckpoints // nil without witnesses
+	logger   *slog.Logger
+	router   *mux.Router
 	// inflight bounds concurrent API requests; nil means no bound.
 	inflight    chan struct{}
 	auth        authState

@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
 // logPrefix is the tlog-tiles prefix of the default namespace (SPEC §9).
@@ -33,9 +34,27 @@ func (s *Server) SetPublicLog(on bool) { s.publicLog = on }
 // routes that --public-log opens.
 func isLogRoute(route string) bool { return strings.HasPrefix(route, logPrefix) }
 
+// CosignedCheckpoints is the source of the checkpoint served when the log
+// has witnesses (--witness): the newest one cosigned by the quorum, with
+// its cosignature lines, or nil when none is yet.
+type CosignedCheckpoints interface {
+	Served() *tlog.Signed
+}
+
+// SetWitnessing makes GET /log/default/checkpoint serve the cosigned
+// checkpoint of src instead of the latest stored one, and portable
+// receipts prove inclusion against it.
+func (s *Server) SetWitnessing(src CosignedCheckpoints) { s.cosigned = src }
+
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
-	c, err := s.db.LatestCheckpoint(r.Context())
-	if err != nil {
+	var c *tlog.Signed
+	var err error
+	if s.cosigned != nil {
+		if c = s.cosigned.Served(); c == nil {
+			s.Error(w, r, ledger.Errorf(ledger.ECodeNotCheckpointed, "no checkpoint has been cosigned by the witness quorum yet"))
+			return
+		}
+	} else if c, err = s.db.LatestCheckpoint(r.Context()); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -140,7 +159,19 @@ func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %q", truncate(mux.Vars(r)["seq"], 40)))
 		return
 	}
-	p, err := s.db.PortableReceipt(r.Context(), seq)
+	var p *tlog.PortableReceipt
+	if s.cosigned != nil {
+		// Against the cosigned checkpoint, so that the witnesses' quorum
+		// can be checked offline (ledgerctl check-proof --quorum).
+		c := s.cosigned.Served()
+		if c == nil || c.Size < int64(seq) {
+			p, err = s.db.PortableReceiptAt(r.Context(), seq, 0)
+		} else if p, err = s.db.PortableReceiptAt(r.Context(), seq, c.Size); err == nil {
+			p.Checkpoint = c.Note
+		}
+	} else {
+		p, err = s.db.PortableReceipt(r.Context(), seq)
+	}
 	if err != nil {
 		s.Error(w, r, err)
 		return

@@ -8,6 +8,7 @@ import (
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -107,6 +108,29 @@ func (rd *Reader) PortableReceipt(ctx context.Context, seq uint64) (*tlog.Portab
 	if err != nil {
 		return nil, err
 	}
+	return rd.portable(ctx, r, c)
+}
+
+// PortableReceiptAt returns receipt seq with its inclusion proof against
+// the stored checkpoint of size n (404 not_checkpointed when there is
+// none, or it does not cover seq).
+func (rd *Reader) PortableReceiptAt(ctx context.Context, seq uint64, n int64) (*tlog.PortableReceipt, error) {
+	r, err := rd.GetReceipt(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rd.CheckpointAt(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil && c.Size < int64(seq) {
+		c = nil
+	}
+	return rd.portable(ctx, r, c)
+}
+
+func (rd *Reader) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog.PortableReceipt, error) {
+	seq := r.Seq
 	if c == nil {
 		return nil, &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("receipt %d is not covered by a signed checkpoint yet; retry after the next one", seq),
 			Details: map[string]any{"seq": seq}}

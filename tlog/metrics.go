@@ -15,3 +15,21 @@ var (
 		Help: "Tree size of the latest signed checkpoint.",
 	})
 )
+
+var (
+	witnessRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "ledger_tlog_witness_requests_total",
+		Help: "add-checkpoint requests to witnesses by result: cosigned, conflict (409, retried from the witness's size), refused (another status), invalid_cosignature, error (no answer).",
+	}, []string{"result"})
+	witnessedSize = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "ledger_tlog_witnessed_checkpoint_size",
+		Help: "Tree size of the checkpoint served, the newest one cosigned by the witness quorum.",
+	})
+)
+
+func init() {
+	// Export every result from the start, so dashboards see zeros.
+	for _, r := range []string{"cosigned", "conflict", "refused", "invalid_cosignature", "error"} {
+		witnessRequests.WithLabelValues(r)
+	}
+}

@@ -89,6 +89,8 @@ type Main struct {
 	LogOrigin          string
 	CheckpointInterval time.Duration
 	PublicLog          bool
+	Witnesses          witnessFlag
+	WitnessQuorum      int
 
 	Logger *slog.Logger
 	// Stdout receives what --version prints.
@@ -135,6 +137,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogOrigin, "log-origin", tlog.DefaultOriginPrefix, "checkpoint origin `prefix`: namespace NS has origin PREFIX/NS; the key's name")
 	fs.DurationVar(&m.CheckpointInterval, "checkpoint-interval", time.Second, "sign a new checkpoint at most this often when the tree has grown")
 	fs.BoolVar(&m.PublicLog, "public-log", false, "serve /log/default/ (checkpoint and tiles) without a token even when tokens exist")
+	fs.Var(&m.Witnesses, "witness", "send each new checkpoint to this C2SP tlog-witness, `VKEY=URL` (its cosignature verifier key and URL prefix; repeatable; LEDGERD_WITNESS takes several separated by spaces), and serve its cosignatures")
+	fs.IntVar(&m.WitnessQuorum, "witness-quorum", 0, "serve a new checkpoint only once this many --witness witnesses have cosigned it; until then the previous one stays served")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.Usage = func() {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
@@ -171,6 +175,7 @@ Flags:
 	if envErr != nil {
 		return envErr
 	}
+	m.Witnesses.fromEnv = len(m.Witnesses.specs) > 0 // --witness on the command line replaces them
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -217,6 +222,15 @@ Flags:
 	}
 	if m.LogOrigin == "" || strings.ContainsAny(m.LogOrigin, "+ \t\n") {
 		return fmt.Errorf("--log-origin must be a non-empty name without spaces or '+', not %q", m.LogOrigin)
+	}
+	if err := m.Witnesses.parse(); err != nil {
+		return err
+	}
+	if len(m.Witnesses.specs) > 0 && m.SigningKey == "" {
+		return errors.New("--witness needs --signing-key: witnesses cosign signed checkpoints")
+	}
+	if m.WitnessQuorum < 0 || m.WitnessQuorum > len(m.Witnesses.specs) {
+		return fmt.Errorf("--witness-quorum must be between 0 and the number of --witness (%d), not %d", len(m.Witnesses.specs), m.WitnessQuorum)
 	}
 	if m.RateBurst < 1 {
 		return fmt.Errorf("--rate-burst must be at least 1, not %d", m.RateBurst)
@@ -279,6 +293,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if key != nil {
 		defer m.startSigner(ctx, db, key)()
 	}
+	var witnessing *tlog.Witnessing
+	if len(m.Witnesses.list) > 0 {
+		var stop func()
+		if witnessing, stop, err = m.startWitnessing(ctx, db, key); err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
 		if err != nil {
@@ -293,6 +315,9 @@ func (m *Main) Run(ctx context.Context) error {
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
 	handler.SetAuditSource(rd)
 	handler.SetPublicLog(m.PublicLog)
+	if witnessing != nil {
+		handler.SetWitnessing(witnessing)
+	}
 	if periodic != nil {
 		handler.SetVerification(periodic)
 	}
@@ -405,4 +430,68 @@ func (m *Main) startSigner(ctx context.Context, db *ledger.DB, key *signingKey) 
 		cancel()
 		<-done
 	}
+}
+
+// witnessFlag is the repeatable --witness VKEY=URL.
+type witnessFlag struct {
+	specs   []string
+	list    []*tlog.Witness
+	fromEnv bool
+}
+
+func (f *witnessFlag) String() string { return strings.Join(f.specs, " ") }
+
+// Set adds witnesses; LEDGERD_WITNESS may hold several separated by
+// spaces, and a --witness on the command line replaces those.
+func (f *witnessFlag) Set(v string) error {
+	if f.fromEnv {
+		f.specs, f.fromEnv = nil, false
+	}
+	fields := strings.Fields(v)
+	if len(fields) == 0 {
+		return errors.New("want VKEY=URL")
+	}
+	f.specs = append(f.specs, fields...)
+	return nil
+}
+
+// parse parses every spec; two witnesses may not share a key name.
+func (f *witnessFlag) parse() error {
+	f.list = nil
+	seen := map[string]bool{}
+	for _, s := range f.specs {
+		w, err := tlog.ParseWitness(s)
+		if err != nil {
+			return fmt.Errorf("--witness: %w", err)
+		}
+		if seen[w.Name()] {
+			return fmt.Errorf("--witness: two witnesses are named %q", w.Name())
+		}
+		seen[w.Name()] = true
+		f.list = append(f.list, w)
+	}
+	return nil
+}
+
+// startWitnessing starts sending checkpoints to the witnesses; the
+// returned func stops it.
+func (m *Main) startWitnessing(ctx context.Context, db *ledger.DB, key *signingKey) (*tlog.Witnessing, func(), error) {
+	v, err := tlog.NewVerifier(key.vkey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("witness: %w", err)
+	}
+	ws := &tlog.Witnessing{Source: db, Verifier: v, Witnesses: m.Witnesses.list, Quorum: m.WitnessQuorum,
+		Interval: m.CheckpointInterval, Logger: m.Logger.With("component", "witness")}
+	names := make([]string, len(ws.Witnesses))
+	for i, w := range ws.Witnesses {
+		names[i] = w.Name() + "=" + w.URL
+	}
+	m.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", m.WitnessQuorum)
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); ws.Run(sctx) }()
+	return ws, func() {
+		cancel()
+		<-done
+	}, nil
 }
