@@ -67,7 +67,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},
-		{[]string{"check-proof"}, []string{"vkey", "json"}},
+		{[]string{"check-proof"}, []string{"vkey", "witness-vkey", "quorum", "json"}},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
 			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)

@@ -192,7 +192,6 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 	assert.Equal(t, raw, r.Body["checkpoint"])
 }
 
-
 func TestWitness_conflictRecovery(t *testing.T) {
 	s := newWitnessSetup(t, "w1.test")
 	l := s.start(t, "--witness-quorum", "1")
