@@ -12,7 +12,11 @@ var (
 	})
 	checkpointSize = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "ledger_tlog_checkpoint_size",
-		Help: "Tree size of the latest signed checkpoint.",
+		Help: "Tree size of the latest signed checkpoint (the stored one at start).",
+	})
+	checkpointFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "ledger_tlog_checkpoint_failures_total",
+		Help: "Attempts to sign a checkpoint of a grown tree that failed (storage errors, or a tree that no longer extends the last checkpoint); each is retried on the next interval.",
 	})
 )
 

@@ -99,11 +99,15 @@ func (c *Checkpointer) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(c.Interval)
 	defer t.Stop()
+	if last, err := c.Store.LatestCheckpoint(ctx); err == nil && last != nil {
+		checkpointSize.Set(float64(last.Size)) // what is published, also right after a restart
+	}
 	var lastErr string
 	for {
 		s, err := c.SignOnce(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
+			checkpointFailures.Inc()
 			if err.Error() != lastErr {
 				logger.ErrorContext(ctx, "checkpoint not signed", "origin", c.Origin, "err", err)
 				lastErr = err.Error()
