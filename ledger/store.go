@@ -1,0 +1,166 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// The ports between the domain (this package: validation, the SPEC §4
+// state machine, hashing, the batching queue, waits, proofs) and a
+// storage driver (storage/sqlite, storage/postgres). A driver owns
+// transactions, locks, retries and caches; it never hashes and never
+// decides. What it may cache depends on who else writes: the SQLite
+// driver is the only writer of its files and caches key records and the
+// head; the PostgreSQL driver shares its database with other replicas and
+// caches nothing another replica can change.
+
+// DefaultNamespace is the namespace that always exists; the unprefixed
+// routes serve it (SPEC §7).
+const DefaultNamespace = "default"
+
+// Storage errors.
+var (
+	// ErrUnknownNamespace: the namespace was never created.
+	ErrUnknownNamespace = errors.New("unknown namespace")
+	// ErrNamespaceExists: CreateNamespace of a name that exists.
+	ErrNamespaceExists = errors.New("namespace exists")
+	// ErrOpenedReadOnly: a write through a store opened for reading.
+	ErrOpenedReadOnly = errors.New("the ledger is open for reading only")
+	// ErrCommitUnknown: the database did not confirm a COMMIT and could
+	// not be asked whether it happened; wraps ErrUnavailable.
+	ErrCommitUnknown = fmt.Errorf("the outcome of a commit is unknown: %w", ErrUnavailable)
+	// ErrStaleCheckpoint: a checkpoint not larger than the stored one
+	// (another replica signed that size first).
+	ErrStaleCheckpoint = errors.New("a checkpoint of that size or larger is stored")
+)
+
+// Store is a storage driver's handle on one database (a SQLite file and
+// its namespace files, or a PostgreSQL database).
+type Store interface {
+	// Chain returns the namespace ns, or ErrUnknownNamespace.
+	Chain(ctx context.Context, ns string) (Chain, error)
+	// CreateNamespace creates an empty namespace, or returns
+	// ErrNamespaceExists. The name is valid (ValidNamespace).
+	CreateNamespace(ctx context.Context, ns string) error
+	// Namespaces lists the namespaces by name, DefaultNamespace included.
+	Namespaces(ctx context.Context) ([]string, error)
+	// Tokens is the table of API tokens, shared by all namespaces.
+	Tokens() TokenStore
+	// OnEnded registers fn, called after a COMMIT (by any writer of the
+	// database the driver can hear) with the keys of ns whose reservation
+	// that transaction ended. Calls are hints for waiting reserves: they
+	// may be spurious, late or (after a lost connection) missing, and
+	// fn must not block. Register before the first Update.
+	OnEnded(fn func(ns string, keys []string))
+	// Ready reports whether the database can be written now.
+	Ready(ctx context.Context) error
+	// Describe names the database for logs and errors (never a password).
+	Describe() string
+	Close() error
+}
+
+// Chain is one namespace: a chain of receipts, its key records, its
+// Merkle tree and checkpoints.
+type Chain interface {
+	ChainReader
+	// Update runs fn in one write transaction that holds the namespace's
+	// head exclusively, and returns after a durable COMMIT. fn may run
+	// more than once (the driver retries serialization failures, dead
+	// connections and COMMITs whose outcome it resolved as not done);
+	// each run starts from the database and keeps nothing from an earlier
+	// one. An error from fn rolls back and is returned as is. Any other
+	// error means nothing of this Update persisted.
+	Update(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+}
+
+// Tx is what the domain reads and writes in one Update. Reads see the
+// writes made earlier in the same transaction.
+type Tx interface {
+	// Head is the chain's head including this transaction's appends.
+	Head() Head
+	// Now is the time of this run, unix ms, the same for every operation
+	// of the run. Drivers shared by replicas use the database's clock, so
+	// that leases do not depend on the clock of one machine.
+	Now() uint64
+	// Key returns the record of key, or found false.
+	Key(ctx context.Context, key string) (k KeyRecord, found bool, err error)
+	// Receipt returns the receipt at seq, which must exist.
+	Receipt(ctx context.Context, seq uint64) (chain.Receipt, error)
+	// MaxAttempt returns the highest attempt recorded for execution on key.
+	MaxAttempt(ctx context.Context, key, execution string) (max uint64, found bool, err error)
+	// Append stores r, already linked to Head(), with the stored Merkle
+	// hashes of leaf r.Seq-1 (sumdb.StoredHashes order, starting at index
+	// sumdb.StoredHashIndex(0, r.Seq-1)). Head() becomes r.
+	Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Hash) error
+	// PutKey inserts or replaces a key record.
+	PutKey(ctx context.Context, k *KeyRecord) error
+	// ReadHashes reads stored tree hashes, this transaction's included.
+	ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error)
+	// PutCheckpoint stores a signed checkpoint, setting c.SignedAt to
+	// Now(); ErrStaleCheckpoint unless c is larger than every stored one.
+	PutCheckpoint(ctx context.Context, c *tlog.Signed) error
+	// Probe makes a small real durable write outside the chain (the
+	// readiness probe after a failed write).
+	Probe(ctx context.Context) error
+}
+
+// ChainReader reads one namespace without taking its head lock.
+type ChainReader interface {
+	// Head reads the durable head; it can fail.
+	Head(ctx context.Context) (Head, error)
+	GetKey(ctx context.Context, key string) (*KeyView, error)
+	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
+	ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error)
+	// Receipts calls fn for each receipt after seq, in seq order.
+	Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+	// KeyReceipts calls fn for each reserve, commit and resolve after seq,
+	// ordered by key then seq.
+	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+	// Keys calls fn for each key record (TokenHash left empty).
+	Keys(ctx context.Context, fn func(*KeyRecord) error) error
+	DuplicateSuccesses(ctx context.Context, fn func(*Success) error) error
+	RepeatedFailures(ctx context.Context, tool string, fn func(*CallAfterFailure) error) error
+	// KeyDrift compares key's record with what its receipts derive.
+	KeyDrift(ctx context.Context, key string) ([]string, error)
+	// TreeSize is the number of leaves whose hashes are stored.
+	TreeSize(ctx context.Context) (int64, error)
+	// HashReader reads stored tree hashes; a missing one is an error.
+	HashReader(ctx context.Context) sumdb.HashReader
+	// ReceiptHashes returns the chain hashes of receipts from+1 … from+n.
+	ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error)
+	LatestCheckpoint(ctx context.Context) (*tlog.Signed, error)
+	CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error)
+	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
+}
+
+// TokenRow is one stored API token: the secret only as its SHA-256.
+type TokenRow struct {
+	ID         string // the public part after the prefix
+	Name       string
+	Role       string
+	Hash       []byte
+	Namespaces []string // empty: every namespace
+	CreatedAt  int64
+	RevokedAt  int64 // 0 while valid
+}
+
+// TokenStore is the driver's table of API tokens.
+type TokenStore interface {
+	// InsertToken stores t, or returns ErrTokenExists for a taken name.
+	InsertToken(ctx context.Context, t *TokenRow) error
+	// ListTokens lists every token, revoked ones included, by name.
+	ListTokens(ctx context.Context) ([]TokenRow, error)
+	// RevokeToken marks name revoked at unix second at, or returns
+	// ErrTokenUnknown.
+	RevokeToken(ctx context.Context, name string, at int64) error
+	// LookupToken returns the token with id, or nil.
+	LookupToken(ctx context.Context, id string) (*TokenRow, error)
+	// AnyValidToken reports whether an unrevoked token exists.
+	AnyValidToken(ctx context.Context) (bool, error)
+}
