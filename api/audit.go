@@ -40,6 +40,11 @@ var auditQuery = map[string]bool{"since": true, "tool": true}
 // header Ledger-Violations carries the number of integrity violations
 // found meanwhile (an audit of a broken chain is not to be trusted).
 func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
@@ -66,7 +71,7 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	src := s.auditSrc
 	if src == nil {
-		src = s.db.Reader
+		src = n.Reader()
 	}
 	rep, err := verify.New(src, verify.Opts{Filter: filter}).Check(r.Context())
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ func (s *Server) AuthEnabled(ctx context.Context) (bool, error) {
 	if now-s.auth.checked.Load() < int64(authCheckEvery) {
 		return s.auth.latched.Load(), nil
 	}
-	has, err := s.db.AuthEnabled(ctx)
+	has, err := s.l.AuthEnabled(ctx)
 	if err != nil {
 		if s.auth.latched.Load() {
 			// Fail closed: the token table cannot be read, auth stays on.
@@ -112,7 +113,7 @@ func allows(p ledger.Principal, need, route string) bool {
 // and returns the request's context carrying the principal's name as
 // actor. Failures never say whether a key exists: they come before any
 // lookup of it.
-func (s *Server) authenticate(r *http.Request, route, need string) (context.Context, error) {
+func (s *Server) authenticate(r *http.Request, route string, vars map[string]string, need string) (context.Context, error) {
 	ctx := r.Context()
 	if need == "" {
 		return ctx, nil
@@ -139,14 +140,25 @@ func (s *Server) authenticate(r *http.Request, route, need string) (context.Cont
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return ctx, ledger.Errorf(ledger.ECodeUnauthorized, "a bearer token is required (Authorization: Bearer elt_…)")
 	}
-	p, err := s.db.Authenticate(ctx, strings.TrimSpace(token))
+	p, err := s.l.Authenticate(ctx, strings.TrimSpace(token))
 	if errors.Is(err, ledger.ErrBadToken) {
 		return ctx, ledger.Errorf(ledger.ECodeUnauthorized, "the bearer token is invalid or revoked")
 	}
 	if err != nil {
 		return ctx, err
 	}
-	if !allows(p, need, route) {
+	if ns, ok := routeNamespace(route, vars); ok {
+		// Scope before any lookup: a token limited to namespaces learns
+		// nothing about the others, not even whether they exist.
+		if err := ledger.CheckNamespace(ns); err != nil {
+			return ctx, err
+		}
+		if !p.AllowsNamespace(ns) {
+			return ctx, &ledger.Error{Code: ledger.ECodeForbidden, Message: "this token may not use namespace " + ns,
+				Details: map[string]any{"namespace": ns}}
+		}
+	}
+	if !allows(p, need, canonicalRoute(route)) {
 		return ctx, &ledger.Error{Code: ledger.ECodeForbidden, Message: "this token's role may not do that",
 			Details: map[string]any{"role": p.Role, "required": need}}
 	}
@@ -156,5 +168,26 @@ func (s *Server) authenticate(r *http.Request, route, need string) (context.Cont
 				Details: map[string]any{"token": p.Name}, RetryAfter: wait}
 		}
 	}
-	return NewContextWithActor(ctx, p.Name), nil
+	return NewContextWithPrincipal(ctx, p), nil
+}
+
+// routeNamespace returns the namespace a request to route addresses (vars
+// are the route's variables): the {ns} of a namespaced route, default for
+// the other namespace-bound routes; ok is false for routes that are not
+// about one namespace.
+func routeNamespace(route string, vars map[string]string) (ns string, ok bool) {
+	if v, has := vars["ns"]; has {
+		if u, err := url.PathUnescape(v); err == nil {
+			return u, true
+		}
+		return v, true
+	}
+	switch route {
+	case "/v1/namespaces", "/v1/verification", "/v1/openapi.json":
+		return "", false
+	}
+	if strings.HasPrefix(route, "/v1/") {
+		return ledger.DefaultNamespace, true
+	}
+	return "", false
 }

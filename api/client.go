@@ -20,6 +20,26 @@ type Client struct {
 	BaseURL string
 	HTTP    *http.Client // default http.DefaultClient
 	Token   string       // bearer token, if the server requires one
+	// Namespace is the namespace the client works in; "" or default use
+	// the unprefixed routes (SPEC §7).
+	Namespace string
+}
+
+// nsPath turns a /v1 path into the client's namespace's form.
+func (c *Client) nsPath(path string) string {
+	if c.Namespace == "" || c.Namespace == ledger.DefaultNamespace || !strings.HasPrefix(path, "/v1/") {
+		return path
+	}
+	return "/v1/ns/" + url.PathEscape(c.Namespace) + strings.TrimPrefix(path, "/v1")
+}
+
+// logPath is the tlog-tiles prefix of the client's namespace.
+func (c *Client) logPath() string {
+	ns := c.Namespace
+	if ns == "" {
+		ns = ledger.DefaultNamespace
+	}
+	return "/log/" + url.PathEscape(ns) + "/"
 }
 
 // NewClient returns a Client for the server at baseURL.
@@ -47,7 +67,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 		rd = strings.NewReader(string(b))
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+c.nsPath(path), rd)
 	if err != nil {
 		return fmt.Errorf("request: %w", err)
 	}

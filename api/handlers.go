@@ -61,6 +61,11 @@ type notRecordedBody struct {
 }
 
 func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	o, err := readBody(w, r)
 	if err != nil {
 		s.Error(w, r, err)
@@ -99,7 +104,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
 	if req.WaitMS != nil && *req.WaitMS > 0 && *req.WaitMS <= ledger.MaxWaitMS {
 		s.extendDeadlines(w, r, time.Duration(*req.WaitMS)*time.Millisecond)
 	}
-	res, err := s.db.Reserve(r.Context(), req)
+	res, err := n.Reserve(r.Context(), req)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -155,6 +160,11 @@ type committedBody struct {
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	key, o, ok := s.keyAndBody(w, r)
 	if !ok {
 		return
@@ -172,7 +182,7 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	res, err := s.db.Commit(r.Context(), req)
+	res, err := n.Commit(r.Context(), req)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -194,6 +204,11 @@ type resolvedBody struct {
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	key, o, ok := s.keyAndBody(w, r)
 	if !ok {
 		return
@@ -211,7 +226,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	res, err := s.db.Resolve(r.Context(), req)
+	res, err := n.Resolve(r.Context(), req)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -231,12 +246,17 @@ type keyBody struct {
 }
 
 func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	key, err := pathKey(r)
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
-	v, err := s.db.GetKey(r.Context(), key)
+	v, err := n.GetKey(r.Context(), key)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -248,6 +268,11 @@ func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
 var receiptQuery = map[string]bool{"after": true, "limit": true, "key": true, "execution_id": true, "tool": true, "kind": true}
 
 func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
@@ -274,7 +299,7 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	rs, next, err := s.db.ListReceipts(r.Context(), f)
+	rs, next, err := n.ListReceipts(r.Context(), f)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -283,6 +308,11 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
 	var seq uint64
 	if err == nil {
@@ -293,7 +323,7 @@ func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
 			Details: map[string]any{"field": "seq"}})
 		return
 	}
-	rc, err := s.db.GetReceipt(r.Context(), seq)
+	rc, err := n.GetReceipt(r.Context(), seq)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -302,6 +332,67 @@ func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {
-	h := s.db.Head()
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	h, err := n.Head(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	s.writeJSON(w, http.StatusOK, receiptRef{Seq: h.Seq, Hash: h.Hash.String()})
+}
+
+// namespaceJSON is one namespace in GET /v1/namespaces and the answer of
+// POST /v1/namespaces.
+type namespaceJSON struct {
+	Name string     `json:"name"`
+	Head receiptRef `json:"head"`
+}
+
+func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
+	o, err := readBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	name := o.required("name")
+	if err := o.done(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if err := s.l.CreateNamespace(r.Context(), name); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	n, err := s.l.NS(r.Context(), name)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	h, err := n.Head(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: receiptRef{Seq: h.Seq, Hash: h.Hash.String()}})
+}
+
+func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
+	list, err := s.l.Namespaces(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	p, authed := PrincipalFromContext(r.Context())
+	out := make([]namespaceJSON, 0, len(list))
+	for _, ns := range list {
+		if authed && !p.AllowsNamespace(ns.Name) {
+			continue // a token limited to namespaces sees only those
+		}
+		out = append(out, namespaceJSON{Name: ns.Name, Head: receiptRef{Seq: ns.Head.Seq, Hash: ns.Head.Hash.String()}})
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -29,9 +30,22 @@ var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 }, []string{"route", "method", "code"})
 
+// Ledger is what the server needs of the domain service; *ledger.Ledger
+// (and *ledger.DB, the SQLite convenience) satisfies it.
+type Ledger interface {
+	// NS returns a namespace: 400 for an invalid name, 404
+	// unknown_namespace for one never created.
+	NS(ctx context.Context, name string) (*ledger.Namespace, error)
+	CreateNamespace(ctx context.Context, name string) error
+	Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
+	Ready(ctx context.Context) error
+	AuthEnabled(ctx context.Context) (bool, error)
+	Authenticate(ctx context.Context, token string) (ledger.Principal, error)
+}
+
 // Server is the HTTP face of a ledger.
 type Server struct {
-	db       *ledger.DB
+	l        Ledger
 	cosigned CosignedCheckpoints // nil without witnesses
 	logger   *slog.Logger
 	router   *mux.Router
@@ -62,34 +76,78 @@ func (s *Server) SetMaxInFlight(n int) {
 	s.inflight = make(chan struct{}, n)
 }
 
-// NewServer returns a Server for db with every route of SPEC §4, the audit
-// and verification routes, and the web audit page at /ui/.
-func NewServer(db *ledger.DB, logger *slog.Logger) *Server {
+// nsPrefix is the prefix of the namespaced form of every /v1 route
+// (SPEC §7): /v1/ns/{ns}/effects/reserve serves what /v1/effects/reserve
+// serves for the namespace default.
+const nsPrefix = "/v1/ns/{ns}"
+
+// handle registers a /v1 route in both forms: unprefixed (namespace
+// default) and under /v1/ns/{ns}.
+func (s *Server) handle(path string, h http.HandlerFunc, methods ...string) {
+	s.router.HandleFunc(path, h).Methods(methods...)
+	s.router.HandleFunc(nsPrefix+strings.TrimPrefix(path, "/v1"), h).Methods(methods...)
+}
+
+// namespaceName returns the request's namespace name: the {ns} of its
+// route, or default.
+func namespaceName(r *http.Request) string {
+	if ns, ok := mux.Vars(r)["ns"]; ok {
+		if u, err := url.PathUnescape(ns); err == nil {
+			return u
+		}
+		return ns
+	}
+	return ledger.DefaultNamespace
+}
+
+// namespace resolves the request's namespace (400 for an invalid name, 404
+// unknown_namespace).
+func (s *Server) namespace(r *http.Request) (*ledger.Namespace, error) {
+	return s.l.NS(r.Context(), namespaceName(r))
+}
+
+// canonicalRoute is route with its namespace prefix removed: the route
+// the role and scope rules name.
+func canonicalRoute(route string) string {
+	if rest, ok := strings.CutPrefix(route, nsPrefix); ok {
+		return "/v1" + rest
+	}
+	return route
+}
+
+// NewServer returns a Server for l with every route of SPEC §4 in both
+// forms (SPEC §7), the namespace admin routes, the audit and verification
+// routes, and the web audit page at /ui/.
+func NewServer(l Ledger, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{db: db, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight),
+	s := &Server{l: l, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight),
 		auditSem: make(chan struct{}, 1)}
 	r := s.router
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)
-	r.HandleFunc("/v1/effects/reserve", s.handleReserve).Methods(http.MethodPost)
+	s.handle("/v1/effects/reserve", s.handleReserve, http.MethodPost)
 	// Any other method on the reserve path is a wrong method, not a lookup of
 	// a key called "reserve".
-	r.HandleFunc("/v1/effects/reserve", func(w http.ResponseWriter, r *http.Request) {
+	notPost := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", http.MethodPost)
 		s.Error(w, r, &ledger.Error{Code: ledger.ECodeMethodNotAllowed,
-			Message: fmt.Sprintf("method %s is not allowed on %s", truncate(r.Method, 32), r.URL.Path),
+			Message: fmt.Sprintf("method %s is not allowed on %s", truncate(r.Method, 32), truncate(r.URL.Path, 200)),
 			Details: map[string]any{"allow": []string{http.MethodPost}}})
-	})
-	r.HandleFunc("/v1/effects/{key}/commit", s.handleCommit).Methods(http.MethodPost)
-	r.HandleFunc("/v1/effects/{key}/resolve", s.handleResolve).Methods(http.MethodPost)
-	r.HandleFunc("/v1/effects/{key}", s.handleGetKey).Methods(http.MethodGet, http.MethodHead)
-	r.HandleFunc("/v1/receipts", s.handleListReceipts).Methods(http.MethodGet, http.MethodHead)
-	r.HandleFunc("/v1/receipts/{seq}", s.handleGetReceipt).Methods(http.MethodGet, http.MethodHead)
-	r.HandleFunc("/v1/head", s.handleHead).Methods(http.MethodGet, http.MethodHead)
-	r.HandleFunc("/v1/audit", s.handleAudit).Methods(http.MethodGet, http.MethodHead)
+	}
+	r.HandleFunc("/v1/effects/reserve", notPost)
+	r.HandleFunc(nsPrefix+"/effects/reserve", notPost)
+	s.handle("/v1/effects/{key}/commit", s.handleCommit, http.MethodPost)
+	s.handle("/v1/effects/{key}/resolve", s.handleResolve, http.MethodPost)
+	s.handle("/v1/effects/{key}", s.handleGetKey, http.MethodGet, http.MethodHead)
+	s.handle("/v1/receipts", s.handleListReceipts, http.MethodGet, http.MethodHead)
+	s.handle("/v1/receipts/{seq}", s.handleGetReceipt, http.MethodGet, http.MethodHead)
+	s.handle("/v1/head", s.handleHead, http.MethodGet, http.MethodHead)
+	s.handle("/v1/audit", s.handleAudit, http.MethodGet, http.MethodHead)
 	r.HandleFunc("/v1/verification", s.handleVerification).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/v1/namespaces", s.handleCreateNamespace).Methods(http.MethodPost)
+	r.HandleFunc("/v1/namespaces", s.handleListNamespaces).Methods(http.MethodGet, http.MethodHead)
 	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)
@@ -180,7 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ctx, err := s.authenticate(r, route, s.roleFor(route, r.Method))
+	ctx, err := s.authenticate(r, route, match.Vars, s.roleFor(canonicalRoute(route), r.Method))
 	if err != nil {
 		s.Error(sw, r, err)
 		return
@@ -307,7 +365,7 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 	defer cancel()
-	if err := s.db.Ready(ctx); err != nil {
+	if err := s.l.Ready(ctx); err != nil {
 		s.Error(w, r, fmt.Errorf("not ready: %w: %w", ledger.ErrUnavailable, err))
 		return
 	}

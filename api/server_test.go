@@ -340,8 +340,8 @@ func TestServer_ops(t *testing.T) {
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	for _, m := range []string{
-		`ledger_receipts_appended_total{kind="reserve"}`,
-		`ledger_reserve_outcomes_total{status="reserved"}`,
+		`ledger_receipts_appended_total{kind="reserve",namespace="default"}`,
+		`ledger_reserve_outcomes_total{namespace="default",status="reserved"}`,
 		`ledger_chain_head_seq`,
 		`ledger_http_request_duration_seconds_count{code="201",method="POST",route="/v1/effects/reserve"}`,
 	} {

@@ -11,8 +11,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-// logPrefix is the tlog-tiles prefix of the default namespace (SPEC §9).
-const logPrefix = "/log/default/"
+// logPrefix is the tlog-tiles prefix of a namespace (SPEC §9), e.g.
+// /log/default/.
+const logPrefix = "/log/{ns}/"
 
 // routeLog adds the verifiable log's routes (SPEC §9): the checkpoint and
 // tiles of the default namespace, and the JSON proofs. Every one reads
@@ -21,9 +22,9 @@ func (s *Server) routeLog(r *mux.Router) {
 	get := []string{http.MethodGet, http.MethodHead}
 	r.HandleFunc(logPrefix+"checkpoint", s.handleCheckpoint).Methods(get...)
 	r.HandleFunc(logPrefix+"{tile:tile/.+}", s.handleTile).Methods(get...)
-	r.HandleFunc("/v1/proof/inclusion", s.handleInclusion).Methods(get...)
-	r.HandleFunc("/v1/proof/consistency", s.handleConsistency).Methods(get...)
-	r.HandleFunc("/v1/receipts/{seq}/proof", s.handlePortable).Methods(get...)
+	s.handle("/v1/proof/inclusion", s.handleInclusion, get...)
+	s.handle("/v1/proof/consistency", s.handleConsistency, get...)
+	s.handle("/v1/receipts/{seq}/proof", s.handlePortable, get...)
 }
 
 // SetPublicLog serves the log's checkpoint and tiles without a token even
@@ -38,7 +39,7 @@ func isLogRoute(route string) bool { return strings.HasPrefix(route, logPrefix) 
 // has witnesses (--witness): the newest one cosigned by the quorum, with
 // its cosignature lines, or nil when none is yet.
 type CosignedCheckpoints interface {
-	Served() *tlog.Signed
+	Served(ns string) *tlog.Signed
 }
 
 // SetWitnessing makes GET /log/default/checkpoint serve the cosigned
@@ -47,14 +48,18 @@ type CosignedCheckpoints interface {
 func (s *Server) SetWitnessing(src CosignedCheckpoints) { s.cosigned = src }
 
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	var c *tlog.Signed
-	var err error
 	if s.cosigned != nil {
-		if c = s.cosigned.Served(); c == nil {
+		if c = s.cosigned.Served(n.Name()); c == nil {
 			s.Error(w, r, ledger.Errorf(ledger.ECodeNotCheckpointed, "no checkpoint has been cosigned by the witness quorum yet"))
 			return
 		}
-	} else if c, err = s.db.LatestCheckpoint(r.Context()); err != nil {
+	} else if c, err = n.LatestCheckpoint(r.Context()); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -71,7 +76,12 @@ func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleTile(w http.ResponseWriter, r *http.Request) {
-	t, err := s.db.ReadTile(r.Context(), mux.Vars(r)["tile"])
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	t, err := n.ReadTile(r.Context(), mux.Vars(r)["tile"])
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -108,6 +118,11 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 }
 
 func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	seq, err := queryInt(r, "seq", true)
 	if err != nil {
 		s.Error(w, r, err)
@@ -122,7 +137,7 @@ func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	p, err := s.db.InclusionProof(r.Context(), uint64(seq), size)
+	p, err := n.InclusionProof(r.Context(), uint64(seq), size)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -131,6 +146,11 @@ func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	from, err := queryInt(r, "from", true)
 	if err != nil {
 		s.Error(w, r, err)
@@ -145,7 +165,7 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	p, err := s.db.ConsistencyProof(r.Context(), from, to)
+	p, err := n.ConsistencyProof(r.Context(), from, to)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -154,6 +174,11 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request) {
+	n, err := s.namespace(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
 	if err != nil || seq == 0 {
 		s.Error(w, r, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %q", truncate(mux.Vars(r)["seq"], 40)))
@@ -163,14 +188,14 @@ func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request) {
 	if s.cosigned != nil {
 		// Against the cosigned checkpoint, so that the witnesses' quorum
 		// can be checked offline (ledgerctl check-proof --quorum).
-		c := s.cosigned.Served()
+		c := s.cosigned.Served(n.Name())
 		if c == nil || c.Size < int64(seq) {
-			p, err = s.db.PortableReceiptAt(r.Context(), seq, 0)
-		} else if p, err = s.db.PortableReceiptAt(r.Context(), seq, c.Size); err == nil {
+			p, err = n.PortableReceiptAt(r.Context(), seq, 0)
+		} else if p, err = n.PortableReceiptAt(r.Context(), seq, c.Size); err == nil {
 			p.Checkpoint = c.Note
 		}
 	} else {
-		p, err = s.db.PortableReceipt(r.Context(), seq)
+		p, err = n.PortableReceipt(r.Context(), seq)
 	}
 	if err != nil {
 		s.Error(w, r, err)

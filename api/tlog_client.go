@@ -16,7 +16,7 @@ import (
 // Checkpoint returns the latest signed checkpoint note
 // (GET /log/default/checkpoint).
 func (c *Client) Checkpoint(ctx context.Context) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+logPrefix+"checkpoint", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.BaseURL+c.logPath()+"checkpoint", nil)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}

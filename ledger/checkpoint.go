@@ -109,7 +109,7 @@ func (c *checkpointer) close() error {
 }
 
 // kickCheckpoint wakes the checkpointer without ever blocking the writer.
-func (db *DB) kickCheckpoint() {
+func (db *fileChain) kickCheckpoint() {
 	if db.ckpt == nil {
 		return
 	}
@@ -133,7 +133,8 @@ func (s WriterStats) PerOp() time.Duration {
 	return s.Busy / time.Duration(s.Ops)
 }
 
-// WriterStats returns the writer's cumulative busy time and operations.
-func (db *DB) WriterStats() WriterStats {
+// WriterStats returns the writer's cumulative busy time and operations
+// (transactions plus receipts appended).
+func (db *fileChain) WriterStats() WriterStats {
 	return WriterStats{Ops: db.opsDone.Load(), Busy: time.Duration(db.busyNanos.Load())}
 }

@@ -79,9 +79,9 @@ const SQLKeysDrift = `
 // Options.Repair when it refuses to open for that reason).
 // It returns the number of keys. Reservation token hashes cannot be
 // rebuilt (tokens never enter a receipt) and are left as they are.
-func (db *DB) RebuildKeys(ctx context.Context) (int64, error) {
+func (db *fileChain) RebuildKeys(ctx context.Context) (int64, error) {
 	var n int64
-	err := db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+	err := db.update(ctx, func(ctx context.Context, t *writeTx) error {
 		if _, err := t.tx.ExecContext(ctx, `DELETE FROM keys`); err != nil {
 			return fmt.Errorf("rebuild keys: %w", classify(err))
 		}

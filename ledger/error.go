@@ -39,6 +39,10 @@ const (
 
 	// Verifiable log (SPEC §9).
 	ECodeNotCheckpointed = "not_checkpointed"
+
+	// Namespaces (SPEC §7).
+	ECodeUnknownNamespace = "unknown_namespace"
+	ECodeNamespaceExists  = "namespace_exists"
 )
 
 // Error is a domain error: a contract error code, a human message and

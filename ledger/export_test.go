@@ -3,7 +3,7 @@ package ledger
 import "database/sql"
 
 // Pools exposes the connection pools to the black-box tests.
-func (db *DB) Pools() (writer, reader *sql.DB) { return db.w, db.r }
+func (db *DB) Pools() (writer, reader *sql.DB) { return db.main.w, db.main.r }
 
 // Unpack exposes the packed-row decoder to the fuzz test.
 var Unpack = unpack
@@ -11,7 +11,7 @@ var Unpack = unpack
 // SetBeforeCommit installs a hook that can fail batches before COMMIT. It
 // must be called before the hook can race with the writer: the hook itself
 // reads an atomic the test flips.
-func (db *DB) SetBeforeCommit(f func() error) { db.beforeCommit = f }
+func (db *DB) SetBeforeCommit(f func() error) { db.main.beforeCommit = f }
 
 // Classify exposes the driver-error classification to the tests.
 var Classify = classify

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -20,7 +19,7 @@ import (
 // again when that reservation is committed or resolved, when its lease
 // ends, or when the wait runs out (then in_progress as without a wait).
 // A ctx that ends during the wait ends it, and nothing is appended.
-func (db *DB) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
+func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
 	a, err := req.validate()
 	if err != nil {
 		return nil, err
@@ -30,15 +29,15 @@ func (db *DB) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, 
 	case a.effect == chain.EffectNone || a.effect == chain.EffectRead:
 		res, err = decideReserve(ctx, nil, 0, &a) // no lookup, no receipt
 	case a.waitMS > 0 && !a.generated:
-		res, err = db.reserveWaiting(ctx, &a)
+		res, err = n.reserveWaiting(ctx, &a)
 	default:
-		res, _, err = db.reserveOnce(ctx, &a)
+		res, _, err = n.reserveOnce(ctx, &a)
 	}
 	if err != nil {
-		reserveOutcomes.WithLabelValues(ErrorCode(err)).Inc()
+		reserveOutcomes.WithLabelValues(ErrorCode(err), n.name).Inc()
 		return nil, err
 	}
-	reserveOutcomes.WithLabelValues(reserveLabel(res)).Inc()
+	reserveOutcomes.WithLabelValues(reserveLabel(res), n.name).Inc()
 	return res, nil
 }
 
@@ -57,8 +56,8 @@ func reserveLabel(r *ReserveResult) string {
 // ECodeUnknownKey, ECodeStaleReservation or ECodeAlreadyFinalized;
 // ErrUnavailable. A repeat of an identical commit returns the original
 // result with Replayed set and appends nothing.
-func (db *DB) Commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
-	res, err := db.commit(ctx, req)
+func (n *Namespace) Commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
+	res, err := n.commit(ctx, req)
 	label := ErrorCode(err)
 	switch {
 	case err != nil:
@@ -69,11 +68,11 @@ func (db *DB) Commit(ctx context.Context, req CommitRequest) (*CommitResult, err
 	default:
 		label = StatusCommitted
 	}
-	commitOutcomes.WithLabelValues(label).Inc()
+	commitOutcomes.WithLabelValues(label, n.name).Inc()
 	return res, err
 }
 
-func (db *DB) commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
+func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
 	if err := checkKeyPath(req.IdempotencyKey); err != nil {
 		return nil, err
 	}
@@ -85,9 +84,9 @@ func (db *DB) commit(ctx context.Context, req CommitRequest) (*CommitResult, err
 		return nil, err
 	}
 	var res *CommitResult
-	err = db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideCommit(ctx, t, t.now, req.IdempotencyKey, req.Reservation, req.Actor, &o)
+		res, err = decideCommit(ctx, t, t.Now(), req.IdempotencyKey, req.Reservation, req.Actor, &o)
 		return err
 	})
 	return res, err
@@ -96,17 +95,17 @@ func (db *DB) commit(ctx context.Context, req CommitRequest) (*CommitResult, err
 // Resolve records an operator's decision about an interrupted key. Errors:
 // *Error with ECodeInvalidRequest, ECodeUnknownKey or ECodeNotInterrupted;
 // ErrUnavailable.
-func (db *DB) Resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
-	res, err := db.resolve(ctx, req)
+func (n *Namespace) Resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
+	res, err := n.resolve(ctx, req)
 	label := ErrorCode(err)
 	if err == nil {
 		label = StatusResolved
 	}
-	resolveOutcomes.WithLabelValues(label).Inc()
+	resolveOutcomes.WithLabelValues(label, n.name).Inc()
 	return res, err
 }
 
-func (db *DB) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
+func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
 	if err := checkKeyPath(req.IdempotencyKey); err != nil {
 		return nil, err
 	}
@@ -118,36 +117,10 @@ func (db *DB) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, 
 		return nil, err
 	}
 	var res *ResolveResult
-	err = db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideResolve(ctx, t, t.now, req.IdempotencyKey, req.Actor, req.Note, &o)
+		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, &o)
 		return err
 	})
 	return res, err
-}
-
-// Ready reports whether the database accepts writes. While writes work it
-// runs an empty transaction through the writer (cheap). Once a write
-// transaction has failed it answers not ready at once, and makes a real
-// durable write of 1 MiB on each check; the first such probe that succeeds
-// makes the next check ready, so readiness comes back by itself when the
-// disk recovers (a successful batch clears the failure too).
-func (db *DB) Ready(ctx context.Context) error {
-	failed := db.lastWriteErr.Load()
-	err := db.submit(ctx, func(ctx context.Context, t *writeTx) error {
-		if failed == nil {
-			return nil
-		}
-		if _, err := t.tx.ExecContext(ctx, sqlReadyProbe); err != nil {
-			return fmt.Errorf("ready probe: %w", classify(err))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if failed != nil {
-		return fmt.Errorf("the last write transaction failed (a probe write now succeeded): %w", *failed)
-	}
-	return nil
 }

@@ -10,24 +10,24 @@ import (
 var (
 	receiptsAppended = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_receipts_appended_total",
-		Help: "Receipts appended to the chain, by kind.",
-	}, []string{"kind"})
+		Help: "Receipts appended to the chain, by kind and namespace.",
+	}, []string{"kind", "namespace"})
 	reserveOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_reserve_outcomes_total",
 		Help: "Reserve requests by outcome: reserved, takeover, retry, replayed, not_recorded or the error code.",
-	}, []string{"status"})
+	}, []string{"status", "namespace"})
 	commitOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_commit_outcomes_total",
 		Help: "Commit requests by outcome: committed, late, repeat or the error code.",
-	}, []string{"status"})
+	}, []string{"status", "namespace"})
 	resolveOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_resolve_outcomes_total",
 		Help: "Resolve requests by outcome: resolved or the error code.",
-	}, []string{"status"})
-	headSeq = promauto.NewGauge(prometheus.GaugeOpts{
+	}, []string{"status", "namespace"})
+	headSeq = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ledger_chain_head_seq",
-		Help: "Seq of the latest durable receipt.",
-	})
+		Help: "Seq of the latest durable receipt, by namespace.",
+	}, []string{"namespace"})
 	batchSize = promauto.NewHistogram(prometheus.HistogramOpts{
 		Name:    "ledger_writer_batch_ops",
 		Help:    "Write operations per transaction (group commit).",

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -12,18 +13,22 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
+// Log serves the proofs and tiles of one namespace's Merkle tree (SPEC
+// §9) from its reader: a Namespace, or a store opened read-only.
+type Log struct{ ChainReader }
+
 // TileHeight is the height of the tlog-tiles the ledger serves (C2SP).
 const TileHeight = 8
 
 // checkpointed returns the stored checkpoint of size n, or the latest one
 // when n is 0; field names the query parameter for errors.
-func (rd *Reader) checkpointed(ctx context.Context, n int64, field string) (*tlog.Signed, error) {
+func (ns Log) checkpointed(ctx context.Context, n int64, field string) (*tlog.Signed, error) {
 	var c *tlog.Signed
 	var err error
 	if n == 0 {
-		c, err = rd.LatestCheckpoint(ctx)
+		c, err = ns.ChainReader.LatestCheckpoint(ctx)
 	} else {
-		c, err = rd.CheckpointAt(ctx, n)
+		c, err = ns.ChainReader.CheckpointAt(ctx, n)
 	}
 	if err != nil {
 		return nil, err
@@ -43,8 +48,8 @@ func (rd *Reader) checkpointed(ctx context.Context, n int64, field string) (*tlo
 // (the latest checkpoint when n is 0). Errors: *Error with
 // ECodeUnknownReceipt (seq beyond the tree) or ECodeInvalidRequest (n not
 // a checkpointed size ≥ seq, or no checkpoint yet).
-func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlog.InclusionProof, error) {
-	size, err := rd.TreeSize(ctx)
+func (ns Log) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlog.InclusionProof, error) {
+	size, err := ns.ChainReader.TreeSize(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +59,7 @@ func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlo
 	if seq > uint64(size) {
 		return nil, Errorf(ECodeUnknownReceipt, "no receipt with seq %d", seq)
 	}
-	c, err := rd.checkpointed(ctx, n, "size")
+	c, err := ns.checkpointed(ctx, n, "size")
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +67,7 @@ func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlo
 		return nil, invalid("size", "the checkpointed tree of size %d does not contain receipt %d yet", c.Size, seq)
 	}
 	idx := tlog.LeafIndex(seq)
-	p, err := tlog.ProveInclusion(c.Size, idx, rd.HashReader(ctx))
+	p, err := tlog.ProveInclusion(c.Size, idx, ns.ChainReader.HashReader(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -72,8 +77,8 @@ func (rd *Reader) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlo
 // ConsistencyProof proves that the checkpointed tree of size from (0 is
 // the empty tree) is a prefix of the checkpointed tree of size to (the
 // latest when 0). Errors: *Error with ECodeInvalidRequest.
-func (rd *Reader) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.ConsistencyProof, error) {
-	ct, err := rd.checkpointed(ctx, to, "to")
+func (ns Log) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.ConsistencyProof, error) {
+	ct, err := ns.checkpointed(ctx, to, "to")
 	if err != nil {
 		return nil, err
 	}
@@ -82,13 +87,13 @@ func (rd *Reader) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.C
 	}
 	rootFrom := tlog.EmptyRoot
 	if from > 0 {
-		cf, err := rd.checkpointed(ctx, from, "from")
+		cf, err := ns.checkpointed(ctx, from, "from")
 		if err != nil {
 			return nil, err
 		}
 		rootFrom = cf.Root
 	}
-	p, err := tlog.ProveConsistency(ct.Size, from, rd.HashReader(ctx))
+	p, err := tlog.ProveConsistency(ct.Size, from, ns.ChainReader.HashReader(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -99,44 +104,44 @@ func (rd *Reader) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.C
 // PortableReceipt returns receipt seq with its inclusion proof against
 // the latest checkpoint. Errors: *Error with ECodeUnknownReceipt or
 // ECodeNotCheckpointed.
-func (rd *Reader) PortableReceipt(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	r, err := rd.GetReceipt(ctx, seq)
+func (ns Log) PortableReceipt(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
+	r, err := ns.ChainReader.GetReceipt(ctx, seq)
 	if err != nil {
 		return nil, err
 	}
-	c, err := rd.CheckpointCovering(ctx, int64(seq))
+	c, err := ns.ChainReader.CheckpointCovering(ctx, int64(seq))
 	if err != nil {
 		return nil, err
 	}
-	return rd.portable(ctx, r, c)
+	return ns.portable(ctx, r, c)
 }
 
 // PortableReceiptAt returns receipt seq with its inclusion proof against
 // the stored checkpoint of size n (404 not_checkpointed when there is
 // none, or it does not cover seq).
-func (rd *Reader) PortableReceiptAt(ctx context.Context, seq uint64, n int64) (*tlog.PortableReceipt, error) {
-	r, err := rd.GetReceipt(ctx, seq)
+func (ns Log) PortableReceiptAt(ctx context.Context, seq uint64, n int64) (*tlog.PortableReceipt, error) {
+	r, err := ns.ChainReader.GetReceipt(ctx, seq)
 	if err != nil {
 		return nil, err
 	}
-	c, err := rd.CheckpointAt(ctx, n)
+	c, err := ns.ChainReader.CheckpointAt(ctx, n)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil && c.Size < int64(seq) {
 		c = nil
 	}
-	return rd.portable(ctx, r, c)
+	return ns.portable(ctx, r, c)
 }
 
-func (rd *Reader) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog.PortableReceipt, error) {
+func (ns Log) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog.PortableReceipt, error) {
 	seq := r.Seq
 	if c == nil {
 		return nil, &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("receipt %d is not covered by a signed checkpoint yet; retry after the next one", seq),
 			Details: map[string]any{"seq": seq}}
 	}
 	idx := tlog.LeafIndex(seq)
-	p, err := tlog.ProveInclusion(c.Size, idx, rd.HashReader(ctx))
+	p, err := tlog.ProveInclusion(c.Size, idx, ns.ChainReader.HashReader(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +159,7 @@ type Tile struct {
 // (entry bundles: uint16be(32) ‖ chain hash per leaf), as C2SP tlog-tiles
 // names them. Errors: *Error with ECodeNotFound for a malformed path or a
 // tile beyond the stored tree.
-func (rd *Reader) ReadTile(ctx context.Context, path string) (*Tile, error) {
+func (ns Log) ReadTile(ctx context.Context, path string) (*Tile, error) {
 	rest, ok := strings.CutPrefix(path, "tile/")
 	if !ok {
 		return nil, Errorf(ECodeNotFound, "no such tile")
@@ -166,7 +171,7 @@ func (rd *Reader) ReadTile(ctx context.Context, path string) (*Tile, error) {
 	if err != nil || t.H != TileHeight {
 		return nil, Errorf(ECodeNotFound, "no such tile: %s", path)
 	}
-	size, err := rd.TreeSize(ctx)
+	size, err := ns.ChainReader.TreeSize(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -179,50 +184,53 @@ func (rd *Reader) ReadTile(ctx context.Context, path string) (*Tile, error) {
 	}
 	full := t.W == 1<<TileHeight
 	if t.L >= 0 {
-		data, err := sumdb.ReadTileData(t, rd.HashReader(ctx))
+		data, err := sumdb.ReadTileData(t, ns.ChainReader.HashReader(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("read tile %s: %w", path, err)
 		}
 		return &Tile{Data: data, Full: full}, nil
 	}
 	from := uint64(t.N << TileHeight)
-	rows, err := rd.r.QueryContext(ctx, sqlReceiptHashes, from, t.W)
+	hs, err := ns.ChainReader.ReceiptHashes(ctx, from, t.W)
 	if err != nil {
-		return nil, fmt.Errorf("read entries %s: %w", path, classify(err))
+		return nil, fmt.Errorf("read entries %s: %w", path, err)
 	}
-	defer func() { _ = rows.Close() }()
+	if len(hs) != t.W {
+		return nil, fmt.Errorf("read entries %s: %d of %d receipts", path, len(hs), t.W)
+	}
 	data := make([]byte, 0, t.W*34)
-	next := from + 1
-	for rows.Next() {
-		var seq uint64
-		var h hashBytes
-		if err := rows.Scan(&seq, &h); err != nil {
-			return nil, fmt.Errorf("read entries %s: %w", path, err)
-		}
-		if seq != next {
-			return nil, fmt.Errorf("read entries %s: receipt %d follows %d", path, seq, next-1)
-		}
-		next++
+	for _, h := range hs {
 		data = binary.BigEndian.AppendUint16(data, 32)
 		data = append(data, h[:]...)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read entries %s: %w", path, classify(err))
-	}
-	if next-from-1 != uint64(t.W) {
-		return nil, fmt.Errorf("read entries %s: %d of %d receipts", path, next-from-1, t.W)
 	}
 	return &Tile{Data: data, Full: full}, nil
 }
 
-// hashBytes scans a 32-byte BLOB.
-type hashBytes [32]byte
-
-func (h *hashBytes) Scan(v any) error {
-	b, ok := v.([]byte)
-	if !ok || len(b) != len(h) {
-		return fmt.Errorf("hash is not 32 bytes")
+// StoreCheckpoint stores a signed checkpoint durably (through the
+// namespace's queue, in a batch) before anyone may serve it. A size that
+// is not larger than every stored one is refused (ErrStaleCheckpoint:
+// another replica stored it first); the caller checks consistency before
+// signing.
+func (ns *Namespace) StoreCheckpoint(ctx context.Context, c *tlog.Signed) error {
+	var stale error
+	err := ns.submit(ctx, func(ctx context.Context, t *batchTx) error {
+		stale = nil
+		// Refusals are *Error values, decided before any write, so that they
+		// never fail the other operations of the batch.
+		if head := t.Head(); uint64(c.Size) > head.Seq {
+			return Errorf(ECodeInternal, "store checkpoint: size %d is beyond the chain (%d)", c.Size, head.Seq)
+		}
+		err := t.PutCheckpoint(ctx, c)
+		if errors.Is(err, ErrStaleCheckpoint) {
+			stale = err
+			return Errorf(ECodeInternal, "store checkpoint: %v", err)
+		}
+		return err
+	})
+	if stale != nil {
+		return stale
 	}
-	copy(h[:], b)
-	return nil
+	return err
 }
+
+var _ tlog.Store = (*Namespace)(nil)

@@ -51,11 +51,14 @@ type Options struct {
 	MaxWaiters int
 }
 
-// DB is an open ledger. Writes go through one writer goroutine that owns
-// the chain head; reads use a separate read-only connection pool.
-type DB struct {
+// fileChain is one SQLite ledger file opened for writing: one namespace's
+// chain. Its single writer connection runs one Update at a time; it is
+// the only writer of the file (the lock file), so it keeps the head, the
+// key records and the tree hashes it wrote in memory.
+type fileChain struct {
 	*Reader // mode=ro pool for queries
 
+	ns     string
 	now    func() time.Time
 	logger *slog.Logger
 
@@ -63,24 +66,20 @@ type DB struct {
 
 	head atomic.Pointer[Head] // durable head, updated after each COMMIT
 
-	mu       sync.RWMutex // guards closed and sends on ops
-	closed   bool
-	ops      chan *writeOp
-	maxBatch int
-	done     chan struct{} // closed when the writer has exited
+	mu     sync.Mutex // serialises Update and Close
+	closed bool
 
-	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+	stmts *writeStmts // used under mu
+	tree  treeCache   // used under mu (tree.go)
+	cache *keyCache   // used under mu
 
-	stmts *writeStmts // owned by the writer goroutine
-	tree  treeCache   // owned by the writer goroutine (tree.go)
-	cache *keyCache   // owned by the writer goroutine
-
-	lock *lockFile // held while the DB is open: one writer per file
+	lock *lockFile // held while open: one writer per file
 
 	ckpt      *checkpointer // WAL checkpoints off the writer's path
 	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
-	opsDone   atomic.Int64  // operations the writer ran
-	waits     *waitRegistry // reserves parked on a reserved key (SPEC §8)
+	opsDone   atomic.Int64  // transactions plus receipts appended
+
+	onEnded func(ns string, keys []string)
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT.
@@ -168,11 +167,11 @@ func dsn(path, mode string, busy time.Duration, writer bool) string {
 	return "file:" + p + "?" + q.Encode()
 }
 
-// Open opens the ledger at path, creating it with the schema if the file
-// does not exist, and starts the writer. A file that is not an
-// effect-ledger database, or has a newer schema, is refused before
+// openFileChain opens the ledger file at path for writing as namespace
+// ns, creating it with the schema if it does not exist. A file that is not
+// an effect-ledger database, or has a newer schema, is refused before
 // anything is written to it or created beside it.
-func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileChain, error) {
 	if path == "" {
 		return nil, errors.New("open ledger: empty database path")
 	}
@@ -194,9 +193,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
 	}
-	db := &DB{lock: lock, now: opts.Now, logger: opts.Logger, maxBatch: opts.MaxBatch,
-		ops: make(chan *writeOp, 4*opts.MaxBatch), done: make(chan struct{}), cache: newKeyCache(opts.CacheKeys),
-		waits: newWaitRegistry(opts.MaxWaiters)}
+	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys)}
 
 	ok := false
 	defer func() {
@@ -219,7 +216,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	if err := db.initTree(ctx, db.Head(), opts.Repair); err != nil {
+	if err := db.initTree(ctx, *db.head.Load(), opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
@@ -239,8 +236,6 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	db.ckpt = newCheckpointer(ck, db.opsDone.Load, func(err error) {
 		db.logger.Warn("background WAL checkpoint failed", "err", err)
 	})
-	go db.writer()
-	writerReady.Set(1) // Open wrote (or checked) the schema through this handle
 	ok = true
 	return db, nil
 }
@@ -301,7 +296,7 @@ func precheck(abs string) error {
 // init checks the connection settings, applies, migrates or checks the
 // schema, checks the derived state against the chain (unless repairing)
 // and loads the chain head.
-func (db *DB) init(ctx context.Context, abs string, repair bool) error {
+func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 	var version string
 	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
 		return classify(err)
@@ -327,9 +322,9 @@ func (db *DB) init(ctx context.Context, abs string, repair bool) error {
 	}
 	h := tail
 	db.head.Store(&h)
-	db.logger.Info("ledger opened", "path", abs, "sqlite_version", version,
+	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
 		"head_seq", h.Seq, "head_hash", h.Hash.String())
-	headSeq.Set(float64(h.Seq))
+	headSeq.WithLabelValues(db.ns).Set(float64(h.Seq))
 	return nil
 }
 
@@ -420,7 +415,7 @@ const sqlMigrateV1Copy = `
 // migrate applies the schema to an empty file, migrates a version 1 file
 // in one transaction, and refuses a file with an unknown schema version or
 // that belongs to something else.
-func (db *DB) migrate(ctx context.Context, abs string) error {
+func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
@@ -472,17 +467,15 @@ func (db *DB) migrate(ctx context.Context, abs string) error {
 	}
 }
 
-// Close stops accepting writes, lets the writer finish what is queued,
-// checkpoints the WAL and closes both connection pools.
-func (db *DB) Close() error {
-	db.EndWaits()
+// Close waits for a running Update, checkpoints the WAL and closes both
+// connection pools.
+func (db *fileChain) Close() error {
 	db.mu.Lock()
-	if !db.closed {
-		db.closed = true
-		close(db.ops)
+	defer db.mu.Unlock()
+	if db.closed {
+		return nil
 	}
-	db.mu.Unlock()
-	<-db.done
+	db.closed = true
 	cerr := db.ckpt.close()
 	// Readers go first: the last connection to close checkpoints the WAL
 	// into the main file, and only the writer can, so that a cleanly
@@ -498,8 +491,9 @@ func (db *DB) Close() error {
 	return errors.Join(cerr, rerr, db.w.Close(), db.lock.release())
 }
 
-// Head returns the durable head of the chain.
-func (db *DB) Head() Head { return *db.head.Load() }
+// Head returns the durable head of the chain (this process is its only
+// writer).
+func (db *fileChain) Head(context.Context) (Head, error) { return *db.head.Load(), nil }
 
 // classify maps SQLite failures that mean "cannot write now" onto the
 // ErrUnavailable family, using the driver's error codes.

@@ -9,10 +9,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/mattn/go-sqlite3"
 )
 
 // Roles of API tokens.
@@ -36,6 +36,13 @@ var (
 type Principal struct {
 	Name string
 	Role string
+	// Namespaces the token may use; empty means every namespace.
+	Namespaces []string
+}
+
+// AllowsNamespace reports whether the principal may use namespace ns.
+func (p Principal) AllowsNamespace(ns string) bool {
+	return len(p.Namespaces) == 0 || slices.Contains(p.Namespaces, ns)
 }
 
 // Allows reports whether the principal's role may perform an action that
@@ -50,41 +57,64 @@ type TokenInfo struct {
 	Role      string `json:"role"`
 	CreatedAt int64  `json:"created_at"`
 	RevokedAt int64  `json:"revoked_at"`
+	// Namespaces the token is limited to; empty: every namespace.
+	Namespaces []string `json:"namespaces"`
 }
 
-// Tokens manages API tokens in a ledger file. It writes only the tokens
-// table, so it may run beside a ledgerd on the same file.
+// Tokens manages API tokens through a driver's TokenStore.
 type Tokens struct {
-	db  *sql.DB
-	now func() time.Time
+	ts     TokenStore
+	now    func() time.Time
+	closer io.Closer
 }
 
-// OpenTokens opens the tokens table of the ledger at path for management.
+// NewTokens manages the tokens of ts.
+func NewTokens(ts TokenStore) *Tokens { return &Tokens{ts: ts, now: time.Now} }
+
+// OpenTokens opens the tokens table of the SQLite ledger at path for
+// management. It writes only the tokens table, so it may run beside a
+// ledgerd on the same file.
 func OpenTokens(ctx context.Context, path string) (*Tokens, error) {
 	rd, err := OpenReader(ctx, path, Options{}) // checks the schema version
 	if err != nil {
 		return nil, err
 	}
-	_ = rd.Close()
-	db, err := sql.Open("sqlite3", dsn(path, "rw", 5*time.Second, true))
+	db, err := sql.Open("sqlite3", dsn(rd.Path(), "rw", 5*time.Second, true))
 	if err != nil {
+		_ = rd.Close()
 		return nil, fmt.Errorf("open tokens: %w", err)
 	}
 	db.SetMaxOpenConns(1)
-	return &Tokens{db: db, now: time.Now}, nil
+	if err := addTokenNamespaces(ctx, db); err != nil {
+		_ = rd.Close()
+		_ = db.Close()
+		return nil, err
+	}
+	return &Tokens{ts: &sqliteTokens{rd: rd, w: db}, now: time.Now,
+		closer: closers{db, rd}}, nil
 }
 
-// Close closes the connection.
-func (t *Tokens) Close() error { return t.db.Close() }
+// Close closes what OpenTokens opened.
+func (t *Tokens) Close() error {
+	if t.closer == nil {
+		return nil
+	}
+	return t.closer.Close()
+}
 
-// Create makes a token for name with role and returns it; it is shown
-// only this once.
-func (t *Tokens) Create(ctx context.Context, name, role string) (string, error) {
+// Create makes a token for name with role, limited to namespaces (none:
+// every namespace), and returns it; it is shown only this once.
+func (t *Tokens) Create(ctx context.Context, name, role string, namespaces ...string) (string, error) {
 	if name == "" || len(name) > 128 || !visibleASCII(name) {
 		return "", errors.New("token name must be 1–128 bytes of visible ASCII")
 	}
 	if role != RoleReader && role != RoleWriter && role != RoleAdmin {
 		return "", fmt.Errorf("role must be %s, %s or %s", RoleReader, RoleWriter, RoleAdmin)
+	}
+	for _, ns := range namespaces {
+		if !ValidNamespace(ns) {
+			return "", fmt.Errorf("namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", ns)
+		}
 	}
 	var id [6]byte
 	var secret [32]byte
@@ -93,81 +123,79 @@ func (t *Tokens) Create(ctx context.Context, name, role string) (string, error) 
 	tokenID := hex.EncodeToString(id[:])
 	token := TokenPrefix + tokenID + "_" + hex.EncodeToString(secret[:])
 	h := sha256.Sum256([]byte(token))
-	_, err := t.db.ExecContext(ctx, `INSERT INTO tokens (name, role, token_id, token_hash, created_at) VALUES (?, ?, ?, ?, ?)`,
-		name, role, tokenID, h[:], t.now().UnixMilli())
-	var se sqlite3.Error
-	if errors.As(err, &se) && se.Code == sqlite3.ErrConstraint {
-		return "", fmt.Errorf("%w: %s", ErrTokenExists, name)
-	}
+	ns := slices.Compact(slices.Sorted(slices.Values(namespaces)))
+	err := t.ts.InsertToken(ctx, &TokenRow{ID: tokenID, Name: name, Role: role, Hash: h[:], Namespaces: ns,
+		CreatedAt: t.now().UnixMilli()})
 	if err != nil {
-		return "", fmt.Errorf("create token: %w", classify(err))
+		return "", err
 	}
 	return token, nil
 }
 
 // List returns every token, revoked ones included, by name.
 func (t *Tokens) List(ctx context.Context) ([]TokenInfo, error) {
-	rows, err := t.db.QueryContext(ctx, `SELECT name, role, created_at, revoked_at FROM tokens ORDER BY name`)
+	rows, err := t.ts.ListTokens(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", classify(err))
+		return nil, err
 	}
-	defer func() { _ = rows.Close() }()
-	var out []TokenInfo
-	for rows.Next() {
-		var ti TokenInfo
-		if err := rows.Scan(&ti.Name, &ti.Role, &ti.CreatedAt, &ti.RevokedAt); err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
+	out := make([]TokenInfo, 0, len(rows))
+	for _, r := range rows {
+		ns := r.Namespaces
+		if ns == nil {
+			ns = []string{}
 		}
-		out = append(out, ti)
+		out = append(out, TokenInfo{Name: r.Name, Role: r.Role, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt, Namespaces: ns})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // Revoke revokes the token called name; a running ledgerd refuses it from
 // its next request.
 func (t *Tokens) Revoke(ctx context.Context, name string) error {
-	res, err := t.db.ExecContext(ctx, `UPDATE tokens SET revoked_at = ? WHERE name = ? AND revoked_at = 0`, t.now().UnixMilli(), name)
-	if err != nil {
-		return fmt.Errorf("revoke token: %w", classify(err))
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%w (or already revoked): %s", ErrTokenUnknown, name)
-	}
-	return nil
+	return t.ts.RevokeToken(ctx, name, t.now().UnixMilli())
 }
 
 // AuthEnabled reports whether any token is valid: then every API request
 // must carry one.
-func (rd *Reader) AuthEnabled(ctx context.Context) (bool, error) {
-	var n int
-	if err := rd.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM tokens WHERE revoked_at = 0)`).Scan(&n); err != nil {
-		return false, fmt.Errorf("auth: %w", classify(err))
-	}
-	return n == 1, nil
+func (l *Ledger) AuthEnabled(ctx context.Context) (bool, error) {
+	return l.store.Tokens().AnyValidToken(ctx)
 }
 
 // Authenticate returns the principal of a valid, unrevoked token, or
-// ErrBadToken. The token's hash is compared in constant time.
-func (rd *Reader) Authenticate(ctx context.Context, token string) (Principal, error) {
+// ErrBadToken. The token's hash is compared in constant time. It reads
+// the store on every call, so a revocation holds at once on every
+// replica.
+func (l *Ledger) Authenticate(ctx context.Context, token string) (Principal, error) {
+	return Authenticate(ctx, l.store.Tokens(), token)
+}
+
+// Authenticate checks token against ts.
+func Authenticate(ctx context.Context, ts TokenStore, token string) (Principal, error) {
 	rest, ok := strings.CutPrefix(token, TokenPrefix)
 	id, _, ok2 := strings.Cut(rest, "_")
 	if !ok || !ok2 || len(id) != 12 {
 		return Principal{}, ErrBadToken
 	}
-	var p Principal
-	var stored []byte
-	var revoked int64
-	err := rd.r.QueryRowContext(ctx, `SELECT name, role, token_hash, revoked_at FROM tokens WHERE token_id = ?`, id).
-		Scan(&p.Name, &p.Role, &stored, &revoked)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Principal{}, ErrBadToken
-	}
+	row, err := ts.LookupToken(ctx, id)
 	if err != nil {
-		return Principal{}, fmt.Errorf("auth: %w", classify(err))
+		return Principal{}, fmt.Errorf("auth: %w", err)
+	}
+	if row == nil {
+		return Principal{}, ErrBadToken
 	}
 	h := sha256.Sum256([]byte(token))
-	if subtle.ConstantTimeCompare(stored, h[:]) != 1 || revoked != 0 {
+	if subtle.ConstantTimeCompare(row.Hash, h[:]) != 1 || row.RevokedAt != 0 {
 		return Principal{}, ErrBadToken
 	}
-	return p, nil
+	return Principal{Name: row.Name, Role: row.Role, Namespaces: row.Namespaces}, nil
+}
+
+type closers []io.Closer
+
+func (cs closers) Close() error {
+	var errs []error
+	for _, c := range cs {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }

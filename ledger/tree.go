@@ -77,35 +77,33 @@ type treeTx struct {
 	pending []tlog.Hash // computed, stored by flushTree
 }
 
-// treeReader is a sumdb.HashReader over the batch, the writer's
-// cache and the tree_hashes table.
-func (t *writeTx) treeReader(ctx context.Context) sumdb.HashReader {
-	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
-		out := make([]tlog.Hash, len(idx))
-		for i, x := range idx {
-			if h, ok := t.tree.added[x]; ok {
-				out[i] = h
-				continue
-			}
-			if h, ok := t.tree.cache[x]; ok {
-				out[i] = h
-				continue
-			}
-			if t.tree.read == nil {
-				t.tree.read = t.tx.StmtContext(ctx, t.stmts.treeRead)
-			}
-			var b []byte
-			if err := t.tree.read.QueryRowContext(ctx, x).Scan(&b); err != nil {
-				return nil, fmt.Errorf("read tree hash %d: %w", x, classify(err))
-			}
-			if len(b) != len(out[i]) {
-				return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
-			}
-			copy(out[i][:], b)
-			t.addTreeHash(x, out[i])
+// ReadHashes reads stored tree hashes from the batch, the writer's cache
+// and the tree_hashes table.
+func (t *writeTx) ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(idx))
+	for i, x := range idx {
+		if h, ok := t.tree.added[x]; ok {
+			out[i] = h
+			continue
 		}
-		return out, nil
-	})
+		if h, ok := t.tree.cache[x]; ok {
+			out[i] = h
+			continue
+		}
+		if t.tree.read == nil {
+			t.tree.read = t.tx.StmtContext(ctx, t.stmts.treeRead)
+		}
+		var b []byte
+		if err := t.tree.read.QueryRowContext(ctx, x).Scan(&b); err != nil {
+			return nil, fmt.Errorf("read tree hash %d: %w", x, classify(err))
+		}
+		if len(b) != len(out[i]) {
+			return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
+		}
+		copy(out[i][:], b)
+		t.addTreeHash(x, out[i])
+	}
+	return out, nil
 }
 
 func (t *writeTx) addTreeHash(idx int64, h tlog.Hash) {
@@ -115,16 +113,15 @@ func (t *writeTx) addTreeHash(idx int64, h tlog.Hash) {
 	t.tree.added[idx] = h
 }
 
-// appendLeaf computes the tree hashes of receipt r as leaf r.Seq-1; they
-// are stored by flushTree before the batch commits. A leaf's stored
+// addLeaf takes the stored hashes of leaf seq-1, computed by the domain;
+// they are stored by flushTree before the batch commits. A leaf's stored
 // hashes directly follow the previous leaf's, so a batch's are one run.
-func (t *writeTx) appendLeaf(ctx context.Context, r *chain.Receipt) error {
-	n := tlog.LeafIndex(r.Seq)
-	hs, err := sumdb.StoredHashesForRecordHash(n, tlog.LeafHash(r.Hash), t.treeReader(ctx))
-	if err != nil {
-		return fmt.Errorf("tree leaf %d: %w", n, err)
-	}
+func (t *writeTx) addLeaf(seq uint64, hs []tlog.Hash) error {
+	n := tlog.LeafIndex(seq)
 	base := sumdb.StoredHashIndex(0, n)
+	if want := sumdb.StoredHashIndex(0, n+1) - base; int64(len(hs)) != want {
+		return fmt.Errorf("tree leaf %d: %d stored hashes, want %d", n, len(hs), want)
+	}
 	if len(t.tree.pending) == 0 {
 		t.tree.from = base
 	} else if base != t.tree.from+int64(len(t.tree.pending)) {
@@ -172,7 +169,7 @@ func (t *writeTx) flushTree(ctx context.Context) error {
 }
 
 // commitTree merges a committed batch's tree hashes into the writer's cache.
-func (db *DB) commitTree(t *writeTx) {
+func (db *fileChain) commitTree(t *writeTx) {
 	if len(db.tree)+len(t.tree.added) > treeCacheMax {
 		db.tree = make(treeCache, treeCacheMax)
 	}
@@ -186,7 +183,7 @@ func (db *DB) commitTree(t *writeTx) {
 // chain's last receipt, and back-fills the hashes of receipts that have
 // none (a ledger made before the tree existed), in batches, before the
 // writer starts.
-func (db *DB) initTree(ctx context.Context, head Head, repair bool) error {
+func (db *fileChain) initTree(ctx context.Context, head Head, repair bool) error {
 	if _, err := db.w.ExecContext(ctx, sqlTreeSchema); err != nil {
 		return fmt.Errorf("tree schema: %w", classify(err))
 	}
@@ -227,7 +224,7 @@ func (db *DB) initTree(ctx context.Context, head Head, repair bool) error {
 // checkTree returns the stored tree's size after checking that it is no
 // larger than the chain and that its last leaf is the hash of the
 // receipt at its size (both index lookups).
-func (db *DB) checkTree(ctx context.Context, head Head) (int64, error) {
+func (db *fileChain) checkTree(ctx context.Context, head Head) (int64, error) {
 	size, err := storedTreeSize(ctx, db.w)
 	if err != nil {
 		return 0, err
@@ -270,7 +267,7 @@ func (s hashScanner) Scan(v any) error {
 // variable for tests).
 var backfillChunk = 10_000
 
-func (db *DB) backfillTree(ctx context.Context, from int64, to uint64) error {
+func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) error {
 	start := time.Now()
 	db.logger.Info("building the Merkle tree of existing receipts", "from_leaf", from, "receipts", to)
 	for n := from; uint64(n) < to; {
@@ -304,7 +301,11 @@ func (db *DB) backfillTree(ctx context.Context, from int64, to uint64) error {
 				_ = tx.Rollback()
 				return fmt.Errorf("tree back-fill: receipt %d follows leaf %d", batch[i].Seq, n)
 			}
-			if err := t.appendLeaf(ctx, &batch[i]); err != nil {
+			hs, err := LeafHashes(ctx, batch[i].Seq, batch[i].Hash, t.ReadHashes)
+			if err == nil {
+				err = t.addLeaf(batch[i].Seq, hs)
+			}
+			if err != nil {
 				_ = tx.Rollback()
 				return fmt.Errorf("tree back-fill: %w", err)
 			}

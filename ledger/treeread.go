@@ -97,30 +97,32 @@ func (rd *Reader) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, erro
 	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlCheckpointAt, n))
 }
 
-// StoreCheckpoint stores a signed checkpoint durably (through the writer,
-// in its own transaction) before anyone may serve it. The database
-// refuses a size that is not larger than every stored one; the caller
-// checks consistency before signing.
-func (db *DB) StoreCheckpoint(ctx context.Context, c *tlog.Signed) error {
-	return db.submit(ctx, func(ctx context.Context, t *writeTx) error {
-		// Refusals are *Error values, decided before any write, so that they
-		// never fail the other operations of the batch.
-		if uint64(c.Size) > t.head.Seq {
-			return Errorf(ECodeInternal, "store checkpoint: size %d is beyond the chain (%d)", c.Size, t.head.Seq)
-		}
-		var last int64
-		if err := t.tx.QueryRowContext(ctx, `SELECT coalesce(max(size), 0) FROM checkpoints`).Scan(&last); err != nil {
-			return fmt.Errorf("store checkpoint: %w", classify(err))
-		}
-		if c.Size <= last {
-			return Errorf(ECodeInternal, "store checkpoint: size %d is not larger than the stored %d", c.Size, last)
-		}
-		if _, err := t.tx.ExecContext(ctx, sqlInsertCheckpoint, c.Size, c.Root[:], c.Note, t.now); err != nil {
-			return fmt.Errorf("store checkpoint %d: %w", c.Size, classify(err))
-		}
-		c.SignedAt = t.now
-		return nil
-	})
+// PutCheckpoint stores a signed checkpoint in the batch; SQLite's trigger
+// refuses a size that is not larger than every stored one, checked here
+// first so that the refusal is ErrStaleCheckpoint.
+func (t *writeTx) PutCheckpoint(ctx context.Context, c *tlog.Signed) error {
+	var last int64
+	if err := t.tx.QueryRowContext(ctx, `SELECT coalesce(max(size), 0) FROM checkpoints`).Scan(&last); err != nil {
+		return fmt.Errorf("store checkpoint: %w", classify(err))
+	}
+	if c.Size <= last {
+		return fmt.Errorf("%w: size %d, stored %d", ErrStaleCheckpoint, c.Size, last)
+	}
+	if _, err := t.tx.ExecContext(ctx, sqlInsertCheckpoint, c.Size, c.Root[:], c.Note, t.now); err != nil {
+		return fmt.Errorf("store checkpoint %d: %w", c.Size, classify(err))
+	}
+	c.SignedAt = t.now
+	return nil
 }
 
-var _ tlog.Store = (*DB)(nil)
+// hashBytes scans a 32-byte BLOB.
+type hashBytes [32]byte
+
+func (h *hashBytes) Scan(v any) error {
+	b, ok := v.([]byte)
+	if !ok || len(b) != len(h) {
+		return fmt.Errorf("hash is not 32 bytes")
+	}
+	copy(h[:], b)
+	return nil
+}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,19 +141,37 @@ func (r *waitRegistry) unsubscribe(key string, ch <-chan struct{}) {
 	}
 }
 
-// notify wakes every waiter of keys. The writer calls it after COMMIT.
-func (r *waitRegistry) notify(keys []string) {
-	if len(keys) == 0 || r.count.Load() == 0 {
+// waitKey names key of namespace ns in the registry.
+func waitKey(ns, key string) string { return ns + "\x00" + key }
+
+// notify wakes every waiter of keys of namespace ns, or of every key of
+// ns when keys is nil (a driver that may have missed notifications). The
+// store calls it after COMMIT.
+func (r *waitRegistry) notify(ns string, keys []string) {
+	if r.count.Load() == 0 || keys != nil && len(keys) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	wake := func(k string, l *waitList) {
+		close(l.ch)
+		delete(r.keys, k)
+		r.count.Add(-int64(l.n))
+		waitersGauge.Sub(float64(l.n))
+	}
+	if keys == nil {
+		prefix := ns + "\x00"
+		for k, l := range r.keys {
+			if strings.HasPrefix(k, prefix) {
+				wake(k, l)
+			}
+		}
+		return
+	}
 	for _, key := range keys {
-		if l := r.keys[key]; l != nil {
-			close(l.ch)
-			delete(r.keys, key)
-			r.count.Add(-int64(l.n))
-			waitersGauge.Sub(float64(l.n))
+		k := waitKey(ns, key)
+		if l := r.keys[k]; l != nil {
+			wake(k, l)
 		}
 	}
 }
@@ -165,23 +184,13 @@ func (r *waitRegistry) end() {
 	r.once.Do(func() { close(r.stop) })
 }
 
-// Waiting returns how many reserve requests are parked waiting for
-// another reservation of their key to end.
-func (db *DB) Waiting() int { return db.waits.waiting() }
-
-// EndWaits wakes every parked reserve: each decides at once (usually
-// 409 in_progress) instead of waiting out its wait_ms, and later reserves
-// do not wait. A server calls it when it begins to shut down, so that
-// parked requests do not hold the shutdown up; Close calls it too.
-func (db *DB) EndWaits() { db.waits.end() }
-
 // reserveOnce submits one decision for a. lease is the lease end (unix ms)
 // of the reservation that holds the key when the answer is in_progress,
 // else 0.
-func (db *DB) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResult, lease uint64, err error) {
-	err = db.submit(ctx, func(ctx context.Context, t *writeTx) error {
+func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResult, lease uint64, err error) {
+	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideReserve(ctx, t, t.now, a)
+		res, err = decideReserve(ctx, t, t.Now(), a)
 		return err
 	})
 	var ip *inProgressError
@@ -198,21 +207,22 @@ func (db *DB) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResu
 // reservation waits (up to a.waitMS) for that reservation to end and
 // decides again. It subscribes before each decision, so a commit that
 // lands between the decision and the wait still wakes it.
-func (db *DB) reserveWaiting(ctx context.Context, a *reserveArgs) (*ReserveResult, error) {
+func (n *Namespace) reserveWaiting(ctx context.Context, a *reserveArgs) (*ReserveResult, error) {
 	deadline := time.Now().Add(msDuration(a.waitMS))
 	for {
-		ch, subscribed := db.waits.subscribe(a.key)
-		res, lease, err := db.reserveOnce(ctx, a)
+		wk := waitKey(n.name, a.key)
+		ch, subscribed := n.l.waits.subscribe(wk)
+		res, lease, err := n.reserveOnce(ctx, a)
 		if lease == 0 {
 			if subscribed {
-				db.waits.unsubscribe(a.key, ch)
+				n.l.waits.unsubscribe(wk, ch)
 			}
 			return res, err
 		}
 		remaining := time.Until(deadline)
 		if !subscribed || remaining <= 0 {
 			if subscribed {
-				db.waits.unsubscribe(a.key, ch)
+				n.l.waits.unsubscribe(wk, ch)
 				waitEnds.WithLabelValues(waitTimeout).Inc()
 			} else {
 				waitEnds.WithLabelValues(waitLimit).Inc()
@@ -220,14 +230,14 @@ func (db *DB) reserveWaiting(ctx context.Context, a *reserveArgs) (*ReserveResul
 			return res, err
 		}
 		sleep, end := remaining, waitTimeout
-		now := uint64(db.now().UnixMilli())
+		now := uint64(n.l.cfg.Now().UnixMilli())
 		if lease <= now {
 			sleep, end = 0, waitLeaseEnd
 		} else if d := msDuration(lease - now); d < sleep {
 			sleep, end = d, waitLeaseEnd
 		}
-		end, err = db.park(ctx, ch, sleep, end)
-		db.waits.unsubscribe(a.key, ch)
+		end, err = n.l.park(ctx, ch, sleep, end)
+		n.l.waits.unsubscribe(wk, ch)
 		waitEnds.WithLabelValues(end).Inc()
 		if err != nil {
 			return nil, err
@@ -241,7 +251,7 @@ func (db *DB) reserveWaiting(ctx context.Context, a *reserveArgs) (*ReserveResul
 // park waits for ch, sleep, ctx or the registry's end, releasing what the
 // request's Parker holds meanwhile. It returns how the wait ended (end
 // when the timer fired), and ctx's error when the client went away.
-func (db *DB) park(ctx context.Context, ch <-chan struct{}, sleep time.Duration, end string) (string, error) {
+func (l *Ledger) park(ctx context.Context, ch <-chan struct{}, sleep time.Duration, end string) (string, error) {
 	p := ParkerFromContext(ctx)
 	if p != nil {
 		p.Park()
@@ -252,7 +262,7 @@ func (db *DB) park(ctx context.Context, ch <-chan struct{}, sleep time.Duration,
 	case <-ch:
 		end = waitFinalized
 	case <-timer.C:
-	case <-db.waits.stop:
+	case <-l.waits.stop:
 		end = waitShutdown
 	case <-ctx.Done():
 		return waitCancelled, ctx.Err()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
 // SQL of the write path.
@@ -59,151 +60,62 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 	return &s, nil
 }
 
-// writeOp is one queued write: fn runs inside the writer's transaction and
-// its error (nil, a domain *Error, or an internal failure) is sent on done
-// only after the transaction has committed or rolled back.
-type writeOp struct {
-	ctx  context.Context
-	fn   func(ctx context.Context, t *writeTx) error
-	done chan error
-	err  error
+// Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
+// writer connection and returns after COMMIT. SQLite runs it once: the
+// file has one writer (the lock file), so nothing can conflict.
+func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error {
+	return c.update(ctx, func(ctx context.Context, t *writeTx) error { return fn(ctx, t) })
 }
 
-// submit queues fn for the writer and waits for the durable outcome.
-func (db *DB) submit(ctx context.Context, fn func(ctx context.Context, t *writeTx) error) error {
-	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	db.mu.RLock()
-	if db.closed {
-		db.mu.RUnlock()
+// update is Update with the SQLite transaction at hand (rebuild-keys and
+// the tree back-fill use it). What the batch read or wrote enters the
+// head, key and tree caches only after COMMIT, so a failed batch leaves
+// them exactly as the database is.
+func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *writeTx) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
 		return ErrClosed
 	}
-	select {
-	case db.ops <- op:
-	case <-ctx.Done():
-		db.mu.RUnlock()
-		return ctx.Err()
-	}
-	db.mu.RUnlock()
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// writer owns the chain head. It drains the queue in batches: each batch
-// is one BEGIN IMMEDIATE transaction in which the ops run in order, so each
-// decision sees the effects of the ones before it. It never waits for a
-// batch to fill: a lone request is written at once.
-func (db *DB) writer() {
-	defer close(db.done)
-	batch := make([]*writeOp, 0, db.maxBatch)
-	for op := range db.ops {
-		batch = append(batch[:0], op)
-	fill:
-		for len(batch) < db.maxBatch {
-			select {
-			case op, ok := <-db.ops:
-				if !ok {
-					break fill
-				}
-				batch = append(batch, op)
-			default:
-				break fill
-			}
-		}
-		db.runBatch(batch)
-		clear(batch)
-	}
-}
-
-// runBatch runs ops in one transaction and replies to each after COMMIT.
-// A domain error of one op touches nothing (decisions are made before any
-// write); any other failure rolls back the whole batch and fails every op
-// in it, leaving the head as it was.
-func (db *DB) runBatch(ops []*writeOp) {
-	ctx := context.Background() // request contexts must not interrupt a shared transaction
 	start := time.Now()
-	head := *db.head.Load()
-	t := &writeTx{now: uint64(db.now().UnixMilli()), head: head, stmts: db.stmts, cache: db.cache}
-	t.tree.cache = db.tree
-	fail := func(err error) {
-		db.lastWriteErr.Store(&err)
-		writerReady.Set(0)
-		batchFailures.Inc()
-		db.logger.Error("write batch failed", "ops", len(ops), "err", err)
-		for _, op := range ops {
-			var de *Error
-			if !errors.As(op.err, &de) {
-				op.err = err
-			}
-			op.done <- op.err
-		}
-	}
-	tx, err := db.w.BeginTx(ctx, nil)
+	t := &writeTx{now: uint64(c.now().UnixMilli()), head: *c.head.Load(), stmts: c.stmts, cache: c.cache}
+	t.tree.cache = c.tree
+	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
 	if err != nil {
-		fail(fmt.Errorf("begin: %w", classify(err)))
-		return
+		return fmt.Errorf("begin: %w", classify(err))
 	}
 	t.tx = tx
-	for _, op := range ops {
-		if err := op.ctx.Err(); err != nil {
-			op.err = err
-			continue
-		}
-		op.err = op.fn(ctx, t)
-		var de *Error
-		if op.err != nil && !errors.As(op.err, &de) {
-			_ = tx.Rollback()
-			fail(op.err)
-			return
-		}
+	if err := fn(ctx, t); err != nil {
+		_ = tx.Rollback()
+		return err
 	}
 	if err := t.flushTree(ctx); err != nil {
 		_ = tx.Rollback()
-		fail(err)
-		return
+		return err
 	}
-	if db.beforeCommit != nil {
-		if err := db.beforeCommit(); err != nil {
+	if c.beforeCommit != nil {
+		if err := c.beforeCommit(); err != nil {
 			_ = tx.Rollback()
-			fail(fmt.Errorf("commit: %w", err))
-			return
+			return fmt.Errorf("commit: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		_ = tx.Rollback()
-		fail(fmt.Errorf("commit: %w", classify(err)))
-		return
+		return fmt.Errorf("commit: %w", classify(err))
 	}
-	db.lastWriteErr.Store(nil)
-	writerReady.Set(1)
-	db.head.Store(&t.head)
+	c.head.Store(&t.head)
 	if t.resetCache {
-		db.cache = newKeyCache(db.cache.max)
+		c.cache = newKeyCache(c.cache.max)
 	}
-	if t.resetCache {
-		db.cache = newKeyCache(db.cache.max)
+	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
+	c.commitTree(t)
+	if c.onEnded != nil && len(t.ended) > 0 {
+		c.onEnded(c.ns, t.ended) // after COMMIT: a woken reserve sees the outcome
 	}
-	db.cache.merge(t.dirtyKeys, t.dirtyReceipts)
-	db.commitTree(t)
-	db.waits.notify(t.ended) // after COMMIT: a woken reserve sees the outcome
-	for _, op := range ops {
-		op.done <- op.err
-	}
-	busy := time.Since(start)
-	batchSize.Observe(float64(len(ops)))
-	batchSeconds.Observe(busy.Seconds())
-	writerBusy.Add(busy.Seconds())
-	writerOps.Add(float64(len(ops)))
-	db.busyNanos.Add(int64(busy))
-	db.opsDone.Add(int64(len(ops)))
-	db.kickCheckpoint()
-	for _, kind := range t.kinds {
-		receiptsAppended.WithLabelValues(kind).Inc()
-	}
-	headSeq.Set(float64(t.head.Seq))
+	c.busyNanos.Add(int64(time.Since(start)))
+	c.opsDone.Add(int64(t.appended) + 1)
+	c.kickCheckpoint()
+	return nil
 }
 
 // writeTx is the writer's view of one batch transaction; it implements
@@ -212,11 +124,11 @@ func (db *DB) runBatch(ops []*writeOp) {
 // merged into the cache only after COMMIT, so a failed batch leaves the
 // cache exactly as the database is.
 type writeTx struct {
-	tx    *sql.Tx
-	now   uint64 // unix ms, read once per batch
-	head  Head   // head including this batch's appends
-	kinds []string
-	ended []string // keys whose reservation this batch committed or resolved
+	tx       *sql.Tx
+	now      uint64 // unix ms, read once per batch
+	head     Head   // head including this batch's appends
+	appended int
+	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
 	bound         [5]*sql.Stmt // stmts bound to tx, made on first use
@@ -227,7 +139,13 @@ type writeTx struct {
 	tree          treeTx
 }
 
-var _ writeStore = (*writeTx)(nil)
+var _ Tx = (*writeTx)(nil)
+
+// Head is the head including this transaction's appends.
+func (t *writeTx) Head() Head { return t.head }
+
+// Now is the batch's time, unix ms.
+func (t *writeTx) Now() uint64 { return t.now }
 
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
@@ -246,7 +164,8 @@ const (
 	stMaxAttempt
 )
 
-func (t *writeTx) key(ctx context.Context, key string) (keyRecord, bool, error) {
+// Key reads a key record: this batch's writes, the key cache, SQLite.
+func (t *writeTx) Key(ctx context.Context, key string) (KeyRecord, bool, error) {
 	if k, ok := t.dirtyKeys[key]; ok {
 		return *k, true, nil
 	}
@@ -284,7 +203,8 @@ func (t *writeTx) markReceipt(r *chain.Receipt) {
 	t.dirtyReceipts[r.Seq] = &c
 }
 
-func (t *writeTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
+// Receipt reads a receipt: this batch's, the key cache's, SQLite's.
+func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
 	if r, ok := t.dirtyReceipts[seq]; ok {
 		return *r, nil
 	}
@@ -299,7 +219,8 @@ func (t *writeTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 	return r, nil
 }
 
-func (t *writeTx) maxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
+// MaxAttempt reads the highest attempt of execution on key.
+func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
 	var max sql.NullInt64
 	if err := t.stmt(ctx, stMaxAttempt).QueryRowContext(ctx, execution, key).Scan(&max); err != nil {
 		return 0, false, fmt.Errorf("read attempts: %w", classify(err))
@@ -307,37 +228,50 @@ func (t *writeTx) maxAttempt(ctx context.Context, key, execution string) (uint64
 	return uint64(max.Int64), max.Valid, nil
 }
 
-func (t *writeTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
-	r = chain.Link(t.head.Seq, t.head.Hash, r)
+// Append stores a linked receipt and its tree hashes (flushed before
+// COMMIT).
+func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Hash) error {
+	if r.Seq != t.head.Seq+1 || r.PrevHash != t.head.Hash {
+		return fmt.Errorf("append receipt %d: not linked to the head %d", r.Seq, t.head.Seq)
+	}
 	_, err := t.stmt(ctx, stInsert).ExecContext(ctx,
 		r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
 		r.PrevHash[:], r.Hash[:])
 	if err != nil {
-		return r, fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
+		return fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
 	}
-	if err := t.appendLeaf(ctx, &r); err != nil {
-		return r, err
+	if err := t.addLeaf(r.Seq, hashes); err != nil {
+		return err
 	}
 	t.head = Head{Seq: r.Seq, Hash: r.Hash}
-	t.kinds = append(t.kinds, r.Kind)
+	t.appended++
 	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
 		t.ended = append(t.ended, r.IdempotencyKey)
 	}
 	if r.Kind != chain.KindReplay { // decisions read reserves and outcomes, never replays
-		t.markReceipt(&r)
+		t.markReceipt(r)
 	}
-	return r, nil
+	return nil
 }
 
-func (t *writeTx) putKey(ctx context.Context, k *keyRecord) error {
+// PutKey inserts or replaces a key record.
+func (t *writeTx) PutKey(ctx context.Context, k *KeyRecord) error {
 	_, err := t.stmt(ctx, stPutKey).ExecContext(ctx, k.Key, k.Generated, k.Tool, k.Effect, k.InputHash,
 		k.Idempotent, k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq, []byte(k.TokenHash))
 	if err != nil {
 		return fmt.Errorf("write key: %w", classify(err))
 	}
 	t.markKey(k)
+	return nil
+}
+
+// Probe writes 1 MiB outside the chain (the readiness probe).
+func (t *writeTx) Probe(ctx context.Context) error {
+	if _, err := t.tx.ExecContext(ctx, sqlReadyProbe); err != nil {
+		return fmt.Errorf("ready probe: %w", classify(err))
+	}
 	return nil
 }
 

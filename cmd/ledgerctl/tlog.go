@@ -100,7 +100,7 @@ func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 }
 
 func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	return f.PortableReceipt(ctx, seq)
+	return ledger.Log{ChainReader: f.Reader}.PortableReceipt(ctx, seq)
 }
 
 func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {

@@ -131,7 +131,7 @@ func writeState(path string, head verify.Pin, checkpoint []byte) error {
 type readerProver struct{ rd *ledger.Reader }
 
 func (p readerProver) ConsistencyProof(ctx context.Context, from, to int64) ([]tlog.Hash, error) {
-	c, err := p.rd.ConsistencyProof(ctx, from, to)
+	c, err := ledger.Log{ChainReader: p.rd}.ConsistencyProof(ctx, from, to)
 	if err != nil {
 		return nil, err
 	}

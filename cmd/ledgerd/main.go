@@ -25,6 +25,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/tlog"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -266,22 +267,35 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer key.close()
 	}
-	db, err := ledger.Open(ctx, m.DBPath, ledger.Options{Logger: m.Logger, MaxWaiters: m.MaxWaiters})
+	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger})
 	if err != nil {
 		return err
 	}
+	l := ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters})
 	defer func() {
-		if err := db.Close(); err != nil {
+		if err := l.Close(); err != nil {
 			m.Logger.Error("close ledger", "err", err)
 		}
 	}()
-	// The verifier and GET /v1/audit read through their own read-only
-	// pool, so they never take connections from the API or the write lock.
-	rd, err := ledger.OpenReader(ctx, m.DBPath, ledger.Options{Logger: m.Logger})
+	def, err := l.Default(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = rd.Close() }()
+	head, err := def.Head(ctx)
+	if err != nil {
+		return err
+	}
+	// The verifier and GET /v1/audit read through their own read-only
+	// store, so they never take connections from the API or the writers.
+	rstore, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rstore.Close() }()
+	rd, err := rstore.Chain(ctx, ledger.DefaultNamespace)
+	if err != nil {
+		return err
+	}
 	var periodic *verify.Periodic
 	if m.VerifyEvery > 0 {
 		vctx, cancel := context.WithCancel(ctx)
@@ -290,16 +304,12 @@ func (m *Main) Run(ctx context.Context) error {
 		periodic = &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
 		go func() { defer close(done); periodic.Run(vctx) }()
 	}
+	var logs *logServices
 	if key != nil {
-		defer m.startSigner(ctx, db, key)()
-	}
-	var witnessing *tlog.Witnessing
-	if len(m.Witnesses.list) > 0 {
-		var stop func()
-		if witnessing, stop, err = m.startWitnessing(ctx, db, key); err != nil {
+		if logs, err = m.startLogServices(ctx, l, key); err != nil {
 			return err
 		}
-		defer stop()
+		defer logs.stop()
 	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
@@ -309,14 +319,14 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	handler := api.NewServer(db, m.Logger)
+	handler := api.NewServer(l, m.Logger)
 	handler.SetMaxInFlight(m.MaxInFlight)
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
 	handler.SetAuditSource(rd)
 	handler.SetPublicLog(m.PublicLog)
-	if witnessing != nil {
-		handler.SetWitnessing(witnessing)
+	if logs != nil && len(m.Witnesses.list) > 0 {
+		handler.SetWitnessing(logs)
 	}
 	if periodic != nil {
 		handler.SetVerification(periodic)
@@ -351,7 +361,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	// Reserves parked on a key (wait_ms) answer at once when shutdown
 	// begins instead of holding it up.
-	srv.RegisterOnShutdown(db.EndWaits)
+	srv.RegisterOnShutdown(l.EndWaits)
 	serveErr := make(chan error, 1)
 	scheme := "http"
 	if m.TLSCert != "" {
@@ -366,7 +376,7 @@ func (m *Main) Run(ctx context.Context) error {
 	go func() { serveErr <- srv.Serve(api.WrapListener(ln)) }()
 	v := version.Read("ledgerd")
 	buildInfo.WithLabelValues(v.Short(), v.Revision, v.Contract, v.Go).Set(1)
-	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", db.Path(), "head_seq", db.Head().Seq,
+	m.Logger.Info("ledgerd ready", "addr", ln.Addr().String(), "scheme", scheme, "db", store.Describe(), "head_seq", head.Seq,
 		"audit_page", scheme+"://"+ln.Addr().String()+"/ui/", "version", v.Short(), "contract", v.Contract)
 
 	select {
@@ -417,21 +427,6 @@ func (m *Main) loadKey() (*signingKey, error) {
 	}}, nil
 }
 
-// startSigner starts the checkpoint signer; the returned func stops it.
-func (m *Main) startSigner(ctx context.Context, db *ledger.DB, key *signingKey) func() {
-	origin := tlog.Origin(m.LogOrigin, tlog.DefaultNamespace)
-	cp := &tlog.Checkpointer{Store: db, Signer: key.signer, Origin: origin, Interval: m.CheckpointInterval,
-		Logger: m.Logger.With("component", "checkpoint")}
-	m.Logger.Info("signing checkpoints", "origin", origin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); cp.Run(sctx) }()
-	return func() {
-		cancel()
-		<-done
-	}
-}
-
 // witnessFlag is the repeatable --witness VKEY=URL.
 type witnessFlag struct {
 	specs   []string
@@ -471,27 +466,4 @@ func (f *witnessFlag) parse() error {
 		f.list = append(f.list, w)
 	}
 	return nil
-}
-
-// startWitnessing starts sending checkpoints to the witnesses; the
-// returned func stops it.
-func (m *Main) startWitnessing(ctx context.Context, db *ledger.DB, key *signingKey) (*tlog.Witnessing, func(), error) {
-	v, err := tlog.NewVerifier(key.vkey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("witness: %w", err)
-	}
-	ws := &tlog.Witnessing{Source: db, Verifier: v, Witnesses: m.Witnesses.list, Quorum: m.WitnessQuorum,
-		Interval: m.CheckpointInterval, Logger: m.Logger.With("component", "witness")}
-	names := make([]string, len(ws.Witnesses))
-	for i, w := range ws.Witnesses {
-		names[i] = w.Name() + "=" + w.URL
-	}
-	m.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", m.WitnessQuorum)
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); ws.Run(sctx) }()
-	return ws, func() {
-		cancel()
-		<-done
-	}, nil
 }

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// logServices runs the verifiable log of every namespace (SPEC §9): a
+// checkpoint signer and, with --witness, the witnessing of its
+// checkpoints, each started when its namespace is first seen.
+type logServices struct {
+	m   *Main
+	l   *ledger.Ledger
+	key *signingKey
+	v   note.Verifier
+
+	mu         sync.Mutex
+	running    map[string]bool
+	witnessing map[string]*tlog.Witnessing
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// namespaceScan is how often new namespaces are looked for.
+const namespaceScan = 2 * time.Second
+
+func (m *Main) startLogServices(ctx context.Context, l *ledger.Ledger, key *signingKey) (*logServices, error) {
+	s := &logServices{m: m, l: l, key: key, running: map[string]bool{}, witnessing: map[string]*tlog.Witnessing{}}
+	if len(m.Witnesses.list) > 0 {
+		v, err := tlog.NewVerifier(key.vkey)
+		if err != nil {
+			return nil, fmt.Errorf("witness: %w", err)
+		}
+		s.v = v
+		names := make([]string, len(m.Witnesses.list))
+		for i, w := range m.Witnesses.list {
+			names[i] = w.Name() + "=" + w.URL
+		}
+		m.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", m.WitnessQuorum)
+	}
+	m.Logger.Info("signing checkpoints", "origin_prefix", m.LogOrigin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	if err := s.scan(sctx); err != nil {
+		cancel()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(namespaceScan)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				if err := s.scan(sctx); err != nil && sctx.Err() == nil {
+					m.Logger.Warn("checkpoints: listing namespaces", "err", err)
+				}
+			}
+		}
+	}()
+	return s, nil
+}
+
+// scan starts the services of namespaces that have none yet.
+func (s *logServices) scan(ctx context.Context) error {
+	list, err := s.l.Namespaces(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range list {
+		s.mu.Lock()
+		running := s.running[info.Name]
+		s.mu.Unlock()
+		if running {
+			continue
+		}
+		n, err := s.l.NS(ctx, info.Name)
+		if err != nil {
+			return err
+		}
+		s.start(ctx, n)
+	}
+	return nil
+}
+
+func (s *logServices) start(ctx context.Context, n *ledger.Namespace) {
+	origin := tlog.Origin(s.m.LogOrigin, n.Name())
+	logger := s.m.Logger.With("namespace", n.Name())
+	cp := &tlog.Checkpointer{Store: n, Signer: s.key.signer, Origin: origin, Interval: s.m.CheckpointInterval,
+		Logger: logger.With("component", "checkpoint")}
+	s.mu.Lock()
+	s.running[n.Name()] = true
+	var ws *tlog.Witnessing
+	if s.v != nil {
+		ws = &tlog.Witnessing{Source: n, Verifier: s.v, Witnesses: s.m.Witnesses.list, Quorum: s.m.WitnessQuorum,
+			Interval: s.m.CheckpointInterval, Logger: logger.With("component", "witness")}
+		s.witnessing[n.Name()] = ws
+	}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); cp.Run(ctx) }()
+	if ws != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); ws.Run(ctx) }()
+	}
+}
+
+// Served is the checkpoint of namespace ns cosigned by the witness
+// quorum, or nil.
+func (s *logServices) Served(ns string) *tlog.Signed {
+	s.mu.Lock()
+	ws := s.witnessing[ns]
+	s.mu.Unlock()
+	if ws == nil {
+		return nil
+	}
+	return ws.Served()
+}
+
+func (s *logServices) stop() {
+	s.cancel()
+	s.wg.Wait()
+}

@@ -1,0 +1,437 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// Config configures the domain service.
+type Config struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxBatch bounds how many queued writes of one namespace share one
+	// transaction (default 256).
+	MaxBatch int
+	// MaxWaiters bounds the reserves parked waiting for another
+	// reservation of their key (wait_ms) at once; beyond it a reserve is
+	// answered without waiting (default DefaultMaxWaiters).
+	MaxWaiters int
+	// Now is the clock of waits (lease ends); decisions use Tx.Now.
+	Now func() time.Time
+}
+
+// Ledger is the domain service: validation, the SPEC §4 state machine,
+// chain linking and Merkle hashing, one batching queue per namespace and
+// the waits of SPEC §8, over a Store.
+type Ledger struct {
+	store  Store
+	cfg    Config
+	logger *slog.Logger
+	waits  *waitRegistry
+
+	mu     sync.Mutex // guards spaces and closed
+	spaces map[string]*Namespace
+	closed bool
+
+	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+}
+
+// New starts the domain service over store. Close closes both.
+func New(store Store, cfg Config) *Ledger {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 256
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
+		spaces: map[string]*Namespace{}}
+	store.OnEnded(l.waits.notify)
+	writerReady.Set(1)
+	return l
+}
+
+// Store returns the storage driver.
+func (l *Ledger) Store() Store { return l.store }
+
+var namespaceName = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+
+// ValidNamespace reports whether name is a namespace name (SPEC §7:
+// 1–64 bytes of a-z 0-9 . _ -).
+func ValidNamespace(name string) bool { return namespaceName.MatchString(name) }
+
+// CheckNamespace returns a 400 invalid_request *Error for a name outside
+// the namespace alphabet.
+func CheckNamespace(name string) error {
+	if !ValidNamespace(name) {
+		return &Error{Code: ECodeInvalidRequest,
+			Message: "namespace names are 1–64 bytes of a-z 0-9 . _ -",
+			Details: map[string]any{"field": "namespace"}}
+	}
+	return nil
+}
+
+// NS returns the namespace name: a 400 *Error for an invalid name,
+// 404 unknown_namespace for one that was never created.
+func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
+	if err := CheckNamespace(name); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	n := l.spaces[name]
+	closed := l.closed
+	l.mu.Unlock()
+	if n != nil {
+		return n, nil
+	}
+	if closed {
+		return nil, ErrClosed
+	}
+	c, err := l.store.Chain(ctx, name)
+	if errors.Is(err, ErrUnknownNamespace) {
+		return nil, &Error{Code: ECodeUnknownNamespace, Message: fmt.Sprintf("no namespace %q", name),
+			Details: map[string]any{"namespace": name}}
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.spaces[name]; n != nil {
+		return n, nil
+	}
+	if l.closed {
+		return nil, ErrClosed
+	}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, ops: make(chan *writeOp, 4*l.cfg.MaxBatch), done: make(chan struct{})}
+	l.spaces[name] = n
+	go n.writer()
+	return n, nil
+}
+
+// Default returns the default namespace.
+func (l *Ledger) Default(ctx context.Context) (*Namespace, error) {
+	return l.NS(ctx, DefaultNamespace)
+}
+
+// CreateNamespace creates an empty namespace: 400 for an invalid name,
+// 409 namespace_exists for one that exists.
+func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
+	if err := CheckNamespace(name); err != nil {
+		return err
+	}
+	err := l.store.CreateNamespace(ctx, name)
+	if errors.Is(err, ErrNamespaceExists) {
+		return &Error{Code: ECodeNamespaceExists, Message: fmt.Sprintf("namespace %q exists", name),
+			Details: map[string]any{"namespace": name}}
+	}
+	if err == nil {
+		l.logger.Info("namespace created", "namespace", name)
+	}
+	return err
+}
+
+// NamespaceInfo is one namespace and its head.
+type NamespaceInfo struct {
+	Name string
+	Head Head
+}
+
+// Namespaces lists every namespace with its head, by name.
+func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
+	names, err := l.store.Namespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]NamespaceInfo, 0, len(names))
+	for _, name := range names {
+		c, err := l.store.Chain(ctx, name)
+		if errors.Is(err, ErrUnknownNamespace) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		h, err := c.Head(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NamespaceInfo{Name: name, Head: h})
+	}
+	return out, nil
+}
+
+// Ready reports whether the database accepts writes. While writes work it
+// runs an empty transaction of the default namespace through its queue
+// (cheap). Once a write transaction has failed it answers not ready at
+// once, and makes a real durable probe write on each check; the first
+// that succeeds makes the next check ready, so readiness comes back by
+// itself when the database recovers (a successful batch clears the
+// failure too).
+func (l *Ledger) Ready(ctx context.Context) error {
+	n, err := l.Default(ctx)
+	if err != nil {
+		return err
+	}
+	failed := l.lastWriteErr.Load()
+	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
+		if failed == nil {
+			return nil
+		}
+		return t.Probe(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if failed != nil {
+		return fmt.Errorf("the last write transaction failed (a probe write now succeeded): %w", *failed)
+	}
+	return nil
+}
+
+// Waiting returns how many reserve requests are parked waiting for
+// another reservation of their key to end.
+func (l *Ledger) Waiting() int { return l.waits.waiting() }
+
+// EndWaits wakes every parked reserve: each decides at once (usually
+// 409 in_progress) instead of waiting out its wait_ms, and later reserves
+// do not wait. A server calls it when it begins to shut down, so that
+// parked requests do not hold the shutdown up; Close calls it too.
+func (l *Ledger) EndWaits() { l.waits.end() }
+
+// Close stops accepting writes, lets every queue finish what it holds and
+// closes the store.
+func (l *Ledger) Close() error {
+	l.EndWaits()
+	l.mu.Lock()
+	spaces := l.spaces
+	if !l.closed {
+		l.closed = true
+		for _, n := range spaces {
+			n.close()
+		}
+	}
+	l.mu.Unlock()
+	for _, n := range spaces {
+		<-n.done
+	}
+	return l.store.Close()
+}
+
+// Namespace is one namespace of a Ledger: its write queue and reads.
+type Namespace struct {
+	Log // reads and proofs, without the head lock
+
+	l     *Ledger
+	name  string
+	chain Chain
+
+	mu     sync.RWMutex // guards closed and sends on ops
+	closed bool
+	ops    chan *writeOp
+	done   chan struct{} // closed when the writer has exited
+}
+
+// Name is the namespace's name.
+func (n *Namespace) Name() string { return n.name }
+
+// Reader reads the namespace without its head lock.
+func (n *Namespace) Reader() ChainReader { return n.chain }
+
+func (n *Namespace) close() {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		close(n.ops)
+	}
+	n.mu.Unlock()
+}
+
+// writeOp is one queued write: fn runs inside a batch transaction and its
+// error (nil, a domain *Error, or an internal failure) is sent on done
+// only after the transaction has committed or rolled back.
+type writeOp struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, t *batchTx) error
+	done chan error
+	err  error
+}
+
+// submit queues fn for the namespace's writer and waits for the durable
+// outcome.
+func (n *Namespace) submit(ctx context.Context, fn func(ctx context.Context, t *batchTx) error) error {
+	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	n.mu.RLock()
+	if n.closed {
+		n.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case n.ops <- op:
+	case <-ctx.Done():
+		n.mu.RUnlock()
+		return ctx.Err()
+	}
+	n.mu.RUnlock()
+	select {
+	case err := <-op.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writer drains the namespace's queue in batches: each batch is one
+// Chain.Update in which the ops run in order, so each decision sees the
+// effects of the ones before it. It never waits for a batch to fill: a
+// lone request is written at once.
+func (n *Namespace) writer() {
+	defer close(n.done)
+	max := n.l.cfg.MaxBatch
+	batch := make([]*writeOp, 0, max)
+	for op := range n.ops {
+		batch = append(batch[:0], op)
+	fill:
+		for len(batch) < max {
+			select {
+			case op, ok := <-n.ops:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, op)
+			default:
+				break fill
+			}
+		}
+		n.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// runBatch runs ops in one Update and replies to each after COMMIT. A
+// domain error of one op touches nothing (decisions are made before any
+// write); any other failure rolls back the whole batch and fails every op
+// in it. The driver may run the batch more than once (retries): each run
+// decides every op afresh.
+func (n *Namespace) runBatch(ops []*writeOp) {
+	ctx := context.Background() // request contexts must not interrupt a shared transaction
+	start := time.Now()
+	var last *batchTx
+	err := n.chain.Update(ctx, func(ctx context.Context, tx Tx) error {
+		t := &batchTx{Tx: tx}
+		last = t
+		for _, op := range ops {
+			if err := op.ctx.Err(); err != nil {
+				op.err = err
+				continue
+			}
+			op.err = op.fn(ctx, t)
+			var de *Error
+			if op.err != nil && !errors.As(op.err, &de) {
+				return op.err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		n.l.lastWriteErr.Store(&err)
+		writerReady.Set(0)
+		batchFailures.Inc()
+		n.l.logger.Error("write batch failed", "namespace", n.name, "ops", len(ops), "err", err)
+		for _, op := range ops {
+			var de *Error
+			if !errors.As(op.err, &de) {
+				op.err = err
+			}
+			op.done <- op.err
+		}
+		return
+	}
+	n.l.lastWriteErr.Store(nil)
+	writerReady.Set(1)
+	for _, op := range ops {
+		op.done <- op.err
+	}
+	busy := time.Since(start)
+	batchSize.Observe(float64(len(ops)))
+	batchSeconds.Observe(busy.Seconds())
+	writerBusy.Add(busy.Seconds())
+	writerOps.Add(float64(len(ops)))
+	if last != nil {
+		for _, kind := range last.kinds {
+			receiptsAppended.WithLabelValues(kind, n.name).Inc()
+		}
+		headSeq.WithLabelValues(n.name).Set(float64(last.Head().Seq))
+	}
+}
+
+// batchTx is the domain's view of one run of a batch: the driver's Tx,
+// plus the linking and Merkle hashing of appends (the driver never
+// hashes). It implements writeStore for the state machine.
+type batchTx struct {
+	Tx
+	kinds []string
+}
+
+var _ writeStore = (*batchTx)(nil)
+
+func (t *batchTx) key(ctx context.Context, key string) (KeyRecord, bool, error) {
+	return t.Key(ctx, key)
+}
+
+func (t *batchTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
+	return t.Receipt(ctx, seq)
+}
+
+func (t *batchTx) maxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
+	return t.MaxAttempt(ctx, key, execution)
+}
+
+func (t *batchTx) putKey(ctx context.Context, k *KeyRecord) error { return t.PutKey(ctx, k) }
+
+// append links r to the head, computes its Merkle leaf's stored hashes
+// and hands both to the driver.
+func (t *batchTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
+	h := t.Head()
+	r = chain.Link(h.Seq, h.Hash, r)
+	hs, err := LeafHashes(ctx, r.Seq, r.Hash, t.ReadHashes)
+	if err != nil {
+		return r, err
+	}
+	if err := t.Append(ctx, &r, hs); err != nil {
+		return r, err
+	}
+	t.kinds = append(t.kinds, r.Kind)
+	return r, nil
+}
+
+// LeafHashes computes the stored Merkle hashes that adding the receipt
+// seq with chain hash h to a tree of seq-1 leaves creates, reading earlier
+// hashes with read (golang.org/x/mod/sumdb/tlog's layout).
+func LeafHashes(ctx context.Context, seq uint64, h chain.Hash,
+	read func(ctx context.Context, idx []int64) ([]tlog.Hash, error)) ([]tlog.Hash, error) {
+	n := tlog.LeafIndex(seq)
+	hs, err := sumdb.StoredHashesForRecordHash(n, tlog.LeafHash(h), sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		return read(ctx, idx)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("tree leaf %d: %w", n, err)
+	}
+	return hs, nil
+}

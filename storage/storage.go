@@ -1,0 +1,41 @@
+// Package storage opens a ledger's storage driver from the --db value: a
+// PostgreSQL URL (postgres:// or postgresql://) or a SQLite file path.
+package storage
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// Options configures Open.
+type Options struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// ReadOnly opens for reading: every write fails with
+	// ledger.ErrOpenedReadOnly (SQLite: the file must exist, and no lock
+	// is taken, so it may run beside ledgerd).
+	ReadOnly bool
+	// SQLite tunes the SQLite driver (Logger and the fields above win).
+	SQLite ledger.Options
+}
+
+// IsPostgres reports whether dsn names a PostgreSQL database.
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open opens the store named by dsn.
+func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if IsPostgres(dsn) {
+		return openPostgres(ctx, dsn, opts)
+	}
+	so := opts.SQLite
+	so.Logger = opts.Logger
+	return ledger.OpenSQLite(ctx, dsn, so, opts.ReadOnly)
+}
