@@ -1,0 +1,667 @@
+// Package storetest is the conformance suite every storage driver runs:
+// the SPEC §4 state machine, namespaces, races, reads, proofs, tokens and
+// waits, through the domain service (ledger.New) over the driver, so that
+// the domain decides and the driver only stores.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// Factory opens a new, empty store whose decisions use the clock now (the
+// driver's test clock option). The store is closed by the suite.
+type Factory func(t *testing.T, now func() time.Time) ledger.Store
+
+// ReplicaFactory opens two stores on one new, empty database, as two
+// ledgerd replicas would (drivers that allow several writers).
+type ReplicaFactory func(t *testing.T, now func() time.Time) (a, b ledger.Store)
+
+// Clock is a settable test clock.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock starts a clock at a fixed instant.
+func NewClock() *Clock { return &Clock{t: time.UnixMilli(1764475200000)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func open(t *testing.T, f Factory) (*ledger.Ledger, *Clock) {
+	t.Helper()
+	clock := NewClock()
+	l := ledger.New(f(t, clock.Now), ledger.Config{Now: clock.Now})
+	t.Cleanup(func() { _ = l.Close() })
+	return l, clock
+}
+
+func ns(t *testing.T, l *ledger.Ledger, name string) *ledger.Namespace {
+	t.Helper()
+	n, err := l.NS(context.Background(), name)
+	require.NoError(t, err)
+	return n
+}
+
+func i64(v int64) *int64 { return &v }
+
+func req(key, exec string) ledger.ReserveRequest {
+	return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "payments.refund",
+		Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":7}`)}
+}
+
+func succeed(key, token string) ledger.CommitRequest {
+	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeSucceeded,
+		ExternalRef: "re_1", Result: json.RawMessage(`{"amount":1200}`)}
+}
+
+func fail(key, token string, retryable bool) ledger.CommitRequest {
+	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
+		Error: &ledger.FailureDetail{Code: "CARD_DECLINED", Message: "declined", Retryable: retryable}}
+}
+
+func code(err error) string { return ledger.ErrorCode(err) }
+
+// verifyClean runs the verifier over a namespace and fails on any
+// violation.
+func verifyClean(t *testing.T, n *ledger.Namespace, wantReceipts uint64) {
+	t.Helper()
+	rep, err := verify.New(n.Reader(), verify.Opts{}).Check(context.Background())
+	require.NoError(t, err)
+	require.True(t, rep.OK, "violations: %+v", rep.Violations)
+	require.Equal(t, wantReceipts, rep.Receipts)
+	h, err := n.Head(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, wantReceipts, h.Seq)
+	require.Equal(t, rep.Head.Hash, h.Hash.String())
+	size, err := n.TreeSize(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(wantReceipts), size, "the Merkle tree has exactly the chain's receipts")
+	if size > 0 {
+		root, err := sumdb.TreeHash(size, n.HashReader(context.Background()))
+		require.NoError(t, err)
+		hs, err := n.Reader().ReceiptHashes(context.Background(), 0, int(size))
+		require.NoError(t, err)
+		require.Len(t, hs, int(size))
+		require.Equal(t, tlog.Hash(rfc6962Root(hs)), root, "stored tree hashes give the RFC 6962 root of the chain hashes")
+	}
+}
+
+// rfc6962Root computes the Merkle root of the leaves' chain hashes
+// directly (RFC 6962 §2.1), independently of the stored hashes.
+func rfc6962Root(hs []chain.Hash) sumdb.Hash {
+	if len(hs) == 1 {
+		return tlog.LeafHash(hs[0])
+	}
+	k := 1
+	for k*2 < len(hs) {
+		k *= 2
+	}
+	return sumdb.NodeHash(rfc6962Root(hs[:k]), rfc6962Root(hs[k:]))
+}
+
+// Run runs the conformance suite against a driver.
+func Run(t *testing.T, f Factory) {
+	t.Run("ReserveCommitReplay", func(t *testing.T) { testReserveCommitReplay(t, f) })
+	t.Run("LeasesAndTakeovers", func(t *testing.T) { testLeases(t, f) })
+	t.Run("FailuresAndRetries", func(t *testing.T) { testFailures(t, f) })
+	t.Run("Resolve", func(t *testing.T) { testResolve(t, f) })
+	t.Run("Namespaces", func(t *testing.T) { testNamespaces(t, f) })
+	t.Run("OneWinner", func(t *testing.T) { testOneWinner(t, f) })
+	t.Run("MixedLoadVerifies", func(t *testing.T) { testMixedLoad(t, f) })
+	t.Run("ContextCancelled", func(t *testing.T) { testCancelled(t, f) })
+	t.Run("Reads", func(t *testing.T) { testReads(t, f) })
+	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, f) })
+	t.Run("Tokens", func(t *testing.T) { testTokens(t, f) })
+	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })
+}
+
+func testReserveCommitReplay(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	r, err := n.Reserve(ctx, req("order-7-refund", "exec-1"))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusReserved, r.Status)
+	require.Equal(t, uint64(1), r.Receipt.Seq)
+
+	_, err = n.Reserve(ctx, req("order-7-refund", "exec-2"))
+	require.Equal(t, ledger.ECodeInProgress, code(err))
+
+	other := req("order-7-refund", "exec-2")
+	other.Tool = "payments.charge"
+	_, err = n.Reserve(ctx, other)
+	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err))
+
+	c, err := n.Commit(ctx, succeed("order-7-refund", r.Reservation))
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), c.Receipt.Seq)
+	again, err := n.Commit(ctx, succeed("order-7-refund", r.Reservation))
+	require.NoError(t, err)
+	require.True(t, again.Replayed, "an identical commit appends nothing")
+
+	_, err = n.Commit(ctx, succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
+	require.Error(t, err)
+
+	rp, err := n.Reserve(ctx, req("order-7-refund", "exec-3"))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusReplayed, rp.Status)
+	require.Equal(t, "re_1", rp.ExternalRef)
+	require.JSONEq(t, `{"amount":1200}`, string(rp.Result))
+	require.Equal(t, uint64(2), rp.Original.Seq)
+
+	_, err = n.Commit(ctx, ledger.CommitRequest{IdempotencyKey: "never-reserved", Reservation: r.Reservation,
+		Outcome: chain.OutcomeSucceeded})
+	require.Equal(t, ledger.ECodeUnknownKey, code(err))
+
+	short := req("abc", "exec-9") // shorter than 8 bytes: replaced by a generated key
+	g, err := n.Reserve(ctx, short)
+	require.NoError(t, err)
+	require.True(t, g.KeyGenerated)
+	verifyClean(t, n, 4)
+}
+
+func testLeases(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	idem := req("idem-key-1", "exec-1")
+	idem.Idempotent, idem.LeaseMS = true, i64(1000)
+	r1, err := n.Reserve(ctx, idem)
+	require.NoError(t, err)
+	clock.Advance(1500 * time.Millisecond)
+	take := req("idem-key-1", "exec-2")
+	take.Idempotent = true
+	r2, err := n.Reserve(ctx, take)
+	require.NoError(t, err)
+	require.True(t, r2.Takeover)
+	_, err = n.Commit(ctx, succeed("idem-key-1", r1.Reservation))
+	require.Equal(t, ledger.ECodeStaleReservation, code(err), "the taken-over reservation is stale")
+
+	// An attempt not after the recorded one of the same execution.
+	clock.Advance(time.Hour)
+	same := req("idem-key-1", "exec-2")
+	same.Idempotent = true
+	_, err = n.Reserve(ctx, same)
+	require.Equal(t, ledger.ECodeAttemptConflict, code(err))
+
+	nonIdem := req("pay-key-01", "exec-1")
+	nonIdem.LeaseMS = i64(1000)
+	_, err = n.Reserve(ctx, nonIdem)
+	require.NoError(t, err)
+	clock.Advance(2 * time.Second)
+	_, err = n.Reserve(ctx, req("pay-key-01", "exec-2"))
+	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "an interrupted non-idempotent effect waits for a person")
+	v, err := n.GetKey(ctx, "pay-key-01")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateInterrupted, v.State)
+	verifyClean(t, n, 3)
+}
+
+func testFailures(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	a := req("retry-key-1", "exec-1")
+	a.Idempotent = true
+	r, err := n.Reserve(ctx, a)
+	require.NoError(t, err)
+	_, err = n.Commit(ctx, fail("retry-key-1", r.Reservation, true))
+	require.NoError(t, err)
+	a.ExecutionID, a.Attempt = "exec-1", i64(2)
+	r2, err := n.Reserve(ctx, a)
+	require.NoError(t, err)
+	require.True(t, r2.Retry)
+
+	b := req("noretry-key", "exec-1")
+	rb, err := n.Reserve(ctx, b)
+	require.NoError(t, err)
+	_, err = n.Commit(ctx, fail("noretry-key", rb.Reservation, false))
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, req("noretry-key", "exec-2"))
+	require.Equal(t, ledger.ECodeRetryNotAllowed, code(err))
+	verifyClean(t, n, 5)
+}
+
+func testResolve(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	a := req("resolve-key", "exec-1")
+	a.LeaseMS = i64(100)
+	_, err := n.Reserve(ctx, a)
+	require.NoError(t, err)
+	_, err = n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "resolve-key", Outcome: chain.OutcomeSucceeded,
+		Note: "checked the bank"})
+	require.Equal(t, ledger.ECodeNotInterrupted, code(err))
+	clock.Advance(time.Second)
+	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "resolve-key", Outcome: chain.OutcomeSucceeded,
+		ExternalRef: "bank-1", Note: "checked the bank", Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateSucceeded, res.State)
+	rp, err := n.Reserve(ctx, req("resolve-key", "exec-2"))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusReplayed, rp.Status)
+	verifyClean(t, n, 3)
+}
+
+func testNamespaces(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	_, err := l.NS(ctx, "payments")
+	require.Equal(t, ledger.ECodeUnknownNamespace, code(err))
+	_, err = l.NS(ctx, "A!")
+	require.Equal(t, ledger.ECodeInvalidRequest, code(err))
+	require.Equal(t, ledger.ECodeInvalidRequest, code(l.CreateNamespace(ctx, "")))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, ledger.DefaultNamespace)))
+	require.NoError(t, l.CreateNamespace(ctx, "payments"))
+	require.NoError(t, l.CreateNamespace(ctx, "mail.v2_x-1"))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, "payments")))
+
+	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
+	for i, n := range []*ledger.Namespace{def, pay, def} {
+		_, err := n.Reserve(ctx, req(fmt.Sprintf("ns-key-%d", i), "e"))
+		require.NoError(t, err)
+	}
+	// One key in two namespaces names two effects.
+	r1, err := def.Reserve(ctx, req("shared-key", "e"))
+	require.NoError(t, err)
+	r2, err := pay.Reserve(ctx, req("shared-key", "e"))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusReserved, r2.Status)
+	require.Equal(t, uint64(2), r2.Receipt.Seq, "each namespace has its own seq 1, 2, …")
+	require.Equal(t, uint64(3), r1.Receipt.Seq)
+
+	list, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	names := []string{}
+	for _, i := range list {
+		names = append(names, i.Name)
+	}
+	require.Equal(t, []string{"default", "mail.v2_x-1", "payments"}, names)
+	require.Equal(t, uint64(2), list[2].Head.Seq)
+	verifyClean(t, def, 3)
+	verifyClean(t, pay, 2)
+	verifyClean(t, ns(t, l, "mail.v2_x-1"), 0)
+}
+
+func testOneWinner(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	var won, inProgress atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := n.Reserve(ctx, req("contended-key", fmt.Sprintf("exec-%d", i)))
+			switch {
+			case err == nil:
+				won.Add(1)
+			case code(err) == ledger.ECodeInProgress:
+				inProgress.Add(1)
+			default:
+				t.Errorf("reserve: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(1), won.Load())
+	require.Equal(t, int64(63), inProgress.Load())
+	verifyClean(t, n, 1)
+}
+
+// load runs workers goroutines that each reserve and commit pairs on n,
+// and returns how many receipts they appended.
+func load(t *testing.T, n *ledger.Namespace, workers, pairs int, prefix string) uint64 {
+	ctx := context.Background()
+	var appended atomic.Uint64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range pairs {
+				key := fmt.Sprintf("%s-load-key-%d-%d", prefix, w, i)
+				r, err := n.Reserve(ctx, req(key, "exec"))
+				if !assert.NoError(t, err) {
+					return
+				}
+				_, err = n.Commit(ctx, succeed(key, r.Reservation))
+				if !assert.NoError(t, err) {
+					return
+				}
+				appended.Add(2)
+			}
+		}()
+	}
+	wg.Wait()
+	return appended.Load()
+}
+
+func testMixedLoad(t *testing.T, f Factory) {
+	l, _ := open(t, f)
+	require.NoError(t, l.CreateNamespace(context.Background(), "b"))
+	a, b := ns(t, l, ledger.DefaultNamespace), ns(t, l, "b")
+	var na, nb uint64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); na = load(t, a, 8, 25, "a") }()
+	go func() { defer wg.Done(); nb = load(t, b, 8, 25, "b") }()
+	wg.Wait()
+	verifyClean(t, a, na)
+	verifyClean(t, b, nb)
+}
+
+func testCancelled(t *testing.T, f Factory) {
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := n.Reserve(ctx, req("cancelled-key", "e"))
+	require.ErrorIs(t, err, context.Canceled)
+	// Cancelled requests spread through batches of live ones: each live
+	// one commits, no cancelled one leaves anything half-written.
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := context.WithCancel(context.Background())
+			if i%2 == 0 {
+				cancel()
+			} else {
+				defer cancel()
+			}
+			_, err := n.Reserve(c, req(fmt.Sprintf("mixed-%d", i), "e"))
+			if err == nil {
+				ok.Add(1)
+			} else if !errors.Is(err, context.Canceled) {
+				t.Errorf("reserve %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	verifyClean(t, n, uint64(ok.Load()))
+	_, err = n.GetKey(context.Background(), "cancelled-key")
+	require.Equal(t, ledger.ECodeUnknownKey, code(err))
+}
+
+func testReads(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	for i := range 5 {
+		key := fmt.Sprintf("read-key-%d", i)
+		r, err := n.Reserve(ctx, req(key, fmt.Sprintf("exec-%d", i%2)))
+		require.NoError(t, err)
+		_, err = n.Commit(ctx, succeed(key, r.Reservation))
+		require.NoError(t, err)
+	}
+	page, next, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 4})
+	require.NoError(t, err)
+	require.Len(t, page, 4)
+	require.NotNil(t, next)
+	require.Equal(t, uint64(4), *next)
+	rest, next, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{After: *next, Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, rest, 6)
+	require.Nil(t, next)
+	byKey, _, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Key: "read-key-3"})
+	require.NoError(t, err)
+	require.Len(t, byKey, 2)
+	commits, _, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Kind: chain.KindCommit, ExecutionID: "exec-0"})
+	require.NoError(t, err)
+	require.Len(t, commits, 3)
+	v, err := n.GetKey(ctx, "read-key-3")
+	require.NoError(t, err)
+	require.Equal(t, ledger.StateSucceeded, v.State)
+	require.Len(t, v.Receipts, 2)
+	r, err := n.GetReceipt(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), r.Seq)
+	_, err = n.GetReceipt(ctx, 99)
+	require.Equal(t, ledger.ECodeUnknownReceipt, code(err))
+	var keys []string
+	require.NoError(t, n.Reader().Keys(ctx, func(k *ledger.KeyRecord) error {
+		keys = append(keys, k.Key)
+		return nil
+	}))
+	require.Equal(t, []string{"read-key-0", "read-key-1", "read-key-2", "read-key-3", "read-key-4"}, keys)
+	verifyClean(t, n, 10)
+}
+
+func testCheckpoints(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	for i := range 3 {
+		_, err := n.Reserve(ctx, req(fmt.Sprintf("ckpt-key-%d", i), "e"))
+		require.NoError(t, err)
+	}
+	c, err := n.LatestCheckpoint(ctx)
+	require.NoError(t, err)
+	require.Nil(t, c)
+	root, err := sumdb.TreeHash(3, n.HashReader(ctx))
+	require.NoError(t, err)
+	require.NoError(t, n.StoreCheckpoint(ctx, &tlog.Signed{Size: 3, Root: root, Note: "note 3\n"}))
+	err = n.StoreCheckpoint(ctx, &tlog.Signed{Size: 3, Root: root, Note: "note 3\n"})
+	require.ErrorIs(t, err, ledger.ErrStaleCheckpoint)
+	require.Error(t, n.StoreCheckpoint(ctx, &tlog.Signed{Size: 9, Root: root, Note: "beyond\n"}))
+	got, err := n.LatestCheckpoint(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), got.Size)
+	require.Equal(t, "note 3\n", got.Note)
+	p, err := n.InclusionProof(ctx, 2, 3)
+	require.NoError(t, err)
+	r, err := n.GetReceipt(ctx, 2)
+	require.NoError(t, err)
+	hs := make([]tlog.Hash, len(p.Hashes))
+	for i, h := range p.Hashes {
+		hs[i] = tlog.Hash(h)
+	}
+	require.NoError(t, sumdb.CheckRecord(hs, 3, root, 1, tlog.LeafHash(r.Hash)))
+}
+
+func testTokens(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	toks := ledger.NewTokens(l.Store().Tokens())
+	on, err := l.AuthEnabled(ctx)
+	require.NoError(t, err)
+	require.False(t, on)
+	admin, err := toks.Create(ctx, "ops", ledger.RoleAdmin)
+	require.NoError(t, err)
+	scoped, err := toks.Create(ctx, "pay-gw", ledger.RoleWriter, "payments", "mail")
+	require.NoError(t, err)
+	_, err = toks.Create(ctx, "ops", ledger.RoleReader)
+	require.ErrorIs(t, err, ledger.ErrTokenExists)
+	p, err := l.Authenticate(ctx, scoped)
+	require.NoError(t, err)
+	require.Equal(t, []string{"mail", "payments"}, p.Namespaces)
+	require.True(t, p.AllowsNamespace("payments"))
+	require.False(t, p.AllowsNamespace("default"))
+	pa, err := l.Authenticate(ctx, admin)
+	require.NoError(t, err)
+	require.True(t, pa.AllowsNamespace("anything"))
+	list, err := toks.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.NoError(t, toks.Revoke(ctx, "pay-gw"))
+	_, err = l.Authenticate(ctx, scoped)
+	require.ErrorIs(t, err, ledger.ErrBadToken)
+	last := "0"
+	if admin[len(admin)-1] == '0' {
+		last = "1"
+	}
+	_, err = l.Authenticate(ctx, admin[:len(admin)-1]+last)
+	require.ErrorIs(t, err, ledger.ErrBadToken)
+	require.ErrorIs(t, toks.Revoke(ctx, "nobody"), ledger.ErrTokenUnknown)
+}
+
+func testWait(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	r, err := n.Reserve(ctx, req("wait-key-1", "e1"))
+	require.NoError(t, err)
+	done := make(chan *ledger.ReserveResult, 1)
+	go func() {
+		w := req("wait-key-1", "e2")
+		w.WaitMS = i64(20_000)
+		res, err := n.Reserve(ctx, w)
+		assert.NoError(t, err)
+		done <- res
+	}()
+	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
+	start := time.Now()
+	_, err = n.Commit(ctx, succeed("wait-key-1", r.Reservation))
+	require.NoError(t, err)
+	select {
+	case res := <-done:
+		require.Equal(t, ledger.StatusReplayed, res.Status)
+		require.Less(t, time.Since(start), 5*time.Second)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting reserve was not woken by the commit")
+	}
+}
+
+// RunReplicas runs the cases that need two writers on one database.
+func RunReplicas(t *testing.T, f ReplicaFactory) {
+	open2 := func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, *Clock) {
+		clock := NewClock()
+		sa, sb := f(t, clock.Now)
+		a := ledger.New(sa, ledger.Config{Now: clock.Now})
+		b := ledger.New(sb, ledger.Config{Now: clock.Now})
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		return a, b, clock
+	}
+	t.Run("OneWinnerAcrossReplicas", func(t *testing.T) {
+		a, b, _ := open2(t)
+		na, nb := ns(t, a, ledger.DefaultNamespace), ns(t, b, ledger.DefaultNamespace)
+		var won atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 64 {
+			n := na
+			if i%2 == 1 {
+				n = nb
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := n.Reserve(context.Background(), req("contended-key", fmt.Sprintf("exec-%d", i)))
+				if err == nil {
+					won.Add(1)
+				} else if code(err) != ledger.ECodeInProgress {
+					t.Errorf("reserve: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int64(1), won.Load())
+		verifyClean(t, na, 1)
+	})
+	t.Run("NoForkUnderMixedLoad", func(t *testing.T) {
+		a, b, _ := open2(t)
+		require.NoError(t, a.CreateNamespace(context.Background(), "other"))
+		var total, other uint64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i, l := range []*ledger.Ledger{a, b} {
+			for _, name := range []string{ledger.DefaultNamespace, "other"} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					k := load(t, ns(t, l, name), 6, 20, fmt.Sprintf("r%d-%s", i, name))
+					mu.Lock()
+					defer mu.Unlock()
+					if name == "other" {
+						other += k
+					} else {
+						total += k
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		verifyClean(t, ns(t, a, ledger.DefaultNamespace), total)
+		verifyClean(t, ns(t, b, "other"), other)
+	})
+	t.Run("TakeoverOnTheOtherReplica", func(t *testing.T) {
+		a, b, clock := open2(t)
+		r := req("lease-key-1", "exec-1")
+		r.Idempotent, r.LeaseMS = true, i64(1000)
+		_, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), r)
+		require.NoError(t, err)
+		take := req("lease-key-1", "exec-2")
+		take.Idempotent = true
+		_, err = ns(t, b, ledger.DefaultNamespace).Reserve(context.Background(), take)
+		require.Equal(t, ledger.ECodeInProgress, code(err))
+		clock.Advance(2 * time.Second)
+		res, err := ns(t, b, ledger.DefaultNamespace).Reserve(context.Background(), take)
+		require.NoError(t, err)
+		require.True(t, res.Takeover)
+	})
+	t.Run("WaitWakesAcrossReplicas", func(t *testing.T) {
+		a, b, _ := open2(t)
+		r, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), req("wait-key-2", "e1"))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() {
+			w := req("wait-key-2", "e2")
+			w.WaitMS = i64(20_000)
+			_, err := ns(t, b, ledger.DefaultNamespace).Reserve(context.Background(), w)
+			done <- err
+		}()
+		require.Eventually(t, func() bool { return b.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
+		start := time.Now()
+		_, err = ns(t, a, ledger.DefaultNamespace).Commit(context.Background(), succeed("wait-key-2", r.Reservation))
+		require.NoError(t, err)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Less(t, time.Since(start), 2*time.Second, "woken by the other replica's commit, not by polling")
+		case <-time.After(15 * time.Second):
+			t.Fatal("not woken")
+		}
+	})
+	t.Run("RevocationAcrossReplicas", func(t *testing.T) {
+		a, b, _ := open2(t)
+		tok, err := ledger.NewTokens(a.Store().Tokens()).Create(context.Background(), "gw", ledger.RoleWriter)
+		require.NoError(t, err)
+		_, err = b.Authenticate(context.Background(), tok)
+		require.NoError(t, err)
+		require.NoError(t, ledger.NewTokens(a.Store().Tokens()).Revoke(context.Background(), "gw"))
+		_, err = b.Authenticate(context.Background(), tok)
+		require.ErrorIs(t, err, ledger.ErrBadToken)
+	})
+}
