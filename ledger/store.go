@@ -37,7 +37,7 @@ var (
 	ErrCommitUnknown = fmt.Errorf("the outcome of a commit is unknown: %w", ErrUnavailable)
 	// ErrStaleCheckpoint: a checkpoint not larger than the stored one
 	// (another replica signed that size first).
-	ErrStaleCheckpoint = errors.New("a checkpoint of that size or larger is stored")
+	ErrStaleCheckpoint = tlog.ErrStale
 )
 
 // Store is a storage driver's handle on one database (a SQLite file and

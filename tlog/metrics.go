@@ -6,18 +6,18 @@ import (
 )
 
 var (
-	checkpointsSigned = promauto.NewCounter(prometheus.CounterOpts{
+	checkpointsSigned = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_tlog_checkpoints_signed_total",
-		Help: "Checkpoints signed and stored.",
-	})
-	checkpointSize = promauto.NewGauge(prometheus.GaugeOpts{
+		Help: "Checkpoints signed and stored by this process, by namespace.",
+	}, []string{"namespace"})
+	checkpointSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ledger_tlog_checkpoint_size",
-		Help: "Tree size of the latest signed checkpoint (the stored one at start).",
-	})
-	checkpointFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Help: "Tree size of the latest signed checkpoint (the stored one at start; with replicas, the latest any of them stored), by namespace.",
+	}, []string{"namespace"})
+	checkpointFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_tlog_checkpoint_failures_total",
-		Help: "Attempts to sign a checkpoint of a grown tree that failed (storage errors, or a tree that no longer extends the last checkpoint); each is retried on the next interval.",
-	})
+		Help: "Attempts to sign a checkpoint of a grown tree that failed (storage errors, or a tree that no longer extends the last checkpoint), by namespace; each is retried on the next interval. A checkpoint another replica stored first is not a failure.",
+	}, []string{"namespace"})
 )
 
 var (
@@ -36,4 +36,12 @@ func init() {
 	for _, r := range []string{"cosigned", "conflict", "refused", "invalid_cosignature", "error"} {
 		witnessRequests.WithLabelValues(r)
 	}
+}
+
+func init() {
+	// The default namespace's series exist from the start, signing or not,
+	// so that dashboards and alerts see zeros rather than nothing.
+	checkpointsSigned.WithLabelValues("default")
+	checkpointSize.WithLabelValues("default")
+	checkpointFailures.WithLabelValues("default")
 }

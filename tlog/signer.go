@@ -37,6 +37,11 @@ type Store interface {
 // refuses to sign a checkpoint that would fork the published history.
 var ErrFork = errors.New("the tree does not extend the last signed checkpoint")
 
+// ErrStale is what Store.StoreCheckpoint returns for a checkpoint that is
+// not larger than the stored one: another signer (a replica) stored that
+// size first. The signer treats it as done elsewhere, not as a failure.
+var ErrStale = errors.New("a checkpoint of that size or larger is stored")
+
 // Checkpointer signs a new checkpoint when the tree has grown.
 type Checkpointer struct {
 	Store    Store
@@ -44,6 +49,12 @@ type Checkpointer struct {
 	Origin   string
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Namespace labels the metrics (default "default").
+	Namespace string
+	// Lead, when set, is asked before each signing whether this process
+	// is the namespace's signer now (replicas on one database elect one,
+	// so that witnesses see one signer); false skips the tick.
+	Lead func(ctx context.Context) (bool, error)
 }
 
 // SignOnce signs and stores a checkpoint of the current tree if it is
@@ -97,25 +108,43 @@ func (c *Checkpointer) Run(ctx context.Context) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	ns := c.Namespace
+	if ns == "" {
+		ns = "default"
+	}
 	t := time.NewTicker(c.Interval)
 	defer t.Stop()
 	if last, err := c.Store.LatestCheckpoint(ctx); err == nil && last != nil {
-		checkpointSize.Set(float64(last.Size)) // what is published, also right after a restart
+		checkpointSize.WithLabelValues(ns).Set(float64(last.Size)) // what is published, also right after a restart
 	}
 	var lastErr string
 	for {
-		s, err := c.SignOnce(ctx)
+		var s *Signed
+		var err error
+		lead := true
+		if c.Lead != nil {
+			lead, err = c.Lead(ctx)
+		}
+		if lead && err == nil {
+			s, err = c.SignOnce(ctx)
+		}
 		switch {
+		case errors.Is(err, ErrStale):
+			logger.DebugContext(ctx, "checkpoint stored by another signer", "origin", c.Origin, "err", err)
 		case err != nil && ctx.Err() == nil:
-			checkpointFailures.Inc()
+			checkpointFailures.WithLabelValues(ns).Inc()
 			if err.Error() != lastErr {
 				logger.ErrorContext(ctx, "checkpoint not signed", "origin", c.Origin, "err", err)
 				lastErr = err.Error()
 			}
+		case s == nil && !lead:
+			if last, err := c.Store.LatestCheckpoint(ctx); err == nil && last != nil {
+				checkpointSize.WithLabelValues(ns).Set(float64(last.Size))
+			}
 		case s != nil:
 			lastErr = ""
-			checkpointsSigned.Inc()
-			checkpointSize.Set(float64(s.Size))
+			checkpointsSigned.WithLabelValues(ns).Inc()
+			checkpointSize.WithLabelValues(ns).Set(float64(s.Size))
 			logger.DebugContext(ctx, "checkpoint signed", "origin", c.Origin, "size", s.Size, "root", s.Root.String())
 		}
 		select {

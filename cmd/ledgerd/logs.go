@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type logServices struct {
 	v   note.Verifier
 
 	mu         sync.Mutex
+	elections  []*election
 	running    map[string]bool
 	witnessing map[string]*tlog.Witnessing
 
@@ -98,7 +100,15 @@ func (s *logServices) start(ctx context.Context, n *ledger.Namespace) {
 	origin := tlog.Origin(s.m.LogOrigin, n.Name())
 	logger := s.m.Logger.With("namespace", n.Name())
 	cp := &tlog.Checkpointer{Store: n, Signer: s.key.signer, Origin: origin, Interval: s.m.CheckpointInterval,
-		Logger: logger.With("component", "checkpoint")}
+		Logger: logger.With("component", "checkpoint"), Namespace: n.Name()}
+	if sl, ok := s.l.Store().(signerLocker); ok {
+		// Replicas on one database: one signer per namespace at a time.
+		e := &election{try: sl.TrySignerLock, ns: n.Name(), logger: logger}
+		cp.Lead = e.lead
+		s.mu.Lock()
+		s.elections = append(s.elections, e)
+		s.mu.Unlock()
+	}
 	s.mu.Lock()
 	s.running[n.Name()] = true
 	var ws *tlog.Witnessing
@@ -131,4 +141,49 @@ func (s *logServices) Served(ns string) *tlog.Signed {
 func (s *logServices) stop() {
 	s.cancel()
 	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.elections {
+		e.resign()
+	}
+}
+
+// signerLocker is a store shared by replicas that elects one checkpoint
+// signer per namespace (the PostgreSQL driver: a session advisory lock,
+// freed when the holder's connection ends).
+type signerLocker interface {
+	TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error)
+}
+
+// election holds the signer lock of one namespace once won.
+type election struct {
+	try     func(ctx context.Context, ns string) (func(), bool, error)
+	ns      string
+	logger  *slog.Logger
+	mu      sync.Mutex
+	release func()
+}
+
+func (e *election) lead(ctx context.Context) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.release != nil {
+		return true, nil
+	}
+	release, ok, err := e.try(ctx, e.ns)
+	if err != nil || !ok {
+		return false, err
+	}
+	e.release = release
+	e.logger.Info("this replica signs the namespace's checkpoints")
+	return true, nil
+}
+
+func (e *election) resign() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.release != nil {
+		e.release()
+		e.release = nil
+	}
 }
