@@ -84,7 +84,7 @@ func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResul
 		return nil, err
 	}
 	var res *CommitResult
-	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
+	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
 		var err error
 		res, err = decideCommit(ctx, t, t.Now(), req.IdempotencyKey, req.Reservation, req.Actor, &o)
 		return err
@@ -117,7 +117,7 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 		return nil, err
 	}
 	var res *ResolveResult
-	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
+	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
 		var err error
 		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, &o)
 		return err

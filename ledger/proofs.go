@@ -213,7 +213,7 @@ func (ns Log) ReadTile(ctx context.Context, path string) (*Tile, error) {
 // signing.
 func (ns *Namespace) StoreCheckpoint(ctx context.Context, c *tlog.Signed) error {
 	var stale error
-	err := ns.submit(ctx, func(ctx context.Context, t *batchTx) error {
+	err := ns.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
 		stale = nil
 		// Refusals are *Error values, decided before any write, so that they
 		// never fail the other operations of the batch.

@@ -190,7 +190,7 @@ func (l *Ledger) Ready(ctx context.Context) error {
 		return err
 	}
 	failed := l.lastWriteErr.Load()
-	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
+	err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
 		if failed == nil {
 			return nil
 		}
@@ -267,16 +267,17 @@ func (n *Namespace) close() {
 // error (nil, a domain *Error, or an internal failure) is sent on done
 // only after the transaction has committed or rolled back.
 type writeOp struct {
+	key  string // the idempotency key the op decides about, "" for none
 	ctx  context.Context
 	fn   func(ctx context.Context, t *batchTx) error
 	done chan error
 	err  error
 }
 
-// submit queues fn for the namespace's writer and waits for the durable
-// outcome.
-func (n *Namespace) submit(ctx context.Context, fn func(ctx context.Context, t *batchTx) error) error {
-	op := &writeOp{ctx: ctx, fn: fn, done: make(chan error, 1)}
+// submit queues fn, which decides about key ("" for none), for the
+// namespace's writer and waits for the durable outcome.
+func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.Context, t *batchTx) error) error {
+	op := &writeOp{key: key, ctx: ctx, fn: fn, done: make(chan error, 1)}
 	n.mu.RLock()
 	if n.closed {
 		n.mu.RUnlock()
@@ -336,6 +337,17 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 	err := n.chain.Update(ctx, func(ctx context.Context, tx Tx) error {
 		t := &batchTx{Tx: tx}
 		last = t
+		if p, ok := tx.(Preloader); ok && len(ops) > 1 {
+			keys := make([]string, 0, len(ops))
+			for _, op := range ops {
+				if op.key != "" {
+					keys = append(keys, op.key)
+				}
+			}
+			if err := p.Preload(ctx, keys); err != nil {
+				return err
+			}
+		}
 		for _, op := range ops {
 			if err := op.ctx.Err(); err != nil {
 				op.err = err

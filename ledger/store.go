@@ -110,6 +110,14 @@ type Tx interface {
 	Probe(ctx context.Context) error
 }
 
+// Preloader is a Tx that can read the records of a batch's keys (and the
+// receipts they point at) ahead, in a few round trips, before the batch's
+// operations read them one by one. The domain calls it once per batch run
+// of more than one operation.
+type Preloader interface {
+	Preload(ctx context.Context, keys []string) error
+}
+
 // ChainReader reads one namespace without taking its head lock.
 type ChainReader interface {
 	// Head reads the durable head; it can fail.

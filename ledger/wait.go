@@ -188,7 +188,7 @@ func (r *waitRegistry) end() {
 // of the reservation that holds the key when the answer is in_progress,
 // else 0.
 func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResult, lease uint64, err error) {
-	err = n.submit(ctx, func(ctx context.Context, t *batchTx) error {
+	err = n.submit(ctx, a.key, func(ctx context.Context, t *batchTx) error {
 		var err error
 		res, err = decideReserve(ctx, t, t.Now(), a)
 		return err
