@@ -107,3 +107,21 @@ func TestServer_rateLimit(t *testing.T) {
 	assert.NotEmpty(t, r.header.Get("Retry-After"))
 	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+b).status, "buckets are per token")
 }
+
+// TestServer_rateLimitSharedByReplicas: with three replicas each enforces
+// a third of the burst, so that the total stays within the limit.
+func TestServer_rateLimitSharedByReplicas(t *testing.T) {
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
+	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
+	require.NoError(t, err)
+	s := api.NewServer(db, quiet)
+	s.SetRateLimit(0.5, 6)
+	s.SetRateLimitShare(func() int { return 3 })
+	srv := MustServe(t, s)
+	for range 2 {
+		assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a).status)
+	}
+	r := do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a)
+	assert.Equal(t, 429, r.status, "a third of the burst of 6")
+}

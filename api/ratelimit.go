@@ -10,9 +10,13 @@ import (
 // bursts up to burst.
 type rateLimiter struct {
 	rate, burst float64
-	mu          sync.Mutex
-	buckets     map[string]*bucket
-	now         func() time.Time
+	// share, when set, is how many replicas serve the same tokens: each
+	// enforces rate/share and burst/share (at least 1), so that the total
+	// across replicas stays within the configured rate.
+	share   func() int
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	now     func() time.Time
 }
 
 type bucket struct {
@@ -30,18 +34,24 @@ func (l *rateLimiter) allow(name string) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	rate, burst := l.rate, l.burst
+	if l.share != nil {
+		if n := l.share(); n > 1 {
+			rate, burst = rate/float64(n), math.Max(burst/float64(n), 1)
+		}
+	}
 	b, ok := l.buckets[name]
 	if !ok {
-		b = &bucket{tokens: l.burst, last: now}
+		b = &bucket{tokens: burst, last: now}
 		l.buckets[name] = b
 	}
-	b.tokens = math.Min(l.burst, b.tokens+now.Sub(b.last).Seconds()*l.rate)
+	b.tokens = math.Min(burst, b.tokens+now.Sub(b.last).Seconds()*rate)
 	b.last = now
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / l.rate * float64(time.Second))
+	return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
 }
 
 // SetRateLimit limits each token to rate requests per second with bursts
@@ -54,4 +64,13 @@ func (s *Server) SetRateLimit(rate float64, burst int) {
 		return
 	}
 	s.limiter = newRateLimiter(rate, burst)
+}
+
+// SetRateLimitShare makes the rate limit a total over replicas: replicas
+// returns how many ledgerd serve the database now (1 when unknown), and
+// each enforces its share. Call after SetRateLimit, before serving.
+func (s *Server) SetRateLimitShare(replicas func() int) {
+	if s.limiter != nil {
+		s.limiter.share = replicas
+	}
 }
