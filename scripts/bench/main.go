@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	bin := fs.String("ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	withBackends := fs.Bool("backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -108,6 +109,17 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	rep.HTTPCeilingRPS = ceiling
+	if *withBackends {
+		res, err := backends(ctx, dir, *bin, *clients, *duration, strings.Fields(*extra))
+		if err != nil {
+			return fmt.Errorf("backends: %w", err)
+		}
+		for _, r := range res {
+			r.CeilingRatio = r.RequestsPerS / ceiling
+			rep.Results = append(rep.Results, r)
+		}
+		modes = nil
+	}
 	for _, m := range modes {
 		// A fresh ledger per mode, so modes do not see each other's data.
 		db := filepath.Join(dir, m+".db")
@@ -115,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		res, err := drive(ctx, l, m, *clients, *duration)
+		res, err := drive(ctx, []*ledgerd{l}, []string{"/v1"}, m, *clients, *duration)
 		l.stop()
 		if err != nil {
 			return err
@@ -307,8 +319,12 @@ func commitBody(tok string) []byte {
 }
 
 // drive runs one mode against l.
-func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Duration) (Result, error) {
+// drive runs mode with clients spread over the servers ls (replicas of one
+// database) and over the route prefixes (namespaces: "/v1" or
+// "/v1/ns/NAME"); replays and reads use the default namespace.
+func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, clients int, d time.Duration) (Result, error) {
 	c := newClient(clients)
+	l := ls[0]
 	// replay and mixed need committed keys to replay.
 	const seeded = 1000
 	if mode == "replay" || mode == "mixed" {
@@ -332,6 +348,8 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 		s := &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<16)}
 		all[ci] = s
 		wg.Add(1)
+		base := ls[ci%len(ls)].url
+		nsBase := base + prefixes[ci%len(prefixes)]
 		go func() {
 			defer wg.Done()
 			for i := 0; !stop.Load(); i++ {
@@ -350,24 +368,24 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 				switch op {
 				case "pairs", "reserve":
 					t0 := time.Now()
-					st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, uuidLike(run+"-exec", ci, i), i))
+					st, b, err := call(c, "POST", nsBase+"/effects/reserve", reserveBody(key, uuidLike(run+"-exec", ci, i), i))
 					if !s.record(t0, st, err, 201) || op == "reserve" {
 						continue
 					}
 					t0 = time.Now()
-					st, _, err = call(c, "POST", l.url+"/v1/effects/"+key+"/commit", commitBody(token(b)))
+					st, _, err = call(c, "POST", nsBase+"/effects/"+key+"/commit", commitBody(token(b)))
 					if s.record(t0, st, err, 201) {
 						s.pairs++
 					}
 				case "replay":
 					n := (ci*7919 + i) % seeded
 					t0 := time.Now()
-					st, _, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(fmt.Sprintf("seed-key-%06d", n), key, n))
+					st, _, err := call(c, "POST", base+"/v1/effects/reserve", reserveBody(fmt.Sprintf("seed-key-%06d", n), key, n))
 					s.record(t0, st, err, 200)
 				case "read":
 					n := (ci*7919 + i) % seeded
 					t0 := time.Now()
-					st, _, err := call(c, "GET", l.url+"/v1/effects/"+fmt.Sprintf("seed-key-%06d", n), nil)
+					st, _, err := call(c, "GET", base+"/v1/effects/"+fmt.Sprintf("seed-key-%06d", n), nil)
 					s.record(t0, st, err, 200)
 				}
 			}
@@ -403,10 +421,12 @@ func drive(ctx context.Context, l *ledgerd, mode string, clients int, d time.Dur
 	if l.cmd != nil {
 		res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
 	}
-	if _, b, err := call(c, "GET", l.url+"/v1/head", nil); err == nil {
-		var h struct{ Seq uint64 }
-		_ = json.Unmarshal(b, &h)
-		res.Receipts = h.Seq
+	for _, p := range prefixes {
+		if _, b, err := call(c, "GET", l.url+p+"/head", nil); err == nil {
+			var h struct{ Seq uint64 }
+			_ = json.Unmarshal(b, &h)
+			res.Receipts += h.Seq
+		}
 	}
 	return res, nil
 }

@@ -245,7 +245,7 @@ func baselines(ctx context.Context, dir string, clients int, d time.Duration) ([
 	srv := &http.Server{Handler: redisIdempotencyService(pool), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
-	httpRes, err := drive(ctx, &ledgerd{url: "http://" + ln.Addr().String()}, "pairs", clients, d)
+	httpRes, err := drive(ctx, []*ledgerd{{url: "http://" + ln.Addr().String()}}, []string{"/v1"}, "pairs", clients, d)
 	if err != nil {
 		return nil, err
 	}
