@@ -217,3 +217,42 @@ func (c *Client) Resolve(ctx context.Context, key string, body ResolveBody) (*le
 	return &ledger.ResolveResult{IdempotencyKey: b.IdempotencyKey, State: ledger.State(b.State),
 		Receipt: ledger.ReceiptRef{Seq: b.Receipt.Seq, Hash: h}}, nil
 }
+
+// CreateNamespace creates the namespace name (POST /v1/namespaces; an
+// admin token when tokens exist) and returns it with its empty head.
+func (c *Client) CreateNamespace(ctx context.Context, name string) (ledger.NamespaceInfo, error) {
+	var b namespaceJSON
+	if err := c.do(ctx, http.MethodPost, "/v1/namespaces", map[string]string{"name": name}, &b); err != nil {
+		return ledger.NamespaceInfo{}, err
+	}
+	return b.info()
+}
+
+// Namespaces lists the namespaces with their heads (GET /v1/namespaces;
+// a token limited to namespaces sees only those).
+func (c *Client) Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error) {
+	var b struct {
+		Namespaces []namespaceJSON `json:"namespaces"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/namespaces", nil, &b); err != nil {
+		return nil, err
+	}
+	out := make([]ledger.NamespaceInfo, 0, len(b.Namespaces))
+	for _, n := range b.Namespaces {
+		info, err := n.info()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// info converts a namespace of the API to the domain's form.
+func (n namespaceJSON) info() (ledger.NamespaceInfo, error) {
+	h, err := chain.ParseHash(n.Head.Hash)
+	if err != nil {
+		return ledger.NamespaceInfo{}, fmt.Errorf("namespace %s: head: %w", n.Name, err)
+	}
+	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}}, nil
+}
