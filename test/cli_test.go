@@ -47,19 +47,19 @@ func helpFlags(help string) []string {
 // flags it takes, spelled --flag, and that no help text points outside
 // the repository.
 func TestLedgerctl_help(t *testing.T) {
-	source := []string{"db", "server", "token"}
+	source := []string{"db", "server", "token", "namespace"}
 	for _, tc := range []struct {
 		cmd  []string
 		want []string
 	}{
-		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "checkpoint", "vkey")},
+		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "all-namespaces", "checkpoint", "vkey")},
 		{[]string{"audit"}, append(source, "json", "since", "tool")},
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
 		{[]string{"show"}, append(source, "json")},
 		{[]string{"head"}, append(source, "json")},
 		{[]string{"export"}, append(source, "json", "after")},
-		{[]string{"resolve"}, []string{"server", "token", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
-		{[]string{"token", "create"}, []string{"db", "role", "name", "json"}},
+		{[]string{"resolve"}, []string{"server", "token", "namespace", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
+		{[]string{"token", "create"}, []string{"db", "role", "name", "namespace", "json"}},
 		{[]string{"token", "list"}, []string{"db", "json"}},
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
@@ -68,6 +68,8 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},
 		{[]string{"check-proof"}, []string{"vkey", "witness-vkey", "quorum", "json"}},
+		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json"}},
+		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
 			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)
@@ -91,7 +93,11 @@ func TestLedgerctl_help(t *testing.T) {
 	assert.NotContains(t, out, "shared/")
 	_, stderr, code := ledgerctl(t, "token", "--help")
 	assert.Equal(t, 0, code)
-	assert.Contains(t, stderr, "ledgerctl token revoke --db FILE NAME")
+	assert.Contains(t, stderr, "ledgerctl token revoke --db FILE|URL NAME")
+	_, stderr, code = ledgerctl(t, "namespace", "--help")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, stderr, "ledgerctl namespace create (--db FILE|URL | --server URL) NAME")
+	assert.Contains(t, stderr, "<db>.ns/ns-NAME.db")
 
 	help, _ := exec.Command(filepath.Join(binDir, "ledgerd"), "--help").CombinedOutput()
 	assert.Contains(t, string(help), "Usage: ledgerd")
@@ -109,6 +115,7 @@ func TestLedgerctl_missingDB(t *testing.T) {
 			{"verify"}, {"audit"}, {"receipts"}, {"show", "some-key-1"}, {"head"}, {"export"},
 			{"token", "create", "--role", "admin", "--name", "ops"}, {"token", "list"}, {"token", "revoke", "ops"},
 			{"backup", "--out", filepath.Join(dir, "copy.db")}, {"rebuild-keys"},
+			{"namespace", "create", "payments"}, {"namespace", "list"}, {"verify", "--all-namespaces"}, {"head", "--namespace", "payments"},
 		} {
 			args = append(args, "--db", db)
 			out, stderr, code := ledgerctl(t, args...)

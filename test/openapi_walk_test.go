@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
 // TestOpenAPI_EveryRoute drives every operation of api/openapi.yaml
@@ -28,9 +31,13 @@ import (
 // transport validates each request and response against the document; the
 // coverage check at the end fails for any declared status or error code
 // no request produced, so a route or code added to the document needs a
-// case here.
+// case here. The namespaced routes (SPEC §7) are driven by the same cases
+// in a namespace "walk" created on every server: each case runs once in
+// the default namespace through the unprefixed routes and once through
+// /v1/ns/walk/… and /log/walk/….
 func TestOpenAPI_EveryRoute(t *testing.T) {
 	cov := newCoverage()
+	spaces := []walkNS{{name: "default", v1: "/v1", log: "/log/default"}, {name: "walk", v1: "/v1/ns/walk", log: "/log/walk"}}
 
 	// A: open (no tokens), verifying in the background.
 	a := StartLedgerd(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h")
@@ -51,7 +58,19 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	logDir := t.TempDir()
 	d, vkey, _ := startSigned(t, logDir, "--public-log")
 	observeHost(t, d.URL, cov.observe)
-	out, stderr, code := ledgerctl(t, "token", "create", "--db", c.DB, "--role", "admin", "--name", "walk-rate")
+	// The namespace "walk" on every server: through the open API on A, C
+	// and D (no tokens yet), with an admin token on B.
+	for _, l := range []*Ledgerd{a, c, d} {
+		r := l.Do("POST", "/v1/namespaces", `{"name":"walk"}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	r := b.Do("POST", "/v1/namespaces", `{"name":"walk"}`, "Authorization", tok["admin"])
+	require.Equal(t, 201, r.Status, r.Raw)
+	// A token of B limited to the namespace walk.
+	out, stderr, code := ledgerctl(t, "token", "create", "--db", b.DB, "--role", "admin", "--name", "walk-scoped", "--namespace", "walk")
+	require.Equal(t, 0, code, stderr)
+	tok["scoped"] = "Bearer " + strings.TrimSpace(out)
+	out, stderr, code = ledgerctl(t, "token", "create", "--db", c.DB, "--role", "admin", "--name", "walk-rate")
 	require.Equal(t, 0, code, stderr)
 	rateTok := "Bearer " + strings.TrimSpace(out)
 	require.Eventually(t, func() bool {
@@ -73,154 +92,174 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	huge := `{"execution_id":"` + strings.Repeat("x", 1<<20) + `"}`
 
 	t.Run("reserve", func(t *testing.T) {
-		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0001", "e1", 1, true, ""))
-		expect(r, 201, "")
-		k1 := res(r)
-		expect(a.Do("POST", "/v1/effects/walk-key-0001/commit", `{"reservation":"`+k1+`","outcome":"succeeded","external_ref":"ref-1","result":{"ok":true}}`), 201, "")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0001", "e2", 1, true, ""))
-		expect(r, 200, "")
-		assert.Equal(t, "replayed", r.Body["status"])
-		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-		r = a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"search.web","effect":"read"}`)
-		expect(r, 200, "")
-		assert.Equal(t, "not_recorded", r.Body["status"])
-		assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				r := a.Do("POST", n.v1+"/effects/reserve", rsv("walk-key-0001", "e1", 1, true, ""))
+				expect(r, 201, "")
+				k1 := res(r)
+				expect(a.Do("POST", n.v1+"/effects/walk-key-0001/commit", `{"reservation":"`+k1+`","outcome":"succeeded","external_ref":"ref-1","result":{"ok":true}}`), 201, "")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-key-0001", "e2", 1, true, ""))
+				expect(r, 200, "")
+				assert.Equal(t, "replayed", r.Body["status"])
+				assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+				r = a.Do("POST", n.v1+"/effects/reserve", `{"execution_id":"e","tool":"search.web","effect":"read"}`)
+				expect(r, 200, "")
+				assert.Equal(t, "not_recorded", r.Body["status"])
+				assert.Empty(t, r.Header.Get("Idempotent-Replayed"))
 
-		r = a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"walk.tool","effect":"write"}`, "Idempotency-Key", `"walk-hdr-0001"`)
-		expect(r, 201, "")
-		assert.Equal(t, "walk-hdr-0001", r.Body["idempotency_key"])
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0002", "e", 1, false, ""), "Idempotency-Key", "walk-hdr-0002"), 400, "invalid_request")
+				r = a.Do("POST", n.v1+"/effects/reserve", `{"execution_id":"e","tool":"walk.tool","effect":"write"}`, "Idempotency-Key", `"walk-hdr-0001"`)
+				expect(r, 201, "")
+				assert.Equal(t, "walk-hdr-0001", r.Body["idempotency_key"])
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-key-0002", "e", 1, false, ""), "Idempotency-Key", "walk-hdr-0002"), 400, "invalid_request")
 
-		expect(a.Do("POST", "/v1/effects/reserve", `{`), 400, "invalid_json")
-		expect(a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","effect":"write"}`), 400, "invalid_request")
-		expect(a.Do("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","color":"red"}`), 400, "invalid_request")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("bad key 0001", "e", 1, false, "")), 400, "invalid_key")
-		expect(a.Do("POST", "/v1/effects/reserve", huge), 413, "body_too_large")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-key-0003", "e", 1, false, ""), "Content-Type", "text/plain"), 415, "unsupported_media_type")
-		expect(a.Do("POST", "/v1/effects/reserve", strings.Replace(rsv("walk-key-0001", "e3", 1, true, ""), "walk.tool", "other.tool", 1)), 422, "fingerprint_mismatch")
+				expect(a.Do("POST", n.v1+"/effects/reserve", `{`), 400, "invalid_json")
+				expect(a.Do("POST", n.v1+"/effects/reserve", `{"execution_id":"e","effect":"write"}`), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","color":"red"}`), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("bad key 0001", "e", 1, false, "")), 400, "invalid_key")
+				expect(a.Do("POST", n.v1+"/effects/reserve", huge), 413, "body_too_large")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-key-0003", "e", 1, false, ""), "Content-Type", "text/plain"), 415, "unsupported_media_type")
+				expect(a.Do("POST", n.v1+"/effects/reserve", strings.Replace(rsv("walk-key-0001", "e3", 1, true, ""), "walk.tool", "other.tool", 1)), 422, "fingerprint_mismatch")
 
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-busy-0001", "e1", 1, true, "")), 201, "")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-busy-0001", "e2", 1, true, ""))
-		expect(r, 409, "in_progress")
-		assert.NotEmpty(t, r.Header.Get("Retry-After"))
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-busy-0001", "e1", 1, true, "")), 201, "")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-busy-0001", "e2", 1, true, ""))
+				expect(r, 409, "in_progress")
+				assert.NotEmpty(t, r.Header.Get("Retry-After"))
 
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-intr-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-take-0001", "e1", 1, true, `,"lease_ms":10`)), 201, "")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-left-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "") // left interrupted
-		time.Sleep(30 * time.Millisecond)
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-intr-0001", "e2", 1, false, "")), 409, "unsafe_resume")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-take-0001", "e2", 1, true, ""))
-		expect(r, 201, "")
-		assert.Equal(t, true, r.Body["takeover"])
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e1", 1, true, `,"lease_ms":10`)), 201, "")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-left-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "") // left interrupted
+				time.Sleep(30 * time.Millisecond)
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e2", 1, false, "")), 409, "unsafe_resume")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e2", 1, true, ""))
+				expect(r, 201, "")
+				assert.Equal(t, true, r.Body["takeover"])
 
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-fail-0001", "e1", 1, true, ""))
-		expect(a.Do("POST", "/v1/effects/walk-fail-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"DENIED"}}`), 201, "")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-fail-0001", "e1", 2, true, "")), 409, "retry_not_allowed")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, ""))
-		expect(a.Do("POST", "/v1/effects/walk-flaky-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`), 201, "")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, "")), 409, "attempt_conflict")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-flaky-0001", "e1", 2, true, ""))
-		expect(r, 201, "")
-		assert.Equal(t, true, r.Body["retry"])
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-fail-0001", "e1", 1, true, ""))
+				expect(a.Do("POST", n.v1+"/effects/walk-fail-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"DENIED"}}`), 201, "")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-fail-0001", "e1", 2, true, "")), 409, "retry_not_allowed")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, ""))
+				expect(a.Do("POST", n.v1+"/effects/walk-flaky-0001/commit", `{"reservation":"`+res(r)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`), 201, "")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-flaky-0001", "e1", 1, true, "")), 409, "attempt_conflict")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-flaky-0001", "e1", 2, true, ""))
+				expect(r, 201, "")
+				assert.Equal(t, true, r.Body["retry"])
+			})
+		}
 	})
 
 	t.Run("reserve/wait_ms", func(t *testing.T) {
-		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0001", "e1", 1, true, ""))
-		expect(r, 201, "")
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			time.Sleep(200 * time.Millisecond)
-			_, _, _ = rawPost(a.URL+"/v1/effects/walk-wait-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`)
-		}()
-		start := time.Now()
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0001", "e2", 1, true, `,"wait_ms":10000`))
-		<-done
-		expect(r, 200, "")
-		assert.Equal(t, "replayed", r.Body["status"], "woken by the commit")
-		assert.Less(t, time.Since(start), 5*time.Second)
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				r := a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0001", "e1", 1, true, ""))
+				expect(r, 201, "")
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					time.Sleep(200 * time.Millisecond)
+					_, _, _ = rawPost(a.URL+n.v1+"/effects/walk-wait-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`)
+				}()
+				start := time.Now()
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0001", "e2", 1, true, `,"wait_ms":10000`))
+				<-done
+				expect(r, 200, "")
+				assert.Equal(t, "replayed", r.Body["status"], "woken by the commit")
+				assert.Less(t, time.Since(start), 5*time.Second)
 
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0002", "e1", 1, true, "")), 201, "")
-		r = a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0002", "e2", 1, true, `,"wait_ms":100`))
-		expect(r, 409, "in_progress")
-		expect(a.Do("POST", "/v1/effects/reserve", rsv("walk-wait-0003", "e1", 1, true, `,"wait_ms":60001`)), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0002", "e1", 1, true, "")), 201, "")
+				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0002", "e2", 1, true, `,"wait_ms":100`))
+				expect(r, 409, "in_progress")
+				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0003", "e1", 1, true, `,"wait_ms":60001`)), 400, "invalid_request")
+			})
+		}
 	})
 
 	t.Run("commit", func(t *testing.T) {
-		r := a.Do("POST", "/v1/effects/reserve", rsv("walk-cmt-0001", "e1", 1, true, ""))
-		body := `{"reservation":"` + res(r) + `","outcome":"succeeded","external_ref":"ch_1","result":{"a":[1,2]}}`
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body), 201, "")
-		r = a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body)
-		expect(r, 200, "")
-		assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", strings.Replace(body, "ch_1", "ch_2", 1)), 409, "already_finalized")
-		stale := "rsv_" + strings.Repeat("0", 64) // well-formed, never issued
-		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"`+stale+`","outcome":"succeeded"}`), 409, "stale_reservation")
-		expect(a.Do("POST", "/v1/effects/walk-busy-0001/commit", `{"reservation":"rsv_stale","outcome":"succeeded"}`), 400, "invalid_request")
-		expect(a.Do("POST", "/v1/effects/walk-none-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 404, "unknown_key")
-		expect(a.Do("POST", "/v1/effects/bad%20key-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 400, "invalid_key")
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x","outcome":"maybe"}`), 400, "invalid_request")
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x"} trailing`), 400, "invalid_json")
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", huge), 413, "body_too_large")
-		expect(a.Do("POST", "/v1/effects/walk-cmt-0001/commit", body, "Content-Type", "application/xml"), 415, "unsupported_media_type")
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				r := a.Do("POST", n.v1+"/effects/reserve", rsv("walk-cmt-0001", "e1", 1, true, ""))
+				body := `{"reservation":"` + res(r) + `","outcome":"succeeded","external_ref":"ch_1","result":{"a":[1,2]}}`
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", body), 201, "")
+				r = a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", body)
+				expect(r, 200, "")
+				assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", strings.Replace(body, "ch_1", "ch_2", 1)), 409, "already_finalized")
+				stale := "rsv_" + strings.Repeat("0", 64) // well-formed, never issued
+				expect(a.Do("POST", n.v1+"/effects/walk-busy-0001/commit", `{"reservation":"`+stale+`","outcome":"succeeded"}`), 409, "stale_reservation")
+				expect(a.Do("POST", n.v1+"/effects/walk-busy-0001/commit", `{"reservation":"rsv_stale","outcome":"succeeded"}`), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/walk-none-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 404, "unknown_key")
+				expect(a.Do("POST", n.v1+"/effects/bad%20key-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`), 400, "invalid_key")
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x","outcome":"maybe"}`), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", `{"reservation":"rsv_x"} trailing`), 400, "invalid_json")
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", huge), 413, "body_too_large")
+				expect(a.Do("POST", n.v1+"/effects/walk-cmt-0001/commit", body, "Content-Type", "application/xml"), 415, "unsupported_media_type")
+			})
+		}
 	})
 
 	t.Run("resolve", func(t *testing.T) {
-		resolve := `{"outcome":"failed","error":{"code":"NOT_SENT","message":"checked"},"note":"checked the provider"}`
-		r := a.Do("POST", "/v1/effects/walk-intr-0001/resolve", resolve)
-		expect(r, 201, "")
-		assert.Equal(t, "failed", r.Body["state"])
-		expect(a.Do("POST", "/v1/effects/walk-intr-0001/resolve", resolve), 409, "not_interrupted")
-		expect(a.Do("POST", "/v1/effects/walk-none-0001/resolve", resolve), 404, "unknown_key")
-		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", `{"outcome":"succeeded"}`), 400, "invalid_request")
-		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", huge), 413, "body_too_large")
-		expect(a.Do("POST", "/v1/effects/walk-key-0001/resolve", resolve, "Content-Type", "text/csv"), 415, "unsupported_media_type")
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				resolve := `{"outcome":"failed","error":{"code":"NOT_SENT","message":"checked"},"note":"checked the provider"}`
+				r := a.Do("POST", n.v1+"/effects/walk-intr-0001/resolve", resolve)
+				expect(r, 201, "")
+				assert.Equal(t, "failed", r.Body["state"])
+				expect(a.Do("POST", n.v1+"/effects/walk-intr-0001/resolve", resolve), 409, "not_interrupted")
+				expect(a.Do("POST", n.v1+"/effects/walk-none-0001/resolve", resolve), 404, "unknown_key")
+				expect(a.Do("POST", n.v1+"/effects/walk-key-0001/resolve", `{"outcome":"succeeded"}`), 400, "invalid_request")
+				expect(a.Do("POST", n.v1+"/effects/walk-key-0001/resolve", huge), 413, "body_too_large")
+				expect(a.Do("POST", n.v1+"/effects/walk-key-0001/resolve", resolve, "Content-Type", "text/csv"), 415, "unsupported_media_type")
+			})
+		}
 	})
 
 	t.Run("read", func(t *testing.T) {
-		r := a.Do("GET", "/v1/effects/walk-key-0001", "")
-		expect(r, 200, "")
-		assert.Equal(t, "succeeded", r.Body["state"])
-		expect(a.Do("HEAD", "/v1/effects/walk-key-0001", ""), 200, "")
-		expect(a.Do("GET", "/v1/effects/walk-none-0001", ""), 404, "unknown_key")
-		expect(a.Do("GET", "/v1/effects/bad%20key-0001", ""), 400, "invalid_key")
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				r := a.Do("GET", n.v1+"/effects/walk-key-0001", "")
+				expect(r, 200, "")
+				assert.Equal(t, "succeeded", r.Body["state"])
+				expect(a.Do("HEAD", n.v1+"/effects/walk-key-0001", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/effects/walk-none-0001", ""), 404, "unknown_key")
+				expect(a.Do("GET", n.v1+"/effects/bad%20key-0001", ""), 400, "invalid_key")
 
-		r = a.Do("GET", "/v1/receipts?after=1&limit=2&tool=walk.tool", "")
-		expect(r, 200, "")
-		assert.NotNil(t, r.Body["next_after"])
-		r = a.Do("GET", "/v1/receipts?key=walk-key-0001&kind=replay&execution_id=e2", "")
-		expect(r, 200, "")
-		assert.Nil(t, r.Body["next_after"])
-		expect(a.Do("HEAD", "/v1/receipts", ""), 200, "")
-		expect(a.Do("GET", "/v1/receipts?limit=5000", ""), 400, "invalid_request")
-		expect(a.Do("GET", "/v1/receipts?after=-1", ""), 400, "invalid_request")
-		expect(a.Do("GET", "/v1/receipts?color=red", ""), 400, "invalid_request")
+				r = a.Do("GET", n.v1+"/receipts?after=1&limit=2&tool=walk.tool", "")
+				expect(r, 200, "")
+				assert.NotNil(t, r.Body["next_after"])
+				r = a.Do("GET", n.v1+"/receipts?key=walk-key-0001&kind=replay&execution_id=e2", "")
+				expect(r, 200, "")
+				assert.Nil(t, r.Body["next_after"])
+				expect(a.Do("HEAD", n.v1+"/receipts", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/receipts?limit=5000", ""), 400, "invalid_request")
+				expect(a.Do("GET", n.v1+"/receipts?after=-1", ""), 400, "invalid_request")
+				expect(a.Do("GET", n.v1+"/receipts?color=red", ""), 400, "invalid_request")
 
-		expect(a.Do("GET", "/v1/receipts/1", ""), 200, "")
-		expect(a.Do("HEAD", "/v1/receipts/1", ""), 200, "")
-		expect(a.Do("GET", "/v1/receipts/999999", ""), 404, "unknown_receipt")
-		expect(a.Do("GET", "/v1/receipts/abc", ""), 404, "unknown_receipt")
+				expect(a.Do("GET", n.v1+"/receipts/1", ""), 200, "")
+				expect(a.Do("HEAD", n.v1+"/receipts/1", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/receipts/999999", ""), 404, "unknown_receipt")
+				expect(a.Do("GET", n.v1+"/receipts/abc", ""), 404, "unknown_receipt")
 
-		expect(a.Do("GET", "/v1/head", ""), 200, "")
-		expect(a.Do("HEAD", "/v1/head", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/head", ""), 200, "")
+				expect(a.Do("HEAD", n.v1+"/head", ""), 200, "")
 
-		r = a.Do("GET", "/v1/audit", "")
-		expect(r, 200, "")
-		assert.Equal(t, "0", r.Header.Get("Ledger-Violations"))
-		for _, member := range []string{"runtime_retries", "re_invocations", "duplicate_effects", "repeated_failures", "interrupted", "failed", "resolutions"} {
-			assert.NotEmpty(t, r.Body[member], "the walk produced %s", member)
+				r = a.Do("GET", n.v1+"/audit", "")
+				expect(r, 200, "")
+				assert.Equal(t, "0", r.Header.Get("Ledger-Violations"))
+				for _, member := range []string{"runtime_retries", "re_invocations", "duplicate_effects", "repeated_failures", "interrupted", "failed", "resolutions"} {
+					assert.NotEmpty(t, r.Body[member], "the walk produced %s", member)
+				}
+				expect(a.Do("GET", n.v1+"/audit?since=10&tool=walk.tool", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/audit?since=24h", ""), 200, "")
+				expect(a.Do("HEAD", n.v1+"/audit", ""), 200, "")
+				expect(a.Do("GET", n.v1+"/audit?since=yesterday", ""), 400, "invalid_request")
+				expect(a.Do("GET", n.v1+"/audit?color=red", ""), 400, "invalid_request")
+			})
 		}
-		expect(a.Do("GET", "/v1/audit?since=10&tool=walk.tool", ""), 200, "")
-		expect(a.Do("GET", "/v1/audit?since=24h", ""), 200, "")
-		expect(a.Do("HEAD", "/v1/audit", ""), 200, "")
-		expect(a.Do("GET", "/v1/audit?since=yesterday", ""), 400, "invalid_request")
-		expect(a.Do("GET", "/v1/audit?color=red", ""), 400, "invalid_request")
 
 		require.Eventually(t, func() bool {
 			r := a.Do("GET", "/v1/verification", "")
 			return r.Status == 200 && r.Body["ran"] == true
 		}, 20*time.Second, 50*time.Millisecond, "the first periodic run finishes")
-		r = a.Do("GET", "/v1/verification", "")
+		r := a.Do("GET", "/v1/verification", "")
 		assert.Equal(t, true, r.Body["enabled"])
 		assert.Equal(t, true, r.Body["ok"], r.Raw)
 		expect(b.Do("GET", "/v1/verification", "", "Authorization", tok["reader"]), 200, "") // off: enabled false
@@ -228,95 +267,100 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	})
 
 	t.Run("log", func(t *testing.T) {
-		// A signs nothing: no checkpoint, nothing to prove against.
-		expect(a.Do("GET", "/log/default/checkpoint", ""), 404, "not_checkpointed")
-		expect(a.Do("HEAD", "/log/default/checkpoint", ""), 404, "")
-		expect(a.Do("GET", "/v1/receipts/1/proof", ""), 404, "not_checkpointed")
-		expect(a.Do("GET", "/v1/proof/inclusion?seq=1", ""), 400, "invalid_request")
-		expect(a.Do("GET", "/v1/proof/consistency?from=0", ""), 400, "invalid_request")
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				// A signs nothing: no checkpoint, nothing to prove against.
+				expect(a.Do("GET", n.log+"/checkpoint", ""), 404, "not_checkpointed")
+				expect(a.Do("HEAD", n.log+"/checkpoint", ""), 404, "")
+				expect(a.Do("GET", n.v1+"/receipts/1/proof", ""), 404, "not_checkpointed")
+				expect(a.Do("GET", n.v1+"/proof/inclusion?seq=1", ""), 400, "invalid_request")
+				expect(a.Do("GET", n.v1+"/proof/consistency?from=0", ""), 400, "invalid_request")
 
-		// D: a checkpoint of one leaf, then one of 257 (a full tile and a
-		// partial one at each level it reaches).
-		appendN(t, d, "walk-log", 1)
-		_, c1 := waitCheckpoint(t, d, vkey, 1)
-		require.Equal(t, int64(1), c1.Size)
-		appendN(t, d, "walk-logb", 256)
-		note, c2 := waitCheckpoint(t, d, vkey, 257)
-		require.Equal(t, int64(257), c2.Size)
+				// D: a checkpoint of one leaf, then one of 257 (a full tile and a
+				// partial one at each level it reaches).
+				appendNS(t, d, n.v1, "walk-log", 1)
+				_, c1 := waitCheckpointNS(t, d, vkey, n.name, 1)
+				require.Equal(t, int64(1), c1.Size)
+				appendNS(t, d, n.v1, "walk-logb", 256)
+				note, c2 := waitCheckpointNS(t, d, vkey, n.name, 257)
+				require.Equal(t, int64(257), c2.Size)
 
-		r := d.Do("GET", "/log/default/checkpoint", "")
-		expect(r, 200, "")
-		assert.Equal(t, note, r.Raw)
-		assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"))
-		expect(d.Do("HEAD", "/log/default/checkpoint", ""), 200, "")
-		for _, tile := range []struct {
-			path string
-			size int
-			full bool
-		}{
-			{"tile/0/000", 256 * 32, true},
-			{"tile/0/001.p/1", 32, false},
-			{"tile/1/000.p/1", 32, false},
-			{"tile/entries/000", 256 * 34, true},
-			{"tile/entries/001.p/1", 34, false},
-		} {
-			r := d.Do("GET", "/log/default/"+tile.path, "")
-			expect(r, 200, "")
-			assert.Len(t, r.Raw, tile.size, tile.path)
-			assert.Equal(t, "application/octet-stream", r.Header.Get("Content-Type"), tile.path)
-			if tile.full {
-				assert.Equal(t, "public, max-age=31536000, immutable", r.Header.Get("Cache-Control"), tile.path)
-			} else {
-				assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"), tile.path)
-			}
-			expect(d.Do("HEAD", "/log/default/"+tile.path, ""), 200, "")
-		}
-		for _, path := range []string{"tile/0/002", "tile/0/001.p/2", "tile/0/001", "tile/9/000", "tile/0/abc", "tile/entries/x001/000"} {
-			expect(d.Do("GET", "/log/default/"+path, ""), 404, "not_found")
-		}
-		expect(d.Do("HEAD", "/log/default/tile/0/002", ""), 404, "")
+				r := d.Do("GET", n.log+"/checkpoint", "")
+				expect(r, 200, "")
+				assert.Equal(t, note, r.Raw)
+				assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"))
+				expect(d.Do("HEAD", n.log+"/checkpoint", ""), 200, "")
+				for _, tile := range []struct {
+					path string
+					size int
+					full bool
+				}{
+					{"tile/0/000", 256 * 32, true},
+					{"tile/0/001.p/1", 32, false},
+					{"tile/1/000.p/1", 32, false},
+					{"tile/entries/000", 256 * 34, true},
+					{"tile/entries/001.p/1", 34, false},
+				} {
+					r := d.Do("GET", n.log+"/"+tile.path, "")
+					expect(r, 200, "")
+					assert.Len(t, r.Raw, tile.size, tile.path)
+					assert.Equal(t, "application/octet-stream", r.Header.Get("Content-Type"), tile.path)
+					if tile.full {
+						assert.Equal(t, "public, max-age=31536000, immutable", r.Header.Get("Cache-Control"), tile.path)
+					} else {
+						assert.Equal(t, "no-cache", r.Header.Get("Cache-Control"), tile.path)
+					}
+					expect(d.Do("HEAD", n.log+"/"+tile.path, ""), 200, "")
+				}
+				for _, path := range []string{"tile/0/002", "tile/0/001.p/2", "tile/0/001", "tile/9/000", "tile/0/abc", "tile/entries/x001/000"} {
+					expect(d.Do("GET", n.log+"/"+path, ""), 404, "not_found")
+				}
+				expect(d.Do("HEAD", n.log+"/tile/0/002", ""), 404, "")
 
-		r = d.Do("GET", "/v1/proof/inclusion?seq=1", "")
-		expect(r, 200, "")
-		assert.Equal(t, float64(257), r.Body["tree_size"])
-		assert.Len(t, r.Body["hashes"], 9)
-		r = d.Do("GET", "/v1/proof/inclusion?seq=1&size=1", "")
-		expect(r, 200, "")
-		assert.Equal(t, []any{}, r.Body["hashes"], "a tree of one leaf")
-		expect(d.Do("HEAD", "/v1/proof/inclusion?seq=257&size=257", ""), 200, "")
-		expect(d.Do("GET", "/v1/proof/inclusion?seq=258", ""), 404, "unknown_receipt")
-		for _, q := range []string{"", "?seq=0", "?seq=x", "?seq=1&seq=2", "?seq=1&size=0", "?seq=1&size=258", "?seq=257&size=1"} {
-			expect(d.Do("GET", "/v1/proof/inclusion"+q, ""), 400, "invalid_request")
-		}
+				r = d.Do("GET", n.v1+"/proof/inclusion?seq=1", "")
+				expect(r, 200, "")
+				assert.Equal(t, float64(257), r.Body["tree_size"])
+				assert.Len(t, r.Body["hashes"], 9)
+				r = d.Do("GET", n.v1+"/proof/inclusion?seq=1&size=1", "")
+				expect(r, 200, "")
+				assert.Equal(t, []any{}, r.Body["hashes"], "a tree of one leaf")
+				expect(d.Do("HEAD", n.v1+"/proof/inclusion?seq=257&size=257", ""), 200, "")
+				expect(d.Do("GET", n.v1+"/proof/inclusion?seq=258", ""), 404, "unknown_receipt")
+				for _, q := range []string{"", "?seq=0", "?seq=x", "?seq=1&seq=2", "?seq=1&size=0", "?seq=1&size=258", "?seq=257&size=1"} {
+					expect(d.Do("GET", n.v1+"/proof/inclusion"+q, ""), 400, "invalid_request")
+				}
 
-		r = d.Do("GET", "/v1/proof/consistency?from=1&to=257", "")
-		expect(r, 200, "")
-		assert.Equal(t, hex.EncodeToString(c1.Root[:]), r.Body["root_from"])
-		assert.NotEmpty(t, r.Body["hashes"])
-		r = d.Do("GET", "/v1/proof/consistency?from=0", "")
-		expect(r, 200, "")
-		assert.Equal(t, []any{}, r.Body["hashes"], "from the empty tree")
-		expect(d.Do("HEAD", "/v1/proof/consistency?from=257", ""), 200, "")
-		for _, q := range []string{"", "?from=-1", "?from=258", "?from=1&to=0", "?from=1&to=258"} {
-			expect(d.Do("GET", "/v1/proof/consistency"+q, ""), 400, "invalid_request")
-		}
+				r = d.Do("GET", n.v1+"/proof/consistency?from=1&to=257", "")
+				expect(r, 200, "")
+				assert.Equal(t, hex.EncodeToString(c1.Root[:]), r.Body["root_from"])
+				assert.NotEmpty(t, r.Body["hashes"])
+				r = d.Do("GET", n.v1+"/proof/consistency?from=0", "")
+				expect(r, 200, "")
+				assert.Equal(t, []any{}, r.Body["hashes"], "from the empty tree")
+				expect(d.Do("HEAD", n.v1+"/proof/consistency?from=257", ""), 200, "")
+				for _, q := range []string{"", "?from=-1", "?from=258", "?from=1&to=0", "?from=1&to=258"} {
+					expect(d.Do("GET", n.v1+"/proof/consistency"+q, ""), 400, "invalid_request")
+				}
 
-		r = d.Do("GET", "/v1/receipts/1/proof", "")
-		expect(r, 200, "")
-		assert.Equal(t, note, r.Body["checkpoint"], "against the latest checkpoint")
-		file := filepath.Join(logDir, "receipt-1.json")
-		require.NoError(t, os.WriteFile(file, []byte(r.Raw), 0o600))
-		_, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey)
-		assert.Equal(t, 0, code, "the portable receipt the document describes verifies offline: %s", stderr)
-		expect(d.Do("HEAD", "/v1/receipts/257/proof", ""), 200, "")
-		expect(d.Do("GET", "/v1/receipts/258/proof", ""), 404, "unknown_receipt")
-		expect(d.Do("GET", "/v1/receipts/0/proof", ""), 404, "unknown_receipt")
-		expect(d.Do("GET", "/v1/receipts/abc/proof", ""), 404, "unknown_receipt")
+				r = d.Do("GET", n.v1+"/receipts/1/proof", "")
+				expect(r, 200, "")
+				assert.Equal(t, note, r.Body["checkpoint"], "against the latest checkpoint")
+				file := filepath.Join(logDir, "receipt-1-"+n.name+".json")
+				require.NoError(t, os.WriteFile(file, []byte(r.Raw), 0o600))
+				out, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey)
+				assert.Equal(t, 0, code, "the portable receipt the document describes verifies offline: %s", stderr)
+				assert.Contains(t, out, "ex.test/"+n.name, "the origin names the namespace")
+				expect(d.Do("HEAD", n.v1+"/receipts/257/proof", ""), 200, "")
+				expect(d.Do("GET", n.v1+"/receipts/258/proof", ""), 404, "unknown_receipt")
+				expect(d.Do("GET", n.v1+"/receipts/0/proof", ""), 404, "unknown_receipt")
+				expect(d.Do("GET", n.v1+"/receipts/abc/proof", ""), 404, "unknown_receipt")
 
-		for _, path := range []string{"/log/default/checkpoint", "/log/default/tile/0/000", "/v1/proof/inclusion", "/v1/proof/consistency", "/v1/receipts/1/proof"} {
-			r := d.Do("POST", path, "")
-			expect(r, 405, "method_not_allowed")
-			assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"), path)
+				for _, path := range []string{n.log + "/checkpoint", n.log + "/tile/0/000", n.v1 + "/proof/inclusion", n.v1 + "/proof/consistency", n.v1 + "/receipts/1/proof"} {
+					r := d.Do("POST", path, "")
+					expect(r, 405, "method_not_allowed")
+					assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"), path)
+				}
+			})
 		}
 
 		// Tokens exist: --public-log keeps the checkpoint and tiles open;
@@ -325,11 +369,13 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		require.Equal(t, 0, code, stderr)
 		reader := "Bearer " + strings.TrimSpace(out)
 		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
-		expect(d.Do("GET", "/log/default/checkpoint", ""), 200, "")
-		expect(d.Do("GET", "/log/default/tile/0/000", ""), 200, "")
-		for _, path := range []string{"/v1/proof/inclusion?seq=1", "/v1/proof/consistency?from=0", "/v1/receipts/1/proof"} {
-			expect(d.Do("GET", path, ""), 401, "unauthorized")
-			expect(d.Do("GET", path, "", "Authorization", reader), 200, "")
+		for _, n := range spaces {
+			expect(d.Do("GET", n.log+"/checkpoint", ""), 200, "")
+			expect(d.Do("GET", n.log+"/tile/0/000", ""), 200, "")
+			for _, path := range []string{"/proof/inclusion?seq=1", "/proof/consistency?from=0", "/receipts/1/proof"} {
+				expect(d.Do("GET", n.v1+path, ""), 401, "unauthorized")
+				expect(d.Do("GET", n.v1+path, "", "Authorization", reader), 200, "")
+			}
 		}
 	})
 
@@ -380,6 +426,12 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			{"PUT", "/v1/effects/walk-key-0001/commit", "POST"},
 			{"POST", "/v1/effects/walk-key-0001", "GET, HEAD"},
 			{"POST", "/v1/openapi.json", "GET, HEAD"},
+			{"GET", "/v1/ns/walk/effects/reserve", "POST"},
+			{"DELETE", "/v1/ns/walk/head", "GET, HEAD"},
+			{"PUT", "/v1/ns/walk/effects/walk-key-0001/commit", "POST"},
+			{"POST", "/v1/ns/walk/effects/walk-key-0001", "GET, HEAD"},
+			{"PUT", "/v1/namespaces", "GET, HEAD, POST"},
+			{"DELETE", "/log/walk/checkpoint", "GET, HEAD"},
 		} {
 			r := a.Do(m.method, m.path, "")
 			expect(r, 405, "method_not_allowed")
@@ -388,64 +440,171 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	})
 
 	t.Run("auth", func(t *testing.T) {
-		reserveBody := rsv("walk-auth-0001", "e1", 1, true, "")
-		r := b.Do("POST", "/v1/effects/reserve", reserveBody, "Authorization", tok["writer"])
-		expect(r, 201, "")
-		for _, op := range []struct {
-			method, path, body, wrongRole string
-		}{
-			{"POST", "/v1/effects/reserve", reserveBody, "reader"},
-			{"POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"` + res(r) + `","outcome":"succeeded"}`, "reader"},
-			{"POST", "/v1/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`, "writer"},
-			{"GET", "/v1/effects/walk-auth-0001", "", ""}, // a writer reads its keys
-			{"GET", "/v1/receipts", "", "writer"},
-			{"GET", "/v1/receipts/1", "", "writer"},
-			{"GET", "/v1/head", "", ""}, // and the head
-			{"GET", "/metrics", "", "writer"},
-			{"GET", "/v1/audit", "", "writer"},
-			{"GET", "/v1/verification", "", "writer"},
-			{"GET", "/log/default/checkpoint", "", "writer"}, // without --public-log
-			{"GET", "/log/default/tile/0/000", "", "writer"},
-			{"GET", "/v1/proof/inclusion?seq=1", "", "writer"},
-			{"GET", "/v1/proof/consistency?from=0", "", "writer"},
-			{"GET", "/v1/receipts/1/proof", "", "writer"},
-		} {
-			r := b.Do(op.method, op.path, op.body)
-			expect(r, 401, "unauthorized")
-			assert.True(t, strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer"), "%s %s", op.method, op.path)
-			expect(b.Do(op.method, op.path, op.body, "Authorization", "Bearer elt_wrong"), 401, "unauthorized")
-			if op.wrongRole != "" {
-				expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
-			}
+		for _, n := range spaces {
+			t.Run(n.name, func(t *testing.T) {
+				reserveBody := rsv("walk-auth-0001", "e1", 1, true, "")
+				r := b.Do("POST", n.v1+"/effects/reserve", reserveBody, "Authorization", tok["writer"])
+				expect(r, 201, "")
+				ops := []struct {
+					method, path, body, wrongRole string
+				}{
+					{"POST", n.v1 + "/effects/reserve", reserveBody, "reader"},
+					{"POST", n.v1 + "/effects/walk-auth-0001/commit", `{"reservation":"` + res(r) + `","outcome":"succeeded"}`, "reader"},
+					{"POST", n.v1 + "/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`, "writer"},
+					{"GET", n.v1 + "/effects/walk-auth-0001", "", ""}, // a writer reads its keys
+					{"GET", n.v1 + "/receipts", "", "writer"},
+					{"GET", n.v1 + "/receipts/1", "", "writer"},
+					{"GET", n.v1 + "/head", "", ""}, // and the head
+					{"GET", n.v1 + "/audit", "", "writer"},
+					{"GET", n.log + "/checkpoint", "", "writer"}, // without --public-log
+					{"GET", n.log + "/tile/0/000", "", "writer"},
+					{"GET", n.v1 + "/proof/inclusion?seq=1", "", "writer"},
+					{"GET", n.v1 + "/proof/consistency?from=0", "", "writer"},
+					{"GET", n.v1 + "/receipts/1/proof", "", "writer"},
+				}
+				if n.name == "default" {
+					ops = append(ops, []struct{ method, path, body, wrongRole string }{
+						{"GET", "/metrics", "", "writer"},
+						{"GET", "/v1/verification", "", "writer"},
+					}...)
+				}
+				for _, op := range ops {
+					r := b.Do(op.method, op.path, op.body)
+					expect(r, 401, "unauthorized")
+					assert.True(t, strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Bearer"), "%s %s", op.method, op.path)
+					expect(b.Do(op.method, op.path, op.body, "Authorization", "Bearer elt_wrong"), 401, "unauthorized")
+					if op.wrongRole != "" {
+						expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+					}
+				}
+				expect(b.Do("POST", n.v1+"/effects/walk-auth-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`, "Authorization", tok["writer"]), 201, "")
+				expect(b.Do("GET", n.v1+"/effects/walk-auth-0001", "", "Authorization", tok["reader"]), 200, "")
+				expect(b.Do("GET", n.v1+"/effects/walk-auth-0001", "", "Authorization", tok["writer"]), 200, "")
+				expect(b.Do("GET", n.v1+"/head", "", "Authorization", tok["writer"]), 200, "")
+				expect(b.Do("GET", n.v1+"/head", "", "Authorization", tok["admin"]), 200, "")
+			})
 		}
-		expect(b.Do("POST", "/v1/effects/walk-auth-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`, "Authorization", tok["writer"]), 201, "")
-		expect(b.Do("GET", "/v1/effects/walk-auth-0001", "", "Authorization", tok["reader"]), 200, "")
-		expect(b.Do("GET", "/v1/effects/walk-auth-0001", "", "Authorization", tok["writer"]), 200, "")
-		expect(b.Do("GET", "/v1/head", "", "Authorization", tok["writer"]), 200, "")
 		expect(b.Do("GET", "/metrics", "", "Authorization", tok["reader"]), 200, "")
-		expect(b.Do("GET", "/v1/head", "", "Authorization", tok["admin"]), 200, "")
 		expect(b.Do("GET", "/healthz", ""), 200, "")
 		expect(b.Do("GET", "/readyz", ""), 200, "")
 	})
 
+	t.Run("namespaces", func(t *testing.T) {
+		r := a.Do("POST", "/v1/namespaces", `{"name":"walk-b.2_x"}`)
+		expect(r, 201, "")
+		assert.Equal(t, "walk-b.2_x", r.Body["name"])
+		assert.Equal(t, map[string]any{"seq": float64(0), "hash": strings.Repeat("0", 64)}, r.Body["head"], "a new chain")
+		expect(a.Do("POST", "/v1/namespaces", `{"name":"walk"}`), 409, "namespace_exists")
+		expect(a.Do("POST", "/v1/namespaces", `{"name":"default"}`), 409, "namespace_exists")
+		for _, bad := range []string{`{"name":"A!"}`, `{"name":""}`, `{"name":"` + strings.Repeat("a", 65) + `"}`,
+			`{"name":"a/b"}`, `{}`, `{"name":1}`, `{"name":"x","color":"red"}`} {
+			expect(a.Do("POST", "/v1/namespaces", bad), 400, "invalid_request")
+		}
+		expect(a.Do("POST", "/v1/namespaces", `{"name":"walk"} trailing`), 400, "invalid_json")
+		expect(a.Do("POST", "/v1/namespaces", huge), 413, "body_too_large")
+		expect(a.Do("POST", "/v1/namespaces", `{"name":"x"}`, "Content-Type", "text/plain"), 415, "unsupported_media_type")
+		r = a.Do("GET", "/v1/namespaces", "")
+		expect(r, 200, "")
+		heads := map[string]float64{}
+		for _, v := range r.Body["namespaces"].([]any) {
+			ns := v.(map[string]any)
+			heads[ns["name"].(string)] = ns["head"].(map[string]any)["seq"].(float64)
+		}
+		assert.Equal(t, []string{"default", "walk", "walk-b.2_x"}, slices.Sorted(maps.Keys(heads)))
+		assert.Equal(t, heads["default"], heads["walk"], "the same walk in two namespaces: two chains of the same length")
+		assert.Positive(t, heads["walk"])
+		assert.Zero(t, heads["walk-b.2_x"])
+		expect(a.Do("HEAD", "/v1/namespaces", ""), 200, "")
+
+		// An unknown namespace is 404 and a name outside the alphabet 400
+		// on every namespaced route, before anything else is looked at.
+		bad := []string{"Bad!", strings.Repeat("a", 65), "a%2Fb"}
+		for _, op := range nsRoutes {
+			expect(a.Do(op.method, "/v1/ns/nope"+op.path, op.body), 404, "unknown_namespace")
+			for _, name := range bad {
+				expect(a.Do(op.method, "/v1/ns/"+name+op.path, op.body), 400, "invalid_request")
+			}
+			if op.method == "GET" {
+				expect(a.Do("HEAD", "/v1/ns/nope"+op.path, ""), 404, "")
+				expect(a.Do("HEAD", "/v1/ns/Bad!"+op.path, ""), 400, "")
+			}
+		}
+		for _, path := range []string{"/checkpoint", "/tile/0/000"} {
+			expect(a.Do("GET", "/log/nope"+path, ""), 404, "unknown_namespace")
+			expect(a.Do("HEAD", "/log/nope"+path, ""), 404, "")
+			for _, name := range bad {
+				expect(a.Do("GET", "/log/"+name+path, ""), 400, "invalid_request")
+			}
+		}
+		expect(a.Do("GET", "/v1/ns//head", ""), 404, "not_found")
+
+		// B has tokens: creating needs an admin, listing a reader.
+		expect(b.Do("POST", "/v1/namespaces", `{"name":"walk-b"}`), 401, "unauthorized")
+		expect(b.Do("POST", "/v1/namespaces", `{"name":"walk-b"}`, "Authorization", tok["reader"]), 403, "forbidden")
+		expect(b.Do("POST", "/v1/namespaces", `{"name":"walk-b"}`, "Authorization", tok["writer"]), 403, "forbidden")
+		expect(b.Do("GET", "/v1/namespaces", ""), 401, "unauthorized")
+		expect(b.Do("GET", "/v1/namespaces", "", "Authorization", tok["writer"]), 403, "forbidden")
+		list := func(token string) []string {
+			r := b.Do("GET", "/v1/namespaces", "", "Authorization", token)
+			expect(r, 200, "")
+			var names []string
+			for _, v := range r.Body["namespaces"].([]any) {
+				names = append(names, v.(map[string]any)["name"].(string))
+			}
+			return names
+		}
+		assert.Equal(t, []string{"default", "walk"}, list(tok["reader"]))
+		assert.Equal(t, []string{"walk"}, list(tok["scoped"]), "a token limited to namespaces sees only those")
+
+		// The token limited to walk: 403 on every other namespace, existing
+		// or not, through either route form, decided before any lookup.
+		expect(b.Do("GET", "/v1/ns/walk/head", "", "Authorization", tok["scoped"]), 200, "")
+		expect(b.Do("GET", "/v1/ns/walk/effects/walk-none-0001", "", "Authorization", tok["scoped"]), 404, "unknown_key")
+		for _, op := range nsRoutes {
+			for _, prefix := range []string{"/v1", "/v1/ns/default", "/v1/ns/nope"} {
+				r := b.Do(op.method, prefix+op.path, op.body, "Authorization", tok["scoped"])
+				expect(r, 403, "forbidden")
+				if strings.Contains(op.path, "walk-auth-0001") {
+					other := b.Do(op.method, prefix+strings.ReplaceAll(op.path, "walk-auth-0001", "walk-none-0001"), op.body, "Authorization", tok["scoped"])
+					assert.Equal(t, r.Raw, other.Raw, "the same answer for a key that exists and one that does not")
+				}
+			}
+			existing := b.Do(op.method, "/v1/ns/default"+op.path, op.body, "Authorization", tok["scoped"])
+			missing := b.Do(op.method, "/v1/ns/nope"+op.path, op.body, "Authorization", tok["scoped"])
+			assert.Equal(t, existing.Raw, strings.ReplaceAll(missing.Raw, "nope", "default"),
+				"the same answer for a namespace that exists and one that does not")
+		}
+		for _, path := range []string{"/log/default/checkpoint", "/log/nope/checkpoint", "/log/default/tile/0/000"} {
+			expect(b.Do("GET", path, "", "Authorization", tok["scoped"]), 403, "forbidden")
+		}
+		expect(b.Do("GET", "/log/Bad!/checkpoint", "", "Authorization", tok["scoped"]), 400, "invalid_request")
+	})
+
 	t.Run("rate", func(t *testing.T) {
 		expect(c.Do("GET", "/v1/head", "", "Authorization", rateTok), 200, "") // the one request of the burst
-		for _, op := range []struct{ method, path, body string }{
-			{"POST", "/v1/effects/reserve", rsv("walk-rate-0001", "e1", 1, true, "")},
-			{"POST", "/v1/effects/walk-rate-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
-			{"POST", "/v1/effects/walk-rate-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
-			{"GET", "/v1/effects/walk-rate-0001", ""},
-			{"GET", "/v1/receipts", ""},
-			{"GET", "/v1/receipts/1", ""},
-			{"GET", "/v1/head", ""},
-			{"GET", "/v1/audit", ""},
+		ops := []struct{ method, path, body string }{
 			{"GET", "/v1/verification", ""},
-			{"GET", "/log/default/checkpoint", ""},
-			{"GET", "/log/default/tile/0/000", ""},
-			{"GET", "/v1/proof/inclusion?seq=1", ""},
-			{"GET", "/v1/proof/consistency?from=0", ""},
-			{"GET", "/v1/receipts/1/proof", ""},
-		} {
+			{"POST", "/v1/namespaces", `{"name":"walk-rate"}`},
+			{"GET", "/v1/namespaces", ""},
+		}
+		for _, n := range spaces {
+			ops = append(ops, []struct{ method, path, body string }{
+				{"POST", n.v1 + "/effects/reserve", rsv("walk-rate-0001", "e1", 1, true, "")},
+				{"POST", n.v1 + "/effects/walk-rate-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
+				{"POST", n.v1 + "/effects/walk-rate-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
+				{"GET", n.v1 + "/effects/walk-rate-0001", ""},
+				{"GET", n.v1 + "/receipts", ""},
+				{"GET", n.v1 + "/receipts/1", ""},
+				{"GET", n.v1 + "/head", ""},
+				{"GET", n.v1 + "/audit", ""},
+				{"GET", n.log + "/checkpoint", ""},
+				{"GET", n.log + "/tile/0/000", ""},
+				{"GET", n.v1 + "/proof/inclusion?seq=1", ""},
+				{"GET", n.v1 + "/proof/consistency?from=0", ""},
+				{"GET", n.v1 + "/receipts/1/proof", ""},
+			}...)
+		}
+		for _, op := range ops {
 			r := c.Do(op.method, op.path, op.body, "Authorization", rateTok)
 			expect(r, 429, "rate_limited")
 			assert.NotEmpty(t, r.Header.Get("Retry-After"), "%s %s", op.method, op.path)
@@ -459,6 +618,60 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		"declared statuses no request produced")
 	assert.Empty(t, cov.missingCodes(openAPIDoc, map[string]bool{"internal": true, "unavailable": true}),
 		"error codes no request produced")
+}
+
+// walkNS is a namespace the walk drives: its name, the prefix of its /v1
+// routes and of its log's routes.
+type walkNS struct{ name, v1, log string }
+
+// nsRoutes are the routes bound to one namespace, as suffixes of /v1 (the
+// namespace default) or /v1/ns/NS.
+var nsRoutes = []struct{ method, path, body string }{
+	{"POST", "/effects/reserve", `{"idempotency_key":"walk-auth-0001","execution_id":"e1","tool":"walk.tool","effect":"write"}`},
+	{"POST", "/effects/walk-auth-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
+	{"POST", "/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
+	{"GET", "/effects/walk-auth-0001", ""},
+	{"GET", "/receipts", ""},
+	{"GET", "/receipts/1", ""},
+	{"GET", "/head", ""},
+	{"GET", "/audit", ""},
+	{"GET", "/proof/inclusion?seq=1", ""},
+	{"GET", "/proof/consistency?from=0", ""},
+	{"GET", "/receipts/1/proof", ""},
+}
+
+// appendNS appends n reserve receipts with keys prefix-0… through the
+// routes under v1 (/v1 or /v1/ns/NS).
+func appendNS(t *testing.T, l *Ledgerd, v1, prefix string, n int) {
+	t.Helper()
+	for i := range n {
+		r := l.Do("POST", v1+"/effects/reserve",
+			fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+}
+
+// waitCheckpointNS waits until the served checkpoint of namespace ns has
+// at least size leaves and returns its note.
+func waitCheckpointNS(t *testing.T, l *Ledgerd, vkey, ns string, size int64) (string, tlog.Checkpoint) {
+	t.Helper()
+	v, err := tlog.NewVerifier(vkey)
+	require.NoError(t, err)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r := l.Do("GET", "/log/"+ns+"/checkpoint", "")
+		if r.Status == 200 {
+			c, err := tlog.OpenCheckpoint([]byte(r.Raw), v, ns)
+			require.NoError(t, err, r.Raw)
+			if c.Size >= size {
+				return r.Raw, c
+			}
+		} else {
+			require.Equal(t, "not_checkpointed", r.Code(), r.Raw)
+		}
+		require.True(t, time.Now().Before(deadline), "no checkpoint of size %d of %s in 15s:\n%s", size, ns, l.Logs())
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // rawExchange sends a request over a bare connection, for what an HTTP

@@ -24,7 +24,7 @@ const auditExamples = `  ledgerctl audit --db ledger.db
   ledgerctl audit --db ledger.db --since 1043     # what happened after head 1042
 `
 
-const auditSummary = `Usage: ledgerctl audit (--db FILE | --server URL) [flags]
+const auditSummary = `Usage: ledgerctl audit (--db FILE|URL | --server URL) [flags]
 
 Tells runtime retries (same execution, next attempt) from re-invocations (a new
 execution of the same call) and lists what needs attention: duplicate effects
@@ -45,6 +45,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
 	since := fs.String("since", "", "only events since `WHEN`: an RFC 3339 time (at or after it), a duration ago such as 24h, or a receipt seq such as 1043 (that receipt and later ones)")
 	tool := fs.String("tool", "", "only keys of this `tool`")

@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -28,6 +31,11 @@ one self-contained file (no -wal), readable on read-only media, and ledgerd
 can start on it. Then the whole copy is verified (as ledgerctl verify) and
 its head printed: pin it, e.g. verify --db FILE --expect-head SEQ:HASH later.
 An existing FILE is never replaced without --force.
+
+Namespaces: every namespace the copy's registry lists is copied the same way,
+from LIVE.ns/ns-NAME.db to FILE.ns/ns-NAME.db, and verified; each namespace
+file is a snapshot of its own chain. SQLite only: a PostgreSQL ledger is
+backed up with pg_dump or a replica.
 
 Exit 0 the copy is intact, 1 the copy has violations (then the live ledger
 has them too: run ledgerctl verify on it), 2 usage or I/O error.`
@@ -57,6 +65,9 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if *out == "" {
 		return usageErr(fs, c.Env, "give --out FILE")
 	}
+	if storage.IsPostgres(src.db) {
+		return usageErr(fs, c.Env, "PostgreSQL ledgers are backed up with pg_dump or a replica; backup copies SQLite files only")
+	}
 	if err := checkDBFile(src.db); err != nil {
 		return err
 	}
@@ -71,30 +82,95 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 
-	rd, err := ledger.OpenReader(ctx, res.Path, ledger.Options{})
+	rep, err := verifyCopy(ctx, res)
 	if err != nil {
-		return fmt.Errorf("open the copy: %w", err)
+		return err
 	}
-	defer rd.Close()
-	pin := &verify.Pin{Seq: res.Head.Seq, Hash: res.Head.Hash.String()}
-	rep, err := verify.New(fileStore{rd}, verify.Opts{ExpectHead: pin}).Check(ctx)
+	names, err := copiedNamespaces(ctx, res.Path)
 	if err != nil {
-		return fmt.Errorf("verify the copy: %w", err)
+		return err
+	}
+	type nsCopy struct {
+		res *ledger.BackupResult
+		rep *verify.Report
+	}
+	var copies []nsCopy
+	bad := rep.ViolationsTotal
+	for _, ns := range names {
+		dst := ledger.NamespacePath(*out, ns)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("backup namespace %s: %w", ns, err)
+		}
+		nres, err := ledger.Backup(ctx, ledger.NamespacePath(src.db, ns), dst, ledger.BackupOptions{Overwrite: *force})
+		if errors.Is(err, ledger.ErrBackupExists) {
+			return fmt.Errorf("%s exists; give --force to replace it", dst)
+		}
+		if err != nil {
+			return fmt.Errorf("backup namespace %s: %w", ns, err)
+		}
+		nrep, err := verifyCopy(ctx, nres)
+		if err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		copies = append(copies, nsCopy{nres, nrep})
+		bad += nrep.ViolationsTotal
 	}
 	if src.json {
-		err = writeJSON(c.Stdout, map[string]any{"ok": rep.OK, "out": res.Path, "bytes": res.Bytes,
+		spaces := map[string]any{}
+		for i, ns := range names {
+			r := copies[i]
+			spaces[ns] = map[string]any{"ok": r.rep.OK, "out": r.res.Path, "bytes": r.res.Bytes,
+				"receipts": r.rep.Receipts, "head": r.rep.Head, "violations": r.rep.Violations,
+				"violations_total": r.rep.ViolationsTotal}
+		}
+		err = writeJSON(c.Stdout, map[string]any{"ok": bad == 0, "out": res.Path, "bytes": res.Bytes,
 			"receipts": rep.Receipts, "head": rep.Head, "violations": rep.Violations,
-			"violations_total": rep.ViolationsTotal})
+			"violations_total": rep.ViolationsTotal, "namespaces": spaces})
 	} else {
 		printBackup(c.Stdout, res, rep)
+		for i, ns := range names {
+			fmt.Fprintf(c.Stdout, "namespace %s: ", ns)
+			printBackup(c.Stdout, copies[i].res, copies[i].rep)
+		}
 	}
 	if err != nil {
 		return err
 	}
-	if !rep.OK {
-		return &ViolationsError{Count: rep.ViolationsTotal}
+	if bad > 0 {
+		return &ViolationsError{Count: bad}
 	}
 	return nil
+}
+
+// verifyCopy verifies a copy made by ledger.Backup against the head it
+// copied.
+func verifyCopy(ctx context.Context, res *ledger.BackupResult) (*verify.Report, error) {
+	rd, err := ledger.OpenReader(ctx, res.Path, ledger.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open the copy: %w", err)
+	}
+	defer rd.Close()
+	pin := &verify.Pin{Seq: res.Head.Seq, Hash: res.Head.Hash.String()}
+	rep, err := verify.New(fileStore{ChainReader: rd}, verify.Opts{ExpectHead: pin}).Check(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("verify the copy: %w", err)
+	}
+	return rep, nil
+}
+
+// copiedNamespaces lists the namespaces other than default that the
+// registry of the copy at path holds.
+func copiedNamespaces(ctx context.Context, path string) ([]string, error) {
+	st, err := ledger.OpenSQLite(ctx, path, ledger.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
+	if err != nil {
+		return nil, fmt.Errorf("open the copy: %w", err)
+	}
+	defer func() { _ = st.Close() }()
+	names, err := st.Namespaces(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the copy's namespaces: %w", err)
+	}
+	return slices.DeleteFunc(names, func(ns string) bool { return ns == ledger.DefaultNamespace }), nil
 }
 
 func printBackup(w io.Writer, res *ledger.BackupResult, rep *verify.Report) {

@@ -34,19 +34,21 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
-  token     create, list and revoke API bearer tokens (file only)
-  backup    copy a live ledger consistently and verify the copy (file only)
-  rebuild-keys  recompute the derived key state from the receipts (file only; ledgerd stopped)
+  token     create, list and revoke API bearer tokens (--db only), optionally limited to namespaces
+  backup    copy a live SQLite ledger and its namespace files consistently, and verify the copies
+  rebuild-keys  recompute the derived key state from the receipts (SQLite only; ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
   checkpoint   print the latest signed checkpoint of the Merkle tree
   prove        print the portable receipt (receipt + inclusion proof + checkpoint) of a SEQ or KEY
   check-proof  check portable receipts with only the verifier key (exit 1 if one is not proven)
+  namespace    create and list namespaces (independent chains), with their heads
 
-The read commands take either the SQLite file (--db FILE, opened read-only,
-safe while ledgerd runs) or a running server (--server URL; a bare HOST:PORT
-means http://HOST:PORT). "ledgerctl <command> --help" shows the flags that
-command takes, with examples. The receipt format, the API and the rules the
+The read commands take either the database (--db FILE for SQLite, or
+--db postgres://… for PostgreSQL; opened read-only, safe while ledgerd runs)
+or a running server (--server URL; a bare HOST:PORT means http://HOST:PORT),
+and --namespace NS (default "default"). "ledgerctl <command> --help" shows the
+flags that command takes, with examples. The receipt format, the API and the rules the
 verifier checks are in docs/spec.md.
 
 Exit codes: 0 ok, 1 violations found, 2 usage or I/O error.
@@ -99,6 +101,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ProveCommand{Env: env}
 	case "check-proof":
 		cmd = &CheckProofCommand{Env: env}
+	case "namespace":
+		cmd = &NamespaceCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
 )
 
 // RebuildKeysCommand runs `ledgerctl rebuild-keys`: it recomputes the
@@ -46,6 +47,9 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	}
 	if *db == "" {
 		return usageErr(fs, c.Env, "give --db FILE")
+	}
+	if storage.IsPostgres(*db) {
+		return usageErr(fs, c.Env, "rebuild-keys repairs SQLite ledger files only, not a PostgreSQL database")
 	}
 	if err := checkDBFile(*db); err != nil {
 		return err

@@ -21,6 +21,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
 	var f ledger.ReceiptFilter
 	fs.Uint64Var(&f.After, "after", 0, "receipts with seq greater than `SEQ`")
@@ -29,7 +30,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&f.ExecutionID, "execution-id", "", "only this `execution`")
 	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
 	fs.StringVar(&f.Kind, "kind", "", "only this `kind`: reserve, commit, replay or resolve")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl receipts (--db FILE | --server URL) [flags]\n\nLists receipts oldest first; the next page starts --after the last seq shown.",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl receipts (--db FILE|URL | --server URL) [flags]\n\nLists receipts oldest first; the next page starts --after the last seq shown.",
 		"  ledgerctl receipts --db ledger.db --limit 20\n  ledgerctl receipts --server http://127.0.0.1:8080 --kind commit --tool payments.refund --json\n")
 	if err != nil {
 		return err
@@ -84,8 +85,9 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("show", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE | --server URL) [flags] KEY\n\nShows one key's state, fingerprint and receipts.",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE|URL | --server URL) [flags] KEY\n\nShows one key's state, fingerprint and receipts.",
 		"  ledgerctl show --db ledger.db refund-order-1234\n  ledgerctl show --server http://127.0.0.1:8080 --json refund-order-1234\n")
 	if err != nil {
 		return err
@@ -149,8 +151,9 @@ func (c *HeadCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("head", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl head (--db FILE | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl head (--db FILE|URL | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
 		"  ledgerctl head --db ledger.db\n  ledgerctl head --server http://127.0.0.1:8080 --json\n")
 	if err != nil {
 		return err
@@ -179,11 +182,12 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	// Every read command takes --json (docs/spec.md §6); export's output
 	// is JSON either way.
 	fs.BoolVar(&src.json, "json", false, "accepted for symmetry: export always prints JSON lines")
 	after := fs.Uint64("after", 0, "export receipts with seq greater than `SEQ`")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE|URL | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
 		"  ledgerctl export --db ledger.db > receipts.jsonl\n  ledgerctl export --server http://127.0.0.1:8080 --after 1000\n")
 	if err != nil {
 		return err

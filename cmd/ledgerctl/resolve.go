@@ -34,6 +34,7 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("resolve", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerServer(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
 	var body api.ResolveBody
 	var fail api.FailureBody

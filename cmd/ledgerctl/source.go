@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -16,22 +17,41 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // sourceFlags are the flags that name what a command reads — a ledger
-// file (--db) or a server (--server, --token) — and --json. Each command
-// registers only the ones it uses.
+// database (--db: a SQLite file or a PostgreSQL URL) or a server
+// (--server, --token) — the namespace (--namespace) and --json. Each
+// command registers only the ones it uses.
 type sourceFlags struct {
 	db, server, token string
+	namespace         string
 	json              bool
 	hasDB, hasServer  bool
 }
 
+// dbUsage is the help text of --db for the read commands.
+const dbUsage = "ledger `database`: a SQLite file or a PostgreSQL URL (postgres://user:pass@host/db), opened read-only (safe while ledgerd runs)"
+
 // registerDB adds --db.
 func (s *sourceFlags) registerDB(fs *flag.FlagSet) {
 	s.hasDB = true
-	fs.StringVar(&s.db, "db", "", "SQLite ledger `file`, opened read-only (safe while ledgerd runs)")
+	fs.StringVar(&s.db, "db", "", dbUsage)
+}
+
+// registerNamespace adds --namespace.
+func (s *sourceFlags) registerNamespace(fs *flag.FlagSet) {
+	fs.StringVar(&s.namespace, "namespace", ledger.DefaultNamespace, "the `namespace` to read (each namespace is a chain of its own)")
+}
+
+// ns returns the --namespace value, default when the command has none.
+func (s *sourceFlags) ns() string {
+	if s.namespace == "" {
+		return ledger.DefaultNamespace
+	}
+	return s.namespace
 }
 
 // registerServer adds --server and --token.
@@ -63,10 +83,21 @@ type store interface {
 	Close() error
 }
 
-// fileStore adapts a read-only ledger file.
-type fileStore struct{ *ledger.Reader }
+// fileStore adapts one namespace of a database opened read-only. Its
+// method set is the whole ledger.ChainReader, so that verify finds the
+// optional sources it checks for (keys, derived state, duplicates).
+type fileStore struct {
+	ledger.ChainReader
+	db ledger.Store // closed by Close; nil when someone else closes it
+}
 
-func (f fileStore) Head(ctx context.Context) (ledger.Head, error) { return f.ReadHead(ctx) }
+// Close closes the database.
+func (f fileStore) Close() error {
+	if f.db == nil {
+		return nil
+	}
+	return f.db.Close()
+}
 
 // serverStore adapts a server.
 type serverStore struct{ *api.Client }
@@ -79,8 +110,11 @@ var (
 )
 
 // check reports a usage problem with the source flags: exactly one of
-// the registered --db and --server is needed.
+// the registered --db and --server is needed, and a valid --namespace.
 func (s *sourceFlags) check() error {
+	if !ledger.ValidNamespace(s.ns()) {
+		return fmt.Errorf("--namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", s.ns())
+	}
 	if s.hasServer {
 		if s.server == "" && s.db == "" {
 			s.server = os.Getenv("LEDGERCTL_SERVER")
@@ -93,9 +127,9 @@ func (s *sourceFlags) check() error {
 	case s.db != "" && s.server != "":
 		return errors.New("give --db or --server, not both")
 	case s.db == "" && s.server == "" && s.hasDB && s.hasServer:
-		return errors.New("give --db FILE or --server URL")
+		return errors.New("give --db FILE|URL or --server URL")
 	case s.db == "" && s.hasDB && !s.hasServer:
-		return errors.New("give --db FILE")
+		return errors.New("give --db FILE|URL")
 	case s.server == "" && s.hasServer && !s.hasDB:
 		return errors.New("give --server URL")
 	}
@@ -113,31 +147,124 @@ func (s *sourceFlags) openNoArgs(ctx context.Context, fs *flag.FlagSet, env *Env
 // open returns the store named by the flags; a bad combination of flags
 // is a usage error of the command fs.
 func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (store, error) {
-	rd, c, err := s.openEither(ctx, fs, env)
+	fsrc, c, err := s.openEither(ctx, fs, env)
 	switch {
 	case err != nil:
 		return nil, err
-	case rd != nil:
-		return fileStore{rd}, nil
+	case c == nil:
+		return fsrc, nil
 	}
 	return serverStore{c}, nil
 }
 
-// openEither opens the file of --db read-only, or a client of --server.
-func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env) (*ledger.Reader, *api.Client, error) {
+// openEither opens the --namespace of the --db database read-only, or a
+// client of --server for it.
+func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env) (fileStore, *api.Client, error) {
 	if err := s.check(); err != nil {
-		return nil, nil, usageErr(fs, env, "%v", err)
+		return fileStore{}, nil, usageErr(fs, env, "%v", err)
 	}
 	if s.db != "" {
-		if err := checkDBFile(s.db); err != nil {
-			return nil, nil, err
+		st, err := openDB(ctx, s.db, env, true)
+		if err != nil {
+			return fileStore{}, nil, err
 		}
-		rd, err := ledger.OpenReader(ctx, s.db, ledger.Options{})
-		return rd, nil, err
+		c, err := chainOf(ctx, st, s.db, s.ns())
+		if err != nil {
+			_ = st.Close()
+			return fileStore{}, nil, err
+		}
+		return fileStore{ChainReader: c, db: st}, nil, nil
 	}
 	c, err := s.client(fs, env)
-	return nil, c, err
+	return fileStore{}, c, err
 }
+
+// openDB opens the database named by --db: a PostgreSQL URL, or a SQLite
+// file that must exist. readOnly opens it for reading only (SQLite: no
+// lock is taken, so it may run beside ledgerd). Errors never show a
+// password of the URL.
+func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.Store, error) {
+	if !storage.IsPostgres(dsn) {
+		if err := checkDBFile(dsn); err != nil {
+			return nil, err
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	st, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: readOnly, Logger: logger})
+	if err != nil {
+		return nil, redactErr(dsn, fmt.Errorf("open %s: %w", describeDSN(dsn), err))
+	}
+	return st, nil
+}
+
+// chainOf returns namespace ns of st, saying clearly when it does not exist.
+func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (ledger.Chain, error) {
+	c, err := st.Chain(ctx, ns)
+	if errors.Is(err, ledger.ErrUnknownNamespace) {
+		return nil, fmt.Errorf("no namespace %q in %s (ledgerctl namespace list shows the namespaces)", ns, describeDSN(dsn))
+	}
+	if err != nil {
+		return nil, redactErr(dsn, fmt.Errorf("namespace %s: %w", ns, err))
+	}
+	return c, nil
+}
+
+// describeDSN names a --db value for messages: a URL without its
+// password, or the path.
+func describeDSN(dsn string) string {
+	if !storage.IsPostgres(dsn) {
+		return dsn
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "the PostgreSQL URL given (not a valid URL)"
+	}
+	return u.Redacted()
+}
+
+// redactErr keeps the password of a PostgreSQL URL out of err's text
+// (a driver may quote the URL it was given); errors.Is and errors.As
+// still see err.
+func redactErr(dsn string, err error) error {
+	if err == nil || !storage.IsPostgres(dsn) {
+		return err
+	}
+	u, perr := url.Parse(dsn)
+	if perr != nil {
+		// Unparseable: the whole value may hold a secret.
+		return &redactedError{err: err, secrets: []string{dsn}}
+	}
+	var secrets []string
+	if u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
+		}
+	}
+	if pw := u.Query().Get("password"); pw != "" {
+		secrets = append(secrets, pw, url.QueryEscape(pw))
+	}
+	if len(secrets) == 0 {
+		return err
+	}
+	return &redactedError{err: err, secrets: secrets}
+}
+
+// redactedError is an error whose text has secrets masked.
+type redactedError struct {
+	err     error
+	secrets []string
+}
+
+func (e *redactedError) Error() string {
+	msg := e.err.Error()
+	for _, s := range e.secrets {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+// Unwrap returns the error underneath.
+func (e *redactedError) Unwrap() error { return e.err }
 
 func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
 	base, err := serverURL(s.server)
@@ -146,6 +273,7 @@ func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
 	}
 	c := api.NewClient(base)
 	c.Token = s.token
+	c.Namespace = s.ns()
 	return c, nil
 }
 

@@ -86,7 +86,7 @@ type logSource interface {
 	Close() error
 }
 
-type fileLog struct{ *ledger.Reader }
+type fileLog struct{ fileStore }
 
 func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 	c, err := f.LatestCheckpoint(ctx)
@@ -100,7 +100,7 @@ func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 }
 
 func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	return ledger.Log{ChainReader: f.Reader}.PortableReceipt(ctx, seq)
+	return ledger.Log{ChainReader: f.ChainReader}.PortableReceipt(ctx, seq)
 }
 
 func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
@@ -120,12 +120,12 @@ func (serverLog) Close() error { return nil }
 
 // openLog opens --db or --server as a logSource.
 func (s *sourceFlags) openLog(ctx context.Context, fs *flag.FlagSet, env *Env) (logSource, error) {
-	rd, c, err := s.openEither(ctx, fs, env)
+	fsrc, c, err := s.openEither(ctx, fs, env)
 	switch {
 	case err != nil:
 		return nil, err
-	case rd != nil:
-		return fileLog{rd}, nil
+	case c == nil:
+		return fileLog{fsrc}, nil
 	}
 	return serverLog{c}, nil
 }
@@ -138,8 +138,9 @@ func (c *CheckpointCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE | --server URL)
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE|URL | --server URL)
 
 Prints the latest signed checkpoint of the Merkle tree (a C2SP signed note:
 origin, tree size, base64 root, then the signature lines). Keep it: a later
@@ -182,8 +183,9 @@ func (c *ProveCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("prove", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	fs.BoolVar(&src.json, "json", true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE | --server URL) SEQ|KEY
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE|URL | --server URL) SEQ|KEY
 
 Prints the portable receipt of receipt SEQ, or of every receipt of the
 idempotency key KEY (one JSON object a line): the receipt, its leaf index,

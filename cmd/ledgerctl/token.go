@@ -4,26 +4,30 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
 )
 
 // TokenCommand runs `ledgerctl token create|list|revoke`.
 type TokenCommand struct{ *Env }
 
 const tokenUsage = `Usage:
-  ledgerctl token create --db FILE --role reader|writer|admin --name NAME [--json]
-  ledgerctl token list   --db FILE [--json]
-  ledgerctl token revoke --db FILE NAME
+  ledgerctl token create --db FILE|URL --role reader|writer|admin --name NAME [--namespace NS,…] [--json]
+  ledgerctl token list   --db FILE|URL [--json]
+  ledgerctl token revoke --db FILE|URL NAME
 
-API bearer tokens live in the ledger file (only their SHA-256 is stored; a
-token is printed once, at creation). Roles: writer (reserve, commit), reader
-(every GET), admin (resolve, and everything). While any valid token exists,
-ledgerd requires one on every API request and records its name as actor.
-Changes take effect without a restart; this may run while ledgerd runs.
+API bearer tokens live in the ledger database (the SQLite ledger file, or the
+PostgreSQL database; only their SHA-256 is stored; a token is printed once, at
+creation). Roles: writer (reserve, commit), reader (every GET), admin
+(resolve, and everything). --namespace limits a token to some namespaces: on
+any other it gets 403 forbidden. While any valid token exists, ledgerd
+requires one on every API request and records its name as actor. Changes take
+effect without a restart; this may run while ledgerd runs.
 "ledgerctl token <create|list|revoke> --help" shows each one's flags.
 `
 
@@ -48,25 +52,83 @@ func (c *TokenCommand) Run(ctx context.Context, args []string) error {
 	return errUsage
 }
 
-// openTokens opens the tokens of the --db file, which must exist.
-func openTokens(ctx context.Context, fs *flag.FlagSet, env *Env, db string) (*ledger.Tokens, error) {
+// tokenDBUsage is the help text of the token commands' --db.
+const tokenDBUsage = "ledger `database`: a SQLite file (may be served by a running ledgerd) or a PostgreSQL URL (postgres://user:pass@host/db)"
+
+// openTokens opens the tokens of the --db database, which must exist:
+// on SQLite only the tokens table is written, on PostgreSQL the store is
+// opened for writing. close releases what it opened.
+func openTokens(ctx context.Context, fs *flag.FlagSet, env *Env, db string) (t *ledger.Tokens, close func() error, err error) {
 	if db == "" {
-		return nil, usageErr(fs, env, "give --db FILE")
+		return nil, nil, usageErr(fs, env, "give --db FILE|URL")
+	}
+	if storage.IsPostgres(db) {
+		st, err := openDB(ctx, db, env, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		return ledger.NewTokens(st.Tokens()), st.Close, nil
 	}
 	if err := checkDBFile(db); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ledger.OpenTokens(ctx, db)
+	t, err = ledger.OpenTokens(ctx, db)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, t.Close, nil
+}
+
+// parseNamespaces checks a --namespace list: names separated by commas.
+func parseNamespaces(list string) ([]string, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, ns := range strings.Split(list, ",") {
+		ns = strings.TrimSpace(ns)
+		if !ledger.ValidNamespace(ns) {
+			return nil, fmt.Errorf("--namespace: %q is not a namespace name (1–64 bytes of a-z 0-9 . _ -, separated by commas)", ns)
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}
+
+// warnMissingNamespaces says on stderr which of names the database does
+// not have (yet): a token may be made before its namespace, but a typo
+// would make a token that can do nothing.
+func warnMissingNamespaces(ctx context.Context, env *Env, db string, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	st, err := openDB(ctx, db, env, true)
+	if err != nil {
+		return
+	}
+	defer func() { _ = st.Close() }()
+	have, err := st.Namespaces(ctx)
+	if err != nil {
+		return
+	}
+	for _, ns := range names {
+		if !slices.Contains(have, ns) {
+			fmt.Fprintf(env.Stderr, "ledgerctl token create: warning: namespace %q does not exist yet (ledgerctl namespace create)\n", ns)
+		}
+	}
 }
 
 func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
-	db := fs.String("db", "", "SQLite ledger `file`")
+	db := fs.String("db", "", tokenDBUsage)
 	role := fs.String("role", "", "`role` of the token: reader, writer or admin (required)")
 	name := fs.String("name", "", "`name` recorded as actor on the receipts the token causes (required)")
-	asJSON := fs.Bool("json", false, "print JSON: name, role and token")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE --role reader|writer|admin --name NAME [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), admin\n(resolve, and everything). The first valid token turns authentication on.",
-		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n")
+	nsList := fs.String("namespace", "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
+	asJSON := fs.Bool("json", false, "print JSON: name, role, namespaces and token")
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), admin\n(resolve, and everything). With --namespace the token may use only those\nnamespaces (any other, \"default\" included unless listed, is 403 forbidden).\nThe first valid token turns authentication on.",
+		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n")
 	if err != nil {
 		return err
 	}
@@ -82,28 +144,40 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	if len(*name) > 128 || strings.IndexFunc(*name, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
 		return usageErr(fs, c.Env, "--name must be 1–128 bytes of visible ASCII (no spaces), got %q", *name)
 	}
-	t, err := openTokens(ctx, fs, c.Env, *db)
+	namespaces, err := parseNamespaces(*nsList)
+	if err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	t, closeTokens, err := openTokens(ctx, fs, c.Env, *db)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
-	tok, err := t.Create(ctx, *name, *role)
+	defer func() { _ = closeTokens() }()
+	tok, err := t.Create(ctx, *name, *role, namespaces...)
 	if err != nil {
-		return err
+		return redactErr(*db, err)
+	}
+	warnMissingNamespaces(ctx, c.Env, *db, namespaces)
+	if namespaces == nil {
+		namespaces = []string{}
 	}
 	if *asJSON {
-		return writeJSON(c.Stdout, map[string]string{"name": *name, "role": *role, "token": tok})
+		return writeJSON(c.Stdout, map[string]any{"name": *name, "role": *role, "namespaces": namespaces, "token": tok})
 	}
-	fmt.Fprintf(c.Stderr, "token %q (%s) created; it is shown only now:\n", *name, *role)
+	scope := "every namespace"
+	if len(namespaces) > 0 {
+		scope = "namespaces " + strings.Join(namespaces, ", ")
+	}
+	fmt.Fprintf(c.Stderr, "token %q (%s, %s) created; it is shown only now:\n", *name, *role, scope)
 	_, err = fmt.Fprintln(c.Stdout, tok)
 	return err
 }
 
 func (c *TokenCommand) list(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token list", flag.ContinueOnError)
-	db := fs.String("db", "", "SQLite ledger `file`")
+	db := fs.String("db", "", tokenDBUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token list --db FILE [--json]\n\nLists the API tokens: name, role, creation time and whether revoked (never\nthe tokens themselves).",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token list --db FILE|URL [--json]\n\nLists the API tokens: name, role, the namespaces it is limited to (* for\nevery namespace), creation time and whether revoked (never the tokens\nthemselves).",
 		"  ledgerctl token list --db ledger.db\n")
 	if err != nil {
 		return err
@@ -111,14 +185,14 @@ func (c *TokenCommand) list(ctx context.Context, args []string) error {
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
-	t, err := openTokens(ctx, fs, c.Env, *db)
+	t, closeTokens, err := openTokens(ctx, fs, c.Env, *db)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
+	defer func() { _ = closeTokens() }()
 	list, err := t.List(ctx)
 	if err != nil {
-		return err
+		return redactErr(*db, err)
 	}
 	if *asJSON {
 		if list == nil {
@@ -127,21 +201,25 @@ func (c *TokenCommand) list(ctx context.Context, args []string) error {
 		return writeJSON(c.Stdout, list)
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tROLE\tCREATED\tSTATUS")
+	fmt.Fprintln(tw, "NAME\tROLE\tNAMESPACES\tCREATED\tSTATUS")
 	for _, ti := range list {
 		status := "valid"
 		if ti.RevokedAt != 0 {
 			status = "revoked " + time.UnixMilli(ti.RevokedAt).UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cell(ti.Name), ti.Role, time.UnixMilli(ti.CreatedAt).UTC().Format(time.RFC3339), status)
+		scope := "*"
+		if len(ti.Namespaces) > 0 {
+			scope = strings.Join(ti.Namespaces, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", cell(ti.Name), ti.Role, scope, time.UnixMilli(ti.CreatedAt).UTC().Format(time.RFC3339), status)
 	}
 	return tw.Flush()
 }
 
 func (c *TokenCommand) revoke(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token revoke", flag.ContinueOnError)
-	db := fs.String("db", "", "SQLite ledger `file`")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token revoke --db FILE NAME\n\nRevokes the token named NAME; a running ledgerd refuses it on the next request.",
+	db := fs.String("db", "", tokenDBUsage)
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token revoke --db FILE|URL NAME\n\nRevokes the token named NAME; a running ledgerd refuses it on the next request.",
 		"  ledgerctl token revoke --db ledger.db gateway-eu\n")
 	if err != nil {
 		return err
@@ -149,13 +227,13 @@ func (c *TokenCommand) revoke(ctx context.Context, args []string) error {
 	if len(pos) != 1 {
 		return usageErr(fs, c.Env, "want exactly one NAME")
 	}
-	t, err := openTokens(ctx, fs, c.Env, *db)
+	t, closeTokens, err := openTokens(ctx, fs, c.Env, *db)
 	if err != nil {
 		return err
 	}
-	defer t.Close()
+	defer func() { _ = closeTokens() }()
 	if err := t.Revoke(ctx, pos[0]); err != nil {
-		return err
+		return redactErr(*db, err)
 	}
 	_, err = fmt.Fprintf(c.Stdout, "token %q revoked\n", pos[0])
 	return err

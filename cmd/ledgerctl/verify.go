@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -30,6 +31,9 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
   ledgerctl verify --db ledger.db --state /var/lib/ledger/verify-state.json --incremental
   # against a signed checkpoint kept earlier (catches truncation and rewrites)
   ledgerctl verify --db ledger.db --checkpoint checkpoint.txt --vkey ./log.vkey --state verify-state.json
+  # one namespace, or every one (exit 1 if any has violations)
+  ledgerctl verify --db ledger.db --namespace payments
+  ledgerctl verify --db postgres://auditor@db.internal/ledger --all-namespaces --json
 `
 
 // Run verifies the ledger and prints the report.
@@ -37,20 +41,33 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	var src sourceFlags
 	src.registerSource(fs)
+	src.registerNamespace(fs)
 	src.registerJSON(fs)
 	expect := fs.String("expect-head", "", "fail with head_mismatch unless the chain has `SEQ:HASH`")
 	stateFile := fs.String("state", "", "state `file` holding the last verified head: the chain must extend it; rewritten atomically after a clean run")
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
 	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
+	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report}}); exit 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl verify (--db FILE | --server URL) [flags]\n\nRehashes the chain, replays every receipt through the key state machine and\nreports violations with seq, rule and detail. Exit 0 intact, 1 violations, 2 error.", verifyExamples)
+	pos, err := parse(fs, c.Env, args, verifySummary, verifyExamples)
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	if *all {
+		for _, f := range []string{"namespace", "expect-head", "state", "incremental", "checkpoint", "vkey"} {
+			if flagSet(fs, f) {
+				return usageErr(fs, c.Env, "--all-namespaces verifies each namespace against nothing pinned: leave out --%s (pin one namespace at a time with --namespace)", f)
+			}
+		}
+		if *maxV < 1 {
+			return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
+		}
+		return c.all(ctx, fs, &src, verify.Opts{MaxViolations: *maxV})
 	}
 	if *maxV < 1 {
 		return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
@@ -116,6 +133,96 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	}
 	if !rep.OK {
 		return &ViolationsError{Count: rep.ViolationsTotal}
+	}
+	return nil
+}
+
+const verifySummary = `Usage: ledgerctl verify (--db FILE|URL | --server URL) [--namespace NS | --all-namespaces] [flags]
+
+Rehashes the chain, replays every receipt through the key state machine and
+reports violations with seq, rule and detail. Each namespace is a chain of its
+own: --namespace picks one (default "default"), --all-namespaces checks them
+all, one report each. Exit 0 intact, 1 violations, 2 error.`
+
+// all verifies every namespace: one report section each (one JSON
+// object keyed by namespace with --json), exit 1 if any has violations.
+func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFlags, opts verify.Opts) error {
+	fsrc, client, err := src.openEither(ctx, fs, c.Env)
+	if err != nil {
+		return err
+	}
+	var names []string
+	var open func(ns string) (store, error)
+	if client != nil {
+		list, err := client.Namespaces(ctx)
+		if err != nil {
+			return fmt.Errorf("list namespaces: %w", err)
+		}
+		for _, n := range list {
+			names = append(names, n.Name)
+		}
+		open = func(ns string) (store, error) {
+			cc := *client
+			cc.Namespace = ns
+			return serverStore{&cc}, nil
+		}
+	} else {
+		defer fsrc.Close()
+		st := fsrc.db
+		if names, err = st.Namespaces(ctx); err != nil {
+			return redactErr(src.db, fmt.Errorf("list namespaces: %w", err))
+		}
+		open = func(ns string) (store, error) {
+			ch, err := chainOf(ctx, st, src.db, ns)
+			return fileStore{ChainReader: ch}, err
+		}
+	}
+	slices.Sort(names)
+	type result struct {
+		rep     *verify.Report
+		elapsed time.Duration
+	}
+	reports := map[string]*verify.Report{}
+	results := make([]result, 0, len(names))
+	failed := 0
+	for _, ns := range names {
+		st, err := open(ns)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		rep, err := verify.New(st, opts).Check(ctx)
+		if err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		reports[ns] = rep
+		results = append(results, result{rep, time.Since(start)})
+		if !rep.OK {
+			failed += rep.ViolationsTotal
+		}
+	}
+	if src.json {
+		if err := writeJSON(c.Stdout, map[string]any{"ok": failed == 0, "namespaces": reports}); err != nil {
+			return err
+		}
+	} else {
+		for i, ns := range names {
+			if i > 0 {
+				fmt.Fprintln(c.Stdout)
+			}
+			fmt.Fprintf(c.Stdout, "== namespace %s ==\n", ns)
+			printReport(c.Stdout, results[i].rep, results[i].elapsed)
+		}
+		bad := 0
+		for _, r := range results {
+			if !r.rep.OK {
+				bad++
+			}
+		}
+		fmt.Fprintf(c.Stdout, "\n%s verified, %d with violations\n", plural(len(names), "namespace", "namespaces"), bad)
+	}
+	if failed > 0 {
+		return &ViolationsError{Count: failed}
 	}
 	return nil
 }

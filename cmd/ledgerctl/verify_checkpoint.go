@@ -99,7 +99,7 @@ func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
 func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, error) {
 	switch s := st.(type) {
 	case fileStore:
-		cc.Prover = readerProver{s.Reader}
+		cc.Prover = readerProver{s.ChainReader}
 	case serverStore:
 		cc.Prover = clientProver{s.Client}
 	}
@@ -128,7 +128,7 @@ func writeState(path string, head verify.Pin, checkpoint []byte) error {
 	return verify.WriteStateCheckpoint(path, head, checkpoint)
 }
 
-type readerProver struct{ rd *ledger.Reader }
+type readerProver struct{ rd ledger.ChainReader }
 
 func (p readerProver) ConsistencyProof(ctx context.Context, from, to int64) ([]tlog.Hash, error) {
 	c, err := ledger.Log{ChainReader: p.rd}.ConsistencyProof(ctx, from, to)

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage"
+)
+
+// NamespaceCommand runs `ledgerctl namespace create|list`.
+type NamespaceCommand struct{ *Env }
+
+const namespaceUsage = `Usage:
+  ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--json]
+  ledgerctl namespace list   (--db FILE|URL | --server URL) [--json]
+
+A namespace is an independent chain: its own seq 1, 2, 3 …, its own head, its
+own idempotency keys (the same key in two namespaces names two effects) and
+its own verifiable log. The namespace "default" always exists and is what the
+unprefixed API routes serve; namespace NAME is served under /v1/ns/NAME/… and
+/log/NAME/. Names are 1–64 bytes of a-z 0-9 . _ -.
+
+On SQLite each namespace is a file of its own beside the ledger file:
+<db>.ns/ns-NAME.db (back up the whole <db>.ns directory with the ledger
+file). "namespace create --db" may run while ledgerd serves the file.
+"ledgerctl namespace <create|list> --help" shows each one's flags.
+`
+
+// Run dispatches the namespace subcommands.
+func (c *NamespaceCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintf(c.Stderr, "ledgerctl namespace: want create or list\n\n%s", namespaceUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "create":
+		return c.create(ctx, args[1:])
+	case "list":
+		return c.list(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(c.Stderr, namespaceUsage)
+		return flag.ErrHelp
+	}
+	fmt.Fprintf(c.Stderr, "ledgerctl namespace: unknown namespace command %q (want create or list)\n\n%s", args[0], namespaceUsage)
+	return errUsage
+}
+
+// namespaceSource registers the flags of a namespace subcommand.
+func namespaceSource(fs *flag.FlagSet, writes bool) *sourceFlags {
+	var src sourceFlags
+	src.hasDB = true
+	usage := dbUsage
+	if writes {
+		usage = "ledger `database`: a SQLite file (may be served by a running ledgerd) or a PostgreSQL URL (postgres://user:pass@host/db)"
+	}
+	fs.StringVar(&src.db, "db", "", usage)
+	src.registerServer(fs)
+	src.registerJSON(fs)
+	return &src
+}
+
+func (c *NamespaceCommand) create(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("namespace create", flag.ContinueOnError)
+	src := namespaceSource(fs, true)
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--json]
+
+Creates the empty namespace NAME (1–64 bytes of a-z 0-9 . _ -). With --server
+it needs an admin token when tokens exist. With --db on SQLite it registers
+NAME in the ledger file and creates <db>.ns/ns-NAME.db; a running ledgerd
+serves it at once. Exit 2 if NAME exists.`,
+		`  ledgerctl namespace create --db ledger.db payments
+  ledgerctl namespace create --server http://127.0.0.1:8080 payments
+  ledgerctl namespace create --db postgres://ledger@db.internal/ledger payments
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, c.Env, "want exactly one NAME")
+	}
+	name := pos[0]
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	if !ledger.ValidNamespace(name) {
+		return usageErr(fs, c.Env, "namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", name)
+	}
+	info := ledger.NamespaceInfo{Name: name}
+	if src.server != "" {
+		client, err := src.client(fs, c.Env)
+		if err != nil {
+			return err
+		}
+		if info, err = client.CreateNamespace(ctx, name); err != nil {
+			return err
+		}
+	} else if err := createNamespaceDB(ctx, c.Env, src.db, name); err != nil {
+		return err
+	}
+	if src.json {
+		return writeJSON(c.Stdout, namespaceJSON(info))
+	}
+	where := describeDSN(src.db)
+	if src.server != "" {
+		where = src.server
+	} else if !storage.IsPostgres(src.db) {
+		where = ledger.NamespacePath(src.db, name)
+	}
+	_, err = fmt.Fprintf(c.Stdout, "namespace %s created (%s)\n", name, where)
+	return err
+}
+
+// createNamespaceDB creates namespace name in the database dsn.
+func createNamespaceDB(ctx context.Context, env *Env, dsn, name string) error {
+	var err error
+	if storage.IsPostgres(dsn) {
+		var st ledger.Store
+		if st, err = openDB(ctx, dsn, env, false); err != nil {
+			return err
+		}
+		err = errors.Join(st.CreateNamespace(ctx, name), st.Close())
+	} else {
+		if err = checkDBFile(dsn); err != nil {
+			return err
+		}
+		err = ledger.CreateSQLiteNamespace(ctx, dsn, name)
+	}
+	if errors.Is(err, ledger.ErrNamespaceExists) {
+		return fmt.Errorf("namespace %q exists in %s", name, describeDSN(dsn))
+	}
+	return redactErr(dsn, err)
+}
+
+// namespaceJSON is a namespace as the API and --json show it.
+func namespaceJSON(n ledger.NamespaceInfo) map[string]any {
+	return map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()}}
+}
+
+func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("namespace list", flag.ContinueOnError)
+	src := namespaceSource(fs, false)
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace list (--db FILE|URL | --server URL) [--json]
+
+Lists the namespaces by name, "default" included, with their heads (SEQ:HASH,
+the form verify --expect-head takes) and, for a SQLite ledger, the file that
+holds each. Through --server a token limited to namespaces sees only those.`,
+		`  ledgerctl namespace list --db ledger.db
+  ledgerctl namespace list --server http://127.0.0.1:8080 --json
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
+	}
+	if err := src.check(); err != nil {
+		return usageErr(fs, c.Env, "%v", err)
+	}
+	var list []ledger.NamespaceInfo
+	if src.server != "" {
+		client, err := src.client(fs, c.Env)
+		if err != nil {
+			return err
+		}
+		if list, err = client.Namespaces(ctx); err != nil {
+			return err
+		}
+	} else if list, err = listNamespacesDB(ctx, c.Env, src.db); err != nil {
+		return err
+	}
+	if src.json {
+		out := make([]map[string]any, 0, len(list))
+		for _, n := range list {
+			out = append(out, namespaceJSON(n))
+		}
+		return writeJSON(c.Stdout, map[string]any{"namespaces": out})
+	}
+	files := src.server == "" && !storage.IsPostgres(src.db)
+	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+	header := "NAME\tSEQ\tHASH"
+	if files {
+		header += "\tFILE"
+	}
+	fmt.Fprintln(tw, header)
+	for _, n := range list {
+		fmt.Fprintf(tw, "%s\t%d\t%s", n.Name, n.Head.Seq, n.Head.Hash)
+		if files {
+			fmt.Fprintf(tw, "\t%s", ledger.NamespacePath(src.db, n.Name))
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
+}
+
+// listNamespacesDB lists the namespaces of the database dsn with their
+// heads, read without a lock.
+func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.NamespaceInfo, error) {
+	st, err := openDB(ctx, dsn, env, true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = st.Close() }()
+	names, err := st.Namespaces(ctx)
+	if err != nil {
+		return nil, redactErr(dsn, fmt.Errorf("list namespaces: %w", err))
+	}
+	slices.Sort(names)
+	out := make([]ledger.NamespaceInfo, 0, len(names))
+	for _, name := range names {
+		ch, err := chainOf(ctx, st, dsn, name)
+		if err != nil {
+			return nil, err
+		}
+		h, err := ch.Head(ctx)
+		if err != nil {
+			return nil, redactErr(dsn, fmt.Errorf("namespace %s: head: %w", name, err))
+		}
+		out = append(out, ledger.NamespaceInfo{Name: name, Head: h})
+	}
+	return out, nil
+}
