@@ -39,6 +39,8 @@ var statusOf = map[string]int{
 	ledger.ECodeNotInterrupted:      http.StatusConflict,
 	ledger.ECodeUnknownReceipt:      http.StatusNotFound,
 	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
+	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
+	ledger.ECodeNamespaceExists:     http.StatusConflict,
 }
 
 var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
