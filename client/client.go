@@ -8,6 +8,9 @@
 // (unsafe_resume, retry_not_allowed, fingerprint_mismatch, …) into errors
 // that errors.Is and errors.As understand.
 //
+// WithNamespace points a client at one namespace (an independent chain,
+// /v1/ns/{ns}/…); without it the client uses the namespace default.
+//
 // The package needs neither cgo nor the rest of this module: a gateway
 // imports it alone.
 package client
@@ -47,6 +50,7 @@ const maxWaitMS = 60_000
 // Client talks to a ledgerd. It is safe for concurrent use.
 type Client struct {
 	base          string // scheme://host[:port][/prefix], no trailing slash
+	namespace     string // "" for the namespace default
 	hc            *http.Client
 	token         string
 	wait          time.Duration
@@ -67,6 +71,13 @@ type Option func(*Client)
 
 // WithToken sends a bearer token (elt_…) with every request.
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithNamespace makes the client work in namespace ns (SPEC §7): its
+// requests go to /v1/ns/{ns}/…, an independent chain with keys of its
+// own. The namespace must exist (an admin creates it); using one that
+// does not is ErrUnknownNamespace, and one a token is not limited to
+// ErrForbidden. "" and "default" use the unprefixed routes.
+func WithNamespace(ns string) Option { return func(c *Client) { c.namespace = ns } }
 
 // WithHTTPClient uses hc instead of a default client. A Timeout on hc
 // bounds each request, so it also bounds the server-side wait.
@@ -147,12 +158,48 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: commit timeout, max wait and poll interval must be positive")
 	case c.logger == nil:
 		return nil, errors.New("client: nil logger")
+	case c.namespace != "" && !validNamespace(c.namespace):
+		return nil, fmt.Errorf("client: namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", c.namespace)
+	}
+	if c.namespace == "default" {
+		c.namespace = ""
 	}
 	return c, nil
 }
 
+// validNamespace reports whether ns is 1–64 bytes of a-z 0-9 . _ -.
+func validNamespace(ns string) bool {
+	if len(ns) == 0 || len(ns) > 64 {
+		return false
+	}
+	for i := 0; i < len(ns); i++ {
+		b := ns[i]
+		if !(b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // BaseURL returns the normalized base URL.
 func (c *Client) BaseURL() string { return c.base }
+
+// Namespace returns the namespace the client works in ("default" for
+// the unprefixed routes).
+func (c *Client) Namespace() string {
+	if c.namespace == "" {
+		return "default"
+	}
+	return c.namespace
+}
+
+// route returns the path of a /v1 route in the client's namespace.
+func (c *Client) route(path string) string {
+	if c.namespace == "" {
+		return path
+	}
+	return "/v1/ns/" + c.namespace + strings.TrimPrefix(path, "/v1")
+}
 
 // sleepCtx sleeps for d or until ctx is done.
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -184,7 +231,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*resp
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+c.route(path), rd)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
