@@ -163,6 +163,10 @@ def bind_input(fn: Callable, args: tuple, kwargs: dict) -> dict:
     return out
 
 
+# A namespace name (SPEC §7).
+_NAMESPACE = re.compile(r"[a-z0-9._-]{1,64}")
+
+
 class _Core:
     """Configuration and flows shared by ``Ledger`` and ``AsyncLedger``."""
 
@@ -183,9 +187,12 @@ class _Core:
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://, got %r" % base_url)
+        if namespace is not None and not _NAMESPACE.fullmatch(namespace):
+            raise ValueError("namespace must be 1-64 bytes of a-z 0-9 . _ -, got %r" % (namespace,))
         self.base_url = base_url.rstrip("/")
         self.token = token
-        self.namespace = namespace
+        # "default" is what the unprefixed routes serve.
+        self.namespace = None if namespace == "default" else namespace
         self.timeout = timeout
         self.wait = wait
         self.retries = retries
