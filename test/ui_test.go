@@ -405,6 +405,47 @@ func TestUI(t *testing.T) {
 		assert.Equal(t, []string{l.URL + "/ui/favicon.svg"}, b.strs(`[...document.images].map(i => i.src)`))
 		b.clean()
 	})
+
+	t.Run("Namespaces", func(t *testing.T) {
+		b.t = t
+		// Only default: no selector.
+		b.goHash("#overview")
+		b.wait(`document.querySelector('#head-seq').textContent === ` + js(fmt.Sprint(seq)))
+		assert.Equal(t, 1, b.num(`document.querySelector('#ns-picker').hidden ? 1 : 0`))
+
+		r := l.Do("POST", "/v1/namespaces", `{"name":"payments"}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+		r = l.Do("POST", "/v1/ns/payments/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-p","tool":"payments.refund","effect":"write"}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+		b.do(chromedp.Click(chromedp.CSS("#refresh")))
+		b.wait(`!document.querySelector('#ns-picker').hidden`)
+		assert.Equal(t, []string{"default", "payments"}, b.strs(`[...document.querySelectorAll('#namespace option')].map(o => o.value)`))
+		assert.Equal(t, "default", b.str(`document.querySelector('#namespace').value`))
+		assert.Equal(t, "payments (1 receipt)", b.str(`document.querySelector('#namespace option[value="payments"]').textContent`))
+
+		// payments: its own chain of one receipt, its own key.
+		choose := func(ns string) {
+			b.do(chromedp.Evaluate[chromedp.Void](`(() => { const s = document.querySelector('#namespace'); s.value = ` + js(ns) + `; s.dispatchEvent(new Event('change')); })()`))
+		}
+		choose("payments")
+		b.wait(`document.querySelector('#head-seq').textContent === '1'`)
+		assert.Equal(t, r.Body["receipt"].(map[string]any)["hash"], b.str(`document.querySelector('#head-hash').textContent`))
+		b.wait(`document.querySelector('#checkpoint').textContent.includes('/log/payments/checkpoint')`)
+		b.goHash("#receipts")
+		b.wait(`document.querySelectorAll('#receipts-table tbody tr.row').length === 1`)
+		assert.Equal(t, []string{"exec-p"}, b.strs(texts("#receipts-table tbody tr.row td:nth-child(5)")))
+		b.goHash("#key/refund-order-1234")
+		b.wait(`document.querySelector('#key-view').textContent.includes('exec-p')`)
+		assert.NotContains(t, b.str(`document.querySelector('#key-view').textContent`), "exec-1")
+		assert.Equal(t, "payments", b.str(`document.querySelector('#namespace').value`), "the choice holds across views")
+
+		// Back to default: the same key is default's own, with its history.
+		choose("default")
+		b.wait(`document.querySelector('#key-view').textContent.includes('exec-1') && !document.querySelector('#key-view').textContent.includes('exec-p')`)
+		b.goHash("#overview")
+		b.wait(`document.querySelector('#head-seq').textContent === ` + js(fmt.Sprint(seq)))
+		b.clean()
+	})
 }
 
 // TestUI_violations: the page shows what the periodic verifier found in a

@@ -8,6 +8,7 @@
 
 (() => {
   const TOKEN_KEY = 'effect-ledger.token';
+  const NS_KEY = 'effect-ledger.namespace';
   // The page is served at <base>ui/ and the API at <base>v1/, so that the
   // page also works behind a reverse proxy that mounts ledgerd on a prefix.
   const BASE = location.pathname.replace(/ui\/[^/]*$/, '');
@@ -178,6 +179,25 @@
     return sessionStorage.getItem(TOKEN_KEY) || '';
   }
 
+  // namespace is the namespace the page shows (SPEC §7: each namespace is
+  // a chain of its own); the choice is kept in this tab.
+  function namespace() {
+    return sessionStorage.getItem(NS_KEY) || 'default';
+  }
+
+  // nsPath turns an API path of the default namespace into the selected
+  // namespace's form: /v1/… under /v1/ns/{ns}/…, the log under /log/{ns}/.
+  // The routes that are not about one namespace stay as they are.
+  function nsPath(path) {
+    const ns = namespace();
+    if (ns === 'default') return path;
+    if (path.startsWith('log/default/')) return 'log/' + encodeURIComponent(ns) + '/' + path.slice('log/default/'.length);
+    if (path.startsWith('v1/') && !/^v1\/(verification|namespaces|openapi\.json)(\?|$)/.test(path)) {
+      return 'v1/ns/' + encodeURIComponent(ns) + '/' + path.slice('v1/'.length);
+    }
+    return path;
+  }
+
   let authSeen = null; // whether the server asked for a token
 
   // request fetches path from the API with the token and returns the
@@ -188,7 +208,7 @@
     if (t) headers.Authorization = 'Bearer ' + t;
     let res;
     try {
-      res = await fetch(BASE + path, { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+      res = await fetch(BASE + nsPath(path), { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
     } catch (e) {
       throw new APIError(0, 'network', 'ledgerd cannot be reached (' + e.message + ')');
     }
@@ -268,6 +288,39 @@
     b.hidden = false;
   }
 
+  // ---- namespaces ----
+
+  // loadNamespaces fills the namespace selector from GET /v1/namespaces
+  // (a token limited to namespaces lists only those). It is shown when
+  // there is more than the default namespace to choose from; a selection
+  // the list no longer has falls back to default (or the first listed).
+  async function loadNamespaces() {
+    let list = null;
+    try {
+      list = (await api('v1/namespaces')).namespaces;
+    } catch (err) {
+      if (err.status === 401) throw err;
+      // 403 (a role that may not list them) or 404 (a ledger without
+      // namespaces): the default namespace only.
+    }
+    const picker = $('ns-picker');
+    if (!Array.isArray(list) || list.length === 0) {
+      sessionStorage.removeItem(NS_KEY);
+      picker.hidden = true;
+      return;
+    }
+    const names = list.map((n) => String(n.name));
+    if (!names.includes(namespace())) {
+      const pick = names.includes('default') ? 'default' : names[0];
+      if (pick === 'default') sessionStorage.removeItem(NS_KEY);
+      else sessionStorage.setItem(NS_KEY, pick);
+    }
+    const sel = $('namespace');
+    sel.replaceChildren(...list.map((n) => el('option', { value: String(n.name) }, String(n.name) + ' (' + plural(n.head.seq, 'receipt') + ')')));
+    sel.value = namespace();
+    picker.hidden = names.length === 1 && names[0] === 'default';
+  }
+
   // ---- routing ----
 
   let generation = 0; // drops answers to views the user has left
@@ -300,6 +353,8 @@
     $('banner').hidden = true;
     hideLogin();
     try {
+      await loadNamespaces();
+      if (!live()) return;
       await VIEWS[view](live, arg, params);
     } catch (err) {
       if (live()) showError(err);
@@ -355,7 +410,7 @@
     if (text === null) {
       box.replaceChildren(
         el('div', { class: 'status-line' }, badge('none', ''), el('strong', null, 'No signed checkpoints')),
-        el('p', { class: 'muted small' }, 'This server publishes no signed checkpoint at /log/default/checkpoint. Pin the head instead: ledgerctl verify --expect-head SEQ:HASH.'),
+        el('p', { class: 'muted small' }, 'This server publishes no signed checkpoint at /log/' + namespace() + '/checkpoint. Pin the head instead: ledgerctl verify --expect-head SEQ:HASH.'),
       );
       return;
     }
@@ -762,6 +817,12 @@
   function init() {
     window.addEventListener('hashchange', route);
     $('refresh').addEventListener('click', route);
+    $('namespace').addEventListener('change', (ev) => {
+      const ns = ev.target.value;
+      if (ns === 'default') sessionStorage.removeItem(NS_KEY);
+      else sessionStorage.setItem(NS_KEY, ns);
+      route();
+    });
     $('forget').addEventListener('click', () => {
       sessionStorage.removeItem(TOKEN_KEY);
       authSeen = null;
