@@ -198,6 +198,18 @@ func TestNamespaces(t *testing.T) {
 		assert.Contains(t, r.Raw, `ledger_chain_head_seq{namespace="b"} 1`)
 	})
 
+	t.Run("resolve", func(t *testing.T) {
+		r := l.Do("POST", "/v1/ns/c/effects/reserve", `{"idempotency_key":"wire-9-abcd","execution_id":"exec-w","tool":"bank.wire","effect":"external","lease_ms":10}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+		time.Sleep(30 * time.Millisecond) // interrupted
+		_, stderr, code := ledgerctl(t, "resolve", "wire-9-abcd", "--server", l.URL, "--outcome", "failed", "--error-code", "NOT_SENT", "--note", "no wire at the bank")
+		assert.Equal(t, 2, code, "the key is c's, not default's")
+		assert.Contains(t, stderr, "unknown_key")
+		out, stderr, code := ledgerctl(t, "resolve", "wire-9-abcd", "--server", l.URL, "--namespace", "c", "--outcome", "failed", "--error-code", "NOT_SENT", "--note", "no wire at the bank")
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, "resolved wire-9-abcd: now failed (receipt 2:")
+	})
+
 	t.Run("checkpoints", func(t *testing.T) {
 		note, c := waitCheckpointNS(t, l, vkey, "a", 7)
 		assert.Equal(t, "ex.test/a", c.Origin)
