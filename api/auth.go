@@ -183,7 +183,7 @@ func routeNamespace(route string, vars map[string]string) (ns string, ok bool) {
 		return v, true
 	}
 	switch route {
-	case "/v1/namespaces", "/v1/verification", "/v1/openapi.json":
+	case "/v1/namespaces", "/v1/openapi.json":
 		return "", false
 	}
 	if strings.HasPrefix(route, "/v1/") {

@@ -125,3 +125,22 @@ func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 	r := do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a)
 	assert.Equal(t, 429, r.status, "a third of the burst of 6")
 }
+
+// TestServer_scopedAdmin: an admin token limited to namespaces creates
+// only the namespaces it names, and does not read the default
+// namespace's verification status.
+func TestServer_scopedAdmin(t *testing.T) {
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
+	tok, err := toks.Create(context.Background(), "team-a", ledger.RoleAdmin, "a")
+	require.NoError(t, err)
+	srv := MustServe(t, api.NewServer(db, quiet))
+	auth := []string{"Authorization", "Bearer " + tok}
+	r := do(t, srv, "POST", "/v1/namespaces", `{"name":"b"}`, auth...)
+	assert.Equal(t, 403, r.status)
+	assert.Equal(t, "forbidden", r.code())
+	assert.Equal(t, 201, do(t, srv, "POST", "/v1/namespaces", `{"name":"a"}`, auth...).status)
+	assert.Equal(t, 403, do(t, srv, "GET", "/v1/verification", "", auth...).status)
+	assert.Equal(t, 403, do(t, srv, "GET", "/v1/head", "", auth...).status)
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/ns/a/head", "", auth...).status)
+}

@@ -363,6 +363,12 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
+	if p, authed := PrincipalFromContext(r.Context()); authed && !p.AllowsNamespace(name) {
+		// A token limited to namespaces creates only those it names.
+		s.Error(w, r, &ledger.Error{Code: ledger.ECodeForbidden, Message: "this token may not use namespace " + truncate(name, 64),
+			Details: map[string]any{"namespace": truncate(name, 64)}})
+		return
+	}
 	if err := s.l.CreateNamespace(r.Context(), name); err != nil {
 		s.Error(w, r, err)
 		return
