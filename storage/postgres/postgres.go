@@ -93,11 +93,17 @@ func IsURL(dsn string) bool {
 func Redact(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil {
-		scheme, _, _ := strings.Cut(dsn, "://")
-		if len(scheme) > 16 {
-			scheme = scheme[:16]
+		// Keep what names the server: scheme://host:port/database, cut
+		// by hand, the user info and the parameters left out.
+		scheme, rest, ok := strings.Cut(dsn, "://")
+		if !ok || len(scheme) > 16 {
+			return "(malformed URL)"
 		}
-		return scheme + "://(malformed URL)"
+		if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+			rest = rest[i+1:] // a password may hold '/', '?' or '#'
+		}
+		rest, _, _ = strings.Cut(rest, "?")
+		return scheme + "://" + rest
 	}
 	q := u.Query()
 	if q.Has("password") {
@@ -118,11 +124,16 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: the URL must start with postgres:// or postgresql://", desc)
 	}
 	if _, err := url.Parse(dsn); err != nil {
+		// url.Error repeats the URL, and its cause may quote a piece of
+		// it that is really a password (an unescaped '/' in the password
+		// makes the rest parse as a host and port): show the cause only
+		// when the URL has no user info.
 		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // url.Error repeats the URL, password included
+		if errors.As(err, &ue) && !strings.Contains(dsn, "@") {
+			return nil, fmt.Errorf("open postgres %s: malformed URL: %v", desc, ue.Err)
 		}
-		return nil, fmt.Errorf("open postgres %s: malformed URL: %v", desc, err)
+		return nil, fmt.Errorf("open postgres %s: malformed URL (check the host, the port and the %%-escapes; "+
+			"reserved characters in a user name or password must be percent-encoded)", desc)
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
