@@ -23,7 +23,7 @@ func (s *Store) OnEnded(fn func(ns string, keys []string)) {
 	s.onEnded = append(s.onEnded, fn)
 	if s.listen == nil && !s.closed {
 		ctx, cancel := context.WithCancel(context.Background())
-		s.listen = &listener{s: s, cancel: cancel, connected: make(chan struct{})}
+		s.listen = &listener{s: s, cancel: cancel}
 		s.listen.wg.Add(1)
 		go s.listen.run(ctx)
 	}
@@ -31,13 +31,12 @@ func (s *Store) OnEnded(fn func(ns string, keys []string)) {
 
 // listener holds the Store's LISTEN connection.
 type listener struct {
-	s         *Store
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	connected chan struct{} // closed once the first LISTEN is in place
+	s      *Store
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
-	mu   sync.Mutex
-	conn *pgx.Conn
+	mu  sync.Mutex
+	pid uint32 // backend pid of the LISTEN connection while it is up
 }
 
 func (l *listener) stop() {
@@ -88,13 +87,13 @@ func (l *listener) session(ctx context.Context, reconnect bool) error {
 		return err
 	}
 	l.mu.Lock()
-	l.conn = conn
+	l.pid = conn.PgConn().PID()
 	l.mu.Unlock()
-	select {
-	case <-l.connected:
-	default:
-		close(l.connected)
-	}
+	defer func() {
+		l.mu.Lock()
+		l.pid = 0
+		l.mu.Unlock()
+	}()
 	if reconnect {
 		rows, err := conn.Query(ctx, `SELECT name FROM namespaces ORDER BY name`)
 		if err != nil {
