@@ -28,7 +28,6 @@ const (
 	codeOutOfMemory     = "53200"
 	codeTooManyConns    = "53300"
 	codeIOError         = "58030"
-	codeBadEncoding     = "22021" // character_not_in_repertoire: a NUL byte in text
 )
 
 func pgCode(err error) string {
