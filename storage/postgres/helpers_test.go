@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -242,11 +243,13 @@ func backendAddr(tb testing.TB, dbURL string) (network, addr string) {
 }
 
 // commitDropper is a TCP proxy to a PostgreSQL server that, once armed,
-// forwards the next COMMIT to the server but never its reply: it then
-// closes both connections, as a network that fails at the worst moment.
+// forwards the next COMMIT to the server but never its reply (or, with
+// swallow, drops the COMMIT itself): it then closes both connections, as
+// a network that fails at the worst moment.
 type commitDropper struct {
 	ln      net.Listener
 	armed   atomic.Bool
+	swallow bool // drop the COMMIT itself rather than its reply
 	dropped atomic.Int32
 	wg      sync.WaitGroup
 }
@@ -294,6 +297,10 @@ func newCommitDropper(tb testing.TB, dbURL string) (*commitDropper, string) {
 	return p, u.String()
 }
 
+// commitQuery is the simple-protocol Query message "COMMIT" (pgx sends
+// an argument-less Exec so).
+var commitQuery = []byte("Q\x00\x00\x00\x0bCOMMIT\x00")
+
 func (p *commitDropper) serve(client, server net.Conn) {
 	var dropping atomic.Bool
 	done := make(chan struct{})
@@ -320,10 +327,12 @@ func (p *commitDropper) serve(client, server net.Conn) {
 	for {
 		n, err := client.Read(buf)
 		if n > 0 {
-			if strings.Contains(string(buf[:n]), "COMMIT") && p.armed.CompareAndSwap(true, false) {
+			if bytes.Contains(buf[:n], commitQuery) && p.armed.CompareAndSwap(true, false) {
 				dropping.Store(true)
-				_, _ = server.Write(buf[:n])
-				time.Sleep(200 * time.Millisecond) // let the server commit
+				if !p.swallow {
+					_, _ = server.Write(buf[:n])
+					time.Sleep(200 * time.Millisecond) // let the server commit
+				}
 				p.dropped.Add(1)
 				_ = client.Close()
 				_ = server.Close()

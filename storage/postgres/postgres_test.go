@@ -399,10 +399,9 @@ func TestChain_Update_Retry(t *testing.T) {
 
 func TestChain_Update_LostCommit(t *testing.T) {
 	ctx := context.Background()
-	t.Run("NotCommitted", func(t *testing.T) {
+	t.Run("NotSent", func(t *testing.T) {
 		// The writer's backend is terminated just before COMMIT: the
-		// driver cannot know from the error whether it committed, resolves
-		// it as not committed, and runs fn again.
+		// COMMIT cannot be sent, so fn runs again.
 		u := pgtest.URL(t)
 		s := mustOpen(t, u, postgres.Options{})
 		c := mustChain(t, s, ledger.DefaultNamespace)
@@ -420,6 +419,30 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		})
 		if runs != 2 {
 			t.Errorf("fn ran %d times, want 2", runs)
+		}
+		rs := checkChain(t, c)
+		if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
+			t.Fatalf("receipts %+v, want the second run's one", rs)
+		}
+	})
+	t.Run("NotCommitted", func(t *testing.T) {
+		// The COMMIT is lost on its way and the connection drops: the
+		// driver cannot know whether it committed, resolves it as not
+		// committed, and runs fn again.
+		u := pgtest.URL(t)
+		proxy, pu := newCommitDropper(t, u)
+		proxy.swallow = true
+		s := mustOpen(t, pu, postgres.Options{})
+		c := mustChain(t, s, ledger.DefaultNamespace)
+		proxy.armed.Store(true)
+		var runs int
+		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+			runs++
+			_, err := reserve(ctx, tx, call{key: "key-00001", exec: fmt.Sprint("run-", runs), tool: "t"}, 1000)
+			return err
+		})
+		if proxy.dropped.Load() != 1 || runs != 2 {
+			t.Fatalf("%d COMMITs dropped, fn ran %d times; want 1 and 2", proxy.dropped.Load(), runs)
 		}
 		rs := checkChain(t, c)
 		if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
@@ -477,6 +500,14 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		postgres.SetBeforeCommit(s, nil)
 		if err := s.Ready(ctx); !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("Ready with the database down: got %v, want ErrUnavailable", err)
+		}
+		var runs int
+		err = c.Update(ctx, func(context.Context, ledger.Tx) error { runs++; return nil })
+		if !errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, ledger.ErrCommitUnknown) || runs != 0 {
+			t.Fatalf("Update with the database down: got %v after %d runs, want ErrUnavailable", err, runs)
+		}
+		if _, err := c.Head(ctx); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("Head with the database down: got %v, want ErrUnavailable", err)
 		}
 		if err := cl.Start(); err != nil {
 			t.Fatal(err)

@@ -238,6 +238,10 @@ func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.
 		rollback(conn)
 		return fail(fmt.Errorf("commit: %w", err))
 	default:
+		// Any other failure leaves the outcome open, even one that
+		// pgconn.SafeToRetry calls safe: pgx v5.12 reports a reply lost
+		// after the COMMIT was sent as "conn closed", a lock error that
+		// claims nothing was sent (seen in TestChain_Update_LostCommit).
 		_ = conn.Close(context.Background())
 		s.log.Warn("postgres: COMMIT reply lost; resolving", "ns", c.ns, "batch", batchID, "backend_pid", t.pid, "err", err)
 		committed, rerr := c.resolve(ctx, batchID, t.pid, t.backendStart)
