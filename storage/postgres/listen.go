@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -136,20 +137,23 @@ const signerLockClass = 0x6566656C
 
 // TrySignerLock tries to become the one checkpoint signer of namespace ns
 // among every replica of the database: it takes a session advisory lock
-// on a connection held until release is called (or the process dies,
-// which ends the session and frees the lock). ok is false when another
-// session holds it. release is nil unless ok.
+// on a connection of its own (not the pool's), held until release is
+// called or the process dies, which ends the session and frees the lock.
+// ok is false when another session holds it; release is nil unless ok.
+// A signer that loses its connection loses the lock without noticing;
+// PutCheckpoint's ErrStaleCheckpoint still keeps checkpoints from forking.
 func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error) {
-	pc, err := s.pool.Acquire(ctx)
+	cfg := s.cfg.ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = "ledgerd-signer"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, false, classify(err)
+		return nil, false, fmt.Errorf("signer lock: %w", classify(err))
 	}
-	if err := pc.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, signerLockClass, ns).Scan(&ok); err != nil {
-		pc.Release()
-		return nil, false, classify(err)
-	}
-	if !ok {
-		pc.Release()
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, signerLockClass, ns).Scan(&ok); err != nil || !ok {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, false, fmt.Errorf("signer lock: %w", classify(err))
+		}
 		return nil, false, nil
 	}
 	var once sync.Once
@@ -157,11 +161,7 @@ func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), o
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			var unlocked bool
-			if err := pc.QueryRow(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, signerLockClass, ns).Scan(&unlocked); err != nil || !unlocked {
-				_ = pc.Conn().Close(ctx) // ending the session frees the lock
-			}
-			pc.Release()
+			_ = conn.Close(ctx) // ending the session frees the lock
 		})
 	}, true, nil
 }

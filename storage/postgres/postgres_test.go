@@ -526,6 +526,35 @@ func TestChain_Update_LostCommit(t *testing.T) {
 	})
 }
 
+func TestChain_Update_ConnectionLost(t *testing.T) {
+	// The writer's connection dies in the middle of fn: the run is rolled
+	// back by the server and fn runs again on another connection.
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{})
+	c := mustChain(t, s, ledger.DefaultNamespace)
+	var runs int
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		runs++
+		if _, err := reserve(ctx, tx, call{key: "key-00001", exec: fmt.Sprint("run-", runs), tool: "t"}, 1000); err != nil {
+			return err
+		}
+		if runs == 1 {
+			psql(t, u, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name = 'ledgerd'
+				  AND state = 'idle in transaction'`)
+		}
+		_, _, err := tx.Key(ctx, "key-00002")
+		return err
+	})
+	if runs != 2 {
+		t.Errorf("fn ran %d times, want 2", runs)
+	}
+	rs := checkChain(t, c)
+	if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
+		t.Fatalf("receipts %+v, want the second run's one", rs)
+	}
+}
+
 func TestChain_Update_Context(t *testing.T) {
 	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
 	c := mustChain(t, s, ledger.DefaultNamespace)

@@ -439,4 +439,17 @@ func TestStore_TrySignerLock(t *testing.T) {
 		t.Fatalf("b after a released: %v %v", ok, err)
 	}
 	relB()
+	// A holder whose session ends (its process died) frees the lock.
+	relA, ok, err := a.TrySignerLock(ctx, "default")
+	if err != nil || !ok {
+		t.Fatalf("a again: %v %v", ok, err)
+	}
+	defer relA()
+	psql(t, u, `SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity
+		WHERE datname = current_database() AND application_name = 'ledgerd-signer'`)
+	relB, ok, err = b.TrySignerLock(ctx, "default")
+	if err != nil || !ok {
+		t.Fatalf("b after a's session ended: %v %v", ok, err)
+	}
+	relB()
 }
