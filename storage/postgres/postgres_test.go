@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -117,7 +119,8 @@ func TestOpen_BadURL(t *testing.T) {
 
 func TestChain_Update(t *testing.T) {
 	ctx := context.Background()
-	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 
 	var runs int
@@ -219,6 +222,25 @@ func TestChain_Update(t *testing.T) {
 		}
 		if got, err := c.CheckpointAt(ctx, 4); err != nil || got != nil {
 			t.Fatalf("at 4 = %+v, %v; want none", got, err)
+		}
+	})
+	t.Run("ErrAppendOnly", func(t *testing.T) {
+		conn, err := pgx.Connect(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		for _, q := range []string{
+			`UPDATE receipts SET note = 'x' WHERE seq = 1`,
+			`DELETE FROM receipts WHERE seq = 9`,
+			`TRUNCATE receipts CASCADE`,
+			`DELETE FROM tree_hashes`,
+			`UPDATE head SET seq = 3, hash = (SELECT hash FROM receipts WHERE seq = 3)`,
+			`UPDATE head SET seq = 10, hash = '\x` + strings.Repeat("00", 32) + `'`,
+		} {
+			if _, err := conn.Exec(ctx, q); err == nil {
+				t.Errorf("%s: allowed", q)
+			}
 		}
 	})
 	t.Run("ReceiptHashes", func(t *testing.T) {
