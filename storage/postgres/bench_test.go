@@ -16,14 +16,31 @@ import (
 // BenchmarkUpdate measures one Update appending n reserves (with their
 // key records and tree hashes) through the driver.
 func BenchmarkUpdate(b *testing.B) {
-	for _, n := range []int{1, 16, 256} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	for _, tc := range []struct {
+		n       int
+		preload bool
+	}{{1, false}, {16, false}, {256, false}, {16, true}, {256, true}} {
+		n := tc.n
+		name := fmt.Sprint(n)
+		if tc.preload {
+			name += "/preload"
+		}
+		b.Run(name, func(b *testing.B) {
 			s := mustOpen(b, pgtest.URL(b), postgres.Options{})
 			c := mustChain(b, s, ledger.DefaultNamespace)
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
 				update(b, c, func(ctx context.Context, tx ledger.Tx) error {
+					if tc.preload {
+						keys := make([]string, n)
+						for j := range keys {
+							keys[j] = fmt.Sprintf("key-%08d", i+j+1)
+						}
+						if err := tx.(preloader).Preload(ctx, keys); err != nil {
+							return err
+						}
+					}
 					for range n {
 						i++
 						if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%08d", i), exec: "e", tool: "t"}, 1000); err != nil {
@@ -93,4 +110,8 @@ func BenchmarkInsertReceipts(b *testing.B) {
 			})
 		}
 	}
+}
+
+type preloader interface {
+	Preload(ctx context.Context, keys []string) error
 }

@@ -257,6 +257,50 @@ func TestChain_Update(t *testing.T) {
 	})
 }
 
+func TestTx_Preload(t *testing.T) {
+	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
+	c := mustChain(t, s, ledger.DefaultNamespace)
+	var reserved chain.Receipt
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		var err error
+		if reserved, err = reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000); err != nil {
+			return err
+		}
+		_, err = finish(ctx, tx, "key-00001", chain.OutcomeSucceeded, "")
+		return err
+	})
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		p, ok := tx.(interface {
+			Preload(context.Context, []string) error
+		})
+		if !ok {
+			return errors.New("the Tx has no Preload")
+		}
+		if err := p.Preload(ctx, []string{"key-00001", "key-absent"}); err != nil {
+			return err
+		}
+		k, found, err := tx.Key(ctx, "key-00001")
+		if err != nil || !found || k.ReserveSeq != 1 || k.FinalSeq != 2 || k.TokenHash != "token-e" {
+			return fmt.Errorf("preloaded key = %+v %v %v", k, found, err)
+		}
+		if r, err := tx.Receipt(ctx, 1); err != nil || r.Hash != reserved.Hash {
+			return fmt.Errorf("preloaded receipt = %+v %v", r, err)
+		}
+		if _, found, err := tx.Key(ctx, "key-absent"); err != nil || found {
+			return fmt.Errorf("absent key: found %v, %v", found, err)
+		}
+		// Writes of the transaction win over what was preloaded.
+		if _, err := reserve(ctx, tx, call{key: "key-absent", exec: "e2", tool: "t"}, 1000); err != nil {
+			return err
+		}
+		if k, found, err := tx.Key(ctx, "key-absent"); err != nil || !found || k.ReserveSeq != 3 {
+			return fmt.Errorf("key written after preload = %+v %v %v", k, found, err)
+		}
+		return nil
+	})
+	checkChain(t, c)
+}
+
 func TestChain_Update_Now(t *testing.T) {
 	u := pgtest.URL(t)
 	fixed := time.UnixMilli(1764475200000)

@@ -55,7 +55,9 @@ const (
 
 	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 ORDER BY idempotency_key`
 
-	sqlTreeHashes = `SELECT idx, hash FROM tree_hashes WHERE namespace = $1 AND idx = ANY($2)`
+	// One index lookup per hash (see sqlPreloadKeys on "= ANY($2)").
+	sqlTreeHashes = `SELECT t.* FROM unnest($2::bigint[]) AS u(idx), LATERAL (
+		SELECT idx, hash FROM tree_hashes WHERE namespace = $1 AND idx = u.idx LIMIT 1) AS t`
 
 	sqlTreeCount = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes WHERE namespace = $1`
 
