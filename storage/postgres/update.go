@@ -464,11 +464,9 @@ const (
 
 // Preload reads the records of keys, and the receipts at their
 // ReserveSeq and FinalSeq, in two round trips, so that Key and Receipt
-// answer them without one round trip each while the head lock is held.
-// It is not part of ledger.Tx: the domain may call it through
-// interface{ Preload(context.Context, []string) error } before deciding a
-// batch. Reads stay exact: every write of the namespace's keys and
-// receipts holds the head lock this transaction holds.
+// answer them without one round trip each while the head lock is held
+// (ledger.Preloader). Reads stay exact: every write of the namespace's
+// keys and receipts holds the head lock this transaction holds.
 func (t *tx) Preload(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
