@@ -2,12 +2,16 @@ package storage
 
 import (
 	"context"
-	"errors"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/postgres"
 )
 
 // openPostgres opens the PostgreSQL driver.
 func openPostgres(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
-	return nil, errors.New("postgres: not built yet")
+	s, err := postgres.Open(ctx, dsn, postgres.Options{ReadOnly: opts.ReadOnly, Logger: opts.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }

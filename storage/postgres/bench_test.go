@@ -1,0 +1,117 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/postgres"
+)
+
+// BenchmarkUpdate measures one Update appending n reserves (with their
+// key records and tree hashes) through the driver.
+func BenchmarkUpdate(b *testing.B) {
+	for _, tc := range []struct {
+		n       int
+		preload bool
+	}{{1, false}, {16, false}, {256, false}, {16, true}, {256, true}} {
+		n := tc.n
+		name := fmt.Sprint(n)
+		if tc.preload {
+			name += "/preload"
+		}
+		b.Run(name, func(b *testing.B) {
+			s := mustOpen(b, pgtest.URL(b), postgres.Options{})
+			c := mustChain(b, s, ledger.DefaultNamespace)
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				update(b, c, func(ctx context.Context, tx ledger.Tx) error {
+					if tc.preload {
+						keys := make([]string, n)
+						for j := range keys {
+							keys[j] = fmt.Sprintf("key-%08d", i+j+1)
+						}
+						if err := tx.(preloader).Preload(ctx, keys); err != nil {
+							return err
+						}
+					}
+					for range n {
+						i++
+						if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%08d", i), exec: "e", tool: "t"}, 1000); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/receipt")
+		})
+	}
+}
+
+// BenchmarkInsertReceipts compares the two ways of writing a batch's
+// receipts: the unnest INSERT (which joins the pipelined batch) and COPY
+// (its own round trips), each in a transaction of its own.
+func BenchmarkInsertReceipts(b *testing.B) {
+	for _, n := range []int{1, 16, 256} {
+		for _, how := range []string{"copy", "unnest"} {
+			b.Run(fmt.Sprintf("%s/%d", how, n), func(b *testing.B) {
+				u := pgtest.URL(b)
+				mustOpen(b, u, postgres.Options{}) // creates the schema
+				ctx := context.Background()
+				conn, err := pgx.Connect(ctx, u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close(ctx)
+				// The bench table has receipts' columns without its checks and triggers.
+				if _, err := conn.Exec(ctx, `CREATE TABLE bench (LIKE receipts INCLUDING DEFAULTS)`); err != nil {
+					b.Fatal(err)
+				}
+				seq := int64(0)
+				for b.Loop() {
+					rows := make([][]any, n)
+					cols := make([][]any, 24)
+					for i := range rows {
+						seq++
+						rows[i] = []any{"default", seq, chain.KindReserve, fmt.Sprintf("key-%08d", seq), false, "exec", int64(1),
+							"tool", chain.EffectWrite, false, "sha256:00", "", "", "", "", "", false, int64(1), int64(0), "", "", int64(1),
+							make([]byte, 32), make([]byte, 32)}
+						for j := range cols {
+							cols[j] = append(cols[j], rows[i][j])
+						}
+					}
+					tx, err := conn.Begin(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if how == "copy" {
+						_, err = tx.CopyFrom(ctx, pgx.Identifier{"bench"}, []string{"namespace", "seq", "kind", "idempotency_key",
+							"key_generated", "execution_id", "attempt", "tool", "effect", "idempotent", "input_hash", "outcome",
+							"external_ref", "result", "error_code", "error_message", "retryable", "lease_expires_at", "ref_seq",
+							"actor", "note", "recorded_at", "prev_hash", "hash"}, pgx.CopyFromRows(rows))
+					} else {
+						_, err = tx.Exec(ctx, postgres.SQLInsertInto("bench"), postgres.Arrays(cols)...)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := tx.Commit(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/receipt")
+			})
+		}
+	}
+}
+
+type preloader interface {
+	Preload(ctx context.Context, keys []string) error
+}

@@ -1,0 +1,80 @@
+package postgres
+
+import (
+	"strings"
+	"time"
+)
+
+// SetBeforeCommit makes s call fn with the writer's backend pid just
+// before each COMMIT.
+func SetBeforeCommit(s *Store, fn func(pid uint32)) { s.testHook.beforeCommit = fn }
+
+// SetResolveBudget sets how long a lost COMMIT is resolved for; the
+// returned function restores it.
+func SetResolveBudget(d time.Duration) (restore func()) {
+	old := resolveBudget
+	resolveBudget = d
+	return func() { resolveBudget = old }
+}
+
+// ListenerPID waits until s's LISTEN connection is in place and returns
+// its backend pid.
+func ListenerPID(s *Store, timeout time.Duration) (uint32, bool) {
+	s.mu.Lock()
+	l := s.listen
+	s.mu.Unlock()
+	if l == nil {
+		return 0, false
+	}
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		pid := l.pid
+		l.mu.Unlock()
+		if pid != 0 {
+			return pid, true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return 0, false
+}
+
+// SQLInsertInto is the receipts INSERT of the write path, into table.
+func SQLInsertInto(table string) string {
+	return strings.Replace(sqlInsertReceipts, "INSERT INTO receipts", "INSERT INTO "+table, 1)
+}
+
+// Arrays turns columns of values into the typed arrays of
+// sqlInsertReceipts' parameters ($1 the namespace, a single value).
+func Arrays(cols [][]any) []any {
+	out := []any{cols[0][0]}
+	for _, col := range cols[1:] {
+		switch col[0].(type) {
+		case int64:
+			a := make([]int64, len(col))
+			for i := range col {
+				a[i] = col[i].(int64)
+			}
+			out = append(out, a)
+		case bool:
+			a := make([]bool, len(col))
+			for i := range col {
+				a[i] = col[i].(bool)
+			}
+			out = append(out, a)
+		case string:
+			a := make([]string, len(col))
+			for i := range col {
+				a[i] = col[i].(string)
+			}
+			out = append(out, a)
+		case []byte:
+			a := make([][]byte, len(col))
+			for i := range col {
+				a[i] = col[i].([]byte)
+			}
+			out = append(out, a)
+		}
+	}
+	return out
+}

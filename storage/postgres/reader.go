@@ -1,0 +1,620 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// Chain is one namespace of a Store: its reads run on the pool without
+// the head lock; Update takes it.
+type Chain struct {
+	s  *Store
+	ns string
+}
+
+// Namespace is the chain's namespace.
+func (c *Chain) Namespace() string { return c.ns }
+
+// receiptColumns are the 23 columns of SPEC §2 plus the hashes, in order.
+const receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect,
+	idempotent, input_hash, outcome, external_ref, result, error_code, error_message, retryable,
+	lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash`
+
+// SQL of the read path. $1 is always the namespace.
+const (
+	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1 AND seq = $2`
+
+	sqlHead = `SELECT seq, hash FROM head WHERE namespace = $1`
+
+	sqlKeyView = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
+		lease_expires_at, final_seq, ` + sqlNowMS + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2`
+
+	sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts
+		WHERE namespace = $1 AND idempotency_key = $2 ORDER BY seq`
+
+	sqlScanBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1 AND seq > $2 ORDER BY seq`
+
+	sqlScanByKey = `SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1
+		ORDER BY idempotency_key, seq`
+
+	sqlScanByKeyAfter = `SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1
+		AND idempotency_key IN (SELECT idempotency_key FROM receipts WHERE namespace = $1 AND seq > $2)
+		ORDER BY idempotency_key, seq`
+
+	keysColumns = `idempotency_key, key_generated, tool, effect, input_hash, idempotent,
+		first_seq, reserve_seq, lease_expires_at, final_seq`
+
+	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 ORDER BY idempotency_key`
+
+	// One index lookup per hash (see sqlPreloadKeys on "= ANY($2)").
+	sqlTreeHashes = `SELECT t.* FROM unnest($2::bigint[]) AS u(idx), LATERAL (
+		SELECT idx, hash FROM tree_hashes WHERE namespace = $1 AND idx = u.idx LIMIT 1) AS t`
+
+	sqlTreeCount = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes WHERE namespace = $1`
+
+	sqlReceiptHashes = `SELECT seq, hash FROM receipts WHERE namespace = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+
+	checkpointColumns   = `size, root, note, signed_at`
+	sqlLatestCheckpoint = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 ORDER BY size DESC LIMIT 1`
+	sqlCheckpointAt     = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 AND size = $2`
+	sqlCheckpointCover  = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 AND size >= $2
+		ORDER BY size DESC LIMIT 1`
+
+	// sqlDuplicateSuccesses: the successes of keys that share their tool
+	// and non-empty input_hash with another key that also succeeded.
+	sqlDuplicateSuccesses = `
+	SELECT tool, input_hash, idempotency_key, seq, recorded_at FROM receipts
+	WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+	  AND (tool, input_hash) IN (
+		SELECT tool, input_hash FROM receipts
+		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
+	ORDER BY tool, input_hash, seq`
+
+	// sqlRepeatedFailures: for each (tool, non-empty input_hash) that
+	// failed, its first failure and then the first reserve (ref_seq 0) of
+	// every key reserved after it. $2 is the tool to keep, or ''.
+	sqlRepeatedFailures = `
+	WITH first_failure AS MATERIALIZED (
+		SELECT tool, input_hash, min(seq) AS seq FROM receipts
+		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'failed' AND input_hash != ''
+		  AND ($2 = '' OR tool = $2)
+		GROUP BY tool, input_hash)
+	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at
+	FROM receipts AS r JOIN first_failure AS f ON f.tool = r.tool AND f.input_hash = r.input_hash
+	WHERE r.namespace = $1 AND r.input_hash != '' AND ($2 = '' OR r.tool = $2)
+	  AND r.kind IN ('reserve', 'commit', 'resolve')
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.ref_seq = 0 AND r.seq > f.seq))
+	ORDER BY r.tool, r.input_hash, r.seq`
+
+	// sqlDerivedKey computes key $2's keys row from its receipts alone.
+	sqlDerivedKey = `
+	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
+		g.first_seq, g.last_seq, l.lease_expires_at, coalesce(fin.final_seq, 0)
+	FROM (SELECT idempotency_key, min(seq) AS first_seq, max(seq) AS last_seq FROM receipts
+		WHERE namespace = $1 AND kind = 'reserve' AND idempotency_key = $2 GROUP BY idempotency_key) AS g
+	JOIN receipts AS f ON f.namespace = $1 AND f.seq = g.first_seq
+	JOIN receipts AS l ON l.namespace = $1 AND l.seq = g.last_seq
+	LEFT JOIN (SELECT idempotency_key, max(seq) AS final_seq FROM receipts
+		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND idempotency_key = $2 GROUP BY idempotency_key) AS fin
+		ON fin.idempotency_key = g.idempotency_key`
+
+	sqlKeyDrift = `
+	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2
+		EXCEPT ` + sqlDerivedKey + `) AS s
+	UNION ALL
+	SELECT 'derived', * FROM (` + sqlDerivedKey + `
+		EXCEPT SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2) AS d`
+)
+
+// scanReceipt reads the columns of receiptColumns. The schema's types
+// and checks make every stored value one a receipt can carry.
+func scanReceipt(row pgx.Row) (chain.Receipt, error) {
+	var r chain.Receipt
+	var seq, attempt, lease, ref, rec int64
+	var prev, hash []byte
+	err := row.Scan(&seq, &r.Kind, &r.IdempotencyKey, &r.KeyGenerated, &r.ExecutionID, &attempt, &r.Tool,
+		&r.Effect, &r.Idempotent, &r.InputHash, &r.Outcome, &r.ExternalRef, &r.Result, &r.ErrorCode,
+		&r.ErrorMessage, &r.Retryable, &lease, &ref, &r.Actor, &r.Note, &rec, &prev, &hash)
+	if err != nil {
+		return r, err
+	}
+	r.Seq, r.Attempt, r.LeaseExpiresAt, r.RefSeq, r.RecordedAt = uint64(seq), uint64(attempt), uint64(lease), uint64(ref), uint64(rec)
+	if r.PrevHash, err = chain.HashFromBytes(prev); err != nil {
+		return r, fmt.Errorf("receipt %d: prev_hash: %w", r.Seq, err)
+	}
+	if r.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return r, fmt.Errorf("receipt %d: hash: %w", r.Seq, err)
+	}
+	return r, nil
+}
+
+func collectReceipts(rows pgx.Rows) ([]chain.Receipt, error) {
+	defer rows.Close()
+	var out []chain.Receipt
+	for rows.Next() {
+		r, err := scanReceipt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Head reads the namespace's durable head.
+func (c *Chain) Head(ctx context.Context) (ledger.Head, error) {
+	var h ledger.Head
+	var seq int64
+	var hash []byte
+	err := c.s.pool.QueryRow(ctx, sqlHead, c.ns).Scan(&seq, &hash)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return h, fmt.Errorf("read head: %w: %s", ledger.ErrUnknownNamespace, c.ns)
+	}
+	if err != nil {
+		return h, fmt.Errorf("read head: %w", classify(err))
+	}
+	h.Seq = uint64(seq)
+	if h.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return h, fmt.Errorf("read head: %w", err)
+	}
+	return h, nil
+}
+
+// GetKey returns a key's state and receipts, read in one snapshot.
+// Errors: *ledger.Error with ECodeUnknownKey or ECodeInvalidKey.
+func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+	if err := checkKeyPath(key); err != nil {
+		return nil, err
+	}
+	var view *ledger.KeyView
+	err := pgx.BeginTxFunc(ctx, c.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			k := ledger.KeyRecord{Key: key}
+			var first, reserve, lease, final, clock int64
+			err := tx.QueryRow(ctx, sqlKeyView, c.ns, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
+				&k.Idempotent, &first, &reserve, &lease, &final, &clock)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return &ledger.Error{Code: ledger.ECodeUnknownKey, Message: "no such idempotency key"}
+			}
+			if err != nil {
+				return err
+			}
+			k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
+			rows, err := tx.Query(ctx, sqlKeyReceipts, c.ns, key)
+			if err != nil {
+				return err
+			}
+			receipts, err := collectReceipts(rows)
+			if err != nil {
+				return err
+			}
+			var fin chain.Receipt
+			for i := range receipts {
+				if receipts[i].Seq == k.FinalSeq {
+					fin = receipts[i]
+				}
+			}
+			now := uint64(clock)
+			if n, ok := c.s.now(); ok {
+				now = n
+			}
+			view = &ledger.KeyView{IdempotencyKey: key, State: stateOf(&k, &fin, now),
+				Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
+				Receipts: receipts}
+			return nil
+		})
+	var le *ledger.Error
+	if errors.As(err, &le) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w", classify(err))
+	}
+	return view, nil
+}
+
+// stateOf derives a key's state. final is the receipt at k.FinalSeq when
+// the key has an outcome.
+// TODO(lead): use ledger's state derivation (stateOf) once exported.
+func stateOf(k *ledger.KeyRecord, final *chain.Receipt, now uint64) ledger.State {
+	finalized := k.FinalSeq > k.ReserveSeq
+	switch {
+	case finalized && final.Outcome == chain.OutcomeSucceeded:
+		return ledger.StateSucceeded
+	case finalized:
+		return ledger.StateFailed
+	case now < k.LeaseExpiresAt:
+		return ledger.StateReserved
+	default:
+		return ledger.StateInterrupted
+	}
+}
+
+// checkKeyPath checks a key taken from a URL path: too short to be stored
+// is unknown, otherwise it must be a valid key.
+// TODO(lead): use ledger's checkKeyPath once exported.
+func checkKeyPath(key string) error {
+	if len(key) < ledger.MinKeyLen {
+		return &ledger.Error{Code: ledger.ECodeUnknownKey, Message: "no such idempotency key"}
+	}
+	return ledger.ValidateKey(key)
+}
+
+func invalid(field, format string, args ...any) *ledger.Error {
+	return &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: fmt.Sprintf(format, args...),
+		Details: map[string]any{"field": field}}
+}
+
+// GetReceipt returns the receipt at seq. Errors: *ledger.Error with
+// ECodeUnknownReceipt.
+func (c *Chain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	rows, err := c.s.pool.Query(ctx, sqlReceiptBySeq, c.ns, int64(seq))
+	if err != nil {
+		return nil, fmt.Errorf("get receipt: %w", classify(err))
+	}
+	rs, err := collectReceipts(rows)
+	if err != nil {
+		return nil, fmt.Errorf("get receipt: %w", classify(err))
+	}
+	if len(rs) == 0 {
+		return nil, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: fmt.Sprintf("no receipt with seq %d", seq)}
+	}
+	return &rs[0], nil
+}
+
+// ListReceipts returns up to f.Limit receipts with seq > f.After that
+// match the filters, oldest first, and the seq to pass as After for the
+// next page, or nil when no matching receipt follows. Errors:
+// *ledger.Error with ECodeInvalidRequest.
+func (c *Chain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	if f.Limit == 0 {
+		f.Limit = ledger.DefaultPageLimit
+	}
+	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
+		return nil, nil, invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
+	}
+	switch f.Kind {
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	default:
+		return nil, nil, invalid("kind", "kind must be reserve, commit, replay or resolve")
+	}
+	var where strings.Builder
+	args := []any{c.ns, int64(f.After)}
+	for _, col := range []struct{ name, v string }{
+		{"idempotency_key", f.Key}, {"execution_id", f.ExecutionID}, {"tool", f.Tool}, {"kind", f.Kind},
+	} {
+		if col.v != "" {
+			args = append(args, col.v)
+			fmt.Fprintf(&where, " AND %s = $%d", col.name, len(args))
+		}
+	}
+	args = append(args, f.Limit+1)
+	q := `SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1 AND seq > $2` + where.String() +
+		fmt.Sprintf(` ORDER BY seq LIMIT $%d`, len(args))
+	rows, err := c.s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list receipts: %w", classify(err))
+	}
+	rs, err := collectReceipts(rows)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list receipts: %w", classify(err))
+	}
+	if len(rs) <= f.Limit {
+		return rs, nil, nil
+	}
+	rs = rs[:f.Limit]
+	next := rs[len(rs)-1].Seq
+	return rs, &next, nil
+}
+
+// scan streams the receipts of query to fn.
+func (c *Chain) scan(ctx context.Context, what string, fn func(*chain.Receipt) error, query string, args ...any) error {
+	rows, err := c.s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r, err := scanReceipt(rows)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, classify(err))
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, classify(err))
+	}
+	return nil
+}
+
+// Receipts calls fn for each receipt after seq, in seq order, streaming,
+// from one snapshot.
+func (c *Chain) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	return c.scan(ctx, "scan receipts", fn, sqlScanBySeq, c.ns, int64(after))
+}
+
+// KeyReceipts calls fn for every receipt of each key that has a receipt
+// with seq > after, grouped by key (byte order) and in seq order within a
+// key — the grouping of the SQLite driver. Unlike SQLite's, the receipts
+// are complete (hashes and bodies included).
+func (c *Chain) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	if after == 0 {
+		return c.scan(ctx, "scan key receipts", fn, sqlScanByKey, c.ns)
+	}
+	return c.scan(ctx, "scan key receipts", fn, sqlScanByKeyAfter, c.ns, int64(after))
+}
+
+// Keys calls fn for each key record in key byte order (TokenHash left
+// empty). fn must not retain the pointer.
+func (c *Chain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	rows, err := c.s.pool.Query(ctx, sqlScanKeys, c.ns)
+	if err != nil {
+		return fmt.Errorf("scan keys: %w", classify(err))
+	}
+	defer rows.Close()
+	var k ledger.KeyRecord
+	for rows.Next() {
+		var first, reserve, lease, final int64
+		if err := rows.Scan(&k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
+			&first, &reserve, &lease, &final); err != nil {
+			return fmt.Errorf("scan keys: %w", classify(err))
+		}
+		k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
+		if err := fn(&k); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("scan keys: %w", classify(err))
+	}
+	return nil
+}
+
+// DuplicateSuccesses calls fn for each success whose tool and input_hash
+// another key also succeeded with, ordered by tool, input_hash and seq.
+func (c *Chain) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
+	rows, err := c.s.pool.Query(ctx, sqlDuplicateSuccesses, c.ns)
+	if err != nil {
+		return fmt.Errorf("duplicate successes: %w", classify(err))
+	}
+	defer rows.Close()
+	var s ledger.Success
+	for rows.Next() {
+		var seq, rec int64
+		if err := rows.Scan(&s.Tool, &s.InputHash, &s.Key, &seq, &rec); err != nil {
+			return fmt.Errorf("duplicate successes: %w", classify(err))
+		}
+		s.Seq, s.RecordedAt = uint64(seq), uint64(rec)
+		if err := fn(&s); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("duplicate successes: %w", classify(err))
+	}
+	return nil
+}
+
+// RepeatedFailures calls fn, for each (tool, non-empty input_hash) whose
+// effect failed, with its first failure and then each key first reserved
+// after that failure, ordered by tool, input_hash and seq. A failure that
+// no later key repeated is skipped; tool, if not empty, keeps that tool.
+func (c *Chain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
+	rows, err := c.s.pool.Query(ctx, sqlRepeatedFailures, c.ns, tool)
+	if err != nil {
+		return fmt.Errorf("repeated failures: %w", classify(err))
+	}
+	defer rows.Close()
+	// Rows come in groups: a failure row, then its repeats. A failure row
+	// is held until its first repeat shows it was run again.
+	var failure, r ledger.CallAfterFailure
+	var held, sent bool
+	var kind string
+	for rows.Next() {
+		var seq, rec int64
+		if err := rows.Scan(&r.Tool, &r.InputHash, &kind, &r.Key, &r.ExecutionID, &r.ErrorCode, &seq, &rec); err != nil {
+			return fmt.Errorf("repeated failures: %w", classify(err))
+		}
+		r.Seq, r.RecordedAt = uint64(seq), uint64(rec)
+		r.Failure = kind != chain.KindReserve
+		if r.Failure {
+			failure, held, sent = r, true, false
+			continue
+		}
+		if !held || r.Tool != failure.Tool || r.InputHash != failure.InputHash {
+			continue // cannot happen: every group starts with its failure
+		}
+		if !sent {
+			if err := fn(&failure); err != nil {
+				return err
+			}
+			sent = true
+		}
+		r.ErrorCode = ""
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("repeated failures: %w", classify(err))
+	}
+	return nil
+}
+
+// KeyDrift returns the differences between the stored keys row of key and
+// what its receipts derive, read in one statement; none when they agree.
+func (c *Chain) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	rows, err := c.s.pool.Query(ctx, sqlKeyDrift, c.ns, key)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var side string
+		var k ledger.KeyRecord
+		var first, reserve, lease, final int64
+		if err := rows.Scan(&side, &k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
+			&first, &reserve, &lease, &final); err != nil {
+			return nil, fmt.Errorf("key drift: %w", classify(err))
+		}
+		out = append(out, fmt.Sprintf("%s: first_seq=%d reserve_seq=%d lease_expires_at=%d final_seq=%d tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
+			side, first, reserve, lease, final, k.Tool, k.Effect, k.InputHash, k.Idempotent, k.Generated))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("key drift: %w", classify(err))
+	}
+	return out, nil
+}
+
+// TreeSize is the number of leaves whose hashes are stored.
+func (c *Chain) TreeSize(ctx context.Context) (int64, error) {
+	var count int64
+	if err := c.s.pool.QueryRow(ctx, sqlTreeCount, c.ns).Scan(&count); err != nil {
+		return 0, fmt.Errorf("tree size: %w", classify(err))
+	}
+	return tlog.SizeFromStoredCount(count)
+}
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readHashes reads the tree hashes idx of ns; a missing one is an error.
+func readHashes(ctx context.Context, q querier, ns string, idx []int64) (map[int64]tlog.Hash, error) {
+	rows, err := q.Query(ctx, sqlTreeHashes, ns, idx)
+	if err != nil {
+		return nil, fmt.Errorf("read tree hashes: %w", classify(err))
+	}
+	defer rows.Close()
+	got := make(map[int64]tlog.Hash, len(idx))
+	for rows.Next() {
+		var x int64
+		var b []byte
+		if err := rows.Scan(&x, &b); err != nil {
+			return nil, fmt.Errorf("read tree hashes: %w", classify(err))
+		}
+		if len(b) != len(tlog.Hash{}) {
+			return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
+		}
+		got[x] = tlog.Hash(b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read tree hashes: %w", classify(err))
+	}
+	for _, x := range idx {
+		if _, ok := got[x]; !ok {
+			return nil, fmt.Errorf("tree hash %d is not stored", x)
+		}
+	}
+	return got, nil
+}
+
+// HashReader reads stored tree hashes through the pool (and the cache of
+// committed ones); a missing one is an error.
+func (c *Chain) HashReader(ctx context.Context) sumdb.HashReader {
+	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		tc := c.s.treeCache(c.ns)
+		out := make([]tlog.Hash, len(idx))
+		var missing []int64
+		for i, x := range idx {
+			if h, ok := tc.get(x); ok {
+				out[i] = h
+			} else {
+				missing = append(missing, x)
+			}
+		}
+		if len(missing) == 0 {
+			return out, nil
+		}
+		got, err := readHashes(ctx, c.s.pool, c.ns, missing)
+		if err != nil {
+			return nil, err
+		}
+		tc.addMap(got)
+		for i, x := range idx {
+			if h, ok := got[x]; ok {
+				out[i] = h
+			}
+		}
+		return out, nil
+	})
+}
+
+// ReceiptHashes returns the chain hashes of receipts from+1 … from+n, or
+// fewer when the chain ends sooner.
+func (c *Chain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	rows, err := c.s.pool.Query(ctx, sqlReceiptHashes, c.ns, int64(from), n)
+	if err != nil {
+		return nil, fmt.Errorf("receipt hashes: %w", classify(err))
+	}
+	defer rows.Close()
+	out := make([]chain.Hash, 0, n)
+	for rows.Next() {
+		var seq int64
+		var b []byte
+		if err := rows.Scan(&seq, &b); err != nil {
+			return nil, fmt.Errorf("receipt hashes: %w", classify(err))
+		}
+		if want := from + uint64(len(out)) + 1; uint64(seq) != want {
+			return nil, fmt.Errorf("receipt hashes: receipt %d follows %d", seq, want-1)
+		}
+		h, err := chain.HashFromBytes(b)
+		if err != nil {
+			return nil, fmt.Errorf("receipt hashes: receipt %d: %w", seq, err)
+		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("receipt hashes: %w", classify(err))
+	}
+	return out, nil
+}
+
+func (c *Chain) checkpoint(ctx context.Context, query string, args ...any) (*tlog.Signed, error) {
+	var s tlog.Signed
+	var root []byte
+	var signedAt int64
+	err := c.s.pool.QueryRow(ctx, query, args...).Scan(&s.Size, &root, &s.Note, &signedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", classify(err))
+	}
+	if len(root) != len(s.Root) {
+		return nil, fmt.Errorf("checkpoint %d root has %d bytes", s.Size, len(root))
+	}
+	copy(s.Root[:], root)
+	s.SignedAt = uint64(signedAt)
+	return &s, nil
+}
+
+// LatestCheckpoint returns the largest stored checkpoint, or nil if none.
+func (c *Chain) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
+	return c.checkpoint(ctx, sqlLatestCheckpoint, c.ns)
+}
+
+// CheckpointAt returns the stored checkpoint of size n, or nil if none.
+func (c *Chain) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return c.checkpoint(ctx, sqlCheckpointAt, c.ns, n)
+}
+
+// CheckpointCovering returns the largest stored checkpoint of size at
+// least n, or nil if none.
+func (c *Chain) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return c.checkpoint(ctx, sqlCheckpointCover, c.ns, n)
+}

@@ -1,0 +1,261 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// SchemaVersion is the schema version this build creates and serves.
+const SchemaVersion = 1
+
+// schemaLockKey is the pg_advisory_xact_lock key held while the schema is
+// checked and created, so that replicas starting together create it once.
+// (The checkpoint signer locks use the two-int4 key space with class
+// signerLockClass.)
+const schemaLockKey int64 = 0x6566656C00000001
+
+// schemaSQL is the PostgreSQL schema, version 1.
+//
+// receipts holds every namespace's chain: one row per receipt, the
+// namespace and then one column per field of SPEC §2 with the same name
+// (integers as bigint ≥ 0, booleans as boolean), plus prev_hash and hash.
+// It is append-only (triggers refuse UPDATE, DELETE and TRUNCATE). Forks
+// are ruled out by the primary key (one row per seq) and by the head row:
+// every write transaction locks its namespace's head row FOR UPDATE and
+// ends with a compare-and-set of it, and a trigger lets the head move only
+// onto a stored receipt with no successor.
+//
+// Columns that are compared or ordered by (keys, tools, names) use the "C"
+// collation, so that ORDER BY is byte order whatever the database's
+// default collation.
+const schemaSQL = `
+CREATE TABLE schema_version (
+	id      int PRIMARY KEY CHECK (id = 1),
+	version int NOT NULL
+);
+
+CREATE TABLE namespaces (
+	name       text COLLATE "C" PRIMARY KEY CHECK (name ~ '^[a-z0-9._-]{1,64}$'),
+	created_at bigint NOT NULL
+);
+
+CREATE TABLE head (
+	namespace   text COLLATE "C" PRIMARY KEY REFERENCES namespaces (name),
+	seq         bigint NOT NULL CHECK (seq >= 0),
+	hash        bytea  NOT NULL CHECK (octet_length(hash) = 32),
+	recorded_at bigint NOT NULL CHECK (recorded_at >= 0)
+);
+
+CREATE TABLE receipts (
+	namespace        text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	seq              bigint  NOT NULL CHECK (seq >= 1),
+	kind             text    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve')),
+	idempotency_key  text COLLATE "C" NOT NULL,
+	key_generated    boolean NOT NULL,
+	execution_id     text COLLATE "C" NOT NULL,
+	attempt          bigint  NOT NULL CHECK (attempt >= 0),
+	tool             text COLLATE "C" NOT NULL,
+	effect           text    NOT NULL,
+	idempotent       boolean NOT NULL,
+	input_hash       text COLLATE "C" NOT NULL,
+	outcome          text    NOT NULL,
+	external_ref     text    NOT NULL,
+	result           text    NOT NULL,
+	error_code       text    NOT NULL,
+	error_message    text    NOT NULL,
+	retryable        boolean NOT NULL,
+	lease_expires_at bigint  NOT NULL CHECK (lease_expires_at >= 0),
+	ref_seq          bigint  NOT NULL CHECK (ref_seq >= 0),
+	actor            text    NOT NULL,
+	note             text    NOT NULL,
+	recorded_at      bigint  NOT NULL CHECK (recorded_at >= 0),
+	prev_hash        bytea   NOT NULL CHECK (octet_length(prev_hash) = 32),
+	hash             bytea   NOT NULL CHECK (octet_length(hash) = 32),
+	PRIMARY KEY (namespace, seq)
+);
+CREATE INDEX receipts_by_key ON receipts (namespace, idempotency_key, seq);
+CREATE INDEX receipts_by_execution ON receipts (namespace, execution_id, idempotency_key, attempt);
+CREATE INDEX receipts_by_tool ON receipts (namespace, tool, seq);
+CREATE INDEX receipts_by_kind ON receipts (namespace, kind, seq);
+
+CREATE FUNCTION ledger_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION '% is append-only', TG_TABLE_NAME USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE TRIGGER receipts_append_only BEFORE UPDATE OR DELETE ON receipts
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+CREATE TRIGGER receipts_no_truncate BEFORE TRUNCATE ON receipts
+	FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
+
+-- The head moves only forward, onto a stored receipt that has no
+-- successor: a compare-and-set that skipped a receipt, or pointed at a
+-- hash that is not the receipt's, fails.
+CREATE FUNCTION ledger_head_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.seq < OLD.seq OR NEW.recorded_at < OLD.recorded_at THEN
+		RAISE EXCEPTION 'the head of % moves only forward', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	IF NEW.seq > 0 AND NOT EXISTS (SELECT 1 FROM receipts
+		WHERE namespace = NEW.namespace AND seq = NEW.seq AND hash = NEW.hash) THEN
+		RAISE EXCEPTION 'the head of % must be a stored receipt', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	IF EXISTS (SELECT 1 FROM receipts WHERE namespace = NEW.namespace AND seq = NEW.seq + 1) THEN
+		RAISE EXCEPTION 'the head of % must be the last receipt', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER head_moves BEFORE UPDATE ON head FOR EACH ROW EXECUTE FUNCTION ledger_head_moves();
+
+-- The state of each key, derived from its receipts (see the SQLite
+-- schema); token_hash is the SHA-256 of the latest reservation token.
+CREATE TABLE keys (
+	namespace        text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	idempotency_key  text COLLATE "C" NOT NULL,
+	key_generated    boolean NOT NULL,
+	tool             text COLLATE "C" NOT NULL,
+	effect           text    NOT NULL,
+	input_hash       text COLLATE "C" NOT NULL,
+	idempotent       boolean NOT NULL,
+	first_seq        bigint  NOT NULL,
+	reserve_seq      bigint  NOT NULL,
+	lease_expires_at bigint  NOT NULL,
+	final_seq        bigint  NOT NULL,
+	token_hash       bytea   NOT NULL DEFAULT '',
+	PRIMARY KEY (namespace, idempotency_key)
+);
+
+-- The RFC 6962 tree of each namespace, in golang.org/x/mod/sumdb/tlog's
+-- stored-hash layout (idx = StoredHashIndex(level, n)), and its signed
+-- checkpoints. Both append-only; checkpoints only grow.
+CREATE TABLE tree_hashes (
+	namespace text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	idx       bigint NOT NULL CHECK (idx >= 0),
+	hash      bytea  NOT NULL CHECK (octet_length(hash) = 32),
+	PRIMARY KEY (namespace, idx)
+);
+CREATE TRIGGER tree_hashes_append_only BEFORE UPDATE OR DELETE ON tree_hashes
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+
+CREATE TABLE checkpoints (
+	namespace text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	size      bigint NOT NULL CHECK (size >= 1),
+	root      bytea  NOT NULL CHECK (octet_length(root) = 32),
+	note      text   NOT NULL,
+	signed_at bigint NOT NULL,
+	PRIMARY KEY (namespace, size)
+);
+CREATE TRIGGER checkpoints_append_only BEFORE UPDATE OR DELETE ON checkpoints
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+CREATE FUNCTION ledger_checkpoints_grow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.size <= (SELECT coalesce(max(size), 0) FROM checkpoints WHERE namespace = NEW.namespace) THEN
+		RAISE EXCEPTION 'a checkpoint must be larger than the last one' USING ERRCODE = 'check_violation';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER checkpoints_grow BEFORE INSERT ON checkpoints
+	FOR EACH ROW EXECUTE FUNCTION ledger_checkpoints_grow();
+
+-- API bearer tokens, shared by all namespaces; namespaces '{}' = all.
+CREATE TABLE tokens (
+	token_id   text COLLATE "C" PRIMARY KEY,
+	name       text COLLATE "C" NOT NULL UNIQUE,
+	role       text   NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+	token_hash bytea  NOT NULL,
+	namespaces text[] NOT NULL DEFAULT '{}',
+	created_at bigint NOT NULL,
+	revoked_at bigint NOT NULL DEFAULT 0
+);
+
+-- One row per committed write transaction, to learn after a lost COMMIT
+-- reply whether it committed. Pruned after a day.
+CREATE TABLE batches (
+	batch_id     uuid   PRIMARY KEY,
+	namespace    text COLLATE "C" NOT NULL,
+	last_seq     bigint NOT NULL,
+	committed_at bigint NOT NULL
+);
+CREATE INDEX batches_by_time ON batches (committed_at);
+
+-- The readiness probe's durable write, outside the chain.
+CREATE TABLE ready_probe (
+	namespace text COLLATE "C" PRIMARY KEY,
+	probed_at bigint NOT NULL
+);
+`
+
+// sqlNowMS is the database clock in unix milliseconds.
+const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+
+// migrate checks the schema version and creates the schema on an empty
+// database, in one transaction under an advisory lock. readOnly stores
+// never create it.
+func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey); err != nil {
+		return err
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT to_regclass('schema_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		var v int
+		err := tx.QueryRow(ctx, `SELECT version FROM schema_version WHERE id = 1`).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: the schema_version table is empty", ledger.ErrNotLedger)
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case v > SchemaVersion:
+			return fmt.Errorf("%w: the database has schema version %d, this build knows %d",
+				ledger.ErrSchemaVersion, v, SchemaVersion)
+		case v < SchemaVersion:
+			return fmt.Errorf("%w: the database has schema version %d, this build knows %d and has no migration from it",
+				ledger.ErrSchemaVersion, v, SchemaVersion)
+		}
+		return nil
+	}
+	if readOnly {
+		return fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
+	}
+	if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	if err := createNamespace(ctx, tx, ledger.DefaultNamespace); err != nil {
+		return fmt.Errorf("create schema: %w", err)
+	}
+	return tx.Commit(ctx)
+}
+
+// sqlCreateNamespace inserts a namespace and its empty head in one
+// statement.
+const sqlCreateNamespace = `WITH ns AS (
+		INSERT INTO namespaces (name, created_at) VALUES ($1, ` + sqlNowMS + `) RETURNING name)
+	INSERT INTO head (namespace, seq, hash, recorded_at) SELECT name, 0, '\x` + zeroHashHex + `'::bytea, 0 FROM ns`
+
+const zeroHashHex = "0000000000000000000000000000000000000000000000000000000000000000"
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func createNamespace(ctx context.Context, q execer, ns string) error {
+	_, err := q.Exec(ctx, sqlCreateNamespace, ns)
+	return err
+}
