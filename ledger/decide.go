@@ -30,6 +30,11 @@ type keyRecord struct {
 // finalized reports whether the latest reservation has an outcome.
 func (k *keyRecord) finalized() bool { return k.FinalSeq > k.ReserveSeq }
 
+// StateOf derives a key's state from its record, the receipt at
+// k.FinalSeq when the key has an outcome (else ignored) and the time now
+// (unix ms): what every driver's GetKey reports.
+func StateOf(k *KeyRecord, final *chain.Receipt, now uint64) State { return stateOf(k, final, now) }
+
 // stateOf derives a key's state. final is the receipt at k.FinalSeq when
 // k.finalized(), else ignored.
 func stateOf(k *keyRecord, final *chain.Receipt, now uint64) State {

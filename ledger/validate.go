@@ -202,6 +202,10 @@ func checkID(field, v string) error {
 	return nil
 }
 
+// CheckKeyPath checks a key taken from a URL path: one too short to be
+// stored is unknown_key, otherwise it must be a valid key.
+func CheckKeyPath(key string) error { return checkKeyPath(key) }
+
 func checkKeyPath(key string) error {
 	if len(key) < MinKeyLen {
 		return &Error{Code: ECodeUnknownKey, Message: "no such idempotency key"}
@@ -227,12 +231,20 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 		if !utf8.ValidString(failure.Message) || utf8.RuneCountInString(failure.Message) > MaxErrorMessageLen {
 			return a, invalid("error.message", "error.message must be at most %d characters", MaxErrorMessageLen)
 		}
+		if strings.ContainsRune(failure.Message, 0) {
+			return a, invalid("error.message", "error.message must not contain NUL (U+0000)")
+		}
 		a.failure = *failure
 	default:
 		return a, invalid("outcome", "outcome must be succeeded or failed")
 	}
 	if !utf8.ValidString(externalRef) || utf8.RuneCountInString(externalRef) > MaxExternalRefLen {
 		return a, invalid("external_ref", "external_ref must be at most %d characters", MaxExternalRefLen)
+	}
+	if strings.ContainsRune(externalRef, 0) {
+		// No backend stores it the same way (PostgreSQL text cannot hold
+		// it): refused everywhere, so both backends answer alike.
+		return a, invalid("external_ref", "external_ref must not contain NUL (U+0000)")
 	}
 	if !isNull(result) {
 		var buf bytes.Buffer

@@ -173,7 +173,7 @@ func (c *Chain) Head(ctx context.Context) (ledger.Head, error) {
 // GetKey returns a key's state and receipts, read in one snapshot.
 // Errors: *ledger.Error with ECodeUnknownKey or ECodeInvalidKey.
 func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
-	if err := checkKeyPath(key); err != nil {
+	if err := ledger.CheckKeyPath(key); err != nil {
 		return nil, err
 	}
 	var view *ledger.KeyView
@@ -208,7 +208,7 @@ func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
 			if n, ok := c.s.now(); ok {
 				now = n
 			}
-			view = &ledger.KeyView{IdempotencyKey: key, State: stateOf(&k, &fin, now),
+			view = &ledger.KeyView{IdempotencyKey: key, State: ledger.StateOf(&k, &fin, now),
 				Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
 				Receipts: receipts}
 			return nil
@@ -221,33 +221,6 @@ func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
 		return nil, fmt.Errorf("get key: %w", classify(err))
 	}
 	return view, nil
-}
-
-// stateOf derives a key's state. final is the receipt at k.FinalSeq when
-// the key has an outcome.
-// TODO(lead): use ledger's state derivation (stateOf) once exported.
-func stateOf(k *ledger.KeyRecord, final *chain.Receipt, now uint64) ledger.State {
-	finalized := k.FinalSeq > k.ReserveSeq
-	switch {
-	case finalized && final.Outcome == chain.OutcomeSucceeded:
-		return ledger.StateSucceeded
-	case finalized:
-		return ledger.StateFailed
-	case now < k.LeaseExpiresAt:
-		return ledger.StateReserved
-	default:
-		return ledger.StateInterrupted
-	}
-}
-
-// checkKeyPath checks a key taken from a URL path: too short to be stored
-// is unknown, otherwise it must be a valid key.
-// TODO(lead): use ledger's checkKeyPath once exported.
-func checkKeyPath(key string) error {
-	if len(key) < ledger.MinKeyLen {
-		return &ledger.Error{Code: ledger.ECodeUnknownKey, Message: "no such idempotency key"}
-	}
-	return ledger.ValidateKey(key)
 }
 
 func invalid(field, format string, args ...any) *ledger.Error {
