@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
 
 // binDir holds the binaries built once for all tests.
@@ -43,7 +45,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "openapi:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Run(m) // stops the PostgreSQL clusters the replica tests started
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }

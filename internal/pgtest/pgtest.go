@@ -52,7 +52,11 @@ var (
 
 // Main runs the tests of m and then stops the clusters this binary
 // started, and exits with the tests' status. Call it from TestMain.
-func Main(m *testing.M) {
+func Main(m *testing.M) { os.Exit(Run(m)) }
+
+// Run is Main without the exit, for a TestMain with its own cleanup: it
+// returns the tests' status.
+func Run(m *testing.M) int {
 	mainMu.Lock()
 	mainRunning = true
 	mainMu.Unlock()
@@ -66,7 +70,7 @@ func Main(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "pgtest: %v\n", err)
 		}
 	}
-	os.Exit(code)
+	return code
 }
 
 // noCluster skips t, or fails it when $CI is set.

@@ -1,0 +1,333 @@
+package test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+)
+
+// Two ledgerd replicas on one PostgreSQL database (SPEC §10): every
+// guarantee holds across them. The database is a real cluster (started by
+// the tests, or $LEDGER_TEST_POSTGRES).
+
+func randomKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "k_" + hex.EncodeToString(b[:])
+}
+
+func reserveBody(key, exec string, extra string) string {
+	return fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":"payments.refund","effect":"write","input":{"order":7}%s}`,
+		key, exec, extra)
+}
+
+func commitBody(token string) string {
+	return fmt.Sprintf(`{"reservation":%q,"outcome":"succeeded","external_ref":"re_1","result":{"ok":true}}`, token)
+}
+
+func startReplicas(t *testing.T, url string, args ...string) (a, b *Ledgerd) {
+	t.Helper()
+	return StartLedgerd(t, url, args...), StartLedgerd(t, url, args...)
+}
+
+func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	key := randomKey()
+	var created, inProgress, other atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, body, err := rawPost(l.URL+"/v1/effects/reserve", reserveBody(key, fmt.Sprintf("exec-%d", i), ""))
+			switch {
+			case err != nil:
+				t.Errorf("reserve: %v", err)
+			case status == 201:
+				created.Add(1)
+			case status == 409 && strings.Contains(string(body), `"in_progress"`):
+				inProgress.Add(1)
+			default:
+				other.Add(1)
+				t.Errorf("reserve: %d %s", status, body)
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), created.Load(), "exactly one 201 across both replicas")
+	assert.Equal(t, int64(63), inProgress.Load())
+}
+
+func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	for _, ns := range []string{"alpha", "beta"} {
+		r := a.Do("POST", "/v1/namespaces", fmt.Sprintf(`{"name":%q}`, ns))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	r := b.Do("POST", "/v1/namespaces", `{"name":"alpha"}`)
+	require.Equal(t, 409, r.Status, r.Raw)
+	require.Equal(t, "namespace_exists", r.Code())
+
+	prefixes := []string{"/v1", "/v1/ns/alpha", "/v1/ns/beta"}
+	var wg sync.WaitGroup
+	var acked atomic.Int64
+	for w := range 12 {
+		l := []*Ledgerd{a, b}[w%2]
+		prefix := prefixes[w%3]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 15 {
+				key := randomKey()
+				status, body, err := rawPost(l.URL+prefix+"/effects/reserve", reserveBody(key, randomKey(), ""))
+				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
+					return
+				}
+				status, body, err = rawPost(l.URL+prefix+"/effects/"+key+"/commit", commitBody(field(body, "reservation")))
+				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
+					return
+				}
+				acked.Add(2)
+			}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int64(12*15*2), acked.Load())
+	total := uint64(0)
+	for _, ns := range []string{"default", "alpha", "beta"} {
+		out, stderr, code := ledgerctl(t, "verify", "--db", url, "--namespace", ns, "--json")
+		require.Equal(t, 0, code, "verify %s: %s %s", ns, out, stderr)
+		assert.Contains(t, out, `"ok":true`)
+		prefix := "/v1"
+		if ns != "default" {
+			prefix = "/v1/ns/" + ns
+		}
+		h := b.Do("GET", prefix+"/head", "")
+		require.Equal(t, 200, h.Status, h.Raw)
+		total += uint64(h.Body["seq"].(float64))
+	}
+	assert.Equal(t, uint64(acked.Load()), total, "every acknowledged receipt is in exactly one chain")
+}
+
+func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	key := randomKey()
+	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", `,"idempotent":true,"lease_ms":1000`))
+	require.Equal(t, 201, r.Status, r.Raw)
+	a.Kill()
+	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
+	require.Equal(t, 409, r.Status, r.Raw)
+	require.Equal(t, "in_progress", r.Code())
+	time.Sleep(1200 * time.Millisecond)
+	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
+	require.Equal(t, 201, r.Status, r.Raw)
+	assert.Equal(t, true, r.Body["takeover"], r.Raw)
+}
+
+func TestReplicas_killOneUnderLoad(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	var mu sync.Mutex
+	var acks []ack
+	var bErrors atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		l := []*Ledgerd{a, b}[w%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := randomKey()
+				status, body, err := rawPost(l.URL+"/v1/effects/reserve", reserveBody(key, randomKey(), ""))
+				if err != nil || status != 201 {
+					if l == b {
+						bErrors.Add(1)
+						t.Errorf("replica b: %d %v %s", status, err, body)
+					}
+					if l == a {
+						return // a was killed
+					}
+					continue
+				}
+				recordAck(&mu, &acks, body, key)
+				status, body, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", commitBody(field(body, "reservation")))
+				if err == nil && status == 201 {
+					recordAck(&mu, &acks, body, key)
+				} else if l == b {
+					bErrors.Add(1)
+					t.Errorf("replica b commit: %d %v %s", status, err, body)
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	a.Kill()
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.Zero(t, bErrors.Load(), "the surviving replica kept serving")
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, acks)
+	for _, k := range acks {
+		r := b.Do("GET", fmt.Sprintf("/v1/receipts/%d", k.seq), "")
+		require.Equal(t, 200, r.Status, "acknowledged receipt %d lost: %s", k.seq, r.Raw)
+		require.Equal(t, k.hash, r.Body["hash"], "receipt %d", k.seq)
+	}
+	out, stderr, code := ledgerctl(t, "verify", "--db", url, "--json")
+	require.Equal(t, 0, code, "%s %s", out, stderr)
+}
+
+func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	key := randomKey()
+	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", ""))
+	require.Equal(t, 201, r.Status, r.Raw)
+	token := r.Body["reservation"].(string)
+	done := make(chan Resp, 1)
+	go func() { done <- b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"wait_ms":20000`)) }()
+	time.Sleep(300 * time.Millisecond) // parked on b
+	start := time.Now()
+	c := a.Do("POST", "/v1/effects/"+key+"/commit", commitBody(token))
+	require.Equal(t, 201, c.Status, c.Raw)
+	select {
+	case got := <-done:
+		require.Equal(t, 200, got.Status, got.Raw)
+		assert.Equal(t, "replayed", got.Body["status"])
+		assert.Less(t, time.Since(start), 2*time.Second, "woken by a's commit, not by the wait running out")
+	case <-time.After(25 * time.Second):
+		t.Fatal("the waiting reserve on b never answered")
+	}
+}
+
+func TestReplicas_tokensAcrossReplicas(t *testing.T) {
+	url := pgtest.URL(t)
+	admin := createTokenDB(t, url, "ops", "admin")
+	scoped := createTokenDB(t, url, "gw", "writer", "--namespace", "alpha")
+	a, b := startReplicas(t, url)
+	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+	r := a.Do("POST", "/v1/namespaces", `{"name":"alpha"}`, bearer(admin)...)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = b.Do("POST", "/v1/ns/alpha/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+	require.Equal(t, 201, r.Status, r.Raw)
+	for _, l := range []*Ledgerd{a, b} {
+		r = l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+		require.Equal(t, 403, r.Status, r.Raw)
+		require.Equal(t, "forbidden", r.Code())
+	}
+	_, stderr, code := ledgerctl(t, "token", "revoke", "--db", url, "gw")
+	require.Equal(t, 0, code, stderr)
+	for _, l := range []*Ledgerd{a, b} {
+		r = l.Do("POST", "/v1/ns/alpha/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+		require.Equal(t, 401, r.Status, "a revoked token is refused at once on every replica: %s", r.Raw)
+	}
+}
+
+// createTokenDB creates a token with ledgerctl on the database url and
+// returns it.
+func createTokenDB(t *testing.T, url, name, role string, extra ...string) string {
+	t.Helper()
+	out, stderr, code := ledgerctl(t, append([]string{"token", "create", "--db", url, "--name", name, "--role", role}, extra...)...)
+	require.Equal(t, 0, code, stderr)
+	tok := strings.TrimSpace(out)
+	require.True(t, strings.HasPrefix(tok, "elt_"), out)
+	return tok
+}
+
+func TestReplicas_databaseLostAndBack(t *testing.T) {
+	c := pgtest.StartCluster(t)
+	url := c.URL(t)
+	a, b := startReplicas(t, url)
+	require.NoError(t, c.Stop())
+	for _, l := range []*Ledgerd{a, b} {
+		r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+		require.Equal(t, 503, r.Status, r.Raw)
+		require.Equal(t, "unavailable", r.Code())
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
+		rz := l.Do("GET", "/readyz", "")
+		require.Equal(t, 503, rz.Status, rz.Raw)
+	}
+	require.NoError(t, c.Start())
+	for _, l := range []*Ledgerd{a, b} {
+		require.Eventually(t, func() bool {
+			res, err := http.Get(l.URL + "/readyz")
+			if err != nil {
+				return false
+			}
+			_ = res.Body.Close()
+			return res.StatusCode == 200
+		}, 30*time.Second, 200*time.Millisecond, "replica ready again without a restart")
+		r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+}
+
+func TestReplicas_oneSignerPerNamespace(t *testing.T) {
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "log.key")
+	out, stderr, code := ledgerctl(t, "keygen", "--origin", "replicas.test", "--out", keyFile)
+	require.Equal(t, 0, code, stderr)
+	vkey := strings.TrimSpace(out)
+	args := []string{"--signing-key", keyFile, "--log-origin", "replicas.test", "--checkpoint-interval", "100ms"}
+	a, b := startReplicas(t, url, args...)
+	var last int
+	for round := range 3 {
+		for i := range 5 {
+			l := []*Ledgerd{a, b}[i%2]
+			r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+			require.Equal(t, 201, r.Status, r.Raw)
+		}
+		want := (round + 1) * 5
+		require.Eventually(t, func() bool {
+			r := b.Do("GET", "/log/default/checkpoint", "")
+			if r.Status != 200 {
+				return false
+			}
+			lines := strings.Split(r.Raw, "\n")
+			var n int
+			_, _ = fmt.Sscan(lines[1], &n)
+			last = n
+			return n == want
+		}, 10*time.Second, 50*time.Millisecond)
+	}
+	assert.Equal(t, 15, last)
+	r := a.Do("GET", "/v1/receipts/7/proof", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	proof := filepath.Join(dir, "proof.json")
+	require.NoError(t, os.WriteFile(proof, []byte(r.Raw), 0o600))
+	_, stderr, code = ledgerctl(t, "check-proof", proof, "--vkey", vkey)
+	require.Equal(t, 0, code, stderr)
+	for _, l := range []*Ledgerd{a, b} {
+		m := l.Do("GET", "/metrics", "")
+		assert.NotContains(t, m.Raw, `ledger_tlog_checkpoint_failures_total{namespace="default"} 1`, "no signing failures")
+		assert.Contains(t, m.Raw, `ledger_tlog_checkpoint_failures_total{namespace="default"} 0`)
+	}
+}
