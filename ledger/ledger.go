@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"strings"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -112,9 +111,6 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 	}
 	if n := len([]rune(req.Note)); n < 1 || n > MaxNoteLen {
 		return nil, invalid("note", "note is required: 1–%d characters", MaxNoteLen)
-	}
-	if strings.ContainsRune(req.Note, 0) {
-		return nil, invalid("note", "note must not contain NUL (U+0000)")
 	}
 	o, err := validateOutcome(req.Outcome, req.ExternalRef, req.Result, req.Error)
 	if err != nil {

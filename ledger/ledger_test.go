@@ -836,23 +836,3 @@ func TestOpen_ErrLocked(t *testing.T) {
 	require.NoError(t, err, "the lock is released on Close")
 	require.NoError(t, db.Close())
 }
-
-// TestDB_NULRefused: text fields holding U+0000 are refused on every
-// backend (PostgreSQL text cannot store them), before anything is written.
-func TestDB_NULRefused(t *testing.T) {
-	db, clock := MustOpenDB(t)
-	r := mustReserve(t, db, reserveReq("nul-key-01", "exec-1"))
-	c := succeed("nul-key-01", r.Reservation)
-	c.ExternalRef = "re\x00_1"
-	_, err := db.Commit(context.Background(), c)
-	require.Equal(t, ledger.ECodeInvalidRequest, ledger.ErrorCode(err))
-	f := ledger.CommitRequest{IdempotencyKey: "nul-key-01", Reservation: r.Reservation, Outcome: chain.OutcomeFailed,
-		Error: &ledger.FailureDetail{Code: "X", Message: "a\x00b"}}
-	_, err = db.Commit(context.Background(), f)
-	require.Equal(t, ledger.ECodeInvalidRequest, ledger.ErrorCode(err))
-	clock.Advance(time.Hour)
-	_, err = db.Resolve(context.Background(), ledger.ResolveRequest{IdempotencyKey: "nul-key-01",
-		Outcome: chain.OutcomeSucceeded, Note: "ok\x00"})
-	require.Equal(t, ledger.ECodeInvalidRequest, ledger.ErrorCode(err))
-	require.Equal(t, uint64(1), db.Head().Seq)
-}

@@ -231,20 +231,12 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 		if !utf8.ValidString(failure.Message) || utf8.RuneCountInString(failure.Message) > MaxErrorMessageLen {
 			return a, invalid("error.message", "error.message must be at most %d characters", MaxErrorMessageLen)
 		}
-		if strings.ContainsRune(failure.Message, 0) {
-			return a, invalid("error.message", "error.message must not contain NUL (U+0000)")
-		}
 		a.failure = *failure
 	default:
 		return a, invalid("outcome", "outcome must be succeeded or failed")
 	}
 	if !utf8.ValidString(externalRef) || utf8.RuneCountInString(externalRef) > MaxExternalRefLen {
 		return a, invalid("external_ref", "external_ref must be at most %d characters", MaxExternalRefLen)
-	}
-	if strings.ContainsRune(externalRef, 0) {
-		// No backend stores it the same way (PostgreSQL text cannot hold
-		// it): refused everywhere, so both backends answer alike.
-		return a, invalid("external_ref", "external_ref must not contain NUL (U+0000)")
 	}
 	if !isNull(result) {
 		var buf bytes.Buffer

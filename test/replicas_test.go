@@ -331,3 +331,19 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 		assert.Contains(t, m.Raw, `ledger_tlog_checkpoint_failures_total{namespace="default"} 0`)
 	}
 }
+
+func TestReplicas_rateLimitIsATotal(t *testing.T) {
+	url := pgtest.URL(t)
+	tok := createTokenDB(t, url, "bot", "reader")
+	a, b := startReplicas(t, url, "--rate-limit", "0.2", "--rate-burst", "4")
+	time.Sleep(2500 * time.Millisecond) // each replica counts the other
+	auth := []string{"Authorization", "Bearer " + tok}
+	for _, l := range []*Ledgerd{a, b} {
+		for range 2 {
+			r := l.Do("GET", "/v1/head", "", auth...)
+			require.Equal(t, 200, r.Status, r.Raw)
+		}
+		r := l.Do("GET", "/v1/head", "", auth...)
+		require.Equal(t, 429, r.Status, "each of two replicas allows half the burst of 4: %s", r.Raw)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -323,6 +324,11 @@ func (m *Main) Run(ctx context.Context) error {
 	handler.SetMaxInFlight(m.MaxInFlight)
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
+	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
+		// Replicas on one database share the limit: each enforces its part.
+		stopShare := shareRateLimit(ctx, handler, lr, m.Logger)
+		defer stopShare()
+	}
 	handler.SetAuditSource(rd)
 	handler.SetPublicLog(m.PublicLog)
 	if logs != nil && len(m.Witnesses.list) > 0 {
@@ -466,4 +472,44 @@ func (f *witnessFlag) parse() error {
 		f.list = append(f.list, w)
 	}
 	return nil
+}
+
+// liveReplicas is a store shared by replicas that can count them.
+type liveReplicas interface {
+	LiveReplicas(ctx context.Context) (int, error)
+}
+
+// shareRateLimit keeps the handler's rate-limit share equal to the number
+// of live replicas (read every 2 s); the returned func stops it.
+func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger *slog.Logger) func() {
+	var n atomic.Int64
+	n.Store(1)
+	read := func(ctx context.Context) {
+		c, err := lr.LiveReplicas(ctx)
+		if err != nil {
+			logger.Debug("rate limit: counting replicas", "err", err)
+			return // keep the last count
+		}
+		if old := n.Swap(int64(c)); old != int64(c) {
+			logger.Info("rate limit shared by replicas", "replicas", c)
+		}
+	}
+	read(ctx)
+	h.SetRateLimitShare(func() int { return int(n.Load()) })
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-t.C:
+				read(sctx)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

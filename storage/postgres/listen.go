@@ -87,6 +87,13 @@ func (l *listener) session(ctx context.Context, reconnect bool) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return err
 	}
+	if !l.s.opts.ReadOnly {
+		// This session marks the Store as a live writer (LiveReplicas)
+		// for as long as it lasts.
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock_shared($1, 0)`, replicaLockClass); err != nil {
+			return err
+		}
+	}
 	l.mu.Lock()
 	l.pid = conn.PgConn().PID()
 	l.mu.Unlock()
@@ -164,4 +171,23 @@ func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), o
 			_ = conn.Close(ctx) // ending the session frees the lock
 		})
 	}, true, nil
+}
+
+// replicaLockClass is the advisory lock class every writable Store's
+// LISTEN session holds shared: the number of holders is the number of
+// live replicas (a dead replica's session, and its lock, end with it).
+const replicaLockClass = 0x6c656467 // "ledg"
+
+// LiveReplicas returns how many writable Stores (ledgerd replicas) are
+// connected to the database now, at least 1. ledgerd divides a rate limit
+// among them.
+func (s *Store) LiveReplicas(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = $1 AND objid = 0 AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, replicaLockClass).Scan(&n)
+	if err != nil {
+		return 1, fmt.Errorf("live replicas: %w", classify(err))
+	}
+	return max(n, 1), nil
 }

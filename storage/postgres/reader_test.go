@@ -453,3 +453,39 @@ func TestStore_TrySignerLock(t *testing.T) {
 	}
 	relB()
 }
+
+// TestStore_LiveReplicas counts the writable stores connected to the
+// database: a closed one stops counting at once, a read-only one never
+// counts.
+func TestStore_LiveReplicas(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.URL(t)
+	a := mustOpen(t, dbURL, postgres.Options{})
+	b := mustOpen(t, dbURL, postgres.Options{})
+	ro := mustOpen(t, dbURL, postgres.Options{ReadOnly: true})
+	for _, s := range []*postgres.Store{a, b, ro} {
+		s.OnEnded(func(string, []string) {})
+	}
+	live := func() int {
+		n, err := ro.LiveReplicas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for live() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("live replicas: %d, want %d", live(), want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor(2)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(1)
+}
