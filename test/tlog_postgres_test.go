@@ -1,0 +1,75 @@
+package test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+)
+
+// TestVerifiableLog_postgresTamper: on PostgreSQL too, a published
+// checkpoint catches a receipt edited in place and a suffix cut off (with
+// the head row moved back to match), which the chain alone cannot show.
+func TestVerifiableLog_postgresTamper(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "log.key")
+	out, stderr, code := ledgerctl(t, "keygen", "--origin", "pg.test", "--out", keyFile)
+	require.Equal(t, 0, code, stderr)
+	vkey := strings.TrimSpace(out)
+	for _, tt := range []struct {
+		desc      string
+		tamper    []string
+		cleanSelf bool
+		wantRule  string
+	}{
+		{"edit in place", []string{
+			`ALTER TABLE receipts DISABLE TRIGGER USER`,
+			`UPDATE receipts SET external_ref = 'forged' WHERE namespace = 'default' AND seq = 4`,
+		}, false, "hash_mismatch"},
+		{"cut a suffix, head moved back", []string{
+			`ALTER TABLE receipts DISABLE TRIGGER USER`,
+			`ALTER TABLE head DISABLE TRIGGER USER`,
+			`ALTER TABLE tree_hashes DISABLE TRIGGER USER`,
+			`DELETE FROM receipts WHERE namespace = 'default' AND seq > 21`,
+			`DELETE FROM keys WHERE namespace = 'default' AND greatest(reserve_seq, final_seq) > 21`,
+			`UPDATE head SET seq = 21, hash = (SELECT hash FROM receipts WHERE namespace = 'default' AND seq = 21) WHERE namespace = 'default'`,
+		}, true, "checkpoint_mismatch"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			url := pgtest.URL(t)
+			l := StartLedgerd(t, url, "--signing-key", keyFile, "--log-origin", "pg.test", "--checkpoint-interval", "100ms")
+			appendN(t, l, "pg", 26)
+			note, _ := waitCheckpoint(t, l, vkey, 26)
+			require.NoError(t, l.Stop())
+			cp := filepath.Join(t.TempDir(), "checkpoint.txt")
+			require.NoError(t, os.WriteFile(cp, []byte(note), 0o644))
+			_, stderr, code := ledgerctl(t, "verify", "--db", url, "--checkpoint", cp, "--vkey", vkey)
+			require.Equal(t, 0, code, stderr)
+
+			conn, err := pgx.Connect(context.Background(), url)
+			require.NoError(t, err)
+			for _, q := range tt.tamper {
+				_, err := conn.Exec(context.Background(), q)
+				require.NoError(t, err, q)
+			}
+			require.NoError(t, conn.Close(context.Background()))
+
+			out, _, code := ledgerctl(t, "verify", "--db", url, "--json")
+			if tt.cleanSelf {
+				require.Equal(t, 0, code, "without the checkpoint the cut chain looks intact: %s", out)
+			} else {
+				require.Equal(t, 1, code, out)
+			}
+			out, _, code = ledgerctl(t, "verify", "--db", url, "--checkpoint", cp, "--vkey", vkey, "--json")
+			assert.Equal(t, 1, code, out)
+			assert.Contains(t, out, `"rule":"`+tt.wantRule+`"`)
+		})
+	}
+}
