@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -63,7 +63,7 @@ func TestServer_audit(t *testing.T) {
 		r := do(t, srv, "GET", "/v1/audit", "")
 		require.Equal(t, 200, r.status, r.raw)
 		assert.Equal(t, "0", r.header.Get("Ledger-Violations"))
-		rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+		rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 		require.NoError(t, err)
 		defer rd.Close()
 		rep, err := verify.New(rd, verify.Opts{}).Check(ctx)
@@ -129,7 +129,7 @@ func TestServer_auditSource(t *testing.T) {
 	ctx := context.Background()
 	db, path := MustOpenDB(t)
 	s := api.NewServer(db, quiet)
-	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	s.SetAuditSource(rd)
 	srv := MustServe(t, s)
@@ -156,7 +156,7 @@ func TestServer_verification(t *testing.T) {
 	})
 
 	db, path := MustOpenDB(t)
-	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	serve := func(v api.VerificationStatus) *httptest.Server {
@@ -213,7 +213,7 @@ func TestServer_verification(t *testing.T) {
 	})
 
 	t.Run("ErrUnreadable", func(t *testing.T) {
-		bad, err := ledger.OpenReader(ctx, path, ledger.Options{})
+		bad, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 		require.NoError(t, err)
 		require.NoError(t, bad.Close())
 		q := &verify.Periodic{Src: bad, Every: time.Minute, Logger: quiet}

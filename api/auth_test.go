@@ -11,12 +11,13 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // MustOpenTokens opens the tokens of the ledger at path.
 func MustOpenTokens(tb testing.TB, path string) *ledger.Tokens {
 	tb.Helper()
-	toks, err := ledger.OpenTokens(context.Background(), path)
+	toks, err := sqlite.OpenTokens(context.Background(), path)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = toks.Close() })
 	return toks

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // FuzzRequests sends arbitrary bodies to the write endpoints: the server
@@ -26,7 +26,7 @@ func FuzzRequests(f *testing.F) {
 	f.Add(2, `{"outcome":"succeeded","note":"n","result":{"a":1}}`)
 	f.Add(0, `{"idempotency_key":"k\u0000kkkkkkk"}`)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), ledger.Options{Logger: logger})
+	db, err := sqlite.Open(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), sqlite.Options{Logger: logger})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -17,16 +17,17 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // quiet discards logs.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // MustOpenDB opens a new ledger in a temp dir and returns it with its path.
-func MustOpenDB(tb testing.TB) (*ledger.DB, string) {
+func MustOpenDB(tb testing.TB) (*sqlite.DB, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = db.Close() })
 	return db, path
@@ -41,7 +42,7 @@ func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
 }
 
 // MustOpenServer serves a new ledger in a temp dir through httptest.
-func MustOpenServer(tb testing.TB) (*httptest.Server, *ledger.DB) {
+func MustOpenServer(tb testing.TB) (*httptest.Server, *sqlite.DB) {
 	tb.Helper()
 	db, _ := MustOpenDB(tb)
 	return MustServe(tb, api.NewServer(db, quiet)), db

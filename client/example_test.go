@@ -11,7 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // startLedger runs a real ledger server on a temporary SQLite file for
@@ -22,7 +22,7 @@ func startLedger() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := ledger.Open(context.Background(), filepath.Join(dir, "ledger.db"), ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -25,7 +25,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // Ledger is a real api.Server on a SQLite file in a temp dir.
 type Ledger struct {
 	Path   string
-	DB     *ledger.DB
+	DB     *sqlite.DB
 	Server *api.Server
 	HTTP   *httptest.Server
 }
@@ -35,7 +35,7 @@ type Ledger struct {
 func MustOpenLedger(tb testing.TB, setup ...func(*api.Server)) *Ledger {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(tb, err)
 	s := api.NewServer(db, quiet)
 	for _, f := range setup {
@@ -52,7 +52,7 @@ func MustOpenLedger(tb testing.TB, setup ...func(*api.Server)) *Ledger {
 // MustToken creates an API token on the ledger.
 func (l *Ledger) MustToken(tb testing.TB, name, role string) string {
 	tb.Helper()
-	toks, err := ledger.OpenTokens(context.Background(), l.Path)
+	toks, err := sqlite.OpenTokens(context.Background(), l.Path)
 	require.NoError(tb, err)
 	defer func() { _ = toks.Close() }()
 	tok, err := toks.Create(context.Background(), name, role)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 func TestClient_WithNamespace(t *testing.T) {
@@ -61,7 +62,7 @@ func TestClient_WithNamespace(t *testing.T) {
 	t.Run("ErrForbidden outside the token's namespaces", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		require.NoError(t, l.DB.CreateNamespace(ctx, "payments"))
-		toks, err := ledger.OpenTokens(ctx, l.Path)
+		toks, err := sqlite.OpenTokens(ctx, l.Path)
 		require.NoError(t, err)
 		tok, err := toks.Create(ctx, "pay-gw", ledger.RoleWriter, "payments")
 		require.NoError(t, err)

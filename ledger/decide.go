@@ -27,6 +27,9 @@ type keyRecord struct {
 	TokenHash string
 }
 
+// KeyRecord is one row of the derived keys table.
+type KeyRecord = keyRecord
+
 // finalized reports whether the latest reservation has an outcome.
 func (k *keyRecord) finalized() bool { return k.FinalSeq > k.ReserveSeq }
 
@@ -116,7 +119,7 @@ func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 		return nil, &inProgressError{leaseExpiresAt: k.LeaseExpiresAt, err: &Error{Code: ECodeInProgress,
 			Message:    "another attempt holds the reservation of this key",
 			Details:    map[string]any{"lease_expires_at": k.LeaseExpiresAt},
-			RetryAfter: msDuration((wait + 999) / 1000 * 1000)}}
+			RetryAfter: MsDuration((wait + 999) / 1000 * 1000)}}
 	case StateInterrupted:
 		if !k.Idempotent {
 			r, err := s.receipt(ctx, k.ReserveSeq)

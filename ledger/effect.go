@@ -1,13 +1,16 @@
 // Package ledger implements the idempotency-key state machine of the effect
-// ledger (SPEC §3–4) on top of a hash-chained, append-only SQLite table.
+// ledger (SPEC §3–4) on top of a hash-chained, append-only chain of
+// receipts kept by a storage driver (storage/sqlite, storage/postgres,
+// through the ports in store.go). It has no SQL of its own.
 //
-// Every decision and the receipt it appends happen in one SQLite write
-// transaction owned by a single writer goroutine, so a race can never give
-// two winners or fork the chain.
+// Every decision and the receipt it appends happen in one write
+// transaction of the driver (Chain.Update), run by one writer goroutine
+// per namespace, so a race can never give two winners or fork the chain.
 package ledger
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -166,3 +169,6 @@ type Head struct {
 	Seq  uint64
 	Hash chain.Hash
 }
+
+// MsDuration converts a count of milliseconds into a time.Duration.
+func MsDuration(ms uint64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -63,8 +63,9 @@ func Errorf(code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// invalid returns an invalid_request error naming the offending field.
-func invalid(field, format string, args ...any) *Error {
+// Invalid returns an invalid_request error naming the offending field
+// (Details["field"]); format and args make the message.
+func Invalid(field, format string, args ...any) *Error {
 	return &Error{Code: ECodeInvalidRequest, Message: fmt.Sprintf(format, args...),
 		Details: map[string]any{"field": field}}
 }
@@ -121,7 +122,8 @@ var (
 	// ErrSchemaVersion means the database file has a schema this build
 	// does not know.
 	ErrSchemaVersion = errors.New("unsupported schema version")
-	// ErrNotLedger means the file is an SQLite database of something else.
+	// ErrNotLedger means the database (a SQLite file, a PostgreSQL
+	// database) belongs to something else.
 	ErrNotLedger = errors.New("not an effect-ledger database")
 	// ErrDerivedState means the derived state (the keys table and the
 	// recorded head) does not match the receipts: serving from it could

@@ -77,7 +77,7 @@ func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResul
 		return nil, err
 	}
 	if req.Reservation == "" {
-		return nil, invalid("reservation", "reservation is required")
+		return nil, Invalid("reservation", "reservation is required")
 	}
 	o, err := validateOutcome(req.Outcome, req.ExternalRef, req.Result, req.Error)
 	if err != nil {
@@ -110,7 +110,7 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 		return nil, err
 	}
 	if n := len([]rune(req.Note)); n < 1 || n > MaxNoteLen {
-		return nil, invalid("note", "note is required: 1–%d characters", MaxNoteLen)
+		return nil, Invalid("note", "note is required: 1–%d characters", MaxNoteLen)
 	}
 	o, err := validateOutcome(req.Outcome, req.ExternalRef, req.Result, req.Error)
 	if err != nil {

@@ -54,8 +54,9 @@ var (
 		Name: "ledger_writer_ops_total",
 		Help: "Write operations run by the writer (requests and probes).",
 	})
-	checkpoints = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ledger_wal_checkpoints_total",
-		Help: "Background WAL checkpoints by result (ok, busy, error).",
-	}, []string{"result"})
 )
+
+// SetHeadMetric sets the ledger_chain_head_seq gauge of namespace ns to
+// seq: what a driver reports when it opens a namespace, before the first
+// append moves the head.
+func SetHeadMetric(ns string, seq uint64) { headSeq.WithLabelValues(ns).Set(float64(seq)) }

@@ -36,10 +36,10 @@ func (ns Log) checkpointed(ctx context.Context, n int64, field string) (*tlog.Si
 	if c == nil && n == 0 {
 		// SPEC §9: the size defaults to the latest checkpoint's; with none
 		// there is no size to prove against.
-		return nil, invalid(field, "no checkpoint has been signed yet, so there is no %s to prove against", field)
+		return nil, Invalid(field, "no checkpoint has been signed yet, so there is no %s to prove against", field)
 	}
 	if c == nil {
-		return nil, invalid(field, "%s %d is not the size of a signed checkpoint", field, n)
+		return nil, Invalid(field, "%s %d is not the size of a signed checkpoint", field, n)
 	}
 	return c, nil
 }
@@ -54,7 +54,7 @@ func (ns Log) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlog.In
 		return nil, err
 	}
 	if seq == 0 {
-		return nil, invalid("seq", "seq must be at least 1")
+		return nil, Invalid("seq", "seq must be at least 1")
 	}
 	if seq > uint64(size) {
 		return nil, Errorf(ECodeUnknownReceipt, "no receipt with seq %d", seq)
@@ -64,7 +64,7 @@ func (ns Log) InclusionProof(ctx context.Context, seq uint64, n int64) (*tlog.In
 		return nil, err
 	}
 	if uint64(c.Size) < seq {
-		return nil, invalid("size", "the checkpointed tree of size %d does not contain receipt %d yet", c.Size, seq)
+		return nil, Invalid("size", "the checkpointed tree of size %d does not contain receipt %d yet", c.Size, seq)
 	}
 	idx := tlog.LeafIndex(seq)
 	p, err := tlog.ProveInclusion(c.Size, idx, ns.ChainReader.HashReader(ctx))
@@ -83,7 +83,7 @@ func (ns Log) ConsistencyProof(ctx context.Context, from, to int64) (*tlog.Consi
 		return nil, err
 	}
 	if from < 0 || from > ct.Size {
-		return nil, invalid("from", "from must be from 0 to %d", ct.Size)
+		return nil, Invalid("from", "from must be from 0 to %d", ct.Size)
 	}
 	rootFrom := tlog.EmptyRoot
 	if from > 0 {

@@ -172,3 +172,23 @@ type TokenStore interface {
 	// AnyValidToken reports whether an unrevoked token exists.
 	AnyValidToken(ctx context.Context) (bool, error)
 }
+
+// Success is one successful outcome, as DuplicateSuccesses lists it.
+type Success struct {
+	Tool, InputHash, Key string
+	Seq, RecordedAt      uint64
+}
+
+// CallAfterFailure is one row of RepeatedFailures: the first failure of a
+// (tool, input_hash), or the first reserve of a key reserved after it.
+type CallAfterFailure struct {
+	Tool, InputHash string
+	// Failure is true for the failure (a commit or resolve), false for a
+	// later key's first reserve.
+	Failure     bool
+	Key         string
+	ExecutionID string
+	ErrorCode   string // the failure's error code
+	Seq         uint64
+	RecordedAt  uint64
+}

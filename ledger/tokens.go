@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -71,30 +70,13 @@ type Tokens struct {
 // NewTokens manages the tokens of ts.
 func NewTokens(ts TokenStore) *Tokens { return &Tokens{ts: ts, now: time.Now} }
 
-// OpenTokens opens the tokens table of the SQLite ledger at path for
-// management. It writes only the tokens table, so it may run beside a
-// ledgerd on the same file.
-func OpenTokens(ctx context.Context, path string) (*Tokens, error) {
-	rd, err := OpenReader(ctx, path, Options{}) // checks the schema version
-	if err != nil {
-		return nil, err
-	}
-	db, err := sql.Open("sqlite3", dsn(rd.Path(), "rw", 5*time.Second, true))
-	if err != nil {
-		_ = rd.Close()
-		return nil, fmt.Errorf("open tokens: %w", err)
-	}
-	db.SetMaxOpenConns(1)
-	if err := addTokenNamespaces(ctx, db); err != nil {
-		_ = rd.Close()
-		_ = db.Close()
-		return nil, err
-	}
-	return &Tokens{ts: &sqliteTokens{rd: rd, w: db}, now: time.Now,
-		closer: closers{db, rd}}, nil
+// NewTokensCloser manages the tokens of ts; Close closes c (what a
+// driver opened for ts alone).
+func NewTokensCloser(ts TokenStore, c io.Closer) *Tokens {
+	return &Tokens{ts: ts, now: time.Now, closer: c}
 }
 
-// Close closes what OpenTokens opened.
+// Close closes what NewTokensCloser was given.
 func (t *Tokens) Close() error {
 	if t.closer == nil {
 		return nil
@@ -188,14 +170,4 @@ func Authenticate(ctx context.Context, ts TokenStore, token string) (Principal, 
 		return Principal{}, ErrBadToken
 	}
 	return Principal{Name: row.Name, Role: row.Role, Namespaces: row.Namespaces}, nil
-}
-
-type closers []io.Closer
-
-func (cs closers) Close() error {
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, c.Close())
-	}
-	return errors.Join(errs...)
 }

@@ -100,7 +100,7 @@ func checkReservationToken(token string) error {
 	if ok && len(hexPart) == 64 && strings.Trim(hexPart, "0123456789abcdef") == "" {
 		return nil
 	}
-	return invalid("reservation", "reservation is not a reservation token of this ledger (malformed: expected %s and 64 lowercase hex digits, the \"reservation\" of the reserve response)", reservationTokenPrefix)
+	return Invalid("reservation", "reservation is not a reservation token of this ledger (malformed: expected %s and 64 lowercase hex digits, the \"reservation\" of the reserve response)", reservationTokenPrefix)
 }
 
 // tokenHash is what the ledger stores of a reservation token.
@@ -157,7 +157,7 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 	}
 	if req.Attempt != nil {
 		if *req.Attempt < 1 || *req.Attempt > MaxAttempt {
-			return a, invalid("attempt", "attempt must be an integer from 1 to %d", int64(MaxAttempt))
+			return a, Invalid("attempt", "attempt must be an integer from 1 to %d", int64(MaxAttempt))
 		}
 		a.attempt = uint64(*req.Attempt)
 	}
@@ -165,30 +165,30 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 		return a, err
 	}
 	if !isEffectClass(a.effect) {
-		return a, invalid("effect", "effect must be one of none, read, write, destructive, external")
+		return a, Invalid("effect", "effect must be one of none, read, write, destructive, external")
 	}
 	if a.inputHash != "" && !isNull(req.Input) {
-		return a, invalid("input", "give input or input_hash, not both")
+		return a, Invalid("input", "give input or input_hash, not both")
 	}
 	if len(a.inputHash) > MaxInputHashLen || !visibleASCII(a.inputHash) {
-		return a, invalid("input_hash", "input_hash must be at most %d bytes of visible ASCII", MaxInputHashLen)
+		return a, Invalid("input_hash", "input_hash must be at most %d bytes of visible ASCII", MaxInputHashLen)
 	}
 	if !isNull(req.Input) {
 		fp, err := Fingerprint(req.Input)
 		if err != nil {
-			return a, invalid("input", "input cannot be fingerprinted as RFC 8785 JSON: %v", err)
+			return a, Invalid("input", "input cannot be fingerprinted as RFC 8785 JSON: %v", err)
 		}
 		a.inputHash = fp
 	}
 	if req.LeaseMS != nil {
 		if *req.LeaseMS < MinLeaseMS || *req.LeaseMS > MaxLeaseMS {
-			return a, invalid("lease_ms", "lease_ms must be from %d to %d", MinLeaseMS, MaxLeaseMS)
+			return a, Invalid("lease_ms", "lease_ms must be from %d to %d", MinLeaseMS, MaxLeaseMS)
 		}
 		a.leaseMS = uint64(*req.LeaseMS)
 	}
 	if req.WaitMS != nil {
 		if *req.WaitMS < 0 || *req.WaitMS > MaxWaitMS {
-			return a, invalid("wait_ms", "wait_ms must be from 0 to %d", MaxWaitMS)
+			return a, Invalid("wait_ms", "wait_ms must be from 0 to %d", MaxWaitMS)
 		}
 		a.waitMS = uint64(*req.WaitMS)
 	}
@@ -197,7 +197,7 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 
 func checkID(field, v string) error {
 	if v == "" || len(v) > MaxIDLen || !visibleASCII(v) {
-		return invalid(field, "%s is required: 1–%d bytes of visible ASCII (0x21–0x7E)", field, MaxIDLen)
+		return Invalid(field, "%s is required: 1–%d bytes of visible ASCII (0x21–0x7E)", field, MaxIDLen)
 	}
 	return nil
 }
@@ -219,35 +219,35 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 	switch outcome {
 	case chain.OutcomeSucceeded:
 		if failure != nil {
-			return a, invalid("error", "error is only allowed with outcome failed")
+			return a, Invalid("error", "error is only allowed with outcome failed")
 		}
 	case chain.OutcomeFailed:
 		if failure == nil {
-			return a, invalid("error", "error.code is required with outcome failed")
+			return a, Invalid("error", "error.code is required with outcome failed")
 		}
 		if !ValidErrorCode(failure.Code) {
-			return a, invalid("error.code", "error.code must be 1–%d characters of A-Z, 0-9 and _", MaxErrorCodeLen)
+			return a, Invalid("error.code", "error.code must be 1–%d characters of A-Z, 0-9 and _", MaxErrorCodeLen)
 		}
 		if !utf8.ValidString(failure.Message) || utf8.RuneCountInString(failure.Message) > MaxErrorMessageLen {
-			return a, invalid("error.message", "error.message must be at most %d characters", MaxErrorMessageLen)
+			return a, Invalid("error.message", "error.message must be at most %d characters", MaxErrorMessageLen)
 		}
 		a.failure = *failure
 	default:
-		return a, invalid("outcome", "outcome must be succeeded or failed")
+		return a, Invalid("outcome", "outcome must be succeeded or failed")
 	}
 	if !utf8.ValidString(externalRef) || utf8.RuneCountInString(externalRef) > MaxExternalRefLen {
-		return a, invalid("external_ref", "external_ref must be at most %d characters", MaxExternalRefLen)
+		return a, Invalid("external_ref", "external_ref must be at most %d characters", MaxExternalRefLen)
 	}
 	if !isNull(result) {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, result); err != nil {
-			return a, invalid("result", "result is not valid JSON")
+			return a, Invalid("result", "result is not valid JSON")
 		}
 		if buf.Len() > MaxResultLen {
-			return a, invalid("result", "result must be at most %d bytes as compact JSON", MaxResultLen)
+			return a, Invalid("result", "result must be at most %d bytes as compact JSON", MaxResultLen)
 		}
 		if !utf8.Valid(buf.Bytes()) {
-			return a, invalid("result", "result must be UTF-8")
+			return a, Invalid("result", "result must be UTF-8")
 		}
 		a.result = buf.String()
 	}

@@ -208,7 +208,7 @@ func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *Reser
 // decides again. It subscribes before each decision, so a commit that
 // lands between the decision and the wait still wakes it.
 func (n *Namespace) reserveWaiting(ctx context.Context, a *reserveArgs) (*ReserveResult, error) {
-	deadline := time.Now().Add(msDuration(a.waitMS))
+	deadline := time.Now().Add(MsDuration(a.waitMS))
 	for {
 		wk := waitKey(n.name, a.key)
 		ch, subscribed := n.l.waits.subscribe(wk)
@@ -233,7 +233,7 @@ func (n *Namespace) reserveWaiting(ctx context.Context, a *reserveArgs) (*Reserv
 		now := uint64(n.l.cfg.Now().UnixMilli())
 		if lease <= now {
 			sleep, end = 0, waitLeaseEnd
-		} else if d := msDuration(lease - now); d < sleep {
+		} else if d := MsDuration(lease - now); d < sleep {
 			sleep, end = d, waitLeaseEnd
 		}
 		end, err = n.l.park(ctx, ch, sleep, end)

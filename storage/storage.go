@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // Options configures Open.
@@ -19,7 +20,7 @@ type Options struct {
 	// is taken, so it may run beside ledgerd).
 	ReadOnly bool
 	// SQLite tunes the SQLite driver (Logger and the fields above win).
-	SQLite ledger.Options
+	SQLite sqlite.Options
 }
 
 // IsPostgres reports whether dsn names a PostgreSQL database.
@@ -37,5 +38,5 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
 	}
 	so := opts.SQLite
 	so.Logger = opts.Logger
-	return ledger.OpenSQLite(ctx, dsn, so, opts.ReadOnly)
+	return sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -98,7 +98,7 @@ func TestLedgerd_batchingMatchesStateMachine(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, l.Stop())
 
-	rd, err := ledger.OpenReader(context.Background(), l.DB, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), l.DB, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	rep, err := verify.New(rd, verify.Opts{}).Check(context.Background())

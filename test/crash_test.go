@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -106,7 +106,7 @@ func TestLedgerd_kill9(t *testing.T) {
 	assert.Equal(t, 200, l.Do("GET", "/readyz", "").Status)
 	require.NoError(t, l.Stop())
 
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	for _, a := range acks {
@@ -171,7 +171,7 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 	assert.Less(t, time.Since(start), 10*time.Second)
 	wg.Wait()
 	require.NotEmpty(t, acks)
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	for _, a := range acks {

@@ -192,7 +192,7 @@ func TestLedgerd_noDatabaseBeforeBind(t *testing.T) {
 
 // TestLedgerd_migratesV1 serves a file written by schema 1.
 func TestLedgerd_migratesV1(t *testing.T) {
-	src, err := os.ReadFile("../ledger/testdata/v1.db")
+	src, err := os.ReadFile("../storage/sqlite/testdata/v1.db")
 	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "v1.db")
 	require.NoError(t, os.WriteFile(db, src, 0o644))

@@ -23,6 +23,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -408,7 +409,7 @@ func copyDB(t *testing.T, from, to string) {
 // derived state agree. The chain alone is intact again.
 func rewriteSuffix(t *testing.T, path string, seq uint64) {
 	t.Helper()
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	rs, _, err := rd.ListReceipts(context.Background(), ledger.ReceiptFilter{After: seq - 1, Limit: 1000})
 	require.NoError(t, err)

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 var uiScreenshot = flag.String("ui-screenshot", "", "write the web page's screenshot to this `file` (the README's is ../docs/ui.png)")
@@ -516,7 +517,7 @@ func atoi(t *testing.T, s string) int {
 func TestUI_token(t *testing.T) {
 	browser := newBrowser(t)
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	toks, err := ledger.OpenTokens(context.Background(), l.DB)
+	toks, err := sqlite.OpenTokens(context.Background(), l.DB)
 	require.NoError(t, err)
 	defer toks.Close()
 	reader, err := toks.Create(context.Background(), "auditor", ledger.RoleReader)

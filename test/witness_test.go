@@ -16,7 +16,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/internal/testwitness"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -74,7 +74,7 @@ func waitCosigned(t *testing.T, l *Ledgerd, logVkey string, size int64, vkeys ..
 // stored, read from its database file.
 func storedCheckpoint(t *testing.T, path string) int64 {
 	t.Helper()
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer func() { _ = rd.Close() }()
 	c, err := rd.LatestCheckpoint(context.Background())

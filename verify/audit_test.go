@@ -12,12 +12,13 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func TestVerifier_audit(t *testing.T) {
 	path, now := buildLedger(t)
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	opts := verify.Opts{Now: func() time.Time { return now }}
@@ -64,7 +65,7 @@ func TestVerifier_audit(t *testing.T) {
 	})
 	t.Run("no duplicates", func(t *testing.T) { assert.Empty(t, a.DuplicateEffects) })
 	t.Run("online audit is the same", func(t *testing.T) {
-		db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+		db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 		require.NoError(t, err)
 		srv := httptest.NewServer(api.NewServer(db, quiet))
 		defer func() { srv.Close(); _ = db.Close() }()
@@ -97,7 +98,7 @@ func TestVerifier_audit(t *testing.T) {
 // succeeded — the refund called twice under different keys.
 func TestVerifier_duplicateEffects(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, k := range []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"} {
@@ -112,7 +113,7 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 		_, err = db.Commit(ctx, ledger.CommitRequest{IdempotencyKey: k, Reservation: res.Reservation, Outcome: outcome, Error: fd})
 		require.NoError(t, err)
 	}
-	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	rep, err := verify.New(rd, verify.Opts{}).Check(ctx)

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -32,7 +32,7 @@ func BenchmarkVerifier_offline(b *testing.B) {
 		n = v
 	}
 	path := makeLedger(b, n)
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

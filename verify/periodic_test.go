@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -49,7 +50,7 @@ func TestPeriodic_auditMetrics(t *testing.T) {
 	c.reserve("charge-a-0001", "exec-3", "payments.charge", 1, lease(10))
 	c.resolveFailed("charge-a-0001", "NOT_CHARGED") // resolution
 
-	rd, err := ledger.OpenReader(context.Background(), c.path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), c.path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	p := &verify.Periodic{Src: rd, Logger: quiet}
@@ -90,7 +91,7 @@ func TestPeriodic_auditMetrics(t *testing.T) {
 func TestPeriodic_Status(t *testing.T) {
 	ctx := context.Background()
 	path, _ := buildLedger(t)
-	rd, err := ledger.OpenReader(ctx, path, ledger.Options{Logger: quiet})
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
 	defer rd.Close()
 	p := &verify.Periodic{Src: rd, Every: time.Minute, Logger: quiet}
@@ -153,7 +154,7 @@ func TestPeriodic_Once(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.db")
 	copyFile(t, base, path)
 	ctx := context.Background()
-	rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	reg := prometheus.NewPedanticRegistry()

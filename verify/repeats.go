@@ -19,8 +19,6 @@ type RepeatSource interface {
 	RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error
 }
 
-var _ RepeatSource = (*ledger.Reader)(nil)
-
 // repeatCollector turns rows grouped by (tool, input_hash), the failure
 // first and then the later keys in seq order, into RepeatedFailure
 // entries, keeping those whose latest repeat is after from and in the

@@ -13,15 +13,19 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
+
+// The SQLite driver's reader serves the grouped query.
+var _ verify.RepeatSource = (*sqlite.Reader)(nil)
 
 // calls drives a real ledger file through its Go API, one receipt per
 // step, with a clock that moves one second per step.
 type calls struct {
 	t      *testing.T
 	path   string
-	db     *ledger.DB
+	db     *sqlite.DB
 	clock  *clock
 	tokens map[string]string // key → latest reservation token
 	keys   []string          // generated keys, in order
@@ -31,7 +35,7 @@ func newCalls(t *testing.T) *calls {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Now: c.Now, Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	return &calls{t: t, path: path, db: db, clock: c, tokens: map[string]string{}}
@@ -100,7 +104,7 @@ func (c *calls) audits(opts verify.Opts) (offline, online *verify.Audit) {
 	if opts.Now == nil {
 		opts.Now = c.clock.Now
 	}
-	rd, err := ledger.OpenReader(ctx, c.path, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, c.path, sqlite.Options{})
 	require.NoError(c.t, err)
 	defer rd.Close()
 	rep, err := verify.New(rd, opts).Check(ctx)
@@ -364,7 +368,7 @@ func TestVerifier_repeatedFailuresFilters(t *testing.T) {
 		}
 	})
 	t.Run("incremental", func(t *testing.T) {
-		rd, err := ledger.OpenReader(context.Background(), c.path, ledger.Options{})
+		rd, err := sqlite.OpenReader(context.Background(), c.path, sqlite.Options{})
 		require.NoError(t, err)
 		defer rd.Close()
 		for _, tc := range []struct {
@@ -382,7 +386,7 @@ func TestVerifier_repeatedFailuresFilters(t *testing.T) {
 // TestVerifier_sinceSeq: the seq window applies to every member.
 func TestVerifier_sinceSeq(t *testing.T) {
 	path, now := buildLedger(t)
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	rep, err := verify.New(rd, verify.Opts{Now: func() time.Time { return now }, Filter: verify.AuditFilter{SinceSeq: 7}}).Check(context.Background())

@@ -21,12 +21,13 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 var (
-	_ verify.KeySource        = (*ledger.Reader)(nil)
-	_ verify.DerivedSource    = (*ledger.Reader)(nil)
+	_ verify.KeySource        = (*sqlite.Reader)(nil)
+	_ verify.DerivedSource    = (*sqlite.Reader)(nil)
 	_ verify.KeyHistorySource = (*api.Client)(nil)
 )
 
@@ -69,7 +70,7 @@ func buildLedger(t *testing.T) (path string, now time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "ledger.db")
 	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Now: c.Now, Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewServer(db, quiet))
 	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
@@ -168,16 +169,16 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 // openForServing opens a tampered file for the online checks the way the
 // forger gets ledgerd to serve it: keys that point past a truncated chain
 // are rebuilt first (rebuild-keys), or ledgerd would refuse the file.
-func openForServing(t *testing.T, path string) *ledger.DB {
+func openForServing(t *testing.T, path string) *sqlite.DB {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 	if errors.Is(err, ledger.ErrDerivedState) {
-		repair, rerr := ledger.Open(context.Background(), path, ledger.Options{Logger: quiet, Repair: true})
+		repair, rerr := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Repair: true})
 		require.NoError(t, rerr)
 		_, rerr = repair.RebuildKeys(context.Background())
 		require.NoError(t, rerr)
 		require.NoError(t, repair.Close())
-		db, err = ledger.Open(context.Background(), path, ledger.Options{Logger: quiet})
+		db, err = sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
 	}
 	require.NoError(t, err)
 	return db
@@ -207,7 +208,7 @@ func contains(l []string, s string) bool {
 // on the tampered file).
 func TestVerifier_tamper(t *testing.T) {
 	base, now := buildLedger(t)
-	rd, err := ledger.OpenReader(context.Background(), base, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), base, sqlite.Options{})
 	require.NoError(t, err)
 	head, err := rd.ReadHead(context.Background())
 	require.NoError(t, err)
@@ -229,7 +230,7 @@ func TestVerifier_tamper(t *testing.T) {
 				opts.ExpectHead = &verify.Pin{Seq: head.Seq, Hash: head.Hash.String()}
 			}
 
-			rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 			require.NoError(t, err)
 			defer rd.Close()
 			rep, err := verify.New(rd, opts).Check(context.Background())
@@ -268,7 +269,7 @@ func TestVerifier_tamper(t *testing.T) {
 
 func TestVerifier_pins(t *testing.T) {
 	base, now := buildLedger(t)
-	rd, err := ledger.OpenReader(context.Background(), base, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), base, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	ctx := context.Background()
@@ -316,7 +317,7 @@ func TestVerifier_pins(t *testing.T) {
 	})
 }
 
-func mustHash(t *testing.T, rd *ledger.Reader, seq uint64) string {
+func mustHash(t *testing.T, rd *sqlite.Reader, seq uint64) string {
 	r, err := rd.GetReceipt(context.Background(), seq)
 	require.NoError(t, err)
 	return r.Hash.String()
@@ -330,7 +331,7 @@ func TestVerifier_maxViolations(t *testing.T) {
 		SQL        string `json:"sql"`
 		RehashFrom uint64 `json:"rehash_from"`
 	}{{SQL: "UPDATE receipts SET actor = 'someone'"}}})
-	rd, err := ledger.OpenReader(context.Background(), path, ledger.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	rep, err := verify.New(rd, verify.Opts{MaxViolations: 3, Now: func() time.Time { return now }}).Check(context.Background())
@@ -346,7 +347,7 @@ func TestVerifier_maxViolations(t *testing.T) {
 func TestVerifier_incremental(t *testing.T) {
 	base, now := buildLedger(t)
 	ctx := context.Background()
-	rd, err := ledger.OpenReader(ctx, base, ledger.Options{})
+	rd, err := sqlite.OpenReader(ctx, base, sqlite.Options{})
 	require.NoError(t, err)
 	hashes := map[uint64]string{}
 	require.NoError(t, rd.Receipts(ctx, 0, func(r *chain.Receipt) error { hashes[r.Seq] = r.Hash.String(); return nil }))
@@ -418,7 +419,7 @@ func TestVerifier_incremental(t *testing.T) {
 				}
 				assert.Equal(t, tc.wantChecked, rep.Checked, "%s: rehashed", src)
 			}
-			rd, err := ledger.OpenReader(ctx, path, ledger.Options{})
+			rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 			require.NoError(t, err)
 			defer rd.Close()
 			rep, err := verify.New(rd, opts).Check(ctx)

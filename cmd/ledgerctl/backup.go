@@ -14,6 +14,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -74,8 +75,8 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if fi, err := os.Stat(filepath.Dir(*out)); err != nil || !fi.IsDir() {
 		return fmt.Errorf("--out %s: no directory %s to write it in", *out, filepath.Dir(*out))
 	}
-	res, err := ledger.Backup(ctx, src.db, *out, ledger.BackupOptions{Overwrite: *force})
-	if errors.Is(err, ledger.ErrBackupExists) {
+	res, err := sqlite.Backup(ctx, src.db, *out, sqlite.BackupOptions{Overwrite: *force})
+	if errors.Is(err, sqlite.ErrBackupExists) {
 		return fmt.Errorf("--out %s exists; give --force to replace it", *out)
 	}
 	if err != nil {
@@ -91,18 +92,18 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	type nsCopy struct {
-		res *ledger.BackupResult
+		res *sqlite.BackupResult
 		rep *verify.Report
 	}
 	var copies []nsCopy
 	bad := rep.ViolationsTotal
 	for _, ns := range names {
-		dst := ledger.NamespacePath(*out, ns)
+		dst := sqlite.NamespacePath(*out, ns)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("backup namespace %s: %w", ns, err)
 		}
-		nres, err := ledger.Backup(ctx, ledger.NamespacePath(src.db, ns), dst, ledger.BackupOptions{Overwrite: *force})
-		if errors.Is(err, ledger.ErrBackupExists) {
+		nres, err := sqlite.Backup(ctx, sqlite.NamespacePath(src.db, ns), dst, sqlite.BackupOptions{Overwrite: *force})
+		if errors.Is(err, sqlite.ErrBackupExists) {
 			return fmt.Errorf("%s exists; give --force to replace it", dst)
 		}
 		if err != nil {
@@ -142,10 +143,10 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// verifyCopy verifies a copy made by ledger.Backup against the head it
+// verifyCopy verifies a copy made by sqlite.Backup against the head it
 // copied.
-func verifyCopy(ctx context.Context, res *ledger.BackupResult) (*verify.Report, error) {
-	rd, err := ledger.OpenReader(ctx, res.Path, ledger.Options{})
+func verifyCopy(ctx context.Context, res *sqlite.BackupResult) (*verify.Report, error) {
+	rd, err := sqlite.OpenReader(ctx, res.Path, sqlite.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open the copy: %w", err)
 	}
@@ -161,7 +162,7 @@ func verifyCopy(ctx context.Context, res *ledger.BackupResult) (*verify.Report, 
 // copiedNamespaces lists the namespaces other than default that the
 // registry of the copy at path holds.
 func copiedNamespaces(ctx context.Context, path string) ([]string, error) {
-	st, err := ledger.OpenSQLite(ctx, path, ledger.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
+	st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
 	if err != nil {
 		return nil, fmt.Errorf("open the copy: %w", err)
 	}
@@ -173,7 +174,7 @@ func copiedNamespaces(ctx context.Context, path string) ([]string, error) {
 	return slices.DeleteFunc(names, func(ns string) bool { return ns == ledger.DefaultNamespace }), nil
 }
 
-func printBackup(w io.Writer, res *ledger.BackupResult, rep *verify.Report) {
+func printBackup(w io.Writer, res *sqlite.BackupResult, rep *verify.Report) {
 	fmt.Fprintf(w, "backup: wrote %s (%s, %s)\n", res.Path, plural(res.Bytes, "byte", "bytes"), plural(rep.Receipts, "receipt", "receipts"))
 	if rep.OK {
 		fmt.Fprintf(w, "verified: OK, head %d:%s\n", rep.Head.Seq, rep.Head.Hash)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // NamespaceCommand runs `ledgerctl namespace create|list`.
@@ -109,7 +110,7 @@ serves it at once. Exit 2 if NAME exists.`,
 	if src.server != "" {
 		where = src.server
 	} else if !storage.IsPostgres(src.db) {
-		where = ledger.NamespacePath(src.db, name)
+		where = sqlite.NamespacePath(src.db, name)
 	}
 	_, err = fmt.Fprintf(c.Stdout, "namespace %s created (%s)\n", name, where)
 	return err
@@ -128,7 +129,7 @@ func createNamespaceDB(ctx context.Context, env *Env, dsn, name string) error {
 		if err = checkDBFile(dsn); err != nil {
 			return err
 		}
-		err = ledger.CreateSQLiteNamespace(ctx, dsn, name)
+		err = sqlite.CreateNamespace(ctx, dsn, name)
 	}
 	if errors.Is(err, ledger.ErrNamespaceExists) {
 		return fmt.Errorf("namespace %q exists in %s", name, describeDSN(dsn))
@@ -190,7 +191,7 @@ holds each. Through --server a token limited to namespaces sees only those.`,
 	for _, n := range list {
 		fmt.Fprintf(tw, "%s\t%d\t%s", n.Name, n.Head.Seq, n.Head.Hash)
 		if files {
-			fmt.Fprintf(tw, "\t%s", ledger.NamespacePath(src.db, n.Name))
+			fmt.Fprintf(tw, "\t%s", sqlite.NamespacePath(src.db, n.Name))
 		}
 		fmt.Fprintln(tw)
 	}

@@ -7,8 +7,8 @@ import (
 	"io"
 	"log/slog"
 
-	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // RebuildKeysCommand runs `ledgerctl rebuild-keys`: it recomputes the
@@ -55,7 +55,7 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	l, err := ledger.Open(ctx, *db, ledger.Options{Logger: quiet, Repair: true})
+	l, err := sqlite.Open(ctx, *db, sqlite.Options{Logger: quiet, Repair: true})
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	// Prove the repair: a normal open checks the derived state again.
-	check, err := ledger.Open(ctx, *db, ledger.Options{Logger: quiet})
+	check, err := sqlite.Open(ctx, *db, sqlite.Options{Logger: quiet})
 	if err != nil {
 		return fmt.Errorf("after rebuilding: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // TokenCommand runs `ledgerctl token create|list|revoke`.
@@ -72,7 +73,7 @@ func openTokens(ctx context.Context, fs *flag.FlagSet, env *Env, db string) (t *
 	if err := checkDBFile(db); err != nil {
 		return nil, nil, err
 	}
-	t, err = ledger.OpenTokens(ctx, db)
+	t, err = sqlite.OpenTokens(ctx, db)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -25,7 +25,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // MustGateway serves a gateway in front of a real ledger on a temp file.
 func MustGateway(t *testing.T) *httptest.Server {
 	t.Helper()
-	db, err := ledger.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
 	ls := httptest.NewServer(api.NewServer(db, quiet))
 	lc, err := client.New(ls.URL)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // T0 is the recorded_at of the first generated receipt (unix ms).
@@ -28,7 +29,7 @@ const T0 = 1764475200000
 // and returns its head. progress, if set, is called every million receipts.
 func Ledger(ctx context.Context, path string, n int, progress func(done int)) (ledger.Head, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledger.Open(ctx, path, ledger.Options{Logger: quiet})
+	db, err := sqlite.Open(ctx, path, sqlite.Options{Logger: quiet})
 	if err != nil {
 		return ledger.Head{}, err
 	}
@@ -55,7 +56,7 @@ func Ledger(ctx context.Context, path string, n int, progress func(done int)) (l
 	if err := raw.Close(); err != nil {
 		return head, err
 	}
-	db, err = ledger.Open(ctx, path, ledger.Options{Logger: quiet})
+	db, err = sqlite.Open(ctx, path, sqlite.Options{Logger: quiet})
 	if err != nil {
 		return head, err
 	}

@@ -223,11 +223,6 @@ func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
 	return view, nil
 }
 
-func invalid(field, format string, args ...any) *ledger.Error {
-	return &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: fmt.Sprintf(format, args...),
-		Details: map[string]any{"field": field}}
-}
-
 // GetReceipt returns the receipt at seq. Errors: *ledger.Error with
 // ECodeUnknownReceipt.
 func (c *Chain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
@@ -254,12 +249,12 @@ func (c *Chain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]cha
 		f.Limit = ledger.DefaultPageLimit
 	}
 	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
-		return nil, nil, invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
+		return nil, nil, ledger.Invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
 	}
 	switch f.Kind {
 	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
 	default:
-		return nil, nil, invalid("kind", "kind must be reserve, commit, replay or resolve")
+		return nil, nil, ledger.Invalid("kind", "kind must be reserve, commit, replay or resolve")
 	}
 	var where strings.Builder
 	args := []any{c.ns, int64(f.After)}

@@ -1,0 +1,155 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// fill appends n reserve+commit pairs to db.
+func fill(tb testing.TB, db *sqlite.DB, prefix string, n int) {
+	tb.Helper()
+	for i := range n {
+		key := fmt.Sprintf("%s-%06d", prefix, i)
+		res := mustReserve(tb, db, reserveReq(key, "exec-1"))
+		_, err := db.Commit(context.Background(), succeed(key, res.Reservation))
+		require.NoError(tb, err)
+	}
+}
+
+// dirEntries lists the names in dir.
+func dirEntries(tb testing.TB, dir string) []string {
+	tb.Helper()
+	es, err := os.ReadDir(dir)
+	require.NoError(tb, err)
+	var names []string
+	for _, e := range es {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestBackup(t *testing.T) {
+	ctx := context.Background()
+	t.Run("OK", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		fill(t, db, "backup-ok", 50)
+		dir := t.TempDir()
+		dst := filepath.Join(dir, "copy.db")
+		var steps int
+		res, err := sqlite.Backup(ctx, db.Path(), dst, sqlite.BackupOptions{PagesPerStep: 2,
+			Progress: func(copied, total int) { steps++ }})
+		require.NoError(t, err)
+		require.Equal(t, db.Head(), res.Head, "nothing was written meanwhile")
+		require.Equal(t, dst, res.Path)
+		require.Greater(t, steps, 1, "copied in several steps")
+		require.Equal(t, []string{"copy.db"}, dirEntries(t, dir), "no temporary file, journal or WAL is left")
+
+		raw, err := os.ReadFile(dst)
+		require.NoError(t, err)
+		require.Equal(t, int64(len(raw)), res.Bytes)
+		require.Equal(t, []byte{1, 1}, raw[18:20], "the copy uses a rollback journal: one self-contained file")
+
+		rd, err := sqlite.OpenReader(ctx, dst, sqlite.Options{})
+		require.NoError(t, err)
+		defer rd.Close()
+		h, err := rd.ReadHead(ctx)
+		require.NoError(t, err)
+		require.Equal(t, res.Head, h)
+	})
+	t.Run("OK while the writer appends", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		fill(t, db, "before", 200)
+		var wg sync.WaitGroup
+		var stop atomic.Bool
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				fill(t, db, fmt.Sprintf("during-%d", i), 1)
+			}
+		}()
+		dst := filepath.Join(t.TempDir(), "copy.db")
+		var first, last uint64
+		res, err := sqlite.Backup(ctx, db.Path(), dst, sqlite.BackupOptions{PagesPerStep: 1,
+			Progress: func(copied, total int) {
+				if first == 0 {
+					first = db.Head().Seq
+				}
+				last = db.Head().Seq
+				time.Sleep(time.Millisecond) // a slow copy: the writer appends meanwhile
+			}})
+		stop.Store(true)
+		wg.Wait()
+		require.NoError(t, err)
+		require.Greater(t, last, first, "receipts were appended during the copy")
+		require.Less(t, res.Head.Seq, last, "the copy holds its snapshot, not the later receipts")
+		require.GreaterOrEqual(t, res.Head.Seq, uint64(400))
+		require.LessOrEqual(t, res.Head.Seq, db.Head().Seq)
+		live, err := db.GetReceipt(ctx, res.Head.Seq)
+		require.NoError(t, err)
+		require.Equal(t, live.Hash, res.Head.Hash, "the copy is a prefix of the live chain")
+
+		rd, err := sqlite.OpenReader(ctx, dst, sqlite.Options{})
+		require.NoError(t, err)
+		defer rd.Close()
+		h, err := rd.ReadHead(ctx)
+		require.NoError(t, err)
+		require.Equal(t, res.Head, h)
+	})
+	t.Run("ErrBackupExists", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		fill(t, db, "exists", 3)
+		dir := t.TempDir()
+		dst := filepath.Join(dir, "copy.db")
+		require.NoError(t, os.WriteFile(dst, []byte("keep me"), 0o600))
+		_, err := sqlite.Backup(ctx, db.Path(), dst, sqlite.BackupOptions{})
+		require.ErrorIs(t, err, sqlite.ErrBackupExists)
+		raw, err := os.ReadFile(dst)
+		require.NoError(t, err)
+		require.Equal(t, "keep me", string(raw))
+		require.Equal(t, []string{"copy.db"}, dirEntries(t, dir))
+
+		res, err := sqlite.Backup(ctx, db.Path(), dst, sqlite.BackupOptions{Overwrite: true})
+		require.NoError(t, err)
+		require.Equal(t, db.Head(), res.Head)
+	})
+	t.Run("ErrNotLedger", func(t *testing.T) {
+		dir := t.TempDir()
+		other := filepath.Join(dir, "other.db")
+		sdb, err := sql.Open("sqlite3", other)
+		require.NoError(t, err)
+		_, err = sdb.Exec(`CREATE TABLE t (x)`)
+		require.NoError(t, err)
+		require.NoError(t, sdb.Close())
+		_, err = sqlite.Backup(ctx, other, filepath.Join(dir, "copy.db"), sqlite.BackupOptions{})
+		require.ErrorIs(t, err, ledger.ErrNotLedger)
+		require.Equal(t, []string{"other.db"}, dirEntries(t, dir))
+	})
+	t.Run("ErrCanceled", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		fill(t, db, "cancel", 50)
+		dir := t.TempDir()
+		cctx, cancel := context.WithCancel(ctx)
+		_, err := sqlite.Backup(cctx, db.Path(), filepath.Join(dir, "copy.db"), sqlite.BackupOptions{PagesPerStep: 1,
+			Progress: func(int, int) { cancel() }})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Empty(t, dirEntries(t, dir), "a canceled backup leaves nothing")
+	})
+	t.Run("ErrSameFile", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		_, err := sqlite.Backup(ctx, db.Path(), db.Path(), sqlite.BackupOptions{Overwrite: true})
+		require.Error(t, err)
+	})
+}

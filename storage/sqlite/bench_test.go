@@ -1,0 +1,178 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/internal/gen"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// BenchmarkDB_ReserveCommit measures one reserve+commit pair at a time
+// (two durable transactions).
+func BenchmarkDB_ReserveCommit(b *testing.B) {
+	db, _ := MustOpenDB(b)
+	ctx := context.Background()
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		k := fmt.Sprintf("bench-key-%09d", i)
+		i++
+		res, err := db.Reserve(ctx, reserveReq(k, "exec-1"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+}
+
+// BenchmarkDB_ReserveCommitParallel measures pairs from many goroutines,
+// which the writer groups into shared transactions.
+func BenchmarkDB_ReserveCommitParallel(b *testing.B) {
+	db, _ := MustOpenDB(b)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			k := fmt.Sprintf("bench-key-%09d", n.Add(1))
+			res, err := db.Reserve(ctx, reserveReq(k, "exec-1"))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	b.ReportMetric(float64(db.WriterStats().PerOp().Nanoseconds())/1000, "writer-µs/op")
+}
+
+// benchLedger returns a copy of a generated ledger of n receipts with
+// UUID-like keys (cached in the temp dir across runs; n = 0 is a new file).
+func benchLedger(b *testing.B, n int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "ledger.db")
+	if n == 0 {
+		return path
+	}
+	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
+	if _, err := os.Stat(cached); err != nil {
+		b.Logf("generating a %d-receipt ledger at %s (once)", n, cached)
+		tmp := cached + ".tmp"
+		_ = os.Remove(tmp)
+		if _, err := gen.Ledger(context.Background(), tmp, n, nil); err != nil {
+			b.Fatal(err)
+		}
+		_ = os.Remove(tmp + ".lock")
+		if err := os.Rename(tmp, cached); err != nil {
+			b.Fatal(err)
+		}
+	}
+	src, err := os.Open(cached)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		b.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// benchReceipts is the size of the pre-filled ledger of the write
+// benchmarks (LEDGER_BENCH_RECEIPTS, default 1,000,000).
+func benchReceipts(b *testing.B) int {
+	if v := os.Getenv("LEDGER_BENCH_RECEIPTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	return 1_000_000
+}
+
+// BenchmarkDB_PairsRandom is the write path as users load it: 32
+// goroutines, each pair a new UUID-like key and execution id, on an empty
+// ledger and on one pre-filled with a million receipts. It reports
+// pairs/s, the writer's busy time per request and the file's bytes per
+// receipt.
+func BenchmarkDB_PairsRandom(b *testing.B) {
+	for _, size := range []struct {
+		name string
+		n    int
+	}{{"empty", 0}, {"prefilled", benchReceipts(b)}} {
+		b.Run(size.name, func(b *testing.B) {
+			path := benchLedger(b, size.n)
+			opts := quiet
+			if v := os.Getenv("LEDGER_BENCH_PAGE_SIZE"); v != "" {
+				opts.PageSize, _ = strconv.Atoi(v) // new files only
+			}
+			db, err := sqlite.Open(context.Background(), path, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			ctx := context.Background()
+			var seq atomic.Uint64
+			salt := strconv.FormatInt(time.Now().UnixNano(), 10)
+			before := db.WriterStats()
+			b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := seq.Add(1)
+					k := gen.UUIDLike("bench-key-"+salt, i)
+					req := reserveReq(k, gen.UUIDLike("bench-exec-"+salt, i))
+					res, err := db.Reserve(ctx, req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			st := db.WriterStats()
+			st.Ops -= before.Ops
+			st.Busy -= before.Busy
+			b.ReportMetric(float64(st.PerOp().Nanoseconds())/1000, "writer-µs/op")
+			head := db.Head()
+			if err := db.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if fi, err := os.Stat(path); err == nil && head.Seq > 0 {
+				b.ReportMetric(float64(fi.Size())/float64(head.Seq), "bytes/receipt")
+			}
+		})
+	}
+}

@@ -1,0 +1,28 @@
+package sqlite
+
+import "database/sql"
+
+// Pools exposes the connection pools to the black-box tests.
+func (db *DB) Pools() (writer, reader *sql.DB) { return db.main.w, db.main.r }
+
+// Unpack exposes the packed-row decoder to the fuzz test.
+var Unpack = unpack
+
+// SetBeforeCommit installs a hook that can fail batches before COMMIT. It
+// must be called before the hook can race with the writer: the hook itself
+// reads an atomic the test flips.
+func (db *DB) SetBeforeCommit(f func() error) { db.main.beforeCommit = f }
+
+// Classify exposes the driver-error classification to the tests.
+var Classify = classify
+
+// SQLRepeatedFailures exposes the repeated-failures query to its plan test.
+const SQLRepeatedFailures = sqlRepeatedFailures
+
+// SetBackfillChunk sets how many leaves one tree back-fill transaction
+// adds and returns a func that restores it.
+func SetBackfillChunk(n int) func() {
+	old := backfillChunk
+	backfillChunk = n
+	return func() { backfillChunk = old }
+}

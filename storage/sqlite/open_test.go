@@ -1,0 +1,229 @@
+package sqlite_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	_ "github.com/mattn/go-sqlite3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+var quiet = sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+
+// makeSQLite creates an SQLite file of another application with a
+// rollback journal, running stmts.
+func makeSQLite(tb testing.TB, path string, stmts ...string) {
+	tb.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=DELETE")
+	require.NoError(tb, err)
+	defer db.Close()
+	for _, s := range stmts {
+		_, err := db.Exec(s)
+		require.NoError(tb, err, s)
+	}
+}
+
+// TestOpen_refusedFilesUntouched checks that a file Open refuses is left
+// byte for byte as it was, with nothing created beside it.
+func TestOpen_refusedFilesUntouched(t *testing.T) {
+	for _, tt := range []struct {
+		desc    string
+		make    func(tb testing.TB, path string)
+		wantErr error
+	}{
+		{"another application's SQLite database", func(tb testing.TB, p string) {
+			makeSQLite(tb, p, `CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)`, `INSERT INTO notes (body) VALUES ('keep me')`)
+		}, ledger.ErrNotLedger},
+		{"a database with another application_id", func(tb testing.TB, p string) {
+			makeSQLite(tb, p, `PRAGMA application_id = 42`, `CREATE TABLE t (x)`)
+		}, ledger.ErrNotLedger},
+		{"an SQLite database with user_version but no application_id", func(tb testing.TB, p string) {
+			makeSQLite(tb, p, `CREATE TABLE receipts (x)`, `PRAGMA user_version = 2`)
+		}, ledger.ErrNotLedger},
+		{"not an SQLite file", func(tb testing.TB, p string) {
+			require.NoError(tb, os.WriteFile(p, bytes.Repeat([]byte("not a database\n"), 100), 0o644))
+		}, ledger.ErrNotLedger},
+		{"a few bytes", func(tb testing.TB, p string) {
+			require.NoError(tb, os.WriteFile(p, []byte("SQLite"), 0o644))
+		}, ledger.ErrNotLedger},
+		{"a ledger of a newer schema", func(tb testing.TB, p string) {
+			makeSQLite(tb, p, `PRAGMA application_id = 1701209452`, `CREATE TABLE receipts (x)`, `PRAGMA user_version = 99`)
+		}, ledger.ErrSchemaVersion},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "x.db")
+			tt.make(t, path)
+			before, err := os.ReadFile(path)
+			require.NoError(t, err)
+			_, err = sqlite.Open(context.Background(), path, quiet)
+			require.ErrorIs(t, err, tt.wantErr)
+			after, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(before, after), "the refused file was changed")
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			assert.Equal(t, []string{"x.db"}, names, "nothing is created beside a refused file")
+		})
+	}
+}
+
+func TestOpen_missingDirectory(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "no", "such", "ledger.db")
+	_, err := sqlite.Open(context.Background(), path, quiet)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path, "the message names the database")
+	assert.Contains(t, err.Error(), "does not exist")
+	assert.NotContains(t, err.Error(), ".lock")
+}
+
+// TestOpen_migratesV1 opens a file written by the version 1 schema
+// (testdata/v1.db, made by ledgerd before schema 2: refund-order-1234
+// succeeded and was replayed, mail-welcome-42 failed retryably,
+// open-key-0001 is reserved with the token below) and checks it is
+// migrated in place with every receipt and the derived state kept.
+func TestOpen_migratesV1(t *testing.T) {
+	src, err := os.ReadFile("testdata/v1.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "v1.db")
+	require.NoError(t, os.WriteFile(path, src, 0o644))
+
+	db, err := sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err)
+	defer db.Close()
+	head := db.Head()
+	assert.Equal(t, uint64(6), head.Seq)
+	assert.Equal(t, "7466c1f48d5bcbab0c4bb621b0e49ffeff35078eedd7eb30e8766fcec4adb602", head.Hash.String())
+	w, _ := db.Pools()
+	var version int
+	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
+	assert.Equal(t, 2, version)
+	var uniques int
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts' AND name LIKE 'sqlite_autoindex%'`).Scan(&uniques))
+	assert.Zero(t, uniques, "the UNIQUE hash indexes are gone")
+	verifyChain(t, db)
+
+	rep := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "refund-order-1234", ExecutionID: "exec-9",
+		Tool: "payments.refund", Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":1234}`)})
+	assert.Equal(t, ledger.StatusReplayed, rep.Status)
+	assert.Equal(t, uint64(2), rep.Original.Seq)
+	c := mustCommit(t, db, succeed("open-key-0001", "rsv_97b515b4bc1af678bd5ec5fccdfed4ee75c4dc4e0d6fc69fe93bb516ad50417b"))
+	assert.Equal(t, uint64(8), c.Receipt.Seq, "the reservation token survived the migration")
+	retry := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "mail-welcome-42", ExecutionID: "exec-3", Attempt: i64(2),
+		Tool: "email.send", Effect: chain.EffectExternal, Idempotent: true})
+	assert.True(t, retry.Retry)
+	verifyChain(t, db)
+	require.NoError(t, db.Close())
+
+	db2, err := sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err, "a migrated file opens again")
+	assert.Equal(t, uint64(9), db2.Head().Seq)
+	require.NoError(t, db2.Close())
+}
+
+// TestOpen_derivedState removes the receipts' tail behind ledgerd's back,
+// as a bad restore or a tampered file would, and checks that Open refuses
+// to serve from the derived state (it would replay another key's result)
+// until rebuild-keys repaired it.
+func TestOpen_derivedState(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	db, err := sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err)
+	a := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	mustCommit(t, db, succeed("key-aaaa-0001", a.Reservation))
+	b := mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-2"))
+	mustCommit(t, db, succeed("key-bbbb-0002", b.Reservation)) // seq 4
+	require.NoError(t, db.Close())
+
+	raw, err := sql.Open("sqlite3", "file:"+path)
+	require.NoError(t, err)
+	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 2`} {
+		_, err := raw.Exec(q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, raw.Close())
+
+	_, err = sqlite.Open(context.Background(), path, quiet)
+	require.ErrorIs(t, err, ledger.ErrDerivedState)
+	assert.Contains(t, err.Error(), "ledgerctl rebuild-keys --db "+path)
+
+	repair := quiet
+	repair.Repair = true
+	db, err = sqlite.Open(context.Background(), path, repair)
+	require.NoError(t, err)
+	n, err := db.RebuildKeys(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	require.NoError(t, db.Close())
+
+	db, err = sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err, "open after rebuild-keys")
+	defer db.Close()
+	assert.Equal(t, uint64(2), db.Head().Seq)
+	res := mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-3"))
+	assert.Equal(t, ledger.StatusReserved, res.Status, "the removed key is new again, not a replay of another key's result")
+	assert.Equal(t, uint64(3), res.Receipt.Seq)
+}
+
+// TestOpen_derivedStatePointer edits a keys row to point past the tail.
+func TestOpen_derivedStatePointer(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "l.db")
+	db, err := sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err)
+	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	require.NoError(t, db.Close())
+	raw, err := sql.Open("sqlite3", "file:"+path)
+	require.NoError(t, err)
+	_, err = raw.Exec(`UPDATE keys SET final_seq = 7`)
+	require.NoError(t, err)
+	require.NoError(t, raw.Close())
+	_, err = sqlite.Open(context.Background(), path, quiet)
+	require.ErrorIs(t, err, ledger.ErrDerivedState)
+}
+
+// TestSchema_linkingTrigger checks that the database itself refuses a
+// receipt that does not extend the head.
+func TestSchema_linkingTrigger(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-2"))
+	w, _ := db.Pools()
+	cols := `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect, idempotent, input_hash,
+		outcome, external_ref, result, error_code, error_message, retryable, lease_expires_at, ref_seq, actor, note,
+		recorded_at, prev_hash, hash`
+	head := db.Head()
+	for _, tt := range []struct {
+		desc string
+		seq  uint64
+		prev []byte
+	}{
+		{"fork at seq 2", 2, head.Hash[:]},
+		{"gap", 4, head.Hash[:]},
+		{"wrong prev_hash", 3, make([]byte, 32)},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			_, err := w.Exec(`INSERT INTO receipts (`+cols+`) VALUES (?, 'reserve', 'k', 0, 'e', 1, 't', 'write', 0, '', '', '', '', '', '', 0, 0, 0, '', '', 0, ?, ?)`,
+				tt.seq, tt.prev, make([]byte, 32))
+			require.Error(t, err)
+			assert.True(t, strings.Contains(err.Error(), "extend the head") || strings.Contains(err.Error(), "UNIQUE"), err.Error())
+		})
+	}
+	assert.Equal(t, head, db.Head())
+}

@@ -1,0 +1,210 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// Reader reads a ledger through a read-only connection pool. It never
+// takes a write lock, so it is safe to use while ledgerd runs, and on a
+// copy of the file. A DB embeds one.
+type Reader struct {
+	path string
+	r    *sql.DB
+	now  func() time.Time
+}
+
+// OpenReader opens the ledger at path read-only. The file must exist and
+// carry this build's schema version.
+func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error) {
+	if path == "" {
+		return nil, errors.New("open ledger: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	opts.defaults()
+	rd, err := openReader(ctx, abs, opts)
+	if err != nil {
+		return nil, err
+	}
+	var version int
+	if err := rd.r.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		_ = rd.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
+	}
+	switch version {
+	case SchemaVersion, 1: // version 1 files are read as they are
+		return rd, nil
+	case 0:
+		_ = rd.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, ledger.ErrNotLedger)
+	default:
+		_ = rd.Close()
+		return nil, fmt.Errorf("open ledger %s: %w: file has %d, this build knows %d", abs, ledger.ErrSchemaVersion, version, SchemaVersion)
+	}
+}
+
+func openReader(ctx context.Context, abs string, opts Options) (*Reader, error) {
+	r, err := sql.Open("sqlite3", dsn(abs, "ro", opts.BusyTimeout, false))
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	r.SetMaxOpenConns(opts.ReadConns)
+	r.SetMaxIdleConns(opts.ReadConns)
+	if err := r.PingContext(ctx); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, classify(err))
+	}
+	return &Reader{path: abs, r: r, now: opts.Now}, nil
+}
+
+// Close closes the read pool.
+func (rd *Reader) Close() error { return rd.r.Close() }
+
+// Path returns the absolute path of the database file.
+func (rd *Reader) Path() string { return rd.path }
+
+// ReadHead returns the latest receipt's seq and hash as stored in the file.
+func (rd *Reader) ReadHead(ctx context.Context) (ledger.Head, error) {
+	var h ledger.Head
+	var hash []byte
+	err := rd.r.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return h, nil
+	}
+	if err != nil {
+		return h, fmt.Errorf("read head: %w", classify(err))
+	}
+	if h.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return h, fmt.Errorf("read head: %w", err)
+	}
+	return h, nil
+}
+
+// SQL of the read path.
+const (
+	sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts INDEXED BY receipts_by_key
+		WHERE idempotency_key = ? ORDER BY seq`
+)
+
+// GetKey returns a key's state and receipts. Errors: *Error with
+// ECodeUnknownKey or ECodeInvalidKey.
+func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+	if err := ledger.CheckKeyPath(key); err != nil {
+		return nil, err
+	}
+	tx, err := rd.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	k := ledger.KeyRecord{Key: key}
+	var token []byte
+	err = tx.QueryRowContext(ctx, sqlKey, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
+		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq, &token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ledger.Errorf(ledger.ECodeUnknownKey, "no such idempotency key")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w", classify(err))
+	}
+	receipts, err := queryReceipts(ctx, tx, sqlKeyReceipts, key)
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w", err)
+	}
+	var final chain.Receipt
+	for i := range receipts {
+		if receipts[i].Seq == k.FinalSeq {
+			final = receipts[i]
+		}
+	}
+	return &ledger.KeyView{IdempotencyKey: key, State: ledger.StateOf(&k, &final, uint64(rd.now().UnixMilli())),
+		Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
+		Receipts: receipts}, nil
+}
+
+// ListReceipts returns up to f.Limit receipts with seq > f.After that match
+// the filters, oldest first, and the seq to pass as After for the next
+// page, or nil when no matching receipt follows. Errors: *Error with
+// ECodeInvalidRequest.
+func (rd *Reader) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	if f.Limit == 0 {
+		f.Limit = ledger.DefaultPageLimit
+	}
+	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
+		return nil, nil, ledger.Invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
+	}
+	switch f.Kind {
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	default:
+		return nil, nil, ledger.Invalid("kind", "kind must be reserve, commit, replay or resolve")
+	}
+	var where []string
+	args := []any{f.After}
+	for _, c := range []struct{ col, v string }{
+		{"idempotency_key", f.Key}, {"execution_id", f.ExecutionID}, {"tool", f.Tool}, {"kind", f.Kind},
+	} {
+		if c.v != "" {
+			where = append(where, " AND "+c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	q := `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ?` + strings.Join(where, "") +
+		` ORDER BY seq LIMIT ?`
+	args = append(args, f.Limit+1)
+	rs, err := queryReceipts(ctx, rd.r, q, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list receipts: %w", err)
+	}
+	if len(rs) <= f.Limit {
+		return rs, nil, nil
+	}
+	rs = rs[:f.Limit]
+	next := rs[len(rs)-1].Seq
+	return rs, &next, nil
+}
+
+// GetReceipt returns the receipt at seq. Errors: *Error with
+// ECodeUnknownReceipt.
+func (rd *Reader) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	r, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %d", seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get receipt: %w", classify(err))
+	}
+	return &r, nil
+}
+
+// querier is *sql.DB or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func queryReceipts(ctx context.Context, q querier, query string, args ...any) ([]chain.Receipt, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []chain.Receipt
+	for rows.Next() {
+		r, err := scanReceipt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

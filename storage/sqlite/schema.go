@@ -1,0 +1,11 @@
+package sqlite
+
+import _ "embed"
+
+// schemaSQL is schema.sql, the SQLite schema of a ledger file.
+//
+//go:embed schema.sql
+var schemaSQL string
+
+// SchemaVersion is the user_version that schema.sql stamps.
+const SchemaVersion = 2

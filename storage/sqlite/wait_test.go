@@ -1,0 +1,320 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// MustOpenRealDB opens a ledger on the real clock, for tests where leases
+// must end in real time.
+func MustOpenRealDB(tb testing.TB, opts sqlite.Options) *sqlite.DB {
+	tb.Helper()
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), opts)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// waitResult is what a waiting Reserve returned and how long it took.
+type waitResult struct {
+	res     *ledger.ReserveResult
+	err     error
+	elapsed time.Duration
+}
+
+// startWaiter reserves req with wait_ms in a goroutine and returns once
+// the request is parked on its key.
+func startWaiter(tb testing.TB, ctx context.Context, db *sqlite.DB, req ledger.ReserveRequest, waitMS int64) <-chan waitResult {
+	tb.Helper()
+	before := db.Waiting()
+	req.WaitMS = i64(waitMS)
+	out := make(chan waitResult, 1)
+	go func() {
+		start := time.Now()
+		res, err := db.Reserve(ctx, req)
+		out <- waitResult{res, err, time.Since(start)}
+	}()
+	// A short lease may end and answer the waiter before the test sees
+	// it parked: an answer counts as having parked.
+	require.Eventually(tb, func() bool { return db.Waiting() > before || len(out) > 0 }, 5*time.Second, time.Millisecond, "waiter parked")
+	return out
+}
+
+// receive returns the waiter's result, failing after d.
+func receive(tb testing.TB, ch <-chan waitResult, d time.Duration) waitResult {
+	tb.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(d):
+		tb.Fatalf("waiter did not answer within %s", d)
+		return waitResult{}
+	}
+}
+
+// TestDB_Reserve_wait walks the outcomes of SPEC §8: the waiter decides
+// again as soon as the holder's reservation ends, by commit or by lease.
+func TestDB_Reserve_wait(t *testing.T) {
+	ctx := context.Background()
+	t.Run("OK commit succeeded replays", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		mustCommit(t, db, succeed(key, held.Reservation))
+		r := receive(t, w, 5*time.Second)
+		require.NoError(t, r.err)
+		assert.Equal(t, ledger.StatusReplayed, r.res.Status)
+		assert.Equal(t, "re_1", r.res.ExternalRef)
+		assert.JSONEq(t, `{"amount":1200}`, r.res.Result)
+		assert.Equal(t, uint64(2), r.res.Original.Seq)
+		assert.Equal(t, uint64(3), r.res.Receipt.Seq)
+		assert.Less(t, r.elapsed, 5*time.Second)
+		assert.Zero(t, db.Waiting())
+		all := verifyChain(t, db)
+		assert.Equal(t, chain.KindReplay, all[2].Kind)
+		assert.Equal(t, "exec-2", all[2].ExecutionID)
+	})
+	t.Run("OK failed retryable and idempotent retries", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		req := reserveReq(key, "exec-1")
+		req.Idempotent = true
+		held := mustReserve(t, db, req)
+		req.ExecutionID = "exec-2"
+		w := startWaiter(t, ctx, db, req, 30_000)
+		mustCommit(t, db, fail(key, held.Reservation, true))
+		r := receive(t, w, 5*time.Second)
+		require.NoError(t, r.err)
+		assert.Equal(t, ledger.StatusReserved, r.res.Status)
+		assert.True(t, r.res.Retry)
+		assert.NotEmpty(t, r.res.Reservation)
+		assert.Equal(t, uint64(3), r.res.Receipt.Seq)
+	})
+	t.Run("ErrRetryNotAllowed failed otherwise", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		mustCommit(t, db, fail(key, held.Reservation, true)) // retryable, but not idempotent
+		r := receive(t, w, 5*time.Second)
+		assert.Equal(t, ledger.ECodeRetryNotAllowed, ledger.ErrorCode(r.err))
+		assert.Equal(t, uint64(2), db.Head().Seq, "nothing appended")
+	})
+	t.Run("OK lease ends, idempotent takes over", func(t *testing.T) {
+		db := MustOpenRealDB(t, sqlite.Options{})
+		req := reserveReq(key, "exec-1")
+		req.Idempotent, req.LeaseMS = true, i64(300)
+		mustReserve(t, db, req)
+		req.ExecutionID, req.LeaseMS = "exec-2", nil
+		w := startWaiter(t, ctx, db, req, 30_000)
+		r := receive(t, w, 5*time.Second)
+		require.NoError(t, r.err)
+		assert.True(t, r.res.Takeover)
+		assert.Equal(t, uint64(2), db.Head().Seq)
+		assert.Less(t, r.elapsed, 3*time.Second, "woken at the lease's end, not at wait_ms")
+	})
+	t.Run("ErrUnsafeResume lease ends, not idempotent", func(t *testing.T) {
+		db := MustOpenRealDB(t, sqlite.Options{})
+		req := reserveReq(key, "exec-1")
+		req.LeaseMS = i64(300)
+		mustReserve(t, db, req)
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		r := receive(t, w, 5*time.Second)
+		assert.Equal(t, ledger.ECodeUnsafeResume, ledger.ErrorCode(r.err))
+		assert.Less(t, r.elapsed, 3*time.Second)
+		assert.Equal(t, uint64(1), db.Head().Seq)
+	})
+	t.Run("ErrInProgress still reserved when the wait ends", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		mustReserve(t, db, reserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 300)
+		r := receive(t, w, 5*time.Second)
+		var de *ledger.Error
+		require.ErrorAs(t, r.err, &de)
+		assert.Equal(t, ledger.ECodeInProgress, de.Code)
+		assert.Positive(t, de.RetryAfter)
+		assert.GreaterOrEqual(t, r.elapsed, 300*time.Millisecond)
+		assert.Less(t, r.elapsed, 3*time.Second)
+		assert.Zero(t, db.Waiting())
+		assert.Equal(t, uint64(1), db.Head().Seq)
+	})
+	t.Run("OK a takeover by another waiter is waited on in turn", func(t *testing.T) {
+		db := MustOpenRealDB(t, sqlite.Options{})
+		req := reserveReq(key, "exec-1")
+		req.Idempotent, req.LeaseMS = true, i64(200)
+		mustReserve(t, db, req)
+		// exec-2 takes over at the lease's end; exec-3, waiting too,
+		// then finds exec-2's reservation and waits for its commit.
+		req.ExecutionID, req.LeaseMS = "exec-2", i64(30_000)
+		w2 := startWaiter(t, ctx, db, req, 30_000)
+		req.ExecutionID = "exec-3"
+		w3 := startWaiter(t, ctx, db, req, 30_000)
+		var first waitResult
+		var other <-chan waitResult
+		select { // one takes over, the other waits on
+		case first = <-w2:
+			other = w3
+		case first = <-w3:
+			other = w2
+		case <-time.After(5 * time.Second):
+			t.Fatal("no takeover at the lease's end")
+		}
+		require.NoError(t, first.err)
+		require.True(t, first.res.Takeover)
+		require.Eventually(t, func() bool { return db.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+		mustCommit(t, db, succeed(key, first.res.Reservation))
+		r := receive(t, other, 5*time.Second)
+		require.NoError(t, r.err)
+		assert.Equal(t, ledger.StatusReplayed, r.res.Status)
+	})
+	t.Run("OK without wait_ms nothing waits", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		mustReserve(t, db, reserveReq(key, "exec-1"))
+		req := reserveReq(key, "exec-2")
+		req.WaitMS = i64(0)
+		_, err := db.Reserve(ctx, req)
+		assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err))
+	})
+}
+
+// TestDB_Reserve_waitCancel: a waiter whose context ends stops waiting at
+// once, leaves no trace in the registry and appends nothing, even when
+// the key succeeds afterwards.
+func TestDB_Reserve_waitCancel(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	held := mustReserve(t, db, reserveReq(key, "exec-1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 60_000)
+	cancel()
+	r := receive(t, w, 2*time.Second)
+	assert.ErrorIs(t, r.err, context.Canceled)
+	assert.Zero(t, db.Waiting())
+	mustCommit(t, db, succeed(key, held.Reservation))
+	all := verifyChain(t, db)
+	require.Len(t, all, 2)
+	assert.Equal(t, []string{chain.KindReserve, chain.KindCommit}, []string{all[0].Kind, all[1].Kind})
+}
+
+// TestDB_Reserve_waitNoLostWakeup races commits against waiters that are
+// just starting: a commit that lands between a waiter's decision and its
+// wait must still wake it.
+func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		k := fmt.Sprintf("race-key-%04d", i)
+		held := mustReserve(t, db, reserveReq(k, "exec-1"))
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			req := reserveReq(k, "exec-2")
+			req.WaitMS = i64(60_000)
+			start := time.Now()
+			res, err := db.Reserve(context.Background(), req)
+			if assert.NoError(t, err, k) {
+				assert.Equal(t, ledger.StatusReplayed, res.Status, k)
+			}
+			assert.Less(t, time.Since(start), 20*time.Second, "%s: woken by the commit", k)
+		}()
+		go func() {
+			defer wg.Done()
+			_, err := db.Commit(context.Background(), succeed(k, held.Reservation))
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, db.Waiting())
+	verifyChain(t, db)
+}
+
+// TestDB_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
+// once, as without wait_ms.
+func TestDB_Reserve_waitLimit(t *testing.T) {
+	db := MustOpenRealDB(t, sqlite.Options{MaxWaiters: 1})
+	mustReserve(t, db, reserveReq(key, "exec-1"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 60_000)
+	req := reserveReq(key, "exec-3")
+	req.WaitMS = i64(60_000)
+	start := time.Now()
+	_, err := db.Reserve(context.Background(), req)
+	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err))
+	assert.Less(t, time.Since(start), 2*time.Second)
+	cancel()
+	receive(t, w, 2*time.Second)
+}
+
+// TestDB_EndWaits: parked reserves answer at once when the server begins
+// to stop, and later ones do not wait.
+func TestDB_EndWaits(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	mustReserve(t, db, reserveReq(key, "exec-1"))
+	w := startWaiter(t, context.Background(), db, reserveReq(key, "exec-2"), 60_000)
+	db.EndWaits()
+	r := receive(t, w, 2*time.Second)
+	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(r.err))
+	req := reserveReq(key, "exec-3")
+	req.WaitMS = i64(60_000)
+	start := time.Now()
+	_, err := db.Reserve(context.Background(), req)
+	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err))
+	assert.Less(t, time.Since(start), time.Second)
+	assert.Zero(t, db.Waiting())
+}
+
+// parker counts Park and Resume calls; resumeErr fails Resume.
+type parker struct {
+	parks, resumes atomic.Int32
+	resumeErr      error
+}
+
+func (p *parker) Park() { p.parks.Add(1) }
+
+func (p *parker) Resume(context.Context) error {
+	p.resumes.Add(1)
+	return p.resumeErr
+}
+
+// TestDB_Reserve_waitParker: the request's Parker is told around each
+// wait, and an error from Resume ends the request without a decision.
+func TestDB_Reserve_waitParker(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		p := &parker{}
+		ctx := ledger.NewContextWithParker(context.Background(), p)
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		mustCommit(t, db, succeed(key, held.Reservation))
+		r := receive(t, w, 5*time.Second)
+		require.NoError(t, r.err)
+		assert.Equal(t, int32(1), p.parks.Load())
+		assert.Equal(t, int32(1), p.resumes.Load())
+	})
+	t.Run("ErrResume", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		boom := errors.New("no slot")
+		ctx := ledger.NewContextWithParker(context.Background(), &parker{resumeErr: boom})
+		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		mustCommit(t, db, succeed(key, held.Reservation))
+		r := receive(t, w, 5*time.Second)
+		assert.ErrorIs(t, r.err, boom)
+		assert.Equal(t, uint64(2), db.Head().Seq, "no replay appended")
+	})
+}
