@@ -45,6 +45,10 @@ CREATE TABLE namespaces (
 	created_at bigint NOT NULL
 );
 
+-- Only head (and checkpoints) reference namespaces: every write of
+-- receipts, keys and tree hashes happens in a transaction that holds its
+-- namespace's head row, so a foreign key on those tables would only add
+-- a lookup per inserted row (measured: 27 % of a 16-receipt batch).
 CREATE TABLE head (
 	namespace   text COLLATE "C" PRIMARY KEY REFERENCES namespaces (name),
 	seq         bigint NOT NULL CHECK (seq >= 0),
@@ -53,7 +57,7 @@ CREATE TABLE head (
 );
 
 CREATE TABLE receipts (
-	namespace        text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	namespace        text COLLATE "C" NOT NULL,
 	seq              bigint  NOT NULL CHECK (seq >= 1),
 	kind             text    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve')),
 	idempotency_key  text COLLATE "C" NOT NULL,
@@ -115,7 +119,7 @@ CREATE TRIGGER head_moves BEFORE UPDATE ON head FOR EACH ROW EXECUTE FUNCTION le
 -- The state of each key, derived from its receipts (see the SQLite
 -- schema); token_hash is the SHA-256 of the latest reservation token.
 CREATE TABLE keys (
-	namespace        text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	namespace        text COLLATE "C" NOT NULL,
 	idempotency_key  text COLLATE "C" NOT NULL,
 	key_generated    boolean NOT NULL,
 	tool             text COLLATE "C" NOT NULL,
@@ -134,7 +138,7 @@ CREATE TABLE keys (
 -- stored-hash layout (idx = StoredHashIndex(level, n)), and its signed
 -- checkpoints. Both append-only; checkpoints only grow.
 CREATE TABLE tree_hashes (
-	namespace text COLLATE "C" NOT NULL REFERENCES namespaces (name),
+	namespace text COLLATE "C" NOT NULL,
 	idx       bigint NOT NULL CHECK (idx >= 0),
 	hash      bytea  NOT NULL CHECK (octet_length(hash) = 32),
 	PRIMARY KEY (namespace, idx)
