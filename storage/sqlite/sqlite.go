@@ -61,6 +61,8 @@ type Options struct {
 	// reservation of their key (wait_ms) at once; beyond it a reserve is
 	// answered without waiting (default DefaultMaxWaiters).
 	MaxWaiters int
+	// Linger is ledger.Config.Linger (0: every batch starts at once).
+	Linger time.Duration
 }
 
 // fileChain is one SQLite ledger file opened for writing: one namespace's

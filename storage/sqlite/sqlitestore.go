@@ -382,7 +382,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := ledger.New(s, ledger.Config{Logger: s.opts.Logger, MaxBatch: s.opts.MaxBatch, MaxWaiters: s.opts.MaxWaiters, Now: s.opts.Now})
+	l := ledger.New(s, ledger.Config{Logger: s.opts.Logger, MaxBatch: s.opts.MaxBatch, MaxWaiters: s.opts.MaxWaiters, Now: s.opts.Now, Linger: s.opts.Linger})
 	n, err := l.Default(ctx)
 	if err != nil {
 		_ = l.Close()
