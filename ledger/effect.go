@@ -157,6 +157,24 @@ type ReceiptFilter struct {
 	Kind        string
 }
 
+// Check sets the default limit and validates the filter: what every
+// driver's ListReceipts does first. Errors: *Error with
+// ECodeInvalidRequest naming limit or kind.
+func (f *ReceiptFilter) Check() error {
+	if f.Limit == 0 {
+		f.Limit = DefaultPageLimit
+	}
+	if f.Limit < 1 || f.Limit > MaxPageLimit {
+		return Invalid("limit", "limit must be from 1 to %d", MaxPageLimit)
+	}
+	switch f.Kind {
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	default:
+		return Invalid("kind", "kind must be reserve, commit, replay or resolve")
+	}
+	return nil
+}
+
 // Receipt page bounds.
 const (
 	DefaultPageLimit = 100

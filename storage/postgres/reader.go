@@ -245,16 +245,8 @@ func (c *Chain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, err
 // next page, or nil when no matching receipt follows. Errors:
 // *ledger.Error with ECodeInvalidRequest.
 func (c *Chain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
-	if f.Limit == 0 {
-		f.Limit = ledger.DefaultPageLimit
-	}
-	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
-		return nil, nil, ledger.Invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
-	}
-	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
-	default:
-		return nil, nil, ledger.Invalid("kind", "kind must be reserve, commit, replay or resolve")
+	if err := f.Check(); err != nil {
+		return nil, nil, err
 	}
 	var where strings.Builder
 	args := []any{c.ns, int64(f.After)}

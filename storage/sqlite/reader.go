@@ -138,16 +138,8 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, erro
 // page, or nil when no matching receipt follows. Errors: *Error with
 // ECodeInvalidRequest.
 func (rd *Reader) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
-	if f.Limit == 0 {
-		f.Limit = ledger.DefaultPageLimit
-	}
-	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
-		return nil, nil, ledger.Invalid("limit", "limit must be from 1 to %d", ledger.MaxPageLimit)
-	}
-	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
-	default:
-		return nil, nil, ledger.Invalid("kind", "kind must be reserve, commit, replay or resolve")
+	if err := f.Check(); err != nil {
+		return nil, nil, err
 	}
 	var where []string
 	args := []any{f.After}
