@@ -1,11 +1,10 @@
 package sqlite
 
-import _ "embed"
+import ledgerschema "github.com/effect-ledger/effect-ledger"
 
-// schemaSQL is schema.sql, the SQLite schema of a ledger file.
-//
-//go:embed schema.sql
-var schemaSQL string
+// schemaSQL is the repository's schema.sql, the SQLite schema of a ledger
+// file.
+var schemaSQL = ledgerschema.SQL
 
 // SchemaVersion is the user_version that schema.sql stamps.
-const SchemaVersion = 2
+const SchemaVersion = ledgerschema.Version
