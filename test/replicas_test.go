@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -346,4 +348,35 @@ func TestReplicas_rateLimitIsATotal(t *testing.T) {
 		r := l.Do("GET", "/v1/head", "", auth...)
 		require.Equal(t, 429, r.Status, "each of two replicas allows half the burst of 4: %s", r.Raw)
 	}
+}
+
+// TestLedgerd_postgresFaults: a malformed or unreachable --db URL, and a
+// database whose schema is newer than this build, stop ledgerd with exit 1
+// and a message naming the problem, never the password.
+func TestLedgerd_postgresFaults(t *testing.T) {
+	for _, tt := range []struct{ url, want string }{
+		{"postgres://bob:s3cr3t@127.0.0.1:1/ledger", "connection refused"},
+		{"postgres://bob:s3/cr3t@host:notaport/x", "malformed URL"},
+		{"postgresql://bob:s3cr3t@/x?host=/nonexistent-dir", "no such file or directory"},
+	} {
+		out, code := runLedgerd(t, "--db", tt.url, "--listen", "127.0.0.1:0")
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, tt.want)
+		assert.NotContains(t, out, "s3cr3t")
+		assert.NotContains(t, out, "cr3t")
+	}
+
+	url := pgtest.URL(t)
+	l := StartLedgerd(t, url) // creates the schema
+	require.NoError(t, l.Stop())
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	_, err = conn.Exec(context.Background(), `UPDATE schema_version SET version = 99`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(context.Background()))
+	out, code := runLedgerd(t, "--db", url, "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "99")
+	out, _, code = ledgerctl(t, "verify", "--db", url)
+	assert.NotEqual(t, 0, code, out)
 }
