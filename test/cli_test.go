@@ -63,7 +63,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"token", "list"}, []string{"db", "json"}},
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
-		{[]string{"rebuild-keys"}, []string{"db", "json"}},
+		{[]string{"rebuild-keys"}, []string{"db", "namespace", "json"}},
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},

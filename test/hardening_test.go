@@ -359,3 +359,41 @@ func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
 	assert.Equal(t, 503, r.Status, "readyz turns 503 on the first failed write: %s", r.Raw)
 	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "and stays 503 while the disk is full")
 }
+
+// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose tail
+// was removed stops ledgerd at start, naming the repair for that
+// namespace, which then works.
+func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"pay"}`).Status)
+	for _, k := range []string{"ns-tail-key-1", "ns-tail-key-2"} {
+		r := l.Do("POST", "/v1/ns/pay/effects/reserve", reserve(k, "exec-"+k, 1, true))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	require.NoError(t, l.Stop())
+	raw, err := sql.Open("sqlite3", "file:"+filepath.Join(db+".ns", "ns-pay.db"))
+	require.NoError(t, err)
+	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 1`} {
+		_, err := raw.Exec(q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, raw.Close())
+
+	out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "ledgerctl rebuild-keys --db "+db+" --namespace pay")
+
+	_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db, "--namespace", "nope")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, `no namespace "nope"`, stderr)
+	stdout, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db, "--namespace", "pay")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "1 key")
+	l = StartLedgerd(t, db)
+	r := l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("ns-tail-key-2", "exec-9", 1, true))
+	require.Equal(t, 201, r.Status, "the removed key is new again: %s", r.Raw)
+	assert.Equal(t, float64(2), r.Body["receipt"].(map[string]any)["seq"])
+	out, _, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
+	assert.Equal(t, 0, code, out)
+}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -16,9 +18,10 @@ import (
 type RebuildKeysCommand struct{ *Env }
 
 const rebuildUsage = `Usage:
-  ledgerctl rebuild-keys --db FILE [--json]
+  ledgerctl rebuild-keys --db FILE [--namespace NS] [--json]
 
-Recomputes the derived state of a ledger file from its receipts: the keys
+Recomputes the derived state of a ledger file (or, with --namespace, of
+that namespace's file, FILE.ns/ns-NS.db) from its receipts: the keys
 table (the state of every idempotency key) and the recorded head. ledgerd
 refuses to start when that state does not match the chain (receipts removed
 by a bad restore or by hand), because serving from it could replay another
@@ -31,12 +34,14 @@ with "ledgerctl verify --db FILE" before and after.`
 
 const rebuildExamples = `  ledgerctl verify --db ledger.db
   ledgerctl rebuild-keys --db ledger.db
+  ledgerctl rebuild-keys --db ledger.db --namespace payments
 `
 
 // Run rebuilds the derived state.
 func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("rebuild-keys", flag.ContinueOnError)
 	db := fs.String("db", "", "SQLite ledger `file` (opened for writing; ledgerd must be stopped)")
+	ns := fs.String("namespace", ledger.DefaultNamespace, "the namespace whose file to repair")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, c.Env, args, rebuildUsage, rebuildExamples)
 	if err != nil {
@@ -51,28 +56,32 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	if storage.IsPostgres(*db) {
 		return usageErr(fs, c.Env, "rebuild-keys repairs SQLite ledger files only, not a PostgreSQL database")
 	}
+	if err := ledger.CheckNamespace(*ns); err != nil {
+		return usageErr(fs, c.Env, "--namespace: %s", ledger.ErrorMessage(err))
+	}
 	if err := checkDBFile(*db); err != nil {
 		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	l, err := sqlite.Open(ctx, *db, sqlite.Options{Logger: quiet, Repair: true})
+	if *ns != ledger.DefaultNamespace {
+		// The namespace must be registered in the ledger file.
+		s, err := sqlite.OpenStore(ctx, *db, sqlite.Options{Logger: quiet}, true)
+		if err != nil {
+			return err
+		}
+		_, err = s.Chain(ctx, *ns)
+		_ = s.Close()
+		if errors.Is(err, ledger.ErrUnknownNamespace) {
+			return fmt.Errorf("no namespace %q in %s (ledgerctl namespace list --db %s)", *ns, *db, *db)
+		}
+		if err != nil && !errors.Is(err, ledger.ErrDerivedState) {
+			return err
+		}
+	}
+	// Repairs, then proves the repair with a normal open, which checks the
+	// derived state again.
+	n, head, err := sqlite.RebuildNamespace(ctx, *db, *ns, sqlite.Options{Logger: quiet})
 	if err != nil {
-		return err
-	}
-	n, err := l.RebuildKeys(ctx)
-	head := l.Head()
-	if cerr := l.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	// Prove the repair: a normal open checks the derived state again.
-	check, err := sqlite.Open(ctx, *db, sqlite.Options{Logger: quiet})
-	if err != nil {
-		return fmt.Errorf("after rebuilding: %w", err)
-	}
-	if err := check.Close(); err != nil {
 		return err
 	}
 	if *asJSON {

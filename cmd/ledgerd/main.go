@@ -291,6 +291,11 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Open every namespace now, so that one whose file is damaged stops
+	// the start (naming the repair) instead of failing its requests later.
+	if _, err := l.Namespaces(ctx); err != nil {
+		return err
+	}
 	// The verifier and GET /v1/audit read through their own read-only
 	// store, so they never take connections from the API or the writers.
 	rstore, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true})

@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -106,4 +108,41 @@ func (db *fileChain) RebuildKeys(ctx context.Context) (int64, error) {
 		return err
 	})
 	return n, err
+}
+
+// RebuildNamespace recomputes the derived state of namespace ns of the
+// ledger at path (its own file, FILE.ns/ns-NS.db; FILE itself for
+// default), opened alone for writing and without the derived-state check,
+// and then opens it again normally to prove the repair. ledgerd must not
+// be serving the ledger (the file's lock). It returns the number of keys
+// and the head.
+func RebuildNamespace(ctx context.Context, path, ns string, opts Options) (int64, ledger.Head, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return 0, ledger.Head{}, err
+	}
+	opts.defaults()
+	file := NamespacePath(abs, ns)
+	if _, err := os.Stat(file); err != nil {
+		return 0, ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	opts.Repair = true
+	c, err := openFileChain(ctx, file, ns, opts)
+	if err != nil {
+		return 0, ledger.Head{}, err
+	}
+	n, err := c.RebuildKeys(ctx)
+	head := *c.head.Load()
+	if cerr := c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return n, head, err
+	}
+	opts.Repair = false
+	check, err := openFileChain(ctx, file, ns, opts)
+	if err != nil {
+		return n, head, fmt.Errorf("after rebuilding: %w", err)
+	}
+	return n, head, check.Close()
 }

@@ -330,7 +330,7 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 		return fmt.Errorf("load head: %w", err)
 	}
 	if !repair {
-		if err := checkDerived(ctx, db.w, tail, abs); err != nil {
+		if err := checkDerived(ctx, db.w, tail, dbFlags(abs, db.ns)); err != nil {
 			return err
 		}
 	}
@@ -340,6 +340,16 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 		"head_seq", h.Seq, "head_hash", h.Hash.String())
 	ledger.SetHeadMetric(db.ns, h.Seq)
 	return nil
+}
+
+// dbFlags names the file of namespace ns at abs the way ledgerctl does:
+// --db FILE for the ledger file, --db FILE --namespace NS for a
+// namespace's file (FILE.ns/ns-NS.db).
+func dbFlags(abs, ns string) string {
+	if ns == ledger.DefaultNamespace {
+		return "--db " + abs
+	}
+	return "--db " + strings.TrimSuffix(filepath.Dir(abs), ".ns") + " --namespace " + ns
 }
 
 // queryRower is what readTail and checkDerived need of a pool or a Tx.
@@ -368,13 +378,13 @@ func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
 // head, moved in the same transaction as every receipt and every update
 // of the keys table) with the receipts' actual tail, and checks that no
 // key points past the tail. Both are index lookups.
-func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, abs string) error {
+func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags string) error {
 	var rec ledger.Head
 	var hash []byte
 	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM head WHERE id = 1`).Scan(&rec.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-keys --db %s` after checking the chain with `ledgerctl verify`",
-			ledger.ErrDerivedState, abs)
+		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-keys %s` after checking the chain with `ledgerctl verify`",
+			ledger.ErrDerivedState, flags)
 	}
 	if err != nil {
 		return fmt.Errorf("check derived state: %w", classify(err))
@@ -383,8 +393,8 @@ func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, abs strin
 	if rec != tail {
 		return fmt.Errorf("%w: the last append recorded head %d (%s) but the receipts end at %d (%s) — "+
 			"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
-			"check the chain with `ledgerctl verify --db %s`, then recompute the derived state with `ledgerctl rebuild-keys --db %s`",
-			ledger.ErrDerivedState, rec.Seq, shortHash(rec.Hash), tail.Seq, shortHash(tail.Hash), abs, abs)
+			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-keys %s`",
+			ledger.ErrDerivedState, rec.Seq, shortHash(rec.Hash), tail.Seq, shortHash(tail.Hash), flags, flags)
 	}
 	var maxPtr sql.NullInt64
 	if err := q.QueryRowContext(ctx, sqlMaxKeyPointer).Scan(&maxPtr); err != nil {
@@ -392,7 +402,7 @@ func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, abs strin
 	}
 	if maxPtr.Valid && uint64(maxPtr.Int64) > tail.Seq {
 		return fmt.Errorf("%w: a key points at receipt %d but the receipts end at %d; "+
-			"recompute the derived state with `ledgerctl rebuild-keys --db %s`", ledger.ErrDerivedState, maxPtr.Int64, tail.Seq, abs)
+			"recompute the derived state with `ledgerctl rebuild-keys %s`", ledger.ErrDerivedState, maxPtr.Int64, tail.Seq, flags)
 	}
 	return nil
 }
