@@ -380,3 +380,15 @@ func TestLedgerd_postgresFaults(t *testing.T) {
 	out, _, code = ledgerctl(t, "verify", "--db", url)
 	assert.NotEqual(t, 0, code, out)
 }
+
+// TestLedgerd_postgresRefusesOpenNoPassword: the refusal to serve a
+// non-loopback address without auth names the database without its
+// password.
+func TestLedgerd_postgresRefusesOpenNoPassword(t *testing.T) {
+	url := pgtest.URL(t)
+	u := strings.Replace(url, "postgres://ledger@", "postgres://ledger:pw-not-needed-s3cr3t@", 1)
+	out, code := runLedgerd(t, "--db", u, "--listen", "0.0.0.0:0")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "refusing to serve")
+	assert.NotContains(t, out, "s3cr3t")
+}

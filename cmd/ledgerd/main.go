@@ -119,7 +119,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("ledgerd", flag.ContinueOnError)
 	fs.SetOutput(m.stderr)
 	showVersion := fs.Bool("version", false, "print the build version and the contract versions implemented, then exit")
-	fs.StringVar(&m.DBPath, "db", DefaultDB, "SQLite database `path`; created with the schema on first start")
+	fs.StringVar(&m.DBPath, "db", DefaultDB, "the ledger `database`: a SQLite file path, or a PostgreSQL URL (postgres://user:pass@host:port/db, also postgresql://); the schema is created on first start")
 	fs.StringVar(&m.Listen, "listen", DefaultListen, "`address` to serve HTTP on")
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
@@ -355,7 +355,7 @@ func (m *Main) Run(ctx context.Context) error {
 	case authOn:
 		m.Logger.Info("auth enabled: API requests need a bearer token")
 	case !isLoopback(m.Listen) && !m.Insecure:
-		return fmt.Errorf("refusing to serve %s without auth: create a token (ledgerctl token create --db %s --role admin --name NAME) or pass --insecure", m.Listen, m.DBPath)
+		return fmt.Errorf("refusing to serve %s without auth: create a token (ledgerctl token create --db %s --role admin --name NAME) or pass --insecure", m.Listen, store.Describe())
 	case !isLoopback(m.Listen):
 		m.Logger.Warn("auth disabled and --insecure: anyone who can reach this address can write receipts", "addr", m.Listen)
 	default:
