@@ -226,9 +226,9 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 	populate(t, l)
 	require.Eventually(t, func() bool {
 		res := l.Do("GET", "/metrics", "")
-		return strings.Contains(res.Raw, "ledger_verify_violations 0") &&
-			strings.Contains(res.Raw, `ledger_verify_runs_total{result="ok"}`) &&
-			!strings.Contains(res.Raw, "ledger_verify_last_success_timestamp_seconds 0\n")
+		return strings.Contains(res.Raw, `ledger_verify_violations{namespace="default"} 0`) &&
+			strings.Contains(res.Raw, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
+			!strings.Contains(res.Raw, "ledger_verify_last_success_timestamp_seconds{namespace=\"default\"} 0\n")
 	}, 10*time.Second, 50*time.Millisecond)
 	assert.Contains(t, l.Logs(), "ledger verified")
 }
@@ -331,7 +331,7 @@ func TestLedgerctl_verifyWhileWriting(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, failures.Load(), "writes kept succeeding while verifying")
 	m := l.Do("GET", "/metrics", "").Raw
-	assert.Contains(t, m, "ledger_verify_violations 0")
+	assert.Contains(t, m, `ledger_verify_violations{namespace="default"} 0`)
 	assert.NotContains(t, m, `ledger_verify_runs_total{result="violations"}`)
 	assert.NotContains(t, l.Logs(), "LEDGER INTEGRITY VIOLATIONS")
 }

@@ -204,9 +204,26 @@ func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
 		return strings.Contains(l.Logs(), "ledger verified")
 	}, 10*time.Second, 20*time.Millisecond)
 	r = l.Do("GET", "/metrics", "")
-	for _, name := range []string{"ledger_verify_last_success_timestamp_seconds ", "ledger_verify_violations 0",
-		"ledger_verify_duration_seconds ", `ledger_verify_runs_total{result="ok"} 1`} {
+	for _, name := range []string{`ledger_verify_last_success_timestamp_seconds{namespace="default"} `, `ledger_verify_violations{namespace="default"} 0`,
+		`ledger_verify_duration_seconds{namespace="default"} `, `ledger_verify_runs_total{namespace="default",result="ok"} 1`} {
 		assert.Contains(t, r.Raw, name)
 	}
-	assert.NotContains(t, r.Raw, "ledger_verify_last_success_timestamp_seconds 0\n")
+	assert.NotContains(t, r.Raw, "ledger_verify_last_success_timestamp_seconds{namespace=\"default\"} 0\n")
+}
+
+// TestLedgerd_verifyEveryNamespace: with --verify-every every namespace is
+// verified, including one created while ledgerd runs; each has its own
+// metrics, labelled by namespace.
+func TestLedgerd_verifyEveryNamespace(t *testing.T) {
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "200ms")
+	r := l.Do("POST", "/v1/namespaces", `{"name":"ops"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/ns/ops/effects/reserve", `{"idempotency_key":"ops-key-0001","execution_id":"e","tool":"t","effect":"write"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.Eventually(t, func() bool {
+		m := l.Do("GET", "/metrics", "").Raw
+		return strings.Contains(m, `ledger_verify_runs_total{namespace="ops",result="ok"}`) &&
+			strings.Contains(m, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
+			strings.Contains(m, `ledger_verify_violations{namespace="ops"} 0`)
+	}, 15*time.Second, 50*time.Millisecond)
 }

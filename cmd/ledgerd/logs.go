@@ -9,23 +9,32 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
-// logServices runs the verifiable log of every namespace (SPEC §9): a
-// checkpoint signer and, with --witness, the witnessing of its
-// checkpoints, each started when its namespace is first seen.
-type logServices struct {
+// nsServices runs the per-namespace services, each started when its
+// namespace is first seen: with --signing-key the verifiable log (SPEC
+// §9: a checkpoint signer and, with --witness, the witnessing of its
+// checkpoints), with --verify-every the periodic verification (its
+// metrics labelled by namespace).
+type nsServices struct {
 	m   *Main
 	l   *ledger.Ledger
-	key *signingKey
-	v   note.Verifier
+	key *signingKey   // nil: no checkpoints
+	v   note.Verifier // nil: no witnesses
+	// rstore is the read-only store the verifications read (never the
+	// API's or the writers' connections); nil: no periodic verification.
+	rstore ledger.Store
 
 	mu         sync.Mutex
 	elections  []*election
 	running    map[string]bool
 	witnessing map[string]*tlog.Witnessing
+	periodic   map[string]*verify.Periodic
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -34,9 +43,10 @@ type logServices struct {
 // namespaceScan is how often new namespaces are looked for.
 const namespaceScan = 2 * time.Second
 
-func (m *Main) startLogServices(ctx context.Context, l *ledger.Ledger, key *signingKey) (*logServices, error) {
-	s := &logServices{m: m, l: l, key: key, running: map[string]bool{}, witnessing: map[string]*tlog.Witnessing{}}
-	if len(m.Witnesses.list) > 0 {
+func (m *Main) startNsServices(ctx context.Context, l *ledger.Ledger, key *signingKey, rstore ledger.Store) (*nsServices, error) {
+	s := &nsServices{m: m, l: l, key: key, rstore: rstore, running: map[string]bool{},
+		witnessing: map[string]*tlog.Witnessing{}, periodic: map[string]*verify.Periodic{}}
+	if key != nil && len(m.Witnesses.list) > 0 {
 		v, err := tlog.NewVerifier(key.vkey)
 		if err != nil {
 			return nil, fmt.Errorf("witness: %w", err)
@@ -48,7 +58,9 @@ func (m *Main) startLogServices(ctx context.Context, l *ledger.Ledger, key *sign
 		}
 		m.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", m.WitnessQuorum)
 	}
-	m.Logger.Info("signing checkpoints", "origin_prefix", m.LogOrigin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
+	if key != nil {
+		m.Logger.Info("signing checkpoints", "origin_prefix", m.LogOrigin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	if err := s.scan(sctx); err != nil {
@@ -66,7 +78,7 @@ func (m *Main) startLogServices(ctx context.Context, l *ledger.Ledger, key *sign
 				return
 			case <-t.C:
 				if err := s.scan(sctx); err != nil && sctx.Err() == nil {
-					m.Logger.Warn("checkpoints: listing namespaces", "err", err)
+					m.Logger.Warn("namespace services: listing namespaces", "err", err)
 				}
 			}
 		}
@@ -75,7 +87,7 @@ func (m *Main) startLogServices(ctx context.Context, l *ledger.Ledger, key *sign
 }
 
 // scan starts the services of namespaces that have none yet.
-func (s *logServices) scan(ctx context.Context) error {
+func (s *nsServices) scan(ctx context.Context) error {
 	list, err := s.l.Namespaces(ctx)
 	if err != nil {
 		return err
@@ -91,14 +103,33 @@ func (s *logServices) scan(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.start(ctx, n)
+		if err := s.start(ctx, n); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-func (s *logServices) start(ctx context.Context, n *ledger.Namespace) {
-	origin := tlog.Origin(s.m.LogOrigin, n.Name())
+func (s *nsServices) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.m.Logger.With("namespace", n.Name())
+	if s.rstore != nil {
+		src, err := s.rstore.Chain(ctx, n.Name())
+		if err != nil {
+			return err
+		}
+		p := &verify.Periodic{Src: src, Every: s.m.VerifyEvery, Logger: logger.With("component", "verify"),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"namespace": n.Name()}, prometheus.DefaultRegisterer)}
+		s.mu.Lock()
+		s.periodic[n.Name()] = p
+		s.running[n.Name()] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); p.Run(ctx) }()
+	}
+	if s.key == nil {
+		return nil
+	}
+	origin := tlog.Origin(s.m.LogOrigin, n.Name())
 	cp := &tlog.Checkpointer{Store: n, Signer: s.key.signer, Origin: origin, Interval: s.m.CheckpointInterval,
 		Logger: logger.With("component", "checkpoint"), Namespace: n.Name()}
 	if sl, ok := s.l.Store().(signerLocker); ok {
@@ -124,11 +155,19 @@ func (s *logServices) start(ctx context.Context, n *ledger.Namespace) {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); ws.Run(ctx) }()
 	}
+	return nil
+}
+
+// Verification returns the periodic verification of namespace ns, or nil.
+func (s *nsServices) Verification(ns string) *verify.Periodic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.periodic[ns]
 }
 
 // Served is the checkpoint of namespace ns cosigned by the witness
 // quorum, or nil.
-func (s *logServices) Served(ns string) *tlog.Signed {
+func (s *nsServices) Served(ns string) *tlog.Signed {
 	s.mu.Lock()
 	ws := s.witnessing[ns]
 	s.mu.Unlock()
@@ -138,7 +177,7 @@ func (s *logServices) Served(ns string) *tlog.Signed {
 	return ws.Served()
 }
 
-func (s *logServices) stop() {
+func (s *nsServices) stop() {
 	s.cancel()
 	s.wg.Wait()
 	s.mu.Lock()

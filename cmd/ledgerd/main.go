@@ -28,7 +28,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/tlog"
-	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func main() {
@@ -307,20 +306,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var periodic *verify.Periodic
-	if m.VerifyEvery > 0 {
-		vctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		defer func() { cancel(); <-done }()
-		periodic = &verify.Periodic{Src: rd, Every: m.VerifyEvery, Logger: m.Logger.With("component", "verify")}
-		go func() { defer close(done); periodic.Run(vctx) }()
-	}
-	var logs *logServices
-	if key != nil {
-		if logs, err = m.startLogServices(ctx, l, key); err != nil {
+	var svc *nsServices
+	if key != nil || m.VerifyEvery > 0 {
+		var verifyStore ledger.Store
+		if m.VerifyEvery > 0 {
+			verifyStore = rstore
+		}
+		if svc, err = m.startNsServices(ctx, l, key, verifyStore); err != nil {
 			return err
 		}
-		defer logs.stop()
+		defer svc.stop()
 	}
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
@@ -341,11 +336,13 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	handler.SetAuditSource(rd)
 	handler.SetPublicLog(m.PublicLog)
-	if logs != nil && len(m.Witnesses.list) > 0 {
-		handler.SetWitnessing(logs)
+	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
+		handler.SetWitnessing(svc)
 	}
-	if periodic != nil {
-		handler.SetVerification(periodic)
+	if svc != nil && m.VerifyEvery > 0 {
+		// GET /v1/verification reports the default namespace's runs; every
+		// namespace's are in the metrics, labelled by namespace.
+		handler.SetVerification(svc.Verification(ledger.DefaultNamespace))
 	}
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
