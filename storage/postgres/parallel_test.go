@@ -1,0 +1,81 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/postgres"
+)
+
+// TestChain_namespacesCommitInParallel: a transaction holding namespace
+// a's head row does not hold up a write to namespace b (one head row per
+// namespace), while a write to a waits for it.
+func TestChain_namespacesCommitInParallel(t *testing.T) {
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{})
+	for _, ns := range []string{"a", "b"} {
+		if err := s.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holder, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Close(ctx) }()
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM head WHERE namespace = 'a' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+
+	write := func(ns, key string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			done <- mustChain(t, s, ns).Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
+				_, err := reserve(ctx, tx, call{key: key, exec: "e", tool: "t"}, 1000)
+				return err
+			})
+		}()
+		return done
+	}
+	toA := write("a", "key-a-0001")
+	select {
+	case err := <-write("b", "key-b-0001"):
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("namespace b waited for a transaction holding namespace a's head")
+	}
+	select {
+	case err := <-toA:
+		t.Fatalf("namespace a's write did not wait for the lock on its head: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-toA:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("namespace a's write never went through")
+	}
+	for _, ns := range []string{"a", "b"} {
+		h, err := mustChain(t, s, ns).Head(ctx)
+		if err != nil || h.Seq != 1 {
+			t.Fatalf("%s: head %d, %v", ns, h.Seq, err)
+		}
+	}
+}
