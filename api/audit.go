@@ -39,18 +39,9 @@ var auditQuery = map[string]bool{"since": true, "tool": true}
 // ledgerctl does; one runs at a time, later requests wait their turn. The
 // header Ledger-Violations carries the number of integrity violations
 // found meanwhile (an audit of a broken chain is not to be trusted).
-func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	q, err := parseQuery(r, auditQuery)
 	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
-		return
-	}
-	if err := checkQuery(q, auditQuery); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -110,6 +101,16 @@ func ParseSince(s string, now time.Time, f *verify.AuditFilter) error {
 	}
 	f.Since = t
 	return nil
+}
+
+// parseQuery parses r's query string, refusing a malformed one and
+// unknown or repeated parameters (400 invalid_request).
+func parseQuery(r *http.Request, known map[string]bool) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"}
+	}
+	return q, checkQuery(q, known)
 }
 
 // checkQuery rejects unknown and repeated query parameters.

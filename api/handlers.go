@@ -60,12 +60,7 @@ type notRecordedBody struct {
 	KeyGenerated   bool   `json:"key_generated"`
 }
 
-func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	o, err := readBody(w, r)
 	if err != nil {
 		s.Error(w, r, err)
@@ -159,12 +154,7 @@ type committedBody struct {
 	Receipt        receiptRef `json:"receipt"`
 }
 
-func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	key, o, ok := s.keyAndBody(w, r)
 	if !ok {
 		return
@@ -203,12 +193,7 @@ type resolvedBody struct {
 	Receipt        receiptRef `json:"receipt"`
 }
 
-func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	key, o, ok := s.keyAndBody(w, r)
 	if !ok {
 		return
@@ -245,12 +230,7 @@ type keyBody struct {
 	Receipts       []chain.Receipt `json:"receipts"`
 }
 
-func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	key, err := pathKey(r)
 	if err != nil {
 		s.Error(w, r, err)
@@ -267,18 +247,9 @@ func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request) {
 // receiptQuery is the set of query parameters GET /v1/receipts accepts.
 var receiptQuery = map[string]bool{"after": true, "limit": true, "key": true, "execution_id": true, "tool": true, "kind": true}
 
-func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
+func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	q, err := parseQuery(r, receiptQuery)
 	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		s.Error(w, r, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "query string is malformed"})
-		return
-	}
-	if err := checkQuery(q, receiptQuery); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -307,12 +278,7 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request) {
 	s.writeRaw(w, http.StatusOK, append(AppendReceiptPage(nil, rs, next), '\n'))
 }
 
-func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
 	var seq uint64
 	if err == nil {
@@ -331,19 +297,17 @@ func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request) {
 	s.writeRaw(w, http.StatusOK, append(rc.AppendJSON(nil), '\n'))
 }
 
-func (s *Server) handleHead(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	h, err := n.Head(r.Context())
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, receiptRef{Seq: h.Seq, Hash: h.Hash.String()})
+	s.writeJSON(w, http.StatusOK, headRef(h))
 }
+
+// headRef is a chain head in the form of a receipt reference.
+func headRef(h ledger.Head) receiptRef { return receiptRef{Seq: h.Seq, Hash: h.Hash.String()} }
 
 // namespaceJSON is one namespace in GET /v1/namespaces and the answer of
 // POST /v1/namespaces.
@@ -383,7 +347,7 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: receiptRef{Seq: h.Seq, Hash: h.Hash.String()}})
+	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: headRef(h)})
 }
 
 func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
@@ -398,7 +362,7 @@ func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 		if authed && !p.AllowsNamespace(ns.Name) {
 			continue // a token limited to namespaces sees only those
 		}
-		out = append(out, namespaceJSON{Name: ns.Name, Head: receiptRef{Seq: ns.Head.Seq, Hash: ns.Head.Hash.String()}})
+		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head)})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

@@ -81,11 +81,28 @@ func (s *Server) SetMaxInFlight(n int) {
 // serves for the namespace default.
 const nsPrefix = "/v1/ns/{ns}"
 
+// nsHandler serves a request about one namespace.
+type nsHandler func(w http.ResponseWriter, r *http.Request, n *ledger.Namespace)
+
+// inNamespace resolves the request's namespace (400 for an invalid name,
+// 404 unknown_namespace) before h runs.
+func (s *Server) inNamespace(h nsHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n, err := s.namespace(r)
+		if err != nil {
+			s.Error(w, r, err)
+			return
+		}
+		h(w, r, n)
+	}
+}
+
 // handle registers a /v1 route in both forms: unprefixed (namespace
 // default) and under /v1/ns/{ns}.
-func (s *Server) handle(path string, h http.HandlerFunc, methods ...string) {
-	s.router.HandleFunc(path, h).Methods(methods...)
-	s.router.HandleFunc(nsPrefix+strings.TrimPrefix(path, "/v1"), h).Methods(methods...)
+func (s *Server) handle(path string, h nsHandler, methods ...string) {
+	f := s.inNamespace(h)
+	s.router.HandleFunc(path, f).Methods(methods...)
+	s.router.HandleFunc(nsPrefix+strings.TrimPrefix(path, "/v1"), f).Methods(methods...)
 }
 
 // namespaceName returns the request's namespace name: the {ns} of its

@@ -20,8 +20,8 @@ const logPrefix = "/log/{ns}/"
 // through the read pool, never the writer.
 func (s *Server) routeLog(r *mux.Router) {
 	get := []string{http.MethodGet, http.MethodHead}
-	r.HandleFunc(logPrefix+"checkpoint", s.handleCheckpoint).Methods(get...)
-	r.HandleFunc(logPrefix+"{tile:tile/.+}", s.handleTile).Methods(get...)
+	r.HandleFunc(logPrefix+"checkpoint", s.inNamespace(s.handleCheckpoint)).Methods(get...)
+	r.HandleFunc(logPrefix+"{tile:tile/.+}", s.inNamespace(s.handleTile)).Methods(get...)
 	s.handle("/v1/proof/inclusion", s.handleInclusion, get...)
 	s.handle("/v1/proof/consistency", s.handleConsistency, get...)
 	s.handle("/v1/receipts/{seq}/proof", s.handlePortable, get...)
@@ -47,13 +47,9 @@ type CosignedCheckpoints interface {
 // receipts prove inclusion against it.
 func (s *Server) SetWitnessing(src CosignedCheckpoints) { s.cosigned = src }
 
-func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	var c *tlog.Signed
+	var err error
 	if s.cosigned != nil {
 		if c = s.cosigned.Served(n.Name()); c == nil {
 			s.Error(w, r, ledger.Errorf(ledger.ECodeNotCheckpointed, "no checkpoint has been cosigned by the witness quorum yet"))
@@ -75,12 +71,7 @@ func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte(c.Note))
 }
 
-func (s *Server) handleTile(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleTile(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	t, err := n.ReadTile(r.Context(), mux.Vars(r)["tile"])
 	if err != nil {
 		s.Error(w, r, err)
@@ -117,12 +108,7 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 	return n, nil
 }
 
-func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	seq, err := queryInt(r, "seq", true)
 	if err != nil {
 		s.Error(w, r, err)
@@ -145,12 +131,7 @@ func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	from, err := queryInt(r, "from", true)
 	if err != nil {
 		s.Error(w, r, err)
@@ -173,12 +154,7 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request) {
-	n, err := s.namespace(r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
+func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
 	if err != nil || seq == 0 {
 		s.Error(w, r, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %q", truncate(mux.Vars(r)["seq"], 40)))
