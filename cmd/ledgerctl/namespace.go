@@ -34,21 +34,8 @@ file). "namespace create --db" may run while ledgerd serves the file.
 
 // Run dispatches the namespace subcommands.
 func (c *NamespaceCommand) Run(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprintf(c.Stderr, "ledgerctl namespace: want create or list\n\n%s", namespaceUsage)
-		return errUsage
-	}
-	switch args[0] {
-	case "create":
-		return c.create(ctx, args[1:])
-	case "list":
-		return c.list(ctx, args[1:])
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.Stderr, namespaceUsage)
-		return flag.ErrHelp
-	}
-	fmt.Fprintf(c.Stderr, "ledgerctl namespace: unknown namespace command %q (want create or list)\n\n%s", args[0], namespaceUsage)
-	return errUsage
+	return dispatch(ctx, c.Env, "namespace", namespaceUsage, args, []subcommand{
+		{"create", c.create}, {"list", c.list}})
 }
 
 // namespaceSource registers the flags of a namespace subcommand.

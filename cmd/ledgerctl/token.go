@@ -34,22 +34,39 @@ effect without a restart; this may run while ledgerd runs.
 
 // Run dispatches the token subcommands, each with its own flags.
 func (c *TokenCommand) Run(ctx context.Context, args []string) error {
+	return dispatch(ctx, c.Env, "token", tokenUsage, args, []subcommand{
+		{"create", c.create}, {"list", c.list}, {"revoke", c.revoke}})
+}
+
+// subcommand is one subcommand of a command group.
+type subcommand struct {
+	name string
+	run  func(ctx context.Context, args []string) error
+}
+
+// dispatch runs the subcommand args[0] of group, or explains the group's
+// usage.
+func dispatch(ctx context.Context, env *Env, group, usage string, args []string, subs []subcommand) error {
+	names := make([]string, len(subs))
+	for i, sc := range subs {
+		names[i] = sc.name
+	}
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 	if len(args) == 0 {
-		fmt.Fprintf(c.Stderr, "ledgerctl token: want create, list or revoke\n\n%s", tokenUsage)
+		fmt.Fprintf(env.Stderr, "ledgerctl %s: want %s\n\n%s", group, want, usage)
 		return errUsage
 	}
+	for _, sc := range subs {
+		if args[0] == sc.name {
+			return sc.run(ctx, args[1:])
+		}
+	}
 	switch args[0] {
-	case "create":
-		return c.create(ctx, args[1:])
-	case "list":
-		return c.list(ctx, args[1:])
-	case "revoke":
-		return c.revoke(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(c.Stderr, tokenUsage)
+		fmt.Fprint(env.Stderr, usage)
 		return flag.ErrHelp
 	}
-	fmt.Fprintf(c.Stderr, "ledgerctl token: unknown token command %q (want create, list or revoke)\n\n%s", args[0], tokenUsage)
+	fmt.Fprintf(env.Stderr, "ledgerctl %s: unknown %s command %q (want %s)\n\n%s", group, group, args[0], want, usage)
 	return errUsage
 }
 

@@ -88,18 +88,20 @@ func (m *Main) startNsServices(ctx context.Context, l *ledger.Ledger, key *signi
 
 // scan starts the services of namespaces that have none yet.
 func (s *nsServices) scan(ctx context.Context) error {
-	list, err := s.l.Namespaces(ctx)
+	// Names only: the heads (ledger.Namespaces) would cost a read per
+	// namespace on every scan.
+	names, err := s.l.Store().Namespaces(ctx)
 	if err != nil {
 		return err
 	}
-	for _, info := range list {
+	for _, name := range names {
 		s.mu.Lock()
-		running := s.running[info.Name]
+		running := s.running[name]
 		s.mu.Unlock()
 		if running {
 			continue
 		}
-		n, err := s.l.NS(ctx, info.Name)
+		n, err := s.l.NS(ctx, name)
 		if err != nil {
 			return err
 		}
