@@ -27,6 +27,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -85,6 +86,7 @@ type Main struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	MaxWaiters        int
+	CacheMiB          int
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -131,6 +133,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.BatchLinger, "batch-linger", 5*time.Millisecond, "under load only, how long a namespace's writer may wait to gather as many requests as its previous batch before the next transaction (bigger batches, fewer commits); an idle ledger never waits; 0 disables")
 	fs.DurationVar(&m.ReadTimeout, "read-timeout", DefaultReadTimeout, "drop clients that take longer to send a whole request")
 	fs.DurationVar(&m.WriteTimeout, "write-timeout", DefaultWriteTimeout, "cut responses not written within this time of the request (a reserve with wait_ms gets its wait on top)")
+	fs.IntVar(&m.CacheMiB, "cache-mib", sqlite.DefaultCacheMiB, "SQLite only: memory for page caches, every namespace together (a soft limit). More is faster once a ledger's indexes outgrow it; the operating system's file cache serves the rest")
 	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
@@ -250,6 +253,9 @@ Flags:
 	if m.MaxWaiters <= 0 {
 		return fmt.Errorf("--max-waiters must be positive, not %d", m.MaxWaiters)
 	}
+	if m.CacheMiB < 4 || m.CacheMiB > 1<<20 {
+		return fmt.Errorf("--cache-mib must be between 4 and 1048576, not %d", m.CacheMiB)
+	}
 	return nil
 }
 
@@ -272,7 +278,7 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer key.close()
 	}
-	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger})
+	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, SQLite: sqlite.Options{CacheMiB: m.CacheMiB}})
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func run(ctx context.Context, args []string) error {
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
 	withBackends := fs.Bool("backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
-	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root)")
+	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -227,7 +227,8 @@ func redisIdempotencyService(pool *respPool) http.Handler {
 	return mux
 }
 
-// baselines runs redis-http (pairs, driven like ledgerd) and redis-raw.
+// baselines runs redis-http (pairs, driven like ledgerd), redis-raw and
+// the hand-built PostgreSQL tables (pgbench, unchained and chained).
 func baselines(ctx context.Context, dir string, clients int, d time.Duration) ([]Result, error) {
 	rs, err := startRedis(dir)
 	if err != nil {
@@ -254,7 +255,22 @@ func baselines(ctx context.Context, dir string, clients int, d time.Duration) ([
 	if err != nil {
 		return nil, err
 	}
-	return []Result{httpRes, raw}, nil
+	out := []Result{httpRes, raw}
+	// PostgreSQL as users would hand-build it, unchained and chained, on a
+	// throwaway cluster (fsync on), driven by pgbench with as many clients.
+	pg, err := startPG(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer pg.stop()
+	for _, mode := range []string{"pairs", "chained"} {
+		res, err := pgbench(pg, mode, clients, d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
 }
 
 // rawRedisPairs drives SET NX + SET XX pairs over RESP, one connection

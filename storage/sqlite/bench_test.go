@@ -141,7 +141,11 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			var seq atomic.Uint64
 			salt := strconv.FormatInt(time.Now().UnixNano(), 10)
 			before := db.WriterStats()
-			b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			clients := 32
+			if v := os.Getenv("LEDGER_BENCH_CLIENTS"); v != "" {
+				clients, _ = strconv.Atoi(v)
+			}
+			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
@@ -165,6 +169,10 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			st := db.WriterStats()
 			st.Ops -= before.Ops
 			st.Busy -= before.Busy
+			st.Batches -= before.Batches
+			if st.Batches > 0 {
+				b.ReportMetric(float64(st.Ops-st.Batches)/float64(st.Batches), "receipts/batch")
+			}
 			b.ReportMetric(float64(st.PerOp().Nanoseconds())/1000, "writer-µs/op")
 			head := db.Head()
 			if err := db.Close(); err != nil {

@@ -8,15 +8,47 @@ import (
 // keyCache is the writer's in-memory index of recently used keys, with the
 // latest reserve and outcome receipt of each: what a decision reads. Only
 // the writer goroutine touches it. SQLite stays the source of truth: a
-// miss reads the database, and entries change only after a COMMIT.
+// miss reads the database, and entries change only after a COMMIT. It is
+// bounded both in keys and in bytes (an estimate of the Go heap its
+// entries hold), so that large results cannot grow it past its budget.
 type keyCache struct {
-	max      int
+	max      int // keys
+	maxBytes int // estimated bytes of keys and receipts held
+	bytes    int
 	keys     map[string]*ledger.KeyRecord
 	receipts map[uint64]*chain.Receipt // the ReserveSeq and FinalSeq receipts of cached keys
 }
 
-func newKeyCache(max int) *keyCache {
-	return &keyCache{max: max, keys: make(map[string]*ledger.KeyRecord), receipts: make(map[uint64]*chain.Receipt)}
+func newKeyCache(max, maxBytes int) *keyCache {
+	return &keyCache{max: max, maxBytes: maxBytes, keys: make(map[string]*ledger.KeyRecord),
+		receipts: make(map[uint64]*chain.Receipt)}
+}
+
+// Estimated heap bytes of an entry: the struct, its map slot and its
+// strings.
+func keySize(k *ledger.KeyRecord) int {
+	return 160 + 2*len(k.Key) + len(k.Tool) + len(k.Effect) + len(k.InputHash) + len(k.TokenHash)
+}
+
+func receiptSize(r *chain.Receipt) int {
+	return 360 + len(r.Kind) + len(r.IdempotencyKey) + len(r.ExecutionID) + len(r.Tool) + len(r.Effect) +
+		len(r.InputHash) + len(r.Outcome) + len(r.ExternalRef) + len(r.Result) + len(r.ErrorCode) +
+		len(r.ErrorMessage) + len(r.Actor) + len(r.Note)
+}
+
+func (c *keyCache) putReceipt(seq uint64, r *chain.Receipt) {
+	if old, ok := c.receipts[seq]; ok {
+		c.bytes -= receiptSize(old)
+	}
+	c.receipts[seq] = r
+	c.bytes += receiptSize(r)
+}
+
+func (c *keyCache) dropReceipt(seq uint64) {
+	if r, ok := c.receipts[seq]; ok {
+		c.bytes -= receiptSize(r)
+		delete(c.receipts, seq)
+	}
 }
 
 // merge takes in what a committed batch read and wrote.
@@ -27,26 +59,40 @@ func (c *keyCache) merge(keys map[string]*ledger.KeyRecord, receipts map[uint64]
 	for key, k := range keys {
 		if old, ok := c.keys[key]; ok {
 			c.dropReceipts(old, k)
+			c.bytes -= keySize(old)
 		}
 		c.keys[key] = k
+		c.bytes += keySize(k)
 		for _, seq := range [2]uint64{k.ReserveSeq, k.FinalSeq} {
 			if r, ok := receipts[seq]; ok && seq != 0 {
-				c.receipts[seq] = r
+				c.putReceipt(seq, r)
 			}
 		}
 	}
 	if len(c.keys) > c.max {
 		c.evict(len(c.keys) - c.max + c.max/10)
 	}
+	if c.maxBytes > 0 && c.bytes > c.maxBytes {
+		// Evict a tenth of the keys at a time, at least enough to get
+		// under the budget if entries were of average size.
+		n := len(c.keys) / 10
+		if avg := c.bytes / max(len(c.keys), 1); avg > 0 {
+			n = max(n, (c.bytes-c.maxBytes)/avg+1)
+		}
+		c.evict(n)
+		for c.bytes > c.maxBytes && len(c.keys) > 0 {
+			c.evict(1 + len(c.keys)/10)
+		}
+	}
 }
 
 // dropReceipts forgets the receipts of old that next no longer points at.
 func (c *keyCache) dropReceipts(old, next *ledger.KeyRecord) {
 	if old.ReserveSeq != next.ReserveSeq {
-		delete(c.receipts, old.ReserveSeq)
+		c.dropReceipt(old.ReserveSeq)
 	}
 	if old.FinalSeq != next.FinalSeq {
-		delete(c.receipts, old.FinalSeq)
+		c.dropReceipt(old.FinalSeq)
 	}
 }
 
@@ -56,8 +102,9 @@ func (c *keyCache) evict(n int) {
 		if n <= 0 {
 			return
 		}
-		delete(c.receipts, k.ReserveSeq)
-		delete(c.receipts, k.FinalSeq)
+		c.dropReceipt(k.ReserveSeq)
+		c.dropReceipt(k.FinalSeq)
+		c.bytes -= keySize(k)
 		delete(c.keys, key)
 		n--
 	}

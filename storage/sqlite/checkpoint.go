@@ -121,8 +121,9 @@ func (db *fileChain) kickCheckpoint() {
 
 // WriterStats is the single writer's work so far.
 type WriterStats struct {
-	Ops  int64         // write operations run
-	Busy time.Duration // time spent from BEGIN to durable COMMIT
+	Ops     int64         // write operations run: receipts appended plus one per transaction
+	Batches int64         // write transactions committed
+	Busy    time.Duration // time spent from BEGIN to durable COMMIT
 }
 
 // PerOp is the writer's busy time per operation.
@@ -133,8 +134,8 @@ func (s WriterStats) PerOp() time.Duration {
 	return s.Busy / time.Duration(s.Ops)
 }
 
-// WriterStats returns the writer's cumulative busy time and operations
-// (transactions plus receipts appended).
+// WriterStats returns the writer's cumulative busy time, operations
+// (transactions plus receipts appended) and committed transactions.
 func (db *fileChain) WriterStats() WriterStats {
-	return WriterStats{Ops: db.opsDone.Load(), Busy: time.Duration(db.busyNanos.Load())}
+	return WriterStats{Ops: db.opsDone.Load(), Batches: db.batches.Load(), Busy: time.Duration(db.busyNanos.Load())}
 }

@@ -227,3 +227,28 @@ func TestSchema_linkingTrigger(t *testing.T) {
 	}
 	assert.Equal(t, head, db.Head())
 }
+
+// TestOpen_cacheMiB: Options.CacheMiB sizes the writer's page cache and
+// sets SQLite's process-wide soft heap limit, under which page caches
+// recycle pages instead of growing (what bounds ledgerd's memory with many
+// namespaces).
+func TestOpen_cacheMiB(t *testing.T) {
+	opts := quiet
+	opts.CacheMiB = 7
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), opts)
+	require.NoError(t, err)
+	defer db.Close()
+	w, _ := db.Pools()
+	var cache int64
+	require.NoError(t, w.QueryRow(`PRAGMA cache_size`).Scan(&cache))
+	assert.Equal(t, int64(-7*1024), cache, "KiB, negative")
+	var limit int64
+	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
+	assert.Equal(t, int64(7<<20), limit)
+
+	db2, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
+	require.NoError(t, err)
+	defer db2.Close()
+	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
+	assert.Equal(t, int64(sqlite.DefaultCacheMiB<<20), limit, "process-wide: the last Open sets it")
+}

@@ -55,7 +55,7 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 }
 
 func openReader(ctx context.Context, abs string, opts Options) (*Reader, error) {
-	r, err := sql.Open("sqlite3", dsn(abs, "ro", opts.BusyTimeout, false))
+	r, err := sql.Open("sqlite3", dsn(abs, "ro", opts.BusyTimeout, 0))
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}

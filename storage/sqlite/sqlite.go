@@ -51,6 +51,18 @@ type Options struct {
 	// CacheKeys bounds the writer's in-memory key index (default 50,000;
 	// negative disables it).
 	CacheKeys int
+	// CacheMiB is the memory SQLite may use for its page caches, every
+	// file and connection of the process together (default 32): a soft
+	// limit (sqlite3_soft_heap_limit64, process-wide; the last Open sets
+	// it) under which the least recently used pages are recycled, and the
+	// page cache of each writer connection. More is faster on ledgers
+	// whose indexes outgrow it; the operating system's file cache serves
+	// the rest.
+	CacheMiB int
+	// CacheBytes bounds the same index by the estimated heap its keys and
+	// receipts hold (default 8 MiB; negative: keys bound only), so that
+	// large results and many namespaces cannot grow ledgerd's memory.
+	CacheBytes int
 	// PageSize is the SQLite page size of a new database file (default
 	// DefaultPageSize); an existing file keeps its own.
 	PageSize int
@@ -92,6 +104,7 @@ type fileChain struct {
 	ckpt      *checkpointer // WAL checkpoints off the writer's path
 	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
 	opsDone   atomic.Int64  // transactions plus receipts appended
+	batches   atomic.Int64  // transactions committed
 
 	onEnded func(ns string, keys []string)
 
@@ -122,10 +135,19 @@ func (o *Options) defaults() {
 	if o.CacheKeys == 0 {
 		o.CacheKeys = 50_000
 	}
+	if o.CacheMiB <= 0 {
+		o.CacheMiB = DefaultCacheMiB
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 8 << 20
+	}
 	if o.PageSize == 0 {
 		o.PageSize = DefaultPageSize
 	}
 }
+
+// DefaultCacheMiB is the default of Options.CacheMiB.
+const DefaultCacheMiB = 32
 
 // DefaultPageSize is the page size of new ledgers. Every request dirties a
 // few pages at random positions of the key and execution indexes, and each
@@ -158,7 +180,9 @@ func createFile(ctx context.Context, abs string, pageSize int) error {
 	return c.Close()
 }
 
-func dsn(path, mode string, busy time.Duration, writer bool) string {
+// dsn is the connection string of a connection to path; cacheMiB > 0 sets
+// the connection's page cache (writers).
+func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
 	q := url.Values{}
 	q.Set("mode", mode)
 	if mode != "ro" {
@@ -170,12 +194,12 @@ func dsn(path, mode string, busy time.Duration, writer bool) string {
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
 	q.Set("_foreign_keys", "1")
-	if writer {
+	if cacheMiB > 0 {
 		q.Set("_txlock", "immediate")
 		// The writer's decisions and index updates touch random pages of
-		// five b-trees (hash, prev_hash, key, execution, keys): keep them
-		// in memory rather than re-reading them for every batch.
-		q.Set("_cache_size", "-65536") // 64 MiB
+		// three b-trees (key, execution, keys): keep them in memory rather
+		// than re-reading them for every batch.
+		q.Set("_cache_size", fmt.Sprint(-cacheMiB*1024)) // KiB
 	}
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	return "file:" + p + "?" + q.Encode()
@@ -207,7 +231,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
 	}
-	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys)}
+	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
 
 	ok := false
 	defer func() {
@@ -215,7 +239,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 			_ = lock.release()
 		}
 	}()
-	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, true)); err != nil {
+	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, opts.CacheMiB)); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	db.w.SetMaxOpenConns(1)
@@ -225,6 +249,10 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 	if err := db.init(ctx, abs, opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA soft_heap_limit = %d", int64(opts.CacheMiB)<<20)); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: memory limit: %w", abs, classify(err))
 	}
 	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
 		_ = db.w.Close()
@@ -238,7 +266,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		_ = db.w.Close()
 		return nil, err
 	}
-	ck, err := sql.Open("sqlite3", dsn(abs, "rw", opts.BusyTimeout, false))
+	ck, err := sql.Open("sqlite3", dsn(abs, "rw", opts.BusyTimeout, 0))
 	if err != nil {
 		_ = db.r.Close()
 		_ = db.w.Close()

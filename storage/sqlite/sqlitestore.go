@@ -221,7 +221,7 @@ func CreateNamespace(ctx context.Context, path, ns string) error {
 		return err
 	}
 	_ = rd.Close()
-	w, err := sql.Open("sqlite3", dsn(abs, "rw", 5*time.Second, true))
+	w, err := sql.Open("sqlite3", dsn(abs, "rw", 5*time.Second, DefaultCacheMiB))
 	if err != nil {
 		return fmt.Errorf("open %s: %w", abs, err)
 	}

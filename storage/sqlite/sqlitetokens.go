@@ -163,7 +163,7 @@ func OpenTokens(ctx context.Context, path string) (*ledger.Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite3", dsn(rd.Path(), "rw", 5*time.Second, true))
+	db, err := sql.Open("sqlite3", dsn(rd.Path(), "rw", 5*time.Second, DefaultCacheMiB))
 	if err != nil {
 		_ = rd.Close()
 		return nil, fmt.Errorf("open tokens: %w", err)

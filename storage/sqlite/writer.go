@@ -106,7 +106,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 	}
 	c.head.Store(&t.head)
 	if t.resetCache {
-		c.cache = newKeyCache(c.cache.max)
+		c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
 	}
 	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
 	c.commitTree(t)
@@ -115,6 +115,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 	}
 	c.busyNanos.Add(int64(time.Since(start)))
 	c.opsDone.Add(int64(t.appended) + 1)
+	c.batches.Add(1)
 	c.kickCheckpoint()
 	return nil
 }
