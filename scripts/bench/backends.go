@@ -131,6 +131,13 @@ func backends(ctx context.Context, dir, bin string, clients int, d time.Duration
 		res.Mode = fmt.Sprintf("pairs %s ×%d, %d ns", cf.backend, cf.replicas, cf.namespaces)
 		out = append(out, res)
 	}
+	base, err := pgbenchBoth(pg, clients, d)
+	return append(out, base...), err
+}
+
+// pgbenchBoth runs pgbench's unchained and chained modes.
+func pgbenchBoth(pg *pgCluster, clients int, d time.Duration) ([]Result, error) {
+	var out []Result
 	for _, mode := range []string{"pairs", "chained"} {
 		res, err := pgbench(pg, mode, clients, d)
 		if err != nil {

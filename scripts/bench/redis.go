@@ -263,14 +263,11 @@ func baselines(ctx context.Context, dir string, clients int, d time.Duration) ([
 		return nil, err
 	}
 	defer pg.stop()
-	for _, mode := range []string{"pairs", "chained"} {
-		res, err := pgbench(pg, mode, clients, d)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, res)
+	base, err := pgbenchBoth(pg, clients, d)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return append(out, base...), nil
 }
 
 // rawRedisPairs drives SET NX + SET XX pairs over RESP, one connection
