@@ -5,8 +5,8 @@ import "database/sql"
 // Pools exposes the connection pools to the black-box tests.
 func (db *DB) Pools() (writer, reader *sql.DB) { return db.main.w, db.main.r }
 
-// Unpack exposes the packed-row decoder to the fuzz test.
-var Unpack = unpack
+// DecodeRow exposes the scan's record decoder to the fuzz test.
+var DecodeRow = decodeRow
 
 // SetBeforeCommit installs a hook that can fail batches before COMMIT. It
 // must be called before the hook can race with the writer: the hook itself

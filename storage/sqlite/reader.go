@@ -20,6 +20,7 @@ type Reader struct {
 	path string
 	r    *sql.DB
 	now  func() time.Time
+	busy time.Duration // the busy timeout of the scans' own connections
 }
 
 // OpenReader opens the ledger at path read-only. The file must exist and
@@ -65,7 +66,7 @@ func openReader(ctx context.Context, abs string, opts Options) (*Reader, error) 
 		_ = r.Close()
 		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, classify(err))
 	}
-	return &Reader{path: abs, r: r, now: opts.Now}, nil
+	return &Reader{path: abs, r: r, now: opts.Now, busy: opts.BusyTimeout}, nil
 }
 
 // Close closes the read pool.

@@ -1,0 +1,321 @@
+package sqlite
+
+/*
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+
+// The SQLite library linked into this binary (compiled by the driver
+// package); only its stable C API is used here.
+typedef struct sqlite3 sqlite3;
+typedef struct sqlite3_stmt sqlite3_stmt;
+int sqlite3_open_v2(const char *filename, sqlite3 **db, int flags, const char *vfs);
+int sqlite3_close_v2(sqlite3 *db);
+int sqlite3_busy_timeout(sqlite3 *db, int ms);
+int sqlite3_exec(sqlite3 *db, const char *sql, void *cb, void *arg, char **errmsg);
+int sqlite3_prepare_v2(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st, const char **tail);
+int sqlite3_bind_int64(sqlite3_stmt *st, int i, int64_t v);
+int sqlite3_step(sqlite3_stmt *st);
+int sqlite3_finalize(sqlite3_stmt *st);
+int sqlite3_column_type(sqlite3_stmt *st, int i);
+int64_t sqlite3_column_int64(sqlite3_stmt *st, int i);
+const unsigned char *sqlite3_column_text(sqlite3_stmt *st, int i);
+const void *sqlite3_column_blob(sqlite3_stmt *st, int i);
+int sqlite3_column_bytes(sqlite3_stmt *st, int i);
+const char *sqlite3_errmsg(sqlite3 *db);
+int sqlite3_extended_errcode(sqlite3 *db);
+
+#define EL_ROW 100
+#define EL_DONE 101
+#define EL_INTEGER 1
+#define EL_TEXT 3
+#define EL_BLOB 4
+
+// Column kinds of the scanned SELECT, in receiptColumns order.
+enum { K_INT = 0, K_BOOL = 1, K_TEXT = 2, K_HASH = 3 };
+static const unsigned char el_kinds[23] = {
+	K_INT, K_TEXT, K_TEXT, K_BOOL, K_TEXT, K_INT, K_TEXT, K_TEXT, K_BOOL, K_TEXT, K_TEXT, K_TEXT,
+	K_TEXT, K_TEXT, K_TEXT, K_BOOL, K_INT, K_INT, K_TEXT, K_TEXT, K_INT, K_HASH, K_HASH,
+};
+
+// el_put writes the current row of st at buf: a record of 8 unsigned
+// 64-bit words (the integer columns and a flag word), 13 32-bit string
+// lengths, the two 32-byte hashes and then the string bytes. It returns
+// the record's size, or 0 if it does not fit in cap bytes. A value of an
+// unexpected type or range sets the flag word's low bit: the caller reads
+// that row again column by column.
+static int el_put(sqlite3_stmt *st, unsigned char *buf, int cap) {
+	int head = 9 * 8 + 13 * 4 + 64;
+	if (cap < head) return 0;
+	uint64_t ints[8] = {0};
+	uint32_t lens[13];
+	const unsigned char *strs[13];
+	uint64_t bad = 0;
+	int ni = 0, ns = 0, nh = 0, total = head;
+	for (int i = 0; i < 23; i++) {
+		int t = sqlite3_column_type(st, i);
+		switch (el_kinds[i]) {
+		case K_INT:
+		case K_BOOL: {
+			int64_t v = 0;
+			if (t == EL_INTEGER) {
+				v = sqlite3_column_int64(st, i);
+				if (v < 0 || (el_kinds[i] == K_BOOL && v > 1)) bad = 1;
+			} else {
+				bad = 1;
+			}
+			ints[ni++] = (uint64_t)v;
+			break;
+		}
+		case K_TEXT: {
+			const unsigned char *p = 0;
+			int n = 0;
+			if (t == EL_TEXT) {
+				p = sqlite3_column_text(st, i);
+				n = sqlite3_column_bytes(st, i);
+			} else {
+				bad = 1;
+			}
+			strs[ns] = p;
+			lens[ns] = (uint32_t)n;
+			total += n;
+			ns++;
+			break;
+		}
+		case K_HASH: {
+			unsigned char *dst = buf + 9 * 8 + 13 * 4 + 32 * nh;
+			if (t == EL_BLOB && sqlite3_column_bytes(st, i) == 32) {
+				memcpy(dst, sqlite3_column_blob(st, i), 32);
+			} else {
+				memset(dst, 0, 32);
+				bad = 1;
+			}
+			nh++;
+			break;
+		}
+		}
+	}
+	if (total > cap) return 0;
+	// integer columns in order: seq key_generated attempt idempotent
+	// retryable lease_expires_at ref_seq recorded_at; the flag word
+	// follows them.
+	memcpy(buf, ints, 8 * 8);
+	memcpy(buf + 8 * 8, &bad, 8);
+	memcpy(buf + 9 * 8, lens, 13 * 4);
+	unsigned char *out = buf + head;
+	for (int i = 0; i < 13; i++) {
+		if (lens[i]) memcpy(out, strs[i], lens[i]);
+		out += lens[i];
+	}
+	return total;
+}
+
+// el_fill steps st and writes records to buf until it is full or the
+// rows end. *pending says that st holds a row not yet written (it did not
+// fit last time). It returns the number of records and sets *used and
+// *rc (EL_ROW: more rows may follow; EL_DONE: the end; else an error).
+static int el_fill(sqlite3_stmt *st, unsigned char *buf, int cap, int *pending, int *used, int *rc) {
+	int n = 0, off = 0;
+	for (;;) {
+		if (!*pending) {
+			int r = sqlite3_step(st);
+			if (r != EL_ROW) {
+				*rc = r;
+				*used = off;
+				return n;
+			}
+			*pending = 1;
+		}
+		int size = el_put(st, buf + off, cap - off);
+		if (size == 0) {
+			*rc = EL_ROW;
+			*used = off;
+			return n;
+		}
+		*pending = 0;
+		off += size;
+		n++;
+	}
+}
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/mattn/go-sqlite3"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// The verifier's scans step SQLite from C and copy a batch of rows per
+// call into a Go buffer: reading the 23 columns through the driver costs
+// a cgo call and an allocation per value, and packing them into one text
+// value in SQL (the earlier design) costs SQLite more than reading the
+// row. The scan opens a read-only connection of its own on the file.
+
+// rowHead is the fixed part of a record written by el_put.
+const rowHead = 9*8 + 13*4 + 2*chain.HashSize
+
+// rowBatch is the buffer size of one el_fill call.
+const rowBatch = 256 << 10
+
+// cScan is a prepared scan on its own read-only connection.
+type cScan struct {
+	db *C.sqlite3
+	st *C.sqlite3_stmt
+}
+
+// sqliteErr is the connection's last error.
+func sqliteErr(db *C.sqlite3, what string) error {
+	ext := int(C.sqlite3_extended_errcode(db))
+	return classify(fmt.Errorf("%s: %s: %w", what, C.GoString(C.sqlite3_errmsg(db)),
+		sqlite3.Error{Code: sqlite3.ErrNo(ext & 0xff), ExtendedCode: sqlite3.ErrNoExtended(ext)}))
+}
+
+// openCScan opens path read-only and prepares query (its columns
+// are receiptColumns) with args bound in order. cacheKiB sizes the
+// connection's page cache.
+func openCScan(path string, busy time.Duration, cacheKiB int, query string, args ...uint64) (*cScan, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var db *C.sqlite3
+	// SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX: one goroutine uses it.
+	if rc := C.sqlite3_open_v2(cpath, &db, 0x1|0x8000, nil); rc != 0 {
+		err := fmt.Errorf("open %s: result code %d", path, int(rc))
+		if db != nil {
+			err = sqliteErr(db, "open "+path)
+			C.sqlite3_close_v2(db)
+		}
+		return nil, err
+	}
+	s := &cScan{db: db}
+	C.sqlite3_busy_timeout(db, C.int(busy.Milliseconds()))
+	pragma := C.CString(fmt.Sprintf("PRAGMA cache_size = -%d; PRAGMA query_only = 1;", cacheKiB))
+	defer C.free(unsafe.Pointer(pragma))
+	if C.sqlite3_exec(db, pragma, nil, nil, nil) != 0 {
+		err := sqliteErr(db, "scan pragmas")
+		s.close()
+		return nil, err
+	}
+	cq := C.CString(query)
+	defer C.free(unsafe.Pointer(cq))
+	if C.sqlite3_prepare_v2(db, cq, -1, &s.st, nil) != 0 {
+		err := sqliteErr(db, "prepare scan")
+		s.close()
+		return nil, err
+	}
+	for i, a := range args {
+		if C.sqlite3_bind_int64(s.st, C.int(i+1), C.int64_t(int64(a))) != 0 {
+			err := sqliteErr(db, "bind scan")
+			s.close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *cScan) close() {
+	if s.st != nil {
+		C.sqlite3_finalize(s.st)
+		s.st = nil
+	}
+	if s.db != nil {
+		C.sqlite3_close_v2(s.db)
+		s.db = nil
+	}
+}
+
+// each calls fn for every row of the scan. A row whose values do not fit
+// the receipt format is read again by reread (column by column). fn must
+// not retain the pointer.
+func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Receipt) error, fn func(*chain.Receipt) error) error {
+	buf := make([]byte, rowBatch)
+	var pending, used, rc C.int
+	var r chain.Receipt
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n := C.el_fill(s.st, (*C.uchar)(unsafe.Pointer(&buf[0])), C.int(len(buf)), &pending, &used, &rc)
+		if rc != 100 && rc != 101 { // SQLITE_ROW, SQLITE_DONE
+			return sqliteErr(s.db, "scan")
+		}
+		if n == 0 && rc == 100 { // one row larger than the buffer
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		b := buf[:used]
+		for range int(n) {
+			size, err := decodeRow(&r, b)
+			if err != nil {
+				return err
+			}
+			if r.Malformed != nil {
+				if err := reread(r.Seq, &r); err != nil {
+					return fmt.Errorf("receipt %d: %w", r.Seq, err)
+				}
+			}
+			if err := fn(&r); err != nil {
+				return err
+			}
+			b = b[size:]
+		}
+		if rc == 101 {
+			return nil
+		}
+	}
+}
+
+// rowNeedsReread marks a record whose flag word is set.
+var rowNeedsReread = []chain.Malformed{{Field: "row"}}
+
+// decodeRow fills r from the record at the start of b and returns the
+// record's size. The strings share one new allocation. A record whose
+// flag is set leaves r.Malformed non-nil and only r.Seq meaningful.
+func decodeRow(r *chain.Receipt, b []byte) (int, error) {
+	if len(b) < rowHead {
+		return 0, errors.New("scan: short record")
+	}
+	le := binary.LittleEndian
+	var ints [8]uint64
+	for i := range ints {
+		ints[i] = le.Uint64(b[8*i:])
+	}
+	var lens [13]int
+	total := 0
+	for i := range lens {
+		lens[i] = int(le.Uint32(b[9*8+4*i:]))
+		total += lens[i]
+	}
+	if len(b) < rowHead+total {
+		return 0, errors.New("scan: short record")
+	}
+	if le.Uint64(b[8*8:]) != 0 {
+		*r = chain.Receipt{Seq: ints[0], Malformed: rowNeedsReread}
+		return rowHead + total, nil
+	}
+	all := string(b[rowHead : rowHead+total])
+	var strs [13]string
+	off := 0
+	for i, n := range lens {
+		strs[i] = all[off : off+n]
+		off += n
+	}
+	*r = chain.Receipt{
+		Seq: ints[0], KeyGenerated: ints[1] == 1, Attempt: ints[2], Idempotent: ints[3] == 1,
+		Retryable: ints[4] == 1, LeaseExpiresAt: ints[5], RefSeq: ints[6], RecordedAt: ints[7],
+		Kind: strs[0], IdempotencyKey: strs[1], ExecutionID: strs[2], Tool: strs[3], Effect: strs[4],
+		InputHash: strs[5], Outcome: strs[6], ExternalRef: strs[7], Result: strs[8], ErrorCode: strs[9],
+		ErrorMessage: strs[10], Actor: strs[11], Note: strs[12],
+	}
+	h := b[9*8+13*4:]
+	copy(r.PrevHash[:], h[:chain.HashSize])
+	copy(r.Hash[:], h[chain.HashSize:2*chain.HashSize])
+	return rowHead + total, nil
+}
