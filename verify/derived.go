@@ -99,12 +99,7 @@ func (d *driftChecker) key(k *keyState) {
 		}
 		return
 	}
-	want := ledger.KeyRecord{Key: k.key, Generated: k.first.KeyGenerated, Tool: k.first.Tool,
-		Effect: k.first.Effect, InputHash: k.first.InputHash, Idempotent: k.first.Idempotent,
-		FirstSeq: k.first.Seq, ReserveSeq: k.latest.seq, LeaseExpiresAt: k.latest.lease}
-	if k.final.seq != 0 {
-		want.FinalSeq = k.final.seq
-	}
+	want := wantRecord(k)
 	if d.cur == nil || d.cur.Key != k.key {
 		d.suspectf(want.FirstSeq, k.key, "keys table has no row for key %q", k.key)
 		return
@@ -113,6 +108,16 @@ func (d *driftChecker) key(k *keyState) {
 		d.suspectf(want.FirstSeq, k.key, "keys row for %q is %+v; the receipts give %+v", k.key, *d.cur, want)
 	}
 	d.advance()
+}
+
+// stop ends the reader of the keys table, if there is one.
+func (d *driftChecker) stop() {
+	if d.rows == nil { // a single pass reads the table itself
+		return
+	}
+	d.cancel()
+	for range d.rows { // let the reader finish
+	}
 }
 
 // suspect is a key whose stored row and replayed state differed.
@@ -141,19 +146,20 @@ func (d *driftChecker) finish(ctx context.Context) error {
 		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
 		d.advance()
 	}
+	// The merge join finds suspects in key order; a single pass finds
+	// them level by level.
+	slices.SortStableFunc(d.suspect, func(a, b suspect) int { return strings.Compare(a.key, b.key) })
 	for _, s := range d.suspect {
 		drift, err := d.src.KeyDrift(ctx, s.key)
 		if err != nil {
-			d.cancel()
+			d.stop()
 			return err
 		}
 		if len(drift) > 0 { // still different in one snapshot: not a race
 			d.col.addf(s.seq, RuleDerivedState, "%s (%s)", s.detail, strings.Join(drift, "; "))
 		}
 	}
-	d.cancel()
-	for range d.rows { // let the reader finish
-	}
+	d.stop()
 	select {
 	case err := <-d.errc:
 		return err

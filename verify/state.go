@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"hash/maphash"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
@@ -18,15 +20,29 @@ type keyState struct {
 	attempts []execAttempt // highest attempt per execution; usually one
 }
 
+// execAttempt is the highest attempt of an execution, which is named by
+// its keyed hash (stringHash): the compact key states of the single pass
+// keep no strings.
 type execAttempt struct {
-	execution string
+	execution uint64
 	attempt   uint64
 }
 
+// hashSeed keys the hashes that stand in for strings in key states. It
+// is random per process, so that no edited ledger can aim at a collision.
+var hashSeed, hashSeed2 = maphash.MakeSeed(), maphash.MakeSeed()
+
+// stringHash is the keyed 64-bit hash of s.
+func stringHash(s string) uint64 { return maphash.String(hashSeed, s) }
+
+// stringHash2 is a second keyed hash of s, independent of stringHash.
+func stringHash2(s string) uint64 { return maphash.String(hashSeed2, s) }
+
 // attempt returns the highest attempt recorded for an execution.
 func (k *keyState) attempt(execution string) (uint64, bool) {
+	h := stringHash(execution)
 	for _, a := range k.attempts {
-		if a.execution == execution {
+		if a.execution == h {
 			return a.attempt, true
 		}
 	}
@@ -34,13 +50,14 @@ func (k *keyState) attempt(execution string) (uint64, bool) {
 }
 
 func (k *keyState) record(execution string, attempt uint64) {
+	h := stringHash(execution)
 	for i := range k.attempts {
-		if k.attempts[i].execution == execution {
+		if k.attempts[i].execution == h {
 			k.attempts[i].attempt = max(k.attempts[i].attempt, attempt)
 			return
 		}
 	}
-	k.attempts = append(k.attempts, execAttempt{execution, attempt})
+	k.attempts = append(k.attempts, execAttempt{h, attempt})
 }
 
 type reserveInfo struct {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Source yields a ledger's receipts in seq order. fn must not retain the
@@ -113,6 +114,16 @@ type Opts struct {
 type Verifier struct {
 	src  Source
 	opts Opts
+	// stateBudget bounds the key states of a single pass (bytes; 0:
+	// DefaultStateBudget). Tests set it small to force spilling.
+	stateBudget int
+}
+
+func (v *Verifier) budget() int {
+	if v.stateBudget > 0 {
+		return v.stateBudget
+	}
+	return DefaultStateBudget
 }
 
 // New returns a Verifier of src.
@@ -176,10 +187,16 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if repeatSource {
 			finder = nil
 		}
+		// A full run of a SeqSource replays the keys in the chain pass; any
+		// other run reads them grouped by key, concurrently.
+		ss, single := v.src.(SeqSource)
+		single = single && from == 0
 		statePass := make(chan error, 1)
-		go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
+		if !single {
+			go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
+		}
 		// The grouping queries run one after the other on one connection,
-		// beside the two passes.
+		// beside the pass(es).
 		queryPass := make(chan error, 1)
 		go func() {
 			var errD, errR error
@@ -191,13 +208,55 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			queryPass <- errors.Join(errD, errR)
 		}()
+		var sp *singlePass
+		var top *level
+		if single {
+			stateCol.bySeq = true
+			state.drift = &driftChecker{col: stateCol, src: ss}
+			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: state.drift, budget: v.budget(), now: now}
+			top = sp.newLevel(0)
+			defer sp.cleanup()
+		}
+		var spErr error
 		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
 			if finder != nil {
 				finder.add(r)
 			}
+			if top != nil && spErr == nil {
+				if len(r.Malformed) > 0 {
+					// Re-reading by seq needs well-formed rows: the state
+					// checks of an edited file take the key-ordered pass.
+					top = nil
+					return nil
+				}
+				e := eventOf(r)
+				spErr = top.add(&e, r)
+			}
 			return nil
 		})
+		if single {
+			switch {
+			case err != nil:
+			case spErr != nil:
+				err = spErr
+			case top != nil:
+				err = top.finish(func(fn func(*ledger.KeyRecord) error) error { return ss.Keys(ctx, fn) })
+				if err == nil {
+					err = state.drift.finish(ctx)
+				}
+			default:
+				stateCol = &collector{max: v.opts.MaxViolations}
+				dupsOff := audit.dups == nil
+				audit = newAuditBuilder(v.opts.Filter, from)
+				if dupsOff {
+					audit.dups = nil
+				}
+				state = newStateChecker(stateCol, audit, from)
+				err = v.keyPass(ctx, ks, state, stateCol, from, now)
+			}
+			statePass <- nil
+		}
 		err = errors.Join(err, <-statePass, <-queryPass)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
@@ -339,18 +398,28 @@ func mergeViolations(max int, cols ...*collector) []Violation {
 	return out
 }
 
-// collector keeps the first max violations and counts them all.
+// collector keeps the first max violations and counts them all. With
+// bySeq set, violations may come in any seq order (the key states of a
+// single pass replayed from spill files come after later receipts): it
+// keeps the max with the lowest seq, in the order found among equal seqs.
 type collector struct {
 	max   int
 	list  []Violation
 	total int
+	bySeq bool
 }
 
 func (c *collector) add(seq uint64, rule, detail string) {
 	c.total++
-	if len(c.list) < c.max {
-		c.list = append(c.list, Violation{Seq: seq, Rule: rule, Detail: detail})
+	switch {
+	case len(c.list) < c.max:
+	case !c.bySeq:
+		return
+	case len(c.list) >= 2*c.max:
+		slices.SortStableFunc(c.list, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
+		c.list = c.list[:c.max]
 	}
+	c.list = append(c.list, Violation{Seq: seq, Rule: rule, Detail: detail})
 }
 
 func (c *collector) addf(seq uint64, rule, format string, args ...any) {

@@ -1,0 +1,664 @@
+package verify
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"path/filepath"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// SeqSource is a KeySource that can also read one receipt by seq and
+// answers the duplicate, repeat and keys-table queries itself (the SQLite
+// file). A full run of a SeqSource reads the chain once, in seq order:
+// the chain checks and the key state machine share the pass, and each
+// key's state is held in a few machine words (see stateTable).
+type SeqSource interface {
+	KeySource
+	DerivedSource
+	DuplicateSource
+	RepeatSource
+	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
+}
+
+// DefaultStateBudget bounds the memory of the single pass's key states
+// (bytes). Keys beyond it are spilled to temporary files, by a hash of
+// the key, and replayed from there after the pass.
+const DefaultStateBudget = 48 << 20
+
+// slot is the compact state of one key: what the rules need in the common
+// case, with strings as keyed hashes (stringHash). Everything else (the
+// strings a violation or an audit entry names, the latest reserve's
+// recorded_at, the final receipt's error code) is read again by seq when
+// a rule needs it: the receipts at firstSeq, latestSeq and finalSeq hold
+// it, as they did when the state was built.
+type slot struct {
+	key0          uint64 // stringHash of the key
+	key1          uint32 // a second, independent hash of the key
+	flags         uint32
+	firstSeq      uint64
+	fp            uint64 // fingerprintHash of the first receipt
+	firstExec     uint64 // stringHash of the first receipt's execution
+	latestSeq     uint64 // the latest reserve; 0 if none
+	latestExec    uint64
+	lease         uint64
+	finalSeq      uint64
+	att           uint32 // highest attempt of firstExec, unless slotMore
+	latestAttempt uint32 // the latest reserve's attempt, unless slotBig
+}
+
+const (
+	slotUsed = 1 << iota
+	slotReserve
+	slotFinalized
+	slotSucceeded
+	slotRetryable
+	slotMore // the attempts are in stateTable.more
+	slotBig  // an attempt does not fit 32 bits: latestAttempt is read again
+	slotSeen // the keys table has a row for the key
+)
+
+// slotBytes is the size of a slot, for the budget.
+const slotBytes = 80
+
+// keyHashes are the two hashes that name a key in a stateTable.
+type keyHashes struct {
+	k0 uint64
+	k1 uint32
+}
+
+func hashKey(key string) keyHashes {
+	return keyHashes{stringHash(key), uint32(stringHash2(key))}
+}
+
+// fingerprintHash hashes what must not change across a key's receipts.
+func fingerprintHash(tool, effect, inputHash string, idempotent, keyGenerated bool) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(tool)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(effect)))
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(inputHash)))
+	if idempotent {
+		b[12] = 1
+	}
+	if keyGenerated {
+		b[13] = 1
+	}
+	return stringHash(string(b[:]) + tool + effect + inputHash)
+}
+
+// stateTable is an open-addressing table of slots that grows up to a
+// fixed number of slots.
+type stateTable struct {
+	slots    []slot
+	n        int
+	maxSlots int
+	more     map[keyHashes][]execAttempt
+}
+
+func newStateTable(budget int) *stateTable {
+	maxSlots := max(budget/slotBytes, 64)
+	return &stateTable{slots: make([]slot, min(1024, maxSlots)), maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}}
+}
+
+func (t *stateTable) index(h keyHashes) int {
+	hi, _ := bits.Mul64(h.k0, uint64(len(t.slots)))
+	return int(hi)
+}
+
+// find returns the key's slot, or the empty slot where it would go (nil
+// when the table is full).
+func (t *stateTable) find(h keyHashes) (*slot, bool) {
+	for i := t.index(h); ; i++ {
+		if i == len(t.slots) {
+			i = 0
+		}
+		s := &t.slots[i]
+		if s.flags&slotUsed == 0 {
+			return s, false
+		}
+		if s.key0 == h.k0 && s.key1 == h.k1 {
+			return s, true
+		}
+	}
+}
+
+// insert returns a new slot for a key that find did not find, or nil
+// when the table is at its size limit.
+func (t *stateTable) insert(h keyHashes) *slot {
+	if 4*(t.n+1) > 3*len(t.slots) {
+		if len(t.slots) < t.maxSlots {
+			t.grow()
+		} else if 10*(t.n+1) > 9*len(t.slots) {
+			return nil
+		}
+	}
+	s, _ := t.find(h)
+	t.n++
+	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed}
+	return s
+}
+
+func (t *stateTable) grow() {
+	old := t.slots
+	t.slots = make([]slot, min(2*len(old), t.maxSlots))
+	for i := range old {
+		if old[i].flags&slotUsed != 0 {
+			s, _ := t.find(keyHashes{old[i].key0, old[i].key1})
+			*s = old[i]
+		}
+	}
+}
+
+// event is what the fast paths need of a receipt; spilled receipts are
+// written as events and read again by seq when a slow path needs them.
+type event struct {
+	seq, refSeq, exec, attempt, fp, lease uint64
+	key                                   keyHashes
+	kind                                  uint8
+	succeeded, retryable                  bool
+}
+
+const (
+	evOther = iota
+	evReserve
+	evCommit
+	evReplay
+)
+
+func eventOf(r *chain.Receipt) event {
+	e := event{seq: r.Seq, refSeq: r.RefSeq, exec: stringHash(r.ExecutionID), attempt: r.Attempt,
+		fp:  fingerprintHash(r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated),
+		key: hashKey(r.IdempotencyKey), lease: r.LeaseExpiresAt, succeeded: r.Outcome == chain.OutcomeSucceeded,
+		retryable: r.Retryable}
+	switch r.Kind {
+	case chain.KindReserve:
+		e.kind = evReserve
+	case chain.KindCommit:
+		e.kind = evCommit
+	case chain.KindReplay:
+		e.kind = evReplay
+	}
+	return e
+}
+
+const eventBytes = 8*7 + 4 + 4
+
+func (e *event) put(b []byte) {
+	le := binary.LittleEndian
+	for i, v := range [...]uint64{e.seq, e.refSeq, e.exec, e.attempt, e.fp, e.lease, e.key.k0} {
+		le.PutUint64(b[8*i:], v)
+	}
+	le.PutUint32(b[56:], e.key.k1)
+	b[60], b[61], b[62] = e.kind, boolByte(e.succeeded), boolByte(e.retryable)
+}
+
+func (e *event) get(b []byte) {
+	le := binary.LittleEndian
+	*e = event{seq: le.Uint64(b), refSeq: le.Uint64(b[8:]), exec: le.Uint64(b[16:]), attempt: le.Uint64(b[24:]),
+		fp: le.Uint64(b[32:]), lease: le.Uint64(b[40:]), key: keyHashes{le.Uint64(b[48:]), le.Uint32(b[56:])},
+		kind: b[60], succeeded: b[61] == 1, retryable: b[62] == 1}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// spillParts is how many files the keys that do not fit are spread over
+// at each level.
+const spillParts = 16
+
+// partition is the spill file of a key at a level (4 bits of key1 each).
+func (h keyHashes) partition(level int) int { return int(h.k1>>(4*level)) % spillParts }
+
+// spill is a set of spill files of one level, for receipts and keys rows.
+type spill struct {
+	dir    string
+	level  int
+	events [spillParts]*spillFile
+	keys   [spillParts]*spillFile
+}
+
+type spillFile struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+func (s *spill) file(set *[spillParts]*spillFile, p int, what string) (*spillFile, error) {
+	if set[p] == nil {
+		f, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("%s-%d-%d", what, s.level, p)))
+		if err != nil {
+			return nil, fmt.Errorf("spill key states: %w", err)
+		}
+		set[p] = &spillFile{f: f, w: bufio.NewWriterSize(f, 32<<10)}
+	}
+	return set[p], nil
+}
+
+func (s *spill) close() {
+	for _, set := range [][spillParts]*spillFile{s.events, s.keys} {
+		for _, f := range set {
+			if f != nil {
+				_ = f.f.Close()
+				_ = os.Remove(f.f.Name())
+			}
+		}
+	}
+}
+
+// singlePass replays the receipts of one seq-ordered pass (or a spill
+// file of it) through the state rules, key state in a stateTable.
+type singlePass struct {
+	ctx    context.Context
+	src    SeqSource
+	state  *stateChecker
+	drift  *driftChecker
+	budget int
+	dir    string // temporary directory of the spill files, made on first use
+	now    uint64
+}
+
+// level is the replay of one stateTable: level 0 is the chain pass, level
+// n the spill files of level n-1.
+type level struct {
+	p     *singlePass
+	n     int
+	table *stateTable
+	spill *spill
+}
+
+func (p *singlePass) newLevel(n int) *level {
+	return &level{p: p, n: n, table: newStateTable(p.budget)}
+}
+
+// add applies a receipt read by the pass; r is nil for a spilled event
+// (read again by seq when a slow path needs it).
+func (l *level) add(e *event, r *chain.Receipt) error {
+	t := l.table
+	s, found := t.find(e.key)
+	if !found {
+		if s = t.insert(e.key); s == nil {
+			return l.spillEvent(e)
+		}
+		if e.kind == evReserve && e.refSeq == 0 && e.attempt <= math.MaxUint32 {
+			s.flags |= slotReserve
+			s.firstSeq, s.fp, s.firstExec = e.seq, e.fp, e.exec
+			s.latestSeq, s.latestExec, s.lease, s.latestAttempt, s.att = e.seq, e.exec, e.lease, uint32(e.attempt), uint32(e.attempt)
+			return nil
+		}
+		return l.slow(s, e, r, true)
+	}
+	if e.fp == s.fp && s.flags&(slotBig|slotMore) == 0 && e.exec == s.firstExec {
+		switch {
+		case e.kind == evCommit && s.flags&(slotReserve|slotFinalized) == slotReserve && e.refSeq == s.latestSeq &&
+			e.exec == s.latestExec && e.attempt == uint64(s.latestAttempt):
+			s.flags |= slotFinalized
+			s.flags &^= slotSucceeded | slotRetryable
+			if e.succeeded {
+				s.flags |= slotSucceeded
+			}
+			if e.retryable {
+				s.flags |= slotRetryable
+			}
+			s.finalSeq = e.seq
+			return nil
+		case e.kind == evReplay && s.flags&(slotFinalized|slotSucceeded) == slotFinalized|slotSucceeded &&
+			e.refSeq == s.finalSeq && e.attempt <= math.MaxUint32:
+			s.att = max(s.att, uint32(e.attempt))
+			return nil
+		}
+	}
+	return l.slow(s, e, r, false)
+}
+
+// slow applies a receipt through the rules with the key's full state,
+// read again from the receipts the slot points at.
+func (l *level) slow(s *slot, e *event, r *chain.Receipt, first bool) error {
+	p := l.p
+	if r == nil {
+		var err error
+		if r, err = p.read(e.seq); err != nil {
+			return err
+		}
+	}
+	if first {
+		k := &keyState{key: r.IdempotencyKey, first: *r}
+		p.state.first(k, r)
+		k.record(r.ExecutionID, r.Attempt)
+		l.compact(s, k)
+		return nil
+	}
+	k, err := l.hydrate(s)
+	if err != nil {
+		return err
+	}
+	p.state.next(k, r)
+	k.record(r.ExecutionID, r.Attempt)
+	l.compact(s, k)
+	return nil
+}
+
+func (p *singlePass) read(seq uint64) (*chain.Receipt, error) {
+	r, err := p.src.GetReceipt(p.ctx, seq)
+	if err != nil {
+		return nil, fmt.Errorf("read receipt %d again: %w", seq, err)
+	}
+	return r, nil
+}
+
+// hydrate rebuilds the full state of a slot's key.
+func (l *level) hydrate(s *slot) (*keyState, error) {
+	p := l.p
+	first, err := p.read(s.firstSeq)
+	if err != nil {
+		return nil, err
+	}
+	k := &keyState{key: first.IdempotencyKey, first: *first}
+	k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
+	k.hasReserve = s.flags&slotReserve != 0
+	k.finalized = s.flags&slotFinalized != 0
+	if s.latestSeq != 0 {
+		r, err := p.read(s.latestSeq)
+		if err != nil {
+			return nil, err
+		}
+		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+	}
+	if s.finalSeq != 0 {
+		r, err := p.read(s.finalSeq)
+		if err != nil {
+			return nil, err
+		}
+		k.final = finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
+			code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
+	}
+	if s.flags&slotMore != 0 {
+		k.attempts = append(k.attempts, l.table.more[keyHashes{s.key0, s.key1}]...)
+	} else {
+		k.attempts = append(k.attempts, execAttempt{s.firstExec, uint64(s.att)})
+	}
+	return k, nil
+}
+
+// compact writes a full key state back into its slot.
+func (l *level) compact(s *slot, k *keyState) {
+	h := keyHashes{s.key0, s.key1}
+	seen := s.flags & slotSeen
+	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed | seen, firstSeq: k.first.Seq,
+		fp:        fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
+		firstExec: stringHash(k.first.ExecutionID), latestSeq: k.latest.seq, lease: k.latest.lease, finalSeq: k.final.seq}
+	for _, f := range []struct {
+		on   bool
+		flag uint32
+	}{{k.hasReserve, slotReserve}, {k.finalized, slotFinalized}, {k.final.succeeded, slotSucceeded}, {k.final.retryable, slotRetryable}} {
+		if f.on {
+			s.flags |= f.flag
+		}
+	}
+	if k.hasReserve {
+		s.latestExec = stringHash(k.latest.execution)
+	}
+	if k.latest.attempt <= math.MaxUint32 {
+		s.latestAttempt = uint32(k.latest.attempt)
+	} else {
+		s.flags |= slotBig
+	}
+	if len(k.attempts) == 1 && k.attempts[0].execution == s.firstExec && k.attempts[0].attempt <= math.MaxUint32 {
+		s.att = uint32(k.attempts[0].attempt)
+		delete(l.table.more, h)
+	} else {
+		s.flags |= slotMore
+		l.table.more[h] = append(l.table.more[h][:0], k.attempts...)
+	}
+}
+
+func (l *level) spillEvent(e *event) error {
+	if l.spill == nil {
+		if l.p.dir == "" {
+			dir, err := os.MkdirTemp("", "ledger-verify-*")
+			if err != nil {
+				return fmt.Errorf("spill key states: %w", err)
+			}
+			l.p.dir = dir
+		}
+		l.spill = &spill{dir: l.p.dir, level: l.n}
+	}
+	f, err := l.spill.file(&l.spill.events, e.key.partition(l.n), "events")
+	if err != nil {
+		return err
+	}
+	var b [eventBytes]byte
+	e.put(b[:])
+	if _, err := f.w.Write(b[:]); err != nil {
+		return fmt.Errorf("spill key states: %w", err)
+	}
+	return nil
+}
+
+// finish ends a level: the keys table rows come (from the table or a
+// spill file) and are checked against the states, the keys' final
+// states go to the audit, and then each spill file is replayed as a
+// level of its own.
+func (l *level) finish(keys func(fn func(*ledger.KeyRecord) error) error) error {
+	p := l.p
+	if p.drift != nil {
+		if err := keys(l.keyRow); err != nil {
+			return err
+		}
+	}
+	t := l.table
+	for i := range t.slots {
+		s := &t.slots[i]
+		if s.flags&slotUsed == 0 {
+			continue
+		}
+		if p.drift != nil && s.flags&(slotReserve|slotSeen) == slotReserve {
+			k, err := l.hydrate(s)
+			if err != nil {
+				return err
+			}
+			p.drift.suspectf(k.first.Seq, k.key, "keys table has no row for key %q", k.key)
+		}
+		if st := slotState(s, p.now); st == "interrupted" || st == "failed" {
+			k, err := l.hydrate(s)
+			if err != nil {
+				return err
+			}
+			p.state.finishKey(k, p.now)
+		}
+	}
+	l.table = nil // the next level gets the memory
+	if l.spill == nil {
+		return nil
+	}
+	defer l.spill.close()
+	for part := range spillParts {
+		if err := l.replay(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// slotState is keyState.state of a slot at unix ms t.
+func slotState(s *slot, t uint64) string {
+	switch {
+	case s.flags&(slotFinalized|slotSucceeded) == slotFinalized|slotSucceeded:
+		return "succeeded"
+	case s.flags&slotFinalized != 0:
+		return "failed"
+	case s.flags&slotReserve == 0:
+		return "none"
+	case t < s.lease:
+		return "reserved"
+	default:
+		return "interrupted"
+	}
+}
+
+// keyRow checks a keys table row against the key's state, or passes it
+// on to the spill file of its key.
+func (l *level) keyRow(row *ledger.KeyRecord) error {
+	p := l.p
+	h := hashKey(row.Key)
+	s, found := l.table.find(h)
+	if !found {
+		if l.spill != nil && l.spill.events[h.partition(l.n)] != nil {
+			return l.spillKey(h, row)
+		}
+		p.drift.suspectf(row.FirstSeq, row.Key, "keys table has key %q, which has no receipts", row.Key)
+		return nil
+	}
+	s.flags |= slotSeen
+	if s.flags&slotReserve == 0 {
+		p.drift.suspectf(row.FirstSeq, row.Key, "keys table has key %q, which has no reserve", row.Key)
+		return nil
+	}
+	if row.FirstSeq == s.firstSeq && row.ReserveSeq == s.latestSeq && row.LeaseExpiresAt == s.lease &&
+		row.FinalSeq == s.finalSeq && row.TokenHash == "" &&
+		fingerprintHash(row.Tool, row.Effect, row.InputHash, row.Idempotent, row.Generated) == s.fp {
+		return nil
+	}
+	k, err := l.hydrate(s)
+	if err != nil {
+		return err
+	}
+	if want := wantRecord(k); *row != want {
+		p.drift.suspectf(want.FirstSeq, k.key, "keys row for %q is %+v; the receipts give %+v", k.key, *row, want)
+	}
+	return nil
+}
+
+func (l *level) spillKey(h keyHashes, row *ledger.KeyRecord) error {
+	f, err := l.spill.file(&l.spill.keys, h.partition(l.n), "keys")
+	if err != nil {
+		return err
+	}
+	var b []byte
+	for _, s := range []string{row.Key, row.Tool, row.Effect, row.InputHash, row.TokenHash} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for _, v := range []uint64{row.FirstSeq, row.ReserveSeq, row.LeaseExpiresAt, row.FinalSeq} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = append(b, boolByte(row.Generated), boolByte(row.Idempotent))
+	if _, err := f.w.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...)); err != nil {
+		return fmt.Errorf("spill key states: %w", err)
+	}
+	return nil
+}
+
+// readKeys calls fn for each keys row of a spill file.
+func readKeys(r *bufio.Reader, fn func(*ledger.KeyRecord) error) error {
+	for {
+		n, err := binary.ReadUvarint(r)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read spilled keys: %w", err)
+		}
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("read spilled keys: %w", err)
+		}
+		var row ledger.KeyRecord
+		var strs [5]string
+		for i := range strs {
+			l, m := binary.Uvarint(b)
+			if m <= 0 || uint64(len(b)-m) < l {
+				return errors.New("read spilled keys: bad record")
+			}
+			strs[i], b = string(b[m:m+int(l)]), b[m+int(l):]
+		}
+		var ints [4]uint64
+		for i := range ints {
+			v, m := binary.Uvarint(b)
+			if m <= 0 {
+				return errors.New("read spilled keys: bad record")
+			}
+			ints[i], b = v, b[m:]
+		}
+		if len(b) != 2 {
+			return errors.New("read spilled keys: bad record")
+		}
+		row = ledger.KeyRecord{Key: strs[0], Tool: strs[1], Effect: strs[2], InputHash: strs[3], TokenHash: strs[4],
+			FirstSeq: ints[0], ReserveSeq: ints[1], LeaseExpiresAt: ints[2], FinalSeq: ints[3],
+			Generated: b[0] == 1, Idempotent: b[1] == 1}
+		if err := fn(&row); err != nil {
+			return err
+		}
+	}
+}
+
+// replay runs the spill files of one partition as the next level.
+func (l *level) replay(part int) error {
+	ev, keys := l.spill.events[part], l.spill.keys[part]
+	if ev == nil {
+		return nil
+	}
+	for _, f := range []*spillFile{ev, keys} {
+		if f == nil {
+			continue
+		}
+		if err := f.w.Flush(); err != nil {
+			return fmt.Errorf("spill key states: %w", err)
+		}
+		if _, err := f.f.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("spill key states: %w", err)
+		}
+	}
+	next := l.p.newLevel(l.n + 1)
+	r := bufio.NewReaderSize(ev.f, 64<<10)
+	var b [eventBytes]byte
+	var e event
+	for {
+		if err := l.p.ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(r, b[:]); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("read spilled receipts: %w", err)
+		}
+		e.get(b[:])
+		if err := next.add(&e, nil); err != nil {
+			return err
+		}
+	}
+	return next.finish(func(fn func(*ledger.KeyRecord) error) error {
+		if keys == nil {
+			return nil
+		}
+		return readKeys(bufio.NewReaderSize(keys.f, 64<<10), fn)
+	})
+}
+
+// wantRecord is the keys table row the receipts give a key with a reserve.
+func wantRecord(k *keyState) ledger.KeyRecord {
+	want := ledger.KeyRecord{Key: k.key, Generated: k.first.KeyGenerated, Tool: k.first.Tool,
+		Effect: k.first.Effect, InputHash: k.first.InputHash, Idempotent: k.first.Idempotent,
+		FirstSeq: k.first.Seq, ReserveSeq: k.latest.seq, LeaseExpiresAt: k.latest.lease}
+	if k.final.seq != 0 {
+		want.FinalSeq = k.final.seq
+	}
+	return want
+}
+
+// cleanup removes the spill directory, if one was made.
+func (p *singlePass) cleanup() {
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+}
