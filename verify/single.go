@@ -95,17 +95,42 @@ func fingerprintHash(tool, effect, inputHash string, idempotent, keyGenerated bo
 }
 
 // stateTable is an open-addressing table of slots that grows up to a
-// fixed number of slots.
+// fixed number of slots. The slots live outside the Go heap (slotMemory),
+// so that a table of tens of MiB does not double the heap the garbage
+// collector lets grow.
 type stateTable struct {
 	slots    []slot
+	mem      slotMemory
 	n        int
 	maxSlots int
 	more     map[keyHashes][]execAttempt
 }
 
-func newStateTable(budget int) *stateTable {
-	maxSlots := max(budget/slotBytes, 64)
-	return &stateTable{slots: make([]slot, min(1024, maxSlots)), maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}}
+// newStateTable returns a table within budget bytes, sized at first for
+// about hint keys.
+func newStateTable(budget int, hint uint64) (*stateTable, error) {
+	maxSlots := max(budget/slotBytes, 4)
+	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}}
+	n := min(uint64(maxSlots), max(hint+hint/3, 1024))
+	if err := t.alloc(int(n)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *stateTable) alloc(n int) error {
+	m, err := allocSlots(n)
+	if err != nil {
+		return fmt.Errorf("key state table: %w", err)
+	}
+	t.mem, t.slots = m, m.slots()
+	return nil
+}
+
+// release returns the table's memory.
+func (t *stateTable) release() {
+	t.mem.free()
+	t.slots, t.mem = nil, slotMemory{}
 }
 
 func (t *stateTable) index(h keyHashes) int {
@@ -132,29 +157,35 @@ func (t *stateTable) find(h keyHashes) (*slot, bool) {
 
 // insert returns a new slot for a key that find did not find, or nil
 // when the table is at its size limit.
-func (t *stateTable) insert(h keyHashes) *slot {
+func (t *stateTable) insert(h keyHashes) (*slot, error) {
 	if 4*(t.n+1) > 3*len(t.slots) {
 		if len(t.slots) < t.maxSlots {
-			t.grow()
+			if err := t.grow(); err != nil {
+				return nil, err
+			}
 		} else if 10*(t.n+1) > 9*len(t.slots) {
-			return nil
+			return nil, nil
 		}
 	}
 	s, _ := t.find(h)
 	t.n++
 	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed}
-	return s
+	return s, nil
 }
 
-func (t *stateTable) grow() {
-	old := t.slots
-	t.slots = make([]slot, min(2*len(old), t.maxSlots))
+func (t *stateTable) grow() error {
+	oldMem, old := t.mem, t.slots
+	if err := t.alloc(min(2*len(old), t.maxSlots)); err != nil {
+		return err
+	}
 	for i := range old {
 		if old[i].flags&slotUsed != 0 {
 			s, _ := t.find(keyHashes{old[i].key0, old[i].key1})
 			*s = old[i]
 		}
 	}
+	oldMem.free()
+	return nil
 }
 
 // event is what the fast paths need of a receipt; spilled receipts are
@@ -218,6 +249,11 @@ func boolByte(b bool) byte {
 // at each level.
 const spillParts = 16
 
+// maxLevel is the last level: its table grows past the budget, as the
+// 32 bits of key1 are used up (16⁸ spill files of 16⁸ keys' worth of
+// budget each are not reached in practice).
+const maxLevel = 8
+
 // partition is the spill file of a key at a level (4 bits of key1 each).
 func (h keyHashes) partition(level int) int { return int(h.k1>>(4*level)) % spillParts }
 
@@ -264,6 +300,7 @@ type singlePass struct {
 	state  *stateChecker
 	drift  *driftChecker
 	budget int
+	hint   uint64 // about how many keys level 0 will see (0: unknown)
 	dir    string // temporary directory of the spill files, made on first use
 	now    uint64
 }
@@ -277,8 +314,16 @@ type level struct {
 	spill *spill
 }
 
-func (p *singlePass) newLevel(n int) *level {
-	return &level{p: p, n: n, table: newStateTable(p.budget)}
+func (p *singlePass) newLevel(n int, hint uint64) (*level, error) {
+	budget := p.budget
+	if n == maxLevel { // key1 has no bits left to spread keys over
+		budget = math.MaxInt
+	}
+	t, err := newStateTable(budget, hint)
+	if err != nil {
+		return nil, err
+	}
+	return &level{p: p, n: n, table: t}, nil
 }
 
 // add applies a receipt read by the pass; r is nil for a spilled event
@@ -287,7 +332,10 @@ func (l *level) add(e *event, r *chain.Receipt) error {
 	t := l.table
 	s, found := t.find(e.key)
 	if !found {
-		if s = t.insert(e.key); s == nil {
+		var err error
+		if s, err = t.insert(e.key); err != nil {
+			return err
+		} else if s == nil {
 			return l.spillEvent(e)
 		}
 		if e.kind == evReserve && e.refSeq == 0 && e.attempt <= math.MaxUint32 {
@@ -477,7 +525,8 @@ func (l *level) finish(keys func(fn func(*ledger.KeyRecord) error) error) error 
 			p.state.finishKey(k, p.now)
 		}
 	}
-	l.table = nil // the next level gets the memory
+	l.table.release() // the next level gets the memory
+	l.table = nil
 	if l.spill == nil {
 		return nil
 	}
@@ -619,7 +668,19 @@ func (l *level) replay(part int) error {
 			return fmt.Errorf("spill key states: %w", err)
 		}
 	}
-	next := l.p.newLevel(l.n + 1)
+	st, err := ev.f.Stat()
+	if err != nil {
+		return fmt.Errorf("spill key states: %w", err)
+	}
+	next, err := l.p.newLevel(l.n+1, uint64(st.Size()/eventBytes))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if next.table != nil {
+			next.table.release()
+		}
+	}()
 	r := bufio.NewReaderSize(ev.f, 64<<10)
 	var b [eventBytes]byte
 	var e event

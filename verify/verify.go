@@ -191,6 +191,34 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		// other run reads them grouped by key, concurrently.
 		ss, single := v.src.(SeqSource)
 		single = single && from == 0
+		var sp *singlePass
+		var top *level
+		if single {
+			stateCol.bySeq = true
+			// The single pass checks the keys table itself (level.keyRow);
+			// the driftChecker only collects and re-checks its suspects.
+			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: &driftChecker{col: stateCol, src: ss},
+				budget: v.budget(), now: now}
+			defer sp.cleanup()
+			var hint uint64 // at most one key per receipt
+			if hs, ok := v.src.(interface {
+				ReadHead(context.Context) (ledger.Head, error)
+			}); ok {
+				if h, err := hs.ReadHead(ctx); err == nil {
+					hint = h.Seq
+				}
+			}
+			var err error
+			if top, err = sp.newLevel(0, hint); err != nil {
+				return nil, fmt.Errorf("verify: %w", err)
+			}
+			level0 := top
+			defer func() {
+				if level0.table != nil {
+					level0.table.release()
+				}
+			}()
+		}
 		statePass := make(chan error, 1)
 		if !single {
 			go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
@@ -208,15 +236,6 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			queryPass <- errors.Join(errD, errR)
 		}()
-		var sp *singlePass
-		var top *level
-		if single {
-			stateCol.bySeq = true
-			state.drift = &driftChecker{col: stateCol, src: ss}
-			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: state.drift, budget: v.budget(), now: now}
-			top = sp.newLevel(0)
-			defer sp.cleanup()
-		}
 		var spErr error
 		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
@@ -243,7 +262,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			case top != nil:
 				err = top.finish(func(fn func(*ledger.KeyRecord) error) error { return ss.Keys(ctx, fn) })
 				if err == nil {
-					err = state.drift.finish(ctx)
+					err = sp.drift.finish(ctx)
 				}
 			default:
 				stateCol = &collector{max: v.opts.MaxViolations}

@@ -234,25 +234,65 @@ func (s *cScan) close() {
 // each calls fn for every row of the scan. A row whose values do not fit
 // the receipt format is read again by reread (column by column). fn must
 // not retain the pointer.
+//
+// SQLite steps the rows on a goroutine of its own, a batch ahead of the
+// decoding and fn: the two halves of the work run on two cores.
 func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Receipt) error, fn func(*chain.Receipt) error) error {
-	buf := make([]byte, rowBatch)
-	var pending, used, rc C.int
+	type batch struct {
+		buf []byte
+		n   int
+		err error
+	}
+	const inFlight = 3
+	free := make(chan []byte, inFlight)
+	for range inFlight {
+		free <- make([]byte, rowBatch)
+	}
+	full := make(chan batch, inFlight)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(full)
+		var pending, used, rc C.int
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stop:
+				return
+			}
+			n := C.el_fill(s.st, (*C.uchar)(unsafe.Pointer(&buf[0])), C.int(len(buf)), &pending, &used, &rc)
+			b := batch{buf: buf[:used], n: int(n)}
+			switch {
+			case rc != 100 && rc != 101: // SQLITE_ROW, SQLITE_DONE
+				b.err = sqliteErr(s.db, "scan")
+			case n == 0 && rc == 100: // one row larger than the buffer
+				free <- make([]byte, 2*len(buf))
+				continue
+			}
+			select {
+			case full <- b:
+			case <-stop:
+				return
+			}
+			if rc != 100 {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-done // the connection is closed only after the stepping ends
+	}()
 	var r chain.Receipt
-	for {
+	for b := range full {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		n := C.el_fill(s.st, (*C.uchar)(unsafe.Pointer(&buf[0])), C.int(len(buf)), &pending, &used, &rc)
-		if rc != 100 && rc != 101 { // SQLITE_ROW, SQLITE_DONE
-			return sqliteErr(s.db, "scan")
-		}
-		if n == 0 && rc == 100 { // one row larger than the buffer
-			buf = make([]byte, 2*len(buf))
-			continue
-		}
-		b := buf[:used]
-		for range int(n) {
-			size, err := decodeRow(&r, b)
+		rest := b.buf
+		for range b.n {
+			size, err := decodeRow(&r, rest)
 			if err != nil {
 				return err
 			}
@@ -264,12 +304,14 @@ func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Recei
 			if err := fn(&r); err != nil {
 				return err
 			}
-			b = b[size:]
+			rest = rest[size:]
 		}
-		if rc == 101 {
-			return nil
+		if b.err != nil {
+			return b.err
 		}
+		free <- b.buf[:cap(b.buf)]
 	}
+	return nil
 }
 
 // rowNeedsReread marks a record whose flag word is set.

@@ -1,0 +1,217 @@
+package verify_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+var _ verify.SeqSource = (*sqlite.Reader)(nil)
+
+// keyOrdered is a SQLite reader without GetReceipt: not a SeqSource, so
+// the verifier takes the two concurrent passes (seq order for the chain,
+// key order for the states) it took before the single pass.
+type keyOrdered struct{ rd *sqlite.Reader }
+
+func (k keyOrdered) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	return k.rd.Receipts(ctx, after, fn)
+}
+
+func (k keyOrdered) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	return k.rd.KeyReceipts(ctx, after, fn)
+}
+
+func (k keyOrdered) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	return k.rd.Keys(ctx, fn)
+}
+
+func (k keyOrdered) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	return k.rd.KeyDrift(ctx, key)
+}
+
+func (k keyOrdered) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
+	return k.rd.DuplicateSuccesses(ctx, fn)
+}
+
+func (k keyOrdered) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
+	return k.rd.RepeatedFailures(ctx, tool, fn)
+}
+
+// threeWays verifies path in the key-ordered passes, in the single pass
+// and in the single pass with a budget of one byte (four slots: every
+// key beyond the third is spilled, level after level), and requires the
+// three reports to be equal. It returns the report.
+func threeWays(t *testing.T, path string, opts verify.Opts) *verify.Report {
+	t.Helper()
+	ctx := context.Background()
+	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	// The spill files go to TMPDIR and must be gone after each run.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+
+	want, err := verify.New(keyOrdered{rd}, opts).Check(ctx)
+	require.NoError(t, err)
+	single, err := verify.New(rd, opts).Check(ctx)
+	require.NoError(t, err)
+	spilled, err := verify.NewWithStateBudget(rd, opts, 1).Check(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, want, single, "single pass")
+	assert.Equal(t, want, spilled, "single pass, spilled")
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "spill files left behind")
+	return want
+}
+
+// TestVerifier_singlePassTamper checks that the single seq-ordered pass,
+// in memory and spilled to files, reports exactly what the key-ordered
+// passes report, on every tampered ledger of testdata/tamper.json.
+func TestVerifier_singlePassTamper(t *testing.T) {
+	base, now := buildLedger(t)
+	rd, err := sqlite.OpenReader(context.Background(), base, sqlite.Options{})
+	require.NoError(t, err)
+	head, err := rd.ReadHead(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, rd.Close())
+	raw, err := os.ReadFile("testdata/tamper.json")
+	require.NoError(t, err)
+	var cases []tamperCase
+	require.NoError(t, json.Unmarshal(raw, &cases))
+	for _, tc := range cases {
+		t.Run(tc.Desc, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tampered.db")
+			copyFile(t, base, path)
+			tamper(t, path, tc)
+			opts := verify.Opts{Now: func() time.Time { return now }}
+			if tc.PinOriginalHead {
+				opts.ExpectHead = &verify.Pin{Seq: head.Seq, Hash: head.Hash.String()}
+			}
+			rep := threeWays(t, path, opts)
+			for _, want := range tc.Want {
+				assert.Contains(t, rules(rep), want)
+			}
+		})
+	}
+}
+
+// replay reserves a key that succeeded: the ledger records a replay.
+func replay(c *calls, key, exec, tool string, n int) {
+	c.t.Helper()
+	c.clock.Advance(time.Second)
+	res, err := c.db.Reserve(context.Background(), ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec,
+		Tool: tool, Effect: "write", Input: input(n), Idempotent: true})
+	require.NoError(c.t, err)
+	require.Equal(c.t, ledger.StatusReplayed, res.Status)
+}
+
+// TestVerifier_singlePassMixed runs the three ways over a ledger of a few
+// hundred keys with every kind of history: successes, replays by the same
+// and by other executions, runtime retries, retries after failures,
+// takeovers of interrupted reserves, resolutions, keys left reserved or
+// interrupted, duplicate effects and repeated failures; then over the
+// same ledger with its keys table and receipts edited.
+func TestVerifier_singlePassMixed(t *testing.T) {
+	c := newCalls(t)
+	for i := range 300 {
+		key := fmt.Sprintf("key-%04d", i)
+		exec := fmt.Sprintf("exec-%04d", i)
+		tool := []string{"payments.refund", "email.send", "crm.update"}[i%3]
+		switch i % 10 {
+		case 0, 1, 2: // success, sometimes on an input another key used
+			c.reserve(key, exec, tool, i%40, idempotent())
+			c.succeed(key)
+		case 3: // success, then replays by the same and another execution
+			c.reserve(key, exec, tool, 1000+i, idempotent())
+			c.succeed(key)
+			replay(c, key, exec, tool, 1000+i)
+			replay(c, key, "other-"+exec, tool, 1000+i)
+		case 4: // retryable failure, runtime retry, success
+			c.reserve(key, exec, tool, 2000+i, idempotent())
+			c.fail(key, "TIMEOUT", true)
+			c.reserve(key, exec, tool, 2000+i, idempotent(), attempt(2))
+			c.succeed(key)
+		case 5: // final failure, then the same call under another key
+			c.reserve(key, exec, tool, 3000+i, idempotent())
+			c.fail(key, "DECLINED", false)
+			c.reserve(key+"-again", exec+"-again", tool, 3000+i, idempotent())
+		case 6: // interrupted, taken over by a new execution
+			c.reserve(key, exec, tool, 4000+i, idempotent(), lease(10))
+			c.reserve(key, "new-"+exec, tool, 4000+i, idempotent())
+			c.succeed(key)
+		case 7: // interrupted, resolved by a person
+			c.reserve(key, exec, tool, 5000+i, lease(10))
+			c.resolveFailed(key, "NOT_DONE")
+		case 8: // left interrupted
+			c.reserve(key, exec, tool, 6000+i, lease(10))
+		case 9: // left reserved
+			c.reserve(key, exec, tool, 7000+i, lease(int64(time.Hour/time.Millisecond)))
+		}
+	}
+	require.NoError(t, c.db.Close())
+	now := c.clock.Now()
+	opts := verify.Opts{Now: func() time.Time { return now }}
+	rep := threeWays(t, c.path, opts)
+	require.True(t, rep.OK, "%+v", rep.Violations)
+	a := rep.Audit
+	for name, n := range map[string]int{"runtime retries": len(a.RuntimeRetries), "re-invocations": len(a.ReInvocations),
+		"duplicate effects": len(a.DuplicateEffects), "repeated failures": len(a.RepeatedFailures),
+		"interrupted": len(a.Interrupted), "failed": len(a.Failed), "resolutions": len(a.Resolutions)} {
+		assert.NotZero(t, n, name)
+	}
+	threeWays(t, c.path, verify.Opts{Now: func() time.Time { return now }, Filter: verify.AuditFilter{Tool: "email.send", SinceSeq: 200}})
+
+	// Edits: receipts whose rules break (rehashed, so the chain holds),
+	// and a keys table that disagrees with the receipts.
+	steps := []struct {
+		SQL        string `json:"sql"`
+		RehashFrom uint64 `json:"rehash_from"`
+	}{
+		{SQL: `UPDATE receipts SET tool = 'forged.tool' WHERE seq = 40`},
+		{SQL: `UPDATE receipts SET ref_seq = 3 WHERE kind = 'commit' AND seq BETWEEN 100 AND 160`},
+		{SQL: `UPDATE receipts SET attempt = 9 WHERE kind = 'reserve' AND seq BETWEEN 300 AND 330`},
+		{SQL: `UPDATE receipts SET kind = 'replay' WHERE kind = 'reserve' AND seq BETWEEN 500 AND 520`},
+		{RehashFrom: 40},
+		{SQL: `UPDATE keys SET lease_expires_at = 1 WHERE first_seq % 7 = 0`},
+		{SQL: `DELETE FROM keys WHERE first_seq % 11 = 0`},
+		{SQL: `INSERT INTO keys (idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq)
+			SELECT 'ghost-' || idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq FROM keys WHERE first_seq % 13 = 0`},
+	}
+	tamper(t, c.path, tamperCase{Steps: steps})
+	// Every violation listed: the key-ordered pass keeps the first it
+	// finds in key order, the single pass the first in seq order.
+	all := verify.Opts{Now: func() time.Time { return now }, MaxViolations: 1 << 20}
+	rep = threeWays(t, c.path, all)
+	require.False(t, rep.OK)
+	for _, rule := range []string{verify.RuleFingerprintChanged, verify.RuleCommitWithoutReserve, verify.RuleDerivedState} {
+		assert.Contains(t, rules(rep), rule)
+	}
+	// With fewer slots in the report than violations, the single pass
+	// lists the same ones in memory and spilled: the lowest seqs.
+	ctx := context.Background()
+	rd, err := sqlite.OpenReader(ctx, c.path, sqlite.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	few := verify.Opts{Now: func() time.Time { return now }, MaxViolations: 3}
+	single, err := verify.New(rd, few).Check(ctx)
+	require.NoError(t, err)
+	spilled, err := verify.NewWithStateBudget(rd, few, 1).Check(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, single, spilled)
+	require.Len(t, single.Violations, 3)
+	assert.Equal(t, rep.Violations[:3], single.Violations)
+	assert.Equal(t, rep.ViolationsTotal, single.ViolationsTotal)
+}
