@@ -31,36 +31,41 @@ int sqlite3_extended_errcode(sqlite3 *db);
 #define EL_TEXT 3
 #define EL_BLOB 4
 
-// Column kinds of the scanned SELECT, in receiptColumns order.
+// Column kinds of a scanned SELECT.
 enum { K_INT = 0, K_BOOL = 1, K_TEXT = 2, K_HASH = 3 };
-static const unsigned char el_kinds[23] = {
-	K_INT, K_TEXT, K_TEXT, K_BOOL, K_TEXT, K_INT, K_TEXT, K_TEXT, K_BOOL, K_TEXT, K_TEXT, K_TEXT,
-	K_TEXT, K_TEXT, K_TEXT, K_BOOL, K_INT, K_INT, K_TEXT, K_TEXT, K_INT, K_HASH, K_HASH,
-};
 
-// el_put writes the current row of st at buf: a record of 8 unsigned
-// 64-bit words (the integer columns and a flag word), 13 32-bit string
-// lengths, the two 32-byte hashes and then the string bytes. It returns
-// the record's size, or 0 if it does not fit in cap bytes. A value of an
-// unexpected type or range sets the flag word's low bit: the caller reads
-// that row again column by column.
-static int el_put(sqlite3_stmt *st, unsigned char *buf, int cap) {
-	int head = 9 * 8 + 13 * 4 + 64;
+// el_shape says how to read a row: the kind of each column, and how
+// many columns of each sort there are (integers and booleans count as
+// integers). At most 16 of each.
+typedef struct {
+	const unsigned char *kinds;
+	int ncols, nints, nstrs, nhash;
+} el_shape;
+
+// el_put writes the current row of st at buf: a record of nints unsigned
+// 64-bit words (the integer columns in order) and a flag word, nstrs
+// 32-bit string lengths, nhash 32-byte hashes and then the string bytes.
+// It returns the record's size, or 0 if it does not fit in cap bytes. A
+// value of an unexpected type or range sets the flag word: the caller
+// reads that row again through the driver.
+static int el_put(sqlite3_stmt *st, const el_shape *sh, unsigned char *buf, int cap) {
+	int head = (sh->nints + 1) * 8 + sh->nstrs * 4 + sh->nhash * 32;
 	if (cap < head) return 0;
-	uint64_t ints[8] = {0};
-	uint32_t lens[13];
-	const unsigned char *strs[13];
+	uint64_t ints[16];
+	uint32_t lens[16];
+	const unsigned char *strs[16];
 	uint64_t bad = 0;
 	int ni = 0, ns = 0, nh = 0, total = head;
-	for (int i = 0; i < 23; i++) {
+	unsigned char *hashes = buf + (sh->nints + 1) * 8 + sh->nstrs * 4;
+	for (int i = 0; i < sh->ncols; i++) {
 		int t = sqlite3_column_type(st, i);
-		switch (el_kinds[i]) {
+		switch (sh->kinds[i]) {
 		case K_INT:
 		case K_BOOL: {
 			int64_t v = 0;
 			if (t == EL_INTEGER) {
 				v = sqlite3_column_int64(st, i);
-				if (v < 0 || (el_kinds[i] == K_BOOL && v > 1)) bad = 1;
+				if (v < 0 || (sh->kinds[i] == K_BOOL && v > 1)) bad = 1;
 			} else {
 				bad = 1;
 			}
@@ -83,7 +88,7 @@ static int el_put(sqlite3_stmt *st, unsigned char *buf, int cap) {
 			break;
 		}
 		case K_HASH: {
-			unsigned char *dst = buf + 9 * 8 + 13 * 4 + 32 * nh;
+			unsigned char *dst = hashes + 32 * nh;
 			if (t == EL_BLOB && sqlite3_column_bytes(st, i) == 32) {
 				memcpy(dst, sqlite3_column_blob(st, i), 32);
 			} else {
@@ -96,14 +101,11 @@ static int el_put(sqlite3_stmt *st, unsigned char *buf, int cap) {
 		}
 	}
 	if (total > cap) return 0;
-	// integer columns in order: seq key_generated attempt idempotent
-	// retryable lease_expires_at ref_seq recorded_at; the flag word
-	// follows them.
-	memcpy(buf, ints, 8 * 8);
-	memcpy(buf + 8 * 8, &bad, 8);
-	memcpy(buf + 9 * 8, lens, 13 * 4);
+	memcpy(buf, ints, 8 * sh->nints);
+	memcpy(buf + 8 * sh->nints, &bad, 8);
+	memcpy(buf + 8 * (sh->nints + 1), lens, 4 * sh->nstrs);
 	unsigned char *out = buf + head;
-	for (int i = 0; i < 13; i++) {
+	for (int i = 0; i < sh->nstrs; i++) {
 		if (lens[i]) memcpy(out, strs[i], lens[i]);
 		out += lens[i];
 	}
@@ -114,7 +116,9 @@ static int el_put(sqlite3_stmt *st, unsigned char *buf, int cap) {
 // rows end. *pending says that st holds a row not yet written (it did not
 // fit last time). It returns the number of records and sets *used and
 // *rc (EL_ROW: more rows may follow; EL_DONE: the end; else an error).
-static int el_fill(sqlite3_stmt *st, unsigned char *buf, int cap, int *pending, int *used, int *rc) {
+static int el_fill(sqlite3_stmt *st, const unsigned char *kinds, int ncols, int nints, int nstrs, int nhash,
+		unsigned char *buf, int cap, int *pending, int *used, int *rc) {
+	el_shape sh = {kinds, ncols, nints, nstrs, nhash};
 	int n = 0, off = 0;
 	for (;;) {
 		if (!*pending) {
@@ -126,7 +130,7 @@ static int el_fill(sqlite3_stmt *st, unsigned char *buf, int cap, int *pending, 
 			}
 			*pending = 1;
 		}
-		int size = el_put(st, buf + off, cap - off);
+		int size = el_put(st, &sh, buf + off, cap - off);
 		if (size == 0) {
 			*rc = EL_ROW;
 			*used = off;
@@ -159,8 +163,62 @@ import (
 // value in SQL (the earlier design) costs SQLite more than reading the
 // row. The scan opens a read-only connection of its own on the file.
 
-// rowHead is the fixed part of a record written by el_put.
-const rowHead = 9*8 + 13*4 + 2*chain.HashSize
+// shape describes the rows of a scan for el_put: the kind of each column
+// (kInt, kBool, kText, kHash) and the count of each sort.
+type shape struct {
+	kinds               []byte
+	nInts, nStrs, nHash int
+}
+
+const (
+	kInt = iota
+	kBool
+	kText
+	kHash
+)
+
+// receiptShape is the shape of receiptColumns.
+var receiptShape = shape{kinds: []byte{kInt, kText, kText, kBool, kText, kInt, kText, kText, kBool, kText, kText,
+	kText, kText, kText, kText, kBool, kInt, kInt, kText, kText, kInt, kHash, kHash}, nInts: 8, nStrs: 13, nHash: 2}
+
+// keysShape is the shape of keysColumns.
+var keysShape = shape{kinds: []byte{kText, kBool, kText, kText, kText, kBool, kInt, kInt, kInt, kInt}, nInts: 6, nStrs: 4}
+
+// head is the size of the fixed part of a record.
+func (sh *shape) head() int { return (sh.nInts+1)*8 + sh.nStrs*4 + sh.nHash*chain.HashSize }
+
+// parse reads the record at the start of b into ints and strs (which
+// share one new allocation) and returns its size, whether its flag is
+// set (then ints and strs are not filled) and its hashes.
+func (sh *shape) parse(b []byte, ints []uint64, strs []string) (size int, bad bool, hashes []byte, err error) {
+	head := sh.head()
+	if len(b) < head {
+		return 0, false, nil, errors.New("scan: short record")
+	}
+	le := binary.LittleEndian
+	lens := b[(sh.nInts+1)*8:]
+	total := 0
+	for i := range sh.nStrs {
+		total += int(le.Uint32(lens[4*i:]))
+	}
+	if len(b)-head < total {
+		return 0, false, nil, errors.New("scan: short record")
+	}
+	if le.Uint64(b[8*sh.nInts:]) != 0 {
+		return head + total, true, nil, nil
+	}
+	for i := range sh.nInts {
+		ints[i] = le.Uint64(b[8*i:])
+	}
+	all := string(b[head : head+total])
+	off := 0
+	for i := range sh.nStrs {
+		n := int(le.Uint32(lens[4*i:]))
+		strs[i] = all[off : off+n]
+		off += n
+	}
+	return head + total, false, b[head-sh.nHash*chain.HashSize : head], nil
+}
 
 // rowBatch is the buffer size of one el_fill call.
 const rowBatch = 256 << 10
@@ -231,13 +289,32 @@ func (s *cScan) close() {
 	}
 }
 
-// each calls fn for every row of the scan. A row whose values do not fit
-// the receipt format is read again by reread (column by column). fn must
-// not retain the pointer.
+// each calls fn for every receipt of the scan, whose columns are
+// receiptColumns. A row whose values do not fit the receipt format is
+// read again by reread (column by column). fn must not retain the
+// pointer.
+func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Receipt) error, fn func(*chain.Receipt) error) error {
+	var r chain.Receipt
+	return s.records(ctx, &receiptShape, func(rec []byte) (int, error) {
+		size, err := decodeRow(&r, rec)
+		if err != nil {
+			return 0, err
+		}
+		if r.Malformed != nil {
+			if err := reread(r.Seq, &r); err != nil {
+				return 0, fmt.Errorf("receipt %d: %w", r.Seq, err)
+			}
+		}
+		return size, fn(&r)
+	})
+}
+
+// records calls fn for every record of the scan; fn returns the record's
+// size.
 //
 // SQLite steps the rows on a goroutine of its own, a batch ahead of the
 // decoding and fn: the two halves of the work run on two cores.
-func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Receipt) error, fn func(*chain.Receipt) error) error {
+func (s *cScan) records(ctx context.Context, sh *shape, fn func(rec []byte) (int, error)) error {
 	type batch struct {
 		buf []byte
 		n   int
@@ -251,6 +328,7 @@ func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Recei
 	full := make(chan batch, inFlight)
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	kinds := C.CBytes(sh.kinds)
 	go func() {
 		defer close(done)
 		defer close(full)
@@ -262,7 +340,8 @@ func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Recei
 			case <-stop:
 				return
 			}
-			n := C.el_fill(s.st, (*C.uchar)(unsafe.Pointer(&buf[0])), C.int(len(buf)), &pending, &used, &rc)
+			n := C.el_fill(s.st, (*C.uchar)(kinds), C.int(len(sh.kinds)), C.int(sh.nInts), C.int(sh.nStrs), C.int(sh.nHash),
+				(*C.uchar)(unsafe.Pointer(&buf[0])), C.int(len(buf)), &pending, &used, &rc)
 			b := batch{buf: buf[:used], n: int(n)}
 			switch {
 			case rc != 100 && rc != 101: // SQLITE_ROW, SQLITE_DONE
@@ -284,24 +363,16 @@ func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Recei
 	defer func() {
 		close(stop)
 		<-done // the connection is closed only after the stepping ends
+		C.free(kinds)
 	}()
-	var r chain.Receipt
 	for b := range full {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		rest := b.buf
 		for range b.n {
-			size, err := decodeRow(&r, rest)
+			size, err := fn(rest)
 			if err != nil {
-				return err
-			}
-			if r.Malformed != nil {
-				if err := reread(r.Seq, &r); err != nil {
-					return fmt.Errorf("receipt %d: %w", r.Seq, err)
-				}
-			}
-			if err := fn(&r); err != nil {
 				return err
 			}
 			rest = rest[size:]
@@ -314,40 +385,22 @@ func (s *cScan) each(ctx context.Context, reread func(seq uint64, r *chain.Recei
 	return nil
 }
 
-// rowNeedsReread marks a record whose flag word is set.
+// rowNeedsReread marks a record whose flag is set.
 var rowNeedsReread = []chain.Malformed{{Field: "row"}}
 
-// decodeRow fills r from the record at the start of b and returns the
-// record's size. The strings share one new allocation. A record whose
+// decodeRow fills r from the receipt record at the start of b and returns
+// the record's size. The strings share one new allocation. A record whose
 // flag is set leaves r.Malformed non-nil and only r.Seq meaningful.
 func decodeRow(r *chain.Receipt, b []byte) (int, error) {
-	if len(b) < rowHead {
-		return 0, errors.New("scan: short record")
-	}
-	le := binary.LittleEndian
 	var ints [8]uint64
-	for i := range ints {
-		ints[i] = le.Uint64(b[8*i:])
-	}
-	var lens [13]int
-	total := 0
-	for i := range lens {
-		lens[i] = int(le.Uint32(b[9*8+4*i:]))
-		total += lens[i]
-	}
-	if len(b) < rowHead+total {
-		return 0, errors.New("scan: short record")
-	}
-	if le.Uint64(b[8*8:]) != 0 {
-		*r = chain.Receipt{Seq: ints[0], Malformed: rowNeedsReread}
-		return rowHead + total, nil
-	}
-	all := string(b[rowHead : rowHead+total])
 	var strs [13]string
-	off := 0
-	for i, n := range lens {
-		strs[i] = all[off : off+n]
-		off += n
+	size, bad, h, err := receiptShape.parse(b, ints[:], strs[:])
+	if err != nil {
+		return 0, err
+	}
+	if bad {
+		*r = chain.Receipt{Seq: binary.LittleEndian.Uint64(b), Malformed: rowNeedsReread}
+		return size, nil
 	}
 	*r = chain.Receipt{
 		Seq: ints[0], KeyGenerated: ints[1] == 1, Attempt: ints[2], Idempotent: ints[3] == 1,
@@ -356,8 +409,7 @@ func decodeRow(r *chain.Receipt, b []byte) (int, error) {
 		InputHash: strs[5], Outcome: strs[6], ExternalRef: strs[7], Result: strs[8], ErrorCode: strs[9],
 		ErrorMessage: strs[10], Actor: strs[11], Note: strs[12],
 	}
-	h := b[9*8+13*4:]
 	copy(r.PrevHash[:], h[:chain.HashSize])
-	copy(r.Hash[:], h[chain.HashSize:2*chain.HashSize])
-	return rowHead + total, nil
+	copy(r.Hash[:], h[chain.HashSize:])
+	return size, nil
 }

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -30,6 +31,8 @@ const (
 		ORDER BY idempotency_key, seq`
 
 	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys ORDER BY idempotency_key`
+
+	sqlScanKeysAfter = `SELECT ` + keysColumns + ` FROM keys WHERE idempotency_key > ? ORDER BY idempotency_key`
 )
 
 // Receipts calls fn for every receipt with seq > after, in seq order,
@@ -76,7 +79,7 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	// A row that is not what the ledger writes is read again through the
 	// driver, column by column, and comes back with Malformed set.
 	reread := func(seq uint64, r *chain.Receipt) error {
-		got, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+		got, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, int64(seq))) // as stored, even negative
 		if err != nil {
 			return fmt.Errorf("read malformed row: %w", classify(err))
 		}
@@ -99,9 +102,54 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 }
 
 // Keys calls fn for every row of the derived keys table, in key byte
-// order (the order of KeyReceipts).
+// order (the order of KeyReceipts). Rows are stepped from C like the
+// receipts; from a row with a value of another type on (an edited file),
+// the table is read through the driver, which converts such a value or
+// fails as it always did.
 func (rd *Reader) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
-	rows, err := rd.r.QueryContext(ctx, sqlScanKeys)
+	s, err := openCScan(rd.path, rd.busy, 2048, sqlScanKeys)
+	if err != nil {
+		return fmt.Errorf("scan keys: %w", err)
+	}
+	defer s.close()
+	var k ledger.KeyRecord
+	var ints [6]uint64
+	var strs [4]string
+	var last *string // the key of the last row given to fn
+	err = s.records(ctx, &keysShape, func(rec []byte) (int, error) {
+		size, bad, _, err := keysShape.parse(rec, ints[:], strs[:])
+		if err != nil {
+			return 0, err
+		}
+		if bad {
+			return 0, errOddRow
+		}
+		k = ledger.KeyRecord{Key: strs[0], Generated: ints[0] == 1, Tool: strs[1], Effect: strs[2], InputHash: strs[3],
+			Idempotent: ints[1] == 1, FirstSeq: ints[2], ReserveSeq: ints[3], LeaseExpiresAt: ints[4], FinalSeq: ints[5]}
+		last = &k.Key
+		return size, fn(&k)
+	})
+	if errors.Is(err, errOddRow) {
+		s.close()
+		return rd.keysFrom(ctx, last, fn)
+	}
+	if err != nil {
+		return fmt.Errorf("scan keys: %w", err)
+	}
+	return nil
+}
+
+// errOddRow ends a C scan at a row to be read through the driver.
+var errOddRow = errors.New("row to read through the driver")
+
+// keysFrom reads the keys table through the driver, from the row after
+// key after (nil: from the start).
+func (rd *Reader) keysFrom(ctx context.Context, after *string, fn func(*ledger.KeyRecord) error) error {
+	q, args := sqlScanKeys, []any{}
+	if after != nil {
+		q, args = sqlScanKeysAfter, []any{*after}
+	}
+	rows, err := rd.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("scan keys: %w", classify(err))
 	}
