@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"math"
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -32,7 +34,7 @@ type SeqSource interface {
 // DefaultStateBudget bounds the memory of the single pass's key states
 // (bytes). Keys beyond it are spilled to temporary files, by a hash of
 // the key, and replayed from there after the pass.
-const DefaultStateBudget = 48 << 20
+const DefaultStateBudget = 56 << 20
 
 // slot is the compact state of one key: what the rules need in the common
 // case, with strings as keyed hashes (stringHash). Everything else (the
@@ -81,17 +83,18 @@ func hashKey(key string) keyHashes {
 
 // fingerprintHash hashes what must not change across a key's receipts.
 func fingerprintHash(tool, effect, inputHash string, idempotent, keyGenerated bool) uint64 {
-	var b [16]byte
+	var h maphash.Hash
+	h.SetSeed(hashSeed)
+	var b [14]byte
 	binary.LittleEndian.PutUint32(b[0:], uint32(len(tool)))
 	binary.LittleEndian.PutUint32(b[4:], uint32(len(effect)))
 	binary.LittleEndian.PutUint32(b[8:], uint32(len(inputHash)))
-	if idempotent {
-		b[12] = 1
-	}
-	if keyGenerated {
-		b[13] = 1
-	}
-	return stringHash(string(b[:]) + tool + effect + inputHash)
+	b[12], b[13] = boolByte(idempotent), boolByte(keyGenerated)
+	_, _ = h.Write(b[:])
+	_, _ = h.WriteString(tool)
+	_, _ = h.WriteString(effect)
+	_, _ = h.WriteString(inputHash)
+	return h.Sum64()
 }
 
 // stateTable is an open-addressing table of slots that grows up to a
@@ -158,13 +161,15 @@ func (t *stateTable) find(h keyHashes) (*slot, bool) {
 // insert returns a new slot for a key that find did not find, or nil
 // when the table is at its size limit.
 func (t *stateTable) insert(h keyHashes) (*slot, error) {
+	// At most three quarters full: once keys are spilled, every receipt of
+	// a spilled key looks for it in vain, and a search ends at the first
+	// empty slot (about 8 slots on average at this load, 50 at 0.9).
 	if 4*(t.n+1) > 3*len(t.slots) {
-		if len(t.slots) < t.maxSlots {
-			if err := t.grow(); err != nil {
-				return nil, err
-			}
-		} else if 10*(t.n+1) > 9*len(t.slots) {
+		if len(t.slots) == t.maxSlots {
 			return nil, nil
+		}
+		if err := t.grow(); err != nil {
+			return nil, err
 		}
 	}
 	s, _ := t.find(h)
@@ -300,7 +305,7 @@ type singlePass struct {
 	state  *stateChecker
 	drift  *driftChecker
 	budget int
-	hint   uint64 // about how many keys level 0 will see (0: unknown)
+	hint   uint64 // at least as many as the keys level 0 will see (0: unknown)
 	dir    string // temporary directory of the spill files, made on first use
 	now    uint64
 }
@@ -722,4 +727,90 @@ func (p *singlePass) cleanup() {
 	if p.dir != "" {
 		_ = os.RemoveAll(p.dir)
 	}
+}
+
+// maxNoteSuccesses bounds the ledgers (in receipts) whose successes a
+// single pass notes in a successSet (8 bytes each).
+const maxNoteSuccesses = 2_000_000
+
+// successSet notes the (tool, input_hash) of every success (a commit or
+// resolve that succeeded, with an input_hash), as the duplicate query
+// selects them, by keyed hash.
+type successSet struct {
+	hashes []uint64
+	unsure bool
+}
+
+func (s *successSet) add(r *chain.Receipt) {
+	if len(r.Malformed) > 0 {
+		s.unsure = true
+	}
+	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeSucceeded && r.InputHash != "" {
+		s.hashes = append(s.hashes, fingerprintHash(r.Tool, "", r.InputHash, false, false))
+	}
+}
+
+// mayRepeat reports whether two successes may share a (tool, input_hash):
+// only then can the ledger hold a duplicate effect. A malformed row (read
+// column by column, where SQL compares values of other types its own way)
+// always answers yes.
+func (s *successSet) mayRepeat() bool {
+	if s.unsure {
+		return true
+	}
+	slices.Sort(s.hashes)
+	for i := 1; i < len(s.hashes); i++ {
+		if s.hashes[i] == s.hashes[i-1] {
+			return true
+		}
+	}
+	return false
+}
+
+// batcher hands receipts, in order and in batches, to fn on a goroutine
+// of its own. The receipts' strings are shared, not copied: the sources
+// allocate them per receipt.
+type batcher struct {
+	cur  []chain.Receipt
+	full chan []chain.Receipt
+	free chan []chain.Receipt
+	done chan struct{}
+}
+
+const batchReceipts = 256
+
+func newBatcher(fn func(*chain.Receipt)) *batcher {
+	b := &batcher{full: make(chan []chain.Receipt, 4), free: make(chan []chain.Receipt, 5), done: make(chan struct{})}
+	for range 5 {
+		b.free <- make([]chain.Receipt, 0, batchReceipts)
+	}
+	b.cur = <-b.free
+	go func() {
+		defer close(b.done)
+		for batch := range b.full {
+			for i := range batch {
+				fn(&batch[i])
+			}
+			clear(batch) // drop the strings
+			b.free <- batch[:0]
+		}
+	}()
+	return b
+}
+
+func (b *batcher) add(r *chain.Receipt) {
+	if b.cur = append(b.cur, *r); len(b.cur) == batchReceipts {
+		b.full <- b.cur
+		b.cur = <-b.free
+	}
+}
+
+// close hands on the last batch and waits until fn has seen every
+// receipt.
+func (b *batcher) close() {
+	if len(b.cur) > 0 {
+		b.full <- b.cur
+	}
+	close(b.full)
+	<-b.done
 }

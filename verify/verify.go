@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
@@ -200,14 +201,22 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: &driftChecker{col: stateCol, src: ss},
 				budget: v.budget(), now: now}
 			defer sp.cleanup()
-			var hint uint64 // at most one key per receipt
-			if hs, ok := v.src.(interface {
+			var hint uint64 // at most one key per receipt: the head's seq
+			switch hs := v.src.(type) {
+			case interface {
+				Head(context.Context) (ledger.Head, error)
+			}:
+				if h, err := hs.Head(ctx); err == nil {
+					hint = h.Seq
+				}
+			case interface {
 				ReadHead(context.Context) (ledger.Head, error)
-			}); ok {
+			}:
 				if h, err := hs.ReadHead(ctx); err == nil {
 					hint = h.Seq
 				}
 			}
+			sp.hint = hint
 			var err error
 			if top, err = sp.newLevel(0, hint); err != nil {
 				return nil, fmt.Errorf("verify: %w", err)
@@ -225,10 +234,17 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		}
 		// The grouping queries run one after the other on one connection,
 		// beside the pass(es).
+		// A single pass over a ledger of up to maxNoteSuccesses receipts
+		// notes each success's (tool, input_hash): when no two share one,
+		// which is the usual case, the duplicate query is not run at all.
+		var succ *successSet
+		if single && dupSource && sp.hint > 0 && sp.hint <= maxNoteSuccesses {
+			succ = &successSet{}
+		}
 		queryPass := make(chan error, 1)
 		go func() {
 			var errD, errR error
-			if dupSource {
+			if dupSource && succ == nil {
 				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
 			}
 			if repeatSource && errD == nil {
@@ -236,31 +252,63 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			queryPass <- errors.Join(errD, errR)
 		}()
+		// The key states of a single pass are replayed on a goroutine of
+		// their own, a batch of receipts behind the chain checks.
 		var spErr error
+		var replay *batcher
+		if top != nil {
+			replay = newBatcher(func(r *chain.Receipt) {
+				if succ != nil {
+					succ.add(r)
+				}
+				if top == nil || spErr != nil {
+					return
+				}
+				if len(r.Malformed) > 0 {
+					// Re-reading by seq needs well-formed rows: the state
+					// checks of an edited file take the key-ordered pass.
+					top = nil
+					return
+				}
+				e := eventOf(r)
+				spErr = top.add(&e, r)
+			})
+		}
+		dbgT := time.Now()
 		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
 			if finder != nil {
 				finder.add(r)
 			}
-			if top != nil && spErr == nil {
-				if len(r.Malformed) > 0 {
-					// Re-reading by seq needs well-formed rows: the state
-					// checks of an edited file take the key-ordered pass.
-					top = nil
-					return nil
-				}
-				e := eventOf(r)
-				spErr = top.add(&e, r)
+			if replay != nil {
+				replay.add(r)
+			} else if succ != nil {
+				succ.add(r)
 			}
 			return nil
 		})
+		if replay != nil {
+			replay.close()
+		}
+		dupPass := make(chan error, 1)
+		if succ != nil && err == nil && succ.mayRepeat() {
+			go func() {
+				var errD error
+				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
+				dupPass <- errD
+			}()
+		} else {
+			dupPass <- nil
+		}
 		if single {
 			switch {
 			case err != nil:
 			case spErr != nil:
 				err = spErr
 			case top != nil:
+				dbg("pass", dbgT)
 				err = top.finish(func(fn func(*ledger.KeyRecord) error) error { return ss.Keys(ctx, fn) })
+				dbg("finish", dbgT)
 				if err == nil {
 					err = sp.drift.finish(ctx)
 				}
@@ -276,7 +324,8 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			statePass <- nil
 		}
-		err = errors.Join(err, <-statePass, <-queryPass)
+		err = errors.Join(err, <-statePass, <-queryPass, <-dupPass)
+		dbg("queries", dbgT)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
@@ -457,4 +506,10 @@ func ParsePin(s string) (*Pin, error) {
 		return nil, fmt.Errorf("parse head %q: %w", s, err)
 	}
 	return &Pin{Seq: seq, Hash: h.String()}, nil
+}
+
+func dbg(what string, t time.Time) {
+	if os.Getenv("VERIFY_DEBUG") != "" {
+		fmt.Fprintln(os.Stderr, what, time.Since(t))
+	}
 }

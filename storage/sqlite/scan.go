@@ -173,18 +173,21 @@ func (rd *Reader) keysFrom(ctx context.Context, after *string, fn func(*ledger.K
 // sqlDuplicateSuccesses lists the successes (commit or resolve) of keys
 // that share their tool and non-empty input_hash with another key that
 // also succeeded, grouped by (tool, input_hash). SQLite groups with a temp
-// b-tree, so memory does not grow with the ledger. A recorded_at that is
-// not an unsigned integer (an edited file) reads as 0 here; the chain pass
-// reports it.
+// b-tree, so memory does not grow with the ledger; when no group has two
+// keys (the usual case) the successes are not read a second time. A
+// recorded_at that is not an unsigned integer (an edited file) reads as 0
+// here; the chain pass reports it.
 const sqlDuplicateSuccesses = `
-	SELECT tool, input_hash, idempotency_key, max(seq, 0),
-		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
-	FROM receipts
-	WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
-	  AND (tool, input_hash) IN (
+	WITH dup(tool, input_hash) AS MATERIALIZED (
 		SELECT tool, input_hash FROM receipts
 		WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
 		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
+	SELECT tool, input_hash, idempotency_key, max(seq, 0),
+		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
+	FROM receipts
+	WHERE EXISTS (SELECT 1 FROM dup)
+	  AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+	  AND (tool, input_hash) IN (SELECT tool, input_hash FROM dup)
 	ORDER BY tool, input_hash, seq`
 
 // DuplicateSuccesses calls fn for each success whose tool and input_hash
