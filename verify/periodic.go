@@ -173,6 +173,10 @@ type Status struct {
 	LastSuccess time.Time
 }
 
+// periodicStateBudget bounds the key states of a full run inside the
+// daemon, which shares its memory with the writer's page cache.
+const periodicStateBudget = 16 << 20
+
 // Status returns the latest finished run. It is safe to call while Run
 // runs.
 func (p *Periodic) Status() Status {
@@ -217,7 +221,8 @@ func (p *Periodic) Run(ctx context.Context) {
 func (p *Periodic) Once(ctx context.Context) *Report {
 	start := time.Now()
 	incremental := p.pin != nil
-	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: incremental, MaxViolations: p.MaxLogged}).Check(ctx)
+	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: incremental, MaxViolations: p.MaxLogged,
+		StateBudget: periodicStateBudget}).Check(ctx)
 	elapsed := time.Since(start)
 	if ctx.Err() != nil {
 		return nil // stopped: not a run

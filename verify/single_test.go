@@ -67,7 +67,9 @@ func threeWays(t *testing.T, path string, opts verify.Opts) *verify.Report {
 	require.NoError(t, err)
 	single, err := verify.New(rd, opts).Check(ctx)
 	require.NoError(t, err)
-	spilled, err := verify.NewWithStateBudget(rd, opts, 1).Check(ctx)
+	tiny := opts
+	tiny.StateBudget = 1
+	spilled, err := verify.New(rd, tiny).Check(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, want, single, "single pass")
 	assert.Equal(t, want, spilled, "single pass, spilled")
@@ -208,7 +210,9 @@ func TestVerifier_singlePassMixed(t *testing.T) {
 	few := verify.Opts{Now: func() time.Time { return now }, MaxViolations: 3}
 	single, err := verify.New(rd, few).Check(ctx)
 	require.NoError(t, err)
-	spilled, err := verify.NewWithStateBudget(rd, few, 1).Check(ctx)
+	fewTiny := few
+	fewTiny.StateBudget = 1
+	spilled, err := verify.New(rd, fewTiny).Check(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, single, spilled)
 	require.Len(t, single.Violations, 3)

@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -109,22 +108,16 @@ type Opts struct {
 	Progress func(seq uint64)
 	// Filter narrows the audit.
 	Filter AuditFilter
+	// StateBudget bounds the memory of the key states of a full run over a
+	// SeqSource (bytes; 0: DefaultStateBudget). Keys beyond it are spilled
+	// to temporary files and replayed from there: slower, same report.
+	StateBudget int
 }
 
 // Verifier checks one Source.
 type Verifier struct {
 	src  Source
 	opts Opts
-	// stateBudget bounds the key states of a single pass (bytes; 0:
-	// DefaultStateBudget). Tests set it small to force spilling.
-	stateBudget int
-}
-
-func (v *Verifier) budget() int {
-	if v.stateBudget > 0 {
-		return v.stateBudget
-	}
-	return DefaultStateBudget
 }
 
 // New returns a Verifier of src.
@@ -134,6 +127,9 @@ func New(src Source, opts Opts) *Verifier {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.StateBudget <= 0 {
+		opts.StateBudget = DefaultStateBudget
 	}
 	return &Verifier{src: src, opts: opts}
 }
@@ -199,7 +195,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			// The single pass checks the keys table itself (level.keyRow);
 			// the driftChecker only collects and re-checks its suspects.
 			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: &driftChecker{col: stateCol, src: ss},
-				budget: v.budget(), now: now}
+				budget: v.opts.StateBudget, now: now}
 			defer sp.cleanup()
 			var hint uint64 // at most one key per receipt: the head's seq
 			switch hs := v.src.(type) {
@@ -274,7 +270,6 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 				spErr = top.add(&e, r)
 			})
 		}
-		dbgT := time.Now()
 		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
 			cc.add(r)
 			if finder != nil {
@@ -306,9 +301,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			case spErr != nil:
 				err = spErr
 			case top != nil:
-				dbg("pass", dbgT)
 				err = top.finish(func(fn func(*ledger.KeyRecord) error) error { return ss.Keys(ctx, fn) })
-				dbg("finish", dbgT)
 				if err == nil {
 					err = sp.drift.finish(ctx)
 				}
@@ -325,7 +318,6 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			statePass <- nil
 		}
 		err = errors.Join(err, <-statePass, <-queryPass, <-dupPass)
-		dbg("queries", dbgT)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
@@ -508,8 +500,3 @@ func ParsePin(s string) (*Pin, error) {
 	return &Pin{Seq: seq, Hash: h.String()}, nil
 }
 
-func dbg(what string, t time.Time) {
-	if os.Getenv("VERIFY_DEBUG") != "" {
-		fmt.Fprintln(os.Stderr, what, time.Since(t))
-	}
-}
