@@ -499,4 +499,3 @@ func ParsePin(s string) (*Pin, error) {
 	}
 	return &Pin{Seq: seq, Hash: h.String()}, nil
 }
-
