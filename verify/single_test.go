@@ -186,6 +186,8 @@ func TestVerifier_singlePassMixed(t *testing.T) {
 		{SQL: `UPDATE receipts SET ref_seq = 3 WHERE kind = 'commit' AND seq BETWEEN 100 AND 160`},
 		{SQL: `UPDATE receipts SET attempt = 9 WHERE kind = 'reserve' AND seq BETWEEN 300 AND 330`},
 		{SQL: `UPDATE receipts SET kind = 'replay' WHERE kind = 'reserve' AND seq BETWEEN 500 AND 520`},
+		// attempts past 32 bits, which a slot does not hold
+		{SQL: `UPDATE receipts SET attempt = attempt + 8589934592 WHERE seq BETWEEN 600 AND 640`},
 		{RehashFrom: 40},
 		{SQL: `UPDATE keys SET lease_expires_at = 1 WHERE first_seq % 7 = 0`},
 		{SQL: `DELETE FROM keys WHERE first_seq % 11 = 0`},

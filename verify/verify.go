@@ -248,15 +248,21 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			queryPass <- errors.Join(errD, errR)
 		}()
-		// The key states of a single pass are replayed on a goroutine of
-		// their own, a batch of receipts behind the chain checks.
+		// In a single pass the chain checks and then the key states run on
+		// goroutines of their own, batches behind the reading.
 		var spErr error
 		var replay *batcher
+		chainStep := func(r *chain.Receipt) {
+			cc.add(r)
+			if finder != nil {
+				finder.add(r)
+			}
+			if succ != nil {
+				succ.add(r)
+			}
+		}
 		if top != nil {
-			replay = newBatcher(func(r *chain.Receipt) {
-				if succ != nil {
-					succ.add(r)
-				}
+			replay = newBatcher(chainStep, func(r *chain.Receipt) {
 				if top == nil || spErr != nil {
 					return
 				}
@@ -271,14 +277,10 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			})
 		}
 		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
-			cc.add(r)
-			if finder != nil {
-				finder.add(r)
-			}
 			if replay != nil {
 				replay.add(r)
-			} else if succ != nil {
-				succ.add(r)
+			} else {
+				chainStep(r)
 			}
 			return nil
 		})
