@@ -268,6 +268,7 @@ type spill struct {
 	level  int
 	events [spillParts]*spillFile
 	keys   [spillParts]*spillFile
+	buf    []byte // a keys row being written
 }
 
 type spillFile struct {
@@ -477,14 +478,11 @@ func (l *level) compact(s *slot, k *keyState) {
 
 func (l *level) spillEvent(e *event) error {
 	if l.spill == nil {
-		if l.p.dir == "" {
-			dir, err := os.MkdirTemp("", "ledger-verify-*")
-			if err != nil {
-				return fmt.Errorf("spill key states: %w", err)
-			}
-			l.p.dir = dir
+		dir, err := l.p.spillDir()
+		if err != nil {
+			return fmt.Errorf("spill key states: %w", err)
 		}
-		l.spill = &spill{dir: l.p.dir, level: l.n}
+		l.spill = &spill{dir: dir, level: l.n}
 	}
 	f, err := l.spill.file(&l.spill.events, e.key.partition(l.n), "events")
 	if err != nil {
@@ -593,63 +591,73 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 	return nil
 }
 
+// A spilled keys row is a fixed head (the record's length, the lengths
+// of its five strings, its four integers and two booleans) and then the
+// strings' bytes.
+const keyRowHead = 4 + 5*4 + 4*8 + 2
+
 func (l *level) spillKey(h keyHashes, row *ledger.KeyRecord) error {
 	f, err := l.spill.file(&l.spill.keys, h.partition(l.n), "keys")
 	if err != nil {
 		return err
 	}
-	var b []byte
-	for _, s := range []string{row.Key, row.Tool, row.Effect, row.InputHash, row.TokenHash} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
+	strs := [5]string{row.Key, row.Tool, row.Effect, row.InputHash, row.TokenHash}
+	n := keyRowHead
+	for _, s := range strs {
+		n += len(s)
 	}
-	for _, v := range []uint64{row.FirstSeq, row.ReserveSeq, row.LeaseExpiresAt, row.FinalSeq} {
-		b = binary.AppendUvarint(b, v)
+	b := l.spill.buf[:0]
+	b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	for _, s := range strs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	}
+	for _, v := range [...]uint64{row.FirstSeq, row.ReserveSeq, row.LeaseExpiresAt, row.FinalSeq} {
+		b = binary.LittleEndian.AppendUint64(b, v)
 	}
 	b = append(b, boolByte(row.Generated), boolByte(row.Idempotent))
-	if _, err := f.w.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...)); err != nil {
+	for _, s := range strs {
+		b = append(b, s...)
+	}
+	l.spill.buf = b
+	if _, err := f.w.Write(b); err != nil {
 		return fmt.Errorf("spill key states: %w", err)
 	}
 	return nil
 }
 
-// readKeys calls fn for each keys row of a spill file.
+// readKeys calls fn for each keys row of a spill file. The strings of a
+// row share one allocation.
 func readKeys(r *bufio.Reader, fn func(*ledger.KeyRecord) error) error {
+	le := binary.LittleEndian
+	var head [keyRowHead]byte
 	for {
-		n, err := binary.ReadUvarint(r)
-		if errors.Is(err, io.EOF) {
+		if _, err := io.ReadFull(r, head[:]); errors.Is(err, io.EOF) {
 			return nil
-		}
-		if err != nil {
+		} else if err != nil {
 			return fmt.Errorf("read spilled keys: %w", err)
 		}
-		b := make([]byte, n)
+		n := int(le.Uint32(head[:]))
+		if n < keyRowHead {
+			return errors.New("read spilled keys: bad record")
+		}
+		b := make([]byte, n-keyRowHead)
 		if _, err := io.ReadFull(r, b); err != nil {
 			return fmt.Errorf("read spilled keys: %w", err)
 		}
-		var row ledger.KeyRecord
+		all := string(b)
 		var strs [5]string
+		off := 0
 		for i := range strs {
-			l, m := binary.Uvarint(b)
-			if m <= 0 || uint64(len(b)-m) < l {
+			l := int(le.Uint32(head[4+4*i:]))
+			if l > len(all)-off {
 				return errors.New("read spilled keys: bad record")
 			}
-			strs[i], b = string(b[m:m+int(l)]), b[m+int(l):]
+			strs[i], off = all[off:off+l], off+l
 		}
-		var ints [4]uint64
-		for i := range ints {
-			v, m := binary.Uvarint(b)
-			if m <= 0 {
-				return errors.New("read spilled keys: bad record")
-			}
-			ints[i], b = v, b[m:]
-		}
-		if len(b) != 2 {
-			return errors.New("read spilled keys: bad record")
-		}
-		row = ledger.KeyRecord{Key: strs[0], Tool: strs[1], Effect: strs[2], InputHash: strs[3], TokenHash: strs[4],
-			FirstSeq: ints[0], ReserveSeq: ints[1], LeaseExpiresAt: ints[2], FinalSeq: ints[3],
-			Generated: b[0] == 1, Idempotent: b[1] == 1}
+		ints := head[4+5*4:]
+		row := ledger.KeyRecord{Key: strs[0], Tool: strs[1], Effect: strs[2], InputHash: strs[3], TokenHash: strs[4],
+			FirstSeq: le.Uint64(ints), ReserveSeq: le.Uint64(ints[8:]), LeaseExpiresAt: le.Uint64(ints[16:]),
+			FinalSeq: le.Uint64(ints[24:]), Generated: ints[32] == 1, Idempotent: ints[33] == 1}
 		if err := fn(&row); err != nil {
 			return err
 		}
@@ -722,6 +730,19 @@ func wantRecord(k *keyState) ledger.KeyRecord {
 	return want
 }
 
+// spillDir returns the temporary directory of the spill files, made on
+// first use.
+func (p *singlePass) spillDir() (string, error) {
+	if p.dir == "" {
+		dir, err := os.MkdirTemp("", "ledger-verify-*")
+		if err != nil {
+			return "", err
+		}
+		p.dir = dir
+	}
+	return p.dir, nil
+}
+
 // cleanup removes the spill directory, if one was made.
 func (p *singlePass) cleanup() {
 	if p.dir != "" {
@@ -729,38 +750,123 @@ func (p *singlePass) cleanup() {
 	}
 }
 
-// maxNoteSuccesses bounds the ledgers (in receipts) whose successes a
-// single pass notes in a successSet (8 bytes each).
-const maxNoteSuccesses = 2_000_000
-
 // successSet notes the (tool, input_hash) of every success (a commit or
 // resolve that succeeded, with an input_hash), as the duplicate query
-// selects them, by keyed hash.
+// selects them, by keyed 64-bit hash. When they may not fit a quarter of
+// the state budget, they go to partition files by hash instead, each small
+// enough to be sorted in that quarter.
 type successSet struct {
 	hashes []uint64
 	unsure bool
+	err    error // of the partition files
+
+	p     *singlePass
+	parts []*spillFile // nil: in memory
+}
+
+// newSuccessSet returns a set for a pass of about hint receipts.
+func newSuccessSet(p *singlePass, hint uint64) *successSet {
+	s := &successSet{p: p}
+	if quarter := uint64(max(p.budget/4, 8)); hint*8 > quarter {
+		s.parts = make([]*spillFile, min((hint*8+quarter-1)/quarter, 256))
+	}
+	return s
 }
 
 func (s *successSet) add(r *chain.Receipt) {
 	if len(r.Malformed) > 0 {
 		s.unsure = true
 	}
-	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeSucceeded && r.InputHash != "" {
-		s.hashes = append(s.hashes, fingerprintHash(r.Tool, "", r.InputHash, false, false))
+	if (r.Kind != chain.KindCommit && r.Kind != chain.KindResolve) || r.Outcome != chain.OutcomeSucceeded || r.InputHash == "" {
+		return
+	}
+	h := fingerprintHash(r.Tool, "", r.InputHash, false, false)
+	if s.parts == nil {
+		s.hashes = append(s.hashes, h)
+		return
+	}
+	if s.err != nil {
+		return
+	}
+	hi, _ := bits.Mul64(h, uint64(len(s.parts)))
+	f := s.parts[hi]
+	if f == nil {
+		dir, err := s.p.spillDir()
+		if err == nil {
+			var fh *os.File
+			fh, err = os.Create(filepath.Join(dir, fmt.Sprintf("successes-%d", hi)))
+			f = &spillFile{f: fh, w: bufio.NewWriterSize(fh, 8<<10)}
+		}
+		if err != nil {
+			s.err = fmt.Errorf("spill successes: %w", err)
+			return
+		}
+		s.parts[hi] = f
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], h)
+	if _, err := f.w.Write(b[:]); err != nil {
+		s.err = fmt.Errorf("spill successes: %w", err)
 	}
 }
 
 // mayRepeat reports whether two successes may share a (tool, input_hash):
 // only then can the ledger hold a duplicate effect. A malformed row (read
 // column by column, where SQL compares values of other types its own way)
-// always answers yes.
+// or a failed partition file always answers yes.
 func (s *successSet) mayRepeat() bool {
-	if s.unsure {
+	defer s.close()
+	if s.unsure || s.err != nil {
 		return true
 	}
-	slices.Sort(s.hashes)
-	for i := 1; i < len(s.hashes); i++ {
-		if s.hashes[i] == s.hashes[i-1] {
+	if s.parts == nil {
+		return repeats(s.hashes)
+	}
+	for _, f := range s.parts {
+		if f == nil {
+			continue
+		}
+		if err := f.w.Flush(); err != nil {
+			return true
+		}
+		st, err := f.f.Stat()
+		if err != nil {
+			return true
+		}
+		if _, err := f.f.Seek(0, io.SeekStart); err != nil {
+			return true
+		}
+		r := bufio.NewReaderSize(f.f, 64<<10)
+		hs := make([]uint64, st.Size()/8)
+		var b [8]byte
+		for i := range hs {
+			if _, err := io.ReadFull(r, b[:]); err != nil {
+				return true
+			}
+			hs[i] = binary.LittleEndian.Uint64(b[:])
+		}
+		if repeats(hs) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *successSet) close() {
+	for _, f := range s.parts {
+		if f != nil {
+			_ = f.f.Close()
+			_ = os.Remove(f.f.Name())
+		}
+	}
+	s.parts = nil
+}
+
+// repeats reports whether hs holds a value twice; it sorts hs.
+func repeats(hs []uint64) bool {
+	slices.Sort(hs)
+	for i := 1; i < len(hs); i++ {
+		if hs[i] == hs[i-1] {
 			return true
 		}
 	}

@@ -230,12 +230,12 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		}
 		// The grouping queries run one after the other on one connection,
 		// beside the pass(es).
-		// A single pass over a ledger of up to maxNoteSuccesses receipts
-		// notes each success's (tool, input_hash): when no two share one,
-		// which is the usual case, the duplicate query is not run at all.
+		// A single pass notes each success's (tool, input_hash): when no two
+		// share one, which is the usual case, the duplicate query is not
+		// run at all.
 		var succ *successSet
-		if single && dupSource && sp.hint > 0 && sp.hint <= maxNoteSuccesses {
-			succ = &successSet{}
+		if single && dupSource && sp.hint > 0 {
+			succ = newSuccessSet(sp, sp.hint)
 		}
 		queryPass := make(chan error, 1)
 		go func() {
