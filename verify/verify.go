@@ -140,10 +140,13 @@ var ErrIncrementalNeedsPin = errors.New("incremental verification needs a pinned
 // Check runs every check and returns the report. The error is non-nil
 // only when the source could not be read; broken rules are in the report.
 //
-// With a KeySource (the SQLite file), the chain pass (seq order) and the
-// state pass (key order, one key in memory at a time) run concurrently on
-// their own connections. Otherwise the state checks ride on the chain
-// pass and hold every key in memory.
+// A full run of a SeqSource (the SQLite file, PostgreSQL) reads the chain
+// once, in seq order: the chain checks and the key states share the pass,
+// the key states compact and bounded by Opts.StateBudget (see single.go).
+// An incremental run of a KeySource reads the chain after the pin (seq
+// order) and, concurrently, the receipts of the keys it touches (key
+// order, one key in memory at a time). Otherwise the state checks ride on
+// the chain pass and hold every key in memory.
 func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	if v.opts.Incremental && v.opts.Pinned == nil {
 		return nil, ErrIncrementalNeedsPin
@@ -228,8 +231,6 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if !single {
 			go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
 		}
-		// The grouping queries run one after the other on one connection,
-		// beside the pass(es).
 		// A single pass notes each success's (tool, input_hash): when no two
 		// share one, which is the usual case, the duplicate query is not
 		// run at all.
@@ -237,6 +238,8 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if single && dupSource && sp.hint > 0 {
 			succ = newSuccessSet(sp, sp.hint)
 		}
+		// The grouping queries run one after the other on one connection,
+		// beside the pass(es).
 		queryPass := make(chan error, 1)
 		go func() {
 			var errD, errR error
