@@ -143,9 +143,9 @@ var ErrIncrementalNeedsPin = errors.New("incremental verification needs a pinned
 // A full run of a SeqSource (the SQLite file, PostgreSQL) reads the chain
 // once, in seq order: the chain checks and the key states share the pass,
 // the key states compact and bounded by Opts.StateBudget (see single.go).
-// An incremental run of a KeySource reads the chain after the pin (seq
-// order) and, concurrently, the receipts of the keys it touches (key
-// order, one key in memory at a time). Otherwise the state checks ride on
+// Any other run of a KeySource (an incremental one) reads the chain in seq
+// order and, concurrently, the receipts of the keys it touches in key
+// order, one key in memory at a time. Otherwise the state checks ride on
 // the chain pass and hold every key in memory.
 func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	if v.opts.Incremental && v.opts.Pinned == nil {
