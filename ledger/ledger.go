@@ -83,13 +83,18 @@ func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResul
 	if err != nil {
 		return nil, err
 	}
+	// res is read only after a successful submit: when ctx ends first,
+	// the writer may still run fn and write it.
 	var res *CommitResult
 	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
 		var err error
 		res, err = decideCommit(ctx, t, t.Now(), req.IdempotencyKey, req.Reservation, req.Actor, &o)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
 
 // Resolve records an operator's decision about an interrupted key. Errors:
@@ -116,11 +121,16 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 	if err != nil {
 		return nil, err
 	}
+	// res is read only after a successful submit: when ctx ends first,
+	// the writer may still run fn and write it.
 	var res *ResolveResult
 	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
 		var err error
 		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, &o)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }

@@ -188,19 +188,22 @@ func (r *waitRegistry) end() {
 // of the reservation that holds the key when the answer is in_progress,
 // else 0.
 func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *ReserveResult, lease uint64, err error) {
+	// out is read only after a successful submit: when ctx ends first,
+	// the writer may still run fn and write it.
+	var out *ReserveResult
 	err = n.submit(ctx, a.key, func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideReserve(ctx, t, t.Now(), a)
+		out, err = decideReserve(ctx, t, t.Now(), a)
 		return err
 	})
 	var ip *inProgressError
 	switch {
 	case errors.As(err, &ip):
 		return nil, ip.leaseExpiresAt, ip.err
-	case err != nil: // res may still be written by the writer after ctx ended
+	case err != nil:
 		return nil, 0, err
 	}
-	return res, 0, nil
+	return out, 0, nil
 }
 
 // reserveWaiting decides a, and while the key is reserved by another
