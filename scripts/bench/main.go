@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 func main() {
@@ -79,10 +80,14 @@ func run(ctx context.Context, args []string) error {
 	bin := fs.String("ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	prefill := fs.Int("prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
 	withBackends := fs.Bool("backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *prefill < 0 {
+		return fmt.Errorf("--prefill must not be negative, not %d", *prefill)
 	}
 	modes := []string{*mode}
 	if *mode == "all" {
@@ -123,6 +128,11 @@ func run(ctx context.Context, args []string) error {
 	for _, m := range modes {
 		// A fresh ledger per mode, so modes do not see each other's data.
 		db := filepath.Join(dir, m+".db")
+		if *prefill > 0 {
+			if err := prefilled(ctx, db, *prefill); err != nil {
+				return err
+			}
+		}
 		l, err := startLedgerd(*bin, db, strings.Fields(*extra))
 		if err != nil {
 			return err
@@ -152,6 +162,38 @@ func run(ctx context.Context, args []string) error {
 	}
 	printTable(rep)
 	return nil
+}
+
+// prefilled copies a generated ledger of n receipts to path, generating it
+// once into the temp directory (the file BenchmarkDB_PairsRandom uses).
+func prefilled(ctx context.Context, path string, n int) error {
+	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
+	if _, err := os.Stat(cached); err != nil {
+		fmt.Fprintf(os.Stderr, "generating a %d-receipt ledger at %s (once)\n", n, cached)
+		tmp := cached + ".tmp"
+		_ = os.Remove(tmp)
+		if _, err := gen.Ledger(ctx, tmp, n, nil); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		_ = os.Remove(tmp + ".lock")
+		if err := os.Rename(tmp, cached); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+	}
+	src, err := os.Open(cached)
+	if err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		return fmt.Errorf("prefill: %w", err)
+	}
+	return dst.Close()
 }
 
 func machine() string {
