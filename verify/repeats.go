@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -137,4 +138,54 @@ func (f *repeatFinder) list(flt AuditFilter, from uint64) []RepeatedFailure {
 	}
 	c.flush()
 	return c.out
+}
+
+// failureGate holds the repeated-failures query of a single pass until
+// the pass meets a receipt the query could start from: a failed commit
+// or resolve with an input_hash, or a malformed row (whose values SQL may
+// compare its own way). A pass without one means the query would list
+// nothing (the usual ledger: it would read the kind index and a row per
+// commit for nothing). A nil gate lets the query run at once.
+type failureGate struct {
+	seen, done chan struct{}
+	once       sync.Once
+}
+
+func newFailureGate() *failureGate {
+	return &failureGate{seen: make(chan struct{}), done: make(chan struct{})}
+}
+
+// see takes the next receipt of the pass.
+func (g *failureGate) see(r *chain.Receipt) {
+	if len(r.Malformed) > 0 || r.InputHash != "" && (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) &&
+		r.Outcome == chain.OutcomeFailed {
+		g.once.Do(func() { close(g.seen) })
+	}
+}
+
+// passDone says that the pass has ended (or failed): see is not called
+// again.
+func (g *failureGate) passDone() {
+	if g != nil {
+		close(g.done)
+	}
+}
+
+// wait blocks until the query may be needed or the pass has ended, and
+// reports whether to run it.
+func (g *failureGate) wait() bool {
+	if g == nil {
+		return true
+	}
+	select {
+	case <-g.seen:
+		return true
+	case <-g.done:
+	}
+	select {
+	case <-g.seen:
+		return true
+	default:
+		return false
+	}
 }

@@ -107,6 +107,12 @@ type stateTable struct {
 	n        int
 	maxSlots int
 	more     map[keyHashes][]execAttempt
+	// held, once the table is full (no key is added after that), has a
+	// bit set for each key in it, by the low bits of key0: a key whose
+	// bit is clear is not in the table, known without a search (which
+	// at ¾ load reads about 8 slots to find an empty one). Every receipt
+	// and keys row of a spilled key asks.
+	held []uint64
 }
 
 // newStateTable returns a table within budget bytes, sized at first for
@@ -133,7 +139,7 @@ func (t *stateTable) alloc(n int) error {
 // release returns the table's memory.
 func (t *stateTable) release() {
 	t.mem.free()
-	t.slots, t.mem = nil, slotMemory{}
+	t.slots, t.mem, t.held = nil, slotMemory{}, nil
 }
 
 func (t *stateTable) index(h keyHashes) int {
@@ -166,6 +172,7 @@ func (t *stateTable) insert(h keyHashes) (*slot, error) {
 	// empty slot (about 8 slots on average at this load, 50 at 0.9).
 	if 4*(t.n+1) > 3*len(t.slots) {
 		if len(t.slots) == t.maxSlots {
+			t.hold()
 			return nil, nil
 		}
 		if err := t.grow(); err != nil {
@@ -176,6 +183,33 @@ func (t *stateTable) insert(h keyHashes) (*slot, error) {
 	t.n++
 	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed}
 	return s, nil
+}
+
+// hold fills t.held, on the first insert the full table refuses.
+func (t *stateTable) hold() {
+	if t.held != nil {
+		return
+	}
+	// 16 bits per slot (a power of two at least that): with the table ¾
+	// full, about one bit in 21 is set.
+	n := 1 << bits.Len(uint(16*len(t.slots)-1))
+	t.held = make([]uint64, n/64)
+	for i := range t.slots {
+		if s := &t.slots[i]; s.flags&slotUsed != 0 {
+			b := s.key0 & uint64(n-1)
+			t.held[b/64] |= 1 << (b % 64)
+		}
+	}
+}
+
+// absent reports whether the key is known not to be in the table without
+// a search: the table is full and the key's bit is clear.
+func (t *stateTable) absent(h keyHashes) bool {
+	if t.held == nil {
+		return false
+	}
+	b := h.k0 & uint64(64*len(t.held)-1)
+	return t.held[b/64]&(1<<(b%64)) == 0
 }
 
 func (t *stateTable) grow() error {
@@ -336,6 +370,9 @@ func (p *singlePass) newLevel(n int, hint uint64) (*level, error) {
 // (read again by seq when a slow path needs it).
 func (l *level) add(e *event, r *chain.Receipt) error {
 	t := l.table
+	if t.absent(e.key) {
+		return l.spillEvent(e)
+	}
 	s, found := t.find(e.key)
 	if !found {
 		var err error
@@ -563,7 +600,11 @@ func slotState(s *slot, t uint64) string {
 func (l *level) keyRow(row *ledger.KeyRecord) error {
 	p := l.p
 	h := hashKey(row.Key)
-	s, found := l.table.find(h)
+	var s *slot
+	found := false
+	if !l.table.absent(h) {
+		s, found = l.table.find(h)
+	}
 	if !found {
 		if l.spill != nil && l.spill.events[h.partition(l.n)] != nil {
 			return l.spillKey(h, row)

@@ -240,13 +240,20 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		}
 		// The grouping queries run one after the other on one connection,
 		// beside the pass(es).
+		// A single pass also watches for a failure the repeated-failures
+		// query could start from: the query starts at the first one, and
+		// does not run when the pass ends without one.
+		var fails *failureGate
+		if single && repeatSource {
+			fails = newFailureGate()
+		}
 		queryPass := make(chan error, 1)
 		go func() {
 			var errD, errR error
 			if dupSource && succ == nil {
 				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
 			}
-			if repeatSource && errD == nil {
+			if repeatSource && errD == nil && fails.wait() {
 				repeats, errR = readRepeats(ctx, rs, v.opts.Filter, from)
 			}
 			queryPass <- errors.Join(errD, errR)
@@ -262,6 +269,9 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 			if succ != nil {
 				succ.add(r)
+			}
+			if fails != nil {
+				fails.see(r)
 			}
 		}
 		if top != nil {
@@ -290,6 +300,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if replay != nil {
 			replay.close()
 		}
+		fails.passDone()
 		dupPass := make(chan error, 1)
 		if succ != nil && err == nil && succ.mayRepeat() {
 			go func() {
