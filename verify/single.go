@@ -37,7 +37,8 @@ type SeqSource interface {
 const DefaultStateBudget = 56 << 20
 
 // slot is the compact state of one key: what the rules need in the common
-// case, with strings as keyed hashes (stringHash). Everything else (the
+// case, with strings as keyed hashes (stringHash), in one 64-byte cache
+// line. Everything else (the
 // strings a violation or an audit entry names, the latest reserve's
 // recorded_at, the final receipt's error code) is read again by seq when
 // a rule needs it: the receipts at firstSeq, latestSeq and finalSeq hold
@@ -49,10 +50,9 @@ type slot struct {
 	firstSeq      uint64
 	fp            uint64 // fingerprintHash of the first receipt
 	firstExec     uint64 // stringHash of the first receipt's execution
-	latestSeq     uint64 // the latest reserve; 0 if none
-	latestExec    uint64
 	lease         uint64
-	finalSeq      uint64
+	latestD       uint32 // the latest reserve's seq - firstSeq + 1; 0 if none (see stateTable.seqs)
+	finalD        uint32 // the final receipt's seq - firstSeq + 1; 0 if none
 	att           uint32 // highest attempt of firstExec, unless slotMore
 	latestAttempt uint32 // the latest reserve's attempt, unless slotBig
 }
@@ -63,13 +63,15 @@ const (
 	slotFinalized
 	slotSucceeded
 	slotRetryable
-	slotMore // the attempts are in stateTable.more
-	slotBig  // an attempt does not fit 32 bits: latestAttempt is read again
-	slotSeen // the keys table has a row for the key
+	slotMore        // the attempts are in stateTable.more
+	slotBig         // an attempt does not fit 32 bits: latestAttempt is read again
+	slotSeen        // the keys table has a row for the key
+	slotLatestFirst // the latest reserve's execution is firstExec
+	slotFar         // latestD and finalD do not fit: the seqs are in stateTable.far
 )
 
 // slotBytes is the size of a slot, for the budget.
-const slotBytes = 80
+const slotBytes = 64
 
 // keyHashes are the two hashes that name a key in a stateTable.
 type keyHashes struct {
@@ -107,6 +109,7 @@ type stateTable struct {
 	n        int
 	maxSlots int
 	more     map[keyHashes][]execAttempt
+	far      map[keyHashes][2]uint64 // latest reserve, final seqs of slotFar slots
 	// held, once the table is full (no key is added after that), has a
 	// bit set for each key in it, by the low bits of key0: a key whose
 	// bit is clear is not in the table, known without a search (which
@@ -119,7 +122,7 @@ type stateTable struct {
 // about hint keys.
 func newStateTable(budget int, hint uint64) (*stateTable, error) {
 	maxSlots := max(budget/slotBytes, 4)
-	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}}
+	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}, far: map[keyHashes][2]uint64{}}
 	n := min(uint64(maxSlots), max(hint+hint/3, 1024))
 	if err := t.alloc(int(n)); err != nil {
 		return nil, err
@@ -139,7 +142,53 @@ func (t *stateTable) alloc(n int) error {
 // release returns the table's memory.
 func (t *stateTable) release() {
 	t.mem.free()
-	t.slots, t.mem, t.held = nil, slotMemory{}, nil
+	t.slots, t.mem, t.held, t.more, t.far = nil, slotMemory{}, nil, nil, nil
+}
+
+// seqs returns the seqs of a slot's latest reserve and final receipt (0:
+// none).
+func (t *stateTable) seqs(s *slot) (latest, final uint64) {
+	if s.flags&slotFar != 0 {
+		v := t.far[keyHashes{s.key0, s.key1}]
+		return v[0], v[1]
+	}
+	if s.latestD != 0 {
+		latest = s.firstSeq + uint64(s.latestD) - 1
+	}
+	if s.finalD != 0 {
+		final = s.firstSeq + uint64(s.finalD) - 1
+	}
+	return latest, final
+}
+
+// setSeqs sets what seqs returns; s.firstSeq must be set.
+func (t *stateTable) setSeqs(s *slot, latest, final uint64) {
+	h := keyHashes{s.key0, s.key1}
+	dl, okL := seqDelta(s.firstSeq, latest)
+	df, okF := seqDelta(s.firstSeq, final)
+	if okL && okF {
+		if s.flags&slotFar != 0 {
+			delete(t.far, h)
+		}
+		s.flags &^= slotFar
+		s.latestD, s.finalD = dl, df
+		return
+	}
+	s.flags |= slotFar
+	s.latestD, s.finalD = 0, 0
+	t.far[h] = [2]uint64{latest, final}
+}
+
+// seqDelta is seq as a slot holds it: seq - first + 1, 0 for 0; false if
+// it does not fit.
+func seqDelta(first, seq uint64) (uint32, bool) {
+	switch {
+	case seq == 0:
+		return 0, true
+	case seq < first || seq-first >= math.MaxUint32:
+		return 0, false
+	}
+	return uint32(seq - first + 1), true
 }
 
 func (t *stateTable) index(h keyHashes) int {
@@ -382,17 +431,18 @@ func (l *level) add(e *event, r *chain.Receipt) error {
 			return l.spillEvent(e)
 		}
 		if e.kind == evReserve && e.refSeq == 0 && e.attempt <= math.MaxUint32 {
-			s.flags |= slotReserve
+			s.flags |= slotReserve | slotLatestFirst
 			s.firstSeq, s.fp, s.firstExec = e.seq, e.fp, e.exec
-			s.latestSeq, s.latestExec, s.lease, s.latestAttempt, s.att = e.seq, e.exec, e.lease, uint32(e.attempt), uint32(e.attempt)
+			s.latestD, s.lease, s.latestAttempt, s.att = 1, e.lease, uint32(e.attempt), uint32(e.attempt)
 			return nil
 		}
 		return l.slow(s, e, r, true)
 	}
-	if e.fp == s.fp && s.flags&(slotBig|slotMore) == 0 && e.exec == s.firstExec {
+	if e.fp == s.fp && s.flags&(slotBig|slotMore|slotFar) == 0 && e.exec == s.firstExec {
 		switch {
-		case e.kind == evCommit && s.flags&(slotReserve|slotFinalized) == slotReserve && e.refSeq == s.latestSeq &&
-			e.exec == s.latestExec && e.attempt == uint64(s.latestAttempt):
+		case e.kind == evCommit && s.flags&(slotReserve|slotFinalized|slotLatestFirst) == slotReserve|slotLatestFirst &&
+			s.latestD != 0 && e.refSeq == s.firstSeq+uint64(s.latestD)-1 && e.attempt == uint64(s.latestAttempt) &&
+			e.seq >= s.firstSeq && e.seq-s.firstSeq < math.MaxUint32:
 			s.flags |= slotFinalized
 			s.flags &^= slotSucceeded | slotRetryable
 			if e.succeeded {
@@ -401,10 +451,10 @@ func (l *level) add(e *event, r *chain.Receipt) error {
 			if e.retryable {
 				s.flags |= slotRetryable
 			}
-			s.finalSeq = e.seq
+			s.finalD = uint32(e.seq - s.firstSeq + 1)
 			return nil
 		case e.kind == evReplay && s.flags&(slotFinalized|slotSucceeded) == slotFinalized|slotSucceeded &&
-			e.refSeq == s.finalSeq && e.attempt <= math.MaxUint32:
+			s.finalD != 0 && e.refSeq == s.firstSeq+uint64(s.finalD)-1 && e.attempt <= math.MaxUint32:
 			s.att = max(s.att, uint32(e.attempt))
 			return nil
 		}
@@ -458,15 +508,16 @@ func (l *level) hydrate(s *slot) (*keyState, error) {
 	k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
 	k.hasReserve = s.flags&slotReserve != 0
 	k.finalized = s.flags&slotFinalized != 0
-	if s.latestSeq != 0 {
-		r, err := p.read(s.latestSeq)
+	latestSeq, finalSeq := l.table.seqs(s)
+	if latestSeq != 0 {
+		r, err := p.read(latestSeq)
 		if err != nil {
 			return nil, err
 		}
 		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 	}
-	if s.finalSeq != 0 {
-		r, err := p.read(s.finalSeq)
+	if finalSeq != 0 {
+		r, err := p.read(finalSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -484,10 +535,11 @@ func (l *level) hydrate(s *slot) (*keyState, error) {
 // compact writes a full key state back into its slot.
 func (l *level) compact(s *slot, k *keyState) {
 	h := keyHashes{s.key0, s.key1}
-	seen := s.flags & slotSeen
-	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed | seen, firstSeq: k.first.Seq,
+	keep := s.flags & (slotSeen | slotFar) // setSeqs clears slotFar
+	*s = slot{key0: h.k0, key1: h.k1, flags: slotUsed | keep, firstSeq: k.first.Seq,
 		fp:        fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
-		firstExec: stringHash(k.first.ExecutionID), latestSeq: k.latest.seq, lease: k.latest.lease, finalSeq: k.final.seq}
+		firstExec: stringHash(k.first.ExecutionID), lease: k.latest.lease}
+	l.table.setSeqs(s, k.latest.seq, k.final.seq)
 	for _, f := range []struct {
 		on   bool
 		flag uint32
@@ -496,8 +548,8 @@ func (l *level) compact(s *slot, k *keyState) {
 			s.flags |= f.flag
 		}
 	}
-	if k.hasReserve {
-		s.latestExec = stringHash(k.latest.execution)
+	if k.hasReserve && stringHash(k.latest.execution) == s.firstExec {
+		s.flags |= slotLatestFirst
 	}
 	if k.latest.attempt <= math.MaxUint32 {
 		s.latestAttempt = uint32(k.latest.attempt)
@@ -617,8 +669,9 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 		p.drift.suspectf(row.FirstSeq, row.Key, "keys table has key %q, which has no reserve", row.Key)
 		return nil
 	}
-	if row.FirstSeq == s.firstSeq && row.ReserveSeq == s.latestSeq && row.LeaseExpiresAt == s.lease &&
-		row.FinalSeq == s.finalSeq && row.TokenHash == "" &&
+	latestSeq, finalSeq := l.table.seqs(s)
+	if row.FirstSeq == s.firstSeq && row.ReserveSeq == latestSeq && row.LeaseExpiresAt == s.lease &&
+		row.FinalSeq == finalSeq && row.TokenHash == "" &&
 		fingerprintHash(row.Tool, row.Effect, row.InputHash, row.Idempotent, row.Generated) == s.fp {
 		return nil
 	}

@@ -189,6 +189,9 @@ func TestVerifier_singlePassMixed(t *testing.T) {
 		// attempts past 32 bits, which a slot does not hold
 		{SQL: `UPDATE receipts SET attempt = attempt + 8589934592 WHERE seq BETWEEN 600 AND 640`},
 		{RehashFrom: 40},
+		// seqs 2³³ past the first receipt of their key, which a slot does
+		// not hold as an offset (every other receipt from seq 700 on)
+		{SQL: `UPDATE receipts SET seq = seq + 8589934592 WHERE seq > 700 AND seq % 2 = 0`},
 		{SQL: `UPDATE keys SET lease_expires_at = 1 WHERE first_seq % 7 = 0`},
 		{SQL: `DELETE FROM keys WHERE first_seq % 11 = 0`},
 		{SQL: `INSERT INTO keys (idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq)
