@@ -9,6 +9,7 @@ package sqlite
 // package); only its stable C API is used here.
 typedef struct sqlite3 sqlite3;
 typedef struct sqlite3_stmt sqlite3_stmt;
+typedef struct sqlite3_value sqlite3_value;
 int sqlite3_open_v2(const char *filename, sqlite3 **db, int flags, const char *vfs);
 int sqlite3_close_v2(sqlite3 *db);
 int sqlite3_busy_timeout(sqlite3 *db, int ms);
@@ -17,11 +18,12 @@ int sqlite3_prepare_v2(sqlite3 *db, const char *sql, int n, sqlite3_stmt **st, c
 int sqlite3_bind_int64(sqlite3_stmt *st, int i, int64_t v);
 int sqlite3_step(sqlite3_stmt *st);
 int sqlite3_finalize(sqlite3_stmt *st);
-int sqlite3_column_type(sqlite3_stmt *st, int i);
-int64_t sqlite3_column_int64(sqlite3_stmt *st, int i);
-const unsigned char *sqlite3_column_text(sqlite3_stmt *st, int i);
-const void *sqlite3_column_blob(sqlite3_stmt *st, int i);
-int sqlite3_column_bytes(sqlite3_stmt *st, int i);
+sqlite3_value *sqlite3_column_value(sqlite3_stmt *st, int i);
+int sqlite3_value_type(sqlite3_value *v);
+int64_t sqlite3_value_int64(sqlite3_value *v);
+const unsigned char *sqlite3_value_text(sqlite3_value *v);
+const void *sqlite3_value_blob(sqlite3_value *v);
+int sqlite3_value_bytes(sqlite3_value *v);
 const char *sqlite3_errmsg(sqlite3 *db);
 int sqlite3_extended_errcode(sqlite3 *db);
 
@@ -48,6 +50,11 @@ typedef struct {
 // It returns the record's size, or 0 if it does not fit in cap bytes. A
 // value of an unexpected type or range sets the flag word: the caller
 // reads that row again through the driver.
+//
+// Each column is read through sqlite3_column_value once, not through two
+// or three sqlite3_column_* calls that each look the column up again.
+// SQLite calls such a value unprotected: it may not be shared between
+// threads; the scan's connection is used by one goroutine at a time.
 static int el_put(sqlite3_stmt *st, const el_shape *sh, unsigned char *buf, int cap) {
 	int head = (sh->nints + 1) * 8 + sh->nstrs * 4 + sh->nhash * 32;
 	if (cap < head) return 0;
@@ -58,13 +65,14 @@ static int el_put(sqlite3_stmt *st, const el_shape *sh, unsigned char *buf, int 
 	int ni = 0, ns = 0, nh = 0, total = head;
 	unsigned char *hashes = buf + (sh->nints + 1) * 8 + sh->nstrs * 4;
 	for (int i = 0; i < sh->ncols; i++) {
-		int t = sqlite3_column_type(st, i);
+		sqlite3_value *val = sqlite3_column_value(st, i);
+		int t = sqlite3_value_type(val);
 		switch (sh->kinds[i]) {
 		case K_INT:
 		case K_BOOL: {
 			int64_t v = 0;
 			if (t == EL_INTEGER) {
-				v = sqlite3_column_int64(st, i);
+				v = sqlite3_value_int64(val);
 				if (v < 0 || (sh->kinds[i] == K_BOOL && v > 1)) bad = 1;
 			} else {
 				bad = 1;
@@ -76,8 +84,8 @@ static int el_put(sqlite3_stmt *st, const el_shape *sh, unsigned char *buf, int 
 			const unsigned char *p = 0;
 			int n = 0;
 			if (t == EL_TEXT) {
-				p = sqlite3_column_text(st, i);
-				n = sqlite3_column_bytes(st, i);
+				p = sqlite3_value_text(val);
+				n = sqlite3_value_bytes(val);
 			} else {
 				bad = 1;
 			}
@@ -89,8 +97,8 @@ static int el_put(sqlite3_stmt *st, const el_shape *sh, unsigned char *buf, int 
 		}
 		case K_HASH: {
 			unsigned char *dst = hashes + 32 * nh;
-			if (t == EL_BLOB && sqlite3_column_bytes(st, i) == 32) {
-				memcpy(dst, sqlite3_column_blob(st, i), 32);
+			if (t == EL_BLOB && sqlite3_value_bytes(val) == 32) {
+				memcpy(dst, sqlite3_value_blob(val), 32);
 			} else {
 				memset(dst, 0, 32);
 				bad = 1;
