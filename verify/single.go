@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"unsafe"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -661,12 +663,14 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 		if l.spill != nil && l.spill.events[h.partition(l.n)] != nil {
 			return l.spillKey(h, row)
 		}
-		p.drift.suspectf(row.FirstSeq, row.Key, "keys table has key %q, which has no receipts", row.Key)
+		key := strings.Clone(row.Key) // the row's strings may be a spill buffer's
+		p.drift.suspectf(row.FirstSeq, key, "keys table has key %q, which has no receipts", key)
 		return nil
 	}
 	s.flags |= slotSeen
 	if s.flags&slotReserve == 0 {
-		p.drift.suspectf(row.FirstSeq, row.Key, "keys table has key %q, which has no reserve", row.Key)
+		key := strings.Clone(row.Key)
+		p.drift.suspectf(row.FirstSeq, key, "keys table has key %q, which has no reserve", key)
 		return nil
 	}
 	latestSeq, finalSeq := l.table.seqs(s)
@@ -719,11 +723,13 @@ func (l *level) spillKey(h keyHashes, row *ledger.KeyRecord) error {
 	return nil
 }
 
-// readKeys calls fn for each keys row of a spill file. The strings of a
-// row share one allocation.
+// readKeys calls fn for each keys row of a spill file. The row's strings
+// are valid only during fn: they point into a buffer the next row
+// reuses (keyRow copies what it keeps).
 func readKeys(r *bufio.Reader, fn func(*ledger.KeyRecord) error) error {
 	le := binary.LittleEndian
 	var head [keyRowHead]byte
+	var buf []byte
 	for {
 		if _, err := io.ReadFull(r, head[:]); errors.Is(err, io.EOF) {
 			return nil
@@ -734,11 +740,14 @@ func readKeys(r *bufio.Reader, fn func(*ledger.KeyRecord) error) error {
 		if n < keyRowHead {
 			return errors.New("read spilled keys: bad record")
 		}
-		b := make([]byte, n-keyRowHead)
+		if cap(buf) < n-keyRowHead {
+			buf = make([]byte, max(n-keyRowHead, 2*cap(buf)))
+		}
+		b := buf[:n-keyRowHead]
 		if _, err := io.ReadFull(r, b); err != nil {
 			return fmt.Errorf("read spilled keys: %w", err)
 		}
-		all := string(b)
+		all := unsafe.String(unsafe.SliceData(b), len(b))
 		var strs [5]string
 		off := 0
 		for i := range strs {

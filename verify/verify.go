@@ -301,11 +301,15 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			replay.close()
 		}
 		fails.passDone()
+		// The successes noted are compared (sorted, partition files read
+		// back) beside the key states' work after the pass.
 		dupPass := make(chan error, 1)
-		if succ != nil && err == nil && succ.mayRepeat() {
+		if succ != nil && err == nil {
 			go func() {
 				var errD error
-				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
+				if succ.mayRepeat() {
+					dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
+				}
 				dupPass <- errD
 			}()
 		} else {
