@@ -353,7 +353,8 @@ type spill struct {
 	level  int
 	events [spillParts]*spillFile
 	keys   [spillParts]*spillFile
-	buf    []byte // a keys row being written
+	rows   [spillParts]uint64 // keys rows in each keys file
+	buf    []byte             // a keys row being written
 }
 
 type spillFile struct {
@@ -695,10 +696,12 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 const keyRowHead = 4 + 5*4 + 4*8 + 2
 
 func (l *level) spillKey(h keyHashes, row *ledger.KeyRecord) error {
-	f, err := l.spill.file(&l.spill.keys, h.partition(l.n), "keys")
+	part := h.partition(l.n)
+	f, err := l.spill.file(&l.spill.keys, part, "keys")
 	if err != nil {
 		return err
 	}
+	l.spill.rows[part]++
 	strs := [5]string{row.Key, row.Tool, row.Effect, row.InputHash, row.TokenHash}
 	n := keyRowHead
 	for _, s := range strs {
@@ -788,7 +791,12 @@ func (l *level) replay(part int) error {
 	if err != nil {
 		return fmt.Errorf("spill key states: %w", err)
 	}
-	next, err := l.p.newLevel(l.n+1, uint64(st.Size()/eventBytes))
+	// The next level's table is sized for its keys: at most one per
+	// event, and in a ledger whose keys table is whole, about one per
+	// keys row (a reserve and a commit make two events). Fewer would
+	// only make it grow.
+	rows := l.spill.rows[part]
+	next, err := l.p.newLevel(l.n+1, min(uint64(st.Size()/eventBytes), rows+rows/8+1024))
 	if err != nil {
 		return err
 	}
