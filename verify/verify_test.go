@@ -203,10 +203,11 @@ func contains(l []string, s string) bool {
 	return false
 }
 
-// TestVerifier_tamper runs every case of testdata/tamper.json against a
-// copy of a real ledger, offline (the SQLite file) and online (a server
-// on the tampered file).
-func TestVerifier_tamper(t *testing.T) {
+// forEachTamper runs fn, in a subtest per case of testdata/tamper.json, on
+// a tampered copy of a real 10-receipt ledger, with the options the case
+// asks for (the clock of the ledger; its original head pinned).
+func forEachTamper(t *testing.T, fn func(t *testing.T, tc tamperCase, path string, opts verify.Opts)) {
+	t.Helper()
 	base, now := buildLedger(t)
 	rd, err := sqlite.OpenReader(context.Background(), base, sqlite.Options{})
 	require.NoError(t, err)
@@ -214,7 +215,6 @@ func TestVerifier_tamper(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rd.Close())
 	require.Equal(t, uint64(10), head.Seq)
-
 	raw, err := os.ReadFile("testdata/tamper.json")
 	require.NoError(t, err)
 	var cases []tamperCase
@@ -229,42 +229,50 @@ func TestVerifier_tamper(t *testing.T) {
 			if tc.PinOriginalHead {
 				opts.ExpectHead = &verify.Pin{Seq: head.Seq, Hash: head.Hash.String()}
 			}
-
-			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
-			require.NoError(t, err)
-			defer rd.Close()
-			rep, err := verify.New(rd, opts).Check(context.Background())
-			require.NoError(t, err)
-			check := func(src string, rep *verify.Report) {
-				got := rules(rep)
-				for _, want := range tc.Want {
-					assert.Contains(t, got, want, "%s: violations %+v", src, rep.Violations)
-				}
-				if tc.Exact {
-					assert.ElementsMatch(t, tc.Want, got, "%s: violations %+v", src, rep.Violations)
-				}
-				if len(tc.Want) == 0 {
-					assert.Empty(t, rep.Violations, src)
-					assert.True(t, rep.OK, src)
-				} else {
-					assert.False(t, rep.OK, src)
-				}
-				for _, v := range rep.Violations {
-					assert.NotEmpty(t, v.Detail)
-				}
-			}
-			check("offline", rep)
-			if tc.OfflineOnly {
-				return
-			}
-			db := openForServing(t, path)
-			srv := httptest.NewServer(api.NewServer(db, quiet))
-			defer func() { srv.Close(); _ = db.Close() }()
-			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
-			require.NoError(t, err)
-			check("online", rep)
+			fn(t, tc, path, opts)
 		})
 	}
+}
+
+// TestVerifier_tamper runs every case of testdata/tamper.json against a
+// copy of a real ledger, offline (the SQLite file) and online (a server
+// on the tampered file).
+func TestVerifier_tamper(t *testing.T) {
+	forEachTamper(t, func(t *testing.T, tc tamperCase, path string, opts verify.Opts) {
+		rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+		require.NoError(t, err)
+		defer rd.Close()
+		rep, err := verify.New(rd, opts).Check(context.Background())
+		require.NoError(t, err)
+		check := func(src string, rep *verify.Report) {
+			got := rules(rep)
+			for _, want := range tc.Want {
+				assert.Contains(t, got, want, "%s: violations %+v", src, rep.Violations)
+			}
+			if tc.Exact {
+				assert.ElementsMatch(t, tc.Want, got, "%s: violations %+v", src, rep.Violations)
+			}
+			if len(tc.Want) == 0 {
+				assert.Empty(t, rep.Violations, src)
+				assert.True(t, rep.OK, src)
+			} else {
+				assert.False(t, rep.OK, src)
+			}
+			for _, v := range rep.Violations {
+				assert.NotEmpty(t, v.Detail)
+			}
+		}
+		check("offline", rep)
+		if tc.OfflineOnly {
+			return
+		}
+		db := openForServing(t, path)
+		srv := httptest.NewServer(api.NewServer(db, quiet))
+		defer func() { srv.Close(); _ = db.Close() }()
+		rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
+		require.NoError(t, err)
+		check("online", rep)
+	})
 }
 
 func TestVerifier_pins(t *testing.T) {
