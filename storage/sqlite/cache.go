@@ -72,17 +72,9 @@ func (c *keyCache) merge(keys map[string]*ledger.KeyRecord, receipts map[uint64]
 	if len(c.keys) > c.max {
 		c.evict(len(c.keys) - c.max + c.max/10)
 	}
-	if c.maxBytes > 0 && c.bytes > c.maxBytes {
-		// Evict a tenth of the keys at a time, at least enough to get
-		// under the budget if entries were of average size.
-		n := len(c.keys) / 10
-		if avg := c.bytes / max(len(c.keys), 1); avg > 0 {
-			n = max(n, (c.bytes-c.maxBytes)/avg+1)
-		}
-		c.evict(n)
-		for c.bytes > c.maxBytes && len(c.keys) > 0 {
-			c.evict(1 + len(c.keys)/10)
-		}
+	// Over the byte budget: evict a tenth of the keys at a time until under.
+	for c.maxBytes > 0 && c.bytes > c.maxBytes && len(c.keys) > 0 {
+		c.evict(1 + len(c.keys)/10)
 	}
 }
 
