@@ -130,3 +130,11 @@ var (
 	// replay another key's result. `ledgerctl rebuild-keys` repairs it.
 	ErrDerivedState = errors.New("the derived state does not match the chain")
 )
+
+// ErrNamespaceLost means a namespace the ledger's registry knows has no
+// storage, or storage behind the head the registry recorded for it (a
+// restore of the ledger file without its namespace files, a namespace file
+// from an older backup). Serving it would run committed effects again, so
+// the ledger refuses; the error names the recovery. It wraps
+// ErrUnavailable: a request meeting it is not recorded.
+var ErrNamespaceLost = fmt.Errorf("%w: a registered namespace's file is missing or behind the registry", ErrUnavailable)

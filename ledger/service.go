@@ -142,8 +142,15 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
 		return err
 	}
 	err := l.store.CreateNamespace(ctx, name)
-	if errors.Is(err, ErrNamespaceExists) {
+	switch {
+	case errors.Is(err, ErrNamespaceExists):
 		return &Error{Code: ECodeNamespaceExists, Message: fmt.Sprintf("namespace %q exists", name),
+			Details: map[string]any{"namespace": name}}
+	case errors.Is(err, ErrNamespaceLost):
+		// Storage of that name holds history the ledger does not know.
+		l.logger.Warn("namespace not created", "namespace", name, "err", err)
+		return &Error{Code: ECodeNamespaceExists,
+			Message: fmt.Sprintf("storage for namespace %q already holds receipts the ledger does not know; an operator must move it away", name),
 			Details: map[string]any{"namespace": name}}
 	}
 	if err == nil {

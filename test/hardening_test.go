@@ -361,9 +361,11 @@ func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
 	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "and stays 503 while the disk is full")
 }
 
-// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose tail
-// was removed stops ledgerd at start, naming the repair for that
-// namespace, which then works.
+// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose keys
+// table no longer matches its receipts (a key pointing past the tail)
+// stops ledgerd at start, naming the repair for that namespace, which then
+// works. (Receipts removed from a namespace's tail put its file behind the
+// registry's head: TestLedgerd_lostNamespaceRefused.)
 func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
@@ -375,10 +377,8 @@ func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 	require.NoError(t, l.Stop())
 	raw, err := sql.Open("sqlite3", "file:"+filepath.Join(db+".ns", "ns-pay.db"))
 	require.NoError(t, err)
-	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 1`} {
-		_, err := raw.Exec(q)
-		require.NoError(t, err)
-	}
+	_, err = raw.Exec(`UPDATE keys SET reserve_seq = 99 WHERE idempotency_key = 'ns-tail-key-2'`)
+	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 
 	out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
@@ -390,11 +390,11 @@ func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 	assert.Contains(t, stderr, `no namespace "nope"`, stderr)
 	stdout, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db, "--namespace", "pay")
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "1 key")
+	assert.Contains(t, stdout, "2 keys")
 	l = StartLedgerd(t, db)
-	r := l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("ns-tail-key-2", "exec-9", 1, true))
-	require.Equal(t, 201, r.Status, "the removed key is new again: %s", r.Raw)
-	assert.Equal(t, float64(2), r.Body["receipt"].(map[string]any)["seq"])
+	r := l.Do("GET", "/v1/ns/pay/effects/ns-tail-key-2", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	assert.Equal(t, "reserved", r.Body["state"], "the key is what its receipts say again")
 	out, _, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 	assert.Equal(t, 0, code, out)
 }

@@ -37,6 +37,7 @@ func TestVerifiableLog_postgresTamper(t *testing.T) {
 			`ALTER TABLE receipts DISABLE TRIGGER USER`,
 			`ALTER TABLE head DISABLE TRIGGER USER`,
 			`ALTER TABLE tree_hashes DISABLE TRIGGER USER`,
+			`ALTER TABLE keys DISABLE TRIGGER USER`,
 			`DELETE FROM receipts WHERE namespace = 'default' AND seq > 21`,
 			`DELETE FROM keys WHERE namespace = 'default' AND greatest(reserve_seq, final_seq) > 21`,
 			`UPDATE head SET seq = 21, hash = (SELECT hash FROM receipts WHERE namespace = 'default' AND seq = 21) WHERE namespace = 'default'`,

@@ -13,12 +13,13 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-// NamespaceCommand runs `ledgerctl namespace create|list`.
+// NamespaceCommand runs `ledgerctl namespace create|list|forget`.
 type NamespaceCommand struct{ *Env }
 
 const namespaceUsage = `Usage:
   ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--json]
   ledgerctl namespace list   (--db FILE|URL | --server URL) [--json]
+  ledgerctl namespace forget --db FILE NAME --by WHO --reason TEXT [--json]
 
 A namespace is an independent chain: its own seq 1, 2, 3 …, its own head, its
 own idempotency keys (the same key in two namespaces names two effects) and
@@ -28,14 +29,16 @@ unprefixed API routes serve; namespace NAME is served under /v1/ns/NAME/… and
 
 On SQLite each namespace is a file of its own beside the ledger file:
 <db>.ns/ns-NAME.db (back up the whole <db>.ns directory with the ledger
-file). "namespace create --db" may run while ledgerd serves the file.
-"ledgerctl namespace <create|list> --help" shows each one's flags.
+file). "namespace create --db" may run while ledgerd serves the file. The
+ledger file records each namespace's head; ledgerd refuses to start while a
+namespace's file is missing or behind it ("namespace forget" gives one up).
+"ledgerctl namespace <create|list|forget> --help" shows each one's flags.
 `
 
 // Run dispatches the namespace subcommands.
 func (c *NamespaceCommand) Run(ctx context.Context, args []string) error {
 	return dispatch(ctx, c.Env, "namespace", namespaceUsage, args, []subcommand{
-		{"create", c.create}, {"list", c.list}})
+		{"create", c.create}, {"list", c.list}, {"forget", c.forget}})
 }
 
 // namespaceSource registers the flags of a namespace subcommand.
@@ -211,4 +214,60 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 		out = append(out, ledger.NamespaceInfo{Name: name, Head: h})
 	}
 	return out, nil
+}
+
+func (c *NamespaceCommand) forget(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("namespace forget", flag.ContinueOnError)
+	db := fs.String("db", "", "the SQLite ledger `file` (ledgerd stopped)")
+	by := fs.String("by", "", "`who` decides to give the namespace up (recorded)")
+	reason := fs.String("reason", "", "`why` (recorded)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace forget --db FILE NAME --by WHO --reason TEXT [--json]
+
+Gives up namespace NAME of a SQLite ledger whose file is lost or that is no
+longer wanted: its file, if any, is moved aside to <file>.forgotten-UNIXMS
+(nothing is deleted), the name leaves the registry, and the decision — who,
+why, and the head the registry had recorded — is kept in the ledger file's
+namespace_events table. NAME can then be created again, empty: keys used in
+it before run again. The usual reason to run it is ledgerd refusing to start
+because a namespace's file is missing or behind the registry; restoring the
+namespace files from the backup that goes with the ledger file is the other
+way out. Needs ledgerd stopped. Exit 2 on any error.`,
+		`  ledgerctl namespace forget --db ledger.db payments --by alice --reason "disk lost, no backup (INC-42)"
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErr(fs, c.Env, "want exactly one NAME")
+	}
+	switch {
+	case *db == "":
+		return usageErr(fs, c.Env, "--db is required")
+	case storage.IsPostgres(*db):
+		return usageErr(fs, c.Env, "forget is for SQLite ledgers: a PostgreSQL namespace has no file to lose")
+	case *by == "" || *reason == "":
+		return usageErr(fs, c.Env, "--by and --reason are required: the decision is recorded")
+	}
+	if err := checkDBFile(*db); err != nil {
+		return err
+	}
+	res, err := sqlite.ForgetNamespace(ctx, *db, pos[0], *by, *reason)
+	if errors.Is(err, ledger.ErrUnknownNamespace) {
+		return fmt.Errorf("no namespace %q in %s", pos[0], *db)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(c.Stdout, map[string]any{"name": pos[0], "forgotten": true, "moved_to": res.MovedTo,
+			"recorded_head": map[string]any{"seq": res.Head.Seq, "hash": res.Head.Hash.String()}})
+	}
+	moved := "its file was missing"
+	if res.MovedTo != "" {
+		moved = "its file moved to " + res.MovedTo
+	}
+	_, err = fmt.Fprintf(c.Stdout, "namespace %s forgotten (%s; the registry had recorded %d receipts); decided by %s: %s\n",
+		pos[0], moved, res.Head.Seq, *by, *reason)
+	return err
 }

@@ -16,18 +16,19 @@ import (
 
 // SQLSTATE codes the driver branches on.
 const (
-	codeSerialization   = "40001"
-	codeDeadlock        = "40P01"
-	codeUniqueViolation = "23505"
-	codeCheckViolation  = "23514"
-	codeAdminShutdown   = "57P01"
-	codeCrashShutdown   = "57P02"
-	codeCannotConnect   = "57P03"
-	codeReadOnlyTx      = "25006"
-	codeDiskFull        = "53100"
-	codeOutOfMemory     = "53200"
-	codeTooManyConns    = "53300"
-	codeIOError         = "58030"
+	codeSerialization    = "40001"
+	codeDeadlock         = "40P01"
+	codeUniqueViolation  = "23505"
+	codeCheckViolation   = "23514"
+	codeAdminShutdown    = "57P01"
+	codeCrashShutdown    = "57P02"
+	codeCannotConnect    = "57P03"
+	codeReadOnlyTx       = "25006"
+	codeInsufficientPriv = "42501"
+	codeDiskFull         = "53100"
+	codeOutOfMemory      = "53200"
+	codeTooManyConns     = "53300"
+	codeIOError          = "58030"
 )
 
 func pgCode(err error) string {
@@ -82,7 +83,9 @@ func classify(err error) error {
 	switch code := pgCode(err); {
 	case code == codeSerialization, code == codeDeadlock:
 		return fmt.Errorf("%w: %w", ledger.ErrBusy, err)
-	case code == codeReadOnlyTx:
+	case code == codeReadOnlyTx, code == codeInsufficientPriv:
+		// A standby, or a role that may read but not write: nothing was
+		// recorded, and writes may work once the operator fixes it.
 		return fmt.Errorf("%w: %w", ledger.ErrReadOnly, err)
 	case code == codeDiskFull:
 		return fmt.Errorf("%w: %w", ledger.ErrDiskFull, err)

@@ -247,6 +247,8 @@ func TestChain_Reads(t *testing.T) {
 				t.Fatalf("KeyDrift(%s) = %v, %v; want none", key, d, err)
 			}
 		}
+		// An edit by someone who disabled the keys guard first.
+		psql(t, u, `ALTER TABLE keys DISABLE TRIGGER USER`)
 		psql(t, u, `UPDATE keys SET final_seq = 0 WHERE idempotency_key = 'key-b0001'`)
 		d, err := c.KeyDrift(ctx, "key-b0001")
 		if err != nil || len(d) != 2 {

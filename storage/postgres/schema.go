@@ -230,7 +230,13 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool) error {
 			return fmt.Errorf("%w: the database has schema version %d, this build knows %d and has no migration from it",
 				ledger.ErrSchemaVersion, v, SchemaVersion)
 		}
-		return nil
+		if readOnly {
+			return nil
+		}
+		if err := ensureKeysGuard(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
 	}
 	if readOnly {
 		return fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
@@ -244,7 +250,50 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool) error {
 	if err := createNamespace(ctx, tx, ledger.DefaultNamespace); err != nil {
 		return fmt.Errorf("create schema: %w", err)
 	}
+	if err := ensureKeysGuard(ctx, tx); err != nil {
+		return err
+	}
 	return tx.Commit(ctx)
+}
+
+// sqlKeysGuard protects the keys table, the state every decision reads:
+// a row deleted or changed by hand (a DBA's clean-up of "old keys") would
+// let a succeeded key be reserved and run again. Rows are never deleted,
+// and are updated only inside the ledger's own write transactions, which
+// set effect_ledger.writer for the transaction (sqlWriterMark). Giving a
+// key up is a decision for ledgerctl resolve, not for SQL.
+const sqlKeysGuard = `
+CREATE OR REPLACE FUNCTION ledger_keys_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'UPDATE' AND current_setting('effect_ledger.writer', true) = 'on' THEN
+		RETURN NEW;
+	END IF;
+	RAISE EXCEPTION 'keys rows are derived from the receipts and change only through the ledger (% refused)', TG_OP
+		USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER keys_guard BEFORE UPDATE OR DELETE ON keys
+	FOR EACH ROW EXECUTE FUNCTION ledger_keys_guard();
+CREATE OR REPLACE TRIGGER keys_no_truncate BEFORE TRUNCATE ON keys
+	FOR EACH STATEMENT EXECUTE FUNCTION ledger_keys_guard();`
+
+// sqlWriterMark marks a transaction as the ledger's own write (see
+// sqlKeysGuard); it lasts until the transaction ends.
+const sqlWriterMark = `SELECT set_config('effect_ledger.writer', 'on', true)`
+
+// ensureKeysGuard installs sqlKeysGuard where it is missing (a database
+// made by an earlier build), under migrate's advisory lock.
+func ensureKeysGuard(ctx context.Context, tx pgx.Tx) error {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'keys_guard' AND tgrelid = 'keys'::regclass`).Scan(&n); err != nil {
+		return fmt.Errorf("keys guard: %w", err)
+	}
+	if n == 1 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlKeysGuard); err != nil {
+		return fmt.Errorf("keys guard: %w", err)
+	}
+	return nil
 }
 
 // sqlCreateNamespace inserts a namespace and its empty head in one

@@ -173,9 +173,13 @@ func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.
 	t := &tx{c: c, conn: conn}
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(sqlWriterMark)
 	b.Queue(sqlBeginHead, c.ns)
 	br := conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		var hash []byte
 		var recordedAt, clock int64

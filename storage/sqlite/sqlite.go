@@ -75,6 +75,9 @@ type Options struct {
 	MaxWaiters int
 	// Linger is ledger.Config.Linger (0: every batch starts at once).
 	Linger time.Duration
+	// HeadRecordEvery is how often the heads of namespaces that moved are
+	// recorded in the registry (default DefaultHeadRecordInterval).
+	HeadRecordEvery time.Duration
 }
 
 // fileChain is one SQLite ledger file opened for writing: one namespace's
@@ -138,6 +141,9 @@ func (o *Options) defaults() {
 	if o.CacheMiB <= 0 {
 		o.CacheMiB = DefaultCacheMiB
 	}
+	if o.HeadRecordEvery <= 0 {
+		o.HeadRecordEvery = DefaultHeadRecordInterval
+	}
 	if o.CacheBytes == 0 {
 		o.CacheBytes = 8 << 20
 	}
@@ -155,15 +161,33 @@ const DefaultCacheMiB = 32
 // checkpoint: smaller pages write fewer bytes per request (BENCHMARKS.md).
 const DefaultPageSize = 4096
 
-// createFile makes a new, empty database file with the page size set
-// before WAL mode (which fixes it).
+// createFile makes a new ledger file at abs: built completely under a
+// temporary name (page size set before WAL mode, which fixes it; the
+// schema applied) and renamed into place, so that a crash never leaves a
+// half-made file where a ledger belongs. The caller holds abs's lock.
 func createFile(ctx context.Context, abs string, pageSize int) error {
 	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
 		return fmt.Errorf("page size %d is not a power of two from 512 to 65536", pageSize)
 	}
+	tmp := abs + ".new"
+	removeFileSet(tmp)
+	if err := initFile(ctx, tmp, pageSize); err != nil {
+		removeFileSet(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		removeFileSet(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(abs))
+}
+
+// initFile creates the ledger file at path with the schema.
+func initFile(ctx context.Context, path string, pageSize int) error {
 	q := url.Values{}
 	q.Set("mode", "rwc")
-	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(abs)
+	q.Set("_synchronous", "FULL")
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
 	c, err := sql.Open("sqlite3", "file:"+p+"?"+q.Encode())
 	if err != nil {
 		return err
@@ -177,7 +201,21 @@ func createFile(ctx context.Context, abs string, pageSize int) error {
 	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
 		return classify(err)
 	}
-	return c.Close()
+	if _, err := c.ExecContext(ctx, schemaSQL); err != nil {
+		return classify(err)
+	}
+	// Closing the only connection checkpoints the WAL into the file and
+	// removes it; the file is then complete on its own.
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if _, err := syncFile(path); err != nil {
+		return err
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		return fmt.Errorf("create %s: the write-ahead log was not folded into the file", path)
+	}
+	return nil
 }
 
 // dsn is the connection string of a connection to path; cacheMiB > 0 sets
@@ -225,11 +263,12 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
-	if fi, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
+	if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
 		if err := createFile(ctx, abs, opts.PageSize); err != nil {
 			_ = lock.release()
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
+		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion)
 	}
 	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
 
@@ -287,10 +326,11 @@ const applicationID = 1701209452 // 0x6566656C
 
 // precheck looks at the file without opening it through SQLite, so that a
 // file that is refused is left exactly as it was (no journal mode switch,
-// no -wal, -shm or .lock beside it). A missing or empty file is a new
-// ledger; anything else must be an SQLite database stamped with this
-// application id (or an empty SQLite database) and a schema version this
-// build knows. The directory must exist.
+// no -wal, -shm or .lock beside it). A missing file is a new ledger;
+// anything else must be an SQLite database stamped with this application
+// id and a schema version this build knows: an empty file, or an empty
+// SQLite database, is not a ledger (taking it as a new one would start
+// a ledger over where one was expected). The directory must exist.
 func precheck(abs string) error {
 	dir := filepath.Dir(abs)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -312,7 +352,8 @@ func precheck(abs string) error {
 		return fmt.Errorf("%s is a directory, not a database file", abs)
 	}
 	if fi.Size() == 0 {
-		return nil
+		return fmt.Errorf("%w: the file is empty (0 bytes); a new ledger is created only where no file exists "+
+			"(restore the ledger from a backup, or remove the empty file to start a new ledger)", ledger.ErrNotLedger)
 	}
 	var hdr [100]byte
 	if _, err := io.ReadFull(f, hdr[:]); err != nil {
@@ -326,7 +367,7 @@ func precheck(abs string) error {
 	pages := binary.BigEndian.Uint32(hdr[28:32])
 	switch {
 	case appID == 0 && version == 0 && pages <= 1:
-		return nil // an empty SQLite database: becomes a ledger
+		return fmt.Errorf("%w: it is an empty SQLite database; a new ledger is created only where no file exists", ledger.ErrNotLedger)
 	case appID != applicationID:
 		return fmt.Errorf("%w: it is an SQLite database of another application (application_id %#x)", ledger.ErrNotLedger, appID)
 	case version > SchemaVersion:

@@ -2,13 +2,11 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -21,12 +19,6 @@ import (
 // its own single writer, so namespaces commit in parallel, and each is an
 // ordinary ledger file that `sqlite3` and `ledgerctl verify --db` read as
 // it is.
-
-// sqlNamespacesSchema is the registry, in the default namespace's file.
-const sqlNamespacesSchema = `CREATE TABLE IF NOT EXISTS namespaces (
-	name       TEXT    PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64 AND name NOT GLOB '*[^a-z0-9._-]*'),
-	created_at INTEGER NOT NULL -- unix ms
-) WITHOUT ROWID`
 
 // NamespacePath returns the file of namespace ns of the ledger at path.
 func NamespacePath(path, ns string) string {
@@ -50,6 +42,10 @@ type Store struct {
 	main   *fileChain // nil when read-only
 	reader *Reader    // the default file's read pool
 	tokens *sqliteTokens
+
+	recorded   map[string]ledger.Head // the heads the registry holds, guarded by mu
+	stopRecord context.CancelFunc
+	recordDone chan struct{}
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -80,9 +76,9 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.w.ExecContext(ctx, sqlNamespacesSchema); err != nil {
+	if err := ensureRegistry(ctx, c.w); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("open ledger %s: namespaces: %w", abs, classify(err))
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	if err := addTokenNamespaces(ctx, c.w); err != nil {
 		_ = c.Close()
@@ -92,6 +88,22 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	s.main, s.reader = c, c.Reader
 	s.chains[ledger.DefaultNamespace] = c
 	s.tokens = &sqliteTokens{rd: c.Reader, w: c.w}
+	if err := s.CheckNamespaces(ctx); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	regs, err := readRegistry(ctx, c.w)
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	s.recorded = make(map[string]ledger.Head, len(regs))
+	for _, r := range regs {
+		s.recorded[r.name] = r.head
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.stopRecord, s.recordDone = cancel, make(chan struct{})
+	go s.recordLoop(rctx, opts.HeadRecordEvery)
 	return s, nil
 }
 
@@ -166,19 +178,33 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		return nil, ledger.ErrClosed
 	}
 	path := NamespacePath(s.path, ns)
+	rec, err := recordedHead(ctx, s.reader.r, ns)
+	if err != nil {
+		return nil, err
+	}
+	// A registered namespace always has a file (createNamespace): a
+	// missing one is lost, never started empty.
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, lostError(s.path, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+	}
 	if s.readOnly {
 		rd, err := OpenReader(ctx, path, s.opts)
 		if err != nil {
 			return nil, fmt.Errorf("namespace %s: %w", ns, err)
 		}
+		if err := checkAgainstRecorded(ctx, rd.r, s.path, ns, path, rec); err != nil {
+			_ = rd.Close()
+			return nil, err
+		}
 		c = readOnlyChain{rd}
 	} else {
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-			s.opts.Logger.Warn("the file of a registered namespace is missing; starting it empty", "namespace", ns, "path", path)
-		}
 		fc, err := openFileChain(ctx, path, ns, s.opts)
 		if err != nil {
 			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		if err := checkAgainstRecorded(ctx, fc.w, s.path, ns, path, rec); err != nil {
+			_ = fc.Close()
+			return nil, err
 		}
 		fc.onEnded = s.ended
 		c = fc
@@ -187,7 +213,8 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	return c, nil
 }
 
-// CreateNamespace registers ns and creates its file.
+// CreateNamespace creates ns's file and then registers it (see
+// createNamespace): once it returns, the namespace exists.
 func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
@@ -195,72 +222,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
 	}
-	if err := createNamespace(ctx, s.main.w, s.path, ns, s.opts); err != nil {
-		return err
-	}
-	_, err := s.Chain(ctx, ns)
-	return err
-}
-
-// CreateNamespace registers namespace ns in the ledger at path and
-// creates its file. It may run beside a ledgerd serving the file (it
-// writes only the registry and a new file).
-func CreateNamespace(ctx context.Context, path, ns string) error {
-	if err := ledger.CheckNamespace(ns); err != nil {
-		return err
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return err
-	}
-	if ns == ledger.DefaultNamespace {
-		return ledger.ErrNamespaceExists
-	}
-	rd, err := OpenReader(ctx, abs, Options{}) // checks the schema version
-	if err != nil {
-		return err
-	}
-	_ = rd.Close()
-	w, err := sql.Open("sqlite3", dsn(abs, "rw", 5*time.Second, DefaultCacheMiB))
-	if err != nil {
-		return fmt.Errorf("open %s: %w", abs, err)
-	}
-	defer func() { _ = w.Close() }()
-	w.SetMaxOpenConns(1)
-	if _, err := w.ExecContext(ctx, sqlNamespacesSchema); err != nil {
-		return fmt.Errorf("namespaces: %w", classify(err))
-	}
-	opts := Options{}
-	opts.defaults()
-	return createNamespace(ctx, w, abs, ns, opts)
-}
-
-// createNamespace inserts the registry row (the namespace exists from
-// then on), then creates and initialises the namespace's file.
-func createNamespace(ctx context.Context, w *sql.DB, abs, ns string, opts Options) error {
-	var n int
-	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); err != nil {
-		return fmt.Errorf("create namespace: %w", classify(err))
-	}
-	if n == 1 {
-		return ledger.ErrNamespaceExists
-	}
-	path := NamespacePath(abs, ns)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create namespace: %w", err)
-	}
-	res, err := w.ExecContext(ctx, `INSERT OR IGNORE INTO namespaces (name, created_at) VALUES (?, ?)`, ns, time.Now().UnixMilli())
-	if err != nil {
-		return fmt.Errorf("create namespace: %w", classify(err))
-	}
-	if k, _ := res.RowsAffected(); k == 0 {
-		return ledger.ErrNamespaceExists
-	}
-	fc, err := openFileChain(ctx, path, ns, opts)
-	if err != nil {
-		return fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	return fc.Close()
+	return createNamespace(ctx, s.main.w, s.path, ns, s.opts)
 }
 
 // Namespaces lists the registry, default included.
@@ -304,12 +266,22 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.stopRecord != nil {
+		s.stopRecord()
+		<-s.recordDone
+	}
 	var errs []error
 	for ns, c := range s.chains {
 		if ns == ledger.DefaultNamespace {
 			continue
 		}
 		errs = append(errs, c.(interface{ Close() error }).Close())
+	}
+	if !s.readOnly {
+		// The namespaces' final heads, so that the registry is exact
+		// after a clean stop.
+		_, err := s.writeHeads(context.Background(), s.movedLocked())
+		errs = append(errs, err)
 	}
 	// the default file last: it holds the registry
 	errs = append(errs, s.chains[ledger.DefaultNamespace].(interface{ Close() error }).Close())
