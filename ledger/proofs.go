@@ -41,7 +41,28 @@ func (ns Log) checkpointed(ctx context.Context, n int64, field string) (*tlog.Si
 	if c == nil {
 		return nil, Invalid(field, "%s %d is not the size of a signed checkpoint", field, n)
 	}
+	if err := ns.withinTree(ctx, c); err != nil {
+		return nil, Invalid(field, "%s", ErrorMessage(err))
+	}
 	return c, nil
+}
+
+// withinTree returns a 404 not_checkpointed *Error when checkpoint c is
+// larger than the stored tree: the chain was cut after c was signed (a
+// damaged ledger repaired with rebuild-keys), so nothing can be proved
+// against c until the missing receipts are restored.
+func (ns Log) withinTree(ctx context.Context, c *tlog.Signed) error {
+	size, err := ns.ChainReader.TreeSize(ctx)
+	if err != nil {
+		return err
+	}
+	if c.Size <= size {
+		return nil
+	}
+	return &Error{Code: ECodeNotCheckpointed,
+		Message: fmt.Sprintf("the signed checkpoint of size %d is beyond the chain (%d receipts): receipts were removed after it was signed; "+
+			"nothing can be proved against it until they are restored (ledgerctl verify --checkpoint shows the damage)", c.Size, size),
+		Details: map[string]any{"checkpoint_size": c.Size, "tree_size": size}}
 }
 
 // InclusionProof proves receipt seq in the checkpointed tree of size n
@@ -139,6 +160,9 @@ func (ns Log) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*
 	if c == nil {
 		return nil, &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("receipt %d is not covered by a signed checkpoint yet; retry after the next one", seq),
 			Details: map[string]any{"seq": seq}}
+	}
+	if err := ns.withinTree(ctx, c); err != nil {
+		return nil, err
 	}
 	idx := tlog.LeafIndex(seq)
 	p, err := tlog.ProveInclusion(c.Size, idx, ns.ChainReader.HashReader(ctx))

@@ -177,3 +177,43 @@ func TestLedgerd_emptyFileRefused(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "no -wal, -shm or .lock beside the refused file")
 }
+
+// TestLedgerd_proofsAfterDamage: receipts cut from the chain after a
+// checkpoint was signed, then rebuild-keys: every proof route answers a
+// 4xx with the contract's codes (never 500), naming the damage.
+func TestLedgerd_proofsAfterDamage(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, vkey, key := startSigned(t, dir)
+	appendN(t, l, "cut", 6)
+	waitCheckpoint(t, l, vkey, 6)
+	require.NoError(t, l.Stop())
+	raw, err := sql.Open("sqlite3", "file:"+l.DB)
+	require.NoError(t, err)
+	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 3`} {
+		_, err := raw.Exec(q)
+		require.NoError(t, err)
+	}
+	require.NoError(t, raw.Close())
+	_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", l.DB)
+	require.Equal(t, 0, code, stderr)
+
+	l = StartLedgerd(t, l.DB, "--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms")
+	for _, tc := range []struct {
+		path, wantCode string
+		wantStatus     int
+	}{
+		{"/v1/receipts/2/proof", "not_checkpointed", 404},
+		{"/v1/receipts/2/proof?size=6", "not_checkpointed", 404},
+		{"/v1/ns/default/receipts/3/proof", "not_checkpointed", 404},
+		{"/v1/proof/inclusion?seq=2", "invalid_request", 400},
+		{"/v1/proof/inclusion?seq=2&size=6", "invalid_request", 400},
+		{"/v1/proof/consistency?from=2&to=6", "invalid_request", 400},
+		{"/v1/receipts/5/proof", "unknown_receipt", 404},
+	} {
+		r := l.Do("GET", tc.path, "")
+		assert.Equal(t, tc.wantStatus, r.Status, "%s: %s", tc.path, r.Raw)
+		assert.Equal(t, tc.wantCode, r.Code(), tc.path)
+	}
+	assert.NotContains(t, l.Logs(), "internal error")
+}
