@@ -41,6 +41,7 @@ var statusOf = map[string]int{
 	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
 	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
 	ledger.ECodeNamespaceExists:     http.StatusConflict,
+	ledger.ECodeNamespaceLimit:      http.StatusInsufficientStorage,
 }
 
 var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -44,6 +44,8 @@ var (
 	ErrRateLimited      error = code("rate_limited") // 429: retried by the client
 	ErrInternal         error = code("internal")
 	ErrUnknownNamespace error = code("unknown_namespace")
+	ErrNamespaceExists  error = code("namespace_exists")
+	ErrNamespaceLimit   error = code("namespace_limit") // 507: the server's --max-namespaces is reached
 )
 
 // Error is an error response of the ledger: {"error":{"code","message",

@@ -43,6 +43,9 @@ const (
 	// Namespaces (SPEC §7).
 	ECodeUnknownNamespace = "unknown_namespace"
 	ECodeNamespaceExists  = "namespace_exists"
+	// ECodeNamespaceLimit: creating one more namespace would pass the
+	// server's limit (ledgerd --max-namespaces); 507.
+	ECodeNamespaceLimit = "namespace_limit"
 )
 
 // Error is a domain error: a contract error code, a human message and

@@ -36,7 +36,19 @@ type Config struct {
 	// fixed cost (PostgreSQL: round trips and a COMMIT per batch); an idle
 	// ledger never waits. 0 (the default) starts every batch at once.
 	Linger time.Duration
+	// MaxNamespaces bounds how many namespaces CreateNamespace lets exist,
+	// default included (0: no bound). Replicas of one database each
+	// enforce it, so two creations at once on two replicas may pass it by
+	// one.
+	MaxNamespaces int
+	// WriterIdle is how long a namespace's writer goroutine waits for
+	// work before it exits; the next write starts it again, so idle
+	// namespaces hold no goroutine (default DefaultWriterIdle).
+	WriterIdle time.Duration
 }
+
+// DefaultWriterIdle is the default of Config.WriterIdle.
+const DefaultWriterIdle = 30 * time.Second
 
 // Ledger is the domain service: validation, the SPEC §4 state machine,
 // chain linking and Merkle hashing, one batching queue per namespace and
@@ -51,6 +63,8 @@ type Ledger struct {
 	spaces map[string]*Namespace
 	closed bool
 
+	createMu sync.Mutex // one namespace creation at a time (MaxNamespaces)
+
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
 }
 
@@ -64,6 +78,9 @@ func New(store Store, cfg Config) *Ledger {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.WriterIdle <= 0 {
+		cfg.WriterIdle = DefaultWriterIdle
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}
@@ -124,9 +141,8 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, ops: make(chan *writeOp, 4*l.cfg.MaxBatch), done: make(chan struct{})}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, ops: make(chan *writeOp, l.cfg.MaxBatch), done: make(chan struct{})}
 	l.spaces[name] = n
-	go n.writer()
 	return n, nil
 }
 
@@ -140,6 +156,19 @@ func (l *Ledger) Default(ctx context.Context) (*Namespace, error) {
 func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
 	if err := CheckNamespace(name); err != nil {
 		return err
+	}
+	if max := l.cfg.MaxNamespaces; max > 0 {
+		l.createMu.Lock()
+		defer l.createMu.Unlock()
+		names, err := l.store.Namespaces(ctx)
+		if err != nil {
+			return err
+		}
+		if len(names) >= max && !slices.Contains(names, name) {
+			return &Error{Code: ECodeNamespaceLimit,
+				Message: fmt.Sprintf("this server holds at most %d namespaces (ledgerd --max-namespaces)", max),
+				Details: map[string]any{"namespace": name, "max_namespaces": max}}
+		}
 	}
 	err := l.store.CreateNamespace(ctx, name)
 	switch {
@@ -258,7 +287,13 @@ type Namespace struct {
 	mu     sync.RWMutex // guards closed and sends on ops
 	closed bool
 	ops    chan *writeOp
-	done   chan struct{} // closed when the writer has exited
+	done   chan struct{} // closed when the writer has exited for good
+
+	// running is true while a writer goroutine runs (or is starting): it
+	// exits after Config.WriterIdle without work and the next submit
+	// starts another, so an idle namespace holds no goroutine.
+	running    atomic.Bool
+	closedFlag atomic.Bool // closed, readable without mu
 }
 
 // Name is the namespace's name.
@@ -271,9 +306,19 @@ func (n *Namespace) close() {
 	n.mu.Lock()
 	if !n.closed {
 		n.closed = true
+		n.closedFlag.Store(true)
 		close(n.ops)
 	}
 	n.mu.Unlock()
+	n.wake() // a writer drains the queue and closes done
+}
+
+// wake starts the writer if none runs. See writer for why no queued op
+// is ever left without one.
+func (n *Namespace) wake() {
+	if !n.running.Load() && n.running.CompareAndSwap(false, true) {
+		go n.writer()
+	}
 }
 
 // writeOp is one queued write: fn runs inside a batch transaction and its
@@ -303,6 +348,7 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 		return ctx.Err()
 	}
 	n.mu.RUnlock()
+	n.wake()
 	select {
 	case err := <-op.done:
 		return err
@@ -315,14 +361,38 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 // Chain.Update in which the ops run in order, so each decision sees the
 // effects of the ones before it. It never waits for a batch to fill: a
 // lone request is written at once.
+//
+// It exits after Config.WriterIdle without work. An op queued then is
+// never stranded: submit queues before it reads running, and the writer
+// clears running before it looks at the queue (and at closedFlag) one
+// last time, so either submit sees running false and starts a writer, or
+// the exiting writer sees the op and carries on.
 func (n *Namespace) writer() {
-	defer close(n.done)
 	max := n.l.cfg.MaxBatch
 	linger := n.l.cfg.Linger
 	batch := make([]*writeOp, 0, max)
 	var timer *time.Timer
+	idle := time.NewTimer(n.l.cfg.WriterIdle)
+	defer idle.Stop()
 	last := 0 // size of the previous batch
-	for op := range n.ops {
+	for {
+		var op *writeOp
+		var ok bool
+		select {
+		case op, ok = <-n.ops:
+		case <-idle.C:
+			n.running.Store(false)
+			if (len(n.ops) > 0 || n.closedFlag.Load()) && n.running.CompareAndSwap(false, true) {
+				idle.Reset(n.l.cfg.WriterIdle)
+				continue
+			}
+			return
+		}
+		if !ok {
+			close(n.done)
+			return
+		}
+		idle.Reset(n.l.cfg.WriterIdle)
 		batch = append(batch[:0], op)
 		// Under load (the previous batch held more than one op), wait up
 		// to linger for the requests answered by that batch to come back,
@@ -493,3 +563,7 @@ func LeafHashes(ctx context.Context, seq uint64, h chain.Hash,
 	}
 	return hs, nil
 }
+
+// WriterRunning reports whether the namespace's writer goroutine runs now
+// (it exits after Config.WriterIdle without work).
+func (n *Namespace) WriterRunning() bool { return n.running.Load() }

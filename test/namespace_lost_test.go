@@ -217,3 +217,25 @@ func TestLedgerd_proofsAfterDamage(t *testing.T) {
 	}
 	assert.NotContains(t, l.Logs(), "internal error")
 }
+
+// TestLedgerd_maxNamespaces: --max-namespaces bounds how many namespaces
+// exist (default included); one more is 507 namespace_limit, and nothing
+// is created.
+func TestLedgerd_maxNamespaces(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db, "--max-namespaces", "3")
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"a"}`).Status)
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"b"}`).Status)
+	r := l.Do("POST", "/v1/namespaces", `{"name":"c"}`)
+	assert.Equal(t, 507, r.Status, r.Raw)
+	assert.Equal(t, "namespace_limit", r.Code())
+	assert.Contains(t, r.Raw, "at most 3 namespaces")
+	assert.Equal(t, 409, l.Do("POST", "/v1/namespaces", `{"name":"a"}`).Status, "an existing name is still 409")
+	assert.Equal(t, 404, l.Do("GET", "/v1/ns/c/head", "").Status)
+	assert.NoFileExists(t, filepath.Join(db+".ns", "ns-c.db"))
+
+	out, code := runLedgerd(t, "--db", db, "--max-namespaces", "-1")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, out, "--max-namespaces must be 0 (no limit) or positive")
+}

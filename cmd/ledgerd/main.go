@@ -65,6 +65,9 @@ const (
 	DefaultWriteTimeout    = 30 * time.Second
 )
 
+// DefaultMaxNamespaces is the default of --max-namespaces.
+const DefaultMaxNamespaces = 10000
+
 // Main is the ledgerd program, so that tests can drive it in-process.
 type Main struct {
 	DBPath            string
@@ -87,6 +90,8 @@ type Main struct {
 	WriteTimeout      time.Duration
 	MaxWaiters        int
 	CacheMiB          int
+	MaxNamespaces     int
+	MaxOpenNamespaces int
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -134,6 +139,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.ReadTimeout, "read-timeout", DefaultReadTimeout, "drop clients that take longer to send a whole request")
 	fs.DurationVar(&m.WriteTimeout, "write-timeout", DefaultWriteTimeout, "cut responses not written within this time of the request (a reserve with wait_ms gets its wait on top)")
 	fs.IntVar(&m.CacheMiB, "cache-mib", sqlite.DefaultCacheMiB, "SQLite only: memory for page caches, every namespace together (a soft limit). More is faster once a ledger's indexes outgrow it; the operating system's file cache serves the rest")
+	fs.IntVar(&m.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "how many namespaces may exist, default included; creating one more is 507 namespace_limit (0: no limit)")
+	fs.IntVar(&m.MaxOpenNamespaces, "max-open-namespaces", 0, "SQLite only: namespace files kept open at once, the least recently used closed first (0: 64, fewer under a low descriptor limit)")
 	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
@@ -253,6 +260,12 @@ Flags:
 	if m.MaxWaiters <= 0 {
 		return fmt.Errorf("--max-waiters must be positive, not %d", m.MaxWaiters)
 	}
+	if m.MaxNamespaces < 0 {
+		return fmt.Errorf("--max-namespaces must be 0 (no limit) or positive, not %d", m.MaxNamespaces)
+	}
+	if m.MaxOpenNamespaces < 0 {
+		return fmt.Errorf("--max-open-namespaces must be 0 (automatic) or positive, not %d", m.MaxOpenNamespaces)
+	}
 	if m.CacheMiB < 4 || m.CacheMiB > 1<<20 {
 		return fmt.Errorf("--cache-mib must be between 4 and 1048576, not %d", m.CacheMiB)
 	}
@@ -278,11 +291,12 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer key.close()
 	}
-	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, SQLite: sqlite.Options{CacheMiB: m.CacheMiB}})
+	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces}})
 	if err != nil {
 		return err
 	}
-	l := ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger})
+	l := ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger,
+		MaxNamespaces: m.MaxNamespaces})
 	defer func() {
 		if err := l.Close(); err != nil {
 			m.Logger.Error("close ledger", "err", err)
@@ -296,11 +310,10 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Open every namespace now, so that one whose file is damaged stops
-	// the start (naming the repair) instead of failing its requests later.
-	if _, err := l.Namespaces(ctx); err != nil {
-		return err
-	}
+	// storage.Open has checked every namespace's storage (SQLite: each
+	// file against the registry and its derived state, one at a time, so
+	// a damaged one stops the start naming the repair); the files open on
+	// first use.
 	// The verifier and GET /v1/audit read through their own read-only
 	// store, so they never take connections from the API or the writers.
 	rstore, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true})

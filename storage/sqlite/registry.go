@@ -150,17 +150,29 @@ func lostError(ledgerPath, ns, path, what string) error {
 }
 
 // checkNamespaceFile compares namespace ns's file at path with the head
-// the registry recorded for it: the file must exist and hold that head.
-func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head, opts Options) error {
+// the registry recorded for it (the file must exist and hold that head),
+// checks its derived state, and returns its head.
+func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head, opts Options) (ledger.Head, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+		return ledger.Head{}, lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
 	}
+	opts.ReadConns = 1
 	rd, err := OpenReader(ctx, path, opts)
 	if err != nil {
-		return fmt.Errorf("namespace %s: %w", ns, err)
+		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	defer func() { _ = rd.Close() }()
-	return checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec)
+	if err := checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec); err != nil {
+		return ledger.Head{}, err
+	}
+	tail, err := readTail(ctx, rd.r)
+	if err != nil {
+		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	if err := checkDerived(ctx, rd.r, tail, dbFlags(path, ns)); err != nil {
+		return ledger.Head{}, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	return tail, nil
 }
 
 // checkAgainstRecorded checks, through db (a pool or connection of the
@@ -189,20 +201,46 @@ func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path 
 }
 
 // CheckNamespaces checks every registered namespace's file against the
-// head the registry recorded for it (see checkNamespaceFile), reading
-// one file at a time.
-func (s *Store) CheckNamespaces(ctx context.Context) error {
+// head the registry recorded for it, and its derived state (see
+// checkNamespaceFile), one file at a time, and returns their heads.
+func (s *Store) CheckNamespaces(ctx context.Context) (map[string]ledger.Head, error) {
+	heads := map[string]ledger.Head{}
 	if s.readOnly && !s.hasRegistry(ctx) {
-		return nil
+		return heads, nil
 	}
 	regs, err := readRegistry(ctx, s.reader.r)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, r := range regs {
-		if err := checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts); err != nil {
-			return err
+		h, err := checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts)
+		if err != nil {
+			return nil, err
 		}
+		heads[r.name] = h
+	}
+	return heads, nil
+}
+
+// catchUp records the heads found at start where the registry lags them
+// (a kill -9 before the last recording), so that the registry is exact
+// for every file that is not open.
+func (s *Store) catchUp(ctx context.Context, heads map[string]ledger.Head, recorded map[string]ledger.Head) error {
+	tx, err := s.main.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("record namespace heads: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	for ns, h := range heads {
+		if h == recorded[ns] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, sqlRecordHead, h.Seq, h.Hash[:], ns, h.Seq); err != nil {
+			return fmt.Errorf("record namespace heads: %w", classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("record namespace heads: %w", classify(err))
 	}
 	return nil
 }
@@ -230,11 +268,14 @@ func (s *Store) recordHeads(ctx context.Context) error {
 func (s *Store) movedLocked() []*fileChain {
 	var moved []*fileChain
 	for ns, c := range s.chains {
-		fc, ok := c.(*fileChain)
-		if !ok || ns == ledger.DefaultNamespace {
+		f, ok := c.(*nsFile)
+		if !ok {
 			continue
 		}
-		if h := *fc.head.Load(); h != s.recorded[ns] {
+		f.mu <- struct{}{}
+		fc := f.fc
+		f.mu.unlock()
+		if fc != nil && *fc.head.Load() != s.recorded[ns] {
 			moved = append(moved, fc)
 		}
 	}

@@ -75,6 +75,10 @@ type Options struct {
 	MaxWaiters int
 	// Linger is ledger.Config.Linger (0: every batch starts at once).
 	Linger time.Duration
+	// MaxOpenFiles bounds the namespace files a writing Store keeps open
+	// at once, the least recently used closed first (default: 64, fewer
+	// when the descriptor limit is low; nsfile.go).
+	MaxOpenFiles int
 	// HeadRecordEvery is how often the heads of namespaces that moved are
 	// recorded in the registry (default DefaultHeadRecordInterval).
 	HeadRecordEvery time.Duration
@@ -140,6 +144,9 @@ func (o *Options) defaults() {
 	}
 	if o.CacheMiB <= 0 {
 		o.CacheMiB = DefaultCacheMiB
+	}
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = maxOpenFiles()
 	}
 	if o.HeadRecordEvery <= 0 {
 		o.HeadRecordEvery = DefaultHeadRecordInterval

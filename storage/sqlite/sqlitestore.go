@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type Store struct {
 	reader *Reader    // the default file's read pool
 	tokens *sqliteTokens
 
+	lruMu sync.Mutex // guards lru
+	lru   *list.List // open *nsFile, most recently used first
+
 	recorded   map[string]ledger.Head // the heads the registry holds, guarded by mu
 	stopRecord context.CancelFunc
 	recordDone chan struct{}
@@ -61,7 +65,7 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	opts.defaults()
-	s := &Store{path: abs, opts: opts, readOnly: readOnly, chains: map[string]ledger.Chain{}}
+	s := &Store{path: abs, opts: opts, readOnly: readOnly, chains: map[string]ledger.Chain{}, lru: list.New()}
 	if readOnly {
 		rd, err := OpenReader(ctx, abs, opts)
 		if err != nil {
@@ -88,19 +92,24 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	s.main, s.reader = c, c.Reader
 	s.chains[ledger.DefaultNamespace] = c
 	s.tokens = &sqliteTokens{rd: c.Reader, w: c.w}
-	if err := s.CheckNamespaces(ctx); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
-	}
 	regs, err := readRegistry(ctx, c.w)
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	s.recorded = make(map[string]ledger.Head, len(regs))
+	recorded := make(map[string]ledger.Head, len(regs))
 	for _, r := range regs {
-		s.recorded[r.name] = r.head
+		recorded[r.name] = r.head
 	}
+	heads, err := s.CheckNamespaces(ctx)
+	if err == nil {
+		err = s.catchUp(ctx, heads, recorded)
+	}
+	if err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	s.recorded = heads
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRecord, s.recordDone = cancel, make(chan struct{})
 	go s.recordLoop(rctx, opts.HeadRecordEvery)
@@ -198,16 +207,9 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		}
 		c = readOnlyChain{rd}
 	} else {
-		fc, err := openFileChain(ctx, path, ns, s.opts)
-		if err != nil {
-			return nil, fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		if err := checkAgainstRecorded(ctx, fc.w, s.path, ns, path, rec); err != nil {
-			_ = fc.Close()
-			return nil, err
-		}
-		fc.onEnded = s.ended
-		c = fc
+		// Opened on first use (nsfile.go); the head until then is the
+		// registry's, exact since the start-up check.
+		c = &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns]}
 	}
 	s.chains[ns] = c
 	return c, nil
@@ -271,20 +273,28 @@ func (s *Store) Close() error {
 		<-s.recordDone
 	}
 	var errs []error
-	for ns, c := range s.chains {
-		if ns == ledger.DefaultNamespace {
-			continue
-		}
-		errs = append(errs, c.(interface{ Close() error }).Close())
-	}
 	if !s.readOnly {
 		// The namespaces' final heads, so that the registry is exact
 		// after a clean stop.
 		_, err := s.writeHeads(context.Background(), s.movedLocked())
 		errs = append(errs, err)
 	}
+	for ns, c := range s.chains {
+		switch c := c.(type) {
+		case *nsFile:
+			errs = append(errs, c.close())
+		case readOnlyChain:
+			if ns != ledger.DefaultNamespace {
+				errs = append(errs, c.Close())
+			}
+		}
+	}
 	// the default file last: it holds the registry
-	errs = append(errs, s.chains[ledger.DefaultNamespace].(interface{ Close() error }).Close())
+	if s.readOnly {
+		errs = append(errs, s.reader.Close())
+	} else {
+		errs = append(errs, s.main.Close())
+	}
 	return errors.Join(errs...)
 }
 

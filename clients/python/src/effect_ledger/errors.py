@@ -235,6 +235,12 @@ class NamespaceExistsError(LedgerError):
     code_name = "namespace_exists"
 
 
+class NamespaceLimitError(LedgerError):
+    """507: the server holds as many namespaces as it allows."""
+
+    code_name = "namespace_limit"
+
+
 class NotCheckpointedError(LedgerError):
     """404: no checkpoint covers the receipt yet."""
 

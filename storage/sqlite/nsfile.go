@@ -1,0 +1,319 @@
+package sqlite
+
+import (
+	"container/list"
+	"context"
+	"syscall"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// A writing Store keeps at most Options.MaxOpenFiles namespace files open
+// at once: a namespace is handed out as an nsFile, a stable ledger.Chain
+// that opens its file when a read or write needs it and that the Store
+// closes again when it is the least recently used of too many open files.
+// So thousands of namespaces cost file descriptors and memory only while
+// they are in use, and a start-up does not open them all.
+//
+// Lock order: Store.mu, then nsFile.mu, then Store.lruMu.
+
+// nsFile is one namespace's file behind the open-files bound.
+type nsFile struct {
+	s    *Store
+	ns   string
+	path string
+
+	mu    chanMutex  // guards the fields below; waits honour contexts
+	fc    *fileChain // nil while closed
+	users int
+	elem  *list.Element // in s.lru while open
+	head  ledger.Head   // the head while closed (exact: taken at close or at start)
+}
+
+var _ ledger.Chain = (*nsFile)(nil)
+
+// chanMutex is a mutex whose Lock gives up when a context ends (opening a
+// file can take a while; a request must not wait past its deadline).
+type chanMutex chan struct{}
+
+func newChanMutex() chanMutex { return make(chanMutex, 1) }
+
+func (m chanMutex) lock(ctx context.Context) error {
+	select {
+	case m <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m chanMutex) tryLock() bool {
+	select {
+	case m <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (m chanMutex) unlock() { <-m }
+
+// DefaultMaxOpenFiles bounds Options.MaxOpenFiles; the default is lower
+// when the process may open few file descriptors (each open namespace
+// file holds up to about a dozen).
+const DefaultMaxOpenFiles = 64
+
+// maxOpenFiles is the default bound on open namespace files: 64, or what
+// the descriptor limit leaves after a reserve for the listener and the
+// ledger file, at 16 descriptors a file.
+func maxOpenFiles() int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 8
+	}
+	n := (int(lim.Cur) - 256) / 16
+	return max(4, min(DefaultMaxOpenFiles, n))
+}
+
+// acquire opens the file if it is closed and marks it in use until
+// release.
+func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
+	if err := f.mu.lock(ctx); err != nil {
+		return nil, err
+	}
+	if f.fc == nil {
+		fc, err := f.s.openNamespaceFile(ctx, f.ns, f.path)
+		if err != nil {
+			f.mu.unlock()
+			return nil, err
+		}
+		f.fc = fc
+	}
+	f.users++
+	f.s.lruMu.Lock()
+	if f.elem == nil {
+		f.elem = f.s.lru.PushFront(f)
+	} else {
+		f.s.lru.MoveToFront(f.elem)
+	}
+	over := f.s.lru.Len() - f.s.opts.MaxOpenFiles
+	f.s.lruMu.Unlock()
+	fc := f.fc
+	f.mu.unlock()
+	if over > 0 {
+		f.s.evict(over)
+	}
+	return fc, nil
+}
+
+// release ends a use that acquire began.
+func (f *nsFile) release() {
+	f.mu <- struct{}{}
+	f.users--
+	f.mu.unlock()
+}
+
+// closeIdle closes the file if it is open and nobody uses it, recording
+// its head in the registry first. It reports whether it closed it.
+func (f *nsFile) closeIdle() bool {
+	if !f.mu.tryLock() {
+		return false
+	}
+	defer f.mu.unlock()
+	if f.fc == nil || f.users > 0 {
+		return false
+	}
+	if _, err := f.s.writeHeads(context.Background(), []*fileChain{f.fc}); err != nil {
+		f.s.opts.Logger.Warn("recording a namespace's head before closing its file", "namespace", f.ns, "err", err)
+	}
+	f.head = *f.fc.head.Load()
+	if err := f.fc.Close(); err != nil {
+		f.s.opts.Logger.Warn("closing an idle namespace file", "namespace", f.ns, "err", err)
+	}
+	f.fc = nil
+	f.s.lruMu.Lock()
+	f.s.lru.Remove(f.elem)
+	f.elem = nil
+	f.s.lruMu.Unlock()
+	return true
+}
+
+// evict closes up to n of the least recently used open files that are
+// idle.
+func (s *Store) evict(n int) {
+	s.lruMu.Lock()
+	var victims []*nsFile
+	for e := s.lru.Back(); e != nil && len(victims) < n; e = e.Prev() {
+		victims = append(victims, e.Value.(*nsFile))
+	}
+	s.lruMu.Unlock()
+	for _, f := range victims {
+		f.closeIdle()
+	}
+}
+
+// OpenFiles returns how many namespace files are open now (the ledger
+// file not counted).
+func (s *Store) OpenFiles() int {
+	s.lruMu.Lock()
+	defer s.lruMu.Unlock()
+	return s.lru.Len()
+}
+
+// openNamespaceFile opens namespace ns's file for writing with the
+// per-namespace budgets, and checks it against the registry.
+func (s *Store) openNamespaceFile(ctx context.Context, ns, path string) (*fileChain, error) {
+	opts := s.opts
+	opts.ReadConns = min(opts.ReadConns, 2)
+	opts.CacheKeys = max(opts.CacheKeys/8, 1)
+	opts.CacheBytes = max(opts.CacheBytes/8, 1)
+	fc, err := openFileChain(ctx, path, ns, opts)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := recordedHead(ctx, s.reader.r, ns)
+	if err == nil {
+		err = checkAgainstRecorded(ctx, fc.w, s.path, ns, path, rec)
+	}
+	if err != nil {
+		_ = fc.Close()
+		return nil, err
+	}
+	fc.onEnded = s.ended
+	return fc, nil
+}
+
+// use runs fn on the open file.
+func use[T any](ctx context.Context, f *nsFile, fn func(*fileChain) (T, error)) (T, error) {
+	fc, err := f.acquire(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer f.release()
+	return fn(fc)
+}
+
+// Update runs fn in one write transaction of the namespace's file.
+func (f *nsFile) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Update(ctx, fn) })
+	return err
+}
+
+// Head returns the durable head without opening a closed file.
+func (f *nsFile) Head(ctx context.Context) (ledger.Head, error) {
+	if err := f.mu.lock(ctx); err != nil {
+		return ledger.Head{}, err
+	}
+	defer f.mu.unlock()
+	if f.fc != nil {
+		return *f.fc.head.Load(), nil
+	}
+	return f.head, nil
+}
+
+// GetKey implements ledger.ChainReader.
+func (f *nsFile) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+	return use(ctx, f, func(fc *fileChain) (*ledger.KeyView, error) { return fc.GetKey(ctx, key) })
+}
+
+// GetReceipt implements ledger.ChainReader.
+func (f *nsFile) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	return use(ctx, f, func(fc *fileChain) (*chain.Receipt, error) { return fc.GetReceipt(ctx, seq) })
+}
+
+// ListReceipts implements ledger.ChainReader.
+func (f *nsFile) ListReceipts(ctx context.Context, rf ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	var next *uint64
+	rs, err := use(ctx, f, func(fc *fileChain) ([]chain.Receipt, error) {
+		rs, n, err := fc.ListReceipts(ctx, rf)
+		next = n
+		return rs, err
+	})
+	return rs, next, err
+}
+
+// Receipts implements ledger.ChainReader.
+func (f *nsFile) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Receipts(ctx, after, fn) })
+	return err
+}
+
+// KeyReceipts implements ledger.ChainReader.
+func (f *nsFile) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.KeyReceipts(ctx, after, fn) })
+	return err
+}
+
+// Keys implements ledger.ChainReader.
+func (f *nsFile) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Keys(ctx, fn) })
+	return err
+}
+
+// DuplicateSuccesses implements ledger.ChainReader.
+func (f *nsFile) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.DuplicateSuccesses(ctx, fn) })
+	return err
+}
+
+// RepeatedFailures implements ledger.ChainReader.
+func (f *nsFile) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
+	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.RepeatedFailures(ctx, tool, fn) })
+	return err
+}
+
+// KeyDrift implements ledger.ChainReader.
+func (f *nsFile) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	return use(ctx, f, func(fc *fileChain) ([]string, error) { return fc.KeyDrift(ctx, key) })
+}
+
+// TreeSize implements ledger.ChainReader.
+func (f *nsFile) TreeSize(ctx context.Context) (int64, error) {
+	return use(ctx, f, func(fc *fileChain) (int64, error) { return fc.TreeSize(ctx) })
+}
+
+// HashReader implements ledger.ChainReader: each read opens the file if
+// it was closed in between.
+func (f *nsFile) HashReader(ctx context.Context) sumdb.HashReader {
+	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		return use(ctx, f, func(fc *fileChain) ([]tlog.Hash, error) { return fc.HashReader(ctx).ReadHashes(idx) })
+	})
+}
+
+// ReceiptHashes implements ledger.ChainReader.
+func (f *nsFile) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	return use(ctx, f, func(fc *fileChain) ([]chain.Hash, error) { return fc.ReceiptHashes(ctx, from, n) })
+}
+
+// LatestCheckpoint implements ledger.ChainReader.
+func (f *nsFile) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.LatestCheckpoint(ctx) })
+}
+
+// CheckpointAt implements ledger.ChainReader.
+func (f *nsFile) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.CheckpointAt(ctx, n) })
+}
+
+// CheckpointCovering implements ledger.ChainReader.
+func (f *nsFile) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.CheckpointCovering(ctx, n) })
+}
+
+// close closes the file if open (the Store is closing).
+func (f *nsFile) close() error {
+	f.mu <- struct{}{}
+	defer f.mu.unlock()
+	if f.fc == nil {
+		return nil
+	}
+	f.head = *f.fc.head.Load()
+	err := f.fc.Close()
+	f.fc = nil
+	return err
+}

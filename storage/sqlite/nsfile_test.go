@@ -1,0 +1,90 @@
+package sqlite_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// openLedger opens the ledger at path with at most maxOpen namespace files
+// open and a writer that goes idle after idle.
+func openLedger(tb testing.TB, path string, maxOpen int, idle time.Duration) (*ledger.Ledger, *sqlite.Store) {
+	tb.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := sqlite.OpenStore(context.Background(), path, sqlite.Options{Logger: quiet, MaxOpenFiles: maxOpen}, false)
+	require.NoError(tb, err)
+	l := ledger.New(st, ledger.Config{Logger: quiet, WriterIdle: idle})
+	return l, st
+}
+
+// TestStore_openFilesBounded: with more namespaces in use than
+// MaxOpenFiles, the least recently used files are closed and reopened on
+// use; every write stays, heads are exact while closed and after a
+// restart, and the registry records each head.
+func TestStore_openFilesBounded(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, st := openLedger(t, path, 2, time.Hour)
+	const spaces = 6
+	for i := range spaces {
+		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i)))
+	}
+	assert.Zero(t, st.OpenFiles(), "creating a namespace leaves its file closed")
+	for round := range 3 {
+		for i := range spaces {
+			n, err := l.NS(ctx, fmt.Sprintf("ns%d", i))
+			require.NoError(t, err)
+			_, err = n.Reserve(ctx, reserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1"))
+			require.NoError(t, err)
+			assert.LessOrEqual(t, st.OpenFiles(), 2)
+		}
+	}
+	infos, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	for _, info := range infos {
+		if info.Name != ledger.DefaultNamespace {
+			assert.Equal(t, uint64(3), info.Head.Seq, info.Name)
+		}
+	}
+	require.NoError(t, l.Close())
+
+	l, st = openLedger(t, path, 2, time.Hour)
+	defer func() { _ = l.Close() }()
+	infos2, err := l.Namespaces(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, infos, infos2, "heads after a restart, without opening the files")
+	assert.Zero(t, st.OpenFiles())
+	n, err := l.NS(ctx, "ns0")
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, reserveReq("key-0-0-abcdef", "exec-2"))
+	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err), "a reopened file still knows its keys: %v", err)
+}
+
+// TestNamespace_writerIdle: a namespace's writer goroutine exits when
+// idle and the next write starts another; closing the ledger with idle
+// writers does not hang.
+func TestNamespace_writerIdle(t *testing.T) {
+	ctx := context.Background()
+	l, _ := openLedger(t, filepath.Join(t.TempDir(), "ledger.db"), 4, time.Millisecond)
+	require.NoError(t, l.CreateNamespace(ctx, "a"))
+	n, err := l.NS(ctx, "a")
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := n.Reserve(ctx, reserveReq(fmt.Sprintf("idle-key-%03d", i), "exec-1"))
+		require.NoError(t, err)
+		if i%5 == 0 {
+			require.Eventually(t, func() bool { return !n.WriterRunning() }, 10*time.Second, time.Millisecond)
+		}
+	}
+	require.NoError(t, l.Close())
+}
