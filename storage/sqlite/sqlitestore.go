@@ -201,6 +201,10 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		if err != nil {
 			return nil, fmt.Errorf("namespace %s: %w", ns, err)
 		}
+		// A read-only store may hand out thousands of namespaces (the
+		// periodic verification holds each): between uses their pools
+		// keep no connection, so no file descriptor, open.
+		rd.r.SetMaxIdleConns(0)
 		if err := checkAgainstRecorded(ctx, rd.r, s.path, ns, path, rec); err != nil {
 			_ = rd.Close()
 			return nil, err
