@@ -496,6 +496,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		assert.Equal(t, map[string]any{"seq": float64(0), "hash": strings.Repeat("0", 64)}, r.Body["head"], "a new chain")
 		expect(a.Do("POST", "/v1/namespaces", `{"name":"walk"}`), 409, "namespace_exists")
 		expect(a.Do("POST", "/v1/namespaces", `{"name":"default"}`), 409, "namespace_exists")
+		// E: holds one namespace at most, so the default fills it.
+		e := StartLedgerd(t, filepath.Join(t.TempDir(), "full.db"), "--max-namespaces", "1")
+		observeHost(t, e.URL, cov.observe)
+		expect(e.Do("POST", "/v1/namespaces", `{"name":"one-more"}`), 507, "namespace_limit")
 		for _, bad := range []string{`{"name":"A!"}`, `{"name":""}`, `{"name":"` + strings.Repeat("a", 65) + `"}`,
 			`{"name":"a/b"}`, `{}`, `{"name":1}`, `{"name":"x","color":"red"}`} {
 			expect(a.Do("POST", "/v1/namespaces", bad), 400, "invalid_request")
