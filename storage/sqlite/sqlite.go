@@ -75,6 +75,10 @@ type Options struct {
 	MaxWaiters int
 	// Linger is ledger.Config.Linger (0: every batch starts at once).
 	Linger time.Duration
+	// KeyTTL is the key_ttl_ms (SPEC §12) stored in the default
+	// namespace's file when Open creates it (ledgerd --default-key-ttl);
+	// an existing file keeps its own. 0: keys never expire.
+	KeyTTL uint64
 }
 
 // fileChain is one SQLite ledger file opened for writing: one namespace's
@@ -84,9 +88,10 @@ type Options struct {
 type fileChain struct {
 	*Reader // mode=ro pool for queries
 
-	ns     string
-	now    func() time.Time
-	logger *slog.Logger
+	ns        string
+	now       func() time.Time
+	logger    *slog.Logger
+	newKeyTTL uint64 // key_ttl_ms stored if this open creates the file
 
 	w *sql.DB // one connection, BEGIN IMMEDIATE
 
@@ -231,7 +236,8 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
 	}
-	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
+	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
 
 	ok := false
 	defer func() {
@@ -446,7 +452,28 @@ func shortHash(h chain.Hash) string {
 	return s[:12] + "…"
 }
 
-// sqlMigrateV1 turns a version 1 file into version 2 in the transaction
+// sqlMigrateV2 turns a version 2 file into version 3: the settings table
+// of schema.sql (the same statements), whose row migrate then inserts
+// with key_ttl_ms 0, the behaviour of every version 2 file.
+const sqlMigrateV2 = `
+	CREATE TABLE settings (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+	);
+	CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	CREATE TRIGGER settings_kept BEFORE DELETE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	PRAGMA user_version = 3;`
+
+// sqlInsertSettings stores the settings of a new or migrated file.
+const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
+
+// sqlMigrateV1 turns a version 1 file into the current version in the transaction
 // that then applies schema.sql: the v1 receipts table (UNIQUE hash and
 // prev_hash) is set aside, and its rows are copied into the new table
 // through the linking trigger, so a v1 chain whose links are broken is
@@ -487,13 +514,26 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	case version == SchemaVersion && appID == applicationID:
 		return nil
 	case version == 0 && tables == 0:
-		if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
-			return fmt.Errorf("migrate: %w", classify(err))
+		for _, q := range []string{schemaSQL, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, db.newKeyTTL); err != nil {
+				return fmt.Errorf("migrate: %w", classify(err))
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate: %w", classify(err))
 		}
-		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion)
+		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
+		return nil
+	case version == 2 && appID == applicationID:
+		for _, q := range []string{sqlMigrateV2, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, 0); err != nil {
+				return fmt.Errorf("migrate v2: %w", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate v2: %w", classify(err))
+		}
+		db.logger.Info("migrated ledger database from schema 2 to 3 (keys never expire)", "path", abs)
 		return nil
 	case version == 1 && appID == applicationID:
 		start := time.Now()
@@ -501,16 +541,20 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
 			return fmt.Errorf("migrate v1: %w", classify(err))
 		}
-		db.logger.Info("migrating ledger database from schema 1 to 2", "path", abs, "receipts", n)
-		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
+		db.logger.Info("migrating ledger database from schema 1", "path", abs, "receipts", n, "schema_version", SchemaVersion)
+		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy, sqlInsertSettings} {
+			var args []any
+			if q == sqlInsertSettings {
+				args = []any{0}
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return fmt.Errorf("migrate v1: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", classify(err))
 			}
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate v1: %w", classify(err))
 		}
-		db.logger.Info("migrated ledger database to schema 2", "path", abs, "receipts", n, "duration", time.Since(start))
+		db.logger.Info(fmt.Sprintf("migrated ledger database to schema %d", SchemaVersion), "path", abs, "receipts", n, "duration", time.Since(start))
 		return nil
 	case version == 0 || appID != applicationID:
 		return ledger.ErrNotLedger

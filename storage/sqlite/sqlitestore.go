@@ -176,7 +176,9 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 			s.opts.Logger.Warn("the file of a registered namespace is missing; starting it empty", "namespace", ns, "path", path)
 		}
-		fc, err := openFileChain(ctx, path, ns, s.opts)
+		opts := s.opts
+		opts.KeyTTL = 0 // the file has its own; a missing one starts as the v1 behaviour
+		fc, err := openFileChain(ctx, path, ns, opts)
 		if err != nil {
 			return nil, fmt.Errorf("namespace %s: %w", ns, err)
 		}
@@ -187,15 +189,17 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	return c, nil
 }
 
-// CreateNamespace registers ns and creates its file.
-func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
+// CreateNamespace registers ns and creates its file, which stores keyTTL.
+func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
 	}
-	if err := createNamespace(ctx, s.main.w, s.path, ns, s.opts); err != nil {
+	opts := s.opts
+	opts.KeyTTL = keyTTL
+	if err := createNamespace(ctx, s.main.w, s.path, ns, opts); err != nil {
 		return err
 	}
 	_, err := s.Chain(ctx, ns)
@@ -203,9 +207,10 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
 }
 
 // CreateNamespace registers namespace ns in the ledger at path and
-// creates its file. It may run beside a ledgerd serving the file (it
-// writes only the registry and a new file).
-func CreateNamespace(ctx context.Context, path, ns string) error {
+// creates its file, whose keys expire after keyTTL ms (0: never). It may
+// run beside a ledgerd serving the file (it writes only the registry and a
+// new file).
+func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error {
 	if err := ledger.CheckNamespace(ns); err != nil {
 		return err
 	}
@@ -230,13 +235,14 @@ func CreateNamespace(ctx context.Context, path, ns string) error {
 	if _, err := w.ExecContext(ctx, sqlNamespacesSchema); err != nil {
 		return fmt.Errorf("namespaces: %w", classify(err))
 	}
-	opts := Options{}
+	opts := Options{KeyTTL: keyTTL}
 	opts.defaults()
 	return createNamespace(ctx, w, abs, ns, opts)
 }
 
 // createNamespace inserts the registry row (the namespace exists from
-// then on), then creates and initialises the namespace's file.
+// then on), then creates and initialises the namespace's file with
+// opts.KeyTTL.
 func createNamespace(ctx context.Context, w *sql.DB, abs, ns string, opts Options) error {
 	var n int
 	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); err != nil {
