@@ -95,8 +95,8 @@ type stateChecker struct {
 	from  uint64 // violations are reported only for seq > from
 	// ttl is the ledger's key_ttl_ms: a reserve at least this long after
 	// a key's outcome starts a new generation of the key (0: never).
-	ttl uint64
-	keys  map[string]*keyState
+	ttl  uint64
+	keys map[string]*keyState
 	// In grouped mode one keyState is reused for key after key.
 	grouped keyState
 	drift   *driftChecker // cross-checks the keys table, in grouped full runs
