@@ -42,7 +42,7 @@ func TestNamespaces(t *testing.T) {
 	assert.Equal(t, float64(0), r.Body["seq"])
 	out, stderr, code = ledgerctl(t, "namespace", "create", "--server", l.URL, "c", "--json")
 	require.Equal(t, 0, code, stderr)
-	assert.JSONEq(t, `{"name":"c","head":{"seq":0,"hash":"`+strings.Repeat("0", 64)+`"}}`, out)
+	assert.JSONEq(t, `{"name":"c","head":{"seq":0,"hash":"`+strings.Repeat("0", 64)+`"},"key_ttl_ms":0}`, out)
 
 	t.Run("ErrCreate", func(t *testing.T) {
 		for _, tc := range []struct {
