@@ -262,7 +262,9 @@ func (c *Client) Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
 // KeyTTL returns the key_ttl_ms of the client's namespace, as listed by
 // GET /v1/namespaces (SPEC §12): what an online verifier applies.
 func (c *Client) KeyTTL(ctx context.Context) (uint64, error) {
-	list, err := c.Namespaces(ctx)
+	root := *c
+	root.Namespace = "" // the list is served unprefixed
+	list, err := root.Namespaces(ctx)
 	if err != nil {
 		return 0, err
 	}

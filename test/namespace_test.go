@@ -162,9 +162,9 @@ func TestNamespaces(t *testing.T) {
 		}
 		out, _, code := ledgerctl(t, "namespace", "list", "--db", db)
 		require.Equal(t, 0, code)
-		assert.Regexp(t, `(?m)^NAME +SEQ +HASH +FILE$`, out)
-		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +`+regexp.QuoteMeta(filepath.Join(db+".ns", "ns-b.db"))+`$`, out)
-		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +`+regexp.QuoteMeta(db)+`$`, out)
+		assert.Regexp(t, `(?m)^NAME +SEQ +HASH +KEY_TTL +FILE$`, out)
+		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +- +`+regexp.QuoteMeta(filepath.Join(db+".ns", "ns-b.db"))+`$`, out)
+		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +- +`+regexp.QuoteMeta(db)+`$`, out)
 
 		out, _, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 		assert.Equal(t, 0, code, out)
