@@ -209,6 +209,9 @@ func testKeyLifetime(t *testing.T, db string) {
 			assert.NotEqual(t, "weekly-digest", ri.Key, "a new generation is not a re-invocation")
 		}
 	}
+	out, stderr, code = ledgerctl(t, "audit", "--db", db)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "Renewed keys: a new generation after the key's lifetime (2)")
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("monthly-report", "exec-10", false, ""))
 	require.Equal(t, 201, r.Status, r.Raw)
 	out, stderr, code = ledgerctl(t, "verify", "--db", db, "--state", state, "--incremental", "--json")
