@@ -176,6 +176,11 @@ func testKeyLifetime(t *testing.T, db string) {
 	_, hasExpiry = r.Body["expires_at"]
 	assert.False(t, hasExpiry, "no expires_at without a TTL")
 
+	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("quarterly-report", "exec-11", false, ""))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/quarterly-report/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+
 	// The verifiers: offline and online, full and incremental, and the
 	// audit's renewed keys.
 	state := filepath.Join(t.TempDir(), "state.json")
@@ -212,10 +217,26 @@ func testKeyLifetime(t *testing.T, db string) {
 	out, stderr, code = ledgerctl(t, "audit", "--db", db)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "Renewed keys: a new generation after the key's lifetime (2)")
+	clock.set(t0 + 60*24*hourMS)
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("monthly-report", "exec-10", false, ""))
 	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("quarterly-report", "exec-12", false, ""))
+	require.Equal(t, 201, r.Status, r.Raw)
+	require.NotNil(t, r.Body["renewed"], "renewed after the pinned head")
 	out, stderr, code = ledgerctl(t, "verify", "--db", db, "--state", state, "--incremental", "--json")
 	require.Equal(t, 0, code, "%s %s", out, stderr)
+	var inc struct {
+		OK    bool `json:"ok"`
+		Audit struct {
+			RenewedKeys []struct {
+				Key string `json:"key"`
+			} `json:"renewed_keys"`
+		} `json:"audit"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &inc), out)
+	assert.True(t, inc.OK)
+	require.Len(t, inc.Audit.RenewedKeys, 1, "the incremental run audits the renewal after the pin: %s", out)
+	assert.Equal(t, "quarterly-report", inc.Audit.RenewedKeys[0].Key)
 	for _, tc := range []struct {
 		args []string
 		want int
