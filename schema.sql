@@ -1,4 +1,4 @@
--- effect-ledger schema, version 2 (PRAGMA user_version = 2).
+-- effect-ledger schema, version 3 (PRAGMA user_version = 3).
 --
 -- receipts is the ledger: one row per receipt, one column per field of
 -- SPEC §2 with the same name and type, plus prev_hash and hash. It is
@@ -104,6 +104,26 @@ CREATE TABLE IF NOT EXISTS keys (
 	token_hash       BLOB    NOT NULL DEFAULT x'' -- SHA-256 of the latest reservation token
 ) WITHOUT ROWID;
 
+-- Settings fixed when the file was created (one row, never changed):
+-- key_ttl_ms is how long a finalized idempotency key is remembered before
+-- a reserve starts a new generation of it (SPEC §12; 0: forever). The
+-- verifier reads it from here. Version 2 files get the row 0 when they are
+-- migrated to version 3.
+CREATE TABLE settings (
+	id         INTEGER PRIMARY KEY CHECK (id = 1),
+	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+);
+
+CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
+BEGIN
+	SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+END;
+
+CREATE TRIGGER settings_kept BEFORE DELETE ON settings
+BEGIN
+	SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+END;
+
 -- API bearer tokens (not part of the chain). A token is shown once, at
 -- creation; only its SHA-256 is kept. token_id is the public part of the
 -- token used to find its row; the whole token's hash is then compared in
@@ -125,4 +145,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

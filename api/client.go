@@ -178,14 +178,20 @@ func (c *Client) each(ctx context.Context, f ledger.ReceiptFilter, fn func(*chai
 	}
 }
 
-// GetKey returns a key's state and receipts.
-func (c *Client) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+// GetKey returns a key's state, expiry and the current generation's
+// receipts (with history, every receipt of the key).
+func (c *Client) GetKey(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {
+	path := "/v1/effects/" + url.PathEscape(key)
+	if history {
+		path += "?history=true"
+	}
 	var b keyBody
-	if err := c.do(ctx, http.MethodGet, "/v1/effects/"+url.PathEscape(key), nil, &b); err != nil {
+	if err := c.do(ctx, http.MethodGet, path, nil, &b); err != nil {
 		return nil, err
 	}
 	return &ledger.KeyView{IdempotencyKey: b.IdempotencyKey, State: ledger.State(b.State), Tool: b.Tool,
-		Effect: b.Effect, Idempotent: b.Idempotent, InputHash: b.InputHash, Receipts: b.Receipts}, nil
+		Effect: b.Effect, Idempotent: b.Idempotent, InputHash: b.InputHash, ExpiresAt: b.ExpiresAt,
+		Receipts: b.Receipts}, nil
 }
 
 // ResolveBody is the request of POST /v1/effects/{key}/resolve.
@@ -218,11 +224,16 @@ func (c *Client) Resolve(ctx context.Context, key string, body ResolveBody) (*le
 		Receipt: ledger.ReceiptRef{Seq: b.Receipt.Seq, Hash: h}}, nil
 }
 
-// CreateNamespace creates the namespace name (POST /v1/namespaces; an
-// admin token when tokens exist) and returns it with its empty head.
-func (c *Client) CreateNamespace(ctx context.Context, name string) (ledger.NamespaceInfo, error) {
+// CreateNamespace creates the namespace name whose keys expire after
+// keyTTL ms, 0 never (POST /v1/namespaces; an admin token when tokens
+// exist), and returns it with its empty head.
+func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTL uint64) (ledger.NamespaceInfo, error) {
 	var b namespaceJSON
-	if err := c.do(ctx, http.MethodPost, "/v1/namespaces", map[string]string{"name": name}, &b); err != nil {
+	body := map[string]any{"name": name}
+	if keyTTL != 0 {
+		body["key_ttl_ms"] = keyTTL
+	}
+	if err := c.do(ctx, http.MethodPost, "/v1/namespaces", body, &b); err != nil {
 		return ledger.NamespaceInfo{}, err
 	}
 	return b.info()
@@ -248,11 +259,32 @@ func (c *Client) Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
 	return out, nil
 }
 
+// KeyTTL returns the key_ttl_ms of the client's namespace, as listed by
+// GET /v1/namespaces (SPEC §12): what an online verifier applies.
+func (c *Client) KeyTTL(ctx context.Context) (uint64, error) {
+	root := *c
+	root.Namespace = "" // the list is served unprefixed
+	list, err := root.Namespaces(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ns := c.Namespace
+	if ns == "" {
+		ns = ledger.DefaultNamespace
+	}
+	for _, n := range list {
+		if n.Name == ns {
+			return n.KeyTTL, nil
+		}
+	}
+	return 0, fmt.Errorf("key ttl: the server does not list namespace %q", ns)
+}
+
 // info converts a namespace of the API to the domain's form.
 func (n namespaceJSON) info() (ledger.NamespaceInfo, error) {
 	h, err := chain.ParseHash(n.Head.Hash)
 	if err != nil {
 		return ledger.NamespaceInfo{}, fmt.Errorf("namespace %s: head: %w", n.Name, err)
 	}
-	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}}, nil
+	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}, KeyTTL: n.KeyTTLMS}, nil
 }

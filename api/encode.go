@@ -50,6 +50,10 @@ func AppendKeyView(b []byte, v *ledger.KeyView) []byte {
 	b = strconv.AppendBool(b, v.Idempotent)
 	b = append(b, `,"input_hash":`...)
 	b = chain.AppendJSONString(b, v.InputHash)
+	if v.ExpiresAt != 0 {
+		b = append(b, `,"expires_at":`...)
+		b = strconv.AppendUint(b, v.ExpiresAt, 10)
+	}
 	b = append(b, `,"receipts":`...)
 	b = AppendReceipts(b, v.Receipts)
 	return append(b, '}')

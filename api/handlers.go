@@ -31,15 +31,23 @@ func storedResult(s string) (json.RawMessage, string) {
 }
 
 type reservedBody struct {
-	Status         string     `json:"status"`
-	IdempotencyKey string     `json:"idempotency_key"`
-	KeyGenerated   bool       `json:"key_generated"`
-	Reservation    string     `json:"reservation"`
-	Attempt        uint64     `json:"attempt"`
-	LeaseExpiresAt uint64     `json:"lease_expires_at"`
-	Takeover       bool       `json:"takeover"`
-	Retry          bool       `json:"retry"`
-	Receipt        receiptRef `json:"receipt"`
+	Status         string       `json:"status"`
+	IdempotencyKey string       `json:"idempotency_key"`
+	KeyGenerated   bool         `json:"key_generated"`
+	Reservation    string       `json:"reservation"`
+	Attempt        uint64       `json:"attempt"`
+	LeaseExpiresAt uint64       `json:"lease_expires_at"`
+	Takeover       bool         `json:"takeover"`
+	Retry          bool         `json:"retry"`
+	Renewed        *renewedJSON `json:"renewed,omitempty"`
+	Receipt        receiptRef   `json:"receipt"`
+}
+
+// renewedJSON is the "renewed" member of a 201 reserve of an expired key
+// (SPEC §12): the latest receipt of the key's previous generation.
+type renewedJSON struct {
+	Seq        uint64 `json:"seq"`
+	RecordedAt uint64 `json:"recorded_at"`
 }
 
 type replayedBody struct {
@@ -115,10 +123,14 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		s.writeJSON(w, http.StatusOK, notRecordedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated})
 	default:
-		s.writeJSON(w, http.StatusCreated, reservedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
+		body := reservedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated, Reservation: res.Reservation, Attempt: res.Attempt,
 			LeaseExpiresAt: res.LeaseExpiresAt, Takeover: res.Takeover, Retry: res.Retry,
-			Receipt: refJSON(res.Receipt)})
+			Receipt: refJSON(res.Receipt)}
+		if res.Renewed != nil {
+			body.Renewed = &renewedJSON{Seq: res.Renewed.Seq, RecordedAt: res.Renewed.RecordedAt}
+		}
+		s.writeJSON(w, http.StatusCreated, body)
 	}
 }
 
@@ -227,8 +239,12 @@ type keyBody struct {
 	Effect         string          `json:"effect"`
 	Idempotent     bool            `json:"idempotent"`
 	InputHash      string          `json:"input_hash"`
+	ExpiresAt      uint64          `json:"expires_at,omitempty"`
 	Receipts       []chain.Receipt `json:"receipts"`
 }
+
+// keyQuery is the set of query parameters GET /v1/effects/{key} accepts.
+var keyQuery = map[string]bool{"history": true}
 
 func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	key, err := pathKey(r)
@@ -236,12 +252,35 @@ func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request, n *ledger.
 		s.Error(w, r, err)
 		return
 	}
-	v, err := n.GetKey(r.Context(), key)
+	q, err := parseQuery(r, keyQuery)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	history, err := boolParam(q.Get("history"), "history")
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	v, err := n.Key(r.Context(), key, history)
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
 	s.writeRaw(w, http.StatusOK, append(AppendKeyView(nil, v), '\n'))
+}
+
+// boolParam parses an optional boolean query parameter ("true" or
+// "false"; absent is false).
+func boolParam(v, field string) (bool, error) {
+	switch v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	}
+	return false, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: field + " must be true or false",
+		Details: map[string]any{"field": field}}
 }
 
 // receiptQuery is the set of query parameters GET /v1/receipts accepts.
@@ -312,8 +351,9 @@ func headRef(h ledger.Head) receiptRef { return receiptRef{Seq: h.Seq, Hash: h.H
 // namespaceJSON is one namespace in GET /v1/namespaces and the answer of
 // POST /v1/namespaces.
 type namespaceJSON struct {
-	Name string     `json:"name"`
-	Head receiptRef `json:"head"`
+	Name     string     `json:"name"`
+	Head     receiptRef `json:"head"`
+	KeyTTLMS uint64     `json:"key_ttl_ms"`
 }
 
 func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
@@ -323,9 +363,18 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := o.required("name")
+	ttl := o.integer("key_ttl_ms")
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
 		return
+	}
+	var keyTTL uint64
+	if ttl != nil {
+		if *ttl < 0 || *ttl > ledger.MaxKeyTTL {
+			s.Error(w, r, ledger.Invalid("key_ttl_ms", "key_ttl_ms must be an integer from 0 to %d", int64(ledger.MaxKeyTTL)))
+			return
+		}
+		keyTTL = uint64(*ttl)
 	}
 	if p, authed := PrincipalFromContext(r.Context()); authed && !p.AllowsNamespace(name) {
 		// A token limited to namespaces creates only those it names.
@@ -333,7 +382,7 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 			Details: map[string]any{"namespace": truncate(name, 64)}})
 		return
 	}
-	if err := s.l.CreateNamespace(r.Context(), name); err != nil {
+	if err := s.l.CreateNamespace(r.Context(), name, keyTTL); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -347,7 +396,7 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: headRef(h)})
+	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: headRef(h), KeyTTLMS: n.KeyTTL()})
 }
 
 func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
@@ -362,7 +411,7 @@ func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 		if authed && !p.AllowsNamespace(ns.Name) {
 			continue // a token limited to namespaces sees only those
 		}
-		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head)})
+		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

@@ -36,7 +36,7 @@ type Ledger interface {
 	// NS returns a namespace: 400 for an invalid name, 404
 	// unknown_namespace for one never created.
 	NS(ctx context.Context, name string) (*ledger.Namespace, error)
-	CreateNamespace(ctx context.Context, name string) error
+	CreateNamespace(ctx context.Context, name string, keyTTL uint64) error
 	Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
 	Ready(ctx context.Context) error
 	AuthEnabled(ctx context.Context) (bool, error)

@@ -60,6 +60,9 @@ type Result struct {
 	NotRecorded bool // a none or read effect: the function ran without the ledger
 	Takeover    bool // this run took over an interrupted idempotent attempt
 	Retry       bool // this run retried a retryable failure
+	// Renewed is set when the key's earlier outcome had expired (SPEC
+	// §12): the function ran as a new effect under the same key.
+	Renewed     *Renewal
 	Attempt     uint64
 	ExternalRef string
 	Result      json.RawMessage // the recorded result (nil if none)
@@ -311,7 +314,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 	if encErr != nil {
 		c.logger.WarnContext(ctx, "ledger: result not recorded", "key", rsv.Key, "err", encErr)
 	}
-	return &Result{Key: rsv.Key, Takeover: rsv.Takeover, Retry: rsv.Retry, Attempt: rsv.Attempt,
+	return &Result{Key: rsv.Key, Takeover: rsv.Takeover, Retry: rsv.Retry, Renewed: rsv.Renewed, Attempt: rsv.Attempt,
 		ExternalRef: o.ExternalRef, Result: cm.Result, ResultDropped: encErr != nil,
 		Receipt: cr.Receipt, Late: cr.Late}, nil
 }

@@ -57,6 +57,10 @@ type Reservation struct {
 	LeaseExpiresAt time.Time
 	Takeover       bool // the previous reservation was interrupted and this one takes over
 	Retry          bool // the previous attempt failed retryably
+	// Renewed is set when the key's earlier outcome had expired (a
+	// namespace with a key lifetime, SPEC §12): this reservation starts a
+	// new generation of the key, a new effect.
+	Renewed *Renewal
 
 	// Status "replayed": the recorded outcome.
 	Outcome     string
@@ -84,14 +88,18 @@ type reserveBody struct {
 }
 
 type reserveReply struct {
-	Status         string          `json:"status"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	KeyGenerated   bool            `json:"key_generated"`
-	Reservation    string          `json:"reservation"`
-	Attempt        uint64          `json:"attempt"`
-	LeaseExpiresAt int64           `json:"lease_expires_at"`
-	Takeover       bool            `json:"takeover"`
-	Retry          bool            `json:"retry"`
+	Status         string `json:"status"`
+	IdempotencyKey string `json:"idempotency_key"`
+	KeyGenerated   bool   `json:"key_generated"`
+	Reservation    string `json:"reservation"`
+	Attempt        uint64 `json:"attempt"`
+	LeaseExpiresAt int64  `json:"lease_expires_at"`
+	Takeover       bool   `json:"takeover"`
+	Retry          bool   `json:"retry"`
+	Renewed        *struct {
+		Seq        uint64 `json:"seq"`
+		RecordedAt int64  `json:"recorded_at"`
+	} `json:"renewed"`
 	Outcome        string          `json:"outcome"`
 	ExternalRef    string          `json:"external_ref"`
 	Result         json.RawMessage `json:"result"`
@@ -123,6 +131,9 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 		Original: b.Original, Receipt: b.Receipt}
 	if b.LeaseExpiresAt > 0 {
 		out.LeaseExpiresAt = time.UnixMilli(b.LeaseExpiresAt)
+	}
+	if b.Renewed != nil {
+		out.Renewed = &Renewal{Seq: b.Renewed.Seq, RecordedAt: time.UnixMilli(b.Renewed.RecordedAt)}
 	}
 	if len(b.Result) > 0 && string(b.Result) != "null" {
 		out.Result = b.Result

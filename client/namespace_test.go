@@ -16,7 +16,7 @@ import (
 func TestClient_WithNamespace(t *testing.T) {
 	ctx := context.Background()
 	l := MustOpenLedger(t)
-	require.NoError(t, l.DB.CreateNamespace(ctx, "payments"))
+	require.NoError(t, l.DB.CreateNamespace(ctx, "payments", 0))
 
 	t.Run("OK a key per namespace", func(t *testing.T) {
 		pay := MustClient(t, l.HTTP.URL, client.WithNamespace("payments"))
@@ -61,7 +61,7 @@ func TestClient_WithNamespace(t *testing.T) {
 
 	t.Run("ErrForbidden outside the token's namespaces", func(t *testing.T) {
 		l := MustOpenLedger(t)
-		require.NoError(t, l.DB.CreateNamespace(ctx, "payments"))
+		require.NoError(t, l.DB.CreateNamespace(ctx, "payments", 0))
 		toks, err := sqlite.OpenTokens(ctx, l.Path)
 		require.NoError(t, err)
 		tok, err := toks.Create(ctx, "pay-gw", ledger.RoleWriter, "payments")

@@ -60,8 +60,11 @@ type writeStore interface {
 	key(ctx context.Context, key string) (k keyRecord, found bool, err error)
 	// receipt returns the receipt at seq, which must exist.
 	receipt(ctx context.Context, seq uint64) (chain.Receipt, error)
-	// maxAttempt returns the highest attempt recorded for execution on key.
-	maxAttempt(ctx context.Context, key, execution string) (max uint64, found bool, err error)
+	// maxAttempt returns the highest attempt recorded for execution on
+	// key in receipts from seq since on.
+	maxAttempt(ctx context.Context, key, execution string, since uint64) (max uint64, found bool, err error)
+	// lastSeq returns the seq of key's latest receipt of any kind.
+	lastSeq(ctx context.Context, key string) (uint64, error)
 	// append links r to the chain head, stores it and returns it linked.
 	append(ctx context.Context, r chain.Receipt) (chain.Receipt, error)
 	// putKey inserts or replaces a key record.
@@ -69,8 +72,10 @@ type writeStore interface {
 }
 
 // decideReserve runs the reserve table of SPEC §4 for validated args at
-// time now (unix ms), appending at most one receipt.
-func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs) (*ReserveResult, error) {
+// time now (unix ms), appending at most one receipt. keyTTL is the
+// namespace's key_ttl_ms (SPEC §12): a finalized key whose outcome is at
+// least that old is decided as a new key (0: keys never expire).
+func decideReserve(ctx context.Context, s writeStore, now, keyTTL uint64, a *reserveArgs) (*ReserveResult, error) {
 	if a.effect == chain.EffectNone || a.effect == chain.EffectRead {
 		return &ReserveResult{Status: StatusNotRecorded, IdempotencyKey: a.key, KeyGenerated: a.generated}, nil
 	}
@@ -87,7 +92,10 @@ func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 	if !found {
 		k = keyRecord{Key: a.key, Generated: a.generated, Tool: a.tool, Effect: a.effect,
 			InputHash: a.inputHash, Idempotent: a.idempotent}
-		return appendReserve(ctx, s, now, a, &k, 0, false, false)
+		return appendReserve(ctx, s, now, a, &k, 0, reserveNew)
+	}
+	if res, renewed, err := renewExpired(ctx, s, now, keyTTL, a, &k); renewed || err != nil {
+		return res, err
 	}
 	if a.tool != k.Tool || a.effect != k.Effect || (a.inputHash != "" && a.inputHash != k.InputHash) {
 		return nil, &Error{Code: ECodeFingerprintMismatch,
@@ -132,7 +140,7 @@ func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 					"seq": r.Seq, "hash": r.Hash.String(), "execution_id": r.ExecutionID,
 					"attempt": r.Attempt, "lease_expires_at": r.LeaseExpiresAt}}}
 		}
-		return appendReserve(ctx, s, now, a, &k, k.ReserveSeq, true, false)
+		return appendReserve(ctx, s, now, a, &k, k.ReserveSeq, reserveTakeover)
 	default: // StateFailed
 		if !final.Retryable || !k.Idempotent {
 			why := "the recorded failure is not retryable"
@@ -146,16 +154,69 @@ func decideReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 					"error_message": final.ErrorMessage, "retryable": final.Retryable},
 					"idempotent": k.Idempotent}}
 		}
-		return appendReserve(ctx, s, now, a, &k, final.Seq, false, true)
+		return appendReserve(ctx, s, now, a, &k, final.Seq, reserveRetry)
 	}
 }
 
-// appendReserve appends a reserve receipt for k (new when refSeq is 0),
-// enforcing attempt order for takeovers and retries.
+// ExpiresAt returns when a key finalized at unix ms finalAt is forgotten
+// under keyTTL (SPEC §12), or 0 when keys never expire.
+func ExpiresAt(finalAt, keyTTL uint64) uint64 {
+	if keyTTL == 0 {
+		return 0
+	}
+	return finalAt + keyTTL
+}
+
+// renewExpired starts a new generation of k when its outcome is at least
+// keyTTL old (SPEC §12): the reserve is decided as for a new key, with
+// the fingerprint of this request, and links to the key's latest receipt.
+// renewed is false when k has not expired.
+func renewExpired(ctx context.Context, s writeStore, now, keyTTL uint64, a *reserveArgs, k *keyRecord) (res *ReserveResult, renewed bool, err error) {
+	if keyTTL == 0 || !k.finalized() {
+		return nil, false, nil
+	}
+	final, err := s.receipt(ctx, k.FinalSeq)
+	if err != nil {
+		return nil, false, err
+	}
+	if now < ExpiresAt(final.RecordedAt, keyTTL) {
+		return nil, false, nil
+	}
+	last, err := s.lastSeq(ctx, k.Key)
+	if err != nil {
+		return nil, false, err
+	}
+	prev, err := s.receipt(ctx, last)
+	if err != nil {
+		return nil, false, err
+	}
+	next := keyRecord{Key: k.Key, Generated: k.Generated, Tool: a.tool, Effect: a.effect,
+		InputHash: a.inputHash, Idempotent: a.idempotent}
+	res, err = appendReserve(ctx, s, now, a, &next, last, reserveRenewal)
+	if err != nil {
+		return nil, true, err
+	}
+	res.Renewed = &Renewal{Seq: prev.Seq, RecordedAt: prev.RecordedAt}
+	return res, true, nil
+}
+
+// reserveKind is why a reserve receipt is appended.
+type reserveKind int
+
+const (
+	reserveNew      reserveKind = iota // a key never seen
+	reserveRenewal                     // a new generation of an expired key
+	reserveTakeover                    // an interrupted idempotent reservation
+	reserveRetry                       // a retryable failure of an idempotent key
+)
+
+// appendReserve appends a reserve receipt for k that names refSeq,
+// enforcing attempt order within the key's generation for takeovers and
+// retries. A new key or generation starts at this receipt.
 func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs, k *keyRecord,
-	refSeq uint64, takeover, retry bool) (*ReserveResult, error) {
-	if refSeq != 0 {
-		max, found, err := s.maxAttempt(ctx, k.Key, a.execution)
+	refSeq uint64, why reserveKind) (*ReserveResult, error) {
+	if why == reserveTakeover || why == reserveRetry {
+		max, found, err := s.maxAttempt(ctx, k.Key, a.execution, k.FirstSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -175,7 +236,7 @@ func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 	if err != nil {
 		return nil, err
 	}
-	if refSeq == 0 {
+	if why == reserveNew || why == reserveRenewal {
 		k.FirstSeq = r.Seq
 	}
 	token := newReservationToken()
@@ -185,7 +246,7 @@ func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		Reservation: token, Attempt: a.attempt, LeaseExpiresAt: lease,
-		Takeover: takeover, Retry: retry, Receipt: refOf(&r)}, nil
+		Takeover: why == reserveTakeover, Retry: why == reserveRetry, Receipt: refOf(&r)}, nil
 }
 
 // decideCommit runs the commit table of SPEC §4.

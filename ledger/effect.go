@@ -78,6 +78,9 @@ type ReserveResult struct {
 	LeaseExpiresAt uint64
 	Takeover       bool
 	Retry          bool
+	// Renewed is set when the key had expired (SPEC §12): the reserve
+	// starts a new generation linked to the receipt it names.
+	Renewed *Renewal
 
 	// StatusReplayed: the recorded outcome and the receipt it came from.
 	Outcome     string
@@ -136,6 +139,12 @@ type ResolveResult struct {
 	Receipt        ReceiptRef
 }
 
+// Renewal names the latest receipt of a key's previous generation.
+type Renewal struct {
+	Seq        uint64
+	RecordedAt uint64
+}
+
 // KeyView is the state of a key with its receipts, oldest first.
 type KeyView struct {
 	IdempotencyKey string
@@ -144,7 +153,34 @@ type KeyView struct {
 	Effect         string
 	Idempotent     bool
 	InputHash      string
-	Receipts       []chain.Receipt
+	// FirstSeq is the first reserve of the key's current generation and
+	// FinalSeq its latest commit or resolve (0 if none), as in KeyRecord.
+	FirstSeq, FinalSeq uint64
+	// ExpiresAt is when a finalized key of a namespace with a key TTL is
+	// forgotten (unix ms; 0 otherwise). Set by WithLifetime.
+	ExpiresAt uint64
+	Receipts  []chain.Receipt
+}
+
+// WithLifetime applies the namespace's key_ttl_ms to a view read by a
+// driver (SPEC §12): it sets ExpiresAt for a finalized key, and keeps
+// only the current generation's receipts unless history is true.
+func (v *KeyView) WithLifetime(keyTTL uint64, history bool) {
+	if v.State == StateSucceeded || v.State == StateFailed {
+		for i := range v.Receipts {
+			if v.Receipts[i].Seq == v.FinalSeq {
+				v.ExpiresAt = ExpiresAt(v.Receipts[i].RecordedAt, keyTTL)
+			}
+		}
+	}
+	if history {
+		return
+	}
+	i := 0
+	for i < len(v.Receipts) && v.Receipts[i].Seq < v.FirstSeq {
+		i++
+	}
+	v.Receipts = v.Receipts[i:]
 }
 
 // ReceiptFilter selects receipts for ListReceipts. Empty strings match all.

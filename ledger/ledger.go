@@ -27,7 +27,7 @@ func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveRe
 	var res *ReserveResult
 	switch {
 	case a.effect == chain.EffectNone || a.effect == chain.EffectRead:
-		res, err = decideReserve(ctx, nil, 0, &a) // no lookup, no receipt
+		res, err = decideReserve(ctx, nil, 0, 0, &a) // no lookup, no receipt
 	case a.waitMS > 0 && !a.generated:
 		res, err = n.reserveWaiting(ctx, &a)
 	default:
@@ -47,6 +47,8 @@ func reserveLabel(r *ReserveResult) string {
 		return "takeover"
 	case r.Retry:
 		return "retry"
+	case r.Renewed != nil:
+		return "renewed"
 	}
 	return r.Status
 }
@@ -133,4 +135,19 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 		return nil, err
 	}
 	return res, nil
+}
+
+// KeyTTL is the namespace's key_ttl_ms (SPEC §12); 0: keys never expire.
+func (n *Namespace) KeyTTL() uint64 { return n.keyTTL }
+
+// Key returns a key's state with its expiry (SPEC §12) and the current
+// generation's receipts, or every receipt of the key with history.
+// Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
+func (n *Namespace) Key(ctx context.Context, key string, history bool) (*KeyView, error) {
+	v, err := n.chain.GetKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	v.WithLifetime(n.keyTTL, history)
+	return v, nil
 }

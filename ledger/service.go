@@ -133,6 +133,10 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if err != nil {
 		return nil, err
 	}
+	ttl, err := c.KeyTTL(ctx) // fixed at creation: read once
+	if err != nil {
+		return nil, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := l.spaces[name]; n != nil {
@@ -141,7 +145,7 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, ops: make(chan *writeOp, l.cfg.MaxBatch), done: make(chan struct{})}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl, ops: make(chan *writeOp, l.cfg.MaxBatch), done: make(chan struct{})}
 	l.spaces[name] = n
 	return n, nil
 }
@@ -151,11 +155,19 @@ func (l *Ledger) Default(ctx context.Context) (*Namespace, error) {
 	return l.NS(ctx, DefaultNamespace)
 }
 
-// CreateNamespace creates an empty namespace: 400 for an invalid name,
-// 409 namespace_exists for one that exists.
-func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
+// MaxKeyTTL bounds key_ttl_ms: integers up to it are exact in every
+// JSON client.
+const MaxKeyTTL = 1<<53 - 1
+
+// CreateNamespace creates an empty namespace whose keys expire keyTTL ms
+// after their outcome (0: never; SPEC §12): 400 for an invalid name or
+// TTL, 409 namespace_exists for one that exists.
+func (l *Ledger) CreateNamespace(ctx context.Context, name string, keyTTL uint64) error {
 	if err := CheckNamespace(name); err != nil {
 		return err
+	}
+	if keyTTL > MaxKeyTTL {
+		return Invalid("key_ttl_ms", "key_ttl_ms must be an integer from 0 to %d", uint64(MaxKeyTTL))
 	}
 	if max := l.cfg.MaxNamespaces; max > 0 {
 		l.createMu.Lock()
@@ -170,7 +182,7 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
 				Details: map[string]any{"namespace": name, "max_namespaces": max}}
 		}
 	}
-	err := l.store.CreateNamespace(ctx, name)
+	err := l.store.CreateNamespace(ctx, name, keyTTL)
 	switch {
 	case errors.Is(err, ErrNamespaceExists):
 		return &Error{Code: ECodeNamespaceExists, Message: fmt.Sprintf("namespace %q exists", name),
@@ -183,15 +195,16 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string) error {
 			Details: map[string]any{"namespace": name}}
 	}
 	if err == nil {
-		l.logger.Info("namespace created", "namespace", name)
+		l.logger.Info("namespace created", "namespace", name, "key_ttl_ms", keyTTL)
 	}
 	return err
 }
 
-// NamespaceInfo is one namespace and its head.
+// NamespaceInfo is one namespace, its head and its key_ttl_ms.
 type NamespaceInfo struct {
-	Name string
-	Head Head
+	Name   string
+	Head   Head
+	KeyTTL uint64 // ms; 0: keys never expire
 }
 
 // Namespaces lists every namespace with its head, by name.
@@ -214,7 +227,11 @@ func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, NamespaceInfo{Name: name, Head: h})
+		ttl, err := c.KeyTTL(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
 	}
 	return out, nil
 }
@@ -280,9 +297,10 @@ func (l *Ledger) Close() error {
 type Namespace struct {
 	Log // reads and proofs, without the head lock
 
-	l     *Ledger
-	name  string
-	chain Chain
+	l      *Ledger
+	name   string
+	chain  Chain
+	keyTTL uint64 // key_ttl_ms, fixed at creation
 
 	mu     sync.RWMutex // guards closed and sends on ops
 	closed bool
@@ -527,8 +545,12 @@ func (t *batchTx) receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 	return t.Receipt(ctx, seq)
 }
 
-func (t *batchTx) maxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
-	return t.MaxAttempt(ctx, key, execution)
+func (t *batchTx) maxAttempt(ctx context.Context, key, execution string, since uint64) (uint64, bool, error) {
+	return t.MaxAttempt(ctx, key, execution, since)
+}
+
+func (t *batchTx) lastSeq(ctx context.Context, key string) (uint64, error) {
+	return t.LastSeq(ctx, key)
 }
 
 func (t *batchTx) putKey(ctx context.Context, k *KeyRecord) error { return t.PutKey(ctx, k) }

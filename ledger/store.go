@@ -45,9 +45,10 @@ var (
 type Store interface {
 	// Chain returns the namespace ns, or ErrUnknownNamespace.
 	Chain(ctx context.Context, ns string) (Chain, error)
-	// CreateNamespace creates an empty namespace, or returns
-	// ErrNamespaceExists. The name is valid (ValidNamespace).
-	CreateNamespace(ctx context.Context, ns string) error
+	// CreateNamespace creates an empty namespace whose keys expire after
+	// keyTTL ms (0: never; SPEC §12), or returns ErrNamespaceExists. The
+	// name is valid (ValidNamespace).
+	CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error
 	// Namespaces lists the namespaces by name, DefaultNamespace included.
 	Namespaces(ctx context.Context) ([]string, error)
 	// Tokens is the table of API tokens, shared by all namespaces.
@@ -92,8 +93,12 @@ type Tx interface {
 	Key(ctx context.Context, key string) (k KeyRecord, found bool, err error)
 	// Receipt returns the receipt at seq, which must exist.
 	Receipt(ctx context.Context, seq uint64) (chain.Receipt, error)
-	// MaxAttempt returns the highest attempt recorded for execution on key.
-	MaxAttempt(ctx context.Context, key, execution string) (max uint64, found bool, err error)
+	// MaxAttempt returns the highest attempt recorded for execution on key
+	// in the receipts from seq since on (the key's current generation).
+	MaxAttempt(ctx context.Context, key, execution string, since uint64) (max uint64, found bool, err error)
+	// LastSeq returns the seq of key's latest receipt of any kind (replays
+	// included); the key has one.
+	LastSeq(ctx context.Context, key string) (uint64, error)
 	// Append stores r, already linked to Head(), with the stored Merkle
 	// hashes of leaf r.Seq-1 (sumdb.StoredHashes order, starting at index
 	// sumdb.StoredHashIndex(0, r.Seq-1)). Head() becomes r.
@@ -122,6 +127,11 @@ type Preloader interface {
 type ChainReader interface {
 	// Head reads the durable head; it can fail.
 	Head(ctx context.Context) (Head, error)
+	// KeyTTL is the namespace's key_ttl_ms, stored with its chain when
+	// it was created (SPEC §12); 0: keys never expire.
+	KeyTTL(ctx context.Context) (uint64, error)
+	// GetKey returns a key's state and all its receipts; FirstSeq and
+	// FinalSeq are its record's, ExpiresAt is left 0 (KeyView.WithLifetime).
 	GetKey(ctx context.Context, key string) (*KeyView, error)
 	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
 	ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error)

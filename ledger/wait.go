@@ -193,7 +193,7 @@ func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *Reser
 	var out *ReserveResult
 	err = n.submit(ctx, a.key, func(ctx context.Context, t *batchTx) error {
 		var err error
-		out, err = decideReserve(ctx, t, t.Now(), a)
+		out, err = decideReserve(ctx, t, t.Now(), n.keyTTL, a)
 		return err
 	})
 	var ip *inProgressError

@@ -9,7 +9,8 @@ import (
 
 // openPostgres opens the PostgreSQL driver.
 func openPostgres(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
-	s, err := postgres.Open(ctx, dsn, postgres.Options{ReadOnly: opts.ReadOnly, Logger: opts.Logger})
+	s, err := postgres.Open(ctx, dsn, postgres.Options{ReadOnly: opts.ReadOnly, Logger: opts.Logger,
+		KeyTTL: opts.KeyTTL, Now: opts.Now})
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
@@ -19,6 +20,12 @@ type Options struct {
 	// ledger.ErrOpenedReadOnly (SQLite: the file must exist, and no lock
 	// is taken, so it may run beside ledgerd).
 	ReadOnly bool
+	// KeyTTL is the key_ttl_ms (SPEC §12) of the default namespace when
+	// Open creates the ledger; an existing ledger keeps its own.
+	KeyTTL uint64
+	// Now replaces the clock of decisions and reads (tests only; nil: the
+	// machine's clock on SQLite, the database's on PostgreSQL).
+	Now func() time.Time
 	// SQLite tunes the SQLite driver (Logger and the fields above win).
 	SQLite sqlite.Options
 }
@@ -38,5 +45,9 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
 	}
 	so := opts.SQLite
 	so.Logger = opts.Logger
+	so.KeyTTL = opts.KeyTTL
+	if opts.Now != nil {
+		so.Now = opts.Now
+	}
 	return sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
 }

@@ -55,7 +55,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "all-namespaces", "checkpoint", "vkey")},
 		{[]string{"audit"}, append(source, "json", "since", "tool")},
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
-		{[]string{"show"}, append(source, "json")},
+		{[]string{"show"}, append(source, "json", "history")},
 		{[]string{"head"}, append(source, "json")},
 		{[]string{"export"}, append(source, "json", "after")},
 		{[]string{"resolve"}, []string{"server", "token", "namespace", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
@@ -68,7 +68,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},
 		{[]string{"check-proof"}, []string{"vkey", "witness-vkey", "quorum", "json"}},
-		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json"}},
+		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl"}},
 		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {

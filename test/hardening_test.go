@@ -199,7 +199,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	_, _, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
-	assert.Contains(t, l.Logs(), "migrated ledger database to schema 2")
+	assert.Contains(t, l.Logs(), "migrated ledger database to schema 3")
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])

@@ -50,6 +50,23 @@ type Audit struct {
 	Interrupted      []InterruptedKey  `json:"interrupted"`
 	Failed           []FailedKey       `json:"failed"`
 	Resolutions      []Resolution      `json:"resolutions"`
+	// RenewedKeys (SPEC §12) are the reserves that started a new
+	// generation of an expired key.
+	RenewedKeys []RenewedKey `json:"renewed_keys"`
+}
+
+// RenewedKey is a reserve of a key whose outcome was at least the
+// namespace's key_ttl_ms old (SPEC §12): a new effect under the same key,
+// not a re-invocation of the earlier one.
+type RenewedKey struct {
+	Key  string `json:"key"`
+	Tool string `json:"tool"`
+	// PreviousFinalSeq is the commit or resolve that ended the previous
+	// generation; Seq is the new generation's reserve.
+	PreviousFinalSeq uint64 `json:"previous_final_seq"`
+	Seq              uint64 `json:"seq"`
+	ExecutionID      string `json:"execution_id"`
+	RecordedAt       uint64 `json:"recorded_at"`
 }
 
 // RuntimeRetry is one execution that reserved a key more than once: its
@@ -206,6 +223,15 @@ func (b *auditBuilder) reserve(k *keyState, r *chain.Receipt, state string, seen
 	}
 }
 
+// renewed records the reserve r that starts a new generation of k, whose
+// previous generation ended at receipt finalSeq.
+func (b *auditBuilder) renewed(k *keyState, r *chain.Receipt, finalSeq uint64) {
+	if r.Seq > b.from && b.win.has(r.Tool, r.Seq, r.RecordedAt) {
+		b.a.RenewedKeys = append(b.a.RenewedKeys, RenewedKey{Key: k.key, Tool: r.Tool, PreviousFinalSeq: finalSeq,
+			Seq: r.Seq, ExecutionID: r.ExecutionID, RecordedAt: r.RecordedAt})
+	}
+}
+
 func (b *auditBuilder) replay(k *keyState, r *chain.Receipt) {
 	if r.ExecutionID != k.first.ExecutionID && b.wants(k, r.Seq, r.RecordedAt) {
 		b.reInvocation(k, r, "deduped")
@@ -290,6 +316,8 @@ func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) 
 	slices.SortFunc(a.Interrupted, func(x, y InterruptedKey) int { return cmp.Compare(x.ReserveSeq, y.ReserveSeq) })
 	slices.SortFunc(a.Failed, func(x, y FailedKey) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.Resolutions, func(x, y Resolution) int { return cmp.Compare(x.Seq, y.Seq) })
+	slices.SortFunc(a.RenewedKeys, func(x, y RenewedKey) int { return cmp.Compare(x.Seq, y.Seq) })
+	ensure(&a.RenewedKeys)
 	ensure(&a.RuntimeRetries)
 	ensure(&a.ReInvocations)
 	ensure(&a.DuplicateEffects)

@@ -43,6 +43,8 @@ func (k keyOrdered) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Succ
 	return k.rd.DuplicateSuccesses(ctx, fn)
 }
 
+func (k keyOrdered) KeyTTL(ctx context.Context) (uint64, error) { return k.rd.KeyTTL(ctx) }
+
 func (k keyOrdered) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
 	return k.rd.RepeatedFailures(ctx, tool, fn)
 }

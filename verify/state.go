@@ -87,19 +87,23 @@ func (k *keyState) state(t uint64) string {
 	}
 }
 
-// stateChecker replays receipts through the rules of SPEC §3–4, per key.
+// stateChecker replays receipts through the rules of SPEC §3–4, per key,
+// and the key lifetime of SPEC §12.
 type stateChecker struct {
 	col   *collector
 	audit *auditBuilder
 	from  uint64 // violations are reported only for seq > from
-	keys  map[string]*keyState
+	// ttl is the ledger's key_ttl_ms: a reserve at least this long after
+	// a key's outcome starts a new generation of the key (0: never).
+	ttl  uint64
+	keys map[string]*keyState
 	// In grouped mode one keyState is reused for key after key.
 	grouped keyState
 	drift   *driftChecker // cross-checks the keys table, in grouped full runs
 }
 
-func newStateChecker(col *collector, audit *auditBuilder, from uint64) *stateChecker {
-	return &stateChecker{col: col, audit: audit, from: from, keys: map[string]*keyState{}}
+func newStateChecker(col *collector, audit *auditBuilder, from, ttl uint64) *stateChecker {
+	return &stateChecker{col: col, audit: audit, from: from, ttl: ttl, keys: map[string]*keyState{}}
 }
 
 func (s *stateChecker) violation(r *chain.Receipt, rule, format string, args ...any) {
@@ -165,6 +169,10 @@ func (s *stateChecker) add(r *chain.Receipt) {
 
 // next applies a receipt after the key's first, reporting broken rules.
 func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
+	if r.Kind == chain.KindReserve && s.expired(k, r.RecordedAt) {
+		s.renew(k, r)
+		return
+	}
 	if r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
 		r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated {
 		s.violation(r, RuleFingerprintChanged,
@@ -201,6 +209,29 @@ func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleCommitWithoutReserve, "key %q: %s of reserve %d, but the key has no earlier reserve", k.key, r.Kind, r.RefSeq)
 		s.setFinal(k, r)
 	}
+}
+
+// expired reports whether k, as replayed so far, is expired at unix ms t
+// (SPEC §12): finalized, with an outcome recorded at least ttl before t.
+func (s *stateChecker) expired(k *keyState, t uint64) bool {
+	return s.ttl > 0 && k.finalized && t >= k.final.recordedAt && t-k.final.recordedAt >= s.ttl
+}
+
+// renew starts a new generation of the expired key k at reserve r: a new
+// effect, decided as for a new key, so the fingerprint, the attempts and
+// the state start again from r. Its ref_seq must name a receipt of the
+// previous generation from its outcome on (the key's latest receipt).
+func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
+	if r.RefSeq < k.final.seq || r.RefSeq >= r.Seq {
+		s.violation(r, RuleRetryNotAllowed, "key %q: the reserve renewing it names ref_seq %d, but its previous generation ended at seq %d",
+			k.key, r.RefSeq, k.final.seq)
+	}
+	s.audit.renewed(k, r, k.final.seq)
+	k.first = *r
+	k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
+	k.attempts = k.attempts[:0]
+	k.hasReserve, k.finalized, k.final = true, false, finalInfo{}
+	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 }
 
 func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {

@@ -39,6 +39,13 @@ type KeyHistorySource interface {
 	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
 }
 
+// KeyTTLSource is a Source that knows the ledger's key_ttl_ms (SPEC §12),
+// stored with the ledger: a file or database, or a server that lists it.
+type KeyTTLSource interface {
+	Source
+	KeyTTL(ctx context.Context) (uint64, error)
+}
+
 // Rules a violation can name (SPEC §5). RuleDerivedState is reported when a
 // derived table disagrees with the receipts; RuleInvalidField when a field
 // holds a value no ledger writes.
@@ -108,6 +115,9 @@ type Opts struct {
 	Progress func(seq uint64)
 	// Filter narrows the audit.
 	Filter AuditFilter
+	// KeyTTL is the key_ttl_ms the key state rules apply (SPEC §12) when
+	// the source is not a KeyTTLSource; a KeyTTLSource's own wins.
+	KeyTTL uint64
 	// StateBudget bounds the memory of the key states of a full run over a
 	// SeqSource (bytes; 0: DefaultStateBudget). Keys beyond it are spilled
 	// to temporary files and replayed from there: slower, same report.
@@ -165,11 +175,18 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			}
 		} // else nothing can be trusted: a full run finds what happened
 	}
+	ttl := v.opts.KeyTTL
+	if ts, ok := v.src.(KeyTTLSource); ok {
+		var err error
+		if ttl, err = ts.KeyTTL(ctx); err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+	}
 	now := uint64(v.opts.Now().UnixMilli())
 	chainCol := &collector{max: v.opts.MaxViolations}
 	stateCol := &collector{max: v.opts.MaxViolations}
 	audit := newAuditBuilder(v.opts.Filter, from)
-	state := newStateChecker(stateCol, audit, from)
+	state := newStateChecker(stateCol, audit, from, ttl)
 	cc := newChainChecker(chainCol, v.opts, from, fromHash)
 
 	var dups []DuplicateEffect
@@ -332,7 +349,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 				if dupsOff {
 					audit.dups = nil
 				}
-				state = newStateChecker(stateCol, audit, from)
+				state = newStateChecker(stateCol, audit, from, ttl)
 				err = v.keyPass(ctx, ks, state, stateCol, from, now)
 			}
 			statePass <- nil

@@ -48,6 +48,10 @@
       title: 'Operator resolutions',
       desc: 'Decisions recorded by a person about interrupted keys.',
     },
+    renewed_keys: {
+      title: 'Renewed keys',
+      desc: "A key's outcome had expired (the namespace's key lifetime) and a later reserve started a new generation of it: a new effect under the same key, not a re-invocation.",
+    },
   };
 
   const COLUMN_LABELS = {
@@ -60,6 +64,7 @@
     lease_expires_at: 'lease ended',
     recorded_at: 'recorded',
     awaiting_person: 'awaiting a person',
+    previous_final_seq: 'previous outcome',
   };
 
   const $ = (id) => document.getElementById(id);
@@ -621,7 +626,10 @@
     const rs = v.receipts;
     const bySeq = new Map(rs.map((r) => [r.seq, r]));
     const firstExec = rs.length ? rs[0].execution_id : '';
-    const events = rs.map((r) => describe(r, bySeq, firstExec));
+    // The view lists the key's current generation: a first reserve that
+    // follows an earlier receipt renewed an expired key.
+    const renewedSeq = rs.length && rs[0].kind === 'reserve' && rs[0].ref_seq ? rs[0].seq : 0;
+    const events = rs.map((r) => describe(r, bySeq, firstExec, renewedSeq));
     const execs = new Map();
     for (const r of rs) {
       let e = execs.get(r.execution_id);
@@ -641,6 +649,9 @@
         ['effect', v.effect],
         ['idempotent', v.idempotent ? 'yes: an interrupted lease may be taken over, a retryable failure retried' : 'no: an interrupted lease needs a person'],
         ['fingerprint', v.input_hash ? el('span', { class: 'mono' }, v.input_hash) : el('span', { class: 'muted' }, 'no input hash')],
+        ['expires', v.expires_at
+          ? el('span', { id: 'key-expires' }, timeEl(v.expires_at), el('span', { class: 'muted' }, ' — a reserve from then on starts a new generation of the key'))
+          : ''],
       ]),
       el('div', { class: 'stats' },
         stat(rs.length, 'receipts'), stat(reserves.length, 'attempts reserved'), stat(execs.size, 'executions'),
@@ -691,7 +702,7 @@
   }
 
   // describe names what a receipt of a key means in its story.
-  function describe(r, bySeq, firstExec) {
+  function describe(r, bySeq, firstExec, renewedSeq) {
     const ref = bySeq.get(r.ref_seq);
     const sameExec = ref && ref.execution_id === r.execution_id;
     const byNew = r.execution_id !== firstExec;
@@ -706,6 +717,9 @@
       case 'reserve':
         if (!r.ref_seq) {
           e.title = 'Reserved';
+        } else if (r.seq === renewedSeq) {
+          e.title = 'Reserved again after the key expired';
+          e.badge = badge('new generation', 'ok');
         } else if (ref && ref.kind === 'reserve') {
           e.cls = 'takeover';
           e.title = sameExec ? 'Runtime retry: took over the interrupted lease' : 'Re-invocation: took over the interrupted lease';
@@ -714,7 +728,7 @@
           e.title = sameExec ? 'Runtime retry after a failure' : 'Re-invocation: retry after a failure';
           if (ref && ref.error_code) e.badge = badge('after ' + ref.error_code, 'warn');
         }
-        e.runtimeRetry = Boolean(r.ref_seq) && sameExec;
+        e.runtimeRetry = Boolean(r.ref_seq) && sameExec && r.seq !== renewedSeq;
         e.reInvocation = byNew;
         e.body = kv([['lease until', timeEl(r.lease_expires_at)], ['follows', r.ref_seq ? '#' + r.ref_seq : '']]);
         break;

@@ -152,4 +152,9 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, cell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(r.Note))
 		}
 	})
+	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME", func(tw io.Writer) {
+		for _, r := range a.RenewedKeys {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d\n", r.Seq, cell(r.Key), cell(r.Tool), cell(r.ExecutionID), ms(r.RecordedAt), r.PreviousFinalSeq)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
@@ -17,7 +18,7 @@ import (
 type NamespaceCommand struct{ *Env }
 
 const namespaceUsage = `Usage:
-  ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--json]
+  ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--key-ttl DURATION] [--json]
   ledgerctl namespace list   (--db FILE|URL | --server URL) [--json]
   ledgerctl namespace forget --db FILE NAME --by WHO --reason TEXT [--json]
 
@@ -58,13 +59,20 @@ func namespaceSource(fs *flag.FlagSet, writes bool) *sourceFlags {
 func (c *NamespaceCommand) create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("namespace create", flag.ContinueOnError)
 	src := namespaceSource(fs, true)
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--json]
+	ttl := fs.Duration("key-ttl", 0, "forget a finalized key this long after its outcome, e.g. 24h (0: never); fixed at creation")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--key-ttl DURATION] [--json]
 
 Creates the empty namespace NAME (1–64 bytes of a-z 0-9 . _ -). With --server
 it needs an admin token when tokens exist. With --db on SQLite it registers
 NAME in the ledger file and creates <db>.ns/ns-NAME.db; a running ledgerd
-serves it at once. Exit 2 if NAME exists.`,
+serves it at once. Exit 2 if NAME exists.
+
+--key-ttl sets the namespace's key lifetime: a reserve of a key whose
+outcome (success or failure) is at least that old starts a new generation
+of the key instead of replaying or refusing it. Reserved and interrupted
+keys never expire. It is fixed when the namespace is created.`,
 		`  ledgerctl namespace create --db ledger.db payments
+  ledgerctl namespace create --db ledger.db reports --key-ttl 24h
   ledgerctl namespace create --server http://127.0.0.1:8080 payments
   ledgerctl namespace create --db postgres://ledger@db.internal/ledger payments
 `)
@@ -81,16 +89,20 @@ serves it at once. Exit 2 if NAME exists.`,
 	if !ledger.ValidNamespace(name) {
 		return usageErr(fs, c.Env, "namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", name)
 	}
-	info := ledger.NamespaceInfo{Name: name}
+	keyTTL, err := keyTTLMS(*ttl)
+	if err != nil {
+		return usageErr(fs, c.Env, "--key-ttl: %v", err)
+	}
+	info := ledger.NamespaceInfo{Name: name, KeyTTL: keyTTL}
 	if src.server != "" {
 		client, err := src.client(fs, c.Env)
 		if err != nil {
 			return err
 		}
-		if info, err = client.CreateNamespace(ctx, name); err != nil {
+		if info, err = client.CreateNamespace(ctx, name, keyTTL); err != nil {
 			return err
 		}
-	} else if err := createNamespaceDB(ctx, c.Env, src.db, name); err != nil {
+	} else if err := createNamespaceDB(ctx, c.Env, src.db, name, keyTTL); err != nil {
 		return err
 	}
 	if src.json {
@@ -106,20 +118,29 @@ serves it at once. Exit 2 if NAME exists.`,
 	return err
 }
 
+// keyTTLMS converts a --key-ttl duration to key_ttl_ms: whole
+// milliseconds from 0 to ledger.MaxKeyTTL.
+func keyTTLMS(d time.Duration) (uint64, error) {
+	if d < 0 || d%time.Millisecond != 0 || uint64(d.Milliseconds()) > ledger.MaxKeyTTL {
+		return 0, fmt.Errorf("%s is not a whole number of milliseconds from 0 up", d)
+	}
+	return uint64(d.Milliseconds()), nil
+}
+
 // createNamespaceDB creates namespace name in the database dsn.
-func createNamespaceDB(ctx context.Context, env *Env, dsn, name string) error {
+func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, keyTTL uint64) error {
 	var err error
 	if storage.IsPostgres(dsn) {
 		var st ledger.Store
 		if st, err = openDB(ctx, dsn, env, false); err != nil {
 			return err
 		}
-		err = errors.Join(st.CreateNamespace(ctx, name), st.Close())
+		err = errors.Join(st.CreateNamespace(ctx, name, keyTTL), st.Close())
 	} else {
 		if err = checkDBFile(dsn); err != nil {
 			return err
 		}
-		err = sqlite.CreateNamespace(ctx, dsn, name)
+		err = sqlite.CreateNamespace(ctx, dsn, name, keyTTL)
 	}
 	if errors.Is(err, ledger.ErrNamespaceExists) {
 		return fmt.Errorf("namespace %q exists in %s", name, describeDSN(dsn))
@@ -129,7 +150,8 @@ func createNamespaceDB(ctx context.Context, env *Env, dsn, name string) error {
 
 // namespaceJSON is a namespace as the API and --json show it.
 func namespaceJSON(n ledger.NamespaceInfo) map[string]any {
-	return map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()}}
+	return map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()},
+		"key_ttl_ms": n.KeyTTL}
 }
 
 func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
@@ -138,8 +160,8 @@ func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace list (--db FILE|URL | --server URL) [--json]
 
 Lists the namespaces by name, "default" included, with their heads (SEQ:HASH,
-the form verify --expect-head takes) and, for a SQLite ledger, the file that
-holds each. Through --server a token limited to namespaces sees only those.`,
+the form verify --expect-head takes), their key lifetimes (KEY_TTL, "-" for
+keys that never expire) and, for a SQLite ledger, the file that holds each. Through --server a token limited to namespaces sees only those.`,
 		`  ledgerctl namespace list --db ledger.db
   ledgerctl namespace list --server http://127.0.0.1:8080 --json
 `)
@@ -173,13 +195,17 @@ holds each. Through --server a token limited to namespaces sees only those.`,
 	}
 	files := src.server == "" && !storage.IsPostgres(src.db)
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	header := "NAME\tSEQ\tHASH"
+	header := "NAME\tSEQ\tHASH\tKEY_TTL"
 	if files {
 		header += "\tFILE"
 	}
 	fmt.Fprintln(tw, header)
 	for _, n := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%s", n.Name, n.Head.Seq, n.Head.Hash)
+		ttl := "-"
+		if n.KeyTTL != 0 {
+			ttl = ledger.MsDuration(n.KeyTTL).String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s", n.Name, n.Head.Seq, n.Head.Hash, ttl)
 		if files {
 			fmt.Fprintf(tw, "\t%s", sqlite.NamespacePath(src.db, n.Name))
 		}
@@ -211,7 +237,11 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 		if err != nil {
 			return nil, redactErr(dsn, fmt.Errorf("namespace %s: head: %w", name, err))
 		}
-		out = append(out, ledger.NamespaceInfo{Name: name, Head: h})
+		ttl, err := ch.KeyTTL(ctx)
+		if err != nil {
+			return nil, redactErr(dsn, fmt.Errorf("namespace %s: key ttl: %w", name, err))
+		}
+		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
 	}
 	return out, nil
 }

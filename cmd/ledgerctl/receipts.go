@@ -87,8 +87,12 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 	src.registerSource(fs)
 	src.registerNamespace(fs)
 	src.registerJSON(fs)
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE|URL | --server URL) [flags] KEY\n\nShows one key's state, fingerprint and receipts.",
-		"  ledgerctl show --db ledger.db refund-order-1234\n  ledgerctl show --server http://127.0.0.1:8080 --json refund-order-1234\n")
+	history := fs.Bool("history", false, "list the receipts of every generation of the key, not only the current one")
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE|URL | --server URL) [flags] KEY\n\n"+
+		"Shows one key's state, fingerprint, expiry (in a namespace with a key TTL) and the receipts of\n"+
+		"its current generation; --history shows those of the earlier generations too.",
+		"  ledgerctl show --db ledger.db refund-order-1234\n  ledgerctl show --server http://127.0.0.1:8080 --json refund-order-1234\n"+
+			"  ledgerctl show --db ledger.db --namespace reports --history daily-report\n")
 	if err != nil {
 		return err
 	}
@@ -100,7 +104,7 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	v, err := st.GetKey(ctx, pos[0])
+	v, err := st.Key(ctx, pos[0], *history)
 	if err != nil {
 		return err
 	}
@@ -108,8 +112,12 @@ func (c *ShowCommand) Run(ctx context.Context, args []string) error {
 		_, err := c.Stdout.Write(append(api.AppendKeyView(nil, v), '\n'))
 		return err
 	}
-	fmt.Fprintf(c.Stdout, "key        %s\nstate      %s\ntool       %s\neffect     %s\nidempotent %t\ninput      %s\n\n",
+	fmt.Fprintf(c.Stdout, "key        %s\nstate      %s\ntool       %s\neffect     %s\nidempotent %t\ninput      %s\n",
 		v.IdempotencyKey, v.State, v.Tool, v.Effect, v.Idempotent, cell(v.InputHash))
+	if v.ExpiresAt != 0 {
+		fmt.Fprintf(c.Stdout, "expires    %s\n", ms(v.ExpiresAt))
+	}
+	fmt.Fprintln(c.Stdout)
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tRECORDED\tKIND\tEXECUTION\tATTEMPT\tWHAT")
 	for _, r := range v.Receipts {

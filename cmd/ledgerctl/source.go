@@ -78,7 +78,9 @@ func (s *sourceFlags) registerJSON(fs *flag.FlagSet) {
 type store interface {
 	verify.Source
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
-	GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
+	// Key returns a key's state with its expiry and the current
+	// generation's receipts, or all of them with history (SPEC §12).
+	Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error)
 	Head(ctx context.Context) (ledger.Head, error)
 	Close() error
 }
@@ -99,10 +101,29 @@ func (f fileStore) Close() error {
 	return f.db.Close()
 }
 
+// Key reads a key and applies the key_ttl_ms stored with the namespace.
+func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {
+	v, err := f.GetKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := f.KeyTTL(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v.WithLifetime(ttl, history)
+	return v, nil
+}
+
 // serverStore adapts a server.
 type serverStore struct{ *api.Client }
 
 func (serverStore) Close() error { return nil }
+
+// Key reads a key from the server.
+func (s serverStore) Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {
+	return s.GetKey(ctx, key, history)
+}
 
 var (
 	_ store = fileStore{}

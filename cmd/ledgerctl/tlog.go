@@ -104,7 +104,7 @@ func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceip
 }
 
 func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
-	return f.GetKey(ctx, key)
+	return f.Key(ctx, key, false)
 }
 
 type serverLog struct{ *api.Client }
@@ -114,7 +114,7 @@ func (s serverLog) portable(ctx context.Context, seq uint64) (*tlog.PortableRece
 	return s.PortableReceipt(ctx, seq)
 }
 func (s serverLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
-	return s.GetKey(ctx, key)
+	return s.GetKey(ctx, key, false)
 }
 func (serverLog) Close() error { return nil }
 

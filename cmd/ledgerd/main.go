@@ -92,6 +92,9 @@ type Main struct {
 	CacheMiB          int
 	MaxNamespaces     int
 	MaxOpenNamespaces int
+	// DefaultKeyTTL is the key lifetime of the default namespace when
+	// this start creates the ledger (SPEC §12); 0: keys never expire.
+	DefaultKeyTTL time.Duration
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -153,6 +156,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.Var(&m.Witnesses, "witness", "send each new checkpoint to this C2SP tlog-witness, `VKEY=URL` (its cosignature verifier key and URL prefix; repeatable; LEDGERD_WITNESS takes several separated by spaces), and serve its cosignatures")
 	fs.IntVar(&m.WitnessQuorum, "witness-quorum", 0, "serve a new checkpoint only once this many --witness witnesses have cosigned it; until then the previous one stays served")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
+	fs.DurationVar(&m.DefaultKeyTTL, "default-key-ttl", 0, "when this start creates the ledger, forget a finalized key of the default namespace this long after its outcome, e.g. 24h; 0: never. Fixed once the ledger exists (namespaces set their own: ledgerctl namespace create --key-ttl)")
 	fs.Usage = func() {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
 
@@ -291,11 +295,20 @@ func (m *Main) Run(ctx context.Context) error {
 		}
 		defer key.close()
 	}
-	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces}})
+	keyTTL, err := keyTTLMS(m.DefaultKeyTTL)
+	if err != nil {
+		return fmt.Errorf("--default-key-ttl: %w", err)
+	}
+	now, err := testClock()
 	if err != nil {
 		return err
 	}
-	l := ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger,
+	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
+		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces}})
+	if err != nil {
+		return err
+	}
+	l := ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
 		MaxNamespaces: m.MaxNamespaces})
 	defer func() {
 		if err := l.Close(); err != nil {
@@ -316,7 +329,7 @@ func (m *Main) Run(ctx context.Context) error {
 	// first use.
 	// The verifier and GET /v1/audit read through their own read-only
 	// store, so they never take connections from the API or the writers.
-	rstore, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true})
+	rstore, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true, Now: now})
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,10 @@ type Options struct {
 	// MaxConns caps the connection pool; 0 keeps the URL's pool_max_conns
 	// or pgxpool's default.
 	MaxConns int32
+	// KeyTTL is the key_ttl_ms (SPEC §12) of the default namespace when
+	// Open creates the schema (ledgerd --default-key-ttl); an existing
+	// database keeps its own. 0: keys never expire.
+	KeyTTL uint64
 }
 
 // Store is a ledger.Store on a PostgreSQL database.
@@ -57,6 +61,9 @@ type Store struct {
 	log  *slog.Logger
 	desc string
 	id   string // this Store's id in NOTIFY payloads
+	// version is the database's schema version: a read-only store reads
+	// a version 1 schema (no key_ttl_ms) as it is.
+	version int
 
 	mu       sync.Mutex
 	known    map[string]*Chain // namespaces known to exist (never deleted)
@@ -168,7 +175,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", desc, safeErr(classify(err), dsn))
 	}
-	err = migrate(ctx, conn.Conn(), opts.ReadOnly)
+	s.version, err = migrate(ctx, conn.Conn(), opts.ReadOnly, opts.KeyTTL)
 	conn.Release()
 	if err != nil {
 		pool.Close()
@@ -279,13 +286,13 @@ func (s *Store) chain(ctx context.Context, ns string) (*Chain, error) {
 	return c, nil
 }
 
-// CreateNamespace creates an empty namespace, or returns
-// ledger.ErrNamespaceExists.
-func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
+// CreateNamespace creates an empty namespace whose keys expire after
+// keyTTL ms (0: never), or returns ledger.ErrNamespaceExists.
+func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
 	if s.opts.ReadOnly {
 		return ledger.ErrOpenedReadOnly
 	}
-	err := createNamespace(ctx, s.pool, ns)
+	err := createNamespace(ctx, s.pool, ns, keyTTL)
 	if isCode(err, codeUniqueViolation) {
 		return fmt.Errorf("%w: %s", ledger.ErrNamespaceExists, ns)
 	}

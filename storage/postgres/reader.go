@@ -24,6 +24,23 @@ type Chain struct {
 // Namespace is the chain's namespace.
 func (c *Chain) Namespace() string { return c.ns }
 
+// KeyTTL reads the namespace's key_ttl_ms (SPEC §12) from its row; a
+// version 1 schema, read as it is, has none: 0, keys never expire.
+func (c *Chain) KeyTTL(ctx context.Context) (uint64, error) {
+	if c.s.version < 2 {
+		return 0, nil
+	}
+	var ttl int64
+	err := c.s.pool.QueryRow(ctx, `SELECT key_ttl_ms FROM namespaces WHERE name = $1`, c.ns).Scan(&ttl)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read key ttl: %w: %s", ledger.ErrUnknownNamespace, c.ns)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read key ttl: %w", classify(err))
+	}
+	return uint64(ttl), nil
+}
+
 // receiptColumns are the 23 columns of SPEC §2 plus the hashes, in order.
 const receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect,
 	idempotent, input_hash, outcome, external_ref, result, error_code, error_message, retryable,
@@ -96,17 +113,29 @@ const (
 	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.ref_seq = 0 AND r.seq > f.seq))
 	ORDER BY r.tool, r.input_hash, r.seq`
 
-	// sqlDerivedKey computes key $2's keys row from its receipts alone.
+	// sqlDerivedKey computes key $2's keys row from its receipts alone,
+	// with $3 the namespace's key_ttl_ms: the fingerprint comes from the
+	// first reserve of the key's current generation (the latest reserve
+	// with ref_seq 0 or that renews the key, SPEC §12: it names a replay,
+	// or an outcome at least key_ttl_ms older than itself), the lease from
+	// the latest reserve, final_seq from the generation's latest commit or
+	// resolve (as the SQLite driver's derivedKeysSQL).
 	sqlDerivedKey = `
 	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
-		g.first_seq, g.last_seq, l.lease_expires_at, coalesce(fin.final_seq, 0)
-	FROM (SELECT idempotency_key, min(seq) AS first_seq, max(seq) AS last_seq FROM receipts
-		WHERE namespace = $1 AND kind = 'reserve' AND idempotency_key = $2 GROUP BY idempotency_key) AS g
+		g.first_seq, g.last_seq, l.lease_expires_at,
+		coalesce((SELECT max(x.seq) FROM receipts AS x WHERE x.namespace = $1 AND x.idempotency_key = $2
+			AND x.kind IN ('commit', 'resolve') AND x.seq > g.first_seq), 0)
+	FROM (SELECT idempotency_key, CASE WHEN gen_seq > 0 THEN gen_seq ELSE min_seq END AS first_seq, last_seq
+		FROM (SELECT r.idempotency_key,
+			max(CASE WHEN r.ref_seq = 0 OR p.kind = 'replay' OR (p.kind IN ('commit', 'resolve')
+				AND $3::bigint > 0 AND r.recorded_at >= p.recorded_at + $3::bigint) THEN r.seq ELSE 0 END) AS gen_seq,
+			min(r.seq) AS min_seq, max(r.seq) AS last_seq
+		FROM receipts AS r
+		LEFT JOIN receipts AS p ON p.namespace = $1 AND p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+		WHERE r.namespace = $1 AND r.kind = 'reserve' AND r.idempotency_key = $2
+		GROUP BY r.idempotency_key) AS gs) AS g
 	JOIN receipts AS f ON f.namespace = $1 AND f.seq = g.first_seq
-	JOIN receipts AS l ON l.namespace = $1 AND l.seq = g.last_seq
-	LEFT JOIN (SELECT idempotency_key, max(seq) AS final_seq FROM receipts
-		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND idempotency_key = $2 GROUP BY idempotency_key) AS fin
-		ON fin.idempotency_key = g.idempotency_key`
+	JOIN receipts AS l ON l.namespace = $1 AND l.seq = g.last_seq`
 
 	sqlKeyDrift = `
 	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2
@@ -210,7 +239,7 @@ func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
 			}
 			view = &ledger.KeyView{IdempotencyKey: key, State: ledger.StateOf(&k, &fin, now),
 				Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
-				Receipts: receipts}
+				FirstSeq: k.FirstSeq, FinalSeq: k.FinalSeq, Receipts: receipts}
 			return nil
 		})
 	var le *ledger.Error
@@ -416,7 +445,11 @@ func (c *Chain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledg
 // KeyDrift returns the differences between the stored keys row of key and
 // what its receipts derive, read in one statement; none when they agree.
 func (c *Chain) KeyDrift(ctx context.Context, key string) ([]string, error) {
-	rows, err := c.s.pool.Query(ctx, sqlKeyDrift, c.ns, key)
+	ttl, err := c.KeyTTL(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	rows, err := c.s.pool.Query(ctx, sqlKeyDrift, c.ns, key, int64(ttl))
 	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", classify(err))
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is the schema version this build creates and serves.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // schemaLockKey is the pg_advisory_xact_lock key held while the schema is
 // checked and created, so that replicas starting together create it once.
@@ -20,7 +20,8 @@ const SchemaVersion = 1
 // signerLockClass.)
 const schemaLockKey int64 = 0x6566656C00000001
 
-// schemaSQL is the PostgreSQL schema, version 1.
+// schemaSQL is the PostgreSQL schema, version 2 (version 1 without
+// namespaces.key_ttl_ms; migrateV1 adds it).
 //
 // receipts holds every namespace's chain: one row per receipt, the
 // namespace and then one column per field of SPEC §2 with the same name
@@ -44,6 +45,7 @@ CREATE TABLE namespaces (
 	name       text COLLATE "C" PRIMARY KEY CHECK (name ~ '^[a-z0-9._-]{1,64}$'),
 	created_at bigint NOT NULL
 );
+` + sqlKeyTTLColumn + `
 
 -- Only head (and checkpoints) reference namespaces: every write of
 -- receipts, keys and tree hashes happens in a transaction that holds its
@@ -194,66 +196,91 @@ CREATE TABLE ready_probe (
 );
 `
 
+// sqlKeyTTLColumn adds namespaces.key_ttl_ms (SPEC §12: how long a
+// finalized key is remembered, 0 forever), fixed when the namespace is
+// created: a trigger refuses to change it. Schema 2 creates it; the
+// migration from schema 1 adds it with 0, the behaviour of every version 1
+// namespace.
+const sqlKeyTTLColumn = `
+ALTER TABLE namespaces ADD COLUMN key_ttl_ms bigint NOT NULL DEFAULT 0 CHECK (key_ttl_ms >= 0);
+CREATE FUNCTION ledger_key_ttl_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.key_ttl_ms IS DISTINCT FROM OLD.key_ttl_ms THEN
+		RAISE EXCEPTION 'the key_ttl_ms of % is fixed at creation', OLD.name USING ERRCODE = 'restrict_violation';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER namespaces_key_ttl_fixed BEFORE UPDATE ON namespaces
+	FOR EACH ROW EXECUTE FUNCTION ledger_key_ttl_fixed();
+`
+
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 
-// migrate checks the schema version and creates the schema on an empty
-// database, in one transaction under an advisory lock. readOnly stores
-// never create it.
-func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool) error {
+// migrate checks the schema version, creates the schema on an empty
+// database (the default namespace with keyTTL) and migrates a version 1
+// schema, in one transaction under an advisory lock. readOnly stores never
+// create or migrate it: they read a version 1 schema as it is. It returns
+// the version of the schema in the database.
+func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) (int, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLockKey); err != nil {
-		return err
+		return 0, err
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, `SELECT to_regclass('schema_version') IS NOT NULL`).Scan(&exists); err != nil {
-		return err
+		return 0, err
 	}
 	if exists {
 		var v int
 		err := tx.QueryRow(ctx, `SELECT version FROM schema_version WHERE id = 1`).Scan(&v)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: the schema_version table is empty", ledger.ErrNotLedger)
+			return 0, fmt.Errorf("%w: the schema_version table is empty", ledger.ErrNotLedger)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		switch {
 		case v > SchemaVersion:
-			return fmt.Errorf("%w: the database has schema version %d, this build knows %d",
+			return 0, fmt.Errorf("%w: the database has schema version %d, this build knows %d",
 				ledger.ErrSchemaVersion, v, SchemaVersion)
-		case v < SchemaVersion:
-			return fmt.Errorf("%w: the database has schema version %d, this build knows %d and has no migration from it",
+		case v < 1:
+			return 0, fmt.Errorf("%w: the database has schema version %d, this build knows %d and has no migration from it",
 				ledger.ErrSchemaVersion, v, SchemaVersion)
+		case v == 1 && !readOnly:
+			if _, err := tx.Exec(ctx, sqlKeyTTLColumn+`; UPDATE schema_version SET version = 2 WHERE id = 1`); err != nil {
+				return 0, fmt.Errorf("migrate schema 1 to 2: %w", err)
+			}
+			return SchemaVersion, tx.Commit(ctx)
 		}
 		if readOnly {
-			return nil
+			return v, nil
 		}
 		if err := ensureKeysGuard(ctx, tx); err != nil {
-			return err
+			return 0, err
 		}
-		return tx.Commit(ctx)
+		return v, tx.Commit(ctx)
 	}
 	if readOnly {
-		return fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
+		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
 	if _, err := tx.Exec(ctx, schemaSQL); err != nil {
-		return fmt.Errorf("create schema: %w", err)
+		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {
-		return fmt.Errorf("create schema: %w", err)
+		return 0, fmt.Errorf("create schema: %w", err)
 	}
-	if err := createNamespace(ctx, tx, ledger.DefaultNamespace); err != nil {
-		return fmt.Errorf("create schema: %w", err)
+	if err := createNamespace(ctx, tx, ledger.DefaultNamespace, keyTTL); err != nil {
+		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if err := ensureKeysGuard(ctx, tx); err != nil {
-		return err
+		return 0, err
 	}
-	return tx.Commit(ctx)
+	return SchemaVersion, tx.Commit(ctx)
 }
 
 // sqlKeysGuard protects the keys table, the state every decision reads:
@@ -296,10 +323,10 @@ func ensureKeysGuard(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// sqlCreateNamespace inserts a namespace and its empty head in one
-// statement.
+// sqlCreateNamespace inserts a namespace with its key_ttl_ms and its
+// empty head in one statement.
 const sqlCreateNamespace = `WITH ns AS (
-		INSERT INTO namespaces (name, created_at) VALUES ($1, ` + sqlNowMS + `) RETURNING name)
+		INSERT INTO namespaces (name, created_at, key_ttl_ms) VALUES ($1, ` + sqlNowMS + `, $2) RETURNING name)
 	INSERT INTO head (namespace, seq, hash, recorded_at) SELECT name, 0, '\x` + zeroHashHex + `'::bytea, 0 FROM ns`
 
 const zeroHashHex = "0000000000000000000000000000000000000000000000000000000000000000"
@@ -308,7 +335,7 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func createNamespace(ctx context.Context, q execer, ns string) error {
-	_, err := q.Exec(ctx, sqlCreateNamespace, ns)
+func createNamespace(ctx context.Context, q execer, ns string, keyTTL uint64) error {
+	_, err := q.Exec(ctx, sqlCreateNamespace, ns, int64(keyTTL))
 	return err
 }

@@ -57,7 +57,9 @@ const (
 		lease_expires_at, final_seq, token_hash FROM keys WHERE namespace = $1 AND idempotency_key = $2`
 
 	sqlTxMaxAttempt = `SELECT max(attempt) FROM receipts
-		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3`
+		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3 AND seq >= $4`
+
+	sqlTxLastSeq = `SELECT max(seq) FROM receipts WHERE namespace = $1 AND idempotency_key = $2`
 
 	// The batch's rows travel as one array per column. unnest in the
 	// select list (the arrays run in lockstep) is ~7× faster for small
@@ -526,11 +528,29 @@ func (t *tx) Preload(ctx context.Context, keys []string) error {
 	return nil
 }
 
-// MaxAttempt returns the highest attempt recorded for execution on key,
-// this transaction's appends included.
-func (t *tx) MaxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
+// LastSeq returns the seq of key's latest receipt, this transaction's
+// appends included.
+func (t *tx) LastSeq(ctx context.Context, key string) (uint64, error) {
+	for i := len(t.receipts) - 1; i >= 0; i-- {
+		if t.receipts[i].IdempotencyKey == key {
+			return t.receipts[i].Seq, nil
+		}
+	}
 	var m *int64
-	if err := t.conn.QueryRow(ctx, sqlTxMaxAttempt, t.c.ns, execution, key).Scan(&m); err != nil {
+	if err := t.conn.QueryRow(ctx, sqlTxLastSeq, t.c.ns, key).Scan(&m); err != nil {
+		return 0, t.dbFail("read last receipt of key", err)
+	}
+	if m == nil {
+		return 0, fmt.Errorf("read last receipt of key: key %q has no receipt", key)
+	}
+	return uint64(*m), nil
+}
+
+// MaxAttempt returns the highest attempt recorded for execution on key
+// from seq since on, this transaction's appends included.
+func (t *tx) MaxAttempt(ctx context.Context, key, execution string, since uint64) (uint64, bool, error) {
+	var m *int64
+	if err := t.conn.QueryRow(ctx, sqlTxMaxAttempt, t.c.ns, execution, key, int64(since)).Scan(&m); err != nil {
 		return 0, false, t.dbFail("read attempts", err)
 	}
 	var out uint64
@@ -540,7 +560,7 @@ func (t *tx) MaxAttempt(ctx context.Context, key, execution string) (uint64, boo
 	}
 	for i := range t.receipts {
 		r := &t.receipts[i]
-		if r.IdempotencyKey == key && r.ExecutionID == execution && (!found || r.Attempt > out) {
+		if r.IdempotencyKey == key && r.ExecutionID == execution && r.Seq >= since && (!found || r.Attempt > out) {
 			out, found = r.Attempt, true
 		}
 	}

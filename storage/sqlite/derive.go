@@ -9,36 +9,47 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// sqlDerivedKeys computes the keys table from the receipts alone: the
-// fingerprint and flags come from a key's first reserve, the lease from its
-// latest reserve, and final_seq is its latest commit or resolve. Its
-// columns are those of the keys table, in order.
-const sqlDerivedKeys = `
+// derivedKeysSQL computes keys rows from the receipts alone, for the keys
+// that match where (a condition on r, the reserves), with ttl the SQL of
+// the key_ttl_ms. The fingerprint and flags come from the first reserve of
+// the key's current generation: the latest reserve that is the key's
+// first (ref_seq 0) or renews it (SPEC §12: it names a replay, or an
+// outcome at least key_ttl_ms older than itself). The lease comes from the
+// latest reserve, and final_seq is the latest commit or resolve of the
+// generation. Its columns are those of the keys table, in order.
+func derivedKeysSQL(where, ttl string) string {
+	return `
 	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
-		g.first_seq, g.last_seq, l.lease_expires_at, coalesce(fin.final_seq, 0)
-	FROM (SELECT idempotency_key, min(seq) AS first_seq, max(seq) AS last_seq
-		FROM receipts WHERE kind = 'reserve' GROUP BY idempotency_key) AS g
+		g.first_seq, g.last_seq, l.lease_expires_at,
+		coalesce((SELECT max(x.seq) FROM receipts AS x INDEXED BY receipts_by_key
+			WHERE x.idempotency_key = g.idempotency_key AND x.kind IN ('commit', 'resolve') AND x.seq > g.first_seq), 0)
+	FROM (SELECT idempotency_key, CASE WHEN gen_seq > 0 THEN gen_seq ELSE min_seq END AS first_seq, last_seq
+		FROM (SELECT r.idempotency_key,
+			max(CASE WHEN r.ref_seq = 0 OR p.kind = 'replay' OR (p.kind IN ('commit', 'resolve')
+				AND t.ttl > 0 AND r.recorded_at >= p.recorded_at + t.ttl) THEN r.seq ELSE 0 END) AS gen_seq,
+			min(r.seq) AS min_seq, max(r.seq) AS last_seq
+		FROM receipts AS r
+		LEFT JOIN receipts AS p ON p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+		CROSS JOIN (SELECT ` + ttl + ` AS ttl) AS t
+		WHERE r.kind = 'reserve'` + where + `
+		GROUP BY r.idempotency_key)) AS g
 	JOIN receipts AS f ON f.seq = g.first_seq
-	JOIN receipts AS l ON l.seq = g.last_seq
-	LEFT JOIN (SELECT idempotency_key, max(seq) AS final_seq
-		FROM receipts WHERE kind IN ('commit', 'resolve') GROUP BY idempotency_key) AS fin
-		ON fin.idempotency_key = g.idempotency_key`
+	JOIN receipts AS l ON l.seq = g.last_seq`
+}
 
-// sqlDerivedKey is sqlDerivedKeys for the one key ?1.
-const sqlDerivedKey = `
-	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
-		g.first_seq, g.last_seq, l.lease_expires_at, coalesce(fin.final_seq, 0)
-	FROM (SELECT idempotency_key, min(seq) AS first_seq, max(seq) AS last_seq
-		FROM receipts WHERE kind = 'reserve' AND idempotency_key = ?1 GROUP BY idempotency_key) AS g
-	JOIN receipts AS f ON f.seq = g.first_seq
-	JOIN receipts AS l ON l.seq = g.last_seq
-	LEFT JOIN (SELECT idempotency_key, max(seq) AS final_seq
-		FROM receipts WHERE kind IN ('commit', 'resolve') AND idempotency_key = ?1 GROUP BY idempotency_key) AS fin
-		ON fin.idempotency_key = g.idempotency_key`
+// sqlFileTTL is the key_ttl_ms of the file (schema 3 on).
+const sqlFileTTL = `coalesce((SELECT key_ttl_ms FROM settings WHERE id = 1), 0)`
+
+// sqlDerivedKeys is every derived keys row of the file.
+var sqlDerivedKeys = derivedKeysSQL("", sqlFileTTL)
+
+// sqlDerivedKey is the derived keys row of the one key ?1, with the
+// key_ttl_ms ?2 (a reader of a file older than schema 3 has no settings).
+var sqlDerivedKey = derivedKeysSQL(" AND r.idempotency_key = ?1", "?2")
 
 // sqlKeyDrift is SQLKeysDrift for the one key ?1: a single statement, so
 // both sides come from one snapshot even while ledgerd writes.
-const sqlKeyDrift = `
+var sqlKeyDrift = `
 	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys WHERE idempotency_key = ?1 EXCEPT ` + sqlDerivedKey + `)
 	UNION ALL
 	SELECT 'derived', * FROM (` + sqlDerivedKey + ` EXCEPT SELECT ` + keysColumns + ` FROM keys WHERE idempotency_key = ?1)`
@@ -46,7 +57,11 @@ const sqlKeyDrift = `
 // KeyDrift returns the differences between the stored keys row of key and
 // what its receipts say, read in one snapshot; none when they agree.
 func (rd *Reader) KeyDrift(ctx context.Context, key string) ([]string, error) {
-	rows, err := rd.r.QueryContext(ctx, sqlKeyDrift, key)
+	ttl, err := rd.KeyTTL(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	rows, err := rd.r.QueryContext(ctx, sqlKeyDrift, key, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", classify(err))
 	}
@@ -71,8 +86,9 @@ const keysColumns = `idempotency_key, key_generated, tool, effect, input_hash, i
 // SQLKeysDrift lists the rows in which the stored keys table and the keys
 // derived from the receipts differ (either way round); it returns no rows
 // when the derived table is consistent. It is the set-based form of the
-// verifier's merge-join check, for operators with sqlite3 and for tests.
-const SQLKeysDrift = `
+// verifier's merge-join check, for operators with sqlite3 and for tests
+// (on files of schema 3 on).
+var SQLKeysDrift = `
 	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys EXCEPT ` + sqlDerivedKeys + `)
 	UNION ALL
 	SELECT 'derived', * FROM (` + sqlDerivedKeys + ` EXCEPT SELECT ` + keysColumns + ` FROM keys)`

@@ -20,10 +20,10 @@ import (
 // nothing registered (an empty file left in place is taken up by the next
 // creation) or the whole namespace.
 
-// CreateNamespace registers namespace ns in the ledger at path and
-// creates its file. It may run beside a ledgerd serving the file (it
-// writes only the registry and a new file).
-func CreateNamespace(ctx context.Context, path, ns string) error {
+// CreateNamespace creates namespace ns of the ledger at path, whose keys
+// expire after keyTTL ms (0: never), and registers it. It may run beside
+// a ledgerd serving the file (it writes only the registry and a new file).
+func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error {
 	if err := ledger.CheckNamespace(ns); err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func CreateNamespace(ctx context.Context, path, ns string) error {
 	if err := ensureRegistry(ctx, w); err != nil {
 		return err
 	}
-	opts := Options{}
+	opts := Options{KeyTTL: keyTTL}
 	opts.defaults()
 	return createNamespace(ctx, w, abs, ns, opts)
 }
@@ -89,12 +89,13 @@ func createNamespace(ctx context.Context, w *sql.DB, abs, ns string, opts Option
 	return nil
 }
 
-// placeNamespaceFile makes sure an empty ledger file is at path: one left
-// there by a creation that did not register (it holds no receipt) is
-// taken as it is; otherwise a new one is made beside it and renamed into
-// place. A file at path that holds receipts is refused: the registry does
-// not know it, so it is someone's history (a ledger file restored from
-// before the namespace was created, say), not a new namespace.
+// placeNamespaceFile makes a new ledger file at path, with opts.KeyTTL:
+// made beside it and renamed into place. One left there by a creation
+// that did not register (it holds no receipt) is replaced, since its
+// settings may differ. A file at path that holds receipts is refused: the
+// registry does not know it, so it is someone's history (a ledger file
+// restored from before the namespace was created, say), not a new
+// namespace.
 func placeNamespaceFile(ctx context.Context, abs, ns, path string, opts Options) error {
 	tmp := path + ".new"
 	removeFileSet(tmp)
@@ -112,7 +113,7 @@ func placeNamespaceFile(ctx context.Context, abs, ns, path string, opts Options)
 			return fmt.Errorf("%w: %s already holds %d receipts that the registry of %s does not know; "+
 				"restore the ledger file that goes with it, or move the file away", ledger.ErrNamespaceLost, path, h.Seq, abs)
 		}
-		return nil
+		removeFileSet(path)
 	}
 	opts.Logger = slog.New(slog.DiscardHandler) // the file is not the namespace's yet
 	fc, err := openFileChain(ctx, tmp, ns, opts)

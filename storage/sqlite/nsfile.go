@@ -32,6 +32,9 @@ type nsFile struct {
 	users int
 	elem  *list.Element // in s.lru while open
 	head  ledger.Head   // the head while closed (exact: taken at close or at start)
+
+	ttl      uint64 // key_ttl_ms, fixed at creation
+	ttlKnown bool
 }
 
 var _ ledger.Chain = (*nsFile)(nil)
@@ -316,4 +319,24 @@ func (f *nsFile) close() error {
 	err := f.fc.Close()
 	f.fc = nil
 	return err
+}
+
+// KeyTTL returns the namespace's key_ttl_ms, read from its file once.
+func (f *nsFile) KeyTTL(ctx context.Context) (uint64, error) {
+	if err := f.mu.lock(ctx); err != nil {
+		return 0, err
+	}
+	known, ttl := f.ttlKnown, f.ttl
+	f.mu.unlock()
+	if known {
+		return ttl, nil
+	}
+	ttl, err := use(ctx, f, func(fc *fileChain) (uint64, error) { return fc.KeyTTL(ctx) })
+	if err != nil {
+		return 0, err
+	}
+	f.mu <- struct{}{}
+	f.ttl, f.ttlKnown = ttl, true
+	f.mu.unlock()
+	return ttl, nil
 }

@@ -37,7 +37,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 	l, st := openLedger(t, path, 2, time.Hour)
 	const spaces = 6
 	for i := range spaces {
-		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i)))
+		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i), 0))
 	}
 	assert.Zero(t, st.OpenFiles(), "creating a namespace leaves its file closed")
 	for round := range 3 {
@@ -76,7 +76,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 func TestNamespace_writerIdle(t *testing.T) {
 	ctx := context.Background()
 	l, _ := openLedger(t, filepath.Join(t.TempDir(), "ledger.db"), 4, time.Millisecond)
-	require.NoError(t, l.CreateNamespace(ctx, "a"))
+	require.NoError(t, l.CreateNamespace(ctx, "a", 0))
 	n, err := l.NS(ctx, "a")
 	require.NoError(t, err)
 	for i := range 20 {

@@ -114,7 +114,7 @@ func TestOpen_migratesV1(t *testing.T) {
 	w, _ := db.Pools()
 	var version int
 	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
-	assert.Equal(t, 2, version)
+	assert.Equal(t, sqlite.SchemaVersion, version)
 	var uniques int
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts' AND name LIKE 'sqlite_autoindex%'`).Scan(&uniques))
 	assert.Zero(t, uniques, "the UNIQUE hash indexes are gone")

@@ -44,7 +44,7 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
 	}
 	switch version {
-	case SchemaVersion, 1: // version 1 files are read as they are
+	case SchemaVersion, 1, 2: // older files are read as they are
 		return rd, nil
 	case 0:
 		_ = rd.Close()
@@ -92,6 +92,27 @@ func (rd *Reader) ReadHead(ctx context.Context) (ledger.Head, error) {
 	return h, nil
 }
 
+// KeyTTL reads the file's key_ttl_ms (SPEC §12); a file made before
+// schema 3 and not yet migrated has none: 0, keys never expire.
+func (rd *Reader) KeyTTL(ctx context.Context) (uint64, error) {
+	var n int
+	if err := rd.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'settings'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("read key ttl: %w", classify(err))
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	var ttl uint64
+	err := rd.r.QueryRowContext(ctx, `SELECT key_ttl_ms FROM settings WHERE id = 1`).Scan(&ttl)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read key ttl: %w", classify(err))
+	}
+	return ttl, nil
+}
+
 // SQL of the read path.
 const (
 	sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts INDEXED BY receipts_by_key
@@ -131,7 +152,7 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, erro
 	}
 	return &ledger.KeyView{IdempotencyKey: key, State: ledger.StateOf(&k, &final, uint64(rd.now().UnixMilli())),
 		Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
-		Receipts: receipts}, nil
+		FirstSeq: k.FirstSeq, FinalSeq: k.FinalSeq, Receipts: receipts}, nil
 }
 
 // ListReceipts returns up to f.Limit receipts with seq > f.After that match

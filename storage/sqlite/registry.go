@@ -149,30 +149,40 @@ func lostError(ledgerPath, ns, path, what string) error {
 		ledger.ErrNamespaceLost, ns, what, filepath.Dir(path), ledgerPath, ns, ledgerPath)
 }
 
+// nsState is what the start-up check learns of a namespace's file.
+type nsState struct {
+	head ledger.Head
+	ttl  uint64 // key_ttl_ms, fixed at creation
+}
+
 // checkNamespaceFile compares namespace ns's file at path with the head
 // the registry recorded for it (the file must exist and hold that head),
-// checks its derived state, and returns its head.
-func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head, opts Options) (ledger.Head, error) {
+// checks its derived state, and returns its head and key lifetime.
+func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head, opts Options) (nsState, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return ledger.Head{}, lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+		return nsState{}, lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
 	}
 	opts.ReadConns = 1
 	rd, err := OpenReader(ctx, path, opts)
 	if err != nil {
-		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
+		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	defer func() { _ = rd.Close() }()
 	if err := checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec); err != nil {
-		return ledger.Head{}, err
+		return nsState{}, err
 	}
 	tail, err := readTail(ctx, rd.r)
 	if err != nil {
-		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
+		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	if err := checkDerived(ctx, rd.r, tail, dbFlags(path, ns)); err != nil {
-		return ledger.Head{}, fmt.Errorf("open ledger %s: %w", path, err)
+		return nsState{}, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	return tail, nil
+	ttl, err := rd.KeyTTL(ctx)
+	if err != nil {
+		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return nsState{head: tail, ttl: ttl}, nil
 }
 
 // checkAgainstRecorded checks, through db (a pool or connection of the
@@ -202,36 +212,38 @@ func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path 
 
 // CheckNamespaces checks every registered namespace's file against the
 // head the registry recorded for it, and its derived state (see
-// checkNamespaceFile), one file at a time, and returns their heads.
-func (s *Store) CheckNamespaces(ctx context.Context) (map[string]ledger.Head, error) {
-	heads := map[string]ledger.Head{}
+// checkNamespaceFile), one file at a time, and returns their heads and
+// key lifetimes.
+func (s *Store) CheckNamespaces(ctx context.Context) (map[string]nsState, error) {
+	states := map[string]nsState{}
 	if s.readOnly && !s.hasRegistry(ctx) {
-		return heads, nil
+		return states, nil
 	}
 	regs, err := readRegistry(ctx, s.reader.r)
 	if err != nil {
 		return nil, err
 	}
 	for _, r := range regs {
-		h, err := checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts)
+		st, err := checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts)
 		if err != nil {
 			return nil, err
 		}
-		heads[r.name] = h
+		states[r.name] = st
 	}
-	return heads, nil
+	return states, nil
 }
 
 // catchUp records the heads found at start where the registry lags them
 // (a kill -9 before the last recording), so that the registry is exact
 // for every file that is not open.
-func (s *Store) catchUp(ctx context.Context, heads map[string]ledger.Head, recorded map[string]ledger.Head) error {
+func (s *Store) catchUp(ctx context.Context, states map[string]nsState, recorded map[string]ledger.Head) error {
 	tx, err := s.main.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("record namespace heads: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	for ns, h := range heads {
+	for ns, st := range states {
+		h := st.head
 		if h == recorded[ns] {
 			continue
 		}

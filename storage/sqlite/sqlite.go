@@ -82,6 +82,10 @@ type Options struct {
 	// HeadRecordEvery is how often the heads of namespaces that moved are
 	// recorded in the registry (default DefaultHeadRecordInterval).
 	HeadRecordEvery time.Duration
+	// KeyTTL is the key_ttl_ms (SPEC §12) stored in the default
+	// namespace's file when Open creates it (ledgerd --default-key-ttl);
+	// an existing file keeps its own. 0: keys never expire.
+	KeyTTL uint64
 }
 
 // fileChain is one SQLite ledger file opened for writing: one namespace's
@@ -91,9 +95,10 @@ type Options struct {
 type fileChain struct {
 	*Reader // mode=ro pool for queries
 
-	ns     string
-	now    func() time.Time
-	logger *slog.Logger
+	ns        string
+	now       func() time.Time
+	logger    *slog.Logger
+	newKeyTTL uint64 // key_ttl_ms stored if this open creates the file
 
 	w *sql.DB // one connection, BEGIN IMMEDIATE
 
@@ -172,13 +177,13 @@ const DefaultPageSize = 4096
 // temporary name (page size set before WAL mode, which fixes it; the
 // schema applied) and renamed into place, so that a crash never leaves a
 // half-made file where a ledger belongs. The caller holds abs's lock.
-func createFile(ctx context.Context, abs string, pageSize int) error {
+func createFile(ctx context.Context, abs string, pageSize int, keyTTL uint64) error {
 	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
 		return fmt.Errorf("page size %d is not a power of two from 512 to 65536", pageSize)
 	}
 	tmp := abs + ".new"
 	removeFileSet(tmp)
-	if err := initFile(ctx, tmp, pageSize); err != nil {
+	if err := initFile(ctx, tmp, pageSize, keyTTL); err != nil {
 		removeFileSet(tmp)
 		return err
 	}
@@ -189,8 +194,9 @@ func createFile(ctx context.Context, abs string, pageSize int) error {
 	return syncDir(filepath.Dir(abs))
 }
 
-// initFile creates the ledger file at path with the schema.
-func initFile(ctx context.Context, path string, pageSize int) error {
+// initFile creates the ledger file at path with the schema and its
+// settings.
+func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) error {
 	q := url.Values{}
 	q.Set("mode", "rwc")
 	q.Set("_synchronous", "FULL")
@@ -208,8 +214,10 @@ func initFile(ctx context.Context, path string, pageSize int) error {
 	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
 		return classify(err)
 	}
-	if _, err := c.ExecContext(ctx, schemaSQL); err != nil {
-		return classify(err)
+	for _, q := range []string{schemaSQL, sqlInsertSettings} {
+		if _, err := c.ExecContext(ctx, q, keyTTL); err != nil {
+			return classify(err)
+		}
 	}
 	// Closing the only connection checkpoints the WAL into the file and
 	// removes it; the file is then complete on its own.
@@ -271,13 +279,14 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
-		if err := createFile(ctx, abs, opts.PageSize); err != nil {
+		if err := createFile(ctx, abs, opts.PageSize, opts.KeyTTL); err != nil {
 			_ = lock.release()
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
-		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion)
+		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
 	}
-	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
+	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
 
 	ok := false
 	defer func() {
@@ -494,7 +503,28 @@ func shortHash(h chain.Hash) string {
 	return s[:12] + "…"
 }
 
-// sqlMigrateV1 turns a version 1 file into version 2 in the transaction
+// sqlMigrateV2 turns a version 2 file into version 3: the settings table
+// of schema.sql (the same statements), whose row migrate then inserts
+// with key_ttl_ms 0, the behaviour of every version 2 file.
+const sqlMigrateV2 = `
+	CREATE TABLE settings (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+	);
+	CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	CREATE TRIGGER settings_kept BEFORE DELETE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	PRAGMA user_version = 3;`
+
+// sqlInsertSettings stores the settings of a new or migrated file.
+const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
+
+// sqlMigrateV1 turns a version 1 file into the current version in the transaction
 // that then applies schema.sql: the v1 receipts table (UNIQUE hash and
 // prev_hash) is set aside, and its rows are copied into the new table
 // through the linking trigger, so a v1 chain whose links are broken is
@@ -535,13 +565,26 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	case version == SchemaVersion && appID == applicationID:
 		return nil
 	case version == 0 && tables == 0:
-		if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
-			return fmt.Errorf("migrate: %w", classify(err))
+		for _, q := range []string{schemaSQL, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, db.newKeyTTL); err != nil {
+				return fmt.Errorf("migrate: %w", classify(err))
+			}
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate: %w", classify(err))
 		}
-		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion)
+		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
+		return nil
+	case version == 2 && appID == applicationID:
+		for _, q := range []string{sqlMigrateV2, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, 0); err != nil {
+				return fmt.Errorf("migrate v2: %w", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate v2: %w", classify(err))
+		}
+		db.logger.Info("migrated ledger database from schema 2 to 3 (keys never expire)", "path", abs)
 		return nil
 	case version == 1 && appID == applicationID:
 		start := time.Now()
@@ -549,16 +592,20 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
 			return fmt.Errorf("migrate v1: %w", classify(err))
 		}
-		db.logger.Info("migrating ledger database from schema 1 to 2", "path", abs, "receipts", n)
-		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
+		db.logger.Info("migrating ledger database from schema 1", "path", abs, "receipts", n, "schema_version", SchemaVersion)
+		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy, sqlInsertSettings} {
+			var args []any
+			if q == sqlInsertSettings {
+				args = []any{0}
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return fmt.Errorf("migrate v1: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", classify(err))
 			}
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("migrate v1: %w", classify(err))
 		}
-		db.logger.Info("migrated ledger database to schema 2", "path", abs, "receipts", n, "duration", time.Since(start))
+		db.logger.Info(fmt.Sprintf("migrated ledger database to schema %d", SchemaVersion), "path", abs, "receipts", n, "duration", time.Since(start))
 		return nil
 	case version == 0 || appID != applicationID:
 		return ledger.ErrNotLedger

@@ -48,6 +48,7 @@ type Store struct {
 	lru   *list.List // open *nsFile, most recently used first
 
 	recorded   map[string]ledger.Head // the heads the registry holds, guarded by mu
+	ttls       map[string]uint64      // namespaces' key_ttl_ms known without opening, guarded by mu
 	stopRecord context.CancelFunc
 	recordDone chan struct{}
 }
@@ -101,15 +102,19 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	for _, r := range regs {
 		recorded[r.name] = r.head
 	}
-	heads, err := s.CheckNamespaces(ctx)
+	states, err := s.CheckNamespaces(ctx)
 	if err == nil {
-		err = s.catchUp(ctx, heads, recorded)
+		err = s.catchUp(ctx, states, recorded)
 	}
 	if err != nil {
 		_ = c.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	s.recorded = heads
+	s.recorded = make(map[string]ledger.Head, len(states))
+	s.ttls = make(map[string]uint64, len(states))
+	for ns, st := range states {
+		s.recorded[ns], s.ttls[ns] = st.head, st.ttl
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRecord, s.recordDone = cancel, make(chan struct{})
 	go s.recordLoop(rctx, opts.HeadRecordEvery)
@@ -213,22 +218,33 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	} else {
 		// Opened on first use (nsfile.go); the head until then is the
 		// registry's, exact since the start-up check.
-		c = &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns]}
+		f := &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns]}
+		f.ttl, f.ttlKnown = s.ttls[ns]
+		c = f
 	}
 	s.chains[ns] = c
 	return c, nil
 }
 
-// CreateNamespace creates ns's file and then registers it (see
-// createNamespace): once it returns, the namespace exists.
-func (s *Store) CreateNamespace(ctx context.Context, ns string) error {
+// CreateNamespace creates ns's file, which stores keyTTL, and then
+// registers it (see createNamespace): once it returns, the namespace
+// exists.
+func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
 	}
-	return createNamespace(ctx, s.main.w, s.path, ns, s.opts)
+	opts := s.opts
+	opts.KeyTTL = keyTTL
+	if err := createNamespace(ctx, s.main.w, s.path, ns, opts); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ttls[ns] = keyTTL
+	s.mu.Unlock()
+	return nil
 }
 
 // Namespaces lists the registry, default included.

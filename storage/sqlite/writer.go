@@ -34,7 +34,9 @@ const (
 
 	// The execution index is the selective one: an execution has few receipts.
 	sqlMaxAttempt = `SELECT max(attempt) FROM receipts INDEXED BY receipts_by_execution
-		WHERE execution_id = ? AND idempotency_key = ?`
+		WHERE execution_id = ? AND idempotency_key = ? AND seq >= ?`
+
+	sqlLastSeq = `SELECT max(seq) FROM receipts INDEXED BY receipts_by_key WHERE idempotency_key = ?`
 )
 
 // writeStmts are the write path's statements, prepared once on the writer
@@ -221,13 +223,27 @@ func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 	return r, nil
 }
 
-// MaxAttempt reads the highest attempt of execution on key.
-func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string) (uint64, bool, error) {
+// MaxAttempt reads the highest attempt of execution on key from seq
+// since on.
+func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string, since uint64) (uint64, bool, error) {
 	var max sql.NullInt64
-	if err := t.stmt(ctx, stMaxAttempt).QueryRowContext(ctx, execution, key).Scan(&max); err != nil {
+	if err := t.stmt(ctx, stMaxAttempt).QueryRowContext(ctx, execution, key, since).Scan(&max); err != nil {
 		return 0, false, fmt.Errorf("read attempts: %w", classify(err))
 	}
 	return uint64(max.Int64), max.Valid, nil
+}
+
+// LastSeq reads the seq of key's latest receipt (only a reserve of an
+// expired key asks).
+func (t *writeTx) LastSeq(ctx context.Context, key string) (uint64, error) {
+	var seq sql.NullInt64
+	if err := t.tx.QueryRowContext(ctx, sqlLastSeq, key).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("read last receipt of key: %w", classify(err))
+	}
+	if !seq.Valid {
+		return 0, fmt.Errorf("read last receipt of key: key %q has no receipt", key)
+	}
+	return uint64(seq.Int64), nil
 }
 
 // Append stores a linked receipt and its tree hashes (flushed before

@@ -141,6 +141,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, f) })
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, f) })
 	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })
+	t.Run("KeyLifetime", func(t *testing.T) { RunKeyLifetime(t, f) })
 }
 
 func testReserveCommitReplay(t *testing.T, f Factory) {
@@ -279,11 +280,11 @@ func testNamespaces(t *testing.T, f Factory) {
 	require.Equal(t, ledger.ECodeUnknownNamespace, code(err))
 	_, err = l.NS(ctx, "A!")
 	require.Equal(t, ledger.ECodeInvalidRequest, code(err))
-	require.Equal(t, ledger.ECodeInvalidRequest, code(l.CreateNamespace(ctx, "")))
-	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, ledger.DefaultNamespace)))
-	require.NoError(t, l.CreateNamespace(ctx, "payments"))
-	require.NoError(t, l.CreateNamespace(ctx, "mail.v2_x-1"))
-	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, "payments")))
+	require.Equal(t, ledger.ECodeInvalidRequest, code(l.CreateNamespace(ctx, "", 0)))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, ledger.DefaultNamespace, 0)))
+	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
+	require.NoError(t, l.CreateNamespace(ctx, "mail.v2_x-1", 0))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, "payments", 0)))
 
 	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
 	for i, n := range []*ledger.Namespace{def, pay, def} {
@@ -369,7 +370,7 @@ func load(t *testing.T, n *ledger.Namespace, workers, pairs int, prefix string) 
 
 func testMixedLoad(t *testing.T, f Factory) {
 	l, _ := open(t, f)
-	require.NoError(t, l.CreateNamespace(context.Background(), "b"))
+	require.NoError(t, l.CreateNamespace(context.Background(), "b", 0))
 	a, b := ns(t, l, ledger.DefaultNamespace), ns(t, l, "b")
 	var na, nb uint64
 	var wg sync.WaitGroup
@@ -592,7 +593,7 @@ func RunReplicas(t *testing.T, f ReplicaFactory) {
 	})
 	t.Run("NoForkUnderMixedLoad", func(t *testing.T) {
 		a, b, _ := open2(t)
-		require.NoError(t, a.CreateNamespace(context.Background(), "other"))
+		require.NoError(t, a.CreateNamespace(context.Background(), "other", 0))
 		var total, other uint64
 		var mu sync.Mutex
 		var wg sync.WaitGroup

@@ -124,9 +124,10 @@ class AsyncLedger(_Core):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
-    async def get_effect(self, key: str) -> dict:
-        """Return a key's state and receipts."""
-        return await self._run(self._get_flow("/effects/" + quote(key, safe="")))
+    async def get_effect(self, key: str, history: bool = False) -> dict:
+        """Return a key's state and receipts; see ``Ledger.get_effect``."""
+        params = {"history": "true"} if history else None
+        return await self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
 
     async def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts; see ``Ledger.receipts``."""

@@ -152,9 +152,15 @@ class Ledger(_Core):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
-    def get_effect(self, key: str) -> dict:
-        """Return a key's state and receipts (``GET /v1/effects/{key}``)."""
-        return self._run(self._get_flow("/effects/" + quote(key, safe="")))
+    def get_effect(self, key: str, history: bool = False) -> dict:
+        """Return a key's state and receipts (``GET /v1/effects/{key}``).
+
+        In a namespace with a key lifetime, a succeeded or failed key has
+        ``expires_at`` (unix ms): a reserve from then on starts a new
+        generation of the key. ``receipts`` are the current generation's,
+        or every generation's with ``history=True``."""
+        params = {"history": "true"} if history else None
+        return self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
 
     def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts: ``{"receipts": [...], "next_after"}``.

@@ -106,12 +106,31 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Renewal:
+    """The latest receipt of a key's previous generation: the key's outcome
+    had expired (a namespace with a key lifetime, ``key_ttl_ms``), so the
+    reserve started a new generation linked to it. ``recorded_at`` is unix
+    milliseconds."""
+
+    seq: int
+    recorded_at: int
+
+    @classmethod
+    def _from(cls, d: Any) -> Optional["Renewal"]:
+        if not isinstance(d, dict):
+            return None
+        return cls(seq=int(d.get("seq", 0)), recorded_at=int(d.get("recorded_at", 0)))
+
+
+@dataclass(frozen=True)
 class Reservation:
     """A granted reservation (201): run the effect, then commit.
 
     ``reservation`` is the secret token that proves it; ``takeover`` is set
     when an interrupted earlier run was taken over (check downstream whether
-    it already happened), ``retry`` when a retryable failure is retried.
+    it already happened), ``retry`` when a retryable failure is retried,
+    ``renewed`` when the key's earlier outcome had expired and this is a new
+    effect under the same key.
     """
 
     key: str
@@ -123,6 +142,7 @@ class Reservation:
     retry: bool
     receipt: Optional[ReceiptRef]
     execution_id: str
+    renewed: Optional[Renewal] = None
 
     @classmethod
     def _from(cls, d: dict, execution_id: str) -> "Reservation":
@@ -136,6 +156,7 @@ class Reservation:
             retry=bool(d.get("retry")),
             receipt=ReceiptRef._from(d.get("receipt")),
             execution_id=execution_id,
+            renewed=Renewal._from(d.get("renewed")),
         )
 
 
@@ -223,6 +244,8 @@ class EffectResult:
         receipt: the commit receipt, or the replay receipt on a replay.
         original: on a replay, the receipt of the recorded success.
         reservation: the reservation the function ran under (None on a replay).
+        renewed: the key's earlier outcome had expired and the function ran
+            as a new effect under the same key (the reservation's renewal).
     """
 
     key: str
@@ -233,6 +256,10 @@ class EffectResult:
     receipt: Optional[ReceiptRef] = None
     original: Optional[ReceiptRef] = None
     reservation: Optional[Reservation] = None
+
+    @property
+    def renewed(self) -> Optional[Renewal]:
+        return self.reservation.renewed if self.reservation is not None else None
 
 
 _execution: ContextVar[Optional[Tuple[str, int]]] = ContextVar("effect_ledger_execution", default=None)

@@ -1,0 +1,189 @@
+package sqlite_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// TestOpen_migratesV2 opens a file written by the version 2 schema
+// (testdata/v2.db, made by ledgerd before key lifetimes: report-2025-11-30
+// succeeded, charge-order-77 failed retryably, both at 1764475200000) and
+// checks it is migrated in place to a ledger whose keys never expire.
+func TestOpen_migratesV2(t *testing.T) {
+	src, err := os.ReadFile("testdata/v2.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "v2.db")
+	require.NoError(t, os.WriteFile(path, src, 0o644))
+
+	rd, err := sqlite.OpenReader(context.Background(), path, quiet)
+	require.NoError(t, err, "a reader takes a version 2 file as it is")
+	ttl, err := rd.KeyTTL(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, ttl)
+	require.NoError(t, rd.Close())
+
+	opts := quiet
+	opts.KeyTTL = 1000 // applies only to a file this open creates
+	opts.Now = func() time.Time { return time.UnixMilli(1764475200000).Add(365 * 24 * time.Hour) }
+	db, err := sqlite.Open(context.Background(), path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	assert.Equal(t, uint64(4), db.Head().Seq)
+	w, _ := db.Pools()
+	var version int
+	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.Zero(t, db.KeyTTL(), "a migrated file keeps keys forever")
+	var fresh, migrated string
+	require.NoError(t, w.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&migrated))
+	newDB, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "new.db"), quiet)
+	require.NoError(t, err)
+	nw, _ := newDB.Pools()
+	require.NoError(t, nw.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&fresh))
+	require.NoError(t, newDB.Close())
+	assert.Equal(t, normalizeSpace(fresh), normalizeSpace(migrated), "the migration creates the table of schema.sql")
+	verifyChain(t, db)
+
+	rp := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "report-2025-11-30", ExecutionID: "exec-9",
+		Tool: "reports.send", Effect: chain.EffectExternal, Input: json.RawMessage(`{"day":"2025-11-30"}`)})
+	assert.Equal(t, ledger.StatusReplayed, rp.Status, "a year later the key is still remembered")
+	retry := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "charge-order-77", ExecutionID: "exec-2", Attempt: i64(2),
+		Tool: "payments.charge", Effect: chain.EffectWrite, Idempotent: true})
+	assert.True(t, retry.Retry)
+	require.NoError(t, db.Close())
+
+	db2, err := sqlite.Open(context.Background(), path, quiet)
+	require.NoError(t, err, "a migrated file opens again")
+	assert.Equal(t, uint64(6), db2.Head().Seq)
+	require.NoError(t, db2.Close())
+}
+
+func normalizeSpace(s string) string {
+	out := make([]byte, 0, len(s))
+	space := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ' ', '\t', '\n':
+			space = true
+		default:
+			if space && len(out) > 0 {
+				out = append(out, ' ')
+			}
+			space = false
+			out = append(out, c)
+		}
+	}
+	return string(out)
+}
+
+// TestOpen_keyTTL: the key lifetime is stored in the file that is created
+// with it, kept when the file is opened with another, refused as an edit,
+// and stored in a namespace's own file.
+func TestOpen_keyTTL(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	opts := quiet
+	opts.KeyTTL = 86_400_000
+	db, err := sqlite.Open(ctx, path, opts)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(86_400_000), db.KeyTTL())
+	w, _ := db.Pools()
+	_, err = w.Exec(`UPDATE settings SET key_ttl_ms = 0`)
+	require.Error(t, err, "the settings are fixed at creation")
+	require.NoError(t, db.CreateNamespace(ctx, "mail", 3_600_000))
+	require.NoError(t, db.Close())
+
+	require.NoError(t, sqlite.CreateNamespace(ctx, path, "reports", 60_000), "ledgerctl's way, beside the file")
+	opts.KeyTTL = 5
+	db, err = sqlite.Open(ctx, path, opts)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(86_400_000), db.KeyTTL(), "an existing file keeps its own")
+	list, err := db.Namespaces(ctx)
+	require.NoError(t, err)
+	got := map[string]uint64{}
+	for _, n := range list {
+		got[n.Name] = n.KeyTTL
+	}
+	assert.Equal(t, map[string]uint64{"default": 86_400_000, "mail": 3_600_000, "reports": 60_000}, got)
+	require.NoError(t, db.Close())
+
+	rd, err := sqlite.OpenReader(ctx, sqlite.NamespacePath(path, "mail"), quiet)
+	require.NoError(t, err)
+	defer rd.Close()
+	ttl, err := rd.KeyTTL(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the namespace's file")
+}
+
+// TestDB_RebuildKeys_generations: rebuilding the keys table from the
+// receipts gives each renewed key its current generation, as the writer
+// recorded it, and the verifier agrees in all its strategies.
+func TestDB_RebuildKeys_generations(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	now := time.UnixMilli(1764475200000)
+	opts := quiet
+	opts.KeyTTL = 60_000
+	opts.Now = func() time.Time { return now }
+	db, err := sqlite.Open(ctx, path, opts)
+	require.NoError(t, err)
+	req := func(key, exec, input string, idem bool) ledger.ReserveRequest {
+		return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "reports.send",
+			Effect: chain.EffectExternal, Idempotent: idem, Input: json.RawMessage(input)}
+	}
+	r := mustReserve(t, db, req("succeeded-key", "exec-1", `{"day":1}`, false))
+	mustCommit(t, db, succeed("succeeded-key", r.Reservation))
+	mustReserve(t, db, req("succeeded-key", "exec-2", `{"day":1}`, false)) // replay
+	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":1}`, true))
+	mustCommit(t, db, fail("failed-key", r.Reservation, true))
+	second := req("failed-key", "exec-1", `{"day":1}`, true)
+	second.Attempt = i64(2)
+	r = mustReserve(t, db, second)
+	mustCommit(t, db, fail("failed-key", r.Reservation, true))
+	now = now.Add(time.Minute)
+	r = mustReserve(t, db, req("succeeded-key", "exec-3", `{"day":2}`, false))
+	require.NotNil(t, r.Renewed)
+	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":2}`, true))
+	require.NotNil(t, r.Renewed)
+	mustCommit(t, db, succeed("failed-key", r.Reservation))
+	w, _ := db.Pools()
+	rows, err := w.Query(sqlite.SQLKeysDrift)
+	require.NoError(t, err)
+	assert.False(t, rows.Next(), "the derived keys of the file match the writer's")
+	require.NoError(t, rows.Close())
+	before := keysRows(t, db)
+	_, err = db.RebuildKeys(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, before, keysRows(t, db))
+	require.NoError(t, db.Close())
+
+	rd, err := sqlite.OpenReader(ctx, path, quiet)
+	require.NoError(t, err)
+	defer rd.Close()
+	rep, err := verify.New(rd, verify.Opts{Now: func() time.Time { return now }}).Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%+v", rep.Violations)
+	assert.Len(t, rep.Audit.RenewedKeys, 2)
+}
+
+func keysRows(t *testing.T, db *sqlite.DB) []ledger.KeyRecord {
+	t.Helper()
+	var out []ledger.KeyRecord
+	require.NoError(t, db.Reader.Keys(context.Background(), func(k *ledger.KeyRecord) error {
+		out = append(out, *k)
+		return nil
+	}))
+	return out
+}
