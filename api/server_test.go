@@ -10,7 +10,9 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -356,39 +358,73 @@ func mustJSON(v any) string {
 }
 
 // TestServer_maxInFlight holds requests in flight and checks that the one
-// beyond the bound gets 503 with Retry-After while health stays open.
+// beyond the bound gets 503 with Retry-After while health stays open, and
+// that a body still arriving holds no place.
 func TestServer_maxInFlight(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, quiet)
 	s.SetMaxInFlight(2)
+	s.SetMaxInFlightPerClient(-1) // every request here comes from one address
+	release := make(chan struct{})
+	s.AddHoldRoute(release)
 	srv := MustServe(t, s)
+	// Registered after MustServe, so it runs first: a failed assertion
+	// frees the held requests before srv.Close waits for them.
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
 
-	// Two slow requests: bodies that never finish arriving.
-	var held []io.Closer
+	slow, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() })
+	go postSlow(srv, slow)
+	_, _ = pw.Write([]byte(`{"execution_id":`))
 	for range 2 {
-		pr, pw := io.Pipe()
-		held = append(held, pw)
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/effects/reserve", pr)
-		req.Header.Set("Content-Type", "application/json")
 		go func() {
-			if res, err := srv.Client().Do(req); err == nil {
+			if res, err := srv.Client().Get(srv.URL + "/test/hold"); err == nil {
 				res.Body.Close()
 			}
 		}()
-		_, _ = pw.Write([]byte(`{"execution_id":`))
 	}
 	require.Eventually(t, func() bool {
-		r := do(t, srv, "GET", "/v1/head", "")
-		return r.status == 503
-	}, 5e9, 10e6)
+		return do(t, srv, "GET", "/v1/head", "").status == 503
+	}, 60*time.Second, 10*time.Millisecond, "the two held requests take both places; the slow body takes none")
 	r := do(t, srv, "GET", "/v1/head", "")
 	assert.Equal(t, "unavailable", r.code())
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
 	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
-	for _, c := range held {
-		_ = c.Close()
+	free()
+	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
+}
+
+// TestServer_maxInFlightPerClient: one client at its bound is refused
+// while another is served, and a slow body holds only its client's place.
+func TestServer_maxInFlightPerClient(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	s := api.NewServer(db, quiet)
+	s.SetMaxInFlight(2)
+	s.SetMaxInFlightPerClient(1)
+	srv := MustServe(t, s)
+	slow, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.Close() }) // runs before srv.Close
+	go postSlow(srv, slow)
+	_, _ = pw.Write([]byte(`{"execution_id":`))
+	require.Eventually(t, func() bool {
+		return do(t, srv, "GET", "/v1/head", "").status == 503
+	}, 60*time.Second, 10*time.Millisecond, "the address's one place is held by the slow body")
+	r := do(t, srv, "GET", "/v1/head", "")
+	assert.Equal(t, "unavailable", r.code())
+	assert.Equal(t, float64(1), r.body["error"].(map[string]any)["details"].(map[string]any)["limit"])
+	_ = pw.Close()
+	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
+}
+
+// postSlow posts body, whose end the test controls, to the reserve route.
+func postSlow(srv *httptest.Server, body io.Reader) {
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/effects/reserve", body)
+	req.Header.Set("Content-Type", "application/json")
+	if res, err := srv.Client().Do(req); err == nil {
+		res.Body.Close()
 	}
-	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 5e9, 10e6)
 }
 
 // TestServer_statusTable checks that every contract code maps to a status.

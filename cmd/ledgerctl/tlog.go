@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,7 +50,7 @@ the verifier key of an OpenSSH Ed25519 key or an ssh-agent identity.`,
 		return usageErr(fs, c.Env, "give --out FILE or --from KEY")
 	}
 	if *from != "" {
-		_, vkey, closeKey, err := tlog.LoadSigner(*from, *origin)
+		_, vkey, closeKey, err := tlog.LoadSigner(*from, *origin, tlog.KeyOptions{})
 		if err != nil {
 			return err
 		}
@@ -246,19 +245,22 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	var witnessKeys listFlag
 	fs.Var(&witnessKeys, "witness-vkey", "a witness's cosignature verifier `key` (NAME+HASH+BASE64 with key type 0x04), or a file holding it; repeatable")
 	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
+	ns := fs.String("namespace", ledger.DefaultNamespace, "the `namespace` the receipts must belong to: the checkpoint's origin must be the key's name, \"/\" and it")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY [--witness-vkey V … [--quorum K]]
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY [--namespace NS] [--witness-vkey V … [--quorum K]]
 
 Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
 FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
 the receipt's hash recomputed from its fields, the checkpoint's signature and
-origin, and the receipt's inclusion in the signed tree. With --witness-vkey,
+origin (PREFIX/NS of the --namespace, default "default"), and the receipt's
+inclusion in the signed tree. A receipt with a field the format does not
+have, a field given twice or data after it is invalid. With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
 ignored.
 Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 		`  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
-  ledgerctl check-proof refund.jsonl --vkey ./log.vkey
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --namespace payments
   ledgerctl check-proof refund.jsonl --vkey ./log.vkey --witness-vkey ./w1.vkey --witness-vkey ./w2.vkey --quorum 1
 `)
 	if err != nil {
@@ -306,18 +308,15 @@ Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 		Error     string `json:"error,omitempty"`
 	}
 	var results []result
-	dec := json.NewDecoder(in)
 	bad := 0
-	for {
-		var p tlog.PortableReceipt
-		err := dec.Decode(&p)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	check := func(raw []byte) error {
+		p, err := tlog.ParsePortable(raw)
 		if err != nil {
-			return fmt.Errorf("check-proof: %s: %w", pos[0], err)
+			results = append(results, result{Error: err.Error()})
+			bad++
+			return nil
 		}
-		cp, err := tlog.CheckPortable(&p, v)
+		cp, err := tlog.CheckPortable(p, v, *ns)
 		cosigners := 0
 		if err == nil && len(witnesses) > 0 {
 			cosigners = tlog.CountCosigners([]byte(p.Checkpoint), witnesses)
@@ -331,6 +330,13 @@ Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 			bad++
 		}
 		results = append(results, r)
+		return nil
+	}
+	if err := tlog.ReadPortables(in, check); err != nil {
+		// Data that is not a whole JSON value is no proof: a verdict, not
+		// an I/O failure.
+		results = append(results, result{Error: err.Error()})
+		bad++
 	}
 	if len(results) == 0 {
 		return fmt.Errorf("check-proof: %s holds no portable receipt", pos[0])
