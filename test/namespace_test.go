@@ -225,7 +225,9 @@ func TestNamespaces(t *testing.T) {
 			require.Equal(t, 0, code, stderr)
 			file := filepath.Join(dir, "proof-a.jsonl")
 			require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
-			out, stderr, code = ledgerctl(t, "check-proof", file, "--vkey", vkey)
+			out, _, code = ledgerctl(t, "check-proof", file, "--vkey", vkey)
+			assert.Equal(t, 1, code, "a's receipts are not default's: %s", out)
+			out, stderr, code = ledgerctl(t, "check-proof", file, "--vkey", vkey, "--namespace", "a")
 			assert.Equal(t, 0, code, stderr)
 			assert.Equal(t, 2, strings.Count(out, "valid: receipt"), out)
 			assert.Contains(t, out, "(key shared-key-0001) is in ex.test/a at tree size 7")
@@ -240,8 +242,9 @@ func TestNamespaces(t *testing.T) {
 		require.NoError(t, os.WriteFile(cp, []byte(note), 0o600))
 		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--namespace", "a", "--checkpoint", cp, "--vkey", vkey)
 		assert.Equal(t, 0, code, out+stderr)
-		out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp, "--vkey", vkey)
-		assert.Equal(t, 1, code, "a's checkpoint does not fit default's chain: %s", out)
+		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp, "--vkey", vkey)
+		assert.Equal(t, 2, code, "a's checkpoint is refused for default's chain: %s", out)
+		assert.Contains(t, stderr, `"ex.test/a", want "ex.test/default"`)
 	})
 
 	t.Run("backup", func(t *testing.T) {

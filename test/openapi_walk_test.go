@@ -347,7 +347,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				assert.Equal(t, note, r.Body["checkpoint"], "against the latest checkpoint")
 				file := filepath.Join(logDir, "receipt-1-"+n.name+".json")
 				require.NoError(t, os.WriteFile(file, []byte(r.Raw), 0o600))
-				out, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey)
+				out, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey, "--namespace", n.name)
 				assert.Equal(t, 0, code, "the portable receipt the document describes verifies offline: %s", stderr)
 				assert.Contains(t, out, "ex.test/"+n.name, "the origin names the namespace")
 				expect(d.Do("HEAD", n.v1+"/receipts/257/proof", ""), 200, "")
