@@ -28,8 +28,14 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // MustOpenDB opens a new ledger in a temp dir and returns it with its path.
 func MustOpenDB(tb testing.TB) (*sqlite.DB, string) {
 	tb.Helper()
+	return MustOpenDBAt(tb, nil)
+}
+
+// MustOpenDBAt is MustOpenDB with the ledger's clock now (nil: time.Now).
+func MustOpenDBAt(tb testing.TB, now func() time.Time) (*sqlite.DB, string) {
+	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = db.Close() })
 	return db, path

@@ -64,14 +64,14 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			assert.Equal(t, 401, l.Do("GET", "/v1/head", "").Status)
 			require.Eventually(t, func() bool {
 				return strings.Contains(l.Logs(), `"level":"WARN","msg":"auth: no valid API token remains`)
-			}, 5*time.Second, 50*time.Millisecond, l.Logs())
+			}, 60*time.Second, 50*time.Millisecond, l.Logs())
 			assert.Contains(t, l.Logs(), `"level":"WARN","msg":"refusing API request: auth is on but no valid API token exists"`)
 
 			tok2, _, code := ledgerctl(t, "token", "create", "--db", db, "--role", "writer", "--name", "gw")
 			require.Equal(t, 0, code)
 			require.Eventually(t, func() bool {
 				return l.Do("POST", "/v1/effects/reserve", body, "Authorization", "Bearer "+strings.TrimSpace(tok2)).Status == 201
-			}, 5*time.Second, 50*time.Millisecond)
+			}, 60*time.Second, 50*time.Millisecond)
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", reserve("auth-latch-0002", "exec-2", 1, false)).Status)
 			_ = tok
 		})

@@ -312,7 +312,7 @@ func TestNamespaces(t *testing.T) {
 		assert.Contains(t, out, `"name":"only-a","role":"writer"`)
 		assert.Contains(t, out, `"namespaces":["a"]`)
 
-		require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 		r := l.Do("POST", "/v1/ns/a/effects/reserve", nsReserve("scoped-key-0001", "exec-s", "tool.a"), "Authorization", onlyA)
 		assert.Equal(t, 201, r.Status, r.Raw)
 		for _, path := range []string{"/v1/head", "/v1/ns/b/head", "/v1/ns/nope/head", "/v1/ns/b/effects/shared-key-0001", "/v1/ns/b/effects/no-such-key-1"} {
