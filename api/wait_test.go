@@ -257,7 +257,13 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 connections")
 	}
-	srv, db := MustOpenServer(t)
+	db, _ := MustOpenDB(t)
+	s := api.NewServer(db, quiet)
+	// One address sends all the waiters at once: its per-client bound
+	// would refuse those that have not parked yet.
+	s.SetMaxInFlightPerClient(-1)
+	srv := MustServe(t, s)
+	wctx := waitCtx(t) // one context for all: the heap is measured before the cleanups
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	tr := &http.Transport{DisableKeepAlives: true}
 	hc := &http.Client{Transport: tr}
@@ -267,7 +273,7 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	baseG, baseHeap := settle()
 	chans := make([]<-chan waitReply, n)
 	for i := range n {
-		chans[i] = postWait(waitCtx(t), hc, srv.URL, waitBody(fmt.Sprintf("exec-w%04d", i), 60_000, ""))
+		chans[i] = postWait(wctx, hc, srv.URL, waitBody(fmt.Sprintf("exec-w%04d", i), 60_000, ""))
 	}
 	require.Eventually(t, func() bool { return db.Waiting() == n }, 60*time.Second, 10*time.Millisecond, "all parked")
 	peakG := runtime.NumGoroutine()
