@@ -213,7 +213,7 @@ func TestLedgerd_badFlagValues(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rate-limit", "NaN"}, {"--rate-limit", "-1"}, {"--rate-limit", "+Inf"},
 		{"--rate-burst", "0"}, {"--rate-burst", "-5"},
-		{"--max-inflight", "-1"}, {"--read-header-timeout", "-1s"}, {"--batch-linger", "-1ms"}, {"--read-header-timeout", "0s"},
+		{"--max-inflight", "-1"}, {"--max-inflight-per-client", "-2"}, {"--read-header-timeout", "-1s"}, {"--batch-linger", "-1ms"}, {"--read-header-timeout", "0s"},
 		{"--cache-mib", "0"}, {"--cache-mib", "3"}, {"--cache-mib", "-64"},
 	} {
 		t.Run(strings.Join(args, "="), func(t *testing.T) {
