@@ -273,36 +273,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.router.ServeHTTP(sw, r)
 }
 
-// admit authenticates a request and takes its places in flight: one for
-// its client (its token, or its address when it has none), then, once its
-// body is read, a global one. The returned request carries the principal
-// and the places, which the caller releases (sl is nil for routes that
-// are never refused).
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, route string, vars map[string]string) (_ *http.Request, sl *inflightSlot, _ error) {
-	ctx, err := s.authenticate(r, route, vars, s.roleFor(canonicalRoute(route), r.Method))
-	if err != nil || !admitted(route) {
-		return r.WithContext(ctx), nil, err
-	}
-	r = r.WithContext(ctx)
-	sl = &inflightSlot{a: &s.adm}
-	client := clientAddr(r)
-	if p, ok := PrincipalFromContext(ctx); ok {
-		client = "token:" + p.Name
-	}
-	err = sl.takeClient(client)
-	if err == nil && route != "unmatched" {
-		err = preread(w, r)
-	}
-	if err == nil {
-		err = sl.takeGlobal()
-	}
-	if err != nil {
-		sl.release()
-		return r, nil, err
-	}
-	return r.WithContext(ledger.NewContextWithParker(ctx, sl)), sl, nil
-}
-
 // waitSlack is how long a waiting reserve may take beyond its wait_ms to
 // decide and send its answer.
 const waitSlack = 30 * time.Second
