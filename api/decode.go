@@ -43,6 +43,8 @@ func readRequestBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		}
 	}
 	if err := checkContentEncoding(r); err != nil {
+		// RFC 9110 §15.5.16: name the codings that would be accepted.
+		w.Header().Set("Accept-Encoding", "identity")
 		return nil, err
 	}
 	if r.ContentLength > MaxBodyBytes {

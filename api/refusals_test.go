@@ -22,6 +22,7 @@ func TestServer_contentEncoding(t *testing.T) {
 		r := do(t, srv, "POST", "/v1/effects/reserve", body, "Content-Encoding", enc)
 		assert.Equal(t, 415, r.status, enc)
 		assert.Equal(t, "unsupported_media_type", r.code(), enc)
+		assert.Equal(t, "identity", r.header.Get("Accept-Encoding"), enc)
 	}
 	assert.Zero(t, db.Head().Seq)
 	assert.Equal(t, 201, do(t, srv, "POST", "/v1/effects/reserve", body, "Content-Encoding", "identity").status)
