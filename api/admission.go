@@ -14,9 +14,8 @@ import (
 
 // admission bounds the requests in flight: at most cap(global) in all,
 // and at most perClient for any one token or client address, so that one
-// client (a slow sender, a runaway gateway) cannot take every place. A
-// request reads its body before it takes a global place: a body that
-// arrives slowly holds only its own client's places.
+// client (a runaway gateway) cannot take every place. A request reads its
+// body before it takes any place: a body that arrives slowly holds none.
 type admission struct {
 	global    chan struct{} // nil: no bound
 	perClient int           // 0: no bound
@@ -61,26 +60,29 @@ func (a *admission) releaseClient(client string) {
 	}
 }
 
-// admit authenticates a request and takes its places in flight: one for
-// its client (its token, or its address when it has none), then, once its
-// body is read, a global one. The returned request carries the principal
-// and the places, which the caller releases (sl is nil for routes that
-// are never refused).
+// admit authenticates a request, reads its body, and only then takes its
+// places in flight: one for its client (its token, or its address when it
+// has none) and a global one. A body still arriving holds no place, so
+// slow senders starve no one, not even clients behind the same address.
+// The returned request carries the principal and the places, which the
+// caller releases (sl is nil for routes that are never refused).
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, route string, vars map[string]string) (_ *http.Request, sl *inflightSlot, _ error) {
 	ctx, err := s.authenticate(r, route, vars, s.roleFor(canonicalRoute(route), r.Method))
 	if err != nil || !admitted(route) {
 		return r.WithContext(ctx), nil, err
 	}
 	r = r.WithContext(ctx)
+	if route != "unmatched" {
+		if err := preread(w, r); err != nil {
+			return r, nil, err
+		}
+	}
 	sl = &inflightSlot{a: &s.adm}
 	client := clientAddr(r)
 	if p, ok := PrincipalFromContext(ctx); ok {
 		client = "token:" + p.Name
 	}
 	err = sl.takeClient(client)
-	if err == nil && route != "unmatched" {
-		err = preread(w, r)
-	}
 	if err == nil {
 		err = sl.takeGlobal()
 	}
@@ -200,8 +202,9 @@ type prereadBody struct {
 
 func (*prereadBody) Close() error { return nil }
 
-// preread reads a POST body within its limits (and within the server's
-// read timeout) and puts it back in memory for the handler.
+// preread reads a POST body within its limits (1 MiB, and the server's
+// read timeout) and puts it back in memory for the handler. The memory a
+// body takes grows only as its bytes arrive.
 func preread(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return nil

@@ -1,11 +1,13 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -364,8 +366,7 @@ func mustJSON(v any) string {
 }
 
 // TestServer_maxInFlight holds requests in flight and checks that the one
-// beyond the bound gets 503 with Retry-After while health stays open, and
-// that a body still arriving holds no place.
+// beyond the bound gets 503 with Retry-After while health stays open.
 func TestServer_maxInFlight(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, quiet)
@@ -379,11 +380,6 @@ func TestServer_maxInFlight(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free)
-
-	slow, pw := io.Pipe()
-	t.Cleanup(func() { _ = pw.Close() })
-	go postSlow(srv, slow)
-	_, _ = pw.Write([]byte(`{"execution_id":`))
 	for range 2 {
 		go func() {
 			if res, err := srv.Client().Get(srv.URL + "/test/hold"); err == nil {
@@ -393,7 +389,7 @@ func TestServer_maxInFlight(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		return do(t, srv, "GET", "/v1/head", "").status == 503
-	}, 60*time.Second, 10*time.Millisecond, "the two held requests take both places; the slow body takes none")
+	}, 60*time.Second, 10*time.Millisecond, "the two held requests take both places")
 	r := do(t, srv, "GET", "/v1/head", "")
 	assert.Equal(t, "unavailable", r.code())
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
@@ -402,35 +398,77 @@ func TestServer_maxInFlight(t *testing.T) {
 	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
 }
 
-// TestServer_maxInFlightPerClient: one client at its bound is refused
-// while another is served, and a slow body holds only its client's place.
-func TestServer_maxInFlightPerClient(t *testing.T) {
+// TestServer_maxInFlight_slowBodiesHoldNoPlace: bodies still arriving
+// hold no place, global or per client.
+func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, quiet)
-	s.SetMaxInFlight(2)
+	s.SetMaxInFlight(1)
 	s.SetMaxInFlightPerClient(1)
 	srv := MustServe(t, s)
-	slow, pw := io.Pipe()
-	t.Cleanup(func() { _ = pw.Close() }) // runs before srv.Close
-	go postSlow(srv, slow)
-	_, _ = pw.Write([]byte(`{"execution_id":`))
-	require.Eventually(t, func() bool {
-		return do(t, srv, "GET", "/v1/head", "").status == 503
-	}, 60*time.Second, 10*time.Millisecond, "the address's one place is held by the slow body")
-	r := do(t, srv, "GET", "/v1/head", "")
-	assert.Equal(t, "unavailable", r.code())
-	assert.Equal(t, float64(1), r.body["error"].(map[string]any)["details"].(map[string]any)["limit"])
-	_ = pw.Close()
-	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
+	for range 3 {
+		slowBody(t, srv.Listener.Addr().String())
+	}
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "").status)
+	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"fast-key-0001","execution_id":"e","tool":"t","effect":"write"}`)
+	assert.Equal(t, 201, r.status, r.raw)
 }
 
-// postSlow posts body, whose end the test controls, to the reserve route.
-func postSlow(srv *httptest.Server, body io.Reader) {
-	req, _ := http.NewRequest("POST", srv.URL+"/v1/effects/reserve", body)
-	req.Header.Set("Content-Type", "application/json")
-	if res, err := srv.Client().Do(req); err == nil {
-		res.Body.Close()
-	}
+// slowBody starts a reserve whose body never finishes arriving and
+// returns once the server has begun to read it (its 100 Continue). The
+// connection closes when the test ends, before the server does.
+func slowBody(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
+	_, err = io.WriteString(c, `{"execution_id":`)
+	require.NoError(t, err)
+}
+
+// TestServer_maxInFlightPerClient: one client at its bound is refused
+// while another is served.
+func TestServer_maxInFlightPerClient(t *testing.T) {
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
+	busy, err := toks.Create(context.Background(), "busy", ledger.RoleReader)
+	require.NoError(t, err)
+	other, err := toks.Create(context.Background(), "other", ledger.RoleReader)
+	require.NoError(t, err)
+	s := api.NewServer(db, quiet)
+	s.SetMaxInFlight(4)
+	s.SetMaxInFlightPerClient(1)
+	release := make(chan struct{})
+	s.AddHoldRoute(release)
+	srv := MustServe(t, s)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before srv.Close
+	go func() {
+		req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
+		req.Header.Set("Authorization", "Bearer "+busy)
+		if res, err := srv.Client().Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		return do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy).status == 503
+	}, 60*time.Second, 10*time.Millisecond, "the busy token's one place is held")
+	r := do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy)
+	assert.Equal(t, "unavailable", r.code())
+	assert.Equal(t, float64(1), r.body["error"].(map[string]any)["details"].(map[string]any)["limit"])
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+other).status, "another token is served")
+	free()
+	require.Eventually(t, func() bool {
+		return do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy).status == 200
+	}, 60*time.Second, 10*time.Millisecond)
 }
 
 // TestServer_statusTable checks that every contract code maps to a status.

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -448,23 +449,26 @@ func TestClient_Do_retries(t *testing.T) {
 		_, err = bad.Do(ctx, refund(9), fx.fn)
 		assert.ErrorIs(t, err, client.ErrUnauthorized)
 	})
-	t.Run("OK 503 from --max-inflight-per-client", func(t *testing.T) {
-		l := MustOpenLedger(t, func(s *api.Server) { s.SetMaxInFlight(8); s.SetMaxInFlightPerClient(1) })
-		// A slow body from the same address holds its only place until the
-		// client has been refused once.
-		pr, pw := io.Pipe()
-		var once sync.Once
-		release := func() { once.Do(func() { _ = pw.Close() }) }
-		t.Cleanup(release) // before the server's cleanup: it never waits on the body
-		req, err := http.NewRequest("POST", l.HTTP.URL+"/v1/effects/reserve", pr)
+	t.Run("OK 503 from --max-inflight", func(t *testing.T) {
+		l := MustOpenLedger(t, func(s *api.Server) { s.SetMaxInFlight(1) })
+		// Another process holds the database's write lock: a reserve in
+		// flight waits for it (up to the busy timeout) and holds the only
+		// place until the client has been refused once.
+		other, err := sql.Open("sqlite3", "file:"+l.Path+"?_txlock=immediate")
 		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
+		t.Cleanup(func() { _ = other.Close() })
+		lock, err := other.Begin()
+		require.NoError(t, err)
+		var once sync.Once
+		unlock := func() { once.Do(func() { _ = lock.Rollback() }) }
+		t.Cleanup(unlock) // before the server's cleanup
 		go func() {
-			if res, err := http.DefaultClient.Do(req); err == nil {
+			res, err := http.Post(l.HTTP.URL+"/v1/effects/reserve", "application/json",
+				strings.NewReader(`{"idempotency_key":"held-key-0001","execution_id":"e","tool":"t","effect":"write"}`))
+			if err == nil {
 				res.Body.Close()
 			}
 		}()
-		_, _ = pw.Write([]byte(`{"execution_id":`))
 		require.Eventually(t, func() bool {
 			res, err := http.Get(l.HTTP.URL + "/v1/head")
 			if err != nil {
@@ -478,7 +482,7 @@ func TestClient_Do_retries(t *testing.T) {
 			res, err := http.DefaultTransport.RoundTrip(r)
 			if err == nil && res.StatusCode == 503 && res.Header.Get("Retry-After") != "" {
 				refused.Add(1)
-				release()
+				unlock()
 			}
 			return res, err
 		})}
