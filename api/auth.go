@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -63,7 +64,9 @@ func (s *Server) AuthEnabled(ctx context.Context) (bool, error) {
 // yet (for tests and for deployments that must never serve open).
 func (s *Server) RequireAuth() { s.auth.latched.Store(true) }
 
-// SetMetricsAuth makes /metrics need a reader token when auth is on.
+// SetMetricsAuth sets whether /metrics needs a reader token when auth is
+// on (the default): off, anyone who reaches the port reads every
+// namespace's name and head from it.
 func (s *Server) SetMetricsAuth(on bool) { s.metricsAuth = on }
 
 // roleFor returns the role a route needs, "" for open routes.
@@ -159,7 +162,8 @@ func (s *Server) authenticate(r *http.Request, route string, vars map[string]str
 		}
 	}
 	if !allows(p, need, canonicalRoute(route)) {
-		return ctx, &ledger.Error{Code: ledger.ECodeForbidden, Message: "this token's role may not do that",
+		return ctx, &ledger.Error{Code: ledger.ECodeForbidden,
+			Message: fmt.Sprintf("this token's role %s may not do that: it needs %s", p.Role, roleNeeded(need)),
 			Details: map[string]any{"role": p.Role, "required": need}}
 	}
 	if s.limiter != nil {
@@ -169,6 +173,14 @@ func (s *Server) authenticate(r *http.Request, route string, vars map[string]str
 		}
 	}
 	return NewContextWithPrincipal(ctx, p), nil
+}
+
+// roleNeeded names the tokens that may do what needs role need.
+func roleNeeded(need string) string {
+	if need == ledger.RoleAdmin {
+		return "an admin token"
+	}
+	return "a " + need + " or admin token"
 }
 
 // routeNamespace returns the namespace a request to route addresses (vars

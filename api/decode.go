@@ -17,9 +17,23 @@ import (
 // MaxBodyBytes is the largest request body accepted (SPEC §4).
 const MaxBodyBytes = 1 << 20
 
-// readBody checks the content type, reads at most MaxBodyBytes and checks
-// that the body is UTF-8 JSON holding one object, and returns its members.
+// readBody returns the members of a request's body: UTF-8 JSON holding
+// one object, read by readRequestBody (before the request took its place
+// in flight, see preread).
 func readBody(w http.ResponseWriter, r *http.Request) (*object, error) {
+	if pb, ok := r.Body.(*prereadBody); ok {
+		return decodeObject(pb.data)
+	}
+	data, err := readRequestBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(data)
+}
+
+// readRequestBody checks the content type and encoding and reads at most
+// MaxBodyBytes.
+func readRequestBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
@@ -27,6 +41,11 @@ func readBody(w http.ResponseWriter, r *http.Request) (*object, error) {
 				Message: "request body must be application/json",
 				Details: map[string]any{"content_type": truncate(ct, 100)}}
 		}
+	}
+	if err := checkContentEncoding(r); err != nil {
+		// RFC 9110 §15.5.16: name the codings that would be accepted.
+		w.Header().Set("Accept-Encoding", "identity")
+		return nil, err
 	}
 	if r.ContentLength > MaxBodyBytes {
 		// Refuse on the declared length, before reading anything: the
@@ -43,7 +62,22 @@ func readBody(w http.ResponseWriter, r *http.Request) (*object, error) {
 	if err != nil {
 		return nil, ledger.Errorf(ledger.ECodeInvalidJSON, "request body could not be read")
 	}
-	return decodeObject(data)
+	return data, nil
+}
+
+// checkContentEncoding refuses a body in any content coding but identity
+// (RFC 9110 §8.4): reading compressed bytes as JSON would misread them.
+func checkContentEncoding(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return &ledger.Error{Code: ledger.ECodeUnsupportedMedia,
+					Message: "request body must not be compressed (Content-Encoding: identity only)",
+					Details: map[string]any{"content_encoding": truncate(v, 100)}}
+			}
+		}
+	}
+	return nil
 }
 
 // object is a decoded JSON object whose members are read once each by the
@@ -140,6 +174,11 @@ func (o *object) str(name string) string {
 	var s string
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
 		o.fail(name, "must be a string")
+		return s
+	}
+	if bytes.Contains(raw, []byte(`\u`)) && ledger.CheckIJSON(raw) != nil {
+		// A lone surrogate would be stored as U+FFFD: not what was sent.
+		o.fail(name, "must be an I-JSON string (RFC 7493): no lone surrogate escapes")
 	}
 	return s
 }

@@ -17,3 +17,14 @@ func StatusOf(code string) int {
 func (s *Server) AddPanicRoute() {
 	s.router.HandleFunc("/test/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
 }
+
+// AddHoldRoute adds a route whose handler holds its request in flight
+// until release is closed, to test the in-flight bounds.
+func (s *Server) AddHoldRoute(release <-chan struct{}) {
+	s.router.HandleFunc("/test/hold", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+}

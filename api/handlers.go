@@ -317,15 +317,26 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request, n *l
 	s.writeRaw(w, http.StatusOK, append(AppendReceiptPage(nil, rs, next), '\n'))
 }
 
-func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+// pathSeq reads the {seq} of a receipt route, percent-decoded the same
+// way for every route that names a receipt (the router keeps paths
+// encoded so that keys may hold '/').
+func pathSeq(r *http.Request) (uint64, error) {
 	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
 	var seq uint64
 	if err == nil {
 		seq, err = strconv.ParseUint(raw, 10, 63)
 	}
 	if err != nil {
-		s.Error(w, r, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
-			Details: map[string]any{"field": "seq"}})
+		return 0, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
+			Details: map[string]any{"field": "seq"}}
+	}
+	return seq, nil
+}
+
+func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	seq, err := pathSeq(r)
+	if err != nil {
+		s.Error(w, r, err)
 		return
 	}
 	rc, err := n.GetReceipt(r.Context(), seq)

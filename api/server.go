@@ -18,7 +18,6 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -49,8 +48,8 @@ type Server struct {
 	cosigned CosignedCheckpoints // nil without witnesses
 	logger   *slog.Logger
 	router   *mux.Router
-	// inflight bounds concurrent API requests; nil means no bound.
-	inflight    chan struct{}
+	// adm bounds concurrent API requests, in all and per client.
+	adm         admission
 	auth        authState
 	metricsAuth bool
 	limiter     *rateLimiter
@@ -67,13 +66,29 @@ const DefaultMaxInFlight = 1024
 // SetMaxInFlight bounds concurrent API requests: beyond n, requests get
 // 503 unavailable with Retry-After at once instead of queueing without
 // bound. /healthz, /readyz and /metrics are never refused. n <= 0 removes
-// the bound. Call before serving.
+// the bound. It also sets the per-client bound to its default, three
+// quarters of n (see SetMaxInFlightPerClient). Call before serving.
 func (s *Server) SetMaxInFlight(n int) {
 	if n <= 0 {
-		s.inflight = nil
+		s.adm.global, s.adm.perClient = nil, 0
 		return
 	}
-	s.inflight = make(chan struct{}, n)
+	s.adm.global = make(chan struct{}, n)
+	s.adm.perClient = max(n*3/4, 1)
+}
+
+// SetMaxInFlightPerClient bounds the concurrent API requests of any one
+// token and of any one client address: beyond n, that client's requests
+// get 503 unavailable with Retry-After while others are still served.
+// n == 0 keeps the default (three quarters of SetMaxInFlight's bound);
+// n < 0 removes the bound. Call after SetMaxInFlight, before serving.
+func (s *Server) SetMaxInFlightPerClient(n int) {
+	switch {
+	case n < 0:
+		s.adm.perClient = 0
+	case n > 0:
+		s.adm.perClient = n
+	}
 }
 
 // nsPrefix is the prefix of the namespaced form of every /v1 route
@@ -139,8 +154,11 @@ func NewServer(l Ledger, logger *slog.Logger) *Server {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	s := &Server{l: l, logger: logger, router: mux.NewRouter(), inflight: make(chan struct{}, DefaultMaxInFlight),
+	s := &Server{l: l, logger: logger, router: mux.NewRouter(),
 		auditSem: make(chan struct{}, 1)}
+	s.adm.clients = map[string]int{}
+	s.metricsAuth = true
+	s.SetMaxInFlight(DefaultMaxInFlight)
 	r := s.router
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)
@@ -171,7 +189,7 @@ func NewServer(l Ledger, logger *slog.Logger) *Server {
 	r.HandleFunc("/v1/openapi.json", s.handleOpenAPI).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/healthz", s.handleHealthz).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/readyz", s.handleReadyz).Methods(http.MethodGet, http.MethodHead)
-	r.Handle("/metrics", promhttp.Handler()).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/metrics", metricsHandler()).Methods(http.MethodGet, http.MethodHead)
 	r.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, ledger.Errorf(ledger.ECodeNotFound, "no such route: %s %s", r.Method, truncate(r.URL.Path, 200)))
 	})
@@ -244,59 +262,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"status", sw.code(), "duration", elapsed, "remote", r.RemoteAddr)
 		}
 	}()
-	if s.inflight != nil && route != "/healthz" && route != "/readyz" && route != "/metrics" {
-		select {
-		case s.inflight <- struct{}{}:
-			sl := &inflightSlot{sem: s.inflight, held: true}
-			defer sl.release()
-			r = r.WithContext(ledger.NewContextWithParker(r.Context(), sl))
-		default:
-			s.Error(sw, r, ledger.ErrOverloaded)
-			return
-		}
-	}
-	ctx, err := s.authenticate(r, route, match.Vars, s.roleFor(canonicalRoute(route), r.Method))
+	r, sl, err := s.admit(sw, r, route, match.Vars)
 	if err != nil {
 		s.Error(sw, r, err)
 		return
 	}
-	s.router.ServeHTTP(sw, r.WithContext(ctx))
-}
-
-// inflightSlot is a request's place under SetMaxInFlight. A reserve parked
-// waiting for another reservation (wait_ms) gives it up, so that waiters,
-// bounded by the ledger's own limit, do not starve other requests; it
-// takes a place again before it decides. Only the request's goroutine
-// uses it.
-type inflightSlot struct {
-	sem  chan struct{}
-	held bool
-}
-
-var _ ledger.Parker = (*inflightSlot)(nil)
-
-// Park gives the place up.
-func (sl *inflightSlot) Park() { sl.release() }
-
-// Resume waits for a place, or for ctx.
-func (sl *inflightSlot) Resume(ctx context.Context) error {
-	if sl.held {
-		return nil
+	if sl != nil {
+		defer sl.release()
 	}
-	select {
-	case sl.sem <- struct{}{}:
-		sl.held = true
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (sl *inflightSlot) release() {
-	if sl.held {
-		sl.held = false
-		<-sl.sem
-	}
+	s.router.ServeHTTP(sw, r)
 }
 
 // waitSlack is how long a waiting reserve may take beyond its wait_ms to

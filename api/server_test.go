@@ -1,16 +1,20 @@
 package api_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,8 +30,14 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // MustOpenDB opens a new ledger in a temp dir and returns it with its path.
 func MustOpenDB(tb testing.TB) (*sqlite.DB, string) {
 	tb.Helper()
+	return MustOpenDBAt(tb, nil)
+}
+
+// MustOpenDBAt is MustOpenDB with the ledger's clock now (nil: time.Now).
+func MustOpenDBAt(tb testing.TB, now func() time.Time) (*sqlite.DB, string) {
+	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = db.Close() })
 	return db, path
@@ -361,34 +371,104 @@ func TestServer_maxInFlight(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, quiet)
 	s.SetMaxInFlight(2)
+	s.SetMaxInFlightPerClient(-1) // every request here comes from one address
+	release := make(chan struct{})
+	s.AddHoldRoute(release)
 	srv := MustServe(t, s)
-
-	// Two slow requests: bodies that never finish arriving.
-	var held []io.Closer
+	// Registered after MustServe, so it runs first: a failed assertion
+	// frees the held requests before srv.Close waits for them.
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free)
 	for range 2 {
-		pr, pw := io.Pipe()
-		held = append(held, pw)
-		req, _ := http.NewRequest("POST", srv.URL+"/v1/effects/reserve", pr)
-		req.Header.Set("Content-Type", "application/json")
 		go func() {
-			if res, err := srv.Client().Do(req); err == nil {
+			if res, err := srv.Client().Get(srv.URL + "/test/hold"); err == nil {
 				res.Body.Close()
 			}
 		}()
-		_, _ = pw.Write([]byte(`{"execution_id":`))
 	}
 	require.Eventually(t, func() bool {
-		r := do(t, srv, "GET", "/v1/head", "")
-		return r.status == 503
-	}, 5e9, 10e6)
+		return do(t, srv, "GET", "/v1/head", "").status == 503
+	}, 60*time.Second, 10*time.Millisecond, "the two held requests take both places")
 	r := do(t, srv, "GET", "/v1/head", "")
 	assert.Equal(t, "unavailable", r.code())
 	assert.Equal(t, "1", r.header.Get("Retry-After"))
 	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
-	for _, c := range held {
-		_ = c.Close()
+	free()
+	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
+}
+
+// TestServer_maxInFlight_slowBodiesHoldNoPlace: bodies still arriving
+// hold no place, global or per client.
+func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	s := api.NewServer(db, quiet)
+	s.SetMaxInFlight(1)
+	s.SetMaxInFlightPerClient(1)
+	srv := MustServe(t, s)
+	for range 3 {
+		slowBody(t, srv.Listener.Addr().String())
 	}
-	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 5e9, 10e6)
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "").status)
+	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"fast-key-0001","execution_id":"e","tool":"t","effect":"write"}`)
+	assert.Equal(t, 201, r.status, r.raw)
+}
+
+// slowBody starts a reserve whose body never finishes arriving and
+// returns once the server has begun to read it (its 100 Continue). The
+// connection closes when the test ends, before the server does.
+func slowBody(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\nExpect: 100-continue\r\n\r\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
+	_, err = io.WriteString(c, `{"execution_id":`)
+	require.NoError(t, err)
+}
+
+// TestServer_maxInFlightPerClient: one client at its bound is refused
+// while another is served.
+func TestServer_maxInFlightPerClient(t *testing.T) {
+	db, path := MustOpenDB(t)
+	toks := MustOpenTokens(t, path)
+	busy, err := toks.Create(context.Background(), "busy", ledger.RoleReader)
+	require.NoError(t, err)
+	other, err := toks.Create(context.Background(), "other", ledger.RoleReader)
+	require.NoError(t, err)
+	s := api.NewServer(db, quiet)
+	s.SetMaxInFlight(4)
+	s.SetMaxInFlightPerClient(1)
+	release := make(chan struct{})
+	s.AddHoldRoute(release)
+	srv := MustServe(t, s)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before srv.Close
+	go func() {
+		req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
+		req.Header.Set("Authorization", "Bearer "+busy)
+		if res, err := srv.Client().Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool {
+		return do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy).status == 503
+	}, 60*time.Second, 10*time.Millisecond, "the busy token's one place is held")
+	r := do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy)
+	assert.Equal(t, "unavailable", r.code())
+	assert.Equal(t, float64(1), r.body["error"].(map[string]any)["details"].(map[string]any)["limit"])
+	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+other).status, "another token is served")
+	free()
+	require.Eventually(t, func() bool {
+		return do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy).status == 200
+	}, 60*time.Second, 10*time.Millisecond)
 }
 
 // TestServer_statusTable checks that every contract code maps to a status.

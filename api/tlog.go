@@ -100,7 +100,7 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 		}
 		return 0, nil
 	}
-	n, err := strconv.ParseInt(v[0], 10, 63)
+	n, err := strconv.ParseInt(v[0], 10, 64)
 	if err != nil || n < 0 || len(v) > 1 {
 		return 0, &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: name + " must be one non-negative integer",
 			Details: map[string]any{"field": name}}
@@ -155,9 +155,12 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *le
 }
 
 func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := strconv.ParseUint(mux.Vars(r)["seq"], 10, 63)
-	if err != nil || seq == 0 {
-		s.Error(w, r, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %q", truncate(mux.Vars(r)["seq"], 40)))
+	seq, err := pathSeq(r)
+	if err == nil && seq == 0 {
+		err = ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq 0")
+	}
+	if err != nil {
+		s.Error(w, r, err)
 		return
 	}
 	var p *tlog.PortableReceipt

@@ -120,6 +120,17 @@ func Fingerprint(input []byte) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
+// CheckIJSON refuses a JSON text outside I-JSON (RFC 7493): a number
+// beyond the range of a double, a lone surrogate escape, a member name
+// twice in one object. input meets these rules through its RFC 8785
+// fingerprint; every other stored JSON value is held to the same ones.
+func CheckIJSON(raw []byte) error {
+	if _, err := jcs.Transform(raw); err != nil {
+		return fmt.Errorf("not I-JSON: %w", err)
+	}
+	return nil
+}
+
 func isEffectClass(e string) bool {
 	switch e {
 	case chain.EffectNone, chain.EffectRead, chain.EffectWrite, chain.EffectDestructive, chain.EffectExternal:
@@ -248,6 +259,9 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 		}
 		if !utf8.Valid(buf.Bytes()) {
 			return a, Invalid("result", "result must be UTF-8")
+		}
+		if err := CheckIJSON(buf.Bytes()); err != nil {
+			return a, Invalid("result", "result must be I-JSON (RFC 7493), as input must: %v", err)
 		}
 		a.result = buf.String()
 	}

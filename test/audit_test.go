@@ -148,13 +148,13 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 			m := l.Do("GET", "/metrics", "").Raw
 			return strings.Contains(m, "ledger_audit_repeated_failures{namespace=\"default\"} 1\n") &&
 				strings.Contains(m, "ledger_audit_repeated_failure_keys{namespace=\"default\"} 2\n")
-		}, 10*time.Second, 50*time.Millisecond)
+		}, 60*time.Second, 50*time.Millisecond)
 		call(t, l, "refund-d-0004", "exec-5", 1234) // the loop goes on
 		require.Eventually(t, func() bool {
 			m := l.Do("GET", "/metrics", "").Raw
 			return strings.Contains(m, "ledger_audit_repeated_failures{namespace=\"default\"} 1\n") &&
 				strings.Contains(m, "ledger_audit_repeated_failure_keys{namespace=\"default\"} 3\n")
-		}, 10*time.Second, 50*time.Millisecond, "an incremental run adds the new repeat")
+		}, 60*time.Second, 50*time.Millisecond, "an incremental run adds the new repeat")
 		assert.Contains(t, l.Logs(), "failed calls run again unchanged under new keys")
 	})
 }

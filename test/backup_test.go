@@ -67,7 +67,7 @@ func TestLedgerctl_backup(t *testing.T) {
 	var failures atomic.Int32
 	writeLoad(l, 4, stop, &wg, &failures)
 	defer func() { close(stop); wg.Wait() }()
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) >= 60 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) >= 60 }, 60*time.Second, 20*time.Millisecond)
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "ledger-backup.db")

@@ -67,7 +67,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},
-		{[]string{"check-proof"}, []string{"vkey", "witness-vkey", "quorum", "json"}},
+		{[]string{"check-proof"}, []string{"vkey", "namespace", "witness-vkey", "quorum", "json"}},
 		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl"}},
 		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},
 	} {

@@ -41,7 +41,7 @@ func TestDeploy_metricNames(t *testing.T) {
 		exported = scrape(t, l)
 		return exported["ledger_verify_runs_total"] != nil && exported["ledger_audit_repeated_failure_keys"] != nil &&
 			exported["ledger_wal_checkpoints_total"] != nil
-	}, 20*time.Second, 100*time.Millisecond, "the first verification run, its audit and a WAL checkpoint are exported")
+	}, 60*time.Second, 100*time.Millisecond, "the first verification run, its audit and a WAL checkpoint are exported")
 	for _, name := range []string{"ledger_reserve_outcomes_total", "ledger_commit_outcomes_total",
 		"ledger_resolve_outcomes_total", "ledger_receipts_appended_total", "ledger_http_errors_total",
 		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total"} {

@@ -55,7 +55,7 @@ func TestLedgerd_diskFull(t *testing.T) {
 	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status)
 
 	require.NoError(t, os.Remove(junk))
-	require.Eventually(t, func() bool { return l.Do("GET", "/readyz", "").Status == 200 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/readyz", "").Status == 200 }, 60*time.Second, 50*time.Millisecond)
 	r := reserve(99999)
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, head["seq"].(float64)+1, r.Body["receipt"].(map[string]any)["seq"], "nothing partial was appended")

@@ -58,7 +58,7 @@ func StartGateway(t *testing.T, ledgerURL string, env ...string) string {
 	case addr, ok := <-ready:
 		require.True(t, ok, "gateway exited:\n%s", logs.String())
 		return "http://" + addr
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatalf("gateway not ready:\n%s", logs.String())
 		return ""
 	}
@@ -83,7 +83,7 @@ func TestGateway_withLedgerd(t *testing.T) {
 	l := StartLedgerd(t, db)
 	tok := createToken(t, db, "gateway", "writer")
 	reader := createToken(t, db, "auditor", "reader")
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 	gw := StartGateway(t, l.URL, "LEDGER_TOKEN="+tok)
 
 	refund := `{"execution_id":"call-%d","input":{"order":1234,"amount":1200}}`

@@ -64,14 +64,14 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			assert.Equal(t, 401, l.Do("GET", "/v1/head", "").Status)
 			require.Eventually(t, func() bool {
 				return strings.Contains(l.Logs(), `"level":"WARN","msg":"auth: no valid API token remains`)
-			}, 5*time.Second, 50*time.Millisecond, l.Logs())
+			}, 60*time.Second, 50*time.Millisecond, l.Logs())
 			assert.Contains(t, l.Logs(), `"level":"WARN","msg":"refusing API request: auth is on but no valid API token exists"`)
 
 			tok2, _, code := ledgerctl(t, "token", "create", "--db", db, "--role", "writer", "--name", "gw")
 			require.Equal(t, 0, code)
 			require.Eventually(t, func() bool {
 				return l.Do("POST", "/v1/effects/reserve", body, "Authorization", "Bearer "+strings.TrimSpace(tok2)).Status == 201
-			}, 5*time.Second, 50*time.Millisecond)
+			}, 60*time.Second, 50*time.Millisecond)
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", reserve("auth-latch-0002", "exec-2", 1, false)).Status)
 			_ = tok
 		})
@@ -213,7 +213,7 @@ func TestLedgerd_badFlagValues(t *testing.T) {
 	for _, args := range [][]string{
 		{"--rate-limit", "NaN"}, {"--rate-limit", "-1"}, {"--rate-limit", "+Inf"},
 		{"--rate-burst", "0"}, {"--rate-burst", "-5"},
-		{"--max-inflight", "-1"}, {"--read-header-timeout", "-1s"}, {"--batch-linger", "-1ms"}, {"--read-header-timeout", "0s"},
+		{"--max-inflight", "-1"}, {"--max-inflight-per-client", "-2"}, {"--read-header-timeout", "-1s"}, {"--batch-linger", "-1ms"}, {"--read-header-timeout", "0s"},
 		{"--cache-mib", "0"}, {"--cache-mib", "3"}, {"--cache-mib", "-64"},
 	} {
 		t.Run(strings.Join(args, "="), func(t *testing.T) {

@@ -229,7 +229,7 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 		return strings.Contains(res.Raw, `ledger_verify_violations{namespace="default"} 0`) &&
 			strings.Contains(res.Raw, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
 			!strings.Contains(res.Raw, "ledger_verify_last_success_timestamp_seconds{namespace=\"default\"} 0\n")
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 	assert.Contains(t, l.Logs(), "ledger verified")
 }
 
@@ -263,7 +263,7 @@ func TestLedgerctl_tokens(t *testing.T) {
 	_, _, code = ledgerctl(t, "token", "create", "--db", l.DB, "--role", "root", "--name", "x")
 	assert.Equal(t, 2, code)
 
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 	r := l.Do("GET", "/v1/head", "", "Authorization", "Bearer "+tok)
 	assert.Equal(t, 200, r.Status)
 	out, _, code := ledgerctl(t, "head", "--server", l.URL, "--token", tok)

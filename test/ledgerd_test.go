@@ -56,7 +56,7 @@ func TestLedgerd_walkthrough(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0003","execution_id":"exec-5","tool":"payments.charge","effect":"write"}`)
 		return r.Status == 409 && r.Code() == "unsafe_resume"
-	}, 10e9, 20e6)
+	}, 60e9, 20e6) // 60 s: generous on a loaded machine
 	r = l.Do("POST", "/v1/effects/charge-0003/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked the PSP: no charge"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, "failed", r.Body["state"])
@@ -210,7 +210,7 @@ func TestLedgerd_config(t *testing.T) {
 		cmd := exec.Command(filepath.Join(binDir, "ledgerd"), "--listen", "127.0.0.1:0")
 		cmd.Dir = dir
 		require.NoError(t, cmd.Start())
-		require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "ledger.db")); return err == nil }, 10e9, 10e6)
+		require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "ledger.db")); return err == nil }, 60e9, 10e6)
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})

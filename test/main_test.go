@@ -110,9 +110,9 @@ func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 		require.True(t, ok, "ledgerd exited before it was ready:\n%s", l.logs.String())
 		l.URL = "http://" + addr
 		watchHost(t, l.URL)
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		_ = cmd.Process.Kill()
-		t.Fatalf("ledgerd not ready in 30s:\n%s", l.logs.String())
+		t.Fatalf("ledgerd not ready in 60s:\n%s", l.logs.String())
 	}
 	t.Cleanup(func() { l.Kill() })
 	return l
@@ -125,9 +125,9 @@ func (l *Ledgerd) Stop() error {
 	case err := <-l.exit:
 		l.exit <- err
 		return err
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		_ = l.cmd.Process.Kill()
-		return fmt.Errorf("ledgerd did not stop in 30s")
+		return fmt.Errorf("ledgerd did not stop in 60s")
 	}
 }
 

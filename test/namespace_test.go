@@ -225,7 +225,9 @@ func TestNamespaces(t *testing.T) {
 			require.Equal(t, 0, code, stderr)
 			file := filepath.Join(dir, "proof-a.jsonl")
 			require.NoError(t, os.WriteFile(file, []byte(out), 0o600))
-			out, stderr, code = ledgerctl(t, "check-proof", file, "--vkey", vkey)
+			out, _, code = ledgerctl(t, "check-proof", file, "--vkey", vkey)
+			assert.Equal(t, 1, code, "a's receipts are not default's: %s", out)
+			out, stderr, code = ledgerctl(t, "check-proof", file, "--vkey", vkey, "--namespace", "a")
 			assert.Equal(t, 0, code, stderr)
 			assert.Equal(t, 2, strings.Count(out, "valid: receipt"), out)
 			assert.Contains(t, out, "(key shared-key-0001) is in ex.test/a at tree size 7")
@@ -240,8 +242,9 @@ func TestNamespaces(t *testing.T) {
 		require.NoError(t, os.WriteFile(cp, []byte(note), 0o600))
 		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--namespace", "a", "--checkpoint", cp, "--vkey", vkey)
 		assert.Equal(t, 0, code, out+stderr)
-		out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp, "--vkey", vkey)
-		assert.Equal(t, 1, code, "a's checkpoint does not fit default's chain: %s", out)
+		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp, "--vkey", vkey)
+		assert.Equal(t, 2, code, "a's checkpoint is refused for default's chain: %s", out)
+		assert.Contains(t, stderr, `"ex.test/a", want "ex.test/default"`)
 	})
 
 	t.Run("backup", func(t *testing.T) {
@@ -309,7 +312,7 @@ func TestNamespaces(t *testing.T) {
 		assert.Contains(t, out, `"name":"only-a","role":"writer"`)
 		assert.Contains(t, out, `"namespaces":["a"]`)
 
-		require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 		r := l.Do("POST", "/v1/ns/a/effects/reserve", nsReserve("scoped-key-0001", "exec-s", "tool.a"), "Authorization", onlyA)
 		assert.Equal(t, 201, r.Status, r.Raw)
 		for _, path := range []string{"/v1/head", "/v1/ns/b/head", "/v1/ns/nope/head", "/v1/ns/b/effects/shared-key-0001", "/v1/ns/b/effects/no-such-key-1"} {

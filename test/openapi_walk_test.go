@@ -75,7 +75,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	rateTok := "Bearer " + strings.TrimSpace(out)
 	require.Eventually(t, func() bool {
 		return b.Do("GET", "/v1/head", "").Status == 401 && c.Do("GET", "/v1/head", "").Status == 401
-	}, 10*time.Second, 50*time.Millisecond, "auth turns on once a token exists")
+	}, 60*time.Second, 50*time.Millisecond, "auth turns on once a token exists")
 
 	expect := func(r Resp, status int, code string) {
 		t.Helper()
@@ -258,7 +258,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		require.Eventually(t, func() bool {
 			r := a.Do("GET", "/v1/verification", "")
 			return r.Status == 200 && r.Body["ran"] == true
-		}, 20*time.Second, 50*time.Millisecond, "the first periodic run finishes")
+		}, 60*time.Second, 50*time.Millisecond, "the first periodic run finishes")
 		r := a.Do("GET", "/v1/verification", "")
 		assert.Equal(t, true, r.Body["enabled"])
 		assert.Equal(t, true, r.Body["ok"], r.Raw)
@@ -347,7 +347,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				assert.Equal(t, note, r.Body["checkpoint"], "against the latest checkpoint")
 				file := filepath.Join(logDir, "receipt-1-"+n.name+".json")
 				require.NoError(t, os.WriteFile(file, []byte(r.Raw), 0o600))
-				out, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey)
+				out, stderr, code := ledgerctl(t, "check-proof", file, "--vkey", vkey, "--namespace", n.name)
 				assert.Equal(t, 0, code, "the portable receipt the document describes verifies offline: %s", stderr)
 				assert.Contains(t, out, "ex.test/"+n.name, "the origin names the namespace")
 				expect(d.Do("HEAD", n.v1+"/receipts/257/proof", ""), 200, "")
@@ -368,7 +368,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		out, stderr, code := ledgerctl(t, "token", "create", "--db", d.DB, "--role", "reader", "--name", "walk-log")
 		require.Equal(t, 0, code, stderr)
 		reader := "Bearer " + strings.TrimSpace(out)
-		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
+		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 		for _, n := range spaces {
 			expect(d.Do("GET", n.log+"/checkpoint", ""), 200, "")
 			expect(d.Do("GET", n.log+"/tile/0/000", ""), 200, "")
@@ -661,7 +661,7 @@ func waitCheckpointNS(t *testing.T, l *Ledgerd, vkey, ns string, size int64) (st
 	t.Helper()
 	v, err := tlog.NewVerifier(vkey)
 	require.NoError(t, err)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := l.Do("GET", "/log/"+ns+"/checkpoint", "")
 		if r.Status == 200 {
@@ -673,7 +673,7 @@ func waitCheckpointNS(t *testing.T, l *Ledgerd, vkey, ns string, size int64) (st
 		} else {
 			require.Equal(t, "not_checkpointed", r.Code(), r.Raw)
 		}
-		require.True(t, time.Now().Before(deadline), "no checkpoint of size %d of %s in 15s:\n%s", size, ns, l.Logs())
+		require.True(t, time.Now().Before(deadline), "no checkpoint of size %d of %s in 60s:\n%s", size, ns, l.Logs())
 		time.Sleep(20 * time.Millisecond)
 	}
 }

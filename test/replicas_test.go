@@ -318,7 +318,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 			_, _ = fmt.Sscan(lines[1], &n)
 			last = n
 			return n == want
-		}, 10*time.Second, 50*time.Millisecond)
+		}, 60*time.Second, 50*time.Millisecond)
 	}
 	assert.Equal(t, 15, last)
 	r := a.Do("GET", "/v1/receipts/7/proof", "")

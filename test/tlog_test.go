@@ -60,7 +60,7 @@ func waitCheckpoint(t *testing.T, l *Ledgerd, vkey string, size int64) (string, 
 	t.Helper()
 	v, err := tlog.NewVerifier(vkey)
 	require.NoError(t, err)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		r := l.Do("GET", "/log/default/checkpoint", "")
 		if r.Status == 200 {
@@ -73,7 +73,7 @@ func waitCheckpoint(t *testing.T, l *Ledgerd, vkey string, size int64) (string, 
 		} else {
 			require.Equal(t, "not_checkpointed", r.Code(), r.Raw)
 		}
-		require.True(t, time.Now().Before(deadline), "no checkpoint of size %d in 10s:\n%s", size, l.Logs())
+		require.True(t, time.Now().Before(deadline), "no checkpoint of size %d in 60s:\n%s", size, l.Logs())
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -252,7 +252,7 @@ func TestUI(t *testing.T) {
 	require.Eventually(t, func() bool {
 		r := l.Do("GET", "/v1/verification", "")
 		return r.Body["ran"] == true && r.Body["receipts"] == float64(seq)
-	}, 30*time.Second, 100*time.Millisecond, "the periodic verifier covers the filled ledger")
+	}, 60*time.Second, 100*time.Millisecond, "the periodic verifier covers the filled ledger")
 	audit := l.Do("GET", "/v1/audit", "")
 	require.Equal(t, 200, audit.Status, audit.Raw)
 
@@ -526,7 +526,7 @@ func TestUI_token(t *testing.T) {
 	require.NoError(t, err)
 	admin, err := toks.Create(context.Background(), "ops", ledger.RoleAdmin)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 	fillForUI(t, l, "Authorization", "Bearer "+admin)
 	seq := fmt.Sprint(int(l.Do("GET", "/v1/head", "", "Authorization", "Bearer "+reader).Body["seq"].(float64)))
 

@@ -202,7 +202,7 @@ func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
 	l = StartLedgerd(t, l.DB, "--verify-every", "1h")
 	require.Eventually(t, func() bool {
 		return strings.Contains(l.Logs(), "ledger verified")
-	}, 10*time.Second, 20*time.Millisecond)
+	}, 60*time.Second, 20*time.Millisecond)
 	r = l.Do("GET", "/metrics", "")
 	for _, name := range []string{`ledger_verify_last_success_timestamp_seconds{namespace="default"} `, `ledger_verify_violations{namespace="default"} 0`,
 		`ledger_verify_duration_seconds{namespace="default"} `, `ledger_verify_runs_total{namespace="default",result="ok"} 1`} {
@@ -225,5 +225,5 @@ func TestLedgerd_verifyEveryNamespace(t *testing.T) {
 		return strings.Contains(m, `ledger_verify_runs_total{namespace="ops",result="ok"}`) &&
 			strings.Contains(m, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
 			strings.Contains(m, `ledger_verify_violations{namespace="ops"} 0`)
-	}, 15*time.Second, 50*time.Millisecond)
+	}, 60*time.Second, 50*time.Millisecond)
 }

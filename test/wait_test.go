@@ -70,7 +70,7 @@ func TestLedgerd_wait(t *testing.T) {
 	assert.Contains(t, string(s.body), `"in_progress"`)
 	assert.GreaterOrEqual(t, s.elapsed, 300*time.Millisecond)
 
-	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 10*time.Millisecond)
 	time.Sleep(time.Second) // past --read-timeout and --write-timeout
 	r = l.Do("POST", "/v1/effects/refund-wait-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"re_w1"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -92,7 +92,7 @@ func TestLedgerd_waitShutdown(t *testing.T) {
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)
 	ch := asyncPost(l.URL+"/v1/effects/reserve", waitReserve("exec-2", 60_000))
-	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 10*time.Millisecond)
 	start := time.Now()
 	require.NoError(t, l.Stop())
 	assert.Less(t, time.Since(start), 10*time.Second)

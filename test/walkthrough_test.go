@@ -67,7 +67,7 @@ func startWithToken(t *testing.T) (*Ledgerd, string) {
 	tok, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "admin", "--name", "walkthrough-admin")
 	require.Equal(t, 0, code, stderr)
 	tok = strings.TrimSpace(tok)
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 5*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
 	return l, tok
 }
 

@@ -165,12 +165,12 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 
 	s.servers[1].Close() // witness 2 goes down
 	appendN(t, l, "down", 4)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for storedCheckpoint(t, l.DB) < first.Size+4 {
 		require.True(t, time.Now().Before(deadline), "no new checkpoint signed:\n%s", l.Logs())
 		time.Sleep(20 * time.Millisecond)
 	}
-	require.Eventually(t, func() bool { return s.witnesses[0].Size("ex.test/default") >= first.Size+4 }, 10*time.Second, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return s.witnesses[0].Size("ex.test/default") >= first.Size+4 }, 60*time.Second, 20*time.Millisecond,
 		"the live witness cosigns the new checkpoint")
 	time.Sleep(100 * time.Millisecond) // several witnessing rounds
 	raw, c := waitCheckpoint(t, l, s.vkey, 1)

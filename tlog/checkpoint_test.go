@@ -4,8 +4,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -91,7 +94,7 @@ func TestLoadSigner_OpenSSH(t *testing.T) {
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "id_ed25519")
 	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(block), 0o600))
-	s, vkey, closeKey, err := tlog.LoadSigner(path, "ledger.example.com")
+	s, vkey, closeKey, err := tlog.LoadSigner(path, "ledger.example.com", tlog.KeyOptions{})
 	require.NoError(t, err)
 	defer func() { _ = closeKey() }()
 	v, err := tlog.NewVerifier(vkey)
@@ -107,12 +110,33 @@ func TestLoadSigner_OpenSSH(t *testing.T) {
 	t.Run("ErrNotEd25519", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "junk")
 		require.NoError(t, os.WriteFile(p, []byte("not a key"), 0o600))
-		_, _, _, err := tlog.LoadSigner(p, "ledger.example.com")
+		_, _, _, err := tlog.LoadSigner(p, "ledger.example.com", tlog.KeyOptions{})
 		assert.Error(t, err)
+	})
+	t.Run("ErrNotRegular", func(t *testing.T) {
+		fifo := filepath.Join(t.TempDir(), "fifo")
+		require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+		_, _, _, err := tlog.LoadSigner(fifo, "ledger.example.com", tlog.KeyOptions{})
+		assert.ErrorIs(t, err, tlog.ErrKeyFile, "refused at once, never waiting for a writer")
+		_, _, _, err = tlog.LoadSigner(t.TempDir(), "ledger.example.com", tlog.KeyOptions{})
+		assert.ErrorIs(t, err, tlog.ErrKeyFile)
+	})
+	t.Run("ErrReadableByOthers", func(t *testing.T) {
+		open := filepath.Join(t.TempDir(), "id_open")
+		require.NoError(t, os.WriteFile(open, pem.EncodeToMemory(block), 0o600))
+		require.NoError(t, os.Chmod(open, 0o640))
+		_, _, _, err := tlog.LoadSigner(open, "ledger.example.com", tlog.KeyOptions{})
+		assert.ErrorIs(t, err, tlog.ErrKeyFile)
+		assert.ErrorContains(t, err, "chmod 600")
+		var logs strings.Builder
+		_, _, _, err = tlog.LoadSigner(open, "ledger.example.com",
+			tlog.KeyOptions{AllowReadable: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		assert.NoError(t, err)
+		assert.Contains(t, logs.String(), "level=WARN")
 	})
 	t.Run("ErrAgentWithoutSocket", func(t *testing.T) {
 		t.Setenv("SSH_AUTH_SOCK", "")
-		_, _, _, err := tlog.LoadSigner("ssh-agent:SHA256:abc", "ledger.example.com")
+		_, _, _, err := tlog.LoadSigner("ssh-agent:SHA256:abc", "ledger.example.com", tlog.KeyOptions{})
 		assert.ErrorContains(t, err, "SSH_AUTH_SOCK")
 	})
 }

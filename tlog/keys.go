@@ -6,9 +6,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -28,19 +31,66 @@ func GenerateKey(name string) (skey, vkey string, err error) {
 // AgentPrefix starts a --signing-key that names an ssh-agent identity.
 const AgentPrefix = "ssh-agent:"
 
+// KeyOptions are how LoadSigner treats a private key file.
+type KeyOptions struct {
+	// AllowReadable uses a key file that group or others may read
+	// (logging a warning through Logger) instead of refusing it.
+	AllowReadable bool
+	// Logger receives that warning; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrKeyFile is the parent of the errors about a private key file that is
+// not used: not a regular file, or readable by group or others.
+var ErrKeyFile = errors.New("private key file refused")
+
+// readKeyFile reads a private key file the way OpenSSH does: a regular
+// file only (a FIFO or a device would block or never end), and one that
+// neither group nor others may read or write, since anyone who can read it
+// can sign checkpoints in the log's name.
+func readKeyFile(path string, o KeyOptions) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO for reading must not wait for a writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file (%s)", ErrKeyFile, path, fi.Mode().Type())
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		if !o.AllowReadable {
+			return nil, fmt.Errorf("%w: %s has permissions %04o: group or others may use it (chmod 600 %s, as ssh requires)", ErrKeyFile, path, perm, path)
+		}
+		logger := o.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.Warn("the signing key file may be read by group or others; anyone who reads it can sign checkpoints in the log's name",
+			"path", path, "mode", fmt.Sprintf("%04o", perm))
+	}
+	return io.ReadAll(io.LimitReader(f, 1<<20))
+}
+
 // LoadSigner returns the checkpoint signer that spec names, with name as
 // the key name (the origin prefix), and its verifier key. spec is a file
 // holding a note private key (its name must be name) or an OpenSSH
 // Ed25519 private key, or "ssh-agent:<fingerprint>" for an Ed25519
 // identity held by the agent at $SSH_AUTH_SOCK (fingerprint as printed by
 // ssh-add -l, "SHA256:…"). The caller closes the returned io.Closer-like
-// func when done (it closes the agent connection; a no-op otherwise).
-func LoadSigner(spec, name string) (note.Signer, string, func() error, error) {
+// func when done (it closes the agent connection; a no-op otherwise). A
+// key file must be a regular file that only its owner may use (see
+// KeyOptions).
+func LoadSigner(spec, name string, o KeyOptions) (note.Signer, string, func() error, error) {
 	noop := func() error { return nil }
 	if fp, ok := strings.CutPrefix(spec, AgentPrefix); ok {
 		return agentSigner(fp, name)
 	}
-	data, err := os.ReadFile(spec)
+	data, err := readKeyFile(spec, o)
 	if err != nil {
 		return nil, "", noop, fmt.Errorf("signing key: %w", err)
 	}

@@ -142,13 +142,14 @@ var ErrReceiptHash = errors.New("the receipt's fields do not hash to its hash")
 
 // CheckPortable verifies a portable receipt with nothing but the log's
 // verifier key: the receipt's hash recomputed from its fields (SPEC §2),
-// the checkpoint's signature and origin, and the inclusion of the hash in
-// the signed tree. It returns the verified checkpoint.
-func CheckPortable(p *PortableReceipt, v note.Verifier) (Checkpoint, error) {
+// the checkpoint's signature and origin (that of namespace ns; any
+// namespace of the key when ns is empty), and the inclusion of the hash
+// in the signed tree. It returns the verified checkpoint.
+func CheckPortable(p *PortableReceipt, v note.Verifier, ns string) (Checkpoint, error) {
 	if err := p.Receipt.Check(); err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrReceiptHash, err)
 	}
-	c, err := OpenCheckpoint([]byte(p.Checkpoint), v, "")
+	c, err := OpenCheckpoint([]byte(p.Checkpoint), v, ns)
 	if err != nil {
 		return c, err
 	}

@@ -37,6 +37,10 @@ type CheckpointCheck struct {
 	Note []byte
 	// Verifier is the log's verifier key.
 	Verifier note.Verifier
+	// Namespace is the namespace verified: a checkpoint's origin must be
+	// the key's name, "/" and Namespace, so that another namespace's
+	// checkpoint is refused. Empty accepts any namespace of the key.
+	Namespace string
 	// Previous is the checkpoint verified by an earlier run (--state),
 	// nil if none; it must be consistent with Note and with the chain.
 	Previous []byte
@@ -65,14 +69,14 @@ var ErrCheckpoint = errors.New("checkpoint rejected")
 // is a hash_mismatch there, and one rewritten with recomputed hashes
 // changes the root here.
 func (c *CheckpointCheck) Check(ctx context.Context, src Source) (*CheckpointResult, error) {
-	cp, err := tlog.OpenCheckpoint(c.Note, c.Verifier, "")
+	cp, err := tlog.OpenCheckpoint(c.Note, c.Verifier, c.Namespace)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	res := &CheckpointResult{Checkpoint: cp, Latest: c.Note}
 	var prev *tlog.Checkpoint
 	if c.Previous != nil {
-		p, err := tlog.OpenCheckpoint(c.Previous, c.Verifier, "")
+		p, err := tlog.OpenCheckpoint(c.Previous, c.Verifier, c.Namespace)
 		if err != nil {
 			return nil, fmt.Errorf("%w: the checkpoint in the state file: %w", ErrCheckpoint, err)
 		}

@@ -158,6 +158,22 @@ func TestCheckpointCheck(t *testing.T) {
 		_, err = (&verify.CheckpointCheck{Note: msg, Verifier: k.v}).Check(ctx, good)
 		assert.ErrorIs(t, err, tlog.ErrCheckpointOrigin)
 	})
+	t.Run("ErrAnotherNamespace", func(t *testing.T) {
+		// The same chain, signed as namespace payments's: the root fits,
+		// the origin does not.
+		root, err := tlog.TreeHash(30, treeOf(t, good[:30]))
+		require.NoError(t, err)
+		msg, err := tlog.Sign(tlog.Checkpoint{Origin: "ex.test/payments", Size: 30, Root: root}, k.signer)
+		require.NoError(t, err)
+		_, err = (&verify.CheckpointCheck{Note: msg, Verifier: k.v, Namespace: "default"}).Check(ctx, good)
+		assert.ErrorIs(t, err, verify.ErrCheckpoint)
+		assert.ErrorIs(t, err, tlog.ErrCheckpointOrigin)
+		_, err = (&verify.CheckpointCheck{Note: cp, Verifier: k.v, Namespace: "default", Previous: msg}).Check(ctx, good)
+		assert.ErrorIs(t, err, tlog.ErrCheckpointOrigin, "nor as the state file's checkpoint")
+		res, err := (&verify.CheckpointCheck{Note: msg, Verifier: k.v, Namespace: "payments"}).Check(ctx, good)
+		require.NoError(t, err)
+		assert.Empty(t, res.Violations)
+	})
 	t.Run("Latest", func(t *testing.T) {
 		res, err := (&verify.CheckpointCheck{Note: k.sign(t, good, 12), Verifier: k.v, Previous: cp}).Check(ctx, good)
 		require.NoError(t, err)

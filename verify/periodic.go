@@ -142,6 +142,8 @@ type Periodic struct {
 	// Registerer receives the metrics after the first run (default
 	// prometheus.DefaultRegisterer).
 	Registerer prometheus.Registerer
+	// Now is the clock runs are timed by (default time.Now).
+	Now func() time.Time
 
 	pin     *Pin
 	totals  auditTotals // the audit's totals up to pin
@@ -219,11 +221,16 @@ func (p *Periodic) Run(ctx context.Context) {
 
 // Once runs one verification and records its outcome.
 func (p *Periodic) Once(ctx context.Context) *Report {
-	start := time.Now()
+	now := p.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := now()
 	incremental := p.pin != nil
 	rep, err := New(p.Src, Opts{Pinned: p.pin, Incremental: incremental, MaxViolations: p.MaxLogged,
 		StateBudget: periodicStateBudget}).Check(ctx)
-	elapsed := time.Since(start)
+	end := now()
+	elapsed := end.Sub(start)
 	if ctx.Err() != nil {
 		return nil // stopped: not a run
 	}
@@ -266,7 +273,7 @@ func (p *Periodic) Once(ctx context.Context) *Report {
 	default:
 		m.runs.WithLabelValues("ok").Inc()
 		m.violations.Set(0)
-		m.lastSuccess.Set(float64(time.Now().Unix()))
+		m.lastSuccess.Set(float64(end.Unix()))
 		head := rep.Head
 		p.pin, p.totals = &head, totals
 		p.Logger.InfoContext(ctx, "ledger verified", "receipts", rep.Receipts, "checked", rep.Checked,

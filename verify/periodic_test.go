@@ -17,9 +17,9 @@ import (
 
 // gauge returns the value of an unlabelled gauge in the default registry,
 // and whether it is exported at all.
-func gauge(t *testing.T, name string) (float64, bool) {
+func gauge(t *testing.T, reg prometheus.Gatherer, name string) (float64, bool) {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
@@ -30,14 +30,14 @@ func gauge(t *testing.T, name string) (float64, bool) {
 }
 
 // TestPeriodic_auditMetrics: the audit gauges appear with the first run
-// and count the whole ledger across incremental runs. No other test in
-// this package runs a Periodic on the default registry, so they start
-// absent.
+// and count the whole ledger across incremental runs. A registry of its
+// own makes them start absent however often the test runs.
 func TestPeriodic_auditMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
 	names := []string{"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
 		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}
 	for _, n := range names {
-		_, ok := gauge(t, n)
+		_, ok := gauge(t, reg, n)
 		assert.False(t, ok, "%s before any verification", n)
 	}
 
@@ -53,11 +53,11 @@ func TestPeriodic_auditMetrics(t *testing.T) {
 	rd, err := sqlite.OpenReader(context.Background(), c.path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
-	p := &verify.Periodic{Src: rd, Logger: quiet}
+	p := &verify.Periodic{Src: rd, Logger: quiet, Registerer: reg}
 	want := func(desc string, vals ...float64) {
 		t.Helper()
 		for i, n := range names {
-			got, ok := gauge(t, n)
+			got, ok := gauge(t, reg, n)
 			assert.True(t, ok, "%s: %s exported", desc, n)
 			assert.Equal(t, vals[i], got, "%s: %s", desc, n)
 		}
@@ -158,13 +158,16 @@ func TestPeriodic_Once(t *testing.T) {
 	require.NoError(t, err)
 	defer rd.Close()
 	reg := prometheus.NewPedanticRegistry()
-	p := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg}
+	// Each reading of the clock is one second later: every run ends in a
+	// second of its own, whatever the machine's load.
+	clock := time.Unix(1_800_000_000, 0)
+	tick := func() time.Time { clock = clock.Add(time.Second); return clock }
+	p := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg, Now: tick}
 
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	assert.Empty(t, mfs, "no metric before the first run")
 
-	before := time.Now().Unix()
 	rep := p.Once(ctx)
 	require.NotNil(t, rep)
 	require.True(t, rep.OK)
@@ -179,16 +182,18 @@ func TestPeriodic_Once(t *testing.T) {
 		"ledger_verify_duration_seconds", "ledger_verify_runs_total",
 		"ledger_audit_runtime_retries", "ledger_audit_re_invocations", "ledger_audit_duplicate_effects",
 		"ledger_audit_repeated_failures", "ledger_audit_repeated_failure_keys", "ledger_audit_resolutions"}, names)
-	last := gaugeValue(t, reg, "ledger_verify_last_success_timestamp_seconds")
-	assert.GreaterOrEqual(t, last, float64(before))
+	assert.Equal(t, float64(clock.Unix()), gaugeValue(t, reg, "ledger_verify_last_success_timestamp_seconds"),
+		"the end of the run")
 
 	rep = p.Once(ctx)
 	require.True(t, rep.OK)
 	assert.Zero(t, rep.Checked, "later runs are incremental from the verified head")
 
 	// A second Periodic in the process shares the registered metrics.
-	p2 := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg}
+	p2 := &verify.Periodic{Src: rd, Every: time.Hour, Logger: quiet, Registerer: reg, Now: tick}
 	require.NotNil(t, p2.Once(ctx))
+	last := gaugeValue(t, reg, "ledger_verify_last_success_timestamp_seconds")
+	assert.Equal(t, float64(clock.Unix()), last)
 
 	tamper(t, path, tamperCase{Steps: []struct {
 		SQL        string `json:"sql"`

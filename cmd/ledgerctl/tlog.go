@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
-
-	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -51,7 +47,7 @@ the verifier key of an OpenSSH Ed25519 key or an ssh-agent identity.`,
 		return usageErr(fs, c.Env, "give --out FILE or --from KEY")
 	}
 	if *from != "" {
-		_, vkey, closeKey, err := tlog.LoadSigner(*from, *origin)
+		_, vkey, closeKey, err := tlog.LoadSigner(*from, *origin, tlog.KeyOptions{})
 		if err != nil {
 			return err
 		}
@@ -236,128 +232,6 @@ that name exists.`,
 	return nil
 }
 
-// CheckProofCommand verifies portable receipts offline.
-type CheckProofCommand struct{ Env *Env }
-
-// Run runs check-proof.
-func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("check-proof", flag.ContinueOnError)
-	vkeyFlag := fs.String("vkey", "", "the log's verifier `key` (NAME+HASH+BASE64, as ledgerctl keygen prints it), or a file holding it")
-	var witnessKeys listFlag
-	fs.Var(&witnessKeys, "witness-vkey", "a witness's cosignature verifier `key` (NAME+HASH+BASE64 with key type 0x04), or a file holding it; repeatable")
-	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY [--witness-vkey V … [--quorum K]]
-
-Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
-FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
-the receipt's hash recomputed from its fields, the checkpoint's signature and
-origin, and the receipt's inclusion in the signed tree. With --witness-vkey,
-the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
-those witnesses (all of them without --quorum); other signature lines are
-ignored.
-Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
-		`  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
-  ledgerctl check-proof refund.jsonl --vkey ./log.vkey
-  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --witness-vkey ./w1.vkey --witness-vkey ./w2.vkey --quorum 1
-`)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 || *vkeyFlag == "" {
-		return usageErr(fs, c.Env, "give one FILE and --vkey")
-	}
-	v, err := readVerifier(*vkeyFlag)
-	if err != nil {
-		return usageErr(fs, c.Env, "--vkey: %v", err)
-	}
-	var witnesses []note.Verifier
-	for _, wk := range witnessKeys {
-		wv, err := readCosignatureVerifier(wk)
-		if err != nil {
-			return usageErr(fs, c.Env, "--witness-vkey: %v", err)
-		}
-		witnesses = append(witnesses, wv)
-	}
-	need := len(witnesses)
-	if flagSet(fs, "quorum") {
-		need = *quorum
-	}
-	if flagSet(fs, "quorum") && (need < 1 || need > len(witnesses)) {
-		return usageErr(fs, c.Env, "--quorum must be between 1 and the number of --witness-vkey (%d)", len(witnesses))
-	}
-	var in io.Reader = os.Stdin
-	if pos[0] != "-" {
-		f, err := os.Open(pos[0])
-		if err != nil {
-			return err
-		}
-		defer func() { _ = f.Close() }()
-		in = f
-	}
-	type result struct {
-		Seq      uint64 `json:"seq"`
-		Key      string `json:"idempotency_key"`
-		Valid    bool   `json:"valid"`
-		Origin   string `json:"origin,omitempty"`
-		TreeSize int64  `json:"tree_size,omitempty"`
-		// Cosigners is how many --witness-vkey witnesses cosigned.
-		Cosigners int    `json:"cosigners,omitempty"`
-		Error     string `json:"error,omitempty"`
-	}
-	var results []result
-	dec := json.NewDecoder(in)
-	bad := 0
-	for {
-		var p tlog.PortableReceipt
-		err := dec.Decode(&p)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("check-proof: %s: %w", pos[0], err)
-		}
-		cp, err := tlog.CheckPortable(&p, v)
-		cosigners := 0
-		if err == nil && len(witnesses) > 0 {
-			cosigners = tlog.CountCosigners([]byte(p.Checkpoint), witnesses)
-			if cosigners < need {
-				err = fmt.Errorf("%w: %d of the %d witnesses cosigned the checkpoint, %d needed", tlog.ErrCosignature, cosigners, len(witnesses), need)
-			}
-		}
-		r := result{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin, TreeSize: cp.Size}
-		if err != nil {
-			r.Error = err.Error()
-			bad++
-		}
-		results = append(results, r)
-	}
-	if len(results) == 0 {
-		return fmt.Errorf("check-proof: %s holds no portable receipt", pos[0])
-	}
-	if *asJSON {
-		if err := writeJSON(c.Env.Stdout, map[string]any{"ok": bad == 0, "receipts": results}); err != nil {
-			return err
-		}
-	} else {
-		for _, r := range results {
-			if r.Valid {
-				fmt.Fprintf(c.Env.Stdout, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, cell(r.Key), r.Origin, r.TreeSize)
-				if len(witnesses) > 0 {
-					fmt.Fprintf(c.Env.Stdout, ", cosigned by %d of %d witnesses", r.Cosigners, len(witnesses))
-				}
-				fmt.Fprintln(c.Env.Stdout)
-			} else {
-				fmt.Fprintf(c.Env.Stdout, "INVALID: receipt %d (key %s): %s\n", r.Seq, cell(r.Key), r.Error)
-			}
-		}
-	}
-	if bad > 0 {
-		return &ViolationsError{Count: bad}
-	}
-	return nil
-}
-
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -374,17 +248,4 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
-}
-
-// readCosignatureVerifier reads a witness verifier key given inline or as
-// a file.
-func readCosignatureVerifier(s string) (note.Verifier, error) {
-	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
-		b, err := os.ReadFile(s)
-		if err != nil {
-			return nil, err
-		}
-		s = strings.TrimSpace(string(b))
-	}
-	return tlog.NewCosignatureVerifier(s)
 }

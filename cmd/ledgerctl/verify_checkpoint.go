@@ -46,7 +46,7 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 	if err != nil {
 		return nil, fmt.Errorf("--checkpoint: %w", err)
 	}
-	cc := &verify.CheckpointCheck{Note: note, Verifier: v}
+	cc := &verify.CheckpointCheck{Note: note, Verifier: v, Namespace: src.ns()}
 	if stateFile != "" {
 		if cc.Previous, err = verify.ReadStateCheckpoint(stateFile); err != nil {
 			return nil, err

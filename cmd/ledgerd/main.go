@@ -70,34 +70,36 @@ const DefaultMaxNamespaces = 10000
 
 // Main is the ledgerd program, so that tests can drive it in-process.
 type Main struct {
-	DBPath            string
-	Listen            string
-	LogLevel          string
-	LogFormat         string
-	ShutdownTimeout   time.Duration
-	VerifyEvery       time.Duration
-	PprofAddr         string
-	MaxInFlight       int
-	Insecure          bool
-	TLSCert           string
-	TLSKey            string
-	MetricsAuth       bool
-	ReadHeaderTimeout time.Duration
-	BatchLinger       time.Duration
-	RateLimit         float64
-	RateBurst         int
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	MaxWaiters        int
-	CacheMiB          int
-	MaxNamespaces     int
-	MaxOpenNamespaces int
+	DBPath               string
+	Listen               string
+	LogLevel             string
+	LogFormat            string
+	ShutdownTimeout      time.Duration
+	VerifyEvery          time.Duration
+	PprofAddr            string
+	MaxInFlight          int
+	MaxInFlightPerClient int
+	Insecure             bool
+	TLSCert              string
+	TLSKey               string
+	MetricsAuth          bool
+	ReadHeaderTimeout    time.Duration
+	BatchLinger          time.Duration
+	RateLimit            float64
+	RateBurst            int
+	ReadTimeout          time.Duration
+	WriteTimeout         time.Duration
+	MaxWaiters           int
+	CacheMiB             int
+	MaxNamespaces        int
+	MaxOpenNamespaces    int
 	// DefaultKeyTTL is the key lifetime of the default namespace when
 	// this start creates the ledger (SPEC §12); 0: keys never expire.
 	DefaultKeyTTL time.Duration
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
+	AllowReadableKey   bool
 	LogOrigin          string
 	CheckpointInterval time.Duration
 	PublicLog          bool
@@ -133,7 +135,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
-	fs.IntVar(&m.MaxInFlight, "max-inflight", api.DefaultMaxInFlight, "concurrent API requests beyond which requests get 503 + Retry-After (0: no bound)")
+	fs.IntVar(&m.MaxInFlight, "max-inflight", api.DefaultMaxInFlight, "concurrent API requests beyond which requests get 503 + Retry-After (0: no bound); a request takes its place once its body has arrived")
+	fs.IntVar(&m.MaxInFlightPerClient, "max-inflight-per-client", 0, "concurrent API requests of any one token (or, without a token, one client address) beyond which that client gets 503 + Retry-After; 0: three quarters of --max-inflight, -1: no bound")
 	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
@@ -147,12 +150,13 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
-	fs.BoolVar(&m.MetricsAuth, "metrics-auth", false, "require a reader token for /metrics when tokens exist")
+	fs.BoolVar(&m.MetricsAuth, "metrics-auth", true, "require a reader token for /metrics when tokens exist (a token limited to namespaces sees only theirs); false serves every namespace's metrics to anyone who reaches the port")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&m.SigningKey, "signing-key", "", "sign checkpoints of the Merkle tree with this key: a `FILE` from ledgerctl keygen, an OpenSSH Ed25519 private key file, or ssh-agent:<fingerprint>")
+	fs.BoolVar(&m.AllowReadableKey, "allow-readable-signing-key", false, "use a --signing-key file that group or others may read, with a warning, instead of refusing it")
 	fs.StringVar(&m.LogOrigin, "log-origin", tlog.DefaultOriginPrefix, "checkpoint origin `prefix`: namespace NS has origin PREFIX/NS; the key's name")
 	fs.DurationVar(&m.CheckpointInterval, "checkpoint-interval", time.Second, "sign a new checkpoint at most this often when the tree has grown")
-	fs.BoolVar(&m.PublicLog, "public-log", false, "serve /log/default/ (checkpoint and tiles) without a token even when tokens exist")
+	fs.BoolVar(&m.PublicLog, "public-log", false, "serve the verifiable log of every namespace, /log/NS/ (checkpoint and tiles), without a token even when tokens exist")
 	fs.Var(&m.Witnesses, "witness", "send each new checkpoint to this C2SP tlog-witness, `VKEY=URL` (its cosignature verifier key and URL prefix; repeatable; LEDGERD_WITNESS takes several separated by spaces), and serve its cosignatures")
 	fs.IntVar(&m.WitnessQuorum, "witness-quorum", 0, "serve a new checkpoint only once this many --witness witnesses have cosigned it; until then the previous one stays served")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
@@ -161,7 +165,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 		fmt.Fprintf(m.stderr, `Usage: ledgerd [flags]
 
 ledgerd records the side effects of AI-agent tool calls in a tamper-evident,
-append-only SQLite ledger and serves the REST API described in docs/spec.md §4
+append-only ledger (a SQLite file or a PostgreSQL database) and serves the REST API described in docs/spec.md §4
 (contract `+version.Contract+`; GET /v1/openapi.json describes it in OpenAPI 3.1).
 
 Every flag can also be set as LEDGERD_<NAME> (for example LEDGERD_DB,
@@ -227,6 +231,9 @@ Flags:
 	}
 	if m.MaxInFlight < 0 {
 		return fmt.Errorf("--max-inflight must be 0 (no bound) or positive, not %d", m.MaxInFlight)
+	}
+	if m.MaxInFlightPerClient < -1 {
+		return fmt.Errorf("--max-inflight-per-client must be -1 (no bound), 0 (three quarters of --max-inflight) or positive, not %d", m.MaxInFlightPerClient)
 	}
 	if m.BatchLinger < 0 {
 		return fmt.Errorf("--batch-linger must be 0 or positive, not %s", m.BatchLinger)
@@ -359,6 +366,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Addr <- ln.Addr()
 	handler := api.NewServer(l, m.Logger)
 	handler.SetMaxInFlight(m.MaxInFlight)
+	handler.SetMaxInFlightPerClient(m.MaxInFlightPerClient)
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
 	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
@@ -461,7 +469,8 @@ type signingKey struct {
 
 // loadKey loads --signing-key with --log-origin as its name.
 func (m *Main) loadKey() (*signingKey, error) {
-	signer, vkey, closeKey, err := tlog.LoadSigner(m.SigningKey, m.LogOrigin)
+	signer, vkey, closeKey, err := tlog.LoadSigner(m.SigningKey, m.LogOrigin,
+		tlog.KeyOptions{AllowReadable: m.AllowReadableKey, Logger: m.Logger})
 	if err != nil {
 		return nil, err
 	}

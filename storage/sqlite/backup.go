@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-sqlite3"
@@ -91,18 +92,21 @@ func Backup(ctx context.Context, src, dst string, opts BackupOptions) (*BackupRe
 		return nil, errors.New("backup: the destination is the ledger itself")
 	}
 
-	tmpFile, err := os.CreateTemp(filepath.Dir(absDst), "."+filepath.Base(absDst)+".tmp-*")
+	tmpPattern := "." + filepath.Base(absDst) + ".tmp-*"
+	sweepTemporaries(filepath.Dir(absDst), tmpPattern)
+	tmpFile, err := os.CreateTemp(filepath.Dir(absDst), tmpPattern)
 	if err != nil {
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	tmp := tmpFile.Name()
-	_ = tmpFile.Close()
+	// The lock marks the temporary as in use until this call returns; one
+	// left unlocked belongs to a backup that was killed.
+	_ = syscall.Flock(int(tmpFile.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	defer func() { _ = tmpFile.Close() }()
 	done := false
 	defer func() {
 		if !done {
-			for _, suffix := range []string{"", "-journal", "-wal", "-shm"} {
-				_ = os.Remove(tmp + suffix)
-			}
+			removeTemporary(tmp)
 		}
 	}()
 
@@ -124,6 +128,35 @@ func Backup(ctx context.Context, src, dst string, opts BackupOptions) (*BackupRe
 		return nil, fmt.Errorf("backup: %w", err)
 	}
 	return res, nil
+}
+
+// tmpSuffixes are the files of a temporary copy: the file and SQLite's.
+var tmpSuffixes = []string{"", "-journal", "-wal", "-shm"}
+
+func removeTemporary(tmp string) {
+	for _, suffix := range tmpSuffixes {
+		_ = os.Remove(tmp + suffix)
+	}
+}
+
+// sweepTemporaries removes the temporary copies that earlier backups to
+// the same destination left when they were killed: those that no running
+// backup holds locked.
+func sweepTemporaries(dir, pattern string) {
+	found, _ := filepath.Glob(filepath.Join(dir, pattern))
+	for _, tmp := range found {
+		if strings.HasSuffix(tmp, "-journal") || strings.HasSuffix(tmp, "-wal") || strings.HasSuffix(tmp, "-shm") {
+			continue
+		}
+		f, err := os.Open(tmp)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			removeTemporary(tmp)
+		}
+		_ = f.Close()
+	}
 }
 
 // copyDatabase copies the ledger read by rd into the empty file tmp inside

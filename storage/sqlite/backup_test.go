@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,25 @@ func dirEntries(tb testing.TB, dir string) []string {
 
 func TestBackup(t *testing.T) {
 	ctx := context.Background()
+	t.Run("OK the temporaries of a killed backup are removed, a running one's kept", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		fill(t, db, "backup-sweep", 3)
+		dir := t.TempDir()
+		stale := filepath.Join(dir, ".copy.db.tmp-111")
+		for _, f := range []string{stale, stale + "-journal"} {
+			require.NoError(t, os.WriteFile(f, []byte("half a copy"), 0o600))
+		}
+		// A backup still running holds its temporary locked.
+		running := filepath.Join(dir, ".copy.db.tmp-222")
+		require.NoError(t, os.WriteFile(running, nil, 0o600))
+		f, err := os.Open(running)
+		require.NoError(t, err)
+		defer f.Close()
+		require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
+		_, err = sqlite.Backup(ctx, db.Path(), filepath.Join(dir, "copy.db"), sqlite.BackupOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{".copy.db.tmp-222", "copy.db"}, dirEntries(t, dir))
+	})
 	t.Run("OK", func(t *testing.T) {
 		db, _ := MustOpenDB(t)
 		fill(t, db, "backup-ok", 50)

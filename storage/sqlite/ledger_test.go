@@ -463,7 +463,7 @@ func TestDB_Commit(t *testing.T) {
 			{"same big integer", `{"n":12345678901234567890}`, `{"n":12345678901234567890}`, true},
 			{"decimal forms of one value", `{"n":1.50,"m":[10,0]}`, `{"m":[1e1,-0.0],"n":15e-1}`, true},
 			{"tiny difference in a long fraction", `0.10000000000000000001`, `0.1`, false},
-			{"huge exponents differ", `1e999999999`, `1e999999998`, false},
+			{"large exponents differ", `1e300`, `1e299`, false}, // 1e400 is not I-JSON: refused before any comparison
 			{"member order does not matter", `{"a":"x","b":true}`, `{"b":true,"a":"x"}`, true},
 			{"array order matters", `[1,2]`, `[2,1]`, false},
 			{"null vs false", `[null]`, `[false]`, false},

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// CheckProofCommand verifies portable receipts offline.
+type CheckProofCommand struct{ Env *Env }
+
+// Run runs check-proof.
+func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("check-proof", flag.ContinueOnError)
+	vkeyFlag := fs.String("vkey", "", "the log's verifier `key` (NAME+HASH+BASE64, as ledgerctl keygen prints it), or a file holding it")
+	var witnessKeys listFlag
+	fs.Var(&witnessKeys, "witness-vkey", "a witness's cosignature verifier `key` (NAME+HASH+BASE64 with key type 0x04), or a file holding it; repeatable")
+	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
+	ns := fs.String("namespace", ledger.DefaultNamespace, "the `namespace` the receipts must belong to: the checkpoint's origin must be the key's name, \"/\" and it")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY [--namespace NS] [--witness-vkey V … [--quorum K]]
+
+Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
+FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
+the receipt's hash recomputed from its fields, the checkpoint's signature and
+origin (PREFIX/NS of the --namespace, default "default"), and the receipt's
+inclusion in the signed tree. A receipt with a field the format does not
+have, a field given twice or data after it is invalid. With --witness-vkey,
+the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
+those witnesses (all of them without --quorum); other signature lines are
+ignored.
+Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
+		`  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --namespace payments
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --witness-vkey ./w1.vkey --witness-vkey ./w2.vkey --quorum 1
+`)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *vkeyFlag == "" {
+		return usageErr(fs, c.Env, "give one FILE and --vkey")
+	}
+	if !ledger.ValidNamespace(*ns) {
+		return usageErr(fs, c.Env, "--namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", *ns)
+	}
+	v, err := readVerifier(*vkeyFlag)
+	if err != nil {
+		return usageErr(fs, c.Env, "--vkey: %v", err)
+	}
+	var witnesses []note.Verifier
+	for _, wk := range witnessKeys {
+		wv, err := readCosignatureVerifier(wk)
+		if err != nil {
+			return usageErr(fs, c.Env, "--witness-vkey: %v", err)
+		}
+		witnesses = append(witnesses, wv)
+	}
+	need := len(witnesses)
+	if flagSet(fs, "quorum") {
+		need = *quorum
+	}
+	if flagSet(fs, "quorum") && (need < 1 || need > len(witnesses)) {
+		return usageErr(fs, c.Env, "--quorum must be between 1 and the number of --witness-vkey (%d)", len(witnesses))
+	}
+	var in io.Reader = os.Stdin
+	if pos[0] != "-" {
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		in = f
+	}
+	chk := proofChecker{v: v, ns: *ns, witnesses: witnesses, need: need}
+	var results []proofVerdict
+	err = tlog.ReadPortables(in, func(raw []byte) error {
+		results = append(results, chk.check(raw))
+		return nil
+	})
+	if err != nil {
+		// Data that is not a whole JSON value is no proof: a verdict, not
+		// an I/O failure.
+		results = append(results, proofVerdict{Error: err.Error()})
+	}
+	if len(results) == 0 {
+		return fmt.Errorf("check-proof: %s holds no portable receipt", pos[0])
+	}
+	bad := 0
+	for _, r := range results {
+		if !r.Valid {
+			bad++
+		}
+	}
+	if *asJSON {
+		if err := writeJSON(c.Env.Stdout, map[string]any{"ok": bad == 0, "receipts": results}); err != nil {
+			return err
+		}
+	} else {
+		printVerdicts(c.Env.Stdout, results, len(witnesses))
+	}
+	if bad > 0 {
+		return &ViolationsError{Count: bad}
+	}
+	return nil
+}
+
+// proofVerdict is check-proof's verdict on one portable receipt.
+type proofVerdict struct {
+	Seq      uint64 `json:"seq"`
+	Key      string `json:"idempotency_key"`
+	Valid    bool   `json:"valid"`
+	Origin   string `json:"origin,omitempty"`
+	TreeSize int64  `json:"tree_size,omitempty"`
+	// Cosigners is how many --witness-vkey witnesses cosigned.
+	Cosigners int    `json:"cosigners,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// proofChecker judges portable receipts with the log's key, for one
+// namespace, and the witnesses' keys with their quorum.
+type proofChecker struct {
+	v         note.Verifier
+	ns        string
+	witnesses []note.Verifier
+	need      int
+}
+
+// check reads one portable receipt in its exact form and verifies it.
+func (c proofChecker) check(raw []byte) proofVerdict {
+	p, err := tlog.ParsePortable(raw)
+	if err != nil {
+		return proofVerdict{Error: err.Error()}
+	}
+	cp, err := tlog.CheckPortable(p, c.v, c.ns)
+	cosigners := 0
+	if err == nil && len(c.witnesses) > 0 {
+		cosigners = tlog.CountCosigners([]byte(p.Checkpoint), c.witnesses)
+		if cosigners < c.need {
+			err = fmt.Errorf("%w: %d of the %d witnesses cosigned the checkpoint, %d needed", tlog.ErrCosignature, cosigners, len(c.witnesses), c.need)
+		}
+	}
+	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin, TreeSize: cp.Size}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r
+}
+
+// printVerdicts prints one line per verdict.
+func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
+	for _, r := range results {
+		if !r.Valid {
+			fmt.Fprintf(w, "INVALID: receipt %d (key %s): %s\n", r.Seq, cell(r.Key), r.Error)
+			continue
+		}
+		fmt.Fprintf(w, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, cell(r.Key), r.Origin, r.TreeSize)
+		if witnesses > 0 {
+			fmt.Fprintf(w, ", cosigned by %d of %d witnesses", r.Cosigners, witnesses)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// readCosignatureVerifier reads a witness verifier key given inline or as
+// a file.
+func readCosignatureVerifier(s string) (note.Verifier, error) {
+	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			return nil, err
+		}
+		s = strings.TrimSpace(string(b))
+	}
+	return tlog.NewCosignatureVerifier(s)
+}

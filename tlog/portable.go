@@ -1,0 +1,108 @@
+package tlog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// ErrPortableForm is the parent of errors about a portable receipt's JSON
+// form: a field the format does not have, a field given twice, data after
+// the receipt. The offline verifier refuses such a document, as the API
+// refuses such a request: a verdict handed to a third party must be about
+// exactly one reading of the document.
+var ErrPortableForm = errors.New("portable receipt is not in its exact form")
+
+// portableFields are the members of a portable receipt.
+var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true}
+
+// receiptFields are the members of a receipt's JSON form (SPEC §2), with
+// the optional result_encoding and malformed.
+var receiptFields = map[string]bool{"seq": true, "kind": true, "idempotency_key": true, "key_generated": true,
+	"execution_id": true, "attempt": true, "tool": true, "effect": true, "idempotent": true, "input_hash": true,
+	"outcome": true, "external_ref": true, "result": true, "result_encoding": true, "error_code": true,
+	"error_message": true, "retryable": true, "lease_expires_at": true, "ref_seq": true, "actor": true,
+	"note": true, "recorded_at": true, "prev_hash": true, "hash": true, "malformed": true}
+
+// ParsePortable parses one portable receipt from its exact JSON form:
+// one object with only the format's members, each once, in the envelope
+// and in the receipt (the receipt's result is opaque: its bytes are
+// hashed as they are), and nothing after it but white space.
+func ParsePortable(data []byte) (*PortableReceipt, error) {
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("%w: not one JSON value (trailing data or a syntax error)", ErrPortableForm)
+	}
+	receipt, err := checkMembers(data, portableFields, "receipt")
+	if err != nil {
+		return nil, err
+	}
+	if receipt == nil {
+		return nil, fmt.Errorf("%w: no receipt", ErrPortableForm)
+	}
+	if _, err := checkMembers(receipt, receiptFields, ""); err != nil {
+		return nil, fmt.Errorf("receipt: %w", err)
+	}
+	var p PortableReceipt
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
+	}
+	return &p, nil
+}
+
+// checkMembers checks that the valid JSON data is an object whose
+// members are all in known, each once, and returns the raw value of the
+// member keep (nil if absent).
+func checkMembers(data []byte, known map[string]bool, keep string) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrPortableForm)
+	}
+	seen := map[string]bool{}
+	var kept json.RawMessage
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
+		}
+		name, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
+		}
+		switch {
+		case !known[name]:
+			return nil, fmt.Errorf("%w: unknown field %s", ErrPortableForm, strconv.Quote(name))
+		case seen[name]:
+			return nil, fmt.Errorf("%w: field %s appears twice", ErrPortableForm, strconv.Quote(name))
+		}
+		seen[name] = true
+		if name == keep {
+			kept = raw
+		}
+	}
+	return kept, nil
+}
+
+// ReadPortables reads the portable receipts of r, one JSON object after
+// another (a JSON Lines file, or several objects), calling f with each
+// one's raw bytes; data that is not a whole JSON value ends the read
+// with an error wrapping ErrPortableForm.
+func ReadPortables(r io.Reader, f func(raw []byte) error) error {
+	dec := json.NewDecoder(r)
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: after %d bytes: %w", ErrPortableForm, dec.InputOffset(), err)
+		}
+		if err := f(raw); err != nil {
+			return err
+		}
+	}
+}
