@@ -142,7 +142,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		wait: DefaultWait, maxWait: DefaultMaxWait, maxRetries: DefaultMaxRetries,
 		backoffBase: DefaultBackoffBase, backoffMax: DefaultBackoffMax,
 		commitTimeout: DefaultCommitTimeout, pollInterval: DefaultPollInterval,
-		logger: slog.New(slog.DiscardHandler),
+		logger: slog.New(discardHandler{}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -363,3 +363,12 @@ func (c *Client) pause(ctx context.Context, n int, err error, what string) error
 	}
 	return nil
 }
+
+// discardHandler drops every record; the client logs nothing until
+// WithLogger gives it a logger.
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardHandler) WithGroup(string) slog.Handler           { return d }

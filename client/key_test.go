@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // TestDeriveKey_knownAnswer pins the derivation, the same as the Python
@@ -77,8 +76,10 @@ func TestDeriveKey_valid(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, strings.HasPrefix(k, client.DerivedKeyPrefix), k)
 			assert.Len(t, k, 67)
-			assert.False(t, strings.HasPrefix(k, ledger.GeneratedKeyPrefix))
-			assert.NoError(t, ledger.ValidateKey(k))
+			assert.False(t, strings.HasPrefix(k, "gen_"), "the ledger's generated keys start with gen_")
+			for i := 0; i < len(k); i++ {
+				assert.True(t, k[i] >= 0x21 && k[i] <= 0x7e, "byte %d of %s is not visible ASCII", i, k)
+			}
 		})
 	}
 	t.Run("ErrEmptyTool", func(t *testing.T) {
@@ -91,16 +92,4 @@ func TestDeriveKey_valid(t *testing.T) {
 		_, err = client.DeriveKey("t", func() {})
 		assert.Error(t, err)
 	})
-}
-
-// TestFingerprint_matchesLedger: the client's fingerprint is the one the
-// ledger computes from "input".
-func TestFingerprint_matchesLedger(t *testing.T) {
-	for _, in := range []string{`{"b":[1,2,{"z":null,"a":true}],"a":"x"}`, `1e3`, `"\u00e9"`, `null`, `[]`} {
-		want, err := ledger.Fingerprint([]byte(in))
-		require.NoError(t, err)
-		got, err := client.Fingerprint(json.RawMessage(in))
-		require.NoError(t, err)
-		assert.Equal(t, want, got, in)
-	}
 }
