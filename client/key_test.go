@@ -30,6 +30,29 @@ func TestDeriveKey_knownAnswer(t *testing.T) {
 	assert.Equal(t, "sha256:75a2e07e97a84fa440d4e0acff1fdcc639894a7a661b58c25ee7cc50266ec7fa", fp)
 }
 
+// crossLanguage is the derivation vector pinned by the Go, Python
+// (clients/python/tests/test_canonical.py) and TypeScript
+// (clients/typescript/test/canonical.test.mjs) suites alike: member names
+// that sort differently by bytes and by UTF-16, escapes, and numbers whose
+// ECMAScript spelling differs from their source (1e21 → 1e+21, -0.0 → 0).
+const (
+	crossTool  = "crm.contact.upsert"
+	crossInput = `{"name":"Zoë Ünal","emails":["zoe@example.com"],"age":41,"score":0.1,"big":1e21,"small":1e-7,"neg":-0.0,"ok":true,"none":null,"€":"euro","é":"e-acute","a\nb":"tab\t\u0001"}`
+	crossKey   = "dk_469d84d0f62eb0da9f12f4e7322f1679998e36bc1fa682f55edb5e6c5457724a"
+	crossFP    = "sha256:849fddd7ea461d28838de74ba790297d074cc85558d3ee82c3050320ec388b44"
+)
+
+// TestDeriveKey_crossLanguage: the three clients derive the same key and
+// fingerprint from the same call.
+func TestDeriveKey_crossLanguage(t *testing.T) {
+	k, err := client.DeriveKey(crossTool, json.RawMessage(crossInput))
+	require.NoError(t, err)
+	assert.Equal(t, crossKey, k)
+	fp, err := client.Fingerprint(json.RawMessage(crossInput))
+	require.NoError(t, err)
+	assert.Equal(t, crossFP, fp)
+}
+
 // TestDeriveKey_stable: the same call gives the same key whatever the
 // member order, spacing, number form or Go type of its input.
 func TestDeriveKey_stable(t *testing.T) {

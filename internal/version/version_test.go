@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/semver"
 
 	"github.com/effect-ledger/effect-ledger/internal/version"
 )
@@ -38,26 +39,32 @@ func TestFromBuildInfo(t *testing.T) {
 		{
 			desc:      "checkout with changes",
 			bi:        build("v0.0.0-20261201013927-6aedb58a1b2c+dirty", "vcs.revision", rev, "vcs.time", "2026-12-01T01:39:27Z", "vcs.modified", "true"),
-			wantShort: "6aedb58a1b2c+modified",
-			wantLines: []string{"ledgerd 6aedb58a1b2c+modified", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
+			wantShort: version.Release + "+6aedb58a1b2c.dirty",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c.dirty", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
 		},
 		{
 			desc:      "clean checkout after a tag",
 			bi:        build("v1.2.1-0.20261201013927-6aedb58a1b2c", "vcs.revision", rev, "vcs.modified", "false"),
-			wantShort: "6aedb58a1b2c",
-			wantLines: []string{"ledgerd 6aedb58a1b2c", "revision " + rev},
+			wantShort: version.Release + "+6aedb58a1b2c",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c", "revision " + rev},
 		},
 		{
-			desc:      "no version control",
+			desc:      "tagged release with changes",
+			bi:        build(version.Release+"+dirty", "vcs.revision", rev, "vcs.modified", "true"),
+			wantShort: version.Release + "+6aedb58a1b2c.dirty",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c.dirty", "module github.com/effect-ledger/effect-ledger " + version.Release + "+dirty"},
+		},
+		{
+			desc:      "no version control (-buildvcs=false)",
 			bi:        build("(devel)"),
-			wantShort: "(devel)",
-			wantLines: []string{"ledgerd (devel)", "module github.com/effect-ledger/effect-ledger (devel)"},
+			wantShort: version.Release,
+			wantLines: []string{"ledgerd " + version.Release, "module github.com/effect-ledger/effect-ledger (devel)"},
 		},
 		{
 			desc:      "no build info",
 			bi:        nil,
-			wantShort: "(devel)",
-			wantLines: []string{"ledgerd (devel)"},
+			wantShort: version.Release,
+			wantLines: []string{"ledgerd " + version.Release},
 		},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -84,4 +91,10 @@ func TestRead(t *testing.T) {
 	assert.Equal(t, version.Contract, info.Contract)
 	assert.Equal(t, []string{"v1", "v1.1"}, info.Contracts)
 	assert.NotEmpty(t, info.Short())
+}
+
+// TestRelease: the tree's release is a semantic version a tag can carry.
+func TestRelease(t *testing.T) {
+	assert.True(t, semver.IsValid(version.Release), "%q is a semantic version", version.Release)
+	assert.Equal(t, version.Release, semver.Canonical(version.Release), "vMAJOR.MINOR.PATCH, nothing else")
 }
