@@ -61,6 +61,7 @@ type Client struct {
 	commitTimeout time.Duration
 	pollInterval  time.Duration
 	logger        *slog.Logger
+	inject        func(ctx context.Context, h http.Header) // WithPropagator; nil: none
 	// noServerWait is set once a server refuses wait_ms (a ledger without
 	// SPEC §8): reserves then poll instead.
 	noServerWait atomic.Bool
@@ -108,6 +109,19 @@ func WithCommitTimeout(d time.Duration) Option { return func(c *Client) { c.comm
 // WithPollInterval caps the sleep between reserves while another attempt
 // holds the key and the server does not wait (default DefaultPollInterval).
 func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.pollInterval = d } }
+
+// WithPropagator sets inject, which adds the caller's trace context to
+// the headers of every request the client sends, so that the ledger's
+// spans join the gateway's trace. With OpenTelemetry:
+//
+//	client.WithPropagator(func(ctx context.Context, h http.Header) {
+//		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+//	})
+//
+// The client itself depends on no tracing library.
+func WithPropagator(inject func(ctx context.Context, h http.Header)) Option {
+	return func(c *Client) { c.inject = inject }
+}
 
 // WithLogger logs retries and waits at debug level, and outcomes that
 // could not be recorded at error level (default: no logs).
@@ -241,6 +255,9 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*resp
 	req.Header.Set("Accept", "application/json")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.inject != nil {
+		c.inject(ctx, req.Header)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {

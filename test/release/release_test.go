@@ -1,6 +1,11 @@
+//go:build integration
+
 // Package release_test checks scripts/release: its binaries name their
 // release and revision without VCS stamping, and two builds of one commit
 // are byte-identical even from another directory with a cold build cache.
+// It compiles everything twice (minutes), so it is an integration test:
+//
+//	go test -tags integration ./test/release
 package release_test
 
 import (
