@@ -2,6 +2,7 @@ package version_test
 
 import (
 	"encoding/json"
+	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -97,4 +98,22 @@ func TestRead(t *testing.T) {
 func TestRelease(t *testing.T) {
 	assert.True(t, semver.IsValid(version.Release), "%q is a semantic version", version.Release)
 	assert.Equal(t, version.Release, semver.Canonical(version.Release), "vMAJOR.MINOR.PATCH, nothing else")
+}
+
+// TestRelease_clientsInStep: the TypeScript and Python clients carry the
+// release's version (docs/release.md, the checklist).
+func TestRelease_clientsInStep(t *testing.T) {
+	want := strings.TrimPrefix(version.Release, "v")
+	pkg, err := os.ReadFile("../../clients/typescript/package.json")
+	require.NoError(t, err)
+	var p struct{ Version string }
+	require.NoError(t, json.Unmarshal(pkg, &p))
+	assert.Equal(t, want, p.Version, "clients/typescript/package.json")
+
+	py, err := os.ReadFile("../../clients/python/pyproject.toml")
+	require.NoError(t, err)
+	assert.Contains(t, string(py), "\nversion = \""+want+"\"\n", "clients/python/pyproject.toml")
+	initPy, err := os.ReadFile("../../clients/python/src/effect_ledger/__init__.py")
+	require.NoError(t, err)
+	assert.Contains(t, string(initPy), "\n__version__ = \""+want+"\"\n", "effect_ledger.__version__")
 }
