@@ -17,7 +17,7 @@ import {
   type CommitRequest,
   type ReceiptRef,
 } from "./errors.js";
-import { Transport, type TransportOptions } from "./transport.js";
+import { Transport, unsent, type TransportOptions } from "./transport.js";
 
 /** The class of an effect (contract §1). "none" and "read" skip the ledger. */
 export type EffectClass = "none" | "read" | "write" | "destructive" | "external";
@@ -304,6 +304,7 @@ export class Client {
   private async reserveWaiting(req: ReserveRequest, e: Effect): Promise<Reservation> {
     const until = Date.now() + (e.maxWaitMs ?? this.opts.maxWaitMs);
     let autoAttempt = e.attempt === undefined;
+    let lost = 0; // reserves whose answer was lost
     for (;;) {
       const left = until - Date.now();
       req.waitMs = this.serverWaits ? Math.floor(Math.max(0, Math.min(this.opts.waitMs, left - waitMargin(left)))) : 0;
@@ -324,6 +325,13 @@ export class Client {
         } else if (autoAttempt && err instanceof AttemptConflictError && recordedAttempt(err) >= (req.attempt ?? 1)) {
           req.attempt = recordedAttempt(err) + 1;
           autoAttempt = false; // once: a second conflict is a real one
+        } else if (!(err instanceof LedgerError) && !isAbort(err) && !unsent(err) && lost < this.http.maxRetries) {
+          // The reserve may have been recorded and its answer lost: the
+          // same attempt again would conflict with it, so this is the next
+          // attempt. If the lost one did reserve, this one waits for its
+          // lease to end.
+          req.attempt = (req.attempt ?? 1) + 1;
+          await this.http.pause(lost++, err, e.signal);
         } else {
           throw err;
         }

@@ -31,7 +31,8 @@ export class Transport {
   private readonly prefix: string;
   private readonly fetch: typeof fetch;
   private readonly token: string;
-  private readonly maxRetries: number;
+  /** Retries of one call on 503, 429 and transport errors. */
+  readonly maxRetries: number;
   private readonly backoffBaseMs: number;
   private readonly backoffMaxMs: number;
   private readonly traceparent: TransportOptions["traceparent"];
@@ -97,6 +98,11 @@ export class Transport {
     return retrySent || unsent(err);
   }
 
+  /** Waits before retry n (0-based) after err; rejects with err when signal aborts. */
+  pause(n: number, err: unknown, signal?: AbortSignal): Promise<void> {
+    return pause(this.backoff(n, err), signal, err);
+  }
+
   // backoff is the server's Retry-After plus up to 20 % jitter, so that
   // clients told the same time do not return together, else full-jitter
   // exponential backoff.
@@ -137,7 +143,7 @@ export function parseRetryAfter(v: string | null, now = Date.now()): number {
 
 // unsent reports whether a fetch failed before the request could reach
 // the server (nothing can have been recorded).
-function unsent(err: unknown): boolean {
+export function unsent(err: unknown): boolean {
   const code = (err as { cause?: { code?: string } })?.cause?.code;
   return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN";
 }

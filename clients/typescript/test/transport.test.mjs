@@ -130,3 +130,26 @@ test("parseRetryAfter: seconds or an HTTP date", () => {
   assert.equal(parseRetryAfter("soon", now), 0);
   assert.equal(parseRetryAfter("Tue, 01 Dec 2026 00:00:03 GMT", now), 3000);
 });
+
+test("a reserve whose answer was lost is retried as the next attempt", async () => {
+  let cut = 1;
+  const f = await front(server.url, (req, res) => {
+    if (req.url === "/v1/effects/reserve" && cut > 0) {
+      cut--;
+      res.socket.destroy(); // the ledger's answer never arrives
+      return true;
+    }
+    return false;
+  });
+  try {
+    const got = await new Client(f.url, { backoffBaseMs: 1, backoffMaxMs: 2 }).do(
+      { tool: "t.lost", effect: "write", input: { n: uid() }, executionId: "exec-lost" },
+      () => ({ result: "ran" }),
+    );
+    assert.equal(got.result, "ran");
+    const reserves = f.seen.filter((s) => s.url === "/v1/effects/reserve");
+    assert.equal(reserves.length, 2);
+  } finally {
+    await f.close();
+  }
+});
