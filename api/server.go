@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -57,7 +58,8 @@ type Server struct {
 	auditSrc     verify.Source
 	auditSem     chan struct{} // one audit at a time
 	verification VerificationStatus
-	publicLog    bool // tlog.go
+	publicLog    bool         // tlog.go
+	tracer       trace.Tracer // trace.go; nil: tracing off
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.
@@ -236,7 +238,6 @@ func (s *Server) allowed(r *http.Request) []string {
 // ServeHTTP serves a request with panic recovery and metrics.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w}
 	route := "unmatched"
 	var match mux.RouteMatch
 	if s.router.Match(r, &match) && match.Route != nil {
@@ -244,6 +245,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			route = tpl
 		}
 	}
+	var span *requestSpan
+	if s.tracer != nil {
+		span, w, r = s.startSpan(w, r, route, match.Vars)
+	}
+	sw := &statusWriter{ResponseWriter: w}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -257,9 +263,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		elapsed := time.Since(start)
 		requestDuration.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(sw.code())).Observe(elapsed.Seconds())
+		if span != nil {
+			span.end(sw.code())
+		}
 		if s.logger.Enabled(r.Context(), slog.LevelDebug) {
-			s.logger.DebugContext(r.Context(), "request", "method", r.Method, "route", route,
-				"status", sw.code(), "duration", elapsed, "remote", r.RemoteAddr)
+			s.logger.DebugContext(r.Context(), "request", append([]any{"method", r.Method, "route", route,
+				"status", sw.code(), "duration", elapsed, "remote", r.RemoteAddr}, traceAttr(span)...)...)
 		}
 	}()
 	r, sl, err := s.admit(sw, r, route, match.Vars)

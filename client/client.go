@@ -61,6 +61,7 @@ type Client struct {
 	commitTimeout time.Duration
 	pollInterval  time.Duration
 	logger        *slog.Logger
+	inject        func(ctx context.Context, h http.Header) // WithPropagator; nil: none
 	// noServerWait is set once a server refuses wait_ms (a ledger without
 	// SPEC §8): reserves then poll instead.
 	noServerWait atomic.Bool
@@ -109,6 +110,19 @@ func WithCommitTimeout(d time.Duration) Option { return func(c *Client) { c.comm
 // holds the key and the server does not wait (default DefaultPollInterval).
 func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.pollInterval = d } }
 
+// WithPropagator sets inject, which adds the caller's trace context to
+// the headers of every request the client sends, so that the ledger's
+// spans join the gateway's trace. With OpenTelemetry:
+//
+//	client.WithPropagator(func(ctx context.Context, h http.Header) {
+//		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
+//	})
+//
+// The client itself depends on no tracing library.
+func WithPropagator(inject func(ctx context.Context, h http.Header)) Option {
+	return func(c *Client) { c.inject = inject }
+}
+
 // WithLogger logs retries and waits at debug level, and outcomes that
 // could not be recorded at error level (default: no logs).
 func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.logger = l } }
@@ -142,7 +156,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		wait: DefaultWait, maxWait: DefaultMaxWait, maxRetries: DefaultMaxRetries,
 		backoffBase: DefaultBackoffBase, backoffMax: DefaultBackoffMax,
 		commitTimeout: DefaultCommitTimeout, pollInterval: DefaultPollInterval,
-		logger: slog.New(slog.DiscardHandler),
+		logger: slog.New(discardHandler{}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -241,6 +255,9 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*resp
 	req.Header.Set("Accept", "application/json")
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.inject != nil {
+		c.inject(ctx, req.Header)
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {
@@ -363,3 +380,12 @@ func (c *Client) pause(ctx context.Context, n int, err error, what string) error
 	}
 	return nil
 }
+
+// discardHandler drops every record; the client logs nothing until
+// WithLogger gives it a logger.
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardHandler) WithGroup(string) slog.Handler           { return d }

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -250,5 +251,10 @@ func commitRetryable(err error) bool {
 	return err != nil && !isContextErr(err)
 }
 
-// newExecutionID returns a fresh execution id.
-func newExecutionID() string { return "exec-" + rand.Text() }
+// newExecutionID returns a fresh execution id: 128 random bits in 26
+// base32 letters and digits.
+func newExecutionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics instead)
+	return "exec-" + base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])
+}

@@ -2,45 +2,17 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
-	"net/http/httptest"
 	"os"
-	"path/filepath"
 
-	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
-
-// startLedger runs a real ledger server on a temporary SQLite file for
-// the examples and returns its URL and a function that stops it. In
-// production the client points at your ledgerd instead.
-func startLedger() (string, func()) {
-	dir, err := os.MkdirTemp("", "ledger-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	db, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet})
-	if err != nil {
-		log.Fatal(err)
-	}
-	srv := httptest.NewServer(api.NewServer(db, quiet))
-	return srv.URL, func() {
-		srv.Close()
-		_ = db.Close()
-		_ = os.RemoveAll(dir)
-	}
-}
 
 // A gateway wraps a tool call in Do: the refund runs once, and the
 // model's second call gets the recorded result back.
 func ExampleClient_Do() {
-	url, stop := startLedger()
-	defer stop()
-
-	ledgerClient, err := client.New(url) // "localhost:8080" works too
+	ledgerClient, err := client.New("http://localhost:8080", client.WithToken(os.Getenv("LEDGER_TOKEN")))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -60,40 +32,6 @@ func ExampleClient_Do() {
 		}
 		fmt.Printf("call %d: replayed=%t ref=%s result=%s\n", call, res.Replayed, res.ExternalRef, res.Result)
 	}
-	// Output:
-	// refunding, Idempotency-Key: dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb
-	// call 1: replayed=false ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
-	// call 2: replayed=true ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
-}
-
-// A failure is recorded with a code. A retryable failure of an idempotent
-// effect may run again; a permanent one is refused with
-// ErrRetryNotAllowed.
-func ExampleClient_Do_failure() {
-	url, stop := startLedger()
-	defer stop()
-	ledgerClient, err := client.New(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	send := client.Effect{Tool: "email.send", Class: client.ClassExternal, Idempotent: true,
-		Input: map[string]any{"to": "ada@example.com", "template": "welcome"}}
-
-	_, err = ledgerClient.Do(context.Background(), send, func(ctx context.Context, key string) (client.Outcome, error) {
-		return client.Outcome{}, client.Permanent("MAILBOX_UNKNOWN", errors.New("550 no such user"))
-	})
-	var failed *client.EffectError
-	if errors.As(err, &failed) {
-		fmt.Println("recorded failure:", failed.Failure.Code)
-	}
-
-	_, err = ledgerClient.Do(context.Background(), send, func(ctx context.Context, key string) (client.Outcome, error) {
-		panic("not reached: the ledger refuses to send again")
-	})
-	fmt.Println("sent again?", !errors.Is(err, client.ErrRetryNotAllowed))
-	// Output:
-	// recorded failure: MAILBOX_UNKNOWN
-	// sent again? false
 }
 
 // DeriveKey names an effect by what it does, so that every repeat of the
@@ -110,32 +48,4 @@ func ExampleDeriveKey() {
 	// Output:
 	// dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb
 	// true false
-}
-
-// When the ledger cannot be reached after the effect ran, Do returns a
-// CommitError that carries what is needed to record the outcome later.
-func ExampleCommitError() {
-	url, stop := startLedger()
-	defer stop()
-	ledgerClient, err := client.New(url)
-	if err != nil {
-		log.Fatal(err)
-	}
-	var ce *client.CommitError // as Do would return it
-	rsv, err := ledgerClient.Reserve(context.Background(), client.ReserveRequest{
-		Key: "refund-order-1234", ExecutionID: "exec-1", Tool: "payments.refund", Class: client.ClassWrite})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ce = &client.CommitError{Key: rsv.Key, Reservation: rsv.Token,
-		Commit: client.Commit{Outcome: "succeeded", ExternalRef: "re_3Pq9"}}
-
-	// Later, from a retry queue:
-	res, err := ledgerClient.Commit(context.Background(), ce.Key, ce.Reservation, ce.Commit)
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(res.Outcome, res.Receipt.Seq)
-	// Output:
-	// succeeded 2
 }

@@ -348,12 +348,14 @@ type writeOp struct {
 	fn   func(ctx context.Context, t *batchTx) error
 	done chan error
 	err  error
+	// observe is the request's BatchObserver, nil without one (tracing off).
+	observe BatchObserver
 }
 
 // submit queues fn, which decides about key ("" for none), for the
 // namespace's writer and waits for the durable outcome.
 func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.Context, t *batchTx) error) error {
-	op := &writeOp{key: key, ctx: ctx, fn: fn, done: make(chan error, 1)}
+	op := &writeOp{key: key, ctx: ctx, fn: fn, done: make(chan error, 1), observe: batchObserverFromContext(ctx)}
 	n.mu.RLock()
 	if n.closed {
 		n.mu.RUnlock()
@@ -500,6 +502,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 		writerReady.Set(0)
 		batchFailures.Inc()
 		n.l.logger.Error("write batch failed", "namespace", n.name, "ops", len(ops), "err", err)
+		observeBatch(ops, BatchInfo{Namespace: n.name, Size: len(ops), Start: start, End: time.Now(), Err: err})
 		for _, op := range ops {
 			var de *Error
 			if !errors.As(op.err, &de) {
@@ -511,6 +514,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 	}
 	n.l.lastWriteErr.Store(nil)
 	writerReady.Set(1)
+	observeBatch(ops, BatchInfo{Namespace: n.name, Size: len(ops), Start: start, End: time.Now()})
 	for _, op := range ops {
 		op.done <- op.err
 	}

@@ -92,6 +92,7 @@ func TestVersion(t *testing.T) {
 		require.Equal(t, 0, code, stderr)
 		var got struct {
 			Binary, Version, Module, Revision, Contract string
+			ModuleVersion                               string `json:"module_version"`
 			Modified                                    bool
 			Contracts                                   []string
 		}
@@ -99,7 +100,8 @@ func TestVersion(t *testing.T) {
 		module, version, settings := buildInfo(t, filepath.Join(binDir, "ledgerctl"))
 		assert.Equal(t, "ledgerctl", got.Binary)
 		assert.Equal(t, module, got.Module)
-		assert.Equal(t, version, got.Version)
+		assert.Equal(t, version, got.ModuleVersion)
+		assert.Regexp(t, `^v\d+\.\d+\.\d+$`, got.Version, "a release, whatever the go command stamped")
 		assert.Equal(t, settings["vcs.revision"], got.Revision)
 		assert.Equal(t, settings["vcs.modified"] == "true", got.Modified)
 		assert.Equal(t, "v1.1", got.Contract)

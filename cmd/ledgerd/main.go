@@ -96,6 +96,7 @@ type Main struct {
 	// DefaultKeyTTL is the key lifetime of the default namespace when
 	// this start creates the ledger (SPEC §12); 0: keys never expire.
 	DefaultKeyTTL time.Duration
+	OTLPEndpoint  string // otel.go
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -151,6 +152,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", true, "require a reader token for /metrics when tokens exist (a token limited to namespaces sees only theirs); false serves every namespace's metrics to anyone who reaches the port")
+	fs.StringVar(&m.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces over OTLP/HTTP to this `URL` (e.g. http://127.0.0.1:4318/v1/traces); the OTEL_EXPORTER_OTLP_* variables work too; off by default")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.StringVar(&m.SigningKey, "signing-key", "", "sign checkpoints of the Merkle tree with this key: a `FILE` from ledgerctl keygen, an OpenSSH Ed25519 private key file, or ssh-agent:<fingerprint>")
 	fs.BoolVar(&m.AllowReadableKey, "allow-readable-signing-key", false, "use a --signing-key file that group or others may read, with a warning, instead of refusing it")
@@ -369,6 +371,22 @@ func (m *Main) Run(ctx context.Context) error {
 	handler.SetMaxInFlightPerClient(m.MaxInFlightPerClient)
 	handler.SetMetricsAuth(m.MetricsAuth)
 	handler.SetRateLimit(m.RateLimit, m.RateBurst)
+	tp, err := m.openTracing(ctx)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		handler.SetTracerProvider(tp)
+		defer func() {
+			// After the server's shutdown: flush the spans of the last requests.
+			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				m.Logger.Warn("flushing traces", "err", err)
+			}
+		}()
+		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
+	}
 	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
 		// Replicas on one database share the limit: each enforces its part.
 		stopShare := shareRateLimit(ctx, handler, lr, m.Logger)

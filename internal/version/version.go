@@ -1,8 +1,15 @@
 // Package version tells which build of ledgerd and ledgerctl is running
-// and which versions of the contract (docs/spec.md) it implements. The
-// build's version comes from the module's build info, which the go command
-// stamps into every binary: the module version for `go install
-// module@version`, otherwise the version control revision it was built from.
+// and which versions of the contract (docs/spec.md) it implements.
+//
+// A build's version is Release, the version of this source tree, unless
+// the go command stamped a release tag of the module (`go install
+// module@v0.3.0`). Its revision is the version control revision the go
+// command stamps, or, for a build without VCS stamping (-buildvcs=false,
+// a source tarball), the one scripts/release links in with
+//
+//	-ldflags "-X github.com/effect-ledger/effect-ledger/internal/version.revision=<sha>"
+//
+// so every binary names its release and, where known, its commit.
 package version
 
 import (
@@ -11,6 +18,17 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+)
+
+// Release is the version of this source tree; a release tag vX.Y.Z
+// points at a commit whose Release is vX.Y.Z.
+const Release = "v0.3.0"
+
+// revision and modified are set by the linker (-X) for builds without VCS
+// stamping; modified is "true" for a tree with uncommitted changes.
+var (
+	revision string
+	modified string
 )
 
 // Contract is the newest contract version the binaries implement.
@@ -25,14 +43,18 @@ var Contracts = []string{"v1", "v1.1"}
 type Info struct {
 	// Binary is the program name, ledgerd or ledgerctl.
 	Binary string `json:"binary"`
-	// Version is the module version ("v1.2.0", or a pseudo-version such as
-	// "v0.0.0-20261201013927-6aedb58abcde+dirty" for a build from a
-	// checkout), or "(devel)" when the build recorded none.
+	// Version is the release: the module's release tag when the go
+	// command stamped one, else Release.
 	Version string `json:"version"`
 	// Module is the main module's path.
 	Module string `json:"module"`
-	// Revision is the version control revision the binary was built from,
-	// empty when the build did not record one (-buildvcs=false, no VCS).
+	// ModuleVersion is the module version the go command stamped ("v0.3.0",
+	// a pseudo-version such as "v0.3.1-0.20261201013927-6aedb58abcde+dirty"
+	// for a build from a checkout, or "(devel)").
+	ModuleVersion string `json:"module_version,omitempty"`
+	// Revision is the version control revision the binary was built from:
+	// the go command's VCS stamp, else the one linked in by scripts/release,
+	// else empty.
 	Revision string `json:"revision,omitempty"`
 	// Time is the commit time of Revision (RFC 3339).
 	Time string `json:"time,omitempty"`
@@ -49,7 +71,11 @@ type Info struct {
 // Read returns the build info of the running binary named binary.
 func Read(binary string) Info {
 	bi, _ := debug.ReadBuildInfo()
-	return FromBuildInfo(binary, bi)
+	info := FromBuildInfo(binary, bi)
+	if info.Revision == "" && revision != "" {
+		info.Revision, info.Modified = revision, modified == "true"
+	}
+	return info
 }
 
 // FromBuildInfo returns the Info of binary from build info bi, which may be
@@ -57,7 +83,7 @@ func Read(binary string) Info {
 func FromBuildInfo(binary string, bi *debug.BuildInfo) Info {
 	info := Info{
 		Binary:    binary,
-		Version:   "(devel)",
+		Version:   Release,
 		Go:        runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH,
 		Contract:  Contract,
 		Contracts: append([]string(nil), Contracts...),
@@ -66,8 +92,9 @@ func FromBuildInfo(binary string, bi *debug.BuildInfo) Info {
 		return info
 	}
 	info.Module = bi.Main.Path
-	if v := bi.Main.Version; v != "" {
-		info.Version = v
+	info.ModuleVersion = bi.Main.Version
+	if isRelease(bi.Main.Version) {
+		info.Version = bi.Main.Version
 	}
 	if bi.GoVersion != "" {
 		info.Go = bi.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
@@ -85,26 +112,38 @@ func FromBuildInfo(binary string, bi *debug.BuildInfo) Info {
 	return info
 }
 
-// Short is the one-word build version: the module version when it is a
-// release, else the revision's first 12 hex digits with "+modified" for a
-// dirty tree, else "(devel)".
+// Short is the one-word build version: the release alone for a build of
+// the release itself ("v0.3.0"), else the release, "+", the revision's
+// first 12 hex digits and ".dirty" for uncommitted changes
+// ("v0.3.0+6aedb58abcde.dirty").
 func (i Info) Short() string {
-	release := i.Version != "(devel)" && !strings.Contains(i.Version, "+dirty") &&
-		!isPseudo(i.Version)
-	switch {
-	case release:
+	if i.Revision == "" || i.isReleaseBuild() {
 		return i.Version
-	case i.Revision != "":
-		rev := i.Revision
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		if i.Modified {
-			rev += "+modified"
-		}
-		return rev
 	}
-	return i.Version
+	rev := i.Revision
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if i.Modified {
+		rev += ".dirty"
+	}
+	return i.Version + "+" + rev
+}
+
+// isReleaseBuild reports whether the build is of a clean tree that is the
+// release: the go command stamped the release tag, or stamped no version
+// at all and the revision was linked in (scripts/release).
+func (i Info) isReleaseBuild() bool {
+	if i.Modified {
+		return false
+	}
+	return i.ModuleVersion == i.Version || i.ModuleVersion == "" || i.ModuleVersion == "(devel)"
+}
+
+// isRelease reports whether v is a release tag rather than "(devel)", a
+// pseudo-version or a build of a modified tree.
+func isRelease(v string) bool {
+	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+dirty") && !isPseudo(v)
 }
 
 // isPseudo reports whether v is a Go pseudo-version, a version the go
@@ -122,9 +161,9 @@ func isPseudo(v string) bool {
 
 // String is the text `--version` prints, for example:
 //
-//	ledgerd 6aedb58abcde+modified
+//	ledgerd v0.3.0+6aedb58abcde.dirty
 //	contract v1.1 (implements v1, v1.1)
-//	module github.com/effect-ledger/effect-ledger v0.0.0-20261201013927-6aedb58abcde+dirty
+//	module github.com/effect-ledger/effect-ledger v0.3.1-0.20261201013927-6aedb58abcde+dirty
 //	revision 6aedb58abcde… (2026-12-01T01:39:27Z, modified)
 //	go go1.26.0 linux/amd64
 func (i Info) String() string {
@@ -132,7 +171,7 @@ func (i Info) String() string {
 	fmt.Fprintf(&b, "%s %s\n", i.Binary, i.Short())
 	fmt.Fprintf(&b, "contract %s (implements %s)\n", i.Contract, strings.Join(i.Contracts, ", "))
 	if i.Module != "" {
-		fmt.Fprintf(&b, "module %s %s\n", i.Module, i.Version)
+		fmt.Fprintf(&b, "module %s %s\n", i.Module, i.ModuleVersion)
 	}
 	if i.Revision != "" {
 		var extra []string

@@ -2,12 +2,14 @@ package version_test
 
 import (
 	"encoding/json"
+	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/semver"
 
 	"github.com/effect-ledger/effect-ledger/internal/version"
 )
@@ -38,26 +40,32 @@ func TestFromBuildInfo(t *testing.T) {
 		{
 			desc:      "checkout with changes",
 			bi:        build("v0.0.0-20261201013927-6aedb58a1b2c+dirty", "vcs.revision", rev, "vcs.time", "2026-12-01T01:39:27Z", "vcs.modified", "true"),
-			wantShort: "6aedb58a1b2c+modified",
-			wantLines: []string{"ledgerd 6aedb58a1b2c+modified", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
+			wantShort: version.Release + "+6aedb58a1b2c.dirty",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c.dirty", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
 		},
 		{
 			desc:      "clean checkout after a tag",
 			bi:        build("v1.2.1-0.20261201013927-6aedb58a1b2c", "vcs.revision", rev, "vcs.modified", "false"),
-			wantShort: "6aedb58a1b2c",
-			wantLines: []string{"ledgerd 6aedb58a1b2c", "revision " + rev},
+			wantShort: version.Release + "+6aedb58a1b2c",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c", "revision " + rev},
 		},
 		{
-			desc:      "no version control",
+			desc:      "tagged release with changes",
+			bi:        build(version.Release+"+dirty", "vcs.revision", rev, "vcs.modified", "true"),
+			wantShort: version.Release + "+6aedb58a1b2c.dirty",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c.dirty", "module github.com/effect-ledger/effect-ledger " + version.Release + "+dirty"},
+		},
+		{
+			desc:      "no version control (-buildvcs=false)",
 			bi:        build("(devel)"),
-			wantShort: "(devel)",
-			wantLines: []string{"ledgerd (devel)", "module github.com/effect-ledger/effect-ledger (devel)"},
+			wantShort: version.Release,
+			wantLines: []string{"ledgerd " + version.Release, "module github.com/effect-ledger/effect-ledger (devel)"},
 		},
 		{
 			desc:      "no build info",
 			bi:        nil,
-			wantShort: "(devel)",
-			wantLines: []string{"ledgerd (devel)"},
+			wantShort: version.Release,
+			wantLines: []string{"ledgerd " + version.Release},
 		},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -84,4 +92,28 @@ func TestRead(t *testing.T) {
 	assert.Equal(t, version.Contract, info.Contract)
 	assert.Equal(t, []string{"v1", "v1.1"}, info.Contracts)
 	assert.NotEmpty(t, info.Short())
+}
+
+// TestRelease: the tree's release is a semantic version a tag can carry.
+func TestRelease(t *testing.T) {
+	assert.True(t, semver.IsValid(version.Release), "%q is a semantic version", version.Release)
+	assert.Equal(t, version.Release, semver.Canonical(version.Release), "vMAJOR.MINOR.PATCH, nothing else")
+}
+
+// TestRelease_clientsInStep: the TypeScript and Python clients carry the
+// release's version (docs/release.md, the checklist).
+func TestRelease_clientsInStep(t *testing.T) {
+	want := strings.TrimPrefix(version.Release, "v")
+	pkg, err := os.ReadFile("../../clients/typescript/package.json")
+	require.NoError(t, err)
+	var p struct{ Version string }
+	require.NoError(t, json.Unmarshal(pkg, &p))
+	assert.Equal(t, want, p.Version, "clients/typescript/package.json")
+
+	py, err := os.ReadFile("../../clients/python/pyproject.toml")
+	require.NoError(t, err)
+	assert.Contains(t, string(py), "\nversion = \""+want+"\"\n", "clients/python/pyproject.toml")
+	initPy, err := os.ReadFile("../../clients/python/src/effect_ledger/__init__.py")
+	require.NoError(t, err)
+	assert.Contains(t, string(initPy), "\n__version__ = \""+want+"\"\n", "effect_ledger.__version__")
 }

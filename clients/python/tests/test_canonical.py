@@ -103,6 +103,30 @@ def test_fingerprint_and_derived_key() -> None:
         derive_key("", {})
 
 
+# The derivation vector pinned by the Go (client/key_test.go), Python and
+# TypeScript (clients/typescript/test/canonical.test.mjs) suites alike.
+CROSS_TOOL = "crm.contact.upsert"
+CROSS_INPUT = {
+    "name": "Zoë Ünal",
+    "emails": ["zoe@example.com"],
+    "age": 41,
+    "score": 0.1,
+    "big": 1e21,
+    "small": 1e-7,
+    "neg": -0.0,
+    "ok": True,
+    "none": None,
+    "€": "euro",
+    "é": "e-acute",
+    "a\nb": "tab\t\u0001",
+}
+
+
+def test_derived_key_same_as_go_and_typescript() -> None:
+    assert derive_key(CROSS_TOOL, CROSS_INPUT) == "dk_469d84d0f62eb0da9f12f4e7322f1679998e36bc1fa682f55edb5e6c5457724a"
+    assert fingerprint(CROSS_INPUT) == "sha256:849fddd7ea461d28838de74ba790297d074cc85558d3ee82c3050320ec388b44"
+
+
 def test_replay_with_a_damaged_result_is_an_error():
     from effect_ledger._types import Replay
     from effect_ledger.errors import BadResponseError

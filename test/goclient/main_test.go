@@ -1,4 +1,8 @@
-package client_test
+// Package goclient_test runs the Go client (the module in client/)
+// against a real ledger server on a temporary SQLite file. It lives in the
+// main module because it starts the server in-process (api, storage);
+// the client module's own tests need nothing of the server.
+package goclient_test
 
 import (
 	"context"

@@ -1,0 +1,414 @@
+// The client: one do() call wraps a side effect in reserve → run →
+// commit, as the Go client's Client.Do and the Python client's
+// Ledger.do do.
+
+import { randomBytes } from "node:crypto";
+import { deriveKey, fingerprint } from "./canonical.js";
+import {
+  AttemptConflictError,
+  CommitError,
+  EffectError,
+  EffectFailure,
+  InProgressError,
+  InvalidRequestError,
+  LedgerError,
+  OutcomeUnknown,
+  UnknownOutcomeError,
+  type CommitRequest,
+  type ReceiptRef,
+} from "./errors.js";
+import { Transport, unsent, type TransportOptions } from "./transport.js";
+
+/** The class of an effect (contract §1). "none" and "read" skip the ledger. */
+export type EffectClass = "none" | "read" | "write" | "destructive" | "external";
+
+/** Options of a Client; every one has a default. */
+export interface ClientOptions extends TransportOptions {
+  /** The namespace to work in (/v1/ns/{namespace}/…); default "default". */
+  namespace?: string;
+  /** Longest server-side wait per reserve (wait_ms), default 20 000 ms, at most 60 000. */
+  waitMs?: number;
+  /** How long do() waits for another attempt holding the key, default 120 000 ms. */
+  maxWaitMs?: number;
+  /** Polling interval while a key is busy on a ledger that does not wait, default 1 000 ms. */
+  pollIntervalMs?: number;
+  /** How long do() keeps trying to record an outcome, default 60 000 ms. */
+  commitTimeoutMs?: number;
+}
+
+/** One side effect for do(). */
+export interface Effect {
+  /** The tool or capability, 1–128 bytes of visible ASCII. */
+  tool: string;
+  /** Its class: "write", "destructive" or "external" ("none" and "read" run without the ledger). */
+  effect: EffectClass;
+  /** What the call does, as JSON: fingerprinted locally (only the fingerprint is sent) and, without a key, the source of the derived key. */
+  input?: unknown;
+  /** The idempotency key; default deriveKey(tool, input). */
+  key?: string;
+  /** The effect dedupes downstream (it passes the key on): an interrupted attempt may be taken over and a retryable failure retried. */
+  idempotent?: boolean;
+  /** A fingerprint computed elsewhere ("sha256:…"); default fingerprint(input). */
+  inputHash?: string;
+  /** The invocation this attempt belongs to (the model's tool-call id); default a fresh one. */
+  executionId?: string;
+  /** The runtime retry number within executionId, from 1; default 1, or the next one after a conflict. */
+  attempt?: number;
+  /** How long the reservation is held; default the ledger's (30 s). Make it longer than the effect takes. */
+  leaseMs?: number;
+  /** How long to wait for another attempt holding the key; default the client's maxWaitMs. */
+  maxWaitMs?: number;
+  /** Aborts the waits and retries, and is passed to the effect function. */
+  signal?: AbortSignal;
+}
+
+/** What an effect function returns on success. */
+export interface Outcome {
+  /** Recorded and returned to every later repeat; any JSON, at most 64 KiB. */
+  result?: unknown;
+  /** The downstream reference: charge id, message id, commit sha. */
+  externalRef?: string;
+}
+
+/** Runs the effect with its idempotency key (pass it downstream). */
+export type EffectFunction = (key: string, ctx: { signal?: AbortSignal; reservation: string }) => Promise<Outcome | void> | Outcome | void;
+
+/** What do() returns for an effect that succeeded, now or before. */
+export interface DoResult {
+  /** The recorded result (null when none). */
+  result: unknown;
+  /** An earlier attempt's recorded result; the function did not run. */
+  replayed: boolean;
+  key: string;
+  /** The commit receipt, or for a replay the replay receipt. */
+  receipt: ReceiptRef;
+  externalRef: string;
+  /** For a replay: the receipt of the recorded outcome. */
+  original?: ReceiptRef;
+  /** A "none" or "read" effect: the function ran without the ledger. */
+  notRecorded: boolean;
+  /** This run took over an interrupted idempotent attempt. */
+  takeover: boolean;
+  /** This run retried a retryable failure. */
+  retry: boolean;
+  /** Committed after the lease had ended. */
+  late: boolean;
+  /** The ledger refused the result (over 64 KiB): the success was recorded without it. */
+  resultDropped?: boolean;
+}
+
+/** A reserve call: the wire fields of POST /v1/effects/reserve. */
+export interface ReserveRequest {
+  key?: string;
+  executionId: string;
+  attempt?: number;
+  tool: string;
+  effect: EffectClass;
+  idempotent?: boolean;
+  inputHash?: string;
+  leaseMs?: number;
+  waitMs?: number;
+}
+
+/** The answer to a reserve. */
+export interface Reservation {
+  status: "reserved" | "replayed" | "not_recorded";
+  key: string;
+  keyGenerated: boolean;
+  /** Status "reserved": the secret token that commits. */
+  reservation: string;
+  attempt: number;
+  leaseExpiresAt: number;
+  takeover: boolean;
+  retry: boolean;
+  /** Status "replayed": the recorded outcome. */
+  outcome?: string;
+  externalRef: string;
+  result: unknown;
+  resultEncoding?: string;
+  original?: ReceiptRef;
+  receipt: ReceiptRef;
+}
+
+/** The answer to a commit. */
+export interface CommitResult {
+  key: string;
+  outcome: string;
+  late: boolean;
+  /** The same commit was recorded before; nothing was appended now. */
+  repeat: boolean;
+  receipt: ReceiptRef;
+}
+
+const DEFAULTS = { waitMs: 20_000, maxWaitMs: 120_000, pollIntervalMs: 1_000, commitTimeoutMs: 60_000 };
+
+/**
+ * A client of the effect ledger for tool gateways:
+ *
+ * ```ts
+ * const ledger = new Client("http://127.0.0.1:8080", { token: process.env.LEDGER_TOKEN });
+ * const { result, replayed } = await ledger.do(
+ *   { tool: "payments.refund", effect: "write", input: { order: 1234, amount: 1200 }, idempotent: true },
+ *   async (key) => ({ result: await psp.refund(1234, 1200, key), externalRef: "re_3Pq9" }),
+ * );
+ * ```
+ */
+export class Client {
+  readonly namespace: string;
+  private readonly http: Transport;
+  private readonly opts: typeof DEFAULTS;
+  private serverWaits = true;
+
+  constructor(baseURL: string, options: ClientOptions = {}) {
+    const ns = options.namespace ?? "default";
+    if (!/^[a-z0-9._-]{1,64}$/.test(ns)) {
+      throw new TypeError(`client: namespace ${JSON.stringify(ns)}: names are 1–64 bytes of a-z 0-9 . _ -`);
+    }
+    this.namespace = ns;
+    const prefix = ns === "default" ? "" : `/v1/ns/${ns}`;
+    this.http = new Transport(baseURL, prefix, options);
+    this.opts = {
+      waitMs: options.waitMs ?? DEFAULTS.waitMs,
+      maxWaitMs: options.maxWaitMs ?? DEFAULTS.maxWaitMs,
+      pollIntervalMs: options.pollIntervalMs ?? DEFAULTS.pollIntervalMs,
+      commitTimeoutMs: options.commitTimeoutMs ?? DEFAULTS.commitTimeoutMs,
+    };
+    if (this.opts.waitMs < 0 || this.opts.waitMs > 60_000) throw new RangeError("client: waitMs is not within 0 … 60000");
+  }
+
+  /** The normalized base URL. */
+  get baseURL(): string {
+    return this.http.base;
+  }
+
+  /**
+   * Runs `fn` at most once per key across every gateway that uses the
+   * same ledger: it reserves the key (derived from tool and input when
+   * none is given); if an earlier attempt succeeded it returns the
+   * recorded result with `replayed` set, without calling fn; if another
+   * attempt holds the key it waits (wait_ms, then Retry-After) up to
+   * maxWaitMs; otherwise it calls fn and commits its outcome.
+   *
+   * Throws a LedgerError subclass for the ledger's refusals
+   * (UnsafeResumeError, RetryNotAllowedError, FingerprintMismatchError,
+   * InProgressError after the wait, …), EffectError when fn failed and the
+   * failure was recorded, UnknownOutcomeError when fn threw OutcomeUnknown
+   * or was aborted, and CommitError when fn ran but its outcome could not
+   * be recorded.
+   */
+  async do(e: Effect, fn: EffectFunction): Promise<DoResult> {
+    const req = this.prepare(e);
+    if (e.effect === "none" || e.effect === "read") {
+      const o = (await fn(req.key!, { signal: e.signal, reservation: "" })) ?? {};
+      return { result: o.result ?? null, replayed: false, key: req.key!, receipt: { seq: 0, hash: "" },
+        externalRef: o.externalRef ?? "", notRecorded: true, takeover: false, retry: false, late: false };
+    }
+    const rsv = await this.reserveWaiting(req, e);
+    if (rsv.status === "replayed") {
+      if (rsv.resultEncoding) {
+        throw new Error(`replay of ${rsv.key}: the recorded result is not JSON (result_encoding ${rsv.resultEncoding}); run ledgerctl verify`);
+      }
+      return { result: rsv.result, replayed: true, key: rsv.key, receipt: rsv.receipt, externalRef: rsv.externalRef,
+        original: rsv.original, notRecorded: false, takeover: false, retry: false, late: false };
+    }
+    if (rsv.status !== "reserved" || !rsv.reservation) {
+      throw new Error(`reserve ${req.key}: unexpected status ${JSON.stringify(rsv.status)}`);
+    }
+    let outcome: Outcome;
+    try {
+      outcome = (await fn(rsv.key, { signal: e.signal, reservation: rsv.reservation })) ?? {};
+    } catch (err) {
+      return this.recordFailure(rsv, err);
+    }
+    const cm: CommitRequest = { outcome: "succeeded", externalRef: outcome.externalRef, result: outcome.result };
+    const cr = await this.commitOrThrow(rsv, cm, undefined);
+    return { result: cr.resultDropped ? null : outcome.result ?? null, replayed: false, key: rsv.key, receipt: cr.receipt,
+      externalRef: outcome.externalRef ?? "", notRecorded: false, takeover: rsv.takeover, retry: rsv.retry, late: cr.late,
+      resultDropped: cr.resultDropped };
+  }
+
+  /** Makes one reserve call, retried on 503 and 429 (and transport errors before sending). */
+  async reserve(r: ReserveRequest, signal?: AbortSignal): Promise<Reservation> {
+    const body = {
+      idempotency_key: r.key || undefined,
+      execution_id: r.executionId,
+      attempt: r.attempt ?? 1,
+      tool: r.tool,
+      effect: r.effect,
+      idempotent: r.idempotent ?? false,
+      input_hash: r.inputHash || undefined,
+      lease_ms: r.leaseMs || undefined,
+      wait_ms: r.waitMs || undefined,
+    };
+    const { body: b } = await this.http.send("POST", "/v1/effects/reserve", body, { signal, retrySent: false });
+    return {
+      status: b.status, key: b.idempotency_key, keyGenerated: !!b.key_generated, reservation: b.reservation ?? "",
+      attempt: b.attempt ?? 0, leaseExpiresAt: b.lease_expires_at ?? 0, takeover: !!b.takeover, retry: !!b.retry,
+      outcome: b.outcome, externalRef: b.external_ref ?? "", result: b.result ?? null, resultEncoding: b.result_encoding,
+      original: b.original, receipt: b.receipt ?? { seq: 0, hash: "" },
+    };
+  }
+
+  /**
+   * Records the outcome of reservation on key. An identical commit is
+   * idempotent, so it is retried on 503, 429, 502, 504 and transport
+   * errors. Use it for an outcome do() could not record (CommitError,
+   * UnknownOutcomeError).
+   */
+  async commit(key: string, reservation: string, cm: CommitRequest, signal?: AbortSignal): Promise<CommitResult> {
+    const body = { reservation, outcome: cm.outcome, external_ref: cm.externalRef || undefined, result: cm.result, error: cm.error };
+    const res = await this.http.send("POST", `/v1/effects/${encodeURIComponent(key)}/commit`, body, { signal, retrySent: true });
+    const b = res.body;
+    return { key: b.idempotency_key, outcome: b.outcome, late: !!b.late, receipt: b.receipt,
+      repeat: res.headers.get("Idempotent-Replayed") === "true" };
+  }
+
+  /** Returns a key's state, fingerprint and receipts (GET /v1/effects/{key}). */
+  async getEffect(key: string, signal?: AbortSignal): Promise<Record<string, any>> {
+    return (await this.http.send("GET", `/v1/effects/${encodeURIComponent(key)}`, undefined, { signal, retrySent: true })).body;
+  }
+
+  /** Returns the chain's head (GET /v1/head). */
+  async head(signal?: AbortSignal): Promise<ReceiptRef> {
+    return (await this.http.send("GET", "/v1/head", undefined, { signal, retrySent: true })).body;
+  }
+
+  private prepare(e: Effect): ReserveRequest {
+    if (!["none", "read", "write", "destructive", "external"].includes(e.effect)) {
+      throw new TypeError(`effect ${e.tool}: unknown class ${JSON.stringify(e.effect)}`);
+    }
+    if (!e.tool) throw new TypeError("effect: empty tool");
+    let key = e.key;
+    if (!key) {
+      if (e.input === undefined) {
+        // Every call of the tool would be one effect.
+        throw new TypeError(`effect ${e.tool}: no key, and no input to derive one from`);
+      }
+      key = deriveKey(e.tool, e.input);
+    }
+    return {
+      key,
+      executionId: e.executionId || "exec-" + randomBytes(16).toString("hex"),
+      attempt: e.attempt ?? 1,
+      tool: e.tool,
+      effect: e.effect,
+      idempotent: e.idempotent ?? false,
+      inputHash: e.inputHash || (e.input === undefined ? undefined : fingerprint(e.input)),
+      leaseMs: e.leaseMs,
+    };
+  }
+
+  // reserveWaiting reserves req, waiting while another attempt holds the
+  // key: on the server with wait_ms, then by polling no longer apart than
+  // Retry-After and pollIntervalMs, until the wait runs out.
+  private async reserveWaiting(req: ReserveRequest, e: Effect): Promise<Reservation> {
+    const until = Date.now() + (e.maxWaitMs ?? this.opts.maxWaitMs);
+    let autoAttempt = e.attempt === undefined;
+    let lost = 0; // reserves whose answer was lost
+    for (;;) {
+      const left = until - Date.now();
+      req.waitMs = this.serverWaits ? Math.floor(Math.max(0, Math.min(this.opts.waitMs, left - waitMargin(left)))) : 0;
+      const start = Date.now();
+      try {
+        return await this.reserve(req, e.signal);
+      } catch (err) {
+        if (err instanceof InProgressError) {
+          const remaining = until - Date.now();
+          if (remaining <= 0) throw err;
+          if (req.waitMs > 0 && Date.now() - start >= req.waitMs / 2) continue; // the server waited: ask again
+          const d = Math.min(err.retryAfterMs || this.opts.pollIntervalMs, this.opts.pollIntervalMs, remaining);
+          await sleep(d, e.signal).catch(() => {
+            throw err;
+          });
+        } else if (err instanceof InvalidRequestError && err.details.field === "wait_ms" && req.waitMs > 0) {
+          this.serverWaits = false; // a ledger without wait_ms (contract §8): poll instead
+        } else if (autoAttempt && err instanceof AttemptConflictError && recordedAttempt(err) >= (req.attempt ?? 1)) {
+          req.attempt = recordedAttempt(err) + 1;
+          autoAttempt = false; // once: a second conflict is a real one
+        } else if (!(err instanceof LedgerError) && !isAbort(err) && !unsent(err) && lost < this.http.maxRetries) {
+          // The reserve may have been recorded and its answer lost: the
+          // same attempt again would conflict with it, so this is the next
+          // attempt. If the lost one did reserve, this one waits for its
+          // lease to end.
+          req.attempt = (req.attempt ?? 1) + 1;
+          await this.http.pause(lost++, err, e.signal);
+        } else {
+          throw err;
+        }
+      }
+    }
+  }
+
+  private async recordFailure(rsv: Reservation, err: unknown): Promise<never> {
+    if (!(err instanceof EffectFailure) && (err instanceof OutcomeUnknown || isAbort(err))) {
+      throw new UnknownOutcomeError(rsv.key, rsv.reservation, err);
+    }
+    const failure = failureOf(err);
+    const cr = await this.commitOrThrow(rsv, { outcome: "failed", error: failure }, err);
+    throw new EffectError(rsv.key, failure, cr.receipt, err);
+  }
+
+  // commitOrThrow records cm, retrying for commitTimeoutMs even when the
+  // caller's signal has ended (the effect has happened); a result the
+  // ledger refuses (over 64 KiB) is dropped and the success recorded
+  // without it.
+  private async commitOrThrow(rsv: Reservation, cm: CommitRequest, effectErr: unknown): Promise<CommitResult & { resultDropped: boolean }> {
+    const signal = AbortSignal.timeout(this.opts.commitTimeoutMs);
+    try {
+      try {
+        return { ...(await this.commit(rsv.key, rsv.reservation, cm, signal)), resultDropped: false };
+      } catch (err) {
+        if (err instanceof InvalidRequestError && err.details.field === "result" && cm.result !== undefined) {
+          cm = { ...cm, result: undefined };
+          return { ...(await this.commit(rsv.key, rsv.reservation, cm, signal)), resultDropped: true };
+        }
+        throw err;
+      }
+    } catch (err) {
+      if (err instanceof LedgerError && !(err.status >= 500 || err.status === 429)) throw err;
+      throw new CommitError(rsv.key, rsv.reservation, cm, effectErr ?? err);
+    }
+  }
+}
+
+function failureOf(err: unknown): { code: string; message: string; retryable: boolean } {
+  let code = "EFFECT_FAILED";
+  let retryable = false;
+  if (err instanceof EffectFailure) {
+    retryable = err.retryable;
+    if (/^[A-Z0-9_]{1,64}$/.test(err.code)) code = err.code;
+  }
+  const message = [...(err instanceof Error ? err.message : String(err))].slice(0, 1024).join("");
+  return { code, message, retryable };
+}
+
+function recordedAttempt(e: LedgerError): number {
+  const n = e.details.recorded_attempt;
+  return typeof n === "number" && n >= 1 && Number.isSafeInteger(n) ? n : 0;
+}
+
+// waitMargin is kept between a server-side wait and the end of the
+// caller's wait: a quarter of the time left, from 250 ms to 2 s.
+function waitMargin(left: number): number {
+  return Math.min(Math.max(left / 4, 250), 2_000);
+}
+
+function isAbort(err: unknown): boolean {
+  return err instanceof Error && (err.name === "AbortError" || err.name === "TimeoutError");
+}
+
+/** Sleeps ms milliseconds, or rejects when signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}

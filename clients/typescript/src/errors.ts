@@ -1,0 +1,294 @@
+// Errors: one class per error code of the ledger's contract, and the
+// errors of do() that say what happened to the effect.
+
+/** A receipt of the chain: its sequence number and hash. */
+export interface ReceiptRef {
+  seq: number;
+  hash: string;
+}
+
+/**
+ * An error answer of the ledger, `{"error": {"code", "message", "details"}}`,
+ * with its HTTP status. Each contract code has a subclass
+ * (`InProgressError`, `UnsafeResumeError`, …); `LedgerError.code` holds
+ * the code either way.
+ */
+export class LedgerError extends Error {
+  override name = "LedgerError";
+  /** The HTTP status. */
+  readonly status: number;
+  /** The contract's error code, e.g. "fingerprint_mismatch". */
+  readonly code: string;
+  /** The answer's details (field, lease_expires_at, recorded_attempt, …). */
+  readonly details: Record<string, unknown>;
+  /** The answer's Retry-After in milliseconds, 0 when it had none. */
+  readonly retryAfterMs: number;
+
+  constructor(status: number, code: string, message: string, details: Record<string, unknown> = {}, retryAfterMs = 0) {
+    super(`ledger: ${status} ${code}: ${message}`);
+    this.status = status;
+    this.code = code;
+    this.details = details;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** The key was first used with another tool, effect class or input. */
+export class FingerprintMismatchError extends LedgerError {
+  override name = "FingerprintMismatchError";
+}
+
+/** Another attempt holds the key's reservation (also after waiting). */
+export class InProgressError extends LedgerError {
+  override name = "InProgressError";
+}
+
+/** The key was interrupted and the effect is not idempotent: a person must resolve it. */
+export class UnsafeResumeError extends LedgerError {
+  override name = "UnsafeResumeError";
+}
+
+/** The key failed, and the failure was not retryable or the effect is not idempotent. */
+export class RetryNotAllowedError extends LedgerError {
+  override name = "RetryNotAllowedError";
+}
+
+/** The attempt is not after the execution's recorded one (details.recorded_attempt). */
+export class AttemptConflictError extends LedgerError {
+  override name = "AttemptConflictError";
+}
+
+/** No such key. */
+export class UnknownKeyError extends LedgerError {
+  override name = "UnknownKeyError";
+}
+
+/** Another reservation took the key over. */
+export class StaleReservationError extends LedgerError {
+  override name = "StaleReservationError";
+}
+
+/** The key already has an outcome. */
+export class AlreadyFinalizedError extends LedgerError {
+  override name = "AlreadyFinalizedError";
+}
+
+/** The key is not interrupted (resolve). */
+export class NotInterruptedError extends LedgerError {
+  override name = "NotInterruptedError";
+}
+
+/** No such receipt. */
+export class UnknownReceiptError extends LedgerError {
+  override name = "UnknownReceiptError";
+}
+
+/** The request body is not JSON. */
+export class InvalidJSONError extends LedgerError {
+  override name = "InvalidJSONError";
+}
+
+/** A field is missing or invalid (details.field). */
+export class InvalidRequestError extends LedgerError {
+  override name = "InvalidRequestError";
+}
+
+/** The idempotency key is not 8–255 bytes of visible ASCII, or uses the reserved gen_ prefix. */
+export class InvalidKeyError extends LedgerError {
+  override name = "InvalidKeyError";
+}
+
+/** The request body is too large. */
+export class BodyTooLargeError extends LedgerError {
+  override name = "BodyTooLargeError";
+}
+
+/** The request body is not application/json. */
+export class UnsupportedMediaTypeError extends LedgerError {
+  override name = "UnsupportedMediaTypeError";
+}
+
+/** No such route. */
+export class NotFoundError extends LedgerError {
+  override name = "NotFoundError";
+}
+
+/** The route does not take this method. */
+export class MethodNotAllowedError extends LedgerError {
+  override name = "MethodNotAllowedError";
+}
+
+/** 503: nothing was recorded; do() retries it. */
+export class UnavailableError extends LedgerError {
+  override name = "UnavailableError";
+}
+
+/** 401: no token, or an unknown one. */
+export class UnauthorizedError extends LedgerError {
+  override name = "UnauthorizedError";
+}
+
+/** 403: the token's role or namespaces do not allow the call. */
+export class ForbiddenError extends LedgerError {
+  override name = "ForbiddenError";
+}
+
+/** 429: over the rate limit; do() retries it after Retry-After. */
+export class RateLimitedError extends LedgerError {
+  override name = "RateLimitedError";
+}
+
+/** 500: the ledger failed. */
+export class InternalError extends LedgerError {
+  override name = "InternalError";
+}
+
+/** No such namespace. */
+export class UnknownNamespaceError extends LedgerError {
+  override name = "UnknownNamespaceError";
+}
+
+/** The namespace exists already. */
+export class NamespaceExistsError extends LedgerError {
+  override name = "NamespaceExistsError";
+}
+
+/** 431: the request's headers are over 64 KiB. */
+export class HeadersTooLargeError extends LedgerError {
+  override name = "HeadersTooLargeError";
+}
+
+/** 501: a transfer encoding the ledger does not support. */
+export class NotImplementedError extends LedgerError {
+  override name = "NotImplementedError";
+}
+
+const errorClasses = new Map<string, typeof LedgerError>([
+  ["fingerprint_mismatch", FingerprintMismatchError],
+  ["in_progress", InProgressError],
+  ["unsafe_resume", UnsafeResumeError],
+  ["retry_not_allowed", RetryNotAllowedError],
+  ["attempt_conflict", AttemptConflictError],
+  ["unknown_key", UnknownKeyError],
+  ["stale_reservation", StaleReservationError],
+  ["already_finalized", AlreadyFinalizedError],
+  ["not_interrupted", NotInterruptedError],
+  ["unknown_receipt", UnknownReceiptError],
+  ["invalid_json", InvalidJSONError],
+  ["invalid_request", InvalidRequestError],
+  ["invalid_key", InvalidKeyError],
+  ["body_too_large", BodyTooLargeError],
+  ["unsupported_media_type", UnsupportedMediaTypeError],
+  ["not_found", NotFoundError],
+  ["method_not_allowed", MethodNotAllowedError],
+  ["unavailable", UnavailableError],
+  ["unauthorized", UnauthorizedError],
+  ["forbidden", ForbiddenError],
+  ["rate_limited", RateLimitedError],
+  ["internal", InternalError],
+  ["unknown_namespace", UnknownNamespaceError],
+  ["namespace_exists", NamespaceExistsError],
+  ["headers_too_large", HeadersTooLargeError],
+  ["not_implemented", NotImplementedError],
+]);
+
+/** Returns the LedgerError (of the code's class) for an error answer. */
+export function ledgerError(status: number, code: string, message: string, details: Record<string, unknown>, retryAfterMs: number): LedgerError {
+  const cls = errorClasses.get(code) ?? LedgerError;
+  return new cls(status, code, message, details, retryAfterMs);
+}
+
+/**
+ * Thrown by an effect function to record a failure with a code: use
+ * {@link retryable} and {@link permanent}. Any other error is recorded as
+ * EFFECT_FAILED, not retryable.
+ */
+export class EffectFailure extends Error {
+  override name = "EffectFailure";
+  /** The failure's code: 1–64 of A–Z 0–9 _. */
+  readonly code: string;
+  /** Whether a later attempt of an idempotent effect may run again. */
+  readonly retryable: boolean;
+
+  constructor(code: string, message: string, retryable: boolean, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.retryable = retryable;
+  }
+}
+
+/** A failure that a later attempt of an idempotent effect may retry. */
+export function retryable(code: string, cause?: unknown): EffectFailure {
+  return new EffectFailure(code, messageOf(cause, code), true, { cause });
+}
+
+/** A failure that no later attempt may retry. */
+export function permanent(code: string, cause?: unknown): EffectFailure {
+  return new EffectFailure(code, messageOf(cause, code), false, { cause });
+}
+
+function messageOf(cause: unknown, fallback: string): string {
+  if (cause instanceof Error) return cause.message;
+  if (typeof cause === "string") return cause;
+  return fallback;
+}
+
+/**
+ * Thrown by an effect function when the effect may have happened (a
+ * timeout after sending, say): nothing is recorded and the key becomes
+ * interrupted when its lease ends. An AbortError counts the same.
+ */
+export class OutcomeUnknown extends Error {
+  override name = "OutcomeUnknown";
+}
+
+/** do() recorded the effect function's failure; `cause` is what it threw. */
+export class EffectError extends Error {
+  override name = "EffectError";
+  constructor(
+    readonly key: string,
+    readonly failure: { code: string; message: string; retryable: boolean },
+    readonly receipt: ReceiptRef,
+    cause: unknown,
+  ) {
+    super(`effect ${key} failed: ${failure.code}: ${failure.message}`, { cause });
+  }
+}
+
+/**
+ * The effect may have happened but nothing was recorded: the function
+ * threw OutcomeUnknown or was aborted. The key becomes interrupted when
+ * its lease ends; commit() with `reservation` records the outcome once
+ * it is known.
+ */
+export class UnknownOutcomeError extends Error {
+  override name = "UnknownOutcomeError";
+  constructor(readonly key: string, readonly reservation: string, cause: unknown) {
+    super(`effect ${key}: outcome unknown, nothing recorded`, { cause });
+  }
+}
+
+/**
+ * The effect ran but its outcome could not be recorded (the ledger was
+ * unreachable for commitTimeoutMs): hand `key`, `reservation` and
+ * `commit` to Client.commit later, from a retry queue.
+ */
+export class CommitError extends Error {
+  override name = "CommitError";
+  constructor(
+    readonly key: string,
+    readonly reservation: string,
+    readonly commit: CommitRequest,
+    cause: unknown,
+  ) {
+    super(`effect ${key} ran, but its outcome (${commit.outcome}) was not recorded`, { cause });
+  }
+}
+
+/** An outcome to record for a reservation. */
+export interface CommitRequest {
+  outcome: "succeeded" | "failed";
+  externalRef?: string;
+  result?: unknown;
+  error?: { code: string; message?: string; retryable: boolean };
+}

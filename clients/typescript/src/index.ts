@@ -1,0 +1,25 @@
+/**
+ * @effect-ledger/client: a client of the effect ledger for tool gateways.
+ *
+ * `Client.do` wraps one side effect: it reserves the effect's idempotency
+ * key, runs the effect with it and commits the outcome; a repeat of an
+ * effect that already succeeded gets the recorded result back without
+ * running again. The same surface as the Go client (client/) and the
+ * Python client (effect_ledger), and the same derived keys.
+ */
+export { Client, sleep } from "./client.js";
+export type {
+  ClientOptions,
+  CommitResult,
+  DoResult,
+  Effect,
+  EffectClass,
+  EffectFunction,
+  Outcome,
+  Reservation,
+  ReserveRequest,
+} from "./client.js";
+export { canonicalJSON, deriveKey, fingerprint, DERIVED_KEY_PREFIX } from "./canonical.js";
+export * from "./errors.js";
+export { parseRetryAfter } from "./transport.js";
+export type { TransportOptions } from "./transport.js";
