@@ -1,0 +1,180 @@
+package mcpgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/client"
+)
+
+// Keys of _meta the gateway reads and writes (SPEC §11).
+const (
+	MetaIdempotencyKey = "io.effect-ledger/idempotency-key"
+	MetaStatus         = "io.effect-ledger/status"
+	MetaKey            = "io.effect-ledger/key"
+	MetaReplayed       = "io.effect-ledger/replayed"
+	MetaReceipt        = "io.effect-ledger/receipt"
+)
+
+// metaParamsKey carries a call's params.idempotencyKey from the transport
+// to the decision: the SDK's typed params have no such field, so the
+// transport moves it into _meta under this name before decoding.
+const metaParamsKey = "io.effect-ledger/params.idempotencyKey"
+
+// callKey returns the idempotency key of a tools/call (SPEC §11), in this
+// order: _meta["io.effect-ledger/idempotency-key"], params.idempotencyKey,
+// else the clients' derived key over the ledger's tool name and
+// {"arguments": <arguments>, "scope": <scope>}. explicit is false for a
+// derived key.
+func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope string) (key string, explicit bool, err error) {
+	for _, name := range []string{MetaIdempotencyKey, metaParamsKey} {
+		v, ok := meta[name]
+		if !ok || v == nil {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", true, fmt.Errorf("the idempotency key must be a string, not %T", v)
+		}
+		return s, true, nil
+	}
+	key, err = client.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
+	return key, false, err
+}
+
+// forwardMeta is the _meta a forwarded call carries upstream: the
+// client's own, without what only the gateway reads.
+func forwardMeta(meta mcp.Meta) mcp.Meta {
+	if len(meta) == 0 {
+		return nil
+	}
+	out := mcp.Meta{}
+	for k, v := range meta {
+		if k != MetaIdempotencyKey && k != metaParamsKey {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// liftParamsKey moves params.idempotencyKey of a tools/call into _meta
+// under metaParamsKey, where the typed request keeps it. Anything it
+// cannot parse is returned unchanged, for the SDK to answer.
+func liftParamsKey(params json.RawMessage) json.RawMessage {
+	if !bytes.Contains(params, []byte(`"idempotencyKey"`)) {
+		return params
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	key, ok := p["idempotencyKey"]
+	if !ok {
+		return params
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := p["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
+		return params
+	}
+	delete(p, "idempotencyKey")
+	meta[metaParamsKey] = key
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return params
+	}
+	p["_meta"] = b
+	out, err := json.Marshal(p)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// liftMessage applies liftParamsKey to one JSON-RPC message's text.
+func liftMessage(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || string(m["method"]) != `"tools/call"` || m["params"] == nil {
+		return raw
+	}
+	m["params"] = liftParamsKey(m["params"])
+	out, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// liftTransport lifts params.idempotencyKey on a downstream stream
+// transport (stdio).
+type liftTransport struct{ mcp.Transport }
+
+// Connect connects the wrapped transport and lifts on its connection.
+func (t liftTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return liftConn{c}, nil
+}
+
+// liftConn wraps a downstream connection.
+type liftConn struct{ mcp.Connection }
+
+func (c liftConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if req, ok := msg.(*jsonrpc.Request); ok && err == nil && req.Method == "tools/call" {
+		req.Params = liftParamsKey(req.Params)
+	}
+	return msg, err
+}
+
+// liftHTTP lifts params.idempotencyKey in the JSON-RPC bodies POSTed to a
+// Streamable HTTP endpoint (one message, or a batch).
+func liftHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+			body = liftBody(body)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// maxBody bounds a POSTed MCP message.
+const maxBody = 8 << 20
+
+func liftBody(body []byte) []byte {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		return liftMessage(body)
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(trimmed, &batch) != nil {
+		return body
+	}
+	for i := range batch {
+		batch[i] = liftMessage(batch[i])
+	}
+	out, err := json.Marshal(batch)
+	if err != nil {
+		return body
+	}
+	return out
+}

@@ -1,0 +1,162 @@
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Upstream is the connection to the real MCP server, shared by every
+// downstream session. A connection that ends (a stdio server that died,
+// a Streamable HTTP session that broke) is made again on the next use.
+type Upstream struct {
+	name    string // the command line or URL, for messages
+	newConn func() mcp.Transport
+	client  *mcp.Client
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	info    *mcp.InitializeResult // of the first connection
+	closed  bool
+	// changed is called when the upstream's tool list may have changed
+	// (a list_changed notification, a new connection).
+	changed func()
+}
+
+// UpstreamOptions configures an Upstream.
+type UpstreamOptions struct {
+	Logger *slog.Logger
+	// Stderr receives a stdio server's standard error (default: discarded).
+	Stderr io.Writer
+	// HTTPClient reaches a Streamable HTTP server (default http.DefaultClient).
+	HTTPClient *http.Client
+	// Version is the gateway's version, sent in its clientInfo.
+	Version string
+}
+
+// DialCommand starts argv as an MCP server over stdio and initializes it.
+// The error names the command when it cannot be started or does not
+// answer initialize.
+func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstream, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("upstream: empty command")
+	}
+	newConn := func() mcp.Transport {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stderr = o.Stderr
+		return &mcp.CommandTransport{Command: cmd}
+	}
+	return dial(ctx, strings.Join(argv, " "), newConn, o)
+}
+
+// DialURL reaches the MCP server at url over Streamable HTTP.
+func DialURL(ctx context.Context, url string, o UpstreamOptions) (*Upstream, error) {
+	hc := o.HTTPClient
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	newConn := func() mcp.Transport { return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc} }
+	return dial(ctx, url, newConn, o)
+}
+
+func dial(ctx context.Context, name string, newConn func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func() {}}
+	u.client = mcp.NewClient(&mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged() },
+	})
+	if _, err := u.Session(ctx); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// Name is the command line or URL of the upstream server.
+func (u *Upstream) Name() string { return u.name }
+
+// Info is the upstream's answer to initialize on the first connection:
+// its serverInfo, capabilities and instructions.
+func (u *Upstream) Info() *mcp.InitializeResult {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.info
+}
+
+func (u *Upstream) notifyChanged() {
+	u.mu.Lock()
+	f := u.changed
+	u.mu.Unlock()
+	f()
+}
+
+// onChanged sets the function told that the tool list may have changed.
+func (u *Upstream) onChanged(f func()) {
+	u.mu.Lock()
+	u.changed = f
+	u.mu.Unlock()
+}
+
+// Session returns the live session, connecting (starting the server
+// again) when there is none.
+func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errors.New("upstream: closed")
+	}
+	if u.session != nil {
+		return u.session, nil
+	}
+	s, err := u.client.Connect(ctx, u.newConn(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", u.name, err)
+	}
+	restarted := u.info != nil
+	if u.info == nil {
+		u.info = s.InitializeResult()
+	}
+	u.session = s
+	go u.watch(s)
+	if restarted {
+		u.logger.Warn("upstream connected again", "upstream", u.name)
+		go u.changed()
+	}
+	return s, nil
+}
+
+// watch forgets a session once it ends, so the next use connects again.
+func (u *Upstream) watch(s *mcp.ClientSession) {
+	err := s.Wait()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == s {
+		u.session = nil
+		if !u.closed {
+			u.logger.Warn("upstream connection ended", "upstream", u.name, "err", err)
+		}
+	}
+}
+
+// Close ends the connection (a stdio server's stdin is closed, then it is
+// terminated if it does not exit).
+func (u *Upstream) Close() error {
+	u.mu.Lock()
+	s := u.session
+	u.session, u.closed = nil, true
+	u.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Close()
+}
