@@ -87,7 +87,14 @@ type gateway struct {
 // startGateway runs ledger-mcp with args and connects to it over stdio.
 func startGateway(t *testing.T, args ...string) *gateway {
 	t.Helper()
+	return startGatewayEnv(t, nil, args...)
+}
+
+// startGatewayEnv is startGateway with extra environment variables.
+func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	logs := &syncBuffer{}
 	cmd.Stderr = logs
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
