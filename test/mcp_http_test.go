@@ -210,4 +210,3 @@ func TestLedgerMCP_commandLine(t *testing.T) {
 		require.Equal(t, 0, code, out+errOut)
 	})
 }
-
