@@ -90,33 +90,70 @@ func unknownAnswer(key string, err error) *mcp.CallToolResult {
 }
 
 // replayAnswer is the recorded CallToolResult of a key that succeeded,
-// marked as replayed with the receipt the replay appended.
-func replayAnswer(rsv *Reservation) (*mcp.CallToolResult, error) {
-	res := &mcp.CallToolResult{}
+// as it was recorded, with _meta marking it replayed and naming the
+// receipt the replay appended.
+func replayAnswer(rsv *Reservation) (mcp.Result, error) {
+	obj := map[string]json.RawMessage{}
 	if len(rsv.Result) > 0 {
-		if err := json.Unmarshal(rsv.Result, res); err != nil {
+		if err := json.Unmarshal(rsv.Result, &obj); err != nil {
 			return nil, fmt.Errorf("replay %s: recorded result: %w", rsv.Key, err)
 		}
 	}
-	if res.Content == nil {
-		res.Content = []mcp.Content{}
+	if obj["content"] == nil {
+		obj["content"] = json.RawMessage("[]")
 	}
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
+	meta := map[string]any{}
+	if m := obj["_meta"]; m != nil {
+		_ = json.Unmarshal(m, &meta)
 	}
-	res.Meta[MetaReplayed] = true
-	res.Meta[MetaReceipt] = rsv.Receipt
-	res.Meta[MetaKey] = rsv.Key
-	return res, nil
+	meta[MetaReplayed] = true
+	meta[MetaReceipt] = rsv.Receipt
+	meta[MetaKey] = rsv.Key
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+	}
+	obj["_meta"] = b
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+	}
+	res := &mcp.CallToolResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("replay %s: recorded result: %w", rsv.Key, err)
+	}
+	return rawCall{res, raw}, nil
 }
 
 // maxResult is the ledger's bound on a recorded result (SPEC §4).
 const maxResult = 64 << 10
 
 // recordedResult is what a commit records of a CallToolResult: its
-// content and structuredContent. A result over the ledger's bound is
-// recorded as a note saying so, so the effect is still recorded.
-func recordedResult(res *mcp.CallToolResult) (json.RawMessage, error) {
+// content and structuredContent, from the upstream's own text when the
+// connection kept it. A result over the ledger's bound is recorded as a
+// note saying so, so the effect is still recorded.
+func recordedResult(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {
+	b, err := recordedJSON(res, raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) <= maxResult {
+		return b, nil
+	}
+	note := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+		"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult)}}}
+	return json.Marshal(note)
+}
+
+func recordedJSON(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if len(raw) > 0 && json.Unmarshal(raw, &obj) == nil && obj["content"] != nil {
+		rec := map[string]json.RawMessage{"content": obj["content"]}
+		if sc := obj["structuredContent"]; sc != nil {
+			rec["structuredContent"] = sc
+		}
+		return json.Marshal(rec)
+	}
 	rec := &mcp.CallToolResult{Content: res.Content, StructuredContent: res.StructuredContent}
 	if rec.Content == nil {
 		rec.Content = []mcp.Content{}
@@ -125,12 +162,7 @@ func recordedResult(res *mcp.CallToolResult) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode result: %w", err)
 	}
-	if len(b) <= maxResult {
-		return b, nil
-	}
-	note := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-		"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult)}}}
-	return json.Marshal(note)
+	return b, nil
 }
 
 // firstText is the first text content of a result, for a recorded error

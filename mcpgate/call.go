@@ -106,12 +106,14 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	// idempotent tool may take the key over.
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Lease)
 	defer cancel()
-	res, err := s.CallTool(cctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
+	rctx, slot := withRawSlot(cctx)
+	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
+	raw := slot.get()
 	var o Outcome
 	var wire *jsonrpc.Error
 	switch {
 	case err == nil && !res.IsError:
-		result, rerr := recordedResult(res)
+		result, rerr := recordedResult(res, raw)
 		if rerr != nil {
 			return nil, rerr
 		}
@@ -139,16 +141,17 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	if err != nil {
 		return nil, err
 	}
-	return res, nil
+	return asRaw(res, raw), nil
 }
 
 // forwardCall passes a read through unrecorded.
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	res, err := s.CallTool(ctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
+	rctx, slot := withRawSlot(ctx)
+	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
 	if err != nil {
 		return nil, err
 	}
-	return res, nil
+	return asRaw(res, slot.get()), nil
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -138,7 +139,7 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 		case *mcp.CallToolParamsRaw:
 			return g.callTool(ctx, p)
 		case *mcp.ListToolsParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 				res, err := s.ListTools(ctx, p)
 				if err == nil {
 					g.tools.merge(res.Tools)
@@ -146,23 +147,37 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 				return res, err
 			})
 		case *mcp.ListPromptsParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.ListPromptsResult, error) { return s.ListPrompts(ctx, p) })
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+				return s.ListPrompts(ctx, p)
+			})
 		case *mcp.GetPromptParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.GetPromptResult, error) { return s.GetPrompt(ctx, p) })
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+				return s.GetPrompt(ctx, p)
+			})
 		case *mcp.ListResourcesParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.ListResourcesResult, error) { return s.ListResources(ctx, p) })
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+				return s.ListResources(ctx, p)
+			})
 		case *mcp.ListResourceTemplatesParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
 				return s.ListResourceTemplates(ctx, p)
 			})
 		case *mcp.ReadResourceParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.ReadResourceResult, error) { return s.ReadResource(ctx, p) })
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+				return s.ReadResource(ctx, p)
+			})
 		case *mcp.CompleteParams:
-			return withSession(ctx, g, func(s *mcp.ClientSession) (*mcp.CompleteResult, error) { return s.Complete(ctx, p) })
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+				return s.Complete(ctx, p)
+			})
 		case *mcp.PingParams:
 			// A ping checks the whole path: the SDK answers it once the
 			// upstream has.
-			if _, err := withSession(ctx, g, func(s *mcp.ClientSession) (mcp.Result, error) { return nil, s.Ping(ctx, p) }); err != nil {
+			s, err := g.up.Session(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.Ping(ctx, p); err != nil {
 				return nil, err
 			}
 		}
@@ -170,23 +185,29 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// withSession runs f on the upstream session.
-func withSession[R mcp.Result](ctx context.Context, g *Gateway, f func(*mcp.ClientSession) (R, error)) (mcp.Result, error) {
+// forwardRaw runs f on the upstream session and answers with the
+// upstream's result as it was sent, where the connection keeps it.
+func forwardRaw[R mcp.Result](ctx context.Context, g *Gateway, f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
 	s, err := g.up.Session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return f(s)
+	rctx, slot := withRawSlot(ctx)
+	res, err := f(rctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return asRaw(res, slot.get()), nil
 }
 
 // Server is the downstream MCP server, for transports of the caller's
 // choice.
 func (g *Gateway) Server() *mcp.Server { return g.server }
 
-// ServeStdio serves one MCP client on a stream transport (the process's
-// stdin and stdout: mcp.StdioTransport) until it disconnects or ctx ends.
-func (g *Gateway) ServeStdio(ctx context.Context, t mcp.Transport) error {
-	err := g.server.Run(ctx, liftTransport{t})
+// ServeStdio serves one MCP client on newline-delimited JSON streams
+// (the process's stdin and stdout) until it disconnects or ctx ends.
+func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
+	err := g.server.Run(ctx, &mcp.IOTransport{Reader: newLiftReader(in), Writer: out})
 	if err != nil && (errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "EOF")) {
 		return nil
 	}

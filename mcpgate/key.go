@@ -2,13 +2,11 @@ package mcpgate
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
@@ -109,30 +107,6 @@ func liftMessage(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return out
-}
-
-// liftTransport lifts params.idempotencyKey on a downstream stream
-// transport (stdio).
-type liftTransport struct{ mcp.Transport }
-
-// Connect connects the wrapped transport and lifts on its connection.
-func (t liftTransport) Connect(ctx context.Context) (mcp.Connection, error) {
-	c, err := t.Transport.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return liftConn{c}, nil
-}
-
-// liftConn wraps a downstream connection.
-type liftConn struct{ mcp.Connection }
-
-func (c liftConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	msg, err := c.Connection.Read(ctx)
-	if req, ok := msg.(*jsonrpc.Request); ok && err == nil && req.Method == "tools/call" {
-		req.Params = liftParamsKey(req.Params)
-	}
-	return msg, err
 }
 
 // liftHTTP lifts params.idempotencyKey in the JSON-RPC bodies POSTed to a

@@ -53,7 +53,7 @@ func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstre
 	newConn := func() mcp.Transport {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stderr = o.Stderr
-		return &mcp.CommandTransport{Command: cmd}
+		return rawTransport{&mcp.CommandTransport{Command: cmd}}
 	}
 	return dial(ctx, strings.Join(argv, " "), newConn, o)
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/effect-ledger/effect-ledger/client"
@@ -51,7 +50,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.Logger.Info("ledger-mcp connected", "upstream", up.Name(), "server_name", g.ServerName(), "ledger", desc,
 		"namespace", m.Namespace, "scope", m.Scope)
 	if m.Listen == "" {
-		return g.ServeStdio(ctx, &mcp.IOTransport{Reader: m.Stdin, Writer: m.Stdout})
+		return g.ServeStdio(ctx, m.Stdin, m.Stdout)
 	}
 	return m.serveHTTP(ctx, g)
 }
