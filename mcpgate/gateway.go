@@ -19,7 +19,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -124,7 +123,8 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 		c := *info.Capabilities
 		caps = &c
 	}
-	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps, Logger: g.logger})
+	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
+		Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
 	return s
 }
@@ -208,7 +208,7 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // (the process's stdin and stdout) until it disconnects or ctx ends.
 func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
 	err := g.server.Run(ctx, &mcp.IOTransport{Reader: newLiftReader(in), Writer: out})
-	if err != nil && (errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "EOF")) {
+	if err != nil && errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
@@ -218,4 +218,24 @@ func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.Write
 // the one upstream connection.
 func (g *Gateway) Handler() http.Handler {
 	return liftHTTP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil))
+}
+
+// quietHandler passes on records of at least min: the SDK logs every
+// session's start and end at info, which would drown the gateway's own
+// lines.
+type quietHandler struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h quietHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name), h.min}
 }

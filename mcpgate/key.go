@@ -43,8 +43,17 @@ func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope strin
 		}
 		return s, true, nil
 	}
-	key, err = client.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
+	key, err = DeriveKey(ledgerTool, args, scope)
 	return key, false, err
+}
+
+// DeriveKey is the key of a call that names none: the clients' derived
+// key (client.DeriveKey: "dk_" + hex SHA-256(tool ‖ 0x00 ‖ JCS(input)))
+// over the ledger's tool name and {"arguments": args, "scope": scope}, so
+// the same call with the same arguments in the same scope is the same
+// effect across retries and restarts.
+func DeriveKey(ledgerTool string, args json.RawMessage, scope string) (string, error) {
+	return client.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
 }
 
 // forwardMeta is the _meta a forwarded call carries upstream: the

@@ -12,6 +12,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
 
 // TestLedgerMCP_stdio drives ledger-mcp over stdio in front of a stdio
@@ -239,4 +241,23 @@ func TestLedgerMCP_upstreamDies(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &audit))
 	require.Len(t, audit.Interrupted, 1, out)
 	assert.Equal(t, false, audit.Interrupted[0]["idempotent"])
+}
+
+// TestLedgerMCP_postgres: the embedded ledger on PostgreSQL (--db URL).
+func TestLedgerMCP_postgres(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	sh := newShop(t)
+	g := startGateway(t, append([]string{"--db", url}, sh.command()...)...)
+	first := g.call(t, "charge", map[string]any{"order": "G1"}, nil)
+	require.False(t, first.IsError, text(t, first))
+	g.stop(t)
+	g = startGateway(t, append([]string{"--db", url}, sh.command()...)...)
+	again := g.call(t, "charge", map[string]any{"order": "G1"}, nil)
+	assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+	assert.Equal(t, first.StructuredContent, again.StructuredContent)
+	assert.Equal(t, 1, sh.runs("charge", "G1"))
+	g.stop(t)
+	out, errOut, code := ledgerctl(t, "verify", "--db", url)
+	require.Equal(t, 0, code, out+errOut)
 }
