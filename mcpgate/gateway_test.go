@@ -1,0 +1,198 @@
+package mcpgate_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/storage"
+)
+
+// counter counts the executions of the upstream's tools.
+type counter struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (c *counter) inc(tool string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.runs[tool]++
+	return c.runs[tool]
+}
+
+func (c *counter) get(tool string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[tool]
+}
+
+type noArgs struct{}
+
+// MustStartUpstream serves an MCP server over Streamable HTTP whose tools
+// count their executions: charge (no annotations) and get (read-only).
+func MustStartUpstream(tb testing.TB) (string, *counter) {
+	tb.Helper()
+	runs := &counter{runs: map[string]int{}}
+	s := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "charge"}, func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+		n := runs.inc("charge")
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("charged, run %d", n)}}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "get", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+			n := runs.inc("get")
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("got, run %d", n)}}}, nil, nil
+		})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	tb.Cleanup(srv.Close)
+	return srv.URL, runs
+}
+
+// MustOpenLedger opens an in-process ledger on a SQLite file in a
+// temporary directory.
+func MustOpenLedger(tb testing.TB) *ledger.Ledger {
+	tb.Helper()
+	store, err := storage.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), storage.Options{})
+	require.NoError(tb, err)
+	l := ledger.New(store, ledger.Config{})
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// MustStartGateway puts a gateway over led in front of the upstream at
+// url and connects an MCP client to it over Streamable HTTP.
+func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config) *mcp.ClientSession {
+	tb.Helper()
+	ctx := context.Background()
+	up, err := mcpgate.DialURL(ctx, url, mcpgate.UpstreamOptions{})
+	require.NoError(tb, err)
+	g, err := mcpgate.New(up, cfg)
+	require.NoError(tb, err)
+	srv := httptest.NewServer(g.Handler())
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
+	require.NoError(tb, err)
+	// Closed last to first: the client, the gateway's server, the upstream.
+	tb.Cleanup(func() { _ = up.Close() })
+	tb.Cleanup(srv.Close)
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func call(t *testing.T, s *mcp.ClientSession, tool string) *mcp.CallToolResult {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: tool})
+	require.NoError(t, err)
+	return res
+}
+
+func textOf(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	require.NotEmpty(t, res.Content)
+	return res.Content[0].(*mcp.TextContent).Text
+}
+
+func TestGateway_CallTool(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		url, runs := MustStartUpstream(t)
+		l := MustOpenLedger(t)
+		ns, err := l.Default(context.Background())
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
+		first := call(t, s, "charge")
+		again := call(t, s, "charge")
+		assert.Equal(t, "charged, run 1", textOf(t, first))
+		assert.Equal(t, "charged, run 1", textOf(t, again))
+		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
+		assert.Equal(t, 1, runs.get("charge"))
+		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")))
+		assert.Equal(t, "got, run 2", textOf(t, call(t, s, "get")))
+		h, err := ns.Head(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, uint64(3), h.Seq, "reserve, commit, replay; reads leave nothing")
+	})
+
+	t.Run("ErrMCPError", func(t *testing.T) {
+		url, _ := MustStartUpstream(t)
+		ns, err := MustOpenLedger(t).Default(context.Background())
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
+		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
+		require.Error(t, err, "the upstream's JSON-RPC error comes back as it was")
+		res := call(t, s, "no_such_tool")
+		assert.True(t, res.IsError)
+		assert.Equal(t, "retry_not_allowed", res.Meta[mcpgate.MetaStatus])
+		assert.Contains(t, textOf(t, res), mcpgate.CodeMCPError)
+	})
+
+	t.Run("PolicyOverridesAnnotations", func(t *testing.T) {
+		url, runs := MustStartUpstream(t)
+		ns, err := MustOpenLedger(t).Default(context.Background())
+		require.NoError(t, err)
+		policy, err := mcpgate.ParsePolicy([]byte(`[{"tool": "shop.charge", "effect": "read"}]`))
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Policy: policy})
+		call(t, s, "charge")
+		assert.Equal(t, "charged, run 2", textOf(t, call(t, s, "charge")))
+		assert.Equal(t, 2, runs.get("charge"))
+	})
+
+	t.Run("ErrLedgerUnavailable", func(t *testing.T) {
+		url, runs := MustStartUpstream(t)
+		l := MustOpenLedger(t)
+		ns, err := l.Default(context.Background())
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
+		require.NoError(t, l.Close())
+		res := call(t, s, "charge")
+		assert.True(t, res.IsError)
+		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
+		assert.NotEmpty(t, res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, 0, runs.get("charge"))
+		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")), "reads still pass")
+	})
+}
+
+func TestNew(t *testing.T) {
+	url, _ := MustStartUpstream(t)
+	up, err := mcpgate.DialURL(context.Background(), url, mcpgate.UpstreamOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = up.Close() })
+	ns, err := MustOpenLedger(t).Default(context.Background())
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		desc    string
+		cfg     mcpgate.Config
+		wantErr string
+	}{
+		{"NoLedger", mcpgate.Config{}, "no ledger"},
+		{"WaitTooLong", mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: 2 * time.Minute}, "wait"},
+		{"LeaseTooShort", mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Lease: time.Millisecond}, "lease"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			_, err := mcpgate.New(up, tc.cfg)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+	t.Run("ServerName", func(t *testing.T) {
+		g, err := mcpgate.New(up, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
+		require.NoError(t, err)
+		assert.Equal(t, "shop", g.ServerName())
+		g, err = mcpgate.New(up, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), ServerName: "my shop/v2"})
+		require.NoError(t, err)
+		assert.Equal(t, "my_shop_v2", g.ServerName())
+	})
+}
