@@ -32,15 +32,16 @@ type call struct {
 	ledgerTool string // <server-name>.<tool>
 	toolLabel  string // the metrics label
 	args       json.RawMessage
-	meta       mcp.Meta
+	meta       mcp.Meta // as the client sent it
+	session    *mcp.ServerSession
 	class      Class
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
-func (g *Gateway) callTool(ctx context.Context, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
+func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: g.cfg.ServerName + "." + p.Name, args: p.Arguments, meta: p.Meta,
-		toolLabel: unlistedToolLabel}
+		session: ss, toolLabel: unlistedToolLabel}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -106,9 +107,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	// idempotent tool may take the key over.
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Lease)
 	defer cancel()
-	rctx, slot := withRawSlot(cctx)
-	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
-	raw := slot.get()
+	res, raw, err := g.send(cctx, s, c)
 	var o Outcome
 	var wire *jsonrpc.Error
 	switch {
@@ -146,12 +145,21 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 
 // forwardCall passes a read through unrecorded.
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	rctx, slot := withRawSlot(ctx)
-	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: forwardMeta(c.meta), Name: c.name, Arguments: c.args})
+	res, raw, err := g.send(ctx, s, c)
 	if err != nil {
 		return nil, err
 	}
-	return asRaw(res, slot.get()), nil
+	return asRaw(res, raw), nil
+}
+
+// send makes the upstream call, with the client's progress token routed
+// back to it, and returns the typed and, where kept, the raw result.
+func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, json.RawMessage, error) {
+	meta, release := g.progress.open(ctx, c.session, c.meta)
+	defer release()
+	rctx, slot := withRawSlot(ctx)
+	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args})
+	return res, slot.get(), err
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

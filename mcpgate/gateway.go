@@ -50,11 +50,12 @@ type Config struct {
 
 // Gateway is the MCP proxy.
 type Gateway struct {
-	cfg    Config
-	up     *Upstream
-	tools  *toolCache
-	server *mcp.Server
-	logger *slog.Logger
+	cfg      Config
+	up       *Upstream
+	tools    *toolCache
+	progress *progressRoutes
+	server   *mcp.Server
+	logger   *slog.Logger
 }
 
 // New returns a gateway in front of up.
@@ -82,8 +83,9 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.ServerName = info.ServerInfo.Name
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
-	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), logger: cfg.Logger}
+	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger}
 	up.onChanged(g.tools.invalidate)
+	up.onProgress(g.progress.deliver)
 	g.server = g.newServer(info)
 	return g, nil
 }
@@ -137,7 +139,8 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch p := req.GetParams().(type) {
 		case *mcp.CallToolParamsRaw:
-			return g.callTool(ctx, p)
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			return g.callTool(ctx, ss, p)
 		case *mcp.ListToolsParams:
 			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 				res, err := s.ListTools(ctx, p)

@@ -55,6 +55,17 @@ func MustStartUpstream(tb testing.TB) (string, *counter) {
 			n := runs.inc("get")
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("got, run %d", n)}}}, nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "work", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
+			for i := range 3 {
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i + 1), Total: 3})
+				if err != nil {
+					return nil, nil, err
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "worked"}}}, nil, nil
+		})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	tb.Cleanup(srv.Close)
 	return srv.URL, runs
@@ -73,7 +84,7 @@ func MustOpenLedger(tb testing.TB) *ledger.Ledger {
 
 // MustStartGateway puts a gateway over led in front of the upstream at
 // url and connects an MCP client to it over Streamable HTTP.
-func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config) *mcp.ClientSession {
+func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	tb.Helper()
 	ctx := context.Background()
 	up, err := mcpgate.DialURL(ctx, url, mcpgate.UpstreamOptions{})
@@ -81,7 +92,11 @@ func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config) *mcp.Client
 	g, err := mcpgate.New(up, cfg)
 	require.NoError(tb, err)
 	srv := httptest.NewServer(g.Handler())
-	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, nil)
+	var o *mcp.ClientOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, o)
 	s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: srv.URL}, nil)
 	require.NoError(tb, err)
 	// Closed last to first: the client, the gateway's server, the upstream.
@@ -163,6 +178,36 @@ func TestGateway_CallTool(t *testing.T) {
 		assert.Equal(t, 0, runs.get("charge"))
 		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")), "reads still pass")
 	})
+}
+
+func TestGateway_progress(t *testing.T) {
+	url, _ := MustStartUpstream(t)
+	ns, err := MustOpenLedger(t).Default(context.Background())
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var got []*mcp.ProgressNotificationParams
+	s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			got = append(got, r.Params)
+			mu.Unlock()
+		}})
+	params := &mcp.CallToolParams{Name: "work"}
+	params.SetProgressToken("agent-token")
+	res, err := s.CallTool(context.Background(), params)
+	require.NoError(t, err)
+	assert.Equal(t, "worked", textOf(t, res))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 3
+	}, 10*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range got {
+		assert.Equal(t, "agent-token", p.ProgressToken)
+		assert.Equal(t, float64(i+1), p.Progress)
+	}
 }
 
 func TestNew(t *testing.T) {

@@ -30,6 +30,8 @@ type Upstream struct {
 	// changed is called when the upstream's tool list may have changed
 	// (a list_changed notification, a new connection).
 	changed func()
+	// progress receives the upstream's progress notifications.
+	progress func(*mcp.ProgressNotificationParams)
 }
 
 // UpstreamOptions configures an Upstream.
@@ -72,9 +74,16 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func() {}}
+	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func() {},
+		progress: func(*mcp.ProgressNotificationParams) {}}
 	u.client = mcp.NewClient(&mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged() },
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			u.mu.Lock()
+			f := u.progress
+			u.mu.Unlock()
+			f(r.Params)
+		},
 	})
 	if _, err := u.Session(ctx); err != nil {
 		return nil, err
@@ -98,6 +107,13 @@ func (u *Upstream) notifyChanged() {
 	f := u.changed
 	u.mu.Unlock()
 	f()
+}
+
+// onProgress sets the function that receives progress notifications.
+func (u *Upstream) onProgress(f func(*mcp.ProgressNotificationParams)) {
+	u.mu.Lock()
+	u.progress = f
+	u.mu.Unlock()
 }
 
 // onChanged sets the function told that the tool list may have changed.
