@@ -84,9 +84,9 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger}
-	up.onChanged(g.tools.invalidate)
-	up.onProgress(g.progress.deliver)
 	g.server = g.newServer(info)
+	up.onChanged(g.listChanged)
+	up.onProgress(g.progress.deliver)
 	return g, nil
 }
 

@@ -3,6 +3,7 @@ package mcpgate_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -75,9 +76,10 @@ func MustStartUpstream(tb testing.TB) (string, *counter) {
 // temporary directory.
 func MustOpenLedger(tb testing.TB) *ledger.Ledger {
 	tb.Helper()
-	store, err := storage.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), storage.Options{})
+	quiet := slog.New(slog.DiscardHandler)
+	store, err := storage.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), storage.Options{Logger: quiet})
 	require.NoError(tb, err)
-	l := ledger.New(store, ledger.Config{})
+	l := ledger.New(store, ledger.Config{Logger: quiet})
 	tb.Cleanup(func() { _ = l.Close() })
 	return l
 }
@@ -208,6 +210,40 @@ func TestGateway_progress(t *testing.T) {
 		assert.Equal(t, "agent-token", p.ProgressToken)
 		assert.Equal(t, float64(i+1), p.Progress)
 	}
+}
+
+func TestGateway_listChanged(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "first"}, func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	t.Cleanup(srv.Close)
+	ns, err := MustOpenLedger(t).Default(context.Background())
+	require.NoError(t, err)
+	changed := make(chan struct{}, 10)
+	cs := MustStartGateway(t, srv.URL, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
+	_, err = cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+
+	mcp.AddTool(s, &mcp.Tool{Name: "second", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "second"}}}, nil, nil
+		})
+	select {
+	case <-changed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no tools/list_changed relayed")
+	}
+	tools, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tool := range tools.Tools {
+		names = append(names, tool.Name)
+	}
+	assert.Equal(t, []string{"first", "second"}, names)
+	assert.Equal(t, "second", textOf(t, call(t, cs, "second")))
 }
 
 func TestNew(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -42,11 +43,19 @@ func (p *progressRoutes) open(ctx context.Context, ss *mcp.ServerSession, meta m
 	p.mu.Unlock()
 	meta["progressToken"] = id
 	return meta, func() {
-		p.mu.Lock()
-		delete(p.routes, id)
-		p.mu.Unlock()
+		// The SDK hands notifications to their handler apart from
+		// responses, so the last ones may be delivered after the call's
+		// answer: the route stays a little longer.
+		time.AfterFunc(progressGrace, func() {
+			p.mu.Lock()
+			delete(p.routes, id)
+			p.mu.Unlock()
+		})
 	}
 }
+
+// progressGrace is how long a route outlives its call.
+const progressGrace = 2 * time.Second
 
 // deliver passes one upstream progress notification on, with the
 // client's own token; a notification for no open call is dropped.
@@ -63,5 +72,7 @@ func (p *progressRoutes) deliver(params *mcp.ProgressNotificationParams) {
 	}
 	out := *params
 	out.ProgressToken = r.token
-	_ = r.ss.NotifyProgress(r.ctx, &out)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+	defer cancel()
+	_ = r.ss.NotifyProgress(ctx, &out)
 }

@@ -27,9 +27,10 @@ type Upstream struct {
 	session *mcp.ClientSession
 	info    *mcp.InitializeResult // of the first connection
 	closed  bool
-	// changed is called when the upstream's tool list may have changed
-	// (a list_changed notification, a new connection).
-	changed func()
+	// changed is called with "tools", "prompts" or "resources" when that
+	// list of the upstream may have changed (a list_changed notification,
+	// a new connection).
+	changed func(list string)
 	// progress receives the upstream's progress notifications.
 	progress func(*mcp.ProgressNotificationParams)
 }
@@ -74,10 +75,12 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func() {},
+	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func(string) {},
 		progress: func(*mcp.ProgressNotificationParams) {}}
 	u.client = mcp.NewClient(&mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged() },
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged("tools") },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { u.notifyChanged("prompts") },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { u.notifyChanged("resources") },
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			u.mu.Lock()
 			f := u.progress
@@ -102,11 +105,11 @@ func (u *Upstream) Info() *mcp.InitializeResult {
 	return u.info
 }
 
-func (u *Upstream) notifyChanged() {
+func (u *Upstream) notifyChanged(list string) {
 	u.mu.Lock()
 	f := u.changed
 	u.mu.Unlock()
-	f()
+	f(list)
 }
 
 // onProgress sets the function that receives progress notifications.
@@ -116,8 +119,8 @@ func (u *Upstream) onProgress(f func(*mcp.ProgressNotificationParams)) {
 	u.mu.Unlock()
 }
 
-// onChanged sets the function told that the tool list may have changed.
-func (u *Upstream) onChanged(f func()) {
+// onChanged sets the function told that a list may have changed.
+func (u *Upstream) onChanged(f func(list string)) {
 	u.mu.Lock()
 	u.changed = f
 	u.mu.Unlock()
@@ -146,7 +149,12 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	go u.watch(s)
 	if restarted {
 		u.logger.Warn("upstream connected again", "upstream", u.name)
-		go u.changed()
+		f := u.changed
+		go func() {
+			for _, list := range []string{"tools", "prompts", "resources"} {
+				f(list)
+			}
+		}()
 	}
 	return s, nil
 }
