@@ -24,6 +24,13 @@ import (
 type counter struct {
 	mu   sync.Mutex
 	runs map[string]int
+	// progressSeen is signalled by the client for each progress
+	// notification it gets.
+	progressSeen chan struct{}
+}
+
+func newCounter() *counter {
+	return &counter{runs: map[string]int{}, progressSeen: make(chan struct{}, 10)}
 }
 
 func (c *counter) inc(tool string) int {
@@ -45,7 +52,15 @@ type noArgs struct{}
 // count their executions: charge (no annotations) and get (read-only).
 func MustStartUpstream(tb testing.TB) (string, *counter) {
 	tb.Helper()
-	runs := &counter{runs: map[string]int{}}
+	runs := newCounter()
+	s := newUpstreamServer(runs)
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	tb.Cleanup(srv.Close)
+	return srv.URL, runs
+}
+
+// newUpstreamServer is the upstream's MCP server.
+func newUpstreamServer(runs *counter) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "shop", Version: "1"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "charge"}, func(context.Context, *mcp.CallToolRequest, noArgs) (*mcp.CallToolResult, any, error) {
 		n := runs.inc("charge")
@@ -56,20 +71,26 @@ func MustStartUpstream(tb testing.TB) (string, *counter) {
 			n := runs.inc("get")
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("got, run %d", n)}}}, nil, nil
 		})
+	// work reports progress twice, the second time once the client has
+	// seen the first: the SDK may hand notifications on after the answer
+	// that follows them.
 	mcp.AddTool(s, &mcp.Tool{Name: "work", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
 		func(ctx context.Context, req *mcp.CallToolRequest, _ noArgs) (*mcp.CallToolResult, any, error) {
-			for i := range 3 {
+			for i := range 2 {
 				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i + 1), Total: 3})
+					ProgressToken: req.Params.GetProgressToken(), Progress: float64(i + 1), Total: 2})
 				if err != nil {
 					return nil, nil, err
+				}
+				select {
+				case <-runs.progressSeen:
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
 				}
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "worked"}}}, nil, nil
 		})
-	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
-	tb.Cleanup(srv.Close)
-	return srv.URL, runs
+	return s
 }
 
 // MustOpenLedger opens an in-process ledger on a SQLite file in a
@@ -88,9 +109,30 @@ func MustOpenLedger(tb testing.TB) *ledger.Ledger {
 // url and connects an MCP client to it over Streamable HTTP.
 func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config, opts ...*mcp.ClientOptions) *mcp.ClientSession {
 	tb.Helper()
-	ctx := context.Background()
-	up, err := mcpgate.DialURL(ctx, url, mcpgate.UpstreamOptions{})
+	up, err := mcpgate.DialURL(context.Background(), url, mcpgate.UpstreamOptions{})
 	require.NoError(tb, err)
+	return MustStartGatewayOn(tb, up, cfg, opts...)
+}
+
+// MustDialInMemory connects to the upstream of MustStartUpstream over an
+// in-memory stream transport, the way a stdio server is reached.
+func MustDialInMemory(tb testing.TB, runs *counter) *mcpgate.Upstream {
+	tb.Helper()
+	s := newUpstreamServer(runs)
+	up, err := mcpgate.DialTransport(context.Background(), "in-memory", func() mcp.Transport {
+		ct, st := mcp.NewInMemoryTransports()
+		go func() { _ = s.Run(context.Background(), st) }()
+		return ct
+	}, mcpgate.UpstreamOptions{})
+	require.NoError(tb, err)
+	return up
+}
+
+// MustStartGatewayOn puts a gateway in front of up and connects an MCP
+// client to it over Streamable HTTP.
+func MustStartGatewayOn(tb testing.TB, up *mcpgate.Upstream, cfg mcpgate.Config, opts ...*mcp.ClientOptions) *mcp.ClientSession {
+	tb.Helper()
+	ctx := context.Background()
 	g, err := mcpgate.New(up, cfg)
 	require.NoError(tb, err)
 	srv := httptest.NewServer(g.Handler())
@@ -183,29 +225,26 @@ func TestGateway_CallTool(t *testing.T) {
 }
 
 func TestGateway_progress(t *testing.T) {
-	url, _ := MustStartUpstream(t)
 	ns, err := MustOpenLedger(t).Default(context.Background())
 	require.NoError(t, err)
+	runs := newCounter()
 	var mu sync.Mutex
 	var got []*mcp.ProgressNotificationParams
-	s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)}, &mcp.ClientOptions{
+	s := MustStartGatewayOn(t, MustDialInMemory(t, runs), mcpgate.Config{Ledger: mcpgate.NewLocal(ns)}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
 			mu.Lock()
 			got = append(got, r.Params)
 			mu.Unlock()
+			runs.progressSeen <- struct{}{}
 		}})
 	params := &mcp.CallToolParams{Name: "work"}
 	params.SetProgressToken("agent-token")
 	res, err := s.CallTool(context.Background(), params)
 	require.NoError(t, err)
 	assert.Equal(t, "worked", textOf(t, res))
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == 3
-	}, 10*time.Second, 5*time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
+	require.Len(t, got, 2)
 	for i, p := range got {
 		assert.Equal(t, "agent-token", p.ProgressToken)
 		assert.Equal(t, float64(i+1), p.Progress)

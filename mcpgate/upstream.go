@@ -53,12 +53,19 @@ func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstre
 	if len(argv) == 0 {
 		return nil, errors.New("upstream: empty command")
 	}
-	newConn := func() mcp.Transport {
+	return DialTransport(ctx, strings.Join(argv, " "), func() mcp.Transport {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stderr = o.Stderr
-		return rawTransport{&mcp.CommandTransport{Command: cmd}}
-	}
-	return dial(ctx, strings.Join(argv, " "), newConn, o)
+		return &mcp.CommandTransport{Command: cmd}
+	}, o)
+}
+
+// DialTransport connects to an MCP server over transports that
+// newTransport makes, one for each connection (the first one now, another
+// after one ends): a stream transport such as mcp.CommandTransport or
+// mcp.InMemoryTransport. name names the server in messages.
+func DialTransport(ctx context.Context, name string, newTransport func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
+	return dial(ctx, name, func() mcp.Transport { return rawTransport{newTransport()} }, o)
 }
 
 // DialURL reaches the MCP server at url over Streamable HTTP.
