@@ -116,15 +116,21 @@ func TestLedgerMCP_stdio(t *testing.T) {
 	t.Run("IdenticalCallsAtOnce", func(t *testing.T) {
 		args := map[string]any{"id": "S1"}
 		results := make([]*mcp.CallToolResult, 2)
+		errs := make([]error, 2)
 		var wg sync.WaitGroup
-		wg.Go(func() { results[0] = g.call(t, "slow", args, nil) })
+		slow := func(i int) {
+			results[i], errs[i] = g.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: args})
+		}
+		wg.Go(func() { slow(0) })
 		require.Eventually(t, func() bool { return sh.runs("slow", "S1") == 1 }, 30*time.Second, 5*time.Millisecond)
-		wg.Go(func() { results[1] = g.call(t, "slow", args, nil) })
+		wg.Go(func() { slow(1) })
 		// The second call is parked in the ledger, waiting for the first.
 		require.Eventually(t, func() bool { return metric(t, metrics, "ledger_reserve_waiting") == "1" },
 			30*time.Second, 5*time.Millisecond)
 		sh.release("S1")
 		wg.Wait()
+		require.NoError(t, errs[0])
+		require.NoError(t, errs[1])
 		assert.Equal(t, 1, sh.runs("slow", "S1"))
 		assert.Equal(t, "slow S1 done, run 1", text(t, results[0]))
 		assert.Equal(t, "slow S1 done, run 1", text(t, results[1]))
@@ -199,13 +205,10 @@ func TestLedgerMCP_upstreamDies(t *testing.T) {
 		assert.Equal(t, "outcome_unknown", status(res))
 		key, _ := res.Meta["io.effect-ledger/key"].(string)
 		require.NotEmpty(t, key)
-		// While the lease runs the key is in progress; then a person must
-		// resolve it.
-		require.Eventually(t, func() bool {
-			res = g.call(t, "crash", map[string]any{"id": "K1"}, nil)
-			require.Contains(t, []string{"in_progress", "unsafe_resume"}, status(res))
-			return status(res) == "unsafe_resume"
-		}, 30*time.Second, 20*time.Millisecond)
+		// While the lease runs the key is in progress (each call waits
+		// --wait for it); then a person must resolve it.
+		res = pollStatus(t, g, "crash", map[string]any{"id": "K1"}, "in_progress")
+		require.Equal(t, "unsafe_resume", status(res))
 		assert.Contains(t, text(t, res), "ledgerctl resolve "+key)
 		assert.Equal(t, 1, sh.runs("crash", ""))
 		out, _, code := ledgerctl(t, "show", key, "--db", db, "--json")
@@ -222,10 +225,7 @@ func TestLedgerMCP_upstreamDies(t *testing.T) {
 	t.Run("IdempotentTakenOver", func(t *testing.T) {
 		res := g.call(t, "crash_idem", map[string]any{"id": "I1"}, nil)
 		assert.Equal(t, "outcome_unknown", status(res))
-		require.Eventually(t, func() bool {
-			res = g.call(t, "crash_idem", map[string]any{"id": "I1"}, nil)
-			return status(res) != "in_progress"
-		}, 30*time.Second, 20*time.Millisecond)
+		res = pollStatus(t, g, "crash_idem", map[string]any{"id": "I1"}, "in_progress")
 		require.False(t, res.IsError, text(t, res))
 		assert.Equal(t, "set I1", text(t, res))
 		assert.Equal(t, 2, sh.runs("crash_idem", "I1"))
@@ -241,6 +241,20 @@ func TestLedgerMCP_upstreamDies(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &audit))
 	require.Len(t, audit.Interrupted, 1, out)
 	assert.Equal(t, false, audit.Interrupted[0]["idempotent"])
+}
+
+// pollStatus repeats a call while its answer has status while, and
+// returns the first answer that does not. The gateway's --wait paces it.
+func pollStatus(t *testing.T, g *gateway, tool string, args map[string]any, while string) *mcp.CallToolResult {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res := g.call(t, tool, args, nil)
+		if status(res) != while {
+			return res
+		}
+		require.True(t, time.Now().Before(deadline), "still %s after 30s", while)
+	}
 }
 
 // TestLedgerMCP_postgres: the embedded ledger on PostgreSQL (--db URL).
