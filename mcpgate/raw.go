@@ -45,9 +45,9 @@ func withRawSlot(ctx context.Context) (context.Context, *rawSlot) {
 }
 
 // rawTransport keeps raw results on a stream transport's connection
-// (stdio). A Streamable HTTP connection is not wrapped: the SDK relies on
-// methods of its own connection type, so answers through it are the
-// SDK's re-encoding.
+// (stdio). A Streamable HTTP connection is not wrapped, since the SDK
+// relies on methods of its own connection type: raw_http.go reads the
+// results off the HTTP responses instead.
 type rawTransport struct{ mcp.Transport }
 
 func (t rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {

@@ -70,10 +70,15 @@ func DialTransport(ctx context.Context, name string, newTransport func() mcp.Tra
 
 // DialURL reaches the MCP server at url over Streamable HTTP.
 func DialURL(ctx context.Context, url string, o UpstreamOptions) (*Upstream, error) {
-	hc := o.HTTPClient
-	if hc == nil {
-		hc = http.DefaultClient
+	hc := &http.Client{}
+	if o.HTTPClient != nil {
+		*hc = *o.HTTPClient
 	}
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	hc.Transport = rawRoundTripper{next: next}
 	newConn := func() mcp.Transport { return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc} }
 	return dial(ctx, url, newConn, o)
 }
