@@ -68,7 +68,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	key, _, err := callKey(c.meta, c.ledgerTool, c.args, g.cfg.Scope)
+	key, err := callKey(c.meta, c.ledgerTool, c.args, g.cfg.Scope)
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 		return answer(ledger.ECodeInvalidKey, "", fmt.Sprintf("This call was not run: %v.", err)), nil

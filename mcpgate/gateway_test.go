@@ -196,6 +196,21 @@ func TestGateway_CallTool(t *testing.T) {
 		assert.Contains(t, textOf(t, res), mcpgate.CodeMCPError)
 	})
 
+	t.Run("ErrInvalidKey", func(t *testing.T) {
+		url, runs := MustStartUpstream(t)
+		ns, err := MustOpenLedger(t).Default(context.Background())
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
+		for _, key := range []any{5, "has a space", "gen_0123456789"} {
+			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "charge",
+				Meta: mcp.Meta{mcpgate.MetaIdempotencyKey: key}})
+			require.NoError(t, err)
+			assert.True(t, res.IsError, "key %v", key)
+			assert.Equal(t, "invalid_key", res.Meta[mcpgate.MetaStatus], "key %v", key)
+		}
+		assert.Equal(t, 0, runs.get("charge"))
+	})
+
 	t.Run("PolicyOverridesAnnotations", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
 		ns, err := MustOpenLedger(t).Default(context.Background())

@@ -29,9 +29,8 @@ const metaParamsKey = "io.effect-ledger/params.idempotencyKey"
 // callKey returns the idempotency key of a tools/call (SPEC §11), in this
 // order: _meta["io.effect-ledger/idempotency-key"], params.idempotencyKey,
 // else the clients' derived key over the ledger's tool name and
-// {"arguments": <arguments>, "scope": <scope>}. explicit is false for a
-// derived key.
-func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope string) (key string, explicit bool, err error) {
+// {"arguments": <arguments>, "scope": <scope>}.
+func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope string) (string, error) {
 	for _, name := range []string{MetaIdempotencyKey, metaParamsKey} {
 		v, ok := meta[name]
 		if !ok || v == nil {
@@ -39,12 +38,11 @@ func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope strin
 		}
 		s, ok := v.(string)
 		if !ok {
-			return "", true, fmt.Errorf("the idempotency key must be a string, not %T", v)
+			return "", fmt.Errorf("the idempotency key must be a string, not %T", v)
 		}
-		return s, true, nil
+		return s, nil
 	}
-	key, err = DeriveKey(ledgerTool, args, scope)
-	return key, false, err
+	return DeriveKey(ledgerTool, args, scope)
 }
 
 // DeriveKey is the key of a call that names none: the clients' derived

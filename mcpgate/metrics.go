@@ -7,14 +7,16 @@ import (
 
 // Decisions, the values of the decision label.
 const (
-	DecisionExecuted     = "executed"
-	DecisionReplayed     = "replayed"
-	DecisionRefused      = "refused"
-	DecisionPassed       = "passed_through"
-	DecisionUnknown      = "unknown"
-	unlistedToolLabel    = "(unlisted)"
-	toolLabelUnavailable = "(unavailable)"
+	DecisionExecuted = "executed"
+	DecisionReplayed = "replayed"
+	DecisionRefused  = "refused"
+	DecisionPassed   = "passed_through"
+	DecisionUnknown  = "unknown"
 )
+
+// unlistedToolLabel is the tool label of calls of tools the upstream
+// does not list.
+const unlistedToolLabel = "(unlisted)"
 
 // callsTotal counts tools/call requests by the ledger's tool name and
 // what the gateway did. The tool label takes only names the upstream
