@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	for _, cmd := range []string{"ledgerd", "ledgerctl"} {
+	for _, cmd := range []string{"ledgerd", "ledgerctl", "ledger-mcp"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {

@@ -1,0 +1,232 @@
+// Command ledger-mcp is an MCP proxy that puts the effect ledger on an
+// agent's tool path (docs/spec.md §11): the agent's MCP client talks to
+// ledger-mcp, ledger-mcp talks to the real MCP server, and every
+// side-effecting tools/call is reserved in the ledger before it runs.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/internal/version"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain(os.Stderr)
+	if err := m.ParseFlags(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) || errors.Is(err, errVersionShown) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "ledger-mcp:", err)
+		os.Exit(2)
+	}
+	err := m.Run(ctx)
+	if cerr := m.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		m.Logger.Error("ledger-mcp failed", "err", err)
+		fmt.Fprintln(os.Stderr, "ledger-mcp:", err)
+		os.Exit(1)
+	}
+}
+
+// Defaults of the flags.
+const (
+	DefaultNamespace       = "default"
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Main is the ledger-mcp program, so that tests can drive it in-process.
+type Main struct {
+	Command     []string // the upstream server's command line, after --
+	UpstreamURL string
+	DB          string
+	LedgerURL   string
+	Token       string // LEDGER_TOKEN
+	Namespace   string
+	Scope       string
+	Lease       time.Duration
+	Wait        time.Duration
+	KeyTTL      time.Duration // of a ledger or namespace this start creates (SPEC §12)
+	ServerName  string
+	PolicyFile  string
+	Listen      string
+	MetricsAddr string
+	LogLevel    string
+	LogFormat   string
+
+	Policy mcpgate.Policy
+	Logger *slog.Logger
+	// Stdin and Stdout carry MCP when no --listen is given.
+	Stdin  io.ReadCloser
+	Stdout io.WriteCloser
+	stderr io.Writer
+
+	closers []func() error
+}
+
+// NewMain returns a Main logging to stderr and serving MCP on the
+// process's stdin and stdout.
+func NewMain(stderr io.Writer) *Main {
+	return &Main{Stdin: os.Stdin, Stdout: os.Stdout, stderr: stderr, Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+}
+
+// errVersionShown means --version printed the version: exit 0, run nothing.
+var errVersionShown = errors.New("version shown")
+
+const usage = `Usage:
+  ledger-mcp [flags] -- COMMAND [ARG...]    an MCP server started over stdio
+  ledger-mcp [flags] --upstream URL         an MCP server over Streamable HTTP
+
+ledger-mcp is an MCP proxy that records every side-effecting tool call in
+the effect ledger before it runs (docs/spec.md §11): the same call runs once,
+a repeat gets the recorded result back, and a call whose outcome is unknown
+is never run again blindly. Read-only tools pass through unrecorded.
+
+Put it where the agent had the MCP server: the server's command goes after
+--. MCP goes over stdin and stdout (or HTTP at http://ADDR/mcp with
+--listen); logs go to stderr.
+
+The ledger is a SQLite file (by default one per server under
+$XDG_STATE_HOME/effect-ledger/, ~/.local/state without it), a PostgreSQL
+URL (--db), or a running ledgerd (--ledger URL, token from LEDGER_TOKEN).
+
+Examples:
+  ledger-mcp -- npx -y @modelcontextprotocol/server-memory
+  ledger-mcp --ledger http://127.0.0.1:8080 --scope "$RUN_ID" -- python3 tools.py
+  ledger-mcp --listen 127.0.0.1:8931 --upstream http://127.0.0.1:9000/mcp
+
+Flags:
+`
+
+// ParseFlags reads the flags. With --version it prints the version and
+// returns errVersionShown.
+func (m *Main) ParseFlags(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("ledger-mcp", flag.ContinueOnError)
+	fs.SetOutput(m.stderr)
+	showVersion := fs.Bool("version", false, "print the build version and the contract versions implemented, then exit")
+	fs.StringVar(&m.UpstreamURL, "upstream", "", "reach the MCP server at this Streamable HTTP `URL` instead of starting COMMAND")
+	fs.StringVar(&m.DB, "db", "", "the embedded ledger: a SQLite `file` or a PostgreSQL URL (default $XDG_STATE_HOME/effect-ledger/mcp-<server-name>.db)")
+	fs.StringVar(&m.LedgerURL, "ledger", "", "use the ledgerd at this `URL` instead of an embedded ledger (token from LEDGER_TOKEN)")
+	fs.StringVar(&m.Namespace, "namespace", DefaultNamespace, "the ledger `namespace` (an embedded ledger creates it)")
+	fs.StringVar(&m.Scope, "scope", "", "goes into every derived key: the same call in another `scope` (e.g. \"$RUN_ID\") is new work")
+	fs.DurationVar(&m.Lease, "lease", mcpgate.DefaultLease, "how long a call holds its key; a call with no answer by then has an unknown outcome")
+	fs.DurationVar(&m.KeyTTL, "key-ttl", 0, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever; e.g. 24h, so the same call a day later runs again); an existing one keeps its own")
+	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
+	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
+	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations")
+	fs.StringVar(&m.Listen, "listen", "", "serve MCP over Streamable HTTP at http://`ADDR`/mcp instead of stdio")
+	fs.StringVar(&m.MetricsAddr, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics")
+	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
+	fs.Usage = func() {
+		fmt.Fprint(m.stderr, usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Fprint(m.Stdout, version.Read("ledger-mcp").String())
+		return errVersionShown
+	}
+	m.Command = fs.Args()
+	m.Token = os.Getenv("LEDGER_TOKEN")
+	if err := m.setLogger(); err != nil {
+		return err
+	}
+	return m.check()
+}
+
+func (m *Main) setLogger() error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch m.LogFormat {
+	case "text":
+		m.Logger = slog.New(slog.NewTextHandler(m.stderr, opts))
+	case "json":
+		m.Logger = slog.New(slog.NewJSONHandler(m.stderr, opts))
+	default:
+		return fmt.Errorf("--log-format must be text or json, not %q", m.LogFormat)
+	}
+	return nil
+}
+
+// check validates the flags together.
+func (m *Main) check() error {
+	switch {
+	case len(m.Command) == 0 && m.UpstreamURL == "":
+		return errors.New("no upstream MCP server: give its command after -- (ledger-mcp [flags] -- COMMAND [ARG...]) or --upstream URL")
+	case len(m.Command) > 0 && m.UpstreamURL != "":
+		return fmt.Errorf("both --upstream and a command (%q): give one upstream server", strings.Join(m.Command, " "))
+	case m.DB != "" && m.LedgerURL != "":
+		return errors.New("--db and --ledger exclude each other: an embedded ledger or a remote one")
+	case m.Lease < 10*time.Millisecond || m.Lease > 24*time.Hour:
+		return fmt.Errorf("--lease must be between 10ms and 24h, not %s", m.Lease)
+	case m.KeyTTL < 0 || m.KeyTTL%time.Millisecond != 0 || uint64(m.KeyTTL.Milliseconds()) > ledger.MaxKeyTTL:
+		return fmt.Errorf("--key-ttl must be a whole number of milliseconds from 0 up, not %s", m.KeyTTL)
+	case m.KeyTTL != 0 && m.LedgerURL != "":
+		return errors.New("--key-ttl is for an embedded ledger: a remote ledger's namespaces have theirs (ledgerctl namespace create --key-ttl)")
+	case m.Wait < 0 || m.Wait > mcpgate.MaxWait:
+		return fmt.Errorf("--wait must be between 0 and 60s, not %s", m.Wait)
+	case m.UpstreamURL != "" && !strings.HasPrefix(m.UpstreamURL, "http://") && !strings.HasPrefix(m.UpstreamURL, "https://"):
+		return fmt.Errorf("--upstream %q must be an http:// or https:// URL", m.UpstreamURL)
+	}
+	if m.Listen != "" {
+		if _, _, err := net.SplitHostPort(m.Listen); err != nil {
+			return fmt.Errorf("--listen %q: %w", m.Listen, err)
+		}
+	}
+	if m.PolicyFile != "" {
+		p, err := mcpgate.LoadPolicy(m.PolicyFile)
+		if err != nil {
+			return fmt.Errorf("--policy: %w", err)
+		}
+		m.Policy = p
+	}
+	return nil
+}
+
+// defaultDB is the embedded ledger's file for a server: one per upstream
+// server under the user's state directory, because an agent often starts
+// MCP servers in a directory it cannot write.
+func defaultDB(serverName string) (string, error) {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("default --db: %w (set XDG_STATE_HOME or --db)", err)
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(dir, "effect-ledger", "mcp-"+mcpgate.ToolNamePart(serverName)+".db"), nil
+}
+
+// Close releases what Run opened, last opened first.
+func (m *Main) Close() error {
+	var errs []error
+	for i := len(m.closers) - 1; i >= 0; i-- {
+		errs = append(errs, m.closers[i]())
+	}
+	m.closers = nil
+	return errors.Join(errs...)
+}

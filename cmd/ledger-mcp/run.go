@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/version"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/storage"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// Run connects to the upstream server and the ledger, then serves MCP
+// until the client disconnects (stdio) or ctx ends.
+func (m *Main) Run(ctx context.Context) error {
+	up, err := m.dialUpstream(ctx)
+	if err != nil {
+		return err
+	}
+	m.closers = append(m.closers, up.Close)
+	name := m.ServerName
+	if name == "" && up.Info().ServerInfo != nil {
+		name = up.Info().ServerInfo.Name
+	}
+	led, desc, err := m.openLedger(ctx, mcpgate.ToolNamePart(name))
+	if err != nil {
+		return err
+	}
+	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
+		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short()})
+	if err != nil {
+		return err
+	}
+	if m.MetricsAddr != "" {
+		if err := m.serveMetrics(); err != nil {
+			return err
+		}
+	}
+	m.Logger.Info("ledger-mcp connected", "upstream", up.Name(), "server_name", g.ServerName(), "ledger", desc,
+		"namespace", m.Namespace, "scope", m.Scope)
+	if m.Listen == "" {
+		return g.ServeStdio(ctx, m.Stdin, m.Stdout)
+	}
+	return m.serveHTTP(ctx, g)
+}
+
+// dialUpstream starts or reaches the upstream server; its error names the
+// command or URL.
+func (m *Main) dialUpstream(ctx context.Context) (*mcpgate.Upstream, error) {
+	o := mcpgate.UpstreamOptions{Logger: m.Logger, Stderr: m.stderr, Version: version.Read("ledger-mcp").Short()}
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if m.UpstreamURL != "" {
+		up, err := mcpgate.DialURL(dctx, m.UpstreamURL, o)
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach the upstream MCP server at %s: %w", m.UpstreamURL, err)
+		}
+		return up, nil
+	}
+	up, err := mcpgate.DialCommand(dctx, m.Command, o)
+	if err != nil {
+		return nil, fmt.Errorf("cannot start the upstream MCP server %q: %w", strings.Join(m.Command, " "), err)
+	}
+	return up, nil
+}
+
+// openLedger opens the embedded ledger or the client of a remote one,
+// and describes it for the log.
+func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledger, string, error) {
+	if m.LedgerURL != "" {
+		c, err := client.New(m.LedgerURL, client.WithToken(m.Token), client.WithNamespace(m.Namespace),
+			client.WithWait(m.Wait), client.WithRetry(2, 100*time.Millisecond, time.Second))
+		if err != nil {
+			return nil, "", fmt.Errorf("--ledger: %w", err)
+		}
+		return mcpgate.NewRemote(c), c.BaseURL(), nil
+	}
+	db := m.DB
+	if db == "" {
+		var err error
+		if db, err = defaultDB(serverName); err != nil {
+			return nil, "", err
+		}
+	}
+	if !storage.IsPostgres(db) {
+		if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
+			return nil, "", fmt.Errorf("ledger directory: %w", err)
+		}
+	}
+	ttl := uint64(m.KeyTTL.Milliseconds())
+	store, err := storage.Open(ctx, db, storage.Options{Logger: m.Logger, KeyTTL: ttl})
+	if errors.Is(err, sqlite.ErrLocked) {
+		return nil, "", fmt.Errorf("%w: for several gateways on one ledger, run ledgerd on it and give each --ledger URL", err)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	l := ledger.New(store, ledger.Config{Logger: m.Logger})
+	m.closers = append(m.closers, l.Close)
+	ns, err := l.NS(ctx, m.Namespace)
+	if ledger.ErrorCode(err) == ledger.ECodeUnknownNamespace {
+		if err = l.CreateNamespace(ctx, m.Namespace, ttl); err == nil {
+			ns, err = l.NS(ctx, m.Namespace)
+		}
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// serveMetrics serves /metrics on MetricsAddr until Close.
+func (m *Main) serveMetrics() error {
+	ln, err := net.Listen("tcp", m.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	m.closers = append(m.closers, srv.Close)
+	m.Logger.Info("metrics ready", "addr", ln.Addr().String())
+	return nil
+}
+
+// serveHTTP serves Streamable HTTP at /mcp until ctx ends.
+func (m *Main) serveHTTP(ctx context.Context, g *mcpgate.Gateway) error {
+	ln, err := net.Listen("tcp", m.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	m.Logger.Info("ledger-mcp ready", "addr", ln.Addr().String(), "url", "http://"+ln.Addr().String()+"/mcp")
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), DefaultShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package mcpgate
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Statuses the gateway puts in _meta["io.effect-ledger/status"] of the
+// answers it makes itself, besides the ledger's refusal codes.
+const (
+	StatusLedgerUnavailable = "ledger_unavailable"
+	StatusOutcomeUnknown    = "outcome_unknown"
+)
+
+// answer is a CallToolResult the gateway makes itself: an error the model
+// reads as text, with the status and key in _meta.
+func answer(status, key, text string) *mcp.CallToolResult {
+	meta := mcp.Meta{MetaStatus: status}
+	if key != "" {
+		meta[MetaKey] = key
+	}
+	return &mcp.CallToolResult{IsError: true, Meta: meta, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// refusalAnswer tells the model why the ledger refused a call (SPEC §11's
+// table), in words that say what to do next.
+func refusalAnswer(r *Refusal, key string) *mcp.CallToolResult {
+	var text string
+	switch r.Code {
+	case "retry_not_allowed":
+		text = fmt.Sprintf("This exact call already ran and failed%s, so it was not run again. "+
+			"A retry must change something: the arguments, or the scope (idempotency key %s).", recordedFailure(r.Details), key)
+	case "in_progress":
+		text = fmt.Sprintf("The same call is still running (idempotency key %s), so it was not started a second time. "+
+			"Call again later to get its result.", key)
+	case "unsafe_resume":
+		text = fmt.Sprintf("An earlier identical call was interrupted and its outcome is unknown: it may or may not have taken effect. "+
+			"It will not be run again until a person checks and resolves the key: "+
+			"ledgerctl resolve %s --outcome succeeded|failed --note '…'.", key)
+	case "fingerprint_mismatch":
+		text = fmt.Sprintf("The idempotency key %s was already used for a different call (another tool or other arguments), "+
+			"so this call was not run. Use a new key for a new call.", key)
+	default:
+		text = fmt.Sprintf("The effect ledger refused this call (%s: %s), so it was not run (idempotency key %s).", r.Code, r.Message, key)
+	}
+	return answer(r.Code, key, text)
+}
+
+// recordedFailure renders the recorded failure of a retry_not_allowed.
+func recordedFailure(details map[string]any) string {
+	var code, msg string
+	for _, v := range []any{details, details["error"], details["failure"]} {
+		m, ok := v.(map[string]any)
+		if !ok {
+			continue
+		}
+		if c, ok := m["error_code"].(string); ok && code == "" {
+			code = c
+		}
+		if c, ok := m["code"].(string); ok && code == "" {
+			code = c
+		}
+		if s, ok := m["error_message"].(string); ok && msg == "" {
+			msg = s
+		}
+		if s, ok := m["message"].(string); ok && msg == "" {
+			msg = s
+		}
+	}
+	switch {
+	case code != "" && msg != "":
+		return fmt.Sprintf(" (%s: %s)", code, msg)
+	case code != "":
+		return fmt.Sprintf(" (%s)", code)
+	}
+	return ""
+}
+
+func unavailableAnswer(key string) *mcp.CallToolResult {
+	return answer(StatusLedgerUnavailable, key, "The effect ledger cannot be reached or written, so this call was not run: "+
+		"an effect is never run unrecorded. Try again later.")
+}
+
+func unknownAnswer(key string, err error) *mcp.CallToolResult {
+	return answer(StatusOutcomeUnknown, key, fmt.Sprintf("The tool server did not answer this call (%v): "+
+		"it may or may not have taken effect. Do not assume either. An identical call is not run again blindly: "+
+		"an idempotent tool is taken over once the reservation ends, any other waits for a person to resolve idempotency key %s.", err, key))
+}
+
+// replayAnswer is the recorded CallToolResult of a key that succeeded,
+// as it was recorded, with _meta marking it replayed and naming the
+// receipt the replay appended.
+func replayAnswer(rsv *Reservation) (mcp.Result, error) {
+	obj := map[string]json.RawMessage{}
+	if len(rsv.Result) > 0 {
+		if err := json.Unmarshal(rsv.Result, &obj); err != nil {
+			return nil, fmt.Errorf("replay %s: recorded result: %w", rsv.Key, err)
+		}
+	}
+	if obj["content"] == nil {
+		obj["content"] = json.RawMessage("[]")
+	}
+	meta := map[string]any{}
+	if m := obj["_meta"]; m != nil {
+		_ = json.Unmarshal(m, &meta)
+	}
+	meta[MetaReplayed] = true
+	meta[MetaReceipt] = rsv.Receipt
+	meta[MetaKey] = rsv.Key
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+	}
+	obj["_meta"] = b
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+	}
+	res := &mcp.CallToolResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("replay %s: recorded result: %w", rsv.Key, err)
+	}
+	return rawCall{res, raw}, nil
+}
+
+// maxResult is the ledger's bound on a recorded result (SPEC §4).
+const maxResult = 64 << 10
+
+// recordedResult is what a commit records of a CallToolResult: its
+// content and structuredContent, from the upstream's own text when the
+// connection kept it. A result over the ledger's bound is recorded as a
+// note saying so, so the effect is still recorded.
+func recordedResult(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {
+	b, err := recordedJSON(res, raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) <= maxResult {
+		return b, nil
+	}
+	note := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+		"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult)}}}
+	return json.Marshal(note)
+}
+
+func recordedJSON(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if len(raw) > 0 && json.Unmarshal(raw, &obj) == nil && obj["content"] != nil {
+		rec := map[string]json.RawMessage{"content": obj["content"]}
+		if sc := obj["structuredContent"]; sc != nil {
+			rec["structuredContent"] = sc
+		}
+		return json.Marshal(rec)
+	}
+	rec := &mcp.CallToolResult{Content: res.Content, StructuredContent: res.StructuredContent}
+	if rec.Content == nil {
+		rec.Content = []mcp.Content{}
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	return b, nil
+}
+
+// firstText is the first text content of a result, for a recorded error
+// message.
+func firstText(res *mcp.CallToolResult) string {
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok {
+			return t.Text
+		}
+	}
+	return ""
+}

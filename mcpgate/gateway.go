@@ -1,0 +1,244 @@
+// Package mcpgate puts the effect ledger on the path where agents call
+// tools: an MCP proxy (SPEC §11) that forwards everything between an
+// agent's MCP client and the real MCP server, and decides every
+// side-effecting tools/call with the ledger first, so that the same call
+// runs once, a repeat gets the recorded result, and an effect whose
+// outcome is unknown is never run again blindly.
+//
+// One decision path (call.go) runs over a Ledger in this process
+// (NewLocal, the service the REST API uses) or behind a ledgerd
+// (NewRemote, the Go client). Downstream it serves MCP over stdio or
+// Streamable HTTP; upstream it talks to a server it starts over stdio or
+// one it reaches over Streamable HTTP, both with the official Go SDK.
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease = 5 * time.Minute
+	DefaultWait  = 30 * time.Second
+	MaxWait      = 60 * time.Second // the ledger's largest wait_ms
+)
+
+// Config configures a Gateway.
+type Config struct {
+	Ledger Ledger
+	// ServerName prefixes the ledger's tool names, <server-name>.<tool>.
+	ServerName string
+	// Scope goes into every derived key: the same call in another scope
+	// is another effect.
+	Scope  string
+	Lease  time.Duration // default DefaultLease
+	Wait   time.Duration // default DefaultWait, at most MaxWait
+	Policy Policy
+	Logger *slog.Logger
+	// Version is the gateway's version, for its serverInfo when the
+	// upstream sends none.
+	Version string
+}
+
+// Gateway is the MCP proxy.
+type Gateway struct {
+	cfg      Config
+	up       *Upstream
+	tools    *toolCache
+	progress *progressRoutes
+	server   *mcp.Server
+	logger   *slog.Logger
+}
+
+// New returns a gateway in front of up.
+func New(up *Upstream, cfg Config) (*Gateway, error) {
+	if cfg.Ledger == nil {
+		return nil, errors.New("mcpgate: no ledger")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Wait == 0 {
+		cfg.Wait = DefaultWait
+	}
+	if cfg.Wait < 0 || cfg.Wait > MaxWait {
+		return nil, fmt.Errorf("mcpgate: wait %s is not within 0 … %s", cfg.Wait, MaxWait)
+	}
+	if cfg.Lease < 10*time.Millisecond || cfg.Lease > 24*time.Hour {
+		return nil, fmt.Errorf("mcpgate: lease %s is not within 10ms … 24h", cfg.Lease)
+	}
+	info := up.Info()
+	if cfg.ServerName == "" && info.ServerInfo != nil {
+		cfg.ServerName = info.ServerInfo.Name
+	}
+	cfg.ServerName = ToolNamePart(cfg.ServerName)
+	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger}
+	g.server = g.newServer(info)
+	up.onChanged(g.listChanged)
+	up.onProgress(g.progress.deliver)
+	return g, nil
+}
+
+// ServerName is the name that prefixes the ledger's tool names.
+func (g *Gateway) ServerName() string { return g.cfg.ServerName }
+
+// ToolNamePart makes a server name usable in the ledger's tool names and
+// in a file name: anything but ASCII letters, digits, '.', '_' and '-'
+// becomes '_'; an empty name is "mcp".
+func ToolNamePart(name string) string {
+	if name == "" {
+		return "mcp"
+	}
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+// newServer builds the downstream server: the upstream's serverInfo,
+// capabilities and instructions, and a middleware that forwards every
+// request it can and decides tools/call.
+func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
+	impl := &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version}
+	if info.ServerInfo != nil {
+		impl = info.ServerInfo
+	}
+	caps := &mcp.ServerCapabilities{}
+	if info.Capabilities != nil {
+		c := *info.Capabilities
+		caps = &c
+	}
+	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
+		Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
+	s.AddReceivingMiddleware(g.forward)
+	return s
+}
+
+// forward is the receiving middleware: tools/call is decided, the other
+// requests the SDK lets a server answer generically go to the upstream
+// as they are; the rest (initialize, notifications, logging level) is
+// the SDK's.
+func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch p := req.GetParams().(type) {
+		case *mcp.CallToolParamsRaw:
+			ss, _ := req.GetSession().(*mcp.ServerSession)
+			return g.callTool(ctx, ss, p)
+		case *mcp.ListToolsParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+				res, err := s.ListTools(ctx, p)
+				if err == nil {
+					g.tools.merge(res.Tools)
+				}
+				return res, err
+			})
+		case *mcp.ListPromptsParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+				return s.ListPrompts(ctx, p)
+			})
+		case *mcp.GetPromptParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+				return s.GetPrompt(ctx, p)
+			})
+		case *mcp.ListResourcesParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+				return s.ListResources(ctx, p)
+			})
+		case *mcp.ListResourceTemplatesParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+				return s.ListResourceTemplates(ctx, p)
+			})
+		case *mcp.ReadResourceParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+				return s.ReadResource(ctx, p)
+			})
+		case *mcp.CompleteParams:
+			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+				return s.Complete(ctx, p)
+			})
+		case *mcp.PingParams:
+			// A ping checks the whole path: the SDK answers it once the
+			// upstream has.
+			s, err := g.up.Session(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.Ping(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// forwardRaw runs f on the upstream session and answers with the
+// upstream's result as it was sent, where the connection keeps it.
+func forwardRaw[R mcp.Result](ctx context.Context, g *Gateway, f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
+	s, err := g.up.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rctx, slot := withRawSlot(ctx)
+	res, err := f(rctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return asRaw(res, slot.get()), nil
+}
+
+// Server is the downstream MCP server, for transports of the caller's
+// choice.
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// ServeStdio serves one MCP client on newline-delimited JSON streams
+// (the process's stdin and stdout) until it disconnects or ctx ends.
+func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
+	err := g.server.Run(ctx, &mcp.IOTransport{Reader: newLiftReader(in), Writer: out})
+	if err != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Handler serves Streamable HTTP (mount it at /mcp); every session shares
+// the one upstream connection.
+func (g *Gateway) Handler() http.Handler {
+	return liftHTTP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil))
+}
+
+// quietHandler passes on records of at least min: the SDK logs every
+// session's start and end at info, which would drown the gateway's own
+// lines.
+type quietHandler struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h quietHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name), h.min}
+}

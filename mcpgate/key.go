@@ -1,0 +1,161 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/client"
+)
+
+// Keys of _meta the gateway reads and writes (SPEC §11).
+const (
+	MetaIdempotencyKey = "io.effect-ledger/idempotency-key"
+	MetaStatus         = "io.effect-ledger/status"
+	MetaKey            = "io.effect-ledger/key"
+	MetaReplayed       = "io.effect-ledger/replayed"
+	MetaReceipt        = "io.effect-ledger/receipt"
+)
+
+// metaParamsKey carries a call's params.idempotencyKey from the transport
+// to the decision: the SDK's typed params have no such field, so the
+// transport moves it into _meta under this name before decoding.
+const metaParamsKey = "io.effect-ledger/params.idempotencyKey"
+
+// callKey returns the idempotency key of a tools/call (SPEC §11), in this
+// order: _meta["io.effect-ledger/idempotency-key"], params.idempotencyKey,
+// else the clients' derived key over the ledger's tool name and
+// {"arguments": <arguments>, "scope": <scope>}.
+func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope string) (string, error) {
+	for _, name := range []string{MetaIdempotencyKey, metaParamsKey} {
+		v, ok := meta[name]
+		if !ok || v == nil {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("the idempotency key must be a string, not %T", v)
+		}
+		return s, nil
+	}
+	return DeriveKey(ledgerTool, args, scope)
+}
+
+// DeriveKey is the key of a call that names none: the clients' derived
+// key (client.DeriveKey: "dk_" + hex SHA-256(tool ‖ 0x00 ‖ JCS(input)))
+// over the ledger's tool name and {"arguments": args, "scope": scope}, so
+// the same call with the same arguments in the same scope is the same
+// effect across retries and restarts.
+func DeriveKey(ledgerTool string, args json.RawMessage, scope string) (string, error) {
+	return client.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
+}
+
+// forwardMeta is the _meta a forwarded call carries upstream: the
+// client's own, without what only the gateway reads.
+func forwardMeta(meta mcp.Meta) mcp.Meta {
+	if len(meta) == 0 {
+		return nil
+	}
+	out := mcp.Meta{}
+	for k, v := range meta {
+		if k != MetaIdempotencyKey && k != metaParamsKey {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// liftParamsKey moves params.idempotencyKey of a tools/call into _meta
+// under metaParamsKey, where the typed request keeps it. Anything it
+// cannot parse is returned unchanged, for the SDK to answer.
+func liftParamsKey(params json.RawMessage) json.RawMessage {
+	if !bytes.Contains(params, []byte(`"idempotencyKey"`)) {
+		return params
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	key, ok := p["idempotencyKey"]
+	if !ok {
+		return params
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := p["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
+		return params
+	}
+	delete(p, "idempotencyKey")
+	meta[metaParamsKey] = key
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return params
+	}
+	p["_meta"] = b
+	out, err := json.Marshal(p)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// liftMessage applies liftParamsKey to one JSON-RPC message's text.
+func liftMessage(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || string(m["method"]) != `"tools/call"` || m["params"] == nil {
+		return raw
+	}
+	m["params"] = liftParamsKey(m["params"])
+	out, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// liftHTTP lifts params.idempotencyKey in the JSON-RPC bodies POSTed to a
+// Streamable HTTP endpoint (one message, or a batch).
+func liftHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
+			return
+		}
+		if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+			body = liftBody(body)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// maxBody bounds a POSTed MCP message.
+const maxBody = 8 << 20
+
+func liftBody(body []byte) []byte {
+	trimmed := bytes.TrimSpace(body)
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		return liftMessage(body)
+	}
+	var batch []json.RawMessage
+	if json.Unmarshal(trimmed, &batch) != nil {
+		return body
+	}
+	for i := range batch {
+		batch[i] = liftMessage(batch[i])
+	}
+	out, err := json.Marshal(batch)
+	if err != nil {
+		return body
+	}
+	return out
+}

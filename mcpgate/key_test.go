@@ -1,0 +1,43 @@
+package mcpgate_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/mcpgate"
+)
+
+func TestDeriveKey(t *testing.T) {
+	key, err := mcpgate.DeriveKey("shop.charge", json.RawMessage(`{"order":"A1","amount":12.5}`), "")
+	require.NoError(t, err)
+
+	t.Run("IsTheClientsDerivedKey", func(t *testing.T) {
+		want, err := client.DeriveKey("shop.charge", map[string]any{
+			"arguments": map[string]any{"amount": 12.5, "order": "A1"}, "scope": ""})
+		require.NoError(t, err)
+		assert.Equal(t, want, key)
+	})
+	t.Run("SpellingDoesNotMatter", func(t *testing.T) {
+		other, err := mcpgate.DeriveKey("shop.charge", json.RawMessage(` { "amount" : 1.25e1, "order" : "A1" } `), "")
+		require.NoError(t, err)
+		assert.Equal(t, key, other)
+	})
+	t.Run("ScopeIsNewWork", func(t *testing.T) {
+		scoped, err := mcpgate.DeriveKey("shop.charge", json.RawMessage(`{"order":"A1","amount":12.5}`), "run-2")
+		require.NoError(t, err)
+		assert.NotEqual(t, key, scoped)
+	})
+	t.Run("ToolIsPartOfIt", func(t *testing.T) {
+		other, err := mcpgate.DeriveKey("shop.refund", json.RawMessage(`{"order":"A1","amount":12.5}`), "")
+		require.NoError(t, err)
+		assert.NotEqual(t, key, other)
+	})
+	t.Run("KnownAnswer", func(t *testing.T) {
+		// dk_ + hex SHA-256("shop.charge" 0x00 `{"arguments":{"amount":12.5,"order":"A1"},"scope":""}`)
+		assert.Equal(t, "dk_"+sha256Hex("shop.charge\x00"+`{"arguments":{"amount":12.5,"order":"A1"},"scope":""}`), key)
+	})
+}

@@ -1,0 +1,169 @@
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// Ledger is what the gateway needs of the effect ledger: a reserve that
+// may wait for an in-flight reservation of the same key (SPEC §8), and a
+// commit. NewLocal serves it from a ledger in this process and NewRemote
+// from a ledgerd over its REST API, so both take one decision path.
+//
+// Reserve returns a *Refusal for the contract's refusals
+// (fingerprint_mismatch, in_progress, unsafe_resume, retry_not_allowed,
+// invalid_key, …) and an error wrapping ErrUnavailable when the ledger
+// cannot be reached or written. Commit returns the same kinds of errors.
+type Ledger interface {
+	Reserve(ctx context.Context, r Reserve) (*Reservation, error)
+	Commit(ctx context.Context, key, token string, o Outcome) error
+}
+
+// Reserve asks for the right to run one tool call.
+type Reserve struct {
+	Key         string
+	ExecutionID string
+	Tool        string // the ledger's tool name, <server-name>.<tool>
+	Class       string // write, destructive or external
+	Idempotent  bool
+	InputHash   string // fingerprint of the call's arguments
+	Lease       time.Duration
+	Wait        time.Duration // wait_ms: how long to wait for an in-flight reservation
+}
+
+// Reservation is the ledger's answer to a Reserve.
+type Reservation struct {
+	Status   string // ledger.StatusReserved or ledger.StatusReplayed
+	Key      string
+	Token    string // StatusReserved: the reservation that commits
+	Takeover bool
+	Retry    bool
+	// StatusReplayed: the recorded result and the replay receipt appended.
+	Result  json.RawMessage
+	Receipt Receipt
+}
+
+// Receipt names a receipt of the chain, as the gateway's _meta shows it.
+type Receipt struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Outcome is what a forwarded call came to.
+type Outcome struct {
+	Succeeded    bool
+	Result       json.RawMessage
+	ErrorCode    string // failed: TOOL_ERROR or MCP_ERROR
+	ErrorMessage string
+}
+
+// Refusal is a refusal of the ledger with the contract's code.
+type Refusal struct {
+	Code    string
+	Message string
+	Details map[string]any
+}
+
+func (r *Refusal) Error() string { return fmt.Sprintf("ledger: %s: %s", r.Code, r.Message) }
+
+// ErrUnavailable means the ledger cannot be reached or cannot be written:
+// nothing was recorded, so no effect may run.
+var ErrUnavailable = errors.New("the effect ledger is unavailable")
+
+// maxFailureMessage bounds a recorded error message (SPEC §4: ≤ 1024).
+const maxFailureMessage = 1024
+
+// local is a Ledger in this process.
+type local struct{ ns *ledger.Namespace }
+
+// NewLocal returns a Ledger over one namespace of an in-process ledger,
+// the same service the REST API calls.
+func NewLocal(ns *ledger.Namespace) Ledger { return local{ns: ns} }
+
+func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
+	lease, wait := r.Lease.Milliseconds(), r.Wait.Milliseconds()
+	res, err := l.ns.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID,
+		Tool: r.Tool, Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, LeaseMS: &lease, WaitMS: &wait})
+	if err != nil {
+		return nil, localError("reserve", err)
+	}
+	out := &Reservation{Status: res.Status, Key: res.IdempotencyKey, Token: res.Reservation,
+		Takeover: res.Takeover, Retry: res.Retry,
+		Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash.String()}}
+	if res.Result != "" {
+		out.Result = json.RawMessage(res.Result)
+	}
+	return out, nil
+}
+
+func (l local) Commit(ctx context.Context, key, token string, o Outcome) error {
+	req := ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: "succeeded", Result: o.Result}
+	if !o.Succeeded {
+		req.Outcome = "failed"
+		req.Error = &ledger.FailureDetail{Code: o.ErrorCode, Message: o.ErrorMessage}
+	}
+	_, err := l.ns.Commit(ctx, req)
+	return localError("commit", err)
+}
+
+// localError turns the domain's errors into the gateway's: contract
+// refusals keep their code, everything else means the ledger cannot be
+// written.
+func localError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *ledger.Error
+	if errors.As(err, &e) && e.Code != ledger.ECodeUnavailable && e.Code != ledger.ECodeInternal {
+		return &Refusal{Code: e.Code, Message: e.Message, Details: e.Details}
+	}
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}
+
+// remote is a Ledger behind a ledgerd.
+type remote struct{ c *client.Client }
+
+// NewRemote returns a Ledger over a ledgerd reached with c.
+func NewRemote(c *client.Client) Ledger { return remote{c: c} }
+
+func (r remote) Reserve(ctx context.Context, q Reserve) (*Reservation, error) {
+	res, err := r.c.Reserve(ctx, client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: 1,
+		Tool: q.Tool, Class: client.Class(q.Class), Idempotent: q.Idempotent, InputHash: q.InputHash,
+		Lease: q.Lease, Wait: q.Wait})
+	if err != nil {
+		return nil, remoteError("reserve", err)
+	}
+	return &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
+		Retry: res.Retry, Result: res.Result, Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash}}, nil
+}
+
+func (r remote) Commit(ctx context.Context, key, token string, o Outcome) error {
+	cm := client.Commit{Outcome: "succeeded", Result: o.Result}
+	if !o.Succeeded {
+		cm.Outcome = "failed"
+		cm.Failure = &client.Failure{Code: o.ErrorCode, Message: o.ErrorMessage}
+	}
+	_, err := r.c.Commit(ctx, key, token, cm)
+	return remoteError("commit", err)
+}
+
+// remoteError: the ledgerd's refusals keep their code; transport errors,
+// 5xx answers, rate limits and auth failures mean nothing was recorded.
+func remoteError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *client.Error
+	if errors.As(err, &e) && e.Status < http.StatusInternalServerError && e.Status != http.StatusTooManyRequests &&
+		e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden {
+		return &Refusal{Code: e.Code, Message: e.Message, Details: e.Details}
+	}
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}

@@ -1,0 +1,27 @@
+package mcpgate
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Decisions, the values of the decision label.
+const (
+	DecisionExecuted = "executed"
+	DecisionReplayed = "replayed"
+	DecisionRefused  = "refused"
+	DecisionPassed   = "passed_through"
+	DecisionUnknown  = "unknown"
+)
+
+// unlistedToolLabel is the tool label of calls of tools the upstream
+// does not list.
+const unlistedToolLabel = "(unlisted)"
+
+// callsTotal counts tools/call requests by the ledger's tool name and
+// what the gateway did. The tool label takes only names the upstream
+// lists, so a client cannot grow it without bound.
+var callsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "ledger_mcp_calls_total",
+	Help: "tools/call requests through ledger-mcp by tool and decision (executed, replayed, refused, passed_through, unknown).",
+}, []string{"tool", "decision"})

@@ -1,0 +1,118 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Effect classes (SPEC §1). None and read are not effects: such calls are
+// forwarded without touching the ledger.
+const (
+	ClassNone        = "none"
+	ClassRead        = "read"
+	ClassWrite       = "write"
+	ClassDestructive = "destructive"
+	ClassExternal    = "external"
+)
+
+// Class is how the gateway treats a tool's calls.
+type Class struct {
+	Effect     string
+	Idempotent bool
+}
+
+// Recorded reports whether calls of this class go through the ledger.
+func (c Class) Recorded() bool { return c.Effect != ClassNone && c.Effect != ClassRead }
+
+// Rule is one entry of a --policy file: the tools it matches (a name or a
+// path.Match glob, tried against the upstream's tool name and the ledger's
+// <server-name>.<tool>) and the class their calls get.
+type Rule struct {
+	Tool       string `json:"tool"`
+	Effect     string `json:"effect"`
+	Idempotent bool   `json:"idempotent"`
+}
+
+// Policy overrides the tools' annotations; the first matching rule wins.
+type Policy []Rule
+
+// LoadPolicy reads a policy file: a JSON list of rules.
+func LoadPolicy(file string) (Policy, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return ParsePolicy(b)
+}
+
+// ParsePolicy parses and checks a policy: unknown fields, an empty or
+// malformed glob and an unknown effect class are errors.
+func ParsePolicy(b []byte) (Policy, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p Policy
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("policy: trailing data after the list of rules")
+	}
+	for i, r := range p {
+		if r.Tool == "" {
+			return nil, fmt.Errorf("policy: rule %d: empty \"tool\"", i+1)
+		}
+		if _, err := path.Match(r.Tool, ""); err != nil {
+			return nil, fmt.Errorf("policy: rule %d: tool %q: %w", i+1, r.Tool, err)
+		}
+		switch r.Effect {
+		case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
+		default:
+			return nil, fmt.Errorf("policy: rule %d: effect %q is not one of none, read, write, destructive, external", i+1, r.Effect)
+		}
+	}
+	return p, nil
+}
+
+// match returns the first rule matching a tool, if any.
+func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
+	for _, r := range p {
+		if ok, _ := path.Match(r.Tool, tool); ok {
+			return r, true
+		}
+		if ok, _ := path.Match(r.Tool, ledgerTool); ok {
+			return r, true
+		}
+	}
+	return Rule{}, false
+}
+
+// Classify decides the class of a tool's calls (SPEC §11): a policy rule
+// first, else the tool's annotations with MCP's defaults for absent hints
+// (readOnlyHint false, destructiveHint true, idempotentHint false,
+// openWorldHint true). A tool without annotations, or one the upstream
+// does not list, is therefore a non-idempotent destructive effect.
+func Classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
+	if r, ok := p.match(tool, ledgerTool); ok {
+		return Class{Effect: r.Effect, Idempotent: r.Idempotent}
+	}
+	if ann == nil {
+		ann = &mcp.ToolAnnotations{}
+	}
+	if ann.ReadOnlyHint {
+		return Class{Effect: ClassRead}
+	}
+	c := Class{Effect: ClassWrite, Idempotent: ann.IdempotentHint}
+	switch {
+	case ann.DestructiveHint == nil || *ann.DestructiveHint:
+		c.Effect = ClassDestructive
+	case ann.OpenWorldHint == nil || *ann.OpenWorldHint:
+		c.Effect = ClassExternal
+	}
+	return c
+}

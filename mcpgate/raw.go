@@ -1,0 +1,208 @@
+package mcpgate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The SDK decodes an upstream's answers into its own types and encodes
+// them again, which drops what those types do not know (fields of newer
+// protocol revisions, such as a tool's "execution") and adds empty ones.
+// So that tools/list and the other forwarded answers reach the client as
+// the upstream sent them, the upstream connection keeps the raw result of
+// each request made with a rawSlot in its context, and the gateway
+// answers with that text.
+
+// rawSlot receives the raw result of one upstream request.
+type rawSlot struct {
+	mu  sync.Mutex
+	raw json.RawMessage
+}
+
+func (s *rawSlot) get() json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw
+}
+
+type rawSlotKey struct{}
+
+// withRawSlot returns a context whose upstream request keeps its raw
+// result in the returned slot.
+func withRawSlot(ctx context.Context) (context.Context, *rawSlot) {
+	s := &rawSlot{}
+	return context.WithValue(ctx, rawSlotKey{}, s), s
+}
+
+// rawTransport keeps raw results on a stream transport's connection
+// (stdio). A Streamable HTTP connection is not wrapped, since the SDK
+// relies on methods of its own connection type: raw_http.go reads the
+// results off the HTTP responses instead.
+type rawTransport struct{ mcp.Transport }
+
+func (t rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}}, nil
+}
+
+type rawConn struct {
+	mcp.Connection
+	mu      sync.Mutex
+	pending map[jsonrpc.ID]*rawSlot
+}
+
+func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+		if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
+			c.mu.Lock()
+			c.pending[req.ID] = s
+			c.mu.Unlock()
+		}
+	}
+	err := c.Connection.Write(ctx, msg)
+	if err != nil {
+		if req, ok := msg.(*jsonrpc.Request); ok {
+			c.mu.Lock()
+			delete(c.pending, req.ID)
+			c.mu.Unlock()
+		}
+	}
+	return err
+}
+
+func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if res, ok := msg.(*jsonrpc.Response); ok && err == nil {
+		c.mu.Lock()
+		s := c.pending[res.ID]
+		delete(c.pending, res.ID)
+		c.mu.Unlock()
+		if s != nil && res.Error == nil {
+			s.mu.Lock()
+			s.raw = bytes.Clone(res.Result)
+			s.mu.Unlock()
+		}
+	}
+	return msg, err
+}
+
+// Results that encode as the raw text they came from. Each embeds the
+// SDK's type, so it is an mcp.Result, and overrides its encoding.
+type (
+	rawTools struct {
+		*mcp.ListToolsResult
+		raw json.RawMessage
+	}
+	rawCall struct {
+		*mcp.CallToolResult
+		raw json.RawMessage
+	}
+	rawPrompts struct {
+		*mcp.ListPromptsResult
+		raw json.RawMessage
+	}
+	rawPrompt struct {
+		*mcp.GetPromptResult
+		raw json.RawMessage
+	}
+	rawResources struct {
+		*mcp.ListResourcesResult
+		raw json.RawMessage
+	}
+	rawTemplates struct {
+		*mcp.ListResourceTemplatesResult
+		raw json.RawMessage
+	}
+	rawRead struct {
+		*mcp.ReadResourceResult
+		raw json.RawMessage
+	}
+	rawComplete struct {
+		*mcp.CompleteResult
+		raw json.RawMessage
+	}
+)
+
+func (r rawTools) MarshalJSON() ([]byte, error)     { return r.raw, nil }
+func (r rawCall) MarshalJSON() ([]byte, error)      { return r.raw, nil }
+func (r rawPrompts) MarshalJSON() ([]byte, error)   { return r.raw, nil }
+func (r rawPrompt) MarshalJSON() ([]byte, error)    { return r.raw, nil }
+func (r rawResources) MarshalJSON() ([]byte, error) { return r.raw, nil }
+func (r rawTemplates) MarshalJSON() ([]byte, error) { return r.raw, nil }
+func (r rawRead) MarshalJSON() ([]byte, error)      { return r.raw, nil }
+func (r rawComplete) MarshalJSON() ([]byte, error)  { return r.raw, nil }
+
+// asRaw wraps a typed result as its raw text when the slot has one.
+func asRaw(res mcp.Result, raw json.RawMessage) mcp.Result {
+	if len(raw) == 0 || res == nil {
+		return res
+	}
+	switch r := res.(type) {
+	case *mcp.ListToolsResult:
+		return rawTools{r, raw}
+	case *mcp.CallToolResult:
+		return rawCall{r, raw}
+	case *mcp.ListPromptsResult:
+		return rawPrompts{r, raw}
+	case *mcp.GetPromptResult:
+		return rawPrompt{r, raw}
+	case *mcp.ListResourcesResult:
+		return rawResources{r, raw}
+	case *mcp.ListResourceTemplatesResult:
+		return rawTemplates{r, raw}
+	case *mcp.ReadResourceResult:
+		return rawRead{r, raw}
+	case *mcp.CompleteResult:
+		return rawComplete{r, raw}
+	}
+	return res
+}
+
+// liftReader lifts params.idempotencyKey in the newline-delimited JSON
+// messages a stdio client sends.
+type liftReader struct {
+	src io.ReadCloser
+	br  *bufio.Reader
+	buf []byte
+	err error
+}
+
+func newLiftReader(src io.ReadCloser) *liftReader {
+	return &liftReader{src: src, br: bufio.NewReaderSize(src, 64<<10)}
+}
+
+func (r *liftReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		line, err := r.br.ReadBytes('\n')
+		r.err = err
+		if bytes.Contains(line, []byte(`"idempotencyKey"`)) {
+			nl := bytes.HasSuffix(line, []byte("\n"))
+			line = liftBody(bytes.TrimRight(line, "\r\n"))
+			if nl {
+				line = append(line, '\n')
+			}
+		}
+		r.buf = line
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *liftReader) Close() error { return r.src.Close() }

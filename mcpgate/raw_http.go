@@ -1,0 +1,90 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// rawRoundTripper keeps raw results for a Streamable HTTP upstream. The
+// SDK's own connection type must stay unwrapped there, so the raw answer
+// is read off the HTTP response of the POST that carried the request:
+// its context holds the rawSlot, and its body is one JSON-RPC message or
+// a stream of server-sent events ending with the answer.
+type rawRoundTripper struct{ next http.RoundTripper }
+
+func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := t.next.RoundTrip(req)
+	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
+	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
+		return res, err
+	}
+	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
+	res.Body = &rawBody{ReadCloser: res.Body, slot: slot, sse: sse}
+	return res, nil
+}
+
+// rawBody watches a response body as the SDK reads it, and puts the
+// result of the first JSON-RPC response in it into the slot before the SDK
+// sees that response.
+type rawBody struct {
+	io.ReadCloser
+	slot *rawSlot
+	sse  bool
+	buf  []byte
+	done bool
+}
+
+func (b *rawBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if b.done {
+		return n, err
+	}
+	b.buf = append(b.buf, p[:n]...)
+	switch {
+	case len(b.buf) > maxBody:
+		b.done, b.buf = true, nil
+	case b.sse:
+		b.scanEvents()
+	case err != nil:
+		b.take(b.buf)
+		b.done, b.buf = true, nil
+	}
+	return n, err
+}
+
+// scanEvents takes the data of each complete event in the buffer.
+func (b *rawBody) scanEvents() {
+	for !b.done {
+		text := bytes.ReplaceAll(b.buf, []byte("\r\n"), []byte("\n"))
+		end := bytes.Index(text, []byte("\n\n"))
+		if end < 0 {
+			return
+		}
+		var data [][]byte
+		for line := range bytes.SplitSeq(text[:end], []byte("\n")) {
+			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				data = append(data, bytes.TrimPrefix(d, []byte(" ")))
+			}
+		}
+		b.buf = text[end+2:]
+		b.take(bytes.Join(data, []byte("\n")))
+	}
+}
+
+// take keeps msg's result if msg is a JSON-RPC response with one.
+func (b *rawBody) take(msg []byte) {
+	var m struct {
+		Method string          `json:"method"`
+		Result json.RawMessage `json:"result"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "" || m.Result == nil {
+		return
+	}
+	b.slot.mu.Lock()
+	b.slot.raw = bytes.Clone(m.Result)
+	b.slot.mu.Unlock()
+	b.done, b.buf = true, nil
+}

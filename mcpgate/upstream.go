@@ -1,0 +1,198 @@
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Upstream is the connection to the real MCP server, shared by every
+// downstream session. A connection that ends (a stdio server that died,
+// a Streamable HTTP session that broke) is made again on the next use.
+type Upstream struct {
+	name    string // the command line or URL, for messages
+	newConn func() mcp.Transport
+	client  *mcp.Client
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	session *mcp.ClientSession
+	info    *mcp.InitializeResult // of the first connection
+	closed  bool
+	// changed is called with "tools", "prompts" or "resources" when that
+	// list of the upstream may have changed (a list_changed notification,
+	// a new connection).
+	changed func(list string)
+	// progress receives the upstream's progress notifications.
+	progress func(*mcp.ProgressNotificationParams)
+}
+
+// UpstreamOptions configures an Upstream.
+type UpstreamOptions struct {
+	Logger *slog.Logger
+	// Stderr receives a stdio server's standard error (default: discarded).
+	Stderr io.Writer
+	// HTTPClient reaches a Streamable HTTP server (default http.DefaultClient).
+	HTTPClient *http.Client
+	// Version is the gateway's version, sent in its clientInfo.
+	Version string
+}
+
+// DialCommand starts argv as an MCP server over stdio and initializes it.
+// The error names the command when it cannot be started or does not
+// answer initialize.
+func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstream, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("upstream: empty command")
+	}
+	return DialTransport(ctx, strings.Join(argv, " "), func() mcp.Transport {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stderr = o.Stderr
+		return &mcp.CommandTransport{Command: cmd}
+	}, o)
+}
+
+// DialTransport connects to an MCP server over transports that
+// newTransport makes, one for each connection (the first one now, another
+// after one ends): a stream transport such as mcp.CommandTransport or
+// mcp.InMemoryTransport. name names the server in messages.
+func DialTransport(ctx context.Context, name string, newTransport func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
+	return dial(ctx, name, func() mcp.Transport { return rawTransport{newTransport()} }, o)
+}
+
+// DialURL reaches the MCP server at url over Streamable HTTP.
+func DialURL(ctx context.Context, url string, o UpstreamOptions) (*Upstream, error) {
+	hc := &http.Client{}
+	if o.HTTPClient != nil {
+		*hc = *o.HTTPClient
+	}
+	next := hc.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	hc.Transport = rawRoundTripper{next: next}
+	newConn := func() mcp.Transport { return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc} }
+	return dial(ctx, url, newConn, o)
+}
+
+func dial(ctx context.Context, name string, newConn func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func(string) {},
+		progress: func(*mcp.ProgressNotificationParams) {}}
+	u.client = mcp.NewClient(&mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientOptions{
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged("tools") },
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { u.notifyChanged("prompts") },
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { u.notifyChanged("resources") },
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			u.mu.Lock()
+			f := u.progress
+			u.mu.Unlock()
+			f(r.Params)
+		},
+	})
+	if _, err := u.Session(ctx); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// Name is the command line or URL of the upstream server.
+func (u *Upstream) Name() string { return u.name }
+
+// Info is the upstream's answer to initialize on the first connection:
+// its serverInfo, capabilities and instructions.
+func (u *Upstream) Info() *mcp.InitializeResult {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.info
+}
+
+func (u *Upstream) notifyChanged(list string) {
+	u.mu.Lock()
+	f := u.changed
+	u.mu.Unlock()
+	f(list)
+}
+
+// onProgress sets the function that receives progress notifications.
+func (u *Upstream) onProgress(f func(*mcp.ProgressNotificationParams)) {
+	u.mu.Lock()
+	u.progress = f
+	u.mu.Unlock()
+}
+
+// onChanged sets the function told that a list may have changed.
+func (u *Upstream) onChanged(f func(list string)) {
+	u.mu.Lock()
+	u.changed = f
+	u.mu.Unlock()
+}
+
+// Session returns the live session, connecting (starting the server
+// again) when there is none.
+func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return nil, errors.New("upstream: closed")
+	}
+	if u.session != nil {
+		return u.session, nil
+	}
+	s, err := u.client.Connect(ctx, u.newConn(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", u.name, err)
+	}
+	restarted := u.info != nil
+	if u.info == nil {
+		u.info = s.InitializeResult()
+	}
+	u.session = s
+	go u.watch(s)
+	if restarted {
+		u.logger.Warn("upstream connected again", "upstream", u.name)
+		f := u.changed
+		go func() {
+			for _, list := range []string{"tools", "prompts", "resources"} {
+				f(list)
+			}
+		}()
+	}
+	return s, nil
+}
+
+// watch forgets a session once it ends, so the next use connects again.
+func (u *Upstream) watch(s *mcp.ClientSession) {
+	err := s.Wait()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session == s {
+		u.session = nil
+		if !u.closed {
+			u.logger.Warn("upstream connection ended", "upstream", u.name, "err", err)
+		}
+	}
+}
+
+// Close ends the connection (a stdio server's stdin is closed, then it is
+// terminated if it does not exit).
+func (u *Upstream) Close() error {
+	u.mu.Lock()
+	s := u.session
+	u.session, u.closed = nil, true
+	u.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Close()
+}

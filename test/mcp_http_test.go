@@ -1,0 +1,212 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// startHTTPShop runs the test upstream on Streamable HTTP and returns its
+// /mcp URL.
+func startHTTPShop(t *testing.T, sh *shop) string {
+	t.Helper()
+	cmd := exec.Command(sh.bin, "--dir", sh.dir, "--http", "127.0.0.1:0")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	require.True(t, ok, line)
+	return "http://" + addr + "/mcp"
+}
+
+// startHTTPGateway runs ledger-mcp with --listen and returns its /mcp URL.
+func startHTTPGateway(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"),
+		append([]string{"--log-format", "json", "--listen", "127.0.0.1:0"}, args...)...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	g := &gateway{logs: logs}
+	return "http://" + g.logAddr(t, "ledger-mcp ready") + "/mcp", logs
+}
+
+// connectHTTP is an MCP client session over Streamable HTTP.
+func connectHTTP(t *testing.T, url string, logs *syncBuffer) *gateway {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &gateway{ClientSession: s, logs: logs}
+}
+
+// TestLedgerMCP_http: Streamable HTTP on both sides; two agent sessions
+// share one upstream connection and one ledger.
+func TestLedgerMCP_http(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	up := startHTTPShop(t, sh)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	url, logs := startHTTPGateway(t, "--db", db, "--upstream", up)
+	a, b := connectHTTP(t, url, logs), connectHTTP(t, url, logs)
+
+	tools, err := a.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Len(t, tools.Tools, 6)
+
+	first := a.call(t, "charge", map[string]any{"order": "H1"}, nil)
+	require.False(t, first.IsError, text(t, first))
+	second := b.call(t, "charge", map[string]any{"order": "H1"}, nil)
+	assert.Equal(t, true, second.Meta["io.effect-ledger/replayed"])
+	assert.Equal(t, first.StructuredContent, second.StructuredContent)
+	assert.Equal(t, 1, sh.runs("charge", "H1"))
+
+	assert.Equal(t, "order H1, lookup 1", text(t, a.call(t, "lookup", map[string]any{"order": "H1"}, nil)))
+	assert.Equal(t, "order H1, lookup 2", text(t, b.call(t, "lookup", map[string]any{"order": "H1"}, nil)))
+
+	// params.idempotencyKey arrives in an HTTP body too.
+	k := connectHTTPWithKeys(t, url, logs)
+	r1 := k.call(t, "charge", map[string]any{"order": "H2"}, mcp.Meta{paramsKeyMeta: "http-key-H2"})
+	require.False(t, r1.IsError, text(t, r1))
+	r2 := k.call(t, "charge", map[string]any{"order": "H3"}, mcp.Meta{paramsKeyMeta: "http-key-H2"})
+	assert.Equal(t, "fingerprint_mismatch", status(r2))
+	assert.Equal(t, "http-key-H2", r2.Meta["io.effect-ledger/key"])
+}
+
+func connectHTTPWithKeys(t *testing.T, url string, logs *syncBuffer) *gateway {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &gateway{ClientSession: s, logs: logs}
+}
+
+// TestLedgerMCP_remoteLedger: ledger-mcp --ledger URL over a real
+// ledgerd; with the ledgerd gone no effect runs, and reads still pass.
+func TestLedgerMCP_remoteLedger(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	g := startGateway(t, append([]string{"--ledger", l.URL, "--wait", "1s"}, sh.command()...)...)
+
+	first := g.call(t, "charge", map[string]any{"order": "L1"}, nil)
+	require.False(t, first.IsError, text(t, first))
+	again := g.call(t, "charge", map[string]any{"order": "L1"}, nil)
+	assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+	assert.Equal(t, 1, sh.runs("charge", "L1"))
+	key, _ := again.Meta["io.effect-ledger/key"].(string)
+	r := l.Do("GET", "/v1/effects/"+key, "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	assert.Equal(t, "succeeded", r.Body["state"])
+	assert.Equal(t, "test-shop.charge", r.Body["tool"])
+	assert.Equal(t, "destructive", r.Body["effect"])
+
+	require.NoError(t, l.Stop())
+	down := g.call(t, "charge", map[string]any{"order": "L2"}, nil)
+	assert.True(t, down.IsError)
+	assert.Equal(t, "ledger_unavailable", status(down))
+	assert.Equal(t, 0, sh.runs("charge", "L2"))
+	read := g.call(t, "lookup", map[string]any{"order": "L2"}, nil)
+	assert.Equal(t, "order L2, lookup 1", text(t, read))
+
+	out, errOut, code := ledgerctl(t, "verify", "--db", l.DB)
+	require.Equal(t, 0, code, out+errOut)
+	out, _, code = ledgerctl(t, "audit", "--db", l.DB, "--json")
+	require.Equal(t, 0, code)
+	var audit struct {
+		ReInvocations []map[string]any `json:"re_invocations"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &audit))
+	require.Len(t, audit.ReInvocations, 1, out)
+	assert.Contains(t, out, key)
+}
+
+// TestLedgerMCP_commandLine: --help, --version, bad flags (exit 2), an
+// upstream that cannot start (exit 1, naming the command), and a second
+// gateway on one SQLite file.
+func TestLedgerMCP_commandLine(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(binDir, "ledger-mcp")
+	run := func(args ...string) (string, string, int) {
+		cmd := exec.Command(bin, args...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		cmd.Stdin = strings.NewReader("")
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else {
+			require.NoError(t, err)
+		}
+		return out.String(), errb.String(), code
+	}
+	t.Run("Help", func(t *testing.T) {
+		out, errOut, code := run("--help")
+		assert.Equal(t, 0, code)
+		assert.Empty(t, out, "stdout is the MCP channel")
+		assert.Contains(t, errOut, "ledger-mcp [flags] -- COMMAND")
+		assert.Contains(t, errOut, "--scope")
+	})
+	t.Run("Version", func(t *testing.T) {
+		out, _, code := run("--version")
+		assert.Equal(t, 0, code)
+		assert.True(t, strings.HasPrefix(out, "ledger-mcp "), out)
+		ctlOut, _, _ := ledgerctl(t, "--version")
+		assert.Equal(t, strings.Count(ctlOut, "\n"), strings.Count(out, "\n"), "same shape as ledgerctl --version")
+	})
+	for _, tc := range []struct {
+		desc string
+		args []string
+		want string
+	}{
+		{"NoUpstream", nil, "no upstream MCP server"},
+		{"BothUpstreams", []string{"--upstream", "http://127.0.0.1:1/mcp", "--", "true"}, "give one upstream"},
+		{"UnknownFlag", []string{"--nope", "--", "true"}, "flag provided but not defined"},
+		{"WaitTooLong", []string{"--wait", "2m", "--", "true"}, "--wait"},
+		{"DBAndLedger", []string{"--db", "x.db", "--ledger", "http://127.0.0.1:1", "--", "true"}, "exclude"},
+		{"BadPolicy", []string{"--policy", "/nonexistent/policy.json", "--", "true"}, "--policy"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			_, errOut, code := run(tc.args...)
+			assert.Equal(t, 2, code, errOut)
+			assert.Contains(t, errOut, tc.want)
+		})
+	}
+	t.Run("UpstreamCannotStart", func(t *testing.T) {
+		_, errOut, code := run("--db", filepath.Join(t.TempDir(), "x.db"), "--", "/nonexistent/mcp-server", "--flag")
+		assert.Equal(t, 1, code)
+		assert.Contains(t, errOut, `"/nonexistent/mcp-server --flag"`)
+	})
+	t.Run("SecondGatewayOnOneFile", func(t *testing.T) {
+		sh := newShop(t)
+		db := filepath.Join(t.TempDir(), "mcp.db")
+		startGateway(t, append([]string{"--db", db}, sh.command()...)...)
+		_, errOut, code := run(append([]string{"--db", db}, sh.command()...)...)
+		assert.Equal(t, 1, code)
+		assert.Contains(t, errOut, "--ledger URL")
+	})
+	t.Run("DefaultDB", func(t *testing.T) {
+		sh := newShop(t)
+		state := t.TempDir()
+		g := startGatewayEnv(t, []string{"XDG_STATE_HOME=" + state}, sh.command()...)
+		require.False(t, g.call(t, "charge", map[string]any{"order": "D1"}, nil).IsError)
+		g.stop(t)
+		out, errOut, code := ledgerctl(t, "verify", "--db", filepath.Join(state, "effect-ledger", "mcp-test-shop.db"))
+		require.Equal(t, 0, code, out+errOut)
+	})
+}

@@ -1,0 +1,164 @@
+// Command mcp-upstream is the MCP server the ledger-mcp tests put behind
+// the gateway. Every tool appends a line to the executions file of
+// --dir before it acts, so a test counts how often a call really ran,
+// across restarts of this server. It serves stdio, or Streamable HTTP at
+// /mcp with --http ADDR (printing "listening ADDR" on stdout).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+var dir string
+
+func main() {
+	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
+	flag.StringVar(&dir, "dir", "", "directory of the executions file and release files")
+	flag.Parse()
+	s := newServer()
+	if *httpAddr == "" {
+		if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+			fmt.Fprintln(os.Stderr, "mcp-upstream:", err)
+		}
+		return
+	}
+	ln, err := net.Listen("tcp", *httpAddr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcp-upstream:", err)
+		os.Exit(1)
+	}
+	fmt.Println("listening", ln.Addr().String())
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintln(os.Stderr, srv.Serve(ln))
+}
+
+type orderArgs struct {
+	Order  string  `json:"order"`
+	Amount float64 `json:"amount,omitempty"`
+}
+
+type idArgs struct {
+	ID string `json:"id"`
+}
+
+type chargeOut struct {
+	ChargeID string `json:"charge_id"`
+	Run      int    `json:"run"`
+}
+
+func ptr(b bool) *bool { return &b }
+
+func newServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "test-shop", Version: "1.0.0"}, nil)
+	// No annotations: a non-idempotent destructive effect.
+	mcp.AddTool(s, &mcp.Tool{Name: "charge", Description: "charge an order"},
+		func(_ context.Context, _ *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, chargeOut, error) {
+			n := record("charge", a.Order)
+			return nil, chargeOut{ChargeID: fmt.Sprintf("ch_%s_%d", a.Order, n), Run: n}, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "lookup", Description: "look an order up", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
+			n := record("lookup", a.Order)
+			return text(fmt.Sprintf("order %s, lookup %d", a.Order, n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "refund", Description: "refund an order (always declined)",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
+			n := record("refund", a.Order)
+			res := text(fmt.Sprintf("card declined for %s (run %d)", a.Order, n))
+			res.IsError = true
+			return res, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "finishes once the file release-ID exists in --dir",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}},
+		func(ctx context.Context, _ *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			n := record("slow", a.ID)
+			for !exists("release-" + a.ID) {
+				select {
+				case <-ctx.Done():
+					return nil, nil, ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			return text(fmt.Sprintf("slow %s done, run %d", a.ID, n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "crash", Description: "the server dies during the call"},
+		func(context.Context, *mcp.CallToolRequest, idArgs) (*mcp.CallToolResult, any, error) {
+			record("crash", "")
+			os.Exit(3)
+			return nil, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "crash_idem", Description: "idempotent; the server dies during the first call of an id",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: ptr(false)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			if n := record("crash_idem", a.ID); n == 1 {
+				os.Exit(3)
+			}
+			return text("set " + a.ID), nil, nil
+		})
+	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
+		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
+				Content: &mcp.TextContent{Text: "hello " + r.Params.Arguments["name"]}}}}, nil
+		})
+	s.AddResource(&mcp.Resource{Name: "terms", URI: "shop://terms", MIMEType: "text/plain"},
+		func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "shop://terms", Text: "no refunds"}}}, nil
+		})
+	return s
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+func exists(name string) bool {
+	_, err := os.Stat(filepath.Join(dir, name))
+	return err == nil
+}
+
+// record appends "tool id" to the executions file and returns how many
+// executions of that tool and id it holds now.
+func record(tool, id string) int {
+	path := filepath.Join(dir, "executions")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		panic(err)
+	}
+	line := tool + " " + id + "\n"
+	if _, err := f.WriteString(line); err != nil {
+		panic(err)
+	}
+	if err := f.Sync(); err != nil {
+		panic(err)
+	}
+	_ = f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return countLines(string(b), line)
+}
+
+// countLines counts the lines of s equal to line (which ends in "\n").
+func countLines(s, line string) int {
+	n := 0
+	for l := range strings.Lines(s) {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
