@@ -40,7 +40,7 @@ func buildInfo(t *testing.T, bin string) (module, version string, settings map[s
 func wantVersionLines(t *testing.T, name string) []string {
 	module, version, settings := buildInfo(t, filepath.Join(binDir, name))
 	want := []string{
-		"contract v1.1 (implements v1, v1.1)",
+		"contract v1.2 (implements v1, v1.1, v1.2)",
 		"module " + module + " " + version,
 	}
 	if rev := settings["vcs.revision"]; rev != "" {
@@ -104,8 +104,8 @@ func TestVersion(t *testing.T) {
 		assert.Regexp(t, `^v\d+\.\d+\.\d+$`, got.Version, "a release, whatever the go command stamped")
 		assert.Equal(t, settings["vcs.revision"], got.Revision)
 		assert.Equal(t, settings["vcs.modified"] == "true", got.Modified)
-		assert.Equal(t, "v1.1", got.Contract)
-		assert.Equal(t, []string{"v1", "v1.1"}, got.Contracts)
+		assert.Equal(t, "v1.2", got.Contract)
+		assert.Equal(t, []string{"v1", "v1.1", "v1.2"}, got.Contracts)
 
 		_, stderr, code = ledgerctl(t, "version", "extra")
 		assert.Equal(t, 2, code, "a stray argument is a usage error")
@@ -118,6 +118,6 @@ func TestVersion(t *testing.T) {
 		t.Setenv("LEDGERD_VERSION", "true")
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 		assert.Equal(t, 200, l.Do("GET", "/healthz", "").Status)
-		assert.Contains(t, l.Logs(), `"contract":"v1.1"`, "the ready line names the contract")
+		assert.Contains(t, l.Logs(), `"contract":"v1.2"`, "the ready line names the contract")
 	})
 }
