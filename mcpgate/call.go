@@ -68,6 +68,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
+	ctx = withTraceContext(ctx, c.meta)
 	key, err := callKey(c.meta, c.ledgerTool, c.args, g.cfg.Scope)
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()

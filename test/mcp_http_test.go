@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
@@ -209,4 +210,29 @@ func TestLedgerMCP_commandLine(t *testing.T) {
 		out, errOut, code := ledgerctl(t, "verify", "--db", filepath.Join(state, "effect-ledger", "mcp-test-shop.db"))
 		require.Equal(t, 0, code, out+errOut)
 	})
+}
+
+// TestLedgerMCP_traceContext: a call's W3C trace context in _meta reaches
+// the remote ledgerd, whose spans of the call's reserve and commit then
+// continue the agent's trace.
+func TestLedgerMCP_traceContext(t *testing.T) {
+	t.Parallel()
+	rc := startOTLPReceiver(t)
+	sh := newShop(t)
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--otlp-endpoint", rc.URL+"/v1/traces")
+	g := startGateway(t, append([]string{"--ledger", l.URL}, sh.command()...)...)
+
+	const traceID = "0af7651916cd43dd8448eb211c80319c"
+	const parentID = "b7ad6b7169203331"
+	res := g.call(t, "charge", map[string]any{"order": "T1"}, mcp.Meta{"traceparent": "00-" + traceID + "-" + parentID + "-01"})
+	require.False(t, res.IsError, text(t, res))
+	require.NoError(t, l.Stop(), "SIGTERM flushes the spans")
+
+	var names []string // the server spans that are children of the agent's span
+	for _, s := range rc.Spans() {
+		if hex.EncodeToString(s.TraceId) == traceID && hex.EncodeToString(s.ParentSpanId) == parentID {
+			names = append(names, s.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{"POST /v1/effects/reserve", "POST /v1/effects/{key}/commit"}, names)
 }

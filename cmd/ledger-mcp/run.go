@@ -80,7 +80,8 @@ func (m *Main) dialUpstream(ctx context.Context) (*mcpgate.Upstream, error) {
 func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledger, string, error) {
 	if m.LedgerURL != "" {
 		c, err := client.New(m.LedgerURL, client.WithToken(m.Token), client.WithNamespace(m.Namespace),
-			client.WithWait(m.Wait), client.WithRetry(2, 100*time.Millisecond, time.Second))
+			client.WithWait(m.Wait), client.WithRetry(2, 100*time.Millisecond, time.Second),
+			client.WithPropagator(mcpgate.InjectTraceContext))
 		if err != nil {
 			return nil, "", fmt.Errorf("--ledger: %w", err)
 		}
