@@ -75,6 +75,8 @@ export type EffectFunction = (key: string, ctx: { signal?: AbortSignal; reservat
 
 /** What do() returns for an effect that succeeded, now or before. */
 export interface DoResult {
+  /** Set when the key had expired and this run began its next generation (SPEC §12). */
+  renewed?: Renewal;
   /** The recorded result (null when none). */
   result: unknown;
   /** An earlier attempt's recorded result; the function did not run. */
@@ -111,8 +113,17 @@ export interface ReserveRequest {
 }
 
 /** The answer to a reserve. */
+/** A reserve that started a new generation of an expired key (SPEC §12). */
+export interface Renewal {
+  /** The key's latest receipt before it, which the new reserve names as ref_seq. */
+  seq: number;
+  recordedAt: number;
+}
+
 export interface Reservation {
   status: "reserved" | "replayed" | "not_recorded";
+  /** Set when the key had expired and this reserve began its next generation. */
+  renewed?: Renewal;
   key: string;
   keyGenerated: boolean;
   /** Status "reserved": the secret token that commits. */
@@ -223,7 +234,7 @@ export class Client {
     const cm: CommitRequest = { outcome: "succeeded", externalRef: outcome.externalRef, result: outcome.result };
     const cr = await this.commitOrThrow(rsv, cm, undefined);
     return { result: cr.resultDropped ? null : outcome.result ?? null, replayed: false, key: rsv.key, receipt: cr.receipt,
-      externalRef: outcome.externalRef ?? "", notRecorded: false, takeover: rsv.takeover, retry: rsv.retry, late: cr.late,
+      externalRef: outcome.externalRef ?? "", notRecorded: false, takeover: rsv.takeover, retry: rsv.retry, late: cr.late, renewed: rsv.renewed,
       resultDropped: cr.resultDropped };
   }
 
@@ -246,6 +257,7 @@ export class Client {
       attempt: b.attempt ?? 0, leaseExpiresAt: b.lease_expires_at ?? 0, takeover: !!b.takeover, retry: !!b.retry,
       outcome: b.outcome, externalRef: b.external_ref ?? "", result: b.result ?? null, resultEncoding: b.result_encoding,
       original: b.original, receipt: b.receipt ?? { seq: 0, hash: "" },
+      renewed: b.renewed ? { seq: b.renewed.seq, recordedAt: b.renewed.recorded_at } : undefined,
     };
   }
 

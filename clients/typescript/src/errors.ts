@@ -153,6 +153,11 @@ export class NamespaceExistsError extends LedgerError {
   override name = "NamespaceExistsError";
 }
 
+/** 507: the server holds as many namespaces as it allows (ledgerd --max-namespaces). */
+export class NamespaceLimitError extends LedgerError {
+  override name = "NamespaceLimitError";
+}
+
 /** 431: the request's headers are over 64 KiB. */
 export class HeadersTooLargeError extends LedgerError {
   override name = "HeadersTooLargeError";
@@ -188,6 +193,7 @@ const errorClasses = new Map<string, typeof LedgerError>([
   ["internal", InternalError],
   ["unknown_namespace", UnknownNamespaceError],
   ["namespace_exists", NamespaceExistsError],
+  ["namespace_limit", NamespaceLimitError],
   ["headers_too_large", HeadersTooLargeError],
   ["not_implemented", NotImplementedError],
 ]);

@@ -16,6 +16,7 @@ export type {
   EffectClass,
   EffectFunction,
   Outcome,
+  Renewal,
   Reservation,
   ReserveRequest,
 } from "./client.js";

@@ -186,3 +186,26 @@ test("namespaces: each is its own chain", async () => {
   assert.equal(other.replayed, false, "in another namespace it is another effect");
   assert.equal((await pay.head()).seq, 2);
 });
+
+test("do: an expired key runs again as a renewed generation (SPEC §12), no waiting on the clock", async () => {
+  const { mkdtempSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const clockFile = join(mkdtempSync(join(tmpdir(), "ledger-ts-clock-")), "now");
+  const t0 = 1764475200000;
+  writeFileSync(clockFile, String(t0));
+  const ttl = await startLedgerd({ args: ["--default-key-ttl", "1h"], env: { LEDGERD_TEST_CLOCK_FILE: clockFile } });
+  const c = new Client(ttl.url, { backoffBaseMs: 10 });
+  const run = counter();
+  const effect = { tool: "report.send", effect: "external", input: { day: "2026-12-01" } };
+  const first = await c.do(effect, run);
+  assert.equal(first.renewed, undefined);
+  writeFileSync(clockFile, String(t0 + 3_599_999));
+  const within = await c.do(effect, run);
+  assert.equal(within.replayed, true, "within the lifetime: replayed");
+  writeFileSync(clockFile, String(t0 + 3_600_000 + 10));
+  const next = await c.do(effect, run);
+  assert.equal(next.replayed, false);
+  assert.equal(run.runs, 2, "at the lifetime the effect runs again");
+  assert.ok(next.renewed && next.renewed.seq > 0, JSON.stringify(next));
+});

@@ -51,9 +51,10 @@ export function tempDB() {
  * Starts ledgerd on db (a new one when omitted) with extra args, and
  * resolves once it logs that it is ready: {url, db, logs, stop()}.
  */
-export async function startLedgerd({ db = tempDB(), args = [] } = {}) {
+export async function startLedgerd({ db = tempDB(), args = [], env = {} } = {}) {
   const proc = spawn(join(buildLedger(), "ledgerd"), ["--db", db, "--listen", "127.0.0.1:0", "--log-format", "json", ...args], {
     stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, ...env },
   });
   const logs = [];
   const d = {
