@@ -333,7 +333,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	// storage.Open has checked every namespace's storage (SQLite: each
-	// file against the registry and its derived state, one at a time, so
+	// file against the registry and its derived state, a few at a time, so
 	// a damaged one stops the start naming the repair); the files open on
 	// first use.
 	// The verifier and GET /v1/audit read through their own read-only

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -212,7 +213,7 @@ func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path 
 
 // CheckNamespaces checks every registered namespace's file against the
 // head the registry recorded for it, and its derived state (see
-// checkNamespaceFile), one file at a time, and returns their heads and
+// checkNamespaceFile), a few files at a time, and returns their heads and
 // key lifetimes.
 func (s *Store) CheckNamespaces(ctx context.Context) (map[string]nsState, error) {
 	states := map[string]nsState{}
@@ -223,15 +224,39 @@ func (s *Store) CheckNamespaces(ctx context.Context) (map[string]nsState, error)
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range regs {
-		st, err := checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts)
-		if err != nil {
-			return nil, err
+	// A few files at a time: each check is mostly waiting on opening the
+	// file and a handful of index lookups.
+	results := make([]nsState, len(regs))
+	errs := make([]error, len(regs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range checkWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				r := regs[i]
+				results[i], errs[i] = checkNamespaceFile(ctx, s.path, r.name, NamespacePath(s.path, r.name), r.head, s.opts)
+			}
+		}()
+	}
+	for i := range regs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, r := range regs { // the first failure in name order, whatever finished first
+		if errs[i] != nil {
+			return nil, errs[i]
 		}
-		states[r.name] = st
+		states[r.name] = results[i]
 	}
 	return states, nil
 }
+
+// checkWorkers is how many namespace files the start-up check reads at
+// once.
+const checkWorkers = 4
 
 // catchUp records the heads found at start where the registry lags them
 // (a kill -9 before the last recording), so that the registry is exact
