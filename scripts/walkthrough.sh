@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the README's curl walk-through against a running ledgerd:
+# Runs the curl walk-through of docs/walkthrough.md against a running ledgerd:
 #   reserve -> commit -> replay -> failed -> runtime retry -> commit, then reads.
 #
 # Usage: scripts/walkthrough.sh [URL]      (default http://127.0.0.1:8080)

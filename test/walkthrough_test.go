@@ -140,14 +140,17 @@ func TestWalkthroughScript(t *testing.T) {
 	})
 }
 
-// readmeWalkthrough returns the README's curl walk-through block with L
-// pointing at url.
-func readmeWalkthrough(t *testing.T, url string) string {
+// walkthroughDoc is the page whose curl steps TestWalkthroughDoc runs.
+const walkthroughDoc = "../docs/walkthrough.md"
+
+// docWalkthrough returns the curl block of docs/walkthrough.md's steps with
+// L pointing at url.
+func docWalkthrough(t *testing.T, url string) string {
 	t.Helper()
-	raw, err := os.ReadFile("../README.md")
+	raw, err := os.ReadFile(walkthroughDoc)
 	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(raw), "## Walk-through with curl")
-	require.True(t, ok, "README has a curl walk-through")
+	_, section, ok := strings.Cut(string(raw), "\n## The steps\n")
+	require.True(t, ok, "%s has a section \"The steps\"", walkthroughDoc)
 	_, block, ok := strings.Cut(section, "```sh\n")
 	require.True(t, ok)
 	block, _, ok = strings.Cut(block, "\n```")
@@ -157,13 +160,14 @@ func readmeWalkthrough(t *testing.T, url string) string {
 	return strings.Replace(block, def, "L="+url+"\n", 1)
 }
 
-// TestWalkthroughREADME pastes the README's curl steps into bash, twice on
-// one ledger and once with a token: every step must append its receipt.
-func TestWalkthroughREADME(t *testing.T) {
+// TestWalkthroughDoc pastes docs/walkthrough.md's curl steps into bash,
+// twice on one ledger and once with a token: every step must append its
+// receipt.
+func TestWalkthroughDoc(t *testing.T) {
 	requireTools(t, "bash", "curl", "jq")
 	t.Run("OK twice", func(t *testing.T) {
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-		block := readmeWalkthrough(t, l.URL)
+		block := docWalkthrough(t, l.URL)
 		for run := 1; run <= 2; run++ {
 			out, stderr, code := runBash(t, []string{"LEDGER_TOKEN="}, "-c", block)
 			require.Equal(t, 0, code, "%s\n%s", out, stderr)
@@ -178,7 +182,7 @@ func TestWalkthroughREADME(t *testing.T) {
 	})
 	t.Run("OK with LEDGER_TOKEN", func(t *testing.T) {
 		l, tok := startWithToken(t)
-		out, stderr, code := runBash(t, []string{"LEDGER_TOKEN=" + tok}, "-c", readmeWalkthrough(t, l.URL))
+		out, stderr, code := runBash(t, []string{"LEDGER_TOKEN=" + tok}, "-c", docWalkthrough(t, l.URL))
 		require.Equal(t, 0, code, "%s\n%s", out, stderr)
 		assert.NotContains(t, out+stderr, `"error"`)
 		assert.Equal(t, float64(receiptsPerRun), headSeq(t, l, tok))
