@@ -77,7 +77,7 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any) {
 }
 
 // TestGateway_withLedgerd runs the example gateway against the real
-// ledgerd binary, as the README shows, with a writer token.
+// ledgerd binary, as docs/clients.md shows, with a writer token.
 func TestGateway_withLedgerd(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)

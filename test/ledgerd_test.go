@@ -22,7 +22,7 @@ func reserve(key, exec string, attempt int, idempotent bool) string {
 		key, exec, attempt, idempotent)
 }
 
-// TestLedgerd_walkthrough follows the README: reserve, commit, replay, a
+// TestLedgerd_walkthrough follows docs/walkthrough.md: reserve, commit, replay, a
 // failed effect and its retry, through the real binary.
 func TestLedgerd_walkthrough(t *testing.T) {
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))

@@ -25,7 +25,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-var uiScreenshot = flag.String("ui-screenshot", "", "write the web page's screenshot to this `file` (the README's is ../docs/ui.png)")
+var uiScreenshot = flag.String("ui-screenshot", "", "write the web page's screenshot to this `file` (docs/auditing.md shows ../docs/ui.png)")
 
 // maxScreenshot bounds the committed screenshot's size.
 const maxScreenshot = 300 << 10
