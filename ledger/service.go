@@ -48,7 +48,7 @@ type Config struct {
 }
 
 // DefaultWriterIdle is the default of Config.WriterIdle.
-const DefaultWriterIdle = 30 * time.Second
+const DefaultWriterIdle = 5 * time.Second
 
 // Ledger is the domain service: validation, the SPEC §4 state machine,
 // chain linking and Merkle hashing, one batching queue per namespace and
