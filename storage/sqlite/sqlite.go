@@ -34,7 +34,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// Options configure Open. The zero value is usable.
+// Options configure OpenStore and OpenReader. The zero value is usable.
 type Options struct {
 	// Now is the clock; it defaults to time.Now. Read once per batch.
 	Now func() time.Time
@@ -42,9 +42,6 @@ type Options struct {
 	Logger *slog.Logger
 	// ReadConns is the size of the read-only pool (default 4).
 	ReadConns int
-	// MaxBatch bounds how many queued writes share one transaction
-	// (default 256).
-	MaxBatch int
 	// BusyTimeout is how long SQLite waits for a lock held by another
 	// process (default 5s).
 	BusyTimeout time.Duration
@@ -69,12 +66,6 @@ type Options struct {
 	// Repair skips the check that the derived state matches the chain, so
 	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
 	Repair bool
-	// MaxWaiters bounds the reserves parked waiting for another
-	// reservation of their key (wait_ms) at once; beyond it a reserve is
-	// answered without waiting (default DefaultMaxWaiters).
-	MaxWaiters int
-	// Linger is ledger.Config.Linger (0: every batch starts at once).
-	Linger time.Duration
 	// MaxOpenFiles bounds the namespace files a writing Store keeps open
 	// at once, the least recently used closed first (default: 64, fewer
 	// when the descriptor limit is low; nsfile.go).
@@ -137,9 +128,6 @@ func (o *Options) defaults() {
 	}
 	if o.ReadConns <= 0 {
 		o.ReadConns = 4
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 256
 	}
 	if o.BusyTimeout <= 0 {
 		o.BusyTimeout = 5 * time.Second
