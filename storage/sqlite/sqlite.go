@@ -6,10 +6,9 @@
 // decisions, hashing, batching, waits, proofs) is package ledger, which
 // this package imports for its ports and types.
 //
-// Open builds the whole ledger over one file (the façade that tests,
-// tools and single-namespace programs use); OpenStore returns the bare
-// driver for ledger.New; OpenReader, OpenTokens, CreateNamespace and
-// Backup serve ledgerctl beside a running ledgerd.
+// It only stores: OpenStore returns the driver, over which a program
+// builds the service with ledger.New; OpenReader, OpenTokens,
+// CreateNamespace and Backup serve ledgerctl beside a running ledgerd.
 package sqlite
 
 import (
@@ -50,7 +49,7 @@ type Options struct {
 	CacheKeys int
 	// CacheMiB is the memory SQLite may use for its page caches, every
 	// file and connection of the process together (default 32): a soft
-	// limit (sqlite3_soft_heap_limit64, process-wide; the last Open sets
+	// limit (sqlite3_soft_heap_limit64, process-wide; the last open sets
 	// it) under which the least recently used pages are recycled, and the
 	// page cache of each writer connection. More is faster on ledgers
 	// whose indexes outgrow it; the operating system's file cache serves
@@ -74,7 +73,7 @@ type Options struct {
 	// recorded in the registry (default DefaultHeadRecordInterval).
 	HeadRecordEvery time.Duration
 	// KeyTTL is the key_ttl_ms (SPEC §12) stored in the default
-	// namespace's file when Open creates it (ledgerd --default-key-ttl);
+	// namespace's file when OpenStore creates it (ledgerd --default-key-ttl);
 	// an existing file keeps its own. 0: keys never expire.
 	KeyTTL uint64
 }
