@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -26,7 +27,7 @@ func FuzzRequests(f *testing.F) {
 	f.Add(2, `{"outcome":"succeeded","note":"n","result":{"a":1}}`)
 	f.Add(0, `{"idempotency_key":"k\u0000kkkkkkk"}`)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.Open(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), sqlite.Options{Logger: logger})
+	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), sqlite.Options{Logger: logger})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -31,7 +31,7 @@ var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 }, []string{"route", "method", "code"})
 
 // Ledger is what the server needs of the domain service; *ledger.Ledger
-// (and *sqlite.DB, the SQLite convenience) satisfies it.
+// satisfies it.
 type Ledger interface {
 	// NS returns a namespace: 400 for an invalid name, 404
 	// unknown_namespace for one never created.

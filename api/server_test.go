@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -28,16 +29,16 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // MustOpenDB opens a new ledger in a temp dir and returns it with its path.
-func MustOpenDB(tb testing.TB) (*sqlite.DB, string) {
+func MustOpenDB(tb testing.TB) (*ledgertest.DB, string) {
 	tb.Helper()
 	return MustOpenDBAt(tb, nil)
 }
 
 // MustOpenDBAt is MustOpenDB with the ledger's clock now (nil: time.Now).
-func MustOpenDBAt(tb testing.TB, now func() time.Time) (*sqlite.DB, string) {
+func MustOpenDBAt(tb testing.TB, now func() time.Time) (*ledgertest.DB, string) {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = db.Close() })
 	return db, path
@@ -52,7 +53,7 @@ func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
 }
 
 // MustOpenServer serves a new ledger in a temp dir through httptest.
-func MustOpenServer(tb testing.TB) (*httptest.Server, *sqlite.DB) {
+func MustOpenServer(tb testing.TB) (*httptest.Server, *ledgertest.DB) {
 	tb.Helper()
 	db, _ := MustOpenDB(tb)
 	return MustServe(tb, api.NewServer(db, quiet)), db

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 )
 
 // waitReply is a reply to a waiting reserve.
@@ -100,7 +100,7 @@ func awaitReply(t *testing.T, ch <-chan waitReply, d time.Duration) waitReply {
 }
 
 // awaitParked waits until n reserves are parked, or one has answered.
-func awaitParked(t *testing.T, db *sqlite.DB, n int, ch <-chan waitReply) {
+func awaitParked(t *testing.T, db *ledgertest.DB, n int, ch <-chan waitReply) {
 	t.Helper()
 	require.Eventually(t, func() bool { return db.Waiting() >= n || len(ch) > 0 }, 60*time.Second, time.Millisecond)
 }

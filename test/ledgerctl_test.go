@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -197,13 +198,13 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, "derived_state", "the keys table still knows the deleted receipts")
 
 	// ledgerd refuses to serve it: the recorded head is gone from the chain.
-	_, err = sqlite.Open(context.Background(), tampered, sqlite.Options{})
+	_, err = ledgertest.OpenPath(context.Background(), tampered, sqlite.Options{})
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 
 	// A careful forger rebuilds the derived state too (rebuild-keys): the
 	// chain is then self-consistent, and only the pinned head reveals the
 	// truncation.
-	ldb, err := sqlite.Open(context.Background(), tampered, sqlite.Options{Repair: true})
+	ldb, err := ledgertest.OpenPath(context.Background(), tampered, sqlite.Options{Repair: true})
 	require.NoError(t, err)
 	_, err = ldb.RebuildKeys(context.Background())
 	require.NoError(t, err)

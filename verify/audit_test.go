@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -65,7 +66,7 @@ func TestVerifier_audit(t *testing.T) {
 	})
 	t.Run("no duplicates", func(t *testing.T) { assert.Empty(t, a.DuplicateEffects) })
 	t.Run("online audit is the same", func(t *testing.T) {
-		db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 		require.NoError(t, err)
 		srv := httptest.NewServer(api.NewServer(db, quiet))
 		defer func() { srv.Close(); _ = db.Close() }()
@@ -98,7 +99,7 @@ func TestVerifier_audit(t *testing.T) {
 // succeeded — the refund called twice under different keys.
 func TestVerifier_duplicateEffects(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, k := range []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"} {

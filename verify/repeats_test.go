@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -25,7 +26,7 @@ var _ verify.RepeatSource = (*sqlite.Reader)(nil)
 type calls struct {
 	t      *testing.T
 	path   string
-	db     *sqlite.DB
+	db     *ledgertest.DB
 	clock  *clock
 	tokens map[string]string // key → latest reservation token
 	keys   []string          // generated keys, in order
@@ -35,7 +36,7 @@ func newCalls(t *testing.T) *calls {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 	return &calls{t: t, path: path, db: db, clock: c, tokens: map[string]string{}}

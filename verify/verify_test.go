@@ -20,6 +20,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -70,7 +71,7 @@ func buildLedger(t *testing.T) (path string, now time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "ledger.db")
 	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewServer(db, quiet))
 	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
@@ -169,16 +170,16 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 // openForServing opens a tampered file for the online checks the way the
 // forger gets ledgerd to serve it: keys that point past a truncated chain
 // are rebuilt first (rebuild-keys), or ledgerd would refuse the file.
-func openForServing(t *testing.T, path string) *sqlite.DB {
+func openForServing(t *testing.T, path string) *ledgertest.DB {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	if errors.Is(err, ledger.ErrDerivedState) {
-		repair, rerr := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet, Repair: true})
+		repair, rerr := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Repair: true})
 		require.NoError(t, rerr)
 		_, rerr = repair.RebuildKeys(context.Background())
 		require.NoError(t, rerr)
 		require.NoError(t, repair.Close())
-		db, err = sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+		db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	}
 	require.NoError(t, err)
 	return db

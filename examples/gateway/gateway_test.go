@@ -17,6 +17,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -25,7 +26,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // MustGateway serves a gateway in front of a real ledger on a temp file.
 func MustGateway(t *testing.T) *httptest.Server {
 	t.Helper()
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
 	ls := httptest.NewServer(api.NewServer(db, quiet))
 	lc, err := client.New(ls.URL)

@@ -29,7 +29,7 @@ const T0 = 1764475200000
 // and returns its head. progress, if set, is called every million receipts.
 func Ledger(ctx context.Context, path string, n int, progress func(done int)) (ledger.Head, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.Open(ctx, path, sqlite.Options{Logger: quiet})
+	db, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet}, false)
 	if err != nil {
 		return ledger.Head{}, err
 	}
@@ -56,7 +56,7 @@ func Ledger(ctx context.Context, path string, n int, progress func(done int)) (l
 	if err := raw.Close(); err != nil {
 		return head, err
 	}
-	db, err = sqlite.Open(ctx, path, sqlite.Options{Logger: quiet})
+	db, err = sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet}, false)
 	if err != nil {
 		return head, err
 	}

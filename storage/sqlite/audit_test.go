@@ -62,7 +62,7 @@ func TestReader_RepeatedFailures(t *testing.T) {
 	// index only on the small per-call table: an automatic index or a
 	// sort over receipts would grow with the ledger.
 	t.Run("plan", func(t *testing.T) {
-		_, r := db.Pools()
+		_, r := db.Store.Pools()
 		plan, err := r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqlite.SQLRepeatedFailures, "")
 		require.NoError(t, err)
 		defer plan.Close()

@@ -14,12 +14,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // fill appends n reserve+commit pairs to db.
-func fill(tb testing.TB, db *sqlite.DB, prefix string, n int) {
+func fill(tb testing.TB, db *ledgertest.DB, prefix string, n int) {
 	tb.Helper()
 	for i := range n {
 		key := fmt.Sprintf("%s-%06d", prefix, i)

@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 var errInjected = fmt.Errorf("injected disk failure: %w", ledger.ErrIO)
@@ -28,7 +23,7 @@ var errInjected = fmt.Errorf("injected disk failure: %w", ledger.ErrIO)
 func TestDB_failedBatch(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	var failing atomic.Bool
-	db.SetBeforeCommit(func() error {
+	db.Store.SetBeforeCommit(func() error {
 		if failing.Load() {
 			return errInjected
 		}
@@ -84,36 +79,4 @@ func TestDB_failedBatch(t *testing.T) {
 	rep := mustReserve(t, db, reserveReq("done-key-0001", "exec-2"))
 	assert.Equal(t, ledger.StatusReplayed, rep.Status)
 	verifyChain(t, db)
-}
-
-// TestDB_linger: with a long Linger, a lone request on an idle ledger is
-// written at once, and requests under load still all commit (the writer
-// gathers them into batches; none waits for more than the linger).
-func TestDB_linger(t *testing.T) {
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{
-		Linger: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	defer db.Close()
-	start := time.Now()
-	_, err = db.Reserve(context.Background(), reserveReq("lone-key-01", "e"))
-	require.NoError(t, err)
-	require.Less(t, time.Since(start), time.Second, "an idle ledger does not linger")
-
-	var wg sync.WaitGroup
-	start = time.Now()
-	for i := range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range 5 {
-				_, err := db.Reserve(context.Background(), reserveReq(fmt.Sprintf("load-key-%d-%d", i, j), "e"))
-				assert.NoError(t, err)
-			}
-		}()
-	}
-	wg.Wait()
-	assert.Equal(t, uint64(161), db.Head().Seq)
-	// 160 requests in rounds of 32: a round that fills the previous
-	// batch's size never waits out the linger.
-	assert.Less(t, time.Since(start), 10*time.Second)
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -132,7 +133,7 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			if v := os.Getenv("LEDGER_BENCH_PAGE_SIZE"); v != "" {
 				opts.PageSize, _ = strconv.Atoi(v) // new files only
 			}
-			db, err := sqlite.Open(context.Background(), path, opts)
+			db, err := ledgertest.OpenPath(context.Background(), path, opts)
 			if err != nil {
 				b.Fatal(err)
 			}

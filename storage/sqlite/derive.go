@@ -95,7 +95,7 @@ var SQLKeysDrift = `
 
 // RebuildKeys recomputes the keys table from the receipts, and the
 // recorded head from their tail, in one write transaction, for recovery
-// after the derived state was lost or damaged (open the DB with
+// after the derived state was lost or damaged (open the store with
 // Options.Repair when it refuses to open for that reason).
 // It returns the number of keys. Reservation token hashes cannot be
 // rebuilt (tokens never enter a receipt) and are left as they are.

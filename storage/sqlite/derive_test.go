@@ -41,7 +41,7 @@ func TestDB_RebuildKeys(t *testing.T) {
 	require.NoError(t, err)
 	mustReserve(t, db, reserveReq("derive-key-04", "exec-9")) // takeover
 
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	drift := func() int {
 		rows, err := w.QueryContext(ctx, sqlite.SQLKeysDrift)
 		require.NoError(t, err)

@@ -3,7 +3,7 @@ package sqlite
 import "database/sql"
 
 // Pools exposes the connection pools to the black-box tests.
-func (db *DB) Pools() (writer, reader *sql.DB) { return db.main.w, db.main.r }
+func (s *Store) Pools() (writer, reader *sql.DB) { return s.main.w, s.main.r }
 
 // DecodeRow exposes the scan's record decoder to the fuzz test.
 var DecodeRow = decodeRow
@@ -11,7 +11,7 @@ var DecodeRow = decodeRow
 // SetBeforeCommit installs a hook that can fail batches before COMMIT. It
 // must be called before the hook can race with the writer: the hook itself
 // reads an atomic the test flips.
-func (db *DB) SetBeforeCommit(f func() error) { db.main.beforeCommit = f }
+func (s *Store) SetBeforeCommit(f func() error) { s.main.beforeCommit = f }
 
 // Classify exposes the driver-error classification to the tests.
 var Classify = classify

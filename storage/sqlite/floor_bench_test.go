@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 )
 
 // BenchmarkSQLite_Floor measures what SQLite alone costs for the rows the
@@ -50,7 +50,7 @@ func BenchmarkSQLite_Floor(b *testing.B) {
 		for _, v := range variants {
 			b.Run(size.name+"/"+v.name, func(b *testing.B) {
 				path := benchLedger(b, size.n)
-				db, err := sqlite.Open(context.Background(), path, quiet) // the schema, for a new file
+				db, err := ledgertest.OpenPath(context.Background(), path, quiet) // the schema, for a new file
 				if err != nil {
 					b.Fatal(err)
 				}

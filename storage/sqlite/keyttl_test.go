@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -37,20 +38,20 @@ func TestOpen_migratesV2(t *testing.T) {
 	opts := quiet
 	opts.KeyTTL = 1000 // applies only to a file this open creates
 	opts.Now = func() time.Time { return time.UnixMilli(1764475200000).Add(365 * 24 * time.Hour) }
-	db, err := sqlite.Open(context.Background(), path, opts)
+	db, err := ledgertest.OpenPath(context.Background(), path, opts)
 	require.NoError(t, err)
 	defer db.Close()
 	assert.Equal(t, uint64(4), db.Head().Seq)
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	var version int
 	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.Zero(t, db.KeyTTL(), "a migrated file keeps keys forever")
 	var fresh, migrated string
 	require.NoError(t, w.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&migrated))
-	newDB, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "new.db"), quiet)
+	newDB, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "new.db"), quiet)
 	require.NoError(t, err)
-	nw, _ := newDB.Pools()
+	nw, _ := newDB.Store.Pools()
 	require.NoError(t, nw.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&fresh))
 	require.NoError(t, newDB.Close())
 	assert.Equal(t, normalizeSpace(fresh), normalizeSpace(migrated), "the migration creates the table of schema.sql")
@@ -64,7 +65,7 @@ func TestOpen_migratesV2(t *testing.T) {
 	assert.True(t, retry.Retry)
 	require.NoError(t, db.Close())
 
-	db2, err := sqlite.Open(context.Background(), path, quiet)
+	db2, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err, "a migrated file opens again")
 	assert.Equal(t, uint64(6), db2.Head().Seq)
 	require.NoError(t, db2.Close())
@@ -96,10 +97,10 @@ func TestOpen_keyTTL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	opts := quiet
 	opts.KeyTTL = 86_400_000
-	db, err := sqlite.Open(ctx, path, opts)
+	db, err := ledgertest.OpenPath(ctx, path, opts)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL())
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	_, err = w.Exec(`UPDATE settings SET key_ttl_ms = 0`)
 	require.Error(t, err, "the settings are fixed at creation")
 	require.NoError(t, db.CreateNamespace(ctx, "mail", 3_600_000))
@@ -107,7 +108,7 @@ func TestOpen_keyTTL(t *testing.T) {
 
 	require.NoError(t, sqlite.CreateNamespace(ctx, path, "reports", 60_000), "ledgerctl's way, beside the file")
 	opts.KeyTTL = 5
-	db, err = sqlite.Open(ctx, path, opts)
+	db, err = ledgertest.OpenPath(ctx, path, opts)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL(), "an existing file keeps its own")
 	list, err := db.Namespaces(ctx)
@@ -137,7 +138,7 @@ func TestDB_RebuildKeys_generations(t *testing.T) {
 	opts := quiet
 	opts.KeyTTL = 60_000
 	opts.Now = func() time.Time { return now }
-	db, err := sqlite.Open(ctx, path, opts)
+	db, err := ledgertest.OpenPath(ctx, path, opts)
 	require.NoError(t, err)
 	req := func(key, exec, input string, idem bool) ledger.ReserveRequest {
 		return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "reports.send",
@@ -158,7 +159,7 @@ func TestDB_RebuildKeys_generations(t *testing.T) {
 	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":2}`, true))
 	require.NotNil(t, r.Renewed)
 	mustCommit(t, db, succeed("failed-key", r.Reservation))
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	rows, err := w.Query(sqlite.SQLKeysDrift)
 	require.NoError(t, err)
 	assert.False(t, rows.Next(), "the derived keys of the file match the writer's")
@@ -178,7 +179,7 @@ func TestDB_RebuildKeys_generations(t *testing.T) {
 	assert.Len(t, rep.Audit.RenewedKeys, 2)
 }
 
-func keysRows(t *testing.T, db *sqlite.DB) []ledger.KeyRecord {
+func keysRows(t *testing.T, db *ledgertest.DB) []ledger.KeyRecord {
 	t.Helper()
 	var out []ledger.KeyRecord
 	require.NoError(t, db.Reader.Keys(context.Background(), func(k *ledger.KeyRecord) error {

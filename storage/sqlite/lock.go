@@ -10,10 +10,10 @@ import (
 )
 
 // ErrLocked means another process has the ledger open for writing. Two
-// writers could fork the chain, so Open refuses.
+// writers could fork the chain, so OpenStore refuses.
 var ErrLocked = errors.New("the ledger is already open for writing by another process")
 
-// lockFile holds an exclusive flock on "<db>.lock" for the life of a DB.
+// lockFile holds an exclusive flock on "<db>.lock" for the life of a writing Store.
 // The kernel drops it when the process dies, even on kill -9, so a crash
 // never leaves a stale lock behind.
 type lockFile struct{ f *os.File }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -125,7 +126,7 @@ func TestReader_malformedRows(t *testing.T) {
 		assert.Equal(t, wantBad[2], v.Receipts[0].Malformed)
 	})
 	t.Run("opened for writing", func(t *testing.T) {
-		db, err := sqlite.Open(ctx, filepath.Clean(path), sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		db, err := ledgertest.OpenPath(ctx, filepath.Clean(path), sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		require.NoError(t, err)
 		defer db.Close()
 		r, err := db.GetReceipt(ctx, 3)

@@ -41,7 +41,7 @@ func TestDB_readyMetric(t *testing.T) {
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"), "ready after Open")
 
 	var failing atomic.Bool
-	db.SetBeforeCommit(func() error {
+	db.Store.SetBeforeCommit(func() error {
 		if failing.Load() {
 			return errInjected
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -69,7 +72,7 @@ func TestOpen_refusedFilesUntouched(t *testing.T) {
 			tt.make(t, path)
 			before, err := os.ReadFile(path)
 			require.NoError(t, err)
-			_, err = sqlite.Open(context.Background(), path, quiet)
+			_, err = ledgertest.OpenPath(context.Background(), path, quiet)
 			require.ErrorIs(t, err, tt.wantErr)
 			after, err := os.ReadFile(path)
 			require.NoError(t, err)
@@ -87,7 +90,7 @@ func TestOpen_refusedFilesUntouched(t *testing.T) {
 
 func TestOpen_missingDirectory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "no", "such", "ledger.db")
-	_, err := sqlite.Open(context.Background(), path, quiet)
+	_, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), path, "the message names the database")
 	assert.Contains(t, err.Error(), "does not exist")
@@ -105,13 +108,13 @@ func TestOpen_migratesV1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
 	require.NoError(t, os.WriteFile(path, src, 0o644))
 
-	db, err := sqlite.Open(context.Background(), path, quiet)
+	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	defer db.Close()
 	head := db.Head()
 	assert.Equal(t, uint64(6), head.Seq)
 	assert.Equal(t, "7466c1f48d5bcbab0c4bb621b0e49ffeff35078eedd7eb30e8766fcec4adb602", head.Hash.String())
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	var version int
 	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
 	assert.Equal(t, sqlite.SchemaVersion, version)
@@ -132,7 +135,7 @@ func TestOpen_migratesV1(t *testing.T) {
 	verifyChain(t, db)
 	require.NoError(t, db.Close())
 
-	db2, err := sqlite.Open(context.Background(), path, quiet)
+	db2, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err, "a migrated file opens again")
 	assert.Equal(t, uint64(9), db2.Head().Seq)
 	require.NoError(t, db2.Close())
@@ -144,7 +147,7 @@ func TestOpen_migratesV1(t *testing.T) {
 // until rebuild-keys repaired it.
 func TestOpen_derivedState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := sqlite.Open(context.Background(), path, quiet)
+	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	a := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
 	mustCommit(t, db, succeed("key-aaaa-0001", a.Reservation))
@@ -160,20 +163,20 @@ func TestOpen_derivedState(t *testing.T) {
 	}
 	require.NoError(t, raw.Close())
 
-	_, err = sqlite.Open(context.Background(), path, quiet)
+	_, err = ledgertest.OpenPath(context.Background(), path, quiet)
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 	assert.Contains(t, err.Error(), "ledgerctl rebuild-keys --db "+path)
 
 	repair := quiet
 	repair.Repair = true
-	db, err = sqlite.Open(context.Background(), path, repair)
+	db, err = ledgertest.OpenPath(context.Background(), path, repair)
 	require.NoError(t, err)
 	n, err := db.RebuildKeys(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)
 	require.NoError(t, db.Close())
 
-	db, err = sqlite.Open(context.Background(), path, quiet)
+	db, err = ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err, "open after rebuild-keys")
 	defer db.Close()
 	assert.Equal(t, uint64(2), db.Head().Seq)
@@ -185,7 +188,7 @@ func TestOpen_derivedState(t *testing.T) {
 // TestOpen_derivedStatePointer edits a keys row to point past the tail.
 func TestOpen_derivedStatePointer(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := sqlite.Open(context.Background(), path, quiet)
+	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
 	require.NoError(t, db.Close())
@@ -194,7 +197,7 @@ func TestOpen_derivedStatePointer(t *testing.T) {
 	_, err = raw.Exec(`UPDATE keys SET final_seq = 7`)
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
-	_, err = sqlite.Open(context.Background(), path, quiet)
+	_, err = ledgertest.OpenPath(context.Background(), path, quiet)
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 }
 
@@ -204,7 +207,7 @@ func TestSchema_linkingTrigger(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
 	mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-2"))
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	cols := `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect, idempotent, input_hash,
 		outcome, external_ref, result, error_code, error_message, retryable, lease_expires_at, ref_seq, actor, note,
 		recorded_at, prev_hash, hash`
@@ -235,10 +238,10 @@ func TestSchema_linkingTrigger(t *testing.T) {
 func TestOpen_cacheMiB(t *testing.T) {
 	opts := quiet
 	opts.CacheMiB = 7
-	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "l.db"), opts)
+	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "l.db"), opts)
 	require.NoError(t, err)
 	defer db.Close()
-	w, _ := db.Pools()
+	w, _ := db.Store.Pools()
 	var cache int64
 	require.NoError(t, w.QueryRow(`PRAGMA cache_size`).Scan(&cache))
 	assert.Equal(t, int64(-7*1024), cache, "KiB, negative")
@@ -246,9 +249,118 @@ func TestOpen_cacheMiB(t *testing.T) {
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
 	assert.Equal(t, int64(7<<20), limit)
 
-	db2, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
+	db2, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
 	require.NoError(t, err)
 	defer db2.Close()
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
 	assert.Equal(t, int64(sqlite.DefaultCacheMiB<<20), limit, "process-wide: the last Open sets it")
+}
+
+func TestOpen(t *testing.T) {
+	t.Run("ErrNotLedger", func(t *testing.T) {
+		path := t.TempDir() + "/other.db"
+		other, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		require.NoError(t, err)
+		ow, _ := other.Store.Pools()
+		_, err = ow.Exec(`PRAGMA user_version = 0`)
+		require.NoError(t, err)
+		require.NoError(t, other.Close())
+		_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		assert.ErrorIs(t, err, ledger.ErrNotLedger)
+	})
+	t.Run("ErrSchemaVersion", func(t *testing.T) {
+		path := t.TempDir() + "/v.db"
+		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		require.NoError(t, err)
+		w, _ := db.Store.Pools()
+		_, err = w.Exec(`PRAGMA user_version = 99`)
+		require.NoError(t, err)
+		require.NoError(t, db.Close())
+		_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		assert.ErrorIs(t, err, ledger.ErrSchemaVersion)
+	})
+	t.Run("directory", func(t *testing.T) {
+		_, err := ledgertest.OpenPath(context.Background(), t.TempDir(), sqlite.Options{})
+		assert.ErrorContains(t, err, "is a directory")
+	})
+	t.Run("unusable path", func(t *testing.T) {
+		_, err := ledgertest.OpenPath(context.Background(), t.TempDir()+"/no/such/dir/l.db", sqlite.Options{})
+		assert.Error(t, err)
+	})
+	t.Run("ErrClosed", func(t *testing.T) {
+		db, _ := MustOpenDB(t)
+		require.NoError(t, db.Close())
+		_, err := db.Reserve(context.Background(), reserveReq(key, "exec-1"))
+		assert.True(t, errors.Is(err, ledger.ErrClosed))
+		assert.Equal(t, ledger.ECodeUnavailable, ledger.ErrorCode(err))
+	})
+	t.Run("reopen keeps state", func(t *testing.T) {
+		path := t.TempDir() + "/r.db"
+		clock := ledgertest.NewClock(T0)
+		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: clock.Now})
+		require.NoError(t, err)
+		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		head := db.Head()
+		require.NoError(t, db.Close())
+		db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: clock.Now})
+		require.NoError(t, err)
+		defer db.Close()
+		assert.Equal(t, head, db.Head())
+		mustCommit(t, db, succeed(key, res.Reservation)) // the token survives a restart
+		verifyChain(t, db)
+	})
+}
+
+// TestDB_pragmas checks that every connection, more than the pool holds,
+// runs in WAL mode with synchronous FULL.
+func TestDB_pragmas(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	w, r := db.Store.Pools()
+	ctx := context.Background()
+	check := func(t *testing.T, conn interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}) {
+		var mode string
+		var sync int
+		require.NoError(t, conn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode))
+		require.NoError(t, conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync))
+		assert.Equal(t, "wal", mode)
+		assert.Equal(t, 2, sync, "synchronous FULL")
+	}
+	check(t, w)
+	// Hold every connection of the read pool at once, then drop them and
+	// open a fresh set, so that connections the pool creates later are
+	// checked too.
+	for round := 0; round < 3; round++ {
+		n := r.Stats().MaxOpenConnections
+		require.Positive(t, n)
+		var conns []*sql.Conn
+		for range n {
+			c, err := r.Conn(ctx)
+			require.NoError(t, err)
+			check(t, c)
+			conns = append(conns, c)
+		}
+		for _, c := range conns {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn }) // discard it
+			_ = c.Close()
+		}
+	}
+	assert.GreaterOrEqual(t, r.Stats().OpenConnections, 0)
+}
+
+func TestOpen_ErrLocked(t *testing.T) {
+	path := t.TempDir() + "/l.db"
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+	require.NoError(t, err)
+	_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+	require.ErrorIs(t, err, sqlite.ErrLocked)
+	assert.Contains(t, err.Error(), "pid")
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+	require.NoError(t, err, "readers do not need the lock")
+	require.NoError(t, rd.Close())
+	require.NoError(t, db.Close())
+	db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+	require.NoError(t, err, "the lock is released on Close")
+	require.NoError(t, db.Close())
 }

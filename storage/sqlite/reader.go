@@ -15,7 +15,7 @@ import (
 
 // Reader reads a ledger through a read-only connection pool. It never
 // takes a write lock, so it is safe to use while ledgerd runs, and on a
-// copy of the file. A DB embeds one.
+// copy of the file. A Store holds one per open file.
 type Reader struct {
 	path string
 	r    *sql.DB

@@ -6,10 +6,9 @@
 // decisions, hashing, batching, waits, proofs) is package ledger, which
 // this package imports for its ports and types.
 //
-// Open builds the whole ledger over one file (the façade that tests,
-// tools and single-namespace programs use); OpenStore returns the bare
-// driver for ledger.New; OpenReader, OpenTokens, CreateNamespace and
-// Backup serve ledgerctl beside a running ledgerd.
+// It only stores: OpenStore returns the driver, over which a program
+// builds the service with ledger.New; OpenReader, OpenTokens,
+// CreateNamespace and Backup serve ledgerctl beside a running ledgerd.
 package sqlite
 
 import (
@@ -34,7 +33,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// Options configure Open. The zero value is usable.
+// Options configure OpenStore and OpenReader. The zero value is usable.
 type Options struct {
 	// Now is the clock; it defaults to time.Now. Read once per batch.
 	Now func() time.Time
@@ -42,9 +41,6 @@ type Options struct {
 	Logger *slog.Logger
 	// ReadConns is the size of the read-only pool (default 4).
 	ReadConns int
-	// MaxBatch bounds how many queued writes share one transaction
-	// (default 256).
-	MaxBatch int
 	// BusyTimeout is how long SQLite waits for a lock held by another
 	// process (default 5s).
 	BusyTimeout time.Duration
@@ -53,7 +49,7 @@ type Options struct {
 	CacheKeys int
 	// CacheMiB is the memory SQLite may use for its page caches, every
 	// file and connection of the process together (default 32): a soft
-	// limit (sqlite3_soft_heap_limit64, process-wide; the last Open sets
+	// limit (sqlite3_soft_heap_limit64, process-wide; the last open sets
 	// it) under which the least recently used pages are recycled, and the
 	// page cache of each writer connection. More is faster on ledgers
 	// whose indexes outgrow it; the operating system's file cache serves
@@ -69,12 +65,6 @@ type Options struct {
 	// Repair skips the check that the derived state matches the chain, so
 	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
 	Repair bool
-	// MaxWaiters bounds the reserves parked waiting for another
-	// reservation of their key (wait_ms) at once; beyond it a reserve is
-	// answered without waiting (default DefaultMaxWaiters).
-	MaxWaiters int
-	// Linger is ledger.Config.Linger (0: every batch starts at once).
-	Linger time.Duration
 	// MaxOpenFiles bounds the namespace files a writing Store keeps open
 	// at once, the least recently used closed first (default: 64, fewer
 	// when the descriptor limit is low; nsfile.go).
@@ -83,7 +73,7 @@ type Options struct {
 	// recorded in the registry (default DefaultHeadRecordInterval).
 	HeadRecordEvery time.Duration
 	// KeyTTL is the key_ttl_ms (SPEC §12) stored in the default
-	// namespace's file when Open creates it (ledgerd --default-key-ttl);
+	// namespace's file when OpenStore creates it (ledgerd --default-key-ttl);
 	// an existing file keeps its own. 0: keys never expire.
 	KeyTTL uint64
 }
@@ -137,9 +127,6 @@ func (o *Options) defaults() {
 	}
 	if o.ReadConns <= 0 {
 		o.ReadConns = 4
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 256
 	}
 	if o.BusyTimeout <= 0 {
 		o.BusyTimeout = 5 * time.Second

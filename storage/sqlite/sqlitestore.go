@@ -364,47 +364,11 @@ func (rd *Reader) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chai
 	return out, nil
 }
 
-// DB is a SQLite ledger opened with Open: the domain service over the
-// SQLite driver, with the default namespace at hand (what tests, tools
-// and single-namespace programs use).
-type DB struct {
-	*ledger.Namespace // the default namespace
-	*ledger.Ledger
-	Store  *Store
-	Reader *Reader // the default file's read pool
-	main   *fileChain
-}
-
-// Open opens the ledger at path, creating it with the schema if the file
-// does not exist, and starts the domain service over it. A file that is
-// not an effect-ledger database, or has a newer schema, is refused before
-// anything is written to it or created beside it.
-func Open(ctx context.Context, path string, opts Options) (*DB, error) {
-	s, err := OpenStore(ctx, path, opts, false)
-	if err != nil {
-		return nil, err
-	}
-	l := ledger.New(s, ledger.Config{Logger: s.opts.Logger, MaxBatch: s.opts.MaxBatch, MaxWaiters: s.opts.MaxWaiters, Now: s.opts.Now, Linger: s.opts.Linger})
-	n, err := l.Default(ctx)
-	if err != nil {
-		_ = l.Close()
-		return nil, err
-	}
-	return &DB{Namespace: n, Ledger: l, Store: s, Reader: s.reader, main: s.main}, nil
-}
-
-// Head returns the durable head of the default namespace.
-func (db *DB) Head() ledger.Head { return *db.main.head.Load() }
-
-// Path returns the absolute path of the ledger file.
-func (db *DB) Path() string { return db.Store.path }
-
-// Close closes the service and the files.
-func (db *DB) Close() error { return db.Ledger.Close() }
-
-// WriterStats returns the default file's writer work so far.
-func (db *DB) WriterStats() WriterStats { return db.main.WriterStats() }
-
 // RebuildKeys recomputes the default file's derived state (see
 // fileChain.RebuildKeys).
-func (db *DB) RebuildKeys(ctx context.Context) (int64, error) { return db.main.RebuildKeys(ctx) }
+func (s *Store) RebuildKeys(ctx context.Context) (int64, error) {
+	if s.readOnly {
+		return 0, ledger.ErrOpenedReadOnly
+	}
+	return s.main.RebuildKeys(ctx)
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/transparency-dev/merkle/testonly"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -78,7 +79,7 @@ func TestTree_OK(t *testing.T) {
 func TestTree_ErrFailedBatch(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	var failing atomic.Bool
-	db.SetBeforeCommit(func() error {
+	db.Store.SetBeforeCommit(func() error {
 		if failing.Load() {
 			return errors.New("injected failure")
 		}
@@ -101,7 +102,7 @@ func TestTree_ErrFailedBatch(t *testing.T) {
 // tree back-filled when ledgerd opens it.
 func TestTree_Backfill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := sqlite.Open(context.Background(), path, quiet)
+	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	for i := range 300 {
 		mustReserve(t, db, reserveReq(fmt.Sprintf("key-fill-%04d", i), "exec-1"))
@@ -123,7 +124,7 @@ func TestTree_Backfill(t *testing.T) {
 	// Several back-fill transactions, the last one partial; each stores
 	// hundreds of hashes in multi-row INSERTs of 2^k rows.
 	defer sqlite.SetBackfillChunk(257)()
-	db, err = sqlite.Open(context.Background(), path, quiet)
+	db, err = ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	defer db.Close()
 	checkTree(t, db.Reader)
@@ -137,7 +138,7 @@ func TestTree_Backfill(t *testing.T) {
 // one it signed before the cut.
 func TestTree_ErrTruncated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := sqlite.Open(context.Background(), path, quiet)
+	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
 	require.NoError(t, err)
 	for i := range 6 {
 		mustReserve(t, db, reserveReq(fmt.Sprintf("key-cut-%04d", i), "exec-1"))
@@ -159,12 +160,12 @@ func TestTree_ErrTruncated(t *testing.T) {
 
 	repair := quiet
 	repair.Repair = true
-	db, err = sqlite.Open(ctx, path, repair)
+	db, err = ledgertest.OpenPath(ctx, path, repair)
 	require.NoError(t, err)
 	_, err = db.RebuildKeys(ctx)
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
-	db, err = sqlite.Open(ctx, path, quiet)
+	db, err = ledgertest.OpenPath(ctx, path, quiet)
 	require.NoError(t, err)
 	defer db.Close()
 	checkTree(t, db.Reader)
@@ -179,7 +180,7 @@ func TestTree_ErrTruncated(t *testing.T) {
 	assert.Equal(t, s.Note, last.Note, "nothing new was signed")
 }
 
-func newCheckpointer(tb testing.TB, db *sqlite.DB) *tlog.Checkpointer {
+func newCheckpointer(tb testing.TB, db *ledgertest.DB) *tlog.Checkpointer {
 	tb.Helper()
 	skey, _, err := tlog.GenerateKey("example.test")
 	require.NoError(tb, err)
@@ -219,7 +220,7 @@ func TestReadTile_NotOnWriter(t *testing.T) {
 
 	var blocking atomic.Bool
 	entered, release := make(chan struct{}), make(chan struct{})
-	db.SetBeforeCommit(func() error {
+	db.Store.SetBeforeCommit(func() error {
 		if blocking.Load() {
 			close(entered)
 			<-release

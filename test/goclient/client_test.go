@@ -20,8 +20,8 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // refund is the effect most tests run.
@@ -39,7 +39,7 @@ func (c *counter) fn(ctx context.Context, key string) (client.Outcome, error) {
 }
 
 // keyState reads a key's state from the ledger.
-func keyState(t *testing.T, l *sqlite.DB, key string) ledger.State {
+func keyState(t *testing.T, l *ledgertest.DB, key string) ledger.State {
 	t.Helper()
 	v, err := l.GetKey(context.Background(), key)
 	require.NoError(t, err)

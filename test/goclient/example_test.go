@@ -11,6 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -22,7 +23,7 @@ func startLedger() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -29,7 +30,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // Ledger is a real api.Server on a SQLite file in a temp dir.
 type Ledger struct {
 	Path   string
-	DB     *sqlite.DB
+	DB     *ledgertest.DB
 	Server *api.Server
 	HTTP   *httptest.Server
 }
@@ -39,7 +40,7 @@ type Ledger struct {
 func MustOpenLedger(tb testing.TB, setup ...func(*api.Server)) *Ledger {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(tb, err)
 	s := api.NewServer(db, quiet)
 	for _, f := range setup {

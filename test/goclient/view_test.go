@@ -13,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -35,7 +36,7 @@ func (c *movedClock) Advance(d time.Duration) {
 func TestClient_Key_lifetime(t *testing.T) {
 	ctx := context.Background()
 	clock := &movedClock{t: time.UnixMilli(1764475200000)}
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"),
+	db, err := ledgertest.OpenPath(ctx, filepath.Join(t.TempDir(), "ledger.db"),
 		sqlite.Options{Logger: quiet, Now: clock.Now, KeyTTL: uint64(time.Hour.Milliseconds())})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewServer(db, quiet))

@@ -1,12 +1,9 @@
-package sqlite_test
+package ledger_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,19 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // MustOpenRealDB opens a ledger on the real clock, for tests where leases
 // must end in real time.
-func MustOpenRealDB(tb testing.TB, opts sqlite.Options) *sqlite.DB {
+func MustOpenRealDB(tb testing.TB, cfg ledger.Config) *ledgertest.DB {
 	tb.Helper()
-	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), opts)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = db.Close() })
-	return db
+	return ledgertest.OpenReal(tb, cfg)
 }
 
 // waitResult is what a waiting Reserve returned and how long it took.
@@ -40,7 +33,7 @@ type waitResult struct {
 
 // startWaiter reserves req with wait_ms in a goroutine and returns once
 // the request is parked on its key.
-func startWaiter(tb testing.TB, ctx context.Context, db *sqlite.DB, req ledger.ReserveRequest, waitMS int64) <-chan waitResult {
+func startWaiter(tb testing.TB, ctx context.Context, db *ledgertest.DB, req ledger.ReserveRequest, waitMS int64) <-chan waitResult {
 	tb.Helper()
 	before := db.Waiting()
 	req.WaitMS = i64(waitMS)
@@ -115,7 +108,7 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Equal(t, uint64(2), db.Head().Seq, "nothing appended")
 	})
 	t.Run("OK lease ends, idempotent takes over", func(t *testing.T) {
-		db := MustOpenRealDB(t, sqlite.Options{})
+		db := MustOpenRealDB(t, ledger.Config{})
 		req := reserveReq(key, "exec-1")
 		req.Idempotent, req.LeaseMS = true, i64(300)
 		mustReserve(t, db, req)
@@ -128,7 +121,7 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Less(t, r.elapsed, 3*time.Second, "woken at the lease's end, not at wait_ms")
 	})
 	t.Run("ErrUnsafeResume lease ends, not idempotent", func(t *testing.T) {
-		db := MustOpenRealDB(t, sqlite.Options{})
+		db := MustOpenRealDB(t, ledger.Config{})
 		req := reserveReq(key, "exec-1")
 		req.LeaseMS = i64(300)
 		mustReserve(t, db, req)
@@ -153,7 +146,7 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Equal(t, uint64(1), db.Head().Seq)
 	})
 	t.Run("OK a takeover by another waiter is waited on in turn", func(t *testing.T) {
-		db := MustOpenRealDB(t, sqlite.Options{})
+		db := MustOpenRealDB(t, ledger.Config{})
 		req := reserveReq(key, "exec-1")
 		req.Idempotent, req.LeaseMS = true, i64(200)
 		mustReserve(t, db, req)
@@ -245,7 +238,7 @@ func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
 // TestDB_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
 // once, as without wait_ms.
 func TestDB_Reserve_waitLimit(t *testing.T) {
-	db := MustOpenRealDB(t, sqlite.Options{MaxWaiters: 1})
+	db := MustOpenRealDB(t, ledger.Config{MaxWaiters: 1})
 	mustReserve(t, db, reserveReq(key, "exec-1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

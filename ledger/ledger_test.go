@@ -1,11 +1,8 @@
-package sqlite_test
+package ledger_test
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,11 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
-
-const key = "refund-order-1234"
 
 // TestDB_Reserve walks every row of the SPEC §4 reserve table.
 func TestDB_Reserve(t *testing.T) {
@@ -26,7 +21,7 @@ func TestDB_Reserve(t *testing.T) {
 		desc string
 		// setup brings key into a state; it returns the seq the new
 		// receipt must reference.
-		setup      func(t *testing.T, db *sqlite.DB, clock *Clock) uint64
+		setup      func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64
 		req        func(r ledger.ReserveRequest) ledger.ReserveRequest
 		wantErr    string
 		wantStatus string
@@ -48,7 +43,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another tool",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				return 0
 			},
@@ -57,7 +52,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another effect",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				return 0
 			},
@@ -66,7 +61,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another input",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				return 0
 			},
@@ -78,7 +73,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "input given where the stored input_hash is empty",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Input = nil
 				mustReserve(t, db, r)
@@ -88,7 +83,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "succeeded key is replayed",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				res := mustReserve(t, db, reserveReq(key, "exec-1"))
 				return mustCommit(t, db, succeed(key, res.Reservation)).Receipt.Seq
 			},
@@ -97,7 +92,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "replay without input still matches (empty input_hash matches any)",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				res := mustReserve(t, db, reserveReq(key, "exec-1"))
 				return mustCommit(t, db, succeed(key, res.Reservation)).Receipt.Seq
 			},
@@ -106,7 +101,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "reserved key is in progress",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				return 0
 			},
@@ -114,7 +109,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "interrupted idempotent key is taken over",
-			setup: func(t *testing.T, db *sqlite.DB, clock *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent = true
 				res := mustReserve(t, db, r)
@@ -126,7 +121,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "interrupted non-idempotent key needs a person",
-			setup: func(t *testing.T, db *sqlite.DB, clock *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
 				mustReserve(t, db, reserveReq(key, "exec-1"))
 				clock.Advance(time.Minute)
 				return 0
@@ -139,7 +134,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "failed retryable idempotent key is retried",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent = true
 				res := mustReserve(t, db, r)
@@ -150,7 +145,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "failed non-retryable key is not retried",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent = true
 				res := mustReserve(t, db, r)
@@ -162,7 +157,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "failed retryable key not declared idempotent is not retried",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				res := mustReserve(t, db, reserveReq(key, "exec-1"))
 				mustCommit(t, db, fail(key, res.Reservation, true))
 				return 0
@@ -172,7 +167,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "retry by the same execution without a higher attempt",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent, r.Attempt = true, i64(3)
 				res := mustReserve(t, db, r)
@@ -184,7 +179,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "takeover by the same execution without a higher attempt",
-			setup: func(t *testing.T, db *sqlite.DB, clock *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent = true
 				mustReserve(t, db, r)
@@ -195,7 +190,7 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "retry by a new execution (re-invocation) at attempt 1",
-			setup: func(t *testing.T, db *sqlite.DB, _ *Clock) uint64 {
+			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
 				r := reserveReq(key, "exec-1")
 				r.Idempotent = true
 				res := mustReserve(t, db, r)
@@ -727,113 +722,4 @@ func TestDB_hostileStrings(t *testing.T) {
 	assert.Equal(t, string(c.Result), r.Result)
 	assert.Equal(t, c.Error.Message, r.ErrorMessage)
 	verifyChain(t, db)
-}
-
-func TestOpen(t *testing.T) {
-	t.Run("ErrNotLedger", func(t *testing.T) {
-		path := t.TempDir() + "/other.db"
-		other, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-		require.NoError(t, err)
-		ow, _ := other.Pools()
-		_, err = ow.Exec(`PRAGMA user_version = 0`)
-		require.NoError(t, err)
-		require.NoError(t, other.Close())
-		_, err = sqlite.Open(context.Background(), path, sqlite.Options{})
-		assert.ErrorIs(t, err, ledger.ErrNotLedger)
-	})
-	t.Run("ErrSchemaVersion", func(t *testing.T) {
-		path := t.TempDir() + "/v.db"
-		db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-		require.NoError(t, err)
-		w, _ := db.Pools()
-		_, err = w.Exec(`PRAGMA user_version = 99`)
-		require.NoError(t, err)
-		require.NoError(t, db.Close())
-		_, err = sqlite.Open(context.Background(), path, sqlite.Options{})
-		assert.ErrorIs(t, err, ledger.ErrSchemaVersion)
-	})
-	t.Run("directory", func(t *testing.T) {
-		_, err := sqlite.Open(context.Background(), t.TempDir(), sqlite.Options{})
-		assert.ErrorContains(t, err, "is a directory")
-	})
-	t.Run("unusable path", func(t *testing.T) {
-		_, err := sqlite.Open(context.Background(), t.TempDir()+"/no/such/dir/l.db", sqlite.Options{})
-		assert.Error(t, err)
-	})
-	t.Run("ErrClosed", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		require.NoError(t, db.Close())
-		_, err := db.Reserve(context.Background(), reserveReq(key, "exec-1"))
-		assert.True(t, errors.Is(err, ledger.ErrClosed))
-		assert.Equal(t, ledger.ECodeUnavailable, ledger.ErrorCode(err))
-	})
-	t.Run("reopen keeps state", func(t *testing.T) {
-		path := t.TempDir() + "/r.db"
-		clock := &Clock{t: T0}
-		db, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: clock.Now})
-		require.NoError(t, err)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
-		head := db.Head()
-		require.NoError(t, db.Close())
-		db, err = sqlite.Open(context.Background(), path, sqlite.Options{Now: clock.Now})
-		require.NoError(t, err)
-		defer db.Close()
-		assert.Equal(t, head, db.Head())
-		mustCommit(t, db, succeed(key, res.Reservation)) // the token survives a restart
-		verifyChain(t, db)
-	})
-}
-
-// TestDB_pragmas checks that every connection, more than the pool holds,
-// runs in WAL mode with synchronous FULL.
-func TestDB_pragmas(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	w, r := db.Pools()
-	ctx := context.Background()
-	check := func(t *testing.T, conn interface {
-		QueryRowContext(context.Context, string, ...any) *sql.Row
-	}) {
-		var mode string
-		var sync int
-		require.NoError(t, conn.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode))
-		require.NoError(t, conn.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync))
-		assert.Equal(t, "wal", mode)
-		assert.Equal(t, 2, sync, "synchronous FULL")
-	}
-	check(t, w)
-	// Hold every connection of the read pool at once, then drop them and
-	// open a fresh set, so that connections the pool creates later are
-	// checked too.
-	for round := 0; round < 3; round++ {
-		n := r.Stats().MaxOpenConnections
-		require.Positive(t, n)
-		var conns []*sql.Conn
-		for range n {
-			c, err := r.Conn(ctx)
-			require.NoError(t, err)
-			check(t, c)
-			conns = append(conns, c)
-		}
-		for _, c := range conns {
-			_ = c.Raw(func(any) error { return driver.ErrBadConn }) // discard it
-			_ = c.Close()
-		}
-	}
-	assert.GreaterOrEqual(t, r.Stats().OpenConnections, 0)
-}
-
-func TestOpen_ErrLocked(t *testing.T) {
-	path := t.TempDir() + "/l.db"
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	require.NoError(t, err)
-	_, err = sqlite.Open(context.Background(), path, sqlite.Options{})
-	require.ErrorIs(t, err, sqlite.ErrLocked)
-	assert.Contains(t, err.Error(), "pid")
-	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
-	require.NoError(t, err, "readers do not need the lock")
-	require.NoError(t, rd.Close())
-	require.NoError(t, db.Close())
-	db, err = sqlite.Open(context.Background(), path, sqlite.Options{})
-	require.NoError(t, err, "the lock is released on Close")
-	require.NoError(t, db.Close())
 }

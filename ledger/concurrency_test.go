@@ -1,4 +1,4 @@
-package sqlite_test
+package ledger_test
 
 import (
 	"context"
