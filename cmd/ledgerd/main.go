@@ -147,7 +147,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.WriteTimeout, "write-timeout", DefaultWriteTimeout, "cut responses not written within this time of the request (a reserve with wait_ms gets its wait on top)")
 	fs.IntVar(&m.CacheMiB, "cache-mib", sqlite.DefaultCacheMiB, "SQLite only: memory for page caches, every namespace together (a soft limit). More is faster once a ledger's indexes outgrow it; the operating system's file cache serves the rest")
 	fs.IntVar(&m.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "how many namespaces may exist, default included; creating one more is 507 namespace_limit (0: no limit)")
-	fs.IntVar(&m.MaxOpenNamespaces, "max-open-namespaces", 0, "SQLite only: namespace files kept open at once, the least recently used closed first (0: 64, fewer under a low descriptor limit)")
+	fs.IntVar(&m.MaxOpenNamespaces, "max-open-namespaces", 0, "SQLite only: namespace files kept open at once, the least recently used closed first (0: one per 2 MiB of --cache-mib, 4 to 64, fewer under a low descriptor limit; each open file holds about 1–2 MiB)")
 	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")

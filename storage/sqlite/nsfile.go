@@ -65,20 +65,22 @@ func (m chanMutex) tryLock() bool {
 
 func (m chanMutex) unlock() { <-m }
 
-// DefaultMaxOpenFiles bounds Options.MaxOpenFiles; the default is lower
-// when the process may open few file descriptors (each open namespace
-// file holds up to about a dozen).
+// DefaultMaxOpenFiles is the most namespace files a writing Store keeps
+// open by default.
 const DefaultMaxOpenFiles = 64
 
-// maxOpenFiles is the default bound on open namespace files: 64, or what
-// the descriptor limit leaves after a reserve for the listener and the
-// ledger file, at 16 descriptors a file.
-func maxOpenFiles() int {
+// maxOpenFiles is the default bound on open namespace files. An open file
+// holds about 1–2 MiB (its connections' page caches and statements, the
+// writer's key and tree caches), so the memory budget allows one per
+// 2 MiB of cacheMiB; and the descriptor limit, after a reserve for the
+// listener and the ledger file, one per 16 descriptors (each holds up to
+// about a dozen). At least 4, at most DefaultMaxOpenFiles.
+func maxOpenFiles(cacheMiB int) int {
+	n := cacheMiB / 2
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 8
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
+		n = min(n, (int(lim.Cur)-256)/16)
 	}
-	n := (int(lim.Cur) - 256) / 16
 	return max(4, min(DefaultMaxOpenFiles, n))
 }
 

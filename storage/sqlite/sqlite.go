@@ -66,8 +66,9 @@ type Options struct {
 	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
 	Repair bool
 	// MaxOpenFiles bounds the namespace files a writing Store keeps open
-	// at once, the least recently used closed first (default: 64, fewer
-	// when the descriptor limit is low; nsfile.go).
+	// at once, the least recently used closed first (default: one per
+	// 2 MiB of CacheMiB, 4 to 64, fewer when the descriptor limit is low;
+	// nsfile.go).
 	MaxOpenFiles int
 	// HeadRecordEvery is how often the heads of namespaces that moved are
 	// recorded in the registry (default DefaultHeadRecordInterval).
@@ -138,7 +139,7 @@ func (o *Options) defaults() {
 		o.CacheMiB = DefaultCacheMiB
 	}
 	if o.MaxOpenFiles <= 0 {
-		o.MaxOpenFiles = maxOpenFiles()
+		o.MaxOpenFiles = maxOpenFiles(o.CacheMiB)
 	}
 	if o.HeadRecordEvery <= 0 {
 		o.HeadRecordEvery = DefaultHeadRecordInterval
