@@ -15,11 +15,10 @@ const DefaultStateBudget = 56 << 20
 
 // slot is the compact state of one key: what the rules need in the common
 // case, with strings as keyed hashes (stringHash), in one 64-byte cache
-// line. Everything else (the
-// strings a violation or an audit entry names, the latest reserve's
-// recorded_at, the final receipt's error code) is read again by seq when
-// a rule needs it: the receipts at firstSeq, latestSeq and finalSeq hold
-// it, as they did when the state was built.
+// line. Everything else (the strings a violation or an audit entry names,
+// the latest reserve's recorded_at, the final receipt's error code) is
+// read again by seq when a rule needs it: the receipts at firstSeq,
+// latestSeq and finalSeq hold it, as they did when the state was built.
 type slot struct {
 	key0          uint64 // stringHash of the key
 	key1          uint32 // a second, independent hash of the key
