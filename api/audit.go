@@ -16,7 +16,7 @@ import (
 // served ledger, so that audits take no connections from the API's read
 // pool. Without it the audit reads through the ledger's own read pool.
 // Call before serving.
-func (s *Server) SetAuditSource(src verify.Source) { s.auditSrc = src }
+func (s *Server) SetAuditSource(src verify.DB) { s.auditSrc = src }
 
 // VerificationStatus reports what the periodic verifier has done
 // (*verify.Periodic). GET /v1/verification serves it.

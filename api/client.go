@@ -12,6 +12,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // Client talks to a ledgerd over its REST API. Errors the server reports
@@ -149,16 +150,19 @@ func (c *Client) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]ch
 }
 
 // Receipts pages through every receipt with seq > after, in seq order
-// (verify.Source).
+// (verify.Remote).
 func (c *Client) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
 	return c.each(ctx, ledger.ReceiptFilter{After: after, Limit: ledger.MaxPageLimit}, fn)
 }
 
 // KeyHistory pages through one key's receipts in seq order
-// (verify.KeyHistorySource).
+// (verify.Remote).
 func (c *Client) KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error {
 	return c.each(ctx, ledger.ReceiptFilter{Key: key, Limit: ledger.MaxPageLimit}, fn)
 }
+
+// A Client is what an online verification reads.
+var _ verify.Remote = (*Client)(nil)
 
 func (c *Client) each(ctx context.Context, f ledger.ReceiptFilter, fn func(*chain.Receipt) error) error {
 	for {

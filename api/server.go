@@ -55,7 +55,7 @@ type Server struct {
 	metricsAuth bool
 	limiter     *rateLimiter
 
-	auditSrc     verify.Source
+	auditSrc     verify.DB
 	auditSem     chan struct{} // one audit at a time
 	verification VerificationStatus
 	publicLog    bool         // tlog.go

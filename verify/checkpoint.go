@@ -69,52 +69,24 @@ var ErrCheckpoint = errors.New("checkpoint rejected")
 // is a hash_mismatch there, and one rewritten with recomputed hashes
 // changes the root here.
 func (c *CheckpointCheck) Check(ctx context.Context, src Source) (*CheckpointResult, error) {
-	cp, err := tlog.OpenCheckpoint(c.Note, c.Verifier, c.Namespace)
+	cp, prev, err := c.open()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+		return nil, err
 	}
 	res := &CheckpointResult{Checkpoint: cp, Latest: c.Note}
-	var prev *tlog.Checkpoint
-	if c.Previous != nil {
-		p, err := tlog.OpenCheckpoint(c.Previous, c.Verifier, c.Namespace)
-		if err != nil {
-			return nil, fmt.Errorf("%w: the checkpoint in the state file: %w", ErrCheckpoint, err)
-		}
-		prev = &p
-		if p.Origin != cp.Origin {
-			return nil, fmt.Errorf("%w: origin %q, but the state file's checkpoint is for %q", ErrCheckpoint, cp.Origin, p.Origin)
-		}
-		if p.Size > cp.Size {
-			res.Latest = c.Previous
-		}
+	if prev != nil && prev.Size > cp.Size {
+		res.Latest = c.Previous
 	}
-	sizes := map[int64]tlog.Hash{}
-	var f tlog.Frontier
-	var maxSize int64 = cp.Size
-	if prev != nil {
-		maxSize = max(maxSize, prev.Size)
-	}
-	sizes[0] = tlog.EmptyRoot
-	errStop := errors.New("stop")
-	err = src.Receipts(ctx, 0, func(r *chain.Receipt) error {
-		f.Append(r.Hash)
-		if f.Size() == cp.Size || prev != nil && f.Size() == prev.Size {
-			sizes[f.Size()] = f.Root()
-		}
-		if f.Size() >= maxSize {
-			return errStop
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStop) {
+	sizes, read, err := chainRoots(ctx, src, cp, prev)
+	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	check := func(p tlog.Checkpoint, what string) bool {
 		root, ok := sizes[p.Size]
 		switch {
 		case !ok:
-			res.Violations = append(res.Violations, Violation{Seq: uint64(f.Size()), Rule: RuleCheckpointMismatch,
-				Detail: fmt.Sprintf("%s signs %d receipts, but the chain has only %d (truncated)", what, p.Size, f.Size())})
+			res.Violations = append(res.Violations, Violation{Seq: uint64(read), Rule: RuleCheckpointMismatch,
+				Detail: fmt.Sprintf("%s signs %d receipts, but the chain has only %d (truncated)", what, p.Size, read)})
 			return false
 		case root != p.Root:
 			res.Violations = append(res.Violations, Violation{Seq: uint64(p.Size), Rule: RuleCheckpointMismatch,
@@ -132,9 +104,64 @@ func (c *CheckpointCheck) Check(ctx context.Context, src Source) (*CheckpointRes
 	if okNew && okPrev {
 		return res, nil // both are roots of this one chain: consistent
 	}
-	// One of them does not match the chain: are the two checkpoints at
-	// least consistent with each other?
-	small, large := *prev, cp
+	if v := c.fork(ctx, cp, *prev); v != nil {
+		res.Violations = append(res.Violations, *v)
+	}
+	return res, nil
+}
+
+// open checks the signatures of Note and Previous (nil without one) and
+// that both are for one origin.
+func (c *CheckpointCheck) open() (tlog.Checkpoint, *tlog.Checkpoint, error) {
+	cp, err := tlog.OpenCheckpoint(c.Note, c.Verifier, c.Namespace)
+	if err != nil {
+		return cp, nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	if c.Previous == nil {
+		return cp, nil, nil
+	}
+	p, err := tlog.OpenCheckpoint(c.Previous, c.Verifier, c.Namespace)
+	if err != nil {
+		return cp, nil, fmt.Errorf("%w: the checkpoint in the state file: %w", ErrCheckpoint, err)
+	}
+	if p.Origin != cp.Origin {
+		return cp, nil, fmt.Errorf("%w: origin %q, but the state file's checkpoint is for %q", ErrCheckpoint, cp.Origin, p.Origin)
+	}
+	return cp, &p, nil
+}
+
+// chainRoots reads the chain up to the larger checkpoint's size and
+// returns its Merkle roots at 0 and at the checkpoints' sizes it reaches,
+// and how many receipts it read.
+func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.Checkpoint) (map[int64]tlog.Hash, int64, error) {
+	sizes := map[int64]tlog.Hash{0: tlog.EmptyRoot}
+	var f tlog.Frontier
+	maxSize := cp.Size
+	if prev != nil {
+		maxSize = max(maxSize, prev.Size)
+	}
+	err := src.Receipts(ctx, 0, func(r *chain.Receipt) error {
+		f.Append(r.Hash)
+		if f.Size() == cp.Size || prev != nil && f.Size() == prev.Size {
+			sizes[f.Size()] = f.Root()
+		}
+		if f.Size() >= maxSize {
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return nil, 0, err
+	}
+	return sizes, f.Size(), nil
+}
+
+// fork decides, when one of two checkpoints does not match the chain,
+// whether they are at least consistent with each other: a violation if
+// they sign two roots at one size, or the larger does not prove it
+// extends the smaller (a Prover that gives no proof counts as no).
+func (c *CheckpointCheck) fork(ctx context.Context, cp, prev tlog.Checkpoint) *Violation {
+	small, large := prev, cp
 	if small.Size > large.Size {
 		small, large = large, small
 	}
@@ -154,10 +181,10 @@ func (c *CheckpointCheck) Check(ctx context.Context, src Source) (*CheckpointRes
 			fork = true
 		}
 	}
-	if fork {
-		res.Violations = append(res.Violations, Violation{Seq: uint64(small.Size), Rule: RuleCheckpointFork, Detail: detail})
+	if !fork {
+		return nil
 	}
-	return res, nil
+	return &Violation{Seq: uint64(small.Size), Rule: RuleCheckpointFork, Detail: detail}
 }
 
 // stateWithCheckpoint is the --state file with the latest verified

@@ -11,7 +11,7 @@ import (
 )
 
 // DerivedSource can list the ledger's derived keys table in key byte
-// order, the order of KeySource.KeyReceipts, so that the verifier can
+// order, the order of DB.KeyReceipts, so that the verifier can
 // cross-check it against the replayed state with a merge join. The scan
 // and the receipts are read in different snapshots, so while ledgerd
 // writes a key can look different in the two; KeyDrift re-checks such a

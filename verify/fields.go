@@ -59,8 +59,12 @@ func checkFields(col *collector, r *chain.Receipt) {
 	if r.RefSeq >= r.Seq && r.RefSeq != 0 {
 		bad("ref_seq %d does not name an earlier receipt", r.RefSeq)
 	}
+	checkKindFields(bad, r)
+}
 
-	// What each kind carries (SPEC §2).
+// checkKindFields reports the fields r's kind never carries or carries
+// with a value no ledger writes (SPEC §2).
+func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 	switch r.Kind {
 	case chain.KindReserve, chain.KindReplay:
 		notOn(bad, r.Kind, "outcome", r.Outcome)

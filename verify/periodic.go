@@ -128,13 +128,13 @@ func (t auditTotals) export(m *periodicMetrics) {
 	m.auditResolutions.WithLabelValues().Set(float64(t.resolutions))
 }
 
-// Periodic verifies a source every Every: a full run first, then
+// Periodic verifies a ledger database every Every: a full run first, then
 // incremental runs from the last head verified clean. A run with
 // violations does not move the pinned head, so they are reported again
 // on every run until someone acts. Each completed run exports the audit's
 // totals (ledger_audit_*), carried across incremental runs.
 type Periodic struct {
-	Src    Source
+	Src    DB
 	Every  time.Duration
 	Logger *slog.Logger
 	// MaxLogged bounds the violations logged per run (default 20).

@@ -10,44 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
-
-var _ verify.SeqSource = (*sqlite.Reader)(nil)
-
-// keyOrdered is a SQLite reader without GetReceipt: not a SeqSource, so
-// the verifier takes the two concurrent passes (seq order for the chain,
-// key order for the states) it took before the single pass.
-type keyOrdered struct{ rd *sqlite.Reader }
-
-func (k keyOrdered) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	return k.rd.Receipts(ctx, after, fn)
-}
-
-func (k keyOrdered) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	return k.rd.KeyReceipts(ctx, after, fn)
-}
-
-func (k keyOrdered) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
-	return k.rd.Keys(ctx, fn)
-}
-
-func (k keyOrdered) KeyDrift(ctx context.Context, key string) ([]string, error) {
-	return k.rd.KeyDrift(ctx, key)
-}
-
-func (k keyOrdered) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
-	return k.rd.DuplicateSuccesses(ctx, fn)
-}
-
-func (k keyOrdered) KeyTTL(ctx context.Context) (uint64, error) { return k.rd.KeyTTL(ctx) }
-
-func (k keyOrdered) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
-	return k.rd.RepeatedFailures(ctx, tool, fn)
-}
 
 // threeWays verifies path in the key-ordered passes, in the single pass
 // and in the single pass with a budget of one byte (four slots: every
@@ -63,7 +29,7 @@ func threeWays(t *testing.T, path string, opts verify.Opts) *verify.Report {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
 
-	want, err := verify.New(keyOrdered{rd}, opts).Check(ctx)
+	want, err := verify.NewKeyOrdered(rd, opts).Check(ctx)
 	require.NoError(t, err)
 	single, err := verify.New(rd, opts).Check(ctx)
 	require.NoError(t, err)

@@ -3,14 +3,19 @@
 // the chain extends a head pinned earlier, and reports runtime retries,
 // re-invocations, duplicate effects, repeated failures, interrupted and
 // failed keys and operator resolutions.
+//
+// A Verifier reads either a ledger database (New) or a server (NewRemote).
+// What it reads decides how it checks: a full run of a database reads the
+// chain once, in seq order, the key states compact and bounded (seqpass.go);
+// an incremental run of a database reads the chain and, beside it, the keys
+// it touches in key order (keypass.go); a server's chain is read in seq
+// order with every key state in memory (memory.go).
 package verify
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -23,76 +28,40 @@ type Source interface {
 	Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
 }
 
-// KeySource is a Source that can also yield the receipts of every key that
-// has a receipt after a seq, grouped by key and in seq order within a key.
-// With it the state checks hold one key in memory at a time.
-type KeySource interface {
+// DB is a ledger database read without its write lock: a namespace of
+// either driver (ledger.ChainReader) or a SQLite file (*sqlite.Reader).
+// Besides the chain it answers the queries that bound a check's memory:
+// receipts grouped by key, one receipt by seq, the derived keys table and
+// the duplicate and repeated-failure groupings.
+type DB interface {
 	Source
+	DerivedSource
+	DuplicateSource
+	RepeatSource
+	// KeyReceipts yields every reserve, commit and resolve after a seq,
+	// grouped by key in key byte order and in seq order within a key.
 	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
-}
-
-// KeyHistorySource is a Source that can yield one key's receipts in seq
-// order. Incremental runs on a plain Source use it for the keys touched
-// after the pinned head.
-type KeyHistorySource interface {
-	Source
-	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
-}
-
-// KeyTTLSource is a Source that knows the ledger's key_ttl_ms (SPEC §12),
-// stored with the ledger: a file or database, or a server that lists it.
-type KeyTTLSource interface {
-	Source
+	// GetReceipt reads the receipt at seq, for the key states a full run
+	// holds as hashes and seqs.
+	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
+	// Head sizes a full run's key state table (at most one key per
+	// receipt); a failed read only leaves the table to grow.
+	Head(ctx context.Context) (ledger.Head, error)
+	// KeyTTL is the key_ttl_ms stored with the ledger (SPEC §12).
 	KeyTTL(ctx context.Context) (uint64, error)
 }
 
-// Rules a violation can name (SPEC §5). RuleDerivedState is reported when a
-// derived table disagrees with the receipts; RuleInvalidField when a field
-// holds a value no ledger writes.
-const (
-	RuleGenesis              = "genesis"
-	RuleSeqGap               = "seq_gap"
-	RuleBrokenLink           = "broken_link"
-	RuleHashMismatch         = "hash_mismatch"
-	RuleCommitWithoutReserve = "commit_without_reserve"
-	RuleDoubleFinalization   = "double_finalization"
-	RuleReserveAfterSuccess  = "reserve_after_success"
-	RuleRetryNotAllowed      = "retry_not_allowed"
-	RuleReplayWithoutSuccess = "replay_without_success"
-	RuleAttemptOrder         = "attempt_order"
-	RuleFingerprintChanged   = "fingerprint_changed"
-	RuleHeadMismatch         = "head_mismatch"
-	RuleDerivedState         = "derived_state"
-	RuleInvalidField         = "invalid_field"
-)
-
-// Pin is a verified head: the chain must keep the receipt at Seq with Hash.
-type Pin struct {
-	Seq  uint64 `json:"seq"`
-	Hash string `json:"hash"`
+// Remote is a ledger served over the API (*api.Client): its chain in seq
+// order, one key's receipts at a time for incremental runs, and the
+// key_ttl_ms the server lists for the namespace (SPEC §12).
+type Remote interface {
+	Source
+	// KeyHistory yields one key's receipts in seq order.
+	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
+	KeyTTL(ctx context.Context) (uint64, error)
 }
 
-// Violation is one broken rule.
-type Violation struct {
-	Seq    uint64 `json:"seq"`
-	Rule   string `json:"rule"`
-	Detail string `json:"detail"`
-}
-
-// Report is the result of a check, in the JSON form of SPEC §5.
-type Report struct {
-	OK       bool   `json:"ok"`
-	Receipts uint64 `json:"receipts"`
-	Head     Pin    `json:"head"`
-	// Violations holds the first Opts.MaxViolations; ViolationsTotal
-	// counts them all.
-	Violations      []Violation `json:"violations"`
-	ViolationsTotal int         `json:"violations_total"`
-	// Checked is how many receipts were rehashed (fewer than Receipts on
-	// an incremental run).
-	Checked uint64 `json:"checked"`
-	Audit   *Audit `json:"audit"`
-}
+var _ DB = ledger.ChainReader(nil)
 
 // Opts configure a Verifier.
 type Opts struct {
@@ -115,23 +84,35 @@ type Opts struct {
 	Progress func(seq uint64)
 	// Filter narrows the audit.
 	Filter AuditFilter
-	// KeyTTL is the key_ttl_ms the key state rules apply (SPEC §12) when
-	// the source is not a KeyTTLSource; a KeyTTLSource's own wins.
-	KeyTTL uint64
-	// StateBudget bounds the memory of the key states of a full run over a
-	// SeqSource (bytes; 0: DefaultStateBudget). Keys beyond it are spilled
+	// StateBudget bounds the memory of the key states of a full run of a
+	// database (bytes; 0: DefaultStateBudget). Keys beyond it are spilled
 	// to temporary files and replayed from there: slower, same report.
 	StateBudget int
 }
 
-// Verifier checks one Source.
+// Verifier checks one ledger: a database or a server.
 type Verifier struct {
-	src  Source
-	opts Opts
+	db     DB     // set by New
+	remote Remote // set by NewRemote
+	src    Source // the one of them that is set
+	keyTTL func(context.Context) (uint64, error)
+	opts   Opts
+	// keyOrder makes a full run of a database read the key states in key
+	// order, as an incremental run does (the tests compare the two).
+	keyOrder bool
 }
 
-// New returns a Verifier of src.
-func New(src Source, opts Opts) *Verifier {
+// New returns a Verifier of a ledger database.
+func New(db DB, opts Opts) *Verifier {
+	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, opts: defaults(opts)}
+}
+
+// NewRemote returns a Verifier of a ledger served over the API.
+func NewRemote(src Remote, opts Opts) *Verifier {
+	return &Verifier{remote: src, src: src, keyTTL: src.KeyTTL, opts: defaults(opts)}
+}
+
+func defaults(opts Opts) Opts {
 	if opts.MaxViolations <= 0 {
 		opts.MaxViolations = 100
 	}
@@ -141,27 +122,52 @@ func New(src Source, opts Opts) *Verifier {
 	if opts.StateBudget <= 0 {
 		opts.StateBudget = DefaultStateBudget
 	}
-	return &Verifier{src: src, opts: opts}
+	return opts
 }
 
 // ErrIncrementalNeedsPin means Incremental was set without Pinned.
 var ErrIncrementalNeedsPin = errors.New("incremental verification needs a pinned head (--state)")
 
 // Check runs every check and returns the report. The error is non-nil
-// only when the source could not be read; broken rules are in the report.
-//
-// A full run of a SeqSource (the SQLite file, PostgreSQL) reads the chain
-// once, in seq order: the chain checks and the key states share the pass,
-// the key states compact and bounded by Opts.StateBudget (see single.go).
-// Any other run of a KeySource (an incremental one) reads the chain in seq
-// order and, concurrently, the receipts of the keys it touches in key
-// order, one key in memory at a time. Otherwise the state checks ride on
-// the chain pass and hold every key in memory.
+// only when the ledger could not be read; broken rules are in the report.
 func (v *Verifier) Check(ctx context.Context) (*Report, error) {
+	r, err := v.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case v.remote != nil:
+		err = v.memoryPass(ctx, r)
+	case r.from == 0 && !v.keyOrder:
+		err = v.seqPass(ctx, r)
+	default:
+		err = v.keyPasses(ctx, r)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	return r.report(v.opts.MaxViolations), nil
+}
+
+// run is the state of one check, shared by the strategies.
+type run struct {
+	from     uint64 // receipts up to from are trusted
+	ttl, now uint64
+	chainCol *collector
+	stateCol *collector
+	audit    *auditBuilder
+	state    *stateChecker
+	cc       *chainChecker
+	dups     []DuplicateEffect
+	repeats  []RepeatedFailure
+}
+
+// begin decides what an incremental run may trust and sets up the checks.
+func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if v.opts.Incremental && v.opts.Pinned == nil {
 		return nil, ErrIncrementalNeedsPin
 	}
-	var from uint64 // receipts up to from are trusted
+	r := &run{}
 	var fromHash chain.Hash
 	if v.opts.Incremental && v.opts.Pinned.Seq > 0 {
 		ok, err := v.prefixIntact(ctx)
@@ -169,253 +175,38 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		if ok {
-			from = v.opts.Pinned.Seq
+			r.from = v.opts.Pinned.Seq
 			if fromHash, err = chain.ParseHash(v.opts.Pinned.Hash); err != nil {
 				return nil, fmt.Errorf("verify: pinned head: %w", err)
 			}
 		} // else nothing can be trusted: a full run finds what happened
 	}
-	ttl := v.opts.KeyTTL
-	if ts, ok := v.src.(KeyTTLSource); ok {
-		var err error
-		if ttl, err = ts.KeyTTL(ctx); err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
-		}
+	var err error
+	if r.ttl, err = v.keyTTL(ctx); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
 	}
-	now := uint64(v.opts.Now().UnixMilli())
-	chainCol := &collector{max: v.opts.MaxViolations}
-	stateCol := &collector{max: v.opts.MaxViolations}
-	audit := newAuditBuilder(v.opts.Filter, from)
-	state := newStateChecker(stateCol, audit, from, ttl)
-	cc := newChainChecker(chainCol, v.opts, from, fromHash)
+	r.now = uint64(v.opts.Now().UnixMilli())
+	r.chainCol = &collector{max: v.opts.MaxViolations}
+	r.stateCol = &collector{max: v.opts.MaxViolations}
+	r.audit = newAuditBuilder(v.opts.Filter, r.from)
+	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
+	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash)
+	return r, nil
+}
 
-	var dups []DuplicateEffect
-	var repeats []RepeatedFailure
-	// Without a RepeatSource, repeated failures are found in the seq-ordered
-	// chain pass; on an incremental run that pass starts at the pinned head,
-	// so only failures among the receipts read are seen.
-	finder := newRepeatFinder()
-	if ks, ok := v.src.(KeySource); ok {
-		ds, dupSource := v.src.(DuplicateSource)
-		if dupSource {
-			audit.dups = nil // found by the source, in constant memory
-		}
-		rs, repeatSource := v.src.(RepeatSource)
-		if repeatSource {
-			finder = nil
-		}
-		// A full run of a SeqSource replays the keys in the chain pass; any
-		// other run reads them grouped by key, concurrently.
-		ss, single := v.src.(SeqSource)
-		single = single && from == 0
-		var sp *singlePass
-		var top *level
-		if single {
-			stateCol.bySeq = true
-			// The single pass checks the keys table itself (level.keyRow);
-			// the driftChecker only collects and re-checks its suspects.
-			sp = &singlePass{ctx: ctx, src: ss, state: state, drift: &driftChecker{col: stateCol, src: ss},
-				budget: v.opts.StateBudget, now: now}
-			defer sp.cleanup()
-			var hint uint64 // at most one key per receipt: the head's seq
-			switch hs := v.src.(type) {
-			case interface {
-				Head(context.Context) (ledger.Head, error)
-			}:
-				if h, err := hs.Head(ctx); err == nil {
-					hint = h.Seq
-				}
-			case interface {
-				ReadHead(context.Context) (ledger.Head, error)
-			}:
-				if h, err := hs.ReadHead(ctx); err == nil {
-					hint = h.Seq
-				}
-			}
-			sp.hint = hint
-			var err error
-			if top, err = sp.newLevel(0, hint); err != nil {
-				return nil, fmt.Errorf("verify: %w", err)
-			}
-			level0 := top
-			defer func() {
-				if level0.table != nil {
-					level0.table.release()
-				}
-			}()
-		}
-		statePass := make(chan error, 1)
-		if !single {
-			go func() { statePass <- v.keyPass(ctx, ks, state, stateCol, from, now) }()
-		}
-		// A single pass notes each success's (tool, input_hash): when no two
-		// share one, which is the usual case, the duplicate query is not
-		// run at all.
-		var succ *successSet
-		if single && dupSource && sp.hint > 0 {
-			succ = newSuccessSet(sp, sp.hint)
-		}
-		// The grouping queries run one after the other on one connection,
-		// beside the pass(es).
-		// A single pass also watches for a failure the repeated-failures
-		// query could start from: the query starts at the first one, and
-		// does not run when the pass ends without one.
-		var fails *failureGate
-		if single && repeatSource {
-			fails = newFailureGate()
-		}
-		queryPass := make(chan error, 1)
-		go func() {
-			var errD, errR error
-			if dupSource && succ == nil {
-				dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
-			}
-			if repeatSource && errD == nil && fails.wait() {
-				repeats, errR = readRepeats(ctx, rs, v.opts.Filter, from)
-			}
-			queryPass <- errors.Join(errD, errR)
-		}()
-		// In a single pass the chain checks and then the key states run on
-		// goroutines of their own, batches behind the reading.
-		var spErr error
-		var replay *batcher
-		chainStep := func(r *chain.Receipt) {
-			cc.add(r)
-			if finder != nil {
-				finder.add(r)
-			}
-			if succ != nil {
-				succ.add(r)
-			}
-			if fails != nil {
-				fails.see(r)
-			}
-		}
-		if top != nil {
-			replay = newBatcher(chainStep, func(r *chain.Receipt) {
-				if top == nil || spErr != nil {
-					return
-				}
-				if len(r.Malformed) > 0 {
-					// Re-reading by seq needs well-formed rows: the state
-					// checks of an edited file take the key-ordered pass.
-					top = nil
-					return
-				}
-				e := eventOf(r)
-				spErr = top.add(&e, r)
-			})
-		}
-		err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
-			if replay != nil {
-				replay.add(r)
-			} else {
-				chainStep(r)
-			}
-			return nil
-		})
-		if replay != nil {
-			replay.close()
-		}
-		fails.passDone()
-		// The successes noted are compared (sorted, partition files read
-		// back) beside the key states' work after the pass.
-		dupPass := make(chan error, 1)
-		if succ != nil && err == nil {
-			go func() {
-				var errD error
-				if succ.mayRepeat() {
-					dups, errD = readDuplicates(ctx, ds, v.opts.Filter, from)
-				}
-				dupPass <- errD
-			}()
-		} else {
-			dupPass <- nil
-		}
-		if single {
-			switch {
-			case err != nil:
-			case spErr != nil:
-				err = spErr
-			case top != nil:
-				err = top.finish(func(fn func(*ledger.KeyRecord) error) error { return ss.Keys(ctx, fn) })
-				if err == nil {
-					err = sp.drift.finish(ctx)
-				}
-			default:
-				stateCol = &collector{max: v.opts.MaxViolations}
-				dupsOff := audit.dups == nil
-				audit = newAuditBuilder(v.opts.Filter, from)
-				if dupsOff {
-					audit.dups = nil
-				}
-				state = newStateChecker(stateCol, audit, from, ttl)
-				err = v.keyPass(ctx, ks, state, stateCol, from, now)
-			}
-			statePass <- nil
-		}
-		err = errors.Join(err, <-statePass, <-queryPass, <-dupPass)
-		if err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
-		}
-	} else {
-		var touched map[string]struct{}
-		if from > 0 {
-			touched = map[string]struct{}{}
-		}
-		if err := v.src.Receipts(ctx, from, func(r *chain.Receipt) error {
-			cc.add(r)
-			if touched != nil {
-				touched[r.IdempotencyKey] = struct{}{}
-			} else {
-				state.add(r)
-				finder.add(r)
-			}
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("verify: %w", err)
-		}
-		if touched != nil {
-			hs, ok := v.src.(KeyHistorySource)
-			if !ok {
-				return nil, errors.New("verify: this source cannot load key histories for an incremental run")
-			}
-			// The touched keys' histories come key by key: the finder
-			// gets what matters to it sorted by seq. It sees the failures
-			// of touched keys only, so an incremental online run misses a
-			// repeat of a call that failed under an older, untouched key.
-			var forFinder []chain.Receipt
-			for key := range touched {
-				if err := hs.KeyHistory(ctx, key, func(r *chain.Receipt) error {
-					state.add(r)
-					if finder.wanted(r) {
-						forFinder = append(forFinder, *r)
-					}
-					return nil
-				}); err != nil {
-					return nil, fmt.Errorf("verify: %w", err)
-				}
-				state.flush(key, now)
-			}
-			finder.addUnordered(forFinder)
-		}
-		state.finish(now)
-	}
-	if finder != nil {
-		repeats = finder.list(v.opts.Filter, from)
-	}
-	cc.finish()
-
-	violations := mergeViolations(v.opts.MaxViolations, chainCol, stateCol)
+// report ends the chain checks and builds the report.
+func (r *run) report(maxViolations int) *Report {
+	r.cc.finish()
+	violations := mergeViolations(maxViolations, r.chainCol, r.stateCol)
 	return &Report{
 		OK:              len(violations) == 0,
-		Receipts:        cc.count,
-		Head:            Pin{Seq: cc.lastSeq, Hash: cc.prev.String()},
+		Receipts:        r.cc.count,
+		Head:            Pin{Seq: r.cc.lastSeq, Hash: r.cc.prev.String()},
 		Violations:      violations,
-		ViolationsTotal: chainCol.total + stateCol.total,
-		Checked:         cc.checked,
-		Audit:           audit.build(dups, repeats),
-	}, nil
+		ViolationsTotal: r.chainCol.total + r.stateCol.total,
+		Checked:         r.cc.checked,
+		Audit:           r.audit.build(r.dups, r.repeats),
+	}
 }
 
 // errStop ends a scan early.
@@ -460,79 +251,4 @@ func (v *Verifier) prefixIntact(ctx context.Context) (bool, error) {
 		}
 	}
 	return true, nil
-}
-
-// keyPass runs the state checks in key order, and on full runs of a
-// DerivedSource cross-checks the keys table against the replayed state.
-func (v *Verifier) keyPass(ctx context.Context, ks KeySource, state *stateChecker, col *collector, from, now uint64) error {
-	if ds, ok := ks.(DerivedSource); ok && from == 0 {
-		state.drift = newDriftChecker(ctx, col, ds)
-	}
-	err := ks.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
-		state.addGrouped(r, now)
-		return nil
-	})
-	state.finish(now)
-	if state.drift != nil {
-		if derr := state.drift.finish(ctx); err == nil {
-			err = derr
-		}
-	}
-	return err
-}
-
-// mergeViolations orders the violations of both passes by seq and keeps
-// the first max.
-func mergeViolations(max int, cols ...*collector) []Violation {
-	out := []Violation{}
-	for _, c := range cols {
-		out = append(out, c.list...)
-	}
-	slices.SortStableFunc(out, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
-	if len(out) > max {
-		out = out[:max]
-	}
-	return out
-}
-
-// collector keeps the first max violations and counts them all. With
-// bySeq set, violations may come in any seq order (the key states of a
-// single pass replayed from spill files come after later receipts): it
-// keeps the max with the lowest seq, in the order found among equal seqs.
-type collector struct {
-	max   int
-	list  []Violation
-	total int
-	bySeq bool
-}
-
-func (c *collector) add(seq uint64, rule, detail string) {
-	c.total++
-	switch {
-	case len(c.list) < c.max:
-	case !c.bySeq:
-		return
-	case len(c.list) >= 2*c.max:
-		slices.SortStableFunc(c.list, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
-		c.list = c.list[:c.max]
-	}
-	c.list = append(c.list, Violation{Seq: seq, Rule: rule, Detail: detail})
-}
-
-func (c *collector) addf(seq uint64, rule, format string, args ...any) {
-	c.add(seq, rule, fmt.Sprintf(format, args...))
-}
-
-// ParsePin parses "SEQ:HASH".
-func ParsePin(s string) (*Pin, error) {
-	var seq uint64
-	var hash string
-	if _, err := fmt.Sscanf(s, "%d:%s", &seq, &hash); err != nil {
-		return nil, fmt.Errorf("parse head %q: want SEQ:HASH", s)
-	}
-	h, err := chain.ParseHash(hash)
-	if err != nil {
-		return nil, fmt.Errorf("parse head %q: %w", s, err)
-	}
-	return &Pin{Seq: seq, Hash: h.String()}, nil
 }

@@ -27,9 +27,8 @@ import (
 )
 
 var (
-	_ verify.KeySource        = (*sqlite.Reader)(nil)
-	_ verify.DerivedSource    = (*sqlite.Reader)(nil)
-	_ verify.KeyHistorySource = (*api.Client)(nil)
+	_ verify.DB     = (*sqlite.Reader)(nil)
+	_ verify.Remote = (*api.Client)(nil)
 )
 
 // clock is a settable test clock.
@@ -270,7 +269,7 @@ func TestVerifier_tamper(t *testing.T) {
 		db := openForServing(t, path)
 		srv := httptest.NewServer(api.NewServer(db, quiet))
 		defer func() { srv.Close(); _ = db.Close() }()
-		rep, err = verify.New(api.NewClient(srv.URL), opts).Check(context.Background())
+		rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
 		check("online", rep)
 	})
@@ -438,7 +437,7 @@ func TestVerifier_incremental(t *testing.T) {
 			db := openForServing(t, path)
 			srv := httptest.NewServer(api.NewServer(db, quiet))
 			defer func() { srv.Close(); _ = db.Close() }()
-			rep, err = verify.New(api.NewClient(srv.URL), opts).Check(ctx)
+			rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(ctx)
 			require.NoError(t, err)
 			check("online", rep)
 		})

@@ -64,7 +64,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	rep, err := verify.New(st, verify.Opts{Filter: filter}).Check(ctx)
+	rep, err := st.verifier(verify.Opts{Filter: filter}).Check(ctx)
 	if err != nil {
 		return err
 	}

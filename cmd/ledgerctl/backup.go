@@ -153,7 +153,7 @@ func verifyCopy(ctx context.Context, res *sqlite.BackupResult) (*verify.Report, 
 	}
 	defer rd.Close()
 	pin := &verify.Pin{Seq: res.Head.Seq, Hash: res.Head.Hash.String()}
-	rep, err := verify.New(fileStore{ChainReader: rd}, verify.Opts{ExpectHead: pin}).Check(ctx)
+	rep, err := verify.New(rd, verify.Opts{ExpectHead: pin}).Check(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("verify the copy: %w", err)
 	}

@@ -77,6 +77,9 @@ func (s *sourceFlags) registerJSON(fs *flag.FlagSet) {
 // store is what the read commands need from a file or a server.
 type store interface {
 	verify.Source
+	// verifier returns a Verifier of the store: of a database, or of a
+	// server, each with what it can answer.
+	verifier(opts verify.Opts) *verify.Verifier
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
 	// Key returns a key's state with its expiry and the current
 	// generation's receipts, or all of them with history (SPEC §12).
@@ -85,12 +88,14 @@ type store interface {
 	Close() error
 }
 
-// fileStore adapts one namespace of a database opened read-only. Its
-// method set is the whole ledger.ChainReader, so that verify finds the
-// optional sources it checks for (keys, derived state, duplicates).
+// fileStore adapts one namespace of a database opened read-only.
 type fileStore struct {
 	ledger.ChainReader
 	db ledger.Store // closed by Close; nil when someone else closes it
+}
+
+func (f fileStore) verifier(opts verify.Opts) *verify.Verifier {
+	return verify.New(f.ChainReader, opts)
 }
 
 // Close closes the database.
@@ -119,6 +124,10 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 type serverStore struct{ *api.Client }
 
 func (serverStore) Close() error { return nil }
+
+func (s serverStore) verifier(opts verify.Opts) *verify.Verifier {
+	return verify.NewRemote(s.Client, opts)
+}
 
 // Key reads a key from the server.
 func (s serverStore) Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {

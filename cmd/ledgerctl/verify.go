@@ -108,7 +108,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	start := time.Now()
-	rep, err := verify.New(st, opts).Check(ctx)
+	rep, err := st.verifier(opts).Check(ctx)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 			return err
 		}
 		start := time.Now()
-		rep, err := verify.New(st, opts).Check(ctx)
+		rep, err := st.verifier(opts).Check(ctx)
 		if err != nil {
 			return fmt.Errorf("namespace %s: %w", ns, err)
 		}

@@ -235,10 +235,8 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	assert.Equal(t, verify.RuleReserveAfterSuccess, rep.Violations[0].Rule)
 }
 
-// noTTL is a plain verify.Source over a reader: it hides the key TTL, so
-// that the verifier applies Opts.KeyTTL (0).
-type noTTL struct{ r ledger.ChainReader }
+// noTTL is a reader whose key TTL reads 0, as a ledger made before key
+// lifetimes would.
+type noTTL struct{ ledger.ChainReader }
 
-func (s noTTL) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	return s.r.Receipts(ctx, after, fn)
-}
+func (noTTL) KeyTTL(context.Context) (uint64, error) { return 0, nil }

@@ -1,0 +1,60 @@
+package verify
+
+import (
+	"context"
+	"errors"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// keyPasses checks a database in two concurrent passes: the chain in seq
+// order, from the pinned head on an incremental run, and the key states
+// in key order, one key in memory at a time, for the keys with a receipt
+// after it. The database groups the duplicate effects and the repeated
+// failures itself, on a connection of their own beside the passes.
+func (v *Verifier) keyPasses(ctx context.Context, r *run) error {
+	r.audit.dups = nil // found by the database, in constant memory
+	statePass := make(chan error, 1)
+	go func() { statePass <- keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.now) }()
+	queryPass := make(chan error, 1)
+	go func() { queryPass <- v.readGroupings(ctx, r, true, nil) }()
+	err := v.db.Receipts(ctx, r.from, func(rc *chain.Receipt) error {
+		r.cc.add(rc)
+		return nil
+	})
+	return errors.Join(err, <-statePass, <-queryPass)
+}
+
+// keyPass runs the state checks in key order, and on a full run
+// cross-checks the keys table against the replayed state.
+func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, now uint64) error {
+	if from == 0 {
+		state.drift = newDriftChecker(ctx, col, db)
+	}
+	err := db.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
+		state.addGrouped(r, now)
+		return nil
+	})
+	state.finish(now)
+	if state.drift != nil {
+		if derr := state.drift.finish(ctx); err == nil {
+			err = derr
+		}
+	}
+	return err
+}
+
+// readGroupings runs the database's grouping queries one after the other
+// on one connection: the duplicate successes (unless dups is false: a
+// single pass decides after the chain whether they are needed) and the
+// repeated failures, once fails lets them (a nil gate: at once).
+func (v *Verifier) readGroupings(ctx context.Context, r *run, dups bool, fails *failureGate) error {
+	var errD, errR error
+	if dups {
+		r.dups, errD = readDuplicates(ctx, v.db, v.opts.Filter, r.from)
+	}
+	if errD == nil && fails.wait() {
+		r.repeats, errR = readRepeats(ctx, v.db, v.opts.Filter, r.from)
+	}
+	return errors.Join(errD, errR)
+}

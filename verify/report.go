@@ -1,0 +1,113 @@
+package verify
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Rules a violation can name (SPEC §5). RuleDerivedState is reported when a
+// derived table disagrees with the receipts; RuleInvalidField when a field
+// holds a value no ledger writes.
+const (
+	RuleGenesis              = "genesis"
+	RuleSeqGap               = "seq_gap"
+	RuleBrokenLink           = "broken_link"
+	RuleHashMismatch         = "hash_mismatch"
+	RuleCommitWithoutReserve = "commit_without_reserve"
+	RuleDoubleFinalization   = "double_finalization"
+	RuleReserveAfterSuccess  = "reserve_after_success"
+	RuleRetryNotAllowed      = "retry_not_allowed"
+	RuleReplayWithoutSuccess = "replay_without_success"
+	RuleAttemptOrder         = "attempt_order"
+	RuleFingerprintChanged   = "fingerprint_changed"
+	RuleHeadMismatch         = "head_mismatch"
+	RuleDerivedState         = "derived_state"
+	RuleInvalidField         = "invalid_field"
+)
+
+// Pin is a verified head: the chain must keep the receipt at Seq with Hash.
+type Pin struct {
+	Seq  uint64 `json:"seq"`
+	Hash string `json:"hash"`
+}
+
+// Violation is one broken rule.
+type Violation struct {
+	Seq    uint64 `json:"seq"`
+	Rule   string `json:"rule"`
+	Detail string `json:"detail"`
+}
+
+// Report is the result of a check, in the JSON form of SPEC §5.
+type Report struct {
+	OK       bool   `json:"ok"`
+	Receipts uint64 `json:"receipts"`
+	Head     Pin    `json:"head"`
+	// Violations holds the first Opts.MaxViolations; ViolationsTotal
+	// counts them all.
+	Violations      []Violation `json:"violations"`
+	ViolationsTotal int         `json:"violations_total"`
+	// Checked is how many receipts were rehashed (fewer than Receipts on
+	// an incremental run).
+	Checked uint64 `json:"checked"`
+	Audit   *Audit `json:"audit"`
+}
+
+// mergeViolations orders the violations of both passes by seq and keeps
+// the first max.
+func mergeViolations(max int, cols ...*collector) []Violation {
+	out := []Violation{}
+	for _, c := range cols {
+		out = append(out, c.list...)
+	}
+	slices.SortStableFunc(out, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// collector keeps the first max violations and counts them all. With
+// bySeq set, violations may come in any seq order (the key states of a
+// single pass replayed from spill files come after later receipts): it
+// keeps the max with the lowest seq, in the order found among equal seqs.
+type collector struct {
+	max   int
+	list  []Violation
+	total int
+	bySeq bool
+}
+
+func (c *collector) add(seq uint64, rule, detail string) {
+	c.total++
+	switch {
+	case len(c.list) < c.max:
+	case !c.bySeq:
+		return
+	case len(c.list) >= 2*c.max:
+		slices.SortStableFunc(c.list, func(a, b Violation) int { return cmp.Compare(a.Seq, b.Seq) })
+		c.list = c.list[:c.max]
+	}
+	c.list = append(c.list, Violation{Seq: seq, Rule: rule, Detail: detail})
+}
+
+func (c *collector) addf(seq uint64, rule, format string, args ...any) {
+	c.add(seq, rule, fmt.Sprintf(format, args...))
+}
+
+// ParsePin parses "SEQ:HASH".
+func ParsePin(s string) (*Pin, error) {
+	var seq uint64
+	var hash string
+	if _, err := fmt.Sscanf(s, "%d:%s", &seq, &hash); err != nil {
+		return nil, fmt.Errorf("parse head %q: want SEQ:HASH", s)
+	}
+	h, err := chain.ParseHash(hash)
+	if err != nil {
+		return nil, fmt.Errorf("parse head %q: %w", s, err)
+	}
+	return &Pin{Seq: seq, Hash: h.String()}, nil
+}
