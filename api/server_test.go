@@ -381,10 +381,24 @@ func TestServer_maxInFlight(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free)
+	// A hold that arrives while a probe below has the other place is
+	// refused (503) and tries again, so both end up held.
 	for range 2 {
 		go func() {
-			if res, err := srv.Client().Get(srv.URL + "/test/hold"); err == nil {
+			for {
+				res, err := srv.Client().Get(srv.URL + "/test/hold")
+				if err != nil {
+					return
+				}
 				res.Body.Close()
+				if res.StatusCode != http.StatusServiceUnavailable {
+					return
+				}
+				select {
+				case <-release:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
 			}
 		}()
 	}
