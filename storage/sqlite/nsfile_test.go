@@ -88,3 +88,29 @@ func TestNamespace_writerIdle(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 }
+
+// TestStore_closeWhileRecording: closing the store while its loop records
+// namespace heads (every millisecond here) never deadlocks.
+func TestStore_closeWhileRecording(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range 50 {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, HeadRecordEvery: time.Millisecond}, false)
+		require.NoError(t, err)
+		l := ledger.New(st, ledger.Config{Logger: quiet})
+		require.NoError(t, l.CreateNamespace(ctx, "a", 0))
+		n, err := l.NS(ctx, "a")
+		require.NoError(t, err)
+		_, err = n.Reserve(ctx, reserveReq(fmt.Sprintf("close-key-%04d", i), "exec-1"))
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- l.Close() }()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("Close did not return: a deadlock with the head-recording loop")
+		}
+	}
+}

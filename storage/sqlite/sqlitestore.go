@@ -283,15 +283,19 @@ func (s *Store) Ready(ctx context.Context) error {
 // Close closes every file.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
+	// The recording loop takes s.mu: stop it before holding s.mu.
 	if s.stopRecord != nil {
 		s.stopRecord()
 		<-s.recordDone
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
 	if !s.readOnly {
 		// The namespaces' final heads, so that the registry is exact
