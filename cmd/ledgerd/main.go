@@ -1,4 +1,5 @@
-// Command ledgerd serves the effect ledger's REST API on a SQLite file.
+// Command ledgerd serves the effect ledger's REST API over a SQLite file
+// or a PostgreSQL database.
 package main
 
 import (
