@@ -367,17 +367,18 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	handler := api.NewServer(l, m.Logger)
-	handler.SetMaxInFlight(m.MaxInFlight)
-	handler.SetMaxInFlightPerClient(m.MaxInFlightPerClient)
-	handler.SetMetricsAuth(m.MetricsAuth)
-	handler.SetRateLimit(m.RateLimit, m.RateBurst)
+	cfg := api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
+		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
+		AuditSource: rd, PublicLog: m.PublicLog}
+	if m.MaxInFlight == 0 {
+		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
+	}
 	tp, err := m.openTracing(ctx)
 	if err != nil {
 		return err
 	}
 	if tp != nil {
-		handler.SetTracerProvider(tp)
+		cfg.TracerProvider = tp
 		defer func() {
 			// After the server's shutdown: flush the spans of the last requests.
 			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
@@ -390,19 +391,19 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
 		// Replicas on one database share the limit: each enforces its part.
-		stopShare := shareRateLimit(ctx, handler, lr, m.Logger)
+		share, stopShare := shareRateLimit(ctx, lr, m.Logger)
 		defer stopShare()
+		cfg.RateLimitShare = share
 	}
-	handler.SetAuditSource(rd)
-	handler.SetPublicLog(m.PublicLog)
 	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
-		handler.SetWitnessing(svc)
+		cfg.Witnessing = svc
 	}
 	if svc != nil && m.VerifyEvery > 0 {
 		// GET /v1/verification reports the default namespace's runs; every
 		// namespace's are in the metrics, labelled by namespace.
-		handler.SetVerification(svc.Verification(ledger.DefaultNamespace))
+		cfg.Verification = svc.Verification(ledger.DefaultNamespace)
 	}
+	handler := api.NewServer(l, cfg)
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
 		return err
@@ -546,9 +547,9 @@ type liveReplicas interface {
 	LiveReplicas(ctx context.Context) (int, error)
 }
 
-// shareRateLimit keeps the handler's rate-limit share equal to the number
-// of live replicas (read every 2 s); the returned func stops it.
-func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger *slog.Logger) func() {
+// shareRateLimit returns the rate limit's share (api.Config.RateLimitShare):
+// the number of live replicas, read every 2 s until stop is called.
+func shareRateLimit(ctx context.Context, lr liveReplicas, logger *slog.Logger) (share func() int, stop func()) {
 	var n atomic.Int64
 	n.Store(1)
 	read := func(ctx context.Context) {
@@ -562,7 +563,6 @@ func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger 
 		}
 	}
 	read(ctx)
-	h.SetRateLimitShare(func() int { return int(n.Load()) })
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -578,5 +578,5 @@ func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger 
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() int { return int(n.Load()) }, func() { cancel(); <-done }
 }
