@@ -30,6 +30,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func main() {
@@ -367,42 +368,11 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	cfg := api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
-		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
-		AuditSource: rd, PublicLog: m.PublicLog}
-	if m.MaxInFlight == 0 {
-		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
-	}
-	tp, err := m.openTracing(ctx)
+	cfg, closeCfg, err := m.apiConfig(ctx, store, rd, svc, key)
 	if err != nil {
 		return err
 	}
-	if tp != nil {
-		cfg.TracerProvider = tp
-		defer func() {
-			// After the server's shutdown: flush the spans of the last requests.
-			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
-			defer cancel()
-			if err := tp.Shutdown(fctx); err != nil {
-				m.Logger.Warn("flushing traces", "err", err)
-			}
-		}()
-		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
-	}
-	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
-		// Replicas on one database share the limit: each enforces its part.
-		share, stopShare := shareRateLimit(ctx, lr, m.Logger)
-		defer stopShare()
-		cfg.RateLimitShare = share
-	}
-	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
-		cfg.Witnessing = svc
-	}
-	if svc != nil && m.VerifyEvery > 0 {
-		// GET /v1/verification reports the default namespace's runs; every
-		// namespace's are in the metrics, labelled by namespace.
-		cfg.Verification = svc.Verification(ledger.DefaultNamespace)
-	}
+	defer closeCfg()
 	handler := api.NewServer(l, cfg)
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
@@ -540,6 +510,49 @@ func (f *witnessFlag) parse() error {
 		f.list = append(f.list, w)
 	}
 	return nil
+}
+
+// apiConfig configures the API server from the flags. close, after the
+// server has shut down, stops sharing the rate limit and flushes the
+// spans of the last requests.
+func (m *Main) apiConfig(ctx context.Context, store ledger.Store, rd verify.DB, svc *nsServices,
+	key *signingKey) (cfg api.Config, close func(), err error) {
+	cfg = api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
+		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
+		AuditSource: rd, PublicLog: m.PublicLog}
+	if m.MaxInFlight == 0 {
+		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
+	}
+	tp, err := m.openTracing(ctx)
+	if err != nil {
+		return cfg, nil, err
+	}
+	flush := func() {}
+	if tp != nil {
+		cfg.TracerProvider = tp
+		flush = func() {
+			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				m.Logger.Warn("flushing traces", "err", err)
+			}
+		}
+		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
+	}
+	stopShare := func() {}
+	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
+		// Replicas on one database share the limit: each enforces its part.
+		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, lr, m.Logger)
+	}
+	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
+		cfg.Witnessing = svc
+	}
+	if svc != nil && m.VerifyEvery > 0 {
+		// GET /v1/verification reports the default namespace's runs; every
+		// namespace's are in the metrics, labelled by namespace.
+		cfg.Verification = svc.Verification(ledger.DefaultNamespace)
+	}
+	return cfg, func() { stopShare(); flush() }, nil
 }
 
 // liveReplicas is a store shared by replicas that can count them.
