@@ -12,12 +12,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
-// SetAuditSource makes GET /v1/audit read src, a read-only view of the
-// served ledger, so that audits take no connections from the API's read
-// pool. Without it the audit reads through the ledger's own read pool.
-// Call before serving.
-func (s *Server) SetAuditSource(src verify.DB) { s.auditSrc = src }
-
 // VerificationStatus reports what the periodic verifier has done
 // (*verify.Periodic). GET /v1/verification serves it.
 type VerificationStatus interface {
@@ -25,11 +19,6 @@ type VerificationStatus interface {
 }
 
 var _ VerificationStatus = (*verify.Periodic)(nil)
-
-// SetVerification makes GET /v1/verification report v's latest run.
-// Without it the route reports that periodic verification is off. Call
-// before serving.
-func (s *Server) SetVerification(v VerificationStatus) { s.verification = v }
 
 // auditQuery is the set of query parameters GET /v1/audit accepts.
 var auditQuery = map[string]bool{"since": true, "tool": true}

@@ -55,7 +55,7 @@ func tamperFile(t *testing.T, path string, seq int) {
 func TestServer_audit(t *testing.T) {
 	ctx := context.Background()
 	db, path := MustOpenDB(t)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	post := func(p, body string) response { return do(t, srv, "POST", p, body) }
 	fillAudit(t, post)
 
@@ -128,10 +128,9 @@ func TestServer_audit(t *testing.T) {
 func TestServer_auditSource(t *testing.T) {
 	ctx := context.Background()
 	db, path := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
-	s.SetAuditSource(rd)
+	s := api.NewServer(db, api.Config{Logger: quiet, AuditSource: rd})
 	srv := MustServe(t, s)
 	fillAudit(t, func(p, body string) response { return do(t, srv, "POST", p, body) })
 	r := do(t, srv, "GET", "/v1/audit", "")
@@ -160,8 +159,7 @@ func TestServer_verification(t *testing.T) {
 	require.NoError(t, err)
 	defer rd.Close()
 	serve := func(v api.VerificationStatus) *httptest.Server {
-		s := api.NewServer(db, quiet)
-		s.SetVerification(v)
+		s := api.NewServer(db, api.Config{Logger: quiet, Verification: v})
 		return MustServe(t, s)
 	}
 	p := &verify.Periodic{Src: rd, Every: 10 * time.Minute, Logger: quiet}

@@ -64,11 +64,6 @@ func (s *Server) AuthEnabled(ctx context.Context) (bool, error) {
 // yet (for tests and for deployments that must never serve open).
 func (s *Server) RequireAuth() { s.auth.latched.Store(true) }
 
-// SetMetricsAuth sets whether /metrics needs a reader token when auth is
-// on (the default): off, anyone who reaches the port reads every
-// namespace's name and head from it.
-func (s *Server) SetMetricsAuth(on bool) { s.metricsAuth = on }
-
 // roleFor returns the role a route needs, "" for open routes.
 func (s *Server) roleFor(route, method string) string {
 	if s.publicLog && isLogRoute(route) {

@@ -41,7 +41,7 @@ func TestServer_auth(t *testing.T) {
 	}
 	_, err = toks.Create(context.Background(), "reader-bot", ledger.RoleReader)
 	assert.ErrorIs(t, err, ledger.ErrTokenExists)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	bearer := func(role string) []string { return []string{"Authorization", "Bearer " + tok[role]} }
 	body := `{"idempotency_key":"auth-key-0001","execution_id":"e","tool":"t","effect":"write","lease_ms":10}`
 
@@ -101,8 +101,8 @@ func TestServer_rateLimit(t *testing.T) {
 	require.NoError(t, err)
 	b, err := toks.Create(context.Background(), "bot-b", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, quiet)
-	s.SetRateLimit(0.5, 3) // a slow refill: the test cannot outrun it
+	s := api.NewServer(db, api.Config{Logger: quiet,
+		RateLimit: 0.5, RateBurst: 3}) // a slow refill: the test cannot outrun it
 	srv := MustServe(t, s)
 	for range 3 {
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a).status)
@@ -121,9 +121,8 @@ func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, quiet)
-	s.SetRateLimit(0.5, 6)
-	s.SetRateLimitShare(func() int { return 3 })
+	s := api.NewServer(db, api.Config{Logger: quiet,
+		RateLimit: 0.5, RateBurst: 6, RateLimitShare: func() int { return 3 }})
 	srv := MustServe(t, s)
 	for range 2 {
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+a).status)
@@ -140,7 +139,7 @@ func TestServer_scopedAdmin(t *testing.T) {
 	toks := MustOpenTokens(t, path)
 	tok, err := toks.Create(context.Background(), "team-a", ledger.RoleAdmin, "a")
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	auth := []string{"Authorization", "Bearer " + tok}
 	r := do(t, srv, "POST", "/v1/namespaces", `{"name":"b"}`, auth...)
 	assert.Equal(t, 403, r.status)

@@ -32,7 +32,7 @@ func FuzzRequests(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { _ = db.Close() })
-	h := api.NewServer(db, logger)
+	h := api.NewServer(db, api.Config{Logger: logger})
 	paths := []string{"/v1/effects/reserve", "/v1/effects/fuzz-key-0001/commit", "/v1/effects/fuzz-key-0001/resolve"}
 	f.Fuzz(func(t *testing.T, route int, body string) {
 		if route < 0 {

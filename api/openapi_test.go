@@ -20,7 +20,7 @@ import (
 
 func TestServer_OpenAPIJSON(t *testing.T) {
 	db, path := MustOpenDB(t)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 
 	t.Run("OK", func(t *testing.T) {
 		res, err := http.Get(srv.URL + "/v1/openapi.json")
@@ -74,7 +74,7 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 		toks := MustOpenTokens(t, path)
 		_, err := toks.Create(context.Background(), "bot", ledger.RoleReader)
 		require.NoError(t, err)
-		srv := MustServe(t, api.NewServer(db, quiet)) // a new server reads auth at once
+		srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet})) // a new server reads auth at once
 		assert.Equal(t, 401, do(t, srv, "GET", "/v1/head", "").status)
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/openapi.json", "").status)
 	})
@@ -85,7 +85,7 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 // described operation is served.
 func TestServer_Routes(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
+	s := api.NewServer(db, api.Config{Logger: quiet})
 	doc, err := openapicheck.Load()
 	require.NoError(t, err)
 

@@ -53,24 +53,3 @@ func (l *rateLimiter) allow(name string) (bool, time.Duration) {
 	}
 	return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
 }
-
-// SetRateLimit limits each token to rate requests per second with bursts
-// of burst; beyond it requests get 429 rate_limited with Retry-After.
-// rate <= 0 removes the limit. It applies only while auth is on (tokens
-// name who is limited). Call before serving.
-func (s *Server) SetRateLimit(rate float64, burst int) {
-	if rate <= 0 {
-		s.limiter = nil
-		return
-	}
-	s.limiter = newRateLimiter(rate, burst)
-}
-
-// SetRateLimitShare makes the rate limit a total over replicas: replicas
-// returns how many ledgerd serve the database now (1 when unknown), and
-// each enforces its share. Call after SetRateLimit, before serving.
-func (s *Server) SetRateLimitShare(replicas func() int) {
-	if s.limiter != nil {
-		s.limiter.share = replicas
-	}
-}

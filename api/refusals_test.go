@@ -67,7 +67,7 @@ func TestServer_metricsScoped(t *testing.T) {
 	require.NoError(t, err)
 	writer, err := toks.Create(ctx, "gw", ledger.RoleWriter)
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	for _, ns := range []string{"payments", "hidden"} {
 		r := do(t, srv, "POST", "/v1/ns/"+ns+"/effects/reserve", `{"idempotency_key":"metric-key-0001","execution_id":"e","tool":"t","effect":"write"}`,
 			"Authorization", "Bearer "+writer)

@@ -65,34 +65,6 @@ type Server struct {
 // DefaultMaxInFlight is the default bound on concurrent API requests.
 const DefaultMaxInFlight = 1024
 
-// SetMaxInFlight bounds concurrent API requests: beyond n, requests get
-// 503 unavailable with Retry-After at once instead of queueing without
-// bound. /healthz, /readyz and /metrics are never refused. n <= 0 removes
-// the bound. It also sets the per-client bound to its default, three
-// quarters of n (see SetMaxInFlightPerClient). Call before serving.
-func (s *Server) SetMaxInFlight(n int) {
-	if n <= 0 {
-		s.adm.global, s.adm.perClient = nil, 0
-		return
-	}
-	s.adm.global = make(chan struct{}, n)
-	s.adm.perClient = max(n*3/4, 1)
-}
-
-// SetMaxInFlightPerClient bounds the concurrent API requests of any one
-// token and of any one client address: beyond n, that client's requests
-// get 503 unavailable with Retry-After while others are still served.
-// n == 0 keeps the default (three quarters of SetMaxInFlight's bound);
-// n < 0 removes the bound. Call after SetMaxInFlight, before serving.
-func (s *Server) SetMaxInFlightPerClient(n int) {
-	switch {
-	case n < 0:
-		s.adm.perClient = 0
-	case n > 0:
-		s.adm.perClient = n
-	}
-}
-
 // nsPrefix is the prefix of the namespaced form of every /v1 route
 // (SPEC §7): /v1/ns/{ns}/effects/reserve serves what /v1/effects/reserve
 // serves for the namespace default.
@@ -149,18 +121,13 @@ func canonicalRoute(route string) string {
 	return route
 }
 
-// NewServer returns a Server for l with every route of SPEC §4 in both
-// forms (SPEC §7), the namespace admin routes, the audit and verification
-// routes, and the web audit page at /ui/.
-func NewServer(l Ledger, logger *slog.Logger) *Server {
-	if logger == nil {
-		logger = slog.Default()
-	}
-	s := &Server{l: l, logger: logger, router: mux.NewRouter(),
-		auditSem: make(chan struct{}, 1)}
+// NewServer returns a Server for l, configured by cfg, with every route
+// of SPEC §4 in both forms (SPEC §7), the namespace admin routes, the
+// audit and verification routes, and the web audit page at /ui/.
+func NewServer(l Ledger, cfg Config) *Server {
+	s := &Server{l: l, router: mux.NewRouter(), auditSem: make(chan struct{}, 1)}
 	s.adm.clients = map[string]int{}
-	s.metricsAuth = true
-	s.SetMaxInFlight(DefaultMaxInFlight)
+	s.apply(cfg)
 	r := s.router
 	r.UseEncodedPath() // keys may contain '/', sent as %2F
 	r.SkipClean(true)

@@ -56,7 +56,7 @@ func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
 func MustOpenServer(tb testing.TB) (*httptest.Server, *ledgertest.DB) {
 	tb.Helper()
 	db, _ := MustOpenDB(tb)
-	return MustServe(tb, api.NewServer(db, quiet)), db
+	return MustServe(tb, api.NewServer(db, api.Config{Logger: quiet})), db
 }
 
 // response is a decoded HTTP response.
@@ -370,9 +370,8 @@ func mustJSON(v any) string {
 // beyond the bound gets 503 with Retry-After while health stays open.
 func TestServer_maxInFlight(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
-	s.SetMaxInFlight(2)
-	s.SetMaxInFlightPerClient(-1) // every request here comes from one address
+	s := api.NewServer(db, api.Config{Logger: quiet,
+		MaxInFlight: 2, MaxInFlightPerClient: -1}) // every request here comes from one address
 	release := make(chan struct{})
 	s.AddHoldRoute(release)
 	srv := MustServe(t, s)
@@ -417,9 +416,7 @@ func TestServer_maxInFlight(t *testing.T) {
 // hold no place, global or per client.
 func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
-	s.SetMaxInFlight(1)
-	s.SetMaxInFlightPerClient(1)
+	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 1, MaxInFlightPerClient: 1})
 	srv := MustServe(t, s)
 	for range 3 {
 		slowBody(t, srv.Listener.Addr().String())
@@ -457,9 +454,7 @@ func TestServer_maxInFlightPerClient(t *testing.T) {
 	require.NoError(t, err)
 	other, err := toks.Create(context.Background(), "other", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, quiet)
-	s.SetMaxInFlight(4)
-	s.SetMaxInFlightPerClient(1)
+	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 4, MaxInFlightPerClient: 1})
 	release := make(chan struct{})
 	s.AddHoldRoute(release)
 	srv := MustServe(t, s)
@@ -514,7 +509,7 @@ func TestServer_hugeArrays(t *testing.T) {
 
 func TestServer_panic(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
+	s := api.NewServer(db, api.Config{Logger: quiet})
 	s.AddPanicRoute()
 	srv := MustServe(t, s)
 	r := do(t, srv, "GET", "/test/panic", "")

@@ -27,10 +27,6 @@ func (s *Server) routeLog(r *mux.Router) {
 	s.handle("/v1/receipts/{seq}/proof", s.handlePortable, get...)
 }
 
-// SetPublicLog serves the log's checkpoint and tiles without a token even
-// when tokens exist (--public-log), so that anyone can audit it.
-func (s *Server) SetPublicLog(on bool) { s.publicLog = on }
-
 // isLogRoute reports whether a route template is one of the tlog-tiles
 // routes that --public-log opens.
 func isLogRoute(route string) bool { return strings.HasPrefix(route, logPrefix) }
@@ -41,11 +37,6 @@ func isLogRoute(route string) bool { return strings.HasPrefix(route, logPrefix) 
 type CosignedCheckpoints interface {
 	Served(ns string) *tlog.Signed
 }
-
-// SetWitnessing makes GET /log/default/checkpoint serve the cosigned
-// checkpoint of src instead of the latest stored one, and portable
-// receipts prove inclusion against it.
-func (s *Server) SetWitnessing(src CosignedCheckpoints) { s.cosigned = src }
 
 func (s *Server) handleCheckpoint(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	var c *tlog.Signed

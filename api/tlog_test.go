@@ -27,7 +27,7 @@ func getText(t *testing.T, url string) (*http.Response, string) {
 func TestServer_log(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	ctx := context.Background()
-	open := MustServe(t, api.NewServer(db, quiet))
+	open := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	res, body := getText(t, open.URL+"/log/default/checkpoint")
 	assert.Equal(t, 404, res.StatusCode, body)
 	assert.Contains(t, body, `"not_checkpointed"`)
@@ -75,9 +75,8 @@ func TestServer_log(t *testing.T) {
 	// With auth on, the log routes need a token unless the log is public;
 	// the proofs are API routes either way.
 	for _, public := range []bool{false, true} {
-		srv := api.NewServer(db, quiet)
+		srv := api.NewServer(db, api.Config{Logger: quiet, PublicLog: public})
 		srv.RequireAuth()
-		srv.SetPublicLog(public)
 		hs := MustServe(t, srv)
 		for path, open := range map[string]bool{
 			"/log/default/checkpoint":           public,

@@ -38,19 +38,6 @@ var tracedRoutes = map[string]bool{
 	"/v1/effects/{key}/resolve": true,
 }
 
-// SetTracerProvider turns tracing on: every request gets a server span
-// from tp that continues the caller's W3C traceparent, with the
-// namespace, key, decision and receipt seq of an effect request, and a
-// child span for the writer batch that made its write durable. Without
-// it (the default) requests are not traced at all. Call before serving.
-func (s *Server) SetTracerProvider(tp trace.TracerProvider) {
-	if tp == nil {
-		s.tracer = nil
-		return
-	}
-	s.tracer = tp.Tracer("github.com/effect-ledger/effect-ledger/api")
-}
-
 // requestSpan is the server span of one request, and what it reads its
 // attributes from.
 type requestSpan struct {

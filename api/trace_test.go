@@ -25,16 +25,16 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
 	return out
 }
 
-// TestServer_SetTracerProvider: a namespaced reserve and its commit are
+// TestServer_tracing: a namespaced reserve and its commit are
 // server spans with the namespace, key, decision and receipt seq, each
 // with a batch span as its child. (test/trace_test.go checks the same
 // through ledgerd's OTLP export and the caller's traceparent.)
-func TestServer_SetTracerProvider(t *testing.T) {
+func TestServer_tracing(t *testing.T) {
 	db, _ := MustOpenDB(t)
 	require.NoError(t, db.CreateNamespace(context.Background(), "payments", 0))
 	rec := tracetest.NewSpanRecorder()
-	s := api.NewServer(db, quiet)
-	s.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	s := api.NewServer(db, api.Config{Logger: quiet,
+		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
 	srv := MustServe(t, s)
 
 	post := func(path, body string) {
@@ -74,10 +74,11 @@ func BenchmarkServer_ServeHTTP(b *testing.B) {
 		{"tracing=on", sdktrace.NewTracerProvider()},
 	} {
 		db, _ := MustOpenDB(b)
-		s := api.NewServer(db, quiet)
+		cfg := api.Config{Logger: quiet}
 		if tc.tp != nil {
-			s.SetTracerProvider(tc.tp)
+			cfg.TracerProvider = tc.tp
 		}
+		s := api.NewServer(db, cfg)
 		for _, rt := range []struct{ name, method, path, body string }{
 			{"head", http.MethodGet, "/v1/head", ""},
 			{"reserve-read", http.MethodPost, "/v1/effects/reserve", `{"execution_id":"e1","tool":"t","effect":"read"}`},

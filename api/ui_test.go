@@ -89,7 +89,7 @@ func TestServer_UIAuth(t *testing.T) {
 	db, path := MustOpenDB(t)
 	_, err := MustOpenTokens(t, path).Create(context.Background(), "auditor", ledger.RoleReader)
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, quiet))
+	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 	for _, p := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
 		res, _ := get(t, srv.URL+p)
 		assert.Equal(t, 200, res.StatusCode, p)

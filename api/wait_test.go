@@ -195,8 +195,7 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 // in-flight slot, so waiters beyond --max-inflight do not starve others.
 func TestServer_Reserve_waitInFlight(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
-	s.SetMaxInFlight(2)
+	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 2})
 	srv := MustServe(t, s)
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	const n = 6
@@ -234,7 +233,7 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 // and write timeouts is not cut off by them.
 func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	db, _ := MustOpenDB(t)
-	srv := httptest.NewUnstartedServer(api.NewServer(db, quiet))
+	srv := httptest.NewUnstartedServer(api.NewServer(db, api.Config{Logger: quiet}))
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -258,10 +257,9 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 		t.Skip("1,000 connections")
 	}
 	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, quiet)
 	// One address sends all the waiters at once: its per-client bound
 	// would refuse those that have not parked yet.
-	s.SetMaxInFlightPerClient(-1)
+	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlightPerClient: -1})
 	srv := MustServe(t, s)
 	wctx := waitCtx(t) // one context for all: the heap is measured before the cleanups
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))

@@ -8,39 +8,13 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
-// keyRecord is the derived state of one idempotency key (table keys),
-// exported as KeyRecord.
-type keyRecord struct {
-	Key            string
-	Generated      bool
-	Tool           string // fingerprint, from the first reserve
-	Effect         string
-	InputHash      string
-	Idempotent     bool
-	FirstSeq       uint64 // the first reserve
-	ReserveSeq     uint64 // the latest reserve
-	LeaseExpiresAt uint64 // of the latest reserve, unix ms
-	FinalSeq       uint64 // the latest commit or resolve; 0 if none
-	// TokenHash is the SHA-256 of the latest reservation token, as bytes
-	// in a string (comparable). It is not derivable from the receipts:
-	// scans of the keys table leave it empty.
-	TokenHash string
-}
-
-// KeyRecord is one row of the derived keys table.
-type KeyRecord = keyRecord
-
 // finalized reports whether the latest reservation has an outcome.
-func (k *keyRecord) finalized() bool { return k.FinalSeq > k.ReserveSeq }
+func (k *KeyRecord) finalized() bool { return k.FinalSeq > k.ReserveSeq }
 
 // StateOf derives a key's state from its record, the receipt at
 // k.FinalSeq when the key has an outcome (else ignored) and the time now
 // (unix ms): what every driver's GetKey reports.
-func StateOf(k *KeyRecord, final *chain.Receipt, now uint64) State { return stateOf(k, final, now) }
-
-// stateOf derives a key's state. final is the receipt at k.FinalSeq when
-// k.finalized(), else ignored.
-func stateOf(k *keyRecord, final *chain.Receipt, now uint64) State {
+func StateOf(k *KeyRecord, final *chain.Receipt, now uint64) State {
 	switch {
 	case k.finalized() && final.Outcome == chain.OutcomeSucceeded:
 		return StateSucceeded
@@ -53,44 +27,26 @@ func stateOf(k *keyRecord, final *chain.Receipt, now uint64) State {
 	}
 }
 
-// writeStore is what the state machine needs from one write transaction.
-// Reads see the writes made earlier in the same transaction.
-type writeStore interface {
-	// key returns the record of key, or found false.
-	key(ctx context.Context, key string) (k keyRecord, found bool, err error)
-	// receipt returns the receipt at seq, which must exist.
-	receipt(ctx context.Context, seq uint64) (chain.Receipt, error)
-	// maxAttempt returns the highest attempt recorded for execution on
-	// key in receipts from seq since on.
-	maxAttempt(ctx context.Context, key, execution string, since uint64) (max uint64, found bool, err error)
-	// lastSeq returns the seq of key's latest receipt of any kind.
-	lastSeq(ctx context.Context, key string) (uint64, error)
-	// append links r to the chain head, stores it and returns it linked.
-	append(ctx context.Context, r chain.Receipt) (chain.Receipt, error)
-	// putKey inserts or replaces a key record.
-	putKey(ctx context.Context, k *keyRecord) error
-}
-
 // decideReserve runs the reserve table of SPEC §4 for validated args at
 // time now (unix ms), appending at most one receipt. keyTTL is the
 // namespace's key_ttl_ms (SPEC §12): a finalized key whose outcome is at
 // least that old is decided as a new key (0: keys never expire).
-func decideReserve(ctx context.Context, s writeStore, now, keyTTL uint64, a *reserveArgs) (*ReserveResult, error) {
+func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reserveArgs) (*ReserveResult, error) {
 	if a.effect == chain.EffectNone || a.effect == chain.EffectRead {
 		return &ReserveResult{Status: StatusNotRecorded, IdempotencyKey: a.key, KeyGenerated: a.generated}, nil
 	}
-	k, found, err := s.key(ctx, a.key)
+	k, found, err := s.Key(ctx, a.key)
 	if err != nil {
 		return nil, err
 	}
 	for found && a.generated { // a generated key never collides; if it does, draw again
 		a.key = NewGeneratedKey()
-		if k, found, err = s.key(ctx, a.key); err != nil {
+		if k, found, err = s.Key(ctx, a.key); err != nil {
 			return nil, err
 		}
 	}
 	if !found {
-		k = keyRecord{Key: a.key, Generated: a.generated, Tool: a.tool, Effect: a.effect,
+		k = KeyRecord{Key: a.key, Generated: a.generated, Tool: a.tool, Effect: a.effect,
 			InputHash: a.inputHash, Idempotent: a.idempotent}
 		return appendReserve(ctx, s, now, a, &k, 0, reserveNew)
 	}
@@ -104,11 +60,11 @@ func decideReserve(ctx context.Context, s writeStore, now, keyTTL uint64, a *res
 	}
 	var final chain.Receipt
 	if k.finalized() {
-		if final, err = s.receipt(ctx, k.FinalSeq); err != nil {
+		if final, err = s.Receipt(ctx, k.FinalSeq); err != nil {
 			return nil, err
 		}
 	}
-	switch stateOf(&k, &final, now) {
+	switch StateOf(&k, &final, now) {
 	case StateSucceeded:
 		replay, err := s.append(ctx, chain.Receipt{
 			Kind: chain.KindReplay, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
@@ -130,7 +86,7 @@ func decideReserve(ctx context.Context, s writeStore, now, keyTTL uint64, a *res
 			RetryAfter: MsDuration((wait + 999) / 1000 * 1000)}}
 	case StateInterrupted:
 		if !k.Idempotent {
-			r, err := s.receipt(ctx, k.ReserveSeq)
+			r, err := s.Receipt(ctx, k.ReserveSeq)
 			if err != nil {
 				return nil, err
 			}
@@ -171,26 +127,26 @@ func ExpiresAt(finalAt, keyTTL uint64) uint64 {
 // keyTTL old (SPEC §12): the reserve is decided as for a new key, with
 // the fingerprint of this request, and links to the key's latest receipt.
 // renewed is false when k has not expired.
-func renewExpired(ctx context.Context, s writeStore, now, keyTTL uint64, a *reserveArgs, k *keyRecord) (res *ReserveResult, renewed bool, err error) {
+func renewExpired(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reserveArgs, k *KeyRecord) (res *ReserveResult, renewed bool, err error) {
 	if keyTTL == 0 || !k.finalized() {
 		return nil, false, nil
 	}
-	final, err := s.receipt(ctx, k.FinalSeq)
+	final, err := s.Receipt(ctx, k.FinalSeq)
 	if err != nil {
 		return nil, false, err
 	}
 	if now < ExpiresAt(final.RecordedAt, keyTTL) {
 		return nil, false, nil
 	}
-	last, err := s.lastSeq(ctx, k.Key)
+	last, err := s.LastSeq(ctx, k.Key)
 	if err != nil {
 		return nil, false, err
 	}
-	prev, err := s.receipt(ctx, last)
+	prev, err := s.Receipt(ctx, last)
 	if err != nil {
 		return nil, false, err
 	}
-	next := keyRecord{Key: k.Key, Generated: k.Generated, Tool: a.tool, Effect: a.effect,
+	next := KeyRecord{Key: k.Key, Generated: k.Generated, Tool: a.tool, Effect: a.effect,
 		InputHash: a.inputHash, Idempotent: a.idempotent}
 	res, err = appendReserve(ctx, s, now, a, &next, last, reserveRenewal)
 	if err != nil {
@@ -213,10 +169,10 @@ const (
 // appendReserve appends a reserve receipt for k that names refSeq,
 // enforcing attempt order within the key's generation for takeovers and
 // retries. A new key or generation starts at this receipt.
-func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs, k *keyRecord,
+func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k *KeyRecord,
 	refSeq uint64, why reserveKind) (*ReserveResult, error) {
 	if why == reserveTakeover || why == reserveRetry {
-		max, found, err := s.maxAttempt(ctx, k.Key, a.execution, k.FirstSeq)
+		max, found, err := s.MaxAttempt(ctx, k.Key, a.execution, k.FirstSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +197,7 @@ func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 	}
 	token := newReservationToken()
 	k.ReserveSeq, k.LeaseExpiresAt, k.TokenHash = r.Seq, lease, string(tokenHash(token))
-	if err := s.putKey(ctx, k); err != nil {
+	if err := s.PutKey(ctx, k); err != nil {
 		return nil, err
 	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
@@ -250,8 +206,8 @@ func appendReserve(ctx context.Context, s writeStore, now uint64, a *reserveArgs
 }
 
 // decideCommit runs the commit table of SPEC §4.
-func decideCommit(ctx context.Context, s writeStore, now uint64, key, token, actor string, o *outcomeArgs) (*CommitResult, error) {
-	k, found, err := s.key(ctx, key)
+func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor string, o *outcomeArgs) (*CommitResult, error) {
+	k, found, err := s.Key(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -266,12 +222,12 @@ func decideCommit(ctx context.Context, s writeStore, now uint64, key, token, act
 			Message: "this reservation token is not the key's latest reservation (it was taken over, retried, or never issued for this key)",
 			Details: map[string]any{"latest_reserve_seq": k.ReserveSeq}}
 	}
-	reserve, err := s.receipt(ctx, k.ReserveSeq)
+	reserve, err := s.Receipt(ctx, k.ReserveSeq)
 	if err != nil {
 		return nil, err
 	}
 	if k.finalized() {
-		final, err := s.receipt(ctx, k.FinalSeq)
+		final, err := s.Receipt(ctx, k.FinalSeq)
 		if err != nil {
 			return nil, err
 		}
@@ -292,8 +248,8 @@ func decideCommit(ctx context.Context, s writeStore, now uint64, key, token, act
 }
 
 // decideResolve records an operator's outcome for an interrupted key.
-func decideResolve(ctx context.Context, s writeStore, now uint64, key, actor, note string, o *outcomeArgs) (*ResolveResult, error) {
-	k, found, err := s.key(ctx, key)
+func decideResolve(ctx context.Context, s *batchTx, now uint64, key, actor, note string, o *outcomeArgs) (*ResolveResult, error) {
+	k, found, err := s.Key(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -302,15 +258,15 @@ func decideResolve(ctx context.Context, s writeStore, now uint64, key, actor, no
 	}
 	var final chain.Receipt
 	if k.finalized() {
-		if final, err = s.receipt(ctx, k.FinalSeq); err != nil {
+		if final, err = s.Receipt(ctx, k.FinalSeq); err != nil {
 			return nil, err
 		}
 	}
-	if st := stateOf(&k, &final, now); st != StateInterrupted {
+	if st := StateOf(&k, &final, now); st != StateInterrupted {
 		return nil, &Error{Code: ECodeNotInterrupted, Message: fmt.Sprintf("key is %s, not interrupted", st),
 			Details: map[string]any{"state": string(st)}}
 	}
-	reserve, err := s.receipt(ctx, k.ReserveSeq)
+	reserve, err := s.Receipt(ctx, k.ReserveSeq)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +283,7 @@ func decideResolve(ctx context.Context, s writeStore, now uint64, key, actor, no
 
 // appendOutcome appends a commit or resolve receipt for the reserve and
 // records it as the key's final receipt.
-func appendOutcome(ctx context.Context, s writeStore, now uint64, k *keyRecord, reserve *chain.Receipt,
+func appendOutcome(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, reserve *chain.Receipt,
 	kind, actor, note string, o *outcomeArgs) (chain.Receipt, error) {
 	r, err := s.append(ctx, chain.Receipt{
 		Kind: kind, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
@@ -341,7 +297,7 @@ func appendOutcome(ctx context.Context, s writeStore, now uint64, k *keyRecord, 
 		return r, err
 	}
 	k.FinalSeq = r.Seq
-	return r, s.putKey(ctx, k)
+	return r, s.PutKey(ctx, k)
 }
 
 // sameOutcome reports whether a recorded commit has the values of o:

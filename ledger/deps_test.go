@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// TestNoSQLDependency keeps the domain free of SQL (STYLE §9): package
-// ledger must not import database/sql or the SQLite driver, directly or
-// through another package. The SQL lives in storage/sqlite and
+// TestNoSQLDependency keeps the domain free of SQL (drivers only
+// store): package ledger must not import database/sql or the SQLite
+// driver, directly or through another package. The SQL lives in storage/sqlite and
 // storage/postgres.
 func TestNoSQLDependency(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()

@@ -157,6 +157,25 @@ type ChainReader interface {
 	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
 }
 
+// KeyRecord is the derived state of one idempotency key: one row of the
+// keys table, which the receipts determine (TokenHash aside).
+type KeyRecord struct {
+	Key            string
+	Generated      bool
+	Tool           string // fingerprint, from the first reserve
+	Effect         string
+	InputHash      string
+	Idempotent     bool
+	FirstSeq       uint64 // the first reserve
+	ReserveSeq     uint64 // the latest reserve
+	LeaseExpiresAt uint64 // of the latest reserve, unix ms
+	FinalSeq       uint64 // the latest commit or resolve; 0 if none
+	// TokenHash is the SHA-256 of the latest reservation token, as bytes
+	// in a string (comparable). It is not derivable from the receipts:
+	// scans of the keys table leave it empty.
+	TokenHash string
+}
+
 // TokenRow is one stored API token: the secret only as its SHA-256.
 type TokenRow struct {
 	ID         string // the public part after the prefix

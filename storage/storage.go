@@ -1,5 +1,7 @@
 // Package storage opens a ledger's storage driver from the --db value: a
-// PostgreSQL URL (postgres:// or postgresql://) or a SQLite file path.
+// PostgreSQL URL (postgres:// or postgresql://) or a SQLite file path. It
+// also opens the tokens and creates the namespaces of a database for
+// either driver, so that the binaries never branch on the URL.
 package storage
 
 import (

@@ -68,7 +68,7 @@ func TestVerifier_audit(t *testing.T) {
 	t.Run("online audit is the same", func(t *testing.T) {
 		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 		require.NoError(t, err)
-		srv := httptest.NewServer(api.NewServer(db, quiet))
+		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
 		online, err := verify.NewRemote(api.NewClient(srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
@@ -125,7 +125,7 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 	assert.Equal(t, []string{"refund-a-0001", "refund-b-0002"}, d.Keys)
 	assert.Equal(t, []uint64{2, 4}, d.Seqs)
 
-	srv := httptest.NewServer(api.NewServer(db, quiet))
+	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); _ = db.Close() }()
 	for range 5 { // the online pass finishes keys in map order: the keys must still come in seq order
 		online, err := verify.NewRemote(api.NewClient(srv.URL), verify.Opts{}).Check(ctx)

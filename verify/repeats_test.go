@@ -111,7 +111,7 @@ func (c *calls) audits(opts verify.Opts) (offline, online *verify.Audit) {
 	rep, err := verify.New(rd, opts).Check(ctx)
 	require.NoError(c.t, err)
 	require.True(c.t, rep.OK, "%+v", rep.Violations)
-	srv := httptest.NewServer(api.NewServer(c.db, quiet))
+	srv := httptest.NewServer(api.NewServer(c.db, api.Config{Logger: quiet}))
 	defer srv.Close()
 	orep, err := verify.NewRemote(api.NewClient(srv.URL), opts).Check(ctx)
 	require.NoError(c.t, err)

@@ -72,7 +72,7 @@ func buildLedger(t *testing.T) (path string, now time.Time) {
 	c := &clock{t: time.UnixMilli(1764475200000)}
 	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewServer(db, quiet))
+	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
 
 	r := post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","idempotent":true,"input":{"order":7}}`, 201)
@@ -267,7 +267,7 @@ func TestVerifier_tamper(t *testing.T) {
 			return
 		}
 		db := openForServing(t, path)
-		srv := httptest.NewServer(api.NewServer(db, quiet))
+		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
 		rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
@@ -435,7 +435,7 @@ func TestVerifier_incremental(t *testing.T) {
 			check("offline", rep)
 
 			db := openForServing(t, path)
-			srv := httptest.NewServer(api.NewServer(db, quiet))
+			srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 			defer func() { srv.Close(); _ = db.Close() }()
 			rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(ctx)
 			require.NoError(t, err)

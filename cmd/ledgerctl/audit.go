@@ -83,8 +83,6 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-func ms(v uint64) string { return time.UnixMilli(int64(v)).UTC().Format(time.RFC3339) }
-
 func printAudit(w io.Writer, a *verify.Audit) {
 	section := func(title string, n int, header string, rows func(tw io.Writer)) {
 		fmt.Fprintf(w, "%s (%d)\n", title, n)

@@ -67,10 +67,10 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if *out == "" {
 		return usageErr(fs, c.Env, "give --out FILE")
 	}
-	if storage.IsPostgres(src.db) {
+	if errors.Is(storage.CheckFile(src.db), storage.ErrNoFiles) {
 		return usageErr(fs, c.Env, "PostgreSQL ledgers are backed up with pg_dump or a replica; backup copies SQLite files only")
 	}
-	if err := checkDBFile(src.db); err != nil {
+	if err := checkDB(src.db); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(filepath.Dir(*out)); err != nil || !fi.IsDir() {

@@ -108,11 +108,11 @@ keys never expire. It is fixed when the namespace is created.`,
 	if src.json {
 		return writeJSON(c.Stdout, namespaceJSON(info))
 	}
-	where := describeDSN(src.db)
+	where := storage.Describe(src.db)
 	if src.server != "" {
 		where = src.server
-	} else if !storage.IsPostgres(src.db) {
-		where = sqlite.NamespacePath(src.db, name)
+	} else if file, ok := storage.NamespaceFile(src.db, name); ok {
+		where = file
 	}
 	_, err = fmt.Fprintf(c.Stdout, "namespace %s created (%s)\n", name, where)
 	return err
@@ -129,23 +129,14 @@ func keyTTLMS(d time.Duration) (uint64, error) {
 
 // createNamespaceDB creates namespace name in the database dsn.
 func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, keyTTL uint64) error {
-	var err error
-	if storage.IsPostgres(dsn) {
-		var st ledger.Store
-		if st, err = openDB(ctx, dsn, env, false); err != nil {
-			return err
-		}
-		err = errors.Join(st.CreateNamespace(ctx, name, keyTTL), st.Close())
-	} else {
-		if err = checkDBFile(dsn); err != nil {
-			return err
-		}
-		err = sqlite.CreateNamespace(ctx, dsn, name, keyTTL)
+	if err := checkDB(dsn); err != nil {
+		return err
 	}
+	err := storage.CreateNamespace(ctx, dsn, name, keyTTL, storage.Options{Logger: warnLogger(env)})
 	if errors.Is(err, ledger.ErrNamespaceExists) {
-		return fmt.Errorf("namespace %q exists in %s", name, describeDSN(dsn))
+		return fmt.Errorf("namespace %q exists in %s", name, storage.Describe(dsn))
 	}
-	return redactErr(dsn, err)
+	return storage.RedactError(dsn, err)
 }
 
 // namespaceJSON is a namespace as the API and --json show it.
@@ -193,7 +184,8 @@ keys that never expire) and, for a SQLite ledger, the file that holds each. Thro
 		}
 		return writeJSON(c.Stdout, map[string]any{"namespaces": out})
 	}
-	files := src.server == "" && !storage.IsPostgres(src.db)
+	_, files := storage.NamespaceFile(src.db, ledger.DefaultNamespace)
+	files = files && src.server == ""
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
 	header := "NAME\tSEQ\tHASH\tKEY_TTL"
 	if files {
@@ -207,7 +199,8 @@ keys that never expire) and, for a SQLite ledger, the file that holds each. Thro
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s", n.Name, n.Head.Seq, n.Head.Hash, ttl)
 		if files {
-			fmt.Fprintf(tw, "\t%s", sqlite.NamespacePath(src.db, n.Name))
+			file, _ := storage.NamespaceFile(src.db, n.Name)
+			fmt.Fprintf(tw, "\t%s", file)
 		}
 		fmt.Fprintln(tw)
 	}
@@ -224,7 +217,7 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 	defer func() { _ = st.Close() }()
 	names, err := st.Namespaces(ctx)
 	if err != nil {
-		return nil, redactErr(dsn, fmt.Errorf("list namespaces: %w", err))
+		return nil, storage.RedactError(dsn, fmt.Errorf("list namespaces: %w", err))
 	}
 	slices.Sort(names)
 	out := make([]ledger.NamespaceInfo, 0, len(names))
@@ -235,11 +228,11 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 		}
 		h, err := ch.Head(ctx)
 		if err != nil {
-			return nil, redactErr(dsn, fmt.Errorf("namespace %s: head: %w", name, err))
+			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: head: %w", name, err))
 		}
 		ttl, err := ch.KeyTTL(ctx)
 		if err != nil {
-			return nil, redactErr(dsn, fmt.Errorf("namespace %s: key ttl: %w", name, err))
+			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: key ttl: %w", name, err))
 		}
 		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
 	}
@@ -274,12 +267,12 @@ way out. Needs ledgerd stopped. Exit 2 on any error.`,
 	switch {
 	case *db == "":
 		return usageErr(fs, c.Env, "--db is required")
-	case storage.IsPostgres(*db):
+	case errors.Is(storage.CheckFile(*db), storage.ErrNoFiles):
 		return usageErr(fs, c.Env, "forget is for SQLite ledgers: a PostgreSQL namespace has no file to lose")
 	case *by == "" || *reason == "":
 		return usageErr(fs, c.Env, "--by and --reason are required: the decision is recorded")
 	}
-	if err := checkDBFile(*db); err != nil {
+	if err := checkDB(*db); err != nil {
 		return err
 	}
 	res, err := sqlite.ForgetNamespace(ctx, *db, pos[0], *by, *reason)

@@ -53,13 +53,13 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	if *db == "" {
 		return usageErr(fs, c.Env, "give --db FILE")
 	}
-	if storage.IsPostgres(*db) {
+	if errors.Is(storage.CheckFile(*db), storage.ErrNoFiles) {
 		return usageErr(fs, c.Env, "rebuild-keys repairs SQLite ledger files only, not a PostgreSQL database")
 	}
 	if err := ledger.CheckNamespace(*ns); err != nil {
 		return usageErr(fs, c.Env, "--namespace: %s", ledger.ErrorMessage(err))
 	}
-	if err := checkDBFile(*db); err != nil {
+	if err := checkDB(*db); err != nil {
 		return err
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

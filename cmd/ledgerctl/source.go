@@ -2,17 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	iofs "io/fs"
 	"log/slog"
 	"net/url"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -214,15 +210,12 @@ func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env
 // lock is taken, so it may run beside ledgerd). Errors never show a
 // password of the URL.
 func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.Store, error) {
-	if !storage.IsPostgres(dsn) {
-		if err := checkDBFile(dsn); err != nil {
-			return nil, err
-		}
+	if err := checkDB(dsn); err != nil {
+		return nil, err
 	}
-	logger := slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	st, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: readOnly, Logger: logger})
+	st, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: readOnly, Logger: warnLogger(env)})
 	if err != nil {
-		return nil, redactErr(dsn, fmt.Errorf("open %s: %w", describeDSN(dsn), err))
+		return nil, storage.RedactError(dsn, fmt.Errorf("open %s: %w", storage.Describe(dsn), err))
 	}
 	return st, nil
 }
@@ -231,70 +224,13 @@ func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.St
 func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (ledger.Chain, error) {
 	c, err := st.Chain(ctx, ns)
 	if errors.Is(err, ledger.ErrUnknownNamespace) {
-		return nil, fmt.Errorf("no namespace %q in %s (ledgerctl namespace list shows the namespaces)", ns, describeDSN(dsn))
+		return nil, fmt.Errorf("no namespace %q in %s (ledgerctl namespace list shows the namespaces)", ns, storage.Describe(dsn))
 	}
 	if err != nil {
-		return nil, redactErr(dsn, fmt.Errorf("namespace %s: %w", ns, err))
+		return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: %w", ns, err))
 	}
 	return c, nil
 }
-
-// describeDSN names a --db value for messages: a URL without its
-// password, or the path.
-func describeDSN(dsn string) string {
-	if !storage.IsPostgres(dsn) {
-		return dsn
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "the PostgreSQL URL given (not a valid URL)"
-	}
-	return u.Redacted()
-}
-
-// redactErr keeps the password of a PostgreSQL URL out of err's text
-// (a driver may quote the URL it was given); errors.Is and errors.As
-// still see err.
-func redactErr(dsn string, err error) error {
-	if err == nil || !storage.IsPostgres(dsn) {
-		return err
-	}
-	u, perr := url.Parse(dsn)
-	if perr != nil {
-		// Unparseable: the whole value may hold a secret.
-		return &redactedError{err: err, secrets: []string{dsn}}
-	}
-	var secrets []string
-	if u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			secrets = append(secrets, pw, url.QueryEscape(pw), url.PathEscape(pw))
-		}
-	}
-	if pw := u.Query().Get("password"); pw != "" {
-		secrets = append(secrets, pw, url.QueryEscape(pw))
-	}
-	if len(secrets) == 0 {
-		return err
-	}
-	return &redactedError{err: err, secrets: secrets}
-}
-
-// redactedError is an error whose text has secrets masked.
-type redactedError struct {
-	err     error
-	secrets []string
-}
-
-func (e *redactedError) Error() string {
-	msg := e.err.Error()
-	for _, s := range e.secrets {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	return msg
-}
-
-// Unwrap returns the error underneath.
-func (e *redactedError) Unwrap() error { return e.err }
 
 func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
 	base, err := serverURL(s.server)
@@ -331,121 +267,20 @@ func serverURL(s string) (string, error) {
 	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// checkDBFile says clearly when --db names no ledger file. It never
-// creates anything.
-func checkDBFile(path string) error {
-	fi, err := os.Stat(path)
+// checkDB says clearly when --db names no SQLite ledger file, and how
+// to create one; a PostgreSQL URL passes (its server answers for it).
+func checkDB(dsn string) error {
+	err := storage.CheckFile(dsn)
 	switch {
-	case errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("no ledger database at %s (start ledgerd --db %s to create one)", path, path)
-	case err != nil:
-		return fmt.Errorf("--db %s: %w", path, err)
-	case fi.IsDir():
-		return fmt.Errorf("--db %s is a directory, not a ledger database file", path)
+	case errors.Is(err, storage.ErrNoFiles):
+		return nil
+	case errors.Is(err, storage.ErrNoDatabase):
+		return fmt.Errorf("%w (start ledgerd --db %s to create one)", err, dsn)
 	}
-	return nil
+	return err
 }
 
-// parse parses args with fs, printing usage text with examples on error.
-// Flags may come before or after positional arguments, which it returns.
-func parse(fs *flag.FlagSet, env *Env, args []string, summary, examples string) ([]string, error) {
-	setUsage(fs, env, summary, examples)
-	return parseArgs(fs, args)
-}
-
-// setUsage makes fs print its usage text, flags and examples on env.Stderr.
-func setUsage(fs *flag.FlagSet, env *Env, summary, examples string) {
-	fs.SetOutput(env.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(env.Stderr, "%s\n\nFlags:\n", summary)
-		printFlags(env.Stderr, fs)
-		fmt.Fprintf(env.Stderr, "\nExamples:\n%s", examples)
-	}
-}
-
-// printFlags lists fs's flags as flag.PrintDefaults does, but spelled
-// with two dashes, the way the messages and the documentation name them.
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		name, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if name != "" {
-			line += " " + name
-		}
-		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
-		switch f.DefValue {
-		case "", "false", "0":
-		default:
-			line += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(w, line)
-	})
-}
-
-// parseArgs parses args with fs; flags may come before or after the
-// positional arguments, which it returns.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errUsage
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
-// usageErr prints msg and the command's usage and returns errUsage.
-func usageErr(fs *flag.FlagSet, env *Env, format string, args ...any) error {
-	fmt.Fprintf(env.Stderr, "ledgerctl %s: %s\n\n", fs.Name(), fmt.Sprintf(format, args...))
-	fs.Usage()
-	return errUsage
-}
-
-// writeJSON prints v as compact JSON without HTML escaping, so that
-// embedded results keep their stored bytes.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
-}
-
-// plural returns "1 receipt" or "2 receipts": n and the noun in the
-// right number.
-func plural[N ~int | ~int64 | ~uint64](n N, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
-}
-
-// short abbreviates a hash for tables.
-func short(h string) string {
-	if len(h) > 12 {
-		return h[:12]
-	}
-	return h
-}
-
-// cell makes a string safe for one table cell.
-func cell(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '·'
-		}
-		return r
-	}, s)
-	if s == "" {
-		return "-"
-	}
-	if len(s) > 60 {
-		return s[:57] + "…"
-	}
-	return s
+// warnLogger logs a driver's warnings on env.Stderr.
+func warnLogger(env *Env) *slog.Logger {
+	return slog.New(slog.NewTextHandler(env.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

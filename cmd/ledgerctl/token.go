@@ -11,7 +11,6 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // TokenCommand runs `ledgerctl token create|list|revoke`.
@@ -73,24 +72,16 @@ func dispatch(ctx context.Context, env *Env, group, usage string, args []string,
 // tokenDBUsage is the help text of the token commands' --db.
 const tokenDBUsage = "ledger `database`: a SQLite file (may be served by a running ledgerd) or a PostgreSQL URL (postgres://user:pass@host/db)"
 
-// openTokens opens the tokens of the --db database, which must exist:
-// on SQLite only the tokens table is written, on PostgreSQL the store is
-// opened for writing. close releases what it opened.
+// openTokens opens the tokens of the --db database, which must exist
+// (storage.OpenTokens). close releases what it opened.
 func openTokens(ctx context.Context, fs *flag.FlagSet, env *Env, db string) (t *ledger.Tokens, close func() error, err error) {
 	if db == "" {
 		return nil, nil, usageErr(fs, env, "give --db FILE|URL")
 	}
-	if storage.IsPostgres(db) {
-		st, err := openDB(ctx, db, env, false)
-		if err != nil {
-			return nil, nil, err
-		}
-		return ledger.NewTokens(st.Tokens()), st.Close, nil
-	}
-	if err := checkDBFile(db); err != nil {
+	if err := checkDB(db); err != nil {
 		return nil, nil, err
 	}
-	t, err = sqlite.OpenTokens(ctx, db)
+	t, err = storage.OpenTokens(ctx, db, storage.Options{Logger: warnLogger(env)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,7 +164,7 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	defer func() { _ = closeTokens() }()
 	tok, err := t.Create(ctx, *name, *role, namespaces...)
 	if err != nil {
-		return redactErr(*db, err)
+		return storage.RedactError(*db, err)
 	}
 	warnMissingNamespaces(ctx, c.Env, *db, namespaces)
 	if namespaces == nil {
@@ -210,7 +201,7 @@ func (c *TokenCommand) list(ctx context.Context, args []string) error {
 	defer func() { _ = closeTokens() }()
 	list, err := t.List(ctx)
 	if err != nil {
-		return redactErr(*db, err)
+		return storage.RedactError(*db, err)
 	}
 	if *asJSON {
 		if list == nil {
@@ -251,7 +242,7 @@ func (c *TokenCommand) revoke(ctx context.Context, args []string) error {
 	}
 	defer func() { _ = closeTokens() }()
 	if err := t.Revoke(ctx, pos[0]); err != nil {
-		return redactErr(*db, err)
+		return storage.RedactError(*db, err)
 	}
 	_, err = fmt.Fprintf(c.Stdout, "token %q revoked\n", pos[0])
 	return err

@@ -12,6 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -170,7 +171,7 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 		defer fsrc.Close()
 		st := fsrc.db
 		if names, err = st.Namespaces(ctx); err != nil {
-			return redactErr(src.db, fmt.Errorf("list namespaces: %w", err))
+			return storage.RedactError(src.db, fmt.Errorf("list namespaces: %w", err))
 		}
 		open = func(ns string) (store, error) {
 			ch, err := chainOf(ctx, st, src.db, ns)

@@ -1,4 +1,5 @@
-// Command ledgerd serves the effect ledger's REST API on a SQLite file.
+// Command ledgerd serves the effect ledger's REST API over a SQLite file
+// or a PostgreSQL database.
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func main() {
@@ -366,42 +368,12 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	handler := api.NewServer(l, m.Logger)
-	handler.SetMaxInFlight(m.MaxInFlight)
-	handler.SetMaxInFlightPerClient(m.MaxInFlightPerClient)
-	handler.SetMetricsAuth(m.MetricsAuth)
-	handler.SetRateLimit(m.RateLimit, m.RateBurst)
-	tp, err := m.openTracing(ctx)
+	cfg, closeCfg, err := m.apiConfig(ctx, store, rd, svc, key)
 	if err != nil {
 		return err
 	}
-	if tp != nil {
-		handler.SetTracerProvider(tp)
-		defer func() {
-			// After the server's shutdown: flush the spans of the last requests.
-			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
-			defer cancel()
-			if err := tp.Shutdown(fctx); err != nil {
-				m.Logger.Warn("flushing traces", "err", err)
-			}
-		}()
-		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
-	}
-	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
-		// Replicas on one database share the limit: each enforces its part.
-		stopShare := shareRateLimit(ctx, handler, lr, m.Logger)
-		defer stopShare()
-	}
-	handler.SetAuditSource(rd)
-	handler.SetPublicLog(m.PublicLog)
-	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
-		handler.SetWitnessing(svc)
-	}
-	if svc != nil && m.VerifyEvery > 0 {
-		// GET /v1/verification reports the default namespace's runs; every
-		// namespace's are in the metrics, labelled by namespace.
-		handler.SetVerification(svc.Verification(ledger.DefaultNamespace))
-	}
+	defer closeCfg()
+	handler := api.NewServer(l, cfg)
 	authOn, err := handler.AuthEnabled(ctx)
 	if err != nil {
 		return err
@@ -540,14 +512,57 @@ func (f *witnessFlag) parse() error {
 	return nil
 }
 
+// apiConfig configures the API server from the flags. close, after the
+// server has shut down, stops sharing the rate limit and flushes the
+// spans of the last requests.
+func (m *Main) apiConfig(ctx context.Context, store ledger.Store, rd verify.DB, svc *nsServices,
+	key *signingKey) (cfg api.Config, close func(), err error) {
+	cfg = api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
+		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
+		AuditSource: rd, PublicLog: m.PublicLog}
+	if m.MaxInFlight == 0 {
+		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
+	}
+	tp, err := m.openTracing(ctx)
+	if err != nil {
+		return cfg, nil, err
+	}
+	flush := func() {}
+	if tp != nil {
+		cfg.TracerProvider = tp
+		flush = func() {
+			fctx, cancel := context.WithTimeout(context.Background(), m.ShutdownTimeout)
+			defer cancel()
+			if err := tp.Shutdown(fctx); err != nil {
+				m.Logger.Warn("flushing traces", "err", err)
+			}
+		}
+		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
+	}
+	stopShare := func() {}
+	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
+		// Replicas on one database share the limit: each enforces its part.
+		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, lr, m.Logger)
+	}
+	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
+		cfg.Witnessing = svc
+	}
+	if svc != nil && m.VerifyEvery > 0 {
+		// GET /v1/verification reports the default namespace's runs; every
+		// namespace's are in the metrics, labelled by namespace.
+		cfg.Verification = svc.Verification(ledger.DefaultNamespace)
+	}
+	return cfg, func() { stopShare(); flush() }, nil
+}
+
 // liveReplicas is a store shared by replicas that can count them.
 type liveReplicas interface {
 	LiveReplicas(ctx context.Context) (int, error)
 }
 
-// shareRateLimit keeps the handler's rate-limit share equal to the number
-// of live replicas (read every 2 s); the returned func stops it.
-func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger *slog.Logger) func() {
+// shareRateLimit returns the rate limit's share (api.Config.RateLimitShare):
+// the number of live replicas, read every 2 s until stop is called.
+func shareRateLimit(ctx context.Context, lr liveReplicas, logger *slog.Logger) (share func() int, stop func()) {
 	var n atomic.Int64
 	n.Store(1)
 	read := func(ctx context.Context) {
@@ -561,7 +576,6 @@ func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger 
 		}
 	}
 	read(ctx)
-	h.SetRateLimitShare(func() int { return int(n.Load()) })
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -577,5 +591,5 @@ func shareRateLimit(ctx context.Context, h *api.Server, lr liveReplicas, logger 
 			}
 		}
 	}()
-	return func() { cancel(); <-done }
+	return func() int { return int(n.Load()) }, func() { cancel(); <-done }
 }

@@ -28,7 +28,7 @@ func MustGateway(t *testing.T) *httptest.Server {
 	t.Helper()
 	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{Logger: quiet})
 	require.NoError(t, err)
-	ls := httptest.NewServer(api.NewServer(db, quiet))
+	ls := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	lc, err := client.New(ls.URL)
 	require.NoError(t, err)
 	gw := httptest.NewServer(NewGateway(lc, quiet))

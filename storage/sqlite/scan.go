@@ -17,7 +17,7 @@ const keyScanColumns = `seq, kind, idempotency_key, key_generated, execution_id,
 	retryable, lease_expires_at, ref_seq, actor, note, recorded_at, zeroblob(32), zeroblob(32)`
 
 // SQL of the verifier's scans; their columns are receiptColumns (see
-// cScan in rowscan.go for how they are read).
+// cScan in cscan.go for how they are read).
 const (
 	sqlScanBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ? ORDER BY seq`
 

@@ -25,8 +25,8 @@ import (
 // sumdb.StoredHashIndex(level, n). Leaf seq-1's hashes are written in the
 // same transaction as receipt seq, so the tree always has exactly the
 // chain's receipts. checkpoints holds each signed checkpoint, stored
-// before it is served. Both are append-only. With namespaces (one tree per
-// chain), both tables gain a namespace column in their primary key.
+// before it is served. Both are append-only. Each namespace is its own
+// file, so neither table names a namespace.
 const sqlTreeSchema = `
 CREATE TABLE IF NOT EXISTS tree_hashes (
 	idx  INTEGER PRIMARY KEY CHECK (idx >= 0),

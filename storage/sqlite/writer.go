@@ -122,8 +122,8 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 	return nil
 }
 
-// writeTx is the writer's view of one batch transaction; it implements
-// writeStore. Reads look at this batch's own writes first, then the
+// writeTx is the writer's view of one batch transaction: the ledger.Tx
+// of an Update. Reads look at this batch's own writes first, then the
 // writer's key cache, then SQLite; what the batch reads or writes is
 // merged into the cache only after COMMIT, so a failed batch leaves the
 // cache exactly as the database is.

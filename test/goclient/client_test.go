@@ -430,7 +430,7 @@ func TestClient_Do_retries(t *testing.T) {
 		assert.NoError(t, ctx.Err(), "answered before the deadline, not after waiting for it")
 	})
 	t.Run("OK 429 from the ledger's rate limit, with a bearer token", func(t *testing.T) {
-		l := MustOpenLedger(t, func(s *api.Server) { s.SetRateLimit(1, 1) })
+		l := MustOpenLedger(t, func(c *api.Config) { c.RateLimit, c.RateBurst = 1, 1 })
 		tok := l.MustToken(t, "gateway", ledger.RoleWriter)
 		c := MustClient(t, l.HTTP.URL, client.WithToken(tok))
 		var fx counter
@@ -450,7 +450,7 @@ func TestClient_Do_retries(t *testing.T) {
 		assert.ErrorIs(t, err, client.ErrUnauthorized)
 	})
 	t.Run("OK 503 from --max-inflight", func(t *testing.T) {
-		l := MustOpenLedger(t, func(s *api.Server) { s.SetMaxInFlight(1) })
+		l := MustOpenLedger(t, func(c *api.Config) { c.MaxInFlight = 1 })
 		// Another process holds the database's write lock: a reserve in
 		// flight waits for it (up to the busy timeout) and holds the only
 		// place until the client has been refused once.

@@ -27,7 +27,7 @@ func startLedger() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := httptest.NewServer(api.NewServer(db, quiet))
+	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	return srv.URL, func() {
 		srv.Close()
 		_ = db.Close()

@@ -35,17 +35,18 @@ type Ledger struct {
 	HTTP   *httptest.Server
 }
 
-// MustOpenLedger starts a ledger; setup may configure the server before
-// it serves.
-func MustOpenLedger(tb testing.TB, setup ...func(*api.Server)) *Ledger {
+// MustOpenLedger starts a ledger; setup may change the server's
+// configuration.
+func MustOpenLedger(tb testing.TB, setup ...func(*api.Config)) *Ledger {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
 	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	require.NoError(tb, err)
-	s := api.NewServer(db, quiet)
+	cfg := api.Config{Logger: quiet}
 	for _, f := range setup {
-		f(s)
+		f(&cfg)
 	}
+	s := api.NewServer(db, cfg)
 	srv := httptest.NewServer(s)
 	tb.Cleanup(func() {
 		srv.Close()

@@ -39,7 +39,7 @@ func TestClient_Key_lifetime(t *testing.T) {
 	db, err := ledgertest.OpenPath(ctx, filepath.Join(t.TempDir(), "ledger.db"),
 		sqlite.Options{Logger: quiet, Now: clock.Now, KeyTTL: uint64(time.Hour.Milliseconds())})
 	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewServer(db, quiet))
+	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	t.Cleanup(func() { srv.Close(); _ = db.Close() })
 	c := MustClient(t, srv.URL)
 

@@ -1,0 +1,205 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+var namespaceName = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+
+// ValidNamespace reports whether name is a namespace name (SPEC §7:
+// 1–64 bytes of a-z 0-9 . _ -).
+func ValidNamespace(name string) bool { return namespaceName.MatchString(name) }
+
+// CheckNamespace returns a 400 invalid_request *Error for a name outside
+// the namespace alphabet.
+func CheckNamespace(name string) error {
+	if !ValidNamespace(name) {
+		return &Error{Code: ECodeInvalidRequest,
+			Message: "namespace names are 1–64 bytes of a-z 0-9 . _ -",
+			Details: map[string]any{"field": "namespace"}}
+	}
+	return nil
+}
+
+// NS returns the namespace name: a 400 *Error for an invalid name,
+// 404 unknown_namespace for one that was never created.
+func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
+	if err := CheckNamespace(name); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	n := l.spaces[name]
+	closed := l.closed
+	l.mu.Unlock()
+	if n != nil {
+		return n, nil
+	}
+	if closed {
+		return nil, ErrClosed
+	}
+	c, err := l.store.Chain(ctx, name)
+	if errors.Is(err, ErrUnknownNamespace) {
+		return nil, &Error{Code: ECodeUnknownNamespace, Message: fmt.Sprintf("no namespace %q", name),
+			Details: map[string]any{"namespace": name}}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := c.KeyTTL(ctx) // fixed at creation: read once
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := l.spaces[name]; n != nil {
+		return n, nil
+	}
+	if l.closed {
+		return nil, ErrClosed
+	}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl, ops: make(chan *writeOp, l.cfg.MaxBatch), done: make(chan struct{})}
+	l.spaces[name] = n
+	return n, nil
+}
+
+// Default returns the default namespace.
+func (l *Ledger) Default(ctx context.Context) (*Namespace, error) {
+	return l.NS(ctx, DefaultNamespace)
+}
+
+// MaxKeyTTL bounds key_ttl_ms: integers up to it are exact in every
+// JSON client.
+const MaxKeyTTL = 1<<53 - 1
+
+// CreateNamespace creates an empty namespace whose keys expire keyTTL ms
+// after their outcome (0: never; SPEC §12): 400 for an invalid name or
+// TTL, 409 namespace_exists for one that exists.
+func (l *Ledger) CreateNamespace(ctx context.Context, name string, keyTTL uint64) error {
+	if err := CheckNamespace(name); err != nil {
+		return err
+	}
+	if keyTTL > MaxKeyTTL {
+		return Invalid("key_ttl_ms", "key_ttl_ms must be an integer from 0 to %d", uint64(MaxKeyTTL))
+	}
+	if max := l.cfg.MaxNamespaces; max > 0 {
+		l.createMu.Lock()
+		defer l.createMu.Unlock()
+		names, err := l.store.Namespaces(ctx)
+		if err != nil {
+			return err
+		}
+		if len(names) >= max && !slices.Contains(names, name) {
+			return &Error{Code: ECodeNamespaceLimit,
+				Message: fmt.Sprintf("this server holds at most %d namespaces (ledgerd --max-namespaces)", max),
+				Details: map[string]any{"namespace": name, "max_namespaces": max}}
+		}
+	}
+	err := l.store.CreateNamespace(ctx, name, keyTTL)
+	switch {
+	case errors.Is(err, ErrNamespaceExists):
+		return &Error{Code: ECodeNamespaceExists, Message: fmt.Sprintf("namespace %q exists", name),
+			Details: map[string]any{"namespace": name}}
+	case errors.Is(err, ErrNamespaceLost):
+		// Storage of that name holds history the ledger does not know.
+		l.logger.Warn("namespace not created", "namespace", name, "err", err)
+		return &Error{Code: ECodeNamespaceExists,
+			Message: fmt.Sprintf("storage for namespace %q already holds receipts the ledger does not know; an operator must move it away", name),
+			Details: map[string]any{"namespace": name}}
+	}
+	if err == nil {
+		l.logger.Info("namespace created", "namespace", name, "key_ttl_ms", keyTTL)
+	}
+	return err
+}
+
+// NamespaceInfo is one namespace, its head and its key_ttl_ms.
+type NamespaceInfo struct {
+	Name   string
+	Head   Head
+	KeyTTL uint64 // ms; 0: keys never expire
+}
+
+// Namespaces lists every namespace with its head, by name.
+func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
+	names, err := l.store.Namespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]NamespaceInfo, 0, len(names))
+	for _, name := range names {
+		c, err := l.store.Chain(ctx, name)
+		if errors.Is(err, ErrUnknownNamespace) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		h, err := c.Head(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ttl, err := c.KeyTTL(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
+	}
+	return out, nil
+}
+
+// Namespace is one namespace of a Ledger: its write queue and reads.
+type Namespace struct {
+	Log // reads and proofs, without the head lock
+
+	l      *Ledger
+	name   string
+	chain  Chain
+	keyTTL uint64 // key_ttl_ms, fixed at creation
+
+	mu     sync.RWMutex // guards closed and sends on ops
+	closed bool
+	ops    chan *writeOp
+	done   chan struct{} // closed when the writer has exited for good
+
+	// running is true while a writer goroutine runs (or is starting): it
+	// exits after Config.WriterIdle without work and the next submit
+	// starts another, so an idle namespace holds no goroutine.
+	running    atomic.Bool
+	closedFlag atomic.Bool // closed, readable without mu
+}
+
+// Name is the namespace's name.
+func (n *Namespace) Name() string { return n.name }
+
+// Reader reads the namespace without its head lock.
+func (n *Namespace) Reader() ChainReader { return n.chain }
+
+func (n *Namespace) close() {
+	n.mu.Lock()
+	if !n.closed {
+		n.closed = true
+		n.closedFlag.Store(true)
+		close(n.ops)
+	}
+	n.mu.Unlock()
+	n.wake() // a writer drains the queue and closes done
+}
+
+// wake starts the writer if none runs. See writer for why no queued op
+// is ever left without one.
+func (n *Namespace) wake() {
+	if !n.running.Load() && n.running.CompareAndSwap(false, true) {
+		go n.writer()
+	}
+}
+
+// WriterRunning reports whether the namespace's writer goroutine runs now
+// (it exits after Config.WriterIdle without work).
+func (n *Namespace) WriterRunning() bool { return n.running.Load() }

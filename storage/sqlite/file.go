@@ -1,0 +1,555 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/mattn/go-sqlite3"
+)
+
+// fileChain is one SQLite ledger file opened for writing: one namespace's
+// chain. Its single writer connection runs one Update at a time; it is
+// the only writer of the file (the lock file), so it keeps the head, the
+// key records and the tree hashes it wrote in memory.
+type fileChain struct {
+	*Reader // mode=ro pool for queries
+
+	ns        string
+	now       func() time.Time
+	logger    *slog.Logger
+	newKeyTTL uint64 // key_ttl_ms stored if this open creates the file
+
+	w *sql.DB // one connection, BEGIN IMMEDIATE
+
+	head atomic.Pointer[ledger.Head] // durable head, updated after each COMMIT
+
+	mu     sync.Mutex // serialises Update and Close
+	closed bool
+
+	stmts *writeStmts // used under mu
+	tree  treeCache   // used under mu (tree.go)
+	cache *keyCache   // used under mu
+
+	lock *lockFile // held while open: one writer per file
+
+	ckpt      *checkpointer // WAL checkpoints off the writer's path
+	busyNanos atomic.Int64  // writer time from BEGIN to COMMIT, summed
+	opsDone   atomic.Int64  // transactions plus receipts appended
+	batches   atomic.Int64  // transactions committed
+
+	onEnded func(ns string, keys []string)
+
+	// beforeCommit, set only by tests before any write, can fail a batch
+	// just before its COMMIT.
+	beforeCommit func() error
+}
+
+// createFile makes a new ledger file at abs: built completely under a
+// temporary name (page size set before WAL mode, which fixes it; the
+// schema applied) and renamed into place, so that a crash never leaves a
+// half-made file where a ledger belongs. The caller holds abs's lock.
+func createFile(ctx context.Context, abs string, pageSize int, keyTTL uint64) error {
+	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
+		return fmt.Errorf("page size %d is not a power of two from 512 to 65536", pageSize)
+	}
+	tmp := abs + ".new"
+	removeFileSet(tmp)
+	if err := initFile(ctx, tmp, pageSize, keyTTL); err != nil {
+		removeFileSet(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		removeFileSet(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(abs))
+}
+
+// initFile creates the ledger file at path with the schema and its
+// settings.
+func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) error {
+	q := url.Values{}
+	q.Set("mode", "rwc")
+	q.Set("_synchronous", "FULL")
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	c, err := sql.Open("sqlite3", "file:"+p+"?"+q.Encode())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	c.SetMaxOpenConns(1)
+	if _, err := c.ExecContext(ctx, fmt.Sprintf("PRAGMA page_size = %d", pageSize)); err != nil {
+		return classify(err)
+	}
+	var mode string
+	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
+		return classify(err)
+	}
+	for _, q := range []string{schemaSQL, sqlInsertSettings} {
+		if _, err := c.ExecContext(ctx, q, keyTTL); err != nil {
+			return classify(err)
+		}
+	}
+	// Closing the only connection checkpoints the WAL into the file and
+	// removes it; the file is then complete on its own.
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if _, err := syncFile(path); err != nil {
+		return err
+	}
+	if _, err := os.Stat(path + "-wal"); err == nil {
+		return fmt.Errorf("create %s: the write-ahead log was not folded into the file", path)
+	}
+	return nil
+}
+
+// dsn returns a SQLite URI for path with the given mode and the
+// per-connection settings every connection needs (cacheMiB > 0 sets the
+// page cache of writers). Pragmas go in the DSN because database/sql
+// opens connections on its own.
+func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
+	q := url.Values{}
+	q.Set("mode", mode)
+	if mode != "ro" {
+		// Read-only connections must not try to change the journal mode:
+		// on a copy made by VACUUM INTO (rollback journal) that is a write.
+		// They find WAL from the file header when the file uses it.
+		q.Set("_journal_mode", "WAL")
+	}
+	q.Set("_synchronous", "FULL")
+	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
+	q.Set("_foreign_keys", "1")
+	if cacheMiB > 0 {
+		q.Set("_txlock", "immediate")
+		// The writer's decisions and index updates touch random pages of
+		// three b-trees (key, execution, keys): keep them in memory rather
+		// than re-reading them for every batch.
+		q.Set("_cache_size", fmt.Sprint(-cacheMiB*1024)) // KiB
+	}
+	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + p + "?" + q.Encode()
+}
+
+// openFileChain opens the ledger file at path for writing as namespace
+// ns, creating it with the schema if it does not exist. A file that is not
+// an effect-ledger database, or has a newer schema, is refused before
+// anything is written to it or created beside it.
+func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileChain, error) {
+	if path == "" {
+		return nil, errors.New("open ledger: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	opts.defaults()
+	if err := precheck(abs); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	lock, err := acquireLock(abs)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
+		if err := createFile(ctx, abs, opts.PageSize, opts.KeyTTL); err != nil {
+			_ = lock.release()
+			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
+		}
+		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
+	}
+	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
+
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lock.release()
+		}
+	}()
+	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, opts.CacheMiB)); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	db.w.SetMaxOpenConns(1)
+	db.w.SetMaxIdleConns(1)
+	db.w.SetConnMaxLifetime(0)
+	db.w.SetConnMaxIdleTime(0)
+	if err := db.init(ctx, abs, opts.Repair); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA soft_heap_limit = %d", int64(opts.CacheMiB)<<20)); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: memory limit: %w", abs, classify(err))
+	}
+	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if err := db.initTree(ctx, *db.head.Load(), opts.Repair); err != nil {
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if db.Reader, err = openReader(ctx, abs, opts); err != nil {
+		_ = db.w.Close()
+		return nil, err
+	}
+	ck, err := sql.Open("sqlite3", dsn(abs, "rw", opts.BusyTimeout, 0))
+	if err != nil {
+		_ = db.r.Close()
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	ck.SetMaxOpenConns(1)
+	ck.SetMaxIdleConns(1)
+	ck.SetConnMaxLifetime(0)
+	db.ckpt = newCheckpointer(ck, db.opsDone.Load, func(err error) {
+		db.logger.Warn("background WAL checkpoint failed", "err", err)
+	})
+	ok = true
+	return db, nil
+}
+
+// applicationID is the SQLite application_id schema.sql stamps.
+const applicationID = 1701209452 // 0x6566656C
+
+// precheck looks at the file without opening it through SQLite, so that a
+// file that is refused is left exactly as it was (no journal mode switch,
+// no -wal, -shm or .lock beside it). A missing file is a new ledger;
+// anything else must be an SQLite database stamped with this application
+// id and a schema version this build knows: an empty file, or an empty
+// SQLite database, is not a ledger (taking it as a new one would start
+// a ledger over where one was expected). The directory must exist.
+func precheck(abs string) error {
+	dir := filepath.Dir(abs)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the directory %s does not exist (create it, or choose another --db path)", dir)
+	}
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory, not a database file", abs)
+	}
+	if fi.Size() == 0 {
+		return fmt.Errorf("%w: the file is empty (0 bytes); a new ledger is created only where no file exists "+
+			"(restore the ledger from a backup, or remove the empty file to start a new ledger)", ledger.ErrNotLedger)
+	}
+	var hdr [100]byte
+	if _, err := io.ReadFull(f, hdr[:]); err != nil {
+		return fmt.Errorf("%w: the file is not a database (no SQLite header)", ledger.ErrNotLedger)
+	}
+	if string(hdr[:16]) != "SQLite format 3\x00" {
+		return fmt.Errorf("%w: the file is not a database (no SQLite header)", ledger.ErrNotLedger)
+	}
+	appID := binary.BigEndian.Uint32(hdr[68:72])
+	version := int(binary.BigEndian.Uint32(hdr[60:64]))
+	pages := binary.BigEndian.Uint32(hdr[28:32])
+	switch {
+	case appID == 0 && version == 0 && pages <= 1:
+		return fmt.Errorf("%w: it is an empty SQLite database; a new ledger is created only where no file exists", ledger.ErrNotLedger)
+	case appID != applicationID:
+		return fmt.Errorf("%w: it is an SQLite database of another application (application_id %#x)", ledger.ErrNotLedger, appID)
+	case version > SchemaVersion:
+		return fmt.Errorf("%w: file has %d, this build knows up to %d (use a newer ledgerd)", ledger.ErrSchemaVersion, version, SchemaVersion)
+	}
+	return nil
+}
+
+// init checks the connection settings, applies, migrates or checks the
+// schema, checks the derived state against the chain (unless repairing)
+// and loads the chain head.
+func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
+	var version string
+	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
+		return classify(err)
+	}
+	var mode string
+	if err := db.w.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return classify(err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("journal_mode is %q, want wal", mode)
+	}
+	if err := db.migrate(ctx, abs); err != nil {
+		return err
+	}
+	tail, err := readTail(ctx, db.w)
+	if err != nil {
+		return fmt.Errorf("load head: %w", err)
+	}
+	if !repair {
+		if err := checkDerived(ctx, db.w, tail, dbFlags(abs, db.ns)); err != nil {
+			return err
+		}
+	}
+	h := tail
+	db.head.Store(&h)
+	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
+		"head_seq", h.Seq, "head_hash", h.Hash.String())
+	ledger.SetHeadMetric(db.ns, h.Seq)
+	return nil
+}
+
+// dbFlags names the file of namespace ns at abs the way ledgerctl does:
+// --db FILE for the ledger file, --db FILE --namespace NS for a
+// namespace's file (FILE.ns/ns-NS.db).
+func dbFlags(abs, ns string) string {
+	if ns == ledger.DefaultNamespace {
+		return "--db " + abs
+	}
+	return "--db " + strings.TrimSuffix(filepath.Dir(abs), ".ns") + " --namespace " + ns
+}
+
+// queryRower is what readTail and checkDerived need of a pool or a Tx.
+type queryRower interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// readTail returns the last receipt's seq and hash as stored.
+func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
+	var h ledger.Head
+	var hash []byte
+	err := q.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return h, nil
+	case err != nil:
+		return h, classify(err)
+	}
+	if h.Hash, err = chain.HashFromBytes(hash); err != nil {
+		return h, err
+	}
+	return h, nil
+}
+
+// checkDerived compares the head recorded with the last append (table
+// head, moved in the same transaction as every receipt and every update
+// of the keys table) with the receipts' actual tail, and checks that no
+// key points past the tail. Both are index lookups.
+func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags string) error {
+	var rec ledger.Head
+	var hash []byte
+	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM head WHERE id = 1`).Scan(&rec.Seq, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-keys %s` after checking the chain with `ledgerctl verify`",
+			ledger.ErrDerivedState, flags)
+	}
+	if err != nil {
+		return fmt.Errorf("check derived state: %w", classify(err))
+	}
+	rec.Hash, _ = chain.HashFromBytes(hash)
+	if rec != tail {
+		return fmt.Errorf("%w: the last append recorded head %d (%s) but the receipts end at %d (%s) — "+
+			"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
+			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-keys %s`",
+			ledger.ErrDerivedState, rec.Seq, shortHash(rec.Hash), tail.Seq, shortHash(tail.Hash), flags, flags)
+	}
+	var maxPtr sql.NullInt64
+	if err := q.QueryRowContext(ctx, sqlMaxKeyPointer).Scan(&maxPtr); err != nil {
+		return fmt.Errorf("check derived state: %w", classify(err))
+	}
+	if maxPtr.Valid && uint64(maxPtr.Int64) > tail.Seq {
+		return fmt.Errorf("%w: a key points at receipt %d but the receipts end at %d; "+
+			"recompute the derived state with `ledgerctl rebuild-keys %s`", ledger.ErrDerivedState, maxPtr.Int64, tail.Seq, flags)
+	}
+	return nil
+}
+
+// sqlMaxKeyPointer is the highest receipt any keys row points at. A
+// key's latest reserve or final receipt is its highest pointer; the
+// receipts_by_key index is not involved, so this reads the keys table
+// once (a few hundred ms at millions of keys, at start only).
+const sqlMaxKeyPointer = `SELECT max(max(reserve_seq, final_seq)) FROM keys`
+
+func shortHash(h chain.Hash) string {
+	s := h.String()
+	return s[:12] + "…"
+}
+
+// sqlMigrateV2 turns a version 2 file into version 3: the settings table
+// of schema.sql (the same statements), whose row migrate then inserts
+// with key_ttl_ms 0, the behaviour of every version 2 file.
+const sqlMigrateV2 = `
+	CREATE TABLE settings (
+		id         INTEGER PRIMARY KEY CHECK (id = 1),
+		key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+	);
+	CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	CREATE TRIGGER settings_kept BEFORE DELETE ON settings
+	BEGIN
+		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
+	END;
+	PRAGMA user_version = 3;`
+
+// sqlInsertSettings stores the settings of a new or migrated file.
+const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
+
+// sqlMigrateV1 turns a version 1 file into the current version in the transaction
+// that then applies schema.sql: the v1 receipts table (UNIQUE hash and
+// prev_hash) is set aside, and its rows are copied into the new table
+// through the linking trigger, so a v1 chain whose links are broken is
+// refused rather than carried over.
+const sqlMigrateV1 = `
+	DROP TRIGGER IF EXISTS receipts_no_update;
+	DROP TRIGGER IF EXISTS receipts_no_delete;
+	DROP INDEX IF EXISTS receipts_by_key;
+	DROP INDEX IF EXISTS receipts_by_execution;
+	DROP INDEX IF EXISTS receipts_by_tool;
+	DROP INDEX IF EXISTS receipts_by_kind;
+	ALTER TABLE receipts RENAME TO receipts_v1;`
+
+const sqlMigrateV1Copy = `
+	INSERT INTO receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM receipts_v1 ORDER BY seq;
+	DROP TABLE receipts_v1;`
+
+// migrate applies the schema to an empty file, migrates a version 1 file
+// in one transaction, and refuses a file with an unknown schema version or
+// that belongs to something else.
+func (db *fileChain) migrate(ctx context.Context, abs string) error {
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	var version, tables, appID int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&appID); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return fmt.Errorf("migrate: %w", classify(err))
+	}
+	switch {
+	case version == SchemaVersion && appID == applicationID:
+		return nil
+	case version == 0 && tables == 0:
+		for _, q := range []string{schemaSQL, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, db.newKeyTTL); err != nil {
+				return fmt.Errorf("migrate: %w", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate: %w", classify(err))
+		}
+		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
+		return nil
+	case version == 2 && appID == applicationID:
+		for _, q := range []string{sqlMigrateV2, sqlInsertSettings} {
+			if _, err := tx.ExecContext(ctx, q, 0); err != nil {
+				return fmt.Errorf("migrate v2: %w", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate v2: %w", classify(err))
+		}
+		db.logger.Info("migrated ledger database from schema 2 to 3 (keys never expire)", "path", abs)
+		return nil
+	case version == 1 && appID == applicationID:
+		start := time.Now()
+		var n int64
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
+			return fmt.Errorf("migrate v1: %w", classify(err))
+		}
+		db.logger.Info("migrating ledger database from schema 1", "path", abs, "receipts", n, "schema_version", SchemaVersion)
+		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy, sqlInsertSettings} {
+			var args []any
+			if q == sqlInsertSettings {
+				args = []any{0}
+			}
+			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+				return fmt.Errorf("migrate v1: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", classify(err))
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migrate v1: %w", classify(err))
+		}
+		db.logger.Info(fmt.Sprintf("migrated ledger database to schema %d", SchemaVersion), "path", abs, "receipts", n, "duration", time.Since(start))
+		return nil
+	case version == 0 || appID != applicationID:
+		return ledger.ErrNotLedger
+	default:
+		return fmt.Errorf("%w: file has %d, this build knows %d", ledger.ErrSchemaVersion, version, SchemaVersion)
+	}
+}
+
+// Close waits for a running Update, checkpoints the WAL and closes both
+// connection pools.
+func (db *fileChain) Close() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return nil
+	}
+	db.closed = true
+	cerr := db.ckpt.close()
+	// Readers go first: the last connection to close checkpoints the WAL
+	// into the main file, and only the writer can, so that a cleanly
+	// stopped ledger is one self-contained file.
+	rerr := db.r.Close()
+	for _, st := range append([]*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt,
+		db.stmts.treeRead}, db.stmts.treeInsert[:]...) {
+		_ = st.Close()
+	}
+	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
+		db.logger.Warn("checkpoint on close", "err", err)
+	}
+	return errors.Join(cerr, rerr, db.w.Close(), db.lock.release())
+}
+
+// Head returns the durable head of the chain (this process is its only
+// writer).
+func (db *fileChain) Head(context.Context) (ledger.Head, error) { return *db.head.Load(), nil }
+
+// classify maps SQLite failures that mean "cannot write now" onto the
+// ErrUnavailable family, using the driver's error codes.
+func classify(err error) error {
+	var se sqlite3.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code {
+	case sqlite3.ErrBusy, sqlite3.ErrLocked:
+		return fmt.Errorf("%w: %w", ledger.ErrBusy, err)
+	case sqlite3.ErrReadonly:
+		return fmt.Errorf("%w: %w", ledger.ErrReadOnly, err)
+	case sqlite3.ErrFull:
+		return fmt.Errorf("%w: %w", ledger.ErrDiskFull, err)
+	case sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrProtocol:
+		return fmt.Errorf("%w: %w", ledger.ErrIO, err)
+	}
+	return err
+}
+
+// sqlReadyProbe is a durable write of real size (1 MiB, more than a large
+// batch writes) outside the chain, to see whether the disk takes writes
+// again after a write transaction failed.
+const sqlReadyProbe = `INSERT OR REPLACE INTO ready_probe (id, pad) VALUES (1, zeroblob(1048576))`
