@@ -61,7 +61,8 @@ type Client struct {
 	commitTimeout time.Duration
 	pollInterval  time.Duration
 	logger        *slog.Logger
-	inject        func(ctx context.Context, h http.Header) // WithPropagator; nil: none
+	inject        func(ctx context.Context, h http.Header)         // WithPropagator; nil: none
+	sleep         func(ctx context.Context, d time.Duration) error // WithSleep
 	// noServerWait is set once a server refuses wait_ms (a ledger without
 	// SPEC §8): reserves then poll instead.
 	noServerWait atomic.Bool
@@ -110,6 +111,18 @@ func WithCommitTimeout(d time.Duration) Option { return func(c *Client) { c.comm
 // holds the key and the server does not wait (default DefaultPollInterval).
 func WithPollInterval(d time.Duration) Option { return func(c *Client) { c.pollInterval = d } }
 
+// WithSleep replaces how the client waits before a retry (backoff and
+// Retry-After) and between polls of a key in progress: sleep must return
+// after d, or with ctx's error once ctx is done. The default is a timer.
+// Tests use it to record the waits instead of spending them.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return func(c *Client) {
+		if sleep != nil {
+			c.sleep = sleep
+		}
+	}
+}
+
 // WithPropagator sets inject, which adds the caller's trace context to
 // the headers of every request the client sends, so that the ledger's
 // spans join the gateway's trace. With OpenTelemetry:
@@ -155,7 +168,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		base: strings.TrimRight(u.String(), "/"), hc: &http.Client{},
 		wait: DefaultWait, maxWait: DefaultMaxWait, maxRetries: DefaultMaxRetries,
 		backoffBase: DefaultBackoffBase, backoffMax: DefaultBackoffMax,
-		commitTimeout: DefaultCommitTimeout, pollInterval: DefaultPollInterval,
+		commitTimeout: DefaultCommitTimeout, pollInterval: DefaultPollInterval, sleep: sleepCtx,
 		logger: slog.New(discardHandler{}),
 	}
 	for _, o := range opts {
@@ -375,7 +388,7 @@ func (c *Client) pause(ctx context.Context, n int, err error, what string) error
 		return err
 	}
 	c.logger.DebugContext(ctx, "ledger: retrying", "call", what, "retry", n+1, "after", d, "err", err)
-	if serr := sleepCtx(ctx, d); serr != nil {
+	if serr := c.sleep(ctx, d); serr != nil {
 		return err
 	}
 	return nil

@@ -220,7 +220,7 @@ func (c *Client) reserveWaiting(ctx context.Context, req *ReserveRequest, autoAt
 				d = min(c.pollInterval, left)
 			}
 			c.logger.DebugContext(ctx, "ledger: key in progress, polling", "key", req.Key, "after", d)
-			if serr := sleepCtx(ctx, d); serr != nil {
+			if serr := c.sleep(ctx, d); serr != nil {
 				return nil, err
 			}
 		case isLedgerErr && le.Code == string(ErrInvalidRequest.(code)) && le.Details["field"] == "wait_ms" && req.Wait > 0:

@@ -371,12 +371,24 @@ func TestClient_Do_retries(t *testing.T) {
 			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"busy","details":{}}}`)
 			return true
 		})
-		c := MustClient(t, front.HTTP.URL)
+		var mu sync.Mutex
+		var waits []time.Duration // what the client waited, recorded instead of spent
+		c := MustClient(t, front.HTTP.URL, client.WithSleep(func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			defer mu.Unlock()
+			waits = append(waits, d)
+			return ctx.Err()
+		}))
 		var fx counter
-		start := time.Now()
 		res, err := c.Do(ctx, refund(1), fx.fn)
 		require.NoError(t, err)
-		assert.GreaterOrEqual(t, time.Since(start), 2*time.Second, "two Retry-After: 1")
+		mu.Lock()
+		require.Len(t, waits, 2, "two Retry-After: 1")
+		for _, d := range waits {
+			assert.GreaterOrEqual(t, d, time.Second, "Retry-After is honoured (plus jitter)")
+			assert.Less(t, d, 2*time.Second)
+		}
+		mu.Unlock()
 		assert.Equal(t, int32(1), fx.runs.Load())
 		assert.Equal(t, uint64(1), res.Attempt, "nothing was recorded: same attempt")
 	})
