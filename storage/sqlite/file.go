@@ -150,12 +150,9 @@ func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
 // an effect-ledger database, or has a newer schema, is refused before
 // anything is written to it or created beside it.
 func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileChain, error) {
-	if path == "" {
-		return nil, errors.New("open ledger: empty database path")
-	}
-	abs, err := filepath.Abs(path)
+	abs, err := ledgerPath(path)
 	if err != nil {
-		return nil, fmt.Errorf("open ledger: %w", err)
+		return nil, err
 	}
 	opts.defaults()
 	if err := precheck(abs); err != nil {

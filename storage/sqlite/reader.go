@@ -23,15 +23,24 @@ type Reader struct {
 	busy time.Duration // the busy timeout of the scans' own connections
 }
 
-// OpenReader opens the ledger at path read-only. The file must exist and
-// carry this build's schema version.
-func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error) {
+// ledgerPath is the absolute path of the ledger file named by path.
+func ledgerPath(path string) (string, error) {
 	if path == "" {
-		return nil, errors.New("open ledger: empty database path")
+		return "", errors.New("open ledger: empty database path")
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return nil, fmt.Errorf("open ledger: %w", err)
+		return "", fmt.Errorf("open ledger: %w", err)
+	}
+	return abs, nil
+}
+
+// OpenReader opens the ledger at path read-only. The file must exist and
+// carry this build's schema version.
+func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error) {
+	abs, err := ledgerPath(path)
+	if err != nil {
+		return nil, err
 	}
 	opts.defaults()
 	rd, err := openReader(ctx, abs, opts)

@@ -58,12 +58,9 @@ var _ ledger.Store = (*Store)(nil)
 // OpenStore opens the ledger at path for writing (creating it if
 // missing), or only for reading with readOnly (the file must exist).
 func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*Store, error) {
-	if path == "" {
-		return nil, errors.New("open ledger: empty database path")
-	}
-	abs, err := filepath.Abs(path)
+	abs, err := ledgerPath(path)
 	if err != nil {
-		return nil, fmt.Errorf("open ledger: %w", err)
+		return nil, err
 	}
 	opts.defaults()
 	s := &Store{path: abs, opts: opts, readOnly: readOnly, chains: map[string]ledger.Chain{}, lru: list.New()}

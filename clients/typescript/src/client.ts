@@ -17,7 +17,9 @@ import {
   type CommitRequest,
   type ReceiptRef,
 } from "./errors.js";
-import { Transport, unsent, type TransportOptions } from "./transport.js";
+import { sleep, Transport, unsent, type TransportOptions } from "./transport.js";
+
+export { sleep };
 
 /** The class of an effect (contract §1). "none" and "read" skip the ledger. */
 export type EffectClass = "none" | "read" | "write" | "destructive" | "external";
@@ -407,20 +409,4 @@ function waitMargin(left: number): number {
 
 function isAbort(err: unknown): boolean {
   return err instanceof Error && (err.name === "AbortError" || err.name === "TimeoutError");
-}
-
-/** Sleeps ms milliseconds, or rejects when signal aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal!.reason);
-    };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }

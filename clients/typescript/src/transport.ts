@@ -148,17 +148,25 @@ export function unsent(err: unknown): boolean {
   return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN";
 }
 
-async function pause(ms: number, signal: AbortSignal | undefined, err: unknown): Promise<void> {
-  await new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(err);
+/** Sleeps ms milliseconds, or rejects when signal aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
     const t = setTimeout(() => {
       signal?.removeEventListener("abort", onAbort);
       resolve();
     }, ms);
     const onAbort = () => {
       clearTimeout(t);
-      reject(err);
+      reject(signal!.reason);
     };
     signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Sleeps ms milliseconds before a retry; rejects with err when signal aborts. */
+async function pause(ms: number, signal: AbortSignal | undefined, err: unknown): Promise<void> {
+  await sleep(ms, signal).catch(() => {
+    throw err;
   });
 }
