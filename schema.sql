@@ -1,4 +1,4 @@
--- effect-ledger schema, version 3 (PRAGMA user_version = 3).
+-- effect-ledger schema, version 4 (PRAGMA user_version = 4).
 --
 -- receipts is the ledger: one row per receipt, one column per field of
 -- SPEC §2 with the same name and type, plus prev_hash and hash. It is
@@ -8,23 +8,22 @@
 -- random-position UNIQUE indexes of version 1. Anyone with sqlite3 and
 -- SHA-256 can recompute the chain from this table alone.
 --
--- head holds the chain head as of the last append: it moves in the same
--- transaction as every receipt (by trigger) and so as every update of the
--- derived keys table. On open, ledgerd compares it with the receipts'
--- actual tail: a difference (a tail removed by a bad restore or by hand)
--- means the derived state cannot be trusted, and ledgerd refuses to start
--- until `ledgerctl rebuild-keys` has recomputed it.
+-- A write transaction only appends: a receipts row (seq is the rowid, so
+-- the row goes at the end of the table), the head row it moves, tree
+-- hashes, and for a reserve its token hash. Nothing is written at a
+-- random position. The state of each idempotency key and the lookups by
+-- key, execution, tool and kind live in the key index beside the file
+-- (<ledger file>.idx/, a Pebble LSM for every namespace of the ledger),
+-- which ledgerd derives from these tables after each COMMIT and checks
+-- against the chain on open (replaying what it lacks, rebuilding it when
+-- it is missing or foreign; `ledgerctl rebuild-index`). Version 3 kept
+-- that state here, in a keys table and four indexes on receipts.
 --
--- keys is a derived table kept in the same transaction as every append, so
--- that decisions do not scan a key's receipts: the current state of each
--- idempotency key, rebuildable from the receipts at any time
--- (sqlite.DB.RebuildKeys; sqlite.SQLKeysDrift lists any difference). Its
--- one column the receipts cannot give back is token_hash, the SHA-256 of
--- the latest reservation token (tokens are secrets and never enter a
--- receipt): a rebuild empties it, which only makes outstanding
--- reservations uncommittable (their commits get stale_reservation and the
--- keys become interrupted when the leases end); it never changes a
--- recorded outcome.
+-- head holds the chain head as of the last append: it moves in the same
+-- transaction as every receipt (by trigger). On open, ledgerd compares it
+-- with the receipts' actual tail: a difference (a tail removed by a bad
+-- restore or by hand) stops it until `ledgerctl rebuild-index` has
+-- recomputed the derived state.
 
 PRAGMA application_id = 1701209452; -- 0x6566656C
 
@@ -61,11 +60,6 @@ CREATE TABLE head (
 );
 INSERT INTO head (id, seq, hash) VALUES (1, 0, zeroblob(32));
 
-CREATE INDEX receipts_by_key ON receipts (idempotency_key, seq);
-CREATE INDEX receipts_by_execution ON receipts (execution_id, seq);
-CREATE INDEX receipts_by_tool ON receipts (tool, seq);
-CREATE INDEX receipts_by_kind ON receipts (kind, seq);
-
 CREATE TRIGGER receipts_no_update BEFORE UPDATE ON receipts
 BEGIN
 	SELECT RAISE(ABORT, 'receipts are append-only');
@@ -89,26 +83,21 @@ BEGIN
 	UPDATE head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
 END;
 
--- State of each key, derived from its receipts.
-CREATE TABLE IF NOT EXISTS keys (
-	idempotency_key  TEXT    PRIMARY KEY,
-	key_generated    INTEGER NOT NULL,
-	tool             TEXT    NOT NULL, -- fingerprint, from the first reserve
-	effect           TEXT    NOT NULL,
-	input_hash       TEXT    NOT NULL,
-	idempotent       INTEGER NOT NULL,
-	first_seq        INTEGER NOT NULL, -- the first reserve
-	reserve_seq      INTEGER NOT NULL, -- the latest reserve
-	lease_expires_at INTEGER NOT NULL, -- of the latest reserve
-	final_seq        INTEGER NOT NULL, -- the latest commit or resolve, 0 if none
-	token_hash       BLOB    NOT NULL DEFAULT x'' -- SHA-256 of the latest reservation token
-) WITHOUT ROWID;
+-- The SHA-256 of each reservation's token, by the reserve's seq: the
+-- one part of a key's state the receipts cannot give back (tokens are
+-- secrets and never enter a receipt), kept so that the key index can be
+-- rebuilt with open reservations still committable. Rows are appended in
+-- seq order; never part of the chain.
+CREATE TABLE reserve_tokens (
+	seq        INTEGER PRIMARY KEY,
+	token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
+);
 
 -- Settings fixed when the file was created (one row, never changed):
 -- key_ttl_ms is how long a finalized idempotency key is remembered before
 -- a reserve starts a new generation of it (SPEC §12; 0: forever). The
 -- verifier reads it from here. Version 2 files get the row 0 when they are
--- migrated to version 3.
+-- migrated.
 CREATE TABLE settings (
 	id         INTEGER PRIMARY KEY CHECK (id = 1),
 	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
@@ -145,4 +134,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;

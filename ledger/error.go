@@ -130,8 +130,14 @@ var (
 	ErrNotLedger = errors.New("not an effect-ledger database")
 	// ErrDerivedState means the derived state (the keys table and the
 	// recorded head) does not match the receipts: serving from it could
-	// replay another key's result. `ledgerctl rebuild-keys` repairs it.
+	// replay another key's result. `ledgerctl rebuild-index` (SQLite) or
+	// `ledgerctl rebuild-keys` (PostgreSQL) repairs it.
 	ErrDerivedState = errors.New("the derived state does not match the chain")
+	// ErrNoKeyTable is what ChainReader.Keys returns when the reader has
+	// no derived key records to list (a SQLite file read without its key
+	// index, which only ledgerd opens): the verifier then replays the
+	// keys without cross-checking a stored state.
+	ErrNoKeyTable = errors.New("no derived key records to list")
 )
 
 // ErrNamespaceLost means a namespace the ledger's registry knows has no

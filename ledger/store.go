@@ -140,7 +140,8 @@ type ChainReader interface {
 	// KeyReceipts calls fn for each reserve, commit and resolve after seq,
 	// ordered by key then seq.
 	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
-	// Keys calls fn for each key record (TokenHash left empty).
+	// Keys calls fn for each key record (TokenHash left empty), in key
+	// byte order, or returns ErrNoKeyTable.
 	Keys(ctx context.Context, fn func(*KeyRecord) error) error
 	DuplicateSuccesses(ctx context.Context, fn func(*Success) error) error
 	RepeatedFailures(ctx context.Context, tool string, fn func(*CallAfterFailure) error) error

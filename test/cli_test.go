@@ -63,6 +63,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"token", "list"}, []string{"db", "json"}},
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
+		{[]string{"rebuild-index"}, []string{"db", "namespace", "json"}},
 		{[]string{"rebuild-keys"}, []string{"db", "namespace", "json"}},
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},
 		{[]string{"checkpoint"}, append(source, "json")},
@@ -114,7 +115,7 @@ func TestLedgerctl_missingDB(t *testing.T) {
 		for _, args := range [][]string{
 			{"verify"}, {"audit"}, {"receipts"}, {"show", "some-key-1"}, {"head"}, {"export"},
 			{"token", "create", "--role", "admin", "--name", "ops"}, {"token", "list"}, {"token", "revoke", "ops"},
-			{"backup", "--out", filepath.Join(dir, "copy.db")}, {"rebuild-keys"},
+			{"backup", "--out", filepath.Join(dir, "copy.db")}, {"rebuild-keys"}, {"rebuild-index"},
 			{"namespace", "create", "payments"}, {"namespace", "list"}, {"verify", "--all-namespaces"}, {"head", "--namespace", "payments"},
 		} {
 			args = append(args, "--db", db)

@@ -136,12 +136,12 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 
 	out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "ledgerctl rebuild-keys --db")
+	assert.Contains(t, out, "ledgerctl rebuild-index --db")
 	assert.Equal(t, 1, strings.Count(out, "ledgerd: "), "the fatal error is printed once by main: %s", out)
 
-	stdout, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db)
+	stdout, stderr, code := ledgerctl(t, "rebuild-index", "--db", db)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "1 key")
+	assert.Contains(t, stdout, "2 receipts, head 2")
 	l = StartLedgerd(t, db)
 	r := l.Do("POST", "/v1/effects/reserve", reserve("other-key-0003", "exec-9", 1, true))
 	require.Equal(t, 201, r.Status, "a new key is reserved, not a replay of another key's result: %s", r.Raw)
@@ -199,7 +199,8 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	_, _, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
-	assert.Contains(t, l.Logs(), "migrated ledger database to schema 3")
+	assert.Contains(t, l.Logs(), "migrated ledger database")
+	assert.Contains(t, l.Logs(), `"from":1,"to":4`)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])
@@ -361,9 +362,9 @@ func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
 	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "and stays 503 while the disk is full")
 }
 
-// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose keys
-// table no longer matches its receipts (a key pointing past the tail)
-// stops ledgerd at start, naming the repair for that namespace, which then
+// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose
+// recorded head no longer matches its receipts (edited by hand) stops
+// ledgerd at start, naming the repair for that namespace, which then
 // works. (Receipts removed from a namespace's tail put its file behind the
 // registry's head: TestLedgerd_lostNamespaceRefused.)
 func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
@@ -377,20 +378,20 @@ func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 	require.NoError(t, l.Stop())
 	raw, err := sql.Open("sqlite3", "file:"+filepath.Join(db+".ns", "ns-pay.db"))
 	require.NoError(t, err)
-	_, err = raw.Exec(`UPDATE keys SET reserve_seq = 99 WHERE idempotency_key = 'ns-tail-key-2'`)
+	_, err = raw.Exec(`UPDATE head SET seq = 1, hash = (SELECT hash FROM receipts WHERE seq = 1)`)
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 
 	out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
 	assert.Equal(t, 1, code, out)
-	assert.Contains(t, out, "ledgerctl rebuild-keys --db "+db+" --namespace pay")
+	assert.Contains(t, out, "ledgerctl rebuild-index --db "+db+" --namespace pay")
 
-	_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db, "--namespace", "nope")
+	_, stderr, code := ledgerctl(t, "rebuild-index", "--db", db, "--namespace", "nope")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, `no namespace "nope"`, stderr)
-	stdout, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db, "--namespace", "pay")
+	stdout, stderr, code := ledgerctl(t, "rebuild-index", "--db", db, "--namespace", "pay")
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, stdout, "2 keys")
+	assert.Contains(t, stdout, "2 receipts")
 	l = StartLedgerd(t, db)
 	r := l.Do("GET", "/v1/ns/pay/effects/ns-tail-key-2", "")
 	require.Equal(t, 200, r.Status, r.Raw)

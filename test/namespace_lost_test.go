@@ -158,7 +158,7 @@ func TestLedgerd_namespaceCreationCrash(t *testing.T) {
 
 // TestLedgerd_emptyFileRefused: a zero-byte --db file is not a new ledger
 // (history, tokens and auth would silently start over). ledgerd and
-// rebuild-keys refuse it and leave it as it was, with nothing beside it.
+// rebuild-index refuse it and leave it as it was, with nothing beside it.
 func TestLedgerd_emptyFileRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -167,7 +167,7 @@ func TestLedgerd_emptyFileRefused(t *testing.T) {
 	out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "the file is empty (0 bytes)")
-	_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", db)
+	_, stderr, code := ledgerctl(t, "rebuild-index", "--db", db)
 	assert.NotEqual(t, 0, code)
 	assert.Contains(t, stderr, "the file is empty (0 bytes)")
 	fi, err := os.Stat(db)
@@ -179,7 +179,7 @@ func TestLedgerd_emptyFileRefused(t *testing.T) {
 }
 
 // TestLedgerd_proofsAfterDamage: receipts cut from the chain after a
-// checkpoint was signed, then rebuild-keys: every proof route answers a
+// checkpoint was signed, then rebuild-index: every proof route answers a
 // 4xx with the contract's codes (never 500), naming the damage.
 func TestLedgerd_proofsAfterDamage(t *testing.T) {
 	t.Parallel()
@@ -195,7 +195,7 @@ func TestLedgerd_proofsAfterDamage(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, raw.Close())
-	_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", l.DB)
+	_, stderr, code := ledgerctl(t, "rebuild-index", "--db", l.DB)
 	require.Equal(t, 0, code, stderr)
 
 	l = StartLedgerd(t, l.DB, "--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms")

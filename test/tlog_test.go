@@ -405,7 +405,7 @@ func copyDB(t *testing.T, from, to string) {
 }
 
 // rewriteSuffix edits receipt seq's result and rehashes it and every later
-// receipt, as a careful tamperer would; rebuild-keys then makes the
+// receipt, as a careful tamperer would; rebuild-index then makes the
 // derived state agree. The chain alone is intact again.
 func rewriteSuffix(t *testing.T, path string, seq uint64) {
 	t.Helper()
@@ -461,12 +461,12 @@ func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 		}, false, "seq_gap"},
 		{"truncate, derived state rebuilt", func(p string) {
 			execSQL(t, p, `DROP TRIGGER receipts_no_delete`, fmt.Sprintf(`DELETE FROM receipts WHERE seq > %d`, c.Size-5))
-			_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", p)
+			_, stderr, code := ledgerctl(t, "rebuild-index", "--db", p)
 			require.Equal(t, 0, code, stderr)
 		}, true, "checkpoint_mismatch"},
 		{"rewrite a suffix with recomputed hashes", func(p string) {
 			rewriteSuffix(t, p, 4)
-			_, stderr, code := ledgerctl(t, "rebuild-keys", "--db", p)
+			_, stderr, code := ledgerctl(t, "rebuild-index", "--db", p)
 			require.Equal(t, 0, code, stderr)
 		}, true, "checkpoint_mismatch"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -31,6 +32,12 @@ type DuplicateSource interface {
 // driftChecker compares, key by key, the state replayed from the receipts
 // with the stored keys table, read concurrently in batches.
 type driftChecker struct {
+	// off: the source has no key records (ledger.ErrNoKeyTable), or its
+	// derived state is wrong as a whole (ledger.ErrDerivedState, reported
+	// once); the keys are then not compared one by one. Set by the
+	// reader goroutine before it closes rows.
+	off     atomic.Bool
+	whole   error // the ErrDerivedState, reported by finish
 	col     *collector
 	src     DerivedSource
 	suspect []suspect // keys that differed between the two snapshots
@@ -66,12 +73,29 @@ func newDriftChecker(ctx context.Context, col *collector, src DerivedSource) *dr
 			case <-ctx.Done():
 			}
 		}
-		if err != nil && !errors.Is(err, context.Canceled) {
+		switch {
+		case err == nil || errors.Is(err, context.Canceled):
+		case d.unavailable(err):
+		default:
 			d.errc <- err
 		}
 	}()
 	d.advance()
 	return d
+}
+
+// unavailable reports whether err from the source's Keys means there is
+// nothing to compare key by key, and turns the comparisons off if so.
+func (d *driftChecker) unavailable(err error) bool {
+	switch {
+	case errors.Is(err, ledger.ErrNoKeyTable):
+	case errors.Is(err, ledger.ErrDerivedState):
+		d.whole = err
+	default:
+		return false
+	}
+	d.off.Store(true)
+	return true
 }
 
 func (d *driftChecker) advance() {
@@ -132,6 +156,9 @@ type suspect struct {
 const maxSuspects = 10_000
 
 func (d *driftChecker) suspectf(seq uint64, key, format string, args ...any) {
+	if d.off.Load() {
+		return
+	}
 	if len(d.suspect) >= maxSuspects {
 		d.col.addf(seq, RuleDerivedState, format, args...)
 		return
@@ -142,6 +169,10 @@ func (d *driftChecker) suspectf(seq uint64, key, format string, args ...any) {
 // finish reports stored rows after the last key, re-checks the suspects
 // in one snapshot each, and returns a read error.
 func (d *driftChecker) finish(ctx context.Context) error {
+	if d.whole != nil {
+		d.col.addf(0, RuleDerivedState, "%v", d.whole)
+		d.whole = nil
+	}
 	for d.cur != nil {
 		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
 		d.advance()

@@ -201,7 +201,7 @@ func (l *level) compact(s *slot, k *keyState) {
 func (l *level) finish(keys func(fn func(*ledger.KeyRecord) error) error) error {
 	p := l.p
 	if p.drift != nil {
-		if err := keys(l.keyRow); err != nil {
+		if err := keys(l.keyRow); err != nil && !p.drift.unavailable(err) {
 			return err
 		}
 	}

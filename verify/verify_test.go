@@ -168,16 +168,13 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 
 // openForServing opens a tampered file for the online checks the way the
 // forger gets ledgerd to serve it: keys that point past a truncated chain
-// are rebuilt first (rebuild-keys), or ledgerd would refuse the file.
+// are rebuilt first (rebuild-index), or ledgerd would refuse the file.
 func openForServing(t *testing.T, path string) *ledgertest.DB {
 	t.Helper()
 	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	if errors.Is(err, ledger.ErrDerivedState) {
-		repair, rerr := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Repair: true})
+		_, rerr := sqlite.RebuildIndex(context.Background(), path, ledger.DefaultNamespace, sqlite.Options{Logger: quiet})
 		require.NoError(t, rerr)
-		_, rerr = repair.RebuildKeys(context.Background())
-		require.NoError(t, rerr)
-		require.NoError(t, repair.Close())
 		db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
 	}
 	require.NoError(t, err)

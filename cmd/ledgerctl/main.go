@@ -36,7 +36,7 @@ Commands:
   resolve   record an operator's decision about an interrupted key (server only)
   token     create, list and revoke API bearer tokens (--db only), optionally limited to namespaces
   backup    copy a live SQLite ledger and its namespace files consistently, and verify the copies
-  rebuild-keys  recompute the derived key state from the receipts (SQLite only; ledgerd stopped)
+  rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
   checkpoint   print the latest signed checkpoint of the Merkle tree
@@ -87,8 +87,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ResolveCommand{Env: env}
 	case "token":
 		cmd = &TokenCommand{Env: env}
-	case "rebuild-keys":
-		cmd = &RebuildKeysCommand{Env: env}
+	case "rebuild-index", "rebuild-keys": // rebuild-keys: its name before the key index
+		cmd = &RebuildIndexCommand{Env: env, name: args[0]}
 	case "backup":
 		cmd = &BackupCommand{Env: env}
 	case "version", "--version", "-version":

@@ -13,35 +13,42 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-// RebuildKeysCommand runs `ledgerctl rebuild-keys`: it recomputes the
-// derived state (the keys table and the recorded head) from the receipts.
-type RebuildKeysCommand struct{ *Env }
+// RebuildIndexCommand runs `ledgerctl rebuild-index` (once called
+// rebuild-keys): it rebuilds a namespace's part of the key index from the
+// receipts.
+type RebuildIndexCommand struct {
+	*Env
+	name string
+}
 
 const rebuildUsage = `Usage:
-  ledgerctl rebuild-keys --db FILE [--namespace NS] [--json]
+  ledgerctl rebuild-index --db FILE [--namespace NS] [--json]
 
-Recomputes the derived state of a ledger file (or, with --namespace, of
-that namespace's file, FILE.ns/ns-NS.db) from its receipts: the keys
-table (the state of every idempotency key) and the recorded head. ledgerd
-refuses to start when that state does not match the chain (receipts removed
-by a bad restore or by hand), because serving from it could replay another
-key's result; this command repairs it. The receipts are never changed.
-Reservations that were open lose their tokens (their commits get
-stale_reservation; the keys become interrupted when the leases end).
+Rebuilds the key index of a SQLite ledger (FILE.idx/: the state of every
+idempotency key and the receipts of each key, execution, tool and kind)
+for the default namespace or, with --namespace, for that namespace, from
+its receipts (FILE, or FILE.ns/ns-NS.db), and makes the file's recorded head
+match its receipts again. ledgerd keeps the index up to date on its own:
+it replays what the index lacks when it opens a file, and rebuilds an index
+that is missing, damaged or of another chain. This command is for when
+ledgerd refuses to start because the recorded head and the receipts differ
+(receipts removed by a bad restore or by hand), and for rebuilding on
+purpose. The receipts are never changed; open reservations keep their
+tokens. Progress goes to stderr.
 
-Stop ledgerd first (the command takes the same lock), and check the chain
+Stop ledgerd first (the command takes the same locks), and check the chain
 with "ledgerctl verify --db FILE" before and after.`
 
 const rebuildExamples = `  ledgerctl verify --db ledger.db
-  ledgerctl rebuild-keys --db ledger.db
-  ledgerctl rebuild-keys --db ledger.db --namespace payments
+  ledgerctl rebuild-index --db ledger.db
+  ledgerctl rebuild-index --db ledger.db --namespace payments
 `
 
-// Run rebuilds the derived state.
-func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("rebuild-keys", flag.ContinueOnError)
+// Run rebuilds the index.
+func (c *RebuildIndexCommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
 	db := fs.String("db", "", "SQLite ledger `file` (opened for writing; ledgerd must be stopped)")
-	ns := fs.String("namespace", ledger.DefaultNamespace, "the namespace whose file to repair")
+	ns := fs.String("namespace", ledger.DefaultNamespace, "the namespace whose index to rebuild")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, err := parse(fs, c.Env, args, rebuildUsage, rebuildExamples)
 	if err != nil {
@@ -54,7 +61,7 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 		return usageErr(fs, c.Env, "give --db FILE")
 	}
 	if errors.Is(storage.CheckFile(*db), storage.ErrNoFiles) {
-		return usageErr(fs, c.Env, "rebuild-keys repairs SQLite ledger files only, not a PostgreSQL database")
+		return usageErr(fs, c.Env, "%s rebuilds the key index of SQLite ledger files only; a PostgreSQL database keeps its own indexes", c.name)
 	}
 	if err := ledger.CheckNamespace(*ns); err != nil {
 		return usageErr(fs, c.Env, "--namespace: %s", ledger.ErrorMessage(err))
@@ -62,9 +69,9 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 	if err := checkDB(*db); err != nil {
 		return err
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if *ns != ledger.DefaultNamespace {
 		// The namespace must be registered in the ledger file.
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		s, err := sqlite.OpenStore(ctx, *db, sqlite.Options{Logger: quiet}, true)
 		if err != nil {
 			return err
@@ -78,15 +85,15 @@ func (c *RebuildKeysCommand) Run(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	// Repairs, then proves the repair with a normal open, which checks the
-	// derived state again.
-	n, head, err := sqlite.RebuildNamespace(ctx, *db, *ns, sqlite.Options{Logger: quiet})
+	progress := slog.New(slog.NewTextHandler(c.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	head, err := sqlite.RebuildIndex(ctx, *db, *ns, sqlite.Options{Logger: progress})
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return writeJSON(c.Stdout, map[string]any{"keys": n, "head": map[string]any{"seq": head.Seq, "hash": head.Hash.String()}})
+		return writeJSON(c.Stdout, map[string]any{"namespace": *ns, "head": map[string]any{"seq": head.Seq, "hash": head.Hash.String()}})
 	}
-	_, err = fmt.Fprintf(c.Stdout, "rebuilt the derived state: %s; head %d %s\n", plural(n, "key", "keys"), head.Seq, head.Hash)
+	_, err = fmt.Fprintf(c.Stdout, "rebuilt the key index of namespace %s: %s, head %d %s\n", *ns,
+		plural(int64(head.Seq), "receipt", "receipts"), head.Seq, head.Hash)
 	return err
 }

@@ -60,11 +60,7 @@ func Ledger(ctx context.Context, path string, n int, progress func(done int)) (l
 	if err != nil {
 		return head, err
 	}
-	if _, err := db.RebuildKeys(ctx); err != nil {
-		_ = db.Close()
-		return head, err
-	}
-	return head, db.Close()
+	return head, db.Close() // opening built the key index
 }
 
 func insert(ctx context.Context, raw *sql.DB, h *chain.Hasher, head *ledger.Head, from, to int) error {

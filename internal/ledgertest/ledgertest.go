@@ -140,6 +140,6 @@ func (db *DB) Close() error { return db.Ledger.Close() }
 // WriterStats returns the default file's writer work so far.
 func (db *DB) WriterStats() sqlite.WriterStats { return db.Store.WriterStats() }
 
-// RebuildKeys recomputes the default file's derived state (see
-// sqlite.Store.RebuildKeys).
-func (db *DB) RebuildKeys(ctx context.Context) (int64, error) { return db.Store.RebuildKeys(ctx) }
+// RebuildIndex rebuilds the default file's part of the key index (see
+// sqlite.Store.RebuildIndex).
+func (db *DB) RebuildIndex(ctx context.Context) error { return db.Store.RebuildIndex(ctx) }

@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-// TestDB_RebuildKeys builds keys in every state, checks that the stored
-// derived table matches the receipts, wipes it and rebuilds it.
-func TestDB_RebuildKeys(t *testing.T) {
+// TestDB_RebuildIndex builds keys in every state, checks that the key
+// index's records match the receipts, and rebuilds the index.
+func TestDB_RebuildIndex(t *testing.T) {
 	db, clock := MustOpenDB(t)
 	ctx := context.Background()
 	for i := range 6 {
@@ -41,31 +41,36 @@ func TestDB_RebuildKeys(t *testing.T) {
 	require.NoError(t, err)
 	mustReserve(t, db, reserveReq("derive-key-04", "exec-9")) // takeover
 
-	w, _ := db.Store.Pools()
-	drift := func() int {
-		rows, err := w.QueryContext(ctx, sqlite.SQLKeysDrift)
+	before := indexRecords(t, db)
+	require.Len(t, before, 6)
+	for _, k := range before {
+		drift, err := mainChain(t, db).KeyDrift(ctx, k.Key)
 		require.NoError(t, err)
-		defer rows.Close()
-		n := 0
-		for rows.Next() {
-			n++
-		}
-		require.NoError(t, rows.Err())
-		return n
+		assert.Empty(t, drift, "the writer's records are what the receipts say")
 	}
-	assert.Zero(t, drift(), "the writer keeps keys equal to what the receipts say")
-
-	_, err = w.ExecContext(ctx, `UPDATE keys SET final_seq = 0 WHERE idempotency_key = 'derive-key-00'`)
-	require.NoError(t, err)
-	assert.Equal(t, 2, drift(), "a damaged row shows up both ways")
-
-	_, err = w.ExecContext(ctx, `DELETE FROM keys`)
-	require.NoError(t, err)
-	n, err := db.RebuildKeys(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, int64(6), n)
-	assert.Zero(t, drift())
+	require.NoError(t, db.RebuildIndex(ctx))
+	assert.Equal(t, before, indexRecords(t, db), "a rebuild derives the records the writer wrote")
 	v, err := db.GetKey(ctx, "derive-key-00")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateSucceeded, v.State)
+	assert.Len(t, v.Receipts, 3, "reserve, commit, replay")
+}
+
+// mainChain is the default namespace of db's store.
+func mainChain(t *testing.T, db *ledgertest.DB) ledger.Chain {
+	t.Helper()
+	c, err := db.Store.Chain(context.Background(), ledger.DefaultNamespace)
+	require.NoError(t, err)
+	return c
+}
+
+// indexRecords lists the key records of the default namespace's index.
+func indexRecords(t *testing.T, db *ledgertest.DB) []ledger.KeyRecord {
+	t.Helper()
+	var out []ledger.KeyRecord
+	require.NoError(t, mainChain(t, db).Keys(context.Background(), func(k *ledger.KeyRecord) error {
+		out = append(out, *k)
+		return nil
+	}))
+	return out
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 	"github.com/mattn/go-sqlite3"
 )
 
@@ -53,9 +54,15 @@ type fileChain struct {
 
 	onEnded func(ns string, keys []string)
 
+	idx      *keyindex.Index // the ledger's key index; nil only for a file being created
+	indexErr error           // an apply failed: the index lacks a committed batch (index.go)
+
 	// beforeCommit, set only by tests before any write, can fail a batch
-	// just before its COMMIT.
+	// just before its COMMIT; afterCommit runs right after each COMMIT,
+	// before the index apply; indexFault can fail an index apply.
 	beforeCommit func() error
+	afterCommit  func()
+	indexFault   func() error
 }
 
 // createFile makes a new ledger file at abs: built completely under a
@@ -170,7 +177,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
 	}
 	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
-		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes)}
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.afterCommit}
 
 	ok := false
 	defer func() {
@@ -178,7 +185,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 			_ = lock.release()
 		}
 	}()
-	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, opts.CacheMiB)); err != nil {
+	if db.w, err = sql.Open(writerDriverName(), dsn(abs, "rwc", opts.BusyTimeout, sqliteCacheMiB(opts.CacheMiB))); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	db.w.SetMaxOpenConns(1)
@@ -189,7 +196,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	if _, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA soft_heap_limit = %d", int64(opts.CacheMiB)<<20)); err != nil {
+	if _, err := db.w.ExecContext(ctx, fmt.Sprintf("PRAGMA soft_heap_limit = %d", int64(sqliteCacheMiB(opts.CacheMiB))<<20)); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: memory limit: %w", abs, classify(err))
 	}
@@ -204,6 +211,11 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 	if db.Reader, err = openReader(ctx, abs, opts); err != nil {
 		_ = db.w.Close()
 		return nil, err
+	}
+	if err := db.openIndex(ctx, opts); err != nil {
+		_ = db.r.Close()
+		_ = db.w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	ck, err := sql.Open("sqlite3", dsn(abs, "rw", opts.BusyTimeout, 0))
 	if err != nil {
@@ -344,15 +356,14 @@ func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
 }
 
 // checkDerived compares the head recorded with the last append (table
-// head, moved in the same transaction as every receipt and every update
-// of the keys table) with the receipts' actual tail, and checks that no
-// key points past the tail. Both are index lookups.
+// head, moved in the same transaction as every receipt) with the
+// receipts' actual tail: two lookups.
 func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags string) error {
 	var rec ledger.Head
 	var hash []byte
 	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM head WHERE id = 1`).Scan(&rec.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-keys %s` after checking the chain with `ledgerctl verify`",
+		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-index %s` after checking the chain with `ledgerctl verify`",
 			ledger.ErrDerivedState, flags)
 	}
 	if err != nil {
@@ -362,25 +373,11 @@ func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags str
 	if rec != tail {
 		return fmt.Errorf("%w: the last append recorded head %d (%s) but the receipts end at %d (%s) — "+
 			"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
-			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-keys %s`",
+			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
 			ledger.ErrDerivedState, rec.Seq, shortHash(rec.Hash), tail.Seq, shortHash(tail.Hash), flags, flags)
-	}
-	var maxPtr sql.NullInt64
-	if err := q.QueryRowContext(ctx, sqlMaxKeyPointer).Scan(&maxPtr); err != nil {
-		return fmt.Errorf("check derived state: %w", classify(err))
-	}
-	if maxPtr.Valid && uint64(maxPtr.Int64) > tail.Seq {
-		return fmt.Errorf("%w: a key points at receipt %d but the receipts end at %d; "+
-			"recompute the derived state with `ledgerctl rebuild-keys %s`", ledger.ErrDerivedState, maxPtr.Int64, tail.Seq, flags)
 	}
 	return nil
 }
-
-// sqlMaxKeyPointer is the highest receipt any keys row points at. A
-// key's latest reserve or final receipt is its highest pointer; the
-// receipts_by_key index is not involved, so this reads the keys table
-// once (a few hundred ms at millions of keys, at start only).
-const sqlMaxKeyPointer = `SELECT max(max(reserve_seq, final_seq)) FROM keys`
 
 func shortHash(h chain.Hash) string {
 	s := h.String()
@@ -402,11 +399,34 @@ const sqlMigrateV2 = `
 	CREATE TRIGGER settings_kept BEFORE DELETE ON settings
 	BEGIN
 		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
-	END;
-	PRAGMA user_version = 3;`
+	END;`
 
 // sqlInsertSettings stores the settings of a new or migrated file.
 const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
+
+// sqlMigrateV3 turns a version 3 file into version 4: the key state moves
+// to the key index (rebuilt from the receipts when the file is next
+// opened), except the token hashes of the reservations still open, which
+// move to reserve_tokens (the statement of schema.sql). The pages the
+// indexes and the keys table held go to SQLite's free list, which later
+// appends reuse (VACUUM returns them to the file system).
+const sqlMigrateV3 = `
+	CREATE TABLE reserve_tokens (
+		seq        INTEGER PRIMARY KEY,
+		token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
+	);` + sqlDropKeys
+
+// sqlDropKeys keeps the open reservations' token hashes of a keys table
+// (schemas 1 to 3) and drops it with the receipts' indexes.
+const sqlDropKeys = `
+	INSERT INTO reserve_tokens (seq, token_hash)
+		SELECT reserve_seq, token_hash FROM keys WHERE length(token_hash) = 32 AND final_seq < reserve_seq
+		ORDER BY reserve_seq;
+	DROP TABLE keys;
+	DROP INDEX IF EXISTS receipts_by_key;
+	DROP INDEX IF EXISTS receipts_by_execution;
+	DROP INDEX IF EXISTS receipts_by_tool;
+	DROP INDEX IF EXISTS receipts_by_kind;`
 
 // sqlMigrateV1 turns a version 1 file into the current version in the transaction
 // that then applies schema.sql: the v1 receipts table (UNIQUE hash and
@@ -420,15 +440,17 @@ const sqlMigrateV1 = `
 	DROP INDEX IF EXISTS receipts_by_execution;
 	DROP INDEX IF EXISTS receipts_by_tool;
 	DROP INDEX IF EXISTS receipts_by_kind;
-	ALTER TABLE receipts RENAME TO receipts_v1;`
+	ALTER TABLE receipts RENAME TO receipts_v1;
+	ALTER TABLE keys RENAME TO keys_v1;`
 
 const sqlMigrateV1Copy = `
 	INSERT INTO receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM receipts_v1 ORDER BY seq;
-	DROP TABLE receipts_v1;`
+	DROP TABLE receipts_v1;
+	ALTER TABLE keys_v1 RENAME TO keys;` + sqlDropKeys
 
-// migrate applies the schema to an empty file, migrates a version 1 file
-// in one transaction, and refuses a file with an unknown schema version or
-// that belongs to something else.
+// migrate applies the schema to an empty file, migrates a file of an
+// older version in one transaction, and refuses a file with an unknown
+// schema version or that belongs to something else.
 func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -445,57 +467,53 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
 	}
+	var steps []migration
 	switch {
 	case version == SchemaVersion && appID == applicationID:
 		return nil
 	case version == 0 && tables == 0:
-		for _, q := range []string{schemaSQL, sqlInsertSettings} {
-			if _, err := tx.ExecContext(ctx, q, db.newKeyTTL); err != nil {
-				return fmt.Errorf("migrate: %w", classify(err))
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate: %w", classify(err))
-		}
-		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
-		return nil
-	case version == 2 && appID == applicationID:
-		for _, q := range []string{sqlMigrateV2, sqlInsertSettings} {
-			if _, err := tx.ExecContext(ctx, q, 0); err != nil {
-				return fmt.Errorf("migrate v2: %w", classify(err))
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate v2: %w", classify(err))
-		}
-		db.logger.Info("migrated ledger database from schema 2 to 3 (keys never expire)", "path", abs)
-		return nil
+		steps = []migration{{schemaSQL, nil}, {sqlInsertSettings, []any{db.newKeyTTL}}}
 	case version == 1 && appID == applicationID:
-		start := time.Now()
-		var n int64
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
-			return fmt.Errorf("migrate v1: %w", classify(err))
-		}
-		db.logger.Info("migrating ledger database from schema 1", "path", abs, "receipts", n, "schema_version", SchemaVersion)
-		for _, q := range []string{sqlMigrateV1, schemaSQL, sqlMigrateV1Copy, sqlInsertSettings} {
-			var args []any
-			if q == sqlInsertSettings {
-				args = []any{0}
-			}
-			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-				return fmt.Errorf("migrate v1: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", classify(err))
-			}
-		}
-		if err := tx.Commit(); err != nil {
-			return fmt.Errorf("migrate v1: %w", classify(err))
-		}
-		db.logger.Info(fmt.Sprintf("migrated ledger database to schema %d", SchemaVersion), "path", abs, "receipts", n, "duration", time.Since(start))
-		return nil
+		steps = []migration{{sqlMigrateV1, nil}, {schemaSQL, nil}, {sqlMigrateV1Copy, nil}, {sqlInsertSettings, []any{0}}}
+	case version == 2 && appID == applicationID:
+		steps = []migration{{sqlMigrateV2, nil}, {sqlInsertSettings, []any{0}}, {sqlMigrateV3, nil}}
+	case version == 3 && appID == applicationID:
+		steps = []migration{{sqlMigrateV3, nil}}
 	case version == 0 || appID != applicationID:
 		return ledger.ErrNotLedger
 	default:
 		return fmt.Errorf("%w: file has %d, this build knows %d", ledger.ErrSchemaVersion, version, SchemaVersion)
 	}
+	start := time.Now()
+	var n int64
+	if version > 0 {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
+			return fmt.Errorf("migrate v%d: %w", version, classify(err))
+		}
+		db.logger.Info("migrating ledger database", "path", abs, "from", version, "to", SchemaVersion, "receipts", n)
+	}
+	steps = append(steps, migration{fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion), nil})
+	for _, m := range steps {
+		if _, err := tx.ExecContext(ctx, m.sql, m.args...); err != nil {
+			return fmt.Errorf("migrate v%d: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", version, classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("migrate v%d: %w", version, classify(err))
+	}
+	if version == 0 {
+		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
+		return nil
+	}
+	db.logger.Info("migrated ledger database", "path", abs, "from", version, "to", SchemaVersion, "receipts", n,
+		"duration", time.Since(start))
+	return nil
+}
+
+// migration is one statement of a migration and its arguments.
+type migration struct {
+	sql  string
+	args []any
 }
 
 // Close waits for a running Update, checkpoints the WAL and closes both
@@ -512,8 +530,7 @@ func (db *fileChain) Close() error {
 	// into the main file, and only the writer can, so that a cleanly
 	// stopped ledger is one self-contained file.
 	rerr := db.r.Close()
-	for _, st := range append([]*sql.Stmt{db.stmts.key, db.stmts.putKey, db.stmts.insert, db.stmts.receipt, db.stmts.maxAttempt,
-		db.stmts.treeRead}, db.stmts.treeInsert[:]...) {
+	for _, st := range db.stmts.all() {
 		_ = st.Close()
 	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {

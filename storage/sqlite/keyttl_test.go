@@ -128,10 +128,10 @@ func TestOpen_keyTTL(t *testing.T) {
 	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the namespace's file")
 }
 
-// TestDB_RebuildKeys_generations: rebuilding the keys table from the
+// TestDB_RebuildIndex_generations: rebuilding the key index from the
 // receipts gives each renewed key its current generation, as the writer
 // recorded it, and the verifier agrees in all its strategies.
-func TestDB_RebuildKeys_generations(t *testing.T) {
+func TestDB_RebuildIndex_generations(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	now := time.UnixMilli(1764475200000)
@@ -159,15 +159,14 @@ func TestDB_RebuildKeys_generations(t *testing.T) {
 	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":2}`, true))
 	require.NotNil(t, r.Renewed)
 	mustCommit(t, db, succeed("failed-key", r.Reservation))
-	w, _ := db.Store.Pools()
-	rows, err := w.Query(sqlite.SQLKeysDrift)
-	require.NoError(t, err)
-	assert.False(t, rows.Next(), "the derived keys of the file match the writer's")
-	require.NoError(t, rows.Close())
-	before := keysRows(t, db)
-	_, err = db.RebuildKeys(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, before, keysRows(t, db))
+	before := indexRecords(t, db)
+	for _, k := range before {
+		drift, err := mainChain(t, db).KeyDrift(ctx, k.Key)
+		require.NoError(t, err)
+		assert.Empty(t, drift, "the derived record of %s matches the writer's", k.Key)
+	}
+	require.NoError(t, db.RebuildIndex(ctx))
+	assert.Equal(t, before, indexRecords(t, db))
 	require.NoError(t, db.Close())
 
 	rd, err := sqlite.OpenReader(ctx, path, quiet)
@@ -177,14 +176,4 @@ func TestDB_RebuildKeys_generations(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 	assert.Len(t, rep.Audit.RenewedKeys, 2)
-}
-
-func keysRows(t *testing.T, db *ledgertest.DB) []ledger.KeyRecord {
-	t.Helper()
-	var out []ledger.KeyRecord
-	require.NoError(t, db.Reader.Keys(context.Background(), func(k *ledger.KeyRecord) error {
-		out = append(out, *k)
-		return nil
-	}))
-	return out
 }

@@ -116,6 +116,7 @@ func placeNamespaceFile(ctx context.Context, abs, ns, path string, opts Options)
 		removeFileSet(path)
 	}
 	opts.Logger = slog.New(slog.DiscardHandler) // the file is not the namespace's yet
+	opts.index = nil                            // nor is the index: its first open syncs it
 	fc, err := openFileChain(ctx, tmp, ns, opts)
 	if err != nil {
 		removeFileSet(tmp)

@@ -144,7 +144,7 @@ func TestOpen_migratesV1(t *testing.T) {
 // TestOpen_derivedState removes the receipts' tail behind ledgerd's back,
 // as a bad restore or a tampered file would, and checks that Open refuses
 // to serve from the derived state (it would replay another key's result)
-// until rebuild-keys repaired it.
+// until rebuild-index repaired it.
 func TestOpen_derivedState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
 	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
@@ -165,40 +165,19 @@ func TestOpen_derivedState(t *testing.T) {
 
 	_, err = ledgertest.OpenPath(context.Background(), path, quiet)
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
-	assert.Contains(t, err.Error(), "ledgerctl rebuild-keys --db "+path)
+	assert.Contains(t, err.Error(), "ledgerctl rebuild-index --db "+path)
 
-	repair := quiet
-	repair.Repair = true
-	db, err = ledgertest.OpenPath(context.Background(), path, repair)
+	head, err := sqlite.RebuildIndex(context.Background(), path, ledger.DefaultNamespace, quiet)
 	require.NoError(t, err)
-	n, err := db.RebuildKeys(context.Background())
-	require.NoError(t, err)
-	assert.Equal(t, int64(1), n)
-	require.NoError(t, db.Close())
+	assert.Equal(t, uint64(2), head.Seq)
 
 	db, err = ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err, "open after rebuild-keys")
+	require.NoError(t, err, "open after rebuild-index")
 	defer db.Close()
 	assert.Equal(t, uint64(2), db.Head().Seq)
 	res := mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-3"))
 	assert.Equal(t, ledger.StatusReserved, res.Status, "the removed key is new again, not a replay of another key's result")
 	assert.Equal(t, uint64(3), res.Receipt.Seq)
-}
-
-// TestOpen_derivedStatePointer edits a keys row to point past the tail.
-func TestOpen_derivedStatePointer(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
-	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
-	require.NoError(t, db.Close())
-	raw, err := sql.Open("sqlite3", "file:"+path)
-	require.NoError(t, err)
-	_, err = raw.Exec(`UPDATE keys SET final_seq = 7`)
-	require.NoError(t, err)
-	require.NoError(t, raw.Close())
-	_, err = ledgertest.OpenPath(context.Background(), path, quiet)
-	require.ErrorIs(t, err, ledger.ErrDerivedState)
 }
 
 // TestSchema_linkingTrigger checks that the database itself refuses a
@@ -231,8 +210,8 @@ func TestSchema_linkingTrigger(t *testing.T) {
 	assert.Equal(t, head, db.Head())
 }
 
-// TestOpen_cacheMiB: Options.CacheMiB sizes the writer's page cache and
-// sets SQLite's process-wide soft heap limit, under which page caches
+// TestOpen_cacheMiB: Options.CacheMiB, less the key index's half, sizes
+// the writer's page cache and sets SQLite's process-wide soft heap limit, under which page caches
 // recycle pages instead of growing (what bounds ledgerd's memory with many
 // namespaces).
 func TestOpen_cacheMiB(t *testing.T) {
@@ -244,16 +223,16 @@ func TestOpen_cacheMiB(t *testing.T) {
 	w, _ := db.Store.Pools()
 	var cache int64
 	require.NoError(t, w.QueryRow(`PRAGMA cache_size`).Scan(&cache))
-	assert.Equal(t, int64(-7*1024), cache, "KiB, negative")
+	assert.Equal(t, int64(-4*1024), cache, "KiB, negative: 7 MiB less the index's 3")
 	var limit int64
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
-	assert.Equal(t, int64(7<<20), limit)
+	assert.Equal(t, int64(4<<20), limit)
 
 	db2, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
 	require.NoError(t, err)
 	defer db2.Close()
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
-	assert.Equal(t, int64(sqlite.DefaultCacheMiB<<20), limit, "process-wide: the last Open sets it")
+	assert.Equal(t, int64(sqlite.DefaultCacheMiB/2<<20), limit, "process-wide: the last Open sets it")
 }
 
 func TestOpen(t *testing.T) {

@@ -122,48 +122,6 @@ func (rd *Reader) KeyTTL(ctx context.Context) (uint64, error) {
 	return ttl, nil
 }
 
-// SQL of the read path.
-const (
-	sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts INDEXED BY receipts_by_key
-		WHERE idempotency_key = ? ORDER BY seq`
-)
-
-// GetKey returns a key's state and receipts. Errors: *Error with
-// ECodeUnknownKey or ECodeInvalidKey.
-func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
-	if err := ledger.CheckKeyPath(key); err != nil {
-		return nil, err
-	}
-	tx, err := rd.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("get key: %w", classify(err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	k := ledger.KeyRecord{Key: key}
-	var token []byte
-	err = tx.QueryRowContext(ctx, sqlKey, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq, &token)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ledger.Errorf(ledger.ECodeUnknownKey, "no such idempotency key")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get key: %w", classify(err))
-	}
-	receipts, err := queryReceipts(ctx, tx, sqlKeyReceipts, key)
-	if err != nil {
-		return nil, fmt.Errorf("get key: %w", err)
-	}
-	var final chain.Receipt
-	for i := range receipts {
-		if receipts[i].Seq == k.FinalSeq {
-			final = receipts[i]
-		}
-	}
-	return &ledger.KeyView{IdempotencyKey: key, State: ledger.StateOf(&k, &final, uint64(rd.now().UnixMilli())),
-		Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
-		FirstSeq: k.FirstSeq, FinalSeq: k.FinalSeq, Receipts: receipts}, nil
-}
-
 // ListReceipts returns up to f.Limit receipts with seq > f.After that match
 // the filters, oldest first, and the seq to pass as After for the next
 // page, or nil when no matching receipt follows. Errors: *Error with

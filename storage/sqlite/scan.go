@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -23,16 +22,14 @@ const (
 
 	sqlScanBySeqRange = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ? AND seq <= ? ORDER BY seq`
 
-	sqlScanByKey = `SELECT ` + keyScanColumns + ` FROM receipts INDEXED BY receipts_by_key
+	// The key-ordered scans sort (SQLite's external merge sort: the file
+	// has no index by key, its writes only append).
+	sqlScanByKey = `SELECT ` + keyScanColumns + ` FROM receipts
 		ORDER BY idempotency_key, seq`
 
-	sqlScanByKeyAfter = `SELECT ` + keyScanColumns + ` FROM receipts INDEXED BY receipts_by_key
+	sqlScanByKeyAfter = `SELECT ` + keyScanColumns + ` FROM receipts
 		WHERE idempotency_key IN (SELECT idempotency_key FROM receipts WHERE seq > ?)
 		ORDER BY idempotency_key, seq`
-
-	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys ORDER BY idempotency_key`
-
-	sqlScanKeysAfter = `SELECT ` + keysColumns + ` FROM keys WHERE idempotency_key > ? ORDER BY idempotency_key`
 )
 
 // Receipts calls fn for every receipt with seq > after, in seq order,
@@ -101,73 +98,27 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	return nil
 }
 
-// Keys calls fn for every row of the derived keys table, in key byte
-// order (the order of KeyReceipts). Rows are stepped from C like the
-// receipts; from a row with a value of another type on (an edited file),
-// the table is read through the driver, which converts such a value or
-// fails as it always did.
-func (rd *Reader) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
-	s, err := openCScan(rd.path, rd.busy, 2048, sqlScanKeys)
+// Keys lists no key records: their state is in the key index, which only
+// the writer opens (fileChain.Keys reads it there). What the file itself
+// derives is its recorded head: Keys returns ledger.ErrDerivedState when
+// that differs from the receipts' tail (receipts removed or added behind
+// ledgerd's back), and ledger.ErrNoKeyTable otherwise.
+func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) error {
+	var heads int
+	if err := rd.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'head'`).Scan(&heads); err != nil {
+		return fmt.Errorf("read schema: %w", classify(err))
+	}
+	if heads == 0 { // a version 1 file, read as it is
+		return ledger.ErrNoKeyTable
+	}
+	tail, err := readTail(ctx, rd.r)
 	if err != nil {
-		return fmt.Errorf("scan keys: %w", err)
+		return fmt.Errorf("read tail: %w", err)
 	}
-	defer s.close()
-	var k ledger.KeyRecord
-	var ints [6]uint64
-	var strs [4]string
-	var last *string // the key of the last row given to fn
-	err = s.records(ctx, &keysShape, func(rec []byte) (int, error) {
-		size, bad, _, err := keysShape.parse(rec, ints[:], strs[:])
-		if err != nil {
-			return 0, err
-		}
-		if bad {
-			return 0, errOddRow
-		}
-		k = ledger.KeyRecord{Key: strs[0], Generated: ints[0] == 1, Tool: strs[1], Effect: strs[2], InputHash: strs[3],
-			Idempotent: ints[1] == 1, FirstSeq: ints[2], ReserveSeq: ints[3], LeaseExpiresAt: ints[4], FinalSeq: ints[5]}
-		last = &k.Key
-		return size, fn(&k)
-	})
-	if errors.Is(err, errOddRow) {
-		s.close()
-		return rd.keysFrom(ctx, last, fn)
+	if err := checkDerived(ctx, rd.r, tail, dbFlags(rd.path, ledger.DefaultNamespace)); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("scan keys: %w", err)
-	}
-	return nil
-}
-
-// errOddRow ends a C scan at a row to be read through the driver.
-var errOddRow = errors.New("row to read through the driver")
-
-// keysFrom reads the keys table through the driver, from the row after
-// key after (nil: from the start).
-func (rd *Reader) keysFrom(ctx context.Context, after *string, fn func(*ledger.KeyRecord) error) error {
-	q, args := sqlScanKeys, []any{}
-	if after != nil {
-		q, args = sqlScanKeysAfter, []any{*after}
-	}
-	rows, err := rd.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("scan keys: %w", classify(err))
-	}
-	defer func() { _ = rows.Close() }()
-	var k ledger.KeyRecord
-	for rows.Next() {
-		if err := rows.Scan(&k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
-			&k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq); err != nil {
-			return fmt.Errorf("scan keys: %w", err)
-		}
-		if err := fn(&k); err != nil {
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("scan keys: %w", classify(err))
-	}
-	return nil
+	return ledger.ErrNoKeyTable
 }
 
 // sqlDuplicateSuccesses lists the successes (commit or resolve) of keys

@@ -14,6 +14,8 @@ package sqlite
 import (
 	"log/slog"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
 // Options configure OpenStore and OpenReader. The zero value is usable.
@@ -45,8 +47,8 @@ type Options struct {
 	// PageSize is the SQLite page size of a new database file (default
 	// DefaultPageSize); an existing file keeps its own.
 	PageSize int
-	// Repair skips the check that the derived state matches the chain, so
-	// that RebuildKeys can repair it. Only `ledgerctl rebuild-keys` sets it.
+	// Repair skips the check that the recorded head matches the chain, so
+	// that RebuildIndex can repair it.
 	Repair bool
 	// MaxOpenFiles bounds the namespace files a writing Store keeps open
 	// at once, the least recently used closed first (default: one per
@@ -60,6 +62,10 @@ type Options struct {
 	// namespace's file when OpenStore creates it (ledgerd --default-key-ttl);
 	// an existing file keeps its own. 0: keys never expire.
 	KeyTTL uint64
+
+	index        *keyindex.Index // the ledger's key index, set by the Store
+	rebuildIndex bool            // rebuild the file's part of the index on open
+	afterCommit  func()          // a test hook (fileChain.afterCommit)
 }
 
 // defaults fills the zero fields of o.

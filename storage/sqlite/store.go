@@ -40,8 +40,9 @@ type Store struct {
 	closed  bool
 	onEnded func(ns string, keys []string)
 
-	main   *fileChain // nil when read-only
-	reader *Reader    // the default file's read pool
+	main   *fileChain   // nil when read-only
+	index  *ledgerIndex // the key index of every namespace; nil when read-only
+	reader *Reader      // the default file's read pool
 	tokens *sqliteTokens
 
 	lruMu sync.Mutex // guards lru
@@ -74,16 +75,29 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 		s.tokens = &sqliteTokens{rd: rd}
 		return s, nil
 	}
+	// The index's lock is taken before the ledger file's: a second
+	// ledgerd stops at it before touching anything.
+	if err := precheck(abs); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	ix, err := openIndex(abs, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.index, s.opts.index, opts.index = ix, ix.Index, ix.Index
 	c, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
 	if err != nil {
+		_ = ix.close()
 		return nil, err
 	}
 	if err := ensureRegistry(ctx, c.w); err != nil {
 		_ = c.Close()
+		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	if err := addTokenNamespaces(ctx, c.w); err != nil {
 		_ = c.Close()
+		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	c.onEnded = s.ended
@@ -93,6 +107,7 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	regs, err := readRegistry(ctx, c.w)
 	if err != nil {
 		_ = c.Close()
+		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	recorded := make(map[string]ledger.Head, len(regs))
@@ -105,6 +120,7 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	}
 	if err != nil {
 		_ = c.Close()
+		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
 	s.recorded = make(map[string]ledger.Head, len(states))
@@ -315,6 +331,9 @@ func (s *Store) Close() error {
 		errs = append(errs, s.reader.Close())
 	} else {
 		errs = append(errs, s.main.Close())
+		// After every file: a clean stop leaves an index that needs no
+		// replay.
+		errs = append(errs, s.index.Sync(), s.index.close())
 	}
 	return errors.Join(errs...)
 }
@@ -365,11 +384,11 @@ func (rd *Reader) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chai
 	return out, nil
 }
 
-// RebuildKeys recomputes the default file's derived state (see
-// fileChain.RebuildKeys).
-func (s *Store) RebuildKeys(ctx context.Context) (int64, error) {
+// RebuildIndex rebuilds the default file's part of the key index from its
+// receipts, while the Store serves (fileChain.RebuildIndex).
+func (s *Store) RebuildIndex(ctx context.Context) error {
 	if s.readOnly {
-		return 0, ledger.ErrOpenedReadOnly
+		return ledger.ErrOpenedReadOnly
 	}
-	return s.main.RebuildKeys(ctx)
+	return s.main.RebuildIndex(ctx)
 }

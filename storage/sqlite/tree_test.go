@@ -158,13 +158,8 @@ func TestTree_ErrTruncated(t *testing.T) {
 	}
 	require.NoError(t, raw.Close())
 
-	repair := quiet
-	repair.Repair = true
-	db, err = ledgertest.OpenPath(ctx, path, repair)
+	_, err = sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
 	require.NoError(t, err)
-	_, err = db.RebuildKeys(ctx)
-	require.NoError(t, err)
-	require.NoError(t, db.Close())
 	db, err = ledgertest.OpenPath(ctx, path, quiet)
 	require.NoError(t, err)
 	defer db.Close()

@@ -3,12 +3,12 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -25,26 +25,17 @@ const (
 
 	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq = ?`
 
-	sqlKey = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
-		lease_expires_at, final_seq, token_hash FROM keys WHERE idempotency_key = ?`
-
-	sqlPutKey = `INSERT OR REPLACE INTO keys (idempotency_key, key_generated, tool, effect,
-		input_hash, idempotent, first_seq, reserve_seq, lease_expires_at, final_seq, token_hash)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-	// The execution index is the selective one: an execution has few receipts.
-	sqlMaxAttempt = `SELECT max(attempt) FROM receipts INDEXED BY receipts_by_execution
-		WHERE execution_id = ? AND idempotency_key = ? AND seq >= ?`
-
-	sqlLastSeq = `SELECT max(seq) FROM receipts INDEXED BY receipts_by_key WHERE idempotency_key = ?`
+	// A reserve's token hash, written by the PutKey that follows it (the
+	// row goes at the end: seq is the rowid).
+	sqlInsertToken = `INSERT OR REPLACE INTO reserve_tokens (seq, token_hash) VALUES (?, ?)`
 )
 
 // writeStmts are the write path's statements, prepared once on the writer
 // connection.
 type writeStmts struct {
-	key, putKey, insert, receipt, maxAttempt *sql.Stmt
-	treeRead                                 *sql.Stmt    // tree.go
-	treeInsert                               [8]*sql.Stmt // tree.go: 2^k rows each
+	insert, receipt, token *sql.Stmt
+	treeRead               *sql.Stmt    // tree.go
+	treeInsert             [8]*sql.Stmt // tree.go: 2^k rows each
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
@@ -52,8 +43,7 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&s.key, sqlKey}, {&s.putKey, sqlPutKey}, {&s.insert, sqlInsertReceipt},
-		{&s.receipt, sqlReceiptBySeq}, {&s.maxAttempt, sqlMaxAttempt}} {
+	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}} {
 		st, err := w.PrepareContext(ctx, p.sql)
 		if err != nil {
 			return nil, fmt.Errorf("prepare: %w", classify(err))
@@ -63,6 +53,11 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 	return &s, nil
 }
 
+// all lists the statements, for Close.
+func (s *writeStmts) all() []*sql.Stmt {
+	return append([]*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead}, s.treeInsert[:]...)
+}
+
 // Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
 // writer connection and returns after COMMIT. SQLite runs it once: the
 // file has one writer (the lock file), so nothing can conflict.
@@ -70,18 +65,23 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	return c.update(ctx, func(ctx context.Context, t *writeTx) error { return fn(ctx, t) })
 }
 
-// update is Update with the SQLite transaction at hand (rebuild-keys and
-// the tree back-fill use it). What the batch read or wrote enters the
-// head, key and tree caches only after COMMIT, so a failed batch leaves
-// them exactly as the database is.
+// update is Update with the SQLite transaction at hand (the tree
+// back-fill uses it). What the batch read or wrote enters the head, key
+// and tree caches and the key index only after COMMIT, so a failed batch
+// leaves them exactly as the database is.
 func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *writeTx) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return ledger.ErrClosed
 	}
+	if err := c.indexUsable(ctx); err != nil {
+		return err
+	}
 	start := time.Now()
-	t := &writeTx{now: uint64(c.now().UnixMilli()), head: *c.head.Load(), stmts: c.stmts, cache: c.cache}
+	t := &writeTx{now: uint64(c.now().UnixMilli()), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
+		idx: c.idx, ns: c.ns}
+	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
 	if err != nil {
@@ -107,9 +107,10 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	c.head.Store(&t.head)
-	if t.resetCache {
-		c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
+	if c.afterCommit != nil {
+		c.afterCommit()
 	}
+	c.applyIndex(t)
 	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
 	c.commitTree(t)
 	if c.onEnded != nil && len(t.ended) > 0 {
@@ -124,22 +125,27 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 
 // writeTx is the writer's view of one batch transaction: the ledger.Tx
 // of an Update. Reads look at this batch's own writes first, then the
-// writer's key cache, then SQLite; what the batch reads or writes is
-// merged into the cache only after COMMIT, so a failed batch leaves the
-// cache exactly as the database is.
+// writer's key cache, then the key index (which holds every committed
+// batch: the writer applies each after its COMMIT); what the batch reads
+// or writes is merged into the cache and the index only after COMMIT, so
+// a failed batch leaves both exactly as the database is.
 type writeTx struct {
 	tx       *sql.Tx
 	now      uint64      // unix ms, read once per batch
 	head     ledger.Head // head including this batch's appends
+	base     uint64      // the head's seq before this batch
 	appended int
 	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
-	bound         [5]*sql.Stmt // stmts bound to tx, made on first use
+	bound         [3]*sql.Stmt // stmts bound to tx, made on first use
 	cache         *keyCache
+	idx           *keyindex.Index
+	ns            string
 	dirtyKeys     map[string]*ledger.KeyRecord
+	putKeys       []string // the keys PutKey wrote, in order (repeats possible)
 	dirtyReceipts map[uint64]*chain.Receipt
-	resetCache    bool // the batch rewrote the keys table behind the cache
+	receipts      []*chain.Receipt // every receipt appended, replays included
 	tree          treeTx
 }
 
@@ -154,21 +160,19 @@ func (t *writeTx) Now() uint64 { return t.now }
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
 	if t.bound[i] == nil {
-		st := [...]*sql.Stmt{t.stmts.key, t.stmts.putKey, t.stmts.insert, t.stmts.receipt, t.stmts.maxAttempt}[i]
+		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token}[i]
 		t.bound[i] = t.tx.StmtContext(ctx, st)
 	}
 	return t.bound[i]
 }
 
 const (
-	stKey = iota
-	stPutKey
-	stInsert
+	stInsert = iota
 	stReceipt
-	stMaxAttempt
+	stToken
 )
 
-// Key reads a key record: this batch's writes, the key cache, SQLite.
+// Key reads a key record: this batch's writes, the key cache, the index.
 func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, error) {
 	if k, ok := t.dirtyKeys[key]; ok {
 		return *k, true, nil
@@ -176,19 +180,14 @@ func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, 
 	if k, ok := t.cache.keys[key]; ok {
 		return *k, true, nil
 	}
-	k := ledger.KeyRecord{Key: key}
-	var token []byte
-	err := t.stmt(ctx, stKey).QueryRowContext(ctx, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-		&k.Idempotent, &k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq, &token)
-	if errors.Is(err, sql.ErrNoRows) {
-		return k, false, nil
-	}
+	k, found, err := t.idx.Key(t.ns, key)
 	if err != nil {
-		return k, false, fmt.Errorf("read key: %w", classify(err))
+		return k, false, fmt.Errorf("read key: %w: %w", ledger.ErrIO, err)
 	}
-	k.TokenHash = string(token)
-	t.markKey(&k)
-	return k, true, nil
+	if found {
+		t.markKey(&k)
+	}
+	return k, found, nil
 }
 
 func (t *writeTx) markKey(k *ledger.KeyRecord) {
@@ -224,26 +223,36 @@ func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 }
 
 // MaxAttempt reads the highest attempt of execution on key from seq
-// since on.
-func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string, since uint64) (uint64, bool, error) {
-	var max sql.NullInt64
-	if err := t.stmt(ctx, stMaxAttempt).QueryRowContext(ctx, execution, key, since).Scan(&max); err != nil {
-		return 0, false, fmt.Errorf("read attempts: %w", classify(err))
+// since on: this batch's receipts, then the index's execution list.
+func (t *writeTx) MaxAttempt(_ context.Context, key, execution string, since uint64) (uint64, bool, error) {
+	max, found, err := t.idx.MaxAttempt(t.ns, key, execution, since)
+	if err != nil {
+		return 0, false, fmt.Errorf("read attempts: %w: %w", ledger.ErrIO, err)
 	}
-	return uint64(max.Int64), max.Valid, nil
+	for _, r := range t.receipts {
+		if r.Seq >= since && r.ExecutionID == execution && r.IdempotencyKey == key && (!found || r.Attempt > max) {
+			max, found = r.Attempt, true
+		}
+	}
+	return max, found, nil
 }
 
 // LastSeq reads the seq of key's latest receipt (only a reserve of an
 // expired key asks).
-func (t *writeTx) LastSeq(ctx context.Context, key string) (uint64, error) {
-	var seq sql.NullInt64
-	if err := t.tx.QueryRowContext(ctx, sqlLastSeq, key).Scan(&seq); err != nil {
-		return 0, fmt.Errorf("read last receipt of key: %w", classify(err))
+func (t *writeTx) LastSeq(_ context.Context, key string) (uint64, error) {
+	for i := len(t.receipts) - 1; i >= 0; i-- {
+		if t.receipts[i].IdempotencyKey == key {
+			return t.receipts[i].Seq, nil
+		}
 	}
-	if !seq.Valid {
+	seq, found, err := t.idx.LastSeq(t.ns, key)
+	if err != nil {
+		return 0, fmt.Errorf("read last receipt of key: %w: %w", ledger.ErrIO, err)
+	}
+	if !found {
 		return 0, fmt.Errorf("read last receipt of key: key %q has no receipt", key)
 	}
-	return uint64(seq.Int64), nil
+	return seq, nil
 }
 
 // Append stores a linked receipt and its tree hashes (flushed before
@@ -268,20 +277,25 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
 		t.ended = append(t.ended, r.IdempotencyKey)
 	}
+	c := *r
+	t.receipts = append(t.receipts, &c)
 	if r.Kind != chain.KindReplay { // decisions read reserves and outcomes, never replays
 		t.markReceipt(r)
 	}
 	return nil
 }
 
-// PutKey inserts or replaces a key record.
+// PutKey inserts or replaces a key record. The token hash of a reserve
+// appended in this batch is stored beside the receipt; the record itself
+// goes to the key index after COMMIT.
 func (t *writeTx) PutKey(ctx context.Context, k *ledger.KeyRecord) error {
-	_, err := t.stmt(ctx, stPutKey).ExecContext(ctx, k.Key, k.Generated, k.Tool, k.Effect, k.InputHash,
-		k.Idempotent, k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq, []byte(k.TokenHash))
-	if err != nil {
-		return fmt.Errorf("write key: %w", classify(err))
+	if k.TokenHash != "" && k.ReserveSeq > t.base {
+		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, k.ReserveSeq, []byte(k.TokenHash)); err != nil {
+			return fmt.Errorf("write reservation token: %w", classify(err))
+		}
 	}
 	t.markKey(k)
+	t.putKeys = append(t.putKeys, k.Key)
 	return nil
 }
 

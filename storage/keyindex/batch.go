@@ -1,0 +1,121 @@
+package keyindex
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// Batch is what one committed write transaction of a namespace adds to
+// the index: the posting entries of its receipts, the key records it
+// wrote and the new watermark, applied at once.
+type Batch struct {
+	ix  *Index
+	ns  string
+	b   *pebble.Batch
+	buf []byte
+}
+
+// NewBatch starts a batch of namespace ns.
+func (ix *Index) NewBatch(ns string) *Batch {
+	return &Batch{ix: ix, ns: ns, b: ix.db.NewBatch()}
+}
+
+// Len is the size of the batch's representation in bytes.
+func (b *Batch) Len() int { return b.b.Len() }
+
+// Receipt adds r to the posting lists of its key, execution, tool and
+// kind.
+func (b *Batch) Receipt(r *chain.Receipt) error {
+	k := appendSeq(postingPrefix(b.ns, ByKey, r.IdempotencyKey), r.Seq)
+	if err := b.b.Set(k, nil, nil); err != nil {
+		return err
+	}
+	b.buf = binary.AppendUvarint(b.buf[:0], r.Attempt)
+	b.buf = append(b.buf, r.IdempotencyKey...)
+	if err := b.b.Set(appendSeq(postingPrefix(b.ns, ByExecution, r.ExecutionID), r.Seq), b.buf, nil); err != nil {
+		return err
+	}
+	if err := b.b.Set(appendSeq(postingPrefix(b.ns, ByTool, r.Tool), r.Seq), nil, nil); err != nil {
+		return err
+	}
+	return b.b.Set(appendSeq(postingPrefix(b.ns, ByKind, r.Kind), r.Seq), nil, nil)
+}
+
+// PutKey adds the latest record of a key.
+func (b *Batch) PutKey(k *ledger.KeyRecord) error {
+	b.buf = encodeRecord(b.buf[:0], k)
+	return b.b.Set(append(prefix(b.ns, tagRecord), k.Key...), b.buf, nil)
+}
+
+// Commit applies the batch with head as the namespace's watermark,
+// without waiting for the disk.
+func (b *Batch) Commit(head ledger.Head) error {
+	w := appendSeq(make([]byte, 0, 40), head.Seq)
+	w = append(w, head.Hash[:]...)
+	if err := b.b.Set(prefix(b.ns, tagWatermark), w, nil); err != nil {
+		return fmt.Errorf("key index: %w", err)
+	}
+	if err := b.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("key index: apply: %w", err)
+	}
+	return nil
+}
+
+// Close releases the batch (after Commit, or to drop it).
+func (b *Batch) Close() { _ = b.b.Close() }
+
+// encodeRecord appends k's fields (its Key aside) to b: a flags byte,
+// four uvarints and four length-prefixed strings.
+func encodeRecord(b []byte, k *ledger.KeyRecord) []byte {
+	var flags byte
+	if k.Generated {
+		flags |= 1
+	}
+	if k.Idempotent {
+		flags |= 2
+	}
+	b = append(b, flags)
+	for _, n := range []uint64{k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq} {
+		b = binary.AppendUvarint(b, n)
+	}
+	for _, s := range []string{k.Tool, k.Effect, k.InputHash, k.TokenHash} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	return b
+}
+
+var errRecord = errors.New("malformed key record")
+
+// decodeRecord reads what encodeRecord wrote into k.
+func decodeRecord(v []byte, k *ledger.KeyRecord) error {
+	if len(v) < 1 {
+		return errRecord
+	}
+	k.Generated, k.Idempotent = v[0]&1 != 0, v[0]&2 != 0
+	v = v[1:]
+	for _, dst := range []*uint64{&k.FirstSeq, &k.ReserveSeq, &k.LeaseExpiresAt, &k.FinalSeq} {
+		n, w := binary.Uvarint(v)
+		if w <= 0 {
+			return errRecord
+		}
+		*dst, v = n, v[w:]
+	}
+	for _, dst := range []*string{&k.Tool, &k.Effect, &k.InputHash, &k.TokenHash} {
+		n, w := binary.Uvarint(v)
+		if w <= 0 || uint64(len(v)-w) < n {
+			return errRecord
+		}
+		*dst, v = string(v[w:w+int(n)]), v[w+int(n):]
+	}
+	if len(v) != 0 {
+		return errRecord
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
+)
+
+// The key index of a ledger (storage/keyindex) lives in <ledger file>.idx/
+// and serves every namespace of the ledger. A writing Store opens it
+// before any file; each file, when it opens, brings the index up to its
+// chain (syncIndex) before it serves, and the writer applies each batch
+// after its COMMIT (applyIndex). Readers of a file without the writer
+// (ledgerctl on a running ledgerd's file, a copy) scan the receipts
+// instead: Pebble lets one process at a time open the index.
+
+// IndexPath is the key index directory of the ledger at path.
+func IndexPath(path string) string { return path + ".idx" }
+
+// indexMemory splits cacheMiB between SQLite's page caches and the key
+// index: half each; of the index's half, half is its block cache and a
+// quarter each of its (at most two) memtables.
+func indexMemory(cacheMiB int) keyindex.Options {
+	idx := int64(cacheMiB) << 20 / 2
+	return keyindex.Options{CacheBytes: idx / 2, MemTableBytes: uint64(max(idx/4, 1<<20))}
+}
+
+// sqliteCacheMiB is what SQLite's page caches get of cacheMiB.
+func sqliteCacheMiB(cacheMiB int) int { return max(cacheMiB-cacheMiB/2, 2) }
+
+// ledgerIndex is an open key index and the lock that makes its process
+// the index's only user.
+type ledgerIndex struct {
+	*keyindex.Index
+	lock *lockFile
+}
+
+func (l *ledgerIndex) close() error {
+	return errors.Join(l.Close(), l.lock.release())
+}
+
+// openIndex opens the key index of the ledger at abs. Its lock
+// (<ledger file>.idx.lock) is taken first, so that an index another
+// process holds is refused (ErrLocked) and never taken for a damaged one.
+// An index that then cannot be opened (damaged, or made by something
+// else) is moved aside, never deleted, and a new one is made: every
+// namespace is then rebuilt from its receipts as it opens.
+func openIndex(abs string, opts Options) (*ledgerIndex, error) {
+	dir := IndexPath(abs)
+	lock, err := acquireLock(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open key index: %w", err)
+	}
+	o := indexMemory(opts.CacheMiB)
+	o.Logger = opts.Logger
+	ix, err := keyindex.Open(dir, o)
+	if err == nil {
+		return &ledgerIndex{ix, lock}, nil
+	}
+	if _, serr := os.Stat(dir); serr != nil {
+		_ = lock.release()
+		return nil, err // nothing there to set aside: the directory cannot be made
+	}
+	aside := fmt.Sprintf("%s.unreadable-%d", dir, time.Now().UnixMilli())
+	opts.Logger.Error("the key index cannot be opened; setting it aside and rebuilding it from the receipts",
+		"index", dir, "moved_to", aside, "err", err)
+	if rerr := os.Rename(dir, aside); rerr != nil {
+		_ = lock.release()
+		return nil, fmt.Errorf("%w (and moving it aside failed: %w)", err, rerr)
+	}
+	if ix, err = keyindex.Open(dir, o); err != nil {
+		_ = lock.release()
+		return nil, err
+	}
+	return &ledgerIndex{ix, lock}, nil
+}
+
+// openIndex brings the index up to the file as the file opens; with
+// opts.rebuildIndex it repairs the recorded head first and rebuilds the
+// namespace's index.
+func (db *fileChain) openIndex(ctx context.Context, opts Options) error {
+	if db.idx == nil {
+		return nil
+	}
+	if opts.rebuildIndex {
+		if err := db.repairHead(ctx); err != nil {
+			return err
+		}
+	}
+	return db.syncIndex(ctx, opts.rebuildIndex)
+}
+
+// syncIndex brings the index up to the file's chain before the file
+// serves: the index's watermark for the namespace must be a receipt of
+// this chain, and then the receipts after it are replayed. An index
+// without a watermark, ahead of the chain, or on another chain (the hash
+// differs) is rebuilt from every receipt, as is any index when rebuild is
+// set. The index is never trusted past what the chain proves.
+func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
+	head := *c.head.Load()
+	wm, found, err := c.idx.Watermark(c.ns)
+	reason := ""
+	switch {
+	case rebuild:
+		reason = "rebuild requested"
+	case err != nil:
+		reason = "its watermark is unreadable: " + err.Error()
+	case !found && head.Seq > 0:
+		reason = "the index holds nothing of this namespace"
+	case !found:
+		reason = "new namespace"
+	case wm.Seq > head.Seq:
+		reason = fmt.Sprintf("the index reflects receipt %d but the chain ends at %d", wm.Seq, head.Seq)
+	case wm.Seq > 0:
+		r, err := c.GetReceipt(ctx, wm.Seq)
+		if err != nil {
+			return fmt.Errorf("key index: read receipt %d: %w", wm.Seq, err)
+		}
+		if r.Hash != wm.Hash {
+			reason = fmt.Sprintf("the index is of another chain (receipt %d has hash %s, the index %s)",
+				wm.Seq, shortHash(r.Hash), shortHash(wm.Hash))
+		}
+	case wm.Hash != (chain.Hash{}):
+		reason = "the index's watermark is not of an empty chain"
+	}
+	if reason != "" {
+		if head.Seq > 0 {
+			level := slog.LevelWarn
+			if !found && err == nil {
+				level = slog.LevelInfo // a new or migrated index: nothing was lost
+			}
+			c.logger.Log(ctx, level, "rebuilding the key index of a namespace from its receipts", "namespace", c.ns,
+				"receipts", head.Seq, "reason", reason)
+		}
+		if err := c.idx.Drop(c.ns); err != nil {
+			return err
+		}
+		wm = ledger.Head{}
+	}
+	if wm == head && reason == "" {
+		return nil
+	}
+	return c.replay(ctx, wm, head)
+}
+
+// replay applies the receipts after from up to head to the index.
+func (c *fileChain) replay(ctx context.Context, from, head ledger.Head) error {
+	start := time.Now()
+	ttl, err := c.KeyTTL(ctx)
+	if err != nil {
+		return err
+	}
+	src := &replaySource{rd: c.Reader, ctx: ctx, after: from.Seq}
+	defer src.close()
+	d := c.idx.NewDeriver(c.ns, ttl, from, src)
+	last, warned := time.Now(), false
+	err = c.Receipts(ctx, from.Seq, func(r *chain.Receipt) error {
+		if r.Seq > head.Seq {
+			return errStopScan
+		}
+		if len(r.Malformed) > 0 && !warned {
+			warned = true
+			c.logger.Warn("a receipt holds a value of the wrong type; the key index takes it as read; check the chain with `ledgerctl verify`",
+				"namespace", c.ns, "seq", r.Seq, "field", r.Malformed[0].Field)
+		}
+		if time.Since(last) > 2*time.Second {
+			last = time.Now()
+			c.logger.Info("rebuilding the key index", "namespace", c.ns, "seq", r.Seq, "of", head.Seq)
+		}
+		return d.Apply(r)
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return fmt.Errorf("key index of %s: %w", c.ns, err)
+	}
+	got, err := d.Finish()
+	if err != nil {
+		return fmt.Errorf("key index of %s: %w", c.ns, err)
+	}
+	if got != head {
+		return fmt.Errorf("key index of %s: replayed up to %d, the chain ends at %d", c.ns, got.Seq, head.Seq)
+	}
+	if n := d.Applied(); n > 0 {
+		c.logger.Info("key index up to date", "namespace", c.ns, "receipts_applied", n, "duration", time.Since(start))
+	}
+	return nil
+}
+
+var errStopScan = errors.New("stop scan")
+
+// replaySource reads what a Deriver needs beside the receipts: receipts
+// named by ref_seq, and the token hashes in seq order from one cursor.
+type replaySource struct {
+	rd    *Reader
+	ctx   context.Context
+	after uint64
+	rows  *sql.Rows
+	cur   uint64 // seq of the row the cursor is on; 0 before the first
+	hash  []byte
+	done  bool
+}
+
+func (s *replaySource) Receipt(seq uint64) (*chain.Receipt, error) {
+	return s.rd.receiptOrNil(s.ctx, seq)
+}
+
+// receiptOrNil reads the receipt at seq, or nil if there is none.
+func (rd *Reader) receiptOrNil(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	r, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return &r, nil
+}
+
+func (s *replaySource) TokenHash(seq uint64) (string, error) {
+	if s.rows == nil && !s.done {
+		rows, err := s.rd.r.QueryContext(s.ctx, `SELECT seq, token_hash FROM reserve_tokens WHERE seq > ? ORDER BY seq`, s.after)
+		if err != nil {
+			return "", classify(err)
+		}
+		s.rows = rows
+	}
+	for !s.done && s.cur < seq {
+		if !s.rows.Next() {
+			s.done = true
+			if err := s.rows.Err(); err != nil {
+				return "", classify(err)
+			}
+			break
+		}
+		if err := s.rows.Scan(&s.cur, &s.hash); err != nil {
+			return "", err
+		}
+	}
+	if s.cur == seq {
+		return string(s.hash), nil
+	}
+	return "", nil
+}
+
+func (s *replaySource) close() {
+	if s.rows != nil {
+		_ = s.rows.Close()
+	}
+}
+
+// applyIndex applies a committed batch to the index. If that fails, the
+// index lacks a committed batch: the writer stops taking batches until a
+// replay from the watermark succeeds (indexUsable), since a decision read
+// from the index could otherwise run a committed key's effect again.
+func (c *fileChain) applyIndex(t *writeTx) {
+	if t.appended == 0 {
+		return
+	}
+	b := c.idx.NewBatch(c.ns)
+	defer b.Close()
+	err := func() error {
+		for _, r := range t.receipts {
+			if err := b.Receipt(r); err != nil {
+				return err
+			}
+		}
+		done := make(map[string]bool, len(t.putKeys))
+		for _, key := range t.putKeys {
+			if !done[key] {
+				done[key] = true
+				if err := b.PutKey(t.dirtyKeys[key]); err != nil {
+					return err
+				}
+			}
+		}
+		if c.indexFault != nil {
+			if err := c.indexFault(); err != nil {
+				return err
+			}
+		}
+		return b.Commit(t.head)
+	}()
+	if err != nil {
+		c.indexErr = err
+		c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
+			"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
+	}
+}
+
+// indexUsable returns nil when the index holds every committed batch,
+// replaying the ones an earlier apply failed to write first.
+func (c *fileChain) indexUsable(ctx context.Context) error {
+	if c.idx == nil {
+		return fmt.Errorf("%w: the file was opened without its key index", ledger.ErrUnavailable)
+	}
+	if c.indexErr == nil {
+		return nil
+	}
+	if err := c.syncIndex(ctx, false); err != nil {
+		return fmt.Errorf("%w: the key index lacks committed receipts and replaying them failed: %w", ledger.ErrUnavailable, err)
+	}
+	c.logger.Info("key index replayed; the namespace takes writes again", "namespace", c.ns)
+	c.indexErr = nil
+	return nil
+}
+
+// RebuildIndex rebuilds the namespace's part of the key index from its
+// receipts.
+func (c *fileChain) RebuildIndex(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.syncIndex(ctx, true); err != nil {
+		return err
+	}
+	c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
+	c.indexErr = nil
+	return nil
+}

@@ -1,0 +1,200 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
+)
+
+// The reads of a file that ledgerd serves go through the key index; a
+// Reader alone (reader.go) scans the receipts for the same answers.
+
+// GetKey returns a key's state and receipts from the index and the file.
+func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+	if err := ledger.CheckKeyPath(key); err != nil {
+		return nil, err
+	}
+	k, seqs, found, err := c.idx.KeySeqs(c.ns, key)
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w: %w", ledger.ErrIO, err)
+	}
+	if !found {
+		return nil, ledger.Errorf(ledger.ECodeUnknownKey, "no such idempotency key")
+	}
+	receipts, err := c.receiptsAt(ctx, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("get key: %w", err)
+	}
+	return keyView(&k, receipts, uint64(c.now().UnixMilli())), nil
+}
+
+// keyView is the ledger.KeyView of a key record and the key's receipts.
+func keyView(k *ledger.KeyRecord, receipts []chain.Receipt, now uint64) *ledger.KeyView {
+	var final chain.Receipt
+	for i := range receipts {
+		if receipts[i].Seq == k.FinalSeq {
+			final = receipts[i]
+		}
+	}
+	return &ledger.KeyView{IdempotencyKey: k.Key, State: ledger.StateOf(k, &final, now),
+		Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
+		FirstSeq: k.FirstSeq, FinalSeq: k.FinalSeq, Receipts: receipts}
+}
+
+// receiptsAt reads the receipts at seqs in one read transaction.
+func (c *fileChain) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Receipt, error) {
+	if len(seqs) == 0 {
+		return nil, nil
+	}
+	tx, err := c.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	st, err := tx.PrepareContext(ctx, sqlReceiptBySeq)
+	if err != nil {
+		return nil, classify(err)
+	}
+	defer func() { _ = st.Close() }()
+	out := make([]chain.Receipt, 0, len(seqs))
+	for _, seq := range seqs {
+		r, err := scanReceipt(st.QueryRowContext(ctx, seq))
+		if err != nil {
+			return nil, fmt.Errorf("read receipt %d: %w", seq, classify(err))
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// ListReceipts answers a filtered page from the most selective posting
+// list of the filters (key, execution, tool, kind), checking the other
+// filters on each receipt; an unfiltered page is a range of the file.
+func (c *fileChain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	if err := f.Check(); err != nil {
+		return nil, nil, err
+	}
+	field, value := keyindex.Field(0), ""
+	for _, p := range []struct {
+		f keyindex.Field
+		v string
+	}{{keyindex.ByKey, f.Key}, {keyindex.ByExecution, f.ExecutionID}, {keyindex.ByTool, f.Tool}, {keyindex.ByKind, f.Kind}} {
+		if p.v != "" {
+			field, value = p.f, p.v
+			break
+		}
+	}
+	if field == 0 {
+		return c.Reader.ListReceipts(ctx, f)
+	}
+	var rs []chain.Receipt
+	var readErr error
+	err := c.idx.Seqs(c.ns, field, value, f.After, func(seq uint64, _ []byte) (bool, error) {
+		r, err := c.Reader.GetReceipt(ctx, seq)
+		if err != nil {
+			readErr = err
+			return false, nil
+		}
+		if matches(r, f) {
+			rs = append(rs, *r)
+		}
+		return len(rs) <= f.Limit, nil
+	})
+	if err == nil {
+		err = readErr
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list receipts: %w", err)
+	}
+	if len(rs) <= f.Limit {
+		return rs, nil, nil
+	}
+	rs = rs[:f.Limit]
+	next := rs[len(rs)-1].Seq
+	return rs, &next, nil
+}
+
+func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
+	return (f.Key == "" || r.IdempotencyKey == f.Key) && (f.ExecutionID == "" || r.ExecutionID == f.ExecutionID) &&
+		(f.Tool == "" || r.Tool == f.Tool) && (f.Kind == "" || r.Kind == f.Kind)
+}
+
+// Keys calls fn for every key record of the index, in key byte order.
+func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	return c.idx.Keys(c.ns, func(k *ledger.KeyRecord) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		k.TokenHash = ""
+		return fn(k)
+	})
+}
+
+// KeyDrift compares key's record in the index with what its receipts
+// give, read from one snapshot of the index.
+func (c *fileChain) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	stored, seqs, found, err := c.idx.KeySeqs(c.ns, key)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	receipts, err := c.receiptsAt(ctx, seqs)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	ttl, err := c.KeyTTL(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	derived, dfound, err := deriveKey(ctx, c.Reader, key, receipts, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	stored.TokenHash = ""
+	if found == dfound && (!found || stored == derived) {
+		return nil, nil
+	}
+	var out []string
+	if found {
+		out = append(out, "stored: "+describeRecord(&stored))
+	}
+	if dfound {
+		out = append(out, "derived: "+describeRecord(&derived))
+	}
+	return out, nil
+}
+
+// deriveKey replays a key's receipts (in seq order) into its record,
+// without its token hash.
+func deriveKey(ctx context.Context, rd *Reader, key string, receipts []chain.Receipt, ttl uint64) (ledger.KeyRecord, bool, error) {
+	k := ledger.KeyRecord{Key: key}
+	found := false
+	ref := func(seq uint64) (*chain.Receipt, error) {
+		for i := range receipts {
+			if receipts[i].Seq == seq {
+				return &receipts[i], nil
+			}
+		}
+		return rd.receiptOrNil(ctx, seq)
+	}
+	for i := range receipts {
+		r := &receipts[i]
+		if r.IdempotencyKey != key || r.Kind == chain.KindReplay {
+			continue
+		}
+		changed, err := keyindex.Next(&k, found, r, ttl, ref)
+		if err != nil {
+			return k, false, err
+		}
+		found = found || changed
+	}
+	return k, found, nil
+}
+
+func describeRecord(k *ledger.KeyRecord) string {
+	return fmt.Sprintf("first_seq=%d reserve_seq=%d lease_expires_at=%d final_seq=%d tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
+		k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq, k.Tool, k.Effect, k.InputHash, k.Idempotent, k.Generated)
+}
