@@ -314,8 +314,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	crash, err := testCrashHook()
+	if err != nil {
+		return err
+	}
 	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
-		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces}})
+		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces, AfterCommit: crash}})
 	if err != nil {
 		return err
 	}

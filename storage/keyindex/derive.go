@@ -42,7 +42,7 @@ type DeriveSource interface {
 
 // flushEvery bounds the batch and the records a Deriver holds in memory.
 const (
-	flushBytes = 4 << 20
+	flushBytes = 256 << 10 // well under half a memtable: applied through the memtable, not as a flushable batch
 	flushKeys  = 32 << 10
 )
 
@@ -83,9 +83,17 @@ func (d *Deriver) applyKey(r *chain.Receipt) error {
 	if r.Kind == chain.KindReplay {
 		return nil
 	}
-	k, found, err := d.record(r.IdempotencyKey)
-	if err != nil {
-		return err
+	var k *ledger.KeyRecord
+	found := false
+	if r.Kind == chain.KindReserve && r.RefSeq == 0 {
+		// A reserve without ref_seq starts the key's generation whatever
+		// came before: no need to read the record it replaces.
+		k = &ledger.KeyRecord{}
+	} else {
+		var err error
+		if k, found, err = d.record(r.IdempotencyKey); err != nil {
+			return err
+		}
 	}
 	changed, err := Next(k, found, r, d.ttl, d.src.Receipt)
 	if err != nil || !changed {

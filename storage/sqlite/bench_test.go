@@ -66,42 +66,115 @@ func BenchmarkDB_ReserveCommitParallel(b *testing.B) {
 }
 
 // benchLedger returns a copy of a generated ledger of n receipts with
-// UUID-like keys (cached in the temp dir across runs; n = 0 is a new file).
+// UUID-like keys and its key index (cached in the temp dir across runs;
+// n = 0 is a new file).
 func benchLedger(b *testing.B, n int) string {
 	b.Helper()
 	path := filepath.Join(b.TempDir(), "ledger.db")
 	if n == 0 {
 		return path
 	}
-	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
-	if _, err := os.Stat(cached); err != nil {
-		b.Logf("generating a %d-receipt ledger at %s (once)", n, cached)
-		tmp := cached + ".tmp"
-		_ = os.Remove(tmp)
-		if _, err := gen.Ledger(context.Background(), tmp, n, nil); err != nil {
-			b.Fatal(err)
-		}
-		_ = os.Remove(tmp + ".lock")
-		if err := os.Rename(tmp, cached); err != nil {
-			b.Fatal(err)
-		}
-	}
-	src, err := os.Open(cached)
-	if err != nil {
+	cached := cachedLedger(b, n)
+	if err := copyFile(cached, path); err != nil {
 		b.Fatal(err)
 	}
-	defer src.Close()
-	dst, err := os.Create(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		b.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
+	if err := copyTree(sqlite.IndexPath(cached), sqlite.IndexPath(path)); err != nil {
 		b.Fatal(err)
 	}
 	return path
+}
+
+// cachedLedger generates a ledger of n receipts once, with its index.
+func cachedLedger(b *testing.B, n int) string {
+	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
+	if _, err := os.Stat(sqlite.IndexPath(cached)); err == nil {
+		return cached
+	}
+	b.Logf("generating a %d-receipt ledger at %s (once)", n, cached)
+	tmp := cached + ".tmp"
+	for _, p := range []string{tmp, tmp + ".lock", sqlite.IndexPath(tmp), sqlite.IndexPath(tmp) + ".lock", cached, sqlite.IndexPath(cached)} {
+		_ = os.RemoveAll(p)
+	}
+	start := time.Now()
+	if _, err := gen.Ledger(context.Background(), tmp, n, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("generated with its index in %v", time.Since(start))
+	if err := os.Rename(sqlite.IndexPath(tmp), sqlite.IndexPath(cached)); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp, cached); err != nil {
+		b.Fatal(err)
+	}
+	return cached
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// copyTree copies the files of directory src (no subdirectories) to dst.
+func copyTree(src, dst string) error {
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() && e.Name() != "LOCK" {
+			if err := copyFile(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// dirSize is the size of the regular files in dir.
+func dirSize(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// BenchmarkIndex_Rebuild rebuilds the key index of the pre-filled ledger
+// from its receipts (ledgerctl rebuild-index), one rebuild per op.
+func BenchmarkIndex_Rebuild(b *testing.B) {
+	n := benchReceipts(b)
+	cached := cachedLedger(b, n)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		path := filepath.Join(b.TempDir(), "ledger.db")
+		if err := copyFile(cached, path); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := sqlite.RebuildIndex(context.Background(), path, "default", quiet); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "receipts/s")
 }
 
 // benchReceipts is the size of the pre-filled ledger of the write
@@ -180,7 +253,10 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 				b.Fatal(err)
 			}
 			if fi, err := os.Stat(path); err == nil && head.Seq > 0 {
-				b.ReportMetric(float64(fi.Size())/float64(head.Seq), "bytes/receipt")
+				idx := dirSize(sqlite.IndexPath(path))
+				b.ReportMetric(float64(fi.Size())/float64(head.Seq), "sqlite-bytes/receipt")
+				b.ReportMetric(float64(idx)/float64(head.Seq), "index-bytes/receipt")
+				b.ReportMetric(float64(fi.Size()+idx)/float64(head.Seq), "bytes/receipt")
 			}
 		})
 	}

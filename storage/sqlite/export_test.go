@@ -26,3 +26,7 @@ func SetBackfillChunk(n int) func() {
 	backfillChunk = n
 	return func() { backfillChunk = old }
 }
+
+// SetIndexFault installs a hook that can fail the index apply after a
+// COMMIT.
+func (s *Store) SetIndexFault(f func() error) { s.main.indexFault = f }

@@ -177,7 +177,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
 	}
 	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
-		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.afterCommit}
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.AfterCommit}
 
 	ok := false
 	defer func() {

@@ -303,7 +303,14 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 	if c.indexErr == nil {
 		return nil
 	}
-	if err := c.syncIndex(ctx, false); err != nil {
+	err := error(nil)
+	if c.indexFault != nil {
+		err = c.indexFault()
+	}
+	if err == nil {
+		err = c.syncIndex(ctx, false)
+	}
+	if err != nil {
 		return fmt.Errorf("%w: the key index lacks committed receipts and replaying them failed: %w", ledger.ErrUnavailable, err)
 	}
 	c.logger.Info("key index replayed; the namespace takes writes again", "namespace", c.ns)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/assert"
@@ -342,4 +343,44 @@ func TestOpen_ErrLocked(t *testing.T) {
 	db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err, "the lock is released on Close")
 	require.NoError(t, db.Close())
+}
+
+// TestOpen_migratesV3 opens a file written by schema 3, which kept the
+// keys table and four indexes on receipts (testdata/v3.db, made by
+// ledgerd v0.3.0: invoice-2026-0001 succeeded and was replayed,
+// mail-2026-0002 and open-2026-0003 are reserved, the second for an
+// hour with the token below). It is migrated in place to an append-only file whose key
+// state is in the key index, and the open reservation still commits.
+func TestOpen_migratesV3(t *testing.T) {
+	src, err := os.ReadFile("testdata/v3.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "v3.db")
+	require.NoError(t, os.WriteFile(path, src, 0o644))
+	opts := quiet
+	opts.Now = func() time.Time { return time.UnixMilli(1796147859887 - 30*60*1000) } // inside the lease
+	db, err := ledgertest.OpenPath(context.Background(), path, opts)
+	require.NoError(t, err)
+	defer db.Close()
+	w, _ := db.Store.Pools()
+	var version, tables, indexes, tokens int
+	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'keys'`).Scan(&tables))
+	assert.Zero(t, tables, "the keys table is gone")
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts'`).Scan(&indexes))
+	assert.Zero(t, indexes, "no index on receipts: writes only append")
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM reserve_tokens WHERE seq IN (3, 5)`).Scan(&tokens))
+	assert.Equal(t, 2, tokens, "the open reservations' token hashes moved")
+	verifyChain(t, db)
+
+	rep := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "invoice-2026-0001", ExecutionID: "exec-9",
+		Tool: "billing.charge", Effect: chain.EffectWrite, Input: json.RawMessage(`{"amount":1200}`)})
+	assert.Equal(t, ledger.StatusReplayed, rep.Status)
+	assert.Equal(t, uint64(2), rep.Original.Seq)
+	c := mustCommit(t, db, succeed("open-2026-0003", "rsv_7feeda6d257eb72ae1f22ebe619334f98770261ad2c950575a96481d31b4601f"))
+	assert.Equal(t, uint64(7), c.Receipt.Seq, "the reservation token survived the migration")
+	v, err := db.GetKey(context.Background(), "mail-2026-0002")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateInterrupted, v.State, "its lease ended half an hour ago")
+	verifyChain(t, db)
 }

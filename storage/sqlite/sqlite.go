@@ -63,9 +63,12 @@ type Options struct {
 	// an existing file keeps its own. 0: keys never expire.
 	KeyTTL uint64
 
+	// AfterCommit, if set, runs right after each durable COMMIT, before
+	// the batch is applied to the key index: a hook for the crash tests.
+	AfterCommit func()
+
 	index        *keyindex.Index // the ledger's key index, set by the Store
 	rebuildIndex bool            // rebuild the file's part of the index on open
-	afterCommit  func()          // a test hook (fileChain.afterCommit)
 }
 
 // defaults fills the zero fields of o.

@@ -1,0 +1,46 @@
+package sqlite_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// TestIndex_applyFails: when the index apply of a committed batch fails,
+// the namespace answers unavailable rather than deciding from an index
+// that lacks a committed receipt; once the index takes writes again, the
+// next write replays what it lacked first, and the committed key is
+// replayed.
+func TestIndex_applyFails(t *testing.T) {
+	ctx := context.Background()
+	db, _ := MustOpenDB(t)
+	var fail atomic.Bool
+	db.Store.SetIndexFault(func() error {
+		if fail.Load() {
+			return errors.New("disk says no")
+		}
+		return nil
+	})
+	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	fail.Store(true)
+	_, err := db.Commit(ctx, succeed("key-aaaa-0001", res.Reservation))
+	require.NoError(t, err, "the commit is durable: its answer stands")
+
+	_, err = db.Reserve(ctx, reserveReq("key-aaaa-0001", "exec-2"))
+	require.ErrorIs(t, err, ledger.ErrUnavailable, "no decision from an index that lacks a committed receipt")
+	_, err = db.Reserve(ctx, reserveReq("key-bbbb-0002", "exec-3"))
+	require.ErrorIs(t, err, ledger.ErrUnavailable)
+
+	fail.Store(false)
+	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-2"))
+	assert.Equal(t, ledger.StatusReplayed, again.Status)
+	v, err := db.GetKey(ctx, "key-aaaa-0001")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateSucceeded, v.State)
+}
