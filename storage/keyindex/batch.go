@@ -36,9 +36,7 @@ func (b *Batch) Receipt(r *chain.Receipt) error {
 	if err := b.b.Set(k, nil, nil); err != nil {
 		return err
 	}
-	b.buf = binary.AppendUvarint(b.buf[:0], r.Attempt)
-	b.buf = append(b.buf, r.IdempotencyKey...)
-	if err := b.b.Set(appendSeq(postingPrefix(b.ns, ByExecution, r.ExecutionID), r.Seq), b.buf, nil); err != nil {
+	if err := b.b.Set(appendSeq(postingPrefix(b.ns, ByExecution, r.ExecutionID), r.Seq), nil, nil); err != nil {
 		return err
 	}
 	if err := b.b.Set(appendSeq(postingPrefix(b.ns, ByTool, r.Tool), r.Seq), nil, nil); err != nil {
@@ -70,8 +68,12 @@ func (b *Batch) Commit(head ledger.Head) error {
 // Close releases the batch (after Commit, or to drop it).
 func (b *Batch) Close() { _ = b.b.Close() }
 
-// encodeRecord appends k's fields (its Key aside) to b: a flags byte,
-// four uvarints and four length-prefixed strings.
+// encodeRecord appends k's fields to b: a flags byte, four uvarints and
+// the length-prefixed token hash. The key is the entry's key, and the
+// fingerprint (tool, effect, input hash) is left out: it is the first
+// reserve's, which the reader fills in from the receipt at FirstSeq
+// (every pair rewrites the record twice, and an LSM rewrites each version
+// again as it compacts, so the record is kept small).
 func encodeRecord(b []byte, k *ledger.KeyRecord) []byte {
 	var flags byte
 	if k.Generated {
@@ -84,18 +86,16 @@ func encodeRecord(b []byte, k *ledger.KeyRecord) []byte {
 	for _, n := range []uint64{k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq} {
 		b = binary.AppendUvarint(b, n)
 	}
-	for _, s := range []string{k.Tool, k.Effect, k.InputHash, k.TokenHash} {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	return b
+	b = binary.AppendUvarint(b, uint64(len(k.TokenHash)))
+	return append(b, k.TokenHash...)
 }
 
 var errRecord = errors.New("malformed key record")
 
-// decodeRecord reads what encodeRecord wrote into k.
+// decodeRecord reads what encodeRecord wrote into k (Tool, Effect and
+// InputHash stay as they are).
 func decodeRecord(v []byte, k *ledger.KeyRecord) error {
-	if len(v) < 1 {
+	if len(v) < 1 || v[0] > 3 {
 		return errRecord
 	}
 	k.Generated, k.Idempotent = v[0]&1 != 0, v[0]&2 != 0
@@ -107,15 +107,10 @@ func decodeRecord(v []byte, k *ledger.KeyRecord) error {
 		}
 		*dst, v = n, v[w:]
 	}
-	for _, dst := range []*string{&k.Tool, &k.Effect, &k.InputHash, &k.TokenHash} {
-		n, w := binary.Uvarint(v)
-		if w <= 0 || uint64(len(v)-w) < n {
-			return errRecord
-		}
-		*dst, v = string(v[w:w+int(n)]), v[w+int(n):]
-	}
-	if len(v) != 0 {
+	n, w := binary.Uvarint(v)
+	if w <= 0 || uint64(len(v)-w) != n {
 		return errRecord
 	}
+	k.TokenHash = string(v[w:])
 	return nil
 }

@@ -17,9 +17,9 @@
 // then a tag byte:
 //
 //	w                     → watermark: seq (8 bytes) and hash (32)
-//	k key                 → key record (encodeRecord)
+//	k key                 → key record (encodeRecord; no fingerprint)
 //	K esc(key) seq        → ∅   every receipt of a key, replays included
-//	e esc(execution) seq  → attempt (uvarint) and key
+//	e esc(execution) seq  → ∅
 //	t esc(tool) seq       → ∅
 //	c kind seq            → ∅   kind is one byte (kindByte)
 //
@@ -107,7 +107,51 @@ func Open(dir string, o Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open key index %s: %w", dir, err)
 	}
-	return &Index{db: db, dir: dir}, nil
+	ix := &Index{db: db, dir: dir}
+	if err := ix.checkFormat(o.ReadOnly); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open key index %s: %w", dir, err)
+	}
+	return ix, nil
+}
+
+// formatKey holds the layout version of the index (format); namespace
+// prefixes start with a length byte of 1 to 64, so it collides with none.
+var formatKey = []byte("\x00format")
+
+// format is the layout this package writes and reads.
+const format = "effect-ledger key index 1"
+
+// ErrFormat: the directory holds an index of another layout, or a Pebble
+// database that is not a key index.
+var ErrFormat = errors.New("not a key index of this version")
+
+// checkFormat stamps a new index with the format and refuses one with
+// another.
+func (ix *Index) checkFormat(readOnly bool) error {
+	v, found, err := ix.get(formatKey)
+	if err != nil {
+		return err
+	}
+	if found {
+		if string(v) != format {
+			return fmt.Errorf("%w: it says %q", ErrFormat, v)
+		}
+		return nil
+	}
+	it, err := ix.db.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	empty := !it.First()
+	_ = it.Close()
+	if !empty {
+		return fmt.Errorf("%w: it holds data but no format", ErrFormat)
+	}
+	if readOnly {
+		return nil
+	}
+	return ix.db.Set(formatKey, []byte(format), pebble.Sync)
 }
 
 // Close flushes nothing: what was applied without a sync may be lost,
@@ -230,7 +274,8 @@ func (ix *Index) Watermark(ns string) (ledger.Head, bool, error) {
 	return h, true, nil
 }
 
-// Key returns the record of key in ns.
+// Key returns the record of key in ns, without its fingerprint (Tool,
+// Effect, InputHash: the first reserve's).
 func (ix *Index) Key(ns, key string) (ledger.KeyRecord, bool, error) {
 	k := ledger.KeyRecord{Key: key}
 	v, found, err := ix.get(append(prefix(ns, tagRecord), key...))
@@ -303,35 +348,6 @@ func (ix *Index) LastSeq(ns, key string) (uint64, bool, error) {
 		return 0, false, it.Error()
 	}
 	return binary.BigEndian.Uint64(it.Key()[len(p):]), true, nil
-}
-
-// MaxAttempt returns the highest attempt of execution on key among the
-// receipts from seq since on.
-func (ix *Index) MaxAttempt(ns, key, execution string, since uint64) (uint64, bool, error) {
-	var max uint64
-	var found bool
-	after := uint64(0)
-	if since > 0 {
-		after = since - 1
-	}
-	err := ix.Seqs(ns, ByExecution, execution, after, func(_ uint64, v []byte) (bool, error) {
-		attempt, n := binary.Uvarint(v)
-		if n <= 0 {
-			return false, errors.New("key index: bad execution posting")
-		}
-		if string(v[n:]) == key {
-			max, found = maxOf(max, attempt), true
-		}
-		return true, nil
-	})
-	return max, found, err
-}
-
-func maxOf(a, b uint64) uint64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // Drop removes everything of namespace ns, durably.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -29,7 +30,30 @@ func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, er
 	if err != nil {
 		return nil, fmt.Errorf("get key: %w", err)
 	}
+	if err := c.fillFingerprint(ctx, &k, receipts); err != nil {
+		return nil, fmt.Errorf("get key: %w", err)
+	}
 	return keyView(&k, receipts, uint64(c.now().UnixMilli())), nil
+}
+
+// fillFingerprint sets the fingerprint of an index record from its first
+// reserve: among receipts when it is there, else read from the file.
+func (c *fileChain) fillFingerprint(ctx context.Context, k *ledger.KeyRecord, receipts []chain.Receipt) error {
+	for i := range receipts {
+		if receipts[i].Seq == k.FirstSeq {
+			k.Tool, k.Effect, k.InputHash = receipts[i].Tool, receipts[i].Effect, receipts[i].InputHash
+			return nil
+		}
+	}
+	r, err := c.receiptOrNil(ctx, k.FirstSeq)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("the first reserve of key %q, receipt %d, is missing", k.Key, k.FirstSeq)
+	}
+	k.Tool, k.Effect, k.InputHash = r.Tool, r.Effect, r.InputHash
+	return nil
 }
 
 // keyView is the ledger.KeyView of a key record and the key's receipts.
@@ -123,11 +147,21 @@ func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
 		(f.Tool == "" || r.Tool == f.Tool) && (f.Kind == "" || r.Kind == f.Kind)
 }
 
-// Keys calls fn for every key record of the index, in key byte order.
+// Keys calls fn for every key record of the index, in key byte order,
+// with its fingerprint read from its first reserve.
 func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	st, err := c.r.PrepareContext(ctx, `SELECT tool, effect, input_hash FROM receipts WHERE seq = ?`)
+	if err != nil {
+		return fmt.Errorf("keys: %w", classify(err))
+	}
+	defer func() { _ = st.Close() }()
 	return c.idx.Keys(c.ns, func(k *ledger.KeyRecord) error {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		err := st.QueryRowContext(ctx, k.FirstSeq).Scan(&k.Tool, &k.Effect, &k.InputHash)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) { // no first reserve: the verifier reports the record
+			return fmt.Errorf("keys: %w", classify(err))
 		}
 		k.TokenHash = ""
 		return fn(k)
@@ -152,6 +186,11 @@ func (c *fileChain) KeyDrift(ctx context.Context, key string) ([]string, error) 
 	derived, dfound, err := deriveKey(ctx, c.Reader, key, receipts, ttl)
 	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", err)
+	}
+	if found {
+		if err := c.fillFingerprint(ctx, &stored, receipts); err != nil {
+			return nil, fmt.Errorf("key drift: %w", err)
+		}
 	}
 	stored.TokenHash = ""
 	if found == dfound && (!found || stored == derived) {

@@ -172,7 +172,8 @@ const (
 	stToken
 )
 
-// Key reads a key record: this batch's writes, the key cache, the index.
+// Key reads a key record: this batch's writes, the key cache, the index
+// (whose record lacks the fingerprint: it is the first reserve's).
 func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, error) {
 	if k, ok := t.dirtyKeys[key]; ok {
 		return *k, true, nil
@@ -184,10 +185,16 @@ func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, 
 	if err != nil {
 		return k, false, fmt.Errorf("read key: %w: %w", ledger.ErrIO, err)
 	}
-	if found {
-		t.markKey(&k)
+	if !found {
+		return k, false, nil
 	}
-	return k, found, nil
+	first, err := t.Receipt(ctx, k.FirstSeq)
+	if err != nil {
+		return k, false, fmt.Errorf("read key: %w", err)
+	}
+	k.Tool, k.Effect, k.InputHash = first.Tool, first.Effect, first.InputHash
+	t.markKey(&k)
+	return k, true, nil
 }
 
 func (t *writeTx) markKey(k *ledger.KeyRecord) {
@@ -223,18 +230,36 @@ func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 }
 
 // MaxAttempt reads the highest attempt of execution on key from seq
-// since on: this batch's receipts, then the index's execution list.
-func (t *writeTx) MaxAttempt(_ context.Context, key, execution string, since uint64) (uint64, bool, error) {
-	max, found, err := t.idx.MaxAttempt(t.ns, key, execution, since)
+// since on: the key's receipts in the index (a key has few; only
+// takeovers and retries ask), then this batch's.
+func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string, since uint64) (uint64, bool, error) {
+	var top uint64
+	var found bool
+	var readErr error
+	after := max(since, 1) - 1
+	err := t.idx.Seqs(t.ns, keyindex.ByKey, key, after, func(seq uint64, _ []byte) (bool, error) {
+		r, err := t.Receipt(ctx, seq)
+		if err != nil {
+			readErr = err
+			return false, nil
+		}
+		if r.ExecutionID == execution && (!found || r.Attempt > top) {
+			top, found = r.Attempt, true
+		}
+		return true, nil
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("read attempts: %w: %w", ledger.ErrIO, err)
 	}
+	if readErr != nil {
+		return 0, false, fmt.Errorf("read attempts: %w", readErr)
+	}
 	for _, r := range t.receipts {
-		if r.Seq >= since && r.ExecutionID == execution && r.IdempotencyKey == key && (!found || r.Attempt > max) {
-			max, found = r.Attempt, true
+		if r.Seq >= since && r.ExecutionID == execution && r.IdempotencyKey == key && (!found || r.Attempt > top) {
+			top, found = r.Attempt, true
 		}
 	}
-	return max, found, nil
+	return top, found, nil
 }
 
 // LastSeq reads the seq of key's latest receipt (only a reserve of an
