@@ -5,7 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/effect-ledger/effect-ledger/verify"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Config configures a Server. The zero value serves with the defaults:
@@ -49,10 +49,11 @@ type Config struct {
 	// requests are not traced at all.
 	TracerProvider trace.TracerProvider
 
-	// AuditSource is what GET /v1/audit reads: a read-only view of the
-	// served ledger, so that audits take no connections from the API's
-	// read pool. nil: the audit reads through the ledger's own read pool.
-	AuditSource verify.DB
+	// AuditStore is what GET /v1/audit and /v1/ns/{ns}/audit read: a
+	// read-only store of the served ledger, whose namespace of the request
+	// is audited, so that audits take no connections from the API's read
+	// pool. nil: the audit reads through the ledger's own read pool.
+	AuditStore ledger.Store
 	// Verification is what GET /v1/verification reports: the periodic
 	// verifier's latest run. nil: the route reports that periodic
 	// verification is off.
@@ -95,7 +96,7 @@ func (s *Server) apply(cfg Config) {
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/effect-ledger/effect-ledger/api")
 	}
-	s.auditSrc = cfg.AuditSource
+	s.auditStore = cfg.AuditStore
 	s.verification = cfg.Verification
 	s.publicLog = cfg.PublicLog
 	s.cosigned = cfg.Witnessing

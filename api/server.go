@@ -21,7 +21,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 var requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
@@ -55,7 +54,7 @@ type Server struct {
 	metricsAuth bool
 	limiter     *rateLimiter
 
-	auditSrc     verify.DB
+	auditStore   ledger.Store
 	auditSem     chan struct{} // one audit at a time
 	verification VerificationStatus
 	publicLog    bool         // tlog.go

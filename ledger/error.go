@@ -128,10 +128,9 @@ var (
 	// ErrNotLedger means the database (a SQLite file, a PostgreSQL
 	// database) belongs to something else.
 	ErrNotLedger = errors.New("not an effect-ledger database")
-	// ErrDerivedState means the derived state (the keys table and the
-	// recorded head) does not match the receipts: serving from it could
-	// replay another key's result. `ledgerctl rebuild-index` (SQLite) or
-	// `ledgerctl rebuild-keys` (PostgreSQL) repairs it.
+	// ErrDerivedState means the derived state (the recorded head of a
+	// SQLite file) does not match the receipts: serving from it could
+	// replay another key's result. `ledgerctl rebuild-index` repairs it.
 	ErrDerivedState = errors.New("the derived state does not match the chain")
 	// ErrNoKeyTable is what ChainReader.Keys returns when the reader has
 	// no derived key records to list (a SQLite file read without its key

@@ -49,7 +49,7 @@ func (ns Log) checkpointed(ctx context.Context, n int64, field string) (*tlog.Si
 
 // withinTree returns a 404 not_checkpointed *Error when checkpoint c is
 // larger than the stored tree: the chain was cut after c was signed (a
-// damaged ledger repaired with rebuild-keys), so nothing can be proved
+// damaged ledger repaired with rebuild-index), so nothing can be proved
 // against c until the missing receipts are restored.
 func (ns Log) withinTree(ctx context.Context, c *tlog.Signed) error {
 	size, err := ns.ChainReader.TreeSize(ctx)

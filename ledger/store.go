@@ -158,8 +158,9 @@ type ChainReader interface {
 	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
 }
 
-// KeyRecord is the derived state of one idempotency key: one row of the
-// keys table, which the receipts determine (TokenHash aside).
+// KeyRecord is the derived state of one idempotency key, which the
+// receipts determine (TokenHash aside): a row of PostgreSQL's keys table,
+// a record of the SQLite driver's key index.
 type KeyRecord struct {
 	Key            string
 	Generated      bool
@@ -172,8 +173,8 @@ type KeyRecord struct {
 	LeaseExpiresAt uint64 // of the latest reserve, unix ms
 	FinalSeq       uint64 // the latest commit or resolve; 0 if none
 	// TokenHash is the SHA-256 of the latest reservation token, as bytes
-	// in a string (comparable). It is not derivable from the receipts:
-	// scans of the keys table leave it empty.
+	// in a string (comparable). It is not in the receipts: listings of
+	// the key records (ChainReader.Keys) leave it empty.
 	TokenHash string
 }
 

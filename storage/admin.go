@@ -22,7 +22,7 @@ import (
 var (
 	// ErrNoDatabase: a SQLite path where no ledger file exists.
 	ErrNoDatabase = errors.New("no ledger database")
-	// ErrNoFiles: an operation on a ledger's files (backup, rebuild-keys,
+	// ErrNoFiles: an operation on a ledger's files (backup, rebuild-index,
 	// forget) asked of a PostgreSQL database, which has none.
 	ErrNoFiles = errors.New("a PostgreSQL database has no ledger files")
 )

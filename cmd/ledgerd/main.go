@@ -30,7 +30,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
-	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 func main() {
@@ -349,10 +348,6 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = rstore.Close() }()
-	rd, err := rstore.Chain(ctx, ledger.DefaultNamespace)
-	if err != nil {
-		return err
-	}
 	var svc *nsServices
 	if key != nil || m.VerifyEvery > 0 {
 		var verifyStore ledger.Store
@@ -372,7 +367,7 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	cfg, closeCfg, err := m.apiConfig(ctx, store, rd, svc, key)
+	cfg, closeCfg, err := m.apiConfig(ctx, store, rstore, svc, key)
 	if err != nil {
 		return err
 	}
@@ -519,11 +514,11 @@ func (f *witnessFlag) parse() error {
 // apiConfig configures the API server from the flags. close, after the
 // server has shut down, stops sharing the rate limit and flushes the
 // spans of the last requests.
-func (m *Main) apiConfig(ctx context.Context, store ledger.Store, rd verify.DB, svc *nsServices,
+func (m *Main) apiConfig(ctx context.Context, store, audit ledger.Store, svc *nsServices,
 	key *signingKey) (cfg api.Config, close func(), err error) {
 	cfg = api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
 		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
-		AuditSource: rd, PublicLog: m.PublicLog}
+		AuditStore: audit, PublicLog: m.PublicLog}
 	if m.MaxInFlight == 0 {
 		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
 	}

@@ -1,7 +1,7 @@
 // Package gen writes large, valid ledgers quickly, for benchmarks and the
 // 10-million-receipt run: reserve+commit pairs on distinct keys and inputs,
 // linked and hashed exactly as ledgerd would, inserted in big transactions
-// with fsync off (the data is synthetic), then the keys table rebuilt.
+// with fsync off (the data is synthetic), then the key index built.
 package gen
 
 import (

@@ -56,6 +56,7 @@ type fileChain struct {
 
 	idx      *keyindex.Index // the ledger's key index; nil only for a file being created
 	indexErr error           // an apply failed: the index lacks a committed batch (index.go)
+	stale    atomic.Bool     // indexErr != nil, for the readers (which do not take mu)
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT; afterCommit runs right after each COMMIT,
@@ -143,9 +144,8 @@ func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
 	q.Set("_foreign_keys", "1")
 	if cacheMiB > 0 {
 		q.Set("_txlock", "immediate")
-		// The writer's decisions and index updates touch random pages of
-		// three b-trees (key, execution, keys): keep them in memory rather
-		// than re-reading them for every batch.
+		// The writer reads receipts by seq (a key's first reserve, its
+		// outcome) and appends: keep those pages in memory.
 		q.Set("_cache_size", fmt.Sprint(-cacheMiB*1024)) // KiB
 	}
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)

@@ -258,7 +258,9 @@ func (s *replaySource) close() {
 // applyIndex applies a committed batch to the index. If that fails, the
 // index lacks a committed batch: the writer stops taking batches until a
 // replay from the watermark succeeds (indexUsable), since a decision read
-// from the index could otherwise run a committed key's effect again.
+// from the index could otherwise run a committed key's effect again, and
+// the reads that go through the index answer unavailable meanwhile
+// (indexReadable) rather than an outdated state.
 func (c *fileChain) applyIndex(t *writeTx) {
 	if t.appended == 0 {
 		return
@@ -289,6 +291,7 @@ func (c *fileChain) applyIndex(t *writeTx) {
 	}()
 	if err != nil {
 		c.indexErr = err
+		c.stale.Store(true)
 		c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
 			"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
 	}
@@ -315,6 +318,7 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 	}
 	c.logger.Info("key index replayed; the namespace takes writes again", "namespace", c.ns)
 	c.indexErr = nil
+	c.stale.Store(false)
 	return nil
 }
 
@@ -328,5 +332,15 @@ func (c *fileChain) RebuildIndex(ctx context.Context) error {
 	}
 	c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
 	c.indexErr = nil
+	c.stale.Store(false)
+	return nil
+}
+
+// indexReadable returns ErrUnavailable while the index lacks a committed
+// batch (an apply failed and no replay has succeeded yet).
+func (c *fileChain) indexReadable() error {
+	if c.stale.Load() {
+		return fmt.Errorf("%w: the key index lacks committed receipts; the next write replays them", ledger.ErrUnavailable)
+	}
 	return nil
 }

@@ -36,6 +36,8 @@ func TestIndex_applyFails(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrUnavailable, "no decision from an index that lacks a committed receipt")
 	_, err = db.Reserve(ctx, reserveReq("key-bbbb-0002", "exec-3"))
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
+	_, err = db.GetKey(ctx, "key-aaaa-0001")
+	require.ErrorIs(t, err, ledger.ErrUnavailable, "no read of an outdated state either")
 
 	fail.Store(false)
 	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-2"))

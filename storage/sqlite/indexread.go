@@ -19,6 +19,9 @@ func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, er
 	if err := ledger.CheckKeyPath(key); err != nil {
 		return nil, err
 	}
+	if err := c.indexReadable(); err != nil {
+		return nil, err
+	}
 	k, seqs, found, err := c.idx.KeySeqs(c.ns, key)
 	if err != nil {
 		return nil, fmt.Errorf("get key: %w: %w", ledger.ErrIO, err)
@@ -115,6 +118,9 @@ func (c *fileChain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([
 	if field == 0 {
 		return c.Reader.ListReceipts(ctx, f)
 	}
+	if err := c.indexReadable(); err != nil {
+		return nil, nil, err
+	}
 	var rs []chain.Receipt
 	var readErr error
 	err := c.idx.Seqs(c.ns, field, value, f.After, func(seq uint64, _ []byte) (bool, error) {
@@ -150,6 +156,9 @@ func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
 // Keys calls fn for every key record of the index, in key byte order,
 // with its fingerprint read from its first reserve.
 func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	if err := c.indexReadable(); err != nil {
+		return err
+	}
 	st, err := c.r.PrepareContext(ctx, `SELECT tool, effect, input_hash FROM receipts WHERE seq = ?`)
 	if err != nil {
 		return fmt.Errorf("keys: %w", classify(err))
@@ -171,6 +180,9 @@ func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) 
 // KeyDrift compares key's record in the index with what its receipts
 // give, read from one snapshot of the index.
 func (c *fileChain) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	if err := c.indexReadable(); err != nil {
+		return nil, err
+	}
 	stored, seqs, found, err := c.idx.KeySeqs(c.ns, key)
 	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", err)

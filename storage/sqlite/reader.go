@@ -53,7 +53,7 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
 	}
 	switch version {
-	case SchemaVersion, 1, 2: // older files are read as they are
+	case SchemaVersion, 1, 2, 3: // older files are read as they are
 		return rd, nil
 	case 0:
 		_ = rd.Close()

@@ -32,13 +32,14 @@ type Options struct {
 	// CacheKeys bounds the writer's in-memory key index (default 50,000;
 	// negative disables it).
 	CacheKeys int
-	// CacheMiB is the memory SQLite may use for its page caches, every
-	// file and connection of the process together (default 32): a soft
-	// limit (sqlite3_soft_heap_limit64, process-wide; the last open sets
-	// it) under which the least recently used pages are recycled, and the
-	// page cache of each writer connection. More is faster on ledgers
-	// whose indexes outgrow it; the operating system's file cache serves
-	// the rest.
+	// CacheMiB is the memory of the ledger's caches, every file and
+	// connection of the process together (default 32). Half goes to the
+	// key index (its block cache and memtables, which Pebble allocates
+	// outside the Go heap), half to SQLite's page caches: a soft limit
+	// (sqlite3_soft_heap_limit64, process-wide; the last open sets it)
+	// under which the least recently used pages are recycled, and the
+	// page cache of each writer connection. More is faster once a ledger
+	// outgrows it; the operating system's file cache serves the rest.
 	CacheMiB int
 	// CacheBytes bounds the same index by the estimated heap its keys and
 	// receipts hold (default 8 MiB; negative: keys bound only), so that
@@ -108,8 +109,7 @@ func (o *Options) defaults() {
 // DefaultCacheMiB is the default of Options.CacheMiB.
 const DefaultCacheMiB = 32
 
-// DefaultPageSize is the page size of new ledgers. Every request dirties a
-// few pages at random positions of the key and execution indexes, and each
-// dirty page is written whole to the WAL at COMMIT and again by the
-// checkpoint: smaller pages write fewer bytes per request (BENCHMARKS.md).
+// DefaultPageSize is the page size of new ledgers. Writes only append, so
+// a batch dirties the last pages of its tables, each written whole to the
+// WAL at COMMIT and again by the checkpoint (BENCHMARKS.md).
 const DefaultPageSize = 4096

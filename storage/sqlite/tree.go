@@ -200,7 +200,7 @@ func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool
 	}
 	size, err := db.checkTree(ctx, head)
 	if errors.Is(err, ledger.ErrDerivedState) && repair {
-		// rebuild-keys: the chain was cut or changed outside ledgerd; the
+		// rebuild-index: the chain was cut or changed outside ledgerd; the
 		// tree follows the chain as it is now. A checkpoint signed before
 		// still shows the difference (the signer refuses to sign a tree
 		// that is not its extension, and verify --checkpoint reports it).
@@ -232,7 +232,7 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 	}
 	if uint64(size) > head.Seq {
 		return 0, fmt.Errorf("%w: the Merkle tree has %d leaves but the chain ends at %d (receipts were removed outside ledgerd; "+
-			"check the chain with `ledgerctl verify`, then run `ledgerctl rebuild-keys`)", ledger.ErrDerivedState, size, head.Seq)
+			"check the chain with `ledgerctl verify`, then run `ledgerctl rebuild-index`)", ledger.ErrDerivedState, size, head.Seq)
 	}
 	if size == 0 {
 		return 0, nil
@@ -246,7 +246,7 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 	}
 	if tlog.LeafHash(last) != tlog.Hash(stored) {
 		return 0, fmt.Errorf("%w: Merkle leaf %d is not the hash of receipt %d (the receipts were changed outside ledgerd; "+
-			"check the chain with `ledgerctl verify`, then run `ledgerctl rebuild-keys`)", ledger.ErrDerivedState, size-1, size)
+			"check the chain with `ledgerctl verify`, then run `ledgerctl rebuild-index`)", ledger.ErrDerivedState, size-1, size)
 	}
 	return size, nil
 }
