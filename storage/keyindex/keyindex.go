@@ -62,10 +62,11 @@ const (
 // memtables outside the Go heap (with cgo, through malloc), so both count
 // against the process's memory budget, not against GOGC.
 type Options struct {
-	// CacheBytes is the block cache (default 8 MiB).
+	// CacheBytes is all the index's memory (default 16 MiB): Pebble
+	// reserves its memtables in the block cache, which gets the rest.
 	CacheBytes int64
 	// MemTableBytes is one memtable; at most two exist at once (default
-	// 4 MiB).
+	// 2 MiB).
 	MemTableBytes uint64
 	Logger        *slog.Logger
 	// ReadOnly opens an existing index without writing to it.
@@ -82,10 +83,10 @@ type Index struct {
 // Open opens or creates the index in dir.
 func Open(dir string, o Options) (*Index, error) {
 	if o.CacheBytes <= 0 {
-		o.CacheBytes = 8 << 20
+		o.CacheBytes = 16 << 20
 	}
 	if o.MemTableBytes == 0 {
-		o.MemTableBytes = 4 << 20
+		o.MemTableBytes = 2 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -409,3 +410,7 @@ func (ix *Index) KeySeqs(ns, key string) (ledger.KeyRecord, []uint64, bool, erro
 	}
 	return k, seqs, true, nil
 }
+
+// Stats describes the LSM: its levels, compactions, caches and filters
+// (Pebble's metrics report), for diagnosis.
+func (ix *Index) Stats() string { return ix.db.Metrics().String() }

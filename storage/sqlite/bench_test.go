@@ -206,6 +206,9 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			if v := os.Getenv("LEDGER_BENCH_PAGE_SIZE"); v != "" {
 				opts.PageSize, _ = strconv.Atoi(v) // new files only
 			}
+			if v := os.Getenv("LEDGER_BENCH_CACHE_MIB"); v != "" {
+				opts.CacheMiB, _ = strconv.Atoi(v)
+			}
 			db, err := ledgertest.OpenPath(context.Background(), path, opts)
 			if err != nil {
 				b.Fatal(err)
@@ -249,6 +252,9 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			}
 			b.ReportMetric(float64(st.PerOp().Nanoseconds())/1000, "writer-µs/op")
 			head := db.Head()
+			if os.Getenv("LEDGER_BENCH_INDEX_STATS") != "" {
+				fmt.Fprintln(os.Stderr, db.Store.IndexStats())
+			}
 			if err := db.Close(); err != nil {
 				b.Fatal(err)
 			}

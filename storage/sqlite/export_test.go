@@ -30,3 +30,6 @@ func SetBackfillChunk(n int) func() {
 // SetIndexFault installs a hook that can fail the index apply after a
 // COMMIT.
 func (s *Store) SetIndexFault(f func() error) { s.main.indexFault = f }
+
+// IndexStats describes the key index's LSM.
+func (s *Store) IndexStats() string { return s.index.Stats() }

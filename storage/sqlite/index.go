@@ -25,16 +25,18 @@ import (
 // IndexPath is the key index directory of the ledger at path.
 func IndexPath(path string) string { return path + ".idx" }
 
-// indexMemory splits cacheMiB between SQLite's page caches and the key
-// index: half each; of the index's half, half is its block cache and a
-// quarter each of its (at most two) memtables.
+// indexMemory is the key index's part of cacheMiB: what SQLite's page
+// caches do not get. Pebble counts its memtables (at most two, an eighth
+// of the part each) against its block cache, which gets the rest.
 func indexMemory(cacheMiB int) keyindex.Options {
-	idx := int64(cacheMiB) << 20 / 2
-	return keyindex.Options{CacheBytes: idx / 2, MemTableBytes: uint64(max(idx/4, 1<<20))}
+	idx := int64(cacheMiB-sqliteCacheMiB(cacheMiB)) << 20
+	return keyindex.Options{CacheBytes: idx, MemTableBytes: uint64(max(idx/8, 1<<20))}
 }
 
-// sqliteCacheMiB is what SQLite's page caches get of cacheMiB.
-func sqliteCacheMiB(cacheMiB int) int { return max(cacheMiB-cacheMiB/2, 2) }
+// sqliteCacheMiB is what SQLite's page caches get of cacheMiB: a quarter
+// (at least 2 MiB). Its writes only append and its reads are by seq, so
+// the pages it revisits are few; the key index's lookups are random.
+func sqliteCacheMiB(cacheMiB int) int { return max(cacheMiB/4, 2) }
 
 // ledgerIndex is an open key index and the lock that makes its process
 // the index's only user.

@@ -211,29 +211,30 @@ func TestSchema_linkingTrigger(t *testing.T) {
 	assert.Equal(t, head, db.Head())
 }
 
-// TestOpen_cacheMiB: Options.CacheMiB, less the key index's half, sizes
+// TestOpen_cacheMiB: a quarter of Options.CacheMiB (the key index takes
+// the rest), at least 2 MiB, sizes
 // the writer's page cache and sets SQLite's process-wide soft heap limit, under which page caches
 // recycle pages instead of growing (what bounds ledgerd's memory with many
 // namespaces).
 func TestOpen_cacheMiB(t *testing.T) {
 	opts := quiet
-	opts.CacheMiB = 7
+	opts.CacheMiB = 12
 	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "l.db"), opts)
 	require.NoError(t, err)
 	defer db.Close()
 	w, _ := db.Store.Pools()
 	var cache int64
 	require.NoError(t, w.QueryRow(`PRAGMA cache_size`).Scan(&cache))
-	assert.Equal(t, int64(-4*1024), cache, "KiB, negative: 7 MiB less the index's 3")
+	assert.Equal(t, int64(-3*1024), cache, "KiB, negative: a quarter of 12 MiB")
 	var limit int64
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
-	assert.Equal(t, int64(4<<20), limit)
+	assert.Equal(t, int64(3<<20), limit)
 
 	db2, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
 	require.NoError(t, err)
 	defer db2.Close()
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
-	assert.Equal(t, int64(sqlite.DefaultCacheMiB/2<<20), limit, "process-wide: the last Open sets it")
+	assert.Equal(t, int64(sqlite.DefaultCacheMiB/4<<20), limit, "process-wide: the last Open sets it")
 }
 
 func TestOpen(t *testing.T) {

@@ -33,9 +33,10 @@ type Options struct {
 	// negative disables it).
 	CacheKeys int
 	// CacheMiB is the memory of the ledger's caches, every file and
-	// connection of the process together (default 32). Half goes to the
-	// key index (its block cache and memtables, which Pebble allocates
-	// outside the Go heap), half to SQLite's page caches: a soft limit
+	// connection of the process together (default 32). Three quarters go
+	// to the key index (its block cache and memtables, which Pebble
+	// allocates outside the Go heap), a quarter to SQLite's page caches
+	// (at least 2 MiB): a soft limit
 	// (sqlite3_soft_heap_limit64, process-wide; the last open sets it)
 	// under which the least recently used pages are recycled, and the
 	// page cache of each writer connection. More is faster once a ledger
