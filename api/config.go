@@ -2,6 +2,7 @@ package api
 
 import (
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -65,6 +66,11 @@ type Config struct {
 	// cosigned checkpoint it serves instead of the latest stored one, and
 	// portable receipts prove inclusion against it.
 	Witnessing CosignedCheckpoints
+
+	// Now is the clock that dates the server's re-reads of whether any
+	// token exists (every second by it), so that tests cross that period
+	// without waiting. nil: time.Now.
+	Now func() time.Time
 }
 
 // apply sets what cfg configures on a new s.
@@ -99,4 +105,8 @@ func (s *Server) apply(cfg Config) {
 	s.verification = cfg.Verification
 	s.publicLog = cfg.PublicLog
 	s.cosigned = cfg.Witnessing
+	s.now = cfg.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
 }

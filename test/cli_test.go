@@ -132,8 +132,9 @@ func TestLedgerctl_missingDB(t *testing.T) {
 // TestLedgerctl_errorsPrintOnce checks that a fatal error is one line on
 // stderr, whichever command fails and how.
 func TestLedgerctl_errorsPrintOnce(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	dir := t.TempDir()
 	notLedger := filepath.Join(dir, "other.db")
 	sdb, err := sql.Open("sqlite3", notLedger)
@@ -183,8 +184,9 @@ func closedAddr(t *testing.T) string {
 // TestLedgerctl_serverURL accepts a bare HOST:PORT as http:// and explains
 // what it cannot use.
 func TestLedgerctl_serverURL(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	want, stderr, code := ledgerctl(t, "head", "--server", l.URL)
 	require.Equal(t, 0, code, stderr)
 	bare := strings.TrimPrefix(l.URL, "http://")
@@ -226,8 +228,9 @@ func TestLedgerctl_plurals(t *testing.T) {
 	assert.Contains(t, out, "audit: 0 runtime retries, 0 re-invocations, 0 duplicate effects")
 	require.NoError(t, l.Stop())
 
-	l = StartLedgerd(t, l.DB)
-	populate(t, l)
+	clock := newPastClock(t)
+	l = clock.start(t, l.DB)
+	populate(t, l, clock)
 	out, stderr, code = ledgerctl(t, "verify", "--db", l.DB)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "OK: 7 receipts")
@@ -257,10 +260,11 @@ func TestLedgerctl_plurals(t *testing.T) {
 // TestLedgerctl_resolveNamesFlags checks that resolve's messages name the
 // flags the operator typed, and that a refused resolve appends nothing.
 func TestLedgerctl_resolveNamesFlags(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	clock := newWallClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0077","execution_id":"exec-1","tool":"payments.charge","effect":"write","lease_ms":10}`)
 	require.Equal(t, 201, r.Status, r.Raw)
-	time.Sleep(30 * time.Millisecond)
+	clock.advance(20 * time.Millisecond) // the lease ends: interrupted
 	base := []string{"resolve", "charge-0077", "--server", l.URL}
 	for _, tc := range []struct {
 		args []string
@@ -289,8 +293,9 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 // TestLedgerctl_flagValues checks that bad flag values are usage errors
 // that name the flag, for a file and for a server alike.
 func TestLedgerctl_flagValues(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	for _, src := range [][]string{{"--db", l.DB}, {"--server", l.URL}} {
 		for _, tc := range []struct {
 			args []string

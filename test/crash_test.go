@@ -48,8 +48,12 @@ func TestLedgerd_kill9(t *testing.T) {
 	var acks []ack
 	sent := map[string]bool{}       // keys whose reserve was sent
 	commitSent := map[string]bool{} // keys whose commit was sent
+	acked := func() int { mu.Lock(); defer mu.Unlock(); return len(acks) }
 	for cycle := range *killCycles {
 		l := StartLedgerd(t, path)
+		// The kill lands after a random number of acknowledged writes, with
+		// 16 clients mid-request.
+		target := acked() + 8 + rng.IntN(200)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for c := range 16 {
@@ -93,7 +97,8 @@ func TestLedgerd_kill9(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+		require.Eventually(t, func() bool { return acked() >= target }, 60*time.Second, time.Millisecond,
+			"cycle %d: want %d acknowledgements:\n%s", cycle, target, l.Logs())
 		require.NoError(t, l.cmd.Process.Signal(syscall.SIGKILL))
 		close(stop)
 		wg.Wait()
@@ -165,7 +170,8 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 100 }, 60*time.Second, time.Millisecond,
+		"the clients write")
 	start := time.Now()
 	require.NoError(t, l.Stop(), "exit 0 on SIGTERM:\n%s", l.Logs())
 	assert.Less(t, time.Since(start), 10*time.Second)

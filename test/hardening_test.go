@@ -46,7 +46,8 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			tok, stderr, code := ledgerctl(t, "token", "create", "--db", db, "--role", "admin", "--name", "ops")
 			require.Equal(t, 0, code, stderr)
 			tok = strings.TrimSpace(tok)
-			l := StartLedgerd(t, db, "--listen", listen)
+			clock := newWallClock(t)
+			l := clock.start(t, db, "--listen", listen)
 			if strings.HasPrefix(listen, "0.0.0.0") {
 				_, port, _ := net.SplitHostPort(strings.TrimPrefix(l.URL, "http://"))
 				l.URL = "http://127.0.0.1:" + port
@@ -55,7 +56,7 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", body).Status)
 			_, stderr, code = ledgerctl(t, "token", "revoke", "--db", db, "ops")
 			require.Equal(t, 0, code, stderr)
-			time.Sleep(1100 * time.Millisecond) // past the token-existence cache
+			clock.advance(time.Second) // past the token-existence re-read
 			for range 3 {
 				r := l.Do("POST", "/v1/effects/reserve", body)
 				assert.Equal(t, 401, r.Status, "a running server never opens up: %s", r.Raw)
@@ -69,9 +70,10 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 
 			tok2, _, code := ledgerctl(t, "token", "create", "--db", db, "--role", "writer", "--name", "gw")
 			require.Equal(t, 0, code)
+			clock.advance(time.Second) // past the token-existence re-read
 			require.Eventually(t, func() bool {
 				return l.Do("POST", "/v1/effects/reserve", body, "Authorization", "Bearer "+strings.TrimSpace(tok2)).Status == 201
-			}, 60*time.Second, 50*time.Millisecond)
+			}, 60*time.Second, 5*time.Millisecond)
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", reserve("auth-latch-0002", "exec-2", 1, false)).Status)
 			_ = tok
 		})

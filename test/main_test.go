@@ -81,8 +81,19 @@ func (s *syncBuffer) String() string {
 // until it logs that it is ready.
 func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	t.Helper()
+	return startLedgerdEnv(t, nil, db, args...)
+}
+
+// startLedgerdEnv is StartLedgerd with env added to the process's
+// environment: per process, so that tests giving ledgerd different
+// settings (a test clock) can run in parallel.
+func startLedgerdEnv(t testing.TB, env []string, db string, args ...string) *Ledgerd {
+	t.Helper()
 	args = append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	pr, pw := io.Pipe()
 	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen

@@ -45,6 +45,12 @@ func startReplicas(t *testing.T, url string, args ...string) (a, b *Ledgerd) {
 	return StartLedgerd(t, url, args...), StartLedgerd(t, url, args...)
 }
 
+// startReplicasEnv is startReplicas with env added to both processes'.
+func startReplicasEnv(t *testing.T, env []string, url string, args ...string) (a, b *Ledgerd) {
+	t.Helper()
+	return startLedgerdEnv(t, env, url, args...), startLedgerdEnv(t, env, url, args...)
+}
+
 func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
@@ -132,7 +138,8 @@ func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
 
 func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 	url := pgtest.URL(t)
-	a, b := startReplicas(t, url)
+	clock := newWallClock(t)
+	a, b := startReplicasEnv(t, []string{clock.env()}, url)
 	key := randomKey()
 	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", `,"idempotent":true,"lease_ms":1000`))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -140,7 +147,7 @@ func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
 	require.Equal(t, 409, r.Status, r.Raw)
 	require.Equal(t, "in_progress", r.Code())
-	time.Sleep(1200 * time.Millisecond)
+	clock.advance(1200 * time.Millisecond) // past a's lease
 	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, true, r.Body["takeover"], r.Raw)
@@ -151,7 +158,7 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 	a, b := startReplicas(t, url)
 	var mu sync.Mutex
 	var acks []ack
-	var bErrors atomic.Int64
+	var bErrors, aAcked, bAcked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -181,6 +188,11 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 				status, body, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", commitBody(field(body, "reservation")))
 				if err == nil && status == 201 {
 					recordAck(&mu, &acks, body, key)
+					if l == a {
+						aAcked.Add(1)
+					} else {
+						bAcked.Add(1)
+					}
 				} else if l == b {
 					bErrors.Add(1)
 					t.Errorf("replica b commit: %d %v %s", status, err, body)
@@ -188,9 +200,13 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Both replicas under load, then a dies mid-stream and b goes on.
+	require.Eventually(t, func() bool { return aAcked.Load() >= 30 && bAcked.Load() >= 30 }, 60*time.Second, 5*time.Millisecond,
+		"both replicas serve the load")
 	a.Kill()
-	time.Sleep(1500 * time.Millisecond)
+	atKill := bAcked.Load()
+	require.Eventually(t, func() bool { return bAcked.Load() >= atKill+30 }, 60*time.Second, 5*time.Millisecond,
+		"the surviving replica serves on after the kill")
 	close(stop)
 	wg.Wait()
 	require.Zero(t, bErrors.Load(), "the surviving replica kept serving")
@@ -215,7 +231,8 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 	token := r.Body["reservation"].(string)
 	done := make(chan Resp, 1)
 	go func() { done <- b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"wait_ms":20000`)) }()
-	time.Sleep(300 * time.Millisecond) // parked on b
+	require.Eventually(t, func() bool { return b.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 5*time.Millisecond,
+		"the reserve parks on b")
 	start := time.Now()
 	c := a.Do("POST", "/v1/effects/"+key+"/commit", commitBody(token))
 	require.Equal(t, 201, c.Status, c.Raw)
@@ -337,8 +354,12 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 func TestReplicas_rateLimitIsATotal(t *testing.T) {
 	url := pgtest.URL(t)
 	tok := createTokenDB(t, url, "bot", "reader")
-	a, b := startReplicas(t, url, "--rate-limit", "0.2", "--rate-burst", "4")
-	time.Sleep(2500 * time.Millisecond) // each replica counts the other
+	a, b := startReplicasEnv(t, []string{"LEDGERD_TEST_REPLICA_COUNT_EVERY=10ms"}, url, "--rate-limit", "0.2", "--rate-burst", "4")
+	for _, l := range []*Ledgerd{a, b} {
+		require.Eventually(t, func() bool {
+			return strings.Contains(l.Logs(), `"msg":"rate limit shared by replicas","replicas":2`)
+		}, 60*time.Second, 5*time.Millisecond, "each replica counts the other:\n%s", l.Logs())
+	}
 	auth := []string{"Authorization", "Bearer " + tok}
 	for _, l := range []*Ledgerd{a, b} {
 		for range 2 {

@@ -31,6 +31,12 @@ import (
 // ledgerd with it; it returns the server and the verifier key.
 func startSigned(t *testing.T, dir string, extra ...string) (*Ledgerd, string, string) {
 	t.Helper()
+	return startSignedEnv(t, dir, nil, extra...)
+}
+
+// startSignedEnv is startSigned with env added to ledgerd's environment.
+func startSignedEnv(t *testing.T, dir string, env []string, extra ...string) (*Ledgerd, string, string) {
+	t.Helper()
 	key := filepath.Join(dir, "log.key")
 	out, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
 	require.Equal(t, 0, code, stderr)
@@ -39,7 +45,7 @@ func startSigned(t *testing.T, dir string, extra ...string) (*Ledgerd, string, s
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the private key is readable only by its owner")
 	args := append([]string{"--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms"}, extra...)
-	l := StartLedgerd(t, filepath.Join(dir, "ledger.db"), args...)
+	l := startLedgerdEnv(t, env, filepath.Join(dir, "ledger.db"), args...)
 	assert.Contains(t, l.Logs(), vkey, "ledgerd logs the verifier key it signs with")
 	return l, vkey, key
 }
@@ -212,7 +218,8 @@ func raw(hs []tlog.HexHash) [][]byte {
 
 func TestVerifiableLog_tiles(t *testing.T) {
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir, "--public-log")
+	clock := newWallClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()}, "--public-log")
 	appendN(t, l, "tile", 300)
 	waitCheckpoint(t, l, vkey, 300)
 
@@ -264,8 +271,8 @@ func TestVerifiableLog_tiles(t *testing.T) {
 	// Tokens exist: --public-log keeps the log routes open, the rest needs one.
 	out, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "reader", "--name", "auditor")
 	require.Equal(t, 0, code, stderr)
-	token := strings.TrimSpace(out)     // stdout holds only the token
-	time.Sleep(1100 * time.Millisecond) // the server re-reads whether tokens exist every second
+	token := strings.TrimSpace(out) // stdout holds only the token
+	clock.advance(time.Second)      // the server re-reads whether tokens exist every second
 	res, _ = get("/log/default/checkpoint", "")
 	assert.Equal(t, 200, res.StatusCode, "public log")
 	res, _ = get("/v1/proof/inclusion?seq=1", "")
@@ -276,12 +283,13 @@ func TestVerifiableLog_tiles(t *testing.T) {
 
 func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir)
+	clock := newWallClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
 	appendN(t, l, "tok", 3)
 	waitCheckpoint(t, l, vkey, 3)
 	_, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "reader", "--name", "auditor")
 	require.Equal(t, 0, code, stderr)
-	time.Sleep(1100 * time.Millisecond)
+	clock.advance(time.Second) // past the token-existence re-read
 	r := l.Do("GET", "/log/default/checkpoint", "")
 	assert.Equal(t, 401, r.Status, r.Raw)
 	r = l.Do("GET", "/log/default/tile/entries/000.p/3", "")
@@ -436,8 +444,9 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 // the checkpoint catches every one.
 func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir)
-	populate(t, l)
+	clock := newPastClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
+	populate(t, l, clock)
 	appendN(t, l, "bulk", 20)
 	note, c := waitCheckpoint(t, l, vkey, 26)
 	require.NoError(t, l.Stop())

@@ -147,8 +147,9 @@ func TestLedgerd_invalidValuesServed(t *testing.T) {
 // then checks, through the binary, incremental runs on copies that lost
 // their tail or had the pinned receipt edited in place.
 func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	require.NoError(t, l.Stop())
 	state := filepath.Join(t.TempDir(), "state.json")
 	rep, code := verifyJSON(t, "--db", l.DB, "--state", state)
@@ -190,8 +191,9 @@ func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 // /metrics: without --verify-every there is no ledger_verify_* metric
 // (no false "last success 0"); with it they appear after the first run.
 func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	r := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, r.Status)
 	require.Contains(t, r.Raw, "ledger_", "the ledger's own metrics are there")

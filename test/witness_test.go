@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +173,19 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return s.witnesses[0].Size("ex.test/default") >= first.Size+4 }, 60*time.Second, 20*time.Millisecond,
 		"the live witness cosigns the new checkpoint")
-	time.Sleep(100 * time.Millisecond) // several witnessing rounds
+	// Several witnessing rounds, each failing at the downed witness.
+	witnessErrors := func() int {
+		for _, line := range strings.Split(l.Do("GET", "/metrics", "").Raw, "\n") {
+			if v, ok := strings.CutPrefix(line, `ledger_tlog_witness_requests_total{result="error"} `); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	rounds := witnessErrors() + 3
+	require.Eventually(t, func() bool { return witnessErrors() >= rounds }, 60*time.Second, 5*time.Millisecond,
+		"the witnessing goes on failing at the downed witness")
 	raw, c := waitCheckpoint(t, l, s.vkey, 1)
 	assert.Equal(t, first.Size, c.Size, "the previous fully cosigned checkpoint is still served:\n%s", raw)
 	assert.Equal(t, 3, strings.Count(raw, "\n— "), raw)

@@ -369,6 +369,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	m.Addr <- ln.Addr()
 	cfg, closeCfg, err := m.apiConfig(ctx, store, rd, svc, key)
+	cfg.Now = now // LEDGERD_TEST_CLOCK_FILE dates the token-existence re-reads too
 	if err != nil {
 		return err
 	}
@@ -541,8 +542,13 @@ func (m *Main) apiConfig(ctx context.Context, store ledger.Store, rd verify.DB, 
 	}
 	stopShare := func() {}
 	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
+		every, err := replicaCountPeriod()
+		if err != nil {
+			flush()
+			return cfg, nil, err
+		}
 		// Replicas on one database share the limit: each enforces its part.
-		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, lr, m.Logger)
+		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, lr, every, m.Logger)
 	}
 	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
 		cfg.Witnessing = svc
@@ -561,8 +567,8 @@ type liveReplicas interface {
 }
 
 // shareRateLimit returns the rate limit's share (api.Config.RateLimitShare):
-// the number of live replicas, read every 2 s until stop is called.
-func shareRateLimit(ctx context.Context, lr liveReplicas, logger *slog.Logger) (share func() int, stop func()) {
+// the number of live replicas, read every period until stop is called.
+func shareRateLimit(ctx context.Context, lr liveReplicas, every time.Duration, logger *slog.Logger) (share func() int, stop func()) {
 	var n atomic.Int64
 	n.Store(1)
 	read := func(ctx context.Context) {
@@ -580,7 +586,7 @@ func shareRateLimit(ctx context.Context, lr liveReplicas, logger *slog.Logger) (
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(2 * time.Second)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
