@@ -13,7 +13,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
 
-
 // hourMS is the default namespace's key lifetime in these tests.
 const hourMS = int64(time.Hour / time.Millisecond)
 
