@@ -134,7 +134,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "")
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e1", 1, true, `,"lease_ms":10`)), 201, "")
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-left-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "") // left interrupted
-				aClock.advance(20 * time.Millisecond)                                                                           // the three leases end
+				// The three leases end.
+				aClock.advance(20 * time.Millisecond)
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e2", 1, false, "")), 409, "unsafe_resume")
 				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e2", 1, true, ""))
 				expect(r, 201, "")
