@@ -60,6 +60,7 @@ func writeLoad(l *Ledgerd, clients int, stop <-chan struct{}, wg *sync.WaitGroup
 // copy verifies, its head is a receipt of the live chain, an existing
 // --out is kept unless --force, and ledgerd starts on the copy.
 func TestLedgerctl_backup(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -143,6 +144,7 @@ func TestLedgerctl_backup(t *testing.T) {
 // TestLedgerctl_backupErrors checks the exit codes: 1 when the copy does
 // not verify, 2 for usage and I/O errors.
 func TestLedgerctl_backupErrors(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)

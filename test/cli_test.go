@@ -47,6 +47,7 @@ func helpFlags(help string) []string {
 // flags it takes, spelled --flag, and that no help text points outside
 // the repository.
 func TestLedgerctl_help(t *testing.T) {
+	t.Parallel()
 	source := []string{"db", "server", "token", "namespace"}
 	for _, tc := range []struct {
 		cmd  []string
@@ -109,6 +110,7 @@ func TestLedgerctl_help(t *testing.T) {
 // that does not exist, in an existing and in a missing directory: one
 // clear line, exit 2, and nothing created.
 func TestLedgerctl_missingDB(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, db := range []string{filepath.Join(dir, "none.db"), filepath.Join(dir, "no-such-dir", "ledger.db")} {
 		for _, args := range [][]string{
@@ -132,6 +134,7 @@ func TestLedgerctl_missingDB(t *testing.T) {
 // TestLedgerctl_errorsPrintOnce checks that a fatal error is one line on
 // stderr, whichever command fails and how.
 func TestLedgerctl_errorsPrintOnce(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -184,6 +187,7 @@ func closedAddr(t *testing.T) string {
 // TestLedgerctl_serverURL accepts a bare HOST:PORT as http:// and explains
 // what it cannot use.
 func TestLedgerctl_serverURL(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -219,6 +223,7 @@ func TestLedgerctl_serverURL(t *testing.T) {
 // TestLedgerctl_plurals checks counts in words: 1 receipt, 2 receipts,
 // 1 violation.
 func TestLedgerctl_plurals(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", reserve("plural-key-1", "exec-1", 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -260,6 +265,7 @@ func TestLedgerctl_plurals(t *testing.T) {
 // TestLedgerctl_resolveNamesFlags checks that resolve's messages name the
 // flags the operator typed, and that a refused resolve appends nothing.
 func TestLedgerctl_resolveNamesFlags(t *testing.T) {
+	t.Parallel()
 	clock := newWallClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0077","execution_id":"exec-1","tool":"payments.charge","effect":"write","lease_ms":10}`)
@@ -293,6 +299,7 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 // TestLedgerctl_flagValues checks that bad flag values are usage errors
 // that name the flag, for a file and for a server alike.
 func TestLedgerctl_flagValues(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -319,6 +326,7 @@ func TestLedgerctl_flagValues(t *testing.T) {
 
 // TestLedgerctl_tokenCommands checks the token subcommands' usage errors.
 func TestLedgerctl_tokenCommands(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	for _, tc := range []struct {
 		args []string
@@ -345,6 +353,7 @@ func TestLedgerctl_tokenCommands(t *testing.T) {
 // TestLedgerd_commitReservationToken checks what a commit with a wrong
 // reservation token says: malformed (400) or not the latest (409).
 func TestLedgerd_commitReservationToken(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", reserve("token-key-1", "exec-1", 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)

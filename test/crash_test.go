@@ -39,6 +39,7 @@ type ack struct {
 // and pass PRAGMA integrity_check; no receipt may be invented; and a key
 // whose commit was never sent must not be committed.
 func TestLedgerd_kill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() && *killCycles > 3 {
 		*killCycles = 3
 	}
@@ -53,7 +54,7 @@ func TestLedgerd_kill9(t *testing.T) {
 		l := StartLedgerd(t, path)
 		// The kill lands after a random number of acknowledged writes, with
 		// 16 clients mid-request.
-		target := acked() + 8 + rng.IntN(200)
+		target := acked() + 1 + rng.IntN(40)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for c := range 16 {
@@ -151,6 +152,7 @@ func TestLedgerd_kill9(t *testing.T) {
 // write: it exits 0 within its shutdown timeout, and every receipt a
 // client saw acknowledged is in the file.
 func TestLedgerd_sigtermUnderLoad(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, path, "--shutdown-timeout", "10s")
 	var mu sync.Mutex
@@ -190,6 +192,7 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 // TestLedgerd_slowHeaders: a client that never finishes its headers is
 // dropped at the read-header timeout while other clients are served.
 func TestLedgerd_slowHeaders(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-header-timeout", "300ms")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
 	require.NoError(t, err)

@@ -25,6 +25,7 @@ import (
 // driven through every kind of receipt and an error, then scraped.
 // (promtool checks the rules' syntax and runs their unit tests in CI.)
 func TestDeploy_metricNames(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1h")
 	populate(t, l, clock)

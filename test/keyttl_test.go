@@ -38,6 +38,7 @@ func ttlReserve(key, exec string, idempotent bool, extra string) string {
 // TestKeyLifetime drives SPEC §12 through the real binaries on SQLite and
 // on PostgreSQL, with ledgerd's clock moved through a file (no waiting).
 func TestKeyLifetime(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		testKeyLifetime(t, filepath.Join(t.TempDir(), "ledger.db"))
 	})

@@ -13,6 +13,7 @@ import (
 // marks the reserve that renewed an expired key, and lists renewed keys
 // in the audit.
 func TestUI_keyLifetime(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
 	clock := newTestClock(t, t0)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-key-ttl", "1h")

@@ -60,6 +60,7 @@ func populate(t *testing.T, l *Ledgerd, clock *testClock) {
 }
 
 func TestLedgerctl(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -153,6 +154,7 @@ func TestLedgerctl(t *testing.T) {
 // TestLedgerctl_tampered verifies a tampered copy of a real ledger: exit 1
 // and the rule named; a state file pins the head across runs.
 func TestLedgerctl_tampered(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -227,6 +229,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 
 // TestLedgerd_verifyEvery runs the periodic verifier inside ledgerd.
 func TestLedgerd_verifyEvery(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
 	populate(t, l, clock)
@@ -242,6 +245,7 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 // TestLedgerctl_backupCopy verifies a VACUUM INTO backup (a rollback-journal
 // copy) on a read-only file, pinned to the head read before the backup.
 func TestLedgerctl_backupCopy(t *testing.T) {
+	t.Parallel()
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
@@ -261,6 +265,7 @@ func TestLedgerctl_backupCopy(t *testing.T) {
 // TestLedgerctl_tokens creates, uses and revokes tokens on the file of a
 // running ledgerd: no restart needed.
 func TestLedgerctl_tokens(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	assert.Contains(t, l.Logs(), "auth disabled")
 	tok, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "admin", "--name", "ops-alice")
@@ -289,6 +294,7 @@ func TestLedgerctl_tokens(t *testing.T) {
 }
 
 func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", filepath.Join(t.TempDir(), "l.db"), "--listen", "0.0.0.0:0").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "without auth")
@@ -299,6 +305,7 @@ func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
 // from reading the chain, the keys table and the key order in different
 // snapshots, and writes keep succeeding.
 func TestLedgerctl_verifyWhileWriting(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "20ms")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

@@ -24,6 +24,7 @@ func nsReserve(key, exec, tool string) string {
 // verify per namespace, metrics, checkpoints and portable receipts per
 // namespace, a restart, a backup, and tokens limited to a namespace.
 func TestNamespaces(t *testing.T) {
+	t.Parallel()
 	outer := t // the restarted ledgerd outlives its subtest
 	dir := t.TempDir()
 	clock := newWallClock(t)
@@ -366,6 +367,7 @@ func TestNamespaces(t *testing.T) {
 // URL it cannot use: SQLite-only commands refuse it, and no message shows
 // the URL's password.
 func TestLedgerctl_postgresURL(t *testing.T) {
+	t.Parallel()
 	dsn := "postgres://auditor:s3cr3t-pw@" + strings.TrimPrefix(closedAddr(t), "http://") + "/ledger?sslmode=disable"
 	for _, tc := range []struct {
 		desc    string

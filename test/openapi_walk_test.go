@@ -37,6 +37,7 @@ import (
 // the default namespace through the unprefixed routes and once through
 // /v1/ns/walk/… and /log/walk/….
 func TestOpenAPI_EveryRoute(t *testing.T) {
+	t.Parallel()
 	cov := newCoverage()
 	spaces := []walkNS{{name: "default", v1: "/v1", log: "/log/default"}, {name: "walk", v1: "/v1/ns/walk", log: "/log/walk"}}
 
@@ -654,15 +655,45 @@ var nsRoutes = []struct{ method, path, body string }{
 }
 
 // appendNS appends n reserve receipts with keys prefix-0… through the
-// routes under v1 (/v1 or /v1/ns/NS).
+// routes under v1 (/v1 or /v1/ns/NS). Up to bulkAppend of them go in key
+// order; more go from several clients at once (in batches, as a loaded
+// ledger writes them), in no particular order.
 func appendNS(t *testing.T, l *Ledgerd, v1, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		r := l.Do("POST", v1+"/effects/reserve",
-			fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix))
-		require.Equal(t, 201, r.Status, r.Raw)
+	body := func(i int) string {
+		return fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix)
+	}
+	if n <= bulkAppend {
+		for i := range n {
+			r := l.Do("POST", v1+"/effects/reserve", body(i))
+			require.Equal(t, 201, r.Status, r.Raw)
+		}
+		return
+	}
+	const clients = 8
+	errs := make(chan error, clients)
+	for c := range clients {
+		go func() {
+			for i := c; i < n; i += clients {
+				status, b, err := rawPost(l.URL+v1+"/effects/reserve", body(i))
+				if err == nil && status != 201 {
+					err = fmt.Errorf("reserve %d: %d %s", i, status, b)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		require.NoError(t, <-errs)
 	}
 }
+
+// bulkAppend is how many receipts appendNS appends one after another.
+const bulkAppend = 32
 
 // waitCheckpointNS waits until the served checkpoint of namespace ns has
 // at least size leaves and returns its note.

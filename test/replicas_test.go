@@ -52,6 +52,7 @@ func startReplicasEnv(t *testing.T, env []string, url string, args ...string) (a
 }
 
 func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	key := randomKey()
@@ -85,6 +86,7 @@ func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
 }
 
 func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	for _, ns := range []string{"alpha", "beta"} {
@@ -137,6 +139,7 @@ func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
 }
 
 func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	clock := newWallClock(t)
 	a, b := startReplicasEnv(t, []string{clock.env()}, url)
@@ -154,6 +157,7 @@ func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 }
 
 func TestReplicas_killOneUnderLoad(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	var mu sync.Mutex
@@ -223,6 +227,7 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 }
 
 func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	key := randomKey()
@@ -247,6 +252,7 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 }
 
 func TestReplicas_tokensAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	admin := createTokenDB(t, url, "ops", "admin")
 	scoped := createTokenDB(t, url, "gw", "writer", "--namespace", "alpha")
@@ -281,6 +287,7 @@ func createTokenDB(t *testing.T, url, name, role string, extra ...string) string
 }
 
 func TestReplicas_databaseLostAndBack(t *testing.T) {
+	t.Parallel()
 	c := pgtest.StartCluster(t)
 	url := c.URL(t)
 	a, b := startReplicas(t, url)
@@ -309,6 +316,7 @@ func TestReplicas_databaseLostAndBack(t *testing.T) {
 }
 
 func TestReplicas_oneSignerPerNamespace(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "log.key")
@@ -352,6 +360,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 }
 
 func TestReplicas_rateLimitIsATotal(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	tok := createTokenDB(t, url, "bot", "reader")
 	a, b := startReplicasEnv(t, []string{"LEDGERD_TEST_REPLICA_COUNT_EVERY=10ms"}, url, "--rate-limit", "0.2", "--rate-burst", "4")
@@ -375,6 +384,7 @@ func TestReplicas_rateLimitIsATotal(t *testing.T) {
 // database whose schema is newer than this build, stop ledgerd with exit 1
 // and a message naming the problem, never the password.
 func TestLedgerd_postgresFaults(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ url, want string }{
 		{"postgres://bob:s3cr3t@127.0.0.1:1/ledger", "connection refused"},
 		{"postgres://bob:s3/cr3t@host:notaport/x", "malformed URL"},
@@ -406,6 +416,7 @@ func TestLedgerd_postgresFaults(t *testing.T) {
 // non-loopback address without auth names the database without its
 // password.
 func TestLedgerd_postgresRefusesOpenNoPassword(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	u := strings.Replace(url, "postgres://ledger@", "postgres://ledger:pw-not-needed-s3cr3t@", 1)
 	out, code := runLedgerd(t, "--db", u, "--listen", "0.0.0.0:0")

@@ -50,14 +50,11 @@ func startSignedEnv(t *testing.T, dir string, env []string, extra ...string) (*L
 	return l, vkey, key
 }
 
-// appendN appends n reserve receipts with keys prefix-0…
+// appendN appends n reserve receipts with keys prefix-0… to the default
+// namespace.
 func appendN(t *testing.T, l *Ledgerd, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		r := l.Do("POST", "/v1/effects/reserve",
-			fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix))
-		require.Equal(t, 201, r.Status, r.Raw)
-	}
+	appendNS(t, l, "/v1", prefix, n)
 }
 
 // waitCheckpoint waits until the served checkpoint has at least size
@@ -85,6 +82,7 @@ func waitCheckpoint(t *testing.T, l *Ledgerd, vkey string, size int64) (string, 
 }
 
 func TestVerifiableLog_checkpointsAndProofs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	r := l.Do("GET", "/log/default/checkpoint", "")
@@ -217,6 +215,7 @@ func raw(hs []tlog.HexHash) [][]byte {
 }
 
 func TestVerifiableLog_tiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clock := newWallClock(t)
 	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()}, "--public-log")
@@ -282,6 +281,7 @@ func TestVerifiableLog_tiles(t *testing.T) {
 }
 
 func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clock := newWallClock(t)
 	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
@@ -299,6 +299,7 @@ func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
 // A portable receipt is checked with nothing but the file and the
 // verifier key; any change to it, a wrong key or another origin fails.
 func TestVerifiableLog_portableReceipt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
@@ -443,6 +444,7 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 // was published before: the chain check alone misses the careful ones;
 // the checkpoint catches every one.
 func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	clock := newPastClock(t)
 	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
@@ -513,6 +515,7 @@ func execSQL(t *testing.T, path string, stmts ...string) {
 // Forged checkpoints are rejected (exit 2: they prove nothing), and a
 // checkpoint that forks the one verified before is a checkpoint_fork.
 func TestVerifiableLog_forgedAndForked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, key := startSigned(t, dir)
 	appendN(t, l, "a", 5)
@@ -638,6 +641,7 @@ func TestVerifiableLog_sshKeys(t *testing.T) {
 // keygen never overwrites a key; ledgerd refuses to start with a key it
 // cannot use, naming the reason.
 func TestVerifiableLog_keyErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "log.key")
 	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)

@@ -265,6 +265,7 @@ func fillForUI(t *testing.T, l *Ledgerd, clock *testClock, header ...string) {
 // TestUI drives the web audit page in a real headless Chromium against the
 // real ledgerd binary.
 func TestUI(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
 	clock := newWallClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1s")
@@ -475,6 +476,7 @@ func TestUI(t *testing.T) {
 // TestUI_violations: the page shows what the periodic verifier found in a
 // tampered ledger, and warns that its audit is not to be trusted.
 func TestUI_violations(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	clock := newWallClock(t)
@@ -539,6 +541,7 @@ func atoi(t *testing.T, s string) int {
 // asks for a token, says why one is refused, keeps a good one in session
 // storage and sends it on every API call.
 func TestUI_token(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
 	clock := newWallClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))

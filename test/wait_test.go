@@ -78,6 +78,7 @@ func waitReserve(exec string, waitMS int) string {
 // holder's commit past the server's read and write timeouts and gets the
 // replay; one that runs out of wait gets in_progress.
 func TestLedgerd_wait(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-timeout", "500ms", "--write-timeout", "500ms")
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -109,6 +110,7 @@ func TestLedgerd_wait(t *testing.T) {
 // TestLedgerd_waitShutdown: SIGTERM answers parked reserves at once
 // instead of letting them hold the shutdown for their wait_ms.
 func TestLedgerd_waitShutdown(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -87,6 +87,7 @@ func storedCheckpoint(t *testing.T, path string) int64 {
 }
 
 func TestWitness_cosignedCheckpoint(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test", "w2.test", "forger.test")
 	s.witnesses[2].Corrupt = true // its cosignatures do not verify: ignored
 	l := s.start(t, "--witness-quorum", "2")
@@ -158,6 +159,7 @@ func editCosignature(t *testing.T, s, name string) string {
 }
 
 func TestWitness_quorumWithWitnessDown(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test", "w2.test")
 	l := s.start(t, "--witness-quorum", "2")
 	appendN(t, l, "up", 3)
@@ -206,6 +208,7 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 }
 
 func TestWitness_conflictRecovery(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test")
 	l := s.start(t, "--witness-quorum", "1")
 	appendN(t, l, "before", 4)
@@ -227,6 +230,7 @@ func TestWitness_conflictRecovery(t *testing.T) {
 }
 
 func TestWitness_flagErrors(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test")
 	wk := s.witnesses[0].VerifierKey() + "=" + s.servers[0].URL
 	for _, tt := range []struct {
