@@ -67,9 +67,10 @@ type Config struct {
 	// portable receipts prove inclusion against it.
 	Witnessing CosignedCheckpoints
 
-	// Now is the clock that dates the server's re-reads of whether any
-	// token exists (every second by it), so that tests cross that period
-	// without waiting. nil: time.Now.
+	// Now is the clock of the server's own periods: the re-read of whether
+	// any token exists (every second by it) and the refill of the rate
+	// limit's buckets, so that tests cross them without waiting. nil:
+	// time.Now.
 	Now func() time.Time
 }
 
@@ -94,10 +95,7 @@ func (s *Server) apply(cfg Config) {
 		s.adm.perClient = cfg.MaxInFlightPerClient
 	}
 	s.metricsAuth = !cfg.OpenMetrics
-	if cfg.RateLimit > 0 {
-		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
-		s.limiter.share = cfg.RateLimitShare
-	}
+
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/effect-ledger/effect-ledger/api")
 	}
@@ -108,5 +106,10 @@ func (s *Server) apply(cfg Config) {
 	s.now = cfg.Now
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if cfg.RateLimit > 0 {
+		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
+		s.limiter.share = cfg.RateLimitShare
+		s.limiter.now = s.now
 	}
 }
