@@ -84,6 +84,11 @@ func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	return startLedgerdEnv(t, nil, db, args...)
 }
 
+// testPeriods shorten ledgerd's background periods in every ledgerd the
+// tests start, so that a namespace created while it runs gets its
+// checkpoints and verification at once instead of within 2 s.
+var testPeriods = []string{"LEDGERD_TEST_NAMESPACE_SCAN_EVERY=20ms"}
+
 // startLedgerdEnv is StartLedgerd with env added to the process's
 // environment: per process, so that tests giving ledgerd different
 // settings (a test clock) can run in parallel.
@@ -91,9 +96,7 @@ func startLedgerdEnv(t testing.TB, env []string, db string, args ...string) *Led
 	t.Helper()
 	args = append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
+	cmd.Env = append(append(os.Environ(), testPeriods...), env...)
 	pr, pw := io.Pipe()
 	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen

@@ -268,7 +268,7 @@ func TestUI(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
 	clock := newWallClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1s")
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
 	fillForUI(t, l, clock)
 	head := l.Do("GET", "/v1/head", "")
 	require.Equal(t, 200, head.Status)

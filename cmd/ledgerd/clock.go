@@ -60,29 +60,33 @@ func testClock() (func() time.Time, error) {
 	}, nil
 }
 
-// testReplicaCountEnv names a duration (e.g. 10ms) that replaces how
-// often ledgerd re-counts the replicas sharing the rate limit
-// (replicaCountEvery): the end-to-end tests see a new replica counted
-// without waiting out the period. Like the clock, it is not a flag.
-const testReplicaCountEnv = "LEDGERD_TEST_REPLICA_COUNT_EVERY"
+// Test hooks that shorten ledgerd's background periods, so that the
+// end-to-end tests see a new replica counted or a new namespace served
+// without waiting the period out. Each holds a duration (e.g. 10ms).
+// Like the clock they are not flags, so that no deployment sets them by
+// accident.
+const (
+	testReplicaCountEnv  = "LEDGERD_TEST_REPLICA_COUNT_EVERY"  // replicaCountEvery
+	testNamespaceScanEnv = "LEDGERD_TEST_NAMESPACE_SCAN_EVERY" // namespaceScan
+)
 
 // replicaCountEvery is how often ledgerd re-counts the live replicas that
 // share the rate limit.
 const replicaCountEvery = 2 * time.Second
 
-// replicaCountPeriod returns LEDGERD_TEST_REPLICA_COUNT_EVERY, or
-// replicaCountEvery when it is unset.
-func replicaCountPeriod() (time.Duration, error) {
-	v := os.Getenv(testReplicaCountEnv)
+// testPeriod returns the duration in the environment variable env, or def
+// when it is unset.
+func testPeriod(env string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(env)
 	if v == "" {
-		return replicaCountEvery, nil
+		return def, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err == nil && d <= 0 {
 		err = fmt.Errorf("%s is not positive", d)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", testReplicaCountEnv, err)
+		return 0, fmt.Errorf("%s: %w", env, err)
 	}
 	return d, nil
 }

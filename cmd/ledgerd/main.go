@@ -542,7 +542,7 @@ func (m *Main) apiConfig(ctx context.Context, store ledger.Store, rd verify.DB, 
 	}
 	stopShare := func() {}
 	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
-		every, err := replicaCountPeriod()
+		every, err := testPeriod(testReplicaCountEnv, replicaCountEvery)
 		if err != nil {
 			flush()
 			return cfg, nil, err
