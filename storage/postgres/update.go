@@ -115,34 +115,7 @@ func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.
 		return &runError{err: err, retry: retryable(err) || conn.IsClosed() && !isServerRefusal(err)}
 	}
 
-	t := &tx{c: c, conn: conn}
-	var b pgx.Batch
-	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	b.Queue(sqlWriterMark)
-	b.Queue(sqlBeginHead, c.ns)
-	br := conn.SendBatch(ctx, &b)
-	_, err = br.Exec()
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		var hash []byte
-		var recordedAt, clock int64
-		var start pgtype.Timestamptz
-		err = br.QueryRow().Scan(&t.head.Seq, &hash, &recordedAt, &clock, &t.pid, &start)
-		if err == nil {
-			t.head.Hash, err = chain.HashFromBytes(hash)
-		}
-		t.backendStart = start.Time
-		t.oldHead, t.oldRecordedAt = t.head, uint64(recordedAt)
-		t.now = max(uint64(clock), uint64(recordedAt))
-		if now, ok := s.now(); ok {
-			t.now = now
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
+	t, err := c.begin(ctx, conn)
 	if errors.Is(err, pgx.ErrNoRows) {
 		rollback(conn)
 		return fmt.Errorf("update %s: the head row is missing", c.ns)
@@ -174,36 +147,80 @@ func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.
 	if h := s.testHook.beforeCommit; h != nil {
 		h(t.pid)
 	}
+	if err := c.commit(ctx, t, batchID, fail); err != nil {
+		return err
+	}
+	c.committed(t)
+	return nil
+}
+
+// begin starts the transaction on conn and reads the namespace's head
+// under its row lock and the database clock, in one round trip.
+func (c *Chain) begin(ctx context.Context, conn *pgx.Conn) (*tx, error) {
+	t := &tx{c: c, conn: conn}
+	var b pgx.Batch
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	b.Queue(sqlWriterMark)
+	b.Queue(sqlBeginHead, c.ns)
+	br := conn.SendBatch(ctx, &b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		var hash []byte
+		var recordedAt, clock int64
+		var start pgtype.Timestamptz
+		err = br.QueryRow().Scan(&t.head.Seq, &hash, &recordedAt, &clock, &t.pid, &start)
+		if err == nil {
+			t.head.Hash, err = chain.HashFromBytes(hash)
+		}
+		t.backendStart = start.Time
+		t.oldHead, t.oldRecordedAt = t.head, uint64(recordedAt)
+		t.now = max(uint64(clock), uint64(recordedAt))
+		if now, ok := c.s.now(); ok {
+			t.now = now
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return t, err
+}
+
+// commit sends t's COMMIT and returns nil once the batch batchID is
+// committed; a lost reply is resolved (resolve) before it answers. fail
+// is run's ending of a failed run.
+func (c *Chain) commit(ctx context.Context, t *tx, batchID string, fail func(error) error) error {
 	// The COMMIT is not cancelled with ctx: once it is sent, only its
 	// reply tells whether it happened.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	tag, err := conn.Exec(cctx, "COMMIT")
+	tag, err := t.conn.Exec(cctx, "COMMIT")
 	cancel()
 	switch {
 	case err == nil && tag.String() == "COMMIT":
 	case err == nil:
 		return &runError{err: fmt.Errorf("commit: the server answered %s", tag.String())}
-	case isServerRefusal(err) && !conn.IsClosed():
-		rollback(conn)
+	case isServerRefusal(err) && !t.conn.IsClosed():
+		rollback(t.conn)
 		return fail(fmt.Errorf("commit: %w", err))
 	default:
 		// Any other failure leaves the outcome open, even one that
 		// pgconn.SafeToRetry calls safe: pgx v5.12 reports a reply lost
 		// after the COMMIT was sent as "conn closed", a lock error that
 		// claims nothing was sent (seen in TestChain_Update_LostCommit).
-		_ = conn.Close(context.Background())
-		s.log.Warn("postgres: COMMIT reply lost; resolving", "ns", c.ns, "batch", batchID, "backend_pid", t.pid, "err", err)
+		_ = t.conn.Close(context.Background())
+		c.s.log.Warn("postgres: COMMIT reply lost; resolving", "ns", c.ns, "batch", batchID, "backend_pid", t.pid, "err", err)
 		committed, rerr := c.resolve(ctx, batchID, t.pid, t.backendStart)
 		if rerr != nil {
-			s.log.Error("postgres: COMMIT outcome unknown", "ns", c.ns, "batch", batchID, "err", rerr)
+			c.s.log.Error("postgres: COMMIT outcome unknown", "ns", c.ns, "batch", batchID, "err", rerr)
 			return fmt.Errorf("update %s: batch %s: %w: %w", c.ns, batchID, ledger.ErrCommitUnknown, rerr)
 		}
-		s.log.Info("postgres: lost COMMIT resolved", "ns", c.ns, "batch", batchID, "committed", committed)
+		c.s.log.Info("postgres: lost COMMIT resolved", "ns", c.ns, "batch", batchID, "committed", committed)
 		if !committed {
 			return &runError{err: fmt.Errorf("commit: %w", err), retry: true}
 		}
 	}
-	c.committed(t)
 	return nil
 }
 
