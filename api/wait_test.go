@@ -109,6 +109,7 @@ func awaitParked(t *testing.T, db *ledgertest.DB, n int, ch <-chan waitReply) {
 
 // TestServer_Reserve_wait drives each outcome of SPEC §8 over HTTP.
 func TestServer_Reserve_wait(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		desc       string
 		idempotent bool
@@ -176,6 +177,7 @@ func TestServer_Reserve_wait(t *testing.T) {
 // TestServer_Reserve_waitDisconnect: a client that goes away while it
 // waits ends its wait, and nothing is ever appended for it.
 func TestServer_Reserve_waitDisconnect(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,6 +201,7 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 // TestServer_Reserve_waitInFlight: a parked reserve gives up its
 // in-flight slot, so waiters beyond --max-inflight do not starve others.
 func TestServer_Reserve_waitInFlight(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 2})
 	srv := MustServe(t, s)
@@ -237,6 +240,7 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 // TestServer_Reserve_waitDeadlines: a wait longer than the server's read
 // and write timeouts is not cut off by them.
 func TestServer_Reserve_waitDeadlines(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	srv := httptest.NewUnstartedServer(api.NewServer(db, api.Config{Logger: quiet}))
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
