@@ -33,13 +33,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	for _, cmd := range []string{"ledgerd", "ledgerctl", "ledger-mcp"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", cmd, ":", err)
-			os.Exit(1)
-		}
+	// One go build for the three, so that they compile and link in
+	// parallel; with -o a directory each lands under its own name.
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/ledgerd", "../cmd/ledgerctl", "../cmd/ledger-mcp")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build ledgerd, ledgerctl, ledger-mcp:", err)
+		os.Exit(1)
 	}
 	if err := installOpenAPICheck(); err != nil {
 		fmt.Fprintln(os.Stderr, "openapi:", err)
