@@ -53,6 +53,7 @@ func tamperFile(t *testing.T, path string, seq int) {
 }
 
 func TestServer_audit(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, path := MustOpenDB(t)
 	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
@@ -126,6 +127,7 @@ func TestServer_audit(t *testing.T) {
 }
 
 func TestServer_auditStore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, path := MustOpenDB(t)
 	require.NoError(t, db.CreateNamespace(ctx, "pay", 0))
@@ -148,6 +150,7 @@ func TestServer_auditStore(t *testing.T) {
 }
 
 func TestServer_verification(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("OKOff", func(t *testing.T) {

@@ -31,7 +31,7 @@ type authState struct {
 // has existed since the server started. Whether tokens exist is at most
 // authCheckEvery old; every transition is logged.
 func (s *Server) AuthEnabled(ctx context.Context) (bool, error) {
-	now := time.Now().UnixNano()
+	now := s.now().UnixNano()
 	if now-s.auth.checked.Load() < int64(authCheckEvery) {
 		return s.auth.latched.Load(), nil
 	}

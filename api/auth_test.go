@@ -25,6 +25,7 @@ func MustOpenTokens(tb testing.TB, path string) *ledger.Tokens {
 }
 
 func TestServer_auth(t *testing.T) {
+	t.Parallel()
 	// The ledger's clock moves only when the test moves it: the 10 ms
 	// lease ends when the test says, whatever the machine's load.
 	var clock atomic.Int64
@@ -95,6 +96,7 @@ func TestServer_auth(t *testing.T) {
 }
 
 func TestServer_rateLimit(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
@@ -117,6 +119,7 @@ func TestServer_rateLimit(t *testing.T) {
 // TestServer_rateLimitSharedByReplicas: with three replicas each enforces
 // a third of the burst, so that the total stays within the limit.
 func TestServer_rateLimitSharedByReplicas(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
@@ -135,6 +138,7 @@ func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 // only the namespaces it names, and does not read the default
 // namespace's verification status.
 func TestServer_scopedAdmin(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	toks := MustOpenTokens(t, path)
 	tok, err := toks.Create(context.Background(), "team-a", ledger.RoleAdmin, "a")

@@ -2,6 +2,7 @@ package api
 
 import (
 	"log/slog"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -66,6 +67,12 @@ type Config struct {
 	// cosigned checkpoint it serves instead of the latest stored one, and
 	// portable receipts prove inclusion against it.
 	Witnessing CosignedCheckpoints
+
+	// Now is the clock of the server's own periods: the re-read of whether
+	// any token exists (every second by it) and the refill of the rate
+	// limit's buckets, so that tests cross them without waiting. nil:
+	// time.Now.
+	Now func() time.Time
 }
 
 // apply sets what cfg configures on a new s.
@@ -89,10 +96,7 @@ func (s *Server) apply(cfg Config) {
 		s.adm.perClient = cfg.MaxInFlightPerClient
 	}
 	s.metricsAuth = !cfg.OpenMetrics
-	if cfg.RateLimit > 0 {
-		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
-		s.limiter.share = cfg.RateLimitShare
-	}
+
 	if cfg.TracerProvider != nil {
 		s.tracer = cfg.TracerProvider.Tracer("github.com/effect-ledger/effect-ledger/api")
 	}
@@ -100,4 +104,13 @@ func (s *Server) apply(cfg Config) {
 	s.verification = cfg.Verification
 	s.publicLog = cfg.PublicLog
 	s.cosigned = cfg.Witnessing
+	s.now = cfg.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if cfg.RateLimit > 0 {
+		s.limiter = newRateLimiter(cfg.RateLimit, cfg.RateBurst)
+		s.limiter.share = cfg.RateLimitShare
+		s.limiter.now = s.now
+	}
 }

@@ -19,6 +19,7 @@ import (
 )
 
 func TestServer_OpenAPIJSON(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
 
@@ -84,6 +85,7 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 // route the server serves is described with the same methods, and every
 // described operation is served.
 func TestServer_Routes(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet})
 	doc, err := openapicheck.Load()
@@ -125,6 +127,7 @@ func TestServer_Routes(t *testing.T) {
 }
 
 func TestYAMLToJSON(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		desc, yaml, want, wantErr string
 	}{

@@ -13,6 +13,7 @@ import (
 // reservation; 100 identical commits give one receipt and identical
 // responses; no client ever sees a 503 (no "database is locked").
 func TestServer_races(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	const n = 100
 	statuses := make([]int, n)
@@ -70,6 +71,7 @@ func TestServer_races(t *testing.T) {
 
 // TestServer_hostileStrings: strings are stored and returned byte for byte.
 func TestServer_hostileStrings(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"';DROP/**/TABLE/**/receipts;--","execution_id":"e","tool":"t","effect":"write"}`)
 	require.Equal(t, 201, r.status, r.raw)

@@ -16,6 +16,7 @@ import (
 // TestServer_contentEncoding: a body in a content coding is 415, whatever
 // the bytes; identity is read as it is.
 func TestServer_contentEncoding(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	body := `{"idempotency_key":"enc-key-0001","execution_id":"e","tool":"t","effect":"write"}`
 	for _, enc := range []string{"gzip", "br", "deflate, identity", "x-anything"} {
@@ -31,6 +32,7 @@ func TestServer_contentEncoding(t *testing.T) {
 // TestServer_resultIsIJSON: result is held to the I-JSON rules input
 // follows, and string members may not hold a lone surrogate.
 func TestServer_resultIsIJSON(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 	for i, tt := range []struct {
 		desc, fields, wantField string
@@ -58,6 +60,7 @@ func TestServer_resultIsIJSON(t *testing.T) {
 // TestServer_metricsScoped: /metrics needs a reader token once tokens
 // exist, and a token limited to namespaces sees only theirs.
 func TestServer_metricsScoped(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	ctx := context.Background()
 	require.NoError(t, db.CreateNamespace(ctx, "payments", 0))

@@ -51,6 +51,7 @@ type Server struct {
 	// adm bounds concurrent API requests, in all and per client.
 	adm         admission
 	auth        authState
+	now         func() time.Time // Config.Now: dates the token-existence re-reads
 	metricsAuth bool
 	limiter     *rateLimiter
 

@@ -106,6 +106,7 @@ func do(tb testing.TB, srv *httptest.Server, method, path, body string, header .
 const reserveBody = `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`
 
 func TestServer_walkthrough(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 
 	r := do(t, srv, "GET", "/v1/head", "")
@@ -178,6 +179,7 @@ func TestServer_walkthrough(t *testing.T) {
 }
 
 func TestServer_Reserve_keys(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 	base := `{"execution_id":"exec-1","tool":"t.x","effect":"write"`
 	for _, tt := range []struct {
@@ -218,6 +220,7 @@ func TestServer_Reserve_keys(t *testing.T) {
 // TestServer_badInput sends malformed and hostile requests: each gets the
 // contract's error shape and status, and nothing is appended.
 func TestServer_badInput(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
 	for _, tt := range []struct {
@@ -311,6 +314,7 @@ func TestServer_badInput(t *testing.T) {
 }
 
 func TestServer_bodyTooLarge(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	big := `{"execution_id":"e","tool":"t","effect":"write","input":"` + strings.Repeat("a", 1<<20) + `"}`
 	res, err := srv.Client().Post(srv.URL+"/v1/effects/reserve", "application/json", bytes.NewReader([]byte(big)))
@@ -328,6 +332,7 @@ func TestServer_bodyTooLarge(t *testing.T) {
 }
 
 func TestServer_keyInPath(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 	k := `a/b?c#d%e'f"g`
 	body := `{"idempotency_key":` + mustJSON(k) + `,"execution_id":"e","tool":"t","effect":"write"}`
@@ -343,6 +348,7 @@ func TestServer_keyInPath(t *testing.T) {
 }
 
 func TestServer_ops(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
 	assert.Equal(t, 200, do(t, srv, "GET", "/readyz", "").status)
@@ -369,6 +375,7 @@ func mustJSON(v any) string {
 // TestServer_maxInFlight holds requests in flight and checks that the one
 // beyond the bound gets 503 with Retry-After while health stays open.
 func TestServer_maxInFlight(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet,
 		MaxInFlight: 2, MaxInFlightPerClient: -1}) // every request here comes from one address
@@ -415,6 +422,7 @@ func TestServer_maxInFlight(t *testing.T) {
 // TestServer_maxInFlight_slowBodiesHoldNoPlace: bodies still arriving
 // hold no place, global or per client.
 func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 1, MaxInFlightPerClient: 1})
 	srv := MustServe(t, s)
@@ -448,6 +456,7 @@ func slowBody(t *testing.T, addr string) {
 // TestServer_maxInFlightPerClient: one client at its bound is refused
 // while another is served.
 func TestServer_maxInFlightPerClient(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	toks := MustOpenTokens(t, path)
 	busy, err := toks.Create(context.Background(), "busy", ledger.RoleReader)
@@ -483,6 +492,7 @@ func TestServer_maxInFlightPerClient(t *testing.T) {
 
 // TestServer_statusTable checks that every contract code maps to a status.
 func TestServer_statusTable(t *testing.T) {
+	t.Parallel()
 	for _, code := range []string{ledger.ECodeInvalidJSON, ledger.ECodeInvalidRequest, ledger.ECodeInvalidKey,
 		ledger.ECodeBodyTooLarge, ledger.ECodeUnsupportedMedia, ledger.ECodeNotFound, ledger.ECodeMethodNotAllowed,
 		ledger.ECodeUnavailable, ledger.ECodeUnauthorized, ledger.ECodeForbidden, ledger.ECodeRateLimited, ledger.ECodeInternal,
@@ -496,6 +506,7 @@ func TestServer_statusTable(t *testing.T) {
 // TestServer_hugeArrays: a large array input is fingerprinted (no crash,
 // no quadratic blow-up); past 1 MiB it is refused with 413.
 func TestServer_hugeArrays(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	arr := "[" + strings.Repeat("0,", 200_000) + "0]"
 	r := do(t, srv, "POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","input":`+arr+`}`)
@@ -508,6 +519,7 @@ func TestServer_hugeArrays(t *testing.T) {
 }
 
 func TestServer_panic(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet})
 	s.AddPanicRoute()

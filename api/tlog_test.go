@@ -25,6 +25,7 @@ func getText(t *testing.T, url string) (*http.Response, string) {
 }
 
 func TestServer_log(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	ctx := context.Background()
 	open := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))

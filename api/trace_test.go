@@ -30,6 +30,7 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
 // with a batch span as its child. (test/trace_test.go checks the same
 // through ledgerd's OTLP export and the caller's traceparent.)
 func TestServer_tracing(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	require.NoError(t, db.CreateNamespace(context.Background(), "payments", 0))
 	rec := tracetest.NewSpanRecorder()

@@ -35,6 +35,7 @@ func get(t *testing.T, url string, header ...string) (*http.Response, string) {
 }
 
 func TestServer_UI(t *testing.T) {
+	t.Parallel()
 	srv, _ := MustOpenServer(t)
 
 	t.Run("OK", func(t *testing.T) {
@@ -86,6 +87,7 @@ func TestServer_UI(t *testing.T) {
 // TestServer_UIAuth: the page's files are served without a token (they
 // hold no data); everything the page reads needs one.
 func TestServer_UIAuth(t *testing.T) {
+	t.Parallel()
 	db, path := MustOpenDB(t)
 	_, err := MustOpenTokens(t, path).Create(context.Background(), "auditor", ledger.RoleReader)
 	require.NoError(t, err)
@@ -105,6 +107,7 @@ func TestServer_UIAuth(t *testing.T) {
 // handler (the CSP would block them), nothing loaded from another origin,
 // and no HTML sink in the script.
 func TestUI_files(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("ui")
 	read := func(name string) string {
 		b, err := os.ReadFile(filepath.Join(dir, name))

@@ -3,8 +3,10 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -107,6 +109,7 @@ func awaitParked(t *testing.T, db *ledgertest.DB, n int, ch <-chan waitReply) {
 
 // TestServer_Reserve_wait drives each outcome of SPEC §8 over HTTP.
 func TestServer_Reserve_wait(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		desc       string
 		idempotent bool
@@ -174,6 +177,7 @@ func TestServer_Reserve_wait(t *testing.T) {
 // TestServer_Reserve_waitDisconnect: a client that goes away while it
 // waits ends its wait, and nothing is ever appended for it.
 func TestServer_Reserve_waitDisconnect(t *testing.T) {
+	t.Parallel()
 	srv, db := MustOpenServer(t)
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -185,15 +189,19 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 	require.Eventually(t, func() bool { return db.Waiting() == 0 }, 60*time.Second, time.Millisecond, "the server ends the wait")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
-	time.Sleep(100 * time.Millisecond) // a leaked waiter would append its replay now
-	k := do(t, srv, "GET", "/v1/effects/refund-order-1234", "")
-	assert.Len(t, k.body["receipts"], 2, "reserve and commit only")
+	// Close returns once every request's handler has: a leaked waiter,
+	// woken by the commit, would have appended its replay by then.
+	srv.Close()
+	k, err := db.GetKey(context.Background(), "refund-order-1234")
+	require.NoError(t, err)
+	assert.Len(t, k.Receipts, 2, "reserve and commit only")
 	assert.Equal(t, uint64(2), db.Head().Seq)
 }
 
 // TestServer_Reserve_waitInFlight: a parked reserve gives up its
 // in-flight slot, so waiters beyond --max-inflight do not starve others.
 func TestServer_Reserve_waitInFlight(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 2})
 	srv := MustServe(t, s)
@@ -232,6 +240,7 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 // TestServer_Reserve_waitDeadlines: a wait longer than the server's read
 // and write timeouts is not cut off by them.
 func TestServer_Reserve_waitDeadlines(t *testing.T) {
+	t.Parallel()
 	db, _ := MustOpenDB(t)
 	srv := httptest.NewUnstartedServer(api.NewServer(db, api.Config{Logger: quiet}))
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
@@ -240,13 +249,31 @@ func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	ch := postWait(waitCtx(t), srv.Client(), srv.URL, waitBody("exec-2", 5_000, ""))
 	awaitParked(t, db, 1, ch)
-	time.Sleep(700 * time.Millisecond) // past both timeouts
+	readTimeoutPassed(t, srv) // past both timeouts
 	require.Equal(t, 1, db.Waiting(), "still waiting")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	r := awaitReply(t, ch, 60*time.Second)
 	assert.Equal(t, 200, r.status)
 	assert.Equal(t, "replayed", r.body["status"])
+}
+
+// readTimeoutPassed opens a connection whose request body never finishes
+// and returns once the server has cut it for its ReadTimeout: by then
+// that timeout, and a WriteTimeout no longer than it, has run out for
+// every request whose headers the server read before this one's.
+func readTimeoutPassed(t *testing.T, srv *httptest.Server) {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\n\r\n{")
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, c) // whatever the server answers, until it closes the connection
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server did not cut a request body that never came")
 }
 
 // TestServer_Reserve_thousandWaiters parks 1,000 reserves on one key;

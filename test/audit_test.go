@@ -46,6 +46,7 @@ type repeatedFailure struct {
 // alike in `ledgerctl audit` (table and JSON, with the filters) and in
 // `verify --json`, and ledgerd's periodic verification exports it.
 func TestLedgerctl_repeatedFailures(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
 	tok := call(t, l, "refund-a-0001", "exec-1", 1234) // seq 1
 	commit(t, l, "refund-a-0001", tok, "failed")       // seq 2
@@ -162,6 +163,7 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 // TestLedgerd_auditMetricsNeedVerification: without --verify-every no
 // audit gauge is exported, not even as 0.
 func TestLedgerd_auditMetricsNeedVerification(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	tok := call(t, l, "refund-a-0001", "exec-1", 1)
 	commit(t, l, "refund-a-0001", tok, "failed")

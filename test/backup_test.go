@@ -60,8 +60,10 @@ func writeLoad(l *Ledgerd, clients int, stop <-chan struct{}, wg *sync.WaitGroup
 // copy verifies, its head is a receipt of the live chain, an existing
 // --out is kept unless --force, and ledgerd starts on the copy.
 func TestLedgerctl_backup(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var failures atomic.Int32
@@ -142,8 +144,10 @@ func TestLedgerctl_backup(t *testing.T) {
 // TestLedgerctl_backupErrors checks the exit codes: 1 when the copy does
 // not verify, 2 for usage and I/O errors.
 func TestLedgerctl_backupErrors(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 

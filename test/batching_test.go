@@ -36,6 +36,7 @@ type outcome struct {
 // about must be in it with that hash, the derived keys table must agree,
 // and each key has at most one success.
 func TestLedgerd_batchingMatchesStateMachine(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	var keys []string
 	for i := range 48 {

@@ -47,6 +47,7 @@ func helpFlags(help string) []string {
 // flags it takes, spelled --flag, and that no help text points outside
 // the repository.
 func TestLedgerctl_help(t *testing.T) {
+	t.Parallel()
 	source := []string{"db", "server", "token", "namespace"}
 	for _, tc := range []struct {
 		cmd  []string
@@ -110,6 +111,7 @@ func TestLedgerctl_help(t *testing.T) {
 // that does not exist, in an existing and in a missing directory: one
 // clear line, exit 2, and nothing created.
 func TestLedgerctl_missingDB(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, db := range []string{filepath.Join(dir, "none.db"), filepath.Join(dir, "no-such-dir", "ledger.db")} {
 		for _, args := range [][]string{
@@ -133,8 +135,10 @@ func TestLedgerctl_missingDB(t *testing.T) {
 // TestLedgerctl_errorsPrintOnce checks that a fatal error is one line on
 // stderr, whichever command fails and how.
 func TestLedgerctl_errorsPrintOnce(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	dir := t.TempDir()
 	notLedger := filepath.Join(dir, "other.db")
 	sdb, err := sql.Open("sqlite3", notLedger)
@@ -184,8 +188,10 @@ func closedAddr(t *testing.T) string {
 // TestLedgerctl_serverURL accepts a bare HOST:PORT as http:// and explains
 // what it cannot use.
 func TestLedgerctl_serverURL(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	want, stderr, code := ledgerctl(t, "head", "--server", l.URL)
 	require.Equal(t, 0, code, stderr)
 	bare := strings.TrimPrefix(l.URL, "http://")
@@ -218,6 +224,7 @@ func TestLedgerctl_serverURL(t *testing.T) {
 // TestLedgerctl_plurals checks counts in words: 1 receipt, 2 receipts,
 // 1 violation.
 func TestLedgerctl_plurals(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", reserve("plural-key-1", "exec-1", 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -227,8 +234,9 @@ func TestLedgerctl_plurals(t *testing.T) {
 	assert.Contains(t, out, "audit: 0 runtime retries, 0 re-invocations, 0 duplicate effects")
 	require.NoError(t, l.Stop())
 
-	l = StartLedgerd(t, l.DB)
-	populate(t, l)
+	clock := newPastClock(t)
+	l = clock.start(t, l.DB)
+	populate(t, l, clock)
 	out, stderr, code = ledgerctl(t, "verify", "--db", l.DB)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "OK: 7 receipts")
@@ -258,10 +266,12 @@ func TestLedgerctl_plurals(t *testing.T) {
 // TestLedgerctl_resolveNamesFlags checks that resolve's messages name the
 // flags the operator typed, and that a refused resolve appends nothing.
 func TestLedgerctl_resolveNamesFlags(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	t.Parallel()
+	clock := newWallClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0077","execution_id":"exec-1","tool":"payments.charge","effect":"write","lease_ms":10}`)
 	require.Equal(t, 201, r.Status, r.Raw)
-	time.Sleep(30 * time.Millisecond)
+	clock.advance(20 * time.Millisecond) // the lease ends: interrupted
 	base := []string{"resolve", "charge-0077", "--server", l.URL}
 	for _, tc := range []struct {
 		args []string
@@ -290,8 +300,10 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 // TestLedgerctl_flagValues checks that bad flag values are usage errors
 // that name the flag, for a file and for a server alike.
 func TestLedgerctl_flagValues(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	for _, src := range [][]string{{"--db", l.DB}, {"--server", l.URL}} {
 		for _, tc := range []struct {
 			args []string
@@ -315,6 +327,7 @@ func TestLedgerctl_flagValues(t *testing.T) {
 
 // TestLedgerctl_tokenCommands checks the token subcommands' usage errors.
 func TestLedgerctl_tokenCommands(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	for _, tc := range []struct {
 		args []string
@@ -341,6 +354,7 @@ func TestLedgerctl_tokenCommands(t *testing.T) {
 // TestLedgerd_commitReservationToken checks what a commit with a wrong
 // reservation token says: malformed (400) or not the latest (409).
 func TestLedgerd_commitReservationToken(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", reserve("token-key-1", "exec-1", 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -39,6 +39,7 @@ type ack struct {
 // and pass PRAGMA integrity_check; no receipt may be invented; and a key
 // whose commit was never sent must not be committed.
 func TestLedgerd_kill9(t *testing.T) {
+	t.Parallel()
 	if testing.Short() && *killCycles > 3 {
 		*killCycles = 3
 	}
@@ -48,8 +49,12 @@ func TestLedgerd_kill9(t *testing.T) {
 	var acks []ack
 	sent := map[string]bool{}       // keys whose reserve was sent
 	commitSent := map[string]bool{} // keys whose commit was sent
+	acked := func() int { mu.Lock(); defer mu.Unlock(); return len(acks) }
 	for cycle := range *killCycles {
 		l := StartLedgerd(t, path)
+		// The kill lands after a random number of acknowledged writes, with
+		// 16 clients mid-request.
+		target := acked() + 1 + rng.IntN(40)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		for c := range 16 {
@@ -93,7 +98,8 @@ func TestLedgerd_kill9(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+		require.Eventually(t, func() bool { return acked() >= target }, 60*time.Second, time.Millisecond,
+			"cycle %d: want %d acknowledgements:\n%s", cycle, target, l.Logs())
 		require.NoError(t, l.cmd.Process.Signal(syscall.SIGKILL))
 		close(stop)
 		wg.Wait()
@@ -146,6 +152,7 @@ func TestLedgerd_kill9(t *testing.T) {
 // write: it exits 0 within its shutdown timeout, and every receipt a
 // client saw acknowledged is in the file.
 func TestLedgerd_sigtermUnderLoad(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, path, "--shutdown-timeout", "10s")
 	var mu sync.Mutex
@@ -165,7 +172,8 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 100 }, 60*time.Second, time.Millisecond,
+		"the clients write")
 	start := time.Now()
 	require.NoError(t, l.Stop(), "exit 0 on SIGTERM:\n%s", l.Logs())
 	assert.Less(t, time.Since(start), 10*time.Second)
@@ -184,6 +192,7 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 // TestLedgerd_slowHeaders: a client that never finishes its headers is
 // dropped at the read-header timeout while other clients are served.
 func TestLedgerd_slowHeaders(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-header-timeout", "300ms")
 	conn, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
 	require.NoError(t, err)

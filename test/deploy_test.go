@@ -25,8 +25,10 @@ import (
 // driven through every kind of receipt and an error, then scraped.
 // (promtool checks the rules' syntax and runs their unit tests in CI.)
 func TestDeploy_metricNames(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1h")
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1h")
+	populate(t, l, clock)
 	r := l.Do("POST", "/v1/effects/charge-0003/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	require.Equal(t, 404, l.Do("GET", "/v1/effects/no-such-key-1", "").Status)

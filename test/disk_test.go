@@ -19,6 +19,7 @@ import (
 // nothing partial is appended, and the service recovers by itself when
 // space is freed. It needs to mount a tmpfs (root, as in CI).
 func TestLedgerd_diskFull(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)

@@ -85,6 +85,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 // the clients' READMEs names a file of the repository, and that a link into
 // a Markdown page names one of its headings.
 func TestDocs_links(t *testing.T) {
+	t.Parallel()
 	var pages []string
 	for _, pattern := range docPages {
 		found, err := filepath.Glob(filepath.Join("..", pattern))
@@ -124,6 +125,7 @@ func TestDocs_links(t *testing.T) {
 
 // TestDocs_slug pins the anchors GitHub gives the headings the pages link to.
 func TestDocs_slug(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ heading, want string }{
 		{"5. Verifier", "5-verifier"},
 		{"Waiting for an in-flight effect (`wait_ms`)", "waiting-for-an-in-flight-effect-wait_ms"},

@@ -79,6 +79,7 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any) {
 // TestGateway_withLedgerd runs the example gateway against the real
 // ledgerd binary, as docs/clients.md shows, with a writer token.
 func TestGateway_withLedgerd(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	tok := createToken(t, db, "gateway", "writer")

@@ -37,6 +37,7 @@ func runLedgerd(t *testing.T, args ...string) (string, int) {
 // on loopback and on every address, and checks it keeps refusing
 // anonymous writes, says so at WARN, and serves a new token at once.
 func TestLedgerd_authNeverOpensUp(t *testing.T) {
+	t.Parallel()
 	for _, listen := range []string{"127.0.0.1:0", "0.0.0.0:0"} {
 		t.Run(listen, func(t *testing.T) {
 			db := filepath.Join(t.TempDir(), "ledger.db")
@@ -46,7 +47,8 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			tok, stderr, code := ledgerctl(t, "token", "create", "--db", db, "--role", "admin", "--name", "ops")
 			require.Equal(t, 0, code, stderr)
 			tok = strings.TrimSpace(tok)
-			l := StartLedgerd(t, db, "--listen", listen)
+			clock := newWallClock(t)
+			l := clock.start(t, db, "--listen", listen)
 			if strings.HasPrefix(listen, "0.0.0.0") {
 				_, port, _ := net.SplitHostPort(strings.TrimPrefix(l.URL, "http://"))
 				l.URL = "http://127.0.0.1:" + port
@@ -55,7 +57,7 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", body).Status)
 			_, stderr, code = ledgerctl(t, "token", "revoke", "--db", db, "ops")
 			require.Equal(t, 0, code, stderr)
-			time.Sleep(1100 * time.Millisecond) // past the token-existence cache
+			clock.advance(time.Second) // past the token-existence re-read
 			for range 3 {
 				r := l.Do("POST", "/v1/effects/reserve", body)
 				assert.Equal(t, 401, r.Status, "a running server never opens up: %s", r.Raw)
@@ -69,9 +71,10 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 
 			tok2, _, code := ledgerctl(t, "token", "create", "--db", db, "--role", "writer", "--name", "gw")
 			require.Equal(t, 0, code)
+			clock.advance(time.Second) // past the token-existence re-read
 			require.Eventually(t, func() bool {
 				return l.Do("POST", "/v1/effects/reserve", body, "Authorization", "Bearer "+strings.TrimSpace(tok2)).Status == 201
-			}, 60*time.Second, 50*time.Millisecond)
+			}, 60*time.Second, 5*time.Millisecond)
 			assert.Equal(t, 401, l.Do("POST", "/v1/effects/reserve", reserve("auth-latch-0002", "exec-2", 1, false)).Status)
 			_ = tok
 		})
@@ -81,6 +84,7 @@ func TestLedgerd_authNeverOpensUp(t *testing.T) {
 // TestLedgerd_writerReadsItsKeys: a writer token may look up keys and the
 // head, not list the chain.
 func TestLedgerd_writerReadsItsKeys(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	first := StartLedgerd(t, db)
 	require.NoError(t, first.Stop())
@@ -98,6 +102,7 @@ func TestLedgerd_writerReadsItsKeys(t *testing.T) {
 // TestLedgerd_metricsLabelsBounded sends made-up methods and checks that
 // /metrics does not grow a label for each.
 func TestLedgerd_metricsLabelsBounded(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	for i := range 20 {
 		r := l.Do(fmt.Sprintf("BOGUS%d", i), "/v1/effects/reserve", "")
@@ -117,6 +122,7 @@ func TestLedgerd_metricsLabelsBounded(t *testing.T) {
 // ledgerd's back and checks that it refuses to start, naming the repair
 // command, and serves correctly after it.
 func TestLedgerd_derivedStateRefused(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	for _, k := range []string{"tail-key-0001", "tail-key-0002"} {
@@ -157,6 +163,7 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 // SQLite file: it exits 1 and leaves the file byte for byte as it was,
 // with nothing beside it.
 func TestLedgerd_foreignFileUntouched(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "app.db")
 	other, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=DELETE")
@@ -179,6 +186,7 @@ func TestLedgerd_foreignFileUntouched(t *testing.T) {
 // TestLedgerd_noDatabaseBeforeBind: a ledgerd that cannot bind its address
 // creates no database.
 func TestLedgerd_noDatabaseBeforeBind(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -192,6 +200,7 @@ func TestLedgerd_noDatabaseBeforeBind(t *testing.T) {
 
 // TestLedgerd_migratesV1 serves a file written by schema 1.
 func TestLedgerd_migratesV1(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile("../storage/sqlite/testdata/v1.db")
 	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "v1.db")
@@ -211,6 +220,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 
 // TestLedgerd_badFlagValues: nonsense values exit 2 with a message.
 func TestLedgerd_badFlagValues(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--rate-limit", "NaN"}, {"--rate-limit", "-1"}, {"--rate-limit", "+Inf"},
 		{"--rate-burst", "0"}, {"--rate-burst", "-5"},
@@ -246,6 +256,7 @@ func rawHTTP(t *testing.T, l *Ledgerd, req string) (int, http.Header, string) {
 
 // TestLedgerd_httpEdges covers the HTTP corners of the hardening issue.
 func TestLedgerd_httpEdges(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", reserve("edge-key-0001", "exec-1", 1, false))
 	require.Equal(t, 201, r.Status)
@@ -328,6 +339,7 @@ func TestLedgerd_httpEdges(t *testing.T) {
 // ledger's own writes and checks /readyz is 503 from the first failed
 // write on.
 func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", dir).CombinedOutput(); err != nil {
 		if os.Getenv("CI") != "" {
@@ -368,6 +380,7 @@ func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
 // works. (Receipts removed from a namespace's tail put its file behind the
 // registry's head: TestLedgerd_lostNamespaceRefused.)
 func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"pay"}`).Status)

@@ -3,9 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,33 +13,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
 
-// t0 is the time the key lifetime tests start at (unix ms).
-const t0 = int64(1764475200000)
-
 // hourMS is the default namespace's key lifetime in these tests.
 const hourMS = int64(time.Hour / time.Millisecond)
-
-// testClock is the file ledgerd reads its time from (LEDGERD_TEST_CLOCK_FILE).
-type testClock struct {
-	t    *testing.T
-	path string
-}
-
-// newTestClock makes a clock file at t0 and points the ledgerd processes
-// started afterwards at it.
-func newTestClock(t *testing.T) *testClock {
-	c := &testClock{t: t, path: filepath.Join(t.TempDir(), "clock")}
-	c.set(t0)
-	t.Setenv("LEDGERD_TEST_CLOCK_FILE", c.path)
-	return c
-}
-
-// set moves ledgerd's clock to unix ms ms (the file is replaced whole).
-func (c *testClock) set(ms int64) {
-	tmp := c.path + ".tmp"
-	require.NoError(c.t, os.WriteFile(tmp, []byte(strconv.FormatInt(ms, 10)), 0o600))
-	require.NoError(c.t, os.Rename(tmp, c.path))
-}
 
 // num reads a JSON number member of a decoded body.
 func num(t *testing.T, m map[string]any, path ...string) int64 {
@@ -65,6 +38,7 @@ func ttlReserve(key, exec string, idempotent bool, extra string) string {
 // TestKeyLifetime drives SPEC §12 through the real binaries on SQLite and
 // on PostgreSQL, with ledgerd's clock moved through a file (no waiting).
 func TestKeyLifetime(t *testing.T) {
+	t.Parallel()
 	t.Run("sqlite", func(t *testing.T) {
 		testKeyLifetime(t, filepath.Join(t.TempDir(), "ledger.db"))
 	})
@@ -74,8 +48,8 @@ func TestKeyLifetime(t *testing.T) {
 }
 
 func testKeyLifetime(t *testing.T, db string) {
-	clock := newTestClock(t)
-	l := StartLedgerd(t, db, "--default-key-ttl", "1h", "--verify-every", "1h")
+	clock := newTestClock(t, t0)
+	l := clock.start(t, db, "--default-key-ttl", "1h", "--verify-every", "1h")
 
 	// The namespaces and their lifetimes.
 	r := l.Do("POST", "/v1/namespaces", `{"name":"reports","key_ttl_ms":86400000}`)
@@ -260,7 +234,7 @@ func testKeyLifetime(t *testing.T, db string) {
 	// The periodic verifier of a restarted ledgerd reads the TTL from the
 	// ledger too, and the TTL stays what the ledger was created with.
 	require.NoError(t, l.Stop())
-	l = StartLedgerd(t, db, "--default-key-ttl", "5m", "--verify-every", "1h")
+	l = clock.start(t, db, "--default-key-ttl", "5m", "--verify-every", "1h")
 	r = l.Do("GET", "/v1/namespaces", "")
 	assert.Contains(t, r.Raw, `{"name":"default","head":`)
 	for _, n := range r.Body["namespaces"].([]any) {

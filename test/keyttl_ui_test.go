@@ -13,9 +13,10 @@ import (
 // marks the reserve that renewed an expired key, and lists renewed keys
 // in the audit.
 func TestUI_keyLifetime(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
-	clock := newTestClock(t)
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-key-ttl", "1h")
+	clock := newTestClock(t, t0)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-key-ttl", "1h")
 	for _, key := range []string{"daily-report", "kept-report"} {
 		r := l.Do("POST", "/v1/effects/reserve", ttlReserve(key, "exec-1", false, ""))
 		require.Equal(t, 201, r.Status, r.Raw)

@@ -39,8 +39,10 @@ func ledgerctl(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// populate drives a ledger through every kind of receipt.
-func populate(t *testing.T, l *Ledgerd) {
+// populate drives a ledger through every kind of receipt; l runs on clock,
+// which populate moves past the lease of the reservation it leaves
+// interrupted.
+func populate(t *testing.T, l *Ledgerd, clock *testClock) {
 	t.Helper()
 	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 1, true))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -54,12 +56,14 @@ func populate(t *testing.T, l *Ledgerd) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0003","execution_id":"exec-4","tool":"payments.charge","effect":"write","lease_ms":10}`)
 	require.Equal(t, 201, r.Status, r.Raw)
-	time.Sleep(30 * time.Millisecond)
+	clock.advance(20 * time.Millisecond) // charge-0003's lease ends: interrupted
 }
 
 func TestLedgerctl(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	srv := []string{"--server", l.URL}
 	db := []string{"--db", l.DB}
 
@@ -150,8 +154,10 @@ func TestLedgerctl(t *testing.T) {
 // TestLedgerctl_tampered verifies a tampered copy of a real ledger: exit 1
 // and the rule named; a state file pins the head across runs.
 func TestLedgerctl_tampered(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
@@ -220,8 +226,10 @@ func TestLedgerctl_tampered(t *testing.T) {
 
 // TestLedgerd_verifyEvery runs the periodic verifier inside ledgerd.
 func TestLedgerd_verifyEvery(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
+	populate(t, l, clock)
 	require.Eventually(t, func() bool {
 		res := l.Do("GET", "/metrics", "")
 		return strings.Contains(res.Raw, `ledger_verify_violations{namespace="default"} 0`) &&
@@ -234,8 +242,10 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 // TestLedgerctl_backupCopy verifies a VACUUM INTO backup (a rollback-journal
 // copy) on a read-only file, pinned to the head read before the backup.
 func TestLedgerctl_backupCopy(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	head, _, code := ledgerctl(t, "head", "--db", l.DB)
 	require.Equal(t, 0, code)
 	backup := filepath.Join(t.TempDir(), "backup.db")
@@ -252,6 +262,7 @@ func TestLedgerctl_backupCopy(t *testing.T) {
 // TestLedgerctl_tokens creates, uses and revokes tokens on the file of a
 // running ledgerd: no restart needed.
 func TestLedgerctl_tokens(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	assert.Contains(t, l.Logs(), "auth disabled")
 	tok, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "admin", "--name", "ops-alice")
@@ -280,6 +291,7 @@ func TestLedgerctl_tokens(t *testing.T) {
 }
 
 func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", filepath.Join(t.TempDir(), "l.db"), "--listen", "0.0.0.0:0").CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "without auth")
@@ -290,10 +302,11 @@ func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
 // from reading the chain, the keys table and the key order in different
 // snapshots, and writes keep succeeding.
 func TestLedgerctl_verifyWhileWriting(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "20ms")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var failures atomic.Int32
+	var failures, written atomic.Int32
 	for c := range 8 {
 		wg.Add(1)
 		go func() {
@@ -316,11 +329,13 @@ func TestLedgerctl_verifyWhileWriting(t *testing.T) {
 				}
 				if st, _, err := rawPost(l.URL+"/v1/effects/"+key+"/commit", body); err != nil || st != 201 {
 					failures.Add(1)
+					continue
 				}
+				written.Add(1)
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	require.Eventually(t, func() bool { return written.Load() >= 50 }, 60*time.Second, time.Millisecond, "the clients write")
 	for range 8 {
 		out, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--json")
 		assert.Equal(t, 0, code, "%s%s", out, stderr)

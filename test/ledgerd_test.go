@@ -25,6 +25,7 @@ func reserve(key, exec string, attempt int, idempotent bool) string {
 // TestLedgerd_walkthrough follows docs/walkthrough.md: reserve, commit, replay, a
 // failed effect and its retry, through the real binary.
 func TestLedgerd_walkthrough(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 
 	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 1, true))
@@ -102,6 +103,7 @@ func checkFile(t *testing.T, path string, wantSeq uint64, wantHash string) {
 // TestLedgerd_restart stops ledgerd with SIGTERM (exit 0) and starts it
 // again on the same file: state, head and outstanding reservations survive.
 func TestLedgerd_restart(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, path)
 	r := l.Do("POST", "/v1/effects/reserve", reserve("restart-key-1", "exec-1", 1, false))
@@ -124,6 +126,7 @@ func TestLedgerd_restart(t *testing.T) {
 // TestLedgerd_concurrent races 64 clients on one key and 64 clients on
 // their own keys through HTTP.
 func TestLedgerd_concurrent(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	var wg sync.WaitGroup
 	statuses := make([]int, 64)

@@ -33,13 +33,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	for _, cmd := range []string{"ledgerd", "ledgerctl", "ledger-mcp"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, cmd), "../cmd/"+cmd)
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", cmd, ":", err)
-			os.Exit(1)
-		}
+	// One go build for the three, so that they compile and link in
+	// parallel; with -o a directory each lands under its own name.
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/ledgerd", "../cmd/ledgerctl", "../cmd/ledger-mcp")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build ledgerd, ledgerctl, ledger-mcp:", err)
+		os.Exit(1)
 	}
 	if err := installOpenAPICheck(); err != nil {
 		fmt.Fprintln(os.Stderr, "openapi:", err)
@@ -81,8 +81,22 @@ func (s *syncBuffer) String() string {
 // until it logs that it is ready.
 func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	t.Helper()
+	return startLedgerdEnv(t, nil, db, args...)
+}
+
+// testPeriods shorten ledgerd's background periods in every ledgerd the
+// tests start, so that a namespace created while it runs gets its
+// checkpoints and verification at once instead of within 2 s.
+var testPeriods = []string{"LEDGERD_TEST_NAMESPACE_SCAN_EVERY=20ms"}
+
+// startLedgerdEnv is StartLedgerd with env added to the process's
+// environment: per process, so that tests giving ledgerd different
+// settings (a test clock) can run in parallel.
+func startLedgerdEnv(t testing.TB, env []string, db string, args ...string) *Ledgerd {
+	t.Helper()
 	args = append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
+	cmd.Env = append(append(os.Environ(), testPeriods...), env...)
 	pr, pw := io.Pipe()
 	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen

@@ -24,9 +24,11 @@ func nsReserve(key, exec, tool string) string {
 // verify per namespace, metrics, checkpoints and portable receipts per
 // namespace, a restart, a backup, and tokens limited to a namespace.
 func TestNamespaces(t *testing.T) {
+	t.Parallel()
 	outer := t // the restarted ledgerd outlives its subtest
 	dir := t.TempDir()
-	l, vkey, key := startSigned(t, dir)
+	clock := newWallClock(t)
+	l, vkey, key := startSignedEnv(t, dir, []string{clock.env()})
 	db := l.DB
 
 	// Created through the API and through ledgerctl while ledgerd runs.
@@ -201,7 +203,7 @@ func TestNamespaces(t *testing.T) {
 	t.Run("resolve", func(t *testing.T) {
 		r := l.Do("POST", "/v1/ns/c/effects/reserve", `{"idempotency_key":"wire-9-abcd","execution_id":"exec-w","tool":"bank.wire","effect":"external","lease_ms":10}`)
 		require.Equal(t, 201, r.Status, r.Raw)
-		time.Sleep(30 * time.Millisecond) // interrupted
+		clock.advance(20 * time.Millisecond) // the lease ends: interrupted
 		_, stderr, code := ledgerctl(t, "resolve", "wire-9-abcd", "--server", l.URL, "--outcome", "failed", "--error-code", "NOT_SENT", "--note", "no wire at the bank")
 		assert.Equal(t, 2, code, "the key is c's, not default's")
 		assert.Contains(t, stderr, "unknown_key")
@@ -365,6 +367,7 @@ func TestNamespaces(t *testing.T) {
 // URL it cannot use: SQLite-only commands refuse it, and no message shows
 // the URL's password.
 func TestLedgerctl_postgresURL(t *testing.T) {
+	t.Parallel()
 	dsn := "postgres://auditor:s3cr3t-pw@" + strings.TrimPrefix(closedAddr(t), "http://") + "/ledger?sslmode=disable"
 	for _, tc := range []struct {
 		desc    string

@@ -69,8 +69,11 @@ func watchHost(tb testing.TB, rawURL string) {
 	if err != nil {
 		tb.Fatalf("watch %s: %v", rawURL, err)
 	}
-	watched.Store(u.Host, &watch{tb: tb})
-	tb.Cleanup(func() { watched.Delete(u.Host) })
+	w := &watch{tb: tb}
+	watched.Store(u.Host, w)
+	// Only this watch: a port freed here may already serve another test's
+	// ledgerd, watched under the same host.
+	tb.Cleanup(func() { watched.CompareAndDelete(u.Host, w) })
 }
 
 // observeHost also hands every checked exchange with rawURL's host to f.
@@ -79,7 +82,9 @@ func observeHost(tb testing.TB, rawURL string, f func(op string, x openapicheck.
 	if err != nil {
 		tb.Fatalf("watch %s: %v", rawURL, err)
 	}
-	watched.Store(u.Host, &watch{tb: tb, observe: f})
+	w := &watch{tb: tb, observe: f}
+	watched.Store(u.Host, w)
+	tb.Cleanup(func() { watched.CompareAndDelete(u.Host, w) })
 }
 
 // coverage counts, per operation, the statuses seen, and the error codes

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -36,14 +37,19 @@ import (
 // the default namespace through the unprefixed routes and once through
 // /v1/ns/walk/… and /log/walk/….
 func TestOpenAPI_EveryRoute(t *testing.T) {
+	t.Parallel()
 	cov := newCoverage()
 	spaces := []walkNS{{name: "default", v1: "/v1", log: "/log/default"}, {name: "walk", v1: "/v1/ns/walk", log: "/log/walk"}}
 
 	// A: open (no tokens), verifying in the background.
-	a := StartLedgerd(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h")
+	// Each runs on a test clock, moved past leases and the token-existence
+	// re-read instead of waiting them out.
+	aClock := newPastClock(t)
+	a := aClock.start(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h")
 	observeHost(t, a.URL, cov.observe)
 	// B: tokens, /metrics needs a reader.
-	b := StartLedgerd(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth")
+	clock := newWallClock(t) // B, C and D's
+	b := clock.start(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth")
 	observeHost(t, b.URL, cov.observe)
 	tok := map[string]string{}
 	for _, role := range []string{"reader", "writer", "admin"} {
@@ -52,11 +58,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		tok[role] = "Bearer " + strings.TrimSpace(out)
 	}
 	// C: one token, one request a millennium.
-	c := StartLedgerd(t, filepath.Join(t.TempDir(), "rate.db"), "--rate-limit", "0.000001", "--rate-burst", "1")
+	c := clock.start(t, filepath.Join(t.TempDir(), "rate.db"), "--rate-limit", "0.000001", "--rate-burst", "1")
 	observeHost(t, c.URL, cov.observe)
 	// D: signs checkpoints with a key from ledgerctl keygen, public log.
 	logDir := t.TempDir()
-	d, vkey, _ := startSigned(t, logDir, "--public-log")
+	d, vkey, _ := startSignedEnv(t, logDir, []string{clock.env()}, "--public-log")
 	observeHost(t, d.URL, cov.observe)
 	// The namespace "walk" on every server: through the open API on A, C
 	// and D (no tokens yet), with an admin token on B.
@@ -73,9 +79,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	out, stderr, code = ledgerctl(t, "token", "create", "--db", c.DB, "--role", "admin", "--name", "walk-rate")
 	require.Equal(t, 0, code, stderr)
 	rateTok := "Bearer " + strings.TrimSpace(out)
+	clock.advance(time.Second) // past the token-existence re-read
 	require.Eventually(t, func() bool {
 		return b.Do("GET", "/v1/head", "").Status == 401 && c.Do("GET", "/v1/head", "").Status == 401
-	}, 60*time.Second, 50*time.Millisecond, "auth turns on once a token exists")
+	}, 60*time.Second, 5*time.Millisecond, "auth turns on once a token exists")
 
 	expect := func(r Resp, status int, code string) {
 		t.Helper()
@@ -128,7 +135,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "")
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e1", 1, true, `,"lease_ms":10`)), 201, "")
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-left-0001", "e1", 1, false, `,"lease_ms":10`)), 201, "") // left interrupted
-				time.Sleep(30 * time.Millisecond)
+				// The three leases end.
+				aClock.advance(20 * time.Millisecond)
 				expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-intr-0001", "e2", 1, false, "")), 409, "unsafe_resume")
 				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-take-0001", "e2", 1, true, ""))
 				expect(r, 201, "")
@@ -152,15 +160,16 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			t.Run(n.name, func(t *testing.T) {
 				r := a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0001", "e1", 1, true, ""))
 				expect(r, 201, "")
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					time.Sleep(200 * time.Millisecond)
-					_, _, _ = rawPost(a.URL+n.v1+"/effects/walk-wait-0001/commit", `{"reservation":"`+res(r)+`","outcome":"succeeded"}`)
-				}()
+				token := res(r)
+				waiting := asyncPost(a.URL+n.v1+"/effects/reserve", rsv("walk-wait-0001", "e2", 1, true, `,"wait_ms":10000`))
+				require.Eventually(t, func() bool { return a.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 5*time.Millisecond,
+					"the second reserve waits")
 				start := time.Now()
-				r = a.Do("POST", n.v1+"/effects/reserve", rsv("walk-wait-0001", "e2", 1, true, `,"wait_ms":10000`))
-				<-done
+				expect(a.Do("POST", n.v1+"/effects/walk-wait-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded"}`), 201, "")
+				w := <-waiting
+				require.NoError(t, w.err)
+				r = Resp{Status: w.status, Body: map[string]any{}, Raw: string(w.body)}
+				require.NoError(t, json.Unmarshal(w.body, &r.Body), "%s", w.body)
 				expect(r, 200, "")
 				assert.Equal(t, "replayed", r.Body["status"], "woken by the commit")
 				assert.Less(t, time.Since(start), 5*time.Second)
@@ -368,7 +377,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		out, stderr, code := ledgerctl(t, "token", "create", "--db", d.DB, "--role", "reader", "--name", "walk-log")
 		require.Equal(t, 0, code, stderr)
 		reader := "Bearer " + strings.TrimSpace(out)
-		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
+		clock.advance(time.Second) // past the token-existence re-read
+		require.Eventually(t, func() bool { return d.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 5*time.Millisecond)
 		for _, n := range spaces {
 			expect(d.Do("GET", n.log+"/checkpoint", ""), 200, "")
 			expect(d.Do("GET", n.log+"/tile/0/000", ""), 200, "")
@@ -645,15 +655,45 @@ var nsRoutes = []struct{ method, path, body string }{
 }
 
 // appendNS appends n reserve receipts with keys prefix-0… through the
-// routes under v1 (/v1 or /v1/ns/NS).
+// routes under v1 (/v1 or /v1/ns/NS). Up to bulkAppend of them go in key
+// order; more go from several clients at once (in batches, as a loaded
+// ledger writes them), in no particular order.
 func appendNS(t *testing.T, l *Ledgerd, v1, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		r := l.Do("POST", v1+"/effects/reserve",
-			fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix))
-		require.Equal(t, 201, r.Status, r.Raw)
+	body := func(i int) string {
+		return fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix)
+	}
+	if n <= bulkAppend {
+		for i := range n {
+			r := l.Do("POST", v1+"/effects/reserve", body(i))
+			require.Equal(t, 201, r.Status, r.Raw)
+		}
+		return
+	}
+	const clients = 8
+	errs := make(chan error, clients)
+	for c := range clients {
+		go func() {
+			for i := c; i < n; i += clients {
+				status, b, err := rawPost(l.URL+v1+"/effects/reserve", body(i))
+				if err == nil && status != 201 {
+					err = fmt.Errorf("reserve %d: %d %s", i, status, b)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range clients {
+		require.NoError(t, <-errs)
 	}
 }
+
+// bulkAppend is how many receipts appendNS appends one after another.
+const bulkAppend = 32
 
 // waitCheckpointNS waits until the served checkpoint of namespace ns has
 // at least size leaves and returns its note.

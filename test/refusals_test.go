@@ -53,6 +53,7 @@ func slowBody(t *testing.T, l *Ledgerd, header string) {
 // TestLedgerd_slowClientsDoNotStarveOthers: bodies that arrive slowly
 // hold no --max-inflight place, from the same address or the same token.
 func TestLedgerd_slowClientsDoNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	t.Run("open, on loopback", func(t *testing.T) {
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--max-inflight", "3")
 		for range 3 {
@@ -82,6 +83,7 @@ func TestLedgerd_slowClientsDoNotStarveOthers(t *testing.T) {
 // TestLedgerd_contentEncodingRefused: a compressed body is 415, never
 // read as JSON.
 func TestLedgerd_contentEncodingRefused(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	for _, enc := range []string{"br", "gzip", "identity, gzip"} {
 		r := l.Do("POST", "/v1/effects/reserve", reserve("enc-key-0001", "exec-1", 1, false), "Content-Encoding", enc)
@@ -96,6 +98,7 @@ func TestLedgerd_contentEncodingRefused(t *testing.T) {
 // TestLedgerd_storedJSONIsIJSON: result and string fields follow the
 // I-JSON rules that input follows.
 func TestLedgerd_storedJSONIsIJSON(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	body := func(key string) string {
 		return fmt.Sprintf(`{"idempotency_key":%q,"execution_id":"exec-1","tool":"t","effect":"write","input":{"n":1e400}}`, key)
@@ -127,6 +130,7 @@ func TestLedgerd_storedJSONIsIJSON(t *testing.T) {
 // TestLedgerd_metricsNeedAToken: once tokens exist /metrics needs a
 // reader token, and a namespace-scoped token sees only its namespaces.
 func TestLedgerd_metricsNeedAToken(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	require.NoError(t, StartLedgerd(t, db).Stop())
 	for _, ns := range []string{"payments", "secret-project"} {
@@ -165,6 +169,7 @@ func truncated(s string) string { return s[:min(len(s), 300)] }
 // TestLedgerd_receiptRoutesReadSeqAlike: the proof route decodes {seq}
 // like the receipt route, and query integers take the whole int64 range.
 func TestLedgerd_receiptRoutesReadSeqAlike(t *testing.T) {
+	t.Parallel()
 	l, vkey, _ := startSigned(t, t.TempDir())
 	appendN(t, l, "seq", 2)
 	waitCheckpoint(t, l, vkey, 2)
@@ -205,6 +210,7 @@ func runLedgerdBounded(t *testing.T, args ...string) (string, int) {
 // TestLedgerd_signingKeyFileRules: a key that is not a regular file, or
 // that group or others may read, is refused at start.
 func TestLedgerd_signingKeyFileRules(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "log.key")
 	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
@@ -248,6 +254,7 @@ func namespaceCheckpoint(t *testing.T, l *Ledgerd, ns string, size int64) string
 // TestLedgerctl_anotherNamespacesCheckpointRefused: verify --checkpoint
 // and check-proof want the origin of the namespace verified.
 func TestLedgerctl_anotherNamespacesCheckpointRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"payments"}`).Status)
@@ -286,6 +293,7 @@ func TestLedgerctl_anotherNamespacesCheckpointRefused(t *testing.T) {
 // TestLedgerctl_checkProofReadsStrictly: a portable receipt with unknown
 // or repeated fields, or data after it, is invalid.
 func TestLedgerctl_checkProofReadsStrictly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	appendN(t, l, "strict", 1)
@@ -323,6 +331,7 @@ func TestLedgerctl_checkProofReadsStrictly(t *testing.T) {
 // TestLedgerctl_backupSweepsKilledTemporaries: the temporary copy that a
 // killed backup left beside --out is removed by the next backup.
 func TestLedgerctl_backupSweepsKilledTemporaries(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := StartLedgerd(t, filepath.Join(dir, "ledger.db"))
 	appendN(t, l, "bk", 2)
@@ -344,6 +353,7 @@ func TestLedgerctl_backupSweepsKilledTemporaries(t *testing.T) {
 
 // TestHelpTextsMatchTheCode: the help texts say what the binaries do.
 func TestHelpTextsMatchTheCode(t *testing.T) {
+	t.Parallel()
 	out, _ := runLedgerdBounded(t, "--help")
 	assert.NotContains(t, out, "SQLite ledger and")
 	assert.Contains(t, out, "PostgreSQL")

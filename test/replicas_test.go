@@ -45,7 +45,14 @@ func startReplicas(t *testing.T, url string, args ...string) (a, b *Ledgerd) {
 	return StartLedgerd(t, url, args...), StartLedgerd(t, url, args...)
 }
 
+// startReplicasEnv is startReplicas with env added to both processes'.
+func startReplicasEnv(t *testing.T, env []string, url string, args ...string) (a, b *Ledgerd) {
+	t.Helper()
+	return startLedgerdEnv(t, env, url, args...), startLedgerdEnv(t, env, url, args...)
+}
+
 func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	key := randomKey()
@@ -79,6 +86,7 @@ func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
 }
 
 func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	for _, ns := range []string{"alpha", "beta"} {
@@ -131,8 +139,10 @@ func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
 }
 
 func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
-	a, b := startReplicas(t, url)
+	clock := newWallClock(t)
+	a, b := startReplicasEnv(t, []string{clock.env()}, url)
 	key := randomKey()
 	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", `,"idempotent":true,"lease_ms":1000`))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -140,18 +150,19 @@ func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
 	require.Equal(t, 409, r.Status, r.Raw)
 	require.Equal(t, "in_progress", r.Code())
-	time.Sleep(1200 * time.Millisecond)
+	clock.advance(1200 * time.Millisecond) // past a's lease
 	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, true, r.Body["takeover"], r.Raw)
 }
 
 func TestReplicas_killOneUnderLoad(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	var mu sync.Mutex
 	var acks []ack
-	var bErrors atomic.Int64
+	var bErrors, aAcked, bAcked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -181,6 +192,11 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 				status, body, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", commitBody(field(body, "reservation")))
 				if err == nil && status == 201 {
 					recordAck(&mu, &acks, body, key)
+					if l == a {
+						aAcked.Add(1)
+					} else {
+						bAcked.Add(1)
+					}
 				} else if l == b {
 					bErrors.Add(1)
 					t.Errorf("replica b commit: %d %v %s", status, err, body)
@@ -188,9 +204,13 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Both replicas under load, then a dies mid-stream and b goes on.
+	require.Eventually(t, func() bool { return aAcked.Load() >= 30 && bAcked.Load() >= 30 }, 60*time.Second, 5*time.Millisecond,
+		"both replicas serve the load")
 	a.Kill()
-	time.Sleep(1500 * time.Millisecond)
+	atKill := bAcked.Load()
+	require.Eventually(t, func() bool { return bAcked.Load() >= atKill+30 }, 60*time.Second, 5*time.Millisecond,
+		"the surviving replica serves on after the kill")
 	close(stop)
 	wg.Wait()
 	require.Zero(t, bErrors.Load(), "the surviving replica kept serving")
@@ -207,6 +227,7 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 }
 
 func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	key := randomKey()
@@ -215,7 +236,8 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 	token := r.Body["reservation"].(string)
 	done := make(chan Resp, 1)
 	go func() { done <- b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"wait_ms":20000`)) }()
-	time.Sleep(300 * time.Millisecond) // parked on b
+	require.Eventually(t, func() bool { return b.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 5*time.Millisecond,
+		"the reserve parks on b")
 	start := time.Now()
 	c := a.Do("POST", "/v1/effects/"+key+"/commit", commitBody(token))
 	require.Equal(t, 201, c.Status, c.Raw)
@@ -230,6 +252,7 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 }
 
 func TestReplicas_tokensAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	admin := createTokenDB(t, url, "ops", "admin")
 	scoped := createTokenDB(t, url, "gw", "writer", "--namespace", "alpha")
@@ -264,6 +287,7 @@ func createTokenDB(t *testing.T, url, name, role string, extra ...string) string
 }
 
 func TestReplicas_databaseLostAndBack(t *testing.T) {
+	t.Parallel()
 	c := pgtest.StartCluster(t)
 	url := c.URL(t)
 	a, b := startReplicas(t, url)
@@ -292,6 +316,7 @@ func TestReplicas_databaseLostAndBack(t *testing.T) {
 }
 
 func TestReplicas_oneSignerPerNamespace(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "log.key")
@@ -335,10 +360,15 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 }
 
 func TestReplicas_rateLimitIsATotal(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	tok := createTokenDB(t, url, "bot", "reader")
-	a, b := startReplicas(t, url, "--rate-limit", "0.2", "--rate-burst", "4")
-	time.Sleep(2500 * time.Millisecond) // each replica counts the other
+	a, b := startReplicasEnv(t, []string{"LEDGERD_TEST_REPLICA_COUNT_EVERY=10ms"}, url, "--rate-limit", "0.2", "--rate-burst", "4")
+	for _, l := range []*Ledgerd{a, b} {
+		require.Eventually(t, func() bool {
+			return strings.Contains(l.Logs(), `"msg":"rate limit shared by replicas","replicas":2`)
+		}, 60*time.Second, 5*time.Millisecond, "each replica counts the other:\n%s", l.Logs())
+	}
 	auth := []string{"Authorization", "Bearer " + tok}
 	for _, l := range []*Ledgerd{a, b} {
 		for range 2 {
@@ -354,6 +384,7 @@ func TestReplicas_rateLimitIsATotal(t *testing.T) {
 // database whose schema is newer than this build, stop ledgerd with exit 1
 // and a message naming the problem, never the password.
 func TestLedgerd_postgresFaults(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct{ url, want string }{
 		{"postgres://bob:s3cr3t@127.0.0.1:1/ledger", "connection refused"},
 		{"postgres://bob:s3/cr3t@host:notaport/x", "malformed URL"},
@@ -385,6 +416,7 @@ func TestLedgerd_postgresFaults(t *testing.T) {
 // non-loopback address without auth names the database without its
 // password.
 func TestLedgerd_postgresRefusesOpenNoPassword(t *testing.T) {
+	t.Parallel()
 	url := pgtest.URL(t)
 	u := strings.Replace(url, "postgres://ledger@", "postgres://ledger:pw-not-needed-s3cr3t@", 1)
 	out, code := runLedgerd(t, "--db", u, "--listen", "0.0.0.0:0")

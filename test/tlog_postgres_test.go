@@ -18,6 +18,7 @@ import (
 // checkpoint catches a receipt edited in place and a suffix cut off (with
 // the head row moved back to match), which the chain alone cannot show.
 func TestVerifiableLog_postgresTamper(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "log.key")
 	out, stderr, code := ledgerctl(t, "keygen", "--origin", "pg.test", "--out", keyFile)

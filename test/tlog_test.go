@@ -31,6 +31,12 @@ import (
 // ledgerd with it; it returns the server and the verifier key.
 func startSigned(t *testing.T, dir string, extra ...string) (*Ledgerd, string, string) {
 	t.Helper()
+	return startSignedEnv(t, dir, nil, extra...)
+}
+
+// startSignedEnv is startSigned with env added to ledgerd's environment.
+func startSignedEnv(t *testing.T, dir string, env []string, extra ...string) (*Ledgerd, string, string) {
+	t.Helper()
 	key := filepath.Join(dir, "log.key")
 	out, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
 	require.Equal(t, 0, code, stderr)
@@ -39,19 +45,16 @@ func startSigned(t *testing.T, dir string, extra ...string) (*Ledgerd, string, s
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the private key is readable only by its owner")
 	args := append([]string{"--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms"}, extra...)
-	l := StartLedgerd(t, filepath.Join(dir, "ledger.db"), args...)
+	l := startLedgerdEnv(t, env, filepath.Join(dir, "ledger.db"), args...)
 	assert.Contains(t, l.Logs(), vkey, "ledgerd logs the verifier key it signs with")
 	return l, vkey, key
 }
 
-// appendN appends n reserve receipts with keys prefix-0…
+// appendN appends n reserve receipts with keys prefix-0… to the default
+// namespace.
 func appendN(t *testing.T, l *Ledgerd, prefix string, n int) {
 	t.Helper()
-	for i := range n {
-		r := l.Do("POST", "/v1/effects/reserve",
-			fmt.Sprintf(`{"idempotency_key":"%s-%04d","execution_id":"exec-%s","tool":"mail.send","effect":"write"}`, prefix, i, prefix))
-		require.Equal(t, 201, r.Status, r.Raw)
-	}
+	appendNS(t, l, "/v1", prefix, n)
 }
 
 // waitCheckpoint waits until the served checkpoint has at least size
@@ -79,6 +82,7 @@ func waitCheckpoint(t *testing.T, l *Ledgerd, vkey string, size int64) (string, 
 }
 
 func TestVerifiableLog_checkpointsAndProofs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	r := l.Do("GET", "/log/default/checkpoint", "")
@@ -211,8 +215,10 @@ func raw(hs []tlog.HexHash) [][]byte {
 }
 
 func TestVerifiableLog_tiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir, "--public-log")
+	clock := newWallClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()}, "--public-log")
 	appendN(t, l, "tile", 300)
 	waitCheckpoint(t, l, vkey, 300)
 
@@ -264,8 +270,8 @@ func TestVerifiableLog_tiles(t *testing.T) {
 	// Tokens exist: --public-log keeps the log routes open, the rest needs one.
 	out, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "reader", "--name", "auditor")
 	require.Equal(t, 0, code, stderr)
-	token := strings.TrimSpace(out)     // stdout holds only the token
-	time.Sleep(1100 * time.Millisecond) // the server re-reads whether tokens exist every second
+	token := strings.TrimSpace(out) // stdout holds only the token
+	clock.advance(time.Second)      // the server re-reads whether tokens exist every second
 	res, _ = get("/log/default/checkpoint", "")
 	assert.Equal(t, 200, res.StatusCode, "public log")
 	res, _ = get("/v1/proof/inclusion?seq=1", "")
@@ -275,13 +281,15 @@ func TestVerifiableLog_tiles(t *testing.T) {
 }
 
 func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir)
+	clock := newWallClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
 	appendN(t, l, "tok", 3)
 	waitCheckpoint(t, l, vkey, 3)
 	_, stderr, code := ledgerctl(t, "token", "create", "--db", l.DB, "--role", "reader", "--name", "auditor")
 	require.Equal(t, 0, code, stderr)
-	time.Sleep(1100 * time.Millisecond)
+	clock.advance(time.Second) // past the token-existence re-read
 	r := l.Do("GET", "/log/default/checkpoint", "")
 	assert.Equal(t, 401, r.Status, r.Raw)
 	r = l.Do("GET", "/log/default/tile/entries/000.p/3", "")
@@ -291,6 +299,7 @@ func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
 // A portable receipt is checked with nothing but the file and the
 // verifier key; any change to it, a wrong key or another origin fails.
 func TestVerifiableLog_portableReceipt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
@@ -435,9 +444,11 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 // was published before: the chain check alone misses the careful ones;
 // the checkpoint catches every one.
 func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir)
-	populate(t, l)
+	clock := newPastClock(t)
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
+	populate(t, l, clock)
 	appendN(t, l, "bulk", 20)
 	note, c := waitCheckpoint(t, l, vkey, 26)
 	require.NoError(t, l.Stop())
@@ -504,6 +515,7 @@ func execSQL(t *testing.T, path string, stmts ...string) {
 // Forged checkpoints are rejected (exit 2: they prove nothing), and a
 // checkpoint that forks the one verified before is a checkpoint_fork.
 func TestVerifiableLog_forgedAndForked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, key := startSigned(t, dir)
 	appendN(t, l, "a", 5)
@@ -629,6 +641,7 @@ func TestVerifiableLog_sshKeys(t *testing.T) {
 // keygen never overwrites a key; ledgerd refuses to start with a key it
 // cannot use, naming the reason.
 func TestVerifiableLog_keyErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key := filepath.Join(dir, "log.key")
 	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)

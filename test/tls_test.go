@@ -23,6 +23,7 @@ import (
 
 // TestLedgerd_tls serves HTTPS with --tls-cert/--tls-key.
 func TestLedgerd_tls(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)

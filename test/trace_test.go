@@ -81,6 +81,7 @@ func attrs(s *tracepb.Span) map[string]string {
 // has a child span for the writer batch; spans are flushed on shutdown
 // and the request's log line names the trace.
 func TestTracing(t *testing.T) {
+	t.Parallel()
 	rc := startOTLPReceiver(t)
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"),
 		"--otlp-endpoint", rc.URL+"/v1/traces", "--log-level", "debug")

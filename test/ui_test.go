@@ -62,7 +62,12 @@ type tab struct {
 
 	mu       sync.Mutex
 	problems []string
+	marks    int // flush markers the console reader has seen
 }
+
+// flushMarker prefixes the console messages clean logs to know that the
+// console reader has caught up.
+const flushMarker = "ledger-test-flush "
 
 // newBrowser starts a headless Chromium for the test.
 func newBrowser(t *testing.T) context.Context {
@@ -95,6 +100,12 @@ func newTab(t *testing.T, browser context.Context) *tab {
 			if err != nil {
 				return
 			}
+			if m.Type == chromedp.ConsoleDebug && strings.HasPrefix(m.Text, flushMarker) {
+				tb.mu.Lock()
+				tb.marks++
+				tb.mu.Unlock()
+				continue
+			}
 			// A 401 or 404 the page asked for is logged by the browser's
 			// network layer; it is no fault of the page.
 			if m.Type == chromedp.ConsoleException || (m.Type == chromedp.ConsoleError && m.Source != "network") {
@@ -124,7 +135,18 @@ func (b *tab) problem(s string) {
 // clean fails the test if the page logged an error or opened a dialog.
 func (b *tab) clean() {
 	b.t.Helper()
-	time.Sleep(200 * time.Millisecond) // let the event readers catch up
+	// The browser sends console messages in order, and a dialog blocks the
+	// page until the dialog reader has recorded it: once a marker logged
+	// now has been read, so has every problem before it.
+	b.mu.Lock()
+	want := b.marks + 1
+	b.mu.Unlock()
+	b.do(chromedp.Evaluate[chromedp.Void]("console.debug(" + js(fmt.Sprintf("%s%d", flushMarker, want)) + ")"))
+	require.Eventually(b.t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.marks >= want
+	}, 30*time.Second, 5*time.Millisecond, "the console reader did not see the flush marker")
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	assert.Empty(b.t, b.problems, "the page logged errors or opened dialogs")
@@ -191,7 +213,7 @@ func texts(sel string) string {
 // runtime retry after a transient failure, a non-retryable failure run
 // again under another key, a non-idempotent key interrupted (awaiting a
 // person), an operator resolution, and receipts full of hostile strings.
-func fillForUI(t *testing.T, l *Ledgerd, header ...string) {
+func fillForUI(t *testing.T, l *Ledgerd, clock *testClock, header ...string) {
 	t.Helper()
 	post := func(path string, body map[string]any, want int) map[string]any {
 		t.Helper()
@@ -235,7 +257,7 @@ func fillForUI(t *testing.T, l *Ledgerd, header ...string) {
 		post("/v1/effects/reserve", map[string]any{"idempotency_key": key, "execution_id": "exec-" + key, "tool": "tickets.create",
 			"effect": "external", "lease_ms": 10}, 201)
 	}
-	time.Sleep(50 * time.Millisecond) // both leases end: interrupted
+	clock.advance(20 * time.Millisecond) // both leases end: interrupted
 	post("/v1/effects/wire-transfer-5/resolve", map[string]any{"outcome": "failed", "error": map[string]any{"code": "NOT_SENT"},
 		"note": "bank portal shows no transfer; " + hostileText}, 201)
 }
@@ -243,9 +265,11 @@ func fillForUI(t *testing.T, l *Ledgerd, header ...string) {
 // TestUI drives the web audit page in a real headless Chromium against the
 // real ledgerd binary.
 func TestUI(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1s")
-	fillForUI(t, l)
+	clock := newWallClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
+	fillForUI(t, l, clock)
 	head := l.Do("GET", "/v1/head", "")
 	require.Equal(t, 200, head.Status)
 	seq := int(head.Body["seq"].(float64))
@@ -452,10 +476,12 @@ func TestUI(t *testing.T) {
 // TestUI_violations: the page shows what the periodic verifier found in a
 // tampered ledger, and warns that its audit is not to be trusted.
 func TestUI_violations(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	l := StartLedgerd(t, db)
-	fillForUI(t, l)
+	clock := newWallClock(t)
+	l := clock.start(t, db)
+	fillForUI(t, l, clock)
 	require.NoError(t, l.Stop())
 	sdb, err := sql.Open("sqlite3", db)
 	require.NoError(t, err)
@@ -515,8 +541,10 @@ func atoi(t *testing.T, s string) int {
 // asks for a token, says why one is refused, keeps a good one in session
 // storage and sends it on every API call.
 func TestUI_token(t *testing.T) {
+	t.Parallel()
 	browser := newBrowser(t)
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	clock := newWallClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	toks, err := sqlite.OpenTokens(context.Background(), l.DB)
 	require.NoError(t, err)
 	defer toks.Close()
@@ -526,8 +554,9 @@ func TestUI_token(t *testing.T) {
 	require.NoError(t, err)
 	admin, err := toks.Create(context.Background(), "ops", ledger.RoleAdmin)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 50*time.Millisecond)
-	fillForUI(t, l, "Authorization", "Bearer "+admin)
+	clock.advance(time.Second) // past the token-existence re-read
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Status == 401 }, 60*time.Second, 5*time.Millisecond)
+	fillForUI(t, l, clock, "Authorization", "Bearer "+admin)
 	seq := fmt.Sprint(int(l.Do("GET", "/v1/head", "", "Authorization", "Bearer "+reader).Body["seq"].(float64)))
 
 	b := newTab(t, browser)

@@ -72,6 +72,7 @@ func copyLedger(t *testing.T, src string, stmts ...string) string {
 // fail, and that ledgerctl verify exits 1 naming invalid_field, from the
 // file and from the server.
 func TestLedgerd_invalidValuesServed(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`)
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -147,8 +148,10 @@ func TestLedgerd_invalidValuesServed(t *testing.T) {
 // then checks, through the binary, incremental runs on copies that lost
 // their tail or had the pinned receipt edited in place.
 func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	require.NoError(t, l.Stop())
 	state := filepath.Join(t.TempDir(), "state.json")
 	rep, code := verifyJSON(t, "--db", l.DB, "--state", state)
@@ -190,8 +193,10 @@ func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 // /metrics: without --verify-every there is no ledger_verify_* metric
 // (no false "last success 0"); with it they appear after the first run.
 func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l)
+	t.Parallel()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	populate(t, l, clock)
 	r := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, r.Status)
 	require.Contains(t, r.Raw, "ledger_", "the ledger's own metrics are there")
@@ -215,6 +220,7 @@ func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
 // verified, including one created while ledgerd runs; each has its own
 // metrics, labelled by namespace.
 func TestLedgerd_verifyEveryNamespace(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "200ms")
 	r := l.Do("POST", "/v1/namespaces", `{"name":"ops"}`)
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -2,6 +2,9 @@ package test
 
 import (
 	"bufio"
+	"errors"
+	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -49,6 +52,24 @@ func asyncPost(url, body string) <-chan asyncReply {
 	return out
 }
 
+// readTimeoutPassed opens a connection whose request body never finishes
+// and returns once ledgerd has cut it for --read-timeout: by then that
+// timeout, and a --write-timeout no longer than it, has run out for every
+// request whose headers ledgerd read before this one's.
+func readTimeoutPassed(t *testing.T, l *Ledgerd) {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\n\r\n{")
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, c) // whatever ledgerd answers, until it closes the connection
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "ledgerd did not cut a request body that never came")
+}
+
 func waitReserve(exec string, waitMS int) string {
 	return `{"idempotency_key":"refund-wait-0001","execution_id":"` + exec + `","tool":"payments.refund","effect":"write","input":{"order":9},"wait_ms":` + strconv.Itoa(waitMS) + `}`
 }
@@ -57,6 +78,7 @@ func waitReserve(exec string, waitMS int) string {
 // holder's commit past the server's read and write timeouts and gets the
 // replay; one that runs out of wait gets in_progress.
 func TestLedgerd_wait(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-timeout", "500ms", "--write-timeout", "500ms")
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -71,7 +93,7 @@ func TestLedgerd_wait(t *testing.T) {
 	assert.GreaterOrEqual(t, s.elapsed, 300*time.Millisecond)
 
 	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 10*time.Millisecond)
-	time.Sleep(time.Second) // past --read-timeout and --write-timeout
+	readTimeoutPassed(t, l) // past --read-timeout and --write-timeout
 	r = l.Do("POST", "/v1/effects/refund-wait-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"re_w1"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	g := <-long
@@ -88,6 +110,7 @@ func TestLedgerd_wait(t *testing.T) {
 // TestLedgerd_waitShutdown: SIGTERM answers parked reserves at once
 // instead of letting them hold the shutdown for their wait_ms.
 func TestLedgerd_waitShutdown(t *testing.T) {
+	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -81,6 +81,7 @@ const receiptsPerRun = 7
 // ledgerd: twice on one ledger (fresh keys), with a token, and failing
 // loudly when a step fails.
 func TestWalkthroughScript(t *testing.T) {
+	t.Parallel()
 	requireTools(t, "bash", "curl", "jq")
 	t.Run("OK twice on one ledger", func(t *testing.T) {
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
@@ -164,6 +165,7 @@ func docWalkthrough(t *testing.T, url string) string {
 // twice on one ledger and once with a token: every step must append its
 // receipt.
 func TestWalkthroughDoc(t *testing.T) {
+	t.Parallel()
 	requireTools(t, "bash", "curl", "jq")
 	t.Run("OK twice", func(t *testing.T) {
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))

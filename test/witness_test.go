@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,6 +87,7 @@ func storedCheckpoint(t *testing.T, path string) int64 {
 }
 
 func TestWitness_cosignedCheckpoint(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test", "w2.test", "forger.test")
 	s.witnesses[2].Corrupt = true // its cosignatures do not verify: ignored
 	l := s.start(t, "--witness-quorum", "2")
@@ -157,6 +159,7 @@ func editCosignature(t *testing.T, s, name string) string {
 }
 
 func TestWitness_quorumWithWitnessDown(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test", "w2.test")
 	l := s.start(t, "--witness-quorum", "2")
 	appendN(t, l, "up", 3)
@@ -172,7 +175,19 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return s.witnesses[0].Size("ex.test/default") >= first.Size+4 }, 60*time.Second, 20*time.Millisecond,
 		"the live witness cosigns the new checkpoint")
-	time.Sleep(100 * time.Millisecond) // several witnessing rounds
+	// Several witnessing rounds, each failing at the downed witness.
+	witnessErrors := func() int {
+		for _, line := range strings.Split(l.Do("GET", "/metrics", "").Raw, "\n") {
+			if v, ok := strings.CutPrefix(line, `ledger_tlog_witness_requests_total{result="error"} `); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	rounds := witnessErrors() + 3
+	require.Eventually(t, func() bool { return witnessErrors() >= rounds }, 60*time.Second, 5*time.Millisecond,
+		"the witnessing goes on failing at the downed witness")
 	raw, c := waitCheckpoint(t, l, s.vkey, 1)
 	assert.Equal(t, first.Size, c.Size, "the previous fully cosigned checkpoint is still served:\n%s", raw)
 	assert.Equal(t, 3, strings.Count(raw, "\n— "), raw)
@@ -193,6 +208,7 @@ func TestWitness_quorumWithWitnessDown(t *testing.T) {
 }
 
 func TestWitness_conflictRecovery(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test")
 	l := s.start(t, "--witness-quorum", "1")
 	appendN(t, l, "before", 4)
@@ -214,6 +230,7 @@ func TestWitness_conflictRecovery(t *testing.T) {
 }
 
 func TestWitness_flagErrors(t *testing.T) {
+	t.Parallel()
 	s := newWitnessSetup(t, "w1.test")
 	wk := s.witnesses[0].VerifierKey() + "=" + s.servers[0].URL
 	for _, tt := range []struct {

@@ -11,10 +11,13 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// testClockEnv names a file holding the time, in unix milliseconds, that
-// ledgerd uses instead of its clock: the end-to-end tests move it to
-// cross lease ends and key lifetimes without waiting. It is deliberately
-// not a flag, so that no deployment sets it by accident.
+// testClockEnv names a file holding the time that ledgerd uses instead of
+// its clock: the end-to-end tests move it to cross lease ends, key
+// lifetimes and the token-existence re-read without waiting. The file
+// holds either a time in unix milliseconds (the clock stands still there)
+// or "offset N": the real time moved by N milliseconds (the clock runs,
+// and the tests jump it forward by raising N). It is deliberately not a
+// flag, so that no deployment sets it by accident.
 const testClockEnv = "LEDGERD_TEST_CLOCK_FILE"
 
 // testClock returns the clock of LEDGERD_TEST_CLOCK_FILE, or nil (the
@@ -31,9 +34,13 @@ func testClock() (func() time.Time, error) {
 		if err != nil {
 			return time.Time{}, err
 		}
-		ms, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		v, offset := strings.CutPrefix(strings.TrimSpace(string(b)), "offset ")
+		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return time.Time{}, err
+		}
+		if offset {
+			return time.Now().Add(time.Duration(ms) * time.Millisecond), nil
 		}
 		return time.UnixMilli(ms), nil
 	}
@@ -51,6 +58,37 @@ func testClock() (func() time.Time, error) {
 		}
 		return last
 	}, nil
+}
+
+// Test hooks that shorten ledgerd's background periods, so that the
+// end-to-end tests see a new replica counted or a new namespace served
+// without waiting the period out. Each holds a duration (e.g. 10ms).
+// Like the clock they are not flags, so that no deployment sets them by
+// accident.
+const (
+	testReplicaCountEnv  = "LEDGERD_TEST_REPLICA_COUNT_EVERY"  // replicaCountEvery
+	testNamespaceScanEnv = "LEDGERD_TEST_NAMESPACE_SCAN_EVERY" // namespaceScan
+)
+
+// replicaCountEvery is how often ledgerd re-counts the live replicas that
+// share the rate limit.
+const replicaCountEvery = 2 * time.Second
+
+// testPeriod returns the duration in the environment variable env, or def
+// when it is unset.
+func testPeriod(env string, def time.Duration) (time.Duration, error) {
+	v := os.Getenv(env)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("%s is not positive", d)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", env, err)
+	}
+	return d, nil
 }
 
 // keyTTLMS converts a key lifetime flag to key_ttl_ms: whole milliseconds

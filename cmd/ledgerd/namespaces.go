@@ -61,6 +61,10 @@ func (m *Main) startNsServices(ctx context.Context, l *ledger.Ledger, key *signi
 	if key != nil {
 		m.Logger.Info("signing checkpoints", "origin_prefix", m.LogOrigin, "verifier_key", key.vkey, "interval", m.CheckpointInterval)
 	}
+	every, err := testPeriod(testNamespaceScanEnv, namespaceScan)
+	if err != nil {
+		return nil, err
+	}
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	if err := s.scan(sctx); err != nil {
@@ -70,7 +74,7 @@ func (m *Main) startNsServices(ctx context.Context, l *ledger.Ledger, key *signi
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := time.NewTicker(namespaceScan)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -331,7 +330,7 @@ func (p *commitDropper) serve(client, server net.Conn) {
 				dropping.Store(true)
 				if !p.swallow {
 					_, _ = server.Write(buf[:n])
-					time.Sleep(200 * time.Millisecond) // let the server commit
+					<-done // the server answered the COMMIT (committed); the answer is dropped
 				}
 				p.dropped.Add(1)
 				_ = client.Close()

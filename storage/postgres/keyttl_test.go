@@ -29,6 +29,7 @@ func keyTTL(t *testing.T, s *postgres.Store, ns string) uint64 {
 // creates the schema, a namespace its own at creation, and neither
 // changes afterwards.
 func TestOpen_keyTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{Logger: quiet, KeyTTL: 86_400_000})
@@ -48,6 +49,7 @@ func TestOpen_keyTTL(t *testing.T) {
 // as it is by a read-only store and migrated by a writer, its namespaces
 // keeping keys forever.
 func TestOpen_migratesV1KeyTTL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s, err := postgres.Open(ctx, u, postgres.Options{Logger: quiet})

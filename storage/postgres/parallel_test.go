@@ -16,6 +16,7 @@ import (
 // a's head row does not hold up a write to namespace b (one head row per
 // namespace), while a write to a waits for it.
 func TestChain_namespacesCommitInParallel(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{})
@@ -56,10 +57,32 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("namespace b waited for a transaction holding namespace a's head")
 	}
+	// a's write waits for the lock: the server shows a session of this
+	// database waiting for one.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var waiting int
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case err := <-toA:
+			t.Fatalf("namespace a's write did not wait for the lock on its head: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("namespace a's write neither waits for the lock nor returns")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	select {
 	case err := <-toA:
 		t.Fatalf("namespace a's write did not wait for the lock on its head: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)

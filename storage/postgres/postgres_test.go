@@ -21,6 +21,7 @@ import (
 )
 
 func TestOpen_Schema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 
@@ -76,6 +77,7 @@ func TestOpen_Schema(t *testing.T) {
 }
 
 func TestOpen_BadURL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	const secret = "s3cr3t-pw"
 	for _, tc := range []struct {
@@ -118,6 +120,7 @@ func TestOpen_BadURL(t *testing.T) {
 }
 
 func TestChain_Update(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{})
@@ -258,6 +261,7 @@ func TestChain_Update(t *testing.T) {
 }
 
 func TestTx_Preload(t *testing.T) {
+	t.Parallel()
 	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 	var reserved chain.Receipt
@@ -302,6 +306,7 @@ func TestTx_Preload(t *testing.T) {
 }
 
 func TestChain_Update_Now(t *testing.T) {
+	t.Parallel()
 	u := pgtest.URL(t)
 	fixed := time.UnixMilli(1764475200000)
 	s := mustOpen(t, u, postgres.Options{Now: func() time.Time { return fixed }})
@@ -324,6 +329,7 @@ func TestChain_Update_Now(t *testing.T) {
 }
 
 func TestChain_Update_TwoStores(t *testing.T) {
+	t.Parallel()
 	u := pgtest.URL(t)
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
 	ctx := context.Background()
@@ -372,6 +378,7 @@ func TestChain_Update_TwoStores(t *testing.T) {
 }
 
 func TestStore_Namespaces(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
 	if _, err := s.Chain(ctx, "nope"); !errors.Is(err, ledger.ErrUnknownNamespace) {
@@ -420,6 +427,7 @@ func injectOnce(t *testing.T, u, code string) {
 }
 
 func TestChain_Update_Retry(t *testing.T) {
+	t.Parallel()
 	for _, code := range []string{"40001", "40P01"} {
 		t.Run(code, func(t *testing.T) {
 			u := pgtest.URL(t)
@@ -593,6 +601,7 @@ func TestChain_Update_LostCommit(t *testing.T) {
 }
 
 func TestChain_Update_ConnectionLost(t *testing.T) {
+	t.Parallel()
 	// The writer's connection dies in the middle of fn: the run is rolled
 	// back by the server and fn runs again on another connection.
 	u := pgtest.URL(t)
@@ -622,6 +631,7 @@ func TestChain_Update_ConnectionLost(t *testing.T) {
 }
 
 func TestChain_Update_Context(t *testing.T) {
+	t.Parallel()
 	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 	t.Run("CancelledInFn", func(t *testing.T) {

@@ -84,6 +84,7 @@ func seqs(rs []chain.Receipt) []uint64 {
 }
 
 func TestChain_Reads(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	c, u, _ := readFixture(t)
 	checkChain(t, c)
@@ -258,6 +259,7 @@ func TestChain_Reads(t *testing.T) {
 }
 
 func TestStore_Tokens(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	ts := mustOpen(t, u, postgres.Options{}).Tokens()
@@ -308,6 +310,7 @@ func TestStore_Tokens(t *testing.T) {
 }
 
 func TestStore_OnEnded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
@@ -419,6 +422,7 @@ func TestStore_OnEnded(t *testing.T) {
 }
 
 func TestStore_TrySignerLock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
@@ -460,6 +464,7 @@ func TestStore_TrySignerLock(t *testing.T) {
 // database: a closed one stops counting at once, a read-only one never
 // counts.
 func TestStore_LiveReplicas(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dbURL := pgtest.URL(t)
 	a := mustOpen(t, dbURL, postgres.Options{})

@@ -17,6 +17,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // TestStore_conformance runs the storage conformance suite against the
 // PostgreSQL driver, a fresh database per case.
 func TestStore_conformance(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T, now func() time.Time) ledger.Store {
 		return mustOpen(t, pgtest.URL(t), postgres.Options{Now: now, Logger: quiet})
 	})
@@ -25,6 +26,7 @@ func TestStore_conformance(t *testing.T) {
 // TestStore_conformanceReplicas runs the cases of two writers (two
 // replicas) on one database.
 func TestStore_conformanceReplicas(t *testing.T) {
+	t.Parallel()
 	storetest.RunReplicas(t, func(t *testing.T, now func() time.Time) (ledger.Store, ledger.Store) {
 		u := pgtest.URL(t)
 		return mustOpen(t, u, postgres.Options{Now: now, Logger: quiet}),

@@ -47,6 +47,7 @@ func keyState(t *testing.T, l *ledgertest.DB, key string) ledger.State {
 }
 
 func TestClient_Do(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("OK replay does not rerun the function", func(t *testing.T) {
 		l := MustOpenLedger(t)
@@ -185,23 +186,23 @@ func TestClient_Do(t *testing.T) {
 		assert.Zero(t, fx.runs.Load())
 	})
 	t.Run("ErrUnsafeResume an interrupted effect that is not idempotent", func(t *testing.T) {
-		l := MustOpenLedger(t)
+		l, clock := MustOpenLedgerClock(t)
 		c := MustClient(t, l.HTTP.URL)
 		e := refund(1)
 		e.Idempotent = false
 		hold(t, c, e, 20*time.Millisecond)
-		time.Sleep(50 * time.Millisecond) // the crashed gateway's lease ends
+		clock.Advance(50 * time.Millisecond) // the crashed gateway's lease ends
 		var fx counter
 		_, err := c.Do(ctx, e, fx.fn)
 		assert.ErrorIs(t, err, client.ErrUnsafeResume)
 		assert.Zero(t, fx.runs.Load())
 	})
 	t.Run("OK an interrupted idempotent effect is taken over", func(t *testing.T) {
-		l := MustOpenLedger(t)
+		l, clock := MustOpenLedgerClock(t)
 		c := MustClient(t, l.HTTP.URL)
 		e := refund(1)
 		hold(t, c, e, 20*time.Millisecond)
-		time.Sleep(50 * time.Millisecond)
+		clock.Advance(50 * time.Millisecond)
 		var fx counter
 		res, err := c.Do(ctx, e, fx.fn)
 		require.NoError(t, err)
@@ -263,16 +264,35 @@ func TestClient_Do(t *testing.T) {
 // TestClient_Do_inProgress: while another gateway holds the key, Do waits
 // for it and then returns its result without running the function.
 func TestClient_Do_inProgress(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
-		desc string
-		opts []client.Option
+		desc  string
+		polls bool // the client polls (WithWait(0)) instead of waiting in the server
 	}{
-		{"OK server-side wait", nil},
-		{"OK polling with Retry-After", []client.Option{client.WithWait(0), client.WithPollInterval(100 * time.Millisecond)}},
+		{"OK server-side wait", false},
+		{"OK polling with Retry-After", true},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			l := MustOpenLedger(t)
-			c := MustClient(t, l.HTTP.URL, tt.opts...)
+			// The client's pauses between polls end when the test says.
+			paused := make(chan struct{}, 1)
+			resume := make(chan struct{})
+			opts := []client.Option{client.WithSleep(func(ctx context.Context, _ time.Duration) error {
+				select {
+				case paused <- struct{}{}:
+				default:
+				}
+				select {
+				case <-resume:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})}
+			if tt.polls {
+				opts = append(opts, client.WithWait(0), client.WithPollInterval(100*time.Millisecond))
+			}
+			c := MustClient(t, l.HTTP.URL, opts...)
 			e := refund(1)
 			held := hold(t, c, e, 0)
 
@@ -288,12 +308,22 @@ func TestClient_Do_inProgress(t *testing.T) {
 				res, err := c.Do(ctx, e, fx.fn)
 				done <- reply{res, err}
 			}()
-			time.Sleep(300 * time.Millisecond)
+			if tt.polls {
+				select {
+				case <-paused: // told in_progress, Do pauses before it polls again
+				case r := <-done:
+					t.Fatalf("Do returned while the key was held: %+v %v", r.res, r.err)
+				}
+			} else {
+				require.Eventually(t, func() bool { return l.DB.Waiting() == 1 }, 60*time.Second, time.Millisecond,
+					"Do's reserve waits in the server")
+			}
 			select {
 			case r := <-done:
 				t.Fatalf("Do returned while the key was held: %+v %v", r.res, r.err)
 			default:
 			}
+			close(resume)
 			_, err := c.Commit(context.Background(), held.Key, held.Token, client.Commit{Outcome: "succeeded",
 				ExternalRef: "re_other", Result: json.RawMessage(`{"by":"other"}`)})
 			require.NoError(t, err)
@@ -338,12 +368,27 @@ func TestClient_Do_inProgress(t *testing.T) {
 			}
 			return false
 		})
-		c := MustClient(t, front.HTTP.URL, client.WithPollInterval(50*time.Millisecond))
+		paused := make(chan struct{}, 1)
+		resume := make(chan struct{})
+		c := MustClient(t, front.HTTP.URL, client.WithPollInterval(50*time.Millisecond),
+			client.WithSleep(func(ctx context.Context, _ time.Duration) error {
+				select {
+				case paused <- struct{}{}:
+				default:
+				}
+				select {
+				case <-resume:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}))
 		e := refund(1)
 		held := hold(t, c, e, 0)
 		go func() {
-			time.Sleep(300 * time.Millisecond)
+			<-paused // Do was told in_progress and pauses before polling again
 			_, _ = c.Commit(context.Background(), held.Key, held.Token, client.Commit{Outcome: "succeeded"})
+			close(resume)
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -356,6 +401,7 @@ func TestClient_Do_inProgress(t *testing.T) {
 
 // TestClient_Do_retries: 503 and 429 are retried honouring Retry-After.
 func TestClient_Do_retries(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("OK 503 before the ledger", func(t *testing.T) {
 		l := MustOpenLedger(t)
@@ -442,16 +488,25 @@ func TestClient_Do_retries(t *testing.T) {
 		assert.NoError(t, ctx.Err(), "answered before the deadline, not after waiting for it")
 	})
 	t.Run("OK 429 from the ledger's rate limit, with a bearer token", func(t *testing.T) {
-		l := MustOpenLedger(t, func(c *api.Config) { c.RateLimit, c.RateBurst = 1, 1 })
+		l, clock := MustOpenLedgerClock(t, func(c *api.Config) { c.RateLimit, c.RateBurst = 1, 1 })
 		tok := l.MustToken(t, "gateway", ledger.RoleWriter)
-		c := MustClient(t, l.HTTP.URL, client.WithToken(tok))
+		var mu sync.Mutex
+		var waited time.Duration // the client's waits, spent on the ledger's clock
+		c := MustClient(t, l.HTTP.URL, client.WithToken(tok), client.WithSleep(func(ctx context.Context, d time.Duration) error {
+			mu.Lock()
+			defer mu.Unlock()
+			waited += d
+			clock.Advance(d)
+			return ctx.Err()
+		}))
 		var fx counter
-		start := time.Now()
 		for i := range 3 { // reserve and commit each: 6 requests at 1/s
 			_, err := c.Do(ctx, refund(i), fx.fn)
 			require.NoError(t, err)
 		}
-		assert.GreaterOrEqual(t, time.Since(start), 4*time.Second, "paced by Retry-After")
+		mu.Lock()
+		assert.GreaterOrEqual(t, waited, 4*time.Second, "paced by Retry-After")
+		mu.Unlock()
 		assert.Equal(t, int32(3), fx.runs.Load())
 		v, err := l.DB.GetKey(ctx, mustKey(t, refund(0)))
 		require.NoError(t, err)
@@ -531,6 +586,7 @@ func mustKey(t *testing.T, e client.Effect) string {
 // TestClient_Do_lostAnswers: answers lost on the network never make an
 // effect run twice or vanish.
 func TestClient_Do_lostAnswers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	t.Run("OK a lost commit answer is retried and recognized", func(t *testing.T) {
 		l := MustOpenLedger(t)
@@ -622,6 +678,7 @@ func TestClient_Do_lostAnswers(t *testing.T) {
 // TestClient_Do_unknownOutcome: when the effect may or may not have
 // happened, nothing is recorded and the reservation is handed back.
 func TestClient_Do_unknownOutcome(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tt := range []struct {
 		desc string
@@ -651,6 +708,7 @@ func TestClient_Do_unknownOutcome(t *testing.T) {
 // TestClient_Do_panic: a panicking effect is not recorded as an outcome;
 // Do panics again with the key and reservation.
 func TestClient_Do_panic(t *testing.T) {
+	t.Parallel()
 	l := MustOpenLedger(t)
 	ctx := context.Background()
 	var pe *client.PanicError
@@ -677,6 +735,7 @@ func TestClient_Do_panic(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	l := MustOpenLedger(t)
 	hostPort := strings.TrimPrefix(l.HTTP.URL, "http://")
 	for _, tt := range []struct {
@@ -727,6 +786,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // TestClient_noCgo: a gateway importing the client does not pull in the
 // ledger's SQLite driver or the server.
 func TestClient_noCgo(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	for _, dep := range []string{"github.com/mattn/go-sqlite3", "github.com/effect-ledger/effect-ledger/ledger",

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -35,14 +36,28 @@ type Ledger struct {
 	HTTP   *httptest.Server
 }
 
-// MustOpenLedger starts a ledger; setup may change the server's
-// configuration.
+// MustOpenLedger starts a ledger on the real clock; setup may change the
+// server's configuration.
 func MustOpenLedger(tb testing.TB, setup ...func(*api.Config)) *Ledger {
 	tb.Helper()
+	return openLedger(tb, time.Now, setup...)
+}
+
+// MustOpenLedgerClock starts a ledger, the server's rate limit included,
+// on a clock stopped at the current time, which the test moves past
+// leases and Retry-After instead of waiting them out.
+func MustOpenLedgerClock(tb testing.TB, setup ...func(*api.Config)) (*Ledger, *ledgertest.Clock) {
+	tb.Helper()
+	clock := ledgertest.NewClock(time.Now())
+	return openLedger(tb, clock.Now, setup...), clock
+}
+
+func openLedger(tb testing.TB, now func() time.Time, setup ...func(*api.Config)) *Ledger {
+	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
 	require.NoError(tb, err)
-	cfg := api.Config{Logger: quiet}
+	cfg := api.Config{Logger: quiet, Now: now}
 	for _, f := range setup {
 		f(&cfg)
 	}

@@ -14,6 +14,7 @@ import (
 )
 
 func TestClient_WithNamespace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	l := MustOpenLedger(t)
 	require.NoError(t, l.DB.CreateNamespace(ctx, "payments", 0))

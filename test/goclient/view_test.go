@@ -34,6 +34,7 @@ func (c *movedClock) Advance(d time.Duration) {
 // Do replays within the hour and runs the function again as a renewed
 // key at it, and Key shows the expiry and the generations.
 func TestClient_Key_lifetime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	clock := &movedClock{t: time.UnixMilli(1764475200000)}
 	db, err := ledgertest.OpenPath(ctx, filepath.Join(t.TempDir(), "ledger.db"),
