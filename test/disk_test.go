@@ -21,7 +21,9 @@ import (
 func TestLedgerd_diskFull(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", dir).CombinedOutput(); err != nil {
+	// 16 MiB: the key index preallocates its log (a memtable's worth,
+	// ~3 MiB at the default --cache-mib) before the test fills the rest.
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
