@@ -98,6 +98,10 @@ func (d *driftChecker) unavailable(err error) bool {
 	return true
 }
 
+// comparing reports whether d compares stored key records (a nil d does
+// not), so that callers skip the work of preparing a comparison.
+func (d *driftChecker) comparing() bool { return d != nil && !d.off.Load() }
+
 func (d *driftChecker) advance() {
 	if len(d.batch) == 0 {
 		d.batch = <-d.rows // nil once the reader is done

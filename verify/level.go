@@ -211,7 +211,7 @@ func (l *level) finish(keys func(fn func(*ledger.KeyRecord) error) error) error 
 		if s.flags&slotUsed == 0 {
 			continue
 		}
-		if p.drift != nil && s.flags&(slotReserve|slotSeen) == slotReserve {
+		if p.drift.comparing() && s.flags&(slotReserve|slotSeen) == slotReserve {
 			k, err := l.hydrate(s)
 			if err != nil {
 				return err

@@ -30,6 +30,7 @@ package keyindex
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -71,6 +72,10 @@ type Options struct {
 	Logger        *slog.Logger
 	// ReadOnly opens an existing index without writing to it.
 	ReadOnly bool
+	// Bulk opens the index for a rebuild by one process that does
+	// nothing else (ledgerctl rebuild-index): large memtables, and L0
+	// allowed to grow until the rebuild compacts it once (Compact).
+	Bulk bool
 }
 
 // Index is an open key index.
@@ -102,9 +107,17 @@ func Open(dir string, o Options) (*Index, error) {
 		FormatMajorVersion:          pebble.FormatNewest,
 	}
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	if o.Bulk {
+		opts.MemTableSize = 64 << 20
+		opts.Cache = nil
+		opts.CacheSize = 256 << 20
+		opts.L0CompactionThreshold = 1 << 20
+		opts.L0StopWritesThreshold = 1 << 20
+		opts.DisableAutomaticCompactions = true
+	}
 	opts.EnsureDefaults()
 	db, err := pebble.Open(dir, opts)
-	cache.Unref() // the DB holds its own reference
+	cache.Unref() // the DB holds its own reference (unless Bulk made its own)
 	if err != nil {
 		return nil, fmt.Errorf("open key index %s: %w", dir, err)
 	}
@@ -166,6 +179,18 @@ func (ix *Index) Close() error {
 
 // Dir is the index's directory.
 func (ix *Index) Dir() string { return ix.dir }
+
+// Compact flushes the memtables and compacts the whole index into its
+// last level: the end of a bulk rebuild.
+func (ix *Index) Compact(ctx context.Context) error {
+	if err := ix.db.Flush(); err != nil {
+		return fmt.Errorf("key index: flush: %w", err)
+	}
+	if err := ix.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, true); err != nil {
+		return fmt.Errorf("key index: compact: %w", err)
+	}
+	return nil
+}
 
 // Sync makes everything applied so far durable (a clean stop, the end of
 // a rebuild).

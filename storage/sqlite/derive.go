@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -67,12 +68,13 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 			return ledger.Head{}, fmt.Errorf("open ledger %s: %w", f, err)
 		}
 	}
+	opts.rebuildIndex = true // a bulk load: one compaction at the end
 	ix, err := openIndex(abs, opts)
 	if err != nil {
 		return ledger.Head{}, err
 	}
 	defer func() { _ = ix.close() }()
-	opts.index, opts.Repair, opts.rebuildIndex = ix.Index, true, true
+	opts.index, opts.Repair = ix.Index, true
 	c, err := openFileChain(ctx, file, ns, opts)
 	if err != nil {
 		return ledger.Head{}, err
@@ -81,6 +83,11 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 	if err := c.Close(); err != nil {
 		return head, err
 	}
+	start := time.Now()
+	if err := ix.Compact(ctx); err != nil {
+		return head, err
+	}
+	opts.Logger.Info("key index compacted", "duration", time.Since(start))
 	opts.Repair, opts.rebuildIndex = false, false
 	check, err := openFileChain(ctx, file, ns, opts)
 	if err != nil {

@@ -80,6 +80,9 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	if err := precheck(abs); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
+	if err := bulkBuildIndex(ctx, abs, opts); err != nil {
+		return nil, err
+	}
 	ix, err := openIndex(abs, opts)
 	if err != nil {
 		return nil, err
