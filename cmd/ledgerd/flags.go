@@ -68,7 +68,7 @@ func (m *Main) serveFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
 	fs.BoolVar(&m.Insecure, "insecure", false, "allow serving a non-loopback address without API tokens")
-	fs.IntVar(&m.CacheMiB, "cache-mib", sqlite.DefaultCacheMiB, "SQLite only: memory for page caches, every namespace together (a soft limit). More is faster once a ledger's indexes outgrow it; the operating system's file cache serves the rest")
+	fs.IntVar(&m.CacheMiB, "cache-mib", sqlite.DefaultCacheMiB, "SQLite only: memory for the ledger's caches, every namespace together: three quarters for the key index (its block cache and memtables, allocated by Pebble outside the Go heap), a quarter for SQLite's page caches (a soft limit). More is faster once a ledger outgrows it; the operating system's file cache serves the rest")
 	fs.IntVar(&m.MaxNamespaces, "max-namespaces", DefaultMaxNamespaces, "how many namespaces may exist, default included; creating one more is 507 namespace_limit (0: no limit)")
 	fs.IntVar(&m.MaxOpenNamespaces, "max-open-namespaces", 0, "SQLite only: namespace files kept open at once, the least recently used closed first (0: one per 2 MiB of --cache-mib, 4 to 64, fewer under a low descriptor limit; each open file holds about 1–2 MiB)")
 	fs.BoolVar(&m.MetricsAuth, "metrics-auth", true, "require a reader token for /metrics when tokens exist (a token limited to namespaces sees only theirs); false serves every namespace's metrics to anyone who reaches the port")
