@@ -80,9 +80,8 @@ type Options struct {
 
 // Index is an open key index.
 type Index struct {
-	db    *pebble.DB
-	cache interface{ Unref() }
-	dir   string
+	db  *pebble.DB
+	dir string
 }
 
 // Open opens or creates the index in dir.
