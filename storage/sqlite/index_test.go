@@ -3,9 +3,11 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -45,4 +47,21 @@ func TestIndex_applyFails(t *testing.T) {
 	v, err := db.GetKey(ctx, "key-aaaa-0001")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateSucceeded, v.State)
+}
+
+// TestIndex_metrics: the key index's memory and size are exported while
+// a Store holds it.
+func TestIndex_metrics(t *testing.T) {
+	db, _ := MustOpenDB(t)
+	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	families, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, f := range families {
+		if strings.HasPrefix(f.GetName(), "ledger_key_index_") {
+			got[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	assert.Greater(t, got["ledger_key_index_memory_bytes"], 0.0)
+	assert.Greater(t, got["ledger_key_index_disk_bytes"], 0.0)
 }

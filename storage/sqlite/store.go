@@ -88,6 +88,7 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 		return nil, err
 	}
 	s.index, s.opts.index, opts.index = ix, ix.Index, ix.Index
+	setIndexMetrics(ix.Index)
 	c, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
 	if err != nil {
 		_ = ix.close()
@@ -336,6 +337,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.main.Close())
 		// After every file: a clean stop leaves an index that needs no
 		// replay.
+		setIndexMetrics(nil)
 		errs = append(errs, s.index.Sync(), s.index.close())
 	}
 	return errors.Join(errs...)
