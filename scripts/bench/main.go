@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 func main() {
@@ -168,59 +167,16 @@ func run(ctx context.Context, args []string) error {
 // path, generating both once into the temp directory (the files
 // BenchmarkDB_PairsRandom uses).
 func prefilled(ctx context.Context, path string, n int) error {
-	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
-	if _, err := os.Stat(sqlite.IndexPath(cached)); err != nil {
-		fmt.Fprintf(os.Stderr, "generating a %d-receipt ledger at %s (once)\n", n, cached)
-		tmp := cached + ".tmp"
-		for _, p := range []string{tmp, tmp + ".lock", sqlite.IndexPath(tmp), sqlite.IndexPath(tmp) + ".lock", cached, sqlite.IndexPath(cached)} {
-			_ = os.RemoveAll(p)
-		}
-		if _, err := gen.Ledger(ctx, tmp, n, nil); err != nil {
-			return fmt.Errorf("prefill: %w", err)
-		}
-		if err := os.Rename(sqlite.IndexPath(tmp), sqlite.IndexPath(cached)); err != nil {
-			return fmt.Errorf("prefill: %w", err)
-		}
-		if err := os.Rename(tmp, cached); err != nil {
-			return fmt.Errorf("prefill: %w", err)
-		}
+	cached, err := gen.Cached(ctx, n, func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	})
+	if err == nil {
+		err = gen.Copy(cached, path)
 	}
-	if err := copyFile(cached, path); err != nil {
-		return fmt.Errorf("prefill: %w", err)
-	}
-	entries, err := os.ReadDir(sqlite.IndexPath(cached))
 	if err != nil {
 		return fmt.Errorf("prefill: %w", err)
-	}
-	if err := os.Mkdir(sqlite.IndexPath(path), 0o755); err != nil {
-		return fmt.Errorf("prefill: %w", err)
-	}
-	for _, e := range entries {
-		if e.Type().IsRegular() && e.Name() != "LOCK" {
-			if err := copyFile(filepath.Join(sqlite.IndexPath(cached), e.Name()), filepath.Join(sqlite.IndexPath(path), e.Name())); err != nil {
-				return fmt.Errorf("prefill: %w", err)
-			}
-		}
 	}
 	return nil
-}
-
-// copyFile copies src to dst, which must not exist.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		_ = out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func machine() string {

@@ -80,8 +80,9 @@ type Options struct {
 
 // Index is an open key index.
 type Index struct {
-	db  *pebble.DB
-	dir string
+	db   *pebble.DB
+	dir  string
+	bulk bool // opened with Options.Bulk: no log
 }
 
 // Open opens or creates the index in dir.
@@ -107,6 +108,9 @@ func Open(dir string, o Options) (*Index, error) {
 	}
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if o.Bulk {
+		// No log either: a crash in a bulk load loses the memtables, and
+		// the watermark, flushed with them, says what is left to replay.
+		opts.DisableWAL = true
 		opts.MemTableSize = 64 << 20
 		opts.Cache = nil
 		opts.CacheSize = 256 << 20
@@ -120,7 +124,7 @@ func Open(dir string, o Options) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open key index %s: %w", dir, err)
 	}
-	ix := &Index{db: db, dir: dir}
+	ix := &Index{db: db, dir: dir, bulk: o.Bulk}
 	if err := ix.checkFormat(o.ReadOnly); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open key index %s: %w", dir, err)
@@ -164,7 +168,7 @@ func (ix *Index) checkFormat(readOnly bool) error {
 	if readOnly {
 		return nil
 	}
-	return ix.db.Set(formatKey, []byte(format), pebble.Sync)
+	return ix.db.Set(formatKey, []byte(format), ix.durable())
 }
 
 // Close flushes nothing: what was applied without a sync may be lost,
@@ -191,9 +195,24 @@ func (ix *Index) Compact(ctx context.Context) error {
 	return nil
 }
 
+// durable is the write option of a write that must be on disk when it
+// returns; in a bulk load, which has no log, Sync makes it so later.
+func (ix *Index) durable() *pebble.WriteOptions {
+	if ix.bulk {
+		return pebble.NoSync
+	}
+	return pebble.Sync
+}
+
 // Sync makes everything applied so far durable (a clean stop, the end of
 // a rebuild).
 func (ix *Index) Sync() error {
+	if ix.bulk {
+		if err := ix.db.Flush(); err != nil {
+			return fmt.Errorf("sync key index: %w", err)
+		}
+		return nil
+	}
 	if err := ix.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("sync key index: %w", err)
 	}
@@ -378,7 +397,7 @@ func (ix *Index) LastSeq(ns, key string) (uint64, bool, error) {
 // Drop removes everything of namespace ns, durably.
 func (ix *Index) Drop(ns string) error {
 	p := prefix(ns, 0)[:len(ns)+1]
-	if err := ix.db.DeleteRange(p, upper(p), pebble.Sync); err != nil {
+	if err := ix.db.DeleteRange(p, upper(p), ix.durable()); err != nil {
 		return fmt.Errorf("key index: drop %s: %w", ns, err)
 	}
 	return nil
