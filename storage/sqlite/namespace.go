@@ -237,23 +237,32 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("forget: %w", classify(err))
 	}
-	// The namespace's part of the key index goes too. Were it left, it
-	// would do no harm (a namespace made again under the name has another
-	// chain, whose first open drops it), only take space.
-	if _, err := os.Stat(IndexPath(abs)); err == nil {
-		o := Options{Logger: slog.New(slog.DiscardHandler)}
-		o.defaults()
-		ix, err := openIndex(abs, o)
-		if err != nil {
-			return res, fmt.Errorf("forget: recorded, but the key index could not be opened to drop the namespace's part (it is dropped when the name is used again): %w", err)
-		}
-		err = ix.Drop(ns)
-		if cerr := ix.close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return res, fmt.Errorf("forget: recorded, but dropping the namespace's part of the key index failed (it is dropped when the name is used again): %w", err)
-		}
+	if err := dropFromIndex(abs, ns); err != nil {
+		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
 	}
 	return res, nil
+}
+
+// dropFromIndex removes namespace ns's part of the key index of the
+// ledger at abs, if it has one. Were it left, it would do no harm (a
+// namespace made again under the name has another chain, whose first open
+// drops it); it would only take space.
+func dropFromIndex(abs, ns string) error {
+	if _, err := os.Stat(IndexPath(abs)); err != nil {
+		return nil
+	}
+	o := Options{Logger: slog.New(slog.DiscardHandler)}
+	o.defaults()
+	ix, err := openIndex(abs, o)
+	if err != nil {
+		return fmt.Errorf("the key index could not be opened to drop the namespace's part: %w", err)
+	}
+	err = ix.Drop(ns)
+	if cerr := ix.close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("dropping the namespace's part of the key index failed: %w", err)
+	}
+	return nil
 }
