@@ -168,7 +168,11 @@ func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), o
 		once.Do(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			_ = conn.Close(ctx) // ending the session frees the lock
+			// Unlocked before the session ends: the server ends a closed
+			// session, and frees its locks, a moment after Close returns,
+			// and another replica trying right after must find it free.
+			_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, signerLockClass, ns)
+			_ = conn.Close(ctx) // ending the session frees the lock in any case
 		})
 	}, true, nil
 }
