@@ -140,12 +140,8 @@ func (c *fileChain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([
 	if err != nil {
 		return nil, nil, fmt.Errorf("list receipts: %w", err)
 	}
-	if len(rs) <= f.Limit {
-		return rs, nil, nil
-	}
-	rs = rs[:f.Limit]
-	next := rs[len(rs)-1].Seq
-	return rs, &next, nil
+	rs, next := page(rs, f.Limit)
+	return rs, next, nil
 }
 
 func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {

@@ -147,12 +147,19 @@ func (rd *Reader) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]c
 	if err != nil {
 		return nil, nil, fmt.Errorf("list receipts: %w", err)
 	}
-	if len(rs) <= f.Limit {
-		return rs, nil, nil
+	rs, next := page(rs, f.Limit)
+	return rs, next, nil
+}
+
+// page cuts rs, read with one receipt more than limit, to a page, and
+// returns the seq to pass as After for the next page (nil: none follows).
+func page(rs []chain.Receipt, limit int) ([]chain.Receipt, *uint64) {
+	if len(rs) <= limit {
+		return rs, nil
 	}
-	rs = rs[:f.Limit]
+	rs = rs[:limit]
 	next := rs[len(rs)-1].Seq
-	return rs, &next, nil
+	return rs, &next
 }
 
 // GetReceipt returns the receipt at seq. Errors: *Error with
