@@ -158,11 +158,13 @@ func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
 	case wm.Seq > head.Seq:
 		reason = fmt.Sprintf("the index reflects receipt %d but the chain ends at %d", wm.Seq, head.Seq)
 	case wm.Seq > 0:
-		r, err := c.GetReceipt(ctx, wm.Seq)
+		r, err := c.receiptOrNil(ctx, wm.Seq)
 		if err != nil {
 			return fmt.Errorf("key index: read receipt %d: %w", wm.Seq, err)
 		}
-		if r.Hash != wm.Hash {
+		if r == nil {
+			reason = fmt.Sprintf("the index reflects receipt %d, which the chain does not hold", wm.Seq)
+		} else if r.Hash != wm.Hash {
 			reason = fmt.Sprintf("the index is of another chain (receipt %d has hash %s, the index %s)",
 				wm.Seq, shortHash(r.Hash), shortHash(wm.Hash))
 		}
