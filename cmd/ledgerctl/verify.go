@@ -76,23 +76,41 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	if *incremental && *stateFile == "" {
 		return usageErr(fs, c.Env, "--incremental needs --state")
 	}
-	opts := verify.Opts{MaxViolations: *maxV}
-	if *expect != "" {
-		pin, err := verify.ParsePin(*expect)
+	opts, err := c.pins(fs, *expect, *stateFile, *incremental)
+	if err != nil {
+		return err
+	}
+	opts.MaxViolations = *maxV
+	return c.check(ctx, fs, &src, &cf, opts, *stateFile, !*noProgress)
+}
+
+// pins reads the heads a run must extend: --expect-head and the head of
+// the --state file (an incremental run checks only what follows it).
+func (c *VerifyCommand) pins(fs *flag.FlagSet, expect, stateFile string, incremental bool) (verify.Opts, error) {
+	var opts verify.Opts
+	if expect != "" {
+		pin, err := verify.ParsePin(expect)
 		if err != nil {
-			return usageErr(fs, c.Env, "--expect-head: %v", err)
+			return opts, usageErr(fs, c.Env, "--expect-head: %v", err)
 		}
 		opts.ExpectHead = pin
 	}
-	if *stateFile != "" {
-		pin, err := verify.ReadState(*stateFile)
+	if stateFile != "" {
+		pin, err := verify.ReadState(stateFile)
 		if err != nil {
-			return err
+			return opts, err
 		}
 		opts.Pinned = pin
-		opts.Incremental = *incremental && pin != nil // the first run is a full one
+		opts.Incremental = incremental && pin != nil // the first run is a full one
 	}
-	cc, err := cf.load(ctx, fs, c.Env, &src, *stateFile)
+	return opts, nil
+}
+
+// check verifies one namespace, checks the signed checkpoint if asked,
+// rewrites the state file after a clean run and prints the report.
+func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *sourceFlags, cf *checkpointFlags,
+	opts verify.Opts, stateFile string, progress bool) error {
+	cc, err := cf.load(ctx, fs, c.Env, src, stateFile)
 	if err != nil {
 		return err
 	}
@@ -102,7 +120,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 
-	if !*noProgress {
+	if progress {
 		if bar := c.progressBar(ctx, st); bar != nil {
 			opts.Progress = func(seq uint64) { _ = bar.Set64(int64(seq)) }
 			defer func() { _ = bar.Finish(); fmt.Fprintln(c.Stderr) }()
@@ -120,8 +138,8 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		}
 	}
 	elapsed := time.Since(start)
-	if rep.OK && *stateFile != "" {
-		if err := writeState(*stateFile, rep.Head, latest); err != nil {
+	if rep.OK && stateFile != "" {
+		if err := writeState(stateFile, rep.Head, latest); err != nil {
 			return err
 		}
 	}
