@@ -92,56 +92,75 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	type nsCopy struct {
-		res *sqlite.BackupResult
-		rep *verify.Report
-	}
-	var copies []nsCopy
-	bad := rep.ViolationsTotal
-	for _, ns := range names {
-		dst := sqlite.NamespacePath(*out, ns)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("backup namespace %s: %w", ns, err)
-		}
-		nres, err := sqlite.Backup(ctx, sqlite.NamespacePath(src.db, ns), dst, sqlite.BackupOptions{Overwrite: *force})
-		if errors.Is(err, sqlite.ErrBackupExists) {
-			return fmt.Errorf("%s exists; give --force to replace it", dst)
-		}
-		if err != nil {
-			return fmt.Errorf("backup namespace %s: %w", ns, err)
-		}
-		nrep, err := verifyCopy(ctx, nres)
-		if err != nil {
-			return fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		copies = append(copies, nsCopy{nres, nrep})
-		bad += nrep.ViolationsTotal
-	}
-	if src.json {
-		spaces := map[string]any{}
-		for i, ns := range names {
-			r := copies[i]
-			spaces[ns] = map[string]any{"ok": r.rep.OK, "out": r.res.Path, "bytes": r.res.Bytes,
-				"receipts": r.rep.Receipts, "head": r.rep.Head, "violations": r.rep.Violations,
-				"violations_total": r.rep.ViolationsTotal}
-		}
-		err = writeJSON(c.Stdout, map[string]any{"ok": bad == 0, "out": res.Path, "bytes": res.Bytes,
-			"receipts": rep.Receipts, "head": rep.Head, "violations": rep.Violations,
-			"violations_total": rep.ViolationsTotal, "namespaces": spaces})
-	} else {
-		printBackup(c.Stdout, res, rep)
-		for i, ns := range names {
-			fmt.Fprintf(c.Stdout, "namespace %s: ", ns)
-			printBackup(c.Stdout, copies[i].res, copies[i].rep)
-		}
-	}
+	copies, err := backupNamespaces(ctx, src.db, *out, *force, names)
 	if err != nil {
+		return err
+	}
+	bad := rep.ViolationsTotal
+	for _, cp := range copies {
+		bad += cp.rep.ViolationsTotal
+	}
+	if err := c.report(src.json, res, rep, names, copies, bad); err != nil {
 		return err
 	}
 	if bad > 0 {
 		return &ViolationsError{Count: bad}
 	}
 	return nil
+}
+
+// nsCopy is the copy of one namespace's file and its verification.
+type nsCopy struct {
+	res *sqlite.BackupResult
+	rep *verify.Report
+}
+
+// backupNamespaces copies and verifies the files of the namespaces names
+// of the ledger at db beside the copy at out.
+func backupNamespaces(ctx context.Context, db, out string, force bool, names []string) ([]nsCopy, error) {
+	var copies []nsCopy
+	for _, ns := range names {
+		dst := sqlite.NamespacePath(out, ns)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
+		}
+		nres, err := sqlite.Backup(ctx, sqlite.NamespacePath(db, ns), dst, sqlite.BackupOptions{Overwrite: force})
+		if errors.Is(err, sqlite.ErrBackupExists) {
+			return nil, fmt.Errorf("%s exists; give --force to replace it", dst)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
+		}
+		nrep, err := verifyCopy(ctx, nres)
+		if err != nil {
+			return nil, fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		copies = append(copies, nsCopy{nres, nrep})
+	}
+	return copies, nil
+}
+
+// report prints what backup copied and what the copies' verification
+// found.
+func (c *BackupCommand) report(asJSON bool, res *sqlite.BackupResult, rep *verify.Report, names []string, copies []nsCopy, bad int) error {
+	if !asJSON {
+		printBackup(c.Stdout, res, rep)
+		for i, ns := range names {
+			fmt.Fprintf(c.Stdout, "namespace %s: ", ns)
+			printBackup(c.Stdout, copies[i].res, copies[i].rep)
+		}
+		return nil
+	}
+	spaces := map[string]any{}
+	for i, ns := range names {
+		r := copies[i]
+		spaces[ns] = map[string]any{"ok": r.rep.OK, "out": r.res.Path, "bytes": r.res.Bytes,
+			"receipts": r.rep.Receipts, "head": r.rep.Head, "violations": r.rep.Violations,
+			"violations_total": r.rep.ViolationsTotal}
+	}
+	return writeJSON(c.Stdout, map[string]any{"ok": bad == 0, "out": res.Path, "bytes": res.Bytes,
+		"receipts": rep.Receipts, "head": rep.Head, "violations": rep.Violations,
+		"violations_total": rep.ViolationsTotal, "namespaces": spaces})
 }
 
 // verifyCopy verifies a copy made by sqlite.Backup against the head it
