@@ -14,9 +14,11 @@ import (
 // reservation a committed transaction ended: at once for this Store's own
 // commits, and through LISTEN/NOTIFY for every other writer of the
 // database (other replicas). The first registration opens one LISTEN
-// connection, which reconnects when lost; after a reconnect, notifications
-// sent meanwhile are lost, so fn is then called once for every namespace
-// with nil keys, meaning "wake every waiter of this namespace". Calls are
+// connection, which reconnects when lost. Notifications sent before a
+// session listens are lost to it (the first one starts after the Store
+// opened, a later one after a lost connection), so once it listens fn is
+// called for every namespace with nil keys, meaning "wake every waiter
+// of this namespace". Calls are
 // hints: they may be spurious, late or duplicated, and fn must not block.
 func (s *Store) OnEnded(fn func(ns string, keys []string)) {
 	s.mu.Lock()
@@ -54,17 +56,15 @@ func (l *listener) callbacks() []func(string, []string) {
 
 func (l *listener) run(ctx context.Context) {
 	defer l.wg.Done()
-	first := true
 	wait := retryBase
 	for ctx.Err() == nil {
-		err := l.session(ctx, !first)
+		err := l.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			l.s.log.Warn("postgres: LISTEN connection lost; reconnecting", "err", err, "wait", wait)
 		}
-		first = false
 		select {
 		case <-ctx.Done():
 			return
@@ -75,8 +75,9 @@ func (l *listener) run(ctx context.Context) {
 }
 
 // session connects, LISTENs and delivers notifications until the
-// connection fails. After a reconnect it first wakes every namespace.
-func (l *listener) session(ctx context.Context, reconnect bool) error {
+// connection fails. Once it listens it first wakes every namespace: a
+// waiter that parked before then may have missed its key's commit.
+func (l *listener) session(ctx context.Context) error {
 	cfg := l.s.cfg.ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = "ledgerd-listen"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -102,19 +103,17 @@ func (l *listener) session(ctx context.Context, reconnect bool) error {
 		l.pid = 0
 		l.mu.Unlock()
 	}()
-	if reconnect {
-		rows, err := conn.Query(ctx, `SELECT name FROM namespaces ORDER BY name`)
-		if err != nil {
-			return err
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, ns := range names {
-			for _, fn := range l.callbacks() {
-				fn(ns, nil)
-			}
+	rows, err := conn.Query(ctx, `SELECT name FROM namespaces ORDER BY name`)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, ns := range names {
+		for _, fn := range l.callbacks() {
+			fn(ns, nil)
 		}
 	}
 	for {

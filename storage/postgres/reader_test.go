@@ -342,6 +342,22 @@ func TestStore_OnEnded(t *testing.T) {
 			return event{}
 		}
 	}
+	// Once it listens, a session wakes every namespace's waiters: one
+	// that parked before then may have missed its key's commit.
+	for _, ch := range []chan event{own, heard} {
+		var woken []string
+		for range 2 {
+			e := next(ch, "wake-all")
+			if e.keys != nil {
+				t.Fatalf("wake-all event %+v has keys", e)
+			}
+			woken = append(woken, e.ns)
+		}
+		slices.Sort(woken)
+		if !slices.Equal(woken, []string{ledger.DefaultNamespace, "other"}) {
+			t.Fatalf("woken %v, want every namespace", woken)
+		}
+	}
 	ca := mustChain(t, a, ledger.DefaultNamespace)
 	update(t, ca, func(ctx context.Context, tx ledger.Tx) error {
 		for _, k := range []string{"key-00001", "key-00002", "key-00003"} {
