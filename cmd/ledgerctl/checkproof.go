@@ -26,22 +26,7 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
 	ns := fs.String("namespace", ledger.DefaultNamespace, "the `namespace` the receipts must belong to: the checkpoint's origin must be the key's name, \"/\" and it")
 	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl check-proof FILE --vkey VKEY [--namespace NS] [--witness-vkey V … [--quorum K]]
-
-Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
-FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
-the receipt's hash recomputed from its fields, the checkpoint's signature and
-origin (PREFIX/NS of the --namespace, default "default"), and the receipt's
-inclusion in the signed tree. A receipt with a field the format does not
-have, a field given twice or data after it is invalid. With --witness-vkey,
-the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
-those witnesses (all of them without --quorum); other signature lines are
-ignored.
-Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
-		`  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
-  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --namespace payments
-  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --witness-vkey ./w1.vkey --witness-vkey ./w2.vkey --quorum 1
-`)
+	pos, err := parse(fs, c.Env, args, checkProofUsage, checkProofExamples)
 	if err != nil {
 		return err
 	}
@@ -55,20 +40,9 @@ Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 	if err != nil {
 		return usageErr(fs, c.Env, "--vkey: %v", err)
 	}
-	var witnesses []note.Verifier
-	for _, wk := range witnessKeys {
-		wv, err := readCosignatureVerifier(wk)
-		if err != nil {
-			return usageErr(fs, c.Env, "--witness-vkey: %v", err)
-		}
-		witnesses = append(witnesses, wv)
-	}
-	need := len(witnesses)
-	if flagSet(fs, "quorum") {
-		need = *quorum
-	}
-	if flagSet(fs, "quorum") && (need < 1 || need > len(witnesses)) {
-		return usageErr(fs, c.Env, "--quorum must be between 1 and the number of --witness-vkey (%d)", len(witnesses))
+	witnesses, need, err := c.witnesses(fs, witnessKeys, *quorum)
+	if err != nil {
+		return err
 	}
 	var in io.Reader = os.Stdin
 	if pos[0] != "-" {
@@ -110,6 +84,45 @@ Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`,
 		return &ViolationsError{Count: bad}
 	}
 	return nil
+}
+
+const checkProofUsage = `Usage: ledgerctl check-proof FILE --vkey VKEY [--namespace NS] [--witness-vkey V … [--quorum K]]
+
+Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
+FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
+the receipt's hash recomputed from its fields, the checkpoint's signature and
+origin (PREFIX/NS of the --namespace, default "default"), and the receipt's
+inclusion in the signed tree. A receipt with a field the format does not
+have, a field given twice or data after it is invalid. With --witness-vkey,
+the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
+those witnesses (all of them without --quorum); other signature lines are
+ignored.
+Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`
+
+const checkProofExamples = `  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --namespace payments
+  ledgerctl check-proof refund.jsonl --vkey ./log.vkey --witness-vkey ./w1.vkey --witness-vkey ./w2.vkey --quorum 1
+`
+
+// witnesses reads the --witness-vkey keys and the quorum of them a
+// checkpoint's cosignatures must reach (all of them without --quorum).
+func (c *CheckProofCommand) witnesses(fs *flag.FlagSet, keys listFlag, quorum int) ([]note.Verifier, int, error) {
+	var witnesses []note.Verifier
+	for _, wk := range keys {
+		wv, err := readCosignatureVerifier(wk)
+		if err != nil {
+			return nil, 0, usageErr(fs, c.Env, "--witness-vkey: %v", err)
+		}
+		witnesses = append(witnesses, wv)
+	}
+	need := len(witnesses)
+	if flagSet(fs, "quorum") {
+		need = quorum
+		if need < 1 || need > len(witnesses) {
+			return nil, 0, usageErr(fs, c.Env, "--quorum must be between 1 and the number of --witness-vkey (%d)", len(witnesses))
+		}
+	}
+	return witnesses, need, nil
 }
 
 // proofVerdict is check-proof's verdict on one portable receipt.
