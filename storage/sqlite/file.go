@@ -54,9 +54,8 @@ type fileChain struct {
 
 	onEnded func(ns string, keys []string)
 
-	idx      *keyindex.Index // the ledger's key index; nil only for a file being created
-	indexErr error           // an apply failed: the index lacks a committed batch (index.go)
-	stale    atomic.Bool     // indexErr != nil, for the readers (which do not take mu)
+	idx   *keyindex.Index // the ledger's key index; nil only for a file being created
+	stale atomic.Bool     // an apply failed: the index lacks a committed batch (index.go)
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT; afterCommit runs right after each COMMIT,

@@ -174,8 +174,8 @@ func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
 	if reason != "" {
 		if head.Seq > 0 {
 			level := slog.LevelWarn
-			if !found && err == nil {
-				level = slog.LevelInfo // a new or migrated index: nothing was lost
+			if rebuild || (!found && err == nil) {
+				level = slog.LevelInfo // asked for, or a new or migrated index: nothing was lost
 			}
 			c.logger.Log(ctx, level, "rebuilding the key index of a namespace from its receipts", "namespace", c.ns,
 				"receipts", head.Seq, "reason", reason)
@@ -330,7 +330,6 @@ func (c *fileChain) applyIndex(t *writeTx) {
 		return b.Commit(t.head)
 	}()
 	if err != nil {
-		c.indexErr = err
 		c.stale.Store(true)
 		c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
 			"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
@@ -343,7 +342,7 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 	if c.idx == nil {
 		return fmt.Errorf("%w: the file was opened without its key index", ledger.ErrUnavailable)
 	}
-	if c.indexErr == nil {
+	if !c.stale.Load() {
 		return nil
 	}
 	err := error(nil)
@@ -357,7 +356,6 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 		return fmt.Errorf("%w: the key index lacks committed receipts and replaying them failed: %w", ledger.ErrUnavailable, err)
 	}
 	c.logger.Info("key index replayed; the namespace takes writes again", "namespace", c.ns)
-	c.indexErr = nil
 	c.stale.Store(false)
 	return nil
 }
@@ -371,7 +369,6 @@ func (c *fileChain) RebuildIndex(ctx context.Context) error {
 		return err
 	}
 	c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
-	c.indexErr = nil
 	c.stale.Store(false)
 	return nil
 }
