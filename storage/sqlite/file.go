@@ -384,21 +384,9 @@ func shortHash(h chain.Hash) string {
 }
 
 // sqlMigrateV2 turns a version 2 file into version 3: the settings table
-// of schema.sql (the same statements), whose row migrate then inserts
+// and its triggers, as schema.sql makes them; migrate then inserts the row
 // with key_ttl_ms 0, the behaviour of every version 2 file.
-const sqlMigrateV2 = `
-	CREATE TABLE settings (
-		id         INTEGER PRIMARY KEY CHECK (id = 1),
-		key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
-	);
-	CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
-	BEGIN
-		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
-	END;
-	CREATE TRIGGER settings_kept BEFORE DELETE ON settings
-	BEGIN
-		SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
-	END;`
+var sqlMigrateV2 = schemaStatements("TABLE settings", "TRIGGER settings_fixed", "TRIGGER settings_kept")
 
 // sqlInsertSettings stores the settings of a new or migrated file.
 const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
@@ -406,14 +394,10 @@ const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
 // sqlMigrateV3 turns a version 3 file into version 4: the key state moves
 // to the key index (rebuilt from the receipts when the file is next
 // opened), except the token hashes of the reservations still open, which
-// move to reserve_tokens (the statement of schema.sql). The pages the
+// move to reserve_tokens (made as schema.sql makes it). The pages the
 // indexes and the keys table held go to SQLite's free list, which later
 // appends reuse (VACUUM returns them to the file system).
-const sqlMigrateV3 = `
-	CREATE TABLE reserve_tokens (
-		seq        INTEGER PRIMARY KEY,
-		token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
-	);` + sqlDropKeys
+var sqlMigrateV3 = schemaStatements("TABLE reserve_tokens") + sqlDropKeys
 
 // sqlDropKeys keeps the open reservations' token hashes of a keys table
 // (schemas 1 to 3) and drops it with the receipts' indexes.

@@ -1,6 +1,10 @@
 package sqlite
 
-import ledgerschema "github.com/effect-ledger/effect-ledger"
+import (
+	"strings"
+
+	ledgerschema "github.com/effect-ledger/effect-ledger"
+)
 
 // schemaSQL is the repository's schema.sql, the SQLite schema of a ledger
 // file.
@@ -8,3 +12,29 @@ var schemaSQL = ledgerschema.SQL
 
 // SchemaVersion is the user_version that schema.sql stamps.
 const SchemaVersion = ledgerschema.Version
+
+// schemaStatements returns the statements of schema.sql that create the
+// named objects ("TABLE settings", "TRIGGER settings_fixed"), so that a
+// migration adds them exactly as a new file has them. A table's statement
+// ends with ");" and a trigger's with "END;", each at the start of a line;
+// a name schema.sql does not create panics at start-up.
+func schemaStatements(objects ...string) string {
+	var b strings.Builder
+	for _, o := range objects {
+		start := strings.Index(schemaSQL, "\nCREATE "+o+" ")
+		if start < 0 {
+			panic("schema.sql creates no " + o)
+		}
+		end := "\n);"
+		if strings.HasPrefix(o, "TRIGGER ") {
+			end = "\nEND;"
+		}
+		n := strings.Index(schemaSQL[start:], end)
+		if n < 0 {
+			panic("schema.sql: no end to " + o)
+		}
+		b.WriteString(schemaSQL[start : start+n+len(end)])
+		b.WriteString("\n")
+	}
+	return b.String()
+}
