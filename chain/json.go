@@ -212,78 +212,93 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 	if len(out.Malformed) != len(j.Malformed) {
 		return fmt.Errorf("decode receipt: malformed names a field that cannot be malformed")
 	}
-	var missing string
-	u := func(name string, p *uint64) uint64 {
-		if p == nil {
-			if _, ok := j.Malformed[name]; !ok {
-				missing = name
-			}
-			return 0
-		}
-		return *p
-	}
-	s := func(name string, p *string) string {
-		if p == nil {
-			missing = name
-			return ""
-		}
-		return *p
-	}
-	bl := func(name string, p *bool) bool {
-		if p == nil {
-			if _, ok := j.Malformed[name]; !ok {
-				missing = name
-			}
-			return false
-		}
-		return *p
-	}
-	out.Seq = u("seq", j.Seq)
-	out.Kind = s("kind", j.Kind)
-	out.IdempotencyKey = s("idempotency_key", j.IdempotencyKey)
-	out.KeyGenerated = bl("key_generated", j.KeyGenerated)
-	out.ExecutionID = s("execution_id", j.ExecutionID)
-	out.Attempt = u("attempt", j.Attempt)
-	out.Tool = s("tool", j.Tool)
-	out.Effect = s("effect", j.Effect)
-	out.Idempotent = bl("idempotent", j.Idempotent)
-	out.InputHash = s("input_hash", j.InputHash)
-	out.Outcome = s("outcome", j.Outcome)
-	out.ExternalRef = s("external_ref", j.ExternalRef)
-	out.ErrorCode = s("error_code", j.ErrorCode)
-	out.ErrorMessage = s("error_message", j.ErrorMessage)
-	out.Retryable = bl("retryable", j.Retryable)
-	out.LeaseExpiresAt = u("lease_expires_at", j.LeaseExpiresAt)
-	out.RefSeq = u("ref_seq", j.RefSeq)
-	out.Actor = s("actor", j.Actor)
-	out.Note = s("note", j.Note)
-	out.RecordedAt = u("recorded_at", j.RecordedAt)
+	d := fieldDecoder{malformed: j.Malformed}
+	out.Seq = d.u64("seq", j.Seq)
+	out.Kind = d.str("kind", j.Kind)
+	out.IdempotencyKey = d.str("idempotency_key", j.IdempotencyKey)
+	out.KeyGenerated = d.bool("key_generated", j.KeyGenerated)
+	out.ExecutionID = d.str("execution_id", j.ExecutionID)
+	out.Attempt = d.u64("attempt", j.Attempt)
+	out.Tool = d.str("tool", j.Tool)
+	out.Effect = d.str("effect", j.Effect)
+	out.Idempotent = d.bool("idempotent", j.Idempotent)
+	out.InputHash = d.str("input_hash", j.InputHash)
+	out.Outcome = d.str("outcome", j.Outcome)
+	out.ExternalRef = d.str("external_ref", j.ExternalRef)
+	out.ErrorCode = d.str("error_code", j.ErrorCode)
+	out.ErrorMessage = d.str("error_message", j.ErrorMessage)
+	out.Retryable = d.bool("retryable", j.Retryable)
+	out.LeaseExpiresAt = d.u64("lease_expires_at", j.LeaseExpiresAt)
+	out.RefSeq = d.u64("ref_seq", j.RefSeq)
+	out.Actor = d.str("actor", j.Actor)
+	out.Note = d.str("note", j.Note)
+	out.RecordedAt = d.u64("recorded_at", j.RecordedAt)
 	var err error
 	if out.Result, err = decodeResult(j.Result, j.ResultEncoding); err != nil {
 		return fmt.Errorf("decode receipt: %w", err)
 	}
-	hash := func(name string, p *string) Hash {
-		if p == nil {
-			if _, ok := j.Malformed[name]; !ok {
-				missing = name
-			}
-			return Hash{}
-		}
-		h, perr := ParseHash(*p)
-		if perr != nil && err == nil {
-			err = fmt.Errorf("decode receipt: %s: %w", name, perr)
-		}
-		return h
+	out.PrevHash, out.Hash = d.hash("prev_hash", j.PrevHash), d.hash("hash", j.Hash)
+	if d.missing != "" {
+		return fmt.Errorf("decode receipt: missing field %q", d.missing)
 	}
-	out.PrevHash, out.Hash = hash("prev_hash", j.PrevHash), hash("hash", j.Hash)
-	if missing != "" {
-		return fmt.Errorf("decode receipt: missing field %q", missing)
-	}
-	if err != nil {
-		return err
+	if d.err != nil {
+		return d.err
 	}
 	*r = out
 	return nil
+}
+
+// fieldDecoder reads a decoded receipt's optional fields. A field that is absent is missing
+// unless it is a non-string field named in malformed (its stored value was not canonical); it
+// remembers the last missing field and the first hash that does not parse.
+type fieldDecoder struct {
+	malformed map[string]string
+	missing   string
+	err       error
+}
+
+// absent notes a field that is not in the JSON; a malformed non-string field may be absent.
+func (d *fieldDecoder) absent(name string, mayBeMalformed bool) {
+	if _, ok := d.malformed[name]; ok && mayBeMalformed {
+		return
+	}
+	d.missing = name
+}
+
+func (d *fieldDecoder) u64(name string, p *uint64) uint64 {
+	if p == nil {
+		d.absent(name, true)
+		return 0
+	}
+	return *p
+}
+
+func (d *fieldDecoder) str(name string, p *string) string {
+	if p == nil {
+		d.absent(name, false)
+		return ""
+	}
+	return *p
+}
+
+func (d *fieldDecoder) bool(name string, p *bool) bool {
+	if p == nil {
+		d.absent(name, true)
+		return false
+	}
+	return *p
+}
+
+func (d *fieldDecoder) hash(name string, p *string) Hash {
+	if p == nil {
+		d.absent(name, true)
+		return Hash{}
+	}
+	h, err := ParseHash(*p)
+	if err != nil && d.err == nil {
+		d.err = fmt.Errorf("decode receipt: %s: %w", name, err)
+	}
+	return h
 }
 
 // decodeResult undoes ResultJSON: the stored result text from the raw
