@@ -71,96 +71,128 @@ type Report struct {
 }
 
 func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	mode := fs.String("mode", "all", "pairs, reserve, replay, mixed or all")
-	clients := fs.Int("clients", 32, "concurrent HTTP clients")
-	duration := fs.Duration("duration", 10*time.Second, "how long each mode runs")
-	asJSON := fs.Bool("json", false, "print JSON")
-	bin := fs.String("ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
-	keep := fs.Bool("keep", false, "keep the temporary directory")
-	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
-	prefill := fs.Int("prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
-	withBackends := fs.Bool("backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
-	withBaselines := fs.Bool("baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseOptions(args)
+	if err != nil {
 		return err
-	}
-	if *prefill < 0 {
-		return fmt.Errorf("--prefill must not be negative, not %d", *prefill)
-	}
-	modes := []string{*mode}
-	if *mode == "all" {
-		modes = []string{"pairs", "reserve", "replay", "mixed"}
 	}
 	dir, err := os.MkdirTemp("", "ledger-bench-")
 	if err != nil {
 		return err
 	}
-	if !*keep {
+	if !o.keep {
 		defer os.RemoveAll(dir)
 	}
-	if *bin == "" {
-		*bin = filepath.Join(dir, "ledgerd")
-		build := exec.Command("go", "build", "-o", *bin, "./cmd/ledgerd")
+	if o.bin == "" {
+		o.bin = filepath.Join(dir, "ledgerd")
+		build := exec.Command("go", "build", "-o", o.bin, "./cmd/ledgerd")
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("build ledgerd: %w", err)
 		}
 	}
 	rep := Report{Machine: machine(), CPUs: runtime.NumCPU()}
-	ceiling, err := httpCeiling(ctx, *clients, min(*duration, 5*time.Second))
+	ceiling, err := httpCeiling(ctx, o.clients, min(o.duration, 5*time.Second))
 	if err != nil {
 		return err
 	}
 	rep.HTTPCeilingRPS = ceiling
-	if *withBackends {
-		res, err := backends(ctx, dir, *bin, *clients, *duration, strings.Fields(*extra))
-		if err != nil {
-			return fmt.Errorf("backends: %w", err)
-		}
-		for _, r := range res {
-			r.CeilingRatio = r.RequestsPerS / ceiling
-			rep.Results = append(rep.Results, r)
-		}
-		modes = nil
+	results, err := o.measure(ctx, dir)
+	if err != nil {
+		return err
 	}
-	for _, m := range modes {
-		// A fresh ledger per mode, so modes do not see each other's data.
-		db := filepath.Join(dir, m+".db")
-		if *prefill > 0 {
-			if err := prefilled(ctx, db, *prefill); err != nil {
-				return err
-			}
-		}
-		l, err := startLedgerd(*bin, db, strings.Fields(*extra))
-		if err != nil {
-			return err
-		}
-		res, err := drive(ctx, []*ledgerd{l}, []string{"/v1"}, m, *clients, *duration)
-		l.stop()
-		if err != nil {
-			return err
-		}
-		res.CeilingRatio = res.RequestsPerS / ceiling
-		rep.Results = append(rep.Results, res)
+	for _, r := range results {
+		r.CeilingRatio = r.RequestsPerS / ceiling
+		rep.Results = append(rep.Results, r)
 	}
-	if *withBaselines {
-		res, err := baselines(ctx, dir, *clients, *duration)
-		if err != nil {
-			return fmt.Errorf("baselines: %w", err)
-		}
-		for _, r := range res {
-			r.CeilingRatio = r.RequestsPerS / ceiling
-			rep.Results = append(rep.Results, r)
-		}
-	}
-	if *asJSON {
+	if o.asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
 	printTable(rep)
 	return nil
+}
+
+// options are the bench command's flags.
+type options struct {
+	modes                   []string
+	clients                 int
+	duration                time.Duration
+	asJSON, keep            bool
+	bin                     string
+	extra                   []string
+	prefill                 int
+	backends, withBaselines bool
+}
+
+func parseOptions(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	mode := fs.String("mode", "all", "pairs, reserve, replay, mixed or all")
+	var o options
+	fs.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each mode runs")
+	fs.BoolVar(&o.asJSON, "json", false, "print JSON")
+	fs.StringVar(&o.bin, "ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
+	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
+	fs.BoolVar(&o.withBaselines, "baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if o.prefill < 0 {
+		return options{}, fmt.Errorf("--prefill must not be negative, not %d", o.prefill)
+	}
+	o.extra = strings.Fields(*extra)
+	o.modes = []string{*mode}
+	if *mode == "all" {
+		o.modes = []string{"pairs", "reserve", "replay", "mixed"}
+	}
+	if o.backends {
+		o.modes = nil
+	}
+	return o, nil
+}
+
+// measure runs what the options ask for in dir: the storage matrix, each mode on a fresh
+// ledger, and the baselines.
+func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
+	var out []Result
+	if o.backends {
+		res, err := backends(ctx, dir, o.bin, o.clients, o.duration, o.extra)
+		if err != nil {
+			return nil, fmt.Errorf("backends: %w", err)
+		}
+		out = append(out, res...)
+	}
+	for _, m := range o.modes {
+		// A fresh ledger per mode, so modes do not see each other's data.
+		db := filepath.Join(dir, m+".db")
+		if o.prefill > 0 {
+			if err := prefilled(ctx, db, o.prefill); err != nil {
+				return nil, err
+			}
+		}
+		l, err := startLedgerd(o.bin, db, o.extra)
+		if err != nil {
+			return nil, err
+		}
+		res, err := drive(ctx, []*ledgerd{l}, []string{"/v1"}, m, o.clients, o.duration)
+		l.stop()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	if o.withBaselines {
+		res, err := baselines(ctx, dir, o.clients, o.duration)
+		if err != nil {
+			return nil, fmt.Errorf("baselines: %w", err)
+		}
+		out = append(out, res...)
+	}
+	return out, nil
 }
 
 // prefilled copies a generated ledger of n receipts and its key index to
@@ -350,18 +382,9 @@ func commitBody(tok string) []byte {
 func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, clients int, d time.Duration) (Result, error) {
 	c := newClient(clients)
 	l := ls[0]
-	// replay and mixed need committed keys to replay.
-	const seeded = 1000
 	if mode == "replay" || mode == "mixed" {
-		for i := range seeded {
-			key := fmt.Sprintf("seed-key-%06d", i)
-			st, b, err := call(c, "POST", l.url+"/v1/effects/reserve", reserveBody(key, "seed", i))
-			if err != nil || st != 201 {
-				return Result{}, fmt.Errorf("seed reserve: %d %v %s", st, err, b)
-			}
-			if st, b, err = call(c, "POST", l.url+"/v1/effects/"+key+"/commit", commitBody(token(b))); err != nil || st != 201 {
-				return Result{}, fmt.Errorf("seed commit: %d %v %s", st, err, b)
-			}
+		if err := seed(c, l.url); err != nil {
+			return Result{}, err
 		}
 	}
 	var stop atomic.Bool
@@ -370,51 +393,18 @@ func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, c
 	run := fmt.Sprintf("%x", time.Now().UnixNano())
 	start := time.Now()
 	for ci := range clients {
-		s := &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<16)}
-		all[ci] = s
-		wg.Add(1)
-		base := ls[ci%len(ls)].url
-		nsBase := base + prefixes[ci%len(prefixes)]
-		go func() {
-			defer wg.Done()
+		w := &worker{
+			c: c, mode: mode, run: run, ci: ci,
+			base:  ls[ci%len(ls)].url,
+			stats: &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<16)},
+		}
+		w.nsBase = w.base + prefixes[ci%len(prefixes)]
+		all[ci] = w.stats
+		wg.Go(func() {
 			for i := 0; !stop.Load(); i++ {
-				key := uuidLike(run, ci, i) // random positions, as real keys land
-				op := mode
-				if mode == "mixed" {
-					switch i % 10 {
-					case 0, 1, 2, 3, 4, 5:
-						op = "pairs"
-					case 6, 7, 8:
-						op = "replay"
-					default:
-						op = "read"
-					}
-				}
-				switch op {
-				case "pairs", "reserve":
-					t0 := time.Now()
-					st, b, err := call(c, "POST", nsBase+"/effects/reserve", reserveBody(key, uuidLike(run+"-exec", ci, i), i))
-					if !s.record(t0, st, err, 201) || op == "reserve" {
-						continue
-					}
-					t0 = time.Now()
-					st, _, err = call(c, "POST", nsBase+"/effects/"+key+"/commit", commitBody(token(b)))
-					if s.record(t0, st, err, 201) {
-						s.pairs++
-					}
-				case "replay":
-					n := (ci*7919 + i) % seeded
-					t0 := time.Now()
-					st, _, err := call(c, "POST", base+"/v1/effects/reserve", reserveBody(fmt.Sprintf("seed-key-%06d", n), key, n))
-					s.record(t0, st, err, 200)
-				case "read":
-					n := (ci*7919 + i) % seeded
-					t0 := time.Now()
-					st, _, err := call(c, "GET", base+"/v1/effects/"+fmt.Sprintf("seed-key-%06d", n), nil)
-					s.record(t0, st, err, 200)
-				}
+				w.op(i)
 			}
-		}()
+		})
 	}
 	select {
 	case <-time.After(d):
@@ -422,7 +412,90 @@ func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, c
 	}
 	stop.Store(true)
 	wg.Wait()
-	elapsed := time.Since(start).Seconds()
+	res := summarize(mode, clients, time.Since(start).Seconds(), all)
+	if l.cmd != nil {
+		res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
+	}
+	for _, p := range prefixes {
+		if _, b, err := call(c, "GET", l.url+p+"/head", nil); err == nil {
+			var h struct{ Seq uint64 }
+			_ = json.Unmarshal(b, &h)
+			res.Receipts += h.Seq
+		}
+	}
+	return res, nil
+}
+
+// seeded is how many keys seed commits for the replay and mixed modes to replay and read.
+const seeded = 1000
+
+// seed reserves and commits the keys that replay and mixed modes replay and read.
+func seed(c *http.Client, url string) error {
+	for i := range seeded {
+		key := fmt.Sprintf("seed-key-%06d", i)
+		st, b, err := call(c, "POST", url+"/v1/effects/reserve", reserveBody(key, "seed", i))
+		if err != nil || st != 201 {
+			return fmt.Errorf("seed reserve: %d %v %s", st, err, b)
+		}
+		if st, b, err = call(c, "POST", url+"/v1/effects/"+key+"/commit", commitBody(token(b))); err != nil || st != 201 {
+			return fmt.Errorf("seed commit: %d %v %s", st, err, b)
+		}
+	}
+	return nil
+}
+
+// worker is one benchmark client: it runs its mode's operations against one ledgerd and
+// namespace, recording each request's latency and status in stats.
+type worker struct {
+	c            *http.Client
+	mode, run    string
+	ci           int
+	base, nsBase string
+	stats        *stats
+}
+
+// op runs the worker's i-th operation. Keys and execution ids are UUID-like, so they land at
+// random positions as real ones do.
+func (w *worker) op(i int) {
+	key := uuidLike(w.run, w.ci, i)
+	op := w.mode
+	if w.mode == "mixed" {
+		switch i % 10 {
+		case 0, 1, 2, 3, 4, 5:
+			op = "pairs"
+		case 6, 7, 8:
+			op = "replay"
+		default:
+			op = "read"
+		}
+	}
+	s := w.stats
+	n := (w.ci*7919 + i) % seeded
+	switch op {
+	case "pairs", "reserve":
+		t0 := time.Now()
+		st, b, err := call(w.c, "POST", w.nsBase+"/effects/reserve", reserveBody(key, uuidLike(w.run+"-exec", w.ci, i), i))
+		if !s.record(t0, st, err, 201) || op == "reserve" {
+			return
+		}
+		t0 = time.Now()
+		st, _, err = call(w.c, "POST", w.nsBase+"/effects/"+key+"/commit", commitBody(token(b)))
+		if s.record(t0, st, err, 201) {
+			s.pairs++
+		}
+	case "replay":
+		t0 := time.Now()
+		st, _, err := call(w.c, "POST", w.base+"/v1/effects/reserve", reserveBody(fmt.Sprintf("seed-key-%06d", n), key, n))
+		s.record(t0, st, err, 200)
+	case "read":
+		t0 := time.Now()
+		st, _, err := call(w.c, "GET", w.base+"/v1/effects/"+fmt.Sprintf("seed-key-%06d", n), nil)
+		s.record(t0, st, err, 200)
+	}
+}
+
+// summarize folds the clients' stats into one Result: throughput and latency percentiles.
+func summarize(mode string, clients int, elapsed float64, all []*stats) Result {
 	res := Result{Mode: mode, Clients: clients, Seconds: elapsed, Errors: map[string]int{}}
 	var lat []time.Duration
 	var pairs int64
@@ -443,17 +516,7 @@ func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, c
 		pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / 1e6 }
 		res.P50Ms, res.P99Ms, res.MaxMs = pct(0.50), pct(0.99), float64(lat[len(lat)-1])/1e6
 	}
-	if l.cmd != nil {
-		res.RSSMiB, res.PeakRSSMiB = rss(l.cmd.Process.Pid)
-	}
-	for _, p := range prefixes {
-		if _, b, err := call(c, "GET", l.url+p+"/head", nil); err == nil {
-			var h struct{ Seq uint64 }
-			_ = json.Unmarshal(b, &h)
-			res.Receipts += h.Seq
-		}
-	}
-	return res, nil
+	return res
 }
 
 // httpCeiling measures a trivial JSON handler with the same client code:
