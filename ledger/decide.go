@@ -66,18 +66,7 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 	}
 	switch StateOf(&k, &final, now) {
 	case StateSucceeded:
-		replay, err := s.append(ctx, chain.Receipt{
-			Kind: chain.KindReplay, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
-			ExecutionID: a.execution, Attempt: a.attempt, Tool: k.Tool, Effect: k.Effect,
-			Idempotent: k.Idempotent, InputHash: k.InputHash, RefSeq: final.Seq,
-			Actor: a.actor, RecordedAt: now,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return &ReserveResult{Status: StatusReplayed, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
-			Outcome: final.Outcome, ExternalRef: final.ExternalRef, Result: final.Result,
-			Original: refOf(&final), Receipt: refOf(&replay)}, nil
+		return appendReplay(ctx, s, now, a, &k, &final)
 	case StateReserved:
 		wait := k.LeaseExpiresAt - now
 		return nil, &inProgressError{leaseExpiresAt: k.LeaseExpiresAt, err: &Error{Code: ECodeInProgress,
@@ -86,15 +75,7 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 			RetryAfter: MsDuration((wait + 999) / 1000 * 1000)}}
 	case StateInterrupted:
 		if !k.Idempotent {
-			r, err := s.Receipt(ctx, k.ReserveSeq)
-			if err != nil {
-				return nil, err
-			}
-			return nil, &Error{Code: ECodeUnsafeResume,
-				Message: "the effect was interrupted and may have happened; a person must resolve it",
-				Details: map[string]any{"reservation": map[string]any{
-					"seq": r.Seq, "hash": r.Hash.String(), "execution_id": r.ExecutionID,
-					"attempt": r.Attempt, "lease_expires_at": r.LeaseExpiresAt}}}
+			return nil, unsafeResume(ctx, s, &k)
 		}
 		return appendReserve(ctx, s, now, a, &k, k.ReserveSeq, reserveTakeover)
 	default: // StateFailed
@@ -112,6 +93,37 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 		}
 		return appendReserve(ctx, s, now, a, &k, final.Seq, reserveRetry)
 	}
+}
+
+// appendReplay records a replay of k's success (SPEC §4: a key that succeeded answers with the
+// recorded outcome) and returns it.
+func appendReplay(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k *KeyRecord, final *chain.Receipt) (*ReserveResult, error) {
+	replay, err := s.append(ctx, chain.Receipt{
+		Kind: chain.KindReplay, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
+		ExecutionID: a.execution, Attempt: a.attempt, Tool: k.Tool, Effect: k.Effect,
+		Idempotent: k.Idempotent, InputHash: k.InputHash, RefSeq: final.Seq,
+		Actor: a.actor, RecordedAt: now,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ReserveResult{Status: StatusReplayed, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
+		Outcome: final.Outcome, ExternalRef: final.ExternalRef, Result: final.Result,
+		Original: refOf(final), Receipt: refOf(&replay)}, nil
+}
+
+// unsafeResume is the refusal of a non-idempotent key whose reservation was interrupted: the
+// effect may have happened, so a person resolves it. It names the interrupted reservation.
+func unsafeResume(ctx context.Context, s *batchTx, k *KeyRecord) error {
+	r, err := s.Receipt(ctx, k.ReserveSeq)
+	if err != nil {
+		return err
+	}
+	return &Error{Code: ECodeUnsafeResume,
+		Message: "the effect was interrupted and may have happened; a person must resolve it",
+		Details: map[string]any{"reservation": map[string]any{
+			"seq": r.Seq, "hash": r.Hash.String(), "execution_id": r.ExecutionID,
+			"attempt": r.Attempt, "lease_expires_at": r.LeaseExpiresAt}}}
 }
 
 // ExpiresAt returns when a key finalized at unix ms finalAt is forgotten

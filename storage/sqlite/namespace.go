@@ -201,46 +201,58 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 		return nil, err
 	}
 	res := &ForgetResult{Head: rec}
-	nsPath := NamespacePath(abs, ns)
-	if _, err := os.Stat(nsPath); err == nil {
-		nslock, err := acquireLock(nsPath)
-		if err != nil {
-			return nil, fmt.Errorf("forget: %w", err)
-		}
-		res.MovedTo = fmt.Sprintf("%s.forgotten-%d", nsPath, time.Now().UnixMilli())
-		for _, suffix := range []string{"", "-wal", "-shm"} {
-			if err := os.Rename(nsPath+suffix, res.MovedTo+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
-				_ = nslock.release()
-				return nil, fmt.Errorf("forget: %w", err)
-			}
-		}
-		_ = nslock.release()
-		if err := syncDir(filepath.Dir(nsPath)); err != nil {
-			return nil, fmt.Errorf("forget: %w", err)
+	if res.MovedTo, err = moveAside(NamespacePath(abs, ns)); err != nil {
+		return nil, fmt.Errorf("forget: %w", err)
+	}
+	if err := recordForget(ctx, w, ns, by, reason, rec, res.MovedTo); err != nil {
+		return nil, fmt.Errorf("forget: %w", err)
+	}
+	if err := dropFromIndex(abs, ns); err != nil {
+		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
+	}
+	return res, nil
+}
+
+// moveAside renames a forgotten namespace's file (with its -wal and -shm) to
+// <file>.forgotten-<unix ms> under the file's own lock, and returns the new name; "" when the
+// file does not exist.
+func moveAside(nsPath string) (string, error) {
+	if _, err := os.Stat(nsPath); err != nil {
+		return "", nil
+	}
+	nslock, err := acquireLock(nsPath)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = nslock.release() }()
+	movedTo := fmt.Sprintf("%s.forgotten-%d", nsPath, time.Now().UnixMilli())
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(nsPath+suffix, movedTo+suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", err
 		}
 	}
+	return movedTo, syncDir(filepath.Dir(nsPath))
+}
+
+// recordForget records the decision to forget ns (who, why, its last recorded head, where its
+// file went) and removes it from the registry, in one transaction.
+func recordForget(ctx context.Context, w *sql.DB, ns, by, reason string, rec ledger.Head, movedTo string) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("forget: %w", classify(err))
+		return classify(err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	var hash []byte
 	if rec.Seq > 0 {
 		hash = rec.Hash[:]
 	}
-	if _, err := tx.ExecContext(ctx, sqlNamespaceEvent, ns, by, reason, time.Now().UnixMilli(), rec.Seq, hash, res.MovedTo); err != nil {
-		return nil, fmt.Errorf("forget: %w", classify(err))
+	if _, err := tx.ExecContext(ctx, sqlNamespaceEvent, ns, by, reason, time.Now().UnixMilli(), rec.Seq, hash, movedTo); err != nil {
+		return classify(err)
 	}
 	if _, err := tx.ExecContext(ctx, sqlUnregister, ns); err != nil {
-		return nil, fmt.Errorf("forget: %w", classify(err))
+		return classify(err)
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("forget: %w", classify(err))
-	}
-	if err := dropFromIndex(abs, ns); err != nil {
-		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
-	}
-	return res, nil
+	return classify(tx.Commit())
 }
 
 // dropFromIndex removes namespace ns's part of the key index of the
