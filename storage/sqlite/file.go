@@ -378,6 +378,22 @@ func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags str
 	return nil
 }
 
+// checkTail reads the receipts' tail and checks it against the recorded head (checkDerived) in
+// one read transaction: a reader beside a running ledgerd must see both in one snapshot, or an
+// append between the two reads looks like a tampered file.
+func checkTail(ctx context.Context, db *sql.DB, flags string) (ledger.Head, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return ledger.Head{}, fmt.Errorf("read tail: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	tail, err := readTail(ctx, tx)
+	if err != nil {
+		return tail, fmt.Errorf("read tail: %w", err)
+	}
+	return tail, checkDerived(ctx, tx, tail, flags)
+}
+
 func shortHash(h chain.Hash) string {
 	s := h.String()
 	return s[:12] + "…"

@@ -172,11 +172,8 @@ func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec le
 	if err := checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec); err != nil {
 		return nsState{}, err
 	}
-	tail, err := readTail(ctx, rd.r)
+	tail, err := checkTail(ctx, rd.r, dbFlags(path, ns))
 	if err != nil {
-		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	if err := checkDerived(ctx, rd.r, tail, dbFlags(path, ns)); err != nil {
 		return nsState{}, fmt.Errorf("open ledger %s: %w", path, err)
 	}
 	ttl, err := rd.KeyTTL(ctx)

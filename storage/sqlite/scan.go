@@ -111,11 +111,7 @@ func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) err
 	if heads == 0 { // a version 1 file, read as it is
 		return ledger.ErrNoKeyTable
 	}
-	tail, err := readTail(ctx, rd.r)
-	if err != nil {
-		return fmt.Errorf("read tail: %w", err)
-	}
-	if err := checkDerived(ctx, rd.r, tail, dbFlags(rd.path, ledger.DefaultNamespace)); err != nil {
+	if _, err := checkTail(ctx, rd.r, dbFlags(rd.path, ledger.DefaultNamespace)); err != nil {
 		return err
 	}
 	return ledger.ErrNoKeyTable

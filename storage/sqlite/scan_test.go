@@ -69,3 +69,30 @@ func TestReader_receiptLargerThanBatch(t *testing.T) {
 		assert.Equal(t, []int{0, len(big), 0}, notes, name)
 	}
 }
+
+// TestReader_keysBesideWriter: a reader beside a running writer reads the recorded head and the
+// receipts' tail in one snapshot, so appends between its reads are never taken for tampering.
+func TestReader_keysBesideWriter(t *testing.T) {
+	ctx := context.Background()
+	db, _ := MustOpenDB(t)
+	rd, err := sqlite.OpenReader(ctx, db.Path(), sqlite.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 300 {
+			mustReserve(t, db, reserveReq(fmt.Sprintf("key-%06d", i), "exec-1"))
+		}
+	}()
+	for checks := 0; ; checks++ {
+		select {
+		case <-done:
+			require.Positive(t, checks)
+			return
+		default:
+		}
+		err := rd.Keys(ctx, func(*ledger.KeyRecord) error { return nil })
+		require.ErrorIs(t, err, ledger.ErrNoKeyTable, "check %d", checks)
+	}
+}
