@@ -18,14 +18,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// StartGateway builds examples/gateway and runs it against the ledger at
+// gatewayBin is examples/gateway, built once in binDir.
+var gatewayBin = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binDir, "gateway")
+	build := exec.Command("go", "build", "-o", bin, "../examples/gateway")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", &buildError{out: string(out), err: err}
+	}
+	return bin, nil
+})
+
+// StartGateway runs examples/gateway (built once) against the ledger at
 // ledgerURL (without scheme, as a user may write it), returning its URL.
 func StartGateway(t *testing.T, ledgerURL string, env ...string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gateway")
-	build := exec.Command("go", "build", "-o", bin, "../examples/gateway")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin, err := gatewayBin()
+	require.NoError(t, err)
 	cmd := exec.Command(bin, "--ledger", strings.TrimPrefix(ledgerURL, "http://"), "--listen", "127.0.0.1:0", "--log-format", "json")
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()

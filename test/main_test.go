@@ -5,6 +5,8 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -32,7 +34,7 @@ var binDir string
 func TestMain(m *testing.M) {
 	flag.Parse()
 	parallelByDefault()
-	dir, err := os.MkdirTemp("", "ledger-e2e-bin-")
+	dir, release, err := binaryDir()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -51,8 +53,41 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := pgtest.Run(m) // stops the PostgreSQL clusters the replica tests started
-	_ = os.RemoveAll(dir)
+	release()
 	os.Exit(code)
+}
+
+// binaryDir returns the directory the tests build their binaries in, and a function to call
+// when they are done with it. It is a directory of the user's cache that belongs to this
+// checkout, so that go build finds last run's binaries there and links again only what changed
+// (its up-to-date check compares each binary's build ID with its inputs; linking the three
+// anew costs ~10 s of CPU). A run holds the directory's lock while it runs; a second run of
+// the same checkout at the same time, or a machine without a cache directory, builds in a
+// temporary directory instead.
+func binaryDir() (string, func(), error) {
+	temp := func() (string, func(), error) {
+		dir, err := os.MkdirTemp("", "ledger-e2e-bin-")
+		return dir, func() { _ = os.RemoveAll(dir) }, err
+	}
+	cache, err := os.UserCacheDir()
+	root, err2 := filepath.Abs("..")
+	if err != nil || err2 != nil {
+		return temp()
+	}
+	sum := sha256.Sum256([]byte(root))
+	dir := filepath.Join(cache, "effect-ledger-e2e", hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return temp()
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return temp()
+	}
+	if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		_ = lock.Close()
+		return temp()
+	}
+	return dir, func() { _ = lock.Close() }, nil
 }
 
 // e2eParallel is how many of this package's parallel tests run at once
