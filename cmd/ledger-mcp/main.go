@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
@@ -154,20 +155,13 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	return m.check()
 }
 
+// setLogger builds the logger of --log-level and --log-format.
 func (m *Main) setLogger() error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	l, err := logging.New(m.stderr, m.LogLevel, m.LogFormat)
+	if err != nil {
+		return err
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch m.LogFormat {
-	case "text":
-		m.Logger = slog.New(slog.NewTextHandler(m.stderr, opts))
-	case "json":
-		m.Logger = slog.New(slog.NewJSONHandler(m.stderr, opts))
-	default:
-		return fmt.Errorf("--log-format must be text or json, not %q", m.LogFormat)
-	}
+	m.Logger = l
 	return nil
 }
 

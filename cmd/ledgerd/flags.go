@@ -5,13 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
@@ -146,19 +146,11 @@ func envDefaults(fs *flag.FlagSet) error {
 
 // setLogger builds the logger of --log-level and --log-format.
 func (m *Main) setLogger() error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(m.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	l, err := logging.New(m.stderr, m.LogLevel, m.LogFormat)
+	if err != nil {
+		return err
 	}
-	opts := &slog.HandlerOptions{Level: level}
-	switch m.LogFormat {
-	case "text":
-		m.Logger = slog.New(slog.NewTextHandler(m.stderr, opts))
-	case "json":
-		m.Logger = slog.New(slog.NewJSONHandler(m.stderr, opts))
-	default:
-		return fmt.Errorf("--log-format must be text or json, not %q", m.LogFormat)
-	}
+	m.Logger = l
 	return nil
 }
 
