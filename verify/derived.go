@@ -117,23 +117,23 @@ func (d *driftChecker) advance() {
 // before it in byte order.
 func (d *driftChecker) key(k *keyState) {
 	for d.cur != nil && d.cur.Key < k.key {
-		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
+		d.suspectf(d.cur.FirstSeq, d.cur.Key, "the derived key records have key %q, which has no receipts", d.cur.Key)
 		d.advance()
 	}
 	if !k.hasReserve {
 		if d.cur != nil && d.cur.Key == k.key {
-			d.suspectf(d.cur.FirstSeq, k.key, "keys table has key %q, which has no reserve", k.key)
+			d.suspectf(d.cur.FirstSeq, k.key, "the derived key records have key %q, which has no reserve", k.key)
 			d.advance()
 		}
 		return
 	}
 	want := wantRecord(k)
 	if d.cur == nil || d.cur.Key != k.key {
-		d.suspectf(want.FirstSeq, k.key, "keys table has no row for key %q", k.key)
+		d.suspectf(want.FirstSeq, k.key, "there is no derived key record for key %q", k.key)
 		return
 	}
 	if *d.cur != want {
-		d.suspectf(want.FirstSeq, k.key, "keys row for %q is %+v; the receipts give %+v", k.key, *d.cur, want)
+		d.suspectf(want.FirstSeq, k.key, "the derived key record of %q is %+v; the receipts give %+v", k.key, *d.cur, want)
 	}
 	d.advance()
 }
@@ -178,7 +178,7 @@ func (d *driftChecker) finish(ctx context.Context) error {
 		d.whole = nil
 	}
 	for d.cur != nil {
-		d.suspectf(d.cur.FirstSeq, d.cur.Key, "keys table has key %q, which has no receipts", d.cur.Key)
+		d.suspectf(d.cur.FirstSeq, d.cur.Key, "the derived key records have key %q, which has no receipts", d.cur.Key)
 		d.advance()
 	}
 	// The merge join finds suspects in key order; a single pass finds

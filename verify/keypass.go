@@ -26,7 +26,7 @@ func (v *Verifier) keyPasses(ctx context.Context, r *run) error {
 }
 
 // keyPass runs the state checks in key order, and on a full run
-// cross-checks the keys table against the replayed state.
+// cross-checks the derived key records against the replayed state.
 func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, now uint64) error {
 	if from == 0 {
 		state.drift = newDriftChecker(ctx, col, db)

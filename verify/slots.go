@@ -41,7 +41,7 @@ const (
 	slotRetryable
 	slotMore        // the attempts are in stateTable.more
 	slotBig         // an attempt does not fit 32 bits: latestAttempt is read again
-	slotSeen        // the keys table has a row for the key
+	slotSeen        // the derived key records hold the key
 	slotLatestFirst // the latest reserve's execution is firstExec
 	slotFar         // latestD and finalD do not fit: the seqs are in stateTable.far
 )
