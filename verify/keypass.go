@@ -7,32 +7,42 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
-// keyPasses checks a database in two concurrent passes: the chain in seq
-// order, from the pinned head on an incremental run, and the key states
-// in key order, one key in memory at a time, for the keys with a receipt
-// after it. The database groups the duplicate effects and the repeated
-// failures itself, on a connection of their own beside the passes.
+// keyPasses checks a database in two passes: the chain in seq order,
+// from the pinned head on an incremental run, and then the key states in
+// key order, one key in memory at a time, for the keys with a receipt
+// after it. Each pass reads a snapshot of its own, and ledgerd may append
+// between them, so the key states stop at the receipt the chain pass
+// ended at: the report's head is then checked by both, and the next
+// incremental run, which starts after it, misses nothing. The database
+// groups the duplicate effects and the repeated failures itself, on a
+// connection of their own beside the passes.
 func (v *Verifier) keyPasses(ctx context.Context, r *run) error {
 	r.audit.dups = nil // found by the database, in constant memory
-	statePass := make(chan error, 1)
-	go func() { statePass <- keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.now) }()
 	queryPass := make(chan error, 1)
 	go func() { queryPass <- v.readGroupings(ctx, r, true, nil) }()
+	r.through = r.from
 	err := v.db.Receipts(ctx, r.from, func(rc *chain.Receipt) error {
+		r.through = max(r.through, rc.Seq)
 		r.cc.add(rc)
 		return nil
 	})
-	return errors.Join(err, <-statePass, <-queryPass)
+	if err == nil {
+		err = keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
+	}
+	return errors.Join(err, <-queryPass)
 }
 
-// keyPass runs the state checks in key order, and on a full run
-// cross-checks the derived key records against the replayed state.
-func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, now uint64) error {
+// keyPass runs the state checks in key order on the receipts up to
+// through (the end of the chain pass), and on a full run cross-checks the
+// derived key records against the replayed state.
+func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, through, now uint64) error {
 	if from == 0 {
 		state.drift = newDriftChecker(ctx, col, db)
 	}
 	err := db.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
-		state.addGrouped(r, now)
+		if r.Seq <= through {
+			state.addGrouped(r, now)
+		}
 		return nil
 	})
 	state.finish(now)

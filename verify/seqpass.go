@@ -87,7 +87,9 @@ func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *su
 		e := eventOf(rc)
 		spErr = top.add(&e, rc)
 	})
+	r.through = r.from
 	err := v.db.Receipts(ctx, r.from, func(rc *chain.Receipt) error {
+		r.through = max(r.through, rc.Seq)
 		replay.add(rc)
 		return nil
 	})
@@ -109,7 +111,7 @@ func (v *Verifier) finishStates(ctx context.Context, r *run, sp *singlePass, top
 		r.audit = newAuditBuilder(v.opts.Filter, r.from)
 		r.audit.dups = nil
 		r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
-		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.now)
+		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
 	}
 	err := top.finish(func(fn func(*ledger.KeyRecord) error) error { return v.db.Keys(ctx, fn) })
 	if err == nil {

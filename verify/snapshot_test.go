@@ -1,0 +1,87 @@
+package verify_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// TestVerifier_incrementalBesideWriter: incremental runs of a database that
+// ledgerd appends to meanwhile check the chain and the key states up to
+// one head. Every key is reserved and then fails, so a run from pin P to
+// head H lists exactly the failed keys whose commit is in (P, H]: one
+// fewer means a receipt pinned unchecked (the next run starts after it),
+// one more, or one past H, a key state read beyond the chain checked.
+func TestVerifier_incrementalBesideWriter(t *testing.T) {
+	ctx := context.Background()
+	db, _ := ledgertest.Open(t)
+	rd, err := sqlite.OpenReader(ctx, db.Path(), sqlite.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
+	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
+	rep, err := verify.New(rd, verify.Opts{}).Check(ctx)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%+v", rep.Violations)
+
+	done := writeFailures(t, db, 400)
+	for runs := 0; ; runs++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Positive(t, runs)
+			return
+		default:
+		}
+		pin := rep.Head
+		rep, err = verify.New(rd, verify.Opts{Pinned: &pin, Incremental: true}).Check(ctx)
+		require.NoError(t, err)
+		require.True(t, rep.OK, "run %d: %+v", runs, rep.Violations)
+		for _, f := range rep.Audit.Failed {
+			require.True(t, f.Seq > pin.Seq && f.Seq <= rep.Head.Seq, "run %d from %d to %d lists failed key %s at %d",
+				runs, pin.Seq, rep.Head.Seq, f.Key, f.Seq)
+		}
+		// Receipts come in pairs, reserve then commit: the commits are the even seqs.
+		require.Len(t, rep.Audit.Failed, int(rep.Head.Seq/2-pin.Seq/2), "run %d from %d to %d", runs, pin.Seq, rep.Head.Seq)
+	}
+}
+
+// writeFailures appends, on a goroutine of its own, n keys that are
+// reserved and then fail, and sends its error (nil when all are written)
+// on the channel it returns. The test's cleanup stops it and waits.
+func writeFailures(t *testing.T, db *ledgertest.DB, n int) <-chan error {
+	ctx := context.Background()
+	errc, stop, exited := make(chan error, 1), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		errc <- func() error {
+			for i := range n {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				key := fmt.Sprintf("key-%06d", i)
+				res, err := db.Reserve(ctx, ledgertest.ReserveReq(key, "exec-1"))
+				if err != nil {
+					return err
+				}
+				if _, err := db.Commit(ctx, ledgertest.Fail(key, res.Reservation, false)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-exited
+	})
+	return errc
+}
