@@ -3,10 +3,12 @@ package verify_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -14,19 +16,37 @@ import (
 
 // TestVerifier_incrementalBesideWriter: incremental runs of a database that
 // ledgerd appends to meanwhile check the chain and the key states up to
-// one head. Every key is reserved and then fails, so a run from pin P to
-// head H lists exactly the failed keys whose commit is in (P, H]: one
-// fewer means a receipt pinned unchecked (the next run starts after it),
-// one more, or one past H, a key state read beyond the chain checked.
+// one head (see checkIncrementalBesideWriter).
 func TestVerifier_incrementalBesideWriter(t *testing.T) {
-	ctx := context.Background()
 	db, _ := ledgertest.Open(t)
-	rd, err := sqlite.OpenReader(ctx, db.Path(), sqlite.Options{})
+	rd, err := sqlite.OpenReader(context.Background(), db.Path(), sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
+	checkIncrementalBesideWriter(t, db, func(opts verify.Opts) *verify.Verifier { return verify.New(rd, opts) })
+}
+
+// TestVerifier_remoteIncrementalBesideWriter: the same over the API, where
+// the chain and each touched key's history are read by separate requests.
+func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
+	db, _ := ledgertest.Open(t)
+	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+	t.Cleanup(srv.Close)
+	checkIncrementalBesideWriter(t, db, func(opts verify.Opts) *verify.Verifier {
+		return verify.NewRemote(api.NewClient(srv.URL), opts)
+	})
+}
+
+// checkIncrementalBesideWriter runs incremental verifications, each from
+// the head of the one before, while a writer appends keys that are
+// reserved and then fail. A run from pin P to head H must list exactly
+// the failed keys whose commit is in (P, H]: one fewer means a receipt
+// pinned unchecked (the next run starts after it), one more, or one past
+// H, a key state read beyond the chain checked.
+func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, newVerifier func(verify.Opts) *verify.Verifier) {
+	ctx := context.Background()
 	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
 	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
-	rep, err := verify.New(rd, verify.Opts{}).Check(ctx)
+	rep, err := newVerifier(verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
@@ -40,7 +60,7 @@ func TestVerifier_incrementalBesideWriter(t *testing.T) {
 		default:
 		}
 		pin := rep.Head
-		rep, err = verify.New(rd, verify.Opts{Pinned: &pin, Incremental: true}).Check(ctx)
+		rep, err = newVerifier(verify.Opts{Pinned: &pin, Incremental: true}).Check(ctx)
 		require.NoError(t, err)
 		require.True(t, rep.OK, "run %d: %+v", runs, rep.Violations)
 		for _, f := range rep.Audit.Failed {
