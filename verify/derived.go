@@ -205,9 +205,10 @@ func (d *driftChecker) finish(ctx context.Context) error {
 
 // readDuplicates reads the duplicate effects from src, applying the
 // audit's filters: an entry is kept when its latest success is after from
-// and in the window. It shares nothing with the key pass, so the two can
+// and in the window. Successes after through, appended since the chain
+// pass, are left out. It shares nothing with the key pass, so the two can
 // run concurrently.
-func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, from uint64) ([]DuplicateEffect, error) {
+func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, from, through uint64) ([]DuplicateEffect, error) {
 	win := f.window()
 	var out []DuplicateEffect
 	var cur *DuplicateEffect
@@ -218,6 +219,9 @@ func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, fro
 		}
 	}
 	err := src.DuplicateSuccesses(ctx, func(s *ledger.Success) error {
+		if s.Seq > through {
+			return nil
+		}
 		if cur == nil || cur.Tool != s.Tool || cur.InputHash != s.InputHash {
 			flush()
 			cur, latestSeq, latestAt = &DuplicateEffect{Tool: s.Tool, InputHash: s.InputHash}, 0, 0

@@ -46,7 +46,7 @@ func (v *Verifier) seqPass(ctx context.Context, r *run) error {
 	// run when the pass ends without one.
 	fails := newFailureGate()
 	queryPass := make(chan error, 1)
-	go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails) }()
+	go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails, noBound) }()
 	top, err = v.replayChain(ctx, r, top, succ, fails)
 	// The successes noted are compared (sorted, partition files read
 	// back) beside the key states' work after the pass.
@@ -127,6 +127,6 @@ func (v *Verifier) duplicatesIfAny(ctx context.Context, r *run, succ *successSet
 		return nil
 	}
 	var err error
-	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.from)
+	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.from, r.through)
 	return err
 }

@@ -22,16 +22,19 @@ func TestVerifier_incrementalBesideWriter(t *testing.T) {
 	rd, err := sqlite.OpenReader(context.Background(), db.Path(), sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
-	checkIncrementalBesideWriter(t, db, func(opts verify.Opts) *verify.Verifier { return verify.New(rd, opts) })
+	checkIncrementalBesideWriter(t, db, true, func(opts verify.Opts) *verify.Verifier { return verify.New(rd, opts) })
 }
 
 // TestVerifier_remoteIncrementalBesideWriter: the same over the API, where
 // the chain and each touched key's history are read by separate requests.
+// Its repeated failures are not checked: an online incremental run sees
+// the failures of the keys it touched only, and the first failure here is
+// older.
 func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
 	db, _ := ledgertest.Open(t)
 	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	t.Cleanup(srv.Close)
-	checkIncrementalBesideWriter(t, db, func(opts verify.Opts) *verify.Verifier {
+	checkIncrementalBesideWriter(t, db, false, func(opts verify.Opts) *verify.Verifier {
 		return verify.NewRemote(api.NewClient(srv.URL), opts)
 	})
 }
@@ -41,8 +44,9 @@ func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
 // reserved and then fail. A run from pin P to head H must list exactly
 // the failed keys whose commit is in (P, H]: one fewer means a receipt
 // pinned unchecked (the next run starts after it), one more, or one past
-// H, a key state read beyond the chain checked.
-func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, newVerifier func(verify.Opts) *verify.Verifier) {
+// H, a key state read beyond the chain checked. With repeats, the repeated
+// failures are checked too (checkRepeats).
+func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool, newVerifier func(verify.Opts) *verify.Verifier) {
 	ctx := context.Background()
 	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
 	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
@@ -69,7 +73,27 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, newVerifier f
 		}
 		// Receipts come in pairs, reserve then commit: the commits are the even seqs.
 		require.Len(t, rep.Audit.Failed, int(rep.Head.Seq/2-pin.Seq/2), "run %d from %d to %d", runs, pin.Seq, rep.Head.Seq)
+		if repeats {
+			checkRepeats(t, rep, pin.Seq, runs)
+		}
 	}
+}
+
+// checkRepeats checks a run's repeated failures: every key runs the same
+// call, so each reserve after the first failure (seq 2), at the odd seqs
+// from 3, repeats it. A run from pin to its head lists the one group when
+// a repeat falls in that range, with every repeat up to the head.
+func checkRepeats(t *testing.T, rep *verify.Report, pin uint64, run int) {
+	t.Helper()
+	head := rep.Head.Seq
+	if (head-1)/2 == (pin-1)/2 {
+		require.Empty(t, rep.Audit.RepeatedFailures, "run %d from %d to %d", run, pin, head)
+		return
+	}
+	require.Len(t, rep.Audit.RepeatedFailures, 1, "run %d from %d to %d", run, pin, head)
+	g := rep.Audit.RepeatedFailures[0]
+	require.Len(t, g.Keys, 1+int(head-1)/2, "run %d from %d to %d: seqs %v", run, pin, head, g.Seqs)
+	require.LessOrEqual(t, g.Seqs[len(g.Seqs)-1], head, "run %d from %d to %d", run, pin, head)
 }
 
 // writeFailures appends, on a goroutine of its own, n keys that are
