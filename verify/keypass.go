@@ -38,7 +38,7 @@ func (v *Verifier) keyPasses(ctx context.Context, r *run) error {
 // derived key records against the replayed state.
 func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, through, now uint64) error {
 	if from == 0 {
-		state.drift = newDriftChecker(ctx, col, db)
+		state.drift = newDriftChecker(ctx, col, db, through)
 	}
 	err := db.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
 		if r.Seq <= through {

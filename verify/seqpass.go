@@ -113,6 +113,7 @@ func (v *Verifier) finishStates(ctx context.Context, r *run, sp *singlePass, top
 		r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
 		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
 	}
+	sp.drift.through = r.through
 	err := top.finish(func(fn func(*ledger.KeyRecord) error) error { return v.db.Keys(ctx, fn) })
 	if err == nil {
 		err = sp.drift.finish(ctx)

@@ -79,6 +79,32 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 	}
 }
 
+// TestVerifier_fullBesideWriter: a full run of the store ledgerd serves
+// from reads the derived key records after the chain, in a newer snapshot:
+// keys ledgerd changed meanwhile differ, however many they are, and are
+// re-checked, never reported (the bound on re-checks is lowered to 2 here
+// so that a few appends exceed it).
+func TestVerifier_fullBesideWriter(t *testing.T) {
+	ctx := context.Background()
+	db, _ := ledgertest.Open(t)
+	verify.SetMaxSuspects(t, 2)
+	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
+	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
+	done := writeFailures(t, db, 600)
+	for runs := 0; ; runs++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Positive(t, runs)
+			return
+		default:
+		}
+		rep, err := verify.New(db.Namespace.Reader(), verify.Opts{}).Check(ctx)
+		require.NoError(t, err)
+		require.True(t, rep.OK, "run %d to %d: %+v", runs, rep.Head.Seq, rep.Violations)
+	}
+}
+
 // checkRepeats checks a run's repeated failures: every key runs the same
 // call, so each reserve after the first failure (seq 2), at the odd seqs
 // from 3, repeats it. A run from pin to its head lists the one group when
