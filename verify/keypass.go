@@ -59,7 +59,7 @@ func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, fr
 // on one connection: the duplicate successes (unless dups is false: a
 // single pass decides after the chain whether they are needed) and the
 // repeated failures, once fails lets them (a nil gate: at once). Rows
-// after through are left out (noBound: none).
+// after through, the chain pass's last seq, are left out.
 func (v *Verifier) readGroupings(ctx context.Context, r *run, dups bool, fails *failureGate, through uint64) error {
 	var errD, errR error
 	if dups {
@@ -70,6 +70,3 @@ func (v *Verifier) readGroupings(ctx context.Context, r *run, dups bool, fails *
 	}
 	return errors.Join(errD, errR)
 }
-
-// noBound is the through of a grouping read while the chain pass runs.
-const noBound = ^uint64(0)

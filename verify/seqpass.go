@@ -42,12 +42,20 @@ func (v *Verifier) seqPass(ctx context.Context, r *run) error {
 		succ = newSuccessSet(sp, sp.hint)
 	}
 	// The pass also watches for a failure the repeated-failures query
-	// could start from: the query waits for the first one, and does not
-	// run when the pass ends without one.
+	// could start from: the query does not run when the pass ends without
+	// one.
 	fails := newFailureGate()
-	queryPass := make(chan error, 1)
-	go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails, noBound) }()
 	top, err = v.replayChain(ctx, r, top, succ, fails)
+	// The grouping queries run after the pass, beside the key states'
+	// work, in snapshots that hold at least what the pass read, and leave
+	// out the rows after its last seq: the audit ends at the report's
+	// head, where an incremental run pinned to it starts.
+	queryPass := make(chan error, 1)
+	if err == nil {
+		go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails, r.through) }()
+	} else {
+		queryPass <- nil
+	}
 	// The successes noted are compared (sorted, partition files read
 	// back) beside the key states' work after the pass.
 	dupPass := make(chan error, 1)

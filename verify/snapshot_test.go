@@ -83,7 +83,8 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 // from reads the derived key records after the chain, in a newer snapshot:
 // keys ledgerd changed meanwhile differ, however many they are, and are
 // re-checked, never reported (the bound on re-checks is lowered to 2 here
-// so that a few appends exceed it).
+// so that a few appends exceed it). Its repeated failures are those up to
+// its head: an incremental run pinned there lists only later ones.
 func TestVerifier_fullBesideWriter(t *testing.T) {
 	ctx := context.Background()
 	db, _ := ledgertest.Open(t)
@@ -102,23 +103,26 @@ func TestVerifier_fullBesideWriter(t *testing.T) {
 		rep, err := verify.New(db.Namespace.Reader(), verify.Opts{}).Check(ctx)
 		require.NoError(t, err)
 		require.True(t, rep.OK, "run %d to %d: %+v", runs, rep.Head.Seq, rep.Violations)
+		checkRepeats(t, rep, 0, runs)
 	}
 }
 
 // checkRepeats checks a run's repeated failures: every key runs the same
 // call, so each reserve after the first failure (seq 2), at the odd seqs
-// from 3, repeats it. A run from pin to its head lists the one group when
-// a repeat falls in that range, with every repeat up to the head.
+// from 3, repeats it. A run from pin (0: a full run) to its head lists the
+// one group when a repeat falls in that range, with every repeat up to
+// the head.
 func checkRepeats(t *testing.T, rep *verify.Report, pin uint64, run int) {
 	t.Helper()
 	head := rep.Head.Seq
-	if (head-1)/2 == (pin-1)/2 {
+	repeatsTo := func(seq uint64) int { return int(max(seq, 1)-1) / 2 } // the repeats at seqs up to seq
+	if repeatsTo(head) == repeatsTo(pin) {
 		require.Empty(t, rep.Audit.RepeatedFailures, "run %d from %d to %d", run, pin, head)
 		return
 	}
 	require.Len(t, rep.Audit.RepeatedFailures, 1, "run %d from %d to %d", run, pin, head)
 	g := rep.Audit.RepeatedFailures[0]
-	require.Len(t, g.Keys, 1+int(head-1)/2, "run %d from %d to %d: seqs %v", run, pin, head, g.Seqs)
+	require.Len(t, g.Keys, 1+repeatsTo(head), "run %d from %d to %d: seqs %v", run, pin, head, g.Seqs)
 	require.LessOrEqual(t, g.Seqs[len(g.Seqs)-1], head, "run %d from %d to %d", run, pin, head)
 }
 
