@@ -62,11 +62,15 @@ type Checkpointer struct {
 // grown). Before signing it checks that the stored tree still has the
 // last checkpoint's root at its size (ErrFork otherwise).
 func (c *Checkpointer) SignOnce(ctx context.Context) (*Signed, error) {
-	n, err := c.Store.TreeSize(ctx)
+	// The last checkpoint is read before the tree, each in a read of its
+	// own: a checkpoint is stored only for a tree already stored, so the
+	// tree read after it is at least as large, even when another signer
+	// (a replica) stores a checkpoint between the two reads.
+	last, err := c.Store.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
-	last, err := c.Store.LatestCheckpoint(ctx)
+	n, err := c.Store.TreeSize(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}

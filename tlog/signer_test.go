@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -69,4 +70,49 @@ func TestCheckpointer_Run_sizeAtStart(t *testing.T) {
 	v, ok := metricValue(t, "ledger_tlog_checkpoint_size")
 	require.True(t, ok)
 	assert.Equal(t, 42.0, v)
+}
+
+// TestCheckpointer_SignOnce_twoSigners: two signers of one growing tree
+// (replicas while the signer election changes hands). The other signer
+// stores a larger checkpoint right after this one reads the tree's size:
+// this one must see a stale signing (ErrStale), not a fork. It reads the
+// last checkpoint first, so the tree it reads next is never smaller.
+func TestCheckpointer_SignOnce_twoSigners(t *testing.T) {
+	ctx := context.Background()
+	db, _ := ledgertest.Open(t)
+	skey, _, err := tlog.GenerateKey("example.test")
+	require.NoError(t, err)
+	signer, _, _, err := tlog.LoadSignerText(skey, "example.test")
+	require.NoError(t, err)
+	origin := tlog.Origin("example.test", tlog.DefaultNamespace)
+	other := &tlog.Checkpointer{Store: db, Signer: signer, Origin: origin}
+	ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
+	_, err = other.SignOnce(ctx)
+	require.NoError(t, err)
+
+	ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-second", "exec-1"))
+	meanwhile := func() {
+		ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-third", "exec-1"))
+		s, err := other.SignOnce(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, s.Size)
+	}
+	cp := &tlog.Checkpointer{Store: afterTreeSize{db, meanwhile}, Signer: signer, Origin: origin}
+	_, err = cp.SignOnce(ctx)
+	require.ErrorIs(t, err, tlog.ErrStale)
+	last, err := db.LatestCheckpoint(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 3, last.Size)
+}
+
+// afterTreeSize is a Store that runs fn after each TreeSize read.
+type afterTreeSize struct {
+	tlog.Store
+	fn func()
+}
+
+func (s afterTreeSize) TreeSize(ctx context.Context) (int64, error) {
+	n, err := s.Store.TreeSize(ctx)
+	s.fn()
+	return n, err
 }

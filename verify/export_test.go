@@ -8,3 +8,11 @@ func NewKeyOrdered(db DB, opts Opts) *Verifier {
 	v.keyOrder = true
 	return v
 }
+
+// SetMaxSuspects bounds the keys a run re-checks one by one at n until
+// the test ends.
+func SetMaxSuspects(t interface{ Cleanup(func()) }, n int) {
+	old := maxSuspects
+	maxSuspects = n
+	t.Cleanup(func() { maxSuspects = old })
+}

@@ -216,7 +216,7 @@ func (l *level) finish(keys func(fn func(*ledger.KeyRecord) error) error) error 
 			if err != nil {
 				return err
 			}
-			p.drift.suspectf(k.first.Seq, k.key, "there is no derived key record for key %q", k.key)
+			p.drift.suspectf(k.first.Seq, k.key, nil, "there is no derived key record for key %q", k.key)
 		}
 		if st := slotState(s, p.now); st == "interrupted" || st == "failed" {
 			k, err := l.hydrate(s)
@@ -255,13 +255,13 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 			return l.spillKey(h, row)
 		}
 		key := strings.Clone(row.Key) // the row's strings may be a spill buffer's
-		p.drift.suspectf(row.FirstSeq, key, "the derived key records have key %q, which has no receipts", key)
+		p.drift.suspectf(row.FirstSeq, key, row, "the derived key records have key %q, which has no receipts", key)
 		return nil
 	}
 	s.flags |= slotSeen
 	if s.flags&slotReserve == 0 {
 		key := strings.Clone(row.Key)
-		p.drift.suspectf(row.FirstSeq, key, "the derived key records have key %q, which has no reserve", key)
+		p.drift.suspectf(row.FirstSeq, key, row, "the derived key records have key %q, which has no reserve", key)
 		return nil
 	}
 	latestSeq, finalSeq := l.table.seqs(s)
@@ -275,7 +275,7 @@ func (l *level) keyRow(row *ledger.KeyRecord) error {
 		return err
 	}
 	if want := wantRecord(k); *row != want {
-		p.drift.suspectf(want.FirstSeq, k.key, "the derived key record of %q is %+v; the receipts give %+v", k.key, *row, want)
+		p.drift.suspectf(want.FirstSeq, k.key, row, "the derived key record of %q is %+v; the receipts give %+v", k.key, *row, want)
 	}
 	return nil
 }

@@ -61,11 +61,15 @@ func (c *repeatCollector) flush() {
 }
 
 // readRepeats reads the repeated failures from src, applying the audit's
-// filters. Like readDuplicates it shares nothing with the key pass.
-func readRepeats(ctx context.Context, src RepeatSource, f AuditFilter, from uint64) ([]RepeatedFailure, error) {
+// filters, and leaves out the rows after through, like readDuplicates (a
+// failure after it takes its whole group along: its repeats come later).
+// Like readDuplicates it shares nothing with the key pass.
+func readRepeats(ctx context.Context, src RepeatSource, f AuditFilter, from, through uint64) ([]RepeatedFailure, error) {
 	c := &repeatCollector{win: f.window(), from: from}
 	err := src.RepeatedFailures(ctx, f.Tool, func(r *ledger.CallAfterFailure) error {
-		c.add(r)
+		if r.Seq <= through {
+			c.add(r)
+		}
 		return nil
 	})
 	c.flush()

@@ -42,12 +42,20 @@ func (v *Verifier) seqPass(ctx context.Context, r *run) error {
 		succ = newSuccessSet(sp, sp.hint)
 	}
 	// The pass also watches for a failure the repeated-failures query
-	// could start from: the query waits for the first one, and does not
-	// run when the pass ends without one.
+	// could start from: the query does not run when the pass ends without
+	// one.
 	fails := newFailureGate()
-	queryPass := make(chan error, 1)
-	go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails) }()
 	top, err = v.replayChain(ctx, r, top, succ, fails)
+	// The grouping queries run after the pass, beside the key states'
+	// work, in snapshots that hold at least what the pass read, and leave
+	// out the rows after its last seq: the audit ends at the report's
+	// head, where an incremental run pinned to it starts.
+	queryPass := make(chan error, 1)
+	if err == nil {
+		go func() { queryPass <- v.readGroupings(ctx, r, succ == nil, fails, r.through) }()
+	} else {
+		queryPass <- nil
+	}
 	// The successes noted are compared (sorted, partition files read
 	// back) beside the key states' work after the pass.
 	dupPass := make(chan error, 1)
@@ -87,7 +95,9 @@ func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *su
 		e := eventOf(rc)
 		spErr = top.add(&e, rc)
 	})
+	r.through = r.from
 	err := v.db.Receipts(ctx, r.from, func(rc *chain.Receipt) error {
+		r.through = max(r.through, rc.Seq)
 		replay.add(rc)
 		return nil
 	})
@@ -109,8 +119,9 @@ func (v *Verifier) finishStates(ctx context.Context, r *run, sp *singlePass, top
 		r.audit = newAuditBuilder(v.opts.Filter, r.from)
 		r.audit.dups = nil
 		r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
-		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.now)
+		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
 	}
+	sp.drift.through = r.through
 	err := top.finish(func(fn func(*ledger.KeyRecord) error) error { return v.db.Keys(ctx, fn) })
 	if err == nil {
 		err = sp.drift.finish(ctx)
@@ -125,6 +136,6 @@ func (v *Verifier) duplicatesIfAny(ctx context.Context, r *run, succ *successSet
 		return nil
 	}
 	var err error
-	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.from)
+	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.from, r.through)
 	return err
 }

@@ -97,8 +97,12 @@ type stateChecker struct {
 	// a key's outcome starts a new generation of the key (0: never).
 	ttl  uint64
 	keys map[string]*keyState
-	// In grouped mode one keyState is reused for key after key.
+	// In grouped mode one keyState is reused for key after key. fresh
+	// tells whether the key has a receipt after from: a key pass bounded
+	// by the chain pass's end can read a key whose later receipts it
+	// leaves out, and such a key is not this run's to finish.
 	grouped keyState
+	fresh   bool
 	drift   *driftChecker // cross-checks the keys table, in grouped full runs
 }
 
@@ -117,15 +121,23 @@ func (s *stateChecker) violation(r *chain.Receipt, rule, format string, args ...
 func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
 	k := &s.grouped
 	if k.key != r.IdempotencyKey || k.first.Seq == 0 {
-		if k.first.Seq != 0 {
-			s.finishKey(k, now)
-		}
+		s.finishGrouped(now)
 		*k = keyState{key: r.IdempotencyKey, first: *r, attempts: k.attempts[:0]}
+		s.fresh = false
 		s.first(k, r)
 	} else {
 		s.next(k, r)
 	}
+	s.fresh = s.fresh || s.from == 0 || r.Seq > s.from
 	k.record(r.ExecutionID, r.Attempt)
+}
+
+// finishGrouped finishes the key of grouped mode, if one is held and it
+// has a receipt after from.
+func (s *stateChecker) finishGrouped(now uint64) {
+	if s.grouped.first.Seq != 0 && s.fresh {
+		s.finishKey(&s.grouped, now)
+	}
 }
 
 // flush finishes a key of the map: its final state goes to the audit.
@@ -148,10 +160,8 @@ func (s *stateChecker) finish(now uint64) {
 	for key := range s.keys {
 		s.flush(key, now)
 	}
-	if s.grouped.first.Seq != 0 {
-		s.finishKey(&s.grouped, now)
-		s.grouped = keyState{}
-	}
+	s.finishGrouped(now)
+	s.grouped, s.fresh = keyState{}, false
 }
 
 // add applies one receipt to its key's state, held in a map.

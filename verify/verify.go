@@ -152,6 +152,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 // run is the state of one check, shared by the strategies.
 type run struct {
 	from     uint64 // receipts up to from are trusted
+	through  uint64 // the highest seq the chain pass read: the key states stop there
 	ttl, now uint64
 	chainCol *collector
 	stateCol *collector
