@@ -76,10 +76,12 @@ func waitReserve(exec string, waitMS int) string {
 
 // TestLedgerd_wait: through the real binary, a reserve waits for the
 // holder's commit past the server's read and write timeouts and gets the
-// replay; one that runs out of wait gets in_progress.
+// replay; one that runs out of wait gets in_progress. The timeouts are
+// short, but not so short that a busy machine's fsync outlasts the write
+// timeout of an ordinary request (its answer would be cut: EOF).
 func TestLedgerd_wait(t *testing.T) {
 	t.Parallel()
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-timeout", "500ms", "--write-timeout", "500ms")
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-timeout", "2s", "--write-timeout", "2s")
 	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
 	require.Equal(t, 201, r.Status, r.Raw)
 	token := r.Body["reservation"].(string)

@@ -529,11 +529,25 @@ func TestClient_Do_retries(t *testing.T) {
 		var once sync.Once
 		unlock := func() { once.Do(func() { _ = lock.Rollback() }) }
 		t.Cleanup(unlock) // before the server's cleanup
+		// The reserve is sent again while --max-inflight refuses it (a poll
+		// below held the place when it came): once it is in, only it can
+		// make a poll see 503.
 		go func() {
-			res, err := http.Post(l.HTTP.URL+"/v1/effects/reserve", "application/json",
-				strings.NewReader(`{"idempotency_key":"held-key-0001","execution_id":"e","tool":"t","effect":"write"}`))
-			if err == nil {
+			for {
+				req, err := http.NewRequestWithContext(t.Context(), "POST", l.HTTP.URL+"/v1/effects/reserve",
+					strings.NewReader(`{"idempotency_key":"held-key-0001","execution_id":"e","tool":"t","effect":"write"}`))
+				if err != nil {
+					return
+				}
+				req.Header.Set("Content-Type", "application/json")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return
+				}
 				res.Body.Close()
+				if res.StatusCode != 503 {
+					return
+				}
 			}
 		}()
 		require.Eventually(t, func() bool {
