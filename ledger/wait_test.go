@@ -32,7 +32,8 @@ type waitResult struct {
 }
 
 // startWaiter reserves req with wait_ms in a goroutine and returns once
-// the request is parked on its key.
+// the request has subscribed to its key's end: a commit from then on
+// reaches it, whether it comes before or after its decision to wait.
 func startWaiter(tb testing.TB, ctx context.Context, db *ledgertest.DB, req ledger.ReserveRequest, waitMS int64) <-chan waitResult {
 	tb.Helper()
 	before := db.Waiting()
@@ -279,6 +280,13 @@ type parker struct {
 
 func (p *parker) Park() { p.parks.Add(1) }
 
+// parked waits until the request has parked: startWaiter sees it subscribed to its key, which
+// comes before its decision, and a commit before the decision is answered without a wait.
+func (p *parker) parked(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool { return p.parks.Load() > 0 }, 5*time.Second, time.Millisecond, "parked")
+}
+
 func (p *parker) Resume(context.Context) error {
 	p.resumes.Add(1)
 	return p.resumeErr
@@ -293,6 +301,7 @@ func TestDB_Reserve_waitParker(t *testing.T) {
 		p := &parker{}
 		ctx := ledger.NewContextWithParker(context.Background(), p)
 		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		p.parked(t) // the commit must come after the decision to wait
 		mustCommit(t, db, succeed(key, held.Reservation))
 		r := receive(t, w, 5*time.Second)
 		require.NoError(t, r.err)
@@ -303,8 +312,10 @@ func TestDB_Reserve_waitParker(t *testing.T) {
 		db, _ := MustOpenDB(t)
 		held := mustReserve(t, db, reserveReq(key, "exec-1"))
 		boom := errors.New("no slot")
-		ctx := ledger.NewContextWithParker(context.Background(), &parker{resumeErr: boom})
+		p := &parker{resumeErr: boom}
+		ctx := ledger.NewContextWithParker(context.Background(), p)
 		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		p.parked(t)
 		mustCommit(t, db, succeed(key, held.Reservation))
 		r := receive(t, w, 5*time.Second)
 		assert.ErrorIs(t, r.err, boom)
