@@ -470,11 +470,25 @@ func TestServer_maxInFlightPerClient(t *testing.T) {
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free) // before srv.Close
+	// A hold that arrives while a probe below has the busy token's place is
+	// refused (503) and tries again, so that it ends up held.
 	go func() {
-		req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
-		req.Header.Set("Authorization", "Bearer "+busy)
-		if res, err := srv.Client().Do(req); err == nil {
+		for {
+			req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
+			req.Header.Set("Authorization", "Bearer "+busy)
+			res, err := srv.Client().Do(req)
+			if err != nil {
+				return
+			}
 			res.Body.Close()
+			if res.StatusCode != http.StatusServiceUnavailable {
+				return
+			}
+			select {
+			case <-release:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}()
 	require.Eventually(t, func() bool {
