@@ -2,7 +2,6 @@ package verify_test
 
 import (
 	"context"
-	"fmt"
 	"net/http/httptest"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/storage/storetest"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -54,7 +54,7 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
-	done := writeFailures(t, db, 400)
+	done := storetest.AppendFailures(t, db.Namespace, 400)
 	for runs := 0; ; runs++ {
 		select {
 		case err := <-done:
@@ -91,7 +91,7 @@ func TestVerifier_fullBesideWriter(t *testing.T) {
 	verify.SetMaxSuspects(t, 2)
 	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
 	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
-	done := writeFailures(t, db, 600)
+	done := storetest.AppendFailures(t, db.Namespace, 600)
 	for runs := 0; ; runs++ {
 		select {
 		case err := <-done:
@@ -124,38 +124,4 @@ func checkRepeats(t *testing.T, rep *verify.Report, pin uint64, run int) {
 	g := rep.Audit.RepeatedFailures[0]
 	require.Len(t, g.Keys, 1+repeatsTo(head), "run %d from %d to %d: seqs %v", run, pin, head, g.Seqs)
 	require.LessOrEqual(t, g.Seqs[len(g.Seqs)-1], head, "run %d from %d to %d", run, pin, head)
-}
-
-// writeFailures appends, on a goroutine of its own, n keys that are
-// reserved and then fail, and sends its error (nil when all are written)
-// on the channel it returns. The test's cleanup stops it and waits.
-func writeFailures(t *testing.T, db *ledgertest.DB, n int) <-chan error {
-	ctx := context.Background()
-	errc, stop, exited := make(chan error, 1), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		errc <- func() error {
-			for i := range n {
-				select {
-				case <-stop:
-					return nil
-				default:
-				}
-				key := fmt.Sprintf("key-%06d", i)
-				res, err := db.Reserve(ctx, ledgertest.ReserveReq(key, "exec-1"))
-				if err != nil {
-					return err
-				}
-				if _, err := db.Commit(ctx, ledgertest.Fail(key, res.Reservation, false)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}()
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		<-exited
-	})
-	return errc
 }

@@ -30,7 +30,7 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
-	done := appendFailures(t, n, 300)
+	done := AppendFailures(t, n, 300)
 	for runs := 0; ; runs++ {
 		select {
 		case err := <-done:
@@ -57,10 +57,10 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 	}
 }
 
-// appendFailures appends, on a goroutine of its own, keys that are
-// reserved and then fail, and sends its error (nil when all are written)
+// AppendFailures appends to n, on a goroutine of its own, keys that are
+// reserved and then fail (all the same call), and sends its error (nil when all are written)
 // on the channel it returns. The test's cleanup stops it and waits.
-func appendFailures(t *testing.T, n *ledger.Namespace, keys int) <-chan error {
+func AppendFailures(t *testing.T, n *ledger.Namespace, keys int) <-chan error {
 	ctx := context.Background()
 	errc, stop, exited := make(chan error, 1), make(chan struct{}), make(chan struct{})
 	go func() {
