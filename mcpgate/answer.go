@@ -1,10 +1,13 @@
 package mcpgate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Statuses the gateway puts in _meta["io.effect-ledger/status"] of the
@@ -130,19 +133,51 @@ const maxResult = 64 << 10
 
 // recordedResult is what a commit records of a CallToolResult: its
 // content and structuredContent, from the upstream's own text when the
-// connection kept it. A result over the ledger's bound is recorded as a
-// note saying so, so the effect is still recorded.
-func recordedResult(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {
+// connection kept it. A result the ledger cannot hold is recorded as a
+// note saying so, so the success is still recorded: one over the ledger's
+// bound, or one that is not I-JSON (a lone surrogate, a number beyond a
+// double), which is recorded re-encoded where that makes it I-JSON.
+func recordedResult(res *mcp.CallToolResult, raw json.RawMessage) json.RawMessage {
 	b, err := recordedJSON(res, raw)
 	if err != nil {
-		return nil, err
+		return resultNote(fmt.Sprintf("The call succeeded; its result could not be encoded (%v), so it is not replayed.", err))
 	}
-	if len(b) <= maxResult {
-		return b, nil
+	if ledger.CheckIJSON(b) != nil {
+		clean, ok := reencoded(b)
+		if !ok {
+			return resultNote("The call succeeded; its result is not I-JSON (RFC 7493), which the ledger records, so it is not replayed.")
+		}
+		b = clean
 	}
-	note := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
-		"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult)}}}
-	return json.Marshal(note)
+	if len(b) > maxResult {
+		return resultNote(fmt.Sprintf(
+			"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult))
+	}
+	return b
+}
+
+// reencoded is b decoded and encoded again, which replaces lone
+// surrogates with U+FFFD and keeps one of a repeated member, if that makes
+// it I-JSON.
+func reencoded(b []byte) (json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if dec.Decode(&v) != nil {
+		return nil, false
+	}
+	out, err := json.Marshal(v)
+	if err != nil || ledger.CheckIJSON(out) != nil {
+		return nil, false
+	}
+	return out, true
+}
+
+// resultNote is a recorded result that says why the call's own result is
+// not recorded.
+func resultNote(text string) json.RawMessage {
+	b, _ := json.Marshal(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
+	return b
 }
 
 func recordedJSON(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {

@@ -29,7 +29,7 @@ const commitTimeout = 30 * time.Second
 // call is one tools/call being decided.
 type call struct {
 	name       string // the upstream's tool name
-	ledgerTool string // <server-name>.<tool>
+	ledgerTool string // <server-name>.<tool>, LedgerToolName
 	toolLabel  string // the metrics label
 	args       json.RawMessage
 	meta       mcp.Meta // as the client sent it
@@ -40,7 +40,7 @@ type call struct {
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
 func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
-	c := &call{name: p.Name, ledgerTool: g.cfg.ServerName + "." + p.Name, args: p.Arguments, meta: p.Meta,
+	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
 		session: ss, toolLabel: unlistedToolLabel}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
@@ -104,25 +104,16 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 // answer that never came leaves the reservation to run out: the outcome
 // is unknown, and the ledger decides the next identical call.
 func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
-	// The call gets no longer than its lease: past it another call of an
-	// idempotent tool may take the key over.
-	cctx, cancel := context.WithTimeout(ctx, g.cfg.Lease)
+	// Once forwarded, the call runs to its answer and that answer is
+	// recorded, whatever becomes of the caller's request (a cancellation,
+	// a client gone): the effect may happen either way. It gets no longer
+	// than its lease, past which another call of an idempotent tool may
+	// take the key over.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Lease)
 	defer cancel()
-	res, raw, err := g.send(cctx, s, c)
-	var o Outcome
-	var wire *jsonrpc.Error
-	switch {
-	case err == nil && !res.IsError:
-		result, rerr := recordedResult(res, raw)
-		if rerr != nil {
-			return nil, rerr
-		}
-		o = Outcome{Succeeded: true, Result: result}
-	case err == nil:
-		o = Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(firstText(res), maxFailureMessage)}
-	case errors.As(err, &wire):
-		o = Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(wire.Message, maxFailureMessage)}
-	default:
+	res, slot, err := g.send(cctx, s, c)
+	v := judge(res, slot, err)
+	if !v.known {
 		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
 		return unknownAnswer(rsv.Key, err), nil
@@ -130,37 +121,122 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cmcancel()
-	if cerr := g.cfg.Ledger.Commit(cmctx, rsv.Key, rsv.Token, o); cerr != nil {
+	if cerr := g.commit(cmctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	} else {
-		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "succeeded", o.Succeeded,
+		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "succeeded", v.outcome.Succeeded,
 			"takeover", rsv.Takeover, "retry", rsv.Retry)
 	}
-	if err != nil {
-		return nil, err
+	if v.rpcErr != nil {
+		return nil, v.rpcErr
 	}
-	return asRaw(res, raw), nil
+	return v.reply, nil
+}
+
+// commit records an outcome. A success whose result the ledger refuses
+// (it checks more than the gateway can) is recorded with a note in its
+// place, so the success is on the chain all the same.
+func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error {
+	err := g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
+	var refusal *Refusal
+	if !o.Succeeded || !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInvalidRequest {
+		return err
+	}
+	g.logger.WarnContext(ctx, "result refused by the ledger: a note is recorded in its place", "key", rsv.Key, "err", err)
+	o.Result = resultNote(fmt.Sprintf("The call succeeded; the ledger refused to record its result (%s), so it is not replayed.", refusal.Message))
+	return g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
+}
+
+// verdict is what an upstream's answer to a forwarded call came to.
+type verdict struct {
+	known   bool    // the upstream answered: the outcome is known
+	outcome Outcome // known: what is recorded
+	reply   mcp.Result
+	rpcErr  *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
+}
+
+// judge reads an upstream's answer. Only an answer the upstream sent is
+// an outcome (SPEC §11): the SDK reports a connection that dropped, or an
+// HTTP 5xx, as a JSON-RPC error too, and those leave the outcome unknown.
+// An answer the SDK could not decode (a number out of range, an unknown
+// content type) is still the upstream's answer, read from its text.
+func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
+	raw := slot.get()
+	rpcErr, answered := slot.answer()
+	switch {
+	case err == nil && !res.IsError:
+		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: asRaw(res, raw)}
+	case err == nil:
+		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
+	case rpcErr != nil:
+		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(rpcErr.Message, maxFailureMessage)},
+			rpcErr: rpcErr}
+	case answered && len(raw) > 0:
+		return judgeRaw(raw)
+	}
+	return verdict{}
+}
+
+// judgeRaw reads a result the SDK could not decode from its text.
+func judgeRaw(raw json.RawMessage) verdict {
+	var loose struct {
+		IsError bool `json:"isError"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	if json.Unmarshal(raw, &loose) != nil {
+		// Not even an object with content: record what came, noted.
+		return verdict{known: true, outcome: Outcome{Succeeded: true,
+			Result: resultNote("The call's answer could not be read, so it is not replayed.")}, reply: rawCall{&mcp.CallToolResult{}, raw}}
+	}
+	reply := rawCall{&mcp.CallToolResult{IsError: loose.IsError}, raw}
+	if loose.IsError {
+		var first string
+		for _, c := range loose.Content {
+			if c.Type == "text" {
+				first = c.Text
+				break
+			}
+		}
+		return verdict{known: true, outcome: toolError(first), reply: reply}
+	}
+	return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(&mcp.CallToolResult{}, raw)}, reply: reply}
+}
+
+// toolError is the outcome of an answer with isError: true.
+func toolError(text string) Outcome {
+	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, maxFailureMessage)}
 }
 
 // forwardCall passes a read through unrecorded.
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	res, raw, err := g.send(ctx, s, c)
-	if err != nil {
-		return nil, err
+	res, slot, err := g.send(ctx, s, c)
+	if err == nil {
+		return asRaw(res, slot.get()), nil
 	}
-	return asRaw(res, raw), nil
+	v := judge(res, slot, err)
+	switch {
+	case v.rpcErr != nil:
+		return nil, v.rpcErr
+	case v.known:
+		return v.reply, nil
+	}
+	return nil, err
 }
 
 // send makes the upstream call, with the client's progress token routed
-// back to it, and returns the typed and, where kept, the raw result.
-func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, json.RawMessage, error) {
+// back to it, and returns the typed result and the slot that saw the
+// upstream's answer.
+func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
 	rctx, slot := withRawSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args})
-	return res, slot.get(), err
+	return res, slot, err
 }
 
 // truncate cuts s to at most n bytes on a rune boundary.

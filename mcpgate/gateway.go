@@ -14,6 +14,8 @@ package mcpgate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +23,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Defaults of Config.
@@ -39,8 +44,11 @@ type Config struct {
 	// Scope goes into every derived key: the same call in another scope
 	// is another effect.
 	Scope  string
-	Lease  time.Duration // default DefaultLease
-	Wait   time.Duration // default DefaultWait, at most MaxWait
+	Lease time.Duration // default DefaultLease
+	// Wait is how long a duplicate waits for the same call in flight, at
+	// most MaxWait; 0 is no wait (ledger-mcp's --wait defaults to
+	// DefaultWait).
+	Wait   time.Duration
 	Policy Policy
 	Logger *slog.Logger
 	// Version is the gateway's version, for its serverInfo when the
@@ -68,9 +76,6 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
-	}
-	if cfg.Wait == 0 {
-		cfg.Wait = DefaultWait
 	}
 	if cfg.Wait < 0 || cfg.Wait > MaxWait {
 		return nil, fmt.Errorf("mcpgate: wait %s is not within 0 … %s", cfg.Wait, MaxWait)
@@ -110,6 +115,43 @@ func ToolNamePart(name string) string {
 		b = b[:64]
 	}
 	return string(b)
+}
+
+// LedgerToolName is the ledger's tool name for an upstream's tool:
+// <server-name>.<tool> when the ledger can hold it (1–128 bytes of
+// visible ASCII, SPEC §4). A longer name, or one with other bytes (MCP
+// allows tool names of 128 characters, so <server-name>.<tool> may reach
+// 193 bytes), maps to its printable prefix, "~" and 16 hex digits of the
+// SHA-256 of the tool's exact name: one tool, one ledger name, and given
+// the upstream's tools/list the tool a ledger name stands for is found by
+// mapping each name again.
+func LedgerToolName(serverName, tool string) string {
+	name := serverName + "." + tool
+	if len(name) <= ledger.MaxIDLen && printable(name) {
+		return name
+	}
+	sum := sha256.Sum256([]byte(tool))
+	suffix := "~" + hex.EncodeToString(sum[:8])
+	b := []byte(name)
+	for i, c := range b {
+		if c < 0x21 || c > 0x7E {
+			b[i] = '_'
+		}
+	}
+	if keep := ledger.MaxIDLen - len(suffix); len(b) > keep {
+		b = b[:keep]
+	}
+	return string(b) + suffix
+}
+
+// printable reports whether s is made of visible ASCII (0x21–0x7E).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
 }
 
 // newServer builds the downstream server: the upstream's serverInfo,
@@ -210,17 +252,62 @@ func (g *Gateway) Server() *mcp.Server { return g.server }
 // ServeStdio serves one MCP client on newline-delimited JSON streams
 // (the process's stdin and stdout) until it disconnects or ctx ends.
 func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	err := g.server.Run(ctx, &mcp.IOTransport{Reader: newLiftReader(in), Writer: out})
+	err := g.server.Run(ctx, cancelTransport{&mcp.IOTransport{Reader: newLiftReader(in), Writer: out}})
 	if err != nil && errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
 }
 
+// Defaults of HTTPOptions.
+const (
+	DefaultSessionTimeout = 30 * time.Minute
+	DefaultMaxSessions    = 1000
+)
+
+// HTTPOptions bounds the sessions of Handler: an idle session is closed
+// after SessionTimeout (0: never), and a new session beyond MaxSessions
+// open at once is refused with 503 (0: no bound).
+type HTTPOptions struct {
+	SessionTimeout time.Duration
+	MaxSessions    int
+}
+
 // Handler serves Streamable HTTP (mount it at /mcp); every session shares
 // the one upstream connection.
-func (g *Gateway) Handler() http.Handler {
-	return liftHTTP(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil))
+func (g *Gateway) Handler(o HTTPOptions) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
+		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
+	return liftHTTP(g.boundSessions(h, o.MaxSessions))
+}
+
+// boundSessions refuses a request that would open a session (one without
+// Mcp-Session-Id) while max sessions are open.
+func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
+	if max <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && g.sessions() >= max {
+			g.logger.WarnContext(r.Context(), "session refused: too many open", "max_sessions", max)
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"too many open sessions (at most %d): try again later"}}`,
+				jsonrpc.CodeInternalError, max)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sessions counts the downstream sessions open now.
+func (g *Gateway) sessions() int {
+	n := 0
+	for range g.server.Sessions() {
+		n++
+	}
+	return n
 }
 
 // quietHandler passes on records of at least min: the SDK logs every

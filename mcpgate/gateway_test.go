@@ -135,7 +135,7 @@ func MustStartGatewayOn(tb testing.TB, up *mcpgate.Upstream, cfg mcpgate.Config,
 	ctx := context.Background()
 	g, err := mcpgate.New(up, cfg)
 	require.NoError(tb, err)
-	srv := httptest.NewServer(g.Handler())
+	srv := httptest.NewServer(g.Handler(mcpgate.HTTPOptions{}))
 	var o *mcp.ClientOptions
 	if len(opts) > 0 {
 		o = opts[0]

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Keys of _meta the gateway reads and writes (SPEC §11).
@@ -39,6 +41,19 @@ func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope strin
 		s, ok := v.(string)
 		if !ok {
 			return "", fmt.Errorf("the idempotency key must be a string, not %T", v)
+		}
+		// The ledger replaces a key too short to dedupe with a generated
+		// one, so every identical call would run: an explicit key must be
+		// one the ledger keeps (SPEC §1), or the call is refused.
+		if len(s) < ledger.MinKeyLen {
+			return "", fmt.Errorf("the idempotency key %q is shorter than %d bytes, so it could not deduplicate "+
+				"(leave it out and the gateway derives one from the call)", s, ledger.MinKeyLen)
+		}
+		if err := ledger.ValidateKey(s); err != nil {
+			return "", fmt.Errorf("the idempotency key must be %d–%d bytes of visible ASCII (0x21–0x7E)", ledger.MinKeyLen, ledger.MaxKeyLen)
+		}
+		if strings.HasPrefix(s, ledger.GeneratedKeyPrefix) {
+			return "", fmt.Errorf("the idempotency key may not start with %q, which the ledger keeps for keys it generates", ledger.GeneratedKeyPrefix)
 		}
 		return s, nil
 	}
@@ -73,7 +88,7 @@ func forwardMeta(meta mcp.Meta) mcp.Meta {
 // under metaParamsKey, where the typed request keeps it. Anything it
 // cannot parse is returned unchanged, for the SDK to answer.
 func liftParamsKey(params json.RawMessage) json.RawMessage {
-	if !bytes.Contains(params, []byte(`"idempotencyKey"`)) {
+	if !mayNameParamsKey(params) {
 		return params
 	}
 	var p map[string]json.RawMessage
@@ -105,7 +120,11 @@ func liftParamsKey(params json.RawMessage) json.RawMessage {
 // liftMessage applies liftParamsKey to one JSON-RPC message's text.
 func liftMessage(raw json.RawMessage) json.RawMessage {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || string(m["method"]) != `"tools/call"` || m["params"] == nil {
+	if json.Unmarshal(raw, &m) != nil || m["params"] == nil {
+		return raw
+	}
+	var method string
+	if json.Unmarshal(m["method"], &method) != nil || method != "tools/call" {
 		return raw
 	}
 	m["params"] = liftParamsKey(m["params"])
@@ -129,13 +148,20 @@ func liftHTTP(next http.Handler) http.Handler {
 			http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
 			return
 		}
-		if bytes.Contains(body, []byte(`"idempotencyKey"`)) {
+		if mayNameParamsKey(body) {
 			body = liftBody(body)
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// mayNameParamsKey reports whether a message's text may hold a member
+// named idempotencyKey: it does, or it has an escape sequence that might
+// spell it ("idempotency\u004bey"). Only such messages are parsed.
+func mayNameParamsKey(b []byte) bool {
+	return bytes.Contains(b, []byte(`"idempotencyKey"`)) || bytes.Contains(b, []byte(`\u`))
 }
 
 // maxBody bounds a POSTed MCP message.

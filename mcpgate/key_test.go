@@ -2,6 +2,7 @@ package mcpgate_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -40,4 +41,17 @@ func TestDeriveKey(t *testing.T) {
 		// dk_ + hex SHA-256("shop.charge" 0x00 `{"arguments":{"amount":12.5,"order":"A1"},"scope":""}`)
 		assert.Equal(t, "dk_"+sha256Hex("shop.charge\x00"+`{"arguments":{"amount":12.5,"order":"A1"},"scope":""}`), key)
 	})
+}
+
+func TestLedgerToolName(t *testing.T) {
+	assert.Equal(t, "shop.charge", mcpgate.LedgerToolName("shop", "charge"))
+	long := strings.Repeat("t", 128)
+	a := mcpgate.LedgerToolName(strings.Repeat("s", 64), long)
+	b := mcpgate.LedgerToolName(strings.Repeat("s", 64), long[:127]+"u")
+	assert.Len(t, a, 128)
+	assert.NotEqual(t, a, b, "two long names that share their prefix map apart")
+	assert.Equal(t, a, mcpgate.LedgerToolName(strings.Repeat("s", 64), long), "the mapping is stable")
+	spaced := mcpgate.LedgerToolName("shop", "send mail")
+	assert.True(t, strings.HasPrefix(spaced, "shop.send_mail~"), spaced)
+	assert.NotEqual(t, spaced, mcpgate.LedgerToolName("shop", "send_mail"))
 }

@@ -128,12 +128,30 @@ func localError(op string, err error) error {
 }
 
 // remote is a Ledger behind a ledgerd.
-type remote struct{ c *client.Client }
+type remote struct {
+	c       *client.Client
+	timeout time.Duration
+}
 
-// NewRemote returns a Ledger over a ledgerd reached with c.
-func NewRemote(c *client.Client) Ledger { return remote{c: c} }
+// DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
+// reserve's wait.
+const DefaultLedgerTimeout = 10 * time.Second
+
+// NewRemote returns a Ledger over a ledgerd reached with c. Each request
+// gets timeout (DefaultLedgerTimeout if 0), a reserve its wait on top: a
+// ledgerd that does not answer makes the call ledger_unavailable, and an
+// answer that comes later is not waited for, so no effect runs after the
+// caller was told it did not.
+func NewRemote(c *client.Client, timeout time.Duration) Ledger {
+	if timeout <= 0 {
+		timeout = DefaultLedgerTimeout
+	}
+	return remote{c: c, timeout: timeout}
+}
 
 func (r remote) Reserve(ctx context.Context, q Reserve) (*Reservation, error) {
+	ctx, cancel := context.WithTimeout(ctx, q.Wait+r.timeout)
+	defer cancel()
 	res, err := r.c.Reserve(ctx, client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: 1,
 		Tool: q.Tool, Class: client.Class(q.Class), Idempotent: q.Idempotent, InputHash: q.InputHash,
 		Lease: q.Lease, Wait: q.Wait})
@@ -150,6 +168,8 @@ func (r remote) Commit(ctx context.Context, key, token string, o Outcome) error 
 		cm.Outcome = "failed"
 		cm.Failure = &client.Failure{Code: o.ErrorCode, Message: o.ErrorMessage}
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
 	_, err := r.c.Commit(ctx, key, token, cm)
 	return remoteError("commit", err)
 }

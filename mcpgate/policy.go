@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/internal/glob"
 )
 
 // Effect classes (SPEC §1). None and read are not effects: such calls are
@@ -31,12 +32,15 @@ type Class struct {
 func (c Class) Recorded() bool { return c.Effect != ClassNone && c.Effect != ClassRead }
 
 // Rule is one entry of a --policy file: the tools it matches (a name or a
-// path.Match glob, tried against the upstream's tool name and the ledger's
-// <server-name>.<tool>) and the class their calls get.
+// glob, tried against the upstream's tool name and the ledger's
+// <server-name>.<tool>; `*` matches any bytes, `/` included, see
+// internal/glob) and the class their calls get.
 type Rule struct {
 	Tool       string `json:"tool"`
 	Effect     string `json:"effect"`
 	Idempotent bool   `json:"idempotent"`
+
+	glob *glob.Glob // Tool compiled, by ParsePolicy
 }
 
 // Policy overrides the tools' annotations; the first matching rule wins.
@@ -67,9 +71,11 @@ func ParsePolicy(b []byte) (Policy, error) {
 		if r.Tool == "" {
 			return nil, fmt.Errorf("policy: rule %d: empty \"tool\"", i+1)
 		}
-		if _, err := path.Match(r.Tool, ""); err != nil {
+		g, err := glob.Compile(r.Tool)
+		if err != nil {
 			return nil, fmt.Errorf("policy: rule %d: tool %q: %w", i+1, r.Tool, err)
 		}
+		p[i].glob = g
 		switch r.Effect {
 		case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 		default:
@@ -82,10 +88,14 @@ func ParsePolicy(b []byte) (Policy, error) {
 // match returns the first rule matching a tool, if any.
 func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
 	for _, r := range p {
-		if ok, _ := path.Match(r.Tool, tool); ok {
-			return r, true
+		g := r.glob
+		if g == nil {
+			var err error
+			if g, err = glob.Compile(r.Tool); err != nil {
+				continue
+			}
 		}
-		if ok, _ := path.Match(r.Tool, ledgerTool); ok {
+		if g.Match(tool) || g.Match(ledgerTool) {
 			return r, true
 		}
 	}

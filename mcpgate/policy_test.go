@@ -45,6 +45,18 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestClassify_starCoversSlash: a "*" rule covers every tool name, one
+// with a "/" too (path.Match's "*" stops at "/", so an upstream's
+// "admin/delete" claiming readOnlyHint slipped past it).
+func TestClassify_starCoversSlash(t *testing.T) {
+	policy, err := mcpgate.ParsePolicy([]byte(`[{"tool": "*", "effect": "destructive"}]`))
+	require.NoError(t, err)
+	for _, name := range []string{"admin/delete", "a/b/c", "x.y/z"} {
+		got := mcpgate.Classify(policy, name, "shop."+name, &mcp.ToolAnnotations{ReadOnlyHint: true})
+		assert.Equal(t, mcpgate.Class{Effect: "destructive"}, got, name)
+	}
+}
+
 func TestParsePolicy(t *testing.T) {
 	for _, tc := range []struct {
 		desc    string
@@ -55,7 +67,7 @@ func TestParsePolicy(t *testing.T) {
 		{"UnknownField", `[{"tool":"a","effect":"read","idempotnet":true}]`, "unknown field"},
 		{"BadClass", `[{"tool":"a","effect":"effectful"}]`, "not one of"},
 		{"EmptyTool", `[{"effect":"read"}]`, "empty"},
-		{"BadGlob", `[{"tool":"a[","effect":"read"}]`, "syntax"},
+		{"BadGlob", `[{"tool":"a[","effect":"read"}]`, "not closed"},
 		{"NotAList", `{"tool":"a"}`, "cannot unmarshal"},
 		{"Trailing", `[] []`, "trailing"},
 	} {

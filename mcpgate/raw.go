@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"sync"
 
@@ -20,10 +21,15 @@ import (
 // each request made with a rawSlot in its context, and the gateway
 // answers with that text.
 
-// rawSlot receives the raw result of one upstream request.
+// rawSlot receives the raw result of one upstream request, and whether
+// the upstream answered it at all: the SDK reports a transport's failure
+// (a dropped connection, an HTTP 500) as a JSON-RPC error too, and only
+// an answer the upstream sent is an outcome (SPEC §11).
 type rawSlot struct {
-	mu  sync.Mutex
-	raw json.RawMessage
+	mu       sync.Mutex
+	raw      json.RawMessage
+	answered bool
+	rpcErr   *jsonrpc.Error // the upstream's JSON-RPC error answer
 }
 
 func (s *rawSlot) get() json.RawMessage {
@@ -33,6 +39,26 @@ func (s *rawSlot) get() json.RawMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.raw
+}
+
+// answer reports what the upstream answered: its JSON-RPC error, if it
+// sent one, and whether any answer came.
+func (s *rawSlot) answer() (rpcErr *jsonrpc.Error, answered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rpcErr, s.answered
+}
+
+// put records an answer of the upstream: a result or a JSON-RPC error.
+func (s *rawSlot) put(result json.RawMessage, rpcErr *jsonrpc.Error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answered = true
+	if rpcErr != nil {
+		s.rpcErr = rpcErr
+		return
+	}
+	s.raw = bytes.Clone(result)
 }
 
 type rawSlotKey struct{}
@@ -90,13 +116,23 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		s := c.pending[res.ID]
 		delete(c.pending, res.ID)
 		c.mu.Unlock()
-		if s != nil && res.Error == nil {
-			s.mu.Lock()
-			s.raw = bytes.Clone(res.Result)
-			s.mu.Unlock()
+		if s != nil {
+			s.put(res.Result, wireError(res.Error))
 		}
 	}
 	return msg, err
+}
+
+// wireError is err as the JSON-RPC error object it came as, if it did.
+func wireError(err error) *jsonrpc.Error {
+	if err == nil {
+		return nil
+	}
+	var w *jsonrpc.Error
+	if errors.As(err, &w) {
+		return w
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 }
 
 // Results that encode as the raw text they came from. Each embeds the
@@ -191,7 +227,7 @@ func (r *liftReader) Read(p []byte) (int, error) {
 		}
 		line, err := r.br.ReadBytes('\n')
 		r.err = err
-		if bytes.Contains(line, []byte(`"idempotencyKey"`)) {
+		if mayNameParamsKey(line) {
 			nl := bytes.HasSuffix(line, []byte("\n"))
 			line = liftBody(bytes.TrimRight(line, "\r\n"))
 			if nl {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // rawRoundTripper keeps raw results for a Streamable HTTP upstream. The
@@ -19,6 +21,11 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := t.next.RoundTrip(req)
 	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
 	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
+		return res, err
+	}
+	// A 5xx is the transport's or a proxy's failure, not the server's
+	// answer, even when its body looks like one.
+	if res.StatusCode >= http.StatusInternalServerError {
 		return res, err
 	}
 	sse := strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream")
@@ -74,17 +81,16 @@ func (b *rawBody) scanEvents() {
 	}
 }
 
-// take keeps msg's result if msg is a JSON-RPC response with one.
+// take keeps msg's result or error if msg is a JSON-RPC response.
 func (b *rawBody) take(msg []byte) {
 	var m struct {
 		Method string          `json:"method"`
 		Result json.RawMessage `json:"result"`
+		Error  *jsonrpc.Error  `json:"error"`
 	}
-	if json.Unmarshal(msg, &m) != nil || m.Method != "" || m.Result == nil {
+	if json.Unmarshal(msg, &m) != nil || m.Method != "" || (m.Result == nil && m.Error == nil) {
 		return
 	}
-	b.slot.mu.Lock()
-	b.slot.raw = bytes.Clone(m.Result)
-	b.slot.mu.Unlock()
+	b.slot.put(m.Result, m.Error)
 	b.done, b.buf = true, nil
 }

@@ -90,7 +90,7 @@ func TestGateway_rawAnswers(t *testing.T) {
 	t.Cleanup(func() { _ = up.Close() })
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
 	require.NoError(t, err)
-	srv := httptest.NewServer(g.Handler())
+	srv := httptest.NewServer(g.Handler(mcpgate.HTTPOptions{}))
 	t.Cleanup(srv.Close)
 
 	direct, want := recordingClient(t, url)

@@ -2,7 +2,9 @@ package mcpgate
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -46,15 +48,50 @@ func (c *toolCache) lookup(ctx context.Context, s *mcp.ClientSession, name strin
 	if ok && !stale {
 		return t, nil
 	}
-	fresh := map[string]*mcp.Tool{}
-	for tool, err := range s.Tools(ctx, nil) {
-		if err != nil {
-			return nil, err
-		}
-		fresh[tool.Name] = tool
+	fresh, err := listTools(ctx, s)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	c.tools, c.stale = fresh, false
 	c.mu.Unlock()
 	return fresh[name], nil
+}
+
+// Bounds of listing an upstream's tools for a call: an upstream that
+// hands back a cursor it already gave (or pages without end) must not
+// hold the call, or a CPU, forever.
+const (
+	listToolsTimeout = 30 * time.Second
+	maxToolPages     = 1000
+)
+
+// listTools pages through the upstream's tools/list.
+func listTools(ctx context.Context, s *mcp.ClientSession) (map[string]*mcp.Tool, error) {
+	ctx, cancel := context.WithTimeout(ctx, listToolsTimeout)
+	defer cancel()
+	tools := map[string]*mcp.Tool{}
+	seen := map[string]bool{}
+	params := &mcp.ListToolsParams{}
+	for page := 1; ; page++ {
+		res, err := s.ListTools(ctx, params)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range res.Tools {
+			if t != nil {
+				tools[t.Name] = t
+			}
+		}
+		switch {
+		case res.NextCursor == "":
+			return tools, nil
+		case seen[res.NextCursor]:
+			return nil, fmt.Errorf("tools/list: the upstream repeated the cursor %q: its list never ends", truncate(res.NextCursor, 64))
+		case page == maxToolPages:
+			return nil, fmt.Errorf("tools/list: more than %d pages", maxToolPages)
+		}
+		seen[res.NextCursor] = true
+		params = &mcp.ListToolsParams{Cursor: res.NextCursor}
+	}
 }

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -145,6 +146,10 @@ func (g *gateway) logAddr(t *testing.T, msg string) string {
 // params.idempotencyKey: the SDK's typed params have no such field.
 const paramsKeyMeta = "test/params-idempotency-key"
 
+// paramsKeyEscapedMeta is paramsKeyMeta with the member's name written
+// with a JSON escape, "idempotency\u004bey", which names the same member.
+const paramsKeyEscapedMeta = "test/params-idempotency-key-escaped"
+
 // keyTransport writes tools/call requests with params.idempotencyKey,
 // the form proposed for MCP itself, taken from paramsKeyMeta.
 type keyTransport struct{ mcp.Transport }
@@ -163,7 +168,9 @@ func (c keyConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if req, ok := msg.(*jsonrpc.Request); ok && req.Method == "tools/call" {
 		var p map[string]any
 		if json.Unmarshal(req.Params, &p) == nil {
-			if meta, ok := p["_meta"].(map[string]any); ok && meta[paramsKeyMeta] != nil {
+			meta, _ := p["_meta"].(map[string]any)
+			switch {
+			case meta[paramsKeyMeta] != nil:
 				p["idempotencyKey"] = meta[paramsKeyMeta]
 				delete(meta, paramsKeyMeta)
 				b, err := json.Marshal(p)
@@ -171,6 +178,14 @@ func (c keyConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 					return err
 				}
 				req.Params = b
+			case meta[paramsKeyEscapedMeta] != nil:
+				p["idempotencyKey"] = meta[paramsKeyEscapedMeta]
+				delete(meta, paramsKeyEscapedMeta)
+				b, err := json.Marshal(p)
+				if err != nil {
+					return err
+				}
+				req.Params = bytes.Replace(b, []byte(`"idempotencyKey"`), []byte(`"idempotency\u004bey"`), 1)
 			}
 		}
 	}

@@ -68,7 +68,13 @@ type Main struct {
 	ServerName  string
 	PolicyFile  string
 	Listen      string
-	MetricsAddr string
+	// LedgerTimeout bounds each request to a --ledger, beyond a reserve's wait.
+	LedgerTimeout time.Duration
+	// SessionTimeout closes --listen sessions idle that long; MaxSessions
+	// bounds how many are open at once.
+	SessionTimeout time.Duration
+	MaxSessions    int
+	MetricsAddr    string
 	LogLevel    string
 	LogFormat   string
 
@@ -133,6 +139,9 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
 	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations")
 	fs.StringVar(&m.Listen, "listen", "", "serve MCP over Streamable HTTP at http://`ADDR`/mcp instead of stdio")
+	fs.DurationVar(&m.SessionTimeout, "session-timeout", mcpgate.DefaultSessionTimeout, "--listen: close a session that sent no request for this long (0: never)")
+	fs.IntVar(&m.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "--listen: at most this many sessions open at once; a new one beyond is refused with 503 (0: no bound)")
+	fs.DurationVar(&m.LedgerTimeout, "ledger-timeout", mcpgate.DefaultLedgerTimeout, "--ledger: how long a request to the ledgerd may take (a reserve: beyond its --wait) before the call is refused as ledger_unavailable")
 	fs.StringVar(&m.MetricsAddr, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics")
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
@@ -180,6 +189,12 @@ func (m *Main) check() error {
 		return fmt.Errorf("--key-ttl must be a whole number of milliseconds from 0 up, not %s", m.KeyTTL)
 	case m.KeyTTL != 0 && m.LedgerURL != "":
 		return errors.New("--key-ttl is for an embedded ledger: a remote ledger's namespaces have theirs (ledgerctl namespace create --key-ttl)")
+	case m.LedgerTimeout <= 0:
+		return fmt.Errorf("--ledger-timeout must be positive, not %s", m.LedgerTimeout)
+	case m.SessionTimeout < 0:
+		return fmt.Errorf("--session-timeout must not be negative, not %s", m.SessionTimeout)
+	case m.MaxSessions < 0:
+		return fmt.Errorf("--max-sessions must not be negative, not %d", m.MaxSessions)
 	case m.Wait < 0 || m.Wait > mcpgate.MaxWait:
 		return fmt.Errorf("--wait must be between 0 and 60s, not %s", m.Wait)
 	case m.UpstreamURL != "" && !strings.HasPrefix(m.UpstreamURL, "http://") && !strings.HasPrefix(m.UpstreamURL, "https://"):

@@ -85,7 +85,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		if err != nil {
 			return nil, "", fmt.Errorf("--ledger: %w", err)
 		}
-		return mcpgate.NewRemote(c), c.BaseURL(), nil
+		return mcpgate.NewRemote(c, m.LedgerTimeout), c.BaseURL(), nil
 	}
 	db := m.DB
 	if db == "" {
@@ -143,7 +143,7 @@ func (m *Main) serveHTTP(ctx context.Context, g *mcpgate.Gateway) error {
 		return fmt.Errorf("--listen: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Handler())
+	mux.Handle("/mcp", g.Handler(mcpgate.HTTPOptions{SessionTimeout: m.SessionTimeout, MaxSessions: m.MaxSessions}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
