@@ -43,7 +43,7 @@ type Config struct {
 	ServerName string
 	// Scope goes into every derived key: the same call in another scope
 	// is another effect.
-	Scope  string
+	Scope string
 	Lease time.Duration // default DefaultLease
 	// Wait is how long a duplicate waits for the same call in flight, at
 	// most MaxWait; 0 is no wait (ledger-mcp's --wait defaults to

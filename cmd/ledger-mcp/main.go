@@ -75,8 +75,8 @@ type Main struct {
 	SessionTimeout time.Duration
 	MaxSessions    int
 	MetricsAddr    string
-	LogLevel    string
-	LogFormat   string
+	LogLevel       string
+	LogFormat      string
 
 	Policy mcpgate.Policy
 	Logger *slog.Logger
