@@ -1,9 +1,11 @@
 package test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -293,4 +295,63 @@ func TestLedgerMCP_httpSessions(t *testing.T) {
 	defer cancel()
 	_, err = a.CallTool(ctx, &mcp.CallToolParams{Name: "lookup", Arguments: map[string]any{"order": "S1"}})
 	assert.Error(t, err, "the idle session was closed")
+}
+
+// TestLedgerMCP_cancelledGetsNoResponse: on stdio, a request the client
+// cancelled gets no response (MCP), though the call it forwarded runs to
+// its answer and is recorded; a later request is answered.
+func TestLedgerMCP_cancelledGetsNoResponse(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	outPipe, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(outPipe)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	send := func(msg string) {
+		_, err := io.WriteString(in, msg+"\n")
+		require.NoError(t, err)
+	}
+	next := func() map[string]any {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "ledger-mcp ended:\n%s", logs.String())
+			var m map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+			return m
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no message in 30s:\n%s", logs.String())
+			return nil
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	require.EqualValues(t, 1, next()["id"])
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"id":"nr1"}}}`)
+	require.Eventually(t, func() bool { return sh.runs("slow", "nr1") == 1 }, 30*time.Second, 5*time.Millisecond)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the user changed their mind"}}`)
+	sh.release("nr1")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "call executed") }, 30*time.Second, 5*time.Millisecond)
+	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	for {
+		m := next()
+		if m["id"] == nil {
+			continue // a notification
+		}
+		require.EqualValues(t, 3, m["id"], "the cancelled request 2 got a response: %v", m)
+		break
+	}
 }
