@@ -1,7 +1,9 @@
 package test
 
 import (
+	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -135,4 +137,34 @@ func TestDocs_slug(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, slug(tc.heading), tc.heading)
 	}
+}
+
+// TestDocs_mcpFlags: docs/mcp.md's flag table lists exactly the flags
+// ledger-mcp --help prints, so the two cannot drift apart.
+func TestDocs_mcpFlags(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), "--help")
+	var help bytes.Buffer
+	cmd.Stderr, cmd.Stdout = &help, &help
+	require.NoError(t, cmd.Run())
+	fromHelp := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help.String(), -1) {
+		if m[1] != "version" && m[1] != "help" {
+			fromHelp[m[1]] = true
+		}
+	}
+	doc, err := os.ReadFile("../docs/mcp.md")
+	require.NoError(t, err)
+	fromDoc := map[string]bool{}
+	for line := range strings.Lines(string(doc)) {
+		if !strings.HasPrefix(line, "| `--") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range regexp.MustCompile("`--([a-z-]+)").FindAllStringSubmatch(first, -1) {
+			fromDoc[m[1]] = true
+		}
+	}
+	require.NotEmpty(t, fromHelp)
+	assert.Equal(t, fromHelp, fromDoc, "flags of ledger-mcp --help (left) against docs/mcp.md's table (right)")
 }
