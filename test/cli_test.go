@@ -249,10 +249,10 @@ func TestLedgerctl_plurals(t *testing.T) {
 	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
 	sdb, err := sql.Open("sqlite3", tampered)
 	require.NoError(t, err)
-	// One violation: seq 7 reserves with a 10 ms lease, so moving its
-	// recorded_at later would also make the lease shorter than any ledger
-	// writes (invalid_field).
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET recorded_at = recorded_at - 1 WHERE seq = 7`)
+	// One violation: an edited actor breaks only the hash (moving seq 7's
+	// recorded_at later would also make its 10 ms lease shorter than any
+	// ledger writes, earlier could put it before seq 6's).
+	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
 	require.NoError(t, err)
 	require.NoError(t, sdb.Close())
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
