@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/stretchr/testify/assert"
@@ -135,4 +136,53 @@ func TestDocs_slug(t *testing.T) {
 	} {
 		assert.Equal(t, tc.want, slug(tc.heading), tc.heading)
 	}
+}
+
+// TestDocs_namespaceListSample: the `ledgerctl namespace list` sample of
+// docs/api.md is what the binary prints after the commands above it
+// (hashes aside, which depend on the time).
+func TestDocs_namespaceListSample(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	const cmd = "ledgerctl namespace list --db /var/lib/ledger/ledger.db\n"
+	_, after, ok := strings.Cut(string(raw), cmd)
+	require.True(t, ok, "docs/api.md shows %q", cmd)
+	var want []string
+	for _, line := range strings.Split(after, "\n") {
+		s, ok := strings.CutPrefix(line, "# ")
+		if !ok {
+			break
+		}
+		want = append(want, s)
+	}
+	require.NotEmpty(t, want, "the sample follows the command")
+
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	l := StartLedgerd(t, db)
+	for _, args := range [][]string{
+		{"namespace", "create", "--db", db, "payments"},
+		{"namespace", "create", "--db", db, "reports", "--key-ttl", "24h"},
+	} {
+		_, stderr, code := ledgerctl(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+	}
+	require.Eventually(t, func() bool {
+		r := l.Do("POST", "/v1/ns/payments/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+		return r.Status == 201
+	}, 10*time.Second, 20*time.Millisecond, "ledgerd serves the new namespace")
+	out, stderr, code := ledgerctl(t, "namespace", "list", "--db", db)
+	require.Equal(t, 0, code, stderr)
+
+	hash := regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+	norm := func(lines []string) []string {
+		out := make([]string, len(lines))
+		for i, s := range lines {
+			out[i] = strings.TrimRight(hash.ReplaceAllString(s, strings.Repeat("h", 64)), " ")
+		}
+		return out
+	}
+	got := strings.Split(strings.TrimSuffix(strings.ReplaceAll(out, dir, "/var/lib/ledger"), "\n"), "\n")
+	assert.Equal(t, norm(want), norm(got), "docs/api.md's sample; the binary printed:\n%s", out)
 }
