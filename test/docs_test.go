@@ -2,6 +2,7 @@ package test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -185,4 +186,36 @@ func TestDocs_namespaceListSample(t *testing.T) {
 	}
 	got := strings.Split(strings.TrimSuffix(strings.ReplaceAll(out, dir, "/var/lib/ledger"), "\n"), "\n")
 	assert.Equal(t, norm(want), norm(got), "docs/api.md's sample; the binary printed:\n%s", out)
+}
+
+// TestDocs_installsOnlyTaggedVersions: the README and docs/ tell a reader
+// to clone, go get or download only versions the repository carries a
+// tag for (`--branch vX.Y.Z`, `…@vX.Y.Z`, `NAME_vX.Y.Z_linux_ARCH`).
+func TestDocs_installsOnlyTaggedVersions(t *testing.T) {
+	out, err := exec.Command("git", "tag").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	tags := map[string]bool{}
+	for _, tag := range strings.Fields(string(out)) {
+		tags[tag] = true
+	}
+	ref := regexp.MustCompile(`(?:--branch |@|_)(v\d+\.\d+\.\d+)(?:_linux|[^\w.\-]|$)`) // not vX.Y.Z-dev
+	var pages []string
+	for _, glob := range docPages {
+		m, err := filepath.Glob(filepath.Join("..", glob))
+		require.NoError(t, err)
+		pages = append(pages, m...)
+	}
+	for _, page := range pages {
+		raw, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, m := range ref.FindAllStringSubmatch(line, -1) {
+				if !tags[m[1]] && !tags["client/"+m[1]] {
+					t.Errorf("%s:%d points at %s, which no tag of the repository carries: %s", page, i+1, m[1], strings.TrimSpace(line))
+				}
+			}
+		}
+	}
 }
