@@ -86,8 +86,13 @@ type Tx interface {
 	// Head is the chain's head including this transaction's appends.
 	Head() Head
 	// Now is the time of this run, unix ms, the same for every operation
-	// of the run. Drivers shared by replicas use the database's clock, so
-	// that leases do not depend on the clock of one machine.
+	// of the run, and never before the recorded_at of the chain's head:
+	// a clock that steps back (across a restart too) is held at the last
+	// recorded time, so recorded_at never decreases within a chain, and
+	// leases and key lifetimes (which compare Now with recorded times)
+	// are decided on that held time. Drivers shared by replicas use the
+	// database's clock, so that leases do not depend on the clock of one
+	// machine.
 	Now() uint64
 	// Key returns the record of key, or found false.
 	Key(ctx context.Context, key string) (k KeyRecord, found bool, err error)

@@ -249,10 +249,10 @@ func TestLedgerctl_plurals(t *testing.T) {
 	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
 	sdb, err := sql.Open("sqlite3", tampered)
 	require.NoError(t, err)
-	// One violation: seq 7 reserves with a 10 ms lease, so moving its
-	// recorded_at later would also make the lease shorter than any ledger
-	// writes (invalid_field).
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET recorded_at = recorded_at - 1 WHERE seq = 7`)
+	// One violation: an edited actor breaks only the hash (moving seq 7's
+	// recorded_at later would also make its 10 ms lease shorter than any
+	// ledger writes, earlier could put it before seq 6's).
+	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
 	require.NoError(t, err)
 	require.NoError(t, sdb.Close())
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
@@ -375,4 +375,75 @@ func TestLedgerd_commitReservationToken(t *testing.T) {
 	assert.Equal(t, "this reservation token is not the key's latest reservation (it was taken over, retried, or never issued for this key)", e["message"])
 	r = l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"`+tok+`","outcome":"succeeded"}`)
 	assert.Equal(t, 201, r.Status, r.Raw)
+}
+
+// TestLedgerctl_tokenEnv: with --server, ledgerctl takes its token from
+// --token, else LEDGERCTL_TOKEN, else LEDGER_TOKEN (the variable the
+// clients and ledger-mcp read).
+func TestLedgerctl_tokenEnv(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	tok := createToken(t, l.DB, "ops", "admin")
+	require.Eventually(t, func() bool { return l.Do("GET", "/v1/receipts", "").Status == 401 },
+		10*time.Second, 20*time.Millisecond, "a new first token is enforced within a second")
+	const bad = "elt_not_a_token"
+	for _, tc := range []struct {
+		desc          string
+		ctl, ledger   string
+		flag          []string
+		wantOK        bool
+		wantNoRequest bool
+	}{
+		{desc: "no token", wantOK: false},
+		{desc: "LEDGER_TOKEN alone", ledger: tok, wantOK: true},
+		{desc: "LEDGERCTL_TOKEN alone", ctl: tok, wantOK: true},
+		{desc: "LEDGERCTL_TOKEN wins over LEDGER_TOKEN", ctl: tok, ledger: bad, wantOK: true},
+		{desc: "LEDGERCTL_TOKEN wins, even when wrong", ctl: bad, ledger: tok, wantOK: false},
+		{desc: "--token beats both", ctl: bad, ledger: bad, flag: []string{"--token", tok}, wantOK: true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			env := []string{"LEDGERCTL_TOKEN=" + tc.ctl, "LEDGER_TOKEN=" + tc.ledger}
+			out, stderr, code := ledgerctlEnv(t, env, append([]string{"receipts", "--server", l.URL}, tc.flag...)...)
+			if tc.wantOK {
+				assert.Equal(t, 0, code, "%s %s", out, stderr)
+				return
+			}
+			assert.NotEqual(t, 0, code, out)
+			assert.Contains(t, stderr, "401", "refused for its token")
+		})
+	}
+}
+
+// TestLedgerctl_receiptsWholeKeys: the tables print idempotency keys
+// whole, so that a key copied from `ledgerctl receipts` or `audit` works
+// with `show` and `resolve`.
+func TestLedgerctl_receiptsWholeKeys(t *testing.T) {
+	t.Parallel()
+	clock := newWallClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
+	key := "order-2026-" + strings.Repeat("abcdefghij", 20) + "-end" // 215 bytes
+	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"exec-1","tool":"payments.charge","effect":"write","lease_ms":10}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	clock.advance(20 * time.Millisecond) // the lease ends: interrupted, listed by audit
+
+	out, stderr, code := ledgerctl(t, "receipts", "--server", l.URL)
+	require.Equal(t, 0, code, stderr)
+	assert.NotContains(t, out, "…")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	fields := strings.Fields(lines[1])
+	require.GreaterOrEqual(t, len(fields), 3, lines[1])
+	assert.Equal(t, key, fields[2], "the KEY column holds the key whole")
+
+	out, stderr, code = ledgerctl(t, "show", fields[2], "--server", l.URL)
+	require.Equal(t, 0, code, "a key copied from receipts works with show: %s", stderr)
+	assert.Contains(t, out, key)
+
+	out, stderr, code = ledgerctl(t, "audit", "--server", l.URL)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "  "+key+" ", "audit lists the interrupted key whole")
+	assert.NotContains(t, out, "…")
+
+	out, stderr, code = ledgerctl(t, "resolve", key, "--server", l.URL, "--outcome", "failed", "--error-code", "NOT_CHARGED", "--note", "checked the PSP")
+	require.Equal(t, 0, code, "%s %s", out, stderr)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/stretchr/testify/assert"
@@ -167,4 +168,87 @@ func TestDocs_mcpFlags(t *testing.T) {
 	}
 	require.NotEmpty(t, fromHelp)
 	assert.Equal(t, fromHelp, fromDoc, "flags of ledger-mcp --help (left) against docs/mcp.md's table (right)")
+}
+
+// TestDocs_namespaceListSample: the `ledgerctl namespace list` sample of
+// docs/api.md is what the binary prints after the commands above it
+// (hashes aside, which depend on the time).
+func TestDocs_namespaceListSample(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/api.md")
+	require.NoError(t, err)
+	const cmd = "ledgerctl namespace list --db /var/lib/ledger/ledger.db\n"
+	_, after, ok := strings.Cut(string(raw), cmd)
+	require.True(t, ok, "docs/api.md shows %q", cmd)
+	var want []string
+	for _, line := range strings.Split(after, "\n") {
+		s, ok := strings.CutPrefix(line, "# ")
+		if !ok {
+			break
+		}
+		want = append(want, s)
+	}
+	require.NotEmpty(t, want, "the sample follows the command")
+
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	l := StartLedgerd(t, db)
+	for _, args := range [][]string{
+		{"namespace", "create", "--db", db, "payments"},
+		{"namespace", "create", "--db", db, "reports", "--key-ttl", "24h"},
+	} {
+		_, stderr, code := ledgerctl(t, args...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+	}
+	require.Eventually(t, func() bool {
+		r := l.Do("POST", "/v1/ns/payments/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+		return r.Status == 201
+	}, 10*time.Second, 20*time.Millisecond, "ledgerd serves the new namespace")
+	out, stderr, code := ledgerctl(t, "namespace", "list", "--db", db)
+	require.Equal(t, 0, code, stderr)
+
+	hash := regexp.MustCompile(`\b[0-9a-f]{64}\b`)
+	norm := func(lines []string) []string {
+		out := make([]string, len(lines))
+		for i, s := range lines {
+			out[i] = strings.TrimRight(hash.ReplaceAllString(s, strings.Repeat("h", 64)), " ")
+		}
+		return out
+	}
+	got := strings.Split(strings.TrimSuffix(strings.ReplaceAll(out, dir, "/var/lib/ledger"), "\n"), "\n")
+	assert.Equal(t, norm(want), norm(got), "docs/api.md's sample; the binary printed:\n%s", out)
+}
+
+// TestDocs_installsOnlyTaggedVersions: the README and docs/ tell a reader
+// to clone, go get or download only versions the repository carries a
+// tag for (`--branch vX.Y.Z`, `…@vX.Y.Z`, `NAME_vX.Y.Z_linux_ARCH`).
+func TestDocs_installsOnlyTaggedVersions(t *testing.T) {
+	out, err := exec.Command("git", "tag").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	tags := map[string]bool{}
+	for _, tag := range strings.Fields(string(out)) {
+		tags[tag] = true
+	}
+	// "@vX.Y.Z" only of this repository's own modules: a dependency's
+	// version (go-sdk@v1.8.0) is not ours to tag.
+	ref := regexp.MustCompile(`(?:--branch |effect-ledger[\w./\-]*@|_)(v\d+\.\d+\.\d+)(?:_linux|[^\w.\-]|$)`) // not vX.Y.Z-dev
+	var pages []string
+	for _, glob := range docPages {
+		m, err := filepath.Glob(filepath.Join("..", glob))
+		require.NoError(t, err)
+		pages = append(pages, m...)
+	}
+	for _, page := range pages {
+		raw, err := os.ReadFile(page)
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, m := range ref.FindAllStringSubmatch(line, -1) {
+				if !tags[m[1]] && !tags["client/"+m[1]] {
+					t.Errorf("%s:%d points at %s, which no tag of the repository carries: %s", page, i+1, m[1], strings.TrimSpace(line))
+				}
+			}
+		}
+	}
 }

@@ -170,6 +170,7 @@ func testKeyLifetime(t *testing.T, db string) {
 				RenewedKeys []struct {
 					Key              string `json:"key"`
 					PreviousFinalSeq int64  `json:"previous_final_seq"`
+					PreviousOutcome  string `json:"previous_outcome"`
 					Seq              int64  `json:"seq"`
 				} `json:"renewed_keys"`
 				ReInvocations []struct {
@@ -183,7 +184,9 @@ func testKeyLifetime(t *testing.T, db string) {
 		assert.Equal(t, "daily-report", rep.Audit.RenewedKeys[0].Key)
 		assert.Equal(t, int64(2), rep.Audit.RenewedKeys[0].PreviousFinalSeq)
 		assert.Equal(t, renewSeq, rep.Audit.RenewedKeys[0].Seq)
+		assert.Equal(t, "succeeded", rep.Audit.RenewedKeys[0].PreviousOutcome)
 		assert.Equal(t, "weekly-digest", rep.Audit.RenewedKeys[1].Key)
+		assert.Equal(t, "failed", rep.Audit.RenewedKeys[1].PreviousOutcome)
 		for _, ri := range rep.Audit.ReInvocations {
 			assert.NotEqual(t, "weekly-digest", ri.Key, "a new generation is not a re-invocation")
 		}
@@ -191,6 +194,10 @@ func testKeyLifetime(t *testing.T, db string) {
 	out, stderr, code = ledgerctl(t, "audit", "--db", db)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "Renewed keys: a new generation after the key's lifetime (2)")
+	// The outcome that ended the previous generation, then its seq.
+	assert.Regexp(t, `PREVIOUS OUTCOME\s+PREVIOUS SEQ\n`, out)
+	assert.Regexp(t, fmt.Sprintf(`\n  %d\s+daily-report\s.*\ssucceeded\s+2\n`, renewSeq), out)
+	assert.Regexp(t, `\n  \d+\s+weekly-digest\s.*\sfailed\s+\d+\n`, out)
 	clock.set(t0 + 60*24*hourMS)
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("monthly-report", "exec-10", false, ""))
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -11,6 +11,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
+
+	buildversion "github.com/effect-ledger/effect-ledger/internal/version"
 )
 
 // buildInfo reads what the go command stamped into a binary, independently
@@ -33,6 +37,26 @@ func buildInfo(t *testing.T, bin string) (module, version string, settings map[s
 	}
 	require.NotEmpty(t, module, "go version -m %s:\n%s", bin, out)
 	return module, version, settings
+}
+
+// wantFirstLine is the first line --version must print for the binary
+// name, derived from its build info: the release tag the go command
+// stamped, else the tree's release (vX.Y.Z-dev between releases) and the
+// commit, ".dirty" for a tree with changes.
+func wantFirstLine(t *testing.T, name string) string {
+	_, modVersion, settings := buildInfo(t, filepath.Join(binDir, name))
+	rev := settings["vcs.revision"]
+	if semver.IsValid(modVersion) && !module.IsPseudoVersion(modVersion) && !strings.Contains(modVersion, "+dirty") {
+		return name + " " + modVersion
+	}
+	if rev == "" {
+		return name + " " + buildversion.Release
+	}
+	short := buildversion.Release + "+" + rev[:min(12, len(rev))]
+	if settings["vcs.modified"] == "true" {
+		short += ".dirty"
+	}
+	return name + " " + short
 }
 
 // wantVersionLines are the lines --version must print for bin, derived
@@ -68,7 +92,7 @@ func TestVersion(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.NoError(t, cmd.Run(), "exit 0; stderr: %s", stderr.String())
 		lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
-		assert.True(t, strings.HasPrefix(lines[0], "ledgerd "), "first line names the binary: %q", lines[0])
+		assert.Equal(t, wantFirstLine(t, "ledgerd"), lines[0], "the binary, its version and commit")
 		for _, want := range wantVersionLines(t, "ledgerd") {
 			assert.Contains(t, lines, want, "stdout:\n%s", stdout.String())
 		}
@@ -82,7 +106,7 @@ func TestVersion(t *testing.T) {
 			stdout, stderr, code := ledgerctl(t, args...)
 			require.Equal(t, 0, code, "ledgerctl %v: %s", args, stderr)
 			lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-			assert.True(t, strings.HasPrefix(lines[0], "ledgerctl "), "first line names the binary: %q", lines[0])
+			assert.Equal(t, wantFirstLine(t, "ledgerctl"), lines[0], "the binary, its version and commit")
 			for _, want := range wantVersionLines(t, "ledgerctl") {
 				assert.Contains(t, lines, want, "ledgerctl %v:\n%s", args, stdout)
 			}
@@ -101,7 +125,8 @@ func TestVersion(t *testing.T) {
 		assert.Equal(t, "ledgerctl", got.Binary)
 		assert.Equal(t, module, got.Module)
 		assert.Equal(t, version, got.ModuleVersion)
-		assert.Regexp(t, `^v\d+\.\d+\.\d+$`, got.Version, "a release, whatever the go command stamped")
+		assert.Regexp(t, `^v\d+\.\d+\.\d+(-dev)?$`, got.Version, "a release (or the next one's -dev), whatever the go command stamped")
+		assert.Equal(t, buildversion.Release, got.Version, "this checkout carries no release tag: the tree's release")
 		assert.Equal(t, settings["vcs.revision"], got.Revision)
 		assert.Equal(t, settings["vcs.modified"] == "true", got.Modified)
 		assert.Equal(t, "v1.2", got.Contract)

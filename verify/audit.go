@@ -62,8 +62,10 @@ type RenewedKey struct {
 	Key  string `json:"key"`
 	Tool string `json:"tool"`
 	// PreviousFinalSeq is the commit or resolve that ended the previous
-	// generation; Seq is the new generation's reserve.
+	// generation, PreviousOutcome its outcome (succeeded or failed); Seq
+	// is the new generation's reserve.
 	PreviousFinalSeq uint64 `json:"previous_final_seq"`
+	PreviousOutcome  string `json:"previous_outcome"`
 	Seq              uint64 `json:"seq"`
 	ExecutionID      string `json:"execution_id"`
 	RecordedAt       uint64 `json:"recorded_at"`
@@ -228,7 +230,7 @@ func (b *auditBuilder) reserve(k *keyState, r *chain.Receipt, state string, seen
 func (b *auditBuilder) renewed(k *keyState, r *chain.Receipt, finalSeq uint64) {
 	if r.Seq > b.from && b.win.has(r.Tool, r.Seq, r.RecordedAt) {
 		b.a.RenewedKeys = append(b.a.RenewedKeys, RenewedKey{Key: k.key, Tool: r.Tool, PreviousFinalSeq: finalSeq,
-			Seq: r.Seq, ExecutionID: r.ExecutionID, RecordedAt: r.RecordedAt})
+			PreviousOutcome: k.final.outcome, Seq: r.Seq, ExecutionID: r.ExecutionID, RecordedAt: r.RecordedAt})
 	}
 }
 

@@ -1,6 +1,8 @@
 package verify
 
 import (
+	"time"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
@@ -16,9 +18,14 @@ type chainChecker struct {
 	prev        chain.Hash // stored hash of the previous receipt
 	prevUnknown bool       // the previous receipt's hash is malformed and cannot be computed
 	lastSeq     uint64
-	count       uint64 // receipts in the chain
-	checked     uint64 // receipts rehashed
-	progress    func(uint64)
+	// prevAt is the recorded_at of the previous receipt, when known
+	// (prevAtOK: it was well formed, or the pinned receipt's on an
+	// incremental run).
+	prevAt, prevAtSeq uint64
+	prevAtOK          bool
+	count             uint64 // receipts in the chain
+	checked           uint64 // receipts rehashed
+	progress          func(uint64)
 }
 
 type pinCheck struct {
@@ -28,10 +35,11 @@ type pinCheck struct {
 }
 
 // newChainChecker returns a checker that starts after the receipt at
-// from (0: at the genesis), whose hash is prev; the pins at or below from
-// were checked already.
-func newChainChecker(col *collector, opts Opts, from uint64, prev chain.Hash) *chainChecker {
-	c := &chainChecker{col: col, next: from + 1, prev: prev, lastSeq: from, count: from, progress: opts.Progress}
+// from (0: at the genesis), whose hash is prev and whose recorded_at is
+// prevAt; the pins at or below from were checked already.
+func newChainChecker(col *collector, opts Opts, from uint64, prev chain.Hash, prevAt uint64) *chainChecker {
+	c := &chainChecker{col: col, next: from + 1, prev: prev, lastSeq: from, count: from, progress: opts.Progress,
+		prevAt: prevAt, prevAtSeq: from, prevAtOK: from > 0}
 	for _, p := range []struct {
 		pin  *Pin
 		what string
@@ -87,11 +95,33 @@ func (c *chainChecker) add(r *chain.Receipt) {
 		}
 	}
 	checkFields(c.col, r)
+	c.checkRecordedAt(r)
 	c.checkPins(r)
 	c.prev, c.prevUnknown, c.lastSeq, c.next = next, !nextOK, r.Seq, r.Seq+1
 	if c.progress != nil && c.count%65536 == 0 {
 		c.progress(r.Seq)
 	}
+}
+
+// checkRecordedAt reports a receipt recorded before its predecessor:
+// recorded times never decrease within a chain (contract v1.3). A
+// malformed recorded_at is invalid_field's, and the next receipt is not
+// compared with it.
+func (c *chainChecker) checkRecordedAt(r *chain.Receipt) {
+	if r.IsMalformed("recorded_at") {
+		c.prevAtOK = false
+		return
+	}
+	if c.prevAtOK && r.RecordedAt < c.prevAt {
+		c.col.addf(r.Seq, RuleRecordedAtDecreased, "recorded_at %d (%s) is before the %d (%s) of seq %d: recorded times must not decrease within a chain",
+			r.RecordedAt, msTime(r.RecordedAt), c.prevAt, msTime(c.prevAt), c.prevAtSeq)
+	}
+	c.prevAt, c.prevAtSeq, c.prevAtOK = r.RecordedAt, r.Seq, true
+}
+
+// msTime formats unix milliseconds as RFC 3339 UTC with milliseconds.
+func msTime(ms uint64) string {
+	return time.UnixMilli(int64(ms)).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 func (c *chainChecker) checkPins(r *chain.Receipt) {

@@ -26,6 +26,10 @@ const (
 	RuleHeadMismatch         = "head_mismatch"
 	RuleDerivedState         = "derived_state"
 	RuleInvalidField         = "invalid_field"
+	// RuleRecordedAtDecreased: a receipt's recorded_at is before its
+	// predecessor's (contract v1.3): a ledger holds its time at the last
+	// recorded one when its clock steps back.
+	RuleRecordedAtDecreased = "recorded_at_decreased"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.

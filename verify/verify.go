@@ -170,13 +170,14 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	}
 	r := &run{}
 	var fromHash chain.Hash
+	var fromAt uint64
 	if v.opts.Incremental && v.opts.Pinned.Seq > 0 {
-		ok, err := v.prefixIntact(ctx)
+		ok, at, err := v.prefixIntact(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		if ok {
-			r.from = v.opts.Pinned.Seq
+			r.from, fromAt = v.opts.Pinned.Seq, at
 			if fromHash, err = chain.ParseHash(v.opts.Pinned.Hash); err != nil {
 				return nil, fmt.Errorf("verify: pinned head: %w", err)
 			}
@@ -191,7 +192,7 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	r.stateCol = &collector{max: v.opts.MaxViolations}
 	r.audit = newAuditBuilder(v.opts.Filter, r.from)
 	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
-	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash)
+	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
 	return r, nil
 }
 
@@ -234,22 +235,27 @@ func readReceipt(ctx context.Context, src Source, seq uint64) (*chain.Receipt, e
 // carry the pinned hash, and its stored fields must still hash to it
 // (given its prev_hash), and an expected head at or below it must be in
 // the chain with its hash. Otherwise the run checks the whole chain, so
-// that it reports the real length and head and what else changed.
-func (v *Verifier) prefixIntact(ctx context.Context) (bool, error) {
+// that it reports the real length and head and what else changed. It
+// returns the pinned receipt's recorded_at, which the first receipt after
+// it must not precede.
+func (v *Verifier) prefixIntact(ctx context.Context) (ok bool, pinnedAt uint64, err error) {
 	for _, p := range []*Pin{v.opts.Pinned, v.opts.ExpectHead} {
 		if p == nil || p.Seq == 0 || p.Seq > v.opts.Pinned.Seq {
 			continue
 		}
 		r, err := readReceipt(ctx, v.src, p.Seq)
 		if err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if r == nil || len(r.Malformed) > 0 || r.Hash.String() != p.Hash {
-			return false, nil
+			return false, 0, nil
 		}
-		if p == v.opts.Pinned && r.ComputeHash(r.PrevHash) != r.Hash {
-			return false, nil
+		if p == v.opts.Pinned {
+			if r.ComputeHash(r.PrevHash) != r.Hash {
+				return false, 0, nil
+			}
+			pinnedAt = r.RecordedAt
 		}
 	}
-	return true, nil
+	return true, pinnedAt, nil
 }

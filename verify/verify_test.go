@@ -385,6 +385,8 @@ func TestVerifier_incremental(t *testing.T) {
 			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"head_mismatch"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
 		{desc: "ErrHashMismatch pinned receipt edited in place", sql: "UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 7",
 			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"hash_mismatch"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
+		{desc: "recorded_at of the first receipt after the pin before the pinned one's", sql: "UPDATE receipts SET recorded_at = recorded_at - 3600000 WHERE seq = 10", rehashFrom: 10,
+			opts: verify.Opts{Pinned: pin(9)}, wantRules: []string{"recorded_at_decreased"}, wantReceipts: 10, wantHead: 10, wantChecked: 1},
 		{desc: "ErrInvalidField pinned receipt malformed in place", sql: "UPDATE receipts SET attempt = 'two' WHERE seq = 7",
 			opts: verify.Opts{Pinned: pin(7)}, wantRules: []string{"invalid_field"}, wantReceipts: 10, wantHead: 10, wantChecked: 10},
 	} {

@@ -100,19 +100,19 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			for i, n := range r.Attempts {
 				att[i] = fmt.Sprint(n)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", cell(r.Key), cell(r.Tool), cell(r.ExecutionID), strings.Join(att, "→"), strings.Join(r.ErrorCodes, ", "))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), strings.Join(att, "→"), strings.Join(r.ErrorCodes, ", "))
 		}
 	})
 	section("Re-invocations: a new execution of the same call", len(a.ReInvocations), "SEQ\tKEY\tTOOL\tEXECUTION\tFIRST EXECUTION\tOUTCOME", func(tw io.Writer) {
 		for _, r := range a.ReInvocations {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, cell(r.Key), cell(r.Tool), cell(r.ExecutionID), cell(r.FirstExecutionID), r.Outcome)
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), cell(r.FirstExecutionID), r.Outcome)
 		}
 	})
 	section("Duplicate effects: distinct keys, same tool and input, all succeeded", len(a.DuplicateEffects), "TOOL\tINPUT\tKEYS", func(tw io.Writer) {
 		for _, d := range a.DuplicateEffects {
 			keys := make([]string, len(d.Keys))
 			for i, k := range d.Keys {
-				keys[i] = cell(k)
+				keys[i] = keyCell(k)
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", cell(d.Tool), cell(d.InputHash), strings.Join(keys, ", "))
 		}
@@ -121,7 +121,7 @@ func printAudit(w io.Writer, a *verify.Audit) {
 		for _, r := range a.RepeatedFailures {
 			keys := make([]string, len(r.Keys))
 			for i, k := range r.Keys {
-				keys[i] = cell(k)
+				keys[i] = keyCell(k)
 			}
 			execs := make([]string, len(r.Executions))
 			for i, e := range r.Executions {
@@ -137,22 +137,24 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			if k.AwaitingPerson {
 				next = "a person must resolve it"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", cell(k.Key), cell(k.Tool), cell(k.ExecutionID), k.Attempt, ms(k.LeaseExpiresAt), next)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s\n", keyCell(k.Key), cell(k.Tool), cell(k.ExecutionID), k.Attempt, ms(k.LeaseExpiresAt), next)
 		}
 	})
 	section("Failed", len(a.Failed), "SEQ\tKEY\tTOOL\tERROR\tRETRYABLE", func(tw io.Writer) {
 		for _, f := range a.Failed {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%t\n", f.Seq, cell(f.Key), cell(f.Tool), cell(f.ErrorCode), f.Retryable)
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%t\n", f.Seq, keyCell(f.Key), cell(f.Tool), cell(f.ErrorCode), f.Retryable)
 		}
 	})
 	section("Resolutions by operators", len(a.Resolutions), "SEQ\tKEY\tOUTCOME\tACTOR\tAT\tNOTE", func(tw io.Writer) {
 		for _, r := range a.Resolutions {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, cell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(r.Note))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(r.Note))
 		}
 	})
-	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME", func(tw io.Writer) {
+	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME\tPREVIOUS SEQ", func(tw io.Writer) {
 		for _, r := range a.RenewedKeys {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d\n", r.Seq, cell(r.Key), cell(r.Tool), cell(r.ExecutionID), ms(r.RecordedAt), r.PreviousFinalSeq)
+			// A server before contract v1.3 sends no previous_outcome: "-".
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Seq, keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), ms(r.RecordedAt),
+				cell(r.PreviousOutcome), r.PreviousFinalSeq)
 		}
 	})
 }

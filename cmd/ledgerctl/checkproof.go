@@ -171,10 +171,10 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
 	for _, r := range results {
 		if !r.Valid {
-			fmt.Fprintf(w, "INVALID: receipt %d (key %s): %s\n", r.Seq, cell(r.Key), r.Error)
+			fmt.Fprintf(w, "INVALID: receipt %d (key %s): %s\n", r.Seq, keyCell(r.Key), r.Error)
 			continue
 		}
-		fmt.Fprintf(w, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, cell(r.Key), r.Origin, r.TreeSize)
+		fmt.Fprintf(w, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, keyCell(r.Key), r.Origin, r.TreeSize)
 		if witnesses > 0 {
 			fmt.Fprintf(w, ", cosigned by %d of %d witnesses", r.Cosigners, witnesses)
 		}

@@ -36,8 +36,21 @@ func short(h string) string {
 	return h
 }
 
-// cell makes a string safe for one table cell.
+// cell makes a string safe for one table cell, abbreviating it past 60
+// bytes.
 func cell(s string) string {
+	s = keyCell(s)
+	if len(s) > 60 {
+		return s[:57] + "…"
+	}
+	return s
+}
+
+// keyCell makes an idempotency key safe for one table cell and keeps it
+// whole (up to 255 bytes), so that it can be copied into `ledgerctl show`
+// or `resolve`: control characters, which no ledger accepts in a key,
+// print as "·".
+func keyCell(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {
 			return '·'
@@ -46,9 +59,6 @@ func cell(s string) string {
 	}, s)
 	if s == "" {
 		return "-"
-	}
-	if len(s) > 60 {
-		return s[:57] + "…"
 	}
 	return s
 }

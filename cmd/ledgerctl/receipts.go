@@ -71,7 +71,7 @@ func printReceipts(w io.Writer, rs []chain.Receipt) {
 		if r.ErrorCode != "" {
 			detail = r.ErrorCode
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.Kind, cell(r.IdempotencyKey),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.Kind, keyCell(r.IdempotencyKey),
 			cell(r.ExecutionID), r.Attempt, cell(r.Tool), cell(r.Outcome), cell(detail), r.RefSeq, ms(r.RecordedAt), short(r.Hash.String()))
 	}
 	_ = tw.Flush()

@@ -56,7 +56,7 @@ func (s *sourceFlags) registerServer(fs *flag.FlagSet) {
 	// The environment is read in check, so that --help never shows a
 	// token and --db wins over LEDGERCTL_SERVER.
 	fs.StringVar(&s.server, "server", "", "ledgerd base `URL`, e.g. http://127.0.0.1:8080; a bare HOST:PORT means http:// (env LEDGERCTL_SERVER)")
-	fs.StringVar(&s.token, "token", "", "bearer `token` for --server (env LEDGERCTL_TOKEN)")
+	fs.StringVar(&s.token, "token", "", "bearer `token` for --server (env LEDGERCTL_TOKEN, else LEDGER_TOKEN)")
 }
 
 // registerSource adds --db, --server and --token.
@@ -135,6 +135,18 @@ var (
 	_ store = serverStore{}
 )
 
+// serverToken is the bearer token for --server: the --token flag, else
+// LEDGERCTL_TOKEN, else LEDGER_TOKEN (the name the clients, the examples
+// and ledger-mcp read), so one exported token serves every tool.
+func serverToken(flag string) string {
+	for _, v := range []string{flag, os.Getenv("LEDGERCTL_TOKEN"), os.Getenv("LEDGER_TOKEN")} {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
 // check reports a usage problem with the source flags: exactly one of
 // the registered --db and --server is needed, and a valid --namespace.
 func (s *sourceFlags) check() error {
@@ -145,9 +157,7 @@ func (s *sourceFlags) check() error {
 		if s.server == "" && s.db == "" {
 			s.server = os.Getenv("LEDGERCTL_SERVER")
 		}
-		if s.token == "" {
-			s.token = os.Getenv("LEDGERCTL_TOKEN")
-		}
+		s.token = serverToken(s.token)
 	}
 	switch {
 	case s.db != "" && s.server != "":

@@ -2,10 +2,13 @@
 // and which versions of the contract (docs/spec.md) it implements.
 //
 // A build's version is Release, the version of this source tree, unless
-// the go command stamped a release tag of the module (`go install
-// module@v0.3.0`). Its revision is the version control revision the go
-// command stamps, or, for a build without VCS stamping (-buildvcs=false,
-// a source tarball), the one scripts/release links in with
+// the go command stamped a release tag of the module (a build from a
+// clone checked out at the tag). Between releases Release is the next
+// one with "-dev" (v0.4.0-dev), so that a build of main never claims a
+// release it is not; such a build always names its commit too. Its
+// revision is the version control revision the go command stamps, or,
+// for a build without VCS stamping (-buildvcs=false, a source tarball),
+// the one scripts/release links in with
 //
 //	-ldflags "-X github.com/effect-ledger/effect-ledger/internal/version.revision=<sha>"
 //
@@ -20,9 +23,11 @@ import (
 	"strings"
 )
 
-// Release is the version of this source tree; a release tag vX.Y.Z
-// points at a commit whose Release is vX.Y.Z.
-const Release = "v0.3.0"
+// Release is the version of this source tree: vX.Y.Z on the commit a
+// release tag vX.Y.Z points at, and the next release with "-dev"
+// (vX.Y.Z-dev) on every other commit. No release tag is cut yet: the
+// tree is v0.4.0 in the making (schema 4, which v0.3.0 refuses).
+const Release = "v0.4.0-dev"
 
 // revision and modified are set by the linker (-X) for builds without VCS
 // stamping; modified is "true" for a tree with uncommitted changes.
@@ -48,9 +53,10 @@ type Info struct {
 	Version string `json:"version"`
 	// Module is the main module's path.
 	Module string `json:"module"`
-	// ModuleVersion is the module version the go command stamped ("v0.3.0",
-	// a pseudo-version such as "v0.3.1-0.20261201013927-6aedb58abcde+dirty"
-	// for a build from a checkout, or "(devel)").
+	// ModuleVersion is the module version the go command stamped (a
+	// release tag, a pseudo-version such as
+	// "v0.0.0-20261201013927-6aedb58abcde+dirty" for a build from a
+	// checkout, or "(devel)").
 	ModuleVersion string `json:"module_version,omitempty"`
 	// Revision is the version control revision the binary was built from:
 	// the go command's VCS stamp, else the one linked in by scripts/release,
@@ -113,9 +119,10 @@ func FromBuildInfo(binary string, bi *debug.BuildInfo) Info {
 }
 
 // Short is the one-word build version: the release alone for a build of
-// the release itself ("v0.3.0"), else the release, "+", the revision's
+// the release itself ("v0.4.0"), else the version, "+", the revision's
 // first 12 hex digits and ".dirty" for uncommitted changes
-// ("v0.3.0+6aedb58abcde.dirty").
+// ("v0.4.0-dev+6aedb58abcde.dirty", a semantic version whose build
+// metadata is the commit).
 func (i Info) Short() string {
 	if i.Revision == "" || i.isReleaseBuild() {
 		return i.Version
@@ -132,9 +139,13 @@ func (i Info) Short() string {
 
 // isReleaseBuild reports whether the build is of a clean tree that is the
 // release: the go command stamped the release tag, or stamped no version
-// at all and the revision was linked in (scripts/release).
+// at all and the revision was linked in (scripts/release) to a tree whose
+// Release is not a -dev version.
 func (i Info) isReleaseBuild() bool {
 	if i.Modified {
+		return false
+	}
+	if i.ModuleVersion != i.Version && isDev(i.Version) {
 		return false
 	}
 	return i.ModuleVersion == i.Version || i.ModuleVersion == "" || i.ModuleVersion == "(devel)"
@@ -145,6 +156,9 @@ func (i Info) isReleaseBuild() bool {
 func isRelease(v string) bool {
 	return strings.HasPrefix(v, "v") && !strings.Contains(v, "+dirty") && !isPseudo(v)
 }
+
+// isDev reports whether v is a version between releases, vX.Y.Z-dev.
+func isDev(v string) bool { return strings.HasSuffix(v, "-dev") }
 
 // isPseudo reports whether v is a Go pseudo-version, a version the go
 // command made up from a commit rather than a release tag.
@@ -161,9 +175,9 @@ func isPseudo(v string) bool {
 
 // String is the text `--version` prints, for example:
 //
-//	ledgerd v0.3.0+6aedb58abcde.dirty
+//	ledgerd v0.4.0-dev+6aedb58abcde.dirty
 //	contract v1.2 (implements v1, v1.1, v1.2)
-//	module github.com/effect-ledger/effect-ledger v0.3.1-0.20261201013927-6aedb58abcde+dirty
+//	module github.com/effect-ledger/effect-ledger v0.0.0-20261201013927-6aedb58abcde+dirty
 //	revision 6aedb58abcde… (2026-12-01T01:39:27Z, modified)
 //	go go1.26.0 linux/amd64
 func (i Info) String() string {

@@ -3,6 +3,7 @@ package version_test
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -42,6 +43,12 @@ func TestFromBuildInfo(t *testing.T) {
 			bi:        build("v0.0.0-20261201013927-6aedb58a1b2c+dirty", "vcs.revision", rev, "vcs.time", "2026-12-01T01:39:27Z", "vcs.modified", "true"),
 			wantShort: version.Release + "+6aedb58a1b2c.dirty",
 			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c.dirty", "revision " + rev + " (2026-12-01T01:39:27Z, modified)"},
+		},
+		{
+			desc:      "clean checkout, no tag in the repository",
+			bi:        build("v0.0.0-20261201013927-6aedb58a1b2c", "vcs.revision", rev, "vcs.modified", "false"),
+			wantShort: version.Release + "+6aedb58a1b2c",
+			wantLines: []string{"ledgerd " + version.Release + "+6aedb58a1b2c", "revision " + rev},
 		},
 		{
 			desc:      "clean checkout after a tag",
@@ -86,6 +93,20 @@ func TestFromBuildInfo(t *testing.T) {
 	}
 }
 
+// TestShort_devTreeLinkedRevision: scripts/release builds without VCS
+// stamping and links the revision in; a -dev tree's binaries still name
+// their commit, a release tree's print the release alone.
+func TestShort_devTreeLinkedRevision(t *testing.T) {
+	info := version.FromBuildInfo("ledgerd", build("(devel)"))
+	info.Revision = rev
+	assert.Equal(t, "v0.4.0-dev+6aedb58a1b2c", info.Short())
+	assert.Contains(t, info.String(), "ledgerd v0.4.0-dev+6aedb58a1b2c\n")
+
+	rel := version.FromBuildInfo("ledgerd", build("(devel)"))
+	rel.Version, rel.Revision = "v0.4.0", rev
+	assert.Equal(t, "v0.4.0", rel.Short(), "a release tree built by scripts/release")
+}
+
 func TestRead(t *testing.T) {
 	info := version.Read("ledgerctl")
 	assert.Equal(t, "ledgerctl", info.Binary)
@@ -94,10 +115,37 @@ func TestRead(t *testing.T) {
 	assert.NotEmpty(t, info.Short())
 }
 
-// TestRelease: the tree's release is a semantic version a tag can carry.
+// TestRelease: the tree's release is a semantic version a tag can carry,
+// or the next one with -dev between releases.
 func TestRelease(t *testing.T) {
 	assert.True(t, semver.IsValid(version.Release), "%q is a semantic version", version.Release)
-	assert.Equal(t, version.Release, semver.Canonical(version.Release), "vMAJOR.MINOR.PATCH, nothing else")
+	assert.Equal(t, version.Release, semver.Canonical(version.Release), "vMAJOR.MINOR.PATCH[-dev], nothing else")
+	assert.Contains(t, []string{"", "-dev"}, semver.Prerelease(version.Release), "a release or the next one's -dev")
+}
+
+// TestRelease_taggedOrDev: a tree whose Release is a release (no -dev)
+// is the commit that release's tag points at; any other commit says -dev,
+// so that a build of main never names a release it is not.
+func TestRelease_taggedOrDev(t *testing.T) {
+	if semver.Prerelease(version.Release) == "-dev" {
+		return
+	}
+	out, err := exec.Command("git", "tag", "--points-at", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	assert.Contains(t, strings.Fields(string(out)), version.Release,
+		"Release is %s but HEAD carries no tag %s: set it to the next release with -dev (docs/release.md)", version.Release, version.Release)
+}
+
+// pep440 is the Python spelling of a release: 0.4.0, or 0.4.0.dev0 for
+// v0.4.0-dev.
+func pep440(release string) string {
+	v := strings.TrimPrefix(release, "v")
+	if base, ok := strings.CutSuffix(v, "-dev"); ok {
+		return base + ".dev0"
+	}
+	return v
 }
 
 // TestRelease_clientsInStep: the TypeScript and Python clients carry the
@@ -109,6 +157,17 @@ func TestRelease_clientsInStep(t *testing.T) {
 	var p struct{ Version string }
 	require.NoError(t, json.Unmarshal(pkg, &p))
 	assert.Equal(t, want, p.Version, "clients/typescript/package.json")
+	lock, err := os.ReadFile("../../clients/typescript/package-lock.json")
+	require.NoError(t, err)
+	var l struct {
+		Version  string
+		Packages map[string]struct{ Version string }
+	}
+	require.NoError(t, json.Unmarshal(lock, &l))
+	assert.Equal(t, want, l.Version, "clients/typescript/package-lock.json")
+	assert.Equal(t, want, l.Packages[""].Version, "clients/typescript/package-lock.json, the root package")
+
+	want = pep440(version.Release) // PEP 440
 
 	py, err := os.ReadFile("../../clients/python/pyproject.toml")
 	require.NoError(t, err)

@@ -71,9 +71,9 @@ func (t *tx) dbFail(what string, err error) error {
 // Head is the chain's head including this transaction's appends.
 func (t *tx) Head() ledger.Head { return t.head }
 
-// Now is the time of this run in unix ms: the database clock read when
-// the head was locked, never before the head's recorded_at (or
-// Options.Now).
+// Now is the time of this run in unix ms: the database clock (or
+// Options.Now) read when the head was locked, never before the head's
+// recorded_at.
 func (t *tx) Now() uint64 { return t.now }
 
 // Key returns the record of key, this transaction's writes included.

@@ -177,10 +177,12 @@ func (c *Chain) begin(ctx context.Context, conn *pgx.Conn) (*tx, error) {
 		}
 		t.backendStart = start.Time
 		t.oldHead, t.oldRecordedAt = t.head, uint64(recordedAt)
-		t.now = max(uint64(clock), uint64(recordedAt))
 		if now, ok := c.s.now(); ok {
-			t.now = now
+			clock = int64(now)
 		}
+		// never before the head's recorded_at: recorded_at does not
+		// decrease within a chain, whatever the clock (or Options.Now) says
+		t.now = max(uint64(clock), uint64(recordedAt))
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -38,6 +38,12 @@ type fileChain struct {
 
 	head atomic.Pointer[ledger.Head] // durable head, updated after each COMMIT
 
+	// held is the newest recorded_at of the chain (unix ms): read from the
+	// head receipt at open, raised after each COMMIT. The writer's time is
+	// never before it (clock), so recorded_at never decreases within the
+	// chain, even across a restart with a clock that was set back.
+	held atomic.Uint64
+
 	mu     sync.Mutex // serialises Update and Close
 	closed bool
 
@@ -314,6 +320,11 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 			return err
 		}
 	}
+	held, err := readLastRecordedAt(ctx, db.w)
+	if err != nil {
+		return fmt.Errorf("load head: %w", err)
+	}
+	db.held.Store(held)
 	h := tail
 	db.head.Store(&h)
 	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
@@ -352,6 +363,30 @@ func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
 		return h, err
 	}
 	return h, nil
+}
+
+// readLastRecordedAt returns the recorded_at of the chain's last receipt
+// (0 for an empty chain, or for a value that is not an unsigned integer:
+// an edited file, which the verifier reports).
+func readLastRecordedAt(ctx context.Context, q queryRower) (uint64, error) {
+	var at uint64
+	err := q.QueryRowContext(ctx, `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
+		THEN recorded_at ELSE 0 END FROM receipts ORDER BY seq DESC LIMIT 1`).Scan(&at)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, classify(err)
+	}
+	return at, nil
+}
+
+// clock is the writer's time in unix ms: Options.Now, held at the newest
+// recorded_at of the chain when the clock reads earlier (a clock stepped
+// back). Decisions (leases, key lifetimes) and the key views of this
+// process use it, so they agree with the receipts' times.
+func (db *fileChain) clock() uint64 {
+	return max(uint64(db.now().UnixMilli()), db.held.Load())
 }
 
 // checkDerived compares the head recorded with the last append (table

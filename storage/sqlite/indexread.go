@@ -36,7 +36,7 @@ func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, er
 	if err := c.fillFingerprint(ctx, &k, receipts); err != nil {
 		return nil, fmt.Errorf("get key: %w", err)
 	}
-	return keyView(&k, receipts, uint64(c.now().UnixMilli())), nil
+	return keyView(&k, receipts, c.clock()), nil
 }
 
 // fillFingerprint sets the fingerprint of an index record from its first

@@ -79,7 +79,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 		return err
 	}
 	start := time.Now()
-	t := &writeTx{now: uint64(c.now().UnixMilli()), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
+	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
 		idx: c.idx, ns: c.ns}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
@@ -107,6 +107,13 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	c.head.Store(&t.head)
+	if len(t.receipts) > 0 {
+		held := c.held.Load()
+		for _, r := range t.receipts {
+			held = max(held, r.RecordedAt)
+		}
+		c.held.Store(held)
+	}
 	if c.afterCommit != nil {
 		c.afterCommit()
 	}
@@ -131,7 +138,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 // a failed batch leaves both exactly as the database is.
 type writeTx struct {
 	tx       *sql.Tx
-	now      uint64      // unix ms, read once per batch
+	now      uint64      // unix ms, read once per batch, never before the chain's last recorded_at
 	head     ledger.Head // head including this batch's appends
 	base     uint64      // the head's seq before this batch
 	appended int

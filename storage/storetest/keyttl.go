@@ -222,6 +222,7 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	for i, rk := range rep.Audit.RenewedKeys {
 		assert.Equal(t, "daily-report", rk.Key)
 		assert.Equal(t, finals[i], rk.PreviousFinalSeq)
+		assert.Equal(t, "succeeded", rk.PreviousOutcome)
 		assert.Equal(t, renewals[i], rk.Seq)
 	}
 	assert.Empty(t, rep.Audit.ReInvocations, "a new generation is not a re-invocation")

@@ -48,7 +48,7 @@ func (c *Clock) Now() time.Time {
 	return c.t
 }
 
-// Advance moves the clock forward.
+// Advance moves the clock by d (back when d is negative).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,6 +143,45 @@ func Run(t *testing.T, f Factory) {
 	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })
 	t.Run("KeyLifetime", func(t *testing.T) { RunKeyLifetime(t, f) })
 	t.Run("VerifyBesideWriter", func(t *testing.T) { testVerifyBesideWriter(t, f) })
+	t.Run("ClockStepsBack", func(t *testing.T) { testClockStepsBack(t, f) })
+}
+
+// testClockStepsBack: a clock that steps back is held at the chain's last
+// recorded_at, so recorded times never decrease within the chain and the
+// leases run from the held time (ledger.Tx.Now).
+func testClockStepsBack(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	r1, err := n.Reserve(ctx, req("back-key-1", "exec-1"))
+	require.NoError(t, err)
+	clock.Advance(time.Minute)
+	_, err = n.Commit(ctx, succeed("back-key-1", r1.Reservation))
+	require.NoError(t, err)
+	held := uint64(clock.Now().UnixMilli())
+
+	clock.Advance(-time.Hour)
+	r2req := req("back-key-2", "exec-2")
+	r2req.LeaseMS = i64(1000)
+	r2, err := n.Reserve(ctx, r2req)
+	require.NoError(t, err)
+	assert.Equal(t, held+1000, r2.LeaseExpiresAt, "the lease runs from the held time, not from the clock an hour back")
+	v, err := n.GetKey(ctx, "back-key-2")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateReserved, v.State, "the lease has not ended at the held time")
+
+	clock.Advance(time.Hour + 2*time.Second) // past the lease: the clock runs on again
+	_, err = n.Reserve(ctx, req("back-key-2", "exec-3"))
+	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "the lease ended")
+
+	rs, _, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, rs, 3)
+	assert.Equal(t, held, rs[2].RecordedAt, "recorded at the held time")
+	for i := 1; i < len(rs); i++ {
+		assert.GreaterOrEqual(t, rs[i].RecordedAt, rs[i-1].RecordedAt, "seq %d recorded before seq %d", rs[i].Seq, rs[i-1].Seq)
+	}
+	verifyClean(t, n, 3)
 }
 
 func testReserveCommitReplay(t *testing.T, f Factory) {

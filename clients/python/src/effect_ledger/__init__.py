@@ -69,7 +69,7 @@ from .errors import (
     error_for,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
 __all__ = [
     "Ledger",
