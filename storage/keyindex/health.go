@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -56,6 +57,7 @@ type instance struct {
 	refs    atomic.Int64
 	fault   atomic.Pointer[fault]
 	ready   chan struct{} // closed once pebble.Open has returned (db set, or the open failed)
+	failed  chan struct{} // closed when the instance fails
 	retired chan struct{} // closed once the instance is closed or abandoned
 	retire  sync.Once
 }
@@ -188,6 +190,7 @@ func (ix *Index) failWith(in *instance, ft *fault) *fault {
 	err := ft.err
 	ft.corrupt = pebble.IsCorruptionError(err) || errors.Is(err, ErrCorrupt)
 	if in.fault.CompareAndSwap(nil, ft) {
+		close(in.failed)
 		ix.logger.Error("the key index failed; it takes no reads or writes until it is reopened",
 			"component", "key index", "index", ix.dir, "corrupt", ft.corrupt, "err", err)
 		in.retire.Do(func() { go ix.retireInstance(in) })
@@ -294,8 +297,6 @@ func (ix *Index) Repair() error {
 		}
 		ix.logger.Error("the key index is corrupt; moved it aside and rebuilding it from the receipts",
 			"component", "key index", "index", ix.dir, "moved_to", aside)
-	} else if err := ix.checkSpace(); err != nil {
-		return fmt.Errorf("%w: %w", ErrUnusable, err)
 	}
 	next, err := ix.openInstance()
 	if err != nil {
@@ -324,6 +325,41 @@ func MoveAside(dir string) (string, error) {
 	return aside, nil
 }
 
+// checkOpenSpace returns ErrNoSpace when the index's file system lacks
+// MinFreeBytes beside the logs an open replays and flushes: Pebble's open
+// waits for that flush, retried at once and forever when it fails.
+func (ix *Index) checkOpenSpace() error {
+	if ix.minFree == 0 || ix.o.ReadOnly {
+		return nil
+	}
+	want := ix.minFree
+	if logs, err := filepathGlob(ix.dir); err == nil {
+		for _, f := range logs {
+			if fi, err := os.Stat(f); err == nil {
+				want += uint64(fi.Size())
+			}
+		}
+	}
+	u, err := ix.diskUsage()
+	if err != nil {
+		return nil // cannot tell: let the open find out
+	}
+	if u.AvailBytes < want {
+		return fmt.Errorf("%w (%d bytes free, %d wanted to open it)", ErrNoSpace, u.AvailBytes, want)
+	}
+	return nil
+}
+
+// diskUsage is the usage of the index's file system (its parent
+// directory's while it does not exist).
+func (ix *Index) diskUsage() (vfs.DiskUsage, error) {
+	u, err := vfs.Default.GetDiskUsage(ix.dir)
+	if err != nil {
+		u, err = vfs.Default.GetDiskUsage(filepath.Dir(ix.dir))
+	}
+	return u, err
+}
+
 // checkSpace returns ErrNoSpace when the index's file system has less
 // than MinFreeBytes free. Pebble fails badly on a full disk (see above);
 // keeping a reserve lets most full disks stop the index before Pebble
@@ -336,7 +372,7 @@ func (ix *Index) checkSpace() error {
 	if now < ix.spaceOKUntil.Load() {
 		return nil
 	}
-	u, err := vfs.Default.GetDiskUsage(ix.dir)
+	u, err := ix.diskUsage()
 	if err != nil {
 		return nil // cannot tell: let the write find out
 	}
@@ -447,3 +483,6 @@ func (l *limiter) allow(kind string) (suppressed int, ok bool) {
 	s.last, s.suppressed = time.Now(), 0
 	return n, true
 }
+
+// filepathGlob lists the log files of the index in dir.
+func filepathGlob(dir string) ([]string, error) { return filepath.Glob(filepath.Join(dir, "*.log")) }

@@ -153,7 +153,11 @@ func newIndex(dir string, o Options) *Index {
 // openInstance opens a Pebble database on the index's directory.
 func (ix *Index) openInstance() (*instance, error) {
 	o := ix.o
-	in := &instance{gate: &gate{fault: o.WriteFault}, ready: make(chan struct{}), retired: make(chan struct{})}
+	if err := ix.checkOpenSpace(); err != nil {
+		return nil, err
+	}
+	in := &instance{gate: &gate{fault: o.WriteFault}, ready: make(chan struct{}), failed: make(chan struct{}),
+		retired: make(chan struct{})}
 	cache := pebble.NewCache(o.CacheBytes)
 	opts := &pebble.Options{
 		Cache:                       cache,
@@ -180,7 +184,7 @@ func (ix *Index) openInstance() (*instance, error) {
 		opts.DisableAutomaticCompactions = true
 	}
 	opts.EnsureDefaults()
-	db, err := openPebble(ix.dir, opts)
+	db, err := openPebble(ix.dir, opts, in)
 	cache.Unref() // the DB holds its own reference (unless Bulk made its own)
 	in.db = db
 	close(in.ready)
@@ -202,14 +206,38 @@ func (ix *Index) openInstance() (*instance, error) {
 	return in, nil
 }
 
-// openPebble is pebble.Open with its panics turned into errors.
-func openPebble(dir string, opts *pebble.Options) (db *pebble.DB, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db, err = nil, fmt.Errorf("pebble panicked while opening: %v", r)
-		}
+// openPebble is pebble.Open with its panics turned into errors, and
+// which gives up when the instance fails while it opens: Pebble's open
+// waits for the flush of the logs it replays, which a full disk fails
+// again and again. The open is then abandoned (its goroutines block at
+// their next file operation).
+func openPebble(dir string, opts *pebble.Options, in *instance) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("pebble panicked while opening: %v", r)}
+			}
+		}()
+		db, err := pebble.Open(dir, opts)
+		done <- result{db, err}
 	}()
-	return pebble.Open(dir, opts)
+	select {
+	case r := <-done:
+		return r.db, r.err
+	case <-in.failed:
+		select {
+		case r := <-done:
+			return r.db, r.err
+		case <-time.After(time.Second):
+		}
+		in.gate.dead.Store(true)
+		return nil, in.fault.Load().err
+	}
 }
 
 // formatKey holds the layout version of the index (format); namespace

@@ -83,7 +83,7 @@ func openIndex(abs string, opts Options) (*ledgerIndex, error) {
 		_ = lock.release()
 		return nil, fmt.Errorf("%w (and moving it aside failed: %w)", err, rerr)
 	}
-	opts.Logger.Error("the key index cannot be opened; moved it aside and rebuilding it from the receipts",
+	opts.Logger.Error("the key index cannot be opened; setting it aside and rebuilding it from the receipts",
 		"index", dir, "moved_to", aside, "err", err)
 	if ix, err = keyindex.Open(dir, o); err != nil {
 		if keyindex.IsDiskError(err) && !opts.rebuildIndex {
