@@ -110,7 +110,7 @@ func TestLedgerd_indexDiskFull_tmpfs(t *testing.T) {
 	requireUnavailable(t, r)
 	requireQuietWhileFull(t, l)
 
-	_ = l.Stop()
+	require.NoError(t, l.Stop(), "a clean stop: the ledger file is fine")
 	l = StartLedgerd(t, db)
 	assert.Equal(t, 200, l.Do("GET", "/healthz", "").Status)
 	requireQuietWhileFull(t, l)

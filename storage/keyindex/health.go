@@ -269,8 +269,9 @@ func (ix *Index) Err() error {
 // it opens the directory again, or, when the failure was corruption, moves
 // the directory aside (<dir>.unreadable-<unix ms>, logged) and makes a new
 // one. It returns nil at once for a usable index, and ErrNoSpace (without
-// touching Pebble) while the file system lacks MinFreeBytes. The caller
-// must then sync every namespace again (Gen).
+// opening Pebble) while the file system lacks MinFreeBytes beside the
+// logs the open replays. The caller must then sync every namespace again
+// (Gen).
 func (ix *Index) Repair() error {
 	ix.repairMu.Lock()
 	defer ix.repairMu.Unlock()
@@ -402,9 +403,10 @@ func isDiskError(err error) bool {
 // pebbleLogger sends Pebble's messages to slog: its routine notices at
 // debug level, its errors as errors, at most one a few seconds for each
 // message (a failing flush is retried at once, forever). Fatalf does not
-// panic: it fails the current instance.
+// panic: it fails the instance.
 type pebbleLogger struct {
 	ix *Index
+	in *instance
 }
 
 func (p pebbleLogger) Infof(format string, args ...any) {
@@ -418,12 +420,7 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	err := fmt.Errorf("pebble: %s", fmt.Sprintf(format, args...))
-	if in := p.ix.cur.Load(); in != nil {
-		p.ix.fail(in, err)
-	} else {
-		p.ix.logger.Error(err.Error(), "component", "key index")
-	}
+	p.ix.fail(p.in, fmt.Errorf("pebble: %s", fmt.Sprintf(format, args...)))
 }
 
 // events are Pebble's event handlers: corruption and background errors

@@ -107,18 +107,27 @@ func TestIndex_diskFull(t *testing.T) {
 	assert.Equal(t, wm.Seq+5, k.FirstSeq)
 }
 
-// TestIndex_noSpaceReserve: below MinFreeBytes free, a write fails with
-// ErrNoSpace before Pebble is asked, and the index stays usable.
-func TestIndex_noSpaceReserve(t *testing.T) {
-	ix, err := keyindex.Open(filepath.Join(t.TempDir(), "idx"), keyindex.Options{Logger: quiet})
-	require.NoError(t, err)
+// TestIndex_openNoSpace: an index is not opened (nor created) while its
+// file system has less than MinFreeBytes free: Pebble's open would wait
+// forever for a flush the full disk fails. The error is a disk error,
+// which the driver serves through (unavailable) rather than moving the
+// index aside.
+func TestIndex_openNoSpace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "idx")
+	ix := open(t, dir)
+	require.NoError(t, apply(ix, "ns", 1, 10))
 	require.NoError(t, ix.Close())
-	ix, err = keyindex.Open(filepath.Join(t.TempDir(), "idx"), keyindex.Options{Logger: quiet, MinFreeBytes: 1 << 62})
-	if err == nil {
-		defer ix.Close()
+	for _, d := range []string{dir, filepath.Join(t.TempDir(), "new")} {
+		_, err := keyindex.Open(d, keyindex.Options{Logger: quiet, MinFreeBytes: 1 << 62})
+		require.ErrorIs(t, err, keyindex.ErrNoSpace, d)
+		assert.True(t, keyindex.IsDiskError(err))
 	}
-	require.ErrorIs(t, err, keyindex.ErrNoSpace, "a new index stamps its format")
-	assert.True(t, keyindex.IsDiskError(err))
+	ix = open(t, dir)
+	defer ix.Close()
+	wm, found, err := ix.Watermark("ns")
+	require.NoError(t, err)
+	assert.True(t, found)
+	assert.Equal(t, uint64(10), wm.Seq)
 }
 
 // corruptTables flips bytes of every table of the index in dir, from

@@ -164,7 +164,7 @@ func (ix *Index) openInstance() (*instance, error) {
 		MemTableSize:                o.MemTableBytes,
 		MemTableStopWritesThreshold: 2,
 		MaxOpenFiles:                256,
-		Logger:                      pebbleLogger{ix},
+		Logger:                      pebbleLogger{ix, in},
 		EventListener:               ix.events(in),
 		FS: walFS{FS: indexFS{errorfs.Wrap(vfs.Default, in.gate)},
 			failed: func(err error) { ix.fail(in, fmt.Errorf("write the key index's log: %w", err)) }},
