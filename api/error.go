@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +77,10 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 	case code == ledger.ECodeInternal:
 		s.logger.ErrorContext(r.Context(), "internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 	case code == ledger.ECodeUnavailable:
-		s.logger.WarnContext(r.Context(), "request not recorded", "method", r.Method, "path", r.URL.Path, "err", err)
+		if quiet, ok := s.unavailableLog.allow(); ok {
+			s.logger.WarnContext(r.Context(), "request not recorded", "method", r.Method, "path", r.URL.Path, "err", err,
+				"not_logged_before", quiet)
+		}
 	}
 	if code == ledger.ECodeUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="ledgerd"`)
@@ -96,4 +100,27 @@ type errorObject struct {
 	Code    string         `json:"code"`
 	Message string         `json:"message"`
 	Details map[string]any `json:"details"`
+}
+
+// unavailableLogEvery is how often a request answered unavailable is
+// logged: while the cause lasts (a full disk, an overload) every request
+// gets the answer, and ledger_http_errors_total counts them all.
+const unavailableLogEvery = 5 * time.Second
+
+// unavailableLog spaces the log lines of unavailable answers.
+type unavailableLog struct {
+	mu    sync.Mutex
+	last  time.Time
+	quiet int // answers not logged since last
+}
+
+func (u *unavailableLog) allow() (quiet int, ok bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.last.IsZero() && time.Since(u.last) < unavailableLogEvery {
+		u.quiet++
+		return 0, false
+	}
+	quiet, u.quiet, u.last = u.quiet, 0, time.Now()
+	return quiet, true
 }

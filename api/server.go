@@ -60,6 +60,8 @@ type Server struct {
 	verification VerificationStatus
 	publicLog    bool         // tlog.go
 	tracer       trace.Tracer // trace.go; nil: tracing off
+
+	unavailableLog unavailableLog // error.go
 }
 
 // DefaultMaxInFlight is the default bound on concurrent API requests.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -174,7 +175,9 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 		n.l.lastWriteErr.Store(&err)
 		writerReady.Set(0)
 		batchFailures.Inc()
-		n.l.logger.Error("write batch failed", "namespace", n.name, "ops", len(ops), "err", err)
+		if quiet, ok := n.failLog.allow(err); ok {
+			n.l.logger.Error("write batch failed", "namespace", n.name, "ops", len(ops), "err", err, "failures_not_logged", quiet)
+		}
 		observeBatch(ops, BatchInfo{Namespace: n.name, Size: len(ops), Start: start, End: time.Now(), Err: err})
 		for _, op := range ops {
 			var de *Error
@@ -241,4 +244,32 @@ func LeafHashes(ctx context.Context, seq uint64, h chain.Hash,
 		return nil, fmt.Errorf("tree leaf %d: %w", n, err)
 	}
 	return hs, nil
+}
+
+// failLogEvery is how often a batch failure that answers unavailable (a
+// full disk, a locked file, an unusable key index) is logged while it
+// repeats: each request would otherwise log a line.
+const failLogEvery = 5 * time.Second
+
+// failLog spaces the log lines of unavailable batch failures.
+type failLog struct {
+	mu    sync.Mutex
+	last  time.Time
+	quiet int // failures not logged since last
+}
+
+// allow reports whether the failure err is logged, with how many were
+// not logged before it; other failures are always logged.
+func (f *failLog) allow(err error) (quiet int, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if errors.Is(err, ErrUnavailable) && time.Since(f.last) < failLogEvery {
+		f.quiet++
+		return 0, false
+	}
+	quiet, f.quiet = f.quiet, 0
+	if errors.Is(err, ErrUnavailable) {
+		f.last = time.Now()
+	}
+	return quiet, true
 }

@@ -173,6 +173,8 @@ type Namespace struct {
 	// starts another, so an idle namespace holds no goroutine.
 	running    atomic.Bool
 	closedFlag atomic.Bool // closed, readable without mu
+
+	failLog failLog // spaces the log lines of a batch failure that repeats
 }
 
 // Name is the namespace's name.

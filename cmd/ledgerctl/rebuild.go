@@ -33,8 +33,10 @@ it replays what the index lacks when it opens a file, and rebuilds an index
 that is missing, damaged or of another chain. This command is for when
 ledgerd refuses to start because the recorded head and the receipts differ
 (receipts removed by a bad restore or by hand), and for rebuilding on
-purpose. The receipts are never changed; open reservations keep their
-tokens. Progress goes to stderr.
+purpose. An index whose files are corrupt is moved aside (to
+FILE.idx.unreadable-<unix ms>, which you may delete) and built anew. The
+receipts are never changed; open reservations keep their tokens. Progress
+goes to stderr.
 
 Stop ledgerd first (the command takes the same locks), and check the chain
 with "ledgerctl verify --db FILE" before and after.`

@@ -34,3 +34,24 @@ func testCrashHook() (func(), error) {
 		}
 	}, nil
 }
+
+// testIndexFullEnv names a file: while it exists, every write to the key
+// index's files fails with ENOSPC, as on a full disk, so that the
+// end-to-end tests can fill the index's disk without mounting one. Like
+// the crash hook, it is deliberately not a flag.
+const testIndexFullEnv = "LEDGERD_TEST_INDEX_FULL_IF"
+
+// testIndexFault returns the write fault of LEDGERD_TEST_INDEX_FULL_IF,
+// or nil when it is unset.
+func testIndexFault() func() error {
+	path := os.Getenv(testIndexFullEnv)
+	if path == "" {
+		return nil
+	}
+	return func() error {
+		if _, err := os.Stat(path); err == nil {
+			return syscall.ENOSPC
+		}
+		return nil
+	}
+}

@@ -203,7 +203,8 @@ func (m *Main) open(ctx context.Context, now func() time.Time) (_ *opened, err e
 		return nil, err
 	}
 	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
-		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces, AfterCommit: crash}})
+		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces, AfterCommit: crash,
+			IndexWriteFault: testIndexFault()}})
 	if err != nil {
 		return nil, err
 	}

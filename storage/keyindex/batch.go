@@ -16,22 +16,36 @@ import (
 // wrote and the new watermark, applied at once.
 type Batch struct {
 	ix  *Index
+	in  *instance // the instance the batch is for; nil: the index was unusable
 	ns  string
 	b   *pebble.Batch
 	buf []byte
 }
 
-// NewBatch starts a batch of namespace ns.
+// NewBatch starts a batch of namespace ns. On an unusable index the
+// batch takes nothing, and Commit fails.
 func (ix *Index) NewBatch(ns string) *Batch {
-	return &Batch{ix: ix, ns: ns, b: ix.db.NewBatch()}
+	b := &Batch{ix: ix, ns: ns}
+	if in := ix.cur.Load(); in != nil && in.fault.Load() == nil {
+		b.in, b.b = in, in.db.NewBatch()
+	}
+	return b
 }
 
 // Len is the size of the batch's representation in bytes.
-func (b *Batch) Len() int { return b.b.Len() }
+func (b *Batch) Len() int {
+	if b.b == nil {
+		return 0
+	}
+	return b.b.Len()
+}
 
 // Receipt adds r to the posting lists of its key, execution, tool and
 // kind.
 func (b *Batch) Receipt(r *chain.Receipt) error {
+	if b.b == nil {
+		return nil
+	}
 	k := appendSeq(postingPrefix(b.ns, ByKey, r.IdempotencyKey), r.Seq)
 	if err := b.b.Set(k, nil, nil); err != nil {
 		return err
@@ -47,6 +61,9 @@ func (b *Batch) Receipt(r *chain.Receipt) error {
 
 // PutKey adds the latest record of a key.
 func (b *Batch) PutKey(k *ledger.KeyRecord) error {
+	if b.b == nil {
+		return nil
+	}
 	b.buf = encodeRecord(b.buf[:0], k)
 	return b.b.Set(append(prefix(b.ns, tagRecord), k.Key...), b.buf, nil)
 }
@@ -54,19 +71,27 @@ func (b *Batch) PutKey(k *ledger.KeyRecord) error {
 // Commit applies the batch with head as the namespace's watermark,
 // without waiting for the disk.
 func (b *Batch) Commit(head ledger.Head) error {
+	if b.b == nil {
+		return fmt.Errorf("key index: apply: %w", b.ix.Err())
+	}
 	w := appendSeq(make([]byte, 0, 40), head.Seq)
 	w = append(w, head.Hash[:]...)
 	if err := b.b.Set(prefix(b.ns, tagWatermark), w, nil); err != nil {
 		return fmt.Errorf("key index: %w", err)
 	}
-	if err := b.b.Commit(pebble.NoSync); err != nil {
+	if err := b.ix.useIn(b.in, true, func(*pebble.DB) error { return b.b.Commit(pebble.NoSync) }); err != nil {
 		return fmt.Errorf("key index: apply: %w", err)
 	}
 	return nil
 }
 
 // Close releases the batch (after Commit, or to drop it).
-func (b *Batch) Close() { _ = b.b.Close() }
+func (b *Batch) Close() {
+	if b.b != nil {
+		defer func() { _ = recover() }() // a batch whose commit panicked: its memory is all Close frees
+		_ = b.b.Close()
+	}
+}
 
 // encodeRecord appends k's fields to b: a flags byte, four uvarints and
 // the length-prefixed token hash. The key is the entry's key, and the

@@ -35,9 +35,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -76,17 +81,56 @@ type Options struct {
 	// nothing else (ledgerctl rebuild-index): large memtables, and L0
 	// allowed to grow until the rebuild compacts it once (Compact).
 	Bulk bool
+	// MinFreeBytes is the free space the index's file system must keep
+	// for a write to be tried (default two memtables; -1: no check): a
+	// write with less fails with ErrNoSpace before Pebble meets a full
+	// disk.
+	MinFreeBytes int64
+	// WriteFault, when set, is called before each write of a file of the
+	// index; an error it returns fails that write (tests: a full disk).
+	WriteFault func() error
 }
 
-// Index is an open key index.
+// Index is an open key index. Its Pebble database can fail (a full disk,
+// corruption): the Index is then unusable until Repair (health.go).
 type Index struct {
-	db   *pebble.DB
-	dir  string
-	bulk bool // opened with Options.Bulk: no log
+	dir     string
+	bulk    bool // opened with Options.Bulk: no log
+	o       Options
+	logger  *slog.Logger
+	minFree uint64
+
+	cur       atomic.Pointer[instance] // nil while no instance is open
+	openFault atomic.Pointer[fault]    // why the last open failed
+	gen       atomic.Uint64
+	cmu       sync.Mutex // one write at a time: a failed commit leaves Pebble's pipeline stuck
+	repairMu  sync.Mutex
+	limit     limiter
+
+	spaceOKUntil atomic.Int64 // unix ns: until then checkSpace need not look
 }
 
 // Open opens or creates the index in dir.
 func Open(dir string, o Options) (*Index, error) {
+	ix := newIndex(dir, o)
+	in, err := ix.openInstance()
+	if err != nil {
+		return nil, fmt.Errorf("open key index %s: %w", dir, err)
+	}
+	ix.cur.Store(in)
+	ix.gen.Store(1)
+	return ix, nil
+}
+
+// Unopened returns an Index of dir whose open failed with cause (a disk
+// error: IsDiskError): it is unusable until Repair opens it.
+func Unopened(dir string, o Options, cause error) *Index {
+	ix := newIndex(dir, o)
+	ix.openFault.Store(&fault{err: cause})
+	return ix
+}
+
+func newIndex(dir string, o Options) *Index {
 	if o.CacheBytes <= 0 {
 		o.CacheBytes = 16 << 20
 	}
@@ -96,15 +140,36 @@ func Open(dir string, o Options) (*Index, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	ix := &Index{dir: dir, bulk: o.Bulk, o: o, logger: o.Logger, limit: limiter{every: 5 * time.Second}}
+	switch {
+	case o.MinFreeBytes > 0:
+		ix.minFree = uint64(o.MinFreeBytes)
+	case o.MinFreeBytes == 0 && !o.ReadOnly:
+		ix.minFree = 2 * o.MemTableBytes
+	}
+	return ix
+}
+
+// openInstance opens a Pebble database on the index's directory.
+func (ix *Index) openInstance() (*instance, error) {
+	o := ix.o
+	if err := ix.checkOpenSpace(); err != nil {
+		return nil, err
+	}
+	in := &instance{gate: &gate{fault: o.WriteFault}, ready: make(chan struct{}), failed: make(chan struct{}),
+		retired: make(chan struct{})}
 	cache := pebble.NewCache(o.CacheBytes)
 	opts := &pebble.Options{
 		Cache:                       cache,
 		MemTableSize:                o.MemTableBytes,
 		MemTableStopWritesThreshold: 2,
 		MaxOpenFiles:                256,
-		Logger:                      pebbleLogger{o.Logger},
-		ReadOnly:                    o.ReadOnly,
-		FormatMajorVersion:          pebble.FormatNewest,
+		Logger:                      pebbleLogger{ix, in},
+		EventListener:               ix.events(in),
+		FS: walFS{FS: indexFS{errorfs.Wrap(vfs.Default, in.gate)},
+			failed: func(err error) { ix.fail(in, fmt.Errorf("write the key index's log: %w", err)) }},
+		ReadOnly:           o.ReadOnly,
+		FormatMajorVersion: pebble.FormatNewest,
 	}
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if o.Bulk {
@@ -119,17 +184,60 @@ func Open(dir string, o Options) (*Index, error) {
 		opts.DisableAutomaticCompactions = true
 	}
 	opts.EnsureDefaults()
-	db, err := pebble.Open(dir, opts)
+	db, err := openPebble(ix.dir, opts, in)
 	cache.Unref() // the DB holds its own reference (unless Bulk made its own)
+	in.db = db
+	close(in.ready)
+	if err == nil {
+		if ft := in.fault.Load(); ft != nil {
+			err = ft.err
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("open key index %s: %w", dir, err)
+		if db != nil {
+			in.retire.Do(func() { go ix.retireInstance(in) })
+		}
+		return nil, err
 	}
-	ix := &Index{db: db, dir: dir, bulk: o.Bulk}
-	if err := ix.checkFormat(o.ReadOnly); err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open key index %s: %w", dir, err)
+	if err := ix.checkFormat(in, o.ReadOnly); err != nil {
+		in.retire.Do(func() { go ix.retireInstance(in) })
+		return nil, err
 	}
-	return ix, nil
+	return in, nil
+}
+
+// openPebble is pebble.Open with its panics turned into errors, and
+// which gives up when the instance fails while it opens: Pebble's open
+// waits for the flush of the logs it replays, which a full disk fails
+// again and again. The open is then abandoned (its goroutines block at
+// their next file operation).
+func openPebble(dir string, opts *pebble.Options, in *instance) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{err: fmt.Errorf("pebble panicked while opening: %v", r)}
+			}
+		}()
+		db, err := pebble.Open(dir, opts)
+		done <- result{db, err}
+	}()
+	select {
+	case r := <-done:
+		return r.db, r.err
+	case <-in.failed:
+		select {
+		case r := <-done:
+			return r.db, r.err
+		case <-time.After(time.Second):
+		}
+		in.gate.dead.Store(true)
+		return nil, in.fault.Load().err
+	}
 }
 
 // formatKey holds the layout version of the index (format); namespace
@@ -145,36 +253,59 @@ var ErrFormat = errors.New("not a key index of this version")
 
 // checkFormat stamps a new index with the format and refuses one with
 // another.
-func (ix *Index) checkFormat(readOnly bool) error {
-	v, found, err := ix.get(formatKey)
-	if err != nil {
-		return err
-	}
-	if found {
-		if string(v) != format {
-			return fmt.Errorf("%w: it says %q", ErrFormat, v)
+func (ix *Index) checkFormat(in *instance, readOnly bool) error {
+	return ix.useIn(in, false, func(db *pebble.DB) error {
+		v, found, err := get(db, formatKey)
+		if err != nil {
+			return err
 		}
-		return nil
-	}
-	it, err := ix.db.NewIter(nil)
-	if err != nil {
-		return err
-	}
-	empty := !it.First()
-	_ = it.Close()
-	if !empty {
-		return fmt.Errorf("%w: it holds data but no format", ErrFormat)
-	}
-	if readOnly {
-		return nil
-	}
-	return ix.db.Set(formatKey, []byte(format), ix.durable())
+		if found {
+			if string(v) != format {
+				return fmt.Errorf("%w: it says %q", ErrFormat, v)
+			}
+			return nil
+		}
+		it, err := db.NewIter(nil)
+		if err != nil {
+			return err
+		}
+		empty := !it.First()
+		err = it.Error()
+		_ = it.Close()
+		if err != nil {
+			return err
+		}
+		if !empty {
+			return fmt.Errorf("%w: it holds data but no format", ErrFormat)
+		}
+		if readOnly {
+			return nil
+		}
+		return ix.useIn(in, true, func(db *pebble.DB) error { return db.Set(formatKey, []byte(format), ix.durable()) })
+	})
 }
 
 // Close flushes nothing: what was applied without a sync may be lost,
-// which the watermark accounts for.
+// which the watermark accounts for. A failed index is closed (or
+// abandoned) by then, or shortly.
 func (ix *Index) Close() error {
-	if err := ix.db.Close(); err != nil {
+	in := ix.cur.Swap(nil)
+	if in == nil {
+		return nil
+	}
+	if in.fault.Load() != nil {
+		select {
+		case <-in.retired:
+		case <-time.After(closeWait + time.Second):
+		}
+		return nil
+	}
+	var err error
+	in.retire.Do(func() {
+		defer close(in.retired)
+		err = in.db.Close()
+	})
+	if err != nil {
 		return fmt.Errorf("close key index: %w", err)
 	}
 	return nil
@@ -186,13 +317,15 @@ func (ix *Index) Dir() string { return ix.dir }
 // Compact flushes the memtables and compacts the whole index into its
 // last level: the end of a bulk rebuild.
 func (ix *Index) Compact(ctx context.Context) error {
-	if err := ix.db.Flush(); err != nil {
-		return fmt.Errorf("key index: flush: %w", err)
-	}
-	if err := ix.db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, true); err != nil {
-		return fmt.Errorf("key index: compact: %w", err)
-	}
-	return nil
+	return ix.use(true, func(db *pebble.DB) error {
+		if err := db.Flush(); err != nil {
+			return fmt.Errorf("key index: flush: %w", err)
+		}
+		if err := db.Compact(ctx, []byte{0}, []byte{0xff, 0xff}, true); err != nil {
+			return fmt.Errorf("key index: compact: %w", err)
+		}
+		return nil
+	})
 }
 
 // durable is the write option of a write that must be on disk when it
@@ -207,29 +340,40 @@ func (ix *Index) durable() *pebble.WriteOptions {
 // Sync makes everything applied so far durable (a clean stop, the end of
 // a rebuild).
 func (ix *Index) Sync() error {
-	if ix.bulk {
-		if err := ix.db.Flush(); err != nil {
+	return ix.use(true, func(db *pebble.DB) error {
+		if ix.bulk {
+			if err := db.Flush(); err != nil {
+				return fmt.Errorf("sync key index: %w", err)
+			}
+			return nil
+		}
+		if err := db.LogData(nil, pebble.Sync); err != nil {
 			return fmt.Errorf("sync key index: %w", err)
 		}
 		return nil
-	}
-	if err := ix.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("sync key index: %w", err)
-	}
-	return nil
+	})
 }
 
 // Memory is the memory the index holds outside the Go heap: its block
-// cache and memtables.
+// cache and memtables (0 while it is unusable).
 func (ix *Index) Memory() int64 {
-	m := ix.db.Metrics()
-	return m.BlockCache.Size + int64(m.MemTable.Size)
+	var n int64
+	_ = ix.use(false, func(db *pebble.DB) error {
+		m := db.Metrics()
+		n = m.BlockCache.Size + int64(m.MemTable.Size)
+		return nil
+	})
+	return n
 }
 
-// DiskBytes is the size of the index's files.
+// DiskBytes is the size of the index's files (0 while it is unusable).
 func (ix *Index) DiskBytes() uint64 {
-	m := ix.db.Metrics()
-	return m.DiskSpaceUsage()
+	var n uint64
+	_ = ix.use(false, func(db *pebble.DB) error {
+		n = db.Metrics().DiskSpaceUsage()
+		return nil
+	})
+	return n
 }
 
 // prefix is the key prefix of namespace ns with tag.
@@ -290,8 +434,8 @@ func upper(p []byte) []byte {
 }
 
 // get reads one value; found false when k is absent.
-func (ix *Index) get(k []byte) ([]byte, bool, error) {
-	v, closer, err := ix.db.Get(k)
+func get(r pebble.Reader, k []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -301,6 +445,15 @@ func (ix *Index) get(k []byte) ([]byte, bool, error) {
 	out := bytes.Clone(v)
 	_ = closer.Close()
 	return out, true, nil
+}
+
+// get reads one value of the index.
+func (ix *Index) get(k []byte) (v []byte, found bool, err error) {
+	err = ix.use(false, func(db *pebble.DB) error {
+		v, found, err = get(db, k)
+		return err
+	})
+	return v, found, err
 }
 
 // Watermark returns the head of namespace ns that the index reflects;
@@ -332,128 +485,155 @@ func (ix *Index) Key(ns, key string) (ledger.KeyRecord, bool, error) {
 	return k, true, nil
 }
 
+// errCallback carries an error of a caller's function out of use, which
+// must not take it for the index's.
+type errCallback struct{ err error }
+
+func (e errCallback) Error() string { return e.err.Error() }
+func (e errCallback) Unwrap() error { return e.err }
+
+// unwrapCallback returns the caller's error that errCallback carried.
+func unwrapCallback(err error) error {
+	var cb errCallback
+	if errors.As(err, &cb) {
+		return cb.err
+	}
+	return err
+}
+
 // Keys calls fn for every key record of ns, in key byte order.
 func (ix *Index) Keys(ns string, fn func(*ledger.KeyRecord) error) error {
 	p := prefix(ns, tagRecord)
-	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
-	if err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
-	defer func() { _ = it.Close() }()
-	for ok := it.First(); ok; ok = it.Next() {
-		k := ledger.KeyRecord{Key: string(it.Key()[len(p):])}
-		if err := decodeRecord(it.Value(), &k); err != nil {
-			return fmt.Errorf("key index: record of %q: %w", k.Key, err)
+	err := ix.use(false, func(db *pebble.DB) error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
+		if err != nil {
+			return fmt.Errorf("key index: %w", err)
 		}
-		if err := fn(&k); err != nil {
-			return err
+		defer func() { _ = it.Close() }()
+		for ok := it.First(); ok; ok = it.Next() {
+			k := ledger.KeyRecord{Key: string(it.Key()[len(p):])}
+			if err := decodeRecord(it.Value(), &k); err != nil {
+				return fmt.Errorf("key index: record of %q: %w", k.Key, err)
+			}
+			if err := fn(&k); err != nil {
+				return errCallback{err}
+			}
 		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
-	return nil
+		if err := it.Error(); err != nil {
+			return fmt.Errorf("key index: %w", err)
+		}
+		return nil
+	})
+	return unwrapCallback(err)
 }
 
 // Seqs calls fn with the seqs after after of the posting list of value in
 // f, in seq order, until fn returns false.
 func (ix *Index) Seqs(ns string, f Field, value string, after uint64, fn func(seq uint64, v []byte) (bool, error)) error {
 	p := postingPrefix(ns, f, value)
-	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
-	if err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
-	defer func() { _ = it.Close() }()
-	for ok := it.SeekGE(appendSeq(bytes.Clone(p), after+1)); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) != len(p)+8 {
-			return fmt.Errorf("key index: posting key of %d bytes under a %d-byte prefix", len(k), len(p))
+	err := ix.use(false, func(db *pebble.DB) error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
+		if err != nil {
+			return fmt.Errorf("key index: %w", err)
 		}
-		more, err := fn(binary.BigEndian.Uint64(k[len(p):]), it.Value())
-		if err != nil || !more {
-			return err
+		defer func() { _ = it.Close() }()
+		for ok := it.SeekGE(appendSeq(bytes.Clone(p), after+1)); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) != len(p)+8 {
+				return fmt.Errorf("key index: posting key of %d bytes under a %d-byte prefix", len(k), len(p))
+			}
+			more, err := fn(binary.BigEndian.Uint64(k[len(p):]), it.Value())
+			if err != nil {
+				return errCallback{err}
+			}
+			if !more {
+				return nil
+			}
 		}
-	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("key index: %w", err)
-	}
-	return nil
+		if err := it.Error(); err != nil {
+			return fmt.Errorf("key index: %w", err)
+		}
+		return nil
+	})
+	return unwrapCallback(err)
 }
 
 // LastSeq returns the seq of key's latest receipt.
-func (ix *Index) LastSeq(ns, key string) (uint64, bool, error) {
+func (ix *Index) LastSeq(ns, key string) (seq uint64, found bool, err error) {
 	p := postingPrefix(ns, ByKey, key)
-	it, err := ix.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
-	if err != nil {
-		return 0, false, fmt.Errorf("key index: %w", err)
-	}
-	defer func() { _ = it.Close() }()
-	if !it.Last() {
-		return 0, false, it.Error()
-	}
-	return binary.BigEndian.Uint64(it.Key()[len(p):]), true, nil
+	err = ix.use(false, func(db *pebble.DB) error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
+		if err != nil {
+			return fmt.Errorf("key index: %w", err)
+		}
+		defer func() { _ = it.Close() }()
+		if !it.Last() {
+			if err := it.Error(); err != nil {
+				return fmt.Errorf("key index: %w", err)
+			}
+			return nil
+		}
+		seq, found = binary.BigEndian.Uint64(it.Key()[len(p):]), true
+		return nil
+	})
+	return seq, found, err
 }
 
 // Drop removes everything of namespace ns, durably.
 func (ix *Index) Drop(ns string) error {
 	p := prefix(ns, 0)[:len(ns)+1]
-	if err := ix.db.DeleteRange(p, upper(p), ix.durable()); err != nil {
-		return fmt.Errorf("key index: drop %s: %w", ns, err)
-	}
-	return nil
-}
-
-// pebbleLogger sends Pebble's messages to slog: its routine notices at
-// debug level, its errors as errors.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "key index")
-}
-
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "key index")
-}
-
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "key index")
-	panic(fmt.Sprintf(format, args...))
+	return ix.use(true, func(db *pebble.DB) error {
+		if err := db.DeleteRange(p, upper(p), ix.durable()); err != nil {
+			return fmt.Errorf("key index: drop %s: %w", ns, err)
+		}
+		return nil
+	})
 }
 
 // KeySeqs returns the record of key and the seqs of all its receipts,
 // read from one snapshot of the index.
-func (ix *Index) KeySeqs(ns, key string) (ledger.KeyRecord, []uint64, bool, error) {
-	k := ledger.KeyRecord{Key: key}
-	snap := ix.db.NewSnapshot()
-	defer func() { _ = snap.Close() }()
-	v, closer, err := snap.Get(append(prefix(ns, tagRecord), key...))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return k, nil, false, nil
-	}
-	if err != nil {
-		return k, nil, false, fmt.Errorf("key index: %w", err)
-	}
-	err = decodeRecord(v, &k)
-	_ = closer.Close()
-	if err != nil {
-		return k, nil, false, fmt.Errorf("key index: record of %q: %w", key, err)
-	}
-	p := postingPrefix(ns, ByKey, key)
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
-	if err != nil {
-		return k, nil, false, fmt.Errorf("key index: %w", err)
-	}
-	defer func() { _ = it.Close() }()
-	var seqs []uint64
-	for ok := it.First(); ok; ok = it.Next() {
-		seqs = append(seqs, binary.BigEndian.Uint64(it.Key()[len(p):]))
-	}
-	if err := it.Error(); err != nil {
-		return k, nil, false, fmt.Errorf("key index: %w", err)
+func (ix *Index) KeySeqs(ns, key string) (k ledger.KeyRecord, seqs []uint64, found bool, err error) {
+	k = ledger.KeyRecord{Key: key}
+	err = ix.use(false, func(db *pebble.DB) error {
+		snap := db.NewSnapshot()
+		defer func() { _ = snap.Close() }()
+		v, ok, err := get(snap, append(prefix(ns, tagRecord), key...))
+		if err != nil || !ok {
+			return err
+		}
+		if err := decodeRecord(v, &k); err != nil {
+			return fmt.Errorf("key index: record of %q: %w", key, err)
+		}
+		p := postingPrefix(ns, ByKey, key)
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
+		if err != nil {
+			return fmt.Errorf("key index: %w", err)
+		}
+		defer func() { _ = it.Close() }()
+		for ok := it.First(); ok; ok = it.Next() {
+			seqs = append(seqs, binary.BigEndian.Uint64(it.Key()[len(p):]))
+		}
+		if err := it.Error(); err != nil {
+			return fmt.Errorf("key index: %w", err)
+		}
+		found = true
+		return nil
+	})
+	if err != nil || !found {
+		return k, nil, false, err
 	}
 	return k, seqs, true, nil
 }
 
 // Stats describes the LSM: its levels, compactions, caches and filters
 // (Pebble's metrics report), for diagnosis.
-func (ix *Index) Stats() string { return ix.db.Metrics().String() }
+func (ix *Index) Stats() string {
+	s := ""
+	if err := ix.use(false, func(db *pebble.DB) error {
+		s = db.Metrics().String()
+		return nil
+	}); err != nil {
+		return err.Error()
+	}
+	return s
+}

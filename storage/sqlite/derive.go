@@ -2,12 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
 // KeyDrift returns nothing: a Reader has no stored key state to compare
@@ -75,6 +77,30 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 	}
 	defer func() { _ = ix.close() }()
 	opts.index, opts.Repair = ix.Index, true
+	head, err := rebuildFile(ctx, ix, file, ns, opts)
+	if errors.Is(err, keyindex.ErrCorrupt) {
+		// Corruption met on the way (a table the open did not read):
+		// Repair moves the index aside, and the rebuild starts again on a
+		// new one. The other namespaces are rebuilt as they next open.
+		if rerr := ix.Repair(); rerr != nil {
+			return head, fmt.Errorf("%w (and reopening it failed: %w)", err, rerr)
+		}
+		head, err = rebuildFile(ctx, ix, file, ns, opts)
+	}
+	if err != nil {
+		return head, err
+	}
+	opts.Repair, opts.rebuildIndex = false, false
+	check, err := openFileChain(ctx, file, ns, opts)
+	if err != nil {
+		return head, fmt.Errorf("after rebuilding: %w", err)
+	}
+	return head, check.Close()
+}
+
+// rebuildFile rebuilds the index of the namespace file at file and
+// compacts the index.
+func rebuildFile(ctx context.Context, ix *ledgerIndex, file, ns string, opts Options) (ledger.Head, error) {
 	c, err := openFileChain(ctx, file, ns, opts)
 	if err != nil {
 		return ledger.Head{}, err
@@ -88,12 +114,7 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 		return head, err
 	}
 	opts.Logger.Info("key index compacted", "duration", time.Since(start))
-	opts.Repair, opts.rebuildIndex = false, false
-	check, err := openFileChain(ctx, file, ns, opts)
-	if err != nil {
-		return head, fmt.Errorf("after rebuilding: %w", err)
-	}
-	return head, check.Close()
+	return head, nil
 }
 
 // repairHead makes the recorded head match the receipts' tail (after a

@@ -1,6 +1,9 @@
 package sqlite
 
-import "database/sql"
+import (
+	"database/sql"
+	"time"
+)
 
 // Pools exposes the connection pools to the black-box tests.
 func (s *Store) Pools() (writer, reader *sql.DB) { return s.main.w, s.main.r }
@@ -33,3 +36,11 @@ func (s *Store) SetIndexFault(f func() error) { s.main.indexFault = f }
 
 // IndexStats describes the key index's LSM.
 func (s *Store) IndexStats() string { return s.index.Stats() }
+
+// SetIndexRetry sets the bounds of the key index's replay backoff and
+// returns a func that restores them.
+func SetIndexRetry(lo, hi time.Duration) func() {
+	oldLo, oldHi := retryMin, retryMax
+	retryMin, retryMax = lo, hi
+	return func() { retryMin, retryMax = oldLo, oldHi }
+}

@@ -60,8 +60,10 @@ type fileChain struct {
 
 	onEnded func(ns string, keys []string)
 
-	idx   *keyindex.Index // the ledger's key index; nil only for a file being created
-	stale atomic.Bool     // an apply failed: the index lacks a committed batch (index.go)
+	idx    *keyindex.Index // the ledger's key index; nil only for a file being created
+	stale  atomic.Bool     // an apply failed: the index lacks a committed batch (index.go)
+	idxGen atomic.Uint64   // the index's Gen when the file last synced with it
+	retry  indexRetry      // when to try replaying again, guarded by mu
 
 	// beforeCommit, set only by tests before any write, can fail a batch
 	// just before its COMMIT; afterCommit runs right after each COMMIT,

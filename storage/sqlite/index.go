@@ -62,23 +62,33 @@ func openIndex(abs string, opts Options) (*ledgerIndex, error) {
 		return nil, fmt.Errorf("open key index: %w", err)
 	}
 	o := indexMemory(opts.CacheMiB)
-	o.Logger, o.Bulk = opts.Logger, opts.rebuildIndex
+	o.Logger, o.Bulk, o.WriteFault = opts.Logger, opts.rebuildIndex, opts.IndexWriteFault
 	ix, err := keyindex.Open(dir, o)
 	if err == nil {
 		return &ledgerIndex{ix, lock}, nil
 	}
-	if _, serr := os.Stat(dir); serr != nil {
-		_ = lock.release()
-		return nil, err // nothing there to set aside: the directory cannot be made
+	if keyindex.IsDiskError(err) && !opts.rebuildIndex {
+		// Not the index's fault: serve, answering unavailable where the
+		// index is needed, until a replay succeeds (indexUsable).
+		opts.Logger.Error("the key index cannot be opened; writes and key reads answer unavailable until it can",
+			"index", dir, "err", err)
+		return &ledgerIndex{keyindex.Unopened(dir, o, err), lock}, nil
 	}
-	aside := fmt.Sprintf("%s.unreadable-%d", dir, time.Now().UnixMilli())
-	opts.Logger.Error("the key index cannot be opened; setting it aside and rebuilding it from the receipts",
-		"index", dir, "moved_to", aside, "err", err)
-	if rerr := os.Rename(dir, aside); rerr != nil {
+	if _, serr := os.Stat(dir); serr != nil || keyindex.IsDiskError(err) {
+		_ = lock.release()
+		return nil, err // nothing there to set aside, or the disk's fault: the directory cannot be made
+	}
+	aside, rerr := keyindex.MoveAside(dir)
+	if rerr != nil {
 		_ = lock.release()
 		return nil, fmt.Errorf("%w (and moving it aside failed: %w)", err, rerr)
 	}
+	opts.Logger.Error("the key index cannot be opened; setting it aside and rebuilding it from the receipts",
+		"index", dir, "moved_to", aside, "err", err)
 	if ix, err = keyindex.Open(dir, o); err != nil {
+		if keyindex.IsDiskError(err) && !opts.rebuildIndex {
+			return &ledgerIndex{keyindex.Unopened(dir, o, err), lock}, nil
+		}
 		_ = lock.release()
 		return nil, err
 	}
@@ -96,8 +106,29 @@ func (db *fileChain) openIndex(ctx context.Context, opts Options) error {
 		if err := db.repairHead(ctx); err != nil {
 			return err
 		}
+		return db.syncIndex(ctx, true)
 	}
-	return db.syncIndex(ctx, opts.rebuildIndex)
+	gen := db.idx.Gen()
+	err := db.syncIndex(ctx, false)
+	if err != nil && indexBroken(err) {
+		// The disk under the index (or the index) failed: the file serves,
+		// and what needs the index answers unavailable until a replay
+		// succeeds (indexUsable), which Repair makes possible.
+		db.stale.Store(true)
+		db.retry.failed(db, err)
+		return nil
+	}
+	if err == nil {
+		db.idxGen.Store(gen)
+	}
+	return err
+}
+
+// indexBroken reports whether err is the key index's own failure (its
+// disk, its files), which a later replay can mend, rather than the
+// ledger file's.
+func indexBroken(err error) bool {
+	return errors.Is(err, keyindex.ErrUnusable) || errors.Is(err, keyindex.ErrNoSpace) || keyindex.IsDiskError(err)
 }
 
 // bulkBuildIndex builds the index of an existing ledger that has none (a
@@ -115,6 +146,12 @@ func bulkBuildIndex(ctx context.Context, abs string, opts Options) error {
 	}
 	opts.rebuildIndex = true // bulk memory settings only; the file opens normally
 	ix, err := openIndex(abs, opts)
+	if err != nil && indexBroken(err) {
+		_ = os.RemoveAll(IndexPath(abs)) // there was none: the serving index is built once the disk has room
+		opts.Logger.Error("the key index cannot be built; writes and key reads answer unavailable until it can",
+			"index", IndexPath(abs), "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -131,6 +168,13 @@ func bulkBuildIndex(ctx context.Context, abs string, opts Options) error {
 	}
 	if err != nil {
 		_ = os.RemoveAll(IndexPath(abs)) // half-built: the next start builds it again
+		if indexBroken(err) {
+			// The disk's fault: the ledger serves without the index until
+			// it can be built (openIndex, indexUsable).
+			opts.Logger.Error("the key index cannot be built; writes and key reads answer unavailable until it can",
+				"index", IndexPath(abs), "err", err)
+			return nil
+		}
 		return fmt.Errorf("open ledger %s: build the key index: %w", abs, err)
 	}
 	return nil
@@ -145,6 +189,9 @@ func bulkBuildIndex(ctx context.Context, abs string, opts Options) error {
 func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
 	head := *c.head.Load()
 	wm, found, err := c.idx.Watermark(c.ns)
+	if errors.Is(err, keyindex.ErrUnusable) {
+		return fmt.Errorf("key index of %s: %w", c.ns, err)
+	}
 	reason := ""
 	switch {
 	case rebuild:
@@ -336,26 +383,78 @@ func (c *fileChain) applyIndex(t *writeTx) {
 	}
 }
 
+// indexRetry spaces the replays of an index that lacks committed batches:
+// the first retry after retryMin, then twice as long each time up to
+// retryMax, so that a full disk costs neither CPU nor a log line a
+// request; the failure is logged at most every retryMax.
+type indexRetry struct {
+	next    time.Time
+	delay   time.Duration
+	lastErr error
+	logged  time.Time
+	quiet   int // failures not logged since
+}
+
+// The bounds of indexRetry's delay; variables for the tests.
+var (
+	retryMin = 100 * time.Millisecond
+	retryMax = 5 * time.Second
+)
+
+// failed records a failed replay (or open) of c's index.
+func (r *indexRetry) failed(c *fileChain, err error) {
+	r.delay = min(max(2*r.delay, retryMin), retryMax)
+	r.next, r.lastErr = time.Now().Add(r.delay), err
+	if time.Since(r.logged) < retryMax {
+		r.quiet++
+		return
+	}
+	c.logger.Error("the key index cannot be replayed; writes and key reads answer unavailable until it can",
+		"namespace", c.ns, "retry_in", r.delay, "failures_not_logged", r.quiet, "err", err)
+	r.logged, r.quiet = time.Now(), 0
+}
+
+// needsSync reports whether the index may lack committed batches of c:
+// an apply failed, the index failed (its disk, its files), or it was
+// reopened (Repair) since c synced.
+func (c *fileChain) needsSync() bool {
+	return c.stale.Load() || (c.idx != nil && (c.idx.Gen() != c.idxGen.Load() || c.idx.Err() != nil))
+}
+
 // indexUsable returns nil when the index holds every committed batch,
-// replaying the ones an earlier apply failed to write first.
+// replaying the ones it lacks first (after reopening a failed index), at
+// most as often as c.retry allows. Called with c.mu held.
 func (c *fileChain) indexUsable(ctx context.Context) error {
 	if c.idx == nil {
 		return fmt.Errorf("%w: the file was opened without its key index", ledger.ErrUnavailable)
 	}
-	if !c.stale.Load() {
+	if !c.needsSync() {
 		return nil
+	}
+	if time.Now().Before(c.retry.next) {
+		return fmt.Errorf("%w: the key index lacks committed receipts and cannot be replayed yet: %w", ledger.ErrUnavailable, c.retry.lastErr)
 	}
 	err := error(nil)
 	if c.indexFault != nil {
 		err = c.indexFault()
 	}
+	gen := uint64(0)
+	if err == nil {
+		err = c.idx.Repair()
+		gen = c.idx.Gen()
+	}
 	if err == nil {
 		err = c.syncIndex(ctx, false)
 	}
 	if err != nil {
+		if ctx.Err() == nil {
+			c.retry.failed(c, err)
+		}
 		return fmt.Errorf("%w: the key index lacks committed receipts and replaying them failed: %w", ledger.ErrUnavailable, err)
 	}
 	c.logger.Info("key index replayed; the namespace takes writes again", "namespace", c.ns)
+	c.retry = indexRetry{}
+	c.idxGen.Store(gen)
 	c.stale.Store(false)
 	return nil
 }
@@ -365,18 +464,25 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 func (c *fileChain) RebuildIndex(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.idx.Repair(); err != nil {
+		return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
+	}
+	gen := c.idx.Gen()
 	if err := c.syncIndex(ctx, true); err != nil {
 		return err
 	}
 	c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
+	c.retry = indexRetry{}
+	c.idxGen.Store(gen)
 	c.stale.Store(false)
 	return nil
 }
 
-// indexReadable returns ErrUnavailable while the index lacks a committed
-// batch (an apply failed and no replay has succeeded yet).
+// indexReadable returns ErrUnavailable while the index may lack a
+// committed batch (an apply failed, or the index was reopened, and no
+// replay has succeeded yet).
 func (c *fileChain) indexReadable() error {
-	if c.stale.Load() {
+	if c.needsSync() {
 		return fmt.Errorf("%w: the key index lacks committed receipts; the next write replays them", ledger.ErrUnavailable)
 	}
 	return nil

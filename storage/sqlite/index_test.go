@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // TestIndex_applyFails: when the index apply of a committed batch fails,
@@ -21,6 +22,7 @@ import (
 // replayed.
 func TestIndex_applyFails(t *testing.T) {
 	ctx := context.Background()
+	defer sqlite.SetIndexRetry(0, 0)() // retry at once
 	db, _ := MustOpenDB(t)
 	var fail atomic.Bool
 	db.Store.SetIndexFault(func() error {

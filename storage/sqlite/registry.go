@@ -358,8 +358,21 @@ func (s *Store) recordLoop(ctx context.Context, every time.Duration) {
 			if err := s.recordHeads(ctx); err != nil && ctx.Err() == nil {
 				s.opts.Logger.Warn("recording namespace heads", "err", err)
 			}
+			s.healIndex(ctx)
 		}
 	}
+}
+
+// healIndex replays the key index of the default file when it lacks
+// committed batches (a failed apply, a full disk, a reopened index), so
+// that the ledger recovers by itself once the disk has room again, not
+// only at its next write; the replay's own backoff (indexRetry) spaces
+// the attempts. Other namespaces replay at their next write.
+func (s *Store) healIndex(ctx context.Context) {
+	if s.main == nil || !s.main.needsSync() {
+		return
+	}
+	_ = s.main.Update(ctx, func(context.Context, ledger.Tx) error { return nil })
 }
 
 // RecordHeads records the heads of open namespaces that moved now,

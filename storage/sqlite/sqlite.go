@@ -68,6 +68,10 @@ type Options struct {
 	// AfterCommit, if set, runs right after each durable COMMIT, before
 	// the batch is applied to the key index: a hook for the crash tests.
 	AfterCommit func()
+	// IndexWriteFault, if set, is called before each write of a file of
+	// the key index, and an error it returns fails that write: a hook for
+	// the full-disk tests.
+	IndexWriteFault func() error
 
 	index        *keyindex.Index // the ledger's key index, set by the Store
 	rebuildIndex bool            // rebuild the file's part of the index on open

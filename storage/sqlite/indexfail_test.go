@@ -1,0 +1,221 @@
+package sqlite_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// lockedBuffer is a log destination goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// diskFull is an IndexWriteFault that fails every write of the key
+// index's files with ENOSPC while it is set.
+type diskFull struct{ on atomic.Bool }
+
+func (d *diskFull) fault() error {
+	if d.on.Load() {
+		return syscall.ENOSPC
+	}
+	return nil
+}
+
+// TestIndex_diskFull: when the disk under the key index fills up, no
+// acknowledged receipt is lost and nothing panics: the batch that met the
+// full disk stands (it is durable in the ledger file), then writes, key
+// reads and Ready answer unavailable, without a replay (nor a log line)
+// a request, until the disk has room again; then the index is replayed
+// by itself and the committed key is replayed, never reserved again.
+func TestIndex_diskFull(t *testing.T) {
+	ctx := context.Background()
+	defer sqlite.SetIndexRetry(50*time.Millisecond, 200*time.Millisecond)()
+	var full diskFull
+	logs := &lockedBuffer{}
+	db := ledgertest.MustOpen(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)), IndexWriteFault: full.fault, HeadRecordEvery: 20 * time.Millisecond,
+	}, ledger.Config{})
+	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+
+	full.on.Store(true)
+	var acked []string
+	var err error
+	for i := 0; err == nil && i < 5000; i++ { // Pebble buffers its log: writes succeed until it meets the disk
+		k := fmt.Sprintf("key-full-%06d", i)
+		if _, err = db.Reserve(ctx, reserveReq(k, "exec-2")); err == nil {
+			acked = append(acked, k)
+		}
+	}
+	require.ErrorIs(t, err, ledger.ErrUnavailable)
+	_, err = db.Commit(ctx, succeed("key-aaaa-0001", res.Reservation))
+	require.ErrorIs(t, err, ledger.ErrUnavailable, "no decision from an index that lacks committed receipts")
+	_, err = db.GetKey(ctx, acked[0])
+	require.ErrorIs(t, err, ledger.ErrUnavailable)
+	require.ErrorIs(t, db.Store.Ready(ctx), ledger.ErrUnavailable)
+	for range 200 {
+		_, _ = db.Reserve(ctx, reserveReq("key-bbbb-0002", "exec-3"))
+	}
+	time.Sleep(300 * time.Millisecond)
+	assert.Less(t, strings.Count(logs.String(), "\n"), 30, "the failure is not logged a request:\n%s", logs.String())
+
+	full.on.Store(false)
+	require.Eventually(t, func() bool { return db.Store.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond)
+	for _, k := range acked {
+		v, err := db.GetKey(ctx, k)
+		require.NoError(t, err, k)
+		assert.Equal(t, ledger.StateReserved, v.State, k)
+	}
+	mustCommit(t, db, succeed("key-aaaa-0001", res.Reservation))
+	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-4"))
+	assert.Equal(t, ledger.StatusReplayed, again.Status)
+	verifyChain(t, db)
+}
+
+// TestIndex_startDiskFull: a ledger whose index cannot be written at
+// start (its disk is full) opens all the same and answers unavailable
+// until the disk has room; then the index catches up by itself.
+func TestIndex_startDiskFull(t *testing.T) {
+	ctx := context.Background()
+	defer sqlite.SetIndexRetry(50*time.Millisecond, 200*time.Millisecond)()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	mustCommit(t, db, succeed("key-aaaa-0001", res.Reservation))
+	require.NoError(t, db.Close())
+	require.NoError(t, os.RemoveAll(sqlite.IndexPath(path)), "the index must be built again at start")
+
+	var full diskFull
+	full.on.Store(true)
+	opts := quiet
+	opts.IndexWriteFault, opts.HeadRecordEvery = full.fault, 20*time.Millisecond
+	db = ledgertest.MustOpen(t, path, opts, ledger.Config{})
+	require.ErrorIs(t, db.Store.Ready(ctx), ledger.ErrUnavailable)
+	_, err := db.Reserve(ctx, reserveReq("key-aaaa-0001", "exec-2"))
+	require.ErrorIs(t, err, ledger.ErrUnavailable)
+
+	full.on.Store(false)
+	require.Eventually(t, func() bool { return db.Store.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond)
+	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-2"))
+	assert.Equal(t, ledger.StatusReplayed, again.Status)
+}
+
+// corruptIndex flips the bytes of every table of the key index of the
+// ledger at path between fractions from and to of its length.
+func corruptIndex(t *testing.T, path string, from, to float64) {
+	t.Helper()
+	ssts, err := filepath.Glob(filepath.Join(sqlite.IndexPath(path), "*.sst"))
+	require.NoError(t, err)
+	require.NotEmpty(t, ssts)
+	for _, f := range ssts {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for i := int(from * float64(len(b))); i < int(to*float64(len(b))); i++ {
+			b[i] ^= 0x5a
+		}
+		require.NoError(t, os.WriteFile(f, b, 0o644))
+	}
+}
+
+// TestIndex_corrupt: a key index with a corrupt table is moved aside
+// (<db>.idx.unreadable-<ms>) and rebuilt from the receipts, whether the
+// open meets the corruption or a later read does; a committed key is
+// replayed either way and the receipts are untouched.
+func TestIndex_corrupt(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		from, to float64
+	}{{"at open", 0.01, 0.99}, {"on use", 0.3, 0.6}} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			defer sqlite.SetIndexRetry(0, 0)()
+			path := filepath.Join(t.TempDir(), "ledger.db")
+			db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+			var keys []string
+			for i := range 400 {
+				k := fmt.Sprintf("key-corrupt-%06d", i)
+				res := mustReserve(t, db, reserveReq(k, "exec-1"))
+				mustCommit(t, db, succeed(k, res.Reservation))
+				keys = append(keys, k)
+			}
+			head := db.Head()
+			require.NoError(t, db.Close())
+			_, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet) // one compacted table
+			require.NoError(t, err)
+			corruptIndex(t, path, tt.from, tt.to)
+
+			db = ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+			assert.Equal(t, head, db.Head())
+			for _, k := range keys {
+				r, err := db.Reserve(ctx, reserveReq(k, "exec-2"))
+				if err != nil {
+					require.ErrorIs(t, err, ledger.ErrUnavailable, k) // the read that met it; the next one rebuilds
+					r = mustReserve(t, db, reserveReq(k, "exec-2"))
+				}
+				require.Equal(t, ledger.StatusReplayed, r.Status, k)
+			}
+			aside, err := filepath.Glob(sqlite.IndexPath(path) + ".unreadable-*")
+			require.NoError(t, err)
+			assert.Len(t, aside, 1, "the corrupt index is moved aside, not deleted")
+			rs := verifyChain(t, db)
+			assert.Len(t, rs, int(head.Seq)+len(keys), "the receipts, and the replays")
+		})
+	}
+}
+
+// TestRebuildIndex_corrupt: ledgerctl rebuild-index's rebuild of a
+// corrupt index moves it aside and builds a new one.
+func TestRebuildIndex_corrupt(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+	for i := range 400 {
+		mustReserve(t, db, reserveReq(fmt.Sprintf("key-rebuild-%06d", i), "exec-1"))
+	}
+	head := db.Head()
+	require.NoError(t, db.Close())
+	_, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
+	require.NoError(t, err)
+	for _, span := range [][2]float64{{0.3, 0.6}, {0.01, 0.99}} {
+		corruptIndex(t, path, span[0], span[1])
+		got, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
+		require.NoError(t, err)
+		assert.Equal(t, head, got)
+	}
+	aside, err := filepath.Glob(sqlite.IndexPath(path) + ".unreadable-*")
+	require.NoError(t, err)
+	assert.NotEmpty(t, aside)
+	db = ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+	v, err := db.GetKey(ctx, "key-rebuild-000007")
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateReserved, v.State)
+}
