@@ -78,6 +78,7 @@ func New(store Store, cfg Config) *Ledger {
 		spaces: map[string]*Namespace{}}
 	store.OnEnded(l.waits.notify)
 	writerReady.Set(1)
+	keysWaiting.serve(l)
 	return l
 }
 
@@ -125,6 +126,7 @@ func (l *Ledger) EndWaits() { l.waits.end() }
 // Close stops accepting writes, lets every queue finish what it holds and
 // closes the store.
 func (l *Ledger) Close() error {
+	keysWaiting.stop(l)
 	l.EndWaits()
 	l.mu.Lock()
 	spaces := l.spaces

@@ -59,6 +59,12 @@ type Store interface {
 	// may be spurious, late or (after a lost connection) missing, and
 	// fn must not block. Register before the first Update.
 	OnEnded(fn func(ns string, keys []string))
+	// OpenKeys counts the keys whose latest reservation has no outcome,
+	// by namespace, state (StateReserved or StateInterrupted, on the
+	// driver's clock) and idempotence; rows of no keys may be left out.
+	// It is called on scrapes of /metrics (openkeys.go), so it must not
+	// read every key record of a large ledger.
+	OpenKeys(ctx context.Context) ([]OpenKeyCount, error)
 	// Ready reports whether the database can be written now.
 	Ready(ctx context.Context) error
 	// Describe names the database for logs and errors (never a password).

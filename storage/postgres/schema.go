@@ -263,6 +263,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
 		}
+		if err := ensureOpenKeysIndex(ctx, tx); err != nil {
+			return 0, err
+		}
 		return v, tx.Commit(ctx)
 	}
 	if readOnly {
@@ -278,6 +281,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if err := ensureKeysGuard(ctx, tx); err != nil {
+		return 0, err
+	}
+	if err := ensureOpenKeysIndex(ctx, tx); err != nil {
 		return 0, err
 	}
 	return SchemaVersion, tx.Commit(ctx)

@@ -52,6 +52,8 @@ type Store struct {
 	ttls       map[string]uint64      // namespaces' key_ttl_ms known without opening, guarded by mu
 	stopRecord context.CancelFunc
 	recordDone chan struct{}
+
+	open openKeys // openkeys.go
 }
 
 var _ ledger.Store = (*Store)(nil)

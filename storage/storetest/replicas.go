@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -36,6 +37,7 @@ func RunReplicas(t *testing.T, f ReplicaFactory) {
 		{"TakeoverOnTheOtherReplica", replicasTakeoverOnTheOtherReplica},
 		{"WaitWakesAcrossReplicas", replicasWaitWakesAcrossReplicas},
 		{"RevocationAcrossReplicas", replicasRevocationAcrossReplicas},
+		{"OpenKeysAcrossReplicas", replicasOpenKeysAcrossReplicas},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open2) })
 	}
@@ -143,4 +145,22 @@ func replicasRevocationAcrossReplicas(t *testing.T, open2 openPair) {
 	require.NoError(t, ledger.NewTokens(a.Store().Tokens()).Revoke(context.Background(), "gw"))
 	_, err = b.Authenticate(context.Background(), tok)
 	require.ErrorIs(t, err, ledger.ErrBadToken)
+}
+
+// replicasOpenKeysAcrossReplicas: a replica counts the open keys that
+// another replica reserved and ended.
+func replicasOpenKeysAcrossReplicas(t *testing.T, open2 openPair) {
+	a, b, clock := open2(t)
+	r := req("pay-key-01", "exec-1")
+	r.LeaseMS = i64(1000)
+	_, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), r)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{"default/reserved/not-idempotent": 1}, OpenKeys(t, b.Store()))
+	clock.Advance(2 * time.Second)
+	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, b.Store()))
+	_, err = ns(t, a, ledger.DefaultNamespace).Resolve(context.Background(), ledger.ResolveRequest{
+		IdempotencyKey: "pay-key-01", Outcome: chain.OutcomeFailed, Note: "never sent",
+		Error: &ledger.FailureDetail{Code: "NOT_SENT", Message: "never sent"}})
+	require.NoError(t, err)
+	require.Empty(t, OpenKeys(t, b.Store()))
 }

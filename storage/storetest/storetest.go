@@ -144,6 +144,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("KeyLifetime", func(t *testing.T) { RunKeyLifetime(t, f) })
 	t.Run("VerifyBesideWriter", func(t *testing.T) { testVerifyBesideWriter(t, f) })
 	t.Run("ClockStepsBack", func(t *testing.T) { testClockStepsBack(t, f) })
+	t.Run("OpenKeys", func(t *testing.T) { testOpenKeys(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
