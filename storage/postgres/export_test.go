@@ -78,3 +78,6 @@ func Arrays(cols [][]any) []any {
 	}
 	return out
 }
+
+// SQLOpenKeys is the count of open keys, for plans.
+const SQLOpenKeys = sqlOpenKeys
