@@ -100,7 +100,7 @@ func TestDeploy_metricNames(t *testing.T) {
 			}
 		}
 		for _, want := range []string{"LedgerVerificationViolations", "LedgerVerificationStale", "LedgerNotReady",
-			"LedgerHTTP5xxRate", "LedgerWriterBatchSlow"} {
+			"LedgerHTTP5xxRate", "LedgerWriterBatchSlow", "LedgerKeysAwaitingPerson"} {
 			assert.Contains(t, alerts, want)
 		}
 	})
