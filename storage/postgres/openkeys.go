@@ -18,7 +18,7 @@ import (
 
 // sqlOpenKeysIndex is created by migrate on a writable store (a database
 // made by an earlier build gets it at its first start by this one, which
-// blocks writes while it is built: about a second per million keys).
+// blocks writes while it is built).
 const sqlOpenKeysIndex = `CREATE INDEX IF NOT EXISTS keys_open ON keys (namespace, idempotent, lease_expires_at)
 	WHERE final_seq < reserve_seq`
 
