@@ -141,6 +141,8 @@ func TestLedgerMCP_stdio(t *testing.T) {
 		assert.Equal(t, "2", metric(t, metrics, `ledger_mcp_calls_total{decision="passed_through",tool="test-shop.lookup"}`))
 		assert.Equal(t, "1", metric(t, metrics, `ledger_mcp_calls_total{decision="refused",tool="test-shop.refund"}`))
 		assert.Equal(t, "1", metric(t, metrics, `ledger_mcp_calls_total{decision="replayed",tool="test-shop.slow"}`))
+		// The embedded ledger's gauge of keys waiting (ledger/openkeys.go).
+		assert.NotEmpty(t, metric(t, metrics, `ledger_keys_waiting{idempotent="false",namespace="default",state="interrupted"}`))
 	})
 
 	g.stop(t)
