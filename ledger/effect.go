@@ -21,6 +21,27 @@ const (
 	StateNotApplied State = "not_applied"
 )
 
+// Error codes of a not_applied outcome that attempted nothing (SPEC §4.1,
+// §11.1): the call only asked for input, or could not ask. The audit's
+// repeated failures do not count them.
+const (
+	CodeInputRequired           = "INPUT_REQUIRED"
+	CodeClientCapabilityMissing = "CLIENT_CAPABILITY_MISSING"
+)
+
+// CountsAsFailure reports whether an outcome with error code code is a
+// failure for the audit's repeated failures (SPEC §5, §4.1): failed, or
+// not_applied unless its code says nothing was attempted.
+func CountsAsFailure(outcome, code string) bool {
+	switch outcome {
+	case chain.OutcomeFailed:
+		return true
+	case chain.OutcomeNotApplied:
+		return code != CodeInputRequired && code != CodeClientCapabilityMissing
+	}
+	return false
+}
+
 // Reserve statuses (the body "status" of a successful reserve).
 const (
 	StatusReserved    = "reserved"

@@ -25,6 +25,7 @@ func RunNotApplied(t *testing.T, f Factory) {
 	t.Run("AdminCorrection", func(t *testing.T) { testNotAppliedCorrection(t, f) })
 	t.Run("WaiterReserves", func(t *testing.T) { testNotAppliedWait(t, f) })
 	t.Run("KeyExpires", func(t *testing.T) { testNotAppliedExpires(t, f) })
+	t.Run("RepeatedFailures", func(t *testing.T) { testNotAppliedRepeats(t, f) })
 }
 
 func notApplied(key, token, code string) ledger.CommitRequest {
@@ -235,4 +236,39 @@ func testNotAppliedExpires(t *testing.T, f Factory) {
 	assert.Equal(t, c.Receipt.Seq, nr.Renewed.Seq)
 	noDrift(t, n, "nightly-mail")
 	verifyClean(t, n, 3)
+}
+
+// testNotAppliedRepeats: the driver's repeated-failures query counts a
+// not_applied like a failure, and a rerun of the same key by another
+// execution as a repeat, but not one by the same execution, nor after a
+// not_applied whose code says nothing was attempted.
+func testNotAppliedRepeats(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	r := mustReserve(t, n, req("send-mail-8", "exec-1"))
+	c1 := mustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
+	same := req("send-mail-8", "exec-1")
+	same.Attempt = i64(2)
+	r = mustReserve(t, n, same)
+	mustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
+	rerun := mustReserve(t, n, req("send-mail-8", "exec-2"))
+	other := mustReserve(t, n, req("send-mail-9", "exec-3"))
+	asks := req("send-mail-10", "exec-4")
+	asks.Input = json.RawMessage(`{"order":8}`)
+	r = mustReserve(t, n, asks)
+	mustCommit(t, n, notApplied("send-mail-10", r.Reservation, ledger.CodeInputRequired))
+	asks.ExecutionID = "exec-5"
+	mustReserve(t, n, asks)
+	verifyClean(t, n, 9)
+
+	rep, err := verify.New(n.Reader(), verify.Opts{Now: clock.Now}).Check(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Audit.RepeatedFailures, 1)
+	rf := rep.Audit.RepeatedFailures[0]
+	assert.Equal(t, "REFUSED", rf.ErrorCode)
+	assert.Equal(t, []string{"send-mail-8", "send-mail-8", "send-mail-9"}, rf.Keys)
+	assert.Equal(t, []string{"exec-1", "exec-2", "exec-3"}, rf.Executions)
+	assert.Equal(t, []uint64{c1.Receipt.Seq, rerun.Receipt.Seq, other.Receipt.Seq}, rf.Seqs)
+	assert.Len(t, rep.Audit.NotAppliedReruns, 3)
 }
