@@ -80,7 +80,7 @@ type RenewedKey struct {
 	Key  string `json:"key"`
 	Tool string `json:"tool"`
 	// PreviousFinalSeq is the commit or resolve that ended the previous
-	// generation, PreviousOutcome its outcome (succeeded or failed); Seq
+	// generation, PreviousOutcome its outcome (succeeded, failed or not_applied); Seq
 	// is the new generation's reserve.
 	PreviousFinalSeq uint64 `json:"previous_final_seq"`
 	PreviousOutcome  string `json:"previous_outcome"`
