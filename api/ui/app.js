@@ -685,6 +685,10 @@
         el('div', { class: 'ev-body' }, v.idempotent
           ? 'The effect may or may not have happened. The next reserve takes it over (the handler is idempotent).'
           : 'The effect may or may not have happened. A person must resolve it: ledgerctl resolve KEY --outcome … --note …')));
+    } else if (v.state === 'not_applied') {
+      items.push(el('li', { class: 'k-reserve' },
+        el('div', { class: 'ev-title' }, el('span', null, 'Nothing was applied'), badge('not_applied', 'not_applied')),
+        el('div', { class: 'ev-body' }, 'The last outcome claims the effect applied nothing: the next reserve, by any execution, runs it again.')));
     } else if (last && v.state === 'reserved') {
       items.push(el('li', { class: 'k-reserve' },
         el('div', { class: 'ev-title' }, el('span', null, 'In progress'), badge('reserved', 'reserved')),
