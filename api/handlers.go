@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -40,7 +41,16 @@ type reservedBody struct {
 	Takeover       bool         `json:"takeover"`
 	Retry          bool         `json:"retry"`
 	Renewed        *renewedJSON `json:"renewed,omitempty"`
-	Receipt        receiptRef   `json:"receipt"`
+	// AfterNotApplied is set when the key's last outcome was not_applied
+	// (SPEC §4.1): this reserve runs the effect again.
+	AfterNotApplied *afterNotAppliedJSON `json:"after_not_applied,omitempty"`
+	Receipt         receiptRef           `json:"receipt"`
+}
+
+// afterNotAppliedJSON names the not_applied outcome a 201 reserve follows.
+type afterNotAppliedJSON struct {
+	Seq       uint64 `json:"seq"`
+	ErrorCode string `json:"error_code"`
 }
 
 // renewedJSON is the "renewed" member of a 201 reserve of an expired key
@@ -130,6 +140,9 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		if res.Renewed != nil {
 			body.Renewed = &renewedJSON{Seq: res.Renewed.Seq, RecordedAt: res.Renewed.RecordedAt}
 		}
+		if a := res.AfterNotApplied; a != nil {
+			body.AfterNotApplied = &afterNotAppliedJSON{Seq: a.Seq, ErrorCode: a.ErrorCode}
+		}
 		s.writeJSON(w, http.StatusCreated, body)
 	}
 }
@@ -218,6 +231,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger
 		Note:           o.required("note"),
 		Error:          o.failure(),
 		Actor:          ActorFromContext(r.Context()),
+		MayCorrect:     mayCorrect(r.Context()),
 	}
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
@@ -230,6 +244,14 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger
 	}
 	s.writeJSON(w, http.StatusCreated, resolvedBody{Status: ledger.StatusResolved, IdempotencyKey: res.IdempotencyKey,
 		State: string(res.State), Receipt: refJSON(res.Receipt)})
+}
+
+// mayCorrect reports whether the request may correct a failed key to
+// not_applied (SPEC §4.1): its token is an admin's, or the ledger serves
+// without tokens (no principal), where every caller is one.
+func mayCorrect(ctx context.Context) bool {
+	p, ok := PrincipalFromContext(ctx)
+	return !ok || p.Role == ledger.RoleAdmin
 }
 
 type keyBody struct {

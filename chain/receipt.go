@@ -71,6 +71,9 @@ const (
 const (
 	OutcomeSucceeded = "succeeded"
 	OutcomeFailed    = "failed"
+	// OutcomeNotApplied (v1.3, SPEC §4.1): the effect applied nothing, so
+	// the key may be reserved again.
+	OutcomeNotApplied = "not_applied"
 )
 
 // Receipt is one entry of the chain. Field order and types are those of

@@ -49,7 +49,7 @@ type Outcome struct {
 // Func runs an effect. It receives the idempotency key to pass
 // downstream (an Idempotency-Key header, a client reference). It returns
 // an error to record a failure: a *Failure (see Retryable and Permanent)
-// says how; an error wrapping ErrOutcomeUnknown, or a context error, says
+// says how (NotApplied: it applied nothing); an error wrapping ErrOutcomeUnknown, or a context error, says
 // the effect may have happened and records nothing.
 type Func func(ctx context.Context, key string) (Outcome, error)
 
@@ -62,10 +62,13 @@ type Result struct {
 	Retry       bool // this run retried a retryable failure
 	// Renewed is set when the key's earlier outcome had expired (SPEC
 	// §12): the function ran as a new effect under the same key.
-	Renewed     *Renewal
-	Attempt     uint64
-	ExternalRef string
-	Result      json.RawMessage // the recorded result (nil if none)
+	Renewed *Renewal
+	// AfterNotApplied is set when the key's last outcome was not_applied
+	// (SPEC §4.1): the function ran again.
+	AfterNotApplied *NotAppliedRef
+	Attempt         uint64
+	ExternalRef     string
+	Result          json.RawMessage // the recorded result (nil if none)
 	// ResultDropped is set when the function's result could not be
 	// recorded (not JSON, or over 64 KiB): the success was recorded
 	// without it, and Result is nil.
@@ -294,6 +297,9 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 	defer cancel()
 	if ferr != nil {
 		cm := Commit{Outcome: "failed", Failure: failureOf(f, ferr)}
+		if cm.Failure.NotApplied {
+			cm.Outcome = "not_applied"
+		}
 		cr, err := c.commitRetry(cctx, rsv.Key, rsv.Token, &cm, 1<<30)
 		if err != nil {
 			return nil, c.commitFailed(ctx, rsv, cm, err, ferr)
@@ -314,7 +320,8 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 	if encErr != nil {
 		c.logger.WarnContext(ctx, "ledger: result not recorded", "key", rsv.Key, "err", encErr)
 	}
-	return &Result{Key: rsv.Key, Takeover: rsv.Takeover, Retry: rsv.Retry, Renewed: rsv.Renewed, Attempt: rsv.Attempt,
+	return &Result{Key: rsv.Key, Takeover: rsv.Takeover, Retry: rsv.Retry, Renewed: rsv.Renewed,
+		AfterNotApplied: rsv.AfterNotApplied, Attempt: rsv.Attempt,
 		ExternalRef: o.ExternalRef, Result: cm.Result, ResultDropped: encErr != nil,
 		Receipt: cr.Receipt, Late: cr.Late}, nil
 }
@@ -357,7 +364,7 @@ const (
 func failureOf(f *Failure, err error) *Failure {
 	out := &Failure{Code: DefaultFailureCode, Message: err.Error()}
 	if f != nil {
-		out.Retryable = f.Retryable
+		out.Retryable, out.NotApplied = f.Retryable && !f.NotApplied, f.NotApplied
 		if validCode(f.Code) {
 			out.Code = f.Code
 		}

@@ -46,6 +46,12 @@ type ReserveRequest struct {
 	Wait time.Duration
 }
 
+// NotAppliedRef names the not_applied outcome a reservation follows.
+type NotAppliedRef struct {
+	Seq       uint64 `json:"seq"`
+	ErrorCode string `json:"error_code"`
+}
+
 // Reservation is the answer to a reserve.
 type Reservation struct {
 	Status       string // "reserved", "replayed" or "not_recorded"
@@ -62,6 +68,9 @@ type Reservation struct {
 	// namespace with a key lifetime, SPEC §12): this reservation starts a
 	// new generation of the key, a new effect.
 	Renewed *Renewal
+	// AfterNotApplied is set when the key's last outcome was not_applied
+	// (SPEC §4.1): this reservation runs the effect again.
+	AfterNotApplied *NotAppliedRef
 
 	// Status "replayed": the recorded outcome.
 	Outcome     string
@@ -101,12 +110,13 @@ type reserveReply struct {
 		Seq        uint64 `json:"seq"`
 		RecordedAt int64  `json:"recorded_at"`
 	} `json:"renewed"`
-	Outcome        string          `json:"outcome"`
-	ExternalRef    string          `json:"external_ref"`
-	Result         json.RawMessage `json:"result"`
-	ResultEncoding string          `json:"result_encoding"`
-	Original       ReceiptRef      `json:"original"`
-	Receipt        ReceiptRef      `json:"receipt"`
+	AfterNotApplied *NotAppliedRef  `json:"after_not_applied"`
+	Outcome         string          `json:"outcome"`
+	ExternalRef     string          `json:"external_ref"`
+	Result          json.RawMessage `json:"result"`
+	ResultEncoding  string          `json:"result_encoding"`
+	Original        ReceiptRef      `json:"original"`
+	Receipt         ReceiptRef      `json:"receipt"`
 }
 
 // reserveOnce makes one reserve request.
@@ -127,7 +137,7 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 		return nil, fmt.Errorf("reserve: decode response: %w", err)
 	}
 	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
-		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry,
+		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry, AfterNotApplied: b.AfterNotApplied,
 		Outcome: b.Outcome, ExternalRef: b.ExternalRef, ResultEncoding: b.ResultEncoding,
 		Original: b.Original, Receipt: b.Receipt}
 	if b.LeaseExpiresAt > 0 {
@@ -165,10 +175,10 @@ func isError(err error) bool {
 
 // Commit is an outcome to record for a reservation.
 type Commit struct {
-	Outcome     string          // "succeeded" or "failed"
-	ExternalRef string          // the downstream reference (charge id, message id)
+	Outcome     string          // "succeeded", "failed" or "not_applied" (SPEC §4.1: nothing was applied)
+	ExternalRef string          // the downstream reference (charge id, message id); not with "not_applied"
 	Result      json.RawMessage // any JSON, at most 64 KiB compacted
-	Failure     *Failure        // required with "failed": Code, Message, Retryable
+	Failure     *Failure        // required with "failed" and "not_applied": Code, Message, Retryable (ignored with "not_applied")
 }
 
 // CommitResult is the answer to a commit.

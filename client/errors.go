@@ -79,7 +79,12 @@ type Failure struct {
 	Code      string // 1–64 characters of A-Z, 0-9 and _
 	Message   string // at most 1024 characters; Err's text when empty
 	Retryable bool   // the error is transient: an idempotent effect may run again
-	Err       error
+	// NotApplied says the effect applied nothing (a validation error, "not
+	// found", a refusal by the downstream): it is recorded as outcome
+	// not_applied (SPEC §4.1), Retryable is ignored, and the key may be
+	// reserved and run again by any execution.
+	NotApplied bool
+	Err        error
 }
 
 // DefaultFailureCode records a function error that is not a *Failure.
@@ -106,6 +111,14 @@ func Retryable(code string, err error) error { return &Failure{Code: code, Retry
 // retried.
 func Permanent(code string, err error) error { return &Failure{Code: code, Err: err} }
 
+// NotApplied returns a *Failure with the given code that applied nothing:
+// Do commits it as outcome not_applied, and a later Do of the same key
+// runs the effect again (SPEC §4.1). Use it only when nothing happened
+// downstream; the audit lists every effect run again after one.
+func NotApplied(code string, err error) error {
+	return &Failure{Code: code, NotApplied: true, Err: err}
+}
+
 // ErrOutcomeUnknown, wrapped in the error an effect function returns,
 // says that the effect may or may not have happened (a downstream call
 // timed out, say). Do then records no outcome: the reservation stays open
@@ -119,7 +132,8 @@ var ErrOutcomeUnknown = errors.New("effect outcome unknown")
 var ErrMalformedResult = errors.New("recorded result is not JSON")
 
 // EffectError is returned by Do when the effect function failed and its
-// failure was recorded. It unwraps to the function's error.
+// failure was recorded (as not_applied when Failure.NotApplied). It
+// unwraps to the function's error.
 type EffectError struct {
 	Key     string
 	Failure Failure    // what was recorded
@@ -128,6 +142,9 @@ type EffectError struct {
 }
 
 func (e *EffectError) Error() string {
+	if e.Failure.NotApplied {
+		return fmt.Sprintf("effect %s applied nothing (%s): %v", e.Key, e.Failure.Code, e.Err)
+	}
 	return fmt.Sprintf("effect %s failed (%s): %v", e.Key, e.Failure.Code, e.Err)
 }
 

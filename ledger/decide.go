@@ -18,6 +18,8 @@ func StateOf(k *KeyRecord, final *chain.Receipt, now uint64) State {
 	switch {
 	case k.finalized() && final.Outcome == chain.OutcomeSucceeded:
 		return StateSucceeded
+	case k.finalized() && final.Outcome == chain.OutcomeNotApplied:
+		return StateNotApplied
 	case k.finalized():
 		return StateFailed
 	case now < k.LeaseExpiresAt:
@@ -78,6 +80,13 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 			return nil, unsafeResume(ctx, s, &k)
 		}
 		return appendReserve(ctx, s, now, a, &k, k.ReserveSeq, reserveTakeover)
+	case StateNotApplied:
+		res, err := appendReserve(ctx, s, now, a, &k, final.Seq, reserveAfterNotApplied)
+		if err != nil {
+			return nil, err
+		}
+		res.AfterNotApplied = &NotAppliedRef{Seq: final.Seq, ErrorCode: final.ErrorCode}
+		return res, nil
 	default: // StateFailed
 		if !final.Retryable || !k.Idempotent {
 			why := "the recorded failure is not retryable"
@@ -176,6 +185,9 @@ const (
 	reserveRenewal                     // a new generation of an expired key
 	reserveTakeover                    // an interrupted idempotent reservation
 	reserveRetry                       // a retryable failure of an idempotent key
+	// reserveAfterNotApplied: an outcome that applied nothing (SPEC §4.1),
+	// decided as a new key of the same generation.
+	reserveAfterNotApplied
 )
 
 // appendReserve appends a reserve receipt for k that names refSeq,
@@ -183,7 +195,7 @@ const (
 // retries. A new key or generation starts at this receipt.
 func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k *KeyRecord,
 	refSeq uint64, why reserveKind) (*ReserveResult, error) {
-	if why == reserveTakeover || why == reserveRetry {
+	if why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied {
 		max, found, err := s.MaxAttempt(ctx, k.Key, a.execution, k.FirstSeq)
 		if err != nil {
 			return nil, err
@@ -251,7 +263,7 @@ func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor
 			Message: "this reservation already has a different recorded outcome",
 			Details: map[string]any{"final": map[string]any{"seq": final.Seq, "kind": final.Kind, "outcome": final.Outcome}}}
 	}
-	r, err := appendOutcome(ctx, s, now, &k, &reserve, chain.KindCommit, actor, "", o)
+	r, err := appendOutcome(ctx, s, now, &k, &reserve, reserve.Seq, chain.KindCommit, actor, "", o)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +271,10 @@ func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor
 		Late: now >= reserve.LeaseExpiresAt}, nil
 }
 
-// decideResolve records an operator's outcome for an interrupted key.
-func decideResolve(ctx context.Context, s *batchTx, now uint64, key, actor, note string, o *outcomeArgs) (*ResolveResult, error) {
+// decideResolve records an operator's outcome for an interrupted key, or
+// the correction of a failed key to not_applied (SPEC §4.1) when
+// mayCorrect.
+func decideResolve(ctx context.Context, s *batchTx, now uint64, key, actor, note string, mayCorrect bool, o *outcomeArgs) (*ResolveResult, error) {
 	k, found, err := s.Key(ctx, key)
 	if err != nil {
 		return nil, err
@@ -274,7 +288,14 @@ func decideResolve(ctx context.Context, s *batchTx, now uint64, key, actor, note
 			return nil, err
 		}
 	}
-	if st := StateOf(&k, &final, now); st != StateInterrupted {
+	st := StateOf(&k, &final, now)
+	correction := st == StateFailed && o.outcome == chain.OutcomeNotApplied
+	switch {
+	case correction && !mayCorrect:
+		return nil, &Error{Code: ECodeForbidden,
+			Message: "only an admin token may correct a failed key to not_applied",
+			Details: map[string]any{"state": string(st)}}
+	case st != StateInterrupted && !correction:
 		return nil, &Error{Code: ECodeNotInterrupted, Message: fmt.Sprintf("key is %s, not interrupted", st),
 			Details: map[string]any{"state": string(st)}}
 	}
@@ -282,28 +303,40 @@ func decideResolve(ctx context.Context, s *batchTx, now uint64, key, actor, note
 	if err != nil {
 		return nil, err
 	}
-	r, err := appendOutcome(ctx, s, now, &k, &reserve, chain.KindResolve, actor, note, o)
+	refSeq := reserve.Seq
+	if correction {
+		refSeq = final.Seq // the failed commit or resolve it corrects
+	}
+	r, err := appendOutcome(ctx, s, now, &k, &reserve, refSeq, chain.KindResolve, actor, note, o)
 	if err != nil {
 		return nil, err
 	}
-	st := StateSucceeded
-	if r.Outcome == chain.OutcomeFailed {
-		st = StateFailed
-	}
-	return &ResolveResult{IdempotencyKey: k.Key, State: st, Receipt: refOf(&r)}, nil
+	return &ResolveResult{IdempotencyKey: k.Key, State: outcomeState(r.Outcome), Receipt: refOf(&r)}, nil
 }
 
-// appendOutcome appends a commit or resolve receipt for the reserve and
+// outcomeState is the state of a key whose final receipt has outcome.
+func outcomeState(outcome string) State {
+	switch outcome {
+	case chain.OutcomeSucceeded:
+		return StateSucceeded
+	case chain.OutcomeNotApplied:
+		return StateNotApplied
+	}
+	return StateFailed
+}
+
+// appendOutcome appends a commit or resolve receipt for the reserve,
+// naming refSeq (the reserve, or the failure a correction corrects), and
 // records it as the key's final receipt.
 func appendOutcome(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, reserve *chain.Receipt,
-	kind, actor, note string, o *outcomeArgs) (chain.Receipt, error) {
+	refSeq uint64, kind, actor, note string, o *outcomeArgs) (chain.Receipt, error) {
 	r, err := s.append(ctx, chain.Receipt{
 		Kind: kind, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		ExecutionID: reserve.ExecutionID, Attempt: reserve.Attempt, Tool: reserve.Tool,
 		Effect: reserve.Effect, Idempotent: reserve.Idempotent, InputHash: reserve.InputHash,
 		Outcome: o.outcome, ExternalRef: o.externalRef, Result: o.result,
 		ErrorCode: o.failure.Code, ErrorMessage: o.failure.Message, Retryable: o.failure.Retryable,
-		RefSeq: reserve.Seq, Actor: actor, Note: note, RecordedAt: now,
+		RefSeq: refSeq, Actor: actor, Note: note, RecordedAt: now,
 	})
 	if err != nil {
 		return r, err

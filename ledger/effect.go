@@ -16,7 +16,31 @@ const (
 	StateInterrupted State = "interrupted"
 	StateSucceeded   State = "succeeded"
 	StateFailed      State = "failed"
+	// StateNotApplied (v1.3, SPEC §4.1): the last outcome applied nothing;
+	// the next reserve is decided as for a new key of the same generation.
+	StateNotApplied State = "not_applied"
 )
+
+// Error codes of a not_applied outcome that attempted nothing (SPEC §4.1,
+// §11.1): the call only asked for input, or could not ask. The audit's
+// repeated failures do not count them.
+const (
+	CodeInputRequired           = "INPUT_REQUIRED"
+	CodeClientCapabilityMissing = "CLIENT_CAPABILITY_MISSING"
+)
+
+// CountsAsFailure reports whether an outcome with error code code is a
+// failure for the audit's repeated failures (SPEC §5, §4.1): failed, or
+// not_applied unless its code says nothing was attempted.
+func CountsAsFailure(outcome, code string) bool {
+	switch outcome {
+	case chain.OutcomeFailed:
+		return true
+	case chain.OutcomeNotApplied:
+		return code != CodeInputRequired && code != CodeClientCapabilityMissing
+	}
+	return false
+}
 
 // Reserve statuses (the body "status" of a successful reserve).
 const (
@@ -73,6 +97,9 @@ type ReserveResult struct {
 	// Renewed is set when the key had expired (SPEC §12): the reserve
 	// starts a new generation linked to the receipt it names.
 	Renewed *Renewal
+	// AfterNotApplied is set when the key's last outcome was not_applied
+	// (SPEC §4.1): the reserve runs the effect again and names it.
+	AfterNotApplied *NotAppliedRef
 
 	// StatusReplayed: the recorded outcome and the receipt it came from.
 	Outcome     string
@@ -122,6 +149,10 @@ type ResolveRequest struct {
 	Error          *FailureDetail
 	Note           string
 	Actor          string
+	// MayCorrect allows the correction of a failed key to not_applied
+	// (SPEC §4.1): the caller holds an admin token, or the ledger has no
+	// tokens.
+	MayCorrect bool
 }
 
 // ResolveResult is the outcome of a successful Resolve.
@@ -129,6 +160,12 @@ type ResolveResult struct {
 	IdempotencyKey string
 	State          State
 	Receipt        ReceiptRef
+}
+
+// NotAppliedRef names the not_applied outcome a reserve follows.
+type NotAppliedRef struct {
+	Seq       uint64
+	ErrorCode string
 }
 
 // Renewal names the latest receipt of a key's previous generation.
@@ -158,7 +195,7 @@ type KeyView struct {
 // driver (SPEC §12): it sets ExpiresAt for a finalized key, and keeps
 // only the current generation's receipts unless history is true.
 func (v *KeyView) WithLifetime(keyTTL uint64, history bool) {
-	if v.State == StateSucceeded || v.State == StateFailed {
+	if v.State == StateSucceeded || v.State == StateFailed || v.State == StateNotApplied {
 		for i := range v.Receipts {
 			if v.Receipts[i].Seq == v.FinalSeq {
 				v.ExpiresAt = ExpiresAt(v.Receipts[i].RecordedAt, keyTTL)

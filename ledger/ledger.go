@@ -49,6 +49,8 @@ func reserveLabel(r *ReserveResult) string {
 		return "retry"
 	case r.Renewed != nil:
 		return "renewed"
+	case r.AfterNotApplied != nil:
+		return "after_not_applied"
 	}
 	return r.Status
 }
@@ -99,9 +101,10 @@ func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResul
 	return res, nil
 }
 
-// Resolve records an operator's decision about an interrupted key. Errors:
-// *Error with ECodeInvalidRequest, ECodeUnknownKey or ECodeNotInterrupted;
-// ErrUnavailable.
+// Resolve records an operator's decision about an interrupted key, or
+// corrects a failed key to not_applied (SPEC §4.1, req.MayCorrect).
+// Errors: *Error with ECodeInvalidRequest, ECodeUnknownKey,
+// ECodeNotInterrupted or ECodeForbidden; ErrUnavailable.
 func (n *Namespace) Resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
 	res, err := n.resolve(ctx, req)
 	label := ErrorCode(err)
@@ -128,7 +131,7 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 	var res *ResolveResult
 	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, &o)
+		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, req.MayCorrect, &o)
 		return err
 	})
 	if err != nil {

@@ -14,7 +14,7 @@ var (
 	}, []string{"kind", "namespace"})
 	reserveOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_reserve_outcomes_total",
-		Help: "Reserve requests by outcome: reserved, takeover, retry, replayed, not_recorded or the error code.",
+		Help: "Reserve requests by outcome: reserved, takeover, retry, renewed, after_not_applied, replayed, not_recorded or the error code.",
 	}, []string{"status", "namespace"})
 	commitOutcomes = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "ledger_commit_outcomes_total",

@@ -226,8 +226,12 @@ type Success struct {
 type CallAfterFailure struct {
 	Tool, InputHash string
 	// Failure is true for the failure (a commit or resolve), false for a
-	// later key's first reserve.
-	Failure     bool
+	// later key's first reserve or a rerun.
+	Failure bool
+	// Rerun is true for a reserve of a key after its own not_applied
+	// outcome (SPEC §4.1) by another execution: the same key can repeat a
+	// call that applied nothing.
+	Rerun       bool
 	Key         string
 	ExecutionID string
 	ErrorCode   string // the failure's error code

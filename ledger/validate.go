@@ -230,11 +230,14 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 	switch outcome {
 	case chain.OutcomeSucceeded:
 		if failure != nil {
-			return a, Invalid("error", "error is only allowed with outcome failed")
+			return a, Invalid("error", "error is only allowed with outcome failed or not_applied")
 		}
-	case chain.OutcomeFailed:
+	case chain.OutcomeFailed, chain.OutcomeNotApplied:
 		if failure == nil {
-			return a, Invalid("error", "error.code is required with outcome failed")
+			return a, Invalid("error", "error.code is required with outcome %s", outcome)
+		}
+		if outcome == chain.OutcomeNotApplied && externalRef != "" {
+			return a, Invalid("external_ref", "external_ref is not allowed with outcome not_applied: nothing was applied")
 		}
 		if !ValidErrorCode(failure.Code) {
 			return a, Invalid("error.code", "error.code must be 1–%d characters of A-Z, 0-9 and _", MaxErrorCodeLen)
@@ -243,8 +246,11 @@ func validateOutcome(outcome, externalRef string, result json.RawMessage, failur
 			return a, Invalid("error.message", "error.message must be at most %d characters", MaxErrorMessageLen)
 		}
 		a.failure = *failure
+		if outcome == chain.OutcomeNotApplied {
+			a.failure.Retryable = false // ignored: a not_applied key is reservable anyway (SPEC §4.1)
+		}
 	default:
-		return a, Invalid("outcome", "outcome must be succeeded or failed")
+		return a, Invalid("outcome", "outcome must be succeeded, failed or not_applied")
 	}
 	if !utf8.ValidString(externalRef) || utf8.RuneCountInString(externalRef) > MaxExternalRefLen {
 		return a, Invalid("external_ref", "external_ref must be at most %d characters", MaxExternalRefLen)

@@ -283,7 +283,7 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 		{[]string{"--outcome", "succeeded", "--error-message", "x", "--note", "checked"}, "--error-message"},
 		{[]string{"--outcome", "succeeded", "--result", "{bad", "--note", "checked"}, "--result is not valid JSON"},
 		{[]string{"--outcome", "succeeded"}, "--note is required"},
-		{[]string{"--outcome", "maybe", "--note", "checked"}, "--outcome must be succeeded or failed"},
+		{[]string{"--outcome", "maybe", "--note", "checked"}, "--outcome must be succeeded, failed or not_applied"},
 		{[]string{"--outcome", "succeeded", "--note", "checked", "--db", l.DB}, "give --server URL, not --db"},
 	} {
 		_, stderr, code := ledgerctl(t, append(slices.Clone(base), tc.args...)...)

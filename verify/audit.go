@@ -53,6 +53,24 @@ type Audit struct {
 	// RenewedKeys (SPEC §12) are the reserves that started a new
 	// generation of an expired key.
 	RenewedKeys []RenewedKey `json:"renewed_keys"`
+	// NotAppliedReruns (SPEC §4.1) are the reserves that ran an effect
+	// again after an outcome that claimed to apply nothing.
+	NotAppliedReruns []NotAppliedRerun `json:"not_applied_reruns"`
+}
+
+// NotAppliedRerun is a reserve of a key whose last outcome was not_applied
+// (SPEC §4.1): the effect is run again on the committer's claim that the
+// earlier run applied nothing, so a false claim shows here.
+type NotAppliedRerun struct {
+	Key  string `json:"key"`
+	Tool string `json:"tool"`
+	// NotAppliedSeq is the commit or resolve with outcome not_applied,
+	// ErrorCode its error code; Seq is the later reserve.
+	NotAppliedSeq uint64 `json:"not_applied_seq"`
+	ErrorCode     string `json:"error_code"`
+	Seq           uint64 `json:"seq"`
+	ExecutionID   string `json:"execution_id"`
+	RecordedAt    uint64 `json:"recorded_at"`
 }
 
 // RenewedKey is a reserve of a key whose outcome was at least the
@@ -62,7 +80,7 @@ type RenewedKey struct {
 	Key  string `json:"key"`
 	Tool string `json:"tool"`
 	// PreviousFinalSeq is the commit or resolve that ended the previous
-	// generation, PreviousOutcome its outcome (succeeded or failed); Seq
+	// generation, PreviousOutcome its outcome (succeeded, failed or not_applied); Seq
 	// is the new generation's reserve.
 	PreviousFinalSeq uint64 `json:"previous_final_seq"`
 	PreviousOutcome  string `json:"previous_outcome"`
@@ -216,7 +234,7 @@ func (b *auditBuilder) reserve(k *keyState, r *chain.Receipt, state string, seen
 		rr.ErrorCodes = append(rr.ErrorCodes, between)
 		rr.Seqs = append(rr.Seqs, r.Seq)
 	}
-	if r.ExecutionID != k.first.ExecutionID {
+	if r.ExecutionID != k.first.ExecutionID && state != "not_applied" { // listed as NotAppliedReruns
 		outcome := "retry"
 		if state == "interrupted" {
 			outcome = "takeover"
@@ -231,6 +249,16 @@ func (b *auditBuilder) renewed(k *keyState, r *chain.Receipt, finalSeq uint64) {
 	if r.Seq > b.from && b.win.has(r.Tool, r.Seq, r.RecordedAt) {
 		b.a.RenewedKeys = append(b.a.RenewedKeys, RenewedKey{Key: k.key, Tool: r.Tool, PreviousFinalSeq: finalSeq,
 			PreviousOutcome: k.final.outcome, Seq: r.Seq, ExecutionID: r.ExecutionID, RecordedAt: r.RecordedAt})
+	}
+}
+
+// notAppliedRerun records the reserve r of k, whose last outcome was
+// not_applied.
+func (b *auditBuilder) notAppliedRerun(k *keyState, r *chain.Receipt) {
+	if b.wants(k, r.Seq, r.RecordedAt) {
+		b.a.NotAppliedReruns = append(b.a.NotAppliedReruns, NotAppliedRerun{Key: k.key, Tool: k.first.Tool,
+			NotAppliedSeq: k.final.seq, ErrorCode: k.final.code, Seq: r.Seq, ExecutionID: r.ExecutionID,
+			RecordedAt: r.RecordedAt})
 	}
 }
 
@@ -319,7 +347,9 @@ func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) 
 	slices.SortFunc(a.Failed, func(x, y FailedKey) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.Resolutions, func(x, y Resolution) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.RenewedKeys, func(x, y RenewedKey) int { return cmp.Compare(x.Seq, y.Seq) })
+	slices.SortFunc(a.NotAppliedReruns, func(x, y NotAppliedRerun) int { return cmp.Compare(x.Seq, y.Seq) })
 	ensure(&a.RenewedKeys)
+	ensure(&a.NotAppliedReruns)
 	ensure(&a.RuntimeRetries)
 	ensure(&a.ReInvocations)
 	ensure(&a.DuplicateEffects)

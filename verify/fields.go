@@ -60,6 +60,10 @@ func checkFields(col *collector, r *chain.Receipt) {
 		bad("ref_seq %d does not name an earlier receipt", r.RefSeq)
 	}
 	checkKindFields(bad, r)
+	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeNotApplied && r.ExternalRef != "" {
+		col.addf(r.Seq, RuleNotAppliedWithRef, "not_applied %s with external_ref %q: an effect that applied nothing has no downstream reference",
+			r.Kind, truncate(r.ExternalRef))
+	}
 }
 
 // checkKindFields reports the fields r's kind never carries or carries
@@ -75,15 +79,18 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		checkText(bad, "external_ref", r.ExternalRef, ledger.MaxExternalRefLen)
 		checkResult(bad, r.Result)
 		switch r.Outcome {
-		case chain.OutcomeFailed:
+		case chain.OutcomeFailed, chain.OutcomeNotApplied:
 			if !ledger.ValidErrorCode(r.ErrorCode) {
-				bad("failed %s with error_code %q, not 1–%d characters of A-Z 0-9 _", r.Kind, truncate(r.ErrorCode), ledger.MaxErrorCodeLen)
+				bad("%s %s with error_code %q, not 1–%d characters of A-Z 0-9 _", r.Outcome, r.Kind, truncate(r.ErrorCode), ledger.MaxErrorCodeLen)
 			}
 			checkText(bad, "error_message", r.ErrorMessage, ledger.MaxErrorMessageLen)
+			if r.Outcome == chain.OutcomeNotApplied && r.Retryable {
+				bad("not_applied %s marked retryable (the ledger stores false)", r.Kind)
+			}
 		case chain.OutcomeSucceeded:
 			noFailure(bad, "successful "+r.Kind, r)
 		default: // which error fields belong is unknown
-			bad("%s with outcome %q, not succeeded or failed", r.Kind, truncate(r.Outcome))
+			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
 	default:
 		bad("kind %q is not reserve, commit, replay or resolve", truncate(r.Kind))

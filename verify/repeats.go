@@ -42,8 +42,8 @@ func (c *repeatCollector) add(r *ledger.CallAfterFailure) {
 		return
 	}
 	if c.cur == nil || c.cur.Tool != r.Tool || c.cur.InputHash != r.InputHash || r.Seq <= c.cur.Seqs[0] ||
-		slices.Contains(c.cur.Keys, r.Key) {
-		return // not after a failure, or a key listed already (only in an edited ledger)
+		!r.Rerun && slices.Contains(c.cur.Keys, r.Key) {
+		return // not after a failure, or a key's first reserve listed already (only in an edited ledger)
 	}
 	c.cur.Keys = append(c.cur.Keys, r.Key)
 	c.cur.Executions = append(c.cur.Executions, r.ExecutionID)
@@ -82,10 +82,19 @@ func readRepeats(ctx context.Context, src RepeatSource, f AuditFilter, from, thr
 // grows with the failed calls, not with the ledger.
 type repeatFinder struct {
 	groups map[[2]string][]ledger.CallAfterFailure // the failure first
+	// notApplied holds the execution of each not_applied outcome that
+	// counts as a failure, by seq: a reserve naming one by another
+	// execution repeats the call under the same key (SPEC §4.1).
+	notApplied map[uint64]string
 }
 
 func newRepeatFinder() *repeatFinder {
-	return &repeatFinder{groups: map[[2]string][]ledger.CallAfterFailure{}}
+	return &repeatFinder{groups: map[[2]string][]ledger.CallAfterFailure{}, notApplied: map[uint64]string{}}
+}
+
+// isFailure reports whether r is an outcome the repeated failures count.
+func isFailure(r *chain.Receipt) bool {
+	return (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && ledger.CountsAsFailure(r.Outcome, r.ErrorCode)
 }
 
 // add takes the next receipt in seq order.
@@ -95,7 +104,10 @@ func (f *repeatFinder) add(r *chain.Receipt) {
 	}
 	id := [2]string{r.Tool, r.InputHash}
 	switch {
-	case (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeFailed:
+	case isFailure(r):
+		if r.Outcome == chain.OutcomeNotApplied {
+			f.notApplied[r.Seq] = r.ExecutionID
+		}
 		if _, ok := f.groups[id]; !ok {
 			f.groups[id] = []ledger.CallAfterFailure{{Tool: r.Tool, InputHash: r.InputHash, Failure: true,
 				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, ErrorCode: r.ErrorCode, Seq: r.Seq,
@@ -104,6 +116,12 @@ func (f *repeatFinder) add(r *chain.Receipt) {
 	case r.Kind == chain.KindReserve && r.RefSeq == 0:
 		if g, ok := f.groups[id]; ok {
 			f.groups[id] = append(g, ledger.CallAfterFailure{Tool: r.Tool, InputHash: r.InputHash,
+				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, Seq: r.Seq, RecordedAt: r.RecordedAt})
+		}
+	case r.Kind == chain.KindReserve:
+		exec, ok := f.notApplied[r.RefSeq]
+		if g, found := f.groups[id]; found && ok && exec != r.ExecutionID {
+			f.groups[id] = append(g, ledger.CallAfterFailure{Tool: r.Tool, InputHash: r.InputHash, Rerun: true,
 				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, Seq: r.Seq, RecordedAt: r.RecordedAt})
 		}
 	}
@@ -120,8 +138,7 @@ func (f *repeatFinder) addUnordered(rs []chain.Receipt) {
 
 // wanted reports whether r can matter to a repeatFinder.
 func (f *repeatFinder) wanted(r *chain.Receipt) bool {
-	return r.InputHash != "" && (r.Kind == chain.KindReserve && r.RefSeq == 0 ||
-		r.Kind != chain.KindReserve && r.Outcome == chain.OutcomeFailed)
+	return r.InputHash != "" && (r.Kind == chain.KindReserve || isFailure(r))
 }
 
 // list returns the entries, ordered by tool and input_hash, filtered as
@@ -161,8 +178,7 @@ func newFailureGate() *failureGate {
 
 // see takes the next receipt of the pass.
 func (g *failureGate) see(r *chain.Receipt) {
-	if len(r.Malformed) > 0 || r.InputHash != "" && (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) &&
-		r.Outcome == chain.OutcomeFailed {
+	if len(r.Malformed) > 0 || r.InputHash != "" && isFailure(r) {
 		g.once.Do(func() { close(g.seen) })
 	}
 }

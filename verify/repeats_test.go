@@ -404,3 +404,44 @@ func TestVerifier_sinceSeq(t *testing.T) {
 	assert.Empty(t, rep.Audit.Failed)
 	assert.Len(t, rep.Audit.Interrupted, 1)
 }
+
+func (c *calls) notApplied(key, code string) {
+	c.t.Helper()
+	c.clock.Advance(time.Second)
+	_, err := c.db.Commit(context.Background(), ledger.CommitRequest{IdempotencyKey: key, Reservation: c.tokens[key],
+		Outcome: "not_applied", Error: &ledger.FailureDetail{Code: code}})
+	require.NoError(c.t, err)
+}
+
+// TestVerifier_repeatedFailuresNotApplied: SPEC §4.1 — repeated_failures
+// count a not_applied outcome like a failure, and a rerun of the same key
+// by another execution as a repeat; not a reserve by the execution that
+// recorded it (the rounds of one call), nor a not_applied whose code says
+// nothing was attempted. not_applied_reruns lists every rerun.
+func TestVerifier_repeatedFailuresNotApplied(t *testing.T) {
+	const mail = "email.send"
+	c := newCalls(t)
+	c.reserve("mail-key-0001", "exec-1", mail, 1) // seq 1
+	c.notApplied("mail-key-0001", "REFUSED")      // 2
+	c.reserve("mail-key-0001", "exec-1", mail, 1, attempt(2))
+	c.notApplied("mail-key-0001", "REFUSED")      // 4
+	c.reserve("mail-key-0001", "exec-2", mail, 1) // 5: a repeat under the same key
+	c.succeed("mail-key-0001")
+	c.reserve("mail-key-0002", "exec-3", mail, 1)           // 7: a repeat under another key
+	c.reserve("mail-key-0003", "exec-4", mail, 2)           // 8
+	c.notApplied("mail-key-0003", ledger.CodeInputRequired) // 9: nothing attempted
+	c.reserve("mail-key-0003", "exec-5", mail, 2)           // 10
+	c.reserve("mail-key-0004", "exec-6", mail, 2)           // 11
+	offline, online := c.audits(verify.Opts{})
+	want := []verify.RepeatedFailure{{Tool: mail, InputHash: hash(t, 1), ErrorCode: "REFUSED",
+		Keys:       []string{"mail-key-0001", "mail-key-0001", "mail-key-0002"},
+		Executions: []string{"exec-1", "exec-2", "exec-3"}, Seqs: []uint64{2, 5, 7}}}
+	for src, a := range map[string]*verify.Audit{"offline": offline, "online": online} {
+		assert.Equal(t, want, a.RepeatedFailures, src)
+		require.Len(t, a.NotAppliedReruns, 3, src)
+		assert.Equal(t, verify.NotAppliedRerun{Key: "mail-key-0001", Tool: mail, NotAppliedSeq: 2, ErrorCode: "REFUSED",
+			Seq: 3, ExecutionID: "exec-1", RecordedAt: 1764475203000}, a.NotAppliedReruns[0], src)
+		assert.Equal(t, []uint64{3, 5, 10}, []uint64{a.NotAppliedReruns[0].Seq, a.NotAppliedReruns[1].Seq, a.NotAppliedReruns[2].Seq}, src)
+		assert.Empty(t, a.ReInvocations, "%s: a rerun after not_applied is listed there, not as a re-invocation", src)
+	}
+}

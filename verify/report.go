@@ -30,6 +30,10 @@ const (
 	// predecessor's (contract v1.3): a ledger holds its time at the last
 	// recorded one when its clock steps back.
 	RuleRecordedAtDecreased = "recorded_at_decreased"
+	// RuleNotAppliedWithRef: a commit or resolve with outcome not_applied
+	// carries an external_ref (contract v1.3, SPEC §4.1): an effect that
+	// applied nothing has no downstream reference.
+	RuleNotAppliedWithRef = "not_applied_with_ref"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.

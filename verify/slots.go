@@ -252,7 +252,9 @@ func (t *stateTable) grow() error {
 	return nil
 }
 
-// slotState is keyState.state of a slot at unix ms t.
+// slotState is keyState.state of a slot at unix ms t, except that a key
+// whose outcome was not_applied reads as failed (a slot keeps no outcome):
+// finish hydrates such keys, and keyState.state tells the two apart.
 func slotState(s *slot, t uint64) string {
 	switch {
 	case s.flags&(slotFinalized|slotSucceeded) == slotFinalized|slotSucceeded:

@@ -76,6 +76,8 @@ func (k *keyState) state(t uint64) string {
 	switch {
 	case k.finalized && k.final.succeeded:
 		return "succeeded"
+	case k.finalized && k.final.outcome == chain.OutcomeNotApplied:
+		return "not_applied"
 	case k.finalized:
 		return "failed"
 	case !k.hasReserve:
@@ -257,6 +259,12 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 		} else if r.RefSeq != k.latest.seq {
 			s.violation(r, RuleRetryNotAllowed, "key %q: takeover names ref_seq %d, but the interrupted reserve is %d", k.key, r.RefSeq, k.latest.seq)
 		}
+	case "not_applied":
+		// SPEC §4.1: decided as a new key of the same generation, by any
+		// execution; the reserve names the not_applied outcome.
+		if r.RefSeq != k.final.seq {
+			s.violation(r, RuleRetryNotAllowed, "key %q: reserve after not_applied names ref_seq %d, but the not_applied outcome is %d", k.key, r.RefSeq, k.final.seq)
+		}
 	case "failed":
 		switch {
 		case !k.final.retryable:
@@ -272,11 +280,18 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleAttemptOrder, "key %q: execution %q reserves attempt %d after recording attempt %d", k.key, r.ExecutionID, r.Attempt, prev)
 	}
 	s.audit.reserve(k, r, st, seen, prev)
+	if st == "not_applied" {
+		s.audit.notAppliedRerun(k, r)
+	}
 	k.hasReserve, k.finalized = true, false
 	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 }
 
 func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
+	if k.finalized && r.Kind == chain.KindResolve && r.RefSeq == k.final.seq && k.hasReserve {
+		s.correction(k, r)
+		return
+	}
 	switch {
 	case !k.hasReserve || r.RefSeq != k.latest.seq:
 		s.violation(r, RuleCommitWithoutReserve, "key %q: %s names reserve %d, but the key's latest reserve is %d", k.key, r.Kind, r.RefSeq, k.latest.seq)
@@ -292,6 +307,23 @@ func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
 	if r.Kind == chain.KindResolve {
 		s.audit.resolution(k, r)
 	}
+}
+
+// correction checks a resolve that names the key's final receipt: an
+// admin's correction of a failed key to not_applied (SPEC §4.1), exempt
+// from double_finalization. Any other outcome, or a correction of a key
+// that did not fail, finalizes the reserve twice.
+func (s *stateChecker) correction(k *keyState, r *chain.Receipt) {
+	switch {
+	case r.Outcome != chain.OutcomeNotApplied || k.final.outcome != chain.OutcomeFailed:
+		s.violation(r, RuleDoubleFinalization, "key %q: resolve with outcome %s names %s %d (outcome %s); only a failure is corrected, and only to not_applied",
+			k.key, r.Outcome, k.final.kind, k.final.seq, k.final.outcome)
+	case r.ExecutionID != k.latest.execution || r.Attempt != k.latest.attempt:
+		s.violation(r, RuleCommitWithoutReserve, "key %q: correction carries execution %q attempt %d, but reserve %d is execution %q attempt %d",
+			k.key, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
+	}
+	s.setFinal(k, r)
+	s.audit.resolution(k, r)
 }
 
 func (s *stateChecker) setFinal(k *keyState, r *chain.Receipt) {

@@ -52,6 +52,10 @@
       title: 'Renewed keys',
       desc: "A key's outcome had expired (the namespace's key lifetime) and a later reserve started a new generation of it: a new effect under the same key, not a re-invocation.",
     },
+    not_applied_reruns: {
+      title: 'Not-applied reruns',
+      desc: 'A key whose outcome claimed to apply nothing (not_applied) was reserved and run again. A false claim shows here.',
+    },
   };
 
   const COLUMN_LABELS = {
@@ -65,6 +69,7 @@
     recorded_at: 'recorded',
     awaiting_person: 'awaiting a person',
     previous_final_seq: 'previous outcome',
+    not_applied_seq: 'not applied at',
   };
 
   const $ = (id) => document.getElementById(id);
@@ -680,6 +685,10 @@
         el('div', { class: 'ev-body' }, v.idempotent
           ? 'The effect may or may not have happened. The next reserve takes it over (the handler is idempotent).'
           : 'The effect may or may not have happened. A person must resolve it: ledgerctl resolve KEY --outcome … --note …')));
+    } else if (v.state === 'not_applied') {
+      items.push(el('li', { class: 'k-reserve' },
+        el('div', { class: 'ev-title' }, el('span', null, 'Nothing was applied'), badge('not_applied', 'not_applied')),
+        el('div', { class: 'ev-body' }, 'The last outcome claims the effect applied nothing: the next reserve, by any execution, runs it again.')));
     } else if (last && v.state === 'reserved') {
       items.push(el('li', { class: 'k-reserve' },
         el('div', { class: 'ev-title' }, el('span', null, 'In progress'), badge('reserved', 'reserved')),
@@ -720,6 +729,9 @@
         } else if (r.seq === renewedSeq) {
           e.title = 'Reserved again after the key expired';
           e.badge = badge('new generation', 'ok');
+        } else if (ref && ref.outcome === 'not_applied') {
+          e.title = sameExec ? 'Runtime retry after an outcome that applied nothing' : 'Run again after an outcome that applied nothing';
+          e.badge = badge('after not_applied ' + ref.error_code, 'info');
         } else if (ref && ref.kind === 'reserve') {
           e.cls = 'takeover';
           e.title = sameExec ? 'Runtime retry: took over the interrupted lease' : 'Re-invocation: took over the interrupted lease';
@@ -745,6 +757,12 @@
         e.body = kv([['returned', 'the outcome of #' + r.ref_seq + ' — the effect did not run again']]);
         break;
       case 'resolve':
+        if (ref && ref.kind !== 'reserve') {
+          e.title = 'Corrected by an admin: the failure applied nothing';
+          e.badge = badge(r.outcome, r.outcome);
+          e.body = kv([...outcome(), ['note', r.note], ['corrects', '#' + r.ref_seq]]);
+          break;
+        }
         e.title = 'Resolved by an operator';
         e.badge = badge(r.outcome, r.outcome);
         e.body = kv([...outcome(), ['note', r.note], ['interrupted reserve', '#' + r.ref_seq]]);

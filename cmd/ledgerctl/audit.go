@@ -29,8 +29,9 @@ const auditSummary = `Usage: ledgerctl audit (--db FILE|URL | --server URL) [fla
 Tells runtime retries (same execution, next attempt) from re-invocations (a new
 execution of the same call) and lists what needs attention: duplicate effects
 (distinct keys, same tool and input, all succeeded), repeated failures (a call
-that failed, run again unchanged under new keys), interrupted and failed keys and
-operator resolutions. Exit 1 if the chain itself has violations (run verify).
+that failed or applied nothing, run again unchanged), interrupted and failed keys,
+operator resolutions, renewed keys and not-applied reruns (effects run again
+after an outcome that claimed to apply nothing). Exit 1 if the chain itself has violations (run verify).
 
 --since and --tool apply to every list. An entry is in the --since window when
 its event is: a runtime retry's reserve, a re-invocation's receipt, a resolution;
@@ -155,6 +156,12 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			// A server before contract v1.3 sends no previous_outcome: "-".
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Seq, keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), ms(r.RecordedAt),
 				cell(r.PreviousOutcome), r.PreviousFinalSeq)
+		}
+	})
+	section("Not-applied reruns: run again after an outcome that claimed to apply nothing", len(a.NotAppliedReruns), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tNOT_APPLIED SEQ\tCODE", func(tw io.Writer) {
+		for _, r := range a.NotAppliedReruns {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), ms(r.RecordedAt),
+				r.NotAppliedSeq, cell(r.ErrorCode))
 		}
 	})
 }

@@ -142,7 +142,10 @@ func describe(r *chain.Receipt) string {
 	if r.ExternalRef != "" {
 		s += " ref=" + cell(r.ExternalRef)
 	}
-	if r.ErrorCode != "" {
+	switch {
+	case r.Outcome == chain.OutcomeNotApplied:
+		s += " error=" + cell(r.ErrorCode) + " (nothing applied: the key may be reserved again)"
+	case r.ErrorCode != "":
 		s += fmt.Sprintf(" error=%s retryable=%t", cell(r.ErrorCode), r.Retryable)
 	}
 	if r.Kind == chain.KindResolve {

@@ -38,15 +38,15 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	src.registerJSON(fs)
 	var body api.ResolveBody
 	var fail api.FailureBody
-	fs.StringVar(&body.Outcome, "outcome", "", "what happened: `succeeded|failed` (required)")
+	fs.StringVar(&body.Outcome, "outcome", "", "what happened: `succeeded|failed|not_applied` (required)")
 	fs.StringVar(&body.ExternalRef, "ref", "", "downstream `reference` (charge id, message id, …)")
 	result := fs.String("result", "", "recorded result as `JSON`")
-	fs.StringVar(&fail.Code, "error-code", "", "with --outcome failed (required there): error `CODE` (A-Z, 0-9, _)")
-	fs.StringVar(&fail.Message, "error-message", "", "with --outcome failed: error `message`")
+	fs.StringVar(&fail.Code, "error-code", "", "with --outcome failed or not_applied (required there): error `CODE` (A-Z, 0-9, _)")
+	fs.StringVar(&fail.Message, "error-message", "", "with --outcome failed or not_applied: error `message`")
 	fs.BoolVar(&fail.Retryable, "retryable", false, "with --outcome failed: the error is transient (an idempotent key may then be retried)")
 	fs.StringVar(&body.Note, "note", "", "why: what the operator checked, as `text` (required)")
-	setUsage(fs, c.Env, "Usage: ledgerctl resolve --server URL KEY --outcome succeeded|failed --note TEXT [flags]\n\nRecords what really happened to an interrupted effect (a reservation whose\nlease ended without a commit). Server only: a resolve appends a receipt, and\nonly ledgerd writes the ledger. Needs an admin token when tokens exist.",
-		"  ledgerctl resolve --server http://127.0.0.1:8080 charge-77 --outcome succeeded --ref ch_3Pq9 --note \"charge found in the PSP dashboard\"\n  ledgerctl resolve --server http://127.0.0.1:8080 charge-78 --outcome failed --error-code NOT_CHARGED --note \"no charge at the PSP\"\n")
+	setUsage(fs, c.Env, "Usage: ledgerctl resolve --server URL KEY --outcome succeeded|failed|not_applied --note TEXT [flags]\n\nRecords what really happened to an interrupted effect (a reservation whose\nlease ended without a commit). --outcome not_applied says nothing happened:\nthe key may then be reserved again; it also corrects a failed key whose\nfailure applied nothing. Server only: a resolve appends a receipt, and\nonly ledgerd writes the ledger. Needs an admin token when tokens exist.",
+		"  ledgerctl resolve --server http://127.0.0.1:8080 charge-77 --outcome succeeded --ref ch_3Pq9 --note \"charge found in the PSP dashboard\"\n  ledgerctl resolve --server http://127.0.0.1:8080 charge-78 --outcome failed --error-code NOT_CHARGED --note \"no charge at the PSP\"\n  ledgerctl resolve --server http://127.0.0.1:8080 mail-79 --outcome not_applied --error-code NOT_SENT --note \"nothing in the outbox\"\n")
 	for _, a := range args {
 		if a == "--db" || a == "-db" || strings.HasPrefix(a, "--db=") || strings.HasPrefix(a, "-db=") {
 			return usageErr(fs, c.Env, "resolve appends a receipt, which only ledgerd does: give --server URL, not --db")
@@ -66,7 +66,7 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	if err := checkResolve(&body, &fail, *result); err != nil {
 		return usageErr(fs, c.Env, "%v", err)
 	}
-	if body.Outcome == "failed" {
+	if body.Outcome == "failed" || body.Outcome == "not_applied" {
 		body.Error = &fail
 	}
 	client, err := src.client(fs, c.Env)
@@ -96,11 +96,14 @@ func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) e
 	switch body.Outcome {
 	case "succeeded":
 		if fail.Code != "" || fail.Message != "" || fail.Retryable {
-			return errors.New("--error-code, --error-message and --retryable go with --outcome failed only")
+			return errors.New("--error-code, --error-message and --retryable go with --outcome failed or not_applied only")
 		}
-	case "failed":
+	case "failed", "not_applied":
 		if fail.Code == "" {
-			return errors.New("--outcome failed needs --error-code CODE")
+			return fmt.Errorf("--outcome %s needs --error-code CODE", body.Outcome)
+		}
+		if body.Outcome == "not_applied" && (fail.Retryable || body.ExternalRef != "") {
+			return errors.New("--outcome not_applied takes neither --retryable nor --ref: nothing was applied")
 		}
 		if !ledger.ValidErrorCode(fail.Code) {
 			return fmt.Errorf("--error-code must be 1–%d characters of A-Z, 0-9 and _, got %q", ledger.MaxErrorCodeLen, fail.Code)
@@ -109,9 +112,9 @@ func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) e
 			return fmt.Errorf("--error-message must be at most %d characters", ledger.MaxErrorMessageLen)
 		}
 	case "":
-		return errors.New("--outcome is required: succeeded or failed")
+		return errors.New("--outcome is required: succeeded, failed or not_applied")
 	default:
-		return fmt.Errorf("--outcome must be succeeded or failed, got %q", body.Outcome)
+		return fmt.Errorf("--outcome must be succeeded, failed or not_applied, got %q", body.Outcome)
 	}
 	if n := utf8.RuneCountInString(body.Note); n == 0 {
 		return errors.New("--note is required: say what you checked")

@@ -282,8 +282,9 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 			awaiting++
 		}
 	}
-	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s\n",
+	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s, %s\n",
 		plural(len(a.RuntimeRetries), "runtime retry", "runtime retries"), plural(len(a.ReInvocations), "re-invocation", "re-invocations"),
 		plural(len(a.DuplicateEffects), "duplicate effect", "duplicate effects"), plural(len(a.RepeatedFailures), "repeated failure", "repeated failures"),
-		len(a.Interrupted), awaiting, len(a.Failed), plural(len(a.Resolutions), "resolution", "resolutions"))
+		len(a.Interrupted), awaiting, len(a.Failed), plural(len(a.Resolutions), "resolution", "resolutions"),
+		plural(len(a.NotAppliedReruns), "not-applied rerun", "not-applied reruns"))
 }

@@ -96,19 +96,26 @@ const (
 	ORDER BY tool, input_hash, seq`
 
 	// sqlRepeatedFailures: for each (tool, non-empty input_hash) that
-	// failed, its first failure and then the first reserve (ref_seq 0) of
-	// every key reserved after it. $2 is the tool to keep, or ''.
+	// failed (failed, or not_applied unless its code says nothing was
+	// attempted: ledger.CountsAsFailure), its first failure and then the
+	// first reserve (ref_seq 0) of every key reserved after it, and every
+	// reserve after a counted not_applied of its own key by another
+	// execution (a rerun, SPEC §4.1). $2 is the tool to keep, or ''.
 	sqlRepeatedFailures = `
 	WITH first_failure AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) AS seq FROM receipts
-		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'failed' AND input_hash != ''
-		  AND ($2 = '' OR tool = $2)
+		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND input_hash != '' AND ($2 = '' OR tool = $2)
+		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
-	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at
+	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at,
+		r.kind = 'reserve' AND r.ref_seq != 0
 	FROM receipts AS r JOIN first_failure AS f ON f.tool = r.tool AND f.input_hash = r.input_hash
 	WHERE r.namespace = $1 AND r.input_hash != '' AND ($2 = '' OR r.tool = $2)
 	  AND r.kind IN ('reserve', 'commit', 'resolve')
-	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.ref_seq = 0 AND r.seq > f.seq))
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND (r.ref_seq = 0 OR EXISTS (
+		SELECT 1 FROM receipts AS p WHERE p.namespace = $1 AND p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+		  AND p.kind IN ('commit', 'resolve') AND p.outcome = 'not_applied'
+		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
 	ORDER BY r.tool, r.input_hash, r.seq`
 
 	// sqlDerivedKey computes key $2's keys row from its receipts alone,
@@ -396,7 +403,8 @@ func (c *Chain) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success)
 
 // RepeatedFailures calls fn, for each (tool, non-empty input_hash) whose
 // effect failed, with its first failure and then each key first reserved
-// after that failure, ordered by tool, input_hash and seq. A failure that
+// after that failure (and each rerun after a not_applied), ordered by
+// tool, input_hash and seq. A failure that
 // no later key repeated is skipped; tool, if not empty, keeps that tool.
 func (c *Chain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
 	rows, err := c.s.pool.Query(ctx, sqlRepeatedFailures, c.ns, tool)
@@ -411,7 +419,7 @@ func (c *Chain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledg
 	var kind string
 	for rows.Next() {
 		var seq, rec int64
-		if err := rows.Scan(&r.Tool, &r.InputHash, &kind, &r.Key, &r.ExecutionID, &r.ErrorCode, &seq, &rec); err != nil {
+		if err := rows.Scan(&r.Tool, &r.InputHash, &kind, &r.Key, &r.ExecutionID, &r.ErrorCode, &seq, &rec, &r.Rerun); err != nil {
 			return fmt.Errorf("repeated failures: %w", classify(err))
 		}
 		r.Seq, r.RecordedAt = uint64(seq), uint64(rec)

@@ -9,9 +9,12 @@ import (
 
 // sqlRepeatedFailures lists, for each (tool, non-empty input_hash) whose
 // effect failed at least once, the first failure (a commit or resolve with
-// outcome failed) and then the first reserve (ref_seq 0) of every key
-// reserved after it, ordered by tool, input_hash and seq. ?1 is the tool
-// to keep, or the empty string for all.
+// outcome failed, or not_applied unless its code says nothing was
+// attempted: ledger.CountsAsFailure) and then the first reserve (ref_seq
+// 0) of every key reserved after it, and every reserve after a counted
+// not_applied of its own key by another execution (a rerun, SPEC §4.1),
+// ordered by tool, input_hash and seq. ?1 is the tool to keep, or the
+// empty string for all.
 //
 // first_failure is materialized: one row per failed (tool, input_hash),
 // grouped by SQLite in a temp b-tree. The outer query then reads the
@@ -25,23 +28,27 @@ import (
 const sqlRepeatedFailures = `
 	WITH first_failure(tool, input_hash, seq) AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) FROM receipts
-		WHERE kind IN ('commit', 'resolve') AND outcome = 'failed' AND input_hash != ''
-		  AND (?1 = '' OR tool = ?1)
+		WHERE kind IN ('commit', 'resolve') AND input_hash != '' AND (?1 = '' OR tool = ?1)
+		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
-	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at
+	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at,
+		r.kind = 'reserve' AND r.ref_seq != 0
 	FROM receipts AS r NOT INDEXED CROSS JOIN first_failure AS f
 	WHERE r.seq >= (SELECT min(seq) FROM first_failure)
 	  AND r.input_hash != '' AND (?1 = '' OR r.tool = ?1)
 	  AND r.kind IN ('reserve', 'commit', 'resolve')
 	  AND f.tool = r.tool AND f.input_hash = r.input_hash
-	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.ref_seq = 0 AND r.seq > f.seq))
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND (r.ref_seq = 0 OR EXISTS (
+		SELECT 1 FROM receipts AS p WHERE p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+		  AND p.kind IN ('commit', 'resolve') AND p.outcome = 'not_applied'
+		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
 	ORDER BY r.tool, r.input_hash, r.seq`
 
 // RepeatedFailures calls fn, for each (tool, non-empty input_hash) whose
 // effect failed, with its first failure and then each key first reserved
-// after that failure, ordered by tool, input_hash and seq. A failure that
-// no later key repeated is skipped. tool, if not empty, keeps that tool
-// only. SQLite does the grouping, so memory does not grow with the ledger.
+// after that failure (and each rerun after a not_applied), ordered by
+// tool, input_hash and seq. A failure that no later key repeated is
+// skipped. tool, if not empty, keeps that tool only. SQLite does the grouping, so memory does not grow with the ledger.
 func (rd *Reader) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
 	rows, err := rd.r.QueryContext(ctx, sqlRepeatedFailures, tool)
 	if err != nil {
@@ -55,7 +62,7 @@ func (rd *Reader) RepeatedFailures(ctx context.Context, tool string, fn func(*le
 	var c ledger.CallAfterFailure
 	var kind string
 	for rows.Next() {
-		if err := rows.Scan(&c.Tool, &c.InputHash, &kind, &c.Key, &c.ExecutionID, &c.ErrorCode, &c.Seq, &c.RecordedAt); err != nil {
+		if err := rows.Scan(&c.Tool, &c.InputHash, &kind, &c.Key, &c.ExecutionID, &c.ErrorCode, &c.Seq, &c.RecordedAt, &c.Rerun); err != nil {
 			return fmt.Errorf("repeated failures: %w", err)
 		}
 		c.Failure = kind != "reserve"

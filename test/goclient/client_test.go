@@ -116,6 +116,52 @@ func TestClient_Do(t *testing.T) {
 		assert.True(t, res.Retry)
 		assert.Equal(t, int32(1), fx.runs.Load())
 	})
+	t.Run("OK NotApplied commits not_applied and the key runs again", func(t *testing.T) {
+		l := MustOpenLedger(t)
+		c := MustClient(t, l.HTTP.URL)
+		e := refund(1)
+		e.Idempotent = false // not_applied needs neither idempotent nor retryable
+		refused := errors.New("psp refused: card expired")
+		_, err := c.Do(ctx, e, func(context.Context, string) (client.Outcome, error) {
+			return client.Outcome{}, client.NotApplied("CARD_EXPIRED", refused)
+		})
+		var ee *client.EffectError
+		require.ErrorAs(t, err, &ee)
+		assert.ErrorIs(t, err, refused)
+		assert.True(t, ee.Failure.NotApplied)
+		assert.False(t, ee.Failure.Retryable)
+		assert.Contains(t, err.Error(), "applied nothing")
+		assert.Equal(t, ledger.StateNotApplied, keyState(t, l.DB, ee.Key))
+		v, err := c.Key(ctx, ee.Key, false)
+		require.NoError(t, err)
+		assert.Equal(t, "not_applied", v.State)
+
+		var fx counter
+		res, err := c.Do(ctx, e, fx.fn)
+		require.NoError(t, err)
+		assert.Equal(t, int32(1), fx.runs.Load(), "the function ran again")
+		require.NotNil(t, res.AfterNotApplied)
+		assert.Equal(t, client.NotAppliedRef{Seq: ee.Receipt.Seq, ErrorCode: "CARD_EXPIRED"}, *res.AfterNotApplied)
+		assert.False(t, res.Retry || res.Takeover)
+		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, ee.Key))
+	})
+	t.Run("OK Commit records not_applied", func(t *testing.T) {
+		l := MustOpenLedger(t)
+		c := MustClient(t, l.HTTP.URL)
+		rsv, err := c.Reserve(ctx, client.ReserveRequest{Key: "mail-key-0001", ExecutionID: "exec-1", Tool: "email.send",
+			Class: client.ClassExternal})
+		require.NoError(t, err)
+		cr, err := c.Commit(ctx, rsv.Key, rsv.Token, client.Commit{Outcome: "not_applied",
+			Failure: &client.Failure{Code: "INVALID_ADDRESS", Retryable: true}})
+		require.NoError(t, err)
+		assert.Equal(t, "not_applied", cr.Outcome)
+		again, err := c.Reserve(ctx, client.ReserveRequest{Key: "mail-key-0001", ExecutionID: "exec-2", Tool: "email.send",
+			Class: client.ClassExternal})
+		require.NoError(t, err)
+		assert.Equal(t, "reserved", again.Status)
+		require.NotNil(t, again.AfterNotApplied)
+		assert.Equal(t, cr.Receipt.Seq, again.AfterNotApplied.Seq)
+	})
 	t.Run("OK Do again for the same execution is its next attempt", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		c := MustClient(t, l.HTTP.URL)
