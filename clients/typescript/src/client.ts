@@ -14,6 +14,7 @@ import {
   LedgerError,
   OutcomeUnknown,
   UnknownOutcomeError,
+  type CommitOutcome,
   type CommitRequest,
   type ReceiptRef,
 } from "./errors.js";
@@ -79,6 +80,8 @@ export type EffectFunction = (key: string, ctx: { signal?: AbortSignal; reservat
 export interface DoResult {
   /** Set when the key had expired and this run began its next generation (SPEC §12). */
   renewed?: Renewal;
+  /** Set when the key's last outcome was "not_applied" and this run ran the effect again (SPEC §4.1). */
+  afterNotApplied?: NotAppliedRef;
   /** The recorded result (null when none). */
   result: unknown;
   /** An earlier attempt's recorded result; the function did not run. */
@@ -122,10 +125,38 @@ export interface Renewal {
   recordedAt: number;
 }
 
+/** The "not_applied" outcome a reserve follows (SPEC §4.1): the effect runs again. */
+export interface NotAppliedRef {
+  /** The receipt of that outcome (a commit or resolve), which the new reserve names as ref_seq. */
+  seq: number;
+  errorCode: string;
+}
+
+/**
+ * The state of a key (contract §3, §4.1): "not_applied" when its last
+ * outcome applied nothing, so its next reserve runs the effect again.
+ */
+export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied";
+
+/** A key as GET /v1/effects/{key} shows it (wire field names). */
+export interface EffectView {
+  idempotency_key: string;
+  state: KeyState;
+  tool: string;
+  effect: EffectClass;
+  idempotent: boolean;
+  input_hash: string;
+  /** The key's receipts, oldest first, as JSON receipts (contract §2). */
+  receipts: Record<string, any>[];
+  [field: string]: any;
+}
+
 export interface Reservation {
   status: "reserved" | "replayed" | "not_recorded";
   /** Set when the key had expired and this reserve began its next generation. */
   renewed?: Renewal;
+  /** Set when the key's last outcome was "not_applied": this reservation runs the effect again. */
+  afterNotApplied?: NotAppliedRef;
   key: string;
   keyGenerated: boolean;
   /** Status "reserved": the secret token that commits. */
@@ -146,7 +177,7 @@ export interface Reservation {
 /** The answer to a commit. */
 export interface CommitResult {
   key: string;
-  outcome: string;
+  outcome: CommitOutcome;
   late: boolean;
   /** The same commit was recorded before; nothing was appended now. */
   repeat: boolean;
@@ -205,7 +236,8 @@ export class Client {
    * Throws a LedgerError subclass for the ledger's refusals
    * (UnsafeResumeError, RetryNotAllowedError, FingerprintMismatchError,
    * InProgressError after the wait, …), EffectError when fn failed and the
-   * failure was recorded, UnknownOutcomeError when fn threw OutcomeUnknown
+   * failure was recorded (outcome "not_applied" when fn threw
+   * notApplied(): the next call runs fn again), UnknownOutcomeError when fn threw OutcomeUnknown
    * or was aborted, and CommitError when fn ran but its outcome could not
    * be recorded.
    */
@@ -237,7 +269,7 @@ export class Client {
     const cr = await this.commitOrThrow(rsv, cm, undefined);
     return { result: cr.resultDropped ? null : outcome.result ?? null, replayed: false, key: rsv.key, receipt: cr.receipt,
       externalRef: outcome.externalRef ?? "", notRecorded: false, takeover: rsv.takeover, retry: rsv.retry, late: cr.late, renewed: rsv.renewed,
-      resultDropped: cr.resultDropped };
+      afterNotApplied: rsv.afterNotApplied, resultDropped: cr.resultDropped };
   }
 
   /** Makes one reserve call, retried on 503 and 429 (and transport errors before sending). */
@@ -260,6 +292,7 @@ export class Client {
       outcome: b.outcome, externalRef: b.external_ref ?? "", result: b.result ?? null, resultEncoding: b.result_encoding,
       original: b.original, receipt: b.receipt ?? { seq: 0, hash: "" },
       renewed: b.renewed ? { seq: b.renewed.seq, recordedAt: b.renewed.recorded_at } : undefined,
+      afterNotApplied: b.after_not_applied ? { seq: b.after_not_applied.seq, errorCode: b.after_not_applied.error_code ?? "" } : undefined,
     };
   }
 
@@ -267,7 +300,8 @@ export class Client {
    * Records the outcome of reservation on key. An identical commit is
    * idempotent, so it is retried on 503, 429, 502, 504 and transport
    * errors. Use it for an outcome do() could not record (CommitError,
-   * UnknownOutcomeError).
+   * UnknownOutcomeError). Outcome "not_applied" (SPEC §4.1) needs
+   * `error.code` and no `externalRef`; the key may then be reserved again.
    */
   async commit(key: string, reservation: string, cm: CommitRequest, signal?: AbortSignal): Promise<CommitResult> {
     const body = { reservation, outcome: cm.outcome, external_ref: cm.externalRef || undefined, result: cm.result, error: cm.error };
@@ -278,7 +312,7 @@ export class Client {
   }
 
   /** Returns a key's state, fingerprint and receipts (GET /v1/effects/{key}). */
-  async getEffect(key: string, signal?: AbortSignal): Promise<Record<string, any>> {
+  async getEffect(key: string, signal?: AbortSignal): Promise<EffectView> {
     return (await this.http.send("GET", `/v1/effects/${encodeURIComponent(key)}`, undefined, { signal, retrySent: true })).body;
   }
 
@@ -358,6 +392,12 @@ export class Client {
       throw new UnknownOutcomeError(rsv.key, rsv.reservation, err);
     }
     const failure = failureOf(err);
+    if (err instanceof EffectFailure && err.outcome === "not_applied") {
+      // Nothing was applied (SPEC §4.1): retryable is ignored, and the key
+      // may be reserved again by the next call.
+      const cr = await this.commitOrThrow(rsv, { outcome: "not_applied", error: { code: failure.code, message: failure.message } }, err);
+      throw new EffectError(rsv.key, failure, cr.receipt, err, "not_applied");
+    }
     const cr = await this.commitOrThrow(rsv, { outcome: "failed", error: failure }, err);
     throw new EffectError(rsv.key, failure, cr.receipt, err);
   }

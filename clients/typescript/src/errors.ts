@@ -204,10 +204,13 @@ export function ledgerError(status: number, code: string, message: string, detai
   return new cls(status, code, message, details, retryAfterMs);
 }
 
+/** An outcome that commit and resolve record (contract §4, §4.1). */
+export type CommitOutcome = "succeeded" | "failed" | "not_applied";
+
 /**
  * Thrown by an effect function to record a failure with a code: use
- * {@link retryable} and {@link permanent}. Any other error is recorded as
- * EFFECT_FAILED, not retryable.
+ * {@link retryable}, {@link permanent} and {@link notApplied}. Any other
+ * error is recorded as EFFECT_FAILED, not retryable.
  */
 export class EffectFailure extends Error {
   override name = "EffectFailure";
@@ -215,11 +218,17 @@ export class EffectFailure extends Error {
   readonly code: string;
   /** Whether a later attempt of an idempotent effect may run again. */
   readonly retryable: boolean;
+  /**
+   * What is recorded: "failed", or "not_applied" for a failure known to
+   * have applied nothing (see {@link notApplied}).
+   */
+  readonly outcome: "failed" | "not_applied";
 
-  constructor(code: string, message: string, retryable: boolean, options?: { cause?: unknown }) {
+  constructor(code: string, message: string, retryable: boolean, options?: { cause?: unknown; outcome?: "failed" | "not_applied" }) {
     super(message, options);
     this.code = code;
-    this.retryable = retryable;
+    this.outcome = options?.outcome ?? "failed";
+    this.retryable = this.outcome === "failed" && retryable;
   }
 }
 
@@ -231,6 +240,18 @@ export function retryable(code: string, cause?: unknown): EffectFailure {
 /** A failure that no later attempt may retry. */
 export function permanent(code: string, cause?: unknown): EffectFailure {
   return new EffectFailure(code, messageOf(cause, code), false, { cause });
+}
+
+/**
+ * A failure known to have applied nothing — invalid input, "not found", a
+ * refusal by the downstream before it acted (contract §4.1). It is
+ * recorded as outcome "not_applied", and the next call of the same effect
+ * (any execution) runs it again, idempotent or not. Use {@link permanent}
+ * or {@link retryable} when the effect may have left something behind.
+ * The Go client's `client.NotApplied(code, err)`.
+ */
+export function notApplied(code: string, cause?: unknown): EffectFailure {
+  return new EffectFailure(code, messageOf(cause, code), false, { cause, outcome: "not_applied" });
 }
 
 function messageOf(cause: unknown, fallback: string): string {
@@ -248,7 +269,11 @@ export class OutcomeUnknown extends Error {
   override name = "OutcomeUnknown";
 }
 
-/** do() recorded the effect function's failure; `cause` is what it threw. */
+/**
+ * do() recorded the effect function's failure; `cause` is what it threw.
+ * `outcome` is "not_applied" when it threw {@link notApplied}: the next
+ * call of the same effect runs it again.
+ */
 export class EffectError extends Error {
   override name = "EffectError";
   constructor(
@@ -256,8 +281,9 @@ export class EffectError extends Error {
     readonly failure: { code: string; message: string; retryable: boolean },
     readonly receipt: ReceiptRef,
     cause: unknown,
+    readonly outcome: "failed" | "not_applied" = "failed",
   ) {
-    super(`effect ${key} failed: ${failure.code}: ${failure.message}`, { cause });
+    super(`effect ${key} ${outcome === "not_applied" ? "not applied" : "failed"}: ${failure.code}: ${failure.message}`, { cause });
   }
 }
 
@@ -291,10 +317,14 @@ export class CommitError extends Error {
   }
 }
 
-/** An outcome to record for a reservation. */
+/**
+ * An outcome to record for a reservation. "failed" and "not_applied" need
+ * `error.code`; "not_applied" takes no `externalRef` (nothing was
+ * applied) and the ledger ignores its `retryable`.
+ */
 export interface CommitRequest {
-  outcome: "succeeded" | "failed";
+  outcome: CommitOutcome;
   externalRef?: string;
   result?: unknown;
-  error?: { code: string; message?: string; retryable: boolean };
+  error?: { code: string; message?: string; retryable?: boolean };
 }

@@ -25,6 +25,7 @@ from ._types import (
     Committed,
     Effect,
     EffectResult,
+    NotAppliedRef,
     NotRecorded,
     Outcome,
     ReceiptRef,
@@ -66,6 +67,7 @@ from .errors import (
     ConnectionFailedError,
     BadResponseError,
     EffectFailed,
+    EffectNotApplied,
     error_for,
 )
 
@@ -79,6 +81,7 @@ __all__ = [
     "EffectResult",
     "Reservation",
     "Renewal",
+    "NotAppliedRef",
     "Replay",
     "NotRecorded",
     "Committed",
@@ -126,5 +129,6 @@ __all__ = [
     "ConnectionFailedError",
     "BadResponseError",
     "EffectFailed",
+    "EffectNotApplied",
     "error_for",
 ]

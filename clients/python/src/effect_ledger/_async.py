@@ -107,6 +107,11 @@ class AsyncLedger(_Core):
         body = self._failure_body(reservation.reservation, code, message, retryable)
         return await self._run(self._commit_flow(reservation.key, body))
 
+    async def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
+        """Commit a reservation as ``not_applied``; see ``Ledger.not_applied``."""
+        body = self._not_applied_body(reservation.reservation, code, message)
+        return await self._run(self._commit_flow(reservation.key, body))
+
     async def resolve(
         self,
         key: str,
@@ -185,7 +190,10 @@ class AsyncLedger(_Core):
     async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
         f = _core.failure_of(exc, retry_on)
         try:
-            await self.fail(res, f["code"], f["message"], f["retryable"])
+            if _core.outcome_of(exc) == "not_applied":
+                await self.not_applied(res, f["code"], f["message"])
+            else:
+                await self.fail(res, f["code"], f["message"], f["retryable"])
         except LedgerError as err:
             _handle.note_failure_not_recorded(exc, res.key, err)
 
@@ -239,7 +247,7 @@ class AsyncLedger(_Core):
 
 class AsyncEffectHandle(_handle.HandleBase):
     """The running effect inside ``async with ledger.effect(...) as eff``;
-    ``succeed`` and ``fail`` are coroutines. See ``HandleBase``."""
+    ``succeed``, ``fail`` and ``not_applied`` are coroutines. See ``HandleBase``."""
 
     def __init__(self, ledger: AsyncLedger, spec: Effect, retry_on: Tuple[type, ...]) -> None:
         super().__init__(spec, retry_on)
@@ -263,6 +271,20 @@ class AsyncEffectHandle(_handle.HandleBase):
             return None
         try:
             self.committed = await self._ledger.fail(res, code, message, retryable)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        return self.committed
+
+    async def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
+        """Commit the effect as ``not_applied`` (now); see ``EffectHandle.not_applied``."""
+        _handle.check_code(code)
+        res = self._begin_commit("not_applied")
+        self.outcome = "not_applied"
+        if res is None:
+            return None
+        try:
+            self.committed = await self._ledger.not_applied(res, code, message)
         except LedgerError as err:
             _handle.note_outcome_not_recorded(err)
             raise
@@ -309,7 +331,7 @@ class AsyncEffectScope:
                     h.outcome = "succeeded"
                     h.committed = await self._ledger._record_success(h.reservation, None, "")
                 else:
-                    h.outcome = "failed"
+                    h.outcome = _core.outcome_of(exc)
                     await self._ledger._record_failure(h.reservation, exc, h.retry_on)
         finally:
             h._release()

@@ -148,6 +148,13 @@ def failure_of(exc: BaseException, retry_on: Tuple[type, ...] = ()) -> dict:
     return {"code": code, "message": message, "retryable": retryable}
 
 
+def outcome_of(exc: BaseException) -> str:
+    """Return the outcome to commit for an exception raised by an effect's
+    body: ``not_applied`` for ``EffectNotApplied`` (the effect applied
+    nothing, SPEC §4.1), else ``failed``."""
+    return "not_applied" if isinstance(exc, errors.EffectNotApplied) else "failed"
+
+
 def bind_input(fn: Callable, args: tuple, kwargs: dict) -> dict:
     """Return a decorated function's call as a JSON object: each parameter's
     name and value, defaults applied, ``self``/``cls`` left out, ``*args`` as
@@ -360,6 +367,18 @@ class _Core:
             "error": {"code": code, "message": message[:MAX_ERROR_MESSAGE], "retryable": retryable},
         }
 
+    @staticmethod
+    def _not_applied_body(reservation: str, code: str, message: str) -> dict:
+        # retryable is ignored by the ledger for not_applied; external_ref
+        # is refused (nothing was applied, so there is no reference).
+        if not _CODE_RE.match(code):
+            raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+        return {
+            "reservation": reservation,
+            "outcome": "not_applied",
+            "error": {"code": code, "message": message[:MAX_ERROR_MESSAGE]},
+        }
+
     def _resolve_flow(
         self,
         key: str,
@@ -376,7 +395,7 @@ class _Core:
             body["external_ref"] = external_ref
         if result is not None:
             body["result"] = result
-        if outcome == "failed":
+        if outcome in ("failed", "not_applied"):
             body["error"] = {"code": error_code or "", "message": error_message, "retryable": retryable}
         data = yield from self._call("POST", self._path("/effects/%s/resolve" % quote(key, safe="")), body)
         return data

@@ -8,7 +8,7 @@ from contextvars import Token
 from typing import Any, Callable, Optional, Tuple
 
 from ._core import _CODE_RE, _current, check_result
-from ._types import Committed, Effect, EffectResult, NotRecorded, Outcome, Replay, Reservation
+from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
 from .errors import LedgerError
 
 log = logging.getLogger("effect_ledger")
@@ -72,9 +72,10 @@ class HandleBase:
         reservation: the granted reservation (None on a replay or when not
             recorded); see also ``takeover``, ``retry`` and ``attempt``.
         replay: the ledger's replay answer (None unless ``replayed``).
-        committed: the commit, once ``succeed``/``fail`` (or leaving the
-            block) recorded it.
-        outcome: ``"succeeded"``/``"failed"`` once known (replays: succeeded).
+        committed: the commit, once ``succeed``/``fail``/``not_applied`` (or
+            leaving the block) recorded it.
+        outcome: ``"succeeded"``/``"failed"``/``"not_applied"`` once known
+            (replays: succeeded).
         result, external_ref: the recorded (replay) or committed outcome.
     """
 
@@ -90,7 +91,7 @@ class HandleBase:
         self.outcome: Optional[str] = None
         self.result: Any = None
         self.external_ref: str = ""
-        self._finishing = False  # succeed/fail was called (even if it raised)
+        self._finishing = False  # succeed/fail/not_applied was called (even if it raised)
         self._token: Optional[Token] = None
 
     @property
@@ -103,6 +104,12 @@ class HandleBase:
     def retry(self) -> bool:
         """The reservation retries a retryable failure of the same key."""
         return bool(self.reservation and self.reservation.retry)
+
+    @property
+    def after_not_applied(self) -> Optional[NotAppliedRef]:
+        """The key's last outcome was ``not_applied`` (it applied nothing)
+        and this reservation runs the effect again; names that outcome."""
+        return self.reservation.after_not_applied if self.reservation else None
 
     @property
     def attempt(self) -> int:
@@ -132,7 +139,7 @@ class HandleBase:
                 "effect %s was replayed: its recorded outcome is in .result; there is nothing to %s" % (self.key, what)
             )
         if self._finishing:
-            raise RuntimeError("effect %s: succeed() or fail() was already called" % self.key)
+            raise RuntimeError("effect %s: succeed(), fail() or not_applied() was already called" % self.key)
         self._finishing = True
         return self.reservation
 

@@ -134,6 +134,15 @@ class Ledger(_Core):
         body = self._failure_body(reservation.reservation, code, message, retryable)
         return self._run(self._commit_flow(reservation.key, body))
 
+    def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
+        """Commit a reservation as ``not_applied`` (SPEC §4.1): the effect
+        failed and is known to have applied nothing (invalid input, not
+        found, declined), with an error ``code`` (``A-Z0-9_``, 1-64
+        characters). The key may then be reserved again by any call, which
+        runs the effect again."""
+        body = self._not_applied_body(reservation.reservation, code, message)
+        return self._run(self._commit_flow(reservation.key, body))
+
     def resolve(
         self,
         key: str,
@@ -147,7 +156,11 @@ class Ledger(_Core):
         retryable: bool = False,
     ) -> dict:
         """Record an operator's decision about an interrupted key (needs an
-        ``admin`` token). Raises ``NotInterruptedError``, ``UnknownKeyError``."""
+        ``admin`` token): ``outcome`` is ``succeeded``, ``failed`` or
+        ``not_applied`` ("I checked: nothing happened"; needs
+        ``error_code``), after which the key may be reserved again. An admin
+        may also resolve a ``failed`` key as ``not_applied``, correcting it.
+        Raises ``NotInterruptedError``, ``UnknownKeyError``."""
         return self._run(
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
@@ -192,7 +205,8 @@ class Ledger(_Core):
         ``Outcome`` to add an external reference) and returns it. An
         exception from ``fn`` is committed as a failure (see ``EffectFailed``;
         retryable when the exception has ``retryable = True`` or is one of
-        ``retry_on``) and re-raised. ``none``/``read`` effects run ``fn``
+        ``retry_on``), or as ``not_applied`` for ``EffectNotApplied`` (the
+        next call runs ``fn`` again), and re-raised. ``none``/``read`` effects run ``fn``
         without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
         leaves the reservation to end as interrupted.
         """
@@ -227,7 +241,10 @@ class Ledger(_Core):
     def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
         f = _core.failure_of(exc, retry_on)
         try:
-            self.fail(res, f["code"], f["message"], f["retryable"])
+            if _core.outcome_of(exc) == "not_applied":
+                self.not_applied(res, f["code"], f["message"])
+            else:
+                self.fail(res, f["code"], f["message"], f["retryable"])
         except LedgerError as err:
             _handle.note_failure_not_recorded(exc, res.key, err)
 
@@ -268,8 +285,9 @@ class Ledger(_Core):
                 ref = psp.refund(req, idempotency_key=eff.key)
                 eff.succeed(result={"refund": ref.id}, external_ref=ref.id)
 
-        Leaving the block without ``succeed``/``fail`` commits a success with
-        no result; an exception escaping it is committed as a failure.
+        Leaving the block without ``succeed``/``fail``/``not_applied``
+        commits a success with no result; an exception escaping it is
+        committed as a failure (``EffectNotApplied``: as ``not_applied``).
 
         As a decorator, each call reserves with a key derived from the tool
         and the call's arguments (or ``key=`` / ``input=`` callables taking
@@ -330,6 +348,21 @@ class EffectHandle(_handle.HandleBase):
             raise
         return self.committed
 
+    def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
+        """Commit the effect as ``not_applied`` (now): it failed and applied
+        nothing, so the next call of the same effect runs again (SPEC §4.1)."""
+        _handle.check_code(code)
+        res = self._begin_commit("not_applied")
+        self.outcome = "not_applied"
+        if res is None:
+            return None
+        try:
+            self.committed = self._ledger.not_applied(res, code, message)
+        except LedgerError as err:
+            _handle.note_outcome_not_recorded(err)
+            raise
+        return self.committed
+
 
 class EffectScope:
     """What ``Ledger.effect(...)`` returns: a context manager (one ``with``
@@ -365,7 +398,7 @@ class EffectScope:
                     h.outcome = "succeeded"
                     h.committed = self._ledger._record_success(h.reservation, None, "")
                 else:
-                    h.outcome = "failed"
+                    h.outcome = _core.outcome_of(exc)
                     self._ledger._record_failure(h.reservation, exc, h.retry_on)
         finally:
             h._release()

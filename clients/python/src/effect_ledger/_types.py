@@ -15,6 +15,7 @@ __all__ = [
     "ReceiptRef",
     "Effect",
     "Outcome",
+    "NotAppliedRef",
     "Reservation",
     "Replay",
     "NotRecorded",
@@ -123,6 +124,23 @@ class Renewal:
 
 
 @dataclass(frozen=True)
+class NotAppliedRef:
+    """The ``not_applied`` outcome a reservation follows (SPEC §4.1): the
+    key's last outcome applied nothing, so this reservation runs the effect
+    again. ``seq`` is that commit's (or resolve's) receipt, ``error_code``
+    its code."""
+
+    seq: int
+    error_code: str
+
+    @classmethod
+    def _from(cls, d: Any) -> Optional["NotAppliedRef"]:
+        if not isinstance(d, dict):
+            return None
+        return cls(seq=int(d.get("seq", 0)), error_code=str(d.get("error_code", "")))
+
+
+@dataclass(frozen=True)
 class Reservation:
     """A granted reservation (201): run the effect, then commit.
 
@@ -130,7 +148,8 @@ class Reservation:
     when an interrupted earlier run was taken over (check downstream whether
     it already happened), ``retry`` when a retryable failure is retried,
     ``renewed`` when the key's earlier outcome had expired and this is a new
-    effect under the same key.
+    effect under the same key, ``after_not_applied`` when the key's last
+    outcome was ``not_applied`` and the effect runs again.
     """
 
     key: str
@@ -143,6 +162,7 @@ class Reservation:
     receipt: Optional[ReceiptRef]
     execution_id: str
     renewed: Optional[Renewal] = None
+    after_not_applied: Optional[NotAppliedRef] = None
 
     @classmethod
     def _from(cls, d: dict, execution_id: str) -> "Reservation":
@@ -157,6 +177,7 @@ class Reservation:
             receipt=ReceiptRef._from(d.get("receipt")),
             execution_id=execution_id,
             renewed=Renewal._from(d.get("renewed")),
+            after_not_applied=NotAppliedRef._from(d.get("after_not_applied")),
         )
 
 
@@ -246,6 +267,8 @@ class EffectResult:
         reservation: the reservation the function ran under (None on a replay).
         renewed: the key's earlier outcome had expired and the function ran
             as a new effect under the same key (the reservation's renewal).
+        after_not_applied: the key's last outcome was ``not_applied`` and the
+            function ran again (the reservation's ``after_not_applied``).
     """
 
     key: str
@@ -260,6 +283,10 @@ class EffectResult:
     @property
     def renewed(self) -> Optional[Renewal]:
         return self.reservation.renewed if self.reservation is not None else None
+
+    @property
+    def after_not_applied(self) -> Optional[NotAppliedRef]:
+        return self.reservation.after_not_applied if self.reservation is not None else None
 
 
 _execution: ContextVar[Optional[Tuple[str, int]]] = ContextVar("effect_ledger_execution", default=None)

@@ -11,7 +11,9 @@ its code, so callers branch with ``except`` instead of comparing strings::
 
 A code this client does not know is raised as ``LedgerError`` itself.
 ``EffectFailed`` is different: it is raised by *your* code to report a
-failed effect with a chosen error code, and is committed as a failure.
+failed effect with a chosen error code, and is committed as a failure;
+its subclass ``EffectNotApplied`` reports a failure known to have applied
+nothing, committed as ``not_applied``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "ConnectionFailedError",
     "BadResponseError",
     "EffectFailed",
+    "EffectNotApplied",
     "error_for",
 ]
 
@@ -295,10 +298,42 @@ class EffectFailed(Exception):
             handler it allows a later retry of the same key.
     """
 
+    #: The outcome this exception is committed as.
+    outcome = "failed"
+
     def __init__(self, code: str, message: str = "", retryable: bool = False) -> None:
         if not _CODE_RE.match(code):
-            raise ValueError("EffectFailed: code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+            raise ValueError(
+                "%s: code must be 1-64 characters of A-Z, 0-9 and _, got %r" % (type(self).__name__, code)
+            )
         super().__init__("%s: %s" % (code, message) if message else code)
         self.code = code
         self.message = message
         self.retryable = retryable
+
+
+class EffectNotApplied(EffectFailed):
+    """Raise this from an effect's body when the effect is known to have
+    applied *nothing*: the input was invalid, the target was not found, the
+    downstream declined before acting (SPEC §4.1). The client commits it as
+    ``outcome: not_applied`` with your code and re-raises it.
+
+    Unlike a failure, a ``not_applied`` key may be reserved again by any
+    call, so the next call of the same effect runs the body again (with
+    corrected data, or once the target exists). Use ``EffectFailed`` when
+    the effect may have left something behind. It is a subclass of
+    ``EffectFailed``, so ``except EffectFailed`` catches it too; ``retryable``
+    is always False (the ledger ignores it for ``not_applied``).
+
+    The Go client's ``client.NotApplied(code, err)``, the TypeScript
+    client's ``notApplied(code, cause)``.
+
+    Args:
+        code: 1-64 characters of ``A-Z``, ``0-9`` and ``_`` (e.g. ``"ORDER_NOT_FOUND"``).
+        message: up to 1024 characters.
+    """
+
+    outcome = "not_applied"
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(code, message, retryable=False)
