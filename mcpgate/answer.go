@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -29,19 +30,21 @@ func answer(status, key, text string) *mcp.CallToolResult {
 
 // refusalAnswer tells the model why the ledger refused a call (SPEC §11's
 // table), in words that say what to do next.
-func refusalAnswer(r *Refusal, key string) *mcp.CallToolResult {
+func refusalAnswer(r *Refusal, key, adminURL string) *mcp.CallToolResult {
 	var text string
 	switch r.Code {
 	case "retry_not_allowed":
-		text = fmt.Sprintf("This exact call already ran and failed%s, so it was not run again. "+
-			"A retry must change something: the arguments, or the scope (idempotency key %s).", recordedFailure(r.Details), key)
+		text = fmt.Sprintf("This exact call already ran and failed%s, and that failure may have left something behind, "+
+			"so it is not run again automatically (idempotency key %s). Tell the user: a person who checks that nothing "+
+			"was applied can mark it so (%s), and then the same call runs again.",
+			recordedFailure(r.Details), key, resolveHow(key, adminURL, "not_applied --error-code CODE"))
 	case "in_progress":
 		text = fmt.Sprintf("The same call is still running (idempotency key %s), so it was not started a second time. "+
 			"Call again later to get its result.", key)
 	case "unsafe_resume":
 		text = fmt.Sprintf("An earlier identical call was interrupted and its outcome is unknown: it may or may not have taken effect. "+
-			"It will not be run again until a person checks and resolves the key: "+
-			"ledgerctl resolve %s --outcome succeeded|failed --note '…'.", key)
+			"It will not be run again until a person checks and resolves the key: %s.",
+			resolveHow(key, adminURL, "succeeded|failed|not_applied"))
 	case "fingerprint_mismatch":
 		text = fmt.Sprintf("The idempotency key %s was already used for a different call (another tool or other arguments), "+
 			"so this call was not run. Use a new key for a new call.", key)
@@ -49,6 +52,21 @@ func refusalAnswer(r *Refusal, key string) *mcp.CallToolResult {
 		text = fmt.Sprintf("The effect ledger refused this call (%s: %s), so it was not run (idempotency key %s).", r.Code, r.Message, key)
 	}
 	return answer(r.Code, key, text)
+}
+
+// resolveHow says how a person resolves key: with ledgerctl against the
+// server that serves the ledger (adminURL), or, unknown, against a
+// ledgerd.
+func resolveHow(key, adminURL, outcomes string) string {
+	server := "--server URL"
+	if adminURL != "" {
+		server = "--server " + adminURL
+	}
+	s := fmt.Sprintf("ledgerctl resolve %s %s --outcome %s --note '…'", key, server, outcomes)
+	if adminURL != "" {
+		s += fmt.Sprintf(", or the page %s/ui/", adminURL)
+	}
+	return s
 }
 
 // recordedFailure renders the recorded failure of a retry_not_allowed.
@@ -92,10 +110,30 @@ func unknownAnswer(key string, err error) *mcp.CallToolResult {
 		"an idempotent tool is taken over once the reservation ends, any other waits for a person to resolve idempotency key %s.", err, key))
 }
 
+// replayNotice is the text block that starts a replayed answer: what the
+// model is told so that it does not take a recorded answer for a new run.
+func replayNotice(rsv *Reservation, at, expires time.Time, sessionScope bool) string {
+	when := ""
+	if !at.IsZero() {
+		when = " at " + at.Format(time.RFC3339)
+	}
+	again := "change its arguments"
+	if sessionScope {
+		again += " or call it in a new session"
+	}
+	if !expires.IsZero() {
+		again += fmt.Sprintf(", or call it after %s, when the ledger forgets this one", expires.Format(time.RFC3339))
+	}
+	return fmt.Sprintf("[Replayed: this exact call already ran%s (receipt %d) and was NOT run again; "+
+		"below is the answer recorded then. If the world may have changed since and you mean to do it again, "+
+		"%s, or tell the user. Idempotency key %s.]", when, rsv.Original.Seq, again, rsv.Key)
+}
+
 // replayAnswer is the recorded CallToolResult of a key that succeeded,
 // as it was recorded, with _meta marking it replayed and naming the
-// receipt the replay appended.
-func replayAnswer(rsv *Reservation) (mcp.Result, error) {
+// receipt the replay appended; a non-empty notice goes before its content
+// as a text block.
+func replayAnswer(rsv *Reservation, notice string) (mcp.Result, error) {
 	obj := map[string]json.RawMessage{}
 	if len(rsv.Result) > 0 {
 		if err := json.Unmarshal(rsv.Result, &obj); err != nil {
@@ -104,6 +142,21 @@ func replayAnswer(rsv *Reservation) (mcp.Result, error) {
 	}
 	if obj["content"] == nil {
 		obj["content"] = json.RawMessage("[]")
+	}
+	if notice != "" {
+		var content []json.RawMessage
+		if err := json.Unmarshal(obj["content"], &content); err != nil {
+			return nil, fmt.Errorf("replay %s: recorded content: %w", rsv.Key, err)
+		}
+		block, err := json.Marshal(&mcp.TextContent{Text: notice})
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+		}
+		b, err := json.Marshal(append([]json.RawMessage{block}, content...))
+		if err != nil {
+			return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)
+		}
+		obj["content"] = b
 	}
 	meta := map[string]any{}
 	if m := obj["_meta"]; m != nil {

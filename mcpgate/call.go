@@ -69,7 +69,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	ctx = withTraceContext(ctx, c.meta)
-	key, err := callKey(c.meta, c.ledgerTool, c.args, g.cfg.Scope)
+	key, err := callKey(c.meta, c.ledgerTool, c.args, g.scopeOf(c.session))
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 		return answer(ledger.ECodeInvalidKey, "", fmt.Sprintf("This call was not run: %v.", err)), nil
@@ -85,7 +85,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	case errors.As(err, &refusal):
 		g.logger.InfoContext(ctx, "call refused", "tool", c.ledgerTool, "key", key, "code", refusal.Code)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
-		return refusalAnswer(refusal, key), nil
+		return refusalAnswer(refusal, key, g.cfg.AdminURL), nil
 	case err != nil:
 		g.logger.ErrorContext(ctx, "ledger unavailable: call not run", "tool", c.ledgerTool, "key", key, "err", err)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
@@ -93,11 +93,26 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	case rsv.Status == ledger.StatusReplayed:
 		callsTotal.WithLabelValues(c.toolLabel, DecisionReplayed).Inc()
 		g.logger.InfoContext(ctx, "call replayed", "tool", c.ledgerTool, "key", key, "receipt", rsv.Receipt.Seq)
-		return replayAnswer(rsv)
+		return g.replay(ctx, rsv)
 	case rsv.Status != ledger.StatusReserved:
 		return nil, fmt.Errorf("reserve %s: unexpected status %q", key, rsv.Status)
 	}
 	return g.execute(ctx, s, c, rsv)
+}
+
+// replay answers with a key's recorded result: as it was recorded with
+// ExactReplays, else after a text block that tells the model it is a
+// replay (SPEC §11's _meta marks it either way, but most hosts never show
+// _meta to the model).
+func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, error) {
+	if g.cfg.ExactReplays {
+		return replayAnswer(rsv, "")
+	}
+	at, expires, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
+	if err != nil {
+		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
+	}
+	return replayAnswer(rsv, replayNotice(rsv, at, expires, g.cfg.Scope == ScopeSession))
 }
 
 // execute forwards a reserved call and records what it came to. An
@@ -113,6 +128,9 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	defer cancel()
 	res, slot, err := g.send(cctx, s, c)
 	v := judge(res, slot, err)
+	if v.known && !v.outcome.Succeeded {
+		v.outcome.NotApplied = c.class.errorsApplyNothing()
+	}
 	if !v.known {
 		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
@@ -126,7 +144,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	} else {
-		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "succeeded", v.outcome.Succeeded,
+		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "outcome", v.outcome.outcomeName(),
 			"takeover", rsv.Takeover, "retry", rsv.Retry)
 	}
 	if v.rpcErr != nil {

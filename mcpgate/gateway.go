@@ -14,6 +14,7 @@ package mcpgate
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -42,9 +43,16 @@ type Config struct {
 	// ServerName prefixes the ledger's tool names, <server-name>.<tool>.
 	ServerName string
 	// Scope goes into every derived key: the same call in another scope
-	// is another effect.
+	// is another effect. ScopeSession derives it from the MCP session.
 	Scope string
-	Lease time.Duration // default DefaultLease
+	// ExactReplays keeps replayed answers as they were recorded, for hosts
+	// that read _meta; by default a replay starts with a text block that
+	// tells the model it is one.
+	ExactReplays bool
+	// AdminURL is where a person resolves keys (ledger-mcp --admin-listen,
+	// or the ledgerd of --ledger): the answers that ask for a person name it.
+	AdminURL string
+	Lease    time.Duration // default DefaultLease
 	// Wait is how long a duplicate waits for the same call in flight, at
 	// most MaxWait; 0 is no wait (ledger-mcp's --wait defaults to
 	// DefaultWait).
@@ -58,7 +66,10 @@ type Config struct {
 
 // Gateway is the MCP proxy.
 type Gateway struct {
-	cfg      Config
+	cfg Config
+	// process is the scope of a stdio session under ScopeSession: one
+	// process, one session.
+	process  string
 	up       *Upstream
 	tools    *toolCache
 	progress *progressRoutes
@@ -88,11 +99,29 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.ServerName = info.ServerInfo.Name
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
-	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger}
+	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
+		process: "process:" + rand.Text()}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
 	return g, nil
+}
+
+// ScopeSession as Config.Scope scopes derived keys to the MCP session:
+// on stdio the gateway's process (one client, one session), over
+// Streamable HTTP the session's Mcp-Session-Id. The same call in a later
+// session is new work; within one session it runs once.
+const ScopeSession = "session"
+
+// scopeOf is the scope that goes into a call's derived key.
+func (g *Gateway) scopeOf(ss *mcp.ServerSession) string {
+	if g.cfg.Scope != ScopeSession {
+		return g.cfg.Scope
+	}
+	if ss != nil && ss.ID() != "" {
+		return "session:" + ss.ID()
+	}
+	return g.process
 }
 
 // ServerName is the name that prefixes the ledger's tool names.

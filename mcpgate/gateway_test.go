@@ -2,6 +2,7 @@ package mcpgate_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -163,6 +164,14 @@ func textOf(t *testing.T, res *mcp.CallToolResult) string {
 	return res.Content[0].(*mcp.TextContent).Text
 }
 
+// mustDeriveKey is the derived key of a call without arguments.
+func mustDeriveKey(t *testing.T, ledgerTool string) string {
+	t.Helper()
+	key, err := mcpgate.DeriveKey(ledgerTool, json.RawMessage(`{}`), "")
+	require.NoError(t, err)
+	return key
+}
+
 func TestGateway_CallTool(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
@@ -173,7 +182,9 @@ func TestGateway_CallTool(t *testing.T) {
 		first := call(t, s, "charge")
 		again := call(t, s, "charge")
 		assert.Equal(t, "charged, run 1", textOf(t, first))
-		assert.Equal(t, "charged, run 1", textOf(t, again))
+		require.Len(t, again.Content, 2, "the replay's notice, then the recorded content")
+		assert.Contains(t, textOf(t, again), "was NOT run again")
+		assert.Equal(t, "charged, run 1", again.Content[1].(*mcp.TextContent).Text)
 		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
 		assert.Equal(t, 1, runs.get("charge"))
 		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")))
@@ -190,10 +201,22 @@ func TestGateway_CallTool(t *testing.T) {
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
 		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
 		require.Error(t, err, "the upstream's JSON-RPC error comes back as it was")
-		res := call(t, s, "no_such_tool")
-		assert.True(t, res.IsError)
-		assert.Equal(t, "retry_not_allowed", res.Meta[mcpgate.MetaStatus])
-		assert.Contains(t, textOf(t, res), mcpgate.CodeMCPError)
+		// Recorded not_applied (the default), so it is asked again.
+		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
+		require.Error(t, err)
+		v, err := ns.Key(context.Background(), mustDeriveKey(t, "shop.no_such_tool"), false)
+		require.NoError(t, err)
+		assert.Equal(t, "not_applied", v.Receipts[len(v.Receipts)-1].Outcome)
+	})
+
+	t.Run("ExactReplays", func(t *testing.T) {
+		url, _ := MustStartUpstream(t)
+		ns, err := MustOpenLedger(t).Default(context.Background())
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), ExactReplays: true})
+		first, again := call(t, s, "charge"), call(t, s, "charge")
+		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
+		assert.Equal(t, first.Content, again.Content)
 	})
 
 	t.Run("ErrInvalidKey", func(t *testing.T) {

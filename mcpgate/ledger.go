@@ -21,9 +21,13 @@ import (
 // (fingerprint_mismatch, in_progress, unsafe_resume, retry_not_allowed,
 // invalid_key, …) and an error wrapping ErrUnavailable when the ledger
 // cannot be reached or written. Commit returns the same kinds of errors.
+//
+// Recorded tells when a key's receipt seq was recorded and when the key
+// expires (zero if it does not), for the words of a replay.
 type Ledger interface {
 	Reserve(ctx context.Context, r Reserve) (*Reservation, error)
 	Commit(ctx context.Context, key, token string, o Outcome) error
+	Recorded(ctx context.Context, key string, seq uint64) (at, expires time.Time, err error)
 }
 
 // Reserve asks for the right to run one tool call.
@@ -45,9 +49,11 @@ type Reservation struct {
 	Token    string // StatusReserved: the reservation that commits
 	Takeover bool
 	Retry    bool
-	// StatusReplayed: the recorded result and the replay receipt appended.
-	Result  json.RawMessage
-	Receipt Receipt
+	// StatusReplayed: the recorded result, the receipt of the outcome it
+	// came from, and the replay receipt appended.
+	Result   json.RawMessage
+	Original Receipt
+	Receipt  Receipt
 }
 
 // Receipt names a receipt of the chain, as the gateway's _meta shows it.
@@ -58,10 +64,24 @@ type Receipt struct {
 
 // Outcome is what a forwarded call came to.
 type Outcome struct {
-	Succeeded    bool
-	Result       json.RawMessage
-	ErrorCode    string // failed: TOOL_ERROR or MCP_ERROR
+	Succeeded bool
+	Result    json.RawMessage
+	// NotApplied records a failure that left nothing behind (SPEC §4.1):
+	// the same call may run again.
+	NotApplied   bool
+	ErrorCode    string // failed or not applied: TOOL_ERROR or MCP_ERROR
 	ErrorMessage string
+}
+
+// outcomeName is o's outcome as the ledger names it.
+func (o Outcome) outcomeName() string {
+	switch {
+	case o.Succeeded:
+		return "succeeded"
+	case o.NotApplied:
+		return "not_applied"
+	}
+	return "failed"
 }
 
 // Refusal is a refusal of the ledger with the contract's code.
@@ -96,7 +116,8 @@ func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
 	}
 	out := &Reservation{Status: res.Status, Key: res.IdempotencyKey, Token: res.Reservation,
 		Takeover: res.Takeover, Retry: res.Retry,
-		Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash.String()}}
+		Original: Receipt{Seq: res.Original.Seq, Hash: res.Original.Hash.String()},
+		Receipt:  Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash.String()}}
 	if res.Result != "" {
 		out.Result = json.RawMessage(res.Result)
 	}
@@ -104,13 +125,29 @@ func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
 }
 
 func (l local) Commit(ctx context.Context, key, token string, o Outcome) error {
-	req := ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: "succeeded", Result: o.Result}
+	req := ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: o.outcomeName(), Result: o.Result}
 	if !o.Succeeded {
-		req.Outcome = "failed"
 		req.Error = &ledger.FailureDetail{Code: o.ErrorCode, Message: o.ErrorMessage}
 	}
 	_, err := l.ns.Commit(ctx, req)
 	return localError("commit", err)
+}
+
+func (l local) Recorded(ctx context.Context, key string, seq uint64) (time.Time, time.Time, error) {
+	v, err := l.ns.Key(ctx, key, true)
+	if err != nil {
+		return time.Time{}, time.Time{}, localError("read key", err)
+	}
+	var at, expires time.Time
+	for i := range v.Receipts {
+		if v.Receipts[i].Seq == seq {
+			at = time.UnixMilli(int64(v.Receipts[i].RecordedAt)).UTC()
+		}
+	}
+	if v.ExpiresAt != 0 {
+		expires = time.UnixMilli(int64(v.ExpiresAt)).UTC()
+	}
+	return at, expires, nil
 }
 
 // localError turns the domain's errors into the gateway's: contract
@@ -159,19 +196,35 @@ func (r remote) Reserve(ctx context.Context, q Reserve) (*Reservation, error) {
 		return nil, remoteError("reserve", err)
 	}
 	return &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
-		Retry: res.Retry, Result: res.Result, Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash}}, nil
+		Retry: res.Retry, Result: res.Result, Original: Receipt{Seq: res.Original.Seq, Hash: res.Original.Hash},
+		Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash}}, nil
 }
 
 func (r remote) Commit(ctx context.Context, key, token string, o Outcome) error {
-	cm := client.Commit{Outcome: "succeeded", Result: o.Result}
+	cm := client.Commit{Outcome: o.outcomeName(), Result: o.Result}
 	if !o.Succeeded {
-		cm.Outcome = "failed"
 		cm.Failure = &client.Failure{Code: o.ErrorCode, Message: o.ErrorMessage}
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	_, err := r.c.Commit(ctx, key, token, cm)
 	return remoteError("commit", err)
+}
+
+func (r remote) Recorded(ctx context.Context, key string, seq uint64) (time.Time, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	v, err := r.c.Key(ctx, key, true)
+	if err != nil {
+		return time.Time{}, time.Time{}, remoteError("read key", err)
+	}
+	var at time.Time
+	for _, rc := range v.Receipts {
+		if rc.Seq == seq {
+			at = time.UnixMilli(rc.RecordedAt).UTC()
+		}
+	}
+	return at, v.ExpiresAt, nil
 }
 
 // remoteError: the ledgerd's refusals keep their code; transport errors,

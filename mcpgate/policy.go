@@ -22,11 +22,27 @@ const (
 	ClassExternal    = "external"
 )
 
+// How a tool's error answer (isError, or a JSON-RPC error) is recorded
+// (SPEC §4.1): OnErrorNotApplied, the default, records that the call
+// applied nothing, so the same call may run again once its cause is fixed;
+// OnErrorFailed records a failure that may have left something behind,
+// which §4 lets run again only when retryable and idempotent (a person
+// may correct it to not_applied). An unknown outcome is never either.
+const (
+	OnErrorNotApplied = "not_applied"
+	OnErrorFailed     = "failed"
+)
+
 // Class is how the gateway treats a tool's calls.
 type Class struct {
 	Effect     string
 	Idempotent bool
+	OnError    string // "" (OnErrorNotApplied) or OnErrorFailed
 }
+
+// errorsApplyNothing reports whether the tool's error answers are
+// recorded not_applied.
+func (c Class) errorsApplyNothing() bool { return c.OnError != OnErrorFailed }
 
 // Recorded reports whether calls of this class go through the ledger.
 func (c Class) Recorded() bool { return c.Effect != ClassNone && c.Effect != ClassRead }
@@ -39,6 +55,9 @@ type Rule struct {
 	Tool       string `json:"tool"`
 	Effect     string `json:"effect"`
 	Idempotent bool   `json:"idempotent"`
+	// OnError says how the tool's error answers are recorded:
+	// "not_applied" (the default) or "failed".
+	OnError string `json:"on_error,omitempty"`
 
 	glob *glob.Glob // Tool compiled, by ParsePolicy
 }
@@ -76,6 +95,11 @@ func ParsePolicy(b []byte) (Policy, error) {
 			return nil, fmt.Errorf("policy: rule %d: tool %q: %w", i+1, r.Tool, err)
 		}
 		p[i].glob = g
+		switch r.OnError {
+		case "", OnErrorNotApplied, OnErrorFailed:
+		default:
+			return nil, fmt.Errorf("policy: rule %d: on_error %q is not one of not_applied, failed", i+1, r.OnError)
+		}
 		switch r.Effect {
 		case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 		default:
@@ -109,7 +133,7 @@ func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
 // does not list, is therefore a non-idempotent destructive effect.
 func Classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
 	if r, ok := p.match(tool, ledgerTool); ok {
-		return Class{Effect: r.Effect, Idempotent: r.Idempotent}
+		return Class{Effect: r.Effect, Idempotent: r.Idempotent, OnError: r.OnError}
 	}
 	if ann == nil {
 		ann = &mcp.ToolAnnotations{}

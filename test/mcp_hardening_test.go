@@ -139,16 +139,18 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 	assert.Equal(t, int64(-32042), wire.Code)
 	assert.Equal(t, "boom", wire.Message, "the server's own message, not the SDK's wrapping")
 	assert.JSONEq(t, `{"why":"the shop said no"}`, string(wire.Data))
-	again := g.call(t, "rpcerror", map[string]any{"id": "r1"}, nil)
-	assert.Equal(t, "retry_not_allowed", status(again), text(t, again))
-	assert.Contains(t, text(t, again), "boom")
-	assert.Equal(t, 1, sh.runs("rpcerror", "r1"))
+	// Recorded (not_applied by default, SPEC §4.1), so the same call runs
+	// again; had it been taken for no answer, it would wait for a person.
+	_, err = g.CallTool(ctx, &mcp.CallToolParams{Name: "rpcerror", Arguments: map[string]any{"id": "r1"}})
+	require.True(t, errors.As(err, &wire), "%v", err)
+	assert.Equal(t, "boom", wire.Message)
+	assert.Equal(t, 2, sh.runs("rpcerror", "r1"))
 
 	res := g.call(t, "surrogate", map[string]any{"id": "s1"}, nil)
 	require.False(t, res.IsError, text(t, res))
 	replay := g.call(t, "surrogate", map[string]any{"id": "s1"}, nil)
 	assert.Equal(t, true, replay.Meta[mcpgate.MetaReplayed], text(t, replay))
-	assert.Equal(t, "done \uFFFD here", text(t, replay), "recorded with the lone surrogate replaced")
+	assert.Equal(t, "done \uFFFD here", resultTexts(replay)[1], "recorded with the lone surrogate replaced")
 	assert.Equal(t, 1, sh.runs("surrogate", "s1"))
 
 	// The client cannot decode these answers either (a number beyond a
@@ -233,7 +235,7 @@ func TestLedgerMCP_clientCancels(t *testing.T) {
 	res := pollStatus(t, g, "slow", map[string]any{"id": "cx1"}, "in_progress")
 	require.False(t, res.IsError, text(t, res))
 	assert.Equal(t, true, res.Meta[mcpgate.MetaReplayed], text(t, res))
-	assert.Equal(t, "slow cx1 done, run 1", text(t, res))
+	assert.Equal(t, "slow cx1 done, run 1", resultTexts(res)[1])
 	assert.Equal(t, 1, sh.runs("slow", "cx1"))
 	assert.NotContains(t, g.logs.String(), "outcome unknown")
 }

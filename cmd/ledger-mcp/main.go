@@ -51,6 +51,15 @@ func main() {
 const (
 	DefaultNamespace       = "default"
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultKeyTTL is how long an embedded ledger this start creates
+	// remembers a finished call's key: the window in which a derived key
+	// deduplicates. A derived key names what a call does (its tool and
+	// arguments), which a user may legitimately want done again later, not
+	// one business operation a client named (Stripe keeps those 24 h); an
+	// hour covers runtime retries, restarts of the agent and the gateway,
+	// and a model repeating itself within a task (AWS Powertools' default
+	// too). An interrupted call never expires: it waits for a person.
+	DefaultKeyTTL = time.Hour
 )
 
 // Main is the ledger-mcp program, so that tests can drive it in-process.
@@ -68,6 +77,10 @@ type Main struct {
 	ServerName  string
 	PolicyFile  string
 	Listen      string
+	// AdminListen serves the embedded ledger's REST API and web page, so
+	// that a person can resolve its keys.
+	AdminListen  string
+	ExactReplays bool
 	// LedgerTimeout bounds each request to a --ledger, beyond a reserve's wait.
 	LedgerTimeout time.Duration
 	// SessionTimeout closes --listen sessions idle that long; MaxSessions
@@ -85,7 +98,9 @@ type Main struct {
 	Stdout io.WriteCloser
 	stderr io.Writer
 
-	closers []func() error
+	closers   []func() error
+	keyTTLSet bool
+	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
 }
 
 // NewMain returns a Main logging to stderr and serving MCP on the
@@ -132,9 +147,11 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.DB, "db", "", "the embedded ledger: a SQLite `file` or a PostgreSQL URL (default $XDG_STATE_HOME/effect-ledger/mcp-<server-name>.db)")
 	fs.StringVar(&m.LedgerURL, "ledger", "", "use the ledgerd at this `URL` instead of an embedded ledger (token from LEDGER_TOKEN)")
 	fs.StringVar(&m.Namespace, "namespace", DefaultNamespace, "the ledger `namespace` (an embedded ledger creates it)")
-	fs.StringVar(&m.Scope, "scope", "", "goes into every derived key: the same call in another `scope` (e.g. \"$RUN_ID\") is new work")
+	fs.StringVar(&m.Scope, "scope", "", "goes into every derived key: the same call in another `scope` is new work; \"session\": the MCP session's (stdio: this process; --listen: the Mcp-Session-Id)")
+	fs.BoolVar(&m.ExactReplays, "exact-replays", false, "answer a replay exactly as it was recorded (for hosts that show _meta to the model); by default it starts with a text block saying it is a replay")
+	fs.StringVar(&m.AdminListen, "admin-listen", "", "embedded ledger: serve its REST API and web page at http://`ADDR` (tokens as ledgerd's), so a person can resolve keys with ledgerctl --server or /ui/")
 	fs.DurationVar(&m.Lease, "lease", mcpgate.DefaultLease, "how long a call holds its key; a call with no answer by then has an unknown outcome")
-	fs.DurationVar(&m.KeyTTL, "key-ttl", 0, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever; e.g. 24h, so the same call a day later runs again); an existing one keeps its own")
+	fs.DurationVar(&m.KeyTTL, "key-ttl", DefaultKeyTTL, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever); an existing one keeps its own")
 	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
 	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
 	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations")
@@ -158,6 +175,14 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	}
 	m.Command = fs.Args()
 	m.Token = os.Getenv("LEDGER_TOKEN")
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "key-ttl" {
+			m.keyTTLSet = true
+		}
+	})
+	if m.LedgerURL != "" && !m.keyTTLSet {
+		m.KeyTTL = 0 // the default is an embedded ledger's
+	}
 	if err := m.setLogger(); err != nil {
 		return err
 	}
@@ -189,6 +214,8 @@ func (m *Main) check() error {
 		return fmt.Errorf("--key-ttl must be a whole number of milliseconds from 0 up, not %s", m.KeyTTL)
 	case m.KeyTTL != 0 && m.LedgerURL != "":
 		return errors.New("--key-ttl is for an embedded ledger: a remote ledger's namespaces have theirs (ledgerctl namespace create --key-ttl)")
+	case m.AdminListen != "" && m.LedgerURL != "":
+		return errors.New("--admin-listen serves an embedded ledger: with --ledger, a person resolves keys at that ledgerd")
 	case m.LedgerTimeout <= 0:
 		return fmt.Errorf("--ledger-timeout must be positive, not %s", m.LedgerTimeout)
 	case m.SessionTimeout < 0:
@@ -200,9 +227,12 @@ func (m *Main) check() error {
 	case m.UpstreamURL != "" && !strings.HasPrefix(m.UpstreamURL, "http://") && !strings.HasPrefix(m.UpstreamURL, "https://"):
 		return fmt.Errorf("--upstream %q must be an http:// or https:// URL", m.UpstreamURL)
 	}
-	if m.Listen != "" {
-		if _, _, err := net.SplitHostPort(m.Listen); err != nil {
-			return fmt.Errorf("--listen %q: %w", m.Listen, err)
+	for name, addr := range map[string]string{"--listen": m.Listen, "--admin-listen": m.AdminListen} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s %q: %w", name, addr, err)
 		}
 	}
 	if m.PolicyFile != "" {

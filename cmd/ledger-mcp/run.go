@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -37,8 +38,15 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	adminURL := m.LedgerURL
+	if m.AdminListen != "" {
+		if adminURL, err = m.serveAdmin(ctx); err != nil {
+			return err
+		}
+	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
-		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short()})
+		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
+		ExactReplays: m.ExactReplays, AdminURL: adminURL})
 	if err != nil {
 		return err
 	}
@@ -109,6 +117,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	}
 	l := ledger.New(store, ledger.Config{Logger: m.Logger})
 	m.closers = append(m.closers, l.Close)
+	m.ledger = l
 	ns, err := l.NS(ctx, m.Namespace)
 	if ledger.ErrorCode(err) == ledger.ECodeUnknownNamespace {
 		if err = l.CreateNamespace(ctx, m.Namespace, ttl); err == nil {
@@ -119,6 +128,42 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		return nil, "", err
 	}
 	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// serveAdmin serves the embedded ledger's REST API and web page on
+// AdminListen until Close, with its tokens as ledgerd serves them: a
+// non-loopback address needs a token to exist. It returns the base URL.
+func (m *Main) serveAdmin(ctx context.Context) (string, error) {
+	ln, err := net.Listen("tcp", m.AdminListen)
+	if err != nil {
+		return "", fmt.Errorf("--admin-listen: %w", err)
+	}
+	handler := api.NewServer(m.ledger, api.Config{Logger: m.Logger})
+	authOn, err := handler.AuthEnabled(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return "", fmt.Errorf("--admin-listen: %w", err)
+	}
+	if !isLoopback(ln.Addr()) {
+		if !authOn {
+			_ = ln.Close()
+			return "", fmt.Errorf("--admin-listen: refusing to serve %s without auth: create a token first "+
+				"(ledgerctl token create --db FILE --role admin --name NAME), or listen on a loopback address", m.AdminListen)
+		}
+		handler.RequireAuth()
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(api.WrapListener(ln)) }()
+	m.closers = append(m.closers, srv.Close)
+	url := "http://" + ln.Addr().String()
+	m.Logger.Info("admin API ready", "addr", ln.Addr().String(), "url", url, "auth", authOn)
+	return url, nil
+}
+
+// isLoopback reports whether addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // serveMetrics serves /metrics on MetricsAddr until Close.

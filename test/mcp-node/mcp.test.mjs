@@ -42,8 +42,10 @@ test('a repeated create_entities is replayed, not run again', async () => {
   assert.equal(first.isError, undefined);
   assert.equal(first.structuredContent.entities.length, 1);
   const again = await gated.callTool({ name: 'create_entities', arguments: entities });
-  // Run again, the server would answer with no new entities.
-  assert.deepEqual(again.content, first.content);
+  // Run again, the server would answer with no new entities. The replay
+  // says so in a text block before the recorded content.
+  assert.match(again.content[0].text, /^\[Replayed: this exact call already ran/);
+  assert.deepEqual(again.content.slice(1), first.content);
   assert.deepEqual(again.structuredContent, first.structuredContent);
   assert.equal(again._meta['io.effect-ledger/replayed'], true);
   assert.match(again._meta['io.effect-ledger/key'], /^dk_[0-9a-f]{64}$/);

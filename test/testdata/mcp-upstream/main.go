@@ -108,6 +108,29 @@ func newServer() *mcp.Server {
 			}
 			return text("set " + a.ID), nil, nil
 		})
+	// A failure that applied nothing: observe fails until the entity
+	// exists (the MCP memory server's add_observations), create_entity
+	// fixes the cause.
+	mcp.AddTool(s, &mcp.Tool{Name: "observe", Description: "add an observation to an entity (fails if it does not exist)",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			n := record("observe", a.ID)
+			if !exists("entity-" + a.ID) {
+				res := text(fmt.Sprintf("Entity with name %s not found (run %d)", a.ID, n))
+				res.IsError = true
+				return res, nil, nil
+			}
+			return text(fmt.Sprintf("observation added to %s (run %d)", a.ID, n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "create_entity", Description: "create an entity",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false), IdempotentHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			record("create_entity", a.ID)
+			if err := os.WriteFile(filepath.Join(dir, "entity-"+a.ID), nil, 0o600); err != nil {
+				return nil, nil, err
+			}
+			return text("created " + a.ID), nil, nil
+		})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
