@@ -81,6 +81,14 @@ func (f *fault) error() error {
 type gate struct {
 	dead  atomic.Bool
 	fault func() error
+	fence fence
+}
+
+// abandon blocks every later file operation of the instance, and waits
+// for the operations by path that are running (fence).
+func (g *gate) abandon() {
+	g.dead.Store(true)
+	g.fence.close()
 }
 
 var never = make(chan struct{})
@@ -222,7 +230,7 @@ func (ix *Index) retireInstance(in *instance) {
 		}
 	}
 	if ft := in.fault.Load(); ft != nil && ft.panicked {
-		in.gate.dead.Store(true)
+		in.gate.abandon()
 		ix.logger.Warn("abandoning the failed key index, which cannot be closed (its memory stays until the process ends)",
 			"component", "key index", "index", ix.dir)
 		return
@@ -241,8 +249,9 @@ func (ix *Index) retireInstance(in *instance) {
 		if err != nil {
 			ix.logger.Debug("closing the failed key index", "component", "key index", "err", err)
 		}
+		in.gate.abandon() // closed: nothing of it may touch the directory again
 	case <-time.After(closeWait):
-		in.gate.dead.Store(true)
+		in.gate.abandon()
 		ix.logger.Warn("the failed key index cannot be closed; abandoning it (its memory stays until the process ends)",
 			"component", "key index", "index", ix.dir)
 	}

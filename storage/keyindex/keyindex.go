@@ -166,7 +166,7 @@ func (ix *Index) openInstance() (*instance, error) {
 		MaxOpenFiles:                256,
 		Logger:                      pebbleLogger{ix, in},
 		EventListener:               ix.events(in),
-		FS: walFS{FS: indexFS{errorfs.Wrap(vfs.Default, in.gate)},
+		FS: walFS{FS: fencedFS{FS: indexFS{errorfs.Wrap(vfs.Default, in.gate)}, f: &in.gate.fence},
 			failed: func(err error) { ix.fail(in, fmt.Errorf("write the key index's log: %w", err)) }},
 		ReadOnly:           o.ReadOnly,
 		FormatMajorVersion: pebble.FormatNewest,
@@ -226,18 +226,23 @@ func openPebble(dir string, opts *pebble.Options, in *instance) (*pebble.DB, err
 		db, err := pebble.Open(dir, opts)
 		done <- result{db, err}
 	}()
+	var r result
 	select {
-	case r := <-done:
-		return r.db, r.err
+	case r = <-done:
 	case <-in.failed:
 		select {
-		case r := <-done:
-			return r.db, r.err
+		case r = <-done:
 		case <-time.After(time.Second):
+			in.gate.abandon()
+			return nil, in.fault.Load().err
 		}
-		in.gate.dead.Store(true)
-		return nil, in.fault.Load().err
 	}
+	if r.err != nil {
+		// Whatever of the failed open still runs (a background job it
+		// started) must not touch the directory a next instance uses.
+		in.gate.abandon()
+	}
+	return r.db, r.err
 }
 
 // formatKey holds the layout version of the index (format); namespace
@@ -304,6 +309,7 @@ func (ix *Index) Close() error {
 	in.retire.Do(func() {
 		defer close(in.retired)
 		err = in.db.Close()
+		in.gate.abandon() // closed: nothing of it may touch the directory again
 	})
 	if err != nil {
 		return fmt.Errorf("close key index: %w", err)
