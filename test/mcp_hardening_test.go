@@ -345,6 +345,12 @@ func TestLedgerMCP_cancelledGetsNoResponse(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"id":"nr1"}}}`)
 	require.Eventually(t, func() bool { return sh.runs("slow", "nr1") == 1 }, 30*time.Second, 5*time.Millisecond)
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the user changed their mind"}}`)
+	// The gateway reads its input in order: once the ping after the
+	// cancellation is answered, the cancellation has been read.
+	send(`{"jsonrpc":"2.0","id":99,"method":"ping"}`)
+	for m := next(); m["id"] == nil || m["id"] != float64(99); m = next() {
+		require.NotEqual(t, float64(2), m["id"], "the cancelled request 2 got a response: %v", m)
+	}
 	sh.release("nr1")
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "call executed") }, 30*time.Second, 5*time.Millisecond)
 	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
