@@ -35,13 +35,25 @@ type call struct {
 	meta       mcp.Meta // as the client sent it
 	session    *mcp.ServerSession
 	class      Class
+	// A round of a multi round-trip call (SPEC §11.1): the client's
+	// answers to the last round's inputRequests, its requestState (the
+	// gateway's envelope, for a recorded call), and the upstream's state
+	// sent on.
+	inputResponses mcp.InputResponseMap
+	state          string
+	upState        string
+	// Of a reserved call: its execution and attempt, what the next
+	// round's envelope names.
+	exec    string
+	attempt uint64
+	hash    string
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
 func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel}
+		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -61,6 +73,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
+		c.upState = c.state // a read's rounds are the upstream's alone
 		return g.forwardCall(ctx, s, c)
 	}
 	return g.guarded(ctx, s, c)
@@ -78,7 +91,15 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	rsv, err := g.cfg.Ledger.Reserve(ctx, Reserve{Key: key, ExecutionID: "mcp-" + rand.Text(), Tool: c.ledgerTool,
+	c.exec, c.attempt, c.hash = "mcp-"+rand.Text(), 1, hash
+	if c.state != "" {
+		if err := g.continueRound(c, key); err != nil {
+			g.logger.WarnContext(ctx, "call refused: requestState", "tool", c.ledgerTool, "key", key, "err", err)
+			callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+	}
+	rsv, err := g.cfg.Ledger.Reserve(ctx, Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
 		Class: c.class.Effect, Idempotent: c.class.Idempotent, InputHash: hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait})
 	var refusal *Refusal
 	switch {
@@ -128,7 +149,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	defer cancel()
 	res, slot, err := g.send(cctx, s, c)
 	v := judge(res, slot, err)
-	if v.known && !v.outcome.Succeeded {
+	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
 	if !v.known {
@@ -150,7 +171,43 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	if v.rpcErr != nil {
 		return nil, v.rpcErr
 	}
+	if v.inputRequired {
+		return g.askClient(c, rsv, res, v.reply)
+	}
 	return v.reply, nil
+}
+
+// continueRound opens the envelope of a call's next round: the round is
+// the envelope's execution at its next attempt, and the upstream gets its
+// own state back. An envelope issued for another call is refused.
+func (g *Gateway) continueRound(c *call, key string) error {
+	e, err := open(g.stateKey, c.state, time.Now())
+	if err != nil {
+		return err
+	}
+	if e.Key != key || e.Tool != c.ledgerTool || e.Input != c.hash {
+		return fmt.Errorf("%w: issued for another call", errEnvelope)
+	}
+	c.exec, c.attempt, c.upState = e.Exec, e.Attempt, e.Up
+	return nil
+}
+
+// askClient answers a round that asked for input: the upstream's answer
+// as it came, with its requestState sealed in an envelope that names the
+// call's execution and next attempt.
+func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
+	state, err := seal(g.stateKey, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
+		Input: c.hash, Up: res.RequestState, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := reply.(rawResult); ok {
+		if b, err := withMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
+			return r.withRaw(b), nil
+		}
+	}
+	res.RequestState = state
+	return res, nil
 }
 
 // commit records an outcome. A success whose result the ledger refuses
@@ -171,8 +228,11 @@ func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error
 type verdict struct {
 	known   bool    // the upstream answered: the outcome is known
 	outcome Outcome // known: what is recorded
-	reply   mcp.Result
-	rpcErr  *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
+	// inputRequired: the upstream asked for input (SPEC §11.1); nothing
+	// was applied, and the next round continues the execution.
+	inputRequired bool
+	reply         mcp.Result
+	rpcErr        *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
 }
 
 // judge reads an upstream's answer. Only an answer the upstream sent is
@@ -184,6 +244,9 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	raw := slot.get()
 	rpcErr, answered := slot.answer()
 	switch {
+	case err == nil && res.NeedsInput():
+		return verdict{known: true, inputRequired: true, reply: asRaw(res, raw), outcome: Outcome{NotApplied: true,
+			ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}}
 	case err == nil && !res.IsError:
 		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: asRaw(res, raw)}
 	case err == nil:
@@ -253,7 +316,8 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
 	rctx, slot := withRawSlot(ctx)
-	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args})
+	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
+		InputResponses: c.inputResponses, RequestState: c.upState})
 	return res, slot, err
 }
 

@@ -62,6 +62,12 @@ type Config struct {
 	// Version is the gateway's version, for its serverInfo when the
 	// upstream sends none.
 	Version string
+	// StateKey authenticates the requestState envelopes of multi
+	// round-trip calls (SPEC §11.1), at least 32 bytes (LoadStateKey):
+	// every gateway on one ledger needs the same key, kept across
+	// restarts. Without it a random key of this process is used, and a
+	// call's next round must come back to this process.
+	StateKey []byte
 }
 
 // Gateway is the MCP proxy.
@@ -75,6 +81,7 @@ type Gateway struct {
 	progress *progressRoutes
 	server   *mcp.Server
 	logger   *slog.Logger
+	stateKey []byte
 }
 
 // New returns a gateway in front of up.
@@ -99,8 +106,15 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.ServerName = info.ServerInfo.Name
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
+	if cfg.StateKey == nil {
+		cfg.StateKey = make([]byte, stateKeyLen)
+		_, _ = rand.Read(cfg.StateKey)
+	}
+	if len(cfg.StateKey) < stateKeyLen {
+		return nil, fmt.Errorf("mcpgate: state key of %d bytes, want at least %d", len(cfg.StateKey), stateKeyLen)
+	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text()}
+		process: "process:" + rand.Text(), stateKey: cfg.StateKey}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
@@ -207,6 +221,17 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 // as they are; the rest (initialize, notifications, logging level) is
 // the SDK's.
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := g.route(next)(ctx, method, req)
+		if err != nil || res == nil {
+			return res, err
+		}
+		return present(requestVersion(req), res)
+	}
+}
+
+// route sends each request where forward says.
+func (g *Gateway) route(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		switch p := req.GetParams().(type) {
 		case *mcp.CallToolParamsRaw:

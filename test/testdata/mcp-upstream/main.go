@@ -131,6 +131,13 @@ func newServer() *mcp.Server {
 			}
 			return text("created " + a.ID), nil, nil
 		})
+	// A call that asks the user first (MRTR, SPEC §11.1): it answers
+	// input_required with an elicitation until the round's inputResponses
+	// carry the answer, and acts only on accept.
+	mcp.AddTool(s, &mcp.Tool{Name: "confirm", Description: "asks the user to confirm, then acts"},
+		func(_ context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			return confirm(r, a.ID), nil, nil
+		})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
@@ -141,6 +148,31 @@ func newServer() *mcp.Server {
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "shop://terms", Text: "no refunds"}}}, nil
 		})
 	return s
+}
+
+// confirm is the confirm tool: "confirm-ask ID" is recorded for each
+// round that asks, "confirm ID" when it acts.
+func confirm(r *mcp.CallToolRequest, id string) *mcp.CallToolResult {
+	answer, ok := r.Params.InputResponses["ok"].(*mcp.ElicitResult)
+	if !ok {
+		record("confirm-ask", id)
+		return &mcp.CallToolResult{RequestState: "state-" + id, InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{
+			Message:         "Really do " + id + "?",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+		}}}
+	}
+	if r.Params.RequestState != "state-"+id {
+		res := text(fmt.Sprintf("lost requestState: %q", r.Params.RequestState))
+		res.IsError = true
+		return res
+	}
+	if answer.Action != "accept" {
+		res := text(fmt.Sprintf("the user answered %s: nothing done", answer.Action))
+		res.IsError = true
+		return res
+	}
+	n := record("confirm", id)
+	return text(fmt.Sprintf("confirmed %s, run %d", id, n))
 }
 
 func text(s string) *mcp.CallToolResult {
