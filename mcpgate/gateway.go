@@ -222,17 +222,23 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 // the SDK's.
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		version := requestVersion(req) // before describeClient rewrites _meta
 		res, err := g.route(next)(ctx, method, req)
 		if err != nil || res == nil {
 			return res, err
 		}
-		return present(requestVersion(req), res)
+		return present(version, res)
 	}
 }
 
 // route sends each request where forward says.
 func (g *Gateway) route(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if forwarded(req.GetParams()) {
+			if err := g.describeClient(ctx, req); err != nil {
+				return nil, err
+			}
+		}
 		switch p := req.GetParams().(type) {
 		case *mcp.CallToolParamsRaw:
 			ss, _ := req.GetSession().(*mcp.ServerSession)
@@ -284,6 +290,16 @@ func (g *Gateway) route(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// forwarded reports whether a request with params p goes upstream.
+func forwarded(p mcp.Params) bool {
+	switch p.(type) {
+	case *mcp.CallToolParamsRaw, *mcp.ListToolsParams, *mcp.ListPromptsParams, *mcp.GetPromptParams,
+		*mcp.ListResourcesParams, *mcp.ListResourceTemplatesParams, *mcp.ReadResourceParams, *mcp.CompleteParams:
+		return true
+	}
+	return false
+}
+
 // forwardRaw runs f on the upstream session and answers with the
 // upstream's result as it was sent, where the connection keeps it.
 func forwardRaw[R mcp.Result](ctx context.Context, g *Gateway, f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
@@ -328,21 +344,40 @@ type HTTPOptions struct {
 }
 
 // Handler serves Streamable HTTP (mount it at /mcp); every session shares
-// the one upstream connection.
+// the one upstream connection. Revisions before 2026-07-28 get sessions
+// (Mcp-Session-Id); a 2026-07-28 request is served statelessly, as that
+// revision requires: the SDK's stateful handler would refuse it, and its
+// client would silently fall back to 2025-11-25.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
-	return liftHTTP(g.boundSessions(h, o.MaxSessions))
+	server := func(*http.Request) *mcp.Server { return g.server }
+	stateful := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
+	stateless := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true})
+	byRevision := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if statelessRequest(r) {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	return liftHTTP(g.boundSessions(byRevision, o.MaxSessions))
+}
+
+// statelessRequest reports whether r is a POST of revision 2026-07-28 or
+// later, which belongs to no session.
+func statelessRequest(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
+		statelessRevision(r.Header.Get("Mcp-Protocol-Version"))
 }
 
 // boundSessions refuses a request that would open a session (one without
-// Mcp-Session-Id) while max sessions are open.
+// Mcp-Session-Id) while max sessions are open. A stateless request opens
+// none.
 func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
 	if max <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && g.sessions() >= max {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && !statelessRequest(r) && g.sessions() >= max {
 			g.logger.WarnContext(r.Context(), "session refused: too many open", "max_sessions", max)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Retry-After", "5")
@@ -355,11 +390,14 @@ func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
 	})
 }
 
-// sessions counts the downstream sessions open now.
+// sessions counts the downstream sessions open now; a stateless
+// request's session (no id, gone with its answer) is none.
 func (g *Gateway) sessions() int {
 	n := 0
-	for range g.server.Sessions() {
-		n++
+	for ss := range g.server.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
 	}
 	return n
 }

@@ -61,16 +61,20 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	default:
 		return res, nil
 	}
-	set := map[string]any{}
 	if statelessRevision(version) {
-		if !hasMember(raw, "resultType") {
-			set["resultType"] = "complete"
+		if hasMember(raw, "resultType") {
+			return res, nil
 		}
-	} else {
-		for _, m := range newerResultMembers {
-			if hasMember(raw, m) {
-				set[m] = nil
-			}
+		b, ok := prepend(raw, `"resultType":"complete"`)
+		if !ok {
+			return res, nil
+		}
+		return res.(rawResult).withRaw(b), nil
+	}
+	set := map[string]any{}
+	for _, m := range newerResultMembers {
+		if hasMember(raw, m) {
+			set[m] = nil
 		}
 	}
 	if len(set) == 0 {
@@ -81,6 +85,21 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		return res, nil // not an object: passed on as it came
 	}
 	return res.(rawResult).withRaw(b), nil
+}
+
+// prepend puts member first in the JSON object raw, leaving the rest of
+// its text as it came.
+func prepend(raw json.RawMessage, member string) (json.RawMessage, bool) {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	if len(t) == 0 || t[0] != '{' {
+		return nil, false
+	}
+	rest := bytes.TrimLeft(t[1:], " \t\r\n")
+	out := append([]byte("{"+member), ',')
+	if len(rest) > 0 && rest[0] == '}' {
+		out = out[:len(out)-1]
+	}
+	return append(out, rest...), true
 }
 
 // hasMember reports whether the JSON object raw has the member name.

@@ -112,6 +112,18 @@ func startGatewayRev(t *testing.T, rev string, o *mcp.ClientOptions, args ...str
 	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
 }
 
+// connectHTTPRev connects to a ledger-mcp --listen at revision rev.
+func connectHTTPRev(t *testing.T, url string, logs *syncBuffer, rev string, o *mcp.ClientOptions) *revClient {
+	t.Helper()
+	tp := &tap{}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
+	s, err := c.Connect(context.Background(), tapTransport{&mcp.StreamableClientTransport{Endpoint: url}, tp},
+		&mcp.ClientSessionOptions{ProtocolVersion: rev})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
+}
+
 // round sends one round of a call: its inputResponses and requestState.
 func (c *revClient) round(t *testing.T, tool string, args map[string]any, answers mcp.InputResponseMap, state string) (*mcp.CallToolResult, error) {
 	t.Helper()
@@ -320,4 +332,99 @@ func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLedgerMCP_revisionsHTTP: over Streamable HTTP a client pinned to
+// 2026-07-28 negotiates 2026-07-28 (no silent fallback), statelessly, and
+// is not refused by --max-sessions; clients of 2025-11-25 and 2025-06-18
+// keep their sessions beside it. A confirmation runs to its end over HTTP,
+// and two clients racing the same confirmed call run it once.
+func TestLedgerMCP_revisionsHTTP(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	url, logs := startHTTPGateway(t, append([]string{"--db", db, "--max-sessions", "2"}, sh.command()...)...)
+	old := map[string]*revClient{}
+	for _, rev := range []string{rev1125, rev0618} {
+		old[rev] = connectHTTPRev(t, url, logs, rev, nil)
+		assert.Equal(t, rev, old[rev].InitializeResult().ProtocolVersion)
+		assert.NotEmpty(t, old[rev].ID(), "a session")
+		res := old[rev].call(t, "charge", map[string]any{"order": "H-" + rev}, nil)
+		require.False(t, res.IsError, text(t, res))
+		assert.NotContains(t, old[rev].tap.all(), `"resultType"`)
+	}
+	a := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
+	b := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
+	assert.Equal(t, rev2026, a.InitializeResult().ProtocolVersion, "no fallback to an older revision")
+	assert.Empty(t, a.ID(), "stateless")
+
+	t.Run("Confirm", func(t *testing.T) {
+		h1 := map[string]any{"id": "H1"}
+		ask, err := a.round(t, "confirm", h1, nil, "")
+		require.NoError(t, err)
+		require.True(t, ask.NeedsInput(), a.tap.all())
+		done, err := b.round(t, "confirm", h1, accept, ask.RequestState)
+		require.NoError(t, err)
+		assert.Equal(t, "confirmed H1, run 1", text(t, done), "another client, same envelope")
+		again := a.call(t, "confirm", h1, nil)
+		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+		assert.Equal(t, `"complete"`, string(a.tap.last()["resultType"]))
+	})
+
+	t.Run("Race", func(t *testing.T) {
+		r := map[string]any{"id": "RACE"}
+		askA, err := a.round(t, "confirm", r, nil, "")
+		require.NoError(t, err)
+		askB, err := b.round(t, "confirm", r, nil, "")
+		require.NoError(t, err)
+		require.True(t, askA.NeedsInput() && askB.NeedsInput())
+		var wg sync.WaitGroup
+		results := make([]*mcp.CallToolResult, 2)
+		for i, c := range []struct {
+			c     *revClient
+			state string
+		}{{a, askA.RequestState}, {b, askB.RequestState}} {
+			wg.Go(func() {
+				res, err := c.c.round(t, "confirm", r, accept, c.state)
+				assert.NoError(t, err)
+				results[i] = res
+			})
+		}
+		wg.Wait()
+		for _, res := range results {
+			require.NotNil(t, res)
+			assert.False(t, res.IsError, resultTexts(res))
+		}
+		assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
+	})
+}
+
+// TestLedgerMCP_clientDescribedUpstream: the per-request _meta a
+// 2026-07-28 upstream gets describes the downstream client, whatever its
+// revision, with the upstream's version, never the gateway; in front of
+// an older upstream (HTTP, 2025-11-25) a 2026-07-28 client's _meta is not
+// sent on, so the upstream does not refuse the request.
+func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	for _, rev := range []string{rev2026, rev1125, rev0618} {
+		t.Run(rev, func(t *testing.T) {
+			elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			g := startGatewayRev(t, rev, clientOptions(elicit), append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+			got := text(t, g.call(t, "whoami", nil, nil))
+			assert.Equal(t, "client=e2e-agent version=2026-07-28 elicitation=true", got)
+		})
+	}
+	t.Run("OlderUpstream", func(t *testing.T) {
+		up := startHTTPShop(t, sh)
+		url, logs := startHTTPGateway(t, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--upstream", up)
+		g := connectHTTPRev(t, url, logs, rev2026, nil)
+		assert.Equal(t, rev2026, g.InitializeResult().ProtocolVersion)
+		res := g.call(t, "charge", map[string]any{"order": "OU1"}, nil)
+		require.False(t, res.IsError, text(t, res))
+		assert.Equal(t, `"complete"`, string(g.tap.last()["resultType"]))
+		assert.Equal(t, 1, sh.runs("charge", "OU1"))
+	})
 }

@@ -138,6 +138,18 @@ func newServer() *mcp.Server {
 		func(_ context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
 			return confirm(r, a.ID), nil, nil
 		})
+	// whoami says who the server was told the client is (SEP-2575's
+	// per-request _meta, else the session's initialize).
+	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the client as this server sees it",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, r *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+			name, caps := "", r.ClientCapabilities()
+			if ci := r.ClientInfo(); ci != nil {
+				name = ci.Name
+			}
+			return text(fmt.Sprintf("client=%s version=%s elicitation=%t", name, r.ProtocolVersion(),
+				caps != nil && caps.Elicitation != nil)), nil, nil
+		})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
