@@ -42,6 +42,7 @@ type call struct {
 	inputResponses mcp.InputResponseMap
 	state          string
 	upState        string
+	version        string // the client's protocol revision
 	// Of a reserved call: its execution and attempt, what the next
 	// round's envelope names.
 	exec    string
@@ -51,9 +52,9 @@ type call struct {
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
-func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
+func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState}
+		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -99,8 +100,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
 	}
-	rsv, err := g.cfg.Ledger.Reserve(ctx, Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
-		Class: c.class.Effect, Idempotent: c.class.Idempotent, InputHash: hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait})
+	rsv, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, key))
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
@@ -147,8 +147,22 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	// take the key over.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Lease)
 	defer cancel()
-	res, slot, err := g.send(cctx, s, c)
-	v := judge(res, slot, err)
+	for round := 1; ; round++ {
+		res, slot, err := g.send(cctx, s, c)
+		v := judge(res, slot, err)
+		if !v.inputRequired || !c.bridges() {
+			return g.finish(ctx, c, rsv, res, v, err)
+		}
+		next, reply := g.bridgeRound(ctx, c, rsv, res, round)
+		if reply != nil {
+			return reply, nil
+		}
+		rsv = next
+	}
+}
+
+// finish records what a round of a reserved call came to and answers.
+func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
@@ -175,6 +189,57 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 		return g.askClient(c, rsv, res, v.reply)
 	}
 	return v.reply, nil
+}
+
+// bridgeRound asks an older client for a round's input on the upstream's
+// behalf (bridge.go): the round is committed, and the next attempt of the
+// execution reserved with the answers. A reply ends the call instead.
+func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, round int) (*Reservation, mcp.Result) {
+	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
+	answers, err := fulfil(ctx, c.session, res.InputRequests)
+	if err == nil && round >= maxBridgedRounds {
+		err = fmt.Errorf("the tool asked for input more than %d times", maxBridgedRounds)
+	}
+	o := Outcome{NotApplied: true, ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}
+	if errors.Is(err, errCapabilityMissing) {
+		o = capabilityMissing(err)
+	}
+	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cmcancel()
+	if cerr := g.commit(cmctx, rsv, o); cerr != nil {
+		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
+	}
+	switch {
+	case errors.Is(err, errCapabilityMissing):
+		g.logger.InfoContext(ctx, "call not run: the client cannot answer", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		return nil, capabilityAnswer(rsv.Key, err)
+	case err != nil:
+		g.logger.InfoContext(ctx, "call not run: no input from the client", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		return nil, answer(ledger.CodeInputRequired, rsv.Key, fmt.Sprintf("This call was not run: the tool asked for input "+
+			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
+	}
+	c.inputResponses, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
+	next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+	var refusal *Refusal
+	switch {
+	case errors.As(err, &refusal):
+		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL)
+	case err != nil:
+		return nil, unavailableAnswer(rsv.Key)
+	case next.Status == ledger.StatusReplayed:
+		reply, err := g.replay(ctx, next)
+		if err != nil {
+			return nil, unavailableAnswer(rsv.Key)
+		}
+		return nil, reply
+	}
+	return next, nil
+}
+
+// reserveOf is the reserve of a call's current round.
+func (g *Gateway) reserveOf(c *call, key string) Reserve {
+	return Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
+		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait}
 }
 
 // continueRound opens the envelope of a call's next round: the round is

@@ -223,7 +223,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
-		res, err := g.route(next)(ctx, method, req)
+		res, err := g.route(ctx, method, req, next, version)
 		if err != nil || res == nil {
 			return res, err
 		}
@@ -231,63 +231,62 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// route sends each request where forward says.
-func (g *Gateway) route(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if forwarded(req.GetParams()) {
-			if err := g.describeClient(ctx, req); err != nil {
-				return nil, err
-			}
+// route sends each request where forward says; version is the client's
+// protocol revision.
+func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
+	if forwarded(req.GetParams()) {
+		if err := g.describeClient(ctx, req); err != nil {
+			return nil, err
 		}
-		switch p := req.GetParams().(type) {
-		case *mcp.CallToolParamsRaw:
-			ss, _ := req.GetSession().(*mcp.ServerSession)
-			return g.callTool(ctx, ss, p)
-		case *mcp.ListToolsParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-				res, err := s.ListTools(ctx, p)
-				if err == nil {
-					g.tools.merge(res.Tools)
-				}
-				return res, err
-			})
-		case *mcp.ListPromptsParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-				return s.ListPrompts(ctx, p)
-			})
-		case *mcp.GetPromptParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-				return s.GetPrompt(ctx, p)
-			})
-		case *mcp.ListResourcesParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-				return s.ListResources(ctx, p)
-			})
-		case *mcp.ListResourceTemplatesParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-				return s.ListResourceTemplates(ctx, p)
-			})
-		case *mcp.ReadResourceParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-				return s.ReadResource(ctx, p)
-			})
-		case *mcp.CompleteParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
-				return s.Complete(ctx, p)
-			})
-		case *mcp.PingParams:
-			// A ping checks the whole path: the SDK answers it once the
-			// upstream has.
-			s, err := g.up.Session(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if err := s.Ping(ctx, p); err != nil {
-				return nil, err
-			}
-		}
-		return next(ctx, method, req)
 	}
+	switch p := req.GetParams().(type) {
+	case *mcp.CallToolParamsRaw:
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		return g.callTool(ctx, ss, p, version)
+	case *mcp.ListToolsParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+			res, err := s.ListTools(ctx, p)
+			if err == nil {
+				g.tools.merge(res.Tools)
+			}
+			return res, err
+		})
+	case *mcp.ListPromptsParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+			return s.ListPrompts(ctx, p)
+		})
+	case *mcp.GetPromptParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+			return s.GetPrompt(ctx, p)
+		})
+	case *mcp.ListResourcesParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+			return s.ListResources(ctx, p)
+		})
+	case *mcp.ListResourceTemplatesParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+			return s.ListResourceTemplates(ctx, p)
+		})
+	case *mcp.ReadResourceParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+			return s.ReadResource(ctx, p)
+		})
+	case *mcp.CompleteParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+			return s.Complete(ctx, p)
+		})
+	case *mcp.PingParams:
+		// A ping checks the whole path: the SDK answers it once the
+		// upstream has.
+		s, err := g.up.Session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Ping(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return next(ctx, method, req)
 }
 
 // forwarded reports whether a request with params p goes upstream.
