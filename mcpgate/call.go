@@ -95,6 +95,9 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	c.exec, c.attempt, c.hash = "mcp-"+rand.Text(), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
+			if !errors.Is(err, errEnvelope) {
+				return nil, err
+			}
 			g.logger.WarnContext(ctx, "call refused: requestState", "tool", c.ledgerTool, "key", key, "err", err)
 			callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
@@ -246,7 +249,11 @@ func (g *Gateway) reserveOf(c *call, key string) Reserve {
 // the envelope's execution at its next attempt, and the upstream gets its
 // own state back. An envelope issued for another call is refused.
 func (g *Gateway) continueRound(c *call, key string) error {
-	e, err := open(g.stateKey, c.state, time.Now())
+	sk, err := g.stateKey()
+	if err != nil {
+		return err
+	}
+	e, err := open(sk, c.state, time.Now())
 	if err != nil {
 		return err
 	}
@@ -261,7 +268,11 @@ func (g *Gateway) continueRound(c *call, key string) error {
 // as it came, with its requestState sealed in an envelope that names the
 // call's execution and next attempt.
 func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
-	state, err := seal(g.stateKey, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
+	key, err := g.stateKey()
+	if err != nil {
+		return nil, err
+	}
+	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
 		Input: c.hash, Up: res.RequestState, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
 	if err != nil {
 		return nil, err

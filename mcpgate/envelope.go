@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -86,6 +87,17 @@ func mac(key []byte, body string) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(body))
 	return h.Sum(nil)
+}
+
+// onceKey calls load once, and checks the key's size.
+func onceKey(load func() ([]byte, error)) func() ([]byte, error) {
+	return sync.OnceValues(func() ([]byte, error) {
+		key, err := load()
+		if err == nil && len(key) < stateKeyLen {
+			err = fmt.Errorf("state key of %d bytes, want at least %d", len(key), stateKeyLen)
+		}
+		return key, err
+	})
 }
 
 // stateKeyLen is the size of the key that authenticates envelopes.

@@ -62,12 +62,13 @@ type Config struct {
 	// Version is the gateway's version, for its serverInfo when the
 	// upstream sends none.
 	Version string
-	// StateKey authenticates the requestState envelopes of multi
-	// round-trip calls (SPEC §11.1), at least 32 bytes (LoadStateKey):
-	// every gateway on one ledger needs the same key, kept across
-	// restarts. Without it a random key of this process is used, and a
+	// StateKey returns the key that authenticates the requestState
+	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes
+	// (LoadStateKey): every gateway on one ledger needs the same key, kept
+	// across restarts. It is called once, when the first envelope is made
+	// or opened. Without it a random key of this process is used, and a
 	// call's next round must come back to this process.
-	StateKey []byte
+	StateKey func() ([]byte, error)
 }
 
 // Gateway is the MCP proxy.
@@ -81,7 +82,7 @@ type Gateway struct {
 	progress *progressRoutes
 	server   *mcp.Server
 	logger   *slog.Logger
-	stateKey []byte
+	stateKey func() ([]byte, error)
 }
 
 // New returns a gateway in front of up.
@@ -107,14 +108,12 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
 	if cfg.StateKey == nil {
-		cfg.StateKey = make([]byte, stateKeyLen)
-		_, _ = rand.Read(cfg.StateKey)
-	}
-	if len(cfg.StateKey) < stateKeyLen {
-		return nil, fmt.Errorf("mcpgate: state key of %d bytes, want at least %d", len(cfg.StateKey), stateKeyLen)
+		key := make([]byte, stateKeyLen)
+		_, _ = rand.Read(key)
+		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: cfg.StateKey}
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey)}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)

@@ -38,10 +38,6 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stateKey, err := m.loadStateKey()
-	if err != nil {
-		return err
-	}
 	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
 		if adminURL, err = m.serveAdmin(ctx); err != nil {
@@ -50,7 +46,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL, StateKey: stateKey})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, StateKey: m.loadStateKey})
 	if err != nil {
 		return err
 	}
