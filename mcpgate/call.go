@@ -35,13 +35,26 @@ type call struct {
 	meta       mcp.Meta // as the client sent it
 	session    *mcp.ServerSession
 	class      Class
+	// A round of a multi round-trip call (SPEC §11.1): the client's
+	// answers to the last round's inputRequests, its requestState (the
+	// gateway's envelope, for a recorded call), and the upstream's state
+	// sent on.
+	inputResponses mcp.InputResponseMap
+	state          string
+	upState        string
+	version        string // the client's protocol revision
+	// Of a reserved call: its execution and attempt, what the next
+	// round's envelope names.
+	exec    string
+	attempt uint64
+	hash    string
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
-func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw) (mcp.Result, error) {
+func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel}
+		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -61,6 +74,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
+		c.upState = c.state // a read's rounds are the upstream's alone
 		return g.forwardCall(ctx, s, c)
 	}
 	return g.guarded(ctx, s, c)
@@ -78,8 +92,18 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	rsv, err := g.cfg.Ledger.Reserve(ctx, Reserve{Key: key, ExecutionID: "mcp-" + rand.Text(), Tool: c.ledgerTool,
-		Class: c.class.Effect, Idempotent: c.class.Idempotent, InputHash: hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait})
+	c.exec, c.attempt, c.hash = "mcp-"+rand.Text(), 1, hash
+	if c.state != "" {
+		if err := g.continueRound(c, key); err != nil {
+			if !errors.Is(err, errEnvelope) {
+				return nil, err
+			}
+			g.logger.WarnContext(ctx, "call refused: requestState", "tool", c.ledgerTool, "key", key, "err", err)
+			callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+	}
+	rsv, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, key))
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
@@ -126,9 +150,23 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	// take the key over.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Lease)
 	defer cancel()
-	res, slot, err := g.send(cctx, s, c)
-	v := judge(res, slot, err)
-	if v.known && !v.outcome.Succeeded {
+	for round := 1; ; round++ {
+		res, slot, err := g.send(cctx, s, c)
+		v := judge(res, slot, err)
+		if !v.inputRequired || !c.bridges() {
+			return g.finish(ctx, c, rsv, res, v, err)
+		}
+		next, reply := g.bridgeRound(ctx, c, rsv, res, round)
+		if reply != nil {
+			return reply, nil
+		}
+		rsv = next
+	}
+}
+
+// finish records what a round of a reserved call came to and answers.
+func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
+	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
 	if !v.known {
@@ -150,7 +188,102 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	if v.rpcErr != nil {
 		return nil, v.rpcErr
 	}
+	if v.inputRequired {
+		return g.askClient(c, rsv, res, v.reply)
+	}
 	return v.reply, nil
+}
+
+// bridgeRound asks an older client for a round's input on the upstream's
+// behalf (bridge.go): the round is committed, and the next attempt of the
+// execution reserved with the answers. A reply ends the call instead.
+func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, round int) (*Reservation, mcp.Result) {
+	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
+	answers, err := fulfil(ctx, c.session, res.InputRequests)
+	if err == nil && round >= maxBridgedRounds {
+		err = fmt.Errorf("the tool asked for input more than %d times", maxBridgedRounds)
+	}
+	o := Outcome{NotApplied: true, ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}
+	if errors.Is(err, errCapabilityMissing) {
+		o = capabilityMissing(err)
+	}
+	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cmcancel()
+	if cerr := g.commit(cmctx, rsv, o); cerr != nil {
+		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
+	}
+	switch {
+	case errors.Is(err, errCapabilityMissing):
+		g.logger.InfoContext(ctx, "call not run: the client cannot answer", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		return nil, capabilityAnswer(rsv.Key, err)
+	case err != nil:
+		g.logger.InfoContext(ctx, "call not run: no input from the client", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		return nil, answer(ledger.CodeInputRequired, rsv.Key, fmt.Sprintf("This call was not run: the tool asked for input "+
+			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
+	}
+	c.inputResponses, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
+	next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+	var refusal *Refusal
+	switch {
+	case errors.As(err, &refusal):
+		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL)
+	case err != nil:
+		return nil, unavailableAnswer(rsv.Key)
+	case next.Status == ledger.StatusReplayed:
+		reply, err := g.replay(ctx, next)
+		if err != nil {
+			return nil, unavailableAnswer(rsv.Key)
+		}
+		return nil, reply
+	}
+	return next, nil
+}
+
+// reserveOf is the reserve of a call's current round.
+func (g *Gateway) reserveOf(c *call, key string) Reserve {
+	return Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
+		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait}
+}
+
+// continueRound opens the envelope of a call's next round: the round is
+// the envelope's execution at its next attempt, and the upstream gets its
+// own state back. An envelope issued for another call is refused.
+func (g *Gateway) continueRound(c *call, key string) error {
+	sk, err := g.stateKey()
+	if err != nil {
+		return err
+	}
+	e, err := open(sk, c.state, time.Now())
+	if err != nil {
+		return err
+	}
+	if e.Key != key || e.Tool != c.ledgerTool || e.Input != c.hash {
+		return fmt.Errorf("%w: issued for another call", errEnvelope)
+	}
+	c.exec, c.attempt, c.upState = e.Exec, e.Attempt, e.Up
+	return nil
+}
+
+// askClient answers a round that asked for input: the upstream's answer
+// as it came, with its requestState sealed in an envelope that names the
+// call's execution and next attempt.
+func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
+	key, err := g.stateKey()
+	if err != nil {
+		return nil, err
+	}
+	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
+		Input: c.hash, Up: res.RequestState, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := reply.(rawResult); ok {
+		if b, err := withMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
+			return r.withRaw(b), nil
+		}
+	}
+	res.RequestState = state
+	return res, nil
 }
 
 // commit records an outcome. A success whose result the ledger refuses
@@ -171,8 +304,11 @@ func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error
 type verdict struct {
 	known   bool    // the upstream answered: the outcome is known
 	outcome Outcome // known: what is recorded
-	reply   mcp.Result
-	rpcErr  *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
+	// inputRequired: the upstream asked for input (SPEC §11.1); nothing
+	// was applied, and the next round continues the execution.
+	inputRequired bool
+	reply         mcp.Result
+	rpcErr        *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
 }
 
 // judge reads an upstream's answer. Only an answer the upstream sent is
@@ -184,6 +320,9 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	raw := slot.get()
 	rpcErr, answered := slot.answer()
 	switch {
+	case err == nil && res.NeedsInput():
+		return verdict{known: true, inputRequired: true, reply: asRaw(res, raw), outcome: Outcome{NotApplied: true,
+			ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}}
 	case err == nil && !res.IsError:
 		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: asRaw(res, raw)}
 	case err == nil:
@@ -253,7 +392,8 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
 	rctx, slot := withRawSlot(ctx)
-	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args})
+	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
+		InputResponses: c.inputResponses, RequestState: c.upState})
 	return res, slot, err
 }
 

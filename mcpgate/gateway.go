@@ -62,6 +62,13 @@ type Config struct {
 	// Version is the gateway's version, for its serverInfo when the
 	// upstream sends none.
 	Version string
+	// StateKey returns the key that authenticates the requestState
+	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes
+	// (LoadStateKey): every gateway on one ledger needs the same key, kept
+	// across restarts. It is called once, when the first envelope is made
+	// or opened. Without it a random key of this process is used, and a
+	// call's next round must come back to this process.
+	StateKey func() ([]byte, error)
 }
 
 // Gateway is the MCP proxy.
@@ -75,6 +82,7 @@ type Gateway struct {
 	progress *progressRoutes
 	server   *mcp.Server
 	logger   *slog.Logger
+	stateKey func() ([]byte, error)
 }
 
 // New returns a gateway in front of up.
@@ -99,8 +107,13 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.ServerName = info.ServerInfo.Name
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
+	if cfg.StateKey == nil {
+		key := make([]byte, stateKeyLen)
+		_, _ = rand.Read(key)
+		cfg.StateKey = func() ([]byte, error) { return key, nil }
+	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text()}
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey)}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
@@ -208,55 +221,81 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 // the SDK's.
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch p := req.GetParams().(type) {
-		case *mcp.CallToolParamsRaw:
-			ss, _ := req.GetSession().(*mcp.ServerSession)
-			return g.callTool(ctx, ss, p)
-		case *mcp.ListToolsParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-				res, err := s.ListTools(ctx, p)
-				if err == nil {
-					g.tools.merge(res.Tools)
-				}
-				return res, err
-			})
-		case *mcp.ListPromptsParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-				return s.ListPrompts(ctx, p)
-			})
-		case *mcp.GetPromptParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-				return s.GetPrompt(ctx, p)
-			})
-		case *mcp.ListResourcesParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-				return s.ListResources(ctx, p)
-			})
-		case *mcp.ListResourceTemplatesParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-				return s.ListResourceTemplates(ctx, p)
-			})
-		case *mcp.ReadResourceParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-				return s.ReadResource(ctx, p)
-			})
-		case *mcp.CompleteParams:
-			return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
-				return s.Complete(ctx, p)
-			})
-		case *mcp.PingParams:
-			// A ping checks the whole path: the SDK answers it once the
-			// upstream has.
-			s, err := g.up.Session(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if err := s.Ping(ctx, p); err != nil {
-				return nil, err
-			}
+		version := requestVersion(req) // before describeClient rewrites _meta
+		res, err := g.route(ctx, method, req, next, version)
+		if err != nil || res == nil {
+			return res, err
 		}
-		return next(ctx, method, req)
+		return present(version, res)
 	}
+}
+
+// route sends each request where forward says; version is the client's
+// protocol revision.
+func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
+	if forwarded(req.GetParams()) {
+		if err := g.describeClient(ctx, req); err != nil {
+			return nil, err
+		}
+	}
+	switch p := req.GetParams().(type) {
+	case *mcp.CallToolParamsRaw:
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		return g.callTool(ctx, ss, p, version)
+	case *mcp.ListToolsParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+			res, err := s.ListTools(ctx, p)
+			if err == nil {
+				g.tools.merge(res.Tools)
+			}
+			return res, err
+		})
+	case *mcp.ListPromptsParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+			return s.ListPrompts(ctx, p)
+		})
+	case *mcp.GetPromptParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+			return s.GetPrompt(ctx, p)
+		})
+	case *mcp.ListResourcesParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+			return s.ListResources(ctx, p)
+		})
+	case *mcp.ListResourceTemplatesParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+			return s.ListResourceTemplates(ctx, p)
+		})
+	case *mcp.ReadResourceParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+			return s.ReadResource(ctx, p)
+		})
+	case *mcp.CompleteParams:
+		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+			return s.Complete(ctx, p)
+		})
+	case *mcp.PingParams:
+		// A ping checks the whole path: the SDK answers it once the
+		// upstream has.
+		s, err := g.up.Session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Ping(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return next(ctx, method, req)
+}
+
+// forwarded reports whether a request with params p goes upstream.
+func forwarded(p mcp.Params) bool {
+	switch p.(type) {
+	case *mcp.CallToolParamsRaw, *mcp.ListToolsParams, *mcp.ListPromptsParams, *mcp.GetPromptParams,
+		*mcp.ListResourcesParams, *mcp.ListResourceTemplatesParams, *mcp.ReadResourceParams, *mcp.CompleteParams:
+		return true
+	}
+	return false
 }
 
 // forwardRaw runs f on the upstream session and answers with the
@@ -303,21 +342,40 @@ type HTTPOptions struct {
 }
 
 // Handler serves Streamable HTTP (mount it at /mcp); every session shares
-// the one upstream connection.
+// the one upstream connection. Revisions before 2026-07-28 get sessions
+// (Mcp-Session-Id); a 2026-07-28 request is served statelessly, as that
+// revision requires: the SDK's stateful handler would refuse it, and its
+// client would silently fall back to 2025-11-25.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server },
-		&mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
-	return liftHTTP(g.boundSessions(h, o.MaxSessions))
+	server := func(*http.Request) *mcp.Server { return g.server }
+	stateful := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
+	stateless := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true})
+	byRevision := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if statelessRequest(r) {
+			stateless.ServeHTTP(w, r)
+			return
+		}
+		stateful.ServeHTTP(w, r)
+	})
+	return liftHTTP(g.boundSessions(byRevision, o.MaxSessions))
+}
+
+// statelessRequest reports whether r is a POST of revision 2026-07-28 or
+// later, which belongs to no session.
+func statelessRequest(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
+		statelessRevision(r.Header.Get("Mcp-Protocol-Version"))
 }
 
 // boundSessions refuses a request that would open a session (one without
-// Mcp-Session-Id) while max sessions are open.
+// Mcp-Session-Id) while max sessions are open. A stateless request opens
+// none.
 func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
 	if max <= 0 {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && g.sessions() >= max {
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && !statelessRequest(r) && g.sessions() >= max {
 			g.logger.WarnContext(r.Context(), "session refused: too many open", "max_sessions", max)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("Retry-After", "5")
@@ -330,11 +388,14 @@ func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
 	})
 }
 
-// sessions counts the downstream sessions open now.
+// sessions counts the downstream sessions open now; a stateless
+// request's session (no id, gone with its answer) is none.
 func (g *Gateway) sessions() int {
 	n := 0
-	for range g.server.Sessions() {
-		n++
+	for ss := range g.server.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
 	}
 	return n
 }

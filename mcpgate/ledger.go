@@ -34,12 +34,15 @@ type Ledger interface {
 type Reserve struct {
 	Key         string
 	ExecutionID string
-	Tool        string // the ledger's tool name, <server-name>.<tool>
-	Class       string // write, destructive or external
-	Idempotent  bool
-	InputHash   string // fingerprint of the call's arguments
-	Lease       time.Duration
-	Wait        time.Duration // wait_ms: how long to wait for an in-flight reservation
+	// Attempt is the round of the execution (0 means 1): the rounds of
+	// one MCP call are one execution with rising attempts (SPEC §11.1).
+	Attempt    uint64
+	Tool       string // the ledger's tool name, <server-name>.<tool>
+	Class      string // write, destructive or external
+	Idempotent bool
+	InputHash  string // fingerprint of the call's arguments
+	Lease      time.Duration
+	Wait       time.Duration // wait_ms: how long to wait for an in-flight reservation
 }
 
 // Reservation is the ledger's answer to a Reserve.
@@ -69,7 +72,7 @@ type Outcome struct {
 	// NotApplied records a failure that left nothing behind (SPEC §4.1):
 	// the same call may run again.
 	NotApplied   bool
-	ErrorCode    string // failed or not applied: TOOL_ERROR or MCP_ERROR
+	ErrorCode    string // failed or not applied: TOOL_ERROR, MCP_ERROR, INPUT_REQUIRED, …
 	ErrorMessage string
 }
 
@@ -108,8 +111,8 @@ type local struct{ ns *ledger.Namespace }
 func NewLocal(ns *ledger.Namespace) Ledger { return local{ns: ns} }
 
 func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
-	lease, wait := r.Lease.Milliseconds(), r.Wait.Milliseconds()
-	res, err := l.ns.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID,
+	lease, wait, attempt := r.Lease.Milliseconds(), r.Wait.Milliseconds(), int64(max(r.Attempt, 1))
+	res, err := l.ns.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: &attempt,
 		Tool: r.Tool, Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, LeaseMS: &lease, WaitMS: &wait})
 	if err != nil {
 		return nil, localError("reserve", err)
@@ -189,7 +192,7 @@ func NewRemote(c *client.Client, timeout time.Duration) Ledger {
 func (r remote) Reserve(ctx context.Context, q Reserve) (*Reservation, error) {
 	ctx, cancel := context.WithTimeout(ctx, q.Wait+r.timeout)
 	defer cancel()
-	res, err := r.c.Reserve(ctx, client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: 1,
+	res, err := r.c.Reserve(ctx, client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: max(q.Attempt, 1),
 		Tool: q.Tool, Class: client.Class(q.Class), Idempotent: q.Idempotent, InputHash: q.InputHash,
 		Lease: q.Lease, Wait: q.Wait})
 	if err != nil {

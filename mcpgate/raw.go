@@ -172,6 +172,32 @@ type (
 	}
 )
 
+// rawResult is a result that encodes as its raw text, which present
+// adapts to the client's protocol revision.
+type rawResult interface {
+	mcp.Result
+	rawJSON() json.RawMessage
+	withRaw(json.RawMessage) mcp.Result
+}
+
+func (r rawTools) rawJSON() json.RawMessage     { return r.raw }
+func (r rawCall) rawJSON() json.RawMessage      { return r.raw }
+func (r rawPrompts) rawJSON() json.RawMessage   { return r.raw }
+func (r rawPrompt) rawJSON() json.RawMessage    { return r.raw }
+func (r rawResources) rawJSON() json.RawMessage { return r.raw }
+func (r rawTemplates) rawJSON() json.RawMessage { return r.raw }
+func (r rawRead) rawJSON() json.RawMessage      { return r.raw }
+func (r rawComplete) rawJSON() json.RawMessage  { return r.raw }
+
+func (r rawTools) withRaw(b json.RawMessage) mcp.Result     { r.raw = b; return r }
+func (r rawCall) withRaw(b json.RawMessage) mcp.Result      { r.raw = b; return r }
+func (r rawPrompts) withRaw(b json.RawMessage) mcp.Result   { r.raw = b; return r }
+func (r rawPrompt) withRaw(b json.RawMessage) mcp.Result    { r.raw = b; return r }
+func (r rawResources) withRaw(b json.RawMessage) mcp.Result { r.raw = b; return r }
+func (r rawTemplates) withRaw(b json.RawMessage) mcp.Result { r.raw = b; return r }
+func (r rawRead) withRaw(b json.RawMessage) mcp.Result      { r.raw = b; return r }
+func (r rawComplete) withRaw(b json.RawMessage) mcp.Result  { r.raw = b; return r }
+
 func (r rawTools) MarshalJSON() ([]byte, error)     { return r.raw, nil }
 func (r rawCall) MarshalJSON() ([]byte, error)      { return r.raw, nil }
 func (r rawPrompts) MarshalJSON() ([]byte, error)   { return r.raw, nil }

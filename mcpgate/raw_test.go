@@ -101,9 +101,12 @@ func TestGateway_rawAnswers(t *testing.T) {
 		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "get"})
 		require.NoError(t, err)
 	}
+	// The client speaks 2026-07-28 to the gateway, the upstream 2025-11-25
+	// to both: the gateway adds only resultType (SPEC §11.1).
+	complete := func(b []byte) string { return `{"resultType":"complete",` + string(b[1:]) }
 	require.NotEmpty(t, want.result("tools/list"))
-	assert.Equal(t, string(want.result("tools/list")), string(got.result("tools/list")))
+	assert.Equal(t, complete(want.result("tools/list")), string(got.result("tools/list")))
 	assert.NotEmpty(t, got.result("tools/call"))
-	assert.Equal(t, string(bytes.Replace(want.result("tools/call"), []byte("run 1"), []byte("run 2"), 1)),
+	assert.Equal(t, complete(bytes.Replace(want.result("tools/call"), []byte("run 1"), []byte("run 2"), 1)),
 		string(got.result("tools/call")))
 }

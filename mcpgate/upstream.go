@@ -99,6 +99,9 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 			u.mu.Unlock()
 			f(r.Params)
 		},
+		// A round that asks for input goes back to the client that made
+		// the call (SPEC §11.1), never answered here.
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
 	})
 	if _, err := u.Session(ctx); err != nil {
 		return nil, err

@@ -278,15 +278,18 @@ func TestLedgerMCP_httpSessions(t *testing.T) {
 	sh := newShop(t)
 	url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db"),
 		"--session-timeout", "1s", "--max-sessions", "2"}, sh.command()...)...)
-	a := connectHTTP(t, url, logs)
-	connectHTTP(t, url, logs)
+	// Sessions are of revisions before 2026-07-28 (a 2026-07-28 client
+	// opens none: TestLedgerMCP_revisionsHTTP).
+	a := connectHTTPRev(t, url, logs, rev1125, nil)
+	connectHTTPRev(t, url, logs, rev1125, nil)
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
-	_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+	legacy := &mcp.ClientSessionOptions{ProtocolVersion: rev1125}
+	_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, legacy)
 	require.Error(t, err, "a third session is refused")
 	assert.Contains(t, logs.String(), "too many open")
 	// Idle past the timeout, both are closed and a new one is taken.
 	require.Eventually(t, func() bool {
-		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, legacy)
 		if err != nil {
 			return false
 		}

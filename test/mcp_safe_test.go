@@ -220,7 +220,9 @@ func TestLedgerMCP_scopeSession(t *testing.T) {
 	url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "http.db"), "--scope", "session"},
 		sh.command()...)...)
 	for i := 1; i <= 2; i++ {
-		s := connectHTTP(t, url, logs)
+		// Sessions are of revisions before 2026-07-28: a stateless
+		// 2026-07-28 request has none (docs/mcp.md).
+		s := connectHTTPRev(t, url, logs, rev1125, nil)
 		s.call(t, "charge", map[string]any{"order": "S2"}, nil)
 		again := s.call(t, "charge", map[string]any{"order": "S2"}, nil)
 		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])

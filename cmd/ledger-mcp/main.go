@@ -88,8 +88,12 @@ type Main struct {
 	SessionTimeout time.Duration
 	MaxSessions    int
 	MetricsAddr    string
-	LogLevel       string
-	LogFormat      string
+	// StateKeyFile holds the key of the requestState envelopes of multi
+	// round-trip calls (default: <db>.mcp-key beside an embedded SQLite
+	// ledger, else defaultStateKeyFile).
+	StateKeyFile string
+	LogLevel     string
+	LogFormat    string
 
 	Policy mcpgate.Policy
 	Logger *slog.Logger
@@ -101,6 +105,7 @@ type Main struct {
 	closers   []func() error
 	keyTTLSet bool
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
+	dbFile    string         // the embedded ledger's SQLite file
 }
 
 // NewMain returns a Main logging to stderr and serving MCP on the
@@ -159,6 +164,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.SessionTimeout, "session-timeout", mcpgate.DefaultSessionTimeout, "--listen: close a session that sent no request for this long (0: never)")
 	fs.IntVar(&m.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "--listen: at most this many sessions open at once; a new one beyond is refused with 503 (0: no bound)")
 	fs.DurationVar(&m.LedgerTimeout, "ledger-timeout", mcpgate.DefaultLedgerTimeout, "--ledger: how long a request to the ledgerd may take (a reserve: beyond its --wait) before the call is refused as ledger_unavailable")
+	fs.StringVar(&m.StateKeyFile, "state-key-file", "", "`file` of the key that authenticates the requestState of calls that ask the user, created on first use; every gateway on one ledger needs the same (default: <db>.mcp-key beside a SQLite --db, else $XDG_STATE_HOME/effect-ledger/mcp-state.key)")
 	fs.StringVar(&m.MetricsAddr, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics")
 	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
@@ -245,17 +251,26 @@ func (m *Main) check() error {
 	return nil
 }
 
+// stateDir is the user's state directory, $XDG_STATE_HOME or
+// ~/.local/state.
+func stateDir() (string, error) {
+	if dir := os.Getenv("XDG_STATE_HOME"); dir != "" {
+		return dir, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".local", "state"), nil
+}
+
 // defaultDB is the embedded ledger's file for a server: one per upstream
 // server under the user's state directory, because an agent often starts
 // MCP servers in a directory it cannot write.
 func defaultDB(serverName string) (string, error) {
-	dir := os.Getenv("XDG_STATE_HOME")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("default --db: %w (set XDG_STATE_HOME or --db)", err)
-		}
-		dir = filepath.Join(home, ".local", "state")
+	dir, err := stateDir()
+	if err != nil {
+		return "", fmt.Errorf("default --db: %w (set XDG_STATE_HOME or --db)", err)
 	}
 	return filepath.Join(dir, "effect-ledger", "mcp-"+mcpgate.ToolNamePart(serverName)+".db"), nil
 }

@@ -46,7 +46,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, StateKey: m.loadStateKey})
 	if err != nil {
 		return err
 	}
@@ -103,6 +103,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		}
 	}
 	if !storage.IsPostgres(db) {
+		m.dbFile = db
 		if err := os.MkdirAll(filepath.Dir(db), 0o700); err != nil {
 			return nil, "", fmt.Errorf("ledger directory: %w", err)
 		}
@@ -128,6 +129,30 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		return nil, "", err
 	}
 	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// loadStateKey reads (or creates) the key of the requestState envelopes:
+// --state-key-file, else beside an embedded SQLite ledger, else one per
+// user. The ledger's stores keep no secret of the gateway's, so gateways
+// sharing a --ledger share this file.
+func (m *Main) loadStateKey() ([]byte, error) {
+	path := m.StateKeyFile
+	switch {
+	case path != "":
+	case m.dbFile != "":
+		path = m.dbFile + ".mcp-key"
+	default:
+		dir, err := stateDir()
+		if err != nil {
+			return nil, fmt.Errorf("default --state-key-file: %w (set XDG_STATE_HOME or --state-key-file)", err)
+		}
+		path = filepath.Join(dir, "effect-ledger", "mcp-state.key")
+	}
+	key, err := mcpgate.LoadStateKey(path)
+	if err != nil {
+		return nil, fmt.Errorf("--state-key-file: %w", err)
+	}
+	return key, nil
 }
 
 // serveAdmin serves the embedded ledger's REST API and web page on

@@ -131,6 +131,25 @@ func newServer() *mcp.Server {
 			}
 			return text("created " + a.ID), nil, nil
 		})
+	// A call that asks the user first (MRTR, SPEC §11.1): it answers
+	// input_required with an elicitation until the round's inputResponses
+	// carry the answer, and acts only on accept.
+	mcp.AddTool(s, &mcp.Tool{Name: "confirm", Description: "asks the user to confirm, then acts"},
+		func(_ context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			return confirm(r, a.ID), nil, nil
+		})
+	// whoami says who the server was told the client is (SEP-2575's
+	// per-request _meta, else the session's initialize).
+	mcp.AddTool(s, &mcp.Tool{Name: "whoami", Description: "the client as this server sees it",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, r *mcp.CallToolRequest, _ any) (*mcp.CallToolResult, any, error) {
+			name, caps := "", r.ClientCapabilities()
+			if ci := r.ClientInfo(); ci != nil {
+				name = ci.Name
+			}
+			return text(fmt.Sprintf("client=%s version=%s elicitation=%t", name, r.ProtocolVersion(),
+				caps != nil && caps.Elicitation != nil)), nil, nil
+		})
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
@@ -141,6 +160,31 @@ func newServer() *mcp.Server {
 			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: "shop://terms", Text: "no refunds"}}}, nil
 		})
 	return s
+}
+
+// confirm is the confirm tool: "confirm-ask ID" is recorded for each
+// round that asks, "confirm ID" when it acts.
+func confirm(r *mcp.CallToolRequest, id string) *mcp.CallToolResult {
+	answer, ok := r.Params.InputResponses["ok"].(*mcp.ElicitResult)
+	if !ok {
+		record("confirm-ask", id)
+		return &mcp.CallToolResult{RequestState: "state-" + id, InputRequests: mcp.InputRequestMap{"ok": &mcp.ElicitParams{
+			Message:         "Really do " + id + "?",
+			RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}},
+		}}}
+	}
+	if r.Params.RequestState != "state-"+id {
+		res := text(fmt.Sprintf("lost requestState: %q", r.Params.RequestState))
+		res.IsError = true
+		return res
+	}
+	if answer.Action != "accept" {
+		res := text(fmt.Sprintf("the user answered %s: nothing done", answer.Action))
+		res.IsError = true
+		return res
+	}
+	n := record("confirm", id)
+	return text(fmt.Sprintf("confirmed %s, run %d", id, n))
 }
 
 func text(s string) *mcp.CallToolResult {

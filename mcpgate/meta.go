@@ -1,0 +1,114 @@
+//lint:file-ignore SA1019 roots are deprecated (SEP-2577), not gone: a client that has them is relayed them
+
+package mcpgate
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// tasksExtension is the capability of the tasks extension, which the
+// gateway does not forward: it is never advertised upstream.
+const tasksExtension = "io.modelcontextprotocol/tasks"
+
+// describeClient makes the per-request _meta of a forwarded request
+// (SEP-2575) describe the downstream client, for the revision the
+// upstream negotiated (SPEC §11.1): an upstream before 2026-07-28 gets
+// none of it (its session's initialize said who the client is); a
+// 2026-07-28 upstream gets its own version and the client's info and
+// capabilities, from the request or from the client's session, never
+// the gateway's.
+func (g *Gateway) describeClient(ctx context.Context, req mcp.Request) error {
+	p := req.GetParams()
+	if p == nil || reflect.ValueOf(p).IsNil() {
+		return nil
+	}
+	s, err := g.up.Session(ctx)
+	if err != nil {
+		return err
+	}
+	upVersion := ""
+	if ir := s.InitializeResult(); ir != nil {
+		upVersion = ir.ProtocolVersion
+	}
+	meta := p.GetMeta()
+	if !statelessRevision(upVersion) {
+		if meta == nil {
+			return nil
+		}
+		for _, k := range []string{mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities} {
+			delete(meta, k)
+		}
+		p.SetMeta(meta)
+		return nil
+	}
+	out := map[string]any{}
+	for k, v := range meta {
+		out[k] = v
+	}
+	out[mcp.MetaKeyProtocolVersion] = upVersion
+	var ip *mcp.InitializeParams
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		ip = ss.InitializeParams()
+	}
+	if _, ok := out[mcp.MetaKeyClientInfo]; !ok && ip != nil && ip.ClientInfo != nil {
+		out[mcp.MetaKeyClientInfo] = ip.ClientInfo
+	}
+	caps, ok := out[mcp.MetaKeyClientCapabilities]
+	if !ok && ip != nil {
+		caps = wireCapabilities(ip.Capabilities)
+	}
+	out[mcp.MetaKeyClientCapabilities] = withoutTasks(caps)
+	p.SetMeta(out)
+	return nil
+}
+
+// wireCapabilities is a session's client capabilities in the form of
+// 2026-07-28's _meta: roots only if the client declared them.
+func wireCapabilities(c *mcp.ClientCapabilities) map[string]any {
+	out := map[string]any{}
+	if c == nil {
+		return out
+	}
+	b, err := json.Marshal(c)
+	if err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	// The SDK decodes a client's roots capability into a struct that
+	// cannot say it was absent: only a listChanged one is known to exist.
+	delete(out, "roots")
+	switch {
+	case c.RootsV2 != nil:
+		out["roots"] = c.RootsV2
+	case c.Roots.ListChanged:
+		out["roots"] = map[string]any{"listChanged": true}
+	}
+	return out
+}
+
+// withoutTasks is a client's capabilities without the tasks extension.
+func withoutTasks(caps any) any {
+	m, ok := caps.(map[string]any)
+	if !ok {
+		return caps
+	}
+	ext, ok := m["extensions"].(map[string]any)
+	if !ok || ext[tasksExtension] == nil {
+		return caps
+	}
+	out := map[string]any{}
+	for k, v := range m {
+		out[k] = v
+	}
+	e := map[string]any{}
+	for k, v := range ext {
+		if k != tasksExtension {
+			e[k] = v
+		}
+	}
+	out["extensions"] = e
+	return out
+}

@@ -1,0 +1,137 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Protocol revisions the gateway tells apart (SPEC §11.1).
+const (
+	// Version20260728 is the stateless revision: no initialize, every
+	// request carries its version in _meta, and a call may answer
+	// input_required (multi round-trip requests).
+	Version20260728 = "2026-07-28"
+)
+
+// requestVersion is the protocol revision of a downstream request: the
+// one its _meta names (2026-07-28 and later), else the session's.
+func requestVersion(req mcp.Request) string {
+	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
+		if v, ok := p.GetMeta()[mcp.MetaKeyProtocolVersion].(string); ok {
+			return v
+		}
+	}
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+		if ip := ss.InitializeParams(); ip != nil {
+			return ip.ProtocolVersion
+		}
+	}
+	return ""
+}
+
+// statelessRevision reports whether version has multi round-trip
+// requests and resultType.
+func statelessRevision(version string) bool { return version >= Version20260728 }
+
+// newerResultMembers are the members of a result that a client on a
+// revision before 2026-07-28 does not know.
+var newerResultMembers = []string{"resultType", "inputRequests", "requestState"}
+
+// present adapts a result to the client's revision: a 2026-07-28 client
+// gets resultType on every tools/call answer (the SDK adds it only to
+// the results it makes), an older one never gets the newer members.
+func present(version string, res mcp.Result) (mcp.Result, error) {
+	var raw json.RawMessage
+	switch r := res.(type) {
+	case rawResult:
+		raw = r.rawJSON()
+	case *mcp.CallToolResult:
+		if !statelessRevision(version) {
+			return res, nil // the SDK writes no resultType it did not read
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, fmt.Errorf("encode result: %w", err)
+		}
+		res, raw = rawCall{r, b}, b
+	default:
+		return res, nil
+	}
+	if statelessRevision(version) {
+		if hasMember(raw, "resultType") {
+			return res, nil
+		}
+		b, ok := prepend(raw, `"resultType":"complete"`)
+		if !ok {
+			return res, nil
+		}
+		return res.(rawResult).withRaw(b), nil
+	}
+	set := map[string]any{}
+	for _, m := range newerResultMembers {
+		if hasMember(raw, m) {
+			set[m] = nil
+		}
+	}
+	if len(set) == 0 {
+		return res, nil
+	}
+	b, err := withMembers(raw, set)
+	if err != nil {
+		return res, nil // not an object: passed on as it came
+	}
+	return res.(rawResult).withRaw(b), nil
+}
+
+// prepend puts member first in the JSON object raw, leaving the rest of
+// its text as it came.
+func prepend(raw json.RawMessage, member string) (json.RawMessage, bool) {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	if len(t) == 0 || t[0] != '{' {
+		return nil, false
+	}
+	rest := bytes.TrimLeft(t[1:], " \t\r\n")
+	out := append([]byte("{"+member), ',')
+	if len(rest) > 0 && rest[0] == '}' {
+		out = out[:len(out)-1]
+	}
+	return append(out, rest...), true
+}
+
+// hasMember reports whether the JSON object raw has the member name.
+func hasMember(raw json.RawMessage, name string) bool {
+	if !bytes.Contains(raw, []byte(`"`+name+`"`)) {
+		return false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return false
+	}
+	_, ok := obj[name]
+	return ok
+}
+
+// withMembers returns the JSON object raw with the members of set set to
+// their values, or removed where the value is nil.
+func withMembers(raw json.RawMessage, set map[string]any) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	for name, v := range set {
+		if v == nil {
+			delete(obj, name)
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[name] = b
+	}
+	return json.Marshal(obj)
+}

@@ -1,0 +1,492 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The MCP revisions the gateway serves (SPEC §11.1), newest first.
+const (
+	rev2026 = "2026-07-28"
+	rev1125 = "2025-11-25"
+	rev0618 = "2025-06-18"
+)
+
+// tap keeps the raw results a client session received, so a test sees
+// members the SDK's types hide (resultType, requestState).
+type tap struct {
+	mu      sync.Mutex
+	results []json.RawMessage
+}
+
+func (t *tap) last() map[string]json.RawMessage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var obj map[string]json.RawMessage
+	if len(t.results) > 0 {
+		_ = json.Unmarshal(t.results[len(t.results)-1], &obj)
+	}
+	return obj
+}
+
+func (t *tap) all() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var b strings.Builder
+	for _, r := range t.results {
+		b.Write(r)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+type tapTransport struct {
+	mcp.Transport
+	tap *tap
+}
+
+func (t tapTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tapConn{c, t.tap}, nil
+}
+
+type tapConn struct {
+	mcp.Connection
+	tap *tap
+}
+
+func (c tapConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if res, ok := msg.(*jsonrpc.Response); ok && err == nil && res.Result != nil {
+		c.tap.mu.Lock()
+		c.tap.results = append(c.tap.results, append(json.RawMessage(nil), res.Result...))
+		c.tap.mu.Unlock()
+	}
+	return msg, err
+}
+
+// revClient is an agent's session pinned to one protocol revision.
+type revClient struct {
+	*gateway
+	tap *tap
+}
+
+// clientOptions: a client that fulfils no input request itself (the
+// test sends each round), unless elicit is given.
+func clientOptions(elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) *mcp.ClientOptions {
+	if elicit == nil {
+		return &mcp.ClientOptions{MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true}}
+	}
+	return &mcp.ClientOptions{ElicitationHandler: elicit}
+}
+
+// startGatewayRev runs ledger-mcp with args and connects over stdio at
+// revision rev.
+func startGatewayRev(t *testing.T, rev string, o *mcp.ClientOptions, args ...string) *revClient {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	tp := &tap{}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Connect(ctx, tapTransport{&mcp.CommandTransport{Command: cmd}, tp}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
+	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
+	t.Cleanup(func() { _ = s.Close() })
+	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
+}
+
+// connectHTTPRev connects to a ledger-mcp --listen at revision rev.
+func connectHTTPRev(t *testing.T, url string, logs *syncBuffer, rev string, o *mcp.ClientOptions) *revClient {
+	t.Helper()
+	tp := &tap{}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
+	s, err := c.Connect(context.Background(), tapTransport{&mcp.StreamableClientTransport{Endpoint: url}, tp},
+		&mcp.ClientSessionOptions{ProtocolVersion: rev})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
+}
+
+// round sends one round of a call: its inputResponses and requestState.
+func (c *revClient) round(t *testing.T, tool string, args map[string]any, answers mcp.InputResponseMap, state string) (*mcp.CallToolResult, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return c.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args, InputResponses: answers, RequestState: state})
+}
+
+// accept and decline answer the confirm tool's elicitation.
+var (
+	accept  = mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}}
+	decline = mcp.InputResponseMap{"ok": &mcp.ElicitResult{Action: "decline"}}
+)
+
+// receipt is one receipt as ledgerctl receipts --json lists it.
+type receipt struct {
+	Kind        string `json:"kind"`
+	Key         string `json:"idempotency_key"`
+	ExecutionID string `json:"execution_id"`
+	Attempt     int    `json:"attempt"`
+	Outcome     string `json:"outcome"`
+	ErrorCode   string `json:"error_code"`
+}
+
+// toolReceipts lists the receipts of a ledger tool in db.
+func toolReceipts(t *testing.T, db, tool string) []receipt {
+	t.Helper()
+	out, errOut, code := ledgerctl(t, "receipts", "--db", db, "--tool", tool, "--json")
+	require.Equal(t, 0, code, out+errOut)
+	var rs []receipt
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		var wrapped struct {
+			Receipts []receipt `json:"receipts"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &wrapped), out)
+		rs = wrapped.Receipts
+	}
+	return rs
+}
+
+// invalidParams reports whether err is a JSON-RPC invalid params error.
+func invalidParams(err error) bool {
+	var e *jsonrpc.Error
+	return errors.As(err, &e) && e.Code == jsonrpc.CodeInvalidParams
+}
+
+// TestLedgerMCP_mrtrConfirm: a 2026-07-28 client in front of a
+// 2026-07-28 upstream (stdio). A tool that asks (input_required with an
+// elicitation) reaches the client; the round is committed not_applied
+// INPUT_REQUIRED and its requestState comes back as the gateway's
+// envelope; the next round carries inputResponses and the upstream's
+// state, continues the same execution at the next attempt and is
+// committed once; a tampered or misapplied envelope is invalid params
+// with nothing appended; a decline runs nothing and leaves the call
+// runnable; a restart between the rounds changes nothing; replays carry
+// resultType "complete".
+func TestLedgerMCP_mrtrConfirm(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	args := append([]string{"--db", db}, sh.command()...)
+	g := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+	assert.Equal(t, rev2026, g.InitializeResult().ProtocolVersion)
+	c1 := map[string]any{"id": "C1"}
+
+	first, err := g.round(t, "confirm", c1, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput(), g.tap.all())
+	require.IsType(t, &mcp.ElicitParams{}, first.InputRequests["ok"])
+	assert.Equal(t, "Really do C1?", first.InputRequests["ok"].(*mcp.ElicitParams).Message)
+	assert.True(t, strings.HasPrefix(first.RequestState, "lrs1."), first.RequestState)
+	assert.NotContains(t, first.RequestState, "state-C1", "the upstream's state travels sealed")
+	assert.Equal(t, 1, sh.runs("confirm-ask", "C1"))
+	assert.Equal(t, 0, sh.runs("confirm", "C1"))
+
+	t.Run("EnvelopeRefused", func(t *testing.T) {
+		before := len(toolReceipts(t, db, "test-shop.confirm"))
+		s := first.RequestState
+		tampered := s[:len(s)-2] + map[bool]string{true: "AA", false: "BB"}[!strings.HasSuffix(s, "AA")]
+		_, err := g.round(t, "confirm", c1, accept, tampered)
+		assert.True(t, invalidParams(err), "tampered: %v", err)
+		_, err = g.round(t, "confirm", map[string]any{"id": "C2"}, accept, s)
+		assert.True(t, invalidParams(err), "other arguments: %v", err)
+		_, err = g.round(t, "charge", map[string]any{"order": "C1"}, accept, s)
+		assert.True(t, invalidParams(err), "other tool: %v", err)
+		_, err = g.round(t, "confirm", c1, accept, "state-C1")
+		assert.True(t, invalidParams(err), "the upstream's own state: %v", err)
+		assert.Len(t, toolReceipts(t, db, "test-shop.confirm"), before, "nothing appended")
+		assert.Equal(t, 0, sh.runs("confirm", "C1"))
+	})
+
+	done, err := g.round(t, "confirm", c1, accept, first.RequestState)
+	require.NoError(t, err)
+	require.False(t, done.IsError, text(t, done))
+	assert.Equal(t, "confirmed C1, run 1", text(t, done))
+	assert.Equal(t, `"complete"`, string(g.tap.last()["resultType"]))
+	rs := toolReceipts(t, db, "test-shop.confirm")
+	require.Len(t, rs, 4, "%+v", rs)
+	assert.Equal(t, []string{"reserve", "commit", "reserve", "commit"}, []string{rs[0].Kind, rs[1].Kind, rs[2].Kind, rs[3].Kind})
+	assert.Equal(t, "not_applied", rs[1].Outcome)
+	assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+	assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID, "the rounds are one execution")
+	assert.Equal(t, []int{1, 2}, []int{rs[0].Attempt, rs[2].Attempt})
+	assert.Equal(t, "succeeded", rs[3].Outcome)
+
+	t.Run("Replay", func(t *testing.T) {
+		again, err := g.round(t, "confirm", c1, nil, "")
+		require.NoError(t, err)
+		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+		assert.Equal(t, `"complete"`, string(g.tap.last()["resultType"]))
+		_, err = g.round(t, "confirm", c1, accept, first.RequestState)
+		require.NoError(t, err, "a late round of a finished call")
+		assert.Equal(t, 1, sh.runs("confirm", "C1"))
+	})
+
+	t.Run("GatewayAnswer", func(t *testing.T) {
+		res, err := g.round(t, "charge", map[string]any{"order": "x"},
+			nil, "")
+		require.NoError(t, err)
+		require.False(t, res.IsError)
+		refused, err := g.CallTool(context.Background(), &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{"order": "y"},
+			Meta: mcp.Meta{"io.effect-ledger/idempotency-key": "short"}})
+		require.NoError(t, err)
+		require.True(t, refused.IsError)
+		assert.Equal(t, `"complete"`, string(g.tap.last()["resultType"]), "the gateway's own answer")
+	})
+
+	t.Run("Decline", func(t *testing.T) {
+		d1 := map[string]any{"id": "D1"}
+		ask, err := g.round(t, "confirm", d1, nil, "")
+		require.NoError(t, err)
+		require.True(t, ask.NeedsInput())
+		no, err := g.round(t, "confirm", d1, decline, ask.RequestState)
+		require.NoError(t, err)
+		assert.True(t, no.IsError)
+		assert.Contains(t, text(t, no), "decline")
+		assert.Equal(t, 0, sh.runs("confirm", "D1"))
+		later, err := g.round(t, "confirm", d1, nil, "")
+		require.NoError(t, err)
+		require.True(t, later.NeedsInput(), "the declined call may be asked again")
+		yes, err := g.round(t, "confirm", d1, accept, later.RequestState)
+		require.NoError(t, err)
+		assert.Equal(t, "confirmed D1, run 1", text(t, yes))
+	})
+
+	t.Run("AcceptedAfterRestart", func(t *testing.T) {
+		r1 := map[string]any{"id": "R1"}
+		ask, err := g.round(t, "confirm", r1, nil, "")
+		require.NoError(t, err)
+		require.True(t, ask.NeedsInput())
+		g.stop(t)
+		g = startGatewayRev(t, rev2026, clientOptions(nil), args...)
+		yes, err := g.round(t, "confirm", r1, accept, ask.RequestState)
+		require.NoError(t, err)
+		assert.Equal(t, "confirmed R1, run 1", text(t, yes))
+	})
+
+	t.Run("ClientFulfils", func(t *testing.T) {
+		asked := 0
+		h := startGatewayRev(t, rev2026, clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked++
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+		}), "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", sh.bin, "--dir", sh.dir)
+		res := h.call(t, "confirm", map[string]any{"id": "E1"}, nil)
+		assert.Equal(t, "confirmed E1, run 1", text(t, res))
+		assert.Equal(t, 1, asked)
+	})
+
+	t.Run("Verify", func(t *testing.T) {
+		g.stop(t)
+		out, errOut, code := ledgerctl(t, "verify", "--db", db)
+		require.Equal(t, 0, code, out+errOut)
+		out, errOut, code = ledgerctl(t, "audit", "--db", db, "--json")
+		require.Equal(t, 0, code, out+errOut)
+		var audit struct {
+			Repeated []map[string]any `json:"repeated_failures"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &audit))
+		for _, r := range audit.Repeated {
+			assert.NotEqual(t, "INPUT_REQUIRED", r["error_code"], "rounds that asked are no failures: %s", out)
+		}
+	})
+}
+
+// TestLedgerMCP_olderClientsGetNoNewerFields: a client that negotiated
+// 2025-11-25 or 2025-06-18 never sees resultType, inputRequests or
+// requestState, on forwarded answers, replays and the gateway's own.
+func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	for _, rev := range []string{rev1125, rev0618} {
+		t.Run(rev, func(t *testing.T) {
+			g := startGatewayRev(t, rev, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+			assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
+			order := map[string]any{"order": "O-" + rev}
+			first := g.call(t, "charge", order, nil)
+			require.False(t, first.IsError, text(t, first))
+			again := g.call(t, "charge", order, nil)
+			assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+			refused := g.call(t, "charge", order, mcp.Meta{"io.effect-ledger/idempotency-key": "short"})
+			assert.True(t, refused.IsError)
+			_, err := g.ListTools(context.Background(), nil)
+			require.NoError(t, err)
+			for _, m := range []string{`"resultType"`, `"inputRequests"`, `"requestState"`} {
+				assert.NotContains(t, g.tap.all(), m)
+			}
+		})
+	}
+}
+
+// TestLedgerMCP_revisionsHTTP: over Streamable HTTP a client pinned to
+// 2026-07-28 negotiates 2026-07-28 (no silent fallback), statelessly, and
+// is not refused by --max-sessions; clients of 2025-11-25 and 2025-06-18
+// keep their sessions beside it. A confirmation runs to its end over HTTP,
+// and two clients racing the same confirmed call run it once.
+func TestLedgerMCP_revisionsHTTP(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	url, logs := startHTTPGateway(t, append([]string{"--db", db, "--max-sessions", "2"}, sh.command()...)...)
+	old := map[string]*revClient{}
+	for _, rev := range []string{rev1125, rev0618} {
+		old[rev] = connectHTTPRev(t, url, logs, rev, nil)
+		assert.Equal(t, rev, old[rev].InitializeResult().ProtocolVersion)
+		assert.NotEmpty(t, old[rev].ID(), "a session")
+		res := old[rev].call(t, "charge", map[string]any{"order": "H-" + rev}, nil)
+		require.False(t, res.IsError, text(t, res))
+		assert.NotContains(t, old[rev].tap.all(), `"resultType"`)
+	}
+	a := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
+	b := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
+	assert.Equal(t, rev2026, a.InitializeResult().ProtocolVersion, "no fallback to an older revision")
+	assert.Empty(t, a.ID(), "stateless")
+
+	t.Run("Confirm", func(t *testing.T) {
+		h1 := map[string]any{"id": "H1"}
+		ask, err := a.round(t, "confirm", h1, nil, "")
+		require.NoError(t, err)
+		require.True(t, ask.NeedsInput(), a.tap.all())
+		done, err := b.round(t, "confirm", h1, accept, ask.RequestState)
+		require.NoError(t, err)
+		assert.Equal(t, "confirmed H1, run 1", text(t, done), "another client, same envelope")
+		again := a.call(t, "confirm", h1, nil)
+		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+		assert.Equal(t, `"complete"`, string(a.tap.last()["resultType"]))
+	})
+
+	t.Run("Race", func(t *testing.T) {
+		r := map[string]any{"id": "RACE"}
+		askA, err := a.round(t, "confirm", r, nil, "")
+		require.NoError(t, err)
+		askB, err := b.round(t, "confirm", r, nil, "")
+		require.NoError(t, err)
+		require.True(t, askA.NeedsInput() && askB.NeedsInput())
+		var wg sync.WaitGroup
+		results := make([]*mcp.CallToolResult, 2)
+		for i, c := range []struct {
+			c     *revClient
+			state string
+		}{{a, askA.RequestState}, {b, askB.RequestState}} {
+			wg.Go(func() {
+				res, err := c.c.round(t, "confirm", r, accept, c.state)
+				assert.NoError(t, err)
+				results[i] = res
+			})
+		}
+		wg.Wait()
+		for _, res := range results {
+			require.NotNil(t, res)
+			assert.False(t, res.IsError, resultTexts(res))
+		}
+		assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
+	})
+}
+
+// TestLedgerMCP_clientDescribedUpstream: the per-request _meta a
+// 2026-07-28 upstream gets describes the downstream client, whatever its
+// revision, with the upstream's version, never the gateway; in front of
+// an older upstream (HTTP, 2025-11-25) a 2026-07-28 client's _meta is not
+// sent on, so the upstream does not refuse the request.
+func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	for _, rev := range []string{rev2026, rev1125, rev0618} {
+		t.Run(rev, func(t *testing.T) {
+			elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "decline"}, nil
+			}
+			g := startGatewayRev(t, rev, clientOptions(elicit), append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+			got := text(t, g.call(t, "whoami", nil, nil))
+			assert.Equal(t, "client=e2e-agent version=2026-07-28 elicitation=true", got)
+		})
+	}
+	t.Run("OlderUpstream", func(t *testing.T) {
+		up := startHTTPShop(t, sh)
+		url, logs := startHTTPGateway(t, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--upstream", up)
+		g := connectHTTPRev(t, url, logs, rev2026, nil)
+		assert.Equal(t, rev2026, g.InitializeResult().ProtocolVersion)
+		res := g.call(t, "charge", map[string]any{"order": "OU1"}, nil)
+		require.False(t, res.IsError, text(t, res))
+		assert.Equal(t, `"complete"`, string(g.tap.last()["resultType"]))
+		assert.Equal(t, 1, sh.runs("charge", "OU1"))
+	})
+}
+
+// TestLedgerMCP_olderClientConfirms: a client of 2025-11-25 or 2025-06-18
+// in front of a 2026-07-28 upstream, over stdio and Streamable HTTP: the
+// gateway asks it with elicitation/create on the session that made the
+// call and sends the call again with the answer, one execution; a client
+// without elicitation gets the call not run, committed not_applied
+// CLIENT_CAPABILITY_MISSING, and the same call runs later for a client
+// that can answer.
+func TestLedgerMCP_olderClientConfirms(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	answer := func(action string, asked *int) *mcp.ClientOptions {
+		return clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			*asked++
+			return &mcp.ElicitResult{Action: action, Content: map[string]any{}}, nil
+		})
+	}
+	for _, rev := range []string{rev1125, rev0618} {
+		t.Run(rev, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, sh.command()...)
+			id := map[string]any{"id": "B-" + rev}
+			asked := 0
+			g := startGatewayRev(t, rev, answer("accept", &asked), args...)
+			res := g.call(t, "confirm", id, nil)
+			assert.Equal(t, "confirmed B-"+rev+", run 1", text(t, res))
+			assert.Equal(t, 1, asked)
+			assert.NotContains(t, g.tap.all(), `"resultType"`)
+			rs := toolReceipts(t, db, "test-shop.confirm")
+			require.Len(t, rs, 4, "%+v", rs)
+			assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+			assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID)
+			assert.Equal(t, "succeeded", rs[3].Outcome)
+
+			no := map[string]any{"id": "N-" + rev}
+			g.stop(t)
+			g = startGatewayRev(t, rev, nil, args...)
+			missing := g.call(t, "confirm", no, nil)
+			assert.True(t, missing.IsError)
+			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(missing))
+			rs = toolReceipts(t, db, "test-shop.confirm")
+			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", rs[len(rs)-1].ErrorCode)
+			assert.Equal(t, "not_applied", rs[len(rs)-1].Outcome)
+			g.stop(t)
+			g = startGatewayRev(t, rev, answer("accept", &asked), args...)
+			assert.Equal(t, "confirmed N-"+rev+", run 1", text(t, g.call(t, "confirm", no, nil)))
+		})
+	}
+
+	t.Run("DeclineOverHTTP", func(t *testing.T) {
+		url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+		asked := 0
+		g := connectHTTPRev(t, url, logs, rev1125, answer("decline", &asked))
+		res := g.call(t, "confirm", map[string]any{"id": "HD1"}, nil)
+		assert.True(t, res.IsError)
+		assert.Contains(t, text(t, res), "decline")
+		assert.Equal(t, 1, asked)
+		assert.Equal(t, 0, sh.runs("confirm", "HD1"))
+		yes := connectHTTPRev(t, url, logs, rev1125, answer("accept", &asked))
+		assert.Equal(t, "confirmed HD1, run 1", text(t, yes.call(t, "confirm", map[string]any{"id": "HD1"}, nil)))
+	})
+}
