@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -550,4 +553,79 @@ func (g *Gateway) withTasksCapability(res mcp.Result) mcp.Result {
 		return res
 	}
 	return rawInit{ir, b}
+}
+
+// unliftRequest applies unliftTask to a tools/call POSTed to a
+// Streamable HTTP upstream (on a copy of req), and reports whether the POST is an
+// initialize request.
+func unliftRequest(req *http.Request) (out *http.Request, init bool, err error) {
+	if req.Method != http.MethodPost || req.Body == nil || req.Body == http.NoBody {
+		return req, false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, false, err
+	}
+	req = req.Clone(req.Context())
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) == nil {
+		var method string
+		_ = json.Unmarshal(m["method"], &method)
+		switch method {
+		case "initialize":
+			init = true
+		case "tools/call":
+			if p := unliftTask(m["params"]); !bytes.Equal(p, m["params"]) {
+				m["params"] = p
+				if b, err := json.Marshal(m); err == nil {
+					body = b
+				}
+			}
+		}
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return req, init, nil
+}
+
+// stashTasksHTTP applies stashTasks to the answer to initialize in an
+// HTTP response: one JSON-RPC message, or server-sent events.
+func stashTasksHTTP(res *http.Response) {
+	if res.StatusCode != http.StatusOK || res.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	_ = res.Body.Close()
+	if err == nil && bytes.Contains(body, []byte(`"tasks"`)) {
+		if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+			lines := bytes.Split(body, []byte("\n"))
+			for i, l := range lines {
+				if d, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+					lines[i] = append([]byte("data: "), stashMessage(bytes.TrimSpace(d))...)
+				}
+			}
+			body = bytes.Join(lines, []byte("\n"))
+		} else {
+			body = stashMessage(body)
+		}
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	res.ContentLength = int64(len(body))
+	res.Header.Del("Content-Length")
+}
+
+// stashMessage applies stashTasks to a JSON-RPC response's result.
+func stashMessage(msg []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || m["result"] == nil {
+		return msg
+	}
+	m["result"] = stashTasks(m["result"])
+	b, err := json.Marshal(m)
+	if err != nil {
+		return msg
+	}
+	return b
 }

@@ -118,9 +118,21 @@ func taskOf(t *testing.T, res map[string]any) map[string]any {
 // CANCELLED, so the same call may run again.
 func TestLedgerMCP_tasks(t *testing.T) {
 	t.Parallel()
-	sh := newHostile(t)
-	db := filepath.Join(t.TempDir(), "mcp.db")
-	g := startRawGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	for _, upstream := range []string{"stdio", "http"} {
+		t.Run(upstream, func(t *testing.T) {
+			t.Parallel()
+			sh := newHostile(t)
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, sh.command()...)
+			if upstream == "http" {
+				args = []string{"--db", db, "--upstream", startHTTPShop(t, sh)}
+			}
+			testTasks(t, sh, db, startRawGateway(t, args...))
+		})
+	}
+}
+
+func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	init := g.initialize("2025-11-25")
 	caps, _ := init["capabilities"].(map[string]any)
 	require.Contains(t, caps, "tasks", "the upstream's capabilities.tasks: %v", init)
