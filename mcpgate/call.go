@@ -107,7 +107,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
 	}
-	if reply := g.runningAnswer(c, key); reply != nil {
+	if reply := g.runningAnswer(ctx, c, key); reply != nil {
 		return reply, nil // a repeat while the call's task runs
 	}
 	rsv, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, key))

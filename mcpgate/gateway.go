@@ -226,6 +226,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
+		ctx = g.withOwner(ctx, req)
 		res, err := g.route(ctx, method, req, next, version)
 		if err != nil || res == nil {
 			return res, err

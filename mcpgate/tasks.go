@@ -3,6 +3,8 @@ package mcpgate
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +36,8 @@ import (
 // The gateway keeps its tasks in memory: after a restart a task's handle
 // is unknown (the lease then runs out, and the key is decided as any
 // interrupted call). The handle is the upstream's task id; it never goes
-// on the chain, and only the session that made the call may use it.
+// on the chain, and only the session that made the call (taskOwner) may
+// use it.
 
 const (
 	// metaParamsTask carries a call's params.task from the client's
@@ -64,7 +67,7 @@ type runningTask struct {
 	key   string // the call's idempotency key; "" for a read
 	rsv   *Reservation
 	c     *call
-	owner *mcp.ServerSession
+	owner string          // taskOwner of the call
 	last  json.RawMessage // the task as last seen: {taskId, status, …}
 	done  bool            // its terminal status is committed
 }
@@ -112,12 +115,12 @@ func (t *taskTable) settled(r *runningTask) {
 	}
 }
 
-func (t *taskTable) ownedBy(ss *mcp.ServerSession) []json.RawMessage {
+func (t *taskTable) ownedBy(owner string) []json.RawMessage {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []json.RawMessage
 	for _, r := range t.byID {
-		if r.owner == ss {
+		if r.owner == owner {
 			r.mu.Lock()
 			out = append(out, r.last)
 			r.mu.Unlock()
@@ -238,7 +241,7 @@ func taskLease(meta mcp.Meta, def time.Duration) time.Duration {
 // committed until the task ends.
 func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id string, obj json.RawMessage, reply mcp.Result) mcp.Result {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	r := &runningTask{id: id, c: c, owner: c.session, last: obj, rsv: rsv}
+	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), last: obj, rsv: rsv}
 	if rsv != nil {
 		r.key = rsv.Key
 		g.logger.InfoContext(ctx, "call running as a task", "tool", c.ledgerTool, "key", rsv.Key)
@@ -249,13 +252,13 @@ func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id s
 
 // runningAnswer answers a repeat of a call whose task runs: to the
 // session that made the call, the task again; to another, in_progress.
-func (g *Gateway) runningAnswer(c *call, key string) mcp.Result {
+func (g *Gateway) runningAnswer(ctx context.Context, c *call, key string) mcp.Result {
 	r := g.tasks.running(key)
 	if r == nil {
 		return nil
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
-	if r.owner == c.session {
+	if r.owner == ownerOf(ctx) {
 		r.mu.Lock()
 		last := r.last
 		r.mu.Unlock()
@@ -388,8 +391,8 @@ func (g *Gateway) addTaskMethods(s *mcp.Server) {
 		_ = mcp.AddReceivingCustomMethod(s, m, g.taskMethod(m))
 		_ = mcp.AddSendingCustomMethod[*taskParams, *taskResult](g.up.client, m)
 	}
-	_ = mcp.AddReceivingCustomMethod(s, "tasks/list", func(_ context.Context, ss *mcp.ServerSession, _ *taskParams) (*taskResult, error) {
-		tasks := g.tasks.ownedBy(ss)
+	_ = mcp.AddReceivingCustomMethod(s, "tasks/list", func(ctx context.Context, _ *mcp.ServerSession, _ *taskParams) (*taskResult, error) {
+		tasks := g.tasks.ownedBy(ownerOf(ctx))
 		if tasks == nil {
 			tasks = []json.RawMessage{}
 		}
@@ -404,12 +407,12 @@ func (g *Gateway) addTaskMethods(s *mcp.Server) {
 // taskMethod forwards a tasks/* request of the session that made the
 // task to the upstream, and commits the first terminal status it sees.
 func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSession, *taskParams) (*taskResult, error) {
-	return func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+	return func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
 		if p == nil {
 			p = &taskParams{}
 		}
 		r := g.tasks.get(p.taskID())
-		if r == nil || r.owner != ss {
+		if r == nil || r.owner != ownerOf(ctx) {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown task"}
 		}
 		s, err := g.up.Session(ctx)
@@ -628,4 +631,35 @@ func stashMessage(msg []byte) []byte {
 		return msg
 	}
 	return b
+}
+
+type ownerKey struct{}
+
+// withOwner returns a context that names who made req (taskOwner).
+func (g *Gateway) withOwner(ctx context.Context, req mcp.Request) context.Context {
+	return context.WithValue(ctx, ownerKey{}, g.taskOwner(req))
+}
+
+func ownerOf(ctx context.Context) string {
+	o, _ := ctx.Value(ownerKey{}).(string)
+	return o
+}
+
+// taskOwner is who may use the tasks of req's calls: its session; for a
+// stateless request (MCP 2026-07-28 over HTTP), the client's identity,
+// its token's user or a hash of its Authorization header (so stateless
+// clients without credentials share their tasks); on stdio, the one
+// client of this process.
+func (g *Gateway) taskOwner(req mcp.Request) string {
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.ID() != "" {
+		return "session:" + ss.ID()
+	}
+	if ex := req.GetExtra(); ex != nil && ex.Header != nil {
+		if ex.TokenInfo != nil && ex.TokenInfo.UserID != "" {
+			return "user:" + ex.TokenInfo.UserID
+		}
+		sum := sha256.Sum256([]byte(ex.Header.Get("Authorization")))
+		return "client:" + hex.EncodeToString(sum[:])
+	}
+	return g.process
 }

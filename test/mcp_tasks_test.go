@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -218,4 +220,60 @@ func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	assert.Contains(t, out, `"error_code":"CANCELLED"`)
 	out, errOut, code = ledgerctl(t, "verify", "--db", db)
 	assert.Equal(t, 0, code, out+errOut)
+}
+
+type taskIDParams struct {
+	mcp.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+type taskStatusResult struct {
+	mcp.ResultBase
+	TaskID string `json:"taskId"`
+	Status string `json:"status"`
+}
+
+// TestLedgerMCP_tasksOtherSession: over Streamable HTTP (2025-11-25
+// sessions), a task's handle serves only the session that made the call: another session's
+// tasks/get is invalid params, and its repeat of the call is
+// in_progress without the task.
+func TestLedgerMCP_tasksOtherSession(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func() *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+		require.NoError(t, mcp.AddSendingCustomMethod[*taskIDParams, *taskStatusResult](c, "tasks/get"))
+		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := connect(), connect()
+	// The Go SDK's client cannot send params.task; the gateway carries it
+	// in this _meta member between its transports, so the test sends it
+	// there.
+	call := func(s *mcp.ClientSession) *mcp.CallToolResult {
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "job", Arguments: map[string]any{"id": "o1"},
+			Meta: mcp.Meta{"io.effect-ledger/params.task": map[string]any{"ttl": 60000}}})
+		require.NoError(t, err)
+		return res
+	}
+	require.False(t, call(a).IsError)
+	const id = "hostile-task-1" // mcp-hostile's first task
+	got, err := mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, a, "tasks/get", &taskIDParams{TaskID: id})
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, "working", got.Status)
+	_, err = mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, b, "tasks/get", &taskIDParams{TaskID: id})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown task")
+	other := call(b)
+	assert.True(t, other.IsError)
+	assert.Equal(t, "in_progress", other.Meta[mcpgate.MetaStatus])
+	again := call(a)
+	assert.False(t, again.IsError, "the session that made it gets its task again")
+	assert.Equal(t, "in_progress", again.Meta[mcpgate.MetaStatus])
+	assert.Equal(t, 1, sh.runs("job", "o1"))
 }
