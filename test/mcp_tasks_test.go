@@ -117,7 +117,8 @@ func taskOf(t *testing.T, res map[string]any) map[string]any {
 // client polls it with tasks/get to completion, the task's result is
 // committed once (the task id never on the chain), and a repeat after
 // that gets the recorded result. A cancelled task is recorded not_applied
-// CANCELLED, so the same call may run again.
+// CANCELLED, so the same call may run again; a task that ends after its
+// lease is committed late.
 func TestLedgerMCP_tasks(t *testing.T) {
 	t.Parallel()
 	for _, upstream := range []string{"stdio", "http"} {
@@ -195,7 +196,21 @@ func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	assert.Equal(t, 2, sh.runs("job", "t2"))
 	assert.Equal(t, 2, strings.Count(g.logs.String(), "task executed"), g.logs.String())
 
+	// A task that ends after its lease (its ttl) is committed late.
+	res, e = g.request("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "late"},
+		"task": map[string]any{"ttl": 200}})
+	require.Nil(t, e)
+	idLate, _ := taskOf(t, res)["taskId"].(string)
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-late"), nil, 0o600))
+	got, e = g.request("tasks/get", map[string]any{"taskId": idLate})
+	require.Nil(t, e)
+	assert.Equal(t, "completed", got["status"])
+
 	g.stop()
+	keyLate, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"late"}`), "")
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", keyState(t, db, keyLate), "committed after the lease")
 	key1, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"t1"}`), "")
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", keyState(t, db, key1))
