@@ -51,6 +51,7 @@ type call struct {
 	hash    string
 	// lease: a task-augmented call's is its task's ttl (tasks.go).
 	lease time.Duration
+	up    *mcp.ClientSession // the upstream session the call went to
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -76,6 +77,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
+	c.up = s
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
 		c.upState = c.state // a read's rounds are the upstream's alone

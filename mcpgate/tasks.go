@@ -67,9 +67,10 @@ type runningTask struct {
 	key   string // the call's idempotency key; "" for a read
 	rsv   *Reservation
 	c     *call
-	owner string          // taskOwner of the call
-	last  json.RawMessage // the task as last seen: {taskId, status, …}
-	done  bool            // its terminal status is committed
+	owner string             // taskOwner of the call
+	up    *mcp.ClientSession // the upstream session that owns the task
+	last  json.RawMessage    // the task as last seen: {taskId, status, …}
+	done  bool               // its terminal status is committed
 }
 
 // taskTable holds the tasks of this process.
@@ -241,7 +242,7 @@ func taskLease(meta mcp.Meta, def time.Duration) time.Duration {
 // committed until the task ends.
 func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id string, obj json.RawMessage, reply mcp.Result) mcp.Result {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), last: obj, rsv: rsv}
+	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), up: c.up, last: obj, rsv: rsv}
 	if rsv != nil {
 		r.key = rsv.Key
 		g.logger.InfoContext(ctx, "call running as a task", "tool", c.ledgerTool, "key", rsv.Key)
@@ -415,10 +416,7 @@ func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSes
 		if r == nil || r.owner != ownerOf(ctx) {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown task"}
 		}
-		s, err := g.up.Session(ctx)
-		if err != nil {
-			return nil, err
-		}
+		s := r.up // the upstream that owns the task
 		res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, method, p)
 		if err != nil {
 			return nil, err
