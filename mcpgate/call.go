@@ -1,6 +1,7 @@
 package mcpgate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -48,13 +49,17 @@ type call struct {
 	exec    string
 	attempt uint64
 	hash    string
+	// lease: a task-augmented call's is its task's ttl (tasks.go).
+	lease time.Duration
+	up    *mcp.ClientSession // the upstream session the call went to
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
 func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version}
+		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
+		lease: taskLease(p.Meta, g.cfg.Lease)}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -72,6 +77,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
+	c.up = s
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
 		c.upState = c.state // a read's rounds are the upstream's alone
@@ -102,6 +108,9 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 			callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
+	}
+	if reply := g.runningAnswer(ctx, c, key); reply != nil {
+		return reply, nil // a repeat while the call's task runs
 	}
 	rsv, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, key))
 	var refusal *Refusal
@@ -166,6 +175,9 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 
 // finish records what a round of a reserved call came to and answers.
 func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
+	if v.taskID != "" {
+		return g.startTask(ctx, c, rsv, v.taskID, v.task, v.reply), nil // committed when the task ends
+	}
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
@@ -242,7 +254,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 // reserveOf is the reserve of a call's current round.
 func (g *Gateway) reserveOf(c *call, key string) Reserve {
 	return Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
-		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: g.cfg.Lease, Wait: g.cfg.Wait}
+		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait}
 }
 
 // continueRound opens the envelope of a call's next round: the round is
@@ -309,6 +321,10 @@ type verdict struct {
 	inputRequired bool
 	reply         mcp.Result
 	rpcErr        *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
+	// taskID: the call answered a task (tasks.go), task as it came; its
+	// outcome is the task's terminal status.
+	taskID string
+	task   json.RawMessage
 }
 
 // judge reads an upstream's answer. Only an answer the upstream sent is
@@ -319,6 +335,9 @@ type verdict struct {
 func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	raw := slot.get()
 	rpcErr, answered := slot.answer()
+	if id, task, ok := taskOf(raw); err == nil && ok {
+		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
+	}
 	switch {
 	case err == nil && res.NeedsInput():
 		return verdict{known: true, inputRequired: true, reply: asRaw(res, raw), outcome: Outcome{NotApplied: true,
@@ -373,6 +392,9 @@ func toolError(text string) Outcome {
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	res, slot, err := g.send(ctx, s, c)
 	if err == nil {
+		if id, task, ok := taskOf(slot.get()); ok {
+			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil
+		}
 		return asRaw(res, slot.get()), nil
 	}
 	v := judge(res, slot, err)

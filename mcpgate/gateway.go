@@ -83,6 +83,8 @@ type Gateway struct {
 	server   *mcp.Server
 	logger   *slog.Logger
 	stateKey func() ([]byte, error)
+	tasks    *taskTable
+	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
 }
 
 // New returns a gateway in front of up.
@@ -113,7 +115,7 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey)}
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable()}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
@@ -208,10 +210,12 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	if info.Capabilities != nil {
 		c := *info.Capabilities
 		caps = &c
+		g.upTasks = takeTasks(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
 		Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
+	g.addTaskMethods(s)
 	return s
 }
 
@@ -222,6 +226,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
+		ctx = g.withOwner(ctx, req)
 		res, err := g.route(ctx, method, req, next, version)
 		if err != nil || res == nil {
 			return res, err
@@ -237,6 +242,13 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		if err := g.describeClient(ctx, req); err != nil {
 			return nil, err
 		}
+	}
+	if method == "initialize" {
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return nil, err
+		}
+		return g.withTasksCapability(res), nil
 	}
 	switch p := req.GetParams().(type) {
 	case *mcp.CallToolParamsRaw:

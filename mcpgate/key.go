@@ -85,8 +85,9 @@ func forwardMeta(meta mcp.Meta) mcp.Meta {
 }
 
 // liftParamsKey moves params.idempotencyKey of a tools/call into _meta
-// under metaParamsKey, where the typed request keeps it. Anything it
-// cannot parse is returned unchanged, for the SDK to answer.
+// under metaParamsKey, and params.task under metaParamsTask, where the
+// typed request keeps them. Anything it cannot parse is returned
+// unchanged, for the SDK to answer.
 func liftParamsKey(params json.RawMessage) json.RawMessage {
 	if !mayNameParamsKey(params) {
 		return params
@@ -95,16 +96,23 @@ func liftParamsKey(params json.RawMessage) json.RawMessage {
 	if json.Unmarshal(params, &p) != nil {
 		return params
 	}
-	key, ok := p["idempotencyKey"]
-	if !ok {
+	key, hasKey := p["idempotencyKey"]
+	task, hasTask := p["task"]
+	if !hasKey && !hasTask {
 		return params
 	}
 	meta := map[string]json.RawMessage{}
 	if raw, ok := p["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
 		return params
 	}
-	delete(p, "idempotencyKey")
-	meta[metaParamsKey] = key
+	if hasKey {
+		delete(p, "idempotencyKey")
+		meta[metaParamsKey] = key
+	}
+	if hasTask {
+		delete(p, "task")
+		meta[metaParamsTask] = task
+	}
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return params
@@ -158,10 +166,11 @@ func liftHTTP(next http.Handler) http.Handler {
 }
 
 // mayNameParamsKey reports whether a message's text may hold a member
-// named idempotencyKey: it does, or it has an escape sequence that might
-// spell it ("idempotency\u004bey"). Only such messages are parsed.
+// named idempotencyKey or task: it does, or it has an escape sequence
+// that might spell it ("idempotency\u004bey"). Only such messages are
+// parsed.
 func mayNameParamsKey(b []byte) bool {
-	return bytes.Contains(b, []byte(`"idempotencyKey"`)) || bytes.Contains(b, []byte(`\u`))
+	return bytes.Contains(b, []byte(`"idempotencyKey"`)) || bytes.Contains(b, []byte(`"task"`)) || bytes.Contains(b, []byte(`\u`))
 }
 
 // maxBody bounds a POSTed MCP message.

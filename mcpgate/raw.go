@@ -81,16 +81,31 @@ func (t rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}}, nil
+	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, inits: map[jsonrpc.ID]bool{}}, nil
 }
 
 type rawConn struct {
 	mcp.Connection
 	mu      sync.Mutex
 	pending map[jsonrpc.ID]*rawSlot
+	inits   map[jsonrpc.ID]bool // initialize requests awaiting their answer
 }
 
 func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); ok {
+		switch req.Method {
+		case "tools/call":
+			if p := unliftTask(req.Params); !bytes.Equal(p, req.Params) {
+				r := *req
+				r.Params = p
+				msg = &r
+			}
+		case "initialize":
+			c.mu.Lock()
+			c.inits[req.ID] = true
+			c.mu.Unlock()
+		}
+	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
 		if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
 			c.mu.Lock()
@@ -115,7 +130,12 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		c.mu.Lock()
 		s := c.pending[res.ID]
 		delete(c.pending, res.ID)
+		init := c.inits[res.ID]
+		delete(c.inits, res.ID)
 		c.mu.Unlock()
+		if init && res.Error == nil {
+			res.Result = stashTasks(res.Result)
+		}
 		if s != nil {
 			s.put(res.Result, wireError(res.Error))
 		}

@@ -18,7 +18,14 @@ import (
 type rawRoundTripper struct{ next http.RoundTripper }
 
 func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	req, init, err := unliftRequest(req)
+	if err != nil {
+		return nil, err
+	}
 	res, err := t.next.RoundTrip(req)
+	if init && err == nil {
+		stashTasksHTTP(res)
+	}
 	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
 	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
 		return res, err

@@ -3,8 +3,11 @@
 // connection dropped after the tool ran, an HTTP 500, a JSON-RPC error,
 // a result that is not I-JSON or that the SDK cannot decode, a tool name
 // with "/" that claims to be read-only, a 128-byte tool name, and a
-// tools/list whose nextCursor never ends (--loop-cursor). Every tool
-// appends "tool id" to the executions file of --dir before it answers.
+// tools/list whose nextCursor never ends (--loop-cursor); and tasks of
+// MCP 2025-11-25 (tasks.go): a call of "job" with params.task answers a
+// task, which completes once the file "finish-<id>" exists in --dir.
+// Every tool appends "tool id" to the executions file of --dir before it
+// answers.
 // It serves stdio, or Streamable HTTP at /mcp with --http ADDR (printing
 // "listening ADDR" on stdout).
 package main
@@ -79,13 +82,16 @@ func handle(r request) reply {
 		case "2025-03-26", "2025-06-18", "2025-11-25":
 			v = p.ProtocolVersion
 		}
-		return reply{result: fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{}},"serverInfo":{"name":"hostile","version":"1"}}`, v)}
+		return reply{result: fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{},%s},"serverInfo":{"name":"hostile","version":"1"}}`,
+			v, tasksCapability)}
 	case "ping":
 		return reply{result: `{}`}
 	case "tools/list":
 		return reply{result: toolsList()}
 	case "tools/call":
 		return call(r.Params)
+	case "tasks/get", "tasks/result", "tasks/cancel":
+		return taskRequest(r.Method, r.Params)
 	}
 	return reply{err: fmt.Sprintf(`{"code":-32601,"message":"method not found: %s"}`, strings.ReplaceAll(r.Method, `"`, ""))}
 }
@@ -99,6 +105,7 @@ func toolsList() string {
 		`{"name":"surrogate","inputSchema":{"type":"object"}}`,
 		`{"name":"bignum","inputSchema":{"type":"object"}}`,
 		`{"name":"hologram","inputSchema":{"type":"object"}}`,
+		`{"name":"job","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}`,
 		`{"name":"admin/delete","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`,
 		fmt.Sprintf(`{"name":%q,"inputSchema":{"type":"object"}}`, LongTool),
 	}
@@ -120,6 +127,9 @@ func call(params json.RawMessage) reply {
 		return reply{err: `{"code":-32602,"message":"bad params"}`}
 	}
 	record(p.Name, p.Arguments.ID)
+	if rp, ok := startTask(p.Name, p.Arguments.ID, params); ok {
+		return rp
+	}
 	switch p.Name {
 	case "drop":
 		return reply{drop: true}

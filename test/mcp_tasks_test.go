@@ -1,0 +1,294 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate"
+)
+
+// rawMCP is a ledger-mcp child process driven with raw JSON-RPC lines
+// over stdio: the Go SDK has no tasks client.
+type rawMCP struct {
+	t     *testing.T
+	in    io.WriteCloser
+	lines chan string
+	logs  *syncBuffer
+	cmd   *exec.Cmd
+	id    int
+}
+
+func startRawGateway(t *testing.T, args ...string) *rawMCP {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), args...)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	g := &rawMCP{t: t, in: in, lines: make(chan string, 64), logs: &syncBuffer{}, cmd: cmd}
+	cmd.Stderr = g.logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			g.lines <- sc.Text()
+		}
+		close(g.lines)
+	}()
+	return g
+}
+
+// stop ends the gateway (its stdin closes) and waits for it.
+func (g *rawMCP) stop() {
+	_ = g.in.Close()
+	done := make(chan error, 1)
+	go func() { done <- g.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		g.t.Fatalf("ledger-mcp did not exit:\n%s", g.logs.String())
+	}
+}
+
+// request sends method with params and returns the answer's result, or
+// its error object.
+func (g *rawMCP) request(method string, params any) (result map[string]any, rpcErr map[string]any) {
+	g.t.Helper()
+	g.id++
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": g.id, "method": method, "params": params})
+	require.NoError(g.t, err)
+	_, err = g.in.Write(append(b, '\n'))
+	require.NoError(g.t, err)
+	for {
+		select {
+		case l, ok := <-g.lines:
+			require.True(g.t, ok, "ledger-mcp ended:\n%s", g.logs.String())
+			var m map[string]any
+			require.NoError(g.t, json.Unmarshal([]byte(l), &m), l)
+			if m["id"] != float64(g.id) {
+				continue // a notification
+			}
+			r, _ := m["result"].(map[string]any)
+			e, _ := m["error"].(map[string]any)
+			return r, e
+		case <-time.After(30 * time.Second):
+			g.t.Fatalf("no answer to %s in 30s:\n%s", method, g.logs.String())
+		}
+	}
+}
+
+func (g *rawMCP) initialize(version string) map[string]any {
+	g.t.Helper()
+	res, e := g.request("initialize", map[string]any{"protocolVersion": version, "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "raw", "version": "1"}})
+	require.Nil(g.t, e)
+	_, err := io.WriteString(g.in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	require.NoError(g.t, err)
+	return res
+}
+
+// taskOf is the task of a CreateTaskResult.
+func taskOf(t *testing.T, res map[string]any) map[string]any {
+	t.Helper()
+	task, ok := res["task"].(map[string]any)
+	require.True(t, ok, "not a task: %v", res)
+	return task
+}
+
+// TestLedgerMCP_tasks: a task-augmented call (MCP 2025-11-25) through the
+// gateway: capabilities.tasks and params.task reach the two ends, the
+// call answers its task and stays reserved (with the task's ttl as its
+// lease) while the task works, a repeat answers the same task, the
+// client polls it with tasks/get to completion, the task's result is
+// committed once (the task id never on the chain), and a repeat after
+// that gets the recorded result. A cancelled task is recorded not_applied
+// CANCELLED, so the same call may run again; a task that ends after its
+// lease is committed late.
+func TestLedgerMCP_tasks(t *testing.T) {
+	t.Parallel()
+	for _, upstream := range []string{"stdio", "http"} {
+		t.Run(upstream, func(t *testing.T) {
+			t.Parallel()
+			sh := newHostile(t)
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, sh.command()...)
+			if upstream == "http" {
+				args = []string{"--db", db, "--upstream", startHTTPShop(t, sh)}
+			}
+			testTasks(t, sh, db, startRawGateway(t, args...))
+		})
+	}
+}
+
+func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
+	init := g.initialize("2025-11-25")
+	caps, _ := init["capabilities"].(map[string]any)
+	require.Contains(t, caps, "tasks", "the upstream's capabilities.tasks: %v", init)
+	assert.NotContains(t, fmt.Sprint(caps["experimental"]), "effect-ledger")
+
+	job := func(id string) map[string]any {
+		res, e := g.request("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": id},
+			"task": map[string]any{"ttl": 600000}})
+		require.Nil(t, e)
+		return res
+	}
+	first := taskOf(t, job("t1"))
+	id, _ := first["taskId"].(string)
+	require.NotEmpty(t, id)
+	assert.Equal(t, "working", first["status"])
+	assert.Equal(t, 1, sh.runs("job", "t1"))
+
+	// A repeat while it works: the same task, nothing run again.
+	again := job("t1")
+	assert.Equal(t, id, taskOf(t, again)["taskId"])
+	assert.Equal(t, "in_progress", again["_meta"].(map[string]any)[mcpgate.MetaStatus])
+	assert.Equal(t, 1, sh.runs("job", "t1"))
+
+	got, e := g.request("tasks/get", map[string]any{"taskId": id})
+	require.Nil(t, e)
+	assert.Equal(t, "working", got["status"])
+	_, e = g.request("tasks/get", map[string]any{"taskId": "someone-elses"})
+	require.NotNil(t, e)
+	assert.EqualValues(t, -32602, e["code"])
+
+	require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-t1"), nil, 0o600))
+	for range 2 { // polled twice, committed once
+		got, e = g.request("tasks/get", map[string]any{"taskId": id})
+		require.Nil(t, e)
+		assert.Equal(t, "completed", got["status"])
+	}
+	res, e := g.request("tasks/result", map[string]any{"taskId": id})
+	require.Nil(t, e)
+	assert.Contains(t, fmt.Sprint(res["content"]), "job t1 done")
+
+	// After it ended: the recorded result, not run again.
+	replay := job("t1")
+	assert.NotContains(t, replay, "task")
+	assert.Equal(t, true, replay["_meta"].(map[string]any)[mcpgate.MetaReplayed], replay)
+	assert.Contains(t, fmt.Sprint(replay["content"]), "job t1 done")
+	assert.Equal(t, 1, sh.runs("job", "t1"))
+	assert.Equal(t, 1, strings.Count(g.logs.String(), "task executed"), g.logs.String())
+
+	// Cancelled: recorded not_applied, so the same call runs again.
+	id2, _ := taskOf(t, job("t2"))["taskId"].(string)
+	cancelled, e := g.request("tasks/cancel", map[string]any{"taskId": id2})
+	require.Nil(t, e)
+	assert.Equal(t, "cancelled", cancelled["status"])
+	got, e = g.request("tasks/get", map[string]any{"taskId": id2})
+	require.Nil(t, e)
+	assert.Equal(t, "cancelled", got["status"])
+	assert.Equal(t, "working", taskOf(t, job("t2"))["status"], "a cancelled call runs again")
+	assert.Equal(t, 2, sh.runs("job", "t2"))
+	assert.Equal(t, 2, strings.Count(g.logs.String(), "task executed"), g.logs.String())
+
+	// A task that ends after its lease (its ttl) is committed late.
+	res, e = g.request("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "late"},
+		"task": map[string]any{"ttl": 200}})
+	require.Nil(t, e)
+	idLate, _ := taskOf(t, res)["taskId"].(string)
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-late"), nil, 0o600))
+	got, e = g.request("tasks/get", map[string]any{"taskId": idLate})
+	require.Nil(t, e)
+	assert.Equal(t, "completed", got["status"])
+
+	g.stop()
+	keyLate, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"late"}`), "")
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", keyState(t, db, keyLate), "committed after the lease")
+	key1, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"t1"}`), "")
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", keyState(t, db, key1))
+	out, errOut, code := ledgerctl(t, "show", key1, "--db", db, "--json")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "job t1 done")
+	var shown struct {
+		Receipts []struct {
+			Kind           string `json:"kind"`
+			LeaseExpiresAt int64  `json:"lease_expires_at"`
+			RecordedAt     int64  `json:"recorded_at"`
+		} `json:"receipts"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &shown), out)
+	require.NotEmpty(t, shown.Receipts)
+	assert.Equal(t, "reserve", shown.Receipts[0].Kind)
+	assert.EqualValues(t, 600000, shown.Receipts[0].LeaseExpiresAt-shown.Receipts[0].RecordedAt, "the task's ttl is the lease")
+	assert.NotContains(t, out, "hostile-task-", "the task id stays off the chain")
+	key2, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"t2"}`), "")
+	require.NoError(t, err)
+	out, _, _ = ledgerctl(t, "show", key2, "--db", db, "--json")
+	assert.Contains(t, out, `"error_code":"CANCELLED"`)
+	out, errOut, code = ledgerctl(t, "verify", "--db", db)
+	assert.Equal(t, 0, code, out+errOut)
+}
+
+type taskIDParams struct {
+	mcp.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+type taskStatusResult struct {
+	mcp.ResultBase
+	TaskID string `json:"taskId"`
+	Status string `json:"status"`
+}
+
+// TestLedgerMCP_tasksOtherSession: over Streamable HTTP (2025-11-25
+// sessions), a task's handle serves only the session that made the call: another session's
+// tasks/get is invalid params, and its repeat of the call is
+// in_progress without the task.
+func TestLedgerMCP_tasksOtherSession(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	connect := func() *mcp.ClientSession {
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+		require.NoError(t, mcp.AddSendingCustomMethod[*taskIDParams, *taskStatusResult](c, "tasks/get"))
+		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := connect(), connect()
+	// The Go SDK's client cannot send params.task; the gateway carries it
+	// in this _meta member between its transports, so the test sends it
+	// there.
+	call := func(s *mcp.ClientSession) *mcp.CallToolResult {
+		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "job", Arguments: map[string]any{"id": "o1"},
+			Meta: mcp.Meta{"io.effect-ledger/params.task": map[string]any{"ttl": 60000}}})
+		require.NoError(t, err)
+		return res
+	}
+	require.False(t, call(a).IsError)
+	const id = "hostile-task-1" // mcp-hostile's first task
+	got, err := mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, a, "tasks/get", &taskIDParams{TaskID: id})
+	require.NoError(t, err, logs.String())
+	assert.Equal(t, "working", got.Status)
+	_, err = mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, b, "tasks/get", &taskIDParams{TaskID: id})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unknown task")
+	other := call(b)
+	assert.True(t, other.IsError)
+	assert.Equal(t, "in_progress", other.Meta[mcpgate.MetaStatus])
+	again := call(a)
+	assert.False(t, again.IsError, "the session that made it gets its task again")
+	assert.Equal(t, "in_progress", again.Meta[mcpgate.MetaStatus])
+	assert.Equal(t, 1, sh.runs("job", "o1"))
+}
