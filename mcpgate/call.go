@@ -48,6 +48,10 @@ type call struct {
 	exec    string
 	attempt uint64
 	hash    string
+	// On a session of its own upstream (serverreq.go): where the
+	// upstream's requests during the call go.
+	peer  *peer
+	route *route
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -72,6 +76,16 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
+	if g.usesPeer(ss, version) {
+		c.peer = g.peerOf(ss)
+		if s, err = c.peer.session(ctx); err != nil {
+			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+			return nil, err
+		}
+		var done func()
+		c.route, done = c.peer.open(ctx)
+		defer done()
+	}
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
 		c.upState = c.state // a read's rounds are the upstream's alone
@@ -168,6 +182,16 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
+	}
+	if first, merr := missingCapability(c.peer, c.route, v); merr != nil {
+		// The upstream failed the call for want of what the client
+		// cannot give: nothing applied if it had asked nothing before,
+		// else it may have acted and the outcome is unknown.
+		if first {
+			v.outcome, v.rpcErr, v.reply = capabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
+		} else {
+			v, err = verdict{}, merr
+		}
 	}
 	if !v.known {
 		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)

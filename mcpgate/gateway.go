@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -83,6 +84,10 @@ type Gateway struct {
 	server   *mcp.Server
 	logger   *slog.Logger
 	stateKey func() ([]byte, error)
+	// peers are the downstream sessions' own upstream sessions
+	// (serverreq.go).
+	peersMu sync.Mutex
+	peers   map[*mcp.ServerSession]*peer
 }
 
 // New returns a gateway in front of up.
@@ -113,7 +118,7 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey)}
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), peers: map[*mcp.ServerSession]*peer{}}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
@@ -237,6 +242,9 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		if err := g.describeClient(ctx, req); err != nil {
 			return nil, err
 		}
+	}
+	if err := g.relayLogLevel(ctx, req, version); err != nil {
+		return nil, err
 	}
 	switch p := req.GetParams().(type) {
 	case *mcp.CallToolParamsRaw:
