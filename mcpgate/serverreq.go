@@ -320,3 +320,15 @@ func missingCapability(p *peer, r *route, v verdict) (first bool, err error) {
 	}
 	return false, nil
 }
+
+// refuseRoots is the receiving middleware of the shared upstream
+// session: it has no client's roots to give, and the SDK would answer
+// roots/list with an empty list.
+func refuseRoots(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "roots/list" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support roots"}
+		}
+		return next(ctx, method, req)
+	}
+}
