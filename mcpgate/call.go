@@ -67,6 +67,15 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
 		return nil, err
 	}
+	if g.usesPeer(ss, version) {
+		// The client's own upstream session, whose tools are the ones
+		// offered to a client with its capabilities.
+		c.peer = g.peerOf(ss)
+		if s, err = c.peer.session(ctx); err != nil {
+			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+			return nil, err
+		}
+	}
 	tool, err := g.tools.lookup(ctx, s, c.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
@@ -76,12 +85,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
-	if g.usesPeer(ss, version) {
-		c.peer = g.peerOf(ss)
-		if s, err = c.peer.session(ctx); err != nil {
-			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
-			return nil, err
-		}
+	if c.peer != nil {
 		var done func()
 		c.route, done = c.peer.open(ctx)
 		defer done()

@@ -246,12 +246,13 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 	if err := g.relayLogLevel(ctx, req, version); err != nil {
 		return nil, err
 	}
+	up := g.sessionFor(req, version)
 	switch p := req.GetParams().(type) {
 	case *mcp.CallToolParamsRaw:
 		ss, _ := req.GetSession().(*mcp.ServerSession)
 		return g.callTool(ctx, ss, p, version)
 	case *mcp.ListToolsParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 			res, err := s.ListTools(ctx, p)
 			if err == nil {
 				g.tools.merge(res.Tools)
@@ -259,27 +260,27 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 			return res, err
 		})
 	case *mcp.ListPromptsParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
 			return s.ListPrompts(ctx, p)
 		})
 	case *mcp.GetPromptParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
 			return s.GetPrompt(ctx, p)
 		})
 	case *mcp.ListResourcesParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
 			return s.ListResources(ctx, p)
 		})
 	case *mcp.ListResourceTemplatesParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
 			return s.ListResourceTemplates(ctx, p)
 		})
 	case *mcp.ReadResourceParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
 			return s.ReadResource(ctx, p)
 		})
 	case *mcp.CompleteParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
 			return s.Complete(ctx, p)
 		})
 	case *mcp.PingParams:
@@ -306,10 +307,11 @@ func forwarded(p mcp.Params) bool {
 	return false
 }
 
-// forwardRaw runs f on the upstream session and answers with the
+// forwardRaw runs f on the upstream session up returns and answers with the
 // upstream's result as it was sent, where the connection keeps it.
-func forwardRaw[R mcp.Result](ctx context.Context, g *Gateway, f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
-	s, err := g.up.Session(ctx)
+func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mcp.ClientSession, error),
+	f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
+	s, err := up(ctx)
 	if err != nil {
 		return nil, err
 	}

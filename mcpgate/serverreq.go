@@ -62,6 +62,17 @@ func (g *Gateway) usesPeer(ss *mcp.ServerSession, version string) bool {
 	return ir != nil && !statelessRevision(ir.ProtocolVersion)
 }
 
+// sessionFor returns the upstream session a request of a client of
+// revision version goes on: the client's own for an older revision (an
+// upstream may offer tools by the client's capabilities), else the
+// shared one.
+func (g *Gateway) sessionFor(req mcp.Request, version string) func(context.Context) (*mcp.ClientSession, error) {
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && g.usesPeer(ss, version) {
+		return g.peerOf(ss).session
+	}
+	return g.up.Session
+}
+
 // peerOf returns ss's peer, made on first use and closed with ss.
 func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 	g.peersMu.Lock()
