@@ -52,6 +52,10 @@ type call struct {
 	// lease: a task-augmented call's is its task's ttl (tasks.go).
 	lease time.Duration
 	up    *mcp.ClientSession // the upstream session the call went to
+	// On a session of its own upstream (serverreq.go): where the
+	// upstream's requests during the call go.
+	peer  *peer
+	route *route
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -68,6 +72,15 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
 		return nil, err
 	}
+	if g.usesPeer(ss, version) {
+		// The client's own upstream session, whose tools are the ones
+		// offered to a client with its capabilities.
+		c.peer = g.peerOf(ss)
+		if s, err = c.peer.session(ctx); err != nil {
+			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+			return nil, err
+		}
+	}
 	tool, err := g.tools.lookup(ctx, s, c.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
@@ -78,6 +91,11 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
 	c.up = s
+	if c.peer != nil {
+		var done func()
+		c.route, done = c.peer.open(ctx)
+		defer done()
+	}
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
 		c.upState = c.state // a read's rounds are the upstream's alone
@@ -180,6 +198,16 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 	}
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
+	}
+	if first, merr := missingCapability(c.peer, c.route, v); merr != nil {
+		// The upstream failed the call for want of what the client
+		// cannot give: nothing applied if it had asked nothing before,
+		// else it may have acted and the outcome is unknown.
+		if first {
+			v.outcome, v.rpcErr, v.reply = capabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
+		} else {
+			v, err = verdict{}, merr
+		}
 	}
 	if !v.known {
 		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)

@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -85,6 +86,10 @@ type Gateway struct {
 	stateKey func() ([]byte, error)
 	tasks    *taskTable
 	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
+	// peers are the downstream sessions' own upstream sessions
+	// (serverreq.go).
+	peersMu sync.Mutex
+	peers   map[*mcp.ServerSession]*peer
 }
 
 // New returns a gateway in front of up.
@@ -115,7 +120,8 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable()}
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
+		peers: map[*mcp.ServerSession]*peer{}}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onProgress(g.progress.deliver)
@@ -250,12 +256,16 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		}
 		return g.withTasksCapability(res), nil
 	}
+	if err := g.relayLogLevel(ctx, req, version); err != nil {
+		return nil, err
+	}
+	up := g.sessionFor(req, version)
 	switch p := req.GetParams().(type) {
 	case *mcp.CallToolParamsRaw:
 		ss, _ := req.GetSession().(*mcp.ServerSession)
 		return g.callTool(ctx, ss, p, version)
 	case *mcp.ListToolsParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 			res, err := s.ListTools(ctx, p)
 			if err == nil {
 				g.tools.merge(res.Tools)
@@ -263,27 +273,27 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 			return res, err
 		})
 	case *mcp.ListPromptsParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
 			return s.ListPrompts(ctx, p)
 		})
 	case *mcp.GetPromptParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
 			return s.GetPrompt(ctx, p)
 		})
 	case *mcp.ListResourcesParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
 			return s.ListResources(ctx, p)
 		})
 	case *mcp.ListResourceTemplatesParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
 			return s.ListResourceTemplates(ctx, p)
 		})
 	case *mcp.ReadResourceParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
 			return s.ReadResource(ctx, p)
 		})
 	case *mcp.CompleteParams:
-		return forwardRaw(ctx, g, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
+		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
 			return s.Complete(ctx, p)
 		})
 	case *mcp.PingParams:
@@ -310,10 +320,11 @@ func forwarded(p mcp.Params) bool {
 	return false
 }
 
-// forwardRaw runs f on the upstream session and answers with the
+// forwardRaw runs f on the upstream session up returns and answers with the
 // upstream's result as it was sent, where the connection keeps it.
-func forwardRaw[R mcp.Result](ctx context.Context, g *Gateway, f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
-	s, err := g.up.Session(ctx)
+func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mcp.ClientSession, error),
+	f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
+	s, err := up(ctx)
 	if err != nil {
 		return nil, err
 	}

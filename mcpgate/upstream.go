@@ -15,7 +15,8 @@ import (
 )
 
 // Upstream is the connection to the real MCP server, shared by every
-// downstream session. A connection that ends (a stdio server that died,
+// downstream session (a session of an older revision also gets one of its
+// own for its calls, serverreq.go). A connection that ends (a stdio server that died,
 // a Streamable HTTP session that broke) is made again on the next use.
 type Upstream struct {
 	name    string // the command line or URL, for messages
@@ -102,7 +103,11 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 		// A round that asks for input goes back to the client that made
 		// the call (SPEC §11.1), never answered here.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		// The shared session speaks for no client: it advertises nothing
+		// (not the SDK's default roots) and answers no roots/list.
+		Capabilities: &mcp.ClientCapabilities{},
 	})
+	u.client.AddReceivingMiddleware(refuseRoots)
 	if _, err := u.Session(ctx); err != nil {
 		return nil, err
 	}

@@ -18,32 +18,13 @@ import (
 // installs: under CI=true it fails without them instead of skipping.
 func TestLedgerMCP_node(t *testing.T) {
 	t.Parallel()
-	node, nerr := exec.LookPath("node")
-	npm, perr := exec.LookPath("npm")
-	if nerr != nil || perr != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("node and npm are needed (Debian: apt-get install nodejs npm)")
-		}
-		t.Skip("node or npm not installed")
-	}
-	// npm ci into a copy, so the source tree gets no node_modules.
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "mcp.test.mjs"} {
-		b, err := os.ReadFile(filepath.Join("mcp-node", f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
-	}
-	install := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
-	install.Dir = dir
-	out, err := install.CombinedOutput()
-	require.NoError(t, err, "npm ci:\n%s", out)
-
+	node, dir := nodeInstall(t)
 	db := filepath.Join(t.TempDir(), "mcp.db")
 	run := exec.Command(node, "mcp.test.mjs")
 	run.Dir = dir
 	run.Env = append(os.Environ(), "LEDGER_MCP="+filepath.Join(binDir, "ledger-mcp"), "LEDGER_MCP_DB="+db,
 		"WORK_DIR="+t.TempDir())
-	out, err = run.CombinedOutput()
+	out, err := run.CombinedOutput()
 	require.NoError(t, err, "node mcp.test.mjs:\n%s", out)
 	t.Logf("node mcp.test.mjs:\n%s", out)
 
@@ -62,4 +43,51 @@ func TestLedgerMCP_node(t *testing.T) {
 	require.Equal(t, 0, code)
 	assert.Contains(t, out2, `"tool":"memory-server.create_entities"`)
 	assert.NotContains(t, out2, "read_graph")
+}
+
+// nodeInstall installs test/mcp-node's pinned packages (npm ci) into a
+// copy, so the source tree gets no node_modules, and returns node and
+// the copy. Without node and npm the test is skipped, or fails under
+// CI=true (.ci/run installs them).
+func nodeInstall(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, nerr := exec.LookPath("node")
+	npm, perr := exec.LookPath("npm")
+	if nerr != nil || perr != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("node and npm are needed (Debian: apt-get install nodejs npm)")
+		}
+		t.Skip("node or npm not installed")
+	}
+	dir = t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json", "mcp.test.mjs", "everything.test.mjs"} {
+		b, err := os.ReadFile(filepath.Join("mcp-node", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+	}
+	install := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
+	install.Dir = dir
+	out, err := install.CombinedOutput()
+	require.NoError(t, err, "npm ci:\n%s", out)
+	return node, dir
+}
+
+// TestLedgerMCP_nodeEverything: the TypeScript SDK's client (2025-11-25)
+// in front of the reference everything server, both pinned by
+// test/mcp-node/package-lock.json (test/mcp-node/everything.test.mjs):
+// the server's elicitation/create, sampling/createMessage and roots/list
+// during a call reach the client and its answers the server, and the
+// server's log messages reach the client.
+func TestLedgerMCP_nodeEverything(t *testing.T) {
+	t.Parallel()
+	node, dir := nodeInstall(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	run := exec.Command(node, "everything.test.mjs")
+	run.Dir = dir
+	run.Env = append(os.Environ(), "LEDGER_MCP="+filepath.Join(binDir, "ledger-mcp"), "LEDGER_MCP_DB="+db)
+	out, err := run.CombinedOutput()
+	require.NoError(t, err, "node everything.test.mjs:\n%s", out)
+	t.Logf("node everything.test.mjs:\n%s", out)
+	out2, errOut, code := ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, out2+errOut)
 }

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 its tools ask their client with sampling, roots and logging of the revisions before 2026-07-28
+
 // Command mcp-upstream is the MCP server the ledger-mcp tests put behind
 // the gateway. Every tool appends a line to the executions file of
 // --dir before it acts, so a test counts how often a call really ran,
@@ -19,11 +21,15 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-var dir string
+var (
+	dir      string
+	revision string
+)
 
 func main() {
 	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
 	flag.StringVar(&dir, "dir", "", "directory of the executions file and release files")
+	flag.StringVar(&revision, "revision", "", "negotiate only this protocol revision (default: the SDK's)")
 	flag.Parse()
 	s := newServer()
 	if *httpAddr == "" {
@@ -61,7 +67,11 @@ type chargeOut struct {
 func ptr(b bool) *bool { return &b }
 
 func newServer() *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{Name: "test-shop", Version: "1.0.0"}, nil)
+	var opts *mcp.ServerOptions
+	if revision != "" {
+		opts = &mcp.ServerOptions{SupportedProtocolVersions: []string{revision}}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "test-shop", Version: "1.0.0"}, opts)
 	// No annotations: a non-idempotent destructive effect.
 	mcp.AddTool(s, &mcp.Tool{Name: "charge", Description: "charge an order"},
 		func(_ context.Context, _ *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, chargeOut, error) {
@@ -150,6 +160,7 @@ func newServer() *mcp.Server {
 			return text(fmt.Sprintf("client=%s version=%s elicitation=%t", name, r.ProtocolVersion(),
 				caps != nil && caps.Elicitation != nil)), nil, nil
 		})
+	addAskingTools(s)
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
@@ -228,4 +239,58 @@ func countLines(s, line string) int {
 		}
 	}
 	return n
+}
+
+// addAskingTools adds the tools that ask their client during the call
+// with server→client requests (revisions before 2026-07-28): each
+// records "TOOL ID" only when it acts.
+func addAskingTools(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_elicit", Description: "asks the user (elicitation/create), acts on accept"},
+		func(ctx context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			res, err := r.Session.Elicit(ctx, &mcp.ElicitParams{Message: "Really do " + a.ID + "?",
+				RequestedSchema: map[string]any{"type": "object", "properties": map[string]any{}}})
+			if err != nil {
+				return nil, nil, fmt.Errorf("elicit: %w", err)
+			}
+			if res.Action != "accept" {
+				out := text(fmt.Sprintf("the user answered %s: nothing done", res.Action))
+				out.IsError = true
+				return out, nil, nil
+			}
+			n := record("ask_elicit", a.ID)
+			return text(fmt.Sprintf("elicited %s, run %d", a.ID, n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_sample", Description: "asks the client's model (sampling/createMessage), then acts"},
+		func(ctx context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			res, err := r.Session.CreateMessage(ctx, &mcp.CreateMessageParams{MaxTokens: 10,
+				Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "name " + a.ID}}}})
+			if err != nil {
+				return nil, nil, fmt.Errorf("sample: %w", err)
+			}
+			reply := ""
+			if t, ok := res.Content.(*mcp.TextContent); ok {
+				reply = t.Text
+			}
+			n := record("ask_sample", a.ID)
+			return text(fmt.Sprintf("sampled %s: %s, run %d", a.ID, reply, n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "ask_roots", Description: "lists the client's roots (roots/list), then acts"},
+		func(ctx context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			res, err := r.Session.ListRoots(ctx, nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("roots: %w", err)
+			}
+			var uris []string
+			for _, root := range res.Roots {
+				uris = append(uris, root.URI)
+			}
+			n := record("ask_roots", a.ID)
+			return text(fmt.Sprintf("roots of %s: [%s], run %d", a.ID, strings.Join(uris, " "), n)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "log_then_charge", Description: "logs a message (notifications/message), then acts"},
+		func(ctx context.Context, r *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
+			_ = r.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "info", Logger: "shop", Data: "charging " + a.ID})
+			n := record("log_then_charge", a.ID)
+			return text(fmt.Sprintf("charged %s, run %d", a.ID, n)), nil, nil
+		})
 }

@@ -1,0 +1,348 @@
+//lint:file-ignore SA1019 sampling, roots and logging are deprecated (SEP-2577), not gone: a client that has them is relayed them
+
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// An upstream that negotiated a revision before 2026-07-28 asks its
+// client with server→client requests (elicitation/create,
+// sampling/createMessage, roots/list) while a call runs, and nothing in
+// them names the call. So each downstream session of such a revision
+// gets an upstream session of its own (SPEC §11.1): whatever the
+// upstream asks on it belongs to that downstream session and is
+// forwarded there, with the capabilities and client info of that client
+// alone advertised upstream. The shared session stays for the tool cache
+// and list_changed.
+
+// peer is a downstream session's own upstream session.
+type peer struct {
+	g  *Gateway
+	ss *mcp.ServerSession
+
+	mu     sync.Mutex
+	cs     *mcp.ClientSession
+	level  mcp.LoggingLevel // the client's logging level, for a new upstream session
+	routes []*route         // the calls in flight, oldest first
+	closed bool
+}
+
+// route is one call in flight on a peer: where its server→client
+// requests go, and what became of them.
+type route struct {
+	ctx context.Context // the downstream request's: over HTTP the request goes on its stream
+	// answered counts the requests the client answered; missing is the
+	// first request that could not be forwarded, and first whether it
+	// came before any was answered (the upstream cannot have acted on an
+	// answer yet).
+	answered int
+	missing  error
+	first    bool
+}
+
+// usesPeer reports whether a call of a client of revision version on ss
+// goes on a session of its own.
+func (g *Gateway) usesPeer(ss *mcp.ServerSession, version string) bool {
+	if ss == nil || statelessRevision(version) {
+		return false
+	}
+	s, err := g.up.Session(context.Background())
+	if err != nil {
+		return false
+	}
+	ir := s.InitializeResult()
+	return ir != nil && !statelessRevision(ir.ProtocolVersion)
+}
+
+// sessionFor returns the upstream session a request of a client of
+// revision version goes on: the client's own for an older revision (an
+// upstream may offer tools by the client's capabilities), else the
+// shared one.
+func (g *Gateway) sessionFor(req mcp.Request, version string) func(context.Context) (*mcp.ClientSession, error) {
+	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && g.usesPeer(ss, version) {
+		return g.peerOf(ss).session
+	}
+	return g.up.Session
+}
+
+// peerOf returns ss's peer, made on first use and closed with ss.
+func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
+	g.peersMu.Lock()
+	defer g.peersMu.Unlock()
+	if p, ok := g.peers[ss]; ok {
+		return p
+	}
+	p := &peer{g: g, ss: ss}
+	g.peers[ss] = p
+	go func() {
+		_ = ss.Wait()
+		g.peersMu.Lock()
+		delete(g.peers, ss)
+		g.peersMu.Unlock()
+		p.close()
+	}()
+	return p
+}
+
+// session returns the peer's upstream session, connecting when there is
+// none (a stdio upstream: one more process).
+func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("upstream: the client's session ended")
+	}
+	if p.cs != nil {
+		return p.cs, nil
+	}
+	ip := p.ss.InitializeParams()
+	impl := &mcp.Implementation{Name: "ledger-mcp", Version: p.g.cfg.Version}
+	var down *mcp.ClientCapabilities
+	if ip != nil {
+		if ip.ClientInfo != nil {
+			impl = ip.ClientInfo
+		}
+		down = ip.Capabilities
+	}
+	c := mcp.NewClient(impl, &mcp.ClientOptions{
+		Capabilities: relayable(down),
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			p.g.progress.deliver(r.Params)
+		},
+		LoggingMessageHandler: p.log,
+		MultiRoundTrip:        &mcp.MultiRoundTripOptions{Disabled: true},
+	})
+	c.AddReceivingMiddleware(p.answerUpstream)
+	for _, m := range taskMethods { // a task made on this session is polled on it (tasks.go)
+		_ = mcp.AddSendingCustomMethod[*taskParams, *taskResult](c, m)
+	}
+	cs, err := c.Connect(ctx, p.g.up.newConn(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", p.g.up.name, err)
+	}
+	if p.level != "" {
+		_ = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: p.level})
+	}
+	p.cs = cs
+	go func() {
+		_ = cs.Wait()
+		p.mu.Lock()
+		if p.cs == cs {
+			p.cs = nil
+		}
+		p.mu.Unlock()
+	}()
+	return cs, nil
+}
+
+// relayLogLevel passes a logging/setLevel of a client of an older
+// revision on to its upstream session, which then logs at that level;
+// the SDK answers the client.
+func (g *Gateway) relayLogLevel(ctx context.Context, req mcp.Request, version string) error {
+	p, ok := req.GetParams().(*mcp.SetLoggingLevelParams)
+	ss, _ := req.GetSession().(*mcp.ServerSession)
+	if !ok || !g.usesPeer(ss, version) {
+		return nil
+	}
+	return g.peerOf(ss).setLevel(ctx, p.Level)
+}
+
+// setLevel passes the client's logging level to its upstream session.
+func (p *peer) setLevel(ctx context.Context, level mcp.LoggingLevel) error {
+	p.mu.Lock()
+	p.level = level
+	cs := p.cs
+	p.mu.Unlock()
+	if cs == nil {
+		return nil
+	}
+	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	cs := p.cs
+	p.cs, p.closed = nil, true
+	p.mu.Unlock()
+	if cs != nil {
+		_ = cs.Close()
+	}
+}
+
+// open registers a call in flight; done forgets it.
+func (p *peer) open(ctx context.Context) (*route, func()) {
+	r := &route{ctx: ctx}
+	p.mu.Lock()
+	p.routes = append(p.routes, r)
+	p.mu.Unlock()
+	return r, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i, x := range p.routes {
+			if x == r {
+				p.routes = append(p.routes[:i], p.routes[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// current is the call a server→client request belongs to: over one
+// upstream session the SDK cannot tell concurrent calls apart, so it is
+// the latest (usually the only) one in flight.
+func (p *peer) current() *route {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.routes) == 0 {
+		return nil
+	}
+	return p.routes[len(p.routes)-1]
+}
+
+// answerUpstream is the receiving middleware of a peer's upstream
+// client: the upstream's elicitation/create, sampling/createMessage and
+// roots/list go to the downstream client, and its answer, a decline as
+// much as an acceptance, goes back. The gateway answers none of them
+// itself; one the client lacks the capability for is refused.
+func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+		default:
+			return next(ctx, method, req)
+		}
+		r := p.current()
+		dctx := ctx
+		if r != nil {
+			dctx = r.ctx
+		}
+		caps := &mcp.ClientCapabilities{}
+		if ip := p.ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
+			caps = ip.Capabilities
+		}
+		var (
+			res     mcp.Result
+			err     error
+			missing string
+		)
+		switch params := req.GetParams().(type) {
+		case *mcp.ElicitParams:
+			if caps.Elicitation == nil {
+				missing = "elicitation"
+				break
+			}
+			res, err = p.ss.Elicit(dctx, params)
+		case *mcp.CreateMessageWithToolsParams:
+			if caps.Sampling == nil {
+				missing = "sampling"
+				break
+			}
+			res, err = p.ss.CreateMessageWithTools(dctx, params)
+		case *mcp.ListRootsParams:
+			if !hasRoots(caps) {
+				missing = "roots"
+				break
+			}
+			res, err = p.ss.ListRoots(dctx, params)
+		default:
+			missing = method
+		}
+		if missing != "" {
+			p.g.logger.InfoContext(ctx, "upstream request not forwarded: the client lacks the capability", "method", method)
+			p.markMissing(r, fmt.Errorf("%w: %s", errCapabilityMissing, missing))
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support " + missing}
+		}
+		if err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if r != nil {
+			r.answered++
+		}
+		p.mu.Unlock()
+		return res, nil
+	}
+}
+
+// markMissing notes on r a request its client could not answer.
+func (p *peer) markMissing(r *route, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r != nil && r.missing == nil {
+		r.missing, r.first = err, r.answered == 0
+	}
+}
+
+// log passes an upstream log message on to the client.
+func (p *peer) log(ctx context.Context, req *mcp.LoggingMessageRequest) {
+	dctx := context.WithoutCancel(ctx)
+	if r := p.current(); r != nil {
+		dctx = context.WithoutCancel(r.ctx)
+	}
+	_ = p.ss.Log(dctx, req.Params)
+}
+
+// relayable is what the gateway advertises upstream for a client with
+// capabilities c: the capabilities it can relay the requests of, and no
+// other (never the SDK's default roots).
+func relayable(c *mcp.ClientCapabilities) *mcp.ClientCapabilities {
+	out := &mcp.ClientCapabilities{}
+	if c == nil {
+		return out
+	}
+	out.Elicitation, out.Sampling = c.Elicitation, c.Sampling
+	if hasRoots(c) {
+		rc := &mcp.RootCapabilities{ListChanged: c.Roots.ListChanged}
+		if c.RootsV2 != nil {
+			rc.ListChanged = c.RootsV2.ListChanged
+		}
+		out.RootsV2 = rc
+	}
+	return out
+}
+
+// missingCapability tells the upstream's answer of a call apart when the
+// client lacked a capability the upstream needed: a request that could
+// not be forwarded, or (an SDK server checks elicitation before sending)
+// an error that says the client does not support it. first: nothing had
+// been answered before, so the upstream cannot have acted.
+func missingCapability(p *peer, r *route, v verdict) (first bool, err error) {
+	if r == nil || !v.known || v.outcome.Succeeded || v.inputRequired {
+		return false, nil
+	}
+	p.mu.Lock()
+	missing, first, answered := r.missing, r.first, r.answered
+	p.mu.Unlock()
+	if missing != nil {
+		return first, missing
+	}
+	caps := &mcp.ClientCapabilities{}
+	if ip := p.ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
+		caps = ip.Capabilities
+	}
+	msg := v.outcome.ErrorMessage
+	if caps.Elicitation == nil && strings.Contains(msg, "does not support elicitation") {
+		return answered == 0, fmt.Errorf("%w: elicitation", errCapabilityMissing)
+	}
+	return false, nil
+}
+
+// refuseRoots is the receiving middleware of the shared upstream
+// session: it has no client's roots to give, and the SDK would answer
+// roots/list with an empty list.
+func refuseRoots(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "roots/list" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support roots"}
+		}
+		return next(ctx, method, req)
+	}
+}

@@ -1,0 +1,58 @@
+//lint:file-ignore SA1019 roots are deprecated (SEP-2577), not gone
+
+package mcpgate
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+)
+
+// TestMissingCapability: a call whose first server→client request could
+// not be forwarded applied nothing; one that had already had an answer
+// may have acted (unknown); a success or a call with no refusal is left
+// as it is.
+func TestMissingCapability(t *testing.T) {
+	p := &peer{}
+	failed := verdict{known: true, outcome: Outcome{ErrorCode: CodeToolError}}
+
+	r, done := p.open(context.Background())
+	p.markMissing(r, errCapabilityMissing)
+	first, err := missingCapability(p, r, failed)
+	assert.True(t, first)
+	assert.True(t, errors.Is(err, errCapabilityMissing))
+	_, err = missingCapability(p, r, verdict{known: true, outcome: Outcome{Succeeded: true}})
+	assert.NoError(t, err, "a success stays one")
+	done()
+	assert.Nil(t, p.current())
+
+	r, done = p.open(context.Background())
+	defer done()
+	r.answered = 1
+	p.markMissing(r, errCapabilityMissing)
+	first, err = missingCapability(p, r, failed)
+	assert.False(t, first, "the upstream had an answer before: it may have acted")
+	assert.Error(t, err)
+
+	_, err = missingCapability(nil, nil, failed)
+	assert.NoError(t, err)
+}
+
+// TestRelayable: only the capabilities the gateway relays, and roots
+// only when the client has them (never the SDK's default).
+func TestRelayable(t *testing.T) {
+	none := relayable(&mcp.ClientCapabilities{})
+	assert.Nil(t, none.RootsV2)
+	assert.Nil(t, none.Elicitation)
+	assert.Nil(t, none.Sampling)
+	all := relayable(&mcp.ClientCapabilities{RootsV2: &mcp.RootCapabilities{ListChanged: true},
+		Elicitation: &mcp.ElicitationCapabilities{}, Sampling: &mcp.SamplingCapabilities{},
+		Experimental: map[string]any{"x": map[string]any{}}})
+	assert.Equal(t, &mcp.RootCapabilities{ListChanged: true}, all.RootsV2)
+	assert.NotNil(t, all.Elicitation)
+	assert.NotNil(t, all.Sampling)
+	assert.Nil(t, all.Experimental)
+}
