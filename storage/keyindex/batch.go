@@ -85,11 +85,15 @@ func (b *Batch) Commit(head ledger.Head) error {
 	return nil
 }
 
-// Close releases the batch (after Commit, or to drop it).
+// Close releases the batch (after Commit, or to drop it). A second Close
+// does nothing: Pebble pools its batches, and closing one twice would
+// release it from under whoever the pool handed it to next.
 func (b *Batch) Close() {
 	if b.b != nil {
+		pb := b.b
+		b.b = nil
 		defer func() { _ = recover() }() // a batch whose commit panicked: its memory is all Close frees
-		_ = b.b.Close()
+		_ = pb.Close()
 	}
 }
 

@@ -189,7 +189,9 @@ func (d *Deriver) flush() error {
 // Finish applies the rest and makes the index durable; the head applied
 // is then the namespace's watermark.
 func (d *Deriver) Finish() (ledger.Head, error) {
-	defer d.b.Close()
+	// The batch flush leaves open, not the one open now: flush closes
+	// that one (a deferred d.b.Close() would close it a second time).
+	defer func() { d.b.Close() }()
 	if err := d.flush(); err != nil {
 		return d.head, err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -155,6 +156,8 @@ func (ix *Index) useIn(in *instance, write bool, f func(db *pebble.DB) error) (e
 			if !ok {
 				perr = fmt.Errorf("%v", r)
 			}
+			ix.logger.Error("a call into the key index panicked", "component", "key index", "panic", perr,
+				"stack", string(debug.Stack()))
 			err = ix.failWith(in, &fault{err: fmt.Errorf("pebble panicked: %w", perr), panicked: write}).error()
 		}
 	}()
