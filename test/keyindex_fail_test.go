@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 )
 
 // The key index's disk fills up, or one of its files is corrupt: ledgerd
@@ -142,23 +144,6 @@ func TestLedgerd_indexDiskFullAtStart(t *testing.T) {
 	}
 }
 
-// corruptTables flips the bytes of every table (.sst) of the key index
-// of db between fractions from and to of its length.
-func corruptTables(t *testing.T, db string, from, to float64) {
-	t.Helper()
-	ssts, err := filepath.Glob(filepath.Join(db+".idx", "*.sst"))
-	require.NoError(t, err)
-	require.NotEmpty(t, ssts)
-	for _, f := range ssts {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		for i := int(from * float64(len(b))); i < int(to*float64(len(b))); i++ {
-			b[i] ^= 0x5a
-		}
-		require.NoError(t, os.WriteFile(f, b, 0o644))
-	}
-}
-
 // indexedLedger makes a stopped ledger of n committed keys whose key
 // index is one compacted table, and returns its path and keys.
 func indexedLedger(t *testing.T, n int) (string, []string) {
@@ -193,7 +178,7 @@ func TestLedgerd_indexCorrupt(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db, keys := indexedLedger(t, 150)
-			corruptTables(t, db, tt.from, tt.to)
+			ledgertest.CorruptTables(t, db+".idx", tt.from, tt.to)
 
 			l := StartLedgerd(t, db)
 			for _, key := range keys {
@@ -232,7 +217,7 @@ func TestLedgerctl_rebuildIndexCorrupt(t *testing.T) {
 	}{{"whole table", 0.01, 0.99}, {"middle of the table", 0.3, 0.6}} {
 		t.Run(tt.name, func(t *testing.T) {
 			db, keys := indexedLedger(t, 150)
-			corruptTables(t, db, tt.from, tt.to)
+			ledgertest.CorruptTables(t, db+".idx", tt.from, tt.to)
 			out, stderr, code := ledgerctl(t, "rebuild-index", "--db", db, "--json")
 			require.Equal(t, 0, code, stderr)
 			assert.Contains(t, out, `"seq":300`)

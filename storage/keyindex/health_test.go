@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
@@ -130,23 +130,6 @@ func TestIndex_openNoSpace(t *testing.T) {
 	assert.Equal(t, uint64(10), wm.Seq)
 }
 
-// corruptTables flips bytes of every table of the index in dir, from
-// fraction from to fraction to of its length.
-func corruptTables(t *testing.T, dir string, from, to float64) {
-	t.Helper()
-	ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
-	require.NoError(t, err)
-	require.NotEmpty(t, ssts)
-	for _, f := range ssts {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		for i := int(from * float64(len(b))); i < int(to*float64(len(b))); i++ {
-			b[i] ^= 0x5a
-		}
-		require.NoError(t, os.WriteFile(f, b, 0o644))
-	}
-}
-
 // TestIndex_corrupt: a corrupt table fails the open or the read that
 // meets it (ErrCorrupt, no panic), and Repair moves the directory aside
 // and starts an empty index.
@@ -161,14 +144,14 @@ func TestIndex_corrupt(t *testing.T) {
 	}
 	t.Run("at open", func(t *testing.T) {
 		dir := build(t)
-		corruptTables(t, dir, 0.01, 0.99)
+		ledgertest.CorruptTables(t, dir, 0.01, 0.99)
 		_, err := keyindex.Open(dir, keyindex.Options{Logger: quiet})
 		require.ErrorIs(t, err, keyindex.ErrCorrupt)
 		assert.False(t, keyindex.IsDiskError(err), "the driver moves it aside")
 	})
 	t.Run("on read", func(t *testing.T) {
 		dir := build(t)
-		corruptTables(t, dir, 0.3, 0.6) // the format key (first) and the table's index (last) stay readable
+		ledgertest.CorruptTables(t, dir, 0.3, 0.6) // the format key (first) and the table's index (last) stay readable
 		ix, err := keyindex.Open(dir, keyindex.Options{Logger: quiet})
 		require.NoError(t, err)
 		defer ix.Close()

@@ -129,23 +129,6 @@ func TestIndex_startDiskFull(t *testing.T) {
 	assert.Equal(t, ledger.StatusReplayed, again.Status)
 }
 
-// corruptIndex flips the bytes of every table of the key index of the
-// ledger at path between fractions from and to of its length.
-func corruptIndex(t *testing.T, path string, from, to float64) {
-	t.Helper()
-	ssts, err := filepath.Glob(filepath.Join(sqlite.IndexPath(path), "*.sst"))
-	require.NoError(t, err)
-	require.NotEmpty(t, ssts)
-	for _, f := range ssts {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		for i := int(from * float64(len(b))); i < int(to*float64(len(b))); i++ {
-			b[i] ^= 0x5a
-		}
-		require.NoError(t, os.WriteFile(f, b, 0o644))
-	}
-}
-
 // TestIndex_corrupt: a key index with a corrupt table is moved aside
 // (<db>.idx.unreadable-<ms>) and rebuilt from the receipts, whether the
 // open meets the corruption or a later read does; a committed key is
@@ -171,7 +154,7 @@ func TestIndex_corrupt(t *testing.T) {
 			require.NoError(t, db.Close())
 			_, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet) // one compacted table
 			require.NoError(t, err)
-			corruptIndex(t, path, tt.from, tt.to)
+			ledgertest.CorruptTables(t, sqlite.IndexPath(path), tt.from, tt.to)
 
 			db = ledgertest.MustOpen(t, path, quiet, ledger.Config{})
 			assert.Equal(t, head, db.Head())
@@ -206,7 +189,7 @@ func TestRebuildIndex_corrupt(t *testing.T) {
 	_, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
 	require.NoError(t, err)
 	for _, span := range [][2]float64{{0.3, 0.6}, {0.01, 0.99}} {
-		corruptIndex(t, path, span[0], span[1])
+		ledgertest.CorruptTables(t, sqlite.IndexPath(path), span[0], span[1])
 		got, err := sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
 		require.NoError(t, err)
 		assert.Equal(t, head, got)
