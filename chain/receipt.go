@@ -55,6 +55,12 @@ const (
 	KindCommit  = "commit"
 	KindReplay  = "replay"
 	KindResolve = "resolve"
+	// v1.3 (SPEC §2.1, §13): the gate's policy, a reserve held for a
+	// person, that person's answer, and a reserve the policy refused.
+	KindPolicy   = "policy"
+	KindAsk      = "ask"
+	KindApproval = "approval"
+	KindDeny     = "deny"
 )
 
 // Effect classes. EffectNone and EffectRead are not effects and never
@@ -74,6 +80,10 @@ const (
 	// OutcomeNotApplied (v1.3, SPEC §4.1): the effect applied nothing, so
 	// the key may be reserved again.
 	OutcomeNotApplied = "not_applied"
+	// OutcomeApproved and OutcomeRejected (v1.3, SPEC §13) are the
+	// outcomes of an approval receipt.
+	OutcomeApproved = "approved"
+	OutcomeRejected = "rejected"
 )
 
 // Receipt is one entry of the chain. Field order and types are those of
