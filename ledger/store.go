@@ -124,6 +124,34 @@ type Tx interface {
 	// Probe makes a small real durable write outside the chain (the
 	// readiness probe after a failed write).
 	Probe(ctx context.Context) error
+	GateTx
+}
+
+// GateTx is what the gate of SPEC §13 reads and writes in a transaction
+// besides the key records: the policy in force, a key's receipts, the
+// recent failures of a (tool, input) and the asked inputs kept off the
+// chain. A namespace without a policy (PolicySeq 0) reads none of it.
+type GateTx interface {
+	// PolicySeq is the seq of the chain's latest policy receipt, this
+	// transaction's appends included; 0 when the chain has none. It is
+	// read on every reserve, so it must cost no round trip of its own.
+	PolicySeq(ctx context.Context) (uint64, error)
+	// KeyHistory returns key's receipts (every kind) with seq >= since,
+	// in seq order, this transaction's appends included.
+	KeyHistory(ctx context.Context, key string, since uint64) ([]chain.Receipt, error)
+	// RecentOutcomes calls fn, in seq order, for each commit and resolve
+	// receipt whose tool and input_hash are these and whose recorded_at
+	// is at least notBefore, this transaction's appends included, until
+	// fn returns false.
+	RecentOutcomes(ctx context.Context, tool, inputHash string, notBefore uint64, fn func(*chain.Receipt) bool) error
+	// PutAskInput keeps the input of the ask at seq off the chain until
+	// deleteAfter (unix ms), and deletes the inputs whose deleteAfter is
+	// before now.
+	PutAskInput(ctx context.Context, seq uint64, input string, deleteAfter, now uint64) error
+	// SetAskInputDeadline moves the deletion of the ask's input (if still
+	// kept) to deleteAfter, and deletes the inputs whose deleteAfter is
+	// before now.
+	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
 }
 
 // Preloader is a Tx that can read the records of a batch's keys (and the
@@ -167,6 +195,9 @@ type ChainReader interface {
 	LatestCheckpoint(ctx context.Context) (*tlog.Signed, error)
 	CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error)
 	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
+	// AskInput returns the input kept for the ask at seq (SPEC §13), or
+	// found false once it is deleted or past its deleteAfter at now.
+	AskInput(ctx context.Context, seq, now uint64) (input string, found bool, err error)
 }
 
 // KeyRecord is the derived state of one idempotency key, which the

@@ -19,6 +19,8 @@ const (
 	RoleReader = "reader" // every GET
 	RoleWriter = "writer" // reserve and commit
 	RoleAdmin  = "admin"  // resolve, and everything else
+	// RoleApprover reads like a reader and answers approvals (SPEC §13).
+	RoleApprover = "approver"
 )
 
 // TokenPrefix starts every API token.
@@ -47,7 +49,7 @@ func (p Principal) AllowsNamespace(ns string) bool {
 // Allows reports whether the principal's role may perform an action that
 // needs role need.
 func (p Principal) Allows(need string) bool {
-	return p.Role == RoleAdmin || p.Role == need
+	return p.Role == RoleAdmin || p.Role == need || p.Role == RoleApprover && need == RoleReader
 }
 
 // TokenInfo describes a token without its secret.
@@ -90,8 +92,8 @@ func (t *Tokens) Create(ctx context.Context, name, role string, namespaces ...st
 	if name == "" || len(name) > 128 || !visibleASCII(name) {
 		return "", errors.New("token name must be 1–128 bytes of visible ASCII")
 	}
-	if role != RoleReader && role != RoleWriter && role != RoleAdmin {
-		return "", fmt.Errorf("role must be %s, %s or %s", RoleReader, RoleWriter, RoleAdmin)
+	if role != RoleReader && role != RoleWriter && role != RoleAdmin && role != RoleApprover {
+		return "", fmt.Errorf("role must be %s, %s, %s or %s", RoleReader, RoleWriter, RoleApprover, RoleAdmin)
 	}
 	for _, ns := range namespaces {
 		if !ValidNamespace(ns) {
