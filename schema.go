@@ -12,4 +12,4 @@ import _ "embed"
 var SQL string
 
 // Version is the user_version that schema.sql stamps.
-const Version = 4
+const Version = 5

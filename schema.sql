@@ -1,4 +1,4 @@
--- effect-ledger schema, version 4 (PRAGMA user_version = 4).
+-- effect-ledger schema, version 5 (PRAGMA user_version = 5).
 --
 -- receipts is the ledger: one row per receipt, one column per field of
 -- SPEC §2 with the same name and type, plus prev_hash and hash. It is
@@ -29,7 +29,7 @@ PRAGMA application_id = 1701209452; -- 0x6566656C
 
 CREATE TABLE receipts (
 	seq              INTEGER PRIMARY KEY CHECK (seq >= 1),
-	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve')),
+	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny')),
 	idempotency_key  TEXT    NOT NULL,
 	key_generated    INTEGER NOT NULL CHECK (key_generated IN (0, 1)),
 	execution_id     TEXT    NOT NULL,
@@ -83,6 +83,19 @@ BEGIN
 	UPDATE head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
 END;
 
+-- The gate's policy in force is the latest policy receipt (SPEC §13): this
+-- small partial index finds it at open without reading the chain.
+CREATE INDEX receipts_policy ON receipts (seq) WHERE kind = 'policy';
+
+-- The input of each ask (SPEC §13), kept off the chain for the approvers
+-- and deleted after delete_after (unix ms): the ask's expiry, or its
+-- answer, plus the operator's retention. Never part of the chain.
+CREATE TABLE approval_inputs (
+	ask_seq      INTEGER PRIMARY KEY,
+	input        TEXT    NOT NULL,
+	delete_after INTEGER NOT NULL
+);
+
 -- The SHA-256 of each reservation's token, by the reserve's seq: the
 -- one part of a key's state the receipts cannot give back (tokens are
 -- secrets and never enter a receipt), kept so that the key index can be
@@ -119,7 +132,7 @@ END;
 -- constant time.
 CREATE TABLE IF NOT EXISTS tokens (
 	name       TEXT    PRIMARY KEY,
-	role       TEXT    NOT NULL CHECK (role IN ('reader', 'writer', 'admin')),
+	role       TEXT    NOT NULL CHECK (role IN ('reader', 'writer', 'admin', 'approver')),
 	token_id   TEXT    NOT NULL UNIQUE,
 	token_hash BLOB    NOT NULL,
 	created_at INTEGER NOT NULL, -- unix ms
@@ -134,4 +147,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

@@ -83,6 +83,10 @@ func (s *Server) roleFor(route, method string) string {
 		return ledger.RoleWriter
 	case "/v1/effects/{key}/resolve":
 		return ledger.RoleAdmin
+	case "/v1/approvals/{seq}":
+		if method == http.MethodPost {
+			return ledger.RoleApprover // or admin (SPEC §13)
+		}
 	case "/v1/openapi.json":
 		return "" // public: the API's description holds no data
 	}

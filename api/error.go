@@ -43,6 +43,15 @@ var statusOf = map[string]int{
 	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
 	ledger.ECodeNamespaceExists:     http.StatusConflict,
 	ledger.ECodeNamespaceLimit:      http.StatusInsufficientStorage,
+	ledger.ECodeDeniedByPolicy:      http.StatusForbidden,
+	ledger.ECodeApprovalRejected:    http.StatusConflict,
+	ledger.ECodeUnchangedRetry:      http.StatusConflict,
+	ledger.ECodeKeyRequired:         http.StatusBadRequest,
+	ledger.ECodeEffectClassMismatch: http.StatusUnprocessableEntity,
+	ledger.ECodeAlreadyAnswered:     http.StatusConflict,
+	ledger.ECodeApprovalExpired:     http.StatusGone,
+	ledger.ECodeSelfApproval:        http.StatusForbidden,
+	ledger.ECodeUnknownApproval:     http.StatusNotFound,
 }
 
 var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{

@@ -44,7 +44,9 @@ type reservedBody struct {
 	// AfterNotApplied is set when the key's last outcome was not_applied
 	// (SPEC §4.1): this reserve runs the effect again.
 	AfterNotApplied *afterNotAppliedJSON `json:"after_not_applied,omitempty"`
-	Receipt         receiptRef           `json:"receipt"`
+	// Approval is the approval this reserve consumed (SPEC §13).
+	Approval *consumedJSON `json:"approval,omitempty"`
+	Receipt  receiptRef    `json:"receipt"`
 }
 
 // afterNotAppliedJSON names the not_applied outcome a 201 reserve follows.
@@ -97,6 +99,8 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		WaitMS:         o.integer("wait_ms"),
 		Actor:          ActorFromContext(r.Context()),
 	}
+	req.ApprovalSummary = o.str("approval_summary")
+	req.Changed = changedOf(o)
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
 		return
@@ -132,6 +136,10 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 	case ledger.StatusNotRecorded:
 		s.writeJSON(w, http.StatusOK, notRecordedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated})
+	case ledger.StatusApprovalRequired:
+		s.writeJSON(w, http.StatusAccepted, approvalRequiredBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
+			Approval: askJSON{Seq: res.Ask.Seq, ExpiresAt: res.Ask.ExpiresAt, State: ledger.ApprovalPending},
+			Receipt: refJSON(res.Receipt)})
 	default:
 		body := reservedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated, Reservation: res.Reservation, Attempt: res.Attempt,
@@ -142,6 +150,9 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		}
 		if a := res.AfterNotApplied; a != nil {
 			body.AfterNotApplied = &afterNotAppliedJSON{Seq: a.Seq, ErrorCode: a.ErrorCode}
+		}
+		if a := res.Approval; a != nil {
+			body.Approval = &consumedJSON{Seq: a.Seq, AskSeq: a.AskSeq}
 		}
 		s.writeJSON(w, http.StatusCreated, body)
 	}

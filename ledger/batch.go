@@ -145,7 +145,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 	start := time.Now()
 	var last *batchTx
 	err := n.chain.Update(ctx, func(ctx context.Context, tx Tx) error {
-		t := &batchTx{Tx: tx}
+		t := &batchTx{Tx: tx, n: n}
 		last = t
 		if p, ok := tx.(Preloader); ok && len(ops) > 1 {
 			keys := make([]string, 0, len(ops))
@@ -212,6 +212,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 // hashes): what the state machine reads and writes in one run.
 type batchTx struct {
 	Tx
+	n     *Namespace // the namespace (policy cache, configuration)
 	kinds []string
 }
 

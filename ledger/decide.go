@@ -82,8 +82,8 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 		return appendReserve(ctx, s, now, a, &k, k.ReserveSeq, reserveTakeover)
 	case StateNotApplied:
 		res, err := appendReserve(ctx, s, now, a, &k, final.Seq, reserveAfterNotApplied)
-		if err != nil {
-			return nil, err
+		if err != nil || res.Status != StatusReserved {
+			return res, err
 		}
 		res.AfterNotApplied = &NotAppliedRef{Seq: final.Seq, ErrorCode: final.ErrorCode}
 		return res, nil
@@ -159,7 +159,7 @@ func renewExpired(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reserv
 	if now < ExpiresAt(final.RecordedAt, keyTTL) {
 		return nil, false, nil
 	}
-	last, err := s.LastSeq(ctx, k.Key)
+	last, err := s.lastOfKey(ctx, k)
 	if err != nil {
 		return nil, false, err
 	}
@@ -170,11 +170,35 @@ func renewExpired(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reserv
 	next := KeyRecord{Key: k.Key, Generated: k.Generated, Tool: a.tool, Effect: a.effect,
 		InputHash: a.inputHash, Idempotent: a.idempotent}
 	res, err = appendReserve(ctx, s, now, a, &next, last, reserveRenewal)
-	if err != nil {
-		return nil, true, err
+	if err != nil || res.Status != StatusReserved {
+		return res, true, err
 	}
 	res.Renewed = &Renewal{Seq: prev.Seq, RecordedAt: prev.RecordedAt}
 	return res, true, nil
+}
+
+// lastOfKey returns the seq of k's latest receipt that a renewal names
+// (SPEC §12): its latest receipt, the gate's asks, answers and denies
+// after the outcome aside (SPEC §13: an ask names what the reserve would).
+func (s *batchTx) lastOfKey(ctx context.Context, k *KeyRecord) (uint64, error) {
+	last, err := s.LastSeq(ctx, k.Key)
+	if err != nil || last == k.FinalSeq {
+		return last, err
+	}
+	if pseq, err := s.PolicySeq(ctx); err != nil || pseq == 0 {
+		return last, err
+	}
+	hist, err := s.KeyHistory(ctx, k.Key, k.FinalSeq)
+	if err != nil {
+		return 0, err
+	}
+	last = k.FinalSeq
+	for _, r := range hist {
+		if r.Kind != chain.KindAsk && r.Kind != chain.KindApproval && r.Kind != chain.KindDeny {
+			last = r.Seq
+		}
+	}
+	return last, nil
 }
 
 // reserveKind is why a reserve receipt is appended.
@@ -206,12 +230,19 @@ func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, 
 				Details: map[string]any{"execution_id": a.execution, "attempt": a.attempt, "recorded_attempt": max}}
 		}
 	}
+	g, err := s.gate(ctx, now, a, k, refSeq, why)
+	if err != nil || g.result != nil {
+		return g.result, err
+	}
+	if why == reserveNew {
+		k.Idempotent = a.idempotent // an ask may have fixed it (SPEC §2.1)
+	}
 	lease := now + a.leaseMS
 	r, err := s.append(ctx, chain.Receipt{
 		Kind: chain.KindReserve, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		ExecutionID: a.execution, Attempt: a.attempt, Tool: k.Tool, Effect: k.Effect,
 		Idempotent: k.Idempotent, InputHash: k.InputHash, LeaseExpiresAt: lease,
-		RefSeq: refSeq, Actor: a.actor, RecordedAt: now,
+		RefSeq: g.refSeq, Actor: a.actor, Note: g.note, RecordedAt: now,
 	})
 	if err != nil {
 		return nil, err
@@ -224,8 +255,11 @@ func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, 
 	if err := s.PutKey(ctx, k); err != nil {
 		return nil, err
 	}
+	if g.consumed != nil {
+		approvalEvents.WithLabelValues("consume").Inc()
+	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
-		Reservation: token, Attempt: a.attempt, LeaseExpiresAt: lease,
+		Reservation: token, Attempt: a.attempt, LeaseExpiresAt: lease, Approval: g.consumed,
 		Takeover: why == reserveTakeover, Retry: why == reserveRetry, Receipt: refOf(&r)}, nil
 }
 

@@ -19,6 +19,10 @@ const (
 	// StateNotApplied (v1.3, SPEC §4.1): the last outcome applied nothing;
 	// the next reserve is decided as for a new key of the same generation.
 	StateNotApplied State = "not_applied"
+	// StateAwaitingApproval (v1.3, SPEC §13): a pending ask.
+	StateAwaitingApproval State = "awaiting_approval"
+	// StateRejected (v1.3, SPEC §13): a person rejected the key's ask.
+	StateRejected State = "rejected"
 )
 
 // Error codes of a not_applied outcome that attempted nothing (SPEC §4.1,
@@ -49,6 +53,9 @@ const (
 	StatusNotRecorded = "not_recorded"
 	StatusCommitted   = "committed"
 	StatusResolved    = "resolved"
+	// StatusApprovalRequired (SPEC §13): the reserve waits for a person;
+	// the result names the ask.
+	StatusApprovalRequired = "approval_required"
 )
 
 // ReserveRequest asks for the right to run an effect once. Pointer fields
@@ -65,6 +72,11 @@ type ReserveRequest struct {
 	LeaseMS        *int64          // default DefaultLeaseMS
 	WaitMS         *int64          // 0 … MaxWaitMS, default 0: wait for another reservation to end (SPEC §8)
 	Actor          string          // authenticated principal, empty without auth
+	// ApprovalSummary is shown to an approver as the requester's claim
+	// (SPEC §13; ≤ MaxApprovalSummary bytes).
+	ApprovalSummary string
+	// Changed is what differs from a failed attempt (SPEC §13 repeat guard).
+	Changed *Changed
 }
 
 // Lease bounds in milliseconds.
@@ -107,8 +119,24 @@ type ReserveResult struct {
 	Result      string // compact JSON text, empty if none
 	Original    ReceiptRef
 
+	// Approval is the approval a reserve consumed (SPEC §13), nil if none.
+	Approval *ApprovalRef
+
+	// StatusApprovalRequired: the pending ask (Receipt is the ask too).
+	Ask *AskRef
+
 	// The receipt appended (reserve or replay); zero for not_recorded.
 	Receipt ReceiptRef
+}
+
+// ApprovalRef names the approval a reserve consumed and its ask.
+type ApprovalRef struct {
+	Seq, AskSeq uint64
+}
+
+// AskRef names a pending ask and its expiry (unix ms).
+type AskRef struct {
+	Seq, ExpiresAt uint64
 }
 
 // FailureDetail describes a failed outcome.
@@ -233,9 +261,10 @@ func (f *ReceiptFilter) Check() error {
 		return Invalid("limit", "limit must be from 1 to %d", MaxPageLimit)
 	}
 	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve,
+		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny:
 	default:
-		return Invalid("kind", "kind must be reserve, commit, replay or resolve")
+		return Invalid("kind", "kind must be reserve, commit, replay, resolve, policy, ask, approval or deny")
 	}
 	return nil
 }

@@ -46,6 +46,18 @@ const (
 	// ECodeNamespaceLimit: creating one more namespace would pass the
 	// server's limit (ledgerd --max-namespaces); 507.
 	ECodeNamespaceLimit = "namespace_limit"
+
+	// Approvals and the gate's policy (SPEC §13).
+	ECodeApprovalRequired    = "approval_required" // not an error: the 202 status
+	ECodeDeniedByPolicy      = "denied_by_policy"
+	ECodeApprovalRejected    = "approval_rejected"
+	ECodeUnchangedRetry      = "unchanged_retry"
+	ECodeKeyRequired         = "key_required"
+	ECodeEffectClassMismatch = "effect_class_mismatch"
+	ECodeAlreadyAnswered     = "already_answered"
+	ECodeApprovalExpired     = "approval_expired"
+	ECodeSelfApproval        = "self_approval"
+	ECodeUnknownApproval     = "unknown_approval"
 )
 
 // Error is a domain error: a contract error code, a human message and

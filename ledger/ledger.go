@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -27,7 +29,7 @@ func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveRe
 	var res *ReserveResult
 	switch {
 	case a.effect == chain.EffectNone || a.effect == chain.EffectRead:
-		res, err = decideReserve(ctx, nil, 0, 0, &a) // no lookup, no receipt
+		res, err = n.reserveNoEffect(ctx, &a) // no lookup, no receipt
 	case a.waitMS > 0 && !a.generated:
 		res, err = n.reserveWaiting(ctx, &a)
 	default:
@@ -39,6 +41,22 @@ func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveRe
 	}
 	reserveOutcomes.WithLabelValues(reserveLabel(res), n.name).Inc()
 	return res, nil
+}
+
+// reserveNoEffect answers not_recorded for a none or read call, unless
+// the policy gates its tool: then the call claims a class its tool does
+// not have (SPEC §13, 422 effect_class_mismatch).
+func (n *Namespace) reserveNoEffect(ctx context.Context, a *reserveArgs) (*ReserveResult, error) {
+	gated, err := n.gatesNoEffect(ctx, a.tool)
+	if err != nil {
+		return nil, err
+	}
+	if gated {
+		return nil, &Error{Code: ECodeEffectClassMismatch,
+			Message: fmt.Sprintf("the policy gates tool %q, so a call of it cannot declare effect %s", a.tool, a.effect),
+			Details: map[string]any{"tool": a.tool, "effect": a.effect}}
+	}
+	return decideReserve(ctx, nil, 0, 0, a)
 }
 
 func reserveLabel(r *ReserveResult) string {
@@ -148,9 +166,55 @@ func (n *Namespace) KeyTTL() uint64 { return n.keyTTL }
 // Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
 func (n *Namespace) Key(ctx context.Context, key string, history bool) (*KeyView, error) {
 	v, err := n.chain.GetKey(ctx, key)
+	var e *Error
+	if errors.As(err, &e) && e.Code == ECodeUnknownKey {
+		// A key with only the gate's receipts (SPEC §13) has no record.
+		v, err = n.askedKey(ctx, key, err)
+	}
 	if err != nil {
 		return nil, err
 	}
+	n.gateState(v)
 	v.WithLifetime(n.keyTTL, history)
 	return v, nil
+}
+
+// askedKey is the view of a key that only asks (and their answers and
+// denies) name, or notFound when it has none.
+func (n *Namespace) askedKey(ctx context.Context, key string, notFound error) (*KeyView, error) {
+	rs, _, err := n.chain.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: MaxPageLimit})
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if r.Kind == chain.KindAsk {
+			return &KeyView{IdempotencyKey: key, State: StateAwaitingApproval, Tool: r.Tool, Effect: r.Effect,
+				Idempotent: r.Idempotent, InputHash: r.InputHash, Receipts: rs}, nil
+		}
+	}
+	return nil, notFound
+}
+
+// gateState sets the state of a key whose latest ask (after its latest
+// reserve or outcome) is pending (awaiting_approval) or was rejected.
+func (n *Namespace) gateState(v *KeyView) {
+	var bound uint64
+	for _, r := range v.Receipts {
+		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
+			bound = r.Seq
+		}
+	}
+	kg := readKeyGate(v.Receipts, bound, 0)
+	switch {
+	case kg.ask == nil:
+		if v.State == StateAwaitingApproval {
+			v.State = StateInterrupted // cannot happen: askedKey found an ask
+		}
+	case kg.rejected():
+		v.State = StateRejected
+	case kg.pending(n.now()):
+		v.State = StateAwaitingApproval
+	case v.State == StateAwaitingApproval:
+		v.State = ApprovalExpired // the only ask of a key that never ran expired
+	}
 }

@@ -175,6 +175,12 @@ type Namespace struct {
 	closedFlag atomic.Bool // closed, readable without mu
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
+
+	// policies caches parsed policy receipts by seq (SPEC §13; a policy
+	// receipt never changes); lastPolicy is the seq the last batch read.
+	policies   sync.Map // uint64 → *Policy
+	lastPolicy atomic.Uint64
+	policySeen atomic.Bool // lastPolicy was read from the chain once
 }
 
 // Name is the namespace's name.

@@ -37,7 +37,14 @@ type Config struct {
 	// work before it exits; the next write starts it again, so idle
 	// namespaces hold no goroutine (default DefaultWriterIdle).
 	WriterIdle time.Duration
+	// ApprovalInputRetention is how long an ask's input is kept after its
+	// answer or expiry (SPEC §13; default DefaultApprovalInputRetention).
+	ApprovalInputRetention time.Duration
 }
+
+// DefaultApprovalInputRetention is the default of
+// Config.ApprovalInputRetention: 7 days.
+const DefaultApprovalInputRetention = 7 * 24 * time.Hour
 
 // DefaultWriterIdle is the default of Config.WriterIdle.
 const DefaultWriterIdle = 5 * time.Second
@@ -73,6 +80,9 @@ func New(store Store, cfg Config) *Ledger {
 	}
 	if cfg.WriterIdle <= 0 {
 		cfg.WriterIdle = DefaultWriterIdle
+	}
+	if cfg.ApprovalInputRetention <= 0 {
+		cfg.ApprovalInputRetention = DefaultApprovalInputRetention
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}

@@ -47,6 +47,9 @@ type reserveArgs struct {
 	leaseMS    uint64
 	waitMS     uint64
 	actor      string
+	input      string   // the input's compact JSON when the request gave it (SPEC §13 asks keep it)
+	summary    string   // approval_summary
+	changed    *Changed // SPEC §13 repeat guard
 }
 
 // outcomeArgs is a validated outcome of a commit or resolve.
@@ -203,7 +206,32 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 		}
 		a.waitMS = uint64(*req.WaitMS)
 	}
-	return a, nil
+	return a, a.gateArgs(req)
+}
+
+// gateArgs validates the members of a reserve that only the gate reads
+// (SPEC §13): the input kept for an approver, the summary and changed.
+func (a *reserveArgs) gateArgs(req *ReserveRequest) error {
+	if len(req.ApprovalSummary) > MaxApprovalSummary {
+		return Invalid("approval_summary", "approval_summary must be at most %d bytes", MaxApprovalSummary)
+	}
+	a.summary = req.ApprovalSummary
+	if c := req.Changed; c != nil {
+		for _, v := range []struct{ field, v string }{{"changed.context_hash", c.ContextHash},
+			{"changed.component", c.Component}, {"changed.strategy", c.Strategy}} {
+			if len(v.v) > 256 {
+				return Invalid(v.field, "%s must be at most 256 bytes", v.field)
+			}
+		}
+		a.changed = c
+	}
+	if !isNull(req.Input) {
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, req.Input); err == nil && buf.Len() <= MaxAskInput {
+			a.input = buf.String()
+		}
+	}
+	return nil
 }
 
 func checkID(field, v string) error {

@@ -202,6 +202,8 @@ func (n *Namespace) reserveOnce(ctx context.Context, a *reserveArgs) (res *Reser
 		return nil, ip.leaseExpiresAt, ip.err
 	case err != nil:
 		return nil, 0, err
+	case out.Status == StatusApprovalRequired:
+		return out, out.Ask.ExpiresAt, nil // wait for the answer (SPEC §13)
 	}
 	return out, 0, nil
 }

@@ -150,6 +150,21 @@ func startsGeneration(r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Rec
 	if p == nil || p.IdempotencyKey != r.IdempotencyKey {
 		return false, nil
 	}
+	// A reserve that consumed an approval (SPEC §13) names the approval,
+	// which names its ask, which names what the reserve would otherwise
+	// have named.
+	for hops := 0; hops < 2 && (p.Kind == chain.KindApproval || p.Kind == chain.KindAsk); hops++ {
+		if p.RefSeq == 0 {
+			return true, nil
+		}
+		named := p.RefSeq
+		if p, err = ref(named); err != nil {
+			return false, fmt.Errorf("key index: receipt %d named by %d: %w", named, r.Seq, err)
+		}
+		if p == nil || p.IdempotencyKey != r.IdempotencyKey {
+			return false, nil
+		}
+	}
 	switch p.Kind {
 	case chain.KindReplay:
 		return true, nil

@@ -421,6 +421,14 @@ func kindByte(kind string) byte {
 		return 'p'
 	case chain.KindResolve:
 		return 's'
+	case chain.KindPolicy:
+		return 'y'
+	case chain.KindAsk:
+		return 'a'
+	case chain.KindApproval:
+		return 'v'
+	case chain.KindDeny:
+		return 'd'
 	}
 	return '?'
 }

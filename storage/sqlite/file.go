@@ -43,6 +43,9 @@ type fileChain struct {
 	// never before it (clock), so recorded_at never decreases within the
 	// chain, even across a restart with a clock that was set back.
 	held atomic.Uint64
+	// policySeq is the seq of the latest policy receipt (SPEC §13), read
+	// at open and raised after each COMMIT that appended one.
+	policySeq atomic.Uint64
 
 	mu     sync.Mutex // serialises Update and Close
 	closed bool
@@ -327,6 +330,11 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 		return fmt.Errorf("load head: %w", err)
 	}
 	db.held.Store(held)
+	ps, err := readPolicySeq(ctx, db.w)
+	if err != nil {
+		return err
+	}
+	db.policySeq.Store(ps)
 	h := tail
 	db.head.Store(&h)
 	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
@@ -508,13 +516,15 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 	case version == SchemaVersion && appID == applicationID:
 		return nil
 	case version == 0 && tables == 0:
-		steps = []migration{{schemaSQL, nil}, {sqlInsertSettings, []any{db.newKeyTTL}}}
+		steps = []migration{{sql: schemaSQL, args: nil}, {sql: sqlInsertSettings, args: []any{db.newKeyTTL}}}
 	case version == 1 && appID == applicationID:
-		steps = []migration{{sqlMigrateV1, nil}, {schemaSQL, nil}, {sqlMigrateV1Copy, nil}, {sqlInsertSettings, []any{0}}}
+		steps = []migration{{sql: sqlMigrateV1, args: nil}, {sql: schemaSQL, args: nil}, {sql: sqlMigrateV1Copy, args: nil}, {sql: sqlInsertSettings, args: []any{0}}}
 	case version == 2 && appID == applicationID:
-		steps = []migration{{sqlMigrateV2, nil}, {sqlInsertSettings, []any{0}}, {sqlMigrateV3, nil}}
+		steps = []migration{{sql: sqlMigrateV2, args: nil}, {sql: sqlInsertSettings, args: []any{0}}, {sql: sqlMigrateV3, args: nil}, migrateV4}
 	case version == 3 && appID == applicationID:
-		steps = []migration{{sqlMigrateV3, nil}}
+		steps = []migration{{sql: sqlMigrateV3, args: nil}, migrateV4}
+	case version == 4 && appID == applicationID:
+		steps = []migration{migrateV4}
 	case version == 0 || appID != applicationID:
 		return ledger.ErrNotLedger
 	default:
@@ -528,8 +538,14 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 		}
 		db.logger.Info("migrating ledger database", "path", abs, "from", version, "to", SchemaVersion, "receipts", n)
 	}
-	steps = append(steps, migration{fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion), nil})
+	steps = append(steps, migration{sql: fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)})
 	for _, m := range steps {
+		if m.fn != nil {
+			if err := m.fn(ctx, tx); err != nil {
+				return fmt.Errorf("migrate v%d: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", version, err)
+			}
+			continue
+		}
 		if _, err := tx.ExecContext(ctx, m.sql, m.args...); err != nil {
 			return fmt.Errorf("migrate v%d: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", version, classify(err))
 		}
@@ -550,7 +566,52 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 type migration struct {
 	sql  string
 	args []any
+	fn   func(ctx context.Context, tx *sql.Tx) error // instead of sql, when set
 }
+
+// migrateV4 turns a version 4 file into version 5 (SPEC §13): the CHECKs
+// on receipts.kind and tokens.role admit the new kinds and the approver
+// role, and the policy index and the asked inputs' table are made as
+// schema.sql makes them. A CHECK that only admits more values is widened
+// in place, by SQLite's documented procedure for changing constraints
+// (writable_schema, then a new schema_version), since every stored row
+// meets the wider CHECK; rebuilding the receipts table would copy the
+// whole chain.
+var migrateV4 = migration{fn: func(ctx context.Context, tx *sql.Tx) error {
+	var sv int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&sv); err != nil {
+		return classify(err)
+	}
+	stmts := []string{
+		`PRAGMA writable_schema = ON`,
+		`UPDATE sqlite_schema SET sql = replace(sql, '` + oldKindCheck + `', '` + newKindCheck + `') WHERE type = 'table' AND name = 'receipts'`,
+		`UPDATE sqlite_schema SET sql = replace(sql, '` + oldRoleCheck + `', '` + newRoleCheck + `') WHERE type = 'table' AND name = 'tokens'`,
+		fmt.Sprintf(`PRAGMA schema_version = %d`, sv+1),
+		`PRAGMA writable_schema = OFF`,
+		schemaStatements("INDEX receipts_policy", "TABLE approval_inputs"),
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return classify(err)
+		}
+	}
+	var widened int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'receipts' AND instr(sql, '`+newKindCheck+`') > 0`).Scan(&widened); err != nil {
+		return classify(err)
+	}
+	if widened != 1 {
+		return errors.New("the receipts table's kind CHECK is not the one schema 4 made")
+	}
+	return nil
+}}
+
+// The CHECKs that version 5 widens, as SQL string literals' contents.
+const (
+	oldKindCheck = `kind IN (''reserve'', ''commit'', ''replay'', ''resolve'')`
+	newKindCheck = `kind IN (''reserve'', ''commit'', ''replay'', ''resolve'', ''policy'', ''ask'', ''approval'', ''deny'')`
+	oldRoleCheck = `role IN (''reader'', ''writer'', ''admin'')`
+	newRoleCheck = `role IN (''reader'', ''writer'', ''admin'', ''approver'')`
+)
 
 // Close waits for a running Update, checkpoints the WAL and closes both
 // connection pools.

@@ -26,8 +26,11 @@ func schemaStatements(objects ...string) string {
 			panic("schema.sql creates no " + o)
 		}
 		end := "\n);"
-		if strings.HasPrefix(o, "TRIGGER ") {
+		switch {
+		case strings.HasPrefix(o, "TRIGGER "):
 			end = "\nEND;"
+		case strings.HasPrefix(o, "INDEX "):
+			end = ";"
 		}
 		n := strings.Index(schemaSQL[start:], end)
 		if n < 0 {

@@ -80,7 +80,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 	}
 	start := time.Now()
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns}
+		idx: c.idx, ns: c.ns, policySeq: c.policySeq.Load()}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
@@ -107,6 +107,9 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	c.head.Store(&t.head)
+	if seq, _ := t.PolicySeq(ctx); seq > t.policySeq {
+		c.policySeq.Store(seq)
+	}
 	if len(t.receipts) > 0 {
 		held := c.held.Load()
 		for _, r := range t.receipts {
@@ -154,6 +157,7 @@ type writeTx struct {
 	dirtyReceipts map[uint64]*chain.Receipt
 	receipts      []*chain.Receipt // every receipt appended, replays included
 	tree          treeTx
+	policySeq     uint64 // the latest policy receipt before this batch (gate.go)
 }
 
 var _ ledger.Tx = (*writeTx)(nil)
@@ -306,7 +310,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	}
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
-	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
+	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindApproval {
 		t.ended = append(t.ended, r.IdempotencyKey)
 	}
 	c := *r

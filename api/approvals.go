@@ -1,0 +1,271 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// The routes of SPEC §13: a namespace's policy, its asks and their
+// answers. Shapes: docs/design/approvals.md.
+
+// approvalRequiredBody is the 202 of a reserve the policy holds for a
+// person.
+type approvalRequiredBody struct {
+	Status         string     `json:"status"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	KeyGenerated   bool       `json:"key_generated"`
+	Approval       askJSON    `json:"approval"`
+	Receipt        receiptRef `json:"receipt"`
+}
+
+// askJSON names a pending ask.
+type askJSON struct {
+	Seq       uint64 `json:"seq"`
+	ExpiresAt uint64 `json:"expires_at"`
+	State     string `json:"state"`
+}
+
+// consumedJSON names the approval a 201 reserve consumed.
+type consumedJSON struct {
+	Seq    uint64 `json:"seq"`
+	AskSeq uint64 `json:"ask_seq"`
+}
+
+// changedOf reads a reserve's "changed" member (SPEC §13).
+func changedOf(o *object) *ledger.Changed {
+	c := o.sub("changed")
+	if c == nil {
+		return nil
+	}
+	out := &ledger.Changed{ContextHash: c.str("context_hash"), Component: c.str("component"), Strategy: c.str("strategy")}
+	if err := c.done(); err != nil && o.err == nil {
+		o.err = err
+	}
+	return out
+}
+
+// policyJSON is the answer of GET and PUT /v1/namespaces/{ns}/policy.
+type policyJSON struct {
+	Namespace string          `json:"namespace"`
+	Policy    json.RawMessage `json:"policy"`
+	Seq       uint64          `json:"seq"`
+	Changed   *bool           `json:"changed,omitempty"`
+	Receipt   *receiptRef     `json:"receipt,omitempty"`
+}
+
+func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	p, seq, err := n.Policy(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	text, err := p.Canonical()
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, policyJSON{Namespace: n.Name(), Policy: json.RawMessage(text), Seq: seq})
+}
+
+func (s *Server) handlePutPolicy(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	raw, err := readRawBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	res, err := n.SetPolicy(r.Context(), raw, ActorFromContext(r.Context()))
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	body := policyJSON{Namespace: n.Name(), Policy: res.Policy, Seq: res.Seq, Changed: &res.Changed}
+	if res.Receipt != nil {
+		ref := refJSON(*res.Receipt)
+		body.Receipt = &ref
+	}
+	s.writeJSON(w, http.StatusOK, body)
+}
+
+// readRawBody reads a JSON body whole (a policy is checked by its own
+// decoder, which names the member at fault).
+func readRawBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, error) {
+	var data []byte
+	if pb, ok := r.Body.(*prereadBody); ok {
+		data = pb.data
+	} else {
+		var err error
+		if data, err = readRequestBody(w, r); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := decodeObject(data); err != nil { // JSON syntax, duplicate members: as every route
+		return nil, err
+	}
+	return data, nil
+}
+
+// approvalJSON is one ask with its answer and consumer.
+type approvalJSON struct {
+	Seq            uint64          `json:"seq"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	ExecutionID    string          `json:"execution_id"`
+	Attempt        uint64          `json:"attempt"`
+	Tool           string          `json:"tool"`
+	Effect         string          `json:"effect"`
+	Idempotent     bool            `json:"idempotent"`
+	InputHash      string          `json:"input_hash"`
+	Summary        string          `json:"summary"`
+	Actor          string          `json:"actor"`
+	AskedAt        uint64          `json:"asked_at"`
+	ExpiresAt      uint64          `json:"expires_at"`
+	State          string          `json:"state"`
+	Answer         *answerJSON     `json:"answer"`
+	ConsumedBy     *consumerJSON   `json:"consumed_by"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	InputVerified  *bool           `json:"input_verified,omitempty"`
+}
+
+type answerJSON struct {
+	Seq        uint64 `json:"seq"`
+	Decision   string `json:"decision"`
+	Actor      string `json:"actor"`
+	Role       string `json:"role"`
+	Note       string `json:"note"`
+	RecordedAt uint64 `json:"recorded_at"`
+}
+
+type consumerJSON struct {
+	Seq         uint64 `json:"seq"`
+	ExecutionID string `json:"execution_id"`
+	Attempt     uint64 `json:"attempt"`
+}
+
+// approvalOf renders v; withInput adds the kept input (or null) and
+// whether its hash is the ask's input_hash.
+func approvalOf(v *ledger.ApprovalView, withInput bool) approvalJSON {
+	a := &v.Ask
+	out := approvalJSON{Seq: a.Seq, IdempotencyKey: a.IdempotencyKey, ExecutionID: a.ExecutionID,
+		Attempt: a.Attempt, Tool: a.Tool, Effect: a.Effect, Idempotent: a.Idempotent, InputHash: a.InputHash,
+		Summary: v.Summary, Actor: a.Actor, AskedAt: a.RecordedAt, ExpiresAt: a.LeaseExpiresAt, State: v.State}
+	if ans := v.Answer; ans != nil {
+		d := ledger.DecisionApprove
+		if ans.Outcome != "approved" {
+			d = ledger.DecisionReject
+		}
+		out.Answer = &answerJSON{Seq: ans.Seq, Decision: d, Actor: ans.Actor, Role: v.AnswerRole,
+			Note: ans.Note, RecordedAt: ans.RecordedAt}
+	}
+	if c := v.Consumer; c != nil {
+		out.ConsumedBy = &consumerJSON{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}
+	}
+	if withInput {
+		ok := false
+		out.Input = json.RawMessage("null")
+		if v.Input != "" {
+			out.Input = json.RawMessage(v.Input)
+			fp, err := ledger.Fingerprint([]byte(v.Input))
+			ok = err == nil && fp == a.InputHash
+		}
+		out.InputVerified = &ok
+	}
+	return out
+}
+
+// mayReadInput reports whether the request may see asked inputs: an
+// approver or admin token, or a ledger without tokens.
+func mayReadInput(r *http.Request) bool {
+	p, authed := PrincipalFromContext(r.Context())
+	return !authed || p.Role == ledger.RoleApprover || p.Role == ledger.RoleAdmin
+}
+
+func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	q := r.URL.Query()
+	var after uint64
+	var limit int
+	if v := q.Get("after"); v != "" {
+		a, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			s.Error(w, r, ledger.Invalid("after", "after must be a non-negative integer"))
+			return
+		}
+		after = a
+	}
+	if v := q.Get("limit"); v != "" {
+		l, err := strconv.Atoi(v)
+		if err != nil {
+			s.Error(w, r, ledger.Invalid("limit", "limit must be an integer"))
+			return
+		}
+		limit = l
+	}
+	views, next, err := n.Approvals(r.Context(), q.Get("state"), after, limit)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	out := make([]approvalJSON, 0, len(views))
+	for i := range views {
+		out = append(out, approvalOf(&views[i], false))
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"approvals": out, "next_after": next})
+}
+
+// approvalSeq reads the {seq} of an approvals route.
+func approvalSeq(r *http.Request) (uint64, error) {
+	seq, err := pathSeq(r)
+	if err != nil {
+		return 0, &ledger.Error{Code: ledger.ECodeUnknownApproval, Message: "seq must be a positive integer",
+			Details: map[string]any{"field": "seq"}}
+	}
+	return seq, nil
+}
+
+func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	seq, err := approvalSeq(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	withInput := mayReadInput(r)
+	v, err := n.Approval(r.Context(), seq, withInput)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, approvalOf(v, withInput))
+}
+
+func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	seq, err := approvalSeq(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	o, err := readBody(w, r)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
+		Actor: ActorFromContext(r.Context())}
+	if err := o.done(); err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if p, authed := PrincipalFromContext(r.Context()); authed {
+		req.Role, req.Authenticated = p.Role, true
+	}
+	v, replayed, err := n.Answer(r.Context(), req)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if replayed {
+		status = http.StatusOK
+	}
+	s.writeJSON(w, status, approvalOf(v, false))
+}
