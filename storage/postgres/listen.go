@@ -11,7 +11,8 @@ import (
 )
 
 // OnEnded registers fn, called with the keys of a namespace whose
-// reservation a committed transaction ended: at once for this Store's own
+// reservation a committed transaction ended, or whose ask it answered (an
+// approval receipt, SPEC §13): at once for this Store's own
 // commits, and through LISTEN/NOTIFY for every other writer of the
 // database (other replicas). The first registration opens one LISTEN
 // connection, which reconnects when lost. Notifications sent before a

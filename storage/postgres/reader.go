@@ -124,7 +124,12 @@ const (
 	// with ref_seq 0 or that renews the key, SPEC §12: it names a replay,
 	// or an outcome at least key_ttl_ms older than itself), the lease from
 	// the latest reserve, final_seq from the generation's latest commit or
-	// resolve (as the SQLite driver's derivedKeysSQL).
+	// resolve (as the key index's Next). A reserve that consumes an
+	// approval (SPEC §13: its ref_seq names an approval of the key, whose
+	// ref_seq names the key's ask) is decided on what the ask references:
+	// a reserve with that ref_seq would start a generation. Only reserves,
+	// commits and resolves count: policy, ask, approval, deny and replay
+	// receipts change no keys row.
 	sqlDerivedKey = `
 	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
 		g.first_seq, g.last_seq, l.lease_expires_at,
@@ -133,10 +138,16 @@ const (
 	FROM (SELECT idempotency_key, CASE WHEN gen_seq > 0 THEN gen_seq ELSE min_seq END AS first_seq, last_seq
 		FROM (SELECT r.idempotency_key,
 			max(CASE WHEN r.ref_seq = 0 OR p.kind = 'replay' OR (p.kind IN ('commit', 'resolve')
-				AND $3::bigint > 0 AND r.recorded_at >= p.recorded_at + $3::bigint) THEN r.seq ELSE 0 END) AS gen_seq,
+				AND $3::bigint > 0 AND r.recorded_at >= p.recorded_at + $3::bigint)
+				OR (a.seq IS NOT NULL AND (a.ref_seq = 0 OR q.kind = 'replay' OR (q.kind IN ('commit', 'resolve')
+				AND $3::bigint > 0 AND r.recorded_at >= q.recorded_at + $3::bigint))) THEN r.seq ELSE 0 END) AS gen_seq,
 			min(r.seq) AS min_seq, max(r.seq) AS last_seq
 		FROM receipts AS r
 		LEFT JOIN receipts AS p ON p.namespace = $1 AND p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+		LEFT JOIN receipts AS a ON p.kind = 'approval' AND a.namespace = $1 AND a.seq = p.ref_seq
+			AND a.idempotency_key = r.idempotency_key AND a.kind = 'ask'
+		LEFT JOIN receipts AS q ON a.ref_seq > 0 AND q.namespace = $1 AND q.seq = a.ref_seq
+			AND q.idempotency_key = r.idempotency_key
 		WHERE r.namespace = $1 AND r.kind = 'reserve' AND r.idempotency_key = $2
 		GROUP BY r.idempotency_key) AS gs) AS g
 	JOIN receipts AS f ON f.namespace = $1 AND f.seq = g.first_seq

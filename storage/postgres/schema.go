@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is the schema version this build creates and serves.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // schemaLockKey is the pg_advisory_xact_lock key held while the schema is
 // checked and created, so that replicas starting together create it once.
@@ -21,7 +21,9 @@ const SchemaVersion = 2
 const schemaLockKey int64 = 0x6566656C00000001
 
 // schemaSQL is the PostgreSQL schema, version 2 (version 1 without
-// namespaces.key_ttl_ms; migrateV1 adds it).
+// namespaces.key_ttl_ms; sqlKeyTTLColumn adds it). Version 3 is this plus
+// sqlApprovals: a new database runs both, so that a created schema and a
+// migrated one are the same.
 //
 // receipts holds every namespace's chain: one row per receipt, the
 // namespace and then one column per field of SPEC §2 with the same name
@@ -214,14 +216,93 @@ CREATE TRIGGER namespaces_key_ttl_fixed BEFORE UPDATE ON namespaces
 	FOR EACH ROW EXECUTE FUNCTION ledger_key_ttl_fixed();
 `
 
+// sqlApprovals takes schema 2 to 3 (SPEC §2.1, §13; docs/design/
+// approvals.md): the kinds policy, ask, approval and deny, the token role
+// approver, head.policy_seq, the asked inputs kept off the chain, and the
+// index of the repeat guard. Every statement is idempotent (a schema
+// partly at version 3 takes it again unharmed). It runs in migrate's
+// transaction; its ADD CONSTRAINT and CREATE INDEX read receipts once.
+//
+// The other CHECKs of receipts already admit the new kinds' fields: a
+// policy receipt's attempt is 0 (attempt >= 0), and effect and outcome
+// have no CHECK (the domain and the verifier own their vocabularies).
+//
+// head.policy_seq is the seq of the namespace's latest policy receipt (0:
+// none; every namespace of schema 2 has none), read with the head row an
+// Update locks and written by its compare-and-set, so the gate's policy
+// costs no round trip. ledger_head_moves now also refuses a policy_seq that
+// moves back, names anything but a stored policy receipt of the chain, or
+// stays behind a policy receipt the same write appended (one probe of
+// receipts_by_kind over the appended seqs).
+//
+// approval_inputs holds the input of each ask (JSON text, at most 64 KiB)
+// until delete_after (unix ms). It is not part of the chain: rows are
+// updated and deleted, and not tied to the receipts by a foreign key (as
+// keys and tree_hashes are not: every write holds the head row).
+//
+// receipts_outcomes_by_input serves Tx.RecentOutcomes (the repeat guard):
+// the commit and resolve receipts of one (tool, input_hash) since a time,
+// without reading the rest of the tool's receipts. It costs each commit
+// and resolve one more index entry; reserves and replays none.
+const sqlApprovals = `
+ALTER TABLE receipts DROP CONSTRAINT IF EXISTS receipts_kind_check,
+	ADD CONSTRAINT receipts_kind_check CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve',
+		'policy', 'ask', 'approval', 'deny'));
+ALTER TABLE tokens DROP CONSTRAINT IF EXISTS tokens_role_check,
+	ADD CONSTRAINT tokens_role_check CHECK (role IN ('reader', 'writer', 'admin', 'approver'));
+ALTER TABLE head ADD COLUMN IF NOT EXISTS policy_seq bigint NOT NULL DEFAULT 0 CHECK (policy_seq >= 0);
+
+CREATE OR REPLACE FUNCTION ledger_head_moves() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.seq < OLD.seq OR NEW.recorded_at < OLD.recorded_at THEN
+		RAISE EXCEPTION 'the head of % moves only forward', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	IF NEW.seq > 0 AND NOT EXISTS (SELECT 1 FROM receipts
+		WHERE namespace = NEW.namespace AND seq = NEW.seq AND hash = NEW.hash) THEN
+		RAISE EXCEPTION 'the head of % must be a stored receipt', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	IF EXISTS (SELECT 1 FROM receipts WHERE namespace = NEW.namespace AND seq = NEW.seq + 1) THEN
+		RAISE EXCEPTION 'the head of % must be the last receipt', NEW.namespace USING ERRCODE = 'check_violation';
+	END IF;
+	IF NEW.policy_seq IS DISTINCT FROM OLD.policy_seq AND (NEW.policy_seq < OLD.policy_seq
+		OR NOT EXISTS (SELECT 1 FROM receipts WHERE namespace = NEW.namespace AND seq = NEW.policy_seq
+			AND seq <= NEW.seq AND kind = 'policy')) THEN
+		RAISE EXCEPTION 'the policy_seq of % must name a stored policy receipt, moving forward', NEW.namespace
+			USING ERRCODE = 'check_violation';
+	END IF;
+	IF NEW.seq > OLD.seq AND EXISTS (SELECT 1 FROM receipts WHERE namespace = NEW.namespace AND kind = 'policy'
+		AND seq > greatest(OLD.seq, NEW.policy_seq) AND seq <= NEW.seq) THEN
+		RAISE EXCEPTION 'the policy_seq of % must name its latest policy receipt', NEW.namespace
+			USING ERRCODE = 'check_violation';
+	END IF;
+	RETURN NEW;
+END $$;
+
+CREATE TABLE IF NOT EXISTS approval_inputs (
+	namespace    text COLLATE "C" NOT NULL,
+	ask_seq      bigint NOT NULL CHECK (ask_seq >= 1),
+	input        text   NOT NULL CHECK (octet_length(input) <= 65536),
+	delete_after bigint NOT NULL CHECK (delete_after >= 0),
+	PRIMARY KEY (namespace, ask_seq)
+);
+CREATE INDEX IF NOT EXISTS approval_inputs_by_deadline ON approval_inputs (namespace, delete_after);
+
+CREATE INDEX IF NOT EXISTS receipts_outcomes_by_input ON receipts (namespace, tool, input_hash, recorded_at)
+	WHERE kind IN ('commit', 'resolve');
+`
+
+// migrations[v] takes a writable database from schema v to v+1.
+var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals}
+
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 
 // migrate checks the schema version, creates the schema on an empty
-// database (the default namespace with keyTTL) and migrates a version 1
-// schema, in one transaction under an advisory lock. readOnly stores never
-// create or migrate it: they read a version 1 schema as it is. It returns
-// the version of the schema in the database.
+// database (the default namespace with keyTTL) and migrates an older
+// schema (migrations, one step after the other), in one transaction under
+// an advisory lock. readOnly stores never create or migrate it: they read
+// a version 1 or 2 schema as it is. It returns the version of the schema
+// in the database.
 func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) (int, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -251,14 +332,17 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 		case v < 1:
 			return 0, fmt.Errorf("%w: the database has schema version %d, this build knows %d and has no migration from it",
 				ledger.ErrSchemaVersion, v, SchemaVersion)
-		case v == 1 && !readOnly:
-			if _, err := tx.Exec(ctx, sqlKeyTTLColumn+`; UPDATE schema_version SET version = 2 WHERE id = 1`); err != nil {
-				return 0, fmt.Errorf("migrate schema 1 to 2: %w", err)
-			}
-			return SchemaVersion, tx.Commit(ctx)
 		}
 		if readOnly {
 			return v, nil
+		}
+		for ; v < SchemaVersion; v++ {
+			if _, err := tx.Exec(ctx, migrations[v]); err != nil {
+				return 0, fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+			}
+			if _, err := tx.Exec(ctx, `UPDATE schema_version SET version = $1 WHERE id = 1`, v+1); err != nil {
+				return 0, fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
+			}
 		}
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
@@ -271,7 +355,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {

@@ -41,23 +41,26 @@ type tx struct {
 	oldHead       ledger.Head
 	oldRecordedAt uint64
 	head          ledger.Head
-	dbErr         error // the first failed database call
+	policySeq     uint64 // the latest policy receipt's seq, this transaction's appends included
+	dbErr         error  // the first failed database call
 
-	receipts   []chain.Receipt
-	bySeq      map[uint64]int // index into receipts
-	keys       map[string]*ledger.KeyRecord
-	keyOrder   []string
-	loaded     map[string]*ledger.KeyRecord // Preload: nil value = no such key
-	loadedRcpt map[uint64]chain.Receipt
-	hashFrom   int64
-	hashes     []tlog.Hash
-	checkpoint *tlog.Signed
-	probed     bool
-	ended      []string
+	receipts    []chain.Receipt
+	bySeq       map[uint64]int // index into receipts
+	keys        map[string]*ledger.KeyRecord
+	keyOrder    []string
+	loaded      map[string]*ledger.KeyRecord // Preload: nil value = no such key
+	loadedRcpt  map[uint64]chain.Receipt
+	hashFrom    int64
+	hashes      []tlog.Hash
+	checkpoint  *tlog.Signed
+	probed      bool
+	ended       []string
+	askInputs   []askInputOp // sent in order by write
+	purgeBefore uint64       // write deletes the asked inputs whose delete_after is before it
 }
 
 func (t *tx) dirty() bool {
-	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed
+	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0
 }
 
 // dbFail records the first failed database call and classifies it.
@@ -269,8 +272,13 @@ func (t *tx) Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Has
 	t.receipts = append(t.receipts, *r)
 	t.hashes = append(t.hashes, treeHashes...)
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
-	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
+	switch r.Kind {
+	case chain.KindCommit, chain.KindResolve, chain.KindApproval:
+		// An approval ends a wait too: a reserve waiting for the answer
+		// to its ask (SPEC §13, wait_ms).
 		t.ended = append(t.ended, r.IdempotencyKey)
+	case chain.KindPolicy:
+		t.policySeq = r.Seq
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ const (
 
 // SQL of an Update's transaction and of the batches it leaves.
 const (
-	sqlBeginHead = `SELECT seq, hash, recorded_at, ` + sqlNowMS + `, pg_backend_pid(),
+	sqlBeginHead = `SELECT seq, hash, recorded_at, policy_seq, ` + sqlNowMS + `, pg_backend_pid(),
 		(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
 		FROM head WHERE namespace = $1 FOR UPDATE`
 
@@ -169,9 +169,10 @@ func (c *Chain) begin(ctx context.Context, conn *pgx.Conn) (*tx, error) {
 	}
 	if err == nil {
 		var hash []byte
-		var recordedAt, clock int64
+		var recordedAt, policySeq, clock int64
 		var start pgtype.Timestamptz
-		err = br.QueryRow().Scan(&t.head.Seq, &hash, &recordedAt, &clock, &t.pid, &start)
+		err = br.QueryRow().Scan(&t.head.Seq, &hash, &recordedAt, &policySeq, &clock, &t.pid, &start)
+		t.policySeq = uint64(policySeq)
 		if err == nil {
 			t.head.Hash, err = chain.HashFromBytes(hash)
 		}

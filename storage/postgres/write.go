@@ -12,7 +12,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 )
 
-// notifyChannel carries the keys whose reservation ended, as
+// notifyChannel carries the keys whose reservation ended or whose ask was
+// answered, as
 // "<store id>\n<namespace>\n<key>\n<key>…" (keys are visible ASCII).
 const (
 	notifyChannel = "ledger_ended"
@@ -53,13 +54,20 @@ const (
 
 	sqlInsertBatch = `INSERT INTO batches (batch_id, namespace, last_seq, committed_at) VALUES ($1, $2, $3, $4)`
 
-	sqlHeadCAS = `UPDATE head SET seq = $3, hash = $4, recorded_at = $5
+	sqlHeadCAS = `UPDATE head SET seq = $3, hash = $4, recorded_at = $5, policy_seq = $7
 		WHERE namespace = $1 AND seq = $2 AND hash = $6`
+
+	sqlPutAskInput = `INSERT INTO approval_inputs (namespace, ask_seq, input, delete_after) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (namespace, ask_seq) DO UPDATE SET input = EXCLUDED.input, delete_after = EXCLUDED.delete_after`
+
+	sqlSetAskInputDeadline = `UPDATE approval_inputs SET delete_after = $3 WHERE namespace = $1 AND ask_seq = $2`
+
+	sqlPurgeAskInputs = `DELETE FROM approval_inputs WHERE namespace = $1 AND delete_after < $2`
 )
 
-// write sends the buffered rows, the batch row, the head compare-and-set
-// and the NOTIFY of ended keys in one pipelined round trip, and returns
-// the batch id.
+// write sends the buffered rows, the asked inputs' writes, the batch row,
+// the head compare-and-set (policy_seq included) and the NOTIFY of ended
+// keys in one pipelined round trip, and returns the batch id.
 func (t *tx) write(ctx context.Context) (string, error) {
 	ns := t.c.ns
 	var b pgx.Batch
@@ -81,13 +89,24 @@ func (t *tx) write(ctx context.Context) (string, error) {
 	if c := t.checkpoint; c != nil {
 		b.Queue(sqlInsertCheckpoint, ns, c.Size, c.Root[:], c.Note, int64(c.SignedAt))
 	}
+	for _, op := range t.askInputs {
+		if op.put {
+			b.Queue(sqlPutAskInput, ns, int64(op.seq), op.input, int64(op.deleteAfter))
+		} else {
+			b.Queue(sqlSetAskInputDeadline, ns, int64(op.seq), int64(op.deleteAfter))
+		}
+	}
+	if len(t.askInputs) > 0 {
+		b.Queue(sqlPurgeAskInputs, ns, int64(t.purgeBefore))
+	}
 	batchID := newUUID()
 	b.Queue(sqlInsertBatch, batchID, ns, int64(t.head.Seq), int64(t.now))
 	recordedAt := t.oldRecordedAt
 	for i := range t.receipts {
 		recordedAt = max(recordedAt, t.receipts[i].RecordedAt)
 	}
-	b.Queue(sqlHeadCAS, ns, int64(t.oldHead.Seq), int64(t.head.Seq), t.head.Hash[:], int64(recordedAt), t.oldHead.Hash[:])
+	b.Queue(sqlHeadCAS, ns, int64(t.oldHead.Seq), int64(t.head.Seq), t.head.Hash[:], int64(recordedAt), t.oldHead.Hash[:],
+		int64(t.policySeq))
 	for _, p := range notifyPayloads(t.c.s.id, ns, t.ended) {
 		b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, p)
 	}
