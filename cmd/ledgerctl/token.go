@@ -17,7 +17,7 @@ import (
 type TokenCommand struct{ *Env }
 
 const tokenUsage = `Usage:
-  ledgerctl token create --db FILE|URL --role reader|writer|admin --name NAME [--namespace NS,…] [--json]
+  ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]
   ledgerctl token list   --db FILE|URL [--json]
   ledgerctl token revoke --db FILE|URL NAME
 
@@ -132,11 +132,11 @@ func warnMissingNamespaces(ctx context.Context, env *Env, db string, names []str
 func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
 	db := fs.String("db", "", tokenDBUsage)
-	role := fs.String("role", "", "`role` of the token: reader, writer or admin (required)")
+	role := fs.String("role", "", "`role` of the token: reader, writer, approver or admin (required)")
 	name := fs.String("name", "", "`name` recorded as actor on the receipts the token causes (required)")
 	nsList := fs.String("namespace", "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
 	asJSON := fs.Bool("json", false, "print JSON: name, role, namespaces and token")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), admin\n(resolve, and everything). With --namespace the token may use only those\nnamespaces (any other, \"default\" included unless listed, is 403 forbidden).\nThe first valid token turns authentication on.",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, and everything). With --namespace the token may use only those\nnamespaces (any other, \"default\" included unless listed, is 403 forbidden).\nThe first valid token turns authentication on.",
 		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n")
 	if err != nil {
 		return err
@@ -147,8 +147,8 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	if *name == "" || *role == "" {
 		return usageErr(fs, c.Env, "give --role and --name")
 	}
-	if *role != ledger.RoleReader && *role != ledger.RoleWriter && *role != ledger.RoleAdmin {
-		return usageErr(fs, c.Env, "--role must be %s, %s or %s, got %q", ledger.RoleReader, ledger.RoleWriter, ledger.RoleAdmin, *role)
+	if *role != ledger.RoleReader && *role != ledger.RoleWriter && *role != ledger.RoleAdmin && *role != ledger.RoleApprover {
+		return usageErr(fs, c.Env, "--role must be %s, %s, %s or %s, got %q", ledger.RoleReader, ledger.RoleWriter, ledger.RoleApprover, ledger.RoleAdmin, *role)
 	}
 	if len(*name) > 128 || strings.IndexFunc(*name, func(r rune) bool { return r < 0x21 || r > 0x7e }) >= 0 {
 		return usageErr(fs, c.Env, "--name must be 1–128 bytes of visible ASCII (no spaces), got %q", *name)
