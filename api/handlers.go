@@ -139,7 +139,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 	case ledger.StatusApprovalRequired:
 		s.writeJSON(w, http.StatusAccepted, approvalRequiredBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			Approval: askJSON{Seq: res.Ask.Seq, ExpiresAt: res.Ask.ExpiresAt, State: ledger.ApprovalPending},
-			Receipt: refJSON(res.Receipt)})
+			Receipt:  refJSON(res.Receipt)})
 	default:
 		body := reservedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated, Reservation: res.Reservation, Attempt: res.Attempt,
