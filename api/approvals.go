@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/gorilla/mux"
+
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -88,6 +90,10 @@ func (s *Server) handlePutPolicy(w http.ResponseWriter, r *http.Request, n *ledg
 	}
 	s.writeJSON(w, http.StatusOK, body)
 }
+
+// mcpClientRoute names the route by which ledger-mcp relays its client's
+// answer (a writer token: the gateway's own).
+const mcpClientRoute = "/v1/approvals/{seq}/mcp-client"
 
 // readRawBody reads a JSON body whole (a policy is checked by its own
 // decoder, which names the member at fault).
@@ -251,6 +257,9 @@ func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, n *ledger.
 	}
 	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
 		Actor: ActorFromContext(r.Context())}
+	if tpl, _ := mux.CurrentRoute(r).GetPathTemplate(); canonicalRoute(tpl) == mcpClientRoute {
+		req.MCPClient = o.required("client")
+	}
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
 		return

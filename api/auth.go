@@ -87,6 +87,8 @@ func (s *Server) roleFor(route, method string) string {
 		if method == http.MethodPost {
 			return ledger.RoleApprover // or admin (SPEC §13)
 		}
+	case mcpClientRoute:
+		return ledger.RoleWriter // ledger-mcp's own token; the ledger checks it asked
 	case "/v1/openapi.json":
 		return "" // public: the API's description holds no data
 	}

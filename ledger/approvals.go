@@ -67,6 +67,12 @@ type AnswerRequest struct {
 	// Authenticated is false on a ledger without tokens: then no rule's
 	// approvers and no self-approval can be decided (SPEC §13).
 	Authenticated bool
+	// MCPClient, when set, is the name of the agent's MCP client that
+	// answered through ledger-mcp (SPEC §13, MCP path): a self-approval,
+	// accepted only from the token that asked, when the rule lists
+	// mcp-client and the policy allows self-approval. It is recorded with
+	// actor "<asker>/mcp-client:<name>" and role mcp-client.
+	MCPClient string
 }
 
 // policyAt returns the policy recorded at seq, parsed once.
@@ -272,6 +278,9 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 	if err := mayAnswer(p, &ask, req); err != nil {
 		return nil, false, err
 	}
+	if req.MCPClient != "" {
+		req.Actor, req.Role = ask.Actor+"/"+ApproverMCPClient+":"+req.MCPClient, ApproverMCPClient
+	}
 	role, _ := json.Marshal(map[string]string{"role": req.Role})
 	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindApproval, IdempotencyKey: ask.IdempotencyKey,
 		Tool: ask.Tool, Effect: ask.Effect, Idempotent: ask.Idempotent, InputHash: ask.InputHash,
@@ -288,10 +297,13 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 
 // mayAnswer checks the approver against the policy in force (SPEC §13).
 func mayAnswer(p *Policy, ask *chain.Receipt, req *AnswerRequest) error {
+	g := p.GateFor(ask.Tool, ask.Effect)
+	if req.MCPClient != "" {
+		return mayAnswerAsClient(&g, ask, req)
+	}
 	if !req.Authenticated {
 		return nil // a ledger without tokens: nobody to tell apart
 	}
-	g := p.GateFor(ask.Tool, ask.Effect)
 	if ask.Actor != "" && req.Actor == ask.Actor && !g.SelfApproval {
 		return &Error{Code: ECodeSelfApproval, Message: "the token that asked may not approve its own effect (self_approval is deny)",
 			Details: map[string]any{"actor": req.Actor}}
@@ -299,6 +311,30 @@ func mayAnswer(p *Policy, ask *chain.Receipt, req *AnswerRequest) error {
 	if req.Role != RoleApprover && req.Role != RoleAdmin || !g.Lists(req.Actor, req.Role) {
 		return &Error{Code: ECodeForbidden, Message: "this token is not among the rule's approvers",
 			Details: map[string]any{"approvers": g.Approvers, "role": req.Role}}
+	}
+	return nil
+}
+
+// mayAnswerAsClient checks an answer the agent's own MCP client gave
+// through ledger-mcp: a self-approval by construction (SPEC §13).
+func mayAnswerAsClient(g *Gate, ask *chain.Receipt, req *AnswerRequest) error {
+	if len(req.MCPClient) > 128 || !visibleASCII(req.MCPClient) {
+		return Invalid("client", "client is the MCP client's name: 1–128 visible ASCII")
+	}
+	listed := false
+	for _, a := range g.Approvers {
+		listed = listed || a == ApproverMCPClient
+	}
+	switch {
+	case !listed:
+		return &Error{Code: ECodeForbidden, Message: "the rule does not list mcp-client among its approvers",
+			Details: map[string]any{"approvers": g.Approvers}}
+	case !g.SelfApproval:
+		return &Error{Code: ECodeSelfApproval, Message: "an answer through the agent's own MCP client is a self-approval, and the policy denies self-approval",
+			Details: map[string]any{"actor": ask.Actor}}
+	case req.Actor != ask.Actor:
+		return &Error{Code: ECodeForbidden, Message: "only the token that asked (the gateway's own) may relay its client's answer",
+			Details: map[string]any{"actor": req.Actor}}
 	}
 	return nil
 }
