@@ -1,8 +1,11 @@
 package postgres
 
 import (
+	"context"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // SetBeforeCommit makes s call fn with the writer's backend pid just
@@ -81,3 +84,23 @@ func Arrays(cols [][]any) []any {
 
 // SQLOpenKeys is the count of open keys, for plans.
 const SQLOpenKeys = sqlOpenKeys
+
+// CreateSchemaV2 creates on conn's empty database the schema a build of
+// schema version 2 created: its SQL, its version row, the default
+// namespace, the keys guard and the open keys index.
+func CreateSchemaV2(ctx context.Context, conn *pgx.Conn) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, q := range []string{schemaSQL, `INSERT INTO schema_version (id, version) VALUES (1, 2)`, sqlKeysGuard, sqlOpenKeysIndex} {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	if err := createNamespace(ctx, tx, "default", 0); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}

@@ -71,6 +71,9 @@ func TestOpen_migratesV1KeyTTL(t *testing.T) {
 		t.Errorf("read-only on schema 1: key_ttl_ms = %d, want 0", got)
 	}
 	w := mustOpen(t, u, postgres.Options{Logger: quiet, KeyTTL: 1000})
+	if v := schemaVersion(t, u); v != postgres.SchemaVersion {
+		t.Errorf("schema version %d after migrating from 1, want %d", v, postgres.SchemaVersion)
+	}
 	for _, ns := range []string{ledger.DefaultNamespace, "reports"} {
 		if got := keyTTL(t, w, ns); got != 0 {
 			t.Errorf("migrated %s: key_ttl_ms = %d, want 0", ns, got)

@@ -58,11 +58,18 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 		t.Fatal("namespace b waited for a transaction holding namespace a's head")
 	}
 	// a's write waits for the lock: the server shows a session of this
-	// database waiting for one.
+	// database waiting for one. It is watched from a connection outside
+	// holder's transaction, in which pg_stat_activity would stay the
+	// snapshot of its first read.
+	watch, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Close(ctx) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var waiting int
-		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
