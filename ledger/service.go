@@ -89,6 +89,7 @@ func New(store Store, cfg Config) *Ledger {
 	store.OnEnded(l.waits.notify)
 	writerReady.Set(1)
 	keysWaiting.serve(l)
+	approvalsPending.serve(l)
 	return l
 }
 
@@ -137,6 +138,7 @@ func (l *Ledger) EndWaits() { l.waits.end() }
 // closes the store.
 func (l *Ledger) Close() error {
 	keysWaiting.stop(l)
+	approvalsPending.stop(l)
 	l.EndWaits()
 	l.mu.Lock()
 	spaces := l.spaces

@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -37,16 +38,28 @@ func TestDeploy_metricNames(t *testing.T) {
 	require.Equal(t, 201, r.Status, r.Raw)
 	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"deploy-busy-0001","execution_id":"e2","tool":"t.x","effect":"write","wait_ms":20}`)
 	require.Equal(t, 409, r.Status, r.Raw)
+	// An approval (SPEC §13): a policy, an ask, its answer and its consumer.
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"gated"}`).Status)
+	r = l.Do("PUT", "/v1/namespaces/gated/policy", `{"rules":[{"tool":"pay.*","approval":"required"}]}`)
+	require.Equal(t, 200, r.Status, r.Raw)
+	ask := `{"idempotency_key":"deploy-ask-0001","execution_id":"e1","tool":"pay.x","effect":"external","input":{}}`
+	r = l.Do("POST", "/v1/ns/gated/effects/reserve", ask)
+	require.Equal(t, 202, r.Status, r.Raw)
+	r = l.Do("POST", fmt.Sprintf("/v1/ns/gated/approvals/%d", num(t, r.Body, "approval", "seq")), `{"decision":"approve"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/ns/gated/effects/reserve", ask)
+	require.Equal(t, 201, r.Status, r.Raw)
 
 	var exported map[string]map[string]bool
 	require.Eventually(t, func() bool {
 		exported = scrape(t, l)
 		return exported["ledger_verify_runs_total"] != nil && exported["ledger_audit_repeated_failure_keys"] != nil &&
+			exported["ledger_approvals_pending"] != nil &&
 			exported["ledger_wal_checkpoints_total"] != nil
 	}, 60*time.Second, 100*time.Millisecond, "the first verification run, its audit and a WAL checkpoint are exported")
 	for _, name := range []string{"ledger_reserve_outcomes_total", "ledger_commit_outcomes_total",
 		"ledger_resolve_outcomes_total", "ledger_receipts_appended_total", "ledger_http_errors_total",
-		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total"} {
+		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total", "ledger_approvals_total"} {
 		require.NotNil(t, exported[name], "%s is exported after this traffic", name)
 	}
 
