@@ -159,6 +159,7 @@ type run struct {
 	audit    *auditBuilder
 	state    *stateChecker
 	cc       *chainChecker
+	gate     *gateChecker
 	dups     []DuplicateEffect
 	repeats  []RepeatedFailure
 }
@@ -193,6 +194,11 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	r.audit = newAuditBuilder(v.opts.Filter, r.from)
 	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
 	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
+	r.gate = newGateChecker(r.chainCol, r.from, r.ttl, v.opts.Filter)
+	r.cc.gate = r.gate
+	if err := v.primeGate(ctx, r); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	return r, nil
 }
 
@@ -200,6 +206,8 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 func (r *run) report(maxViolations int) *Report {
 	r.cc.finish()
 	violations := mergeViolations(maxViolations, r.chainCol, r.stateCol)
+	audit := r.audit.build(r.dups, r.repeats)
+	r.gate.fill(audit, r.now)
 	return &Report{
 		OK:              len(violations) == 0,
 		Receipts:        r.cc.count,
@@ -207,7 +215,7 @@ func (r *run) report(maxViolations int) *Report {
 		Violations:      violations,
 		ViolationsTotal: r.chainCol.total + r.stateCol.total,
 		Checked:         r.cc.checked,
-		Audit:           r.audit.build(r.dups, r.repeats),
+		Audit:           audit,
 	}
 }
 
