@@ -230,6 +230,7 @@ func (g *gateChecker) consume(r *chain.Receipt, ap *approvalEntry, rule gateRule
 	if ap.consumedBy != 0 {
 		g.violation(r, RuleApprovalReused, "key %q: reserve names approval %d, which reserve %d consumed already",
 			r.IdempotencyKey, ap.r.Seq, ap.consumedBy)
+		g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID}
 		return
 	}
 	ap.consumedBy = r.Seq
@@ -241,8 +242,9 @@ func (g *gateChecker) consume(r *chain.Receipt, ap *approvalEntry, rule gateRule
 	}
 	if why := mismatch(r, ap, ask, rule); why != "" {
 		g.violation(r, RuleApprovalMismatch, "key %q: reserve names approval %d, but %s", r.IdempotencyKey, ap.r.Seq, why)
-		return
 	}
+	// The execution's runtime retries are covered even by an approval
+	// that did not match: the consumption is reported once, here.
 	g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID}
 }
 

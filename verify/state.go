@@ -28,6 +28,7 @@ type keyState struct {
 // whose ref_seq names what the reserve would otherwise name (SPEC §13).
 type gateLink struct {
 	askSeq, askRef, approvalSeq uint64
+	consumed                    bool // a reserve named approvalSeq
 }
 
 // ref is what a reserve naming refSeq names for the rules of §4 and §12.
@@ -36,6 +37,12 @@ func (g gateLink) ref(refSeq uint64) uint64 {
 		return g.askRef
 	}
 	return refSeq
+}
+
+// reused reports whether refSeq names an approval an earlier reserve
+// consumed: approval_reused (the gate checker's) says all there is.
+func (g gateLink) reused(refSeq uint64) bool {
+	return refSeq != 0 && refSeq == g.approvalSeq && g.consumed
 }
 
 // holdsNoState reports whether a receipt of kind starts no key state when
@@ -317,7 +324,12 @@ func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
 
 func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 	st := k.state(r.RecordedAt)
-	s.checkReserve(k, r, st, k.gate.ref(r.RefSeq))
+	if !k.gate.reused(r.RefSeq) {
+		s.checkReserve(k, r, st, k.gate.ref(r.RefSeq))
+	}
+	if r.RefSeq != 0 && r.RefSeq == k.gate.approvalSeq {
+		k.gate.consumed = true
+	}
 	if !k.hasReserve && k.first.Kind == chain.KindAsk { // the key's first reserve, after its ask
 		k.first = *r
 		k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
