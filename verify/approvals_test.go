@@ -105,7 +105,7 @@ func cleanGateChain() *gateChain {
 	c.answer(ask, chain.OutcomeRejected, "alice", "approver")
 	// A failed mail, then another execution that changed its strategy.
 	rsv = c.reserve("mail-key-001", "exec-5", 1, "email.send", "agent", 0, "{}") // 10
-	fail = c.commit(rsv, chain.OutcomeFailed, "BOUNCED")                        // 11
+	fail = c.commit(rsv, chain.OutcomeFailed, "BOUNCED")                         // 11
 	rsv = c.reserve("mail-key-001", "exec-6", 1, "email.send", "agent", fail, `{"strategy":"plain text"}`)
 	c.commit(rsv, chain.OutcomeSucceeded, "")
 	d := req(chain.KindDeny, "rm-key-00001", "exec-3", 1, "shell.rm_rf", "agent", 0) // 14

@@ -54,9 +54,6 @@ type gateRule struct {
 	repeatWindow uint64
 }
 
-// gates reports whether the rule does anything to the request.
-func (g gateRule) gates() bool { return g.approval || g.deny || g.repeatRefuse }
-
 // parsePolicy parses a policy receipt's result. Unknown members, values
 // of the wrong type and bad globs are errors: the verifier cannot check a
 // policy it does not understand.

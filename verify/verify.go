@@ -10,6 +10,13 @@
 // an incremental run of a database reads the chain and, beside it, the keys
 // it touches in key order (keypass.go); a server's chain is read in seq
 // order with every key state in memory (memory.go).
+//
+// The gate's rules (SPEC §13: approvals, deny, the repeat guard, the
+// policy in force) ride on the chain pass of every strategy (gate.go), in
+// seq order, so that every strategy reports them alike; an incremental
+// run gives the gate the trusted prefix first (gate_prime.go). The key
+// states follow a reserve that consumes an approval through the approval
+// and its ask to the receipt the reserve stands for (state.go).
 package verify
 
 import (
