@@ -56,6 +56,13 @@ type Audit struct {
 	// NotAppliedReruns (SPEC §4.1) are the reserves that ran an effect
 	// again after an outcome that claimed to apply nothing.
 	NotAppliedReruns []NotAppliedRerun `json:"not_applied_reruns"`
+	// Approvals (SPEC §13) lists each ask: its answer, approver and the
+	// reserve that consumed it.
+	Approvals []ApprovalRecord `json:"approvals"`
+	// Denied lists the deny receipts: effects the policy refused.
+	Denied []DeniedEffect `json:"denied"`
+	// UnauthenticatedApprovals lists the approvals without an actor.
+	UnauthenticatedApprovals []UnauthenticatedApproval `json:"unauthenticated_approvals"`
 }
 
 // NotAppliedRerun is a reserve of a key whose last outcome was not_applied

@@ -11,6 +11,7 @@ import (
 type chainChecker struct {
 	col    *collector
 	hasher chain.Hasher
+	gate   *gateChecker // the rules of SPEC §13, on the same pass
 
 	pins []pinCheck
 
@@ -95,6 +96,9 @@ func (c *chainChecker) add(r *chain.Receipt) {
 		}
 	}
 	checkFields(c.col, r)
+	if c.gate != nil {
+		c.gate.add(r)
+	}
 	c.checkRecordedAt(r)
 	c.checkPins(r)
 	c.prev, c.prevUnknown, c.lastSeq, c.next = next, !nextOK, r.Seq, r.Seq+1

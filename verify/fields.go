@@ -25,36 +25,10 @@ func checkFields(col *collector, r *chain.Receipt) {
 		}
 	}
 
-	if r.KeyGenerated {
-		if !generatedKey(r.IdempotencyKey) {
-			bad("generated idempotency_key %q is not %s followed by at least %d characters of A-Z a-z 0-9 _ -",
-				truncate(r.IdempotencyKey), ledger.GeneratedKeyPrefix, minGeneratedRandom)
-		}
+	if r.Kind == chain.KindPolicy {
+		checkPolicyFields(bad, r)
 	} else {
-		switch {
-		case len(r.IdempotencyKey) < ledger.MinKeyLen || len(r.IdempotencyKey) > ledger.MaxKeyLen || !visibleASCII(r.IdempotencyKey):
-			bad("idempotency_key %q is not %d–%d bytes of visible ASCII (shorter keys are generated)",
-				truncate(r.IdempotencyKey), ledger.MinKeyLen, ledger.MaxKeyLen)
-			// A supplied key starting with gen_ is refused since contract
-			// v1.1, but v1 ledgers recorded such keys legitimately: not a
-			// violation.
-		}
-	}
-	for _, f := range [...]struct{ name, v string }{{"execution_id", r.ExecutionID}, {"tool", r.Tool}} {
-		if f.v == "" || len(f.v) > ledger.MaxIDLen || !visibleASCII(f.v) {
-			bad("%s %q is not 1–%d bytes of visible ASCII", f.name, truncate(f.v), ledger.MaxIDLen)
-		}
-	}
-	if (r.Attempt == 0 || r.Attempt > ledger.MaxAttempt) && !r.IsMalformed("attempt") {
-		bad("attempt %d is not from 1 to %d", r.Attempt, uint64(ledger.MaxAttempt))
-	}
-	switch r.Effect {
-	case chain.EffectWrite, chain.EffectDestructive, chain.EffectExternal:
-	default:
-		bad("effect %q is not write, destructive or external", truncate(r.Effect))
-	}
-	if len(r.InputHash) > ledger.MaxInputHashLen || !visibleASCII(r.InputHash) {
-		bad("input_hash %q is not at most %d bytes of visible ASCII", truncate(r.InputHash), ledger.MaxInputHashLen)
+		checkKeyFields(bad, r)
 	}
 	if r.RefSeq >= r.Seq && r.RefSeq != 0 {
 		bad("ref_seq %d does not name an earlier receipt", r.RefSeq)
@@ -63,6 +37,47 @@ func checkFields(col *collector, r *chain.Receipt) {
 	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeNotApplied && r.ExternalRef != "" {
 		col.addf(r.Seq, RuleNotAppliedWithRef, "not_applied %s with external_ref %q: an effect that applied nothing has no downstream reference",
 			r.Kind, truncate(r.ExternalRef))
+	}
+}
+
+// checkKeyFields checks the fields of a receipt that names a key: the
+// key, execution, attempt, tool, effect and input_hash (SPEC §1–§4). An
+// approval carries no execution and attempt (SPEC §2.1).
+func checkKeyFields(bad func(string, ...any), r *chain.Receipt) {
+	if r.KeyGenerated {
+		if !generatedKey(r.IdempotencyKey) {
+			bad("generated idempotency_key %q is not %s followed by at least %d characters of A-Z a-z 0-9 _ -",
+				truncate(r.IdempotencyKey), ledger.GeneratedKeyPrefix, minGeneratedRandom)
+		}
+	} else if len(r.IdempotencyKey) < ledger.MinKeyLen || len(r.IdempotencyKey) > ledger.MaxKeyLen || !visibleASCII(r.IdempotencyKey) {
+		bad("idempotency_key %q is not %d–%d bytes of visible ASCII (shorter keys are generated)",
+			truncate(r.IdempotencyKey), ledger.MinKeyLen, ledger.MaxKeyLen)
+		// A supplied key starting with gen_ is refused since contract
+		// v1.1, but v1 ledgers recorded such keys legitimately: not a
+		// violation.
+	}
+	ids := []struct{ name, v string }{{"execution_id", r.ExecutionID}, {"tool", r.Tool}}
+	if r.Kind == chain.KindApproval {
+		ids = ids[1:]
+		notOn(bad, r.Kind, "execution_id", r.ExecutionID)
+		if r.Attempt != 0 {
+			bad("approval with attempt %d (an approval carries none)", r.Attempt)
+		}
+	} else if (r.Attempt == 0 || r.Attempt > ledger.MaxAttempt) && !r.IsMalformed("attempt") {
+		bad("attempt %d is not from 1 to %d", r.Attempt, uint64(ledger.MaxAttempt))
+	}
+	for _, f := range ids {
+		if f.v == "" || len(f.v) > ledger.MaxIDLen || !visibleASCII(f.v) {
+			bad("%s %q is not 1–%d bytes of visible ASCII", f.name, truncate(f.v), ledger.MaxIDLen)
+		}
+	}
+	switch r.Effect {
+	case chain.EffectWrite, chain.EffectDestructive, chain.EffectExternal:
+	default:
+		bad("effect %q is not write, destructive or external", truncate(r.Effect))
+	}
+	if len(r.InputHash) > ledger.MaxInputHashLen || !visibleASCII(r.InputHash) {
+		bad("input_hash %q is not at most %d bytes of visible ASCII", truncate(r.InputHash), ledger.MaxInputHashLen)
 	}
 }
 
@@ -92,26 +107,64 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		default: // which error fields belong is unknown
 			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
+	case chain.KindPolicy:
+		return // checkPolicyFields checked every field
+	case chain.KindAsk:
+		checkAskFields(bad, r)
+	case chain.KindApproval:
+		checkApprovalFields(bad, r)
+	case chain.KindDeny:
+		notOn(bad, r.Kind, "outcome", r.Outcome)
+		notOn(bad, r.Kind, "external_ref", r.ExternalRef)
+		notOn(bad, r.Kind, "result", r.Result)
+		noFailure(bad, r.Kind, r)
 	default:
-		bad("kind %q is not reserve, commit, replay or resolve", truncate(r.Kind))
+		bad("kind %q is not reserve, commit, replay, resolve, policy, ask, approval or deny", truncate(r.Kind))
 		return // which fields belong is unknown
 	}
-	if r.Kind == chain.KindReserve {
+	checkLease(bad, r)
+	checkNote(bad, r)
+}
+
+// checkLease checks lease_expires_at: a reserve's lease, an ask's expiry
+// (after its recorded_at), and nothing on the other kinds.
+func checkLease(bad func(string, ...any), r *chain.Receipt) {
+	if r.IsMalformed("lease_expires_at") || r.IsMalformed("recorded_at") {
+		return
+	}
+	switch r.Kind {
+	case chain.KindReserve:
 		lease := r.LeaseExpiresAt - r.RecordedAt
-		if !r.IsMalformed("lease_expires_at") && !r.IsMalformed("recorded_at") &&
-			(r.LeaseExpiresAt < r.RecordedAt || lease < ledger.MinLeaseMS || lease > ledger.MaxLeaseMS) {
+		if r.LeaseExpiresAt < r.RecordedAt || lease < ledger.MinLeaseMS || lease > ledger.MaxLeaseMS {
 			bad("reserve with lease_expires_at %d, not %d–%d ms after recorded_at %d",
 				r.LeaseExpiresAt, ledger.MinLeaseMS, ledger.MaxLeaseMS, r.RecordedAt)
 		}
-	} else if r.LeaseExpiresAt != 0 {
-		bad("%s with lease_expires_at %d", r.Kind, r.LeaseExpiresAt)
+	case chain.KindAsk:
+		if r.LeaseExpiresAt <= r.RecordedAt {
+			bad("ask expiring at %d (lease_expires_at), not after its recorded_at %d", r.LeaseExpiresAt, r.RecordedAt)
+		}
+	default:
+		if r.LeaseExpiresAt != 0 {
+			bad("%s with lease_expires_at %d", r.Kind, r.LeaseExpiresAt)
+		}
 	}
-	if r.Kind == chain.KindResolve {
+}
+
+// checkNote checks note: a resolve's required note, an approval's
+// optional one, a reserve's changed object (SPEC §13), and nothing on the
+// other kinds.
+func checkNote(bad func(string, ...any), r *chain.Receipt) {
+	switch r.Kind {
+	case chain.KindResolve:
 		if r.Note == "" {
 			bad("resolve without a note")
 		}
 		checkText(bad, "note", r.Note, ledger.MaxNoteLen)
-	} else {
+	case chain.KindApproval:
+		checkText(bad, "note", r.Note, ledger.MaxNoteLen)
+	case chain.KindReserve:
+		checkChanged(bad, r.Note)
+	default:
 		notOn(bad, r.Kind, "note", r.Note)
 	}
 }

@@ -48,10 +48,16 @@ func (p *singlePass) newLevel(n int, hint uint64) (*level, error) {
 // (read again by seq when a slow path needs it).
 func (l *level) add(e *event, r *chain.Receipt) error {
 	t := l.table
+	if e.kind == evPolicy {
+		return nil
+	}
 	if t.absent(e.key) {
 		return l.spillEvent(e)
 	}
 	s, found := t.find(e.key)
+	if !found && e.kind == evNoState {
+		return nil
+	}
 	if !found {
 		var err error
 		if s, err = t.insert(e.key); err != nil {
@@ -101,19 +107,20 @@ func (l *level) slow(s *slot, e *event, r *chain.Receipt, first bool) error {
 			return err
 		}
 	}
+	var k *keyState
 	if first {
-		k := &keyState{key: r.IdempotencyKey, first: *r}
+		k = &keyState{key: r.IdempotencyKey, first: *r}
 		p.state.first(k, r)
+	} else {
+		var err error
+		if k, err = l.hydrate(s); err != nil {
+			return err
+		}
+		p.state.next(k, r)
+	}
+	if countsForAttempts(r.Kind) {
 		k.record(r.ExecutionID, r.Attempt)
-		l.compact(s, k)
-		return nil
 	}
-	k, err := l.hydrate(s)
-	if err != nil {
-		return err
-	}
-	p.state.next(k, r)
-	k.record(r.ExecutionID, r.Attempt)
 	l.compact(s, k)
 	return nil
 }
@@ -153,6 +160,7 @@ func (l *level) hydrate(s *slot) (*keyState, error) {
 		k.final = finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
 			code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
 	}
+	k.gate = l.table.gates[keyHashes{s.key0, s.key1}]
 	if s.flags&slotMore != 0 {
 		k.attempts = append(k.attempts, l.table.more[keyHashes{s.key0, s.key1}]...)
 	} else {
@@ -169,6 +177,11 @@ func (l *level) compact(s *slot, k *keyState) {
 		fp:        fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
 		firstExec: stringHash(k.first.ExecutionID), lease: k.latest.lease}
 	l.table.setSeqs(s, k.latest.seq, k.final.seq)
+	if k.gate != (gateLink{}) {
+		l.table.gates[h] = k.gate
+	} else {
+		delete(l.table.gates, h)
+	}
 	for _, f := range []struct {
 		on   bool
 		flag uint32

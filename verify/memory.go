@@ -26,7 +26,9 @@ func (v *Verifier) memoryPass(ctx context.Context, r *run) error {
 		r.through = max(r.through, rc.Seq)
 		r.cc.add(rc)
 		if touched != nil {
-			touched[rc.IdempotencyKey] = rc.Seq
+			if rc.IdempotencyKey != "" { // a policy names no key
+				touched[rc.IdempotencyKey] = rc.Seq
+			}
 		} else {
 			r.state.add(rc)
 			finder.add(rc)

@@ -34,6 +34,30 @@ const (
 	// carries an external_ref (contract v1.3, SPEC §4.1): an effect that
 	// applied nothing has no downstream reference.
 	RuleNotAppliedWithRef = "not_applied_with_ref"
+
+	// The gate's rules (contract v1.3, SPEC §13), each decided with the
+	// policy in force at the receipt: the latest policy receipt before it.
+
+	// RuleApprovalMissing: a reserve the policy gated names no approval
+	// and is not by the execution that consumed one for its key's
+	// generation.
+	RuleApprovalMissing = "approval_missing"
+	// RuleApprovalReused: two reserves name one approval.
+	RuleApprovalReused = "approval_reused"
+	// RuleApprovalMismatch: a reserve names a rejected approval, one
+	// recorded at or after its ask's expiry (or is itself), one of another
+	// key, fingerprint or actor, or one whose approver the rule in force
+	// does not list.
+	RuleApprovalMismatch = "approval_mismatch"
+	// RuleSelfApproved: an approval by its ask's own actor while the
+	// policy in force denies self-approval.
+	RuleSelfApproved = "self_approved"
+	// RuleDeniedEffectRun: a reserve the policy in force denies.
+	RuleDeniedEffectRun = "denied_effect_run"
+	// RuleUnchangedRetry: a reserve the repeat guard in force refuses.
+	RuleUnchangedRetry = "unchanged_retry"
+	// RulePolicyUnknown: a policy receipt whose text does not parse.
+	RulePolicyUnknown = "policy_unknown"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.

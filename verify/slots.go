@@ -86,6 +86,7 @@ type stateTable struct {
 	maxSlots int
 	more     map[keyHashes][]execAttempt
 	far      map[keyHashes][2]uint64 // latest reserve, final seqs of slotFar slots
+	gates    map[keyHashes]gateLink  // the keys with an ask (keyState.gate)
 	// held, once the table is full (no key is added after that), has a
 	// bit set for each key in it, by the low bits of key0: a key whose
 	// bit is clear is not in the table, known without a search (which
@@ -98,7 +99,8 @@ type stateTable struct {
 // about hint keys.
 func newStateTable(budget int, hint uint64) (*stateTable, error) {
 	maxSlots := max(budget/slotBytes, 4)
-	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}, far: map[keyHashes][2]uint64{}}
+	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}, far: map[keyHashes][2]uint64{},
+		gates: map[keyHashes]gateLink{}}
 	n := min(uint64(maxSlots), max(hint+hint/3, 1024))
 	if err := t.alloc(int(n)); err != nil {
 		return nil, err
@@ -118,7 +120,7 @@ func (t *stateTable) alloc(n int) error {
 // release returns the table's memory.
 func (t *stateTable) release() {
 	t.mem.free()
-	t.slots, t.mem, t.held, t.more, t.far = nil, slotMemory{}, nil, nil, nil
+	t.slots, t.mem, t.held, t.more, t.far, t.gates = nil, slotMemory{}, nil, nil, nil, nil
 }
 
 // seqs returns the seqs of a slot's latest reserve and final receipt (0:

@@ -28,6 +28,8 @@ const (
 	evReserve
 	evCommit
 	evReplay
+	evPolicy  // no key: the key states skip it
+	evNoState // deny, approval: no state of their own (holdsNoState)
 )
 
 func eventOf(r *chain.Receipt) event {
@@ -42,6 +44,10 @@ func eventOf(r *chain.Receipt) event {
 		e.kind = evCommit
 	case chain.KindReplay:
 		e.kind = evReplay
+	case chain.KindPolicy:
+		e.kind = evPolicy
+	case chain.KindDeny, chain.KindApproval:
+		e.kind = evNoState
 	}
 	return e
 }

@@ -18,6 +18,46 @@ type keyState struct {
 	final      finalInfo
 
 	attempts []execAttempt // highest attempt per execution; usually one
+
+	gate gateLink // the key's latest ask and its answer
+}
+
+// gateLink ties the key's latest ask to the approval that answered it, so
+// that a reserve consuming the approval is checked as the reserve the ask
+// stood for: its ref_seq names the approval, whose ref_seq names the ask,
+// whose ref_seq names what the reserve would otherwise name (SPEC §13).
+type gateLink struct {
+	askSeq, askRef, approvalSeq uint64
+	consumed                    bool // a reserve named approvalSeq
+}
+
+// ref is what a reserve naming refSeq names for the rules of §4 and §12.
+func (g gateLink) ref(refSeq uint64) uint64 {
+	if refSeq != 0 && refSeq == g.approvalSeq {
+		return g.askRef
+	}
+	return refSeq
+}
+
+// reused reports whether refSeq names an approval an earlier reserve
+// consumed: approval_reused (the gate checker's) says all there is.
+func (g gateLink) reused(refSeq uint64) bool {
+	return refSeq != 0 && refSeq == g.approvalSeq && g.consumed
+}
+
+// holdsNoState reports whether a receipt of kind starts no key state when
+// it is the key's first: policy, deny and approval receipts fix nothing
+// (SPEC §2.1).
+func holdsNoState(kind string) bool {
+	return kind == chain.KindPolicy || kind == chain.KindDeny || kind == chain.KindApproval
+}
+
+// countsForAttempts reports whether a receipt of kind counts for the
+// attempt rule of §4 and attempt_order. The gate's receipts do not: an
+// ask stands for a reserve not appended, and the reserve that consumes
+// its approval may be the same request, waiting (SPEC §13).
+func countsForAttempts(kind string) bool {
+	return kind != chain.KindPolicy && kind != chain.KindAsk && kind != chain.KindApproval && kind != chain.KindDeny
 }
 
 // execAttempt is the highest attempt of an execution, which is named by
@@ -123,6 +163,10 @@ func (s *stateChecker) violation(r *chain.Receipt, rule, format string, args ...
 func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
 	k := &s.grouped
 	if k.key != r.IdempotencyKey || k.first.Seq == 0 {
+		if holdsNoState(r.Kind) {
+			s.skipGrouped(r, now)
+			return
+		}
 		s.finishGrouped(now)
 		*k = keyState{key: r.IdempotencyKey, first: *r, attempts: k.attempts[:0]}
 		s.fresh = false
@@ -131,7 +175,21 @@ func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
 		s.next(k, r)
 	}
 	s.fresh = s.fresh || s.from == 0 || r.Seq > s.from
-	k.record(r.ExecutionID, r.Attempt)
+	if countsForAttempts(r.Kind) {
+		k.record(r.ExecutionID, r.Attempt)
+	}
+}
+
+// skipGrouped takes a receipt that starts no state as a key's first: the
+// key held before it is finished, and the next receipt of its key is
+// taken as the first.
+func (s *stateChecker) skipGrouped(r *chain.Receipt, now uint64) {
+	if s.grouped.key == r.IdempotencyKey {
+		return
+	}
+	s.finishGrouped(now)
+	s.grouped = keyState{key: r.IdempotencyKey, attempts: s.grouped.attempts[:0]}
+	s.fresh = false
 }
 
 // finishGrouped finishes the key of grouped mode, if one is held and it
@@ -169,6 +227,9 @@ func (s *stateChecker) finish(now uint64) {
 // add applies one receipt to its key's state, held in a map.
 func (s *stateChecker) add(r *chain.Receipt) {
 	k := s.keys[r.IdempotencyKey]
+	if k == nil && holdsNoState(r.Kind) || r.Kind == chain.KindPolicy {
+		return
+	}
 	if k == nil {
 		k = &keyState{key: r.IdempotencyKey, first: *r}
 		s.keys[r.IdempotencyKey] = k
@@ -176,7 +237,9 @@ func (s *stateChecker) add(r *chain.Receipt) {
 	} else {
 		s.next(k, r)
 	}
-	k.record(r.ExecutionID, r.Attempt)
+	if countsForAttempts(r.Kind) {
+		k.record(r.ExecutionID, r.Attempt)
+	}
 }
 
 // next applies a receipt after the key's first, reporting broken rules.
@@ -185,8 +248,11 @@ func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
 		s.renew(k, r)
 		return
 	}
-	if r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
-		r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated {
+	// The gate's receipts of an expired key belong to its next generation,
+	// which its renewing reserve starts.
+	gateOfNext := (r.Kind == chain.KindAsk || r.Kind == chain.KindApproval || r.Kind == chain.KindDeny) && s.expired(k, r.RecordedAt)
+	if !gateOfNext && (r.Tool != k.first.Tool || r.Effect != k.first.Effect || r.InputHash != k.first.InputHash ||
+		r.Idempotent != k.first.Idempotent || r.KeyGenerated != k.first.KeyGenerated) {
 		s.violation(r, RuleFingerprintChanged,
 			"key %q: tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t, but its first receipt (seq %d) has tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
 			k.key, r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated,
@@ -199,6 +265,12 @@ func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
 		s.finalize(k, r)
 	case chain.KindReplay:
 		s.replay(k, r)
+	case chain.KindAsk:
+		k.gate = gateLink{askSeq: r.Seq, askRef: r.RefSeq}
+	case chain.KindApproval:
+		if r.RefSeq == k.gate.askSeq && k.gate.approvalSeq == 0 {
+			k.gate.approvalSeq = r.Seq
+		}
 	}
 }
 
@@ -215,6 +287,10 @@ func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
 		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 	case r.Kind == chain.KindReplay:
 		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay of seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
+	case r.Kind == chain.KindAsk:
+		// SPEC §2.1: the first ask fixes the fingerprint; the reserve
+		// that consumes its answer starts the key's state.
+		k.gate = gateLink{askSeq: r.Seq, askRef: r.RefSeq}
 	case r.Kind != chain.KindCommit && r.Kind != chain.KindResolve:
 		// an unknown kind changes no state: checkFields reports it
 	default:
@@ -234,9 +310,9 @@ func (s *stateChecker) expired(k *keyState, t uint64) bool {
 // the state start again from r. Its ref_seq must name a receipt of the
 // previous generation from its outcome on (the key's latest receipt).
 func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
-	if r.RefSeq < k.final.seq || r.RefSeq >= r.Seq {
+	if ref := k.gate.ref(r.RefSeq); ref < k.final.seq || ref >= r.Seq {
 		s.violation(r, RuleRetryNotAllowed, "key %q: the reserve renewing it names ref_seq %d, but its previous generation ended at seq %d",
-			k.key, r.RefSeq, k.final.seq)
+			k.key, ref, k.final.seq)
 	}
 	s.audit.renewed(k, r, k.final.seq)
 	k.first = *r
@@ -248,32 +324,15 @@ func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
 
 func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 	st := k.state(r.RecordedAt)
-	switch st {
-	case "succeeded":
-		s.violation(r, RuleReserveAfterSuccess, "key %q succeeded at seq %d; a later reserve must be a replay", k.key, k.final.seq)
-	case "reserved":
-		s.violation(r, RuleRetryNotAllowed, "key %q: reserve while reserve %d holds the lease until %d (recorded_at %d)", k.key, k.latest.seq, k.latest.lease, r.RecordedAt)
-	case "interrupted":
-		if !k.first.Idempotent {
-			s.violation(r, RuleRetryNotAllowed, "key %q is not idempotent: interrupted reserve %d must be resolved by a person, not taken over", k.key, k.latest.seq)
-		} else if r.RefSeq != k.latest.seq {
-			s.violation(r, RuleRetryNotAllowed, "key %q: takeover names ref_seq %d, but the interrupted reserve is %d", k.key, r.RefSeq, k.latest.seq)
-		}
-	case "not_applied":
-		// SPEC §4.1: decided as a new key of the same generation, by any
-		// execution; the reserve names the not_applied outcome.
-		if r.RefSeq != k.final.seq {
-			s.violation(r, RuleRetryNotAllowed, "key %q: reserve after not_applied names ref_seq %d, but the not_applied outcome is %d", k.key, r.RefSeq, k.final.seq)
-		}
-	case "failed":
-		switch {
-		case !k.final.retryable:
-			s.violation(r, RuleRetryNotAllowed, "key %q: retry after the non-retryable failure %s at seq %d", k.key, k.final.code, k.final.seq)
-		case !k.first.Idempotent:
-			s.violation(r, RuleRetryNotAllowed, "key %q: retry of a key not declared idempotent (failure at seq %d)", k.key, k.final.seq)
-		case r.RefSeq != k.final.seq:
-			s.violation(r, RuleRetryNotAllowed, "key %q: retry names ref_seq %d, but the failure is %d", k.key, r.RefSeq, k.final.seq)
-		}
+	if !k.gate.reused(r.RefSeq) {
+		s.checkReserve(k, r, st, k.gate.ref(r.RefSeq))
+	}
+	if r.RefSeq != 0 && r.RefSeq == k.gate.approvalSeq {
+		k.gate.consumed = true
+	}
+	if !k.hasReserve && k.first.Kind == chain.KindAsk { // the key's first reserve, after its ask
+		k.first = *r
+		k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
 	}
 	prev, seen := k.attempt(r.ExecutionID)
 	if seen && r.Attempt <= prev {
@@ -285,6 +344,42 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 	}
 	k.hasReserve, k.finalized = true, false
 	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+}
+
+// checkReserve applies the rules of §4 and §4.1 to a reserve of a key in
+// state st; ref is what it names, past an approval it consumes.
+func (s *stateChecker) checkReserve(k *keyState, r *chain.Receipt, st string, ref uint64) {
+	switch st {
+	case "none": // the key has only an ask: the reserve is its first
+		if ref != 0 {
+			s.violation(r, RuleRetryNotAllowed, "key %q: first reserve claims to retry seq %d, but the key has no earlier reserve", k.key, ref)
+		}
+	case "succeeded":
+		s.violation(r, RuleReserveAfterSuccess, "key %q succeeded at seq %d; a later reserve must be a replay", k.key, k.final.seq)
+	case "reserved":
+		s.violation(r, RuleRetryNotAllowed, "key %q: reserve while reserve %d holds the lease until %d (recorded_at %d)", k.key, k.latest.seq, k.latest.lease, r.RecordedAt)
+	case "interrupted":
+		if !k.first.Idempotent {
+			s.violation(r, RuleRetryNotAllowed, "key %q is not idempotent: interrupted reserve %d must be resolved by a person, not taken over", k.key, k.latest.seq)
+		} else if ref != k.latest.seq {
+			s.violation(r, RuleRetryNotAllowed, "key %q: takeover names ref_seq %d, but the interrupted reserve is %d", k.key, ref, k.latest.seq)
+		}
+	case "not_applied":
+		// SPEC §4.1: decided as a new key of the same generation, by any
+		// execution; the reserve names the not_applied outcome.
+		if ref != k.final.seq {
+			s.violation(r, RuleRetryNotAllowed, "key %q: reserve after not_applied names ref_seq %d, but the not_applied outcome is %d", k.key, ref, k.final.seq)
+		}
+	case "failed":
+		switch {
+		case !k.final.retryable:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry after the non-retryable failure %s at seq %d", k.key, k.final.code, k.final.seq)
+		case !k.first.Idempotent:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry of a key not declared idempotent (failure at seq %d)", k.key, k.final.seq)
+		case ref != k.final.seq:
+			s.violation(r, RuleRetryNotAllowed, "key %q: retry names ref_seq %d, but the failure is %d", k.key, ref, k.final.seq)
+		}
+	}
 }
 
 func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {

@@ -10,6 +10,13 @@
 // an incremental run of a database reads the chain and, beside it, the keys
 // it touches in key order (keypass.go); a server's chain is read in seq
 // order with every key state in memory (memory.go).
+//
+// The gate's rules (SPEC §13: approvals, deny, the repeat guard, the
+// policy in force) ride on the chain pass of every strategy (gate.go), in
+// seq order, so that every strategy reports them alike; an incremental
+// run gives the gate the trusted prefix first (gate_prime.go). The key
+// states follow a reserve that consumes an approval through the approval
+// and its ask to the receipt the reserve stands for (state.go).
 package verify
 
 import (
@@ -159,6 +166,7 @@ type run struct {
 	audit    *auditBuilder
 	state    *stateChecker
 	cc       *chainChecker
+	gate     *gateChecker
 	dups     []DuplicateEffect
 	repeats  []RepeatedFailure
 }
@@ -193,6 +201,11 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	r.audit = newAuditBuilder(v.opts.Filter, r.from)
 	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
 	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
+	r.gate = newGateChecker(r.chainCol, r.from, r.ttl, v.opts.Filter)
+	r.cc.gate = r.gate
+	if err := v.primeGate(ctx, r); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	return r, nil
 }
 
@@ -200,6 +213,8 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 func (r *run) report(maxViolations int) *Report {
 	r.cc.finish()
 	violations := mergeViolations(maxViolations, r.chainCol, r.stateCol)
+	audit := r.audit.build(r.dups, r.repeats)
+	r.gate.fill(audit, r.now)
 	return &Report{
 		OK:              len(violations) == 0,
 		Receipts:        r.cc.count,
@@ -207,7 +222,7 @@ func (r *run) report(maxViolations int) *Report {
 		Violations:      violations,
 		ViolationsTotal: r.chainCol.total + r.stateCol.total,
 		Checked:         r.cc.checked,
-		Audit:           r.audit.build(r.dups, r.repeats),
+		Audit:           audit,
 	}
 }
 

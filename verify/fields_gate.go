@@ -1,0 +1,102 @@
+package verify
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// maxChangedValue bounds each value of a reserve's changed object
+// (SPEC §13: strings of at most 256).
+const maxChangedValue = 256
+
+// checkPolicyFields checks a policy receipt: it sets only seq, kind,
+// result (the policy's text, which the gate checker parses), actor and
+// recorded_at (SPEC §2.1).
+func checkPolicyFields(bad func(string, ...any), r *chain.Receipt) {
+	for _, f := range [...]struct{ name, v string }{
+		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
+		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
+		{"note", r.Note},
+	} {
+		notOn(bad, r.Kind, f.name, f.v)
+	}
+	noFailure(bad, r.Kind, r)
+	for _, f := range [...]struct {
+		name string
+		v    uint64
+	}{{"attempt", r.Attempt}, {"lease_expires_at", r.LeaseExpiresAt}, {"ref_seq", r.RefSeq}} {
+		if f.v != 0 {
+			bad("policy with %s %d", f.name, f.v)
+		}
+	}
+	if r.KeyGenerated || r.Idempotent {
+		bad("policy with key_generated or idempotent set")
+	}
+	if r.Result == "" {
+		bad("policy without a result (its text)")
+	}
+	checkResult(bad, r.Result)
+}
+
+// checkAskFields checks what an ask carries besides the request's fields:
+// no outcome, and a result {"input_hash", "summary"}, never the input.
+func checkAskFields(bad func(string, ...any), r *chain.Receipt) {
+	notOn(bad, r.Kind, "outcome", r.Outcome)
+	notOn(bad, r.Kind, "external_ref", r.ExternalRef)
+	noFailure(bad, r.Kind, r)
+	checkResult(bad, r.Result)
+	checkMembers(bad, r.Kind, r.Result, "input_hash", "summary")
+}
+
+// checkApprovalFields checks an approval: outcome approved or rejected,
+// ref_seq its ask, result {"role"}.
+func checkApprovalFields(bad func(string, ...any), r *chain.Receipt) {
+	if r.Outcome != chain.OutcomeApproved && r.Outcome != chain.OutcomeRejected {
+		bad("approval with outcome %q, not approved or rejected", truncate(r.Outcome))
+	}
+	if r.RefSeq == 0 && !r.IsMalformed("ref_seq") {
+		bad("approval without ref_seq (its ask)")
+	}
+	notOn(bad, r.Kind, "external_ref", r.ExternalRef)
+	noFailure(bad, r.Kind, r)
+	checkResult(bad, r.Result)
+	checkMembers(bad, r.Kind, r.Result, "role")
+}
+
+// checkMembers reports a result that is not a JSON object of strings
+// with only the members named.
+func checkMembers(bad func(string, ...any), kind, result string, names ...string) {
+	var m map[string]string
+	if err := json.Unmarshal([]byte(result), &m); err != nil || m == nil {
+		bad("%s with result %q, not an object of strings", kind, truncate(result))
+		return
+	}
+	for k := range m {
+		if !slices.Contains(names, k) {
+			bad("%s with result member %q", kind, truncate(k))
+		}
+	}
+}
+
+// checkChanged checks a reserve's note: empty, or the RFC 8785 text of
+// the request's changed object (SPEC §13).
+func checkChanged(bad func(string, ...any), note string) {
+	if note == "" {
+		return
+	}
+	var m map[string]string
+	if err := json.Unmarshal([]byte(note), &m); err != nil || m == nil || !chain.IsCompactJSON(note) {
+		bad("reserve with note %q, not a changed object", truncate(note))
+		return
+	}
+	for k, v := range m {
+		switch {
+		case k != "context_hash" && k != "component" && k != "strategy":
+			bad("reserve whose changed object has member %q", truncate(k))
+		case len(v) > maxChangedValue:
+			bad("reserve whose changed %s is over %d bytes", k, maxChangedValue)
+		}
+	}
+}
