@@ -46,6 +46,17 @@ func CountsAsFailure(outcome, code string) bool {
 	return false
 }
 
+// CountsForAttempts reports whether a receipt of kind counts for the
+// attempt rule of SPEC §4: the gate's policy, ask, approval and deny
+// receipts do not (SPEC §2.1).
+func CountsForAttempts(kind string) bool {
+	switch kind {
+	case chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny:
+		return false
+	}
+	return true
+}
+
 // Reserve statuses (the body "status" of a successful reserve).
 const (
 	StatusReserved    = "reserved"

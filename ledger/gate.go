@@ -249,7 +249,8 @@ func (s *batchTx) deny(ctx context.Context, now uint64, a *reserveArgs, kg *keyG
 
 // repeatGuard refuses a reserve of a (tool, input) whose latest outcome
 // on some key within window failed, unless this execution made that
-// attempt or the request's changed differs from the attempt's.
+// attempt or the request's changed differs from the attempt's (SPEC §13);
+// the most recent such failure is named.
 func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, window uint64) error {
 	last := map[string]*chain.Receipt{}
 	var order []string
@@ -264,20 +265,23 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 	if err != nil {
 		return err
 	}
+	// Every failure in the window must let the reserve through: made by
+	// this execution, or differing from what the request changed.
 	var failed *chain.Receipt
 	for _, key := range order {
-		if r := last[key]; CountsAsFailure(r.Outcome, r.ErrorCode) && (failed == nil || r.Seq > failed.Seq) {
+		r := last[key]
+		if !CountsAsFailure(r.Outcome, r.ErrorCode) || r.ExecutionID == a.execution {
+			continue
+		}
+		reserve, err := s.attemptOf(ctx, r)
+		if err != nil {
+			return err
+		}
+		if !a.changed.differsFrom(reserve.Note) && (failed == nil || r.Seq > failed.Seq) {
 			failed = r
 		}
 	}
-	if failed == nil || failed.ExecutionID == a.execution {
-		return nil
-	}
-	reserve, err := s.attemptOf(ctx, failed)
-	if err != nil {
-		return err
-	}
-	if a.changed.differsFrom(reserve.Note) {
+	if failed == nil {
 		return nil
 	}
 	approvalEvents.WithLabelValues("unchanged_retry").Inc()

@@ -239,7 +239,8 @@ func (g *Gate) Lists(actor, role string) bool {
 		return role == RoleApprover || role == RoleAdmin || role == ""
 	}
 	for _, a := range g.Approvers {
-		if r, ok := strings.CutPrefix(a, approverRolePrefix); ok && r == role && role != "" {
+		// An admin may do whatever an approver may.
+		if r, ok := strings.CutPrefix(a, approverRolePrefix); ok && role != "" && (r == role || r == RoleApprover && role == RoleAdmin) {
 			return true
 		}
 		if a == actor && actor != "" {

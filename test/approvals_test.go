@@ -1,6 +1,7 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -178,9 +179,14 @@ func testApprovals(t *testing.T, db string) {
 	ur := f.reserve(f.agent, "pay-key-0001", "e2", "payments.charge", input, "")
 	require.Equal(t, 409, ur.Status, ur.Raw)
 	assert.Equal(t, "unchanged_retry", ur.Code())
-	ri := f.reserve(f.agent, "pay-key-0001", "e2", "payments.charge", input, `,"changed":{"strategy":"smaller batches"}`)
+	changed := `,"changed":{"strategy":"smaller batches"}`
+	ri := f.reserve(f.agent, "pay-key-0001", "e2", "payments.charge", input, changed)
 	require.Equal(t, 202, ri.Status, "a re-invocation asks again: %s", ri.Raw)
 	assert.Greater(t, num(t, ri.Body, "approval", "seq"), approvalSeq)
+	require.Equal(t, 201, f.answer(f.alice, num(t, ri.Body, "approval", "seq"), "approve", "smaller is fine").Status)
+	rc2 := f.reserve(f.agent, "pay-key-0001", "e2", "payments.charge", input, changed)
+	require.Equal(t, 201, rc2.Status, "the re-invocation consumes its own approval: %s", rc2.Raw)
+	require.Equal(t, 201, f.commit(f.agent, "pay-key-0001", rc2.Body["reservation"].(string), "succeeded", "").Status)
 
 	// Rejected stays rejected.
 	rj := f.reserve(f.agent, "pay-key-0002", "e3", "payments.charge", `{"amount":5}`, "")
@@ -238,7 +244,22 @@ func testApprovals(t *testing.T, db string) {
 	require.Equal(t, 409, k2.Status, k2.Raw)
 	assert.Equal(t, "in_progress", k2.Code())
 
-	pending := f.l.Do("GET", "/v1/approvals?state=consumed", "", f.as(f.reader)...)
-	require.Equal(t, 200, pending.Status, pending.Raw)
-	assert.Len(t, pending.Body["approvals"], 3, pending.Raw)
+	consumed := f.l.Do("GET", "/v1/approvals?state=consumed", "", f.as(f.reader)...)
+	require.Equal(t, 200, consumed.Status, consumed.Raw)
+	assert.Len(t, consumed.Body["approvals"], 4, consumed.Raw)
+
+	// The verifier finds nothing wrong and lists the approvals, offline and through the server.
+	for _, src := range [][]string{{"--db", db}, {"--server", f.l.URL, "--token", f.reader}} {
+		out, stderr, code := ledgerctl(t, append([]string{"verify", "--json"}, src...)...)
+		require.Equal(t, 0, code, "%v: %s\n%s", src[0], stderr, out)
+		var rep struct {
+			Audit struct {
+				Approvals []map[string]any `json:"approvals"`
+				Denied    []map[string]any `json:"denied"`
+			} `json:"audit"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		assert.Len(t, rep.Audit.Approvals, 8, "%v: every ask", src[0])
+		assert.Len(t, rep.Audit.Denied, 1, "%v: one deny receipt", src[0])
+	}
 }

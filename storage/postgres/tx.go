@@ -20,8 +20,10 @@ const (
 	sqlTxKey = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
 		lease_expires_at, final_seq, token_hash FROM keys WHERE namespace = $1 AND idempotency_key = $2`
 
+	// The gate's receipts (SPEC §2.1) do not count for the attempt rule.
 	sqlTxMaxAttempt = `SELECT max(attempt) FROM receipts
-		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3 AND seq >= $4`
+		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3 AND seq >= $4
+		AND kind IN ('reserve', 'commit', 'replay', 'resolve')`
 
 	sqlTxLastSeq = `SELECT max(seq) FROM receipts WHERE namespace = $1 AND idempotency_key = $2`
 
@@ -236,7 +238,8 @@ func (t *tx) MaxAttempt(ctx context.Context, key, execution string, since uint64
 	}
 	for i := range t.receipts {
 		r := &t.receipts[i]
-		if r.IdempotencyKey == key && r.ExecutionID == execution && r.Seq >= since && (!found || r.Attempt > out) {
+		if r.IdempotencyKey == key && r.ExecutionID == execution && r.Seq >= since && ledger.CountsForAttempts(r.Kind) &&
+			(!found || r.Attempt > out) {
 			out, found = r.Attempt, true
 		}
 	}

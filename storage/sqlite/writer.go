@@ -254,7 +254,7 @@ func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string, since u
 			readErr = err
 			return false, nil
 		}
-		if r.ExecutionID == execution && (!found || r.Attempt > top) {
+		if r.ExecutionID == execution && ledger.CountsForAttempts(r.Kind) && (!found || r.Attempt > top) {
 			top, found = r.Attempt, true
 		}
 		return true, nil
@@ -266,7 +266,8 @@ func (t *writeTx) MaxAttempt(ctx context.Context, key, execution string, since u
 		return 0, false, fmt.Errorf("read attempts: %w", readErr)
 	}
 	for _, r := range t.receipts {
-		if r.Seq >= since && r.ExecutionID == execution && r.IdempotencyKey == key && (!found || r.Attempt > top) {
+		if r.Seq >= since && r.ExecutionID == execution && r.IdempotencyKey == key && ledger.CountsForAttempts(r.Kind) &&
+			(!found || r.Attempt > top) {
 			top, found = r.Attempt, true
 		}
 	}
