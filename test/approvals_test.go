@@ -217,6 +217,21 @@ func testApprovals(t *testing.T, db string) {
 	require.Equal(t, 202, ex2.Status, ex2.Raw)
 	assert.Greater(t, num(t, ex2.Body, "approval", "seq"), num(t, ex.Body, "approval", "seq"))
 
+	// An ask that expires while a reserve waits on it: the reserve asks
+	// again when its wait ends, and the expired ask cannot be answered.
+	ew := f.reserve(f.agent, "pay-key-0007", "e9", "payments.charge", `{"amount":10}`, "")
+	require.Equal(t, 202, ew.Status, ew.Raw)
+	done := make(chan Resp, 1)
+	go func() {
+		done <- f.reserve(f.agent, "pay-key-0007", "e9", "payments.charge", `{"amount":10}`, `,"wait_ms":1500`)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	f.clock.advance(61 * time.Second)
+	ewr := <-done
+	require.Equal(t, 202, ewr.Status, ewr.Raw)
+	assert.Greater(t, num(t, ewr.Body, "approval", "seq"), num(t, ew.Body, "approval", "seq"), "a new ask once the first expired")
+	require.Equal(t, 410, f.answer(f.alice, num(t, ew.Body, "approval", "seq"), "approve", "").Status)
+
 	// wait_ms: a reserve waits for the answer and consumes it.
 	wa := f.reserve(f.agent, "pay-key-0005", "e6", "payments.charge", `{"amount":8}`, "")
 	require.Equal(t, 202, wa.Status, wa.Raw)
@@ -259,7 +274,53 @@ func testApprovals(t *testing.T, db string) {
 			} `json:"audit"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-		assert.Len(t, rep.Audit.Approvals, 8, "%v: every ask", src[0])
+		assert.Len(t, rep.Audit.Approvals, 10, "%v: every ask", src[0])
 		assert.Len(t, rep.Audit.Denied, 1, "%v: one deny receipt", src[0])
 	}
+}
+
+// TestApprovals_replicasRaceToConsume: two ledgerd replicas of one
+// PostgreSQL database race to consume one approval, many times over:
+// exactly one reserve consumes it, the others are in_progress (SPEC §13:
+// decided by §4 first, never a second run), and the verifier agrees.
+func TestApprovals_replicasRaceToConsume(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := startReplicas(t, url)
+	r := a.Do("PUT", "/v1/namespaces/default/policy", `{"rules":[{"tool":"payments.*","approval":"required"}]}`)
+	require.Equal(t, 200, r.Status, r.Raw)
+	for round := range 5 {
+		key := fmt.Sprintf("race-key-%04d", round)
+		body := fmt.Sprintf(`{"idempotency_key":%q,"execution_id":"e1","tool":"payments.charge","effect":"external","input":{"n":%d}}`, key, round)
+		ask := b.Do("POST", "/v1/effects/reserve", body)
+		require.Equal(t, 202, ask.Status, ask.Raw)
+		require.Equal(t, 201, a.Do("POST", fmt.Sprintf("/v1/approvals/%d", num(t, ask.Body, "approval", "seq")), `{"decision":"approve"}`).Status)
+		var wg sync.WaitGroup
+		codes := make([]int, 16)
+		for i := range codes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l := a
+				if i%2 == 1 {
+					l = b
+				}
+				codes[i] = l.Do("POST", "/v1/effects/reserve", body).Status
+			}()
+		}
+		wg.Wait()
+		won := 0
+		for _, c := range codes {
+			switch c {
+			case 201:
+				won++
+			case 409:
+			default:
+				t.Errorf("round %d: status %d", round, c)
+			}
+		}
+		assert.Equal(t, 1, won, "round %d: one reserve consumes the approval: %v", round, codes)
+	}
+	out, stderr, code := ledgerctl(t, "verify", "--db", url)
+	require.Equal(t, 0, code, "%s\n%s", stderr, out)
 }
