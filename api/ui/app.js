@@ -933,7 +933,7 @@
         el('td', { class: 'num' }, el('a', { href }, String(a.seq))),
         el('td', null, clip(a.tool)),
         el('td', null, keyLink(a.idempotency_key)),
-        el('td', { class: 'summary' }, a.summary ? el('span', { class: 'clip long', title: a.summary }, a.summary) : el('span', { class: 'muted' }, '—')),
+        el('td', { class: 'summary' }, a.summary ? el('span', { class: 'clip', title: a.summary }, a.summary) : el('span', { class: 'muted' }, '—')),
         el('td', null, clip(a.actor)),
         el('td', { class: 'nowrap' }, timeEl(a.asked_at, '')),
         el('td', { class: 'nowrap' }, timeEl(a.expires_at, ''), timeLeft(a)),
