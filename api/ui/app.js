@@ -202,7 +202,7 @@
     const ns = namespace();
     if (ns === 'default') return path;
     if (path.startsWith('log/default/')) return 'log/' + encodeURIComponent(ns) + '/' + path.slice('log/default/'.length);
-    if (path.startsWith('v1/') && !/^v1\/(verification|namespaces|openapi\.json)(\?|$)/.test(path)) {
+    if (path.startsWith('v1/') && !/^v1\/(verification|namespaces|openapi\.json)(\?|\/|$)/.test(path)) {
       return 'v1/ns/' + encodeURIComponent(ns) + '/' + path.slice('v1/'.length);
     }
     return path;
@@ -212,13 +212,20 @@
 
   // request fetches path from the API with the token and returns the
   // response; error responses throw an APIError with the contract's code.
-  async function request(path, okStatuses = [200]) {
+  // body, when given, is sent as JSON with POST.
+  async function request(path, okStatuses = [200], body = undefined) {
     const headers = { Accept: 'application/json' };
     const t = token();
     if (t) headers.Authorization = 'Bearer ' + t;
+    const init = { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+    if (body !== undefined) {
+      init.method = 'POST';
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
     let res;
     try {
-      res = await fetch(BASE + nsPath(path), { headers, cache: 'no-store', credentials: 'omit', redirect: 'error' });
+      res = await fetch(BASE + nsPath(path), init);
     } catch (e) {
       throw new APIError(0, 'network', 'ledgerd cannot be reached (' + e.message + ')');
     }
@@ -261,13 +268,13 @@
     msg.className = 'muted';
     if (err.status === 403) {
       const role = err.details.role ? ' (' + err.details.role + ')' : '';
-      msg.textContent = 'This token' + role + ' may not read the ledger: use a reader or admin token.';
+      msg.textContent = 'This token' + role + ' may not read the ledger: use a reader, approver or admin token.';
       msg.className = 'login-error';
     } else if (token()) {
       msg.textContent = 'The server refused this token: ' + err.message + '.';
       msg.className = 'login-error';
     } else {
-      msg.textContent = 'This ledger requires a bearer token with the reader (or admin) role.';
+      msg.textContent = 'This ledger requires a bearer token with the reader, approver or admin role.';
     }
     $('main').hidden = true;
     $('login').hidden = false;
@@ -351,7 +358,7 @@
     return { view, arg, params };
   }
 
-  const VIEWS = { overview: renderOverview, receipts: renderReceipts, key: renderKey, audit: renderAudit };
+  const VIEWS = { overview: renderOverview, receipts: renderReceipts, key: renderKey, audit: renderAudit, approvals: renderApprovals };
 
   async function route() {
     const my = ++generation;
@@ -832,6 +839,226 @@
     return String(v);
   }
 
+  // ---- approvals ----
+
+  // The asks a namespace's policy holds for a person (SPEC §13), their
+  // answers, and the policy in force. Approver and admin tokens see the
+  // asked input and may answer; the server decides, the page only shows
+  // its refusals.
+  const APPROVAL_STATES = ['pending', 'approved', 'rejected', 'expired', 'consumed'];
+
+  const APPROVAL_ERRORS = {
+    self_approval: 'This token asked for the effect: another person must answer it.',
+    forbidden: "This token may not answer this ask: it needs the approver or admin role, and to be among the policy rule's approvers.",
+    approval_expired: 'The ask expired before the answer. The next reserve of the key asks again.',
+    already_answered: 'The ask was answered already: its answer is shown above.',
+    unknown_approval: 'No ask has this seq in this namespace.',
+  };
+
+  // approvalNotice is what an answer left for the view to show once it
+  // has refreshed: the server's refusal of the ask at seq.
+  let approvalNotice = null;
+
+  function approvalState(params) {
+    const s = params.get('state') || 'pending';
+    return s === 'any' || APPROVAL_STATES.includes(s) ? s : 'pending';
+  }
+
+  // approvalsQuery is the list's part of the view's hash: its state filter
+  // (pending unless said) and page.
+  function approvalsQuery(params) {
+    const state = approvalState(params);
+    return { state: state === 'pending' ? '' : state, after: params.get('after') || '' };
+  }
+
+  function approvalBadge(state) {
+    return badge(state, 'ap-' + state);
+  }
+
+  // timeLeft says how long a pending ask has before it expires.
+  function timeLeft(a) {
+    if (a.state !== 'pending') return null;
+    const s = Math.round((a.expires_at - Date.now()) / 1000);
+    return el('span', { class: s > 0 ? 'muted' : 'warn-text' }, s > 0 ? ' (' + human(s) + ' left)' : ' (expiring)');
+  }
+
+  async function renderApprovals(live, arg, params) {
+    const state = approvalState(params);
+    const after = params.get('after') || '';
+    $('approvals-form').elements.state.value = state;
+    const seq = /^[1-9][0-9]*$/.test(arg) ? arg : '';
+    const notice = approvalNotice && approvalNotice.seq === seq ? approvalNotice : null;
+    approvalNotice = null;
+
+    $('approvals').replaceChildren(empty('Loading…'));
+    $('approval-card').hidden = !seq;
+    $('approval-form').hidden = true;
+    $('approval-error').hidden = true;
+    if (seq) {
+      $('approval-title').textContent = 'Ask #' + seq;
+      $('approval-detail').replaceChildren(empty('Loading…'));
+    }
+    $('policy').replaceChildren(empty('Loading…'));
+    $('policy-seq').textContent = '';
+
+    const list = api('v1/approvals' + query({ state: state === 'any' ? '' : state, after }));
+    const one = seq ? api('v1/approvals/' + seq).catch((err) => err) : Promise.resolve(null);
+    const policy = api('v1/namespaces/' + encodeURIComponent(namespace()) + '/policy').catch((err) => err);
+    const page = await list; // a refused token goes to the prompt
+    if (!live()) return;
+    renderApprovalList(page, state, after, seq, params);
+    const [a, p] = await Promise.all([one, policy]);
+    if (!live()) return;
+    if (seq) renderApproval(a, seq, notice);
+    renderPolicy(p);
+  }
+
+  function renderApprovalList(page, state, after, seq, params) {
+    const list = page.approvals;
+    $('approvals-title').textContent = (state === 'any' ? 'Asks' : state.charAt(0).toUpperCase() + state.slice(1) + ' asks') +
+      (list.length ? ' · ' + list.length + (page.next_after === null ? '' : '+') : '');
+    const next = $('ap-page-next');
+    next.disabled = page.next_after === null;
+    next.dataset.after = page.next_after === null ? '' : String(page.next_after);
+    $('ap-page-first').disabled = !after;
+    if (!list.length) {
+      $('approvals').replaceChildren(empty(state === 'pending' ? 'No ask awaits an answer.' : state === 'any' ? 'No ask was made in this namespace.' : 'No ask is ' + state + '.'));
+      return;
+    }
+    const q = query(approvalsQuery(params));
+    const tbody = el('tbody');
+    for (const a of list) {
+      const href = '#approvals/' + a.seq + q;
+      const row = el('tr', { class: 'row' + (String(a.seq) === seq ? ' selected' : ''), data: { seq: String(a.seq) } },
+        el('td', { class: 'num' }, el('a', { href }, String(a.seq))),
+        el('td', null, clip(a.tool)),
+        el('td', null, keyLink(a.idempotency_key)),
+        el('td', { class: 'summary' }, a.summary ? el('span', { class: 'clip', title: a.summary }, a.summary) : el('span', { class: 'muted' }, '—')),
+        el('td', null, clip(a.actor)),
+        el('td', { class: 'nowrap' }, timeEl(a.asked_at, '')),
+        el('td', { class: 'nowrap' }, timeEl(a.expires_at, ''), timeLeft(a)),
+        el('td', null, clip(a.execution_id), el('span', { class: 'muted' }, ' #' + a.attempt)),
+        el('td', null, approvalBadge(a.state)));
+      row.addEventListener('click', (ev) => {
+        if (ev.target.closest('a')) return;
+        location.hash = href;
+      });
+      tbody.append(row);
+    }
+    $('approvals').replaceChildren(el('div', { class: 'table-wrap' }, el('table', { id: 'approvals-table' },
+      el('thead', null, el('tr', null, ['seq', 'tool', 'key', 'summary', 'asked by', 'asked (UTC)', 'expires (UTC)', 'execution', 'state'].map((c) => el('th', null, c)))),
+      tbody)));
+  }
+
+  function renderApproval(a, seq, notice) {
+    const box = $('approval-detail');
+    const form = $('approval-form');
+    if (a instanceof Error) {
+      if (a.status === 401) throw a;
+      box.replaceChildren(el('div', { class: 'login-error' }, a.code === 'unknown_approval' ? APPROVAL_ERRORS.unknown_approval : 'Could not load: ' + a.code + ': ' + a.message));
+      return;
+    }
+    const ans = a.answer;
+    const answer = ans
+      ? el('span', { id: 'approval-answer' }, badge(ans.decision === 'approve' ? 'approved' : 'rejected', ans.decision === 'approve' ? 'ok' : 'bad'),
+        ' by ', el('span', { class: 'mono' }, ans.actor), ans.role ? ' (' + ans.role + ')' : '', ' at ', timeEl(ans.recorded_at), ' · receipt #' + ans.seq,
+        ans.note ? el('div', { class: 'note', id: 'approval-answer-note' }, ans.note) : null)
+      : '';
+    const consumer = a.consumed_by
+      ? el('span', { id: 'approval-consumer' }, 'reserve #' + a.consumed_by.seq + ' by execution ', el('span', { class: 'mono' }, a.consumed_by.execution_id), ', attempt ' + a.consumed_by.attempt)
+      : '';
+    box.replaceChildren(
+      el('div', { class: 'key-head' }, el('span', { class: 'key-name', id: 'approval-tool' }, a.tool), approvalBadge(a.state)),
+      kv([
+        ['summary', a.summary ? el('span', { id: 'approval-summary' }, a.summary) : el('span', { class: 'muted' }, 'none given')],
+        ['idempotency key', keyLink(a.idempotency_key, 'long')],
+        ['asked by', el('span', { class: 'mono', id: 'approval-actor' }, a.actor)],
+        ['execution', el('span', null, el('span', { class: 'mono' }, a.execution_id), ', attempt ' + a.attempt)],
+        ['effect', a.effect + (a.idempotent ? ', idempotent' : ', not idempotent')],
+        ['asked', timeEl(a.asked_at)],
+        ['expires', el('span', null, timeEl(a.expires_at), timeLeft(a))],
+        ['input hash', el('span', { class: 'mono' }, a.input_hash)],
+        ['answer', answer],
+        ['consumed by', consumer],
+      ]),
+      inputSection(a));
+    if (form.dataset.seq !== seq) form.elements.note.value = '';
+    form.dataset.seq = seq;
+    form.hidden = a.state !== 'pending';
+    setAnswerBusy(false);
+    if (notice) {
+      const err = notice.err;
+      const why = APPROVAL_ERRORS[err.code];
+      const b = $('approval-error');
+      b.replaceChildren(el('strong', null, err.code || 'error'), ': ', err.message || String(err), why ? el('div', { class: 'small' }, why) : null);
+      b.hidden = false;
+    }
+  }
+
+  // inputSection shows the asked input: approver and admin tokens get it
+  // (null once deleted), with whether it hashes to the ask's input_hash.
+  function inputSection(a) {
+    const head = el('div', { class: 'section-head' }, el('h3', null, 'Asked input'));
+    if (!('input' in a)) {
+      return el('div', { class: 'ask-input' }, head, empty('Shown to approver and admin tokens only.'));
+    }
+    if (a.input === null) {
+      head.append(badge('input deleted', 'warn'));
+      return el('div', { class: 'ask-input', id: 'approval-input-box' }, head,
+        empty('The asked input was deleted (past its retention): only its hash remains on the chain.'));
+    }
+    head.append(a.input_verified
+      ? badge('verified: matches the input hash', 'ok')
+      : badge('not verified: does not match the input hash', 'bad'));
+    return el('div', { class: 'ask-input', id: 'approval-input-box' }, head, el('pre', { id: 'approval-input' }, jsonText(a.input)));
+  }
+
+  function renderPolicy(p) {
+    const box = $('policy');
+    if (p instanceof Error) {
+      if (p.status === 401) throw p;
+      box.replaceChildren(el('div', { class: 'login-error' }, 'Could not load: ', p.code, ': ', p.message));
+      return;
+    }
+    const none = !p.seq;
+    $('policy-seq').textContent = none ? 'none set' : 'set at receipt #' + p.seq;
+    box.replaceChildren(
+      none ? el('p', { class: 'muted small' }, 'This namespace has no policy: its reserves proceed without approval.') : '',
+      el('pre', { id: 'policy-json' }, jsonText(p.policy)));
+  }
+
+  function setAnswerBusy(busy) {
+    $('approval-approve').disabled = busy;
+    $('approval-reject').disabled = busy;
+  }
+
+  // answerApproval posts the person's decision on the ask the view shows,
+  // then refreshes the view (list and ask); a refusal stays on screen.
+  async function answerApproval(decision) {
+    const form = $('approval-form');
+    const seq = form.dataset.seq;
+    if (!seq || form.hidden) return;
+    const body = { decision };
+    const note = form.elements.note.value.trim();
+    if (note) body.note = note;
+    setAnswerBusy(true);
+    $('approval-error').hidden = true;
+    const my = generation;
+    try {
+      await request('v1/approvals/' + seq, [200, 201], body);
+      form.elements.note.value = '';
+    } catch (err) {
+      if (err.status === 401) {
+        showLogin(err);
+        return;
+      }
+      approvalNotice = { seq, err };
+    } finally {
+      setAnswerBusy(false);
+    }
+    if (my === generation) route();
+  }
+
   // ---- wiring ----
 
   function setHash(view, params) {
@@ -895,6 +1122,25 @@
       setHash('audit', formValues(ev.target, ['tool', 'since']));
     });
     $('audit-reset').addEventListener('click', () => setHash('audit', {}));
+    $('approvals-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const state = ev.target.elements.state.value;
+      setHash('approvals', { state: state === 'pending' ? '' : state });
+    });
+    $('ap-page-next').addEventListener('click', () => {
+      const p = parseHash().params;
+      setHash('approvals', { ...approvalsQuery(p), after: $('ap-page-next').dataset.after });
+    });
+    $('ap-page-first').addEventListener('click', () => {
+      setHash('approvals', { ...approvalsQuery(parseHash().params), after: '' });
+    });
+    $('approval-close').addEventListener('click', (ev) => {
+      ev.preventDefault();
+      setHash('approvals', approvalsQuery(parseHash().params));
+    });
+    $('approval-form').addEventListener('submit', (ev) => ev.preventDefault());
+    $('approval-approve').addEventListener('click', () => answerApproval('approve'));
+    $('approval-reject').addEventListener('click', () => answerApproval('reject'));
     route();
   }
 
