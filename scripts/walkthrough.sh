@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the curl walk-through of docs/walkthrough.md against a running ledgerd:
-#   reserve -> commit -> replay -> failed -> runtime retry -> commit, then reads.
+#   reserve -> commit -> replay -> failed -> runtime retry -> commit, then reads,
+#   then a person in the loop (SPEC §13): a policy, an ask, its approval, the
+#   reserve that consumes it (in the namespace approvals-demo).
 #
 # Usage: scripts/walkthrough.sh [URL]      (default http://127.0.0.1:8080)
 #   LEDGER_TOKEN=elt_… scripts/walkthrough.sh   when the ledger has API tokens
@@ -106,4 +108,27 @@ expect "key" '.state == "succeeded" and (.receipts | length) == 4'
 call "receipts" 200 GET "/v1/receipts?key=$REFUND"
 expect "receipts" '(.receipts | length) == 3'
 call "head" 200 GET /v1/head
+
+WIRE=wire-invoice-$RUN
+echo "# 7. a person in the loop: the namespace approvals-demo sends wire.* to approval"
+if ! curl -sS -o /dev/null ${AUTH[@]+"${AUTH[@]}"} -H 'Content-Type: application/json' \
+	--data-binary '{"name":"approvals-demo"}' "$L/v1/namespaces"; then
+	echo "FAILED: 7. namespace: cannot reach ledgerd at $L" >&2
+	exit 1
+fi
+call "7. policy" 200 PUT /v1/namespaces/approvals-demo/policy '{"rules":[{"tool":"wire.*","approval":"required","expires_in_ms":600000}],"self_approval":"allow"}'
+echo "# 8. the agent reserves a wire transfer: 202 approval_required, the effect does not run yet"
+call "8. ask" 202 POST /v1/ns/approvals-demo/effects/reserve '{"idempotency_key":"'"$WIRE"'","execution_id":"exec-4","tool":"wire.transfer","effect":"external","input":{"invoice":"INV-9","amount":4200},"approval_summary":"pay invoice INV-9"}'
+expect "8. ask" '.status == "approval_required" and .approval.state == "pending"'
+ASK=$(jq -r .approval.seq "$BODY")
+echo "# 9. a person reads the ask with its input, and approves it"
+call "9. show" 200 GET "/v1/ns/approvals-demo/approvals/$ASK"
+expect "9. show" '.state == "pending" and .input.invoice == "INV-9" and .input_verified == true'
+call "9. approve" 201 POST "/v1/ns/approvals-demo/approvals/$ASK" '{"decision":"approve","note":"invoice checked"}'
+expect "9. approve" '.state == "approved"'
+echo "# 10. the agent's next reserve consumes the approval (once): 201 reserved, then commit"
+call "10. consume" 201 POST /v1/ns/approvals-demo/effects/reserve '{"idempotency_key":"'"$WIRE"'","execution_id":"exec-4","tool":"wire.transfer","effect":"external","input":{"invoice":"INV-9","amount":4200}}'
+expect "10. consume" '.approval.ask_seq == '"$ASK"
+RSV=$(reservation)
+call "10. commit" 201 POST "/v1/ns/approvals-demo/effects/$WIRE/commit" '{"reservation":"'"$RSV"'","outcome":"succeeded","external_ref":"wt_1"}'
 echo "# walk-through OK (run $RUN)"

@@ -97,6 +97,19 @@ func TestWalkthroughScript(t *testing.T) {
 		assert.Contains(t, out, "OK: 14 receipts")
 		assert.Contains(t, out, "2 runtime retries", "one per run: the mail's attempt 2")
 	})
+	t.Run("a person in the loop", func(t *testing.T) {
+		l, tok := startWithToken(t)
+		block := docWalkthrough(t, l.URL) + "\n" + docBlock(t, "A person in the loop")
+		out, stderr, code := runBash(t, []string{"LEDGER_TOKEN=" + tok}, "-c", block)
+		require.Equal(t, 0, code, "%s\n%s", out, stderr)
+		assert.NotContains(t, out+stderr, `"error"`)
+		assert.Contains(t, stderr, `"status":"approval_required"`)
+		assert.Contains(t, out, `"state":"approved"`)
+		assert.Contains(t, out, `"status":"committed"`)
+		assert.Contains(t, stderr, `"ask_seq":`, "the consuming reserve names the ask")
+		out, stderr, code = ledgerctl(t, "verify", "--db", l.DB, "--all-namespaces")
+		require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	})
 	t.Run("OK with LEDGER_TOKEN", func(t *testing.T) {
 		l, tok := startWithToken(t)
 		out, stderr, code := runBash(t, []string{"LEDGER_TOKEN=" + tok}, walkthroughScript, strings.TrimPrefix(l.URL, "http://"))
@@ -148,17 +161,24 @@ const walkthroughDoc = "../docs/walkthrough.md"
 // L pointing at url.
 func docWalkthrough(t *testing.T, url string) string {
 	t.Helper()
-	raw, err := os.ReadFile(walkthroughDoc)
-	require.NoError(t, err)
-	_, section, ok := strings.Cut(string(raw), "\n## The steps\n")
-	require.True(t, ok, "%s has a section \"The steps\"", walkthroughDoc)
-	_, block, ok := strings.Cut(section, "```sh\n")
-	require.True(t, ok)
-	block, _, ok = strings.Cut(block, "\n```")
-	require.True(t, ok)
+	block := docBlock(t, "The steps")
 	const def = "L=http://127.0.0.1:8080\n"
 	require.Contains(t, block, def)
 	return strings.Replace(block, def, "L="+url+"\n", 1)
+}
+
+// docBlock returns the first sh block of docs/walkthrough.md's section.
+func docBlock(t *testing.T, section string) string {
+	t.Helper()
+	raw, err := os.ReadFile(walkthroughDoc)
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(raw), "\n## "+section+"\n")
+	require.True(t, ok, "%s has a section %q", walkthroughDoc, section)
+	_, block, ok := strings.Cut(rest, "```sh\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "\n```")
+	require.True(t, ok)
+	return block
 }
 
 // TestWalkthroughDoc pastes docs/walkthrough.md's curl steps into bash,
@@ -181,6 +201,19 @@ func TestWalkthroughDoc(t *testing.T) {
 		out, stderr, code := ledgerctl(t, "audit", "--db", l.DB, "--json")
 		require.Equal(t, 0, code, stderr)
 		assert.NotContains(t, out, `"interrupted":[{`, "every reservation was committed")
+	})
+	t.Run("a person in the loop", func(t *testing.T) {
+		l, tok := startWithToken(t)
+		block := docWalkthrough(t, l.URL) + "\n" + docBlock(t, "A person in the loop")
+		out, stderr, code := runBash(t, []string{"LEDGER_TOKEN=" + tok}, "-c", block)
+		require.Equal(t, 0, code, "%s\n%s", out, stderr)
+		assert.NotContains(t, out+stderr, `"error"`)
+		assert.Contains(t, stderr, `"status":"approval_required"`)
+		assert.Contains(t, out, `"state":"approved"`)
+		assert.Contains(t, out, `"status":"committed"`)
+		assert.Contains(t, stderr, `"ask_seq":`, "the consuming reserve names the ask")
+		out, stderr, code = ledgerctl(t, "verify", "--db", l.DB, "--all-namespaces")
+		require.Equal(t, 0, code, "%s\n%s", out, stderr)
 	})
 	t.Run("OK with LEDGER_TOKEN", func(t *testing.T) {
 		l, tok := startWithToken(t)
