@@ -90,9 +90,12 @@ type Main struct {
 	ReadTimeout          time.Duration
 	WriteTimeout         time.Duration
 	MaxWaiters           int
-	CacheMiB             int
-	MaxNamespaces        int
-	MaxOpenNamespaces    int
+	// ApprovalInputRetention keeps an ask's input this long after its
+	// answer or expiry (SPEC §13).
+	ApprovalInputRetention time.Duration
+	CacheMiB               int
+	MaxNamespaces          int
+	MaxOpenNamespaces      int
 	// DefaultKeyTTL is the key lifetime of the default namespace when
 	// this start creates the ledger (SPEC §12); 0: keys never expire.
 	DefaultKeyTTL time.Duration
@@ -210,7 +213,7 @@ func (m *Main) open(ctx context.Context, now func() time.Time) (_ *opened, err e
 	}
 	o := &opened{store: store, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
-		MaxNamespaces: m.MaxNamespaces})
+		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention})
 	defer func() {
 		if err != nil {
 			o.close()
