@@ -174,10 +174,12 @@ export interface NotAppliedRef {
 }
 
 /**
- * The state of a key (contract §3, §4.1): "not_applied" when its last
- * outcome applied nothing, so its next reserve runs the effect again.
+ * The state of a key (contract §3, §4.1, §13): "not_applied" when its last
+ * outcome applied nothing, so its next reserve runs the effect again;
+ * "awaiting_approval" while an ask is pending, "rejected" after an
+ * approver rejected it.
  */
-export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied";
+export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied" | "awaiting_approval" | "rejected";
 
 /** A key as GET /v1/effects/{key} shows it (wire field names). */
 export interface EffectView {
