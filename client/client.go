@@ -11,6 +11,11 @@
 // WithNamespace points a client at one namespace (an independent chain,
 // /v1/ns/{ns}/…); without it the client uses the namespace default.
 //
+// A namespace's policy may send a call to a person: Do then returns an
+// *ApprovalRequiredError without running the effect, or waits for the
+// answer with WithApprovalWait. Policy, SetPolicy, Approvals, Approval and
+// Answer are the approver's side.
+//
 // The package needs neither cgo nor the rest of this module: a gateway
 // imports it alone.
 package client
