@@ -11,6 +11,11 @@
 // WithNamespace points a client at one namespace (an independent chain,
 // /v1/ns/{ns}/…); without it the client uses the namespace default.
 //
+// A namespace's policy may send a call to a person: Do then returns an
+// *ApprovalRequiredError without running the effect, or waits for the
+// answer with WithApprovalWait. Policy, SetPolicy, Approvals, Approval and
+// Answer are the approver's side.
+//
 // The package needs neither cgo nor the rest of this module: a gateway
 // imports it alone.
 package client
@@ -60,6 +65,7 @@ type Client struct {
 	backoffMax    time.Duration
 	commitTimeout time.Duration
 	pollInterval  time.Duration
+	approvalWait  time.Duration // WithApprovalWait; 0: no wait for an approver's answer
 	logger        *slog.Logger
 	inject        func(ctx context.Context, h http.Header)         // WithPropagator; nil: none
 	sleep         func(ctx context.Context, d time.Duration) error // WithSleep
@@ -183,6 +189,8 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, errors.New("client: retry needs maxRetries ≥ 0 and 0 < base ≤ max")
 	case c.commitTimeout <= 0 || c.maxWait <= 0 || c.pollInterval <= 0:
 		return nil, errors.New("client: commit timeout, max wait and poll interval must be positive")
+	case c.approvalWait < 0:
+		return nil, fmt.Errorf("client: approval wait %s is negative", c.approvalWait)
 	case c.logger == nil:
 		return nil, errors.New("client: nil logger")
 	case c.namespace != "" && !validNamespace(c.namespace):
@@ -247,9 +255,16 @@ type response struct {
 	body   []byte
 }
 
-// send makes one request. A 4xx/5xx answer comes back as *Error; a
-// request that got no answer as a transport error.
+// send makes one request to a /v1 route of the client's namespace. A
+// 4xx/5xx answer comes back as *Error; a request that got no answer as a
+// transport error.
 func (c *Client) send(ctx context.Context, method, path string, body any) (*response, error) {
+	return c.sendTo(ctx, method, c.route(path), body)
+}
+
+// sendTo makes one request to path as it is, which no namespace prefixes
+// (/v1/namespaces/{ns}/policy).
+func (c *Client) sendTo(ctx context.Context, method, path string, body any) (*response, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -258,7 +273,7 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*resp
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+c.route(path), rd)
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
@@ -344,13 +359,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 // retryable reports whether err is worth another try of the same request:
 // the server said nothing was recorded (503, 429), or the request never
-// reached it.
+// reached it. An answer that asks for approval is not.
 func retryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests
 	}
-	return err != nil && !isContextErr(err)
+	return err != nil && !isContextErr(err) && !errors.Is(err, ErrApprovalRequired)
 }
 
 // unsent reports whether a transport error happened before the request

@@ -36,6 +36,18 @@ type Effect struct {
 	// Lease is how long the reservation is held (default: the ledger's,
 	// 30 s). Make it longer than the effect can take.
 	Lease time.Duration
+	// SendInput sends Input itself instead of its fingerprint: the ledger
+	// then fingerprints it, and keeps it off the chain for the approvers
+	// when the namespace's policy sends the call to approval, which needs
+	// the input (SPEC §13). Not with InputHash.
+	SendInput bool
+	// ApprovalSummary is shown to the approver as the requester's account
+	// of the call (at most 1024 bytes).
+	ApprovalSummary string
+	// Changed says what this call changed since the same call failed
+	// (SPEC §13: a namespace's repeat_failure rule refuses an unchanged
+	// retry with ErrUnchangedRetry).
+	Changed *Changed
 }
 
 // Outcome is what an effect function reports on success.
@@ -66,9 +78,12 @@ type Result struct {
 	// AfterNotApplied is set when the key's last outcome was not_applied
 	// (SPEC §4.1): the function ran again.
 	AfterNotApplied *NotAppliedRef
-	Attempt         uint64
-	ExternalRef     string
-	Result          json.RawMessage // the recorded result (nil if none)
+	// Approval is set when the run consumed an approver's approval (SPEC
+	// §13).
+	Approval    *ApprovalUse
+	Attempt     uint64
+	ExternalRef string
+	Result      json.RawMessage // the recorded result (nil if none)
 	// ResultDropped is set when the function's result could not be
 	// recorded (not JSON, or over 64 KiB): the success was recorded
 	// without it, and Result is nil.
@@ -99,6 +114,9 @@ type Result struct {
 //     ErrUnsafeResume (interrupted, not idempotent: a person must resolve
 //     it), ErrRetryNotAllowed, ErrInProgress (still held when the wait
 //     ran out), ErrAttemptConflict, ErrUnauthorized, … with errors.Is;
+//   - *ApprovalRequiredError when the namespace's policy sends the call
+//     to approval: fn did not run (WithApprovalWait waits for the answer);
+//     a rejected call is ErrApprovalRejected (see RejectionOf);
 //   - *EffectError when fn failed and the failure was recorded;
 //   - *UnknownOutcomeError when fn said the outcome is unknown;
 //   - *CommitError when fn ran but its outcome could not be recorded:
@@ -121,7 +139,14 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 		raw, _ := encodeResult(o.Result)
 		return &Result{Key: req.Key, NotRecorded: true, ExternalRef: o.ExternalRef, Result: raw}, nil
 	}
-	rsv, err := c.reserveWaiting(ctx, req, e.Attempt == 0)
+	auto := e.Attempt == 0
+	rsv, err := c.reserveWaiting(ctx, req, auto)
+	var are *ApprovalRequiredError
+	if c.approvalWait > 0 && errors.As(err, &are) {
+		rsv, err = c.awaitApproval(ctx, are, req, func(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
+			return c.reserveWaiting(ctx, r, auto)
+		})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +176,8 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 		return nil, errors.New("effect: empty tool")
 	}
 	req := &ReserveRequest{Key: e.Key, ExecutionID: e.ExecutionID, Attempt: e.Attempt, Tool: e.Tool,
-		Class: e.Class, Idempotent: e.Idempotent, InputHash: e.InputHash, Lease: e.Lease}
+		Class: e.Class, Idempotent: e.Idempotent, InputHash: e.InputHash, Lease: e.Lease,
+		ApprovalSummary: e.ApprovalSummary, Changed: e.Changed}
 	if req.Key == "" {
 		if e.Input == nil {
 			// Every call of the tool would be one effect.
@@ -163,7 +189,16 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 		}
 		req.Key = k
 	}
-	if req.InputHash == "" && e.Input != nil {
+	if e.SendInput {
+		if e.InputHash != "" || e.Input == nil {
+			return nil, fmt.Errorf("effect %s: SendInput needs Input and no InputHash", e.Tool)
+		}
+		canon, err := canonical(e.Input)
+		if err != nil {
+			return nil, fmt.Errorf("effect %s: %w", e.Tool, err)
+		}
+		req.Input = canon
+	} else if req.InputHash == "" && e.Input != nil {
 		h, err := Fingerprint(e.Input)
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", e.Tool, err)
@@ -321,7 +356,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 		c.logger.WarnContext(ctx, "ledger: result not recorded", "key", rsv.Key, "err", encErr)
 	}
 	return &Result{Key: rsv.Key, Takeover: rsv.Takeover, Retry: rsv.Retry, Renewed: rsv.Renewed,
-		AfterNotApplied: rsv.AfterNotApplied, Attempt: rsv.Attempt,
+		AfterNotApplied: rsv.AfterNotApplied, Approval: rsv.Approval, Attempt: rsv.Attempt,
 		ExternalRef: o.ExternalRef, Result: cm.Result, ResultDropped: encErr != nil,
 		Receipt: cr.Receipt, Late: cr.Late}, nil
 }

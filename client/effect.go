@@ -40,9 +40,21 @@ type ReserveRequest struct {
 	Class       Class
 	Idempotent  bool   // the effect dedupes downstream: repeats are safe
 	InputHash   string // the input's fingerprint (see Fingerprint); may be empty
-	Lease       time.Duration
+	// Input is the call's input as JSON text, sent as "input": the ledger
+	// fingerprints it itself, and keeps it off the chain for the approvers
+	// when the namespace's policy sends the call to approval (SPEC §13),
+	// which needs it. Give Input or InputHash, not both.
+	Input json.RawMessage
+	// ApprovalSummary is shown to the approver as the requester's account
+	// of the call (approval_summary, at most 1024 bytes).
+	ApprovalSummary string
+	// Changed says what a retry of a failed call changed (SPEC §13: under
+	// a repeat_failure rule, a retry must change something).
+	Changed *Changed
+	Lease   time.Duration
 	// Wait lets the server hold the request up to this long while another
-	// attempt holds the key (wait_ms; whole milliseconds, at most 60 s).
+	// attempt holds the key, or while the call's ask awaits its answer
+	// (wait_ms; whole milliseconds, at most 60 s).
 	Wait time.Duration
 }
 
@@ -71,6 +83,9 @@ type Reservation struct {
 	// AfterNotApplied is set when the key's last outcome was not_applied
 	// (SPEC §4.1): this reservation runs the effect again.
 	AfterNotApplied *NotAppliedRef
+	// Approval is set when this reservation consumed an approval (SPEC
+	// §13): the approval receipt and the ask it answered.
+	Approval *ApprovalUse
 
 	// Status "replayed": the recorded outcome.
 	Outcome     string
@@ -86,15 +101,18 @@ type Reservation struct {
 }
 
 type reserveBody struct {
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
-	ExecutionID    string `json:"execution_id"`
-	Attempt        uint64 `json:"attempt"`
-	Tool           string `json:"tool"`
-	Effect         Class  `json:"effect"`
-	Idempotent     bool   `json:"idempotent"`
-	InputHash      string `json:"input_hash,omitempty"`
-	LeaseMS        int64  `json:"lease_ms,omitempty"`
-	WaitMS         int64  `json:"wait_ms,omitempty"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	ExecutionID    string          `json:"execution_id"`
+	Attempt        uint64          `json:"attempt"`
+	Tool           string          `json:"tool"`
+	Effect         Class           `json:"effect"`
+	Idempotent     bool            `json:"idempotent"`
+	InputHash      string          `json:"input_hash,omitempty"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	Summary        string          `json:"approval_summary,omitempty"`
+	Changed        *Changed        `json:"changed,omitempty"`
+	LeaseMS        int64           `json:"lease_ms,omitempty"`
+	WaitMS         int64           `json:"wait_ms,omitempty"`
 }
 
 type reserveReply struct {
@@ -111,6 +129,7 @@ type reserveReply struct {
 		RecordedAt int64  `json:"recorded_at"`
 	} `json:"renewed"`
 	AfterNotApplied *NotAppliedRef  `json:"after_not_applied"`
+	Approval        *approvalReply  `json:"approval"`
 	Outcome         string          `json:"outcome"`
 	ExternalRef     string          `json:"external_ref"`
 	Result          json.RawMessage `json:"result"`
@@ -126,7 +145,8 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 		attempt = 1
 	}
 	body := reserveBody{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: attempt, Tool: r.Tool,
-		Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash,
+		Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, Input: r.Input,
+		Summary: r.ApprovalSummary, Changed: r.Changed,
 		LeaseMS: r.Lease.Milliseconds(), WaitMS: r.Wait.Milliseconds()}
 	res, err := c.send(ctx, http.MethodPost, "/v1/effects/reserve", body)
 	if err != nil {
@@ -136,12 +156,18 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 	if err := json.Unmarshal(res.body, &b); err != nil {
 		return nil, fmt.Errorf("reserve: decode response: %w", err)
 	}
+	if res.status == http.StatusAccepted || b.Status == statusApprovalRequired {
+		return nil, approvalRequired(&b)
+	}
 	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
 		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry, AfterNotApplied: b.AfterNotApplied,
 		Outcome: b.Outcome, ExternalRef: b.ExternalRef, ResultEncoding: b.ResultEncoding,
 		Original: b.Original, Receipt: b.Receipt}
 	if b.LeaseExpiresAt > 0 {
 		out.LeaseExpiresAt = time.UnixMilli(b.LeaseExpiresAt)
+	}
+	if b.Approval != nil {
+		out.Approval = &ApprovalUse{Seq: b.Approval.Seq, AskSeq: b.Approval.AskSeq}
 	}
 	if b.Renewed != nil {
 		out.Renewed = &Renewal{Seq: b.Renewed.Seq, RecordedAt: time.UnixMilli(b.Renewed.RecordedAt)}
@@ -155,10 +181,26 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 // Reserve makes one reserve call, retried on 503, 429 and transport
 // errors that happened before the request was sent. Other refusals come
 // back as *Error (ErrInProgress when another attempt holds the key even
-// after r.Wait).
+// after r.Wait; ErrApprovalRejected, ErrDeniedByPolicy, ErrUnchangedRetry
+// from the namespace's policy). A call the policy sends to approval is an
+// *ApprovalRequiredError; with WithApprovalWait, Reserve first waits for
+// the answer and reserves again (see Do).
 func (c *Client) Reserve(ctx context.Context, r ReserveRequest) (*Reservation, error) {
+	rsv, err := c.reserveRetry(ctx, &r)
+	var are *ApprovalRequiredError
+	if c.approvalWait <= 0 || !errors.As(err, &are) {
+		return rsv, err
+	}
+	return c.awaitApproval(ctx, are, &r, func(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
+		r.Wait = c.serverWaitCtx(ctx)
+		return c.reserveRetry(ctx, r)
+	})
+}
+
+// reserveRetry is one reserve call, retried as Reserve says.
+func (c *Client) reserveRetry(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
 	for n := 0; ; n++ {
-		res, err := c.reserveOnce(ctx, &r)
+		res, err := c.reserveOnce(ctx, r)
 		if err == nil || n >= c.maxRetries || !retryable(err) || !isError(err) && !unsent(err) {
 			return res, err
 		}

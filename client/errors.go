@@ -23,6 +23,20 @@ var (
 	ErrRetryNotAllowed     error = code("retry_not_allowed")    // failed, and not retryable or not idempotent
 	ErrAttemptConflict     error = code("attempt_conflict")     // the attempt is not after the execution's recorded one
 
+	// Reserve, under the namespace's policy (SPEC §13).
+	ErrApprovalRequired    error = code("approval_required")     // an *ApprovalRequiredError: the call awaits a person's answer
+	ErrApprovalRejected    error = code("approval_rejected")     // an approver rejected the call (see RejectionOf)
+	ErrDeniedByPolicy      error = code("denied_by_policy")      // a deny rule matches the tool
+	ErrUnchangedRetry      error = code("unchanged_retry")       // the same call failed before and the retry changes nothing (see Changed)
+	ErrKeyRequired         error = code("key_required")          // a gated call must bring its own idempotency key
+	ErrEffectClassMismatch error = code("effect_class_mismatch") // a gated tool declared as none or read
+
+	// Answering approvals.
+	ErrAlreadyAnswered error = code("already_answered") // the ask has the other decision
+	ErrApprovalExpired error = code("approval_expired") // the ask expired before it was answered
+	ErrSelfApproval    error = code("self_approval")    // the approver asked for the call and the policy denies self-approval
+	ErrUnknownApproval error = code("unknown_approval") // no ask at that seq
+
 	// Commit and resolve.
 	ErrUnknownKey       error = code("unknown_key")
 	ErrStaleReservation error = code("stale_reservation") // another reservation took the key over

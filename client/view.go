@@ -38,7 +38,7 @@ type KeyReceipt struct {
 // /v1/effects/{key}).
 type KeyView struct {
 	Key        string
-	State      string // "reserved", "interrupted", "succeeded", "failed" or "not_applied"
+	State      string // "reserved", "interrupted", "succeeded", "failed", "not_applied", "awaiting_approval" or "rejected"
 	Tool       string
 	Class      Class
 	Idempotent bool

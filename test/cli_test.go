@@ -72,6 +72,12 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"check-proof"}, []string{"vkey", "namespace", "witness-vkey", "quorum", "json"}},
 		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl"}},
 		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},
+		{[]string{"policy", "set"}, []string{"server", "token", "json"}},
+		{[]string{"policy", "show"}, []string{"server", "token", "json"}},
+		{[]string{"approvals", "list"}, []string{"server", "token", "namespace", "json", "state", "after", "limit"}},
+		{[]string{"approvals", "show"}, []string{"server", "token", "namespace", "json"}},
+		{[]string{"approvals", "approve"}, []string{"server", "token", "namespace", "json", "note"}},
+		{[]string{"approvals", "reject"}, []string{"server", "token", "namespace", "json", "note"}},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
 			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)

@@ -43,6 +43,8 @@ Commands:
   prove        print the portable receipt (receipt + inclusion proof + checkpoint) of a SEQ or KEY
   check-proof  check portable receipts with only the verifier key (exit 1 if one is not proven)
   namespace    create and list namespaces (independent chains), with their heads
+  policy       set and show a namespace's gate policy: approvals, denials, the repeat guard (server only)
+  approvals    list and show the asks awaiting a person, approve or reject them (server only)
 
 The read commands take either the database (--db FILE for SQLite, or
 --db postgres://… for PostgreSQL; opened read-only, safe while ledgerd runs)
@@ -103,6 +105,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &CheckProofCommand{Env: env}
 	case "namespace":
 		cmd = &NamespaceCommand{Env: env}
+	case "policy":
+		cmd = &PolicyCommand{Env: env}
+	case "approvals":
+		cmd = &ApprovalsCommand{Env: env}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK

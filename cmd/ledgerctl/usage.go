@@ -26,11 +26,15 @@ func setUsage(fs *flag.FlagSet, env *Env, summary, examples string) {
 }
 
 // printFlags lists fs's flags as flag.PrintDefaults does, but spelled
-// with two dashes, the way the messages and the documentation name them.
+// with two dashes, the way the messages and the documentation name them
+// (one-letter short forms with one).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // a short form, -n
+		}
 		if name != "" {
 			line += " " + name
 		}

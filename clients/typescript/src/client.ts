@@ -5,6 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { deriveKey, fingerprint } from "./canonical.js";
 import {
+  ApprovalRequiredError,
   AttemptConflictError,
   CommitError,
   EffectError,
@@ -37,6 +38,26 @@ export interface ClientOptions extends TransportOptions {
   pollIntervalMs?: number;
   /** How long do() keeps trying to record an outcome, default 60 000 ms. */
   commitTimeoutMs?: number;
+  /**
+   * How long do() waits for the answer to a call the namespace's policy
+   * sends to approval before throwing ApprovalRequiredError; default 0
+   * (at once). Every reserve carries wait_ms, so the ledger may hold such
+   * a call up to waitMs for a quick answer even without it.
+   */
+  approvalWaitMs?: number;
+}
+
+/** What a retry of a failed call changed (the reserve's "changed", SPEC §13). */
+export interface Changed {
+  context_hash?: string;
+  component?: string;
+  strategy?: string;
+}
+
+/** The approval a reservation consumed (SPEC §13): the approval receipt and the ask it answered. */
+export interface ApprovalUse {
+  seq: number;
+  askSeq: number;
 }
 
 /** One side effect for do(). */
@@ -61,6 +82,19 @@ export interface Effect {
   leaseMs?: number;
   /** How long to wait for another attempt holding the key; default the client's maxWaitMs. */
   maxWaitMs?: number;
+  /**
+   * Send the input itself instead of its fingerprint: the ledger then
+   * fingerprints it, and keeps it off the chain for the approvers when the
+   * namespace's policy sends the call to approval, which needs it (SPEC
+   * §13). Not with inputHash.
+   */
+  sendInput?: boolean;
+  /** Shown to the approver as the requester's account of the call (at most 1024 bytes). */
+  approvalSummary?: string;
+  /** What this call changed since the same call failed: a repeat_failure rule refuses an unchanged retry (UnchangedRetryError). */
+  changed?: Changed;
+  /** How long to wait for an approver's answer; default the client's approvalWaitMs. */
+  approvalWaitMs?: number;
   /** Aborts the waits and retries, and is passed to the effect function. */
   signal?: AbortSignal;
 }
@@ -82,6 +116,8 @@ export interface DoResult {
   renewed?: Renewal;
   /** Set when the key's last outcome was "not_applied" and this run ran the effect again (SPEC §4.1). */
   afterNotApplied?: NotAppliedRef;
+  /** Set when this run consumed an approver's approval (SPEC §13). */
+  approval?: ApprovalUse;
   /** The recorded result (null when none). */
   result: unknown;
   /** An earlier attempt's recorded result; the function did not run. */
@@ -113,7 +149,12 @@ export interface ReserveRequest {
   effect: EffectClass;
   idempotent?: boolean;
   inputHash?: string;
+  /** The input itself (any JSON), which the ledger fingerprints; not with inputHash. */
+  input?: unknown;
+  approvalSummary?: string;
+  changed?: Changed;
   leaseMs?: number;
+  /** How long the ledger may hold the request while another attempt holds the key, or the call's ask awaits its answer. */
   waitMs?: number;
 }
 
@@ -133,10 +174,12 @@ export interface NotAppliedRef {
 }
 
 /**
- * The state of a key (contract §3, §4.1): "not_applied" when its last
- * outcome applied nothing, so its next reserve runs the effect again.
+ * The state of a key (contract §3, §4.1, §13): "not_applied" when its last
+ * outcome applied nothing, so its next reserve runs the effect again;
+ * "awaiting_approval" while an ask is pending, "rejected" after an
+ * approver rejected it.
  */
-export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied";
+export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied" | "awaiting_approval" | "rejected";
 
 /** A key as GET /v1/effects/{key} shows it (wire field names). */
 export interface EffectView {
@@ -157,6 +200,8 @@ export interface Reservation {
   renewed?: Renewal;
   /** Set when the key's last outcome was "not_applied": this reservation runs the effect again. */
   afterNotApplied?: NotAppliedRef;
+  /** Set when this reservation consumed an approval (SPEC §13). */
+  approval?: ApprovalUse;
   key: string;
   keyGenerated: boolean;
   /** Status "reserved": the secret token that commits. */
@@ -174,6 +219,74 @@ export interface Reservation {
   receipt: ReceiptRef;
 }
 
+/** A namespace's gate policy (SPEC §13); each member of a rule comes from the first matching rule that sets it. */
+export interface Policy {
+  rules?: PolicyRule[];
+  /** "deny" (the default) or "allow": whether who asked may answer. */
+  self_approval?: "deny" | "allow";
+}
+
+/** One rule of a Policy. */
+export interface PolicyRule {
+  /** A glob: * matches any bytes, ? one. */
+  tool: string;
+  effect?: EffectClass;
+  approval?: "required" | string;
+  /** "role:<role>", a token name, or "mcp-client"; none: any approver or admin token. */
+  approvers?: string[];
+  expires_in_ms?: number;
+  deny?: boolean;
+  repeat_failure?: "refuse" | string;
+  repeat_window_ms?: number;
+}
+
+/** A namespace's policy as GET/PUT /v1/namespaces/{ns}/policy answer it. */
+export interface PolicyState {
+  namespace: string;
+  policy: Policy;
+  /** The policy receipt that set it; 0 when none. */
+  seq: number;
+  /** PUT: whether a policy receipt was appended (an equal policy appends nothing). */
+  changed?: boolean;
+  receipt?: ReceiptRef | null;
+}
+
+/** An approver's answer. */
+export type Decision = "approve" | "reject";
+
+/** The state of an ask. */
+export type ApprovalState = "pending" | "approved" | "rejected" | "expired" | "consumed";
+
+/** An ask and what became of it (wire field names). */
+export interface Approval {
+  seq: number;
+  idempotency_key: string;
+  execution_id: string;
+  attempt: number;
+  tool: string;
+  effect: EffectClass;
+  idempotent: boolean;
+  input_hash: string;
+  /** The requester's approval_summary. */
+  summary: string;
+  actor: string;
+  asked_at: number;
+  expires_at: number;
+  state: ApprovalState;
+  answer: { seq: number; decision: Decision; actor: string; role: string; note: string; recorded_at: number } | null;
+  consumed_by: { seq: number; execution_id: string; attempt: number } | null;
+  /** approval(seq) for approver and admin tokens: the asked input (null once deleted), and whether it matches input_hash. */
+  input?: unknown;
+  input_verified?: boolean;
+  [field: string]: any;
+}
+
+/** One page of approvals(). */
+export interface ApprovalPage {
+  approvals: Approval[];
+  next_after: number | null;
+}
+
 /** The answer to a commit. */
 export interface CommitResult {
   key: string;
@@ -184,7 +297,7 @@ export interface CommitResult {
   receipt: ReceiptRef;
 }
 
-const DEFAULTS = { waitMs: 20_000, maxWaitMs: 120_000, pollIntervalMs: 1_000, commitTimeoutMs: 60_000 };
+const DEFAULTS = { waitMs: 20_000, maxWaitMs: 120_000, pollIntervalMs: 1_000, commitTimeoutMs: 60_000, approvalWaitMs: 0 };
 
 /**
  * A client of the effect ledger for tool gateways:
@@ -216,6 +329,7 @@ export class Client {
       maxWaitMs: options.maxWaitMs ?? DEFAULTS.maxWaitMs,
       pollIntervalMs: options.pollIntervalMs ?? DEFAULTS.pollIntervalMs,
       commitTimeoutMs: options.commitTimeoutMs ?? DEFAULTS.commitTimeoutMs,
+      approvalWaitMs: options.approvalWaitMs ?? DEFAULTS.approvalWaitMs,
     };
     if (this.opts.waitMs < 0 || this.opts.waitMs > 60_000) throw new RangeError("client: waitMs is not within 0 … 60000");
   }
@@ -235,7 +349,10 @@ export class Client {
    *
    * Throws a LedgerError subclass for the ledger's refusals
    * (UnsafeResumeError, RetryNotAllowedError, FingerprintMismatchError,
-   * InProgressError after the wait, …), EffectError when fn failed and the
+   * InProgressError after the wait, ApprovalRejectedError,
+   * DeniedByPolicyError, UnchangedRetryError, …), ApprovalRequiredError
+   * without calling fn when the namespace's policy sends the call to
+   * approval (after waiting approvalWaitMs for the answer), EffectError when fn failed and the
    * failure was recorded (outcome "not_applied" when fn threw
    * notApplied(): the next call runs fn again), UnknownOutcomeError when fn threw OutcomeUnknown
    * or was aborted, and CommitError when fn ran but its outcome could not
@@ -248,7 +365,13 @@ export class Client {
       return { result: o.result ?? null, replayed: false, key: req.key!, receipt: { seq: 0, hash: "" },
         externalRef: o.externalRef ?? "", notRecorded: true, takeover: false, retry: false, late: false };
     }
-    const rsv = await this.reserveWaiting(req, e);
+    let rsv: Reservation;
+    try {
+      rsv = await this.reserveWaiting(req, e);
+    } catch (err) {
+      if (!(err instanceof ApprovalRequiredError) || (e.approvalWaitMs ?? this.opts.approvalWaitMs) <= 0) throw err;
+      rsv = await this.awaitApproval(req, e, err);
+    }
     if (rsv.status === "replayed") {
       if (rsv.resultEncoding) {
         throw new Error(`replay of ${rsv.key}: the recorded result is not JSON (result_encoding ${rsv.resultEncoding}); run ledgerctl verify`);
@@ -269,10 +392,14 @@ export class Client {
     const cr = await this.commitOrThrow(rsv, cm, undefined);
     return { result: cr.resultDropped ? null : outcome.result ?? null, replayed: false, key: rsv.key, receipt: cr.receipt,
       externalRef: outcome.externalRef ?? "", notRecorded: false, takeover: rsv.takeover, retry: rsv.retry, late: cr.late, renewed: rsv.renewed,
-      afterNotApplied: rsv.afterNotApplied, resultDropped: cr.resultDropped };
+      afterNotApplied: rsv.afterNotApplied, approval: rsv.approval, resultDropped: cr.resultDropped };
   }
 
-  /** Makes one reserve call, retried on 503 and 429 (and transport errors before sending). */
+  /**
+   * Makes one reserve call, retried on 503 and 429 (and transport errors
+   * before sending). A call the namespace's policy sends to approval
+   * throws ApprovalRequiredError.
+   */
   async reserve(r: ReserveRequest, signal?: AbortSignal): Promise<Reservation> {
     const body = {
       idempotency_key: r.key || undefined,
@@ -282,10 +409,18 @@ export class Client {
       effect: r.effect,
       idempotent: r.idempotent ?? false,
       input_hash: r.inputHash || undefined,
+      input: r.input,
+      approval_summary: r.approvalSummary || undefined,
+      changed: r.changed,
       lease_ms: r.leaseMs || undefined,
       wait_ms: r.waitMs || undefined,
     };
-    const { body: b } = await this.http.send("POST", "/v1/effects/reserve", body, { signal, retrySent: false });
+    const { status, body: b } = await this.http.send("POST", "/v1/effects/reserve", body, { signal, retrySent: false });
+    if (status === 202 || b.status === "approval_required") {
+      const a = b.approval ?? {};
+      throw new ApprovalRequiredError(b.idempotency_key ?? "", a.seq ?? 0, a.expires_at ?? 0, a.state ?? "pending",
+        b.receipt ?? { seq: 0, hash: "" });
+    }
     return {
       status: b.status, key: b.idempotency_key, keyGenerated: !!b.key_generated, reservation: b.reservation ?? "",
       attempt: b.attempt ?? 0, leaseExpiresAt: b.lease_expires_at ?? 0, takeover: !!b.takeover, retry: !!b.retry,
@@ -293,6 +428,7 @@ export class Client {
       original: b.original, receipt: b.receipt ?? { seq: 0, hash: "" },
       renewed: b.renewed ? { seq: b.renewed.seq, recordedAt: b.renewed.recorded_at } : undefined,
       afterNotApplied: b.after_not_applied ? { seq: b.after_not_applied.seq, errorCode: b.after_not_applied.error_code ?? "" } : undefined,
+      approval: b.approval ? { seq: b.approval.seq, askSeq: b.approval.ask_seq } : undefined,
     };
   }
 
@@ -321,11 +457,94 @@ export class Client {
     return (await this.http.send("GET", "/v1/head", undefined, { signal, retrySent: true })).body;
   }
 
+  /** Returns the namespace's policy in force (policy {} and seq 0 when none). */
+  async policy(signal?: AbortSignal): Promise<PolicyState> {
+    return (await this.http.send("GET", this.policyPath(), undefined, { signal, retrySent: true, unprefixed: true })).body;
+  }
+
+  /**
+   * Sets the namespace's policy (an admin token). A policy equal to the
+   * one in force appends nothing (changed false). A bad one is
+   * InvalidRequestError with details.field.
+   */
+  async setPolicy(policy: Policy | Record<string, unknown>, signal?: AbortSignal): Promise<PolicyState> {
+    return (await this.http.send("PUT", this.policyPath(), policy, { signal, retrySent: true, unprefixed: true })).body;
+  }
+
+  /** Lists the namespace's asks by seq, one page; state "pending", "approved", "rejected", "expired" or "consumed". */
+  async approvals(o: { state?: ApprovalState; after?: number; limit?: number; signal?: AbortSignal } = {}): Promise<ApprovalPage> {
+    const q = new URLSearchParams();
+    if (o.state) q.set("state", o.state);
+    if (o.after) q.set("after", String(o.after));
+    if (o.limit) q.set("limit", String(o.limit));
+    const qs = q.toString();
+    const path = "/v1/approvals" + (qs ? "?" + qs : "");
+    return (await this.http.send("GET", path, undefined, { signal: o.signal, retrySent: true })).body;
+  }
+
+  /** Returns the ask at seq; for approver and admin tokens with its input and input_verified. Throws UnknownApprovalError. */
+  async approval(seq: number, signal?: AbortSignal): Promise<Approval> {
+    return (await this.http.send("GET", `/v1/approvals/${seqOf(seq)}`, undefined, { signal, retrySent: true })).body;
+  }
+
+  /**
+   * Answers the ask at seq (an approver or admin token the rule lists);
+   * returns the ask with its answer. The same decision again returns the
+   * recorded one. Throws AlreadyAnsweredError, ApprovalExpiredError,
+   * SelfApprovalError, ForbiddenError, UnknownApprovalError.
+   */
+  async answer(seq: number, decision: Decision, note?: string, signal?: AbortSignal): Promise<Approval> {
+    if (decision !== "approve" && decision !== "reject") {
+      throw new TypeError(`answer: decision ${JSON.stringify(decision)} is not "approve" or "reject"`);
+    }
+    const body = { decision, note: note || undefined };
+    return (await this.http.send("POST", `/v1/approvals/${seqOf(seq)}`, body, { signal, retrySent: true })).body;
+  }
+
+  /** answer(seq, "approve", note). */
+  approve(seq: number, note?: string, signal?: AbortSignal): Promise<Approval> {
+    return this.answer(seq, "approve", note, signal);
+  }
+
+  /** answer(seq, "reject", note). */
+  reject(seq: number, note?: string, signal?: AbortSignal): Promise<Approval> {
+    return this.answer(seq, "reject", note, signal);
+  }
+
+  private policyPath(): string {
+    return `/v1/namespaces/${encodeURIComponent(this.namespace)}/policy`;
+  }
+
+  // awaitApproval reserves req again until ask is answered (an approval
+  // returns the reservation, a rejection throws), expires, or the
+  // approval wait runs out (both throw the ApprovalRequiredError).
+  private async awaitApproval(req: ReserveRequest, e: Effect, ask: ApprovalRequiredError): Promise<Reservation> {
+    let until = Date.now() + (e.approvalWaitMs ?? this.opts.approvalWaitMs);
+    if (ask.expiresAt > 0) until = Math.min(until, ask.expiresAt);
+    let poll = !req.waitMs; // the ledger did not wait for the answer
+    for (;;) {
+      if (poll) await sleep(Math.max(0, Math.min(this.opts.pollIntervalMs, until - Date.now())), e.signal);
+      if (Date.now() >= until) throw ask.expiresAt > 0 && Date.now() >= ask.expiresAt ? ask.asExpired() : ask;
+      const start = Date.now();
+      try {
+        return await this.reserveWaiting(req, { ...e, maxWaitMs: until - Date.now() });
+      } catch (err) {
+        if (!(err instanceof ApprovalRequiredError)) throw err;
+        if (err.seq !== ask.seq) throw err.asExpired(); // the ask expired and the ledger asked again
+        ask = err;
+        poll = !req.waitMs || Date.now() - start < req.waitMs / 2;
+      }
+    }
+  }
+
   private prepare(e: Effect): ReserveRequest {
     if (!["none", "read", "write", "destructive", "external"].includes(e.effect)) {
       throw new TypeError(`effect ${e.tool}: unknown class ${JSON.stringify(e.effect)}`);
     }
     if (!e.tool) throw new TypeError("effect: empty tool");
+    if (e.sendInput && (e.inputHash || e.input === undefined)) {
+      throw new TypeError(`effect ${e.tool}: sendInput needs input and no inputHash`);
+    }
     let key = e.key;
     if (!key) {
       if (e.input === undefined) {
@@ -341,7 +560,10 @@ export class Client {
       tool: e.tool,
       effect: e.effect,
       idempotent: e.idempotent ?? false,
-      inputHash: e.inputHash || (e.input === undefined ? undefined : fingerprint(e.input)),
+      inputHash: e.sendInput ? undefined : e.inputHash || (e.input === undefined ? undefined : fingerprint(e.input)),
+      input: e.sendInput ? e.input : undefined,
+      approvalSummary: e.approvalSummary,
+      changed: e.changed,
       leaseMs: e.leaseMs,
     };
   }
@@ -449,4 +671,9 @@ function waitMargin(left: number): number {
 
 function isAbort(err: unknown): boolean {
   return err instanceof Error && (err.name === "AbortError" || err.name === "TimeoutError");
+}
+
+function seqOf(seq: number): number {
+  if (!Number.isSafeInteger(seq) || seq < 1) throw new RangeError(`approval seq ${seq} is not a positive integer`);
+  return seq;
 }

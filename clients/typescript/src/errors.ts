@@ -168,6 +168,90 @@ export class NotImplementedError extends LedgerError {
   override name = "NotImplementedError";
 }
 
+/** 400: the namespace's policy gates the tool, and a gated call must bring its own idempotency key. */
+export class KeyRequiredError extends LedgerError {
+  override name = "KeyRequiredError";
+}
+
+/** 422: the policy gates the tool, but the call declares effect "none" or "read". */
+export class EffectClassMismatchError extends LedgerError {
+  override name = "EffectClassMismatchError";
+}
+
+/** 403: a deny rule of the namespace's policy matches the tool (details.rule, details.tool); nothing ran. */
+export class DeniedByPolicyError extends LedgerError {
+  override name = "DeniedByPolicyError";
+}
+
+/** 409: an approver rejected the call (SPEC §13); nothing ran, and the same call is refused again. */
+export class ApprovalRejectedError extends LedgerError {
+  override name = "ApprovalRejectedError";
+  /** The rejecting answer: its receipt seq, the ask's seq, the approver's note and actor. */
+  get approval(): { seq?: number; ask_seq?: number; note?: string; actor?: string } {
+    const a = this.details.approval;
+    return a && typeof a === "object" ? (a as Record<string, any>) : {};
+  }
+}
+
+/** 409: the same call failed recently and this retry changes nothing: say what changed with Effect.changed. */
+export class UnchangedRetryError extends LedgerError {
+  override name = "UnchangedRetryError";
+}
+
+/** 409: the ask was answered with the other decision. */
+export class AlreadyAnsweredError extends LedgerError {
+  override name = "AlreadyAnsweredError";
+}
+
+/** 410: the ask expired before it was answered. */
+export class ApprovalExpiredError extends LedgerError {
+  override name = "ApprovalExpiredError";
+}
+
+/** 403: the approver is who asked, and the policy denies self-approval. */
+export class SelfApprovalError extends LedgerError {
+  override name = "SelfApprovalError";
+}
+
+/** 404: no ask at that seq. */
+export class UnknownApprovalError extends LedgerError {
+  override name = "UnknownApprovalError";
+}
+
+/**
+ * The namespace's policy sends the call to a person (202
+ * approval_required, SPEC §13): the ledger recorded an ask and nothing
+ * ran. An approver answers it (ledgerctl approvals approve SEQ, the web
+ * page, Client.answer); the same call made again then runs once, or
+ * throws ApprovalRejectedError. With approvalWaitMs, do() waits for the
+ * answer first.
+ */
+export class ApprovalRequiredError extends LedgerError {
+  override name = "ApprovalRequiredError";
+  constructor(
+    /** The idempotency key. */
+    readonly key: string,
+    /** The ask's receipt seq: what the approver answers. */
+    readonly seq: number,
+    /** Unix milliseconds when the ask expires unanswered. */
+    readonly expiresAt: number,
+    /** "pending". */
+    readonly state: string,
+    /** The ask's receipt. */
+    readonly receipt: ReceiptRef,
+    /** A wait ended because the ask expired (seq is then the new ask when the ledger asked again). */
+    readonly expired = false,
+  ) {
+    super(202, "approval_required", `effect ${key} awaits approval: ask ${seq}${expired ? " (the awaited ask expired)" : ""}`,
+      { seq, expires_at: expiresAt });
+  }
+
+  /** This ask, marked expired. */
+  asExpired(): ApprovalRequiredError {
+    return new ApprovalRequiredError(this.key, this.seq, this.expiresAt, this.state, this.receipt, true);
+  }
+}
+
 const errorClasses = new Map<string, typeof LedgerError>([
   ["fingerprint_mismatch", FingerprintMismatchError],
   ["in_progress", InProgressError],
@@ -196,6 +280,15 @@ const errorClasses = new Map<string, typeof LedgerError>([
   ["namespace_limit", NamespaceLimitError],
   ["headers_too_large", HeadersTooLargeError],
   ["not_implemented", NotImplementedError],
+  ["key_required", KeyRequiredError],
+  ["effect_class_mismatch", EffectClassMismatchError],
+  ["denied_by_policy", DeniedByPolicyError],
+  ["approval_rejected", ApprovalRejectedError],
+  ["unchanged_retry", UnchangedRetryError],
+  ["already_answered", AlreadyAnsweredError],
+  ["approval_expired", ApprovalExpiredError],
+  ["self_approval", SelfApprovalError],
+  ["unknown_approval", UnknownApprovalError],
 ]);
 
 /** Returns the LedgerError (of the code's class) for an error answer. */

@@ -9,8 +9,14 @@
  */
 export { Client, sleep } from "./client.js";
 export type {
+  Approval,
+  ApprovalPage,
+  ApprovalState,
+  ApprovalUse,
+  Changed,
   ClientOptions,
   CommitResult,
+  Decision,
   DoResult,
   Effect,
   EffectClass,
@@ -19,6 +25,9 @@ export type {
   KeyState,
   NotAppliedRef,
   Outcome,
+  Policy,
+  PolicyRule,
+  PolicyState,
   Renewal,
   Reservation,
   ReserveRequest,

@@ -61,10 +61,10 @@ export class Transport {
    * a commit; then also 502 and 504), else only those that happened
    * before the request was sent (a refused connection).
    */
-  async send(method: string, path: string, body: unknown, o: { signal?: AbortSignal; retrySent: boolean }): Promise<Response> {
+  async send(method: string, path: string, body: unknown, o: { signal?: AbortSignal; retrySent: boolean; unprefixed?: boolean }): Promise<Response> {
     for (let n = 0; ; n++) {
       try {
-        return await this.once(method, path, body, o.signal);
+        return await this.once(method, path, body, o.signal, o.unprefixed);
       } catch (err) {
         if (n >= this.maxRetries || !this.retryable(err, o.retrySent) || o.signal?.aborted) throw err;
         await pause(this.backoff(n, err), o.signal, err);
@@ -72,13 +72,15 @@ export class Transport {
     }
   }
 
-  private async once(method: string, path: string, body: unknown, signal?: AbortSignal): Promise<Response> {
+  // once sends one request; the namespace's prefix goes before a /v1/
+  // path unless unprefixed (/v1/namespaces/{ns}/policy).
+  private async once(method: string, path: string, body: unknown, signal?: AbortSignal, unprefixed = false): Promise<Response> {
     const headers: Record<string, string> = { Accept: "application/json" };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (this.token) headers.Authorization = "Bearer " + this.token;
     const tp = typeof this.traceparent === "function" ? this.traceparent() : this.traceparent;
     if (tp) headers.traceparent = tp;
-    const url = this.base + (this.prefix && path.startsWith("/v1/") ? this.prefix + path.slice(3) : path);
+    const url = this.base + (this.prefix && !unprefixed && path.startsWith("/v1/") ? this.prefix + path.slice(3) : path);
     const res = await this.fetch(url, {
       method,
       headers,

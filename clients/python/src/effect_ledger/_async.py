@@ -90,10 +90,10 @@ class AsyncLedger(_Core):
     # -- the protocol (see Ledger for the details of each) -------------------
 
     async def reserve(
-        self, effect: Effect, *, wait: Optional[float] = None
+        self, effect: Effect, *, wait: Optional[float] = None, approval_wait: Optional[float] = None
     ) -> Union[Reservation, Replay, NotRecorded]:
         """Reserve ``effect``'s key; see ``Ledger.reserve``."""
-        return await self._run(self._reserve_flow(effect, wait))
+        return await self._run(self._reserve_flow(effect, wait, approval_wait))
 
     async def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
         """Commit a reservation as succeeded; see ``Ledger.succeed``."""
@@ -145,6 +145,51 @@ class AsyncLedger(_Core):
         data = await self._run(self._get_flow("/head"))
         return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
 
+    # -- policy and approvals (SPEC §13) --------------------------------------
+
+    async def policy(self) -> dict:
+        """Return the namespace's policy in force: ``{"namespace", "policy",
+        "seq"}`` (``policy`` ``{}`` and ``seq`` 0 when none)."""
+        return await self._run(self._policy_flow())
+
+    async def set_policy(self, policy: Any) -> dict:
+        """Set the namespace's policy (an ``admin`` token): ``policy`` is the
+        policy's JSON object (``{"rules": [...], "self_approval": ...}``).
+        Returns ``{"namespace", "policy", "seq", "changed", "receipt"}``; a
+        policy equal to the one in force appends nothing (``changed`` False).
+        Raises ``InvalidRequestError`` (``details["field"]``) for a bad one."""
+        if policy is None:
+            raise ValueError("set_policy: policy is required ({} for the empty one)")
+        return await self._run(self._policy_flow(policy))
+
+    async def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
+        """Return one page of the namespace's asks, by seq:
+        ``{"approvals": [...], "next_after"}``; ``state`` is ``pending``,
+        ``approved``, ``rejected``, ``expired`` or ``consumed``."""
+        return await self._run(self._approvals_flow(state, after, limit))
+
+    async def approval(self, seq: int) -> dict:
+        """Return the ask at ``seq``; for approver and admin tokens with the
+        asked ``input`` and ``input_verified``. Raises ``UnknownApprovalError``."""
+        return await self._run(self._get_flow("/approvals/%d" % int(seq)))
+
+    async def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
+        """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"`` and an
+        optional note (an ``approver`` or ``admin`` token the rule lists);
+        returns the ask with its ``answer``. The same decision again returns
+        the recorded one. Raises ``AlreadyAnsweredError``,
+        ``ApprovalExpiredError``, ``SelfApprovalError``, ``ForbiddenError``,
+        ``UnknownApprovalError``."""
+        return await self._run(self._answer_flow(seq, decision, note))
+
+    async def approve(self, seq: int, note: Optional[str] = None) -> dict:
+        """``answer(seq, "approve", note)``."""
+        return await self.answer(seq, "approve", note)
+
+    async def reject(self, seq: int, note: Optional[str] = None) -> dict:
+        """``answer(seq, "reject", note)``."""
+        return await self.answer(seq, "reject", note)
+
     # -- running effects ----------------------------------------------------
 
     async def do(
@@ -154,6 +199,7 @@ class AsyncLedger(_Core):
         *,
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
+        approval_wait: Optional[float] = None,
     ) -> EffectResult:
         """Run ``fn(key)`` (a coroutine function or a plain one) at most once
         for ``effect`` and record its outcome; see ``Ledger.do``. A
@@ -162,7 +208,7 @@ class AsyncLedger(_Core):
         retry = self.retry_on if retry_on is None else tuple(retry_on)
         if not effect.recorded:
             return _handle.unrecorded_result(effect, await _maybe_await(fn(_handle.local_key(effect))))
-        res = await self.reserve(effect, wait=wait)
+        res = await self.reserve(effect, wait=wait, approval_wait=approval_wait)
         if isinstance(res, Replay):
             return _handle.replay_result(res)
         if isinstance(res, NotRecorded):
@@ -222,6 +268,8 @@ class AsyncLedger(_Core):
         lease_ms: Optional[int] = None,
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
+        approval_summary: Optional[str] = None,
+        changed: Any = None,
     ) -> "AsyncEffectScope":
         """Describe an effect, for ``async with`` or as a decorator of an
         ``async def`` (or plain) function; see ``Ledger.effect``::
@@ -241,6 +289,8 @@ class AsyncLedger(_Core):
             execution_id=execution_id,
             attempt=attempt,
             lease_ms=lease_ms,
+            approval_summary=approval_summary,
+            changed=changed,
         )
         return AsyncEffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
 

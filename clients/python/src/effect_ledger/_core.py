@@ -17,15 +17,17 @@ import random
 import re
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Generator, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Mapping, NamedTuple, Optional, Tuple, Union
 from urllib.parse import quote
 
 from . import errors
 from ._types import (
     EFFECT_CLASSES,
+    Changed,
     Committed,
     Effect,
     NotRecorded,
+    ReceiptRef,
     Replay,
     Reservation,
     _execution_for,
@@ -191,6 +193,7 @@ class _Core:
         max_retry_delay: float = 30.0,
         lease_ms: Optional[int] = None,
         retry_on: Tuple[type, ...] = (),
+        approval_wait: float = 0.0,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://, got %r" % base_url)
@@ -208,6 +211,7 @@ class _Core:
         self.max_retry_delay = max_retry_delay
         self.lease_ms = lease_ms
         self.retry_on = tuple(retry_on)
+        self.approval_wait = approval_wait
         # None: unknown; False: the server rejected wait_ms (it predates
         # SPEC §8), so in_progress is polled using Retry-After instead.
         self.server_waits: Optional[bool] = None
@@ -219,6 +223,10 @@ class _Core:
         if self.namespace:
             return "/v1/ns/" + quote(self.namespace, safe="") + rest
         return "/v1" + rest
+
+    def _policy_path(self) -> str:
+        # The policy is served under /v1/namespaces/{ns}, for default too.
+        return "/v1/namespaces/" + quote(self.namespace or "default", safe="") + "/policy"
 
     # -- requests with retries --------------------------------------------
 
@@ -287,15 +295,39 @@ class _Core:
         lease = effect.lease_ms if effect.lease_ms is not None else self.lease_ms
         if lease is not None:
             body["lease_ms"] = lease
+        if effect.approval_summary is not None:
+            body["approval_summary"] = effect.approval_summary
+        if effect.changed is not None:
+            body["changed"] = effect.changed._json() if isinstance(effect.changed, Changed) else dict(effect.changed)
         return body, execution_id
 
-    def _reserve_flow(self, effect: Effect, wait: Optional[float]) -> Flow:
+    def _reserve_flow(self, effect: Effect, wait: Optional[float], approval_wait: Optional[float] = None) -> Flow:
         """Reserve; while another reservation holds the key, wait for it up
         to ``wait`` seconds: first with the server's ``wait_ms`` (woken by
         the commit or the lease's end), else, on a server without it, by
         polling at growing intervals (at most 1 s, never beyond
-        Retry-After). Returns a Reservation, Replay or NotRecorded."""
+        Retry-After). A call the namespace's policy sends to approval raises
+        ``ApprovalRequiredError``, after waiting up to ``approval_wait``
+        seconds for the answer. Returns a Reservation, Replay or
+        NotRecorded."""
         body, execution_id = self._reserve_body(effect)
+        data = yield from self._reserve_loop(body, wait)
+        if data.get("status") == "approval_required":
+            ask = approval_required(data)
+            approval_wait = self.approval_wait if approval_wait is None else approval_wait
+            if approval_wait <= 0:
+                raise ask
+            data = yield from self._await_approval(body, ask, approval_wait)
+        status = data.get("status")
+        if status == "replayed":
+            return Replay._from(data)
+        if status == "not_recorded":
+            return NotRecorded(key=data.get("idempotency_key", ""), key_generated=bool(data.get("key_generated")))
+        return Reservation._from(data, execution_id)
+
+    def _reserve_loop(self, body: dict, wait: Optional[float]) -> Flow:
+        """Reserve, waiting while another reservation holds the key (see
+        ``_reserve_flow``); return the answer's JSON."""
         wait = self.wait if wait is None else wait
         deadline = time.monotonic() + max(0.0, wait)
         poll = 0.05
@@ -331,12 +363,47 @@ class _Core:
                 continue
             if "wait_ms" in req:
                 self.server_waits = True
-            status = data.get("status")
-            if status == "replayed":
-                return Replay._from(data)
-            if status == "not_recorded":
-                return NotRecorded(key=data.get("idempotency_key", ""), key_generated=bool(data.get("key_generated")))
-            return Reservation._from(data, execution_id)
+            return data
+
+    def _await_approval(self, body: dict, ask: errors.ApprovalRequiredError, approval_wait: float) -> Flow:
+        """Reserve again until the ask is answered (return the answer's
+        JSON; a rejection raises ``ApprovalRejectedError``), or raise the
+        ``ApprovalRequiredError`` when the ask expires or ``approval_wait``
+        seconds pass. Each reserve asks the ledger to wait for the answer
+        (``wait_ms``); a ledger that does not wait is polled."""
+        deadline = time.monotonic() + approval_wait
+        if ask.expires_at:
+            deadline = min(deadline, time.monotonic() + ask.expires_at / 1000 - time.time())
+        poll = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if ask.expires_at and time.time() * 1000 >= ask.expires_at:
+                    raise approval_required(ask, expired=True)
+                raise ask
+            req = body
+            if self.server_waits is not False and remaining >= 0.01:
+                req = dict(body, wait_ms=min(MAX_WAIT_MS, int(remaining * 1000)))
+            start = time.monotonic()
+            try:
+                data = yield from self._call(
+                    "POST", self._path("/effects/reserve"), req, extra_timeout=req.get("wait_ms", 0) / 1000
+                )
+            except errors.InvalidRequestError as e:
+                if "wait_ms" in req and e.details.get("field") == "wait_ms":
+                    self.server_waits = False
+                    continue
+                raise
+            if data.get("status") != "approval_required":
+                return data
+            nxt = approval_required(data)
+            if nxt.seq != ask.seq:  # the ask expired and the ledger asked again
+                raise approval_required(nxt, expired=True)
+            ask = nxt
+            if "wait_ms" in req and time.monotonic() - start >= req["wait_ms"] / 2000:
+                continue  # the ledger waited: ask again at once
+            yield _Sleep(max(0.0, min(poll, deadline - time.monotonic())))
+            poll = min(poll * 2, 1.0)
 
     # -- commit, resolve, reads ---------------------------------------------
 
@@ -403,6 +470,51 @@ class _Core:
     def _get_flow(self, rest: str, params: Optional[dict] = None) -> Flow:
         data = yield from self._call("GET", self._path(rest), params=params)
         return data
+
+    # -- policy and approvals (SPEC §13) --------------------------------------
+
+    def _policy_flow(self, policy: Any = None) -> Flow:
+        if policy is None:
+            data = yield from self._call("GET", self._policy_path())
+        else:
+            data = yield from self._call("PUT", self._policy_path(), policy)
+        return data
+
+    def _approvals_flow(self, state: Optional[str], after: int, limit: Optional[int]) -> Flow:
+        params: Dict[str, Any] = {}
+        if state:
+            params["state"] = state
+        if after:
+            params["after"] = after
+        if limit:
+            params["limit"] = limit
+        data = yield from self._call("GET", self._path("/approvals"), params=params or None)
+        return data
+
+    def _answer_flow(self, seq: int, decision: str, note: Optional[str]) -> Flow:
+        if decision not in ("approve", "reject"):
+            raise ValueError("decision must be 'approve' or 'reject', got %r" % (decision,))
+        body: dict = {"decision": decision}
+        if note:
+            body["note"] = note
+        data = yield from self._call("POST", self._path("/approvals/%d" % int(seq)), body)
+        return data
+
+
+def approval_required(data: Any, expired: bool = False) -> errors.ApprovalRequiredError:
+    """Return the ``ApprovalRequiredError`` of a 202 answer (or a copy of
+    one such error, marked ``expired``)."""
+    if isinstance(data, errors.ApprovalRequiredError):
+        return errors.ApprovalRequiredError(data.key, data.seq, data.expires_at, data.state, data.receipt, expired)
+    a = data.get("approval") if isinstance(data.get("approval"), dict) else {}
+    return errors.ApprovalRequiredError(
+        key=str(data.get("idempotency_key", "")),
+        seq=int(a.get("seq", 0)),
+        expires_at=int(a.get("expires_at", 0)),
+        state=str(a.get("state", "pending")),
+        receipt=ReceiptRef._from(data.get("receipt")),
+        expired=expired,
+    )
 
 
 def check_result(value: Any) -> Optional[str]:

@@ -42,6 +42,10 @@ class Ledger(_Core):
             the error is raised (with ``retry_after``) instead.
         lease_ms: default lease of reservations (the ledger's is 30 s).
         retry_on: exception types whose failures are recorded retryable.
+        approval_wait: seconds a reserve waits for the answer to a call the
+            namespace's policy sends to approval before raising
+            ``ApprovalRequiredError`` (default 0: at once). Per call:
+            ``approval_wait=``.
         client: an ``httpx.Client`` to use (e.g. for custom TLS); it is not
             closed by ``close``.
         verify: TLS verification for the client this creates (``True``, a CA
@@ -108,9 +112,17 @@ class Ledger(_Core):
 
     # -- the protocol -------------------------------------------------------
 
-    def reserve(self, effect: Effect, *, wait: Optional[float] = None) -> Union[Reservation, Replay, NotRecorded]:
+    def reserve(
+        self, effect: Effect, *, wait: Optional[float] = None, approval_wait: Optional[float] = None
+    ) -> Union[Reservation, Replay, NotRecorded]:
         """Reserve ``effect``'s key, waiting up to ``wait`` seconds (default:
         the client's) while another reservation holds it.
+
+        A call the namespace's policy sends to approval raises
+        ``ApprovalRequiredError`` (nothing ran), after waiting up to
+        ``approval_wait`` seconds (default: the client's, 0) for the answer:
+        an approval returns the ``Reservation`` (``.approval`` set), a
+        rejection raises ``ApprovalRejectedError``.
 
         Returns a ``Reservation`` (run the effect, then ``succeed``/``fail``),
         a ``Replay`` (it already succeeded: do not run it) or ``NotRecorded``
@@ -118,7 +130,7 @@ class Ledger(_Core):
         ``InProgressError``, ``UnsafeResumeError``, ``RetryNotAllowedError``,
         ``AttemptConflictError`` and the other ``LedgerError``s.
         """
-        return self._run(self._reserve_flow(effect, wait))
+        return self._run(self._reserve_flow(effect, wait, approval_wait))
 
     def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
         """Commit a reservation as succeeded with its result (any JSON) and
@@ -187,6 +199,51 @@ class Ledger(_Core):
         data = self._run(self._get_flow("/head"))
         return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
 
+    # -- policy and approvals (SPEC §13) --------------------------------------
+
+    def policy(self) -> dict:
+        """Return the namespace's policy in force: ``{"namespace", "policy",
+        "seq"}`` (``policy`` ``{}`` and ``seq`` 0 when none)."""
+        return self._run(self._policy_flow())
+
+    def set_policy(self, policy: Any) -> dict:
+        """Set the namespace's policy (an ``admin`` token): ``policy`` is the
+        policy's JSON object (``{"rules": [...], "self_approval": ...}``).
+        Returns ``{"namespace", "policy", "seq", "changed", "receipt"}``; a
+        policy equal to the one in force appends nothing (``changed`` False).
+        Raises ``InvalidRequestError`` (``details["field"]``) for a bad one."""
+        if policy is None:
+            raise ValueError("set_policy: policy is required ({} for the empty one)")
+        return self._run(self._policy_flow(policy))
+
+    def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
+        """Return one page of the namespace's asks, by seq:
+        ``{"approvals": [...], "next_after"}``; ``state`` is ``pending``,
+        ``approved``, ``rejected``, ``expired`` or ``consumed``."""
+        return self._run(self._approvals_flow(state, after, limit))
+
+    def approval(self, seq: int) -> dict:
+        """Return the ask at ``seq``; for approver and admin tokens with the
+        asked ``input`` and ``input_verified``. Raises ``UnknownApprovalError``."""
+        return self._run(self._get_flow("/approvals/%d" % int(seq)))
+
+    def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
+        """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"`` and an
+        optional note (an ``approver`` or ``admin`` token the rule lists);
+        returns the ask with its ``answer``. The same decision again returns
+        the recorded one. Raises ``AlreadyAnsweredError``,
+        ``ApprovalExpiredError``, ``SelfApprovalError``, ``ForbiddenError``,
+        ``UnknownApprovalError``."""
+        return self._run(self._answer_flow(seq, decision, note))
+
+    def approve(self, seq: int, note: Optional[str] = None) -> dict:
+        """``answer(seq, "approve", note)``."""
+        return self.answer(seq, "approve", note)
+
+    def reject(self, seq: int, note: Optional[str] = None) -> dict:
+        """``answer(seq, "reject", note)``."""
+        return self.answer(seq, "reject", note)
+
     # -- running effects ----------------------------------------------------
 
     def do(
@@ -196,6 +253,7 @@ class Ledger(_Core):
         *,
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
+        approval_wait: Optional[float] = None,
     ) -> EffectResult:
         """Run ``fn(key)`` at most once for ``effect`` and record its outcome.
 
@@ -206,14 +264,17 @@ class Ledger(_Core):
         exception from ``fn`` is committed as a failure (see ``EffectFailed``;
         retryable when the exception has ``retryable = True`` or is one of
         ``retry_on``), or as ``not_applied`` for ``EffectNotApplied`` (the
-        next call runs ``fn`` again), and re-raised. ``none``/``read`` effects run ``fn``
+        next call runs ``fn`` again), and re-raised. A call the namespace's
+        policy sends to approval raises ``ApprovalRequiredError`` without
+        calling ``fn`` (after waiting ``approval_wait`` seconds for the
+        answer), a rejected one ``ApprovalRejectedError``. ``none``/``read`` effects run ``fn``
         without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
         leaves the reservation to end as interrupted.
         """
         retry = self.retry_on if retry_on is None else tuple(retry_on)
         if not effect.recorded:
             return _handle.unrecorded_result(effect, fn(_handle.local_key(effect)))
-        res = self.reserve(effect, wait=wait)
+        res = self.reserve(effect, wait=wait, approval_wait=approval_wait)
         if isinstance(res, Replay):
             return _handle.replay_result(res)
         if isinstance(res, NotRecorded):
@@ -273,6 +334,8 @@ class Ledger(_Core):
         lease_ms: Optional[int] = None,
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
+        approval_summary: Optional[str] = None,
+        changed: Any = None,
     ) -> "EffectScope":
         """Describe an effect, to use as a context manager or a decorator.
 
@@ -307,6 +370,8 @@ class Ledger(_Core):
             execution_id=execution_id,
             attempt=attempt,
             lease_ms=lease_ms,
+            approval_summary=approval_summary,
+            changed=changed,
         )
         return EffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
 

@@ -16,6 +16,8 @@ __all__ = [
     "Effect",
     "Outcome",
     "NotAppliedRef",
+    "Changed",
+    "ApprovalUse",
     "Reservation",
     "Replay",
     "NotRecorded",
@@ -67,6 +69,14 @@ class Effect:
             the one set with ``execution(...)``, else 1.
         lease_ms: how long the reservation is held (10 .. 86,400,000 ms);
             default: the client's, else the ledger's (30 s).
+        approval_summary: shown to the approver when the namespace's policy
+            sends the call to approval: the requester's account of the call
+            (at most 1024 bytes). A call sent to approval must carry
+            ``input`` (the ledger keeps it off the chain for the approvers).
+        changed: what this call changed since the same call failed (a
+            ``Changed`` or a dict with ``context_hash``, ``component``,
+            ``strategy``): a namespace's ``repeat_failure`` rule refuses an
+            unchanged retry (``UnchangedRetryError``).
     """
 
     tool: str
@@ -78,6 +88,8 @@ class Effect:
     execution_id: Optional[str] = None
     attempt: Optional[int] = None
     lease_ms: Optional[int] = None
+    approval_summary: Optional[str] = None
+    changed: Any = None
 
     def resolved_key(self) -> str:
         """Return the key to reserve: ``key``, or the derived one."""
@@ -141,6 +153,35 @@ class NotAppliedRef:
 
 
 @dataclass(frozen=True)
+class Changed:
+    """What a retry of a failed call changed (the reserve's ``changed``,
+    SPEC §13); members left ``None`` are not sent."""
+
+    context_hash: Optional[str] = None
+    component: Optional[str] = None
+    strategy: Optional[str] = None
+
+    def _json(self) -> dict:
+        return {k: v for k, v in (("context_hash", self.context_hash), ("component", self.component),
+                                   ("strategy", self.strategy)) if v is not None}
+
+
+@dataclass(frozen=True)
+class ApprovalUse:
+    """The approval a reservation consumed (SPEC §13): ``seq`` is the
+    approval receipt, ``ask_seq`` the ask it answered."""
+
+    seq: int
+    ask_seq: int
+
+    @classmethod
+    def _from(cls, d: Any) -> Optional["ApprovalUse"]:
+        if not isinstance(d, dict) or "ask_seq" not in d:
+            return None
+        return cls(seq=int(d.get("seq", 0)), ask_seq=int(d.get("ask_seq", 0)))
+
+
+@dataclass(frozen=True)
 class Reservation:
     """A granted reservation (201): run the effect, then commit.
 
@@ -149,7 +190,8 @@ class Reservation:
     it already happened), ``retry`` when a retryable failure is retried,
     ``renewed`` when the key's earlier outcome had expired and this is a new
     effect under the same key, ``after_not_applied`` when the key's last
-    outcome was ``not_applied`` and the effect runs again.
+    outcome was ``not_applied`` and the effect runs again, ``approval`` when
+    it consumed an approver's approval.
     """
 
     key: str
@@ -163,6 +205,7 @@ class Reservation:
     execution_id: str
     renewed: Optional[Renewal] = None
     after_not_applied: Optional[NotAppliedRef] = None
+    approval: Optional[ApprovalUse] = None
 
     @classmethod
     def _from(cls, d: dict, execution_id: str) -> "Reservation":
@@ -178,6 +221,7 @@ class Reservation:
             execution_id=execution_id,
             renewed=Renewal._from(d.get("renewed")),
             after_not_applied=NotAppliedRef._from(d.get("after_not_applied")),
+            approval=ApprovalUse._from(d.get("approval")),
         )
 
 
@@ -269,6 +313,7 @@ class EffectResult:
             as a new effect under the same key (the reservation's renewal).
         after_not_applied: the key's last outcome was ``not_applied`` and the
             function ran again (the reservation's ``after_not_applied``).
+        approval: the approval the run consumed (the reservation's).
     """
 
     key: str
@@ -287,6 +332,10 @@ class EffectResult:
     @property
     def after_not_applied(self) -> Optional[NotAppliedRef]:
         return self.reservation.after_not_applied if self.reservation is not None else None
+
+    @property
+    def approval(self) -> Optional[ApprovalUse]:
+        return self.reservation.approval if self.reservation is not None else None
 
 
 _execution: ContextVar[Optional[Tuple[str, int]]] = ContextVar("effect_ledger_execution", default=None)

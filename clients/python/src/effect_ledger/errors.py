@@ -48,6 +48,16 @@ __all__ = [
     "UnknownNamespaceError",
     "NamespaceExistsError",
     "NotCheckpointedError",
+    "KeyRequiredError",
+    "EffectClassMismatchError",
+    "DeniedByPolicyError",
+    "ApprovalRejectedError",
+    "UnchangedRetryError",
+    "AlreadyAnsweredError",
+    "ApprovalExpiredError",
+    "SelfApprovalError",
+    "UnknownApprovalError",
+    "ApprovalRequiredError",
     "ConnectionFailedError",
     "BadResponseError",
     "EffectFailed",
@@ -250,6 +260,70 @@ class NotCheckpointedError(LedgerError):
     code_name = "not_checkpointed"
 
 
+class KeyRequiredError(LedgerError):
+    """400: the namespace's policy gates the tool, and a gated call must bring its own
+    idempotency key (a generated one could never be presented again)."""
+
+    code_name = "key_required"
+
+
+class EffectClassMismatchError(LedgerError):
+    """422: the policy gates the tool, but the call declares effect ``none`` or ``read``."""
+
+    code_name = "effect_class_mismatch"
+
+
+class DeniedByPolicyError(LedgerError):
+    """403: a ``deny`` rule of the namespace's policy matches the tool; ``details["rule"]`` is the
+    rule's index, ``details["tool"]`` its glob. Nothing ran."""
+
+    code_name = "denied_by_policy"
+
+
+class ApprovalRejectedError(LedgerError):
+    """409: an approver rejected this call (SPEC §13); ``approval`` is the answer
+    (``{"seq", "ask_seq", "note", "actor"}``). Nothing ran, and the same call is refused again."""
+
+    code_name = "approval_rejected"
+
+    @property
+    def approval(self) -> dict:
+        """The rejecting answer: ``seq``, ``ask_seq``, ``note``, ``actor``."""
+        a = self.details.get("approval")
+        return dict(a) if isinstance(a, dict) else {}
+
+
+class UnchangedRetryError(LedgerError):
+    """409: the same call (tool and input) failed recently and this retry changes nothing; pass
+    ``changed=`` to say what differs. ``details["failed"]`` names the failed attempt."""
+
+    code_name = "unchanged_retry"
+
+
+class AlreadyAnsweredError(LedgerError):
+    """409: the ask was answered with the other decision."""
+
+    code_name = "already_answered"
+
+
+class ApprovalExpiredError(LedgerError):
+    """410: the ask expired before it was answered."""
+
+    code_name = "approval_expired"
+
+
+class SelfApprovalError(LedgerError):
+    """403: the approver is who asked, and the policy denies self-approval."""
+
+    code_name = "self_approval"
+
+
+class UnknownApprovalError(LedgerError):
+    """404: no ask at that seq."""
+
+    code_name = "unknown_approval"
+
+
 _BY_CODE: dict[str, type[LedgerError]] = {
     c.code_name: c for c in LedgerError.__subclasses__() if c.code_name is not None
 }
@@ -269,6 +343,46 @@ class BadResponseError(LedgerError):
     ``bad_response``; ``status`` is the HTTP status."""
 
     code_name = "bad_response"
+
+
+class ApprovalRequiredError(LedgerError):
+    """The namespace's policy sends the call to a person (202 ``approval_required``, SPEC §13):
+    the ledger recorded an ask and nothing ran. An approver answers it (``ledgerctl approvals
+    approve SEQ``, the web page, ``Ledger.answer``); the same call made again then runs once,
+    or raises ``ApprovalRejectedError``. With ``approval_wait`` the client waits for the answer
+    first.
+
+    Attributes:
+        key: the idempotency key.
+        seq: the ask's receipt seq: what the approver answers.
+        expires_at: unix milliseconds when the ask expires unanswered.
+        state: ``"pending"``.
+        receipt: the ask's receipt.
+        expired: a wait ended because the ask expired (``seq`` is then the
+            new ask when the ledger asked again).
+    """
+
+    code_name = "approval_required"
+
+    def __init__(
+        self,
+        key: str,
+        seq: int,
+        expires_at: int,
+        state: str = "pending",
+        receipt: Any = None,
+        expired: bool = False,
+    ) -> None:
+        msg = "effect %s awaits approval: ask %d" % (key, seq)
+        if expired:
+            msg += " (the awaited ask expired)"
+        super().__init__("approval_required", msg, {"seq": seq, "expires_at": expires_at}, status=202)
+        self.key = key
+        self.seq = seq
+        self.expires_at = expires_at
+        self.state = state
+        self.receipt = receipt
+        self.expired = expired
 
 
 def error_for(

@@ -1,0 +1,252 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/client"
+)
+
+// fakeLedger answers reserves from a script of answers, one per reserve,
+// and commits with 201; it records every request.
+type fakeLedger struct {
+	mu       sync.Mutex
+	reserves []string // the scripted answers: "STATUS BODY"
+	requests []recorded
+}
+
+type recorded struct {
+	Method, Path, Query string
+	Body                map[string]any
+}
+
+func (f *fakeLedger) serve(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		rec := recorded{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+		if len(data) > 0 {
+			require.NoError(t, json.Unmarshal(data, &rec.Body))
+		}
+		f.mu.Lock()
+		f.requests = append(f.requests, rec)
+		var status int
+		var body string
+		switch {
+		case r.URL.Path == "/v1/effects/reserve" && len(f.reserves) > 0:
+			status, body = 0, f.reserves[0]
+			f.reserves = f.reserves[1:]
+		case r.URL.Path == "/v1/effects/reserve":
+			status, body = 500, `{"error":{"code":"internal","message":"script ran out"}}`
+		default:
+			status, body = 201, `{"status":"committed","idempotency_key":"order-1234","outcome":"succeeded","late":false,"receipt":{"seq":4,"hash":"cc"}}`
+		}
+		f.mu.Unlock()
+		if status == 0 { // "STATUS BODY"
+			code, err := strconv.Atoi(body[:3])
+			require.NoError(t, err)
+			status, body = code, body[4:]
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func (f *fakeLedger) reserveBodies() []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []map[string]any
+	for _, r := range f.requests {
+		if r.Path == "/v1/effects/reserve" {
+			out = append(out, r.Body)
+		}
+	}
+	return out
+}
+
+// Answers of the documented shapes (docs/design/approvals.md).
+const (
+	askPending = `202 {"status":"approval_required","idempotency_key":"order-1234","key_generated":false,` +
+		`"approval":{"seq":7,"expires_at":4102444800000,"state":"pending"},"receipt":{"seq":7,"hash":"aa"}}`
+	askAgain = `202 {"status":"approval_required","idempotency_key":"order-1234","key_generated":false,` +
+		`"approval":{"seq":9,"expires_at":4102444800000,"state":"pending"},"receipt":{"seq":9,"hash":"bb"}}`
+	askExpired = `202 {"status":"approval_required","idempotency_key":"order-1234","key_generated":false,` +
+		`"approval":{"seq":7,"expires_at":1000,"state":"pending"},"receipt":{"seq":7,"hash":"aa"}}`
+	approvedReserve = `201 {"status":"reserved","idempotency_key":"order-1234","key_generated":false,` +
+		`"reservation":"rsv_` + "0000000000000000000000000000000000000000000000000000000000000001" + `","attempt":1,` +
+		`"lease_expires_at":4102444800000,"approval":{"seq":8,"ask_seq":7},"receipt":{"seq":9,"hash":"dd"}}`
+	rejected = `409 {"error":{"code":"approval_rejected","message":"rejected by token:alice","details":` +
+		`{"approval":{"seq":8,"ask_seq":7,"note":"too large","actor":"token:alice"}}}}`
+)
+
+func charge() client.Effect {
+	return client.Effect{Tool: "payments.charge", Class: client.ClassExternal, Key: "order-1234",
+		ExecutionID: "exec-1", Input: map[string]any{"amount": 1200}, SendInput: true,
+		ApprovalSummary: "charge 12 EUR", Changed: &client.Changed{Strategy: "smaller amount"}}
+}
+
+// noSleep records the waits instead of spending them.
+func noSleep(waits *[]time.Duration) client.Option {
+	var mu sync.Mutex
+	return client.WithSleep(func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		*waits = append(*waits, d)
+		mu.Unlock()
+		return ctx.Err()
+	})
+}
+
+func TestClient_Reserve_approvalRequired(t *testing.T) {
+	t.Parallel()
+	f := &fakeLedger{reserves: []string{askPending}}
+	c, err := client.New(f.serve(t).URL)
+	require.NoError(t, err)
+	_, err = c.Reserve(context.Background(), client.ReserveRequest{Key: "order-1234", ExecutionID: "exec-1",
+		Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`),
+		ApprovalSummary: "charge 12 EUR", Changed: &client.Changed{ContextHash: "sha256:ab"}})
+	var are *client.ApprovalRequiredError
+	require.ErrorAs(t, err, &are)
+	assert.ErrorIs(t, err, client.ErrApprovalRequired)
+	assert.Equal(t, "order-1234", are.IdempotencyKey)
+	assert.Equal(t, uint64(7), are.Seq)
+	assert.Equal(t, "pending", are.State)
+	assert.Equal(t, time.UnixMilli(4102444800000), are.ExpiresAt)
+	assert.Equal(t, client.ReceiptRef{Seq: 7, Hash: "aa"}, are.Receipt)
+	assert.NoError(t, are.Err)
+
+	body := f.reserveBodies()[0]
+	assert.Equal(t, map[string]any{"amount": float64(1200)}, body["input"])
+	assert.NotContains(t, body, "input_hash")
+	assert.Equal(t, "charge 12 EUR", body["approval_summary"])
+	assert.Equal(t, map[string]any{"context_hash": "sha256:ab"}, body["changed"])
+}
+
+func TestClient_Do_approval(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	run := func(t *testing.T, script []string, opts ...client.Option) (*client.Result, *fakeLedger, int, error) {
+		f := &fakeLedger{reserves: script}
+		c, err := client.New(f.serve(t).URL, opts...)
+		require.NoError(t, err)
+		runs := 0
+		res, err := c.Do(ctx, charge(), func(context.Context, string) (client.Outcome, error) {
+			runs++
+			return client.Outcome{ExternalRef: "ch_1"}, nil
+		})
+		return res, f, runs, err
+	}
+
+	t.Run("OK without a wait the ask is the error and nothing runs", func(t *testing.T) {
+		_, f, runs, err := run(t, []string{askPending})
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		assert.Equal(t, uint64(7), are.Seq)
+		assert.Zero(t, runs)
+		body := f.reserveBodies()[0]
+		assert.Equal(t, `{"amount":1200}`, mustJSON(t, body["input"]), "the input is sent, not its fingerprint")
+		assert.NotContains(t, body, "input_hash")
+		assert.Equal(t, map[string]any{"strategy": "smaller amount"}, body["changed"])
+	})
+
+	t.Run("OK waiting: the approval is consumed and the function runs once", func(t *testing.T) {
+		var waits []time.Duration
+		res, f, runs, err := run(t, []string{askPending, askPending, approvedReserve},
+			client.WithApprovalWait(time.Hour), client.WithWait(0), client.WithPollInterval(time.Second), noSleep(&waits))
+		require.NoError(t, err)
+		assert.Equal(t, 1, runs)
+		assert.Equal(t, &client.ApprovalUse{Seq: 8, AskSeq: 7}, res.Approval)
+		assert.Len(t, f.reserveBodies(), 3)
+		assert.Equal(t, []time.Duration{time.Second, time.Second}, waits, "polled at the poll interval")
+	})
+
+	t.Run("OK waiting sends wait_ms", func(t *testing.T) {
+		var waits []time.Duration
+		_, f, _, err := run(t, []string{askPending, approvedReserve},
+			client.WithApprovalWait(time.Hour), client.WithWait(30*time.Second), noSleep(&waits))
+		require.NoError(t, err)
+		for _, b := range f.reserveBodies() {
+			assert.Equal(t, float64(30_000), b["wait_ms"])
+		}
+	})
+
+	t.Run("ErrApprovalRejected", func(t *testing.T) {
+		var waits []time.Duration
+		_, _, runs, err := run(t, []string{askPending, rejected}, client.WithApprovalWait(time.Hour), noSleep(&waits))
+		require.ErrorIs(t, err, client.ErrApprovalRejected)
+		assert.Zero(t, runs)
+		rej, ok := client.RejectionOf(err)
+		require.True(t, ok)
+		assert.Equal(t, &client.Rejection{Seq: 8, AskSeq: 7, Note: "too large", Actor: "token:alice"}, rej)
+		_, ok = client.RejectionOf(errors.New("other"))
+		assert.False(t, ok)
+	})
+
+	t.Run("ErrApprovalExpired the ask expired", func(t *testing.T) {
+		_, f, runs, err := run(t, []string{askExpired}, client.WithApprovalWait(time.Hour))
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		assert.ErrorIs(t, err, client.ErrApprovalExpired)
+		assert.Zero(t, runs)
+		assert.Len(t, f.reserveBodies(), 1, "an expired ask is not asked again")
+	})
+
+	t.Run("ErrApprovalExpired the ledger asked again", func(t *testing.T) {
+		var waits []time.Duration
+		_, _, _, err := run(t, []string{askPending, askAgain}, client.WithApprovalWait(time.Hour), noSleep(&waits))
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		assert.ErrorIs(t, err, client.ErrApprovalExpired)
+		assert.Equal(t, uint64(9), are.Seq, "the new ask")
+	})
+
+	t.Run("ErrContext the caller gave up", func(t *testing.T) {
+		f := &fakeLedger{reserves: []string{askPending, askPending}}
+		cctx, cancel := context.WithCancel(ctx)
+		c, err := client.New(f.serve(t).URL, client.WithApprovalWait(time.Hour), client.WithWait(0),
+			client.WithSleep(func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }))
+		require.NoError(t, err)
+		_, err = c.Do(cctx, charge(), func(context.Context, string) (client.Outcome, error) {
+			t.Fatal("ran")
+			return client.Outcome{}, nil
+		})
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+
+	t.Run("ErrSendInput with InputHash", func(t *testing.T) {
+		c, err := client.New("127.0.0.1:1")
+		require.NoError(t, err)
+		e := charge()
+		e.InputHash = "sha256:00"
+		_, err = c.Do(ctx, e, func(context.Context, string) (client.Outcome, error) { return client.Outcome{}, nil })
+		assert.ErrorContains(t, err, "SendInput")
+	})
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestClient_WithApprovalWait(t *testing.T) {
+	t.Parallel()
+	_, err := client.New("x:1", client.WithApprovalWait(-time.Second))
+	assert.ErrorContains(t, err, "approval wait")
+}
