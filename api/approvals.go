@@ -55,7 +55,7 @@ type policyJSON struct {
 	Policy    json.RawMessage `json:"policy"`
 	Seq       uint64          `json:"seq"`
 	Changed   *bool           `json:"changed,omitempty"`
-	Receipt   *receiptRef     `json:"receipt,omitempty"`
+	Receipt   *receiptRef     `json:"receipt"`
 }
 
 func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
@@ -69,7 +69,11 @@ func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request, n *ledg
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, policyJSON{Namespace: n.Name(), Policy: json.RawMessage(text), Seq: seq})
+	s.writeJSON(w, http.StatusOK, struct {
+		Namespace string          `json:"namespace"`
+		Policy    json.RawMessage `json:"policy"`
+		Seq       uint64          `json:"seq"`
+	}{n.Name(), json.RawMessage(text), seq})
 }
 
 func (s *Server) handlePutPolicy(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {

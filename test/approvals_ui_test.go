@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -71,21 +68,21 @@ func TestUI_approvals(t *testing.T) {
 	f.alice = createTokenDB(t, db, "alice", "approver")
 	f.reader = createTokenDB(t, db, "auditor", "reader")
 	f.l = clock.start(t, db)
-	require.Equal(t, 401, gateDo(f.l, "GET", "/v1/head", "").Status)
-	r := gateDo(f.l, "PUT", "/v1/namespaces/default/policy", uiApprovalPolicy, f.as(f.admin)...)
+	require.Equal(t, 401, f.l.Do("GET", "/v1/head", "").Status)
+	r := f.l.Do("PUT", "/v1/namespaces/default/policy", uiApprovalPolicy, f.as(f.admin)...)
 	require.Equal(t, 200, r.Status, r.Raw)
-	pol := gateDo(f.l, "GET", "/v1/namespaces/default/policy", "", f.as(f.reader)...)
+	pol := f.l.Do("GET", "/v1/namespaces/default/policy", "", f.as(f.reader)...)
 	require.Equal(t, 200, pol.Status, pol.Raw)
 	policyJSON, err := json.Marshal(pol.Body["policy"])
 	require.NoError(t, err)
 	reserve := func(tok, key, exec, tool, input, extra string) Resp {
 		t.Helper()
-		return gateDo(f.l, "POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":%q,"effect":"external","idempotent":true,"input":%s%s}`,
+		return f.l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":%q,"effect":"external","idempotent":true,"input":%s%s}`,
 			key, exec, tool, input, extra), f.as(tok)...)
 	}
 	answer := func(tok string, seq int64, decision, note string) Resp {
 		t.Helper()
-		return gateDo(f.l, "POST", fmt.Sprintf("/v1/approvals/%d", seq), fmt.Sprintf(`{"decision":%q,"note":%q}`, decision, note), f.as(tok)...)
+		return f.l.Do("POST", fmt.Sprintf("/v1/approvals/%d", seq), fmt.Sprintf(`{"decision":%q,"note":%q}`, decision, note), f.as(tok)...)
 	}
 
 	// The asks: one full of HTML (tool, summary, input), one to reject, one
@@ -102,7 +99,7 @@ func TestUI_approvals(t *testing.T) {
 	a3 := reserve(f.admin, "pay-key-0003", "exec-3", "payments.charge", `{"amount":6}`, "")
 	require.Equal(t, 202, a3.Status, a3.Raw)
 	ask3 := num(t, a3.Body, "approval", "seq")
-	show1 := gateDo(f.l, "GET", fmt.Sprintf("/v1/approvals/%d", ask1), "", f.as(f.alice)...)
+	show1 := f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask1), "", f.as(f.alice)...)
 	require.Equal(t, 200, show1.Status, show1.Raw)
 
 	b := loginTab(t, browser, f.l.URL, f.alice, "#approvals")
@@ -151,7 +148,7 @@ func TestUI_approvals(t *testing.T) {
 	assert.Equal(t, "approved", b.str(`document.querySelector('#approval-detail .key-head .badge').textContent`))
 	assert.Equal(t, 1, b.num(`document.querySelector('#approval-form').hidden ? 1 : 0`), "nothing left to answer")
 	assert.Equal(t, 1, b.num(`document.querySelector('#approval-error').hidden ? 1 : 0`))
-	got := gateDo(f.l, "GET", fmt.Sprintf("/v1/approvals/%d", ask1), "", f.as(f.reader)...)
+	got := f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask1), "", f.as(f.reader)...)
 	require.Equal(t, 200, got.Status, got.Raw)
 	assert.Equal(t, "approved", got.Body["state"])
 	assert.Equal(t, note, got.Body["answer"].(map[string]any)["note"])
@@ -180,7 +177,7 @@ func TestUI_approvals(t *testing.T) {
 	b.wait(`document.querySelector('#approval-answer') && document.querySelectorAll('#approvals-table tbody tr.row').length === 1`)
 	assert.Contains(t, b.str(`document.querySelector('#approval-answer').textContent`), "rejected by alice (approver)")
 	assert.Equal(t, "rejected", b.str(`document.querySelector('#approval-detail .key-head .badge').textContent`))
-	got = gateDo(f.l, "GET", fmt.Sprintf("/v1/approvals/%d", ask2), "", f.as(f.reader)...)
+	got = f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask2), "", f.as(f.reader)...)
 	require.Equal(t, 200, got.Status, got.Raw)
 	assert.Equal(t, "rejected", got.Body["state"])
 	rr := reserve(f.agent, "pay-key-0002", "exec-2", "payments.refund", `{"amount":5}`, "")
@@ -209,7 +206,7 @@ func TestUI_approvals(t *testing.T) {
 	ab.wait(`!document.querySelector('#approval-error').hidden`)
 	assert.Contains(t, ab.str(`document.querySelector('#approval-error').textContent`), "self_approval: ")
 	assert.Contains(t, ab.str(`document.querySelector('#approval-error').textContent`), "another person must answer it")
-	assert.Equal(t, "pending", gateDo(f.l, "GET", fmt.Sprintf("/v1/approvals/%d", ask3), "", f.as(f.reader)...).Body["state"])
+	assert.Equal(t, "pending", f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask3), "", f.as(f.reader)...).Body["state"])
 	ab.clean()
 
 	// Answered meanwhile by someone else: 409, and the view shows the answer.
@@ -250,37 +247,7 @@ func TestUI_approvals(t *testing.T) {
 // askActor is the actor the ledger recorded for the ask at seq.
 func askActor(t *testing.T, f *gateFixture, seq int64) string {
 	t.Helper()
-	r := gateDo(f.l, "GET", fmt.Sprintf("/v1/approvals/%d", seq), "", f.as(f.reader)...)
+	r := f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", seq), "", f.as(f.reader)...)
 	require.Equal(t, 200, r.Status, r.Raw)
 	return r.Body["actor"].(string)
-}
-
-// gateDo is Ledgerd.Do outside the OpenAPI check (openapi_test.go):
-// api/openapi.yaml does not describe SPEC §13 yet (the policy and
-// approvals routes, the reserve's 202, its 201 "approval" and the new
-// error codes), so every exchange of this test with them would fail the
-// test on the document, not on the page. TODO: back to l.Do when the
-// document describes them.
-func gateDo(l *Ledgerd, method, path, body string, header ...string) Resp {
-	l.t.Helper()
-	req, err := http.NewRequest(method, l.URL+path, strings.NewReader(body))
-	require.NoError(l.t, err)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	c := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
-	defer c.CloseIdleConnections()
-	res, err := c.Do(req)
-	require.NoError(l.t, err)
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	require.NoError(l.t, err)
-	out := Resp{Status: res.StatusCode, Header: res.Header, Raw: string(raw)}
-	if len(raw) > 0 && strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
-		require.NoError(l.t, json.Unmarshal(raw, &out.Body), "%s", raw)
-	}
-	return out
 }

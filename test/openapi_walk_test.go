@@ -594,6 +594,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		expect(b.Do("GET", "/log/Bad!/checkpoint", "", "Authorization", tok["scoped"]), 400, "invalid_request")
 	})
 
+	t.Run("approvals", func(t *testing.T) {
+		walkApprovals(t, a, b, aClock, spaces, tok, huge, expect)
+	})
+
 	t.Run("rate", func(t *testing.T) {
 		expect(c.Do("GET", "/v1/head", "", "Authorization", rateTok), 200, "") // the one request of the burst
 		ops := []struct{ method, path, body string }{
@@ -616,6 +620,12 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/proof/inclusion?seq=1", ""},
 				{"GET", n.v1 + "/proof/consistency?from=0", ""},
 				{"GET", n.v1 + "/receipts/1/proof", ""},
+				{"GET", n.v1 + "/approvals", ""},
+				{"GET", n.v1 + "/approvals/1", ""},
+				{"POST", n.v1 + "/approvals/1", `{"decision":"approve"}`},
+				{"POST", n.v1 + "/approvals/1/mcp-client", `{"decision":"approve","client":"c"}`},
+				{"GET", "/v1/namespaces/" + n.name + "/policy", ""},
+				{"PUT", "/v1/namespaces/" + n.name + "/policy", `{}`},
 			}...)
 		}
 		for _, op := range ops {
@@ -734,4 +744,116 @@ func rawExchange(t *testing.T, l *Ledgerd, method, path, headers string) openapi
 	require.NoError(t, err)
 	res.Body.Close()
 	return openapicheck.Exchange{Req: req, Resp: res, RespBody: body}
+}
+
+// walkApprovals drives every status and error code of SPEC §13's routes
+// in both namespace forms: on a (no tokens) the gate's decisions and the
+// answers, on b (tokens) authentication, roles and self-approval.
+func walkApprovals(t *testing.T, a, b *Ledgerd, aClock *testClock, spaces []walkNS, tok map[string]string, huge string,
+	expect func(Resp, int, string)) {
+	t.Helper()
+	const pol = `{"rules":[{"tool":"gate.pay*","approval":"required","expires_in_ms":60000},
+		{"tool":"gate.mcp","approval":"required","approvers":["mcp-client"],"expires_in_ms":60000},
+		{"tool":"gate.rm*","deny":true},{"tool":"gate.flaky","repeat_failure":"refuse"}],"self_approval":"allow"}`
+	gate := func(key, exec, tool string) string {
+		return `{"idempotency_key":"` + key + `","execution_id":"` + exec + `","tool":"` + tool +
+			`","effect":"external","idempotent":true,"input":{"n":1}}`
+	}
+	for _, n := range spaces {
+		t.Run(n.name, func(t *testing.T) {
+			policy := "/v1/namespaces/" + n.name + "/policy"
+			expect(a.Do("PUT", policy, pol), 200, "")
+			expect(a.Do("GET", policy, ""), 200, "")
+			expect(a.Do("HEAD", policy, ""), 200, "")
+			expect(a.Do("PUT", policy, `{"rules":[{"tool":"x","approval":"maybe"}]}`), 400, "invalid_request")
+			expect(a.Do("PUT", policy, huge), 413, "body_too_large")
+			expect(a.Do("PUT", policy, pol, "Content-Type", "text/plain"), 415, "unsupported_media_type")
+			expect(a.Do("PUT", "/v1/namespaces/nope/policy", pol), 404, "unknown_namespace")
+			expect(a.Do("GET", "/v1/namespaces/nope/policy", ""), 404, "unknown_namespace")
+			expect(a.Do("GET", "/v1/namespaces/A!/policy", ""), 400, "invalid_request")
+
+			rsv := func(body string) Resp { return a.Do("POST", n.v1+"/effects/reserve", body) }
+			expect(rsv(`{"execution_id":"e","tool":"gate.pay","effect":"external","input":{}}`), 400, "key_required")
+			expect(rsv(`{"execution_id":"e","tool":"gate.pay","effect":"read"}`), 422, "effect_class_mismatch")
+			expect(rsv(gate("walk-rm-0001", "e1", "gate.rm")), 403, "denied_by_policy")
+			r := rsv(gate("walk-pay-0001", "e1", "gate.pay"))
+			expect(r, 202, "")
+			seq := itoa(int(num(t, r.Body, "approval", "seq")))
+			for _, q := range []string{"", "?state=pending", "?state=consumed&limit=5"} {
+				expect(a.Do("GET", n.v1+"/approvals"+q, ""), 200, "")
+			}
+			expect(a.Do("GET", n.v1+"/approvals?state=bogus", ""), 400, "invalid_request")
+			expect(a.Do("HEAD", n.v1+"/approvals", ""), 200, "")
+			expect(a.Do("GET", n.v1+"/approvals/"+seq, ""), 200, "")
+			expect(a.Do("HEAD", n.v1+"/approvals/"+seq, ""), 200, "")
+			expect(a.Do("GET", n.v1+"/approvals/999999", ""), 404, "unknown_approval")
+			answer := func(seq, body string, hdr ...string) Resp {
+				return a.Do("POST", n.v1+"/approvals/"+seq, body, hdr...)
+			}
+			expect(answer(seq, `{"decision":"maybe"}`), 400, "invalid_request")
+			expect(answer(seq, huge), 413, "body_too_large")
+			expect(answer(seq, `{"decision":"approve"}`, "Content-Type", "text/plain"), 415, "unsupported_media_type")
+			expect(answer("999999", `{"decision":"approve"}`), 404, "unknown_approval")
+			expect(answer(seq+"/mcp-client", `{"decision":"approve","client":"walk"}`), 403, "forbidden")
+			expect(answer(seq, `{"decision":"approve","note":"ok"}`), 201, "")
+			expect(answer(seq, `{"decision":"approve","note":"ok"}`), 200, "")
+			expect(answer(seq, `{"decision":"reject"}`), 409, "already_answered")
+			expect(rsv(gate("walk-pay-0001", "e1", "gate.pay")), 201, "")
+
+			r = rsv(gate("walk-pay-0002", "e1", "gate.pay"))
+			expect(r, 202, "")
+			expect(answer(itoa(int(num(t, r.Body, "approval", "seq"))), `{"decision":"reject","note":"no"}`), 201, "")
+			expect(rsv(gate("walk-pay-0002", "e1", "gate.pay")), 409, "approval_rejected")
+
+			r = rsv(gate("walk-gflaky-0001", "e1", "gate.flaky"))
+			expect(r, 201, "")
+			rs, _ := r.Body["reservation"].(string)
+			expect(a.Do("POST", n.v1+"/effects/walk-gflaky-0001/commit", `{"reservation":"`+rs+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`), 201, "")
+			expect(rsv(gate("walk-gflaky-0002", "e2", "gate.flaky")), 409, "unchanged_retry")
+
+			r = rsv(gate("walk-mcp-0001", "e1", "gate.mcp"))
+			expect(r, 202, "")
+			mcp := itoa(int(num(t, r.Body, "approval", "seq"))) + "/mcp-client"
+			expect(answer(mcp, `{"decision":"approve"}`), 400, "invalid_request")
+			expect(answer(mcp, huge), 413, "body_too_large")
+			expect(answer(mcp, `{"decision":"approve","client":"walk"}`, "Content-Type", "text/plain"), 415, "unsupported_media_type")
+			expect(answer("999999/mcp-client", `{"decision":"approve","client":"walk"}`), 404, "unknown_approval")
+			expect(answer(mcp, `{"decision":"approve","client":"walk"}`), 201, "")
+			expect(answer(mcp, `{"decision":"approve","client":"walk"}`), 200, "")
+			expect(answer(mcp, `{"decision":"reject","client":"walk"}`), 409, "already_answered")
+
+			late := rsv(gate("walk-pay-0003", "e1", "gate.pay"))
+			expect(late, 202, "")
+			lateMCP := rsv(gate("walk-mcp-0002", "e1", "gate.mcp"))
+			expect(lateMCP, 202, "")
+			aClock.advance(61 * time.Second)
+			expect(answer(itoa(int(num(t, late.Body, "approval", "seq"))), `{"decision":"approve"}`), 410, "approval_expired")
+			expect(answer(itoa(int(num(t, lateMCP.Body, "approval", "seq")))+"/mcp-client", `{"decision":"approve","client":"walk"}`), 410, "approval_expired")
+
+			if n.name != "default" {
+				expect(a.Do("GET", "/v1/ns/nope/approvals", ""), 404, "unknown_namespace")
+				expect(a.Do("GET", "/v1/ns/A!/approvals", ""), 400, "invalid_request")
+				expect(a.Do("GET", "/v1/ns/nope/approvals/1", ""), 404, "unknown_namespace")
+				expect(a.Do("GET", "/v1/ns/A!/approvals/1", ""), 400, "invalid_request")
+			}
+
+			// b: tokens. The admin that asks may not approve its own ask.
+			expect(b.Do("PUT", policy, `{"rules":[{"tool":"gate.pay","approval":"required"}]}`, "Authorization", tok["admin"]), 200, "")
+			r = b.Do("POST", n.v1+"/effects/reserve", gate("walk-self-0001", "e1", "gate.pay"), "Authorization", tok["admin"])
+			expect(r, 202, "")
+			seq = itoa(int(num(t, r.Body, "approval", "seq")))
+			expect(b.Do("POST", n.v1+"/approvals/"+seq, `{"decision":"approve"}`, "Authorization", tok["admin"]), 403, "self_approval")
+			for _, op := range []struct{ method, path, body, wrongRole string }{
+				{"GET", n.v1 + "/approvals", "", "writer"},
+				{"GET", n.v1 + "/approvals/" + seq, "", "writer"},
+				{"POST", n.v1 + "/approvals/" + seq, `{"decision":"approve"}`, "writer"},
+				{"POST", n.v1 + "/approvals/" + seq + "/mcp-client", `{"decision":"approve","client":"c"}`, "reader"},
+				{"GET", policy, "", "writer"},
+				{"PUT", policy, `{}`, "writer"},
+			} {
+				expect(b.Do(op.method, op.path, op.body), 401, "unauthorized")
+				expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+			}
+		})
+	}
 }
