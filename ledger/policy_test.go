@@ -1,0 +1,89 @@
+package ledger_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// TestPolicy_firstRuleThatSetsEachMember: SPEC §13's example — the `*`
+// rule adds the repeat guard to payments, and self-approval defaults to
+// deny.
+func TestPolicy_firstRuleThatSetsEachMember(t *testing.T) {
+	p, err := ledger.ParsePolicy([]byte(`{"rules":[
+		{"tool":"payments.*","approval":"required","approvers":["role:approver"],"expires_in_ms":3600000},
+		{"tool":"shell.rm*","deny":true},
+		{"tool":"*","repeat_failure":"refuse","repeat_window_ms":86400000}]}`))
+	require.NoError(t, err)
+	g := p.GateFor("payments.charge", "external")
+	assert.True(t, g.Approval)
+	assert.True(t, g.RepeatRefuse)
+	assert.False(t, g.Deny)
+	assert.False(t, g.SelfApproval)
+	assert.Equal(t, uint64(3600000), g.ExpiresInMS)
+	assert.True(t, g.Lists("alice", ledger.RoleApprover))
+	assert.True(t, g.Lists("ops", ledger.RoleAdmin), "an admin counts as role:approver")
+	assert.False(t, g.Lists("agent", ledger.RoleWriter))
+	d := p.GateFor("shell.rm/rf", "destructive")
+	assert.True(t, d.Deny, "* matches / too")
+	assert.Equal(t, 1, d.DenyRule)
+	n := p.GateFor("search.web", "write")
+	assert.False(t, n.Gates())
+	assert.True(t, n.RepeatRefuse)
+}
+
+// TestPolicy_refusals: a bad member is named.
+func TestPolicy_refusals(t *testing.T) {
+	for raw, field := range map[string]string{
+		`{"rules":[{"tool":"x","approval":"maybe"}]}`:    "rules[0].approval",
+		`{"rules":[{"tool":""}]}`:                        "rules[0].tool",
+		`{"rules":[{"tool":"[a-"}]}`:                     "rules[0].tool",
+		`{"rules":[{"tool":"x","effect":"read"}]}`:       "rules[0].effect",
+		`{"rules":[{"tool":"x","expires_in_ms":5}]}`:     "rules[0].expires_in_ms",
+		`{"rules":[{"tool":"x","repeat_failure":"no"}]}`: "rules[0].repeat_failure",
+		`{"self_approval":"sometimes"}`:                  "self_approval",
+		`{"rules":[{"tool":"x","approvers":[""]}]}`:      "rules[0].approvers",
+		`{"rules":[{"tool":"x","repeat_window_ms":0}]}`:  "rules[0].repeat_window_ms",
+		`{"rules":[{"tool":"x","color":"red"}]}`:         "policy",
+		`{"rules":[]} {}`:                                "policy",
+		`{"rules":[{"tool":"x","deny":"yes"}]}`:          "policy",
+	} {
+		_, err := ledger.ParsePolicy([]byte(raw))
+		var e *ledger.Error
+		require.ErrorAs(t, err, &e, raw)
+		assert.Equal(t, ledger.ECodeInvalidRequest, e.Code, raw)
+		assert.Equal(t, field, e.Details["field"], raw)
+	}
+}
+
+// FuzzParsePolicy: any text either is refused with invalid_request or
+// parses into a policy whose canonical text parses again to the same
+// canonical text, and whose gate never panics.
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{`{}`, `{"rules":[{"tool":"payments.*","approval":"required"}]}`,
+		`{"rules":[{"tool":"a?[bc]\\*","deny":true,"effect":"write"}],"self_approval":"allow"}`,
+		`{"rules":[{"tool":"*","repeat_failure":"refuse","repeat_window_ms":1}]}`, `null`, `[]`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		p, err := ledger.ParsePolicy([]byte(raw))
+		if err != nil {
+			var e *ledger.Error
+			if !assert.ErrorAs(t, err, &e) || e.Code != ledger.ECodeInvalidRequest {
+				t.Fatalf("%q: not an invalid_request: %v", raw, err)
+			}
+			return
+		}
+		c, err := p.Canonical()
+		require.NoError(t, err)
+		q, err := ledger.ParsePolicy([]byte(c))
+		require.NoError(t, err, "canonical text %q", c)
+		c2, err := q.Canonical()
+		require.NoError(t, err)
+		require.Equal(t, c, c2)
+		_ = q.GateFor("payments.charge", "external")
+	})
+}
