@@ -368,8 +368,12 @@ func TestOpen_migratesV3(t *testing.T) {
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'keys'`).Scan(&tables))
 	assert.Zero(t, tables, "the keys table is gone")
-	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts'`).Scan(&indexes))
-	assert.Zero(t, indexes, "no index on receipts: writes only append")
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts'
+		AND NOT (name = 'receipts_policy' AND sql LIKE '%WHERE kind = ''policy''')`).Scan(&indexes))
+	assert.Zero(t, indexes, "no index on receipts but the policy receipts' (SPEC §13): every other write only appends")
+	var policyIndex int
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'receipts_policy'`).Scan(&policyIndex))
+	assert.Equal(t, 1, policyIndex, "schema 5's index of policy receipts")
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM reserve_tokens WHERE seq IN (3, 5)`).Scan(&tokens))
 	assert.Equal(t, 2, tokens, "the open reservations' token hashes moved")
 	verifyChain(t, db)

@@ -1,0 +1,220 @@
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// RunApprovals runs the cases of SPEC §13 that depend on the driver's
+// GateTx: the policy in force across batches and restarts of the domain,
+// a key's history with this batch's appends, recent outcomes, asked
+// inputs off the chain, and the wake-up of a reserve waiting for an
+// answer.
+func RunApprovals(t *testing.T, f Factory) {
+	t.Run("AskApproveConsume", func(t *testing.T) { testApprovalConsume(t, f) })
+	t.Run("CoveredRetryAndReinvocation", func(t *testing.T) { testApprovalCovered(t, f) })
+	t.Run("DenyOncePerPolicy", func(t *testing.T) { testApprovalDeny(t, f) })
+	t.Run("RepeatGuard", func(t *testing.T) { testApprovalRepeat(t, f) })
+	t.Run("InputKeptAndDeleted", func(t *testing.T) { testApprovalInput(t, f) })
+	t.Run("WaiterConsumes", func(t *testing.T) { testApprovalWait(t, f) })
+	t.Run("PolicyPerNamespace", func(t *testing.T) { testApprovalNamespaces(t, f) })
+}
+
+const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
+	{"tool":"shell.*","deny":true},{"tool":"mail.*","repeat_failure":"refuse"}]}`
+
+func setPolicy(t *testing.T, n *ledger.Namespace, raw string) {
+	t.Helper()
+	_, err := n.SetPolicy(context.Background(), json.RawMessage(raw), "ops")
+	require.NoError(t, err)
+}
+
+func gateReq(key, exec, tool string) ledger.ReserveRequest {
+	r := req(key, exec)
+	r.Tool, r.Effect, r.Idempotent, r.Actor = tool, chain.EffectExternal, true, "agent"
+	return r
+}
+
+func answer(t *testing.T, n *ledger.Namespace, seq uint64, decision string) *ledger.ApprovalView {
+	t.Helper()
+	v, _, err := n.Answer(context.Background(), ledger.AnswerRequest{Seq: seq, Decision: decision, Actor: "alice",
+		Role: ledger.RoleApprover, Authenticated: true})
+	require.NoError(t, err)
+	return v
+}
+
+func testApprovalConsume(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	r := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	require.Equal(t, ledger.StatusApprovalRequired, r.Status)
+	again := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	assert.Equal(t, r.Ask.Seq, again.Ask.Seq, "one pending ask per key")
+	kv, err := n.Key(ctx, "charge-0001", false)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateAwaitingApproval, kv.State)
+	v := answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
+	assert.Equal(t, ledger.ApprovalApproved, v.State)
+	c := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	require.Equal(t, ledger.StatusReserved, c.Status)
+	require.NotNil(t, c.Approval)
+	assert.Equal(t, v.Answer.Seq, c.Approval.Seq)
+	got, err := n.GetReceipt(ctx, c.Receipt.Seq)
+	require.NoError(t, err)
+	assert.Equal(t, v.Answer.Seq, got.RefSeq, "the consuming reserve names the approval")
+	_, err = n.Reserve(ctx, gateReq("charge-0001", "exec-2", "payments.charge"))
+	assert.Equal(t, ledger.ECodeInProgress, code(err), "decided by §4 first")
+	mustCommit(t, n, succeed("charge-0001", c.Reservation))
+	list, _, err := n.Approvals(ctx, ledger.ApprovalConsumed, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, c.Receipt.Seq, list[0].Consumer.Seq)
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+}
+
+func testApprovalCovered(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	r := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
+	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
+	c := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
+	mustCommit(t, n, fail("charge-0002", c.Reservation, true))
+	retry := gateReq("charge-0002", "exec-1", "payments.charge")
+	retry.Attempt = i64(2)
+	rr := mustReserve(t, n, retry)
+	require.Equal(t, ledger.StatusReserved, rr.Status, "a runtime retry of the consuming execution needs no approval")
+	assert.True(t, rr.Retry)
+	mustCommit(t, n, fail("charge-0002", rr.Reservation, true))
+	other := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
+	require.Equal(t, ledger.StatusApprovalRequired, other.Status, "another execution asks again")
+	answer(t, n, other.Ask.Seq, ledger.DecisionApprove)
+	oc := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
+	require.Equal(t, ledger.StatusReserved, oc.Status, "the ask's attempt does not count for the attempt rule")
+	mustCommit(t, n, succeed("charge-0002", oc.Reservation))
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+}
+
+func testApprovalDeny(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	_, err := n.Reserve(ctx, gateReq("rm-key-0001", "exec-1", "shell.rm"))
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
+	h1, err := n.Head(ctx)
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, gateReq("rm-key-0001", "exec-2", "shell.rm"))
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
+	h2, err := n.Head(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, h1.Seq, h2.Seq, "one deny receipt per key, fingerprint and policy")
+	setPolicy(t, n, gatePolicy+" ") // the same policy: nothing appended
+	h3, err := n.Head(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, h2.Seq, h3.Seq)
+	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}],"self_approval":"allow"}`)
+	_, err = n.Reserve(ctx, gateReq("rm-key-0001", "exec-3", "shell.rm"))
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
+	h4, err := n.Head(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, h3.Seq+2, h4.Seq, "a new policy, then a new deny")
+	verifyClean(t, n, h4.Seq)
+}
+
+func testApprovalRepeat(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	r := mustReserve(t, n, gateReq("mail-0001", "exec-1", "mail.send"))
+	mustCommit(t, n, fail("mail-0001", r.Reservation, true))
+	_, err := n.Reserve(ctx, gateReq("mail-0002", "exec-2", "mail.send"))
+	assert.Equal(t, ledger.ECodeUnchangedRetry, code(err), "the same call by another execution, unchanged")
+	same := gateReq("mail-0003", "exec-1", "mail.send")
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, same).Status, "the execution that failed may repeat")
+	changed := gateReq("mail-0004", "exec-3", "mail.send")
+	changed.Changed = &ledger.Changed{Strategy: "another relay"}
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, changed).Status, "a changed strategy passes")
+}
+
+func testApprovalInput(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	noInput := gateReq("charge-0003", "exec-1", "payments.charge")
+	noInput.Input, noInput.InputHash = nil, "sha256:00"
+	_, err := n.Reserve(ctx, noInput)
+	assert.Equal(t, ledger.ECodeInvalidRequest, code(err), "an ask needs the input")
+	r := mustReserve(t, n, gateReq("charge-0003", "exec-1", "payments.charge"))
+	v, err := n.Approval(ctx, r.Ask.Seq, true)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"order":7}`, v.Input)
+	answer(t, n, r.Ask.Seq, ledger.DecisionReject)
+	clock.Advance(ledger.DefaultApprovalInputRetention + time.Minute)
+	v, err = n.Approval(ctx, r.Ask.Seq, true)
+	require.NoError(t, err)
+	assert.Empty(t, v.Input, "deleted after the answer plus the retention")
+	_, err = n.Reserve(ctx, gateReq("charge-0003", "exec-1", "payments.charge"))
+	assert.Equal(t, ledger.ECodeApprovalRejected, code(err))
+}
+
+func testApprovalWait(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	r := mustReserve(t, n, gateReq("charge-0004", "exec-1", "payments.charge"))
+	done := make(chan *ledger.ReserveResult, 1)
+	go func() {
+		w := gateReq("charge-0004", "exec-1", "payments.charge")
+		w.WaitMS = i64(10_000)
+		res, err := n.Reserve(ctx, w)
+		assert.NoError(t, err)
+		done <- res
+	}()
+	time.Sleep(50 * time.Millisecond)
+	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
+	select {
+	case res := <-done:
+		require.NotNil(t, res)
+		assert.Equal(t, ledger.StatusReserved, res.Status, "the answer wakes the waiting reserve")
+	case <-time.After(8 * time.Second):
+		t.Fatal("the waiting reserve was not woken by the answer")
+	}
+}
+
+func testApprovalNamespaces(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	require.NoError(t, l.CreateNamespace(ctx, "gated", 0))
+	g := ns(t, l, "gated")
+	setPolicy(t, g, gatePolicy)
+	d := ns(t, l, ledger.DefaultNamespace)
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, d, gateReq("charge-0005", "exec-1", "payments.charge")).Status,
+		"another namespace's policy does not apply")
+	assert.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, g, gateReq("charge-0005", "exec-1", "payments.charge")).Status)
+	p, seq, err := g.Policy(ctx)
+	require.NoError(t, err)
+	assert.NotZero(t, seq)
+	assert.Len(t, p.Rules, 3)
+	_, seq, err = d.Policy(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, seq)
+}
