@@ -110,6 +110,12 @@ func allows(p ledger.Principal, need, route string) bool {
 	if p.Allows(need) {
 		return true
 	}
+	if route == "/v1/approvals/{seq}" && need == ledger.RoleApprover {
+		// Any token reaches the ledger, which refuses a writer or reader
+		// there: the agent's own token trying to approve its own ask is
+		// told so (403 self_approval), any other 403 forbidden (SPEC §13).
+		return true
+	}
 	return need == ledger.RoleReader && p.Role == ledger.RoleWriter && writerReads[route]
 }
 

@@ -145,7 +145,10 @@ func testApprovals(t *testing.T, db string) {
 	// Who may answer.
 	w := f.answer(f.agent, askSeq, "approve", "")
 	require.Equal(t, 403, w.Status, w.Raw)
-	assert.Equal(t, "forbidden", w.Code())
+	assert.Equal(t, "self_approval", w.Code(), "the agent's own token may not approve its ask")
+	w = f.answer(f.reader, askSeq, "approve", "")
+	require.Equal(t, 403, w.Status, w.Raw)
+	assert.Equal(t, "forbidden", w.Code(), "a reader may not answer")
 	ans := f.answer(f.alice, askSeq, "approve", "ok for acct_9")
 	require.Equal(t, 201, ans.Status, ans.Raw)
 	assert.Equal(t, "approved", ans.Body["state"])
