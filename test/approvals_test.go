@@ -280,6 +280,11 @@ func testApprovals(t *testing.T, db string) {
 		assert.Len(t, rep.Audit.Approvals, 10, "%v: every ask", src[0])
 		assert.Len(t, rep.Audit.Denied, 1, "%v: one deny receipt", src[0])
 	}
+	out, stderr, code := ledgerctl(t, "audit", "--db", db)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, "Approvals: each ask, its answer and the reserve that consumed it (10)")
+	assert.Contains(t, out, "Denied by policy: effects the policy refused (1)")
+	assert.Contains(t, out, "alice (approver)")
 }
 
 // TestApprovals_replicasRaceToConsume: two ledgerd replicas of one

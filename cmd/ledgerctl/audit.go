@@ -164,4 +164,27 @@ func printAudit(w io.Writer, a *verify.Audit) {
 				r.NotAppliedSeq, cell(r.ErrorCode))
 		}
 	})
+	section("Approvals: each ask, its answer and the reserve that consumed it", len(a.Approvals), "ASK\tKEY\tTOOL\tASKED BY\tSTATE\tANSWER\tAPPROVER\tNOTE\tCONSUMED BY", func(tw io.Writer) {
+		for _, r := range a.Approvals {
+			answer, approver, note, consumer := "-", "-", "", "-"
+			if r.Answer != nil {
+				answer, approver, note = fmt.Sprintf("%d %s", r.Answer.Seq, r.Answer.Decision), cell(r.Answer.Actor+" ("+r.Answer.Role+")"), r.Answer.Note
+			}
+			if r.ConsumedBy != nil {
+				consumer = fmt.Sprintf("%d %s", r.ConsumedBy.Seq, r.ConsumedBy.ExecutionID)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.AskSeq, keyCell(r.Key), cell(r.Tool), cell(r.Actor), r.State,
+				answer, approver, cell(note), cell(consumer))
+		}
+	})
+	section("Denied by policy: effects the policy refused", len(a.Denied), "SEQ\tKEY\tTOOL\tEXECUTION\tACTOR\tAT", func(tw io.Writer) {
+		for _, r := range a.Denied {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), cell(r.ExecutionID), cell(r.Actor), ms(r.RecordedAt))
+		}
+	})
+	section("Unauthenticated approvals: answers recorded without a token", len(a.UnauthenticatedApprovals), "SEQ\tASK\tKEY\tTOOL\tOUTCOME\tAT", func(tw io.Writer) {
+		for _, r := range a.UnauthenticatedApprovals {
+			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", r.Seq, r.AskSeq, keyCell(r.Key), cell(r.Tool), r.Outcome, ms(r.RecordedAt))
+		}
+	})
 }
