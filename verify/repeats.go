@@ -86,10 +86,24 @@ type repeatFinder struct {
 	// counts as a failure, by seq: a reserve naming one by another
 	// execution repeats the call under the same key (SPEC §4.1).
 	notApplied map[uint64]string
+	// askRef holds each ask's ref_seq by seq, approvalRef each approval's
+	// ask: a reserve that consumed an approval is judged by what its ask
+	// references (SPEC §13).
+	askRef, approvalRef map[uint64]uint64
 }
 
 func newRepeatFinder() *repeatFinder {
-	return &repeatFinder{groups: map[[2]string][]ledger.CallAfterFailure{}, notApplied: map[uint64]string{}}
+	return &repeatFinder{groups: map[[2]string][]ledger.CallAfterFailure{}, notApplied: map[uint64]string{},
+		askRef: map[uint64]uint64{}, approvalRef: map[uint64]uint64{}}
+}
+
+// ref is what a reserve names for §4: its ref_seq, or for one that
+// consumed an approval, what the approval's ask names.
+func (f *repeatFinder) ref(r *chain.Receipt) uint64 {
+	if ask, ok := f.approvalRef[r.RefSeq]; ok {
+		return f.askRef[ask]
+	}
+	return r.RefSeq
 }
 
 // isFailure reports whether r is an outcome the repeated failures count.
@@ -99,6 +113,12 @@ func isFailure(r *chain.Receipt) bool {
 
 // add takes the next receipt in seq order.
 func (f *repeatFinder) add(r *chain.Receipt) {
+	switch r.Kind {
+	case chain.KindAsk:
+		f.askRef[r.Seq] = r.RefSeq
+	case chain.KindApproval:
+		f.approvalRef[r.Seq] = r.RefSeq
+	}
 	if r.InputHash == "" {
 		return
 	}
@@ -113,13 +133,13 @@ func (f *repeatFinder) add(r *chain.Receipt) {
 				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, ErrorCode: r.ErrorCode, Seq: r.Seq,
 				RecordedAt: r.RecordedAt}}
 		}
-	case r.Kind == chain.KindReserve && r.RefSeq == 0:
+	case r.Kind == chain.KindReserve && f.ref(r) == 0:
 		if g, ok := f.groups[id]; ok {
 			f.groups[id] = append(g, ledger.CallAfterFailure{Tool: r.Tool, InputHash: r.InputHash,
 				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, Seq: r.Seq, RecordedAt: r.RecordedAt})
 		}
 	case r.Kind == chain.KindReserve:
-		exec, ok := f.notApplied[r.RefSeq]
+		exec, ok := f.notApplied[f.ref(r)]
 		if g, found := f.groups[id]; found && ok && exec != r.ExecutionID {
 			f.groups[id] = append(g, ledger.CallAfterFailure{Tool: r.Tool, InputHash: r.InputHash, Rerun: true,
 				Key: r.IdempotencyKey, ExecutionID: r.ExecutionID, Seq: r.Seq, RecordedAt: r.RecordedAt})
@@ -138,7 +158,7 @@ func (f *repeatFinder) addUnordered(rs []chain.Receipt) {
 
 // wanted reports whether r can matter to a repeatFinder.
 func (f *repeatFinder) wanted(r *chain.Receipt) bool {
-	return r.InputHash != "" && (r.Kind == chain.KindReserve || isFailure(r))
+	return r.InputHash != "" && (r.Kind == chain.KindReserve || r.Kind == chain.KindAsk || r.Kind == chain.KindApproval || isFailure(r))
 }
 
 // list returns the entries, ordered by tool and input_hash, filtered as

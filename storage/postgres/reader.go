@@ -100,7 +100,9 @@ const (
 	// attempted: ledger.CountsAsFailure), its first failure and then the
 	// first reserve (ref_seq 0) of every key reserved after it, and every
 	// reserve after a counted not_applied of its own key by another
-	// execution (a rerun, SPEC §4.1). $2 is the tool to keep, or ''.
+	// execution (a rerun, SPEC §4.1); a reserve that consumed an approval
+	// is judged by what its ask references (SPEC §13). $2 is the tool to
+	// keep, or ''.
 	sqlRepeatedFailures = `
 	WITH first_failure AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) AS seq FROM receipts
@@ -108,12 +110,18 @@ const (
 		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
 	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at,
-		r.kind = 'reserve' AND r.ref_seq != 0
+		r.kind = 'reserve' AND (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v JOIN receipts AS k
+		ON k.namespace = v.namespace AND k.seq = v.ref_seq AND k.kind = 'ask'
+		WHERE v.namespace = $1 AND v.seq = r.ref_seq AND v.kind = 'approval'), r.ref_seq) END) != 0
 	FROM receipts AS r JOIN first_failure AS f ON f.tool = r.tool AND f.input_hash = r.input_hash
 	WHERE r.namespace = $1 AND r.input_hash != '' AND ($2 = '' OR r.tool = $2)
 	  AND r.kind IN ('reserve', 'commit', 'resolve')
-	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND (r.ref_seq = 0 OR EXISTS (
-		SELECT 1 FROM receipts AS p WHERE p.namespace = $1 AND p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND ((CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v JOIN receipts AS k
+		ON k.namespace = v.namespace AND k.seq = v.ref_seq AND k.kind = 'ask'
+		WHERE v.namespace = $1 AND v.seq = r.ref_seq AND v.kind = 'approval'), r.ref_seq) END) = 0 OR EXISTS (
+		SELECT 1 FROM receipts AS p WHERE p.namespace = $1 AND p.seq = (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v JOIN receipts AS k
+		ON k.namespace = v.namespace AND k.seq = v.ref_seq AND k.kind = 'ask'
+		WHERE v.namespace = $1 AND v.seq = r.ref_seq AND v.kind = 'approval'), r.ref_seq) END) AND p.idempotency_key = r.idempotency_key
 		  AND p.kind IN ('commit', 'resolve') AND p.outcome = 'not_applied'
 		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
 	ORDER BY r.tool, r.input_hash, r.seq`

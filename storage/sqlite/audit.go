@@ -22,7 +22,10 @@ import (
 // when nothing failed) and looks each up in an automatic index on that
 // table. CROSS JOIN keeps receipts the outer loop, and NOT INDEXED reads
 // it in one pass (receipts_by_kind plus a row lookup each costs ~30 % more
-// CPU), so no new index on receipts is needed and memory does not grow
+// CPU), so no new index on receipts is needed. A reserve that consumed
+// an approval (SPEC §13) is judged by what its ask references (the
+// approval's ref_seq is the ask, the ask's what the reserve would have
+// named) and memory does not grow
 // with the ledger. A call that failed but was never run again yields its
 // failure row alone; the reader drops it.
 const sqlRepeatedFailures = `
@@ -32,14 +35,17 @@ const sqlRepeatedFailures = `
 		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
 	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at,
-		r.kind = 'reserve' AND r.ref_seq != 0
+		r.kind = 'reserve' AND (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) != 0
 	FROM receipts AS r NOT INDEXED CROSS JOIN first_failure AS f
 	WHERE r.seq >= (SELECT min(seq) FROM first_failure)
 	  AND r.input_hash != '' AND (?1 = '' OR r.tool = ?1)
 	  AND r.kind IN ('reserve', 'commit', 'resolve')
 	  AND f.tool = r.tool AND f.input_hash = r.input_hash
-	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND (r.ref_seq = 0 OR EXISTS (
-		SELECT 1 FROM receipts AS p WHERE p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND ((CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) = 0 OR EXISTS (
+		SELECT 1 FROM receipts AS p WHERE p.seq = (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) AND p.idempotency_key = r.idempotency_key
 		  AND p.kind IN ('commit', 'resolve') AND p.outcome = 'not_applied'
 		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
 	ORDER BY r.tool, r.input_hash, r.seq`

@@ -11,6 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // RunApprovals runs the cases of SPEC §13 that depend on the driver's
@@ -26,6 +27,7 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("InputKeptAndDeleted", func(t *testing.T) { testApprovalInput(t, f) })
 	t.Run("WaiterConsumes", func(t *testing.T) { testApprovalWait(t, f) })
 	t.Run("PolicyPerNamespace", func(t *testing.T) { testApprovalNamespaces(t, f) })
+	t.Run("RepeatedFailuresAudit", func(t *testing.T) { testApprovalRepeatAudit(t, f) })
 }
 
 const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
@@ -217,4 +219,31 @@ func testApprovalNamespaces(t *testing.T, f Factory) {
 	_, seq, err = d.Policy(ctx)
 	require.NoError(t, err)
 	assert.Zero(t, seq)
+}
+
+// testApprovalRepeatAudit: a key whose first reserve consumed an approval
+// is a first reserve for the audit's repeated failures (its approval's
+// ask named nothing), as for a key reserved without one.
+func testApprovalRepeatAudit(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, `{"rules":[{"tool":"payments.*","approval":"required"}]}`)
+	run := func(key, exec string) *ledger.ReserveResult {
+		a := mustReserve(t, n, gateReq(key, exec, "payments.charge"))
+		answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
+		return mustReserve(t, n, gateReq(key, exec, "payments.charge"))
+	}
+	first := run("charge-0010", "exec-1")
+	c := mustCommit(t, n, fail("charge-0010", first.Reservation, false))
+	second := run("charge-0011", "exec-2")
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+	rep, err := verify.New(n.Reader(), verify.Opts{Now: clock.Now}).Check(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Audit.RepeatedFailures, 1)
+	rf := rep.Audit.RepeatedFailures[0]
+	assert.Equal(t, []string{"charge-0010", "charge-0011"}, rf.Keys)
+	assert.Equal(t, []uint64{c.Receipt.Seq, second.Receipt.Seq}, rf.Seqs)
 }
