@@ -22,7 +22,7 @@ import (
 
 // sqlOpenKeysAfter lists what changes whether a key is open, in seq order.
 const sqlOpenKeysAfter = `SELECT seq, kind, idempotency_key, idempotent, lease_expires_at, recorded_at
-	FROM receipts WHERE seq > ? AND kind != 'replay' ORDER BY seq`
+	FROM receipts WHERE seq > ? AND kind IN ('reserve', 'commit', 'resolve') ORDER BY seq`
 
 // openKeys follows the open keys of every namespace of a Store.
 type openKeys struct {

@@ -28,6 +28,7 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("WaiterConsumes", func(t *testing.T) { testApprovalWait(t, f) })
 	t.Run("PolicyPerNamespace", func(t *testing.T) { testApprovalNamespaces(t, f) })
 	t.Run("RepeatedFailuresAudit", func(t *testing.T) { testApprovalRepeatAudit(t, f) })
+	t.Run("OpenKeys", func(t *testing.T) { testApprovalOpenKeys(t, f) })
 }
 
 const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
@@ -246,4 +247,27 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 	rf := rep.Audit.RepeatedFailures[0]
 	assert.Equal(t, []string{"charge-0010", "charge-0011"}, rf.Keys)
 	assert.Equal(t, []uint64{c.Receipt.Seq, second.Receipt.Seq}, rf.Seqs)
+}
+
+// testApprovalOpenKeys: a takeover held for approval leaves the
+// interrupted key open (ledger_keys_waiting) until a reserve or an outcome
+// moves it: the gate's receipts end no reservation.
+func testApprovalOpenKeys(t *testing.T, f Factory) {
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	first := gateReq("charge-0020", "exec-1", "payments.charge")
+	first.LeaseMS = i64(1000)
+	mustReserve(t, n, first) // before the policy: reserved at once
+	setPolicy(t, n, gatePolicy)
+	clock.Advance(1500 * time.Millisecond)
+	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()))
+	a := mustReserve(t, n, gateReq("charge-0020", "exec-2", "payments.charge"))
+	require.Equal(t, ledger.StatusApprovalRequired, a.Status, "a takeover by another execution asks")
+	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()),
+		"the ask leaves the interrupted reservation open")
+	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
+	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()), "so does the answer")
+	tk := mustReserve(t, n, gateReq("charge-0020", "exec-2", "payments.charge"))
+	require.True(t, tk.Takeover)
+	require.Equal(t, map[string]int{"default/reserved/idempotent": 1}, OpenKeys(t, l.Store()))
 }
