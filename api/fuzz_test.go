@@ -26,6 +26,10 @@ func FuzzRequests(f *testing.F) {
 	f.Add(1, `{"reservation":"rsv_x","outcome":"failed","error":{"code":"E","retryable":true}}`)
 	f.Add(2, `{"outcome":"succeeded","note":"n","result":{"a":1}}`)
 	f.Add(0, `{"idempotency_key":"k\u0000kkkkkkk"}`)
+	f.Add(3, `{"rules":[{"tool":"t*","approval":"required","expires_in_ms":60000},{"tool":"x.?","deny":true}],"self_approval":"allow"}`)
+	f.Add(0, `{"idempotency_key":"fuzz-key-0002","execution_id":"e","tool":"t","effect":"write","input":{},"approval_summary":"s","changed":{"strategy":"x"}}`)
+	f.Add(4, `{"decision":"approve","note":"n"}`)
+	f.Add(5, `{"decision":"reject","client":"c"}`)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), sqlite.Options{Logger: logger})
 	if err != nil {
@@ -33,14 +37,19 @@ func FuzzRequests(f *testing.F) {
 	}
 	f.Cleanup(func() { _ = db.Close() })
 	h := api.NewServer(db, api.Config{Logger: logger})
-	paths := []string{"/v1/effects/reserve", "/v1/effects/fuzz-key-0001/commit", "/v1/effects/fuzz-key-0001/resolve"}
+	paths := []string{"/v1/effects/reserve", "/v1/effects/fuzz-key-0001/commit", "/v1/effects/fuzz-key-0001/resolve",
+		"/v1/namespaces/default/policy", "/v1/approvals/1", "/v1/approvals/1/mcp-client"}
 	f.Fuzz(func(t *testing.T, route int, body string) {
 		if route < 0 {
 			route = -route
 		}
 		path := paths[route%len(paths)]
+		method := http.MethodPost
+		if strings.HasSuffix(path, "/policy") {
+			method = http.MethodPut
+		}
 		before := db.Head()
-		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -62,7 +71,9 @@ func FuzzRequests(f *testing.F) {
 			if e.Error.Code == "internal" {
 				t.Fatalf("internal error for %q", body)
 			}
-			if db.Head() != before {
+			// A refusal appends nothing, but a reserve the policy denies
+			// (one deny receipt, SPEC §13).
+			if db.Head() != before && e.Error.Code != "denied_by_policy" {
 				t.Fatalf("status %d appended a receipt", rec.Code)
 			}
 		}
