@@ -209,6 +209,10 @@ func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor st
 	if err != nil {
 		return nil, err
 	}
+	if res.Changed {
+		n.policies.Store(res.Seq, p)
+		n.lastPolicy.Store(res.Seq) // none and read calls see it at once (gatesNoEffect)
+	}
 	return res, nil
 }
 

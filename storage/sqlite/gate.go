@@ -36,14 +36,7 @@ func readPolicySeq(ctx context.Context, q queryRower) (uint64, error) {
 
 // PolicySeq is the file's latest policy seq as of the last COMMIT (the
 // file has one writer), or this batch's latest policy receipt.
-func (t *writeTx) PolicySeq(context.Context) (uint64, error) {
-	for i := len(t.receipts) - 1; i >= 0; i-- {
-		if t.receipts[i].Kind == chain.KindPolicy {
-			return t.receipts[i].Seq, nil
-		}
-	}
-	return t.policySeq, nil
-}
+func (t *writeTx) PolicySeq(context.Context) (uint64, error) { return t.policySeq, nil }
 
 // KeyHistory reads key's receipts from since on: the key index's
 // postings, then this batch's appends.

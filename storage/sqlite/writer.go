@@ -107,9 +107,7 @@ func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *
 		return fmt.Errorf("commit: %w", classify(err))
 	}
 	c.head.Store(&t.head)
-	if seq, _ := t.PolicySeq(ctx); seq > t.policySeq {
-		c.policySeq.Store(seq)
-	}
+	c.policySeq.Store(t.policySeq)
 	if len(t.receipts) > 0 {
 		held := c.held.Load()
 		for _, r := range t.receipts {
@@ -157,7 +155,7 @@ type writeTx struct {
 	dirtyReceipts map[uint64]*chain.Receipt
 	receipts      []*chain.Receipt // every receipt appended, replays included
 	tree          treeTx
-	policySeq     uint64 // the latest policy receipt before this batch (gate.go)
+	policySeq     uint64 // the latest policy receipt, this batch's included (gate.go)
 }
 
 var _ ledger.Tx = (*writeTx)(nil)
@@ -311,8 +309,11 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	}
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
-	if r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindApproval {
+	switch r.Kind {
+	case chain.KindCommit, chain.KindResolve, chain.KindApproval:
 		t.ended = append(t.ended, r.IdempotencyKey)
+	case chain.KindPolicy:
+		t.policySeq = r.Seq
 	}
 	c := *r
 	t.receipts = append(t.receipts, &c)
