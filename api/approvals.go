@@ -117,47 +117,11 @@ func readRawBody(w http.ResponseWriter, r *http.Request) (json.RawMessage, error
 	return data, nil
 }
 
-// approvalJSON is one ask with its answer and consumer.
-type approvalJSON struct {
-	Seq            uint64          `json:"seq"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	ExecutionID    string          `json:"execution_id"`
-	Attempt        uint64          `json:"attempt"`
-	Tool           string          `json:"tool"`
-	Effect         string          `json:"effect"`
-	Idempotent     bool            `json:"idempotent"`
-	InputHash      string          `json:"input_hash"`
-	Summary        string          `json:"summary"`
-	Actor          string          `json:"actor"`
-	AskedAt        uint64          `json:"asked_at"`
-	ExpiresAt      uint64          `json:"expires_at"`
-	State          string          `json:"state"`
-	Answer         *answerJSON     `json:"answer"`
-	ConsumedBy     *consumerJSON   `json:"consumed_by"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	InputVerified  *bool           `json:"input_verified,omitempty"`
-}
-
-type answerJSON struct {
-	Seq        uint64 `json:"seq"`
-	Decision   string `json:"decision"`
-	Actor      string `json:"actor"`
-	Role       string `json:"role"`
-	Note       string `json:"note"`
-	RecordedAt uint64 `json:"recorded_at"`
-}
-
-type consumerJSON struct {
-	Seq         uint64 `json:"seq"`
-	ExecutionID string `json:"execution_id"`
-	Attempt     uint64 `json:"attempt"`
-}
-
 // approvalOf renders v; withInput adds the kept input (or null) and
 // whether its hash is the ask's input_hash.
-func approvalOf(v *ledger.ApprovalView, withInput bool) approvalJSON {
+func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 	a := &v.Ask
-	out := approvalJSON{Seq: a.Seq, IdempotencyKey: a.IdempotencyKey, ExecutionID: a.ExecutionID,
+	out := ApprovalView{Seq: a.Seq, IdempotencyKey: a.IdempotencyKey, ExecutionID: a.ExecutionID,
 		Attempt: a.Attempt, Tool: a.Tool, Effect: a.Effect, Idempotent: a.Idempotent, InputHash: a.InputHash,
 		Summary: v.Summary, Actor: a.Actor, AskedAt: a.RecordedAt, ExpiresAt: a.LeaseExpiresAt, State: v.State}
 	if ans := v.Answer; ans != nil {
@@ -165,11 +129,11 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) approvalJSON {
 		if ans.Outcome != "approved" {
 			d = ledger.DecisionReject
 		}
-		out.Answer = &answerJSON{Seq: ans.Seq, Decision: d, Actor: ans.Actor, Role: v.AnswerRole,
+		out.Answer = &ApprovalAnswer{Seq: ans.Seq, Decision: d, Actor: ans.Actor, Role: v.AnswerRole,
 			Note: ans.Note, RecordedAt: ans.RecordedAt}
 	}
 	if c := v.Consumer; c != nil {
-		out.ConsumedBy = &consumerJSON{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}
+		out.ConsumedBy = &ApprovalConsumer{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}
 	}
 	if withInput {
 		ok := false
@@ -216,7 +180,7 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request, n *
 		s.Error(w, r, err)
 		return
 	}
-	out := make([]approvalJSON, 0, len(views))
+	out := make([]ApprovalView, 0, len(views))
 	for i := range views {
 		out = append(out, approvalOf(&views[i], false))
 	}

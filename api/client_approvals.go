@@ -48,15 +48,18 @@ type ApprovalView struct {
 	ExpiresAt      uint64          `json:"expires_at"`
 	State          string          `json:"state"` // pending, approved, rejected, expired or consumed
 	Answer         *ApprovalAnswer `json:"answer"`
-	ConsumedBy     *struct {
-		Seq         uint64 `json:"seq"`
-		ExecutionID string `json:"execution_id"`
-		Attempt     uint64 `json:"attempt"`
-	} `json:"consumed_by"`
+	ConsumedBy     *ApprovalConsumer `json:"consumed_by"`
 	// One ask's view only: the asked input (for approver and admin
 	// tokens; null once deleted) and whether it matches InputHash.
 	Input         json.RawMessage `json:"input,omitempty"`
 	InputVerified *bool           `json:"input_verified,omitempty"`
+}
+
+// ApprovalConsumer is the reserve that consumed an approval.
+type ApprovalConsumer struct {
+	Seq         uint64 `json:"seq"`
+	ExecutionID string `json:"execution_id"`
+	Attempt     uint64 `json:"attempt"`
 }
 
 // ApprovalAnswer is an approver's recorded answer.

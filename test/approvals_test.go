@@ -49,10 +49,13 @@ func (f *gateFixture) commit(tok, key, rsv, outcome, extra string) Resp {
 	return f.l.Do("POST", "/v1/effects/"+key+"/commit", fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, rsv, outcome, extra), f.as(tok)...)
 }
 
-func startGate(t *testing.T, db string) *gateFixture {
-	clock := newTestClock(t, t0)
+// newGateFixture starts ledgerd on db with clock and the tokens ops
+// (admin), agent (writer), alice (approver) and auditor (reader), made
+// before it starts (a clock that stands still never re-reads them).
+func newGateFixture(t *testing.T, clock *testClock, db string) *gateFixture {
+	t.Helper()
 	f := &gateFixture{t: t, clock: clock, db: db}
-	l := clock.start(t, db) // creates the database; the tokens are read at start (the clock stands still)
+	l := clock.start(t, db) // creates the database
 	require.NoError(t, l.Stop())
 	f.admin = createTokenDB(t, db, "ops", "admin")
 	f.agent = createTokenDB(t, db, "agent", "writer")
@@ -60,6 +63,11 @@ func startGate(t *testing.T, db string) *gateFixture {
 	f.reader = createTokenDB(t, db, "auditor", "reader")
 	f.l = clock.start(t, db)
 	require.Equal(t, 401, f.l.Do("GET", "/v1/head", "").Status)
+	return f
+}
+
+func startGate(t *testing.T, db string) *gateFixture {
+	f := newGateFixture(t, newTestClock(t, t0), db)
 	r := f.l.Do("PUT", "/v1/namespaces/default/policy", approvalPolicy, f.as(f.agent)...)
 	require.Equal(t, 403, r.Status, "a writer may not set the policy: %s", r.Raw)
 	r = f.l.Do("PUT", "/v1/namespaces/default/policy", approvalPolicy, f.as(f.admin)...)

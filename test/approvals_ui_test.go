@@ -59,44 +59,26 @@ func TestUI_approvals(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
 	clock := newWallClock(t)
-	db := filepath.Join(t.TempDir(), "ledger.db")
-	l := clock.start(t, db) // creates the database
-	require.NoError(t, l.Stop())
-	f := &gateFixture{t: t, clock: clock, db: db}
-	f.admin = createTokenDB(t, db, "ops", "admin")
-	f.agent = createTokenDB(t, db, "agent", "writer")
-	f.alice = createTokenDB(t, db, "alice", "approver")
-	f.reader = createTokenDB(t, db, "auditor", "reader")
-	f.l = clock.start(t, db)
-	require.Equal(t, 401, f.l.Do("GET", "/v1/head", "").Status)
+	f := newGateFixture(t, clock, filepath.Join(t.TempDir(), "ledger.db"))
 	r := f.l.Do("PUT", "/v1/namespaces/default/policy", uiApprovalPolicy, f.as(f.admin)...)
 	require.Equal(t, 200, r.Status, r.Raw)
 	pol := f.l.Do("GET", "/v1/namespaces/default/policy", "", f.as(f.reader)...)
 	require.Equal(t, 200, pol.Status, pol.Raw)
 	policyJSON, err := json.Marshal(pol.Body["policy"])
 	require.NoError(t, err)
-	reserve := func(tok, key, exec, tool, input, extra string) Resp {
-		t.Helper()
-		return f.l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":%q,"effect":"external","idempotent":true,"input":%s%s}`,
-			key, exec, tool, input, extra), f.as(tok)...)
-	}
-	answer := func(tok string, seq int64, decision, note string) Resp {
-		t.Helper()
-		return f.l.Do("POST", fmt.Sprintf("/v1/approvals/%d", seq), fmt.Sprintf(`{"decision":%q,"note":%q}`, decision, note), f.as(tok)...)
-	}
 
 	// The asks: one full of HTML (tool, summary, input), one to reject, one
 	// the admin made itself.
 	hostileTool := "payments." + hostileKey
 	summary := hostileText + " charge 12.00 to acct_9"
 	const input1 = `{"amount":1200,"to":"acct_9","memo":"<script>alert(4)</script>"}`
-	a1 := reserve(f.agent, "pay-key-0001", "exec-1", hostileTool, input1, fmt.Sprintf(`,"approval_summary":%q`, summary))
+	a1 := f.reserve(f.agent, "pay-key-0001", "exec-1", hostileTool, input1, fmt.Sprintf(`,"approval_summary":%q`, summary))
 	require.Equal(t, 202, a1.Status, a1.Raw)
 	ask1 := num(t, a1.Body, "approval", "seq")
-	a2 := reserve(f.agent, "pay-key-0002", "exec-2", "payments.refund", `{"amount":5}`, `,"approval_summary":"refund 0.05"`)
+	a2 := f.reserve(f.agent, "pay-key-0002", "exec-2", "payments.refund", `{"amount":5}`, `,"approval_summary":"refund 0.05"`)
 	require.Equal(t, 202, a2.Status, a2.Raw)
 	ask2 := num(t, a2.Body, "approval", "seq")
-	a3 := reserve(f.admin, "pay-key-0003", "exec-3", "payments.charge", `{"amount":6}`, "")
+	a3 := f.reserve(f.admin, "pay-key-0003", "exec-3", "payments.charge", `{"amount":6}`, "")
 	require.Equal(t, 202, a3.Status, a3.Raw)
 	ask3 := num(t, a3.Body, "approval", "seq")
 	show1 := f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask1), "", f.as(f.alice)...)
@@ -155,7 +137,7 @@ func TestUI_approvals(t *testing.T) {
 	assert.Equal(t, "alice", got.Body["answer"].(map[string]any)["actor"])
 
 	// The writer's next reserve consumes it.
-	c := reserve(f.agent, "pay-key-0001", "exec-1", hostileTool, input1, "")
+	c := f.reserve(f.agent, "pay-key-0001", "exec-1", hostileTool, input1, "")
 	require.Equal(t, 201, c.Status, c.Raw)
 	assert.Equal(t, num(t, got.Body, "answer", "seq"), num(t, c.Body, "approval", "seq"))
 	assert.Equal(t, ask1, num(t, c.Body, "approval", "ask_seq"))
@@ -180,7 +162,7 @@ func TestUI_approvals(t *testing.T) {
 	got = f.l.Do("GET", fmt.Sprintf("/v1/approvals/%d", ask2), "", f.as(f.reader)...)
 	require.Equal(t, 200, got.Status, got.Raw)
 	assert.Equal(t, "rejected", got.Body["state"])
-	rr := reserve(f.agent, "pay-key-0002", "exec-2", "payments.refund", `{"amount":5}`, "")
+	rr := f.reserve(f.agent, "pay-key-0002", "exec-2", "payments.refund", `{"amount":5}`, "")
 	require.Equal(t, 409, rr.Status, rr.Raw)
 	assert.Equal(t, "approval_rejected", rr.Code())
 	assert.Equal(t, "not this one", rr.Body["error"].(map[string]any)["details"].(map[string]any)["approval"].(map[string]any)["note"])
@@ -212,7 +194,7 @@ func TestUI_approvals(t *testing.T) {
 	// Answered meanwhile by someone else: 409, and the view shows the answer.
 	b.openAsk(ask3)
 	b.wait(`!document.querySelector('#approval-form').hidden`)
-	other := answer(f.alice, ask3, "reject", "answered elsewhere")
+	other := f.answer(f.alice, ask3, "reject", "answered elsewhere")
 	require.Equal(t, 201, other.Status, other.Raw)
 	b.answerAsk("approve", "too late")
 	b.wait(`!document.querySelector('#approval-error').hidden && document.querySelector('#approval-answer')`)
@@ -223,7 +205,7 @@ func TestUI_approvals(t *testing.T) {
 	b.clean()
 
 	// Expired before the answer: 410; past the retention the input is gone.
-	a4 := reserve(f.agent, "pay-key-0004", "exec-4", "payments.charge", `{"amount":7}`, "")
+	a4 := f.reserve(f.agent, "pay-key-0004", "exec-4", "payments.charge", `{"amount":7}`, "")
 	require.Equal(t, 202, a4.Status, a4.Raw)
 	ask4 := num(t, a4.Body, "approval", "seq")
 	b.do(chromedp.Click(chromedp.CSS("#refresh")))
