@@ -34,20 +34,20 @@ type ApprovalReceipt struct {
 
 // ApprovalView is an ask and what became of it, as /v1/approvals answers.
 type ApprovalView struct {
-	Seq            uint64          `json:"seq"`
-	IdempotencyKey string          `json:"idempotency_key"`
-	ExecutionID    string          `json:"execution_id"`
-	Attempt        uint64          `json:"attempt"`
-	Tool           string          `json:"tool"`
-	Effect         string          `json:"effect"`
-	Idempotent     bool            `json:"idempotent"`
-	InputHash      string          `json:"input_hash"`
-	Summary        string          `json:"summary"`
-	Actor          string          `json:"actor"`
-	AskedAt        uint64          `json:"asked_at"`
-	ExpiresAt      uint64          `json:"expires_at"`
-	State          string          `json:"state"` // pending, approved, rejected, expired or consumed
-	Answer         *ApprovalAnswer `json:"answer"`
+	Seq            uint64            `json:"seq"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	ExecutionID    string            `json:"execution_id"`
+	Attempt        uint64            `json:"attempt"`
+	Tool           string            `json:"tool"`
+	Effect         string            `json:"effect"`
+	Idempotent     bool              `json:"idempotent"`
+	InputHash      string            `json:"input_hash"`
+	Summary        string            `json:"summary"`
+	Actor          string            `json:"actor"`
+	AskedAt        uint64            `json:"asked_at"`
+	ExpiresAt      uint64            `json:"expires_at"`
+	State          string            `json:"state"` // pending, approved, rejected, expired or consumed
+	Answer         *ApprovalAnswer   `json:"answer"`
 	ConsumedBy     *ApprovalConsumer `json:"consumed_by"`
 	// One ask's view only: the asked input (for approver and admin
 	// tokens; null once deleted) and whether it matches InputHash.
