@@ -270,9 +270,25 @@ func testApprovals(t *testing.T, db string) {
 	require.Equal(t, 409, k2.Status, k2.Raw)
 	assert.Equal(t, "in_progress", k2.Code())
 
+	// ledgerctl: the policy, the ask with its input, an approval from the command line.
+	cli := func(tok string, args ...string) string {
+		t.Helper()
+		out, stderr, code := ledgerctl(t, append(args, "--server", f.l.URL, "--token", tok)...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		return out
+	}
+	assert.Contains(t, cli(f.reader, "policy", "show", "default"), "payments.*")
+	cl := f.reserve(f.agent, "pay-key-0008", "e10", "payments.charge", `{"amount":11,"to":"acct_cli"}`, "")
+	require.Equal(t, 202, cl.Status, cl.Raw)
+	clSeq := fmt.Sprint(num(t, cl.Body, "approval", "seq"))
+	assert.Contains(t, cli(f.alice, "approvals", "list", "--state", "pending"), "pay-key-0008")
+	assert.Contains(t, cli(f.alice, "approvals", "show", clSeq), "acct_cli")
+	cli(f.alice, "approvals", "approve", clSeq, "--note", "from the command line")
+	require.Equal(t, 201, f.reserve(f.agent, "pay-key-0008", "e10", "payments.charge", `{"amount":11,"to":"acct_cli"}`, "").Status)
+
 	consumed := f.l.Do("GET", "/v1/approvals?state=consumed", "", f.as(f.reader)...)
 	require.Equal(t, 200, consumed.Status, consumed.Raw)
-	assert.Len(t, consumed.Body["approvals"], 4, consumed.Raw)
+	assert.Len(t, consumed.Body["approvals"], 5, consumed.Raw)
 
 	// The verifier finds nothing wrong and lists the approvals, offline and through the server.
 	for _, src := range [][]string{{"--db", db}, {"--server", f.l.URL, "--token", f.reader}} {
@@ -285,12 +301,12 @@ func testApprovals(t *testing.T, db string) {
 			} `json:"audit"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
-		assert.Len(t, rep.Audit.Approvals, 10, "%v: every ask", src[0])
+		assert.Len(t, rep.Audit.Approvals, 11, "%v: every ask", src[0])
 		assert.Len(t, rep.Audit.Denied, 1, "%v: one deny receipt", src[0])
 	}
 	out, stderr, code := ledgerctl(t, "audit", "--db", db)
 	require.Equal(t, 0, code, stderr)
-	assert.Contains(t, out, "Approvals: each ask, its answer and the reserve that consumed it (10)")
+	assert.Contains(t, out, "Approvals: each ask, its answer and the reserve that consumed it (11)")
 	assert.Contains(t, out, "Denied by policy: effects the policy refused (1)")
 	assert.Contains(t, out, "alice (approver)")
 }
