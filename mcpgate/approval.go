@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -40,29 +41,70 @@ const approvalInputID = "io.effect-ledger/approval"
 // reads it again).
 const policyTTL = 5 * time.Second
 
-// policyCache is the namespace's policy as last read.
+// policyCache is the namespace's policy as last read, and the tools
+// whose asks the ledger did not let the client answer.
 type policyCache struct {
-	mu sync.Mutex
-	p  *ledger.Policy
-	at time.Time
+	mu      sync.Mutex
+	p       *ledger.Policy // nil: it could not be read
+	at      time.Time
+	refused map[string]time.Time // ledger tool → until when its client is not asked
 }
 
 // policy returns the namespace's policy in force, read again when older
-// than policyTTL or when fresh. A policy that cannot be read is none: no
-// call then asks its client, and the ledger still decides every reserve.
+// than policyTTL or when fresh, or nil when it cannot be read (a ledgerd
+// lets only reader and admin tokens read it, and a gateway's token is a
+// writer): the ledger then decides whether the client's answer counts.
 func (g *Gateway) policy(ctx context.Context, fresh bool) *ledger.Policy {
 	g.pol.mu.Lock()
 	defer g.pol.mu.Unlock()
-	if !fresh && g.pol.p != nil && time.Since(g.pol.at) < policyTTL {
+	if !fresh && !g.pol.at.IsZero() && time.Since(g.pol.at) < policyTTL {
 		return g.pol.p
 	}
 	p, err := g.cfg.Ledger.Policy(ctx)
+	if err != nil && (g.pol.at.IsZero() || g.pol.p != nil) {
+		g.logger.InfoContext(ctx, "the ledger's policy cannot be read: a call that needs approval asks a client that can answer, "+
+			"and the ledger decides whether its answer counts", "err", err)
+	}
 	if err != nil {
-		g.logger.WarnContext(ctx, "the ledger's policy cannot be read: no call asks its client for approval", "err", err)
-		p = &ledger.Policy{}
+		p = nil
 	}
 	g.pol.p, g.pol.at = p, time.Now()
 	return p
+}
+
+// refusedFor is how long the client is not asked again for a tool whose
+// ask the ledger did not let it answer, when the policy is unknown.
+const refusedFor = 5 * time.Minute
+
+// clientRefused reports whether the ledger lately refused the client's
+// answer for tool.
+func (g *Gateway) clientRefused(tool string) bool {
+	g.pol.mu.Lock()
+	defer g.pol.mu.Unlock()
+	return time.Now().Before(g.pol.refused[tool])
+}
+
+// refuseClient remembers that the ledger refused the client's answer for
+// tool.
+func (g *Gateway) refuseClient(tool string) {
+	g.pol.mu.Lock()
+	defer g.pol.mu.Unlock()
+	if g.pol.refused == nil {
+		g.pol.refused = map[string]time.Time{}
+	}
+	g.pol.refused[tool] = time.Now().Add(refusedFor)
+}
+
+// notClients reports whether err is the ledger refusing an answer of the
+// agent's client by the policy: the rule does not list mcp-client, or
+// self-approval is denied.
+func notClients(err error) bool {
+	var r *Refusal
+	if errors.As(err, &r) {
+		return r.Code == ledger.ECodeForbidden || r.Code == ledger.ECodeSelfApproval
+	}
+	var e *client.Error
+	return errors.As(err, &e) && (e.Code == ledger.ECodeForbidden || e.Code == ledger.ECodeSelfApproval)
 }
 
 // caller is what the gateway knows of the client that made a call.
@@ -154,12 +196,17 @@ func clientName(name string) string {
 // clientApproves reports whether the call's own client may answer its
 // ask: the policy's gate for the tool requires approval, lists
 // mcp-client and allows self-approval, and the client takes form
-// elicitations.
+// elicitations. When the policy cannot be read, a client that can answer
+// is asked, unless the ledger lately refused its answer for the tool.
 func (g *Gateway) clientApproves(ctx context.Context, c *call, fresh bool) bool {
 	if !c.caller.elicitForm || !statelessRevision(c.version) && c.session == nil {
 		return false
 	}
-	gate := g.policy(ctx, fresh).GateFor(c.ledgerTool, c.class.Effect)
+	p := g.policy(ctx, fresh)
+	if p == nil {
+		return !g.clientRefused(c.ledgerTool)
+	}
+	gate := p.GateFor(c.ledgerTool, c.class.Effect)
 	if !gate.Approval || !gate.SelfApproval {
 		return false
 	}
@@ -171,9 +218,11 @@ func (g *Gateway) clientApproves(ctx context.Context, c *call, fresh bool) bool 
 	return false
 }
 
-// reserveCall makes a call's first reserve. A call its client may approve
-// does not wait for the answer (wait_ms) in the ledger, which would keep
-// the client from being asked; it waits only for a duplicate in flight.
+// reserveCall makes a call's first reserve. A call its client may
+// approve does not wait (wait_ms) for the answer in the ledger, which
+// would keep the client from being asked: it waits only for a duplicate
+// in flight, and, sent to a person, waits for the answer after all
+// (approvalRequired).
 func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reservation, error) {
 	r := g.reserveOf(c, key)
 	if r.Wait > 0 && g.clientApproves(ctx, c, false) {
@@ -181,6 +230,7 @@ func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reserv
 		rsv, err := g.cfg.Ledger.Reserve(ctx, r)
 		var refusal *Refusal
 		if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInProgress {
+			c.unwaited = err == nil && rsv.Status == ledger.StatusApprovalRequired
 			return rsv, err
 		}
 		r.Wait = g.cfg.Wait
@@ -194,6 +244,11 @@ func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reserv
 func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
 	g.logger.InfoContext(ctx, "call awaits approval", "tool", c.ledgerTool, "key", rsv.Key, "ask", rsv.Ask.Seq)
 	if !g.clientApproves(ctx, c, true) {
+		if c.unwaited {
+			// A person answers: the same reserve again waits for it.
+			next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+			return g.decided(ctx, s, c, rsv.Key, next, err, "")
+		}
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 		return g.personAnswer(rsv, ""), nil
 	}
@@ -274,6 +329,7 @@ func (g *Gateway) clientRound(ctx context.Context, s *mcp.ClientSession, c *call
 // nothing and leaves the ask to a person.
 func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation, res *mcp.ElicitResult, err error) (mcp.Result, error) {
 	var why string
+	wait := false // for a person's answer
 	switch {
 	case err != nil:
 		g.logger.WarnContext(ctx, "the client could not be asked for approval", "tool", c.ledgerTool, "key", rsv.Key,
@@ -288,21 +344,34 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 			decision = ledger.DecisionReject
 		}
 		note, _ := res.Content["note"].(string)
-		if aerr := g.cfg.Ledger.AnswerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen)); aerr != nil {
-			// The ledger refused it (the policy changed, a person answered
-			// first, the ask expired): the reserve below says what stands.
+		aerr := g.cfg.Ledger.AnswerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen))
+		switch {
+		case notClients(aerr):
+			// The policy does not let the client answer (one the gateway
+			// could not read, or one changed since): a person must.
+			g.refuseClient(c.ledgerTool)
+			wait = true
+			g.logger.InfoContext(ctx, "the client's answer does not count: a person must approve", "tool", c.ledgerTool,
+				"key", rsv.Key, "ask", rsv.Ask.Seq, "err", aerr)
+			why = "The answer given through this client does not count for this tool (the ledger's policy wants a person), so it was not recorded."
+		case aerr != nil:
+			// A person answered first, the ask expired, the ledger is
+			// unavailable: the reserve below says what stands.
 			g.logger.WarnContext(ctx, "the client's answer was not recorded", "tool", c.ledgerTool, "key", rsv.Key,
 				"ask", rsv.Ask.Seq, "decision", decision, "err", aerr)
 			why = "The client's answer could not be recorded."
-		} else {
+		default:
 			g.logger.InfoContext(ctx, "the client answered the approval", "tool", c.ledgerTool, "key", rsv.Key,
 				"ask", rsv.Ask.Seq, "decision", decision, "client", c.caller.name)
 		}
 	}
-	// The same reserve again, without waiting: it consumes an approval,
-	// is refused after a rejection, or names the pending ask.
+	// The same reserve again: it consumes an approval, is refused after a
+	// rejection, or names the pending ask (after waiting for a person's
+	// answer, when only a person may give it).
 	r := g.reserveOf(c, rsv.Key)
-	r.Wait = 0
+	if !wait {
+		r.Wait = 0
+	}
 	next, err := g.cfg.Ledger.Reserve(ctx, r)
 	return g.decided(ctx, s, c, rsv.Key, next, err, why)
 }
@@ -312,7 +381,7 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 // the same call made again then runs once.
 func (g *Gateway) personAnswer(rsv *Reservation, why string) *mcp.CallToolResult {
 	ask := rsv.Ask
-	where := "at the effect ledger (ledgerctl approvals approve " + strconv.FormatUint(ask.Seq, 10) + ", or its web page)"
+	where := "at the effect ledger (ledgerctl approvals approve --server URL " + strconv.FormatUint(ask.Seq, 10) + ", or its web page)"
 	url := g.approvalURL(ask.Seq)
 	if url != "" {
 		where = "at " + url

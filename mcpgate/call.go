@@ -61,6 +61,9 @@ type call struct {
 	// ask a 2026-07-28 round asked the client to answer.
 	caller caller
 	ask    uint64
+	// unwaited: the first reserve did not wait for an approval's answer
+	// (approval.go), so that the client could be asked at once.
+	unwaited bool
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,

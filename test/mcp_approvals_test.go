@@ -312,7 +312,9 @@ func TestLedgerMCP_approvalByClient(t *testing.T) {
 // approver's token approves over HTTP; the model's identical call runs
 // once and the next is a replay; with --wait a person who answers while
 // the call waits lets that call run; a denied tool never reaches the
-// upstream; a --policy file with gate members is refused with --ledger.
+// upstream; under a rule for mcp-client the agent's client approves,
+// relayed with the gateway's token; a --policy file with gate members is
+// refused with --ledger.
 func TestLedgerMCP_approvalRemote(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
@@ -387,6 +389,45 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 		assert.Equal(t, 1, sh.runs("charge", "B2"))
 	})
 
+	t.Run("ClientApproves", func(t *testing.T) {
+		r := l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [
+			{"tool": "test-shop.charge", "approval": "required", "approvers": ["mcp-client"]}], "self_approval": "allow"}`,
+			"Authorization", "Bearer "+adminTok)
+		require.Equal(t, 200, r.Status, r.Raw)
+		agent := &elicitAgent{action: "accept"}
+		g := startAgentEnv(t, env, rev1125, clientOptions(agent.handle), append([]string{"--ledger", l.URL}, sh.command()...)...)
+		res := g.call(t, "charge", map[string]any{"order": "B4"}, nil)
+		require.False(t, res.IsError, "%s\n%s", text(t, res), g.logs.String())
+		asked, _ := agent.seen()
+		assert.Equal(t, 1, asked)
+		assert.Equal(t, 1, sh.runs("charge", "B4"))
+		_, list := getAuthJSON(t, l.URL+"/v1/approvals?state=consumed", alice)
+		var actors []any
+		for _, a := range list["approvals"].([]any) {
+			if ans, ok := a.(map[string]any)["answer"].(map[string]any); ok {
+				actors = append(actors, ans["actor"])
+			}
+		}
+		assert.Contains(t, actors, "gateway/mcp-client:e2e-agent", "relayed by the gateway's token: %v", list)
+
+		// A person's rule: the gateway's writer token cannot read the
+		// policy, so the client is asked once, the ledger refuses its
+		// answer, and the tool's next calls go to a person directly.
+		r = l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [
+			{"tool": "test-shop.charge", "approval": "required", "approvers": ["role:approver"]}], "self_approval": "allow"}`,
+			"Authorization", "Bearer "+adminTok)
+		require.Equal(t, 200, r.Status, r.Raw)
+		g = startAgentEnv(t, env, rev1125, clientOptions(agent.handle), append([]string{"--ledger", l.URL, "--wait", "0s"}, sh.command()...)...)
+		res = g.call(t, "charge", map[string]any{"order": "B5"}, nil)
+		approvalMeta(t, res)
+		assert.Contains(t, text(t, res), "does not count")
+		res = g.call(t, "charge", map[string]any{"order": "B6"}, nil)
+		approvalMeta(t, res)
+		asked, _ = agent.seen()
+		assert.Equal(t, 2, asked, "asked once for the person's rule")
+		assert.Zero(t, sh.runs("charge", "B5")+sh.runs("charge", "B6"))
+	})
+
 	t.Run("GatePolicyRefused", func(t *testing.T) {
 		policy := writePolicy(t, `[{"tool": "charge", "effect": "external", "approval": "required"}]`)
 		cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--ledger", l.URL, "--policy", policy}, sh.command()...)...)
@@ -403,4 +444,21 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 		seq, _ := approvalMeta(t, g.call(t, "charge", map[string]any{"order": "B3"}, nil))
 		assert.NotZero(t, seq)
 	})
+}
+
+// startAgentEnv runs ledger-mcp with env and args and connects to it over
+// stdio at revision rev with the client options o.
+func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions, args ...string) *gateway {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
+	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
+	t.Cleanup(func() { _ = s.Close() })
+	return &gateway{ClientSession: s, logs: logs}
 }
