@@ -304,6 +304,12 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 			return nil, unavailableAnswer(rsv.Key)
 		}
 		return nil, reply
+	case next.Status == ledger.StatusApprovalRequired && next.Ask != nil:
+		// The execution's rounds are covered by the approval it consumed
+		// (SPEC §13); one asked here is for a person (a policy changed).
+		return nil, g.personAnswer(next, "")
+	case next.Status != ledger.StatusReserved:
+		return nil, unavailableAnswer(rsv.Key)
 	}
 	return next, nil
 }
