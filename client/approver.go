@@ -306,3 +306,31 @@ func decodeApproval(res *response) (*Approval, error) {
 	a := b.approval()
 	return &a, nil
 }
+
+// AnswerAsMCPClient relays the answer of an agent's own MCP client to the
+// ask at seq (POST /v1/approvals/{seq}/mcp-client, SPEC §13 "On the MCP
+// path"): ledger-mcp asked its client, and clientName is the client's
+// clientInfo.name. The ledger accepts it only from the token that asked
+// (the gateway's own), when the rule's approvers list "mcp-client" and
+// the policy allows self-approval, and records it with actor
+// "<asker>/mcp-client:<clientName>". Errors: as Answer's.
+func (c *Client) AnswerAsMCPClient(ctx context.Context, seq uint64, decision Decision, clientName, note string) (*Approval, error) {
+	if decision != Approve && decision != Reject {
+		return nil, fmt.Errorf("answer ask %d: decision %q is not approve or reject", seq, decision)
+	}
+	body := struct {
+		Decision Decision `json:"decision"`
+		Client   string   `json:"client"`
+		Note     string   `json:"note,omitempty"`
+	}{decision, clientName, note}
+	res, err := c.send(ctx, http.MethodPost, "/v1/approvals/"+strconv.FormatUint(seq, 10)+"/mcp-client", body)
+	if err != nil {
+		return nil, err
+	}
+	a, err := decodeApproval(res)
+	if err != nil {
+		return nil, err
+	}
+	a.Repeat = res.status == http.StatusOK
+	return a, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -48,10 +49,64 @@ func refusalAnswer(r *Refusal, key, adminURL string) *mcp.CallToolResult {
 	case "fingerprint_mismatch":
 		text = fmt.Sprintf("The idempotency key %s was already used for a different call (another tool or other arguments), "+
 			"so this call was not run. Use a new key for a new call.", key)
+	case ledger.ECodeDeniedByPolicy:
+		text = fmt.Sprintf("The effect ledger's policy denies this tool%s, so this call was NOT run, and it will not run "+
+			"however often it is made. Do not retry it; tell the user if it is needed (idempotency key %s).", deniedRule(r.Details), key)
+	case ledger.ECodeApprovalRejected:
+		text = fmt.Sprintf("A person rejected this call%s, so it was NOT run, and the same call stays rejected. "+
+			"Do not retry it unchanged; tell the user (idempotency key %s).", rejection(r.Details), key)
+	case ledger.ECodeUnchangedRetry:
+		text = fmt.Sprintf("This same call failed recently%s and nothing about it changed, so the effect ledger's policy "+
+			"refuses to run it again unchanged: it was NOT run. Fix what made it fail (change its arguments), or tell the "+
+			"user (idempotency key %s).", unchangedFailure(r.Details), key)
 	default:
 		text = fmt.Sprintf("The effect ledger refused this call (%s: %s), so it was not run (idempotency key %s).", r.Code, r.Message, key)
 	}
 	return answer(r.Code, key, text)
+}
+
+// deniedRule names the policy rule of a denied_by_policy.
+func deniedRule(details map[string]any) string {
+	if tool, ok := details["tool"].(string); ok && tool != "" {
+		return fmt.Sprintf(" (rule %q)", tool)
+	}
+	return ""
+}
+
+// rejection renders who rejected a call, and why, from the details of an
+// approval_rejected.
+func rejection(details map[string]any) string {
+	a, _ := details["approval"].(map[string]any)
+	var parts []string
+	if seq, ok := a["ask_seq"].(float64); ok {
+		parts = append(parts, fmt.Sprintf("approval request %d", uint64(seq)))
+	} else if seq, ok := a["ask_seq"].(uint64); ok {
+		parts = append(parts, fmt.Sprintf("approval request %d", seq))
+	}
+	if actor, ok := a["actor"].(string); ok && actor != "" {
+		parts = append(parts, "by "+actor)
+	}
+	if note, ok := a["note"].(string); ok && note != "" {
+		parts = append(parts, fmt.Sprintf("note: %q", note))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// unchangedFailure renders the failure an unchanged_retry names.
+func unchangedFailure(details map[string]any) string {
+	f, _ := details["failed"].(map[string]any)
+	code, _ := f["error_code"].(string)
+	msg, _ := f["error_message"].(string)
+	switch {
+	case code != "" && msg != "":
+		return fmt.Sprintf(" (%s: %s)", code, msg)
+	case code != "":
+		return fmt.Sprintf(" (%s)", code)
+	}
+	return ""
 }
 
 // resolveHow says how a person resolves key: with ledgerctl against the

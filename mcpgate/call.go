@@ -1,6 +1,7 @@
 package mcpgate
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -56,6 +57,13 @@ type call struct {
 	// upstream's requests during the call go.
 	peer  *peer
 	route *route
+	// caller is the client that made the call (approval.go); ask is the
+	// ask a 2026-07-28 round asked the client to answer.
+	caller caller
+	ask    uint64
+	// unwaited: the first reserve did not wait for an approval's answer
+	// (approval.go), so that the client could be asked at once.
+	unwaited bool
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -63,7 +71,7 @@ type call struct {
 func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
 		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
-		lease: taskLease(p.Meta, g.cfg.Lease)}
+		lease: taskLease(p.Meta, g.cfg.Lease), caller: callerOf(ctx)}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -130,7 +138,21 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if reply := g.runningAnswer(ctx, c, key); reply != nil {
 		return reply, nil // a repeat while the call's task runs
 	}
-	rsv, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, key))
+	if c.ask != 0 {
+		return g.clientRound(ctx, s, c, key, c.ask)
+	}
+	rsv, err := g.reserveCall(ctx, c, key)
+	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
+		return g.approvalRequired(ctx, s, c, rsv)
+	}
+	return g.decided(ctx, s, c, key, rsv, err, "")
+}
+
+// decided acts on the ledger's answer to a call's reserve: a refusal or
+// a replay is answered, a reservation runs the call. An ask still
+// pending is the person's to answer (why says why the client's answer
+// did not settle it).
+func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, key string, rsv *Reservation, err error, why string) (mcp.Result, error) {
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
@@ -145,8 +167,15 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		callsTotal.WithLabelValues(c.toolLabel, DecisionReplayed).Inc()
 		g.logger.InfoContext(ctx, "call replayed", "tool", c.ledgerTool, "key", key, "receipt", rsv.Receipt.Seq)
 		return g.replay(ctx, rsv)
+	case rsv.Status == ledger.StatusApprovalRequired && rsv.Ask != nil:
+		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+		return g.personAnswer(rsv, why), nil
 	case rsv.Status != ledger.StatusReserved:
 		return nil, fmt.Errorf("reserve %s: unexpected status %q", key, rsv.Status)
+	}
+	if rsv.Approval != nil {
+		g.logger.InfoContext(ctx, "call approved: the approval is consumed", "tool", c.ledgerTool, "key", key,
+			"approval", rsv.Approval.Seq, "ask", rsv.Approval.AskSeq)
 	}
 	return g.execute(ctx, s, c, rsv)
 }
@@ -275,14 +304,40 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 			return nil, unavailableAnswer(rsv.Key)
 		}
 		return nil, reply
+	case next.Status == ledger.StatusApprovalRequired && next.Ask != nil:
+		// The execution's rounds are covered by the approval it consumed
+		// (SPEC §13); one asked here is for a person (a policy changed).
+		return nil, g.personAnswer(next, "")
+	case next.Status != ledger.StatusReserved:
+		return nil, unavailableAnswer(rsv.Key)
 	}
 	return next, nil
 }
 
 // reserveOf is the reserve of a call's current round.
 func (g *Gateway) reserveOf(c *call, key string) Reserve {
-	return Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
-		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait}
+	r := Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
+		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait,
+		Summary: truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
+			ledger.MaxApprovalSummary)}
+	// The arguments themselves, which the ledger fingerprints as the
+	// gateway does (client.Fingerprint: SHA-256 of RFC 8785) and keeps
+	// off the chain for the approver when the policy asks (SPEC §13).
+	// Arguments beyond what an ask keeps go as their fingerprint.
+	if input := compactJSON(c.args); len(input) <= ledger.MaxAskInput {
+		r.Input = input
+	}
+	return r
+}
+
+// compactJSON is raw without insignificant whitespace (raw if it does not
+// parse).
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return raw
+	}
+	return b.Bytes()
 }
 
 // continueRound opens the envelope of a call's next round: the round is
@@ -300,7 +355,7 @@ func (g *Gateway) continueRound(c *call, key string) error {
 	if e.Key != key || e.Tool != c.ledgerTool || e.Input != c.hash {
 		return fmt.Errorf("%w: issued for another call", errEnvelope)
 	}
-	c.exec, c.attempt, c.upState = e.Exec, e.Attempt, e.Up
+	c.exec, c.attempt, c.upState, c.ask = e.Exec, e.Attempt, e.Up, e.Ask
 	return nil
 }
 

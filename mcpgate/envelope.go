@@ -40,7 +40,10 @@ type envelope struct {
 	Tool    string `json:"tool"`    // the ledger's tool name
 	Input   string `json:"input"`   // the fingerprint of the call's arguments
 	Up      string `json:"up,omitempty"`
-	Exp     int64  `json:"exp"` // unix ms after which it is refused
+	// Ask is set on a round that asked the client to approve the call
+	// (approval.go): the ask's seq, which its answer goes to.
+	Ask uint64 `json:"ask,omitempty"`
+	Exp int64  `json:"exp"` // unix ms after which it is refused
 }
 
 // errEnvelope is a requestState the gateway did not make, or not for

@@ -59,7 +59,12 @@ type Config struct {
 	// DefaultWait).
 	Wait   time.Duration
 	Policy Policy
-	Logger *slog.Logger
+	// ApprovalURL is the web page where a person answers an ask (SPEC
+	// §13), named in the answer to a call that awaits approval: {seq} is
+	// replaced with the ask's seq, and a URL without {seq} gets
+	// #approvals/<seq> appended. Empty: no page is named.
+	ApprovalURL string
+	Logger      *slog.Logger
 	// Version is the gateway's version, for its serverInfo when the
 	// upstream sends none.
 	Version string
@@ -90,6 +95,7 @@ type Gateway struct {
 	// (serverreq.go).
 	peersMu sync.Mutex
 	peers   map[*mcp.ServerSession]*peer
+	pol     policyCache // the ledger's policy, for approvals (approval.go)
 }
 
 // New returns a gateway in front of up.
@@ -244,6 +250,10 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 // route sends each request where forward says; version is the client's
 // protocol revision.
 func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
+	var who caller
+	if _, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+		who = describeCaller(req, version) // before describeClient rewrites _meta
+	}
 	if forwarded(req.GetParams()) {
 		if err := g.describeClient(ctx, req); err != nil {
 			return nil, err
@@ -263,7 +273,7 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 	switch p := req.GetParams().(type) {
 	case *mcp.CallToolParamsRaw:
 		ss, _ := req.GetSession().(*mcp.ServerSession)
-		return g.callTool(ctx, ss, p, version)
+		return g.callTool(context.WithValue(ctx, callerKey{}, who), ss, p, version)
 	case *mcp.ListToolsParams:
 		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 			res, err := s.ListTools(ctx, p)

@@ -24,10 +24,18 @@ import (
 //
 // Recorded tells when a key's receipt seq was recorded and when the key
 // expires (zero if it does not), for the words of a replay.
+//
+// A reserve the namespace's policy sends to approval (SPEC §13) is a
+// Reservation with Status ledger.StatusApprovalRequired naming the ask.
+// Policy returns the namespace's policy in force, and AnswerAsClient
+// records the answer of the agent's own MCP client to an ask (a
+// self-approval the ledger accepts only from the gateway that asked).
 type Ledger interface {
 	Reserve(ctx context.Context, r Reserve) (*Reservation, error)
 	Commit(ctx context.Context, key, token string, o Outcome) error
 	Recorded(ctx context.Context, key string, seq uint64) (at, expires time.Time, err error)
+	Policy(ctx context.Context) (*ledger.Policy, error)
+	AnswerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error
 }
 
 // Reserve asks for the right to run one tool call.
@@ -41,13 +49,19 @@ type Reserve struct {
 	Class      string // write, destructive or external
 	Idempotent bool
 	InputHash  string // fingerprint of the call's arguments
-	Lease      time.Duration
-	Wait       time.Duration // wait_ms: how long to wait for an in-flight reservation
+	// Input is the call's arguments, sent instead of InputHash when set:
+	// the ledger fingerprints them itself (the same RFC 8785 SHA-256) and
+	// keeps them off the chain for the approver of an ask (SPEC §13).
+	Input json.RawMessage
+	// Summary is shown to the approver of an ask as the requester's claim.
+	Summary string
+	Lease   time.Duration
+	Wait    time.Duration // wait_ms: how long to wait for an in-flight reservation
 }
 
 // Reservation is the ledger's answer to a Reserve.
 type Reservation struct {
-	Status   string // ledger.StatusReserved or ledger.StatusReplayed
+	Status   string // ledger.StatusReserved, ledger.StatusReplayed or ledger.StatusApprovalRequired
 	Key      string
 	Token    string // StatusReserved: the reservation that commits
 	Takeover bool
@@ -57,6 +71,22 @@ type Reservation struct {
 	Result   json.RawMessage
 	Original Receipt
 	Receipt  Receipt
+	// StatusApprovalRequired: the pending ask (SPEC §13).
+	Ask *Ask
+	// StatusReserved: the approval this reservation consumed, if any.
+	Approval *ApprovalUse
+}
+
+// Ask names an ask that awaits an approver's answer.
+type Ask struct {
+	Seq       uint64
+	ExpiresAt time.Time
+}
+
+// ApprovalUse names the approval a reservation consumed and its ask.
+type ApprovalUse struct {
+	Seq    uint64 `json:"seq"`
+	AskSeq uint64 `json:"ask_seq"`
 }
 
 // Receipt names a receipt of the chain, as the gateway's _meta shows it.
@@ -112,8 +142,13 @@ func NewLocal(ns *ledger.Namespace) Ledger { return local{ns: ns} }
 
 func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
 	lease, wait, attempt := r.Lease.Milliseconds(), r.Wait.Milliseconds(), int64(max(r.Attempt, 1))
-	res, err := l.ns.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: &attempt,
-		Tool: r.Tool, Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, LeaseMS: &lease, WaitMS: &wait})
+	req := ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: &attempt,
+		Tool: r.Tool, Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, LeaseMS: &lease, WaitMS: &wait,
+		ApprovalSummary: r.Summary}
+	if len(r.Input) > 0 {
+		req.Input, req.InputHash = r.Input, ""
+	}
+	res, err := l.ns.Reserve(ctx, req)
 	if err != nil {
 		return nil, localError("reserve", err)
 	}
@@ -124,7 +159,29 @@ func (l local) Reserve(ctx context.Context, r Reserve) (*Reservation, error) {
 	if res.Result != "" {
 		out.Result = json.RawMessage(res.Result)
 	}
+	if res.Ask != nil {
+		out.Ask = &Ask{Seq: res.Ask.Seq, ExpiresAt: time.UnixMilli(int64(res.Ask.ExpiresAt)).UTC()}
+	}
+	if res.Approval != nil {
+		out.Approval = &ApprovalUse{Seq: res.Approval.Seq, AskSeq: res.Approval.AskSeq}
+	}
 	return out, nil
+}
+
+func (l local) Policy(ctx context.Context) (*ledger.Policy, error) {
+	p, _, err := l.ns.Policy(ctx)
+	if err != nil {
+		return nil, localError("read the policy", err)
+	}
+	return p, nil
+}
+
+// AnswerAsClient records the client's answer in-process: the embedded
+// ledger has no tokens, so the asker's actor is empty and the answer's
+// is "/mcp-client:<name>".
+func (l local) AnswerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error {
+	_, _, err := l.ns.Answer(ctx, ledger.AnswerRequest{Seq: seq, Decision: decision, Note: note, MCPClient: clientName})
+	return localError("answer", err)
 }
 
 func (l local) Commit(ctx context.Context, key, token string, o Outcome) error {
@@ -192,15 +249,52 @@ func NewRemote(c *client.Client, timeout time.Duration) Ledger {
 func (r remote) Reserve(ctx context.Context, q Reserve) (*Reservation, error) {
 	ctx, cancel := context.WithTimeout(ctx, q.Wait+r.timeout)
 	defer cancel()
-	res, err := r.c.Reserve(ctx, client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: max(q.Attempt, 1),
+	req := client.ReserveRequest{Key: q.Key, ExecutionID: q.ExecutionID, Attempt: max(q.Attempt, 1),
 		Tool: q.Tool, Class: client.Class(q.Class), Idempotent: q.Idempotent, InputHash: q.InputHash,
-		Lease: q.Lease, Wait: q.Wait})
+		ApprovalSummary: q.Summary, Lease: q.Lease, Wait: q.Wait}
+	if len(q.Input) > 0 {
+		req.Input, req.InputHash = q.Input, ""
+	}
+	res, err := r.c.Reserve(ctx, req)
+	var are *client.ApprovalRequiredError
+	if errors.As(err, &are) {
+		return &Reservation{Status: ledger.StatusApprovalRequired, Key: are.IdempotencyKey,
+			Ask:     &Ask{Seq: are.Seq, ExpiresAt: are.ExpiresAt.UTC()},
+			Receipt: Receipt{Seq: are.Receipt.Seq, Hash: are.Receipt.Hash}}, nil
+	}
 	if err != nil {
 		return nil, remoteError("reserve", err)
 	}
-	return &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
+	out := &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
 		Retry: res.Retry, Result: res.Result, Original: Receipt{Seq: res.Original.Seq, Hash: res.Original.Hash},
-		Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash}}, nil
+		Receipt: Receipt{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash}}
+	if res.Approval != nil {
+		out.Approval = &ApprovalUse{Seq: res.Approval.Seq, AskSeq: res.Approval.AskSeq}
+	}
+	return out, nil
+}
+
+func (r remote) Policy(ctx context.Context) (*ledger.Policy, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	st, err := r.c.Policy(ctx)
+	if err != nil {
+		return nil, remoteError("read the policy", err)
+	}
+	p, err := ledger.ParsePolicy(st.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("read the policy: %w", err)
+	}
+	return p, nil
+}
+
+// AnswerAsClient relays the client's answer with the gateway's own token
+// (POST …/approvals/{seq}/mcp-client).
+func (r remote) AnswerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	_, err := r.c.AnswerAsMCPClient(ctx, seq, client.Decision(decision), clientName, note)
+	return remoteError("answer", err)
 }
 
 func (r remote) Commit(ctx context.Context, key, token string, o Outcome) error {
@@ -232,13 +326,16 @@ func (r remote) Recorded(ctx context.Context, key string, seq uint64) (time.Time
 
 // remoteError: the ledgerd's refusals keep their code; transport errors,
 // 5xx answers, rate limits and auth failures mean nothing was recorded.
+// A 403 is a refusal of the contract when its code is one of the gate's
+// (denied_by_policy, self_approval), an auth failure otherwise.
 func remoteError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var e *client.Error
 	if errors.As(err, &e) && e.Status < http.StatusInternalServerError && e.Status != http.StatusTooManyRequests &&
-		e.Status != http.StatusUnauthorized && e.Status != http.StatusForbidden {
+		e.Status != http.StatusUnauthorized && (e.Status != http.StatusForbidden || e.Code == ledger.ECodeDeniedByPolicy ||
+		e.Code == ledger.ECodeSelfApproval) {
 		return &Refusal{Code: e.Code, Message: e.Message, Details: e.Details}
 	}
 	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/internal/glob"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Effect classes (SPEC §1). None and read are not effects: such calls are
@@ -50,68 +52,142 @@ func (c Class) Recorded() bool { return c.Effect != ClassNone && c.Effect != Cla
 // Rule is one entry of a --policy file: the tools it matches (a name or a
 // glob, tried against the upstream's tool name and the ledger's
 // <server-name>.<tool>; `*` matches any bytes, `/` included, see
-// internal/glob) and the class their calls get.
+// internal/glob), the class their calls get, and the members of the
+// ledger's gate (SPEC §13) for them. A rule without Effect leaves the
+// class to the tool's annotations (and to later rules) and only gates.
 type Rule struct {
 	Tool       string `json:"tool"`
-	Effect     string `json:"effect"`
-	Idempotent bool   `json:"idempotent"`
+	Effect     string `json:"effect,omitempty"`
+	Idempotent bool   `json:"idempotent,omitempty"`
 	// OnError says how the tool's error answers are recorded:
 	// "not_applied" (the default) or "failed".
 	OnError string `json:"on_error,omitempty"`
 
+	// The gate's members (SPEC §13), which an embedded ledger records as
+	// its namespace's policy (LedgerPolicy): each is taken from the first
+	// matching rule that sets it.
+	Approval       string   `json:"approval,omitempty"`  // "required" or "none"
+	Approvers      []string `json:"approvers,omitempty"` // role:<role>, a token name, mcp-client
+	ExpiresInMS    *uint64  `json:"expires_in_ms,omitempty"`
+	Deny           *bool    `json:"deny,omitempty"`
+	RepeatFailure  string   `json:"repeat_failure,omitempty"` // "refuse" or "allow"
+	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
+
 	glob *glob.Glob // Tool compiled, by ParsePolicy
 }
 
-// Policy overrides the tools' annotations; the first matching rule wins.
-type Policy []Rule
+// gates reports whether r sets a member of the ledger's gate.
+func (r *Rule) gates() bool {
+	return r.Approval != "" || r.Approvers != nil || r.ExpiresInMS != nil || r.Deny != nil ||
+		r.RepeatFailure != "" || r.RepeatWindowMS != nil
+}
 
-// LoadPolicy reads a policy file: a JSON list of rules.
+// Policy is a --policy file: rules that override the tools' annotations
+// (the first matching rule with an effect wins) and carry the gate's
+// members, and the gate's self_approval.
+type Policy struct {
+	Rules []Rule `json:"rules"`
+	// SelfApproval is the gate's self_approval: "deny" (the ledger's
+	// default) or "allow", which lets the agent's own client approve
+	// (approvers ["mcp-client"]).
+	SelfApproval string `json:"self_approval,omitempty"`
+}
+
+// HasGate reports whether the policy sets any member of the ledger's gate
+// (SPEC §13): a rule's approval, approvers, expires_in_ms, deny,
+// repeat_failure or repeat_window_ms, or self_approval.
+func (p Policy) HasGate() bool {
+	if p.SelfApproval != "" {
+		return true
+	}
+	for i := range p.Rules {
+		if p.Rules[i].gates() {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadPolicy reads a policy file: a JSON list of rules, or an object
+// {"rules": [...], "self_approval": "allow"|"deny"}.
 func LoadPolicy(file string) (Policy, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return Policy{}, fmt.Errorf("policy: %w", err)
 	}
 	return ParsePolicy(b)
 }
 
-// ParsePolicy parses and checks a policy: unknown fields, an empty or
-// malformed glob and an unknown effect class are errors.
+// ParsePolicy parses and checks a policy, a list of rules or an object
+// with rules and self_approval: unknown fields, an empty or malformed
+// glob, an unknown effect class and a gate member out of its range are
+// errors.
 func ParsePolicy(b []byte) (Policy, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var p Policy
-	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+	var err error
+	if t := bytes.TrimLeft(b, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		err = dec.Decode(&p)
+	} else {
+		err = dec.Decode(&p.Rules)
+	}
+	if err != nil {
+		return Policy{}, fmt.Errorf("policy: %w", err)
 	}
 	if dec.More() {
-		return nil, errors.New("policy: trailing data after the list of rules")
+		return Policy{}, errors.New("policy: trailing data after the policy")
 	}
-	for i, r := range p {
-		if r.Tool == "" {
-			return nil, fmt.Errorf("policy: rule %d: empty \"tool\"", i+1)
-		}
-		g, err := glob.Compile(r.Tool)
-		if err != nil {
-			return nil, fmt.Errorf("policy: rule %d: tool %q: %w", i+1, r.Tool, err)
-		}
-		p[i].glob = g
-		switch r.OnError {
-		case "", OnErrorNotApplied, OnErrorFailed:
-		default:
-			return nil, fmt.Errorf("policy: rule %d: on_error %q is not one of not_applied, failed", i+1, r.OnError)
-		}
-		switch r.Effect {
-		case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
-		default:
-			return nil, fmt.Errorf("policy: rule %d: effect %q is not one of none, read, write, destructive, external", i+1, r.Effect)
+	switch p.SelfApproval {
+	case "", ledger.SelfApprovalAllow, ledger.SelfApprovalDeny:
+	default:
+		return Policy{}, fmt.Errorf("policy: self_approval %q is not one of allow, deny", p.SelfApproval)
+	}
+	for i := range p.Rules {
+		if err := p.Rules[i].check(); err != nil {
+			return Policy{}, fmt.Errorf("policy: rule %d: %w", i+1, err)
 		}
 	}
 	return p, nil
 }
 
-// match returns the first rule matching a tool, if any.
+// check validates a rule and compiles its glob.
+func (r *Rule) check() error {
+	if r.Tool == "" {
+		return errors.New("empty \"tool\"")
+	}
+	g, err := glob.Compile(r.Tool)
+	if err != nil {
+		return fmt.Errorf("tool %q: %w", r.Tool, err)
+	}
+	r.glob = g
+	switch r.OnError {
+	case "", OnErrorNotApplied, OnErrorFailed:
+	default:
+		return fmt.Errorf("on_error %q is not one of not_applied, failed", r.OnError)
+	}
+	switch r.Effect {
+	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
+	case "":
+		if !r.gates() {
+			return errors.New("no \"effect\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
+		}
+	default:
+		return fmt.Errorf("effect %q is not one of none, read, write, destructive, external", r.Effect)
+	}
+	if (r.Effect == ClassNone || r.Effect == ClassRead) && (r.Approval == "required" || r.Deny != nil && *r.Deny) {
+		return fmt.Errorf("effect %q is not recorded, so the ledger's gate (approval, deny) never sees its calls: "+
+			"give the tool an effect class (write, destructive, external) to gate it", r.Effect)
+	}
+	return r.checkGate()
+}
+
+// match returns the first rule with an effect matching a tool, if any.
 func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
-	for _, r := range p {
+	for _, r := range p.Rules {
+		if r.Effect == "" {
+			continue // a rule of the gate only
+		}
 		g := r.glob
 		if g == nil {
 			var err error
@@ -149,4 +225,94 @@ func Classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class
 		c.Effect = ClassExternal
 	}
 	return c
+}
+
+// LedgerPolicy is the gate's part of the policy as the ledger's policy
+// of a namespace (SPEC §13), for a gateway whose ledger tool names are
+// <serverName>.<tool>, or nil when the policy sets no member of the gate.
+// Each rule's glob matches the tool's name or its ledger name (match);
+// the ledger matches ledger names only, so a rule becomes two: its glob
+// as written (a ledger name) and the glob under the server's prefix (the
+// upstream's name), adjacent, so that the first rule setting a member is
+// the same for every ledger name. The ledger's own parser checks the
+// result, and its error names the member at fault.
+func (p Policy) LedgerPolicy(serverName string) (json.RawMessage, error) {
+	if !p.HasGate() {
+		return nil, nil
+	}
+	out := ledgerPolicy{Rules: []ledgerRule{}, SelfApproval: p.SelfApproval}
+	prefix := globEscape(ToolNamePart(serverName)) + "."
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if !r.gates() {
+			continue
+		}
+		lr := r.ledgerRule()
+		out.Rules = append(out.Rules, lr)
+		if r.Tool != "*" { // "*" matches every ledger name already
+			lr.Tool = prefix + r.Tool
+			out.Rules = append(out.Rules, lr)
+		}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if _, err := ledger.ParsePolicy(b); err != nil {
+		return nil, fmt.Errorf("policy: the gate's members: %w", err)
+	}
+	return b, nil
+}
+
+// ledgerPolicy and ledgerRule are the ledger's policy as JSON (SPEC §13).
+type ledgerPolicy struct {
+	Rules        []ledgerRule `json:"rules"`
+	SelfApproval string       `json:"self_approval,omitempty"`
+}
+
+type ledgerRule struct {
+	Tool           string   `json:"tool"`
+	Approval       string   `json:"approval,omitempty"`
+	Approvers      []string `json:"approvers,omitempty"`
+	ExpiresInMS    *uint64  `json:"expires_in_ms,omitempty"`
+	Deny           *bool    `json:"deny,omitempty"`
+	RepeatFailure  string   `json:"repeat_failure,omitempty"`
+	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
+}
+
+// ledgerRule is the rule's gate members as a rule of the ledger's policy.
+func (r *Rule) ledgerRule() ledgerRule {
+	return ledgerRule{Tool: r.Tool, Approval: r.Approval, Approvers: r.Approvers, ExpiresInMS: r.ExpiresInMS,
+		Deny: r.Deny, RepeatFailure: r.RepeatFailure, RepeatWindowMS: r.RepeatWindowMS}
+}
+
+// checkGate checks the rule's gate members by the ledger's rules.
+func (r *Rule) checkGate() error {
+	if !r.gates() {
+		return nil
+	}
+	b, err := json.Marshal(ledgerPolicy{Rules: []ledgerRule{r.ledgerRule()}})
+	if err != nil {
+		return err
+	}
+	var e *ledger.Error
+	if _, err := ledger.ParsePolicy(b); errors.As(err, &e) {
+		return errors.New(e.Message)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// globEscape makes s a glob that matches s only.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -1,12 +1,15 @@
 package mcpgate_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
 )
 
@@ -68,7 +71,16 @@ func TestParsePolicy(t *testing.T) {
 		{"BadClass", `[{"tool":"a","effect":"effectful"}]`, "not one of"},
 		{"EmptyTool", `[{"effect":"read"}]`, "empty"},
 		{"BadGlob", `[{"tool":"a[","effect":"read"}]`, "not closed"},
-		{"NotAList", `{"tool":"a"}`, "cannot unmarshal"},
+		{"NotAListNorPolicy", `{"tool":"a"}`, "unknown field"},
+		{"NotJSON", `"a"`, "cannot unmarshal"},
+		{"Object", `{"rules":[{"tool":"a","effect":"write","approval":"required","approvers":["mcp-client"]}],"self_approval":"allow"}`, ""},
+		{"GateOnly", `[{"tool":"a","deny":true}]`, ""},
+		{"NoEffectNoGate", `[{"tool":"a","idempotent":true}]`, "no \"effect\""},
+		{"BadApproval", `[{"tool":"a","approval":"maybe"}]`, `approval must be "required" or "none"`},
+		{"BadExpiry", `[{"tool":"a","approval":"required","expires_in_ms":5}]`, "expires_in_ms"},
+		{"BadRepeat", `[{"tool":"a","repeat_failure":"sometimes"}]`, "repeat_failure"},
+		{"BadSelfApproval", `{"rules":[],"self_approval":"maybe"}`, "self_approval"},
+		{"GatedRead", `[{"tool":"a","effect":"read","approval":"required"}]`, "never sees"},
 		{"Trailing", `[] []`, "trailing"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -80,5 +92,59 @@ func TestParsePolicy(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.wantErr)
 		})
+	}
+}
+
+// TestLedgerPolicy: the gate's members become the ledger's policy with
+// rules that match the same ledger names as the file's rules, which match
+// a tool's own name or its ledger name <server-name>.<tool>.
+func TestLedgerPolicy(t *testing.T) {
+	p, err := mcpgate.ParsePolicy([]byte(`{"rules": [
+		{"tool": "search_*", "effect": "read"},
+		{"tool": "charge", "effect": "external", "approval": "required", "approvers": ["mcp-client"], "expires_in_ms": 60000},
+		{"tool": "my_shop.rm*", "deny": true},
+		{"tool": "*", "repeat_failure": "refuse"}
+	], "self_approval": "allow"}`))
+	require.NoError(t, err)
+	require.True(t, p.HasGate())
+	raw, err := p.LedgerPolicy("my shop")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"rules": [
+		{"tool": "charge", "approval": "required", "approvers": ["mcp-client"], "expires_in_ms": 60000},
+		{"tool": "my_shop.charge", "approval": "required", "approvers": ["mcp-client"], "expires_in_ms": 60000},
+		{"tool": "my_shop.rm*", "deny": true},
+		{"tool": "my_shop.my_shop.rm*", "deny": true},
+		{"tool": "*", "repeat_failure": "refuse"}
+	], "self_approval": "allow"}`, string(raw))
+	lp, err := ledger.ParsePolicy(raw)
+	require.NoError(t, err)
+	for tool, want := range map[string]bool{"my_shop.charge": true, "charge": true, "myXshop.charge": false, "my_shop.charge2": false} {
+		assert.Equal(t, want, lp.GateFor(tool, "external").Approval, tool)
+	}
+	assert.True(t, lp.GateFor("my_shop.rm_rf", "destructive").Deny, "the upstream's tool rm_rf by its ledger name")
+	assert.True(t, lp.GateFor("my_shop.my_shop.rm_rf", "destructive").Deny, "the upstream's tool my_shop.rm_rf")
+	assert.False(t, lp.GateFor("my_shop.shop.rm_rf", "destructive").Deny)
+	assert.True(t, lp.GateFor("my_shop.lookup", "write").RepeatRefuse)
+	// The classification skips rules of the gate only.
+	assert.Equal(t, mcpgate.Class{Effect: "external"}, mcpgate.Classify(p, "charge", "my_shop.charge", nil))
+	assert.Equal(t, mcpgate.Class{Effect: "destructive"}, mcpgate.Classify(p, "rm_rf", "my_shop.rm_rf", nil))
+
+	plain, err := mcpgate.ParsePolicy([]byte(`[{"tool": "a", "effect": "write"}]`))
+	require.NoError(t, err)
+	assert.False(t, plain.HasGate())
+	raw, err = plain.LedgerPolicy("s")
+	require.NoError(t, err)
+	assert.Nil(t, raw)
+}
+
+// TestFingerprintIsTheLedgers: the gateway's fingerprint of a call's
+// arguments is the one the ledger computes from the input it is sent.
+func TestFingerprintIsTheLedgers(t *testing.T) {
+	for _, args := range []string{`{}`, `{"b": 1, "a": [1.0, "x\u00e9"]}`, `{"n": 1e21, "s": "\ud83d\ude00"}`} {
+		a, err := client.Fingerprint(json.RawMessage(args))
+		require.NoError(t, err)
+		b, err := ledger.Fingerprint([]byte(args))
+		require.NoError(t, err)
+		assert.Equal(t, b, a, args)
 	}
 }

@@ -76,6 +76,9 @@ type Main struct {
 	KeyTTL      time.Duration // of a ledger or namespace this start creates (SPEC §12)
 	ServerName  string
 	PolicyFile  string
+	// ApprovalURL is the page where a person answers an ask ({seq}
+	// replaced), named to the model (default: the ledger's /ui/).
+	ApprovalURL string
 	Listen      string
 	// AdminListen serves the embedded ledger's REST API and web page, so
 	// that a person can resolve its keys.
@@ -105,7 +108,8 @@ type Main struct {
 	closers   []func() error
 	keyTTLSet bool
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
-	dbFile    string         // the embedded ledger's SQLite file
+	ns        *ledger.Namespace
+	dbFile    string // the embedded ledger's SQLite file
 }
 
 // NewMain returns a Main logging to stderr and serving MCP on the
@@ -159,7 +163,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.KeyTTL, "key-ttl", DefaultKeyTTL, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever); an existing one keeps its own")
 	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
 	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
-	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations")
+	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations; rules may carry the gate's approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms ({\"rules\": [...], \"self_approval\": ...}), which an embedded ledger records as its policy")
+	fs.StringVar(&m.ApprovalURL, "approval-url", "", "the web page where a person answers a call's approval, named to the model: `URL` with {seq} replaced by the ask's seq, or #approvals/SEQ appended (default: the --ledger's or --admin-listen's /ui/)")
 	fs.StringVar(&m.Listen, "listen", "", "serve MCP over Streamable HTTP at http://`ADDR`/mcp instead of stdio")
 	fs.DurationVar(&m.SessionTimeout, "session-timeout", mcpgate.DefaultSessionTimeout, "--listen: close a session that sent no request for this long (0: never)")
 	fs.IntVar(&m.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "--listen: at most this many sessions open at once; a new one beyond is refused with 503 (0: no bound)")
@@ -247,6 +252,11 @@ func (m *Main) check() error {
 			return fmt.Errorf("--policy: %w", err)
 		}
 		m.Policy = p
+		if m.LedgerURL != "" && p.HasGate() {
+			return fmt.Errorf("--policy %s sets members of the ledger's gate (approval, approvers, expires_in_ms, deny, "+
+				"repeat_failure, repeat_window_ms, self_approval): with --ledger the gate is the ledgerd's policy, "+
+				"set there with ledgerctl policy set %s FILE; keep only tool, effect, idempotent and on_error here", m.PolicyFile, m.Namespace)
+		}
 	}
 	return nil
 }

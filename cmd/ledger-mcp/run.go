@@ -38,15 +38,22 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := m.setGate(ctx, name); err != nil {
+		return err
+	}
 	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
 		if adminURL, err = m.serveAdmin(ctx); err != nil {
 			return err
 		}
 	}
+	approvalURL := m.ApprovalURL
+	if approvalURL == "" && adminURL != "" {
+		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
+	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL, StateKey: m.loadStateKey})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: m.loadStateKey})
 	if err != nil {
 		return err
 	}
@@ -128,7 +135,30 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	if err != nil {
 		return nil, "", err
 	}
+	m.ns = ns
 	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// setGate records the gate's members of the --policy file as the embedded
+// ledger's namespace policy (SPEC §13), with the tools' ledger names
+// <server-name>.<tool>: a policy receipt, unless the same policy is in
+// force. A file without them leaves the policy in force as it is (one set
+// at --admin-listen, say). With --ledger, check refused such a file.
+func (m *Main) setGate(ctx context.Context, serverName string) error {
+	if m.ns == nil || !m.Policy.HasGate() {
+		return nil
+	}
+	raw, err := m.Policy.LedgerPolicy(serverName)
+	if err != nil {
+		return fmt.Errorf("--policy %s: %w", m.PolicyFile, err)
+	}
+	res, err := m.ns.SetPolicy(ctx, raw, "")
+	if err != nil {
+		return fmt.Errorf("--policy %s: record the gate's policy: %w", m.PolicyFile, err)
+	}
+	m.Logger.Info("gate policy in force", "namespace", m.Namespace, "seq", res.Seq, "changed", res.Changed,
+		"policy", string(res.Policy))
+	return nil
 }
 
 // loadStateKey reads (or creates) the key of the requestState envelopes:
