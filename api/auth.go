@@ -103,6 +103,9 @@ func (s *Server) roleFor(route, method string) string {
 var writerReads = map[string]bool{
 	"/v1/effects/{key}": true,
 	"/v1/head":          true,
+	// The gate a gateway works behind (SPEC §13): ledger-mcp reads it to
+	// know whether its client may answer an ask.
+	"/v1/namespaces/{ns}/policy": true,
 }
 
 // allows reports whether principal p may use route with a role need.

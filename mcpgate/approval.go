@@ -52,8 +52,8 @@ type policyCache struct {
 
 // policy returns the namespace's policy in force, read again when older
 // than policyTTL or when fresh, or nil when it cannot be read (a ledgerd
-// lets only reader and admin tokens read it, and a gateway's token is a
-// writer): the ledger then decides whether the client's answer counts.
+// before contract v1.3, or a token limited to other namespaces): the
+// ledger then decides whether the client's answer counts.
 func (g *Gateway) policy(ctx context.Context, fresh bool) *ledger.Policy {
 	g.pol.mu.Lock()
 	defer g.pol.mu.Unlock()

@@ -410,9 +410,8 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 		}
 		assert.Contains(t, actors, "gateway/mcp-client:e2e-agent", "relayed by the gateway's token: %v", list)
 
-		// A person's rule: the gateway's writer token cannot read the
-		// policy, so the client is asked once, the ledger refuses its
-		// answer, and the tool's next calls go to a person directly.
+		// A person's rule: the gateway reads the policy (a writer may read
+		// the gate it works behind), so the client is never asked.
 		r = l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [
 			{"tool": "test-shop.charge", "approval": "required", "approvers": ["role:approver"]}], "self_approval": "allow"}`,
 			"Authorization", "Bearer "+adminTok)
@@ -420,11 +419,11 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 		g = startAgentEnv(t, env, rev1125, clientOptions(agent.handle), append([]string{"--ledger", l.URL, "--wait", "0s"}, sh.command()...)...)
 		res = g.call(t, "charge", map[string]any{"order": "B5"}, nil)
 		approvalMeta(t, res)
-		assert.Contains(t, text(t, res), "does not count")
+		assert.Contains(t, text(t, res), "needs a person's approval")
 		res = g.call(t, "charge", map[string]any{"order": "B6"}, nil)
 		approvalMeta(t, res)
 		asked, _ = agent.seen()
-		assert.Equal(t, 2, asked, "asked once for the person's rule")
+		assert.Equal(t, 1, asked, "the client is not asked for a person's rule")
 		assert.Zero(t, sh.runs("charge", "B5")+sh.runs("charge", "B6"))
 	})
 

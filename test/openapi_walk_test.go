@@ -848,11 +848,17 @@ func walkApprovals(t *testing.T, a, b *Ledgerd, aClock *testClock, spaces []walk
 				{"GET", n.v1 + "/approvals/" + seq, "", "writer"},
 				{"POST", n.v1 + "/approvals/" + seq, `{"decision":"approve"}`, "writer"},
 				{"POST", n.v1 + "/approvals/" + seq + "/mcp-client", `{"decision":"approve","client":"c"}`, "reader"},
-				{"GET", policy, "", "writer"},
+				{"GET", policy, "", ""}, // a writer reads the gate it works behind
 				{"PUT", policy, `{}`, "writer"},
 			} {
 				expect(b.Do(op.method, op.path, op.body), 401, "unauthorized")
-				expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+				if op.wrongRole != "" {
+					expect(b.Do(op.method, op.path, op.body, "Authorization", tok[op.wrongRole]), 403, "forbidden")
+				}
+			}
+			expect(b.Do("GET", policy, "", "Authorization", tok["writer"]), 200, "")
+			if n.name == "default" { // the scoped token may use walk only
+				expect(b.Do("GET", policy, "", "Authorization", tok["scoped"]), 403, "forbidden")
 			}
 		})
 	}
