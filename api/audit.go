@@ -49,14 +49,19 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, n *ledger.N
 	case <-r.Context().Done():
 		return
 	}
-	var src verify.DB = n.Reader()
+	var rd ledger.ChainReader = n.Reader()
 	if s.auditStore != nil {
 		c, err := s.auditStore.Chain(r.Context(), n.Name())
 		if err != nil {
 			s.Error(w, r, err)
 			return
 		}
-		src = c
+		rd = c
+	}
+	src, err := verify.Of(rd)
+	if err != nil {
+		s.Error(w, r, err)
+		return
 	}
 	rep, err := verify.New(src, verify.Opts{Filter: filter}).Check(r.Context())
 	if err != nil {

@@ -162,7 +162,12 @@ type Preloader interface {
 	Preload(ctx context.Context, keys []string) error
 }
 
-// ChainReader reads one namespace without taking its head lock.
+// ChainReader is what the domain reads of one namespace without taking
+// its head lock: keys and receipts for the API, the asked inputs of
+// SPEC §13, and the verifiable log (LogReader). The verifier's queries
+// (receipts grouped by key, the key records, the audit's groupings) are
+// not part of it: each driver's chain also implements verify.DB, which
+// the audit paths ask of it directly (verify.Of).
 type ChainReader interface {
 	// Head reads the durable head; it can fail.
 	Head(ctx context.Context) (Head, error)
@@ -174,18 +179,15 @@ type ChainReader interface {
 	GetKey(ctx context.Context, key string) (*KeyView, error)
 	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
 	ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error)
-	// Receipts calls fn for each receipt after seq, in seq order.
-	Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
-	// KeyReceipts calls fn for each reserve, commit and resolve after seq,
-	// ordered by key then seq.
-	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
-	// Keys calls fn for each key record (TokenHash left empty), in key
-	// byte order, or returns ErrNoKeyTable.
-	Keys(ctx context.Context, fn func(*KeyRecord) error) error
-	DuplicateSuccesses(ctx context.Context, fn func(*Success) error) error
-	RepeatedFailures(ctx context.Context, tool string, fn func(*CallAfterFailure) error) error
-	// KeyDrift compares key's record with what its receipts derive.
-	KeyDrift(ctx context.Context, key string) ([]string, error)
+	// AskInput returns the input kept for the ask at seq (SPEC §13), or
+	// found false once it is deleted or past its deleteAfter at now.
+	AskInput(ctx context.Context, seq, now uint64) (input string, found bool, err error)
+	LogReader
+}
+
+// LogReader reads a namespace's Merkle tree and signed checkpoints
+// (SPEC §9).
+type LogReader interface {
 	// TreeSize is the number of leaves whose hashes are stored.
 	TreeSize(ctx context.Context) (int64, error)
 	// HashReader reads stored tree hashes; a missing one is an error.
@@ -195,9 +197,6 @@ type ChainReader interface {
 	LatestCheckpoint(ctx context.Context) (*tlog.Signed, error)
 	CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error)
 	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
-	// AskInput returns the input kept for the ask at seq (SPEC §13), or
-	// found false once it is deleted or past its deleteAfter at now.
-	AskInput(ctx context.Context, seq, now uint64) (input string, found bool, err error)
 }
 
 // KeyRecord is the derived state of one idempotency key, which the

@@ -68,7 +68,16 @@ type Remote interface {
 	KeyTTL(ctx context.Context) (uint64, error)
 }
 
-var _ DB = ledger.ChainReader(nil)
+// Of returns the verify.DB of a namespace's reader: each driver's chain
+// implements it beside ledger.ChainReader (the domain's narrower port).
+// An error for a reader that does not (a test double).
+func Of(r ledger.ChainReader) (DB, error) {
+	db, ok := r.(DB)
+	if !ok {
+		return nil, fmt.Errorf("verify: %T cannot be audited: it reads no receipts by key", r)
+	}
+	return db, nil
+}
 
 // Opts configure a Verifier.
 type Opts struct {

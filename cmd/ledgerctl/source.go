@@ -86,12 +86,19 @@ type store interface {
 
 // fileStore adapts one namespace of a database opened read-only.
 type fileStore struct {
-	ledger.ChainReader
+	auditChain
 	db ledger.Store // closed by Close; nil when someone else closes it
 }
 
+// auditChain is a driver's chain as ledgerctl reads it: the domain's port
+// and what the verifier reads (every driver's chain implements both).
+type auditChain interface {
+	ledger.ChainReader
+	verify.DB
+}
+
 func (f fileStore) verifier(opts verify.Opts) *verify.Verifier {
-	return verify.New(f.ChainReader, opts)
+	return verify.New(f.auditChain, opts)
 }
 
 // Close closes the database.
@@ -209,7 +216,7 @@ func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env
 			_ = st.Close()
 			return fileStore{}, nil, err
 		}
-		return fileStore{ChainReader: c, db: st}, nil, nil
+		return fileStore{auditChain: c, db: st}, nil, nil
 	}
 	c, err := s.client(fs, env)
 	return fileStore{}, c, err
@@ -231,7 +238,7 @@ func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.St
 }
 
 // chainOf returns namespace ns of st, saying clearly when it does not exist.
-func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (ledger.Chain, error) {
+func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (auditChain, error) {
 	c, err := st.Chain(ctx, ns)
 	if errors.Is(err, ledger.ErrUnknownNamespace) {
 		return nil, fmt.Errorf("no namespace %q in %s (ledgerctl namespace list shows the namespaces)", ns, storage.Describe(dsn))
@@ -239,7 +246,11 @@ func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (ledger.Chain
 	if err != nil {
 		return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: %w", ns, err))
 	}
-	return c, nil
+	ac, ok := c.(auditChain)
+	if !ok {
+		return nil, fmt.Errorf("namespace %s of %s cannot be audited (%T)", ns, storage.Describe(dsn), c)
+	}
+	return ac, nil
 }
 
 func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {

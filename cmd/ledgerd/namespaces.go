@@ -119,7 +119,11 @@ func (s *nsServices) scan(ctx context.Context) error {
 func (s *nsServices) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.m.Logger.With("namespace", n.Name())
 	if s.rstore != nil {
-		src, err := s.rstore.Chain(ctx, n.Name())
+		c, err := s.rstore.Chain(ctx, n.Name())
+		if err != nil {
+			return err
+		}
+		src, err := verify.Of(c)
 		if err != nil {
 			return err
 		}

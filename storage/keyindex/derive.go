@@ -95,7 +95,7 @@ func (d *Deriver) applyKey(r *chain.Receipt) error {
 			return err
 		}
 	}
-	changed, err := Next(k, found, r, d.ttl, d.src.Receipt)
+	changed, err := ledger.NextRecord(k, found, r, d.ttl, d.src.Receipt)
 	if err != nil || !changed {
 		return err
 	}
@@ -106,72 +106,6 @@ func (d *Deriver) applyKey(r *chain.Receipt) error {
 	}
 	d.recs[k.Key] = k
 	return nil
-}
-
-// Next applies receipt r of a key to the key's record k (found: k holds
-// one) and reports whether it changed it. ref reads the receipt a
-// reserve's ref_seq names. A reserve leaves TokenHash to the caller.
-func Next(k *ledger.KeyRecord, found bool, r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Receipt, error)) (bool, error) {
-	switch r.Kind {
-	case chain.KindReserve:
-		gen := !found
-		if !gen {
-			var err error
-			if gen, err = startsGeneration(r, ttl, ref); err != nil {
-				return false, err
-			}
-		}
-		if gen {
-			*k = ledger.KeyRecord{Key: r.IdempotencyKey, Generated: r.KeyGenerated, Tool: r.Tool, Effect: r.Effect,
-				InputHash: r.InputHash, Idempotent: r.Idempotent, FirstSeq: r.Seq}
-		}
-		k.ReserveSeq, k.LeaseExpiresAt = r.Seq, r.LeaseExpiresAt
-		return true, nil
-	case chain.KindCommit, chain.KindResolve:
-		if !found || r.Seq <= k.FirstSeq {
-			return false, nil
-		}
-		k.FinalSeq = r.Seq
-		return true, nil
-	}
-	return false, nil
-}
-
-// startsGeneration reports whether the reserve r of a known key starts a
-// new generation of it.
-func startsGeneration(r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Receipt, error)) (bool, error) {
-	if r.RefSeq == 0 {
-		return true, nil
-	}
-	p, err := ref(r.RefSeq)
-	if err != nil {
-		return false, fmt.Errorf("key index: receipt %d named by %d: %w", r.RefSeq, r.Seq, err)
-	}
-	if p == nil || p.IdempotencyKey != r.IdempotencyKey {
-		return false, nil
-	}
-	// A reserve that consumed an approval (SPEC §13) names the approval,
-	// which names its ask, which names what the reserve would otherwise
-	// have named.
-	for hops := 0; hops < 2 && (p.Kind == chain.KindApproval || p.Kind == chain.KindAsk); hops++ {
-		if p.RefSeq == 0 {
-			return true, nil
-		}
-		named := p.RefSeq
-		if p, err = ref(named); err != nil {
-			return false, fmt.Errorf("key index: receipt %d named by %d: %w", named, r.Seq, err)
-		}
-		if p == nil || p.IdempotencyKey != r.IdempotencyKey {
-			return false, nil
-		}
-	}
-	switch p.Kind {
-	case chain.KindReplay:
-		return true, nil
-	case chain.KindCommit, chain.KindResolve:
-		return ttl > 0 && r.RecordedAt >= p.RecordedAt+ttl, nil
-	}
-	return false, nil
 }
 
 // record returns the working record of key: this flush's, the index's,

@@ -34,13 +34,13 @@ func mustOpen(tb testing.TB, dbURL string, opts postgres.Options) *postgres.Stor
 	return s
 }
 
-func mustChain(tb testing.TB, s *postgres.Store, ns string) ledger.Chain {
+func mustChain(tb testing.TB, s *postgres.Store, ns string) *postgres.Chain {
 	tb.Helper()
 	c, err := s.Chain(context.Background(), ns)
 	if err != nil {
 		tb.Fatalf("chain %s: %v", ns, err)
 	}
-	return c
+	return c.(*postgres.Chain)
 }
 
 // psql runs one statement on dbURL.
@@ -148,7 +148,7 @@ func update(tb testing.TB, c ledger.Chain, fn func(ctx context.Context, tx ledge
 func allReceipts(tb testing.TB, c ledger.Chain) []chain.Receipt {
 	tb.Helper()
 	var out []chain.Receipt
-	if err := c.Receipts(context.Background(), 0, func(r *chain.Receipt) error {
+	if err := c.(*postgres.Chain).Receipts(context.Background(), 0, func(r *chain.Receipt) error {
 		out = append(out, *r)
 		return nil
 	}); err != nil {

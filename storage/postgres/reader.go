@@ -126,47 +126,8 @@ const (
 		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
 	ORDER BY r.tool, r.input_hash, r.seq`
 
-	// sqlDerivedKey computes key $2's keys row from its receipts alone,
-	// with $3 the namespace's key_ttl_ms: the fingerprint comes from the
-	// first reserve of the key's current generation (the latest reserve
-	// with ref_seq 0 or that renews the key, SPEC §12: it names a replay,
-	// or an outcome at least key_ttl_ms older than itself), the lease from
-	// the latest reserve, final_seq from the generation's latest commit or
-	// resolve (as the key index's Next). A reserve that consumes an
-	// approval (SPEC §13: its ref_seq names an approval of the key, whose
-	// ref_seq names the key's ask) is decided on what the ask references:
-	// a reserve with that ref_seq would start a generation. Only reserves,
-	// commits and resolves count: policy, ask, approval, deny and replay
-	// receipts change no keys row.
-	sqlDerivedKey = `
-	SELECT g.idempotency_key, f.key_generated, f.tool, f.effect, f.input_hash, f.idempotent,
-		g.first_seq, g.last_seq, l.lease_expires_at,
-		coalesce((SELECT max(x.seq) FROM receipts AS x WHERE x.namespace = $1 AND x.idempotency_key = $2
-			AND x.kind IN ('commit', 'resolve') AND x.seq > g.first_seq), 0)
-	FROM (SELECT idempotency_key, CASE WHEN gen_seq > 0 THEN gen_seq ELSE min_seq END AS first_seq, last_seq
-		FROM (SELECT r.idempotency_key,
-			max(CASE WHEN r.ref_seq = 0 OR p.kind = 'replay' OR (p.kind IN ('commit', 'resolve')
-				AND $3::bigint > 0 AND r.recorded_at >= p.recorded_at + $3::bigint)
-				OR (a.seq IS NOT NULL AND (a.ref_seq = 0 OR q.kind = 'replay' OR (q.kind IN ('commit', 'resolve')
-				AND $3::bigint > 0 AND r.recorded_at >= q.recorded_at + $3::bigint))) THEN r.seq ELSE 0 END) AS gen_seq,
-			min(r.seq) AS min_seq, max(r.seq) AS last_seq
-		FROM receipts AS r
-		LEFT JOIN receipts AS p ON p.namespace = $1 AND p.seq = r.ref_seq AND p.idempotency_key = r.idempotency_key
-		LEFT JOIN receipts AS a ON p.kind = 'approval' AND a.namespace = $1 AND a.seq = p.ref_seq
-			AND a.idempotency_key = r.idempotency_key AND a.kind = 'ask'
-		LEFT JOIN receipts AS q ON a.ref_seq > 0 AND q.namespace = $1 AND q.seq = a.ref_seq
-			AND q.idempotency_key = r.idempotency_key
-		WHERE r.namespace = $1 AND r.kind = 'reserve' AND r.idempotency_key = $2
-		GROUP BY r.idempotency_key) AS gs) AS g
-	JOIN receipts AS f ON f.namespace = $1 AND f.seq = g.first_seq
-	JOIN receipts AS l ON l.namespace = $1 AND l.seq = g.last_seq`
-
-	sqlKeyDrift = `
-	SELECT 'stored', * FROM (SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2
-		EXCEPT ` + sqlDerivedKey + `) AS s
-	UNION ALL
-	SELECT 'derived', * FROM (` + sqlDerivedKey + `
-		EXCEPT SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 AND idempotency_key = $2) AS d`
+	sqlStoredKey = `SELECT key_generated, tool, effect, input_hash, idempotent, first_seq, reserve_seq,
+		lease_expires_at, final_seq FROM keys WHERE namespace = $1 AND idempotency_key = $2`
 )
 
 // scanReceipt reads the columns of receiptColumns. The schema's types
@@ -468,30 +429,43 @@ func (c *Chain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledg
 }
 
 // KeyDrift returns the differences between the stored keys row of key and
-// what its receipts derive, read in one statement; none when they agree.
+// what its receipts derive (ledger.DeriveRecord, the rule the write path
+// keeps), read in one snapshot; none when they agree.
 func (c *Chain) KeyDrift(ctx context.Context, key string) ([]string, error) {
 	ttl, err := c.KeyTTL(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", err)
 	}
-	rows, err := c.s.pool.Query(ctx, sqlKeyDrift, c.ns, key, int64(ttl))
-	if err != nil {
-		return nil, fmt.Errorf("key drift: %w", classify(err))
-	}
-	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var side string
-		var k ledger.KeyRecord
-		var first, reserve, lease, final int64
-		if err := rows.Scan(&side, &k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
-			&first, &reserve, &lease, &final); err != nil {
-			return nil, fmt.Errorf("key drift: %w", classify(err))
-		}
-		out = append(out, fmt.Sprintf("%s: first_seq=%d reserve_seq=%d lease_expires_at=%d final_seq=%d tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
-			side, first, reserve, lease, final, k.Tool, k.Effect, k.InputHash, k.Idempotent, k.Generated))
-	}
-	if err := rows.Err(); err != nil {
+	err = pgx.BeginTxFunc(ctx, c.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
+		func(tx pgx.Tx) error {
+			stored := ledger.KeyRecord{Key: key}
+			var first, reserve, lease, final int64
+			err := tx.QueryRow(ctx, sqlStoredKey, c.ns, key).Scan(&stored.Generated, &stored.Tool, &stored.Effect,
+				&stored.InputHash, &stored.Idempotent, &first, &reserve, &lease, &final)
+			found := err == nil
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			stored.FirstSeq, stored.ReserveSeq, stored.LeaseExpiresAt, stored.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
+			rows, err := tx.Query(ctx, sqlKeyReceipts, c.ns, key)
+			if err != nil {
+				return err
+			}
+			receipts, err := collectReceipts(rows)
+			if err != nil {
+				return err
+			}
+			derived, dfound, err := ledger.DeriveRecord(key, receipts, ttl, func(uint64) (*chain.Receipt, error) {
+				return nil, nil // a key's receipts name only receipts of the key
+			})
+			if err != nil {
+				return err
+			}
+			out = ledger.RecordDrift(&stored, found, &derived, dfound)
+			return nil
+		})
+	if err != nil {
 		return nil, fmt.Errorf("key drift: %w", classify(err))
 	}
 	return out, nil

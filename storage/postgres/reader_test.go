@@ -21,7 +21,7 @@ import (
 //	4 commit key-a0001 succeeded 5 reserve Key-Z0001 mail/bb    6 commit Key-Z0001 failed
 //	7 reserve key-c0001 mail/bb  8 reserve key-d0001 (lease 1 min) 9 reserve key-e0001 (lease 1 ms)
 //	10 replay key-b0001
-func readFixture(t *testing.T) (ledger.Chain, string, *atomic.Int64) {
+func readFixture(t *testing.T) (*postgres.Chain, string, *atomic.Int64) {
 	t.Helper()
 	u := pgtest.URL(t)
 	var now atomic.Int64

@@ -30,7 +30,7 @@ func TestReader_RepeatedFailures(t *testing.T) {
 
 	rows := func(tool string) []ledger.CallAfterFailure {
 		var out []ledger.CallAfterFailure
-		require.NoError(t, db.RepeatedFailures(ctx, tool, func(c *ledger.CallAfterFailure) error {
+		require.NoError(t, db.Reader.RepeatedFailures(ctx, tool, func(c *ledger.CallAfterFailure) error {
 			out = append(out, *c)
 			return nil
 		}))
@@ -55,7 +55,7 @@ func TestReader_RepeatedFailures(t *testing.T) {
 	})
 	t.Run("ErrCallback", func(t *testing.T) {
 		stop := assert.AnError
-		err := db.RepeatedFailures(ctx, "", func(*ledger.CallAfterFailure) error { return stop })
+		err := db.Reader.RepeatedFailures(ctx, "", func(*ledger.CallAfterFailure) error { return stop })
 		assert.ErrorIs(t, err, stop)
 	})
 	// The plan reads receipts in one rowid-ordered pass and builds an

@@ -12,10 +12,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
-// KeyDrift returns nothing: a Reader has no stored key state to compare
-// (fileChain.KeyDrift compares the key index's).
-func (rd *Reader) KeyDrift(context.Context, string) ([]string, error) { return nil, nil }
-
 // sqlKeyReceipts reads one key's receipts: a scan of the file (it has no
 // index by key; its writes only append).
 const sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts WHERE idempotency_key = ? ORDER BY seq`

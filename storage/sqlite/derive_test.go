@@ -12,6 +12,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // TestDB_RebuildIndex builds keys in every state, checks that the key
@@ -57,11 +58,19 @@ func TestDB_RebuildIndex(t *testing.T) {
 }
 
 // mainChain is the default namespace of db's store.
-func mainChain(t *testing.T, db *ledgertest.DB) ledger.Chain {
+func mainChain(t *testing.T, db *ledgertest.DB) interface {
+	verify.DB
+	verify.DriftSource
+} {
 	t.Helper()
 	c, err := db.Store.Chain(context.Background(), ledger.DefaultNamespace)
 	require.NoError(t, err)
-	return c
+	src, ok := c.(interface {
+		verify.DB
+		verify.DriftSource
+	})
+	require.True(t, ok, "the writer's chain compares its key records")
+	return src
 }
 
 // indexRecords lists the key records of the default namespace's index.

@@ -201,47 +201,11 @@ func (c *fileChain) KeyDrift(ctx context.Context, key string) ([]string, error) 
 		}
 	}
 	stored.TokenHash = ""
-	if found == dfound && (!found || stored == derived) {
-		return nil, nil
-	}
-	var out []string
-	if found {
-		out = append(out, "stored: "+describeRecord(&stored))
-	}
-	if dfound {
-		out = append(out, "derived: "+describeRecord(&derived))
-	}
-	return out, nil
+	return ledger.RecordDrift(&stored, found, &derived, dfound), nil
 }
 
 // deriveKey replays a key's receipts (in seq order) into its record,
-// without its token hash.
+// without its token hash (ledger.DeriveRecord).
 func deriveKey(ctx context.Context, rd *Reader, key string, receipts []chain.Receipt, ttl uint64) (ledger.KeyRecord, bool, error) {
-	k := ledger.KeyRecord{Key: key}
-	found := false
-	ref := func(seq uint64) (*chain.Receipt, error) {
-		for i := range receipts {
-			if receipts[i].Seq == seq {
-				return &receipts[i], nil
-			}
-		}
-		return rd.receiptOrNil(ctx, seq)
-	}
-	for i := range receipts {
-		r := &receipts[i]
-		if r.IdempotencyKey != key || r.Kind == chain.KindReplay {
-			continue
-		}
-		changed, err := keyindex.Next(&k, found, r, ttl, ref)
-		if err != nil {
-			return k, false, err
-		}
-		found = found || changed
-	}
-	return k, found, nil
-}
-
-func describeRecord(k *ledger.KeyRecord) string {
-	return fmt.Sprintf("first_seq=%d reserve_seq=%d lease_expires_at=%d final_seq=%d tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t",
-		k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq, k.Tool, k.Effect, k.InputHash, k.Idempotent, k.Generated)
+	return ledger.DeriveRecord(key, receipts, ttl, func(seq uint64) (*chain.Receipt, error) { return rd.receiptOrNil(ctx, seq) })
 }

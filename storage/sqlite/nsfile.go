@@ -205,8 +205,12 @@ func use[T any](ctx context.Context, f *nsFile, fn func(*fileChain) (T, error)) 
 
 // Update runs fn in one write transaction of the namespace's file.
 func (f *nsFile) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Update(ctx, fn) })
-	return err
+	fc, err := f.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer f.release()
+	return fc.Update(ctx, fn)
 }
 
 // Head returns the durable head without opening a closed file.

@@ -60,16 +60,11 @@ func (s *writeStmts) all() []*sql.Stmt {
 
 // Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
 // writer connection and returns after COMMIT. SQLite runs it once: the
-// file has one writer (the lock file), so nothing can conflict.
+// file has one writer (the lock file), so nothing can conflict. What the
+// batch read or wrote enters the head, key and tree caches and the key
+// index only after COMMIT, so a failed batch leaves them exactly as the
+// database is.
 func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	return c.update(ctx, func(ctx context.Context, t *writeTx) error { return fn(ctx, t) })
-}
-
-// update is Update with the SQLite transaction at hand (the tree
-// back-fill uses it). What the batch read or wrote enters the head, key
-// and tree caches and the key index only after COMMIT, so a failed batch
-// leaves them exactly as the database is.
-func (c *fileChain) update(ctx context.Context, fn func(ctx context.Context, t *writeTx) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -241,7 +241,7 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 	h, err := n.Head(ctx)
 	require.NoError(t, err)
 	verifyClean(t, n, h.Seq)
-	rep, err := verify.New(n.Reader(), verify.Opts{Now: clock.Now}).Check(ctx)
+	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.Len(t, rep.Audit.RepeatedFailures, 1)
 	rf := rep.Audit.RepeatedFailures[0]

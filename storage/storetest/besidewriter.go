@@ -26,7 +26,7 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	_, err = n.Commit(ctx, fail("key-first", r.Reservation, false))
 	require.NoError(t, err)
-	rep, err := verify.New(n.Reader(), verify.Opts{}).Check(ctx)
+	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
@@ -45,7 +45,7 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 		} else {
 			pin.Seq = 0
 		}
-		rep, err = verify.New(n.Reader(), opts).Check(ctx)
+		rep, err = verify.New(auditDB(t, n), opts).Check(ctx)
 		require.NoError(t, err)
 		require.True(t, rep.OK, "run %d from %d to %d: %+v", runs, pin.Seq, rep.Head.Seq, rep.Violations)
 		for _, k := range rep.Audit.Failed {

@@ -74,7 +74,7 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 	noDrift(t, n, "send-mail-1")
 	verifyClean(t, n, 4)
 
-	rep, err := verify.New(n.Reader(), verify.Opts{Now: clock.Now}).Check(ctx)
+	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.Len(t, rep.Audit.NotAppliedReruns, 1)
 	assert.Equal(t, verify.NotAppliedRerun{Key: "send-mail-1", Tool: "payments.refund",
@@ -262,7 +262,7 @@ func testNotAppliedRepeats(t *testing.T, f Factory) {
 	mustReserve(t, n, asks)
 	verifyClean(t, n, 9)
 
-	rep, err := verify.New(n.Reader(), verify.Opts{Now: clock.Now}).Check(ctx)
+	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.Len(t, rep.Audit.RepeatedFailures, 1)
 	rf := rep.Audit.RepeatedFailures[0]

@@ -93,7 +93,7 @@ func code(err error) string { return ledger.ErrorCode(err) }
 // violation.
 func verifyClean(t *testing.T, n *ledger.Namespace, wantReceipts uint64) {
 	t.Helper()
-	rep, err := verify.New(n.Reader(), verify.Opts{}).Check(context.Background())
+	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(context.Background())
 	require.NoError(t, err)
 	require.True(t, rep.OK, "violations: %+v", rep.Violations)
 	require.Equal(t, wantReceipts, rep.Receipts)
@@ -496,7 +496,7 @@ func testReads(t *testing.T, f Factory) {
 	_, err = n.GetReceipt(ctx, 99)
 	require.Equal(t, ledger.ECodeUnknownReceipt, code(err))
 	var keys []string
-	require.NoError(t, n.Reader().Keys(ctx, func(k *ledger.KeyRecord) error {
+	require.NoError(t, auditDB(t, n).Keys(ctx, func(k *ledger.KeyRecord) error {
 		keys = append(keys, k.Key)
 		return nil
 	}))
@@ -597,4 +597,13 @@ func testWait(t *testing.T, f Factory) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the waiting reserve was not woken by the commit")
 	}
+}
+
+// auditDB is the namespace's reader as the verifier reads it: the
+// driver's chain, which implements verify.DB beside the domain's port.
+func auditDB(t *testing.T, n *ledger.Namespace) verify.DB {
+	t.Helper()
+	db, err := verify.Of(n.Reader())
+	require.NoError(t, err)
+	return db
 }
