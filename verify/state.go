@@ -301,6 +301,9 @@ func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
 
 // expired reports whether k, as replayed so far, is expired at unix ms t
 // (SPEC §12): finalized, with an outcome recorded at least ttl before t.
+// This is the verifier's own copy of when a key starts a new generation,
+// kept apart on purpose from the write path's (ledger.StartsGeneration):
+// a verifier that shared the code it checks would share its bugs.
 func (s *stateChecker) expired(k *keyState, t uint64) bool {
 	return s.ttl > 0 && k.finalized && t >= k.final.recordedAt && t-k.final.recordedAt >= s.ttl
 }
