@@ -2,219 +2,155 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/effect-ledger/effect-ledger/chain"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
 )
 
-// Reserve reserves an idempotency key before an effect runs (SPEC §4
-// reserve table). It returns a *ReserveResult for 200/201 outcomes, or an
-// error: *Error with ECodeInvalidKey, ECodeInvalidRequest,
-// ECodeFingerprintMismatch, ECodeInProgress, ECodeUnsafeResume,
-// ECodeRetryNotAllowed or ECodeAttemptConflict; ErrUnavailable when the
-// database cannot be written; ctx's error when ctx ends first. A result
-// reporting a receipt is durable.
-//
-// With req.WaitMS, a key reserved by another reservation is waited on
-// (SPEC §8) without holding any lock or writer slot: the decision is made
-// again when that reservation is committed or resolved, when its lease
-// ends, or when the wait runs out (then in_progress as without a wait).
-// A ctx that ends during the wait ends it, and nothing is appended.
-func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
-	a, err := req.validate()
-	if err != nil {
-		return nil, err
-	}
-	var res *ReserveResult
-	switch {
-	case a.effect == chain.EffectNone || a.effect == chain.EffectRead:
-		res, err = n.reserveNoEffect(ctx, &a) // no lookup, no receipt
-	case a.waitMS > 0 && !a.generated:
-		res, err = n.reserveWaiting(ctx, &a)
-	default:
-		res, _, err = n.reserveOnce(ctx, &a)
-	}
-	if err != nil {
-		reserveOutcomes.WithLabelValues(ErrorCode(err), n.name).Inc()
-		return nil, err
-	}
-	reserveOutcomes.WithLabelValues(reserveLabel(res), n.name).Inc()
-	return res, nil
+// Config configures the domain service.
+type Config struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// MaxBatch bounds how many queued writes of one namespace share one
+	// transaction (default 256).
+	MaxBatch int
+	// MaxWaiters bounds the reserves parked waiting for another
+	// reservation of their key (wait_ms) at once; beyond it a reserve is
+	// answered without waiting (default DefaultMaxWaiters).
+	MaxWaiters int
+	// Now is the clock of waits (lease ends); decisions use Tx.Now.
+	Now func() time.Time
+	// Linger, when positive, lets a namespace's writer under load wait up
+	// to this long for as many requests as the previous batch held before
+	// it starts the next batch. Worth it where a transaction has a high
+	// fixed cost (PostgreSQL: round trips and a COMMIT per batch); an idle
+	// ledger never waits. 0 (the default) starts every batch at once.
+	Linger time.Duration
+	// MaxNamespaces bounds how many namespaces CreateNamespace lets exist,
+	// default included (0: no bound). Replicas of one database each
+	// enforce it, so two creations at once on two replicas may pass it by
+	// one.
+	MaxNamespaces int
+	// WriterIdle is how long a namespace's writer goroutine waits for
+	// work before it exits; the next write starts it again, so idle
+	// namespaces hold no goroutine (default DefaultWriterIdle).
+	WriterIdle time.Duration
+	// ApprovalInputRetention is how long an ask's input is kept after its
+	// answer or expiry (SPEC §13; default DefaultApprovalInputRetention).
+	ApprovalInputRetention time.Duration
 }
 
-// reserveNoEffect answers not_recorded for a none or read call, unless
-// the policy gates its tool: then the call claims a class its tool does
-// not have (SPEC §13, 422 effect_class_mismatch).
-func (n *Namespace) reserveNoEffect(ctx context.Context, a *reserveArgs) (*ReserveResult, error) {
-	gated, err := n.gatesNoEffect(ctx, a.tool)
+// DefaultApprovalInputRetention is the default of
+// Config.ApprovalInputRetention: 7 days.
+const DefaultApprovalInputRetention = 7 * 24 * time.Hour
+
+// DefaultWriterIdle is the default of Config.WriterIdle.
+const DefaultWriterIdle = 5 * time.Second
+
+// Ledger is the domain service: validation, the SPEC §4 state machine,
+// chain linking and Merkle hashing, one batching queue per namespace and
+// the waits of SPEC §8, over a Store.
+type Ledger struct {
+	store  Store
+	cfg    Config
+	logger *slog.Logger
+	waits  *waitRegistry
+
+	mu     sync.Mutex // guards spaces and closed
+	spaces map[string]*Namespace
+	closed bool
+
+	createMu sync.Mutex // one namespace creation at a time (MaxNamespaces)
+
+	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+}
+
+// New starts the domain service over store. Close closes both.
+func New(store Store, cfg Config) *Ledger {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 256
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.WriterIdle <= 0 {
+		cfg.WriterIdle = DefaultWriterIdle
+	}
+	if cfg.ApprovalInputRetention <= 0 {
+		cfg.ApprovalInputRetention = DefaultApprovalInputRetention
+	}
+	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
+		spaces: map[string]*Namespace{}}
+	store.OnEnded(l.waits.notify)
+	writerReady.Set(1)
+	keysWaiting.serve(l)
+	approvalsPending.serve(l)
+	return l
+}
+
+// Store returns the storage driver.
+func (l *Ledger) Store() Store { return l.store }
+
+// Ready reports whether the database accepts writes. While writes work it
+// runs an empty transaction of the default namespace through its queue
+// (cheap). Once a write transaction has failed it answers not ready at
+// once, and makes a real durable probe write on each check; the first
+// that succeeds makes the next check ready, so readiness comes back by
+// itself when the database recovers (a successful batch clears the
+// failure too).
+func (l *Ledger) Ready(ctx context.Context) error {
+	n, err := l.Default(ctx)
 	if err != nil {
-		return nil, err
-	}
-	if gated {
-		return nil, &Error{Code: ECodeEffectClassMismatch,
-			Message: fmt.Sprintf("the policy gates tool %q, so a call of it cannot declare effect %s", a.tool, a.effect),
-			Details: map[string]any{"tool": a.tool, "effect": a.effect}}
-	}
-	return decideReserve(ctx, nil, 0, 0, a)
-}
-
-func reserveLabel(r *ReserveResult) string {
-	switch {
-	case r.Takeover:
-		return "takeover"
-	case r.Retry:
-		return "retry"
-	case r.Renewed != nil:
-		return "renewed"
-	case r.AfterNotApplied != nil:
-		return "after_not_applied"
-	}
-	return r.Status
-}
-
-// Commit records the outcome of the reservation named by req.Reservation
-// (SPEC §4 commit table). Errors: *Error with ECodeInvalidRequest,
-// ECodeUnknownKey, ECodeStaleReservation or ECodeAlreadyFinalized;
-// ErrUnavailable. A repeat of an identical commit returns the original
-// result with Replayed set and appends nothing.
-func (n *Namespace) Commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
-	res, err := n.commit(ctx, req)
-	label := ErrorCode(err)
-	switch {
-	case err != nil:
-	case res.Replayed:
-		label = "repeat"
-	case res.Late:
-		label = "late"
-	default:
-		label = StatusCommitted
-	}
-	commitOutcomes.WithLabelValues(label, n.name).Inc()
-	return res, err
-}
-
-func (n *Namespace) commit(ctx context.Context, req CommitRequest) (*CommitResult, error) {
-	if err := checkKeyPath(req.IdempotencyKey); err != nil {
-		return nil, err
-	}
-	if req.Reservation == "" {
-		return nil, Invalid("reservation", "reservation is required")
-	}
-	o, err := validateOutcome(req.Outcome, req.ExternalRef, req.Result, req.Error)
-	if err != nil {
-		return nil, err
-	}
-	// res is read only after a successful submit: when ctx ends first,
-	// the writer may still run fn and write it.
-	var res *CommitResult
-	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
-		var err error
-		res, err = decideCommit(ctx, t, t.Now(), req.IdempotencyKey, req.Reservation, req.Actor, &o)
 		return err
+	}
+	failed := l.lastWriteErr.Load()
+	err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
+		if failed == nil {
+			return nil
+		}
+		return t.Probe(ctx)
 	})
 	if err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// Resolve records an operator's decision about an interrupted key, or
-// corrects a failed key to not_applied (SPEC §4.1, req.MayCorrect).
-// Errors: *Error with ECodeInvalidRequest, ECodeUnknownKey,
-// ECodeNotInterrupted or ECodeForbidden; ErrUnavailable.
-func (n *Namespace) Resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
-	res, err := n.resolve(ctx, req)
-	label := ErrorCode(err)
-	if err == nil {
-		label = StatusResolved
-	}
-	resolveOutcomes.WithLabelValues(label, n.name).Inc()
-	return res, err
-}
-
-func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveResult, error) {
-	if err := checkKeyPath(req.IdempotencyKey); err != nil {
-		return nil, err
-	}
-	if n := len([]rune(req.Note)); n < 1 || n > MaxNoteLen {
-		return nil, Invalid("note", "note is required: 1–%d characters", MaxNoteLen)
-	}
-	o, err := validateOutcome(req.Outcome, req.ExternalRef, req.Result, req.Error)
-	if err != nil {
-		return nil, err
-	}
-	// res is read only after a successful submit: when ctx ends first,
-	// the writer may still run fn and write it.
-	var res *ResolveResult
-	err = n.submit(ctx, req.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
-		var err error
-		res, err = decideResolve(ctx, t, t.Now(), req.IdempotencyKey, req.Actor, req.Note, req.MayCorrect, &o)
 		return err
-	})
-	if err != nil {
-		return nil, err
 	}
-	return res, nil
+	if failed != nil {
+		return fmt.Errorf("the last write transaction failed (a probe write now succeeded): %w", *failed)
+	}
+	return nil
 }
 
-// KeyTTL is the namespace's key_ttl_ms (SPEC §12); 0: keys never expire.
-func (n *Namespace) KeyTTL() uint64 { return n.keyTTL }
+// Waiting returns how many reserve requests are parked waiting for
+// another reservation of their key to end.
+func (l *Ledger) Waiting() int { return l.waits.waiting() }
 
-// Key returns a key's state with its expiry (SPEC §12) and the current
-// generation's receipts, or every receipt of the key with history.
-// Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
-func (n *Namespace) Key(ctx context.Context, key string, history bool) (*KeyView, error) {
-	v, err := n.chain.GetKey(ctx, key)
-	var e *Error
-	if errors.As(err, &e) && e.Code == ECodeUnknownKey {
-		// A key with only the gate's receipts (SPEC §13) has no record.
-		v, err = n.askedKey(ctx, key, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	n.gateState(v)
-	v.WithLifetime(n.keyTTL, history)
-	return v, nil
-}
+// EndWaits wakes every parked reserve: each decides at once (usually
+// 409 in_progress) instead of waiting out its wait_ms, and later reserves
+// do not wait. A server calls it when it begins to shut down, so that
+// parked requests do not hold the shutdown up; Close calls it too.
+func (l *Ledger) EndWaits() { l.waits.end() }
 
-// askedKey is the view of a key that only asks (and their answers and
-// denies) name, or notFound when it has none.
-func (n *Namespace) askedKey(ctx context.Context, key string, notFound error) (*KeyView, error) {
-	rs, _, err := n.chain.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: MaxPageLimit})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rs {
-		if r.Kind == chain.KindAsk {
-			return &KeyView{IdempotencyKey: key, State: StateAwaitingApproval, Tool: r.Tool, Effect: r.Effect,
-				Idempotent: r.Idempotent, InputHash: r.InputHash, Receipts: rs}, nil
+// Close stops accepting writes, lets every queue finish what it holds and
+// closes the store.
+func (l *Ledger) Close() error {
+	keysWaiting.stop(l)
+	approvalsPending.stop(l)
+	l.EndWaits()
+	l.mu.Lock()
+	spaces := l.spaces
+	if !l.closed {
+		l.closed = true
+		for _, n := range spaces {
+			n.close()
 		}
 	}
-	return nil, notFound
-}
-
-// gateState sets the state of a key whose latest ask (after its latest
-// reserve or outcome) is pending (awaiting_approval) or was rejected.
-func (n *Namespace) gateState(v *KeyView) {
-	var bound uint64
-	for _, r := range v.Receipts {
-		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
-			bound = r.Seq
-		}
+	l.mu.Unlock()
+	for _, n := range spaces {
+		<-n.done
 	}
-	kg := readKeyGate(v.Receipts, bound, 0)
-	switch {
-	case kg.ask == nil:
-		if v.State == StateAwaitingApproval {
-			v.State = StateInterrupted // cannot happen: askedKey found an ask
-		}
-	case kg.rejected():
-		v.State = StateRejected
-	case kg.pending(n.now()):
-		v.State = StateAwaitingApproval
-	case v.State == StateAwaitingApproval:
-		v.State = ApprovalExpired // the only ask of a key that never ran expired
-	}
+	return l.store.Close()
 }

@@ -18,7 +18,7 @@ import (
 // ledgerd, for either driver: tokens, namespaces, and naming the
 // database in messages without its password.
 
-// Errors of CheckFile and of Open with Options.MustExist.
+// Errors of CheckFile and of Open of a SQLite path that holds no ledger.
 var (
 	// ErrNoDatabase: a SQLite path where no ledger file exists.
 	ErrNoDatabase = errors.New("no ledger database")

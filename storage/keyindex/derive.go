@@ -40,7 +40,8 @@ type DeriveSource interface {
 	TokenHash(seq uint64) (string, error)
 }
 
-// flushEvery bounds the batch and the records a Deriver holds in memory.
+// flushBytes and flushKeys bound the batch and the records a Deriver
+// holds in memory.
 const (
 	flushBytes = 256 << 10 // well under half a memtable: applied through the memtable, not as a flushable batch
 	flushKeys  = 32 << 10

@@ -29,7 +29,7 @@ var (
 	commitTimeout = 30 * time.Second
 )
 
-// batchesKeep is how long batch ids are kept for resolving lost COMMITs;
+// batchesKeepMS is how long batch ids are kept for resolving lost COMMITs;
 // pruneEvery Updates of a Store prune older ones.
 const (
 	batchesKeepMS = 24 * 60 * 60 * 1000

@@ -1,17 +1,18 @@
 package sqlite
 
 import (
+	_ "embed"
 	"strings"
-
-	ledgerschema "github.com/effect-ledger/effect-ledger"
 )
 
-// schemaSQL is the repository's schema.sql, the SQLite schema of a ledger
-// file.
-var schemaSQL = ledgerschema.SQL
+// schemaSQL is schema.sql, the SQLite schema of a ledger file (the
+// repository's top-level schema.sql links to it).
+//
+//go:embed schema.sql
+var schemaSQL string
 
 // SchemaVersion is the user_version that schema.sql stamps.
-const SchemaVersion = ledgerschema.Version
+const SchemaVersion = 5
 
 // schemaStatements returns the statements of schema.sql that create the
 // named objects ("TABLE settings", "TRIGGER settings_fixed"), so that a
