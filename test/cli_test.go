@@ -341,7 +341,7 @@ func TestLedgerctl_tokenCommands(t *testing.T) {
 	}{
 		{[]string{"token"}, "want create, list or revoke"},
 		{[]string{"token", "bogus"}, "unknown token command"},
-		{[]string{"token", "create", "--db", l.DB, "--role", "root", "--name", "x"}, "--role must be reader, writer or admin"},
+		{[]string{"token", "create", "--db", l.DB, "--role", "root", "--name", "x"}, "--role must be reader, writer, approver or admin"},
 		{[]string{"token", "create", "--db", l.DB, "--role", "admin", "--name", "two words"}, "--name must be"},
 		{[]string{"token", "create", "--db", l.DB, "--role", "admin"}, "give --role and --name"},
 		{[]string{"token", "revoke", "--db", l.DB}, "want exactly one NAME"},

@@ -209,7 +209,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
 	assert.Contains(t, l.Logs(), "migrated ledger database")
-	assert.Contains(t, l.Logs(), `"from":1,"to":4`)
+	assert.Contains(t, l.Logs(), `"from":1,"to":5`)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])

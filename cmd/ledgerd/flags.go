@@ -87,7 +87,7 @@ func (m *Main) limitFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&m.BatchLinger, "batch-linger", 5*time.Millisecond, "under load only, how long a namespace's writer may wait to gather as many requests as its previous batch before the next transaction (bigger batches, fewer commits); an idle ledger never waits; 0 disables")
 	fs.DurationVar(&m.ReadTimeout, "read-timeout", DefaultReadTimeout, "drop clients that take longer to send a whole request")
 	fs.DurationVar(&m.WriteTimeout, "write-timeout", DefaultWriteTimeout, "cut responses not written within this time of the request (a reserve with wait_ms gets its wait on top)")
-	fs.DurationVar(&m.ApprovalInputRetention, "approval-input-retention", ledger.DefaultApprovalInputRetention, "how long the input of an ask (SPEC §13, kept off the chain for the approvers) is kept after its answer or expiry")
+	fs.DurationVar(&m.ApprovalInputRetention, "approval-input-retention", ledger.DefaultApprovalInputRetention, "how long the input of an ask (kept off the chain for the approvers, docs/approvals.md) is kept after its answer or expiry")
 	fs.IntVar(&m.MaxWaiters, "max-waiters", ledger.DefaultMaxWaiters, "reserves that may wait at once for another reservation of their key (wait_ms); beyond it they are answered at once. Waiting reserves do not count against --max-inflight")
 	fs.Float64Var(&m.RateLimit, "rate-limit", 0, "requests per second allowed per API token (0: no limit); beyond it 429 + Retry-After")
 	fs.IntVar(&m.RateBurst, "rate-burst", 100, "burst size of --rate-limit")
