@@ -1,5 +1,7 @@
-// Package test holds end-to-end tests that build the real ledgerd binary,
-// start it on a free port and drive it over HTTP.
+// Package test holds end-to-end tests that build the binaries (and
+// ledgerd's test build, testdata/ledgerd-test), start ledgerd on a free
+// port and drive it over HTTP; starts that ledgerd refuses run its Main
+// in-process.
 package test
 
 import (
