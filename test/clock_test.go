@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // t0 is the time the key lifetime tests start at (unix ms).
 const t0 = int64(1764475200000)
 
-// testClock is a file ledgerd reads its time from
-// (LEDGERD_TEST_CLOCK_FILE): the ledgerd processes started with it see
+// testClock is a file the test build of ledgerd reads its time from
+// (LEDGERD_TEST_CLOCK_FILE): the processes started with it see
 // time jump when the test moves it, so that a test crosses a lease end, a
 // key lifetime or the token-existence re-read without waiting. A stopped
 // clock stands at a time; a running one is the real time plus an offset.
@@ -89,4 +90,25 @@ func (c *testClock) env() string { return "LEDGERD_TEST_CLOCK_FILE=" + c.path }
 func (c *testClock) start(t testing.TB, db string, args ...string) *Ledgerd {
 	t.Helper()
 	return startLedgerdEnv(t, []string{c.env()}, db, args...)
+}
+
+// TestLedgerd_readsNoTestHooks: the ledgerd binary reads none of its test
+// build's LEDGERD_TEST_* variables. With its clock file at a time long
+// past and the kill hook at the first commit, it records at the real time
+// and survives its commits.
+func TestLedgerd_readsNoTestHooks(t *testing.T) {
+	t.Parallel()
+	past := newTestClock(t, time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+	before := time.Now().UnixMilli()
+	l := startBinary(t, "ledgerd", []string{past.env(), "LEDGERD_TEST_KILL_AFTER_COMMIT=1"}, filepath.Join(t.TempDir(), "ledger.db"))
+	r := l.Do("POST", "/v1/effects/reserve", reserve("no-hooks-0001", "exec-1", 1, false))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/effects/no-hooks-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	_, ats := recordedAts(t, l)
+	require.Len(t, ats, 2)
+	for _, at := range ats {
+		assert.GreaterOrEqual(t, at, before, "recorded at the real time, not the clock file's")
+		assert.LessOrEqual(t, at, time.Now().UnixMilli())
+	}
 }

@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -18,19 +19,24 @@ import (
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
 )
 
-// runLedgerd runs ledgerd to its exit and returns the combined output and
-// exit code (for start-up refusals).
+// runLedgerd runs ledgerd's Main in-process, as the binary does, to its
+// exit and returns what it wrote and its exit code (for start-up
+// refusals, which need no process of their own). A start that does not
+// refuse is stopped after a minute and fails the test.
 func runLedgerd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return string(out), ee.ExitCode()
-	}
-	require.NoError(t, err, "ledgerd was expected to exit: %s", out)
-	return string(out), 0
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out := &syncBuffer{}
+	m := ledgerd.NewMain(out)
+	m.Stdout = out
+	code := m.Execute(ctx, args)
+	require.NoError(t, ctx.Err(), "ledgerd was expected to exit: %s", out)
+	return out.String(), code
 }
 
 // TestLedgerd_authNeverOpensUp revokes the last token of a running server,

@@ -57,8 +57,8 @@ func TestLedgerd_indexCrashAfterCommit(t *testing.T) {
 			pair(t, l, prefix, "before-crash-1")
 			require.NoError(t, l.Stop())
 
-			t.Setenv("LEDGERD_TEST_KILL_AFTER_COMMIT", "2") // the reserve's batch, then the commit's
-			l = StartLedgerd(t, db)
+			// Killed after its second commit: the reserve's batch, then the commit's.
+			l = startLedgerdEnv(t, []string{"LEDGERD_TEST_KILL_AFTER_COMMIT=2"}, db)
 			r := l.Do("POST", prefixed(prefix, "/v1/effects/reserve"), reserve("crash-key-01", "exec-1", 1, false))
 			require.Equal(t, 201, r.Status, r.Raw)
 			_, _, err := rawPost(l.URL+prefixed(prefix, "/v1/effects/crash-key-01/commit"),
@@ -66,7 +66,6 @@ func TestLedgerd_indexCrashAfterCommit(t *testing.T) {
 			require.Error(t, err, "ledgerd died before it answered")
 			l.Kill()
 
-			os.Unsetenv("LEDGERD_TEST_KILL_AFTER_COMMIT")
 			l = StartLedgerd(t, db)
 			requireReplayed(t, l, prefix, "crash-key-01")
 			requireReplayed(t, l, prefix, "before-crash-1")

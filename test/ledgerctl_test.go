@@ -292,9 +292,9 @@ func TestLedgerctl_tokens(t *testing.T) {
 
 func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", filepath.Join(t.TempDir(), "l.db"), "--listen", "0.0.0.0:0").CombinedOutput()
-	require.Error(t, err)
-	assert.Contains(t, string(out), "without auth")
+	out, code := runLedgerd(t, "--db", filepath.Join(t.TempDir(), "l.db"), "--listen", "0.0.0.0:0")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "without auth")
 }
 
 // TestLedgerctl_verifyWhileWriting verifies the live file and runs the

@@ -161,14 +161,11 @@ func TestLedgerd_concurrent(t *testing.T) {
 func TestLedgerd_config(t *testing.T) {
 	t.Run("ErrUnusableDB", func(t *testing.T) {
 		db := filepath.Join(t.TempDir(), "missing", "dir", "l.db")
-		cmd := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", db, "--listen", "127.0.0.1:0")
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee)
-		assert.Equal(t, 1, ee.ExitCode())
-		assert.Contains(t, string(out), "does not exist")
-		assert.Contains(t, string(out), db, "the message names the database")
-		assert.NotContains(t, string(out), ".lock", "not the lock file")
+		out, code := runLedgerd(t, "--db", db, "--listen", "127.0.0.1:0")
+		assert.Equal(t, 1, code)
+		assert.Contains(t, out, "does not exist")
+		assert.Contains(t, out, db, "the message names the database")
+		assert.NotContains(t, out, ".lock", "not the lock file")
 	})
 	t.Run("ErrSecondWriter", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
@@ -184,16 +181,14 @@ func TestLedgerd_config(t *testing.T) {
 	t.Run("ErrNotADatabase", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "junk.db")
 		require.NoError(t, os.WriteFile(path, []byte(strings.Repeat("not sqlite ", 1000)), 0o600))
-		out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--db", path, "--listen", "127.0.0.1:0").CombinedOutput()
-		require.Error(t, err)
-		assert.Contains(t, string(out), "not a database")
+		out, code := runLedgerd(t, "--db", path, "--listen", "127.0.0.1:0")
+		assert.Equal(t, 1, code)
+		assert.Contains(t, out, "not a database")
 	})
 	t.Run("ErrBadFlag", func(t *testing.T) {
-		out, err := exec.Command(filepath.Join(binDir, "ledgerd"), "--no-such-flag").CombinedOutput()
-		var ee *exec.ExitError
-		require.ErrorAs(t, err, &ee)
-		assert.Equal(t, 2, ee.ExitCode())
-		assert.Contains(t, string(out), "no-such-flag")
+		out, code := runLedgerd(t, "--no-such-flag")
+		assert.Equal(t, 2, code)
+		assert.Contains(t, out, "no-such-flag")
 	})
 	t.Run("environment", func(t *testing.T) {
 		// LEDGERD_DB picks the file; --listen on the command line wins over
@@ -204,9 +199,9 @@ func TestLedgerd_config(t *testing.T) {
 		l := StartLedgerd(t, path)
 		assert.Contains(t, l.Logs(), "env.db")
 		t.Setenv("LEDGERD_LOG_FORMAT", "yaml")
-		out, err := exec.Command(filepath.Join(binDir, "ledgerd")).CombinedOutput()
-		require.Error(t, err)
-		assert.Contains(t, string(out), "log-format")
+		out, code := runLedgerd(t)
+		assert.Equal(t, 2, code)
+		assert.Contains(t, out, "log-format")
 	})
 	t.Run("default file is created", func(t *testing.T) {
 		dir := t.TempDir()

@@ -1,5 +1,7 @@
-// Package test holds end-to-end tests that build the real ledgerd binary,
-// start it on a free port and drive it over HTTP.
+// Package test holds end-to-end tests that build the binaries (and
+// ledgerd's test build, testdata/ledgerd-test), start ledgerd on a free
+// port and drive it over HTTP; starts that ledgerd refuses run its Main
+// in-process.
 package test
 
 import (
@@ -16,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,12 +43,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	// One go build for the three, so that they compile and link in
+	// One go build for the four, so that they compile and link in
 	// parallel; with -o a directory each lands under its own name.
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "../cmd/ledgerd", "../cmd/ledgerctl", "../cmd/ledger-mcp")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+		"../cmd/ledgerd", "../cmd/ledgerctl", "../cmd/ledger-mcp", "./testdata/"+ledgerdTest)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build ledgerd, ledgerctl, ledger-mcp:", err)
+		fmt.Fprintln(os.Stderr, "build ledgerd, ledgerctl, ledger-mcp, "+ledgerdTest+":", err)
 		os.Exit(1)
 	}
 	if err := installOpenAPICheck(); err != nil {
@@ -140,6 +144,13 @@ func StartLedgerd(t testing.TB, db string, args ...string) *Ledgerd {
 	return startLedgerdEnv(t, nil, db, args...)
 }
 
+// ledgerdTest is the test build of ledgerd (testdata/ledgerd-test): the
+// same program with its test seams (a clock, a kill after a commit, a
+// full index disk, shorter background periods) set from LEDGERD_TEST_*
+// variables, which the ledgerd binary does not read. StartLedgerd starts
+// it; tests of the binary itself run binDir/ledgerd.
+const ledgerdTest = "ledgerd-test"
+
 // testPeriods shorten ledgerd's background periods in every ledgerd the
 // tests start, so that a namespace created while it runs gets its
 // checkpoints and verification at once instead of within 2 s.
@@ -150,9 +161,17 @@ var testPeriods = []string{"LEDGERD_TEST_NAMESPACE_SCAN_EVERY=20ms"}
 // settings (a test clock) can run in parallel.
 func startLedgerdEnv(t testing.TB, env []string, db string, args ...string) *Ledgerd {
 	t.Helper()
+	return startBinary(t, ledgerdTest, slices.Concat(testPeriods, env), db, args...)
+}
+
+// startBinary starts binDir/bin (ledgerd or its test build) with env
+// added to the environment, on db and a free loopback port, and waits
+// until it logs that it is ready.
+func startBinary(t testing.TB, bin string, env []string, db string, args ...string) *Ledgerd {
+	t.Helper()
 	args = append([]string{"--db", db, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
-	cmd := exec.Command(filepath.Join(binDir, "ledgerd"), args...)
-	cmd.Env = append(append(os.Environ(), testPeriods...), env...)
+	cmd := exec.Command(filepath.Join(binDir, bin), args...)
+	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -245,10 +244,9 @@ func TestWitness_flagErrors(t *testing.T) {
 		{"twice", []string{"--signing-key", s.key, "--log-origin", "ex.test", "--witness", wk, "--witness", wk}, "two witnesses are named"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
-			cmd := exec.Command(filepath.Join(binDir, "ledgerd"), append([]string{"--db", filepath.Join(s.dir, "x.db"), "--listen", "127.0.0.1:0"}, tt.args...)...)
-			out, err := cmd.CombinedOutput()
-			require.Error(t, err, string(out))
-			assert.Contains(t, string(out), tt.want)
+			out, code := runLedgerd(t, append([]string{"--db", filepath.Join(s.dir, "x.db"), "--listen", "127.0.0.1:0"}, tt.args...)...)
+			assert.NotEqual(t, 0, code, out)
+			assert.Contains(t, out, tt.want)
 			_, statErr := os.Stat(filepath.Join(s.dir, "x.db"))
 			assert.True(t, os.IsNotExist(statErr), "no database is created on a flag error")
 		})

@@ -1,0 +1,108 @@
+package ledgerd_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the server's concurrent logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMain_Run serves in-process with the seams set as fields: receipts
+// are dated by Now, and AfterCommit sees each durable commit.
+func TestMain_Run(t *testing.T) {
+	logs := &lockedBuffer{}
+	m := ledgerd.NewMain(logs)
+	require.NoError(t, m.ParseFlags(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "ledger.db"), "--listen", "127.0.0.1:0"}))
+	clock := ledgertest.NewClock(ledgertest.T0)
+	var commits atomic.Int64
+	m.Now, m.AfterCommit = clock.Now, func() { commits.Add(1) }
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	var addr string
+	select {
+	case a := <-m.Addr:
+		addr = a.String()
+	case err := <-done:
+		t.Fatalf("Run: %v\n%s", err, logs)
+	}
+	res, err := http.Post("http://"+addr+"/v1/effects/reserve", "application/json",
+		strings.NewReader(`{"idempotency_key":"in-process-0001","execution_id":"e-1","tool":"t.x","effect":"write"}`))
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusCreated, res.StatusCode)
+	require.NoError(t, res.Body.Close())
+	res, err = http.Get("http://" + addr + "/v1/receipts")
+	require.NoError(t, err)
+	var body struct {
+		Receipts []struct {
+			RecordedAt int64 `json:"recorded_at"`
+		} `json:"receipts"`
+	}
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
+	require.NoError(t, res.Body.Close())
+	require.Len(t, body.Receipts, 1)
+	assert.Equal(t, ledgertest.T0.UnixMilli(), body.Receipts[0].RecordedAt, "dated by Now")
+	assert.Positive(t, commits.Load(), "AfterCommit called")
+
+	cancel()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(time.Minute):
+		t.Fatal("Run did not return after its context ended")
+	}
+	assert.Contains(t, logs.String(), "stopped")
+}
+
+// TestMain_Execute: the exit codes of the command, without a process.
+func TestMain_Execute(t *testing.T) {
+	for _, tt := range []struct {
+		desc string
+		args []string
+		code int
+		want string
+	}{
+		{"help", []string{"--help"}, 0, "Usage: ledgerd"},
+		{"ErrFlag", []string{"--no-such-flag"}, 2, "no-such-flag"},
+		{"ErrFlagValue", []string{"--rate-burst", "0"}, 2, "--rate-burst must be at least 1"},
+		{"ErrRun", []string{"--db", filepath.Join(t.TempDir(), "missing", "l.db"), "--listen", "127.0.0.1:0"}, 1, "does not exist"},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			out := &lockedBuffer{}
+			m := ledgerd.NewMain(out)
+			assert.Equal(t, tt.code, m.Execute(t.Context(), tt.args))
+			assert.Contains(t, out.String(), tt.want)
+		})
+	}
+}

@@ -1,0 +1,45 @@
+package nsservices
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+)
+
+// election holds the signer lock of one namespace once won (the
+// PostgreSQL driver's is a session advisory lock, freed when the holder's
+// connection ends): until then each checkpoint tick tries again.
+type election struct {
+	try     func(ctx context.Context, ns string) (func(), bool, error)
+	ns      string
+	logger  *slog.Logger
+	mu      sync.Mutex
+	release func()
+}
+
+// lead reports whether this replica signs the namespace's checkpoints,
+// trying for the lock when it does not hold it yet (tlog.Checkpointer.Lead).
+func (e *election) lead(ctx context.Context) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.release != nil {
+		return true, nil
+	}
+	release, ok, err := e.try(ctx, e.ns)
+	if err != nil || !ok {
+		return false, err
+	}
+	e.release = release
+	e.logger.Info("this replica signs the namespace's checkpoints")
+	return true, nil
+}
+
+// resign gives the lock up, if held.
+func (e *election) resign() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.release != nil {
+		e.release()
+		e.release = nil
+	}
+}

@@ -1,0 +1,253 @@
+// Package nsservices runs ledgerd's per-namespace services, each started
+// when its namespace is first seen: with a signing key the verifiable log
+// (SPEC §9: a checkpoint signer and, with witnesses, the witnessing of its
+// checkpoints), with a verification period the periodic verification (its
+// metrics labelled by namespace). New namespaces are looked for every
+// ScanEvery.
+package nsservices
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// DefaultScanEvery is how often new namespaces are looked for unless
+// Config.ScanEvery says otherwise.
+const DefaultScanEvery = 2 * time.Second
+
+// Config says which services run for each namespace.
+type Config struct {
+	// Ledger is where the namespaces are listed and opened.
+	Ledger *ledger.Ledger
+	Logger *slog.Logger
+
+	// Signer signs each namespace's checkpoints; nil: no checkpoints,
+	// and none of the fields up to VerifyStore matter.
+	Signer note.Signer
+	// VerifierKey is Signer's verifier key, with which the witnessing
+	// parses stored checkpoints.
+	VerifierKey string
+	// OriginPrefix names the logs: namespace NS has origin PREFIX/NS.
+	OriginPrefix       string
+	CheckpointInterval time.Duration
+	// Witnesses cosign each new checkpoint; a checkpoint is served once
+	// WitnessQuorum of them have.
+	Witnesses     []*tlog.Witness
+	WitnessQuorum int
+	// SignerLock, when set, elects one signer per namespace among
+	// replicas on one database: a replica signs only while it holds the
+	// namespace's lock (see election).
+	SignerLock func(ctx context.Context, ns string) (release func(), ok bool, err error)
+
+	// VerifyStore is the read-only store the periodic verifications read
+	// (never the API's or the writers' connections); nil: no periodic
+	// verification.
+	VerifyStore ledger.Store
+	VerifyEvery time.Duration
+	// Registerer receives the verifications' metrics, labelled by
+	// namespace (default prometheus.DefaultRegisterer).
+	Registerer prometheus.Registerer
+
+	// ScanEvery is how often new namespaces are looked for (default
+	// DefaultScanEvery).
+	ScanEvery time.Duration
+}
+
+// Services are the running per-namespace services.
+type Services struct {
+	cfg Config
+	v   note.Verifier // nil: no witnesses
+
+	mu         sync.Mutex
+	elections  []*election
+	running    map[string]bool
+	witnessing map[string]*tlog.Witnessing
+	periodic   map[string]*verify.Periodic
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Start starts the services of every namespace there is, then looks for
+// new ones every cfg.ScanEvery until ctx is done or Stop is called. Its
+// errors are the witnesses' verifier key's and the first scan's.
+func Start(ctx context.Context, cfg Config) (*Services, error) {
+	if cfg.ScanEvery <= 0 {
+		cfg.ScanEvery = DefaultScanEvery
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.DefaultRegisterer
+	}
+	s := &Services{cfg: cfg, running: map[string]bool{},
+		witnessing: map[string]*tlog.Witnessing{}, periodic: map[string]*verify.Periodic{}}
+	if cfg.Signer != nil && len(cfg.Witnesses) > 0 {
+		v, err := tlog.NewVerifier(cfg.VerifierKey)
+		if err != nil {
+			return nil, fmt.Errorf("witness: %w", err)
+		}
+		s.v = v
+		names := make([]string, len(cfg.Witnesses))
+		for i, w := range cfg.Witnesses {
+			names[i] = w.Name() + "=" + w.URL
+		}
+		cfg.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", cfg.WitnessQuorum)
+	}
+	if cfg.Signer != nil {
+		cfg.Logger.Info("signing checkpoints", "origin_prefix", cfg.OriginPrefix, "verifier_key", cfg.VerifierKey, "interval", cfg.CheckpointInterval)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s.cancel = cancel
+	if err := s.scan(sctx); err != nil {
+		cancel()
+		s.wg.Wait()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.rescan(sctx)
+	}()
+	return s, nil
+}
+
+// rescan scans every ScanEvery until ctx is done.
+func (s *Services) rescan(ctx context.Context) {
+	t := time.NewTicker(s.cfg.ScanEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.scan(ctx); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("namespace services: listing namespaces", "err", err)
+			}
+		}
+	}
+}
+
+// scan starts the services of namespaces that have none yet.
+func (s *Services) scan(ctx context.Context) error {
+	// Names only: the heads (ledger.Namespaces) would cost a read per
+	// namespace on every scan.
+	names, err := s.cfg.Ledger.Store().Namespaces(ctx)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		s.mu.Lock()
+		running := s.running[name]
+		s.mu.Unlock()
+		if running {
+			continue
+		}
+		n, err := s.cfg.Ledger.NS(ctx, name)
+		if err != nil {
+			return err
+		}
+		if err := s.start(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts the services of namespace n.
+func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
+	logger := s.cfg.Logger.With("namespace", n.Name())
+	if s.cfg.VerifyStore != nil {
+		c, err := s.cfg.VerifyStore.Chain(ctx, n.Name())
+		if err != nil {
+			return err
+		}
+		src, err := verify.Of(c)
+		if err != nil {
+			return err
+		}
+		p := &verify.Periodic{Src: src, Every: s.cfg.VerifyEvery, Logger: logger.With("component", "verify"),
+			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"namespace": n.Name()}, s.cfg.Registerer)}
+		s.mu.Lock()
+		s.periodic[n.Name()] = p
+		s.running[n.Name()] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); p.Run(ctx) }()
+	}
+	if s.cfg.Signer == nil {
+		return nil
+	}
+	s.startLog(ctx, n, logger)
+	return nil
+}
+
+// startLog starts namespace n's checkpoint signer and, with witnesses,
+// its witnessing.
+func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
+	origin := tlog.Origin(s.cfg.OriginPrefix, n.Name())
+	cp := &tlog.Checkpointer{Store: n, Signer: s.cfg.Signer, Origin: origin, Interval: s.cfg.CheckpointInterval,
+		Logger: logger.With("component", "checkpoint"), Namespace: n.Name()}
+	if s.cfg.SignerLock != nil {
+		// Replicas on one database: one signer per namespace at a time.
+		e := &election{try: s.cfg.SignerLock, ns: n.Name(), logger: logger}
+		cp.Lead = e.lead
+		s.mu.Lock()
+		s.elections = append(s.elections, e)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	s.running[n.Name()] = true
+	var ws *tlog.Witnessing
+	if s.v != nil {
+		ws = &tlog.Witnessing{Source: n, Verifier: s.v, Witnesses: s.cfg.Witnesses, Quorum: s.cfg.WitnessQuorum,
+			Interval: s.cfg.CheckpointInterval, Logger: logger.With("component", "witness")}
+		s.witnessing[n.Name()] = ws
+	}
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); cp.Run(ctx) }()
+	if ws != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); ws.Run(ctx) }()
+	}
+}
+
+// Verification returns the periodic verification of namespace ns, or nil.
+func (s *Services) Verification(ns string) *verify.Periodic {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.periodic[ns]
+}
+
+// Served is the checkpoint of namespace ns cosigned by the witness
+// quorum, or nil.
+func (s *Services) Served(ns string) *tlog.Signed {
+	s.mu.Lock()
+	ws := s.witnessing[ns]
+	s.mu.Unlock()
+	if ws == nil {
+		return nil
+	}
+	return ws.Served()
+}
+
+// Stop stops every service, waits for them to end, and gives up the
+// signer locks held.
+func (s *Services) Stop() {
+	s.cancel()
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.elections {
+		e.resign()
+	}
+}

@@ -1,0 +1,33 @@
+package ledgerd
+
+import (
+	"context"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgerd/nsservices"
+)
+
+// signerLocker is a store shared by replicas that elects one checkpoint
+// signer per namespace (the PostgreSQL driver: a session advisory lock,
+// freed when the holder's connection ends).
+type signerLocker interface {
+	TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error)
+}
+
+// startNsServices starts the per-namespace services of the flags: with
+// --signing-key the verifiable log, with --verify-every the periodic
+// verification over the read-only store.
+func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) (*nsservices.Services, error) {
+	cfg := nsservices.Config{Ledger: o.l, Logger: m.Logger, ScanEvery: m.NamespaceScanEvery}
+	if key != nil {
+		cfg.Signer, cfg.VerifierKey = key.signer, key.vkey
+		cfg.OriginPrefix, cfg.CheckpointInterval = m.LogOrigin, m.CheckpointInterval
+		cfg.Witnesses, cfg.WitnessQuorum = m.Witnesses.list, m.WitnessQuorum
+		if sl, ok := o.store.(signerLocker); ok {
+			cfg.SignerLock = sl.TrySignerLock
+		}
+	}
+	if m.VerifyEvery > 0 {
+		cfg.VerifyStore, cfg.VerifyEvery = o.rstore, m.VerifyEvery
+	}
+	return nsservices.Start(ctx, cfg)
+}

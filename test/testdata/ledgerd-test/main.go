@@ -1,0 +1,73 @@
+// Command ledgerd-test is ledgerd for the end-to-end tests: the same
+// program (internal/ledgerd), with its test seams filled from LEDGERD_TEST_*
+// environment variables, so that a test can move the clock of a process,
+// kill it right after a COMMIT or fill its key index's disk. The ledgerd
+// binary reads none of these variables.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	m := ledgerd.NewMain(os.Stderr)
+	if err := setSeams(m); err != nil {
+		fmt.Fprintln(os.Stderr, "ledgerd:", err)
+		stop()
+		os.Exit(1)
+	}
+	code := m.Execute(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// The environment variables read by setSeams.
+const (
+	// clockEnv names a file holding the time ledgerd uses instead of its
+	// clock (see fileClock).
+	clockEnv = "LEDGERD_TEST_CLOCK_FILE"
+	// killAfterCommitEnv holds a number N: ledgerd kills itself (SIGKILL,
+	// as kill -9 would) right after its Nth durable COMMIT, before that
+	// batch reaches the key index.
+	killAfterCommitEnv = "LEDGERD_TEST_KILL_AFTER_COMMIT"
+	// indexFullEnv names a file: while it exists, every write to the key
+	// index's files fails with ENOSPC, as on a full disk.
+	indexFullEnv = "LEDGERD_TEST_INDEX_FULL_IF"
+	// replicaCountEnv and namespaceScanEnv hold durations (e.g. 10ms)
+	// that shorten ledgerd's background periods, so that a test sees a
+	// new replica counted or a new namespace served without waiting.
+	replicaCountEnv  = "LEDGERD_TEST_REPLICA_COUNT_EVERY"
+	namespaceScanEnv = "LEDGERD_TEST_NAMESPACE_SCAN_EVERY"
+)
+
+// setSeams sets m's seams from the environment.
+func setSeams(m *ledgerd.Main) error {
+	var err error
+	if path := os.Getenv(clockEnv); path != "" {
+		if m.Now, err = fileClock(path); err != nil {
+			return fmt.Errorf("%s: %w", clockEnv, err)
+		}
+	}
+	if v := os.Getenv(killAfterCommitEnv); v != "" {
+		if m.AfterCommit, err = killAfterCommit(v); err != nil {
+			return fmt.Errorf("%s: %w", killAfterCommitEnv, err)
+		}
+	}
+	if path := os.Getenv(indexFullEnv); path != "" {
+		m.IndexWriteFault = fullIf(path)
+	}
+	if m.ReplicaCountEvery, err = period(replicaCountEnv); err != nil {
+		return err
+	}
+	if m.NamespaceScanEvery, err = period(namespaceScanEnv); err != nil {
+		return err
+	}
+	return nil
+}
