@@ -22,10 +22,6 @@ type namespaceJSON struct {
 	KeyTTLMS uint64     `json:"key_ttl_ms"`
 }
 
-func (n namespaceJSON) info() NamespaceInfo {
-	return NamespaceInfo{Name: n.Name, Head: n.Head, KeyTTLMS: n.KeyTTLMS}
-}
-
 // CreateNamespace creates the namespace name whose keys are forgotten
 // keyTTLMS milliseconds after they finish, 0 never (an admin token when
 // tokens exist), and returns it with its empty head. The client's own
@@ -44,7 +40,7 @@ func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint
 	if err := json.Unmarshal(res.body, &b); err != nil {
 		return nil, fmt.Errorf("create namespace: decode response: %w", err)
 	}
-	n := b.info()
+	n := NamespaceInfo(b)
 	return &n, nil
 }
 
@@ -63,7 +59,7 @@ func (c *Client) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 	}
 	out := make([]NamespaceInfo, 0, len(b.Namespaces))
 	for _, n := range b.Namespaces {
-		out = append(out, n.info())
+		out = append(out, NamespaceInfo(n))
 	}
 	return out, nil
 }
