@@ -49,6 +49,46 @@ func changedOf(o *object) *ledger.Changed {
 	return out
 }
 
+// ApprovalView is an ask and what became of it, as /v1/approvals answers.
+type ApprovalView struct {
+	Seq            uint64            `json:"seq"`
+	IdempotencyKey string            `json:"idempotency_key"`
+	ExecutionID    string            `json:"execution_id"`
+	Attempt        uint64            `json:"attempt"`
+	Tool           string            `json:"tool"`
+	Effect         string            `json:"effect"`
+	Idempotent     bool              `json:"idempotent"`
+	InputHash      string            `json:"input_hash"`
+	Summary        string            `json:"summary"`
+	Actor          string            `json:"actor"`
+	AskedAt        uint64            `json:"asked_at"`
+	ExpiresAt      uint64            `json:"expires_at"`
+	State          string            `json:"state"` // pending, approved, rejected, expired or consumed
+	Answer         *ApprovalAnswer   `json:"answer"`
+	ConsumedBy     *ApprovalConsumer `json:"consumed_by"`
+	// One ask's view only: the asked input (for approver and admin
+	// tokens; null once deleted) and whether it matches InputHash.
+	Input         json.RawMessage `json:"input,omitempty"`
+	InputVerified *bool           `json:"input_verified,omitempty"`
+}
+
+// ApprovalConsumer is the reserve that consumed an approval.
+type ApprovalConsumer struct {
+	Seq         uint64 `json:"seq"`
+	ExecutionID string `json:"execution_id"`
+	Attempt     uint64 `json:"attempt"`
+}
+
+// ApprovalAnswer is an approver's recorded answer.
+type ApprovalAnswer struct {
+	Seq        uint64 `json:"seq"`
+	Decision   string `json:"decision"` // approve or reject
+	Actor      string `json:"actor"`
+	Role       string `json:"role"`
+	Note       string `json:"note"`
+	RecordedAt uint64 `json:"recorded_at"`
+}
+
 // policyJSON is the answer of GET and PUT /v1/namespaces/{ns}/policy.
 type policyJSON struct {
 	Namespace string          `json:"namespace"`

@@ -265,17 +265,6 @@ func mayCorrect(ctx context.Context) bool {
 	return !ok || p.Role == ledger.RoleAdmin
 }
 
-type keyBody struct {
-	IdempotencyKey string          `json:"idempotency_key"`
-	State          string          `json:"state"`
-	Tool           string          `json:"tool"`
-	Effect         string          `json:"effect"`
-	Idempotent     bool            `json:"idempotent"`
-	InputHash      string          `json:"input_hash"`
-	ExpiresAt      uint64          `json:"expires_at,omitempty"`
-	Receipts       []chain.Receipt `json:"receipts"`
-}
-
 // keyQuery is the set of query parameters GET /v1/effects/{key} accepts.
 var keyQuery = map[string]bool{"history": true}
 

@@ -141,9 +141,12 @@ type Approval struct {
 	ConsumedBy     *Consumption
 	// Input is the asked input, shown by Client.Approval to approver and
 	// admin tokens (nil otherwise, and once the ledger deleted it);
-	// InputVerified says its fingerprint equals InputHash.
+	// InputVerified says its fingerprint equals InputHash. InputShown
+	// says the ledger answered with the input, even a deleted one: the
+	// token may see it.
 	Input         json.RawMessage
 	InputVerified bool
+	InputShown    bool
 	// Repeat is set by Client.Answer when the same decision had been
 	// recorded before: nothing was appended now.
 	Repeat bool
@@ -201,7 +204,7 @@ func (j *approvalJSON) approval() Approval {
 	a := Approval{Seq: j.Seq, IdempotencyKey: j.IdempotencyKey, ExecutionID: j.ExecutionID, Attempt: j.Attempt,
 		Tool: j.Tool, Class: j.Effect, Idempotent: j.Idempotent, InputHash: j.InputHash, Summary: j.Summary,
 		Actor: j.Actor, AskedAt: unixMilli(j.AskedAt), ExpiresAt: unixMilli(j.ExpiresAt), State: j.State,
-		InputVerified: j.InputVerified}
+		InputVerified: j.InputVerified, InputShown: j.Input != nil}
 	if len(j.Input) > 0 && string(j.Input) != "null" {
 		a.Input = j.Input
 	}

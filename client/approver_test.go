@@ -159,6 +159,7 @@ func TestClient_Approvals(t *testing.T) {
 		assert.Equal(t, &client.Answer{Seq: 13, Decision: client.Approve, Actor: "token:alice", Role: "approver",
 			Note: "ok", RecordedAt: time.UnixMilli(1764475260000)}, list[0].Answer)
 		assert.Equal(t, &client.Consumption{Seq: 14, ExecutionID: "exec-1", Attempt: 2}, list[0].ConsumedBy)
+		assert.False(t, list[0].InputShown, "a list shows no input")
 	})
 
 	t.Run("OK show with the input", func(t *testing.T) {
@@ -166,6 +167,7 @@ func TestClient_Approvals(t *testing.T) {
 		require.NoError(t, err)
 		assert.JSONEq(t, `{"amount":1200}`, string(a.Input))
 		assert.True(t, a.InputVerified)
+		assert.True(t, a.InputShown)
 	})
 
 	t.Run("ErrUnknownApproval", func(t *testing.T) {

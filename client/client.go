@@ -16,6 +16,10 @@
 // answer with WithApprovalWait. Policy, SetPolicy, Approvals, Approval and
 // Answer are the approver's side.
 //
+// Receipts, Key, Head, Namespaces, Checkpoint, ReceiptProof and
+// ConsistencyProof are the auditor's: they hand over what the ledger sent,
+// for a verifier to check (ledgerctl --server reads a ledger with them).
+//
 // The package needs neither cgo nor the rest of this module: a gateway
 // imports it alone.
 package client
@@ -51,6 +55,10 @@ const (
 
 // maxWaitMS is the largest wait_ms the ledger accepts.
 const maxWaitMS = 60_000
+
+// maxResponse bounds the body of one response: a page of receipts may
+// hold a thousand results of up to 64 KiB each.
+const maxResponse = 64 << 20
 
 // Client talks to a ledgerd. It is safe for concurrent use.
 type Client struct {
@@ -292,7 +300,7 @@ func (c *Client) sendTo(ctx context.Context, method, path string, body any) (*re
 		return nil, err
 	}
 	defer func() { _ = res.Body.Close() }()
-	data, err := io.ReadAll(io.LimitReader(res.Body, 8<<20))
+	data, err := io.ReadAll(io.LimitReader(res.Body, maxResponse))
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}

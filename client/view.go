@@ -32,6 +32,9 @@ type KeyReceipt struct {
 	RefSeq         uint64 `json:"ref_seq"`
 	RecordedAt     int64  `json:"recorded_at"`
 	Hash           string `json:"hash"`
+	// JSON is the receipt's whole object as the ledger sent it (SPEC §2),
+	// for a verifier that decodes it with its own receipt type.
+	JSON json.RawMessage `json:"-"`
 }
 
 // KeyView is a key's state as the ledger reports it (GET
@@ -65,20 +68,29 @@ func (c *Client) Key(ctx context.Context, key string, history bool) (*KeyView, e
 		return nil, err
 	}
 	var b struct {
-		IdempotencyKey string       `json:"idempotency_key"`
-		State          string       `json:"state"`
-		Tool           string       `json:"tool"`
-		Effect         Class        `json:"effect"`
-		Idempotent     bool         `json:"idempotent"`
-		InputHash      string       `json:"input_hash"`
-		ExpiresAt      int64        `json:"expires_at"`
-		Receipts       []KeyReceipt `json:"receipts"`
+		IdempotencyKey string            `json:"idempotency_key"`
+		State          string            `json:"state"`
+		Tool           string            `json:"tool"`
+		Effect         Class             `json:"effect"`
+		Idempotent     bool              `json:"idempotent"`
+		InputHash      string            `json:"input_hash"`
+		ExpiresAt      int64             `json:"expires_at"`
+		Receipts       []json.RawMessage `json:"receipts"`
 	}
 	if err := json.Unmarshal(res.body, &b); err != nil {
 		return nil, fmt.Errorf("key: decode response: %w", err)
 	}
 	v := &KeyView{Key: b.IdempotencyKey, State: b.State, Tool: b.Tool, Class: b.Effect, Idempotent: b.Idempotent,
-		InputHash: b.InputHash, Receipts: b.Receipts}
+		InputHash: b.InputHash}
+	if b.Receipts != nil {
+		v.Receipts = make([]KeyReceipt, len(b.Receipts))
+	}
+	for i, raw := range b.Receipts {
+		if err := json.Unmarshal(raw, &v.Receipts[i]); err != nil {
+			return nil, fmt.Errorf("key: decode receipt: %w", err)
+		}
+		v.Receipts[i].JSON = raw
+	}
 	if b.ExpiresAt > 0 {
 		v.ExpiresAt = time.UnixMilli(b.ExpiresAt)
 	}

@@ -70,7 +70,7 @@ func TestVerifier_audit(t *testing.T) {
 		require.NoError(t, err)
 		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
-		online, err := verify.NewRemote(api.NewClient(srv.URL), opts).Check(context.Background())
+		online, err := verify.NewRemote(server(t, srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, a, online.Audit)
 		assert.Equal(t, rep.Head, online.Head)
@@ -128,14 +128,14 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); _ = db.Close() }()
 	for range 5 { // the online pass finishes keys in map order: the keys must still come in seq order
-		online, err := verify.NewRemote(api.NewClient(srv.URL), verify.Opts{}).Check(ctx)
+		online, err := verify.NewRemote(server(t, srv.URL), verify.Opts{}).Check(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, rep.Audit.DuplicateEffects, online.Audit.DuplicateEffects, "online")
 	}
 	for _, f := range []verify.AuditFilter{{SinceSeq: 4}, {SinceSeq: 5}, {Tool: "payments.charge"}} {
 		offline, err := verify.New(rd, verify.Opts{Filter: f}).Check(ctx)
 		require.NoError(t, err)
-		online, err := verify.NewRemote(api.NewClient(srv.URL), verify.Opts{Filter: f}).Check(ctx)
+		online, err := verify.NewRemote(server(t, srv.URL), verify.Opts{Filter: f}).Check(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, offline.Audit.DuplicateEffects, online.Audit.DuplicateEffects, "%+v", f)
 		assert.Equal(t, f.SinceSeq == 4, len(offline.Audit.DuplicateEffects) == 1, "%+v", f)

@@ -8,8 +8,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// receiptLister can list receipts of one kind (ledger.ChainReader, the
-// API client): it tells an incremental run whether the ledger has any
+// receiptLister can list receipts of one kind (ledger.ChainReader,
+// Server): it tells an incremental run whether the ledger has any
 // policy receipt at all.
 type receiptLister interface {
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)

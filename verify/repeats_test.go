@@ -113,7 +113,7 @@ func (c *calls) audits(opts verify.Opts) (offline, online *verify.Audit) {
 	require.True(c.t, rep.OK, "%+v", rep.Violations)
 	srv := httptest.NewServer(api.NewServer(c.db, api.Config{Logger: quiet}))
 	defer srv.Close()
-	orep, err := verify.NewRemote(api.NewClient(srv.URL), opts).Check(ctx)
+	orep, err := verify.NewRemote(server(c.t, srv.URL), opts).Check(ctx)
 	require.NoError(c.t, err)
 	require.True(c.t, orep.OK, "%+v", orep.Violations)
 	return rep.Audit, orep.Audit

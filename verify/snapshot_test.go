@@ -34,8 +34,9 @@ func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
 	db, _ := ledgertest.Open(t)
 	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	t.Cleanup(srv.Close)
+	remote := server(t, srv.URL)
 	checkIncrementalBesideWriter(t, db, false, func(opts verify.Opts) *verify.Verifier {
-		return verify.NewRemote(api.NewClient(srv.URL), opts)
+		return verify.NewRemote(remote, opts)
 	})
 }
 

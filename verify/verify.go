@@ -58,7 +58,7 @@ type DB interface {
 	KeyTTL(ctx context.Context) (uint64, error)
 }
 
-// Remote is a ledger served over the API (*api.Client): its chain in seq
+// Remote is a ledger served over the API (Server): its chain in seq
 // order, one key's receipts at a time for incremental runs, and the
 // key_ttl_ms the server lists for the namespace (SPEC §12).
 type Remote interface {

@@ -20,16 +20,22 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
-var (
-	_ verify.DB     = (*sqlite.Reader)(nil)
-	_ verify.Remote = (*api.Client)(nil)
-)
+var _ verify.DB = (*sqlite.Reader)(nil)
+
+// server is the ledger served at url, read with the client module.
+func server(t testing.TB, url string) verify.Server {
+	t.Helper()
+	c, err := client.New(url)
+	require.NoError(t, err)
+	return verify.Server{Client: c}
+}
 
 // clock is a settable test clock.
 type clock struct {
@@ -266,7 +272,7 @@ func TestVerifier_tamper(t *testing.T) {
 		db := openForServing(t, path)
 		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
-		rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(context.Background())
+		rep, err = verify.NewRemote(server(t, srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
 		check("online", rep)
 	})
@@ -436,7 +442,7 @@ func TestVerifier_incremental(t *testing.T) {
 			db := openForServing(t, path)
 			srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 			defer func() { srv.Close(); _ = db.Close() }()
-			rep, err = verify.NewRemote(api.NewClient(srv.URL), opts).Check(ctx)
+			rep, err = verify.NewRemote(server(t, srv.URL), opts).Check(ctx)
 			require.NoError(t, err)
 			check("online", rep)
 		})

@@ -86,7 +86,7 @@ starts --after the last seq shown.`,
 	if err != nil {
 		return err
 	}
-	list, next, err := client.Approvals(ctx, *state, *after, *limit)
+	list, next, err := client.approvals(ctx, *state, *after, *limit)
 	if err != nil {
 		return approvalsErr(err)
 	}
@@ -136,7 +136,7 @@ func answerCell(a *api.ApprovalAnswer) string {
 }
 
 // client returns the client of --server in --namespace.
-func (c *ApprovalsCommand) client(fs *flag.FlagSet, src *sourceFlags) (*api.Client, error) {
+func (c *ApprovalsCommand) client(fs *flag.FlagSet, src *sourceFlags) (*server, error) {
 	if err := src.check(); err != nil {
 		return nil, usageErr(fs, c.Env, "%v", err)
 	}
@@ -178,7 +178,7 @@ the expiry.`,
 	if err != nil {
 		return err
 	}
-	a, err := client.Approval(ctx, seq)
+	a, err := client.approval(ctx, seq)
 	if err != nil {
 		return approvalsErr(err)
 	}
@@ -266,7 +266,7 @@ Sending the same decision again prints the recorded answer.`, decision, summary)
 	if err != nil {
 		return err
 	}
-	a, err := client.AnswerApproval(ctx, seq, decision, *note)
+	a, err := client.answer(ctx, seq, decision, *note)
 	if err != nil {
 		return approvalsErr(err)
 	}

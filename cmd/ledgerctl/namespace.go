@@ -99,7 +99,7 @@ keys never expire. It is fixed when the namespace is created.`,
 		if err != nil {
 			return err
 		}
-		if info, err = client.CreateNamespace(ctx, name, keyTTL); err != nil {
+		if info, err = client.createNamespace(ctx, name, keyTTL); err != nil {
 			return err
 		}
 	} else if err := createNamespaceDB(ctx, c.Env, src.db, name, keyTTL); err != nil {
@@ -171,7 +171,7 @@ keys that never expire) and, for a SQLite ledger, the file that holds each. Thro
 		if err != nil {
 			return err
 		}
-		if list, err = client.Namespaces(ctx); err != nil {
+		if list, err = client.namespaces(ctx); err != nil {
 			return err
 		}
 	} else if list, err = listNamespacesDB(ctx, c.Env, src.db); err != nil {

@@ -72,11 +72,12 @@ named by its member (details.field).`,
 	if err != nil {
 		return err
 	}
+	src.namespace = ns
 	client, err := src.client(fs, c.Env)
 	if err != nil {
 		return err
 	}
-	res, err := client.SetPolicy(ctx, ns, policy)
+	res, err := client.setPolicy(ctx, policy)
 	if err != nil {
 		return approvalsErr(err)
 	}
@@ -143,11 +144,12 @@ set it.`,
 	if err := src.check(); err != nil {
 		return usageErr(fs, c.Env, "%v", err)
 	}
+	src.namespace = pos[0]
 	client, err := src.client(fs, c.Env)
 	if err != nil {
 		return err
 	}
-	res, err := client.Policy(ctx, pos[0])
+	res, err := client.policy(ctx)
 	if err != nil {
 		return approvalsErr(err)
 	}

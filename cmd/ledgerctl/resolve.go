@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -36,8 +36,8 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 	src.registerServer(fs)
 	src.registerNamespace(fs)
 	src.registerJSON(fs)
-	var body api.ResolveBody
-	var fail api.FailureBody
+	var body client.Resolution
+	var fail client.Failure
 	fs.StringVar(&body.Outcome, "outcome", "", "what happened: `succeeded|failed|not_applied` (required)")
 	fs.StringVar(&body.ExternalRef, "ref", "", "downstream `reference` (charge id, message id, …)")
 	result := fs.String("result", "", "recorded result as `JSON`")
@@ -67,13 +67,13 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 		return usageErr(fs, c.Env, "%v", err)
 	}
 	if body.Outcome == "failed" || body.Outcome == "not_applied" {
-		body.Error = &fail
+		body.Failure = &fail
 	}
-	client, err := src.client(fs, c.Env)
+	srv, err := src.client(fs, c.Env)
 	if err != nil {
 		return err
 	}
-	res, err := client.Resolve(ctx, key, body)
+	res, err := srv.resolve(ctx, key, body)
 	var le *ledger.Error
 	if errors.As(err, &le) && le.Code == ledger.ECodeInvalidRequest {
 		if f, ok := le.Details["field"].(string); ok && resolveFlags[f] != "" {
@@ -92,7 +92,7 @@ func (c *ResolveCommand) Run(ctx context.Context, args []string) error {
 }
 
 // checkResolve checks the flags as the server would, naming the flags.
-func checkResolve(body *api.ResolveBody, fail *api.FailureBody, result string) error {
+func checkResolve(body *client.Resolution, fail *client.Failure, result string) error {
 	switch body.Outcome {
 	case "succeeded":
 		if fail.Code != "" || fail.Message != "" || fail.Retryable {

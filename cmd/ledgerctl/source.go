@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
@@ -123,23 +122,9 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 	return v, nil
 }
 
-// serverStore adapts a server.
-type serverStore struct{ *api.Client }
-
-func (serverStore) Close() error { return nil }
-
-func (s serverStore) verifier(opts verify.Opts) *verify.Verifier {
-	return verify.NewRemote(s.Client, opts)
-}
-
-// Key reads a key from the server.
-func (s serverStore) Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {
-	return s.GetKey(ctx, key, history)
-}
-
 var (
 	_ store = fileStore{}
-	_ store = serverStore{}
+	_ store = (*server)(nil)
 )
 
 // serverToken is the bearer token for --server: the --token flag, else
@@ -197,12 +182,12 @@ func (s *sourceFlags) open(ctx context.Context, fs *flag.FlagSet, env *Env) (sto
 	case c == nil:
 		return fsrc, nil
 	}
-	return serverStore{c}, nil
+	return c, nil
 }
 
 // openEither opens the --namespace of the --db database read-only, or a
 // client of --server for it.
-func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env) (fileStore, *api.Client, error) {
+func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env) (fileStore, *server, error) {
 	if err := s.check(); err != nil {
 		return fileStore{}, nil, usageErr(fs, env, "%v", err)
 	}
@@ -253,15 +238,13 @@ func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (auditChain, 
 	return ac, nil
 }
 
-func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*api.Client, error) {
+// client returns the server of --server in --namespace.
+func (s *sourceFlags) client(fs *flag.FlagSet, env *Env) (*server, error) {
 	base, err := serverURL(s.server)
 	if err != nil {
 		return nil, usageErr(fs, env, "--server: %v", err)
 	}
-	c := api.NewClient(base)
-	c.Token = s.token
-	c.Namespace = s.ns()
-	return c, nil
+	return newServer(base, s.token, s.ns())
 }
 
 // serverURL checks a --server value and returns the base URL. A bare

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
@@ -103,17 +102,6 @@ func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
 	return f.Key(ctx, key, false)
 }
 
-type serverLog struct{ *api.Client }
-
-func (s serverLog) checkpoint(ctx context.Context) ([]byte, error) { return s.Checkpoint(ctx) }
-func (s serverLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	return s.PortableReceipt(ctx, seq)
-}
-func (s serverLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
-	return s.GetKey(ctx, key, false)
-}
-func (serverLog) Close() error { return nil }
-
 // openLog opens --db or --server as a logSource.
 func (s *sourceFlags) openLog(ctx context.Context, fs *flag.FlagSet, env *Env) (logSource, error) {
 	fsrc, c, err := s.openEither(ctx, fs, env)
@@ -123,7 +111,7 @@ func (s *sourceFlags) openLog(ctx context.Context, fs *flag.FlagSet, env *Env) (
 	case c == nil:
 		return fileLog{fsrc}, nil
 	}
-	return serverLog{c}, nil
+	return c, nil
 }
 
 // CheckpointCommand prints the latest signed checkpoint.

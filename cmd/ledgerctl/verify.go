@@ -173,7 +173,7 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 	var names []string
 	var open func(ns string) (store, error)
 	if client != nil {
-		list, err := client.Namespaces(ctx)
+		list, err := client.namespaces(ctx)
 		if err != nil {
 			return fmt.Errorf("list namespaces: %w", err)
 		}
@@ -181,9 +181,11 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 			names = append(names, n.Name)
 		}
 		open = func(ns string) (store, error) {
-			cc := *client
-			cc.Namespace = ns
-			return serverStore{&cc}, nil
+			st, err := client.in(ns)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
 		}
 	} else {
 		defer fsrc.Close()

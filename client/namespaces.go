@@ -1,0 +1,65 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// NamespaceInfo is a namespace with its head (GET /v1/namespaces).
+type NamespaceInfo struct {
+	Name string
+	Head ReceiptRef
+	// KeyTTLMS is the namespace's key_ttl_ms (SPEC §12): how long a
+	// finished key is remembered, in milliseconds; 0 forever.
+	KeyTTLMS uint64
+}
+
+type namespaceJSON struct {
+	Name     string     `json:"name"`
+	Head     ReceiptRef `json:"head"`
+	KeyTTLMS uint64     `json:"key_ttl_ms"`
+}
+
+// CreateNamespace creates the namespace name whose keys are forgotten
+// keyTTLMS milliseconds after they finish, 0 never (an admin token when
+// tokens exist), and returns it with its empty head. The client's own
+// namespace does not matter. Errors: ErrNamespaceExists,
+// ErrNamespaceLimit, ErrInvalidRequest.
+func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint64) (*NamespaceInfo, error) {
+	body := map[string]any{"name": name}
+	if keyTTLMS != 0 {
+		body["key_ttl_ms"] = keyTTLMS
+	}
+	res, err := c.sendTo(ctx, http.MethodPost, "/v1/namespaces", body)
+	if err != nil {
+		return nil, err
+	}
+	var b namespaceJSON
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return nil, fmt.Errorf("create namespace: decode response: %w", err)
+	}
+	n := NamespaceInfo(b)
+	return &n, nil
+}
+
+// Namespaces lists the namespaces with their heads, in name order; a
+// token limited to namespaces sees only those.
+func (c *Client) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
+	res, err := c.sendTo(ctx, http.MethodGet, "/v1/namespaces", nil)
+	if err != nil {
+		return nil, err
+	}
+	var b struct {
+		Namespaces []namespaceJSON `json:"namespaces"`
+	}
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return nil, fmt.Errorf("namespaces: decode response: %w", err)
+	}
+	out := make([]NamespaceInfo, 0, len(b.Namespaces))
+	for _, n := range b.Namespaces {
+		out = append(out, NamespaceInfo(n))
+	}
+	return out, nil
+}

@@ -1,0 +1,70 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// This file is the auditor's side: the chain itself, read page by page.
+
+// ReceiptFilter selects receipts (GET /v1/receipts); zero members select
+// every receipt.
+type ReceiptFilter struct {
+	After       uint64 // only receipts with a greater seq
+	Limit       int    // at most this many (0: the ledger's default)
+	Key         string // one idempotency key's receipts
+	ExecutionID string
+	Tool        string
+	Kind        string // reserve, commit, resolve, ask, approval, policy
+}
+
+// Receipts returns one page of the receipts of the client's namespace in
+// seq order. Each is the receipt's JSON object (SPEC §2) as the ledger
+// sent it, so that a verifier decodes it with its own receipt type and
+// recomputes its hash from exactly those fields. next is the After of
+// the next page, 0 on the last.
+func (c *Client) Receipts(ctx context.Context, f ReceiptFilter) (receipts []json.RawMessage, next uint64, err error) {
+	q := url.Values{}
+	q.Set("after", strconv.FormatUint(f.After, 10))
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	for name, v := range map[string]string{"key": f.Key, "execution_id": f.ExecutionID, "tool": f.Tool, "kind": f.Kind} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	res, err := c.send(ctx, http.MethodGet, "/v1/receipts?"+q.Encode(), nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var b struct {
+		Receipts  []json.RawMessage `json:"receipts"`
+		NextAfter *uint64           `json:"next_after"`
+	}
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return nil, 0, fmt.Errorf("receipts: decode response: %w", err)
+	}
+	if b.NextAfter != nil {
+		next = *b.NextAfter
+	}
+	return b.Receipts, next, nil
+}
+
+// Head returns the latest receipt of the client's namespace (GET
+// /v1/head); seq 0 while the chain is empty.
+func (c *Client) Head(ctx context.Context) (ReceiptRef, error) {
+	res, err := c.send(ctx, http.MethodGet, "/v1/head", nil)
+	if err != nil {
+		return ReceiptRef{}, err
+	}
+	var b ReceiptRef
+	if err := json.Unmarshal(res.body, &b); err != nil {
+		return ReceiptRef{}, fmt.Errorf("head: decode response: %w", err)
+	}
+	return b, nil
+}
