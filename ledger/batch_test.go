@@ -15,10 +15,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_linger: with a long Linger, a lone request on an idle ledger is
+// TestNamespace_linger: with a long Linger, a lone request on an idle ledger is
 // written at once, and requests under load still all commit (the writer
 // gathers them into batches; none waits for more than the linger).
-func TestDB_linger(t *testing.T) {
+func TestNamespace_linger(t *testing.T) {
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now), ledgertest.WithConfig(ledger.Config{Linger: 2 * time.Second}))
 	start := time.Now()
 	_, err := db.Reserve(context.Background(), testkit.ReserveReq("lone-key-01", "e"))

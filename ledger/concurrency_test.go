@@ -16,9 +16,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_Reserve_race races 64 goroutines on one key: exactly one wins,
+// TestNamespace_Reserve_race races 64 goroutines on one key: exactly one wins,
 // every other gets in_progress, and one receipt is appended.
-func TestDB_Reserve_race(t *testing.T) {
+func TestNamespace_Reserve_race(t *testing.T) {
 	db := ledgertest.Open(t)
 	const n = 64
 	var wins, inProgress atomic.Int32
@@ -47,9 +47,9 @@ func TestDB_Reserve_race(t *testing.T) {
 	assert.Equal(t, uint64(1), db.Head().Seq)
 }
 
-// TestDB_Commit_race sends the same commit from 64 goroutines: one
+// TestNamespace_Commit_race sends the same commit from 64 goroutines: one
 // receipt, identical results.
-func TestDB_Commit_race(t *testing.T) {
+func TestNamespace_Commit_race(t *testing.T) {
 	db := ledgertest.Open(t)
 	res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	const n = 64
@@ -77,9 +77,9 @@ func TestDB_Commit_race(t *testing.T) {
 	assert.Equal(t, uint64(2), db.Head().Seq)
 }
 
-// TestDB_manyKeys runs 64 writers over many keys at once: every pair
+// TestNamespace_manyKeys runs 64 writers over many keys at once: every pair
 // commits, seq is contiguous and the chain verifies.
-func TestDB_manyKeys(t *testing.T) {
+func TestNamespace_manyKeys(t *testing.T) {
 	db := ledgertest.Open(t)
 	const writers, perWriter = 64, 40
 	var wg sync.WaitGroup
@@ -114,10 +114,10 @@ func TestDB_manyKeys(t *testing.T) {
 	}
 }
 
-// TestDB_mixedRace races reserves, commits and replays on a few keys and
+// TestNamespace_mixedRace races reserves, commits and replays on a few keys and
 // checks the outcome against the rules: per key at most one success, and
 // the chain verifies.
-func TestDB_mixedRace(t *testing.T) {
+func TestNamespace_mixedRace(t *testing.T) {
 	db := ledgertest.Open(t)
 	keys := []string{"mixed-key-0001", "mixed-key-0002", "mixed-key-0003"}
 	var wg sync.WaitGroup

@@ -16,8 +16,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_Reserve walks every row of the SPEC §4 reserve table.
-func TestDB_Reserve(t *testing.T) {
+// TestNamespace_Reserve walks every row of the SPEC §4 reserve table.
+func TestNamespace_Reserve(t *testing.T) {
 	for _, tt := range []struct {
 		desc string
 		// setup brings key into a state; it returns the seq the new
@@ -241,7 +241,7 @@ func TestDB_Reserve(t *testing.T) {
 	}
 }
 
-func TestDB_Reserve_details(t *testing.T) {
+func TestNamespace_Reserve_details(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		db := ledgertest.Open(t)
 		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
@@ -322,7 +322,7 @@ func TestDB_Reserve_details(t *testing.T) {
 	})
 }
 
-func TestDB_Reserve_validation(t *testing.T) {
+func TestNamespace_Reserve_validation(t *testing.T) {
 	db := ledgertest.Open(t)
 	long := strings.Repeat("k", 256)
 	for _, tt := range []struct {
@@ -378,8 +378,8 @@ func TestDB_Reserve_validation(t *testing.T) {
 	})
 }
 
-// TestDB_Commit walks every row of the SPEC §4 commit table.
-func TestDB_Commit(t *testing.T) {
+// TestNamespace_Commit walks every row of the SPEC §4 commit table.
+func TestNamespace_Commit(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		db := ledgertest.Open(t)
 		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
@@ -573,8 +573,8 @@ func TestDB_Commit(t *testing.T) {
 	})
 }
 
-// TestDB_Resolve walks the resolve rules of SPEC §4.
-func TestDB_Resolve(t *testing.T) {
+// TestNamespace_Resolve walks the resolve rules of SPEC §4.
+func TestNamespace_Resolve(t *testing.T) {
 	resolve := func(outcome string) ledger.ResolveRequest {
 		r := ledger.ResolveRequest{IdempotencyKey: key, Outcome: outcome, Note: "checked the PSP dashboard", Actor: ""}
 		if outcome == chain.OutcomeFailed {
@@ -644,7 +644,7 @@ func TestDB_Resolve(t *testing.T) {
 	})
 }
 
-func TestDB_GetKey(t *testing.T) {
+func TestNamespace_GetKey(t *testing.T) {
 	db := ledgertest.Open(t)
 	clock := db.Clock
 	_, err := db.GetKey(context.Background(), key)
@@ -669,7 +669,7 @@ func TestDB_GetKey(t *testing.T) {
 	assert.Equal(t, []string{"reserve", "commit", "replay"}, []string{v.Receipts[0].Kind, v.Receipts[1].Kind, v.Receipts[2].Kind})
 }
 
-func TestDB_ListReceipts(t *testing.T) {
+func TestNamespace_ListReceipts(t *testing.T) {
 	db := ledgertest.Open(t)
 	for i := range 5 {
 		k := "list-key-" + string(rune('a'+i)) + "xx"
@@ -715,8 +715,8 @@ func TestDB_ListReceipts(t *testing.T) {
 	assert.Equal(t, ledger.ECodeUnknownReceipt, ledger.ErrorCode(err))
 }
 
-// TestDB_hostileStrings stores strings that must come back byte for byte.
-func TestDB_hostileStrings(t *testing.T) {
+// TestNamespace_hostileStrings stores strings that must come back byte for byte.
+func TestNamespace_hostileStrings(t *testing.T) {
 	db := ledgertest.Open(t)
 	clock := db.Clock
 	k := `';DROP/**/TABLE/**/receipts;--`

@@ -56,9 +56,9 @@ func receive(tb testing.TB, ch <-chan waitResult, d time.Duration) waitResult {
 	}
 }
 
-// TestDB_Reserve_wait walks the outcomes of SPEC §8: the waiter decides
+// TestNamespace_Reserve_wait walks the outcomes of SPEC §8: the waiter decides
 // again as soon as the holder's reservation ends, by commit or by lease.
-func TestDB_Reserve_wait(t *testing.T) {
+func TestNamespace_Reserve_wait(t *testing.T) {
 	ctx := context.Background()
 	t.Run("OK commit succeeded replays", func(t *testing.T) {
 		db := ledgertest.Open(t)
@@ -179,10 +179,10 @@ func TestDB_Reserve_wait(t *testing.T) {
 	})
 }
 
-// TestDB_Reserve_waitCancel: a waiter whose context ends stops waiting at
+// TestNamespace_Reserve_waitCancel: a waiter whose context ends stops waiting at
 // once, leaves no trace in the registry and appends nothing, even when
 // the key succeeds afterwards.
-func TestDB_Reserve_waitCancel(t *testing.T) {
+func TestNamespace_Reserve_waitCancel(t *testing.T) {
 	db := ledgertest.Open(t)
 	held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -197,10 +197,10 @@ func TestDB_Reserve_waitCancel(t *testing.T) {
 	assert.Equal(t, []string{chain.KindReserve, chain.KindCommit}, []string{all[0].Kind, all[1].Kind})
 }
 
-// TestDB_Reserve_waitNoLostWakeup races commits against waiters that are
+// TestNamespace_Reserve_waitNoLostWakeup races commits against waiters that are
 // just starting: a commit that lands between a waiter's decision and its
 // wait must still wake it.
-func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
+func TestNamespace_Reserve_waitNoLostWakeup(t *testing.T) {
 	db := ledgertest.Open(t)
 	const n = 50
 	var wg sync.WaitGroup
@@ -230,9 +230,9 @@ func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
 	ledgertest.VerifyChain(t, db)
 }
 
-// TestDB_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
+// TestNamespace_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
 // once, as without wait_ms.
-func TestDB_Reserve_waitLimit(t *testing.T) {
+func TestNamespace_Reserve_waitLimit(t *testing.T) {
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now), ledgertest.WithConfig(ledger.Config{MaxWaiters: 1}))
 	ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -248,9 +248,9 @@ func TestDB_Reserve_waitLimit(t *testing.T) {
 	receive(t, w, 2*time.Second)
 }
 
-// TestDB_EndWaits: parked reserves answer at once when the server begins
+// TestLedger_EndWaits: parked reserves answer at once when the server begins
 // to stop, and later ones do not wait.
-func TestDB_EndWaits(t *testing.T) {
+func TestLedger_EndWaits(t *testing.T) {
 	db := ledgertest.Open(t)
 	ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	w := startWaiter(t, context.Background(), db, testkit.ReserveReq(key, "exec-2"), 60_000)
@@ -286,9 +286,9 @@ func (p *parker) Resume(context.Context) error {
 	return p.resumeErr
 }
 
-// TestDB_Reserve_waitParker: the request's Parker is told around each
+// TestNamespace_Reserve_waitParker: the request's Parker is told around each
 // wait, and an error from Resume ends the request without a decision.
-func TestDB_Reserve_waitParker(t *testing.T) {
+func TestNamespace_Reserve_waitParker(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		db := ledgertest.Open(t)
 		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))

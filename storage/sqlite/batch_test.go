@@ -18,11 +18,11 @@ import (
 
 var errInjected = fmt.Errorf("injected disk failure: %w", ledger.ErrIO)
 
-// TestDB_failedBatch fails every batch at COMMIT while concurrent requests
+// TestStore_failedBatch fails every batch at COMMIT while concurrent requests
 // run: each gets ErrUnavailable, nothing is appended, and afterwards the
 // writer's in-memory state agrees with the database (reserves, commits and
 // replays behave as if the failed requests never happened).
-func TestDB_failedBatch(t *testing.T) {
+func TestStore_failedBatch(t *testing.T) {
 	db := ledgertest.Open(t)
 	var failing atomic.Bool
 	db.Store.SetBeforeCommit(func() error {

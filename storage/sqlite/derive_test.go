@@ -15,9 +15,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_RebuildIndex builds keys in every state, checks that the key
+// TestStore_RebuildIndex builds keys in every state, checks that the key
 // index's records match the receipts, and rebuilds the index.
-func TestDB_RebuildIndex(t *testing.T) {
+func TestStore_RebuildIndex(t *testing.T) {
 	db := ledgertest.Open(t)
 	clock := db.Clock
 	ctx := context.Background()

@@ -124,10 +124,10 @@ func TestOpen_keyTTL(t *testing.T) {
 	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the namespace's file")
 }
 
-// TestDB_RebuildIndex_generations: rebuilding the key index from the
+// TestStore_RebuildIndex_generations: rebuilding the key index from the
 // receipts gives each renewed key its current generation, as the writer
 // recorded it, and the verifier agrees in all its strategies.
-func TestDB_RebuildIndex_generations(t *testing.T) {
+func TestStore_RebuildIndex_generations(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(sqlite.Options{KeyTTL: 60_000}))

@@ -35,9 +35,9 @@ func metricValue(t *testing.T, name string) float64 {
 	return 0
 }
 
-// TestDB_readyMetric: ledger_writer_ready follows what /readyz reports, and
+// TestStore_readyMetric: ledger_writer_ready follows what /readyz reports, and
 // every failed batch is counted.
-func TestDB_readyMetric(t *testing.T) {
+func TestStore_readyMetric(t *testing.T) {
 	db := ledgertest.Open(t)
 	ctx := context.Background()
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"), "ready after Open")

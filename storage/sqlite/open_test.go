@@ -281,9 +281,9 @@ func TestOpen(t *testing.T) {
 	})
 }
 
-// TestDB_pragmas checks that every connection, more than the pool holds,
+// TestStore_pragmas checks that every connection, more than the pool holds,
 // runs in WAL mode with synchronous FULL.
-func TestDB_pragmas(t *testing.T) {
+func TestStore_pragmas(t *testing.T) {
 	db := ledgertest.Open(t)
 	w, r := db.Store.Pools()
 	ctx := context.Background()
