@@ -48,12 +48,13 @@ type setup struct {
 // a new file in the test's temp dir.
 func WithPath(path string) Option { return func(s *setup) { s.path = path } }
 
-// WithStore sets the SQLite driver's options; their Now and Logger, if
-// unset, are the ledger's, and if set, the domain's too.
+// WithStore sets the SQLite driver's options. Their Now, if set, is the
+// clock the driver and the domain read (as WithNow); their Logger, if
+// unset, is Quiet.
 func WithStore(opts sqlite.Options) Option { return func(s *setup) { s.store = opts } }
 
-// WithConfig sets the domain's settings; their Now and Logger, if unset,
-// are the driver's.
+// WithConfig sets the domain's settings. Their Now, if set, is the clock
+// both read (as WithNow); their Logger, if unset, is the driver's.
 func WithConfig(cfg ledger.Config) Option { return func(s *setup) { s.cfg = cfg } }
 
 // WithNow sets the clock the driver and the domain read (time.Now for
