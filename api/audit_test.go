@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -55,8 +56,9 @@ func tamperFile(t *testing.T, path string, seq int) {
 func TestServer_audit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, path := MustOpenDB(t)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	post := func(p, body string) response { return do(t, srv, "POST", p, body) }
 	fillAudit(t, post)
 
@@ -129,11 +131,12 @@ func TestServer_audit(t *testing.T) {
 func TestServer_auditStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, path := MustOpenDB(t)
-	require.NoError(t, db.CreateNamespace(ctx, "pay", 0))
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "pay", 0))
 	rs, err := sqlite.OpenStore(ctx, path, sqlite.Options{}, true)
 	require.NoError(t, err)
-	s := api.NewServer(db, api.Config{Logger: quiet, AuditStore: rs})
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, AuditStore: rs})
 	srv := MustServe(t, s)
 	fillAudit(t, func(p, body string) response { return do(t, srv, "POST", p, body) })
 	r := do(t, srv, "GET", "/v1/audit", "")
@@ -160,12 +163,14 @@ func TestServer_verification(t *testing.T) {
 		assert.Equal(t, map[string]any{"enabled": false, "every_ms": 0.0, "ran": false, "last_success_at": nil}, r.body)
 	})
 
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+
+	path := db.Path()
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
 	serve := func(v api.VerificationStatus) *httptest.Server {
-		s := api.NewServer(db, api.Config{Logger: quiet, Verification: v})
+		s := api.NewServer(db.Ledger, api.Config{Logger: quiet, Verification: v})
 		return MustServe(t, s)
 	}
 	p := &verify.Periodic{Src: rd, Every: 10 * time.Minute, Logger: quiet}

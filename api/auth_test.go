@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -28,9 +28,9 @@ func TestServer_auth(t *testing.T) {
 	t.Parallel()
 	// The ledger's clock moves only when the test moves it: the 10 ms
 	// lease ends when the test says, whatever the machine's load.
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	db, path := MustOpenDBAt(t, func() time.Time { return time.Unix(0, clock.Load()) })
+	db := ledgertest.Open(t)
+	clock := db.Clock
+	path := db.Path()
 	toks := MustOpenTokens(t, path)
 	var err error
 	tok := map[string]string{}
@@ -42,7 +42,7 @@ func TestServer_auth(t *testing.T) {
 	}
 	_, err = toks.Create(context.Background(), "reader-bot", ledger.RoleReader)
 	assert.ErrorIs(t, err, ledger.ErrTokenExists)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	bearer := func(role string) []string { return []string{"Authorization", "Bearer " + tok[role]} }
 	body := `{"idempotency_key":"auth-key-0001","execution_id":"e","tool":"t","effect":"write","lease_ms":10}`
 
@@ -72,7 +72,7 @@ func TestServer_auth(t *testing.T) {
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			if strings.Contains(tt.desc, "after the 10 ms lease") {
-				clock.Add(int64(50 * time.Millisecond))
+				clock.Advance(50 * time.Millisecond)
 			}
 			r := do(t, srv, tt.method, tt.path, tt.body, tt.header...)
 			assert.Equal(t, tt.wantStatus, r.status, r.raw)
@@ -97,13 +97,14 @@ func TestServer_auth(t *testing.T) {
 
 func TestServer_rateLimit(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
 	require.NoError(t, err)
 	b, err := toks.Create(context.Background(), "bot-b", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, api.Config{Logger: quiet,
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		RateLimit: 0.5, RateBurst: 3}) // a slow refill: the test cannot outrun it
 	srv := MustServe(t, s)
 	for range 3 {
@@ -120,11 +121,12 @@ func TestServer_rateLimit(t *testing.T) {
 // a third of the burst, so that the total stays within the limit.
 func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	toks := MustOpenTokens(t, path)
 	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, api.Config{Logger: quiet,
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		RateLimit: 0.5, RateBurst: 6, RateLimitShare: func() int { return 3 }})
 	srv := MustServe(t, s)
 	for range 2 {
@@ -139,11 +141,12 @@ func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 // namespace's verification status.
 func TestServer_scopedAdmin(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	toks := MustOpenTokens(t, path)
 	tok, err := toks.Create(context.Background(), "team-a", ledger.RoleAdmin, "a")
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	auth := []string{"Authorization", "Bearer " + tok}
 	r := do(t, srv, "POST", "/v1/namespaces", `{"name":"b"}`, auth...)
 	assert.Equal(t, 403, r.status)

@@ -1,19 +1,16 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // FuzzRequests sends arbitrary bodies to the write endpoints: the server
@@ -31,12 +28,8 @@ func FuzzRequests(f *testing.F) {
 	f.Add(4, `{"decision":"approve","note":"n"}`)
 	f.Add(5, `{"decision":"reject","client":"c"}`)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(f.TempDir(), "ledger.db"), sqlite.Options{Logger: logger})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = db.Close() })
-	h := api.NewServer(db, api.Config{Logger: logger})
+	db := ledgertest.Open(f)
+	h := api.NewServer(db.Ledger, api.Config{Logger: logger})
 	paths := []string{"/v1/effects/reserve", "/v1/effects/fuzz-key-0001/commit", "/v1/effects/fuzz-key-0001/resolve",
 		"/v1/namespaces/default/policy", "/v1/approvals/1", "/v1/approvals/1/mcp-client"}
 	f.Fuzz(func(t *testing.T, route int, body string) {

@@ -8,20 +8,23 @@ import (
 	"regexp"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 func TestServer_OpenAPIJSON(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 
 	t.Run("OK", func(t *testing.T) {
 		res, err := http.Get(srv.URL + "/v1/openapi.json")
@@ -75,7 +78,7 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 		toks := MustOpenTokens(t, path)
 		_, err := toks.Create(context.Background(), "bot", ledger.RoleReader)
 		require.NoError(t, err)
-		srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet})) // a new server reads auth at once
+		srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet})) // a new server reads auth at once
 		assert.Equal(t, 401, do(t, srv, "GET", "/v1/head", "").status)
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/openapi.json", "").status)
 	})
@@ -86,8 +89,8 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 // described operation is served.
 func TestServer_Routes(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, api.Config{Logger: quiet})
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet})
 	doc, err := openapicheck.Load()
 	require.NoError(t, err)
 

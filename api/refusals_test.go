@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -61,16 +63,17 @@ func TestServer_resultIsIJSON(t *testing.T) {
 // exist, and a token limited to namespaces sees only theirs.
 func TestServer_metricsScoped(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	ctx := context.Background()
-	require.NoError(t, db.CreateNamespace(ctx, "payments", 0))
-	require.NoError(t, db.CreateNamespace(ctx, "hidden", 0))
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "payments", 0))
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "hidden", 0))
 	toks := MustOpenTokens(t, path)
 	scoped, err := toks.Create(ctx, "pay-reader", ledger.RoleReader, "payments")
 	require.NoError(t, err)
 	writer, err := toks.Create(ctx, "gw", ledger.RoleWriter)
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	for _, ns := range []string{"payments", "hidden"} {
 		r := do(t, srv, "POST", "/v1/ns/"+ns+"/effects/reserve", `{"idempotency_key":"metric-key-0001","execution_id":"e","tool":"t","effect":"write"}`,
 			"Authorization", "Bearer "+writer)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,27 +21,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // quiet discards logs.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// MustOpenDB opens a new ledger in a temp dir and returns it with its path.
-func MustOpenDB(tb testing.TB) (*ledgertest.DB, string) {
-	tb.Helper()
-	return MustOpenDBAt(tb, nil)
-}
-
-// MustOpenDBAt is MustOpenDB with the ledger's clock now (nil: time.Now).
-func MustOpenDBAt(tb testing.TB, now func() time.Time) (*ledgertest.DB, string) {
-	tb.Helper()
-	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = db.Close() })
-	return db, path
-}
 
 // MustServe serves s through httptest until the test ends.
 func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
@@ -55,8 +37,8 @@ func MustServe(tb testing.TB, s *api.Server) *httptest.Server {
 // MustOpenServer serves a new ledger in a temp dir through httptest.
 func MustOpenServer(tb testing.TB) (*httptest.Server, *ledgertest.DB) {
 	tb.Helper()
-	db, _ := MustOpenDB(tb)
-	return MustServe(tb, api.NewServer(db, api.Config{Logger: quiet})), db
+	db := ledgertest.Open(tb, ledgertest.WithNow(time.Now))
+	return MustServe(tb, api.NewServer(db.Ledger, api.Config{Logger: quiet})), db
 }
 
 // response is a decoded HTTP response.
@@ -376,8 +358,8 @@ func mustJSON(v any) string {
 // beyond the bound gets 503 with Retry-After while health stays open.
 func TestServer_maxInFlight(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, api.Config{Logger: quiet,
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		MaxInFlight: 2, MaxInFlightPerClient: -1}) // every request here comes from one address
 	release := make(chan struct{})
 	s.AddHoldRoute(release)
@@ -423,8 +405,8 @@ func TestServer_maxInFlight(t *testing.T) {
 // hold no place, global or per client.
 func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 1, MaxInFlightPerClient: 1})
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlight: 1, MaxInFlightPerClient: 1})
 	srv := MustServe(t, s)
 	for range 3 {
 		slowBody(t, srv.Listener.Addr().String())
@@ -457,13 +439,14 @@ func slowBody(t *testing.T, addr string) {
 // while another is served.
 func TestServer_maxInFlightPerClient(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	toks := MustOpenTokens(t, path)
 	busy, err := toks.Create(context.Background(), "busy", ledger.RoleReader)
 	require.NoError(t, err)
 	other, err := toks.Create(context.Background(), "other", ledger.RoleReader)
 	require.NoError(t, err)
-	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 4, MaxInFlightPerClient: 1})
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlight: 4, MaxInFlightPerClient: 1})
 	release := make(chan struct{})
 	s.AddHoldRoute(release)
 	srv := MustServe(t, s)
@@ -534,8 +517,8 @@ func TestServer_hugeArrays(t *testing.T) {
 
 func TestServer_panic(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, api.Config{Logger: quiet})
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet})
 	s.AddPanicRoute()
 	srv := MustServe(t, s)
 	r := do(t, srv, "GET", "/test/panic", "")

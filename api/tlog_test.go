@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -26,9 +28,9 @@ func getText(t *testing.T, url string) (*http.Response, string) {
 
 func TestServer_log(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
 	ctx := context.Background()
-	open := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	open := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	res, body := getText(t, open.URL+"/log/default/checkpoint")
 	assert.Equal(t, 404, res.StatusCode, body)
 	assert.Contains(t, body, `"not_checkpointed"`)
@@ -76,7 +78,7 @@ func TestServer_log(t *testing.T) {
 	// With auth on, the log routes need a token unless the log is public;
 	// the proofs are API routes either way.
 	for _, public := range []bool{false, true} {
-		srv := api.NewServer(db, api.Config{Logger: quiet, PublicLog: public})
+		srv := api.NewServer(db.Ledger, api.Config{Logger: quiet, PublicLog: public})
 		srv.RequireAuth()
 		hs := MustServe(t, srv)
 		for path, open := range map[string]bool{

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 )
 
 // spanAttrs returns a span's attributes by key, as strings.
@@ -31,10 +33,10 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
 // through ledgerd's OTLP export and the caller's traceparent.)
 func TestServer_tracing(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	require.NoError(t, db.CreateNamespace(context.Background(), "payments", 0))
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	require.NoError(t, db.Ledger.CreateNamespace(context.Background(), "payments", 0))
 	rec := tracetest.NewSpanRecorder()
-	s := api.NewServer(db, api.Config{Logger: quiet,
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
 	srv := MustServe(t, s)
 
@@ -74,12 +76,12 @@ func BenchmarkServer_ServeHTTP(b *testing.B) {
 		{"tracing=off", nil},
 		{"tracing=on", sdktrace.NewTracerProvider()},
 	} {
-		db, _ := MustOpenDB(b)
+		db := ledgertest.Open(b, ledgertest.WithNow(time.Now))
 		cfg := api.Config{Logger: quiet}
 		if tc.tp != nil {
 			cfg.TracerProvider = tc.tp
 		}
-		s := api.NewServer(db, cfg)
+		s := api.NewServer(db.Ledger, cfg)
 		for _, rt := range []struct{ name, method, path, body string }{
 			{"head", http.MethodGet, "/v1/head", ""},
 			{"reserve-read", http.MethodPost, "/v1/effects/reserve", `{"execution_id":"e1","tool":"t","effect":"read"}`},

@@ -9,11 +9,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -88,10 +90,11 @@ func TestServer_UI(t *testing.T) {
 // hold no data); everything the page reads needs one.
 func TestServer_UIAuth(t *testing.T) {
 	t.Parallel()
-	db, path := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	path := db.Path()
 	_, err := MustOpenTokens(t, path).Create(context.Background(), "auditor", ledger.RoleReader)
 	require.NoError(t, err)
-	srv := MustServe(t, api.NewServer(db, api.Config{Logger: quiet}))
+	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	for _, p := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
 		res, _ := get(t, srv.URL+p)
 		assert.Equal(t, 200, res.StatusCode, p)

@@ -104,7 +104,7 @@ func awaitReply(t *testing.T, ch <-chan waitReply, d time.Duration) waitReply {
 // awaitParked waits until n reserves are parked, or one has answered.
 func awaitParked(t *testing.T, db *ledgertest.DB, n int, ch <-chan waitReply) {
 	t.Helper()
-	require.Eventually(t, func() bool { return db.Waiting() >= n || len(ch) > 0 }, 60*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return db.Ledger.Waiting() >= n || len(ch) > 0 }, 60*time.Second, time.Millisecond)
 }
 
 // TestServer_Reserve_wait drives each outcome of SPEC §8 over HTTP.
@@ -169,7 +169,7 @@ func TestServer_Reserve_wait(t *testing.T) {
 			if tt.check != nil {
 				tt.check(t, r)
 			}
-			assert.Zero(t, db.Waiting())
+			assert.Zero(t, db.Ledger.Waiting())
 		})
 	}
 }
@@ -186,7 +186,7 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 	cancel()
 	r := <-ch
 	require.ErrorIs(t, r.err, context.Canceled)
-	require.Eventually(t, func() bool { return db.Waiting() == 0 }, 60*time.Second, time.Millisecond, "the server ends the wait")
+	require.Eventually(t, func() bool { return db.Ledger.Waiting() == 0 }, 60*time.Second, time.Millisecond, "the server ends the wait")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	// Close returns once every request's handler has: a leaked waiter,
@@ -202,8 +202,8 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 // in-flight slot, so waiters beyond --max-inflight do not starve others.
 func TestServer_Reserve_waitInFlight(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlight: 2})
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlight: 2})
 	srv := MustServe(t, s)
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	const n = 6
@@ -225,7 +225,7 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	assert.Equal(t, n, db.Waiting())
+	assert.Equal(t, n, db.Ledger.Waiting())
 	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second,
 		10*time.Millisecond, "slots are free while reserves wait")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
@@ -241,8 +241,8 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 // and write timeouts is not cut off by them.
 func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	t.Parallel()
-	db, _ := MustOpenDB(t)
-	srv := httptest.NewUnstartedServer(api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+	srv := httptest.NewUnstartedServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -250,7 +250,7 @@ func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	ch := postWait(waitCtx(t), srv.Client(), srv.URL, waitBody("exec-2", 5_000, ""))
 	awaitParked(t, db, 1, ch)
 	readTimeoutPassed(t, srv) // past both timeouts
-	require.Equal(t, 1, db.Waiting(), "still waiting")
+	require.Equal(t, 1, db.Ledger.Waiting(), "still waiting")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	r := awaitReply(t, ch, 60*time.Second)
@@ -283,10 +283,10 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 connections")
 	}
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
 	// One address sends all the waiters at once: its per-client bound
 	// would refuse those that have not parked yet.
-	s := api.NewServer(db, api.Config{Logger: quiet, MaxInFlightPerClient: -1})
+	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlightPerClient: -1})
 	srv := MustServe(t, s)
 	wctx := waitCtx(t) // one context for all: the heap is measured before the cleanups
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
@@ -300,7 +300,7 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	for i := range n {
 		chans[i] = postWait(wctx, hc, srv.URL, waitBody(fmt.Sprintf("exec-w%04d", i), 60_000, ""))
 	}
-	require.Eventually(t, func() bool { return db.Waiting() == n }, 60*time.Second, 10*time.Millisecond, "all parked")
+	require.Eventually(t, func() bool { return db.Ledger.Waiting() == n }, 60*time.Second, 10*time.Millisecond, "all parked")
 	peakG := runtime.NumGoroutine()
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", `,"result":{"ok":true}`))
 	require.Equal(t, 201, c.status, c.raw)
@@ -324,7 +324,7 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Len(t, seqs, n, "one replay receipt each")
-	assert.Zero(t, db.Waiting())
+	assert.Zero(t, db.Ledger.Waiting())
 	assert.Equal(t, uint64(2+n), db.Head().Seq)
 
 	chans, seqs = nil, nil

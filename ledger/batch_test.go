@@ -10,16 +10,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_linger: with a long Linger, a lone request on an idle ledger is
+// TestNamespace_linger: with a long Linger, a lone request on an idle ledger is
 // written at once, and requests under load still all commit (the writer
 // gathers them into batches; none waits for more than the linger).
-func TestDB_linger(t *testing.T) {
-	db := MustOpenRealDB(t, ledger.Config{Linger: 2 * time.Second})
+func TestNamespace_linger(t *testing.T) {
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now), ledgertest.WithConfig(ledger.Config{Linger: 2 * time.Second}))
 	start := time.Now()
-	_, err := db.Reserve(context.Background(), reserveReq("lone-key-01", "e"))
+	_, err := db.Reserve(context.Background(), testkit.ReserveReq("lone-key-01", "e"))
 	require.NoError(t, err)
 	require.Less(t, time.Since(start), time.Second, "an idle ledger does not linger")
 
@@ -30,7 +32,7 @@ func TestDB_linger(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range 5 {
-				_, err := db.Reserve(context.Background(), reserveReq(fmt.Sprintf("load-key-%d-%d", i, j), "e"))
+				_, err := db.Reserve(context.Background(), testkit.ReserveReq(fmt.Sprintf("load-key-%d-%d", i, j), "e"))
 				assert.NoError(t, err)
 			}
 		}()

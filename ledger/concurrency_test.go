@@ -11,13 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_Reserve_race races 64 goroutines on one key: exactly one wins,
+// TestNamespace_Reserve_race races 64 goroutines on one key: exactly one wins,
 // every other gets in_progress, and one receipt is appended.
-func TestDB_Reserve_race(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_Reserve_race(t *testing.T) {
+	db := ledgertest.Open(t)
 	const n = 64
 	var wins, inProgress atomic.Int32
 	var wg sync.WaitGroup
@@ -27,7 +29,7 @@ func TestDB_Reserve_race(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, err := db.Reserve(context.Background(), reserveReq(key, fmt.Sprintf("exec-%d", i)))
+			_, err := db.Reserve(context.Background(), testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i)))
 			switch ledger.ErrorCode(err) {
 			case "":
 				wins.Add(1)
@@ -45,11 +47,11 @@ func TestDB_Reserve_race(t *testing.T) {
 	assert.Equal(t, uint64(1), db.Head().Seq)
 }
 
-// TestDB_Commit_race sends the same commit from 64 goroutines: one
+// TestNamespace_Commit_race sends the same commit from 64 goroutines: one
 // receipt, identical results.
-func TestDB_Commit_race(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	res := mustReserve(t, db, reserveReq(key, "exec-1"))
+func TestNamespace_Commit_race(t *testing.T) {
+	db := ledgertest.Open(t)
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	const n = 64
 	results := make([]*ledger.CommitResult, n)
 	var wg sync.WaitGroup
@@ -57,7 +59,7 @@ func TestDB_Commit_race(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := db.Commit(context.Background(), succeed(key, res.Reservation))
+			r, err := db.Commit(context.Background(), testkit.Succeed(key, res.Reservation))
 			assert.NoError(t, err)
 			results[i] = r
 		}()
@@ -75,10 +77,10 @@ func TestDB_Commit_race(t *testing.T) {
 	assert.Equal(t, uint64(2), db.Head().Seq)
 }
 
-// TestDB_manyKeys runs 64 writers over many keys at once: every pair
+// TestNamespace_manyKeys runs 64 writers over many keys at once: every pair
 // commits, seq is contiguous and the chain verifies.
-func TestDB_manyKeys(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_manyKeys(t *testing.T) {
+	db := ledgertest.Open(t)
 	const writers, perWriter = 64, 40
 	var wg sync.WaitGroup
 	for w := range writers {
@@ -87,15 +89,15 @@ func TestDB_manyKeys(t *testing.T) {
 			defer wg.Done()
 			for i := range perWriter {
 				k := fmt.Sprintf("key-%03d-%04d", w, i)
-				res, err := db.Reserve(context.Background(), reserveReq(k, k))
+				res, err := db.Reserve(context.Background(), testkit.ReserveReq(k, k))
 				if !assert.NoError(t, err) {
 					return
 				}
 				// Every other key is also replayed by a second execution.
-				_, err = db.Commit(context.Background(), succeed(k, res.Reservation))
+				_, err = db.Commit(context.Background(), testkit.Succeed(k, res.Reservation))
 				assert.NoError(t, err)
 				if i%2 == 0 {
-					rep, err := db.Reserve(context.Background(), reserveReq(k, k+"-again"))
+					rep, err := db.Reserve(context.Background(), testkit.ReserveReq(k, k+"-again"))
 					assert.NoError(t, err)
 					assert.Equal(t, ledger.StatusReplayed, rep.Status)
 				}
@@ -103,7 +105,7 @@ func TestDB_manyKeys(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	all := verifyChain(t, db)
+	all := ledgertest.VerifyChain(t, db)
 	assert.Len(t, all, writers*perWriter*5/2)
 	seen := map[chain.Hash]bool{}
 	for _, r := range all {
@@ -112,11 +114,11 @@ func TestDB_manyKeys(t *testing.T) {
 	}
 }
 
-// TestDB_mixedRace races reserves, commits and replays on a few keys and
+// TestNamespace_mixedRace races reserves, commits and replays on a few keys and
 // checks the outcome against the rules: per key at most one success, and
 // the chain verifies.
-func TestDB_mixedRace(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_mixedRace(t *testing.T) {
+	db := ledgertest.Open(t)
 	keys := []string{"mixed-key-0001", "mixed-key-0002", "mixed-key-0003"}
 	var wg sync.WaitGroup
 	var committed [3]atomic.Int32
@@ -126,7 +128,7 @@ func TestDB_mixedRace(t *testing.T) {
 			defer wg.Done()
 			for i := range 20 {
 				ki := (g + i) % len(keys)
-				req := reserveReq(keys[ki], fmt.Sprintf("exec-%d-%d", g, i))
+				req := testkit.ReserveReq(keys[ki], fmt.Sprintf("exec-%d-%d", g, i))
 				req.Idempotent = true
 				res, err := db.Reserve(context.Background(), req)
 				if err != nil {
@@ -139,9 +141,9 @@ func TestDB_mixedRace(t *testing.T) {
 				}
 				var c ledger.CommitRequest
 				if i%3 == 0 {
-					c = fail(keys[ki], res.Reservation, true)
+					c = testkit.Fail(keys[ki], res.Reservation, true)
 				} else {
-					c = succeed(keys[ki], res.Reservation)
+					c = testkit.Succeed(keys[ki], res.Reservation)
 				}
 				out, err := db.Commit(context.Background(), c)
 				require.NoError(t, err)
@@ -155,5 +157,5 @@ func TestDB_mixedRace(t *testing.T) {
 	for i := range keys {
 		assert.LessOrEqual(t, committed[i].Load(), int32(1), "at most one success per key")
 	}
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 }

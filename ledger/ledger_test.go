@@ -12,16 +12,17 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// TestDB_Reserve walks every row of the SPEC §4 reserve table.
-func TestDB_Reserve(t *testing.T) {
+// TestNamespace_Reserve walks every row of the SPEC §4 reserve table.
+func TestNamespace_Reserve(t *testing.T) {
 	for _, tt := range []struct {
 		desc string
 		// setup brings key into a state; it returns the seq the new
 		// receipt must reference.
-		setup      func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64
+		setup      func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64
 		req        func(r ledger.ReserveRequest) ledger.ReserveRequest
 		wantErr    string
 		wantStatus string
@@ -43,8 +44,8 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another tool",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				mustReserve(t, db, reserveReq(key, "exec-1"))
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 				return 0
 			},
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Tool = "payments.charge"; return r },
@@ -52,8 +53,8 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another effect",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				mustReserve(t, db, reserveReq(key, "exec-1"))
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 				return 0
 			},
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Effect = chain.EffectExternal; return r },
@@ -61,8 +62,8 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "key reused with another input",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				mustReserve(t, db, reserveReq(key, "exec-1"))
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 				return 0
 			},
 			req: func(r ledger.ReserveRequest) ledger.ReserveRequest {
@@ -73,46 +74,46 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "input given where the stored input_hash is empty",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Input = nil
-				mustReserve(t, db, r)
+				ledgertest.MustReserve(t, db, r)
 				return 0
 			},
 			wantErr: ledger.ECodeFingerprintMismatch,
 		},
 		{
 			desc: "succeeded key is replayed",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				res := mustReserve(t, db, reserveReq(key, "exec-1"))
-				return mustCommit(t, db, succeed(key, res.Reservation)).Receipt.Seq
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+				return ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation)).Receipt.Seq
 			},
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.ExecutionID = "exec-2"; return r },
 			wantStatus: ledger.StatusReplayed, wantKind: chain.KindReplay,
 		},
 		{
 			desc: "replay without input still matches (empty input_hash matches any)",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				res := mustReserve(t, db, reserveReq(key, "exec-1"))
-				return mustCommit(t, db, succeed(key, res.Reservation)).Receipt.Seq
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+				return ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation)).Receipt.Seq
 			},
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Input = nil; return r },
 			wantStatus: ledger.StatusReplayed, wantKind: chain.KindReplay,
 		},
 		{
 			desc: "reserved key is in progress",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				mustReserve(t, db, reserveReq(key, "exec-1"))
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 				return 0
 			},
 			wantErr: ledger.ECodeInProgress,
 		},
 		{
 			desc: "interrupted idempotent key is taken over",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent = true
-				res := mustReserve(t, db, r)
+				res := ledgertest.MustReserve(t, db, r)
 				clock.Advance(time.Minute)
 				return res.Receipt.Seq
 			},
@@ -121,8 +122,8 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "interrupted non-idempotent key needs a person",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
-				mustReserve(t, db, reserveReq(key, "exec-1"))
+			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
+				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 				clock.Advance(time.Minute)
 				return 0
 			},
@@ -134,22 +135,22 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "failed retryable idempotent key is retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent = true
-				res := mustReserve(t, db, r)
-				return mustCommit(t, db, fail(key, res.Reservation, true)).Receipt.Seq
+				res := ledgertest.MustReserve(t, db, r)
+				return ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true)).Receipt.Seq
 			},
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt = i64(2); return r },
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
 		{
 			desc: "failed non-retryable key is not retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent = true
-				res := mustReserve(t, db, r)
-				mustCommit(t, db, fail(key, res.Reservation, false))
+				res := ledgertest.MustReserve(t, db, r)
+				ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, false))
 				return 0
 			},
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt = i64(2); return r },
@@ -157,9 +158,9 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "failed retryable key not declared idempotent is not retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				res := mustReserve(t, db, reserveReq(key, "exec-1"))
-				mustCommit(t, db, fail(key, res.Reservation, true))
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+				ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true))
 				return 0
 			},
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt, r.Idempotent = i64(2), true; return r },
@@ -167,11 +168,11 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "retry by the same execution without a higher attempt",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent, r.Attempt = true, i64(3)
-				res := mustReserve(t, db, r)
-				mustCommit(t, db, fail(key, res.Reservation, true))
+				res := ledgertest.MustReserve(t, db, r)
+				ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true))
 				return 0
 			},
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt = i64(3); return r },
@@ -179,10 +180,10 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "takeover by the same execution without a higher attempt",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent = true
-				mustReserve(t, db, r)
+				ledgertest.MustReserve(t, db, r)
 				clock.Advance(time.Minute)
 				return 0
 			},
@@ -190,24 +191,25 @@ func TestDB_Reserve(t *testing.T) {
 		},
 		{
 			desc: "retry by a new execution (re-invocation) at attempt 1",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *ledgertest.Clock) uint64 {
-				r := reserveReq(key, "exec-1")
+			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+				r := testkit.ReserveReq(key, "exec-1")
 				r.Idempotent = true
-				res := mustReserve(t, db, r)
-				return mustCommit(t, db, fail(key, res.Reservation, true)).Receipt.Seq
+				res := ledgertest.MustReserve(t, db, r)
+				return ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true)).Receipt.Seq
 			},
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.ExecutionID = "exec-2"; return r },
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
-			db, clock := MustOpenDB(t)
+			db := ledgertest.Open(t)
+			clock := db.Clock
 			var wantRef uint64
 			if tt.setup != nil {
 				wantRef = tt.setup(t, db, clock)
 			}
 			before := db.Head()
-			req := reserveReq(key, "exec-1")
+			req := testkit.ReserveReq(key, "exec-1")
 			if tt.req != nil {
 				req = tt.req(req)
 			}
@@ -234,33 +236,33 @@ func TestDB_Reserve(t *testing.T) {
 			assert.Equal(t, tt.wantKind, r.Kind)
 			assert.Equal(t, wantRef, r.RefSeq, "ref_seq")
 			assert.Equal(t, req.ExecutionID, r.ExecutionID, "caller's execution")
-			verifyChain(t, db)
+			ledgertest.VerifyChain(t, db)
 		})
 	}
 }
 
-func TestDB_Reserve_details(t *testing.T) {
+func TestNamespace_Reserve_details(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		assert.Equal(t, key, res.IdempotencyKey)
 		assert.False(t, res.KeyGenerated)
 		assert.True(t, strings.HasPrefix(res.Reservation, "rsv_"))
 		assert.GreaterOrEqual(t, len(res.Reservation), 4+32, "token carries at least 128 bits")
 		assert.Equal(t, uint64(1), res.Attempt)
-		assert.Equal(t, uint64(T0.UnixMilli())+ledger.DefaultLeaseMS, res.LeaseExpiresAt)
+		assert.Equal(t, uint64(testkit.T0)+ledger.DefaultLeaseMS, res.LeaseExpiresAt)
 		r, err := db.GetReceipt(context.Background(), res.Receipt.Seq)
 		require.NoError(t, err)
 		fp, err := ledger.Fingerprint([]byte(`{ "order" : 7.0 }`))
 		require.NoError(t, err)
 		assert.Equal(t, fp, r.InputHash, "fingerprint is of the canonical form")
-		assert.Equal(t, uint64(T0.UnixMilli()), r.RecordedAt)
+		assert.Equal(t, uint64(testkit.T0), r.RecordedAt)
 		assert.Equal(t, res.LeaseExpiresAt, r.LeaseExpiresAt)
 	})
 	t.Run("generated keys", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		for _, k := range []string{"", "short", "1234567"} {
-			res := mustReserve(t, db, reserveReq(k, "exec-1"))
+			res := ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-1"))
 			assert.True(t, res.KeyGenerated)
 			assert.True(t, strings.HasPrefix(res.IdempotencyKey, ledger.GeneratedKeyPrefix), res.IdempotencyKey)
 			assert.GreaterOrEqual(t, len(res.IdempotencyKey), 4+26)
@@ -268,21 +270,22 @@ func TestDB_Reserve_details(t *testing.T) {
 		}
 	})
 	t.Run("ErrInProgress carries Retry-After", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		r := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		r := testkit.ReserveReq(key, "exec-1")
 		r.LeaseMS = i64(10_500)
-		mustReserve(t, db, r)
+		ledgertest.MustReserve(t, db, r)
 		clock.Advance(2 * time.Second)
 		_, err := db.Reserve(context.Background(), r)
 		var de *ledger.Error
 		require.ErrorAs(t, err, &de)
 		assert.Equal(t, 9*time.Second, de.RetryAfter, "8.5 s rounded up")
-		assert.Equal(t, uint64(T0.UnixMilli())+10_500, de.Details["lease_expires_at"])
+		assert.Equal(t, uint64(testkit.T0)+10_500, de.Details["lease_expires_at"])
 	})
 	t.Run("ErrFingerprintMismatch names the stored fingerprint", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		mustReserve(t, db, reserveReq(key, "exec-1"))
-		r := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		r := testkit.ReserveReq(key, "exec-1")
 		r.Tool = "other.tool"
 		_, err := db.Reserve(context.Background(), r)
 		var de *ledger.Error
@@ -292,10 +295,10 @@ func TestDB_Reserve_details(t *testing.T) {
 		assert.NotEmpty(t, de.Details["input_hash"])
 	})
 	t.Run("replay returns the recorded outcome", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
-		c := mustCommit(t, db, succeed(key, res.Reservation))
-		rep := mustReserve(t, db, reserveReq(key, "exec-2"))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		c := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
+		rep := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-2"))
 		assert.Equal(t, ledger.StatusReplayed, rep.Status)
 		assert.Equal(t, chain.OutcomeSucceeded, rep.Outcome)
 		assert.Equal(t, "re_1", rep.ExternalRef)
@@ -304,13 +307,14 @@ func TestDB_Reserve_details(t *testing.T) {
 		assert.Equal(t, c.Receipt.Seq+1, rep.Receipt.Seq)
 	})
 	t.Run("idempotent is fixed by the first reserve", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		r := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		r := testkit.ReserveReq(key, "exec-1")
 		r.Idempotent = true
-		mustReserve(t, db, r)
+		ledgertest.MustReserve(t, db, r)
 		clock.Advance(time.Minute)
 		r.ExecutionID, r.Idempotent = "exec-2", false
-		res := mustReserve(t, db, r) // takeover uses the stored flag
+		res := ledgertest.MustReserve(t, db, r) // takeover uses the stored flag
 		assert.True(t, res.Takeover)
 		rc, err := db.GetReceipt(context.Background(), res.Receipt.Seq)
 		require.NoError(t, err)
@@ -318,8 +322,8 @@ func TestDB_Reserve_details(t *testing.T) {
 	})
 }
 
-func TestDB_Reserve_validation(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_Reserve_validation(t *testing.T) {
+	db := ledgertest.Open(t)
 	long := strings.Repeat("k", 256)
 	for _, tt := range []struct {
 		desc      string
@@ -352,7 +356,7 @@ func TestDB_Reserve_validation(t *testing.T) {
 		{"input with a lone surrogate", func(r *ledger.ReserveRequest) { r.Input = json.RawMessage(`"\ud800"`) }, ledger.ECodeInvalidRequest, "input"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
-			req := reserveReq(key, "exec-1")
+			req := testkit.ReserveReq(key, "exec-1")
 			tt.req(&req)
 			_, err := db.Reserve(context.Background(), req)
 			var de *ledger.Error
@@ -363,23 +367,23 @@ func TestDB_Reserve_validation(t *testing.T) {
 	}
 	assert.Zero(t, db.Head().Seq, "invalid requests append nothing")
 	t.Run("boundaries OK", func(t *testing.T) {
-		req := reserveReq(strings.Repeat("k", 255), strings.Repeat("e", 128))
+		req := testkit.ReserveReq(strings.Repeat("k", 255), strings.Repeat("e", 128))
 		req.Tool, req.LeaseMS, req.Attempt, req.WaitMS = strings.Repeat("t", 128), i64(10), i64(1<<53-1), i64(60_000)
 		_, err := db.Reserve(context.Background(), req)
 		require.NoError(t, err)
-		req = reserveReq("12345678", "e")
+		req = testkit.ReserveReq("12345678", "e")
 		req.LeaseMS, req.WaitMS = i64(86_400_000), i64(0)
 		_, err = db.Reserve(context.Background(), req)
 		require.NoError(t, err)
 	})
 }
 
-// TestDB_Commit walks every row of the SPEC §4 commit table.
-func TestDB_Commit(t *testing.T) {
+// TestNamespace_Commit walks every row of the SPEC §4 commit table.
+func TestNamespace_Commit(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
-		c := mustCommit(t, db, succeed(key, res.Reservation))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		c := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		assert.False(t, c.Late)
 		assert.False(t, c.Replayed)
 		assert.Equal(t, res.Receipt.Seq+1, c.Receipt.Seq)
@@ -392,58 +396,59 @@ func TestDB_Commit(t *testing.T) {
 		assert.Equal(t, "re_1", r.ExternalRef)
 	})
 	t.Run("ErrUnknownKey", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		_, err := db.Commit(context.Background(), succeed(key, "rsv_nope"))
+		db := ledgertest.Open(t)
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, "rsv_nope"))
 		assert.Equal(t, ledger.ECodeUnknownKey, ledger.ErrorCode(err))
 	})
 	t.Run("ErrStaleReservation for a wrong token", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		mustReserve(t, db, reserveReq(key, "exec-1"))
-		_, err := db.Commit(context.Background(), succeed(key, "rsv_"+strings.Repeat("0f", 32)))
+		db := ledgertest.Open(t)
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, "rsv_"+strings.Repeat("0f", 32)))
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
 		assert.Contains(t, ledger.ErrorMessage(err), "not the key's latest reservation")
 	})
 	t.Run("ErrInvalidRequest for a malformed token", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		for _, tok := range []string{"rsv_forged", "rsv_…", "null", res.Reservation[:len(res.Reservation)-1],
 			res.Reservation + "0", strings.ToUpper(res.Reservation), " " + res.Reservation, "rsv_" + strings.Repeat("g", 64)} {
-			_, err := db.Commit(context.Background(), succeed(key, tok))
+			_, err := db.Commit(context.Background(), testkit.Succeed(key, tok))
 			var e *ledger.Error
 			require.ErrorAs(t, err, &e, "%q", tok)
 			assert.Equal(t, ledger.ECodeInvalidRequest, e.Code, "%q", tok)
 			assert.Equal(t, "reservation", e.Details["field"], "%q", tok)
 			assert.Contains(t, e.Message, "malformed", "%q", tok)
 		}
-		_, err := db.Commit(context.Background(), succeed(key, res.Reservation))
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, res.Reservation))
 		assert.NoError(t, err, "the malformed attempts changed nothing")
 	})
 	t.Run("ErrStaleReservation for another key's token", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		mustReserve(t, db, reserveReq(key, "exec-1"))
-		other := mustReserve(t, db, reserveReq("other-key-5678", "exec-1"))
-		_, err := db.Commit(context.Background(), succeed(key, other.Reservation))
+		db := ledgertest.Open(t)
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		other := ledgertest.MustReserve(t, db, testkit.ReserveReq("other-key-5678", "exec-1"))
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, other.Reservation))
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
 	})
 	t.Run("ErrStaleReservation after a takeover", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		r := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		r := testkit.ReserveReq(key, "exec-1")
 		r.Idempotent = true
-		first := mustReserve(t, db, r)
+		first := ledgertest.MustReserve(t, db, r)
 		clock.Advance(time.Minute)
 		r.ExecutionID = "exec-2"
-		mustReserve(t, db, r)
-		_, err := db.Commit(context.Background(), succeed(key, first.Reservation))
+		ledgertest.MustReserve(t, db, r)
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, first.Reservation))
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
 	})
 	t.Run("same commit again is an idempotent repeat", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
-		c := mustCommit(t, db, succeed(key, res.Reservation))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		c := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		head := db.Head()
-		again := succeed(key, res.Reservation)
+		again := testkit.Succeed(key, res.Reservation)
 		again.Result = json.RawMessage(`{ "amount" : 1200.0 }`) // equal as JSON
-		rep := mustCommit(t, db, again)
+		rep := ledgertest.MustCommit(t, db, again)
 		assert.True(t, rep.Replayed)
 		assert.Equal(t, c.Receipt, rep.Receipt)
 		assert.Equal(t, c.Late, rep.Late)
@@ -464,11 +469,11 @@ func TestDB_Commit(t *testing.T) {
 			{"null vs false", `[null]`, `[false]`, false},
 		} {
 			t.Run(tt.desc, func(t *testing.T) {
-				db, _ := MustOpenDB(t)
-				res := mustReserve(t, db, reserveReq(key, "exec-1"))
-				c := succeed(key, res.Reservation)
+				db := ledgertest.Open(t)
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+				c := testkit.Succeed(key, res.Reservation)
 				c.Result = json.RawMessage(tt.first)
-				mustCommit(t, db, c)
+				ledgertest.MustCommit(t, db, c)
 				c.Result = json.RawMessage(tt.again)
 				rep, err := db.Commit(context.Background(), c)
 				if tt.wantSame {
@@ -481,10 +486,10 @@ func TestDB_Commit(t *testing.T) {
 		}
 	})
 	t.Run("same failed commit again is an idempotent repeat", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
-		c := mustCommit(t, db, fail(key, res.Reservation, false))
-		rep := mustCommit(t, db, fail(key, res.Reservation, false))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		c := ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, false))
+		rep := ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, false))
 		assert.True(t, rep.Replayed)
 		assert.Equal(t, c.Receipt, rep.Receipt)
 	})
@@ -497,37 +502,39 @@ func TestDB_Commit(t *testing.T) {
 				c.Outcome, c.Error, c.Result, c.ExternalRef = chain.OutcomeFailed, &ledger.FailureDetail{Code: "X"}, nil, ""
 			},
 		} {
-			db, _ := MustOpenDB(t)
-			res := mustReserve(t, db, reserveReq(key, "exec-1"))
-			mustCommit(t, db, succeed(key, res.Reservation))
-			req := succeed(key, res.Reservation)
+			db := ledgertest.Open(t)
+			res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+			ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
+			req := testkit.Succeed(key, res.Reservation)
 			change(&req)
 			_, err := db.Commit(context.Background(), req)
 			assert.Equal(t, ledger.ECodeAlreadyFinalized, ledger.ErrorCode(err))
 		}
 	})
 	t.Run("ErrAlreadyFinalized after a resolve", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		clock.Advance(time.Minute)
 		_, err := db.Resolve(context.Background(), ledger.ResolveRequest{IdempotencyKey: key,
 			Outcome: chain.OutcomeSucceeded, ExternalRef: "re_1", Result: json.RawMessage(`{"amount":1200}`), Note: "checked the PSP"})
 		require.NoError(t, err)
-		_, err = db.Commit(context.Background(), succeed(key, res.Reservation))
+		_, err = db.Commit(context.Background(), testkit.Succeed(key, res.Reservation))
 		assert.Equal(t, ledger.ECodeAlreadyFinalized, ledger.ErrorCode(err))
 	})
 	t.Run("late commit after the lease ended", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		clock.Advance(time.Minute)
-		c := mustCommit(t, db, succeed(key, res.Reservation))
+		c := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		assert.True(t, c.Late)
-		rep := mustCommit(t, db, succeed(key, res.Reservation))
+		rep := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		assert.True(t, rep.Late, "the repeat reports the original body")
 	})
 	t.Run("validation", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		head := db.Head()
 		for _, tt := range []struct {
 			desc, wantField string
@@ -553,7 +560,7 @@ func TestDB_Commit(t *testing.T) {
 			{"invalid result", "result", func(c *ledger.CommitRequest) { c.Result = json.RawMessage(`{`) }},
 		} {
 			t.Run(tt.desc, func(t *testing.T) {
-				req := succeed(key, res.Reservation)
+				req := testkit.Succeed(key, res.Reservation)
 				tt.change(&req)
 				_, err := db.Commit(context.Background(), req)
 				var de *ledger.Error
@@ -566,8 +573,8 @@ func TestDB_Commit(t *testing.T) {
 	})
 }
 
-// TestDB_Resolve walks the resolve rules of SPEC §4.
-func TestDB_Resolve(t *testing.T) {
+// TestNamespace_Resolve walks the resolve rules of SPEC §4.
+func TestNamespace_Resolve(t *testing.T) {
 	resolve := func(outcome string) ledger.ResolveRequest {
 		r := ledger.ResolveRequest{IdempotencyKey: key, Outcome: outcome, Note: "checked the PSP dashboard", Actor: ""}
 		if outcome == chain.OutcomeFailed {
@@ -578,8 +585,9 @@ func TestDB_Resolve(t *testing.T) {
 		return r
 	}
 	t.Run("OK succeeded", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		clock.Advance(time.Minute)
 		out, err := db.Resolve(context.Background(), resolve(chain.OutcomeSucceeded))
 		require.NoError(t, err)
@@ -590,16 +598,17 @@ func TestDB_Resolve(t *testing.T) {
 		assert.Equal(t, res.Receipt.Seq, r.RefSeq)
 		assert.Equal(t, "checked the PSP dashboard", r.Note)
 		assert.Equal(t, "exec-1", r.ExecutionID, "repeats the interrupted reserve")
-		rep := mustReserve(t, db, reserveReq(key, "exec-2"))
+		rep := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-2"))
 		assert.Equal(t, ledger.StatusReplayed, rep.Status)
 		assert.Equal(t, "re_9", rep.ExternalRef)
 		assert.Equal(t, out.Receipt, rep.Original)
 	})
 	t.Run("OK failed then retry needs idempotent", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		r := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		r := testkit.ReserveReq(key, "exec-1")
 		r.Idempotent = false
-		mustReserve(t, db, r)
+		ledgertest.MustReserve(t, db, r)
 		clock.Advance(time.Minute)
 		out, err := db.Resolve(context.Background(), resolve(chain.OutcomeFailed))
 		require.NoError(t, err)
@@ -607,26 +616,27 @@ func TestDB_Resolve(t *testing.T) {
 		v, err := db.GetKey(context.Background(), key)
 		require.NoError(t, err)
 		assert.Equal(t, ledger.StateFailed, v.State)
-		_, err = db.Reserve(context.Background(), reserveReq(key, "exec-2"))
+		_, err = db.Reserve(context.Background(), testkit.ReserveReq(key, "exec-2"))
 		assert.Equal(t, ledger.ECodeRetryNotAllowed, ledger.ErrorCode(err))
 	})
 	t.Run("ErrUnknownKey", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		_, err := db.Resolve(context.Background(), resolve(chain.OutcomeSucceeded))
 		assert.Equal(t, ledger.ECodeUnknownKey, ledger.ErrorCode(err))
 	})
 	t.Run("ErrNotInterrupted", func(t *testing.T) {
-		db, clock := MustOpenDB(t)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		clock := db.Clock
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		_, err := db.Resolve(context.Background(), resolve(chain.OutcomeSucceeded))
 		assert.Equal(t, ledger.ECodeNotInterrupted, ledger.ErrorCode(err), "reserved")
-		mustCommit(t, db, succeed(key, res.Reservation))
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		clock.Advance(time.Minute)
 		_, err = db.Resolve(context.Background(), resolve(chain.OutcomeSucceeded))
 		assert.Equal(t, ledger.ECodeNotInterrupted, ledger.ErrorCode(err), "succeeded")
 	})
 	t.Run("ErrInvalidRequest without a note", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		req := resolve(chain.OutcomeSucceeded)
 		req.Note = ""
 		_, err := db.Resolve(context.Background(), req)
@@ -634,12 +644,13 @@ func TestDB_Resolve(t *testing.T) {
 	})
 }
 
-func TestDB_GetKey(t *testing.T) {
-	db, clock := MustOpenDB(t)
+func TestNamespace_GetKey(t *testing.T) {
+	db := ledgertest.Open(t)
+	clock := db.Clock
 	_, err := db.GetKey(context.Background(), key)
 	assert.Equal(t, ledger.ECodeUnknownKey, ledger.ErrorCode(err))
 
-	res := mustReserve(t, db, reserveReq(key, "exec-1"))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	v, err := db.GetKey(context.Background(), key)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateReserved, v.State)
@@ -647,8 +658,8 @@ func TestDB_GetKey(t *testing.T) {
 	v, err = db.GetKey(context.Background(), key)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateInterrupted, v.State)
-	mustCommit(t, db, succeed(key, res.Reservation))
-	mustReserve(t, db, reserveReq(key, "exec-2"))
+	ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-2"))
 	v, err = db.GetKey(context.Background(), key)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateSucceeded, v.State)
@@ -658,12 +669,12 @@ func TestDB_GetKey(t *testing.T) {
 	assert.Equal(t, []string{"reserve", "commit", "replay"}, []string{v.Receipts[0].Kind, v.Receipts[1].Kind, v.Receipts[2].Kind})
 }
 
-func TestDB_ListReceipts(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_ListReceipts(t *testing.T) {
+	db := ledgertest.Open(t)
 	for i := range 5 {
 		k := "list-key-" + string(rune('a'+i)) + "xx"
-		res := mustReserve(t, db, reserveReq(k, "exec-"+string(rune('a'+i%2))))
-		mustCommit(t, db, succeed(k, res.Reservation))
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-"+string(rune('a'+i%2))))
+		ledgertest.MustCommit(t, db, testkit.Succeed(k, res.Reservation))
 	}
 	all, next, err := db.ListReceipts(context.Background(), ledger.ReceiptFilter{})
 	require.NoError(t, err)
@@ -704,16 +715,17 @@ func TestDB_ListReceipts(t *testing.T) {
 	assert.Equal(t, ledger.ECodeUnknownReceipt, ledger.ErrorCode(err))
 }
 
-// TestDB_hostileStrings stores strings that must come back byte for byte.
-func TestDB_hostileStrings(t *testing.T) {
-	db, clock := MustOpenDB(t)
+// TestNamespace_hostileStrings stores strings that must come back byte for byte.
+func TestNamespace_hostileStrings(t *testing.T) {
+	db := ledgertest.Open(t)
+	clock := db.Clock
 	k := `';DROP/**/TABLE/**/receipts;--`
-	res := mustReserve(t, db, reserveReq(k, `exec-"quoted"`))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq(k, `exec-"quoted"`))
 	c := ledger.CommitRequest{IdempotencyKey: k, Reservation: res.Reservation, Outcome: chain.OutcomeFailed,
 		ExternalRef: "'; DROP TABLE receipts;--\x00with\x01controls\u2028é",
 		Result:      json.RawMessage(`{"html":"<b>&amp;</b>","nul":"\u0000"}`),
 		Error:       &ledger.FailureDetail{Code: "E_1", Message: "line1\nline2\x00\t'; DELETE FROM keys;--"}}
-	out := mustCommit(t, db, c)
+	out := ledgertest.MustCommit(t, db, c)
 	_ = clock
 	r, err := db.GetReceipt(context.Background(), out.Receipt.Seq)
 	require.NoError(t, err)
@@ -721,5 +733,5 @@ func TestDB_hostileStrings(t *testing.T) {
 	assert.Equal(t, c.ExternalRef, r.ExternalRef)
 	assert.Equal(t, string(c.Result), r.Result)
 	assert.Equal(t, c.Error.Message, r.ErrorMessage)
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 }

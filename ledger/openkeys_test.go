@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -57,7 +58,7 @@ func gatherKeysWaiting(t *testing.T) map[string]float64 {
 // ledger exports nothing.
 func TestLedger_keysWaitingGauge(t *testing.T) {
 	ctx := context.Background()
-	clock := ledgertest.NewClock(T0)
+	clock := testkit.NewClock()
 	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "ledger.db"),
 		sqlite.Options{Now: clock.Now, Logger: ledgertest.Quiet}, false)
 	require.NoError(t, err)
@@ -77,7 +78,7 @@ func TestLedger_keysWaitingGauge(t *testing.T) {
 
 	n, err := l.Default(ctx)
 	require.NoError(t, err)
-	r := reserveReq(key, "exec-1")
+	r := testkit.ReserveReq(key, "exec-1")
 	r.LeaseMS = i64(1000)
 	_, err = n.Reserve(ctx, r)
 	require.NoError(t, err)

@@ -14,15 +14,9 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
-
-// MustOpenRealDB opens a ledger on the real clock, for tests where leases
-// must end in real time.
-func MustOpenRealDB(tb testing.TB, cfg ledger.Config) *ledgertest.DB {
-	tb.Helper()
-	return ledgertest.OpenReal(tb, cfg)
-}
 
 // waitResult is what a waiting Reserve returned and how long it took.
 type waitResult struct {
@@ -36,7 +30,7 @@ type waitResult struct {
 // reaches it, whether it comes before or after its decision to wait.
 func startWaiter(tb testing.TB, ctx context.Context, db *ledgertest.DB, req ledger.ReserveRequest, waitMS int64) <-chan waitResult {
 	tb.Helper()
-	before := db.Waiting()
+	before := db.Ledger.Waiting()
 	req.WaitMS = i64(waitMS)
 	out := make(chan waitResult, 1)
 	go func() {
@@ -46,7 +40,7 @@ func startWaiter(tb testing.TB, ctx context.Context, db *ledgertest.DB, req ledg
 	}()
 	// A short lease may end and answer the waiter before the test sees
 	// it parked: an answer counts as having parked.
-	require.Eventually(tb, func() bool { return db.Waiting() > before || len(out) > 0 }, 5*time.Second, time.Millisecond, "waiter parked")
+	require.Eventually(tb, func() bool { return db.Ledger.Waiting() > before || len(out) > 0 }, 5*time.Second, time.Millisecond, "waiter parked")
 	return out
 }
 
@@ -62,15 +56,15 @@ func receive(tb testing.TB, ch <-chan waitResult, d time.Duration) waitResult {
 	}
 }
 
-// TestDB_Reserve_wait walks the outcomes of SPEC §8: the waiter decides
+// TestNamespace_Reserve_wait walks the outcomes of SPEC §8: the waiter decides
 // again as soon as the holder's reservation ends, by commit or by lease.
-func TestDB_Reserve_wait(t *testing.T) {
+func TestNamespace_Reserve_wait(t *testing.T) {
 	ctx := context.Background()
 	t.Run("OK commit succeeded replays", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		held := mustReserve(t, db, reserveReq(key, "exec-1"))
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
-		mustCommit(t, db, succeed(key, held.Reservation))
+		db := ledgertest.Open(t)
+		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 30_000)
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, held.Reservation))
 		r := receive(t, w, 5*time.Second)
 		require.NoError(t, r.err)
 		assert.Equal(t, ledger.StatusReplayed, r.res.Status)
@@ -79,19 +73,19 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Equal(t, uint64(2), r.res.Original.Seq)
 		assert.Equal(t, uint64(3), r.res.Receipt.Seq)
 		assert.Less(t, r.elapsed, 5*time.Second)
-		assert.Zero(t, db.Waiting())
-		all := verifyChain(t, db)
+		assert.Zero(t, db.Ledger.Waiting())
+		all := ledgertest.VerifyChain(t, db)
 		assert.Equal(t, chain.KindReplay, all[2].Kind)
 		assert.Equal(t, "exec-2", all[2].ExecutionID)
 	})
 	t.Run("OK failed retryable and idempotent retries", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		req := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t)
+		req := testkit.ReserveReq(key, "exec-1")
 		req.Idempotent = true
-		held := mustReserve(t, db, req)
+		held := ledgertest.MustReserve(t, db, req)
 		req.ExecutionID = "exec-2"
 		w := startWaiter(t, ctx, db, req, 30_000)
-		mustCommit(t, db, fail(key, held.Reservation, true))
+		ledgertest.MustCommit(t, db, testkit.Fail(key, held.Reservation, true))
 		r := receive(t, w, 5*time.Second)
 		require.NoError(t, r.err)
 		assert.Equal(t, ledger.StatusReserved, r.res.Status)
@@ -100,19 +94,19 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Equal(t, uint64(3), r.res.Receipt.Seq)
 	})
 	t.Run("ErrRetryNotAllowed failed otherwise", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		held := mustReserve(t, db, reserveReq(key, "exec-1"))
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
-		mustCommit(t, db, fail(key, held.Reservation, true)) // retryable, but not idempotent
+		db := ledgertest.Open(t)
+		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 30_000)
+		ledgertest.MustCommit(t, db, testkit.Fail(key, held.Reservation, true)) // retryable, but not idempotent
 		r := receive(t, w, 5*time.Second)
 		assert.Equal(t, ledger.ECodeRetryNotAllowed, ledger.ErrorCode(r.err))
 		assert.Equal(t, uint64(2), db.Head().Seq, "nothing appended")
 	})
 	t.Run("OK lease ends, idempotent takes over", func(t *testing.T) {
-		db := MustOpenRealDB(t, ledger.Config{})
-		req := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+		req := testkit.ReserveReq(key, "exec-1")
 		req.Idempotent, req.LeaseMS = true, i64(300)
-		mustReserve(t, db, req)
+		ledgertest.MustReserve(t, db, req)
 		req.ExecutionID, req.LeaseMS = "exec-2", nil
 		w := startWaiter(t, ctx, db, req, 30_000)
 		r := receive(t, w, 5*time.Second)
@@ -122,20 +116,20 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Less(t, r.elapsed, 3*time.Second, "woken at the lease's end, not at wait_ms")
 	})
 	t.Run("ErrUnsafeResume lease ends, not idempotent", func(t *testing.T) {
-		db := MustOpenRealDB(t, ledger.Config{})
-		req := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+		req := testkit.ReserveReq(key, "exec-1")
 		req.LeaseMS = i64(300)
-		mustReserve(t, db, req)
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		ledgertest.MustReserve(t, db, req)
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 30_000)
 		r := receive(t, w, 5*time.Second)
 		assert.Equal(t, ledger.ECodeUnsafeResume, ledger.ErrorCode(r.err))
 		assert.Less(t, r.elapsed, 3*time.Second)
 		assert.Equal(t, uint64(1), db.Head().Seq)
 	})
 	t.Run("ErrInProgress still reserved when the wait ends", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		mustReserve(t, db, reserveReq(key, "exec-1"))
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 300)
+		db := ledgertest.Open(t)
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 300)
 		r := receive(t, w, 5*time.Second)
 		var de *ledger.Error
 		require.ErrorAs(t, r.err, &de)
@@ -143,14 +137,14 @@ func TestDB_Reserve_wait(t *testing.T) {
 		assert.Positive(t, de.RetryAfter)
 		assert.GreaterOrEqual(t, r.elapsed, 300*time.Millisecond)
 		assert.Less(t, r.elapsed, 3*time.Second)
-		assert.Zero(t, db.Waiting())
+		assert.Zero(t, db.Ledger.Waiting())
 		assert.Equal(t, uint64(1), db.Head().Seq)
 	})
 	t.Run("OK a takeover by another waiter is waited on in turn", func(t *testing.T) {
-		db := MustOpenRealDB(t, ledger.Config{})
-		req := reserveReq(key, "exec-1")
+		db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+		req := testkit.ReserveReq(key, "exec-1")
 		req.Idempotent, req.LeaseMS = true, i64(200)
-		mustReserve(t, db, req)
+		ledgertest.MustReserve(t, db, req)
 		// exec-2 takes over at the lease's end; exec-3, waiting too,
 		// then finds exec-2's reservation and waits for its commit.
 		req.ExecutionID, req.LeaseMS = "exec-2", i64(30_000)
@@ -169,54 +163,54 @@ func TestDB_Reserve_wait(t *testing.T) {
 		}
 		require.NoError(t, first.err)
 		require.True(t, first.res.Takeover)
-		require.Eventually(t, func() bool { return db.Waiting() == 1 }, 5*time.Second, time.Millisecond)
-		mustCommit(t, db, succeed(key, first.res.Reservation))
+		require.Eventually(t, func() bool { return db.Ledger.Waiting() == 1 }, 5*time.Second, time.Millisecond)
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, first.res.Reservation))
 		r := receive(t, other, 5*time.Second)
 		require.NoError(t, r.err)
 		assert.Equal(t, ledger.StatusReplayed, r.res.Status)
 	})
 	t.Run("OK without wait_ms nothing waits", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		mustReserve(t, db, reserveReq(key, "exec-1"))
-		req := reserveReq(key, "exec-2")
+		db := ledgertest.Open(t)
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+		req := testkit.ReserveReq(key, "exec-2")
 		req.WaitMS = i64(0)
 		_, err := db.Reserve(ctx, req)
 		assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err))
 	})
 }
 
-// TestDB_Reserve_waitCancel: a waiter whose context ends stops waiting at
+// TestNamespace_Reserve_waitCancel: a waiter whose context ends stops waiting at
 // once, leaves no trace in the registry and appends nothing, even when
 // the key succeeds afterwards.
-func TestDB_Reserve_waitCancel(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	held := mustReserve(t, db, reserveReq(key, "exec-1"))
+func TestNamespace_Reserve_waitCancel(t *testing.T) {
+	db := ledgertest.Open(t)
+	held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	ctx, cancel := context.WithCancel(context.Background())
-	w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 60_000)
+	w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 60_000)
 	cancel()
 	r := receive(t, w, 2*time.Second)
 	assert.ErrorIs(t, r.err, context.Canceled)
-	assert.Zero(t, db.Waiting())
-	mustCommit(t, db, succeed(key, held.Reservation))
-	all := verifyChain(t, db)
+	assert.Zero(t, db.Ledger.Waiting())
+	ledgertest.MustCommit(t, db, testkit.Succeed(key, held.Reservation))
+	all := ledgertest.VerifyChain(t, db)
 	require.Len(t, all, 2)
 	assert.Equal(t, []string{chain.KindReserve, chain.KindCommit}, []string{all[0].Kind, all[1].Kind})
 }
 
-// TestDB_Reserve_waitNoLostWakeup races commits against waiters that are
+// TestNamespace_Reserve_waitNoLostWakeup races commits against waiters that are
 // just starting: a commit that lands between a waiter's decision and its
 // wait must still wake it.
-func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestNamespace_Reserve_waitNoLostWakeup(t *testing.T) {
+	db := ledgertest.Open(t)
 	const n = 50
 	var wg sync.WaitGroup
 	for i := range n {
 		k := fmt.Sprintf("race-key-%04d", i)
-		held := mustReserve(t, db, reserveReq(k, "exec-1"))
+		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-1"))
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			req := reserveReq(k, "exec-2")
+			req := testkit.ReserveReq(k, "exec-2")
 			req.WaitMS = i64(60_000)
 			start := time.Now()
 			res, err := db.Reserve(context.Background(), req)
@@ -227,24 +221,24 @@ func TestDB_Reserve_waitNoLostWakeup(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			_, err := db.Commit(context.Background(), succeed(k, held.Reservation))
+			_, err := db.Commit(context.Background(), testkit.Succeed(k, held.Reservation))
 			assert.NoError(t, err)
 		}()
 	}
 	wg.Wait()
-	assert.Zero(t, db.Waiting())
-	verifyChain(t, db)
+	assert.Zero(t, db.Ledger.Waiting())
+	ledgertest.VerifyChain(t, db)
 }
 
-// TestDB_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
+// TestNamespace_Reserve_waitLimit: beyond MaxWaiters a reserve is answered at
 // once, as without wait_ms.
-func TestDB_Reserve_waitLimit(t *testing.T) {
-	db := MustOpenRealDB(t, ledger.Config{MaxWaiters: 1})
-	mustReserve(t, db, reserveReq(key, "exec-1"))
+func TestNamespace_Reserve_waitLimit(t *testing.T) {
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now), ledgertest.WithConfig(ledger.Config{MaxWaiters: 1}))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 60_000)
-	req := reserveReq(key, "exec-3")
+	w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 60_000)
+	req := testkit.ReserveReq(key, "exec-3")
 	req.WaitMS = i64(60_000)
 	start := time.Now()
 	_, err := db.Reserve(context.Background(), req)
@@ -254,22 +248,22 @@ func TestDB_Reserve_waitLimit(t *testing.T) {
 	receive(t, w, 2*time.Second)
 }
 
-// TestDB_EndWaits: parked reserves answer at once when the server begins
+// TestLedger_EndWaits: parked reserves answer at once when the server begins
 // to stop, and later ones do not wait.
-func TestDB_EndWaits(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	mustReserve(t, db, reserveReq(key, "exec-1"))
-	w := startWaiter(t, context.Background(), db, reserveReq(key, "exec-2"), 60_000)
-	db.EndWaits()
+func TestLedger_EndWaits(t *testing.T) {
+	db := ledgertest.Open(t)
+	ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
+	w := startWaiter(t, context.Background(), db, testkit.ReserveReq(key, "exec-2"), 60_000)
+	db.Ledger.EndWaits()
 	r := receive(t, w, 2*time.Second)
 	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(r.err))
-	req := reserveReq(key, "exec-3")
+	req := testkit.ReserveReq(key, "exec-3")
 	req.WaitMS = i64(60_000)
 	start := time.Now()
 	_, err := db.Reserve(context.Background(), req)
 	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err))
 	assert.Less(t, time.Since(start), time.Second)
-	assert.Zero(t, db.Waiting())
+	assert.Zero(t, db.Ledger.Waiting())
 }
 
 // parker counts Park and Resume calls; resumeErr fails Resume.
@@ -292,31 +286,31 @@ func (p *parker) Resume(context.Context) error {
 	return p.resumeErr
 }
 
-// TestDB_Reserve_waitParker: the request's Parker is told around each
+// TestNamespace_Reserve_waitParker: the request's Parker is told around each
 // wait, and an error from Resume ends the request without a decision.
-func TestDB_Reserve_waitParker(t *testing.T) {
+func TestNamespace_Reserve_waitParker(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		p := &parker{}
 		ctx := ledger.NewContextWithParker(context.Background(), p)
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 30_000)
 		p.parked(t) // the commit must come after the decision to wait
-		mustCommit(t, db, succeed(key, held.Reservation))
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, held.Reservation))
 		r := receive(t, w, 5*time.Second)
 		require.NoError(t, r.err)
 		assert.Equal(t, int32(1), p.parks.Load())
 		assert.Equal(t, int32(1), p.resumes.Load())
 	})
 	t.Run("ErrResume", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
-		held := mustReserve(t, db, reserveReq(key, "exec-1"))
+		db := ledgertest.Open(t)
+		held := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		boom := errors.New("no slot")
 		p := &parker{resumeErr: boom}
 		ctx := ledger.NewContextWithParker(context.Background(), p)
-		w := startWaiter(t, ctx, db, reserveReq(key, "exec-2"), 30_000)
+		w := startWaiter(t, ctx, db, testkit.ReserveReq(key, "exec-2"), 30_000)
 		p.parked(t)
-		mustCommit(t, db, succeed(key, held.Reservation))
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, held.Reservation))
 		r := receive(t, w, 5*time.Second)
 		assert.ErrorIs(t, r.err, boom)
 		assert.Equal(t, uint64(2), db.Head().Seq, "no replay appended")

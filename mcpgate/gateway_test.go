@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
-	"github.com/effect-ledger/effect-ledger/storage"
 )
 
 // counter counts the executions of the upstream's tools.
@@ -94,18 +91,6 @@ func newUpstreamServer(runs *counter) *mcp.Server {
 	return s
 }
 
-// MustOpenLedger opens an in-process ledger on a SQLite file in a
-// temporary directory.
-func MustOpenLedger(tb testing.TB) *ledger.Ledger {
-	tb.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	store, err := storage.Open(context.Background(), filepath.Join(tb.TempDir(), "ledger.db"), storage.Options{Logger: quiet})
-	require.NoError(tb, err)
-	l := ledger.New(store, ledger.Config{Logger: quiet})
-	tb.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
 // MustStartGateway puts a gateway over led in front of the upstream at
 // url and connects an MCP client to it over Streamable HTTP.
 func MustStartGateway(tb testing.TB, url string, cfg mcpgate.Config, opts ...*mcp.ClientOptions) *mcp.ClientSession {
@@ -175,7 +160,7 @@ func mustDeriveKey(t *testing.T, ledgerTool string) string {
 func TestGateway_CallTool(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
-		l := MustOpenLedger(t)
+		l := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Ledger
 		ns, err := l.Default(context.Background())
 		require.NoError(t, err)
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
@@ -196,10 +181,9 @@ func TestGateway_CallTool(t *testing.T) {
 
 	t.Run("ErrMCPError", func(t *testing.T) {
 		url, _ := MustStartUpstream(t)
-		ns, err := MustOpenLedger(t).Default(context.Background())
-		require.NoError(t, err)
+		ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
-		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
+		_, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
 		require.Error(t, err, "the upstream's JSON-RPC error comes back as it was")
 		// Recorded not_applied (the default), so it is asked again.
 		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
@@ -211,8 +195,7 @@ func TestGateway_CallTool(t *testing.T) {
 
 	t.Run("ExactReplays", func(t *testing.T) {
 		url, _ := MustStartUpstream(t)
-		ns, err := MustOpenLedger(t).Default(context.Background())
-		require.NoError(t, err)
+		ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), ExactReplays: true})
 		first, again := call(t, s, "charge"), call(t, s, "charge")
 		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
@@ -221,8 +204,7 @@ func TestGateway_CallTool(t *testing.T) {
 
 	t.Run("ErrInvalidKey", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
-		ns, err := MustOpenLedger(t).Default(context.Background())
-		require.NoError(t, err)
+		ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
 		for _, key := range []any{5, "has a space", "gen_0123456789"} {
 			res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "charge",
@@ -236,8 +218,7 @@ func TestGateway_CallTool(t *testing.T) {
 
 	t.Run("PolicyOverridesAnnotations", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
-		ns, err := MustOpenLedger(t).Default(context.Background())
-		require.NoError(t, err)
+		ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 		policy, err := mcpgate.ParsePolicy([]byte(`[{"tool": "shop.charge", "effect": "read"}]`))
 		require.NoError(t, err)
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Policy: policy})
@@ -248,7 +229,7 @@ func TestGateway_CallTool(t *testing.T) {
 
 	t.Run("ErrLedgerUnavailable", func(t *testing.T) {
 		url, runs := MustStartUpstream(t)
-		l := MustOpenLedger(t)
+		l := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Ledger
 		ns, err := l.Default(context.Background())
 		require.NoError(t, err)
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
@@ -263,8 +244,7 @@ func TestGateway_CallTool(t *testing.T) {
 }
 
 func TestGateway_progress(t *testing.T) {
-	ns, err := MustOpenLedger(t).Default(context.Background())
-	require.NoError(t, err)
+	ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 	runs := newCounter()
 	var mu sync.Mutex
 	var got []*mcp.ProgressNotificationParams
@@ -296,12 +276,11 @@ func TestGateway_listChanged(t *testing.T) {
 	})
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
 	t.Cleanup(srv.Close)
-	ns, err := MustOpenLedger(t).Default(context.Background())
-	require.NoError(t, err)
+	ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 	changed := make(chan struct{}, 10)
 	cs := MustStartGateway(t, srv.URL, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)}, &mcp.ClientOptions{
 		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} }})
-	_, err = cs.ListTools(context.Background(), nil)
+	_, err := cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
 
 	mcp.AddTool(s, &mcp.Tool{Name: "second", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
@@ -328,8 +307,7 @@ func TestNew(t *testing.T) {
 	up, err := mcpgate.DialURL(context.Background(), url, mcpgate.UpstreamOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = up.Close() })
-	ns, err := MustOpenLedger(t).Default(context.Background())
-	require.NoError(t, err)
+	ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 	for _, tc := range []struct {
 		desc    string
 		cfg     mcpgate.Config

@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
 )
 
@@ -83,8 +85,7 @@ func recordingClient(tb testing.TB, url string) (*mcp.ClientSession, *recorder) 
 // of a schema it decoded into a map).
 func TestGateway_rawAnswers(t *testing.T) {
 	url, _ := MustStartUpstream(t)
-	ns, err := MustOpenLedger(t).Default(context.Background())
-	require.NoError(t, err)
+	ns := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Namespace
 	up, err := mcpgate.DialURL(context.Background(), url, mcpgate.UpstreamOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = up.Close() })

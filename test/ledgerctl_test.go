@@ -2,7 +2,6 @@ package test
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // ledgerctl runs the binary and returns stdout, stderr and the exit code.
@@ -204,7 +202,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, "derived_state", "the recorded head still names the deleted receipts")
 
 	// ledgerd refuses to serve it: the recorded head is gone from the chain.
-	_, err = ledgertest.OpenPath(context.Background(), tampered, sqlite.Options{})
+	_, err = ledgertest.TryOpen(t, ledgertest.WithPath(tampered))
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 
 	// A careful forger rebuilds the derived state too (rebuild-index): the

@@ -12,6 +12,7 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -79,20 +80,20 @@ func TestCheckpointer_Run_sizeAtStart(t *testing.T) {
 // last checkpoint first, so the tree it reads next is never smaller.
 func TestCheckpointer_SignOnce_twoSigners(t *testing.T) {
 	ctx := context.Background()
-	db, _ := ledgertest.Open(t)
+	db := ledgertest.Open(t)
 	skey, _, err := tlog.GenerateKey("example.test")
 	require.NoError(t, err)
 	signer, _, _, err := tlog.LoadSignerText(skey, "example.test")
 	require.NoError(t, err)
 	origin := tlog.Origin("example.test", tlog.DefaultNamespace)
 	other := &tlog.Checkpointer{Store: db, Signer: signer, Origin: origin}
-	ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-first", "exec-1"))
 	_, err = other.SignOnce(ctx)
 	require.NoError(t, err)
 
-	ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-second", "exec-1"))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-second", "exec-1"))
 	meanwhile := func() {
-		ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-third", "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq("key-third", "exec-1"))
 		s, err := other.SignOnce(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, s.Size)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -23,8 +24,6 @@ type gateChain struct {
 	rs []chain.Receipt
 	at uint64
 }
-
-const gateStart = 1764475200000
 
 // The policies of the chain: P1 gates payments (approval by a
 // role:approver), denies shell.rm* and refuses unchanged repeats of
@@ -37,7 +36,7 @@ const (
 
 func (c *gateChain) add(r chain.Receipt) uint64 {
 	c.at += 1000
-	r.Seq, r.RecordedAt = uint64(len(c.rs)+1), gateStart+c.at
+	r.Seq, r.RecordedAt = uint64(len(c.rs)+1), testkit.T0+c.at
 	c.rs = append(c.rs, r)
 	return r.Seq
 }
@@ -54,7 +53,7 @@ func req(kind, key, exec string, attempt uint64, tool, actor string, ref uint64)
 
 func (c *gateChain) ask(key, exec, tool, actor string, ref uint64) uint64 {
 	r := req(chain.KindAsk, key, exec, 1, tool, actor, ref)
-	r.LeaseExpiresAt = gateStart + c.at + 1000 + 3600000
+	r.LeaseExpiresAt = testkit.T0 + c.at + 1000 + 3600000
 	r.Result = `{"input_hash":"` + r.InputHash + `","summary":"please"}`
 	return c.add(r)
 }
@@ -68,7 +67,7 @@ func (c *gateChain) answer(ask uint64, outcome, actor, role string) uint64 {
 
 func (c *gateChain) reserve(key, exec string, attempt uint64, tool, actor string, ref uint64, note string) uint64 {
 	r := req(chain.KindReserve, key, exec, attempt, tool, actor, ref)
-	r.LeaseExpiresAt, r.Note = gateStart+c.at+1000+30000, note
+	r.LeaseExpiresAt, r.Note = testkit.T0+c.at+1000+30000, note
 	return c.add(r)
 }
 
@@ -133,8 +132,7 @@ func (c *gateChain) write(t *testing.T) string {
 	t.Helper()
 	c.rehash()
 	path := filepath.Join(t.TempDir(), "gate.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	require.NoError(t, db.Close())
 	sdb, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
@@ -195,7 +193,7 @@ type onlyDB struct{ verify.DB }
 func everyMode(t *testing.T, c *gateChain, pin uint64) map[string]*verify.Report {
 	t.Helper()
 	path := c.write(t)
-	now := time.UnixMilli(int64(gateStart + c.at + 1000))
+	now := time.UnixMilli(int64(testkit.T0 + c.at + 1000))
 	opts := verify.Opts{Now: func() time.Time { return now }}
 	out := map[string]*verify.Report{"database": threeWays(t, path, opts)}
 	ctx := context.Background()
@@ -222,16 +220,16 @@ func TestVerifier_gateClean(t *testing.T) {
 		require.Len(t, a.Approvals, 3, mode)
 		assert.Equal(t, "consumed", a.Approvals[0].State, mode)
 		assert.Equal(t, &verify.ApprovalAnswer{Seq: 3, Decision: "approve", Actor: "alice", Role: "approver",
-			Note: "looked at it", RecordedAt: gateStart + 3000}, a.Approvals[0].Answer, mode)
+			Note: "looked at it", RecordedAt: testkit.T0 + 3000}, a.Approvals[0].Answer, mode)
 		assert.Equal(t, &verify.ApprovalConsumer{Seq: 4, ExecutionID: "exec-1", Attempt: 1}, a.Approvals[0].ConsumedBy, mode)
 		assert.Equal(t, "rejected", a.Approvals[1].State, mode)
 		assert.Equal(t, "reject", a.Approvals[1].Answer.Decision, mode)
 		assert.Nil(t, a.Approvals[1].ConsumedBy, mode)
 		assert.Equal(t, "consumed", a.Approvals[2].State, mode)
 		assert.Equal(t, []verify.DeniedEffect{{Seq: 14, Key: "rm-key-00001", Tool: "shell.rm_rf", ExecutionID: "exec-3",
-			Actor: "agent", RecordedAt: gateStart + 14000}}, a.Denied, mode)
+			Actor: "agent", RecordedAt: testkit.T0 + 14000}}, a.Denied, mode)
 		assert.Equal(t, []verify.UnauthenticatedApproval{{Seq: 17, AskSeq: 16, Key: "pay-key-0003", Tool: "payments.charge",
-			Outcome: chain.OutcomeApproved, RecordedAt: gateStart + 17000}}, a.UnauthenticatedApprovals, mode)
+			Outcome: chain.OutcomeApproved, RecordedAt: testkit.T0 + 17000}}, a.UnauthenticatedApprovals, mode)
 		if mode != "database incremental" && mode != "server incremental" {
 			require.Len(t, a.RuntimeRetries, 1, mode)
 			assert.Equal(t, "pay-key-0001", a.RuntimeRetries[0].Key, mode)
@@ -331,7 +329,7 @@ func TestVerifier_gateFields(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			c := cleanGateChain()
 			tc.edit(c)
-			rep := threeWays(t, c.write(t), verify.Opts{Now: func() time.Time { return time.UnixMilli(gateStart + 1e7) }})
+			rep := threeWays(t, c.write(t), verify.Opts{Now: func() time.Time { return time.UnixMilli(testkit.T0 + 1e7) }})
 			assert.Contains(t, rules(rep), verify.RuleInvalidField, "%+v", rep.Violations)
 		})
 	}
@@ -348,7 +346,7 @@ func TestVerifier_gateRenewal(t *testing.T) {
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
-	opts := verify.Opts{Now: func() time.Time { return time.UnixMilli(int64(gateStart + c.at + 1000)) }}
+	opts := verify.Opts{Now: func() time.Time { return time.UnixMilli(int64(testkit.T0 + c.at + 1000)) }}
 	rep, err := verify.New(ttlDB{rd, 86400000}, opts).Check(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{verify.RuleApprovalMissing}, rules(rep), "%+v", rep.Violations)

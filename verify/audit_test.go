@@ -66,9 +66,8 @@ func TestVerifier_audit(t *testing.T) {
 	})
 	t.Run("no duplicates", func(t *testing.T) { assert.Empty(t, a.DuplicateEffects) })
 	t.Run("online audit is the same", func(t *testing.T) {
-		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
-		require.NoError(t, err)
-		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+		db := ledgertest.Open(t, ledgertest.WithPath(path))
+		srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
 		online, err := verify.NewRemote(server(t, srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
@@ -99,8 +98,7 @@ func TestVerifier_audit(t *testing.T) {
 // succeeded — the refund called twice under different keys.
 func TestVerifier_duplicateEffects(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	ctx := context.Background()
 	for _, k := range []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"} {
 		res, err := db.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: k, ExecutionID: "exec-" + k,
@@ -125,7 +123,7 @@ func TestVerifier_duplicateEffects(t *testing.T) {
 	assert.Equal(t, []string{"refund-a-0001", "refund-b-0002"}, d.Keys)
 	assert.Equal(t, []uint64{2, 4}, d.Seqs)
 
-	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); _ = db.Close() }()
 	for range 5 { // the online pass finishes keys in map order: the keys must still come in seq order
 		online, err := verify.NewRemote(server(t, srv.URL), verify.Opts{}).Check(ctx)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -27,7 +28,7 @@ type calls struct {
 	t      *testing.T
 	path   string
 	db     *ledgertest.DB
-	clock  *clock
+	clock  *testkit.Clock
 	tokens map[string]string // key → latest reservation token
 	keys   []string          // generated keys, in order
 }
@@ -35,11 +36,8 @@ type calls struct {
 func newCalls(t *testing.T) *calls {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
-	return &calls{t: t, path: path, db: db, clock: c, tokens: map[string]string{}}
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	return &calls{t: t, path: path, db: db, clock: db.Clock, tokens: map[string]string{}}
 }
 
 // input is a fingerprinted input: the same n gives the same input_hash.
@@ -111,7 +109,7 @@ func (c *calls) audits(opts verify.Opts) (offline, online *verify.Audit) {
 	rep, err := verify.New(rd, opts).Check(ctx)
 	require.NoError(c.t, err)
 	require.True(c.t, rep.OK, "%+v", rep.Violations)
-	srv := httptest.NewServer(api.NewServer(c.db, api.Config{Logger: quiet}))
+	srv := httptest.NewServer(api.NewServer(c.db.Ledger, api.Config{Logger: quiet}))
 	defer srv.Close()
 	orep, err := verify.NewRemote(server(c.t, srv.URL), opts).Check(ctx)
 	require.NoError(c.t, err)

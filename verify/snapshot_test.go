@@ -9,6 +9,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/storage/storetest"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -18,7 +19,7 @@ import (
 // ledgerd appends to meanwhile check the chain and the key states up to
 // one head (see checkIncrementalBesideWriter).
 func TestVerifier_incrementalBesideWriter(t *testing.T) {
-	db, _ := ledgertest.Open(t)
+	db := ledgertest.Open(t)
 	rd, err := sqlite.OpenReader(context.Background(), db.Path(), sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
@@ -31,8 +32,8 @@ func TestVerifier_incrementalBesideWriter(t *testing.T) {
 // the failures of the keys it touched only, and the first failure here is
 // older.
 func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
-	db, _ := ledgertest.Open(t)
-	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t)
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	t.Cleanup(srv.Close)
 	remote := server(t, srv.URL)
 	checkIncrementalBesideWriter(t, db, false, func(opts verify.Opts) *verify.Verifier {
@@ -49,8 +50,8 @@ func TestVerifier_remoteIncrementalBesideWriter(t *testing.T) {
 // failures are checked too (checkRepeats).
 func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool, newVerifier func(verify.Opts) *verify.Verifier) {
 	ctx := context.Background()
-	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
-	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
+	first := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-first", "exec-1"))
+	ledgertest.MustCommit(t, db, testkit.Fail("key-first", first.Reservation, false))
 	rep, err := newVerifier(verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
@@ -88,10 +89,10 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 // its head: an incremental run pinned there lists only later ones.
 func TestVerifier_fullBesideWriter(t *testing.T) {
 	ctx := context.Background()
-	db, _ := ledgertest.Open(t)
+	db := ledgertest.Open(t)
 	verify.SetMaxSuspects(t, 2)
-	first := ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-first", "exec-1"))
-	ledgertest.MustCommit(t, db, ledgertest.Fail("key-first", first.Reservation, false))
+	first := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-first", "exec-1"))
+	ledgertest.MustCommit(t, db, testkit.Fail("key-first", first.Reservation, false))
 	done := storetest.AppendFailures(t, db.Namespace, 600)
 	for runs := 0; ; runs++ {
 		select {

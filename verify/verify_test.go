@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,19 +34,6 @@ func server(t testing.TB, url string) verify.Server {
 	c, err := client.New(url)
 	require.NoError(t, err)
 	return verify.Server{Client: c}
-}
-
-// clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,10 +61,9 @@ func post(t *testing.T, srv *httptest.Server, path, body string, wantStatus int)
 func buildLedger(t *testing.T) (path string, now time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "ledger.db")
-	c := &clock{t: time.UnixMilli(1764475200000)}
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: c.Now, Logger: quiet})
-	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	c := db.Clock
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
 
 	r := post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","idempotent":true,"input":{"order":7}}`, 201)
@@ -177,11 +162,11 @@ func rehash(t *testing.T, db *sql.DB, from uint64) {
 // are rebuilt first (rebuild-index), or ledgerd would refuse the file.
 func openForServing(t *testing.T, path string) *ledgertest.DB {
 	t.Helper()
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
+	db, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	if errors.Is(err, ledger.ErrDerivedState) {
 		_, rerr := sqlite.RebuildIndex(context.Background(), path, ledger.DefaultNamespace, sqlite.Options{Logger: quiet})
 		require.NoError(t, rerr)
-		db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet})
+		db, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	}
 	require.NoError(t, err)
 	return db
@@ -270,7 +255,7 @@ func TestVerifier_tamper(t *testing.T) {
 			return
 		}
 		db := openForServing(t, path)
-		srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+		srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 		defer func() { srv.Close(); _ = db.Close() }()
 		rep, err = verify.NewRemote(server(t, srv.URL), opts).Check(context.Background())
 		require.NoError(t, err)
@@ -440,7 +425,7 @@ func TestVerifier_incremental(t *testing.T) {
 			check("offline", rep)
 
 			db := openForServing(t, path)
-			srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+			srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 			defer func() { srv.Close(); _ = db.Close() }()
 			rep, err = verify.NewRemote(server(t, srv.URL), opts).Check(ctx)
 			require.NoError(t, err)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -26,9 +23,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // MustGateway serves a gateway in front of a real ledger on a temp file.
 func MustGateway(t *testing.T) *httptest.Server {
 	t.Helper()
-	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{Logger: quiet})
-	require.NoError(t, err)
-	ls := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
+	db := ledgertest.Open(t)
+	ls := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	lc, err := client.New(ls.URL)
 	require.NoError(t, err)
 	gw := httptest.NewServer(NewGateway(lc, quiet))

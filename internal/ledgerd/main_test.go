@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the server's concurrent logs.
@@ -43,7 +43,7 @@ func TestMain_Run(t *testing.T) {
 	logs := &lockedBuffer{}
 	m := ledgerd.NewMain(logs)
 	require.NoError(t, m.ParseFlags(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "ledger.db"), "--listen", "127.0.0.1:0"}))
-	clock := ledgertest.NewClock(ledgertest.T0)
+	clock := testkit.NewClock()
 	var commits atomic.Int64
 	m.Now, m.AfterCommit = clock.Now, func() { commits.Add(1) }
 
@@ -72,7 +72,7 @@ func TestMain_Run(t *testing.T) {
 	require.NoError(t, json.NewDecoder(res.Body).Decode(&body))
 	require.NoError(t, res.Body.Close())
 	require.Len(t, body.Receipts, 1)
-	assert.Equal(t, ledgertest.T0.UnixMilli(), body.Receipts[0].RecordedAt, "dated by Now")
+	assert.Equal(t, int64(testkit.T0), body.Receipts[0].RecordedAt, "dated by Now")
 	assert.Positive(t, commits.Load(), "AfterCommit called")
 
 	cancel()

@@ -1,8 +1,9 @@
 // Package ledgertest opens a real ledger for tests: the domain service
 // (ledger.New) over the SQLite driver on a file, with the default
-// namespace at hand and a settable clock. The SQLite driver only stores;
-// this helper is where tests, tools' tests and examples' tests put the
-// two together.
+// namespace at hand and a settable clock (see internal/testkit, which
+// holds the clock, the epoch T0 and the requests). The SQLite driver only
+// stores; this helper is where tests, tools' tests and examples' tests
+// put the two together.
 package ledgertest
 
 import (
@@ -10,115 +11,113 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-// T0 is the test clock's start, the SPEC test vector's recorded_at.
-var T0 = time.UnixMilli(1764475200000)
-
 // Quiet is a logger that discards everything.
 var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// Clock is a settable test clock, safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock returns a clock stopped at t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // DB is a SQLite ledger: the domain service over the SQLite driver, with
-// the default namespace embedded.
+// the default namespace embedded (db.Reserve is the default namespace's).
 type DB struct {
-	*ledger.Namespace // the default namespace
-	*ledger.Ledger
-	Store  *sqlite.Store
-	Reader *sqlite.Reader // the default file's read pool
+	*ledger.Namespace                // the default namespace
+	Ledger            *ledger.Ledger // the service, for other namespaces and its own methods
+	Store             *sqlite.Store
+	Reader            *sqlite.Reader // the default file's read pool
+	Clock             *testkit.Clock // the clock the ledger reads; nil when WithNow set another
 }
 
-// OpenPath opens the ledger at path (creating it if missing) with the
-// driver options opts and starts the domain service over it with the
-// same clock and logger and the domain's defaults. Its errors are
-// sqlite.OpenStore's and ledger.Ledger.Default's.
-func OpenPath(ctx context.Context, path string, opts sqlite.Options) (*DB, error) {
-	return OpenConfig(ctx, path, opts, ledger.Config{})
+// Option sets up the ledger Open opens.
+type Option func(*setup)
+
+type setup struct {
+	path  string
+	store sqlite.Options
+	cfg   ledger.Config
+	now   func() time.Time
 }
 
-// OpenConfig is OpenPath with the domain's settings cfg; cfg's Now and
-// Logger default to opts'.
-func OpenConfig(ctx context.Context, path string, opts sqlite.Options, cfg ledger.Config) (*DB, error) {
-	if opts.Now == nil {
-		opts.Now = time.Now
+// WithPath opens the ledger at path (creating it if missing) instead of
+// a new file in the test's temp dir.
+func WithPath(path string) Option { return func(s *setup) { s.path = path } }
+
+// WithStore sets the SQLite driver's options. Their Now, if set, is the
+// clock the driver and the domain read (as WithNow); their Logger, if
+// unset, is Quiet.
+func WithStore(opts sqlite.Options) Option { return func(s *setup) { s.store = opts } }
+
+// WithConfig sets the domain's settings. Their Now, if set, is the clock
+// both read (as WithNow); their Logger, if unset, is the driver's.
+func WithConfig(cfg ledger.Config) Option { return func(s *setup) { s.cfg = cfg } }
+
+// WithNow sets the clock the driver and the domain read (time.Now for
+// tests where leases end or batches linger in real time) in place of a
+// testkit.Clock at T0.
+func WithNow(now func() time.Time) Option { return func(s *setup) { s.now = now } }
+
+// Open opens a ledger for tb (by default a new file in tb's temp dir, on
+// a testkit.Clock stopped at T0, with no logs), fails tb on error and
+// closes the ledger when the test ends.
+func Open(tb testing.TB, opts ...Option) *DB {
+	tb.Helper()
+	db, err := TryOpen(tb, opts...)
+	require.NoError(tb, err)
+	return db
+}
+
+// TryOpen is Open for tests of opening: it returns the error, of
+// sqlite.OpenStore or ledger.Ledger.Default, instead of failing tb.
+func TryOpen(tb testing.TB, opts ...Option) (*DB, error) {
+	tb.Helper()
+	var s setup
+	for _, o := range opts {
+		o(&s)
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	if s.path == "" {
+		s.path = filepath.Join(tb.TempDir(), "ledger.db")
 	}
-	if cfg.Now == nil {
-		cfg.Now = opts.Now
+	if s.now == nil && s.store.Now != nil {
+		s.now = s.store.Now
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = opts.Logger
+	if s.now == nil && s.cfg.Now != nil {
+		s.now = s.cfg.Now
 	}
-	s, err := sqlite.OpenStore(ctx, path, opts, false)
+	var clock *testkit.Clock
+	if s.now == nil {
+		clock = testkit.NewClock()
+		s.now = clock.Now
+	}
+	if s.store.Now == nil {
+		s.store.Now = s.now
+	}
+	if s.store.Logger == nil {
+		s.store.Logger = Quiet
+	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = s.now
+	}
+	if s.cfg.Logger == nil {
+		s.cfg.Logger = s.store.Logger
+	}
+	st, err := sqlite.OpenStore(context.Background(), s.path, s.store, false)
 	if err != nil {
 		return nil, err
 	}
-	l := ledger.New(s, cfg)
-	n, err := l.Default(ctx)
+	l := ledger.New(st, s.cfg)
+	n, err := l.Default(context.Background())
 	if err != nil {
 		_ = l.Close()
 		return nil, err
 	}
-	return &DB{Namespace: n, Ledger: l, Store: s, Reader: s.Main()}, nil
-}
-
-// Open opens a new ledger file in tb's temp dir with a Clock stopped at
-// T0 and no logs, and closes it when the test ends.
-func Open(tb testing.TB) (*DB, *Clock) {
-	tb.Helper()
-	clock := NewClock(T0)
-	return MustOpen(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{Now: clock.Now, Logger: Quiet}, ledger.Config{}), clock
-}
-
-// OpenReal opens a new ledger file in tb's temp dir with the domain's
-// settings cfg, on the real clock unless cfg.Now is set, for tests where
-// leases end or batches linger in real time; it closes the ledger when
-// the test ends.
-func OpenReal(tb testing.TB, cfg ledger.Config) *DB {
-	tb.Helper()
-	return MustOpen(tb, filepath.Join(tb.TempDir(), "ledger.db"), sqlite.Options{Now: cfg.Now, Logger: Quiet}, cfg)
-}
-
-// MustOpen is OpenConfig that fails tb on error and closes the ledger
-// when the test ends.
-func MustOpen(tb testing.TB, path string, opts sqlite.Options, cfg ledger.Config) *DB {
-	tb.Helper()
-	db, err := OpenConfig(context.Background(), path, opts, cfg)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = db.Close() })
-	return db
+	tb.Cleanup(func() { _ = l.Close() })
+	return &DB{Namespace: n, Ledger: l, Store: st, Reader: st.Main(), Clock: clock}, nil
 }
 
 // Head returns the default namespace's durable head (the writer's, held

@@ -2,7 +2,6 @@ package ledgertest
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,24 +9,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
-
-// ReserveReq is a write request for key by execution exec.
-func ReserveReq(key, exec string) ledger.ReserveRequest {
-	return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "payments.refund",
-		Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":7}`)}
-}
-
-// Succeed is a successful outcome of key's reservation token.
-func Succeed(key, token string) ledger.CommitRequest {
-	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeSucceeded,
-		ExternalRef: "re_1", Result: json.RawMessage(`{"amount": 1200}`)}
-}
-
-// Fail is a failed outcome of key's reservation token.
-func Fail(key, token string, retryable bool) ledger.CommitRequest {
-	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
-		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
-}
 
 // MustReserve reserves and fails tb on error.
 func MustReserve(tb testing.TB, db *DB, req ledger.ReserveRequest) *ledger.ReserveResult {

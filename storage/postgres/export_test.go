@@ -20,26 +20,18 @@ func SetResolveBudget(d time.Duration) (restore func()) {
 	return func() { resolveBudget = old }
 }
 
-// ListenerPID waits until s's LISTEN connection is in place and returns
-// its backend pid.
-func ListenerPID(s *Store, timeout time.Duration) (uint32, bool) {
+// ListenerPID returns the backend pid of s's LISTEN connection, and
+// whether it is in place.
+func ListenerPID(s *Store) (uint32, bool) {
 	s.mu.Lock()
 	l := s.listen
 	s.mu.Unlock()
 	if l == nil {
 		return 0, false
 	}
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		l.mu.Lock()
-		pid := l.pid
-		l.mu.Unlock()
-		if pid != 0 {
-			return pid, true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return 0, false
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pid, l.pid != 0
 }
 
 // SQLInsertInto is the receipts INSERT of the write path, into table.

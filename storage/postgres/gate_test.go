@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
 )
@@ -468,10 +468,9 @@ func TestTx_KeyHistory(t *testing.T) {
 // until fn says stop; fn may use the transaction.
 func TestTx_RecentOutcomes(t *testing.T) {
 	t.Parallel()
-	var now atomic.Int64
-	now.Store(1764475200000)
+	clock := testkit.NewClock()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: clock.Now})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 	run := func(cl call, outcome string) {
 		t.Helper()
@@ -482,7 +481,7 @@ func TestTx_RecentOutcomes(t *testing.T) {
 			_, err := finish(ctx, tx, cl.key, outcome, "E")
 			return err
 		})
-		now.Add(100)
+		clock.Advance(100 * time.Millisecond)
 	}
 	// At t0: seq 1, 2 (failed); t0+100: 3, 4 (other input); t0+200: 5, 6
 	// (other tool); t0+300: 7, 8 (succeeded); t0+400: 9, 10 (not_applied).
@@ -491,7 +490,7 @@ func TestTx_RecentOutcomes(t *testing.T) {
 	run(call{key: "key-00003", exec: "e3", tool: "mail", input: "sha256:aa"}, chain.OutcomeFailed)
 	run(call{key: "key-00004", exec: "e4", tool: "pay", input: "sha256:aa"}, chain.OutcomeSucceeded)
 	run(call{key: "key-00005", exec: "e5", tool: "pay", input: "sha256:aa"}, chain.OutcomeNotApplied)
-	t0 := uint64(1764475200000)
+	t0 := uint64(testkit.T0)
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		cl := call{key: "key-00006", exec: "e6", tool: "pay", input: "sha256:aa"}
 		if _, err := reserve(ctx, tx, cl, 1000); err != nil { // 11
@@ -717,9 +716,7 @@ func TestStore_OnEndedApproval(t *testing.T) {
 			heard <- keys
 		}
 	})
-	if _, ok := postgres.ListenerPID(b, 10*time.Second); !ok {
-		t.Fatal("b's LISTEN connection did not come up")
-	}
+	mustListen(t, b, "b's LISTEN connection did not come up")
 	c := mustChain(t, a, ledger.DefaultNamespace)
 	pay := call{key: "key-00001", exec: "e", tool: "pay", input: "sha256:aa"}
 	var ask chain.Receipt
@@ -769,10 +766,9 @@ func TestStore_OnEndedApproval(t *testing.T) {
 func TestChain_KeyDriftApprovals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var now atomic.Int64
-	now.Store(1764475200000)
+	clock := testkit.NewClock()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: clock.Now})
 	const ttl = 1000
 	if err := s.CreateNamespace(ctx, "ttl", ttl); err != nil {
 		t.Fatal(err)
@@ -807,7 +803,7 @@ func TestChain_KeyDriftApprovals(t *testing.T) {
 		takeReserve = r.Seq
 		return err
 	})
-	now.Add(2 * ttl) // key-renew's outcome is past the key's lifetime; key-take's lease has ended
+	clock.Advance(2 * ttl * time.Millisecond) // key-renew's outcome is past the key's lifetime; key-take's lease has ended
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		if err := consume(ctx, tx, renew, renewOutcome, true); err != nil {
 			return err

@@ -10,8 +10,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -32,6 +34,19 @@ func mustOpen(tb testing.TB, dbURL string, opts postgres.Options) *postgres.Stor
 	}
 	tb.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// mustListen waits until s's LISTEN connection is in place, failing tb
+// with msg after 10 s, and returns its backend pid.
+func mustListen(tb testing.TB, s *postgres.Store, msg string) uint32 {
+	tb.Helper()
+	var pid uint32
+	require.Eventually(tb, func() bool {
+		p, ok := postgres.ListenerPID(s)
+		pid = p
+		return ok
+	}, 10*time.Second, 10*time.Millisecond, msg)
+	return pid
 }
 
 func mustChain(tb testing.TB, s *postgres.Store, ns string) *postgres.Chain {

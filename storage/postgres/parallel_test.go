@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -66,26 +68,16 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = watch.Close(ctx) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		if len(toA) > 0 {
+			return // a's write returned: refused below
+		}
 		var waiting int
-		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
-			t.Fatal(err)
+		if assert.NoError(c, watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)) {
+			assert.Positive(c, waiting, "namespace a's write neither waits for the lock nor returns")
 		}
-		if waiting > 0 {
-			break
-		}
-		select {
-		case err := <-toA:
-			t.Fatalf("namespace a's write did not wait for the lock on its head: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("namespace a's write neither waits for the lock nor returns")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	}, 60*time.Second, 5*time.Millisecond)
 	select {
 	case err := <-toA:
 		t.Fatalf("namespace a's write did not wait for the lock on its head: %v", err)

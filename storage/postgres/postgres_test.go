@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -308,11 +311,11 @@ func TestTx_Preload(t *testing.T) {
 func TestChain_Update_Now(t *testing.T) {
 	t.Parallel()
 	u := pgtest.URL(t)
-	fixed := time.UnixMilli(1764475200000)
+	fixed := time.UnixMilli(testkit.T0)
 	s := mustOpen(t, u, postgres.Options{Now: func() time.Time { return fixed }})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-		if tx.Now() != 1764475200000 {
+		if tx.Now() != testkit.T0 {
 			return fmt.Errorf("Now = %d with Options.Now", tx.Now())
 		}
 		_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
@@ -321,7 +324,7 @@ func TestChain_Update_Now(t *testing.T) {
 	// The database clock is later, and never before the last receipt.
 	s2 := mustOpen(t, u, postgres.Options{})
 	update(t, mustChain(t, s2, ledger.DefaultNamespace), func(ctx context.Context, tx ledger.Tx) error {
-		if tx.Now() < 1764475200000 || tx.Now() < uint64(time.Now().Add(-time.Minute).UnixMilli()) {
+		if tx.Now() < testkit.T0 || tx.Now() < uint64(time.Now().Add(-time.Minute).UnixMilli()) {
 			return fmt.Errorf("database Now = %d", tx.Now())
 		}
 		return nil
@@ -587,13 +590,9 @@ func TestChain_Update_LostCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		// pgxpool redials: the store recovers alone.
-		deadline := time.Now().Add(10 * time.Second)
-		for s.Ready(ctx) != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if err := s.Ready(ctx); err != nil {
-			t.Fatalf("Ready after restart: %v", err)
-		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.NoError(c, s.Ready(ctx), "Ready after restart")
+		}, 10*time.Second, 50*time.Millisecond)
 		if n := len(checkChain(t, c)); n != 0 {
 			t.Fatalf("%d receipts, want 0 (the server was stopped before COMMIT)", n)
 		}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
 )
@@ -21,12 +24,11 @@ import (
 //	4 commit key-a0001 succeeded 5 reserve Key-Z0001 mail/bb    6 commit Key-Z0001 failed
 //	7 reserve key-c0001 mail/bb  8 reserve key-d0001 (lease 1 min) 9 reserve key-e0001 (lease 1 ms)
 //	10 replay key-b0001
-func readFixture(t *testing.T) (*postgres.Chain, string, *atomic.Int64) {
+func readFixture(t *testing.T) (*postgres.Chain, string, *testkit.Clock) {
 	t.Helper()
 	u := pgtest.URL(t)
-	var now atomic.Int64
-	now.Store(1764475200000)
-	s := mustOpen(t, u, postgres.Options{Now: func() time.Time { return time.UnixMilli(now.Load()) }})
+	clock := testkit.NewClock()
+	s := mustOpen(t, u, postgres.Options{Now: clock.Now})
 	c := mustChain(t, s, ledger.DefaultNamespace)
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		steps := []func() error{
@@ -71,8 +73,8 @@ func readFixture(t *testing.T) (*postgres.Chain, string, *atomic.Int64) {
 		}
 		return nil
 	})
-	now.Add(10) // key-e0001's lease has ended, key-d0001's has not
-	return c, u, &now
+	clock.Advance(10 * time.Millisecond) // key-e0001's lease has ended, key-d0001's has not
+	return c, u, clock
 }
 
 func seqs(rs []chain.Receipt) []uint64 {
@@ -217,14 +219,14 @@ func TestChain_Reads(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(got) != 2 || got[0].Key != "key-b0001" || got[0].Seq != 2 || got[1].Key != "key-a0001" || got[1].Seq != 4 ||
-			got[0].Tool != "pay" || got[0].InputHash != "sha256:aa" || got[0].RecordedAt != 1764475200000 {
+			got[0].Tool != "pay" || got[0].InputHash != "sha256:aa" || got[0].RecordedAt != testkit.T0 {
 			t.Fatalf("DuplicateSuccesses = %+v", got)
 		}
 	})
 	t.Run("RepeatedFailures", func(t *testing.T) {
 		mail := []ledger.CallAfterFailure{
-			{Tool: "mail", InputHash: "sha256:bb", Failure: true, Key: "Key-Z0001", ExecutionID: "e3", ErrorCode: "smtp_down", Seq: 6, RecordedAt: 1764475200000},
-			{Tool: "mail", InputHash: "sha256:bb", Key: "key-c0001", ExecutionID: "e4", Seq: 7, RecordedAt: 1764475200000},
+			{Tool: "mail", InputHash: "sha256:bb", Failure: true, Key: "Key-Z0001", ExecutionID: "e3", ErrorCode: "smtp_down", Seq: 6, RecordedAt: testkit.T0},
+			{Tool: "mail", InputHash: "sha256:bb", Key: "key-c0001", ExecutionID: "e4", Seq: 7, RecordedAt: testkit.T0},
 		}
 		for _, tc := range []struct {
 			tool string
@@ -325,13 +327,8 @@ func TestStore_OnEnded(t *testing.T) {
 	heard := make(chan event, 100)
 	a.OnEnded(func(ns string, keys []string) { own <- event{ns, keys} })
 	b.OnEnded(func(ns string, keys []string) { heard <- event{ns, keys} })
-	pid, ok := postgres.ListenerPID(b, 10*time.Second)
-	if !ok {
-		t.Fatal("b's LISTEN connection did not come up")
-	}
-	if _, ok := postgres.ListenerPID(a, 10*time.Second); !ok {
-		t.Fatal("a's LISTEN connection did not come up")
-	}
+	pid := mustListen(t, b, "b's LISTEN connection did not come up")
+	mustListen(t, a, "a's LISTEN connection did not come up")
 	next := func(ch chan event, what string) event {
 		t.Helper()
 		select {
@@ -432,9 +429,7 @@ func TestStore_OnEnded(t *testing.T) {
 	if !slices.Equal(woke, []string{"default", "other"}) {
 		t.Fatalf("woke %v, want every namespace", woke)
 	}
-	if _, ok := postgres.ListenerPID(b, 10*time.Second); !ok {
-		t.Fatal("b did not listen again")
-	}
+	mustListen(t, b, "b did not listen again")
 }
 
 func TestStore_TrySignerLock(t *testing.T) {
@@ -489,22 +484,14 @@ func TestStore_LiveReplicas(t *testing.T) {
 	for _, s := range []*postgres.Store{a, b, ro} {
 		s.OnEnded(func(string, []string) {})
 	}
-	live := func() int {
-		n, err := ro.LiveReplicas(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
 	waitFor := func(want int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for live() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("live replicas: %d, want %d", live(), want)
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			n, err := ro.LiveReplicas(ctx)
+			if assert.NoError(c, err) {
+				assert.Equal(c, want, n, "live replicas")
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		}, 10*time.Second, 20*time.Millisecond)
 	}
 	waitFor(2)
 	if err := b.Close(); err != nil {

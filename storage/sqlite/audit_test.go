@@ -9,24 +9,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 func TestReader_RepeatedFailures(t *testing.T) {
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	ctx := context.Background()
 	call := func(key, tool, input string) string {
-		req := reserveReq(key, "exec-"+key)
+		req := testkit.ReserveReq(key, "exec-"+key)
 		req.Tool, req.Input = tool, json.RawMessage(input)
-		return mustReserve(t, db, req).Reservation
+		return ledgertest.MustReserve(t, db, req).Reservation
 	}
-	tok := call("refund-a-0001", "payments.refund", `{"order":7}`) // 1
-	mustCommit(t, db, fail("refund-a-0001", tok, false))           // 2
-	tok = call("charge-a-0001", "payments.charge", `{"order":7}`)  // 3
-	mustCommit(t, db, fail("charge-a-0001", tok, false))           // 4: never run again
-	call("refund-b-0002", "payments.refund", `{"order":7}`)        // 5
-	call("refund-c-0003", "payments.refund", `{"order":8}`)        // 6: another input
+	tok := call("refund-a-0001", "payments.refund", `{"order":7}`)          // 1
+	ledgertest.MustCommit(t, db, testkit.Fail("refund-a-0001", tok, false)) // 2
+	tok = call("charge-a-0001", "payments.charge", `{"order":7}`)           // 3
+	ledgertest.MustCommit(t, db, testkit.Fail("charge-a-0001", tok, false)) // 4: never run again
+	call("refund-b-0002", "payments.refund", `{"order":7}`)                 // 5
+	call("refund-c-0003", "payments.refund", `{"order":8}`)                 // 6: another input
 
 	rows := func(tool string) []ledger.CallAfterFailure {
 		var out []ledger.CallAfterFailure

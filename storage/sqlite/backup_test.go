@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -24,8 +25,8 @@ func fill(tb testing.TB, db *ledgertest.DB, prefix string, n int) {
 	tb.Helper()
 	for i := range n {
 		key := fmt.Sprintf("%s-%06d", prefix, i)
-		res := mustReserve(tb, db, reserveReq(key, "exec-1"))
-		_, err := db.Commit(context.Background(), succeed(key, res.Reservation))
+		res := ledgertest.MustReserve(tb, db, testkit.ReserveReq(key, "exec-1"))
+		_, err := db.Commit(context.Background(), testkit.Succeed(key, res.Reservation))
 		require.NoError(tb, err)
 	}
 }
@@ -45,7 +46,7 @@ func dirEntries(tb testing.TB, dir string) []string {
 func TestBackup(t *testing.T) {
 	ctx := context.Background()
 	t.Run("OK the temporaries of a killed backup are removed, a running one's kept", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		fill(t, db, "backup-sweep", 3)
 		dir := t.TempDir()
 		stale := filepath.Join(dir, ".copy.db.tmp-111")
@@ -64,7 +65,7 @@ func TestBackup(t *testing.T) {
 		require.Equal(t, []string{".copy.db.tmp-222", "copy.db"}, dirEntries(t, dir))
 	})
 	t.Run("OK", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		fill(t, db, "backup-ok", 50)
 		dir := t.TempDir()
 		dst := filepath.Join(dir, "copy.db")
@@ -90,7 +91,7 @@ func TestBackup(t *testing.T) {
 		require.Equal(t, res.Head, h)
 	})
 	t.Run("OK while the writer appends", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		fill(t, db, "before", 200)
 		var wg sync.WaitGroup
 		var stop atomic.Bool
@@ -130,7 +131,7 @@ func TestBackup(t *testing.T) {
 		require.Equal(t, res.Head, h)
 	})
 	t.Run("ErrBackupExists", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		fill(t, db, "exists", 3)
 		dir := t.TempDir()
 		dst := filepath.Join(dir, "copy.db")
@@ -159,7 +160,7 @@ func TestBackup(t *testing.T) {
 		require.Equal(t, []string{"other.db"}, dirEntries(t, dir))
 	})
 	t.Run("ErrCanceled", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		fill(t, db, "cancel", 50)
 		dir := t.TempDir()
 		cctx, cancel := context.WithCancel(ctx)
@@ -169,7 +170,7 @@ func TestBackup(t *testing.T) {
 		require.Empty(t, dirEntries(t, dir), "a canceled backup leaves nothing")
 	})
 	t.Run("ErrSameFile", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		_, err := sqlite.Backup(ctx, db.Path(), db.Path(), sqlite.BackupOptions{Overwrite: true})
 		require.Error(t, err)
 	})

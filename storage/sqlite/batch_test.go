@@ -11,17 +11,19 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 var errInjected = fmt.Errorf("injected disk failure: %w", ledger.ErrIO)
 
-// TestDB_failedBatch fails every batch at COMMIT while concurrent requests
+// TestStore_failedBatch fails every batch at COMMIT while concurrent requests
 // run: each gets ErrUnavailable, nothing is appended, and afterwards the
 // writer's in-memory state agrees with the database (reserves, commits and
 // replays behave as if the failed requests never happened).
-func TestDB_failedBatch(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestStore_failedBatch(t *testing.T) {
+	db := ledgertest.Open(t)
 	var failing atomic.Bool
 	db.Store.SetBeforeCommit(func() error {
 		if failing.Load() {
@@ -30,9 +32,9 @@ func TestDB_failedBatch(t *testing.T) {
 		return nil
 	})
 	ctx := context.Background()
-	done := mustReserve(t, db, reserveReq("done-key-0001", "exec-1"))
-	mustCommit(t, db, succeed("done-key-0001", done.Reservation))
-	open := mustReserve(t, db, reserveReq("open-key-0001", "exec-1"))
+	done := ledgertest.MustReserve(t, db, testkit.ReserveReq("done-key-0001", "exec-1"))
+	ledgertest.MustCommit(t, db, testkit.Succeed("done-key-0001", done.Reservation))
+	open := ledgertest.MustReserve(t, db, testkit.ReserveReq("open-key-0001", "exec-1"))
 	head := db.Head()
 
 	failing.Store(true)
@@ -45,11 +47,11 @@ func TestDB_failedBatch(t *testing.T) {
 			var err error
 			switch i % 3 {
 			case 0:
-				_, err = db.Reserve(ctx, reserveReq(fmt.Sprintf("new-key-%04d", i), "exec-x"))
+				_, err = db.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("new-key-%04d", i), "exec-x"))
 			case 1:
-				_, err = db.Reserve(ctx, reserveReq("done-key-0001", fmt.Sprintf("exec-%d", i)))
+				_, err = db.Reserve(ctx, testkit.ReserveReq("done-key-0001", fmt.Sprintf("exec-%d", i)))
 			case 2:
-				_, err = db.Commit(ctx, succeed("open-key-0001", open.Reservation))
+				_, err = db.Commit(ctx, testkit.Succeed("open-key-0001", open.Reservation))
 			}
 			if errors.Is(err, ledger.ErrUnavailable) && ledger.ErrorCode(err) == ledger.ECodeUnavailable {
 				unavailable.Add(1)
@@ -61,22 +63,22 @@ func TestDB_failedBatch(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int32(24), unavailable.Load())
 	assert.Equal(t, head, db.Head(), "nothing appended")
-	assert.Error(t, db.Ready(ctx), "not ready while writes fail")
+	assert.Error(t, db.Ledger.Ready(ctx), "not ready while writes fail")
 
 	failing.Store(false)
 	// The first check after a failure is never ready: its probe write
 	// succeeds and makes the next check ready.
-	assert.Error(t, db.Ready(ctx), "the first check after a failed write is not ready")
-	require.NoError(t, db.Ready(ctx))
+	assert.Error(t, db.Ledger.Ready(ctx), "the first check after a failed write is not ready")
+	require.NoError(t, db.Ledger.Ready(ctx))
 	// The new keys were never recorded: they reserve as new.
-	res := mustReserve(t, db, reserveReq("new-key-0000", "exec-x"))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("new-key-0000", "exec-x"))
 	assert.Equal(t, ledger.StatusReserved, res.Status)
 	assert.Equal(t, head.Seq+1, res.Receipt.Seq)
 	// The open reservation is still open: its commit is the first one.
-	c := mustCommit(t, db, succeed("open-key-0001", open.Reservation))
+	c := ledgertest.MustCommit(t, db, testkit.Succeed("open-key-0001", open.Reservation))
 	assert.False(t, c.Replayed)
 	// The succeeded key still replays.
-	rep := mustReserve(t, db, reserveReq("done-key-0001", "exec-2"))
+	rep := ledgertest.MustReserve(t, db, testkit.ReserveReq("done-key-0001", "exec-2"))
 	assert.Equal(t, ledger.StatusReplayed, rep.Status)
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 }

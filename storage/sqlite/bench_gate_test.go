@@ -48,10 +48,7 @@ func BenchmarkGate(b *testing.B) {
 }
 
 func benchGate(b *testing.B, path string, clients int, policy string, approved bool) {
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db := ledgertest.Open(b, ledgertest.WithPath(path), ledgertest.WithNow(time.Now))
 	defer db.Close()
 	ctx := context.Background()
 	if policy != "" {

@@ -13,24 +13,25 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/internal/gen"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // BenchmarkDB_ReserveCommit measures one reserve+commit pair at a time
 // (two durable transactions).
 func BenchmarkDB_ReserveCommit(b *testing.B) {
-	db, _ := MustOpenDB(b)
+	db := ledgertest.Open(b)
 	ctx := context.Background()
 	i := 0
 	b.ReportAllocs()
 	for b.Loop() {
 		k := fmt.Sprintf("bench-key-%09d", i)
 		i++
-		res, err := db.Reserve(ctx, reserveReq(k, "exec-1"))
+		res, err := db.Reserve(ctx, testkit.ReserveReq(k, "exec-1"))
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+		if _, err := db.Commit(ctx, testkit.Succeed(k, res.Reservation)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -40,7 +41,7 @@ func BenchmarkDB_ReserveCommit(b *testing.B) {
 // BenchmarkDB_ReserveCommitParallel measures pairs from many goroutines,
 // which the writer groups into shared transactions.
 func BenchmarkDB_ReserveCommitParallel(b *testing.B) {
-	db, _ := MustOpenDB(b)
+	db := ledgertest.Open(b)
 	ctx := context.Background()
 	var n atomic.Int64
 	b.SetParallelism(16)
@@ -49,12 +50,12 @@ func BenchmarkDB_ReserveCommitParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := fmt.Sprintf("bench-key-%09d", n.Add(1))
-			res, err := db.Reserve(ctx, reserveReq(k, "exec-1"))
+			res, err := db.Reserve(ctx, testkit.ReserveReq(k, "exec-1"))
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+			if _, err := db.Commit(ctx, testkit.Succeed(k, res.Reservation)); err != nil {
 				b.Error(err)
 				return
 			}
@@ -159,10 +160,7 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			if v := os.Getenv("LEDGER_BENCH_CACHE_MIB"); v != "" {
 				opts.CacheMiB, _ = strconv.Atoi(v)
 			}
-			db, err := ledgertest.OpenPath(context.Background(), path, opts)
-			if err != nil {
-				b.Fatal(err)
-			}
+			db := ledgertest.Open(b, ledgertest.WithPath(path), ledgertest.WithStore(opts), ledgertest.WithNow(time.Now))
 			defer db.Close()
 			ctx := context.Background()
 			var seq atomic.Uint64
@@ -179,13 +177,13 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 				for pb.Next() {
 					i := seq.Add(1)
 					k := gen.UUIDLike("bench-key-"+salt, i)
-					req := reserveReq(k, gen.UUIDLike("bench-exec-"+salt, i))
+					req := testkit.ReserveReq(k, gen.UUIDLike("bench-exec-"+salt, i))
 					res, err := db.Reserve(ctx, req)
 					if err != nil {
 						b.Error(err)
 						return
 					}
-					if _, err := db.Commit(ctx, succeed(k, res.Reservation)); err != nil {
+					if _, err := db.Commit(ctx, testkit.Succeed(k, res.Reservation)); err != nil {
 						b.Error(err)
 						return
 					}

@@ -11,36 +11,38 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
-// TestDB_RebuildIndex builds keys in every state, checks that the key
+// TestStore_RebuildIndex builds keys in every state, checks that the key
 // index's records match the receipts, and rebuilds the index.
-func TestDB_RebuildIndex(t *testing.T) {
-	db, clock := MustOpenDB(t)
+func TestStore_RebuildIndex(t *testing.T) {
+	db := ledgertest.Open(t)
+	clock := db.Clock
 	ctx := context.Background()
 	for i := range 6 {
 		k := fmt.Sprintf("derive-key-%02d", i)
-		req := reserveReq(k, "exec-1")
+		req := testkit.ReserveReq(k, "exec-1")
 		req.Idempotent = i%2 == 0
-		res := mustReserve(t, db, req)
+		res := ledgertest.MustReserve(t, db, req)
 		switch i {
 		case 0:
-			mustCommit(t, db, succeed(k, res.Reservation))
-			mustReserve(t, db, reserveReq(k, "exec-2"))
+			ledgertest.MustCommit(t, db, testkit.Succeed(k, res.Reservation))
+			ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-2"))
 		case 1:
-			mustCommit(t, db, fail(k, res.Reservation, false))
+			ledgertest.MustCommit(t, db, testkit.Fail(k, res.Reservation, false))
 		case 2:
-			mustCommit(t, db, fail(k, res.Reservation, true))
+			ledgertest.MustCommit(t, db, testkit.Fail(k, res.Reservation, true))
 			req.Attempt = i64(2)
-			mustReserve(t, db, req)
+			ledgertest.MustReserve(t, db, req)
 		}
 	}
 	clock.Advance(time.Minute)
 	_, err := db.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "derive-key-03", Outcome: chain.OutcomeSucceeded, Note: "ok"})
 	require.NoError(t, err)
-	mustReserve(t, db, reserveReq("derive-key-04", "exec-9")) // takeover
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("derive-key-04", "exec-9")) // takeover
 
 	before := indexRecords(t, db)
 	require.Len(t, before, 6)

@@ -1,7 +1,6 @@
 package sqlite_test
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"os"
@@ -50,10 +49,7 @@ func BenchmarkSQLite_Floor(b *testing.B) {
 		for _, v := range variants {
 			b.Run(size.name+"/"+v.name, func(b *testing.B) {
 				path := benchLedger(b, size.n)
-				db, err := ledgertest.OpenPath(context.Background(), path, quiet) // the schema, for a new file
-				if err != nil {
-					b.Fatal(err)
-				}
+				db := ledgertest.Open(b, ledgertest.WithPath(path)) // the schema, for a new file
 				if err := db.Close(); err != nil {
 					b.Fatal(err)
 				}

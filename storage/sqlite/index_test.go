@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -23,7 +25,7 @@ import (
 func TestIndex_applyFails(t *testing.T) {
 	ctx := context.Background()
 	defer sqlite.SetIndexRetry(0, 0)() // retry at once
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	var fail atomic.Bool
 	db.Store.SetIndexFault(func() error {
 		if fail.Load() {
@@ -31,20 +33,20 @@ func TestIndex_applyFails(t *testing.T) {
 		}
 		return nil
 	})
-	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
 	fail.Store(true)
-	_, err := db.Commit(ctx, succeed("key-aaaa-0001", res.Reservation))
+	_, err := db.Commit(ctx, testkit.Succeed("key-aaaa-0001", res.Reservation))
 	require.NoError(t, err, "the commit is durable: its answer stands")
 
-	_, err = db.Reserve(ctx, reserveReq("key-aaaa-0001", "exec-2"))
+	_, err = db.Reserve(ctx, testkit.ReserveReq("key-aaaa-0001", "exec-2"))
 	require.ErrorIs(t, err, ledger.ErrUnavailable, "no decision from an index that lacks a committed receipt")
-	_, err = db.Reserve(ctx, reserveReq("key-bbbb-0002", "exec-3"))
+	_, err = db.Reserve(ctx, testkit.ReserveReq("key-bbbb-0002", "exec-3"))
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
 	_, err = db.GetKey(ctx, "key-aaaa-0001")
 	require.ErrorIs(t, err, ledger.ErrUnavailable, "no read of an outdated state either")
 
 	fail.Store(false)
-	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-2"))
+	again := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-2"))
 	assert.Equal(t, ledger.StatusReplayed, again.Status)
 	v, err := db.GetKey(ctx, "key-aaaa-0001")
 	require.NoError(t, err)
@@ -54,8 +56,8 @@ func TestIndex_applyFails(t *testing.T) {
 // TestIndex_metrics: the key index's memory and size are exported while
 // a Store holds it.
 func TestIndex_metrics(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	db := ledgertest.Open(t)
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
 	families, err := prometheus.DefaultGatherer.Gather()
 	require.NoError(t, err)
 	got := map[string]float64{}

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -62,28 +63,26 @@ func TestIndex_diskFull(t *testing.T) {
 	defer sqlite.SetIndexRetry(50*time.Millisecond, 200*time.Millisecond)()
 	var full diskFull
 	logs := &lockedBuffer{}
-	db := ledgertest.MustOpen(t, filepath.Join(t.TempDir(), "ledger.db"), sqlite.Options{
-		Logger: slog.New(slog.NewJSONHandler(logs, nil)), IndexWriteFault: full.fault, HeadRecordEvery: 20 * time.Millisecond,
-	}, ledger.Config{})
-	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
+	db := ledgertest.Open(t, ledgertest.WithStore(sqlite.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil)), IndexWriteFault: full.fault, HeadRecordEvery: 20 * time.Millisecond}))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
 
 	full.on.Store(true)
 	var acked []string
 	var err error
 	for i := 0; err == nil && i < 5000; i++ { // Pebble buffers its log: writes succeed until it meets the disk
 		k := fmt.Sprintf("key-full-%06d", i)
-		if _, err = db.Reserve(ctx, reserveReq(k, "exec-2")); err == nil {
+		if _, err = db.Reserve(ctx, testkit.ReserveReq(k, "exec-2")); err == nil {
 			acked = append(acked, k)
 		}
 	}
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
-	_, err = db.Commit(ctx, succeed("key-aaaa-0001", res.Reservation))
+	_, err = db.Commit(ctx, testkit.Succeed("key-aaaa-0001", res.Reservation))
 	require.ErrorIs(t, err, ledger.ErrUnavailable, "no decision from an index that lacks committed receipts")
 	_, err = db.GetKey(ctx, acked[0])
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
 	require.ErrorIs(t, db.Store.Ready(ctx), ledger.ErrUnavailable)
 	for range 200 {
-		_, _ = db.Reserve(ctx, reserveReq("key-bbbb-0002", "exec-3"))
+		_, _ = db.Reserve(ctx, testkit.ReserveReq("key-bbbb-0002", "exec-3"))
 	}
 	time.Sleep(300 * time.Millisecond)
 	assert.Less(t, strings.Count(logs.String(), "\n"), 30, "the failure is not logged a request:\n%s", logs.String())
@@ -95,10 +94,10 @@ func TestIndex_diskFull(t *testing.T) {
 		require.NoError(t, err, k)
 		assert.Equal(t, ledger.StateReserved, v.State, k)
 	}
-	mustCommit(t, db, succeed("key-aaaa-0001", res.Reservation))
-	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-4"))
+	ledgertest.MustCommit(t, db, testkit.Succeed("key-aaaa-0001", res.Reservation))
+	again := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-4"))
 	assert.Equal(t, ledger.StatusReplayed, again.Status)
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 }
 
 // TestIndex_startDiskFull: a ledger whose index cannot be written at
@@ -108,9 +107,9 @@ func TestIndex_startDiskFull(t *testing.T) {
 	ctx := context.Background()
 	defer sqlite.SetIndexRetry(50*time.Millisecond, 200*time.Millisecond)()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
-	res := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
-	mustCommit(t, db, succeed("key-aaaa-0001", res.Reservation))
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
+	ledgertest.MustCommit(t, db, testkit.Succeed("key-aaaa-0001", res.Reservation))
 	require.NoError(t, db.Close())
 	require.NoError(t, os.RemoveAll(sqlite.IndexPath(path)), "the index must be built again at start")
 
@@ -118,14 +117,14 @@ func TestIndex_startDiskFull(t *testing.T) {
 	full.on.Store(true)
 	opts := quiet
 	opts.IndexWriteFault, opts.HeadRecordEvery = full.fault, 20*time.Millisecond
-	db = ledgertest.MustOpen(t, path, opts, ledger.Config{})
+	db = ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	require.ErrorIs(t, db.Store.Ready(ctx), ledger.ErrUnavailable)
-	_, err := db.Reserve(ctx, reserveReq("key-aaaa-0001", "exec-2"))
+	_, err := db.Reserve(ctx, testkit.ReserveReq("key-aaaa-0001", "exec-2"))
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
 
 	full.on.Store(false)
 	require.Eventually(t, func() bool { return db.Store.Ready(ctx) == nil }, 10*time.Second, 20*time.Millisecond)
-	again := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-2"))
+	again := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-2"))
 	assert.Equal(t, ledger.StatusReplayed, again.Status)
 }
 
@@ -142,12 +141,12 @@ func TestIndex_corrupt(t *testing.T) {
 			ctx := context.Background()
 			defer sqlite.SetIndexRetry(0, 0)()
 			path := filepath.Join(t.TempDir(), "ledger.db")
-			db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+			db := ledgertest.Open(t, ledgertest.WithPath(path))
 			var keys []string
 			for i := range 400 {
 				k := fmt.Sprintf("key-corrupt-%06d", i)
-				res := mustReserve(t, db, reserveReq(k, "exec-1"))
-				mustCommit(t, db, succeed(k, res.Reservation))
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-1"))
+				ledgertest.MustCommit(t, db, testkit.Succeed(k, res.Reservation))
 				keys = append(keys, k)
 			}
 			head := db.Head()
@@ -156,20 +155,20 @@ func TestIndex_corrupt(t *testing.T) {
 			require.NoError(t, err)
 			ledgertest.CorruptTables(t, sqlite.IndexPath(path), tt.from, tt.to)
 
-			db = ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+			db = ledgertest.Open(t, ledgertest.WithPath(path))
 			assert.Equal(t, head, db.Head())
 			for _, k := range keys {
-				r, err := db.Reserve(ctx, reserveReq(k, "exec-2"))
+				r, err := db.Reserve(ctx, testkit.ReserveReq(k, "exec-2"))
 				if err != nil {
 					require.ErrorIs(t, err, ledger.ErrUnavailable, k) // the read that met it; the next one rebuilds
-					r = mustReserve(t, db, reserveReq(k, "exec-2"))
+					r = ledgertest.MustReserve(t, db, testkit.ReserveReq(k, "exec-2"))
 				}
 				require.Equal(t, ledger.StatusReplayed, r.Status, k)
 			}
 			aside, err := filepath.Glob(sqlite.IndexPath(path) + ".unreadable-*")
 			require.NoError(t, err)
 			assert.Len(t, aside, 1, "the corrupt index is moved aside, not deleted")
-			rs := verifyChain(t, db)
+			rs := ledgertest.VerifyChain(t, db)
 			assert.Len(t, rs, int(head.Seq)+len(keys), "the receipts, and the replays")
 		})
 	}
@@ -180,9 +179,9 @@ func TestIndex_corrupt(t *testing.T) {
 func TestRebuildIndex_corrupt(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	db := ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	for i := range 400 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-rebuild-%06d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-rebuild-%06d", i), "exec-1"))
 	}
 	head := db.Head()
 	require.NoError(t, db.Close())
@@ -197,7 +196,7 @@ func TestRebuildIndex_corrupt(t *testing.T) {
 	aside, err := filepath.Glob(sqlite.IndexPath(path) + ".unreadable-*")
 	require.NoError(t, err)
 	assert.NotEmpty(t, aside)
-	db = ledgertest.MustOpen(t, path, quiet, ledger.Config{})
+	db = ledgertest.Open(t, ledgertest.WithPath(path))
 	v, err := db.GetKey(ctx, "key-rebuild-000007")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateReserved, v.State)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -20,7 +21,7 @@ import (
 
 // TestOpen_migratesV2 opens a file written by the version 2 schema
 // (testdata/v2.db, made by ledgerd before key lifetimes: report-2025-11-30
-// succeeded, charge-order-77 failed retryably, both at 1764475200000) and
+// succeeded, charge-order-77 failed retryably, both at testkit.T0) and
 // checks it is migrated in place to a ledger whose keys never expire.
 func TestOpen_migratesV2(t *testing.T) {
 	src, err := os.ReadFile("testdata/v2.db")
@@ -37,10 +38,8 @@ func TestOpen_migratesV2(t *testing.T) {
 
 	opts := quiet
 	opts.KeyTTL = 1000 // applies only to a file this open creates
-	opts.Now = func() time.Time { return time.UnixMilli(1764475200000).Add(365 * 24 * time.Hour) }
-	db, err := ledgertest.OpenPath(context.Background(), path, opts)
-	require.NoError(t, err)
-	defer db.Close()
+	opts.Now = func() time.Time { return time.UnixMilli(testkit.T0).Add(365 * 24 * time.Hour) }
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	assert.Equal(t, uint64(4), db.Head().Seq)
 	w, _ := db.Store.Pools()
 	var version int
@@ -49,23 +48,22 @@ func TestOpen_migratesV2(t *testing.T) {
 	assert.Zero(t, db.KeyTTL(), "a migrated file keeps keys forever")
 	var fresh, migrated string
 	require.NoError(t, w.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&migrated))
-	newDB, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "new.db"), quiet)
-	require.NoError(t, err)
+	newDB := ledgertest.Open(t, ledgertest.WithPath(filepath.Join(t.TempDir(), "new.db")))
 	nw, _ := newDB.Store.Pools()
 	require.NoError(t, nw.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&fresh))
 	require.NoError(t, newDB.Close())
 	assert.Equal(t, normalizeSpace(fresh), normalizeSpace(migrated), "the migration creates the table of schema.sql")
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 
-	rp := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "report-2025-11-30", ExecutionID: "exec-9",
+	rp := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "report-2025-11-30", ExecutionID: "exec-9",
 		Tool: "reports.send", Effect: chain.EffectExternal, Input: json.RawMessage(`{"day":"2025-11-30"}`)})
 	assert.Equal(t, ledger.StatusReplayed, rp.Status, "a year later the key is still remembered")
-	retry := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "charge-order-77", ExecutionID: "exec-2", Attempt: i64(2),
+	retry := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "charge-order-77", ExecutionID: "exec-2", Attempt: i64(2),
 		Tool: "payments.charge", Effect: chain.EffectWrite, Idempotent: true})
 	assert.True(t, retry.Retry)
 	require.NoError(t, db.Close())
 
-	db2, err := ledgertest.OpenPath(context.Background(), path, quiet)
+	db2, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.NoError(t, err, "a migrated file opens again")
 	assert.Equal(t, uint64(6), db2.Head().Seq)
 	require.NoError(t, db2.Close())
@@ -97,21 +95,19 @@ func TestOpen_keyTTL(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	opts := quiet
 	opts.KeyTTL = 86_400_000
-	db, err := ledgertest.OpenPath(ctx, path, opts)
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL())
 	w, _ := db.Store.Pools()
-	_, err = w.Exec(`UPDATE settings SET key_ttl_ms = 0`)
+	_, err := w.Exec(`UPDATE settings SET key_ttl_ms = 0`)
 	require.Error(t, err, "the settings are fixed at creation")
-	require.NoError(t, db.CreateNamespace(ctx, "mail", 3_600_000))
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "mail", 3_600_000))
 	require.NoError(t, db.Close())
 
 	require.NoError(t, sqlite.CreateNamespace(ctx, path, "reports", 60_000), "ledgerctl's way, beside the file")
 	opts.KeyTTL = 5
-	db, err = ledgertest.OpenPath(ctx, path, opts)
-	require.NoError(t, err)
+	db = ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL(), "an existing file keeps its own")
-	list, err := db.Namespaces(ctx)
+	list, err := db.Ledger.Namespaces(ctx)
 	require.NoError(t, err)
 	got := map[string]uint64{}
 	for _, n := range list {
@@ -128,37 +124,33 @@ func TestOpen_keyTTL(t *testing.T) {
 	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the namespace's file")
 }
 
-// TestDB_RebuildIndex_generations: rebuilding the key index from the
+// TestStore_RebuildIndex_generations: rebuilding the key index from the
 // receipts gives each renewed key its current generation, as the writer
 // recorded it, and the verifier agrees in all its strategies.
-func TestDB_RebuildIndex_generations(t *testing.T) {
+func TestStore_RebuildIndex_generations(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	now := time.UnixMilli(1764475200000)
-	opts := quiet
-	opts.KeyTTL = 60_000
-	opts.Now = func() time.Time { return now }
-	db, err := ledgertest.OpenPath(ctx, path, opts)
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(sqlite.Options{KeyTTL: 60_000}))
+	clock := db.Clock
 	req := func(key, exec, input string, idem bool) ledger.ReserveRequest {
 		return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "reports.send",
 			Effect: chain.EffectExternal, Idempotent: idem, Input: json.RawMessage(input)}
 	}
-	r := mustReserve(t, db, req("succeeded-key", "exec-1", `{"day":1}`, false))
-	mustCommit(t, db, succeed("succeeded-key", r.Reservation))
-	mustReserve(t, db, req("succeeded-key", "exec-2", `{"day":1}`, false)) // replay
-	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":1}`, true))
-	mustCommit(t, db, fail("failed-key", r.Reservation, true))
+	r := ledgertest.MustReserve(t, db, req("succeeded-key", "exec-1", `{"day":1}`, false))
+	ledgertest.MustCommit(t, db, testkit.Succeed("succeeded-key", r.Reservation))
+	ledgertest.MustReserve(t, db, req("succeeded-key", "exec-2", `{"day":1}`, false)) // replay
+	r = ledgertest.MustReserve(t, db, req("failed-key", "exec-1", `{"day":1}`, true))
+	ledgertest.MustCommit(t, db, testkit.Fail("failed-key", r.Reservation, true))
 	second := req("failed-key", "exec-1", `{"day":1}`, true)
 	second.Attempt = i64(2)
-	r = mustReserve(t, db, second)
-	mustCommit(t, db, fail("failed-key", r.Reservation, true))
-	now = now.Add(time.Minute)
-	r = mustReserve(t, db, req("succeeded-key", "exec-3", `{"day":2}`, false))
+	r = ledgertest.MustReserve(t, db, second)
+	ledgertest.MustCommit(t, db, testkit.Fail("failed-key", r.Reservation, true))
+	clock.Advance(time.Minute)
+	r = ledgertest.MustReserve(t, db, req("succeeded-key", "exec-3", `{"day":2}`, false))
 	require.NotNil(t, r.Renewed)
-	r = mustReserve(t, db, req("failed-key", "exec-1", `{"day":2}`, true))
+	r = ledgertest.MustReserve(t, db, req("failed-key", "exec-1", `{"day":2}`, true))
 	require.NotNil(t, r.Renewed)
-	mustCommit(t, db, succeed("failed-key", r.Reservation))
+	ledgertest.MustCommit(t, db, testkit.Succeed("failed-key", r.Reservation))
 	before := indexRecords(t, db)
 	for _, k := range before {
 		drift, err := mainChain(t, db).KeyDrift(ctx, k.Key)
@@ -172,7 +164,7 @@ func TestDB_RebuildIndex_generations(t *testing.T) {
 	rd, err := sqlite.OpenReader(ctx, path, quiet)
 	require.NoError(t, err)
 	defer rd.Close()
-	rep, err := verify.New(rd, verify.Opts{Now: func() time.Time { return now }}).Check(ctx)
+	rep, err := verify.New(rd, verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 	assert.Len(t, rep.Audit.RenewedKeys, 2)

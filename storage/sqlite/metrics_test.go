@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -33,10 +35,10 @@ func metricValue(t *testing.T, name string) float64 {
 	return 0
 }
 
-// TestDB_readyMetric: ledger_writer_ready follows what /readyz reports, and
+// TestStore_readyMetric: ledger_writer_ready follows what /readyz reports, and
 // every failed batch is counted.
-func TestDB_readyMetric(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestStore_readyMetric(t *testing.T) {
+	db := ledgertest.Open(t)
 	ctx := context.Background()
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"), "ready after Open")
 
@@ -49,17 +51,17 @@ func TestDB_readyMetric(t *testing.T) {
 	})
 	failuresBefore := metricValue(t, "ledger_writer_batch_failures_total")
 	failing.Store(true)
-	_, err := db.Reserve(ctx, reserveReq("ready-key-0001", "exec-1"))
+	_, err := db.Reserve(ctx, testkit.ReserveReq("ready-key-0001", "exec-1"))
 	require.ErrorIs(t, err, ledger.ErrUnavailable)
 	assert.Equal(t, 0.0, metricValue(t, "ledger_writer_ready"), "not ready after a failed batch")
 	assert.Equal(t, failuresBefore+1, metricValue(t, "ledger_writer_batch_failures_total"))
-	assert.Error(t, db.Ready(ctx))
+	assert.Error(t, db.Ledger.Ready(ctx))
 	assert.Equal(t, 0.0, metricValue(t, "ledger_writer_ready"), "a failed probe keeps it 0")
 	assert.Equal(t, failuresBefore+2, metricValue(t, "ledger_writer_batch_failures_total"))
 
 	failing.Store(false)
-	_ = db.Ready(ctx) // the probe write succeeds; this check may still answer not ready
+	_ = db.Ledger.Ready(ctx) // the probe write succeeds; this check may still answer not ready
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"), "ready again once the probe wrote")
-	require.NoError(t, db.Ready(ctx))
+	require.NoError(t, db.Ledger.Ready(ctx))
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"))
 }

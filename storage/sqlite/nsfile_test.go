@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -44,7 +45,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 		for i := range spaces {
 			n, err := l.NS(ctx, fmt.Sprintf("ns%d", i))
 			require.NoError(t, err)
-			_, err = n.Reserve(ctx, reserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1"))
+			_, err = n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1"))
 			require.NoError(t, err)
 			assert.LessOrEqual(t, st.OpenFiles(), 2)
 		}
@@ -66,7 +67,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 	assert.Zero(t, st.OpenFiles())
 	n, err := l.NS(ctx, "ns0")
 	require.NoError(t, err)
-	_, err = n.Reserve(ctx, reserveReq("key-0-0-abcdef", "exec-2"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("key-0-0-abcdef", "exec-2"))
 	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err), "a reopened file still knows its keys: %v", err)
 }
 
@@ -80,7 +81,7 @@ func TestNamespace_writerIdle(t *testing.T) {
 	n, err := l.NS(ctx, "a")
 	require.NoError(t, err)
 	for i := range 20 {
-		_, err := n.Reserve(ctx, reserveReq(fmt.Sprintf("idle-key-%03d", i), "exec-1"))
+		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("idle-key-%03d", i), "exec-1"))
 		require.NoError(t, err)
 		if i%5 == 0 {
 			require.Eventually(t, func() bool { return !n.WriterRunning() }, 10*time.Second, time.Millisecond)
@@ -102,7 +103,7 @@ func TestStore_closeWhileRecording(t *testing.T) {
 		require.NoError(t, l.CreateNamespace(ctx, "a", 0))
 		n, err := l.NS(ctx, "a")
 		require.NoError(t, err)
-		_, err = n.Reserve(ctx, reserveReq(fmt.Sprintf("close-key-%04d", i), "exec-1"))
+		_, err = n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("close-key-%04d", i), "exec-1"))
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() { done <- l.Close() }()

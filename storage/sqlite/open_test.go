@@ -21,6 +21,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -73,7 +74,7 @@ func TestOpen_refusedFilesUntouched(t *testing.T) {
 			tt.make(t, path)
 			before, err := os.ReadFile(path)
 			require.NoError(t, err)
-			_, err = ledgertest.OpenPath(context.Background(), path, quiet)
+			_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 			require.ErrorIs(t, err, tt.wantErr)
 			after, err := os.ReadFile(path)
 			require.NoError(t, err)
@@ -91,7 +92,7 @@ func TestOpen_refusedFilesUntouched(t *testing.T) {
 
 func TestOpen_missingDirectory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "no", "such", "ledger.db")
-	_, err := ledgertest.OpenPath(context.Background(), path, quiet)
+	_, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), path, "the message names the database")
 	assert.Contains(t, err.Error(), "does not exist")
@@ -109,9 +110,7 @@ func TestOpen_migratesV1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "v1.db")
 	require.NoError(t, os.WriteFile(path, src, 0o644))
 
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
-	defer db.Close()
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	head := db.Head()
 	assert.Equal(t, uint64(6), head.Seq)
 	assert.Equal(t, "7466c1f48d5bcbab0c4bb621b0e49ffeff35078eedd7eb30e8766fcec4adb602", head.Hash.String())
@@ -122,21 +121,21 @@ func TestOpen_migratesV1(t *testing.T) {
 	var uniques int
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'receipts' AND name LIKE 'sqlite_autoindex%'`).Scan(&uniques))
 	assert.Zero(t, uniques, "the UNIQUE hash indexes are gone")
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 
-	rep := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "refund-order-1234", ExecutionID: "exec-9",
+	rep := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "refund-order-1234", ExecutionID: "exec-9",
 		Tool: "payments.refund", Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":1234}`)})
 	assert.Equal(t, ledger.StatusReplayed, rep.Status)
 	assert.Equal(t, uint64(2), rep.Original.Seq)
-	c := mustCommit(t, db, succeed("open-key-0001", "rsv_97b515b4bc1af678bd5ec5fccdfed4ee75c4dc4e0d6fc69fe93bb516ad50417b"))
+	c := ledgertest.MustCommit(t, db, testkit.Succeed("open-key-0001", "rsv_97b515b4bc1af678bd5ec5fccdfed4ee75c4dc4e0d6fc69fe93bb516ad50417b"))
 	assert.Equal(t, uint64(8), c.Receipt.Seq, "the reservation token survived the migration")
-	retry := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "mail-welcome-42", ExecutionID: "exec-3", Attempt: i64(2),
+	retry := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "mail-welcome-42", ExecutionID: "exec-3", Attempt: i64(2),
 		Tool: "email.send", Effect: chain.EffectExternal, Idempotent: true})
 	assert.True(t, retry.Retry)
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 	require.NoError(t, db.Close())
 
-	db2, err := ledgertest.OpenPath(context.Background(), path, quiet)
+	db2, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.NoError(t, err, "a migrated file opens again")
 	assert.Equal(t, uint64(9), db2.Head().Seq)
 	require.NoError(t, db2.Close())
@@ -148,12 +147,11 @@ func TestOpen_migratesV1(t *testing.T) {
 // until rebuild-index repaired it.
 func TestOpen_derivedState(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
-	a := mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
-	mustCommit(t, db, succeed("key-aaaa-0001", a.Reservation))
-	b := mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-2"))
-	mustCommit(t, db, succeed("key-bbbb-0002", b.Reservation)) // seq 4
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	a := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
+	ledgertest.MustCommit(t, db, testkit.Succeed("key-aaaa-0001", a.Reservation))
+	b := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-bbbb-0002", "exec-2"))
+	ledgertest.MustCommit(t, db, testkit.Succeed("key-bbbb-0002", b.Reservation)) // seq 4
 	require.NoError(t, db.Close())
 
 	raw, err := sql.Open("sqlite3", "file:"+path)
@@ -164,7 +162,7 @@ func TestOpen_derivedState(t *testing.T) {
 	}
 	require.NoError(t, raw.Close())
 
-	_, err = ledgertest.OpenPath(context.Background(), path, quiet)
+	_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 	assert.Contains(t, err.Error(), "ledgerctl rebuild-index --db "+path)
 
@@ -172,11 +170,11 @@ func TestOpen_derivedState(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), head.Seq)
 
-	db, err = ledgertest.OpenPath(context.Background(), path, quiet)
+	db, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.NoError(t, err, "open after rebuild-index")
 	defer db.Close()
 	assert.Equal(t, uint64(2), db.Head().Seq)
-	res := mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-3"))
+	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-bbbb-0002", "exec-3"))
 	assert.Equal(t, ledger.StatusReserved, res.Status, "the removed key is new again, not a replay of another key's result")
 	assert.Equal(t, uint64(3), res.Receipt.Seq)
 }
@@ -184,9 +182,9 @@ func TestOpen_derivedState(t *testing.T) {
 // TestSchema_linkingTrigger checks that the database itself refuses a
 // receipt that does not extend the head.
 func TestSchema_linkingTrigger(t *testing.T) {
-	db, _ := MustOpenDB(t)
-	mustReserve(t, db, reserveReq("key-aaaa-0001", "exec-1"))
-	mustReserve(t, db, reserveReq("key-bbbb-0002", "exec-2"))
+	db := ledgertest.Open(t)
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-bbbb-0002", "exec-2"))
 	w, _ := db.Store.Pools()
 	cols := `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect, idempotent, input_hash,
 		outcome, external_ref, result, error_code, error_message, retryable, lease_expires_at, ref_seq, actor, note,
@@ -219,9 +217,7 @@ func TestSchema_linkingTrigger(t *testing.T) {
 func TestOpen_cacheMiB(t *testing.T) {
 	opts := quiet
 	opts.CacheMiB = 12
-	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "l.db"), opts)
-	require.NoError(t, err)
-	defer db.Close()
+	db := ledgertest.Open(t, ledgertest.WithPath(filepath.Join(t.TempDir(), "l.db")), ledgertest.WithStore(opts))
 	w, _ := db.Store.Pools()
 	var cache int64
 	require.NoError(t, w.QueryRow(`PRAGMA cache_size`).Scan(&cache))
@@ -230,9 +226,7 @@ func TestOpen_cacheMiB(t *testing.T) {
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
 	assert.Equal(t, int64(3<<20), limit)
 
-	db2, err := ledgertest.OpenPath(context.Background(), filepath.Join(t.TempDir(), "d.db"), quiet)
-	require.NoError(t, err)
-	defer db2.Close()
+	ledgertest.Open(t, ledgertest.WithPath(filepath.Join(t.TempDir(), "d.db"))) // a second ledger, at the default cache size
 	require.NoError(t, w.QueryRow(`PRAGMA soft_heap_limit`).Scan(&limit))
 	assert.Equal(t, int64(sqlite.DefaultCacheMiB/4<<20), limit, "process-wide: the last Open sets it")
 }
@@ -240,62 +234,57 @@ func TestOpen_cacheMiB(t *testing.T) {
 func TestOpen(t *testing.T) {
 	t.Run("ErrNotLedger", func(t *testing.T) {
 		path := t.TempDir() + "/other.db"
-		other, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
-		require.NoError(t, err)
+		other := ledgertest.Open(t, ledgertest.WithPath(path))
 		ow, _ := other.Store.Pools()
-		_, err = ow.Exec(`PRAGMA user_version = 0`)
+		_, err := ow.Exec(`PRAGMA user_version = 0`)
 		require.NoError(t, err)
 		require.NoError(t, other.Close())
-		_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 		assert.ErrorIs(t, err, ledger.ErrNotLedger)
 	})
 	t.Run("ErrSchemaVersion", func(t *testing.T) {
 		path := t.TempDir() + "/v.db"
-		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
-		require.NoError(t, err)
+		db := ledgertest.Open(t, ledgertest.WithPath(path))
 		w, _ := db.Store.Pools()
-		_, err = w.Exec(`PRAGMA user_version = 99`)
+		_, err := w.Exec(`PRAGMA user_version = 99`)
 		require.NoError(t, err)
 		require.NoError(t, db.Close())
-		_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+		_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 		assert.ErrorIs(t, err, ledger.ErrSchemaVersion)
 	})
 	t.Run("directory", func(t *testing.T) {
-		_, err := ledgertest.OpenPath(context.Background(), t.TempDir(), sqlite.Options{})
+		_, err := ledgertest.TryOpen(t, ledgertest.WithPath(t.TempDir()))
 		assert.ErrorContains(t, err, "is a directory")
 	})
 	t.Run("unusable path", func(t *testing.T) {
-		_, err := ledgertest.OpenPath(context.Background(), t.TempDir()+"/no/such/dir/l.db", sqlite.Options{})
+		_, err := ledgertest.TryOpen(t, ledgertest.WithPath(t.TempDir()+"/no/such/dir/l.db"))
 		assert.Error(t, err)
 	})
 	t.Run("ErrClosed", func(t *testing.T) {
-		db, _ := MustOpenDB(t)
+		db := ledgertest.Open(t)
 		require.NoError(t, db.Close())
-		_, err := db.Reserve(context.Background(), reserveReq(key, "exec-1"))
+		_, err := db.Reserve(context.Background(), testkit.ReserveReq(key, "exec-1"))
 		assert.True(t, errors.Is(err, ledger.ErrClosed))
 		assert.Equal(t, ledger.ECodeUnavailable, ledger.ErrorCode(err))
 	})
 	t.Run("reopen keeps state", func(t *testing.T) {
 		path := t.TempDir() + "/r.db"
-		clock := ledgertest.NewClock(T0)
-		db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: clock.Now})
-		require.NoError(t, err)
-		res := mustReserve(t, db, reserveReq(key, "exec-1"))
+		clock := testkit.NewClock()
+		db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithNow(clock.Now))
+		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 		head := db.Head()
 		require.NoError(t, db.Close())
-		db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{Now: clock.Now})
-		require.NoError(t, err)
-		defer db.Close()
+		db = ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithNow(clock.Now))
 		assert.Equal(t, head, db.Head())
-		mustCommit(t, db, succeed(key, res.Reservation)) // the token survives a restart
-		verifyChain(t, db)
+		ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation)) // the token survives a restart
+		ledgertest.VerifyChain(t, db)
 	})
 }
 
-// TestDB_pragmas checks that every connection, more than the pool holds,
+// TestStore_pragmas checks that every connection, more than the pool holds,
 // runs in WAL mode with synchronous FULL.
-func TestDB_pragmas(t *testing.T) {
-	db, _ := MustOpenDB(t)
+func TestStore_pragmas(t *testing.T) {
+	db := ledgertest.Open(t)
 	w, r := db.Store.Pools()
 	ctx := context.Background()
 	check := func(t *testing.T, conn interface {
@@ -332,16 +321,15 @@ func TestDB_pragmas(t *testing.T) {
 
 func TestOpen_ErrLocked(t *testing.T) {
 	path := t.TempDir() + "/l.db"
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
-	require.NoError(t, err)
-	_, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	_, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.ErrorIs(t, err, sqlite.ErrLocked)
 	assert.Contains(t, err.Error(), "pid")
 	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 	require.NoError(t, err, "readers do not need the lock")
 	require.NoError(t, rd.Close())
 	require.NoError(t, db.Close())
-	db, err = ledgertest.OpenPath(context.Background(), path, sqlite.Options{})
+	db, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.NoError(t, err, "the lock is released on Close")
 	require.NoError(t, db.Close())
 }
@@ -359,9 +347,7 @@ func TestOpen_migratesV3(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, src, 0o644))
 	opts := quiet
 	opts.Now = func() time.Time { return time.UnixMilli(1796147859887 - 30*60*1000) } // inside the lease
-	db, err := ledgertest.OpenPath(context.Background(), path, opts)
-	require.NoError(t, err)
-	defer db.Close()
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	w, _ := db.Store.Pools()
 	var version, tables, indexes, tokens int
 	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
@@ -376,16 +362,16 @@ func TestOpen_migratesV3(t *testing.T) {
 	assert.Equal(t, 1, policyIndex, "schema 5's index of policy receipts")
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM reserve_tokens WHERE seq IN (3, 5)`).Scan(&tokens))
 	assert.Equal(t, 2, tokens, "the open reservations' token hashes moved")
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 
-	rep := mustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "invoice-2026-0001", ExecutionID: "exec-9",
+	rep := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "invoice-2026-0001", ExecutionID: "exec-9",
 		Tool: "billing.charge", Effect: chain.EffectWrite, Input: json.RawMessage(`{"amount":1200}`)})
 	assert.Equal(t, ledger.StatusReplayed, rep.Status)
 	assert.Equal(t, uint64(2), rep.Original.Seq)
-	c := mustCommit(t, db, succeed("open-2026-0003", "rsv_7feeda6d257eb72ae1f22ebe619334f98770261ad2c950575a96481d31b4601f"))
+	c := ledgertest.MustCommit(t, db, testkit.Succeed("open-2026-0003", "rsv_7feeda6d257eb72ae1f22ebe619334f98770261ad2c950575a96481d31b4601f"))
 	assert.Equal(t, uint64(7), c.Receipt.Seq, "the reservation token survived the migration")
 	v, err := db.GetKey(context.Background(), "mail-2026-0002")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateInterrupted, v.State, "its lease ended half an hour ago")
-	verifyChain(t, db)
+	ledgertest.VerifyChain(t, db)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/storage/storetest"
@@ -24,7 +25,7 @@ import (
 func TestStore_OpenKeys(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	clock := storetest.NewClock()
+	clock := testkit.NewClock()
 	open := func() (*ledger.Ledger, *sqlite.Store) {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, MaxOpenFiles: 2, Now: clock.Now}, false)
@@ -44,12 +45,12 @@ func TestStore_OpenKeys(t *testing.T) {
 		for i := range spaces {
 			n, err := l.NS(ctx, fmt.Sprintf("ns%d", i))
 			require.NoError(t, err)
-			r := reserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1")
+			r := testkit.ReserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1")
 			r.LeaseMS = i64(1000)
 			res, err := n.Reserve(ctx, r)
 			require.NoError(t, err)
 			if round == 0 {
-				_, err = n.Commit(ctx, succeed(r.IdempotencyKey, res.Reservation))
+				_, err = n.Commit(ctx, testkit.Succeed(r.IdempotencyKey, res.Reservation))
 				require.NoError(t, err)
 			}
 		}

@@ -3,8 +3,6 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -24,10 +23,10 @@ import (
 // field zero, and the other fields are intact.
 func TestReader_malformedRows(t *testing.T) {
 	ctx := context.Background()
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	path := db.Path()
 	for _, key := range []string{"key-0001", "key-0002", "key-0003", "key-0004", "key-0005", "key-0006"} {
-		mustReserve(t, db, reserveReq(key, "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
 	}
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
@@ -126,9 +125,7 @@ func TestReader_malformedRows(t *testing.T) {
 		assert.Equal(t, wantBad[2], v.Receipts[0].Malformed)
 	})
 	t.Run("opened for writing", func(t *testing.T) {
-		db, err := ledgertest.OpenPath(ctx, filepath.Clean(path), sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		require.NoError(t, err)
-		defer db.Close()
+		db := ledgertest.Open(t, ledgertest.WithPath(filepath.Clean(path)))
 		r, err := db.GetReceipt(ctx, 3)
 		require.NoError(t, err)
 		assert.Equal(t, wantBad[3], r.Malformed)

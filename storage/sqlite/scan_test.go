@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -20,10 +22,10 @@ import (
 // receipts differ, which is derived state gone wrong.
 func TestReader_keys(t *testing.T) {
 	ctx := context.Background()
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	path := db.Path()
 	for i := range 3 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
 	}
 	require.NoError(t, db.Close())
 	keys := func() error {
@@ -45,10 +47,10 @@ func TestReader_keys(t *testing.T) {
 
 func TestReader_receiptLargerThanBatch(t *testing.T) {
 	ctx := context.Background()
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	path := db.Path()
 	for i := range 3 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
 	}
 	require.NoError(t, db.Close())
 	big := strings.Repeat("n", 3<<20)
@@ -74,7 +76,7 @@ func TestReader_receiptLargerThanBatch(t *testing.T) {
 // receipts' tail in one snapshot, so appends between its reads are never taken for tampering.
 func TestReader_keysBesideWriter(t *testing.T) {
 	ctx := context.Background()
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	rd, err := sqlite.OpenReader(ctx, db.Path(), sqlite.Options{})
 	require.NoError(t, err)
 	defer rd.Close()
@@ -82,7 +84,7 @@ func TestReader_keysBesideWriter(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := range 300 {
-			mustReserve(t, db, reserveReq(fmt.Sprintf("key-%06d", i), "exec-1"))
+			ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%06d", i), "exec-1"))
 		}
 	}()
 	for checks := 0; ; checks++ {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -57,7 +58,7 @@ func checkTree(tb testing.TB, rd *sqlite.Reader) {
 }
 
 func TestTree_OK(t *testing.T) {
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	var wg sync.WaitGroup
 	for w := range 8 { // concurrent requests share batches
 		wg.Add(1)
@@ -65,8 +66,8 @@ func TestTree_OK(t *testing.T) {
 			defer wg.Done()
 			for i := range 20 {
 				key := fmt.Sprintf("key-tree-%02d-%03d", w, i)
-				res := mustReserve(t, db, reserveReq(key, "exec-"+key))
-				mustCommit(t, db, succeed(key, res.Reservation))
+				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-"+key))
+				ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 			}
 		}()
 	}
@@ -77,7 +78,7 @@ func TestTree_OK(t *testing.T) {
 // A failed batch stores no tree hash and leaves the writer's cache as the
 // database is: the next batches build on the committed tree.
 func TestTree_ErrFailedBatch(t *testing.T) {
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	var failing atomic.Bool
 	db.Store.SetBeforeCommit(func() error {
 		if failing.Load() {
@@ -86,14 +87,14 @@ func TestTree_ErrFailedBatch(t *testing.T) {
 		return nil
 	})
 	for i := range 5 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-before-%03d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-before-%03d", i), "exec-1"))
 	}
 	failing.Store(true)
-	_, err := db.Reserve(context.Background(), reserveReq("key-failed-0001", "exec-2"))
+	_, err := db.Reserve(context.Background(), testkit.ReserveReq("key-failed-0001", "exec-2"))
 	require.Error(t, err)
 	failing.Store(false)
 	for i := range 5 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-after-%03d", i), "exec-3"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-after-%03d", i), "exec-3"))
 	}
 	checkTree(t, db.Reader)
 }
@@ -102,10 +103,9 @@ func TestTree_ErrFailedBatch(t *testing.T) {
 // tree back-filled when ledgerd opens it.
 func TestTree_Backfill(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	for i := range 300 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-fill-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-fill-%04d", i), "exec-1"))
 	}
 	require.NoError(t, db.Close())
 
@@ -124,11 +124,9 @@ func TestTree_Backfill(t *testing.T) {
 	// Several back-fill transactions, the last one partial; each stores
 	// hundreds of hashes in multi-row INSERTs of 2^k rows.
 	defer sqlite.SetBackfillChunk(257)()
-	db, err = ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
-	defer db.Close()
+	db = ledgertest.Open(t, ledgertest.WithPath(path))
 	checkTree(t, db.Reader)
-	mustReserve(t, db, reserveReq("key-fill-after", "exec-2"))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-fill-after", "exec-2"))
 	checkTree(t, db.Reader)
 }
 
@@ -138,10 +136,9 @@ func TestTree_Backfill(t *testing.T) {
 // one it signed before the cut.
 func TestTree_ErrTruncated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, quiet)
-	require.NoError(t, err)
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	for i := range 6 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-cut-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-cut-%04d", i), "exec-1"))
 	}
 	ctx := context.Background()
 	cp := newCheckpointer(t, db)
@@ -160,12 +157,10 @@ func TestTree_ErrTruncated(t *testing.T) {
 
 	_, err = sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
 	require.NoError(t, err)
-	db, err = ledgertest.OpenPath(ctx, path, quiet)
-	require.NoError(t, err)
-	defer db.Close()
+	db = ledgertest.Open(t, ledgertest.WithPath(path))
 	checkTree(t, db.Reader)
 	for i := range 5 { // grows past the signed size with other receipts
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-new-%04d", i), "exec-2"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-new-%04d", i), "exec-2"))
 	}
 	cp = newCheckpointer(t, db)
 	_, err = cp.SignOnce(ctx)
@@ -185,17 +180,17 @@ func newCheckpointer(tb testing.TB, db *ledgertest.DB) *tlog.Checkpointer {
 }
 
 func TestStoreCheckpoint_ErrNotLarger(t *testing.T) {
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	ctx := context.Background()
 	for i := range 3 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-cp-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-cp-%04d", i), "exec-1"))
 	}
 	require.NoError(t, db.StoreCheckpoint(ctx, &tlog.Signed{Size: 2, Note: "a"}))
 	require.Error(t, db.StoreCheckpoint(ctx, &tlog.Signed{Size: 2, Note: "b"}))
 	require.Error(t, db.StoreCheckpoint(ctx, &tlog.Signed{Size: 1, Note: "c"}))
 	require.Error(t, db.StoreCheckpoint(ctx, &tlog.Signed{Size: 4, Note: "d"}), "beyond the chain")
 	// A refused checkpoint in a batch does not fail the batch's other writes.
-	mustReserve(t, db, reserveReq("key-cp-after", "exec-2"))
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-cp-after", "exec-2"))
 	c, err := db.LatestCheckpoint(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "a", c.Note)
@@ -204,10 +199,10 @@ func TestStoreCheckpoint_ErrNotLarger(t *testing.T) {
 // Tiles, proofs and checkpoints are read through the read pool: they are
 // served while the writer is stuck inside a batch.
 func TestReadTile_NotOnWriter(t *testing.T) {
-	db, _ := MustOpenDB(t)
+	db := ledgertest.Open(t)
 	ctx := context.Background()
 	for i := range 10 {
-		mustReserve(t, db, reserveReq(fmt.Sprintf("key-tile-%04d", i), "exec-1"))
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-tile-%04d", i), "exec-1"))
 	}
 	cp := newCheckpointer(t, db)
 	_, err := cp.SignOnce(ctx)
@@ -225,7 +220,7 @@ func TestReadTile_NotOnWriter(t *testing.T) {
 	blocking.Store(true)
 	done := make(chan error, 1)
 	go func() {
-		_, err := db.Reserve(ctx, reserveReq("key-tile-stuck", "exec-2"))
+		_, err := db.Reserve(ctx, testkit.ReserveReq("key-tile-stuck", "exec-2"))
 		done <- err
 	}()
 	<-entered

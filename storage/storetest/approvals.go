@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -41,7 +42,7 @@ func setPolicy(t *testing.T, n *ledger.Namespace, raw string) {
 }
 
 func gateReq(key, exec, tool string) ledger.ReserveRequest {
-	r := req(key, exec)
+	r := testkit.ReserveReq(key, exec)
 	r.Tool, r.Effect, r.Idempotent, r.Actor = tool, chain.EffectExternal, true, "agent"
 	return r
 }
@@ -77,7 +78,7 @@ func testApprovalConsume(t *testing.T, f Factory) {
 	assert.Equal(t, v.Answer.Seq, got.RefSeq, "the consuming reserve names the approval")
 	_, err = n.Reserve(ctx, gateReq("charge-0001", "exec-2", "payments.charge"))
 	assert.Equal(t, ledger.ECodeInProgress, code(err), "decided by §4 first")
-	mustCommit(t, n, succeed("charge-0001", c.Reservation))
+	mustCommit(t, n, testkit.Succeed("charge-0001", c.Reservation))
 	list, _, err := n.Approvals(ctx, ledger.ApprovalConsumed, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -95,19 +96,19 @@ func testApprovalCovered(t *testing.T, f Factory) {
 	r := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
 	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
 	c := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
-	mustCommit(t, n, fail("charge-0002", c.Reservation, true))
+	mustCommit(t, n, testkit.Fail("charge-0002", c.Reservation, true))
 	retry := gateReq("charge-0002", "exec-1", "payments.charge")
 	retry.Attempt = i64(2)
 	rr := mustReserve(t, n, retry)
 	require.Equal(t, ledger.StatusReserved, rr.Status, "a runtime retry of the consuming execution needs no approval")
 	assert.True(t, rr.Retry)
-	mustCommit(t, n, fail("charge-0002", rr.Reservation, true))
+	mustCommit(t, n, testkit.Fail("charge-0002", rr.Reservation, true))
 	other := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
 	require.Equal(t, ledger.StatusApprovalRequired, other.Status, "another execution asks again")
 	answer(t, n, other.Ask.Seq, ledger.DecisionApprove)
 	oc := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
 	require.Equal(t, ledger.StatusReserved, oc.Status, "the ask's attempt does not count for the attempt rule")
-	mustCommit(t, n, succeed("charge-0002", oc.Reservation))
+	mustCommit(t, n, testkit.Succeed("charge-0002", oc.Reservation))
 	h, err := n.Head(ctx)
 	require.NoError(t, err)
 	verifyClean(t, n, h.Seq)
@@ -146,7 +147,7 @@ func testApprovalRepeat(t *testing.T, f Factory) {
 	n := ns(t, l, ledger.DefaultNamespace)
 	setPolicy(t, n, gatePolicy)
 	r := mustReserve(t, n, gateReq("mail-0001", "exec-1", "mail.send"))
-	mustCommit(t, n, fail("mail-0001", r.Reservation, true))
+	mustCommit(t, n, testkit.Fail("mail-0001", r.Reservation, true))
 	_, err := n.Reserve(ctx, gateReq("mail-0002", "exec-2", "mail.send"))
 	assert.Equal(t, ledger.ECodeUnchangedRetry, code(err), "the same call by another execution, unchanged")
 	same := gateReq("mail-0003", "exec-1", "mail.send")
@@ -236,7 +237,7 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 		return mustReserve(t, n, gateReq(key, exec, "payments.charge"))
 	}
 	first := run("charge-0010", "exec-1")
-	c := mustCommit(t, n, fail("charge-0010", first.Reservation, false))
+	c := mustCommit(t, n, testkit.Fail("charge-0010", first.Reservation, false))
 	second := run("charge-0011", "exec-2")
 	h, err := n.Head(ctx)
 	require.NoError(t, err)

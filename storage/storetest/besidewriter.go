@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -22,9 +23,9 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, req("key-first", "exec"))
+	r, err := n.Reserve(ctx, testkit.ReserveReq("key-first", "exec"))
 	require.NoError(t, err)
-	_, err = n.Commit(ctx, fail("key-first", r.Reservation, false))
+	_, err = n.Commit(ctx, testkit.Fail("key-first", r.Reservation, false))
 	require.NoError(t, err)
 	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
@@ -73,11 +74,11 @@ func AppendFailures(t *testing.T, n *ledger.Namespace, keys int) <-chan error {
 				default:
 				}
 				key := fmt.Sprintf("beside-%06d", i)
-				r, err := n.Reserve(ctx, req(key, "exec"))
+				r, err := n.Reserve(ctx, testkit.ReserveReq(key, "exec"))
 				if err != nil {
 					return err
 				}
-				if _, err := n.Commit(ctx, fail(key, r.Reservation, false)); err != nil {
+				if _, err := n.Commit(ctx, testkit.Fail(key, r.Reservation, false)); err != nil {
 					return err
 				}
 			}

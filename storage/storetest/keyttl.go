@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -67,20 +68,20 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	assert.Equal(t, uint64(0), list[0].KeyTTL, "default keeps keys forever")
 	assert.Equal(t, uint64(ttl.Milliseconds()), list[1].KeyTTL)
 
-	r := mustReserve(t, n, req("daily-report", "exec-1"))
-	c := mustCommit(t, n, succeed("daily-report", r.Reservation))
+	r := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-1"))
+	c := mustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
 	v, err := n.Key(ctx, "daily-report", false)
 	require.NoError(t, err)
 	final := uint64(clock.Now().UnixMilli())
 	assert.Equal(t, final+uint64(ttl.Milliseconds()), v.ExpiresAt, "expires_at is the outcome's time plus the TTL")
 
 	clock.Advance(ttl - time.Millisecond)
-	rp := mustReserve(t, n, req("daily-report", "exec-2"))
+	rp := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status, "one millisecond short of the TTL the key is remembered")
 	require.Equal(t, c.Receipt.Seq, rp.Original.Seq)
 
 	clock.Advance(time.Millisecond)
-	other := req("daily-report", "exec-3")
+	other := testkit.ReserveReq("daily-report", "exec-3")
 	other.Input = json.RawMessage(`{"order":8}`) // the earlier generation's fingerprint does not apply
 	nr := mustReserve(t, n, other)
 	require.Equal(t, ledger.StatusReserved, nr.Status, "at the TTL the key is decided as new")
@@ -103,11 +104,11 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	assert.Len(t, all.Receipts, 4, "history: both generations")
 
-	c2 := mustCommit(t, n, succeed("daily-report", nr.Reservation))
+	c2 := mustCommit(t, n, testkit.Succeed("daily-report", nr.Reservation))
 	rp2 := mustReserve(t, n, other)
 	require.Equal(t, ledger.StatusReplayed, rp2.Status, "the new generation dedupes as before")
 	assert.Equal(t, c2.Receipt.Seq, rp2.Original.Seq)
-	_, err = n.Reserve(ctx, req("daily-report", "exec-4"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("daily-report", "exec-4"))
 	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err), "the new generation has the new fingerprint")
 	noDrift(t, n, "daily-report")
 	verifyClean(t, n, 6)
@@ -119,26 +120,26 @@ func testFailedExpires(t *testing.T, f Factory) {
 	n := ttlNS(t, l)
 
 	// A non-retryable failure is refused until the TTL, then renewed.
-	r := mustReserve(t, n, req("final-fail", "exec-1"))
-	mustCommit(t, n, fail("final-fail", r.Reservation, false))
+	r := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1"))
+	mustCommit(t, n, testkit.Fail("final-fail", r.Reservation, false))
 	clock.Advance(ttl - time.Millisecond)
-	_, err := n.Reserve(ctx, req("final-fail", "exec-2"))
+	_, err := n.Reserve(ctx, testkit.ReserveReq("final-fail", "exec-2"))
 	require.Equal(t, ledger.ECodeRetryNotAllowed, code(err))
 	clock.Advance(time.Millisecond)
-	nr := mustReserve(t, n, req("final-fail", "exec-1")) // the same execution and attempt: a new generation
+	nr := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1")) // the same execution and attempt: a new generation
 	require.NotNil(t, nr.Renewed)
 	assert.Equal(t, uint64(2), nr.Renewed.Seq)
 
 	// A retryable failure of an idempotent key is retried before the TTL,
 	// and renewed (not retried) at it.
-	a := req("soft-fail", "exec-1")
+	a := testkit.ReserveReq("soft-fail", "exec-1")
 	a.Idempotent = true
 	r = mustReserve(t, n, a)
-	mustCommit(t, n, fail("soft-fail", r.Reservation, true))
+	mustCommit(t, n, testkit.Fail("soft-fail", r.Reservation, true))
 	a.Attempt = i64(2)
 	rt := mustReserve(t, n, a)
 	require.True(t, rt.Retry)
-	mustCommit(t, n, fail("soft-fail", rt.Reservation, true))
+	mustCommit(t, n, testkit.Fail("soft-fail", rt.Reservation, true))
 	clock.Advance(ttl)
 	a.Attempt = i64(1) // attempts are compared within one generation only
 	nr = mustReserve(t, n, a)
@@ -153,31 +154,31 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
-	a := req("lost-call", "exec-1")
+	a := testkit.ReserveReq("lost-call", "exec-1")
 	a.LeaseMS = i64(1000)
 	mustReserve(t, n, a)
-	long := req("long-call", "exec-1")
+	long := testkit.ReserveReq("long-call", "exec-1")
 	long.LeaseMS = i64(ledger.MaxLeaseMS)
 	mustReserve(t, n, long)
 	clock.Advance(2 * ttl)
-	_, err := n.Reserve(ctx, req("lost-call", "exec-2"))
+	_, err := n.Reserve(ctx, testkit.ReserveReq("lost-call", "exec-2"))
 	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "an interrupted key past the TTL still waits for a person")
 	v, err := n.Key(ctx, "lost-call", false)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateInterrupted, v.State)
 	assert.Zero(t, v.ExpiresAt)
-	_, err = n.Reserve(ctx, req("long-call", "exec-2"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("long-call", "exec-2"))
 	require.Equal(t, ledger.ECodeInProgress, code(err), "a reserved key past the TTL is still in progress")
 
 	// Resolved, the key's TTL runs from the resolve.
 	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "lost-call", Outcome: chain.OutcomeSucceeded,
 		Note: "checked by hand"})
 	require.NoError(t, err)
-	rp := mustReserve(t, n, req("lost-call", "exec-3"))
+	rp := mustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	assert.Equal(t, res.Receipt.Seq, rp.Original.Seq)
 	clock.Advance(ttl)
-	nr := mustReserve(t, n, req("lost-call", "exec-3"))
+	nr := mustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
 	require.NotNil(t, nr.Renewed)
 	noDrift(t, n, "lost-call")
 	verifyClean(t, n, 5)
@@ -188,10 +189,10 @@ func testTTLZero(t *testing.T, f Factory) {
 	l, clock := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
 	require.Zero(t, n.KeyTTL())
-	r := mustReserve(t, n, req("forever-key", "exec-1"))
-	mustCommit(t, n, succeed("forever-key", r.Reservation))
+	r := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-1"))
+	mustCommit(t, n, testkit.Succeed("forever-key", r.Reservation))
 	clock.Advance(10 * 365 * ttl)
-	rp := mustReserve(t, n, req("forever-key", "exec-2"))
+	rp := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status, "with no TTL a key is remembered forever")
 	v, err := n.Key(ctx, "forever-key", false)
 	require.NoError(t, err)
@@ -206,12 +207,12 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	n := ttlNS(t, l)
 	var finals, renewals []uint64
 	for day := range 3 {
-		r := mustReserve(t, n, req("daily-report", "exec-day"))
+		r := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-day"))
 		if day > 0 {
 			require.NotNil(t, r.Renewed)
 			renewals = append(renewals, r.Receipt.Seq)
 		}
-		c := mustCommit(t, n, succeed("daily-report", r.Reservation))
+		c := mustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
 		finals = append(finals, c.Receipt.Seq)
 		clock.Advance(ttl)
 	}

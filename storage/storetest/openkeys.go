@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -42,11 +43,11 @@ func testOpenKeys(t *testing.T, f Factory) {
 	n := ns(t, l, ledger.DefaultNamespace)
 	require.Empty(t, OpenKeys(t, s), "a new ledger has no open key")
 
-	idem := req("idem-key-1", "exec-1")
+	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
 	r1, err := n.Reserve(ctx, idem)
 	require.NoError(t, err)
-	pay := req("pay-key-01", "exec-1")
+	pay := testkit.ReserveReq("pay-key-01", "exec-1")
 	pay.LeaseMS = i64(1000)
 	_, err = n.Reserve(ctx, pay)
 	require.NoError(t, err)
@@ -57,28 +58,28 @@ func testOpenKeys(t *testing.T, f Factory) {
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "interrupted once the leases have ended, with nothing appended")
 
-	take := req("idem-key-1", "exec-2")
+	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
 	r2, err := n.Reserve(ctx, take)
 	require.NoError(t, err)
 	require.True(t, r2.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a takeover reserves the key again")
-	_, err = n.Commit(ctx, succeed("idem-key-1", r1.Reservation))
+	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r1.Reservation))
 	require.Equal(t, ledger.ECodeStaleReservation, code(err))
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a refused commit changes nothing")
-	_, err = n.Commit(ctx, fail("idem-key-1", r2.Reservation, true))
+	_, err = n.Commit(ctx, testkit.Fail("idem-key-1", r2.Reservation, true))
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a commit closes the key")
-	retry := req("idem-key-1", "exec-2")
+	retry := testkit.ReserveReq("idem-key-1", "exec-2")
 	retry.Idempotent, retry.Attempt = true, i64(2)
 	r3, err := n.Reserve(ctx, retry)
 	require.NoError(t, err)
 	require.True(t, r3.Retry)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a retry after a failure reserves the key again")
-	_, err = n.Commit(ctx, succeed("idem-key-1", r3.Reservation))
+	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r3.Reservation))
 	require.NoError(t, err)
 	_, err = n.Reserve(ctx, retry)
 	require.NoError(t, err, "a replay")
@@ -86,7 +87,7 @@ func testOpenKeys(t *testing.T, f Factory) {
 
 	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
 	p := ns(t, l, "payments")
-	late := req("pay-key-02", "exec-1")
+	late := testkit.ReserveReq("pay-key-02", "exec-1")
 	late.LeaseMS = i64(1000)
 	rl, err := p.Reserve(ctx, late)
 	require.NoError(t, err)
@@ -95,7 +96,7 @@ func testOpenKeys(t *testing.T, f Factory) {
 	clock.Advance(2 * time.Second)
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1, "payments/interrupted/not-idempotent": 1},
 		OpenKeys(t, s))
-	_, err = p.Commit(ctx, succeed("pay-key-02", rl.Reservation))
+	_, err = p.Commit(ctx, testkit.Succeed("pay-key-02", rl.Reservation))
 	require.NoError(t, err, "a late commit of the current reservation")
 	_, err = n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "pay-key-01", Outcome: chain.OutcomeSucceeded,
 		ExternalRef: "bank-1", Note: "checked the bank", Actor: "ops"})

@@ -11,17 +11,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // openPair opens two ledgers on one database (two replicas) with one
 // test clock.
-type openPair func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, *Clock)
+type openPair func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, *testkit.Clock)
 
 // RunReplicas runs the cases that need two writers on one database.
 func RunReplicas(t *testing.T, f ReplicaFactory) {
-	open2 := func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, *Clock) {
-		clock := NewClock()
+	open2 := func(t *testing.T) (*ledger.Ledger, *ledger.Ledger, *testkit.Clock) {
+		clock := testkit.NewClock()
 		sa, sb := f(t, clock.Now)
 		a := ledger.New(sa, ledger.Config{Now: clock.Now})
 		b := ledger.New(sb, ledger.Config{Now: clock.Now})
@@ -56,7 +57,7 @@ func replicasOneWinnerAcrossReplicas(t *testing.T, open2 openPair) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := n.Reserve(context.Background(), req("contended-key", fmt.Sprintf("exec-%d", i)))
+			_, err := n.Reserve(context.Background(), testkit.ReserveReq("contended-key", fmt.Sprintf("exec-%d", i)))
 			if err == nil {
 				won.Add(1)
 			} else if code(err) != ledger.ECodeInProgress {
@@ -98,11 +99,11 @@ func replicasNoForkUnderMixedLoad(t *testing.T, open2 openPair) {
 
 func replicasTakeoverOnTheOtherReplica(t *testing.T, open2 openPair) {
 	a, b, clock := open2(t)
-	r := req("lease-key-1", "exec-1")
+	r := testkit.ReserveReq("lease-key-1", "exec-1")
 	r.Idempotent, r.LeaseMS = true, i64(1000)
 	_, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), r)
 	require.NoError(t, err)
-	take := req("lease-key-1", "exec-2")
+	take := testkit.ReserveReq("lease-key-1", "exec-2")
 	take.Idempotent = true
 	_, err = ns(t, b, ledger.DefaultNamespace).Reserve(context.Background(), take)
 	require.Equal(t, ledger.ECodeInProgress, code(err))
@@ -114,18 +115,18 @@ func replicasTakeoverOnTheOtherReplica(t *testing.T, open2 openPair) {
 
 func replicasWaitWakesAcrossReplicas(t *testing.T, open2 openPair) {
 	a, b, _ := open2(t)
-	r, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), req("wait-key-2", "e1"))
+	r, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), testkit.ReserveReq("wait-key-2", "e1"))
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
-		w := req("wait-key-2", "e2")
+		w := testkit.ReserveReq("wait-key-2", "e2")
 		w.WaitMS = i64(20_000)
 		_, err := ns(t, b, ledger.DefaultNamespace).Reserve(context.Background(), w)
 		done <- err
 	}()
 	require.Eventually(t, func() bool { return b.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
-	_, err = ns(t, a, ledger.DefaultNamespace).Commit(context.Background(), succeed("wait-key-2", r.Reservation))
+	_, err = ns(t, a, ledger.DefaultNamespace).Commit(context.Background(), testkit.Succeed("wait-key-2", r.Reservation))
 	require.NoError(t, err)
 	select {
 	case err := <-done:
@@ -151,7 +152,7 @@ func replicasRevocationAcrossReplicas(t *testing.T, open2 openPair) {
 // another replica reserved and ended.
 func replicasOpenKeysAcrossReplicas(t *testing.T, open2 openPair) {
 	a, b, clock := open2(t)
-	r := req("pay-key-01", "exec-1")
+	r := testkit.ReserveReq("pay-key-01", "exec-1")
 	r.LeaseMS = i64(1000)
 	_, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), r)
 	require.NoError(t, err)

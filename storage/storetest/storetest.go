@@ -6,7 +6,6 @@ package storetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -32,32 +32,9 @@ type Factory func(t *testing.T, now func() time.Time) ledger.Store
 // ledgerd replicas would (drivers that allow several writers).
 type ReplicaFactory func(t *testing.T, now func() time.Time) (a, b ledger.Store)
 
-// Clock is a settable test clock.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock starts a clock at a fixed instant.
-func NewClock() *Clock { return &Clock{t: time.UnixMilli(1764475200000)} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock by d (back when d is negative).
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func open(t *testing.T, f Factory) (*ledger.Ledger, *Clock) {
+func open(t *testing.T, f Factory) (*ledger.Ledger, *testkit.Clock) {
 	t.Helper()
-	clock := NewClock()
+	clock := testkit.NewClock()
 	l := ledger.New(f(t, clock.Now), ledger.Config{Now: clock.Now})
 	t.Cleanup(func() { _ = l.Close() })
 	return l, clock
@@ -71,21 +48,6 @@ func ns(t *testing.T, l *ledger.Ledger, name string) *ledger.Namespace {
 }
 
 func i64(v int64) *int64 { return &v }
-
-func req(key, exec string) ledger.ReserveRequest {
-	return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "payments.refund",
-		Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":7}`)}
-}
-
-func succeed(key, token string) ledger.CommitRequest {
-	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeSucceeded,
-		ExternalRef: "re_1", Result: json.RawMessage(`{"amount":1200}`)}
-}
-
-func fail(key, token string, retryable bool) ledger.CommitRequest {
-	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
-		Error: &ledger.FailureDetail{Code: "CARD_DECLINED", Message: "declined", Retryable: retryable}}
-}
 
 func code(err error) string { return ledger.ErrorCode(err) }
 
@@ -156,15 +118,15 @@ func testClockStepsBack(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	r1, err := n.Reserve(ctx, req("back-key-1", "exec-1"))
+	r1, err := n.Reserve(ctx, testkit.ReserveReq("back-key-1", "exec-1"))
 	require.NoError(t, err)
 	clock.Advance(time.Minute)
-	_, err = n.Commit(ctx, succeed("back-key-1", r1.Reservation))
+	_, err = n.Commit(ctx, testkit.Succeed("back-key-1", r1.Reservation))
 	require.NoError(t, err)
 	held := uint64(clock.Now().UnixMilli())
 
 	clock.Advance(-time.Hour)
-	r2req := req("back-key-2", "exec-2")
+	r2req := testkit.ReserveReq("back-key-2", "exec-2")
 	r2req.LeaseMS = i64(1000)
 	r2, err := n.Reserve(ctx, r2req)
 	require.NoError(t, err)
@@ -174,7 +136,7 @@ func testClockStepsBack(t *testing.T, f Factory) {
 	assert.Equal(t, ledger.StateReserved, v.State, "the lease has not ended at the held time")
 
 	clock.Advance(time.Hour + 2*time.Second) // past the lease: the clock runs on again
-	_, err = n.Reserve(ctx, req("back-key-2", "exec-3"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("back-key-2", "exec-3"))
 	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "the lease ended")
 
 	rs, _, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 100})
@@ -191,30 +153,30 @@ func testReserveCommitReplay(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, req("order-7-refund", "exec-1"))
+	r, err := n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-1"))
 	require.NoError(t, err)
 	require.Equal(t, ledger.StatusReserved, r.Status)
 	require.Equal(t, uint64(1), r.Receipt.Seq)
 
-	_, err = n.Reserve(ctx, req("order-7-refund", "exec-2"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-2"))
 	require.Equal(t, ledger.ECodeInProgress, code(err))
 
-	other := req("order-7-refund", "exec-2")
+	other := testkit.ReserveReq("order-7-refund", "exec-2")
 	other.Tool = "payments.charge"
 	_, err = n.Reserve(ctx, other)
 	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err))
 
-	c, err := n.Commit(ctx, succeed("order-7-refund", r.Reservation))
+	c, err := n.Commit(ctx, testkit.Succeed("order-7-refund", r.Reservation))
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), c.Receipt.Seq)
-	again, err := n.Commit(ctx, succeed("order-7-refund", r.Reservation))
+	again, err := n.Commit(ctx, testkit.Succeed("order-7-refund", r.Reservation))
 	require.NoError(t, err)
 	require.True(t, again.Replayed, "an identical commit appends nothing")
 
-	_, err = n.Commit(ctx, succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
+	_, err = n.Commit(ctx, testkit.Succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
 	require.Error(t, err)
 
-	rp, err := n.Reserve(ctx, req("order-7-refund", "exec-3"))
+	rp, err := n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-3"))
 	require.NoError(t, err)
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	require.Equal(t, "re_1", rp.ExternalRef)
@@ -225,7 +187,7 @@ func testReserveCommitReplay(t *testing.T, f Factory) {
 		Outcome: chain.OutcomeSucceeded})
 	require.Equal(t, ledger.ECodeUnknownKey, code(err))
 
-	short := req("abc", "exec-9") // shorter than 8 bytes: replaced by a generated key
+	short := testkit.ReserveReq("abc", "exec-9") // shorter than 8 bytes: replaced by a generated key
 	g, err := n.Reserve(ctx, short)
 	require.NoError(t, err)
 	require.True(t, g.KeyGenerated)
@@ -236,32 +198,32 @@ func testLeases(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	idem := req("idem-key-1", "exec-1")
+	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
 	r1, err := n.Reserve(ctx, idem)
 	require.NoError(t, err)
 	clock.Advance(1500 * time.Millisecond)
-	take := req("idem-key-1", "exec-2")
+	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
 	r2, err := n.Reserve(ctx, take)
 	require.NoError(t, err)
 	require.True(t, r2.Takeover)
-	_, err = n.Commit(ctx, succeed("idem-key-1", r1.Reservation))
+	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r1.Reservation))
 	require.Equal(t, ledger.ECodeStaleReservation, code(err), "the taken-over reservation is stale")
 
 	// An attempt not after the recorded one of the same execution.
 	clock.Advance(time.Hour)
-	same := req("idem-key-1", "exec-2")
+	same := testkit.ReserveReq("idem-key-1", "exec-2")
 	same.Idempotent = true
 	_, err = n.Reserve(ctx, same)
 	require.Equal(t, ledger.ECodeAttemptConflict, code(err))
 
-	nonIdem := req("pay-key-01", "exec-1")
+	nonIdem := testkit.ReserveReq("pay-key-01", "exec-1")
 	nonIdem.LeaseMS = i64(1000)
 	_, err = n.Reserve(ctx, nonIdem)
 	require.NoError(t, err)
 	clock.Advance(2 * time.Second)
-	_, err = n.Reserve(ctx, req("pay-key-01", "exec-2"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("pay-key-01", "exec-2"))
 	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "an interrupted non-idempotent effect waits for a person")
 	v, err := n.GetKey(ctx, "pay-key-01")
 	require.NoError(t, err)
@@ -273,23 +235,23 @@ func testFailures(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	a := req("retry-key-1", "exec-1")
+	a := testkit.ReserveReq("retry-key-1", "exec-1")
 	a.Idempotent = true
 	r, err := n.Reserve(ctx, a)
 	require.NoError(t, err)
-	_, err = n.Commit(ctx, fail("retry-key-1", r.Reservation, true))
+	_, err = n.Commit(ctx, testkit.Fail("retry-key-1", r.Reservation, true))
 	require.NoError(t, err)
 	a.ExecutionID, a.Attempt = "exec-1", i64(2)
 	r2, err := n.Reserve(ctx, a)
 	require.NoError(t, err)
 	require.True(t, r2.Retry)
 
-	b := req("noretry-key", "exec-1")
+	b := testkit.ReserveReq("noretry-key", "exec-1")
 	rb, err := n.Reserve(ctx, b)
 	require.NoError(t, err)
-	_, err = n.Commit(ctx, fail("noretry-key", rb.Reservation, false))
+	_, err = n.Commit(ctx, testkit.Fail("noretry-key", rb.Reservation, false))
 	require.NoError(t, err)
-	_, err = n.Reserve(ctx, req("noretry-key", "exec-2"))
+	_, err = n.Reserve(ctx, testkit.ReserveReq("noretry-key", "exec-2"))
 	require.Equal(t, ledger.ECodeRetryNotAllowed, code(err))
 	verifyClean(t, n, 5)
 }
@@ -298,7 +260,7 @@ func testResolve(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	a := req("resolve-key", "exec-1")
+	a := testkit.ReserveReq("resolve-key", "exec-1")
 	a.LeaseMS = i64(100)
 	_, err := n.Reserve(ctx, a)
 	require.NoError(t, err)
@@ -310,7 +272,7 @@ func testResolve(t *testing.T, f Factory) {
 		ExternalRef: "bank-1", Note: "checked the bank", Actor: "ops"})
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateSucceeded, res.State)
-	rp, err := n.Reserve(ctx, req("resolve-key", "exec-2"))
+	rp, err := n.Reserve(ctx, testkit.ReserveReq("resolve-key", "exec-2"))
 	require.NoError(t, err)
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	verifyClean(t, n, 3)
@@ -331,13 +293,13 @@ func testNamespaces(t *testing.T, f Factory) {
 
 	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
 	for i, n := range []*ledger.Namespace{def, pay, def} {
-		_, err := n.Reserve(ctx, req(fmt.Sprintf("ns-key-%d", i), "e"))
+		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("ns-key-%d", i), "e"))
 		require.NoError(t, err)
 	}
 	// One key in two namespaces names two effects.
-	r1, err := def.Reserve(ctx, req("shared-key", "e"))
+	r1, err := def.Reserve(ctx, testkit.ReserveReq("shared-key", "e"))
 	require.NoError(t, err)
-	r2, err := pay.Reserve(ctx, req("shared-key", "e"))
+	r2, err := pay.Reserve(ctx, testkit.ReserveReq("shared-key", "e"))
 	require.NoError(t, err)
 	require.Equal(t, ledger.StatusReserved, r2.Status)
 	require.Equal(t, uint64(2), r2.Receipt.Seq, "each namespace has its own seq 1, 2, …")
@@ -366,7 +328,7 @@ func testOneWinner(t *testing.T, f Factory) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := n.Reserve(ctx, req("contended-key", fmt.Sprintf("exec-%d", i)))
+			_, err := n.Reserve(ctx, testkit.ReserveReq("contended-key", fmt.Sprintf("exec-%d", i)))
 			switch {
 			case err == nil:
 				won.Add(1)
@@ -395,11 +357,11 @@ func load(t *testing.T, n *ledger.Namespace, workers, pairs int, prefix string) 
 			defer wg.Done()
 			for i := range pairs {
 				key := fmt.Sprintf("%s-load-key-%d-%d", prefix, w, i)
-				r, err := n.Reserve(ctx, req(key, "exec"))
+				r, err := n.Reserve(ctx, testkit.ReserveReq(key, "exec"))
 				if !assert.NoError(t, err) {
 					return
 				}
-				_, err = n.Commit(ctx, succeed(key, r.Reservation))
+				_, err = n.Commit(ctx, testkit.Succeed(key, r.Reservation))
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -430,7 +392,7 @@ func testCancelled(t *testing.T, f Factory) {
 	n := ns(t, l, ledger.DefaultNamespace)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := n.Reserve(ctx, req("cancelled-key", "e"))
+	_, err := n.Reserve(ctx, testkit.ReserveReq("cancelled-key", "e"))
 	require.ErrorIs(t, err, context.Canceled)
 	// Cancelled requests spread through batches of live ones: each live
 	// one commits, no cancelled one leaves anything half-written.
@@ -446,7 +408,7 @@ func testCancelled(t *testing.T, f Factory) {
 			} else {
 				defer cancel()
 			}
-			_, err := n.Reserve(c, req(fmt.Sprintf("mixed-%d", i), "e"))
+			_, err := n.Reserve(c, testkit.ReserveReq(fmt.Sprintf("mixed-%d", i), "e"))
 			if err == nil {
 				ok.Add(1)
 			} else if !errors.Is(err, context.Canceled) {
@@ -466,9 +428,9 @@ func testReads(t *testing.T, f Factory) {
 	n := ns(t, l, ledger.DefaultNamespace)
 	for i := range 5 {
 		key := fmt.Sprintf("read-key-%d", i)
-		r, err := n.Reserve(ctx, req(key, fmt.Sprintf("exec-%d", i%2)))
+		r, err := n.Reserve(ctx, testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i%2)))
 		require.NoError(t, err)
-		_, err = n.Commit(ctx, succeed(key, r.Reservation))
+		_, err = n.Commit(ctx, testkit.Succeed(key, r.Reservation))
 		require.NoError(t, err)
 	}
 	page, next, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 4})
@@ -509,7 +471,7 @@ func testCheckpoints(t *testing.T, f Factory) {
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
 	for i := range 3 {
-		_, err := n.Reserve(ctx, req(fmt.Sprintf("ckpt-key-%d", i), "e"))
+		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("ckpt-key-%d", i), "e"))
 		require.NoError(t, err)
 	}
 	c, err := n.LatestCheckpoint(ctx)
@@ -576,11 +538,11 @@ func testWait(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, req("wait-key-1", "e1"))
+	r, err := n.Reserve(ctx, testkit.ReserveReq("wait-key-1", "e1"))
 	require.NoError(t, err)
 	done := make(chan *ledger.ReserveResult, 1)
 	go func() {
-		w := req("wait-key-1", "e2")
+		w := testkit.ReserveReq("wait-key-1", "e2")
 		w.WaitMS = i64(20_000)
 		res, err := n.Reserve(ctx, w)
 		assert.NoError(t, err)
@@ -588,7 +550,7 @@ func testWait(t *testing.T, f Factory) {
 	}()
 	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
-	_, err = n.Commit(ctx, succeed("wait-key-1", r.Reservation))
+	_, err = n.Commit(ctx, testkit.Succeed("wait-key-1", r.Reservation))
 	require.NoError(t, err)
 	select {
 	case res := <-done:

@@ -361,7 +361,7 @@ func TestClient_Do_inProgress(t *testing.T) {
 					t.Fatalf("Do returned while the key was held: %+v %v", r.res, r.err)
 				}
 			} else {
-				require.Eventually(t, func() bool { return l.DB.Waiting() == 1 }, 60*time.Second, time.Millisecond,
+				require.Eventually(t, func() bool { return l.DB.Ledger.Waiting() == 1 }, 60*time.Second, time.Millisecond,
 					"Do's reserve waits in the server")
 			}
 			select {

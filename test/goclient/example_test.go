@@ -11,7 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -23,10 +23,11 @@ func startLedger() (string, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	db, err := ledgertest.OpenPath(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet})
+	store, err := sqlite.OpenStore(context.Background(), filepath.Join(dir, "ledger.db"), sqlite.Options{Logger: quiet}, false)
 	if err != nil {
 		log.Fatal(err)
 	}
+	db := ledger.New(store, ledger.Config{Logger: quiet})
 	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
 	return srv.URL, func() {
 		srv.Close()

@@ -23,6 +23,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
@@ -46,27 +47,24 @@ func MustOpenLedger(tb testing.TB, setup ...func(*api.Config)) *Ledger {
 // MustOpenLedgerClock starts a ledger, the server's rate limit included,
 // on a clock stopped at the current time, which the test moves past
 // leases and Retry-After instead of waiting them out.
-func MustOpenLedgerClock(tb testing.TB, setup ...func(*api.Config)) (*Ledger, *ledgertest.Clock) {
+func MustOpenLedgerClock(tb testing.TB, setup ...func(*api.Config)) (*Ledger, *testkit.Clock) {
 	tb.Helper()
-	clock := ledgertest.NewClock(time.Now())
+	clock := testkit.NewClock()
+	clock.Set(time.Now())
 	return openLedger(tb, clock.Now, setup...), clock
 }
 
 func openLedger(tb testing.TB, now func() time.Time, setup ...func(*api.Config)) *Ledger {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "ledger.db")
-	db, err := ledgertest.OpenPath(context.Background(), path, sqlite.Options{Logger: quiet, Now: now})
-	require.NoError(tb, err)
+	db := ledgertest.Open(tb, ledgertest.WithPath(path), ledgertest.WithNow(now))
 	cfg := api.Config{Logger: quiet, Now: now}
 	for _, f := range setup {
 		f(&cfg)
 	}
-	s := api.NewServer(db, cfg)
+	s := api.NewServer(db.Ledger, cfg)
 	srv := httptest.NewServer(s)
-	tb.Cleanup(func() {
-		srv.Close()
-		_ = db.Close()
-	})
+	tb.Cleanup(srv.Close)
 	return &Ledger{Path: path, DB: db, Server: s, HTTP: srv}
 }
 

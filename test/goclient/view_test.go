@@ -3,8 +3,6 @@ package goclient_test
 import (
 	"context"
 	"net/http/httptest"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,31 +15,16 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
-// movedClock is a test clock moved by hand.
-type movedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *movedClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *movedClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // TestClient_Key_lifetime: in a ledger whose keys expire after an hour,
 // Do replays within the hour and runs the function again as a renewed
 // key at it, and Key shows the expiry and the generations.
 func TestClient_Key_lifetime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := &movedClock{t: time.UnixMilli(1764475200000)}
-	db, err := ledgertest.OpenPath(ctx, filepath.Join(t.TempDir(), "ledger.db"),
-		sqlite.Options{Logger: quiet, Now: clock.Now, KeyTTL: uint64(time.Hour.Milliseconds())})
-	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewServer(db, api.Config{Logger: quiet}))
-	t.Cleanup(func() { srv.Close(); _ = db.Close() })
+	db := ledgertest.Open(t, ledgertest.WithStore(sqlite.Options{KeyTTL: uint64(time.Hour.Milliseconds())}))
+	clock := db.Clock
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
+	t.Cleanup(srv.Close)
 	c := MustClient(t, srv.URL)
 
 	var fx counter

@@ -13,6 +13,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/internal/ledgerd/nsservices"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
@@ -25,8 +26,8 @@ const origin = "ledger.example.com"
 // namespaces every 2 s.
 func newConfig(t *testing.T) (nsservices.Config, *ledgertest.DB) {
 	t.Helper()
-	db, _ := ledgertest.Open(t)
-	ledgertest.MustReserve(t, db, ledgertest.ReserveReq("key-default-1", "exec-1"))
+	db := ledgertest.Open(t)
+	ledgertest.MustReserve(t, db, testkit.ReserveReq("key-default-1", "exec-1"))
 	skey, vkey, err := tlog.GenerateKey(origin)
 	require.NoError(t, err)
 	signer, _, _, err := tlog.LoadSignerText(skey, origin)
@@ -39,7 +40,7 @@ func newConfig(t *testing.T) (nsservices.Config, *ledgertest.DB) {
 // none.
 func checkpointSize(t *testing.T, db *ledgertest.DB, ns string) int64 {
 	t.Helper()
-	n, err := db.NS(context.Background(), ns)
+	n, err := db.Ledger.NS(context.Background(), ns)
 	require.NoError(t, err)
 	c, err := n.LatestCheckpoint(context.Background())
 	require.NoError(t, err)
@@ -60,10 +61,10 @@ func TestStart_OK(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, int64(1), checkpointSize(t, db, ledger.DefaultNamespace), "signed at start")
 
-		require.NoError(t, db.CreateNamespace(t.Context(), "pay", 0))
-		pay, err := db.NS(t.Context(), "pay")
+		require.NoError(t, db.Ledger.CreateNamespace(t.Context(), "pay", 0))
+		pay, err := db.Ledger.NS(t.Context(), "pay")
 		require.NoError(t, err)
-		_, err = pay.Reserve(t.Context(), ledgertest.ReserveReq("key-pay-1", "exec-2"))
+		_, err = pay.Reserve(t.Context(), testkit.ReserveReq("key-pay-1", "exec-2"))
 		require.NoError(t, err)
 		time.Sleep(time.Second)
 		synctest.Wait()

@@ -1,0 +1,69 @@
+// Package testkit is the driver-free half of the test kit: the fixed
+// epoch T0, a settable clock starting there, and the requests tests send.
+// Every package's tests, the drivers' conformance suite (storage/storetest)
+// among them, use these; internal/ledgertest adds the SQLite opener.
+package testkit
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// T0 is the fixed epoch of the tests, in unix milliseconds
+// (2025-11-30T04:00:00Z): the SPEC test vector's recorded_at, and where
+// every Clock starts. It is untyped, so it serves as an int64, a uint64
+// or, through time.UnixMilli, a time.
+const T0 = 1764475200000
+
+// Clock is a settable test clock, safe for concurrent use. Tests hand its
+// Now to the code under test and move it with Advance or Set.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock stopped at T0.
+func NewClock() *Clock { return &Clock{t: time.UnixMilli(T0)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock by d (back when d is negative).
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// ReserveReq is a write request for key by execution exec.
+func ReserveReq(key, exec string) ledger.ReserveRequest {
+	return ledger.ReserveRequest{IdempotencyKey: key, ExecutionID: exec, Tool: "payments.refund",
+		Effect: chain.EffectWrite, Input: json.RawMessage(`{"order":7}`)}
+}
+
+// Succeed is a successful outcome of key's reservation token.
+func Succeed(key, token string) ledger.CommitRequest {
+	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeSucceeded,
+		ExternalRef: "re_1", Result: json.RawMessage(`{"amount": 1200}`)}
+}
+
+// Fail is a failed outcome of key's reservation token.
+func Fail(key, token string, retryable bool) ledger.CommitRequest {
+	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
+		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
+}
