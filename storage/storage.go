@@ -28,8 +28,22 @@ type Options struct {
 	// Now replaces the clock of decisions and reads (tests only; nil: the
 	// machine's clock on SQLite, the database's on PostgreSQL).
 	Now func() time.Time
-	// SQLite tunes the SQLite driver (Logger and the fields above win).
-	SQLite sqlite.Options
+	// CacheMiB is the memory for the ledger's caches, every namespace
+	// together (0: the driver's default). SQLite: the key index's block
+	// cache and memtables, and the page caches; PostgreSQL keeps no
+	// cache of its own (its server has one).
+	CacheMiB int
+	// MaxOpenNamespaces bounds the namespaces whose files are open at once
+	// (0: the driver decides). SQLite only: each namespace is a file;
+	// PostgreSQL opens none.
+	MaxOpenNamespaces int
+	// AfterCommit, when set, runs right after each COMMIT of a write
+	// (tests: a process killed at that instant). SQLite only.
+	AfterCommit func()
+	// IndexWriteFault, when set, can fail each write to the key index
+	// (tests: a full disk under it). SQLite only: PostgreSQL has no key
+	// index.
+	IndexWriteFault func() error
 }
 
 // IsPostgres reports whether dsn names a PostgreSQL database.
@@ -45,11 +59,7 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
 	if IsPostgres(dsn) {
 		return openPostgres(ctx, dsn, opts)
 	}
-	so := opts.SQLite
-	so.Logger = opts.Logger
-	so.KeyTTL = opts.KeyTTL
-	if opts.Now != nil {
-		so.Now = opts.Now
-	}
+	so := sqlite.Options{Logger: opts.Logger, KeyTTL: opts.KeyTTL, Now: opts.Now, CacheMiB: opts.CacheMiB,
+		MaxOpenFiles: opts.MaxOpenNamespaces, AfterCommit: opts.AfterCommit, IndexWriteFault: opts.IndexWriteFault}
 	return sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
 }

@@ -23,11 +23,11 @@ const approvalPolicy = `{"rules":[
 
 // gateFixture is a ledgerd with the approval policy and its tokens.
 type gateFixture struct {
-	t                                   *testing.T
-	l                                   *Ledgerd
-	clock                               *testClock
-	db                                  string
-	admin, agent, alice, reader, writer string
+	t                           *testing.T
+	l                           *Ledgerd
+	clock                       *testClock
+	db                          string
+	admin, agent, alice, reader string
 }
 
 func (f *gateFixture) as(tok string) []string { return []string{"Authorization", "Bearer " + tok} }

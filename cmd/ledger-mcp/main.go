@@ -95,8 +95,7 @@ type Main struct {
 	// round-trip calls (default: <db>.mcp-key beside an embedded SQLite
 	// ledger, else defaultStateKeyFile).
 	StateKeyFile string
-	LogLevel     string
-	LogFormat    string
+	Log          logging.Flags // --log-level, --log-format
 
 	Policy mcpgate.Policy
 	Logger *slog.Logger
@@ -171,8 +170,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.LedgerTimeout, "ledger-timeout", mcpgate.DefaultLedgerTimeout, "--ledger: how long a request to the ledgerd may take (a reserve: beyond its --wait) before the call is refused as ledger_unavailable")
 	fs.StringVar(&m.StateKeyFile, "state-key-file", "", "`file` of the key that authenticates the requestState of calls that ask the user, created on first use; every gateway on one ledger needs the same (default: <db>.mcp-key beside a SQLite --db, else $XDG_STATE_HOME/effect-ledger/mcp-state.key)")
 	fs.StringVar(&m.MetricsAddr, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics")
-	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
+	m.Log.Register(fs)
 	fs.Usage = func() {
 		fmt.Fprint(m.stderr, usage)
 		fs.PrintDefaults()
@@ -194,20 +192,12 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	if m.LedgerURL != "" && !m.keyTTLSet {
 		m.KeyTTL = 0 // the default is an embedded ledger's
 	}
-	if err := m.setLogger(); err != nil {
-		return err
-	}
-	return m.check()
-}
-
-// setLogger builds the logger of --log-level and --log-format.
-func (m *Main) setLogger() error {
-	l, err := logging.New(m.stderr, m.LogLevel, m.LogFormat)
+	l, err := m.Log.Logger(m.stderr)
 	if err != nil {
 		return err
 	}
 	m.Logger = l
-	return nil
+	return m.check()
 }
 
 // check validates the flags together.

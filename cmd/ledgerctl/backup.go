@@ -50,7 +50,7 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("backup", flag.ContinueOnError)
 	var src sourceFlags
 	src.hasDB = true
-	fs.StringVar(&src.db, "db", "", "the live ledger's SQLite `file` (a PostgreSQL ledger is backed up with pg_dump or a replica)")
+	declareDB(fs, &src.db, "the live ledger's SQLite `file` (a PostgreSQL ledger is backed up with pg_dump or a replica)")
 	src.registerJSON(fs)
 	out := fs.String("out", "", "`file` to write the copy to (required; must not exist unless --force)")
 	force := fs.Bool("force", false, "replace an existing --out file")

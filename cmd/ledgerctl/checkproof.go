@@ -24,8 +24,8 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	var witnessKeys listFlag
 	fs.Var(&witnessKeys, "witness-vkey", "a witness's cosignature verifier `key` (NAME+HASH+BASE64 with key type 0x04), or a file holding it; repeatable")
 	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
-	ns := fs.String("namespace", ledger.DefaultNamespace, "the `namespace` the receipts must belong to: the checkpoint's origin must be the key's name, \"/\" and it")
-	asJSON := fs.Bool("json", false, "print JSON")
+	ns := namespaceFlag(fs, ledger.DefaultNamespace, "the `namespace` the receipts must belong to: the checkpoint's origin must be the key's name, \"/\" and it")
+	asJSON := jsonFlag(fs, "print JSON")
 	pos, err := parse(fs, c.Env, args, checkProofUsage, checkProofExamples)
 	if err != nil {
 		return err

@@ -50,7 +50,7 @@ func namespaceSource(fs *flag.FlagSet, writes bool) *sourceFlags {
 	if writes {
 		usage = "ledger `database`: a SQLite file (may be served by a running ledgerd) or a PostgreSQL URL (postgres://user:pass@host/db)"
 	}
-	fs.StringVar(&src.db, "db", "", usage)
+	declareDB(fs, &src.db, usage)
 	src.registerServer(fs)
 	src.registerJSON(fs)
 	return &src
@@ -241,10 +241,10 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 
 func (c *NamespaceCommand) forget(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("namespace forget", flag.ContinueOnError)
-	db := fs.String("db", "", "the SQLite ledger `file` (ledgerd stopped)")
+	db := dbFlag(fs, "the SQLite ledger `file` (ledgerd stopped)")
 	by := fs.String("by", "", "`who` decides to give the namespace up (recorded)")
 	reason := fs.String("reason", "", "`why` (recorded)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
+	asJSON := jsonFlag(fs, "print the result as JSON")
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace forget --db FILE NAME --by WHO --reason TEXT [--json]
 
 Gives up namespace NAME of a SQLite ledger whose file is lost or that is no

@@ -49,9 +49,9 @@ const rebuildExamples = `  ledgerctl verify --db ledger.db
 // Run rebuilds the index.
 func (c *RebuildIndexCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-	db := fs.String("db", "", "SQLite ledger `file` (opened for writing; ledgerd must be stopped)")
-	ns := fs.String("namespace", ledger.DefaultNamespace, "the namespace whose index to rebuild")
-	asJSON := fs.Bool("json", false, "print JSON")
+	db := dbFlag(fs, "SQLite ledger `file` (opened for writing; ledgerd must be stopped)")
+	ns := namespaceFlag(fs, ledger.DefaultNamespace, "the namespace whose index to rebuild")
+	asJSON := jsonFlag(fs, "print JSON")
 	pos, err := parse(fs, c.Env, args, rebuildUsage, rebuildExamples)
 	if err != nil {
 		return err

@@ -196,7 +196,7 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	src.registerNamespace(fs)
 	// Every read command takes --json (docs/spec.md §6); export's output
 	// is JSON either way.
-	fs.BoolVar(&src.json, "json", false, "accepted for symmetry: export always prints JSON lines")
+	declareJSON(fs, &src.json, false, "accepted for symmetry: export always prints JSON lines")
 	after := fs.Uint64("after", 0, "export receipts with seq greater than `SEQ`")
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE|URL | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
 		"  ledgerctl export --db ledger.db > receipts.jsonl\n  ledgerctl export --server http://127.0.0.1:8080 --after 1000\n")

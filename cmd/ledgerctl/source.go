@@ -30,15 +30,52 @@ type sourceFlags struct {
 // dbUsage is the help text of --db for the read commands.
 const dbUsage = "ledger `database`: a SQLite file or a PostgreSQL URL (postgres://user:pass@host/db), opened read-only (safe while ledgerd runs)"
 
+// The flags every command shares are declared here alone, each with the
+// command's own help text: --db, --namespace and --json.
+
+// declareDB declares --db into p.
+func declareDB(fs *flag.FlagSet, p *string, usage string) { fs.StringVar(p, "db", "", usage) }
+
+// dbFlag declares --db.
+func dbFlag(fs *flag.FlagSet, usage string) *string {
+	p := new(string)
+	declareDB(fs, p, usage)
+	return p
+}
+
+// declareNamespace declares --namespace into p, def by default.
+func declareNamespace(fs *flag.FlagSet, p *string, def, usage string) {
+	fs.StringVar(p, "namespace", def, usage)
+}
+
+// namespaceFlag declares --namespace, def by default.
+func namespaceFlag(fs *flag.FlagSet, def, usage string) *string {
+	p := new(string)
+	declareNamespace(fs, p, def, usage)
+	return p
+}
+
+// declareJSON declares --json into p, def by default.
+func declareJSON(fs *flag.FlagSet, p *bool, def bool, usage string) {
+	fs.BoolVar(p, "json", def, usage)
+}
+
+// jsonFlag declares --json, off by default.
+func jsonFlag(fs *flag.FlagSet, usage string) *bool {
+	p := new(bool)
+	declareJSON(fs, p, false, usage)
+	return p
+}
+
 // registerDB adds --db.
 func (s *sourceFlags) registerDB(fs *flag.FlagSet) {
 	s.hasDB = true
-	fs.StringVar(&s.db, "db", "", dbUsage)
+	declareDB(fs, &s.db, dbUsage)
 }
 
 // registerNamespace adds --namespace.
 func (s *sourceFlags) registerNamespace(fs *flag.FlagSet) {
-	fs.StringVar(&s.namespace, "namespace", ledger.DefaultNamespace, "the `namespace` to read (each namespace is a chain of its own)")
+	declareNamespace(fs, &s.namespace, ledger.DefaultNamespace, "the `namespace` to read (each namespace is a chain of its own)")
 }
 
 // ns returns the --namespace value, default when the command has none.
@@ -66,7 +103,7 @@ func (s *sourceFlags) registerSource(fs *flag.FlagSet) {
 
 // registerJSON adds --json.
 func (s *sourceFlags) registerJSON(fs *flag.FlagSet) {
-	fs.BoolVar(&s.json, "json", false, "print JSON")
+	declareJSON(fs, &s.json, false, "print JSON")
 }
 
 // store is what the read commands need from a file or a server.

@@ -168,7 +168,7 @@ func (c *ProveCommand) Run(ctx context.Context, args []string) error {
 	var src sourceFlags
 	src.registerSource(fs)
 	src.registerNamespace(fs)
-	fs.BoolVar(&src.json, "json", true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
+	declareJSON(fs, &src.json, true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE|URL | --server URL) SEQ|KEY
 
 Prints the portable receipt of receipt SEQ, or of every receipt of the

@@ -131,11 +131,11 @@ func warnMissingNamespaces(ctx context.Context, env *Env, db string, names []str
 
 func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token create", flag.ContinueOnError)
-	db := fs.String("db", "", tokenDBUsage)
+	db := dbFlag(fs, tokenDBUsage)
 	role := fs.String("role", "", "`role` of the token: reader, writer, approver or admin (required)")
 	name := fs.String("name", "", "`name` recorded as actor on the receipts the token causes (required)")
-	nsList := fs.String("namespace", "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
-	asJSON := fs.Bool("json", false, "print JSON: name, role, namespaces and token")
+	nsList := namespaceFlag(fs, "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
+	asJSON := jsonFlag(fs, "print JSON: name, role, namespaces and token")
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, and everything). With --namespace the token may use only those\nnamespaces (any other, \"default\" included unless listed, is 403 forbidden).\nThe first valid token turns authentication on.",
 		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n")
 	if err != nil {
@@ -184,8 +184,8 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 
 func (c *TokenCommand) list(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token list", flag.ContinueOnError)
-	db := fs.String("db", "", tokenDBUsage)
-	asJSON := fs.Bool("json", false, "print JSON")
+	db := dbFlag(fs, tokenDBUsage)
+	asJSON := jsonFlag(fs, "print JSON")
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token list --db FILE|URL [--json]\n\nLists the API tokens: name, role, the namespaces it is limited to (* for\nevery namespace), creation time and whether revoked (never the tokens\nthemselves).",
 		"  ledgerctl token list --db ledger.db\n")
 	if err != nil {
@@ -227,7 +227,7 @@ func (c *TokenCommand) list(ctx context.Context, args []string) error {
 
 func (c *TokenCommand) revoke(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token revoke", flag.ContinueOnError)
-	db := fs.String("db", "", tokenDBUsage)
+	db := dbFlag(fs, tokenDBUsage)
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token revoke --db FILE|URL NAME\n\nRevokes the token named NAME; a running ledgerd refuses it on the next request.",
 		"  ledgerctl token revoke --db ledger.db gateway-eu\n")
 	if err != nil {

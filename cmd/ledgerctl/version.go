@@ -14,7 +14,7 @@ type VersionCommand struct{ *Env }
 // Run prints the build version and the contract versions implemented.
 func (c *VersionCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := jsonFlag(fs, "print JSON")
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl version [--json]\n\nPrints the build version (from the module's build info: the release, or the\nrevision it was built from) and the contract versions ledgerctl implements.",
 		"  ledgerctl version\n  ledgerctl --version\n  ledgerctl version --json\n")
 	if err != nil {

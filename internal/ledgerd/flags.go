@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
@@ -46,9 +45,11 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if err := m.setLogger(); err != nil {
+	l, err := m.Log.Logger(m.stderr)
+	if err != nil {
 		return err
 	}
+	m.Logger = l
 	for _, check := range []func() error{m.checkServe, m.checkLimits, m.checkLog} {
 		if err := check(); err != nil {
 			return err
@@ -62,8 +63,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 func (m *Main) serveFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.DBPath, "db", DefaultDB, "the ledger `database`: a SQLite file path, or a PostgreSQL URL (postgres://user:pass@host:port/db, also postgresql://); the schema is created on first start")
 	fs.StringVar(&m.Listen, "listen", DefaultListen, "`address` to serve HTTP on")
-	fs.StringVar(&m.LogLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&m.LogFormat, "log-format", "text", "log `format`: text or json")
+	m.Log.Register(fs)
 	fs.DurationVar(&m.ShutdownTimeout, "shutdown-timeout", DefaultShutdownTimeout, "how long to let in-flight requests finish on SIGINT/SIGTERM")
 	fs.StringVar(&m.TLSCert, "tls-cert", "", "serve HTTPS with this certificate `file` (PEM; with --tls-key)")
 	fs.StringVar(&m.TLSKey, "tls-key", "", "private key `file` for --tls-cert (PEM)")
@@ -143,16 +143,6 @@ func envDefaults(fs *flag.FlagSet) error {
 		}
 	})
 	return envErr
-}
-
-// setLogger builds the logger of --log-level and --log-format.
-func (m *Main) setLogger() error {
-	l, err := logging.New(m.stderr, m.LogLevel, m.LogFormat)
-	if err != nil {
-		return err
-	}
-	m.Logger = l
-	return nil
 }
 
 // checkServe validates serveFlags.

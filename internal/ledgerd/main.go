@@ -27,10 +27,10 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/internal/ledgerd/nsservices"
+	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -62,8 +62,7 @@ const DefaultReplicaCountEvery = 2 * time.Second
 type Main struct {
 	DBPath               string
 	Listen               string
-	LogLevel             string
-	LogFormat            string
+	Log                  logging.Flags // --log-level, --log-format
 	ShutdownTimeout      time.Duration
 	VerifyEvery          time.Duration
 	PprofAddr            string
@@ -222,8 +221,8 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 	}
 	now := m.Now
 	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
-		SQLite: sqlite.Options{CacheMiB: m.CacheMiB, MaxOpenFiles: m.MaxOpenNamespaces, AfterCommit: m.AfterCommit,
-			IndexWriteFault: m.IndexWriteFault}})
+		CacheMiB: m.CacheMiB, MaxOpenNamespaces: m.MaxOpenNamespaces, AfterCommit: m.AfterCommit,
+		IndexWriteFault: m.IndexWriteFault})
 	if err != nil {
 		return nil, err
 	}
