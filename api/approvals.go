@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // The routes of SPEC §13: a namespace's policy, its asks and their
@@ -72,22 +73,13 @@ type ApprovalView struct {
 	InputVerified *bool           `json:"input_verified,omitempty"`
 }
 
-// ApprovalConsumer is the reserve that consumed an approval.
-type ApprovalConsumer struct {
-	Seq         uint64 `json:"seq"`
-	ExecutionID string `json:"execution_id"`
-	Attempt     uint64 `json:"attempt"`
-}
-
-// ApprovalAnswer is an approver's recorded answer.
-type ApprovalAnswer struct {
-	Seq        uint64 `json:"seq"`
-	Decision   string `json:"decision"` // approve or reject
-	Actor      string `json:"actor"`
-	Role       string `json:"role"`
-	Note       string `json:"note"`
-	RecordedAt uint64 `json:"recorded_at"`
-}
+// ApprovalConsumer is the reserve that consumed an approval, and
+// ApprovalAnswer an approver's recorded answer: the shapes the verifier's
+// audit lists them in.
+type (
+	ApprovalConsumer = verify.ApprovalConsumer
+	ApprovalAnswer   = verify.ApprovalAnswer
+)
 
 // policyJSON is the answer of GET and PUT /v1/namespaces/{ns}/policy.
 type policyJSON struct {

@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"encoding/json"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -39,7 +40,7 @@ func StartGateway(t *testing.T, ledgerURL string, env ...string) string {
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	var logs syncBuffer
+	var logs testkit.Buffer
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)

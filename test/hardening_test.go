@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -31,7 +32,7 @@ func runLedgerd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	m := ledgerd.NewMain(out)
 	m.Stdout = out
 	code := m.Execute(ctx, args)

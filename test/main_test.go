@@ -6,12 +6,12 @@ package test
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -116,25 +116,8 @@ type Ledgerd struct {
 	cmd  *exec.Cmd
 	URL  string
 	DB   string
-	logs *syncBuffer
+	logs *testkit.Buffer
 	exit chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // StartLedgerd starts ledgerd on db and a free loopback port and waits
@@ -173,7 +156,7 @@ func startBinary(t testing.TB, bin string, env []string, db string, args ...stri
 	cmd := exec.Command(filepath.Join(binDir, bin), args...)
 	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
-	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &syncBuffer{}, exit: make(chan error, 1)}
+	l := &Ledgerd{t: t, cmd: cmd, DB: db, logs: &testkit.Buffer{}, exit: make(chan error, 1)}
 	cmd.Stderr = io.MultiWriter(l.logs, pw) // logs first: they hold every line the scanner has seen
 	require.NoError(t, cmd.Start())
 	go func() {

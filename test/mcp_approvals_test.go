@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"net/http"
 	"os"
 	"os/exec"
@@ -451,7 +452,7 @@ func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions,
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

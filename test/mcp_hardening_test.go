@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"os"
 	"os/exec"
@@ -315,7 +316,7 @@ func TestLedgerMCP_cancelledGetsNoResponse(t *testing.T) {
 	require.NoError(t, err)
 	outPipe, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -32,11 +33,11 @@ func startHTTPShop(t *testing.T, sh *shop) string {
 }
 
 // startHTTPGateway runs ledger-mcp with --listen and returns its /mcp URL.
-func startHTTPGateway(t *testing.T, args ...string) (string, *syncBuffer) {
+func startHTTPGateway(t *testing.T, args ...string) (string, *testkit.Buffer) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"),
 		append([]string{"--log-format", "json", "--listen", "127.0.0.1:0"}, args...)...)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -45,7 +46,7 @@ func startHTTPGateway(t *testing.T, args ...string) (string, *syncBuffer) {
 }
 
 // connectHTTP is an MCP client session over Streamable HTTP.
-func connectHTTP(t *testing.T, url string, logs *syncBuffer) *gateway {
+func connectHTTP(t *testing.T, url string, logs *testkit.Buffer) *gateway {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
 	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
@@ -87,7 +88,7 @@ func TestLedgerMCP_http(t *testing.T) {
 	assert.Equal(t, "http-key-H2", r2.Meta["io.effect-ledger/key"])
 }
 
-func connectHTTPWithKeys(t *testing.T, url string, logs *syncBuffer) *gateway {
+func connectHTTPWithKeys(t *testing.T, url string, logs *testkit.Buffer) *gateway {
 	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
 	s, err := c.Connect(context.Background(), &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,7 @@ func clientOptions(elicit func(context.Context, *mcp.ElicitRequest) (*mcp.Elicit
 func startGatewayRev(t *testing.T, rev string, o *mcp.ClientOptions, args ...string) *revClient {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	tp := &tap{}
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
@@ -113,7 +114,7 @@ func startGatewayRev(t *testing.T, rev string, o *mcp.ClientOptions, args ...str
 }
 
 // connectHTTPRev connects to a ledger-mcp --listen at revision rev.
-func connectHTTPRev(t *testing.T, url string, logs *syncBuffer, rev string, o *mcp.ClientOptions) *revClient {
+func connectHTTPRev(t *testing.T, url string, logs *testkit.Buffer, rev string, o *mcp.ClientOptions) *revClient {
 	t.Helper()
 	tp := &tap{}
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)

@@ -5,6 +5,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -76,7 +77,7 @@ func s2cConnect(t *testing.T, c *mcp.Client, rev, url string, args []string) *ga
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	var tr mcp.Transport = &mcp.StreamableClientTransport{Endpoint: url}
 	if url == "" {
 		cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)

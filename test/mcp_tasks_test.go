@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"os"
 	"os/exec"
@@ -26,7 +27,7 @@ type rawMCP struct {
 	t     *testing.T
 	in    io.WriteCloser
 	lines chan string
-	logs  *syncBuffer
+	logs  *testkit.Buffer
 	cmd   *exec.Cmd
 	id    int
 }
@@ -38,7 +39,7 @@ func startRawGateway(t *testing.T, args ...string) *rawMCP {
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	g := &rawMCP{t: t, in: in, lines: make(chan string, 64), logs: &syncBuffer{}, cmd: cmd}
+	g := &rawMCP{t: t, in: in, lines: make(chan string, 64), logs: &testkit.Buffer{}, cmd: cmd}
 	cmd.Stderr = g.logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })

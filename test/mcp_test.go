@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -82,7 +83,7 @@ func (s *shop) release(id string) {
 // over stdio.
 type gateway struct {
 	*mcp.ClientSession
-	logs *syncBuffer
+	logs *testkit.Buffer
 }
 
 // startGateway runs ledger-mcp with args and connects to it over stdio.
@@ -96,7 +97,7 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -1,13 +1,11 @@
 package ledgerd_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,28 +17,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 )
 
-// lockedBuffer is a bytes.Buffer safe for the server's concurrent logs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestMain_Run serves in-process with the seams set as fields: receipts
 // are dated by Now, and AfterCommit sees each durable commit.
 func TestMain_Run(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	m := ledgerd.NewMain(logs)
 	require.NoError(t, m.ParseFlags(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "ledger.db"), "--listen", "127.0.0.1:0"}))
 	clock := testkit.NewClock()
@@ -99,7 +79,7 @@ func TestMain_Execute(t *testing.T) {
 		{"ErrRun", []string{"--db", filepath.Join(t.TempDir(), "missing", "l.db"), "--listen", "127.0.0.1:0"}, 1, "does not exist"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
-			out := &lockedBuffer{}
+			out := &testkit.Buffer{}
 			m := ledgerd.NewMain(out)
 			assert.Equal(t, tt.code, m.Execute(t.Context(), tt.args))
 			assert.Contains(t, out.String(), tt.want)

@@ -5,6 +5,7 @@
 package testkit
 
 import (
+	"bytes"
 	"encoding/json"
 	"sync"
 	"time"
@@ -66,4 +67,25 @@ func Succeed(key, token string) ledger.CommitRequest {
 func Fail(key, token string, retryable bool) ledger.CommitRequest {
 	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
 		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
+}
+
+// Buffer is a bytes.Buffer that goroutines may share: the log
+// destination of a server or an index under test.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -1,12 +1,11 @@
 package keyindex_test
 
 import (
-	"bytes"
 	"fmt"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,24 +19,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
-
-// lockedBuffer is a log destination the index's goroutines may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // apply commits receipts from..to of ns with to as the watermark.
 func apply(ix *keyindex.Index, ns string, from, to uint64) error {
@@ -63,7 +44,7 @@ func apply(ix *keyindex.Index, ns string, from, to uint64) error {
 // was durable.
 func TestIndex_diskFull(t *testing.T) {
 	var full atomic.Bool
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	ix, err := keyindex.Open(filepath.Join(t.TempDir(), "idx"), keyindex.Options{
 		Logger: slog.New(slog.NewTextHandler(logs, nil)), MemTableBytes: 1 << 20, MinFreeBytes: -1,
 		WriteFault: func() error {

@@ -1,14 +1,12 @@
 package sqlite_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -22,24 +20,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
-
-// lockedBuffer is a log destination goroutines may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // diskFull is an IndexWriteFault that fails every write of the key
 // index's files with ENOSPC while it is set.
@@ -62,7 +42,7 @@ func TestIndex_diskFull(t *testing.T) {
 	ctx := context.Background()
 	defer sqlite.SetIndexRetry(50*time.Millisecond, 200*time.Millisecond)()
 	var full diskFull
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	db := ledgertest.Open(t, ledgertest.WithStore(sqlite.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil)), IndexWriteFault: full.fault, HeadRecordEvery: 20 * time.Millisecond}))
 	res := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-aaaa-0001", "exec-1"))
 
