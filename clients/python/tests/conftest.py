@@ -31,13 +31,14 @@ def _go() -> str:
 
 @pytest.fixture(scope="session")
 def bins(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Directory holding freshly built ledgerd and ledgerctl."""
+    """Directory holding freshly built ledgerd (its test build) and ledgerctl."""
     out = tmp_path_factory.mktemp("bin")
     env = dict(os.environ, CGO_ENABLED="1")
-    for cmd in ("ledgerd", "ledgerctl"):
-        subprocess.run(
-            [_go(), "build", "-o", str(out / cmd), "./cmd/" + cmd], cwd=REPO, env=env, check=True, timeout=600
-        )
+    # ledgerd is its test build: the same program, whose clock a test can
+    # move through LEDGERD_TEST_CLOCK_FILE (the released binary reads no
+    # test variable).
+    for cmd, pkg in (("ledgerd", "./test/testdata/ledgerd-test"), ("ledgerctl", "./cmd/ledgerctl")):
+        subprocess.run([_go(), "build", "-o", str(out / cmd), pkg], cwd=REPO, env=env, check=True, timeout=600)
     return out
 
 

@@ -21,12 +21,16 @@ after(() => {
   if (bins) rmSync(bins, { recursive: true, force: true });
 });
 
-/** Returns the folder holding freshly built ledgerd and ledgerctl. */
+/**
+ * Returns the folder holding freshly built ledgerd (its test build, whose
+ * clock a test moves through LEDGERD_TEST_CLOCK_FILE; the released binary
+ * reads no test variable) and ledgerctl.
+ */
 export function buildLedger() {
   if (bins) return bins;
   bins = mkdtempSync(join(tmpdir(), "ledger-ts-bin-"));
-  for (const cmd of ["ledgerd", "ledgerctl"]) {
-    execFileSync("go", ["build", "-o", join(bins, cmd), "./cmd/" + cmd], {
+  for (const [cmd, pkg] of [["ledgerd", "./test/testdata/ledgerd-test"], ["ledgerctl", "./cmd/ledgerctl"]]) {
+    execFileSync("go", ["build", "-o", join(bins, cmd), pkg], {
       cwd: REPO,
       env: { ...process.env, CGO_ENABLED: "1" },
       stdio: ["ignore", "inherit", "inherit"],
