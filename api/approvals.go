@@ -168,14 +168,13 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 		out.ConsumedBy = &ApprovalConsumer{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}
 	}
 	if withInput {
-		ok := false
-		out.Input = json.RawMessage("null")
+		out.Input = json.RawMessage("null") // deleted: nothing to verify either
 		if v.Input != "" {
 			out.Input = json.RawMessage(v.Input)
 			fp, err := ledger.Fingerprint([]byte(v.Input))
-			ok = err == nil && fp == a.InputHash
+			ok := err == nil && fp == a.InputHash
+			out.InputVerified = &ok
 		}
-		out.InputVerified = &ok
 	}
 	return out
 }
@@ -258,7 +257,9 @@ func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, n *ledger.
 	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
 		Actor: ActorFromContext(r.Context())}
 	if tpl, _ := mux.CurrentRoute(r).GetPathTemplate(); canonicalRoute(tpl) == mcpClientRoute {
-		req.MCPClient = o.required("client")
+		if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
+			o.fail("client", "must name the MCP client (1–128 visible ASCII)")
+		}
 	}
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)

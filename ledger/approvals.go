@@ -260,6 +260,15 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 		return nil, false, err
 	}
 	v := viewOf(&ask, hist, now)
+	// Who may answer comes first: a token that may not answer learns
+	// nothing of the ask's answer or expiry.
+	p, _, err := t.policy(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := mayAnswer(p, &ask, req); err != nil {
+		return nil, false, err
+	}
 	outcome := chain.OutcomeApproved
 	if req.Decision == DecisionReject {
 		outcome = chain.OutcomeRejected
@@ -274,13 +283,6 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 	if now >= ask.LeaseExpiresAt {
 		return nil, false, &Error{Code: ECodeApprovalExpired, Message: "this ask expired before it was answered",
 			Details: map[string]any{"expires_at": ask.LeaseExpiresAt}}
-	}
-	p, _, err := t.policy(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	if err := mayAnswer(p, &ask, req); err != nil {
-		return nil, false, err
 	}
 	if req.MCPClient != "" {
 		req.Actor, req.Role = ask.Actor+"/"+ApproverMCPClient+":"+req.MCPClient, ApproverMCPClient

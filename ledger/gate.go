@@ -28,8 +28,10 @@ type gateDecision struct {
 // the key's latest reserve or outcome, its answer, the latest deny there,
 // and the reserve that last consumed an approval in the key's generation.
 type keyGate struct {
-	ask, answer, deny *chain.Receipt
-	consumer          *chain.Receipt
+	ask, answer *chain.Receipt
+	first       *chain.Receipt   // the first ask after the bound: it fixes a new key's fingerprint (SPEC §2.1)
+	denies      []*chain.Receipt // the denies after the bound
+	consumer    *chain.Receipt
 }
 
 // pending reports whether the ask waits for an answer at now.
@@ -67,12 +69,24 @@ func readKeyGate(hist []chain.Receipt, bound, genStart uint64) keyGate {
 		}
 		switch r.Kind {
 		case chain.KindAsk:
+			if g.first == nil {
+				g.first = r
+			}
 			g.ask, g.answer = r, nil
 		case chain.KindDeny:
-			g.deny = r
+			g.denies = append(g.denies, r)
 		}
 	}
 	return g
+}
+
+// approvedFor reports whether the key's ask was approved in time and can
+// still be consumed at now by its own actor only: no other request may
+// take the key's effect meanwhile (SPEC §13: consumed "by the ask's
+// actor").
+func (g *keyGate) approvedFor(now uint64) bool {
+	return g.answer != nil && g.answer.Outcome == chain.OutcomeApproved &&
+		g.answer.RecordedAt < g.ask.LeaseExpiresAt && now < g.ask.LeaseExpiresAt
 }
 
 // sameFingerprint reports whether receipt r (an ask or deny) was made for
@@ -92,6 +106,13 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 		return d, err
 	}
 	d.note = a.changed.note()
+	if s.n != nil && s.n.purgeDue(now) {
+		// Asked inputs past their retention go even in a namespace that
+		// asks nothing more: any write of it deletes them, once a minute.
+		if err := s.PurgeAskInputs(ctx, now); err != nil {
+			return d, err
+		}
+	}
 	g := p.GateFor(a.tool, a.effect)
 	if a.generated && g.Gates() {
 		return d, &Error{Code: ECodeKeyRequired,
@@ -117,8 +138,17 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	if err := checkAsked(&kg, a, now); err != nil {
 		return d, err
 	}
+	if (why == reserveNew || why == reserveRenewal) && kg.first != nil {
+		// The first ask fixed the new key's (or generation's) fingerprint
+		// and idempotent; its reserve carries them (SPEC §2.1).
+		a.idempotent = kg.first.Idempotent
+		if a.inputHash == "" {
+			a.inputHash = kg.first.InputHash
+		}
+		k.Idempotent, k.InputHash = a.idempotent, a.inputHash
+	}
 	if g.Deny {
-		return d, s.deny(ctx, now, a, &kg, pseq, refSeq, &g, p)
+		return d, s.deny(ctx, now, a, k, &kg, pseq, refSeq, &g, p)
 	}
 	if g.RepeatRefuse && a.inputHash != "" {
 		if err := s.repeatGuard(ctx, now, a, g.RepeatWindow); err != nil {
@@ -128,7 +158,9 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	if !g.Approval {
 		return d, nil
 	}
-	covered := kg.consumer != nil && kg.consumer.ExecutionID == a.execution &&
+	// A runtime retry of the execution that consumed the generation's
+	// approval, by the same principal, is covered by it.
+	covered := kg.consumer != nil && kg.consumer.ExecutionID == a.execution && kg.consumer.Actor == a.actor &&
 		(why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied)
 	switch {
 	case covered:
@@ -136,28 +168,28 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	case usable(&kg, a, now, &g):
 		d.refSeq = kg.answer.Seq
 		d.consumed = &ApprovalRef{Seq: kg.answer.Seq, AskSeq: kg.ask.Seq}
-		if why == reserveNew {
-			a.idempotent = kg.ask.Idempotent // the first ask fixed it
-		}
 		return d, nil
-	case kg.pending(now):
+	case kg.pending(now), kg.approvedFor(now):
+		// One ask at a time: a pending one, or one approved for its own
+		// actor, answers every other request of the key until it is
+		// consumed or expires.
 		d.result = askResult(a, kg.ask)
 		return d, nil
 	}
-	d.result, err = s.ask(ctx, now, a, refSeq, &g)
+	d.result, err = s.ask(ctx, now, a, k, refSeq, &g)
 	return d, err
 }
 
 // checkAsked refuses a request that a pending or rejected ask of the key
 // rules out: another fingerprint (422), or the rejected one (409).
 func checkAsked(kg *keyGate, a *reserveArgs, now uint64) error {
-	if kg.ask == nil || !kg.pending(now) && !kg.rejected() {
-		return nil
-	}
-	if !sameFingerprint(kg.ask, a) {
+	if kg.first != nil && !sameFingerprint(kg.first, a) {
 		return &Error{Code: ECodeFingerprintMismatch,
 			Message: "idempotency key was first used with another tool, effect or input",
-			Details: map[string]any{"tool": kg.ask.Tool, "effect": kg.ask.Effect, "input_hash": kg.ask.InputHash}}
+			Details: map[string]any{"tool": kg.first.Tool, "effect": kg.first.Effect, "input_hash": kg.first.InputHash}}
+	}
+	if kg.ask == nil {
+		return nil
 	}
 	if kg.rejected() {
 		return &Error{Code: ECodeApprovalRejected,
@@ -198,9 +230,9 @@ func askResult(a *reserveArgs, ask *chain.Receipt) *ReserveResult {
 }
 
 // ask appends an ask for the request and keeps its input off the chain.
-func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, refSeq uint64, g *Gate) (*ReserveResult, error) {
+func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, k *KeyRecord, refSeq uint64, g *Gate) (*ReserveResult, error) {
 	if a.input == "" {
-		return nil, Invalid("input", "this tool needs a person's approval: the reserve must carry input (at most %d bytes), which the approver is shown", MaxAskInput)
+		return nil, Invalid("input", "this tool needs a person's approval, who is shown the call's input: the reserve must carry input (JSON of at most %d bytes; this one has none, or more)", MaxAskInput)
 	}
 	res, err := json.Marshal(map[string]string{"input_hash": a.inputHash, "summary": a.summary})
 	if err != nil {
@@ -213,7 +245,7 @@ func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, refSeq ui
 	expires := now + g.ExpiresInMS
 	r, err := s.append(ctx, chain.Receipt{
 		Kind: chain.KindAsk, IdempotencyKey: a.key, ExecutionID: a.execution, Attempt: a.attempt,
-		Tool: a.tool, Effect: a.effect, Idempotent: a.idempotent, InputHash: a.inputHash,
+		Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
 		LeaseExpiresAt: expires, Result: string(canon), RefSeq: refSeq, Actor: a.actor, RecordedAt: now,
 	})
 	if err != nil {
@@ -228,12 +260,17 @@ func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, refSeq ui
 
 // deny refuses a reserve the policy denies, appending a deny receipt
 // unless the key already has one for this fingerprint under this policy.
-func (s *batchTx) deny(ctx context.Context, now uint64, a *reserveArgs, kg *keyGate, pseq, refSeq uint64, g *Gate, p *Policy) error {
-	r := kg.deny
-	if r == nil || !sameFingerprint(r, a) || r.InputHash != a.inputHash || r.Seq < pseq {
+func (s *batchTx) deny(ctx context.Context, now uint64, a *reserveArgs, k *KeyRecord, kg *keyGate, pseq, refSeq uint64, g *Gate, p *Policy) error {
+	var r *chain.Receipt
+	for _, d := range kg.denies {
+		if d.Seq > pseq && d.Tool == k.Tool && d.Effect == k.Effect && d.InputHash == k.InputHash {
+			r = d // one deny per key, fingerprint and policy in force
+		}
+	}
+	if r == nil {
 		nr, err := s.append(ctx, chain.Receipt{
 			Kind: chain.KindDeny, IdempotencyKey: a.key, ExecutionID: a.execution, Attempt: a.attempt,
-			Tool: a.tool, Effect: a.effect, Idempotent: a.idempotent, InputHash: a.inputHash,
+			Tool: k.Tool, Effect: k.Effect, Idempotent: k.Idempotent, InputHash: k.InputHash,
 			RefSeq: refSeq, Actor: a.actor, RecordedAt: now,
 		})
 		if err != nil {
@@ -270,12 +307,15 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 	var failed *chain.Receipt
 	for _, key := range order {
 		r := last[key]
-		if !CountsAsFailure(r.Outcome, r.ErrorCode) || r.ExecutionID == a.execution {
+		if !CountsAsFailure(r.Outcome, r.ErrorCode) {
 			continue
 		}
 		reserve, err := s.attemptOf(ctx, r)
 		if err != nil {
 			return err
+		}
+		if r.ExecutionID == a.execution && reserve.Actor == a.actor {
+			continue // that execution's own runtime retries, decided by §4
 		}
 		if !a.changed.differsFrom(reserve.Note) && (failed == nil || r.Seq > failed.Seq) {
 			failed = r

@@ -180,7 +180,18 @@ type Namespace struct {
 	// receipt never changes); lastPolicy is the seq the last batch read.
 	policies   sync.Map // uint64 → *Policy
 	lastPolicy atomic.Uint64
-	policySeen atomic.Bool // lastPolicy was read from the chain once
+	policySeen atomic.Bool   // lastPolicy was read from the chain once
+	lastPurge  atomic.Uint64 // unix ms of the last purge of asked inputs (gate.go)
+}
+
+// purgeEvery is how often a namespace's writes purge its asked inputs.
+const purgeEvery = 60_000
+
+// purgeDue reports whether the asked inputs are to be purged at now (unix
+// ms), and if so marks them purged.
+func (n *Namespace) purgeDue(now uint64) bool {
+	last := n.lastPurge.Load()
+	return now >= last+purgeEvery && n.lastPurge.CompareAndSwap(last, now)
 }
 
 // Name is the namespace's name.

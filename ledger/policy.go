@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -101,15 +102,66 @@ func ParsePolicy(raw []byte) (*Policy, error) {
 	if err := CheckIJSON(raw); err != nil {
 		return nil, Invalid("policy", "the policy is not valid JSON: %v", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return nil, Invalid("policy", "the policy does not decode: %v", err)
+	var top struct {
+		Rules        []json.RawMessage `json:"rules"`
+		SelfApproval string            `json:"self_approval"`
 	}
-	if dec.More() {
-		return nil, Invalid("policy", "trailing data after the policy")
+	if err := decodeStrict(raw, &top, ""); err != nil {
+		return nil, err
+	}
+	p.SelfApproval = top.SelfApproval
+	p.Rules = make([]PolicyRule, len(top.Rules))
+	for i, r := range top.Rules {
+		if err := decodeStrict(r, &p.Rules[i], fmt.Sprintf("rules[%d].", i)); err != nil {
+			return nil, err
+		}
+	}
+	if len(p.Rules) == 0 {
+		p.Rules = nil
 	}
 	return &p, p.check()
+}
+
+// decodeStrict decodes one JSON value into v, refusing unknown members
+// and trailing data with an invalid_request naming the member (at is
+// the path of v: "" or "rules[2].").
+func decodeStrict(raw []byte, v any, at string) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	var ute *json.UnmarshalTypeError
+	switch {
+	case err == nil && dec.More():
+		return Invalid("policy", "trailing data after the policy")
+	case err == nil:
+		return nil
+	case errors.As(err, &ute) && ute.Field != "":
+		return Invalid(at+ute.Field, "%s%s must be a JSON %s", at, ute.Field, jsonKind(ute.Type.Kind().String()))
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		name = strings.Trim(name, `"`)
+		return Invalid(at+name, "unknown member %q in the policy", at+name)
+	}
+	field := strings.TrimSuffix(at, ".")
+	if field == "" {
+		field = "policy"
+	}
+	return Invalid(field, "the policy does not decode: %v", err)
+}
+
+// jsonKind names a Go kind as the JSON type it decodes from.
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice":
+		return "array"
+	case "struct", "map":
+		return "object"
+	}
+	return "number"
 }
 
 // check validates p and compiles its globs.
@@ -144,6 +196,9 @@ func (r *PolicyRule) check(at string) error {
 	}
 	if r.Approval != nil && *r.Approval != "required" && *r.Approval != "none" {
 		return Invalid(at+".approval", `approval must be "required" or "none"`)
+	}
+	if len(r.Approvers) == 0 {
+		r.Approvers = nil // an empty list sets nothing, as its canonical text (which omits it) says
 	}
 	for _, a := range r.Approvers {
 		if a == "" || len(a) > 128 || !visibleASCII(a) {
@@ -243,10 +298,13 @@ func (g *Gate) Lists(actor, role string) bool {
 		if r, ok := strings.CutPrefix(a, approverRolePrefix); ok && role != "" && (r == role || r == RoleApprover && role == RoleAdmin) {
 			return true
 		}
-		if a == actor && actor != "" {
-			return true
+		if a == ApproverMCPClient {
+			if strings.Contains(actor, "/"+ApproverMCPClient+":") {
+				return true
+			}
+			continue // the entry names relayed answers, never a token
 		}
-		if a == ApproverMCPClient && strings.Contains(actor, "/"+ApproverMCPClient+":") {
+		if a == actor && actor != "" {
 			return true
 		}
 	}

@@ -47,9 +47,9 @@ func TestPolicy_refusals(t *testing.T) {
 		`{"self_approval":"sometimes"}`:                  "self_approval",
 		`{"rules":[{"tool":"x","approvers":[""]}]}`:      "rules[0].approvers",
 		`{"rules":[{"tool":"x","repeat_window_ms":0}]}`:  "rules[0].repeat_window_ms",
-		`{"rules":[{"tool":"x","color":"red"}]}`:         "policy",
+		`{"rules":[{"tool":"x","color":"red"}]}`:         "rules[0].color",
 		`{"rules":[]} {}`:                                "policy",
-		`{"rules":[{"tool":"x","deny":"yes"}]}`:          "policy",
+		`{"rules":[{"tool":"x","deny":"yes"}]}`:          "rules[0].deny",
 	} {
 		_, err := ledger.ParsePolicy([]byte(raw))
 		var e *ledger.Error

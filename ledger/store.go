@@ -152,6 +152,8 @@ type GateTx interface {
 	// kept) to deleteAfter, and deletes the inputs whose deleteAfter is
 	// before now.
 	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
+	// PurgeAskInputs deletes the inputs whose deleteAfter is before now.
+	PurgeAskInputs(ctx context.Context, now uint64) error
 }
 
 // Preloader is a Tx that can read the records of a batch's keys (and the

@@ -92,6 +92,11 @@ func (t *Tokens) Create(ctx context.Context, name, role string, namespaces ...st
 	if name == "" || len(name) > 128 || !visibleASCII(name) {
 		return "", errors.New("token name must be 1–128 bytes of visible ASCII")
 	}
+	if strings.ContainsAny(name, "/:") || name == ApproverMCPClient {
+		// An actor "<asker>/mcp-client:<name>" is an answer relayed from
+		// the agent's own client (SPEC §13): no token may look like one.
+		return "", fmt.Errorf("token name must not contain / or : nor be %q (reserved for answers relayed from an MCP client)", ApproverMCPClient)
+	}
 	if role != RoleReader && role != RoleWriter && role != RoleAdmin && role != RoleApprover {
 		return "", fmt.Errorf("role must be %s, %s, %s or %s", RoleReader, RoleWriter, RoleApprover, RoleAdmin)
 	}

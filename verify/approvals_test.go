@@ -272,8 +272,16 @@ func TestVerifier_gateTamper(t *testing.T) {
 			return 2
 		}},
 		{verify.RuleApprovalMismatch, "the reserve is by another actor", func(c *gateChain) uint64 {
-			c.rs[3].Actor, c.rs[4].Actor = "intruder", "intruder"
+			for _, i := range []int{3, 4, 5, 6} { // its runtime retry too: covered only for the consumer
+				c.rs[i].Actor = "intruder"
+			}
 			return 4
+		}},
+		{verify.RuleApprovalMissing, "another principal retries the consumer's execution", func(c *gateChain) uint64 {
+			// A runtime retry is covered for the principal that consumed only
+			// (a changed strategy keeps the repeat guard out of it).
+			c.rs[5].Actor, c.rs[5].Note = "intruder", `{"strategy":"again"}`
+			return 6
 		}},
 		{verify.RuleSelfApproved, "the asker approved", func(c *gateChain) uint64 {
 			c.rs[2].Actor = "agent"

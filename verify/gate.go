@@ -53,6 +53,7 @@ type approvalEntry struct {
 // key's generation (SPEC §12, §13): its runtime retries need no new one.
 type consumer struct {
 	execution string
+	actor     string // who consumed: only its runtime retries are covered
 	finalized bool   // the key's latest reserve has an outcome
 	finalAt   uint64 // its recorded_at
 }
@@ -60,14 +61,16 @@ type consumer struct {
 // reserveNote is a reserve's changed object (its note), kept until the
 // reserve's outcome.
 type reserveNote struct {
-	seq  uint64
-	note string
+	seq   uint64
+	note  string
+	actor string
 }
 
 // failEntry is a key whose last outcome is one the repeat guard counts.
 type failEntry struct {
 	seq, at   uint64
 	execution string // the execution that made the failed attempt
+	actor     string // and who reserved it
 	note      string // that attempt's changed object
 	code      string
 }
@@ -180,7 +183,7 @@ func (g *gateChecker) deny(r *chain.Receipt) {
 func (g *gateChecker) reserve(r *chain.Receipt) {
 	g.renewal(r)
 	if r.Note != "" {
-		g.notes[r.IdempotencyKey] = reserveNote{seq: r.Seq, note: r.Note}
+		g.notes[r.IdempotencyKey] = reserveNote{seq: r.Seq, note: r.Note, actor: r.Actor}
 	} else {
 		delete(g.notes, r.IdempotencyKey)
 	}
@@ -222,7 +225,7 @@ func (g *gateChecker) renewal(r *chain.Receipt) {
 // approval of its key's generation.
 func (g *gateChecker) covered(r *chain.Receipt) bool {
 	c := g.consumers[r.IdempotencyKey]
-	return c != nil && c.execution == r.ExecutionID
+	return c != nil && c.execution == r.ExecutionID && c.actor == r.Actor
 }
 
 // consume checks the reserve r that names approval ap.
@@ -230,7 +233,7 @@ func (g *gateChecker) consume(r *chain.Receipt, ap *approvalEntry, rule gateRule
 	if ap.consumedBy != 0 {
 		g.violation(r, RuleApprovalReused, "key %q: reserve names approval %d, which reserve %d consumed already",
 			r.IdempotencyKey, ap.r.Seq, ap.consumedBy)
-		g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID}
+		g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID, actor: r.Actor}
 		return
 	}
 	ap.consumedBy = r.Seq
@@ -245,7 +248,7 @@ func (g *gateChecker) consume(r *chain.Receipt, ap *approvalEntry, rule gateRule
 	}
 	// The execution's runtime retries are covered even by an approval
 	// that did not match: the consumption is reported once, here.
-	g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID}
+	g.consumers[r.IdempotencyKey] = &consumer{execution: r.ExecutionID, actor: r.Actor}
 }
 
 // mismatch tells why approval ap (answering ask) cannot authorize the
@@ -286,7 +289,7 @@ func (g *gateChecker) checkRepeat(r *chain.Receipt, rule gateRule) {
 	var hit *failEntry
 	var hitKey string
 	for key, f := range g.failures[[2]string{r.Tool, r.InputHash}] {
-		if f.at > r.RecordedAt || r.RecordedAt-f.at >= rule.repeatWindow || f.execution == r.ExecutionID ||
+		if f.at > r.RecordedAt || r.RecordedAt-f.at >= rule.repeatWindow || f.execution == r.ExecutionID && f.actor == r.Actor ||
 			changedDiffers(r.Note, f.note) {
 			continue
 		}
@@ -328,12 +331,13 @@ func (g *gateChecker) outcome(r *chain.Receipt) {
 	if c := g.consumers[key]; c != nil {
 		c.finalized, c.finalAt = true, r.RecordedAt
 	}
-	note, exec := "", r.ExecutionID
+	note, exec, actor := "", r.ExecutionID, r.Actor
 	if n, ok := g.notes[key]; ok && n.seq == r.RefSeq {
-		note = n.note
+		note, actor = n.note, n.actor
 		delete(g.notes, key)
 	} else if id, ok := g.failGroup[key]; ok { // a correction keeps the attempt it corrects
-		note = g.failures[id][key].note
+		f := g.failures[id][key]
+		note, exec, actor = f.note, f.execution, f.actor
 	}
 	g.dropFailure(key)
 	if r.InputHash == "" || !isFailure(r) {
@@ -343,7 +347,7 @@ func (g *gateChecker) outcome(r *chain.Receipt) {
 	if g.failures[id] == nil {
 		g.failures[id] = map[string]failEntry{}
 	}
-	g.failures[id][key] = failEntry{seq: r.Seq, at: r.RecordedAt, execution: exec, note: note, code: r.ErrorCode}
+	g.failures[id][key] = failEntry{seq: r.Seq, at: r.RecordedAt, execution: exec, actor: actor, note: note, code: r.ErrorCode}
 	g.failGroup[key] = id
 }
 

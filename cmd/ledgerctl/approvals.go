@@ -201,7 +201,7 @@ func printApproval(w io.Writer, a *api.ApprovalView) error {
 	fmt.Fprintf(tw, "execution\t%s attempt %d\n", keyCell(a.ExecutionID), a.Attempt)
 	fmt.Fprintf(tw, "asked by\t%s at %s\n", orNone(a.Actor), ms(a.AskedAt))
 	fmt.Fprintf(tw, "expires\t%s\n", ms(a.ExpiresAt))
-	fmt.Fprintf(tw, "summary\t%s\n", orNone(keyCell(a.Summary)))
+	fmt.Fprintf(tw, "summary\t%s\n", keyCell(a.Summary))
 	fmt.Fprintf(tw, "input hash\t%s\n", a.InputHash)
 	if an := a.Answer; an != nil {
 		line := fmt.Sprintf("%s by %s (%s) at %s, receipt %d", an.Decision, orNone(an.Actor), an.Role, ms(an.RecordedAt), an.Seq)

@@ -126,6 +126,13 @@ func (t *tx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint
 	return nil
 }
 
+// PurgeAskInputs buffers the deletion of the asked inputs past their
+// delete_after at now.
+func (t *tx) PurgeAskInputs(_ context.Context, now uint64) error {
+	t.purgeBefore = max(t.purgeBefore, now)
+	return nil
+}
+
 // AskInput returns the input kept for the ask at seq, or found false when
 // none is kept or its delete_after is before now. A schema older than 3
 // (read as it is by a read-only store) keeps none.

@@ -96,7 +96,7 @@ func (t *tx) write(ctx context.Context) (string, error) {
 			b.Queue(sqlSetAskInputDeadline, ns, int64(op.seq), int64(op.deleteAfter))
 		}
 	}
-	if len(t.askInputs) > 0 {
+	if t.purgeBefore > 0 {
 		b.Queue(sqlPurgeAskInputs, ns, int64(t.purgeBefore))
 	}
 	batchID := newUUID()

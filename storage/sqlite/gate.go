@@ -151,6 +151,14 @@ func (t *writeTx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now
 	return nil
 }
 
+// PurgeAskInputs deletes the asked inputs past their deadline.
+func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
+	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, now); err != nil {
+		return fmt.Errorf("purge asked inputs: %w", classify(err))
+	}
+	return nil
+}
+
 // AskInput reads the input kept for the ask at seq. A file of a schema
 // before version 5 has no inputs.
 func (rd *Reader) AskInput(ctx context.Context, seq, now uint64) (string, bool, error) {

@@ -30,6 +30,9 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("PolicyPerNamespace", func(t *testing.T) { testApprovalNamespaces(t, f) })
 	t.Run("RepeatedFailuresAudit", func(t *testing.T) { testApprovalRepeatAudit(t, f) })
 	t.Run("OpenKeys", func(t *testing.T) { testApprovalOpenKeys(t, f) })
+	t.Run("Fingerprints", func(t *testing.T) { testApprovalFingerprints(t, f) })
+	t.Run("Owners", func(t *testing.T) { testApprovalOwners(t, f) })
+	t.Run("PolicyText", func(t *testing.T) { testApprovalPolicyText(t, f) })
 }
 
 const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
@@ -271,4 +274,114 @@ func testApprovalOpenKeys(t *testing.T, f Factory) {
 	tk := mustReserve(t, n, gateReq("charge-0020", "exec-2", "payments.charge"))
 	require.True(t, tk.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1}, OpenKeys(t, l.Store()))
+}
+
+// testApprovalFingerprints: the first ask fixes a new key's fingerprint
+// and idempotent, pending, expired or approved (SPEC §2.1): a consuming
+// reserve without input records the asked input's hash, an ask for an
+// existing key carries the key's values, a later request with another
+// input is a fingerprint mismatch; the chain verifies clean.
+func testApprovalFingerprints(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	a := mustReserve(t, n, gateReq("charge-0030", "exec-1", "payments.charge"))
+	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
+	bare := gateReq("charge-0030", "exec-1", "payments.charge")
+	bare.Input, bare.Idempotent = nil, false
+	c := mustReserve(t, n, bare)
+	require.Equal(t, ledger.StatusReserved, c.Status)
+	got, err := n.GetReceipt(ctx, c.Receipt.Seq)
+	require.NoError(t, err)
+	ask, err := n.GetReceipt(ctx, a.Ask.Seq)
+	require.NoError(t, err)
+	assert.Equal(t, ask.InputHash, got.InputHash, "the reserve carries the asked input's hash")
+	assert.True(t, got.Idempotent, "and the ask's idempotent")
+	mustCommit(t, n, testkit.Succeed("charge-0030", c.Reservation))
+	assert.Equal(t, ledger.StatusReplayed, mustReserve(t, n, gateReq("charge-0030", "exec-2", "payments.charge")).Status)
+
+	// An expired ask still fixes the fingerprint.
+	e := mustReserve(t, n, gateReq("charge-0031", "exec-1", "payments.charge"))
+	require.Equal(t, ledger.StatusApprovalRequired, e.Status)
+	clock.Advance(61 * time.Second)
+	other := gateReq("charge-0031", "exec-1", "payments.charge")
+	other.Input = json.RawMessage(`{"order":99}`)
+	_, err = n.Reserve(ctx, other)
+	assert.Equal(t, ledger.ECodeFingerprintMismatch, code(err))
+
+	// A takeover asked by another execution carries the key's idempotent.
+	first := gateReq("charge-0032", "exec-1", "payments.charge")
+	first.LeaseMS = i64(1000)
+	fa := mustReserve(t, n, first)
+	answer(t, n, fa.Ask.Seq, ledger.DecisionApprove)
+	mustReserve(t, n, first)
+	clock.Advance(2 * time.Second)
+	take := gateReq("charge-0032", "exec-2", "payments.charge")
+	take.Idempotent = false
+	ta := mustReserve(t, n, take)
+	require.Equal(t, ledger.StatusApprovalRequired, ta.Status)
+	tr, err := n.GetReceipt(ctx, ta.Ask.Seq)
+	require.NoError(t, err)
+	assert.True(t, tr.Idempotent, "the ask carries the key's idempotent")
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+}
+
+// testApprovalOwners: an approval is its asker's. Another principal
+// meanwhile gets the same ask, not a new one, and cannot consume it;
+// nor can it run the consumer's execution as a covered runtime retry.
+func testApprovalOwners(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	a := mustReserve(t, n, gateReq("charge-0040", "exec-1", "payments.charge"))
+	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
+	intruder := gateReq("charge-0040", "exec-9", "payments.charge")
+	intruder.Actor = "mallory"
+	b := mustReserve(t, n, intruder)
+	require.Equal(t, ledger.StatusApprovalRequired, b.Status)
+	assert.Equal(t, a.Ask.Seq, b.Ask.Seq, "the approved ask stays the key's one ask")
+	c := mustReserve(t, n, gateReq("charge-0040", "exec-1", "payments.charge"))
+	require.Equal(t, ledger.StatusReserved, c.Status, "its asker consumes it")
+	mustCommit(t, n, testkit.Fail("charge-0040", c.Reservation, true))
+	spoof := gateReq("charge-0040", "exec-1", "payments.charge")
+	spoof.Actor, spoof.Attempt = "mallory", i64(2)
+	s := mustReserve(t, n, spoof)
+	assert.Equal(t, ledger.StatusApprovalRequired, s.Status, "another principal reusing the execution id asks")
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+}
+
+// testApprovalPolicyText: the policy served is the policy recorded: an
+// empty approvers list sets nothing, so the next rule's approvers apply,
+// before and after the policy is read back from the chain.
+func testApprovalPolicyText(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, `{"rules":[{"tool":"pay.*","approval":"required","approvers":[]},{"tool":"*","approvers":["carol"]}]}`)
+	p, _, err := n.Policy(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"carol"}, p.GateFor("pay.x", chain.EffectExternal).Approvers)
+	a := mustReserve(t, n, gateReq("pay-key-0050", "exec-1", "pay.x"))
+	_, _, err = n.Answer(ctx, ledger.AnswerRequest{Seq: a.Ask.Seq, Decision: ledger.DecisionApprove, Actor: "alice",
+		Role: ledger.RoleApprover, Authenticated: true})
+	assert.Equal(t, ledger.ECodeForbidden, code(err), "alice is not carol")
+	// Denies: one per key, fingerprint and policy, whatever the order.
+	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}]}`)
+	h0, err := n.Head(ctx)
+	require.NoError(t, err)
+	for _, in := range []string{`{"p":1}`, `{"p":1}`, `{"p":2}`, `{"p":1}`, `{"p":2}`} {
+		r := gateReq("rm-key-0050", "exec-1", "shell.rm")
+		r.Input = json.RawMessage(in)
+		_, err := n.Reserve(ctx, r)
+		assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
+	}
+	h1, err := n.Head(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, h0.Seq+2, h1.Seq, "two fingerprints, two denies")
 }

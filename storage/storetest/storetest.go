@@ -511,6 +511,10 @@ func testTokens(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	_, err = toks.Create(ctx, "ops", ledger.RoleReader)
 	require.ErrorIs(t, err, ledger.ErrTokenExists)
+	for _, name := range []string{"agent/mcp-client:x", "a:b", ledger.ApproverMCPClient} {
+		_, err = toks.Create(ctx, name, ledger.RoleApprover)
+		require.Error(t, err, "%q could pose as an answer relayed from an MCP client (SPEC §13)", name)
+	}
 	p, err := l.Authenticate(ctx, scoped)
 	require.NoError(t, err)
 	require.Equal(t, []string{"mail", "payments"}, p.Namespaces)
