@@ -195,15 +195,28 @@ func (ix *Index) openInstance() (*instance, error) {
 	}
 	if err != nil {
 		if db != nil {
-			in.retire.Do(func() { go ix.retireInstance(in) })
+			ix.retireOpened(in)
 		}
 		return nil, err
 	}
 	if err := ix.checkFormat(in, o.ReadOnly); err != nil {
-		in.retire.Do(func() { go ix.retireInstance(in) })
+		ix.retireOpened(in)
 		return nil, err
 	}
 	return in, nil
+}
+
+// retireOpened retires an instance whose open failed, and waits until
+// it is closed or abandoned: a Repair that follows may move the
+// directory aside and make a new one of the same name, and the failed
+// instance's Close deletes its obsolete files by path (a MANIFEST-000001
+// replaced during the open), which would then hit the new index's.
+func (ix *Index) retireOpened(in *instance) {
+	in.retire.Do(func() { go ix.retireInstance(in) })
+	select {
+	case <-in.retired:
+	case <-time.After(closeWait + time.Second):
+	}
 }
 
 // openPebble is pebble.Open with its panics turned into errors, and
