@@ -111,6 +111,7 @@ func notClients(err error) bool {
 type caller struct {
 	name       string // clientInfo.name, as the ledger records it
 	elicitForm bool   // it takes form elicitations
+	elicitURL  bool   // it takes URL elicitations (MCP 2025-11-25)
 }
 
 type callerKey struct{}
@@ -139,6 +140,7 @@ func describeCaller(req mcp.Request, version string) caller {
 		_, form := e["form"]
 		_, url := e["url"]
 		c.elicitForm = form || !url // an empty elicitation capability is form's
+		c.elicitURL = url
 	}
 	return c
 }
@@ -225,7 +227,7 @@ func (g *Gateway) clientApproves(ctx context.Context, c *call, fresh bool) bool 
 // (approvalRequired).
 func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reservation, error) {
 	r := g.reserveOf(c, key)
-	if r.Wait > 0 && g.clientApproves(ctx, c, false) {
+	if r.Wait > 0 && (g.clientApproves(ctx, c, false) || g.pageable(c)) {
 		r.Wait = 0
 		rsv, err := g.cfg.Ledger.Reserve(ctx, r)
 		var refusal *Refusal
@@ -244,6 +246,12 @@ func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reserv
 func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
 	g.logger.InfoContext(ctx, "call awaits approval", "tool", c.ledgerTool, "key", rsv.Key, "ask", rsv.Ask.Seq)
 	if !g.clientApproves(ctx, c, true) {
+		if g.sendToPage(ctx, c, rsv) {
+			// The user went to the page: wait (--wait) for the person's
+			// answer, which the same reserve then consumes.
+			next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+			return g.decided(ctx, s, c, rsv.Key, next, err, "")
+		}
 		if c.unwaited {
 			// A person answers: the same reserve again waits for it.
 			next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
@@ -258,6 +266,33 @@ func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c 
 	}
 	res, err := c.session.Elicit(ctx, approvalElicit(c, rsv))
 	return g.clientAnswered(ctx, s, c, rsv, res, err)
+}
+
+// pageable reports whether the call's client can be sent to the
+// approval page (a URL elicitation in its session) when one is known: its
+// first reserve then does not wait, so that the user is sent there at once.
+func (g *Gateway) pageable(c *call) bool {
+	return c.caller.elicitURL && g.cfg.ApprovalURL != "" && c.session != nil && !statelessRevision(c.version)
+}
+
+// sendToPage sends the user to the page where a person answers the ask,
+// with a URL elicitation (SPEC §13), when the call's client takes them and
+// the page is known; it reports whether the user accepted to go there.
+// Clients of 2026-07-28 are told the URL in the answer instead.
+func (g *Gateway) sendToPage(ctx context.Context, c *call, rsv *Reservation) bool {
+	url := g.approvalURL(rsv.Ask.Seq)
+	if !g.pageable(c) || url == "" {
+		return false
+	}
+	msg := fmt.Sprintf("The call %s needs a person's approval before it runs (approval request %d). Open the page to "+
+		"approve or reject it; the call goes on once it is approved.", c.ledgerTool, rsv.Ask.Seq)
+	res, err := c.session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", Message: msg, URL: url,
+		ElicitationID: "effect-ledger-approval-" + strconv.FormatUint(rsv.Ask.Seq, 10)})
+	if err != nil {
+		g.logger.InfoContext(ctx, "the client did not take the approval page", "ask", rsv.Ask.Seq, "err", err)
+		return false
+	}
+	return res.Action == "accept"
 }
 
 // approvalElicit is the form the client shows its user.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,6 +389,31 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 			t.Fatal("the waiting call did not run after the approval")
 		}
 		assert.Equal(t, 1, sh.runs("charge", "B2"))
+	})
+
+	t.Run("SentToThePage", func(t *testing.T) {
+		// A 2025-11-25 client that takes URL elicitations is sent to the
+		// page (SPEC §13); the person approves there while the call waits,
+		// and the call runs once.
+		var opened atomic.Value
+		o := &mcp.ClientOptions{
+			Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+			ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				if r.Params.Mode != "url" {
+					return &mcp.ElicitResult{Action: "decline"}, nil
+				}
+				opened.Store(r.Params.URL)
+				seq := r.Params.URL[strings.LastIndex(r.Params.URL, "/")+1:]
+				go postAuthJSON(t, l.URL+"/v1/approvals/"+seq, alice, `{"decision":"approve","note":"seen on the page"}`)
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			},
+		}
+		g := startAgentEnv(t, env, rev1125, o, append([]string{"--ledger", l.URL, "--wait", "20s"}, sh.command()...)...)
+		res := g.call(t, "charge", map[string]any{"order": "B7"}, nil)
+		require.False(t, res.IsError, "%s\n%s", text(t, res), g.logs.String())
+		url, _ := opened.Load().(string)
+		assert.Contains(t, url, l.URL+"/ui/#approvals/", "the client was sent to the approval page")
+		assert.Equal(t, 1, sh.runs("charge", "B7"))
 	})
 
 	t.Run("ClientApproves", func(t *testing.T) {
