@@ -119,22 +119,10 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 			Message: "the policy gates this tool: the request must bring its own idempotency key (a generated key could never be presented again)",
 			Details: map[string]any{"tool": a.tool}}
 	}
-	// The key's receipts: all of them (a key has few, and the gate only
-	// runs where a reserve would be appended, never on a replay), or for
-	// a renewal those after the expired generation.
-	since, bound, genStart := uint64(1), uint64(0), uint64(0)
-	switch why {
-	case reserveNew:
-	case reserveRenewal:
-		since, bound, genStart = refSeq+1, refSeq, refSeq+1
-	default:
-		bound, genStart = max(k.ReserveSeq, k.FinalSeq), k.FirstSeq
-	}
-	hist, err := s.KeyHistory(ctx, a.key, since)
+	kg, err := s.keyGate(ctx, a, k, refSeq, why, g.Gates())
 	if err != nil {
 		return d, err
 	}
-	kg := readKeyGate(hist, bound, genStart)
 	if err := checkAsked(&kg, a, now); err != nil {
 		return d, err
 	}
@@ -178,6 +166,33 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	}
 	d.result, err = s.ask(ctx, now, a, k, refSeq, &g)
 	return d, err
+}
+
+// keyGate reads what the key's receipts say for the gate: all of them (a
+// key has few, and the gate only runs where a reserve would be appended,
+// never on a replay), or for a renewal those after the expired
+// generation. When no rule gates the request and the key surely has no
+// ask or deny, there is nothing to read.
+func (s *batchTx) keyGate(ctx context.Context, a *reserveArgs, k *KeyRecord, refSeq uint64, why reserveKind, gates bool) (keyGate, error) {
+	if !gates {
+		may, err := s.MayHaveGateReceipts(ctx, a.key)
+		if err != nil || !may {
+			return keyGate{}, err
+		}
+	}
+	since, bound, genStart := uint64(1), uint64(0), uint64(0)
+	switch why {
+	case reserveNew:
+	case reserveRenewal:
+		since, bound, genStart = refSeq+1, refSeq, refSeq+1
+	default:
+		bound, genStart = max(k.ReserveSeq, k.FinalSeq), k.FirstSeq
+	}
+	hist, err := s.KeyHistory(ctx, a.key, since)
+	if err != nil {
+		return keyGate{}, err
+	}
+	return readKeyGate(hist, bound, genStart), nil
 }
 
 // checkAsked refuses a request that a pending or rejected ask of the key

@@ -154,6 +154,11 @@ type GateTx interface {
 	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
 	// PurgeAskInputs deletes the inputs whose deleteAfter is before now.
 	PurgeAskInputs(ctx context.Context, now uint64) error
+	// MayHaveGateReceipts reports whether key may have ask or deny
+	// receipts (this transaction's included): false only when it surely
+	// has none, which spares the gate the key's history when no rule
+	// gates the request. A driver that cannot tell cheaply says true.
+	MayHaveGateReceipts(ctx context.Context, key string) (bool, error)
 }
 
 // Preloader is a Tx that can read the records of a batch's keys (and the

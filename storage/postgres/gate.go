@@ -126,6 +126,10 @@ func (t *tx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint
 	return nil
 }
 
+// MayHaveGateReceipts is always true: another replica may have asked, and
+// the key's history is one query anyway.
+func (t *tx) MayHaveGateReceipts(context.Context, string) (bool, error) { return true, nil }
+
 // PurgeAskInputs buffers the deletion of the asked inputs past their
 // delete_after at now.
 func (t *tx) PurgeAskInputs(_ context.Context, now uint64) error {

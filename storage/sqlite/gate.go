@@ -151,6 +151,42 @@ func (t *writeTx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now
 	return nil
 }
 
+// sqlGatedKeys lists the keys that have an ask or a deny: read once, at
+// open, for a file that has a policy.
+const sqlGatedKeys = `SELECT DISTINCT idempotency_key FROM receipts WHERE kind IN ('ask', 'deny')`
+
+// readGatedKeys reads the keys that have an ask or a deny.
+func readGatedKeys(ctx context.Context, q *sql.DB) (map[string]struct{}, error) {
+	rows, err := q.QueryContext(ctx, sqlGatedKeys)
+	if err != nil {
+		return nil, fmt.Errorf("read asked keys: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	keys := map[string]struct{}{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("read asked keys: %w", classify(err))
+		}
+		keys[k] = struct{}{}
+	}
+	return keys, classify(rows.Err())
+}
+
+// MayHaveGateReceipts answers from the file's set of keys that have an
+// ask or a deny (the file has one writer), then this batch's appends.
+func (t *writeTx) MayHaveGateReceipts(_ context.Context, key string) (bool, error) {
+	if _, ok := t.gated[key]; ok {
+		return true, nil
+	}
+	for _, r := range t.receipts {
+		if r.IdempotencyKey == key && (r.Kind == chain.KindAsk || r.Kind == chain.KindDeny) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // PurgeAskInputs deletes the asked inputs past their deadline.
 func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
 	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, now); err != nil {

@@ -75,7 +75,7 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	start := time.Now()
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns, policySeq: c.policySeq.Load()}
+		idx: c.idx, ns: c.ns, policySeq: c.policySeq.Load(), gated: c.gated}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
@@ -103,6 +103,14 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
+	for _, r := range t.receipts {
+		if r.Kind == chain.KindAsk || r.Kind == chain.KindDeny {
+			if c.gated == nil {
+				c.gated = map[string]struct{}{}
+			}
+			c.gated[r.IdempotencyKey] = struct{}{}
+		}
+	}
 	if len(t.receipts) > 0 {
 		held := c.held.Load()
 		for _, r := range t.receipts {
@@ -150,7 +158,8 @@ type writeTx struct {
 	dirtyReceipts map[uint64]*chain.Receipt
 	receipts      []*chain.Receipt // every receipt appended, replays included
 	tree          treeTx
-	policySeq     uint64 // the latest policy receipt, this batch's included (gate.go)
+	policySeq     uint64              // the latest policy receipt, this batch's included (gate.go)
+	gated         map[string]struct{} // the keys with an ask or a deny before this batch (gate.go)
 }
 
 var _ ledger.Tx = (*writeTx)(nil)

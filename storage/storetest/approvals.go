@@ -33,6 +33,7 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("Fingerprints", func(t *testing.T) { testApprovalFingerprints(t, f) })
 	t.Run("Owners", func(t *testing.T) { testApprovalOwners(t, f) })
 	t.Run("PolicyText", func(t *testing.T) { testApprovalPolicyText(t, f) })
+	t.Run("AskOutlivesPolicy", func(t *testing.T) { testApprovalAskOutlivesPolicy(t, f) })
 }
 
 const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
@@ -384,4 +385,22 @@ func testApprovalPolicyText(t *testing.T, f Factory) {
 	h1, err := n.Head(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, h0.Seq+2, h1.Seq, "two fingerprints, two denies")
+}
+
+// testApprovalAskOutlivesPolicy: a key asked under a policy keeps the
+// fingerprint its ask fixed after the policy stops gating its tool.
+func testApprovalAskOutlivesPolicy(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	n := ns(t, l, ledger.DefaultNamespace)
+	setPolicy(t, n, gatePolicy)
+	require.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, n, gateReq("charge-0060", "exec-1", "payments.charge")).Status)
+	setPolicy(t, n, `{"rules":[{"tool":"mail.*","repeat_failure":"refuse"}]}`)
+	other := gateReq("charge-0060", "exec-1", "payments.charge")
+	other.Input = json.RawMessage(`{"order":61}`)
+	_, err := n.Reserve(ctx, other)
+	assert.Equal(t, ledger.ECodeFingerprintMismatch, code(err), "the ask fixed the fingerprint")
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, gateReq("charge-0060", "exec-1", "payments.charge")).Status,
+		"no rule gates it now")
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, gateReq("charge-0061", "exec-1", "payments.charge")).Status)
 }
