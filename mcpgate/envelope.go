@@ -92,15 +92,28 @@ func mac(key []byte, body string) []byte {
 	return h.Sum(nil)
 }
 
-// onceKey calls load once, and checks the key's size.
+// onceKey calls load until it succeeds, and checks the key's size: a
+// load that failed (a ledger out of reach) is tried again at the next
+// round that needs the key, and a key once loaded is kept.
 func onceKey(load func() ([]byte, error)) func() ([]byte, error) {
-	return sync.OnceValues(func() ([]byte, error) {
-		key, err := load()
-		if err == nil && len(key) < stateKeyLen {
-			err = fmt.Errorf("state key of %d bytes, want at least %d", len(key), stateKeyLen)
+	var mu sync.Mutex
+	var key []byte
+	return func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key != nil {
+			return key, nil
 		}
-		return key, err
-	})
+		k, err := load()
+		if err != nil {
+			return nil, err
+		}
+		if len(k) < stateKeyLen {
+			return nil, fmt.Errorf("state key of %d bytes, want at least %d", len(k), stateKeyLen)
+		}
+		key = k
+		return key, nil
+	}
 }
 
 // stateKeyLen is the size of the key that authenticates envelopes.
