@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -391,6 +395,44 @@ func TestLedgerMCP_mrtrAcrossReplicas(t *testing.T) {
 	for _, dir := range states {
 		assert.NoDirExists(t, filepath.Join(dir, "effect-ledger"), "no key file")
 	}
+}
+
+// TestLedgerMCP_mrtrOlderLedgerd: a ledgerd older than GET
+// /v1/mcp/state-key (404 not_found, here a proxy that hides the route)
+// makes ledger-mcp say so in its log and use the key file, which
+// replicas sharing it share.
+func TestLedgerMCP_mrtrOlderLedgerd(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	target, err := neturl.Parse(l.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	older := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/mcp/state-key") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"no such route","details":{}}}`))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(older.Close)
+	sh := newShop(t)
+	state := t.TempDir()
+	args := append([]string{"--ledger", older.URL}, sh.command()...)
+	env := []string{"XDG_STATE_HOME=" + state}
+	a := startGatewayRevEnv(t, env, rev2026, clientOptions(nil), args...)
+	b := startGatewayRevEnv(t, env, rev2026, clientOptions(nil), args...)
+
+	o1 := map[string]any{"id": "O1"}
+	first, err := a.round(t, "confirm", o1, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput(), a.tap.all())
+	done, err := b.round(t, "confirm", o1, accept, first.RequestState)
+	require.NoError(t, err, "b: %s", b.logs.String())
+	assert.Equal(t, "confirmed O1, run 1", text(t, done))
+	assert.FileExists(t, filepath.Join(state, "effect-ledger", "mcp-state.key"))
+	assert.Contains(t, a.logs.String(), "the ledger keeps no state key")
 }
 
 // TestLedgerMCP_olderClientsGetNoNewerFields: a client that negotiated
