@@ -160,6 +160,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle("/v1/approvals/{seq}", s.handleGetApproval, http.MethodGet, http.MethodHead)
 	s.handle("/v1/approvals/{seq}", s.handleAnswer, http.MethodPost)
 	s.handle(mcpClientRoute, s.handleAnswer, http.MethodPost)
+	s.handle(stateKeyRoute, s.handleStateKey, http.MethodGet)
 	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)

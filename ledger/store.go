@@ -84,6 +84,14 @@ type Chain interface {
 	// one. An error from fn rolls back and is returned as is. Any other
 	// error means nothing of this Update persisted.
 	Update(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
+	// StateKey returns the namespace's secret: 32 random bytes made on
+	// the first call and the same for every later one, from any writer of
+	// the database (concurrent first calls agree). It is kept off the
+	// chain and never enters a receipt; the MCP gateways derive the key
+	// of their requestState envelopes from it (SPEC §11.1,
+	// MCPStateKey). A read-only store returns ErrOpenedReadOnly while
+	// none was made.
+	StateKey(ctx context.Context) ([]byte, error)
 }
 
 // Tx is what the domain reads and writes in one Update. Reads see the

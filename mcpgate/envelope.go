@@ -19,9 +19,10 @@ import (
 // The rounds of one MCP call (SPEC §11.1) are one execution: the
 // requestState the gateway returns with an input_required answer is an
 // envelope that names the execution and its next attempt and carries the
-// upstream's own state, authenticated with a key every gateway of the
-// ledger shares, so the next round continues the same execution even on
-// another gateway or after a restart.
+// upstream's own state, authenticated with a key kept in the ledger
+// (Config.StateKey: derived from the namespace's secret, for a --ledger
+// per token, ledger.MCPStateKey), so the next round continues the same
+// execution even on another replica of the gateway or after a restart.
 //
 // Format: "lrs1." + base64url(JSON envelope) + "." +
 // base64url(HMAC-SHA256(key, "lrs1." + base64url(JSON envelope))).
@@ -92,15 +93,28 @@ func mac(key []byte, body string) []byte {
 	return h.Sum(nil)
 }
 
-// onceKey calls load once, and checks the key's size.
+// onceKey calls load until it succeeds, and checks the key's size: a
+// load that failed (a ledger out of reach) is tried again at the next
+// round that needs the key, and a key once loaded is kept.
 func onceKey(load func() ([]byte, error)) func() ([]byte, error) {
-	return sync.OnceValues(func() ([]byte, error) {
-		key, err := load()
-		if err == nil && len(key) < stateKeyLen {
-			err = fmt.Errorf("state key of %d bytes, want at least %d", len(key), stateKeyLen)
+	var mu sync.Mutex
+	var key []byte
+	return func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if key != nil {
+			return key, nil
 		}
-		return key, err
-	})
+		k, err := load()
+		if err != nil {
+			return nil, err
+		}
+		if len(k) < stateKeyLen {
+			return nil, fmt.Errorf("state key of %d bytes, want at least %d", len(k), stateKeyLen)
+		}
+		key = k
+		return key, nil
+	}
 }
 
 // stateKeyLen is the size of the key that authenticates envelopes.
@@ -108,8 +122,10 @@ const stateKeyLen = 32
 
 // LoadStateKey reads the key that authenticates the gateway's
 // requestState envelopes from path, creating the file (mode 0600, 32
-// random bytes in hex) when it does not exist. Every gateway that shares
-// a ledger must use the same file's key; it survives restarts.
+// random bytes in hex) when it does not exist: --state-key-file, the
+// <db>.mcp-key an earlier gateway made, or the fallback for a ledgerd
+// that keeps no key. Every gateway that shares a ledger must use the
+// same file's key; it survives restarts.
 func LoadStateKey(path string) ([]byte, error) {
 	for range 2 {
 		b, err := os.ReadFile(path)

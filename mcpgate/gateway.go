@@ -69,11 +69,13 @@ type Config struct {
 	// upstream sends none.
 	Version string
 	// StateKey returns the key that authenticates the requestState
-	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes
-	// (LoadStateKey): every gateway on one ledger needs the same key, kept
-	// across restarts. It is called once, when the first envelope is made
-	// or opened. Without it a random key of this process is used, and a
-	// call's next round must come back to this process.
+	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes:
+	// every gateway on one ledger needs the same key, kept across
+	// restarts — the one kept in the ledger (ledger.MCPStateKey), or a
+	// file's (LoadStateKey). It is called when the first envelope is made
+	// or opened, and again after a failure until it succeeds. Without it
+	// a random key of this process is used, and a call's next round must
+	// come back to this process.
 	StateKey func() ([]byte, error)
 }
 

@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -100,7 +105,17 @@ func clientOptions(elicit func(context.Context, *mcp.ElicitRequest) (*mcp.Elicit
 // revision rev.
 func startGatewayRev(t *testing.T, rev string, o *mcp.ClientOptions, args ...string) *revClient {
 	t.Helper()
+	return startGatewayRevEnv(t, nil, rev, o, args...)
+}
+
+// startGatewayRevEnv is startGatewayRev with env added to ledger-mcp's
+// environment.
+func startGatewayRevEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions, args ...string) *revClient {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	tp := &tap{}
@@ -280,6 +295,26 @@ func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 		yes, err := g.round(t, "confirm", r1, accept, ask.RequestState)
 		require.NoError(t, err)
 		assert.Equal(t, "confirmed R1, run 1", text(t, yes))
+		assert.NoFileExists(t, db+".mcp-key", "the key is kept in the ledger")
+	})
+
+	t.Run("KeyFileOfAnEarlierGatewayStillRead", func(t *testing.T) {
+		// A gateway before the key was kept in the ledger made
+		// <db>.mcp-key; its envelopes still open after the upgrade.
+		sh := newShop(t)
+		db := filepath.Join(t.TempDir(), "mcp.db")
+		args := append([]string{"--db", db}, sh.command()...)
+		old := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--state-key-file", db + ".mcp-key"}, args...)...)
+		k1 := map[string]any{"id": "K1"}
+		ask, err := old.round(t, "confirm", k1, nil, "")
+		require.NoError(t, err)
+		require.True(t, ask.NeedsInput())
+		old.stop(t)
+		require.FileExists(t, db+".mcp-key")
+		h := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+		yes, err := h.round(t, "confirm", k1, accept, ask.RequestState)
+		require.NoError(t, err)
+		assert.Equal(t, "confirmed K1, run 1", text(t, yes))
 	})
 
 	t.Run("ClientFulfils", func(t *testing.T) {
@@ -307,6 +342,97 @@ func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 			assert.NotEqual(t, "INPUT_REQUIRED", r["error_code"], "rounds that asked are no failures: %s", out)
 		}
 	})
+}
+
+// TestLedgerMCP_mrtrAcrossReplicas: two ledger-mcp --ledger replicas
+// with one token in front of one ledgerd, each with its own state
+// directory, share the key kept in the ledger (GET /v1/mcp/state-key):
+// a call's first round answered input_required by replica A completes
+// on replica B, as one execution run once, and no key file is made. A
+// gateway with another token has another key and refuses the envelope.
+func TestLedgerMCP_mrtrAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	require.NoError(t, l.Stop())
+	gw := createTokenDB(t, db, "gateway", "writer")
+	other := createTokenDB(t, db, "other-gateway", "writer")
+	reader := createTokenDB(t, db, "auditor", "reader")
+	l = StartLedgerd(t, db)
+	sh := newShop(t)
+	args := append([]string{"--ledger", l.URL}, sh.command()...)
+	var states []string
+	replica := func(token string) *revClient {
+		state := t.TempDir()
+		states = append(states, state)
+		return startGatewayRevEnv(t, []string{"LEDGER_TOKEN=" + token, "XDG_STATE_HOME=" + state}, rev2026, clientOptions(nil), args...)
+	}
+	a, b, c := replica(gw), replica(gw), replica(other)
+
+	c1 := map[string]any{"id": "C1"}
+	first, err := a.round(t, "confirm", c1, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput(), a.tap.all())
+	assert.Equal(t, 0, sh.runs("confirm", "C1"))
+
+	_, err = c.round(t, "confirm", c1, accept, first.RequestState)
+	assert.True(t, invalidParams(err), "another token's gateway: %v", err)
+
+	done, err := b.round(t, "confirm", c1, accept, first.RequestState)
+	require.NoError(t, err, "a: %s\nb: %s", a.logs.String(), b.logs.String())
+	require.False(t, done.IsError, text(t, done))
+	assert.Equal(t, "confirmed C1, run 1", text(t, done))
+	assert.Equal(t, 1, sh.runs("confirm", "C1"))
+
+	r := l.Do("GET", "/v1/receipts?tool=test-shop.confirm", "", "Authorization", "Bearer "+reader)
+	require.Equal(t, 200, r.Status, r.Raw)
+	rs := r.Body["receipts"].([]any)
+	require.Len(t, rs, 4, r.Raw)
+	exec := func(i int) any { return rs[i].(map[string]any)["execution_id"] }
+	assert.Equal(t, exec(0), exec(2), "the rounds are one execution")
+	assert.Equal(t, "succeeded", rs[3].(map[string]any)["outcome"])
+
+	for _, dir := range states {
+		assert.NoDirExists(t, filepath.Join(dir, "effect-ledger"), "no key file")
+	}
+}
+
+// TestLedgerMCP_mrtrOlderLedgerd: a ledgerd older than GET
+// /v1/mcp/state-key (404 not_found, here a proxy that hides the route)
+// makes ledger-mcp say so in its log and use the key file, which
+// replicas sharing it share.
+func TestLedgerMCP_mrtrOlderLedgerd(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	target, err := neturl.Parse(l.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	older := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/mcp/state-key") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"no such route","details":{}}}`))
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(older.Close)
+	sh := newShop(t)
+	state := t.TempDir()
+	args := append([]string{"--ledger", older.URL}, sh.command()...)
+	env := []string{"XDG_STATE_HOME=" + state}
+	a := startGatewayRevEnv(t, env, rev2026, clientOptions(nil), args...)
+	b := startGatewayRevEnv(t, env, rev2026, clientOptions(nil), args...)
+
+	o1 := map[string]any{"id": "O1"}
+	first, err := a.round(t, "confirm", o1, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput(), a.tap.all())
+	done, err := b.round(t, "confirm", o1, accept, first.RequestState)
+	require.NoError(t, err, "b: %s", b.logs.String())
+	assert.Equal(t, "confirmed O1, run 1", text(t, done))
+	assert.FileExists(t, filepath.Join(state, "effect-ledger", "mcp-state.key"))
+	assert.Contains(t, a.logs.String(), "the ledger keeps no state key")
 }
 
 // TestLedgerMCP_olderClientsGetNoNewerFields: a client that negotiated

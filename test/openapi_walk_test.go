@@ -250,6 +250,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(a.Do("GET", n.v1+"/head", ""), 200, "")
 				expect(a.Do("HEAD", n.v1+"/head", ""), 200, "")
 
+				r = a.Do("GET", n.v1+"/mcp/state-key", "")
+				expect(r, 200, "")
+				assert.Len(t, r.Body["key"], 64)
+				assert.Equal(t, r.Body["key"], a.Do("GET", n.v1+"/mcp/state-key", "").Body["key"], "the same key each time")
+
 				r = a.Do("GET", n.v1+"/audit", "")
 				expect(r, 200, "")
 				assert.Equal(t, "0", r.Header.Get("Ledger-Violations"))
@@ -465,6 +470,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/receipts", "", "writer"},
 					{"GET", n.v1 + "/receipts/1", "", "writer"},
 					{"GET", n.v1 + "/head", "", ""}, // and the head
+					{"GET", n.v1 + "/mcp/state-key", "", "reader"},
 					{"GET", n.v1 + "/audit", "", "writer"},
 					{"GET", n.log + "/checkpoint", "", "writer"}, // without --public-log
 					{"GET", n.log + "/tile/0/000", "", "writer"},
@@ -492,6 +498,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(b.Do("GET", n.v1+"/effects/walk-auth-0001", "", "Authorization", tok["writer"]), 200, "")
 				expect(b.Do("GET", n.v1+"/head", "", "Authorization", tok["writer"]), 200, "")
 				expect(b.Do("GET", n.v1+"/head", "", "Authorization", tok["admin"]), 200, "")
+				kw := b.Do("GET", n.v1+"/mcp/state-key", "", "Authorization", tok["writer"])
+				expect(kw, 200, "")
+				ka := b.Do("GET", n.v1+"/mcp/state-key", "", "Authorization", tok["admin"])
+				expect(ka, 200, "")
+				assert.NotEqual(t, kw.Body["key"], ka.Body["key"], "each token its own key")
 			})
 		}
 		expect(b.Do("GET", "/metrics", "", "Authorization", tok["reader"]), 200, "")
@@ -551,6 +562,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			}
 		}
 		expect(a.Do("GET", "/v1/ns//head", ""), 404, "not_found")
+		expect(a.Do("GET", "/v1/ns/nope/mcp/state-key", ""), 404, "unknown_namespace")
+		for _, name := range bad {
+			expect(a.Do("GET", "/v1/ns/"+name+"/mcp/state-key", ""), 400, "invalid_request")
+		}
 
 		// B has tokens: creating needs an admin, listing a reader.
 		expect(b.Do("POST", "/v1/namespaces", `{"name":"walk-b"}`), 401, "unauthorized")
@@ -592,6 +607,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 			expect(b.Do("GET", path, "", "Authorization", tok["scoped"]), 403, "forbidden")
 		}
 		expect(b.Do("GET", "/log/Bad!/checkpoint", "", "Authorization", tok["scoped"]), 400, "invalid_request")
+		expect(b.Do("GET", "/v1/ns/walk/mcp/state-key", "", "Authorization", tok["scoped"]), 200, "")
+		for _, path := range []string{"/v1/mcp/state-key", "/v1/ns/default/mcp/state-key", "/v1/ns/nope/mcp/state-key"} {
+			expect(b.Do("GET", path, "", "Authorization", tok["scoped"]), 403, "forbidden")
+		}
 	})
 
 	t.Run("approvals", func(t *testing.T) {
@@ -614,6 +633,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/receipts", ""},
 				{"GET", n.v1 + "/receipts/1", ""},
 				{"GET", n.v1 + "/head", ""},
+				{"GET", n.v1 + "/mcp/state-key", ""},
 				{"GET", n.v1 + "/audit", ""},
 				{"GET", n.log + "/checkpoint", ""},
 				{"GET", n.log + "/tile/0/000", ""},

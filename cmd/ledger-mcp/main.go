@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -92,8 +93,8 @@ type Main struct {
 	MaxSessions    int
 	MetricsAddr    string
 	// StateKeyFile holds the key of the requestState envelopes of multi
-	// round-trip calls (default: <db>.mcp-key beside an embedded SQLite
-	// ledger, else defaultStateKeyFile).
+	// round-trip calls (default: the key kept in the ledger; see
+	// loadStateKey).
 	StateKeyFile string
 	Log          logging.Flags // --log-level, --log-format
 
@@ -107,6 +108,7 @@ type Main struct {
 	closers   []func() error
 	keyTTLSet bool
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
+	remote    *client.Client // the --ledger's client
 	ns        *ledger.Namespace
 	dbFile    string // the embedded ledger's SQLite file
 }
@@ -168,7 +170,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.SessionTimeout, "session-timeout", mcpgate.DefaultSessionTimeout, "--listen: close a session that sent no request for this long (0: never)")
 	fs.IntVar(&m.MaxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "--listen: at most this many sessions open at once; a new one beyond is refused with 503 (0: no bound)")
 	fs.DurationVar(&m.LedgerTimeout, "ledger-timeout", mcpgate.DefaultLedgerTimeout, "--ledger: how long a request to the ledgerd may take (a reserve: beyond its --wait) before the call is refused as ledger_unavailable")
-	fs.StringVar(&m.StateKeyFile, "state-key-file", "", "`file` of the key that authenticates the requestState of calls that ask the user, created on first use; every gateway on one ledger needs the same (default: <db>.mcp-key beside a SQLite --db, else $XDG_STATE_HOME/effect-ledger/mcp-state.key)")
+	fs.StringVar(&m.StateKeyFile, "state-key-file", "", "`file` of the key that authenticates the requestState of calls that ask the user, created on first use; every gateway on one ledger needs the same (default: the key kept in the ledger, for --ledger the one of this gateway's token; an existing <db>.mcp-key beside a SQLite --db is still read)")
 	fs.StringVar(&m.MetricsAddr, "metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics")
 	m.Log.Register(fs)
 	fs.Usage = func() {

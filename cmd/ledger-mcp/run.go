@@ -47,13 +47,24 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	stateKey := m.loadStateKey
+	if m.remote != nil && m.StateKeyFile == "" {
+		// Fetched now, so that a refusal shows at start; a ledger out of
+		// reach is asked again when a round needs the key.
+		key, err := m.loadStateKey()
+		if err != nil {
+			m.Logger.Warn("cannot fetch the state key from the ledger; will try again when a call needs it", "err", err)
+		} else {
+			stateKey = func() ([]byte, error) { return key, nil }
+		}
+	}
 	approvalURL := m.ApprovalURL
 	if approvalURL == "" && adminURL != "" {
 		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: m.loadStateKey})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
 	}
@@ -100,6 +111,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		if err != nil {
 			return nil, "", fmt.Errorf("--ledger: %w", err)
 		}
+		m.remote = c
 		return mcpgate.NewRemote(c, m.LedgerTimeout), c.BaseURL(), nil
 	}
 	db := m.DB
@@ -161,28 +173,77 @@ func (m *Main) setGate(ctx context.Context, serverName string) error {
 	return nil
 }
 
-// loadStateKey reads (or creates) the key of the requestState envelopes:
-// --state-key-file, else beside an embedded SQLite ledger, else one per
-// user. The ledger's stores keep no secret of the gateway's, so gateways
-// sharing a --ledger share this file.
+// loadStateKey returns the key of the requestState envelopes (SPEC
+// §11.1): --state-key-file when given; else the key kept in the ledger,
+// derived from the namespace's secret — with --ledger the one ledgerd
+// derives for this gateway's token (GET /v1/mcp/state-key), so replicas
+// sharing a token share it; embedded, derived here with the name "". An
+// embedded SQLite ledger's <db>.mcp-key, made by an earlier gateway, is
+// still read when it exists, so that its envelopes keep opening. A
+// ledgerd older than the route (404 not_found) falls back to the file
+// --state-key-file defaults to, and says so in the log.
 func (m *Main) loadStateKey() ([]byte, error) {
-	path := m.StateKeyFile
-	switch {
-	case path != "":
-	case m.dbFile != "":
-		path = m.dbFile + ".mcp-key"
-	default:
-		dir, err := stateDir()
-		if err != nil {
-			return nil, fmt.Errorf("default --state-key-file: %w (set XDG_STATE_HOME or --state-key-file)", err)
-		}
-		path = filepath.Join(dir, "effect-ledger", "mcp-state.key")
+	if m.StateKeyFile != "" {
+		return m.stateKeyFile(m.StateKeyFile)
 	}
+	if m.remote != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), m.LedgerTimeout)
+		defer cancel()
+		key, err := m.remote.StateKey(ctx)
+		if err == nil {
+			return key, nil
+		}
+		if !errors.Is(err, client.ErrNotFound) {
+			return nil, fmt.Errorf("state key from the ledger: %w", err)
+		}
+		path, perr := defaultStateKeyFile()
+		if perr != nil {
+			return nil, perr
+		}
+		m.Logger.Warn("the ledger keeps no state key (a ledgerd older than GET /v1/mcp/state-key): using a key file, "+
+			"which every gateway on this ledger must share", "state_key_file", path)
+		return m.stateKeyFile(path)
+	}
+	if m.dbFile != "" {
+		// A key file of an earlier gateway keeps its envelopes opening.
+		if path := m.dbFile + ".mcp-key"; fileExists(path) {
+			return m.stateKeyFile(path)
+		}
+	}
+	if m.ns == nil {
+		return nil, errors.New("state key: no ledger open")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	secret, err := m.ns.StateKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return ledger.MCPStateKey(secret, "")
+}
+
+// stateKeyFile reads (or creates) the key file path.
+func (m *Main) stateKeyFile(path string) ([]byte, error) {
 	key, err := mcpgate.LoadStateKey(path)
 	if err != nil {
 		return nil, fmt.Errorf("--state-key-file: %w", err)
 	}
 	return key, nil
+}
+
+// defaultStateKeyFile is the key file of a gateway whose ledger keeps no
+// key: one per user.
+func defaultStateKeyFile() (string, error) {
+	dir, err := stateDir()
+	if err != nil {
+		return "", fmt.Errorf("default --state-key-file: %w (set XDG_STATE_HOME or --state-key-file)", err)
+	}
+	return filepath.Join(dir, "effect-ledger", "mcp-state.key"), nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // serveAdmin serves the embedded ledger's REST API and web page on

@@ -218,10 +218,11 @@ CREATE TRIGGER namespaces_key_ttl_fixed BEFORE UPDATE ON namespaces
 
 // sqlApprovals takes schema 2 to 3 (SPEC §2.1, §13; docs/design/
 // approvals.md): the kinds policy, ask, approval and deny, the token role
-// approver, head.policy_seq, the asked inputs kept off the chain, and the
-// index of the repeat guard. Every statement is idempotent (a schema
-// partly at version 3 takes it again unharmed). It runs in migrate's
-// transaction; its ADD CONSTRAINT and CREATE INDEX read receipts once.
+// approver, head.policy_seq, the asked inputs and the namespaces'
+// secrets kept off the chain, and the index of the repeat guard. Every
+// statement is idempotent (a schema partly at version 3 takes it again
+// unharmed). It runs in migrate's transaction; its ADD CONSTRAINT and
+// CREATE INDEX read receipts once.
 //
 // The other CHECKs of receipts already admit the new kinds' fields: a
 // policy receipt's attempt is 0 (attempt >= 0), and effect and outcome
@@ -239,6 +240,11 @@ CREATE TRIGGER namespaces_key_ttl_fixed BEFORE UPDATE ON namespaces
 // until delete_after (unix ms). It is not part of the chain: rows are
 // updated and deleted, and not tied to the receipts by a foreign key (as
 // keys and tree_hashes are not: every write holds the head row).
+//
+// state_keys holds each namespace's secret (ledger.Chain.StateKey), 32
+// random bytes made on first use, from which the MCP gateways derive the
+// key of their requestState envelopes (SPEC §11.1). It is not part of the
+// chain; a row is never changed.
 //
 // receipts_outcomes_by_input serves Tx.RecentOutcomes (the repeat guard):
 // the commit and resolve receipts of one (tool, input_hash) since a time,
@@ -286,6 +292,11 @@ CREATE TABLE IF NOT EXISTS approval_inputs (
 	PRIMARY KEY (namespace, ask_seq)
 );
 CREATE INDEX IF NOT EXISTS approval_inputs_by_deadline ON approval_inputs (namespace, delete_after);
+
+CREATE TABLE IF NOT EXISTS state_keys (
+	namespace text COLLATE "C" PRIMARY KEY REFERENCES namespaces (name),
+	key       bytea NOT NULL CHECK (octet_length(key) = 32)
+);
 
 CREATE INDEX IF NOT EXISTS receipts_outcomes_by_input ON receipts (namespace, tool, input_hash, recorded_at)
 	WHERE kind IN ('commit', 'resolve');

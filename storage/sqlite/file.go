@@ -581,8 +581,8 @@ type migration struct {
 
 // migrateV4 turns a version 4 file into version 5 (SPEC §13): the CHECKs
 // on receipts.kind and tokens.role admit the new kinds and the approver
-// role, and the policy index and the asked inputs' table are made as
-// schema.sql makes them. A CHECK that only admits more values is widened
+// role, and the policy index and the tables of the asked inputs and of
+// the state key are made as schema.sql makes them. A CHECK that only admits more values is widened
 // in place, by SQLite's documented procedure for changing constraints
 // (writable_schema, then a new schema_version), since every stored row
 // meets the wider CHECK; rebuilding the receipts table would copy the
@@ -598,7 +598,7 @@ var migrateV4 = migration{fn: func(ctx context.Context, tx *sql.Tx) error {
 		`UPDATE sqlite_schema SET sql = replace(sql, '` + oldRoleCheck + `', '` + newRoleCheck + `') WHERE type = 'table' AND name = 'tokens'`,
 		fmt.Sprintf(`PRAGMA schema_version = %d`, sv+1),
 		`PRAGMA writable_schema = OFF`,
-		schemaStatements("INDEX receipts_policy", "TABLE approval_inputs"),
+		schemaStatements("INDEX receipts_policy", "TABLE approval_inputs", "TABLE state_key"),
 	}
 	for _, q := range stmts {
 		if _, err := tx.ExecContext(ctx, q); err != nil {

@@ -360,6 +360,9 @@ func TestOpen_migratesV3(t *testing.T) {
 	var policyIndex int
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'receipts_policy'`).Scan(&policyIndex))
 	assert.Equal(t, 1, policyIndex, "schema 5's index of policy receipts")
+	var stateKey int
+	require.NoError(t, w.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'state_key'`).Scan(&stateKey))
+	assert.Equal(t, 1, stateKey, "schema 5's table of the namespace's secret")
 	require.NoError(t, w.QueryRow(`SELECT count(*) FROM reserve_tokens WHERE seq IN (3, 5)`).Scan(&tokens))
 	assert.Equal(t, 2, tokens, "the open reservations' token hashes moved")
 	ledgertest.VerifyChain(t, db)
@@ -373,5 +376,15 @@ func TestOpen_migratesV3(t *testing.T) {
 	v, err := db.GetKey(context.Background(), "mail-2026-0002")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateInterrupted, v.State, "its lease ended half an hour ago")
+	ledgertest.VerifyChain(t, db)
+
+	ch, err := db.Store.Chain(context.Background(), ledger.DefaultNamespace)
+	require.NoError(t, err)
+	k1, err := ch.StateKey(context.Background())
+	require.NoError(t, err)
+	require.Len(t, k1, ledger.StateKeyLen, "a migrated file makes its secret")
+	k2, err := ch.StateKey(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, k1, k2)
 	ledgertest.VerifyChain(t, db)
 }

@@ -96,6 +96,14 @@ CREATE TABLE approval_inputs (
 	delete_after INTEGER NOT NULL
 );
 
+-- The namespace's secret, 32 random bytes made on first use: the MCP
+-- gateways derive the key of their requestState envelopes from it (SPEC
+-- §11.1). Never part of the chain, never changed.
+CREATE TABLE state_key (
+	id  INTEGER PRIMARY KEY CHECK (id = 1),
+	key BLOB    NOT NULL CHECK (length(key) = 32)
+);
+
 -- The SHA-256 of each reservation's token, by the reserve's seq: the
 -- one part of a key's state the receipts cannot give back (tokens are
 -- secrets and never enter a receipt), kept so that the key index can be

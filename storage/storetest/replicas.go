@@ -39,6 +39,7 @@ func RunReplicas(t *testing.T, f ReplicaFactory) {
 		{"WaitWakesAcrossReplicas", replicasWaitWakesAcrossReplicas},
 		{"RevocationAcrossReplicas", replicasRevocationAcrossReplicas},
 		{"OpenKeysAcrossReplicas", replicasOpenKeysAcrossReplicas},
+		{"StateKeyAcrossReplicas", replicasStateKey},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open2) })
 	}
