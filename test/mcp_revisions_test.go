@@ -90,6 +90,7 @@ func (c tapConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 type revClient struct {
 	*gateway
 	tap *tap
+	cmd *exec.Cmd // the ledger-mcp process (stdio only)
 }
 
 // clientOptions: a client that fulfils no input request itself (the
@@ -125,7 +126,7 @@ func startGatewayRevEnv(t *testing.T, env []string, rev string, o *mcp.ClientOpt
 	s, err := c.Connect(ctx, tapTransport{&mcp.CommandTransport{Command: cmd}, tp}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
 	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
 	t.Cleanup(func() { _ = s.Close() })
-	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
+	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp, cmd: cmd}
 }
 
 // connectHTTPRev connects to a ledger-mcp --listen at revision rev.
@@ -616,4 +617,62 @@ func TestLedgerMCP_olderClientConfirms(t *testing.T) {
 		yes := connectHTTPRev(t, url, logs, rev1125, answer("accept", &asked))
 		assert.Equal(t, "confirmed HD1, run 1", text(t, yes.call(t, "confirm", map[string]any{"id": "HD1"}, nil)))
 	})
+}
+
+// TestLedgerMCP_mrtrInterruptedRound: the gateway is killed while the
+// round that acts runs upstream (SPEC §11.1). The round's reservation has
+// no final answer, so ledgerctl audit lists the call as interrupted, like
+// any other call whose outcome is unknown, with the round's attempt; the
+// round that only asked was committed not_applied and is not; verify
+// stays clean.
+func TestLedgerMCP_mrtrInterruptedRound(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--db", db, "--lease", "1s"}, sh.command()...)...)
+	c9 := map[string]any{"id": "C9"}
+	first, err := g.round(t, "confirm", c9, nil, "")
+	require.NoError(t, err)
+	require.True(t, first.NeedsInput(), g.tap.all())
+	hold := filepath.Join(sh.dir, "hold-C9")
+	require.NoError(t, os.WriteFile(hold, nil, 0o600))
+	t.Cleanup(func() { _ = os.Remove(hold) }) // the orphaned upstream finishes and exits
+	go func() { _, _ = g.round(t, "confirm", c9, accept, first.RequestState) }()
+	var key string
+	require.Eventually(t, func() bool {
+		reserves := 0
+		for _, r := range toolReceipts(t, db, "test-shop.confirm") {
+			if r.Kind == "reserve" {
+				reserves++
+				key = r.Key
+			}
+		}
+		return reserves == 2
+	}, 20*time.Second, 20*time.Millisecond, "the acting round is reserved")
+	// kill -9 (not Wait: the held upstream keeps the gateway's stderr open
+	// until the cleanup lets it go).
+	require.NoError(t, g.cmd.Process.Kill())
+	time.Sleep(1200 * time.Millisecond) // the round's lease ends
+
+	out, stderr, code := ledgerctl(t, "audit", "--db", db, "--json")
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Interrupted []struct {
+			Key            string `json:"key"`
+			Tool           string `json:"tool"`
+			Attempt        int    `json:"attempt"`
+			AwaitingPerson bool   `json:"awaiting_person"`
+		} `json:"interrupted"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Interrupted, 1, out)
+	assert.Equal(t, key, rep.Interrupted[0].Key)
+	assert.Equal(t, "test-shop.confirm", rep.Interrupted[0].Tool)
+	assert.Equal(t, 2, rep.Interrupted[0].Attempt, "the second round of the execution")
+	text, _, code := ledgerctl(t, "audit", "--db", db)
+	require.Equal(t, 0, code)
+	assert.Contains(t, text, key)
+	out, stderr, code = ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, "%s\n%s", out, stderr)
+	assert.Equal(t, 0, sh.runs("confirm", "C9"), "the held round never acted")
 }
