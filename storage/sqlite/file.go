@@ -48,7 +48,8 @@ type fileChain struct {
 	policySeq atomic.Uint64
 	// gated holds the keys that have an ask or a deny (SPEC §13), used
 	// under mu: a reserve of any other key skips the gate's read of its
-	// history when no rule gates it.
+	// history when no rule gates it. nil until a batch first asks (read
+	// then from the key index's postings, not at open).
 	gated map[string]struct{}
 
 	mu     sync.Mutex // serialises Update and Close
@@ -339,12 +340,6 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 		return err
 	}
 	db.policySeq.Store(ps)
-	db.gated = map[string]struct{}{}
-	if ps > 0 {
-		if db.gated, err = readGatedKeys(ctx, db.w); err != nil {
-			return err
-		}
-	}
 	h := tail
 	db.head.Store(&h)
 	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,

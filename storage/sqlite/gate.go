@@ -151,31 +151,16 @@ func (t *writeTx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now
 	return nil
 }
 
-// sqlGatedKeys lists the keys that have an ask or a deny: read once, at
-// open, for a file that has a policy.
-const sqlGatedKeys = `SELECT DISTINCT idempotency_key FROM receipts WHERE kind IN ('ask', 'deny')`
-
-// readGatedKeys reads the keys that have an ask or a deny.
-func readGatedKeys(ctx context.Context, q *sql.DB) (map[string]struct{}, error) {
-	rows, err := q.QueryContext(ctx, sqlGatedKeys)
-	if err != nil {
-		return nil, fmt.Errorf("read asked keys: %w", classify(err))
-	}
-	defer func() { _ = rows.Close() }()
-	keys := map[string]struct{}{}
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, fmt.Errorf("read asked keys: %w", classify(err))
-		}
-		keys[k] = struct{}{}
-	}
-	return keys, classify(rows.Err())
-}
-
 // MayHaveGateReceipts answers from the file's set of keys that have an
 // ask or a deny (the file has one writer), then this batch's appends.
-func (t *writeTx) MayHaveGateReceipts(_ context.Context, key string) (bool, error) {
+func (t *writeTx) MayHaveGateReceipts(ctx context.Context, key string) (bool, error) {
+	if t.gated == nil {
+		gated, err := t.gatedKeys(ctx)
+		if err != nil {
+			return true, err
+		}
+		t.gated = gated
+	}
 	if _, ok := t.gated[key]; ok {
 		return true, nil
 	}
@@ -185,6 +170,23 @@ func (t *writeTx) MayHaveGateReceipts(_ context.Context, key string) (bool, erro
 		}
 	}
 	return false, nil
+}
+
+// gatedKeys reads the keys of the committed asks and denies from the
+// key index's postings by kind (the first batch that needs them: a file
+// with few asks reads few receipts).
+func (t *writeTx) gatedKeys(ctx context.Context) (map[string]struct{}, error) {
+	keys := map[string]struct{}{}
+	for _, kind := range []string{chain.KindAsk, chain.KindDeny} {
+		err := t.postings(ctx, keyindex.ByKind, kind, 0, func(r *chain.Receipt) bool {
+			keys[r.IdempotencyKey] = struct{}{}
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read asked keys: %w", err)
+		}
+	}
+	return keys, nil
 }
 
 // PurgeAskInputs deletes the asked inputs past their deadline.

@@ -103,11 +103,9 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
+	c.gated = t.gated // loaded by this batch, or the file's (a map: shared)
 	for _, r := range t.receipts {
-		if r.Kind == chain.KindAsk || r.Kind == chain.KindDeny {
-			if c.gated == nil {
-				c.gated = map[string]struct{}{}
-			}
+		if (r.Kind == chain.KindAsk || r.Kind == chain.KindDeny) && c.gated != nil {
 			c.gated[r.IdempotencyKey] = struct{}{}
 		}
 	}

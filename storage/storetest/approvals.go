@@ -87,13 +87,10 @@ func testApprovalConsume(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	assert.Equal(t, c.Receipt.Seq, list[0].Consumer.Seq)
-	h, err := n.Head(ctx)
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyHead(t, n)
 }
 
 func testApprovalCovered(t *testing.T, f Factory) {
-	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
 	setPolicy(t, n, gatePolicy)
@@ -113,9 +110,7 @@ func testApprovalCovered(t *testing.T, f Factory) {
 	oc := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
 	require.Equal(t, ledger.StatusReserved, oc.Status, "the ask's attempt does not count for the attempt rule")
 	mustCommit(t, n, testkit.Succeed("charge-0002", oc.Reservation))
-	h, err := n.Head(ctx)
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyHead(t, n)
 }
 
 func testApprovalDeny(t *testing.T, f Factory) {
@@ -243,9 +238,7 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 	first := run("charge-0010", "exec-1")
 	c := mustCommit(t, n, testkit.Fail("charge-0010", first.Reservation, false))
 	second := run("charge-0011", "exec-2")
-	h, err := n.Head(ctx)
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyHead(t, n)
 	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.Len(t, rep.Audit.RepeatedFailures, 1)
@@ -325,16 +318,13 @@ func testApprovalFingerprints(t *testing.T, f Factory) {
 	tr, err := n.GetReceipt(ctx, ta.Ask.Seq)
 	require.NoError(t, err)
 	assert.True(t, tr.Idempotent, "the ask carries the key's idempotent")
-	h, err := n.Head(ctx)
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyHead(t, n)
 }
 
 // testApprovalOwners: an approval is its asker's. Another principal
 // meanwhile gets the same ask, not a new one, and cannot consume it;
 // nor can it run the consumer's execution as a covered runtime retry.
 func testApprovalOwners(t *testing.T, f Factory) {
-	ctx := context.Background()
 	l, _ := open(t, f)
 	n := ns(t, l, ledger.DefaultNamespace)
 	setPolicy(t, n, gatePolicy)
@@ -352,9 +342,7 @@ func testApprovalOwners(t *testing.T, f Factory) {
 	spoof.Actor, spoof.Attempt = "mallory", i64(2)
 	s := mustReserve(t, n, spoof)
 	assert.Equal(t, ledger.StatusApprovalRequired, s.Status, "another principal reusing the execution id asks")
-	h, err := n.Head(ctx)
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyHead(t, n)
 }
 
 // testApprovalPolicyText: the policy served is the policy recorded: an

@@ -76,6 +76,15 @@ func verifyClean(t *testing.T, n *ledger.Namespace, wantReceipts uint64) {
 	}
 }
 
+// verifyHead is verifyClean up to the namespace's head, however many
+// receipts the case appended.
+func verifyHead(t *testing.T, n *ledger.Namespace) {
+	t.Helper()
+	h, err := n.Head(context.Background())
+	require.NoError(t, err)
+	verifyClean(t, n, h.Seq)
+}
+
 // rfc6962Root computes the Merkle root of the leaves' chain hashes
 // directly (RFC 6962 §2.1), independently of the stored hashes.
 func rfc6962Root(hs []chain.Hash) sumdb.Hash {
