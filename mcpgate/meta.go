@@ -10,10 +10,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// tasksExtension is the capability of the tasks extension, which the
-// gateway does not forward: it is never advertised upstream.
-const tasksExtension = "io.modelcontextprotocol/tasks"
-
 // describeClient makes the per-request _meta of a forwarded request
 // (SEP-2575) describe the downstream client, for the revision the
 // upstream negotiated (SPEC §11.1): an upstream before 2026-07-28 gets
@@ -61,7 +57,12 @@ func (g *Gateway) describeClient(ctx context.Context, req mcp.Request) error {
 	if !ok && ip != nil {
 		caps = wireCapabilities(ip.Capabilities)
 	}
-	out[mcp.MetaKeyClientCapabilities] = withoutTasks(caps)
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	// The client's capabilities as they are, the tasks extension
+	// included: the gateway forwards its tasks (tasks.go).
+	out[mcp.MetaKeyClientCapabilities] = caps
 	p.SetMeta(out)
 	return nil
 }
@@ -86,29 +87,5 @@ func wireCapabilities(c *mcp.ClientCapabilities) map[string]any {
 	case c.Roots.ListChanged:
 		out["roots"] = map[string]any{"listChanged": true}
 	}
-	return out
-}
-
-// withoutTasks is a client's capabilities without the tasks extension.
-func withoutTasks(caps any) any {
-	m, ok := caps.(map[string]any)
-	if !ok {
-		return caps
-	}
-	ext, ok := m["extensions"].(map[string]any)
-	if !ok || ext[tasksExtension] == nil {
-		return caps
-	}
-	out := map[string]any{}
-	for k, v := range m {
-		out[k] = v
-	}
-	e := map[string]any{}
-	for k, v := range ext {
-		if k != tasksExtension {
-			e[k] = v
-		}
-	}
-	out["extensions"] = e
 	return out
 }

@@ -33,6 +33,14 @@ import (
 // task. The call stays reserved while its task runs; the first terminal
 // status the gateway sees is committed, once.
 //
+// MCP 2026-07-28 moved tasks into an extension (io.modelcontextprotocol/
+// tasks, SEP-2663): the client declares it in its request's capabilities
+// (describeClient forwards them), the server decides to answer a task
+// (resultType "task", the task's members at the top), tasks/get carries
+// the terminal result or error inline, tasks/update delivers the answers
+// to a task's inputRequests, tasks/cancel is an empty acknowledgement and
+// there is no tasks/result. Such a task is ext.
+//
 // The gateway keeps its tasks in memory: after a restart a task's handle
 // is unknown (the lease then runs out, and the key is decided as any
 // interrupted call). The handle is the upstream's task id; it never goes
@@ -71,6 +79,7 @@ type runningTask struct {
 	up    *mcp.ClientSession // the upstream session that owns the task
 	last  json.RawMessage    // the task as last seen: {taskId, status, …}
 	done  bool               // its terminal status is committed
+	ext   bool               // a task of the 2026-07-28 extension
 }
 
 // taskTable holds the tasks of this process.
@@ -242,7 +251,9 @@ func taskLease(meta mcp.Meta, def time.Duration) time.Duration {
 // committed until the task ends.
 func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id string, obj json.RawMessage, reply mcp.Result) mcp.Result {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), up: c.up, last: obj, rsv: rsv}
+	// Only the extension's task handle has a resultType among its
+	// members (2025-11-25's is {"task": {…}}).
+	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), up: c.up, last: obj, rsv: rsv, ext: hasMember(obj, "resultType")}
 	if rsv != nil {
 		r.key = rsv.Key
 		g.logger.InfoContext(ctx, "call running as a task", "tool", c.ledgerTool, "key", rsv.Key)
@@ -260,16 +271,26 @@ func (g *Gateway) runningAnswer(ctx context.Context, c *call, key string) mcp.Re
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 	if r.owner == ownerOf(ctx) {
-		r.mu.Lock()
-		last := r.last
-		r.mu.Unlock()
-		b, err := json.Marshal(map[string]any{"task": last, "_meta": map[string]any{MetaStatus: ledger.ECodeInProgress, MetaKey: key}})
-		if err == nil {
+		if b, err := r.handle(map[string]any{MetaStatus: ledger.ECodeInProgress, MetaKey: key}); err == nil {
 			return rawCall{&mcp.CallToolResult{}, b}
 		}
 	}
 	return answer(ledger.ECodeInProgress, key, fmt.Sprintf("The same call is still running as a task; it was not "+
 		"started again (idempotency key %s). Call it again once it has finished to get its result.", key))
+}
+
+// handle is the task's handle again, as a call's answer with meta: a
+// 2025-11-25 CreateTaskResult, or the extension's (resultType "task" and
+// the task's members, none of its status's).
+func (r *runningTask) handle(meta map[string]any) (json.RawMessage, error) {
+	r.mu.Lock()
+	last := r.last
+	r.mu.Unlock()
+	if !r.ext {
+		return json.Marshal(map[string]any{"task": last, "_meta": meta})
+	}
+	return withMembers(last, map[string]any{"resultType": "task", "_meta": meta,
+		"result": nil, "error": nil, "inputRequests": nil})
 }
 
 // settle commits a task's terminal status, once: completed → succeeded
@@ -285,6 +306,9 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 	var o Outcome
 	switch status {
 	case "completed":
+		if result == nil && r.ext {
+			return // the extension's tasks/get carries it: the next poll
+		}
 		if result == nil {
 			res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, "tasks/result", taskRequest(r.id))
 			if err != nil {
@@ -425,19 +449,71 @@ func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSes
 		case "tasks/result":
 			g.settle(ctx, s, r, "completed", "", res.raw)
 		case "tasks/get", "tasks/cancel", "tasks/update":
-			status, message := taskStatus(res.raw)
-			if status != "" {
-				r.mu.Lock()
-				r.last = withoutMeta(res.raw)
-				r.mu.Unlock()
-			}
-			if terminal(status) {
-				g.settle(ctx, s, r, status, message, nil)
+			g.saw(ctx, s, r, res.raw)
+			if method == "tasks/cancel" && r.ext {
+				// An acknowledgement only, and the client need not poll
+				// again: the gateway polls for the task's end itself.
+				go g.watchCancelled(context.WithoutCancel(ctx), s, r)
 			}
 		}
 		return res, nil
 	}
 }
+
+// saw keeps a task's status from an answer about it (a tasks/get, or
+// a 2025-11-25 tasks/cancel), and commits it when it is terminal.
+func (g *Gateway) saw(ctx context.Context, s *mcp.ClientSession, r *runningTask, raw json.RawMessage) {
+	status, message := taskStatus(raw)
+	if status == "" {
+		return // an acknowledgement
+	}
+	r.mu.Lock()
+	r.last = withoutMeta(raw)
+	r.mu.Unlock()
+	if !terminal(status) {
+		return
+	}
+	var inline struct {
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &inline)
+	if inline.Error != nil && message == "" {
+		message = inline.Error.Message
+	}
+	g.settle(ctx, s, r, status, message, inline.Result)
+}
+
+// watchCancelled polls a cancelled task of the extension until its end
+// (cancelled, or the one it reached first) is committed, for at most
+// cancelWatch.
+func (g *Gateway) watchCancelled(ctx context.Context, s *mcp.ClientSession, r *runningTask) {
+	ctx, cancel := context.WithTimeout(ctx, cancelWatch)
+	defer cancel()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
+		r.mu.Lock()
+		done := r.done
+		r.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			g.logger.WarnContext(ctx, "cancelled task did not end: its outcome is recorded at the next poll", "key", r.key)
+			return
+		case <-time.After(wait):
+		}
+		res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, "tasks/get", taskRequest(r.id))
+		if err == nil {
+			g.saw(ctx, s, r, res.raw)
+		}
+	}
+}
+
+// cancelWatch bounds how long the gateway polls a cancelled task.
+const cancelWatch = time.Minute
 
 // unliftTask puts a tools/call's params.task, carried in
 // _meta[metaParamsTask], back where the upstream reads it.

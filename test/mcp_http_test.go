@@ -17,10 +17,10 @@ import (
 )
 
 // startHTTPShop runs the test upstream on Streamable HTTP and returns its
-// /mcp URL.
-func startHTTPShop(t *testing.T, sh *shop) string {
+// /mcp URL; args are more of its flags.
+func startHTTPShop(t *testing.T, sh *shop, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(sh.bin, "--dir", sh.dir, "--http", "127.0.0.1:0")
+	cmd := exec.Command(sh.bin, append([]string{"--dir", sh.dir, "--http", "127.0.0.1:0"}, args...)...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

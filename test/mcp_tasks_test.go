@@ -293,3 +293,138 @@ func TestLedgerMCP_tasksOtherSession(t *testing.T) {
 	assert.Equal(t, "in_progress", again.Meta[mcpgate.MetaStatus])
 	assert.Equal(t, 1, sh.runs("job", "o1"))
 }
+
+// request2026 sends a stateless MCP 2026-07-28 request: its _meta names
+// the revision, the client and its capabilities, here the tasks
+// extension unless plain.
+func (g *rawMCP) request2026(method string, params map[string]any, plain bool) (map[string]any, map[string]any) {
+	caps := map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+	if plain {
+		caps = map[string]any{}
+	}
+	params["_meta"] = map[string]any{mcp.MetaKeyProtocolVersion: mcpgate.Version20260728,
+		mcp.MetaKeyClientInfo: map[string]any{"name": "raw", "version": "1"}, mcp.MetaKeyClientCapabilities: caps}
+	return g.request(method, params)
+}
+
+// TestLedgerMCP_tasksExtension: the tasks extension of MCP 2026-07-28
+// (SEP-2663) through the gateway, with an upstream of that revision on
+// stdio and on Streamable HTTP: the extension is advertised and the
+// client's declaration reaches the upstream; a call the upstream answers
+// with a task stays reserved while it works (a repeat answers the same
+// task, nothing runs again); tasks/get carries the terminal result,
+// committed once; input_required passes through and tasks/update reaches
+// the upstream; a failed task is recorded as any error answer
+// (not_applied MCP_ERROR, the gateway's default for a tool's errors), a
+// cancelled one not_applied CANCELLED even though the client never polls
+// again; a
+// client without the extension gets a plain call; verify stays clean and
+// no task id reaches the chain.
+func TestLedgerMCP_tasksExtension(t *testing.T) {
+	t.Parallel()
+	for _, upstream := range []string{"stdio", "http"} {
+		t.Run(upstream, func(t *testing.T) {
+			t.Parallel()
+			sh := newHostile(t)
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := []string{"--db", db, "--", sh.bin, "--dir", sh.dir, "--revision", "2026-07-28"}
+			if upstream == "http" {
+				args = []string{"--db", db, "--upstream", startHTTPShop(t, sh, "--revision", "2026-07-28")}
+			}
+			testTasksExtension(t, sh, db, startRawGateway(t, args...))
+		})
+	}
+}
+
+func testTasksExtension(t *testing.T, sh *shop, db string, g *rawMCP) {
+	disc, e := g.request2026("server/discover", map[string]any{}, false)
+	require.Nil(t, e)
+	assert.Contains(t, fmt.Sprint(disc["capabilities"]), "io.modelcontextprotocol/tasks", disc)
+	call := func(id string, plain bool) map[string]any {
+		res, e := g.request2026("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": id}}, plain)
+		require.Nil(t, e)
+		return res
+	}
+	get := func(id string) map[string]any {
+		res, e := g.request2026("tasks/get", map[string]any{"taskId": id}, false)
+		require.Nil(t, e, "tasks/get %s", id)
+		assert.Equal(t, "complete", res["resultType"])
+		return res
+	}
+	finish := func(arg string) { require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-"+arg), nil, 0o600)) }
+	executed := func(n int) {
+		require.Eventually(t, func() bool { return strings.Count(g.logs.String(), "task executed") == n },
+			10*time.Second, 20*time.Millisecond, g.logs.String())
+	}
+
+	first := call("e1", false)
+	require.Equal(t, "task", first["resultType"], first)
+	id, _ := first["taskId"].(string)
+	require.NotEmpty(t, id)
+	assert.Equal(t, "working", first["status"])
+	again := call("e1", false)
+	assert.Equal(t, "task", again["resultType"], again)
+	assert.Equal(t, id, again["taskId"])
+	assert.Equal(t, "in_progress", again["_meta"].(map[string]any)[mcpgate.MetaStatus])
+	assert.Equal(t, 1, sh.runs("job", "e1"))
+	assert.Equal(t, "working", get(id)["status"])
+	finish("e1")
+	for range 2 { // polled twice, committed once
+		done := get(id)
+		assert.Equal(t, "completed", done["status"])
+		assert.Contains(t, fmt.Sprint(done["result"]), "job e1 done")
+	}
+	executed(1)
+	replay := call("e1", false)
+	assert.Equal(t, "complete", replay["resultType"], replay)
+	assert.Equal(t, true, replay["_meta"].(map[string]any)[mcpgate.MetaReplayed], replay)
+	assert.Contains(t, fmt.Sprint(replay["content"]), "job e1 done")
+	assert.Equal(t, 1, sh.runs("job", "e1"))
+
+	// Input during the task: passed through, answered with tasks/update.
+	askID, _ := call("ask-1", false)["taskId"].(string)
+	asked := get(askID)
+	assert.Equal(t, "input_required", asked["status"])
+	assert.Contains(t, fmt.Sprint(asked["inputRequests"]), "elicitation/create")
+	ack, e := g.request2026("tasks/update", map[string]any{"taskId": askID,
+		"inputResponses": map[string]any{"confirm": map[string]any{"action": "accept", "content": map[string]any{"ok": true}}}}, false)
+	require.Nil(t, e)
+	assert.Equal(t, "complete", ack["resultType"])
+	finish("ask-1")
+	assert.Contains(t, fmt.Sprint(get(askID)["result"]), "job ask-1 done (accept)")
+	executed(2)
+
+	// A JSON-RPC failure of the task, and a cancel nobody polls after.
+	failID, _ := call("fail-1", false)["taskId"].(string)
+	finish("fail-1")
+	assert.Equal(t, "failed", get(failID)["status"])
+	executed(3)
+	cancelID, _ := call("c1", false)["taskId"].(string)
+	ack, e = g.request2026("tasks/cancel", map[string]any{"taskId": cancelID}, false)
+	require.Nil(t, e)
+	assert.Equal(t, "complete", ack["resultType"])
+	executed(4)
+
+	// No extension declared: the upstream answers the call itself.
+	plain := call("p1", true)
+	assert.NotContains(t, plain, "taskId")
+	assert.Contains(t, fmt.Sprint(plain["content"]), "job p1 done")
+
+	g.stop()
+	for arg, want := range map[string]string{"e1": "succeeded", "ask-1": "succeeded", "fail-1": "not_applied", "c1": "not_applied", "p1": "succeeded"} {
+		key, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"`+arg+`"}`), "")
+		require.NoError(t, err)
+		out, errOut, code := ledgerctl(t, "show", key, "--db", db, "--json")
+		require.Equal(t, 0, code, errOut)
+		assert.Contains(t, out, `"outcome":"`+want+`"`, arg)
+		assert.NotContains(t, out, "hostile-task-", "the task id stays off the chain")
+		switch arg {
+		case "c1":
+			assert.Contains(t, out, `"error_code":"CANCELLED"`)
+		case "fail-1":
+			assert.Contains(t, out, `"error_message":"the job failed upstream"`)
+		}
+	}
+	out, errOut, code := ledgerctl(t, "verify", "--db", db)
+	assert.Equal(t, 0, code, out+errOut)
+}

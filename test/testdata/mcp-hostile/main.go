@@ -5,7 +5,11 @@
 // with "/" that claims to be read-only, a 128-byte tool name, and a
 // tools/list whose nextCursor never ends (--loop-cursor); and tasks of
 // MCP 2025-11-25 (tasks.go): a call of "job" with params.task answers a
-// task, which completes once the file "finish-<id>" exists in --dir.
+// task, which completes once the file "finish-<id>" exists in --dir; with
+// --revision 2026-07-28 it also answers server/discover with the tasks
+// extension, and a call of "job" whose client declared the extension
+// answers a task of the extension (resultType "task"; tasks/get, tasks/update,
+// tasks/cancel).
 // Every tool appends "tool id" to the executions file of --dir before it
 // answers.
 // It serves stdio, or Streamable HTTP at /mcp with --http ADDR (printing
@@ -30,6 +34,7 @@ import (
 var (
 	dir        string
 	loopCursor bool
+	modern     bool // --revision 2026-07-28
 	mu         sync.Mutex
 )
 
@@ -40,7 +45,9 @@ func main() {
 	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
 	flag.StringVar(&dir, "dir", "", "directory of the executions file")
 	flag.BoolVar(&loopCursor, "loop-cursor", false, "tools/list always answers the same nextCursor")
+	revision := flag.String("revision", "", "2026-07-28: also serve server/discover and the tasks extension")
 	flag.Parse()
+	modern = *revision == "2026-07-28"
 	if *httpAddr == "" {
 		serveStdio()
 		return
@@ -84,13 +91,17 @@ func handle(r request) reply {
 		}
 		return reply{result: fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{},%s},"serverInfo":{"name":"hostile","version":"1"}}`,
 			v, tasksCapability)}
+	case "server/discover":
+		if modern {
+			return reply{result: discoverResult}
+		}
 	case "ping":
 		return reply{result: `{}`}
 	case "tools/list":
 		return reply{result: toolsList()}
 	case "tools/call":
 		return call(r.Params)
-	case "tasks/get", "tasks/result", "tasks/cancel":
+	case "tasks/get", "tasks/result", "tasks/cancel", "tasks/update":
 		return taskRequest(r.Method, r.Params)
 	}
 	return reply{err: fmt.Sprintf(`{"code":-32601,"message":"method not found: %s"}`, strings.ReplaceAll(r.Method, `"`, ""))}
