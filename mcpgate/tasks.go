@@ -41,11 +41,12 @@ import (
 // to a task's inputRequests, tasks/cancel is an empty acknowledgement and
 // there is no tasks/result. Such a task is ext.
 //
-// The gateway keeps its tasks in memory: after a restart a task's handle
-// is unknown (the lease then runs out, and the key is decided as any
-// interrupted call). The handle is the upstream's task id; it never goes
-// on the chain, and only the session that made the call (taskOwner) may
-// use it.
+// The client sees a task by its handle (taskhandle.go), which seals the
+// upstream's task id with the call's reservation: the gateway keeps the
+// tasks it started in memory, and a handle it does not know (after a
+// restart, or from another replica) is opened and the task taken up
+// again. A handle never goes on the chain, and only the client that made
+// the call (taskOwner) may use it.
 
 const (
 	// metaParamsTask carries a call's params.task from the client's
@@ -70,8 +71,9 @@ var taskMethods = []string{"tasks/get", "tasks/result", "tasks/cancel", "tasks/u
 
 // runningTask is a task the gateway handed out.
 type runningTask struct {
-	mu    sync.Mutex
-	id    string // the upstream's task id, which is the handle
+	mu     sync.Mutex
+	id     string // the upstream's task id
+	handle string // the client's taskId (taskhandle.go)
 	key   string // the call's idempotency key; "" for a read
 	rsv   *Reservation
 	c     *call
@@ -96,7 +98,10 @@ func newTaskTable() *taskTable {
 func (t *taskTable) add(r *runningTask) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.byID[r.id] = r
+	if old := t.byID[r.handle]; old != nil {
+		return // taken up twice at once: the first stays
+	}
+	t.byID[r.handle] = r
 	if r.key != "" {
 		t.byKey[r.key] = r
 	}
@@ -253,13 +258,53 @@ func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id s
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	// Only the extension's task handle has a resultType among its
 	// members (2025-11-25's is {"task": {…}}).
-	r := &runningTask{id: id, c: c, owner: ownerOf(ctx), up: c.up, last: obj, rsv: rsv, ext: hasMember(obj, "resultType")}
+	r := &runningTask{id: id, handle: id, c: c, owner: ownerOf(ctx), up: c.up, rsv: rsv, ext: hasMember(obj, "resultType")}
+	h := taskHandle{ID: id, Tool: c.name, Failed: !c.class.errorsApplyNothing(), Ext: r.ext, Owner: r.owner,
+		Exp: time.Now().Add(maxHandleAge).UnixMilli()}
 	if rsv != nil {
-		r.key = rsv.Key
+		r.key, h.Key, h.Token = rsv.Key, rsv.Key, rsv.Token
 		g.logger.InfoContext(ctx, "call running as a task", "tool", c.ledgerTool, "key", rsv.Key)
 	}
+	if key, err := g.stateKey(); err != nil {
+		g.logger.WarnContext(ctx, "task handle not sealed: the task is known to this process only", "err", err)
+	} else if r.handle, err = sealHandle(key, h); err != nil {
+		g.logger.WarnContext(ctx, "task handle not sealed: the task is known to this process only", "err", err)
+		r.handle = id
+	}
+	r.last = renameTask(obj, id, r.handle)
 	g.tasks.add(r)
+	if rr, ok := reply.(rawResult); ok {
+		reply = rr.withRaw(renameTask(rr.rawJSON(), id, r.handle))
+	}
 	return reply
+}
+
+// takeUp is the task of a handle this process did not hand out (it
+// restarted, or another replica did): opened, and kept from now on.
+func (g *Gateway) takeUp(ctx context.Context, handle string) (*runningTask, error) {
+	key, err := g.stateKey()
+	if err != nil {
+		return nil, err
+	}
+	h, err := openHandle(key, handle, ownerOf(ctx), time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s, err := g.up.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{name: h.Tool, ledgerTool: LedgerToolName(g.cfg.ServerName, h.Tool), toolLabel: unlistedToolLabel}
+	if h.Failed {
+		c.class.OnError = OnErrorFailed
+	}
+	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key}
+	if h.Key != "" {
+		r.rsv = &Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}
+	}
+	g.tasks.add(r)
+	g.logger.InfoContext(ctx, "task taken up", "tool", c.ledgerTool, "key", h.Key)
+	return g.tasks.get(handle), nil
 }
 
 // runningAnswer answers a repeat of a call whose task runs: to the
@@ -271,7 +316,7 @@ func (g *Gateway) runningAnswer(ctx context.Context, c *call, key string) mcp.Re
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 	if r.owner == ownerOf(ctx) {
-		if b, err := r.handle(map[string]any{MetaStatus: ledger.ECodeInProgress, MetaKey: key}); err == nil {
+		if b, err := r.createResult(map[string]any{MetaStatus: ledger.ECodeInProgress, MetaKey: key}); err == nil {
 			return rawCall{&mcp.CallToolResult{}, b}
 		}
 	}
@@ -279,10 +324,10 @@ func (g *Gateway) runningAnswer(ctx context.Context, c *call, key string) mcp.Re
 		"started again (idempotency key %s). Call it again once it has finished to get its result.", key))
 }
 
-// handle is the task's handle again, as a call's answer with meta: a
+// createResult is the task's handle again, as a call's answer with meta: a
 // 2025-11-25 CreateTaskResult, or the extension's (resultType "task" and
 // the task's members, none of its status's).
-func (r *runningTask) handle(meta map[string]any) (json.RawMessage, error) {
+func (r *runningTask) createResult(meta map[string]any) (json.RawMessage, error) {
 	r.mu.Lock()
 	last := r.last
 	r.mu.Unlock()
@@ -437,14 +482,24 @@ func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSes
 			p = &taskParams{}
 		}
 		r := g.tasks.get(p.taskID())
+		if r == nil && strings.HasPrefix(p.taskID(), handlePrefix) {
+			var err error
+			if r, err = g.takeUp(ctx, p.taskID()); err != nil {
+				if errors.Is(err, errHandle) {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+				}
+				return nil, err
+			}
+		}
 		if r == nil || r.owner != ownerOf(ctx) {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "unknown task"}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: errHandle.Error()}
 		}
 		s := r.up // the upstream that owns the task
-		res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, method, p)
+		res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, method, &taskParams{raw: withTaskID(p.raw, r.id)})
 		if err != nil {
 			return nil, err
 		}
+		res.raw = renameTask(res.raw, r.id, r.handle)
 		switch method {
 		case "tasks/result":
 			g.settle(ctx, s, r, "completed", "", res.raw)
@@ -723,7 +778,8 @@ func ownerOf(ctx context.Context) string {
 // stateless request (MCP 2026-07-28 over HTTP), the client's identity,
 // its token's user or a hash of its Authorization header (so stateless
 // clients without credentials share their tasks); on stdio, the one
-// client of this process.
+// client, whichever process of the gateway serves it (a handle outlives
+// a restart).
 func (g *Gateway) taskOwner(req mcp.Request) string {
 	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil && ss.ID() != "" {
 		return "session:" + ss.ID()
@@ -735,5 +791,5 @@ func (g *Gateway) taskOwner(req mcp.Request) string {
 		sum := sha256.Sum256([]byte(ex.Header.Get("Authorization")))
 		return "client:" + hex.EncodeToString(sum[:])
 	}
-	return g.process
+	return "stdio"
 }

@@ -249,6 +249,11 @@ type taskStatusResult struct {
 	Status string `json:"status"`
 }
 
+type taskListResult struct {
+	mcp.ResultBase
+	Tasks []taskStatusResult `json:"tasks"`
+}
+
 // TestLedgerMCP_tasksOtherSession: over Streamable HTTP (2025-11-25
 // sessions), a task's handle serves only the session that made the call: another session's
 // tasks/get is invalid params, and its repeat of the call is
@@ -262,6 +267,7 @@ func TestLedgerMCP_tasksOtherSession(t *testing.T) {
 	connect := func() *mcp.ClientSession {
 		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
 		require.NoError(t, mcp.AddSendingCustomMethod[*taskIDParams, *taskStatusResult](c, "tasks/get"))
+		require.NoError(t, mcp.AddSendingCustomMethod[*taskIDParams, *taskListResult](c, "tasks/list"))
 		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
@@ -278,13 +284,27 @@ func TestLedgerMCP_tasksOtherSession(t *testing.T) {
 		return res
 	}
 	require.False(t, call(a).IsError)
-	const id = "hostile-task-1" // mcp-hostile's first task
+	// The client knows its task by the gateway's handle, which tasks/list
+	// names; the upstream's own id is no handle.
+	list := func(s *mcp.ClientSession) []taskStatusResult {
+		res, err := mcp.CallCustomMethod[*taskIDParams, *taskListResult](ctx, s, "tasks/list", &taskIDParams{})
+		require.NoError(t, err, logs.String())
+		return res.Tasks
+	}
+	mine := list(a)
+	require.Len(t, mine, 1)
+	id := mine[0].TaskID
+	assert.NotContains(t, id, "hostile-task-")
+	assert.Empty(t, list(b), "another session's tasks are not listed")
 	got, err := mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, a, "tasks/get", &taskIDParams{TaskID: id})
 	require.NoError(t, err, logs.String())
 	assert.Equal(t, "working", got.Status)
-	_, err = mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, b, "tasks/get", &taskIDParams{TaskID: id})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "unknown task")
+	assert.Equal(t, id, got.TaskID)
+	for s, taskID := range map[*mcp.ClientSession]string{b: id, a: "hostile-task-1"} {
+		_, err = mcp.CallCustomMethod[*taskIDParams, *taskStatusResult](ctx, s, "tasks/get", &taskIDParams{TaskID: taskID})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "unknown task")
+	}
 	other := call(b)
 	assert.True(t, other.IsError)
 	assert.Equal(t, "in_progress", other.Meta[mcpgate.MetaStatus])
@@ -425,6 +445,56 @@ func testTasksExtension(t *testing.T, sh *shop, db string, g *rawMCP) {
 			assert.Contains(t, out, `"error_message":"the job failed upstream"`)
 		}
 	}
+	out, errOut, code := ledgerctl(t, "verify", "--db", db)
+	assert.Equal(t, 0, code, out+errOut)
+}
+
+// TestLedgerMCP_taskAfterRestart: a task outlives the gateway that
+// started it. The client's handle seals the task with its reservation,
+// so after a restart (same ledger, an upstream on Streamable HTTP that
+// kept the task) its tasks/get is forwarded and the task's result is
+// committed once; a handle altered by one byte is invalid params.
+func TestLedgerMCP_taskAfterRestart(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	args := []string{"--db", db, "--upstream", startHTTPShop(t, sh, "--revision", "2026-07-28")}
+	g := startRawGateway(t, args...)
+	res, e := g.request2026("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "r1"}}, false)
+	require.Nil(t, e)
+	handle, _ := res["taskId"].(string)
+	require.NotEmpty(t, handle, res)
+	g.stop()
+
+	g = startRawGateway(t, args...)
+	get := func(id string) (map[string]any, map[string]any) {
+		return g.request2026("tasks/get", map[string]any{"taskId": id}, false)
+	}
+	got, e := get(handle)
+	require.Nil(t, e, g.logs.String())
+	assert.Equal(t, "working", got["status"])
+	assert.Equal(t, handle, got["taskId"])
+	altered := []byte(handle)
+	altered[len(altered)/2] ^= 1
+	_, e = get(string(altered))
+	require.NotNil(t, e)
+	assert.EqualValues(t, -32602, e["code"])
+	require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-r1"), nil, 0o600))
+	got, e = get(handle)
+	require.Nil(t, e)
+	assert.Equal(t, "completed", got["status"])
+	assert.Contains(t, fmt.Sprint(got["result"]), "job r1 done")
+	replay, e := g.request2026("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "r1"}}, false)
+	require.Nil(t, e)
+	assert.Equal(t, true, replay["_meta"].(map[string]any)[mcpgate.MetaReplayed], replay)
+	assert.Equal(t, 1, sh.runs("job", "r1"))
+	g.stop()
+	assert.Equal(t, 1, strings.Count(g.logs.String(), "task taken up"), g.logs.String())
+	assert.Equal(t, 1, strings.Count(g.logs.String(), "task executed"), g.logs.String())
+
+	key, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"r1"}`), "")
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", keyState(t, db, key))
 	out, errOut, code := ledgerctl(t, "verify", "--db", db)
 	assert.Equal(t, 0, code, out+errOut)
 }
