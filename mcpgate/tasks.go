@@ -74,14 +74,14 @@ type runningTask struct {
 	mu     sync.Mutex
 	id     string // the upstream's task id
 	handle string // the client's taskId (taskhandle.go)
-	key   string // the call's idempotency key; "" for a read
-	rsv   *Reservation
-	c     *call
-	owner string             // taskOwner of the call
-	up    *mcp.ClientSession // the upstream session that owns the task
-	last  json.RawMessage    // the task as last seen: {taskId, status, …}
-	done  bool               // its terminal status is committed
-	ext   bool               // a task of the 2026-07-28 extension
+	key    string // the call's idempotency key; "" for a read
+	rsv    *Reservation
+	c      *call
+	owner  string             // taskOwner of the call
+	up     *mcp.ClientSession // the upstream session that owns the task
+	last   json.RawMessage    // the task as last seen: {taskId, status, …}
+	done   bool               // its terminal status is committed
+	ext    bool               // a task of the 2026-07-28 extension
 }
 
 // taskTable holds the tasks of this process.
