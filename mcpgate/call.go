@@ -98,12 +98,17 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
-	c.up = s
 	if c.peer != nil {
+		// The call's own upstream session: what the upstream asks on it
+		// is this call's (serverreq.go).
 		var done func()
-		c.route, done = c.peer.open(ctx)
+		if s, c.route, done, err = c.peer.acquire(ctx); err != nil {
+			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+			return nil, err
+		}
 		defer done()
 	}
+	c.up = s
 	if !c.class.Recorded() {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionPassed).Inc()
 		c.upState = c.state // a read's rounds are the upstream's alone

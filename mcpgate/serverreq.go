@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -17,21 +18,31 @@ import (
 // client with server→client requests (elicitation/create,
 // sampling/createMessage, roots/list) while a call runs, and nothing in
 // them names the call. So each downstream session of such a revision
-// gets an upstream session of its own (SPEC §11.1): whatever the
-// upstream asks on it belongs to that downstream session and is
-// forwarded there, with the capabilities and client info of that client
-// alone advertised upstream. The shared session stays for the tool cache
-// and list_changed.
+// gets upstream sessions of its own (SPEC §11.1), with the capabilities
+// and client info of that client alone advertised upstream, and each
+// call in flight holds one of them alone: whatever the upstream asks on
+// it belongs to that call and is forwarded to its client (over HTTP, on
+// the call's own stream). One call at a time uses the peer's first
+// session; calls at once open more, up to maxPeerCalls, kept for the
+// next ones. The shared session stays for the tool cache and
+// list_changed.
 
-// peer is a downstream session's own upstream session.
+// maxPeerCalls bounds the calls one downstream session has in flight
+// upstream at once (and so its upstream sessions): more wait.
+const maxPeerCalls = 16
+
+// peer is a downstream session's own upstream sessions.
 type peer struct {
-	g  *Gateway
-	ss *mcp.ServerSession
+	g     *Gateway
+	ss    *mcp.ServerSession
+	slots chan struct{} // one per call in flight
 
 	mu     sync.Mutex
-	cs     *mcp.ClientSession
-	level  mcp.LoggingLevel // the client's logging level, for a new upstream session
-	routes []*route         // the calls in flight, oldest first
+	client *mcp.Client
+	cs     *mcp.ClientSession // the first: lists, tasks, and a call
+	spare  []*mcp.ClientSession
+	busy   map[*mcp.ClientSession]*route // the calls in flight, by session
+	level  mcp.LoggingLevel              // the client's logging level, for a new upstream session
 	closed bool
 }
 
@@ -80,7 +91,7 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 	if p, ok := g.peers[ss]; ok {
 		return p
 	}
-	p := &peer{g: g, ss: ss}
+	p := &peer{g: g, ss: ss, slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}}
 	g.peers[ss] = p
 	go func() {
 		_ = ss.Wait()
@@ -92,17 +103,65 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 	return p
 }
 
-// session returns the peer's upstream session, connecting when there is
-// none (a stdio upstream: one more process).
+// session returns the peer's first upstream session, connecting when
+// there is none (a stdio upstream: one more process).
 func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 	p.mu.Lock()
+	cs, closed := p.cs, p.closed
+	p.mu.Unlock()
+	switch {
+	case closed:
+		return nil, errPeerClosed
+	case cs != nil:
+		return cs, nil
+	}
+	cs, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
-		return nil, errors.New("upstream: the client's session ended")
+	if p.cs == nil {
+		p.cs = cs
+	} else {
+		p.spare = append(p.spare, cs) // another call connected first
 	}
-	if p.cs != nil {
-		return p.cs, nil
+	return p.cs, nil
+}
+
+var errPeerClosed = errors.New("upstream: the client's session ended")
+
+// connect opens one more upstream session for the client. It holds no
+// lock while it does: the upstream may ask on the new session at once.
+func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
+	p.mu.Lock()
+	if p.client == nil {
+		p.client = p.newClient()
 	}
+	c, level := p.client, p.level
+	p.mu.Unlock()
+	cs, err := c.Connect(ctx, p.g.up.newConn(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", p.g.up.name, err)
+	}
+	if level != "" {
+		_ = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+	}
+	go func() {
+		_ = cs.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.cs == cs {
+			p.cs = nil
+		}
+		p.spare = slices.DeleteFunc(p.spare, func(x *mcp.ClientSession) bool { return x == cs })
+	}()
+	return cs, nil
+}
+
+// newClient is the client of the peer's upstream sessions: the
+// downstream client's info and the capabilities it can be relayed.
+func (p *peer) newClient() *mcp.Client {
 	ip := p.ss.InitializeParams()
 	impl := &mcp.Implementation{Name: "ledger-mcp", Version: p.g.cfg.Version}
 	var down *mcp.ClientCapabilities
@@ -121,26 +180,78 @@ func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 		MultiRoundTrip:        &mcp.MultiRoundTripOptions{Disabled: true},
 	})
 	c.AddReceivingMiddleware(p.answerUpstream)
-	for _, m := range taskMethods { // a task made on this session is polled on it (tasks.go)
+	for _, m := range taskMethods { // a task made on a session is polled on it (tasks.go)
 		_ = mcp.AddSendingCustomMethod[*taskParams, *taskResult](c, m)
 	}
-	cs, err := c.Connect(ctx, p.g.up.newConn(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("upstream %q: %w", p.g.up.name, err)
+	return c
+}
+
+// acquire gives a call an upstream session of its own, for as long as
+// it runs: the first session if it is free, else a spare one, else a
+// new one. done gives it back.
+func (p *peer) acquire(ctx context.Context) (cs *mcp.ClientSession, r *route, done func(), err error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, nil, ctx.Err()
 	}
-	if p.level != "" {
-		_ = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: p.level})
+	r = &route{ctx: ctx}
+	if cs, err = p.take(ctx, r); err != nil {
+		<-p.slots
+		return nil, nil, nil, err
 	}
-	p.cs = cs
-	go func() {
-		_ = cs.Wait()
+	return cs, r, func() {
 		p.mu.Lock()
-		if p.cs == cs {
-			p.cs = nil
+		delete(p.busy, cs)
+		if cs != p.cs && !p.closed {
+			p.spare = append(p.spare, cs)
 		}
 		p.mu.Unlock()
-	}()
+		<-p.slots
+	}, nil
+}
+
+// take finds or opens the free session of acquire and marks it r's.
+func (p *peer) take(ctx context.Context, r *route) (*mcp.ClientSession, error) {
+	if _, err := p.session(ctx); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	var cs *mcp.ClientSession
+	switch {
+	case p.closed:
+		p.mu.Unlock()
+		return nil, errPeerClosed
+	case p.cs != nil && p.busy[p.cs] == nil:
+		cs = p.cs
+	case len(p.spare) > 0:
+		cs, p.spare = p.spare[len(p.spare)-1], p.spare[:len(p.spare)-1]
+	}
+	if cs != nil {
+		p.busy[cs] = r
+		p.mu.Unlock()
+		return cs, nil
+	}
+	p.mu.Unlock()
+	cs, err := p.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = cs.Close()
+		return nil, errPeerClosed
+	}
+	p.busy[cs] = r
 	return cs, nil
+}
+
+// routeOf is the call in flight on the upstream session cs, if any.
+func (p *peer) routeOf(cs *mcp.ClientSession) *route {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busy[cs]
 }
 
 // relayLogLevel passes a logging/setLevel of a client of an older
@@ -155,56 +266,42 @@ func (g *Gateway) relayLogLevel(ctx context.Context, req mcp.Request, version st
 	return g.peerOf(ss).setLevel(ctx, p.Level)
 }
 
-// setLevel passes the client's logging level to its upstream session.
+// setLevel passes the client's logging level to its upstream sessions.
 func (p *peer) setLevel(ctx context.Context, level mcp.LoggingLevel) error {
 	p.mu.Lock()
 	p.level = level
-	cs := p.cs
+	all := p.sessions()
 	p.mu.Unlock()
-	if cs == nil {
-		return nil
+	for _, cs := range all {
+		if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
+			return err
+		}
 	}
-	return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+	return nil
+}
+
+// sessions are the peer's upstream sessions; p.mu is held.
+func (p *peer) sessions() []*mcp.ClientSession {
+	all := slices.Clone(p.spare)
+	for cs := range p.busy {
+		if cs != p.cs {
+			all = append(all, cs)
+		}
+	}
+	if p.cs != nil {
+		all = append(all, p.cs)
+	}
+	return all
 }
 
 func (p *peer) close() {
 	p.mu.Lock()
-	cs := p.cs
-	p.cs, p.closed = nil, true
+	all := p.sessions()
+	p.cs, p.spare, p.closed = nil, nil, true
 	p.mu.Unlock()
-	if cs != nil {
+	for _, cs := range all {
 		_ = cs.Close()
 	}
-}
-
-// open registers a call in flight; done forgets it.
-func (p *peer) open(ctx context.Context) (*route, func()) {
-	r := &route{ctx: ctx}
-	p.mu.Lock()
-	p.routes = append(p.routes, r)
-	p.mu.Unlock()
-	return r, func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for i, x := range p.routes {
-			if x == r {
-				p.routes = append(p.routes[:i], p.routes[i+1:]...)
-				return
-			}
-		}
-	}
-}
-
-// current is the call a server→client request belongs to: over one
-// upstream session the SDK cannot tell concurrent calls apart, so it is
-// the latest (usually the only) one in flight.
-func (p *peer) current() *route {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.routes) == 0 {
-		return nil
-	}
-	return p.routes[len(p.routes)-1]
 }
 
 // answerUpstream is the receiving middleware of a peer's upstream
@@ -219,7 +316,8 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 		default:
 			return next(ctx, method, req)
 		}
-		r := p.current()
+		cs, _ := req.GetSession().(*mcp.ClientSession)
+		r := p.routeOf(cs)
 		dctx := ctx
 		if r != nil {
 			dctx = r.ctx
@@ -284,7 +382,7 @@ func (p *peer) markMissing(r *route, err error) {
 // log passes an upstream log message on to the client.
 func (p *peer) log(ctx context.Context, req *mcp.LoggingMessageRequest) {
 	dctx := context.WithoutCancel(ctx)
-	if r := p.current(); r != nil {
+	if r := p.routeOf(req.Session); r != nil {
 		dctx = context.WithoutCancel(r.ctx)
 	}
 	_ = p.ss.Log(dctx, req.Params)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -235,4 +236,70 @@ func TestLedgerMCP_s2cForwarded(t *testing.T) {
 			assert.Equal(t, 3, s)
 		}
 	})
+}
+
+// TestLedgerMCP_s2cCallsAtOnce: two calls at once in one session of an
+// older revision each hold an upstream session of their own, so what the
+// upstream asks during one is that call's alone. Call A waits upstream
+// while call B is asking its client (an elicitation the client holds);
+// then A asks for sampling, which this client cannot answer: A is
+// not_applied CLIENT_CAPABILITY_MISSING (nothing had been answered on
+// A), and B, accepted, runs once.
+func TestLedgerMCP_s2cCallsAtOnce(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	upstream := append(sh.command(), "--revision", rev1125)
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, upstream...)
+			url := ""
+			if transport == "http" {
+				url, _ = startHTTPGateway(t, args...)
+			}
+			asked, release := make(chan struct{}, 1), make(chan struct{})
+			c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, &mcp.ClientOptions{
+				ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					asked <- struct{}{}
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+				}})
+			g := s2cConnect(t, c, rev1125, url, args)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			a, b := "A-"+transport, "B-"+transport
+			callAsync := func(tool, id string) <-chan *mcp.CallToolResult {
+				out := make(chan *mcp.CallToolResult, 1)
+				go func() {
+					res, err := g.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": id}})
+					if err != nil {
+						res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+					}
+					out <- res
+				}()
+				return out
+			}
+			resA := callAsync("ask_sample_later", a)
+			require.Eventually(t, func() bool { return len(toolReceipts(t, db, "test-shop.ask_sample_later")) > 0 },
+				30*time.Second, 20*time.Millisecond, "A reserved")
+			resB := callAsync("ask_elicit", b)
+			<-asked // B is asking its client, and stays in flight
+			require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "release-"+a), nil, 0o600))
+			gotA := <-resA
+			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(gotA), text(t, gotA))
+			close(release)
+			assert.Equal(t, "elicited "+b+", run 1", text(t, <-resB))
+
+			rs := toolReceipts(t, db, "test-shop.ask_sample_later")
+			assert.Equal(t, "not_applied", rs[len(rs)-1].Outcome)
+			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", rs[len(rs)-1].ErrorCode)
+			assert.Equal(t, 0, sh.runs("ask_sample_later", a))
+			assert.Equal(t, 1, sh.runs("ask_elicit", b))
+		})
+	}
 }

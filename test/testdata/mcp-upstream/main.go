@@ -161,6 +161,7 @@ func newServer() *mcp.Server {
 				caps != nil && caps.Elicitation != nil)), nil, nil
 		})
 	addAskingTools(s)
+	addLaterTools(s)
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 			return &mcp.GetPromptResult{Messages: []*mcp.PromptMessage{{Role: "user",
