@@ -112,6 +112,9 @@ type caller struct {
 	name       string // clientInfo.name, as the ledger records it
 	elicitForm bool   // it takes form elicitations
 	elicitURL  bool   // it takes URL elicitations (MCP 2025-11-25)
+	// caps: a 2026-07-28 client's capabilities, from its request's _meta
+	// (for a parked call, park.go).
+	caps *mcp.ClientCapabilities
 }
 
 type callerKey struct{}
@@ -136,6 +139,9 @@ func describeCaller(req mcp.Request, version string) caller {
 		caps = wireCapabilities(ip.Capabilities)
 	}
 	c := caller{name: clientName(name)}
+	if statelessRevision(version) {
+		c.caps = wireClientCapabilities(caps)
+	}
 	if e, ok := asMap(caps["elicitation"]); ok {
 		_, form := e["form"]
 		_, url := e["url"]

@@ -64,6 +64,9 @@ type call struct {
 	// unwaited: the first reserve did not wait for an approval's answer
 	// (approval.go), so that the client could be asked at once.
 	unwaited bool
+	// parked: a 2026-07-28 client's call to an older upstream, whose
+	// requests become rounds (park.go).
+	parked bool
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -98,6 +101,7 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		ann, c.toolLabel = tool.Annotations, c.ledgerTool
 	}
 	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
+	c.parked = g.parks(ctx, version)
 	if c.peer != nil {
 		// The call's own upstream session: what the upstream asks on it
 		// is this call's (serverreq.go).
@@ -499,6 +503,14 @@ func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call
 // back to it, and returns the typed result and the slot that saw the
 // upstream's answer.
 func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	if c.parked {
+		return g.sendParked(ctx, c)
+	}
+	return g.sendOn(ctx, s, c)
+}
+
+// sendOn makes the upstream call on s.
+func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
 	rctx, slot := withRawSlot(ctx)

@@ -97,6 +97,7 @@ type Gateway struct {
 	// (serverreq.go).
 	peersMu sync.Mutex
 	peers   map[*mcp.ServerSession]*peer
+	parked  *parkTable  // the parked calls of 2026-07-28 clients (park.go)
 	pol     policyCache // the ledger's policy, for approvals (approval.go)
 }
 
@@ -129,9 +130,10 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
 		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
-		peers: map[*mcp.ServerSession]*peer{}}
+		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
+	up.onClose(g.closeParking)
 	up.onProgress(g.progress.deliver)
 	return g, nil
 }

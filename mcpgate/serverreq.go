@@ -31,10 +31,14 @@ import (
 // upstream at once (and so its upstream sessions): more wait.
 const maxPeerCalls = 16
 
-// peer is a downstream session's own upstream sessions.
+// peer is a downstream session's own upstream sessions; or, without a
+// session (ss nil), a parking peer's (park.go): its client's
+// capabilities and info are caps and impl.
 type peer struct {
 	g     *Gateway
 	ss    *mcp.ServerSession
+	caps  *mcp.ClientCapabilities
+	impl  *mcp.Implementation
 	slots chan struct{} // one per call in flight
 
 	mu     sync.Mutex
@@ -57,6 +61,7 @@ type route struct {
 	answered int
 	missing  error
 	first    bool
+	park     *parkedCall // a parked call's (park.go)
 }
 
 // usesPeer reports whether a call of a client of revision version on ss
@@ -140,12 +145,18 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	c, level := p.client, p.level
 	p.mu.Unlock()
-	cs, err := c.Connect(ctx, p.g.up.newConn(), nil)
+	// A context of its own, cancelled with ctx: the downstream request's
+	// carries its protocol revision, which the SDK's client would offer
+	// the upstream instead of negotiating its own.
+	cctx, cancel := context.WithCancel(context.Background())
+	defer context.AfterFunc(ctx, cancel)()
+	defer cancel()
+	cs, err := c.Connect(cctx, p.g.up.newConn(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", p.g.up.name, err)
 	}
 	if level != "" {
-		_ = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+		_ = cs.SetLoggingLevel(cctx, &mcp.SetLoggingLevelParams{Level: level})
 	}
 	go func() {
 		_ = cs.Wait()
@@ -162,14 +173,12 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 // newClient is the client of the peer's upstream sessions: the
 // downstream client's info and the capabilities it can be relayed.
 func (p *peer) newClient() *mcp.Client {
-	ip := p.ss.InitializeParams()
-	impl := &mcp.Implementation{Name: "ledger-mcp", Version: p.g.cfg.Version}
-	var down *mcp.ClientCapabilities
-	if ip != nil {
-		if ip.ClientInfo != nil {
+	impl, down := p.impl, p.caps
+	if p.ss != nil {
+		impl, down = &mcp.Implementation{Name: "ledger-mcp", Version: p.g.cfg.Version}, p.clientCaps()
+		if ip := p.ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
 			impl = ip.ClientInfo
 		}
-		down = ip.Capabilities
 	}
 	c := mcp.NewClient(impl, &mcp.ClientOptions{
 		Capabilities: relayable(down),
@@ -318,14 +327,14 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		cs, _ := req.GetSession().(*mcp.ClientSession)
 		r := p.routeOf(cs)
+		if p.ss == nil {
+			return p.parkedAnswer(ctx, r, method, req)
+		}
 		dctx := ctx
 		if r != nil {
 			dctx = r.ctx
 		}
-		caps := &mcp.ClientCapabilities{}
-		if ip := p.ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
-			caps = ip.Capabilities
-		}
+		caps := p.clientCaps()
 		var (
 			res     mcp.Result
 			err     error
@@ -379,8 +388,23 @@ func (p *peer) markMissing(r *route, err error) {
 	}
 }
 
-// log passes an upstream log message on to the client.
+// clientCaps are the capabilities of the peer's client.
+func (p *peer) clientCaps() *mcp.ClientCapabilities {
+	if p.ss == nil {
+		return p.caps
+	}
+	if ip := p.ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
+		return ip.Capabilities
+	}
+	return &mcp.ClientCapabilities{}
+}
+
+// log passes an upstream log message on to the client (a parking peer's
+// clients take none: they are sent no requests of the server).
 func (p *peer) log(ctx context.Context, req *mcp.LoggingMessageRequest) {
+	if p.ss == nil {
+		return
+	}
 	dctx := context.WithoutCancel(ctx)
 	if r := p.routeOf(req.Session); r != nil {
 		dctx = context.WithoutCancel(r.ctx)
@@ -422,10 +446,7 @@ func missingCapability(p *peer, r *route, v verdict) (first bool, err error) {
 	if missing != nil {
 		return first, missing
 	}
-	caps := &mcp.ClientCapabilities{}
-	if ip := p.ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
-		caps = ip.Capabilities
-	}
+	caps := p.clientCaps()
 	msg := v.outcome.ErrorMessage
 	if caps.Elicitation == nil && strings.Contains(msg, "does not support elicitation") {
 		return answered == 0, fmt.Errorf("%w: elicitation", errCapabilityMissing)

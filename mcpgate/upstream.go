@@ -28,6 +28,9 @@ type Upstream struct {
 	session *mcp.ClientSession
 	info    *mcp.InitializeResult // of the first connection
 	closed  bool
+	// others close the other connections made to the upstream (park.go),
+	// on Close.
+	others []func()
 	// changed is called with "tools", "prompts" or "resources" when that
 	// list of the upstream may have changed (a list_changed notification,
 	// a new connection).
@@ -139,6 +142,13 @@ func (u *Upstream) onProgress(f func(*mcp.ProgressNotificationParams)) {
 	u.mu.Unlock()
 }
 
+// onClose adds a function Close calls.
+func (u *Upstream) onClose(f func()) {
+	u.mu.Lock()
+	u.others = append(u.others, f)
+	u.mu.Unlock()
+}
+
 // onChanged sets the function told that a list may have changed.
 func (u *Upstream) onChanged(f func(list string)) {
 	u.mu.Lock()
@@ -196,9 +206,12 @@ func (u *Upstream) watch(s *mcp.ClientSession) {
 // terminated if it does not exit).
 func (u *Upstream) Close() error {
 	u.mu.Lock()
-	s := u.session
-	u.session, u.closed = nil, true
+	s, others := u.session, u.others
+	u.session, u.closed, u.others = nil, true, nil
 	u.mu.Unlock()
+	for _, f := range others {
+		f()
+	}
 	if s == nil {
 		return nil
 	}

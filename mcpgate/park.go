@@ -1,0 +1,311 @@
+//lint:file-ignore SA1019 sampling and roots are deprecated (SEP-2577), not gone: a client that has them is relayed them
+
+package mcpgate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
+// it answers input_required rounds; an upstream of an older revision asks
+// its client with requests while the call runs. So such a client's call
+// goes on an upstream session that advertises that client's capabilities
+// (a parking peer: one per set of capabilities, each call in flight on a
+// session of its own), and each request the upstream sends during the
+// call becomes a round: the client gets input_required with the request
+// as its one inputRequest and requestState "park:<id>" (sealed in the
+// round's envelope for a recorded call), while the upstream's call stays
+// open — parked. The client's next round answers the parked request with
+// its inputResponse and waits for what the upstream does next: another
+// request (another round) or its final answer, committed once. A parked
+// call lives in this process for parkTimeout; a round that comes later,
+// or to another replica or after a restart, runs the call afresh (the
+// upstream then asks again).
+
+// parkPrefix marks the upstream state of a parked call's round.
+const parkPrefix = "park:"
+
+// parkTimeout is how long a parked call waits for the client's next
+// round; then its request is answered with an error.
+const parkTimeout = 15 * time.Minute
+
+// parkedCall is a call whose upstream waits for the client's answer.
+type parkedCall struct {
+	id    string
+	asks  chan *parkedAsk // the upstream's requests during the call
+	end   chan parkedEnd  // the call's answer, once
+	n     atomic.Int64    // requests so far, for their inputRequests keys
+	ask   *parkedAsk      // the request the client is asked now
+	timer *time.Timer
+	// Where the call runs, for what its client could not answer.
+	peer  *peer
+	route *route
+}
+
+// parkedAsk is one request of the upstream, waiting for its answer.
+type parkedAsk struct {
+	key    string
+	params mcp.InputRequest
+	answer chan mcp.Result // nil: no answer came
+}
+
+type parkedEnd struct {
+	res  *mcp.CallToolResult
+	slot *rawSlot
+	err  error
+}
+
+// parkTable holds the parked calls of this process.
+type parkTable struct {
+	mu    sync.Mutex
+	calls map[string]*parkedCall
+	peers map[string]*peer // parking peers, by their client's capabilities
+}
+
+func newParkTable() *parkTable {
+	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*peer{}}
+}
+
+// take removes and returns the parked call id, if it still waits.
+func (t *parkTable) take(id string) *parkedCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.calls[id]
+	if p != nil {
+		delete(t.calls, id)
+		p.timer.Stop()
+	}
+	return p
+}
+
+// park keeps p until its client's next round, at most parkTimeout.
+func (t *parkTable) park(p *parkedCall) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.calls[p.id] = p
+	p.timer = time.AfterFunc(parkTimeout, func() {
+		if t.take(p.id) == p {
+			p.ask.answer <- nil
+		}
+	})
+}
+
+// parks reports whether a call of a client of revision version goes on
+// a parking peer: a 2026-07-28 client, an upstream of an older revision.
+func (g *Gateway) parks(ctx context.Context, version string) bool {
+	if !statelessRevision(version) {
+		return false
+	}
+	s, err := g.up.Session(ctx)
+	if err != nil {
+		return false
+	}
+	ir := s.InitializeResult()
+	return ir != nil && !statelessRevision(ir.ProtocolVersion)
+}
+
+// parkingPeer is the peer whose upstream sessions introduce a client
+// named name with the capabilities caps.
+func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities, name string) *peer {
+	relay := relayable(caps)
+	b, _ := json.Marshal([]any{name, wireCapabilities(relay)})
+	g.parked.mu.Lock()
+	defer g.parked.mu.Unlock()
+	if p, ok := g.parked.peers[string(b)]; ok {
+		return p
+	}
+	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: name, Version: g.cfg.Version},
+		slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}}
+	g.parked.peers[string(b)] = p
+	return p
+}
+
+// closeParking closes the parking peers' upstream sessions, with the
+// upstream.
+func (g *Gateway) closeParking() {
+	g.parked.mu.Lock()
+	peers, calls := g.parked.peers, g.parked.calls
+	g.parked.peers, g.parked.calls = map[string]*peer{}, map[string]*parkedCall{}
+	g.parked.mu.Unlock()
+	for _, c := range calls {
+		// The upstream gets an error for its request and ends its call,
+		// before its session closes.
+		c.timer.Stop()
+		c.ask.answer <- nil
+	}
+	for _, c := range calls {
+		select {
+		case <-c.end:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	for _, p := range peers {
+		p.close()
+	}
+}
+
+// sendParked makes a parked call's next round: the answer to its parked
+// request, or the call itself on a parking peer's session. It returns
+// the call's answer, or an input_required round for the upstream's
+// next request.
+func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	if id, ok := strings.CutPrefix(c.upState, parkPrefix); ok {
+		if p := g.parked.take(id); p != nil {
+			var answer mcp.Result
+			if a, ok := c.inputResponses[p.ask.key].(mcp.Result); ok {
+				answer = a
+			}
+			p.ask.answer <- answer
+			c.peer, c.route = p.peer, p.route
+			return g.await(ctx, p)
+		}
+		g.logger.InfoContext(ctx, "parked call gone (timed out, or another process): the call runs afresh", "tool", c.ledgerTool)
+	}
+	pp := g.parkingPeer(c.caller.caps, c.caller.name)
+	// The upstream's call outlives this round's request.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
+	s, r, done, err := pp.acquire(uctx)
+	if err != nil {
+		cancel()
+		return nil, &rawSlot{}, err
+	}
+	p := &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r}
+	r.park = p
+	c.peer, c.route = pp, r
+	up := *c
+	up.upState, up.inputResponses = "", nil // the upstream knows no rounds
+	go func() {
+		defer cancel()
+		defer done()
+		res, slot, err := g.sendOn(uctx, s, &up)
+		p.end <- parkedEnd{res, slot, err}
+	}()
+	return g.await(ctx, p)
+}
+
+// await waits for a parked call's answer, or its next request, which it
+// parks and turns into an input_required round.
+func (g *Gateway) await(ctx context.Context, p *parkedCall) (*mcp.CallToolResult, *rawSlot, error) {
+	select {
+	case e := <-p.end:
+		return e.res, e.slot, e.err
+	case <-ctx.Done():
+		return nil, &rawSlot{}, ctx.Err()
+	case ask := <-p.asks:
+		p.ask = ask
+		raw, err := json.Marshal(map[string]any{"resultType": "input_required", "content": []any{},
+			"inputRequests": mcp.InputRequestMap{ask.key: ask.params}, "requestState": parkPrefix + p.id})
+		if err != nil {
+			ask.answer <- nil
+			return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
+		}
+		var res mcp.CallToolResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			ask.answer <- nil
+			return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
+		}
+		g.parked.park(p)
+		slot := &rawSlot{}
+		slot.put(raw, nil)
+		return &res, slot, nil
+	}
+}
+
+// parkAsk hands a request of the upstream during a parked call to the
+// call's client, as its next round, and waits for the answer.
+func (p *parkedCall) parkAsk(ctx context.Context, params mcp.InputRequest) (mcp.Result, error) {
+	ask := &parkedAsk{key: fmt.Sprintf("r%d", p.n.Add(1)), params: params, answer: make(chan mcp.Result, 1)}
+	select {
+	case p.asks <- ask:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-ask.answer:
+		if res == nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client did not answer"}
+		}
+		return res, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// parkedAnswer answers a request of the upstream on a parking peer's
+// session: the call's client answers it in its next round; one outside
+// a call, or one the client lacks the capability for, is refused.
+func (p *peer) parkedAnswer(ctx context.Context, r *route, method string, req mcp.Request) (mcp.Result, error) {
+	params, ok := req.GetParams().(mcp.InputRequest)
+	missing := ""
+	switch req.GetParams().(type) {
+	case *mcp.ElicitParams:
+		if p.caps.Elicitation == nil {
+			missing = "elicitation"
+		}
+	case *mcp.CreateMessageWithToolsParams, *mcp.CreateMessageParams:
+		if p.caps.Sampling == nil {
+			missing = "sampling"
+		}
+	case *mcp.ListRootsParams:
+		if !hasRoots(p.caps) {
+			missing = "roots"
+		}
+	default:
+		missing = method
+	}
+	if !ok || r == nil || r.park == nil {
+		missing = method
+	}
+	if missing != "" {
+		p.g.logger.InfoContext(ctx, "upstream request not forwarded: the client lacks the capability", "method", method)
+		p.markMissing(r, fmt.Errorf("%w: %s", errCapabilityMissing, missing))
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support " + missing}
+	}
+	res, err := r.park.parkAsk(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	r.answered++
+	p.mu.Unlock()
+	return res, nil
+}
+
+// wireClientCapabilities reads a 2026-07-28 request's client
+// capabilities (_meta) into the SDK's type: the ones the gateway relays.
+func wireClientCapabilities(m map[string]any) *mcp.ClientCapabilities {
+	out := &mcp.ClientCapabilities{}
+	decode := func(v any, dst any) bool {
+		b, err := json.Marshal(v)
+		return err == nil && json.Unmarshal(b, dst) == nil
+	}
+	if v, ok := m["elicitation"]; ok {
+		e := &mcp.ElicitationCapabilities{}
+		if decode(v, e) {
+			out.Elicitation = e
+		}
+	}
+	if v, ok := m["sampling"]; ok {
+		s := &mcp.SamplingCapabilities{}
+		if decode(v, s) {
+			out.Sampling = s
+		}
+	}
+	if v, ok := m["roots"]; ok {
+		rc := &mcp.RootCapabilities{}
+		if decode(v, rc) {
+			out.RootsV2 = rc
+		}
+	}
+	return out
+}

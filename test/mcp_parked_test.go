@@ -1,0 +1,149 @@
+//lint:file-ignore SA1019 a 2026-07-28 client still answers sampling and roots, as rounds
+
+package test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// parkedClient is a 2026-07-28 agent: it answers elicitations with
+// action, samples when sample, and has the root uri; the SDK fulfils
+// the rounds itself unless manual.
+func parkedClient(action string, sample, manual bool, root string) *mcp.Client {
+	o := &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: action, Content: map[string]any{}}, nil
+		},
+	}
+	if sample {
+		o.CreateMessageHandler = func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Role: "assistant", Model: "m", Content: &mcp.TextContent{Text: "model of " + root}}, nil
+		}
+	}
+	if manual {
+		o.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
+	c.AddRoots(&mcp.Root{URI: root})
+	return c
+}
+
+// TestLedgerMCP_parkedRounds: a 2026-07-28 client in front of an
+// upstream of 2025-11-25 whose tools ask their client during the call
+// (SPEC §11.1). Such a client is sent no requests, so each request of
+// the upstream becomes a round: input_required with the request, the
+// upstream's call parked until the client's next round answers it. An
+// accepted elicitation runs once (a round not_applied INPUT_REQUIRED,
+// then the outcome, one execution) and a repeat is replayed; sampling
+// and roots are answered by the client (its roots); a decline is the
+// upstream's answer, recorded not_applied, and the same call runs once
+// accepted; a client without sampling gets CLIENT_CAPABILITY_MISSING.
+func TestLedgerMCP_parkedRounds(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	upstream := append(sh.command(), "--revision", rev1125)
+	for _, transport := range []string{"stdio", "http"} {
+		t.Run(transport, func(t *testing.T) {
+			t.Parallel()
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, upstream...)
+			url := ""
+			if transport == "http" {
+				url, _ = startHTTPGateway(t, args...)
+			}
+			name := func(s string) string { return s + "-" + transport }
+			id := func(s string) map[string]any { return map[string]any{"id": name(s)} }
+			root := "file:///parked/" + transport
+			g := s2cConnect(t, parkedClient("accept", true, false, root), rev2026, url, args)
+
+			assert.Equal(t, "elicited "+name("E")+", run 1", text(t, g.call(t, "ask_elicit", id("E"), nil)))
+			rs := toolReceipts(t, db, "test-shop.ask_elicit")
+			require.Len(t, rs, 4, "reserve, round, reserve, outcome")
+			assert.Equal(t, []string{"reserve", "commit", "reserve", "commit"}, []string{rs[0].Kind, rs[1].Kind, rs[2].Kind, rs[3].Kind})
+			assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+			assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID, "the rounds are one execution")
+			assert.Equal(t, 2, rs[2].Attempt)
+			assert.Equal(t, "succeeded", rs[3].Outcome)
+			again := g.call(t, "ask_elicit", id("E"), nil)
+			assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"], again.Meta)
+			assert.Equal(t, 1, sh.runs("ask_elicit", name("E")))
+
+			assert.Equal(t, "sampled "+name("S")+": model of "+root+", run 1", text(t, g.call(t, "ask_sample", id("S"), nil)))
+			assert.Equal(t, "roots of "+name("R")+": ["+root+"], run 1", text(t, g.call(t, "ask_roots", id("R"), nil)))
+
+			// A decline, then the same call accepted; a client without
+			// sampling. (On stdio one gateway at a time holds the ledger.)
+			reconnect := func(old *gateway, c *mcp.Client) *gateway {
+				if url == "" {
+					old.stop(t)
+					return s2cConnect(t, c, rev2026, url, args)
+				}
+				return s2cConnect(t, c, rev2026, url, nil)
+			}
+			no := reconnect(g, parkedClient("decline", false, false, root))
+			res := no.call(t, "ask_elicit", id("D"), nil)
+			assert.True(t, res.IsError)
+			assert.Contains(t, text(t, res), "the user answered decline")
+			rs = toolReceipts(t, db, "test-shop.ask_elicit")
+			assert.Equal(t, "not_applied", rs[len(rs)-1].Outcome)
+			assert.Equal(t, "TOOL_ERROR", rs[len(rs)-1].ErrorCode)
+			assert.Equal(t, 0, sh.runs("ask_elicit", name("D")))
+			res = no.call(t, "ask_sample", id("MS"), nil)
+			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(res), text(t, res))
+			assert.Equal(t, 0, sh.runs("ask_sample", name("MS")))
+			yes := reconnect(no, parkedClient("accept", true, false, root))
+			assert.Equal(t, "elicited "+name("D")+", run 1", text(t, yes.call(t, "ask_elicit", id("D"), nil)))
+			out, errOut, code := ledgerctl(t, "verify", "--db", db)
+			assert.Equal(t, 0, code, out+errOut)
+		})
+	}
+}
+
+// TestLedgerMCP_parkedAfterRestart: the gateway that parked a call ends
+// before the client's next round; the round, sent to a new gateway with
+// its answer and requestState, runs the call afresh as the same
+// execution (the upstream asks again), and it runs once.
+func TestLedgerMCP_parkedAfterRestart(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	args := append([]string{"--db", db}, append(sh.command(), "--revision", rev1125)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := &mcp.CallToolParams{Name: "ask_elicit", Arguments: map[string]any{"id": "X"}}
+	first := s2cConnect(t, parkedClient("accept", false, true, "file:///x"), rev2026, "", args)
+	res, err := first.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput(), "%+v", res)
+	require.Len(t, res.InputRequests, 1)
+	first.stop(t)
+
+	again := s2cConnect(t, parkedClient("accept", false, true, "file:///x"), rev2026, "", args)
+	for round := 0; res.NeedsInput(); round++ {
+		require.Less(t, round, 3, "rounds without end")
+		answers := mcp.InputResponseMap{}
+		for k := range res.InputRequests {
+			answers[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
+		}
+		params.InputResponses, params.RequestState = answers, res.RequestState
+		res, err = again.CallTool(ctx, params)
+		require.NoError(t, err, again.logs.String())
+	}
+	assert.Equal(t, "elicited X, run 1", text(t, res))
+	assert.Equal(t, 1, sh.runs("ask_elicit", "X"))
+	rs := toolReceipts(t, db, "test-shop.ask_elicit")
+	require.NotEmpty(t, rs)
+	for _, r := range rs {
+		assert.Equal(t, rs[0].ExecutionID, r.ExecutionID, "one execution")
+	}
+	assert.Equal(t, "succeeded", rs[len(rs)-1].Outcome)
+	out, errOut, code := ledgerctl(t, "verify", "--db", db)
+	assert.Equal(t, 0, code, out+errOut)
+}
