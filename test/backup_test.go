@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,33 +27,6 @@ type backupReport struct {
 	ViolationsTotal int              `json:"violations_total"`
 }
 
-// writeLoad runs clients that reserve and commit until stop is closed; it
-// counts requests that did not succeed.
-func writeLoad(l *Ledgerd, clients int, stop <-chan struct{}, wg *sync.WaitGroup, failures *atomic.Int32) {
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("backup-load-%02d-%06d", c, i)
-				st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t","effect":"write","idempotent":true}`)
-				if err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				if st, _, err := rawPost(l.URL+"/v1/effects/"+key+"/commit", `{"reservation":"`+field(b, "reservation")+`","outcome":"succeeded"}`); err != nil || st != 201 {
-					failures.Add(1)
-				}
-			}
-		}()
-	}
-}
-
 // TestLedgerctl_backup copies a ledger while a real ledgerd writes it: the
 // copy verifies, its head is a receipt of the live chain, an existing
 // --out is kept unless --force, and ledgerd starts on the copy.
@@ -64,11 +35,8 @@ func TestLedgerctl_backup(t *testing.T) {
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failures atomic.Int32
-	writeLoad(l, 4, stop, &wg, &failures)
-	defer func() { close(stop); wg.Wait() }()
+	w := startLoad(t, l, 4, "backup-load", `"execution_id":"e","tool":"t","effect":"write","idempotent":true`,
+		func(int) string { return `"outcome":"succeeded"` })
 	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) >= 60 }, 60*time.Second, 20*time.Millisecond)
 
 	dir := t.TempDir()
@@ -114,10 +82,8 @@ func TestLedgerctl_backup(t *testing.T) {
 	assert.Contains(t, stdout, "backup: wrote "+out2)
 	assert.Contains(t, stdout, "verified: OK, head ")
 
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{}) // for the deferred close
-	assert.Zero(t, failures.Load(), "writes kept succeeding during the backups")
+	w.Stop()
+	assert.Zero(t, w.failures.Load(), "writes kept succeeding during the backups")
 
 	es, err := os.ReadDir(dir)
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"database/sql"
 	"net"
 	"os"
@@ -22,16 +21,7 @@ func ledgerctlEnv(t *testing.T, env []string, args ...string) (string, string, i
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledgerctl"), args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(t, cmd)
 }
 
 // helpFlags returns the flags a --help text lists, in order.

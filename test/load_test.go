@@ -1,0 +1,76 @@
+package test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// loadWriters starts clients goroutines, counted in wg: client c calls
+// write(c, i) for i = 0, 1, … until stop is closed or write returns
+// false. A nil stop is never closed.
+func loadWriters(clients int, stop <-chan struct{}, wg *sync.WaitGroup, write func(c, i int) bool) {
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !write(c, i) {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// reserveAndCommit reserves key at the ledgerd at url with the reserve
+// fields reserveRest (what follows idempotency_key) and commits it with
+// the commit fields commitRest (what follows reservation); it reports
+// whether both were answered 201.
+func reserveAndCommit(url, key, reserveRest, commitRest string) bool {
+	st, b, err := rawPost(url+"/v1/effects/reserve", `{"idempotency_key":"`+key+`",`+reserveRest+`}`)
+	if err != nil || st != 201 {
+		return false
+	}
+	st, _, err = rawPost(url+"/v1/effects/"+key+"/commit", `{"reservation":"`+field(b, "reservation")+`",`+commitRest+`}`)
+	return err == nil && st == 201
+}
+
+// load is clients that reserve and commit keys on a ledgerd until
+// stopped, counting the keys written and the writes that failed.
+type load struct {
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	once     sync.Once
+	failures atomic.Int32 // reserves or commits not answered 201
+	written  atomic.Int32 // keys reserved and committed
+}
+
+// startLoad starts clients on l: client c writes the keys
+// prefix-CC-IIIIII for i = 0, 1, … with reserveAndCommit, the reserve
+// fields reserveRest and the commit fields commit(i), until Stop, which
+// the test's cleanup calls too.
+func startLoad(t *testing.T, l *Ledgerd, clients int, prefix, reserveRest string, commit func(i int) string) *load {
+	w := &load{stop: make(chan struct{})}
+	loadWriters(clients, w.stop, &w.wg, func(c, i int) bool {
+		if reserveAndCommit(l.URL, fmt.Sprintf("%s-%02d-%06d", prefix, c, i), reserveRest, commit(i)) {
+			w.written.Add(1)
+		} else {
+			w.failures.Add(1)
+		}
+		return true
+	})
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// Stop stops the clients and waits for them; later calls do nothing.
+func (w *load) Stop() {
+	w.once.Do(func() { close(w.stop); w.wg.Wait() })
+}
