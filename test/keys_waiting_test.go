@@ -1,7 +1,6 @@
 package test
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -22,14 +20,7 @@ import (
 // and past the count's cache (ledger.OpenKeysMaxAge).
 func TestLedgerd_keysWaiting(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testKeysWaiting(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testKeysWaiting(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testKeysWaiting)
 }
 
 func testKeysWaiting(t *testing.T, db string) {

@@ -2,10 +2,26 @@ package test
 
 import (
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
+
+// onSQLiteAndPostgres runs test in two parallel subtests: "sqlite" with
+// db a new file, and "postgres" with db a new PostgreSQL database's URL.
+func onSQLiteAndPostgres(t *testing.T, test func(t *testing.T, db string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		test(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, pgtest.URL(t))
+	})
+}
 
 // loadWriters starts clients goroutines, counted in wg: client c calls
 // write(c, i) for i = 0, 1, … until stop is closed or write returns
