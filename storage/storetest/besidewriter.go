@@ -21,12 +21,9 @@ import (
 // to that head (after the pin, for an incremental run).
 func testVerifyBesideWriter(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, testkit.ReserveReq("key-first", "exec"))
-	require.NoError(t, err)
-	_, err = n.Commit(ctx, testkit.Fail("key-first", r.Reservation, false))
-	require.NoError(t, err)
+	_, _, n := openDefault(t, f)
+	r := mustReserve(t, n, testkit.ReserveReq("key-first", "exec"))
+	mustCommit(t, n, testkit.Fail("key-first", r.Reservation, false))
 	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
