@@ -315,11 +315,7 @@ func TestTx_PolicySeq(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if err := s.CreateNamespace(ctx, "other", 0); err != nil {
-		t.Fatal(err)
-	}
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	s, c := openWithOther(t, u)
 	if got := policySeq(t, c); got != 0 {
 		t.Fatalf("PolicySeq of a new namespace = %d", got)
 	}
@@ -547,6 +543,17 @@ func TestTx_RecentOutcomes(t *testing.T) {
 	})
 }
 
+// openWithOther opens a Store on dbURL with a namespace "other" beside the
+// default one, and returns it with the default namespace's chain.
+func openWithOther(t *testing.T, dbURL string) (*postgres.Store, *postgres.Chain) {
+	t.Helper()
+	s := mustOpen(t, dbURL, postgres.Options{Logger: quiet})
+	if err := s.CreateNamespace(context.Background(), "other", 0); err != nil {
+		t.Fatal(err)
+	}
+	return s, mustChain(t, s, ledger.DefaultNamespace)
+}
+
 // askInputRows counts the kept inputs of the database.
 func askInputRows(tb testing.TB, dbURL string) int {
 	tb.Helper()
@@ -561,11 +568,7 @@ func TestTx_AskInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if err := s.CreateNamespace(ctx, "other", 0); err != nil {
-		t.Fatal(err)
-	}
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	s, c := openWithOther(t, u)
 	const day = 86_400_000
 	var t0 uint64
 	input := `{"amount":1200,"currency":"eur","memo":"café \u2028"}`
