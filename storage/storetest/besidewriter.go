@@ -28,15 +28,7 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
-	done := AppendFailures(t, n, 300)
-	for runs := 0; ; runs++ {
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-			require.Positive(t, runs)
-			return
-		default:
-		}
+	UntilDone(t, AppendFailures(t, n, 300), func(runs int) {
 		opts, pin := verify.Opts{}, rep.Head
 		if runs%2 == 1 {
 			opts.Pinned, opts.Incremental = &pin, true
@@ -52,6 +44,23 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 		}
 		// Receipts come in pairs, reserve then commit: the commits are the even seqs.
 		require.Len(t, rep.Audit.Failed, int(rep.Head.Seq/2-pin.Seq/2), "run %d from %d to %d", runs, pin.Seq, rep.Head.Seq)
+	})
+}
+
+// UntilDone calls run with 0, 1, … until done, the channel of
+// AppendFailures, has the writer's error; then it requires that error to
+// be nil and run to have run at least once.
+func UntilDone(t *testing.T, done <-chan error, run func(runs int)) {
+	t.Helper()
+	for runs := 0; ; runs++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Positive(t, runs)
+			return
+		default:
+		}
+		run(runs)
 	}
 }
 
