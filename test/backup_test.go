@@ -1,7 +1,6 @@
 package test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -117,15 +116,7 @@ func TestLedgerctl_backupErrors(t *testing.T) {
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 
-	tampered := filepath.Join(dir, "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
 	stdout, _, code := ledgerctl(t, "backup", "--db", tampered, "--out", filepath.Join(dir, "copy.db"))
 	assert.Equal(t, 1, code, stdout)
 	assert.Contains(t, stdout, "verified: FAILED, 1 violation")
@@ -147,7 +138,7 @@ func TestLedgerctl_backupErrors(t *testing.T) {
 		assert.Equal(t, 2, code, "%q", tc.args)
 		assert.Contains(t, stderr, tc.want, "%q", tc.args)
 	}
-	_, err = os.Stat(filepath.Join(dir, "x.db"))
+	_, err := os.Stat(filepath.Join(dir, "x.db"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, stderr, code := ledgerctl(t, "verify", "--db", l.DB)
 	assert.Equal(t, 0, code, "the ledger survived --out naming itself: %s", stderr)

@@ -239,18 +239,10 @@ func TestLedgerctl_plurals(t *testing.T) {
 	assert.Contains(t, out, "audit: 1 runtime retry, 1 re-invocation, 0 duplicate effects")
 	require.NoError(t, l.Stop())
 
-	tampered := filepath.Join(t.TempDir(), "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
 	// One violation: an edited actor breaks only the hash (moving seq 7's
 	// recorded_at later would also make its 10 ms lease shorter than any
 	// ledger writes, earlier could put it before seq 6's).
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "FAILED: 1 violation in 7 receipts")

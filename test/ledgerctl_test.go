@@ -177,15 +177,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, `"checked":1`)
 	require.NoError(t, l.Stop())
 
-	tampered := filepath.Join(dir, "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
 
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
@@ -195,11 +187,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, `"rule":"hash_mismatch"`)
 
 	// Truncation is invisible to a self-consistent chain, but not to a pin.
-	sdb, err = sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq >= 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	editLedger(t, tampered, `DELETE FROM receipts WHERE seq >= 4`)
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "derived_state", "the recorded head still names the deleted receipts")

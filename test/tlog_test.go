@@ -22,6 +22,7 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -405,14 +406,6 @@ func editCheckpointRoot(t *testing.T, s string) string {
 	return string(b)
 }
 
-// copyDB copies a stopped ledger's file.
-func copyDB(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(to, b, 0o600))
-}
-
 // rewriteSuffix edits receipt seq's result and rehashes it and every later
 // receipt, as a careful tamperer would; rebuild-index then makes the
 // derived state agree. The chain alone is intact again.
@@ -483,7 +476,7 @@ func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "tampered.db")
-			copyDB(t, l.DB, p)
+			testkit.CopyFile(t, l.DB, p)
 			tt.tamper(p)
 			out, _, code := ledgerctl(t, "verify", "--db", p, "--json")
 			if tt.cleanSelf {
