@@ -1,11 +1,20 @@
 package test
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 )
@@ -89,4 +98,40 @@ func startLoad(t *testing.T, l *Ledgerd, clients int, prefix, reserveRest string
 // Stop stops the clients and waits for them; later calls do nothing.
 func (w *load) Stop() {
 	w.once.Do(func() { close(w.stop); w.wg.Wait() })
+}
+
+// readyAddr reads the JSON log lines of a starting process from r, each
+// given to seen first (unless seen is nil), and sends on the channel it
+// returns the "addr" of the line whose "msg" is msg; the channel is closed
+// when r ends.
+func readyAddr(r io.Reader, msg string, seen func(line []byte)) <-chan string {
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			if seen != nil {
+				seen(sc.Bytes())
+			}
+			var line struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == msg {
+				ready <- line.Addr
+			}
+		}
+		close(ready)
+	}()
+	return ready
+}
+
+// metricFamilies scrapes l's /metrics and parses it.
+func metricFamilies(t *testing.T, l *Ledgerd) map[string]*dto.MetricFamily {
+	t.Helper()
+	res := l.Do("GET", "/metrics", "")
+	require.Equal(t, 200, res.Status)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(res.Raw))
+	require.NoError(t, err)
+	return fams
 }

@@ -1,12 +1,9 @@
 package test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -69,11 +66,7 @@ func testKeysWaiting(t *testing.T, db string) {
 // has all four series.
 func keysWaiting(t *testing.T, l *Ledgerd) map[string]float64 {
 	t.Helper()
-	res := l.Do("GET", "/metrics", "")
-	require.Equal(t, 200, res.Status)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(res.Raw))
-	require.NoError(t, err)
+	fams := metricFamilies(t, l)
 	f := fams["ledger_keys_waiting"]
 	require.NotNil(t, f, "ledger_keys_waiting is exported")
 	out := map[string]float64{}
