@@ -126,25 +126,20 @@ func testApprovalCovered(t *testing.T, f Factory) {
 }
 
 func testApprovalDeny(t *testing.T, f Factory) {
-	ctx := context.Background()
 	_, n := openGated(t, f)
 	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-1", "shell.rm")))
-	h1, err := n.Head(ctx)
-	require.NoError(t, err)
+	h1 := headSeq(t, n)
 	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-2", "shell.rm")))
-	h2, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h1.Seq, h2.Seq, "one deny receipt per key, fingerprint and policy")
+	h2 := headSeq(t, n)
+	assert.Equal(t, h1, h2, "one deny receipt per key, fingerprint and policy")
 	setPolicy(t, n, gatePolicy+" ") // the same policy: nothing appended
-	h3, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h2.Seq, h3.Seq)
+	h3 := headSeq(t, n)
+	assert.Equal(t, h2, h3)
 	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}],"self_approval":"allow"}`)
 	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-3", "shell.rm")))
-	h4, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h3.Seq+2, h4.Seq, "a new policy, then a new deny")
-	verifyClean(t, n, h4.Seq)
+	h4 := headSeq(t, n)
+	assert.Equal(t, h3+2, h4, "a new policy, then a new deny")
+	verifyClean(t, n, h4)
 }
 
 func testApprovalRepeat(t *testing.T, f Factory) {
@@ -329,16 +324,14 @@ func testApprovalPolicyText(t *testing.T, f Factory) {
 	assert.Equal(t, ledger.ECodeForbidden, code(err), "alice is not carol")
 	// Denies: one per key, fingerprint and policy, whatever the order.
 	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}]}`)
-	h0, err := n.Head(ctx)
-	require.NoError(t, err)
+	h0 := headSeq(t, n)
 	for _, in := range []string{`{"p":1}`, `{"p":1}`, `{"p":2}`, `{"p":1}`, `{"p":2}`} {
 		r := gateReq("rm-key-0050", "exec-1", "shell.rm")
 		r.Input = json.RawMessage(in)
 		assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, r))
 	}
-	h1, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h0.Seq+2, h1.Seq, "two fingerprints, two denies")
+	h1 := headSeq(t, n)
+	assert.Equal(t, h0+2, h1, "two fingerprints, two denies")
 }
 
 // testApprovalAskOutlivesPolicy: a key asked under a policy keeps the

@@ -615,6 +615,7 @@ type pauser struct {
 	resume chan struct{}
 }
 
+// newPauser returns a pauser whose pauses last until resume is closed.
 func newPauser() *pauser {
 	return &pauser{paused: make(chan struct{}, 1), resume: make(chan struct{})}
 }
