@@ -24,14 +24,22 @@ func MustOpenTokens(tb testing.TB, path string) *ledger.Tokens {
 	return toks
 }
 
+// mustCreate creates the token name with role (limited to namespaces,
+// if any) and returns it.
+func mustCreate(tb testing.TB, toks *ledger.Tokens, name, role string, namespaces ...string) string {
+	tb.Helper()
+	tok, err := toks.Create(context.Background(), name, role, namespaces...)
+	require.NoError(tb, err)
+	return tok
+}
+
 func TestServer_auth(t *testing.T) {
 	t.Parallel()
 	// The ledger's clock moves only when the test moves it: the 10 ms
 	// lease ends when the test says, whatever the machine's load.
 	db := ledgertest.Open(t)
 	clock := db.Clock
-	path := db.Path()
-	toks := MustOpenTokens(t, path)
+	toks := MustOpenTokens(t, db.Path())
 	var err error
 	tok := map[string]string{}
 	for _, role := range []string{ledger.RoleReader, ledger.RoleWriter, ledger.RoleAdmin} {
@@ -98,12 +106,9 @@ func TestServer_auth(t *testing.T) {
 func TestServer_rateLimit(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
-	path := db.Path()
-	toks := MustOpenTokens(t, path)
-	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
-	require.NoError(t, err)
-	b, err := toks.Create(context.Background(), "bot-b", ledger.RoleReader)
-	require.NoError(t, err)
+	toks := MustOpenTokens(t, db.Path())
+	a := mustCreate(t, toks, "bot-a", ledger.RoleReader)
+	b := mustCreate(t, toks, "bot-b", ledger.RoleReader)
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		RateLimit: 0.5, RateBurst: 3}) // a slow refill: the test cannot outrun it
 	srv := MustServe(t, s)
@@ -122,10 +127,8 @@ func TestServer_rateLimit(t *testing.T) {
 func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
-	path := db.Path()
-	toks := MustOpenTokens(t, path)
-	a, err := toks.Create(context.Background(), "bot-a", ledger.RoleReader)
-	require.NoError(t, err)
+	toks := MustOpenTokens(t, db.Path())
+	a := mustCreate(t, toks, "bot-a", ledger.RoleReader)
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		RateLimit: 0.5, RateBurst: 6, RateLimitShare: func() int { return 3 }})
 	srv := MustServe(t, s)
@@ -142,10 +145,8 @@ func TestServer_rateLimitSharedByReplicas(t *testing.T) {
 func TestServer_scopedAdmin(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
-	path := db.Path()
-	toks := MustOpenTokens(t, path)
-	tok, err := toks.Create(context.Background(), "team-a", ledger.RoleAdmin, "a")
-	require.NoError(t, err)
+	toks := MustOpenTokens(t, db.Path())
+	tok := mustCreate(t, toks, "team-a", ledger.RoleAdmin, "a")
 	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	auth := []string{"Authorization", "Bearer " + tok}
 	r := do(t, srv, "POST", "/v1/namespaces", `{"name":"b"}`, auth...)

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -76,8 +75,7 @@ func TestServer_OpenAPIJSON(t *testing.T) {
 
 	t.Run("PublicWithTokens", func(t *testing.T) {
 		toks := MustOpenTokens(t, path)
-		_, err := toks.Create(context.Background(), "bot", ledger.RoleReader)
-		require.NoError(t, err)
+		mustCreate(t, toks, "bot", ledger.RoleReader)
 		srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet})) // a new server reads auth at once
 		assert.Equal(t, 401, do(t, srv, "GET", "/v1/head", "").status)
 		assert.Equal(t, 200, do(t, srv, "GET", "/v1/openapi.json", "").status)

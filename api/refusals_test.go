@@ -69,10 +69,8 @@ func TestServer_metricsScoped(t *testing.T) {
 	require.NoError(t, db.Ledger.CreateNamespace(ctx, "payments", 0))
 	require.NoError(t, db.Ledger.CreateNamespace(ctx, "hidden", 0))
 	toks := MustOpenTokens(t, path)
-	scoped, err := toks.Create(ctx, "pay-reader", ledger.RoleReader, "payments")
-	require.NoError(t, err)
-	writer, err := toks.Create(ctx, "gw", ledger.RoleWriter)
-	require.NoError(t, err)
+	scoped := mustCreate(t, toks, "pay-reader", ledger.RoleReader, "payments")
+	writer := mustCreate(t, toks, "gw", ledger.RoleWriter)
 	srv := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	for _, ns := range []string{"payments", "hidden"} {
 		r := do(t, srv, "POST", "/v1/ns/"+ns+"/effects/reserve", `{"idempotency_key":"metric-key-0001","execution_id":"e","tool":"t","effect":"write"}`,

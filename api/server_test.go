@@ -3,7 +3,6 @@ package api_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -361,34 +360,11 @@ func TestServer_maxInFlight(t *testing.T) {
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		MaxInFlight: 2, MaxInFlightPerClient: -1}) // every request here comes from one address
-	release := make(chan struct{})
-	s.AddHoldRoute(release)
-	srv := MustServe(t, s)
-	// Registered after MustServe, so it runs first: a failed assertion
-	// frees the held requests before srv.Close waits for them.
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free)
+	srv, release, free := serveHolding(t, s)
 	// A hold that arrives while a probe below has the other place is
 	// refused (503) and tries again, so both end up held.
 	for range 2 {
-		go func() {
-			for {
-				res, err := srv.Client().Get(srv.URL + "/test/hold")
-				if err != nil {
-					return
-				}
-				res.Body.Close()
-				if res.StatusCode != http.StatusServiceUnavailable {
-					return
-				}
-				select {
-				case <-release:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}()
+		go hold(srv, release)
 	}
 	require.Eventually(t, func() bool {
 		return do(t, srv, "GET", "/v1/head", "").status == 503
@@ -399,6 +375,46 @@ func TestServer_maxInFlight(t *testing.T) {
 	assert.Equal(t, 200, do(t, srv, "GET", "/healthz", "").status)
 	free()
 	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second, 10*time.Millisecond)
+}
+
+// serveHolding serves s with its hold route (/test/hold, AddHoldRoute),
+// which holds each request until free is called; free runs too when the
+// test ends, before the server closes, so that a failed assertion does
+// not leave the server waiting for the held requests.
+func serveHolding(t *testing.T, s *api.Server) (srv *httptest.Server, release <-chan struct{}, free func()) {
+	t.Helper()
+	rel := make(chan struct{})
+	s.AddHoldRoute(rel)
+	srv = MustServe(t, s)
+	var once sync.Once
+	free = func() { once.Do(func() { close(rel) }) }
+	t.Cleanup(free) // registered after MustServe's, so it runs first
+	return srv, rel, free
+}
+
+// hold sends GET /test/hold, with the header's name and value pairs,
+// until one is held: one refused with 503 (no place was free) is sent
+// again, until release is closed.
+func hold(srv *httptest.Server, release <-chan struct{}, header ...string) {
+	for {
+		req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := srv.Client().Do(req)
+		if err != nil {
+			return
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusServiceUnavailable {
+			return
+		}
+		select {
+		case <-release:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // TestServer_maxInFlight_slowBodiesHoldNoPlace: bodies still arriving
@@ -440,40 +456,14 @@ func slowBody(t *testing.T, addr string) {
 func TestServer_maxInFlightPerClient(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
-	path := db.Path()
-	toks := MustOpenTokens(t, path)
-	busy, err := toks.Create(context.Background(), "busy", ledger.RoleReader)
-	require.NoError(t, err)
-	other, err := toks.Create(context.Background(), "other", ledger.RoleReader)
-	require.NoError(t, err)
+	toks := MustOpenTokens(t, db.Path())
+	busy := mustCreate(t, toks, "busy", ledger.RoleReader)
+	other := mustCreate(t, toks, "other", ledger.RoleReader)
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlight: 4, MaxInFlightPerClient: 1})
-	release := make(chan struct{})
-	s.AddHoldRoute(release)
-	srv := MustServe(t, s)
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(free) // before srv.Close
+	srv, release, free := serveHolding(t, s)
 	// A hold that arrives while a probe below has the busy token's place is
 	// refused (503) and tries again, so that it ends up held.
-	go func() {
-		for {
-			req, _ := http.NewRequest("GET", srv.URL+"/test/hold", nil)
-			req.Header.Set("Authorization", "Bearer "+busy)
-			res, err := srv.Client().Do(req)
-			if err != nil {
-				return
-			}
-			res.Body.Close()
-			if res.StatusCode != http.StatusServiceUnavailable {
-				return
-			}
-			select {
-			case <-release:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	go hold(srv, release, "Authorization", "Bearer "+busy)
 	require.Eventually(t, func() bool {
 		return do(t, srv, "GET", "/v1/head", "", "Authorization", "Bearer "+busy).status == 503
 	}, 60*time.Second, 10*time.Millisecond, "the busy token's one place is held")

@@ -3,8 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"testing"
 	"time"
 
@@ -16,22 +14,12 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-func getText(t *testing.T, url string) (*http.Response, string) {
-	t.Helper()
-	res, err := http.Get(url)
-	require.NoError(t, err)
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return res, string(b)
-}
-
 func TestServer_log(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
 	ctx := context.Background()
 	open := MustServe(t, api.NewServer(db.Ledger, api.Config{Logger: quiet}))
-	res, body := getText(t, open.URL+"/log/default/checkpoint")
+	res, body := get(t, open.URL+"/log/default/checkpoint")
 	assert.Equal(t, 404, res.StatusCode, body)
 	assert.Contains(t, body, `"not_checkpointed"`)
 
@@ -47,7 +35,7 @@ func TestServer_log(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(3), s.Size)
 
-	res, body = getText(t, open.URL+"/log/default/checkpoint")
+	res, body = get(t, open.URL+"/log/default/checkpoint")
 	require.Equal(t, 200, res.StatusCode, body)
 	assert.Equal(t, "text/plain; charset=utf-8", res.Header.Get("Content-Type"))
 	v, err := tlog.NewVerifier(vkey)
@@ -56,7 +44,7 @@ func TestServer_log(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, s.Root, c.Root)
 
-	res, body = getText(t, open.URL+"/log/default/tile/0/000.p/3")
+	res, body = get(t, open.URL+"/log/default/tile/0/000.p/3")
 	require.Equal(t, 200, res.StatusCode, body)
 	assert.Len(t, body, 3*32)
 	assert.Equal(t, "no-cache", res.Header.Get("Cache-Control"), "a partial tile may be superseded by a wider one")
@@ -88,7 +76,7 @@ func TestServer_log(t *testing.T) {
 			"/v1/proof/inclusion?seq=1":         false,
 			"/v1/receipts/1/proof":              false,
 		} {
-			res, body := getText(t, hs.URL+path)
+			res, body := get(t, hs.URL+path)
 			if open {
 				assert.Equal(t, 200, res.StatusCode, "%s public=%v: %s", path, public, body)
 			} else {

@@ -75,42 +75,32 @@ func IsCompactJSON(s string) bool {
 // value.
 func (r *Receipt) AppendJSON(b []byte) []byte {
 	bad := len(r.Malformed) > 0
-	b = append(b, `{"seq":`...)
+	b = append(b, '{')
 	b = r.appendU64(b, "seq", r.Seq, bad)
 	b = appendField(b, "kind", r.Kind)
 	b = appendField(b, "idempotency_key", r.IdempotencyKey)
-	b = append(b, `,"key_generated":`...)
 	b = r.appendBool(b, "key_generated", r.KeyGenerated, bad)
 	b = appendField(b, "execution_id", r.ExecutionID)
-	b = append(b, `,"attempt":`...)
 	b = r.appendU64(b, "attempt", r.Attempt, bad)
 	b = appendField(b, "tool", r.Tool)
 	b = appendField(b, "effect", r.Effect)
-	b = append(b, `,"idempotent":`...)
 	b = r.appendBool(b, "idempotent", r.Idempotent, bad)
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
 	b = appendField(b, "external_ref", r.ExternalRef)
-	b = append(b, `,"result":`...)
-	b, enc := ResultJSON(b, r.Result)
+	b, enc := ResultJSON(appendKey(b, "result"), r.Result)
 	if enc != "" {
 		b = appendField(b, "result_encoding", enc)
 	}
 	b = appendField(b, "error_code", r.ErrorCode)
 	b = appendField(b, "error_message", r.ErrorMessage)
-	b = append(b, `,"retryable":`...)
 	b = r.appendBool(b, "retryable", r.Retryable, bad)
-	b = append(b, `,"lease_expires_at":`...)
 	b = r.appendU64(b, "lease_expires_at", r.LeaseExpiresAt, bad)
-	b = append(b, `,"ref_seq":`...)
 	b = r.appendU64(b, "ref_seq", r.RefSeq, bad)
 	b = appendField(b, "actor", r.Actor)
 	b = appendField(b, "note", r.Note)
-	b = append(b, `,"recorded_at":`...)
 	b = r.appendU64(b, "recorded_at", r.RecordedAt, bad)
-	b = append(b, `,"prev_hash":`...)
 	b = r.appendHash(b, "prev_hash", r.PrevHash, bad)
-	b = append(b, `,"hash":`...)
 	b = r.appendHash(b, "hash", r.Hash, bad)
 	if bad {
 		b = append(b, `,"malformed":{`...)
@@ -127,22 +117,26 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
+// appendU64, appendBool and appendHash append the member name with the
+// value v of a field that can be malformed (nonStringFields): null when
+// r.Malformed names it.
+
 func (r *Receipt) appendU64(b []byte, name string, v uint64, bad bool) []byte {
-	if bad && r.IsMalformed(name) {
+	if b = appendKey(b, name); bad && r.IsMalformed(name) {
 		return append(b, "null"...)
 	}
 	return strconv.AppendUint(b, v, 10)
 }
 
 func (r *Receipt) appendBool(b []byte, name string, v bool, bad bool) []byte {
-	if bad && r.IsMalformed(name) {
+	if b = appendKey(b, name); bad && r.IsMalformed(name) {
 		return append(b, "null"...)
 	}
 	return strconv.AppendBool(b, v)
 }
 
 func (r *Receipt) appendHash(b []byte, name string, h Hash, bad bool) []byte {
-	if bad && r.IsMalformed(name) {
+	if b = appendKey(b, name); bad && r.IsMalformed(name) {
 		return append(b, "null"...)
 	}
 	b = append(b, '"')
@@ -329,10 +323,19 @@ func decodeResult(raw json.RawMessage, enc *string) (string, error) {
 }
 
 func appendField(b []byte, name, value string) []byte {
-	b = append(b, ',', '"')
+	return AppendJSONString(appendKey(b, name), value)
+}
+
+// appendKey appends the key of the member name, after a comma unless it
+// is the object's first member (b ends with its '{': no JSON value ends
+// so).
+func appendKey(b []byte, name string) []byte {
+	if b[len(b)-1] != '{' {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
 	b = append(b, name...)
-	b = append(b, '"', ':')
-	return AppendJSONString(b, value)
+	return append(b, '"', ':')
 }
 
 const hexDigits = "0123456789abcdef"

@@ -22,7 +22,7 @@ func TestNamespace_Reserve(t *testing.T) {
 		desc string
 		// setup brings key into a state; it returns the seq the new
 		// receipt must reference.
-		setup      func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64
+		setup      reserveSetup
 		req        func(r ledger.ReserveRequest) ledger.ReserveRequest
 		wantErr    string
 		wantStatus string
@@ -43,29 +43,20 @@ func TestNamespace_Reserve(t *testing.T) {
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
 		{
-			desc: "key reused with another tool",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return 0
-			},
+			desc:    "key reused with another tool",
+			setup:   reservedBy(false),
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Tool = "payments.charge"; return r },
 			wantErr: ledger.ECodeFingerprintMismatch,
 		},
 		{
-			desc: "key reused with another effect",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return 0
-			},
+			desc:    "key reused with another effect",
+			setup:   reservedBy(false),
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Effect = chain.EffectExternal; return r },
 			wantErr: ledger.ECodeFingerprintMismatch,
 		},
 		{
-			desc: "key reused with another input",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return 0
-			},
+			desc:  "key reused with another input",
+			setup: reservedBy(false),
 			req: func(r ledger.ReserveRequest) ledger.ReserveRequest {
 				r.Input = json.RawMessage(`{"order":8}`)
 				return r
@@ -83,50 +74,31 @@ func TestNamespace_Reserve(t *testing.T) {
 			wantErr: ledger.ECodeFingerprintMismatch,
 		},
 		{
-			desc: "succeeded key is replayed",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation)).Receipt.Seq
-			},
+			desc:       "succeeded key is replayed",
+			setup:      committedBy(false, testkit.Succeed, true),
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.ExecutionID = "exec-2"; return r },
 			wantStatus: ledger.StatusReplayed, wantKind: chain.KindReplay,
 		},
 		{
-			desc: "replay without input still matches (empty input_hash matches any)",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation)).Receipt.Seq
-			},
+			desc:       "replay without input still matches (empty input_hash matches any)",
+			setup:      committedBy(false, testkit.Succeed, true),
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Input = nil; return r },
 			wantStatus: ledger.StatusReplayed, wantKind: chain.KindReplay,
 		},
 		{
-			desc: "reserved key is in progress",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				return 0
-			},
+			desc:    "reserved key is in progress",
+			setup:   reservedBy(false),
 			wantErr: ledger.ECodeInProgress,
 		},
 		{
-			desc: "interrupted idempotent key is taken over",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
-				r := testkit.ReserveReq(key, "exec-1")
-				r.Idempotent = true
-				res := ledgertest.MustReserve(t, db, r)
-				clock.Advance(time.Minute)
-				return res.Receipt.Seq
-			},
+			desc:       "interrupted idempotent key is taken over",
+			setup:      lapsedBy(true, true),
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.ExecutionID = "exec-2"; return r },
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
 		{
-			desc: "interrupted non-idempotent key needs a person",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
-				ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				clock.Advance(time.Minute)
-				return 0
-			},
+			desc:  "interrupted non-idempotent key needs a person",
+			setup: lapsedBy(false, false),
 			req: func(r ledger.ReserveRequest) ledger.ReserveRequest {
 				r.ExecutionID, r.Idempotent = "exec-2", true // cannot change the stored flag
 				return r
@@ -134,35 +106,20 @@ func TestNamespace_Reserve(t *testing.T) {
 			wantErr: ledger.ECodeUnsafeResume,
 		},
 		{
-			desc: "failed retryable idempotent key is retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				r := testkit.ReserveReq(key, "exec-1")
-				r.Idempotent = true
-				res := ledgertest.MustReserve(t, db, r)
-				return ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true)).Receipt.Seq
-			},
+			desc:       "failed retryable idempotent key is retried",
+			setup:      committedBy(true, failing(true), true),
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt = i64(2); return r },
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
 		{
-			desc: "failed non-retryable key is not retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				r := testkit.ReserveReq(key, "exec-1")
-				r.Idempotent = true
-				res := ledgertest.MustReserve(t, db, r)
-				ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, false))
-				return 0
-			},
+			desc:    "failed non-retryable key is not retried",
+			setup:   committedBy(true, failing(false), false),
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt = i64(2); return r },
 			wantErr: ledger.ECodeRetryNotAllowed,
 		},
 		{
-			desc: "failed retryable key not declared idempotent is not retried",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-				ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true))
-				return 0
-			},
+			desc:    "failed retryable key not declared idempotent is not retried",
+			setup:   committedBy(false, failing(true), false),
 			req:     func(r ledger.ReserveRequest) ledger.ReserveRequest { r.Attempt, r.Idempotent = i64(2), true; return r },
 			wantErr: ledger.ECodeRetryNotAllowed,
 		},
@@ -179,24 +136,13 @@ func TestNamespace_Reserve(t *testing.T) {
 			wantErr: ledger.ECodeAttemptConflict,
 		},
 		{
-			desc: "takeover by the same execution without a higher attempt",
-			setup: func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
-				r := testkit.ReserveReq(key, "exec-1")
-				r.Idempotent = true
-				ledgertest.MustReserve(t, db, r)
-				clock.Advance(time.Minute)
-				return 0
-			},
+			desc:    "takeover by the same execution without a higher attempt",
+			setup:   lapsedBy(true, false),
 			wantErr: ledger.ECodeAttemptConflict,
 		},
 		{
-			desc: "retry by a new execution (re-invocation) at attempt 1",
-			setup: func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
-				r := testkit.ReserveReq(key, "exec-1")
-				r.Idempotent = true
-				res := ledgertest.MustReserve(t, db, r)
-				return ledgertest.MustCommit(t, db, testkit.Fail(key, res.Reservation, true)).Receipt.Seq
-			},
+			desc:       "retry by a new execution (re-invocation) at attempt 1",
+			setup:      committedBy(true, failing(true), true),
 			req:        func(r ledger.ReserveRequest) ledger.ReserveRequest { r.ExecutionID = "exec-2"; return r },
 			wantStatus: ledger.StatusReserved, wantKind: chain.KindReserve,
 		},
@@ -239,6 +185,70 @@ func TestNamespace_Reserve(t *testing.T) {
 			ledgertest.VerifyChain(t, db)
 		})
 	}
+}
+
+// reserveSetup brings key into a state for a case of
+// TestNamespace_Reserve and returns the seq the case's receipt must
+// reference (0: none).
+type reserveSetup func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64
+
+// reserveKey reserves key for exec-1, idempotent or not.
+func reserveKey(t *testing.T, db *ledgertest.DB, idempotent bool) *ledger.ReserveResult {
+	t.Helper()
+	r := testkit.ReserveReq(key, "exec-1")
+	r.Idempotent = idempotent
+	return ledgertest.MustReserve(t, db, r)
+}
+
+// reservedBy is the setup of a key left reserved by exec-1; the case
+// references nothing.
+func reservedBy(idempotent bool) reserveSetup {
+	return func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+		reserveKey(t, db, idempotent)
+		return 0
+	}
+}
+
+// lapsedBy is the setup of a key whose reservation by exec-1 outlived its
+// lease; the case references that reserve when ref.
+func lapsedBy(idempotent, ref bool) reserveSetup {
+	return func(t *testing.T, db *ledgertest.DB, clock *testkit.Clock) uint64 {
+		res := reserveKey(t, db, idempotent)
+		clock.Advance(time.Minute)
+		return refSeq(ref, res.Receipt.Seq)
+	}
+}
+
+// committedBy is the setup of a key reserved by exec-1 and committed with
+// the request commit makes; the case references the commit when ref.
+func committedBy(idempotent bool, commit func(key, token string) ledger.CommitRequest, ref bool) reserveSetup {
+	return func(t *testing.T, db *ledgertest.DB, _ *testkit.Clock) uint64 {
+		res := reserveKey(t, db, idempotent)
+		return refSeq(ref, ledgertest.MustCommit(t, db, commit(key, res.Reservation)).Receipt.Seq)
+	}
+}
+
+// failing is testkit.Fail as committedBy's commit.
+func failing(retryable bool) func(key, token string) ledger.CommitRequest {
+	return func(key, token string) ledger.CommitRequest { return testkit.Fail(key, token, retryable) }
+}
+
+// openLapsed opens a ledger where key's reservation by exec-1 (idempotent
+// or not) outlived its lease, and returns it with that reservation.
+func openLapsed(t *testing.T, idempotent bool) (*ledgertest.DB, *ledger.ReserveResult) {
+	t.Helper()
+	db := ledgertest.Open(t)
+	res := reserveKey(t, db, idempotent)
+	db.Clock.Advance(time.Minute)
+	return db, res
+}
+
+// refSeq is seq when ref, else 0.
+func refSeq(ref bool, seq uint64) uint64 {
+	if ref {
+		return seq
+	}
+	return 0
 }
 
 func TestNamespace_Reserve_details(t *testing.T) {
@@ -307,13 +317,8 @@ func TestNamespace_Reserve_details(t *testing.T) {
 		assert.Equal(t, c.Receipt.Seq+1, rep.Receipt.Seq)
 	})
 	t.Run("idempotent is fixed by the first reserve", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		r := testkit.ReserveReq(key, "exec-1")
-		r.Idempotent = true
-		ledgertest.MustReserve(t, db, r)
-		clock.Advance(time.Minute)
-		r.ExecutionID, r.Idempotent = "exec-2", false
+		db, _ := openLapsed(t, true)
+		r := testkit.ReserveReq(key, "exec-2")  // not idempotent
 		res := ledgertest.MustReserve(t, db, r) // takeover uses the stored flag
 		assert.True(t, res.Takeover)
 		rc, err := db.GetReceipt(context.Background(), res.Receipt.Seq)
@@ -430,13 +435,9 @@ func TestNamespace_Commit(t *testing.T) {
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
 	})
 	t.Run("ErrStaleReservation after a takeover", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		r := testkit.ReserveReq(key, "exec-1")
+		db, first := openLapsed(t, true)
+		r := testkit.ReserveReq(key, "exec-2")
 		r.Idempotent = true
-		first := ledgertest.MustReserve(t, db, r)
-		clock.Advance(time.Minute)
-		r.ExecutionID = "exec-2"
 		ledgertest.MustReserve(t, db, r)
 		_, err := db.Commit(context.Background(), testkit.Succeed(key, first.Reservation))
 		assert.Equal(t, ledger.ECodeStaleReservation, ledger.ErrorCode(err))
@@ -512,10 +513,7 @@ func TestNamespace_Commit(t *testing.T) {
 		}
 	})
 	t.Run("ErrAlreadyFinalized after a resolve", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-		clock.Advance(time.Minute)
+		db, res := openLapsed(t, false)
 		_, err := db.Resolve(context.Background(), ledger.ResolveRequest{IdempotencyKey: key,
 			Outcome: chain.OutcomeSucceeded, ExternalRef: "re_1", Result: json.RawMessage(`{"amount":1200}`), Note: "checked the PSP"})
 		require.NoError(t, err)
@@ -523,10 +521,7 @@ func TestNamespace_Commit(t *testing.T) {
 		assert.Equal(t, ledger.ECodeAlreadyFinalized, ledger.ErrorCode(err))
 	})
 	t.Run("late commit after the lease ended", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-		clock.Advance(time.Minute)
+		db, res := openLapsed(t, false)
 		c := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
 		assert.True(t, c.Late)
 		rep := ledgertest.MustCommit(t, db, testkit.Succeed(key, res.Reservation))
@@ -585,10 +580,7 @@ func TestNamespace_Resolve(t *testing.T) {
 		return r
 	}
 	t.Run("OK succeeded", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		res := ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-		clock.Advance(time.Minute)
+		db, res := openLapsed(t, false)
 		out, err := db.Resolve(context.Background(), resolve(chain.OutcomeSucceeded))
 		require.NoError(t, err)
 		assert.Equal(t, ledger.StateSucceeded, out.State)
@@ -604,12 +596,7 @@ func TestNamespace_Resolve(t *testing.T) {
 		assert.Equal(t, out.Receipt, rep.Original)
 	})
 	t.Run("OK failed then retry needs idempotent", func(t *testing.T) {
-		db := ledgertest.Open(t)
-		clock := db.Clock
-		r := testkit.ReserveReq(key, "exec-1")
-		r.Idempotent = false
-		ledgertest.MustReserve(t, db, r)
-		clock.Advance(time.Minute)
+		db, _ := openLapsed(t, false)
 		out, err := db.Resolve(context.Background(), resolve(chain.OutcomeFailed))
 		require.NoError(t, err)
 		assert.Equal(t, ledger.StateFailed, out.State)

@@ -3,7 +3,6 @@ package test
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -93,14 +92,7 @@ func startGate(t *testing.T, db string) *gateFixture {
 // wait for an answer, and kill -9 between an approval and its consumer.
 func TestApprovals(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testApprovals(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testApprovals(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testApprovals)
 }
 
 func testApprovals(t *testing.T, db string) {

@@ -1,13 +1,10 @@
 package test
 
 import (
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,33 +26,6 @@ type backupReport struct {
 	ViolationsTotal int              `json:"violations_total"`
 }
 
-// writeLoad runs clients that reserve and commit until stop is closed; it
-// counts requests that did not succeed.
-func writeLoad(l *Ledgerd, clients int, stop <-chan struct{}, wg *sync.WaitGroup, failures *atomic.Int32) {
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("backup-load-%02d-%06d", c, i)
-				st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t","effect":"write","idempotent":true}`)
-				if err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				if st, _, err := rawPost(l.URL+"/v1/effects/"+key+"/commit", `{"reservation":"`+field(b, "reservation")+`","outcome":"succeeded"}`); err != nil || st != 201 {
-					failures.Add(1)
-				}
-			}
-		}()
-	}
-}
-
 // TestLedgerctl_backup copies a ledger while a real ledgerd writes it: the
 // copy verifies, its head is a receipt of the live chain, an existing
 // --out is kept unless --force, and ledgerd starts on the copy.
@@ -64,11 +34,8 @@ func TestLedgerctl_backup(t *testing.T) {
 	clock := newPastClock(t)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
 	populate(t, l, clock)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failures atomic.Int32
-	writeLoad(l, 4, stop, &wg, &failures)
-	defer func() { close(stop); wg.Wait() }()
+	w := startLoad(t, l, 4, "backup-load", `"execution_id":"e","tool":"t","effect":"write","idempotent":true`,
+		func(int) string { return `"outcome":"succeeded"` })
 	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) >= 60 }, 60*time.Second, 20*time.Millisecond)
 
 	dir := t.TempDir()
@@ -114,10 +81,8 @@ func TestLedgerctl_backup(t *testing.T) {
 	assert.Contains(t, stdout, "backup: wrote "+out2)
 	assert.Contains(t, stdout, "verified: OK, head ")
 
-	close(stop)
-	wg.Wait()
-	stop = make(chan struct{}) // for the deferred close
-	assert.Zero(t, failures.Load(), "writes kept succeeding during the backups")
+	w.Stop()
+	assert.Zero(t, w.failures.Load(), "writes kept succeeding during the backups")
 
 	es, err := os.ReadDir(dir)
 	require.NoError(t, err)
@@ -151,15 +116,7 @@ func TestLedgerctl_backupErrors(t *testing.T) {
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 
-	tampered := filepath.Join(dir, "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
 	stdout, _, code := ledgerctl(t, "backup", "--db", tampered, "--out", filepath.Join(dir, "copy.db"))
 	assert.Equal(t, 1, code, stdout)
 	assert.Contains(t, stdout, "verified: FAILED, 1 violation")
@@ -181,7 +138,7 @@ func TestLedgerctl_backupErrors(t *testing.T) {
 		assert.Equal(t, 2, code, "%q", tc.args)
 		assert.Contains(t, stderr, tc.want, "%q", tc.args)
 	}
-	_, err = os.Stat(filepath.Join(dir, "x.db"))
+	_, err := os.Stat(filepath.Join(dir, "x.db"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	_, stderr, code := ledgerctl(t, "verify", "--db", l.DB)
 	assert.Equal(t, 0, code, "the ledger survived --out naming itself: %s", stderr)

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"database/sql"
 	"net"
 	"os"
@@ -22,16 +21,7 @@ func ledgerctlEnv(t *testing.T, env []string, args ...string) (string, string, i
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledgerctl"), args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(t, cmd)
 }
 
 // helpFlags returns the flags a --help text lists, in order.
@@ -249,18 +239,10 @@ func TestLedgerctl_plurals(t *testing.T) {
 	assert.Contains(t, out, "audit: 1 runtime retry, 1 re-invocation, 0 duplicate effects")
 	require.NoError(t, l.Stop())
 
-	tampered := filepath.Join(t.TempDir(), "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
 	// One violation: an edited actor breaks only the hash (moving seq 7's
 	// recorded_at later would also make its 10 ms lease shorter than any
 	// ledger writes, earlier could put it before seq 6's).
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET actor = actor || 'x' WHERE seq = 7`)
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "FAILED: 1 violation in 7 receipts")

@@ -57,47 +57,37 @@ func TestLedgerd_kill9(t *testing.T) {
 		target := acked() + 1 + rng.IntN(40)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
-		for c := range 16 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					key := fmt.Sprintf("crash-%02d-%02d-%05d", cycle, c, i)
-					mu.Lock()
-					sent[key] = true
-					mu.Unlock()
-					st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e-`+key+`","tool":"t.x","effect":"write"}`)
-					if err != nil {
-						return // killed
-					}
-					if st != 201 {
-						t.Errorf("reserve: %d %s", st, b)
-						return
-					}
-					recordAck(&mu, &acks, b, key)
-					if i%4 == 3 {
-						continue // leave some reservations open
-					}
-					mu.Lock()
-					commitSent[key] = true
-					mu.Unlock()
-					st, b, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", `{"reservation":"`+field(b, "reservation")+`","outcome":"succeeded"}`)
-					if err != nil {
-						return
-					}
-					if st != 201 {
-						t.Errorf("commit: %d %s", st, b)
-						return
-					}
-					recordAck(&mu, &acks, b, key)
-				}
-			}()
-		}
+		loadWriters(16, stop, &wg, func(c, i int) bool {
+			key := fmt.Sprintf("crash-%02d-%02d-%05d", cycle, c, i)
+			mu.Lock()
+			sent[key] = true
+			mu.Unlock()
+			st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e-`+key+`","tool":"t.x","effect":"write"}`)
+			if err != nil {
+				return false // killed
+			}
+			if st != 201 {
+				t.Errorf("reserve: %d %s", st, b)
+				return false
+			}
+			recordAck(&mu, &acks, b, key)
+			if i%4 == 3 {
+				return true // leave some reservations open
+			}
+			mu.Lock()
+			commitSent[key] = true
+			mu.Unlock()
+			st, b, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", `{"reservation":"`+field(b, "reservation")+`","outcome":"succeeded"}`)
+			if err != nil {
+				return false
+			}
+			if st != 201 {
+				t.Errorf("commit: %d %s", st, b)
+				return false
+			}
+			recordAck(&mu, &acks, b, key)
+			return true
+		})
 		require.Eventually(t, func() bool { return acked() >= target }, 60*time.Second, time.Millisecond,
 			"cycle %d: want %d acknowledgements:\n%s", cycle, target, l.Logs())
 		require.NoError(t, l.cmd.Process.Signal(syscall.SIGKILL))
@@ -158,20 +148,15 @@ func TestLedgerd_sigtermUnderLoad(t *testing.T) {
 	var mu sync.Mutex
 	var acks []ack
 	var wg sync.WaitGroup
-	for c := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				key := fmt.Sprintf("term-%02d-%05d", c, i)
-				st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t.x","effect":"write"}`)
-				if err != nil || st != 201 {
-					return // refused: the server is shutting down
-				}
-				recordAck(&mu, &acks, b, key)
-			}
-		}()
-	}
+	loadWriters(16, nil, &wg, func(c, i int) bool {
+		key := fmt.Sprintf("term-%02d-%05d", c, i)
+		st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t.x","effect":"write"}`)
+		if err != nil || st != 201 {
+			return false // refused: the server is shutting down
+		}
+		recordAck(&mu, &acks, b, key)
+		return true
+	})
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acks) >= 100 }, 60*time.Second, time.Millisecond,
 		"the clients write")
 	start := time.Now()

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -123,11 +121,7 @@ func TestDeploy_metricNames(t *testing.T) {
 // a histogram also appears as _bucket (with le), _sum and _count.
 func scrape(t *testing.T, l *Ledgerd) map[string]map[string]bool {
 	t.Helper()
-	res := l.Do("GET", "/metrics", "")
-	require.Equal(t, 200, res.Status)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(res.Raw))
-	require.NoError(t, err)
+	fams := metricFamilies(t, l)
 	out := map[string]map[string]bool{}
 	add := func(name string, labels map[string]bool) {
 		if out[name] == nil {

@@ -23,10 +23,7 @@ func TestLedgerd_diskFull(t *testing.T) {
 	dir := t.TempDir()
 	// 16 MiB: the key index preallocates its log (a memtable's worth,
 	// ~3 MiB at the default --cache-mib) before the test fills the rest.
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	mountTmpfs(t, dir, "16m")
 	l := StartLedgerd(t, filepath.Join(dir, "ledger.db"))
 	reserve := func(i int) Resp {
 		return l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":"disk-key-%06d","execution_id":"e","tool":"t","effect":"write","input":{"pad":%q}}`, i, strings.Repeat("x", 2000)))
@@ -35,15 +32,7 @@ func TestLedgerd_diskFull(t *testing.T) {
 
 	// Fill the filesystem.
 	junk := filepath.Join(dir, "junk")
-	f, err := os.Create(junk)
-	require.NoError(t, err)
-	chunk := bytes.Repeat([]byte{1}, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	_ = f.Close()
+	fillDisk(t, junk)
 
 	var full Resp
 	for i := 1; i < 2000; i++ { // the WAL may have room for a few more
@@ -80,33 +69,14 @@ func TestLedgerd_indexDiskFull_tmpfs(t *testing.T) {
 	db := filepath.Join(dir, "ledger.db")
 	idx := db + ".idx"
 	require.NoError(t, os.Mkdir(idx, 0o755))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", idx).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", idx).Run() })
+	mountTmpfs(t, idx, "32m")
 	l := StartLedgerd(t, db)
 	pair(t, l, "", "before-full-1")
 
 	junk := filepath.Join(idx, "junk")
-	f, err := os.Create(junk)
-	require.NoError(t, err)
-	chunk := bytes.Repeat([]byte{1}, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			break
-		}
-	}
-	_ = f.Close()
+	fillDisk(t, junk)
 
-	var acked []string
-	var r Resp
-	for i := 0; i < 5000; i++ {
-		key := fmt.Sprintf("acked-key-%06d", i)
-		if r = l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-"+key, 1, false)); r.Status != 201 {
-			break
-		}
-		acked = append(acked, key)
-	}
+	acked, r := reserveUntilRefused(l)
 	requireUnavailable(t, r)
 	requireQuietWhileFull(t, l)
 
@@ -125,4 +95,28 @@ func TestLedgerd_indexDiskFull_tmpfs(t *testing.T) {
 	require.NoError(t, l.Stop())
 	out, _, code := ledgerctl(t, "verify", "--db", db)
 	assert.Equal(t, 0, code, out)
+}
+
+// mountTmpfs mounts a tmpfs of size on dir until t ends, or skips t where
+// it cannot (it needs root, as in CI).
+func mountTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+}
+
+// fillDisk writes junk to path until its filesystem is full.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	chunk := bytes.Repeat([]byte{1}, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			break
+		}
+	}
+	_ = f.Close()
 }

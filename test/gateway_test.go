@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bufio"
 	"encoding/json"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
@@ -41,21 +40,7 @@ func StartGateway(t *testing.T, ledgerURL string, env ...string) string {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	var logs testkit.Buffer
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			_, _ = logs.Write(append(sc.Bytes(), '\n'))
-			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "gateway ready" {
-				ready <- line.Addr
-			}
-		}
-		close(ready)
-	}()
+	ready := readyAddr(stderr, "gateway ready", func(line []byte) { _, _ = logs.Write(append(line, '\n')) })
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -54,6 +54,22 @@ func requireUnavailable(t *testing.T, r Resp) {
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 }
 
+// reserveUntilRefused reserves the keys acked-key-000000, -000001, …
+// (5000 at most) until one is not answered 201; it returns the keys
+// acknowledged and the last answer.
+func reserveUntilRefused(l *Ledgerd) ([]string, Resp) {
+	var acked []string
+	var r Resp
+	for i := 0; i < 5000; i++ {
+		key := fmt.Sprintf("acked-key-%06d", i)
+		if r = l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-"+key, 1, false)); r.Status != 201 {
+			break
+		}
+		acked = append(acked, key)
+	}
+	return acked, r
+}
+
 // requireQuietWhileFull sends requests for a while and requires ledgerd
 // to answer each 503, log a few lines at most and stay off the CPU.
 func requireQuietWhileFull(t *testing.T, l *Ledgerd) {
@@ -85,15 +101,7 @@ func TestLedgerd_indexDiskFull(t *testing.T) {
 	pair(t, l, "", "before-full-1")
 
 	require.NoError(t, os.WriteFile(full, nil, 0o644))
-	var acked []string
-	var r Resp
-	for i := 0; i < 5000; i++ { // Pebble buffers its log: the first writes may pass
-		key := fmt.Sprintf("acked-key-%06d", i)
-		if r = l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-"+key, 1, false)); r.Status != 201 {
-			break
-		}
-		acked = append(acked, key)
-	}
+	acked, r := reserveUntilRefused(l) // Pebble buffers its log: the first writes may pass
 	requireUnavailable(t, r)
 	requireAlive(t, l)
 	requireQuietWhileFull(t, l)

@@ -1,16 +1,11 @@
 package test
 
 import (
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -22,14 +17,7 @@ import (
 // and past the count's cache (ledger.OpenKeysMaxAge).
 func TestLedgerd_keysWaiting(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testKeysWaiting(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testKeysWaiting(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testKeysWaiting)
 }
 
 func testKeysWaiting(t *testing.T, db string) {
@@ -78,11 +66,7 @@ func testKeysWaiting(t *testing.T, db string) {
 // has all four series.
 func keysWaiting(t *testing.T, l *Ledgerd) map[string]float64 {
 	t.Helper()
-	res := l.Do("GET", "/metrics", "")
-	require.Equal(t, 200, res.Status)
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(res.Raw))
-	require.NoError(t, err)
+	fams := metricFamilies(t, l)
 	f := fams["ledger_keys_waiting"]
 	require.NotNil(t, f, "ledger_keys_waiting is exported")
 	out := map[string]float64{}

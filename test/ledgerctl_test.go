@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,7 +21,13 @@ import (
 // ledgerctl runs the binary and returns stdout, stderr and the exit code.
 func ledgerctl(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "ledgerctl"), args...)
+	return ledgerctlEnv(t, nil, args...)
+}
+
+// runCmd runs cmd and returns stdout, stderr and the exit code; an error
+// other than a non-zero exit fails t.
+func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -174,15 +177,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, `"checked":1`)
 	require.NoError(t, l.Stop())
 
-	tampered := filepath.Join(dir, "tampered.db")
-	raw, err := os.ReadFile(l.DB)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(tampered, raw, 0o600))
-	sdb, err := sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	tampered := copyLedger(t, l.DB, `UPDATE receipts SET external_ref = 'msg_forged' WHERE seq = 4`)
 
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
@@ -192,11 +187,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 	assert.Contains(t, out, `"rule":"hash_mismatch"`)
 
 	// Truncation is invisible to a self-consistent chain, but not to a pin.
-	sdb, err = sql.Open("sqlite3", tampered)
-	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq >= 4`)
-	require.NoError(t, err)
-	require.NoError(t, sdb.Close())
+	editLedger(t, tampered, `DELETE FROM receipts WHERE seq >= 4`)
 	out, _, code = ledgerctl(t, "verify", "--db", tampered)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "derived_state", "the recorded head still names the deleted receipts")
@@ -302,45 +293,19 @@ func TestLedgerd_nonLoopbackNeedsAuth(t *testing.T) {
 func TestLedgerctl_verifyWhileWriting(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "20ms")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failures, written atomic.Int32
-	for c := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("live-%02d-%06d", c, i)
-				st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t","effect":"write","idempotent":true}`)
-				if err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				body := `{"reservation":"` + field(b, "reservation") + `","outcome":"failed","error":{"code":"T","retryable":true}}`
-				if i%2 == 0 {
-					body = `{"reservation":"` + field(b, "reservation") + `","outcome":"succeeded"}`
-				}
-				if st, _, err := rawPost(l.URL+"/v1/effects/"+key+"/commit", body); err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				written.Add(1)
-			}
-		}()
-	}
-	require.Eventually(t, func() bool { return written.Load() >= 50 }, 60*time.Second, time.Millisecond, "the clients write")
+	w := startLoad(t, l, 8, "live", `"execution_id":"e","tool":"t","effect":"write","idempotent":true`, func(i int) string {
+		if i%2 == 0 {
+			return `"outcome":"succeeded"`
+		}
+		return `"outcome":"failed","error":{"code":"T","retryable":true}`
+	})
+	require.Eventually(t, func() bool { return w.written.Load() >= 50 }, 60*time.Second, time.Millisecond, "the clients write")
 	for range 8 {
 		out, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--json")
 		assert.Equal(t, 0, code, "%s%s", out, stderr)
 	}
-	close(stop)
-	wg.Wait()
-	assert.Zero(t, failures.Load(), "writes kept succeeding while verifying")
+	w.Stop()
+	assert.Zero(t, w.failures.Load(), "writes kept succeeding while verifying")
 	m := l.Do("GET", "/metrics", "").Raw
 	assert.Contains(t, m, `ledger_verify_violations{namespace="default"} 0`)
 	assert.NotContains(t, m, `ledger_verify_runs_total{result="violations"}`)

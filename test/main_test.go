@@ -5,7 +5,6 @@
 package test
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -163,20 +162,7 @@ func startBinary(t testing.TB, bin string, env []string, db string, args ...stri
 		l.exit <- cmd.Wait()
 		_ = pw.Close()
 	}()
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "ledgerd ready" {
-				ready <- line.Addr
-			}
-		}
-		close(ready)
-	}()
+	ready := readyAddr(pr, "ledgerd ready", nil)
 	select {
 	case addr, ok := <-ready:
 		require.True(t, ok, "ledgerd exited before it was ready:\n%s", l.logs.String())

@@ -339,7 +339,7 @@ func TestNamespaces(t *testing.T) {
 	})
 
 	t.Run("tampered", func(t *testing.T) {
-		execSQL(t, filepath.Join(db+".ns", "ns-b.db"), `DROP TRIGGER receipts_no_update`, `UPDATE receipts SET external_ref = 'forged' WHERE seq = 1`)
+		editLedger(t, filepath.Join(db+".ns", "ns-b.db"), `UPDATE receipts SET external_ref = 'forged' WHERE seq = 1`)
 		out, _, code := ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 		assert.Equal(t, 1, code, out)
 		assert.Contains(t, out, "== namespace a ==\nOK: ")

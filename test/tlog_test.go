@@ -22,6 +22,7 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/tlog"
@@ -405,14 +406,6 @@ func editCheckpointRoot(t *testing.T, s string) string {
 	return string(b)
 }
 
-// copyDB copies a stopped ledger's file.
-func copyDB(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(to, b, 0o600))
-}
-
 // rewriteSuffix edits receipt seq's result and rehashes it and every later
 // receipt, as a careful tamperer would; rebuild-index then makes the
 // derived state agree. The chain alone is intact again.
@@ -443,6 +436,24 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 // Each tampering an auditor fears, on a copy of a ledger whose checkpoint
 // was published before: the chain check alone misses the careful ones;
 // the checkpoint catches every one.
+// requireCaughtByCheckpoint verifies the tampered ledger db without and
+// with the checkpoint file cp (its signer's key vkey): without it the
+// ledger verifies only when cleanSelf, with it verify exits 1 naming
+// rule. It returns the JSON report of the run with the checkpoint.
+func requireCaughtByCheckpoint(t *testing.T, db, cp, vkey string, cleanSelf bool, rule string) string {
+	t.Helper()
+	out, _, code := ledgerctl(t, "verify", "--db", db, "--json")
+	if cleanSelf {
+		require.Equal(t, 0, code, "without the checkpoint the tampered chain looks intact: %s", out)
+	} else {
+		require.Equal(t, 1, code, out)
+	}
+	out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp, "--vkey", vkey, "--json")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, `"rule":"`+rule+`"`)
+	return out
+}
+
 func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -465,13 +476,13 @@ func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 		wantRule  string
 	}{
 		{"edit in place", func(p string) {
-			execSQL(t, p, `DROP TRIGGER receipts_no_update`, `UPDATE receipts SET external_ref = 'forged' WHERE seq = 4`)
+			editLedger(t, p, `UPDATE receipts SET external_ref = 'forged' WHERE seq = 4`)
 		}, false, "hash_mismatch"},
 		{"delete a receipt", func(p string) {
-			execSQL(t, p, `DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq = 10`)
+			editLedger(t, p, `DELETE FROM receipts WHERE seq = 10`)
 		}, false, "seq_gap"},
 		{"truncate, derived state rebuilt", func(p string) {
-			execSQL(t, p, `DROP TRIGGER receipts_no_delete`, fmt.Sprintf(`DELETE FROM receipts WHERE seq > %d`, c.Size-5))
+			editLedger(t, p, fmt.Sprintf(`DELETE FROM receipts WHERE seq > %d`, c.Size-5))
 			_, stderr, code := ledgerctl(t, "rebuild-index", "--db", p)
 			require.Equal(t, 0, code, stderr)
 		}, true, "checkpoint_mismatch"},
@@ -483,32 +494,13 @@ func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "tampered.db")
-			copyDB(t, l.DB, p)
+			testkit.CopyFile(t, l.DB, p)
 			tt.tamper(p)
-			out, _, code := ledgerctl(t, "verify", "--db", p, "--json")
-			if tt.cleanSelf {
-				require.Equal(t, 0, code, "without the checkpoint the tampered chain looks intact: %s", out)
-			} else {
-				require.Equal(t, 1, code, out)
-			}
-			out, _, code = ledgerctl(t, "verify", "--db", p, "--checkpoint", cpFile, "--vkey", vkey, "--json")
-			assert.Equal(t, 1, code, out)
-			assert.Contains(t, out, `"rule":"`+tt.wantRule+`"`)
+			out := requireCaughtByCheckpoint(t, p, cpFile, vkey, tt.cleanSelf, tt.wantRule)
 			if tt.cleanSelf {
 				assert.Contains(t, out, `"rule":"checkpoint_mismatch"`)
 			}
 		})
-	}
-}
-
-func execSQL(t *testing.T, path string, stmts ...string) {
-	t.Helper()
-	db, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	defer db.Close()
-	for _, s := range stmts {
-		_, err := db.Exec(s)
-		require.NoError(t, err, s)
 	}
 }
 

@@ -3,11 +3,8 @@ package test
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,37 +35,9 @@ func TestLedgerctl_incrementalVerifyWhileWriting(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	state := filepath.Join(t.TempDir(), "verify-state.json")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var failures, written atomic.Int32
-	for c := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("live-%02d-%06d", c, i)
-				st, b, err := rawPost(l.URL+"/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e","tool":"t","effect":"write"}`)
-				if err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				body := `{"reservation":"` + field(b, "reservation") + `","outcome":"failed","error":{"code":"T"}}`
-				if st, _, err := rawPost(l.URL+"/v1/effects/"+key+"/commit", body); err != nil || st != 201 {
-					failures.Add(1)
-					continue
-				}
-				written.Add(1)
-			}
-		}()
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	t.Cleanup(stopWriters)
-	require.Eventually(t, func() bool { return written.Load() >= 20 }, 60*time.Second, time.Millisecond, "the clients write")
+	w := startLoad(t, l, 4, "live", `"execution_id":"e","tool":"t","effect":"write"`,
+		func(int) string { return `"outcome":"failed","error":{"code":"T"}` })
+	require.Eventually(t, func() bool { return w.written.Load() >= 20 }, 60*time.Second, time.Millisecond, "the clients write")
 	var runs []liveRun
 	for range 8 {
 		out, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--state", state, "--incremental", "--json")
@@ -77,8 +46,8 @@ func TestLedgerctl_incrementalVerifyWhileWriting(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 		runs = append(runs, r)
 	}
-	stopWriters()
-	assert.Zero(t, failures.Load(), "writes kept succeeding while verifying")
+	w.Stop()
+	assert.Zero(t, w.failures.Load(), "writes kept succeeding while verifying")
 
 	failed := failedCommits(t, l.DB)
 	var pin uint64

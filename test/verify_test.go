@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 )
 
 // verifyReport is the --json output of ledgerctl verify.
@@ -46,23 +48,28 @@ func (r verifyReport) rules() map[string]int {
 	return m
 }
 
-// copyLedger copies a stopped ledger's file and edits the copy with SQL
-// (the append-only triggers dropped), as someone with sqlite3 would.
+// copyLedger copies a stopped ledger's file and edits the copy
+// (editLedger); it returns the copy's path.
 func copyLedger(t *testing.T, src string, stmts ...string) string {
 	t.Helper()
-	raw, err := os.ReadFile(src)
-	require.NoError(t, err)
 	dst := filepath.Join(t.TempDir(), "edited.db")
-	require.NoError(t, os.WriteFile(dst, raw, 0o600))
-	db, err := sql.Open("sqlite3", dst)
+	testkit.CopyFile(t, src, dst)
+	editLedger(t, dst, stmts...)
+	return dst
+}
+
+// editLedger edits the stopped ledger's file at path with SQL (the
+// append-only triggers dropped), as someone with sqlite3 would.
+func editLedger(t *testing.T, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, q := range append([]string{`DROP TRIGGER receipts_no_update`, `DROP TRIGGER receipts_no_delete`}, stmts...) {
+	for _, q := range append([]string{`DROP TRIGGER IF EXISTS receipts_no_update`, `DROP TRIGGER IF EXISTS receipts_no_delete`}, stmts...) {
 		_, err := db.Exec(q)
 		require.NoError(t, err, q)
 	}
-	return dst
 }
 
 // TestLedgerd_invalidValuesServed edits a copy of a real ledger so that

@@ -1,7 +1,6 @@
 package test
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,16 +34,7 @@ func runBash(t *testing.T, env []string, args ...string) (string, string, int) {
 	require.NoError(t, err)
 	cmd := exec.Command(bash, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return out.String(), errb.String(), code
+	return runCmd(t, cmd)
 }
 
 // headSeq returns the ledger's head seq over the API, with an optional token.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -152,7 +153,7 @@ func TestPeriodic_Status(t *testing.T) {
 func TestPeriodic_Once(t *testing.T) {
 	base, _ := buildLedger(t)
 	path := filepath.Join(t.TempDir(), "t.db")
-	copyFile(t, base, path)
+	testkit.CopyFile(t, base, path)
 	ctx := context.Background()
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)

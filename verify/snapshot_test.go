@@ -56,15 +56,7 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
-	done := storetest.AppendFailures(t, db.Namespace, 400)
-	for runs := 0; ; runs++ {
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-			require.Positive(t, runs)
-			return
-		default:
-		}
+	storetest.UntilDone(t, storetest.AppendFailures(t, db.Namespace, 400), func(runs int) {
 		pin := rep.Head
 		rep, err = newVerifier(verify.Opts{Pinned: &pin, Incremental: true}).Check(ctx)
 		require.NoError(t, err)
@@ -78,7 +70,7 @@ func checkIncrementalBesideWriter(t *testing.T, db *ledgertest.DB, repeats bool,
 		if repeats {
 			checkRepeats(t, rep, pin.Seq, runs)
 		}
-	}
+	})
 }
 
 // TestVerifier_fullBesideWriter: a full run of the store ledgerd serves
@@ -93,20 +85,12 @@ func TestVerifier_fullBesideWriter(t *testing.T) {
 	verify.SetMaxSuspects(t, 2)
 	first := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-first", "exec-1"))
 	ledgertest.MustCommit(t, db, testkit.Fail("key-first", first.Reservation, false))
-	done := storetest.AppendFailures(t, db.Namespace, 600)
-	for runs := 0; ; runs++ {
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-			require.Positive(t, runs)
-			return
-		default:
-		}
+	storetest.UntilDone(t, storetest.AppendFailures(t, db.Namespace, 600), func(runs int) {
 		rep, err := verify.New(must(verify.Of(db.Namespace.Reader())), verify.Opts{}).Check(ctx)
 		require.NoError(t, err)
 		require.True(t, rep.OK, "run %d to %d: %+v", runs, rep.Head.Seq, rep.Violations)
 		checkRepeats(t, rep, 0, runs)
-	}
+	})
 }
 
 // checkRepeats checks a run's repeated failures: every key runs the same

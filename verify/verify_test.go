@@ -21,6 +21,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -92,14 +93,6 @@ type tamperCase struct {
 	Want            []string `json:"want"`
 	// Exact: no rule outside Want may be reported.
 	Exact bool `json:"exact"`
-}
-
-// copyFile copies a closed SQLite file (no WAL left behind).
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(dst, b, 0o600))
 }
 
 // tamper drops the append-only and linking triggers on path and applies
@@ -211,7 +204,7 @@ func forEachTamper(t *testing.T, fn func(t *testing.T, tc tamperCase, path strin
 	for _, tc := range cases {
 		t.Run(tc.Desc, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "tampered.db")
-			copyFile(t, base, path)
+			testkit.CopyFile(t, base, path)
 			tamper(t, path, tc)
 			opts := verify.Opts{Now: func() time.Time { return now }}
 			if tc.PinOriginalHead {
@@ -322,7 +315,7 @@ func mustHash(t *testing.T, rd *sqlite.Reader, seq uint64) string {
 func TestVerifier_maxViolations(t *testing.T) {
 	base, now := buildLedger(t)
 	path := filepath.Join(t.TempDir(), "t.db")
-	copyFile(t, base, path)
+	testkit.CopyFile(t, base, path)
 	tamper(t, path, tamperCase{Steps: []struct {
 		SQL        string `json:"sql"`
 		RehashFrom uint64 `json:"rehash_from"`
@@ -383,7 +376,7 @@ func TestVerifier_incremental(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "t.db")
-			copyFile(t, base, path)
+			testkit.CopyFile(t, base, path)
 			c := tamperCase{}
 			if tc.sql != "" {
 				c.Steps = append(c.Steps, struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -43,11 +42,7 @@ all its keys, older ones too). --tool keeps the keys of that tool.`
 // effects, repeated failures, interrupted and failed keys, and operator
 // resolutions.
 func (c *AuditCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
+	fs, src := readFlags("audit")
 	since := fs.String("since", "", "only events since `WHEN`: an RFC 3339 time (at or after it), a duration ago such as 24h, or a receipt seq such as 1043 (that receipt and later ones)")
 	tool := fs.String("tool", "", "only keys of this `tool`")
 	pos, err := parse(fs, c.Env, args, auditSummary, auditExamples)

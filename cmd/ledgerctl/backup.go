@@ -58,11 +58,8 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+	if err := src.checkNoArgs(fs, c.Env, pos); err != nil {
+		return err
 	}
 	if *out == "" {
 		return usageErr(fs, c.Env, "give --out FILE")

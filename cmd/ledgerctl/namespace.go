@@ -159,11 +159,8 @@ keys that never expire) and, for a SQLite ledger, the file that holds each. Thro
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
-	}
-	if err := src.check(); err != nil {
-		return usageErr(fs, c.Env, "%v", err)
+	if err := src.checkNoArgs(fs, c.Env, pos); err != nil {
+		return err
 	}
 	var list []ledger.NamespaceInfo
 	if src.server != "" {

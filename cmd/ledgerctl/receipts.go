@@ -18,11 +18,7 @@ type ReceiptsCommand struct{ *Env }
 
 // Run lists one page of receipts.
 func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("receipts", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
+	fs, src := readFlags("receipts")
 	var f ledger.ReceiptFilter
 	fs.Uint64Var(&f.After, "after", 0, "receipts with seq greater than `SEQ`")
 	fs.IntVar(&f.Limit, "limit", ledger.DefaultPageLimit, "at most `N` receipts (1–1000)")
@@ -82,11 +78,7 @@ type ShowCommand struct{ *Env }
 
 // Run prints a key's state and its receipts as a timeline.
 func (c *ShowCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
+	fs, src := readFlags("show")
 	history := fs.Bool("history", false, "list the receipts of every generation of the key, not only the current one")
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl show (--db FILE|URL | --server URL) [flags] KEY\n\n"+
 		"Shows one key's state, fingerprint, expiry (in a namespace with a key TTL) and the receipts of\n"+
@@ -159,17 +151,9 @@ type HeadCommand struct{ *Env }
 
 // Run prints the chain head.
 func (c *HeadCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("head", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl head (--db FILE|URL | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
+	fs, src := readFlags("head")
+	st, err := src.parseAndOpen(ctx, fs, c.Env, args, "Usage: ledgerctl head (--db FILE|URL | --server URL) [--json]\n\nPrints SEQ:HASH of the latest receipt, the form --expect-head takes.",
 		"  ledgerctl head --db ledger.db\n  ledgerctl head --server http://127.0.0.1:8080 --json\n")
-	if err != nil {
-		return err
-	}
-	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}
@@ -198,12 +182,8 @@ func (c *ExportCommand) Run(ctx context.Context, args []string) error {
 	// is JSON either way.
 	declareJSON(fs, &src.json, false, "accepted for symmetry: export always prints JSON lines")
 	after := fs.Uint64("after", 0, "export receipts with seq greater than `SEQ`")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl export (--db FILE|URL | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
+	st, err := src.parseAndOpen(ctx, fs, c.Env, args, "Usage: ledgerctl export (--db FILE|URL | --server URL) [--after SEQ]\n\nPrints one JSON receipt a line, oldest first (the JSON form of docs/spec.md §2).",
 		"  ledgerctl export --db ledger.db > receipts.jsonl\n  ledgerctl export --server http://127.0.0.1:8080 --after 1000\n")
-	if err != nil {
-		return err
-	}
-	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
 		return err
 	}

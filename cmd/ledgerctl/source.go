@@ -106,6 +106,18 @@ func (s *sourceFlags) registerJSON(fs *flag.FlagSet) {
 	declareJSON(fs, &s.json, false, "print JSON")
 }
 
+// readFlags returns the flag set of the read command name with the
+// flags every read command takes: --db, --server, --token, --namespace
+// and --json.
+func readFlags(name string) (*flag.FlagSet, *sourceFlags) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	src := new(sourceFlags)
+	src.registerSource(fs)
+	src.registerNamespace(fs)
+	src.registerJSON(fs)
+	return fs, src
+}
+
 // store is what the read commands need from a file or a server.
 type store interface {
 	verify.Source
@@ -197,6 +209,28 @@ func (s *sourceFlags) check() error {
 		return errors.New("give --db FILE|URL")
 	case s.server == "" && s.hasServer && !s.hasDB:
 		return errors.New("give --server URL")
+	}
+	return nil
+}
+
+// parseAndOpen parses args (parse) and opens the store the flags name
+// (openNoArgs), for the commands that check nothing in between.
+func (s *sourceFlags) parseAndOpen(ctx context.Context, fs *flag.FlagSet, env *Env, args []string, summary, examples string) (store, error) {
+	pos, err := parse(fs, env, args, summary, examples)
+	if err != nil {
+		return nil, err
+	}
+	return s.openNoArgs(ctx, fs, env, pos)
+}
+
+// checkNoArgs is check for the commands that take no positional
+// arguments; either fault is a usage error of fs.
+func (s *sourceFlags) checkNoArgs(fs *flag.FlagSet, env *Env, pos []string) error {
+	if len(pos) > 0 {
+		return usageErr(fs, env, "unexpected arguments %q", pos)
+	}
+	if err := s.check(); err != nil {
+		return usageErr(fs, env, "%v", err)
 	}
 	return nil
 }

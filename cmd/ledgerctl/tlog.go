@@ -119,11 +119,7 @@ type CheckpointCommand struct{ Env *Env }
 
 // Run runs checkpoint.
 func (c *CheckpointCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
+	fs, src := readFlags("checkpoint")
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE|URL | --server URL)
 
 Prints the latest signed checkpoint of the Merkle tree (a C2SP signed note:

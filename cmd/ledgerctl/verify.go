@@ -39,11 +39,7 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
 
 // Run verifies the ledger and prints the report.
 func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	var src sourceFlags
-	src.registerSource(fs)
-	src.registerNamespace(fs)
-	src.registerJSON(fs)
+	fs, src := readFlags("verify")
 	expect := fs.String("expect-head", "", "fail with head_mismatch unless the chain has `SEQ:HASH`")
 	stateFile := fs.String("state", "", "state `file` holding the last verified head: the chain must extend it; rewritten atomically after a clean run")
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
@@ -68,7 +64,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		if *maxV < 1 {
 			return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
 		}
-		return c.all(ctx, fs, &src, verify.Opts{MaxViolations: *maxV})
+		return c.all(ctx, fs, src, verify.Opts{MaxViolations: *maxV})
 	}
 	if *maxV < 1 {
 		return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
@@ -81,7 +77,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	opts.MaxViolations = *maxV
-	return c.check(ctx, fs, &src, &cf, opts, *stateFile, !*noProgress)
+	return c.check(ctx, fs, src, &cf, opts, *stateFile, !*noProgress)
 }
 
 // pins reads the heads a run must extend: --expect-head and the head of

@@ -7,7 +7,9 @@ package testkit
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -88,4 +90,17 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// CopyFile copies the file src, such as a closed ledger's (no WAL left
+// behind), to dst.
+func CopyFile(tb testing.TB, src, dst string) {
+	tb.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -67,3 +67,14 @@ func (c *treeCache) addMap(hs map[int64]tlog.Hash) {
 		c.m[k] = v
 	}
 }
+
+// fill adds hs, read from the table, to the cache and sets them in out,
+// whose entries are those of idx.
+func (c *treeCache) fill(out []tlog.Hash, idx []int64, hs map[int64]tlog.Hash) {
+	c.addMap(hs)
+	for i, x := range idx {
+		if h, ok := hs[x]; ok {
+			out[i] = h
+		}
+	}
+}

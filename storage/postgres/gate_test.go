@@ -71,27 +71,28 @@ func policySeq(tb testing.TB, c ledger.Chain) uint64 {
 
 func schemaVersion(tb testing.TB, dbURL string) int {
 	tb.Helper()
+	return queryInt(tb, dbURL, `SELECT version FROM schema_version`)
+}
+
+// queryInt is the one integer that query selects on dbURL.
+func queryInt(tb testing.TB, dbURL, query string) int {
+	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := connect(tb, dbURL)
 	defer func() { _ = conn.Close(ctx) }()
 	var v int
-	if err := conn.QueryRow(ctx, `SELECT version FROM schema_version`).Scan(&v); err != nil {
+	if err := conn.QueryRow(ctx, query).Scan(&v); err != nil {
 		tb.Fatal(err)
 	}
 	return v
 }
 
-// execErr runs sql on dbURL, which must fail with an error that says want.
+// execErr runs sql on dbURL, which must fail with an error that says want
+// (any error, if want is empty).
 func execErr(tb testing.TB, dbURL, want, sql string) {
 	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := connect(tb, dbURL)
 	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, sql); err == nil || !strings.Contains(err.Error(), want) {
 		tb.Errorf("%s: got %v, want an error saying %q", sql, err, want)
@@ -102,15 +103,9 @@ func execErr(tb testing.TB, dbURL, want, sql string) {
 func copyTable(tb testing.TB, src, dst, table string) {
 	tb.Helper()
 	ctx := context.Background()
-	from, err := pgx.Connect(ctx, src)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	from := connect(tb, src)
 	defer func() { _ = from.Close(ctx) }()
-	to, err := pgx.Connect(ctx, dst)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	to := connect(tb, dst)
 	defer func() { _ = to.Close(ctx) }()
 	rows, err := from.Query(ctx, `SELECT * FROM `+table)
 	if err != nil {
@@ -163,10 +158,7 @@ func TestOpen_migratesV2(t *testing.T) {
 		})
 		_ = s.Close()
 	}
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := connect(t, u)
 	if err := postgres.CreateSchemaV2(ctx, conn); err != nil {
 		t.Fatalf("schema 2: %v", err)
 	}
@@ -177,7 +169,7 @@ func TestOpen_migratesV2(t *testing.T) {
 	psql(t, u, `UPDATE head SET seq = 5, hash = (SELECT hash FROM receipts WHERE seq = 5),
 		recorded_at = (SELECT recorded_at FROM receipts WHERE seq = 5)`)
 	psql(t, u, `INSERT INTO tokens (token_id, name, role, token_hash, created_at) VALUES ('t1', 'ops', 'admin', '\x01', 1)`)
-	psqlErr(t, u, `INSERT INTO tokens (token_id, name, role, token_hash, created_at) VALUES ('t2', 'alice', 'approver', '\x02', 1)`)
+	execErr(t, u, "", `INSERT INTO tokens (token_id, name, role, token_hash, created_at) VALUES ('t2', 'alice', 'approver', '\x02', 1)`)
 
 	ro := mustOpen(t, u, postgres.Options{Logger: quiet, ReadOnly: true})
 	rc := mustChain(t, ro, ledger.DefaultNamespace)
@@ -227,10 +219,7 @@ func TestOpen_migratesV2(t *testing.T) {
 		t.Fatalf("after reopening: PolicySeq %d, version %d", got, schemaVersion(t, u))
 	}
 	// One CHECK per column, the new one.
-	conn, err = pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn = connect(t, u)
 	defer func() { _ = conn.Close(ctx) }()
 	var defs []string
 	rows, err := conn.Query(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
@@ -253,8 +242,7 @@ func TestSchema_newKinds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{Logger: quiet})
 	pay := call{key: "key-00001", exec: "e1", tool: "payments.charge", input: "sha256:aa"}
 	var want []chain.Receipt
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
@@ -302,14 +290,11 @@ func TestSchema_newKinds(t *testing.T) {
 	if d, err := c.KeyDrift(ctx, "key-00001"); err != nil || len(d) != 0 {
 		t.Fatalf("KeyDrift = %v, %v", d, err)
 	}
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := connect(t, u)
 	defer func() { _ = conn.Close(ctx) }()
 	// A kind the schema does not know is still refused (the insert fails
 	// before the head moves, so the chain stays whole).
-	_, err = conn.Exec(ctx, `INSERT INTO receipts SELECT namespace, 99, 'approve', idempotency_key, key_generated,
+	_, err := conn.Exec(ctx, `INSERT INTO receipts SELECT namespace, 99, 'approve', idempotency_key, key_generated,
 		execution_id, attempt, tool, effect, idempotent, input_hash, outcome, external_ref, result, error_code,
 		error_message, retryable, lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash
 		FROM receipts WHERE seq = 1`)
@@ -330,11 +315,7 @@ func TestTx_PolicySeq(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if err := s.CreateNamespace(ctx, "other", 0); err != nil {
-		t.Fatal(err)
-	}
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	s, c := openWithOther(t, u)
 	if got := policySeq(t, c); got != 0 {
 		t.Fatalf("PolicySeq of a new namespace = %d", got)
 	}
@@ -407,8 +388,7 @@ func TestTx_PolicySeq(t *testing.T) {
 func TestTx_KeyHistory(t *testing.T) {
 	t.Parallel()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{Logger: quiet})
 	pay := call{key: "key-00001", exec: "e1", tool: "pay", input: "sha256:aa"}
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		if _, err := appendReceipt(ctx, tx, policyReceipt(`{}`)); err != nil { // 1
@@ -470,8 +450,7 @@ func TestTx_RecentOutcomes(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: clock.Now})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{Logger: quiet, Now: clock.Now})
 	run := func(cl call, outcome string) {
 		t.Helper()
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
@@ -564,20 +543,21 @@ func TestTx_RecentOutcomes(t *testing.T) {
 	})
 }
 
+// openWithOther opens a Store on dbURL with a namespace "other" beside the
+// default one, and returns it with the default namespace's chain.
+func openWithOther(t *testing.T, dbURL string) (*postgres.Store, *postgres.Chain) {
+	t.Helper()
+	s := mustOpen(t, dbURL, postgres.Options{Logger: quiet})
+	if err := s.CreateNamespace(context.Background(), "other", 0); err != nil {
+		t.Fatal(err)
+	}
+	return s, mustChain(t, s, ledger.DefaultNamespace)
+}
+
 // askInputRows counts the kept inputs of the database.
 func askInputRows(tb testing.TB, dbURL string) int {
 	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM approval_inputs`).Scan(&n); err != nil {
-		tb.Fatal(err)
-	}
-	return n
+	return queryInt(tb, dbURL, `SELECT count(*) FROM approval_inputs`)
 }
 
 // TestTx_AskInputs: an ask's input is kept, off the chain, in the
@@ -588,11 +568,7 @@ func TestTx_AskInputs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if err := s.CreateNamespace(ctx, "other", 0); err != nil {
-		t.Fatal(err)
-	}
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	s, c := openWithOther(t, u)
 	const day = 86_400_000
 	var t0 uint64
 	input := `{"amount":1200,"currency":"eur","memo":"café \u2028"}`

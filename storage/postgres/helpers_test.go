@@ -49,6 +49,13 @@ func mustListen(tb testing.TB, s *postgres.Store, msg string) uint32 {
 	return pid
 }
 
+// mustOpenDefault is mustOpen and the store's default namespace's chain.
+func mustOpenDefault(tb testing.TB, dbURL string, opts postgres.Options) (*postgres.Store, *postgres.Chain) {
+	tb.Helper()
+	s := mustOpen(tb, dbURL, opts)
+	return s, mustChain(tb, s, ledger.DefaultNamespace)
+}
+
 func mustChain(tb testing.TB, s *postgres.Store, ns string) *postgres.Chain {
 	tb.Helper()
 	c, err := s.Chain(context.Background(), ns)
@@ -58,14 +65,22 @@ func mustChain(tb testing.TB, s *postgres.Store, ns string) *postgres.Chain {
 	return c.(*postgres.Chain)
 }
 
+// connect opens a connection to dbURL, failing tb if it cannot; the
+// caller closes it.
+func connect(tb testing.TB, dbURL string) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return conn
+}
+
 // psql runs one statement on dbURL.
 func psql(tb testing.TB, dbURL, sql string, args ...any) {
 	tb.Helper()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	conn := connect(tb, dbURL)
 	defer func() { _ = conn.Close(ctx) }()
 	if _, err := conn.Exec(ctx, sql, args...); err != nil {
 		tb.Fatalf("%s: %v", sql, err)
@@ -151,6 +166,13 @@ func finish(ctx context.Context, tx ledger.Tx, key, outcome, errorCode string) (
 	return l, tx.PutKey(ctx, &k)
 }
 
+// reserveKey appends a reserve of key by exec for tool t with a lease of
+// a second (reserve).
+func reserveKey(ctx context.Context, tx ledger.Tx, key, exec string) error {
+	_, err := reserve(ctx, tx, call{key: key, exec: exec, tool: "t"}, 1000)
+	return err
+}
+
 // update runs fn in c.Update and fails tb on error.
 func update(tb testing.TB, c ledger.Chain, fn func(ctx context.Context, tx ledger.Tx) error) {
 	tb.Helper()
@@ -233,6 +255,23 @@ func checkChain(tb testing.TB, c ledger.Chain) []chain.Receipt {
 		}
 	}
 	return rs
+}
+
+// requireReceipts requires c to check (checkChain) and hold n receipts.
+func requireReceipts(tb testing.TB, c ledger.Chain, n int) {
+	tb.Helper()
+	if got := len(checkChain(tb, c)); got != n {
+		tb.Fatalf("%d receipts, want %d", got, n)
+	}
+}
+
+// requireSecondRun requires c to check and hold one receipt, the one the
+// second run of an Update's fn appended (execution run-2).
+func requireSecondRun(tb testing.TB, c ledger.Chain) {
+	tb.Helper()
+	if rs := checkChain(tb, c); len(rs) != 1 || rs[0].ExecutionID != "run-2" {
+		tb.Fatalf("receipts %+v, want the second run's one", rs)
+	}
 }
 
 // backendAddr is the network address of the server of dbURL.

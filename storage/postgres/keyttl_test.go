@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
@@ -42,7 +40,7 @@ func TestOpen_keyTTL(t *testing.T) {
 			t.Errorf("key_ttl_ms of %s = %d, want %d", ns, got, want)
 		}
 	}
-	psqlErr(t, u, `UPDATE namespaces SET key_ttl_ms = 0 WHERE name = 'reports'`)
+	execErr(t, u, "", `UPDATE namespaces SET key_ttl_ms = 0 WHERE name = 'reports'`)
 }
 
 // TestOpen_migratesV1KeyTTL: a schema 1 database (no key_ttl_ms) is read
@@ -79,23 +77,9 @@ func TestOpen_migratesV1KeyTTL(t *testing.T) {
 			t.Errorf("migrated %s: key_ttl_ms = %d, want 0", ns, got)
 		}
 	}
-	psqlErr(t, u, `UPDATE namespaces SET key_ttl_ms = 5`)
+	execErr(t, u, "", `UPDATE namespaces SET key_ttl_ms = 5`)
 	again := mustOpen(t, u, postgres.Options{Logger: quiet})
 	if got := keyTTL(t, again, "reports"); got != 0 {
 		t.Errorf("after reopening: key_ttl_ms = %d, want 0", got)
-	}
-}
-
-// psqlErr runs one statement on dbURL that must fail.
-func psqlErr(tb testing.TB, dbURL, sql string) {
-	tb.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer func() { _ = conn.Close(ctx) }()
-	if _, err := conn.Exec(ctx, sql); err == nil {
-		tb.Errorf("%s: succeeded, want an error", sql)
 	}
 }

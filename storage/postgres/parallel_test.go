@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -27,10 +26,7 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	holder, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	holder := connect(t, u)
 	defer func() { _ = holder.Close(ctx) }()
 	tx, err := holder.Begin(ctx)
 	if err != nil {
@@ -44,8 +40,7 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- mustChain(t, s, ns).Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
-				_, err := reserve(ctx, tx, call{key: key, exec: "e", tool: "t"}, 1000)
-				return err
+				return reserveKey(ctx, tx, key, "e")
 			})
 		}()
 		return done
@@ -63,10 +58,7 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 	// database waiting for one. It is watched from a connection outside
 	// holder's transaction, in which pg_stat_activity would stay the
 	// snapshot of its first read.
-	watch, err := pgx.Connect(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
+	watch := connect(t, u)
 	defer func() { _ = watch.Close(ctx) }()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		if len(toA) > 0 {

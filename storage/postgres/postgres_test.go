@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -41,8 +40,7 @@ func TestOpen_Schema(t *testing.T) {
 			t.Fatalf("namespaces = %v, %v; want [default]", names, err)
 		}
 		update(t, mustChain(t, s, ledger.DefaultNamespace), func(ctx context.Context, tx ledger.Tx) error {
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e1", tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", "e1")
 		})
 		_ = s.Close()
 		// Two stores opening at once both see one schema.
@@ -126,8 +124,7 @@ func TestChain_Update(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	s, c := mustOpenDefault(t, u, postgres.Options{})
 
 	var runs int
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
@@ -231,10 +228,7 @@ func TestChain_Update(t *testing.T) {
 		}
 	})
 	t.Run("ErrAppendOnly", func(t *testing.T) {
-		conn, err := pgx.Connect(ctx, u)
-		if err != nil {
-			t.Fatal(err)
-		}
+		conn := connect(t, u)
 		defer func() { _ = conn.Close(ctx) }()
 		for _, q := range []string{
 			`UPDATE receipts SET note = 'x' WHERE seq = 1`,
@@ -265,8 +259,7 @@ func TestChain_Update(t *testing.T) {
 
 func TestTx_Preload(t *testing.T) {
 	t.Parallel()
-	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, pgtest.URL(t), postgres.Options{})
 	var reserved chain.Receipt
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		var err error
@@ -312,14 +305,12 @@ func TestChain_Update_Now(t *testing.T) {
 	t.Parallel()
 	u := pgtest.URL(t)
 	fixed := time.UnixMilli(testkit.T0)
-	s := mustOpen(t, u, postgres.Options{Now: func() time.Time { return fixed }})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{Now: func() time.Time { return fixed }})
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		if tx.Now() != testkit.T0 {
 			return fmt.Errorf("Now = %d with Options.Now", tx.Now())
 		}
-		_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
-		return err
+		return reserveKey(ctx, tx, "key-00001", "e")
 	})
 	// The database clock is later, and never before the last receipt.
 	s2 := mustOpen(t, u, postgres.Options{})
@@ -404,8 +395,7 @@ func TestStore_Namespaces(t *testing.T) {
 	for _, ns := range names {
 		c := mustChain(t, s, ns)
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-			_, err := reserve(ctx, tx, call{key: "same-key-1", exec: "e-" + ns, tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "same-key-1", "e-"+ns)
 		})
 		rs := checkChain(t, c)
 		if len(rs) != 1 || rs[0].ExecutionID != "e-"+ns {
@@ -434,8 +424,7 @@ func TestChain_Update_Retry(t *testing.T) {
 	for _, code := range []string{"40001", "40P01"} {
 		t.Run(code, func(t *testing.T) {
 			u := pgtest.URL(t)
-			s := mustOpen(t, u, postgres.Options{})
-			c := mustChain(t, s, ledger.DefaultNamespace)
+			_, c := mustOpenDefault(t, u, postgres.Options{})
 			injectOnce(t, u, code)
 			var runs int
 			update(t, c, func(ctx context.Context, tx ledger.Tx) error {
@@ -443,34 +432,27 @@ func TestChain_Update_Retry(t *testing.T) {
 				if tx.Head().Seq != 0 {
 					return fmt.Errorf("run %d starts at head %d", runs, tx.Head().Seq)
 				}
-				_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
-				return err
+				return reserveKey(ctx, tx, "key-00001", "e")
 			})
 			if runs != 2 {
 				t.Errorf("fn ran %d times, want 2", runs)
 			}
-			if n := len(checkChain(t, c)); n != 1 {
-				t.Fatalf("%d receipts, want 1", n)
-			}
+			requireReceipts(t, c, 1)
 		})
 	}
 	t.Run("ErrServerRefusal", func(t *testing.T) {
 		u := pgtest.URL(t)
-		s := mustOpen(t, u, postgres.Options{})
-		c := mustChain(t, s, ledger.DefaultNamespace)
+		_, c := mustOpenDefault(t, u, postgres.Options{})
 		injectOnce(t, u, "23514")
 		var runs int
 		err := c.Update(context.Background(), func(ctx context.Context, tx ledger.Tx) error {
 			runs++
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", "e")
 		})
 		if err == nil || runs != 1 {
 			t.Fatalf("a check violation: err %v after %d runs; want an error after 1", err, runs)
 		}
-		if n := len(checkChain(t, c)); n != 0 {
-			t.Fatalf("%d receipts, want 0", n)
-		}
+		requireReceipts(t, c, 0)
 	})
 }
 
@@ -480,8 +462,7 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		// The writer's backend is terminated just before COMMIT: the
 		// COMMIT cannot be sent, so fn runs again.
 		u := pgtest.URL(t)
-		s := mustOpen(t, u, postgres.Options{})
-		c := mustChain(t, s, ledger.DefaultNamespace)
+		s, c := mustOpenDefault(t, u, postgres.Options{})
 		var killed atomic.Bool
 		postgres.SetBeforeCommit(s, func(pid uint32) {
 			if killed.CompareAndSwap(false, true) {
@@ -491,16 +472,12 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		var runs int
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 			runs++
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: fmt.Sprint("run-", runs), tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", fmt.Sprint("run-", runs))
 		})
 		if runs != 2 {
 			t.Errorf("fn ran %d times, want 2", runs)
 		}
-		rs := checkChain(t, c)
-		if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
-			t.Fatalf("receipts %+v, want the second run's one", rs)
-		}
+		requireSecondRun(t, c)
 	})
 	t.Run("NotCommitted", func(t *testing.T) {
 		// The COMMIT is lost on its way and the connection drops: the
@@ -509,40 +486,32 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		u := pgtest.URL(t)
 		proxy, pu := newCommitDropper(t, u)
 		proxy.swallow = true
-		s := mustOpen(t, pu, postgres.Options{})
-		c := mustChain(t, s, ledger.DefaultNamespace)
+		_, c := mustOpenDefault(t, pu, postgres.Options{})
 		proxy.armed.Store(true)
 		var runs int
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 			runs++
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: fmt.Sprint("run-", runs), tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", fmt.Sprint("run-", runs))
 		})
 		if proxy.dropped.Load() != 1 || runs != 2 {
 			t.Fatalf("%d COMMITs dropped, fn ran %d times; want 1 and 2", proxy.dropped.Load(), runs)
 		}
-		rs := checkChain(t, c)
-		if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
-			t.Fatalf("receipts %+v, want the second run's one", rs)
-		}
+		requireSecondRun(t, c)
 	})
 	t.Run("Committed", func(t *testing.T) {
 		// The COMMIT reaches the server but its reply is lost: the driver
 		// finds the batch committed and does not run fn again.
 		u := pgtest.URL(t)
 		proxy, pu := newCommitDropper(t, u)
-		s := mustOpen(t, pu, postgres.Options{})
-		c := mustChain(t, s, ledger.DefaultNamespace)
+		_, c := mustOpenDefault(t, pu, postgres.Options{})
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", "e")
 		})
 		proxy.armed.Store(true)
 		var runs int
 		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 			runs++
-			_, err := reserve(ctx, tx, call{key: "key-00002", exec: "e", tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00002", "e")
 		})
 		if proxy.dropped.Load() != 1 {
 			t.Fatalf("the proxy dropped %d COMMIT replies, want 1", proxy.dropped.Load())
@@ -550,16 +519,13 @@ func TestChain_Update_LostCommit(t *testing.T) {
 		if runs != 1 {
 			t.Errorf("fn ran %d times, want 1", runs)
 		}
-		if n := len(checkChain(t, c)); n != 2 {
-			t.Fatalf("%d receipts, want 2", n)
-		}
+		requireReceipts(t, c, 2)
 	})
 	t.Run("ErrCommitUnknown", func(t *testing.T) {
 		// The reply is lost and the database stays unreachable.
 		cl := pgtest.StartCluster(t)
 		u := cl.URL(t)
-		s := mustOpen(t, u, postgres.Options{})
-		c := mustChain(t, s, ledger.DefaultNamespace)
+		s, c := mustOpenDefault(t, u, postgres.Options{})
 		restore := postgres.SetResolveBudget(time.Second)
 		defer restore()
 		postgres.SetBeforeCommit(s, func(uint32) {
@@ -568,8 +534,7 @@ func TestChain_Update_LostCommit(t *testing.T) {
 			}
 		})
 		err := c.Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
-			_, err := reserve(ctx, tx, call{key: "key-00001", exec: "e", tool: "t"}, 1000)
-			return err
+			return reserveKey(ctx, tx, "key-00001", "e")
 		})
 		if !errors.Is(err, ledger.ErrCommitUnknown) || !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("got %v, want ErrCommitUnknown", err)
@@ -604,8 +569,7 @@ func TestChain_Update_ConnectionLost(t *testing.T) {
 	// The writer's connection dies in the middle of fn: the run is rolled
 	// back by the server and fn runs again on another connection.
 	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{})
 	var runs int
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		runs++
@@ -623,16 +587,12 @@ func TestChain_Update_ConnectionLost(t *testing.T) {
 	if runs != 2 {
 		t.Errorf("fn ran %d times, want 2", runs)
 	}
-	rs := checkChain(t, c)
-	if len(rs) != 1 || rs[0].ExecutionID != "run-2" {
-		t.Fatalf("receipts %+v, want the second run's one", rs)
-	}
+	requireSecondRun(t, c)
 }
 
 func TestChain_Update_Context(t *testing.T) {
 	t.Parallel()
-	s := mustOpen(t, pgtest.URL(t), postgres.Options{})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, pgtest.URL(t), postgres.Options{})
 	t.Run("CancelledInFn", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		err := c.Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
@@ -645,9 +605,7 @@ func TestChain_Update_Context(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("got %v, want context.Canceled", err)
 		}
-		if n := len(checkChain(t, c)); n != 0 {
-			t.Fatalf("%d receipts, want 0", n)
-		}
+		requireReceipts(t, c, 0)
 	})
 	t.Run("CancelledBefore", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())

@@ -152,6 +152,31 @@ func scanReceipt(row pgx.Row) (chain.Receipt, error) {
 	return r, nil
 }
 
+// scanKey scans a keys row into k: the record's columns generated, tool,
+// effect, input_hash, idempotent, first_seq, reserve_seq,
+// lease_expires_at and final_seq, after k.Key when withKey, then extra.
+func scanKey(row pgx.Row, k *ledger.KeyRecord, withKey bool, extra ...any) error {
+	var first, reserve, lease, final int64
+	dest := []any{&k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent, &first, &reserve, &lease, &final}
+	if withKey {
+		dest = append([]any{&k.Key}, dest...)
+	}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return err
+	}
+	k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
+	return nil
+}
+
+// keyReceipts reads the receipts of key in tx.
+func (c *Chain) keyReceipts(ctx context.Context, tx pgx.Tx, key string) ([]chain.Receipt, error) {
+	rows, err := tx.Query(ctx, sqlKeyReceipts, c.ns, key)
+	if err != nil {
+		return nil, err
+	}
+	return collectReceipts(rows)
+}
+
 func collectReceipts(rows pgx.Rows) ([]chain.Receipt, error) {
 	defer rows.Close()
 	var out []chain.Receipt
@@ -194,21 +219,15 @@ func (c *Chain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error)
 	err := pgx.BeginTxFunc(ctx, c.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			k := ledger.KeyRecord{Key: key}
-			var first, reserve, lease, final, clock int64
-			err := tx.QueryRow(ctx, sqlKeyView, c.ns, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-				&k.Idempotent, &first, &reserve, &lease, &final, &clock)
+			var clock int64
+			err := scanKey(tx.QueryRow(ctx, sqlKeyView, c.ns, key), &k, false, &clock)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return &ledger.Error{Code: ledger.ECodeUnknownKey, Message: "no such idempotency key"}
 			}
 			if err != nil {
 				return err
 			}
-			k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
-			rows, err := tx.Query(ctx, sqlKeyReceipts, c.ns, key)
-			if err != nil {
-				return err
-			}
-			receipts, err := collectReceipts(rows)
+			receipts, err := c.keyReceipts(ctx, tx, key)
 			if err != nil {
 				return err
 			}
@@ -340,12 +359,9 @@ func (c *Chain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) erro
 	defer rows.Close()
 	var k ledger.KeyRecord
 	for rows.Next() {
-		var first, reserve, lease, final int64
-		if err := rows.Scan(&k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
-			&first, &reserve, &lease, &final); err != nil {
+		if err := scanKey(rows, &k, true); err != nil {
 			return fmt.Errorf("scan keys: %w", classify(err))
 		}
-		k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
 		if err := fn(&k); err != nil {
 			return err
 		}
@@ -440,19 +456,12 @@ func (c *Chain) KeyDrift(ctx context.Context, key string) ([]string, error) {
 	err = pgx.BeginTxFunc(ctx, c.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly},
 		func(tx pgx.Tx) error {
 			stored := ledger.KeyRecord{Key: key}
-			var first, reserve, lease, final int64
-			err := tx.QueryRow(ctx, sqlStoredKey, c.ns, key).Scan(&stored.Generated, &stored.Tool, &stored.Effect,
-				&stored.InputHash, &stored.Idempotent, &first, &reserve, &lease, &final)
+			err := scanKey(tx.QueryRow(ctx, sqlStoredKey, c.ns, key), &stored, false)
 			found := err == nil
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			stored.FirstSeq, stored.ReserveSeq, stored.LeaseExpiresAt, stored.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
-			rows, err := tx.Query(ctx, sqlKeyReceipts, c.ns, key)
-			if err != nil {
-				return err
-			}
-			receipts, err := collectReceipts(rows)
+			receipts, err := c.keyReceipts(ctx, tx, key)
 			if err != nil {
 				return err
 			}

@@ -28,8 +28,7 @@ func readFixture(t *testing.T) (*postgres.Chain, string, *testkit.Clock) {
 	t.Helper()
 	u := pgtest.URL(t)
 	clock := testkit.NewClock()
-	s := mustOpen(t, u, postgres.Options{Now: clock.Now})
-	c := mustChain(t, s, ledger.DefaultNamespace)
+	_, c := mustOpenDefault(t, u, postgres.Options{Now: clock.Now})
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		steps := []func() error{
 			func() error {

@@ -79,12 +79,7 @@ func (c *Chain) HashReader(ctx context.Context) sumdb.HashReader {
 		if err != nil {
 			return nil, err
 		}
-		tc.addMap(got)
-		for i, x := range idx {
-			if h, ok := got[x]; ok {
-				out[i] = h
-			}
-		}
+		tc.fill(out, idx, got)
 		return out, nil
 	})
 }

@@ -94,16 +94,13 @@ func (t *tx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, error
 	}
 	k := ledger.KeyRecord{Key: key}
 	var token []byte
-	var first, reserve, lease, final int64
-	err := t.conn.QueryRow(ctx, sqlTxKey, t.c.ns, key).Scan(&k.Generated, &k.Tool, &k.Effect, &k.InputHash,
-		&k.Idempotent, &first, &reserve, &lease, &final, &token)
+	err := scanKey(t.conn.QueryRow(ctx, sqlTxKey, t.c.ns, key), &k, false, &token)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return k, false, nil
 	}
 	if err != nil {
 		return k, false, t.dbFail("read key", err)
 	}
-	k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
 	k.TokenHash = string(token)
 	return k, true, nil
 }
@@ -169,18 +166,15 @@ func (t *tx) Preload(ctx context.Context, keys []string) error {
 	for rows.Next() {
 		var k ledger.KeyRecord
 		var token []byte
-		var first, reserve, lease, final int64
-		if err := rows.Scan(&k.Key, &k.Generated, &k.Tool, &k.Effect, &k.InputHash, &k.Idempotent,
-			&first, &reserve, &lease, &final, &token); err != nil {
+		if err := scanKey(rows, &k, true, &token); err != nil {
 			rows.Close()
 			return t.dbFail("preload keys", err)
 		}
-		k.FirstSeq, k.ReserveSeq, k.LeaseExpiresAt, k.FinalSeq = uint64(first), uint64(reserve), uint64(lease), uint64(final)
 		k.TokenHash = string(token)
 		t.loaded[k.Key] = &k
-		seqs = append(seqs, reserve)
-		if final > 0 {
-			seqs = append(seqs, final)
+		seqs = append(seqs, int64(k.ReserveSeq))
+		if k.FinalSeq > 0 {
+			seqs = append(seqs, int64(k.FinalSeq))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -341,12 +335,7 @@ func (t *tx) ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
 		}
 		return nil, err
 	}
-	tc.addMap(got)
-	for i, x := range idx {
-		if h, ok := got[x]; ok {
-			out[i] = h
-		}
-	}
+	tc.fill(out, idx, got)
 	return out, nil
 }
 

@@ -43,6 +43,17 @@ func dirEntries(tb testing.TB, dir string) []string {
 	return names
 }
 
+// requireHead requires the ledger file at path to have head.
+func requireHead(tb testing.TB, path string, head ledger.Head) {
+	tb.Helper()
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+	require.NoError(tb, err)
+	defer rd.Close()
+	h, err := rd.ReadHead(context.Background())
+	require.NoError(tb, err)
+	require.Equal(tb, head, h)
+}
+
 func TestBackup(t *testing.T) {
 	ctx := context.Background()
 	t.Run("OK the temporaries of a killed backup are removed, a running one's kept", func(t *testing.T) {
@@ -83,12 +94,7 @@ func TestBackup(t *testing.T) {
 		require.Equal(t, int64(len(raw)), res.Bytes)
 		require.Equal(t, []byte{1, 1}, raw[18:20], "the copy uses a rollback journal: one self-contained file")
 
-		rd, err := sqlite.OpenReader(ctx, dst, sqlite.Options{})
-		require.NoError(t, err)
-		defer rd.Close()
-		h, err := rd.ReadHead(ctx)
-		require.NoError(t, err)
-		require.Equal(t, res.Head, h)
+		requireHead(t, dst, res.Head)
 	})
 	t.Run("OK while the writer appends", func(t *testing.T) {
 		db := ledgertest.Open(t)
@@ -123,12 +129,7 @@ func TestBackup(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, live.Hash, res.Head.Hash, "the copy is a prefix of the live chain")
 
-		rd, err := sqlite.OpenReader(ctx, dst, sqlite.Options{})
-		require.NoError(t, err)
-		defer rd.Close()
-		h, err := rd.ReadHead(ctx)
-		require.NoError(t, err)
-		require.Equal(t, res.Head, h)
+		requireHead(t, dst, res.Head)
 	})
 	t.Run("ErrBackupExists", func(t *testing.T) {
 		db := ledgertest.Open(t)

@@ -7,6 +7,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -154,15 +155,9 @@ func TestOpen_derivedState(t *testing.T) {
 	ledgertest.MustCommit(t, db, testkit.Succeed("key-bbbb-0002", b.Reservation)) // seq 4
 	require.NoError(t, db.Close())
 
-	raw, err := sql.Open("sqlite3", "file:"+path)
-	require.NoError(t, err)
-	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 2`} {
-		_, err := raw.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, raw.Close())
+	execFile(t, path, `DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq > 2`)
 
-	_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
+	_, err := ledgertest.TryOpen(t, ledgertest.WithPath(path))
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 	assert.Contains(t, err.Error(), "ledgerctl rebuild-index --db "+path)
 
@@ -231,26 +226,26 @@ func TestOpen_cacheMiB(t *testing.T) {
 	assert.Equal(t, int64(sqlite.DefaultCacheMiB/4<<20), limit, "process-wide: the last Open sets it")
 }
 
+// openWithUserVersion makes a ledger file, sets its user_version (the
+// schema version) to v and returns the error of opening it again.
+func openWithUserVersion(t *testing.T, v int) error {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	w, _ := db.Store.Pools()
+	_, err := w.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, v))
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
+	return err
+}
+
 func TestOpen(t *testing.T) {
 	t.Run("ErrNotLedger", func(t *testing.T) {
-		path := t.TempDir() + "/other.db"
-		other := ledgertest.Open(t, ledgertest.WithPath(path))
-		ow, _ := other.Store.Pools()
-		_, err := ow.Exec(`PRAGMA user_version = 0`)
-		require.NoError(t, err)
-		require.NoError(t, other.Close())
-		_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
-		assert.ErrorIs(t, err, ledger.ErrNotLedger)
+		assert.ErrorIs(t, openWithUserVersion(t, 0), ledger.ErrNotLedger)
 	})
 	t.Run("ErrSchemaVersion", func(t *testing.T) {
-		path := t.TempDir() + "/v.db"
-		db := ledgertest.Open(t, ledgertest.WithPath(path))
-		w, _ := db.Store.Pools()
-		_, err := w.Exec(`PRAGMA user_version = 99`)
-		require.NoError(t, err)
-		require.NoError(t, db.Close())
-		_, err = ledgertest.TryOpen(t, ledgertest.WithPath(path))
-		assert.ErrorIs(t, err, ledger.ErrSchemaVersion)
+		assert.ErrorIs(t, openWithUserVersion(t, 99), ledger.ErrSchemaVersion)
 	})
 	t.Run("directory", func(t *testing.T) {
 		_, err := ledgertest.TryOpen(t, ledgertest.WithPath(t.TempDir()))

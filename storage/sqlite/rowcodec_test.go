@@ -12,7 +12,6 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -23,11 +22,7 @@ import (
 // field zero, and the other fields are intact.
 func TestReader_malformedRows(t *testing.T) {
 	ctx := context.Background()
-	db := ledgertest.Open(t)
-	path := db.Path()
-	for _, key := range []string{"key-0001", "key-0002", "key-0003", "key-0004", "key-0005", "key-0006"} {
-		ledgertest.MustReserve(t, db, testkit.ReserveReq(key, "exec-1"))
-	}
+	db, path := openWithKeys(t, 6)
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)
 	var want []chain.Receipt

@@ -17,16 +17,34 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
+// openWithKeys opens a ledger with the keys key-0001 … key-000n
+// reserved by exec-1, and returns it with its file's path.
+func openWithKeys(t *testing.T, n int) (*ledgertest.DB, string) {
+	t.Helper()
+	db := ledgertest.Open(t)
+	for i := 1; i <= n; i++ {
+		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
+	}
+	return db, db.Path()
+}
+
+// execFile runs query with args on the closed ledger file at path, as
+// sqlite3 would.
+func execFile(t *testing.T, path, query string, args ...any) {
+	t.Helper()
+	raw, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	_, err = raw.Exec(query, args...)
+	require.NoError(t, err)
+	require.NoError(t, raw.Close())
+}
+
 // TestReader_keys: a file read without the writer lists no key records
 // (their state is in the key index), unless its recorded head and its
 // receipts differ, which is derived state gone wrong.
 func TestReader_keys(t *testing.T) {
 	ctx := context.Background()
-	db := ledgertest.Open(t)
-	path := db.Path()
-	for i := range 3 {
-		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
-	}
+	db, path := openWithKeys(t, 3)
 	require.NoError(t, db.Close())
 	keys := func() error {
 		rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
@@ -35,30 +53,18 @@ func TestReader_keys(t *testing.T) {
 		return rd.Keys(ctx, func(*ledger.KeyRecord) error { t.Fatal("no records expected"); return nil })
 	}
 	require.ErrorIs(t, keys(), ledger.ErrNoKeyTable)
-	raw, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	_, err = raw.Exec(`DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq = 3`)
-	require.NoError(t, err)
-	require.NoError(t, raw.Close())
-	err = keys()
+	execFile(t, path, `DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq = 3`)
+	err := keys()
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 	assert.Contains(t, err.Error(), "recorded head 3")
 }
 
 func TestReader_receiptLargerThanBatch(t *testing.T) {
 	ctx := context.Background()
-	db := ledgertest.Open(t)
-	path := db.Path()
-	for i := range 3 {
-		ledgertest.MustReserve(t, db, testkit.ReserveReq(fmt.Sprintf("key-%04d", i), "exec-1"))
-	}
+	db, path := openWithKeys(t, 3)
 	require.NoError(t, db.Close())
 	big := strings.Repeat("n", 3<<20)
-	raw, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	_, err = raw.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET note = ? WHERE seq = 2`, big)
-	require.NoError(t, err)
-	require.NoError(t, raw.Close())
+	execFile(t, path, `DROP TRIGGER receipts_no_update; UPDATE receipts SET note = ? WHERE seq = 2`, big)
 
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)

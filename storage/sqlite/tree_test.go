@@ -2,7 +2,6 @@ package sqlite_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -109,11 +108,7 @@ func TestTree_Backfill(t *testing.T) {
 	}
 	require.NoError(t, db.Close())
 
-	raw, err := sql.Open("sqlite3", "file:"+path)
-	require.NoError(t, err)
-	_, err = raw.Exec(`DROP TABLE tree_hashes`)
-	require.NoError(t, err)
-	require.NoError(t, raw.Close())
+	execFile(t, path, `DROP TABLE tree_hashes`)
 
 	rd, err := sqlite.OpenReader(context.Background(), path, quiet)
 	require.NoError(t, err)
@@ -147,13 +142,7 @@ func TestTree_ErrTruncated(t *testing.T) {
 	require.Equal(t, int64(6), s.Size)
 	require.NoError(t, db.Close())
 
-	raw, err := sql.Open("sqlite3", "file:"+path)
-	require.NoError(t, err)
-	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 3`} {
-		_, err := raw.Exec(q)
-		require.NoError(t, err, q)
-	}
-	require.NoError(t, raw.Close())
+	execFile(t, path, `DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq > 3`)
 
 	_, err = sqlite.RebuildIndex(ctx, path, ledger.DefaultNamespace, quiet)
 	require.NoError(t, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/verify"
 )
 
 // RunApprovals runs the cases of SPEC §13 that depend on the driver's
@@ -51,6 +50,27 @@ func gateReq(key, exec, tool string) ledger.ReserveRequest {
 	return r
 }
 
+// charge is gateReq for the tool payments.charge, which gatePolicy
+// gates behind an approval.
+func charge(key, exec string) ledger.ReserveRequest { return gateReq(key, exec, "payments.charge") }
+
+// openGated is openDefault with gatePolicy set on the default namespace.
+func openGated(t *testing.T, f Factory) (*testkit.Clock, *ledger.Namespace) {
+	t.Helper()
+	_, clock, n := openDefault(t, f)
+	setPolicy(t, n, gatePolicy)
+	return clock, n
+}
+
+// askApproved reserves r, which a policy gates, and approves its ask; it
+// returns the asking reserve's result.
+func askApproved(t *testing.T, n *ledger.Namespace, r ledger.ReserveRequest) *ledger.ReserveResult {
+	t.Helper()
+	a := mustReserve(t, n, r)
+	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
+	return a
+}
+
 func answer(t *testing.T, n *ledger.Namespace, seq uint64, decision string) *ledger.ApprovalView {
 	t.Helper()
 	v, _, err := n.Answer(context.Background(), ledger.AnswerRequest{Seq: seq, Decision: decision, Actor: "alice",
@@ -61,27 +81,22 @@ func answer(t *testing.T, n *ledger.Namespace, seq uint64, decision string) *led
 
 func testApprovalConsume(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	r := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	_, n := openGated(t, f)
+	r := mustReserve(t, n, charge("charge-0001", "exec-1"))
 	require.Equal(t, ledger.StatusApprovalRequired, r.Status)
-	again := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	again := mustReserve(t, n, charge("charge-0001", "exec-1"))
 	assert.Equal(t, r.Ask.Seq, again.Ask.Seq, "one pending ask per key")
-	kv, err := n.Key(ctx, "charge-0001", false)
-	require.NoError(t, err)
+	kv := keyView(t, n, "charge-0001")
 	assert.Equal(t, ledger.StateAwaitingApproval, kv.State)
 	v := answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
 	assert.Equal(t, ledger.ApprovalApproved, v.State)
-	c := mustReserve(t, n, gateReq("charge-0001", "exec-1", "payments.charge"))
+	c := mustReserve(t, n, charge("charge-0001", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, c.Status)
 	require.NotNil(t, c.Approval)
 	assert.Equal(t, v.Answer.Seq, c.Approval.Seq)
-	got, err := n.GetReceipt(ctx, c.Receipt.Seq)
-	require.NoError(t, err)
+	got := receipt(t, n, c.Receipt.Seq)
 	assert.Equal(t, v.Answer.Seq, got.RefSeq, "the consuming reserve names the approval")
-	_, err = n.Reserve(ctx, gateReq("charge-0001", "exec-2", "payments.charge"))
-	assert.Equal(t, ledger.ECodeInProgress, code(err), "decided by §4 first")
+	assert.Equal(t, ledger.ECodeInProgress, reserveCode(n, charge("charge-0001", "exec-2")), "decided by §4 first")
 	mustCommit(t, n, testkit.Succeed("charge-0001", c.Reservation))
 	list, _, err := n.Approvals(ctx, ledger.ApprovalConsumed, 0, 10)
 	require.NoError(t, err)
@@ -91,64 +106,48 @@ func testApprovalConsume(t *testing.T, f Factory) {
 }
 
 func testApprovalCovered(t *testing.T, f Factory) {
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	r := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
-	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
-	c := mustReserve(t, n, gateReq("charge-0002", "exec-1", "payments.charge"))
+	_, n := openGated(t, f)
+	askApproved(t, n, charge("charge-0002", "exec-1"))
+	c := mustReserve(t, n, charge("charge-0002", "exec-1"))
 	mustCommit(t, n, testkit.Fail("charge-0002", c.Reservation, true))
-	retry := gateReq("charge-0002", "exec-1", "payments.charge")
+	retry := charge("charge-0002", "exec-1")
 	retry.Attempt = i64(2)
 	rr := mustReserve(t, n, retry)
 	require.Equal(t, ledger.StatusReserved, rr.Status, "a runtime retry of the consuming execution needs no approval")
 	assert.True(t, rr.Retry)
 	mustCommit(t, n, testkit.Fail("charge-0002", rr.Reservation, true))
-	other := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
+	other := mustReserve(t, n, charge("charge-0002", "exec-2"))
 	require.Equal(t, ledger.StatusApprovalRequired, other.Status, "another execution asks again")
 	answer(t, n, other.Ask.Seq, ledger.DecisionApprove)
-	oc := mustReserve(t, n, gateReq("charge-0002", "exec-2", "payments.charge"))
+	oc := mustReserve(t, n, charge("charge-0002", "exec-2"))
 	require.Equal(t, ledger.StatusReserved, oc.Status, "the ask's attempt does not count for the attempt rule")
 	mustCommit(t, n, testkit.Succeed("charge-0002", oc.Reservation))
 	verifyHead(t, n)
 }
 
 func testApprovalDeny(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	_, err := n.Reserve(ctx, gateReq("rm-key-0001", "exec-1", "shell.rm"))
-	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
-	h1, err := n.Head(ctx)
-	require.NoError(t, err)
-	_, err = n.Reserve(ctx, gateReq("rm-key-0001", "exec-2", "shell.rm"))
-	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
-	h2, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h1.Seq, h2.Seq, "one deny receipt per key, fingerprint and policy")
+	_, n := openGated(t, f)
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-1", "shell.rm")))
+	h1 := headSeq(t, n)
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-2", "shell.rm")))
+	h2 := headSeq(t, n)
+	assert.Equal(t, h1, h2, "one deny receipt per key, fingerprint and policy")
 	setPolicy(t, n, gatePolicy+" ") // the same policy: nothing appended
-	h3, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h2.Seq, h3.Seq)
+	h3 := headSeq(t, n)
+	assert.Equal(t, h2, h3)
 	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}],"self_approval":"allow"}`)
-	_, err = n.Reserve(ctx, gateReq("rm-key-0001", "exec-3", "shell.rm"))
-	assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
-	h4, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h3.Seq+2, h4.Seq, "a new policy, then a new deny")
-	verifyClean(t, n, h4.Seq)
+	assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, gateReq("rm-key-0001", "exec-3", "shell.rm")))
+	h4 := headSeq(t, n)
+	assert.Equal(t, h3+2, h4, "a new policy, then a new deny")
+	verifyClean(t, n, h4)
 }
 
 func testApprovalRepeat(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
+	_, n := openGated(t, f)
 	r := mustReserve(t, n, gateReq("mail-0001", "exec-1", "mail.send"))
 	mustCommit(t, n, testkit.Fail("mail-0001", r.Reservation, true))
-	_, err := n.Reserve(ctx, gateReq("mail-0002", "exec-2", "mail.send"))
-	assert.Equal(t, ledger.ECodeUnchangedRetry, code(err), "the same call by another execution, unchanged")
+	assert.Equal(t, ledger.ECodeUnchangedRetry, reserveCode(n, gateReq("mail-0002", "exec-2", "mail.send")),
+		"the same call by another execution, unchanged")
 	same := gateReq("mail-0003", "exec-1", "mail.send")
 	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, same).Status, "the execution that failed may repeat")
 	changed := gateReq("mail-0004", "exec-3", "mail.send")
@@ -158,14 +157,11 @@ func testApprovalRepeat(t *testing.T, f Factory) {
 
 func testApprovalInput(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	noInput := gateReq("charge-0003", "exec-1", "payments.charge")
+	clock, n := openGated(t, f)
+	noInput := charge("charge-0003", "exec-1")
 	noInput.Input, noInput.InputHash = nil, "sha256:00"
-	_, err := n.Reserve(ctx, noInput)
-	assert.Equal(t, ledger.ECodeInvalidRequest, code(err), "an ask needs the input")
-	r := mustReserve(t, n, gateReq("charge-0003", "exec-1", "payments.charge"))
+	assert.Equal(t, ledger.ECodeInvalidRequest, reserveCode(n, noInput), "an ask needs the input")
+	r := mustReserve(t, n, charge("charge-0003", "exec-1"))
 	v, err := n.Approval(ctx, r.Ask.Seq, true)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"order":7}`, v.Input)
@@ -174,33 +170,17 @@ func testApprovalInput(t *testing.T, f Factory) {
 	v, err = n.Approval(ctx, r.Ask.Seq, true)
 	require.NoError(t, err)
 	assert.Empty(t, v.Input, "deleted after the answer plus the retention")
-	_, err = n.Reserve(ctx, gateReq("charge-0003", "exec-1", "payments.charge"))
-	assert.Equal(t, ledger.ECodeApprovalRejected, code(err))
+	assert.Equal(t, ledger.ECodeApprovalRejected, reserveCode(n, charge("charge-0003", "exec-1")))
 }
 
 func testApprovalWait(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	r := mustReserve(t, n, gateReq("charge-0004", "exec-1", "payments.charge"))
-	done := make(chan *ledger.ReserveResult, 1)
-	go func() {
-		w := gateReq("charge-0004", "exec-1", "payments.charge")
-		w.WaitMS = i64(10_000)
-		res, err := n.Reserve(ctx, w)
-		assert.NoError(t, err)
-		done <- res
-	}()
+	_, n := openGated(t, f)
+	r := mustReserve(t, n, charge("charge-0004", "exec-1"))
+	done := reserveWaiting(t, n, charge("charge-0004", "exec-1"), 10_000)
 	time.Sleep(50 * time.Millisecond)
 	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
-	select {
-	case res := <-done:
-		require.NotNil(t, res)
-		assert.Equal(t, ledger.StatusReserved, res.Status, "the answer wakes the waiting reserve")
-	case <-time.After(8 * time.Second):
-		t.Fatal("the waiting reserve was not woken by the answer")
-	}
+	res := woken(t, done, 8*time.Second, "the answer")
+	assert.Equal(t, ledger.StatusReserved, res.Status, "the answer wakes the waiting reserve")
 }
 
 func testApprovalNamespaces(t *testing.T, f Factory) {
@@ -210,9 +190,9 @@ func testApprovalNamespaces(t *testing.T, f Factory) {
 	g := ns(t, l, "gated")
 	setPolicy(t, g, gatePolicy)
 	d := ns(t, l, ledger.DefaultNamespace)
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, d, gateReq("charge-0005", "exec-1", "payments.charge")).Status,
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, d, charge("charge-0005", "exec-1")).Status,
 		"another namespace's policy does not apply")
-	assert.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, g, gateReq("charge-0005", "exec-1", "payments.charge")).Status)
+	assert.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, g, charge("charge-0005", "exec-1")).Status)
 	p, seq, err := g.Policy(ctx)
 	require.NoError(t, err)
 	assert.NotZero(t, seq)
@@ -226,21 +206,17 @@ func testApprovalNamespaces(t *testing.T, f Factory) {
 // is a first reserve for the audit's repeated failures (its approval's
 // ask named nothing), as for a key reserved without one.
 func testApprovalRepeatAudit(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, clock, n := openDefault(t, f)
 	setPolicy(t, n, `{"rules":[{"tool":"payments.*","approval":"required"}]}`)
 	run := func(key, exec string) *ledger.ReserveResult {
-		a := mustReserve(t, n, gateReq(key, exec, "payments.charge"))
-		answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
-		return mustReserve(t, n, gateReq(key, exec, "payments.charge"))
+		askApproved(t, n, charge(key, exec))
+		return mustReserve(t, n, charge(key, exec))
 	}
 	first := run("charge-0010", "exec-1")
 	c := mustCommit(t, n, testkit.Fail("charge-0010", first.Reservation, false))
 	second := run("charge-0011", "exec-2")
 	verifyHead(t, n)
-	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
-	require.NoError(t, err)
+	rep := audit(t, n, clock.Now)
 	require.Len(t, rep.Audit.RepeatedFailures, 1)
 	rf := rep.Audit.RepeatedFailures[0]
 	assert.Equal(t, []string{"charge-0010", "charge-0011"}, rf.Keys)
@@ -251,21 +227,20 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 // interrupted key open (ledger_keys_waiting) until a reserve or an outcome
 // moves it: the gate's receipts end no reservation.
 func testApprovalOpenKeys(t *testing.T, f Factory) {
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	first := gateReq("charge-0020", "exec-1", "payments.charge")
+	l, clock, n := openDefault(t, f)
+	first := charge("charge-0020", "exec-1")
 	first.LeaseMS = i64(1000)
 	mustReserve(t, n, first) // before the policy: reserved at once
 	setPolicy(t, n, gatePolicy)
 	clock.Advance(1500 * time.Millisecond)
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()))
-	a := mustReserve(t, n, gateReq("charge-0020", "exec-2", "payments.charge"))
+	a := mustReserve(t, n, charge("charge-0020", "exec-2"))
 	require.Equal(t, ledger.StatusApprovalRequired, a.Status, "a takeover by another execution asks")
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()),
 		"the ask leaves the interrupted reservation open")
 	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()), "so does the answer")
-	tk := mustReserve(t, n, gateReq("charge-0020", "exec-2", "payments.charge"))
+	tk := mustReserve(t, n, charge("charge-0020", "exec-2"))
 	require.True(t, tk.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1}, OpenKeys(t, l.Store()))
 }
@@ -276,47 +251,38 @@ func testApprovalOpenKeys(t *testing.T, f Factory) {
 // existing key carries the key's values, a later request with another
 // input is a fingerprint mismatch; the chain verifies clean.
 func testApprovalFingerprints(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	a := mustReserve(t, n, gateReq("charge-0030", "exec-1", "payments.charge"))
-	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
-	bare := gateReq("charge-0030", "exec-1", "payments.charge")
+	clock, n := openGated(t, f)
+	a := askApproved(t, n, charge("charge-0030", "exec-1"))
+	bare := charge("charge-0030", "exec-1")
 	bare.Input, bare.Idempotent = nil, false
 	c := mustReserve(t, n, bare)
 	require.Equal(t, ledger.StatusReserved, c.Status)
-	got, err := n.GetReceipt(ctx, c.Receipt.Seq)
-	require.NoError(t, err)
-	ask, err := n.GetReceipt(ctx, a.Ask.Seq)
-	require.NoError(t, err)
+	got := receipt(t, n, c.Receipt.Seq)
+	ask := receipt(t, n, a.Ask.Seq)
 	assert.Equal(t, ask.InputHash, got.InputHash, "the reserve carries the asked input's hash")
 	assert.True(t, got.Idempotent, "and the ask's idempotent")
 	mustCommit(t, n, testkit.Succeed("charge-0030", c.Reservation))
-	assert.Equal(t, ledger.StatusReplayed, mustReserve(t, n, gateReq("charge-0030", "exec-2", "payments.charge")).Status)
+	assert.Equal(t, ledger.StatusReplayed, mustReserve(t, n, charge("charge-0030", "exec-2")).Status)
 
 	// An expired ask still fixes the fingerprint.
-	e := mustReserve(t, n, gateReq("charge-0031", "exec-1", "payments.charge"))
+	e := mustReserve(t, n, charge("charge-0031", "exec-1"))
 	require.Equal(t, ledger.StatusApprovalRequired, e.Status)
 	clock.Advance(61 * time.Second)
-	other := gateReq("charge-0031", "exec-1", "payments.charge")
+	other := charge("charge-0031", "exec-1")
 	other.Input = json.RawMessage(`{"order":99}`)
-	_, err = n.Reserve(ctx, other)
-	assert.Equal(t, ledger.ECodeFingerprintMismatch, code(err))
+	assert.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other))
 
 	// A takeover asked by another execution carries the key's idempotent.
-	first := gateReq("charge-0032", "exec-1", "payments.charge")
+	first := charge("charge-0032", "exec-1")
 	first.LeaseMS = i64(1000)
-	fa := mustReserve(t, n, first)
-	answer(t, n, fa.Ask.Seq, ledger.DecisionApprove)
+	askApproved(t, n, first)
 	mustReserve(t, n, first)
 	clock.Advance(2 * time.Second)
-	take := gateReq("charge-0032", "exec-2", "payments.charge")
+	take := charge("charge-0032", "exec-2")
 	take.Idempotent = false
 	ta := mustReserve(t, n, take)
 	require.Equal(t, ledger.StatusApprovalRequired, ta.Status)
-	tr, err := n.GetReceipt(ctx, ta.Ask.Seq)
-	require.NoError(t, err)
+	tr := receipt(t, n, ta.Ask.Seq)
 	assert.True(t, tr.Idempotent, "the ask carries the key's idempotent")
 	verifyHead(t, n)
 }
@@ -325,20 +291,17 @@ func testApprovalFingerprints(t *testing.T, f Factory) {
 // meanwhile gets the same ask, not a new one, and cannot consume it;
 // nor can it run the consumer's execution as a covered runtime retry.
 func testApprovalOwners(t *testing.T, f Factory) {
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	a := mustReserve(t, n, gateReq("charge-0040", "exec-1", "payments.charge"))
-	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
-	intruder := gateReq("charge-0040", "exec-9", "payments.charge")
+	_, n := openGated(t, f)
+	a := askApproved(t, n, charge("charge-0040", "exec-1"))
+	intruder := charge("charge-0040", "exec-9")
 	intruder.Actor = "mallory"
 	b := mustReserve(t, n, intruder)
 	require.Equal(t, ledger.StatusApprovalRequired, b.Status)
 	assert.Equal(t, a.Ask.Seq, b.Ask.Seq, "the approved ask stays the key's one ask")
-	c := mustReserve(t, n, gateReq("charge-0040", "exec-1", "payments.charge"))
+	c := mustReserve(t, n, charge("charge-0040", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, c.Status, "its asker consumes it")
 	mustCommit(t, n, testkit.Fail("charge-0040", c.Reservation, true))
-	spoof := gateReq("charge-0040", "exec-1", "payments.charge")
+	spoof := charge("charge-0040", "exec-1")
 	spoof.Actor, spoof.Attempt = "mallory", i64(2)
 	s := mustReserve(t, n, spoof)
 	assert.Equal(t, ledger.StatusApprovalRequired, s.Status, "another principal reusing the execution id asks")
@@ -350,8 +313,7 @@ func testApprovalOwners(t *testing.T, f Factory) {
 // before and after the policy is read back from the chain.
 func testApprovalPolicyText(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	setPolicy(t, n, `{"rules":[{"tool":"pay.*","approval":"required","approvers":[]},{"tool":"*","approvers":["carol"]}]}`)
 	p, _, err := n.Policy(ctx)
 	require.NoError(t, err)
@@ -362,33 +324,26 @@ func testApprovalPolicyText(t *testing.T, f Factory) {
 	assert.Equal(t, ledger.ECodeForbidden, code(err), "alice is not carol")
 	// Denies: one per key, fingerprint and policy, whatever the order.
 	setPolicy(t, n, `{"rules":[{"tool":"shell.*","deny":true}]}`)
-	h0, err := n.Head(ctx)
-	require.NoError(t, err)
+	h0 := headSeq(t, n)
 	for _, in := range []string{`{"p":1}`, `{"p":1}`, `{"p":2}`, `{"p":1}`, `{"p":2}`} {
 		r := gateReq("rm-key-0050", "exec-1", "shell.rm")
 		r.Input = json.RawMessage(in)
-		_, err := n.Reserve(ctx, r)
-		assert.Equal(t, ledger.ECodeDeniedByPolicy, code(err))
+		assert.Equal(t, ledger.ECodeDeniedByPolicy, reserveCode(n, r))
 	}
-	h1, err := n.Head(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, h0.Seq+2, h1.Seq, "two fingerprints, two denies")
+	h1 := headSeq(t, n)
+	assert.Equal(t, h0+2, h1, "two fingerprints, two denies")
 }
 
 // testApprovalAskOutlivesPolicy: a key asked under a policy keeps the
 // fingerprint its ask fixed after the policy stops gating its tool.
 func testApprovalAskOutlivesPolicy(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	setPolicy(t, n, gatePolicy)
-	require.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, n, gateReq("charge-0060", "exec-1", "payments.charge")).Status)
+	_, n := openGated(t, f)
+	require.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, n, charge("charge-0060", "exec-1")).Status)
 	setPolicy(t, n, `{"rules":[{"tool":"mail.*","repeat_failure":"refuse"}]}`)
-	other := gateReq("charge-0060", "exec-1", "payments.charge")
+	other := charge("charge-0060", "exec-1")
 	other.Input = json.RawMessage(`{"order":61}`)
-	_, err := n.Reserve(ctx, other)
-	assert.Equal(t, ledger.ECodeFingerprintMismatch, code(err), "the ask fixed the fingerprint")
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, gateReq("charge-0060", "exec-1", "payments.charge")).Status,
+	assert.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other), "the ask fixed the fingerprint")
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, charge("charge-0060", "exec-1")).Status,
 		"no rule gates it now")
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, gateReq("charge-0061", "exec-1", "payments.charge")).Status)
+	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, charge("charge-0061", "exec-1")).Status)
 }

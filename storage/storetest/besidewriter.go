@@ -21,25 +21,14 @@ import (
 // to that head (after the pin, for an incremental run).
 func testVerifyBesideWriter(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, testkit.ReserveReq("key-first", "exec"))
-	require.NoError(t, err)
-	_, err = n.Commit(ctx, testkit.Fail("key-first", r.Reservation, false))
-	require.NoError(t, err)
+	_, _, n := openDefault(t, f)
+	r := mustReserve(t, n, testkit.ReserveReq("key-first", "exec"))
+	mustCommit(t, n, testkit.Fail("key-first", r.Reservation, false))
 	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)
 
-	done := AppendFailures(t, n, 300)
-	for runs := 0; ; runs++ {
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-			require.Positive(t, runs)
-			return
-		default:
-		}
+	UntilDone(t, AppendFailures(t, n, 300), func(runs int) {
 		opts, pin := verify.Opts{}, rep.Head
 		if runs%2 == 1 {
 			opts.Pinned, opts.Incremental = &pin, true
@@ -55,6 +44,23 @@ func testVerifyBesideWriter(t *testing.T, f Factory) {
 		}
 		// Receipts come in pairs, reserve then commit: the commits are the even seqs.
 		require.Len(t, rep.Audit.Failed, int(rep.Head.Seq/2-pin.Seq/2), "run %d from %d to %d", runs, pin.Seq, rep.Head.Seq)
+	})
+}
+
+// UntilDone calls run with 0, 1, … until done, the channel of
+// AppendFailures, has the writer's error; then it requires that error to
+// be nil and run to have run at least once.
+func UntilDone(t *testing.T, done <-chan error, run func(runs int)) {
+	t.Helper()
+	for runs := 0; ; runs++ {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+			require.Positive(t, runs)
+			return
+		default:
+		}
+		run(runs)
 	}
 }
 

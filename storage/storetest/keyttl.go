@@ -70,8 +70,7 @@ func testSucceededExpires(t *testing.T, f Factory) {
 
 	r := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-1"))
 	c := mustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
-	v, err := n.Key(ctx, "daily-report", false)
-	require.NoError(t, err)
+	v := keyView(t, n, "daily-report")
 	final := uint64(clock.Now().UnixMilli())
 	assert.Equal(t, final+uint64(ttl.Milliseconds()), v.ExpiresAt, "expires_at is the outcome's time plus the TTL")
 
@@ -89,13 +88,11 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	assert.Equal(t, rp.Receipt.Seq, nr.Renewed.Seq, "the new generation links to the key's latest receipt (the replay)")
 	assert.Equal(t, final+uint64(ttl.Milliseconds())-1, nr.Renewed.RecordedAt)
 	assert.False(t, nr.Takeover || nr.Retry)
-	got, err := n.GetReceipt(ctx, nr.Receipt.Seq)
-	require.NoError(t, err)
+	got := receipt(t, n, nr.Receipt.Seq)
 	assert.Equal(t, rp.Receipt.Seq, got.RefSeq)
 	assert.Equal(t, `sha256:`, got.InputHash[:7])
 
-	v, err = n.Key(ctx, "daily-report", false)
-	require.NoError(t, err)
+	v = keyView(t, n, "daily-report")
 	assert.Equal(t, ledger.StateReserved, v.State)
 	assert.Zero(t, v.ExpiresAt, "a reserved key has no expiry")
 	require.Len(t, v.Receipts, 1, "only the current generation")
@@ -108,14 +105,13 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	rp2 := mustReserve(t, n, other)
 	require.Equal(t, ledger.StatusReplayed, rp2.Status, "the new generation dedupes as before")
 	assert.Equal(t, c2.Receipt.Seq, rp2.Original.Seq)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("daily-report", "exec-4"))
-	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err), "the new generation has the new fingerprint")
+	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, testkit.ReserveReq("daily-report", "exec-4")),
+		"the new generation has the new fingerprint")
 	noDrift(t, n, "daily-report")
 	verifyClean(t, n, 6)
 }
 
 func testFailedExpires(t *testing.T, f Factory) {
-	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
 
@@ -123,8 +119,7 @@ func testFailedExpires(t *testing.T, f Factory) {
 	r := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1"))
 	mustCommit(t, n, testkit.Fail("final-fail", r.Reservation, false))
 	clock.Advance(ttl - time.Millisecond)
-	_, err := n.Reserve(ctx, testkit.ReserveReq("final-fail", "exec-2"))
-	require.Equal(t, ledger.ECodeRetryNotAllowed, code(err))
+	require.Equal(t, ledger.ECodeRetryNotAllowed, reserveCode(n, testkit.ReserveReq("final-fail", "exec-2")))
 	clock.Advance(time.Millisecond)
 	nr := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1")) // the same execution and attempt: a new generation
 	require.NotNil(t, nr.Renewed)
@@ -154,21 +149,16 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
-	a := testkit.ReserveReq("lost-call", "exec-1")
-	a.LeaseMS = i64(1000)
-	mustReserve(t, n, a)
-	long := testkit.ReserveReq("long-call", "exec-1")
-	long.LeaseMS = i64(ledger.MaxLeaseMS)
-	mustReserve(t, n, long)
+	mustReserve(t, n, leased("lost-call", "exec-1", 1000))
+	mustReserve(t, n, leased("long-call", "exec-1", ledger.MaxLeaseMS))
 	clock.Advance(2 * ttl)
-	_, err := n.Reserve(ctx, testkit.ReserveReq("lost-call", "exec-2"))
-	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "an interrupted key past the TTL still waits for a person")
-	v, err := n.Key(ctx, "lost-call", false)
-	require.NoError(t, err)
+	require.Equal(t, ledger.ECodeUnsafeResume, reserveCode(n, testkit.ReserveReq("lost-call", "exec-2")),
+		"an interrupted key past the TTL still waits for a person")
+	v := keyView(t, n, "lost-call")
 	assert.Equal(t, ledger.StateInterrupted, v.State)
 	assert.Zero(t, v.ExpiresAt)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("long-call", "exec-2"))
-	require.Equal(t, ledger.ECodeInProgress, code(err), "a reserved key past the TTL is still in progress")
+	require.Equal(t, ledger.ECodeInProgress, reserveCode(n, testkit.ReserveReq("long-call", "exec-2")),
+		"a reserved key past the TTL is still in progress")
 
 	// Resolved, the key's TTL runs from the resolve.
 	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "lost-call", Outcome: chain.OutcomeSucceeded,
@@ -185,17 +175,14 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 }
 
 func testTTLZero(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, clock, n := openDefault(t, f)
 	require.Zero(t, n.KeyTTL())
 	r := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-1"))
 	mustCommit(t, n, testkit.Succeed("forever-key", r.Reservation))
 	clock.Advance(10 * 365 * ttl)
 	rp := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status, "with no TTL a key is remembered forever")
-	v, err := n.Key(ctx, "forever-key", false)
-	require.NoError(t, err)
+	v := keyView(t, n, "forever-key")
 	assert.Zero(t, v.ExpiresAt, "no expires_at without a TTL")
 	assert.Len(t, v.Receipts, 3)
 	verifyClean(t, n, 3)
@@ -217,8 +204,7 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 		clock.Advance(ttl)
 	}
 	verifyClean(t, n, 6)
-	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
-	require.NoError(t, err)
+	rep := audit(t, n, clock.Now)
 	require.Len(t, rep.Audit.RenewedKeys, 2)
 	for i, rk := range rep.Audit.RenewedKeys {
 		assert.Equal(t, "daily-report", rk.Key)
@@ -231,7 +217,7 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	noDrift(t, n, "daily-report")
 
 	// Read with a TTL of 0, the same chain breaks the rule of §4.
-	rep, err = verify.New(noTTL{auditDB(t, n).(driftDB)}, verify.Opts{Now: clock.Now}).Check(ctx)
+	rep, err := verify.New(noTTL{auditDB(t, n).(driftDB)}, verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	assert.Equal(t, verify.RuleReserveAfterSuccess, rep.Violations[0].Rule)

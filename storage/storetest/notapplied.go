@@ -42,16 +42,13 @@ func keyState(t *testing.T, n *ledger.Namespace, key string) ledger.State {
 }
 
 func testNotAppliedReserve(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, clock, n := openDefault(t, f)
 	r1 := mustReserve(t, n, testkit.ReserveReq("send-mail-1", "exec-1")) // not idempotent
 	c := mustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
 	assert.Equal(t, chain.OutcomeNotApplied, c.Outcome)
 	again := mustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
 	assert.True(t, again.Replayed, "an identical not_applied commit appends nothing")
-	got, err := n.GetReceipt(ctx, c.Receipt.Seq)
-	require.NoError(t, err)
+	got := receipt(t, n, c.Receipt.Seq)
 	assert.False(t, got.Retryable, "retryable is ignored on not_applied")
 	assert.Equal(t, "VALIDATION", got.ErrorCode)
 	assert.Equal(t, ledger.StateNotApplied, keyState(t, n, "send-mail-1"))
@@ -63,20 +60,17 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 	require.NotNil(t, r2.AfterNotApplied)
 	assert.Equal(t, ledger.NotAppliedRef{Seq: c.Receipt.Seq, ErrorCode: "VALIDATION"}, *r2.AfterNotApplied)
 	assert.False(t, r2.Takeover || r2.Retry || r2.Renewed != nil)
-	rs, err := n.GetReceipt(ctx, r2.Receipt.Seq)
-	require.NoError(t, err)
+	rs := receipt(t, n, r2.Receipt.Seq)
 	assert.Equal(t, c.Receipt.Seq, rs.RefSeq, "the reserve names the not_applied receipt")
 	assert.False(t, rs.Idempotent, "idempotent is the key's first reserve's")
 	assert.Equal(t, got.InputHash, rs.InputHash)
-	_, err = n.Commit(ctx, testkit.Succeed("send-mail-1", r1.Reservation))
-	assert.Equal(t, ledger.ECodeStaleReservation, code(err))
+	assert.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("send-mail-1", r1.Reservation)))
 	mustCommit(t, n, testkit.Succeed("send-mail-1", r2.Reservation))
 	assert.Equal(t, ledger.StateSucceeded, keyState(t, n, "send-mail-1"))
 	noDrift(t, n, "send-mail-1")
 	verifyClean(t, n, 4)
 
-	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
-	require.NoError(t, err)
+	rep := audit(t, n, clock.Now)
 	require.Len(t, rep.Audit.NotAppliedReruns, 1)
 	assert.Equal(t, verify.NotAppliedRerun{Key: "send-mail-1", Tool: "payments.refund",
 		NotAppliedSeq: c.Receipt.Seq, ErrorCode: "VALIDATION", Seq: r2.Receipt.Seq, ExecutionID: "exec-2",
@@ -85,8 +79,7 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 
 func testNotAppliedInvalid(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-2", "exec-1"))
 	withRef := notApplied("send-mail-2", r.Reservation, "VALIDATION")
 	withRef.ExternalRef = "msg-1"
@@ -100,6 +93,14 @@ func testNotAppliedInvalid(t *testing.T, f Factory) {
 	verifyClean(t, n, 1)
 }
 
+// requireAfterNotApplied requires r to be a reserve after the not_applied
+// outcome at seq.
+func requireAfterNotApplied(t *testing.T, r *ledger.ReserveResult, seq uint64) {
+	t.Helper()
+	require.NotNil(t, r.AfterNotApplied)
+	assert.Equal(t, seq, r.AfterNotApplied.Seq)
+}
+
 func requireInvalid(t *testing.T, err error, field string) {
 	t.Helper()
 	var e *ledger.Error
@@ -109,13 +110,11 @@ func requireInvalid(t *testing.T, err error, field string) {
 }
 
 func testNotAppliedAttempt(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-3", "exec-1"))
 	mustCommit(t, n, notApplied("send-mail-3", r.Reservation, "NOT_FOUND"))
-	_, err := n.Reserve(ctx, testkit.ReserveReq("send-mail-3", "exec-1"))
-	require.Equal(t, ledger.ECodeAttemptConflict, code(err), "the same execution must raise its attempt")
+	require.Equal(t, ledger.ECodeAttemptConflict, reserveCode(n, testkit.ReserveReq("send-mail-3", "exec-1")),
+		"the same execution must raise its attempt")
 	next := testkit.ReserveReq("send-mail-3", "exec-1")
 	next.Attempt = i64(2)
 	r2 := mustReserve(t, n, next)
@@ -125,42 +124,33 @@ func testNotAppliedAttempt(t *testing.T, f Factory) {
 }
 
 func testNotAppliedFingerprint(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-4", "exec-1"))
 	mustCommit(t, n, notApplied("send-mail-4", r.Reservation, "REFUSED"))
 	other := testkit.ReserveReq("send-mail-4", "exec-2")
 	other.Input = json.RawMessage(`{"order":8}`)
-	_, err := n.Reserve(ctx, other)
-	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err), "the fingerprint stays the key's")
+	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other), "the fingerprint stays the key's")
 	verifyClean(t, n, 2)
 }
 
 func testNotAppliedResolve(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	a := testkit.ReserveReq("send-mail-5", "exec-1")
-	a.LeaseMS = i64(100)
-	mustReserve(t, n, a)
+	_, clock, n := openDefault(t, f)
+	mustReserve(t, n, leased("send-mail-5", "exec-1", 100))
 	clock.Advance(time.Second)
 	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "send-mail-5", Outcome: chain.OutcomeNotApplied,
 		Error: &ledger.FailureDetail{Code: "NOT_SENT"}, Note: "checked the outbox: nothing was sent", Actor: "ops"})
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateNotApplied, res.State)
 	assert.Equal(t, ledger.StateNotApplied, keyState(t, n, "send-mail-5"))
-	r2 := mustReserve(t, n, testkit.ReserveReq("send-mail-5", "exec-2"))
-	require.NotNil(t, r2.AfterNotApplied)
-	assert.Equal(t, res.Receipt.Seq, r2.AfterNotApplied.Seq)
+	requireAfterNotApplied(t, mustReserve(t, n, testkit.ReserveReq("send-mail-5", "exec-2")), res.Receipt.Seq)
 	noDrift(t, n, "send-mail-5")
 	verifyClean(t, n, 3)
 }
 
 func testNotAppliedCorrection(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-1"))
 	failed := mustCommit(t, n, testkit.Fail("send-mail-6", r.Reservation, false))
 	correct := ledger.ResolveRequest{IdempotencyKey: "send-mail-6", Outcome: chain.OutcomeNotApplied,
@@ -176,55 +166,35 @@ func testNotAppliedCorrection(t *testing.T, f Factory) {
 	res, err := n.Resolve(ctx, correct)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateNotApplied, res.State)
-	got, err := n.GetReceipt(ctx, res.Receipt.Seq)
-	require.NoError(t, err)
+	got := receipt(t, n, res.Receipt.Seq)
 	assert.Equal(t, chain.KindResolve, got.Kind)
 	assert.Equal(t, failed.Receipt.Seq, got.RefSeq, "the correction names the failure")
 	assert.Equal(t, "exec-1", got.ExecutionID)
 	_, err = n.Resolve(ctx, correct)
 	require.Equal(t, ledger.ECodeNotInterrupted, code(err), "a not_applied key is not corrected again")
 
-	r2 := mustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-2"))
-	require.NotNil(t, r2.AfterNotApplied)
-	assert.Equal(t, res.Receipt.Seq, r2.AfterNotApplied.Seq)
+	requireAfterNotApplied(t, mustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-2")), res.Receipt.Seq)
 	noDrift(t, n, "send-mail-6")
 	verifyClean(t, n, 4)
 }
 
 func testNotAppliedWait(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	l, _, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-7", "e1"))
-	done := make(chan *ledger.ReserveResult, 1)
-	go func() {
-		w := testkit.ReserveReq("send-mail-7", "e2")
-		w.WaitMS = i64(20_000)
-		res, err := n.Reserve(ctx, w)
-		assert.NoError(t, err)
-		done <- res
-	}()
+	done := reserveWaiting(t, n, testkit.ReserveReq("send-mail-7", "e2"), 20_000)
 	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	c := mustCommit(t, n, notApplied("send-mail-7", r.Reservation, "REFUSED"))
-	select {
-	case res := <-done:
-		require.NotNil(t, res)
-		require.Equal(t, ledger.StatusReserved, res.Status, "the waiter is decided again: reserved")
-		require.NotNil(t, res.AfterNotApplied)
-		assert.Equal(t, c.Receipt.Seq, res.AfterNotApplied.Seq)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting reserve was not woken by the not_applied commit")
-	}
+	res := woken(t, done, 10*time.Second, "the not_applied commit")
+	require.Equal(t, ledger.StatusReserved, res.Status, "the waiter is decided again: reserved")
+	requireAfterNotApplied(t, res, c.Receipt.Seq)
 }
 
 func testNotAppliedExpires(t *testing.T, f Factory) {
-	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
 	r := mustReserve(t, n, testkit.ReserveReq("nightly-mail", "exec-1"))
 	c := mustCommit(t, n, notApplied("nightly-mail", r.Reservation, "REFUSED"))
-	v, err := n.Key(ctx, "nightly-mail", false)
-	require.NoError(t, err)
+	v := keyView(t, n, "nightly-mail")
 	assert.Equal(t, ledger.StateNotApplied, v.State)
 	assert.Equal(t, uint64(clock.Now().Add(ttl).UnixMilli()), v.ExpiresAt, "a not_applied key is finalized: it expires")
 
@@ -244,9 +214,7 @@ func testNotAppliedExpires(t *testing.T, f Factory) {
 // execution as a repeat, but not one by the same execution, nor after a
 // not_applied whose code says nothing was attempted.
 func testNotAppliedRepeats(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, clock, n := openDefault(t, f)
 	r := mustReserve(t, n, testkit.ReserveReq("send-mail-8", "exec-1"))
 	c1 := mustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
 	same := testkit.ReserveReq("send-mail-8", "exec-1")
@@ -263,8 +231,7 @@ func testNotAppliedRepeats(t *testing.T, f Factory) {
 	mustReserve(t, n, asks)
 	verifyClean(t, n, 9)
 
-	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: clock.Now}).Check(ctx)
-	require.NoError(t, err)
+	rep := audit(t, n, clock.Now)
 	require.Len(t, rep.Audit.RepeatedFailures, 1)
 	rf := rep.Audit.RepeatedFailures[0]
 	assert.Equal(t, "REFUSED", rf.ErrorCode)

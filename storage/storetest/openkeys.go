@@ -45,12 +45,8 @@ func testOpenKeys(t *testing.T, f Factory) {
 
 	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
-	r1, err := n.Reserve(ctx, idem)
-	require.NoError(t, err)
-	pay := testkit.ReserveReq("pay-key-01", "exec-1")
-	pay.LeaseMS = i64(1000)
-	_, err = n.Reserve(ctx, pay)
-	require.NoError(t, err)
+	r1 := mustReserve(t, n, idem)
+	mustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/reserved/not-idempotent": 1},
 		OpenKeys(t, s), "reserved while the leases run")
 
@@ -60,37 +56,29 @@ func testOpenKeys(t *testing.T, f Factory) {
 
 	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
-	r2, err := n.Reserve(ctx, take)
-	require.NoError(t, err)
+	r2 := mustReserve(t, n, take)
 	require.True(t, r2.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a takeover reserves the key again")
-	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r1.Reservation))
-	require.Equal(t, ledger.ECodeStaleReservation, code(err))
+	require.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("idem-key-1", r1.Reservation)))
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a refused commit changes nothing")
-	_, err = n.Commit(ctx, testkit.Fail("idem-key-1", r2.Reservation, true))
-	require.NoError(t, err)
+	mustCommit(t, n, testkit.Fail("idem-key-1", r2.Reservation, true))
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a commit closes the key")
 	retry := testkit.ReserveReq("idem-key-1", "exec-2")
 	retry.Idempotent, retry.Attempt = true, i64(2)
-	r3, err := n.Reserve(ctx, retry)
-	require.NoError(t, err)
+	r3 := mustReserve(t, n, retry)
 	require.True(t, r3.Retry)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a retry after a failure reserves the key again")
-	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r3.Reservation))
-	require.NoError(t, err)
-	_, err = n.Reserve(ctx, retry)
+	mustCommit(t, n, testkit.Succeed("idem-key-1", r3.Reservation))
+	_, err := n.Reserve(ctx, retry)
 	require.NoError(t, err, "a replay")
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a replay opens nothing")
 
 	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
 	p := ns(t, l, "payments")
-	late := testkit.ReserveReq("pay-key-02", "exec-1")
-	late.LeaseMS = i64(1000)
-	rl, err := p.Reserve(ctx, late)
-	require.NoError(t, err)
+	rl := mustReserve(t, p, leased("pay-key-02", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1, "payments/reserved/not-idempotent": 1},
 		OpenKeys(t, s), "counted by namespace")
 	clock.Advance(2 * time.Second)

@@ -153,14 +153,12 @@ func replicasRevocationAcrossReplicas(t *testing.T, open2 openPair) {
 // another replica reserved and ended.
 func replicasOpenKeysAcrossReplicas(t *testing.T, open2 openPair) {
 	a, b, clock := open2(t)
-	r := testkit.ReserveReq("pay-key-01", "exec-1")
-	r.LeaseMS = i64(1000)
-	_, err := ns(t, a, ledger.DefaultNamespace).Reserve(context.Background(), r)
-	require.NoError(t, err)
+	na := ns(t, a, ledger.DefaultNamespace)
+	mustReserve(t, na, leased("pay-key-01", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/reserved/not-idempotent": 1}, OpenKeys(t, b.Store()))
 	clock.Advance(2 * time.Second)
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, b.Store()))
-	_, err = ns(t, a, ledger.DefaultNamespace).Resolve(context.Background(), ledger.ResolveRequest{
+	_, err := na.Resolve(context.Background(), ledger.ResolveRequest{
 		IdempotencyKey: "pay-key-01", Outcome: chain.OutcomeFailed, Note: "never sent",
 		Error: &ledger.FailureDetail{Code: "NOT_SENT", Message: "never sent"}})
 	require.NoError(t, err)

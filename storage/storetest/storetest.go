@@ -47,9 +47,96 @@ func ns(t *testing.T, l *ledger.Ledger, name string) *ledger.Namespace {
 	return n
 }
 
+// openDefault is open and the ledger's default namespace.
+func openDefault(t *testing.T, f Factory) (*ledger.Ledger, *testkit.Clock, *ledger.Namespace) {
+	t.Helper()
+	l, clock := open(t, f)
+	return l, clock, ns(t, l, ledger.DefaultNamespace)
+}
+
+// keyView is the key's view with the current generation's receipts.
+func keyView(t *testing.T, n *ledger.Namespace, key string) *ledger.KeyView {
+	t.Helper()
+	v, err := n.Key(context.Background(), key, false)
+	require.NoError(t, err)
+	return v
+}
+
+// receipt is the receipt at seq.
+func receipt(t *testing.T, n *ledger.Namespace, seq uint64) *chain.Receipt {
+	t.Helper()
+	r, err := n.GetReceipt(context.Background(), seq)
+	require.NoError(t, err)
+	return r
+}
+
+// headSeq is the seq of the namespace's head.
+func headSeq(t *testing.T, n *ledger.Namespace) uint64 {
+	t.Helper()
+	h, err := n.Head(context.Background())
+	require.NoError(t, err)
+	return h.Seq
+}
+
+// audit runs the verifier over the namespace at the time now and returns
+// its report, violations or not.
+func audit(t *testing.T, n *ledger.Namespace, now func() time.Time) *verify.Report {
+	t.Helper()
+	rep, err := verify.New(auditDB(t, n), verify.Opts{Now: now}).Check(context.Background())
+	require.NoError(t, err)
+	return rep
+}
+
+// reserveWaiting sends r with a wait of waitMS on a goroutine of its own
+// and returns the channel its result comes on.
+func reserveWaiting(t *testing.T, n *ledger.Namespace, r ledger.ReserveRequest, waitMS int64) <-chan *ledger.ReserveResult {
+	done := make(chan *ledger.ReserveResult, 1)
+	r.WaitMS = i64(waitMS)
+	go func() {
+		res, err := n.Reserve(context.Background(), r)
+		assert.NoError(t, err)
+		done <- res
+	}()
+	return done
+}
+
+// woken is the result of a waiting reserve (reserveWaiting); t fails if
+// it has not come within timeout, the wait not being woken by what by
+// names.
+func woken(t *testing.T, done <-chan *ledger.ReserveResult, timeout time.Duration, by string) *ledger.ReserveResult {
+	t.Helper()
+	select {
+	case res := <-done:
+		require.NotNil(t, res)
+		return res
+	case <-time.After(timeout):
+		t.Fatalf("the waiting reserve was not woken by %s", by)
+		return nil
+	}
+}
+
 func i64(v int64) *int64 { return &v }
 
+// leased is testkit.ReserveReq with a lease of ms milliseconds.
+func leased(key, exec string, ms int64) ledger.ReserveRequest {
+	r := testkit.ReserveReq(key, exec)
+	r.LeaseMS = i64(ms)
+	return r
+}
+
 func code(err error) string { return ledger.ErrorCode(err) }
+
+// reserveCode is the error code of reserving r ("" when it succeeds).
+func reserveCode(n *ledger.Namespace, r ledger.ReserveRequest) string {
+	_, err := n.Reserve(context.Background(), r)
+	return code(err)
+}
+
+// commitCode is the error code of committing c ("" when it succeeds).
+func commitCode(n *ledger.Namespace, c ledger.CommitRequest) string {
+	_, err := n.Commit(context.Background(), c)
+	return code(err)
+}
 
 // verifyClean runs the verifier over a namespace and fails on any
 // violation.
@@ -80,9 +167,7 @@ func verifyClean(t *testing.T, n *ledger.Namespace, wantReceipts uint64) {
 // receipts the case appended.
 func verifyHead(t *testing.T, n *ledger.Namespace) {
 	t.Helper()
-	h, err := n.Head(context.Background())
-	require.NoError(t, err)
-	verifyClean(t, n, h.Seq)
+	verifyClean(t, n, headSeq(t, n))
 }
 
 // rfc6962Root computes the Merkle root of the leaves' chain hashes
@@ -126,28 +211,21 @@ func Run(t *testing.T, f Factory) {
 // leases run from the held time (ledger.Tx.Now).
 func testClockStepsBack(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	r1, err := n.Reserve(ctx, testkit.ReserveReq("back-key-1", "exec-1"))
-	require.NoError(t, err)
+	_, clock, n := openDefault(t, f)
+	r1 := mustReserve(t, n, testkit.ReserveReq("back-key-1", "exec-1"))
 	clock.Advance(time.Minute)
-	_, err = n.Commit(ctx, testkit.Succeed("back-key-1", r1.Reservation))
-	require.NoError(t, err)
+	mustCommit(t, n, testkit.Succeed("back-key-1", r1.Reservation))
 	held := uint64(clock.Now().UnixMilli())
 
 	clock.Advance(-time.Hour)
-	r2req := testkit.ReserveReq("back-key-2", "exec-2")
-	r2req.LeaseMS = i64(1000)
-	r2, err := n.Reserve(ctx, r2req)
-	require.NoError(t, err)
+	r2 := mustReserve(t, n, leased("back-key-2", "exec-2", 1000))
 	assert.Equal(t, held+1000, r2.LeaseExpiresAt, "the lease runs from the held time, not from the clock an hour back")
 	v, err := n.GetKey(ctx, "back-key-2")
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateReserved, v.State, "the lease has not ended at the held time")
 
 	clock.Advance(time.Hour + 2*time.Second) // past the lease: the clock runs on again
-	_, err = n.Reserve(ctx, testkit.ReserveReq("back-key-2", "exec-3"))
-	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "the lease ended")
+	require.Equal(t, ledger.ECodeUnsafeResume, reserveCode(n, testkit.ReserveReq("back-key-2", "exec-3")), "the lease ended")
 
 	rs, _, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 100})
 	require.NoError(t, err)
@@ -161,33 +239,26 @@ func testClockStepsBack(t *testing.T, f Factory) {
 
 func testReserveCommitReplay(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-1"))
-	require.NoError(t, err)
+	_, _, n := openDefault(t, f)
+	r := mustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, r.Status)
 	require.Equal(t, uint64(1), r.Receipt.Seq)
 
-	_, err = n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-2"))
-	require.Equal(t, ledger.ECodeInProgress, code(err))
+	require.Equal(t, ledger.ECodeInProgress, reserveCode(n, testkit.ReserveReq("order-7-refund", "exec-2")))
 
 	other := testkit.ReserveReq("order-7-refund", "exec-2")
 	other.Tool = "payments.charge"
-	_, err = n.Reserve(ctx, other)
-	require.Equal(t, ledger.ECodeFingerprintMismatch, code(err))
+	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other))
 
-	c, err := n.Commit(ctx, testkit.Succeed("order-7-refund", r.Reservation))
-	require.NoError(t, err)
+	c := mustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
 	require.Equal(t, uint64(2), c.Receipt.Seq)
-	again, err := n.Commit(ctx, testkit.Succeed("order-7-refund", r.Reservation))
-	require.NoError(t, err)
+	again := mustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
 	require.True(t, again.Replayed, "an identical commit appends nothing")
 
-	_, err = n.Commit(ctx, testkit.Succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
+	_, err := n.Commit(ctx, testkit.Succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
 	require.Error(t, err)
 
-	rp, err := n.Reserve(ctx, testkit.ReserveReq("order-7-refund", "exec-3"))
-	require.NoError(t, err)
+	rp := mustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-3"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	require.Equal(t, "re_1", rp.ExternalRef)
 	require.JSONEq(t, `{"amount":1200}`, string(rp.Result))
@@ -198,43 +269,35 @@ func testReserveCommitReplay(t *testing.T, f Factory) {
 	require.Equal(t, ledger.ECodeUnknownKey, code(err))
 
 	short := testkit.ReserveReq("abc", "exec-9") // shorter than 8 bytes: replaced by a generated key
-	g, err := n.Reserve(ctx, short)
-	require.NoError(t, err)
+	g := mustReserve(t, n, short)
 	require.True(t, g.KeyGenerated)
 	verifyClean(t, n, 4)
 }
 
 func testLeases(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, clock, n := openDefault(t, f)
 	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
-	r1, err := n.Reserve(ctx, idem)
-	require.NoError(t, err)
+	r1 := mustReserve(t, n, idem)
 	clock.Advance(1500 * time.Millisecond)
 	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
-	r2, err := n.Reserve(ctx, take)
-	require.NoError(t, err)
+	r2 := mustReserve(t, n, take)
 	require.True(t, r2.Takeover)
-	_, err = n.Commit(ctx, testkit.Succeed("idem-key-1", r1.Reservation))
-	require.Equal(t, ledger.ECodeStaleReservation, code(err), "the taken-over reservation is stale")
+	require.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("idem-key-1", r1.Reservation)),
+		"the taken-over reservation is stale")
 
 	// An attempt not after the recorded one of the same execution.
 	clock.Advance(time.Hour)
 	same := testkit.ReserveReq("idem-key-1", "exec-2")
 	same.Idempotent = true
-	_, err = n.Reserve(ctx, same)
-	require.Equal(t, ledger.ECodeAttemptConflict, code(err))
+	require.Equal(t, ledger.ECodeAttemptConflict, reserveCode(n, same))
 
-	nonIdem := testkit.ReserveReq("pay-key-01", "exec-1")
-	nonIdem.LeaseMS = i64(1000)
-	_, err = n.Reserve(ctx, nonIdem)
-	require.NoError(t, err)
+	mustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
 	clock.Advance(2 * time.Second)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("pay-key-01", "exec-2"))
-	require.Equal(t, ledger.ECodeUnsafeResume, code(err), "an interrupted non-idempotent effect waits for a person")
+	require.Equal(t, ledger.ECodeUnsafeResume, reserveCode(n, testkit.ReserveReq("pay-key-01", "exec-2")),
+		"an interrupted non-idempotent effect waits for a person")
 	v, err := n.GetKey(ctx, "pay-key-01")
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateInterrupted, v.State)
@@ -242,39 +305,27 @@ func testLeases(t *testing.T, f Factory) {
 }
 
 func testFailures(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	a := testkit.ReserveReq("retry-key-1", "exec-1")
 	a.Idempotent = true
-	r, err := n.Reserve(ctx, a)
-	require.NoError(t, err)
-	_, err = n.Commit(ctx, testkit.Fail("retry-key-1", r.Reservation, true))
-	require.NoError(t, err)
+	r := mustReserve(t, n, a)
+	mustCommit(t, n, testkit.Fail("retry-key-1", r.Reservation, true))
 	a.ExecutionID, a.Attempt = "exec-1", i64(2)
-	r2, err := n.Reserve(ctx, a)
-	require.NoError(t, err)
+	r2 := mustReserve(t, n, a)
 	require.True(t, r2.Retry)
 
 	b := testkit.ReserveReq("noretry-key", "exec-1")
-	rb, err := n.Reserve(ctx, b)
-	require.NoError(t, err)
-	_, err = n.Commit(ctx, testkit.Fail("noretry-key", rb.Reservation, false))
-	require.NoError(t, err)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("noretry-key", "exec-2"))
-	require.Equal(t, ledger.ECodeRetryNotAllowed, code(err))
+	rb := mustReserve(t, n, b)
+	mustCommit(t, n, testkit.Fail("noretry-key", rb.Reservation, false))
+	require.Equal(t, ledger.ECodeRetryNotAllowed, reserveCode(n, testkit.ReserveReq("noretry-key", "exec-2")))
 	verifyClean(t, n, 5)
 }
 
 func testResolve(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, clock := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	a := testkit.ReserveReq("resolve-key", "exec-1")
-	a.LeaseMS = i64(100)
-	_, err := n.Reserve(ctx, a)
-	require.NoError(t, err)
-	_, err = n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "resolve-key", Outcome: chain.OutcomeSucceeded,
+	_, clock, n := openDefault(t, f)
+	mustReserve(t, n, leased("resolve-key", "exec-1", 100))
+	_, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "resolve-key", Outcome: chain.OutcomeSucceeded,
 		Note: "checked the bank"})
 	require.Equal(t, ledger.ECodeNotInterrupted, code(err))
 	clock.Advance(time.Second)
@@ -282,8 +333,7 @@ func testResolve(t *testing.T, f Factory) {
 		ExternalRef: "bank-1", Note: "checked the bank", Actor: "ops"})
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateSucceeded, res.State)
-	rp, err := n.Reserve(ctx, testkit.ReserveReq("resolve-key", "exec-2"))
-	require.NoError(t, err)
+	rp := mustReserve(t, n, testkit.ReserveReq("resolve-key", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	verifyClean(t, n, 3)
 }
@@ -303,14 +353,11 @@ func testNamespaces(t *testing.T, f Factory) {
 
 	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
 	for i, n := range []*ledger.Namespace{def, pay, def} {
-		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("ns-key-%d", i), "e"))
-		require.NoError(t, err)
+		mustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ns-key-%d", i), "e"))
 	}
 	// One key in two namespaces names two effects.
-	r1, err := def.Reserve(ctx, testkit.ReserveReq("shared-key", "e"))
-	require.NoError(t, err)
-	r2, err := pay.Reserve(ctx, testkit.ReserveReq("shared-key", "e"))
-	require.NoError(t, err)
+	r1 := mustReserve(t, def, testkit.ReserveReq("shared-key", "e"))
+	r2 := mustReserve(t, pay, testkit.ReserveReq("shared-key", "e"))
 	require.Equal(t, ledger.StatusReserved, r2.Status)
 	require.Equal(t, uint64(2), r2.Receipt.Seq, "each namespace has its own seq 1, 2, …")
 	require.Equal(t, uint64(3), r1.Receipt.Seq)
@@ -330,8 +377,7 @@ func testNamespaces(t *testing.T, f Factory) {
 
 func testOneWinner(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	var won, inProgress atomic.Int64
 	var wg sync.WaitGroup
 	for i := range 64 {
@@ -398,8 +444,7 @@ func testMixedLoad(t *testing.T, f Factory) {
 }
 
 func testCancelled(t *testing.T, f Factory) {
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := n.Reserve(ctx, testkit.ReserveReq("cancelled-key", "e"))
@@ -434,14 +479,11 @@ func testCancelled(t *testing.T, f Factory) {
 
 func testReads(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	for i := range 5 {
 		key := fmt.Sprintf("read-key-%d", i)
-		r, err := n.Reserve(ctx, testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i%2)))
-		require.NoError(t, err)
-		_, err = n.Commit(ctx, testkit.Succeed(key, r.Reservation))
-		require.NoError(t, err)
+		r := mustReserve(t, n, testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i%2)))
+		mustCommit(t, n, testkit.Succeed(key, r.Reservation))
 	}
 	page, next, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 4})
 	require.NoError(t, err)
@@ -462,8 +504,7 @@ func testReads(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateSucceeded, v.State)
 	require.Len(t, v.Receipts, 2)
-	r, err := n.GetReceipt(ctx, 7)
-	require.NoError(t, err)
+	r := receipt(t, n, 7)
 	require.Equal(t, uint64(7), r.Seq)
 	_, err = n.GetReceipt(ctx, 99)
 	require.Equal(t, ledger.ECodeUnknownReceipt, code(err))
@@ -478,11 +519,9 @@ func testReads(t *testing.T, f Factory) {
 
 func testCheckpoints(t *testing.T, f Factory) {
 	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
+	_, _, n := openDefault(t, f)
 	for i := range 3 {
-		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("ckpt-key-%d", i), "e"))
-		require.NoError(t, err)
+		mustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ckpt-key-%d", i), "e"))
 	}
 	c, err := n.LatestCheckpoint(ctx)
 	require.NoError(t, err)
@@ -499,8 +538,7 @@ func testCheckpoints(t *testing.T, f Factory) {
 	require.Equal(t, "note 3\n", got.Note)
 	p, err := n.InclusionProof(ctx, 2, 3)
 	require.NoError(t, err)
-	r, err := n.GetReceipt(ctx, 2)
-	require.NoError(t, err)
+	r := receipt(t, n, 2)
 	hs := make([]tlog.Hash, len(p.Hashes))
 	for i, h := range p.Hashes {
 		hs[i] = tlog.Hash(h)
@@ -549,30 +587,15 @@ func testTokens(t *testing.T, f Factory) {
 }
 
 func testWait(t *testing.T, f Factory) {
-	ctx := context.Background()
-	l, _ := open(t, f)
-	n := ns(t, l, ledger.DefaultNamespace)
-	r, err := n.Reserve(ctx, testkit.ReserveReq("wait-key-1", "e1"))
-	require.NoError(t, err)
-	done := make(chan *ledger.ReserveResult, 1)
-	go func() {
-		w := testkit.ReserveReq("wait-key-1", "e2")
-		w.WaitMS = i64(20_000)
-		res, err := n.Reserve(ctx, w)
-		assert.NoError(t, err)
-		done <- res
-	}()
+	l, _, n := openDefault(t, f)
+	r := mustReserve(t, n, testkit.ReserveReq("wait-key-1", "e1"))
+	done := reserveWaiting(t, n, testkit.ReserveReq("wait-key-1", "e2"), 20_000)
 	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
-	_, err = n.Commit(ctx, testkit.Succeed("wait-key-1", r.Reservation))
-	require.NoError(t, err)
-	select {
-	case res := <-done:
-		require.Equal(t, ledger.StatusReplayed, res.Status)
-		require.Less(t, time.Since(start), 5*time.Second)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting reserve was not woken by the commit")
-	}
+	mustCommit(t, n, testkit.Succeed("wait-key-1", r.Reservation))
+	res := woken(t, done, 10*time.Second, "the commit")
+	require.Equal(t, ledger.StatusReplayed, res.Status)
+	require.Less(t, time.Since(start), 5*time.Second)
 }
 
 // auditDB is the namespace's reader as the verifier reads it: the

@@ -321,20 +321,8 @@ func TestClient_Do_inProgress(t *testing.T) {
 		t.Run(tt.desc, func(t *testing.T) {
 			l := MustOpenLedger(t)
 			// The client's pauses between polls end when the test says.
-			paused := make(chan struct{}, 1)
-			resume := make(chan struct{})
-			opts := []client.Option{client.WithSleep(func(ctx context.Context, _ time.Duration) error {
-				select {
-				case paused <- struct{}{}:
-				default:
-				}
-				select {
-				case <-resume:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			})}
+			p := newPauser()
+			opts := []client.Option{client.WithSleep(p.sleep)}
 			if tt.polls {
 				opts = append(opts, client.WithWait(0), client.WithPollInterval(100*time.Millisecond))
 			}
@@ -356,7 +344,7 @@ func TestClient_Do_inProgress(t *testing.T) {
 			}()
 			if tt.polls {
 				select {
-				case <-paused: // told in_progress, Do pauses before it polls again
+				case <-p.paused: // told in_progress, Do pauses before it polls again
 				case r := <-done:
 					t.Fatalf("Do returned while the key was held: %+v %v", r.res, r.err)
 				}
@@ -369,7 +357,7 @@ func TestClient_Do_inProgress(t *testing.T) {
 				t.Fatalf("Do returned while the key was held: %+v %v", r.res, r.err)
 			default:
 			}
-			close(resume)
+			close(p.resume)
 			_, err := c.Commit(context.Background(), held.Key, held.Token, client.Commit{Outcome: "succeeded",
 				ExternalRef: "re_other", Result: json.RawMessage(`{"by":"other"}`)})
 			require.NoError(t, err)
@@ -414,27 +402,14 @@ func TestClient_Do_inProgress(t *testing.T) {
 			}
 			return false
 		})
-		paused := make(chan struct{}, 1)
-		resume := make(chan struct{})
-		c := MustClient(t, front.HTTP.URL, client.WithPollInterval(50*time.Millisecond),
-			client.WithSleep(func(ctx context.Context, _ time.Duration) error {
-				select {
-				case paused <- struct{}{}:
-				default:
-				}
-				select {
-				case <-resume:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}))
+		p := newPauser()
+		c := MustClient(t, front.HTTP.URL, client.WithPollInterval(50*time.Millisecond), client.WithSleep(p.sleep))
 		e := refund(1)
 		held := hold(t, c, e, 0)
 		go func() {
-			<-paused // Do was told in_progress and pauses before polling again
+			<-p.paused // Do was told in_progress and pauses before polling again
 			_, _ = c.Commit(context.Background(), held.Key, held.Token, client.Commit{Outcome: "succeeded"})
-			close(resume)
+			close(p.resume)
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -457,11 +432,7 @@ func TestClient_Do_retries(t *testing.T) {
 			if injected.Add(1) > 2 { // the first reserve and its first retry
 				return false
 			}
-			w.Header().Set("Retry-After", "1")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(503)
-			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"busy","details":{}}}`)
-			return true
+			return busy(w, "1")
 		})
 		var mu sync.Mutex
 		var waits []time.Duration // what the client waited, recorded instead of spent
@@ -504,10 +475,7 @@ func TestClient_Do_retries(t *testing.T) {
 		l := MustOpenLedger(t)
 		front := MustFront(t, l.HTTP.URL)
 		front.Set(func(w http.ResponseWriter, r *http.Request, _ func()) bool {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(503)
-			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"busy","details":{}}}`)
-			return true
+			return busy(w, "")
 		})
 		c := MustClient(t, front.HTTP.URL, client.WithRetry(2, 10*time.Millisecond, 20*time.Millisecond))
 		var fx counter
@@ -520,11 +488,7 @@ func TestClient_Do_retries(t *testing.T) {
 		l := MustOpenLedger(t)
 		front := MustFront(t, l.HTTP.URL)
 		front.Set(func(w http.ResponseWriter, r *http.Request, _ func()) bool {
-			w.Header().Set("Retry-After", "30")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(503)
-			_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"busy","details":{}}}`)
-			return true
+			return busy(w, "30")
 		})
 		c := MustClient(t, front.HTTP.URL)
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -643,6 +607,61 @@ func mustKey(t *testing.T, e client.Effect) string {
 	return k
 }
 
+// pauser is a client's sleep between polls that ends when the test says:
+// each pause signals paused (if nothing is pending there) and lasts until
+// resume is closed or the request's context ends.
+type pauser struct {
+	paused chan struct{}
+	resume chan struct{}
+}
+
+// newPauser returns a pauser whose pauses last until resume is closed.
+func newPauser() *pauser {
+	return &pauser{paused: make(chan struct{}, 1), resume: make(chan struct{})}
+}
+
+// sleep is the client.WithSleep function.
+func (p *pauser) sleep(ctx context.Context, _ time.Duration) error {
+	select {
+	case p.paused <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.resume:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// busy answers 503 with the contract's unavailable body and, unless
+// retryAfter is empty, a Retry-After; it returns true, as a front's
+// handler does when it answered.
+func busy(w http.ResponseWriter, retryAfter string) bool {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(503)
+	_, _ = io.WriteString(w, `{"error":{"code":"unavailable","message":"busy","details":{}}}`)
+	return true
+}
+
+// loseFirstAnswer makes front pass the first request whose path ends in
+// suffix to the ledger and hang up on its client: the ledger records it,
+// the answer is lost.
+func loseFirstAnswer(front *Front, suffix string) {
+	var dropped atomic.Int32
+	front.Set(func(w http.ResponseWriter, r *http.Request, forward func()) bool {
+		if strings.HasSuffix(r.URL.Path, suffix) && dropped.Add(1) == 1 {
+			forward()
+			hangUp(w)
+			return true
+		}
+		return false
+	})
+}
+
 // TestClient_Do_lostAnswers: answers lost on the network never make an
 // effect run twice or vanish.
 func TestClient_Do_lostAnswers(t *testing.T) {
@@ -651,15 +670,7 @@ func TestClient_Do_lostAnswers(t *testing.T) {
 	t.Run("OK a lost commit answer is retried and recognized", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		front := MustFront(t, l.HTTP.URL)
-		var dropped atomic.Int32
-		front.Set(func(w http.ResponseWriter, r *http.Request, forward func()) bool {
-			if strings.HasSuffix(r.URL.Path, "/commit") && dropped.Add(1) == 1 {
-				forward() // the ledger records it; the answer is lost
-				hangUp(w)
-				return true
-			}
-			return false
-		})
+		loseFirstAnswer(front, "/commit")
 		cl := MustClient(t, front.HTTP.URL, client.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond))
 		var fx counter
 		res, err := cl.Do(ctx, refund(1), fx.fn)
@@ -671,15 +682,7 @@ func TestClient_Do_lostAnswers(t *testing.T) {
 	t.Run("OK a lost reserve answer: the next attempt takes the lease over", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		front := MustFront(t, l.HTTP.URL)
-		var dropped atomic.Int32
-		front.Set(func(w http.ResponseWriter, r *http.Request, forward func()) bool {
-			if strings.HasSuffix(r.URL.Path, "/reserve") && dropped.Add(1) == 1 {
-				forward()
-				hangUp(w)
-				return true
-			}
-			return false
-		})
+		loseFirstAnswer(front, "/reserve")
 		cl := MustClient(t, front.HTTP.URL, client.WithRetry(3, 10*time.Millisecond, 50*time.Millisecond))
 		e := refund(1)
 		e.Lease = 300 * time.Millisecond

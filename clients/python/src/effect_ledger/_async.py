@@ -11,7 +11,7 @@ from urllib.parse import quote
 import httpx
 
 from . import _core, _handle
-from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call, encode_json
+from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
 from .errors import LedgerError
 
@@ -24,7 +24,7 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class AsyncLedger(_Core):
+class AsyncLedger(_Core["AsyncEffectScope"]):
     """A client of one ledger for asyncio code; the arguments are those of
     ``Ledger`` (``client`` is an ``httpx.AsyncClient``). Every method is a
     coroutine; ``effect(...)`` gives an ``async with`` context manager and a
@@ -69,20 +69,8 @@ class AsyncLedger(_Core):
             return stop.value
 
     async def _send(self, req: _Request) -> Union[_Reply, BaseException]:
-        headers = dict(self._headers)
-        content = None
-        if req.body is not None:
-            content = encode_json(req.body)
-            headers["Content-Type"] = "application/json"
         try:
-            r = await self._client.request(
-                req.method,
-                self.base_url + req.path,
-                content=content,
-                params=req.params,
-                headers=headers,
-                timeout=req.timeout,
-            )
+            r = await self._client.request(**self._request_args(req))
         except httpx.TransportError as e:
             return e
         return _Reply(r.status_code, r.headers, r.content)
@@ -148,38 +136,26 @@ class AsyncLedger(_Core):
     # -- policy and approvals (SPEC §13) --------------------------------------
 
     async def policy(self) -> dict:
-        """Return the namespace's policy in force: ``{"namespace", "policy",
-        "seq"}`` (``policy`` ``{}`` and ``seq`` 0 when none)."""
+        """Return the namespace's policy in force; see ``Ledger.policy``."""
         return await self._run(self._policy_flow())
 
     async def set_policy(self, policy: Any) -> dict:
-        """Set the namespace's policy (an ``admin`` token): ``policy`` is the
-        policy's JSON object (``{"rules": [...], "self_approval": ...}``).
-        Returns ``{"namespace", "policy", "seq", "changed", "receipt"}``; a
-        policy equal to the one in force appends nothing (``changed`` False).
-        Raises ``InvalidRequestError`` (``details["field"]``) for a bad one."""
+        """Set the namespace's policy (an ``admin`` token); see ``Ledger.set_policy``."""
         if policy is None:
             raise ValueError("set_policy: policy is required ({} for the empty one)")
         return await self._run(self._policy_flow(policy))
 
     async def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
-        """Return one page of the namespace's asks, by seq:
-        ``{"approvals": [...], "next_after"}``; ``state`` is ``pending``,
-        ``approved``, ``rejected``, ``expired`` or ``consumed``."""
+        """Return one page of the namespace's asks; see ``Ledger.approvals``."""
         return await self._run(self._approvals_flow(state, after, limit))
 
     async def approval(self, seq: int) -> dict:
-        """Return the ask at ``seq``; for approver and admin tokens with the
-        asked ``input`` and ``input_verified``. Raises ``UnknownApprovalError``."""
+        """Return the ask at ``seq``; see ``Ledger.approval``."""
         return await self._run(self._get_flow("/approvals/%d" % int(seq)))
 
     async def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
-        """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"`` and an
-        optional note (an ``approver`` or ``admin`` token the rule lists);
-        returns the ask with its ``answer``. The same decision again returns
-        the recorded one. Raises ``AlreadyAnsweredError``,
-        ``ApprovalExpiredError``, ``SelfApprovalError``, ``ForbiddenError``,
-        ``UnknownApprovalError``."""
+        """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"``; see
+        ``Ledger.answer``."""
         return await self._run(self._answer_flow(seq, decision, note))
 
     async def approve(self, seq: int, note: Optional[str] = None) -> dict:
@@ -205,7 +181,7 @@ class AsyncLedger(_Core):
         for ``effect`` and record its outcome; see ``Ledger.do``. A
         cancellation while ``fn`` runs leaves the reservation to end as
         interrupted."""
-        retry = self.retry_on if retry_on is None else tuple(retry_on)
+        retry = self._retry_types(retry_on)
         if not effect.recorded:
             return _handle.unrecorded_result(effect, await _maybe_await(fn(_handle.local_key(effect))))
         res = await self.reserve(effect, wait=wait, approval_wait=approval_wait)
@@ -223,76 +199,24 @@ class AsyncLedger(_Core):
             _current.reset(token)
         out = _handle.as_outcome(value)
         committed = await self._record_success(res, out.result, out.external_ref)
-        return EffectResult(
-            key=res.key,
-            result=out.result,
-            external_ref=out.external_ref,
-            replayed=False,
-            recorded=True,
-            receipt=committed.receipt,
-            reservation=res,
-        )
+        return _handle.recorded_result(res, out, committed)
 
     async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        f = _core.failure_of(exc, retry_on)
         try:
-            if _core.outcome_of(exc) == "not_applied":
-                await self.not_applied(res, f["code"], f["message"])
-            else:
-                await self.fail(res, f["code"], f["message"], f["retryable"])
+            await self._run(self._failure_flow(res, exc, retry_on))
         except LedgerError as err:
             _handle.note_failure_not_recorded(exc, res.key, err)
 
     async def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
         result, problem = _handle.result_problem(res.key, result)
-        try:
+        with _handle.noting_outcome_not_recorded():
             committed = await self.succeed(res, result, external_ref)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         if problem is not None:
             raise problem
         return committed
 
-    def effect(
-        self,
-        tool: str,
-        effect: str = "write",
-        idempotent: bool = False,
-        input: Any = None,
-        key: Any = None,
-        *,
-        input_hash: Optional[str] = None,
-        execution_id: Optional[str] = None,
-        attempt: Optional[int] = None,
-        lease_ms: Optional[int] = None,
-        wait: Optional[float] = None,
-        retry_on: Optional[Tuple[type, ...]] = None,
-        approval_summary: Optional[str] = None,
-        changed: Any = None,
-    ) -> "AsyncEffectScope":
-        """Describe an effect, for ``async with`` or as a decorator of an
-        ``async def`` (or plain) function; see ``Ledger.effect``::
-
-            async with ledger.effect(tool="email.send", effect="external", input=msg) as eff:
-                if not eff.replayed:
-                    mid = await mailer.send(msg, idempotency_key=eff.key)
-                    await eff.succeed(result={"id": mid}, external_ref=mid)
-        """
-        spec = Effect(
-            tool=tool,
-            effect=effect,
-            idempotent=idempotent,
-            input=input,
-            input_hash=input_hash,
-            key=key,
-            execution_id=execution_id,
-            attempt=attempt,
-            lease_ms=lease_ms,
-            approval_summary=approval_summary,
-            changed=changed,
-        )
-        return AsyncEffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
+    def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "AsyncEffectScope":
+        return AsyncEffectScope(self, spec, wait, retry_on)
 
 
 class AsyncEffectHandle(_handle.HandleBase):
@@ -314,30 +238,20 @@ class AsyncEffectHandle(_handle.HandleBase):
 
     async def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now); see ``EffectHandle.fail``."""
-        _handle.check_code(code)
-        res = self._begin_commit("fail")
-        self.outcome = "failed"
+        res = self._begin_failure("fail", code, "failed")
         if res is None:
             return None
-        try:
+        with _handle.noting_outcome_not_recorded():
             self.committed = await self._ledger.fail(res, code, message, retryable)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         return self.committed
 
     async def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now); see ``EffectHandle.not_applied``."""
-        _handle.check_code(code)
-        res = self._begin_commit("not_applied")
-        self.outcome = "not_applied"
+        res = self._begin_failure("not_applied", code, "not_applied")
         if res is None:
             return None
-        try:
+        with _handle.noting_outcome_not_recorded():
             self.committed = await self._ledger.not_applied(res, code, message)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         return self.committed
 
 
@@ -374,15 +288,12 @@ class AsyncEffectScope:
         if h is None:
             return
         try:
-            if h._must_commit_on_exit(exc):
-                h._finishing = True
-                assert h.reservation is not None
+            res = h._commit_on_exit(exc)
+            if res is not None:
                 if exc is None:
-                    h.outcome = "succeeded"
-                    h.committed = await self._ledger._record_success(h.reservation, None, "")
+                    h.committed = await self._ledger._record_success(res, None, "")
                 else:
-                    h.outcome = _core.outcome_of(exc)
-                    await self._ledger._record_failure(h.reservation, exc, h.retry_on)
+                    await self._ledger._record_failure(res, exc, h.retry_on)
         finally:
             h._release()
 

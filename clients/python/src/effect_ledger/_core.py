@@ -17,7 +17,7 @@ import random
 import re
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Generator, Mapping, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Generic, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 from . import errors
@@ -134,6 +134,12 @@ def decode_reply(reply: _Reply) -> Any:
     raise errors.error_for(e["code"], str(e.get("message", "")), details, reply.status, retry_after)
 
 
+def check_code(code: str) -> None:
+    """Raise ValueError unless code is a valid error code (A-Z0-9_, 1-64)."""
+    if not _CODE_RE.match(code):
+        raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+
+
 def failure_of(exc: BaseException, retry_on: Tuple[type, ...] = ()) -> dict:
     """Return the commit ``error`` object for an exception raised by an
     effect's body: ``EffectFailed`` gives its own code, message and
@@ -176,7 +182,11 @@ def bind_input(fn: Callable, args: tuple, kwargs: dict) -> dict:
 _NAMESPACE = re.compile(r"[a-z0-9._-]{1,64}")
 
 
-class _Core:
+#: What ``effect(...)`` returns: ``EffectScope`` or ``AsyncEffectScope``.
+ScopeT = TypeVar("ScopeT")
+
+
+class _Core(Generic[ScopeT]):
     """Configuration and flows shared by ``Ledger`` and ``AsyncLedger``."""
 
     def __init__(
@@ -227,6 +237,94 @@ class _Core:
     def _policy_path(self) -> str:
         # The policy is served under /v1/namespaces/{ns}, for default too.
         return "/v1/namespaces/" + quote(self.namespace or "default", safe="") + "/policy"
+
+    def _request_args(self, req: _Request) -> Dict[str, Any]:
+        """The keyword arguments of the HTTP client's ``request`` for req."""
+        headers = dict(self._headers)
+        content = None
+        if req.body is not None:
+            content = encode_json(req.body)
+            headers["Content-Type"] = "application/json"
+        return {
+            "method": req.method,
+            "url": self.base_url + req.path,
+            "content": content,
+            "params": req.params,
+            "headers": headers,
+            "timeout": req.timeout,
+        }
+
+    def _retry_types(self, retry_on: Optional[Tuple[type, ...]]) -> Tuple[type, ...]:
+        """The exception types recorded retryable: retry_on, or the client's."""
+        return self.retry_on if retry_on is None else tuple(retry_on)
+
+    def effect(
+        self,
+        tool: str,
+        effect: str = "write",
+        idempotent: bool = False,
+        input: Any = None,
+        key: Any = None,
+        *,
+        input_hash: Optional[str] = None,
+        execution_id: Optional[str] = None,
+        attempt: Optional[int] = None,
+        lease_ms: Optional[int] = None,
+        wait: Optional[float] = None,
+        retry_on: Optional[Tuple[type, ...]] = None,
+        approval_summary: Optional[str] = None,
+        changed: Any = None,
+    ) -> ScopeT:
+        """Describe an effect, to use as a context manager or a decorator.
+
+        As a context manager it reserves on entry and yields an
+        ``EffectHandle``::
+
+            with ledger.effect(tool="payments.refund", idempotent=True, input=req) as eff:
+                if eff.replayed:
+                    return eff.result                  # recorded outcome; not run again
+                ref = psp.refund(req, idempotency_key=eff.key)
+                eff.succeed(result={"refund": ref.id}, external_ref=ref.id)
+
+        Leaving the block without ``succeed``/``fail``/``not_applied``
+        commits a success with no result; an exception escaping it is
+        committed as a failure (``EffectNotApplied``: as ``not_applied``).
+
+        As a decorator, each call reserves with a key derived from the tool
+        and the call's arguments (or ``key=`` / ``input=`` callables taking
+        the same arguments), runs the function, commits its return value,
+        and on a replay returns the recorded result without calling it::
+
+            @ledger.effect(tool="payments.refund", effect="write", idempotent=True)
+            def refund(order_id: int, amount: int) -> dict: ...
+
+        On an ``AsyncLedger`` it is an ``async with`` context manager that
+        yields an ``AsyncEffectHandle``, and decorates ``async def`` (or
+        plain) functions::
+
+            async with ledger.effect(tool="email.send", effect="external", input=msg) as eff:
+                if not eff.replayed:
+                    mid = await mailer.send(msg, idempotency_key=eff.key)
+                    await eff.succeed(result={"id": mid}, external_ref=mid)
+        """
+        spec = Effect(
+            tool=tool,
+            effect=effect,
+            idempotent=idempotent,
+            input=input,
+            input_hash=input_hash,
+            key=key,
+            execution_id=execution_id,
+            attempt=attempt,
+            lease_ms=lease_ms,
+            approval_summary=approval_summary,
+            changed=changed,
+        )
+        return self._scope(spec, wait, self._retry_types(retry_on))
+
+    def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> ScopeT:
+        """The client's scope of spec (``effect``)."""
+        raise NotImplementedError
 
     # -- requests with retries --------------------------------------------
 
@@ -333,21 +431,11 @@ class _Core:
         poll = 0.05
         server_wait = False  # the next request asks the server to wait
         while True:
-            req = body
-            remaining = deadline - time.monotonic()
-            if server_wait and self.server_waits is not False and remaining >= 0.01:
-                req = dict(body, wait_ms=min(MAX_WAIT_MS, int(remaining * 1000)))
+            wait_ms = self._wait_ms(deadline - time.monotonic()) if server_wait else 0
             try:
-                data = yield from self._call(
-                    "POST", self._path("/effects/reserve"), req, extra_timeout=req.get("wait_ms", 0) / 1000
-                )
-            except errors.InvalidRequestError as e:
-                if "wait_ms" in req and e.details.get("field") == "wait_ms":
-                    self.server_waits = False
-                    continue
-                raise
+                data = yield from self._reserve_request(body, wait_ms)
             except errors.InProgressError as e:
-                if "wait_ms" in req:
+                if wait_ms:
                     self.server_waits = True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -361,9 +449,33 @@ class _Core:
                 poll = min(poll * 2, 1.0)
                 yield _Sleep(delay)
                 continue
-            if "wait_ms" in req:
+            if data is None:
+                continue
+            if wait_ms:
                 self.server_waits = True
             return data
+
+    def _wait_ms(self, remaining: float) -> int:
+        """The ``wait_ms`` to ask the ledger for with ``remaining`` seconds
+        left: 0 (none) when too little is left or the ledger does not wait."""
+        if self.server_waits is False or remaining < 0.01:
+            return 0
+        return min(MAX_WAIT_MS, int(remaining * 1000))
+
+    def _reserve_request(self, body: dict, wait_ms: int) -> Flow:
+        """Send one reserve of ``body``, asking the ledger to wait up to
+        ``wait_ms`` (0: not to wait); return the answer's JSON, or None when
+        the ledger refused ``wait_ms`` (it predates SPEC §8 and is not asked
+        to wait again)."""
+        req = dict(body, wait_ms=wait_ms) if wait_ms else body
+        try:
+            data = yield from self._call("POST", self._path("/effects/reserve"), req, extra_timeout=wait_ms / 1000)
+        except errors.InvalidRequestError as e:
+            if wait_ms and e.details.get("field") == "wait_ms":
+                self.server_waits = False
+                return None
+            raise
+        return data
 
     def _await_approval(self, body: dict, ask: errors.ApprovalRequiredError, approval_wait: float) -> Flow:
         """Reserve again until the ask is answered (return the answer's
@@ -381,26 +493,18 @@ class _Core:
                 if ask.expires_at and time.time() * 1000 >= ask.expires_at:
                     raise approval_required(ask, expired=True)
                 raise ask
-            req = body
-            if self.server_waits is not False and remaining >= 0.01:
-                req = dict(body, wait_ms=min(MAX_WAIT_MS, int(remaining * 1000)))
+            wait_ms = self._wait_ms(remaining)
             start = time.monotonic()
-            try:
-                data = yield from self._call(
-                    "POST", self._path("/effects/reserve"), req, extra_timeout=req.get("wait_ms", 0) / 1000
-                )
-            except errors.InvalidRequestError as e:
-                if "wait_ms" in req and e.details.get("field") == "wait_ms":
-                    self.server_waits = False
-                    continue
-                raise
+            data = yield from self._reserve_request(body, wait_ms)
+            if data is None:
+                continue
             if data.get("status") != "approval_required":
                 return data
             nxt = approval_required(data)
             if nxt.seq != ask.seq:  # the ask expired and the ledger asked again
                 raise approval_required(nxt, expired=True)
             ask = nxt
-            if "wait_ms" in req and time.monotonic() - start >= req["wait_ms"] / 2000:
+            if wait_ms and time.monotonic() - start >= wait_ms / 2000:
                 continue  # the ledger waited: ask again at once
             yield _Sleep(max(0.0, min(poll, deadline - time.monotonic())))
             poll = min(poll * 2, 1.0)
@@ -426,8 +530,7 @@ class _Core:
 
     @staticmethod
     def _failure_body(reservation: str, code: str, message: str, retryable: bool) -> dict:
-        if not _CODE_RE.match(code):
-            raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+        check_code(code)
         return {
             "reservation": reservation,
             "outcome": "failed",
@@ -438,13 +541,22 @@ class _Core:
     def _not_applied_body(reservation: str, code: str, message: str) -> dict:
         # retryable is ignored by the ledger for not_applied; external_ref
         # is refused (nothing was applied, so there is no reference).
-        if not _CODE_RE.match(code):
-            raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)
+        check_code(code)
         return {
             "reservation": reservation,
             "outcome": "not_applied",
             "error": {"code": code, "message": message[:MAX_ERROR_MESSAGE]},
         }
+
+    def _failure_flow(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> Flow:
+        """The commit of the effect run under res that raised exc: as
+        ``not_applied`` or as failed, as exc says (``failure_of``)."""
+        f = failure_of(exc, retry_on)
+        if outcome_of(exc) == "not_applied":
+            body = self._not_applied_body(res.reservation, f["code"], f["message"])
+        else:
+            body = self._failure_body(res.reservation, f["code"], f["message"], f["retryable"])
+        return self._commit_flow(res.key, body)
 
     def _resolve_flow(
         self,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from contextvars import Token
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Iterator, Optional, Tuple
 
-from ._core import _CODE_RE, _current, check_result
+from ._core import _current, check_code, check_result, outcome_of
 from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
 from .errors import LedgerError
 
@@ -43,6 +44,20 @@ def replay_result(res: Replay) -> EffectResult:
         recorded=True,
         receipt=res.receipt,
         original=res.original,
+    )
+
+
+def recorded_result(res: Reservation, out: Outcome, committed: Committed) -> EffectResult:
+    """The EffectResult of an effect run under res whose outcome out was
+    committed."""
+    return EffectResult(
+        key=res.key,
+        result=out.result,
+        external_ref=out.external_ref,
+        replayed=False,
+        recorded=True,
+        receipt=committed.receipt,
+        reservation=res,
     )
 
 
@@ -143,6 +158,24 @@ class HandleBase:
         self._finishing = True
         return self.reservation
 
+    def _begin_failure(self, what: str, code: str, outcome: str) -> Optional[Reservation]:
+        """``_begin_commit`` for ``fail`` and ``not_applied``: check the
+        error code and set the outcome."""
+        check_code(code)
+        res = self._begin_commit(what)
+        self.outcome = outcome
+        return res
+
+    def _commit_on_exit(self, exc: Optional[BaseException]) -> Optional[Reservation]:
+        """Leaving the block: the reservation to commit (see
+        ``_must_commit_on_exit``) with the outcome set, or None."""
+        if not self._must_commit_on_exit(exc):
+            return None
+        self._finishing = True
+        assert self.reservation is not None
+        self.outcome = "succeeded" if exc is None else outcome_of(exc)
+        return self.reservation
+
     def _must_commit_on_exit(self, exc: Optional[BaseException]) -> bool:
         """Leaving the block: commit unless replayed, unrecorded, already
         committed, or left by a BaseException that is not an Exception
@@ -171,6 +204,17 @@ def note_outcome_not_recorded(err: BaseException) -> None:
     add_note(err, _NOT_RECORDED_NOTE)
 
 
+@contextlib.contextmanager
+def noting_outcome_not_recorded() -> Iterator[None]:
+    """Re-raise a ``LedgerError`` raised inside with the note that the
+    effect ran but its outcome was not recorded."""
+    try:
+        yield
+    except LedgerError as err:
+        note_outcome_not_recorded(err)
+        raise
+
+
 def decorator_spec(
     spec: Effect, input_value: Any, key_value: Any
 ) -> Tuple[Effect, Optional[Callable], Optional[Callable]]:
@@ -195,9 +239,3 @@ def unrecorded_result(effect: Effect, value: Any) -> EffectResult:
     return EffectResult(
         key=local_key(effect), result=out.result, external_ref=out.external_ref, replayed=False, recorded=False
     )
-
-
-def check_code(code: str) -> None:
-    """Raise ValueError unless code is a valid error code (A-Z0-9_, 1-64)."""
-    if not _CODE_RE.match(code):
-        raise ValueError("error code must be 1-64 characters of A-Z, 0-9 and _, got %r" % code)

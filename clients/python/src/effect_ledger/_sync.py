@@ -11,7 +11,7 @@ from urllib.parse import quote
 import httpx
 
 from . import _core, _handle
-from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call, encode_json
+from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
 from .errors import LedgerError
 
@@ -20,7 +20,7 @@ __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Ledger(_Core):
+class Ledger(_Core["EffectScope"]):
     """A client of one ledger (``ledgerd``), for synchronous code.
 
     Args:
@@ -92,20 +92,8 @@ class Ledger(_Core):
             return stop.value
 
     def _send(self, req: _Request) -> Union[_Reply, BaseException]:
-        headers = dict(self._headers)
-        content = None
-        if req.body is not None:
-            content = encode_json(req.body)
-            headers["Content-Type"] = "application/json"
         try:
-            r = self._client.request(
-                req.method,
-                self.base_url + req.path,
-                content=content,
-                params=req.params,
-                headers=headers,
-                timeout=req.timeout,
-            )
+            r = self._client.request(**self._request_args(req))
         except httpx.TransportError as e:
             return e
         return _Reply(r.status_code, r.headers, r.content)
@@ -271,7 +259,7 @@ class Ledger(_Core):
         without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
         leaves the reservation to end as interrupted.
         """
-        retry = self.retry_on if retry_on is None else tuple(retry_on)
+        retry = self._retry_types(retry_on)
         if not effect.recorded:
             return _handle.unrecorded_result(effect, fn(_handle.local_key(effect)))
         res = self.reserve(effect, wait=wait, approval_wait=approval_wait)
@@ -289,91 +277,24 @@ class Ledger(_Core):
             _current.reset(token)
         out = _handle.as_outcome(value)
         committed = self._record_success(res, out.result, out.external_ref)
-        return EffectResult(
-            key=res.key,
-            result=out.result,
-            external_ref=out.external_ref,
-            replayed=False,
-            recorded=True,
-            receipt=committed.receipt,
-            reservation=res,
-        )
+        return _handle.recorded_result(res, out, committed)
 
     def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        f = _core.failure_of(exc, retry_on)
         try:
-            if _core.outcome_of(exc) == "not_applied":
-                self.not_applied(res, f["code"], f["message"])
-            else:
-                self.fail(res, f["code"], f["message"], f["retryable"])
+            self._run(self._failure_flow(res, exc, retry_on))
         except LedgerError as err:
             _handle.note_failure_not_recorded(exc, res.key, err)
 
     def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
         result, problem = _handle.result_problem(res.key, result)
-        try:
+        with _handle.noting_outcome_not_recorded():
             committed = self.succeed(res, result, external_ref)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         if problem is not None:
             raise problem
         return committed
 
-    def effect(
-        self,
-        tool: str,
-        effect: str = "write",
-        idempotent: bool = False,
-        input: Any = None,
-        key: Any = None,
-        *,
-        input_hash: Optional[str] = None,
-        execution_id: Optional[str] = None,
-        attempt: Optional[int] = None,
-        lease_ms: Optional[int] = None,
-        wait: Optional[float] = None,
-        retry_on: Optional[Tuple[type, ...]] = None,
-        approval_summary: Optional[str] = None,
-        changed: Any = None,
-    ) -> "EffectScope":
-        """Describe an effect, to use as a context manager or a decorator.
-
-        As a context manager it reserves on entry and yields an
-        ``EffectHandle``::
-
-            with ledger.effect(tool="payments.refund", idempotent=True, input=req) as eff:
-                if eff.replayed:
-                    return eff.result                  # recorded outcome; not run again
-                ref = psp.refund(req, idempotency_key=eff.key)
-                eff.succeed(result={"refund": ref.id}, external_ref=ref.id)
-
-        Leaving the block without ``succeed``/``fail``/``not_applied``
-        commits a success with no result; an exception escaping it is
-        committed as a failure (``EffectNotApplied``: as ``not_applied``).
-
-        As a decorator, each call reserves with a key derived from the tool
-        and the call's arguments (or ``key=`` / ``input=`` callables taking
-        the same arguments), runs the function, commits its return value,
-        and on a replay returns the recorded result without calling it::
-
-            @ledger.effect(tool="payments.refund", effect="write", idempotent=True)
-            def refund(order_id: int, amount: int) -> dict: ...
-        """
-        spec = Effect(
-            tool=tool,
-            effect=effect,
-            idempotent=idempotent,
-            input=input,
-            input_hash=input_hash,
-            key=key,
-            execution_id=execution_id,
-            attempt=attempt,
-            lease_ms=lease_ms,
-            approval_summary=approval_summary,
-            changed=changed,
-        )
-        return EffectScope(self, spec, wait, self.retry_on if retry_on is None else tuple(retry_on))
+    def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "EffectScope":
+        return EffectScope(self, spec, wait, retry_on)
 
 
 class EffectHandle(_handle.HandleBase):
@@ -401,31 +322,21 @@ class EffectHandle(_handle.HandleBase):
 
     def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now) with an error code (``A-Z0-9_``)."""
-        _handle.check_code(code)
-        res = self._begin_commit("fail")
-        self.outcome = "failed"
+        res = self._begin_failure("fail", code, "failed")
         if res is None:
             return None
-        try:
+        with _handle.noting_outcome_not_recorded():
             self.committed = self._ledger.fail(res, code, message, retryable)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         return self.committed
 
     def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now): it failed and applied
         nothing, so the next call of the same effect runs again (SPEC §4.1)."""
-        _handle.check_code(code)
-        res = self._begin_commit("not_applied")
-        self.outcome = "not_applied"
+        res = self._begin_failure("not_applied", code, "not_applied")
         if res is None:
             return None
-        try:
+        with _handle.noting_outcome_not_recorded():
             self.committed = self._ledger.not_applied(res, code, message)
-        except LedgerError as err:
-            _handle.note_outcome_not_recorded(err)
-            raise
         return self.committed
 
 
@@ -456,15 +367,12 @@ class EffectScope:
         if h is None:
             return
         try:
-            if h._must_commit_on_exit(exc):
-                h._finishing = True
-                assert h.reservation is not None
+            res = h._commit_on_exit(exc)
+            if res is not None:
                 if exc is None:
-                    h.outcome = "succeeded"
-                    h.committed = self._ledger._record_success(h.reservation, None, "")
+                    h.committed = self._ledger._record_success(res, None, "")
                 else:
-                    h.outcome = _core.outcome_of(exc)
-                    self._ledger._record_failure(h.reservation, exc, h.retry_on)
+                    self._ledger._record_failure(res, exc, h.retry_on)
         finally:
             h._release()
 

@@ -47,6 +47,7 @@ __all__ = [
     "UnknownReceiptError",
     "UnknownNamespaceError",
     "NamespaceExistsError",
+    "NamespaceLimitError",
     "NotCheckpointedError",
     "KeyRequiredError",
     "EffectClassMismatchError",
