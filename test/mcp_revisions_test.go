@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +143,89 @@ func connectHTTPRev(t *testing.T, url string, logs *testkit.Buffer, rev string, 
 	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
 }
 
+// Transports the agent's client reaches ledger-mcp over.
+const (
+	overStdio = "stdio"
+	overHTTP  = "HTTP"
+)
+
+var transports = []string{overStdio, overHTTP}
+
+// revGateway is ledger-mcp with one set of flags, reached over one
+// transport. Over HTTP one process (--listen) serves every client; over
+// stdio each client starts its own, so on an embedded SQLite ledger one
+// client at a time.
+type revGateway struct {
+	transport string
+	env, args []string
+	url       string // over HTTP
+	logs      *testkit.Buffer
+	cmd       *exec.Cmd // over HTTP
+}
+
+// startRevGateway starts ledger-mcp with args (and env) over transport;
+// over stdio it starts with each client.
+func startRevGateway(t *testing.T, transport string, env []string, args ...string) *revGateway {
+	t.Helper()
+	g := &revGateway{transport: transport, env: env, args: args}
+	if transport == overHTTP {
+		g.start(t)
+	}
+	return g
+}
+
+// start runs the HTTP gateway's process.
+func (g *revGateway) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"),
+		append([]string{"--log-format", "json", "--listen", "127.0.0.1:0"}, g.args...)...)
+	if g.env != nil {
+		cmd.Env = append(os.Environ(), g.env...)
+	}
+	logs := &testkit.Buffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	g.cmd, g.logs = cmd, logs
+	g.url = "http://" + (&gateway{logs: logs}).logAddr(t, "ledger-mcp ready") + "/mcp"
+}
+
+// connect is a client at revision rev.
+func (g *revGateway) connect(t *testing.T, rev string, o *mcp.ClientOptions) *revClient {
+	t.Helper()
+	if g.transport == overHTTP {
+		return connectHTTPRev(t, g.url, g.logs, rev, o)
+	}
+	return startGatewayRevEnv(t, g.env, rev, o, g.args...)
+}
+
+// stop ends the HTTP gateway's process (SIGTERM); a stdio gateway ends
+// with its client.
+func (g *revGateway) stop(t *testing.T) {
+	t.Helper()
+	if g.transport != overHTTP || g.cmd.ProcessState != nil {
+		return
+	}
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, g.cmd.Wait(), "ledger-mcp logs:\n%s", g.logs.String())
+}
+
+// restart stops the HTTP gateway and starts it again on the same
+// ledger; its clients connect anew. Over stdio the next client starts
+// the next gateway.
+func (g *revGateway) restart(t *testing.T) {
+	t.Helper()
+	if g.transport == overHTTP {
+		g.stop(t)
+		g.start(t)
+	}
+}
+
 // round sends one round of a call: its inputResponses and requestState.
 func (c *revClient) round(t *testing.T, tool string, args map[string]any, answers mcp.InputResponseMap, state string) (*mcp.CallToolResult, error) {
 	t.Helper()
@@ -188,21 +273,30 @@ func invalidParams(err error) bool {
 }
 
 // TestLedgerMCP_mrtrConfirm: a 2026-07-28 client in front of a
-// 2026-07-28 upstream (stdio). A tool that asks (input_required with an
-// elicitation) reaches the client; the round is committed not_applied
-// INPUT_REQUIRED and its requestState comes back as the gateway's
-// envelope; the next round carries inputResponses and the upstream's
-// state, continues the same execution at the next attempt and is
-// committed once; a tampered or misapplied envelope is invalid params
-// with nothing appended; a decline runs nothing and leaves the call
-// runnable; a restart between the rounds changes nothing; replays carry
-// resultType "complete".
+// 2026-07-28 upstream (stdio), over stdio and Streamable HTTP. A tool that
+// asks (input_required with an elicitation) reaches the client; the round
+// is committed not_applied INPUT_REQUIRED and its requestState comes back
+// as the gateway's envelope; the next round carries inputResponses and
+// the upstream's state, continues the same execution at the next attempt
+// and is committed once; a tampered or misapplied envelope is invalid
+// params with nothing appended; a decline runs nothing and leaves the
+// call runnable; a restart between the rounds changes nothing; replays
+// carry resultType "complete".
 func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			testMRTRConfirm(t, tr)
+		})
+	}
+}
+
+func testMRTRConfirm(t *testing.T, tr string) {
 	sh := newShop(t)
 	db := filepath.Join(t.TempDir(), "mcp.db")
-	args := append([]string{"--db", db}, sh.command()...)
-	g := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+	gw := startRevGateway(t, tr, nil, append([]string{"--db", db}, sh.command()...)...)
+	g := gw.connect(t, rev2026, clientOptions(nil))
 	assert.Equal(t, rev2026, g.InitializeResult().ProtocolVersion)
 	c1 := map[string]any{"id": "C1"}
 
@@ -292,45 +386,51 @@ func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ask.NeedsInput())
 		g.stop(t)
-		g = startGatewayRev(t, rev2026, clientOptions(nil), args...)
+		gw.restart(t)
+		g = gw.connect(t, rev2026, clientOptions(nil))
 		yes, err := g.round(t, "confirm", r1, accept, ask.RequestState)
 		require.NoError(t, err)
 		assert.Equal(t, "confirmed R1, run 1", text(t, yes))
+		assert.Equal(t, 1, sh.runs("confirm", "R1"))
 		assert.NoFileExists(t, db+".mcp-key", "the key is kept in the ledger")
 	})
 
-	t.Run("KeyFileOfAnEarlierGatewayStillRead", func(t *testing.T) {
-		// A gateway before the key was kept in the ledger made
-		// <db>.mcp-key; its envelopes still open after the upgrade.
-		sh := newShop(t)
-		db := filepath.Join(t.TempDir(), "mcp.db")
-		args := append([]string{"--db", db}, sh.command()...)
-		old := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--state-key-file", db + ".mcp-key"}, args...)...)
-		k1 := map[string]any{"id": "K1"}
-		ask, err := old.round(t, "confirm", k1, nil, "")
-		require.NoError(t, err)
-		require.True(t, ask.NeedsInput())
-		old.stop(t)
-		require.FileExists(t, db+".mcp-key")
-		h := startGatewayRev(t, rev2026, clientOptions(nil), args...)
-		yes, err := h.round(t, "confirm", k1, accept, ask.RequestState)
-		require.NoError(t, err)
-		assert.Equal(t, "confirmed K1, run 1", text(t, yes))
-	})
+	if tr == overStdio { // the key's storage, whatever the transport
+		t.Run("KeyFileOfAnEarlierGatewayStillRead", func(t *testing.T) {
+			// A gateway before the key was kept in the ledger made
+			// <db>.mcp-key; its envelopes still open after the upgrade.
+			sh := newShop(t)
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, sh.command()...)
+			old := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--state-key-file", db + ".mcp-key"}, args...)...)
+			k1 := map[string]any{"id": "K1"}
+			ask, err := old.round(t, "confirm", k1, nil, "")
+			require.NoError(t, err)
+			require.True(t, ask.NeedsInput())
+			old.stop(t)
+			require.FileExists(t, db+".mcp-key")
+			h := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+			yes, err := h.round(t, "confirm", k1, accept, ask.RequestState)
+			require.NoError(t, err)
+			assert.Equal(t, "confirmed K1, run 1", text(t, yes))
+		})
+	}
 
 	t.Run("ClientFulfils", func(t *testing.T) {
-		asked := 0
-		h := startGatewayRev(t, rev2026, clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked++
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
-		}), "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", sh.bin, "--dir", sh.dir)
+		var asked atomic.Int32
+		h := startRevGateway(t, tr, nil, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", sh.bin, "--dir", sh.dir).
+			connect(t, rev2026, clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+			}))
 		res := h.call(t, "confirm", map[string]any{"id": "E1"}, nil)
 		assert.Equal(t, "confirmed E1, run 1", text(t, res))
-		assert.Equal(t, 1, asked)
+		assert.Equal(t, int32(1), asked.Load())
 	})
 
 	t.Run("Verify", func(t *testing.T) {
 		g.stop(t)
+		gw.stop(t)
 		out, errOut, code := ledgerctl(t, "verify", "--db", db)
 		require.Equal(t, 0, code, out+errOut)
 		out, errOut, code = ledgerctl(t, "audit", "--db", db, "--json")
