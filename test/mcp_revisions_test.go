@@ -660,63 +660,78 @@ func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
 // TestLedgerMCP_olderClientConfirms: a client of 2025-11-25 or 2025-06-18
 // in front of a 2026-07-28 upstream, over stdio and Streamable HTTP: the
 // gateway asks it with elicitation/create on the session that made the
-// call and sends the call again with the answer, one execution; a client
-// without elicitation gets the call not run, committed not_applied
-// CLIENT_CAPABILITY_MISSING, and the same call runs later for a client
-// that can answer.
+// call and sends the call again with the answer, one execution; a decline
+// reaches the upstream, which acts on nothing, and leaves the call
+// runnable; a client without elicitation gets the call not run, committed
+// not_applied CLIENT_CAPABILITY_MISSING; both calls run later for a client
+// that accepts.
 func TestLedgerMCP_olderClientConfirms(t *testing.T) {
 	t.Parallel()
-	sh := newShop(t)
-	answer := func(action string, asked *int) *mcp.ClientOptions {
+	answer := func(action string, asked *atomic.Int32) *mcp.ClientOptions {
 		return clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			*asked++
+			asked.Add(1)
 			return &mcp.ElicitResult{Action: action, Content: map[string]any{}}, nil
 		})
 	}
 	for _, rev := range []string{rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			db := filepath.Join(t.TempDir(), "mcp.db")
-			args := append([]string{"--db", db}, sh.command()...)
-			id := map[string]any{"id": "B-" + rev}
-			asked := 0
-			g := startGatewayRev(t, rev, answer("accept", &asked), args...)
-			res := g.call(t, "confirm", id, nil)
-			assert.Equal(t, "confirmed B-"+rev+", run 1", text(t, res))
-			assert.Equal(t, 1, asked)
-			assert.NotContains(t, g.tap.all(), `"resultType"`)
-			rs := toolReceipts(t, db, "test-shop.confirm")
-			require.Len(t, rs, 4, "%+v", rs)
-			assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
-			assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID)
-			assert.Equal(t, "succeeded", rs[3].Outcome)
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				sh := newShop(t)
+				db := filepath.Join(t.TempDir(), "mcp.db")
+				gw := startRevGateway(t, tr, nil, append([]string{"--db", db}, sh.command()...)...)
+				last := func() receipt {
+					rs := toolReceipts(t, db, "test-shop.confirm")
+					require.NotEmpty(t, rs)
+					return rs[len(rs)-1]
+				}
 
-			no := map[string]any{"id": "N-" + rev}
-			g.stop(t)
-			g = startGatewayRev(t, rev, nil, args...)
-			missing := g.call(t, "confirm", no, nil)
-			assert.True(t, missing.IsError)
-			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(missing))
-			rs = toolReceipts(t, db, "test-shop.confirm")
-			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", rs[len(rs)-1].ErrorCode)
-			assert.Equal(t, "not_applied", rs[len(rs)-1].Outcome)
-			g.stop(t)
-			g = startGatewayRev(t, rev, answer("accept", &asked), args...)
-			assert.Equal(t, "confirmed N-"+rev+", run 1", text(t, g.call(t, "confirm", no, nil)))
-		})
+				var asked atomic.Int32
+				g := gw.connect(t, rev, answer("accept", &asked))
+				assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
+				res := g.call(t, "confirm", map[string]any{"id": "B1"}, nil)
+				assert.Equal(t, "confirmed B1, run 1", text(t, res))
+				assert.Equal(t, int32(1), asked.Load())
+				assert.NotContains(t, g.tap.all(), `"resultType"`)
+				rs := toolReceipts(t, db, "test-shop.confirm")
+				require.Len(t, rs, 4, "%+v", rs)
+				assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+				assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID, "the rounds are one execution")
+				assert.Equal(t, []int{1, 2}, []int{rs[0].Attempt, rs[2].Attempt})
+				assert.Equal(t, "succeeded", rs[3].Outcome)
+				g.stop(t)
+
+				declined := map[string]any{"id": "D1"}
+				asked.Store(0)
+				g = gw.connect(t, rev, answer("decline", &asked))
+				no := g.call(t, "confirm", declined, nil)
+				assert.True(t, no.IsError)
+				assert.Contains(t, text(t, no), "the user answered decline", "the upstream's answer to the decline")
+				assert.Equal(t, int32(1), asked.Load())
+				assert.Equal(t, 0, sh.runs("confirm", "D1"))
+				assert.Equal(t, receipt{Kind: "commit", Outcome: "not_applied", ErrorCode: "TOOL_ERROR"},
+					receipt{Kind: last().Kind, Outcome: last().Outcome, ErrorCode: last().ErrorCode})
+				assert.NotContains(t, g.tap.all(), `"requestState"`)
+				g.stop(t)
+
+				missing := map[string]any{"id": "N1"}
+				g = gw.connect(t, rev, nil)
+				res = g.call(t, "confirm", missing, nil)
+				assert.True(t, res.IsError)
+				assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(res))
+				assert.Equal(t, receipt{Kind: "commit", Outcome: "not_applied", ErrorCode: "CLIENT_CAPABILITY_MISSING"},
+					receipt{Kind: last().Kind, Outcome: last().Outcome, ErrorCode: last().ErrorCode})
+				assert.Equal(t, 1, sh.runs("confirm-ask", "N1"), "nothing sent upstream again")
+				g.stop(t)
+
+				asked.Store(0)
+				g = gw.connect(t, rev, answer("accept", &asked))
+				assert.Equal(t, "confirmed D1, run 1", text(t, g.call(t, "confirm", declined, nil)))
+				assert.Equal(t, "confirmed N1, run 1", text(t, g.call(t, "confirm", missing, nil)))
+				assert.Equal(t, int32(2), asked.Load())
+			})
+		}
 	}
-
-	t.Run("DeclineOverHTTP", func(t *testing.T) {
-		url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-		asked := 0
-		g := connectHTTPRev(t, url, logs, rev1125, answer("decline", &asked))
-		res := g.call(t, "confirm", map[string]any{"id": "HD1"}, nil)
-		assert.True(t, res.IsError)
-		assert.Contains(t, text(t, res), "decline")
-		assert.Equal(t, 1, asked)
-		assert.Equal(t, 0, sh.runs("confirm", "HD1"))
-		yes := connectHTTPRev(t, url, logs, rev1125, answer("accept", &asked))
-		assert.Equal(t, "confirmed HD1, run 1", text(t, yes.call(t, "confirm", map[string]any{"id": "HD1"}, nil)))
-	})
 }
 
 // TestLedgerMCP_mrtrInterruptedRound: the gateway is killed while the
