@@ -565,8 +565,8 @@ func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
 // TestLedgerMCP_revisionsHTTP: over Streamable HTTP a client pinned to
 // 2026-07-28 negotiates 2026-07-28 (no silent fallback), statelessly, and
 // is not refused by --max-sessions; clients of 2025-11-25 and 2025-06-18
-// keep their sessions beside it. A confirmation runs to its end over HTTP,
-// and two clients racing the same confirmed call run it once.
+// keep their sessions beside it. A confirmation's rounds may come from two
+// clients.
 func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
@@ -599,32 +599,80 @@ func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 		assert.Equal(t, `"complete"`, string(a.tap.last()["resultType"]))
 	})
 
-	t.Run("Race", func(t *testing.T) {
-		r := map[string]any{"id": "RACE"}
-		askA, err := a.round(t, "confirm", r, nil, "")
-		require.NoError(t, err)
-		askB, err := b.round(t, "confirm", r, nil, "")
-		require.NoError(t, err)
-		require.True(t, askA.NeedsInput() && askB.NeedsInput())
-		var wg sync.WaitGroup
-		results := make([]*mcp.CallToolResult, 2)
-		for i, c := range []struct {
-			c     *revClient
-			state string
-		}{{a, askA.RequestState}, {b, askB.RequestState}} {
-			wg.Go(func() {
-				res, err := c.c.round(t, "confirm", r, accept, c.state)
-				assert.NoError(t, err)
-				results[i] = res
+}
+
+// TestLedgerMCP_mrtrRace: two clients of one revision race the same
+// confirmed call, over stdio (two gateways, one ledgerd) and Streamable
+// HTTP (two clients of one gateway): it runs once, and the other client
+// gets its recorded result. 2026-07-28 clients, each asked in a first
+// round, send their accepting rounds at once; older clients send the call
+// at once and the gateway asks them.
+func TestLedgerMCP_mrtrRace(t *testing.T) {
+	t.Parallel()
+	for _, rev := range []string{rev2026, rev1125, rev0618} {
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				sh := newShop(t)
+				var gw *revGateway
+				if tr == overStdio {
+					l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+					gw = startRevGateway(t, tr, []string{"XDG_STATE_HOME=" + t.TempDir()}, append([]string{"--ledger", l.URL}, sh.command()...)...)
+				} else {
+					gw = startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+				}
+				o := clientOptions(nil)
+				var asked atomic.Int32
+				if rev != rev2026 {
+					o = clientOptions(func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+						asked.Add(1)
+						return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+					})
+				}
+				a, b := gw.connect(t, rev, o), gw.connect(t, rev, o)
+				race := map[string]any{"id": "RACE"}
+				states := []string{"", ""}
+				if rev == rev2026 {
+					for i, c := range []*revClient{a, b} {
+						ask, err := c.round(t, "confirm", race, nil, "")
+						require.NoError(t, err)
+						require.True(t, ask.NeedsInput(), c.tap.all())
+						states[i] = ask.RequestState
+					}
+				}
+				answers := map[bool]mcp.InputResponseMap{true: accept}[rev == rev2026]
+				var wg sync.WaitGroup
+				results := make([]*mcp.CallToolResult, 2)
+				start := make(chan struct{})
+				for i, c := range []*revClient{a, b} {
+					wg.Go(func() {
+						<-start
+						res, err := c.round(t, "confirm", race, answers, states[i])
+						assert.NoError(t, err)
+						results[i] = res
+					})
+				}
+				close(start)
+				wg.Wait()
+				if rev != rev2026 {
+					// The first call holds the key while its client is
+					// asked; the other is asked too if it takes the key
+					// between the first's rounds, else it is a replay.
+					assert.Contains(t, []int32{1, 2}, asked.Load())
+				}
+				replays := 0
+				for _, res := range results {
+					require.NotNil(t, res)
+					assert.False(t, res.IsError, resultTexts(res))
+					if res.Meta["io.effect-ledger/replayed"] == true {
+						replays++
+					}
+				}
+				assert.Equal(t, 1, replays, "the other client gets the recorded result")
+				assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
 			})
 		}
-		wg.Wait()
-		for _, res := range results {
-			require.NotNil(t, res)
-			assert.False(t, res.IsError, resultTexts(res))
-		}
-		assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
-	})
+	}
 }
 
 // TestLedgerMCP_clientDescribedUpstream: the per-request _meta a
