@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"net/http"
 	"net/http/httptest"
@@ -281,7 +282,10 @@ func invalidParams(err error) bool {
 // and is committed once; a tampered or misapplied envelope is invalid
 // params with nothing appended; a decline runs nothing and leaves the
 // call runnable; a restart between the rounds changes nothing; replays
-// carry resultType "complete".
+// carry resultType "complete". The client declares no elicitation and is
+// sent the rounds all the same: a 2026-07-28 client is never asked by the
+// gateway, and the upstream reads its capabilities in _meta
+// (TestLedgerMCP_clientDescribedUpstream).
 func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 	t.Parallel()
 	for _, tr := range transports {
@@ -677,21 +681,33 @@ func TestLedgerMCP_mrtrRace(t *testing.T) {
 
 // TestLedgerMCP_clientDescribedUpstream: the per-request _meta a
 // 2026-07-28 upstream gets describes the downstream client, whatever its
-// revision, with the upstream's version, never the gateway; in front of
+// revision and transport, with the upstream's version, never the gateway:
+// its name, and elicitation only when the client declared it. In front of
 // an older upstream (HTTP, 2025-11-25) a 2026-07-28 client's _meta is not
 // sent on, so the upstream does not refuse the request.
 func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
+	elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}
 	for _, rev := range []string{rev2026, rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-				return &mcp.ElicitResult{Action: "decline"}, nil
-			}
-			g := startGatewayRev(t, rev, clientOptions(elicit), append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-			got := text(t, g.call(t, "whoami", nil, nil))
-			assert.Equal(t, "client=e2e-agent version=2026-07-28 elicitation=true", got)
-		})
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				gw := startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+				for _, declared := range []bool{true, false} {
+					o := clientOptions(nil) // declares no elicitation
+					if declared {
+						o = clientOptions(elicit)
+					}
+					g := gw.connect(t, rev, o)
+					got := text(t, g.call(t, "whoami", nil, nil))
+					assert.Equal(t, fmt.Sprintf("client=e2e-agent version=2026-07-28 elicitation=%t", declared), got)
+					g.stop(t)
+				}
+			})
+		}
 	}
 	t.Run("OlderUpstream", func(t *testing.T) {
 		up := startHTTPShop(t, sh)
