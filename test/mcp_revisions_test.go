@@ -569,8 +569,8 @@ func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
 // TestLedgerMCP_revisionsHTTP: over Streamable HTTP a client pinned to
 // 2026-07-28 negotiates 2026-07-28 (no silent fallback), statelessly, and
 // is not refused by --max-sessions; clients of 2025-11-25 and 2025-06-18
-// keep their sessions beside it. A confirmation's rounds may come from two
-// clients.
+// keep their sessions beside it, and those count: a third is refused. A
+// confirmation's rounds may come from two clients.
 func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
@@ -589,6 +589,12 @@ func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 	b := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
 	assert.Equal(t, rev2026, a.InitializeResult().ProtocolVersion, "no fallback to an older revision")
 	assert.Empty(t, a.ID(), "stateless")
+	for _, rev := range []string{rev1125, rev0618} {
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+		_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url},
+			&mcp.ClientSessionOptions{ProtocolVersion: rev})
+		assert.Error(t, err, "a third session, of %s, is refused: the two older clients' are counted", rev)
+	}
 
 	t.Run("Confirm", func(t *testing.T) {
 		h1 := map[string]any{"id": "H1"}
@@ -602,7 +608,6 @@ func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
 		assert.Equal(t, `"complete"`, string(a.tap.last()["resultType"]))
 	})
-
 }
 
 // TestLedgerMCP_mrtrRace: two clients of one revision race the same
