@@ -541,28 +541,33 @@ func TestLedgerMCP_mrtrOlderLedgerd(t *testing.T) {
 }
 
 // TestLedgerMCP_olderClientsGetNoNewerFields: a client that negotiated
-// 2025-11-25 or 2025-06-18 never sees resultType, inputRequests or
-// requestState, on forwarded answers, replays and the gateway's own.
+// 2025-11-25 or 2025-06-18, over stdio or Streamable HTTP, never sees
+// resultType, inputRequests or requestState, on forwarded answers, replays
+// and the gateway's own.
 func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	for _, rev := range []string{rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			g := startGatewayRev(t, rev, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-			assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
-			order := map[string]any{"order": "O-" + rev}
-			first := g.call(t, "charge", order, nil)
-			require.False(t, first.IsError, text(t, first))
-			again := g.call(t, "charge", order, nil)
-			assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
-			refused := g.call(t, "charge", order, mcp.Meta{"io.effect-ledger/idempotency-key": "short"})
-			assert.True(t, refused.IsError)
-			_, err := g.ListTools(context.Background(), nil)
-			require.NoError(t, err)
-			for _, m := range []string{`"resultType"`, `"inputRequests"`, `"requestState"`} {
-				assert.NotContains(t, g.tap.all(), m)
-			}
-		})
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				g := startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...).
+					connect(t, rev, nil)
+				assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
+				order := map[string]any{"order": "O-" + rev + "-" + tr}
+				first := g.call(t, "charge", order, nil)
+				require.False(t, first.IsError, text(t, first))
+				again := g.call(t, "charge", order, nil)
+				assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+				refused := g.call(t, "charge", order, mcp.Meta{"io.effect-ledger/idempotency-key": "short"})
+				assert.True(t, refused.IsError)
+				_, err := g.ListTools(context.Background(), nil)
+				require.NoError(t, err)
+				for _, m := range []string{`"resultType"`, `"inputRequests"`, `"requestState"`} {
+					assert.NotContains(t, g.tap.all(), m)
+				}
+			})
+		}
 	}
 }
 
