@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -141,6 +144,89 @@ func connectHTTPRev(t *testing.T, url string, logs *testkit.Buffer, rev string, 
 	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
 }
 
+// Transports the agent's client reaches ledger-mcp over.
+const (
+	overStdio = "stdio"
+	overHTTP  = "HTTP"
+)
+
+var transports = []string{overStdio, overHTTP}
+
+// revGateway is ledger-mcp with one set of flags, reached over one
+// transport. Over HTTP one process (--listen) serves every client; over
+// stdio each client starts its own, so on an embedded SQLite ledger one
+// client at a time.
+type revGateway struct {
+	transport string
+	env, args []string
+	url       string // over HTTP
+	logs      *testkit.Buffer
+	cmd       *exec.Cmd // over HTTP
+}
+
+// startRevGateway starts ledger-mcp with args (and env) over transport;
+// over stdio it starts with each client.
+func startRevGateway(t *testing.T, transport string, env []string, args ...string) *revGateway {
+	t.Helper()
+	g := &revGateway{transport: transport, env: env, args: args}
+	if transport == overHTTP {
+		g.start(t)
+	}
+	return g
+}
+
+// start runs the HTTP gateway's process.
+func (g *revGateway) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"),
+		append([]string{"--log-format", "json", "--listen", "127.0.0.1:0"}, g.args...)...)
+	if g.env != nil {
+		cmd.Env = append(os.Environ(), g.env...)
+	}
+	logs := &testkit.Buffer{}
+	cmd.Stderr = logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	g.cmd, g.logs = cmd, logs
+	g.url = "http://" + (&gateway{logs: logs}).logAddr(t, "ledger-mcp ready") + "/mcp"
+}
+
+// connect is a client at revision rev.
+func (g *revGateway) connect(t *testing.T, rev string, o *mcp.ClientOptions) *revClient {
+	t.Helper()
+	if g.transport == overHTTP {
+		return connectHTTPRev(t, g.url, g.logs, rev, o)
+	}
+	return startGatewayRevEnv(t, g.env, rev, o, g.args...)
+}
+
+// stop ends the HTTP gateway's process (SIGTERM); a stdio gateway ends
+// with its client.
+func (g *revGateway) stop(t *testing.T) {
+	t.Helper()
+	if g.transport != overHTTP || g.cmd.ProcessState != nil {
+		return
+	}
+	require.NoError(t, g.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, g.cmd.Wait(), "ledger-mcp logs:\n%s", g.logs.String())
+}
+
+// restart stops the HTTP gateway and starts it again on the same
+// ledger; its clients connect anew. Over stdio the next client starts
+// the next gateway.
+func (g *revGateway) restart(t *testing.T) {
+	t.Helper()
+	if g.transport == overHTTP {
+		g.stop(t)
+		g.start(t)
+	}
+}
+
 // round sends one round of a call: its inputResponses and requestState.
 func (c *revClient) round(t *testing.T, tool string, args map[string]any, answers mcp.InputResponseMap, state string) (*mcp.CallToolResult, error) {
 	t.Helper()
@@ -188,21 +274,33 @@ func invalidParams(err error) bool {
 }
 
 // TestLedgerMCP_mrtrConfirm: a 2026-07-28 client in front of a
-// 2026-07-28 upstream (stdio). A tool that asks (input_required with an
-// elicitation) reaches the client; the round is committed not_applied
-// INPUT_REQUIRED and its requestState comes back as the gateway's
-// envelope; the next round carries inputResponses and the upstream's
-// state, continues the same execution at the next attempt and is
-// committed once; a tampered or misapplied envelope is invalid params
-// with nothing appended; a decline runs nothing and leaves the call
-// runnable; a restart between the rounds changes nothing; replays carry
-// resultType "complete".
+// 2026-07-28 upstream (stdio), over stdio and Streamable HTTP. A tool that
+// asks (input_required with an elicitation) reaches the client; the round
+// is committed not_applied INPUT_REQUIRED and its requestState comes back
+// as the gateway's envelope; the next round carries inputResponses and
+// the upstream's state, continues the same execution at the next attempt
+// and is committed once; a tampered or misapplied envelope is invalid
+// params with nothing appended; a decline runs nothing and leaves the
+// call runnable; a restart between the rounds changes nothing; replays
+// carry resultType "complete". The client declares no elicitation and is
+// sent the rounds all the same: a 2026-07-28 client is never asked by the
+// gateway, and the upstream reads its capabilities in _meta
+// (TestLedgerMCP_clientDescribedUpstream).
 func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			testMRTRConfirm(t, tr)
+		})
+	}
+}
+
+func testMRTRConfirm(t *testing.T, tr string) {
 	sh := newShop(t)
 	db := filepath.Join(t.TempDir(), "mcp.db")
-	args := append([]string{"--db", db}, sh.command()...)
-	g := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+	gw := startRevGateway(t, tr, nil, append([]string{"--db", db}, sh.command()...)...)
+	g := gw.connect(t, rev2026, clientOptions(nil))
 	assert.Equal(t, rev2026, g.InitializeResult().ProtocolVersion)
 	c1 := map[string]any{"id": "C1"}
 
@@ -292,45 +390,51 @@ func TestLedgerMCP_mrtrConfirm(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ask.NeedsInput())
 		g.stop(t)
-		g = startGatewayRev(t, rev2026, clientOptions(nil), args...)
+		gw.restart(t)
+		g = gw.connect(t, rev2026, clientOptions(nil))
 		yes, err := g.round(t, "confirm", r1, accept, ask.RequestState)
 		require.NoError(t, err)
 		assert.Equal(t, "confirmed R1, run 1", text(t, yes))
+		assert.Equal(t, 1, sh.runs("confirm", "R1"))
 		assert.NoFileExists(t, db+".mcp-key", "the key is kept in the ledger")
 	})
 
-	t.Run("KeyFileOfAnEarlierGatewayStillRead", func(t *testing.T) {
-		// A gateway before the key was kept in the ledger made
-		// <db>.mcp-key; its envelopes still open after the upgrade.
-		sh := newShop(t)
-		db := filepath.Join(t.TempDir(), "mcp.db")
-		args := append([]string{"--db", db}, sh.command()...)
-		old := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--state-key-file", db + ".mcp-key"}, args...)...)
-		k1 := map[string]any{"id": "K1"}
-		ask, err := old.round(t, "confirm", k1, nil, "")
-		require.NoError(t, err)
-		require.True(t, ask.NeedsInput())
-		old.stop(t)
-		require.FileExists(t, db+".mcp-key")
-		h := startGatewayRev(t, rev2026, clientOptions(nil), args...)
-		yes, err := h.round(t, "confirm", k1, accept, ask.RequestState)
-		require.NoError(t, err)
-		assert.Equal(t, "confirmed K1, run 1", text(t, yes))
-	})
+	if tr == overStdio { // the key's storage, whatever the transport
+		t.Run("KeyFileOfAnEarlierGatewayStillRead", func(t *testing.T) {
+			// A gateway before the key was kept in the ledger made
+			// <db>.mcp-key; its envelopes still open after the upgrade.
+			sh := newShop(t)
+			db := filepath.Join(t.TempDir(), "mcp.db")
+			args := append([]string{"--db", db}, sh.command()...)
+			old := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--state-key-file", db + ".mcp-key"}, args...)...)
+			k1 := map[string]any{"id": "K1"}
+			ask, err := old.round(t, "confirm", k1, nil, "")
+			require.NoError(t, err)
+			require.True(t, ask.NeedsInput())
+			old.stop(t)
+			require.FileExists(t, db+".mcp-key")
+			h := startGatewayRev(t, rev2026, clientOptions(nil), args...)
+			yes, err := h.round(t, "confirm", k1, accept, ask.RequestState)
+			require.NoError(t, err)
+			assert.Equal(t, "confirmed K1, run 1", text(t, yes))
+		})
+	}
 
 	t.Run("ClientFulfils", func(t *testing.T) {
-		asked := 0
-		h := startGatewayRev(t, rev2026, clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			asked++
-			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
-		}), "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", sh.bin, "--dir", sh.dir)
+		var asked atomic.Int32
+		h := startRevGateway(t, tr, nil, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", sh.bin, "--dir", sh.dir).
+			connect(t, rev2026, clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				asked.Add(1)
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+			}))
 		res := h.call(t, "confirm", map[string]any{"id": "E1"}, nil)
 		assert.Equal(t, "confirmed E1, run 1", text(t, res))
-		assert.Equal(t, 1, asked)
+		assert.Equal(t, int32(1), asked.Load())
 	})
 
 	t.Run("Verify", func(t *testing.T) {
 		g.stop(t)
+		gw.stop(t)
 		out, errOut, code := ledgerctl(t, "verify", "--db", db)
 		require.Equal(t, 0, code, out+errOut)
 		out, errOut, code = ledgerctl(t, "audit", "--db", db, "--json")
@@ -437,36 +541,41 @@ func TestLedgerMCP_mrtrOlderLedgerd(t *testing.T) {
 }
 
 // TestLedgerMCP_olderClientsGetNoNewerFields: a client that negotiated
-// 2025-11-25 or 2025-06-18 never sees resultType, inputRequests or
-// requestState, on forwarded answers, replays and the gateway's own.
+// 2025-11-25 or 2025-06-18, over stdio or Streamable HTTP, never sees
+// resultType, inputRequests or requestState, on forwarded answers, replays
+// and the gateway's own.
 func TestLedgerMCP_olderClientsGetNoNewerFields(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	for _, rev := range []string{rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			g := startGatewayRev(t, rev, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-			assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
-			order := map[string]any{"order": "O-" + rev}
-			first := g.call(t, "charge", order, nil)
-			require.False(t, first.IsError, text(t, first))
-			again := g.call(t, "charge", order, nil)
-			assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
-			refused := g.call(t, "charge", order, mcp.Meta{"io.effect-ledger/idempotency-key": "short"})
-			assert.True(t, refused.IsError)
-			_, err := g.ListTools(context.Background(), nil)
-			require.NoError(t, err)
-			for _, m := range []string{`"resultType"`, `"inputRequests"`, `"requestState"`} {
-				assert.NotContains(t, g.tap.all(), m)
-			}
-		})
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				g := startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...).
+					connect(t, rev, nil)
+				assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
+				order := map[string]any{"order": "O-" + rev + "-" + tr}
+				first := g.call(t, "charge", order, nil)
+				require.False(t, first.IsError, text(t, first))
+				again := g.call(t, "charge", order, nil)
+				assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
+				refused := g.call(t, "charge", order, mcp.Meta{"io.effect-ledger/idempotency-key": "short"})
+				assert.True(t, refused.IsError)
+				_, err := g.ListTools(context.Background(), nil)
+				require.NoError(t, err)
+				for _, m := range []string{`"resultType"`, `"inputRequests"`, `"requestState"`} {
+					assert.NotContains(t, g.tap.all(), m)
+				}
+			})
+		}
 	}
 }
 
 // TestLedgerMCP_revisionsHTTP: over Streamable HTTP a client pinned to
 // 2026-07-28 negotiates 2026-07-28 (no silent fallback), statelessly, and
 // is not refused by --max-sessions; clients of 2025-11-25 and 2025-06-18
-// keep their sessions beside it. A confirmation runs to its end over HTTP,
-// and two clients racing the same confirmed call run it once.
+// keep their sessions beside it, and those count: a third is refused. A
+// confirmation's rounds may come from two clients.
 func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
@@ -485,6 +594,12 @@ func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 	b := connectHTTPRev(t, url, logs, rev2026, clientOptions(nil))
 	assert.Equal(t, rev2026, a.InitializeResult().ProtocolVersion, "no fallback to an older revision")
 	assert.Empty(t, a.ID(), "stateless")
+	for _, rev := range []string{rev1125, rev0618} {
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+		_, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url},
+			&mcp.ClientSessionOptions{ProtocolVersion: rev})
+		assert.Error(t, err, "a third session, of %s, is refused: the two older clients' are counted", rev)
+	}
 
 	t.Run("Confirm", func(t *testing.T) {
 		h1 := map[string]any{"id": "H1"}
@@ -498,52 +613,111 @@ func TestLedgerMCP_revisionsHTTP(t *testing.T) {
 		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"])
 		assert.Equal(t, `"complete"`, string(a.tap.last()["resultType"]))
 	})
+}
 
-	t.Run("Race", func(t *testing.T) {
-		r := map[string]any{"id": "RACE"}
-		askA, err := a.round(t, "confirm", r, nil, "")
-		require.NoError(t, err)
-		askB, err := b.round(t, "confirm", r, nil, "")
-		require.NoError(t, err)
-		require.True(t, askA.NeedsInput() && askB.NeedsInput())
-		var wg sync.WaitGroup
-		results := make([]*mcp.CallToolResult, 2)
-		for i, c := range []struct {
-			c     *revClient
-			state string
-		}{{a, askA.RequestState}, {b, askB.RequestState}} {
-			wg.Go(func() {
-				res, err := c.c.round(t, "confirm", r, accept, c.state)
-				assert.NoError(t, err)
-				results[i] = res
+// TestLedgerMCP_mrtrRace: two clients of one revision race the same
+// confirmed call, over stdio (two gateways, one ledgerd) and Streamable
+// HTTP (two clients of one gateway): it runs once, and the other client
+// gets its recorded result. 2026-07-28 clients, each asked in a first
+// round, send their accepting rounds at once; older clients send the call
+// at once and the gateway asks them.
+func TestLedgerMCP_mrtrRace(t *testing.T) {
+	t.Parallel()
+	for _, rev := range []string{rev2026, rev1125, rev0618} {
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				sh := newShop(t)
+				var gw *revGateway
+				if tr == overStdio {
+					l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+					gw = startRevGateway(t, tr, []string{"XDG_STATE_HOME=" + t.TempDir()}, append([]string{"--ledger", l.URL}, sh.command()...)...)
+				} else {
+					gw = startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+				}
+				o := clientOptions(nil)
+				var asked atomic.Int32
+				if rev != rev2026 {
+					o = clientOptions(func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+						asked.Add(1)
+						return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+					})
+				}
+				a, b := gw.connect(t, rev, o), gw.connect(t, rev, o)
+				race := map[string]any{"id": "RACE"}
+				states := []string{"", ""}
+				if rev == rev2026 {
+					for i, c := range []*revClient{a, b} {
+						ask, err := c.round(t, "confirm", race, nil, "")
+						require.NoError(t, err)
+						require.True(t, ask.NeedsInput(), c.tap.all())
+						states[i] = ask.RequestState
+					}
+				}
+				answers := map[bool]mcp.InputResponseMap{true: accept}[rev == rev2026]
+				var wg sync.WaitGroup
+				results := make([]*mcp.CallToolResult, 2)
+				start := make(chan struct{})
+				for i, c := range []*revClient{a, b} {
+					wg.Go(func() {
+						<-start
+						res, err := c.round(t, "confirm", race, answers, states[i])
+						assert.NoError(t, err)
+						results[i] = res
+					})
+				}
+				close(start)
+				wg.Wait()
+				if rev != rev2026 {
+					// The first call holds the key while its client is
+					// asked; the other is asked too if it takes the key
+					// between the first's rounds, else it is a replay.
+					assert.Contains(t, []int32{1, 2}, asked.Load())
+				}
+				replays := 0
+				for _, res := range results {
+					require.NotNil(t, res)
+					assert.False(t, res.IsError, resultTexts(res))
+					if res.Meta["io.effect-ledger/replayed"] == true {
+						replays++
+					}
+				}
+				assert.Equal(t, 1, replays, "the other client gets the recorded result")
+				assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
 			})
 		}
-		wg.Wait()
-		for _, res := range results {
-			require.NotNil(t, res)
-			assert.False(t, res.IsError, resultTexts(res))
-		}
-		assert.Equal(t, 1, sh.runs("confirm", "RACE"), "one execution")
-	})
+	}
 }
 
 // TestLedgerMCP_clientDescribedUpstream: the per-request _meta a
 // 2026-07-28 upstream gets describes the downstream client, whatever its
-// revision, with the upstream's version, never the gateway; in front of
+// revision and transport, with the upstream's version, never the gateway:
+// its name, and elicitation only when the client declared it. In front of
 // an older upstream (HTTP, 2025-11-25) a 2026-07-28 client's _meta is not
 // sent on, so the upstream does not refuse the request.
 func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
+	elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}
 	for _, rev := range []string{rev2026, rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			elicit := func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-				return &mcp.ElicitResult{Action: "decline"}, nil
-			}
-			g := startGatewayRev(t, rev, clientOptions(elicit), append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-			got := text(t, g.call(t, "whoami", nil, nil))
-			assert.Equal(t, "client=e2e-agent version=2026-07-28 elicitation=true", got)
-		})
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				gw := startRevGateway(t, tr, nil, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
+				for _, declared := range []bool{true, false} {
+					o := clientOptions(nil) // declares no elicitation
+					if declared {
+						o = clientOptions(elicit)
+					}
+					g := gw.connect(t, rev, o)
+					got := text(t, g.call(t, "whoami", nil, nil))
+					assert.Equal(t, fmt.Sprintf("client=e2e-agent version=2026-07-28 elicitation=%t", declared), got)
+					g.stop(t)
+				}
+			})
+		}
 	}
 	t.Run("OlderUpstream", func(t *testing.T) {
 		up := startHTTPShop(t, sh)
@@ -560,63 +734,78 @@ func TestLedgerMCP_clientDescribedUpstream(t *testing.T) {
 // TestLedgerMCP_olderClientConfirms: a client of 2025-11-25 or 2025-06-18
 // in front of a 2026-07-28 upstream, over stdio and Streamable HTTP: the
 // gateway asks it with elicitation/create on the session that made the
-// call and sends the call again with the answer, one execution; a client
-// without elicitation gets the call not run, committed not_applied
-// CLIENT_CAPABILITY_MISSING, and the same call runs later for a client
-// that can answer.
+// call and sends the call again with the answer, one execution; a decline
+// reaches the upstream, which acts on nothing, and leaves the call
+// runnable; a client without elicitation gets the call not run, committed
+// not_applied CLIENT_CAPABILITY_MISSING; both calls run later for a client
+// that accepts.
 func TestLedgerMCP_olderClientConfirms(t *testing.T) {
 	t.Parallel()
-	sh := newShop(t)
-	answer := func(action string, asked *int) *mcp.ClientOptions {
+	answer := func(action string, asked *atomic.Int32) *mcp.ClientOptions {
 		return clientOptions(func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			*asked++
+			asked.Add(1)
 			return &mcp.ElicitResult{Action: action, Content: map[string]any{}}, nil
 		})
 	}
 	for _, rev := range []string{rev1125, rev0618} {
-		t.Run(rev, func(t *testing.T) {
-			db := filepath.Join(t.TempDir(), "mcp.db")
-			args := append([]string{"--db", db}, sh.command()...)
-			id := map[string]any{"id": "B-" + rev}
-			asked := 0
-			g := startGatewayRev(t, rev, answer("accept", &asked), args...)
-			res := g.call(t, "confirm", id, nil)
-			assert.Equal(t, "confirmed B-"+rev+", run 1", text(t, res))
-			assert.Equal(t, 1, asked)
-			assert.NotContains(t, g.tap.all(), `"resultType"`)
-			rs := toolReceipts(t, db, "test-shop.confirm")
-			require.Len(t, rs, 4, "%+v", rs)
-			assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
-			assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID)
-			assert.Equal(t, "succeeded", rs[3].Outcome)
+		for _, tr := range transports {
+			t.Run(rev+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				sh := newShop(t)
+				db := filepath.Join(t.TempDir(), "mcp.db")
+				gw := startRevGateway(t, tr, nil, append([]string{"--db", db}, sh.command()...)...)
+				last := func() receipt {
+					rs := toolReceipts(t, db, "test-shop.confirm")
+					require.NotEmpty(t, rs)
+					return rs[len(rs)-1]
+				}
 
-			no := map[string]any{"id": "N-" + rev}
-			g.stop(t)
-			g = startGatewayRev(t, rev, nil, args...)
-			missing := g.call(t, "confirm", no, nil)
-			assert.True(t, missing.IsError)
-			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(missing))
-			rs = toolReceipts(t, db, "test-shop.confirm")
-			assert.Equal(t, "CLIENT_CAPABILITY_MISSING", rs[len(rs)-1].ErrorCode)
-			assert.Equal(t, "not_applied", rs[len(rs)-1].Outcome)
-			g.stop(t)
-			g = startGatewayRev(t, rev, answer("accept", &asked), args...)
-			assert.Equal(t, "confirmed N-"+rev+", run 1", text(t, g.call(t, "confirm", no, nil)))
-		})
+				var asked atomic.Int32
+				g := gw.connect(t, rev, answer("accept", &asked))
+				assert.Equal(t, rev, g.InitializeResult().ProtocolVersion)
+				res := g.call(t, "confirm", map[string]any{"id": "B1"}, nil)
+				assert.Equal(t, "confirmed B1, run 1", text(t, res))
+				assert.Equal(t, int32(1), asked.Load())
+				assert.NotContains(t, g.tap.all(), `"resultType"`)
+				rs := toolReceipts(t, db, "test-shop.confirm")
+				require.Len(t, rs, 4, "%+v", rs)
+				assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+				assert.Equal(t, rs[0].ExecutionID, rs[2].ExecutionID, "the rounds are one execution")
+				assert.Equal(t, []int{1, 2}, []int{rs[0].Attempt, rs[2].Attempt})
+				assert.Equal(t, "succeeded", rs[3].Outcome)
+				g.stop(t)
+
+				declined := map[string]any{"id": "D1"}
+				asked.Store(0)
+				g = gw.connect(t, rev, answer("decline", &asked))
+				no := g.call(t, "confirm", declined, nil)
+				assert.True(t, no.IsError)
+				assert.Contains(t, text(t, no), "the user answered decline", "the upstream's answer to the decline")
+				assert.Equal(t, int32(1), asked.Load())
+				assert.Equal(t, 0, sh.runs("confirm", "D1"))
+				assert.Equal(t, receipt{Kind: "commit", Outcome: "not_applied", ErrorCode: "TOOL_ERROR"},
+					receipt{Kind: last().Kind, Outcome: last().Outcome, ErrorCode: last().ErrorCode})
+				assert.NotContains(t, g.tap.all(), `"requestState"`)
+				g.stop(t)
+
+				missing := map[string]any{"id": "N1"}
+				g = gw.connect(t, rev, nil)
+				res = g.call(t, "confirm", missing, nil)
+				assert.True(t, res.IsError)
+				assert.Equal(t, "CLIENT_CAPABILITY_MISSING", status(res))
+				assert.Equal(t, receipt{Kind: "commit", Outcome: "not_applied", ErrorCode: "CLIENT_CAPABILITY_MISSING"},
+					receipt{Kind: last().Kind, Outcome: last().Outcome, ErrorCode: last().ErrorCode})
+				assert.Equal(t, 1, sh.runs("confirm-ask", "N1"), "nothing sent upstream again")
+				g.stop(t)
+
+				asked.Store(0)
+				g = gw.connect(t, rev, answer("accept", &asked))
+				assert.Equal(t, "confirmed D1, run 1", text(t, g.call(t, "confirm", declined, nil)))
+				assert.Equal(t, "confirmed N1, run 1", text(t, g.call(t, "confirm", missing, nil)))
+				assert.Equal(t, int32(2), asked.Load())
+			})
+		}
 	}
-
-	t.Run("DeclineOverHTTP", func(t *testing.T) {
-		url, logs := startHTTPGateway(t, append([]string{"--db", filepath.Join(t.TempDir(), "mcp.db")}, sh.command()...)...)
-		asked := 0
-		g := connectHTTPRev(t, url, logs, rev1125, answer("decline", &asked))
-		res := g.call(t, "confirm", map[string]any{"id": "HD1"}, nil)
-		assert.True(t, res.IsError)
-		assert.Contains(t, text(t, res), "decline")
-		assert.Equal(t, 1, asked)
-		assert.Equal(t, 0, sh.runs("confirm", "HD1"))
-		yes := connectHTTPRev(t, url, logs, rev1125, answer("accept", &asked))
-		assert.Equal(t, "confirmed HD1, run 1", text(t, yes.call(t, "confirm", map[string]any{"id": "HD1"}, nil)))
-	})
 }
 
 // TestLedgerMCP_mrtrInterruptedRound: the gateway is killed while the
