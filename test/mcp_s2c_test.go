@@ -249,8 +249,9 @@ func TestLedgerMCP_s2cCallsAtOnce(t *testing.T) {
 	t.Parallel()
 	sh := newShop(t)
 	upstream := append(sh.command(), "--revision", rev1125)
-	for _, transport := range []string{"stdio", "http"} {
-		t.Run(transport, func(t *testing.T) {
+	for _, c := range []struct{ rev, transport string }{{rev1125, "stdio"}, {rev1125, "http"}, {rev0618, "stdio"}, {rev0618, "http"}} {
+		rev, transport := c.rev, c.transport
+		t.Run(rev+"/"+transport, func(t *testing.T) {
 			t.Parallel()
 			db := filepath.Join(t.TempDir(), "mcp.db")
 			args := append([]string{"--db", db}, upstream...)
@@ -269,10 +270,10 @@ func TestLedgerMCP_s2cCallsAtOnce(t *testing.T) {
 					}
 					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
 				}})
-			g := s2cConnect(t, c, rev1125, url, args)
+			g := s2cConnect(t, c, rev, url, args)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			a, b := "A-"+transport, "B-"+transport
+			a, b := "A-"+rev+"-"+transport, "B-"+rev+"-"+transport
 			callAsync := func(tool, id string) <-chan *mcp.CallToolResult {
 				out := make(chan *mcp.CallToolResult, 1)
 				go func() {

@@ -2,11 +2,13 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,7 @@ type rawMCP struct {
 	logs  *testkit.Buffer
 	cmd   *exec.Cmd
 	id    int
+	url   string // Streamable HTTP instead of stdio (postRaw)
 }
 
 func startRawGateway(t *testing.T, args ...string) *rawMCP {
@@ -54,8 +57,53 @@ func startRawGateway(t *testing.T, args ...string) *rawMCP {
 	return g
 }
 
+// startRawHTTPGateway runs ledger-mcp on Streamable HTTP, for raw
+// stateless (2026-07-28) requests.
+func startRawHTTPGateway(t *testing.T, args ...string) *rawMCP {
+	t.Helper()
+	url, logs := startHTTPGateway(t, args...)
+	return &rawMCP{t: t, url: url, logs: logs}
+}
+
+// postRaw POSTs one stateless request with the headers of MCP
+// 2026-07-28 and reads its answer: JSON, or the message of an event
+// stream that answers it.
+func (g *rawMCP) postRaw(method string, params any, body []byte) (map[string]any, map[string]any) {
+	g.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, g.url, bytes.NewReader(body))
+	require.NoError(g.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Protocol-Version", mcpgate.Version20260728)
+	req.Header.Set("Mcp-Method", method)
+	if p, ok := params.(map[string]any); ok && method == "tools/call" {
+		req.Header.Set("Mcp-Name", fmt.Sprint(p["name"]))
+	}
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(g.t, err)
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	require.NoError(g.t, err)
+	require.Equal(g.t, http.StatusOK, res.StatusCode, "%s\n%s", raw, g.logs.String())
+	for _, l := range strings.Split(string(raw), "\n") {
+		l = strings.TrimSpace(strings.TrimPrefix(l, "data:"))
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) != nil || m["id"] != float64(g.id) {
+			continue
+		}
+		r, _ := m["result"].(map[string]any)
+		e, _ := m["error"].(map[string]any)
+		return r, e
+	}
+	g.t.Fatalf("no answer to %s: %s", method, raw)
+	return nil, nil
+}
+
 // stop ends the gateway (its stdin closes) and waits for it.
 func (g *rawMCP) stop() {
+	if g.url != "" {
+		return // the HTTP gateway ends with the test
+	}
 	_ = g.in.Close()
 	done := make(chan error, 1)
 	go func() { done <- g.cmd.Wait() }()
@@ -73,6 +121,9 @@ func (g *rawMCP) request(method string, params any) (result map[string]any, rpcE
 	g.id++
 	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": g.id, "method": method, "params": params})
 	require.NoError(g.t, err)
+	if g.url != "" {
+		return g.postRaw(method, params, b)
+	}
 	_, err = g.in.Write(append(b, '\n'))
 	require.NoError(g.t, err)
 	for {
@@ -342,14 +393,19 @@ func (g *rawMCP) request2026(method string, params map[string]any, plain bool) (
 // no task id reaches the chain.
 func TestLedgerMCP_tasksExtension(t *testing.T) {
 	t.Parallel()
-	for _, upstream := range []string{"stdio", "http"} {
-		t.Run(upstream, func(t *testing.T) {
+	for _, c := range []struct{ client, upstream string }{{"stdio", "stdio"}, {"stdio", "http"}, {"http", "stdio"}} {
+		t.Run(c.client+"-"+c.upstream, func(t *testing.T) {
 			t.Parallel()
 			sh := newHostile(t)
 			db := filepath.Join(t.TempDir(), "mcp.db")
 			args := []string{"--db", db, "--", sh.bin, "--dir", sh.dir, "--revision", "2026-07-28"}
-			if upstream == "http" {
+			if c.upstream == "http" {
 				args = []string{"--db", db, "--upstream", startHTTPShop(t, sh, "--revision", "2026-07-28")}
+			}
+			if c.client == "http" {
+				g := startRawHTTPGateway(t, args...)
+				testTasksExtension(t, sh, db, g)
+				return
 			}
 			testTasksExtension(t, sh, db, startRawGateway(t, args...))
 		})

@@ -37,12 +37,12 @@ var (
 )
 
 // Contract is the newest contract version the binaries implement.
-const Contract = "v1.2"
+const Contract = "v1.3"
 
 // Contracts lists every contract version the binaries implement, oldest
-// first. v1.1 and v1.2 only add to v1 (docs/spec.md, "Versions"), so a
-// v1 client talks to a v1.2 server unchanged.
-var Contracts = []string{"v1", "v1.1", "v1.2"}
+// first. v1.1, v1.2 and v1.3 only add to v1 (docs/spec.md, "Versions"), so a
+// v1 client talks to a v1.3 server unchanged.
+var Contracts = []string{"v1", "v1.1", "v1.2", "v1.3"}
 
 // Info is what a binary knows about its own build.
 type Info struct {
@@ -176,7 +176,7 @@ func isPseudo(v string) bool {
 // String is the text `--version` prints, for example:
 //
 //	ledgerd v0.4.0-dev+6aedb58abcde.dirty
-//	contract v1.2 (implements v1, v1.1, v1.2)
+//	contract v1.3 (implements v1, v1.1, v1.2, v1.3)
 //	module github.com/effect-ledger/effect-ledger v0.0.0-20261201013927-6aedb58abcde+dirty
 //	revision 6aedb58abcde… (2026-12-01T01:39:27Z, modified)
 //	go go1.26.0 linux/amd64
