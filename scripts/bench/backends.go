@@ -112,14 +112,9 @@ func backends(ctx context.Context, dir, bin string, clients int, d time.Duration
 			defer l.stop()
 			ls = append(ls, l)
 		}
-		prefixes := []string{"/v1"}
-		for k := 1; k < cf.namespaces; k++ {
-			name := fmt.Sprintf("ns%02d", k)
-			st, b, err := call(newClient(1), "POST", ls[0].url+"/v1/namespaces", []byte(fmt.Sprintf(`{"name":%q}`, name)))
-			if err != nil || st != 201 {
-				return nil, fmt.Errorf("create namespace: %d %v %s", st, err, b)
-			}
-			prefixes = append(prefixes, "/v1/ns/"+name)
+		prefixes, err := createNamespaces(ls[0].url, cf.namespaces)
+		if err != nil {
+			return nil, err
 		}
 		res, err := drive(ctx, ls, prefixes, "pairs", clients, d)
 		for _, l := range ls {

@@ -1,6 +1,6 @@
 // Command bench load-tests a real ledgerd over HTTP.
 //
-//	go run ./scripts/bench [--mode pairs|reserve|replay|mixed|all] [--clients 32] [--duration 10s] [--json]
+//	go run ./scripts/bench [--mode pairs|reserve|replay|mixed|all] [--clients 32] [--duration 10s] [--namespaces 1] [--json]
 //
 // It builds ./cmd/ledgerd, starts it on a temporary database, drives it
 // with N concurrent keep-alive clients for D seconds, and prints requests/s,
@@ -122,6 +122,7 @@ type options struct {
 	bin                     string
 	extra                   []string
 	prefill                 int
+	namespaces              int
 	backends, withBaselines bool
 }
 
@@ -135,6 +136,7 @@ func parseOptions(args []string) (options, error) {
 	fs.StringVar(&o.bin, "ledgerd", "", "ledgerd binary (default: build ./cmd/ledgerd)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
+	fs.IntVar(&o.namespaces, "namespaces", 1, "spread the clients' requests evenly over this many namespaces of the one ledgerd (default, ns-2, ns-3, …; created through the API)")
 	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
 	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	fs.BoolVar(&o.withBaselines, "baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
@@ -143,6 +145,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.prefill < 0 {
 		return options{}, fmt.Errorf("--prefill must not be negative, not %d", o.prefill)
+	}
+	if o.namespaces < 1 {
+		return options{}, fmt.Errorf("--namespaces must be at least 1, not %d", o.namespaces)
 	}
 	o.extra = strings.Fields(*extra)
 	o.modes = []string{*mode}
@@ -178,10 +183,18 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		res, err := drive(ctx, []*ledgerd{l}, []string{"/v1"}, m, o.clients, o.duration)
+		prefixes, err := createNamespaces(l.url, o.namespaces)
+		if err != nil {
+			l.stop()
+			return nil, err
+		}
+		res, err := drive(ctx, []*ledgerd{l}, prefixes, m, o.clients, o.duration)
 		l.stop()
 		if err != nil {
 			return nil, err
+		}
+		if o.namespaces > 1 {
+			res.Mode = fmt.Sprintf("%s, %d ns", res.Mode, o.namespaces)
 		}
 		out = append(out, res)
 	}
@@ -193,6 +206,22 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		out = append(out, res...)
 	}
 	return out, nil
+}
+
+// createNamespaces creates namespaces ns-2 … ns-n beside the default one
+// and returns the API prefixes of all n.
+func createNamespaces(url string, n int) ([]string, error) {
+	prefixes := []string{"/v1"}
+	c := newClient(1)
+	for k := 2; k <= n; k++ {
+		name := fmt.Sprintf("ns-%d", k)
+		st, b, err := call(c, "POST", url+"/v1/namespaces", []byte(fmt.Sprintf(`{"name":%q}`, name)))
+		if err != nil || st != http.StatusCreated {
+			return nil, fmt.Errorf("create namespace %s: %d %v %s", name, st, err, b)
+		}
+		prefixes = append(prefixes, "/v1/ns/"+name)
+	}
+	return prefixes, nil
 }
 
 // prefilled copies a generated ledger of n receipts and its key index to
@@ -398,7 +427,9 @@ func drive(ctx context.Context, ls []*ledgerd, prefixes []string, mode string, c
 			base:  ls[ci%len(ls)].url,
 			stats: &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<16)},
 		}
-		w.nsBase = w.base + prefixes[ci%len(prefixes)]
+		for _, p := range prefixes {
+			w.nsBases = append(w.nsBases, w.base+p)
+		}
 		all[ci] = w.stats
 		wg.Go(func() {
 			for i := 0; !stop.Load(); i++ {
@@ -447,11 +478,14 @@ func seed(c *http.Client, url string) error {
 // worker is one benchmark client: it runs its mode's operations against one ledgerd and
 // namespace, recording each request's latency and status in stats.
 type worker struct {
-	c            *http.Client
-	mode, run    string
-	ci           int
-	base, nsBase string
-	stats        *stats
+	c         *http.Client
+	mode, run string
+	ci        int
+	base      string
+	// nsBases are the namespaces' routes: the i-th pair of client ci
+	// goes to nsBases[(ci+i) % len], so every namespace is written alike.
+	nsBases []string
+	stats   *stats
 }
 
 // op runs the worker's i-th operation. Keys and execution ids are UUID-like, so they land at
@@ -473,13 +507,14 @@ func (w *worker) op(i int) {
 	n := (w.ci*7919 + i) % seeded
 	switch op {
 	case "pairs", "reserve":
+		nsBase := w.nsBases[(w.ci+i)%len(w.nsBases)]
 		t0 := time.Now()
-		st, b, err := call(w.c, "POST", w.nsBase+"/effects/reserve", reserveBody(key, uuidLike(w.run+"-exec", w.ci, i), i))
+		st, b, err := call(w.c, "POST", nsBase+"/effects/reserve", reserveBody(key, uuidLike(w.run+"-exec", w.ci, i), i))
 		if !s.record(t0, st, err, 201) || op == "reserve" {
 			return
 		}
 		t0 = time.Now()
-		st, _, err = call(w.c, "POST", w.nsBase+"/effects/"+key+"/commit", commitBody(token(b)))
+		st, _, err = call(w.c, "POST", nsBase+"/effects/"+key+"/commit", commitBody(token(b)))
 		if s.record(t0, st, err, 201) {
 			s.pairs++
 		}
