@@ -162,8 +162,7 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 	r = l.Do("POST", "/v1/effects/reserve", reserve("tail-key-0002", "exec-10", 1, true))
 	assert.Equal(t, 201, r.Status, "the removed key is new again: %s", r.Raw)
 	require.NoError(t, l.Stop())
-	_, _, code = ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code)
+	verified(t, db)
 }
 
 // TestLedgerd_foreignFileUntouched starts ledgerd on another application's
@@ -221,8 +220,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])
 	require.NoError(t, l.Stop())
-	out, _, code := ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out)
+	verified(t, db)
 }
 
 // TestLedgerd_badFlagValues: nonsense values exit 2 with a message.

@@ -135,3 +135,11 @@ func metricFamilies(t *testing.T, l *Ledgerd) map[string]*dto.MetricFamily {
 	require.NoError(t, err)
 	return fams
 }
+
+// verified runs ledgerctl verify on the ledger file db and requires it
+// clean.
+func verified(t *testing.T, db string) {
+	t.Helper()
+	out, errOut, code := ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, out+errOut)
+}

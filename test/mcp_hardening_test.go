@@ -172,8 +172,7 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 	for _, key := range keys {
 		assert.Equal(t, "succeeded", keyState(t, db, key))
 	}
-	out, errOut, code := ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }
 
 // TestLedgerMCP_hostileNames: a "*" policy rule covers a tool name with

@@ -52,12 +52,7 @@ func TestLedgerMCP_parkedRounds(t *testing.T) {
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			db := filepath.Join(t.TempDir(), "mcp.db")
-			args := append([]string{"--db", db}, upstream...)
-			url := ""
-			if transport == "http" {
-				url, _ = startHTTPGateway(t, args...)
-			}
+			db, args, url := gatewayOn(t, transport, upstream)
 			name := func(s string) string { return s + "-" + transport }
 			id := func(s string) map[string]any { return map[string]any{"id": name(s)} }
 			root := "file:///parked/" + transport
@@ -100,8 +95,7 @@ func TestLedgerMCP_parkedRounds(t *testing.T) {
 			assert.Equal(t, 0, sh.runs("ask_sample", name("MS")))
 			yes := reconnect(no, parkedClient("accept", true, false, root))
 			assert.Equal(t, "elicited "+name("D")+", run 1", text(t, yes.call(t, "ask_elicit", id("D"), nil)))
-			out, errOut, code := ledgerctl(t, "verify", "--db", db)
-			assert.Equal(t, 0, code, out+errOut)
+			verified(t, db)
 		})
 	}
 }
@@ -144,6 +138,5 @@ func TestLedgerMCP_parkedAfterRestart(t *testing.T) {
 		assert.Equal(t, rs[0].ExecutionID, r.ExecutionID, "one execution")
 	}
 	assert.Equal(t, "succeeded", rs[len(rs)-1].Outcome)
-	out, errOut, code := ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }

@@ -72,6 +72,19 @@ func (a *s2cAgent) client(elicit bool, root string) *mcp.Client {
 	return c
 }
 
+// gatewayOn is a ledger-mcp's ledger file and arguments in front of
+// upstream; over "http" transport it is started, and url is its /mcp (on
+// stdio a client starts its own with args).
+func gatewayOn(t *testing.T, transport string, upstream []string) (db string, args []string, url string) {
+	t.Helper()
+	db = filepath.Join(t.TempDir(), "mcp.db")
+	args = append([]string{"--db", db}, upstream...)
+	if transport == "http" {
+		url, _ = startHTTPGateway(t, args...)
+	}
+	return db, args, url
+}
+
 // s2cConnect connects c at revision rev: to url over Streamable HTTP, or
 // to a ledger-mcp it starts over stdio with args.
 func s2cConnect(t *testing.T, c *mcp.Client, rev, url string, args []string) *gateway {
@@ -110,12 +123,7 @@ func TestLedgerMCP_s2cForwarded(t *testing.T) {
 		for _, transport := range []string{"stdio", "http"} {
 			t.Run(rev+"/"+transport, func(t *testing.T) {
 				t.Parallel()
-				db := filepath.Join(t.TempDir(), "mcp.db")
-				args := append([]string{"--db", db}, upstream...)
-				url := ""
-				if transport == "http" {
-					url, _ = startHTTPGateway(t, args...)
-				}
+				db, args, url := gatewayOn(t, transport, upstream)
 				id := func(s string) map[string]any { return map[string]any{"id": s + "-" + rev + "-" + transport} }
 				name := func(s string) string { return s + "-" + rev + "-" + transport }
 
@@ -253,12 +261,7 @@ func TestLedgerMCP_s2cCallsAtOnce(t *testing.T) {
 		rev, transport := c.rev, c.transport
 		t.Run(rev+"/"+transport, func(t *testing.T) {
 			t.Parallel()
-			db := filepath.Join(t.TempDir(), "mcp.db")
-			args := append([]string{"--db", db}, upstream...)
-			url := ""
-			if transport == "http" {
-				url, _ = startHTTPGateway(t, args...)
-			}
+			db, args, url := gatewayOn(t, transport, upstream)
 			asked, release := make(chan struct{}, 1), make(chan struct{})
 			c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, &mcp.ClientOptions{
 				ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {

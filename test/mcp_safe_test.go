@@ -141,8 +141,7 @@ func TestLedgerMCP_adminListen(t *testing.T) {
 	require.False(t, ran.IsError, text(t, ran))
 	assert.Equal(t, 2, sh.runs("slow", "u1"), "resolved as not applied, the call runs again")
 	g.stop(t)
-	out, errOut, code = ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }
 
 // httpGet is the status of a GET.

@@ -285,8 +285,7 @@ func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	require.NoError(t, err)
 	out, _, _ = ledgerctl(t, "show", key2, "--db", db, "--json")
 	assert.Contains(t, out, `"error_code":"CANCELLED"`)
-	out, errOut, code = ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }
 
 type taskIDParams struct {
@@ -501,8 +500,7 @@ func testTasksExtension(t *testing.T, sh *shop, db string, g *rawMCP) {
 			assert.Contains(t, out, `"error_message":"the job failed upstream"`)
 		}
 	}
-	out, errOut, code := ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }
 
 // TestLedgerMCP_taskAfterRestart: a task outlives the gateway that
@@ -551,6 +549,5 @@ func TestLedgerMCP_taskAfterRestart(t *testing.T) {
 	key, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"r1"}`), "")
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", keyState(t, db, key))
-	out, errOut, code := ledgerctl(t, "verify", "--db", db)
-	assert.Equal(t, 0, code, out+errOut)
+	verified(t, db)
 }
