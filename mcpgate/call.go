@@ -65,8 +65,9 @@ type call struct {
 	// (approval.go), so that the client could be asked at once.
 	unwaited bool
 	// parked: a 2026-07-28 client's call to an older upstream, whose
-	// requests become rounds (park.go).
+	// requests become rounds (park.go); park is its parked call.
 	parked bool
+	park   *parkedCall
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -149,6 +150,13 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	}
 	if c.ask != 0 {
 		return g.clientRound(ctx, s, c, key, c.ask)
+	}
+	if rsv := g.parked.heldFor(c.upState, key); rsv != nil && c.parked {
+		// The execution's reservation, held by its parked call since the
+		// upstream had an answer (park.go): this round runs under it, as
+		// the attempt that reserved it.
+		c.attempt--
+		return g.execute(ctx, s, c, rsv)
 	}
 	rsv, err := g.reserveCall(ctx, c, key)
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
@@ -236,6 +244,18 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 	}
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
+	}
+	if errors.Is(err, errNotSent) {
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), maxFailureMessage)},
+			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
+				"call it again later (idempotency key %s).", err, rsv.Key))}
+	}
+	if v.inputRequired && c.park != nil && g.parked.hold(c.park, rsv, g.settleParked(ctx, c, rsv)) {
+		// The upstream had an answer before it asked again: it may have
+		// acted, so the round is not an outcome; the reservation stays
+		// with the parked call for the next round.
+		g.logger.InfoContext(ctx, "parked round held: the call's outcome is its final answer", "tool", c.ledgerTool, "key", rsv.Key)
+		return g.askClient(c, rsv, res, v.reply)
 	}
 	if first, merr := missingCapability(c.peer, c.route, v); merr != nil {
 		// The upstream failed the call for want of what the client

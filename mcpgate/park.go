@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/client"
 )
 
 // Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
@@ -31,6 +34,19 @@ import (
 // call lives in this process for parkTimeout; a round that comes later,
 // or to another replica or after a restart, runs the call afresh (the
 // upstream then asks again).
+//
+// Only a round asked before the upstream had any answer is committed
+// not_applied INPUT_REQUIRED: once an answer reached it, the upstream may
+// have acted, so a later round commits nothing and keeps the execution's
+// reservation with the parked call (held), and the round after it runs
+// under that reservation; the call's final answer is committed with it,
+// even one that comes after the parked call timed out or the gateway
+// began to stop. A parked call is bound to its call (tool, arguments,
+// recorded or not): a requestState naming it is refused for any other.
+// Parking peers are one per set of capabilities (the upstream sees the
+// gateway as their client), each with at most maxPeerCalls calls in
+// flight; a call that finds no free session within its lease is not
+// sent and is recorded not_applied UPSTREAM_BUSY.
 
 // parkPrefix marks the upstream state of a parked call's round.
 const parkPrefix = "park:"
@@ -38,6 +54,17 @@ const parkPrefix = "park:"
 // parkTimeout is how long a parked call waits for the client's next
 // round; then its request is answered with an error.
 const parkTimeout = 15 * time.Minute
+
+// maxParkedRounds bounds the requests of one parked call: past it, the
+// upstream's request is answered with an error.
+const maxParkedRounds = 16
+
+// CodeUpstreamBusy is the not_applied code of a call that found no free
+// upstream session within its lease, and so was never sent.
+const CodeUpstreamBusy = "UPSTREAM_BUSY"
+
+// errNotSent is a parked call that was never sent upstream.
+var errNotSent = errors.New("not sent: every upstream session of this client is busy")
 
 // parkedCall is a call whose upstream waits for the client's answer.
 type parkedCall struct {
@@ -50,6 +77,15 @@ type parkedCall struct {
 	// Where the call runs, for what its client could not answer.
 	peer  *peer
 	route *route
+	// What it belongs to: a requestState naming it serves this call only.
+	tool, hash string
+	recorded   bool
+	answered   int // answers delivered to the upstream, under parkTable.mu
+	// held: the execution's reservation, kept (uncommitted) across a
+	// round asked after an answer; settle commits the call's final
+	// answer with it if no round comes for it. Under parkTable.mu.
+	held   *Reservation
+	settle func(parkedEnd)
 }
 
 // parkedAsk is one request of the upstream, waiting for its answer.
@@ -76,8 +112,26 @@ func newParkTable() *parkTable {
 	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*peer{}}
 }
 
-// take removes and returns the parked call id, if it still waits.
-func (t *parkTable) take(id string) *parkedCall {
+// take removes and returns the parked call id if it still waits and
+// belongs to the call c; bound reports a call that exists for another.
+func (t *parkTable) take(id string, c *call, hash string) (p *parkedCall, bound bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p = t.calls[id]
+	if p == nil {
+		return nil, false
+	}
+	if p.tool != c.ledgerTool || p.hash != hash || p.recorded != c.class.Recorded() {
+		return nil, true
+	}
+	delete(t.calls, id)
+	p.timer.Stop()
+	p.answered++
+	return p, false
+}
+
+// drop removes the parked call id, if it still waits.
+func (t *parkTable) drop(id string) *parkedCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.calls[id]
@@ -88,16 +142,61 @@ func (t *parkTable) take(id string) *parkedCall {
 	return p
 }
 
+// heldFor is the reservation a parked call holds for the next round of
+// key, if the round's requestState names one.
+func (t *parkTable) heldFor(upState, key string) *Reservation {
+	id, ok := strings.CutPrefix(upState, parkPrefix)
+	if !ok {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.calls[id]; p != nil && p.held != nil && p.held.Key == key {
+		return p.held
+	}
+	return nil
+}
+
+// hold keeps rsv with the parked call p for its next round, with settle
+// to commit its final answer should that round not come; it reports
+// whether p had any answer (else the round is committed as usual).
+func (t *parkTable) hold(p *parkedCall, rsv *Reservation, settle func(parkedEnd)) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p.answered == 0 {
+		return false
+	}
+	p.held, p.settle = rsv, settle
+	return true
+}
+
 // park keeps p until its client's next round, at most parkTimeout.
 func (t *parkTable) park(p *parkedCall) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.calls[p.id] = p
 	p.timer = time.AfterFunc(parkTimeout, func() {
-		if t.take(p.id) == p {
-			p.ask.answer <- nil
+		if t.drop(p.id) == p {
+			t.abandon(p, parkTimeout)
 		}
 	})
+}
+
+// abandon answers p's request with an error (no round came for it) and
+// waits at most wait for the upstream's final answer, which it commits if
+// p holds its execution's reservation.
+func (t *parkTable) abandon(p *parkedCall, wait time.Duration) {
+	p.ask.answer <- nil
+	select {
+	case e := <-p.end:
+		t.mu.Lock()
+		settle := p.settle
+		t.mu.Unlock()
+		if settle != nil {
+			settle(e)
+		}
+	case <-time.After(wait):
+	}
 }
 
 // parks reports whether a call of a client of revision version goes on
@@ -114,44 +213,51 @@ func (g *Gateway) parks(ctx context.Context, version string) bool {
 	return ir != nil && !statelessRevision(ir.ProtocolVersion)
 }
 
-// parkingPeer is the peer whose upstream sessions introduce a client
-// named name with the capabilities caps.
-func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities, name string) *peer {
+// parkingPeer is the peer whose upstream sessions introduce the
+// gateway as a client with the capabilities caps.
+func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities) *peer {
 	relay := relayable(caps)
-	b, _ := json.Marshal([]any{name, wireCapabilities(relay)})
+	b, _ := json.Marshal(wireCapabilities(relay))
 	g.parked.mu.Lock()
 	defer g.parked.mu.Unlock()
 	if p, ok := g.parked.peers[string(b)]; ok {
 		return p
 	}
-	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: name, Version: g.cfg.Version},
-		slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}}
+	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version},
+		slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}, maxSpare: maxParkingSpare}
 	g.parked.peers[string(b)] = p
 	return p
 }
 
-// closeParking closes the parking peers' upstream sessions, with the
-// upstream.
+// maxParkingSpare bounds the idle upstream sessions a parking peer keeps
+// for its next calls; more are closed.
+const maxParkingSpare = 2
+
+// closeParking answers every parked request with an error, commits the
+// final answers of the calls that hold their reservation (waiting a few
+// seconds in all), and closes the parking peers' upstream sessions. The
+// gateway calls it before its ledger closes, and the upstream again when
+// it closes.
 func (g *Gateway) closeParking() {
 	g.parked.mu.Lock()
 	peers, calls := g.parked.peers, g.parked.calls
 	g.parked.peers, g.parked.calls = map[string]*peer{}, map[string]*parkedCall{}
 	g.parked.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, c := range calls {
-		// The upstream gets an error for its request and ends its call,
-		// before its session closes.
 		c.timer.Stop()
-		c.ask.answer <- nil
+		wg.Go(func() { g.parked.abandon(c, 2*time.Second) })
 	}
-	for _, c := range calls {
-		select {
-		case <-c.end:
-		case <-time.After(2 * time.Second):
-		}
-	}
+	wg.Wait()
 	for _, p := range peers {
 		p.close()
 	}
+}
+
+// Close stops the gateway's parked calls (closeParking).
+func (g *Gateway) Close() error {
+	g.closeParking()
+	return nil
 }
 
 // sendParked makes a parked call's next round: the answer to its parked
@@ -159,31 +265,41 @@ func (g *Gateway) closeParking() {
 // the call's answer, or an input_required round for the upstream's
 // next request.
 func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	hash, err := client.Fingerprint(c.args)
+	if err != nil {
+		return nil, &rawSlot{}, err
+	}
 	if id, ok := strings.CutPrefix(c.upState, parkPrefix); ok {
-		if p := g.parked.take(id); p != nil {
+		p, bound := g.parked.take(id, c, hash)
+		if bound {
+			return nil, &rawSlot{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState: issued for another call"}
+		}
+		if p != nil {
 			var answer mcp.Result
 			if a, ok := c.inputResponses[p.ask.key].(mcp.Result); ok {
 				answer = a
 			}
 			p.ask.answer <- answer
-			c.peer, c.route = p.peer, p.route
+			c.peer, c.route, c.park = p.peer, p.route, p
 			return g.await(ctx, p)
 		}
 		g.logger.InfoContext(ctx, "parked call gone (timed out, or another process): the call runs afresh", "tool", c.ledgerTool)
 	}
-	pp := g.parkingPeer(c.caller.caps, c.caller.name)
-	// The upstream's call outlives this round's request.
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
-	s, r, done, err := pp.acquire(uctx)
+	pp := g.parkingPeer(c.caller.caps)
+	// A session within the round's lease; the upstream's call outlives
+	// the round's request.
+	s, r, done, err := pp.acquire(ctx)
 	if err != nil {
-		cancel()
-		return nil, &rawSlot{}, err
+		return nil, &rawSlot{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
-	p := &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
+	p := &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
+		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded()}
 	r.park = p
-	c.peer, c.route = pp, r
+	c.peer, c.route, c.park = pp, r, p
 	up := *c
 	up.upState, up.inputResponses = "", nil // the upstream knows no rounds
+	up.meta = withoutParamsTask(c.meta)     // nor tasks: the call runs as a plain call
 	go func() {
 		defer cancel()
 		defer done()
@@ -191,6 +307,34 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		p.end <- parkedEnd{res, slot, err}
 	}()
 	return g.await(ctx, p)
+}
+
+// settleParked is how a held parked call's final answer is committed
+// when no round comes for it (park.go): as a round's would be.
+func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *Reservation) func(parkedEnd) {
+	ctx = context.WithoutCancel(ctx)
+	return func(e parkedEnd) {
+		v := judge(e.res, e.slot, e.err)
+		c.park = nil // nothing more to hold: the upstream got no answer
+		if v.inputRequired {
+			v = verdict{} // asked again with nobody to answer: unknown
+		}
+		_, _ = g.finish(ctx, c, rsv, e.res, v, e.err)
+	}
+}
+
+// withoutParamsTask is meta without a 2025-11-25 client's params.task.
+func withoutParamsTask(meta mcp.Meta) mcp.Meta {
+	if _, ok := meta[metaParamsTask]; !ok {
+		return meta
+	}
+	out := make(mcp.Meta, len(meta))
+	for k, v := range meta {
+		if k != metaParamsTask {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // await waits for a parked call's answer, or its next request, which it
@@ -224,7 +368,11 @@ func (g *Gateway) await(ctx context.Context, p *parkedCall) (*mcp.CallToolResult
 // parkAsk hands a request of the upstream during a parked call to the
 // call's client, as its next round, and waits for the answer.
 func (p *parkedCall) parkAsk(ctx context.Context, params mcp.InputRequest) (mcp.Result, error) {
-	ask := &parkedAsk{key: fmt.Sprintf("r%d", p.n.Add(1)), params: params, answer: make(chan mcp.Result, 1)}
+	n := p.n.Add(1)
+	if n > maxParkedRounds {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("more than %d requests in one call", maxParkedRounds)}
+	}
+	ask := &parkedAsk{key: fmt.Sprintf("r%d", n), params: params, answer: make(chan mcp.Result, 1)}
 	select {
 	case p.asks <- ask:
 	case <-ctx.Done():

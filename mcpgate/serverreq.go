@@ -46,8 +46,14 @@ type peer struct {
 	cs     *mcp.ClientSession // the first: lists, tasks, and a call
 	spare  []*mcp.ClientSession
 	busy   map[*mcp.ClientSession]*route // the calls in flight, by session
-	level  mcp.LoggingLevel              // the client's logging level, for a new upstream session
-	closed bool
+	// ended are busy sessions whose connection ended: not kept for the
+	// next call.
+	ended map[*mcp.ClientSession]bool
+	// maxSpare bounds the idle sessions kept (0: as many as were opened,
+	// at most maxPeerCalls).
+	maxSpare int
+	level    mcp.LoggingLevel // the client's logging level, for a new upstream session
+	closed   bool
 }
 
 // route is one call in flight on a peer: where its server→client
@@ -126,9 +132,13 @@ func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cs == nil {
+	switch {
+	case p.closed:
+		_ = cs.Close()
+		return nil, errPeerClosed
+	case p.cs == nil:
 		p.cs = cs
-	} else {
+	default:
 		p.spare = append(p.spare, cs) // another call connected first
 	}
 	return p.cs, nil
@@ -166,6 +176,12 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			p.cs = nil
 		}
 		p.spare = slices.DeleteFunc(p.spare, func(x *mcp.ClientSession) bool { return x == cs })
+		if p.busy[cs] != nil {
+			if p.ended == nil {
+				p.ended = map[*mcp.ClientSession]bool{}
+			}
+			p.ended[cs] = true
+		}
 	}()
 	return cs, nil
 }
@@ -212,10 +228,16 @@ func (p *peer) acquire(ctx context.Context) (cs *mcp.ClientSession, r *route, do
 	return cs, r, func() {
 		p.mu.Lock()
 		delete(p.busy, cs)
-		if cs != p.cs && !p.closed {
+		primary, ended := cs == p.cs, p.ended[cs]
+		keep := !primary && !p.closed && !ended && (p.maxSpare == 0 || len(p.spare) < p.maxSpare)
+		if keep {
 			p.spare = append(p.spare, cs)
 		}
+		delete(p.ended, cs)
 		p.mu.Unlock()
+		if !keep && !primary && !ended {
+			_ = cs.Close() // closed peer, or more idle sessions than kept
+		}
 		<-p.slots
 	}, nil
 }

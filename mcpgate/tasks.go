@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -82,6 +83,10 @@ type runningTask struct {
 	last   json.RawMessage    // the task as last seen: {taskId, status, …}
 	done   bool               // its terminal status is committed
 	ext    bool               // a task of the 2026-07-28 extension
+	// takenUp: made from a handle (taskhandle.go), not yet seen running;
+	// watching: a goroutine polls it after a cancel. Under mu.
+	takenUp, watching bool
+	settledAt         atomic.Int64 // unix ms when done, for prune
 }
 
 // taskTable holds the tasks of this process.
@@ -104,6 +109,16 @@ func (t *taskTable) add(r *runningTask) {
 	t.byID[r.handle] = r
 	if r.key != "" {
 		t.byKey[r.key] = r
+	}
+}
+
+// addHandle keeps a task by its handle only (takeUp): it answers the
+// repeats of its call once track says it runs.
+func (t *taskTable) addHandle(r *runningTask) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byID[r.handle] == nil {
+		t.byID[r.handle] = r
 	}
 }
 
@@ -132,17 +147,63 @@ func (t *taskTable) settled(r *runningTask) {
 
 func (t *taskTable) ownedBy(owner string) []json.RawMessage {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var out []json.RawMessage
+	var mine []*runningTask
 	for _, r := range t.byID {
 		if r.owner == owner {
-			r.mu.Lock()
-			out = append(out, r.last)
-			r.mu.Unlock()
+			mine = append(mine, r)
 		}
+	}
+	t.mu.Unlock()
+	// Each task's lock is taken without the table's: settle holds a
+	// task's while it reaches the table.
+	out := make([]json.RawMessage, 0, len(mine))
+	for _, r := range mine {
+		r.mu.Lock()
+		if r.last != nil {
+			out = append(out, r.last)
+		}
+		r.mu.Unlock()
 	}
 	return out
 }
+
+// forget removes a task the gateway took up but its upstream does not
+// know (taskhandle.go).
+func (t *taskTable) forget(r *runningTask) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byID[r.handle] == r {
+		delete(t.byID, r.handle)
+	}
+	if t.byKey[r.key] == r {
+		delete(t.byKey, r.key)
+	}
+}
+
+// track makes a task taken up answer the repeats of its call, once its
+// upstream has shown it still runs.
+func (t *taskTable) track(r *runningTask) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r.key != "" && t.byKey[r.key] == nil && t.byID[r.handle] == r {
+		t.byKey[r.key] = r
+	}
+}
+
+// prune forgets tasks settled more than settledKeep ago.
+func (t *taskTable) prune(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, r := range t.byID {
+		if s := r.settledAt.Load(); s != 0 && now.Sub(time.UnixMilli(s)) > settledKeep {
+			delete(t.byID, id)
+		}
+	}
+}
+
+// settledKeep is how long a settled task stays listed (tasks/list) and
+// pollable through the gateway's memory.
+const settledKeep = time.Hour
 
 // taskOf reads the task of an answer: a 2025-11-25 CreateTaskResult
 // ({"task": {taskId, status, …}}) or a 2026-07-28 one (resultType
@@ -272,6 +333,7 @@ func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id s
 		r.handle = id
 	}
 	r.last = renameTask(obj, id, r.handle)
+	g.tasks.prune(time.Now())
 	g.tasks.add(r)
 	if rr, ok := reply.(rawResult); ok {
 		reply = rr.withRaw(renameTask(rr.rawJSON(), id, r.handle))
@@ -298,11 +360,11 @@ func (g *Gateway) takeUp(ctx context.Context, handle string) (*runningTask, erro
 	if h.Failed {
 		c.class.OnError = OnErrorFailed
 	}
-	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key}
+	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key, takenUp: true}
 	if h.Key != "" {
 		r.rsv = &Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}
 	}
-	g.tasks.add(r)
+	g.tasks.addHandle(r)
 	g.logger.InfoContext(ctx, "task taken up", "tool", c.ledgerTool, "key", h.Key)
 	return g.tasks.get(handle), nil
 }
@@ -345,7 +407,10 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done || r.rsv == nil {
-		r.done = true
+		if !r.done {
+			r.done = true
+			r.settledAt.Store(time.Now().UnixMilli())
+		}
 		return
 	}
 	var o Outcome
@@ -392,6 +457,7 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 		return
 	}
 	r.done = true
+	r.settledAt.Store(time.Now().UnixMilli())
 	g.tasks.settled(r)
 	if err != nil {
 		g.logger.ErrorContext(ctx, "task outcome refused by the ledger", "tool", r.c.ledgerTool, "key", r.key, "err", err)
@@ -496,8 +562,18 @@ func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSes
 		}
 		s := r.up // the upstream that owns the task
 		res, err := mcp.CallCustomMethod[*taskParams, *taskResult](ctx, s, method, &taskParams{raw: withTaskID(p.raw, r.id)})
+		r.mu.Lock()
+		takenUp := r.takenUp
+		r.takenUp = takenUp && err != nil
+		r.mu.Unlock()
 		if err != nil {
+			if takenUp {
+				g.tasks.forget(r) // the upstream knows it no more, or not here
+			}
 			return nil, err
+		}
+		if takenUp {
+			g.tasks.track(r)
 		}
 		res.raw = renameTask(res.raw, r.id, r.handle)
 		switch method {
@@ -505,7 +581,7 @@ func (g *Gateway) taskMethod(method string) func(context.Context, *mcp.ServerSes
 			g.settle(ctx, s, r, "completed", "", res.raw)
 		case "tasks/get", "tasks/cancel", "tasks/update":
 			g.saw(ctx, s, r, res.raw)
-			if method == "tasks/cancel" && r.ext {
+			if method == "tasks/cancel" && r.ext && r.watch() {
 				// An acknowledgement only, and the client need not poll
 				// again: the gateway polls for the task's end itself.
 				go g.watchCancelled(context.WithoutCancel(ctx), s, r)
@@ -565,6 +641,18 @@ func (g *Gateway) watchCancelled(ctx context.Context, s *mcp.ClientSession, r *r
 			g.saw(ctx, s, r, res.raw)
 		}
 	}
+}
+
+// watch reports whether no goroutine polls r yet, and makes the caller's
+// the one.
+func (r *runningTask) watch() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watching || r.done {
+		return false
+	}
+	r.watching = true
+	return true
 }
 
 // cancelWatch bounds how long the gateway polls a cancelled task.

@@ -67,7 +67,7 @@ func TestLedgerMCP_http(t *testing.T) {
 
 	tools, err := a.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	assert.Len(t, tools.Tools, 15)
+	assert.Len(t, tools.Tools, 16)
 
 	first := a.call(t, "charge", map[string]any{"order": "H1"}, nil)
 	require.False(t, first.IsError, text(t, first))

@@ -4,7 +4,10 @@ package test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +141,112 @@ func TestLedgerMCP_parkedAfterRestart(t *testing.T) {
 		assert.Equal(t, rs[0].ExecutionID, r.ExecutionID, "one execution")
 	}
 	assert.Equal(t, "succeeded", rs[len(rs)-1].Outcome)
+	verified(t, db)
+}
+
+// parkOf is the parked call a 2026-07-28 round's requestState names (the
+// envelope's "up"), as a client could read it.
+func parkOf(t *testing.T, state string) string {
+	t.Helper()
+	parts := strings.Split(state, ".")
+	require.Len(t, parts, 3, state)
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	require.NoError(t, err)
+	var e struct {
+		Up string `json:"up"`
+	}
+	require.NoError(t, json.Unmarshal(b, &e))
+	require.True(t, strings.HasPrefix(e.Up, "park:"), e.Up)
+	return e.Up
+}
+
+// TestLedgerMCP_parkedBound: a parked call serves its own call only: a
+// read-only tool sent with the parked call's state (which a client can
+// read in the envelope) is invalid params and does not answer it. And
+// once the upstream had an answer (it saved a draft), its next question
+// is a round that records nothing: the execution's reservation stays
+// held, an identical call meanwhile is in_progress and runs nothing, and
+// the answer to that round commits the call's outcome once.
+func TestLedgerMCP_parkedBound(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	// --wait 0: an identical call is answered in_progress at once.
+	db, args, url := gatewayOn(t, "http", append(append([]string{"--wait", "0s"}, sh.command()...), "--revision", rev1125))
+	g := s2cConnect(t, parkedClient("accept", false, true, "file:///b"), rev2026, url, args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	accept := func(res *mcp.CallToolResult) mcp.InputResponseMap {
+		out := mcp.InputResponseMap{}
+		for k := range res.InputRequests {
+			out[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
+		}
+		return out
+	}
+	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "T"}}
+	res, err := g.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput())
+
+	_, err = g.CallTool(ctx, &mcp.CallToolParams{Name: "lookup", Arguments: map[string]any{"id": "T"},
+		InputResponses: accept(res), RequestState: parkOf(t, res.RequestState)})
+	require.Error(t, err, "another tool with the parked call's state")
+	assert.Contains(t, err.Error(), "issued for another call")
+
+	params.InputResponses, params.RequestState = accept(res), res.RequestState
+	res, err = g.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput(), "the second question")
+	assert.Equal(t, 1, sh.runs("ask_twice_draft", "T"))
+	rs := toolReceipts(t, db, "test-shop.ask_twice")
+	require.Len(t, rs, 3, "reserve, the first round not_applied, reserve: the second round records nothing")
+	assert.Equal(t, "reserve", rs[2].Kind)
+
+	again, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "T"}})
+	require.NoError(t, err)
+	assert.Equal(t, "in_progress", status(again), "%+v", again)
+	assert.Equal(t, 1, sh.runs("ask_twice_draft", "T"), "not run again while its outcome is open")
+
+	params.InputResponses, params.RequestState = accept(res), res.RequestState
+	res, err = g.CallTool(ctx, params)
+	require.NoError(t, err)
+	assert.Equal(t, "sent T, run 1", text(t, res))
+	rs = toolReceipts(t, db, "test-shop.ask_twice")
+	require.Len(t, rs, 4)
+	assert.Equal(t, "succeeded", rs[3].Outcome)
+	assert.Equal(t, 2, rs[3].Attempt, "committed with the held reservation")
+	verified(t, db)
+}
+
+// TestLedgerMCP_parkedHeldAtStop: a gateway that stops while a parked
+// call holds its reservation (the upstream had an answer and asked
+// again) answers the question with an error and commits the upstream's
+// final answer before its ledger closes: the key is not left reserved.
+func TestLedgerMCP_parkedHeldAtStop(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db, args, _ := gatewayOn(t, "stdio", append(sh.command(), "--revision", rev1125))
+	g := s2cConnect(t, parkedClient("accept", false, true, "file:///s"), rev2026, "", args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "S"}}
+	res, err := g.CallTool(ctx, params)
+	require.NoError(t, err)
+	params.InputResponses = mcp.InputResponseMap{}
+	for k := range res.InputRequests {
+		params.InputResponses[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
+	}
+	params.RequestState = res.RequestState
+	res, err = g.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput())
+	g.stop(t)
+
+	rs := toolReceipts(t, db, "test-shop.ask_twice")
+	require.NotEmpty(t, rs)
+	last := rs[len(rs)-1]
+	assert.Equal(t, "commit", last.Kind, "the held reservation was committed: %+v", rs)
+	assert.Equal(t, "TOOL_ERROR", last.ErrorCode, "the upstream's answer: draft kept, not sent")
+	assert.Equal(t, 1, sh.runs("ask_twice_draft", "S"))
+	assert.Equal(t, 0, sh.runs("ask_twice", "S"))
 	verified(t, db)
 }

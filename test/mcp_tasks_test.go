@@ -551,3 +551,56 @@ func TestLedgerMCP_taskAfterRestart(t *testing.T) {
 	assert.Equal(t, "succeeded", keyState(t, db, key))
 	verified(t, db)
 }
+
+// TestLedgerMCP_staleTaskHandle: after a restart that lost the upstream's
+// task (a stdio upstream restarts with the gateway), the old handle's
+// tasks/get is the upstream's error, and the call is still decided by
+// the ledger: its recorded result is replayed, not an in_progress that
+// never ends.
+func TestLedgerMCP_staleTaskHandle(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	args := []string{"--db", db, "--", sh.bin, "--dir", sh.dir, "--revision", "2026-07-28"}
+	g := startRawGateway(t, args...)
+	call := func() map[string]any {
+		res, e := g.request2026("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "st1"}}, false)
+		require.Nil(t, e)
+		return res
+	}
+	handle, _ := call()["taskId"].(string)
+	require.NotEmpty(t, handle)
+	require.NoError(t, os.WriteFile(filepath.Join(sh.dir, "finish-st1"), nil, 0o600))
+	got, e := g.request2026("tasks/get", map[string]any{"taskId": handle}, false)
+	require.Nil(t, e)
+	require.Equal(t, "completed", got["status"])
+	g.stop()
+
+	g = startRawGateway(t, args...)
+	_, e = g.request2026("tasks/get", map[string]any{"taskId": handle}, false)
+	require.NotNil(t, e, "the restarted upstream does not know the task")
+	replay := call()
+	assert.Equal(t, true, replay["_meta"].(map[string]any)[mcpgate.MetaReplayed], replay)
+	assert.Equal(t, 1, sh.runs("job", "st1"))
+}
+
+// TestLedgerMCP_parkedCallNoTask: a 2026-07-28 client's call to an
+// upstream of 2025-11-25 runs as a plain call even with params.task: the
+// gateway, which speaks for that client on a session of its own, makes
+// no task it could not poll.
+func TestLedgerMCP_parkedCallNoTask(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startRawGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	res, e := g.request2026("tools/call", map[string]any{"name": "job", "arguments": map[string]any{"id": "pt1"},
+		"task": map[string]any{"ttl": 60000}}, false)
+	require.Nil(t, e)
+	assert.NotContains(t, res, "task")
+	assert.NotContains(t, res, "taskId")
+	assert.Contains(t, fmt.Sprint(res["content"]), "job pt1 done")
+	g.stop()
+	key, err := mcpgate.DeriveKey("hostile.job", json.RawMessage(`{"id":"pt1"}`), "")
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", keyState(t, db, key))
+}

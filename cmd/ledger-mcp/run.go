@@ -68,6 +68,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Closed before the ledger (closers run last first): a parked call's
+	// final answer is committed on the way out.
+	m.closers = append(m.closers, g.Close)
 	if m.MetricsAddr != "" {
 		if err := m.serveMetrics(); err != nil {
 			return err
