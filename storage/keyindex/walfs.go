@@ -18,7 +18,9 @@ import (
 // failed instance holds afterwards, and the content it loses is what a
 // crash would lose, which the watermark accounts for (the next instance
 // replays the log up to its damage, or is rebuilt if Pebble finds it
-// corrupt). A log file that cannot even be created is a sink.
+// corrupt). A log file that cannot even be created is a sink. The same
+// goes for a sync of the directory, which Pebble makes after creating
+// each log (a failed one panics the same way).
 type walFS struct {
 	vfs.FS
 	failed func(error)
@@ -36,6 +38,27 @@ func (f walFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, er
 func (f walFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	file, err := f.FS.ReuseForWrite(oldname, newname, category)
 	return f.wrap(newname, file, err)
+}
+
+func (f walFS) OpenDir(name string) (vfs.File, error) {
+	d, err := f.FS.OpenDir(name)
+	if err != nil {
+		return d, err
+	}
+	return walDir{File: d, failed: f.failed}, nil
+}
+
+// walDir is a directory whose sync errors fail the instance.
+type walDir struct {
+	vfs.File
+	failed func(error)
+}
+
+func (d walDir) Sync() error {
+	if err := d.File.Sync(); err != nil {
+		d.failed(err)
+	}
+	return nil
 }
 
 func (f walFS) wrap(name string, file vfs.File, err error) (vfs.File, error) {
