@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -68,6 +69,10 @@ type call struct {
 	// requests become rounds (park.go); park is its parked call.
 	parked bool
 	park   *parkedCall
+	// rsv is the reservation a round runs under, reserved at reservedAt
+	// (at most: the first time execute saw it).
+	rsv        *Reservation
+	reservedAt time.Time
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
@@ -151,12 +156,18 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if c.ask != 0 {
 		return g.clientRound(ctx, s, c, key, c.ask)
 	}
-	if rsv := g.parked.heldFor(c.upState, key); rsv != nil && c.parked {
+	if p, gone := g.heldRound(c, key); p != nil {
 		// The execution's reservation, held by its parked call since the
 		// upstream had an answer (park.go): this round runs under it, as
 		// the attempt that reserved it.
 		c.attempt--
-		return g.execute(ctx, s, c, rsv)
+		c.park, c.reservedAt = p, p.heldAt
+		return g.execute(ctx, s, c, p.held)
+	} else if gone {
+		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
+		return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This call's answer could not be delivered: the tool "+
+			"had already been answered and was waiting for another, but that wait ended (idempotency key %s). It was "+
+			"not run again; its outcome is open until the reservation ends.", key)), nil
 	}
 	rsv, err := g.reserveCall(ctx, c, key)
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
@@ -224,6 +235,10 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Lease)
 	defer cancel()
 	for round := 1; ; round++ {
+		c.rsv = rsv
+		if c.reservedAt.IsZero() {
+			c.reservedAt = time.Now()
+		}
 		res, slot, err := g.send(cctx, s, c)
 		v := judge(res, slot, err)
 		if !v.inputRequired || !c.bridges() {
@@ -250,10 +265,10 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	}
-	if v.inputRequired && c.park != nil && g.parked.hold(c.park, rsv, g.settleParked(ctx, c, rsv)) {
+	if v.inputRequired && strings.HasSuffix(res.RequestState, heldSuffix) {
 		// The upstream had an answer before it asked again: it may have
 		// acted, so the round is not an outcome; the reservation stays
-		// with the parked call for the next round.
+		// with the parked call for the next round (park.go).
 		g.logger.InfoContext(ctx, "parked round held: the call's outcome is its final answer", "tool", c.ledgerTool, "key", rsv.Key)
 		return g.askClient(c, rsv, res, v.reply)
 	}

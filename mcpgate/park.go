@@ -3,6 +3,7 @@
 package mcpgate
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -44,12 +45,25 @@ import (
 // began to stop. A parked call is bound to its call (tool, arguments,
 // recorded or not): a requestState naming it is refused for any other.
 // Parking peers are one per set of capabilities (the upstream sees the
-// gateway as their client), each with at most maxPeerCalls calls in
-// flight; a call that finds no free session within its lease is not
-// sent and is recorded not_applied UPSTREAM_BUSY.
+// gateway as their client), each with at most maxParkingCalls calls in
+// flight, of which at most maxParkedPerClient of one client wait for its
+// answers; a call that finds no free session within its lease is not
+// sent and is recorded not_applied UPSTREAM_BUSY. A parked call that
+// holds a reservation gives up before its lease ends; a round whose
+// state says its parked call held the reservation, but finds it gone, is
+// answered in_progress and runs nothing (two copies of one round: one
+// runs).
 
-// parkPrefix marks the upstream state of a parked call's round.
-const parkPrefix = "park:"
+// parkPrefix marks the upstream state of a parked call's round, and
+// heldSuffix one whose parked call holds the execution's reservation.
+const (
+	parkPrefix = "park:"
+	heldSuffix = ":held"
+)
+
+// maxParkedPerClient bounds the parked calls that wait for one client's
+// answer at once; a request past it is answered with an error.
+const maxParkedPerClient = 4
 
 // parkTimeout is how long a parked call waits for the client's next
 // round; then its request is answered with an error.
@@ -86,6 +100,8 @@ type parkedCall struct {
 	// answer with it if no round comes for it. Under parkTable.mu.
 	held   *Reservation
 	settle func(parkedEnd)
+	heldAt time.Time // when held was reserved (at most)
+	owner  string    // taskOwner of the call's client
 }
 
 // parkedAsk is one request of the upstream, waiting for its answer.
@@ -103,17 +119,19 @@ type parkedEnd struct {
 
 // parkTable holds the parked calls of this process.
 type parkTable struct {
-	mu    sync.Mutex
-	calls map[string]*parkedCall
-	peers map[string]*peer // parking peers, by their client's capabilities
+	mu      sync.Mutex
+	calls   map[string]*parkedCall
+	byOwner map[string]int   // parked calls by owner
+	peers   map[string]*peer // parking peers, by their client's capabilities
 }
 
 func newParkTable() *parkTable {
-	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*peer{}}
+	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*peer{}, byOwner: map[string]int{}}
 }
 
-// take removes and returns the parked call id if it still waits and
-// belongs to the call c; bound reports a call that exists for another.
+// take removes and returns the parked call id if it still waits, holds
+// no reservation (that one is claimHeld's) and belongs to the call c;
+// bound reports a call that exists for another.
 func (t *parkTable) take(id string, c *call, hash string) (p *parkedCall, bound bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -121,13 +139,26 @@ func (t *parkTable) take(id string, c *call, hash string) (p *parkedCall, bound 
 	if p == nil {
 		return nil, false
 	}
-	if p.tool != c.ledgerTool || p.hash != hash || p.recorded != c.class.Recorded() {
+	if p.held != nil || p.tool != c.ledgerTool || p.hash != hash || p.recorded != c.class.Recorded() {
 		return nil, true
 	}
-	delete(t.calls, id)
-	p.timer.Stop()
+	t.remove(p)
 	p.answered++
 	return p, false
+}
+
+// claimHeld removes and returns the parked call id with the reservation
+// it holds for key, in one step: of two copies of a round, one gets it.
+func (t *parkTable) claimHeld(id, key string, c *call, hash string) *parkedCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.calls[id]
+	if p == nil || p.held == nil || p.held.Key != key || p.tool != c.ledgerTool || p.hash != hash {
+		return nil
+	}
+	t.remove(p)
+	p.answered++
+	return p
 }
 
 // drop removes the parked call id, if it still waits.
@@ -136,50 +167,42 @@ func (t *parkTable) drop(id string) *parkedCall {
 	defer t.mu.Unlock()
 	p := t.calls[id]
 	if p != nil {
-		delete(t.calls, id)
-		p.timer.Stop()
+		t.remove(p)
 	}
 	return p
 }
 
-// heldFor is the reservation a parked call holds for the next round of
-// key, if the round's requestState names one.
-func (t *parkTable) heldFor(upState, key string) *Reservation {
-	id, ok := strings.CutPrefix(upState, parkPrefix)
-	if !ok {
-		return nil
+// remove takes p out of the table; t.mu is held.
+func (t *parkTable) remove(p *parkedCall) {
+	delete(t.calls, p.id)
+	if t.byOwner[p.owner]--; t.byOwner[p.owner] <= 0 {
+		delete(t.byOwner, p.owner)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p := t.calls[id]; p != nil && p.held != nil && p.held.Key == key {
-		return p.held
+	if p.timer != nil {
+		p.timer.Stop()
 	}
-	return nil
 }
 
-// hold keeps rsv with the parked call p for its next round, with settle
-// to commit its final answer should that round not come; it reports
-// whether p had any answer (else the round is committed as usual).
-func (t *parkTable) hold(p *parkedCall, rsv *Reservation, settle func(parkedEnd)) bool {
+// park keeps p until its client's next round, at most timeout, with
+// held (if not nil) the execution's reservation it holds and settle to
+// commit its final answer should that round not come. It reports false,
+// keeping nothing, when p's client already has maxParkedPerClient
+// parked calls.
+func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *Reservation, settle func(parkedEnd)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p.answered == 0 {
+	if t.byOwner[p.owner] >= maxParkedPerClient {
 		return false
 	}
-	p.held, p.settle = rsv, settle
-	return true
-}
-
-// park keeps p until its client's next round, at most parkTimeout.
-func (t *parkTable) park(p *parkedCall) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	p.held, p.settle = held, settle
 	t.calls[p.id] = p
-	p.timer = time.AfterFunc(parkTimeout, func() {
+	t.byOwner[p.owner]++
+	p.timer = time.AfterFunc(max(timeout, 0), func() {
 		if t.drop(p.id) == p {
 			t.abandon(p, parkTimeout)
 		}
 	})
+	return true
 }
 
 // abandon answers p's request with an error (no round came for it) and
@@ -224,10 +247,15 @@ func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities) *peer {
 		return p
 	}
 	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version},
-		slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}, maxSpare: maxParkingSpare}
+		slots: make(chan struct{}, maxParkingCalls), busy: map[*mcp.ClientSession]*route{}, maxSpare: maxParkingSpare}
 	g.parked.peers[string(b)] = p
 	return p
 }
+
+// maxParkingCalls bounds the calls in flight on one parking peer, shared
+// by every client with its capabilities (each has at most
+// maxParkedPerClient waiting for its answers).
+const maxParkingCalls = 64
 
 // maxParkingSpare bounds the idle upstream sessions a parking peer keeps
 // for its next calls; more are closed.
@@ -241,7 +269,7 @@ const maxParkingSpare = 2
 func (g *Gateway) closeParking() {
 	g.parked.mu.Lock()
 	peers, calls := g.parked.peers, g.parked.calls
-	g.parked.peers, g.parked.calls = map[string]*peer{}, map[string]*parkedCall{}
+	g.parked.peers, g.parked.calls, g.parked.byOwner = map[string]*peer{}, map[string]*parkedCall{}, map[string]int{}
 	g.parked.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range calls {
@@ -269,21 +297,24 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 	if err != nil {
 		return nil, &rawSlot{}, err
 	}
-	if id, ok := strings.CutPrefix(c.upState, parkPrefix); ok {
-		p, bound := g.parked.take(id, c, hash)
-		if bound {
+	p := c.park // claimed with its held reservation (guarded)
+	if id, ok := strings.CutPrefix(c.upState, parkPrefix); ok && p == nil {
+		var bound bool
+		if p, bound = g.parked.take(id, c, hash); bound {
 			return nil, &rawSlot{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState: issued for another call"}
 		}
-		if p != nil {
-			var answer mcp.Result
-			if a, ok := c.inputResponses[p.ask.key].(mcp.Result); ok {
-				answer = a
-			}
-			p.ask.answer <- answer
-			c.peer, c.route, c.park = p.peer, p.route, p
-			return g.await(ctx, p)
+		if p == nil {
+			g.logger.InfoContext(ctx, "parked call gone (timed out, or another process): the call runs afresh", "tool", c.ledgerTool)
 		}
-		g.logger.InfoContext(ctx, "parked call gone (timed out, or another process): the call runs afresh", "tool", c.ledgerTool)
+	}
+	if p != nil {
+		var answer mcp.Result
+		if a, ok := c.inputResponses[p.ask.key].(mcp.Result); ok {
+			answer = a
+		}
+		p.ask.answer <- answer
+		c.peer, c.route, c.park = p.peer, p.route, p
+		return g.await(ctx, c, p)
 	}
 	pp := g.parkingPeer(c.caller.caps)
 	// A session within the round's lease; the upstream's call outlives
@@ -293,8 +324,8 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		return nil, &rawSlot{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
-	p := &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
-		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded()}
+	p = &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
+		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx)}
 	r.park = p
 	c.peer, c.route, c.park = pp, r, p
 	up := *c
@@ -306,7 +337,7 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		res, slot, err := g.sendOn(uctx, s, &up)
 		p.end <- parkedEnd{res, slot, err}
 	}()
-	return g.await(ctx, p)
+	return g.await(ctx, c, p)
 }
 
 // settleParked is how a held parked call's final answer is committed
@@ -338,31 +369,82 @@ func withoutParamsTask(meta mcp.Meta) mcp.Meta {
 }
 
 // await waits for a parked call's answer, or its next request, which it
-// parks and turns into an input_required round.
-func (g *Gateway) await(ctx context.Context, p *parkedCall) (*mcp.CallToolResult, *rawSlot, error) {
-	select {
-	case e := <-p.end:
-		return e.res, e.slot, e.err
-	case <-ctx.Done():
-		return nil, &rawSlot{}, ctx.Err()
-	case ask := <-p.asks:
-		p.ask = ask
-		raw, err := json.Marshal(map[string]any{"resultType": "input_required", "content": []any{},
-			"inputRequests": mcp.InputRequestMap{ask.key: ask.params}, "requestState": parkPrefix + p.id})
-		if err != nil {
-			ask.answer <- nil
-			return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
+// parks and turns into an input_required round. A round of a recorded
+// call whose upstream already had an answer holds the execution's
+// reservation c.rsv (its state says so), for at most what is left of
+// the reservation's lease.
+func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallToolResult, *rawSlot, error) {
+	for {
+		select {
+		case e := <-p.end:
+			return e.res, e.slot, e.err
+		case <-ctx.Done():
+			return nil, &rawSlot{}, ctx.Err()
+		case ask := <-p.asks:
+			res, slot, err := g.parkRound(ctx, c, p, ask)
+			if res == nil && err == nil {
+				continue // not parked (too many for this client): the upstream goes on
+			}
+			return res, slot, err
 		}
-		var res mcp.CallToolResult
-		if err := json.Unmarshal(raw, &res); err != nil {
-			ask.answer <- nil
-			return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
-		}
-		g.parked.park(p)
-		slot := &rawSlot{}
-		slot.put(raw, nil)
-		return &res, slot, nil
 	}
+}
+
+// parkRound parks p with its request ask and returns the round that asks
+// the client; nothing when the client has too many parked calls (ask is
+// then answered with an error).
+func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *rawSlot, error) {
+	p.ask = ask
+	state := parkPrefix + p.id
+	timeout := parkTimeout
+	var held *Reservation
+	var settle func(parkedEnd)
+	if p.answered > 0 && c.rsv != nil {
+		held, settle, p.heldAt = c.rsv, g.settleParked(ctx, c, c.rsv), c.reservedAt
+		state += heldSuffix
+		lease := cmp.Or(c.lease, g.cfg.Lease)
+		timeout = min(timeout, time.Until(c.reservedAt.Add(lease))-min(lease/10, 5*time.Second))
+	}
+	raw, err := json.Marshal(map[string]any{"resultType": "input_required", "content": []any{},
+		"inputRequests": mcp.InputRequestMap{ask.key: ask.params}, "requestState": state})
+	var res mcp.CallToolResult
+	if err == nil {
+		err = json.Unmarshal(raw, &res)
+	}
+	if err != nil {
+		ask.answer <- nil
+		return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
+	}
+	if !g.parked.park(p, timeout, held, settle) {
+		g.logger.WarnContext(ctx, "upstream request refused: the client has too many calls waiting for its answers",
+			"tool", c.ledgerTool, "max", maxParkedPerClient)
+		ask.answer <- nil
+		return nil, nil, nil
+	}
+	slot := &rawSlot{}
+	slot.put(raw, nil)
+	return &res, slot, nil
+}
+
+// heldRound is a round's parked call holding the execution's reservation
+// for key, claimed (park.go); the round must not reserve. gone: the
+// round's state says its parked call held the reservation, but it is
+// here no more (timed out, another process).
+func (g *Gateway) heldRound(c *call, key string) (p *parkedCall, gone bool) {
+	rest, ok := strings.CutPrefix(c.upState, parkPrefix)
+	if !ok || !c.parked {
+		return nil, false
+	}
+	id, held := strings.CutSuffix(rest, heldSuffix)
+	if !held {
+		return nil, false
+	}
+	hash, err := client.Fingerprint(c.args)
+	if err != nil {
+		return nil, true
+	}
+	p = g.parked.claimHeld(id, key, c, hash)
+	return p, p == nil
 }
 
 // parkAsk hands a request of the upstream during a parked call to the

@@ -206,10 +206,26 @@ func TestLedgerMCP_parkedBound(t *testing.T) {
 	assert.Equal(t, "in_progress", status(again), "%+v", again)
 	assert.Equal(t, 1, sh.runs("ask_twice_draft", "T"), "not run again while its outcome is open")
 
+	// The held round sent twice at once: one runs under the held
+	// reservation, the other finds it taken and runs nothing.
 	params.InputResponses, params.RequestState = accept(res), res.RequestState
-	res, err = g.CallTool(ctx, params)
-	require.NoError(t, err)
-	assert.Equal(t, "sent T, run 1", text(t, res))
+	results := make(chan *mcp.CallToolResult, 2)
+	for range 2 {
+		go func() {
+			r, err := g.CallTool(ctx, params)
+			if err != nil {
+				r = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+			}
+			results <- r
+		}()
+	}
+	a, b := <-results, <-results
+	if a.IsError {
+		a, b = b, a
+	}
+	assert.Equal(t, "sent T, run 1", text(t, a))
+	assert.Equal(t, "in_progress", status(b), text(t, b))
+	assert.Equal(t, 1, sh.runs("ask_twice", "T"))
 	rs = toolReceipts(t, db, "test-shop.ask_twice")
 	require.Len(t, rs, 4)
 	assert.Equal(t, "succeeded", rs[3].Outcome)
@@ -248,5 +264,43 @@ func TestLedgerMCP_parkedHeldAtStop(t *testing.T) {
 	assert.Equal(t, "TOOL_ERROR", last.ErrorCode, "the upstream's answer: draft kept, not sent")
 	assert.Equal(t, 1, sh.runs("ask_twice_draft", "S"))
 	assert.Equal(t, 0, sh.runs("ask_twice", "S"))
+	verified(t, db)
+}
+
+// TestLedgerMCP_parkedHeldLease: a parked call that holds its
+// execution's reservation gives up before that reservation's lease ends
+// (its question answered with an error) and commits the upstream's final
+// answer with it ("draft kept, not sent": a tool error, recorded
+// not_applied by default): an identical call afterwards runs again, not
+// a key left for a person.
+func TestLedgerMCP_parkedHeldLease(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db, args, url := gatewayOn(t, "http", append(append([]string{"--lease", "2s", "--wait", "0s"}, sh.command()...), "--revision", rev1125))
+	g := s2cConnect(t, parkedClient("accept", false, true, "file:///l"), rev2026, url, args)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "L"}}
+	res, err := g.CallTool(ctx, params)
+	require.NoError(t, err)
+	params.InputResponses = mcp.InputResponseMap{}
+	for k := range res.InputRequests {
+		params.InputResponses[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
+	}
+	params.RequestState = res.RequestState
+	res, err = g.CallTool(ctx, params)
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput(), "held")
+	require.Eventually(t, func() bool {
+		rs := toolReceipts(t, db, "test-shop.ask_twice")
+		return len(rs) == 4 && rs[3].Kind == "commit"
+	}, 20*time.Second, 50*time.Millisecond, "the held reservation committed before its lease ends")
+	rs := toolReceipts(t, db, "test-shop.ask_twice")
+	assert.Equal(t, "TOOL_ERROR", rs[3].ErrorCode)
+	assert.Equal(t, 2, rs[3].Attempt, "committed with the held reservation")
+	again, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "L"}})
+	require.NoError(t, err)
+	assert.True(t, again.NeedsInput(), "runs again, asking first: %+v", again)
+	assert.Equal(t, 1, sh.runs("ask_twice_draft", "L"))
 	verified(t, db)
 }
