@@ -211,8 +211,10 @@ func TestLedgerMCP_parkedBound(t *testing.T) {
 	params.InputResponses, params.RequestState = accept(res), res.RequestState
 	results := make(chan *mcp.CallToolResult, 2)
 	for range 2 {
+		round := *params // the SDK writes a call's _meta into its params
+		round.Meta = nil
 		go func() {
-			r, err := g.CallTool(ctx, params)
+			r, err := g.CallTool(ctx, &round)
 			if err != nil {
 				r = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
 			}
