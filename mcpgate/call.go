@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -165,9 +164,10 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return g.execute(ctx, s, c, p.held)
 	} else if gone {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
-		return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This call's answer could not be delivered: the tool "+
-			"had already been answered and was waiting for another, but that wait ended (idempotency key %s). It was "+
-			"not run again; its outcome is open until the reservation ends.", key)), nil
+		return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This answer was not delivered: the tool, which had "+
+			"been answered before and may have acted, no longer waits for it here (it was answered already, it gave "+
+			"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
+			"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key)), nil
 	}
 	rsv, err := g.reserveCall(ctx, c, key)
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
@@ -232,7 +232,13 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 	// a client gone): the effect may happen either way. It gets no longer
 	// than its lease, past which another call of an idempotent tool may
 	// take the key over.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.Lease)
+	// A held parked round (park.go) runs within what is left of the
+	// lease of the reservation it runs under.
+	deadline := time.Now().Add(g.cfg.Lease)
+	if end := c.reservedAt.Add(cmp.Or(c.lease, g.cfg.Lease)); !c.reservedAt.IsZero() && end.Before(deadline) {
+		deadline = end
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	for round := 1; ; round++ {
 		c.rsv = rsv
@@ -265,7 +271,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	}
-	if v.inputRequired && strings.HasSuffix(res.RequestState, heldSuffix) {
+	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
 		// acted, so the round is not an outcome; the reservation stays
 		// with the parked call for the next round (park.go).

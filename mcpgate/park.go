@@ -54,12 +54,35 @@ import (
 // answered in_progress and runs nothing (two copies of one round: one
 // runs).
 
-// parkPrefix marks the upstream state of a parked call's round, and
-// heldSuffix one whose parked call holds the execution's reservation.
+// parkPrefix marks the upstream state of a parked call's round:
+// "park:<id>:<question>", and ":held" after it when the parked call holds
+// the execution's reservation (parkState).
 const (
 	parkPrefix = "park:"
 	heldSuffix = ":held"
 )
+
+// parkState is the upstream state of a round of parked call id asking
+// question, held or not.
+func parkState(id, question string, held bool) string {
+	s := parkPrefix + id + ":" + question
+	if held {
+		s += heldSuffix
+	}
+	return s
+}
+
+// parsePark reads a round's upstream state: the parked call, the
+// question its answers are for, and whether it held the reservation.
+func parsePark(state string) (id, question string, held, ok bool) {
+	rest, ok := strings.CutPrefix(state, parkPrefix)
+	if !ok {
+		return "", "", false, false
+	}
+	rest, held = strings.CutSuffix(rest, heldSuffix)
+	id, question, ok = strings.Cut(rest, ":")
+	return id, question, held, ok
+}
 
 // maxParkedPerClient bounds the parked calls that wait for one client's
 // answer at once; a request past it is answered with an error.
@@ -102,6 +125,7 @@ type parkedCall struct {
 	settle func(parkedEnd)
 	heldAt time.Time // when held was reserved (at most)
 	owner  string    // taskOwner of the call's client
+	gen    int       // times parked, under parkTable.mu: a timer serves its own
 }
 
 // parkedAsk is one request of the upstream, waiting for its answer.
@@ -132,7 +156,7 @@ func newParkTable() *parkTable {
 // take removes and returns the parked call id if it still waits, holds
 // no reservation (that one is claimHeld's) and belongs to the call c;
 // bound reports a call that exists for another.
-func (t *parkTable) take(id string, c *call, hash string) (p *parkedCall, bound bool) {
+func (t *parkTable) take(id, question string, c *call, hash string) (p *parkedCall, bound bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p = t.calls[id]
@@ -142,18 +166,22 @@ func (t *parkTable) take(id string, c *call, hash string) (p *parkedCall, bound 
 	if p.held != nil || p.tool != c.ledgerTool || p.hash != hash || p.recorded != c.class.Recorded() {
 		return nil, true
 	}
+	if p.ask.key != question {
+		return nil, false // an answer to an earlier question of the call: stale
+	}
 	t.remove(p)
 	p.answered++
 	return p, false
 }
 
 // claimHeld removes and returns the parked call id with the reservation
-// it holds for key, in one step: of two copies of a round, one gets it.
-func (t *parkTable) claimHeld(id, key string, c *call, hash string) *parkedCall {
+// it holds for key, if it waits for the answer to question, in one step:
+// of two copies of a round, one gets it.
+func (t *parkTable) claimHeld(id, question, key string, c *call, hash string) *parkedCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.calls[id]
-	if p == nil || p.held == nil || p.held.Key != key || p.tool != c.ledgerTool || p.hash != hash {
+	if p == nil || p.held == nil || p.held.Key != key || p.tool != c.ledgerTool || p.hash != hash || p.ask.key != question {
 		return nil
 	}
 	t.remove(p)
@@ -161,15 +189,23 @@ func (t *parkTable) claimHeld(id, key string, c *call, hash string) *parkedCall 
 	return p
 }
 
-// drop removes the parked call id, if it still waits.
-func (t *parkTable) drop(id string) *parkedCall {
+// drop removes the parked call id if it still waits in its gen-th park.
+func (t *parkTable) drop(id string, gen int) *parkedCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.calls[id]
-	if p != nil {
-		t.remove(p)
+	if p == nil || p.gen != gen {
+		return nil
 	}
+	t.remove(p)
 	return p
+}
+
+// holds reports whether the parked call p holds rsv.
+func (t *parkTable) holds(p *parkedCall, rsv *Reservation) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return p != nil && rsv != nil && p.held == rsv
 }
 
 // remove takes p out of the table; t.mu is held.
@@ -195,10 +231,12 @@ func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *Reservation
 		return false
 	}
 	p.held, p.settle = held, settle
+	p.gen++
+	gen := p.gen
 	t.calls[p.id] = p
 	t.byOwner[p.owner]++
-	p.timer = time.AfterFunc(max(timeout, 0), func() {
-		if t.drop(p.id) == p {
+	p.timer = time.AfterFunc(timeout, func() {
+		if t.drop(p.id, gen) == p {
 			t.abandon(p, parkTimeout)
 		}
 	})
@@ -298,9 +336,9 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		return nil, &rawSlot{}, err
 	}
 	p := c.park // claimed with its held reservation (guarded)
-	if id, ok := strings.CutPrefix(c.upState, parkPrefix); ok && p == nil {
+	if id, question, _, ok := parsePark(c.upState); ok && p == nil {
 		var bound bool
-		if p, bound = g.parked.take(id, c, hash); bound {
+		if p, bound = g.parked.take(id, question, c, hash); bound {
 			return nil, &rawSlot{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState: issued for another call"}
 		}
 		if p == nil {
@@ -346,7 +384,6 @@ func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *Reservation) f
 	ctx = context.WithoutCancel(ctx)
 	return func(e parkedEnd) {
 		v := judge(e.res, e.slot, e.err)
-		c.park = nil // nothing more to hold: the upstream got no answer
 		if v.inputRequired {
 			v = verdict{} // asked again with nobody to answer: unknown
 		}
@@ -395,16 +432,20 @@ func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallT
 // then answered with an error).
 func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *rawSlot, error) {
 	p.ask = ask
-	state := parkPrefix + p.id
 	timeout := parkTimeout
 	var held *Reservation
 	var settle func(parkedEnd)
 	if p.answered > 0 && c.rsv != nil {
 		held, settle, p.heldAt = c.rsv, g.settleParked(ctx, c, c.rsv), c.reservedAt
-		state += heldSuffix
 		lease := cmp.Or(c.lease, g.cfg.Lease)
 		timeout = min(timeout, time.Until(c.reservedAt.Add(lease))-min(lease/10, 5*time.Second))
+		if timeout <= 0 {
+			// No time left to wait for the client under this reservation.
+			ask.answer <- nil
+			return nil, nil, nil
+		}
 	}
+	state := parkState(p.id, ask.key, held != nil)
 	raw, err := json.Marshal(map[string]any{"resultType": "input_required", "content": []any{},
 		"inputRequests": mcp.InputRequestMap{ask.key: ask.params}, "requestState": state})
 	var res mcp.CallToolResult
@@ -431,19 +472,15 @@ func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *pa
 // round's state says its parked call held the reservation, but it is
 // here no more (timed out, another process).
 func (g *Gateway) heldRound(c *call, key string) (p *parkedCall, gone bool) {
-	rest, ok := strings.CutPrefix(c.upState, parkPrefix)
-	if !ok || !c.parked {
-		return nil, false
-	}
-	id, held := strings.CutSuffix(rest, heldSuffix)
-	if !held {
+	id, question, held, ok := parsePark(c.upState)
+	if !ok || !held || !c.parked {
 		return nil, false
 	}
 	hash, err := client.Fingerprint(c.args)
 	if err != nil {
 		return nil, true
 	}
-	p = g.parked.claimHeld(id, key, c, hash)
+	p = g.parked.claimHeld(id, question, key, c, hash)
 	return p, p == nil
 }
 

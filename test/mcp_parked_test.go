@@ -306,3 +306,23 @@ func TestLedgerMCP_parkedHeldLease(t *testing.T) {
 	assert.Equal(t, 1, sh.runs("ask_twice_draft", "L"))
 	verified(t, db)
 }
+
+// TestLedgerMCP_upstreamStateNotPark: a 2026-07-28 upstream's own
+// requestState is opaque, whatever it looks like: a round whose state
+// ends like a held parked round's is still committed not_applied
+// INPUT_REQUIRED (no call is parked for an upstream that has rounds of
+// its own).
+func TestLedgerMCP_upstreamStateNotPark(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startGatewayRev(t, rev2026, clientOptions(nil), append([]string{"--db", db}, sh.command()...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "confirm", Arguments: map[string]any{"id": "X:held"}})
+	require.NoError(t, err)
+	require.True(t, res.NeedsInput())
+	rs := toolReceipts(t, db, "test-shop.confirm")
+	require.Len(t, rs, 2, "%+v", rs)
+	assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+}
