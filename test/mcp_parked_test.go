@@ -246,16 +246,7 @@ func TestLedgerMCP_parkedHeldAtStop(t *testing.T) {
 	g := s2cConnect(t, parkedClient("accept", false, true, "file:///s"), rev2026, "", args)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "S"}}
-	res, err := g.CallTool(ctx, params)
-	require.NoError(t, err)
-	params.InputResponses = mcp.InputResponseMap{}
-	for k := range res.InputRequests {
-		params.InputResponses[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
-	}
-	params.RequestState = res.RequestState
-	res, err = g.CallTool(ctx, params)
-	require.NoError(t, err)
+	res := heldTwice(ctx, t, g, "S")
 	require.True(t, res.NeedsInput())
 	g.stop(t)
 
@@ -282,16 +273,7 @@ func TestLedgerMCP_parkedHeldLease(t *testing.T) {
 	g := s2cConnect(t, parkedClient("accept", false, true, "file:///l"), rev2026, url, args)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": "L"}}
-	res, err := g.CallTool(ctx, params)
-	require.NoError(t, err)
-	params.InputResponses = mcp.InputResponseMap{}
-	for k := range res.InputRequests {
-		params.InputResponses[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
-	}
-	params.RequestState = res.RequestState
-	res, err = g.CallTool(ctx, params)
-	require.NoError(t, err)
+	res := heldTwice(ctx, t, g, "L")
 	require.True(t, res.NeedsInput(), "held")
 	require.Eventually(t, func() bool {
 		rs := toolReceipts(t, db, "test-shop.ask_twice")
@@ -325,4 +307,22 @@ func TestLedgerMCP_upstreamStateNotPark(t *testing.T) {
 	rs := toolReceipts(t, db, "test-shop.confirm")
 	require.Len(t, rs, 2, "%+v", rs)
 	assert.Equal(t, "INPUT_REQUIRED", rs[1].ErrorCode)
+}
+
+// heldTwice calls ask_twice with id and accepts its first question: the
+// upstream saves a draft and asks again, a round whose parked call holds
+// the execution's reservation.
+func heldTwice(ctx context.Context, t *testing.T, g *gateway, id string) *mcp.CallToolResult {
+	t.Helper()
+	params := &mcp.CallToolParams{Name: "ask_twice", Arguments: map[string]any{"id": id}}
+	res, err := g.CallTool(ctx, params)
+	require.NoError(t, err)
+	params.InputResponses = mcp.InputResponseMap{}
+	for k := range res.InputRequests {
+		params.InputResponses[k] = &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}
+	}
+	params.RequestState = res.RequestState
+	res, err = g.CallTool(ctx, params)
+	require.NoError(t, err)
+	return res
 }
