@@ -282,14 +282,23 @@ func (c *Client) Approval(ctx context.Context, seq uint64) (*Approval, error) {
 // set. Errors: ErrAlreadyAnswered, ErrApprovalExpired, ErrSelfApproval,
 // ErrForbidden, ErrUnknownApproval.
 func (c *Client) Answer(ctx context.Context, seq uint64, decision Decision, note string) (*Approval, error) {
+	return c.answer(ctx, seq, decision, "", answerBody{Decision: decision, Note: note})
+}
+
+// answerBody is the body of an answer to an ask; Client names the
+// relaying MCP client (AnswerAsMCPClient).
+type answerBody struct {
+	Decision Decision `json:"decision"`
+	Client   string   `json:"client,omitempty"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// answer posts body to the ask at seq's route, suffix appended.
+func (c *Client) answer(ctx context.Context, seq uint64, decision Decision, suffix string, body answerBody) (*Approval, error) {
 	if decision != Approve && decision != Reject {
 		return nil, fmt.Errorf("answer ask %d: decision %q is not approve or reject", seq, decision)
 	}
-	body := struct {
-		Decision Decision `json:"decision"`
-		Note     string   `json:"note,omitempty"`
-	}{decision, note}
-	res, err := c.send(ctx, http.MethodPost, "/v1/approvals/"+strconv.FormatUint(seq, 10), body)
+	res, err := c.send(ctx, http.MethodPost, "/v1/approvals/"+strconv.FormatUint(seq, 10)+suffix, body)
 	if err != nil {
 		return nil, err
 	}
@@ -318,22 +327,5 @@ func decodeApproval(res *response) (*Approval, error) {
 // the policy allows self-approval, and records it with actor
 // "<asker>/mcp-client:<clientName>". Errors: as Answer's.
 func (c *Client) AnswerAsMCPClient(ctx context.Context, seq uint64, decision Decision, clientName, note string) (*Approval, error) {
-	if decision != Approve && decision != Reject {
-		return nil, fmt.Errorf("answer ask %d: decision %q is not approve or reject", seq, decision)
-	}
-	body := struct {
-		Decision Decision `json:"decision"`
-		Client   string   `json:"client"`
-		Note     string   `json:"note,omitempty"`
-	}{decision, clientName, note}
-	res, err := c.send(ctx, http.MethodPost, "/v1/approvals/"+strconv.FormatUint(seq, 10)+"/mcp-client", body)
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeApproval(res)
-	if err != nil {
-		return nil, err
-	}
-	a.Repeat = res.status == http.StatusOK
-	return a, nil
+	return c.answer(ctx, seq, decision, "/mcp-client", answerBody{Decision: decision, Client: clientName, Note: note})
 }

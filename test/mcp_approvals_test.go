@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,25 +49,24 @@ func approvalMeta(t *testing.T, res *mcp.CallToolResult) (seq int64, url string)
 // postAuthJSON posts body to url with an optional bearer token.
 func postAuthJSON(t *testing.T, url, token, body string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	res, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	defer func() { _ = res.Body.Close() }()
-	var out map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&out)
-	return res.StatusCode, out
+	return authJSON(t, http.MethodPost, url, token, strings.NewReader(body))
 }
 
 // getAuthJSON gets url with an optional bearer token.
 func getAuthJSON(t *testing.T, url, token string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return authJSON(t, http.MethodGet, url, token, nil)
+}
+
+// authJSON makes a request with an optional bearer token and decodes its
+// JSON answer.
+func authJSON(t *testing.T, method, url, token string, body io.Reader) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
 	require.NoError(t, err)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
