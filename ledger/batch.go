@@ -135,7 +135,9 @@ func (n *Namespace) writer() {
 	}
 }
 
-// runBatch runs ops in one Update and replies to each after COMMIT. A
+// runBatch runs ops in one Update (or, on a store that can, in a group
+// with other namespaces' batches: group.go) and replies to each after
+// COMMIT. A
 // domain error of one op touches nothing (decisions are made before any
 // write); any other failure rolls back the whole batch and fails every op
 // in it. The driver may run the batch more than once (retries): each run
@@ -144,16 +146,16 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 	ctx := context.Background() // request contexts must not interrupt a shared transaction
 	start := time.Now()
 	var last *batchTx
-	err := n.chain.Update(ctx, func(ctx context.Context, tx Tx) error {
+	keys := make([]string, 0, len(ops))
+	for _, op := range ops {
+		if op.key != "" {
+			keys = append(keys, op.key)
+		}
+	}
+	err := n.l.update(ctx, n.chain, keys, func(ctx context.Context, tx Tx) error {
 		t := &batchTx{Tx: tx, n: n}
 		last = t
 		if p, ok := tx.(Preloader); ok && len(ops) > 1 {
-			keys := make([]string, 0, len(ops))
-			for _, op := range ops {
-				if op.key != "" {
-					keys = append(keys, op.key)
-				}
-			}
 			if err := p.Preload(ctx, keys); err != nil {
 				return err
 			}

@@ -65,6 +65,8 @@ type Ledger struct {
 	createMu sync.Mutex // one namespace creation at a time (MaxNamespaces)
 
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+
+	group *groupCommit // nil unless the store is a GroupUpdater
 }
 
 // New starts the domain service over store. Close closes both.
@@ -86,11 +88,23 @@ func New(store Store, cfg Config) *Ledger {
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}
+	if gu, ok := store.(GroupUpdater); ok {
+		l.group = newGroupCommit(gu, cfg.Linger)
+	}
 	store.OnEnded(l.waits.notify)
 	writerReady.Set(1)
 	keysWaiting.serve(l)
 	approvalsPending.serve(l)
 	return l
+}
+
+// update runs fn, which decides about keys, in a write transaction of c:
+// c's own Update, or a group's share of one (group.go).
+func (l *Ledger) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error) error {
+	if l.group != nil {
+		return l.group.update(ctx, c, keys, fn)
+	}
+	return c.Update(ctx, fn)
 }
 
 // Store returns the storage driver.

@@ -94,6 +94,44 @@ type Chain interface {
 	StateKey(ctx context.Context) ([]byte, error)
 }
 
+// GroupUpdater is a Store whose namespaces can share a transaction: the
+// batches of several namespaces then cost one durable COMMIT, not one
+// each (the domain's group commit, group.go).
+type GroupUpdater interface {
+	// UpdateGroup runs each part's Fn on its Chain, in order, in one write
+	// transaction that holds every part's head exclusively, and returns
+	// after one durable COMMIT; each Fn sees its own chain's Tx as in
+	// Update. The chains are distinct and come from this Store's Chain.
+	// Retries and failures are Update's: the Fns may run more than once,
+	// an error from one rolls the whole group back and is returned as
+	// is, and any other error means nothing of the group persisted. A
+	// failure that may be some parts' own, not all of theirs (an Fn's
+	// error, writes the database refused for good), comes back as a
+	// *PartError, so that the domain can run the others again alone.
+	UpdateGroup(ctx context.Context, parts []GroupPart) error
+}
+
+// PartError is a failure of an UpdateGroup that rolled it back and that
+// may not be every part's: Part (an index into its parts) caused it, or
+// -1 when the driver cannot tell which did.
+type PartError struct {
+	Part int
+	Err  error
+}
+
+func (e *PartError) Error() string { return e.Err.Error() }
+func (e *PartError) Unwrap() error { return e.Err }
+
+// GroupPart is one namespace's share of an UpdateGroup.
+type GroupPart struct {
+	Chain Chain
+	Fn    func(ctx context.Context, tx Tx) error
+	// Keys are the keys Fn decides about: the driver may read their
+	// records ahead with the heads, as a Preloader's Preload would (Fn
+	// may still call Preload; keys read ahead are not read again).
+	Keys []string
+}
+
 // Tx is what the domain reads and writes in one Update. Reads see the
 // writes made earlier in the same transaction.
 type Tx interface {

@@ -124,6 +124,7 @@ type options struct {
 	prefill                 int
 	namespaces              int
 	backends, withBaselines bool
+	postgres                bool
 }
 
 func parseOptions(args []string) (options, error) {
@@ -138,6 +139,7 @@ func parseOptions(args []string) (options, error) {
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
 	fs.IntVar(&o.namespaces, "namespaces", 1, "spread the clients' requests evenly over this many namespaces of the one ledgerd (default, ns-2, ns-3, …; created through the API)")
 	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
+	fs.BoolVar(&o.postgres, "postgres", false, "run the modes on PostgreSQL (a throwaway cluster, fsync on, a fresh database per mode) instead of a SQLite file")
 	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	fs.BoolVar(&o.withBaselines, "baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
 	if err := fs.Parse(args); err != nil {
@@ -145,6 +147,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.prefill < 0 {
 		return options{}, fmt.Errorf("--prefill must not be negative, not %d", o.prefill)
+	}
+	if o.postgres && o.prefill > 0 {
+		return options{}, errors.New("--prefill works on SQLite only, not with --postgres")
 	}
 	if o.namespaces < 1 {
 		return options{}, fmt.Errorf("--namespaces must be at least 1, not %d", o.namespaces)
@@ -171,9 +176,23 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		}
 		out = append(out, res...)
 	}
+	var pg *pgCluster
+	if o.postgres && len(o.modes) > 0 {
+		var err error
+		if pg, err = startPG(dir); err != nil {
+			return nil, err
+		}
+		defer pg.stop()
+	}
 	for _, m := range o.modes {
 		// A fresh ledger per mode, so modes do not see each other's data.
 		db := filepath.Join(dir, m+".db")
+		if pg != nil {
+			if err := pg.psql("postgres", "CREATE DATABASE mode_"+m); err != nil {
+				return nil, err
+			}
+			db = pg.url("mode_" + m)
+		}
 		if o.prefill > 0 {
 			if err := prefilled(ctx, db, o.prefill); err != nil {
 				return nil, err

@@ -40,9 +40,14 @@ func SQLInsertInto(table string) string {
 }
 
 // Arrays turns columns of values into the typed arrays of
-// sqlInsertReceipts' parameters ($1 the namespace, a single value).
+// sqlInsertReceipts' parameters (cols[0] holds the namespace once: every
+// row's).
 func Arrays(cols [][]any) []any {
-	out := []any{cols[0][0]}
+	ns := make([]string, len(cols[1]))
+	for i := range ns {
+		ns[i] = cols[0][0].(string)
+	}
+	out := []any{ns}
 	for _, col := range cols[1:] {
 		switch col[0].(type) {
 		case int64:

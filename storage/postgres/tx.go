@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +142,40 @@ const (
 		WHERE namespace = $1 AND idempotency_key = u.key LIMIT 1) AS k`
 	sqlPreloadReceipts = `SELECT r.* FROM unnest($2::bigint[]) AS u(seq), LATERAL (
 		SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1 AND seq = u.seq LIMIT 1) AS r`
+
+	// The same for the keys of a group's parts, by (namespace, key), sent
+	// with the head locks (begin): the records, and the receipts at their
+	// reserve_seq and final_seq.
+	sqlPreloadGroupKeys = `SELECT u.ns, k.* FROM unnest($1::text[], $2::text[]) AS u(ns, key), LATERAL (
+		SELECT idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq,
+			reserve_seq, lease_expires_at, final_seq, token_hash FROM keys
+		WHERE namespace = u.ns AND idempotency_key = u.key LIMIT 1) AS k`
+	sqlPreloadGroupReceipts = `SELECT u.ns, r.* FROM unnest($1::text[], $2::text[]) AS u(ns, key), LATERAL (
+		SELECT reserve_seq, final_seq FROM keys WHERE namespace = u.ns AND idempotency_key = u.key LIMIT 1) AS k,
+		LATERAL (SELECT ` + receiptColumns + ` FROM receipts
+			WHERE namespace = u.ns AND seq IN (k.reserve_seq, k.final_seq) LIMIT 2) AS r`
 )
+
+// prefixed is a row whose first column (the namespace of a group's
+// preload) goes to first, the rest to the scan's destinations.
+type prefixed struct {
+	pgx.Row
+	first any
+}
+
+func (p prefixed) Scan(dest ...any) error { return p.Row.Scan(append([]any{p.first}, dest...)...) }
+
+// preloaded records, as Preload does, that keys were read: found or not.
+func (t *tx) preloaded(keys []string) {
+	if t.loaded == nil {
+		t.loaded = make(map[string]*ledger.KeyRecord, len(keys))
+	}
+	for _, k := range keys {
+		if _, ok := t.loaded[k]; !ok {
+			t.loaded[k] = nil
+		}
+	}
+}
 
 // Preload reads the records of keys, and the receipts at their
 // ReserveSeq and FinalSeq, in two round trips, so that Key and Receipt
@@ -149,8 +183,9 @@ const (
 // (ledger.Preloader). Reads stay exact: every write of the namespace's
 // keys and receipts holds the head lock this transaction holds.
 func (t *tx) Preload(ctx context.Context, keys []string) error {
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { _, ok := t.loaded[k]; return ok })
 	if len(keys) == 0 {
-		return nil
+		return nil // none, or all read with the heads (begin)
 	}
 	rows, err := t.conn.Query(ctx, sqlPreloadKeys, t.c.ns, keys)
 	if err != nil {

@@ -38,9 +38,11 @@ const (
 
 // SQL of an Update's transaction and of the batches it leaves.
 const (
-	sqlBeginHead = `SELECT seq, hash, recorded_at, policy_seq, ` + sqlNowMS + `, pg_backend_pid(),
+	// The heads of an update's namespaces, locked in the order of their
+	// names (LockRows runs above the Sort).
+	sqlBeginHeads = `SELECT namespace, seq, hash, recorded_at, policy_seq, ` + sqlNowMS + `, pg_backend_pid(),
 		(SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
-		FROM head WHERE namespace = $1 FOR UPDATE`
+		FROM head WHERE namespace = ANY($1) ORDER BY namespace FOR UPDATE`
 
 	sqlPruneBatches = `DELETE FROM batches WHERE committed_at < $1`
 )
@@ -53,34 +55,78 @@ const (
 // could not be learnt returns ledger.ErrCommitUnknown; a database that
 // stays unreachable wraps ledger.ErrUnavailable.
 func (c *Chain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	s := c.s
+	return c.s.update(ctx, []part{{c: c, fn: fn}})
+}
+
+// UpdateGroup runs the parts, each on its namespace, in one transaction
+// that locks their head rows in the order of their names (so that two
+// groups never deadlock), with one COMMIT: Update's retries and errors
+// for all of them at once (ledger.GroupUpdater).
+func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error {
+	ps := make([]part, len(parts))
+	seen := make(map[string]bool, len(parts))
+	for i, p := range parts {
+		c, ok := p.Chain.(*Chain)
+		if !ok || c.s != s {
+			return fmt.Errorf("update group: part %d is not a chain of this store", i)
+		}
+		if seen[c.ns] {
+			return fmt.Errorf("update group: namespace %s twice", c.ns)
+		}
+		seen[c.ns] = true
+		ps[i] = part{c, p.Fn, p.Keys}
+	}
+	return s.update(ctx, ps)
+}
+
+// part is one namespace's share of an update.
+type part struct {
+	c    *Chain
+	fn   func(ctx context.Context, tx ledger.Tx) error
+	keys []string // read ahead with the heads
+}
+
+// groupName names the namespaces of parts in logs and errors.
+func groupName(parts []part) string {
+	if len(parts) == 1 {
+		return parts[0].c.ns
+	}
+	return fmt.Sprintf("%s and %d other namespaces", parts[0].c.ns, len(parts)-1)
+}
+
+// update runs parts in one transaction, again after a retryable failure.
+func (s *Store) update(ctx context.Context, parts []part) error {
 	if s.opts.ReadOnly {
 		return ledger.ErrOpenedReadOnly
 	}
+	name := groupName(parts)
 	start := time.Now()
 	for run := 1; ; run++ {
-		err := c.run(ctx, fn)
+		err := s.run(ctx, parts)
 		var re *runError
 		if !errors.As(err, &re) {
 			return err // nil, or fn's own error
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("update %s: %w", c.ns, ctx.Err())
+			return fmt.Errorf("update %s: %w", name, ctx.Err())
 		}
 		if !re.retry || run >= retryRuns || time.Since(start) > retryBudget {
 			if re.retry {
-				s.log.Warn("postgres: update failed after retries", "ns", c.ns, "runs", run, "err", re.err)
+				s.log.Warn("postgres: update failed after retries", "ns", name, "runs", run, "err", re.err)
 			}
-			return fmt.Errorf("update %s: %w", c.ns, classify(re.err))
+			if !re.retry && re.split {
+				return &ledger.PartError{Part: -1, Err: fmt.Errorf("update %s: %w", name, classify(re.err))}
+			}
+			return fmt.Errorf("update %s: %w", name, classify(re.err))
 		}
 		wait := min(retryBase<<(run-1), retryMaxWait)
 		wait = wait/2 + mrand.N(wait/2+1)
-		s.log.Debug("postgres: retrying update", "ns", c.ns, "run", run, "wait", wait, "err", re.err)
+		s.log.Debug("postgres: retrying update", "ns", name, "run", run, "wait", wait, "err", re.err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("update %s: %w", c.ns, ctx.Err())
+			return fmt.Errorf("update %s: %w", name, ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -90,18 +136,23 @@ func (c *Chain) Update(ctx context.Context, fn func(ctx context.Context, tx ledg
 type runError struct {
 	err   error
 	retry bool
+	// split: the database refused the writes of a group of several
+	// namespaces (before COMMIT): which one's is not known, so each may
+	// run again alone.
+	split bool
 }
 
 func (e *runError) Error() string { return e.err.Error() }
 func (e *runError) Unwrap() error { return e.err }
 
-// run is one run of an Update: BEGIN … COMMIT on one connection.
-func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	s := c.s
+// run is one run of an update: BEGIN … COMMIT on one connection, the
+// parts' fns in order, each on its own namespace's tx.
+func (s *Store) run(ctx context.Context, parts []part) error {
+	name := groupName(parts)
 	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("update %s: %w", c.ns, ctx.Err())
+			return fmt.Errorf("update %s: %w", name, ctx.Err())
 		}
 		return &runError{err: fmt.Errorf("connect: %w", err), retry: isConnErr(err)}
 	}
@@ -110,85 +161,204 @@ func (c *Chain) run(ctx context.Context, fn func(ctx context.Context, tx ledger.
 	fail := func(err error) error {
 		rollback(conn)
 		if ctx.Err() != nil {
-			return fmt.Errorf("update %s: %w", c.ns, ctx.Err())
+			return fmt.Errorf("update %s: %w", name, ctx.Err())
 		}
 		return &runError{err: err, retry: retryable(err) || conn.IsClosed() && !isServerRefusal(err)}
 	}
 
-	t, err := c.begin(ctx, conn)
-	if errors.Is(err, pgx.ErrNoRows) {
+	ts, err := begin(ctx, conn, parts)
+	if errors.Is(err, errHeadMissing) {
 		rollback(conn)
-		return fmt.Errorf("update %s: the head row is missing", c.ns)
+		return fmt.Errorf("update %s: %w", name, err)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("begin: %w", err))
 	}
 
-	if err := fn(ctx, t); err != nil {
-		if t.dbErr != nil && (retryable(t.dbErr) || conn.IsClosed()) && ctx.Err() == nil {
+	var dirty []*tx
+	for i, p := range parts {
+		t := ts[i]
+		if err := p.fn(ctx, t); err != nil {
+			if t.dbErr != nil && (retryable(t.dbErr) || conn.IsClosed()) && ctx.Err() == nil {
+				rollback(conn)
+				return &runError{err: t.dbErr, retry: true}
+			}
 			rollback(conn)
-			return &runError{err: t.dbErr, retry: true}
+			return err
 		}
-		rollback(conn)
-		return err
+		if t.dbErr != nil { // fn swallowed a failed read: the transaction is unusable
+			return fail(t.dbErr)
+		}
+		if t.dirty() {
+			dirty = append(dirty, t)
+		}
 	}
-	if t.dbErr != nil { // fn swallowed a failed read: the transaction is unusable
-		return fail(t.dbErr)
-	}
-	if !t.dirty() {
+	if len(dirty) == 0 {
 		rollback(conn)
 		return nil
 	}
 
-	batchID, err := t.write(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	if h := s.testHook.beforeCommit; h != nil {
-		h(t.pid)
-	}
-	if err := c.commit(ctx, t, batchID, fail); err != nil {
+	var b pgx.Batch
+	batchID := queueWrites(&b, dirty)
+	if err := send(ctx, conn, &b, len(dirty)); err != nil {
+		err = fail(err)
+		var re *runError
+		if errors.As(err, &re) && len(dirty) > 1 && isServerRefusal(err) {
+			re.split = true
+		}
 		return err
 	}
-	c.committed(t)
+	if h := s.testHook.beforeCommit; h != nil {
+		h(dirty[0].pid)
+	}
+	// One COMMIT for every part: a lost reply is resolved by the first
+	// part's batch row, which committed with all the others or not at all.
+	if err := dirty[0].c.commit(ctx, dirty[0], batchID, fail); err != nil {
+		return err
+	}
+	for _, t := range dirty {
+		t.c.committed(t)
+	}
 	return nil
 }
 
-// begin starts the transaction on conn and reads the namespace's head
-// under its row lock and the database clock, in one round trip.
-func (c *Chain) begin(ctx context.Context, conn *pgx.Conn) (*tx, error) {
-	t := &tx{c: c, conn: conn}
+// errHeadMissing: a namespace of an update has no head row.
+var errHeadMissing = errors.New("the head row is missing")
+
+// begin starts the transaction on conn and reads, in one round trip, the
+// parts' heads under their row locks (taken in the order of the
+// namespaces' names), the database clock, and then, under those locks,
+// the records of the parts' keys and the receipts they point at (as
+// Preload would).
+func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
+	names := make([]string, len(parts))
+	ts := make([]*tx, len(parts))
+	byNS := make(map[string]*tx, len(parts))
+	var keyNS, keys []string
+	for i, p := range parts {
+		names[i] = p.c.ns
+		ts[i] = &tx{c: p.c, conn: conn}
+		byNS[p.c.ns] = ts[i]
+		for _, k := range p.keys {
+			keyNS, keys = append(keyNS, p.c.ns), append(keys, k)
+		}
+		if len(p.keys) > 0 {
+			ts[i].preloaded(p.keys)
+		}
+	}
 	var b pgx.Batch
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(sqlWriterMark)
-	b.Queue(sqlBeginHead, c.ns)
+	b.Queue(sqlBeginHeads, names)
+	if len(keys) > 0 {
+		b.Queue(sqlPreloadGroupKeys, keyNS, keys)
+		b.Queue(sqlPreloadGroupReceipts, keyNS, keys)
+	}
 	br := conn.SendBatch(ctx, &b)
 	_, err := br.Exec()
 	if err == nil {
 		_, err = br.Exec()
 	}
 	if err == nil {
-		var hash []byte
-		var recordedAt, policySeq, clock int64
-		var start pgtype.Timestamptz
-		err = br.QueryRow().Scan(&t.head.Seq, &hash, &recordedAt, &policySeq, &clock, &t.pid, &start)
-		t.policySeq = uint64(policySeq)
-		if err == nil {
-			t.head.Hash, err = chain.HashFromBytes(hash)
+		err = readHeads(br, byNS)
+	}
+	if err == nil && len(keys) > 0 {
+		err = readPreload(br, ts, names)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		for ns := range byNS {
+			return nil, fmt.Errorf("%s: %w", ns, errHeadMissing)
 		}
-		t.backendStart = start.Time
+	}
+	return ts, err
+}
+
+// readHeads reads begin's head rows into the txs of byNS, deleting each
+// it reads (what is left has no head row).
+func readHeads(br pgx.BatchResults, byNS map[string]*tx) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns string
+		var hash []byte
+		var seq, recordedAt, policySeq, clock int64
+		var pid uint32
+		var start pgtype.Timestamptz
+		if err := rows.Scan(&ns, &seq, &hash, &recordedAt, &policySeq, &clock, &pid, &start); err != nil {
+			return err
+		}
+		t := byNS[ns]
+		if t == nil {
+			return fmt.Errorf("the head of %s, which was not asked for", ns)
+		}
+		delete(byNS, ns)
+		t.head.Seq, t.policySeq, t.pid, t.backendStart = uint64(seq), uint64(policySeq), pid, start.Time
+		if t.head.Hash, err = chain.HashFromBytes(hash); err != nil {
+			return err
+		}
 		t.oldHead, t.oldRecordedAt = t.head, uint64(recordedAt)
-		if now, ok := c.s.now(); ok {
+		if now, ok := t.c.s.now(); ok {
 			clock = int64(now)
 		}
 		// never before the head's recorded_at: recorded_at does not
 		// decrease within a chain, whatever the clock (or Options.Now) says
 		t.now = max(uint64(clock), uint64(recordedAt))
 	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	return rows.Err()
+}
+
+// readPreload reads begin's key records and receipts into ts (names[i]
+// is ts[i]'s namespace).
+func readPreload(br pgx.BatchResults, ts []*tx, names []string) error {
+	byNS := make(map[string]*tx, len(ts))
+	for i, t := range ts {
+		byNS[names[i]] = t
 	}
-	return t, err
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var ns string
+		var k ledger.KeyRecord
+		var token []byte
+		if err := scanKey(prefixed{rows, &ns}, &k, true, &token); err != nil {
+			rows.Close()
+			return err
+		}
+		k.TokenHash = string(token)
+		if t := byNS[ns]; t != nil {
+			t.loaded[k.Key] = &k
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if rows, err = br.Query(); err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns string
+		r, err := scanReceipt(prefixed{rows, &ns})
+		if err != nil {
+			return err
+		}
+		if t := byNS[ns]; t != nil {
+			if t.loadedRcpt == nil {
+				t.loadedRcpt = map[uint64]chain.Receipt{}
+			}
+			t.loadedRcpt[r.Seq] = r
+		}
+	}
+	return rows.Err()
 }
 
 // commit sends t's COMMIT and returns nil once the batch batchID is
