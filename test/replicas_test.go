@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Two ledgerd replicas on one PostgreSQL database (SPEC §10): every
@@ -156,12 +157,30 @@ func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 	assert.Equal(t, true, r.Body["takeover"], r.Raw)
 }
 
+// TestReplicas_killOneUnderLoad: two replicas under load spread over four
+// namespaces (so each replica commits groups of namespaces' batches in
+// one transaction), one killed with SIGKILL mid-stream: the other serves
+// on, and every acknowledged receipt is there, in its namespace.
 func TestReplicas_killOneUnderLoad(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
+	names := []string{ledger.DefaultNamespace, "t1", "t2", "t3"}
+	for _, ns := range names[1:] {
+		r := a.Do("POST", "/v1/namespaces", `{"name":"`+ns+`"}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	prefix := func(ns string) string {
+		if ns == ledger.DefaultNamespace {
+			return "/v1"
+		}
+		return "/v1/ns/" + ns
+	}
 	var mu sync.Mutex
-	var acks []ack
+	acks := map[string]*[]ack{}
+	for _, ns := range names {
+		acks[ns] = &[]ack{}
+	}
 	var bErrors, aAcked, bAcked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -170,14 +189,16 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
+			for i := 0; ; i++ {
 				select {
 				case <-stop:
 					return
 				default:
 				}
+				ns := names[(w+i)%len(names)]
+				base := l.URL + prefix(ns)
 				key := randomKey()
-				status, body, err := rawPost(l.URL+"/v1/effects/reserve", reserveBody(key, randomKey(), ""))
+				status, body, err := rawPost(base+"/effects/reserve", reserveBody(key, randomKey(), ""))
 				if err != nil || status != 201 {
 					if l == b {
 						bErrors.Add(1)
@@ -188,10 +209,10 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 					}
 					continue
 				}
-				recordAck(&mu, &acks, body, key)
-				status, body, err = rawPost(l.URL+"/v1/effects/"+key+"/commit", commitBody(field(body, "reservation")))
+				recordAck(&mu, acks[ns], body, key)
+				status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation")))
 				if err == nil && status == 201 {
-					recordAck(&mu, &acks, body, key)
+					recordAck(&mu, acks[ns], body, key)
 					if l == a {
 						aAcked.Add(1)
 					} else {
@@ -216,13 +237,17 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 	require.Zero(t, bErrors.Load(), "the surviving replica kept serving")
 	mu.Lock()
 	defer mu.Unlock()
-	require.NotEmpty(t, acks)
-	for _, k := range acks {
-		r := b.Do("GET", fmt.Sprintf("/v1/receipts/%d", k.seq), "")
-		require.Equal(t, 200, r.Status, "acknowledged receipt %d lost: %s", k.seq, r.Raw)
-		require.Equal(t, k.hash, r.Body["hash"], "receipt %d", k.seq)
+	for _, ns := range names {
+		require.NotEmpty(t, *acks[ns], ns)
+		for _, k := range *acks[ns] {
+			r := b.Do("GET", fmt.Sprintf("%s/receipts/%d", prefix(ns), k.seq), "")
+			require.Equal(t, 200, r.Status, "%s: acknowledged receipt %d lost: %s", ns, k.seq, r.Raw)
+			require.Equal(t, k.hash, r.Body["hash"], "%s: receipt %d", ns, k.seq)
+		}
 	}
-	out, stderr, code := ledgerctl(t, "verify", "--db", url, "--json")
+	require.Greater(t, b.metric("ledger_writer_group_namespaces_sum"), b.metric("ledger_writer_group_namespaces_count"),
+		"replica b committed groups of more than one namespace")
+	out, stderr, code := ledgerctl(t, "verify", "--db", url, "--all-namespaces", "--json")
 	require.Equal(t, 0, code, "%s %s", out, stderr)
 }
 

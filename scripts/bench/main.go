@@ -60,6 +60,9 @@ type Result struct {
 	PeakRSSMiB   float64        `json:"ledgerd_peak_rss_mib,omitempty"`
 	Receipts     uint64         `json:"receipts,omitempty"`
 	CeilingRatio float64        `json:"ratio_to_http_ceiling,omitempty"`
+	// StartupS is how long ledgerd took to be ready when it was started
+	// again on the ledger just before the run (--registered).
+	StartupS float64 `json:"startup_s,omitempty"`
 }
 
 // Report is the whole run.
@@ -122,7 +125,7 @@ type options struct {
 	bin                     string
 	extra                   []string
 	prefill                 int
-	namespaces              int
+	namespaces, registered  int
 	backends, withBaselines bool
 	postgres                bool
 }
@@ -138,6 +141,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	extra := fs.String("ledgerd-args", "", "extra ledgerd flags, space-separated")
 	fs.IntVar(&o.namespaces, "namespaces", 1, "spread the clients' requests evenly over this many namespaces of the one ledgerd (default, ns-2, ns-3, …; created through the API)")
+	fs.IntVar(&o.registered, "registered", 0, "create this many namespaces in all (at least --namespaces; the load goes to the first --namespaces of them), then restart ledgerd and report its start-up time")
 	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
 	fs.BoolVar(&o.postgres, "postgres", false, "run the modes on PostgreSQL (a throwaway cluster, fsync on, a fresh database per mode) instead of a SQLite file")
 	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
@@ -153,6 +157,9 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.namespaces < 1 {
 		return options{}, fmt.Errorf("--namespaces must be at least 1, not %d", o.namespaces)
+	}
+	if o.registered != 0 && o.registered < o.namespaces {
+		return options{}, fmt.Errorf("--registered (%d) must be at least --namespaces (%d)", o.registered, o.namespaces)
 	}
 	o.extra = strings.Fields(*extra)
 	o.modes = []string{*mode}
@@ -202,17 +209,31 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		prefixes, err := createNamespaces(l.url, o.namespaces)
+		prefixes, err := createNamespaces(l.url, max(o.namespaces, o.registered))
 		if err != nil {
 			l.stop()
 			return nil, err
+		}
+		prefixes = prefixes[:o.namespaces]
+		var startup time.Duration
+		if o.registered > 0 {
+			l.stop()
+			start := time.Now()
+			if l, err = startLedgerd(o.bin, db, o.extra); err != nil {
+				return nil, fmt.Errorf("restart with %d namespaces: %w", o.registered, err)
+			}
+			startup = time.Since(start)
 		}
 		res, err := drive(ctx, []*ledgerd{l}, prefixes, m, o.clients, o.duration)
 		l.stop()
 		if err != nil {
 			return nil, err
 		}
-		if o.namespaces > 1 {
+		res.StartupS = startup.Seconds()
+		switch {
+		case o.registered > 0:
+			res.Mode = fmt.Sprintf("%s, %d of %d ns", res.Mode, o.namespaces, o.registered)
+		case o.namespaces > 1:
 			res.Mode = fmt.Sprintf("%s, %d ns", res.Mode, o.namespaces)
 		}
 		out = append(out, res)
@@ -228,19 +249,43 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 }
 
 // createNamespaces creates namespaces ns-2 … ns-n beside the default one
-// and returns the API prefixes of all n.
+// (8 requests at a time) and returns the API prefixes of all n.
 func createNamespaces(url string, n int) ([]string, error) {
 	prefixes := []string{"/v1"}
-	c := newClient(1)
 	for k := 2; k <= n; k++ {
-		name := fmt.Sprintf("ns-%d", k)
-		st, b, err := call(c, "POST", url+"/v1/namespaces", []byte(fmt.Sprintf(`{"name":%q}`, name)))
-		if err != nil || st != http.StatusCreated {
-			return nil, fmt.Errorf("create namespace %s: %d %v %s", name, st, err, b)
-		}
-		prefixes = append(prefixes, "/v1/ns/"+name)
+		prefixes = append(prefixes, fmt.Sprintf("/v1/ns/ns-%d", k))
 	}
-	return prefixes, nil
+	c := newClient(8)
+	next := make(chan int)
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for k := range next {
+				name := fmt.Sprintf("ns-%d", k)
+				st, b, err := call(c, "POST", url+"/v1/namespaces", []byte(fmt.Sprintf(`{"name":%q}`, name)))
+				if err != nil || st != http.StatusCreated {
+					errs <- fmt.Errorf("create namespace %s: %d %v %s", name, st, err, b)
+					return
+				}
+			}
+		})
+	}
+	var err error
+feed:
+	for k := 2; k <= n; k++ {
+		select {
+		case next <- k:
+		case err = <-errs:
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err == nil && len(errs) > 0 {
+		err = <-errs
+	}
+	return prefixes, err
 }
 
 // prefilled copies a generated ledger of n receipts and its key index to
@@ -637,6 +682,11 @@ func printTable(rep Report) {
 			r.P50Ms, r.P99Ms, r.MaxMs, r.CeilingRatio, r.RSSMiB, r.PeakRSSMiB, r.Receipts, errs)
 	}
 	_ = tw.Flush()
+	for _, r := range rep.Results {
+		if r.StartupS > 0 {
+			fmt.Printf("%s: ledgerd restarted on the ledger was ready in %.2f s\n", r.Mode, r.StartupS)
+		}
+	}
 }
 
 // uuidLike is a UUID-shaped key for client ci's i-th request of a run.

@@ -332,6 +332,12 @@ func (s *Store) Close() error {
 			}
 		}
 	}
+	if !s.readOnly && errors.Join(errs...) == nil {
+		// Every namespace file is closed: seal them for a fast next start.
+		if err := s.sealNamespaces(context.Background()); err != nil {
+			s.opts.Logger.Warn("sealing the namespaces at stop; the next start checks every namespace file", "err", err)
+		}
+	}
 	// the default file last: it holds the registry
 	if s.readOnly {
 		errs = append(errs, s.reader.Close())

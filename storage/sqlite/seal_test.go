@@ -1,0 +1,90 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+)
+
+// nsInfo is namespace name's entry of l.Namespaces.
+func nsInfo(t *testing.T, l *ledger.Ledger, name string) ledger.NamespaceInfo {
+	t.Helper()
+	infos, err := l.Namespaces(context.Background())
+	require.NoError(t, err)
+	for _, info := range infos {
+		if info.Name == name {
+			return info
+		}
+	}
+	t.Fatalf("no namespace %s", name)
+	return ledger.NamespaceInfo{}
+}
+
+// TestStore_seals: a clean stop seals every namespace; the next start
+// takes a sealed namespace's head and key lifetime from its seal without
+// opening its file, as long as the file's fingerprint is unchanged, and
+// checks the file as before once anything touched it.
+func TestStore_seals(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	l, _ := openLedger(t, path, 4, time.Hour)
+	require.NoError(t, l.CreateNamespace(ctx, "pay", 60_000))
+	n, err := l.NS(ctx, "pay")
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-1", "exec-1"))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	// Mark the seal (in the ledger file, not the namespace's): a start that
+	// trusts it reports the marked key lifetime.
+	mark := func() {
+		db, err := sql.Open("sqlite3", "file:"+path)
+		require.NoError(t, err)
+		defer db.Close()
+		res, err := db.Exec(`UPDATE namespace_seals SET key_ttl_ms = 12345 WHERE name = 'pay' AND head_seq = 1`)
+		require.NoError(t, err)
+		rows, _ := res.RowsAffected()
+		require.Equal(t, int64(1), rows, "a clean stop sealed the namespace at its head")
+	}
+	mark()
+	l, _ = openLedger(t, path, 4, time.Hour)
+	require.Equal(t, uint64(12345), nsInfo(t, l, "pay").KeyTTL, "the seal was trusted: the file was not opened")
+	require.Equal(t, uint64(1), nsInfo(t, l, "pay").Head.Seq)
+	require.NoError(t, l.Close())
+
+	// Touching the file (its change time moves) breaks the seal: the file
+	// is opened and its own key lifetime read.
+	mark()
+	nsPath := sqlite.NamespacePath(path, "pay")
+	now := time.Now()
+	require.NoError(t, os.Chtimes(nsPath, now, now))
+	l, _ = openLedger(t, path, 4, time.Hour)
+	require.Equal(t, uint64(60_000), nsInfo(t, l, "pay").KeyTTL, "a touched file is checked, not trusted")
+	require.NoError(t, l.Close())
+
+	// A file put back from an older copy is refused, seal or not.
+	old, err := os.ReadFile(nsPath)
+	require.NoError(t, err)
+	l, _ = openLedger(t, path, 4, time.Hour)
+	n, err = l.NS(ctx, "pay")
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-2", "exec-1"))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	require.NoError(t, os.WriteFile(nsPath, old, 0o600))
+	if err := os.Remove(nsPath + "-wal"); !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+	_, err = sqlite.OpenStore(ctx, path, sqlite.Options{}, false)
+	require.ErrorIs(t, err, ledger.ErrNamespaceLost)
+}
