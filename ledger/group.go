@@ -33,6 +33,7 @@ type groupCommit struct {
 	runners    int           // goroutines running groups (at most maxRunners); new parts wait for one
 	arrived    chan struct{} // a part was added (cap 1)
 	lastOps    int           // operations of the previous group
+	lastParts  int           // namespaces of the previous group
 }
 
 func newGroupCommit(store GroupUpdater, linger time.Duration) *groupCommit {
@@ -112,9 +113,10 @@ func (g *groupCommit) run() {
 			g.mu.Unlock()
 			return
 		}
-		if want := g.lastOps; g.linger > 0 && g.pendingOps < want {
+		if g.linger > 0 && !g.enough(g.lastOps, g.lastParts) {
+			ops, parts := g.lastOps, g.lastParts
 			g.mu.Unlock()
-			g.await(want)
+			g.await(ops, parts)
 			g.mu.Lock() // parts only leave pending by a runner: this one
 		}
 		n := min(len(g.pending), maxGroupParts)
@@ -125,21 +127,28 @@ func (g *groupCommit) run() {
 			ops += p.ops()
 		}
 		g.pendingOps -= ops
-		g.lastOps = ops
+		g.lastOps, g.lastParts = ops, n
 		g.mu.Unlock()
 		g.runGroup(parts)
 	}
 }
 
-// await waits up to linger for ops operations to be pending.
-func (g *groupCommit) await(ops int) {
+// enough reports whether the pending parts hold ops operations, or come
+// from as many namespaces as parts: then every namespace of the previous
+// group is back, and waiting longer would only add latency. mu is held.
+func (g *groupCommit) enough(ops, parts int) bool {
+	return g.pendingOps >= ops || len(g.pending) >= parts
+}
+
+// await waits up to linger for enough (ops, parts) to be pending.
+func (g *groupCommit) await(ops, parts int) {
 	t := time.NewTimer(g.linger)
 	defer t.Stop()
 	for {
 		select {
 		case <-g.arrived:
 			g.mu.Lock()
-			enough := g.pendingOps >= ops
+			enough := g.enough(ops, parts)
 			g.mu.Unlock()
 			if enough {
 				return

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -272,5 +273,50 @@ func TestStore_UpdateGroup_LostCommit(t *testing.T) {
 				requireReceipts(t, c, 1)
 			}
 		})
+	}
+}
+
+// TestLedger_GroupIsolation_lonePart: a group whose one part with writes
+// is refused pins the refusal on that part; the other parts (batches that
+// write nothing: a policy set again unchanged) still succeed.
+func TestLedger_GroupIsolation_lonePart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{})
+	l := ledger.New(s, ledger.Config{})
+	t.Cleanup(func() { _ = l.Close() })
+	for _, ns := range []string{"good", "bad"} {
+		if err := l.CreateNamespace(ctx, ns, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psql(t, u, `CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.namespace = 'bad' THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = '23514';
+			END IF;
+			RETURN NEW;
+		END $$`)
+	psql(t, u, `CREATE TRIGGER refuse_bad BEFORE INSERT ON receipts FOR EACH ROW EXECUTE FUNCTION refuse_bad()`)
+	good, bad := mustNS(t, l, "good"), mustNS(t, l, "bad")
+	before := groupsOfMany(t)
+	for round := 0; round < 30 && (round < 3 || groupsOfMany(t) == before); round++ {
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				if i%2 == 1 {
+					_, _ = bad.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("key-%02d-%03d", round, i), "exec"))
+					return
+				}
+				if _, err := good.SetPolicy(ctx, json.RawMessage(`{}`), "ops"); err != nil {
+					t.Errorf("good namespace, a batch that writes nothing: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if groupsOfMany(t) == before {
+		t.Fatal("no group of two namespaces formed in 30 rounds")
 	}
 }

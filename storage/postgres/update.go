@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -114,7 +115,10 @@ func (s *Store) update(ctx context.Context, parts []part) error {
 			if re.retry {
 				s.log.Warn("postgres: update failed after retries", "ns", name, "runs", run, "err", re.err)
 			}
-			if !re.retry && re.split {
+			if i := re.part - 1; !re.retry && i >= 0 && len(parts) > 1 {
+				return &ledger.PartError{Part: i, Err: fmt.Errorf("update %s: %w", parts[i].c.ns, classify(re.err))}
+			}
+			if !re.retry && re.split && len(parts) > 1 {
 				return &ledger.PartError{Part: -1, Err: fmt.Errorf("update %s: %w", name, classify(re.err))}
 			}
 			return fmt.Errorf("update %s: %w", name, classify(re.err))
@@ -136,9 +140,12 @@ func (s *Store) update(ctx context.Context, parts []part) error {
 type runError struct {
 	err   error
 	retry bool
-	// split: the database refused the writes of a group of several
-	// namespaces (before COMMIT): which one's is not known, so each may
-	// run again alone.
+	// part is 1 + the index of the part the failure is pinned on (its
+	// read failed, its lone writes were refused), 0 when none is; split:
+	// the database refused the writes of several parts (before COMMIT),
+	// which one's is not known. Either way the other parts may run again
+	// alone (ledger.PartError).
+	part  int
 	split bool
 }
 
@@ -167,9 +174,14 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	}
 
 	ts, err := begin(ctx, conn, parts)
-	if errors.Is(err, errHeadMissing) {
+	var mh *missingHead
+	if errors.As(err, &mh) {
 		rollback(conn)
-		return fmt.Errorf("update %s: %w", name, err)
+		err = fmt.Errorf("update %s: %w", name, err)
+		if len(parts) > 1 {
+			return &ledger.PartError{Part: slices.IndexFunc(parts, func(p part) bool { return p.c.ns == mh.ns }), Err: err}
+		}
+		return err
 	}
 	if err != nil {
 		return fail(fmt.Errorf("begin: %w", err))
@@ -187,7 +199,11 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 			return err
 		}
 		if t.dbErr != nil { // fn swallowed a failed read: the transaction is unusable
-			return fail(t.dbErr)
+			err := fail(t.dbErr)
+			if re, ok := err.(*runError); ok {
+				re.part = i + 1
+			}
+			return err
 		}
 		if t.dirty() {
 			dirty = append(dirty, t)
@@ -202,9 +218,12 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	batchID := queueWrites(&b, dirty)
 	if err := send(ctx, conn, &b, len(dirty)); err != nil {
 		err = fail(err)
-		var re *runError
-		if errors.As(err, &re) && len(dirty) > 1 && isServerRefusal(err) {
-			re.split = true
+		if re, ok := err.(*runError); ok && isServerRefusal(err) {
+			if len(dirty) == 1 {
+				re.part = 1 + slices.IndexFunc(parts, func(p part) bool { return p.c == dirty[0].c })
+			} else {
+				re.split = true
+			}
 		}
 		return err
 	}
@@ -222,8 +241,14 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	return nil
 }
 
-// errHeadMissing: a namespace of an update has no head row.
+// errHeadMissing: a namespace of an update has no head row
+// (*missingHead names it).
 var errHeadMissing = errors.New("the head row is missing")
+
+type missingHead struct{ ns string }
+
+func (e *missingHead) Error() string { return e.ns + ": " + errHeadMissing.Error() }
+func (e *missingHead) Unwrap() error { return errHeadMissing }
 
 // begin starts the transaction on conn and reads, in one round trip, the
 // parts' heads under their row locks (taken in the order of the
@@ -270,7 +295,7 @@ func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	}
 	if err == nil {
 		for ns := range byNS {
-			return nil, fmt.Errorf("%s: %w", ns, errHeadMissing)
+			return nil, &missingHead{ns}
 		}
 	}
 	return ts, err

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"syscall"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -32,6 +33,9 @@ type nsFile struct {
 	users int
 	elem  *list.Element // in s.lru while open
 	head  ledger.Head   // the head while closed (exact: taken at close or at start)
+	// fp is the file's fingerprint when head was taken, "" while open or
+	// unknown: a stop seals the file only if it still has it (seal.go).
+	fp string
 
 	ttl      uint64 // key_ttl_ms, fixed at creation
 	ttlKnown bool
@@ -91,12 +95,12 @@ func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
 		return nil, err
 	}
 	if f.fc == nil {
-		fc, err := f.s.openNamespaceFile(ctx, f.ns, f.path)
+		fc, err := f.s.openNamespaceFile(ctx, f.ns, f.path, f.ttl, f.ttlKnown)
 		if err != nil {
 			f.mu.unlock()
 			return nil, err
 		}
-		f.fc = fc
+		f.fc, f.fp = fc, ""
 	}
 	f.users++
 	f.s.lruMu.Lock()
@@ -138,6 +142,8 @@ func (f *nsFile) closeIdle() bool {
 	f.head = *f.fc.head.Load()
 	if err := f.fc.Close(); err != nil {
 		f.s.opts.Logger.Warn("closing an idle namespace file", "namespace", f.ns, "err", err)
+	} else {
+		f.fp = fingerprint(f.path)
 	}
 	f.fc = nil
 	f.s.lruMu.Lock()
@@ -170,8 +176,11 @@ func (s *Store) OpenFiles() int {
 }
 
 // openNamespaceFile opens namespace ns's file for writing with the
-// per-namespace budgets, and checks it against the registry.
-func (s *Store) openNamespaceFile(ctx context.Context, ns, path string) (*fileChain, error) {
+// per-namespace budgets, and checks it against the registry and, when
+// ttlKnown (from the start-up check, a seal or the creation), its key
+// lifetime against ttl: a seal in the ledger file never stands in for
+// the file's own settings.
+func (s *Store) openNamespaceFile(ctx context.Context, ns, path string, ttl uint64, ttlKnown bool) (*fileChain, error) {
 	opts := s.opts
 	opts.ReadConns = min(opts.ReadConns, 2)
 	opts.CacheKeys = max(opts.CacheKeys/8, 1)
@@ -183,6 +192,13 @@ func (s *Store) openNamespaceFile(ctx context.Context, ns, path string) (*fileCh
 	rec, err := recordedHead(ctx, s.reader.r, ns)
 	if err == nil {
 		err = checkAgainstRecorded(ctx, fc.w, s.path, ns, path, rec)
+	}
+	if err == nil && ttlKnown {
+		var got uint64
+		if got, err = fc.KeyTTL(ctx); err == nil && got != ttl {
+			err = fmt.Errorf("namespace %s: its file %s keeps keys for %d ms, but %d ms was recorded for it in the ledger file (table namespace_seals changed by hand?); "+
+				"stop ledgerd, run `sqlite3 %s 'DELETE FROM namespace_seals'` and start it again", ns, path, got, ttl, s.path)
+		}
 	}
 	if err != nil {
 		_ = fc.Close()
@@ -323,6 +339,9 @@ func (f *nsFile) close() error {
 	}
 	f.head = *f.fc.head.Load()
 	err := f.fc.Close()
+	if err == nil {
+		f.fp = fingerprint(f.path)
+	}
 	f.fc = nil
 	return err
 }

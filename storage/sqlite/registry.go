@@ -157,6 +157,9 @@ func lostError(ledgerPath, ns, path, what string) error {
 type nsState struct {
 	head ledger.Head
 	ttl  uint64 // key_ttl_ms, fixed at creation
+	// fp is the file's fingerprint (seal.go) while it held head, "" if
+	// it changed while it was checked.
+	fp string
 }
 
 // checkNamespaceFile compares namespace ns's file at path with the head
@@ -243,7 +246,11 @@ func (s *Store) CheckNamespaces(ctx context.Context) (map[string]nsState, error)
 					results[i] = st
 					continue
 				}
+				before := fingerprint(path)
 				results[i], errs[i] = checkNamespaceFile(ctx, s.path, r.name, path, r.head, s.opts)
+				if before == fingerprint(path) {
+					results[i].fp = before
+				}
 			}
 		}()
 	}

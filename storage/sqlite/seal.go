@@ -62,7 +62,7 @@ func readSeals(ctx context.Context, db *sql.DB) map[string]seal {
 		if err != nil {
 			continue
 		}
-		out[name] = seal{fp, nsState{head: ledger.Head{Seq: seq, Hash: h}, ttl: ttl}}
+		out[name] = seal{fp, nsState{head: ledger.Head{Seq: seq, Hash: h}, ttl: ttl, fp: fp}}
 	}
 	if rows.Err() != nil {
 		return nil
@@ -98,11 +98,11 @@ func (s *Store) sealNamespaces(ctx context.Context) error {
 		return fmt.Errorf("seal namespaces: %w", classify(err))
 	}
 	for _, r := range regs {
-		head := s.recorded[r.name]
+		head, want := s.recorded[r.name], s.fps[r.name]
 		ttl, known := s.ttls[r.name]
 		if f, ok := s.chains[r.name].(*nsFile); ok {
 			f.mu <- struct{}{}
-			fh, open := f.head, f.fc != nil
+			fh, fp, open := f.head, f.fp, f.fc != nil
 			if f.ttlKnown {
 				ttl, known = f.ttl, true
 			}
@@ -110,14 +110,16 @@ func (s *Store) sealNamespaces(ctx context.Context) error {
 			if open {
 				continue
 			}
-			head = fh // the head the file was closed at, or the start's: exact
+			// the head the file was closed at, or the start's: exact while
+			// the file keeps the fingerprint it had then
+			head, want = fh, fp
 		}
 		if !known || head != r.head {
 			continue // the registry lags: checked at the next start
 		}
 		fp := fingerprint(NamespacePath(s.path, r.name))
-		if fp == "" {
-			continue
+		if fp == "" || fp != want {
+			continue // changed since its head was taken: checked at the next start
 		}
 		if _, err := tx.ExecContext(ctx, sqlSeal, r.name, fp, head.Seq, head.Hash[:], ttl); err != nil {
 			return fmt.Errorf("seal namespaces: %w", classify(err))

@@ -60,6 +60,12 @@ func TestStore_seals(t *testing.T) {
 	l, _ = openLedger(t, path, 4, time.Hour)
 	require.Equal(t, uint64(12345), nsInfo(t, l, "pay").KeyTTL, "the seal was trusted: the file was not opened")
 	require.Equal(t, uint64(1), nsInfo(t, l, "pay").Head.Seq)
+	// ... but never for a decision: the file's own key lifetime is
+	// compared when it opens, and a seal that differs is refused.
+	n, err = l.NS(ctx, "pay")
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-1", "exec-2"))
+	require.ErrorContains(t, err, "namespace_seals")
 	require.NoError(t, l.Close())
 
 	// Touching the file (its change time moves) breaks the seal: the file
@@ -71,6 +77,25 @@ func TestStore_seals(t *testing.T) {
 	l, _ = openLedger(t, path, 4, time.Hour)
 	require.Equal(t, uint64(60_000), nsInfo(t, l, "pay").KeyTTL, "a touched file is checked, not trusted")
 	require.NoError(t, l.Close())
+
+	// A file replaced while ledgerd runs, before it was ever opened, is
+	// not sealed at the stop: the next start checks and refuses it.
+	older := filepath.Join(t.TempDir(), "older.db")
+	copyFile(t, nsPath, older)
+	l, _ = openLedger(t, path, 4, time.Hour)
+	n, err = l.NS(ctx, "pay")
+	require.NoError(t, err)
+	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-3", "exec-1"))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	good := filepath.Join(t.TempDir(), "good.db")
+	copyFile(t, nsPath, good)
+	l, _ = openLedger(t, path, 4, time.Hour) // pay sealed at 2, not opened
+	copyFile(t, older, nsPath)
+	require.NoError(t, l.Close())
+	_, err = sqlite.OpenStore(ctx, path, sqlite.Options{}, false)
+	require.ErrorIs(t, err, ledger.ErrNamespaceLost, "the replaced file was not sealed")
+	copyFile(t, good, nsPath)
 
 	// A file put back from an older copy is refused, seal or not.
 	old, err := os.ReadFile(nsPath)
@@ -87,4 +112,16 @@ func TestStore_seals(t *testing.T) {
 	}
 	_, err = sqlite.OpenStore(ctx, path, sqlite.Options{}, false)
 	require.ErrorIs(t, err, ledger.ErrNamespaceLost)
+}
+
+// copyFile copies the SQLite file from to to, over any file there (and
+// removes to's write-ahead log).
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	if err := os.Remove(to + "-wal"); !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.WriteFile(to, b, 0o600))
 }

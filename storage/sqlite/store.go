@@ -50,6 +50,7 @@ type Store struct {
 
 	recorded   map[string]ledger.Head // the heads the registry holds, guarded by mu
 	ttls       map[string]uint64      // namespaces' key_ttl_ms known without opening, guarded by mu
+	fps        map[string]string      // the fingerprints of files not opened since start or creation, guarded by mu (seal.go)
 	stopRecord context.CancelFunc
 	recordDone chan struct{}
 
@@ -131,8 +132,9 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	}
 	s.recorded = make(map[string]ledger.Head, len(states))
 	s.ttls = make(map[string]uint64, len(states))
+	s.fps = make(map[string]string, len(states))
 	for ns, st := range states {
-		s.recorded[ns], s.ttls[ns] = st.head, st.ttl
+		s.recorded[ns], s.ttls[ns], s.fps[ns] = st.head, st.ttl, st.fp
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s.stopRecord, s.recordDone = cancel, make(chan struct{})
@@ -237,7 +239,7 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	} else {
 		// Opened on first use (nsfile.go); the head until then is the
 		// registry's, exact since the start-up check.
-		f := &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns]}
+		f := &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns], fp: s.fps[ns]}
 		f.ttl, f.ttlKnown = s.ttls[ns]
 		c = f
 	}
@@ -260,8 +262,9 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) e
 	if err := createNamespace(ctx, s.main.w, s.path, ns, opts); err != nil {
 		return err
 	}
+	fp := fingerprint(NamespacePath(s.path, ns))
 	s.mu.Lock()
-	s.ttls[ns] = keyTTL
+	s.ttls[ns], s.fps[ns] = keyTTL, fp
 	s.mu.Unlock()
 	return nil
 }
