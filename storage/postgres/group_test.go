@@ -159,24 +159,7 @@ func unique(xs []int) []int {
 func TestLedger_GroupIsolation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{})
-	l := ledger.New(s, ledger.Config{})
-	t.Cleanup(func() { _ = l.Close() })
-	for _, ns := range []string{"good", "bad"} {
-		if err := l.CreateNamespace(ctx, ns, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psql(t, u, `CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.namespace = 'bad' THEN
-				RAISE EXCEPTION 'refused' USING ERRCODE = '23514';
-			END IF;
-			RETURN NEW;
-		END $$`)
-	psql(t, u, `CREATE TRIGGER refuse_bad BEFORE INSERT ON receipts FOR EACH ROW EXECUTE FUNCTION refuse_bad()`)
-	good, bad := mustNS(t, l, "good"), mustNS(t, l, "bad")
+	good, bad := refusingLedger(t)
 
 	before := groupsOfMany(t)
 	var okGood atomic.Int64
@@ -203,6 +186,30 @@ func TestLedger_GroupIsolation(t *testing.T) {
 	}
 	requireReceipts(t, good.Reader().(ledger.Chain), int(okGood.Load()))
 	requireReceipts(t, bad.Reader().(ledger.Chain), 0)
+}
+
+// refusingLedger opens the domain over a new database with namespaces
+// good and bad, whose receipts the database refuses (a trigger).
+func refusingLedger(t *testing.T) (good, bad *ledger.Namespace) {
+	t.Helper()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	l := ledger.New(mustOpen(t, u, postgres.Options{}), ledger.Config{})
+	t.Cleanup(func() { _ = l.Close() })
+	for _, ns := range []string{"good", "bad"} {
+		if err := l.CreateNamespace(ctx, ns, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	psql(t, u, `CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.namespace = 'bad' THEN
+				RAISE EXCEPTION 'refused' USING ERRCODE = '23514';
+			END IF;
+			RETURN NEW;
+		END $$`)
+	psql(t, u, `CREATE TRIGGER refuse_bad BEFORE INSERT ON receipts FOR EACH ROW EXECUTE FUNCTION refuse_bad()`)
+	return mustNS(t, l, "good"), mustNS(t, l, "bad")
 }
 
 func mustNS(t *testing.T, l *ledger.Ledger, name string) *ledger.Namespace {
@@ -282,24 +289,7 @@ func TestStore_UpdateGroup_LostCommit(t *testing.T) {
 func TestLedger_GroupIsolation_lonePart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	u := pgtest.URL(t)
-	s := mustOpen(t, u, postgres.Options{})
-	l := ledger.New(s, ledger.Config{})
-	t.Cleanup(func() { _ = l.Close() })
-	for _, ns := range []string{"good", "bad"} {
-		if err := l.CreateNamespace(ctx, ns, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	psql(t, u, `CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.namespace = 'bad' THEN
-				RAISE EXCEPTION 'refused' USING ERRCODE = '23514';
-			END IF;
-			RETURN NEW;
-		END $$`)
-	psql(t, u, `CREATE TRIGGER refuse_bad BEFORE INSERT ON receipts FOR EACH ROW EXECUTE FUNCTION refuse_bad()`)
-	good, bad := mustNS(t, l, "good"), mustNS(t, l, "bad")
+	good, bad := refusingLedger(t)
 	before := groupsOfMany(t)
 	for round := 0; round < 30 && (round < 3 || groupsOfMany(t) == before); round++ {
 		var wg sync.WaitGroup

@@ -82,12 +82,7 @@ func TestStore_seals(t *testing.T) {
 	// not sealed at the stop: the next start checks and refuses it.
 	older := filepath.Join(t.TempDir(), "older.db")
 	copyFile(t, nsPath, older)
-	l, _ = openLedger(t, path, 4, time.Hour)
-	n, err = l.NS(ctx, "pay")
-	require.NoError(t, err)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-3", "exec-1"))
-	require.NoError(t, err)
-	require.NoError(t, l.Close())
+	reserveAndStop(t, path, "pay", "sealed-key-3")
 	good := filepath.Join(t.TempDir(), "good.db")
 	copyFile(t, nsPath, good)
 	l, _ = openLedger(t, path, 4, time.Hour) // pay sealed at 2, not opened
@@ -98,18 +93,9 @@ func TestStore_seals(t *testing.T) {
 	copyFile(t, good, nsPath)
 
 	// A file put back from an older copy is refused, seal or not.
-	old, err := os.ReadFile(nsPath)
-	require.NoError(t, err)
-	l, _ = openLedger(t, path, 4, time.Hour)
-	n, err = l.NS(ctx, "pay")
-	require.NoError(t, err)
-	_, err = n.Reserve(ctx, testkit.ReserveReq("sealed-key-2", "exec-1"))
-	require.NoError(t, err)
-	require.NoError(t, l.Close())
-	require.NoError(t, os.WriteFile(nsPath, old, 0o600))
-	if err := os.Remove(nsPath + "-wal"); !errors.Is(err, os.ErrNotExist) {
-		require.NoError(t, err)
-	}
+	copyFile(t, nsPath, older)
+	reserveAndStop(t, path, "pay", "sealed-key-2")
+	copyFile(t, older, nsPath)
 	_, err = sqlite.OpenStore(ctx, path, sqlite.Options{}, false)
 	require.ErrorIs(t, err, ledger.ErrNamespaceLost)
 }
@@ -124,4 +110,16 @@ func copyFile(t *testing.T, from, to string) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, os.WriteFile(to, b, 0o600))
+}
+
+// reserveAndStop opens the ledger at path, reserves key in namespace ns
+// and stops cleanly.
+func reserveAndStop(t *testing.T, path, ns, key string) {
+	t.Helper()
+	l, _ := openLedger(t, path, 4, time.Hour)
+	n, err := l.NS(context.Background(), ns)
+	require.NoError(t, err)
+	_, err = n.Reserve(context.Background(), testkit.ReserveReq(key, "exec-1"))
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
 }
