@@ -101,10 +101,3 @@ func CreateSchemaV2(ctx context.Context, conn *pgx.Conn) error {
 	}
 	return tx.Commit(ctx)
 }
-
-// PlanCacheMode returns plan_cache_mode as a connection of s's pool has it.
-func PlanCacheMode(ctx context.Context, s *Store) (string, error) {
-	var mode string
-	err := s.pool.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode)
-	return mode, err
-}

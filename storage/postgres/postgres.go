@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,14 +66,25 @@ type Store struct {
 	// a version 1 schema (no key_ttl_ms) as it is.
 	version int
 
-	mu       sync.Mutex
-	known    map[string]*Chain // namespaces known to exist (never deleted)
-	onEnded  []func(ns string, keys []string)
-	listen   *listener
-	closed   bool
-	updates  uint64 // Updates committed, for pruning batches
-	trees    map[string]*treeCache
-	testHook testHooks
+	mu      sync.Mutex
+	known   map[string]*Chain // namespaces known to exist (never deleted)
+	onEnded []func(ns string, keys []string)
+	listen  *listener
+	closed  bool
+	updates uint64 // Updates committed, for pruning batches
+	// analyzing: an analyzeYoung run is under way, which started at
+	// analyzedAt (unix ns); noAnalyze: one failed, autovacuum alone keeps
+	// the statistics.
+	analyzing, noAnalyze atomic.Bool
+	analyzedAt           atomic.Int64
+	trees                map[string]*treeCache
+	testHook             testHooks
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // testHooks are set by the package's tests only.
@@ -156,19 +168,6 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "ledgerd"
-	}
-	// Plan every statement for its own arguments. Every lookup of
-	// receipts has several indexes that start with namespace; a generic
-	// plan made while the tables were small or their statistics stale
-	// (a new database: autovacuum analyzes a minute later at the soonest)
-	// can pick one that matches the namespace alone and filters the rest,
-	// and the pool's connections keep it: measured on a new database, 32
-	// goroutines, one namespace, 8,000 pairs: 340 pairs/s and falling as
-	// the chain grew, against 1,560–2,290 with custom plans, which cost
-	// the same as generic ones made on analyzed tables (1,990–2,100).
-	// A plan_cache_mode in the URL wins.
-	if cfg.ConnConfig.RuntimeParams["plan_cache_mode"] == "" {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	log := opts.Logger
 	if log == nil {

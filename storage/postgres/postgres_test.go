@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,29 +76,6 @@ func TestOpen_Schema(t *testing.T) {
 			t.Fatalf("error %q does not name both versions", msg)
 		}
 	})
-}
-
-// TestOpen_CustomPlans: the store's connections plan each statement for
-// its arguments (a generic plan made on a new database's small tables
-// scanned a namespace's receipts on every lookup: 340 pairs/s and
-// falling), unless the URL says otherwise.
-func TestOpen_CustomPlans(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	u := pgtest.URL(t)
-	for _, tc := range []struct{ url, want string }{
-		{u, "force_custom_plan"},
-		{u + "&plan_cache_mode=auto", "auto"},
-	} {
-		s := mustOpen(t, tc.url, postgres.Options{})
-		mode, err := postgres.PlanCacheMode(ctx, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mode != tc.want {
-			t.Errorf("%s: plan_cache_mode = %s, want %s", tc.url, mode, tc.want)
-		}
-	}
 }
 
 func TestOpen_BadURL(t *testing.T) {
@@ -659,4 +637,38 @@ func TestChain_Update_Context(t *testing.T) {
 		}
 		update(t, c, func(context.Context, ledger.Tx) error { return nil })
 	})
+}
+
+// TestStore_AnalyzesYoungTables: the writer analyzes the ledger's tables
+// while they grow from empty (analyze.go), long before autovacuum would,
+// so that the pool's generic plans are made on statistics of their real
+// size.
+func TestStore_AnalyzesYoungTables(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	_, c := mustOpenDefault(t, u, postgres.Options{})
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	analyzed := func() bool {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT analyze_count FROM pg_stat_user_tables WHERE relid = 'receipts'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !analyzed(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("receipts not analyzed after %d updates", i*100)
+		}
+		for j := range 100 {
+			update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+				return reserveKey(ctx, tx, fmt.Sprintf("key-%04d-%03d", i, j), "exec")
+			})
+		}
+	}
 }

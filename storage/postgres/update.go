@@ -505,6 +505,7 @@ func (c *Chain) committed(t *tx) {
 			fn(c.ns, append([]string(nil), t.ended...))
 		}
 	}
+	s.analyzeYoung()
 	if prune {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
