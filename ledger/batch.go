@@ -129,20 +129,20 @@ func (n *Namespace) writer() {
 		if deadline != nil {
 			timer.Stop() // no stale tick after Stop (Go ≥ 1.23 timers)
 		}
+		batch = n.runBatch(batch)
 		last = len(batch)
-		n.runBatch(batch)
 		clear(batch)
 	}
 }
 
 // runBatch runs ops in one Update (or, on a store that can, in a group
 // with other namespaces' batches: group.go) and replies to each after
-// COMMIT. A
+// COMMIT; it returns ops with those the group added (more). A
 // domain error of one op touches nothing (decisions are made before any
 // write); any other failure rolls back the whole batch and fails every op
 // in it. The driver may run the batch more than once (retries): each run
 // decides every op afresh.
-func (n *Namespace) runBatch(ops []*writeOp) {
+func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
 	ctx := context.Background() // request contexts must not interrupt a shared transaction
 	start := time.Now()
 	var last *batchTx
@@ -151,6 +151,27 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 		if op.key != "" {
 			keys = append(keys, op.key)
 		}
+	}
+	// more runs in the group's goroutine while this batch waits for its
+	// group (the writer is blocked in update meanwhile): the ops queued
+	// since join the batch, after the ones it holds, in queue order. It
+	// returns the keys of the whole batch.
+	more := func() []string {
+		for len(ops) < n.l.cfg.MaxBatch {
+			select {
+			case op, ok := <-n.ops:
+				if !ok {
+					return keys
+				}
+				ops = append(ops, op)
+				if op.key != "" {
+					keys = append(keys, op.key)
+				}
+			default:
+				return keys
+			}
+		}
+		return keys
 	}
 	err := n.l.update(ctx, n.chain, keys, func(ctx context.Context, tx Tx) error {
 		t := &batchTx{Tx: tx, n: n}
@@ -172,7 +193,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 			}
 		}
 		return nil
-	})
+	}, more)
 	if err != nil {
 		n.l.lastWriteErr.Store(&err)
 		writerReady.Set(0)
@@ -188,7 +209,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 			}
 			op.done <- op.err
 		}
-		return
+		return ops
 	}
 	n.l.lastWriteErr.Store(nil)
 	writerReady.Set(1)
@@ -207,6 +228,7 @@ func (n *Namespace) runBatch(ops []*writeOp) {
 		}
 		headSeq.WithLabelValues(n.name).Set(float64(last.Head().Seq))
 	}
+	return ops
 }
 
 // batchTx is the domain's view of one run of a batch: the driver's Tx,

@@ -22,7 +22,10 @@ import (
 // Under load a group waits, as a namespace's writer does (Config.Linger),
 // up to linger for as many operations as the previous group held before
 // it starts: otherwise each group would take the few batches that came
-// back first, and the next the few after them.
+// back first, and the next the few after them. When the group starts,
+// each waiting batch takes in the operations its namespace queued while
+// it waited (groupPart.more), so a request that comes back just after its
+// namespace handed in a batch still rides the next COMMIT.
 type groupCommit struct {
 	store  GroupUpdater
 	linger time.Duration
@@ -45,6 +48,7 @@ type groupPart struct {
 	chain Chain
 	keys  []string
 	fn    func(ctx context.Context, tx Tx) error
+	more  func() []string // adds the namespace's newly queued ops, returns the batch's keys
 	done  chan error
 }
 
@@ -70,7 +74,7 @@ var groupParts = promauto.NewHistogram(prometheus.HistogramOpts{
 
 // update runs fn, which decides about keys, on c: alone at once if no
 // group runs, else in the next group. It returns what Chain.Update would.
-func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error) error {
+func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, more func() []string) error {
 	g.mu.Lock()
 	if g.runners == 0 {
 		g.runners++
@@ -83,7 +87,7 @@ func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn fun
 		g.mu.Unlock()
 		return err
 	}
-	p := &groupPart{chain: c, keys: keys, fn: fn, done: make(chan error, 1)}
+	p := &groupPart{chain: c, keys: keys, fn: fn, more: more, done: make(chan error, 1)}
 	g.pending = append(g.pending, p)
 	g.pendingOps += p.ops()
 	g.spawn()
@@ -127,6 +131,15 @@ func (g *groupCommit) run() {
 			ops += p.ops()
 		}
 		g.pendingOps -= ops
+		g.mu.Unlock()
+		ops = 0
+		for _, p := range parts {
+			if p.more != nil {
+				p.keys = p.more()
+			}
+			ops += p.ops()
+		}
+		g.mu.Lock()
 		g.lastOps, g.lastParts = ops, n
 		g.mu.Unlock()
 		g.runGroup(parts)

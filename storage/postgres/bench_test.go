@@ -3,12 +3,17 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/gen"
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
 )
@@ -114,4 +119,58 @@ func BenchmarkInsertReceipts(b *testing.B) {
 
 type preloader interface {
 	Preload(ctx context.Context, keys []string) error
+}
+
+// BenchmarkLedger_Namespaces measures the domain on PostgreSQL with 32
+// goroutines doing reserve+commit pairs of UUID-like keys, spread evenly
+// over 1 or 16 namespaces, with ledgerd's default linger: the in-process
+// form of scripts/bench --postgres --namespaces N (issue 31's goal: 16
+// namespaces ≥ 0.9× one), without HTTP and without the load generator on
+// the same two cores. The test cluster runs with fsync off, so this
+// measures the CPU and the round trips, not the disk. It reports pairs/s.
+func BenchmarkLedger_Namespaces(b *testing.B) {
+	for _, nsCount := range []int{1, 16} {
+		b.Run(fmt.Sprintf("ns-%d", nsCount), func(b *testing.B) {
+			ctx := context.Background()
+			l := ledger.New(mustOpen(b, pgtest.URL(b), postgres.Options{}), ledger.Config{Linger: 5 * time.Millisecond})
+			b.Cleanup(func() { _ = l.Close() })
+			nss := make([]*ledger.Namespace, nsCount)
+			for i := range nss {
+				name := ledger.DefaultNamespace
+				if i > 0 {
+					name = fmt.Sprintf("ns-%d", i+1)
+					if err := l.CreateNamespace(ctx, name, 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+				nss[i] = mustNS(b, l, name)
+			}
+			const clients = 32
+			var next atomic.Uint64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for c := range clients {
+				n := nss[c%nsCount]
+				wg.Go(func() {
+					for {
+						i := next.Add(1)
+						if i > uint64(b.N) {
+							return
+						}
+						key := gen.UUIDLike("k", i)
+						res, err := n.Reserve(ctx, testkit.ReserveReq(key, gen.UUIDLike("e", i)))
+						if err == nil {
+							_, err = n.Commit(ctx, testkit.Succeed(key, res.Reservation))
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+		})
+	}
 }

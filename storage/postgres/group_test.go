@@ -8,7 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/effect-ledger/effect-ledger/internal/pgtest"
@@ -212,7 +214,7 @@ func refusingLedger(t *testing.T) (good, bad *ledger.Namespace) {
 	return mustNS(t, l, "good"), mustNS(t, l, "bad")
 }
 
-func mustNS(t *testing.T, l *ledger.Ledger, name string) *ledger.Namespace {
+func mustNS(t testing.TB, l *ledger.Ledger, name string) *ledger.Namespace {
 	t.Helper()
 	n, err := l.NS(context.Background(), name)
 	if err != nil {
@@ -308,5 +310,58 @@ func TestLedger_GroupIsolation_lonePart(t *testing.T) {
 	}
 	if groupsOfMany(t) == before {
 		t.Fatal("no group of two namespaces formed in 30 rounds")
+	}
+}
+
+// TestLedger_GroupTakesLateOps: requests a namespace queues while its
+// batch waits for the next group join that batch when the group starts,
+// instead of waiting for the group after it (ledger/group.go).
+func TestLedger_GroupTakesLateOps(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{})
+	if err := s.CreateNamespace(ctx, "late", 0); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeCommit(s, func(uint32) { once.Do(func() { close(held); <-release }) })
+	l := ledger.New(s, ledger.Config{})
+	t.Cleanup(func() { _ = l.Close() })
+	reserve := func(n *ledger.Namespace, key string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Reserve(ctx, testkit.ReserveReq(key, "exec"))
+			done <- err
+		}()
+		return done
+	}
+	errs := []<-chan error{reserve(mustNS(t, l, ledger.DefaultNamespace), "key-default")}
+	<-held // the default namespace's batch runs, alone, and waits before its COMMIT
+	late := mustNS(t, l, "late")
+	errs = append(errs, reserve(late, "key-late-1"))
+	time.Sleep(200 * time.Millisecond) // its batch of one waits for the next group
+	for i := 2; i <= 4; i++ {
+		errs = append(errs, reserve(late, fmt.Sprintf("key-late-%d", i)))
+	}
+	time.Sleep(200 * time.Millisecond) // queued behind it
+	close(release)
+	for _, e := range errs {
+		if err := <-e; err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var batches int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM batches WHERE namespace = 'late'`).Scan(&batches); err != nil {
+		t.Fatal(err)
+	}
+	if batches != 1 {
+		t.Fatalf("the 4 reserves of namespace late took %d transactions, want 1", batches)
 	}
 }
