@@ -121,7 +121,11 @@ func (g *groupCommit) run() {
 			ops, parts := g.lastOps, g.lastParts
 			g.mu.Unlock()
 			g.await(ops, parts)
-			g.mu.Lock() // parts only leave pending by a runner: this one
+			g.mu.Lock()
+			if len(g.pending) == 0 { // another runner took them meanwhile
+				g.mu.Unlock()
+				continue
+			}
 		}
 		n := min(len(g.pending), maxGroupParts)
 		parts := append([]*groupPart(nil), g.pending[:n]...)
