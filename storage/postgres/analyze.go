@@ -31,14 +31,19 @@ const (
 	analyzeMinChanges = 500
 	analyzeBelow      = 1 << 20
 
-	sqlStaleTables = `SELECT relname FROM pg_stat_user_tables
-		WHERE relid IN ('receipts'::regclass, 'keys'::regclass, 'tree_hashes'::regclass)
-			AND n_live_tup < $1 AND n_mod_since_analyze >= $2 AND n_mod_since_analyze * 2 >= n_live_tup`
+	// The stale tables, and whether this role owns each: PostgreSQL
+	// skips, with a WARNING only, an ANALYZE of a table the role does not
+	// own.
+	sqlStaleTables = `SELECT s.relname, pg_has_role(c.relowner, 'MEMBER')
+		FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+		WHERE s.relid IN ('receipts'::regclass, 'keys'::regclass, 'tree_hashes'::regclass)
+			AND s.n_live_tup < $1 AND s.n_mod_since_analyze >= $2 AND s.n_mod_since_analyze * 2 >= s.n_live_tup`
 )
 
 // analyzeYoung analyzes the tables whose statistics lag their growth (see
-// above), in the background, one run at a time. A failure (the role may
-// not own the tables) is logged once and ends these runs for the Store.
+// above), in the background, one run at a time. A role that does not own
+// them is told once, and these runs end for the Store; a failure is
+// retried at the next look.
 func (s *Store) analyzeYoung() {
 	now := time.Now().UnixNano()
 	if s.noAnalyze.Load() || now-s.analyzedAt.Load() < int64(analyzeEvery) || !s.analyzing.CompareAndSwap(false, true) {
@@ -50,29 +55,38 @@ func (s *Store) analyzeYoung() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		rows, err := s.pool.Query(ctx, sqlStaleTables, analyzeBelow, analyzeMinChanges)
-		var stale []string
+		var owned, foreign []string
 		if err == nil {
 			for rows.Next() {
 				var name string
-				if err = rows.Scan(&name); err != nil {
+				var own bool
+				if err = rows.Scan(&name, &own); err != nil {
 					break
 				}
-				stale = append(stale, name)
+				if own {
+					owned = append(owned, name)
+				} else {
+					foreign = append(foreign, name)
+				}
 			}
 			rows.Close()
 			if err == nil {
 				err = rows.Err()
 			}
 		}
-		for _, table := range stale {
+		for _, table := range owned {
 			if err != nil {
 				break
 			}
 			_, err = s.pool.Exec(ctx, "ANALYZE "+table) // a name from the fixed list above
 		}
-		if err != nil && ctx.Err() == nil && !s.isClosed() {
+		switch {
+		case err != nil && !s.isClosed():
+			s.log.Debug("postgres: analyzing young tables", "err", err)
+		case len(foreign) > 0:
 			s.noAnalyze.Store(true)
-			s.log.Warn("postgres: cannot analyze the ledger's young tables; autovacuum will", "err", err)
+			s.log.Warn("postgres: cannot analyze the ledger's young tables (this role does not own them); autovacuum will",
+				"tables", foreign)
 		}
 	}()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -670,5 +672,52 @@ func TestStore_AnalyzesYoungTables(t *testing.T) {
 				return reserveKey(ctx, tx, fmt.Sprintf("key-%04d-%03d", i, j), "exec")
 			})
 		}
+	}
+}
+
+// TestStore_AnalyzeRefused: a role that may write the ledger's tables but
+// does not own them cannot ANALYZE them; the store says so once and keeps
+// writing (autovacuum keeps the statistics then).
+func TestStore_AnalyzeRefused(t *testing.T) {
+	t.Parallel()
+	u := pgtest.URL(t)
+	mustOpen(t, u, postgres.Options{}) // the schema, made by its owner
+	role := fmt.Sprintf("writer_%d", time.Now().UnixNano())
+	for _, q := range []string{
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO ` + role,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO ` + role,
+	} {
+		psql(t, u, q)
+	}
+	ru, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru.User = url.User(role)
+	var logs testkit.Buffer
+	_, c := mustOpenDefault(t, ru.String(), postgres.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const warning = "cannot analyze the ledger's young tables"
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !strings.Contains(logs.String(), warning); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning after %d updates; logs:\n%s", i*100, logs.String())
+		}
+		for j := range 100 {
+			update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+				return reserveKey(ctx, tx, fmt.Sprintf("key-%04d-%03d", i, j), "exec")
+			})
+		}
+	}
+	for j := range 600 { // enough changes for another look, a second later
+		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+			return reserveKey(ctx, tx, fmt.Sprintf("more-%04d", j), "exec")
+		})
+	}
+	time.Sleep(1100 * time.Millisecond)
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error { return reserveKey(ctx, tx, "last-key", "exec") })
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(logs.String(), warning); n != 1 {
+		t.Fatalf("the warning was logged %d times, want once:\n%s", n, logs.String())
 	}
 }
