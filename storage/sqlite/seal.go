@@ -35,22 +35,17 @@ const (
 	sqlSeal       = `INSERT INTO namespace_seals (name, fingerprint, head_seq, head_hash, key_ttl_ms) VALUES (?, ?, ?, ?, ?)`
 )
 
-// seal is one namespace's state as sealed at the last clean stop.
-type seal struct {
-	fingerprint string
-	state       nsState
-}
-
-// readSeals reads the seals; a ledger file without them (made before
+// readSeals reads the seals, each namespace's state as sealed at the
+// last clean stop (nsState.fp: its file's fingerprint then); a ledger file without them (made before
 // them, or opened read-only before any ledgerd of this version stopped
 // cleanly) has none.
-func readSeals(ctx context.Context, db *sql.DB) map[string]seal {
+func readSeals(ctx context.Context, db *sql.DB) map[string]nsState {
 	rows, err := db.QueryContext(ctx, sqlSealRows)
 	if err != nil {
 		return nil
 	}
 	defer func() { _ = rows.Close() }()
-	out := map[string]seal{}
+	out := map[string]nsState{}
 	for rows.Next() {
 		var name, fp string
 		var seq, ttl uint64
@@ -62,7 +57,7 @@ func readSeals(ctx context.Context, db *sql.DB) map[string]seal {
 		if err != nil {
 			continue
 		}
-		out[name] = seal{fp, nsState{head: ledger.Head{Seq: seq, Hash: h}, ttl: ttl, fp: fp}}
+		out[name] = nsState{head: ledger.Head{Seq: seq, Hash: h}, ttl: ttl, fp: fp}
 	}
 	if rows.Err() != nil {
 		return nil
@@ -72,12 +67,12 @@ func readSeals(ctx context.Context, db *sql.DB) map[string]seal {
 
 // sealed returns the sealed state of namespace ns, whose file is at path
 // and whose head the registry recorded as rec, if the seal still holds.
-func sealed(seals map[string]seal, ns, path string, rec ledger.Head) (nsState, bool) {
-	s, ok := seals[ns]
-	if !ok || s.state.head != rec || s.fingerprint == "" {
+func sealed(seals map[string]nsState, ns, path string, rec ledger.Head) (nsState, bool) {
+	st, ok := seals[ns]
+	if !ok || st.head != rec || st.fp == "" {
 		return nsState{}, false
 	}
-	return s.state, fingerprint(path) == s.fingerprint
+	return st, fingerprint(path) == st.fp
 }
 
 // sealNamespaces writes the seals of a clean stop: s.mu is held and every
