@@ -56,7 +56,7 @@ const sqlRepeatedFailures = `
 // tool, input_hash and seq. A failure that no later key repeated is
 // skipped. tool, if not empty, keeps that tool only. SQLite does the grouping, so memory does not grow with the ledger.
 func (rd *Reader) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
-	rows, err := rd.r.QueryContext(ctx, sqlRepeatedFailures, tool)
+	rows, err := rd.r.QueryContext(ctx, rd.q.repeatedFailures, rd.args(tool)...)
 	if err != nil {
 		return fmt.Errorf("repeated failures: %w", classify(err))
 	}

@@ -16,6 +16,9 @@ import (
 // index by key; its writes only append).
 const sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts WHERE idempotency_key = ? ORDER BY seq`
 
+// sqlRepairHead sets the recorded head.
+const sqlRepairHead = `INSERT OR REPLACE INTO head (id, seq, hash) VALUES (1, ?, ?)`
+
 // GetKey returns a key's state and receipts, derived from a scan of the
 // receipts. Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
 func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
@@ -27,7 +30,7 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, erro
 		return nil, fmt.Errorf("get key: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	receipts, err := queryReceipts(ctx, tx, sqlKeyReceipts, key)
+	receipts, err := queryReceipts(ctx, tx, rd.q.keyReceipts, rd.args(key)...)
 	if err != nil {
 		return nil, fmt.Errorf("get key: %w", err)
 	}
@@ -116,12 +119,11 @@ func rebuildFile(ctx context.Context, ix *ledgerIndex, file, ns string, opts Opt
 // repairHead makes the recorded head match the receipts' tail (after a
 // tail was removed outside ledgerd), for RebuildIndex.
 func (db *fileChain) repairHead(ctx context.Context) error {
-	tail, err := readTail(ctx, db.w)
+	tail, err := readTail(ctx, db.w, db.chainRef)
 	if err != nil {
 		return fmt.Errorf("repair head: %w", err)
 	}
-	if _, err := db.w.ExecContext(ctx, `INSERT OR REPLACE INTO head (id, seq, hash) VALUES (1, ?, ?)`,
-		tail.Seq, tail.Hash[:]); err != nil {
+	if _, err := db.w.ExecContext(ctx, db.q.repairHead, db.args(tail.Seq, tail.Hash[:])...); err != nil {
 		return fmt.Errorf("repair head: %w", classify(err))
 	}
 	return nil

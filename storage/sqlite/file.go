@@ -52,8 +52,18 @@ type fileChain struct {
 	// then from the key index's postings, not at open).
 	gated map[string]struct{}
 
-	mu     sync.Mutex // serialises Update and Close
+	// mu serialises the Updates and Close of every chain of the file: they
+	// share the writer connection (the ledger file's chains share one).
+	mu     *sync.Mutex
 	closed bool
+	// main is the ledger file's own chain (namespace default) for a
+	// namespace of the shared tables, which uses its writer connection,
+	// read pool, lock and checkpointer; nil for the file's own chain.
+	main *fileChain
+	// nsStmts are the shared tables' write statements, prepared on the
+	// writer connection once for every namespace (the file's own chain
+	// holds them).
+	nsStmts *writeStmts
 
 	stmts *writeStmts // used under mu
 	tree  treeCache   // used under mu (tree.go)
@@ -191,7 +201,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		}
 		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
 	}
-	db := &fileChain{ns: ns, lock: lock, now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+	db := &fileChain{ns: ns, lock: lock, mu: new(sync.Mutex), now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
 		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.AfterCommit}
 
 	ok := false
@@ -215,10 +225,11 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: memory limit: %w", abs, classify(err))
 	}
-	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
+	if db.stmts, err = prepareWrite(ctx, db.w, defaultSQL); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
+	db.Reader = &Reader{path: abs, chainRef: chainRef{q: defaultSQL}} // the tables, until the pool opens
 	if err := db.initTree(ctx, *db.head.Load(), opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
@@ -321,41 +332,55 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 	if err := db.migrate(ctx, abs); err != nil {
 		return err
 	}
-	tail, err := readTail(ctx, db.w)
+	if _, err := db.w.ExecContext(ctx, sqlTreeSchema); err != nil {
+		return fmt.Errorf("tree schema: %w", classify(err))
+	}
+	ref := chainRef{q: defaultSQL}
+	if err := db.loadHead(ctx, ref, dbFlags(abs, db.ns), repair); err != nil {
+		return err
+	}
+	h := *db.head.Load()
+	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
+		"head_seq", h.Seq, "head_hash", h.Hash.String())
+	return nil
+}
+
+// loadHead reads the chain's head, checks it against the recorded one
+// (unless repairing), and reads the chain's newest recorded_at and latest
+// policy receipt, through the writer connection.
+func (db *fileChain) loadHead(ctx context.Context, ref chainRef, flags string, repair bool) error {
+	tail, err := readTail(ctx, db.w, ref)
 	if err != nil {
 		return fmt.Errorf("load head: %w", err)
 	}
 	if !repair {
-		if err := checkDerived(ctx, db.w, tail, dbFlags(abs, db.ns)); err != nil {
+		if err := checkDerived(ctx, db.w, ref, tail, flags); err != nil {
 			return err
 		}
 	}
-	held, err := readLastRecordedAt(ctx, db.w)
+	held, err := readLastRecordedAt(ctx, db.w, ref)
 	if err != nil {
 		return fmt.Errorf("load head: %w", err)
 	}
 	db.held.Store(held)
-	ps, err := readPolicySeq(ctx, db.w)
+	ps, err := readPolicySeq(ctx, db.w, ref)
 	if err != nil {
 		return err
 	}
 	db.policySeq.Store(ps)
 	h := tail
 	db.head.Store(&h)
-	db.logger.Info("ledger opened", "path", abs, "namespace", db.ns, "sqlite_version", version,
-		"head_seq", h.Seq, "head_hash", h.Hash.String())
 	ledger.SetHeadMetric(db.ns, h.Seq)
 	return nil
 }
 
-// dbFlags names the file of namespace ns at abs the way ledgerctl does:
-// --db FILE for the ledger file, --db FILE --namespace NS for a
-// namespace's file (FILE.ns/ns-NS.db).
+// dbFlags names namespace ns of the ledger file at abs the way ledgerctl
+// does: --db FILE, and --namespace NS for a namespace other than default.
 func dbFlags(abs, ns string) string {
 	if ns == ledger.DefaultNamespace {
 		return "--db " + abs
 	}
-	return "--db " + strings.TrimSuffix(filepath.Dir(abs), ".ns") + " --namespace " + ns
+	return "--db " + abs + " --namespace " + ns
 }
 
 // queryRower is what readTail and checkDerived need of a pool or a Tx.
@@ -364,10 +389,10 @@ type queryRower interface {
 }
 
 // readTail returns the last receipt's seq and hash as stored.
-func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
+func readTail(ctx context.Context, q queryRower, ref chainRef) (ledger.Head, error) {
 	var h ledger.Head
 	var hash []byte
-	err := q.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	err := q.QueryRowContext(ctx, ref.q.head, ref.args()...).Scan(&h.Seq, &hash)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return h, nil
@@ -383,10 +408,9 @@ func readTail(ctx context.Context, q queryRower) (ledger.Head, error) {
 // readLastRecordedAt returns the recorded_at of the chain's last receipt
 // (0 for an empty chain, or for a value that is not an unsigned integer:
 // an edited file, which the verifier reports).
-func readLastRecordedAt(ctx context.Context, q queryRower) (uint64, error) {
+func readLastRecordedAt(ctx context.Context, q queryRower, ref chainRef) (uint64, error) {
 	var at uint64
-	err := q.QueryRowContext(ctx, `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
-		THEN recorded_at ELSE 0 END FROM receipts ORDER BY seq DESC LIMIT 1`).Scan(&at)
+	err := q.QueryRowContext(ctx, ref.q.lastRecordedAt, ref.args()...).Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, nil
@@ -407,10 +431,10 @@ func (db *fileChain) clock() uint64 {
 // checkDerived compares the head recorded with the last append (table
 // head, moved in the same transaction as every receipt) with the
 // receipts' actual tail: two lookups.
-func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags string) error {
+func checkDerived(ctx context.Context, q queryRower, ref chainRef, tail ledger.Head, flags string) error {
 	var rec ledger.Head
 	var hash []byte
-	err := q.QueryRowContext(ctx, `SELECT seq, hash FROM head WHERE id = 1`).Scan(&rec.Seq, &hash)
+	err := q.QueryRowContext(ctx, ref.q.recordedHead, ref.args()...).Scan(&rec.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-index %s` after checking the chain with `ledgerctl verify`",
 			ledger.ErrDerivedState, flags)
@@ -431,17 +455,17 @@ func checkDerived(ctx context.Context, q queryRower, tail ledger.Head, flags str
 // checkTail reads the receipts' tail and checks it against the recorded head (checkDerived) in
 // one read transaction: a reader beside a running ledgerd must see both in one snapshot, or an
 // append between the two reads looks like a tampered file.
-func checkTail(ctx context.Context, db *sql.DB, flags string) (ledger.Head, error) {
+func checkTail(ctx context.Context, db *sql.DB, ref chainRef, flags string) (ledger.Head, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return ledger.Head{}, fmt.Errorf("read tail: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	tail, err := readTail(ctx, tx)
+	tail, err := readTail(ctx, tx, ref)
 	if err != nil {
 		return tail, fmt.Errorf("read tail: %w", err)
 	}
-	return tail, checkDerived(ctx, tx, tail, flags)
+	return tail, checkDerived(ctx, tx, ref, tail, flags)
 }
 
 func shortHash(h chain.Hash) string {
@@ -627,6 +651,9 @@ func (db *fileChain) Close() error {
 		return nil
 	}
 	db.closed = true
+	if db.main != nil {
+		return nil // the ledger file's chain closes what they share
+	}
 	cerr := db.ckpt.close()
 	// Readers go first: the last connection to close checkpoints the WAL
 	// into the main file, and only the writer can, so that a cleanly
@@ -634,6 +661,11 @@ func (db *fileChain) Close() error {
 	rerr := db.r.Close()
 	for _, st := range db.stmts.all() {
 		_ = st.Close()
+	}
+	if db.nsStmts != nil {
+		for _, st := range db.nsStmts.all() {
+			_ = st.Close()
+		}
 	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		db.logger.Warn("checkpoint on close", "err", err)

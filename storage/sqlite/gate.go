@@ -26,9 +26,9 @@ const (
 
 // readPolicySeq reads the seq of the chain's latest policy receipt (the
 // partial index receipts_policy answers it).
-func readPolicySeq(ctx context.Context, q queryRower) (uint64, error) {
+func readPolicySeq(ctx context.Context, q queryRower, ref chainRef) (uint64, error) {
 	var seq uint64
-	if err := q.QueryRowContext(ctx, sqlPolicySeq).Scan(&seq); err != nil {
+	if err := q.QueryRowContext(ctx, ref.q.policySeq, ref.args()...).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("read policy seq: %w", classify(err))
 	}
 	return seq, nil
@@ -97,7 +97,7 @@ func (t *writeTx) firstRecordedAt(ctx context.Context, at uint64) (uint64, error
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		var rec uint64
-		err := t.tx.QueryRowContext(ctx, sqlRecordedAtOf, mid).Scan(&rec)
+		err := t.tx.QueryRowContext(ctx, t.ref.q.recordedAtOf, t.ref.args(mid)...).Scan(&rec)
 		if err != nil {
 			return 0, fmt.Errorf("read recorded_at of %d: %w", mid, classify(err))
 		}
@@ -130,10 +130,10 @@ func (t *writeTx) postings(ctx context.Context, f keyindex.Field, value string, 
 
 // PutAskInput keeps an ask's input and purges the expired ones.
 func (t *writeTx) PutAskInput(ctx context.Context, seq uint64, input string, deleteAfter, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, now); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
-	if _, err := t.tx.ExecContext(ctx, sqlPutAskInput, seq, input, deleteAfter); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.putAskInput, t.ref.args(seq, input, deleteAfter)...); err != nil {
 		return fmt.Errorf("keep asked input: %w", classify(err))
 	}
 	return nil
@@ -142,10 +142,10 @@ func (t *writeTx) PutAskInput(ctx context.Context, seq uint64, input string, del
 // SetAskInputDeadline moves an ask's input's deletion and purges the
 // expired ones.
 func (t *writeTx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, sqlAskInputDeadline, deleteAfter, seq); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.askInputDeadline, t.ref.args(deleteAfter, seq)...); err != nil {
 		return fmt.Errorf("set asked input deadline: %w", classify(err))
 	}
-	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, now); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
 	return nil
@@ -191,7 +191,7 @@ func (t *writeTx) gatedKeys(ctx context.Context) (map[string]struct{}, error) {
 
 // PurgeAskInputs deletes the asked inputs past their deadline.
 func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, now); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
 	return nil
@@ -201,7 +201,7 @@ func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
 // before version 5 has no inputs.
 func (rd *Reader) AskInput(ctx context.Context, seq, now uint64) (string, bool, error) {
 	var in string
-	err := rd.r.QueryRowContext(ctx, sqlAskInput, seq, now).Scan(&in)
+	err := rd.r.QueryRowContext(ctx, rd.q.askInput, rd.args(seq, now)...).Scan(&in)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", false, nil

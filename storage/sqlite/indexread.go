@@ -82,14 +82,14 @@ func (c *fileChain) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Rece
 		return nil, classify(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	st, err := tx.PrepareContext(ctx, sqlReceiptBySeq)
+	st, err := tx.PrepareContext(ctx, c.q.receiptBySeq)
 	if err != nil {
 		return nil, classify(err)
 	}
 	defer func() { _ = st.Close() }()
 	out := make([]chain.Receipt, 0, len(seqs))
 	for _, seq := range seqs {
-		r, err := scanReceipt(st.QueryRowContext(ctx, seq))
+		r, err := scanReceipt(st.QueryRowContext(ctx, c.args(seq)...))
 		if err != nil {
 			return nil, fmt.Errorf("read receipt %d: %w", seq, classify(err))
 		}
@@ -149,13 +149,16 @@ func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
 		(f.Tool == "" || r.Tool == f.Tool) && (f.Kind == "" || r.Kind == f.Kind)
 }
 
+// sqlFirstFields reads what a key record takes from its first reserve.
+const sqlFirstFields = `SELECT tool, effect, input_hash FROM receipts WHERE seq = ?`
+
 // Keys calls fn for every key record of the index, in key byte order,
 // with its fingerprint read from its first reserve.
 func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
 	if err := c.indexReadable(); err != nil {
 		return err
 	}
-	st, err := c.r.PrepareContext(ctx, `SELECT tool, effect, input_hash FROM receipts WHERE seq = ?`)
+	st, err := c.r.PrepareContext(ctx, c.q.firstFields)
 	if err != nil {
 		return fmt.Errorf("keys: %w", classify(err))
 	}
@@ -164,7 +167,7 @@ func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := st.QueryRowContext(ctx, k.FirstSeq).Scan(&k.Tool, &k.Effect, &k.InputHash)
+		err := st.QueryRowContext(ctx, c.args(k.FirstSeq)...).Scan(&k.Tool, &k.Effect, &k.InputHash)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) { // no first reserve: the verifier reports the record
 			return fmt.Errorf("keys: %w", classify(err))
 		}

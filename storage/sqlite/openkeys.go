@@ -99,7 +99,7 @@ func (s *Store) followOpenKeys(ctx context.Context, ns string, set *openSet) err
 // follow applies the receipts after set.seq. Each row moves set.seq, so a
 // read cut short leaves a consistent prefix for the next to continue.
 func (set *openSet) follow(ctx context.Context, rd *Reader) error {
-	rows, err := rd.r.QueryContext(ctx, sqlOpenKeysAfter, set.seq)
+	rows, err := rd.r.QueryContext(ctx, rd.q.openKeysAfter, rd.args(set.seq)...)
 	if err != nil {
 		return classify(err)
 	}

@@ -21,6 +21,8 @@ type Reader struct {
 	r    *sql.DB
 	now  func() time.Time
 	busy time.Duration // the busy timeout of the scans' own connections
+	chainRef           // the chain's tables in the file (tables.go)
+	ns       string    // the namespace, for messages; "" for the file's own
 }
 
 // ledgerPath is the absolute path of the ledger file named by path.
@@ -75,11 +77,16 @@ func openReader(ctx context.Context, abs string, opts Options) (*Reader, error) 
 		_ = r.Close()
 		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, classify(err))
 	}
-	return &Reader{path: abs, r: r, now: opts.Now, busy: opts.BusyTimeout}, nil
+	return &Reader{path: abs, r: r, now: opts.Now, busy: opts.BusyTimeout, chainRef: chainRef{q: defaultSQL}}, nil
 }
 
 // Close closes the read pool.
-func (rd *Reader) Close() error { return rd.r.Close() }
+func (rd *Reader) Close() error {
+	if rd.q.shared {
+		return nil // the ledger file's pool, which its own Reader closes
+	}
+	return rd.r.Close()
+}
 
 // Path returns the absolute path of the database file.
 func (rd *Reader) Path() string { return rd.path }
@@ -88,7 +95,7 @@ func (rd *Reader) Path() string { return rd.path }
 func (rd *Reader) ReadHead(ctx context.Context) (ledger.Head, error) {
 	var h ledger.Head
 	var hash []byte
-	err := rd.r.QueryRowContext(ctx, sqlHead).Scan(&h.Seq, &hash)
+	err := rd.r.QueryRowContext(ctx, rd.q.head, rd.args()...).Scan(&h.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}
@@ -112,7 +119,7 @@ func (rd *Reader) KeyTTL(ctx context.Context) (uint64, error) {
 		return 0, nil
 	}
 	var ttl uint64
-	err := rd.r.QueryRowContext(ctx, `SELECT key_ttl_ms FROM settings WHERE id = 1`).Scan(&ttl)
+	err := rd.r.QueryRowContext(ctx, rd.q.keyTTL, rd.args()...).Scan(&ttl)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -143,7 +150,7 @@ func (rd *Reader) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]c
 	q := `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ?` + strings.Join(where, "") +
 		` ORDER BY seq LIMIT ?`
 	args = append(args, f.Limit+1)
-	rs, err := queryReceipts(ctx, rd.r, q, args...)
+	rs, err := queryReceipts(ctx, rd.r, rd.q.read(q), rd.args(args...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list receipts: %w", err)
 	}
@@ -165,7 +172,7 @@ func page(rs []chain.Receipt, limit int) ([]chain.Receipt, *uint64) {
 // GetReceipt returns the receipt at seq. Errors: *Error with
 // ECodeUnknownReceipt.
 func (rd *Reader) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
-	r, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, seq))
+	r, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(seq)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %d", seq)
 	}
@@ -195,4 +202,12 @@ func queryReceipts(ctx context.Context, q querier, query string, args ...any) ([
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// flags names the reader's chain the way ledgerctl does (dbFlags).
+func (rd *Reader) flags() string {
+	if rd.ns == "" {
+		return dbFlags(rd.path, ledger.DefaultNamespace)
+	}
+	return dbFlags(rd.path, rd.ns)
 }

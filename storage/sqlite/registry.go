@@ -59,7 +59,6 @@ const (
 	sqlUnregister     = `DELETE FROM namespaces WHERE name = ?`
 	sqlNamespaceEvent = `INSERT INTO namespace_events (name, action, decided_by, reason, at, head_seq, head_hash, moved_to)
 		VALUES (?, 'forget', ?, ?, ?, ?, ?, ?)`
-	sqlHashAt = `SELECT hash FROM receipts WHERE seq = ?`
 )
 
 // ensureRegistry creates the registry in the ledger file, or adds the
@@ -178,7 +177,7 @@ func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec le
 	if err := checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec); err != nil {
 		return nsState{}, err
 	}
-	tail, err := checkTail(ctx, rd.r, dbFlags(path, ns))
+	tail, err := checkTail(ctx, rd.r, rd.chainRef, dbFlags(ledgerPath, ns))
 	if err != nil {
 		return nsState{}, fmt.Errorf("open ledger %s: %w", path, err)
 	}
@@ -196,9 +195,9 @@ func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path 
 		return nil
 	}
 	var hash []byte
-	err := db.QueryRowContext(ctx, sqlHashAt, rec.Seq).Scan(&hash)
+	err := db.QueryRowContext(ctx, sqlHashAt, rec.Seq).Scan(&hash) // a namespace's own file
 	if errors.Is(err, sql.ErrNoRows) {
-		tail, terr := readTail(ctx, db)
+		tail, terr := readTail(ctx, db, chainRef{q: defaultSQL})
 		if terr != nil {
 			return fmt.Errorf("namespace %s: %w", ns, terr)
 		}

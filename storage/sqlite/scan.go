@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -36,14 +37,14 @@ const (
 // streaming: memory does not grow with the ledger. fn must not retain the
 // pointer it is given.
 func (rd *Reader) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	return rd.scan(ctx, fn, sqlScanBySeq, after)
+	return rd.scan(ctx, fn, rd.q.scanBySeq, after)
 }
 
 // ReceiptsRange calls fn for every receipt with after < seq <= through,
 // in seq order, like Receipts. Ranges read concurrently each use a
 // connection (and a read snapshot) of their own.
 func (rd *Reader) ReceiptsRange(ctx context.Context, after, through uint64, fn func(*chain.Receipt) error) error {
-	return rd.scan(ctx, fn, sqlScanBySeqRange, after, through)
+	return rd.scan(ctx, fn, rd.q.scanBySeqRange, after, through)
 }
 
 // KeyReceipts calls fn for every receipt of each key that has a receipt
@@ -52,23 +53,23 @@ func (rd *Reader) ReceiptsRange(ctx context.Context, after, through uint64, fn f
 // The receipts lack their hashes (zero, and never listed in Malformed).
 func (rd *Reader) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
 	if after == 0 {
-		return rd.scan(ctx, fn, sqlScanByKey)
+		return rd.scan(ctx, fn, rd.q.scanByKey)
 	}
-	return rd.scan(ctx, fn, sqlScanByKeyAfter, after)
+	return rd.scan(ctx, fn, rd.q.scanByKeyAfter, after)
 }
 
 // scanCacheKiB sizes the page cache of a scanning connection. The
 // seq-ordered scan reads each page once, so a large cache buys nothing;
 // the key-ordered one revisits table pages at random.
 func scanCacheKiB(query string) int {
-	if query == sqlScanBySeq || query == sqlScanBySeqRange {
+	if !strings.Contains(query, "ORDER BY idempotency_key") {
 		return 2048
 	}
 	return 32768
 }
 
 func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query string, args ...uint64) error {
-	s, err := openCScan(rd.path, rd.busy, scanCacheKiB(query), query, args...)
+	s, err := openCScan(rd.path, rd.busy, scanCacheKiB(query), query, rd.scanArgs(args...)...)
 	if err != nil {
 		return fmt.Errorf("scan receipts: %w", err)
 	}
@@ -76,11 +77,11 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	// A row that is not what the ledger writes is read again through the
 	// driver, column by column, and comes back with Malformed set.
 	reread := func(seq uint64, r *chain.Receipt) error {
-		got, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, int64(seq))) // as stored, even negative
+		got, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(int64(seq))...)) // as stored, even negative
 		if err != nil {
 			return fmt.Errorf("read malformed row: %w", classify(err))
 		}
-		if query != sqlScanBySeq && query != sqlScanBySeqRange { // no hashes in key order
+		if strings.Contains(query, "ORDER BY idempotency_key") { // no hashes in key order
 			got.PrevHash, got.Hash = chain.Hash{}, chain.Hash{}
 			got.Malformed = slices.DeleteFunc(got.Malformed, func(m chain.Malformed) bool {
 				return m.Field == "prev_hash" || m.Field == "hash"
@@ -111,7 +112,7 @@ func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) err
 	if heads == 0 { // a version 1 file, read as it is
 		return ledger.ErrNoKeyTable
 	}
-	if _, err := checkTail(ctx, rd.r, dbFlags(rd.path, ledger.DefaultNamespace)); err != nil {
+	if _, err := checkTail(ctx, rd.r, rd.chainRef, rd.flags()); err != nil {
 		return err
 	}
 	return ledger.ErrNoKeyTable
@@ -140,7 +141,7 @@ const sqlDuplicateSuccesses = `
 // DuplicateSuccesses calls fn for each success whose tool and input_hash
 // another key also succeeded with, ordered by tool, input_hash and seq.
 func (rd *Reader) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
-	rows, err := rd.r.QueryContext(ctx, sqlDuplicateSuccesses)
+	rows, err := rd.r.QueryContext(ctx, rd.q.duplicateSuccesses, rd.args()...)
 	if err != nil {
 		return fmt.Errorf("duplicate successes: %w", classify(err))
 	}

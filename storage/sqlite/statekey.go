@@ -19,9 +19,9 @@ const (
 )
 
 // readStateKey reads the secret from db, or returns nil when none was made.
-func readStateKey(ctx context.Context, db *sql.DB) ([]byte, error) {
+func readStateKey(ctx context.Context, db *sql.DB, ref chainRef) ([]byte, error) {
 	var key []byte
-	err := db.QueryRowContext(ctx, sqlStateKey).Scan(&key)
+	err := db.QueryRowContext(ctx, ref.q.stateKey, ref.args()...).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -34,7 +34,7 @@ func readStateKey(ctx context.Context, db *sql.DB) ([]byte, error) {
 // StateKey implements ledger.Chain: read from the read pool, made on the
 // writer's connection (under the writer's lock) when there is none yet.
 func (c *fileChain) StateKey(ctx context.Context) ([]byte, error) {
-	if key, err := readStateKey(ctx, c.r); err != nil || key != nil {
+	if key, err := readStateKey(ctx, c.r, c.chainRef); err != nil || key != nil {
 		return key, err
 	}
 	c.mu.Lock()
@@ -45,10 +45,10 @@ func (c *fileChain) StateKey(ctx context.Context) ([]byte, error) {
 	key := make([]byte, ledger.StateKeyLen)
 	_, _ = rand.Read(key)
 	// Not ctx: a request's end must not interrupt the shared connection.
-	if _, err := c.w.ExecContext(context.Background(), sqlInsertStateKey, key); err != nil {
+	if _, err := c.w.ExecContext(context.Background(), c.q.insertStateKey, c.args(key)...); err != nil {
 		return nil, fmt.Errorf("make state key: %w", classify(err))
 	}
-	key, err := readStateKey(context.Background(), c.w)
+	key, err := readStateKey(context.Background(), c.w, c.chainRef)
 	if err == nil && key == nil {
 		err = errors.New("make state key: no row after the insert")
 	}
@@ -63,7 +63,7 @@ func (f *nsFile) StateKey(ctx context.Context) ([]byte, error) {
 // StateKey implements ledger.Chain: a file opened for reading cannot make
 // the secret.
 func (c readOnlyChain) StateKey(ctx context.Context) ([]byte, error) {
-	key, err := readStateKey(ctx, c.r)
+	key, err := readStateKey(ctx, c.r, c.chainRef)
 	if err == nil && key == nil {
 		err = ledger.ErrOpenedReadOnly
 	}

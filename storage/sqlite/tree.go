@@ -56,6 +56,7 @@ const (
 	sqlTreeHash      = `SELECT hash FROM tree_hashes WHERE idx = ?`
 	sqlTreeCount     = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes`
 	sqlReceiptHashes = `SELECT seq, hash FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`
+	sqlHashAt        = `SELECT hash FROM receipts WHERE seq = ?`
 )
 
 // treeCacheMax bounds the writer's cache of tree hashes. The next leaf
@@ -95,7 +96,7 @@ func (t *writeTx) ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, err
 			t.tree.read = t.tx.StmtContext(ctx, t.stmts.treeRead)
 		}
 		var b []byte
-		if err := t.tree.read.QueryRowContext(ctx, x).Scan(&b); err != nil {
+		if err := t.tree.read.QueryRowContext(ctx, t.ref.args(x)...).Scan(&b); err != nil {
 			return nil, fmt.Errorf("read tree hash %d: %w", x, classify(err))
 		}
 		if len(b) != len(out[i]) {
@@ -150,13 +151,16 @@ func sqlInsertTreeHashes(n int) string {
 func (t *writeTx) flushTree(ctx context.Context) error {
 	rows := t.tree.pending
 	idx := t.tree.from
-	args := make([]any, 0, 2*min(len(rows), treeInsertMax))
+	args := make([]any, 0, 1+2*min(len(rows), treeInsertMax))
 	for len(rows) > 0 {
 		k := len(t.stmts.treeInsert) - 1
 		for 1<<k > len(rows) {
 			k--
 		}
 		args = args[:0]
+		if t.ref.q.shared {
+			args = append(args, t.ref.id)
+		}
 		for i := range 1 << k {
 			args = append(args, idx+int64(i), rows[i][:])
 		}
@@ -185,19 +189,7 @@ func (db *fileChain) commitTree(t *writeTx) {
 // none (a ledger made before the tree existed), in batches, before the
 // writer starts.
 func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool) error {
-	if _, err := db.w.ExecContext(ctx, sqlTreeSchema); err != nil {
-		return fmt.Errorf("tree schema: %w", classify(err))
-	}
 	db.tree = make(treeCache, treeCacheMax)
-	var err error
-	if db.stmts.treeRead, err = db.w.PrepareContext(ctx, sqlTreeHash); err != nil {
-		return fmt.Errorf("tree: prepare: %w", classify(err))
-	}
-	for k := range db.stmts.treeInsert {
-		if db.stmts.treeInsert[k], err = db.w.PrepareContext(ctx, sqlInsertTreeHashes(1<<k)); err != nil {
-			return fmt.Errorf("tree: prepare: %w", classify(err))
-		}
-	}
 	size, err := db.checkTree(ctx, head)
 	if errors.Is(err, ledger.ErrDerivedState) && repair {
 		// rebuild-index: the chain was cut or changed outside ledgerd; the
@@ -205,11 +197,8 @@ func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool
 		// still shows the difference (the signer refuses to sign a tree
 		// that is not its extension, and verify --checkpoint reports it).
 		db.logger.Warn("the Merkle tree does not match the chain; rebuilding it", "err", err)
-		if _, err := db.w.ExecContext(ctx, `DROP TABLE tree_hashes`); err != nil {
-			return fmt.Errorf("tree: %w", classify(err))
-		}
-		if _, err := db.w.ExecContext(ctx, sqlTreeSchema); err != nil {
-			return fmt.Errorf("tree schema: %w", classify(err))
+		if err := db.dropTree(ctx); err != nil {
+			return err
 		}
 		size, err = 0, nil
 	}
@@ -226,7 +215,7 @@ func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool
 // larger than the chain and that its last leaf is the hash of the
 // receipt at its size (both index lookups).
 func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, error) {
-	size, err := storedTreeSize(ctx, db.w)
+	size, err := storedTreeSize(ctx, db.w, db.chainRef)
 	if err != nil {
 		return 0, err
 	}
@@ -238,10 +227,10 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 		return 0, nil
 	}
 	var stored, last chain.Hash
-	if err := db.w.QueryRowContext(ctx, sqlTreeHash, sumdb.StoredHashIndex(0, size-1)).Scan(hashScanner{&stored}); err != nil {
+	if err := db.w.QueryRowContext(ctx, db.q.treeHash, db.args(sumdb.StoredHashIndex(0, size-1))...).Scan(hashScanner{&stored}); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
 	}
-	if err := db.w.QueryRowContext(ctx, `SELECT hash FROM receipts WHERE seq = ?`, size).Scan(hashScanner{&last}); err != nil {
+	if err := db.w.QueryRowContext(ctx, db.q.hashAt, db.args(size)...).Scan(hashScanner{&last}); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
 	}
 	if tlog.LeafHash(last) != tlog.Hash(stored) {
@@ -276,9 +265,9 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 		if err != nil {
 			return fmt.Errorf("tree back-fill: %w", classify(err))
 		}
-		t := &writeTx{tx: tx, stmts: db.stmts}
+		t := &writeTx{tx: tx, stmts: db.stmts, ref: db.chainRef}
 		t.tree.cache = db.tree
-		rows, err := tx.QueryContext(ctx, sqlReceiptHashes, n, backfillChunk)
+		rows, err := tx.QueryContext(ctx, db.q.receiptHashes, db.args(n, backfillChunk)...)
 		if err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("tree back-fill: %w", classify(err))
@@ -327,9 +316,9 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 }
 
 // storedTreeSize is the number of leaves whose hashes are stored.
-func storedTreeSize(ctx context.Context, q queryRower) (int64, error) {
+func storedTreeSize(ctx context.Context, q queryRower, ref chainRef) (int64, error) {
 	var count int64
-	if err := q.QueryRowContext(ctx, sqlTreeCount).Scan(&count); err != nil {
+	if err := q.QueryRowContext(ctx, ref.q.treeCount, ref.args()...).Scan(&count); err != nil {
 		return 0, fmt.Errorf("tree size: %w", classify(err))
 	}
 	n, err := tlog.SizeFromStoredCount(count)
@@ -337,4 +326,27 @@ func storedTreeSize(ctx context.Context, q queryRower) (int64, error) {
 		return 0, fmt.Errorf("%w: %w", ledger.ErrDerivedState, err)
 	}
 	return n, nil
+}
+
+// dropTree removes the chain's stored tree hashes, for rebuild-index to
+// build them again: the default namespace drops its table and makes it
+// again; a namespace of the shared tables deletes its rows, in one
+// transaction that lifts the append-only trigger only meanwhile.
+func (db *fileChain) dropTree(ctx context.Context) error {
+	stmts := []string{`DROP TABLE tree_hashes`, sqlTreeSchema}
+	if db.q.shared {
+		stmts = []string{`DROP TRIGGER ns_tree_hashes_no_delete`,
+			fmt.Sprintf(`DELETE FROM ns_tree_hashes WHERE ns = %d`, db.id), sqlSharedSchema}
+	}
+	tx, err := db.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("tree: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("tree: %w", classify(err))
+		}
+	}
+	return classify(tx.Commit())
 }

@@ -21,6 +21,7 @@ const (
 	sqlCheckpointAt     = `SELECT size, root, note, signed_at FROM checkpoints WHERE size = ?`
 	sqlCheckpointCover  = `SELECT size, root, note, signed_at FROM checkpoints WHERE size >= ? ORDER BY size DESC LIMIT 1`
 	sqlInsertCheckpoint = `INSERT INTO checkpoints (size, root, note, signed_at) VALUES (?, ?, ?, ?)`
+	sqlMaxCheckpoint    = `SELECT coalesce(max(size), 0) FROM checkpoints`
 )
 
 // treeErr returns ErrNoTree for a failed query on a file that has no tree
@@ -40,7 +41,7 @@ func (rd *Reader) HashReader(ctx context.Context) sumdb.HashReader {
 		out := make([]tlog.Hash, len(idx))
 		for i, x := range idx {
 			var b []byte
-			err := rd.r.QueryRowContext(ctx, sqlTreeHash, x).Scan(&b)
+			err := rd.r.QueryRowContext(ctx, rd.q.treeHash, rd.args(x)...).Scan(&b)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil, fmt.Errorf("tree hash %d is not stored", x)
 			}
@@ -59,7 +60,7 @@ func (rd *Reader) HashReader(ctx context.Context) sumdb.HashReader {
 // TreeSize returns the number of leaves whose hashes are stored.
 func (rd *Reader) TreeSize(ctx context.Context) (int64, error) {
 	var count int64
-	if err := rd.r.QueryRowContext(ctx, sqlTreeCount).Scan(&count); err != nil {
+	if err := rd.r.QueryRowContext(ctx, rd.q.treeCount, rd.args()...).Scan(&count); err != nil {
 		return 0, fmt.Errorf("tree size: %w", rd.treeErr(err))
 	}
 	return tlog.SizeFromStoredCount(count)
@@ -85,17 +86,17 @@ func (rd *Reader) scanCheckpoint(row *sql.Row) (*tlog.Signed, error) {
 // CheckpointCovering returns the largest stored checkpoint of size at
 // least n, or nil if none.
 func (rd *Reader) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
-	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlCheckpointCover, n))
+	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, rd.q.checkpointCover, rd.args(n)...))
 }
 
 // LatestCheckpoint returns the largest stored checkpoint, or nil if none.
 func (rd *Reader) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
-	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlLatestCheckpoint))
+	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, rd.q.latestCheckpoint, rd.args()...))
 }
 
 // CheckpointAt returns the stored checkpoint of size n, or nil if none.
 func (rd *Reader) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error) {
-	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlCheckpointAt, n))
+	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, rd.q.checkpointAt, rd.args(n)...))
 }
 
 // PutCheckpoint stores a signed checkpoint in the batch; SQLite's trigger
@@ -103,13 +104,13 @@ func (rd *Reader) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, erro
 // first so that the refusal is ErrStaleCheckpoint.
 func (t *writeTx) PutCheckpoint(ctx context.Context, c *tlog.Signed) error {
 	var last int64
-	if err := t.tx.QueryRowContext(ctx, `SELECT coalesce(max(size), 0) FROM checkpoints`).Scan(&last); err != nil {
+	if err := t.tx.QueryRowContext(ctx, t.ref.q.maxCheckpoint, t.ref.args()...).Scan(&last); err != nil {
 		return fmt.Errorf("store checkpoint: %w", classify(err))
 	}
 	if c.Size <= last {
 		return fmt.Errorf("%w: size %d, stored %d", ledger.ErrStaleCheckpoint, c.Size, last)
 	}
-	if _, err := t.tx.ExecContext(ctx, sqlInsertCheckpoint, c.Size, c.Root[:], c.Note, t.now); err != nil {
+	if _, err := t.tx.ExecContext(ctx, t.ref.q.insertCheckpoint, t.ref.args(c.Size, c.Root[:], c.Note, t.now)...); err != nil {
 		return fmt.Errorf("store checkpoint %d: %w", c.Size, classify(err))
 	}
 	c.SignedAt = t.now

@@ -25,6 +25,15 @@ const (
 
 	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq = ?`
 
+	// The head recorded with the last append, and the settings row.
+	sqlRecordedHead = `SELECT seq, hash FROM head WHERE id = 1`
+	// The newest recorded_at of the chain (0 for an empty chain, or for a
+	// value that is not an unsigned integer: an edited file, which the
+	// verifier reports).
+	sqlLastRecordedAt = `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
+		THEN recorded_at ELSE 0 END FROM receipts ORDER BY seq DESC LIMIT 1`
+	sqlKeyTTL       = `SELECT key_ttl_ms FROM settings WHERE id = 1`
+
 	// A reserve's token hash, written by the PutKey that follows it (the
 	// row goes at the end: seq is the rowid).
 	sqlInsertToken = `INSERT OR REPLACE INTO reserve_tokens (seq, token_hash) VALUES (?, ?)`
@@ -38,17 +47,24 @@ type writeStmts struct {
 	treeInsert             [8]*sql.Stmt // tree.go: 2^k rows each
 }
 
-func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
+func prepareWrite(ctx context.Context, w *sql.DB, q *chainSQL) (*writeStmts, error) {
 	var s writeStmts
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}} {
+	}{{&s.insert, q.insertReceipt}, {&s.receipt, q.receiptBySeq}, {&s.token, q.insertToken}, {&s.treeRead, q.treeHash}} {
 		st, err := w.PrepareContext(ctx, p.sql)
 		if err != nil {
 			return nil, fmt.Errorf("prepare: %w", classify(err))
 		}
 		*p.dst = st
+	}
+	for k := range s.treeInsert {
+		st, err := w.PrepareContext(ctx, q.treeInsert[k])
+		if err != nil {
+			return nil, fmt.Errorf("prepare: %w", classify(err))
+		}
+		s.treeInsert[k] = st
 	}
 	return &s, nil
 }
@@ -75,7 +91,7 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	start := time.Now()
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns, policySeq: c.policySeq.Load(), gated: c.gated}
+		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
@@ -151,6 +167,7 @@ type writeTx struct {
 	cache         *keyCache
 	idx           *keyindex.Index
 	ns            string
+	ref           chainRef // the chain's tables
 	dirtyKeys     map[string]*ledger.KeyRecord
 	putKeys       []string // the keys PutKey wrote, in order (repeats possible)
 	dirtyReceipts map[uint64]*chain.Receipt
@@ -232,7 +249,7 @@ func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 	if r, ok := t.cache.receipts[seq]; ok {
 		return *r, nil
 	}
-	r, err := scanReceipt(t.stmt(ctx, stReceipt).QueryRowContext(ctx, seq))
+	r, err := scanReceipt(t.stmt(ctx, stReceipt).QueryRowContext(ctx, t.ref.args(seq)...))
 	if err != nil {
 		return r, fmt.Errorf("read receipt %d: %w", seq, classify(err))
 	}
@@ -298,11 +315,11 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if r.Seq != t.head.Seq+1 || r.PrevHash != t.head.Hash {
 		return fmt.Errorf("append receipt %d: not linked to the head %d", r.Seq, t.head.Seq)
 	}
-	_, err := t.stmt(ctx, stInsert).ExecContext(ctx,
+	_, err := t.stmt(ctx, stInsert).ExecContext(ctx, t.ref.args(
 		r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
-		r.PrevHash[:], r.Hash[:])
+		r.PrevHash[:], r.Hash[:])...)
 	if err != nil {
 		return fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
 	}
@@ -330,7 +347,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 // goes to the key index after COMMIT.
 func (t *writeTx) PutKey(ctx context.Context, k *ledger.KeyRecord) error {
 	if k.TokenHash != "" && k.ReserveSeq > t.base {
-		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, k.ReserveSeq, []byte(k.TokenHash)); err != nil {
+		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, t.ref.args(k.ReserveSeq, []byte(k.TokenHash))...); err != nil {
 			return fmt.Errorf("write reservation token: %w", classify(err))
 		}
 	}
