@@ -85,13 +85,13 @@ func CreateNamespace(ctx context.Context, dsn, name string, keyTTL uint64, opts 
 }
 
 // NamespaceFile returns the file that holds namespace ns of the SQLite
-// ledger dsn, or false for a PostgreSQL database (one database holds
-// every namespace).
+// ledger dsn (the ledger file holds every namespace), or false for a
+// PostgreSQL database.
 func NamespaceFile(dsn, ns string) (string, bool) {
 	if IsPostgres(dsn) {
 		return "", false
 	}
-	return sqlite.NamespacePath(dsn, ns), true
+	return dsn, true
 }
 
 // Describe names dsn for messages: a URL without its password, or the

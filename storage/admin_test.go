@@ -92,7 +92,8 @@ func TestCreateNamespace_SQLite(t *testing.T) {
 
 	file, ok := storage.NamespaceFile(path, "payments")
 	require.True(t, ok)
-	assert.FileExists(t, file)
+	assert.Equal(t, path, file, "the ledger file holds every namespace")
+	assert.NoDirExists(t, path+".ns")
 	assertNamespace(t, path, "payments", 60_000)
 
 	err = storage.CreateNamespace(ctx, filepath.Join(t.TempDir(), "none.db"), "x", 0, storage.Options{})

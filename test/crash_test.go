@@ -156,17 +156,23 @@ func kill9(t *testing.T, namespaces int) {
 	assert.Equal(t, 200, l.Do("GET", "/readyz", "").Status)
 	require.NoError(t, l.Stop())
 	for _, ns := range names {
-		cl.check(t, sqlite.NamespacePath(path, ns), ns)
+		cl.check(t, path, ns)
 	}
 	out, errOut, code := ledgerctl(t, "verify", "--db", path, "--all-namespaces")
 	require.Equal(t, 0, code, out+errOut)
 }
 
-// check holds namespace ns's file to what its clients saw acknowledged.
+// check holds namespace ns of the ledger file to what its clients saw acknowledged.
 func (cl *crashLoad) check(t *testing.T, file, ns string) {
-	rd, err := sqlite.OpenReader(context.Background(), file, sqlite.Options{})
+	st, err := sqlite.OpenStore(context.Background(), file, sqlite.Options{}, true)
 	require.NoError(t, err)
-	defer rd.Close()
+	defer st.Close()
+	ch, err := st.Chain(context.Background(), ns)
+	require.NoError(t, err)
+	rd := ch.(interface {
+		ledger.ChainReader
+		verify.DB
+	})
 	for _, a := range cl.acks[ns] {
 		r, err := rd.GetReceipt(context.Background(), a.seq)
 		require.NoError(t, err, "%s: acknowledged receipt %d lost", ns, a.seq)

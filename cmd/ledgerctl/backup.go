@@ -106,7 +106,8 @@ func (c *BackupCommand) Run(ctx context.Context, args []string) error {
 	return nil
 }
 
-// nsCopy is the copy of one namespace's file and its verification.
+// nsCopy is one namespace's copy and its verification: res is nil for a
+// namespace in the ledger file, which the copy of that file holds.
 type nsCopy struct {
 	res *sqlite.BackupResult
 	rep *verify.Report
@@ -117,6 +118,18 @@ type nsCopy struct {
 func backupNamespaces(ctx context.Context, db, out string, force bool, names []string) ([]nsCopy, error) {
 	var copies []nsCopy
 	for _, ns := range names {
+		own, err := sqlite.HasOwnFile(ctx, db, ns)
+		if err != nil {
+			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
+		}
+		if !own {
+			rep, err := verifyInCopy(ctx, out, ns)
+			if err != nil {
+				return nil, fmt.Errorf("namespace %s: %w", ns, err)
+			}
+			copies = append(copies, nsCopy{nil, rep})
+			continue
+		}
 		dst := sqlite.NamespacePath(out, ns)
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
@@ -144,6 +157,11 @@ func (c *BackupCommand) report(asJSON bool, res *sqlite.BackupResult, rep *verif
 		printBackup(c.Stdout, res, rep)
 		for i, ns := range names {
 			fmt.Fprintf(c.Stdout, "namespace %s: ", ns)
+			if copies[i].res == nil {
+				fmt.Fprintf(c.Stdout, "in the copy (%s); ", plural(copies[i].rep.Receipts, "receipt", "receipts"))
+				printVerified(c.Stdout, copies[i].rep)
+				continue
+			}
 			printBackup(c.Stdout, copies[i].res, copies[i].rep)
 		}
 		return nil
@@ -151,7 +169,11 @@ func (c *BackupCommand) report(asJSON bool, res *sqlite.BackupResult, rep *verif
 	spaces := map[string]any{}
 	for i, ns := range names {
 		r := copies[i]
-		spaces[ns] = map[string]any{"ok": r.rep.OK, "out": r.res.Path, "bytes": r.res.Bytes,
+		out, bytes := res.Path, int64(0) // in the ledger file's copy
+		if r.res != nil {
+			out, bytes = r.res.Path, r.res.Bytes
+		}
+		spaces[ns] = map[string]any{"ok": r.rep.OK, "out": out, "bytes": bytes,
 			"receipts": r.rep.Receipts, "head": r.rep.Head, "violations": r.rep.Violations,
 			"violations_total": r.rep.ViolationsTotal}
 	}
@@ -193,6 +215,11 @@ func copiedNamespaces(ctx context.Context, path string) ([]string, error) {
 
 func printBackup(w io.Writer, res *sqlite.BackupResult, rep *verify.Report) {
 	fmt.Fprintf(w, "backup: wrote %s (%s, %s)\n", res.Path, plural(res.Bytes, "byte", "bytes"), plural(rep.Receipts, "receipt", "receipts"))
+	printVerified(w, rep)
+}
+
+// printVerified prints what verifying a copy found.
+func printVerified(w io.Writer, rep *verify.Report) {
 	if rep.OK {
 		fmt.Fprintf(w, "verified: OK, head %d:%s\n", rep.Head.Seq, rep.Head.Hash)
 		return
@@ -213,4 +240,27 @@ func printViolations(w io.Writer, rep *verify.Report) {
 	if n := rep.ViolationsTotal - len(rep.Violations); n > 0 {
 		fmt.Fprintf(w, "… and %d more\n", n)
 	}
+}
+
+// verifyInCopy verifies namespace ns in the copy of the ledger file at
+// path, which holds every namespace of the ledger file.
+func verifyInCopy(ctx context.Context, path, ns string) (*verify.Report, error) {
+	st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, true)
+	if err != nil {
+		return nil, fmt.Errorf("open the copy: %w", err)
+	}
+	defer func() { _ = st.Close() }()
+	c, err := st.Chain(ctx, ns)
+	if err != nil {
+		return nil, fmt.Errorf("open the copy: %w", err)
+	}
+	ac, ok := c.(auditChain)
+	if !ok {
+		return nil, fmt.Errorf("namespace %s of the copy cannot be audited", ns)
+	}
+	rep, err := verify.New(ac, verify.Opts{}).Check(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("verify the copy: %w", err)
+	}
+	return rep, nil
 }

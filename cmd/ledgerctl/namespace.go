@@ -181,25 +181,14 @@ keys that never expire) and, for a SQLite ledger, the file that holds each. Thro
 		}
 		return writeJSON(c.Stdout, map[string]any{"namespaces": out})
 	}
-	_, files := storage.NamespaceFile(src.db, ledger.DefaultNamespace)
-	files = files && src.server == ""
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	header := "NAME\tSEQ\tHASH\tKEY_TTL"
-	if files {
-		header += "\tFILE"
-	}
-	fmt.Fprintln(tw, header)
+	fmt.Fprintln(tw, "NAME\tSEQ\tHASH\tKEY_TTL")
 	for _, n := range list {
 		ttl := "-"
 		if n.KeyTTL != 0 {
 			ttl = ledger.MsDuration(n.KeyTTL).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s", n.Name, n.Head.Seq, n.Head.Hash, ttl)
-		if files {
-			file, _ := storage.NamespaceFile(src.db, n.Name)
-			fmt.Fprintf(tw, "\t%s", file)
-		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n.Name, n.Head.Seq, n.Head.Hash, ttl)
 	}
 	return tw.Flush()
 }

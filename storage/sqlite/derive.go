@@ -60,6 +60,11 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 		return ledger.Head{}, err
 	}
 	opts.defaults()
+	if own, err := HasOwnFile(ctx, abs, ns); err != nil {
+		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
+	} else if !own && ns != ledger.DefaultNamespace {
+		return rebuildShared(ctx, abs, ns, opts)
+	}
 	file := NamespacePath(abs, ns)
 	if _, err := os.Stat(file); err != nil {
 		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
@@ -127,4 +132,58 @@ func (db *fileChain) repairHead(ctx context.Context) error {
 		return fmt.Errorf("repair head: %w", classify(err))
 	}
 	return nil
+}
+
+// rebuildShared is RebuildIndex for namespace ns of the shared tables: the
+// ledger file opens as ledgerd opens it (its own chain checked), then the
+// namespace opens repairing, and once more normally to prove the repair.
+func rebuildShared(ctx context.Context, abs, ns string, opts Options) (ledger.Head, error) {
+	if err := precheck(abs); err != nil {
+		return ledger.Head{}, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	iopts := opts
+	iopts.rebuildIndex = true // a bulk load: one compaction at the end
+	ix, err := openIndex(abs, iopts)
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	defer func() { _ = ix.close() }()
+	opts.index = ix.Index
+	m, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	defer func() { _ = m.Close() }()
+	if err := ensureRegistry(ctx, m.w); err != nil {
+		return ledger.Head{}, err
+	}
+	if err := ensureShared(ctx, m.w); err != nil {
+		return ledger.Head{}, err
+	}
+	if m.nsStmts, err = prepareWrite(ctx, m.w, sharedSQL); err != nil {
+		return ledger.Head{}, err
+	}
+	id, _, err := namespaceID(ctx, m.r, ns)
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	s := &Store{path: abs, opts: opts, main: m, reader: m.Reader}
+	s.opts.Repair, s.opts.rebuildIndex = true, true
+	c, err := s.openShared(ctx, ns, id)
+	if err != nil {
+		return ledger.Head{}, err
+	}
+	head := *c.head.Load()
+	_ = c.Close()
+	s.opts.Repair, s.opts.rebuildIndex = false, false
+	if c, err = s.openShared(ctx, ns, id); err != nil {
+		return head, fmt.Errorf("after rebuilding: %w", err)
+	}
+	_ = c.Close()
+	start := time.Now()
+	if err := ix.Compact(ctx); err != nil {
+		return head, err
+	}
+	opts.Logger.Info("key index compacted", "duration", time.Since(start))
+	return head, nil
 }

@@ -132,10 +132,13 @@ func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) err
 	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
 		return classify(err)
 	}
-	for _, q := range []string{schemaSQL, sqlInsertSettings} {
-		if _, err := c.ExecContext(ctx, q, keyTTL); err != nil {
+	for _, q := range []string{schemaSQL, sqlTreeSchema} {
+		if _, err := c.ExecContext(ctx, q); err != nil {
 			return classify(err)
 		}
+	}
+	if _, err := c.ExecContext(ctx, sqlInsertSettings, keyTTL); err != nil {
+		return classify(err)
 	}
 	// Closing the only connection checkpoints the WAL into the file and
 	// removes it; the file is then complete on its own.
@@ -554,6 +557,9 @@ func (db *fileChain) migrate(ctx context.Context, abs string) error {
 		steps = []migration{{sql: sqlMigrateV3, args: nil}, migrateV4}
 	case version == 4 && appID == applicationID:
 		steps = []migration{migrateV4}
+	case version == 5 && appID == applicationID:
+		// Version 6 adds the shared tables of the namespaces, which a
+		// writing Store makes in the ledger file (ensureShared).
 	case version == 0 || appID != applicationID:
 		return ledger.ErrNotLedger
 	default:

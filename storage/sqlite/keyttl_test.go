@@ -116,12 +116,16 @@ func TestOpen_keyTTL(t *testing.T) {
 	assert.Equal(t, map[string]uint64{"default": 86_400_000, "mail": 3_600_000, "reports": 60_000}, got)
 	require.NoError(t, db.Close())
 
-	rd, err := sqlite.OpenReader(ctx, sqlite.NamespacePath(path, "mail"), quiet)
+	st, err := sqlite.OpenStore(ctx, path, quiet, true)
 	require.NoError(t, err)
-	defer rd.Close()
-	ttl, err := rd.KeyTTL(ctx)
+	defer st.Close()
+	c, err := st.Chain(ctx, "mail")
 	require.NoError(t, err)
-	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the namespace's file")
+	ttl, err := c.(interface {
+		KeyTTL(context.Context) (uint64, error)
+	}).KeyTTL(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3_600_000), ttl, "an offline verifier reads it from the ledger file")
 }
 
 // TestStore_RebuildIndex_generations: rebuilding the key index from the

@@ -14,12 +14,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// Creating a namespace makes its file complete under a temporary name,
-// moves it into place, and only then registers the name: a namespace the
-// registry knows always has a file, and a crash at any point leaves either
-// nothing registered (an empty file left in place is taken up by the next
-// creation) or the whole namespace.
-
 // CreateNamespace creates namespace ns of the ledger at path, whose keys
 // expire after keyTTL ms (0: never), and registers it. It may run beside
 // a ledgerd serving the file (it writes only the registry and a new file).
@@ -47,9 +41,10 @@ func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error 
 	if err := ensureRegistry(ctx, w); err != nil {
 		return err
 	}
-	opts := Options{KeyTTL: keyTTL}
-	opts.defaults()
-	return createNamespace(ctx, w, abs, ns, opts)
+	if err := ensureShared(ctx, w); err != nil {
+		return err
+	}
+	return createShared(ctx, w, ns, keyTTL)
 }
 
 // openRegistryWriter opens a one-connection writer of the ledger file's
@@ -61,77 +56,6 @@ func openRegistryWriter(abs string) (*sql.DB, error) {
 	}
 	w.SetMaxOpenConns(1)
 	return w, nil
-}
-
-// createNamespace creates namespace ns's file, then registers it.
-func createNamespace(ctx context.Context, w *sql.DB, abs, ns string, opts Options) error {
-	var n int
-	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); err != nil {
-		return fmt.Errorf("create namespace: %w", classify(err))
-	}
-	if n == 1 {
-		return ledger.ErrNamespaceExists
-	}
-	path := NamespacePath(abs, ns)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("create namespace: %w", err)
-	}
-	if err := placeNamespaceFile(ctx, abs, ns, path, opts); err != nil {
-		return fmt.Errorf("create namespace %s: %w", ns, err)
-	}
-	res, err := w.ExecContext(ctx, sqlRegister, ns, time.Now().UnixMilli())
-	if err != nil {
-		return fmt.Errorf("create namespace: %w", classify(err))
-	}
-	if k, _ := res.RowsAffected(); k == 0 {
-		return ledger.ErrNamespaceExists
-	}
-	return nil
-}
-
-// placeNamespaceFile makes a new ledger file at path, with opts.KeyTTL:
-// made beside it and renamed into place. One left there by a creation
-// that did not register (it holds no receipt) is replaced, since its
-// settings may differ. A file at path that holds receipts is refused: the
-// registry does not know it, so it is someone's history (a ledger file
-// restored from before the namespace was created, say), not a new
-// namespace.
-func placeNamespaceFile(ctx context.Context, abs, ns, path string, opts Options) error {
-	tmp := path + ".new"
-	removeFileSet(tmp)
-	if _, err := os.Stat(path); err == nil {
-		rd, err := OpenReader(ctx, path, opts)
-		if err != nil {
-			return err
-		}
-		h, err := rd.ReadHead(ctx)
-		_ = rd.Close()
-		if err != nil {
-			return err
-		}
-		if h.Seq > 0 {
-			return fmt.Errorf("%w: %s already holds %d receipts that the registry of %s does not know; "+
-				"restore the ledger file that goes with it, or move the file away", ledger.ErrNamespaceLost, path, h.Seq, abs)
-		}
-		removeFileSet(path)
-	}
-	opts.Logger = slog.New(slog.DiscardHandler) // the file is not the namespace's yet
-	opts.index = nil                            // nor is the index: its first open syncs it
-	fc, err := openFileChain(ctx, tmp, ns, opts)
-	if err != nil {
-		removeFileSet(tmp)
-		return err
-	}
-	if err := fc.Close(); err != nil {
-		removeFileSet(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		removeFileSet(tmp)
-		return err
-	}
-	_ = os.Remove(tmp + ".lock")
-	return syncDir(filepath.Dir(path))
 }
 
 // removeFileSet removes a database file and the files SQLite and the lock
@@ -196,6 +120,13 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	if n == 0 {
 		return nil, ledger.ErrUnknownNamespace
 	}
+	id, _, err := namespaceID(ctx, w, ns)
+	if err != nil {
+		return nil, fmt.Errorf("forget: %w", err)
+	}
+	if id > 0 {
+		return forgetShared(ctx, w, abs, ns, id, by, reason)
+	}
 	rec, err := recordedHead(ctx, w, ns)
 	if err != nil {
 		return nil, err
@@ -204,7 +135,7 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	if res.MovedTo, err = moveAside(NamespacePath(abs, ns)); err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
-	if err := recordForget(ctx, w, ns, by, reason, rec, res.MovedTo); err != nil {
+	if err := recordForget(ctx, w, ns, by, reason, rec, res.MovedTo, nil); err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
 	if err := dropFromIndex(abs, ns); err != nil {
@@ -236,7 +167,7 @@ func moveAside(nsPath string) (string, error) {
 
 // recordForget records the decision to forget ns (who, why, its last recorded head, where its
 // file went) and removes it from the registry, in one transaction.
-func recordForget(ctx context.Context, w *sql.DB, ns, by, reason string, rec ledger.Head, movedTo string) error {
+func recordForget(ctx context.Context, w *sql.DB, ns, by, reason string, rec ledger.Head, movedTo string, then func(*sql.Tx) error) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
 		return classify(err)
@@ -251,6 +182,11 @@ func recordForget(ctx context.Context, w *sql.DB, ns, by, reason string, rec led
 	}
 	if _, err := tx.ExecContext(ctx, sqlUnregister, ns); err != nil {
 		return classify(err)
+	}
+	if then != nil {
+		if err := then(tx); err != nil {
+			return err
+		}
 	}
 	return classify(tx.Commit())
 }
@@ -277,4 +213,109 @@ func dropFromIndex(abs, ns string) error {
 		return fmt.Errorf("dropping the namespace's part of the key index failed: %w", err)
 	}
 	return nil
+}
+
+// forgetShared forgets namespace ns (id) of the shared tables: its rows
+// are copied into a ledger file of their own beside the ledger file,
+// <ledger file>.forgotten-NAME-UNIXMS, which ledgerctl verify --db reads
+// as any ledger file; then one transaction records the decision, removes
+// the registry row and deletes the rows (the append-only triggers let a
+// namespace's rows go only once it is no longer registered).
+func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, reason string) (*ForgetResult, error) {
+	ref := chainRef{q: sharedSQL, id: id}
+	head, err := readTail(ctx, w, ref)
+	if err != nil {
+		return nil, fmt.Errorf("forget: %w", err)
+	}
+	var ttl uint64
+	if err := w.QueryRowContext(ctx, sharedSQL.keyTTL, id).Scan(&ttl); err != nil {
+		return nil, fmt.Errorf("forget: read key lifetime: %w", classify(err))
+	}
+	side := fmt.Sprintf("%s.forgotten-%s-%d", abs, ns, time.Now().UnixMilli())
+	if err := copyOut(ctx, w, side, id, ttl, head); err != nil {
+		removeFileSet(side)
+		return nil, fmt.Errorf("forget: keep the namespace's receipts in %s: %w (nothing was forgotten)", side, err)
+	}
+	err = recordForget(ctx, w, ns, by, reason, head, side, func(tx *sql.Tx) error {
+		for _, t := range []string{"ns_receipts", "ns_tree_hashes", "ns_checkpoints", "ns_reserve_tokens",
+			"ns_approval_inputs", "ns_state_key", "ns_settings", "ns_head"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE ns = ?`, id); err != nil {
+				return fmt.Errorf("delete from %s: %w", t, classify(err))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forget: %w (its copy %s stays)", err, side)
+	}
+	res := &ForgetResult{Head: head, MovedTo: side}
+	if err := dropFromIndex(abs, ns); err != nil {
+		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
+	}
+	return res, nil
+}
+
+// copyOut copies namespace id's rows into a new ledger file at path (with
+// key lifetime ttl), checks that it ends at head, and syncs it.
+func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, head ledger.Head) error {
+	o := Options{}
+	o.defaults()
+	if err := createFile(ctx, path, o.PageSize, ttl); err != nil {
+		return err
+	}
+	if _, err := w.ExecContext(ctx, `ATTACH DATABASE ? AS out`, path); err != nil {
+		return classify(err)
+	}
+	err := func() error {
+		tx, err := w.BeginTx(ctx, nil)
+		if err != nil {
+			return classify(err)
+		}
+		defer func() { _ = tx.Rollback() }()
+		for _, q := range []string{
+			`INSERT INTO out.receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ? ORDER BY seq`,
+			`INSERT INTO out.tree_hashes (idx, hash) SELECT idx, hash FROM ns_tree_hashes WHERE ns = ? ORDER BY idx`,
+			`INSERT INTO out.checkpoints (size, root, note, signed_at) SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ? ORDER BY size`,
+			`INSERT INTO out.reserve_tokens (seq, token_hash) SELECT seq, token_hash FROM ns_reserve_tokens WHERE ns = ? ORDER BY seq`,
+			`INSERT INTO out.approval_inputs (ask_seq, input, delete_after) SELECT ask_seq, input, delete_after FROM ns_approval_inputs WHERE ns = ?`,
+			`INSERT INTO out.state_key (id, key) SELECT 1, key FROM ns_state_key WHERE ns = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return classify(err)
+			}
+		}
+		return classify(tx.Commit())
+	}()
+	if _, derr := w.ExecContext(context.Background(), `DETACH DATABASE out`); err == nil && derr != nil {
+		err = classify(derr)
+	}
+	if err != nil {
+		return err
+	}
+	// Fold the copy's write-ahead log into it, and check it on its own.
+	c, err := sql.Open("sqlite3", dsn(path, "rw", 5*time.Second, 0))
+	if err != nil {
+		return err
+	}
+	c.SetMaxOpenConns(1)
+	got, err := readTail(ctx, c, chainRef{q: defaultSQL})
+	if err == nil {
+		err = checkDerived(ctx, c, chainRef{q: defaultSQL}, got, "--db "+path)
+	}
+	if err == nil && got != head {
+		err = fmt.Errorf("the copy ends at %d, the namespace at %d", got.Seq, head.Seq)
+	}
+	if err == nil {
+		_, err = c.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	}
+	if cerr := c.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := syncFile(path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }

@@ -3,8 +3,6 @@ package sqlite
 import (
 	"container/list"
 	"context"
-	"fmt"
-	"syscall"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
@@ -13,32 +11,29 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-// A writing Store keeps at most Options.MaxOpenFiles namespace files open
-// at once: a namespace is handed out as an nsFile, a stable ledger.Chain
-// that opens its file when a read or write needs it and that the Store
-// closes again when it is the least recently used of too many open files.
-// So thousands of namespaces cost file descriptors and memory only while
-// they are in use, and a start-up does not open them all.
+// A writing Store keeps at most Options.MaxOpenFiles namespaces open at
+// once: a namespace is handed out as an nsFile, a stable ledger.Chain that
+// opens its chain (head, caches, tree, key index sync) when a write or a
+// key read needs it, and that the Store closes again when it is the least
+// recently used of too many open ones. Its rows are in the ledger file's
+// shared tables either way; an open namespace costs its caches, a closed
+// one nothing but its registry row. So thousands of namespaces cost memory
+// only while they are in use, and a start-up does not open them.
 //
-// Lock order: Store.mu, then nsFile.mu, then Store.lruMu.
+// Lock order: Store.mu, then nsFile.mu, then the ledger file's writer
+// lock (fileChain.mu), then Store.lruMu.
 
-// nsFile is one namespace's file behind the open-files bound.
+// nsFile is one namespace behind the open-namespaces bound.
 type nsFile struct {
-	s    *Store
-	ns   string
-	path string
+	s  *Store
+	ns string
+	id int64   // in the registry and the shared tables
+	rd *Reader // the namespace's rows through the ledger file's read pool
 
 	mu    chanMutex  // guards the fields below; waits honour contexts
 	fc    *fileChain // nil while closed
 	users int
 	elem  *list.Element // in s.lru while open
-	head  ledger.Head   // the head while closed (exact: taken at close or at start)
-	// fp is the file's fingerprint when head was taken, "" while open or
-	// unknown: a stop seals the file only if it still has it (seal.go).
-	fp string
-
-	ttl      uint64 // key_ttl_ms, fixed at creation
-	ttlKnown bool
 }
 
 var _ ledger.Chain = (*nsFile)(nil)
@@ -69,23 +64,16 @@ func (m chanMutex) tryLock() bool {
 
 func (m chanMutex) unlock() { <-m }
 
-// DefaultMaxOpenFiles is the most namespace files a writing Store keeps
-// open by default.
+// DefaultMaxOpenFiles is the most namespaces a writing Store keeps open
+// by default.
 const DefaultMaxOpenFiles = 64
 
-// maxOpenFiles is the default bound on open namespace files. An open file
-// holds about 1–2 MiB (its connections' page caches and statements, the
-// writer's key and tree caches), so the memory budget allows one per
-// 2 MiB of cacheMiB; and the descriptor limit, after a reserve for the
-// listener and the ledger file, one per 16 descriptors (each holds up to
-// about a dozen). At least 4, at most DefaultMaxOpenFiles.
+// maxOpenFiles is the default bound on open namespaces. An open namespace
+// holds about 1–2 MiB (its key and tree caches), so the memory budget
+// allows one per 2 MiB of cacheMiB. At least 4, at most
+// DefaultMaxOpenFiles.
 func maxOpenFiles(cacheMiB int) int {
-	n := cacheMiB / 2
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		n = min(n, (int(lim.Cur)-256)/16)
-	}
-	return max(4, min(DefaultMaxOpenFiles, n))
+	return max(4, min(DefaultMaxOpenFiles, cacheMiB/2))
 }
 
 // acquire opens the file if it is closed and marks it in use until
@@ -95,12 +83,12 @@ func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
 		return nil, err
 	}
 	if f.fc == nil {
-		fc, err := f.s.openNamespaceFile(ctx, f.ns, f.path, f.ttl, f.ttlKnown)
+		fc, err := f.s.openShared(ctx, f.ns, f.id)
 		if err != nil {
 			f.mu.unlock()
 			return nil, err
 		}
-		f.fc, f.fp = fc, ""
+		f.fc = fc
 	}
 	f.users++
 	f.s.lruMu.Lock()
@@ -126,8 +114,8 @@ func (f *nsFile) release() {
 	f.mu.unlock()
 }
 
-// closeIdle closes the file if it is open and nobody uses it, recording
-// its head in the registry first. It reports whether it closed it.
+// closeIdle closes the namespace if it is open and nobody uses it. It
+// reports whether it closed it.
 func (f *nsFile) closeIdle() bool {
 	if !f.mu.tryLock() {
 		return false
@@ -136,15 +124,7 @@ func (f *nsFile) closeIdle() bool {
 	if f.fc == nil || f.users > 0 {
 		return false
 	}
-	if _, err := f.s.writeHeads(context.Background(), []*fileChain{f.fc}); err != nil {
-		f.s.opts.Logger.Warn("recording a namespace's head before closing its file", "namespace", f.ns, "err", err)
-	}
-	f.head = *f.fc.head.Load()
-	if err := f.fc.Close(); err != nil {
-		f.s.opts.Logger.Warn("closing an idle namespace file", "namespace", f.ns, "err", err)
-	} else {
-		f.fp = fingerprint(f.path)
-	}
+	_ = f.fc.Close() // a namespace's chain closes nothing it shares
 	f.fc = nil
 	f.s.lruMu.Lock()
 	f.s.lru.Remove(f.elem)
@@ -173,39 +153,6 @@ func (s *Store) OpenFiles() int {
 	s.lruMu.Lock()
 	defer s.lruMu.Unlock()
 	return s.lru.Len()
-}
-
-// openNamespaceFile opens namespace ns's file for writing with the
-// per-namespace budgets, and checks it against the registry and, when
-// ttlKnown (from the start-up check, a seal or the creation), its key
-// lifetime against ttl: a seal in the ledger file never stands in for
-// the file's own settings.
-func (s *Store) openNamespaceFile(ctx context.Context, ns, path string, ttl uint64, ttlKnown bool) (*fileChain, error) {
-	opts := s.opts
-	opts.ReadConns = min(opts.ReadConns, 2)
-	opts.CacheKeys = max(opts.CacheKeys/8, 1)
-	opts.CacheBytes = max(opts.CacheBytes/8, 1)
-	fc, err := openFileChain(ctx, path, ns, opts)
-	if err != nil {
-		return nil, err
-	}
-	rec, err := recordedHead(ctx, s.reader.r, ns)
-	if err == nil {
-		err = checkAgainstRecorded(ctx, fc.w, s.path, ns, path, rec)
-	}
-	if err == nil && ttlKnown {
-		var got uint64
-		if got, err = fc.KeyTTL(ctx); err == nil && got != ttl {
-			err = fmt.Errorf("namespace %s: its file %s keeps keys for %d ms, but %d ms was recorded for it in the ledger file (table namespace_seals changed by hand?); "+
-				"stop ledgerd, run `sqlite3 %s 'DELETE FROM namespace_seals'` and start it again", ns, path, got, ttl, s.path)
-		}
-	}
-	if err != nil {
-		_ = fc.Close()
-		return nil, err
-	}
-	fc.onEnded = s.ended
-	return fc, nil
 }
 
 // use runs fn on the open file.
@@ -238,7 +185,7 @@ func (f *nsFile) Head(ctx context.Context) (ledger.Head, error) {
 	if f.fc != nil {
 		return *f.fc.head.Load(), nil
 	}
-	return f.head, nil
+	return f.rd.ReadHead(ctx)
 }
 
 // GetKey implements ledger.ChainReader.
@@ -330,38 +277,17 @@ func (f *nsFile) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed,
 	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.CheckpointCovering(ctx, n) })
 }
 
-// close closes the file if open (the Store is closing).
+// close closes the namespace if open (the Store is closing).
 func (f *nsFile) close() error {
 	f.mu <- struct{}{}
 	defer f.mu.unlock()
 	if f.fc == nil {
 		return nil
 	}
-	f.head = *f.fc.head.Load()
 	err := f.fc.Close()
-	if err == nil {
-		f.fp = fingerprint(f.path)
-	}
 	f.fc = nil
 	return err
 }
 
-// KeyTTL returns the namespace's key_ttl_ms, read from its file once.
-func (f *nsFile) KeyTTL(ctx context.Context) (uint64, error) {
-	if err := f.mu.lock(ctx); err != nil {
-		return 0, err
-	}
-	known, ttl := f.ttlKnown, f.ttl
-	f.mu.unlock()
-	if known {
-		return ttl, nil
-	}
-	ttl, err := use(ctx, f, func(fc *fileChain) (uint64, error) { return fc.KeyTTL(ctx) })
-	if err != nil {
-		return 0, err
-	}
-	f.mu <- struct{}{}
-	f.ttl, f.ttlKnown = ttl, true
-	f.mu.unlock()
-	return ttl, nil
-}
+// KeyTTL returns the namespace's key_ttl_ms.
+func (f *nsFile) KeyTTL(ctx context.Context) (uint64, error) { return f.rd.KeyTTL(ctx) }

@@ -55,7 +55,7 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
 	}
 	switch version {
-	case SchemaVersion, 1, 2, 3: // older files are read as they are
+	case SchemaVersion, 1, 2, 3, 4, 5: // older files are read as they are
 		return rd, nil
 	case 0:
 		_ = rd.Close()

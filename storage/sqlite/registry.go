@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -52,7 +51,7 @@ var sqlRegistryHeadColumns = []string{
 }
 
 const (
-	sqlRegistryRows   = `SELECT name, head_seq, head_hash FROM namespaces ORDER BY name`
+	sqlRegistryRows   = `SELECT name, head_seq, head_hash, coalesce(id, 0) FROM namespaces ORDER BY name`
 	sqlRegistryRow    = `SELECT head_seq, head_hash FROM namespaces WHERE name = ?`
 	sqlRecordHead     = `UPDATE namespaces SET head_seq = ?, head_hash = ? WHERE name = ? AND head_seq < ?`
 	sqlRegister       = `INSERT OR IGNORE INTO namespaces (name, created_at, head_seq) VALUES (?, ?, 0)`
@@ -67,7 +66,9 @@ func ensureRegistry(ctx context.Context, w *sql.DB) error {
 	if _, err := w.ExecContext(ctx, sqlNamespacesSchema); err != nil {
 		return fmt.Errorf("namespaces: %w", classify(err))
 	}
-	if _, err := w.ExecContext(ctx, sqlSealsSchema); err != nil {
+	// Seals of namespace files, which the layout before the shared
+	// tables kept; nothing reads them now.
+	if _, err := w.ExecContext(ctx, `DROP TABLE IF EXISTS namespace_seals`); err != nil {
 		return fmt.Errorf("namespaces: %w", classify(err))
 	}
 	var n int
@@ -88,7 +89,8 @@ func ensureRegistry(ctx context.Context, w *sql.DB) error {
 // registryRow is one registered namespace and its recorded head.
 type registryRow struct {
 	name string
-	head ledger.Head
+	head ledger.Head // recorded for a namespace file (the earlier layout)
+	id   int64       // in the shared tables; 0 while the namespace has a file
 }
 
 // readRegistry lists the registered namespaces with their recorded heads.
@@ -97,7 +99,10 @@ type registryRow struct {
 func readRegistry(ctx context.Context, db *sql.DB) ([]registryRow, error) {
 	rows, err := db.QueryContext(ctx, sqlRegistryRows)
 	if err != nil {
-		rows, err = db.QueryContext(ctx, `SELECT name, 0, NULL FROM namespaces ORDER BY name`)
+		rows, err = db.QueryContext(ctx, `SELECT name, head_seq, head_hash, 0 FROM namespaces ORDER BY name`)
+	}
+	if err != nil {
+		rows, err = db.QueryContext(ctx, `SELECT name, 0, NULL, 0 FROM namespaces ORDER BY name`)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("namespaces: %w", classify(err))
@@ -107,7 +112,7 @@ func readRegistry(ctx context.Context, db *sql.DB) ([]registryRow, error) {
 	for rows.Next() {
 		var r registryRow
 		var hash []byte
-		if err := rows.Scan(&r.name, &r.head.Seq, &hash); err != nil {
+		if err := rows.Scan(&r.name, &r.head.Seq, &hash, &r.id); err != nil {
 			return nil, fmt.Errorf("namespaces: %w", err)
 		}
 		if len(hash) > 0 {
@@ -152,13 +157,10 @@ func lostError(ledgerPath, ns, path, what string) error {
 		ledger.ErrNamespaceLost, ns, what, filepath.Dir(path), ledgerPath, ns, ledgerPath)
 }
 
-// nsState is what the start-up check learns of a namespace's file.
+// nsState is what the check of a namespace's file learns of it.
 type nsState struct {
 	head ledger.Head
 	ttl  uint64 // key_ttl_ms, fixed at creation
-	// fp is the file's fingerprint (seal.go) while it held head, "" if
-	// it changed while it was checked.
-	fp string
 }
 
 // checkNamespaceFile compares namespace ns's file at path with the head
@@ -213,157 +215,14 @@ func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path 
 	return nil
 }
 
-// CheckNamespaces checks every registered namespace's file against the
-// head the registry recorded for it, and its derived state (see
-// checkNamespaceFile), a few files at a time, and returns their heads and
-// key lifetimes.
-func (s *Store) CheckNamespaces(ctx context.Context) (map[string]nsState, error) {
-	states := map[string]nsState{}
-	if s.readOnly && !s.hasRegistry(ctx) {
-		return states, nil
-	}
-	regs, err := readRegistry(ctx, s.reader.r)
-	if err != nil {
-		return nil, err
-	}
-	// A file unchanged since the last clean stop is not opened (seal.go);
-	// the others a few files at a time: each check is mostly waiting on
-	// opening the file and a handful of index lookups.
-	seals := readSeals(ctx, s.reader.r)
-	results := make([]nsState, len(regs))
-	errs := make([]error, len(regs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range checkWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				r := regs[i]
-				path := NamespacePath(s.path, r.name)
-				if st, ok := sealed(seals, r.name, path, r.head); ok {
-					results[i] = st
-					continue
-				}
-				before := fingerprint(path)
-				results[i], errs[i] = checkNamespaceFile(ctx, s.path, r.name, path, r.head, s.opts)
-				if before == fingerprint(path) {
-					results[i].fp = before
-				}
-			}
-		}()
-	}
-	for i := range regs {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	for i, r := range regs { // the first failure in name order, whatever finished first
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		states[r.name] = results[i]
-	}
-	return states, nil
-}
-
-// checkWorkers is how many namespace files the start-up check reads at
-// once.
-const checkWorkers = 4
-
-// catchUp records the heads found at start where the registry lags them
-// (a kill -9 before the last recording), so that the registry is exact
-// for every file that is not open.
-func (s *Store) catchUp(ctx context.Context, states map[string]nsState, recorded map[string]ledger.Head) error {
-	tx, err := s.main.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("record namespace heads: %w", classify(err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	for ns, st := range states {
-		h := st.head
-		if h == recorded[ns] {
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, sqlRecordHead, h.Seq, h.Hash[:], ns, h.Seq); err != nil {
-			return fmt.Errorf("record namespace heads: %w", classify(err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("record namespace heads: %w", classify(err))
-	}
-	return nil
-}
-
-// recordHeads writes the heads of the open namespace files that moved
-// since they were last recorded, in one transaction of the ledger file.
-func (s *Store) recordHeads(ctx context.Context) error {
-	s.mu.Lock()
-	moved := s.movedLocked()
-	s.mu.Unlock()
-	heads, err := s.writeHeads(ctx, moved)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	for i, fc := range moved {
-		s.recorded[fc.ns] = heads[i]
-	}
-	s.mu.Unlock()
-	return nil
-}
-
-// movedLocked lists the open namespace files whose head moved since it
-// was recorded; s.mu is held.
-func (s *Store) movedLocked() []*fileChain {
-	var moved []*fileChain
-	for ns, c := range s.chains {
-		f, ok := c.(*nsFile)
-		if !ok {
-			continue
-		}
-		f.mu <- struct{}{}
-		fc := f.fc
-		f.mu.unlock()
-		if fc != nil && *fc.head.Load() != s.recorded[ns] {
-			moved = append(moved, fc)
-		}
-	}
-	return moved
-}
-
-// writeHeads records the heads of moved in one transaction and returns
-// them. A recorded head only grows (a head read before another write of
-// the same namespace never moves it back).
-func (s *Store) writeHeads(ctx context.Context, moved []*fileChain) ([]ledger.Head, error) {
-	if len(moved) == 0 {
-		return nil, nil
-	}
-	heads := make([]ledger.Head, len(moved))
-	tx, err := s.main.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("record namespace heads: %w", classify(err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	for i, fc := range moved {
-		heads[i] = *fc.head.Load()
-		if _, err := tx.ExecContext(ctx, sqlRecordHead, heads[i].Seq, heads[i].Hash[:], fc.ns, heads[i].Seq); err != nil {
-			return nil, fmt.Errorf("record namespace heads: %w", classify(err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("record namespace heads: %w", classify(err))
-	}
-	return heads, nil
-}
-
-// DefaultHeadRecordInterval is how often a writing Store records the
-// heads of namespaces that moved (Options.HeadRecordEvery).
+// DefaultHeadRecordInterval is how often a writing Store looks whether
+// the key index lacks committed batches of the default namespace
+// (Options.HeadRecordEvery).
 const DefaultHeadRecordInterval = time.Second
 
-// recordLoop records moved heads every interval until ctx ends.
-func (s *Store) recordLoop(ctx context.Context, every time.Duration) {
-	defer close(s.recordDone)
+// healLoop heals the index every interval until ctx ends.
+func (s *Store) healLoop(ctx context.Context, every time.Duration) {
+	defer close(s.healDone)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -371,15 +230,12 @@ func (s *Store) recordLoop(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.recordHeads(ctx); err != nil && ctx.Err() == nil {
-				s.opts.Logger.Warn("recording namespace heads", "err", err)
-			}
 			s.healIndex(ctx)
 		}
 	}
 }
 
-// healIndex replays the key index of the default file when it lacks
+// healIndex replays the key index of the default namespace when it lacks
 // committed batches (a failed apply, a full disk, a reopened index), so
 // that the ledger recovers by itself once the disk has room again, not
 // only at its next write; the replay's own backoff (indexRetry) spaces
@@ -389,13 +245,4 @@ func (s *Store) healIndex(ctx context.Context) {
 		return
 	}
 	_ = s.main.Update(ctx, func(context.Context, ledger.Tx) error { return nil })
-}
-
-// RecordHeads records the heads of open namespaces that moved now,
-// instead of at the next interval (Close does it too).
-func (s *Store) RecordHeads(ctx context.Context) error {
-	if s.readOnly {
-		return ledger.ErrOpenedReadOnly
-	}
-	return s.recordHeads(ctx)
 }

@@ -12,7 +12,7 @@ import (
 var schemaSQL string
 
 // SchemaVersion is the user_version that schema.sql stamps.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // schemaStatements returns the statements of schema.sql that create the
 // named objects ("TABLE settings", "TRIGGER settings_fixed"), so that a

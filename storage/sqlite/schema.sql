@@ -1,4 +1,11 @@
--- effect-ledger schema, version 5 (PRAGMA user_version = 5).
+-- effect-ledger schema, version 6 (PRAGMA user_version = 6).
+--
+-- These are the tables of the namespace default. The other namespaces of
+-- the ledger live in the same file, in shared tables with the same columns
+-- plus ns, the namespace's id in the registry (ns_receipts, ns_head, …:
+-- storage/sqlite/tables.go, made with the registry when ledgerd opens the
+-- file). Version 6 added them; version 5 kept each namespace in a file of
+-- its own.
 --
 -- receipts is the ledger: one row per receipt, one column per field of
 -- SPEC §2 with the same name and type, plus prev_hash and hash. It is
@@ -155,4 +162,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;

@@ -13,15 +13,17 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// The SQLite driver keeps one file per namespace: the ledger file named by
-// --db is the namespace default and holds the registry of namespaces and
-// the API tokens; namespace NAME lives in <ledger file>.ns/ns-NAME.db (the
-// prefix keeps the names "." and ".." ordinary file names). Each file has
-// its own single writer, so namespaces commit in parallel, and each is an
-// ordinary ledger file that `sqlite3` and `ledgerctl verify --db` read as
-// it is.
+// The SQLite driver keeps every namespace in the ledger file named by
+// --db: the namespace default in the file's own tables, the others in its
+// shared tables (tables.go), all written by one writer connection, so that
+// a batch of any number of namespaces commits with one durable write
+// (UpdateGroup). The file also holds the registry of namespaces and the
+// API tokens. Ledgers of the earlier layout kept namespace NAME in a file
+// of its own, <ledger file>.ns/ns-NAME.db; a writing Store moves each into
+// the shared tables when it opens (migratefiles.go).
 
-// NamespacePath returns the file of namespace ns of the ledger at path.
+// NamespacePath returns the file that namespace ns of the ledger at path
+// had in the earlier layout (the ledger file itself for default).
 func NamespacePath(path, ns string) string {
 	if ns == ledger.DefaultNamespace {
 		return path
@@ -48,11 +50,8 @@ type Store struct {
 	lruMu sync.Mutex // guards lru
 	lru   *list.List // open *nsFile, most recently used first
 
-	recorded   map[string]ledger.Head // the heads the registry holds, guarded by mu
-	ttls       map[string]uint64      // namespaces' key_ttl_ms known without opening, guarded by mu
-	fps        map[string]string      // the fingerprints of files not opened since start or creation, guarded by mu (seal.go)
-	stopRecord context.CancelFunc
-	recordDone chan struct{}
+	stopHeal context.CancelFunc
+	healDone chan struct{}
 
 	open openKeys // openkeys.go
 }
@@ -97,48 +96,33 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 		_ = ix.close()
 		return nil, err
 	}
-	if err := ensureRegistry(ctx, c.w); err != nil {
+	fail := func(err error) (*Store, error) {
 		_ = c.Close()
 		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
+	if err := ensureRegistry(ctx, c.w); err != nil {
+		return fail(err)
+	}
+	if err := ensureShared(ctx, c.w); err != nil {
+		return fail(err)
+	}
+	if c.nsStmts, err = prepareWrite(ctx, c.w, sharedSQL); err != nil {
+		return fail(err)
+	}
 	if err := addTokenNamespaces(ctx, c.w); err != nil {
-		_ = c.Close()
-		_ = ix.close()
-		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+		return fail(err)
 	}
 	c.onEnded = s.ended
 	s.main, s.reader = c, c.Reader
 	s.chains[ledger.DefaultNamespace] = c
 	s.tokens = &sqliteTokens{rd: c.Reader, w: c.w}
-	regs, err := readRegistry(ctx, c.w)
-	if err != nil {
-		_ = c.Close()
-		_ = ix.close()
-		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	if err := s.migrateFiles(ctx); err != nil {
+		return fail(err)
 	}
-	recorded := make(map[string]ledger.Head, len(regs))
-	for _, r := range regs {
-		recorded[r.name] = r.head
-	}
-	states, err := s.CheckNamespaces(ctx)
-	if err == nil {
-		err = s.catchUp(ctx, states, recorded)
-	}
-	if err != nil {
-		_ = c.Close()
-		_ = ix.close()
-		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
-	}
-	s.recorded = make(map[string]ledger.Head, len(states))
-	s.ttls = make(map[string]uint64, len(states))
-	s.fps = make(map[string]string, len(states))
-	for ns, st := range states {
-		s.recorded[ns], s.ttls[ns], s.fps[ns] = st.head, st.ttl, st.fp
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	s.stopRecord, s.recordDone = cancel, make(chan struct{})
-	go s.recordLoop(rctx, opts.HeadRecordEvery)
+	hctx, cancel := context.WithCancel(context.Background())
+	s.stopHeal, s.healDone = cancel, make(chan struct{})
+	go s.healLoop(hctx, opts.HeadRecordEvery)
 	return s, nil
 }
 
@@ -160,20 +144,18 @@ func (s *Store) ended(ns string, keys []string) {
 // OnEnded registers the wake-up callback.
 func (s *Store) OnEnded(fn func(ns string, keys []string)) { s.onEnded = fn }
 
-// registered reports whether ns is in the registry.
-func (s *Store) registered(ctx context.Context, ns string) (bool, error) {
+// lookup returns ns's id in the registry (0: a namespace that still has a
+// file of its own, which only a read-only Store meets) and whether it is
+// registered.
+func (s *Store) lookup(ctx context.Context, ns string) (int64, bool, error) {
 	if ns == ledger.DefaultNamespace {
-		return true, nil
+		return 0, true, nil
 	}
-	var n int
-	err := s.reader.r.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n)
-	if err != nil {
-		if s.readOnly && !s.hasRegistry(ctx) {
-			return false, nil // a file made before namespaces
-		}
-		return false, fmt.Errorf("namespaces: %w", classify(err))
+	id, found, err := namespaceID(ctx, s.reader.r, ns)
+	if err != nil && s.readOnly && !s.hasRegistry(ctx) {
+		return 0, false, nil // a file made before namespaces
 	}
-	return n == 1, nil
+	return id, found, err
 }
 
 func (s *Store) hasRegistry(ctx context.Context) bool {
@@ -197,7 +179,7 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	if !ledger.ValidNamespace(ns) {
 		return nil, ledger.ErrUnknownNamespace
 	}
-	found, err := s.registered(ctx, ns)
+	id, found, err := s.lookup(ctx, ns)
 	if err != nil {
 		return nil, err
 	}
@@ -212,44 +194,54 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	if s.closed {
 		return nil, ledger.ErrClosed
 	}
-	path := NamespacePath(s.path, ns)
-	rec, err := recordedHead(ctx, s.reader.r, ns)
-	if err != nil {
-		return nil, err
-	}
-	// A registered namespace always has a file (createNamespace): a
-	// missing one is lost, never started empty.
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, lostError(s.path, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
-	}
-	if s.readOnly {
-		rd, err := OpenReader(ctx, path, s.opts)
-		if err != nil {
-			return nil, fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		// A read-only store may hand out thousands of namespaces (the
-		// periodic verification holds each): between uses their pools
-		// keep no connection, so no file descriptor, open.
-		rd.r.SetMaxIdleConns(0)
-		if err := checkAgainstRecorded(ctx, rd.r, s.path, ns, path, rec); err != nil {
-			_ = rd.Close()
+	switch {
+	case id > 0 && s.readOnly:
+		c = readOnlyChain{sharedReader(s.reader, ns, id)}
+	case id > 0:
+		// Opened on first use (nsfile.go).
+		c = &nsFile{s: s, ns: ns, id: id, rd: sharedReader(s.reader, ns, id), mu: newChanMutex()}
+	case s.readOnly:
+		// A ledger of the earlier layout, read as it is.
+		if c, err = s.legacyChain(ctx, ns); err != nil {
 			return nil, err
 		}
-		c = readOnlyChain{rd}
-	} else {
-		// Opened on first use (nsfile.go); the head until then is the
-		// registry's, exact since the start-up check.
-		f := &nsFile{s: s, ns: ns, path: path, mu: newChanMutex(), head: s.recorded[ns], fp: s.fps[ns]}
-		f.ttl, f.ttlKnown = s.ttls[ns]
-		c = f
+	default:
+		return nil, fmt.Errorf("namespace %s has no id in the registry after the start-up migration", ns)
 	}
 	s.chains[ns] = c
 	return c, nil
 }
 
-// CreateNamespace creates ns's file, which stores keyTTL, and then
-// registers it (see createNamespace): once it returns, the namespace
-// exists.
+// legacyChain opens namespace ns of a ledger of the earlier layout, in a
+// file of its own, for reading.
+func (s *Store) legacyChain(ctx context.Context, ns string) (ledger.Chain, error) {
+	path := NamespacePath(s.path, ns)
+	rec, err := recordedHead(ctx, s.reader.r, ns)
+	if err != nil {
+		return nil, err
+	}
+	// A registered namespace always has a file: a missing one is lost,
+	// never started empty.
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, lostError(s.path, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+	}
+	rd, err := OpenReader(ctx, path, s.opts)
+	if err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	// A read-only store may hand out thousands of namespaces (the periodic
+	// verification holds each): between uses their pools keep no
+	// connection, so no file descriptor, open.
+	rd.r.SetMaxIdleConns(0)
+	if err := checkAgainstRecorded(ctx, rd.r, s.path, ns, path, rec); err != nil {
+		_ = rd.Close()
+		return nil, err
+	}
+	return readOnlyChain{rd}, nil
+}
+
+// CreateNamespace registers ns, empty, with key lifetime keyTTL (ms; 0:
+// keys never expire): once it returns, the namespace exists.
 func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
@@ -257,16 +249,12 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) e
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
 	}
-	opts := s.opts
-	opts.KeyTTL = keyTTL
-	if err := createNamespace(ctx, s.main.w, s.path, ns, opts); err != nil {
-		return err
+	s.main.mu.Lock()
+	defer s.main.mu.Unlock()
+	if s.main.closed {
+		return ledger.ErrClosed
 	}
-	fp := fingerprint(NamespacePath(s.path, ns))
-	s.mu.Lock()
-	s.ttls[ns], s.fps[ns] = keyTTL, fp
-	s.mu.Unlock()
-	return nil
+	return createShared(ctx, s.main.w, ns, keyTTL)
 }
 
 // Namespaces lists the registry, default included.
@@ -311,20 +299,13 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
-	// The recording loop takes s.mu: stop it before holding s.mu.
-	if s.stopRecord != nil {
-		s.stopRecord()
-		<-s.recordDone
+	if s.stopHeal != nil {
+		s.stopHeal()
+		<-s.healDone
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
-	if !s.readOnly {
-		// The namespaces' final heads, so that the registry is exact
-		// after a clean stop.
-		_, err := s.writeHeads(context.Background(), s.movedLocked())
-		errs = append(errs, err)
-	}
 	for ns, c := range s.chains {
 		switch c := c.(type) {
 		case *nsFile:
@@ -333,12 +314,6 @@ func (s *Store) Close() error {
 			if ns != ledger.DefaultNamespace {
 				errs = append(errs, c.Close())
 			}
-		}
-	}
-	if !s.readOnly && errors.Join(errs...) == nil {
-		// Every namespace file is closed: seal them for a fast next start.
-		if err := s.sealNamespaces(context.Background()); err != nil {
-			s.opts.Logger.Warn("sealing the namespaces at stop; the next start checks every namespace file", "err", err)
 		}
 	}
 	// the default file last: it holds the registry
@@ -382,7 +357,7 @@ func (rd *Reader) Head(ctx context.Context) (ledger.Head, error) { return rd.Rea
 // ReceiptHashes returns the chain hashes of receipts from+1 … from+n (fewer
 // at the chain's end).
 func (rd *Reader) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
-	rows, err := rd.r.QueryContext(ctx, sqlReceiptHashes, from, n)
+	rows, err := rd.r.QueryContext(ctx, rd.q.receiptHashes, rd.args(from, n)...)
 	if err != nil {
 		return nil, fmt.Errorf("read receipt hashes: %w", classify(err))
 	}

@@ -167,7 +167,11 @@ func sharedRead(q string) string {
 	if len(ctes) == 0 {
 		panic("sqlite: a chain read that reads no chain table: " + q)
 	}
-	return "WITH " + strings.Join(ctes, ", ") + " " + shiftNumbered(q)
+	q = shiftNumbered(q)
+	if rest, ok := strings.CutPrefix(strings.TrimLeft(q, " \t\n"), "WITH "); ok {
+		return "WITH " + strings.Join(ctes, ", ") + ", " + rest // its own table expressions follow
+	}
+	return "WITH " + strings.Join(ctes, ", ") + " " + q
 }
 
 // shiftNumbered renumbers q's parameters ?N to ?N+1 (N < 9), making room

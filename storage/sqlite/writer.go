@@ -90,10 +90,7 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 		return err
 	}
 	start := time.Now()
-	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated}
-	t.base = t.head.Seq
-	t.tree.cache = c.tree
+	t := c.newTx()
 	tx, err := c.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
 	if err != nil {
 		return fmt.Errorf("begin: %w", classify(err))
@@ -107,8 +104,37 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 		_ = tx.Rollback()
 		return err
 	}
-	if c.beforeCommit != nil {
-		if err := c.beforeCommit(); err != nil {
+	if err := c.commit(tx); err != nil {
+		return err
+	}
+	c.committed(t)
+	c.file().counted(start, t.appended)
+	return nil
+}
+
+// file is the chain that owns the file's writer: c itself, or the ledger
+// file's chain for a namespace of the shared tables.
+func (c *fileChain) file() *fileChain {
+	if c.main != nil {
+		return c.main
+	}
+	return c
+}
+
+// newTx starts c's part of a batch (its sql.Tx is set by the caller).
+// Called with c.mu held.
+func (c *fileChain) newTx() *writeTx {
+	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
+		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated}
+	t.base = t.head.Seq
+	t.tree.cache = c.tree
+	return t
+}
+
+// commit runs the test hook, then COMMITs tx (rolled back if that fails).
+func (c *fileChain) commit(tx *sql.Tx) error {
+	if f := c.file().beforeCommit; f != nil {
+		if err := f(); err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("commit: %w", err)
 		}
@@ -117,6 +143,12 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 		_ = tx.Rollback()
 		return fmt.Errorf("commit: %w", classify(err))
 	}
+	return nil
+}
+
+// committed takes a committed batch's part t into c's head, caches and
+// key index, and wakes those waiting on the keys it ended.
+func (c *fileChain) committed(t *writeTx) {
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
 	c.gated = t.gated // loaded by this batch, or the file's (a map: shared)
@@ -132,8 +164,8 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 		}
 		c.held.Store(held)
 	}
-	if c.afterCommit != nil {
-		c.afterCommit()
+	if f := c.file().afterCommit; f != nil {
+		f()
 	}
 	c.applyIndex(t)
 	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
@@ -141,11 +173,15 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	if c.onEnded != nil && len(t.ended) > 0 {
 		c.onEnded(c.ns, t.ended) // after COMMIT: a woken reserve sees the outcome
 	}
+}
+
+// counted adds a committed transaction to the writer's work and wakes the
+// checkpointer.
+func (c *fileChain) counted(start time.Time, appended int) {
 	c.busyNanos.Add(int64(time.Since(start)))
-	c.opsDone.Add(int64(t.appended) + 1)
+	c.opsDone.Add(int64(appended) + 1)
 	c.batches.Add(1)
 	c.kickCheckpoint()
-	return nil
 }
 
 // writeTx is the writer's view of one batch transaction: the ledger.Tx

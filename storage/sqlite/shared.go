@@ -1,0 +1,253 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// The namespaces other than default live in the shared tables of the
+// ledger file (tables.go). Each has an id in the registry, allocated once
+// from namespace_ids and never used again, even after the namespace is
+// forgotten. A namespace's chain is a fileChain that shares the ledger
+// file's writer connection, its lock (one writer for the whole file), read
+// pool and checkpointer, and has its own head, caches and tree.
+
+const (
+	sqlNamespaceIDs = `CREATE TABLE IF NOT EXISTS namespace_ids (
+	id   INTEGER PRIMARY KEY AUTOINCREMENT,
+	name TEXT    NOT NULL
+)`
+	sqlRegistryIDIndex = `CREATE UNIQUE INDEX IF NOT EXISTS namespaces_by_id ON namespaces (id)`
+	sqlAllocateID      = `INSERT INTO namespace_ids (name) VALUES (?)`
+	sqlNewHead         = `INSERT INTO ns_head (ns, seq, hash) VALUES (?, 0, zeroblob(32))`
+	sqlNewSettings     = `INSERT INTO ns_settings (ns, key_ttl_ms) VALUES (?, ?)`
+	sqlRegisterShared  = `INSERT INTO namespaces (name, created_at, head_seq, id) VALUES (?, ?, 0, ?)`
+	sqlNamespaceID     = `SELECT coalesce(id, 0) FROM namespaces WHERE name = ?`
+)
+
+// ensureShared gives the registry its ids and makes the shared tables
+// (both only where missing), in one transaction of the ledger file's
+// writer w.
+func ensureShared(ctx context.Context, w *sql.DB) error {
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("shared tables: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('namespaces') WHERE name = 'id'`).Scan(&n); err != nil {
+		return fmt.Errorf("shared tables: %w", classify(err))
+	}
+	stmts := []string{sqlRegistryIDIndex, sqlNamespaceIDs, sqlSharedSchema}
+	if n == 0 {
+		stmts = append([]string{`ALTER TABLE namespaces ADD COLUMN id INTEGER`}, stmts...)
+	}
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("shared tables: %w", classify(err))
+		}
+	}
+	return classify(tx.Commit())
+}
+
+// allocateID takes the next namespace id for ns in tx.
+func allocateID(ctx context.Context, tx *sql.Tx, ns string) (int64, error) {
+	res, err := tx.ExecContext(ctx, sqlAllocateID, ns)
+	if err != nil {
+		return 0, classify(err)
+	}
+	return res.LastInsertId()
+}
+
+// createShared registers namespace ns in the shared tables, empty, with
+// key lifetime keyTTL, in one transaction of w: once it returns, the
+// namespace exists.
+func createShared(ctx context.Context, w *sql.DB, ns string, keyTTL uint64) error {
+	tx, err := w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("create namespace: %w", classify(err))
+	}
+	defer func() { _ = tx.Rollback() }()
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); err != nil {
+		return fmt.Errorf("create namespace: %w", classify(err))
+	}
+	if n > 0 {
+		return ledger.ErrNamespaceExists
+	}
+	id, err := allocateID(ctx, tx, ns)
+	if err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	for _, st := range []struct {
+		q    string
+		args []any
+	}{
+		{sqlNewHead, []any{id}},
+		{sqlNewSettings, []any{id, keyTTL}},
+		{sqlRegisterShared, []any{ns, time.Now().UnixMilli(), id}},
+	} {
+		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
+			return fmt.Errorf("create namespace: %w", classify(err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("create namespace: %w", classify(err))
+	}
+	return nil
+}
+
+// namespaceID returns ns's id in the registry read through db: 0 for a
+// namespace that still has a file of its own (a ledger of the layout
+// before the shared tables, not yet opened by a writing ledgerd), and
+// found false for a name not registered.
+func namespaceID(ctx context.Context, db *sql.DB, ns string) (id int64, found bool, err error) {
+	err = db.QueryRowContext(ctx, sqlNamespaceID, ns).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		// A registry without ids (made before the shared tables) has only
+		// namespaces with files.
+		var n int
+		if qerr := db.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); qerr == nil {
+			return 0, n == 1, nil
+		}
+		return 0, false, fmt.Errorf("namespaces: %w", classify(err))
+	}
+	return id, true, nil
+}
+
+// sharedReader reads namespace ns (id) of the ledger file that m reads.
+func sharedReader(m *Reader, ns string, id int64) *Reader {
+	return &Reader{path: m.path, r: m.r, now: m.now, busy: m.busy, chainRef: chainRef{q: sharedSQL, id: id}, ns: ns}
+}
+
+// openShared opens namespace ns (id) of the shared tables for writing:
+// its head checked against the recorded one, its tree checked, and the key
+// index brought up to its chain.
+func (s *Store) openShared(ctx context.Context, ns string, id int64) (*fileChain, error) {
+	m := s.main
+	opts := s.opts
+	opts.CacheKeys = max(opts.CacheKeys/8, 1)
+	opts.CacheBytes = max(opts.CacheBytes/8, 1)
+	c := &fileChain{Reader: sharedReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
+		w: m.w, mu: m.mu, main: m, stmts: m.nsStmts, ckpt: m.ckpt, idx: m.idx,
+		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), onEnded: s.ended}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ledger.ErrClosed
+	}
+	if err := c.loadHead(ctx, c.chainRef, dbFlags(s.path, ns), opts.Repair); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	if err := c.initTree(ctx, *c.head.Load(), opts.Repair); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	if err := c.openIndex(ctx, opts); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	return c, nil
+}
+
+var _ ledger.GroupUpdater = (*Store)(nil)
+
+// UpdateGroup runs every part in one transaction of the ledger file's
+// single writer, with one COMMIT: the batches of any number of namespaces
+// cost one durable write (ledger.GroupUpdater). Each part has its own Tx
+// over its own chain. A part whose Fn, or whose tree hashes, fail rolls
+// the group back and is named in a *ledger.PartError; SQLite runs one
+// statement at a time, so the failure is that part's. A failed COMMIT is
+// every part's.
+func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error {
+	if s.readOnly {
+		return ledger.ErrOpenedReadOnly
+	}
+	chains := make([]*fileChain, len(parts))
+	for i, p := range parts {
+		switch c := p.Chain.(type) {
+		case *fileChain:
+			chains[i] = c
+		case *nsFile:
+			fc, err := c.acquire(ctx)
+			if err != nil {
+				return &ledger.PartError{Part: i, Err: err}
+			}
+			defer c.release()
+			chains[i] = fc
+		default:
+			return &ledger.PartError{Part: i, Err: fmt.Errorf("update group: chain %T is not of this store", p.Chain)}
+		}
+	}
+	m := s.main
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ledger.ErrClosed
+	}
+	start := time.Now()
+	txs := make([]*writeTx, len(parts))
+	for i, c := range chains {
+		if c.closed {
+			return &ledger.PartError{Part: i, Err: ledger.ErrClosed}
+		}
+		if err := c.indexUsable(ctx); err != nil {
+			return &ledger.PartError{Part: i, Err: err}
+		}
+		txs[i] = c.newTx()
+	}
+	tx, err := m.w.BeginTx(context.Background(), nil) // a request's end must not interrupt a shared transaction
+	if err != nil {
+		return fmt.Errorf("begin: %w", classify(err))
+	}
+	appended := 0
+	for i, p := range parts {
+		t := txs[i]
+		t.tx = tx
+		err := p.Fn(ctx, t)
+		if err == nil {
+			err = t.flushTree(ctx)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return &ledger.PartError{Part: i, Err: err}
+		}
+		appended += t.appended
+	}
+	if err := m.commit(tx); err != nil {
+		return err
+	}
+	for i, c := range chains {
+		c.committed(txs[i])
+	}
+	m.counted(start, appended)
+	return nil
+}
+
+// HasOwnFile reports whether namespace ns of the ledger at path still has
+// a file of its own (a ledger of the layout before the shared tables that
+// no writing ledgerd of this version has opened yet).
+func HasOwnFile(ctx context.Context, path, ns string) (bool, error) {
+	if ns == ledger.DefaultNamespace {
+		return false, nil
+	}
+	rd, err := OpenReader(ctx, path, Options{ReadConns: 1})
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rd.Close() }()
+	id, found, err := namespaceID(ctx, rd.r, ns)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return false, ledger.ErrUnknownNamespace
+	}
+	return id == 0, nil
+}
