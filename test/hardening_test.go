@@ -215,7 +215,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
 	assert.Contains(t, l.Logs(), "migrated ledger database")
-	assert.Contains(t, l.Logs(), `"from":1,"to":5`)
+	assert.Contains(t, l.Logs(), `"from":1,"to":6`)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])
@@ -379,11 +379,10 @@ func TestLedgerd_readyzWhenTheLedgerFillsTheDisk(t *testing.T) {
 	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "and stays 503 while the disk is full")
 }
 
-// TestLedgerd_namespaceDerivedStateRefused: a namespace file whose
-// recorded head no longer matches its receipts (edited by hand) stops
-// ledgerd at start, naming the repair for that namespace, which then
-// works. (Receipts removed from a namespace's tail put its file behind the
-// registry's head: TestLedgerd_lostNamespaceRefused.)
+// TestLedgerd_namespaceDerivedStateRefused: a namespace whose recorded
+// head no longer matches its receipts (edited by hand in the ledger file)
+// stops ledgerd at start, naming the repair for that namespace, which then
+// works.
 func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
@@ -394,9 +393,10 @@ func TestLedgerd_namespaceDerivedStateRefused(t *testing.T) {
 		require.Equal(t, 201, r.Status, r.Raw)
 	}
 	require.NoError(t, l.Stop())
-	raw, err := sql.Open("sqlite3", "file:"+filepath.Join(db+".ns", "ns-pay.db"))
+	raw, err := sql.Open("sqlite3", "file:"+db)
 	require.NoError(t, err)
-	_, err = raw.Exec(`UPDATE head SET seq = 1, hash = (SELECT hash FROM receipts WHERE seq = 1)`)
+	_, err = raw.Exec(`UPDATE ns_head SET seq = 1, hash = (SELECT hash FROM ns_receipts WHERE ns = ns_head.ns AND seq = 1)
+		WHERE ns = (SELECT id FROM namespaces WHERE name = 'pay')`)
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 

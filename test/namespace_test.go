@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,9 +35,8 @@ func TestNamespaces(t *testing.T) {
 	require.Equal(t, 201, r.Status, r.Raw)
 	out, stderr, code := ledgerctl(t, "namespace", "create", "--db", db, "b")
 	require.Equal(t, 0, code, stderr)
-	assert.Equal(t, "namespace b created ("+filepath.Join(db+".ns", "ns-b.db")+")\n", out)
-	assert.FileExists(t, filepath.Join(db+".ns", "ns-a.db"))
-	assert.FileExists(t, filepath.Join(db+".ns", "ns-b.db"))
+	assert.Equal(t, "namespace b created ("+db+")\n", out)
+	assert.NoDirExists(t, db+".ns", "every namespace lives in the ledger file")
 	r = l.Do("GET", "/v1/ns/b/head", "")
 	require.Equal(t, 200, r.Status, "the running ledgerd serves a namespace ledgerctl created: %s", r.Raw)
 	assert.Equal(t, float64(0), r.Body["seq"])
@@ -164,9 +162,9 @@ func TestNamespaces(t *testing.T) {
 		}
 		out, _, code := ledgerctl(t, "namespace", "list", "--db", db)
 		require.Equal(t, 0, code)
-		assert.Regexp(t, `(?m)^NAME +SEQ +HASH +KEY_TTL +FILE$`, out)
-		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +- +`+regexp.QuoteMeta(filepath.Join(db+".ns", "ns-b.db"))+`$`, out)
-		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +- +`+regexp.QuoteMeta(db)+`$`, out)
+		assert.Regexp(t, `(?m)^NAME +SEQ +HASH +KEY_TTL$`, out)
+		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +-$`, out)
+		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +-$`, out)
 
 		out, _, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 		assert.Equal(t, 0, code, out)
@@ -253,10 +251,8 @@ func TestNamespaces(t *testing.T) {
 		copyDB := filepath.Join(t.TempDir(), "copy.db")
 		out, stderr, code := ledgerctl(t, "backup", "--db", db, "--out", copyDB)
 		require.Equal(t, 0, code, stderr)
-		assert.Contains(t, out, "namespace a: backup: wrote "+filepath.Join(copyDB+".ns", "ns-a.db"))
-		for _, ns := range []string{"a", "b", "c"} {
-			assert.FileExists(t, filepath.Join(copyDB+".ns", "ns-"+ns+".db"))
-		}
+		assert.Regexp(t, `namespace a: in the copy \(7 receipts\); verified: OK, head 7:[0-9a-f]{64}`, out)
+		assert.NoDirExists(t, copyDB+".ns", "the copy of the ledger file holds every namespace")
 		out, stderr, code = ledgerctl(t, "verify", "--db", copyDB, "--all-namespaces", "--json")
 		assert.Equal(t, 0, code, stderr)
 		assert.Contains(t, out, `"ok":true`)
@@ -339,7 +335,8 @@ func TestNamespaces(t *testing.T) {
 	})
 
 	t.Run("tampered", func(t *testing.T) {
-		editLedger(t, filepath.Join(db+".ns", "ns-b.db"), `UPDATE receipts SET external_ref = 'forged' WHERE seq = 1`)
+		editLedger(t, db, `DROP TRIGGER ns_receipts_no_update`,
+			`UPDATE ns_receipts SET external_ref = 'forged' WHERE ns = (SELECT id FROM namespaces WHERE name = 'b') AND seq = 1`)
 		out, _, code := ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 		assert.Equal(t, 1, code, out)
 		assert.Contains(t, out, "== namespace a ==\nOK: ")

@@ -17,11 +17,13 @@ import (
 // such namespace into the shared tables when it opens, one namespace per
 // transaction:
 //
+//  0. read only, the file must hold the head the registry recorded for
+//     it, and its recorded head must be its receipts' tail; a file that
+//     is missing, behind or edited stops the start, naming the ways out;
 //  1. the namespace's file is opened on its own, under its lock, as
 //     ledgerd always opened it: its schema brought to this version, its
-//     recorded head checked against its receipts, its Merkle tree checked
-//     (and built if it has none), its write-ahead log folded in at close;
-//     and it must hold the head the registry recorded for it;
+//     Merkle tree checked (and built if it has none), its write-ahead log
+//     folded in at close;
 //  2. in one transaction of the ledger file, the namespace gets an id and
 //     each of its tables is copied into the shared ones — the receipts in
 //     seq order through the linking trigger, so that a broken chain is
@@ -29,7 +31,8 @@ import (
 //     checked against the file's before the registry row takes the id;
 //  3. the file is renamed to <file>.migrated, never deleted.
 //
-// A crash before step 2 commits leaves the namespace in its file, copied
+// Step 1 writes to the file only once step 0 found it whole and
+// current. A crash before step 2 commits leaves the namespace in its file, copied
 // again at the next start; after it, the registry has the id and the next
 // start only renames the file. The key index is keyed by namespace name
 // and the chain is the same, so it needs no replay.
@@ -73,6 +76,11 @@ func (s *Store) migrateFile(ctx context.Context, r registryRow, path string) err
 	if err := precheck(path); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	// 0. Read only: the file holds the head the registry recorded, and its
+	// recorded head is its tail. A refused file is left as it was.
+	if _, err := checkNamespaceFile(ctx, s.path, r.name, path, r.head, s.opts); err != nil {
+		return err
+	}
 	// 1. The file on its own: migrated, checked, its WAL folded in.
 	opts := s.opts
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,12 +89,8 @@ func (s *Store) migrateFile(ctx context.Context, r registryRow, path string) err
 	if err != nil {
 		return err
 	}
-	err = checkAgainstRecorded(ctx, fc.w, s.path, r.name, path, r.head)
 	head := *fc.head.Load()
-	if cerr := fc.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := fc.Close(); err != nil {
 		return err
 	}
 	lock, err := acquireLock(path)

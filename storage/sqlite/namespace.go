@@ -44,6 +44,9 @@ func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error 
 	if err := ensureShared(ctx, w); err != nil {
 		return err
 	}
+	if err := checkNoLegacyFile(ctx, abs, ns); err != nil {
+		return err
+	}
 	return createShared(ctx, w, ns, keyTTL)
 }
 

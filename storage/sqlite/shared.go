@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -250,4 +251,62 @@ func HasOwnFile(ctx context.Context, path, ns string) (bool, error) {
 		return false, ledger.ErrUnknownNamespace
 	}
 	return id == 0, nil
+}
+
+// sqlHeadsOff lists the namespaces of the shared tables whose recorded
+// head is not their receipts' tail (receipts removed or added, or the
+// head edited, behind ledgerd's back): one lookup of the (ns, seq) index
+// per namespace.
+const sqlHeadsOff = `
+	SELECT n.name, h.seq, t.seq
+	FROM ns_head AS h JOIN namespaces AS n ON n.id = h.ns
+	LEFT JOIN ns_receipts AS t ON t.ns = h.ns AND t.seq = (SELECT max(seq) FROM ns_receipts WHERE ns = h.ns)
+	WHERE coalesce(t.seq, 0) != h.seq OR (t.seq IS NOT NULL AND t.hash != h.hash)
+	ORDER BY n.name LIMIT 1`
+
+// checkSharedHeads checks every namespace's recorded head against its
+// receipts' tail, as the open of each file did in the earlier layout, so
+// that a tampered namespace stops ledgerd at start, not at its first use.
+func (s *Store) checkSharedHeads(ctx context.Context) error {
+	var name string
+	var rec, tail sql.NullInt64
+	err := s.main.w.QueryRowContext(ctx, sqlHeadsOff).Scan(&name, &rec, &tail)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("check the namespaces' heads: %w", classify(err))
+	}
+	flags := dbFlags(s.path, name)
+	return fmt.Errorf("namespace %s: %w: the last append recorded head %d but the receipts end at %d — "+
+		"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
+		"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
+		name, ledger.ErrDerivedState, rec.Int64, tail.Int64, flags, flags)
+}
+
+// checkNoLegacyFile refuses to create namespace ns of the ledger at abs
+// while a file of the earlier layout that the registry does not know
+// holds receipts under its name (the ledger file restored from before the
+// namespace was created, say): its keys would run again in a new, empty
+// namespace. An empty one (left by a creation that died) is no history.
+func checkNoLegacyFile(ctx context.Context, abs, ns string) error {
+	path := NamespacePath(abs, ns)
+	if _, err := os.Stat(path); err != nil {
+		return nil
+	}
+	rd, err := OpenReader(ctx, path, Options{ReadConns: 1})
+	if err != nil {
+		return fmt.Errorf("%w: %s is not a readable ledger file (%w); move it away to create namespace %s",
+			ledger.ErrNamespaceLost, path, err, ns)
+	}
+	h, err := rd.ReadHead(ctx)
+	_ = rd.Close()
+	if err != nil {
+		return err
+	}
+	if h.Seq > 0 {
+		return fmt.Errorf("%w: %s already holds %d receipts that the registry of %s does not know; "+
+			"restore the ledger file that goes with it, or move the file away", ledger.ErrNamespaceLost, path, h.Seq, abs)
+	}
+	return nil
 }

@@ -120,6 +120,11 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	if err := s.migrateFiles(ctx); err != nil {
 		return fail(err)
 	}
+	if !opts.Repair {
+		if err := s.checkSharedHeads(ctx); err != nil {
+			return fail(err)
+		}
+	}
 	hctx, cancel := context.WithCancel(context.Background())
 	s.stopHeal, s.healDone = cancel, make(chan struct{})
 	go s.healLoop(hctx, opts.HeadRecordEvery)
@@ -248,6 +253,9 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) e
 	}
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
+	}
+	if err := checkNoLegacyFile(ctx, s.path, ns); err != nil {
+		return err
 	}
 	s.main.mu.Lock()
 	defer s.main.mu.Unlock()
