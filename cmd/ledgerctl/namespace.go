@@ -273,7 +273,10 @@ way out. Needs ledgerd stopped. Exit 2 on any error.`,
 			"recorded_head": map[string]any{"seq": res.Head.Seq, "hash": res.Head.Hash.String()}})
 	}
 	moved := "its file was missing"
-	if res.MovedTo != "" {
+	switch {
+	case res.Kept:
+		moved = "its receipts kept in " + res.MovedTo
+	case res.MovedTo != "":
 		moved = "its file moved to " + res.MovedTo
 	}
 	_, err = fmt.Fprintf(c.Stdout, "namespace %s forgotten (%s; the registry had recorded %d receipts); decided by %s: %s\n",

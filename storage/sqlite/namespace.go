@@ -73,8 +73,10 @@ func removeFileSet(path string) {
 type ForgetResult struct {
 	// Head is the head the registry had recorded for the namespace.
 	Head ledger.Head
-	// MovedTo is where the namespace's file went, or "" if it was missing.
+	// MovedTo is where the namespace's file went, or "" if it was missing;
+	// with Kept, the file its rows were copied to from the ledger file.
 	MovedTo string
+	Kept    bool
 }
 
 // ForgetNamespace gives up namespace ns of the ledger at path: its file
@@ -251,7 +253,7 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 	if err != nil {
 		return nil, fmt.Errorf("forget: %w (its copy %s stays)", err, side)
 	}
-	res := &ForgetResult{Head: head, MovedTo: side}
+	res := &ForgetResult{Head: head, MovedTo: side, Kept: true}
 	if err := dropFromIndex(abs, ns); err != nil {
 		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
 	}

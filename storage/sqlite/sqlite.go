@@ -52,10 +52,9 @@ type Options struct {
 	// Repair skips the check that the recorded head matches the chain, so
 	// that RebuildIndex can repair it.
 	Repair bool
-	// MaxOpenFiles bounds the namespace files a writing Store keeps open
-	// at once, the least recently used closed first (default: one per
-	// 2 MiB of CacheMiB, 4 to 64, fewer when the descriptor limit is low;
-	// nsfile.go).
+	// MaxOpenFiles bounds the namespaces a writing Store keeps open (their
+	// caches in memory) at once, the least recently used closed first
+	// (default: one per 2 MiB of CacheMiB, 4 to 64; nsfile.go).
 	MaxOpenFiles int
 	// HeadRecordEvery is how often the heads of namespaces that moved are
 	// recorded in the registry (default DefaultHeadRecordInterval).
