@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
 )
 
 // Ledgers of the earlier layout kept each namespace but default in a file

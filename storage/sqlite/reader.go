@@ -17,12 +17,12 @@ import (
 // takes a write lock, so it is safe to use while ledgerd runs, and on a
 // copy of the file. A Store holds one per open file.
 type Reader struct {
-	path string
-	r    *sql.DB
-	now  func() time.Time
-	busy time.Duration // the busy timeout of the scans' own connections
-	chainRef           // the chain's tables in the file (tables.go)
-	ns       string    // the namespace, for messages; "" for the file's own
+	path     string
+	r        *sql.DB
+	now      func() time.Time
+	busy     time.Duration // the busy timeout of the scans' own connections
+	chainRef               // the chain's tables in the file (tables.go)
+	ns       string        // the namespace, for messages; "" for the file's own
 }
 
 // ledgerPath is the absolute path of the ledger file named by path.

@@ -32,7 +32,7 @@ const (
 	// verifier reports).
 	sqlLastRecordedAt = `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
 		THEN recorded_at ELSE 0 END FROM receipts ORDER BY seq DESC LIMIT 1`
-	sqlKeyTTL       = `SELECT key_ttl_ms FROM settings WHERE id = 1`
+	sqlKeyTTL = `SELECT key_ttl_ms FROM settings WHERE id = 1`
 
 	// A reserve's token hash, written by the PutKey that follows it (the
 	// row goes at the end: seq is the rowid).
