@@ -66,14 +66,14 @@ func (m chanMutex) unlock() { <-m }
 
 // DefaultMaxOpenFiles is the most namespaces a writing Store keeps open
 // by default.
-const DefaultMaxOpenFiles = 64
+const DefaultMaxOpenFiles = 1024
 
 // maxOpenFiles is the default bound on open namespaces. An open namespace
-// holds about 1–2 MiB (its key and tree caches), so the memory budget
-// allows one per 2 MiB of cacheMiB. At least 4, at most
-// DefaultMaxOpenFiles.
+// holds at most about 40 KiB (its key cache is bounded at 1/256 of
+// CacheBytes, its tree cache at 128 hashes), so the memory budget allows
+// 32 per MiB of cacheMiB. At least 64, at most DefaultMaxOpenFiles.
 func maxOpenFiles(cacheMiB int) int {
-	return max(4, min(DefaultMaxOpenFiles, cacheMiB/2))
+	return max(64, min(DefaultMaxOpenFiles, cacheMiB*32))
 }
 
 // acquire opens the file if it is closed and marks it in use until

@@ -64,6 +64,18 @@ const (
 // written recently or read once: the cache is simply emptied when full.
 const treeCacheMax = 4096
 
+// sharedTreeCacheMax bounds it for a namespace of the shared tables, of
+// which hundreds may be open: a few more than the roots a leaf needs.
+const sharedTreeCacheMax = 128
+
+// treeMax is the bound of the chain's tree cache.
+func (db *fileChain) treeMax() int {
+	if db.main != nil {
+		return sharedTreeCacheMax
+	}
+	return treeCacheMax
+}
+
 // treeCache is the writer's copy of recently written or read tree hashes.
 // Stored hashes never change, so a cached value is always right; only
 // hashes of committed batches enter it.
@@ -175,8 +187,8 @@ func (t *writeTx) flushTree(ctx context.Context) error {
 
 // commitTree merges a committed batch's tree hashes into the writer's cache.
 func (db *fileChain) commitTree(t *writeTx) {
-	if len(db.tree)+len(t.tree.added) > treeCacheMax {
-		db.tree = make(treeCache, treeCacheMax)
+	if len(db.tree)+len(t.tree.added) > db.treeMax() {
+		db.tree = make(treeCache, db.treeMax())
 	}
 	for k, v := range t.tree.added {
 		db.tree[k] = v
@@ -189,7 +201,7 @@ func (db *fileChain) commitTree(t *writeTx) {
 // none (a ledger made before the tree existed), in batches, before the
 // writer starts.
 func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool) error {
-	db.tree = make(treeCache, treeCacheMax)
+	db.tree = make(treeCache, db.treeMax())
 	size, err := db.checkTree(ctx, head)
 	if errors.Is(err, ledger.ErrDerivedState) && repair {
 		// rebuild-index: the chain was cut or changed outside ledgerd; the
