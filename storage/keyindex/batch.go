@@ -32,6 +32,37 @@ func (ix *Index) NewBatch(ns string) *Batch {
 	return b
 }
 
+// For makes the entries added next, and the next Watermark, namespace
+// ns's: one batch can carry the batches of several namespaces that
+// committed in one transaction (Commit applies them at once).
+func (b *Batch) For(ns string) { b.ns = ns }
+
+// Watermark sets the current namespace's watermark to head in the batch
+// (Commit sets the last namespace's).
+func (b *Batch) Watermark(head ledger.Head) error {
+	if b.b == nil {
+		return nil
+	}
+	w := appendSeq(make([]byte, 0, 40), head.Seq)
+	w = append(w, head.Hash[:]...)
+	if err := b.b.Set(prefix(b.ns, tagWatermark), w, nil); err != nil {
+		return fmt.Errorf("key index: %w", err)
+	}
+	return nil
+}
+
+// Apply applies the batch, watermarks included, without waiting for the
+// disk.
+func (b *Batch) Apply() error {
+	if b.b == nil {
+		return fmt.Errorf("key index: apply: %w", b.ix.Err())
+	}
+	if err := b.ix.useIn(b.in, true, func(*pebble.DB) error { return b.b.Commit(pebble.NoSync) }); err != nil {
+		return fmt.Errorf("key index: apply: %w", err)
+	}
+	return nil
+}
+
 // Len is the size of the batch's representation in bytes.
 func (b *Batch) Len() int {
 	if b.b == nil {
@@ -74,15 +105,10 @@ func (b *Batch) Commit(head ledger.Head) error {
 	if b.b == nil {
 		return fmt.Errorf("key index: apply: %w", b.ix.Err())
 	}
-	w := appendSeq(make([]byte, 0, 40), head.Seq)
-	w = append(w, head.Hash[:]...)
-	if err := b.b.Set(prefix(b.ns, tagWatermark), w, nil); err != nil {
-		return fmt.Errorf("key index: %w", err)
+	if err := b.Watermark(head); err != nil {
+		return err
 	}
-	if err := b.ix.useIn(b.in, true, func(*pebble.DB) error { return b.b.Commit(pebble.NoSync) }); err != nil {
-		return fmt.Errorf("key index: apply: %w", err)
-	}
-	return nil
+	return b.Apply()
 }
 
 // Close releases the batch (after Commit, or to drop it). A second Close

@@ -358,33 +358,46 @@ func (c *fileChain) applyIndex(t *writeTx) {
 	}
 	b := c.idx.NewBatch(c.ns)
 	defer b.Close()
-	err := func() error {
-		for _, r := range t.receipts {
-			if err := b.Receipt(r); err != nil {
-				return err
-			}
-		}
-		done := make(map[string]bool, len(t.putKeys))
-		for _, key := range t.putKeys {
-			if !done[key] {
-				done[key] = true
-				if err := b.PutKey(t.dirtyKeys[key]); err != nil {
-					return err
-				}
-			}
-		}
-		if c.indexFault != nil {
-			if err := c.indexFault(); err != nil {
-				return err
-			}
-		}
-		return b.Commit(t.head)
-	}()
-	if err != nil {
-		c.stale.Store(true)
-		c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
-			"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
+	err := c.addToIndex(b, t)
+	if err == nil {
+		err = b.Apply()
 	}
+	if err != nil {
+		c.indexFailed(t, err)
+	}
+}
+
+// addToIndex adds c's part t of a committed transaction to b: its
+// receipts, key records and watermark.
+func (c *fileChain) addToIndex(b *keyindex.Batch, t *writeTx) error {
+	b.For(c.ns)
+	for _, r := range t.receipts {
+		if err := b.Receipt(r); err != nil {
+			return err
+		}
+	}
+	done := make(map[string]bool, len(t.putKeys))
+	for _, key := range t.putKeys {
+		if !done[key] {
+			done[key] = true
+			if err := b.PutKey(t.dirtyKeys[key]); err != nil {
+				return err
+			}
+		}
+	}
+	if c.indexFault != nil {
+		if err := c.indexFault(); err != nil {
+			return err
+		}
+	}
+	return b.Watermark(t.head)
+}
+
+// indexFailed records that the index lacks c's committed part t.
+func (c *fileChain) indexFailed(t *writeTx, err error) {
+	c.stale.Store(true)
+	c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
+		"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
 }
 
 // indexRetry spaces the replays of an index that lacks committed batches:

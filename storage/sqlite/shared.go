@@ -226,8 +226,35 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 	if err := m.commit(tx); err != nil {
 		return err
 	}
+	// Every part's index entries and watermark in one Pebble batch.
 	for i, c := range chains {
-		c.committed(txs[i])
+		c.record(txs[i])
+	}
+	if f := m.afterCommit; f != nil {
+		f()
+	}
+	if appended > 0 {
+		b := m.idx.NewBatch(ledger.DefaultNamespace)
+		var err error
+		for i, c := range chains {
+			if txs[i].appended > 0 && err == nil {
+				err = c.addToIndex(b, txs[i])
+			}
+		}
+		if err == nil {
+			err = b.Apply()
+		}
+		b.Close()
+		if err != nil {
+			for i, c := range chains {
+				if txs[i].appended > 0 {
+					c.indexFailed(txs[i], err)
+				}
+			}
+		}
+	}
+	for i, c := range chains {
+		c.settle(txs[i])
 	}
 	m.counted(start, appended)
 	return nil

@@ -149,6 +149,16 @@ func (c *fileChain) commit(tx *sql.Tx) error {
 // committed takes a committed batch's part t into c's head, caches and
 // key index, and wakes those waiting on the keys it ended.
 func (c *fileChain) committed(t *writeTx) {
+	c.record(t)
+	if f := c.file().afterCommit; f != nil {
+		f()
+	}
+	c.applyIndex(t)
+	c.settle(t)
+}
+
+// record takes a committed part t into c's head and gate state.
+func (c *fileChain) record(t *writeTx) {
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
 	c.gated = t.gated // loaded by this batch, or the file's (a map: shared)
@@ -164,10 +174,11 @@ func (c *fileChain) committed(t *writeTx) {
 		}
 		c.held.Store(held)
 	}
-	if f := c.file().afterCommit; f != nil {
-		f()
-	}
-	c.applyIndex(t)
+}
+
+// settle takes a committed part t (already in the key index) into c's
+// caches and wakes those waiting on the keys it ended.
+func (c *fileChain) settle(t *writeTx) {
 	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
 	c.commitTree(t)
 	if c.onEnded != nil && len(t.ended) > 0 {
