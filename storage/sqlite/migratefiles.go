@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
 )
 
 // Ledgers of the earlier layout kept each namespace but default in a file
@@ -119,15 +122,18 @@ func (s *Store) migrateFile(ctx context.Context, r registryRow, path string) err
 		sqlNewHead,
 		`INSERT INTO ns_settings (ns, key_ttl_ms) SELECT ?, coalesce((SELECT key_ttl_ms FROM src.settings WHERE id = 1), 0)`,
 		`INSERT INTO ns_receipts (ns, ` + receiptColumns + `) SELECT ?, ` + receiptColumns + ` FROM src.receipts ORDER BY seq`,
-		`INSERT INTO ns_tree_hashes (ns, idx, hash) SELECT ?, idx, hash FROM src.tree_hashes ORDER BY idx`,
 		`INSERT INTO ns_checkpoints (ns, size, root, note, signed_at) SELECT ?, size, root, note, signed_at FROM src.checkpoints ORDER BY size`,
-		`INSERT INTO ns_reserve_tokens (ns, seq, token_hash) SELECT ?, seq, token_hash FROM src.reserve_tokens`,
+		`INSERT INTO ns_tokens (rid, token_hash) SELECT r.rowid, s.token_hash FROM src.reserve_tokens AS s
+			JOIN ns_receipts AS r ON r.ns = ?1 AND r.seq = s.seq ORDER BY s.seq`,
 		`INSERT INTO ns_approval_inputs (ns, ask_seq, input, delete_after) SELECT ?, ask_seq, input, delete_after FROM src.approval_inputs`,
 		`INSERT INTO ns_state_key (ns, key) SELECT ?, key FROM src.state_key`,
 	} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
 			return fmt.Errorf("copy: %w (nothing was changed)", classify(err))
 		}
+	}
+	if err := copyTreeIn(ctx, tx, id, head.Seq); err != nil {
+		return fmt.Errorf("copy the Merkle tree: %w (nothing was changed)", err)
 	}
 	ref := chainRef{q: sharedSQL, id: id}
 	got, err := readTail(ctx, tx, ref)
@@ -175,4 +181,55 @@ func setMigratedAside(path string) error {
 		}
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// copyTreeIn copies the stored tree hashes of the attached file src, one
+// row per hash, into ns_tree rows of namespace id, one per leaf, for its
+// leaves 0 … size-1 (the file's tree has exactly its receipts: step 1
+// checked it).
+func copyTreeIn(ctx context.Context, tx *sql.Tx, id int64, size uint64) error {
+	rows, err := tx.QueryContext(ctx, `SELECT idx, hash FROM src.tree_hashes ORDER BY idx`)
+	if err != nil {
+		return classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	st, err := tx.PrepareContext(ctx, sharedSQL.treeRowBySeq)
+	if err != nil {
+		return classify(err)
+	}
+	defer func() { _ = st.Close() }()
+	var leaf []byte
+	n := int64(0) // the leaf being gathered
+	end := sumdb.StoredHashIndex(0, n+1)
+	next := int64(0)
+	for rows.Next() {
+		var idx int64
+		var h []byte
+		if err := rows.Scan(&idx, &h); err != nil {
+			return err
+		}
+		if idx != next || len(h) != 32 {
+			return fmt.Errorf("stored tree hash %d out of order or not 32 bytes", idx)
+		}
+		next++
+		leaf = append(leaf, h...)
+		if idx+1 == end {
+			res, err := st.ExecContext(ctx, id, n+1, leaf)
+			if err != nil {
+				return classify(err)
+			}
+			if k, _ := res.RowsAffected(); k != 1 {
+				return fmt.Errorf("leaf %d has no receipt", n)
+			}
+			leaf, n = leaf[:0], n+1
+			end = sumdb.StoredHashIndex(0, n+1)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return classify(err)
+	}
+	if len(leaf) > 0 || uint64(n) != size {
+		return fmt.Errorf("the tree has %d whole leaves, the chain %d receipts", n, size)
+	}
+	return nil
 }

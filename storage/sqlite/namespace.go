@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -242,10 +244,15 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 		return nil, fmt.Errorf("forget: keep the namespace's receipts in %s: %w (nothing was forgotten)", side, err)
 	}
 	err = recordForget(ctx, w, ns, by, reason, head, side, func(tx *sql.Tx) error {
-		for _, t := range []string{"ns_receipts", "ns_tree_hashes", "ns_checkpoints", "ns_reserve_tokens",
-			"ns_approval_inputs", "ns_state_key", "ns_settings", "ns_head"} {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM `+t+` WHERE ns = ?`, id); err != nil {
-				return fmt.Errorf("delete from %s: %w", t, classify(err))
+		for _, q := range []string{
+			`DELETE FROM ns_tree WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?)`,
+			`DELETE FROM ns_tokens WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?)`,
+			`DELETE FROM ns_receipts WHERE ns = ?`, `DELETE FROM ns_checkpoints WHERE ns = ?`,
+			`DELETE FROM ns_approval_inputs WHERE ns = ?`, `DELETE FROM ns_state_key WHERE ns = ?`,
+			`DELETE FROM ns_settings WHERE ns = ?`, `DELETE FROM ns_head WHERE ns = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, q, id); err != nil {
+				return fmt.Errorf("%s: %w", q, classify(err))
 			}
 		}
 		return nil
@@ -279,15 +286,18 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, 
 		defer func() { _ = tx.Rollback() }()
 		for _, q := range []string{
 			`INSERT INTO out.receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ? ORDER BY seq`,
-			`INSERT INTO out.tree_hashes (idx, hash) SELECT idx, hash FROM ns_tree_hashes WHERE ns = ? ORDER BY idx`,
 			`INSERT INTO out.checkpoints (size, root, note, signed_at) SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ? ORDER BY size`,
-			`INSERT INTO out.reserve_tokens (seq, token_hash) SELECT seq, token_hash FROM ns_reserve_tokens WHERE ns = ? ORDER BY seq`,
+			`INSERT OR REPLACE INTO out.reserve_tokens (seq, token_hash) SELECT r.seq, t.token_hash
+				FROM ns_receipts AS r JOIN ns_tokens AS t ON t.rid = r.rowid WHERE r.ns = ? ORDER BY r.seq`,
 			`INSERT INTO out.approval_inputs (ask_seq, input, delete_after) SELECT ask_seq, input, delete_after FROM ns_approval_inputs WHERE ns = ?`,
 			`INSERT INTO out.state_key (id, key) SELECT 1, key FROM ns_state_key WHERE ns = ?`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {
 				return classify(err)
 			}
+		}
+		if err := copyTreeOut(ctx, tx, id); err != nil {
+			return err
 		}
 		return classify(tx.Commit())
 	}()
@@ -323,4 +333,34 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, 
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// copyTreeOut copies namespace id's tree, a row per leaf in ns_tree, into
+// the attached file out's tree_hashes, a row per hash.
+func copyTreeOut(ctx context.Context, tx *sql.Tx, id int64) error {
+	rows, err := tx.QueryContext(ctx, `SELECT r.seq, t.hashes FROM ns_receipts AS r JOIN ns_tree AS t ON t.rid = r.rowid
+		WHERE r.ns = ? ORDER BY r.seq`, id)
+	if err != nil {
+		return classify(err)
+	}
+	defer func() { _ = rows.Close() }()
+	st, err := tx.PrepareContext(ctx, `INSERT INTO out.tree_hashes (idx, hash) VALUES (?, ?)`)
+	if err != nil {
+		return classify(err)
+	}
+	defer func() { _ = st.Close() }()
+	for rows.Next() {
+		var seq int64
+		var hs []byte
+		if err := rows.Scan(&seq, &hs); err != nil {
+			return err
+		}
+		base := sumdb.StoredHashIndex(0, seq-1)
+		for i := 0; i+32 <= len(hs); i += 32 {
+			if _, err := st.ExecContext(ctx, base+int64(i/32), hs[i:i+32]); err != nil {
+				return classify(err)
+			}
+		}
+	}
+	return classify(rows.Err())
 }

@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
 )
 
 // Every namespace of a ledger lives in the ledger file (docs/design/tenants.md §4). The
@@ -90,12 +93,10 @@ CREATE TABLE IF NOT EXISTS ns_state_key (
 	ns  INTEGER PRIMARY KEY,
 	key BLOB    NOT NULL CHECK (length(key) = 32)
 );
-CREATE TABLE IF NOT EXISTS ns_reserve_tokens (
-	ns         INTEGER NOT NULL,
-	seq        INTEGER NOT NULL,
-	token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32),
-	PRIMARY KEY (ns, seq)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ns_tokens (
+	rid        INTEGER PRIMARY KEY, -- the rowid of the reserve in ns_receipts
+	token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
+);
 CREATE TABLE IF NOT EXISTS ns_settings (
 	ns         INTEGER PRIMARY KEY,
 	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
@@ -105,12 +106,10 @@ BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END
 CREATE TRIGGER IF NOT EXISTS ns_settings_kept BEFORE DELETE ON ns_settings
 WHEN EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
 BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END;
-CREATE TABLE IF NOT EXISTS ns_tree_hashes (
-	ns   INTEGER NOT NULL,
-	idx  INTEGER NOT NULL CHECK (idx >= 0),
-	hash BLOB    NOT NULL CHECK (length(hash) = 32),
-	PRIMARY KEY (ns, idx)
-) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ns_tree (
+	rid    INTEGER PRIMARY KEY, -- the rowid of the receipt in ns_receipts
+	hashes BLOB    NOT NULL CHECK (length(hashes) > 0 AND length(hashes) % 32 = 0)
+);
 CREATE TABLE IF NOT EXISTS ns_checkpoints (
 	ns        INTEGER NOT NULL,
 	size      INTEGER NOT NULL CHECK (size >= 1),
@@ -119,10 +118,10 @@ CREATE TABLE IF NOT EXISTS ns_checkpoints (
 	signed_at INTEGER NOT NULL,
 	PRIMARY KEY (ns, size)
 );
-CREATE TRIGGER IF NOT EXISTS ns_tree_hashes_no_update BEFORE UPDATE ON ns_tree_hashes
+CREATE TRIGGER IF NOT EXISTS ns_tree_no_update BEFORE UPDATE ON ns_tree
 BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS ns_tree_hashes_no_delete BEFORE DELETE ON ns_tree_hashes
-WHEN EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+CREATE TRIGGER IF NOT EXISTS ns_tree_no_delete BEFORE DELETE ON ns_tree
+WHEN EXISTS (SELECT 1 FROM ns_receipts AS r JOIN namespaces AS n ON n.id = r.ns WHERE r.rowid = OLD.rid)
 BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS ns_checkpoints_no_update BEFORE UPDATE ON ns_checkpoints
 BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
@@ -140,15 +139,15 @@ END;`
 var sharedTables = []struct{ name, cte string }{
 	{"receipts", `receipts AS NOT MATERIALIZED (SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ?1)`},
 	{"head", `head(id, seq, hash) AS NOT MATERIALIZED (SELECT 1, seq, hash FROM ns_head WHERE ns = ?1)`},
-	{"tree_hashes", `tree_hashes AS NOT MATERIALIZED (SELECT idx, hash FROM ns_tree_hashes WHERE ns = ?1)`},
 	{"checkpoints", `checkpoints AS NOT MATERIALIZED (SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ?1)`},
-	{"reserve_tokens", `reserve_tokens AS NOT MATERIALIZED (SELECT seq, token_hash FROM ns_reserve_tokens WHERE ns = ?1)`},
+	{"reserve_tokens", `reserve_tokens AS NOT MATERIALIZED (SELECT r.seq AS seq, t.token_hash AS token_hash
+		FROM ns_receipts AS r JOIN ns_tokens AS t ON t.rid = r.rowid WHERE r.ns = ?1)`},
 	{"approval_inputs", `approval_inputs AS NOT MATERIALIZED (SELECT ask_seq, input, delete_after FROM ns_approval_inputs WHERE ns = ?1)`},
 	{"state_key", `state_key(id, key) AS NOT MATERIALIZED (SELECT 1, key FROM ns_state_key WHERE ns = ?1)`},
 	{"settings", `settings(id, key_ttl_ms) AS NOT MATERIALIZED (SELECT 1, key_ttl_ms FROM ns_settings WHERE ns = ?1)`},
 }
 
-var tableWords = regexp.MustCompile(`\b(receipts|head|tree_hashes|checkpoints|reserve_tokens|approval_inputs|state_key|settings)\b`)
+var tableWords = regexp.MustCompile(`\b(receipts|head|checkpoints|reserve_tokens|approval_inputs|state_key|settings)\b`)
 
 // sharedRead returns the read q over one namespace of the shared tables:
 // q, whose parameters are all "?" (or "?1" … when numbered, which shift
@@ -202,6 +201,12 @@ type chainSQL struct {
 	insertReceipt, insertToken, putAskInput, askInputDeadline, purgeAskInputs,
 	insertStateKey, insertCheckpoint, repairHead string
 	treeInsert [8]string
+
+	// The shared tables' tree and tokens, keyed by their receipt's row:
+	// treeHash reads a leaf's row by (ns, seq), treeCount returns the
+	// tree's size in leaves (not a count of hashes), treeRow and
+	// insertToken take the receipt's rowid, not the namespace.
+	treeRow, treeRowBySeq string
 }
 
 // read returns the read q of the default tables for this chain's tables.
@@ -230,13 +235,14 @@ func newChainSQL(shared bool) *chainSQL {
 		{&c.scanByKey, sqlScanByKey}, {&c.scanByKeyAfter, sqlScanByKeyAfter},
 		{&c.duplicateSuccesses, sqlDuplicateSuccesses}, {&c.repeatedFailures, sqlRepeatedFailures},
 		{&c.openKeysAfter, sqlOpenKeysAfter}, {&c.keyReceipts, sqlKeyReceipts}, {&c.stateKey, sqlStateKey},
-		{&c.treeHash, sqlTreeHash}, {&c.treeCount, sqlTreeCount}, {&c.receiptHashes, sqlReceiptHashes},
+		{&c.receiptHashes, sqlReceiptHashes},
 		{&c.latestCheckpoint, sqlLatestCheckpoint}, {&c.checkpointAt, sqlCheckpointAt},
 		{&c.checkpointCover, sqlCheckpointCover}, {&c.maxCheckpoint, sqlMaxCheckpoint}, {&c.hashAt, sqlHashAt},
 	} {
 		*r.dst = c.read(r.q)
 	}
 	if !shared {
+		c.treeHash, c.treeCount = sqlTreeHash, sqlTreeCount
 		c.insertReceipt, c.insertToken = sqlInsertReceipt, sqlInsertToken
 		c.putAskInput, c.askInputDeadline, c.purgeAskInputs = sqlPutAskInput, sqlAskInputDeadline, sqlPurgeAskInputs
 		c.insertStateKey, c.insertCheckpoint, c.repairHead = sqlInsertStateKey, sqlInsertCheckpoint, sqlRepairHead
@@ -247,17 +253,25 @@ func newChainSQL(shared bool) *chainSQL {
 	}
 	c.insertReceipt = `INSERT INTO ns_receipts (ns, ` + receiptColumns + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	c.insertToken = `INSERT OR REPLACE INTO ns_reserve_tokens (ns, seq, token_hash) VALUES (?, ?, ?)`
+	// A namespace's tree hashes and token hashes are keyed by the row of
+	// their receipt, so that they are appended at the end of their tables
+	// like the receipt, not in the middle of a (ns, …) key: each
+	// namespace of a group would otherwise dirty its own leaf page of
+	// each table in the transaction, and a COMMIT writes dirty pages
+	// whole. One row holds the stored hashes that the leaf's append adds
+	// (sumdb.StoredHashIndex(0, n) on), in order.
+	c.treeHash = `SELECT t.hashes FROM ns_receipts AS r JOIN ns_tree AS t ON t.rid = r.rowid WHERE r.ns = ? AND r.seq = ?`
+	c.treeCount = `SELECT r.seq FROM ns_receipts AS r WHERE r.ns = ? AND EXISTS (SELECT 1 FROM ns_tree AS t WHERE t.rid = r.rowid)
+		ORDER BY r.seq DESC LIMIT 1`
+	c.treeRow = `INSERT INTO ns_tree (rid, hashes) VALUES (?, ?)`
+	c.treeRowBySeq = `INSERT INTO ns_tree (rid, hashes) SELECT rowid, ?3 FROM ns_receipts WHERE ns = ?1 AND seq = ?2`
+	c.insertToken = `INSERT OR REPLACE INTO ns_tokens (rid, token_hash) VALUES (?, ?)`
 	c.putAskInput = `INSERT OR REPLACE INTO ns_approval_inputs (ns, ask_seq, input, delete_after) VALUES (?, ?, ?, ?)`
 	c.askInputDeadline = `UPDATE ns_approval_inputs SET delete_after = ?2 WHERE ns = ?1 AND ask_seq = ?3`
 	c.purgeAskInputs = `DELETE FROM ns_approval_inputs WHERE ns = ? AND delete_after < ?`
 	c.insertStateKey = `INSERT OR IGNORE INTO ns_state_key (ns, key) VALUES (?, ?)`
 	c.insertCheckpoint = `INSERT INTO ns_checkpoints (ns, size, root, note, signed_at) VALUES (?, ?, ?, ?, ?)`
 	c.repairHead = `INSERT OR REPLACE INTO ns_head (ns, seq, hash) VALUES (?, ?, ?)`
-	for k := range c.treeInsert {
-		c.treeInsert[k] = `INSERT INTO ns_tree_hashes (ns, idx, hash) VALUES ` +
-			strings.TrimSuffix(strings.Repeat(`(?1, ?, ?), `, 1<<k), `, `)
-	}
 	return c
 }
 
@@ -283,4 +297,29 @@ func (c chainRef) scanArgs(a ...uint64) []uint64 {
 		return a
 	}
 	return append([]uint64{uint64(c.id)}, a...)
+}
+
+// treeLoc returns the arguments with which c.q.treeHash reads stored tree
+// hash x, and where x is in the value read: -1 for the whole value (the
+// default tables, a row per hash); for the shared tables, the index of x
+// among the hashes that its leaf's append stored.
+func (c chainRef) treeLoc(x int64) ([]any, int) {
+	if !c.q.shared {
+		return []any{x}, -1
+	}
+	level, k := sumdb.SplitStoredHashIndex(x)
+	n := (k+1)<<level - 1 // the leaf whose append completed (level, k)
+	return []any{c.id, n + 1}, int(x - sumdb.StoredHashIndex(0, n))
+}
+
+// treeHashIn cuts stored tree hash x out of b, read with treeLoc's
+// arguments (at position off).
+func treeHashIn(b []byte, off int, x int64) ([]byte, error) {
+	if off < 0 {
+		return b, nil
+	}
+	if len(b) < (off+1)*32 {
+		return nil, fmt.Errorf("tree hash %d: its leaf's row has %d bytes", x, len(b))
+	}
+	return b[off*32 : (off+1)*32], nil
 }

@@ -108,8 +108,13 @@ func (t *writeTx) ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, err
 			t.tree.read = t.tx.StmtContext(ctx, t.stmts.treeRead)
 		}
 		var b []byte
-		if err := t.tree.read.QueryRowContext(ctx, t.ref.args(x)...).Scan(&b); err != nil {
+		args, off := t.ref.treeLoc(x)
+		if err := t.tree.read.QueryRowContext(ctx, args...).Scan(&b); err != nil {
 			return nil, fmt.Errorf("read tree hash %d: %w", x, classify(err))
+		}
+		b, err := treeHashIn(b, off, x)
+		if err != nil {
+			return nil, err
 		}
 		if len(b) != len(out[i]) {
 			return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
@@ -135,6 +140,12 @@ func (t *writeTx) addLeaf(seq uint64, hs []tlog.Hash) error {
 	base := sumdb.StoredHashIndex(0, n)
 	if want := sumdb.StoredHashIndex(0, n+1) - base; int64(len(hs)) != want {
 		return fmt.Errorf("tree leaf %d: %d stored hashes, want %d", n, len(hs), want)
+	}
+	if t.ref.q.shared { // stored with the receipt (Append, backfillTree)
+		for i := range hs {
+			t.addTreeHash(base+int64(i), hs[i])
+		}
+		return nil
 	}
 	if len(t.tree.pending) == 0 {
 		t.tree.from = base
@@ -239,8 +250,18 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 		return 0, nil
 	}
 	var stored, last chain.Hash
-	if err := db.w.QueryRowContext(ctx, db.q.treeHash, db.args(sumdb.StoredHashIndex(0, size-1))...).Scan(hashScanner{&stored}); err != nil {
+	x := sumdb.StoredHashIndex(0, size-1)
+	args, off := db.treeLoc(x)
+	var b []byte
+	if err := db.w.QueryRowContext(ctx, db.q.treeHash, args...).Scan(&b); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
+	}
+	b, err = treeHashIn(b, off, x)
+	if err == nil {
+		stored, err = chain.HashFromBytes(b)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("tree: %w", err)
 	}
 	if err := db.w.QueryRowContext(ctx, db.q.hashAt, db.args(size)...).Scan(hashScanner{&last}); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
@@ -307,6 +328,9 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 			if err == nil {
 				err = t.addLeaf(batch[i].Seq, hs)
 			}
+			if err == nil && db.q.shared {
+				_, err = tx.ExecContext(ctx, db.q.treeRowBySeq, db.id, batch[i].Seq, leafRow(hs))
+			}
 			if err != nil {
 				_ = tx.Rollback()
 				return fmt.Errorf("tree back-fill: %w", err)
@@ -330,7 +354,17 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 // storedTreeSize is the number of leaves whose hashes are stored.
 func storedTreeSize(ctx context.Context, q queryRower, ref chainRef) (int64, error) {
 	var count int64
-	if err := q.QueryRowContext(ctx, ref.q.treeCount, ref.args()...).Scan(&count); err != nil {
+	err := q.QueryRowContext(ctx, ref.q.treeCount, ref.args()...).Scan(&count)
+	if ref.q.shared { // the size in leaves
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("tree size: %w", classify(err))
+		}
+		return count, nil
+	}
+	if err != nil {
 		return 0, fmt.Errorf("tree size: %w", classify(err))
 	}
 	n, err := tlog.SizeFromStoredCount(count)
@@ -347,8 +381,8 @@ func storedTreeSize(ctx context.Context, q queryRower, ref chainRef) (int64, err
 func (db *fileChain) dropTree(ctx context.Context) error {
 	stmts := []string{`DROP TABLE tree_hashes`, sqlTreeSchema}
 	if db.q.shared {
-		stmts = []string{`DROP TRIGGER ns_tree_hashes_no_delete`,
-			fmt.Sprintf(`DELETE FROM ns_tree_hashes WHERE ns = %d`, db.id), sqlSharedSchema}
+		stmts = []string{`DROP TRIGGER ns_tree_no_delete`,
+			fmt.Sprintf(`DELETE FROM ns_tree WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = %d)`, db.id), sqlSharedSchema}
 	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {

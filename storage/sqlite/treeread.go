@@ -41,12 +41,16 @@ func (rd *Reader) HashReader(ctx context.Context) sumdb.HashReader {
 		out := make([]tlog.Hash, len(idx))
 		for i, x := range idx {
 			var b []byte
-			err := rd.r.QueryRowContext(ctx, rd.q.treeHash, rd.args(x)...).Scan(&b)
+			args, off := rd.treeLoc(x)
+			err := rd.r.QueryRowContext(ctx, rd.q.treeHash, args...).Scan(&b)
 			if errors.Is(err, sql.ErrNoRows) {
 				return nil, fmt.Errorf("tree hash %d is not stored", x)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("read tree hash %d: %w", x, rd.treeErr(err))
+			}
+			if b, err = treeHashIn(b, off, x); err != nil {
+				return nil, err
 			}
 			if len(b) != len(out[i]) {
 				return nil, fmt.Errorf("tree hash %d has %d bytes", x, len(b))
@@ -59,6 +63,9 @@ func (rd *Reader) HashReader(ctx context.Context) sumdb.HashReader {
 
 // TreeSize returns the number of leaves whose hashes are stored.
 func (rd *Reader) TreeSize(ctx context.Context) (int64, error) {
+	if rd.q.shared {
+		return storedTreeSize(ctx, rd.r, rd.chainRef)
+	}
 	var count int64
 	if err := rd.r.QueryRowContext(ctx, rd.q.treeCount, rd.args()...).Scan(&count); err != nil {
 		return 0, fmt.Errorf("tree size: %w", rd.treeErr(err))

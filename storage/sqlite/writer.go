@@ -44,7 +44,8 @@ const (
 type writeStmts struct {
 	insert, receipt, token *sql.Stmt
 	treeRead               *sql.Stmt    // tree.go
-	treeInsert             [8]*sql.Stmt // tree.go: 2^k rows each
+	treeInsert             [8]*sql.Stmt // tree.go: 2^k rows each (default tables)
+	treeRow                *sql.Stmt    // a leaf's hashes by its receipt's rowid (shared tables)
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB, q *chainSQL) (*writeStmts, error) {
@@ -59,6 +60,14 @@ func prepareWrite(ctx context.Context, w *sql.DB, q *chainSQL) (*writeStmts, err
 		}
 		*p.dst = st
 	}
+	if q.shared {
+		st, err := w.PrepareContext(ctx, q.treeRow)
+		if err != nil {
+			return nil, fmt.Errorf("prepare: %w", classify(err))
+		}
+		s.treeRow = st
+		return &s, nil
+	}
 	for k := range s.treeInsert {
 		st, err := w.PrepareContext(ctx, q.treeInsert[k])
 		if err != nil {
@@ -71,7 +80,13 @@ func prepareWrite(ctx context.Context, w *sql.DB, q *chainSQL) (*writeStmts, err
 
 // all lists the statements, for Close.
 func (s *writeStmts) all() []*sql.Stmt {
-	return append([]*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead}, s.treeInsert[:]...)
+	out := []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead}
+	for _, st := range append(s.treeInsert[:], s.treeRow) {
+		if st != nil {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 // Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
@@ -210,7 +225,8 @@ type writeTx struct {
 	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
-	bound         [3]*sql.Stmt // stmts bound to tx, made on first use
+	bound         [4]*sql.Stmt // stmts bound to tx, made on first use
+	rids          map[uint64]int64 // shared tables: the rowid of each receipt appended, by seq
 	cache         *keyCache
 	idx           *keyindex.Index
 	ns            string
@@ -235,7 +251,7 @@ func (t *writeTx) Now() uint64 { return t.now }
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
 	if t.bound[i] == nil {
-		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token}[i]
+		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token, t.stmts.treeRow}[i]
 		t.bound[i] = t.tx.StmtContext(ctx, st)
 	}
 	return t.bound[i]
@@ -245,6 +261,7 @@ const (
 	stInsert = iota
 	stReceipt
 	stToken
+	stTreeRow
 )
 
 // Key reads a key record: this batch's writes, the key cache, the index
@@ -362,7 +379,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if r.Seq != t.head.Seq+1 || r.PrevHash != t.head.Hash {
 		return fmt.Errorf("append receipt %d: not linked to the head %d", r.Seq, t.head.Seq)
 	}
-	_, err := t.stmt(ctx, stInsert).ExecContext(ctx, t.ref.args(
+	res, err := t.stmt(ctx, stInsert).ExecContext(ctx, t.ref.args(
 		r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool,
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
@@ -372,6 +389,20 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	}
 	if err := t.addLeaf(r.Seq, hashes); err != nil {
 		return err
+	}
+	if t.ref.q.shared {
+		// The leaf's hashes in one row keyed by the receipt's rowid.
+		rid, err := res.LastInsertId()
+		if err != nil {
+			return fmt.Errorf("append receipt %d: %w", r.Seq, err)
+		}
+		if t.rids == nil {
+			t.rids = map[uint64]int64{}
+		}
+		t.rids[r.Seq] = rid
+		if _, err := t.stmt(ctx, stTreeRow).ExecContext(ctx, rid, leafRow(hashes)); err != nil {
+			return fmt.Errorf("store tree hashes of receipt %d: %w", r.Seq, classify(err))
+		}
 	}
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
@@ -394,7 +425,15 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 // goes to the key index after COMMIT.
 func (t *writeTx) PutKey(ctx context.Context, k *ledger.KeyRecord) error {
 	if k.TokenHash != "" && k.ReserveSeq > t.base {
-		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, t.ref.args(k.ReserveSeq, []byte(k.TokenHash))...); err != nil {
+		args := t.ref.args(k.ReserveSeq, []byte(k.TokenHash))
+		if t.ref.q.shared { // keyed by the reserve's row, appended in this batch
+			rid, ok := t.rids[k.ReserveSeq]
+			if !ok {
+				return fmt.Errorf("write reservation token: receipt %d was not appended in this batch", k.ReserveSeq)
+			}
+			args = []any{rid, []byte(k.TokenHash)}
+		}
+		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, args...); err != nil {
 			return fmt.Errorf("write reservation token: %w", classify(err))
 		}
 	}
@@ -413,3 +452,13 @@ func (t *writeTx) Probe(ctx context.Context) error {
 
 // rowScanner is *sql.Row or *sql.Rows.
 type rowScanner interface{ Scan(dest ...any) error }
+
+// leafRow is the value of a leaf's row in ns_tree: its stored hashes,
+// concatenated in order.
+func leafRow(hs []tlog.Hash) []byte {
+	b := make([]byte, 0, len(hs)*len(tlog.Hash{}))
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	return b
+}
