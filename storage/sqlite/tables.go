@@ -11,9 +11,10 @@ import (
 // Every namespace of a ledger lives in the ledger file (docs/design/tenants.md §4). The
 // namespace default keeps the file's own tables (receipts, head, tree_hashes, …), as every
 // ledger file always had them. Every other namespace lives in the shared tables ns_receipts,
-// ns_head, ns_tree_hashes, ns_checkpoints, ns_reserve_tokens, ns_approval_inputs,
-// ns_state_key and ns_settings, which have the same columns plus ns, the namespace's id in
-// the registry (namespaces.id). The schema is the same size for one namespace or 100,000,
+// ns_head, ns_checkpoints, ns_approval_inputs, ns_state_key and ns_settings, which have the
+// same columns plus ns, the namespace's id in the registry (namespaces.id), and in ns_tree and
+// ns_tokens, whose rows (a leaf's stored tree hashes, a reservation's token hash) are keyed by
+// the rowid of their receipt in ns_receipts. The schema is the same size for one namespace or 100,000,
 // and one transaction of the file's single writer commits the batches of any number of
 // namespaces with one durable write (Store.UpdateGroup).
 //
