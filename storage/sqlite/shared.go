@@ -164,20 +164,32 @@ var _ ledger.GroupUpdater = (*Store)(nil)
 // UpdateGroup runs every part in one transaction of the ledger file's
 // single writer, with one COMMIT: the batches of any number of namespaces
 // cost one durable write (ledger.GroupUpdater). Each part has its own Tx
-// over its own chain. A part whose Fn, or whose tree hashes, fail rolls
-// the group back and is named in a *ledger.PartError; SQLite runs one
-// statement at a time, so the failure is that part's. A failed COMMIT is
-// every part's.
+// over its own chain. A part whose Fn fails rolls the group back and the
+// error is returned as is; one whose tree hashes cannot be stored, or
+// whose namespace cannot be opened, is named in a *ledger.PartError
+// (SQLite runs one statement at a time, so the failure is that part's).
+// A failed COMMIT is every part's.
 func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
 	chains := make([]*fileChain, len(parts))
+	seen := make(map[ledger.Chain]bool, len(parts))
 	for i, p := range parts {
+		if seen[p.Chain] {
+			return &ledger.PartError{Part: i, Err: errors.New("update group: a namespace twice in one group")}
+		}
+		seen[p.Chain] = true
 		switch c := p.Chain.(type) {
 		case *fileChain:
+			if c != s.main {
+				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
+			}
 			chains[i] = c
 		case *nsFile:
+			if c.s != s {
+				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
+			}
 			fc, err := c.acquire(ctx)
 			if err != nil {
 				return &ledger.PartError{Part: i, Err: err}
@@ -213,11 +225,11 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 	for i, p := range parts {
 		t := txs[i]
 		t.tx = tx
-		err := p.Fn(ctx, t)
-		if err == nil {
-			err = t.flushTree(ctx)
+		if err := p.Fn(ctx, t); err != nil {
+			_ = tx.Rollback()
+			return err
 		}
-		if err != nil {
+		if err := t.flushTree(ctx); err != nil {
 			_ = tx.Rollback()
 			return &ledger.PartError{Part: i, Err: err}
 		}
