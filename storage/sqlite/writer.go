@@ -225,7 +225,7 @@ type writeTx struct {
 	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
-	bound         [4]*sql.Stmt // stmts bound to tx, made on first use
+	bound         [4]*sql.Stmt     // stmts bound to tx, made on first use
 	rids          map[uint64]int64 // shared tables: the rowid of each receipt appended, by seq
 	cache         *keyCache
 	idx           *keyindex.Index
