@@ -54,10 +54,12 @@ type Options struct {
 	Repair bool
 	// MaxOpenFiles bounds the namespaces a writing Store keeps open (their
 	// caches in memory) at once, the least recently used closed first
-	// (default: one per 2 MiB of CacheMiB, 4 to 64; nsfile.go).
+	// (default: 32 per MiB of CacheMiB, 64 to 1,024; nsfile.go).
 	MaxOpenFiles int
-	// HeadRecordEvery is how often the heads of namespaces that moved are
-	// recorded in the registry (default DefaultHeadRecordInterval).
+	// HeadRecordEvery is how often a writing Store looks whether the key
+	// index lacks committed batches of the default namespace, to replay
+	// them (default DefaultHeadRecordInterval; the name is from when it
+	// also recorded the namespace files' heads).
 	HeadRecordEvery time.Duration
 	// KeyTTL is the key_ttl_ms (SPEC §12) stored in the default
 	// namespace's file when OpenStore creates it (ledgerd --default-key-ttl);
