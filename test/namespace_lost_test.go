@@ -90,10 +90,19 @@ func TestLedgerd_lostNamespaceRefused(t *testing.T) {
 
 	t.Run("OK restored", func(t *testing.T) {
 		l := StartLedgerd(t, db)
+		reserveOrder := func(ns string) Resp {
+			return l.Do("POST", "/v1/ns/"+ns+"/effects/reserve", `{"idempotency_key":"`+ns+`-order-0000","execution_id":"e9","tool":"payments.refund","effect":"write","input":{"order":0}}`)
+		}
+		r := reserveOrder("alpha")
+		assert.Equal(t, 200, r.Status, "the committed key is replayed, never run again: %s", r.Raw)
+		assert.Equal(t, "replayed", r.Body["status"])
+		// beta keeps keys for an hour, and its receipts are older than that:
+		// the moved namespace kept its key lifetime, so the key renews.
+		r = reserveOrder("beta")
+		assert.Equal(t, 201, r.Status, r.Raw)
+		assert.Equal(t, "reserved", r.Body["status"])
+		assert.NotNil(t, r.Body["renewed"], "beta's key lifetime moved with it: %s", r.Raw)
 		for _, ns := range []string{"alpha", "beta"} {
-			r := l.Do("POST", "/v1/ns/"+ns+"/effects/reserve", `{"idempotency_key":"`+ns+`-order-0000","execution_id":"e9","tool":"payments.refund","effect":"write","input":{"order":0}}`)
-			assert.Equal(t, 200, r.Status, "the committed key is replayed, never run again: %s", r.Raw)
-			assert.Equal(t, "replayed", r.Body["status"])
 			assert.NoFileExists(t, filepath.Join(nsDir, "ns-"+ns+".db"))
 			assert.FileExists(t, filepath.Join(nsDir, "ns-"+ns+".db.migrated"))
 		}
