@@ -488,7 +488,7 @@ func (c *fileChain) RebuildIndex(ctx context.Context) error {
 	if err := c.syncIndex(ctx, true); err != nil {
 		return err
 	}
-	c.cache = newKeyCache(c.cache.max, c.cache.maxBytes)
+	c.cache.drop(c.id)
 	c.retry = indexRetry{}
 	c.idxGen.Store(gen)
 	c.stale.Store(false)

@@ -69,9 +69,10 @@ func (m chanMutex) unlock() { <-m }
 const DefaultMaxOpenFiles = 1024
 
 // maxOpenFiles is the default bound on open namespaces. An open namespace
-// holds at most about 40 KiB (its key cache is bounded at 1/256 of
-// CacheBytes, its tree cache at 128 hashes), so the memory budget allows
-// 32 per MiB of cacheMiB. At least 64, at most DefaultMaxOpenFiles.
+// holds a few KiB (its head, its tree cache of at most 128 hashes; the
+// key cache is the ledger file's, shared by every namespace), so the
+// memory budget allows 32 per MiB of cacheMiB. At least 64, at most
+// DefaultMaxOpenFiles.
 func maxOpenFiles(cacheMiB int) int {
 	return max(64, min(DefaultMaxOpenFiles, cacheMiB*32))
 }

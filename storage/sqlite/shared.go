@@ -135,13 +135,9 @@ func sharedReader(m *Reader, ns string, id int64) *Reader {
 func (s *Store) openShared(ctx context.Context, ns string, id int64) (*fileChain, error) {
 	m := s.main
 	opts := s.opts
-	// Hundreds may be open: each keeps the keys of its last few batches
-	// (a reserve's commit reads the key it reserved).
-	opts.CacheKeys = max(opts.CacheKeys/64, 1)
-	opts.CacheBytes = max(opts.CacheBytes/256, 1)
 	c := &fileChain{Reader: sharedReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
 		w: m.w, mu: m.mu, main: m, stmts: m.nsStmts, ckpt: m.ckpt, idx: m.idx,
-		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), onEnded: s.ended}
+		cache: m.cache, onEnded: s.ended}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {

@@ -61,7 +61,8 @@ const (
 
 // treeCacheMax bounds the writer's cache of tree hashes. The next leaf
 // needs only the O(log n) roots of the complete subtrees to its left, all
-// written recently or read once: the cache is simply emptied when full.
+// written recently or read once: when full, the cache keeps those roots
+// (frontier) and nothing else.
 const treeCacheMax = 4096
 
 // sharedTreeCacheMax bounds it for a namespace of the shared tables, of
@@ -196,14 +197,39 @@ func (t *writeTx) flushTree(ctx context.Context) error {
 	return nil
 }
 
-// commitTree merges a committed batch's tree hashes into the writer's cache.
+// commitTree merges a committed batch's tree hashes into the writer's
+// cache; past its bound, the cache keeps only the frontier of the tree of
+// t.head.Seq leaves.
 func (db *fileChain) commitTree(t *writeTx) {
-	if len(db.tree)+len(t.tree.added) > db.treeMax() {
-		db.tree = make(treeCache, db.treeMax())
+	if len(db.tree)+len(t.tree.added) <= db.treeMax() {
+		for k, v := range t.tree.added {
+			db.tree[k] = v
+		}
+		return
 	}
-	for k, v := range t.tree.added {
-		db.tree[k] = v
+	next := make(treeCache, db.treeMax())
+	for _, x := range frontier(int64(t.head.Seq)) {
+		if h, ok := t.tree.added[x]; ok {
+			next[x] = h
+		} else if h, ok := db.tree[x]; ok {
+			next[x] = h
+		}
 	}
+	db.tree = next
+}
+
+// frontier returns the stored-hash indexes of the roots of the complete
+// subtrees of a tree of n leaves: all that the hashes of later leaves
+// read (each level's left sibling is one of them, or a node stored
+// after them).
+func frontier(n int64) []int64 {
+	var out []int64
+	for level := 0; n>>level > 0; level++ {
+		if (n>>level)&1 == 1 {
+			out = append(out, sumdb.StoredHashIndex(level, (n>>level)-1))
+		}
+	}
+	return out
 }
 
 // initTree creates the tree tables if needed, checks that the stored tree

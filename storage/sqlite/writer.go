@@ -194,7 +194,7 @@ func (c *fileChain) record(t *writeTx) {
 // settle takes a committed part t (already in the key index) into c's
 // caches and wakes those waiting on the keys it ended.
 func (c *fileChain) settle(t *writeTx) {
-	c.cache.merge(t.dirtyKeys, t.dirtyReceipts)
+	c.cache.merge(c.id, t.dirtyKeys, t.dirtyReceipts)
 	c.commitTree(t)
 	if c.onEnded != nil && len(t.ended) > 0 {
 		c.onEnded(c.ns, t.ended) // after COMMIT: a woken reserve sees the outcome
@@ -270,7 +270,7 @@ func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, 
 	if k, ok := t.dirtyKeys[key]; ok {
 		return *k, true, nil
 	}
-	if k, ok := t.cache.keys[key]; ok {
+	if k, ok := t.cache.key(t.ref.id, key); ok {
 		return *k, true, nil
 	}
 	k, found, err := t.idx.Key(t.ns, key)
@@ -310,7 +310,7 @@ func (t *writeTx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error
 	if r, ok := t.dirtyReceipts[seq]; ok {
 		return *r, nil
 	}
-	if r, ok := t.cache.receipts[seq]; ok {
+	if r, ok := t.cache.receipt(t.ref.id, seq); ok {
 		return *r, nil
 	}
 	r, err := scanReceipt(t.stmt(ctx, stReceipt).QueryRowContext(ctx, t.ref.args(seq)...))
