@@ -35,13 +35,23 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 		n.mu.RUnlock()
 		return ErrClosed
 	}
+	g := n.l.group
+	if g != nil {
+		g.queued.Add(1)
+	}
 	select {
 	case n.ops <- op:
 	case <-ctx.Done():
 		n.mu.RUnlock()
+		if g != nil {
+			g.queued.Add(-1)
+		}
 		return ctx.Err()
 	}
 	n.mu.RUnlock()
+	if g != nil {
+		g.signal()
+	}
 	n.wake()
 	select {
 	case err := <-op.done:
@@ -64,6 +74,9 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 func (n *Namespace) writer() {
 	max := n.l.cfg.MaxBatch
 	linger := n.l.cfg.Linger
+	if n.l.group != nil {
+		linger = 0 // the group lingers for every namespace's (group.go)
+	}
 	batch := make([]*writeOp, 0, max)
 	var timer *time.Timer
 	idle := time.NewTimer(n.l.cfg.WriterIdle)
@@ -74,6 +87,7 @@ func (n *Namespace) writer() {
 		var ok bool
 		select {
 		case op, ok = <-n.ops:
+			n.took(ok)
 		case <-idle.C:
 			n.running.Store(false)
 			if (len(n.ops) > 0 || n.closedFlag.Load()) && n.running.CompareAndSwap(false, true) {
@@ -105,6 +119,7 @@ func (n *Namespace) writer() {
 		for len(batch) < max {
 			select {
 			case op, ok := <-n.ops:
+				n.took(ok)
 				if !ok {
 					break fill
 				}
@@ -117,6 +132,7 @@ func (n *Namespace) writer() {
 			}
 			select {
 			case op, ok := <-n.ops:
+				n.took(ok)
 				if !ok {
 					break fill
 				}
@@ -132,6 +148,13 @@ func (n *Namespace) writer() {
 		batch = n.runBatch(batch)
 		last = len(batch)
 		clear(batch)
+	}
+}
+
+// took counts an op taken from the queue (ok) out of the group's queued.
+func (n *Namespace) took(ok bool) {
+	if ok && n.l.group != nil {
+		n.l.group.queued.Add(-1)
 	}
 }
 
@@ -160,6 +183,7 @@ func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
 		for len(ops) < n.l.cfg.MaxBatch {
 			select {
 			case op, ok := <-n.ops:
+				n.took(ok)
 				if !ok {
 					return keys
 				}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,20 +13,26 @@ import (
 
 // groupCommit runs the batches of many namespaces in shared transactions
 // when the store can (GroupUpdater): each namespace's writer still forms
-// its own batch, in order, but hands it here instead of running its own
-// Update. A batch handed in while no group runs runs at once, alone, in
-// the writer's goroutine; batches handed in while a group runs wait for
-// it and then run together, as one UpdateGroup: one COMMIT for all of
-// them. So an idle ledger, or one busy namespace, pays nothing, and N
-// busy namespaces pay about one durable write per round, not N.
+// its own batch, in order, but hands it here at once instead of running
+// its own Update. On an idle ledger (the previous group held one
+// operation) a batch handed in while no group runs runs at once, alone,
+// in the writer's goroutine; otherwise batches wait for the next group
+// and run together, as one UpdateGroup: one COMMIT for all of them. So an
+// idle ledger pays nothing, and N busy namespaces pay about one durable
+// write per round, not N.
 //
-// Under load a group waits, as a namespace's writer does (Config.Linger),
-// up to linger for as many operations as the previous group held before
-// it starts: otherwise each group would take the few batches that came
-// back first, and the next the few after them. When the group starts,
-// each waiting batch takes in the operations its namespace queued while
-// it waited (groupPart.more), so a request that comes back just after its
-// namespace handed in a batch still rides the next COMMIT.
+// Under load a group waits up to linger (Config.Linger) for as many
+// operations as the previous group held, counting those in the parts
+// handed in and those still in any namespace's queue (queued), before it
+// starts; when it starts, each part takes in the operations its namespace
+// queued meanwhile (groupPart.more). This is the wait a single
+// namespace's writer makes, made once for the whole ledger: the requests
+// answered by one group come back as the next, whatever their namespaces.
+// (Namespace writers under a group do not linger themselves: a request
+// they held back would be counted nowhere, and the group would wait for
+// it.) Without the ledger-wide count each group took the few batches that
+// came back first and the next group the few after them, and 16 busy
+// namespaces ran at three quarters of one's pace (BENCHMARKS.md, issue 31).
 type groupCommit struct {
 	store  GroupUpdater
 	linger time.Duration
@@ -34,9 +41,18 @@ type groupCommit struct {
 	pending    []*groupPart
 	pendingOps int
 	runners    int           // goroutines running groups (at most maxRunners); new parts wait for one
-	arrived    chan struct{} // a part was added (cap 1)
+	arrived    chan struct{} // a part was added or an op queued (cap 1)
 	lastOps    int           // operations of the previous group
-	lastParts  int           // namespaces of the previous group
+
+	queued atomic.Int64 // ops in namespaces' queues, not yet taken into a batch
+}
+
+// signal wakes a lingering group: an op was queued or a part added.
+func (g *groupCommit) signal() {
+	select {
+	case g.arrived <- struct{}{}:
+	default:
+	}
 }
 
 func newGroupCommit(store GroupUpdater, linger time.Duration) *groupCommit {
@@ -76,8 +92,9 @@ var groupParts = promauto.NewHistogram(prometheus.HistogramOpts{
 // group runs, else in the next group. It returns what Chain.Update would.
 func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, more func() []string) error {
 	g.mu.Lock()
-	if g.runners == 0 {
+	if g.runners == 0 && g.lastOps <= 1 {
 		g.runners++
+		g.lastOps = max(len(keys), 1)
 		g.mu.Unlock()
 		groupParts.Observe(1)
 		err := g.alone(ctx, c, keys, fn)
@@ -92,10 +109,7 @@ func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn fun
 	g.pendingOps += p.ops()
 	g.spawn()
 	g.mu.Unlock()
-	select {
-	case g.arrived <- struct{}{}:
-	default:
-	}
+	g.signal()
 	return <-p.done
 }
 
@@ -117,10 +131,10 @@ func (g *groupCommit) run() {
 			g.mu.Unlock()
 			return
 		}
-		if g.linger > 0 && !g.enough(g.lastOps, g.lastParts) {
-			ops, parts := g.lastOps, g.lastParts
+		if g.linger > 0 && g.lastOps > 1 && !g.enough(g.lastOps) {
+			ops := g.lastOps
 			g.mu.Unlock()
-			g.await(ops, parts)
+			g.await(ops)
 			g.mu.Lock()
 			if len(g.pending) == 0 { // another runner took them meanwhile
 				g.mu.Unlock()
@@ -144,28 +158,27 @@ func (g *groupCommit) run() {
 			ops += p.ops()
 		}
 		g.mu.Lock()
-		g.lastOps, g.lastParts = ops, n
+		g.lastOps = ops
 		g.mu.Unlock()
 		g.runGroup(parts)
 	}
 }
 
-// enough reports whether the pending parts hold ops operations, or come
-// from as many namespaces as parts: then every namespace of the previous
-// group is back, and waiting longer would only add latency. mu is held.
-func (g *groupCommit) enough(ops, parts int) bool {
-	return g.pendingOps >= ops || len(g.pending) >= parts
+// enough reports whether ops operations wait: in the parts handed in, or
+// still queued in their namespaces. mu is held.
+func (g *groupCommit) enough(ops int) bool {
+	return g.pendingOps+int(g.queued.Load()) >= ops
 }
 
-// await waits up to linger for enough (ops, parts) to be pending.
-func (g *groupCommit) await(ops, parts int) {
+// await waits up to linger for enough(ops).
+func (g *groupCommit) await(ops int) {
 	t := time.NewTimer(g.linger)
 	defer t.Stop()
 	for {
 		select {
 		case <-g.arrived:
 			g.mu.Lock()
-			enough := g.enough(ops, parts)
+			enough := g.enough(ops)
 			g.mu.Unlock()
 			if enough {
 				return
