@@ -165,7 +165,7 @@ func TestLedger_GroupIsolation(t *testing.T) {
 
 	before := groupsOfMany(t)
 	var okGood atomic.Int64
-	for round := 0; round < 20 && (round == 0 || groupsOfMany(t) == before); round++ {
+	for round := 0; round < 200 && (round == 0 || groupsOfMany(t) == before); round++ {
 		var wg sync.WaitGroup
 		for i := range 16 {
 			n := []*ledger.Namespace{good, bad}[i%2]
@@ -184,7 +184,7 @@ func TestLedger_GroupIsolation(t *testing.T) {
 		wg.Wait()
 	}
 	if groupsOfMany(t) == before {
-		t.Fatal("no group of two namespaces formed in 20 rounds")
+		t.Fatal("no group of two namespaces formed in 200 rounds")
 	}
 	requireReceipts(t, good.Reader().(ledger.Chain), int(okGood.Load()))
 	requireReceipts(t, bad.Reader().(ledger.Chain), 0)
@@ -293,7 +293,7 @@ func TestLedger_GroupIsolation_lonePart(t *testing.T) {
 	ctx := context.Background()
 	good, bad := refusingLedger(t)
 	before := groupsOfMany(t)
-	for round := 0; round < 30 && (round < 3 || groupsOfMany(t) == before); round++ {
+	for round := 0; round < 200 && (round < 3 || groupsOfMany(t) == before); round++ {
 		var wg sync.WaitGroup
 		for i := range 16 {
 			wg.Go(func() {
@@ -309,7 +309,7 @@ func TestLedger_GroupIsolation_lonePart(t *testing.T) {
 		wg.Wait()
 	}
 	if groupsOfMany(t) == before {
-		t.Fatal("no group of two namespaces formed in 30 rounds")
+		t.Fatal("no group of two namespaces formed in 200 rounds")
 	}
 }
 
