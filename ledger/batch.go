@@ -217,7 +217,7 @@ func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
 			}
 		}
 		return nil
-	}, more)
+	}, queueJoiner{take: more, n: n})
 	if err != nil {
 		n.l.lastWriteErr.Store(&err)
 		writerReady.Set(0)
@@ -322,3 +322,13 @@ func (f *failLog) allow(err error) (quiet int, ok bool) {
 	}
 	return quiet, true
 }
+
+// queueJoiner is a namespace's queue as a batch waiting for its group
+// sees it (joiner).
+type queueJoiner struct {
+	n    *Namespace
+	take func() []string
+}
+
+func (q queueJoiner) more() []string { return q.take() }
+func (q queueJoiner) backlog() int   { return len(q.n.ops) }

@@ -23,16 +23,20 @@ import (
 //
 // Under load a group waits up to linger (Config.Linger) for as many
 // operations as the previous group held, counting those in the parts
-// handed in and those still in any namespace's queue (queued), before it
-// starts; when it starts, each part takes in the operations its namespace
-// queued meanwhile (groupPart.more). This is the wait a single
-// namespace's writer makes, made once for the whole ledger: the requests
-// answered by one group come back as the next, whatever their namespaces.
-// (Namespace writers under a group do not linger themselves: a request
-// they held back would be counted nowhere, and the group would wait for
-// it.) Without the ledger-wide count each group took the few batches that
-// came back first and the next group the few after them, and 16 busy
-// namespaces ran at three quarters of one's pace (BENCHMARKS.md, issue 31).
+// handed in and those still in any namespace's queue (queued), and for
+// every namespace with queued operations to have handed its batch in
+// (joiner.backlog: queued operations of namespaces without a part would
+// not join this group); when it starts, each part takes in the
+// operations its namespace queued meanwhile (joiner.more). This is the
+// wait a single namespace's writer makes, made once for the whole
+// ledger: the requests answered by one group come back as the next,
+// whatever their namespaces. (Namespace writers under a group do not
+// linger themselves: a request they held back would be counted nowhere,
+// and the group would wait for it.) Without the ledger-wide count each
+// group took the few batches that came back first and the next group the
+// few after them; counting the queued operations of namespaces that had
+// not handed their batch in yet, groups of 14 operations alternated
+// where one namespace's batches held 30 (BENCHMARKS.md, issue 31).
 type groupCommit struct {
 	store  GroupUpdater
 	linger time.Duration
@@ -59,12 +63,19 @@ func newGroupCommit(store GroupUpdater, linger time.Duration) *groupCommit {
 	return &groupCommit{store: store, linger: linger, arrived: make(chan struct{}, 1)}
 }
 
+// joiner is a namespace's queue as its batch, waiting for its group,
+// sees it.
+type joiner interface {
+	more() []string // takes in the ops queued since; returns the batch's keys
+	backlog() int   // ops queued, not taken in yet
+}
+
 // groupPart is one namespace's batch waiting for its group.
 type groupPart struct {
 	chain Chain
 	keys  []string
 	fn    func(ctx context.Context, tx Tx) error
-	more  func() []string // adds the namespace's newly queued ops, returns the batch's keys
+	join  joiner // the namespace's queue: its ops queued since, to take in
 	done  chan error
 }
 
@@ -90,7 +101,7 @@ var groupParts = promauto.NewHistogram(prometheus.HistogramOpts{
 
 // update runs fn, which decides about keys, on c: alone at once if no
 // group runs, else in the next group. It returns what Chain.Update would.
-func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, more func() []string) error {
+func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, join joiner) error {
 	g.mu.Lock()
 	if g.runners == 0 && g.lastOps <= 1 {
 		g.runners++
@@ -104,7 +115,7 @@ func (g *groupCommit) update(ctx context.Context, c Chain, keys []string, fn fun
 		g.mu.Unlock()
 		return err
 	}
-	p := &groupPart{chain: c, keys: keys, fn: fn, more: more, done: make(chan error, 1)}
+	p := &groupPart{chain: c, keys: keys, fn: fn, join: join, done: make(chan error, 1)}
 	g.pending = append(g.pending, p)
 	g.pendingOps += p.ops()
 	g.spawn()
@@ -152,8 +163,8 @@ func (g *groupCommit) run() {
 		g.mu.Unlock()
 		ops = 0
 		for _, p := range parts {
-			if p.more != nil {
-				p.keys = p.more()
+			if p.join != nil {
+				p.keys = p.join.more()
 			}
 			ops += p.ops()
 		}
@@ -164,10 +175,20 @@ func (g *groupCommit) run() {
 	}
 }
 
-// enough reports whether ops operations wait: in the parts handed in, or
-// still queued in their namespaces. mu is held.
+// enough reports whether ops operations wait, in the parts handed in or
+// still queued in their namespaces, and every namespace with queued
+// operations has handed its part in. mu is held.
 func (g *groupCommit) enough(ops int) bool {
-	return g.pendingOps+int(g.queued.Load()) >= ops
+	queued := int(g.queued.Load())
+	if g.pendingOps+queued < ops {
+		return false
+	}
+	for _, p := range g.pending {
+		if p.join != nil {
+			queued -= p.join.backlog()
+		}
+	}
+	return queued <= 0
 }
 
 // await waits up to linger for enough(ops).

@@ -102,9 +102,9 @@ func New(store Store, cfg Config) *Ledger {
 // c's own Update, or a group's share of one (group.go). While the batch
 // waits for its group, more may add operations to it; it returns the
 // batch's keys.
-func (l *Ledger) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, more func() []string) error {
+func (l *Ledger) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, join joiner) error {
 	if l.group != nil {
-		return l.group.update(ctx, c, keys, fn, more)
+		return l.group.update(ctx, c, keys, fn, join)
 	}
 	return c.Update(ctx, fn)
 }
