@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/gorilla/mux"
-
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -243,7 +241,18 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request, n *le
 	s.writeJSON(w, http.StatusOK, approvalOf(v, withInput))
 }
 
+// handleAnswer answers an approval as a person (POST /v1/approvals/{seq}).
 func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	s.answer(w, r, n, false)
+}
+
+// handleMCPClientAnswer answers an approval relayed by ledger-mcp from
+// its client (mcpClientRoute): the body names the client.
+func (s *Server) handleMCPClientAnswer(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	s.answer(w, r, n, true)
+}
+
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, n *ledger.Namespace, viaClient bool) {
 	seq, err := approvalSeq(r)
 	if err != nil {
 		s.Error(w, r, err)
@@ -256,7 +265,7 @@ func (s *Server) handleAnswer(w http.ResponseWriter, r *http.Request, n *ledger.
 	}
 	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
 		Actor: ActorFromContext(r.Context())}
-	if tpl, _ := mux.CurrentRoute(r).GetPathTemplate(); canonicalRoute(tpl) == mcpClientRoute {
+	if viaClient {
 		if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
 			o.fail("client", "must name the MCP client (1–128 visible ASCII)")
 		}

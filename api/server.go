@@ -159,7 +159,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle("/v1/approvals", s.handleListApprovals, http.MethodGet, http.MethodHead)
 	s.handle("/v1/approvals/{seq}", s.handleGetApproval, http.MethodGet, http.MethodHead)
 	s.handle("/v1/approvals/{seq}", s.handleAnswer, http.MethodPost)
-	s.handle(mcpClientRoute, s.handleAnswer, http.MethodPost)
+	s.handle(mcpClientRoute, s.handleMCPClientAnswer, http.MethodPost)
 	s.handle(stateKeyRoute, s.handleStateKey, http.MethodGet)
 	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
@@ -255,7 +255,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if sl != nil {
 		defer sl.release()
 	}
-	s.router.ServeHTTP(sw, r)
+	if match.MatchErr == nil && match.Handler != nil {
+		// Matched above: serve it without matching again (the route
+		// regexps were ~3 % of the CPU of a reserve+commit pair).
+		match.Handler.ServeHTTP(sw, mux.SetURLVars(r, match.Vars))
+		return
+	}
+	s.router.ServeHTTP(sw, r) // its not-found and wrong-method answers
 }
 
 // waitSlack is how long a waiting reserve may take beyond its wait_ms to

@@ -247,12 +247,35 @@ func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
 	writerBusy.Add(busy.Seconds())
 	writerOps.Add(float64(len(ops)))
 	if last != nil {
-		for _, kind := range last.kinds {
-			receiptsAppended.WithLabelValues(kind, n.name).Inc()
-		}
+		countKinds(n.name, last.kinds)
 		headSeq.WithLabelValues(n.name).Set(float64(last.Head().Seq))
 	}
 	return ops
+}
+
+// countKinds adds a batch's appended receipts, of kinds, to
+// ledger_receipts_appended_total: one look-up of the labels per kind, not
+// per receipt.
+func countKinds(ns string, kinds []string) {
+	type count struct {
+		kind string
+		n    int
+	}
+	var counts [8]count // a batch's distinct kinds: chain.Kind*
+	seen := counts[:0]
+next:
+	for _, k := range kinds {
+		for i := range seen {
+			if seen[i].kind == k {
+				seen[i].n++
+				continue next
+			}
+		}
+		seen = append(seen, count{k, 1})
+	}
+	for _, c := range seen {
+		receiptsAppended.WithLabelValues(c.kind, ns).Add(float64(c.n))
+	}
 }
 
 // batchTx is the domain's view of one run of a batch: the driver's Tx,

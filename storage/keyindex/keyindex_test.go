@@ -235,3 +235,32 @@ func TestBatch_closeTwice(t *testing.T) {
 	}
 	require.NoError(t, ix.Err())
 }
+
+// TestBatch_lastWriteWins: a key written twice in one batch (a reserve
+// and its commit in one group) keeps the value written last, and the
+// batch's last watermark is the namespace's.
+func TestBatch_lastWriteWins(t *testing.T) {
+	ix := open(t, filepath.Join(t.TempDir(), "idx"))
+	defer ix.Close()
+	b := ix.NewBatch("default")
+	for _, k := range []string{"zz-key-2", "aa-key-1", "mm-key-3"} {
+		require.NoError(t, b.PutKey(&ledger.KeyRecord{Key: k, FirstSeq: 1, ReserveSeq: 1}))
+	}
+	require.NoError(t, b.PutKey(&ledger.KeyRecord{Key: "aa-key-1", FirstSeq: 1, ReserveSeq: 1, FinalSeq: 4}))
+	require.NoError(t, b.Watermark(ledger.Head{Seq: 3}))
+	require.NoError(t, b.Commit(ledger.Head{Seq: 4}))
+	b.Close()
+	got, found, err := ix.Key("default", "aa-key-1")
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, uint64(4), got.FinalSeq)
+	for _, k := range []string{"zz-key-2", "mm-key-3"} {
+		got, found, err = ix.Key("default", k)
+		require.NoError(t, err)
+		require.True(t, found)
+		assert.Zero(t, got.FinalSeq, k)
+	}
+	wm, _, err := ix.Watermark("default")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(4), wm.Seq)
+}
