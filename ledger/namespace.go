@@ -30,15 +30,15 @@ func CheckNamespace(name string) error {
 // NS returns the namespace name: a 400 *Error for an invalid name,
 // 404 unknown_namespace for one that was never created.
 func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
-	if err := CheckNamespace(name); err != nil {
-		return nil, err
-	}
 	l.mu.Lock()
-	n := l.spaces[name]
+	n := l.spaces[name] // a name found is valid: only checked names are added
 	closed := l.closed
 	l.mu.Unlock()
 	if n != nil {
 		return n, nil
+	}
+	if err := CheckNamespace(name); err != nil {
+		return nil, err
 	}
 	if closed {
 		return nil, ErrClosed

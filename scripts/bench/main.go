@@ -71,6 +71,44 @@ type Report struct {
 	CPUs           int      `json:"cpus"`
 	HTTPCeilingRPS float64  `json:"http_ceiling_requests_per_s"`
 	Results        []Result `json:"results"`
+	// Rounds sums up --rounds: requests/s medians and the rounds' ratios.
+	Rounds *Rounds `json:"rounds,omitempty"`
+}
+
+// Rounds compares, round by round, one namespace with Namespaces.
+type Rounds struct {
+	Namespaces  int       `json:"namespaces"`
+	MedianOne   float64   `json:"median_requests_per_s_1_ns"`
+	MedianMany  float64   `json:"median_requests_per_s_n_ns"`
+	Ratios      []float64 `json:"ratios"` // each round's N:1
+	MedianRatio float64   `json:"median_ratio"`
+}
+
+// summarizeRounds pairs the results of --rounds (1 namespace, then N, for
+// each round, whatever order they ran in).
+func summarizeRounds(results []Result, n int) *Rounds {
+	sum := &Rounds{Namespaces: n}
+	var one, many []float64
+	for i := 0; i+1 < len(results); i += 2 {
+		a, b := results[i].RequestsPerS, results[i+1].RequestsPerS
+		one, many = append(one, a), append(many, b)
+		if a > 0 {
+			sum.Ratios = append(sum.Ratios, b/a)
+		}
+	}
+	sum.MedianOne, sum.MedianMany, sum.MedianRatio = median(one), median(many), median(sum.Ratios)
+	return sum
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func run(ctx context.Context, args []string) error {
@@ -107,6 +145,9 @@ func run(ctx context.Context, args []string) error {
 		r.CeilingRatio = r.RequestsPerS / ceiling
 		rep.Results = append(rep.Results, r)
 	}
+	if o.rounds > 0 {
+		rep.Rounds = summarizeRounds(rep.Results, o.namespaces)
+	}
 	if o.asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -128,6 +169,7 @@ type options struct {
 	namespaces, registered  int
 	backends, withBaselines bool
 	postgres                bool
+	rounds                  int
 }
 
 func parseOptions(args []string) (options, error) {
@@ -143,6 +185,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 1, "spread the clients' requests evenly over this many namespaces of the one ledgerd (default, ns-2, ns-3, …; created through the API)")
 	fs.IntVar(&o.registered, "registered", 0, "create this many namespaces in all (at least --namespaces; the load goes to the first --namespaces of them), then restart ledgerd and report its start-up time")
 	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
+	fs.IntVar(&o.rounds, "rounds", 0, "with --namespaces N: run this many rounds, each one namespace and N (a fresh ledger each; one namespace first in odd rounds, last in even ones), and print the median of each and of the rounds' ratios N:1 (a noisy machine's speed drifts between runs: compare within rounds)")
 	fs.BoolVar(&o.postgres, "postgres", false, "run the modes on PostgreSQL (a throwaway cluster, fsync on, a fresh database per mode) instead of a SQLite file")
 	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	fs.BoolVar(&o.withBaselines, "baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
@@ -157,6 +200,12 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.namespaces < 1 {
 		return options{}, fmt.Errorf("--namespaces must be at least 1, not %d", o.namespaces)
+	}
+	if o.rounds < 0 {
+		return options{}, fmt.Errorf("--rounds must not be negative, not %d", o.rounds)
+	}
+	if o.rounds > 0 && (o.namespaces < 2 || o.registered != 0 || o.backends || *mode == "all") {
+		return options{}, errors.New("--rounds compares one namespace with --namespaces N (at least 2) in one --mode, without --registered or --backends")
 	}
 	if o.registered != 0 && o.registered < o.namespaces {
 		return options{}, fmt.Errorf("--registered (%d) must be at least --namespaces (%d)", o.registered, o.namespaces)
@@ -192,49 +241,29 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		defer pg.stop()
 	}
 	for _, m := range o.modes {
-		// A fresh ledger per mode, so modes do not see each other's data.
-		db := filepath.Join(dir, m+".db")
-		if pg != nil {
-			if err := pg.psql("postgres", "CREATE DATABASE mode_"+m); err != nil {
-				return nil, err
+		if o.rounds > 0 {
+			for r := 1; r <= o.rounds; r++ {
+				// One namespace first in odd rounds, last in even ones: an
+				// effect of the order cancels out.
+				pair := [2]Result{}
+				for i, n := range [...]int{1, o.namespaces} {
+					if r%2 == 0 {
+						i, n = 1-i, [...]int{1, o.namespaces}[1-i]
+					}
+					res, err := o.runMode(ctx, dir, pg, m, n, fmt.Sprintf("r%d_%d", r, n))
+					if err != nil {
+						return nil, err
+					}
+					res.Mode = fmt.Sprintf("%s, %d ns, round %d", m, n, r)
+					pair[i] = res
+				}
+				out = append(out, pair[:]...)
 			}
-			db = pg.url("mode_" + m)
+			continue
 		}
-		if o.prefill > 0 {
-			if err := prefilled(ctx, db, o.prefill); err != nil {
-				return nil, err
-			}
-		}
-		l, err := startLedgerd(o.bin, db, o.extra)
+		res, err := o.runMode(ctx, dir, pg, m, o.namespaces, "")
 		if err != nil {
 			return nil, err
-		}
-		prefixes, err := createNamespaces(l.url, max(o.namespaces, o.registered))
-		if err != nil {
-			l.stop()
-			return nil, err
-		}
-		prefixes = prefixes[:o.namespaces]
-		var startup time.Duration
-		if o.registered > 0 {
-			l.stop()
-			start := time.Now()
-			if l, err = startLedgerd(o.bin, db, o.extra); err != nil {
-				return nil, fmt.Errorf("restart with %d namespaces: %w", o.registered, err)
-			}
-			startup = time.Since(start)
-		}
-		res, err := drive(ctx, []*ledgerd{l}, prefixes, m, o.clients, o.duration)
-		l.stop()
-		if err != nil {
-			return nil, err
-		}
-		res.StartupS = startup.Seconds()
-		switch {
-		case o.registered > 0:
-			res.Mode = fmt.Sprintf("%s, %d of %d ns", res.Mode, o.namespaces, o.registered)
-		case o.namespaces > 1:
-			res.Mode = fmt.Sprintf("%s, %d ns", res.Mode, o.namespaces)
 		}
 		out = append(out, res)
 	}
@@ -246,6 +275,59 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		out = append(out, res...)
 	}
 	return out, nil
+}
+
+// runMode runs mode m on a fresh ledger (named for m and tag) with the
+// load spread over namespaces namespaces.
+func (o options) runMode(ctx context.Context, dir string, pg *pgCluster, m string, namespaces int, tag string) (Result, error) {
+	name := m
+	if tag != "" {
+		name += "_" + tag
+	}
+	db := filepath.Join(dir, name+".db")
+	if pg != nil {
+		if err := pg.psql("postgres", "CREATE DATABASE mode_"+name); err != nil {
+			return Result{}, err
+		}
+		db = pg.url("mode_" + name)
+	}
+	if o.prefill > 0 {
+		if err := prefilled(ctx, db, o.prefill); err != nil {
+			return Result{}, err
+		}
+	}
+	l, err := startLedgerd(o.bin, db, o.extra)
+	if err != nil {
+		return Result{}, err
+	}
+	prefixes, err := createNamespaces(l.url, max(namespaces, o.registered))
+	if err != nil {
+		l.stop()
+		return Result{}, err
+	}
+	prefixes = prefixes[:namespaces]
+	var startup time.Duration
+	if o.registered > 0 {
+		l.stop()
+		start := time.Now()
+		if l, err = startLedgerd(o.bin, db, o.extra); err != nil {
+			return Result{}, fmt.Errorf("restart with %d namespaces: %w", o.registered, err)
+		}
+		startup = time.Since(start)
+	}
+	res, err := drive(ctx, []*ledgerd{l}, prefixes, m, o.clients, o.duration)
+	l.stop()
+	if err != nil {
+		return Result{}, err
+	}
+	res.StartupS = startup.Seconds()
+	switch {
+	case o.registered > 0:
+		res.Mode = fmt.Sprintf("%s, %d of %d ns", res.Mode, namespaces, o.registered)
+	case namespaces > 1:
+		res.Mode = fmt.Sprintf("%s, %d ns", res.Mode, namespaces)
+	}
+	return res, nil
 }
 
 // createNamespaces creates namespaces ns-2 … ns-n beside the default one
@@ -686,6 +768,14 @@ func printTable(rep Report) {
 		if r.StartupS > 0 {
 			fmt.Printf("%s: ledgerd restarted on the ledger was ready in %.2f s\n", r.Mode, r.StartupS)
 		}
+	}
+	if s := rep.Rounds; s != nil {
+		ratios := make([]string, len(s.Ratios))
+		for i, r := range s.Ratios {
+			ratios[i] = fmt.Sprintf("%.2f", r)
+		}
+		fmt.Printf("\n%d rounds: median requests/s 1 ns %.0f, %d ns %.0f; ratio %d:1 per round %s, median %.2f\n",
+			len(s.Ratios), s.MedianOne, s.Namespaces, s.MedianMany, s.Namespaces, strings.Join(ratios, " "), s.MedianRatio)
 	}
 }
 
