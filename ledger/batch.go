@@ -35,21 +35,19 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 		n.mu.RUnlock()
 		return ErrClosed
 	}
-	g := n.l.group
-	if g != nil {
-		g.queued.Add(1)
-	}
 	select {
 	case n.ops <- op:
 	case <-ctx.Done():
 		n.mu.RUnlock()
-		if g != nil {
-			g.queued.Add(-1)
-		}
 		return ctx.Err()
 	}
 	n.mu.RUnlock()
-	if g != nil {
+	if g := n.l.group; g != nil {
+		// Counted once in the queue, not while waiting for room in it: a
+		// request blocked on a full queue joins no group before the next
+		// one starts, and the group must not wait for it. (The writer
+		// may take the op first: queued dips below the truth for a moment.)
+		g.queued.Add(1)
 		g.signal()
 	}
 	n.wake()

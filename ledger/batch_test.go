@@ -43,3 +43,29 @@ func TestNamespace_linger(t *testing.T) {
 	// batch's size never waits out the linger.
 	assert.Less(t, time.Since(start), 10*time.Second)
 }
+
+// TestNamespace_fullQueue: under a group committer (SQLite groups), more
+// requests in flight than a namespace's queue holds do not make every
+// group wait out the linger: the requests waiting for room in the queue
+// cannot join the next group, so it does not wait for them. Each of the
+// ~48 groups waited out the linger before (the requests blocked on the
+// full queue were counted as coming): 4 minutes with a 5 s linger. Now
+// only the last requests may wait for a group of the previous one's
+// size, once or twice.
+func TestNamespace_fullQueue(t *testing.T) {
+	db := ledgertest.Open(t, ledgertest.WithNow(time.Now), ledgertest.WithConfig(ledger.Config{Linger: 5 * time.Second, MaxBatch: 2}))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range 24 {
+		wg.Go(func() {
+			for j := range 4 {
+				_, err := db.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("full-queue-%d-%d", i, j), "e"))
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, uint64(96), db.Head().Seq)
+	assert.Less(t, time.Since(start), 12*time.Second, "groups waited out the linger for requests that could not join them")
+}

@@ -48,7 +48,7 @@ type groupCommit struct {
 	arrived    chan struct{} // a part was added or an op queued (cap 1)
 	lastOps    int           // operations of the previous group
 
-	queued atomic.Int64 // ops in namespaces' queues, not yet taken into a batch
+	queued atomic.Int64 // ops in namespaces' queues (not those waiting for room), not yet taken into a batch
 }
 
 // signal wakes a lingering group: an op was queued or a part added.

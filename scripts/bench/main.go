@@ -204,8 +204,8 @@ func parseOptions(args []string) (options, error) {
 	if o.rounds < 0 {
 		return options{}, fmt.Errorf("--rounds must not be negative, not %d", o.rounds)
 	}
-	if o.rounds > 0 && (o.namespaces < 2 || o.registered != 0 || o.backends || *mode == "all") {
-		return options{}, errors.New("--rounds compares one namespace with --namespaces N (at least 2) in one --mode, without --registered or --backends")
+	if o.rounds > 0 && (o.namespaces < 2 || o.registered != 0 || o.backends || o.withBaselines || *mode == "all") {
+		return options{}, errors.New("--rounds compares one namespace with --namespaces N (at least 2) in one --mode, without --registered, --backends or --baselines")
 	}
 	if o.registered != 0 && o.registered < o.namespaces {
 		return options{}, fmt.Errorf("--registered (%d) must be at least --namespaces (%d)", o.registered, o.namespaces)
