@@ -163,9 +163,7 @@ func (g *groupCommit) run() {
 		g.mu.Unlock()
 		ops = 0
 		for _, p := range parts {
-			if p.join != nil {
-				p.keys = p.join.more()
-			}
+			p.keys = p.join.more()
 			ops += p.ops()
 		}
 		g.mu.Lock()
@@ -184,9 +182,7 @@ func (g *groupCommit) enough(ops int) bool {
 		return false
 	}
 	for _, p := range g.pending {
-		if p.join != nil {
-			queued -= p.join.backlog()
-		}
+		queued -= p.join.backlog()
 	}
 	return queued <= 0
 }

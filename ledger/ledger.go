@@ -100,8 +100,8 @@ func New(store Store, cfg Config) *Ledger {
 
 // update runs fn, which decides about keys, in a write transaction of c:
 // c's own Update, or a group's share of one (group.go). While the batch
-// waits for its group, more may add operations to it; it returns the
-// batch's keys.
+// waits for its group, join.more may add operations to it and returns
+// the batch's keys.
 func (l *Ledger) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, join joiner) error {
 	if l.group != nil {
 		return l.group.update(ctx, c, keys, fn, join)

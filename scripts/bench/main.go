@@ -244,12 +244,14 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		if o.rounds > 0 {
 			for r := 1; r <= o.rounds; r++ {
 				// One namespace first in odd rounds, last in even ones: an
-				// effect of the order cancels out.
-				pair := [2]Result{}
-				for i, n := range [...]int{1, o.namespaces} {
-					if r%2 == 0 {
-						i, n = 1-i, [...]int{1, o.namespaces}[1-i]
-					}
+				// effect of the order cancels out. pair is (1, N) either way.
+				counts, order := [2]int{1, o.namespaces}, [2]int{0, 1}
+				if r%2 == 0 {
+					order = [2]int{1, 0}
+				}
+				var pair [2]Result
+				for _, i := range order {
+					n := counts[i]
 					res, err := o.runMode(ctx, dir, pg, m, n, fmt.Sprintf("r%d_%d", r, n))
 					if err != nil {
 						return nil, err
