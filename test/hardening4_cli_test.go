@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/storage"
 )
 
@@ -307,4 +310,42 @@ func TestLedgerMCP_failedThenFixedAuditedOnce(t *testing.T) {
 	assert.Len(t, got[0].Keys, 1, "one call, one key: %v", got[0])
 	assert.Len(t, got[0].Executions, 3, "%v", got[0])
 	assert.Len(t, got[0].Seqs, 3, "%v", got[0])
+}
+
+// gatedLedgerd starts ledgerd on db with a policy that sends every
+// payments.* call in namespace default to a person.
+func gatedLedgerd(t *testing.T, db string) *Ledgerd {
+	t.Helper()
+	l := StartLedgerd(t, db)
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(policy, []byte(`{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":600000}]}`), 0o600))
+	_, stderr, code := ledgerctl(t, "policy", "set", "--server", l.URL, "default", policy)
+	require.Equal(t, 0, code, stderr)
+	return l
+}
+
+// TestGoClient_approvalRequiredNamesThePage: a call the policy sends to
+// a person gives the Go client's ApprovalRequiredError the ask's seq, its
+// expiry and the page where a person answers it (<base>/ui/#approvals/SEQ,
+// as ledger-mcp names it), as fields and in its message.
+func TestGoClient_approvalRequiredNamesThePage(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		l := gatedLedgerd(t, db)
+		c, err := client.New(l.URL)
+		require.NoError(t, err)
+		_, err = c.Reserve(context.Background(), client.ReserveRequest{Key: "charge-order-0001", ExecutionID: "exec-1",
+			Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`)})
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		require.NotZero(t, are.Seq)
+		assert.False(t, are.ExpiresAt.IsZero())
+		page := fmt.Sprintf("%s/ui/#approvals/%d", l.URL, are.Seq)
+		assert.Equal(t, page, are.URL)
+		for _, want := range []string{fmt.Sprintf("ask %d", are.Seq), "expires " + are.ExpiresAt.UTC().Format(time.RFC3339), page} {
+			assert.Contains(t, err.Error(), want)
+		}
+		r := l.Do("GET", fmt.Sprintf("/v1/approvals/%d", are.Seq), "")
+		assert.Equal(t, 200, r.Status, "the seq names the ask: %s", r.Raw)
+	})
 }
