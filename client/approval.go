@@ -61,6 +61,9 @@ type ApprovalRequiredError struct {
 	// shows the namespace chosen in it).
 	URL     string
 	Receipt ReceiptRef
+	// answer is the ledgerctl command that answers the ask, named in the
+	// message beside URL.
+	answer string
 	// Err says why a wait (WithApprovalWait) ended without an answer:
 	// ErrApprovalExpired when the ask expired (Seq is then the new ask
 	// if the ledger asked again), the context's error when it ended. It
@@ -74,7 +77,10 @@ func (e *ApprovalRequiredError) Error() string {
 		msg += ", expires " + e.ExpiresAt.UTC().Format(time.RFC3339)
 	}
 	if e.URL != "" {
-		msg += "; a person approves or rejects it at " + e.URL + " (or: ledgerctl approvals approve " + strconv.FormatUint(e.Seq, 10) + ")"
+		msg += "; a person approves or rejects it at " + e.URL
+		if e.answer != "" {
+			msg += " (or: " + e.answer + ")"
+		}
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
@@ -88,13 +94,17 @@ func (e *ApprovalRequiredError) Is(target error) bool { return target == ErrAppr
 // Unwrap returns why the wait ended, if it did.
 func (e *ApprovalRequiredError) Unwrap() error { return e.Err }
 
-// approvalRequired turns a 202 answer of the ledger at base into its
-// error.
-func approvalRequired(b *reserveReply, base string) *ApprovalRequiredError {
+// approvalRequired turns a 202 answer of the ledger at base, in
+// namespace ns ("" for default), into its error.
+func approvalRequired(b *reserveReply, base, ns string) *ApprovalRequiredError {
 	e := &ApprovalRequiredError{IdempotencyKey: b.IdempotencyKey, Receipt: b.Receipt}
 	if b.Approval != nil {
 		e.Seq, e.State = b.Approval.Seq, b.Approval.State
 		e.URL = ApprovalPageURL(base, e.Seq)
+		e.answer = "ledgerctl approvals approve " + strconv.FormatUint(e.Seq, 10) + " --server " + base
+		if ns != "" {
+			e.answer += " -n " + ns
+		}
 		if b.Approval.ExpiresAt > 0 {
 			e.ExpiresAt = time.UnixMilli(b.Approval.ExpiresAt)
 		}

@@ -129,7 +129,7 @@ func TestClient_Reserve_approvalRequired(t *testing.T) {
 	assert.Equal(t, client.ReceiptRef{Seq: 7, Hash: "aa"}, are.Receipt)
 	assert.NoError(t, are.Err)
 	assert.Equal(t, srv+"/ui/#approvals/7", are.URL, "the page where a person answers it, as ledger-mcp names it")
-	for _, want := range []string{"ask 7", "expires 2100-01-01T00:00:00Z", srv + "/ui/#approvals/7", "ledgerctl approvals approve 7"} {
+	for _, want := range []string{"ask 7", "expires 2100-01-01T00:00:00Z", srv + "/ui/#approvals/7", "ledgerctl approvals approve 7 --server " + srv + ")"} {
 		assert.Contains(t, err.Error(), want)
 	}
 

@@ -347,5 +347,15 @@ func TestGoClient_approvalRequiredNamesThePage(t *testing.T) {
 		}
 		r := l.Do("GET", fmt.Sprintf("/v1/approvals/%d", are.Seq), "")
 		assert.Equal(t, 200, r.Status, "the seq names the ask: %s", r.Raw)
+
+		// The command the message names answers the ask; the call then runs.
+		answer := fmt.Sprintf("ledgerctl approvals approve %d --server %s", are.Seq, l.URL)
+		require.Contains(t, err.Error(), "(or: "+answer+")")
+		_, stderr, code := ledgerctl(t, strings.Fields(answer)[1:]...)
+		require.Equal(t, 0, code, stderr)
+		rsv, err := c.Reserve(context.Background(), client.ReserveRequest{Key: "charge-order-0001", ExecutionID: "exec-1",
+			Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`)})
+		require.NoError(t, err)
+		assert.Equal(t, &client.ApprovalUse{Seq: are.Seq + 1, AskSeq: are.Seq}, rsv.Approval)
 	})
 }

@@ -30,7 +30,8 @@ def check(e: ApprovalRequiredError, base: str, key: str) -> None:
     assert e.expires_at > 0
     page = "%s/ui/#approvals/%d" % (base, e.seq)
     assert e.url == page
-    expires = datetime.datetime.fromtimestamp(e.expires_at // 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    utc = datetime.timezone.utc
+    expires = datetime.datetime.fromtimestamp(e.expires_at // 1000, tz=utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     for want in ("ask %d" % e.seq, "expires " + expires, page):
         assert want in str(e), str(e)
 

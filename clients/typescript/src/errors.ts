@@ -247,13 +247,15 @@ export class ApprovalRequiredError extends LedgerError {
      * the base URL is not known.
      */
     readonly url = "",
+    /** The ledgerctl command that answers the ask (named in the message beside url). */
+    readonly answer = "",
   ) {
-    super(202, "approval_required", approvalMessage(key, seq, expiresAt, url, expired), { seq, expires_at: expiresAt, url });
+    super(202, "approval_required", approvalMessage(key, seq, expiresAt, url, answer, expired), { seq, expires_at: expiresAt, url });
   }
 
   /** This ask, marked expired. */
   asExpired(): ApprovalRequiredError {
-    return new ApprovalRequiredError(this.key, this.seq, this.expiresAt, this.state, this.receipt, true, this.url);
+    return new ApprovalRequiredError(this.key, this.seq, this.expiresAt, this.state, this.receipt, true, this.url, this.answer);
   }
 }
 
@@ -263,10 +265,10 @@ export function approvalPageURL(baseURL: string, seq: number): string {
 }
 
 /** An ApprovalRequiredError's message: the ask, its expiry and the page. */
-function approvalMessage(key: string, seq: number, expiresAt: number, url: string, expired: boolean): string {
+function approvalMessage(key: string, seq: number, expiresAt: number, url: string, answer: string, expired: boolean): string {
   let msg = `effect ${key} awaits approval: ask ${seq}`;
   if (expiresAt > 0) msg += `, expires ${new Date(Math.floor(expiresAt / 1000) * 1000).toISOString().replace(".000Z", "Z")}`;
-  if (url) msg += `; a person approves or rejects it at ${url} (or: ledgerctl approvals approve ${seq})`;
+  if (url) msg += `; a person approves or rejects it at ${url}${answer ? ` (or: ${answer})` : ""}`;
   if (expired) msg += " (the awaited ask expired)";
   return msg;
 }

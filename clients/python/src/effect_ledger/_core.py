@@ -411,7 +411,7 @@ class _Core(Generic[ScopeT]):
         body, execution_id = self._reserve_body(effect)
         data = yield from self._reserve_loop(body, wait)
         if data.get("status") == "approval_required":
-            ask = approval_required(data, self.base_url)
+            ask = approval_required(data, self.base_url, self.namespace)
             approval_wait = self.approval_wait if approval_wait is None else approval_wait
             if approval_wait <= 0:
                 raise ask
@@ -500,7 +500,7 @@ class _Core(Generic[ScopeT]):
                 continue
             if data.get("status") != "approval_required":
                 return data
-            nxt = approval_required(data, self.base_url)
+            nxt = approval_required(data, self.base_url, self.namespace)
             if nxt.seq != ask.seq:  # the ask expired and the ledger asked again
                 raise approval_required(nxt, self.base_url, expired=True)
             ask = nxt
@@ -613,11 +613,16 @@ class _Core(Generic[ScopeT]):
         return data
 
 
-def approval_required(data: Any, base_url: str, expired: bool = False) -> errors.ApprovalRequiredError:
+def approval_required(
+    data: Any, base_url: str, namespace: Optional[str] = None, expired: bool = False
+) -> errors.ApprovalRequiredError:
     """Return the ``ApprovalRequiredError`` of a 202 answer of the ledger at
-    base_url (or a copy of one such error, marked ``expired``)."""
+    base_url, in namespace (None: default), or a copy of one such error,
+    marked ``expired``."""
     if isinstance(data, errors.ApprovalRequiredError):
-        return errors.ApprovalRequiredError(data.key, data.seq, data.expires_at, data.state, data.receipt, expired, data.url)
+        return errors.ApprovalRequiredError(
+            data.key, data.seq, data.expires_at, data.state, data.receipt, expired, data.url, data.answer
+        )
     a = data.get("approval") if isinstance(data.get("approval"), dict) else {}
     seq = int(a.get("seq", 0))
     return errors.ApprovalRequiredError(
@@ -628,6 +633,7 @@ def approval_required(data: Any, base_url: str, expired: bool = False) -> errors
         receipt=ReceiptRef._from(data.get("receipt")),
         expired=expired,
         url=errors.approval_page_url(base_url, seq),
+        answer="ledgerctl approvals approve %d --server %s" % (seq, base_url) + (" -n " + namespace if namespace else ""),
     )
 
 

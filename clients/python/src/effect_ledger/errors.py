@@ -380,12 +380,15 @@ class ApprovalRequiredError(LedgerError):
         receipt: Any = None,
         expired: bool = False,
         url: str = "",
+        answer: str = "",
     ) -> None:
         msg = "effect %s awaits approval: ask %d" % (key, seq)
         if expires_at:
             msg += ", expires " + _rfc3339(expires_at)
         if url:
-            msg += "; a person approves or rejects it at %s (or: ledgerctl approvals approve %d)" % (url, seq)
+            msg += "; a person approves or rejects it at " + url
+            if answer:
+                msg += " (or: %s)" % answer
         if expired:
             msg += " (the awaited ask expired)"
         super().__init__("approval_required", msg, {"seq": seq, "expires_at": expires_at, "url": url}, status=202)
@@ -396,6 +399,7 @@ class ApprovalRequiredError(LedgerError):
         self.receipt = receipt
         self.expired = expired
         self.url = url
+        self.answer = answer  # the ledgerctl command that answers the ask
 
 
 def approval_page_url(base_url: str, seq: int) -> str:
