@@ -625,6 +625,9 @@ def approval_required(
         )
     a = data.get("approval") if isinstance(data.get("approval"), dict) else {}
     seq = int(a.get("seq", 0))
+    answer = "ledgerctl approvals approve %d --server %s" % (seq, base_url)
+    if namespace:
+        answer += " -n " + namespace
     return errors.ApprovalRequiredError(
         key=str(data.get("idempotency_key", "")),
         seq=seq,
@@ -633,7 +636,7 @@ def approval_required(
         receipt=ReceiptRef._from(data.get("receipt")),
         expired=expired,
         url=errors.approval_page_url(base_url, seq),
-        answer="ledgerctl approvals approve %d --server %s" % (seq, base_url) + (" -n " + namespace if namespace else ""),
+        answer=answer,
     )
 
 
