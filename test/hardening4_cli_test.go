@@ -153,15 +153,17 @@ func TestLedgerctl_namespaceShortFlag(t *testing.T) {
 	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"pay"}`).Status)
 	r := l.Do("POST", "/v1/ns/pay/effects/reserve", nsReserve("short-flag-0001", "exec-1", "tool.pay"))
 	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/ns/pay/effects/short-flag-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
+	require.Equal(t, 201, r.Status, r.Raw) // no lease to end between two runs
 
 	for _, src := range [][]string{{"--db", db}, {"--server", l.URL}} {
 		for _, tc := range []struct {
 			cmd  []string
 			want string // in what -n pay prints
 		}{
-			{[]string{"verify", "--json"}, `"receipts":1,`}, {[]string{"audit", "--json"}, `"runtime_retries":[]`},
+			{[]string{"verify", "--json"}, `"receipts":2,`}, {[]string{"audit", "--json"}, `"runtime_retries":[]`},
 			{[]string{"receipts", "--json"}, "short-flag-0001"}, {[]string{"show", "short-flag-0001", "--json"}, "short-flag-0001"},
-			{[]string{"head"}, "1:"}, {[]string{"export"}, "short-flag-0001"},
+			{[]string{"head"}, "2:"}, {[]string{"export"}, "short-flag-0001"},
 		} {
 			args := append(slices.Clone(tc.cmd), src...)
 			long, lerr, lcode := ledgerctl(t, append(args, "--namespace", "pay")...)
@@ -179,7 +181,7 @@ func TestLedgerctl_namespaceShortFlag(t *testing.T) {
 	}
 	out, _, code := ledgerctl(t, "verify", "--db", db, "-n", "pay")
 	assert.Equal(t, 0, code, out)
-	assert.Contains(t, out, "OK: 1 receipt,")
+	assert.Contains(t, out, "OK: 2 receipts,")
 	out, _, code = ledgerctl(t, "approvals", "list", "--server", l.URL, "-n", "pay", "--json")
 	assert.Equal(t, 0, code, out)
 	_, stderr, code := ledgerctl(t, "verify", "--db", db, "--all-namespaces", "-n", "pay")
