@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -46,13 +48,22 @@ type approvalReply struct {
 // recorded an ask, and nothing ran. An approver answers it (ledgerctl
 // approvals approve SEQ, the web page, Client.Answer); the same call made
 // again then consumes the approval and runs once, or gets
-// ErrApprovalRejected. errors.Is(err, ErrApprovalRequired) holds.
+// ErrApprovalRequired. errors.Is(err, ErrApprovalRequired) holds. Its
+// message names the ask, its expiry and the page where a person answers
+// it.
 type ApprovalRequiredError struct {
 	IdempotencyKey string
 	Seq            uint64    // the ask's seq: what the approver answers
 	ExpiresAt      time.Time // when the ask expires unanswered
 	State          string    // "pending"
-	Receipt        ReceiptRef
+	// URL is the ledger's web page where a person answers the ask:
+	// <base URL>/ui/#approvals/<seq>, as ledger-mcp names it (the page
+	// shows the namespace chosen in it).
+	URL     string
+	Receipt ReceiptRef
+	// answer is the ledgerctl command that answers the ask, named in the
+	// message beside URL.
+	answer string
 	// Err says why a wait (WithApprovalWait) ended without an answer:
 	// ErrApprovalExpired when the ask expired (Seq is then the new ask
 	// if the ledger asked again), the context's error when it ended. It
@@ -64,6 +75,12 @@ func (e *ApprovalRequiredError) Error() string {
 	msg := fmt.Sprintf("effect %s awaits approval: ask %d", e.IdempotencyKey, e.Seq)
 	if !e.ExpiresAt.IsZero() {
 		msg += ", expires " + e.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	if e.URL != "" {
+		msg += "; a person approves or rejects it at " + e.URL
+		if e.answer != "" {
+			msg += " (or: " + e.answer + ")"
+		}
 	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
@@ -77,16 +94,29 @@ func (e *ApprovalRequiredError) Is(target error) bool { return target == ErrAppr
 // Unwrap returns why the wait ended, if it did.
 func (e *ApprovalRequiredError) Unwrap() error { return e.Err }
 
-// approvalRequired turns a 202 answer into its error.
-func approvalRequired(b *reserveReply) *ApprovalRequiredError {
+// approvalRequired turns a 202 answer of the ledger at base, in
+// namespace ns ("" for default), into its error.
+func approvalRequired(b *reserveReply, base, ns string) *ApprovalRequiredError {
 	e := &ApprovalRequiredError{IdempotencyKey: b.IdempotencyKey, Receipt: b.Receipt}
 	if b.Approval != nil {
 		e.Seq, e.State = b.Approval.Seq, b.Approval.State
+		e.URL = ApprovalPageURL(base, e.Seq)
+		e.answer = "ledgerctl approvals approve " + strconv.FormatUint(e.Seq, 10) + " --server " + base
+		if ns != "" {
+			e.answer += " -n " + ns
+		}
 		if b.Approval.ExpiresAt > 0 {
 			e.ExpiresAt = time.UnixMilli(b.Approval.ExpiresAt)
 		}
 	}
 	return e
+}
+
+// ApprovalPageURL is the page of the ledger at base where a person
+// answers the ask at seq: base + "/ui/#approvals/" + seq, the URL
+// ledger-mcp names to the model.
+func ApprovalPageURL(base string, seq uint64) string {
+	return strings.TrimSuffix(base, "/") + "/ui/#approvals/" + strconv.FormatUint(seq, 10)
 }
 
 // Rejection is what a 409 approval_rejected says about the answer that

@@ -113,7 +113,8 @@ func noSleep(waits *[]time.Duration) client.Option {
 func TestClient_Reserve_approvalRequired(t *testing.T) {
 	t.Parallel()
 	f := &fakeLedger{reserves: []string{askPending}}
-	c, err := client.New(f.serve(t).URL)
+	srv := f.serve(t).URL
+	c, err := client.New(srv + "/")
 	require.NoError(t, err)
 	_, err = c.Reserve(context.Background(), client.ReserveRequest{Key: "order-1234", ExecutionID: "exec-1",
 		Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`),
@@ -127,6 +128,10 @@ func TestClient_Reserve_approvalRequired(t *testing.T) {
 	assert.Equal(t, time.UnixMilli(4102444800000), are.ExpiresAt)
 	assert.Equal(t, client.ReceiptRef{Seq: 7, Hash: "aa"}, are.Receipt)
 	assert.NoError(t, are.Err)
+	assert.Equal(t, srv+"/ui/#approvals/7", are.URL, "the page where a person answers it, as ledger-mcp names it")
+	for _, want := range []string{"ask 7", "expires 2100-01-01T00:00:00Z", srv + "/ui/#approvals/7", "ledgerctl approvals approve 7 --server " + srv + ")"} {
+		assert.Contains(t, err.Error(), want)
+	}
 
 	body := f.reserveBodies()[0]
 	assert.Equal(t, map[string]any{"amount": float64(1200)}, body["input"])

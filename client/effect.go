@@ -157,7 +157,7 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 		return nil, fmt.Errorf("reserve: decode response: %w", err)
 	}
 	if res.status == http.StatusAccepted || b.Status == statusApprovalRequired {
-		return nil, approvalRequired(&b)
+		return nil, approvalRequired(&b, c.base, c.namespace)
 	}
 	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
 		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry, AfterNotApplied: b.AfterNotApplied,

@@ -134,7 +134,8 @@ type DuplicateEffect struct {
 
 // RepeatedFailure is "the same failing step run again": a call (a tool
 // and a non-empty input_hash) whose effect failed under one key and that
-// was then reserved again under other keys, unchanged. A key counts as a
+// was then reserved again under other keys, unchanged, or under the same
+// key by another execution after a not_applied (SPEC §4.1). A key counts as a
 // repeat when its first reserve comes after the call's first failure;
 // keys reserved before it ran alongside, not after, and are not listed.
 // The repeats' own outcomes do not matter: a repeat that succeeded was
@@ -144,14 +145,16 @@ type RepeatedFailure struct {
 	Tool      string `json:"tool"`
 	InputHash string `json:"input_hash"`
 	ErrorCode string `json:"error_code"` // of the first failure
-	// Keys are the key of the first failure, then every key first
-	// reserved after it, in seq order.
+	// Keys are the key of the first failure, then every other key
+	// reserved after it, in seq order; each key once, also when it ran
+	// the call again itself (after a not_applied, SPEC §4.1).
 	Keys []string `json:"keys"`
-	// Executions[i] is the execution of the failure (i = 0) or of the
-	// first reserve of Keys[i].
+	// Executions are the runs' executions: the failure's (i = 0), then
+	// each repeat's — a later key's first reserve, or a reserve of a key
+	// again after its not_applied by another execution — in seq order.
 	Executions []string `json:"executions"`
-	// Seqs are the failure receipt, then each later key's first reserve,
-	// in the order of Keys.
+	// Seqs are the runs' receipts, in the order of Executions: the
+	// failure, then each repeat's reserve.
 	Seqs []uint64 `json:"seqs"`
 }
 

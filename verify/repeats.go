@@ -21,9 +21,10 @@ type RepeatSource interface {
 }
 
 // repeatCollector turns rows grouped by (tool, input_hash), the failure
-// first and then the later keys in seq order, into RepeatedFailure
+// first and then the later runs in seq order, into RepeatedFailure
 // entries, keeping those whose latest repeat is after from and in the
-// window.
+// window. Each key is listed once in Keys; Executions and Seqs hold
+// every run.
 type repeatCollector struct {
 	win  window
 	from uint64
@@ -41,11 +42,14 @@ func (c *repeatCollector) add(r *ledger.CallAfterFailure) {
 		c.latestSeq, c.latestAt = 0, 0
 		return
 	}
+	listed := c.cur != nil && slices.Contains(c.cur.Keys, r.Key)
 	if c.cur == nil || c.cur.Tool != r.Tool || c.cur.InputHash != r.InputHash || r.Seq <= c.cur.Seqs[0] ||
-		!r.Rerun && slices.Contains(c.cur.Keys, r.Key) {
+		!r.Rerun && listed {
 		return // not after a failure, or a key's first reserve listed already (only in an edited ledger)
 	}
-	c.cur.Keys = append(c.cur.Keys, r.Key)
+	if !listed { // a key run again under the same key is listed once
+		c.cur.Keys = append(c.cur.Keys, r.Key)
+	}
 	c.cur.Executions = append(c.cur.Executions, r.ExecutionID)
 	c.cur.Seqs = append(c.cur.Seqs, r.Seq)
 	if r.Seq > c.latestSeq {
@@ -54,7 +58,7 @@ func (c *repeatCollector) add(r *ledger.CallAfterFailure) {
 }
 
 func (c *repeatCollector) flush() {
-	if c.cur != nil && len(c.cur.Keys) > 1 && c.latestSeq > c.from && c.win.has(c.cur.Tool, c.latestSeq, c.latestAt) {
+	if c.cur != nil && len(c.cur.Seqs) > 1 && c.latestSeq > c.from && c.win.has(c.cur.Tool, c.latestSeq, c.latestAt) {
 		c.out = append(c.out, *c.cur)
 	}
 	c.cur = nil

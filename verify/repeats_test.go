@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -430,16 +432,28 @@ func TestVerifier_repeatedFailuresNotApplied(t *testing.T) {
 	c.notApplied("mail-key-0003", ledger.CodeInputRequired) // 9: nothing attempted
 	c.reserve("mail-key-0003", "exec-5", mail, 2)           // 10
 	c.reserve("mail-key-0004", "exec-6", mail, 2)           // 11
+	// A call that failed twice, then succeeded once fixed: one key, run
+	// three times by three executions.
+	c.reserve("mail-key-0005", "exec-7", mail, 3) // 12
+	c.notApplied("mail-key-0005", "NOT_FOUND")    // 13
+	c.reserve("mail-key-0005", "exec-8", mail, 3) // 14
+	c.notApplied("mail-key-0005", "NOT_FOUND")    // 15
+	c.reserve("mail-key-0005", "exec-9", mail, 3) // 16
+	c.succeed("mail-key-0005")                    // 17
 	offline, online := c.audits(verify.Opts{})
 	want := []verify.RepeatedFailure{{Tool: mail, InputHash: hash(t, 1), ErrorCode: "REFUSED",
-		Keys:       []string{"mail-key-0001", "mail-key-0001", "mail-key-0002"},
-		Executions: []string{"exec-1", "exec-2", "exec-3"}, Seqs: []uint64{2, 5, 7}}}
+		Keys:       []string{"mail-key-0001", "mail-key-0002"}, // each key once
+		Executions: []string{"exec-1", "exec-2", "exec-3"}, Seqs: []uint64{2, 5, 7}},
+		{Tool: mail, InputHash: hash(t, 3), ErrorCode: "NOT_FOUND", Keys: []string{"mail-key-0005"},
+			Executions: []string{"exec-7", "exec-8", "exec-9"}, Seqs: []uint64{13, 14, 16}}}
+	slices.SortFunc(want, func(x, y verify.RepeatedFailure) int { return strings.Compare(x.InputHash, y.InputHash) })
 	for src, a := range map[string]*verify.Audit{"offline": offline, "online": online} {
 		assert.Equal(t, want, a.RepeatedFailures, src)
-		require.Len(t, a.NotAppliedReruns, 3, src)
+		require.Len(t, a.NotAppliedReruns, 5, src)
 		assert.Equal(t, verify.NotAppliedRerun{Key: "mail-key-0001", Tool: mail, NotAppliedSeq: 2, ErrorCode: "REFUSED",
 			Seq: 3, ExecutionID: "exec-1", RecordedAt: 1764475203000}, a.NotAppliedReruns[0], src)
-		assert.Equal(t, []uint64{3, 5, 10}, []uint64{a.NotAppliedReruns[0].Seq, a.NotAppliedReruns[1].Seq, a.NotAppliedReruns[2].Seq}, src)
+		assert.Equal(t, []uint64{3, 5, 10, 14, 16}, []uint64{a.NotAppliedReruns[0].Seq, a.NotAppliedReruns[1].Seq,
+			a.NotAppliedReruns[2].Seq, a.NotAppliedReruns[3].Seq, a.NotAppliedReruns[4].Seq}, src)
 		assert.Empty(t, a.ReInvocations, "%s: a rerun after not_applied is listed there, not as a re-invocation", src)
 	}
 }

@@ -52,7 +52,6 @@ func (c *ApprovalsCommand) Run(ctx context.Context, args []string) error {
 func approvalsSource(fs *flag.FlagSet) *sourceFlags {
 	src := serverOnly(fs)
 	src.registerNamespace(fs)
-	fs.StringVar(&src.namespace, "n", ledger.DefaultNamespace, "the `namespace`, short for --namespace")
 	return src
 }
 

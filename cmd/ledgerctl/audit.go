@@ -123,8 +123,12 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			for i, e := range r.Executions {
 				execs[i] = cell(e)
 			}
+			later := strings.Join(keys[1:], ", ")
+			if later == "" {
+				later = "(the same key again)"
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s → %s\t%s\n", cell(r.Tool), cell(r.InputHash), cell(r.ErrorCode),
-				keys[0], strings.Join(keys[1:], ", "), strings.Join(execs, ", "))
+				keys[0], later, strings.Join(execs, ", "))
 		}
 	})
 	section("Interrupted: lease ended without an outcome", len(a.Interrupted), "KEY\tTOOL\tEXECUTION\tATTEMPT\tLEASE ENDED\tNEXT STEP", func(tw io.Writer) {

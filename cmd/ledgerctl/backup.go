@@ -33,10 +33,11 @@ can start on it. Then the whole copy is verified (as ledgerctl verify) and
 its head printed: pin it, e.g. verify --db FILE --expect-head SEQ:HASH later.
 An existing FILE is never replaced without --force.
 
-Namespaces: every namespace the copy's registry lists is copied the same way,
-from LIVE.ns/ns-NAME.db to FILE.ns/ns-NAME.db, and verified; each namespace
-file is a snapshot of its own chain. SQLite only: a PostgreSQL ledger is
-backed up with pg_dump or a replica.
+Namespaces: every namespace lives in the ledger file, so the copy holds them
+all, from the same snapshot, and each is verified in the copy. (A ledger of
+the earlier layout, one file per namespace, not yet opened by this ledgerd,
+has each namespace file copied beside FILE and verified too.) SQLite only: a
+PostgreSQL ledger is backed up with pg_dump or a replica.
 
 Exit 0 the copy is intact, 1 the copy has violations (then the live ledger
 has them too: run ledgerctl verify on it), 2 usage or I/O error.`

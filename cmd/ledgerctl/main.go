@@ -34,8 +34,8 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
-  token     create, list and revoke API bearer tokens (--db only), optionally limited to namespaces
-  backup    copy a live SQLite ledger and its namespace files consistently, and verify the copies
+  token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
+  backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
@@ -49,7 +49,7 @@ Commands:
 The read commands take either the database (--db FILE for SQLite, or
 --db postgres://… for PostgreSQL; opened read-only, safe while ledgerd runs)
 or a running server (--server URL; a bare HOST:PORT means http://HOST:PORT),
-and --namespace NS (default "default"). "ledgerctl <command> --help" shows the
+and --namespace NS or -n NS (default "default"). "ledgerctl <command> --help" shows the
 flags that command takes, with examples. The receipt format, the API and the rules the
 verifier checks are in docs/spec.md.
 

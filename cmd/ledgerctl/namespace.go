@@ -28,12 +28,15 @@ its own verifiable log. The namespace "default" always exists and is what the
 unprefixed API routes serve; namespace NAME is served under /v1/ns/NAME/… and
 /log/NAME/. Names are 1–64 bytes of a-z 0-9 . _ -.
 
-On SQLite each namespace is a file of its own beside the ledger file:
-<db>.ns/ns-NAME.db (back up the whole <db>.ns directory with the ledger
-file). "namespace create --db" may run while ledgerd serves the file. The
-ledger file records each namespace's head; ledgerd refuses to start while a
-namespace's file is missing or behind it ("namespace forget" gives one up).
-"ledgerctl namespace <create|list|forget> --help" shows each one's flags.
+On SQLite every namespace lives in the ledger file itself: "default" in the
+file's own tables, each other namespace in its shared tables (ns_receipts,
+ns_head, …), its rows keyed by the namespace's id in the file's registry. One
+file holds them all: "ledgerctl backup" copies and verifies it as one
+snapshot. "namespace create --db" may run while ledgerd serves the file;
+"namespace forget" gives a namespace up, keeping its receipts in a ledger file
+of their own. On PostgreSQL every namespace lives in the same tables, keyed
+by name. "ledgerctl namespace <create|list|forget> --help" shows each one's
+flags.
 `
 
 // Run dispatches the namespace subcommands.
@@ -63,9 +66,9 @@ func (c *NamespaceCommand) create(ctx context.Context, args []string) error {
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--key-ttl DURATION] [--json]
 
 Creates the empty namespace NAME (1–64 bytes of a-z 0-9 . _ -). With --server
-it needs an admin token when tokens exist. With --db on SQLite it registers
-NAME in the ledger file and creates <db>.ns/ns-NAME.db; a running ledgerd
-serves it at once. Exit 2 if NAME exists.
+it needs an admin token when tokens exist. With --db it registers NAME in
+the ledger database (on SQLite, in the ledger file's registry and shared
+tables); a running ledgerd serves it at once. Exit 2 if NAME exists.
 
 --key-ttl sets the namespace's key lifetime: a reserve of a key whose
 outcome (success or failure) is at least that old starts a new generation
@@ -152,7 +155,8 @@ func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
 
 Lists the namespaces by name, "default" included, with their heads (SEQ:HASH,
 the form verify --expect-head takes), their key lifetimes (KEY_TTL, "-" for
-keys that never expire) and, for a SQLite ledger, the file that holds each. Through --server a token limited to namespaces sees only those.`,
+keys that never expire). Through --server a token limited to namespaces sees
+only those.`,
 		`  ledgerctl namespace list --db ledger.db
   ledgerctl namespace list --server http://127.0.0.1:8080 --json
 `)
@@ -233,15 +237,17 @@ func (c *NamespaceCommand) forget(ctx context.Context, args []string) error {
 	asJSON := jsonFlag(fs, "print the result as JSON")
 	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace forget --db FILE NAME --by WHO --reason TEXT [--json]
 
-Gives up namespace NAME of a SQLite ledger whose file is lost or that is no
-longer wanted: its file, if any, is moved aside to <file>.forgotten-UNIXMS
-(nothing is deleted), the name leaves the registry, and the decision — who,
-why, and the head the registry had recorded — is kept in the ledger file's
-namespace_events table. NAME can then be created again, empty: keys used in
-it before run again. The usual reason to run it is ledgerd refusing to start
-because a namespace's file is missing or behind the registry; restoring the
-namespace files from the backup that goes with the ledger file is the other
-way out. Needs ledgerd stopped. Exit 2 on any error.`,
+Gives up namespace NAME of a SQLite ledger that is no longer wanted: its
+receipts are first copied to a ledger file of their own beside the ledger
+file, <db>.forgotten-NAME-UNIXMS (ledgerctl verify --db reads it), then its
+rows leave the ledger file's shared tables and the name its registry, and the
+decision — who, why, and the head the registry had recorded — is kept in the
+ledger file's namespace_events table. NAME can then be created again, empty:
+keys used in it before run again. A ledger of the earlier layout, whose
+namespace file is missing or behind the registry, makes ledgerd refuse to
+start; forget gives such a namespace up too (its file, if any, is moved
+aside, nothing is deleted), restoring the namespace files of the same backup
+is the other way out. Needs ledgerd stopped. Exit 2 on any error.`,
 		`  ledgerctl namespace forget --db ledger.db payments --by alice --reason "disk lost, no backup (INC-42)"
 `)
 	if err != nil {

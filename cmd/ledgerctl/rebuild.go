@@ -27,7 +27,7 @@ const rebuildUsage = `Usage:
 Rebuilds the key index of a SQLite ledger (FILE.idx/: the state of every
 idempotency key and the receipts of each key, execution, tool and kind)
 for the default namespace or, with --namespace, for that namespace, from
-its receipts (FILE, or FILE.ns/ns-NS.db), and makes the file's recorded head
+its receipts in FILE, and makes the namespace's recorded head
 match its receipts again. ledgerd keeps the index up to date on its own:
 it replays what the index lacks when it opens a file, and rebuilds an index
 that is missing, damaged or of another chain. This command is for when

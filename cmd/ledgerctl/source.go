@@ -19,7 +19,8 @@ import (
 // sourceFlags are the flags that name what a command reads — a ledger
 // database (--db: a SQLite file or a PostgreSQL URL) or a server
 // (--server, --token) — the namespace (--namespace) and --json. Each
-// command registers only the ones it uses.
+// command registers only the ones it uses. --namespace has the short
+// form -n wherever it is taken.
 type sourceFlags struct {
 	db, server, token string
 	namespace         string
@@ -43,12 +44,15 @@ func dbFlag(fs *flag.FlagSet, usage string) *string {
 	return p
 }
 
-// declareNamespace declares --namespace into p, def by default.
+// declareNamespace declares --namespace and its short form -n into p,
+// def by default: every command that takes a namespace by flag takes it
+// both ways.
 func declareNamespace(fs *flag.FlagSet, p *string, def, usage string) {
 	fs.StringVar(p, "namespace", def, usage)
+	fs.StringVar(p, "n", def, "short for --namespace")
 }
 
-// namespaceFlag declares --namespace, def by default.
+// namespaceFlag declares --namespace (and -n), def by default.
 func namespaceFlag(fs *flag.FlagSet, def, usage string) *string {
 	p := new(string)
 	declareNamespace(fs, p, def, usage)
@@ -73,7 +77,7 @@ func (s *sourceFlags) registerDB(fs *flag.FlagSet) {
 	declareDB(fs, &s.db, dbUsage)
 }
 
-// registerNamespace adds --namespace.
+// registerNamespace adds --namespace and -n.
 func (s *sourceFlags) registerNamespace(fs *flag.FlagSet) {
 	declareNamespace(fs, &s.namespace, ledger.DefaultNamespace, "the `namespace` to read (each namespace is a chain of its own)")
 }

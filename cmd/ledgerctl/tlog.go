@@ -227,9 +227,9 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-// flagSet reports whether the flag name was given.
+// flagSet reports whether the flag name (or its short form) was given.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name || shortForms[name] == f.Name })
 	return set
 }

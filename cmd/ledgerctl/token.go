@@ -23,11 +23,13 @@ const tokenUsage = `Usage:
 
 API bearer tokens live in the ledger database (the SQLite ledger file, or the
 PostgreSQL database; only their SHA-256 is stored; a token is printed once, at
-creation). Roles: writer (reserve, commit), reader (every GET), admin
-(resolve, and everything). --namespace limits a token to some namespaces: on
-any other it gets 403 forbidden. While any valid token exists, ledgerd
-requires one on every API request and records its name as actor. Changes take
-effect without a restart; this may run while ledgerd runs.
+creation). Roles: writer (reserve, commit), reader (every GET), approver
+(every GET, and answering the asks of approvals: ledgerctl approvals, the
+web page), admin (resolve, policy, and everything). --namespace (-n) limits
+a token to some namespaces: on any other it gets 403 forbidden. While any
+valid token exists, ledgerd requires one on every API request and records
+its name as actor. Changes take effect without a restart; this may run while
+ledgerd runs.
 "ledgerctl token <create|list|revoke> --help" shows each one's flags.
 `
 
@@ -136,7 +138,7 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "`name` recorded as actor on the receipts the token causes (required)")
 	nsList := namespaceFlag(fs, "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
 	asJSON := jsonFlag(fs, "print JSON: name, role, namespaces and token")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, and everything). With --namespace the token may use only those\nnamespaces (any other, \"default\" included unless listed, is 403 forbidden).\nThe first valid token turns authentication on.",
+	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, policy, and\neverything). With --namespace (-n) the token may use only those namespaces\n(any other, \"default\" included unless listed, is 403 forbidden). The first\nvalid token turns authentication on.",
 		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n")
 	if err != nil {
 		return err

@@ -25,18 +25,33 @@ func setUsage(fs *flag.FlagSet, env *Env, summary, examples string) {
 	}
 }
 
+// shortForms are the one-letter forms of flags, listed on the flag's
+// line: -n is --namespace.
+var shortForms = map[string]string{"namespace": "n"}
+
 // printFlags lists fs's flags as flag.PrintDefaults does, but spelled
 // with two dashes, the way the messages and the documentation name them
-// (one-letter short forms with one).
+// (a short form with one, on its flag's line).
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
+		for long, short := range shortForms {
+			if f.Name == short && fs.Lookup(long) != nil {
+				return // listed with its long form
+			}
+		}
 		name, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
 		if len(f.Name) == 1 {
-			line = "  -" + f.Name // a short form, -n
+			line = "  -" + f.Name
 		}
 		if name != "" {
 			line += " " + name
+		}
+		if short, ok := shortForms[f.Name]; ok && fs.Lookup(short) != nil {
+			line += ", -" + short // the same flag
+			if name != "" {
+				line += " " + name
+			}
 		}
 		line += "\n    \t" + strings.ReplaceAll(usage, "\n", "\n    \t")
 		switch f.DefValue {

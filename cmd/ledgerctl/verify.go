@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -32,7 +34,7 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
   ledgerctl verify --db ledger.db --state /var/lib/ledger/verify-state.json --incremental
   # against a signed checkpoint kept earlier (catches truncation and rewrites)
   ledgerctl verify --db ledger.db --checkpoint checkpoint.txt --vkey ./log.vkey --state verify-state.json
-  # one namespace, or every one (exit 1 if any has violations)
+  # one namespace, or every one (each reported; exit 2 if any could not be verified, else 1 if any has violations)
   ledgerctl verify --db ledger.db --namespace payments
   ledgerctl verify --db postgres://auditor@db.internal/ledger --all-namespaces --json
 `
@@ -45,7 +47,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
 	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
-	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report}}); exit 1 if any has violations")
+	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report, or {\"ok\": false, \"error\"} for one that could not be verified}}); exit 2 if any could not be verified, else 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
 	pos, err := parse(fs, c.Env, args, verifySummary, verifyExamples)
@@ -157,10 +159,14 @@ const verifySummary = `Usage: ledgerctl verify (--db FILE|URL | --server URL) [-
 Rehashes the chain, replays every receipt through the key state machine and
 reports violations with seq, rule and detail. Each namespace is a chain of its
 own: --namespace picks one (default "default"), --all-namespaces checks them
-all, one report each. Exit 0 intact, 1 violations, 2 error.`
+all, one report each, whatever the others gave. Exit 0 intact, 1 violations,
+2 error (with --all-namespaces: the worst of the namespaces' results, 2 if
+any could not be verified).`
 
-// all verifies every namespace: one report section each (one JSON
-// object keyed by namespace with --json), exit 1 if any has violations.
+// all verifies every namespace, each whatever the others gave: one report
+// section each (one JSON object keyed by namespace with --json), then the
+// worst status: exit 2 if any could not be verified, else 1 if any has
+// violations.
 func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFlags, opts verify.Opts) error {
 	fsrc, client, err := src.openEither(ctx, fs, c.Env)
 	if err != nil {
@@ -195,31 +201,65 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 		}
 	}
 	slices.Sort(names)
-	type result struct {
-		rep     *verify.Report
-		elapsed time.Duration
-	}
-	reports := map[string]*verify.Report{}
-	results := make([]result, 0, len(names))
-	failed := 0
-	for _, ns := range names {
-		st, err := open(ns)
-		if err != nil {
-			return err
+	results := make([]nsResult, len(names))
+	for i, ns := range names {
+		results[i] = checkNamespace(ctx, open, ns, opts)
+		if client == nil {
+			results[i].err = storage.RedactError(src.db, results[i].err)
 		}
-		start := time.Now()
-		rep, err := st.verifier(opts).Check(ctx)
-		if err != nil {
-			return fmt.Errorf("namespace %s: %w", ns, err)
-		}
-		reports[ns] = rep
-		results = append(results, result{rep, time.Since(start)})
-		if !rep.OK {
-			failed += rep.ViolationsTotal
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
 	}
-	if src.json {
-		if err := writeJSON(c.Stdout, map[string]any{"ok": failed == 0, "namespaces": reports}); err != nil {
+	return c.printAll(src.json, names, results)
+}
+
+// nsResult is what verifying one namespace of --all-namespaces gave: a
+// report, or the error that kept it from being verified.
+type nsResult struct {
+	rep     *verify.Report
+	err     error
+	elapsed time.Duration
+}
+
+// checkNamespace verifies namespace ns of a store open opens.
+func checkNamespace(ctx context.Context, open func(ns string) (store, error), ns string, opts verify.Opts) nsResult {
+	start := time.Now()
+	st, err := open(ns)
+	if err != nil {
+		return nsResult{err: err}
+	}
+	rep, err := st.verifier(opts).Check(ctx)
+	return nsResult{rep: rep, err: err, elapsed: time.Since(start)}
+}
+
+// printAll prints every namespace's result (one JSON object keyed by
+// namespace with --json; a namespace that could not be verified is
+// {"ok": false, "error": …}) and returns the worst: an error naming the
+// namespaces that could not be verified (exit 2), else the violations
+// (exit 1).
+func (c *VerifyCommand) printAll(asJSON bool, names []string, results []nsResult) error {
+	violations, bad := 0, 0
+	var errs []string
+	for i, r := range results {
+		switch {
+		case r.err != nil:
+			errs = append(errs, fmt.Sprintf("namespace %s: %v", names[i], r.err))
+		case !r.rep.OK:
+			violations += r.rep.ViolationsTotal
+			bad++
+		}
+	}
+	if asJSON {
+		spaces := make(map[string]any, len(names))
+		for i, r := range results {
+			if r.err != nil {
+				spaces[names[i]] = map[string]any{"ok": false, "error": r.err.Error()}
+			} else {
+				spaces[names[i]] = r.rep
+			}
+		}
+		if err := writeJSON(c.Stdout, map[string]any{"ok": violations == 0 && len(errs) == 0, "namespaces": spaces}); err != nil {
 			return err
 		}
 	} else {
@@ -228,18 +268,23 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 				fmt.Fprintln(c.Stdout)
 			}
 			fmt.Fprintf(c.Stdout, "== namespace %s ==\n", ns)
-			printReport(c.Stdout, results[i].rep, results[i].elapsed)
-		}
-		bad := 0
-		for _, r := range results {
-			if !r.rep.OK {
-				bad++
+			if r := results[i]; r.err != nil {
+				fmt.Fprintf(c.Stdout, "ERROR: could not be verified: %v\n", r.err)
+			} else {
+				printReport(c.Stdout, r.rep, r.elapsed)
 			}
 		}
-		fmt.Fprintf(c.Stdout, "\n%s verified, %d with violations\n", plural(len(names), "namespace", "namespaces"), bad)
+		fmt.Fprintf(c.Stdout, "\n%s verified, %d with violations", plural(len(names), "namespace", "namespaces"), bad)
+		if len(errs) > 0 {
+			fmt.Fprintf(c.Stdout, ", %d could not be verified", len(errs))
+		}
+		fmt.Fprintln(c.Stdout)
 	}
-	if failed > 0 {
-		return &ViolationsError{Count: failed}
+	switch {
+	case len(errs) > 0:
+		return errors.New(strings.Join(errs, "; "))
+	case violations > 0:
+		return &ViolationsError{Count: violations}
 	}
 	return nil
 }

@@ -113,6 +113,10 @@ def test_reserve_raises_approval_required_with_the_ask() -> None:
     assert isinstance(e, LedgerError) and e.code == "approval_required" and e.status == 202
     assert (e.key, e.seq, e.expires_at, e.state, e.expired) == ("order-1234", 7, FAR, "pending", False)
     assert e.receipt == ReceiptRef(seq=7, hash="aa")
+    assert e.url == "http://ledger.test/ui/#approvals/7", "the page where a person answers it, as ledger-mcp names it"
+    for want in ("ask 7", "expires 2100-01-01T00:00:00Z", "http://ledger.test/ui/#approvals/7",
+                 "ledgerctl approvals approve 7 --server http://ledger.test)"):
+        assert want in str(e), str(e)
     body = script.reserve_bodies()[0]
     assert body["input"] == {"amount": 1200}
     assert body["approval_summary"] == "charge 12 EUR"

@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { deriveKey, fingerprint } from "./canonical.js";
 import {
   ApprovalRequiredError,
+  approvalPageURL,
   AttemptConflictError,
   CommitError,
   EffectError,
@@ -419,7 +420,8 @@ export class Client {
     if (status === 202 || b.status === "approval_required") {
       const a = b.approval ?? {};
       throw new ApprovalRequiredError(b.idempotency_key ?? "", a.seq ?? 0, a.expires_at ?? 0, a.state ?? "pending",
-        b.receipt ?? { seq: 0, hash: "" });
+        b.receipt ?? { seq: 0, hash: "" }, false, approvalPageURL(this.baseURL, a.seq ?? 0),
+        `ledgerctl approvals approve ${a.seq ?? 0} --server ${this.baseURL}${this.namespace === "default" ? "" : ` -n ${this.namespace}`}`);
     }
     return {
       status: b.status, key: b.idempotency_key, keyGenerated: !!b.key_generated, reservation: b.reservation ?? "",

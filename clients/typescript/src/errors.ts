@@ -241,15 +241,36 @@ export class ApprovalRequiredError extends LedgerError {
     readonly receipt: ReceiptRef,
     /** A wait ended because the ask expired (seq is then the new ask when the ledger asked again). */
     readonly expired = false,
+    /**
+     * The ledger's web page where a person answers the ask,
+     * `<baseURL>/ui/#approvals/<seq>` (as ledger-mcp names it); "" when
+     * the base URL is not known.
+     */
+    readonly url = "",
+    /** The ledgerctl command that answers the ask (named in the message beside url). */
+    readonly answer = "",
   ) {
-    super(202, "approval_required", `effect ${key} awaits approval: ask ${seq}${expired ? " (the awaited ask expired)" : ""}`,
-      { seq, expires_at: expiresAt });
+    super(202, "approval_required", approvalMessage(key, seq, expiresAt, url, answer, expired), { seq, expires_at: expiresAt, url });
   }
 
   /** This ask, marked expired. */
   asExpired(): ApprovalRequiredError {
-    return new ApprovalRequiredError(this.key, this.seq, this.expiresAt, this.state, this.receipt, true);
+    return new ApprovalRequiredError(this.key, this.seq, this.expiresAt, this.state, this.receipt, true, this.url, this.answer);
   }
+}
+
+/** The page of the ledger at baseURL where a person answers the ask at seq: the URL ledger-mcp names. */
+export function approvalPageURL(baseURL: string, seq: number): string {
+  return `${baseURL.replace(/\/+$/, "")}/ui/#approvals/${seq}`;
+}
+
+/** An ApprovalRequiredError's message: the ask, its expiry and the page. */
+function approvalMessage(key: string, seq: number, expiresAt: number, url: string, answer: string, expired: boolean): string {
+  let msg = `effect ${key} awaits approval: ask ${seq}`;
+  if (expiresAt > 0) msg += `, expires ${new Date(Math.floor(expiresAt / 1000) * 1000).toISOString().replace(".000Z", "Z")}`;
+  if (url) msg += `; a person approves or rejects it at ${url}${answer ? ` (or: ${answer})` : ""}`;
+  if (expired) msg += " (the awaited ask expired)";
+  return msg;
 }
 
 const errorClasses = new Map<string, typeof LedgerError>([

@@ -82,6 +82,10 @@ test("reserve: a 202 is an ApprovalRequiredError carrying the ask", async () => 
   assert.equal(err.status, 202);
   assert.deepEqual([err.key, err.seq, err.expiresAt, err.state, err.expired], ["order-1234", 7, FAR, "pending", false]);
   assert.deepEqual(err.receipt, { seq: 7, hash: "aa" });
+  assert.equal(err.url, "http://ledger.test/ui/#approvals/7", "the page where a person answers it, as ledger-mcp names it");
+  for (const want of ["ask 7", "expires 2100-01-01T00:00:00Z", "http://ledger.test/ui/#approvals/7", "ledgerctl approvals approve 7 --server http://ledger.test)"]) {
+    assert.ok(err.message.includes(want), err.message);
+  }
   const [body] = s.reserveBodies();
   assert.deepEqual(body.input, { amount: 1200 });
   assert.equal(body.input_hash, undefined);

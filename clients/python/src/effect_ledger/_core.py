@@ -411,7 +411,7 @@ class _Core(Generic[ScopeT]):
         body, execution_id = self._reserve_body(effect)
         data = yield from self._reserve_loop(body, wait)
         if data.get("status") == "approval_required":
-            ask = approval_required(data)
+            ask = approval_required(data, self.base_url, self.namespace)
             approval_wait = self.approval_wait if approval_wait is None else approval_wait
             if approval_wait <= 0:
                 raise ask
@@ -491,7 +491,7 @@ class _Core(Generic[ScopeT]):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 if ask.expires_at and time.time() * 1000 >= ask.expires_at:
-                    raise approval_required(ask, expired=True)
+                    raise approval_required(ask, self.base_url, expired=True)
                 raise ask
             wait_ms = self._wait_ms(remaining)
             start = time.monotonic()
@@ -500,9 +500,9 @@ class _Core(Generic[ScopeT]):
                 continue
             if data.get("status") != "approval_required":
                 return data
-            nxt = approval_required(data)
+            nxt = approval_required(data, self.base_url, self.namespace)
             if nxt.seq != ask.seq:  # the ask expired and the ledger asked again
-                raise approval_required(nxt, expired=True)
+                raise approval_required(nxt, self.base_url, expired=True)
             ask = nxt
             if wait_ms and time.monotonic() - start >= wait_ms / 2000:
                 continue  # the ledger waited: ask again at once
@@ -613,19 +613,30 @@ class _Core(Generic[ScopeT]):
         return data
 
 
-def approval_required(data: Any, expired: bool = False) -> errors.ApprovalRequiredError:
-    """Return the ``ApprovalRequiredError`` of a 202 answer (or a copy of
-    one such error, marked ``expired``)."""
+def approval_required(
+    data: Any, base_url: str, namespace: Optional[str] = None, expired: bool = False
+) -> errors.ApprovalRequiredError:
+    """Return the ``ApprovalRequiredError`` of a 202 answer of the ledger at
+    base_url, in namespace (None: default), or a copy of one such error,
+    marked ``expired``."""
     if isinstance(data, errors.ApprovalRequiredError):
-        return errors.ApprovalRequiredError(data.key, data.seq, data.expires_at, data.state, data.receipt, expired)
+        return errors.ApprovalRequiredError(
+            data.key, data.seq, data.expires_at, data.state, data.receipt, expired, data.url, data.answer
+        )
     a = data.get("approval") if isinstance(data.get("approval"), dict) else {}
+    seq = int(a.get("seq", 0))
+    answer = "ledgerctl approvals approve %d --server %s" % (seq, base_url)
+    if namespace:
+        answer += " -n " + namespace
     return errors.ApprovalRequiredError(
         key=str(data.get("idempotency_key", "")),
-        seq=int(a.get("seq", 0)),
+        seq=seq,
         expires_at=int(a.get("expires_at", 0)),
         state=str(a.get("state", "pending")),
         receipt=ReceiptRef._from(data.get("receipt")),
         expired=expired,
+        url=errors.approval_page_url(base_url, seq),
+        answer=answer,
     )
 
 

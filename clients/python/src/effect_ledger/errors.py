@@ -18,6 +18,7 @@ nothing, committed as ``not_applied``.
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any, Mapping, Optional
 
@@ -361,6 +362,11 @@ class ApprovalRequiredError(LedgerError):
         receipt: the ask's receipt.
         expired: a wait ended because the ask expired (``seq`` is then the
             new ask when the ledger asked again).
+        url: the ledger's web page where a person answers the ask,
+            ``<base_url>/ui/#approvals/<seq>`` (as ledger-mcp names it);
+            ``""`` when the base URL is not known.
+
+    The message names the ask, its expiry and the page.
     """
 
     code_name = "approval_required"
@@ -373,17 +379,38 @@ class ApprovalRequiredError(LedgerError):
         state: str = "pending",
         receipt: Any = None,
         expired: bool = False,
+        url: str = "",
+        answer: str = "",
     ) -> None:
         msg = "effect %s awaits approval: ask %d" % (key, seq)
+        if expires_at:
+            msg += ", expires " + _rfc3339(expires_at)
+        if url:
+            msg += "; a person approves or rejects it at " + url
+            if answer:
+                msg += " (or: %s)" % answer
         if expired:
             msg += " (the awaited ask expired)"
-        super().__init__("approval_required", msg, {"seq": seq, "expires_at": expires_at}, status=202)
+        super().__init__("approval_required", msg, {"seq": seq, "expires_at": expires_at, "url": url}, status=202)
         self.key = key
         self.seq = seq
         self.expires_at = expires_at
         self.state = state
         self.receipt = receipt
         self.expired = expired
+        self.url = url
+        self.answer = answer  # the ledgerctl command that answers the ask
+
+
+def approval_page_url(base_url: str, seq: int) -> str:
+    """The page of the ledger at base_url where a person answers the ask at
+    seq: ``<base_url>/ui/#approvals/<seq>``, the URL ledger-mcp names."""
+    return "%s/ui/#approvals/%d" % (base_url.rstrip("/"), seq)
+
+
+def _rfc3339(ms: int) -> str:
+    """Unix milliseconds as an RFC 3339 UTC time to the second."""
+    return datetime.datetime.fromtimestamp(ms // 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def error_for(
