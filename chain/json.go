@@ -92,7 +92,7 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
 	b = appendField(b, "external_ref", r.ExternalRef)
-	b, enc := ResultJSON(appendKey(b, "result"), r.Result)
+	b, enc := receiptResultJSON(appendKey(b, "result"), r.Result)
 	if enc != "" {
 		b = appendField(b, "result_encoding", enc)
 	}

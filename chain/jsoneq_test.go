@@ -86,6 +86,7 @@ func FuzzEqualJSON(f *testing.F) {
 		{`[1,[2,[3,{"x":true}]]]`, `[1,[2,[3,{"x":false}]]]`},
 		{`"\ud800"`, `"\ufffd"`},
 		{`{`, `}`},
+		{`{"a":{"b":1},"c":[{"b":1,"\u0062":2}]}`, `{"a":{"b":1}}`},
 	} {
 		f.Add(s[0], s[1])
 	}
@@ -98,6 +99,7 @@ func FuzzEqualJSON(f *testing.F) {
 		if errAB == nil {
 			checkNumbers(t, a, b, ab)
 		}
+		checkReceiptResult(t, a)
 		if _, err := chain.DiffJSON([]byte(a), []byte(a)); err != nil {
 			return // a is not a value the equality accepts
 		}
@@ -156,4 +158,25 @@ func smallNumber(s string) (*big.Rat, bool) {
 	}
 	r, ok := new(big.Rat).SetString(string(n))
 	return r, ok
+}
+
+// checkReceiptResult checks that a receipt whose stored result is the
+// compact JSON a is embedded verbatim unless an object of a has a member
+// name twice (then as a string marked "text", SPEC §9.1), and that either
+// way it decodes to a's exact text.
+func checkReceiptResult(t *testing.T, a string) {
+	if !chain.IsCompactJSON(a) || a == "null" {
+		return
+	}
+	out := (&chain.Receipt{Result: a}).AppendJSON(nil)
+	_, err := chain.DiffJSON([]byte(a), []byte(a))
+	dup := err != nil && strings.Contains(err.Error(), "appears twice")
+	verbatim := bytes.Contains(out, []byte(`"result":`+a+`,"result_text":`))
+	if verbatim == dup {
+		t.Fatalf("%q (a member twice: %v) embedded verbatim: %v: %s", a, dup, verbatim, out)
+	}
+	var back chain.Receipt
+	if err := json.Unmarshal(out, &back); err != nil || back.Result != a {
+		t.Fatalf("%q came back as %q: %v", a, back.Result, err)
+	}
 }

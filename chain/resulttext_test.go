@@ -88,6 +88,20 @@ func TestReceipt_JSON_resultText(t *testing.T) {
 		bad = strings.Replace(string(b), `"result":null`, `"result":{}`, 1)
 		assert.ErrorIs(t, json.Unmarshal([]byte(bad), &got), chain.ErrResultMismatch)
 	})
+	t.Run("a member name twice", func(t *testing.T) {
+		for _, result := range []string{`{"a":1,"a":2}`, `[{"x":{"b":1,"\u0062":2}}]`, `{"a":{"a":1},"a":[]}`} {
+			r := l
+			r.Result = result
+			b := r.AppendJSON(nil)
+			assert.Contains(t, string(b), `"result":`+string(chain.AppendJSONString(nil, result))+`,"result_encoding":"text","result_text":`, result)
+			var got chain.Receipt
+			require.NoError(t, json.Unmarshal(reencodeReceipt(t, b), &got), result)
+			assert.Equal(t, result, got.Result)
+		}
+		r := l
+		r.Result = `{"a":{"a":1},"b":[{"a":1},{"a":2}]}`
+		assert.Contains(t, string(r.AppendJSON(nil)), `"result":`+r.Result+`,"result_text":`, "names repeat in different objects only")
+	})
 	t.Run("result_encoding", func(t *testing.T) {
 		r := l
 		r.Result = `{"a": 1}`

@@ -170,6 +170,56 @@
     return JSON.stringify(v, null, 2);
   }
 
+  // resultCell shows a receipt's result from result_text, the stored text
+  // that is hashed (contract v1.4 §9.1), indented with every number as
+  // written (JSON.parse would round 9007199254740993); a receipt without
+  // result_text shows its parsed result.
+  function resultCell(r) {
+    if (typeof r.result_text === 'string') {
+      if (r.result_text === '') return '';
+      return el('pre', null, r.result_encoding ? r.result_text : indentJSON(r.result_text));
+    }
+    return r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result));
+  }
+
+  // indentJSON indents compact JSON text as JSON.stringify(v, null, 2)
+  // would, changing nothing inside strings and numbers.
+  function indentJSON(s) {
+    let out = '', depth = 0, inString = false, escaped = false;
+    const nl = () => '\n' + '  '.repeat(depth);
+    for (let i = 0; i < s.length; i++) {
+      const c = s[i];
+      if (inString) {
+        out += c;
+        if (escaped) escaped = false;
+        else if (c === '\\') escaped = true;
+        else if (c === '"') inString = false;
+      } else if (c === '"') {
+        inString = true;
+        out += c;
+      } else if (c === '{' || c === '[') {
+        const close = c === '{' ? '}' : ']';
+        if (s[i + 1] === close) {
+          out += c + close;
+          i++;
+        } else {
+          depth++;
+          out += c + nl();
+        }
+      } else if (c === '}' || c === ']') {
+        depth--;
+        out += nl() + c;
+      } else if (c === ',') {
+        out += ',' + nl();
+      } else if (c === ':') {
+        out += ': ';
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+
   function empty(text) {
     return el('div', { class: 'empty' }, text);
   }
@@ -602,7 +652,7 @@
       ['input hash', r.input_hash ? el('span', { class: 'mono' }, r.input_hash) : ''],
       ['outcome', r.outcome],
       ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['result', resultCell(r)],
       ['error code', r.error_code],
       ['error message', r.error_message],
       ['retryable', r.kind === 'commit' || r.kind === 'resolve' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
@@ -725,7 +775,7 @@
     const e = { r, cls: r.kind, title: r.kind, body: null, runtimeRetry: false, reInvocation: false };
     const outcome = () => [
       ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['result', resultCell(r)],
       ['error', r.error_code ? el('span', null, el('span', { class: 'mono' }, r.error_code), r.error_message ? ' — ' : '', r.error_message) : ''],
       ['retryable', r.outcome === 'failed' ? yesNo(r.retryable) : ''],
     ];
