@@ -177,26 +177,31 @@
   function resultCell(r) {
     if (typeof r.result_text === 'string') {
       if (r.result_text === '') return '';
-      return el('pre', null, r.result_encoding ? r.result_text : indentJSON(r.result_text));
+      let text = r.result_text;
+      if (!r.result_encoding) {
+        try {
+          text = indentJSON(text);
+        } catch (e) {
+          // not JSON: shown as it is
+        }
+      }
+      return el('pre', null, text);
     }
     return r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result));
   }
 
-  // indentJSON indents compact JSON text as JSON.stringify(v, null, 2)
-  // would, changing nothing inside strings and numbers.
+  // indentJSON shows compact JSON text as JSON.stringify(v, null, 2)
+  // would show its value, but with every number as written.
   function indentJSON(s) {
-    let out = '', depth = 0, inString = false, escaped = false;
+    let out = '', depth = 0;
     const nl = () => '\n' + '  '.repeat(depth);
     for (let i = 0; i < s.length; i++) {
       const c = s[i];
-      if (inString) {
-        out += c;
-        if (escaped) escaped = false;
-        else if (c === '\\') escaped = true;
-        else if (c === '"') inString = false;
-      } else if (c === '"') {
-        inString = true;
-        out += c;
+      if (c === '"') {
+        let j = i + 1;
+        for (; s[j] !== '"'; j++) if (s[j] === '\\') j++;
+        out += JSON.stringify(JSON.parse(s.slice(i, j + 1)));
+        i = j;
       } else if (c === '{' || c === '[') {
         const close = c === '{' ? '}' : ']';
         if (s[i + 1] === close) {
