@@ -101,9 +101,10 @@ func TestPortableReceipt_survivesReencoding(t *testing.T) {
 				} `json:"receipt"`
 			}
 			require.NoError(t, json.Unmarshal([]byte(small), &pr))
-			require.NotNil(t, pr.Receipt.ResultText, "the portable receipt carries result_text: %s", small)
 			stored := compactJSON(t, portableResult)
-			assert.Equal(t, stored, *pr.Receipt.ResultText, "the stored text")
+			if assert.NotNil(t, pr.Receipt.ResultText, "the portable receipt carries result_text: %s", small) {
+				assert.Equal(t, stored, *pr.Receipt.ResultText, "the stored text")
+			}
 			assert.Equal(t, stored, string(pr.Receipt.Result), "and the result embedded verbatim")
 
 			for _, doc := range []string{small, big} {
