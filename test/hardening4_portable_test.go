@@ -49,7 +49,8 @@ func startPortable(t *testing.T, backend string) portableLedger {
 		vkey = strings.TrimSpace(out)
 		l = StartLedgerd(t, pgtest.URL(t), "--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms")
 	}
-	for key, result := range map[string]string{"portable-0001": portableResult, "portable-0002": portableBig} {
+	for _, kr := range [][2]string{{"portable-0001", portableResult}, {"portable-0002", portableBig}} {
+		key, result := kr[0], kr[1]
 		r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
 		require.Equal(t, 201, r.Status, r.Raw)
 		r = l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
