@@ -153,7 +153,8 @@ func TestServer_walkthrough(t *testing.T) {
 	require.Equal(t, 200, r.status)
 	assert.Equal(t, "commit", r.body["kind"])
 	assert.Equal(t, 1.0, r.body["ref_seq"])
-	assert.Len(t, r.body, 23)
+	assert.Len(t, r.body, 24, "21 fields, prev_hash, hash and result_text (SPEC §9.1)")
+	assert.Equal(t, `{"amount":1200,"currency":"eur"}`, r.body["result_text"])
 
 	r = do(t, srv, "GET", "/v1/head", "")
 	assert.Equal(t, 3.0, r.body["seq"])

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -109,6 +110,9 @@ func FuzzReceiptJSON(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"seq":1}`))
 	f.Add([]byte(`{"seq":-1,"result":"x"}`))
+	// SPEC §9.1: result_text, equal to the result as JSON or not.
+	f.Add([]byte(strings.Replace(string(b), `"result":{"a":[1,2]}`, `"result":{"a":[1.0,2e0]}`, 1)))
+	f.Add([]byte(strings.Replace(string(b), `"result_text":"{"a":[1,2]}"`, `"result_text":"{"a":[2,1]}"`, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r chain.Receipt
 		if err := json.Unmarshal(data, &r); err != nil {

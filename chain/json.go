@@ -64,15 +64,19 @@ func IsCompactJSON(s string) bool {
 }
 
 // AppendJSON appends the JSON form of r (SPEC §2) to b: the 21 fields by
-// name in canonical order, result embedded verbatim (null when empty), and
-// prev_hash and hash as lowercase hex. No character is HTML-escaped, so the
-// embedded result keeps its exact bytes.
+// name in canonical order, result embedded verbatim (null when empty) and
+// followed by result_text, the stored text as a JSON string (SPEC §9.1,
+// "" for none), and prev_hash and hash as lowercase hex. No character is
+// HTML-escaped, so the embedded result keeps its exact bytes. result_text
+// is what a verifier hashes: it survives any re-encoding of the JSON,
+// which the embedded result's bytes do not.
 //
 // Two members appear only on receipts no ledger writes: a stored result
 // that is not compact JSON is embedded as a string and marked with
 // "result_encoding" (see ResultJSON), and the fields of r.Malformed are
 // null, with a "malformed" object after hash naming each one's stored
-// value.
+// value. A stored result that is not UTF-8 has no result_text (no JSON
+// string holds its bytes): its base64 result carries them.
 func (r *Receipt) AppendJSON(b []byte) []byte {
 	bad := len(r.Malformed) > 0
 	b = append(b, '{')
@@ -88,9 +92,12 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
 	b = appendField(b, "external_ref", r.ExternalRef)
-	b, enc := ResultJSON(appendKey(b, "result"), r.Result)
+	b, enc := receiptResultJSON(appendKey(b, "result"), r.Result)
 	if enc != "" {
 		b = appendField(b, "result_encoding", enc)
+	}
+	if enc != ResultBase64 {
+		b = appendField(b, "result_text", r.Result)
 	}
 	b = appendField(b, "error_code", r.ErrorCode)
 	b = appendField(b, "error_message", r.ErrorMessage)
@@ -166,6 +173,7 @@ type jsonReceipt struct {
 	ExternalRef    *string           `json:"external_ref"`
 	Result         json.RawMessage   `json:"result"`
 	ResultEncoding *string           `json:"result_encoding"`
+	ResultText     *string           `json:"result_text"`
 	ErrorCode      *string           `json:"error_code"`
 	ErrorMessage   *string           `json:"error_message"`
 	Retryable      *bool             `json:"retryable"`
@@ -185,10 +193,14 @@ var nonStringFields = []string{"seq", "key_generated", "attempt", "idempotent", 
 	"lease_expires_at", "ref_seq", "recorded_at", "prev_hash", "hash"}
 
 // UnmarshalJSON parses the JSON form of a receipt. Every field must be
-// present; result keeps the exact bytes it had in the input (null is the
-// empty string, and a result_encoding is undone), so that an online
-// verifier hashes what the server stored. A field named in "malformed" is
-// null and becomes its zero value, listed in r.Malformed.
+// present but result_text. With result_text (SPEC §9.1), r.Result is its
+// value, and the embedded result must be the same JSON value
+// (DiffJSON; or, with a result_encoding, the same text), else the error
+// is a *ResultMismatchError. Without it, result keeps the exact bytes it
+// had in the input (null is the empty string, and a result_encoding is
+// undone), so that an online verifier hashes what the server stored. A
+// field named in "malformed" is null and becomes its zero value, listed
+// in r.Malformed.
 func (r *Receipt) UnmarshalJSON(data []byte) error {
 	var j jsonReceipt
 	if err := json.Unmarshal(data, &j); err != nil {
@@ -230,6 +242,12 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 	var err error
 	if out.Result, err = decodeResult(j.Result, j.ResultEncoding); err != nil {
 		return fmt.Errorf("decode receipt: %w", err)
+	}
+	if j.ResultText != nil {
+		if why := resultTextMismatch(j.Result, j.ResultEncoding, out.Result, *j.ResultText); why != "" {
+			return &ResultMismatchError{Seq: out.Seq, Reason: why}
+		}
+		out.Result = *j.ResultText
 	}
 	out.PrevHash, out.Hash = d.hash("prev_hash", j.PrevHash), d.hash("hash", j.Hash)
 	if d.missing != "" {

@@ -174,8 +174,9 @@ func TestReceipt_JSON(t *testing.T) {
 		b, _ := json.Marshal(l1)
 		var m map[string]any
 		require.NoError(t, json.Unmarshal(b, &m))
-		assert.Len(t, m, 23)
+		assert.Len(t, m, 24, "21 fields, prev_hash, hash and result_text (SPEC §9.1)")
 		assert.Nil(t, m["result"])
+		assert.Equal(t, "", m["result_text"])
 		assert.Equal(t, "c536a7804a3ee6fc1e44013c9550bcb8eb839e87df00f32e9462edc720f7771d", m["hash"])
 	})
 	t.Run("result verbatim", func(t *testing.T) {
@@ -277,6 +278,9 @@ func TestReceipt_JSON(t *testing.T) {
 		var m map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(b, &m))
 		for name := range m {
+			if name == "result_text" {
+				continue // optional: a receipt without it is read as before (SPEC §9.1)
+			}
 			cp := map[string]json.RawMessage{}
 			for k, v := range m {
 				if k != name {

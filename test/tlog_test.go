@@ -341,7 +341,12 @@ func TestVerifiableLog_portableReceipt(t *testing.T) {
 		vkey    string
 		wantOut string
 	}{
-		{"result changed", func(s string) string { return strings.Replace(s, `"amount":1200`, `"amount":9200`, 1) }, vkey, "do not hash"},
+		// SPEC §9.1: result_text is hashed, and the result must be its value.
+		{"result changed", func(s string) string { return strings.Replace(s, `"amount":1200`, `"amount":9200`, 1) }, vkey,
+			"receipt 2: the embedded result does not equal result_text"},
+		{"result and result_text changed", func(s string) string {
+			return strings.Replace(strings.Replace(s, `"amount":1200`, `"amount":9200`, 1), `\"amount\":1200`, `\"amount\":9200`, 1)
+		}, vkey, "do not hash"},
 		{"external_ref changed with its hash kept", func(s string) string { return strings.Replace(s, "re_3Pq9", "re_forge", 1) }, vkey, "do not hash"},
 		{"another receipt's hash and fields", func(s string) string { return swapReceipt(t, s, lines[0]) }, vkey, "inclusion"},
 		{"proof hash flipped", func(s string) string { return flipInclusion(t, s) }, vkey, "inclusion"},

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/effect-ledger/effect-ledger/chain"
 )
 
 // ErrPortableForm is the parent of errors about a portable receipt's JSON
@@ -20,17 +22,20 @@ var ErrPortableForm = errors.New("portable receipt is not in its exact form")
 var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true}
 
 // receiptFields are the members of a receipt's JSON form (SPEC §2), with
-// the optional result_encoding and malformed.
+// the optional result_encoding, result_text (SPEC §9.1) and malformed.
 var receiptFields = map[string]bool{"seq": true, "kind": true, "idempotency_key": true, "key_generated": true,
 	"execution_id": true, "attempt": true, "tool": true, "effect": true, "idempotent": true, "input_hash": true,
-	"outcome": true, "external_ref": true, "result": true, "result_encoding": true, "error_code": true,
+	"outcome": true, "external_ref": true, "result": true, "result_encoding": true, "result_text": true, "error_code": true,
 	"error_message": true, "retryable": true, "lease_expires_at": true, "ref_seq": true, "actor": true,
 	"note": true, "recorded_at": true, "prev_hash": true, "hash": true, "malformed": true}
 
 // ParsePortable parses one portable receipt from its exact JSON form:
 // one object with only the format's members, each once, in the envelope
-// and in the receipt (the receipt's result is opaque: its bytes are
-// hashed as they are), and nothing after it but white space.
+// and in the receipt, and nothing after it but white space. A receipt
+// with result_text (SPEC §9.1) is hashed with that text, and its embedded
+// result must be the same JSON value (else an error wrapping
+// chain.ErrResultMismatch), so any JSON tool may have re-encoded it; one
+// without result_text is hashed with its result's exact bytes.
 func ParsePortable(data []byte) (*PortableReceipt, error) {
 	if !json.Valid(data) {
 		return nil, fmt.Errorf("%w: not one JSON value (trailing data or a syntax error)", ErrPortableForm)
@@ -47,6 +52,9 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 	}
 	var p PortableReceipt
 	if err := json.Unmarshal(data, &p); err != nil {
+		if errors.Is(err, chain.ErrResultMismatch) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
 	}
 	return &p, nil

@@ -170,6 +170,61 @@
     return JSON.stringify(v, null, 2);
   }
 
+  // resultCell shows a receipt's result from result_text, the stored text
+  // that is hashed (contract v1.4 §9.1), indented with every number as
+  // written (JSON.parse would round 9007199254740993); a receipt without
+  // result_text shows its parsed result.
+  function resultCell(r) {
+    if (typeof r.result_text === 'string') {
+      if (r.result_text === '') return '';
+      let text = r.result_text;
+      if (!r.result_encoding) {
+        try {
+          text = indentJSON(text);
+        } catch (e) {
+          // not JSON: shown as it is
+        }
+      }
+      return el('pre', null, text);
+    }
+    return r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result));
+  }
+
+  // indentJSON shows compact JSON text as JSON.stringify(v, null, 2)
+  // would show its value, but with every number as written.
+  function indentJSON(s) {
+    let out = '', depth = 0;
+    const nl = () => '\n' + '  '.repeat(depth);
+    for (let i = 0; i < s.length; i++) {
+      const c = s[i];
+      if (c === '"') {
+        let j = i + 1;
+        for (; s[j] !== '"'; j++) if (s[j] === '\\') j++;
+        out += JSON.stringify(JSON.parse(s.slice(i, j + 1)));
+        i = j;
+      } else if (c === '{' || c === '[') {
+        const close = c === '{' ? '}' : ']';
+        if (s[i + 1] === close) {
+          out += c + close;
+          i++;
+        } else {
+          depth++;
+          out += c + nl();
+        }
+      } else if (c === '}' || c === ']') {
+        depth--;
+        out += nl() + c;
+      } else if (c === ',') {
+        out += ',' + nl();
+      } else if (c === ':') {
+        out += ': ';
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+
   function empty(text) {
     return el('div', { class: 'empty' }, text);
   }
@@ -602,7 +657,7 @@
       ['input hash', r.input_hash ? el('span', { class: 'mono' }, r.input_hash) : ''],
       ['outcome', r.outcome],
       ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['result', resultCell(r)],
       ['error code', r.error_code],
       ['error message', r.error_message],
       ['retryable', r.kind === 'commit' || r.kind === 'resolve' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
@@ -725,7 +780,7 @@
     const e = { r, cls: r.kind, title: r.kind, body: null, runtimeRetry: false, reInvocation: false };
     const outcome = () => [
       ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', r.result === null || r.result === undefined ? '' : el('pre', null, jsonText(r.result))],
+      ['result', resultCell(r)],
       ['error', r.error_code ? el('span', null, el('span', { class: 'mono' }, r.error_code), r.error_message ? ' — ' : '', r.error_message) : ''],
       ['retryable', r.outcome === 'failed' ? yesNo(r.retryable) : ''],
     ];

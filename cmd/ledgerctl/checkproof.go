@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -92,8 +93,12 @@ Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
 FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
 the receipt's hash recomputed from its fields, the checkpoint's signature and
 origin (PREFIX/NS of the --namespace, default "default"), and the receipt's
-inclusion in the signed tree. A receipt with a field the format does not
-have, a field given twice or data after it is invalid. With --witness-vkey,
+inclusion in the signed tree. A receipt's result_text is what is hashed,
+and its embedded result must be the same JSON value (numbers as exact
+decimals), so a file re-encoded by jq or any JSON library still checks; a
+receipt without result_text is hashed with its result's exact bytes. A
+receipt with a field the format does not have, a field given twice or data
+after it is invalid. With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
 ignored.
@@ -150,7 +155,16 @@ type proofChecker struct {
 func (c proofChecker) check(raw []byte) proofVerdict {
 	p, err := tlog.ParsePortable(raw)
 	if err != nil {
-		return proofVerdict{Error: err.Error()}
+		// Name the receipt when the document says which it is (a
+		// result that is not its result_text, SPEC §9.1).
+		var named struct {
+			Receipt struct {
+				Seq uint64 `json:"seq"`
+				Key string `json:"idempotency_key"`
+			} `json:"receipt"`
+		}
+		_ = json.Unmarshal(raw, &named)
+		return proofVerdict{Seq: named.Receipt.Seq, Key: named.Receipt.Key, Error: err.Error()}
 	}
 	cp, err := tlog.CheckPortable(p, c.v, c.ns)
 	cosigners := 0
