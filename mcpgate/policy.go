@@ -39,7 +39,7 @@ const (
 type Class struct {
 	Effect     string
 	Idempotent bool
-	OnError    string // "" (OnErrorNotApplied) or OnErrorFailed
+	OnError    string // "" (OnErrorNotApplied) or OnErrorFailed, from the first matching rule that sets it
 }
 
 // errorsApplyNothing reports whether the tool's error answers are
@@ -169,8 +169,8 @@ func (r *Rule) check() error {
 	switch r.Effect {
 	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 	case "":
-		if !r.gates() {
-			return errors.New("no \"effect\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
+		if !r.gates() && r.OnError == "" {
+			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
 		}
 	default:
 		return fmt.Errorf("effect %q is not one of none, read, write, destructive, external", r.Effect)
@@ -182,34 +182,60 @@ func (r *Rule) check() error {
 	return r.checkGate()
 }
 
+// matches reports whether the rule's glob matches the tool's name or its
+// ledger name.
+func (r *Rule) matches(tool, ledgerTool string) bool {
+	g := r.glob
+	if g == nil {
+		var err error
+		if g, err = glob.Compile(r.Tool); err != nil {
+			return false
+		}
+	}
+	return g.Match(tool) || g.Match(ledgerTool)
+}
+
 // match returns the first rule with an effect matching a tool, if any.
 func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
 	for _, r := range p.Rules {
-		if r.Effect == "" {
-			continue // a rule of the gate only
-		}
-		g := r.glob
-		if g == nil {
-			var err error
-			if g, err = glob.Compile(r.Tool); err != nil {
-				continue
-			}
-		}
-		if g.Match(tool) || g.Match(ledgerTool) {
+		if r.Effect != "" && r.matches(tool, ledgerTool) { // a rule without effect only gates or sets on_error
 			return r, true
 		}
 	}
 	return Rule{}, false
 }
 
+// onError is how a tool's error answers are recorded: the on_error of the
+// first matching rule that sets it (as each member of the gate, SPEC
+// §13), so a rule of its own, {"tool": …, "on_error": "failed"}, applies
+// beside a class from the annotations or a later rule.
+func (p Policy) onError(tool, ledgerTool string) string {
+	for _, r := range p.Rules {
+		if r.OnError != "" && r.matches(tool, ledgerTool) {
+			return r.OnError
+		}
+	}
+	return ""
+}
+
 // Classify decides the class of a tool's calls (SPEC §11): a policy rule
 // first, else the tool's annotations with MCP's defaults for absent hints
 // (readOnlyHint false, destructiveHint true, idempotentHint false,
 // openWorldHint true). A tool without annotations, or one the upstream
-// does not list, is therefore a non-idempotent destructive effect.
+// does not list, is therefore a non-idempotent destructive effect. How
+// its error answers are recorded is the policy's onError.
 func Classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
+	c := classify(p, tool, ledgerTool, ann)
+	if c.Recorded() {
+		c.OnError = p.onError(tool, ledgerTool)
+	}
+	return c
+}
+
+// classify is Classify's effect class and idempotence.
+func classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
 	if r, ok := p.match(tool, ledgerTool); ok {
-		return Class{Effect: r.Effect, Idempotent: r.Idempotent, OnError: r.OnError}
+		return Class{Effect: r.Effect, Idempotent: r.Idempotent}
 	}
 	if ann == nil {
 		ann = &mcp.ToolAnnotations{}

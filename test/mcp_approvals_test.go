@@ -96,6 +96,7 @@ func TestLedgerMCP_approvalEmbedded(t *testing.T) {
 	args := append([]string{"--db", db, "--policy", policy, "--admin-listen", "127.0.0.1:0", "--wait", "0s"}, sh.command()...)
 	g := startGateway(t, args...)
 	admin := "http://" + g.logAddr(t, "admin API ready")
+	token := strings.TrimSpace(readFile(t, db+".admin-token"))
 
 	order := map[string]any{"order": "AP1", "amount": 12.5}
 	first := g.call(t, "charge", order, nil)
@@ -109,12 +110,12 @@ func TestLedgerMCP_approvalEmbedded(t *testing.T) {
 	assert.Zero(t, sh.runs("charge", "AP1"))
 
 	// The approver sees the call's arguments, checked against the ask.
-	code, view := getAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), "")
+	code, view := getAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), token)
 	require.Equal(t, 200, code, view)
 	assert.Equal(t, map[string]any{"order": "AP1", "amount": 12.5}, view["input"])
 	assert.Equal(t, true, view["input_verified"])
 	assert.Equal(t, "test-shop.charge", view["tool"])
-	code, ans := postAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), "", `{"decision":"approve","note":"ok"}`)
+	code, ans := postAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), token, `{"decision":"approve","note":"ok"}`)
 	require.Equal(t, 201, code, ans)
 
 	ran := g.call(t, "charge", order, nil)
@@ -127,7 +128,7 @@ func TestLedgerMCP_approvalEmbedded(t *testing.T) {
 	t.Run("Rejected", func(t *testing.T) {
 		other := map[string]any{"order": "AP2"}
 		seq, _ := approvalMeta(t, g.call(t, "charge", other, nil))
-		code, ans := postAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), "", `{"decision":"reject","note":"not this one"}`)
+		code, ans := postAuthJSON(t, fmt.Sprintf("%s/v1/approvals/%d", admin, seq), token, `{"decision":"reject","note":"not this one"}`)
 		require.Equal(t, 201, code, ans)
 		res := g.call(t, "charge", other, nil)
 		assert.True(t, res.IsError)

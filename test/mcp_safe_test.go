@@ -133,7 +133,8 @@ func TestLedgerMCP_adminListen(t *testing.T) {
 	res, err := httpGet(admin + "/ui/")
 	require.NoError(t, err)
 	assert.Equal(t, 200, res)
-	out, errOut, code := ledgerctl(t, "resolve", key, "--server", admin, "--outcome", "not_applied",
+	token := strings.TrimSpace(readFile(t, db+".admin-token"))
+	out, errOut, code := ledgerctlEnv(t, []string{"LEDGER_TOKEN=" + token}, "resolve", key, "--server", admin, "--outcome", "not_applied",
 		"--error-code", "CHECKED_NOTHING_APPLIED", "--note", "the server log shows it stopped before writing")
 	require.Equal(t, 0, code, out+errOut)
 	sh.release("u1")

@@ -36,7 +36,7 @@
     },
     interrupted: {
       title: 'Interrupted keys',
-      desc: 'Lease ended without an outcome: the effect may or may not have happened. Non-idempotent keys await a person (ledgerctl resolve).',
+      desc: "Lease ended without an outcome: the effect may or may not have happened. Non-idempotent keys await a person (on the key's timeline, or ledgerctl resolve).",
       attention: true,
     },
     failed: {
@@ -675,6 +675,7 @@
 
   async function renderKey(live, key) {
     $('key-form').elements.key.value = key;
+    $('resolve-card').hidden = true;
     const box = $('key-view');
     if (!key) {
       box.replaceChildren(el('div', { class: 'card' }, empty('Enter an idempotency key, or click a key anywhere on this page.')));
@@ -746,7 +747,7 @@
         el('div', { class: 'ev-meta' }, timeEl(last.lease_expires_at)),
         el('div', { class: 'ev-body' }, v.idempotent
           ? 'The effect may or may not have happened. The next reserve takes it over (the handler is idempotent).'
-          : 'The effect may or may not have happened. A person must resolve it: ledgerctl resolve KEY --outcome … --note …')));
+          : 'The effect may or may not have happened. A person must resolve it: with the form below (an admin token), or ledgerctl resolve KEY --outcome … --note …')));
     } else if (v.state === 'not_applied') {
       items.push(el('li', { class: 'k-reserve' },
         el('div', { class: 'ev-title' }, el('span', null, 'Nothing was applied'), badge('not_applied', 'not_applied')),
@@ -758,6 +759,85 @@
     }
     const timeline = el('div', { class: 'card' }, el('h2', null, 'Timeline'), el('ol', { class: 'timeline', id: 'timeline' }, items));
     box.replaceChildren(summary, el('div', { class: 'key-grid' }, execCard, timeline));
+    showResolve(v);
+  }
+
+  // ---- resolve ----
+
+  // A person's decision about a key (SPEC §4, §4.1): an interrupted key
+  // resolved with what happened, or a failed key corrected to not_applied.
+  // It needs an admin token; the server decides, the page shows its
+  // refusals under the form.
+  const RESOLVE_ERRORS = {
+    forbidden: 'Resolving needs an admin token: this token may read, not resolve.',
+    not_interrupted: 'The key is not interrupted (any more): a call took it over or a person resolved it meanwhile. Refresh to see its state.',
+    invalid_request: 'The server refused what the form says: see the message above.',
+    unknown_key: 'No receipt has this key in this namespace.',
+  };
+
+  function showResolve(v) {
+    const card = $('resolve-card');
+    const interrupted = v.state === 'interrupted';
+    const failed = v.state === 'failed';
+    card.hidden = !interrupted && !failed;
+    if (card.hidden) return;
+    const form = $('resolve-form');
+    if (form.dataset.key !== v.idempotency_key) form.reset();
+    form.dataset.key = v.idempotency_key;
+    $('resolve-title').textContent = interrupted ? 'Resolve this interrupted key' : 'Mark this failure as not applied';
+    $('resolve-desc').textContent = interrupted
+      ? 'Its lease ended without an outcome: the effect may or may not have happened. Check where it would have happened, then record what did. ' +
+        (v.idempotent ? 'The next call of this idempotent tool may also take it over.' : 'Until a person resolves it, the same call is refused (unsafe_resume).')
+      : 'Its failure may have left something behind, so the same call is not run again. A person who checked that nothing was applied may say so: the same call then runs again.';
+    for (const o of form.elements.outcome.options) o.disabled = failed && o.value !== 'not_applied' && o.value !== '';
+    if (failed && form.elements.outcome.value !== 'not_applied') form.elements.outcome.value = '';
+    resolveFields();
+    $('resolve-submit').disabled = false;
+    $('resolve-error').hidden = true;
+  }
+
+  // resolveFields shows the fields the chosen outcome takes: an external
+  // reference for succeeded and failed, an error for failed and
+  // not_applied.
+  function resolveFields() {
+    const outcome = $('r-outcome').value;
+    $('r-ref-field').hidden = outcome !== 'succeeded' && outcome !== 'failed';
+    $('r-error-fields').hidden = outcome !== 'failed' && outcome !== 'not_applied';
+  }
+
+  // resolveKey posts the form to POST /v1/effects/{key}/resolve, then
+  // shows the key again; a refusal stays on screen with the form.
+  async function resolveKey() {
+    const form = $('resolve-form');
+    const key = form.dataset.key;
+    if (!key || $('resolve-card').hidden) return;
+    const v = formValues(form, ['outcome', 'external_ref', 'error_code', 'error_message', 'note']);
+    const body = { outcome: v.outcome, note: v.note };
+    if (v.external_ref && !$('r-ref-field').hidden) body.external_ref = v.external_ref;
+    if (!$('r-error-fields').hidden && (v.error_code || v.error_message)) {
+      body.error = { code: v.error_code };
+      if (v.error_message) body.error.message = v.error_message;
+    }
+    $('resolve-submit').disabled = true;
+    $('resolve-error').hidden = true;
+    const my = generation;
+    try {
+      await request('v1/effects/' + encodeURIComponent(key) + '/resolve', [201], body);
+    } catch (err) {
+      $('resolve-submit').disabled = false;
+      if (err.status === 401) {
+        showLogin(err);
+        return;
+      }
+      const why = RESOLVE_ERRORS[err.code];
+      const field = err.details && err.details.field ? ' (field ' + err.details.field + ')' : '';
+      const b = $('resolve-error');
+      b.replaceChildren(el('strong', null, err.code || 'error'), ': ', (err.message || String(err)) + field, why ? el('div', { class: 'small' }, why) : null);
+      b.hidden = false;
+      return;
+    }
+    form.reset();
+    if (my === generation) route();
   }
 
   // kindCounts summarizes receipt kinds in order of first appearance:
@@ -1196,6 +1276,11 @@
     $('approval-form').addEventListener('submit', (ev) => ev.preventDefault());
     $('approval-approve').addEventListener('click', () => answerApproval('approve'));
     $('approval-reject').addEventListener('click', () => answerApproval('reject'));
+    $('r-outcome').addEventListener('change', resolveFields);
+    $('resolve-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      resolveKey();
+    });
     route();
   }
 

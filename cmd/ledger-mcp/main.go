@@ -82,9 +82,11 @@ type Main struct {
 	ApprovalURL string
 	Listen      string
 	// AdminListen serves the embedded ledger's REST API and web page, so
-	// that a person can resolve its keys.
-	AdminListen  string
-	ExactReplays bool
+	// that a person can resolve its keys, with the admin token kept in
+	// AdminTokenFile (default <db>.admin-token beside a SQLite --db).
+	AdminListen    string
+	AdminTokenFile string
+	ExactReplays   bool
 	// LedgerTimeout bounds each request to a --ledger, beyond a reserve's wait.
 	LedgerTimeout time.Duration
 	// SessionTimeout closes --listen sessions idle that long; MaxSessions
@@ -159,7 +161,8 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.Namespace, "namespace", DefaultNamespace, "the ledger `namespace` (an embedded ledger creates it)")
 	fs.StringVar(&m.Scope, "scope", "", "goes into every derived key: the same call in another `scope` is new work; \"session\": the MCP session's (stdio: this process; --listen: the Mcp-Session-Id)")
 	fs.BoolVar(&m.ExactReplays, "exact-replays", false, "answer a replay exactly as it was recorded (for hosts that show _meta to the model); by default it starts with a text block saying it is a replay")
-	fs.StringVar(&m.AdminListen, "admin-listen", "", "embedded ledger: serve its REST API and web page at http://`ADDR` (tokens as ledgerd's), so a person can resolve keys with ledgerctl --server or /ui/")
+	fs.StringVar(&m.AdminListen, "admin-listen", "", "embedded ledger: serve its REST API and web page at http://`ADDR`, so a person can resolve keys and answer approvals with ledgerctl --server or /ui/; every request needs a token (the admin token of --admin-token-file)")
+	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "--admin-listen: the `file` that keeps its admin token, made (mode 0600) and printed once on first start (default <db>.admin-token beside a SQLite --db; required with a PostgreSQL --db)")
 	fs.DurationVar(&m.Lease, "lease", mcpgate.DefaultLease, "how long a call holds its key; a call with no answer by then has an unknown outcome")
 	fs.DurationVar(&m.KeyTTL, "key-ttl", DefaultKeyTTL, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever); an existing one keeps its own")
 	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
@@ -219,6 +222,8 @@ func (m *Main) check() error {
 		return errors.New("--key-ttl is for an embedded ledger: a remote ledger's namespaces have theirs (ledgerctl namespace create --key-ttl)")
 	case m.AdminListen != "" && m.LedgerURL != "":
 		return errors.New("--admin-listen serves an embedded ledger: with --ledger, a person resolves keys at that ledgerd")
+	case m.AdminTokenFile != "" && m.AdminListen == "":
+		return errors.New("--admin-token-file is the token of --admin-listen: give both")
 	case m.LedgerTimeout <= 0:
 		return fmt.Errorf("--ledger-timeout must be positive, not %s", m.LedgerTimeout)
 	case m.SessionTimeout < 0:

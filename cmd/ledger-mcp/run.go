@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -247,42 +246,6 @@ func defaultStateKeyFile() (string, error) {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
-}
-
-// serveAdmin serves the embedded ledger's REST API and web page on
-// AdminListen until Close, with its tokens as ledgerd serves them: a
-// non-loopback address needs a token to exist. It returns the base URL.
-func (m *Main) serveAdmin(ctx context.Context) (string, error) {
-	ln, err := net.Listen("tcp", m.AdminListen)
-	if err != nil {
-		return "", fmt.Errorf("--admin-listen: %w", err)
-	}
-	handler := api.NewServer(m.ledger, api.Config{Logger: m.Logger})
-	authOn, err := handler.AuthEnabled(ctx)
-	if err != nil {
-		_ = ln.Close()
-		return "", fmt.Errorf("--admin-listen: %w", err)
-	}
-	if !isLoopback(ln.Addr()) {
-		if !authOn {
-			_ = ln.Close()
-			return "", fmt.Errorf("--admin-listen: refusing to serve %s without auth: create a token first "+
-				"(ledgerctl token create --db FILE --role admin --name NAME), or listen on a loopback address", m.AdminListen)
-		}
-		handler.RequireAuth()
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(api.WrapListener(ln)) }()
-	m.closers = append(m.closers, srv.Close)
-	url := "http://" + ln.Addr().String()
-	m.Logger.Info("admin API ready", "addr", ln.Addr().String(), "url", url, "auth", authOn)
-	return url, nil
-}
-
-// isLoopback reports whether addr is a loopback address.
-func isLoopback(addr net.Addr) bool {
-	tcp, ok := addr.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
 }
 
 // serveMetrics serves /metrics on MetricsAddr until Close.
