@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,7 +160,7 @@ func testApprovalInput(t *testing.T, f Factory) {
 	ctx := context.Background()
 	clock, n := openGated(t, f)
 	noInput := charge("charge-0003", "exec-1")
-	noInput.Input, noInput.InputHash = nil, "sha256:00"
+	noInput.Input, noInput.InputHash = nil, "sha256:"+strings.Repeat("0", 64)
 	assert.Equal(t, ledger.ECodeInvalidRequest, reserveCode(n, noInput), "an ask needs the input")
 	r := mustReserve(t, n, charge("charge-0003", "exec-1"))
 	v, err := n.Approval(ctx, r.Ask.Seq, true)
