@@ -356,7 +356,7 @@ func TestNamespace_Reserve_validation(t *testing.T) {
 		{"wait_ms 60001", func(r *ledger.ReserveRequest) { r.WaitMS = i64(60_001) }, ledger.ECodeInvalidRequest, "wait_ms"},
 		{"input and input_hash", func(r *ledger.ReserveRequest) { r.InputHash = "sha256:00" }, ledger.ECodeInvalidRequest, "input"},
 		{"long input_hash", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, strings.Repeat("h", 129) }, ledger.ECodeInvalidRequest, "input_hash"},
-		{"input_hash in upper case", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, "SHA256:" + strings.Repeat("AB", 32) }, ledger.ECodeInvalidRequest, "input_hash"},
+		{"input_hash in upper case", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, "SHA256:"+strings.Repeat("AB", 32) }, ledger.ECodeInvalidRequest, "input_hash"},
 		{"input_hash without its prefix", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, strings.Repeat("ab", 32) }, ledger.ECodeInvalidRequest, "input_hash"},
 		{"input_hash too short", func(r *ledger.ReserveRequest) { r.Input, r.InputHash = nil, "sha256:ab" }, ledger.ECodeInvalidRequest, "input_hash"},
 		{"input with duplicate names", func(r *ledger.ReserveRequest) { r.Input = json.RawMessage(`{"a":1,"a":2}`) }, ledger.ECodeInvalidRequest, "input"},

@@ -165,4 +165,3 @@ func testReplayIntegrity(t *testing.T, db string, rehash, follows bool) {
 	assert.Contains(t, l.Logs(), "stored receipt does not match the chain")
 	assert.NotContains(t, l.Logs(), "9200", "the log never carries the value")
 }
-
