@@ -5,7 +5,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -164,4 +166,141 @@ func testReplayIntegrity(t *testing.T, db string, rehash, follows bool) {
 	assert.Equal(t, 2.0, n, "the replay and the GET")
 	assert.Contains(t, l.Logs(), "stored receipt does not match the chain")
 	assert.NotContains(t, l.Logs(), "9200", "the log never carries the value")
+}
+
+// TestHardening4_corruptPage (issue 44, item 9): a SQLite file with a
+// corrupt page (one the open does not read) starts, and a request that
+// reads the page answers 503 storage_corrupt, not 500 internal; from
+// then on /readyz answers 503.
+func TestHardening4_corruptPage(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	pad := strings.Repeat("x", 400)
+	for i := range 60 {
+		key := fmt.Sprintf("page-key-%04d", i)
+		r := l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-1", 1, false))
+		require.Equal(t, 201, r.Status, r.Raw)
+		c := l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+
+			`","outcome":"succeeded","result":{"pad":"`+pad+`"}}`)
+		require.Equal(t, 201, c.Status, c.Raw)
+	}
+	require.NoError(t, l.Stop())
+
+	b, err := os.ReadFile(db)
+	require.NoError(t, err)
+	sdb, err := sql.Open("sqlite3", "file:"+db+"?mode=ro")
+	require.NoError(t, err)
+	var pageSize int
+	require.NoError(t, sdb.QueryRow(`PRAGMA page_size`).Scan(&pageSize))
+	require.NoError(t, sdb.Close())
+	at := bytes.Index(b, []byte("page-key-0020"))
+	require.Positive(t, at)
+	page := at / pageSize
+	require.Less(t, page, len(b)/pageSize-2, "a page in the middle of the file")
+	for i := page * pageSize; i < page*pageSize+8; i++ {
+		b[i] = 0xff // the b-tree page header: no valid page type
+	}
+	require.NoError(t, os.WriteFile(db, b, 0o600))
+
+	l = StartLedgerd(t, db)
+	require.Equal(t, 200, l.Do("GET", "/readyz", "").Status, "nothing read the page yet")
+	for _, r := range []Resp{
+		l.Do("GET", "/v1/effects/page-key-0020", ""),
+		l.Do("POST", "/v1/effects/reserve", reserve("page-key-0020", "exec-2", 1, false)),
+	} {
+		assert.Equal(t, 503, r.Status, r.Raw)
+		assert.Equal(t, "storage_corrupt", r.Code(), r.Raw)
+	}
+	ready := l.Do("GET", "/readyz", "")
+	assert.Equal(t, 503, ready.Status, ready.Raw)
+	assert.Contains(t, ready.Raw, "storage_corrupt")
+}
+
+// TestHardening4_approvalViews (issue 44, item 7): an approved ask not
+// yet consumed is "approved" in GET /v1/effects/{key} and in ledgerctl
+// show (--server and --db, which showed unknown_key for a key with only an
+// ask and its answer); a second approver answering an answered ask gets
+// 409 already_answered, while the approver who answered may repeat it.
+func TestHardening4_approvalViews(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, testApprovalViews)
+}
+
+func testApprovalViews(t *testing.T, db string) {
+	clock := newWallClock(t)
+	f := newGateFixture(t, clock, db)
+	require.NoError(t, f.l.Stop())
+	bob := createTokenDB(t, db, "bob", "approver")
+	f.l = clock.start(t, db)
+	policy := strings.Replace(approvalPolicy, `"expires_in_ms":60000`, `"expires_in_ms":3600000`, 1)
+	r := f.l.Do("PUT", "/v1/namespaces/default/policy", policy, f.as(f.admin)...)
+	require.Equal(t, 200, r.Status, r.Raw)
+
+	const key = "pay-view-0001"
+	a := f.reserve(f.agent, key, "e1", "payments.charge", `{"amount":1200}`, "")
+	require.Equal(t, 202, a.Status, a.Raw)
+	seq := num(t, a.Body, "approval", "seq")
+	k := f.l.Do("GET", "/v1/effects/"+key, "", f.as(f.reader)...)
+	require.Equal(t, 200, k.Status, k.Raw)
+	assert.Equal(t, "awaiting_approval", k.Body["state"])
+
+	ok := f.answer(f.alice, seq, "approve", "fine")
+	require.Equal(t, 201, ok.Status, ok.Raw)
+	k = f.l.Do("GET", "/v1/effects/"+key, "", f.as(f.reader)...)
+	require.Equal(t, 200, k.Status, k.Raw)
+	assert.Equal(t, "approved", k.Body["state"], "approved, not consumed yet")
+
+	for _, decision := range []string{"approve", "reject"} {
+		second := f.answer(bob, seq, decision, "me too")
+		assert.Equal(t, 409, second.Status, "another approver, %s: %s", decision, second.Raw)
+		assert.Equal(t, "already_answered", second.Code(), second.Raw)
+	}
+	again := f.answer(f.alice, seq, "approve", "fine")
+	assert.Equal(t, 200, again.Status, "the approver repeating its decision: %s", again.Raw)
+
+	out, stderr, code := ledgerctl(t, "show", "--server", f.l.URL, "--token", f.reader, "--json", key)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "approved", jsonField(t, out, "state"), "show --server")
+	out, stderr, code = ledgerctl(t, "show", "--db", db, "--json", key)
+	require.Equal(t, 0, code, "show --db of a key with only an ask and its answer: %s", stderr)
+	assert.Equal(t, "approved", jsonField(t, out, "state"), "show --db")
+
+	run := f.reserve(f.agent, key, "e1", "payments.charge", `{"amount":1200}`, "")
+	require.Equal(t, 201, run.Status, "the asker consumes the approval: %s", run.Raw)
+	k = f.l.Do("GET", "/v1/effects/"+key, "", f.as(f.reader)...)
+	assert.Equal(t, "reserved", k.Body["state"], k.Raw)
+}
+
+func jsonField(t *testing.T, s, name string) any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(s), &m), s)
+	return m[name]
+}
+
+// TestHardening4_inputHashForm (issue 44, item 8): input_hash is
+// "sha256:" and 64 lowercase hex digits; another spelling of the same
+// fingerprint (upper case, no prefix) is 400 invalid_request naming the
+// field, not a new fingerprint that the repeat guard and the fingerprint
+// check would not recognise.
+func TestHardening4_inputHashForm(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	hexPart := strings.Repeat("5e88", 16)
+	body := func(key, hash string) string {
+		return `{"idempotency_key":"` + key + `","execution_id":"e1","tool":"mail.send","effect":"external","input_hash":"` + hash + `"}`
+	}
+	r := l.Do("POST", "/v1/effects/reserve", body("hash-form-0001", "sha256:"+hexPart))
+	require.Equal(t, 201, r.Status, r.Raw)
+	for _, hash := range []string{"SHA256:" + strings.ToUpper(hexPart), "sha256:" + strings.ToUpper(hexPart), hexPart, "sha256:" + hexPart[:62], "sha256:" + hexPart + "00"} {
+		r := l.Do("POST", "/v1/effects/reserve", body("hash-form-0002", hash))
+		assert.Equal(t, 400, r.Status, "%s: %s", hash, r.Raw)
+		assert.Equal(t, "invalid_request", r.Code(), r.Raw)
+		if e, ok := r.Body["error"].(map[string]any); ok {
+			assert.Equal(t, "input_hash", e["details"].(map[string]any)["field"], r.Raw)
+		}
+	}
+	same := l.Do("POST", "/v1/effects/reserve", body("hash-form-0001", "SHA256:"+strings.ToUpper(hexPart)))
+	assert.Equal(t, 400, same.Status, "not a fingerprint_mismatch of the same input: %s", same.Raw)
 }
