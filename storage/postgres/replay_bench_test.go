@@ -16,5 +16,6 @@ import (
 func BenchmarkLedger_ReplayRandom(b *testing.B) {
 	l := ledger.New(mustOpen(b, pgtest.URL(b), postgres.Options{}), ledger.Config{Linger: 5 * time.Millisecond})
 	b.Cleanup(func() { _ = l.Close() })
-	storetest.BenchReplay(b, mustNS(b, l, ledger.DefaultNamespace), 5000)
+	n := mustNS(b, l, ledger.DefaultNamespace)
+	storetest.BenchReplay(b, n, storetest.PrefillReplay(b, n, 5000))
 }
