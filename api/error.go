@@ -29,6 +29,8 @@ var statusOf = map[string]int{
 	ledger.ECodeForbidden:           http.StatusForbidden,
 	ledger.ECodeRateLimited:         http.StatusTooManyRequests,
 	ledger.ECodeInternal:            http.StatusInternalServerError,
+	ledger.ECodeIntegrityError:      http.StatusInternalServerError,
+	ledger.ECodeStorageCorrupt:      http.StatusServiceUnavailable,
 	ledger.ECodeFingerprintMismatch: http.StatusUnprocessableEntity,
 	ledger.ECodeInProgress:          http.StatusConflict,
 	ledger.ECodeUnsafeResume:        http.StatusConflict,
@@ -54,6 +56,10 @@ var statusOf = map[string]int{
 	ledger.ECodeUnknownApproval:     http.StatusNotFound,
 }
 
+// storageCorruptRetry is the Retry-After of storage_corrupt: nothing
+// recovers it but an operator, so clients need not come back at once.
+const storageCorruptRetry = time.Minute
+
 var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "ledger_http_errors_total",
 	Help: "Error responses by contract error code.",
@@ -78,6 +84,10 @@ func (s *Server) Error(w http.ResponseWriter, r *http.Request, err error) {
 	status, ok := statusOf[code]
 	if !ok {
 		status = http.StatusInternalServerError
+	}
+	if code == ledger.ECodeStorageCorrupt {
+		s.l.Fault(err) // a read the ledger did not see: /readyz answers 503 from now on
+		retryAfter = storageCorruptRetry
 	}
 	if code == ledger.ECodeUnavailable && retryAfter == 0 {
 		retryAfter = time.Second

@@ -38,6 +38,9 @@ type Ledger interface {
 	CreateNamespace(ctx context.Context, name string, keyTTL uint64) error
 	Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
 	Ready(ctx context.Context) error
+	// Fault records an error showing damaged stored data (a corrupt
+	// database): Ready then reports not ready.
+	Fault(err error) bool
 	AuthEnabled(ctx context.Context) (bool, error)
 	Authenticate(ctx context.Context, token string) (ledger.Principal, error)
 }

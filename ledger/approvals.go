@@ -273,31 +273,35 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 	if req.Decision == DecisionReject {
 		outcome = chain.OutcomeRejected
 	}
+	actor, role := req.Actor, req.Role // not req's: the batch may run this again
+	if req.MCPClient != "" {
+		actor, role = ask.Actor+"/"+ApproverMCPClient+":"+req.MCPClient, ApproverMCPClient
+	}
 	if v.Answer != nil {
-		if v.Answer.Outcome == outcome {
+		// Only the approver who answered, sending the same decision
+		// again, gets the original (a retry); anyone else learns that the
+		// ask is answered.
+		if v.Answer.Outcome == outcome && v.Answer.Actor == actor {
 			return v, true, nil
 		}
-		return nil, false, &Error{Code: ECodeAlreadyAnswered, Message: "this ask was already answered otherwise",
+		return nil, false, &Error{Code: ECodeAlreadyAnswered, Message: "this ask was already answered",
 			Details: map[string]any{"answer": map[string]any{"seq": v.Answer.Seq, "outcome": v.Answer.Outcome, "actor": v.Answer.Actor}}}
 	}
 	if now >= ask.LeaseExpiresAt {
 		return nil, false, &Error{Code: ECodeApprovalExpired, Message: "this ask expired before it was answered",
 			Details: map[string]any{"expires_at": ask.LeaseExpiresAt}}
 	}
-	if req.MCPClient != "" {
-		req.Actor, req.Role = ask.Actor+"/"+ApproverMCPClient+":"+req.MCPClient, ApproverMCPClient
-	}
-	role, _ := json.Marshal(map[string]string{"role": req.Role})
+	result, _ := json.Marshal(map[string]string{"role": role})
 	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindApproval, IdempotencyKey: ask.IdempotencyKey,
 		Tool: ask.Tool, Effect: ask.Effect, Idempotent: ask.Idempotent, InputHash: ask.InputHash,
-		Outcome: outcome, Result: string(role), RefSeq: ask.Seq, Actor: req.Actor, Note: req.Note, RecordedAt: now})
+		Outcome: outcome, Result: string(result), RefSeq: ask.Seq, Actor: actor, Note: req.Note, RecordedAt: now})
 	if err != nil {
 		return nil, false, err
 	}
 	if err := t.SetAskInputDeadline(ctx, ask.Seq, now+t.retentionMS(), now); err != nil {
 		return nil, false, err
 	}
-	v.Answer, v.AnswerRole, v.State = &r, req.Role, outcome
+	v.Answer, v.AnswerRole, v.State = &r, role, outcome
 	return v, false, nil
 }
 

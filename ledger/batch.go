@@ -218,6 +218,7 @@ func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
 	}, queueJoiner{take: more, n: n})
 	if err != nil {
 		n.l.lastWriteErr.Store(&err)
+		n.l.Fault(err)
 		writerReady.Set(0)
 		batchFailures.Inc()
 		if quiet, ok := n.failLog.allow(err); ok {

@@ -65,6 +65,11 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 		if final, err = s.Receipt(ctx, k.FinalSeq); err != nil {
 			return nil, err
 		}
+		// The outcome decides (a replay serves it, a failure's fields
+		// allow a retry or not): only as the chain recorded it.
+		if err := s.checkRecorded(ctx, &final); err != nil {
+			return nil, err
+		}
 	}
 	switch StateOf(&k, &final, now) {
 	case StateSucceeded:

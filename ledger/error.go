@@ -22,6 +22,13 @@ const (
 	ECodeForbidden        = "forbidden"
 	ECodeRateLimited      = "rate_limited"
 	ECodeInternal         = "internal"
+	// ECodeIntegrityError: a stored receipt whose value was about to be
+	// served does not match the hash the chain recorded for it (500; the
+	// value is never served).
+	ECodeIntegrityError = "integrity_error"
+	// ECodeStorageCorrupt: the database reports a corrupt page or file
+	// (503, ErrStorageCorrupt).
+	ECodeStorageCorrupt = "storage_corrupt"
 
 	// Reserve.
 	ECodeFingerprintMismatch = "fingerprint_mismatch"
@@ -89,11 +96,16 @@ func Invalid(field, format string, args ...any) *Error {
 // ErrUnavailable, and ECodeInternal for anything else.
 func ErrorCode(err error) string {
 	var e *Error
+	var ie *IntegrityError
 	switch {
 	case err == nil:
 		return ""
 	case errors.As(err, &e):
 		return e.Code
+	case errors.As(err, &ie):
+		return ECodeIntegrityError
+	case errors.Is(err, ErrStorageCorrupt):
+		return ECodeStorageCorrupt
 	case errors.Is(err, ErrUnavailable):
 		return ECodeUnavailable
 	default:
@@ -111,6 +123,10 @@ func ErrorMessage(err error) string {
 		return ""
 	case errors.As(err, &e):
 		return e.Message
+	case errors.As(err, new(*IntegrityError)):
+		return "a stored receipt does not match the hash the chain recorded for it, so its value is not served; `ledgerctl verify` shows what changed"
+	case errors.Is(err, ErrStorageCorrupt):
+		return "the ledger database is corrupt; nothing was recorded, and an operator must restore it (ledgerctl verify shows what is readable)"
 	case errors.Is(err, ErrBusy):
 		return "the ledger database is busy; retry shortly"
 	case errors.Is(err, ErrOverloaded):
@@ -133,6 +149,11 @@ var (
 	ErrClosed      = fmt.Errorf("ledger closed: %w", ErrUnavailable)
 	// ErrOverloaded means the server has too many requests in flight.
 	ErrOverloaded = fmt.Errorf("too many requests in flight: %w", ErrUnavailable)
+	// ErrStorageCorrupt means the database reported a corrupt page or a
+	// file that is not a database (SQLite's SQLITE_CORRUPT, SQLITE_NOTADB).
+	// Nothing was recorded, but retrying does not help: the ledger stops
+	// reporting ready (Ledger.Fault) until an operator restores the file.
+	ErrStorageCorrupt = fmt.Errorf("database corrupt: %w", ErrUnavailable)
 
 	// ErrSchemaVersion means the database file has a schema this build
 	// does not know.

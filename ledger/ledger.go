@@ -65,6 +65,7 @@ type Ledger struct {
 	createMu sync.Mutex // one namespace creation at a time (MaxNamespaces)
 
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
+	fault        atomic.Pointer[Error] // set once stored data is found damaged (Fault)
 
 	group *groupCommit // nil unless the store is a GroupUpdater
 }
@@ -118,8 +119,11 @@ func (l *Ledger) Store() Store { return l.store }
 // once, and makes a real durable probe write on each check; the first
 // that succeeds makes the next check ready, so readiness comes back by
 // itself when the database recovers (a successful batch clears the
-// failure too).
+// failure too). Damaged stored data (Fault) keeps it not ready.
 func (l *Ledger) Ready(ctx context.Context) error {
+	if f := l.fault.Load(); f != nil {
+		return f
+	}
 	n, err := l.Default(ctx)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -162,59 +161,14 @@ func (n *Namespace) resolve(ctx context.Context, req ResolveRequest) (*ResolveRe
 func (n *Namespace) KeyTTL() uint64 { return n.keyTTL }
 
 // Key returns a key's state with its expiry (SPEC §12) and the current
-// generation's receipts, or every receipt of the key with history.
-// Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
+// generation's receipts, or every receipt of the key with history, each
+// checked against the chain before it is served (ReadKey). Errors: *Error
+// with ECodeUnknownKey, ECodeInvalidKey or ECodeIntegrityError.
 func (n *Namespace) Key(ctx context.Context, key string, history bool) (*KeyView, error) {
-	v, err := n.chain.GetKey(ctx, key)
-	var e *Error
-	if errors.As(err, &e) && e.Code == ECodeUnknownKey {
-		// A key with only the gate's receipts (SPEC §13) has no record.
-		v, err = n.askedKey(ctx, key, err)
-	}
+	v, err := ReadKey(ctx, n.chain, key, n.keyTTL, n.now(), history)
 	if err != nil {
-		return nil, err
+		n.l.Fault(err)
+		return nil, n.refuseTampered(ctx, err)
 	}
-	n.gateState(v)
-	v.WithLifetime(n.keyTTL, history)
 	return v, nil
-}
-
-// askedKey is the view of a key that only asks (and their answers and
-// denies) name, or notFound when it has none.
-func (n *Namespace) askedKey(ctx context.Context, key string, notFound error) (*KeyView, error) {
-	rs, _, err := n.chain.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: MaxPageLimit})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range rs {
-		if r.Kind == chain.KindAsk {
-			return &KeyView{IdempotencyKey: key, State: StateAwaitingApproval, Tool: r.Tool, Effect: r.Effect,
-				Idempotent: r.Idempotent, InputHash: r.InputHash, Receipts: rs}, nil
-		}
-	}
-	return nil, notFound
-}
-
-// gateState sets the state of a key whose latest ask (after its latest
-// reserve or outcome) is pending (awaiting_approval) or was rejected.
-func (n *Namespace) gateState(v *KeyView) {
-	var bound uint64
-	for _, r := range v.Receipts {
-		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
-			bound = r.Seq
-		}
-	}
-	kg := readKeyGate(v.Receipts, bound, 0)
-	switch {
-	case kg.ask == nil:
-		if v.State == StateAwaitingApproval {
-			v.State = StateInterrupted // cannot happen: askedKey found an ask
-		}
-	case kg.rejected():
-		v.State = StateRejected
-	case kg.pending(n.now()):
-		v.State = StateAwaitingApproval
-	case v.State == StateAwaitingApproval:
-		v.State = ApprovalExpired // the only ask of a key that never ran expired
-	}
 }

@@ -23,6 +23,14 @@ const (
 	StateAwaitingApproval State = "awaiting_approval"
 	// StateRejected (v1.3, SPEC §13): a person rejected the key's ask.
 	StateRejected State = "rejected"
+	// StateApproved (SPEC §13): the key's latest ask was approved and no
+	// reserve consumed the approval yet; the asker's next reserve before
+	// the ask's expiry runs the effect.
+	StateApproved State = "approved"
+	// StateApprovalExpired (SPEC §13): a key that never ran, whose only
+	// ask expired unanswered or approved and unused; the next reserve asks
+	// again.
+	StateApprovalExpired State = "approval_expired"
 )
 
 // Error codes of a not_applied outcome that attempted nothing (SPEC §4.1,

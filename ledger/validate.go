@@ -31,6 +31,26 @@ const (
 	MaxAttempt = 1<<53 - 1
 )
 
+// InputHashPrefix starts every input_hash (SPEC §2, §4).
+const InputHashPrefix = "sha256:"
+
+// ValidInputHash reports whether h is "sha256:" and 64 lowercase hex
+// digits: the one form of a fingerprint a reserve accepts (SPEC §4), so
+// that a client's spelling (upper case, no prefix) never makes one input
+// two fingerprints for the fingerprint check and the repeat guard.
+func ValidInputHash(h string) bool {
+	hexPart, ok := strings.CutPrefix(h, InputHashPrefix)
+	if !ok || len(hexPart) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(hexPart); i++ {
+		if c := hexPart[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // GeneratedKeyPrefix starts every key the ledger generates.
 const GeneratedKeyPrefix = "gen_"
 
@@ -120,7 +140,7 @@ func Fingerprint(input []byte) (string, error) {
 		return "", fmt.Errorf("canonicalize: %w", err)
 	}
 	sum := sha256.Sum256(canon)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return InputHashPrefix + hex.EncodeToString(sum[:]), nil
 }
 
 // CheckIJSON refuses a JSON text outside I-JSON (RFC 7493): a number
@@ -184,8 +204,8 @@ func (req *ReserveRequest) validate() (reserveArgs, error) {
 	if a.inputHash != "" && !isNull(req.Input) {
 		return a, Invalid("input", "give input or input_hash, not both")
 	}
-	if len(a.inputHash) > MaxInputHashLen || !visibleASCII(a.inputHash) {
-		return a, Invalid("input_hash", "input_hash must be at most %d bytes of visible ASCII", MaxInputHashLen)
+	if a.inputHash != "" && !ValidInputHash(a.inputHash) {
+		return a, Invalid("input_hash", `input_hash must be "sha256:" and 64 lowercase hex digits (the form the ledger computes from input), so that one input has one fingerprint`)
 	}
 	if !isNull(req.Input) {
 		fp, err := Fingerprint(req.Input)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -161,18 +162,14 @@ func (f fileStore) Close() error {
 	return f.db.Close()
 }
 
-// Key reads a key and applies the key_ttl_ms stored with the namespace.
+// Key reads a key as the API serves it (ledger.ReadKey), with the
+// key_ttl_ms stored with the namespace.
 func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.KeyView, error) {
-	v, err := f.GetKey(ctx, key)
-	if err != nil {
-		return nil, err
-	}
 	ttl, err := f.KeyTTL(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v.WithLifetime(ttl, history)
-	return v, nil
+	return ledger.ReadKey(ctx, f.auditChain, key, ttl, uint64(time.Now().UnixMilli()), history)
 }
 
 var (

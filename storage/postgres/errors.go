@@ -29,6 +29,8 @@ const (
 	codeOutOfMemory      = "53200"
 	codeTooManyConns     = "53300"
 	codeIOError          = "58030"
+	codeDataCorrupted    = "XX001"
+	codeIndexCorrupted   = "XX002"
 )
 
 func pgCode(err error) string {
@@ -70,7 +72,8 @@ func retryable(err error) bool {
 
 // classify maps err to the ledger's sentinels where a caller must branch:
 // the server unreachable or refusing writes wraps ledger.ErrUnavailable
-// (503 + Retry-After). The original error stays in the chain.
+// (503 + Retry-After), data or an index it reports corrupt
+// ledger.ErrStorageCorrupt. The original error stays in the chain.
 func classify(err error) error {
 	switch {
 	case err == nil:
@@ -91,6 +94,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ledger.ErrDiskFull, err)
 	case code == codeIOError, code == codeOutOfMemory:
 		return fmt.Errorf("%w: %w", ledger.ErrIO, err)
+	case code == codeDataCorrupted, code == codeIndexCorrupted:
+		return fmt.Errorf("%w: %w", ledger.ErrStorageCorrupt, err)
 	case isConnErr(err):
 		return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 	}

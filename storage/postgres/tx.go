@@ -130,7 +130,8 @@ func (t *tx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
 
 // sqlPreloadKeys reads the records of the keys $2 and
 // sqlPreloadReceipts the receipts their decisions read (the latest
-// reserve and the latest outcome). Each looks its rows up one by one in a
+// reserve, the latest outcome and the receipt after it, whose prev_hash
+// the outcome is checked against). Each looks its rows up one by one in a
 // LATERAL subquery (LIMIT 1 keeps it from being flattened into a join):
 // "= ANY($2)" in a cached generic plan can turn into a sequential scan
 // that compares every row with every key (seen on a young table: a
@@ -145,7 +146,7 @@ const (
 
 	// The same for the keys of a group's parts, by (namespace, key), sent
 	// with the head locks (begin): the records, and the receipts at their
-	// reserve_seq and final_seq.
+	// reserve_seq, final_seq and final_seq + 1.
 	sqlPreloadGroupKeys = `SELECT u.ns, k.* FROM unnest($1::text[], $2::text[]) AS u(ns, key), LATERAL (
 		SELECT idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq,
 			reserve_seq, lease_expires_at, final_seq, token_hash FROM keys
@@ -153,7 +154,8 @@ const (
 	sqlPreloadGroupReceipts = `SELECT u.ns, r.* FROM unnest($1::text[], $2::text[]) AS u(ns, key), LATERAL (
 		SELECT reserve_seq, final_seq FROM keys WHERE namespace = u.ns AND idempotency_key = u.key LIMIT 1) AS k,
 		LATERAL (SELECT ` + receiptColumns + ` FROM receipts
-			WHERE namespace = u.ns AND seq IN (k.reserve_seq, k.final_seq) LIMIT 2) AS r`
+			WHERE namespace = u.ns AND seq IN (k.reserve_seq, k.final_seq,
+				CASE WHEN k.final_seq > 0 THEN k.final_seq + 1 END) LIMIT 3) AS r`
 )
 
 // prefixed is a row whose first column (the namespace of a group's
@@ -178,7 +180,7 @@ func (t *tx) preloaded(keys []string) {
 }
 
 // Preload reads the records of keys, and the receipts at their
-// ReserveSeq and FinalSeq, in two round trips, so that Key and Receipt
+// ReserveSeq and FinalSeq (and the one after FinalSeq), in two round trips, so that Key and Receipt
 // answer them without one round trip each while the head lock is held
 // (ledger.Preloader). Reads stay exact: every write of the namespace's
 // keys and receipts holds the head lock this transaction holds.
@@ -209,7 +211,9 @@ func (t *tx) Preload(ctx context.Context, keys []string) error {
 		t.loaded[k.Key] = &k
 		seqs = append(seqs, int64(k.ReserveSeq))
 		if k.FinalSeq > 0 {
-			seqs = append(seqs, int64(k.FinalSeq))
+			// and the receipt after the outcome: its prev_hash is what
+			// the domain checks the outcome against before serving it
+			seqs = append(seqs, int64(k.FinalSeq), int64(k.FinalSeq)+1)
 		}
 	}
 	if err := rows.Err(); err != nil {

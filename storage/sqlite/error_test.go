@@ -36,6 +36,13 @@ func TestClassify(t *testing.T) {
 			assert.True(t, errors.As(err, &se), "the driver error stays reachable")
 		})
 	}
+	for _, code := range []sqlite3.ErrNo{sqlite3.ErrCorrupt, sqlite3.ErrNotADB} {
+		t.Run("corrupt "+code.Error(), func(t *testing.T) {
+			err := sqlite.Classify(sqlite3.Error{Code: code})
+			assert.ErrorIs(t, err, ledger.ErrStorageCorrupt)
+			assert.Equal(t, ledger.ECodeStorageCorrupt, ledger.ErrorCode(err))
+		})
+	}
 	t.Run("constraint is internal", func(t *testing.T) {
 		err := sqlite.Classify(sqlite3.Error{Code: sqlite3.ErrConstraint})
 		assert.NotErrorIs(t, err, ledger.ErrUnavailable)

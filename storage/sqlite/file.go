@@ -684,7 +684,8 @@ func (db *fileChain) Close() error {
 func (db *fileChain) Head(context.Context) (ledger.Head, error) { return *db.head.Load(), nil }
 
 // classify maps SQLite failures that mean "cannot write now" onto the
-// ErrUnavailable family, using the driver's error codes.
+// ErrUnavailable family, and a corrupt page or file onto
+// ErrStorageCorrupt, using the driver's error codes.
 func classify(err error) error {
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
@@ -699,6 +700,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", ledger.ErrDiskFull, err)
 	case sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrProtocol:
 		return fmt.Errorf("%w: %w", ledger.ErrIO, err)
+	case sqlite3.ErrCorrupt, sqlite3.ErrNotADB:
+		return fmt.Errorf("%w: %w", ledger.ErrStorageCorrupt, err)
 	}
 	return err
 }

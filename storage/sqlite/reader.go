@@ -197,11 +197,11 @@ func queryReceipts(ctx context.Context, q querier, query string, args ...any) ([
 	for rows.Next() {
 		r, err := scanReceipt(rows)
 		if err != nil {
-			return nil, err
+			return nil, classify(err)
 		}
 		out = append(out, r)
 	}
-	return out, rows.Err()
+	return out, classify(rows.Err())
 }
 
 // flags names the reader's chain the way ledgerctl does (dbFlags).

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,24 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("Owners", func(t *testing.T) { testApprovalOwners(t, f) })
 	t.Run("PolicyText", func(t *testing.T) { testApprovalPolicyText(t, f) })
 	t.Run("AskOutlivesPolicy", func(t *testing.T) { testApprovalAskOutlivesPolicy(t, f) })
+	t.Run("KeyStates", func(t *testing.T) { testApprovalKeyStates(t, f) })
+}
+
+// testApprovalKeyStates: a key's view follows its ask (issue 44): pending
+// is awaiting_approval, approved and not consumed is approved, an ask of
+// a key that never ran that ended unused is approval_expired, and the
+// next reserve asks again.
+func testApprovalKeyStates(t *testing.T, f Factory) {
+	clock, n := openGated(t, f)
+	r := mustReserve(t, n, charge("charge-0009", "exec-1"))
+	assert.Equal(t, ledger.StateAwaitingApproval, keyView(t, n, "charge-0009").State)
+	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
+	assert.Equal(t, ledger.StateApproved, keyView(t, n, "charge-0009").State)
+	clock.Advance(61 * time.Second)
+	assert.Equal(t, ledger.StateApprovalExpired, keyView(t, n, "charge-0009").State)
+	again := mustReserve(t, n, charge("charge-0009", "exec-1"))
+	require.Equal(t, ledger.StatusApprovalRequired, again.Status, "an unused approval past the expiry asks again")
+	assert.Equal(t, ledger.StateAwaitingApproval, keyView(t, n, "charge-0009").State)
 }
 
 const gatePolicy = `{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":60000},
@@ -159,7 +178,7 @@ func testApprovalInput(t *testing.T, f Factory) {
 	ctx := context.Background()
 	clock, n := openGated(t, f)
 	noInput := charge("charge-0003", "exec-1")
-	noInput.Input, noInput.InputHash = nil, "sha256:00"
+	noInput.Input, noInput.InputHash = nil, "sha256:"+strings.Repeat("0", 64)
 	assert.Equal(t, ledger.ECodeInvalidRequest, reserveCode(n, noInput), "an ask needs the input")
 	r := mustReserve(t, n, charge("charge-0003", "exec-1"))
 	v, err := n.Approval(ctx, r.Ask.Seq, true)
