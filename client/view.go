@@ -41,7 +41,7 @@ type KeyReceipt struct {
 // /v1/effects/{key}).
 type KeyView struct {
 	Key        string
-	State      string // "reserved", "interrupted", "succeeded", "failed", "not_applied", "awaiting_approval" or "rejected"
+	State      string // "reserved", "interrupted", "succeeded", "failed", "not_applied", "awaiting_approval", "approved", "approval_expired" or "rejected"
 	Tool       string
 	Class      Class
 	Idempotent bool

@@ -177,10 +177,20 @@ export interface NotAppliedRef {
 /**
  * The state of a key (contract §3, §4.1, §13): "not_applied" when its last
  * outcome applied nothing, so its next reserve runs the effect again;
- * "awaiting_approval" while an ask is pending, "rejected" after an
- * approver rejected it.
+ * "awaiting_approval" while an ask is pending, "approved" once it is approved
+ * and not yet consumed, "approval_expired" when a key that never ran had its
+ * only ask end unused, "rejected" after an approver rejected it.
  */
-export type KeyState = "reserved" | "interrupted" | "succeeded" | "failed" | "not_applied" | "awaiting_approval" | "rejected";
+export type KeyState =
+  | "reserved"
+  | "interrupted"
+  | "succeeded"
+  | "failed"
+  | "not_applied"
+  | "awaiting_approval"
+  | "approved"
+  | "approval_expired"
+  | "rejected";
 
 /** A key as GET /v1/effects/{key} shows it (wire field names). */
 export interface EffectView {
