@@ -22,6 +22,9 @@ import (
 const (
 	CodeToolError = "TOOL_ERROR" // the tool answered isError: true
 	CodeMCPError  = "MCP_ERROR"  // the server answered with a JSON-RPC error
+	// CodeUpstreamUnavailable: not_applied, the call could not be sent to
+	// the upstream (its connection had failed).
+	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 )
 
 // commitTimeout bounds recording an outcome once the upstream answered,
@@ -245,7 +248,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 		if c.reservedAt.IsZero() {
 			c.reservedAt = time.Now()
 		}
-		res, slot, err := g.send(cctx, s, c)
+		res, slot, err := g.sendBounded(cctx, s, c)
 		v := judge(res, slot, err)
 		if !v.inputRequired || !c.bridges() {
 			return g.finish(ctx, c, rsv, res, v, err)
@@ -270,6 +273,13 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), maxFailureMessage)},
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
+	} else if v.unsent && !c.parked {
+		g.logger.WarnContext(ctx, "call not sent: the upstream connection refused it", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
+			ErrorMessage: truncate("not sent to the upstream: "+err.Error(), maxFailureMessage)},
+			reply: answer(CodeUpstreamUnavailable, rsv.Key, fmt.Sprintf("This call was not run: the connection to the "+
+				"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
+				"Nothing was applied; call it again (idempotency key %s).", err, rsv.Key))}
 	}
 	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
@@ -289,7 +299,12 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		}
 	}
 	if !v.known {
-		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		msg := "outcome unknown: no answer from the upstream"
+		if errors.Is(err, errUpstreamTimeout) {
+			msg = "outcome unknown: the upstream did not answer within --upstream-timeout"
+		}
+		g.logger.WarnContext(ctx, msg, "tool", c.ledgerTool, "key", rsv.Key, "err", err,
+			"upstream_timeout", g.cfg.UpstreamTimeout.String(), "unmatched_ids", v.strays)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
 		return unknownAnswer(rsv.Key, err), nil
 	}
@@ -458,6 +473,13 @@ type verdict struct {
 	// outcome is the task's terminal status.
 	taskID string
 	task   json.RawMessage
+	// unsent: no answer, and the request never went to the upstream's
+	// connection (the SDK refused it first: "client is closing"), so the
+	// upstream cannot have acted on it.
+	unsent bool
+	// strays: ids of answers that matched no request, seen while the
+	// call waited (an upstream that answers with a wrong id).
+	strays []any
 }
 
 // judge reads an upstream's answer. Only an answer the upstream sent is
@@ -484,8 +506,10 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 			rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
+	case err != nil && !slot.wasWritten():
+		return verdict{unsent: true}
 	}
-	return verdict{}
+	return verdict{strays: slot.strayIDs()}
 }
 
 // judgeRaw reads a result the SDK could not decode from its text.
@@ -521,9 +545,30 @@ func toolError(text string) Outcome {
 	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, maxFailureMessage)}
 }
 
+// errUpstreamTimeout is a call the upstream did not answer within
+// Config.UpstreamTimeout.
+var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
+
+// sendBounded is send within Config.UpstreamTimeout: an upstream that
+// never answers (or answers another id) leaves the call's outcome unknown
+// then, not at the end of its lease. A parked call (park.go) waits for
+// its client's rounds as well, and is bounded by its own timeouts.
+func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	if c.parked {
+		return g.send(ctx, s, c)
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, g.cfg.UpstreamTimeout, errUpstreamTimeout)
+	defer cancel()
+	res, slot, err := g.send(tctx, s, c)
+	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
+		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
+	}
+	return res, slot, err
+}
+
 // forwardCall passes a read through unrecorded.
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	res, slot, err := g.send(ctx, s, c)
+	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
 		if id, task, ok := taskOf(slot.get()); ok {
 			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,6 +27,7 @@ type Upstream struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
+	broken  func() bool           // whether session's connection failed
 	info    *mcp.InitializeResult // of the first connection
 	closed  bool
 	// others close the other connections made to the upstream (park.go),
@@ -69,7 +71,9 @@ func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstre
 // after one ends): a stream transport such as mcp.CommandTransport or
 // mcp.InMemoryTransport. name names the server in messages.
 func DialTransport(ctx context.Context, name string, newTransport func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
-	return dial(ctx, name, func() mcp.Transport { return rawTransport{newTransport()} }, o)
+	return dial(ctx, name, func() mcp.Transport {
+		return rawTransport{Transport: newTransport(), broken: new(atomic.Bool)}
+	}, o)
 }
 
 // DialURL reaches the MCP server at url over Streamable HTTP.
@@ -164,18 +168,23 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.closed {
 		return nil, errors.New("upstream: closed")
 	}
-	if u.session != nil {
+	if u.session != nil && !u.broken() {
 		return u.session, nil
 	}
-	s, err := u.client.Connect(ctx, u.newConn(), nil)
+	if u.session != nil {
+		// Failed, still shutting down: it would refuse every request.
+		u.logger.Warn("upstream connection failed: connecting again", "upstream", u.name)
+		u.session = nil
+	}
+	s, broken, err := u.connect(ctx, u.client)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %q: %w", u.name, err)
+		return nil, err
 	}
 	restarted := u.info != nil
 	if u.info == nil {
 		u.info = s.InitializeResult()
 	}
-	u.session = s
+	u.session, u.broken = s, broken
 	go u.watch(s)
 	if restarted {
 		u.logger.Warn("upstream connected again", "upstream", u.name)
@@ -187,6 +196,22 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 		}()
 	}
 	return s, nil
+}
+
+// connect opens a session of c on a new connection to the upstream (a
+// stdio server: a new process). broken reports whether its connection
+// has failed since (a stdio connection's read or write; never over HTTP,
+// whose requests are each their own).
+func (u *Upstream) connect(ctx context.Context, c *mcp.Client) (s *mcp.ClientSession, broken func() bool, err error) {
+	t := u.newConn()
+	broken = func() bool { return false }
+	if rt, ok := t.(rawTransport); ok {
+		broken = rt.broken.Load
+	}
+	if s, err = c.Connect(ctx, t, nil); err != nil {
+		return nil, nil, fmt.Errorf("upstream %q: %w", u.name, err)
+	}
+	return s, broken, nil
 }
 
 // watch forgets a session once it ends, so the next use connects again.

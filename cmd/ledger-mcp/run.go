@@ -63,7 +63,7 @@ func (m *Main) Run(ctx context.Context) error {
 		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
-		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
+		UpstreamTimeout: m.UpstreamTimeout, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
 		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
