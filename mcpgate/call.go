@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -141,7 +140,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	c.exec, c.attempt, c.hash = "mcp-"+rand.Text(), 1, hash
+	c.exec, c.attempt, c.hash = executionOf(g.cfg.RunID), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
 			if !errors.Is(err, errEnvelope) {
@@ -219,11 +218,11 @@ func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, err
 	if g.cfg.ExactReplays {
 		return replayAnswer(rsv, "")
 	}
-	at, expires, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
+	rec, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
 	if err != nil {
 		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
 	}
-	return replayAnswer(rsv, replayNotice(rsv, at, expires, g.cfg.Scope == ScopeSession))
+	return replayAnswer(rsv, replayNotice(rsv, rec, g.cfg.Scope == ScopeSession))
 }
 
 // execute forwards a reserved call and records what it came to. An

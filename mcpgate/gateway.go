@@ -58,6 +58,9 @@ type Config struct {
 	// or the ledgerd of --ledger): the answers that ask for a person name it.
 	AdminURL string
 	Lease    time.Duration // default DefaultLease
+	// RunID names this process in its execution ids (run.go; default
+	// NewRunID()).
+	RunID string
 	// UpstreamTimeout bounds the wait for the upstream's answer to one
 	// forwarded call (one round of it); then its outcome is unknown.
 	// Default DefaultUpstreamTimeout, capped at Lease.
@@ -128,6 +131,9 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	if cfg.UpstreamTimeout < 0 {
 		return nil, fmt.Errorf("mcpgate: upstream timeout %s is negative", cfg.UpstreamTimeout)
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = NewRunID()
 	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = DefaultUpstreamTimeout

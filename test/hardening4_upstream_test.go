@@ -1,10 +1,15 @@
 package test
 
 import (
+	"context"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/internal/testkit"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
@@ -33,7 +38,7 @@ func TestLedgerMCP_frameLimitNextCall(t *testing.T) {
 		key := "frame-next-000" + string(rune('1'+i))
 		res := g.call(t, "charge", map[string]any{"id": key}, mcp.Meta{mcpgate.MetaIdempotencyKey: key})
 		assert.NotEqual(t, mcpgate.StatusOutcomeUnknown, status(res), "call %d after the huge answer: %s\nlogs:\n%s", i, text(t, res), g.logs.String())
-		if status(res) == mcpgate.CodeUpstreamUnavailable {
+		if status(res) == "UPSTREAM_UNAVAILABLE" {
 			assert.Equal(t, "not_applied", keyState(t, db, key))
 			assert.Equal(t, 0, sh.runs("charge", key))
 			res = g.call(t, "charge", map[string]any{"id": key}, mcp.Meta{mcpgate.MetaIdempotencyKey: key})
@@ -77,4 +82,80 @@ func TestLedgerMCP_upstreamWrongID(t *testing.T) {
 
 	ok := g.call(t, "charge", map[string]any{"id": "after-wrong"}, nil)
 	require.False(t, ok.IsError, text(t, ok))
+}
+
+// TestLedgerMCP_restartEndsDeadCalls (issue 44, items 5 and 9): a
+// ledger-mcp killed (kill -9) in the middle of a call leaves its
+// reservation holding the lease; the next ledger-mcp of the same embedded
+// SQLite ledger (which only one process holds at a time) ends it as
+// interrupted when it starts, on the chain, so the identical call is
+// told at once that a person must resolve it — not "still running" for
+// the lease. Once a person resolves it as succeeded, a replay says who
+// decided and when, with their note and external reference, and points
+// at no answer below, since none was recorded.
+func TestLedgerMCP_restartEndsDeadCalls(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	t.Cleanup(func() { sh.release("dead-1") })
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	args := append([]string{"--db", db}, sh.command()...)
+
+	first, cmd := startGatewayCmd(t, args...)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = first.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"id": "dead-1"}})
+	}()
+	require.Eventually(t, func() bool { return sh.runs("slow", "dead-1") == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_, _ = cmd.Process.Wait()
+
+	second := startGateway(t, args...)
+	start := time.Now()
+	res := second.call(t, "slow", map[string]any{"id": "dead-1"}, nil)
+	took := time.Since(start)
+	require.True(t, res.IsError, text(t, res))
+	assert.Equal(t, "unsafe_resume", status(res), "the dead call is interrupted at start-up: %s\nlogs:\n%s", text(t, res), second.logs.String())
+	assert.Contains(t, text(t, res), "ledgerctl resolve")
+	assert.Less(t, took, 10*time.Second, "no wait for the dead call's lease")
+	assert.Equal(t, 1, sh.runs("slow", "dead-1"), "never run again blindly")
+	key, _ := res.Meta[mcpgate.MetaKey].(string)
+	require.NotEmpty(t, key)
+	second.stop(t)
+	verified(t, db)
+
+	l := StartLedgerd(t, db)
+	out, errOut, code := ledgerctl(t, "resolve", key, "--server", l.URL, "--outcome", "succeeded",
+		"--ref", "shop-order-77", "--note", "checked the shop: the order went through")
+	require.Equal(t, 0, code, out+errOut)
+	require.NoError(t, l.Stop())
+
+	third := startGateway(t, args...)
+	replay := third.call(t, "slow", map[string]any{"id": "dead-1"}, nil)
+	require.False(t, replay.IsError, text(t, replay))
+	notice := text(t, replay)
+	assert.Contains(t, notice, "resolved")
+	assert.Contains(t, notice, "a person")
+	assert.Contains(t, notice, "checked the shop: the order went through", "the operator's note")
+	assert.Contains(t, notice, "shop-order-77", "the external reference")
+	assert.NotContains(t, notice, "below is the answer", "nothing was recorded below")
+	assert.NotContains(t, notice, "already ran at", "the resolve's time is not when the call ran")
+	assert.Equal(t, 1, sh.runs("slow", "dead-1"))
+	third.stop(t)
+	verified(t, db)
+}
+
+// startGatewayCmd is startGateway, with the ledger-mcp process.
+func startGatewayCmd(t *testing.T, args ...string) (*gateway, *exec.Cmd) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
+	logs := &testkit.Buffer{}
+	cmd.Stderr = logs
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
+	t.Cleanup(func() { _ = s.Close() })
+	return &gateway{ClientSession: s, logs: logs}, cmd
 }

@@ -41,6 +41,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.setGate(ctx, name); err != nil {
 		return err
 	}
+	run := mcpgate.NewRunID()
+	m.endDeadLeases(ctx, run)
 	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
 		if adminURL, err = m.serveAdmin(ctx); err != nil {
@@ -63,7 +65,7 @@ func (m *Main) Run(ctx context.Context) error {
 		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
-		UpstreamTimeout: m.UpstreamTimeout, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
+		UpstreamTimeout: m.UpstreamTimeout, RunID: run, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
 		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
@@ -152,6 +154,26 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	}
 	m.ns = ns
 	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// endDeadLeases ends, as interrupted, the reservations an earlier process
+// of this embedded SQLite ledger left running (killed mid-call): the file
+// is locked by one process at a time, so that process is gone, and an
+// identical call is told at once that a person must resolve its key,
+// instead of "still running" until the lease ends. Not with --ledger, nor
+// on PostgreSQL, which other gateways may share while they run.
+func (m *Main) endDeadLeases(ctx context.Context, run string) {
+	if m.ns == nil || m.dbFile == "" {
+		return
+	}
+	keys, err := m.ns.EndLeases(ctx, mcpgate.EarlierRun(run))
+	if err != nil {
+		m.Logger.Warn("cannot end the calls an earlier ledger-mcp left running; they end with their lease", "err", err)
+	}
+	if len(keys) > 0 {
+		m.Logger.Warn("calls an earlier ledger-mcp left running are interrupted: a person resolves them (ledgerctl resolve)",
+			"keys", keys, "run", run)
+	}
 }
 
 // setGate records the gate's members of the --policy file as the embedded
