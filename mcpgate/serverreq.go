@@ -41,6 +41,9 @@ type peer struct {
 	impl  *mcp.Implementation
 	slots chan struct{} // one per call in flight
 
+	// first makes the first session one at a time: requests that come
+	// together (a tools/list and a call) start one upstream, not one each.
+	first  sync.Mutex
 	mu     sync.Mutex
 	client *mcp.Client
 	cs     *mcp.ClientSession // the first: lists, tasks, and a call
@@ -121,6 +124,8 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 // session returns the peer's first upstream session, connecting when
 // there is none (a stdio upstream: one more process).
 func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
+	p.first.Lock()
+	defer p.first.Unlock()
 	p.mu.Lock()
 	p.dropBroken()
 	cs, closed := p.cs, p.closed

@@ -2,9 +2,12 @@ package test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -158,4 +161,43 @@ func startGatewayCmd(t *testing.T, args ...string) (*gateway, *exec.Cmd) {
 	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
 	t.Cleanup(func() { _ = s.Close() })
 	return &gateway{ClientSession: s, logs: logs}, cmd
+}
+
+// TestLedgerMCP_upstreamStartsPerSession (issue 44, item 9): a stdio
+// upstream is started once for the gateway's shared connection and once
+// for the client's own session (SPEC §11.1: an older revision's client
+// gets a session advertising its own capabilities), and requests that
+// come at once, before that session exists, start no more than that one
+// (calls in flight at once each get a session of their own, by design).
+func TestLedgerMCP_upstreamStartsPerSession(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	starts := filepath.Join(sh.dir, "starts")
+	script := filepath.Join(t.TempDir(), "upstream.sh")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexec '"+sh.bin+"' --dir '"+sh.dir+"'\n"), 0o700))
+	g := startGateway(t, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", script)
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := g.ListTools(ctx, nil)
+		assert.NoError(t, err)
+	})
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{"id": "together"}})
+		if assert.NoError(t, err) {
+			assert.False(t, res.IsError)
+		}
+	})
+	wg.Wait()
+	for i := range 2 {
+		res := g.call(t, "charge", map[string]any{"id": fmt.Sprint("s", i)}, nil)
+		require.False(t, res.IsError, text(t, res))
+	}
+	b, err := os.ReadFile(starts)
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(string(b), "started\n"), "the shared connection and the client's own session")
 }
