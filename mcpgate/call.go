@@ -274,11 +274,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
 		g.logger.WarnContext(ctx, "call not sent: the upstream connection refused it", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
-			ErrorMessage: truncate("not sent to the upstream: "+err.Error(), maxFailureMessage)},
-			reply: answer(CodeUpstreamUnavailable, rsv.Key, fmt.Sprintf("This call was not run: the connection to the "+
-				"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
-				"Nothing was applied; call it again (idempotency key %s).", err, rsv.Key))}
+		v = unsentVerdict(rsv.Key, err)
 	}
 	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
@@ -542,27 +538,6 @@ func judgeRaw(raw json.RawMessage) verdict {
 // toolError is the outcome of an answer with isError: true.
 func toolError(text string) Outcome {
 	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, maxFailureMessage)}
-}
-
-// errUpstreamTimeout is a call the upstream did not answer within
-// Config.UpstreamTimeout.
-var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
-
-// sendBounded is send within Config.UpstreamTimeout: an upstream that
-// never answers (or answers another id) leaves the call's outcome unknown
-// then, not at the end of its lease. A parked call (park.go) waits for
-// its client's rounds as well, and is bounded by its own timeouts.
-func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
-	if c.parked {
-		return g.send(ctx, s, c)
-	}
-	tctx, cancel := context.WithTimeoutCause(ctx, g.cfg.UpstreamTimeout, errUpstreamTimeout)
-	defer cancel()
-	res, slot, err := g.send(tctx, s, c)
-	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
-		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
-	}
-	return res, slot, err
 }
 
 // forwardCall passes a read through unrecorded.

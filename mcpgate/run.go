@@ -18,9 +18,9 @@ func NewRunID() string { return rand.Text()[:13] }
 // execution returns a new execution id of the run.
 func executionOf(run string) string { return "mcp-" + run + "-" + rand.Text() }
 
-// runOf is the run id of a gateway's execution id, "" for another's (or
+// RunOf is the run id of a gateway's execution id, "" for another's (or
 // a gateway's from before run ids).
-func runOf(execution string) string {
+func RunOf(execution string) string {
 	rest, ok := strings.CutPrefix(execution, "mcp-")
 	run, _, ok2 := strings.Cut(rest, "-")
 	if !ok || !ok2 || len(run) != 13 {
@@ -34,7 +34,7 @@ func runOf(execution string) string {
 // (a SQLite file is locked), a process that is gone.
 func EarlierRun(run string) func(*chain.Receipt) bool {
 	return func(r *chain.Receipt) bool {
-		other := runOf(r.ExecutionID)
+		other := RunOf(r.ExecutionID)
 		return other != "" && other != run
 	}
 }

@@ -242,3 +242,34 @@ func (u *Upstream) Close() error {
 	}
 	return s.Close()
 }
+
+// errUpstreamTimeout is a call the upstream did not answer within
+// Config.UpstreamTimeout.
+var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
+
+// sendBounded is send within Config.UpstreamTimeout: an upstream that
+// never answers (or answers another id) leaves the call's outcome unknown
+// then, not at the end of its lease. A parked call (park.go) waits for
+// its client's rounds as well, and is bounded by its own timeouts.
+func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	if c.parked {
+		return g.send(ctx, s, c)
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, g.cfg.UpstreamTimeout, errUpstreamTimeout)
+	defer cancel()
+	res, slot, err := g.send(tctx, s, c)
+	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
+		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
+	}
+	return res, slot, err
+}
+
+// unsentVerdict is the outcome of a call never written to the upstream
+// (verdict.unsent): nothing was applied.
+func unsentVerdict(key string, err error) verdict {
+	return verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
+		ErrorMessage: truncate("not sent to the upstream: "+err.Error(), maxFailureMessage)},
+		reply: answer(CodeUpstreamUnavailable, key, fmt.Sprintf("This call was not run: the connection to the "+
+			"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
+			"Nothing was applied; call it again (idempotency key %s).", err, key))}
+}

@@ -96,11 +96,17 @@ func TestLedgerMCP_upstreamWrongID(t *testing.T) {
 // the lease. Once a person resolves it as succeeded, a replay says who
 // decided and when, with their note and external reference, and points
 // at no answer below, since none was recorded.
+// On PostgreSQL, which gateways may share while they run, only a run
+// whose process is gone is ended: a live gateway's call stays in
+// progress for another gateway started beside it.
 func TestLedgerMCP_restartEndsDeadCalls(t *testing.T) {
 	t.Parallel()
+	onSQLiteAndPostgres(t, restartEndsDeadCalls)
+}
+
+func restartEndsDeadCalls(t *testing.T, db string) {
 	sh := newShop(t)
 	t.Cleanup(func() { sh.release("dead-1") })
-	db := filepath.Join(t.TempDir(), "mcp.db")
 	args := append([]string{"--db", db}, sh.command()...)
 
 	first, cmd := startGatewayCmd(t, args...)
@@ -110,6 +116,12 @@ func TestLedgerMCP_restartEndsDeadCalls(t *testing.T) {
 		_, _ = first.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"id": "dead-1"}})
 	}()
 	require.Eventually(t, func() bool { return sh.runs("slow", "dead-1") == 1 }, 30*time.Second, 10*time.Millisecond)
+	if strings.HasPrefix(db, "postgres") {
+		beside := startGateway(t, append([]string{"--wait", "0"}, args...)...)
+		res := beside.call(t, "slow", map[string]any{"id": "dead-1"}, nil)
+		assert.Equal(t, "in_progress", status(res), "a live gateway's call is not ended: %s", text(t, res))
+		beside.stop(t)
+	}
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_, _ = cmd.Process.Wait()
 

@@ -112,6 +112,7 @@ type Main struct {
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
 	remote    *client.Client // the --ledger's client
 	ns        *ledger.Namespace
+	store     any    // the embedded ledger's store
 	dbFile    string // the embedded ledger's SQLite file
 }
 
