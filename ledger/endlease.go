@@ -40,7 +40,13 @@ func (n *Namespace) EndLeases(ctx context.Context, dead func(*chain.Receipt) boo
 			return ended, fmt.Errorf("end leases: %w", err)
 		}
 		for i := range page {
-			if r := &page[i]; dead(r) {
+			// Only what was there when it started, and never a lease
+			// already ended (the shortest lease is the end's own).
+			r := &page[i]
+			if r.Seq > head.Seq || r.LeaseExpiresAt-r.RecordedAt <= MinLeaseMS {
+				continue
+			}
+			if dead(r) {
 				ok, err := n.endLease(ctx, r)
 				if err != nil {
 					return ended, fmt.Errorf("end lease of %s: %w", r.IdempotencyKey, err)
@@ -50,7 +56,7 @@ func (n *Namespace) EndLeases(ctx context.Context, dead func(*chain.Receipt) boo
 				}
 			}
 		}
-		if next == nil {
+		if next == nil || *next >= head.Seq {
 			return ended, nil
 		}
 		f.After = *next
