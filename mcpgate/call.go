@@ -140,7 +140,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	c.exec, c.attempt, c.hash = executionOf(g.cfg.RunID), 1, hash
+	c.exec, c.attempt, c.hash = executionOf(g.runOf(c)), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
 			if !errors.Is(err, errEnvelope) {

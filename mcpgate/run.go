@@ -15,8 +15,27 @@ import (
 // NewRunID returns a new run id: 13 characters of [A-Z2-7].
 func NewRunID() string { return rand.Text()[:13] }
 
-// execution returns a new execution id of the run.
-func executionOf(run string) string { return "mcp-" + run + "-" + rand.Text() }
+// runOf is the run id that names c's execution: this process's, unless
+// the call may become a task (a 2025-11-25 call with params.task, a
+// 2026-07-28 call to a 2026-07-28 upstream, which may answer with one,
+// tasks.go; a parked call runs as a plain call, park.go), whose
+// handle outlives the process: a later one takes the task up with its
+// reservation, so that reservation is not dead work, and its execution
+// names no run.
+func (g *Gateway) runOf(c *call) string {
+	if _, task := c.meta[metaParamsTask]; task || (statelessRevision(c.version) && !c.parked) {
+		return ""
+	}
+	return g.cfg.RunID
+}
+
+// executionOf returns a new execution id of the run ("": of none).
+func executionOf(run string) string {
+	if run == "" {
+		return "mcp-" + rand.Text()
+	}
+	return "mcp-" + run + "-" + rand.Text()
+}
 
 // RunOf is the run id of a gateway's execution id, "" for another's (or
 // a gateway's from before run ids).

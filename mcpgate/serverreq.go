@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -75,6 +76,9 @@ type route struct {
 	missing  error
 	first    bool
 	park     *parkedCall // a parked call's (park.go)
+	// watch is the call's upstream timeout (sendBounded), held while a
+	// request of the upstream waits for the client.
+	watch atomic.Pointer[watchdog]
 }
 
 // usesPeer reports whether a call of a client of revision version on ss
@@ -384,6 +388,9 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 		dctx := ctx
 		if r != nil {
 			dctx = r.ctx
+			w := r.watch.Load()
+			w.hold()
+			defer w.release()
 		}
 		caps := p.clientCaps()
 		var (

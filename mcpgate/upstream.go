@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -249,19 +250,60 @@ var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
 
 // sendBounded is send within Config.UpstreamTimeout: an upstream that
 // never answers (or answers another id) leaves the call's outcome unknown
-// then, not at the end of its lease. A parked call (park.go) waits for
-// its client's rounds as well, and is bounded by its own timeouts.
+// then, not at the end of its lease. The time counts while the upstream
+// owes the answer: not while a request of its to the client (an
+// elicitation a person answers) waits on the call's route (serverreq.go).
+// A parked call (park.go) waits for its client's rounds as well, and is
+// bounded in await.
 func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
 	if c.parked {
 		return g.send(ctx, s, c)
 	}
-	tctx, cancel := context.WithTimeoutCause(ctx, g.cfg.UpstreamTimeout, errUpstreamTimeout)
-	defer cancel()
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &watchdog{d: g.cfg.UpstreamTimeout}
+	w.t = time.AfterFunc(w.d, func() { cancel(errUpstreamTimeout) })
+	defer w.t.Stop()
+	if c.route != nil {
+		c.route.watch.Store(w)
+	}
 	res, slot, err := g.send(tctx, s, c)
 	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
 		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
 	}
 	return res, slot, err
+}
+
+// watchdog is a call's upstream timeout, held while the upstream waits
+// for the client.
+type watchdog struct {
+	d    time.Duration
+	t    *time.Timer
+	mu   sync.Mutex
+	held int
+}
+
+// hold stops the clock until release.
+func (w *watchdog) hold() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held++
+	w.t.Stop()
+}
+
+// release gives the upstream the whole timeout again, once nothing holds.
+func (w *watchdog) release() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held--; w.held == 0 {
+		w.t.Reset(w.d)
+	}
 }
 
 // unsentVerdict is the outcome of a call never written to the upstream

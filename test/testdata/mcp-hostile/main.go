@@ -2,7 +2,8 @@
 // what ledger-mcp does with answers no well-behaved SDK server sends: a
 // connection dropped after the tool ran, an HTTP 500, a JSON-RPC error,
 // a result that is not I-JSON or that the SDK cannot decode, an answer
-// over the 50 MB frame limit ("huge"), an answer under the wrong id
+// over the 50 MB frame limit ("huge"), one that comes once the file
+// release-<id> exists in --dir ("slow"), an answer under the wrong id
 // ("wrongid", stdio), a tool name
 // with "/" that claims to be read-only, a 128-byte tool name, and a
 // tools/list whose nextCursor never ends (--loop-cursor); and tasks of
@@ -121,6 +122,7 @@ func toolsList() string {
 		`{"name":"bignum","inputSchema":{"type":"object"}}`,
 		`{"name":"hologram","inputSchema":{"type":"object"}}`,
 		`{"name":"huge","inputSchema":{"type":"object"}}`,
+		`{"name":"slow","inputSchema":{"type":"object"}}`,
 		`{"name":"wrongid","inputSchema":{"type":"object"}}`,
 		`{"name":"job","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}`,
 		`{"name":"admin/delete","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`,
@@ -160,6 +162,14 @@ func call(params json.RawMessage) reply {
 		return reply{result: `{"content":[{"type":"text","text":"big"}],"structuredContent":{"n":1e400}}`}
 	case "hologram":
 		return reply{result: `{"content":[{"type":"hologram","data":"a charge of 12 EUR"}]}`}
+	case "slow":
+		// Answers once the file release-<id> exists in --dir.
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "release-"+p.Arguments.ID)); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	case "huge":
 		// Over the 50 MB frame limit of a stdio connection.
 		return reply{result: `{"content":[{"type":"text","text":"` + strings.Repeat("x", 51<<20) + `"}]}`}
