@@ -214,3 +214,43 @@ func TestLedgerMCP_upstreamStartsPerSession(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, strings.Count(string(b), "started\n"), "the shared connection and the client's own session")
 }
+
+// TestLedgerMCP_replayOfResolved (issue 44, item 9): the replay of an
+// outcome a person resolved as succeeded says so — who decided and when,
+// with the note and the external reference — and points at no answer
+// below when none was recorded; it never says the call "ran at" the
+// resolve's time.
+func TestLedgerMCP_replayOfResolved(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		sh := newHostile(t)
+		args := append([]string{"--db", db, "--lease", "200ms"}, sh.command()...)
+		g := startGateway(t, args...)
+		lost := g.call(t, "drop", map[string]any{"id": "r1"}, nil)
+		require.Equal(t, mcpgate.StatusOutcomeUnknown, status(lost), text(t, lost))
+		key, _ := lost.Meta[mcpgate.MetaKey].(string)
+		require.NotEmpty(t, key)
+		g.stop(t)
+		time.Sleep(300 * time.Millisecond) // the lease runs out: interrupted
+
+		l := StartLedgerd(t, db)
+		out, errOut, code := ledgerctl(t, "resolve", key, "--server", l.URL, "--outcome", "succeeded",
+			"--ref", "shop-order-78", "--note", "checked the shop: it went through")
+		require.Equal(t, 0, code, out+errOut)
+		require.NoError(t, l.Stop())
+
+		g = startGateway(t, args...)
+		replay := g.call(t, "drop", map[string]any{"id": "r1"}, nil)
+		require.False(t, replay.IsError, text(t, replay))
+		notice := text(t, replay)
+		assert.Contains(t, notice, "resolved its outcome as succeeded")
+		assert.Contains(t, notice, "checked the shop: it went through")
+		assert.Contains(t, notice, "shop-order-78")
+		assert.Contains(t, notice, "none follows")
+		assert.NotContains(t, notice, "below is the answer")
+		assert.NotContains(t, notice, "already ran at")
+		assert.Equal(t, 1, sh.runs("drop", "r1"))
+		g.stop(t)
+		verified(t, db)
+	})
+}
