@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -167,21 +168,56 @@ func unknownAnswer(key string, err error) *mcp.CallToolResult {
 
 // replayNotice is the text block that starts a replayed answer: what the
 // model is told so that it does not take a recorded answer for a new run.
-func replayNotice(rsv *Reservation, at, expires time.Time, sessionScope bool) string {
+// An outcome a person resolved (ledgerctl resolve) did not run here: the
+// notice says who decided and when, with their note and external_ref,
+// and points below only at a result that was recorded.
+func replayNotice(rsv *Reservation, rec Record, sessionScope bool) string {
 	when := ""
-	if !at.IsZero() {
-		when = " at " + at.Format(time.RFC3339)
+	if !rec.At.IsZero() {
+		when = " at " + rec.At.Format(time.RFC3339)
 	}
 	again := "change its arguments"
 	if sessionScope {
 		again += " or call it in a new session"
 	}
-	if !expires.IsZero() {
-		again += fmt.Sprintf(", or call it after %s, when the ledger forgets this one", expires.Format(time.RFC3339))
+	if !rec.Expires.IsZero() {
+		again += fmt.Sprintf(", or call it after %s, when the ledger forgets this one", rec.Expires.Format(time.RFC3339))
 	}
-	return fmt.Sprintf("[Replayed: this exact call already ran%s (receipt %d) and was NOT run again; "+
-		"below is the answer recorded then. If the world may have changed since and you mean to do it again, "+
-		"%s, or tell the user. Idempotency key %s.]", when, rsv.Original.Seq, again, rsv.Key)
+	below := "below is the answer recorded then"
+	if !hasContent(rsv.Result) {
+		below = "no answer of the tool was recorded, so none follows"
+	}
+	ran := fmt.Sprintf("this exact call already ran%s (receipt %d) and was NOT run again; %s", when, rsv.Original.Seq, below)
+	if rec.Kind == chain.KindResolve {
+		by := "a person"
+		if rec.Actor != "" {
+			by += fmt.Sprintf(" (%s)", rec.Actor)
+		}
+		ran = fmt.Sprintf("this exact call was NOT run again. An earlier run of it ended with no recorded answer, and "+
+			"%s resolved its outcome as succeeded%s (receipt %d)", by, when, rsv.Original.Seq)
+		if rec.ExternalRef != "" {
+			ran += fmt.Sprintf(", external reference %q", rec.ExternalRef)
+		}
+		if rec.Note != "" {
+			ran += fmt.Sprintf(", with the note %q", rec.Note)
+		}
+		if hasContent(rsv.Result) {
+			ran += "; below is the result recorded with that decision"
+		} else {
+			ran += "; no answer of the tool was recorded, so none follows"
+		}
+	}
+	return fmt.Sprintf("[Replayed: %s. If the world may have changed since and you mean to do it again, "+
+		"%s, or tell the user. Idempotency key %s.]", ran, again, rsv.Key)
+}
+
+// hasContent reports whether a recorded result has content blocks.
+func hasContent(result json.RawMessage) bool {
+	var r struct {
+		Content           []json.RawMessage `json:"content"`
+		StructuredContent json.RawMessage   `json:"structuredContent"`
+	}
+	return json.Unmarshal(result, &r) == nil && (len(r.Content) > 0 || len(r.StructuredContent) > 0)
 }
 
 // replayAnswer is the recorded CallToolResult of a key that succeeded,

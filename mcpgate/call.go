@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +21,9 @@ import (
 const (
 	CodeToolError = "TOOL_ERROR" // the tool answered isError: true
 	CodeMCPError  = "MCP_ERROR"  // the server answered with a JSON-RPC error
+	// CodeUpstreamUnavailable: not_applied, the call could not be sent to
+	// the upstream (its connection had failed).
+	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 )
 
 // commitTimeout bounds recording an outcome once the upstream answered,
@@ -138,7 +140,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	c.exec, c.attempt, c.hash = "mcp-"+rand.Text(), 1, hash
+	c.exec, c.attempt, c.hash = executionOf(g.runOf(c)), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
 			if !errors.Is(err, errEnvelope) {
@@ -216,11 +218,11 @@ func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, err
 	if g.cfg.ExactReplays {
 		return replayAnswer(rsv, "")
 	}
-	at, expires, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
+	rec, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
 	if err != nil {
 		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
 	}
-	return replayAnswer(rsv, replayNotice(rsv, at, expires, g.cfg.Scope == ScopeSession))
+	return replayAnswer(rsv, replayNotice(rsv, rec, g.cfg.Scope == ScopeSession))
 }
 
 // execute forwards a reserved call and records what it came to. An
@@ -245,7 +247,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 		if c.reservedAt.IsZero() {
 			c.reservedAt = time.Now()
 		}
-		res, slot, err := g.send(cctx, s, c)
+		res, slot, err := g.sendBounded(cctx, s, c)
 		v := judge(res, slot, err)
 		if !v.inputRequired || !c.bridges() {
 			return g.finish(ctx, c, rsv, res, v, err)
@@ -270,6 +272,9 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), maxFailureMessage)},
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
+	} else if v.unsent && !c.parked {
+		g.logger.WarnContext(ctx, "call not sent: the upstream connection refused it", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		v = unsentVerdict(rsv.Key, err)
 	}
 	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
@@ -289,7 +294,12 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		}
 	}
 	if !v.known {
-		g.logger.WarnContext(ctx, "outcome unknown: no answer from the upstream", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
+		msg := "outcome unknown: no answer from the upstream"
+		if errors.Is(err, errUpstreamTimeout) {
+			msg = "outcome unknown: the upstream did not answer within --upstream-timeout"
+		}
+		g.logger.WarnContext(ctx, msg, "tool", c.ledgerTool, "key", rsv.Key, "err", err,
+			"upstream_timeout", g.cfg.UpstreamTimeout.String(), "unmatched_ids", v.strays)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
 		return unknownAnswer(rsv.Key, err), nil
 	}
@@ -458,6 +468,13 @@ type verdict struct {
 	// outcome is the task's terminal status.
 	taskID string
 	task   json.RawMessage
+	// unsent: no answer, and the request never went to the upstream's
+	// connection (the SDK refused it first: "client is closing"), so the
+	// upstream cannot have acted on it.
+	unsent bool
+	// strays: ids of answers that matched no request, seen while the
+	// call waited (an upstream that answers with a wrong id).
+	strays []any
 }
 
 // judge reads an upstream's answer. Only an answer the upstream sent is
@@ -484,8 +501,10 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 			rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
+	case err != nil && !slot.wasWritten():
+		return verdict{unsent: true}
 	}
-	return verdict{}
+	return verdict{strays: slot.strayIDs()}
 }
 
 // judgeRaw reads a result the SDK could not decode from its text.
@@ -523,7 +542,7 @@ func toolError(text string) Outcome {
 
 // forwardCall passes a read through unrecorded.
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	res, slot, err := g.send(ctx, s, c)
+	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
 		if id, task, ok := taskOf(slot.get()); ok {
 			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil

@@ -35,7 +35,11 @@ import (
 const (
 	DefaultLease = 5 * time.Minute
 	DefaultWait  = 30 * time.Second
-	MaxWait      = 60 * time.Second // the ledger's largest wait_ms
+	// DefaultUpstreamTimeout is how long a call waits for the upstream's
+	// answer: well under DefaultLease, so that a call the upstream never
+	// answers is reported before its reservation runs out.
+	DefaultUpstreamTimeout = 2 * time.Minute
+	MaxWait                = 60 * time.Second // the ledger's largest wait_ms
 )
 
 // Config configures a Gateway.
@@ -54,6 +58,13 @@ type Config struct {
 	// or the ledgerd of --ledger): the answers that ask for a person name it.
 	AdminURL string
 	Lease    time.Duration // default DefaultLease
+	// RunID names this process in its execution ids (run.go; default
+	// NewRunID()).
+	RunID string
+	// UpstreamTimeout bounds the wait for the upstream's answer to one
+	// forwarded call (one round of it); then its outcome is unknown.
+	// Default DefaultUpstreamTimeout, capped at Lease.
+	UpstreamTimeout time.Duration
 	// Wait is how long a duplicate waits for the same call in flight, at
 	// most MaxWait; 0 is no wait (ledger-mcp's --wait defaults to
 	// DefaultWait).
@@ -118,6 +129,16 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	if cfg.Lease < 10*time.Millisecond || cfg.Lease > 24*time.Hour {
 		return nil, fmt.Errorf("mcpgate: lease %s is not within 10ms … 24h", cfg.Lease)
 	}
+	if cfg.UpstreamTimeout < 0 {
+		return nil, fmt.Errorf("mcpgate: upstream timeout %s is negative", cfg.UpstreamTimeout)
+	}
+	if cfg.RunID == "" {
+		cfg.RunID = NewRunID()
+	}
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	cfg.UpstreamTimeout = min(cfg.UpstreamTimeout, cfg.Lease)
 	info := up.Info()
 	if cfg.ServerName == "" && info.ServerInfo != nil {
 		cfg.ServerName = info.ServerInfo.Name

@@ -22,8 +22,9 @@ import (
 // invalid_key, …) and an error wrapping ErrUnavailable when the ledger
 // cannot be reached or written. Commit returns the same kinds of errors.
 //
-// Recorded tells when a key's receipt seq was recorded and when the key
-// expires (zero if it does not), for the words of a replay.
+// Recorded tells of a key's receipt seq (when it was recorded, its kind,
+// and a resolve's actor, note and external_ref) and when the key expires
+// (zero if it does not), for the words of a replay.
 //
 // A reserve the namespace's policy sends to approval (SPEC §13) is a
 // Reservation with Status ledger.StatusApprovalRequired naming the ask.
@@ -33,7 +34,7 @@ import (
 type Ledger interface {
 	Reserve(ctx context.Context, r Reserve) (*Reservation, error)
 	Commit(ctx context.Context, key, token string, o Outcome) error
-	Recorded(ctx context.Context, key string, seq uint64) (at, expires time.Time, err error)
+	Recorded(ctx context.Context, key string, seq uint64) (Record, error)
 	Policy(ctx context.Context) (*ledger.Policy, error)
 	AnswerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error
 }
@@ -87,6 +88,15 @@ type Ask struct {
 type ApprovalUse struct {
 	Seq    uint64 `json:"seq"`
 	AskSeq uint64 `json:"ask_seq"`
+}
+
+// Record is what a replay tells of the receipt of a key's outcome.
+type Record struct {
+	At      time.Time // when it was recorded (zero: unknown)
+	Expires time.Time // when the key is forgotten (zero: never)
+	Kind    string    // commit, or resolve: a person's decision
+	// Of a resolve: who decided, their note, and the external_ref given.
+	Actor, Note, ExternalRef string
 }
 
 // Receipt names a receipt of the chain, as the gateway's _meta shows it.
@@ -193,21 +203,22 @@ func (l local) Commit(ctx context.Context, key, token string, o Outcome) error {
 	return localError("commit", err)
 }
 
-func (l local) Recorded(ctx context.Context, key string, seq uint64) (time.Time, time.Time, error) {
+func (l local) Recorded(ctx context.Context, key string, seq uint64) (Record, error) {
 	v, err := l.ns.Key(ctx, key, true)
 	if err != nil {
-		return time.Time{}, time.Time{}, localError("read key", err)
+		return Record{}, localError("read key", err)
 	}
-	var at, expires time.Time
+	var rec Record
 	for i := range v.Receipts {
-		if v.Receipts[i].Seq == seq {
-			at = time.UnixMilli(int64(v.Receipts[i].RecordedAt)).UTC()
+		if r := &v.Receipts[i]; r.Seq == seq {
+			rec = Record{At: time.UnixMilli(int64(r.RecordedAt)).UTC(), Kind: r.Kind, Actor: r.Actor, Note: r.Note,
+				ExternalRef: r.ExternalRef}
 		}
 	}
 	if v.ExpiresAt != 0 {
-		expires = time.UnixMilli(int64(v.ExpiresAt)).UTC()
+		rec.Expires = time.UnixMilli(int64(v.ExpiresAt)).UTC()
 	}
-	return at, expires, nil
+	return rec, nil
 }
 
 // localError turns the domain's errors into the gateway's: contract
@@ -308,20 +319,23 @@ func (r remote) Commit(ctx context.Context, key, token string, o Outcome) error 
 	return remoteError("commit", err)
 }
 
-func (r remote) Recorded(ctx context.Context, key string, seq uint64) (time.Time, time.Time, error) {
+func (r remote) Recorded(ctx context.Context, key string, seq uint64) (Record, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	v, err := r.c.Key(ctx, key, true)
 	if err != nil {
-		return time.Time{}, time.Time{}, remoteError("read key", err)
+		return Record{}, remoteError("read key", err)
 	}
-	var at time.Time
+	rec := Record{Expires: v.ExpiresAt}
 	for _, rc := range v.Receipts {
 		if rc.Seq == seq {
-			at = time.UnixMilli(rc.RecordedAt).UTC()
+			var more struct{ Actor, Note string }
+			_ = json.Unmarshal(rc.JSON, &more)
+			rec.At, rec.Kind, rec.ExternalRef = time.UnixMilli(rc.RecordedAt).UTC(), rc.Kind, rc.ExternalRef
+			rec.Actor, rec.Note = more.Actor, more.Note
 		}
 	}
-	return at, v.ExpiresAt, nil
+	return rec, nil
 }
 
 // remoteError: the ledgerd's refusals keep their code; transport errors,

@@ -126,6 +126,10 @@ type parkedCall struct {
 	heldAt time.Time // when held was reserved (at most)
 	owner  string    // taskOwner of the call's client
 	gen    int       // times parked, under parkTable.mu: a timer serves its own
+	// slot sees the upstream call's answer (and the stray ones, for the
+	// log); stop gives the upstream call up.
+	slot *rawSlot
+	stop context.CancelFunc
 }
 
 // parkedAsk is one request of the upstream, waiting for its answer.
@@ -362,8 +366,9 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		return nil, &rawSlot{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
+	uctx, slot := withRawSlot(uctx)
 	p = &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
-		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx)}
+		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx), slot: slot, stop: cancel}
 	r.park = p
 	c.peer, c.route, c.park = pp, r, p
 	up := *c
@@ -410,13 +415,20 @@ func withoutParamsTask(meta mcp.Meta) mcp.Meta {
 // call whose upstream already had an answer holds the execution's
 // reservation c.rsv (its state says so), for at most what is left of
 // the reservation's lease.
+// The upstream gets Config.UpstreamTimeout to send either: then its call
+// is given up, and the outcome is unknown.
 func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallToolResult, *rawSlot, error) {
+	timer := time.NewTimer(g.cfg.UpstreamTimeout)
+	defer timer.Stop()
 	for {
 		select {
 		case e := <-p.end:
 			return e.res, e.slot, e.err
 		case <-ctx.Done():
 			return nil, &rawSlot{}, ctx.Err()
+		case <-timer.C:
+			p.stop()
+			return nil, p.slot, fmt.Errorf("%w (%s)", errUpstreamTimeout, g.cfg.UpstreamTimeout)
 		case ask := <-p.asks:
 			res, slot, err := g.parkRound(ctx, c, p, ask)
 			if res == nil && err == nil {

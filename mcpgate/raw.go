@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,6 +31,39 @@ type rawSlot struct {
 	raw      json.RawMessage
 	answered bool
 	rpcErr   *jsonrpc.Error // the upstream's JSON-RPC error answer
+	// written: the request went to the connection's Write (it may have
+	// reached the upstream); a request never written cannot have acted.
+	written bool
+	// strays are ids of answers that came while the request waited and
+	// matched no request sent (at most maxStrays), for the log.
+	strays []jsonrpc.ID
+}
+
+// maxStrays bounds the unmatched answer ids a slot keeps.
+const maxStrays = 8
+
+// wasWritten reports whether the request was handed to the connection.
+func (s *rawSlot) wasWritten() bool {
+	if s == nil {
+		return true // unknown: assume it went
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written
+}
+
+// strayIDs are the unmatched answer ids seen while the request waited.
+func (s *rawSlot) strayIDs() []any {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]any, len(s.strays))
+	for i, id := range s.strays {
+		ids[i] = id.Raw()
+	}
+	return ids
 }
 
 func (s *rawSlot) get() json.RawMessage {
@@ -65,7 +99,11 @@ type rawSlotKey struct{}
 
 // withRawSlot returns a context whose upstream request keeps its raw
 // result in the returned slot.
+// A context that has one already (a parked call's, park.go) keeps it.
 func withRawSlot(ctx context.Context) (context.Context, *rawSlot) {
+	if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
+		return ctx, s
+	}
 	s := &rawSlot{}
 	return context.WithValue(ctx, rawSlotKey{}, s), s
 }
@@ -73,15 +111,23 @@ func withRawSlot(ctx context.Context) (context.Context, *rawSlot) {
 // rawTransport keeps raw results on a stream transport's connection
 // (stdio). A Streamable HTTP connection is not wrapped, since the SDK
 // relies on methods of its own connection type: raw_http.go reads the
-// results off the HTTP responses instead.
-type rawTransport struct{ mcp.Transport }
+// results off the HTTP responses instead. broken is set once the
+// connection's read or write failed (an answer over the frame limit, a
+// server gone): the SDK's session then refuses every request ("client is
+// closing") until it has shut down, so the Upstream makes a new one at
+// once (connect).
+type rawTransport struct {
+	mcp.Transport
+	broken *atomic.Bool
+}
 
 func (t rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	c, err := t.Transport.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, inits: map[jsonrpc.ID]bool{}}, nil
+	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, inits: map[jsonrpc.ID]bool{},
+		sent: map[jsonrpc.ID]bool{}, broken: t.broken}, nil
 }
 
 type rawConn struct {
@@ -89,6 +135,8 @@ type rawConn struct {
 	mu      sync.Mutex
 	pending map[jsonrpc.ID]*rawSlot
 	inits   map[jsonrpc.ID]bool // initialize requests awaiting their answer
+	sent    map[jsonrpc.ID]bool // every request awaiting its answer
+	broken  *atomic.Bool
 }
 
 func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
@@ -107,18 +155,26 @@ func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
+		c.mu.Lock()
 		if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
-			c.mu.Lock()
 			c.pending[req.ID] = s
-			c.mu.Unlock()
+			s.mu.Lock()
+			s.written = true
+			s.mu.Unlock()
 		}
+		c.sent[req.ID] = true
+		c.mu.Unlock()
 	}
 	err := c.Connection.Write(ctx, msg)
 	if err != nil {
 		if req, ok := msg.(*jsonrpc.Request); ok {
 			c.mu.Lock()
 			delete(c.pending, req.ID)
+			delete(c.sent, req.ID)
 			c.mu.Unlock()
+		}
+		if ctx.Err() == nil {
+			c.broken.Store(true)
 		}
 	}
 	return err
@@ -126,12 +182,19 @@ func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 
 func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	msg, err := c.Connection.Read(ctx)
+	if err != nil {
+		c.broken.Store(true)
+	}
 	if res, ok := msg.(*jsonrpc.Response); ok && err == nil {
 		c.mu.Lock()
 		s := c.pending[res.ID]
 		delete(c.pending, res.ID)
 		init := c.inits[res.ID]
 		delete(c.inits, res.ID)
+		if !c.sent[res.ID] {
+			c.stray(res.ID)
+		}
+		delete(c.sent, res.ID)
 		c.mu.Unlock()
 		if init && res.Error == nil {
 			res.Result = stashTasks(res.Result)
@@ -141,6 +204,18 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		}
 	}
 	return msg, err
+}
+
+// stray notes on every request awaiting its answer an answer whose id
+// matches no request sent (the SDK drops it). c.mu is held.
+func (c *rawConn) stray(id jsonrpc.ID) {
+	for _, s := range c.pending {
+		s.mu.Lock()
+		if len(s.strays) < maxStrays {
+			s.strays = append(s.strays, id)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // wireError is err as the JSON-RPC error object it came as, if it did.

@@ -22,11 +22,16 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
+	if ok && req.Method == http.MethodPost {
+		slot.mu.Lock()
+		slot.written = true // it may reach the server from here on
+		slot.mu.Unlock()
+	}
 	res, err := t.next.RoundTrip(req)
 	if init && err == nil {
 		stashTasksHTTP(res)
 	}
-	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
 	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
 		return res, err
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,6 +42,9 @@ type peer struct {
 	impl  *mcp.Implementation
 	slots chan struct{} // one per call in flight
 
+	// first makes the first session one at a time: requests that come
+	// together (a tools/list and a call) start one upstream, not one each.
+	first  sync.Mutex
 	mu     sync.Mutex
 	client *mcp.Client
 	cs     *mcp.ClientSession // the first: lists, tasks, and a call
@@ -49,6 +53,10 @@ type peer struct {
 	// ended are busy sessions whose connection ended: not kept for the
 	// next call.
 	ended map[*mcp.ClientSession]bool
+	// broken reports, of each session, whether its connection failed
+	// (Upstream.connect): such a session, still shutting down, is not
+	// used again.
+	broken map[*mcp.ClientSession]func() bool
 	// maxSpare bounds the idle sessions kept (0: as many as were opened,
 	// at most maxPeerCalls).
 	maxSpare int
@@ -68,6 +76,9 @@ type route struct {
 	missing  error
 	first    bool
 	park     *parkedCall // a parked call's (park.go)
+	// watch is the call's upstream timeout (sendBounded), held while a
+	// request of the upstream waits for the client.
+	watch atomic.Pointer[watchdog]
 }
 
 // usesPeer reports whether a call of a client of revision version on ss
@@ -117,7 +128,10 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 // session returns the peer's first upstream session, connecting when
 // there is none (a stdio upstream: one more process).
 func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
+	p.first.Lock()
+	defer p.first.Unlock()
 	p.mu.Lock()
+	p.dropBroken()
 	cs, closed := p.cs, p.closed
 	p.mu.Unlock()
 	switch {
@@ -146,6 +160,17 @@ func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 
 var errPeerClosed = errors.New("upstream: the client's session ended")
 
+// dropBroken forgets the idle sessions whose connection failed, so that
+// the next call connects again. p.mu is held.
+func (p *peer) dropBroken() {
+	gone := func(cs *mcp.ClientSession) bool { f := p.broken[cs]; return f != nil && f() }
+	if p.cs != nil && p.busy[p.cs] == nil && gone(p.cs) {
+		p.g.logger.Warn("upstream connection failed: connecting again", "upstream", p.g.up.name)
+		p.cs = nil
+	}
+	p.spare = slices.DeleteFunc(p.spare, gone)
+}
+
 // connect opens one more upstream session for the client. It holds no
 // lock while it does: the upstream may ask on the new session at once.
 func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
@@ -161,10 +186,16 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	cctx, cancel := context.WithCancel(context.Background())
 	defer context.AfterFunc(ctx, cancel)()
 	defer cancel()
-	cs, err := c.Connect(cctx, p.g.up.newConn(), nil)
+	cs, broken, err := p.g.up.connect(cctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %q: %w", p.g.up.name, err)
+		return nil, err
 	}
+	p.mu.Lock()
+	if p.broken == nil {
+		p.broken = map[*mcp.ClientSession]func() bool{}
+	}
+	p.broken[cs] = broken
+	p.mu.Unlock()
 	if level != "" {
 		_ = cs.SetLoggingLevel(cctx, &mcp.SetLoggingLevelParams{Level: level})
 	}
@@ -176,6 +207,7 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			p.cs = nil
 		}
 		p.spare = slices.DeleteFunc(p.spare, func(x *mcp.ClientSession) bool { return x == cs })
+		delete(p.broken, cs)
 		if p.busy[cs] != nil {
 			if p.ended == nil {
 				p.ended = map[*mcp.ClientSession]bool{}
@@ -248,6 +280,7 @@ func (p *peer) take(ctx context.Context, r *route) (*mcp.ClientSession, error) {
 		return nil, err
 	}
 	p.mu.Lock()
+	p.dropBroken()
 	var cs *mcp.ClientSession
 	switch {
 	case p.closed:
@@ -355,6 +388,9 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 		dctx := ctx
 		if r != nil {
 			dctx = r.ctx
+			w := r.watch.Load()
+			w.hold()
+			defer w.release()
 		}
 		caps := p.clientCaps()
 		var (

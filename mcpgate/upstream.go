@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,6 +28,7 @@ type Upstream struct {
 
 	mu      sync.Mutex
 	session *mcp.ClientSession
+	broken  func() bool           // whether session's connection failed
 	info    *mcp.InitializeResult // of the first connection
 	closed  bool
 	// others close the other connections made to the upstream (park.go),
@@ -69,7 +72,9 @@ func DialCommand(ctx context.Context, argv []string, o UpstreamOptions) (*Upstre
 // after one ends): a stream transport such as mcp.CommandTransport or
 // mcp.InMemoryTransport. name names the server in messages.
 func DialTransport(ctx context.Context, name string, newTransport func() mcp.Transport, o UpstreamOptions) (*Upstream, error) {
-	return dial(ctx, name, func() mcp.Transport { return rawTransport{newTransport()} }, o)
+	return dial(ctx, name, func() mcp.Transport {
+		return rawTransport{Transport: newTransport(), broken: new(atomic.Bool)}
+	}, o)
 }
 
 // DialURL reaches the MCP server at url over Streamable HTTP.
@@ -164,18 +169,23 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.closed {
 		return nil, errors.New("upstream: closed")
 	}
-	if u.session != nil {
+	if u.session != nil && !u.broken() {
 		return u.session, nil
 	}
-	s, err := u.client.Connect(ctx, u.newConn(), nil)
+	if u.session != nil {
+		// Failed, still shutting down: it would refuse every request.
+		u.logger.Warn("upstream connection failed: connecting again", "upstream", u.name)
+		u.session = nil
+	}
+	s, broken, err := u.connect(ctx, u.client)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %q: %w", u.name, err)
+		return nil, err
 	}
 	restarted := u.info != nil
 	if u.info == nil {
 		u.info = s.InitializeResult()
 	}
-	u.session = s
+	u.session, u.broken = s, broken
 	go u.watch(s)
 	if restarted {
 		u.logger.Warn("upstream connected again", "upstream", u.name)
@@ -187,6 +197,22 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 		}()
 	}
 	return s, nil
+}
+
+// connect opens a session of c on a new connection to the upstream (a
+// stdio server: a new process). broken reports whether its connection
+// has failed since (a stdio connection's read or write; never over HTTP,
+// whose requests are each their own).
+func (u *Upstream) connect(ctx context.Context, c *mcp.Client) (s *mcp.ClientSession, broken func() bool, err error) {
+	t := u.newConn()
+	broken = func() bool { return false }
+	if rt, ok := t.(rawTransport); ok {
+		broken = rt.broken.Load
+	}
+	if s, err = c.Connect(ctx, t, nil); err != nil {
+		return nil, nil, fmt.Errorf("upstream %q: %w", u.name, err)
+	}
+	return s, broken, nil
 }
 
 // watch forgets a session once it ends, so the next use connects again.
@@ -216,4 +242,76 @@ func (u *Upstream) Close() error {
 		return nil
 	}
 	return s.Close()
+}
+
+// errUpstreamTimeout is a call the upstream did not answer within
+// Config.UpstreamTimeout.
+var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
+
+// sendBounded is send within Config.UpstreamTimeout: an upstream that
+// never answers (or answers another id) leaves the call's outcome unknown
+// then, not at the end of its lease. The time counts while the upstream
+// owes the answer: not while a request of its to the client (an
+// elicitation a person answers) waits on the call's route (serverreq.go).
+// A parked call (park.go) waits for its client's rounds as well, and is
+// bounded in await.
+func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+	if c.parked {
+		return g.send(ctx, s, c)
+	}
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := &watchdog{d: g.cfg.UpstreamTimeout}
+	w.t = time.AfterFunc(w.d, func() { cancel(errUpstreamTimeout) })
+	defer w.t.Stop()
+	if c.route != nil {
+		c.route.watch.Store(w)
+	}
+	res, slot, err := g.send(tctx, s, c)
+	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
+		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
+	}
+	return res, slot, err
+}
+
+// watchdog is a call's upstream timeout, held while the upstream waits
+// for the client.
+type watchdog struct {
+	d    time.Duration
+	t    *time.Timer
+	mu   sync.Mutex
+	held int
+}
+
+// hold stops the clock until release.
+func (w *watchdog) hold() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.held++
+	w.t.Stop()
+}
+
+// release gives the upstream the whole timeout again, once nothing holds.
+func (w *watchdog) release() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held--; w.held == 0 {
+		w.t.Reset(w.d)
+	}
+}
+
+// unsentVerdict is the outcome of a call never written to the upstream
+// (verdict.unsent): nothing was applied.
+func unsentVerdict(key string, err error) verdict {
+	return verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
+		ErrorMessage: truncate("not sent to the upstream: "+err.Error(), maxFailureMessage)},
+		reply: answer(CodeUpstreamUnavailable, key, fmt.Sprintf("This call was not run: the connection to the "+
+			"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
+			"Nothing was applied; call it again (idempotency key %s).", err, key))}
 }

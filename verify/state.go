@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // keyState is what the state checks remember of one key.
@@ -349,6 +350,15 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
 }
 
+// endsOwnLease reports whether r, a reserve while the key's reserve holds
+// its lease, is that reservation's own execution ending it (SPEC §11,
+// ledger.EndLeases): ref_seq names it, and r's lease is the shortest
+// there is, so the key is interrupted at once.
+func endsOwnLease(k *keyState, r *chain.Receipt, ref uint64) bool {
+	return r.ExecutionID == k.latest.execution && ref == k.latest.seq &&
+		r.LeaseExpiresAt-r.RecordedAt == ledger.MinLeaseMS
+}
+
 // checkReserve applies the rules of §4 and §4.1 to a reserve of a key in
 // state st; ref is what it names, past an approval it consumes.
 func (s *stateChecker) checkReserve(k *keyState, r *chain.Receipt, st string, ref uint64) {
@@ -360,6 +370,9 @@ func (s *stateChecker) checkReserve(k *keyState, r *chain.Receipt, st string, re
 	case "succeeded":
 		s.violation(r, RuleReserveAfterSuccess, "key %q succeeded at seq %d; a later reserve must be a replay", k.key, k.final.seq)
 	case "reserved":
+		if endsOwnLease(k, r, ref) {
+			return // SPEC §11: a gateway's start ends its dead process's lease
+		}
 		s.violation(r, RuleRetryNotAllowed, "key %q: reserve while reserve %d holds the lease until %d (recorded_at %d)", k.key, k.latest.seq, k.latest.lease, r.RecordedAt)
 	case "interrupted":
 		if !k.first.Idempotent {

@@ -74,9 +74,11 @@ type Main struct {
 	Scope       string
 	Lease       time.Duration
 	Wait        time.Duration
-	KeyTTL      time.Duration // of a ledger or namespace this start creates (SPEC §12)
-	ServerName  string
-	PolicyFile  string
+	// UpstreamTimeout bounds the wait for the upstream's answer to a call.
+	UpstreamTimeout time.Duration
+	KeyTTL          time.Duration // of a ledger or namespace this start creates (SPEC §12)
+	ServerName      string
+	PolicyFile      string
 	// ApprovalURL is the page where a person answers an ask ({seq}
 	// replaced), named to the model (default: the ledger's /ui/).
 	ApprovalURL string
@@ -112,6 +114,7 @@ type Main struct {
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
 	remote    *client.Client // the --ledger's client
 	ns        *ledger.Namespace
+	store     any    // the embedded ledger's store
 	dbFile    string // the embedded ledger's SQLite file
 }
 
@@ -164,6 +167,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.StringVar(&m.AdminListen, "admin-listen", "", "embedded ledger: serve its REST API and web page at http://`ADDR`, so a person can resolve keys and answer approvals with ledgerctl --server or /ui/; every request needs a token (the admin token of --admin-token-file)")
 	fs.StringVar(&m.AdminTokenFile, "admin-token-file", "", "--admin-listen: the `file` that keeps its admin token, made (mode 0600) and printed once on first start (default <db>.admin-token beside a SQLite --db; required with a PostgreSQL --db)")
 	fs.DurationVar(&m.Lease, "lease", mcpgate.DefaultLease, "how long a call holds its key; a call with no answer by then has an unknown outcome")
+	fs.DurationVar(&m.UpstreamTimeout, "upstream-timeout", mcpgate.DefaultUpstreamTimeout, "how long a call waits for the upstream's answer; a call with none by then (or by the end of its --lease, if sooner) has an unknown outcome")
 	fs.DurationVar(&m.KeyTTL, "key-ttl", DefaultKeyTTL, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever); an existing one keeps its own")
 	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
 	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
@@ -224,6 +228,8 @@ func (m *Main) check() error {
 		return errors.New("--admin-listen serves an embedded ledger: with --ledger, a person resolves keys at that ledgerd")
 	case m.AdminTokenFile != "" && m.AdminListen == "":
 		return errors.New("--admin-token-file is the token of --admin-listen: give both")
+	case m.UpstreamTimeout <= 0:
+		return fmt.Errorf("--upstream-timeout must be positive, not %s", m.UpstreamTimeout)
 	case m.LedgerTimeout <= 0:
 		return fmt.Errorf("--ledger-timeout must be positive, not %s", m.LedgerTimeout)
 	case m.SessionTimeout < 0:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -40,6 +41,8 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.setGate(ctx, name); err != nil {
 		return err
 	}
+	run := mcpgate.NewRunID()
+	m.endDeadLeases(ctx, run)
 	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
 		if adminURL, err = m.serveAdmin(ctx); err != nil {
@@ -62,7 +65,7 @@ func (m *Main) Run(ctx context.Context) error {
 		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
-		Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
+		UpstreamTimeout: m.UpstreamTimeout, RunID: run, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
 		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
@@ -131,6 +134,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	}
 	ttl := uint64(m.KeyTTL.Milliseconds())
 	store, err := storage.Open(ctx, db, storage.Options{Logger: m.Logger, KeyTTL: ttl})
+	m.store = store
 	if errors.Is(err, sqlite.ErrLocked) {
 		return nil, "", fmt.Errorf("%w: for several gateways on one ledger, run ledgerd on it and give each --ledger URL", err)
 	}
@@ -151,6 +155,68 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	}
 	m.ns = ns
 	return mcpgate.NewLocal(ns), store.Describe(), nil
+}
+
+// endDeadLeases ends, as interrupted, the reservations an earlier process
+// of this embedded ledger left running (killed mid-call), so that an
+// identical call is told at once that a person must resolve its key,
+// instead of "still running" until the lease ends. A SQLite file is held
+// by one process at a time, so every earlier run is gone; PostgreSQL may
+// be shared by gateways that run now, so each run holds a lock while it
+// runs (TryRunLock) and only a run whose lock is free is gone. Not with
+// --ledger: other gateways share that ledger.
+func (m *Main) endDeadLeases(ctx context.Context, run string) {
+	if m.ns == nil {
+		return
+	}
+	dead := mcpgate.EarlierRun(run)
+	if m.dbFile == "" {
+		rl, ok := m.store.(runLocker)
+		if !ok {
+			return
+		}
+		release, held, err := rl.TryRunLock(ctx, run)
+		if err != nil || !held {
+			m.Logger.Warn("cannot hold this run's lock: the calls of gateways that died end with their lease", "run", run, "err", err)
+			return
+		}
+		m.closers = append(m.closers, func() error { release(); return nil })
+		dead = liveRunsExcluded(ctx, rl, dead)
+	}
+	keys, err := m.ns.EndLeases(ctx, dead)
+	if err != nil {
+		m.Logger.Warn("cannot end the calls an earlier ledger-mcp left running; they end with their lease", "err", err)
+	}
+	if len(keys) > 0 {
+		m.Logger.Warn("calls an earlier ledger-mcp left running are interrupted: a person resolves them (ledgerctl resolve)",
+			"keys", keys, "run", run)
+	}
+}
+
+// runLocker is a PostgreSQL store's run locks.
+type runLocker interface {
+	TryRunLock(ctx context.Context, run string) (release func(), ok bool, err error)
+}
+
+// liveRunsExcluded narrows earlier to the runs whose lock no live
+// process holds.
+func liveRunsExcluded(ctx context.Context, rl runLocker, earlier func(*chain.Receipt) bool) func(*chain.Receipt) bool {
+	gone := map[string]bool{}
+	return func(r *chain.Receipt) bool {
+		if !earlier(r) {
+			return false
+		}
+		other := mcpgate.RunOf(r.ExecutionID)
+		if g, ok := gone[other]; ok {
+			return g
+		}
+		release, free, err := rl.TryRunLock(ctx, other)
+		if free {
+			release()
+		}
+		gone[other] = err == nil && free
+		return gone[other]
+	}
 }
 
 // setGate records the gate's members of the --policy file as the embedded

@@ -150,16 +150,35 @@ const signerLockClass = 0x6566656C
 // A signer that loses its connection loses the lock without noticing;
 // PutCheckpoint's ErrStaleCheckpoint still keeps checkpoints from forking.
 func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error) {
+	return s.trySessionLock(ctx, signerLockClass, ns, "ledgerd-signer")
+}
+
+// runLockClass is the first key of the advisory locks that ledger-mcp
+// processes hold on their embedded ledger for as long as they run; the
+// second is hashtext of the process's run id.
+const runLockClass = 0x6d637072 // "mcpr"
+
+// TryRunLock takes the lock of run id run as TrySignerLock takes a
+// signer's: a process holds its own run's lock while it runs, and a run
+// whose lock another session can take has no live process (ledger-mcp
+// ends that run's reservations, mcpgate.EarlierRun).
+func (s *Store) TryRunLock(ctx context.Context, run string) (release func(), ok bool, err error) {
+	return s.trySessionLock(ctx, runLockClass, run, "ledger-mcp-run")
+}
+
+// trySessionLock takes the session advisory lock (class, hashtext(name))
+// on a connection of its own, named app.
+func (s *Store) trySessionLock(ctx context.Context, class int, name, app string) (release func(), ok bool, err error) {
 	cfg := s.cfg.ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = "ledgerd-signer"
+	cfg.RuntimeParams["application_name"] = app
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, false, fmt.Errorf("signer lock: %w", classify(err))
+		return nil, false, fmt.Errorf("%s lock: %w", app, classify(err))
 	}
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, signerLockClass, ns).Scan(&ok); err != nil || !ok {
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1, hashtext($2))`, class, name).Scan(&ok); err != nil || !ok {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		if err != nil {
-			return nil, false, fmt.Errorf("signer lock: %w", classify(err))
+			return nil, false, fmt.Errorf("%s lock: %w", app, classify(err))
 		}
 		return nil, false, nil
 	}
@@ -170,8 +189,8 @@ func (s *Store) TrySignerLock(ctx context.Context, ns string) (release func(), o
 			defer cancel()
 			// Unlocked before the session ends: the server ends a closed
 			// session, and frees its locks, a moment after Close returns,
-			// and another replica trying right after must find it free.
-			_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, signerLockClass, ns)
+			// and another session trying right after must find it free.
+			_, _ = conn.Exec(ctx, `SELECT pg_advisory_unlock($1, hashtext($2))`, class, name)
 			_ = conn.Close(ctx) // ending the session frees the lock in any case
 		})
 	}, true, nil

@@ -1,7 +1,10 @@
 // Command mcp-hostile is an MCP server written by hand, for the tests of
 // what ledger-mcp does with answers no well-behaved SDK server sends: a
 // connection dropped after the tool ran, an HTTP 500, a JSON-RPC error,
-// a result that is not I-JSON or that the SDK cannot decode, a tool name
+// a result that is not I-JSON or that the SDK cannot decode, an answer
+// over the 50 MB frame limit ("huge"), one that comes once the file
+// release-<id> exists in --dir ("slow"), an answer under the wrong id
+// ("wrongid", stdio), a tool name
 // with "/" that claims to be read-only, a 128-byte tool name, and a
 // tools/list whose nextCursor never ends (--loop-cursor); and tasks of
 // MCP 2025-11-25 (tasks.go): a call of "job" with params.task answers a
@@ -75,6 +78,8 @@ type reply struct {
 	err    string // raw JSON error object
 	drop   bool   // close the connection (stdio: exit)
 	status int    // HTTP only: answer this status with a plain body
+	// wrongID: answer under another id than the request's (stdio only).
+	wrongID bool
 }
 
 func handle(r request) reply {
@@ -116,6 +121,9 @@ func toolsList() string {
 		`{"name":"surrogate","inputSchema":{"type":"object"}}`,
 		`{"name":"bignum","inputSchema":{"type":"object"}}`,
 		`{"name":"hologram","inputSchema":{"type":"object"}}`,
+		`{"name":"huge","inputSchema":{"type":"object"}}`,
+		`{"name":"slow","inputSchema":{"type":"object"}}`,
+		`{"name":"wrongid","inputSchema":{"type":"object"}}`,
 		`{"name":"job","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}`,
 		`{"name":"admin/delete","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}}`,
 		fmt.Sprintf(`{"name":%q,"inputSchema":{"type":"object"}}`, LongTool),
@@ -154,6 +162,19 @@ func call(params json.RawMessage) reply {
 		return reply{result: `{"content":[{"type":"text","text":"big"}],"structuredContent":{"n":1e400}}`}
 	case "hologram":
 		return reply{result: `{"content":[{"type":"hologram","data":"a charge of 12 EUR"}]}`}
+	case "slow":
+		// Answers once the file release-<id> exists in --dir.
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "release-"+p.Arguments.ID)); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	case "huge":
+		// Over the 50 MB frame limit of a stdio connection.
+		return reply{result: `{"content":[{"type":"text","text":"` + strings.Repeat("x", 51<<20) + `"}]}`}
+	case "wrongid":
+		return reply{wrongID: true, result: `{"content":[{"type":"text","text":"answered under another id"}]}`}
 	}
 	return reply{result: fmt.Sprintf(`{"content":[{"type":"text","text":"%s %s done"}]}`, jsonText(p.Name), jsonText(p.Arguments.ID))}
 }
@@ -181,7 +202,11 @@ func serveStdio() {
 				if rp.drop || rp.status != 0 {
 					os.Exit(3)
 				}
-				os.Stdout.Write(append(message(r.ID, rp), '\n'))
+				id := r.ID
+				if rp.wrongID {
+					id = json.RawMessage(`"not-` + strings.Trim(string(r.ID), `"`) + `"`)
+				}
+				os.Stdout.Write(append(message(id, rp), '\n'))
 			}
 		}
 		if err != nil {
