@@ -129,26 +129,41 @@ func TestLedgerd_invalidValuesServed(t *testing.T) {
 	assert.Nil(t, r.Body["attempt"])
 	assert.Equal(t, map[string]any{"attempt": "'two'"}, r.Body["malformed"])
 
-	for _, path := range []string{"/v1/effects/refund-0001", "/v1/receipts", "/v1/receipts?key=refund-0001"} {
+	for _, path := range []string{"/v1/receipts", "/v1/receipts?key=refund-0001"} {
 		r = l.Do("GET", path, "")
 		require.Equal(t, 200, r.Status, "%s: %s", path, r.Raw)
 		valid(r)
 		assert.Contains(t, r.Raw, `"result_encoding":"text"`, path)
 	}
 
-	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-9","tool":"payments.refund","effect":"write","input":{"order":7}}`)
-	require.Equal(t, 200, r.Status, "a replay of the edited result: %s", r.Raw)
+	// The edited result no longer hashes to what the chain recorded: the
+	// key's view and a replay refuse to serve it (issue 44), and the replay
+	// appends nothing.
+	r = l.Do("GET", "/v1/effects/refund-0001", "")
+	require.Equal(t, 500, r.Status, r.Raw)
 	valid(r)
-	assert.Equal(t, "replayed", r.Body["status"])
-	assert.Equal(t, notJSON, r.Body["result"])
-	assert.Equal(t, "text", r.Body["result_encoding"])
+	assert.Equal(t, "integrity_error", r.Code())
+	assert.NotContains(t, r.Raw, "oops")
+	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-9","tool":"payments.refund","effect":"write","input":{"order":7}}`)
+	require.Equal(t, 500, r.Status, "a replay of the edited result: %s", r.Raw)
+	valid(r)
+	assert.Equal(t, "integrity_error", r.Code())
+	assert.NotContains(t, r.Raw, "oops")
+	r = l.Do("GET", "/v1/receipts", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	assert.Len(t, r.Body["receipts"], 4, "no replay receipt appended")
 
 	out, _, code := ledgerctl(t, "export", "--server", l.URL)
 	require.Equal(t, 0, code)
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		assert.True(t, json.Valid([]byte(line)), "export line %s", line)
 	}
-	assert.NotContains(t, l.Logs(), `"level":"ERROR"`)
+	for _, line := range strings.Split(l.Logs(), "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) {
+			assert.Regexp(t, `does not match the chain|integrity_error`, line, "the only errors logged are the refusal of the edited value")
+			assert.NotContains(t, line, "oops")
+		}
+	}
 }
 
 // TestLedgerctl_incrementalAfterTruncation pins a head with --state and
