@@ -242,13 +242,20 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 }
 
 // errHeadMissing: a namespace of an update has no head row
-// (*missingHead names it).
+// (*missingHead names it). Nothing is written to it (headcheck.go): it
+// is a lost namespace, 503, never a chain started again from seq 1.
 var errHeadMissing = errors.New("the head row is missing")
 
 type missingHead struct{ ns string }
 
-func (e *missingHead) Error() string { return e.ns + ": " + errHeadMissing.Error() }
-func (e *missingHead) Unwrap() error { return errHeadMissing }
+func (e *missingHead) Error() string {
+	return fmt.Sprintf("namespace %s: %v (removed outside ledgerd); nothing is written to it: "+
+		"check the chain with `ledgerctl verify --namespace %s`, then restore the head row from a backup", e.ns, errHeadMissing, e.ns)
+}
+
+func (e *missingHead) Unwrap() []error {
+	return []error{errHeadMissing, ledger.ErrNamespaceLost, ledger.ErrDerivedState}
+}
 
 // begin starts the transaction on conn and reads, in one round trip, the
 // parts' heads under their row locks (taken in the order of the

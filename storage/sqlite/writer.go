@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -27,6 +28,9 @@ const (
 
 	// The head recorded with the last append, and the settings row.
 	sqlRecordedHead = `SELECT seq, hash FROM head WHERE id = 1`
+	// headMissingAbort is the message of the linking triggers (schema.sql,
+	// tables.go) when the head row is gone.
+	headMissingAbort = "the head row is missing"
 	// The newest recorded_at of the chain (0 for an empty chain, or for a
 	// value that is not an unsigned integer: an edited file, which the
 	// verifier reports).
@@ -384,6 +388,13 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
 		r.PrevHash[:], r.Hash[:])...)
+	if err != nil && strings.Contains(err.Error(), headMissingAbort) {
+		// the head row was deleted outside ledgerd: nothing is appended
+		// (never a chain started again), and it is a lost namespace
+		return fmt.Errorf("append receipt %d: %w: %w: the head row is missing (removed outside ledgerd); "+
+			"check the chain with `ledgerctl verify`, then recompute it with `ledgerctl rebuild-index`",
+			r.Seq, ledger.ErrNamespaceLost, ledger.ErrDerivedState)
+	}
 	if err != nil {
 		return fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
 	}

@@ -1,0 +1,141 @@
+package test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+)
+
+// tamperHeads runs stmts on the ledger db as someone with SQL access who
+// gets past the ledger's triggers: on PostgreSQL a superuser with
+// session_replication_role = replica, on SQLite someone with sqlite3 who
+// drops them. Before that, it checks that an ordinary DELETE of the head
+// row of namespace ns is refused.
+func tamperHeads(t *testing.T, db, ns string, stmts ...string) {
+	t.Helper()
+	if strings.HasPrefix(db, "postgres") {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, db)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, `DELETE FROM head WHERE namespace = $1`, ns)
+		assert.ErrorContains(t, err, "never removed", "an ordinary DELETE of a head row is refused")
+		_, err = conn.Exec(ctx, `TRUNCATE head, checkpoints, state_keys`)
+		assert.Error(t, err, "TRUNCATE of the heads is refused")
+		_, err = conn.Exec(ctx, `SET session_replication_role = replica`)
+		require.NoError(t, err)
+		for _, q := range stmts {
+			_, err := conn.Exec(ctx, q)
+			require.NoError(t, err, q)
+		}
+		return
+	}
+	del := `DELETE FROM head`
+	if ns != "default" {
+		del = `DELETE FROM ns_head WHERE ns = (SELECT id FROM namespaces WHERE name = '` + ns + `')`
+	}
+	conn, err := sql.Open("sqlite3", db)
+	require.NoError(t, err)
+	_, err = conn.Exec(del)
+	require.NoError(t, conn.Close())
+	assert.ErrorContains(t, err, "never removed", "an ordinary DELETE of a head row is refused")
+	editLedger(t, db, append([]string{`DROP TRIGGER IF EXISTS head_kept`, `DROP TRIGGER IF EXISTS ns_head_kept`}, stmts...)...)
+}
+
+// TestLedgerd_headRowDeleted: someone with SQL access deletes the head
+// row of a namespace that has receipts (first a non-default one, then
+// default). The verifier reports it (derived_state, naming the missing
+// head), the running ledgerd refuses to write to that namespace (503,
+// nothing appended: never a chain started again from seq 1) while the
+// other namespaces go on, /readyz reports it, and a restart refuses,
+// naming the namespace. Both drivers alike; an ordinary DELETE of a head
+// row is refused by the schema.
+func TestLedgerd_headRowDeleted(t *testing.T) {
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		l := StartLedgerd(t, db)
+		r := l.Do("POST", "/v1/namespaces", `{"name":"pay"}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+		for _, k := range []string{"charge-head-1", "charge-head-2"} {
+			succeedIn(t, l, "default", k)
+			succeedIn(t, l, "pay", k)
+		}
+
+		delPay := `DELETE FROM head WHERE namespace = 'pay'`
+		delDefault := `DELETE FROM head WHERE namespace = 'default'`
+		if !strings.HasPrefix(db, "postgres") {
+			delPay = `DELETE FROM ns_head WHERE ns = (SELECT id FROM namespaces WHERE name = 'pay')`
+			delDefault = `DELETE FROM head`
+		}
+		tamperHeads(t, db, "pay", delPay)
+
+		rep, code := verifyJSON(t, "--db", db, "-n", "pay")
+		assert.Equal(t, 1, code, "verify fails: %+v", rep)
+		assert.False(t, rep.OK)
+		assert.Equal(t, uint64(4), rep.Receipts)
+		require.Equal(t, 1, rep.rules()["derived_state"], "%+v", rep.Violations)
+		assert.Regexp(t, "head (row )?is missing", rep.Violations[0].Detail)
+		rep, code = verifyJSON(t, "--db", db)
+		assert.Equal(t, 0, code, "default is intact: %+v", rep.Violations)
+
+		// the running ledgerd appends nothing to pay, above all no seq 1
+		r = l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("charge-head-3", "exec-3", 1, false))
+		assert.Equal(t, 503, r.Status, r.Raw)
+		assert.Equal(t, "unavailable", r.Code())
+		r = l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("charge-head-1", "exec-again", 1, false))
+		assert.Equal(t, 503, r.Status, "a committed key is not run again: %s", r.Raw)
+		assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "readyz reports the refused write")
+		assert.Contains(t, l.Logs(), "head row is missing")
+		succeedIn(t, l, "default", "charge-head-4") // the other namespaces go on
+		rep, _ = verifyJSON(t, "--db", db, "-n", "pay")
+		assert.Equal(t, uint64(4), rep.Receipts, "nothing was appended to pay")
+		require.NoError(t, l.Stop())
+
+		out, code := runLedgerdBounded(t, "--db", db, "--listen", "127.0.0.1:0")
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, "namespace pay")
+		assert.Regexp(t, "head (row )?is missing", out)
+
+		tamperHeads(t, db, "default", delDefault)
+		rep, code = verifyJSON(t, "--db", db)
+		assert.Equal(t, 1, code)
+		require.Equal(t, 1, rep.rules()["derived_state"], "%+v", rep.Violations)
+		assert.Regexp(t, "head (row )?is missing", rep.Violations[0].Detail)
+		out, code = runLedgerdBounded(t, "--db", db, "--listen", "127.0.0.1:0")
+		assert.Equal(t, 1, code, out)
+		assert.Regexp(t, "head (row )?is missing", out)
+	})
+}
+
+// TestLedgerd_postgresTruncationCaught: a superuser removes the last
+// receipts of a namespace, past the append-only triggers, and leaves its
+// head row. Without a pinned head (--state, --expect-head) the verifier
+// still reports it: the head row is not the chain's last receipt
+// (derived_state, as the SQLite file's recorded head); ledgerd refuses to
+// start on it.
+func TestLedgerd_postgresTruncationCaught(t *testing.T) {
+	t.Parallel()
+	db := pgtest.URL(t)
+	l := StartLedgerd(t, db)
+	succeedIn(t, l, "default", "charge-trunc-1")
+	succeedIn(t, l, "default", "charge-trunc-2")
+	require.NoError(t, l.Stop())
+	tamperHeads(t, db, "default", `DELETE FROM receipts WHERE namespace = 'default' AND seq > 2`)
+
+	rep, code := verifyJSON(t, "--db", db)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, uint64(2), rep.Receipts)
+	require.Equal(t, 1, rep.rules()["derived_state"], "%+v", rep.Violations)
+	assert.Contains(t, rep.Violations[0].Detail, "head row is 4")
+	assert.Contains(t, rep.Violations[0].Detail, "receipts end at 2")
+	out, code := runLedgerdBounded(t, "--db", db, "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "namespace default")
+	assert.Contains(t, out, "receipts end at 2")
+}
