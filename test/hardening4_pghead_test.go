@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"database/sql"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -138,4 +139,37 @@ func TestLedgerd_postgresTruncationCaught(t *testing.T) {
 	assert.Equal(t, 1, code, out)
 	assert.Contains(t, out, "namespace default")
 	assert.Contains(t, out, "receipts end at 2")
+}
+
+// TestLedgerctl_textSeqReported: a receipt row of a namespace whose seq
+// was edited into text (SQLite's shared tables take any value in that
+// column) is a violation the verifier names — invalid_field, quoting the
+// stored value — not an I/O error that stops it ("read malformed row: sql:
+// no rows in result set", exit 2).
+func TestLedgerctl_textSeqReported(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	r := l.Do("POST", "/v1/namespaces", `{"name":"pay"}`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	succeedIn(t, l, "pay", "charge-text-1")
+	succeedIn(t, l, "pay", "charge-text-2")
+	require.NoError(t, l.Stop())
+	editLedger(t, db, `DROP TRIGGER IF EXISTS ns_receipts_no_update`,
+		`UPDATE ns_receipts SET seq = 'two' WHERE seq = 2 AND ns = (SELECT id FROM namespaces WHERE name = 'pay')`)
+
+	for _, args := range [][]string{{"--db", db, "-n", "pay"}, {"--db", db, "-n", "pay", "--state", filepath.Join(t.TempDir(), "state.json")}} {
+		rep, code := verifyJSON(t, args...)
+		assert.Equal(t, 1, code, "%v: %+v", args, rep)
+		assert.GreaterOrEqual(t, rep.rules()["invalid_field"], 1, "%+v", rep.Violations)
+		assert.GreaterOrEqual(t, rep.rules()["seq_gap"], 1, "%+v", rep.Violations)
+		found := false
+		for _, v := range rep.Violations {
+			found = found || strings.Contains(v.Detail, "seq holds 'two'")
+		}
+		assert.True(t, found, "the stored value is named: %+v", rep.Violations)
+	}
+	stdout, stderr, code := ledgerctl(t, "verify", "--db", db, "--all-namespaces")
+	assert.Equal(t, 1, code, "%s%s", stdout, stderr)
+	assert.Contains(t, stdout, "seq holds 'two'")
 }

@@ -202,7 +202,7 @@ type chainSQL struct {
 	askInput, tokensAfter, firstFields, scanBySeq, scanBySeqRange, scanByKey,
 	scanByKeyAfter, duplicateSuccesses, repeatedFailures, openKeysAfter, keyReceipts,
 	stateKey, treeHash, treeCount, receiptHashes, latestCheckpoint, checkpointAt,
-	checkpointCover, maxCheckpoint, hashAt string
+	checkpointCover, maxCheckpoint, hashAt, nonIntegerSeqBySeq, nonIntegerSeqByKey string
 
 	insertReceipt, insertToken, putAskInput, askInputDeadline, purgeAskInputs,
 	insertStateKey, insertCheckpoint, repairHead string
@@ -244,6 +244,7 @@ func newChainSQL(shared bool) *chainSQL {
 		{&c.receiptHashes, sqlReceiptHashes},
 		{&c.latestCheckpoint, sqlLatestCheckpoint}, {&c.checkpointAt, sqlCheckpointAt},
 		{&c.checkpointCover, sqlCheckpointCover}, {&c.maxCheckpoint, sqlMaxCheckpoint}, {&c.hashAt, sqlHashAt},
+		{&c.nonIntegerSeqBySeq, sqlNonIntegerSeqBySeq}, {&c.nonIntegerSeqByKey, sqlNonIntegerSeqByKey},
 	} {
 		*r.dst = c.read(r.q)
 	}

@@ -15,7 +15,9 @@ import (
 
 // SQL of the write path.
 const (
-	sqlHead = `SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1`
+	// The chain's tail: its highest integer seq (a seq edited into text
+	// sorts after every integer; the verifier reports that row).
+	sqlHead = `SELECT seq, hash FROM receipts WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1`
 
 	receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
 		effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
