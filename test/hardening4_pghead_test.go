@@ -173,3 +173,32 @@ func TestLedgerctl_textSeqReported(t *testing.T) {
 	assert.Equal(t, 1, code, "%s%s", stdout, stderr)
 	assert.Contains(t, stdout, "seq holds 'two'")
 }
+
+// TestLedgerd_postgresHeadMadeAgain: a superuser deletes a namespace's
+// head row and makes it again empty (seq 0, as a new namespace has it),
+// under a running ledgerd. Its next write is refused (503: the receipt
+// at seq 1 exists; never a second chain from seq 1), the verifier reports
+// the head row that is not the chain's tail, and a restart refuses.
+func TestLedgerd_postgresHeadMadeAgain(t *testing.T) {
+	t.Parallel()
+	db := pgtest.URL(t)
+	l := StartLedgerd(t, db)
+	succeedIn(t, l, "default", "charge-again-1")
+	succeedIn(t, l, "default", "charge-again-2")
+	tamperHeads(t, db, "default", `DELETE FROM head WHERE namespace = 'default'`,
+		`INSERT INTO head (namespace, seq, hash, recorded_at) VALUES ('default', 0, '\x`+strings.Repeat("00", 32)+`', 0)`)
+
+	r := l.Do("POST", "/v1/effects/reserve", reserve("charge-again-3", "exec-3", 1, false))
+	assert.Equal(t, 503, r.Status, r.Raw)
+	assert.Equal(t, "unavailable", r.Code())
+	assert.Contains(t, l.Logs(), "head row is behind its receipts")
+	rep, code := verifyJSON(t, "--db", db)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, uint64(4), rep.Receipts, "nothing was appended")
+	require.Equal(t, 1, rep.rules()["derived_state"], "%+v", rep.Violations)
+	assert.Contains(t, rep.Violations[0].Detail, "head row is 0")
+	require.NoError(t, l.Stop())
+	out, code := runLedgerdBounded(t, "--db", db, "--listen", "127.0.0.1:0")
+	assert.Equal(t, 1, code, out)
+	assert.Contains(t, out, "receipts end at 4")
+}

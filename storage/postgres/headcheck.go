@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -86,18 +87,48 @@ func (ht *headTail) check(ns string) error {
 		tail.Hash, _ = chain.HashFromBytes(ht.tailHash)
 	}
 	if ht.headSeq == nil {
-		return fmt.Errorf("namespace %s: %w: %w: its head row is missing while its chain holds %d receipts (removed outside ledgerd); "+
-			"nothing is written to it: check the chain with `ledgerctl verify --namespace %s`, then restore the head row from a backup",
-			ns, ledger.ErrNamespaceLost, ledger.ErrDerivedState, tail.Seq, ns)
+		return &lostHead{ns: ns, what: fmt.Sprintf("its head row is missing while its chain holds %d receipts", tail.Seq)}
 	}
 	head := ledger.Head{Seq: uint64(*ht.headSeq)}
 	head.Hash, _ = chain.HashFromBytes(ht.headHash)
 	if head == tail {
 		return nil
 	}
-	return fmt.Errorf("namespace %s: %w: %w: its head row is %d (%s) but its receipts end at %d (%s): receipts were removed or added outside ledgerd; "+
-		"check the chain with `ledgerctl verify --namespace %s`",
-		ns, ledger.ErrNamespaceLost, ledger.ErrDerivedState, head.Seq, shortHash(head.Hash), tail.Seq, shortHash(tail.Hash), ns)
+	return &lostHead{ns: ns, what: fmt.Sprintf("its head row is %d (%s) but its receipts end at %d (%s): receipts were removed or added, or the head row was changed",
+		head.Seq, shortHash(head.Hash), tail.Seq, shortHash(tail.Hash))}
+}
+
+// lostHead is a namespace whose head row is missing or is not its last
+// receipt: a lost namespace (ledger.ErrNamespaceLost: 503, nothing
+// recorded) whose derived state does not match its chain
+// (ledger.ErrDerivedState: the verifier's derived_state).
+type lostHead struct {
+	ns, what string
+	err      error // the database's refusal that showed it, if any
+}
+
+func (e *lostHead) Error() string {
+	return fmt.Sprintf("namespace %s: %s (outside ledgerd); nothing is written to it: "+
+		"check the chain with `ledgerctl verify --namespace %s`, then restore the head row from a backup", e.ns, e.what, e.ns)
+}
+
+func (e *lostHead) Unwrap() []error {
+	errs := []error{ledger.ErrNamespaceLost, ledger.ErrDerivedState}
+	if e.err != nil {
+		errs = append(errs, e.err)
+	}
+	return errs
+}
+
+// headBehind turns the refusal of a batch that appended a receipt whose
+// seq is already stored — its head row was set back or made again
+// outside ledgerd — into a lostHead of the batch's namespaces (name).
+func headBehind(err error, name string) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != codeUniqueViolation || pe.ConstraintName != "receipts_pkey" {
+		return err
+	}
+	return &lostHead{ns: name, what: "its head row is behind its receipts (" + pe.Message + ")", err: err}
 }
 
 func shortHash(h chain.Hash) string { return h.String()[:12] }

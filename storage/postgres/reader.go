@@ -201,7 +201,7 @@ func (c *Chain) Head(ctx context.Context) (ledger.Head, error) {
 		if err := c.checkHead(ctx); err != nil {
 			return h, fmt.Errorf("read head: %w", err)
 		}
-		return h, fmt.Errorf("read head: %w", &missingHead{c.ns}) // restored meanwhile
+		return h, fmt.Errorf("read head: %w", missingHead(c.ns)) // restored meanwhile
 	}
 	if err != nil {
 		return h, fmt.Errorf("read head: %w", classify(err))

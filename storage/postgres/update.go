@@ -174,7 +174,7 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	}
 
 	ts, err := begin(ctx, conn, parts)
-	var mh *missingHead
+	var mh *lostHead
 	if errors.As(err, &mh) {
 		rollback(conn)
 		err = fmt.Errorf("update %s: %w", name, err)
@@ -217,7 +217,7 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	var b pgx.Batch
 	batchID := queueWrites(&b, dirty)
 	if err := send(ctx, conn, &b, len(dirty)); err != nil {
-		err = fail(err)
+		err = fail(headBehind(err, name))
 		if re, ok := err.(*runError); ok && isServerRefusal(err) {
 			if len(dirty) == 1 {
 				re.part = 1 + slices.IndexFunc(parts, func(p part) bool { return p.c == dirty[0].c })
@@ -241,20 +241,11 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	return nil
 }
 
-// errHeadMissing: a namespace of an update has no head row
-// (*missingHead names it). Nothing is written to it (headcheck.go): it
-// is a lost namespace, 503, never a chain started again from seq 1.
-var errHeadMissing = errors.New("the head row is missing")
-
-type missingHead struct{ ns string }
-
-func (e *missingHead) Error() string {
-	return fmt.Sprintf("namespace %s: %v (removed outside ledgerd); nothing is written to it: "+
-		"check the chain with `ledgerctl verify --namespace %s`, then restore the head row from a backup", e.ns, errHeadMissing, e.ns)
-}
-
-func (e *missingHead) Unwrap() []error {
-	return []error{errHeadMissing, ledger.ErrNamespaceLost, ledger.ErrDerivedState}
+// missingHead: a namespace of an update has no head row. Nothing is
+// written to it (headcheck.go): it is a lost namespace, 503, never a
+// chain started again from seq 1.
+func missingHead(ns string) *lostHead {
+	return &lostHead{ns: ns, what: "its head row is missing"}
 }
 
 // begin starts the transaction on conn and reads, in one round trip, the
@@ -302,7 +293,7 @@ func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	}
 	if err == nil {
 		for ns := range byNS {
-			return nil, &missingHead{ns}
+			return nil, missingHead(ns)
 		}
 	}
 	return ts, err

@@ -316,9 +316,9 @@ func (s *Store) checkSharedHeads(ctx context.Context) error {
 	}
 	flags := dbFlags(s.path, name)
 	if !rec.Valid {
-		return fmt.Errorf("namespace %s: %w: %w: its recorded head is missing while its receipts end at %d (removed outside ledgerd); "+
+		return &lostHead{fmt.Sprintf("namespace %s: its recorded head is missing while its receipts end at %d (removed outside ledgerd); "+
 			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
-			name, ledger.ErrNamespaceLost, ledger.ErrDerivedState, tail.Int64, flags, flags)
+			name, tail.Int64, flags, flags)}
 	}
 	return fmt.Errorf("namespace %s: %w: the last append recorded head %d but the receipts end at %d — "+
 		"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
@@ -352,3 +352,12 @@ func checkNoLegacyFile(ctx context.Context, abs, ns string) error {
 	}
 	return nil
 }
+
+// lostHead is a namespace whose head row is gone: a lost namespace
+// (ledger.ErrNamespaceLost: 503, nothing recorded) whose derived state
+// does not match its chain (ledger.ErrDerivedState).
+type lostHead struct{ msg string }
+
+func (e *lostHead) Error() string { return e.msg }
+
+func (e *lostHead) Unwrap() []error { return []error{ledger.ErrNamespaceLost, ledger.ErrDerivedState} }

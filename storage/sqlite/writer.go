@@ -393,9 +393,8 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if err != nil && strings.Contains(err.Error(), headMissingAbort) {
 		// the head row was deleted outside ledgerd: nothing is appended
 		// (never a chain started again), and it is a lost namespace
-		return fmt.Errorf("append receipt %d: %w: %w: the head row is missing (removed outside ledgerd); "+
-			"check the chain with `ledgerctl verify`, then recompute it with `ledgerctl rebuild-index`",
-			r.Seq, ledger.ErrNamespaceLost, ledger.ErrDerivedState)
+		return &lostHead{fmt.Sprintf("append receipt %d: the head row is missing (removed outside ledgerd); nothing is written: "+
+			"check the chain with `ledgerctl verify`, then recompute the head with `ledgerctl rebuild-index`", r.Seq)}
 	}
 	if err != nil {
 		return fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
