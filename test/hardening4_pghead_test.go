@@ -53,10 +53,10 @@ func tamperHeads(t *testing.T, db, ns string, stmts ...string) {
 // TestLedgerd_headRowDeleted: someone with SQL access deletes the head
 // row of a namespace that has receipts (first a non-default one, then
 // default). The verifier reports it (derived_state, naming the missing
-// head), the running ledgerd refuses to write to that namespace (503,
-// nothing appended: never a chain started again from seq 1) while the
-// other namespaces go on, /readyz reports it, and a restart refuses,
-// naming the namespace. Both drivers alike; an ordinary DELETE of a head
+// head), the running ledgerd refuses to write to that namespace (503
+// storage_corrupt, nothing appended: never a chain started again from
+// seq 1) while the other namespaces go on, /readyz reports it until a
+// restart, and a restart refuses, naming the namespace. Both drivers alike; an ordinary DELETE of a head
 // row is refused by the schema.
 func TestLedgerd_headRowDeleted(t *testing.T) {
 	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
@@ -88,12 +88,16 @@ func TestLedgerd_headRowDeleted(t *testing.T) {
 		// the running ledgerd appends nothing to pay, above all no seq 1
 		r = l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("charge-head-3", "exec-3", 1, false))
 		assert.Equal(t, 503, r.Status, r.Raw)
-		assert.Equal(t, "unavailable", r.Code())
+		assert.Equal(t, "storage_corrupt", r.Code())
 		r = l.Do("POST", "/v1/ns/pay/effects/reserve", reserve("charge-head-1", "exec-again", 1, false))
 		assert.Equal(t, 503, r.Status, "a committed key is not run again: %s", r.Raw)
-		assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status, "readyz reports the refused write")
 		assert.Contains(t, l.Logs(), "head row is missing")
 		succeedIn(t, l, "default", "charge-head-4") // the other namespaces go on
+		for range 2 {
+			r = l.Do("GET", "/readyz", "")
+			assert.Equal(t, 503, r.Status, "readyz reports the damaged namespace until a restart: %s", r.Raw)
+			assert.Contains(t, r.Raw, "storage_corrupt")
+		}
 		rep, _ = verifyJSON(t, "--db", db, "-n", "pay")
 		assert.Equal(t, uint64(4), rep.Receipts, "nothing was appended to pay")
 		require.NoError(t, l.Stop())
@@ -176,8 +180,9 @@ func TestLedgerctl_textSeqReported(t *testing.T) {
 
 // TestLedgerd_postgresHeadMadeAgain: a superuser deletes a namespace's
 // head row and makes it again empty (seq 0, as a new namespace has it),
-// under a running ledgerd. Its next write is refused (503: the receipt
-// at seq 1 exists; never a second chain from seq 1), the verifier reports
+// under a running ledgerd. Its next write is refused (503
+// storage_corrupt: the receipt at seq 1 exists; never a second chain from
+// seq 1), /readyz says so, the verifier reports
 // the head row that is not the chain's tail, and a restart refuses.
 func TestLedgerd_postgresHeadMadeAgain(t *testing.T) {
 	t.Parallel()
@@ -190,7 +195,8 @@ func TestLedgerd_postgresHeadMadeAgain(t *testing.T) {
 
 	r := l.Do("POST", "/v1/effects/reserve", reserve("charge-again-3", "exec-3", 1, false))
 	assert.Equal(t, 503, r.Status, r.Raw)
-	assert.Equal(t, "unavailable", r.Code())
+	assert.Equal(t, "storage_corrupt", r.Code())
+	assert.Equal(t, 503, l.Do("GET", "/readyz", "").Status)
 	assert.Contains(t, l.Logs(), "head row is behind its receipts")
 	rep, code := verifyJSON(t, "--db", db)
 	assert.Equal(t, 1, code)

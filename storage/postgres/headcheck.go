@@ -15,10 +15,11 @@ import (
 // A namespace's head row is what every write locks and compare-and-sets:
 // without it nothing can be appended, and a head row that is not the
 // chain's last receipt means receipts were removed (or added) outside
-// ledgerd. Both are refused as a lost namespace (ledger.ErrNamespaceLost:
-// 503, nothing recorded, never a fork from seq 0), stop ledgerd at start,
-// and are reported by the verifier as derived_state (the head row is
-// state kept beside the receipts, as the SQLite file's recorded head is).
+// ledgerd. Both are refused as damaged storage (ledger.ErrStorageCorrupt:
+// 503 storage_corrupt, nothing recorded, never a fork from seq 0, and
+// /readyz 503 from then on), stop ledgerd at start, and are reported by
+// the verifier as derived_state (the head row is state kept beside the
+// receipts, as the SQLite file's recorded head is).
 
 // sqlHeadGuard refuses DELETE and TRUNCATE of head rows: a namespace's
 // head is never removed by the ledger. A superuser can still bypass it
@@ -99,7 +100,7 @@ func (ht *headTail) check(ns string) error {
 }
 
 // lostHead is a namespace whose head row is missing or is not its last
-// receipt: a lost namespace (ledger.ErrNamespaceLost: 503, nothing
+// receipt: damaged storage (ledger.ErrStorageCorrupt: 503, nothing
 // recorded) whose derived state does not match its chain
 // (ledger.ErrDerivedState: the verifier's derived_state).
 type lostHead struct {
@@ -113,7 +114,7 @@ func (e *lostHead) Error() string {
 }
 
 func (e *lostHead) Unwrap() []error {
-	errs := []error{ledger.ErrNamespaceLost, ledger.ErrDerivedState}
+	errs := []error{ledger.ErrStorageCorrupt, ledger.ErrDerivedState}
 	if e.err != nil {
 		errs = append(errs, e.err)
 	}

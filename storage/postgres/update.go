@@ -242,8 +242,8 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 }
 
 // missingHead: a namespace of an update has no head row. Nothing is
-// written to it (headcheck.go): it is a lost namespace, 503, never a
-// chain started again from seq 1.
+// written to it (headcheck.go): 503 storage_corrupt, never a chain
+// started again from seq 1.
 func missingHead(ns string) *lostHead {
 	return &lostHead{ns: ns, what: "its head row is missing"}
 }

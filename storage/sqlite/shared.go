@@ -353,11 +353,11 @@ func checkNoLegacyFile(ctx context.Context, abs, ns string) error {
 	return nil
 }
 
-// lostHead is a namespace whose head row is gone: a lost namespace
-// (ledger.ErrNamespaceLost: 503, nothing recorded) whose derived state
+// lostHead is a namespace whose head row is gone: damaged storage
+// (ledger.ErrStorageCorrupt: 503, nothing recorded) whose derived state
 // does not match its chain (ledger.ErrDerivedState).
 type lostHead struct{ msg string }
 
 func (e *lostHead) Error() string { return e.msg }
 
-func (e *lostHead) Unwrap() []error { return []error{ledger.ErrNamespaceLost, ledger.ErrDerivedState} }
+func (e *lostHead) Unwrap() []error { return []error{ledger.ErrStorageCorrupt, ledger.ErrDerivedState} }

@@ -392,7 +392,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 		r.PrevHash[:], r.Hash[:])...)
 	if err != nil && strings.Contains(err.Error(), headMissingAbort) {
 		// the head row was deleted outside ledgerd: nothing is appended
-		// (never a chain started again), and it is a lost namespace
+		// (never a chain started again): damaged storage
 		return &lostHead{fmt.Sprintf("append receipt %d: the head row is missing (removed outside ledgerd); nothing is written: "+
 			"check the chain with `ledgerctl verify`, then recompute the head with `ledgerctl rebuild-index`", r.Seq)}
 	}
