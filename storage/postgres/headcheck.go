@@ -95,7 +95,7 @@ func (ht *headTail) check(ns string) error {
 	if head == tail {
 		return nil
 	}
-	return &lostHead{ns: ns, what: fmt.Sprintf("its head row is %d (%s) but its receipts end at %d (%s): receipts were removed or added, or the head row was changed",
+	return &lostHead{ns: ns, what: fmt.Sprintf("its head row is %d (%s) but its receipts end at %d (%s): receipts were changed, removed or added, or the head row was",
 		head.Seq, shortHash(head.Hash), tail.Seq, shortHash(tail.Hash))}
 }
 
