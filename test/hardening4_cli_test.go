@@ -49,8 +49,10 @@ func TestLedgerctl_verifyAllNamespacesReportsEach(t *testing.T) {
 		if storage.IsPostgres(db) {
 			src = unreadableNamespacesPG(t, db, "a", "d")
 		} else {
-			editLedger(t, db, `DROP TRIGGER ns_receipts_no_update`,
-				`UPDATE ns_receipts SET seq = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'a') AND seq = 2`,
+			// (a seq edited into text is a violation, not an unreadable
+			// namespace: TestLedgerctl_textSeqReported)
+			editLedger(t, db, `DROP TRIGGER ns_receipts_no_update`, `DROP TRIGGER ns_settings_fixed`,
+				`UPDATE ns_settings SET key_ttl_ms = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'a')`,
 				`UPDATE ns_receipts SET external_ref = 'forged' WHERE ns = (SELECT id FROM namespaces WHERE name = 'c') AND seq = 1`,
 				`UPDATE ns_head SET seq = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'd')`)
 		}

@@ -188,6 +188,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open postgres %s: %w", desc, safeErr(classify(err), dsn))
 	}
 	s.version, err = migrate(ctx, conn.Conn(), opts.ReadOnly, opts.KeyTTL)
+	if err == nil && !opts.ReadOnly {
+		err = checkHeads(ctx, conn.Conn())
+	}
 	conn.Release()
 	if err != nil {
 		pool.Close()

@@ -190,14 +190,18 @@ func collectReceipts(rows pgx.Rows) ([]chain.Receipt, error) {
 	return out, rows.Err()
 }
 
-// Head reads the namespace's durable head.
+// Head reads the namespace's durable head; a namespace whose head row
+// is missing is lost (headcheck.go).
 func (c *Chain) Head(ctx context.Context) (ledger.Head, error) {
 	var h ledger.Head
 	var seq int64
 	var hash []byte
 	err := c.s.pool.QueryRow(ctx, sqlHead, c.ns).Scan(&seq, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return h, fmt.Errorf("read head: %w: %s", ledger.ErrUnknownNamespace, c.ns)
+		if err := c.checkHead(ctx); err != nil {
+			return h, fmt.Errorf("read head: %w", err)
+		}
+		return h, fmt.Errorf("read head: %w", missingHead(c.ns)) // restored meanwhile
 	}
 	if err != nil {
 		return h, fmt.Errorf("read head: %w", classify(err))
@@ -350,8 +354,13 @@ func (c *Chain) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Re
 }
 
 // Keys calls fn for each key record in key byte order (TokenHash left
-// empty). fn must not retain the pointer.
+// empty). fn must not retain the pointer. First it compares the head
+// row with the last receipt: ledger.ErrDerivedState (the verifier's
+// derived_state) when the row is missing or is not the chain's tail.
 func (c *Chain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	if err := c.checkHead(ctx); err != nil {
+		return err
+	}
 	rows, err := c.s.pool.Query(ctx, sqlScanKeys, c.ns)
 	if err != nil {
 		return fmt.Errorf("scan keys: %w", classify(err))

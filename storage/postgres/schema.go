@@ -358,6 +358,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
 		}
+		if err := ensureHeadGuard(ctx, tx); err != nil {
+			return 0, err
+		}
 		if err := ensureOpenKeysIndex(ctx, tx); err != nil {
 			return 0, err
 		}
@@ -376,6 +379,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if err := ensureKeysGuard(ctx, tx); err != nil {
+		return 0, err
+	}
+	if err := ensureHeadGuard(ctx, tx); err != nil {
 		return 0, err
 	}
 	if err := ensureOpenKeysIndex(ctx, tx); err != nil {

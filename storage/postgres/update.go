@@ -174,7 +174,7 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	}
 
 	ts, err := begin(ctx, conn, parts)
-	var mh *missingHead
+	var mh *lostHead
 	if errors.As(err, &mh) {
 		rollback(conn)
 		err = fmt.Errorf("update %s: %w", name, err)
@@ -217,7 +217,7 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	var b pgx.Batch
 	batchID := queueWrites(&b, dirty)
 	if err := send(ctx, conn, &b, len(dirty)); err != nil {
-		err = fail(err)
+		err = fail(headBehind(err, name))
 		if re, ok := err.(*runError); ok && isServerRefusal(err) {
 			if len(dirty) == 1 {
 				re.part = 1 + slices.IndexFunc(parts, func(p part) bool { return p.c == dirty[0].c })
@@ -241,14 +241,12 @@ func (s *Store) run(ctx context.Context, parts []part) error {
 	return nil
 }
 
-// errHeadMissing: a namespace of an update has no head row
-// (*missingHead names it).
-var errHeadMissing = errors.New("the head row is missing")
-
-type missingHead struct{ ns string }
-
-func (e *missingHead) Error() string { return e.ns + ": " + errHeadMissing.Error() }
-func (e *missingHead) Unwrap() error { return errHeadMissing }
+// missingHead: a namespace of an update has no head row. Nothing is
+// written to it (headcheck.go): 503 storage_corrupt, never a chain
+// started again from seq 1.
+func missingHead(ns string) *lostHead {
+	return &lostHead{ns: ns, what: "its head row is missing"}
+}
 
 // begin starts the transaction on conn and reads, in one round trip, the
 // parts' heads under their row locks (taken in the order of the
@@ -295,7 +293,7 @@ func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	}
 	if err == nil {
 		for ns := range byNS {
-			return nil, &missingHead{ns}
+			return nil, missingHead(ns)
 		}
 	}
 	return ts, err

@@ -27,14 +27,18 @@ import (
 // approval's ref_seq is the ask, the ask's what the reserve would have
 // named) and memory does not grow
 // with the ledger. A call that failed but was never run again yields its
-// failure row alone; the reader drops it.
+// failure row alone; the reader drops it. A seq or recorded_at that is
+// not an unsigned integer (an edited file) reads as 0; the chain pass
+// reports it.
 const sqlRepeatedFailures = `
 	WITH first_failure(tool, input_hash, seq) AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) FROM receipts
 		WHERE kind IN ('commit', 'resolve') AND input_hash != '' AND (?1 = '' OR tool = ?1)
 		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
-	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code, r.seq, r.recorded_at,
+	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code,
+		CASE WHEN typeof(r.seq) = 'integer' AND r.seq >= 0 THEN r.seq ELSE 0 END,
+		CASE WHEN typeof(r.recorded_at) = 'integer' AND r.recorded_at >= 0 THEN r.recorded_at ELSE 0 END,
 		r.kind = 'reserve' AND (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
 		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) != 0
 	FROM receipts AS r NOT INDEXED CROSS JOIN first_failure AS f

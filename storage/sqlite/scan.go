@@ -2,6 +2,8 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +33,17 @@ const (
 	sqlScanByKeyAfter = `SELECT ` + keyScanColumns + ` FROM receipts
 		WHERE idempotency_key IN (SELECT idempotency_key FROM receipts WHERE seq > ?)
 		ORDER BY idempotency_key, seq`
+
+	// The nth row (from 0) whose seq is not an integer, in the order of
+	// the seq-ordered scans and of the key-ordered ones: such a row (an
+	// edited file; only the shared tables can hold one, the default
+	// table's seq is its rowid) cannot be read again by its seq. It sorts
+	// after every integer seq, so every scan that reads one reads all of
+	// them, in this order.
+	sqlNonIntegerSeqBySeq = `SELECT ` + receiptColumns + ` FROM receipts
+		WHERE typeof(seq) != 'integer' ORDER BY seq LIMIT 1 OFFSET ?`
+	sqlNonIntegerSeqByKey = `SELECT ` + receiptColumns + ` FROM receipts
+		WHERE typeof(seq) != 'integer' ORDER BY idempotency_key, seq LIMIT 1 OFFSET ?`
 )
 
 // Receipts calls fn for every receipt with seq > after, in seq order,
@@ -75,13 +88,25 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	}
 	defer s.close()
 	// A row that is not what the ledger writes is read again through the
-	// driver, column by column, and comes back with Malformed set.
+	// driver, column by column, and comes back with Malformed set (the
+	// verifier reports each value as invalid_field). A row whose seq is
+	// not an integer is found by its place among such rows.
+	byKey := strings.Contains(query, "ORDER BY idempotency_key")
+	nonInteger := int64(0)
 	reread := func(seq uint64, r *chain.Receipt) error {
 		got, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(int64(seq))...)) // as stored, even negative
+		if errors.Is(err, sql.ErrNoRows) {
+			q := rd.q.nonIntegerSeqBySeq
+			if byKey {
+				q = rd.q.nonIntegerSeqByKey
+			}
+			got, err = scanReceipt(rd.r.QueryRowContext(ctx, q, rd.args(nonInteger)...))
+			nonInteger++
+		}
 		if err != nil {
 			return fmt.Errorf("read malformed row: %w", classify(err))
 		}
-		if strings.Contains(query, "ORDER BY idempotency_key") { // no hashes in key order
+		if byKey { // no hashes in key order
 			got.PrevHash, got.Hash = chain.Hash{}, chain.Hash{}
 			got.Malformed = slices.DeleteFunc(got.Malformed, func(m chain.Malformed) bool {
 				return m.Field == "prev_hash" || m.Field == "hash"
@@ -122,15 +147,15 @@ func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) err
 // that share their tool and non-empty input_hash with another key that
 // also succeeded, grouped by (tool, input_hash). SQLite groups with a temp
 // b-tree, so memory does not grow with the ledger; when no group has two
-// keys (the usual case) the successes are not read a second time. A
-// recorded_at that is not an unsigned integer (an edited file) reads as 0
-// here; the chain pass reports it.
+// keys (the usual case) the successes are not read a second time. A seq
+// or recorded_at that is not an unsigned integer (an edited file) reads
+// as 0 here; the chain pass reports it.
 const sqlDuplicateSuccesses = `
 	WITH dup(tool, input_hash) AS MATERIALIZED (
 		SELECT tool, input_hash FROM receipts
 		WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
 		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
-	SELECT tool, input_hash, idempotency_key, max(seq, 0),
+	SELECT tool, input_hash, idempotency_key, CASE WHEN typeof(seq) = 'integer' AND seq >= 0 THEN seq ELSE 0 END,
 		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
 	FROM receipts
 	WHERE EXISTS (SELECT 1 FROM dup)

@@ -291,14 +291,14 @@ func HasOwnFile(ctx context.Context, path, ns string) (bool, error) {
 }
 
 // sqlHeadsOff lists the namespaces of the shared tables whose recorded
-// head is not their receipts' tail (receipts removed or added, or the
-// head edited, behind ledgerd's back): one lookup of the (ns, seq) index
-// per namespace.
+// head is missing or is not their receipts' tail (receipts removed or
+// added, or the head edited or deleted, behind ledgerd's back): one
+// lookup of the (ns, seq) index per namespace.
 const sqlHeadsOff = `
 	SELECT n.name, h.seq, t.seq
-	FROM ns_head AS h JOIN namespaces AS n ON n.id = h.ns
-	LEFT JOIN ns_receipts AS t ON t.ns = h.ns AND t.seq = (SELECT max(seq) FROM ns_receipts WHERE ns = h.ns)
-	WHERE coalesce(t.seq, 0) != h.seq OR (t.seq IS NOT NULL AND t.hash != h.hash)
+	FROM namespaces AS n LEFT JOIN ns_head AS h ON h.ns = n.id
+	LEFT JOIN ns_receipts AS t ON t.ns = n.id AND t.seq = (SELECT max(seq) FROM ns_receipts WHERE ns = n.id)
+	WHERE n.id IS NOT NULL AND (h.ns IS NULL OR coalesce(t.seq, 0) != h.seq OR (t.seq IS NOT NULL AND t.hash != h.hash))
 	ORDER BY n.name LIMIT 1`
 
 // checkSharedHeads checks every namespace's recorded head against its
@@ -315,6 +315,11 @@ func (s *Store) checkSharedHeads(ctx context.Context) error {
 		return fmt.Errorf("check the namespaces' heads: %w", classify(err))
 	}
 	flags := dbFlags(s.path, name)
+	if !rec.Valid {
+		return &lostHead{fmt.Sprintf("namespace %s: its recorded head is missing while its receipts end at %d (removed outside ledgerd); "+
+			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
+			name, tail.Int64, flags, flags)}
+	}
 	return fmt.Errorf("namespace %s: %w: the last append recorded head %d but the receipts end at %d — "+
 		"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
 		"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
@@ -347,3 +352,12 @@ func checkNoLegacyFile(ctx context.Context, abs, ns string) error {
 	}
 	return nil
 }
+
+// lostHead is a namespace whose head row is gone: damaged storage
+// (ledger.ErrStorageCorrupt: 503, nothing recorded) whose derived state
+// does not match its chain (ledger.ErrDerivedState).
+type lostHead struct{ msg string }
+
+func (e *lostHead) Error() string { return e.msg }
+
+func (e *lostHead) Unwrap() []error { return []error{ledger.ErrStorageCorrupt, ledger.ErrDerivedState} }

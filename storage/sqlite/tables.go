@@ -83,6 +83,11 @@ CREATE TRIGGER IF NOT EXISTS ns_receipts_advance_head AFTER INSERT ON ns_receipt
 BEGIN
 	UPDATE ns_head SET seq = NEW.seq, hash = NEW.hash WHERE ns = NEW.ns;
 END;
+CREATE TRIGGER IF NOT EXISTS ns_head_kept BEFORE DELETE ON ns_head
+WHEN EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'the head rows of the ledger are never removed'); END;
+CREATE TRIGGER IF NOT EXISTS head_kept BEFORE DELETE ON head
+BEGIN SELECT RAISE(ABORT, 'the head rows of the ledger are never removed'); END;
 CREATE TABLE IF NOT EXISTS ns_approval_inputs (
 	ns           INTEGER NOT NULL,
 	ask_seq      INTEGER NOT NULL,
@@ -197,7 +202,7 @@ type chainSQL struct {
 	askInput, tokensAfter, firstFields, scanBySeq, scanBySeqRange, scanByKey,
 	scanByKeyAfter, duplicateSuccesses, repeatedFailures, openKeysAfter, keyReceipts,
 	stateKey, treeHash, treeCount, receiptHashes, latestCheckpoint, checkpointAt,
-	checkpointCover, maxCheckpoint, hashAt string
+	checkpointCover, maxCheckpoint, hashAt, nonIntegerSeqBySeq, nonIntegerSeqByKey string
 
 	insertReceipt, insertToken, putAskInput, askInputDeadline, purgeAskInputs,
 	insertStateKey, insertCheckpoint, repairHead string
@@ -239,6 +244,7 @@ func newChainSQL(shared bool) *chainSQL {
 		{&c.receiptHashes, sqlReceiptHashes},
 		{&c.latestCheckpoint, sqlLatestCheckpoint}, {&c.checkpointAt, sqlCheckpointAt},
 		{&c.checkpointCover, sqlCheckpointCover}, {&c.maxCheckpoint, sqlMaxCheckpoint}, {&c.hashAt, sqlHashAt},
+		{&c.nonIntegerSeqBySeq, sqlNonIntegerSeqBySeq}, {&c.nonIntegerSeqByKey, sqlNonIntegerSeqByKey},
 	} {
 		*r.dst = c.read(r.q)
 	}

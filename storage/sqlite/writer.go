@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -14,7 +15,9 @@ import (
 
 // SQL of the write path.
 const (
-	sqlHead = `SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1`
+	// The chain's tail: its highest integer seq (a seq edited into text
+	// sorts after every integer; the verifier reports that row).
+	sqlHead = `SELECT seq, hash FROM receipts WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1`
 
 	receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
 		effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
@@ -27,6 +30,9 @@ const (
 
 	// The head recorded with the last append, and the settings row.
 	sqlRecordedHead = `SELECT seq, hash FROM head WHERE id = 1`
+	// headMissingAbort is the message of the linking triggers (schema.sql,
+	// tables.go) when the head row is gone.
+	headMissingAbort = "the head row is missing"
 	// The newest recorded_at of the chain (0 for an empty chain, or for a
 	// value that is not an unsigned integer: an edited file, which the
 	// verifier reports).
@@ -384,6 +390,12 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 		r.Effect, r.Idempotent, r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode,
 		r.ErrorMessage, r.Retryable, r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt,
 		r.PrevHash[:], r.Hash[:])...)
+	if err != nil && strings.Contains(err.Error(), headMissingAbort) {
+		// the head row was deleted outside ledgerd: nothing is appended
+		// (never a chain started again): damaged storage
+		return &lostHead{fmt.Sprintf("append receipt %d: the head row is missing (removed outside ledgerd); nothing is written: "+
+			"check the chain with `ledgerctl verify`, then recompute the head with `ledgerctl rebuild-index`", r.Seq)}
+	}
 	if err != nil {
 		return fmt.Errorf("append receipt %d: %w", r.Seq, classify(err))
 	}
