@@ -37,6 +37,18 @@ type rawSlot struct {
 	// strays are ids of answers that came while the request waited and
 	// matched no request sent (at most maxStrays), for the log.
 	strays []jsonrpc.ID
+	// abandoned: the wait for the answer ended (sendBounded); an answer
+	// after it is not taken.
+	abandoned bool
+}
+
+// abandon ends the wait for the answer: one that comes later is dropped.
+// The wait ends with a cancellation sent upstream, and the upstream may
+// answer that ("context canceled"): such an answer is no outcome.
+func (s *rawSlot) abandon() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandoned = true
 }
 
 // maxStrays bounds the unmatched answer ids a slot keeps.
@@ -87,6 +99,9 @@ func (s *rawSlot) answer() (rpcErr *jsonrpc.Error, answered bool) {
 func (s *rawSlot) put(result json.RawMessage, rpcErr *jsonrpc.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.abandoned {
+		return
+	}
 	s.answered = true
 	if rpcErr != nil {
 		s.rpcErr = rpcErr

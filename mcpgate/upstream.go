@@ -261,6 +261,8 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	tctx, slot := withRawSlot(tctx) // the one send uses
+	defer context.AfterFunc(tctx, slot.abandon)()
 	w := &watchdog{d: g.cfg.UpstreamTimeout}
 	w.t = time.AfterFunc(w.d, func() { cancel(errUpstreamTimeout) })
 	defer w.t.Stop()
@@ -268,6 +270,10 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 		c.route.watch.Store(w)
 	}
 	res, slot, err := g.send(tctx, s, c)
+	if _, answered := slot.answer(); err == nil && !answered && tctx.Err() != nil {
+		// The SDK took an answer that came after the wait ended: none.
+		res, err = nil, context.Cause(tctx)
+	}
 	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
 		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
 	}
