@@ -250,7 +250,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 		g.upTasks = takeTasks(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
-		Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
+		InitializedHandler: g.initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
 	g.addTaskMethods(s)
 	return s
