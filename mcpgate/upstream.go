@@ -342,7 +342,7 @@ func (u *Upstream) watch(s *mcp.ClientSession) {
 // terminated if it does not exit).
 func (u *Upstream) Close() error {
 	u.mu.Lock()
-	s, others := u.session, u.others
+	s, broken, others := u.session, u.broken, u.others
 	u.session, u.closed, u.others = nil, true, nil
 	if !u.decided {
 		u.decided = true
@@ -355,7 +355,12 @@ func (u *Upstream) Close() error {
 	if s == nil {
 		return nil
 	}
-	return s.Close()
+	// The close of a connection that had failed (a server that exited:
+	// its exit status) is no failure of the gateway's.
+	if err := s.Close(); err != nil && !broken() {
+		return err
+	}
+	return nil
 }
 
 // errUpstreamTimeout is a call the upstream did not answer within
