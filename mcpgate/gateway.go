@@ -57,7 +57,10 @@ type Config struct {
 	// AdminURL is where a person resolves keys (ledger-mcp --admin-listen,
 	// or the ledgerd of --ledger): the answers that ask for a person name it.
 	AdminURL string
-	Lease    time.Duration // default DefaultLease
+	// AdminTokenFile keeps the admin token of ledger-mcp's --admin-listen,
+	// named with AdminURL.
+	AdminTokenFile string
+	Lease          time.Duration // default DefaultLease
 	// RunID names this process in its execution ids (run.go; default
 	// NewRunID()).
 	RunID string
@@ -250,7 +253,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 		g.upTasks = takeTasks(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
-		Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
+		InitializedHandler: g.initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
 	g.addTaskMethods(s)
 	return s

@@ -290,6 +290,7 @@ func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities) *peer {
 	}
 	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version},
 		slots: make(chan struct{}, maxParkingCalls), busy: map[*mcp.ClientSession]*route{}, maxSpare: maxParkingSpare}
+	p.shared = g.up.adopt(p)
 	g.parked.peers[string(b)] = p
 	return p
 }

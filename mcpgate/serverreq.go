@@ -3,7 +3,9 @@
 package mcpgate
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,7 +28,8 @@ import (
 // the call's own stream). One call at a time uses the peer's first
 // session; calls at once open more, up to maxPeerCalls, kept for the
 // next ones. The shared session stays for the tool cache and
-// list_changed.
+// list_changed; over stdio it speaks for the one client and is its
+// peer's first session (peer.shared), so the upstream starts once.
 
 // maxPeerCalls bounds the calls one downstream session has in flight
 // upstream at once (and so its upstream sessions): more wait.
@@ -62,6 +65,10 @@ type peer struct {
 	maxSpare int
 	level    mcp.LoggingLevel // the client's logging level, for a new upstream session
 	closed   bool
+	// shared: the first session is the Upstream's shared one, which
+	// speaks for this client (a stdio gateway's one client,
+	// UpstreamOptions.Client): its upstream is started once.
+	shared bool
 }
 
 // route is one call in flight on a peer: where its server→client
@@ -106,6 +113,21 @@ func (g *Gateway) sessionFor(req mcp.Request, version string) func(context.Conte
 	return g.up.Session
 }
 
+// initialized takes, for a client whose session is now initialized, the
+// shared session as its own when the shared session speaks for it
+// (UpstreamOptions.Client): from now on what the upstream asks there
+// goes to the client.
+func (g *Gateway) initialized(_ context.Context, req *mcp.InitializedRequest) {
+	if g.up.speaksFor == nil {
+		return
+	}
+	if g.usesPeer(req.Session, "") {
+		g.peerOf(req.Session)
+		return
+	}
+	g.up.adopt(nil)
+}
+
 // peerOf returns ss's peer, made on first use and closed with ss.
 func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 	g.peersMu.Lock()
@@ -114,6 +136,7 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 		return p
 	}
 	p := &peer{g: g, ss: ss, slots: make(chan struct{}, maxPeerCalls), busy: map[*mcp.ClientSession]*route{}}
+	p.shared = g.up.adopt(p)
 	g.peers[ss] = p
 	go func() {
 		_ = ss.Wait()
@@ -130,6 +153,9 @@ func (g *Gateway) peerOf(ss *mcp.ServerSession) *peer {
 func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 	p.first.Lock()
 	defer p.first.Unlock()
+	if p.shared {
+		return p.sharedSession(ctx)
+	}
 	p.mu.Lock()
 	p.dropBroken()
 	cs, closed := p.cs, p.closed
@@ -160,6 +186,28 @@ func (p *peer) session(ctx context.Context) (*mcp.ClientSession, error) {
 
 var errPeerClosed = errors.New("upstream: the client's session ended")
 
+// sharedSession makes the Upstream's shared session, connected again
+// after it ended, the peer's first.
+func (p *peer) sharedSession(ctx context.Context) (*mcp.ClientSession, error) {
+	cs, broken, err := p.g.up.sessionOf(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	closed, known := p.closed, p.broken[cs] != nil
+	if !closed {
+		p.cs = cs
+	}
+	p.mu.Unlock()
+	if closed {
+		return nil, errPeerClosed
+	}
+	if !known {
+		p.track(ctx, cs, broken)
+	}
+	return cs, nil
+}
+
 // dropBroken forgets the idle sessions whose connection failed, so that
 // the next call connects again. p.mu is held.
 func (p *peer) dropBroken() {
@@ -178,7 +226,7 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if p.client == nil {
 		p.client = p.newClient()
 	}
-	c, level := p.client, p.level
+	c := p.client
 	p.mu.Unlock()
 	// A context of its own, cancelled with ctx: the downstream request's
 	// carries its protocol revision, which the SDK's client would offer
@@ -190,14 +238,23 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.track(cctx, cs, broken)
+	return cs, nil
+}
+
+// track notes the peer's upstream session cs, whose connection has
+// failed when broken says so, sets the client's logging level on it, and
+// forgets it once it ends.
+func (p *peer) track(ctx context.Context, cs *mcp.ClientSession, broken func() bool) {
 	p.mu.Lock()
 	if p.broken == nil {
 		p.broken = map[*mcp.ClientSession]func() bool{}
 	}
 	p.broken[cs] = broken
+	level := p.level
 	p.mu.Unlock()
 	if level != "" {
-		_ = cs.SetLoggingLevel(cctx, &mcp.SetLoggingLevelParams{Level: level})
+		_ = cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
 	}
 	go func() {
 		_ = cs.Wait()
@@ -215,7 +272,6 @@ func (p *peer) connect(ctx context.Context) (*mcp.ClientSession, error) {
 			p.ended[cs] = true
 		}
 	}()
-	return cs, nil
 }
 
 // newClient is the client of the peer's upstream sessions: the
@@ -361,10 +417,13 @@ func (p *peer) sessions() []*mcp.ClientSession {
 func (p *peer) close() {
 	p.mu.Lock()
 	all := p.sessions()
+	shared := p.cs
 	p.cs, p.spare, p.closed = nil, nil, true
 	p.mu.Unlock()
 	for _, cs := range all {
-		_ = cs.Close()
+		if !p.shared || cs != shared { // the shared one is the Upstream's
+			_ = cs.Close()
+		}
 	}
 }
 
@@ -512,14 +571,10 @@ func missingCapability(p *peer, r *route, v verdict) (first bool, err error) {
 	return false, nil
 }
 
-// refuseRoots is the receiving middleware of the shared upstream
-// session: it has no client's roots to give, and the SDK would answer
-// roots/list with an empty list.
-func refuseRoots(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == "roots/list" {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support roots"}
-		}
-		return next(ctx, method, req)
-	}
+// sameCapabilities reports whether a and b advertise the same
+// capabilities upstream.
+func sameCapabilities(a, b *mcp.ClientCapabilities) bool {
+	ja, err1 := json.Marshal(wireCapabilities(a))
+	jb, err2 := json.Marshal(wireCapabilities(b))
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }

@@ -13,12 +13,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Upstream is the connection to the real MCP server, shared by every
 // downstream session (a session of an older revision also gets one of its
-// own for its calls, serverreq.go). A connection that ends (a stdio server that died,
+// own for its calls, serverreq.go; over stdio the shared one is the one
+// client's own, UpstreamOptions.Client). A connection that ends (a stdio server that died,
 // a Streamable HTTP session that broke) is made again on the next use.
 type Upstream struct {
 	name    string // the command line or URL, for messages
@@ -40,6 +42,17 @@ type Upstream struct {
 	changed func(list string)
 	// progress receives the upstream's progress notifications.
 	progress func(*mcp.ProgressNotificationParams)
+	// speaksFor are the capabilities the shared session advertises for
+	// the one client it speaks for (UpstreamOptions.Client), nil: none.
+	// The peer of that client, owner, takes the shared session as its own
+	// first session (serverreq.go); adopted is closed once that is
+	// decided, or on Close. waitOwner: the client initializes, and what
+	// the upstream asks before waits for its session.
+	speaksFor *mcp.ClientCapabilities
+	waitOwner bool
+	owner     *peer
+	adopted   chan struct{}
+	decided   bool
 }
 
 // UpstreamOptions configures an Upstream.
@@ -51,6 +64,13 @@ type UpstreamOptions struct {
 	HTTPClient *http.Client
 	// Version is the gateway's version, sent in its clientInfo.
 	Version string
+	// Client is the one client a stdio gateway serves (PeekInitialize):
+	// the shared connection then speaks for it — the capabilities the
+	// gateway can relay (SPEC §11.1), and an older revision's clientInfo
+	// — and is its own upstream session (a 2026-07-28 client's: its
+	// parking peer's, park.go), so that the upstream is started once for
+	// it. Nil: the shared connection advertises nothing.
+	Client *mcp.InitializeParams
 }
 
 // DialCommand starts argv as an MCP server over stdio and initializes it.
@@ -97,8 +117,16 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	u := &Upstream{name: name, newConn: newConn, logger: o.Logger, changed: func(string) {},
-		progress: func(*mcp.ProgressNotificationParams) {}}
-	u.client = mcp.NewClient(&mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientOptions{
+		progress: func(*mcp.ProgressNotificationParams) {}, adopted: make(chan struct{})}
+	impl, caps := &mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientCapabilities{}
+	if o.Client != nil {
+		caps = relayable(o.Client.Capabilities)
+		u.speaksFor, u.waitOwner = caps, !statelessRevision(o.Client.ProtocolVersion)
+		if o.Client.ClientInfo != nil && u.waitOwner {
+			impl = o.Client.ClientInfo
+		}
+	}
+	u.client = mcp.NewClient(impl, &mcp.ClientOptions{
 		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) { u.notifyChanged("tools") },
 		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) { u.notifyChanged("prompts") },
 		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) { u.notifyChanged("resources") },
@@ -108,18 +136,85 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 			u.mu.Unlock()
 			f(r.Params)
 		},
+		//lint:ignore SA1019 logging is deprecated (SEP-2577), not gone: the client is relayed it
+		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
+			if p := u.ownerPeer(); p != nil {
+				p.log(ctx, r)
+			}
+		},
 		// A round that asks for input goes back to the client that made
 		// the call (SPEC §11.1), never answered here.
 		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
-		// The shared session speaks for no client: it advertises nothing
-		// (not the SDK's default roots) and answers no roots/list.
-		Capabilities: &mcp.ClientCapabilities{},
+		// Unless it speaks for the one client, the shared session speaks
+		// for none: it advertises nothing (not the SDK's default roots)
+		// and answers no roots/list.
+		Capabilities: caps,
 	})
-	u.client.AddReceivingMiddleware(refuseRoots)
+	u.client.AddReceivingMiddleware(u.toOwner)
 	if _, err := u.Session(ctx); err != nil {
 		return nil, err
 	}
 	return u, nil
+}
+
+// adopt makes p, the peer of the client the shared session speaks for,
+// its owner: true when the capabilities the shared session advertises
+// are p's client's. A client session's peer is the only one asked; of
+// parking peers (a 2026-07-28 client's), the first with those
+// capabilities. nil: the client gets no peer (a 2026-07-28 upstream).
+func (u *Upstream) adopt(p *peer) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.speaksFor == nil || u.decided {
+		return false
+	}
+	ok := p != nil && sameCapabilities(u.speaksFor, relayable(p.clientCaps()))
+	if !ok && p != nil && p.ss == nil {
+		return false
+	}
+	u.decided = true
+	close(u.adopted)
+	if ok {
+		u.owner = p
+	}
+	return ok
+}
+
+// ownerPeer is the peer that took the shared session as its own, if any.
+func (u *Upstream) ownerPeer() *peer {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.owner
+}
+
+// toOwner is the receiving middleware of the shared session: what the
+// upstream asks the client (elicitation/create, sampling/createMessage,
+// roots/list) goes to the owner — an older revision's client is waited
+// for until its session is initialized; without one, no client is asked
+// and roots/list is refused (the SDK would answer it with an empty
+// list).
+func (u *Upstream) toOwner(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "elicitation/create", "sampling/createMessage", "roots/list":
+		default:
+			return next(ctx, method, req)
+		}
+		if u.waitOwner {
+			select {
+			case <-u.adopted:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if p := u.ownerPeer(); p != nil {
+			return p.answerUpstream(next)(ctx, method, req)
+		}
+		if method == "roots/list" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support roots"}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // Name is the command line or URL of the upstream server.
@@ -199,6 +294,21 @@ func (u *Upstream) Session(ctx context.Context) (*mcp.ClientSession, error) {
 	return s, nil
 }
 
+// sessionOf is Session with the function that reports whether the
+// session's connection has failed.
+func (u *Upstream) sessionOf(ctx context.Context) (*mcp.ClientSession, func() bool, error) {
+	s, err := u.Session(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.session != s {
+		return s, func() bool { return true }, nil // already gone
+	}
+	return s, u.broken, nil
+}
+
 // connect opens a session of c on a new connection to the upstream (a
 // stdio server: a new process). broken reports whether its connection
 // has failed since (a stdio connection's read or write; never over HTTP,
@@ -232,8 +342,12 @@ func (u *Upstream) watch(s *mcp.ClientSession) {
 // terminated if it does not exit).
 func (u *Upstream) Close() error {
 	u.mu.Lock()
-	s, others := u.session, u.others
+	s, broken, others := u.session, u.broken, u.others
 	u.session, u.closed, u.others = nil, true, nil
+	if !u.decided {
+		u.decided = true
+		close(u.adopted)
+	}
 	u.mu.Unlock()
 	for _, f := range others {
 		f()
@@ -241,7 +355,12 @@ func (u *Upstream) Close() error {
 	if s == nil {
 		return nil
 	}
-	return s.Close()
+	// The close of a connection that had failed (a server that exited:
+	// its exit status) is no failure of the gateway's.
+	if err := s.Close(); err != nil && !broken() {
+		return err
+	}
+	return nil
 }
 
 // errUpstreamTimeout is a call the upstream did not answer within

@@ -176,43 +176,50 @@ func startGatewayCmd(t *testing.T, args ...string) (*gateway, *exec.Cmd) {
 	return &gateway{ClientSession: s, logs: logs}, cmd
 }
 
-// TestLedgerMCP_upstreamStartsPerSession (issue 44, item 9): a stdio
-// upstream is started once for the gateway's shared connection and once
-// for the client's own session (SPEC §11.1: an older revision's client
-// gets a session advertising its own capabilities), and requests that
-// come at once, before that session exists, start no more than that one
-// (calls in flight at once each get a session of their own, by design).
+// TestLedgerMCP_upstreamStartsPerSession (issue 44, item 9): over stdio
+// a stdio upstream is started once for the client: the gateway's shared
+// connection speaks for it (SPEC §11.1: the capabilities of an older
+// revision's client, and no other) and is its own session, and requests
+// that come at once start no more (calls in flight at once each get a
+// session of their own, by design; these come one after the other).
 func TestLedgerMCP_upstreamStartsPerSession(t *testing.T) {
 	t.Parallel()
-	sh := newHostile(t)
-	starts := filepath.Join(sh.dir, "starts")
-	script := filepath.Join(t.TempDir(), "upstream.sh")
-	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexec '"+sh.bin+"' --dir '"+sh.dir+"'\n"), 0o700))
-	g := startGateway(t, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", script)
+	// The SDK's client speaks 2026-07-28 (server/discover, its calls on a
+	// parking peer); 2025-11-25 initializes (its own peer).
+	for _, rev := range []string{mcpgate.Version20260728, "2025-11-25"} {
+		t.Run(rev, func(t *testing.T) {
+			t.Parallel()
+			sh := newHostile(t)
+			starts := filepath.Join(sh.dir, "starts")
+			script := filepath.Join(t.TempDir(), "upstream.sh")
+			require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexec '"+sh.bin+"' --dir '"+sh.dir+"'\n"), 0o700))
+			g := startGatewayRev(t, rev, nil, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", script)
 
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := g.ListTools(ctx, nil)
-		assert.NoError(t, err)
-	})
-	wg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		res, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{"id": "together"}})
-		if assert.NoError(t, err) {
-			assert.False(t, res.IsError)
-		}
-	})
-	wg.Wait()
-	for i := range 2 {
-		res := g.call(t, "charge", map[string]any{"id": fmt.Sprint("s", i)}, nil)
-		require.False(t, res.IsError, text(t, res))
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_, err := g.ListTools(ctx, nil)
+				assert.NoError(t, err)
+			})
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				res, err := g.CallTool(ctx, &mcp.CallToolParams{Name: "charge", Arguments: map[string]any{"id": "together"}})
+				if assert.NoError(t, err) {
+					assert.False(t, res.IsError)
+				}
+			})
+			wg.Wait()
+			for i := range 2 {
+				res := g.call(t, "charge", map[string]any{"id": fmt.Sprint("s", i)}, nil)
+				require.False(t, res.IsError, text(t, res))
+			}
+			b, err := os.ReadFile(starts)
+			require.NoError(t, err)
+			assert.Equal(t, 1, strings.Count(string(b), "started\n"), "the shared connection is the client's own session")
+		})
 	}
-	b, err := os.ReadFile(starts)
-	require.NoError(t, err)
-	assert.Equal(t, 2, strings.Count(string(b), "started\n"), "the shared connection and the client's own session")
 }
 
 // TestLedgerMCP_replayOfResolved (issue 44, item 9): the replay of an

@@ -112,7 +112,7 @@ func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 // stop disconnects, which ends ledger-mcp.
 func (g *gateway) stop(t *testing.T) {
 	t.Helper()
-	require.NoError(t, g.Close())
+	require.NoError(t, g.Close(), "ledger-mcp logs:\n%s", g.logs.String())
 }
 
 // call makes a tools/call; meta may carry an explicit key, and

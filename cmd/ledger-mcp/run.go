@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -25,7 +27,16 @@ import (
 // Run connects to the upstream server and the ledger, then serves MCP
 // until the client disconnects (stdio) or ctx ends.
 func (m *Main) Run(ctx context.Context) error {
-	up, err := m.dialUpstream(ctx)
+	var client *mcp.InitializeParams
+	if m.Listen == "" {
+		// The one client's initialize first: the upstream is started
+		// once for it, speaking for it (SPEC §11.1).
+		var ok bool
+		if client, m.Stdin, ok = peekInitialize(ctx, m.Stdin); !ok {
+			return nil // stopped before the client spoke
+		}
+	}
+	up, err := m.dialUpstream(ctx, client)
 	if err != nil {
 		return err
 	}
@@ -43,9 +54,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	run := mcpgate.NewRunID()
 	m.endDeadLeases(ctx, run)
-	adminURL := m.LedgerURL
+	adminURL, tokenFile := m.LedgerURL, ""
 	if m.AdminListen != "" {
-		if adminURL, err = m.serveAdmin(ctx); err != nil {
+		if adminURL, tokenFile, err = m.serveAdmin(ctx); err != nil {
 			return err
 		}
 	}
@@ -66,7 +77,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		UpstreamTimeout: m.UpstreamTimeout, RunID: run, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, AdminTokenFile: tokenFile, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
 	}
@@ -88,8 +99,10 @@ func (m *Main) Run(ctx context.Context) error {
 
 // dialUpstream starts or reaches the upstream server; its error names the
 // command or URL.
-func (m *Main) dialUpstream(ctx context.Context) (*mcpgate.Upstream, error) {
-	o := mcpgate.UpstreamOptions{Logger: m.Logger, Stderr: m.stderr, Version: version.Read("ledger-mcp").Short()}
+// On stdio the shared connection speaks for the client (client, its
+// initialize), which it serves as its own.
+func (m *Main) dialUpstream(ctx context.Context, client *mcp.InitializeParams) (*mcpgate.Upstream, error) {
+	o := mcpgate.UpstreamOptions{Logger: m.Logger, Stderr: m.stderr, Version: version.Read("ledger-mcp").Short(), Client: client}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if m.UpstreamURL != "" {
@@ -104,6 +117,25 @@ func (m *Main) dialUpstream(ctx context.Context) (*mcpgate.Upstream, error) {
 		return nil, fmt.Errorf("cannot start the upstream MCP server %q: %w", strings.Join(m.Command, " "), err)
 	}
 	return up, nil
+}
+
+// peekInitialize is mcpgate.PeekInitialize until ctx ends (ok false).
+func peekInitialize(ctx context.Context, in io.ReadCloser) (_ *mcp.InitializeParams, _ io.ReadCloser, ok bool) {
+	type peeked struct {
+		p  *mcp.InitializeParams
+		in io.ReadCloser
+	}
+	done := make(chan peeked, 1)
+	go func() {
+		p, rest := mcpgate.PeekInitialize(in)
+		done <- peeked{p, rest}
+	}()
+	select {
+	case r := <-done:
+		return r.p, r.in, true
+	case <-ctx.Done():
+		return nil, nil, false
+	}
 }
 
 // openLedger opens the embedded ledger or the client of a remote one,
