@@ -32,21 +32,21 @@ func answer(status, key, text string) *mcp.CallToolResult {
 
 // refusalAnswer tells the model why the ledger refused a call (SPEC §11's
 // table), in words that say what to do next.
-func refusalAnswer(r *Refusal, key, adminURL, tokenFile string) *mcp.CallToolResult {
+func refusalAnswer(r *Refusal, key, adminURL string) *mcp.CallToolResult {
 	var text string
 	switch r.Code {
 	case "retry_not_allowed":
 		text = fmt.Sprintf("This exact call already ran and failed%s, and that failure may have left something behind, "+
 			"so it is not run again automatically (idempotency key %s). Tell the user: a person who checks that nothing "+
 			"was applied can mark it so (%s), and then the same call runs again.",
-			recordedFailure(r.Details), key, resolveHow(key, adminURL, tokenFile, "not_applied --error-code CODE"))
+			recordedFailure(r.Details), key, resolveHow(key, adminURL, "not_applied --error-code CODE"))
 	case "in_progress":
 		text = fmt.Sprintf("The same call is still running (idempotency key %s), so it was not started a second time. "+
 			"Call again later to get its result.", key)
 	case "unsafe_resume":
 		text = fmt.Sprintf("An earlier identical call was interrupted and its outcome is unknown: it may or may not have taken effect. "+
 			"It will not be run again until a person checks and resolves the key: %s.",
-			resolveHow(key, adminURL, tokenFile, "succeeded|failed|not_applied"))
+			resolveHow(key, adminURL, "succeeded|failed|not_applied"))
 	case "fingerprint_mismatch":
 		text = fmt.Sprintf("The idempotency key %s was already used for a different call (another tool or other arguments), "+
 			"so this call was not run. Use a new key for a new call.", key)
@@ -112,17 +112,14 @@ func unchangedFailure(details map[string]any) string {
 
 // resolveHow says how a person resolves key: with ledgerctl and an
 // admin token against the server that serves the ledger (adminURL), or,
-// unknown, against a ledgerd. tokenFile keeps the admin token of
-// ledger-mcp's --admin-listen.
-func resolveHow(key, adminURL, tokenFile, outcomes string) string {
+// unknown, against a ledgerd. Where the admin token is kept is not said:
+// the text goes to the model, and the token must not reach the agent.
+func resolveHow(key, adminURL, outcomes string) string {
 	server := "--server URL"
 	if adminURL != "" {
 		server = "--server " + adminURL
 	}
 	s := fmt.Sprintf("LEDGER_TOKEN=<admin token> ledgerctl resolve %s %s --outcome %s --note '…'", key, server, outcomes)
-	if tokenFile != "" {
-		s += " (the admin token is in " + tokenFile + ")"
-	}
 	if adminURL != "" {
 		s += fmt.Sprintf(", or the page %s/ui/", adminURL)
 	}

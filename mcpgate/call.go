@@ -188,7 +188,7 @@ func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, ke
 	case errors.As(err, &refusal):
 		g.logger.InfoContext(ctx, "call refused", "tool", c.ledgerTool, "key", key, "code", refusal.Code)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
-		return refusalAnswer(refusal, key, g.cfg.AdminURL, g.cfg.AdminTokenFile), nil
+		return refusalAnswer(refusal, key, g.cfg.AdminURL), nil
 	case err != nil:
 		g.logger.ErrorContext(ctx, "ledger unavailable: call not run", "tool", c.ledgerTool, "key", key, "err", err)
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
@@ -355,7 +355,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
-		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL, g.cfg.AdminTokenFile)
+		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL)
 	case err != nil:
 		return nil, unavailableAnswer(rsv.Key)
 	case next.Status == ledger.StatusReplayed:

@@ -57,10 +57,7 @@ type Config struct {
 	// AdminURL is where a person resolves keys (ledger-mcp --admin-listen,
 	// or the ledgerd of --ledger): the answers that ask for a person name it.
 	AdminURL string
-	// AdminTokenFile keeps the admin token of ledger-mcp's --admin-listen,
-	// named with AdminURL.
-	AdminTokenFile string
-	Lease          time.Duration // default DefaultLease
+	Lease    time.Duration // default DefaultLease
 	// RunID names this process in its execution ids (run.go; default
 	// NewRunID()).
 	RunID string

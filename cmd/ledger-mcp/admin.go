@@ -31,21 +31,21 @@ const maxTokenFile = 4 << 10
 // the admin token adminToken keeps (or another token of the ledger, by
 // its role), never none, since anyone on the machine (a coding agent
 // with a shell among them) reaches a loopback address. It returns the
-// base URL and the file that keeps the admin token.
-func (m *Main) serveAdmin(ctx context.Context) (url, path string, err error) {
+// base URL.
+func (m *Main) serveAdmin(ctx context.Context) (url string, err error) {
 	path, token, created, err := m.adminToken(ctx)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	ln, err := net.Listen("tcp", m.AdminListen)
 	if err != nil {
-		return "", "", fmt.Errorf("--admin-listen: %w", err)
+		return "", fmt.Errorf("--admin-listen: %w", err)
 	}
 	handler := api.NewServer(m.ledger, api.Config{Logger: m.Logger})
 	handler.RequireAuth()
 	if _, err := handler.AuthEnabled(ctx); err != nil {
 		_ = ln.Close()
-		return "", "", fmt.Errorf("--admin-listen: %w", err)
+		return "", fmt.Errorf("--admin-listen: %w", err)
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(api.WrapListener(ln)) }()
@@ -58,7 +58,7 @@ func (m *Main) serveAdmin(ctx context.Context) (url, path string, err error) {
 			url, path, token)
 	}
 	m.Logger.Info("admin API ready", "addr", ln.Addr().String(), "url", url, "auth", true, "admin_token_file", path)
-	return url, path, nil
+	return url, nil
 }
 
 // adminTokenPath is where the admin token is kept: --admin-token-file,

@@ -54,9 +54,9 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	run := mcpgate.NewRunID()
 	m.endDeadLeases(ctx, run)
-	adminURL, tokenFile := m.LedgerURL, ""
+	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
-		if adminURL, tokenFile, err = m.serveAdmin(ctx); err != nil {
+		if adminURL, err = m.serveAdmin(ctx); err != nil {
 			return err
 		}
 	}
@@ -77,7 +77,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		UpstreamTimeout: m.UpstreamTimeout, RunID: run, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
-		ExactReplays: m.ExactReplays, AdminURL: adminURL, AdminTokenFile: tokenFile, ApprovalURL: approvalURL, StateKey: stateKey})
+		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
 		return err
 	}
