@@ -217,6 +217,10 @@ const (
 	// reserveAfterNotApplied: an outcome that applied nothing (SPEC §4.1),
 	// decided as a new key of the same generation.
 	reserveAfterNotApplied
+	// reserveEndLease: a dead process's reservation ended by its own
+	// execution (EndLeases); it runs nothing, so the gate never asks,
+	// denies or consumes for it.
+	reserveEndLease
 )
 
 // appendReserve appends a reserve receipt for k that names refSeq,
@@ -224,7 +228,7 @@ const (
 // retries. A new key or generation starts at this receipt.
 func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k *KeyRecord,
 	refSeq uint64, why reserveKind) (*ReserveResult, error) {
-	if why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied {
+	if why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied || why == reserveEndLease {
 		max, found, err := s.MaxAttempt(ctx, k.Key, a.execution, k.FirstSeq)
 		if err != nil {
 			return nil, err

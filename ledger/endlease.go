@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -63,8 +64,13 @@ func (n *Namespace) EndLeases(ctx context.Context, dead func(*chain.Receipt) boo
 	}
 }
 
+// errEndLeaseGated: the policy in force denies the tool, or needs an
+// approval the dead execution did not consume.
+var errEndLeaseGated = errors.New("end lease: the policy in force gates the tool")
+
 // endLease appends the reserve that ends rsv's lease, if rsv is still its
-// key's reservation, with no outcome and its lease running.
+// key's reservation, with no outcome and its lease running, and the
+// policy in force lets its execution reserve again without a person.
 func (n *Namespace) endLease(ctx context.Context, rsv *chain.Receipt) (bool, error) {
 	var ok bool
 	err := n.submit(ctx, rsv.IdempotencyKey, func(ctx context.Context, t *batchTx) error {
@@ -80,7 +86,11 @@ func (n *Namespace) endLease(ctx context.Context, rsv *chain.Receipt) (bool, err
 		}
 		a := reserveArgs{key: k.Key, execution: rsv.ExecutionID, attempt: last + 1, tool: k.Tool, effect: k.Effect,
 			idempotent: k.Idempotent, leaseMS: MinLeaseMS, actor: rsv.Actor}
-		res, err := appendReserve(ctx, t, now, &a, &k, k.ReserveSeq, reserveTakeover)
+		res, err := appendReserve(ctx, t, now, &a, &k, k.ReserveSeq, reserveEndLease)
+		var refused *Error
+		if errors.Is(err, errEndLeaseGated) || errors.As(err, &refused) {
+			return nil // the policy in force gates the tool, or refuses: it waits out its lease
+		}
 		if err != nil {
 			return err
 		}

@@ -135,6 +135,19 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 		}
 		k.Idempotent, k.InputHash = a.idempotent, a.inputHash
 	}
+	// A runtime retry of the execution that consumed the generation's
+	// approval, by the same principal, is covered by it.
+	covered := kg.consumer != nil && kg.consumer.ExecutionID == a.execution && kg.consumer.Actor == a.actor &&
+		(why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied || why == reserveEndLease)
+	if why == reserveEndLease {
+		// Ending a dead lease passes only where the policy in force lets
+		// the execution reserve again without a person (the verifier's
+		// view too); else the key is left to its lease.
+		if g.Deny || g.Approval && !covered {
+			return d, errEndLeaseGated
+		}
+		return d, nil
+	}
 	if g.Deny {
 		return d, s.deny(ctx, now, a, k, &kg, pseq, refSeq, &g, p)
 	}
@@ -146,10 +159,6 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	if !g.Approval {
 		return d, nil
 	}
-	// A runtime retry of the execution that consumed the generation's
-	// approval, by the same principal, is covered by it.
-	covered := kg.consumer != nil && kg.consumer.ExecutionID == a.execution && kg.consumer.Actor == a.actor &&
-		(why == reserveTakeover || why == reserveRetry || why == reserveAfterNotApplied)
 	switch {
 	case covered:
 		return d, nil

@@ -58,8 +58,10 @@ type Config struct {
 	// or the ledgerd of --ledger): the answers that ask for a person name it.
 	AdminURL string
 	Lease    time.Duration // default DefaultLease
-	// RunID names this process in its execution ids (run.go; default
-	// NewRunID()).
+	// RunID names this process in its execution ids (run.go), so that a
+	// later process can tell its dead work; "" names no run (a gateway
+	// that cannot prove its run live: with --ledger, or without its
+	// PostgreSQL run lock).
 	RunID string
 	// UpstreamTimeout bounds the wait for the upstream's answer to one
 	// forwarded call (one round of it); then its outcome is unknown.
@@ -131,9 +133,6 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	if cfg.UpstreamTimeout < 0 {
 		return nil, fmt.Errorf("mcpgate: upstream timeout %s is negative", cfg.UpstreamTimeout)
-	}
-	if cfg.RunID == "" {
-		cfg.RunID = NewRunID()
 	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = DefaultUpstreamTimeout

@@ -261,3 +261,25 @@ func TestLedgerMCP_replayOfResolved(t *testing.T) {
 		verified(t, db)
 	})
 }
+
+// TestLedgerMCP_remoteLedgerNamesNoRun (issue 44, item 5): a gateway that
+// cannot prove its run live — here one on a ledgerd (--ledger), which
+// other gateways share and which ends no dead work — names no run in its
+// execution ids, so no other gateway's start can take its live calls for
+// a dead process's and end them.
+func TestLedgerMCP_remoteLedgerNamesNoRun(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	sh := newShop(t)
+	g := startGatewayEnv(t, nil, append([]string{"--ledger", l.URL}, sh.command()...)...)
+	g.call(t, "create_entity", map[string]any{"id": "e1"}, nil)
+	r := l.Do("GET", "/v1/receipts?kind=reserve", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	rs, _ := r.Body["receipts"].([]any)
+	require.NotEmpty(t, rs, r.Raw)
+	for _, x := range rs {
+		exec, _ := x.(map[string]any)["execution_id"].(string)
+		assert.True(t, strings.HasPrefix(exec, "mcp-"), exec)
+		assert.Empty(t, mcpgate.RunOf(exec), "execution %s names a run", exec)
+	}
+}

@@ -52,8 +52,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := m.setGate(ctx, name); err != nil {
 		return err
 	}
-	run := mcpgate.NewRunID()
-	m.endDeadLeases(ctx, run)
+	run := m.endDeadLeases(ctx, mcpgate.NewRunID())
 	adminURL := m.LedgerURL
 	if m.AdminListen != "" {
 		if adminURL, err = m.serveAdmin(ctx); err != nil {
@@ -196,21 +195,24 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 // by one process at a time, so every earlier run is gone; PostgreSQL may
 // be shared by gateways that run now, so each run holds a lock while it
 // runs (TryRunLock) and only a run whose lock is free is gone. Not with
-// --ledger: other gateways share that ledger.
-func (m *Main) endDeadLeases(ctx context.Context, run string) {
+// --ledger: other gateways share that ledger. It returns the run id this
+// process names in its executions: run, or "" (none, so no later process
+// takes them for dead work) where it could not prove its own run live —
+// with --ledger, or without its PostgreSQL run lock.
+func (m *Main) endDeadLeases(ctx context.Context, run string) string {
 	if m.ns == nil {
-		return
+		return ""
 	}
 	dead := mcpgate.EarlierRun(run)
 	if m.dbFile == "" {
 		rl, ok := m.store.(runLocker)
 		if !ok {
-			return
+			return ""
 		}
 		release, held, err := rl.TryRunLock(ctx, run)
 		if err != nil || !held {
-			m.Logger.Warn("cannot hold this run's lock: the calls of gateways that died end with their lease", "run", run, "err", err)
-			return
+			m.Logger.Warn("cannot hold this run's lock: the calls of gateways that died, and this one's, end with their lease", "run", run, "err", err)
+			return ""
 		}
 		m.closers = append(m.closers, func() error { release(); return nil })
 		dead = liveRunsExcluded(ctx, rl, dead)
@@ -223,6 +225,7 @@ func (m *Main) endDeadLeases(ctx context.Context, run string) {
 		m.Logger.Warn("calls an earlier ledger-mcp left running are interrupted: a person resolves them (ledgerctl resolve)",
 			"keys", keys, "run", run)
 	}
+	return run
 }
 
 // runLocker is a PostgreSQL store's run locks.
