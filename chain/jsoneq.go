@@ -57,6 +57,9 @@ func parseJSON(data []byte) (any, error) {
 	if !json.Valid(data) {
 		return nil, errors.New("not one JSON value")
 	}
+	if err := loneSurrogate(data); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	return readJSON(dec)
@@ -239,4 +242,38 @@ func describeJSON(v any) string {
 		return fmt.Sprintf("an object of %d members", len(x))
 	}
 	return fmt.Sprintf("%v", v)
+}
+
+// loneSurrogate refuses a string escape of half a UTF-16 surrogate pair
+// (I-JSON, RFC 7493 §2.1): encoding/json reads each as U+FFFD, so two
+// strings that differ in them would compare equal. data is valid JSON, so
+// a backslash is always an escape inside a string.
+func loneSurrogate(data []byte) error {
+	unit := func(i int) (uint64, bool) {
+		if i+6 > len(data) || data[i] != '\\' || data[i+1] != 'u' {
+			return 0, false
+		}
+		u, err := strconv.ParseUint(string(data[i+2:i+6]), 16, 16)
+		return u, err == nil
+	}
+	for i := 0; i < len(data); i++ {
+		if data[i] != '\\' {
+			continue
+		}
+		u, ok := unit(i)
+		switch {
+		case !ok:
+			i++ // a two-character escape
+		case u >= 0xDC00 && u <= 0xDFFF:
+			return fmt.Errorf("a lone surrogate escape \\u%04x", u)
+		case u >= 0xD800 && u <= 0xDBFF:
+			if lo, ok := unit(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return fmt.Errorf("a lone surrogate escape \\u%04x", u)
+			}
+			i += 11
+		default:
+			i += 5
+		}
+	}
+	return nil
 }

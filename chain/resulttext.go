@@ -57,13 +57,15 @@ func resultTextMismatch(raw json.RawMessage, enc *string, stored, text string) s
 
 // receiptResultJSON is ResultJSON for a receipt's result, which a verifier
 // compares with result_text (SPEC §9.1): a stored result with an object
-// that has a member name twice (today's ledger refuses one, as not I-JSON;
-// an early ledger or an edited file may hold one) is not embedded verbatim
+// that has a member name twice, or a lone surrogate escape (today's ledger
+// refuses both, as not I-JSON; an early ledger or an edited file may hold
+// one) is not embedded verbatim
 // but as the JSON string of its text, marked "text", since no JSON tool
 // keeps both members and §9.1 compares objects as maps with unique names;
 // its portable receipt then still verifies.
 func receiptResultJSON(b []byte, result string) ([]byte, string) {
-	if result != "" && result != "null" && IsCompactJSON(result) && hasDuplicateNames(result) {
+	if result != "" && result != "null" && IsCompactJSON(result) &&
+		(hasDuplicateNames(result) || loneSurrogate([]byte(result)) != nil) {
 		return AppendJSONString(b, result), ResultText
 	}
 	return ResultJSON(b, result)
