@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // approvalPolicy is the policy of SPEC §13's example with a short expiry.

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // Issue 44 item 10, SPEC §9.1: a portable receipt survives re-encoding.

@@ -6,7 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
@@ -33,7 +33,7 @@ func runLedgerd(t *testing.T, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out := &testkit.Buffer{}
-	m := ledgerd.NewMain(out)
+	m := daemon.NewMain(out)
 	m.Stdout = out
 	code := m.Execute(ctx, args)
 	require.NoError(t, ctx.Err(), "ledgerd was expected to exit: %s", out)

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // onSQLiteAndPostgres runs test in two parallel subtests: "sqlite" with

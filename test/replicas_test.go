@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // Two ledgerd replicas on one PostgreSQL database (SPEC §10): every

@@ -22,9 +22,9 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

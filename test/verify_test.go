@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // verifyReport is the --json output of ledgerctl verify.
