@@ -53,8 +53,7 @@ func startPortable(t *testing.T, backend string) portableLedger {
 		key, result := kr[0], kr[1]
 		r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
 		require.Equal(t, 201, r.Status, r.Raw)
-		r = l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
-		require.Equal(t, 201, r.Status, r.Raw)
+		l.Commit(t, key, `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
 	}
 	waitCheckpoint(t, l, vkey, 4)
 	return portableLedger{l: l, vkey: vkey}

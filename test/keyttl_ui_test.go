@@ -20,8 +20,7 @@ func TestUI_keyLifetime(t *testing.T) {
 	for _, key := range []string{"daily-report", "kept-report"} {
 		r := l.Do("POST", "/v1/effects/reserve", ttlReserve(key, "exec-1", false, ""))
 		require.Equal(t, 201, r.Status, r.Raw)
-		r = l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
-		require.Equal(t, 201, r.Status, r.Raw)
+		l.Commit(t, key, `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
 	}
 	clock.set(t0 + hourMS)
 	r := l.Do("POST", "/v1/effects/reserve", ttlReserve("daily-report", "exec-2", false, ""))
