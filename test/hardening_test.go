@@ -133,9 +133,8 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	for _, k := range []string{"tail-key-0001", "tail-key-0002"} {
-		r := l.Do("POST", "/v1/effects/reserve", reserve(k, "exec-"+k, 1, true))
-		require.Equal(t, 201, r.Status, r.Raw)
-		l.Commit(t, k, `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":{"key":"`+k+`"}}`)
+		tok := l.Reserve(t, reserve(k, "exec-"+k, 1, true))
+		l.Commit(t, k, `{"reservation":"`+tok+`","outcome":"succeeded","result":{"key":"`+k+`"}}`)
 	}
 	require.NoError(t, l.Stop())
 	raw, err := sql.Open("sqlite3", "file:"+db)

@@ -117,9 +117,8 @@ func testKeyLifetime(t *testing.T, db string) {
 	assert.Equal(t, "invalid_request", r.Code())
 
 	// A failed key: refused one millisecond short of the TTL, renewed at it.
-	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("weekly-digest", "exec-4", false, ""))
-	require.Equal(t, 201, r.Status, r.Raw)
-	l.Commit(t, "weekly-digest", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"failed","error":{"code":"BOUNCED"}}`)
+	tok := l.Reserve(t, ttlReserve("weekly-digest", "exec-4", false, ""))
+	l.Commit(t, "weekly-digest", `{"reservation":"`+tok+`","outcome":"failed","error":{"code":"BOUNCED"}}`)
 	clock.set(t0 + 2*hourMS - 1)
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("weekly-digest", "exec-5", false, ""))
 	assert.Equal(t, 409, r.Status)

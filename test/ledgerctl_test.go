@@ -45,10 +45,9 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 // interrupted.
 func populate(t *testing.T, l *Ledgerd, clock *testClock) {
 	t.Helper()
-	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 1, true))
-	require.Equal(t, 201, r.Status, r.Raw)
-	l.Commit(t, "mail-0001-abc", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`)
-	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 2, true))
+	tok := l.Reserve(t, reserve("mail-0001-abc", "exec-1", 1, true))
+	l.Commit(t, "mail-0001-abc", `{"reservation":"`+tok+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`)
+	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 2, true))
 	require.Equal(t, 201, r.Status, r.Raw)
 	l.Commit(t, "mail-0001-abc", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
 	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-2", 1, true))

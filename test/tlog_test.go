@@ -303,9 +303,8 @@ func TestVerifiableLog_portableReceipt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
-	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	l.Commit(t, "refund-order-1234", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount":1200,"currency":"eur"}}`)
+	tok := l.Reserve(t, `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+	l.Commit(t, "refund-order-1234", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount":1200,"currency":"eur"}}`)
 	appendN(t, l, "other", 5)
 	waitCheckpoint(t, l, vkey, 7)
 
@@ -372,7 +371,7 @@ func TestVerifiableLog_portableReceipt(t *testing.T) {
 	require.NoError(t, l.Stop())
 	l2 := StartLedgerd(t, l.DB)
 	appendN(t, l2, "late", 1)
-	r = l2.Do("GET", "/v1/receipts/8/proof", "")
+	r := l2.Do("GET", "/v1/receipts/8/proof", "")
 	assert.Equal(t, 404, r.Status, r.Raw)
 	assert.Equal(t, "not_checkpointed", r.Code())
 }
