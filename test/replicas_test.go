@@ -178,47 +178,37 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 	var bErrors, aAcked, bAcked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range 8 {
+	loadWriters(8, stop, &wg, func(w, i int) bool {
 		l := []*Ledgerd{a, b}[w%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ns := names[(w+i)%len(names)]
-				base := l.URL + prefix(ns)
-				key := randomKey()
-				status, body, err := rawPost(base+"/effects/reserve", refundBody(key, randomKey(), 7, ""))
-				if err != nil || status != 201 {
-					if l == b {
-						bErrors.Add(1)
-						t.Errorf("replica b: %d %v %s", status, err, body)
-					}
-					if l == a {
-						return // a was killed
-					}
-					continue
-				}
-				recordAck(&mu, acks[ns], body, key)
-				status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
-				if err == nil && status == 201 {
-					recordAck(&mu, acks[ns], body, key)
-					if l == a {
-						aAcked.Add(1)
-					} else {
-						bAcked.Add(1)
-					}
-				} else if l == b {
-					bErrors.Add(1)
-					t.Errorf("replica b commit: %d %v %s", status, err, body)
-				}
+		ns := names[(w+i)%len(names)]
+		base := l.URL + prefix(ns)
+		key := randomKey()
+		status, body, err := rawPost(base+"/effects/reserve", refundBody(key, randomKey(), 7, ""))
+		if err != nil || status != 201 {
+			if l == b {
+				bErrors.Add(1)
+				t.Errorf("replica b: %d %v %s", status, err, body)
 			}
-		}()
-	}
+			if l == a {
+				return false // a was killed
+			}
+			return true
+		}
+		recordAck(&mu, acks[ns], body, key)
+		status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
+		if err == nil && status == 201 {
+			recordAck(&mu, acks[ns], body, key)
+			if l == a {
+				aAcked.Add(1)
+			} else {
+				bAcked.Add(1)
+			}
+		} else if l == b {
+			bErrors.Add(1)
+			t.Errorf("replica b commit: %d %v %s", status, err, body)
+		}
+		return true
+	})
 	// Both replicas under load, then a dies mid-stream and b goes on.
 	require.Eventually(t, func() bool { return aAcked.Load() >= 30 && bAcked.Load() >= 30 }, 60*time.Second, 5*time.Millisecond,
 		"both replicas serve the load")
