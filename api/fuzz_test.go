@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // FuzzRequests sends arbitrary bodies to the write endpoints: the server

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+	"github.com/effect-ledger/effect-ledger/testkit/openapicheck"
 )
 
 // The exchanges of docs/design/approvals.md, checked against

@@ -14,9 +14,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/openapicheck"
 )
 
 func TestServer_OpenAPIJSON(t *testing.T) {

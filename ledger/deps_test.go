@@ -28,3 +28,47 @@ func TestNoSQLDependency(t *testing.T) {
 		}
 	}
 }
+
+// floors ranks the module's folders: a package imports only packages of
+// its own folder or of a lower floor. Utilities (internal/) and the
+// receipt (chain) are the ground; the test kits (testkit/) stand beside
+// the binaries, above all that they test.
+var floors = map[string]int{
+	"chain": 0, "client": 0, "internal": 0,
+	"tlog":   1,
+	"ledger": 2,
+	"verify": 3, "storage": 3,
+	"api": 4, "mcpgate": 4,
+	"cmd": 5, "testkit": 5, "examples": 5,
+	"scripts": 6, "test": 6,
+}
+
+// TestImportsRunDown keeps the layout's floors: no package of the module
+// imports one on its own floor in another folder, or on a higher floor.
+func TestImportsRunDown(t *testing.T) {
+	const mod = "github.com/effect-ledger/effect-ledger/"
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", mod+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	floor := func(pkg string) (string, int) {
+		dir, _, _ := strings.Cut(strings.TrimPrefix(pkg, mod), "/")
+		f, ok := floors[dir]
+		if !ok {
+			t.Errorf("%s: folder %s has no floor", pkg, dir)
+		}
+		return dir, f
+	}
+	for line := range strings.Lines(string(out)) {
+		pkgs := strings.Fields(line)
+		dir, f := floor(pkgs[0])
+		for _, imp := range pkgs[1:] {
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			if idir, ifl := floor(imp); idir != dir && ifl >= f {
+				t.Errorf("%s (floor %d) imports %s (floor %d)", pkgs[0], f, imp, ifl)
+			}
+		}
+	}
+}

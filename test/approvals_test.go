@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // approvalPolicy is the policy of SPEC §13's example with a short expiry.
@@ -45,7 +45,7 @@ func (f *gateFixture) answer(tok string, seq int64, decision, note string) Resp 
 
 func (f *gateFixture) commit(tok, key, rsv, outcome, extra string) Resp {
 	f.t.Helper()
-	return f.l.Do("POST", "/v1/effects/"+key+"/commit", fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, rsv, outcome, extra), f.as(tok)...)
+	return f.l.Do("POST", "/v1/effects/"+key+"/commit", commitBody(rsv, outcome, extra), f.as(tok)...)
 }
 
 // newGateFixture starts ledgerd on db with clock and the tokens ops

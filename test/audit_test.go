@@ -2,7 +2,6 @@ package test
 
 import (
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,25 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// call reserves key for payments.refund on order n and returns the
-// reservation token.
-func call(t *testing.T, l *Ledgerd, key, exec string, n int) string {
-	t.Helper()
-	r := l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(
-		`{"idempotency_key":%q,"execution_id":%q,"tool":"payments.refund","effect":"write","input":{"order":%d}}`, key, exec, n))
-	require.Equal(t, 201, r.Status, r.Raw)
-	return r.Body["reservation"].(string)
-}
-
-func commit(t *testing.T, l *Ledgerd, key, token, outcome string) {
-	t.Helper()
-	body := `{"reservation":"` + token + `","outcome":"succeeded"}`
-	if outcome == "failed" {
-		body = `{"reservation":"` + token + `","outcome":"failed","error":{"code":"DECLINED"}}`
-	}
-	r := l.Do("POST", "/v1/effects/"+key+"/commit", body)
-	require.Equal(t, 201, r.Status, r.Raw)
-}
+// declined is a failed commit's error.
+const declined = `,"error":{"code":"DECLINED"}`
 
 type repeatedFailure struct {
 	Tool       string   `json:"tool"`
@@ -48,13 +30,13 @@ type repeatedFailure struct {
 func TestLedgerctl_repeatedFailures(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
-	tok := call(t, l, "refund-a-0001", "exec-1", 1234) // seq 1
-	commit(t, l, "refund-a-0001", tok, "failed")       // seq 2
-	tok = call(t, l, "refund-b-0002", "exec-2", 1234)  // seq 3: the same call again
-	commit(t, l, "refund-b-0002", tok, "succeeded")    // seq 4
-	tok = call(t, l, "refund-x-0001", "exec-3", 99)    // seq 5: another input
-	commit(t, l, "refund-x-0001", tok, "failed")       // seq 6
-	call(t, l, "refund-c-0003", "exec-4", 1234)        // seq 7: and again
+	tok := l.Reserve(t, refundBody("refund-a-0001", "exec-1", 1234, "")) // seq 1
+	l.Commit(t, "refund-a-0001", commitBody(tok, "failed", declined))    // seq 2
+	tok = l.Reserve(t, refundBody("refund-b-0002", "exec-2", 1234, ""))  // seq 3: the same call again
+	l.Commit(t, "refund-b-0002", commitBody(tok, "succeeded", ""))       // seq 4
+	tok = l.Reserve(t, refundBody("refund-x-0001", "exec-3", 99, ""))    // seq 5: another input
+	l.Commit(t, "refund-x-0001", commitBody(tok, "failed", declined))    // seq 6
+	l.Reserve(t, refundBody("refund-c-0003", "exec-4", 1234, ""))        // seq 7: and again
 
 	srv := []string{"--server", l.URL}
 	db := []string{"--db", l.DB}
@@ -150,7 +132,7 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 			return strings.Contains(m, "ledger_audit_repeated_failures{namespace=\"default\"} 1\n") &&
 				strings.Contains(m, "ledger_audit_repeated_failure_keys{namespace=\"default\"} 2\n")
 		}, 60*time.Second, 50*time.Millisecond)
-		call(t, l, "refund-d-0004", "exec-5", 1234) // the loop goes on
+		l.Reserve(t, refundBody("refund-d-0004", "exec-5", 1234, "")) // the loop goes on
 		require.Eventually(t, func() bool {
 			m := l.Do("GET", "/metrics", "").Raw
 			return strings.Contains(m, "ledger_audit_repeated_failures{namespace=\"default\"} 1\n") &&
@@ -165,9 +147,9 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 func TestLedgerd_auditMetricsNeedVerification(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	tok := call(t, l, "refund-a-0001", "exec-1", 1)
-	commit(t, l, "refund-a-0001", tok, "failed")
-	call(t, l, "refund-b-0002", "exec-2", 1)
+	tok := l.Reserve(t, refundBody("refund-a-0001", "exec-1", 1, ""))
+	l.Commit(t, "refund-a-0001", commitBody(tok, "failed", declined))
+	l.Reserve(t, refundBody("refund-b-0002", "exec-2", 1, ""))
 	m := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, m.Status)
 	assert.Contains(t, m.Raw, "ledger_receipts_appended_total")

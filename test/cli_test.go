@@ -344,9 +344,7 @@ func TestLedgerctl_tokenCommands(t *testing.T) {
 func TestLedgerd_commitReservationToken(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	r := l.Do("POST", "/v1/effects/reserve", reserve("token-key-1", "exec-1", 1, true))
-	require.Equal(t, 201, r.Status, r.Raw)
-	tok := r.Body["reservation"].(string)
+	tok := l.Reserve(t, reserve("token-key-1", "exec-1", 1, true))
 	for _, bad := range []string{"rsv_…", "null", tok[:len(tok)-2], tok + "00", "elt_" + tok[4:]} {
 		r := l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"`+bad+`","outcome":"succeeded"}`)
 		assert.Equal(t, 400, r.Status, "%q: %s", bad, r.Raw)
@@ -356,7 +354,7 @@ func TestLedgerd_commitReservationToken(t *testing.T) {
 		d, _ := e["details"].(map[string]any)
 		assert.Equal(t, "reservation", d["field"], bad)
 	}
-	r = l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"rsv_`+strings.Repeat("0", 64)+`","outcome":"succeeded"}`)
+	r := l.Do("POST", "/v1/effects/token-key-1/commit", `{"reservation":"rsv_`+strings.Repeat("0", 64)+`","outcome":"succeeded"}`)
 	assert.Equal(t, 409, r.Status, r.Raw)
 	assert.Equal(t, "stale_reservation", r.Code())
 	e, _ := r.Body["error"].(map[string]any)

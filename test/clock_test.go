@@ -101,10 +101,8 @@ func TestLedgerd_readsNoTestHooks(t *testing.T) {
 	past := newTestClock(t, time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
 	before := time.Now().UnixMilli()
 	l := startBinary(t, "ledgerd", []string{past.env(), "LEDGERD_TEST_KILL_AFTER_COMMIT=1"}, filepath.Join(t.TempDir(), "ledger.db"))
-	r := l.Do("POST", "/v1/effects/reserve", reserve("no-hooks-0001", "exec-1", 1, false))
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/no-hooks-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	tok := l.Reserve(t, reserve("no-hooks-0001", "exec-1", 1, false))
+	l.Commit(t, "no-hooks-0001", `{"reservation":"`+tok+`","outcome":"succeeded"}`)
 	_, ats := recordedAts(t, l)
 	require.Len(t, ats, 2)
 	for _, at := range ats {

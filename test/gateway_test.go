@@ -2,7 +2,7 @@ package test
 
 import (
 	"encoding/json"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"

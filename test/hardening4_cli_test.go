@@ -257,11 +257,10 @@ func TestLedgerctl_repeatedFailureListsAKeyOnce(t *testing.T) {
 			return `{"idempotency_key":"` + key + `","execution_id":"` + exec + `","tool":"memory.observe","effect":"write","input":{"id":"alice"}}`
 		}
 		for i, outcome := range []string{"not_applied", "not_applied", "succeeded"} {
-			r := l.Do("POST", "/v1/effects/reserve", body(fmt.Sprintf("exec-%d", i+1)))
-			require.Equal(t, 201, r.Status, r.Raw)
-			c := `{"reservation":"` + r.Body["reservation"].(string) + `","outcome":"succeeded"}`
+			tok := l.Reserve(t, body(fmt.Sprintf("exec-%d", i+1)))
+			c := `{"reservation":"` + tok + `","outcome":"succeeded"}`
 			if outcome == "not_applied" {
-				c = `{"reservation":"` + r.Body["reservation"].(string) + `","outcome":"not_applied","error":{"code":"NOT_FOUND"}}`
+				c = `{"reservation":"` + tok + `","outcome":"not_applied","error":{"code":"NOT_FOUND"}}`
 			}
 			require.Equal(t, 201, l.Do("POST", "/v1/effects/"+key+"/commit", c).Status)
 		}

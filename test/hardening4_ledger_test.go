@@ -30,11 +30,8 @@ const integrityResult = `{"amount":1200,"currency":"eur"}`
 // the commit receipt.
 func commitRefund(t *testing.T, l *Ledgerd, key string) chain.Receipt {
 	t.Helper()
-	r := l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-1", 1, false))
-	require.Equal(t, 201, r.Status, r.Raw)
-	c := l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+
-		`","outcome":"succeeded","external_ref":"re_3Pq9","result":`+integrityResult+`}`)
-	require.Equal(t, 201, c.Status, c.Raw)
+	tok := l.Reserve(t, reserve(key, "exec-1", 1, false))
+	c := l.Commit(t, key, commitBody(tok, "succeeded", `,"external_ref":"re_3Pq9","result":`+integrityResult))
 	g := l.Do("GET", "/v1/receipts/"+jsonNum(c.Body["receipt"].(map[string]any)["seq"]), "")
 	require.Equal(t, 200, g.Status, g.Raw)
 	var rc chain.Receipt
@@ -186,11 +183,8 @@ func TestHardening4_corruptPage(t *testing.T) {
 	pad := strings.Repeat("x", 400)
 	for i := range 60 {
 		key := fmt.Sprintf("page-key-%04d", i)
-		r := l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-1", 1, false))
-		require.Equal(t, 201, r.Status, r.Raw)
-		c := l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+
-			`","outcome":"succeeded","result":{"pad":"`+pad+`"}}`)
-		require.Equal(t, 201, c.Status, c.Raw)
+		tok := l.Reserve(t, reserve(key, "exec-1", 1, false))
+		l.Commit(t, key, commitBody(tok, "succeeded", `,"result":{"pad":"`+pad+`"}`))
 	}
 	require.NoError(t, l.Stop())
 

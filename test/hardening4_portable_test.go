@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // Issue 44 item 10, SPEC §9.1: a portable receipt survives re-encoding.
@@ -51,10 +51,8 @@ func startPortable(t *testing.T, backend string) portableLedger {
 	}
 	for _, kr := range [][2]string{{"portable-0001", portableResult}, {"portable-0002", portableBig}} {
 		key, result := kr[0], kr[1]
-		r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
-		require.Equal(t, 201, r.Status, r.Raw)
-		r = l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
-		require.Equal(t, 201, r.Status, r.Raw)
+		tok := l.Reserve(t, `{"idempotency_key":"`+key+`","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+		l.Commit(t, key, `{"reservation":"`+tok+`","outcome":"succeeded","result":`+result+`}`)
 	}
 	waitCheckpoint(t, l, vkey, 4)
 	return portableLedger{l: l, vkey: vkey}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestUI_resultFromResultText: the web page shows a receipt's result from
@@ -16,10 +15,8 @@ func TestUI_resultFromResultText(t *testing.T) {
 	t.Parallel()
 	browser := newBrowser(t)
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"portable-ui-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/portable-ui-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":`+portableBig+`}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	tok := l.Reserve(t, `{"idempotency_key":"portable-ui-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+	l.Commit(t, "portable-ui-0001", `{"reservation":"`+tok+`","outcome":"succeeded","result":`+portableBig+`}`)
 
 	b := newTab(t, browser)
 	b.do(chromedp.Navigate(l.URL + "/ui/"))

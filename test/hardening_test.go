@@ -6,7 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
@@ -33,7 +33,7 @@ func runLedgerd(t *testing.T, args ...string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out := &testkit.Buffer{}
-	m := ledgerd.NewMain(out)
+	m := daemon.NewMain(out)
 	m.Stdout = out
 	code := m.Execute(ctx, args)
 	require.NoError(t, ctx.Err(), "ledgerd was expected to exit: %s", out)
@@ -133,10 +133,8 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	for _, k := range []string{"tail-key-0001", "tail-key-0002"} {
-		r := l.Do("POST", "/v1/effects/reserve", reserve(k, "exec-"+k, 1, true))
-		require.Equal(t, 201, r.Status, r.Raw)
-		r = l.Do("POST", "/v1/effects/"+k+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","result":{"key":"`+k+`"}}`)
-		require.Equal(t, 201, r.Status, r.Raw)
+		tok := l.Reserve(t, reserve(k, "exec-"+k, 1, true))
+		l.Commit(t, k, `{"reservation":"`+tok+`","outcome":"succeeded","result":{"key":"`+k+`"}}`)
 	}
 	require.NoError(t, l.Stop())
 	raw, err := sql.Open("sqlite3", "file:"+db)

@@ -16,8 +16,39 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
+
+// Reserve posts body as a reserve (with the headers header) and returns
+// its reservation token, failing t unless it was answered 201.
+func (l *Ledgerd) Reserve(t *testing.T, body string, header ...string) string {
+	t.Helper()
+	r := l.Do("POST", "/v1/effects/reserve", body, header...)
+	require.Equal(t, 201, r.Status, r.Raw)
+	return r.Body["reservation"].(string)
+}
+
+// Commit posts body as the commit of key (with the headers header),
+// fails t unless it was answered 201, and returns the answer.
+func (l *Ledgerd) Commit(t *testing.T, key, body string, header ...string) Resp {
+	t.Helper()
+	r := l.Do("POST", "/v1/effects/"+key+"/commit", body, header...)
+	require.Equal(t, 201, r.Status, r.Raw)
+	return r
+}
+
+// refundBody is the body of a reserve of key by exec: a payments.refund
+// (a write) of order, with the further fields extra (`,"idempotent":true`).
+func refundBody(key, exec string, order int, extra string) string {
+	return fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":"payments.refund","effect":"write","input":{"order":%d}%s}`,
+		key, exec, order, extra)
+}
+
+// commitBody is the body of a commit of the reservation token with
+// outcome and the further fields extra (`,"external_ref":"re_1"`).
+func commitBody(token, outcome, extra string) string {
+	return fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, token, outcome, extra)
+}
 
 // onSQLiteAndPostgres runs test in two parallel subtests: "sqlite" with
 // db a new file, and "postgres" with db a new PostgreSQL database's URL.

@@ -32,9 +32,7 @@ func testKeysWaiting(t *testing.T, db string) {
 		if idempotent {
 			body += `,"idempotent":true`
 		}
-		r := l.Do("POST", "/v1/effects/reserve", body+`}`)
-		require.Equal(t, 201, r.Status, r.Raw)
-		return r.Body["reservation"].(string)
+		return l.Reserve(t, body+`}`)
 	}
 	reserveWith("refund-0001", "exec-1", false)
 	first := reserveWith("mail-0001-abc", "exec-1", true)
@@ -55,8 +53,7 @@ func testKeysWaiting(t *testing.T, db string) {
 	require.NotEqual(t, first, second)
 	next()
 	require.Equal(t, map[string]float64{"default/reserved/true": 1}, keysWaiting(t, l), "resolved, and taken over")
-	r = l.Do("POST", "/v1/effects/mail-0001-abc/commit", `{"reservation":"`+second+`","outcome":"succeeded"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	l.Commit(t, "mail-0001-abc", `{"reservation":"`+second+`","outcome":"succeeded"}`)
 	next()
 	require.Equal(t, map[string]float64{}, keysWaiting(t, l))
 }

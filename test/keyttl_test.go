@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // hourMS is the default namespace's key lifetime in these tests.
@@ -85,8 +85,7 @@ func testKeyLifetime(t *testing.T, db string) {
 	require.Equal(t, 201, r.Status, r.Raw)
 	_, hasRenewed := r.Body["renewed"]
 	assert.False(t, hasRenewed, "a new key is not renewed")
-	r = l.Do("POST", "/v1/effects/daily-report/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	l.Commit(t, "daily-report", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
 	r = l.Do("GET", "/v1/effects/daily-report", "")
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, t0+hourMS, num(t, r.Body, "expires_at"))
@@ -118,10 +117,8 @@ func testKeyLifetime(t *testing.T, db string) {
 	assert.Equal(t, "invalid_request", r.Code())
 
 	// A failed key: refused one millisecond short of the TTL, renewed at it.
-	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("weekly-digest", "exec-4", false, ""))
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/weekly-digest/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"failed","error":{"code":"BOUNCED"}}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	tok := l.Reserve(t, ttlReserve("weekly-digest", "exec-4", false, ""))
+	l.Commit(t, "weekly-digest", `{"reservation":"`+tok+`","outcome":"failed","error":{"code":"BOUNCED"}}`)
 	clock.set(t0 + 2*hourMS - 1)
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("weekly-digest", "exec-5", false, ""))
 	assert.Equal(t, 409, r.Status)
@@ -152,8 +149,7 @@ func testKeyLifetime(t *testing.T, db string) {
 
 	r = l.Do("POST", "/v1/effects/reserve", ttlReserve("quarterly-report", "exec-11", false, ""))
 	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/quarterly-report/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	l.Commit(t, "quarterly-report", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
 
 	// The verifiers: offline and online, full and incremental, and the
 	// audit's renewed keys.

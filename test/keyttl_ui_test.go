@@ -18,10 +18,8 @@ func TestUI_keyLifetime(t *testing.T) {
 	clock := newTestClock(t, t0)
 	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-key-ttl", "1h")
 	for _, key := range []string{"daily-report", "kept-report"} {
-		r := l.Do("POST", "/v1/effects/reserve", ttlReserve(key, "exec-1", false, ""))
-		require.Equal(t, 201, r.Status, r.Raw)
-		r = l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
-		require.Equal(t, 201, r.Status, r.Raw)
+		tok := l.Reserve(t, ttlReserve(key, "exec-1", false, ""))
+		l.Commit(t, key, `{"reservation":"`+tok+`","outcome":"succeeded"}`)
 	}
 	clock.set(t0 + hourMS)
 	r := l.Do("POST", "/v1/effects/reserve", ttlReserve("daily-report", "exec-2", false, ""))

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // ledgerctl runs the binary and returns stdout, stderr and the exit code.
@@ -45,14 +45,11 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 // interrupted.
 func populate(t *testing.T, l *Ledgerd, clock *testClock) {
 	t.Helper()
-	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 1, true))
+	tok := l.Reserve(t, reserve("mail-0001-abc", "exec-1", 1, true))
+	l.Commit(t, "mail-0001-abc", `{"reservation":"`+tok+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`)
+	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 2, true))
 	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/mail-0001-abc/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"failed","error":{"code":"TIMEOUT","retryable":true}}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-1", 2, true))
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/mail-0001-abc/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	l.Commit(t, "mail-0001-abc", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"msg_1"}`)
 	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0001-abc", "exec-2", 1, true))
 	require.Equal(t, 200, r.Status, r.Raw)
 	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"charge-0003","execution_id":"exec-4","tool":"payments.charge","effect":"write","lease_ms":10}`)

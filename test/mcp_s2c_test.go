@@ -5,7 +5,7 @@ package test
 import (
 	"context"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -6,7 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+	"github.com/effect-ledger/effect-ledger/testkit/openapicheck"
 )
 
 // Every HTTP request the e2e tests make to a ledgerd started by

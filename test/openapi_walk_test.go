@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+	"github.com/effect-ledger/effect-ledger/testkit/openapicheck"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

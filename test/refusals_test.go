@@ -107,9 +107,8 @@ func TestLedgerd_storedJSONIsIJSON(t *testing.T) {
 	require.Equal(t, 400, r.Status, "input refuses 1e400: %s", r.Raw)
 	commit := func(i int, fields string) Resp {
 		key := fmt.Sprintf("ijson-key-%04d", i)
-		r := l.Do("POST", "/v1/effects/reserve", reserve(key, "exec-1", 1, false))
-		require.Equal(t, 201, r.Status, r.Raw)
-		return l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded",`+fields+`}`)
+		tok := l.Reserve(t, reserve(key, "exec-1", 1, false))
+		return l.Do("POST", "/v1/effects/"+key+"/commit", `{"reservation":"`+tok+`","outcome":"succeeded",`+fields+`}`)
 	}
 	for i, tt := range []struct{ desc, fields, field string }{
 		{"number beyond a double", `"result":{"n":1e400}`, "result"},

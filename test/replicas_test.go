@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // Two ledgerd replicas on one PostgreSQL database (SPEC §10): every
@@ -32,14 +32,8 @@ func randomKey() string {
 	return "k_" + hex.EncodeToString(b[:])
 }
 
-func reserveBody(key, exec string, extra string) string {
-	return fmt.Sprintf(`{"idempotency_key":%q,"execution_id":%q,"tool":"payments.refund","effect":"write","input":{"order":7}%s}`,
-		key, exec, extra)
-}
-
-func commitBody(token string) string {
-	return fmt.Sprintf(`{"reservation":%q,"outcome":"succeeded","external_ref":"re_1","result":{"ok":true}}`, token)
-}
+// refunded is a succeeded refund's fields.
+const refunded = `,"external_ref":"re_1","result":{"ok":true}`
 
 func startReplicas(t *testing.T, url string, args ...string) (a, b *Ledgerd) {
 	t.Helper()
@@ -67,7 +61,7 @@ func TestReplicas_oneWinnerAcrossReplicas(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, body, err := rawPost(l.URL+"/v1/effects/reserve", reserveBody(key, fmt.Sprintf("exec-%d", i), ""))
+			status, body, err := rawPost(l.URL+"/v1/effects/reserve", refundBody(key, fmt.Sprintf("exec-%d", i), 7, ""))
 			switch {
 			case err != nil:
 				t.Errorf("reserve: %v", err)
@@ -109,11 +103,11 @@ func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
 			defer wg.Done()
 			for range 15 {
 				key := randomKey()
-				status, body, err := rawPost(l.URL+prefix+"/effects/reserve", reserveBody(key, randomKey(), ""))
+				status, body, err := rawPost(l.URL+prefix+"/effects/reserve", refundBody(key, randomKey(), 7, ""))
 				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
 					return
 				}
-				status, body, err = rawPost(l.URL+prefix+"/effects/"+key+"/commit", commitBody(field(body, "reservation")))
+				status, body, err = rawPost(l.URL+prefix+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
 				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
 					return
 				}
@@ -145,14 +139,14 @@ func TestReplicas_takeoverAfterReplicaDied(t *testing.T) {
 	clock := newWallClock(t)
 	a, b := startReplicasEnv(t, []string{clock.env()}, url)
 	key := randomKey()
-	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", `,"idempotent":true,"lease_ms":1000`))
+	r := a.Do("POST", "/v1/effects/reserve", refundBody(key, "exec-1", 7, `,"idempotent":true,"lease_ms":1000`))
 	require.Equal(t, 201, r.Status, r.Raw)
 	a.Kill()
-	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
+	r = b.Do("POST", "/v1/effects/reserve", refundBody(key, "exec-2", 7, `,"idempotent":true`))
 	require.Equal(t, 409, r.Status, r.Raw)
 	require.Equal(t, "in_progress", r.Code())
 	clock.advance(1200 * time.Millisecond) // past a's lease
-	r = b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"idempotent":true`))
+	r = b.Do("POST", "/v1/effects/reserve", refundBody(key, "exec-2", 7, `,"idempotent":true`))
 	require.Equal(t, 201, r.Status, r.Raw)
 	assert.Equal(t, true, r.Body["takeover"], r.Raw)
 }
@@ -184,47 +178,37 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 	var bErrors, aAcked, bAcked atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range 8 {
+	loadWriters(8, stop, &wg, func(w, i int) bool {
 		l := []*Ledgerd{a, b}[w%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ns := names[(w+i)%len(names)]
-				base := l.URL + prefix(ns)
-				key := randomKey()
-				status, body, err := rawPost(base+"/effects/reserve", reserveBody(key, randomKey(), ""))
-				if err != nil || status != 201 {
-					if l == b {
-						bErrors.Add(1)
-						t.Errorf("replica b: %d %v %s", status, err, body)
-					}
-					if l == a {
-						return // a was killed
-					}
-					continue
-				}
-				recordAck(&mu, acks[ns], body, key)
-				status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation")))
-				if err == nil && status == 201 {
-					recordAck(&mu, acks[ns], body, key)
-					if l == a {
-						aAcked.Add(1)
-					} else {
-						bAcked.Add(1)
-					}
-				} else if l == b {
-					bErrors.Add(1)
-					t.Errorf("replica b commit: %d %v %s", status, err, body)
-				}
+		ns := names[(w+i)%len(names)]
+		base := l.URL + prefix(ns)
+		key := randomKey()
+		status, body, err := rawPost(base+"/effects/reserve", refundBody(key, randomKey(), 7, ""))
+		if err != nil || status != 201 {
+			if l == b {
+				bErrors.Add(1)
+				t.Errorf("replica b: %d %v %s", status, err, body)
 			}
-		}()
-	}
+			if l == a {
+				return false // a was killed
+			}
+			return true
+		}
+		recordAck(&mu, acks[ns], body, key)
+		status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
+		if err == nil && status == 201 {
+			recordAck(&mu, acks[ns], body, key)
+			if l == a {
+				aAcked.Add(1)
+			} else {
+				bAcked.Add(1)
+			}
+		} else if l == b {
+			bErrors.Add(1)
+			t.Errorf("replica b commit: %d %v %s", status, err, body)
+		}
+		return true
+	})
 	// Both replicas under load, then a dies mid-stream and b goes on.
 	require.Eventually(t, func() bool { return aAcked.Load() >= 30 && bAcked.Load() >= 30 }, 60*time.Second, 5*time.Millisecond,
 		"both replicas serve the load")
@@ -256,16 +240,13 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 	url := pgtest.URL(t)
 	a, b := startReplicas(t, url)
 	key := randomKey()
-	r := a.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-1", ""))
-	require.Equal(t, 201, r.Status, r.Raw)
-	token := r.Body["reservation"].(string)
+	token := a.Reserve(t, refundBody(key, "exec-1", 7, ""))
 	done := make(chan Resp, 1)
-	go func() { done <- b.Do("POST", "/v1/effects/reserve", reserveBody(key, "exec-2", `,"wait_ms":20000`)) }()
+	go func() { done <- b.Do("POST", "/v1/effects/reserve", refundBody(key, "exec-2", 7, `,"wait_ms":20000`)) }()
 	require.Eventually(t, func() bool { return b.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 5*time.Millisecond,
 		"the reserve parks on b")
 	start := time.Now()
-	c := a.Do("POST", "/v1/effects/"+key+"/commit", commitBody(token))
-	require.Equal(t, 201, c.Status, c.Raw)
+	a.Commit(t, key, commitBody(token, "succeeded", refunded))
 	select {
 	case got := <-done:
 		require.Equal(t, 200, got.Status, got.Raw)
@@ -285,17 +266,17 @@ func TestReplicas_tokensAcrossReplicas(t *testing.T) {
 	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
 	r := a.Do("POST", "/v1/namespaces", `{"name":"alpha"}`, bearer(admin)...)
 	require.Equal(t, 201, r.Status, r.Raw)
-	r = b.Do("POST", "/v1/ns/alpha/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+	r = b.Do("POST", "/v1/ns/alpha/effects/reserve", refundBody(randomKey(), "e", 7, ""), bearer(scoped)...)
 	require.Equal(t, 201, r.Status, r.Raw)
 	for _, l := range []*Ledgerd{a, b} {
-		r = l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+		r = l.Do("POST", "/v1/effects/reserve", refundBody(randomKey(), "e", 7, ""), bearer(scoped)...)
 		require.Equal(t, 403, r.Status, r.Raw)
 		require.Equal(t, "forbidden", r.Code())
 	}
 	_, stderr, code := ledgerctl(t, "token", "revoke", "--db", url, "gw")
 	require.Equal(t, 0, code, stderr)
 	for _, l := range []*Ledgerd{a, b} {
-		r = l.Do("POST", "/v1/ns/alpha/effects/reserve", reserveBody(randomKey(), "e", ""), bearer(scoped)...)
+		r = l.Do("POST", "/v1/ns/alpha/effects/reserve", refundBody(randomKey(), "e", 7, ""), bearer(scoped)...)
 		require.Equal(t, 401, r.Status, "a revoked token is refused at once on every replica: %s", r.Raw)
 	}
 }
@@ -318,7 +299,7 @@ func TestReplicas_databaseLostAndBack(t *testing.T) {
 	a, b := startReplicas(t, url)
 	require.NoError(t, c.Stop())
 	for _, l := range []*Ledgerd{a, b} {
-		r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+		r := l.Do("POST", "/v1/effects/reserve", refundBody(randomKey(), "e", 7, ""))
 		require.Equal(t, 503, r.Status, r.Raw)
 		require.Equal(t, "unavailable", r.Code())
 		require.NotEmpty(t, r.Header.Get("Retry-After"))
@@ -335,7 +316,7 @@ func TestReplicas_databaseLostAndBack(t *testing.T) {
 			_ = res.Body.Close()
 			return res.StatusCode == 200
 		}, 30*time.Second, 200*time.Millisecond, "replica ready again without a restart")
-		r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+		r := l.Do("POST", "/v1/effects/reserve", refundBody(randomKey(), "e", 7, ""))
 		require.Equal(t, 201, r.Status, r.Raw)
 	}
 }
@@ -354,7 +335,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 	for round := range 3 {
 		for i := range 5 {
 			l := []*Ledgerd{a, b}[i%2]
-			r := l.Do("POST", "/v1/effects/reserve", reserveBody(randomKey(), "e", ""))
+			r := l.Do("POST", "/v1/effects/reserve", refundBody(randomKey(), "e", 7, ""))
 			require.Equal(t, 201, r.Status, r.Raw)
 		}
 		want := (round + 1) * 5

@@ -22,9 +22,9 @@ import (
 	"github.com/transparency-dev/merkle/rfc6962"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -303,10 +303,8 @@ func TestVerifiableLog_portableReceipt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	l, vkey, _ := startSigned(t, dir)
-	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/refund-order-1234/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount":1200,"currency":"eur"}}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	tok := l.Reserve(t, `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+	l.Commit(t, "refund-order-1234", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount":1200,"currency":"eur"}}`)
 	appendN(t, l, "other", 5)
 	waitCheckpoint(t, l, vkey, 7)
 
@@ -373,7 +371,7 @@ func TestVerifiableLog_portableReceipt(t *testing.T) {
 	require.NoError(t, l.Stop())
 	l2 := StartLedgerd(t, l.DB)
 	appendN(t, l2, "late", 1)
-	r = l2.Do("GET", "/v1/receipts/8/proof", "")
+	r := l2.Do("GET", "/v1/receipts/8/proof", "")
 	assert.Equal(t, 404, r.Status, r.Raw)
 	assert.Equal(t, "not_checkpointed", r.Code())
 }

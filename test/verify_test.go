@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // verifyReport is the --json output of ledgerctl verify.
@@ -81,11 +81,9 @@ func editLedger(t *testing.T, path string, stmts ...string) {
 func TestLedgerd_invalidValuesServed(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
-	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/refund-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_1","result":{"amount":1200}}`)
-	require.Equal(t, 201, r.Status, r.Raw)
-	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0002-abc", "exec-2", 1, false))
+	tok := l.Reserve(t, `{"idempotency_key":"refund-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`)
+	l.Commit(t, "refund-0001", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"re_1","result":{"amount":1200}}`)
+	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0002-abc", "exec-2", 1, false))
 	require.Equal(t, 201, r.Status, r.Raw)
 	r = l.Do("POST", "/v1/effects/reserve", reserve("mail-0003-abc", "exec-3", 1, false))
 	require.Equal(t, 201, r.Status, r.Raw)

@@ -82,9 +82,7 @@ func waitReserve(exec string, waitMS int) string {
 func TestLedgerd_wait(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--read-timeout", "2s", "--write-timeout", "2s")
-	r := l.Do("POST", "/v1/effects/reserve", waitReserve("exec-1", 0))
-	require.Equal(t, 201, r.Status, r.Raw)
-	token := r.Body["reservation"].(string)
+	token := l.Reserve(t, waitReserve("exec-1", 0))
 
 	short := asyncPost(l.URL+"/v1/effects/reserve", waitReserve("exec-2", 300))
 	long := asyncPost(l.URL+"/v1/effects/reserve", waitReserve("exec-3", 10_000))
@@ -96,8 +94,7 @@ func TestLedgerd_wait(t *testing.T) {
 
 	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 10*time.Millisecond)
 	readTimeoutPassed(t, l) // past --read-timeout and --write-timeout
-	r = l.Do("POST", "/v1/effects/refund-wait-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"re_w1"}`)
-	require.Equal(t, 201, r.Status, r.Raw)
+	l.Commit(t, "refund-wait-0001", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"re_w1"}`)
 	g := <-long
 	require.NoError(t, g.err)
 	assert.Equal(t, 200, g.status, "%s", g.body)
@@ -105,7 +102,7 @@ func TestLedgerd_wait(t *testing.T) {
 	assert.Equal(t, "re_w1", field(g.body, "external_ref"))
 	assert.Zero(t, l.metric("ledger_reserve_waiting"))
 
-	r = l.Do("GET", "/v1/head", "")
+	r := l.Do("GET", "/v1/head", "")
 	assert.Equal(t, 3.0, r.Body["seq"], "reserve, commit, one replay")
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 
-	"github.com/effect-ledger/effect-ledger/internal/testwitness"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit/testwitness"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

@@ -16,7 +16,7 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/testwitness"
+	"github.com/effect-ledger/effect-ledger/testkit/testwitness"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
@@ -61,8 +61,7 @@ func (c *calls) reserve(key, exec, tool string, n int, opts ...reserveOpt) strin
 	for _, o := range opts {
 		o(&req)
 	}
-	res, err := c.db.Reserve(context.Background(), req)
-	require.NoError(c.t, err)
+	res := ledgertest.MustReserve(c.t, c.db, req)
 	require.Equal(c.t, ledger.StatusReserved, res.Status)
 	c.tokens[res.IdempotencyKey] = res.Reservation
 	if res.KeyGenerated {
@@ -71,21 +70,23 @@ func (c *calls) reserve(key, exec, tool string, n int, opts ...reserveOpt) strin
 	return res.IdempotencyKey
 }
 
-func (c *calls) fail(key, code string, retryable bool) {
+// end commits key's latest reservation a second later with outcome and,
+// unless code is empty, an error of code.
+func (c *calls) end(key, outcome, code string, retryable bool) {
 	c.t.Helper()
 	c.clock.Advance(time.Second)
-	_, err := c.db.Commit(context.Background(), ledger.CommitRequest{IdempotencyKey: key, Reservation: c.tokens[key],
-		Outcome: "failed", Error: &ledger.FailureDetail{Code: code, Retryable: retryable}})
-	require.NoError(c.t, err)
+	req := ledger.CommitRequest{IdempotencyKey: key, Reservation: c.tokens[key], Outcome: outcome}
+	if code != "" {
+		req.Error = &ledger.FailureDetail{Code: code, Retryable: retryable}
+	}
+	ledgertest.MustCommit(c.t, c.db, req)
 }
 
-func (c *calls) succeed(key string) {
+func (c *calls) fail(key, code string, retryable bool) {
 	c.t.Helper()
-	c.clock.Advance(time.Second)
-	_, err := c.db.Commit(context.Background(), ledger.CommitRequest{IdempotencyKey: key, Reservation: c.tokens[key],
-		Outcome: "succeeded"})
-	require.NoError(c.t, err)
+	c.end(key, "failed", code, retryable)
 }
+func (c *calls) succeed(key string) { c.t.Helper(); c.end(key, "succeeded", "", false) }
 
 // resolveFailed lets key's lease run out, then records an operator's
 // failed outcome.
@@ -405,13 +406,7 @@ func TestVerifier_sinceSeq(t *testing.T) {
 	assert.Len(t, rep.Audit.Interrupted, 1)
 }
 
-func (c *calls) notApplied(key, code string) {
-	c.t.Helper()
-	c.clock.Advance(time.Second)
-	_, err := c.db.Commit(context.Background(), ledger.CommitRequest{IdempotencyKey: key, Reservation: c.tokens[key],
-		Outcome: "not_applied", Error: &ledger.FailureDetail{Code: code}})
-	require.NoError(c.t, err)
-}
+func (c *calls) notApplied(key, code string) { c.t.Helper(); c.end(key, "not_applied", code, false) }
 
 // TestVerifier_repeatedFailuresNotApplied: SPEC §4.1 — repeated_failures
 // count a not_applied outcome like a failure, and a rerun of the same key

@@ -8,12 +8,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := ledgerd.NewMain(os.Stderr).Execute(ctx, os.Args[1:])
+	code := daemon.NewMain(os.Stderr).Execute(ctx, os.Args[1:])
 	stop()
 	os.Exit(code)
 }

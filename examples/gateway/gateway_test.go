@@ -15,7 +15,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -34,7 +34,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
 )
 
 func main() {

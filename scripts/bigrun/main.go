@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
 )
 
 func main() {

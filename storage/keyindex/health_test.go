@@ -2,7 +2,7 @@ package keyindex_test
 
 import (
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // apply commits receipts from..to of ns with to as the watermark.

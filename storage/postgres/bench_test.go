@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // BenchmarkUpdate measures one Update appending n reserves (with their

@@ -13,10 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // groupOf makes a group appending n reserves to each chain.

@@ -17,9 +17,9 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 

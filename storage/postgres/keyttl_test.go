@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // keyTTL reads the key_ttl_ms of namespace ns of s.

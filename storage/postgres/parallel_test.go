@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // TestChain_namespacesCommitInParallel: a transaction holding namespace

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
-	"github.com/effect-ledger/effect-ledger/storage/storetest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/storetest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

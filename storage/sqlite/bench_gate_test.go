@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // BenchmarkGate measures what SPEC §13's gate costs, in one run: pairs

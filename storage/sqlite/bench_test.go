@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // BenchmarkDB_ReserveCommit measures one reserve+commit pair at a time

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/gen"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/gen"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // BenchmarkSQLite_Floor measures what SQLite alone costs for the rows the

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
-	"github.com/effect-ledger/effect-ledger/storage/storetest"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/storetest"
 )
 
 // BenchmarkLedger_ReplayRandom measures replays of random keys among

@@ -12,7 +12,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
-	"github.com/effect-ledger/effect-ledger/storage/storetest"
+	"github.com/effect-ledger/effect-ledger/testkit/storetest"
 )
 
 // TestSQLiteStore_conformance runs the storage conformance suite against

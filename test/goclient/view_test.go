@@ -11,8 +11,8 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/client"
-	"github.com/effect-ledger/effect-ledger/internal/ledgertest"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
 // TestClient_Key_lifetime: in a ledger whose keys expire after an hour,

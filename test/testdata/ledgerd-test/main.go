@@ -1,5 +1,5 @@
 // Command ledgerd-test is ledgerd for the end-to-end tests: the same
-// program (internal/ledgerd), with its test seams filled from LEDGERD_TEST_*
+// program (cmd/ledgerd/daemon), with its test seams filled from LEDGERD_TEST_*
 // environment variables, so that a test can move the clock of a process,
 // kill it right after a COMMIT or fill its key index's disk. The ledgerd
 // binary reads none of these variables.
@@ -12,12 +12,12 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	m := ledgerd.NewMain(os.Stderr)
+	m := daemon.NewMain(os.Stderr)
 	if err := setSeams(m); err != nil {
 		fmt.Fprintln(os.Stderr, "ledgerd:", err)
 		stop()
@@ -48,7 +48,7 @@ const (
 )
 
 // setSeams sets m's seams from the environment.
-func setSeams(m *ledgerd.Main) error {
+func setSeams(m *daemon.Main) error {
 	var err error
 	if path := os.Getenv(clockEnv); path != "" {
 		if m.Now, err = fileClock(path); err != nil {

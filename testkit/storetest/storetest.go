@@ -18,8 +18,8 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/tlog"
 	"github.com/effect-ledger/effect-ledger/verify"
 )

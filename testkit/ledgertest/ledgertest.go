@@ -1,6 +1,6 @@
 // Package ledgertest opens a real ledger for tests: the domain service
 // (ledger.New) over the SQLite driver on a file, with the default
-// namespace at hand and a settable clock (see internal/testkit, which
+// namespace at hand and a settable clock (see testkit, which
 // holds the clock, the epoch T0 and the requests). The SQLite driver only
 // stores; this helper is where tests, tools' tests and examples' tests
 // put the two together.
@@ -16,9 +16,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // Quiet is a logger that discards everything.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/effect-ledger/effect-ledger/internal/pgtest"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

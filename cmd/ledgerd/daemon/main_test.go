@@ -1,4 +1,4 @@
-package ledgerd_test
+package daemon_test
 
 import (
 	"context"
@@ -13,15 +13,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd"
-	"github.com/effect-ledger/effect-ledger/internal/testkit"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // TestMain_Run serves in-process with the seams set as fields: receipts
 // are dated by Now, and AfterCommit sees each durable commit.
 func TestMain_Run(t *testing.T) {
 	logs := &testkit.Buffer{}
-	m := ledgerd.NewMain(logs)
+	m := daemon.NewMain(logs)
 	require.NoError(t, m.ParseFlags(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "ledger.db"), "--listen", "127.0.0.1:0"}))
 	clock := testkit.NewClock()
 	var commits atomic.Int64
@@ -80,7 +80,7 @@ func TestMain_Execute(t *testing.T) {
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			out := &testkit.Buffer{}
-			m := ledgerd.NewMain(out)
+			m := daemon.NewMain(out)
 			assert.Equal(t, tt.code, m.Execute(t.Context(), tt.args))
 			assert.Contains(t, out.String(), tt.want)
 		})

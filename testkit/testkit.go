@@ -1,7 +1,11 @@
-// Package testkit is the driver-free half of the test kit: the fixed
-// epoch T0, a settable clock starting there, and the requests tests send.
-// Every package's tests, the drivers' conformance suite (storage/storetest)
-// among them, use these; internal/ledgertest adds the SQLite opener.
+// Package testkit is the driver-free base of the test kits kept under
+// testkit/: the fixed epoch T0, a settable clock starting there, and the
+// requests tests send. Every package's tests use these, the drivers'
+// conformance suite (testkit/storetest) among them; beside it
+// testkit/ledgertest opens a ledger over SQLite, testkit/pgtest gives a
+// PostgreSQL database, testkit/testwitness a witness, testkit/openapicheck
+// checks exchanges against the OpenAPI document, and testkit/gen writes
+// large ledgers for benchmarks. No product package imports a test kit.
 package testkit
 
 import (

@@ -1,4 +1,4 @@
-package ledgerd
+package daemon
 
 import (
 	"context"

@@ -1,9 +1,9 @@
-package ledgerd
+package daemon
 
 import (
 	"context"
 
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd/nsservices"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 )
 
 // signerLocker is a store shared by replicas that elects one checkpoint

@@ -1,10 +1,10 @@
-// Package ledgerd is the ledgerd program: Main parses its flags and runs
+// Package daemon is the ledgerd program: Main parses its flags and runs
 // the server (the store, the ledger, the per-namespace services and the
 // REST API) until its context ends. cmd/ledgerd only wires it to the
 // process's arguments, signals and exit code; tests drive the same Main
 // in-process, setting its seams (Now, AfterCommit, IndexWriteFault, the
 // background periods) as fields, never through the environment.
-package ledgerd
+package daemon
 
 import (
 	"context"
@@ -26,7 +26,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/api"
-	"github.com/effect-ledger/effect-ledger/internal/ledgerd/nsservices"
+	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 	"github.com/effect-ledger/effect-ledger/internal/logging"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"

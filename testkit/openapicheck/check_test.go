@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/internal/openapicheck"
+	"github.com/effect-ledger/effect-ledger/testkit/openapicheck"
 )
 
 const (
