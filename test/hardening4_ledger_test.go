@@ -77,8 +77,8 @@ func tamperResult(t *testing.T, db string, seq uint64, result string, hash *chai
 	require.NoError(t, err)
 	defer sdb.Close()
 	var trigger string
-	require.NoError(t, sdb.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'receipts_no_update'`).Scan(&trigger))
-	for _, q := range []string{`DROP TRIGGER receipts_no_update`, `UPDATE receipts SET result = ?, hash = ? WHERE seq = ?`, trigger} {
+	require.NoError(t, sdb.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'ns_receipts_no_update'`).Scan(&trigger))
+	for _, q := range []string{`DROP TRIGGER ns_receipts_no_update`, `UPDATE ns_receipts SET result = ?, hash = ? WHERE ns = 0 AND seq = ?`, trigger} {
 		var args []any
 		if strings.HasPrefix(q, "UPDATE") {
 			args = []any{result, hash[:], seq}

@@ -139,7 +139,7 @@ func TestLedgerd_derivedStateRefused(t *testing.T) {
 	require.NoError(t, l.Stop())
 	raw, err := sql.Open("sqlite3", "file:"+db)
 	require.NoError(t, err)
-	for _, q := range []string{`DROP TRIGGER receipts_no_delete`, `DELETE FROM receipts WHERE seq > 2`} {
+	for _, q := range []string{`DROP TRIGGER ns_receipts_no_delete`, `DELETE FROM ns_receipts WHERE ns = 0 AND seq > 2`} {
 		_, err := raw.Exec(q)
 		require.NoError(t, err)
 	}
@@ -213,7 +213,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
 	assert.Contains(t, l.Logs(), "migrated ledger database")
-	assert.Contains(t, l.Logs(), `"from":1,"to":6`)
+	assert.Contains(t, l.Logs(), `"from":1,"to":7`)
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])

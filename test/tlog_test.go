@@ -188,7 +188,7 @@ func uncheckpointed(t *testing.T, path string, last int64) int64 {
 	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
 	require.NoError(t, err)
 	defer db.Close()
-	rows, err := db.Query(`SELECT size FROM checkpoints ORDER BY size`)
+	rows, err := db.Query(`SELECT size FROM ns_checkpoints WHERE ns = 0 ORDER BY size`)
 	require.NoError(t, err)
 	defer rows.Close()
 	signed := map[int64]bool{}
@@ -422,7 +422,7 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 	db, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	defer db.Close()
-	_, err = db.Exec(`DROP TRIGGER receipts_no_update`)
+	_, err = db.Exec(`DROP TRIGGER ns_receipts_no_update`)
 	require.NoError(t, err)
 	prev := rs[0].PrevHash
 	for i, r := range rs {
@@ -430,7 +430,7 @@ func rewriteSuffix(t *testing.T, path string, seq uint64) {
 			r.ExternalRef = "forged"
 		}
 		r = chain.Link(r.Seq-1, prev, r)
-		_, err := db.Exec(`UPDATE receipts SET external_ref = ?, prev_hash = ?, hash = ? WHERE seq = ?`, r.ExternalRef, r.PrevHash[:], r.Hash[:], r.Seq)
+		_, err := db.Exec(`UPDATE ns_receipts SET external_ref = ?, prev_hash = ?, hash = ? WHERE ns = 0 AND seq = ?`, r.ExternalRef, r.PrevHash[:], r.Hash[:], r.Seq)
 		require.NoError(t, err)
 		prev = r.Hash
 	}

@@ -485,7 +485,7 @@ func TestUI_violations(t *testing.T) {
 	require.NoError(t, l.Stop())
 	sdb, err := sql.Open("sqlite3", db)
 	require.NoError(t, err)
-	_, err = sdb.Exec(`DROP TRIGGER receipts_no_update; UPDATE receipts SET external_ref = ? WHERE seq = 2`, hostileText)
+	_, err = sdb.Exec(`DROP TRIGGER ns_receipts_no_update; UPDATE ns_receipts SET external_ref = ? WHERE ns = 0 AND seq = 2`, hostileText)
 	require.NoError(t, err)
 	require.NoError(t, sdb.Close())
 	l = StartLedgerd(t, db, "--verify-every", "1h")

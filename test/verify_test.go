@@ -66,8 +66,9 @@ func editLedger(t *testing.T, path string, stmts ...string) {
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, q := range append([]string{`DROP TRIGGER IF EXISTS receipts_no_update`, `DROP TRIGGER IF EXISTS receipts_no_delete`}, stmts...) {
-		_, err := db.Exec(q)
+	testkit.EditableReceipts(t, db)
+	for _, q := range stmts {
+		_, err := db.Exec(strings.Replace(q, "DROP TRIGGER ns_", "DROP TRIGGER IF EXISTS ns_", 1))
 		require.NoError(t, err, q)
 	}
 }

@@ -10,14 +10,17 @@ package testkit
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/stretchr/testify/require"
 )
 
 // T0 is the fixed epoch of the tests, in unix milliseconds
@@ -107,4 +110,37 @@ func CopyFile(tb testing.TB, src, dst string) {
 	if err := os.WriteFile(dst, b, 0o600); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// EditableReceipts drops the append-only triggers of the SQLite ledger
+// file open on db (one connection: the temp triggers below live on it)
+// and makes its table receipts editable as SPEC §2 names it, as someone
+// with sqlite3 edits a ledger file: since schema 7 receipts is a view of
+// the default chain in ns_receipts, so temp triggers carry its UPDATEs,
+// DELETEs and INSERTs to the rows it shows.
+func EditableReceipts(t testing.TB, db *sql.DB) {
+	t.Helper()
+	for _, q := range []string{`DROP TRIGGER IF EXISTS receipts_no_update`, `DROP TRIGGER IF EXISTS receipts_no_delete`,
+		`DROP TRIGGER IF EXISTS ns_receipts_no_update`, `DROP TRIGGER IF EXISTS ns_receipts_no_delete`} {
+		_, err := db.Exec(q)
+		require.NoError(t, err, q)
+	}
+	var view int
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'view' AND name = 'receipts'`).Scan(&view))
+	if view == 0 {
+		return // a file of schema 6 or before: receipts is a table
+	}
+	var set, news []string
+	for _, c := range strings.Fields(`seq kind idempotency_key key_generated execution_id attempt tool effect idempotent
+		input_hash outcome external_ref result error_code error_message retryable lease_expires_at ref_seq actor note
+		recorded_at prev_hash hash`) {
+		set, news = append(set, c+" = NEW."+c), append(news, "NEW."+c)
+	}
+	_, err := db.Exec(`CREATE TEMP TRIGGER receipts_update INSTEAD OF UPDATE ON receipts
+		BEGIN UPDATE ns_receipts SET ` + strings.Join(set, ", ") + ` WHERE ns = 0 AND seq = OLD.seq; END;
+		CREATE TEMP TRIGGER receipts_delete INSTEAD OF DELETE ON receipts
+		BEGIN DELETE FROM ns_receipts WHERE ns = 0 AND seq = OLD.seq; END;
+		CREATE TEMP TRIGGER receipts_insert INSTEAD OF INSERT ON receipts
+		BEGIN INSERT INTO ns_receipts VALUES (0, ` + strings.Join(news, ", ") + `); END;`)
+	require.NoError(t, err)
 }

@@ -143,10 +143,10 @@ func (c *gateChain) write(t *testing.T) string {
 	_, err = sdb.Exec(`PRAGMA ignore_check_constraints = ON`)
 	require.NoError(t, err)
 	for _, r := range c.rs {
-		_, err := sdb.Exec(`INSERT INTO receipts (seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
+		_, err := sdb.Exec(`INSERT INTO ns_receipts (ns, seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
 			effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message, retryable,
 			lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			r.Seq, r.Kind, r.IdempotencyKey, r.KeyGenerated, r.ExecutionID, r.Attempt, r.Tool, r.Effect, r.Idempotent,
 			r.InputHash, r.Outcome, r.ExternalRef, r.Result, r.ErrorCode, r.ErrorMessage, r.Retryable,
 			r.LeaseExpiresAt, r.RefSeq, r.Actor, r.Note, r.RecordedAt, r.PrevHash[:], r.Hash[:])

@@ -104,8 +104,8 @@ func tamper(t *testing.T, path string, tc tamperCase) {
 	require.NoError(t, err)
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	_, err = db.Exec(`DROP TRIGGER receipts_no_update; DROP TRIGGER receipts_no_delete;
-		DROP TRIGGER receipts_link; DROP TRIGGER receipts_advance_head;`)
+	testkit.EditableReceipts(t, db)
+	_, err = db.Exec(`DROP TRIGGER ns_receipts_link; DROP TRIGGER ns_receipts_advance_head;`)
 	require.NoError(t, err)
 	for _, s := range tc.Steps {
 		if s.SQL != "" {
@@ -116,7 +116,7 @@ func tamper(t *testing.T, path string, tc tamperCase) {
 			rehash(t, db, s.RehashFrom)
 		}
 	}
-	_, err = db.Exec(`UPDATE head SET seq = t.seq, hash = t.hash FROM (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) AS t`)
+	_, err = db.Exec(`UPDATE ns_head SET seq = t.seq, hash = t.hash FROM (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) AS t WHERE ns = 0`)
 	require.NoError(t, err)
 }
 

@@ -119,7 +119,7 @@ type nsCopy struct {
 func backupNamespaces(ctx context.Context, db, out string, force bool, names []string) ([]nsCopy, error) {
 	var copies []nsCopy
 	for _, ns := range names {
-		own, err := sqlite.HasOwnFile(ctx, db, ns)
+		file, own, err := sqlite.NamespaceFile(ctx, db, ns)
 		if err != nil {
 			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
 		}
@@ -131,11 +131,11 @@ func backupNamespaces(ctx context.Context, db, out string, force bool, names []s
 			copies = append(copies, nsCopy{nil, rep})
 			continue
 		}
-		dst := sqlite.NamespacePath(out, ns)
+		dst := filepath.Join(out+".ns", filepath.Base(file))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return nil, fmt.Errorf("backup namespace %s: %w", ns, err)
 		}
-		nres, err := sqlite.Backup(ctx, sqlite.NamespacePath(db, ns), dst, sqlite.BackupOptions{Overwrite: force})
+		nres, err := sqlite.Backup(ctx, file, dst, sqlite.BackupOptions{Overwrite: force})
 		if errors.Is(err, sqlite.ErrBackupExists) {
 			return nil, fmt.Errorf("%s exists; give --force to replace it", dst)
 		}

@@ -13,16 +13,15 @@ import (
 // attempted: ledger.CountsAsFailure) and then the first reserve (ref_seq
 // 0) of every key reserved after it, and every reserve after a counted
 // not_applied of its own key by another execution (a rerun, SPEC §4.1),
-// ordered by tool, input_hash and seq. ?1 is the tool to keep, or the
-// empty string for all.
+// ordered by tool, input_hash and seq. ?1 is the namespace, ?2 the tool
+// to keep, or the empty string for all.
 //
 // first_failure is materialized: one row per failed (tool, input_hash),
 // grouped by SQLite in a temp b-tree. The outer query then reads the
-// receipts in rowid order from the earliest failure on (nothing at all
-// when nothing failed) and looks each up in an automatic index on that
-// table. CROSS JOIN keeps receipts the outer loop, and NOT INDEXED reads
-// it in one pass (receipts_by_kind plus a row lookup each costs ~30 % more
-// CPU), so no new index on receipts is needed. A reserve that consumed
+// chain in seq order from the earliest failure on (nothing at all when
+// nothing failed) and looks each up in an automatic index on that table.
+// CROSS JOIN keeps the chain the outer loop, and NOT INDEXED reads it in
+// one pass, so no index by kind is needed. A reserve that consumed
 // an approval (SPEC §13) is judged by what its ask references (the
 // approval's ref_seq is the ask, the ask's what the reserve would have
 // named) and memory does not grow
@@ -30,25 +29,25 @@ import (
 // failure row alone; the reader drops it. A seq or recorded_at that is
 // not an unsigned integer (an edited file) reads as 0; the chain pass
 // reports it.
-const sqlRepeatedFailures = `
-	WITH first_failure(tool, input_hash, seq) AS MATERIALIZED (
-		SELECT tool, input_hash, min(seq) FROM receipts
-		WHERE kind IN ('commit', 'resolve') AND input_hash != '' AND (?1 = '' OR tool = ?1)
+const sqlRepeatedFailures = withChain + `,
+	first_failure(tool, input_hash, seq) AS MATERIALIZED (
+		SELECT tool, input_hash, min(seq) FROM chain
+		WHERE kind IN ('commit', 'resolve') AND input_hash != '' AND (?2 = '' OR tool = ?2)
 		  AND (outcome = 'failed' OR (outcome = 'not_applied' AND error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING')))
 		GROUP BY tool, input_hash)
 	SELECT r.tool, r.input_hash, r.kind, r.idempotency_key, r.execution_id, r.error_code,
 		CASE WHEN typeof(r.seq) = 'integer' AND r.seq >= 0 THEN r.seq ELSE 0 END,
 		CASE WHEN typeof(r.recorded_at) = 'integer' AND r.recorded_at >= 0 THEN r.recorded_at ELSE 0 END,
-		r.kind = 'reserve' AND (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+		r.kind = 'reserve' AND (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM chain AS v, chain AS k
 		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) != 0
-	FROM receipts AS r NOT INDEXED CROSS JOIN first_failure AS f
+	FROM chain AS r NOT INDEXED CROSS JOIN first_failure AS f
 	WHERE r.seq >= (SELECT min(seq) FROM first_failure)
-	  AND r.input_hash != '' AND (?1 = '' OR r.tool = ?1)
+	  AND r.input_hash != '' AND (?2 = '' OR r.tool = ?2)
 	  AND r.kind IN ('reserve', 'commit', 'resolve')
 	  AND f.tool = r.tool AND f.input_hash = r.input_hash
-	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND ((CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+	  AND (r.seq = f.seq OR (r.kind = 'reserve' AND r.seq > f.seq AND ((CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM chain AS v, chain AS k
 		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) = 0 OR EXISTS (
-		SELECT 1 FROM receipts AS p WHERE p.seq = (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM receipts AS v, receipts AS k
+		SELECT 1 FROM chain AS p WHERE p.seq = (CASE WHEN r.ref_seq = 0 THEN 0 ELSE coalesce((SELECT k.ref_seq FROM chain AS v, chain AS k
 		WHERE v.seq = r.ref_seq AND v.kind = 'approval' AND k.seq = v.ref_seq AND k.kind = 'ask'), r.ref_seq) END) AND p.idempotency_key = r.idempotency_key
 		  AND p.kind IN ('commit', 'resolve') AND p.outcome = 'not_applied'
 		  AND p.error_code NOT IN ('INPUT_REQUIRED', 'CLIENT_CAPABILITY_MISSING') AND p.execution_id != r.execution_id))))
@@ -60,7 +59,7 @@ const sqlRepeatedFailures = `
 // tool, input_hash and seq. A failure that no later key repeated is
 // skipped. tool, if not empty, keeps that tool only. SQLite does the grouping, so memory does not grow with the ledger.
 func (rd *Reader) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
-	rows, err := rd.r.QueryContext(ctx, rd.q.repeatedFailures, rd.args(tool)...)
+	rows, err := rd.r.QueryContext(ctx, sqlRepeatedFailures, rd.args(tool)...)
 	if err != nil {
 		return fmt.Errorf("repeated failures: %w", classify(err))
 	}

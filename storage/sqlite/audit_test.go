@@ -60,12 +60,12 @@ func TestReader_RepeatedFailures(t *testing.T) {
 		err := db.Reader.RepeatedFailures(ctx, "", func(*ledger.CallAfterFailure) error { return stop })
 		assert.ErrorIs(t, err, stop)
 	})
-	// The plan reads receipts in one rowid-ordered pass and builds an
+	// The plan reads the chain in one seq-ordered pass and builds an
 	// index only on the small per-call table: an automatic index or a
 	// sort over receipts would grow with the ledger.
 	t.Run("plan", func(t *testing.T) {
 		_, r := db.Store.Pools()
-		plan, err := r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqlite.SQLRepeatedFailures, "")
+		plan, err := r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+sqlite.SQLRepeatedFailures, 0, "")
 		require.NoError(t, err)
 		defer plan.Close()
 		var lines []string
@@ -77,8 +77,8 @@ func TestReader_RepeatedFailures(t *testing.T) {
 		}
 		require.NoError(t, plan.Err())
 		text := strings.Join(lines, "\n")
-		assert.Contains(t, text, "SEARCH r USING INTEGER PRIMARY KEY (rowid>?)", text)
+		assert.Contains(t, text, "SEARCH ns_receipts USING INDEX sqlite_autoindex_ns_receipts_1 (ns=? AND seq>?)", text)
 		assert.Contains(t, text, "SEARCH f USING AUTOMATIC COVERING INDEX (tool=? AND input_hash=?)", text)
-		assert.NotContains(t, text, "r USING AUTOMATIC", text)
+		assert.NotContains(t, text, "ns_receipts USING AUTOMATIC", text)
 	})
 }

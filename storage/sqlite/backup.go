@@ -174,7 +174,7 @@ func copyDatabase(ctx context.Context, rd *Reader, tmp string, opts BackupOption
 	}
 	defer func() { _, _ = srcConn.ExecContext(context.Background(), `ROLLBACK`) }()
 	var hash []byte
-	err = srcConn.QueryRowContext(ctx, sqlHead).Scan(&res.Head.Seq, &hash)
+	err = srcConn.QueryRowContext(ctx, sqlHead, rd.args()...).Scan(&res.Head.Seq, &hash)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:

@@ -12,13 +12,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
-// sqlKeyReceipts reads one key's receipts: a scan of the file (it has no
-// index by key; its writes only append).
-const sqlKeyReceipts = `SELECT ` + receiptColumns + ` FROM receipts WHERE idempotency_key = ? ORDER BY seq`
-
-// sqlRepairHead sets the recorded head.
-const sqlRepairHead = `INSERT OR REPLACE INTO head (id, seq, hash) VALUES (1, ?, ?)`
-
 // GetKey returns a key's state and receipts, derived from a scan of the
 // receipts. Errors: *Error with ECodeUnknownKey or ECodeInvalidKey.
 func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
@@ -30,7 +23,7 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, erro
 		return nil, fmt.Errorf("get key: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	receipts, err := queryReceipts(ctx, tx, rd.q.keyReceipts, rd.args(key)...)
+	receipts, err := queryReceipts(ctx, tx, sqlKeyReceipts, rd.args(key)...)
 	if err != nil {
 		return nil, fmt.Errorf("get key: %w", err)
 	}
@@ -49,9 +42,10 @@ func (rd *Reader) GetKey(ctx context.Context, key string) (*ledger.KeyView, erro
 }
 
 // RebuildIndex rebuilds namespace ns's part of the key index of the ledger
-// at path from the namespace's receipts (its own file, FILE.ns/ns-NS.db;
-// FILE itself for default), with the file's recorded head made to match
-// its tail again, and then opens the file normally to prove the repair.
+// at path from the namespace's receipts, with its recorded head made to
+// match its tail again, and then opens it normally to prove the repair
+// (a namespace that still has a file of its own, FILE.ns/ns-NS.db, of a
+// ledger made before version 6: in that file).
 // ledgerd must not be serving the ledger (the file's lock). It returns
 // the head the index now reflects.
 func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.Head, error) {
@@ -60,12 +54,12 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 		return ledger.Head{}, err
 	}
 	opts.defaults()
-	if own, err := HasOwnFile(ctx, abs, ns); err != nil {
+	if _, own, err := NamespaceFile(ctx, abs, ns); err != nil {
 		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
 	} else if !own && ns != ledger.DefaultNamespace {
 		return rebuildShared(ctx, abs, ns, opts)
 	}
-	file := NamespacePath(abs, ns)
+	file := namespacePath(abs, ns)
 	if _, err := os.Stat(file); err != nil {
 		return ledger.Head{}, fmt.Errorf("namespace %s: %w", ns, err)
 	}
@@ -122,19 +116,30 @@ func rebuildFile(ctx context.Context, ix *ledgerIndex, file, ns string, opts Opt
 }
 
 // repairHead makes the recorded head match the receipts' tail (after a
-// tail was removed outside ledgerd), for RebuildIndex.
+// tail was removed outside ledgerd), for RebuildIndex. The tree and token
+// rows of receipts removed outside ledgerd go too: a receipt appended
+// later may take the row id of one.
 func (db *fileChain) repairHead(ctx context.Context) error {
 	tail, err := readTail(ctx, db.w, db.chainRef)
 	if err != nil {
 		return fmt.Errorf("repair head: %w", err)
 	}
-	if _, err := db.w.ExecContext(ctx, db.q.repairHead, db.args(tail.Seq, tail.Hash[:])...); err != nil {
-		return fmt.Errorf("repair head: %w", classify(err))
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sqlRepairHead, db.args(tail.Seq, tail.Hash[:])},
+		{`DELETE FROM ns_tree WHERE NOT EXISTS (SELECT 1 FROM ns_receipts AS r WHERE r.rowid = ns_tree.rid)`, nil},
+		{`DELETE FROM ns_tokens WHERE NOT EXISTS (SELECT 1 FROM ns_receipts AS r WHERE r.rowid = ns_tokens.rid)`, nil},
+	} {
+		if _, err := db.w.ExecContext(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("repair head: %w", classify(err))
+		}
 	}
 	return nil
 }
 
-// rebuildShared is RebuildIndex for namespace ns of the shared tables: the
+// rebuildShared is RebuildIndex for a namespace other than default: the
 // ledger file opens as ledgerd opens it (its own chain checked), then the
 // namespace opens repairing, and once more normally to prove the repair.
 func rebuildShared(ctx context.Context, abs, ns string, opts Options) (ledger.Head, error) {
@@ -154,15 +159,6 @@ func rebuildShared(ctx context.Context, abs, ns string, opts Options) (ledger.He
 		return ledger.Head{}, err
 	}
 	defer func() { _ = m.Close() }()
-	if err := ensureRegistry(ctx, m.w); err != nil {
-		return ledger.Head{}, err
-	}
-	if err := ensureShared(ctx, m.w); err != nil {
-		return ledger.Head{}, err
-	}
-	if m.nsStmts, err = prepareWrite(ctx, m.w, sharedSQL); err != nil {
-		return ledger.Head{}, err
-	}
 	id, _, err := namespaceID(ctx, m.r, ns)
 	if err != nil {
 		return ledger.Head{}, err

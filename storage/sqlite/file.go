@@ -59,13 +59,8 @@ type fileChain struct {
 	// main is the ledger file's own chain (namespace default) for a
 	// namespace of the shared tables, which uses its writer connection,
 	// read pool, lock and checkpointer; nil for the file's own chain.
-	main *fileChain
-	// nsStmts are the shared tables' write statements, prepared on the
-	// writer connection once for every namespace (the file's own chain
-	// holds them).
-	nsStmts *writeStmts
-
-	stmts *writeStmts // used under mu
+	main  *fileChain
+	stmts *writeStmts // the file's, used under mu
 	tree  treeCache   // used under mu (tree.go)
 	cache *keyCache   // used under mu
 
@@ -132,13 +127,8 @@ func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) err
 	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
 		return classify(err)
 	}
-	for _, q := range []string{schemaSQL, sqlTreeSchema} {
-		if _, err := c.ExecContext(ctx, q); err != nil {
-			return classify(err)
-		}
-	}
-	if _, err := c.ExecContext(ctx, sqlInsertSettings, keyTTL); err != nil {
-		return classify(err)
+	if err := upgrade(ctx, c, path, keyTTL, slog.New(slog.DiscardHandler)); err != nil {
+		return err
 	}
 	// Closing the only connection checkpoints the WAL into the file and
 	// removes it; the file is then complete on its own.
@@ -220,6 +210,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 	db.w.SetMaxIdleConns(1)
 	db.w.SetConnMaxLifetime(0)
 	db.w.SetConnMaxIdleTime(0)
+	db.Reader = &Reader{path: abs} // the default namespace, until the pool opens
 	if err := db.init(ctx, abs, opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
@@ -228,11 +219,10 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: memory limit: %w", abs, classify(err))
 	}
-	if db.stmts, err = prepareWrite(ctx, db.w, defaultSQL); err != nil {
+	if db.stmts, err = prepareWrite(ctx, db.w); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	db.Reader = &Reader{path: abs, chainRef: chainRef{q: defaultSQL}} // the tables, until the pool opens
 	if err := db.initTree(ctx, *db.head.Load(), opts.Repair); err != nil {
 		_ = db.w.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
@@ -332,14 +322,10 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
-	if err := db.migrate(ctx, abs); err != nil {
+	if err := upgrade(ctx, db.w, abs, db.newKeyTTL, db.logger); err != nil {
 		return err
 	}
-	if _, err := db.w.ExecContext(ctx, sqlTreeSchema); err != nil {
-		return fmt.Errorf("tree schema: %w", classify(err))
-	}
-	ref := chainRef{q: defaultSQL}
-	if err := db.loadHead(ctx, ref, dbFlags(abs, db.ns), repair); err != nil {
+	if err := db.loadHead(ctx, db.chainRef, dbFlags(abs, db.ns), repair); err != nil {
 		return err
 	}
 	h := *db.head.Load()
@@ -395,7 +381,7 @@ type queryRower interface {
 func readTail(ctx context.Context, q queryRower, ref chainRef) (ledger.Head, error) {
 	var h ledger.Head
 	var hash []byte
-	err := q.QueryRowContext(ctx, ref.q.head, ref.args()...).Scan(&h.Seq, &hash)
+	err := q.QueryRowContext(ctx, sqlHead, ref.args()...).Scan(&h.Seq, &hash)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return h, nil
@@ -413,7 +399,7 @@ func readTail(ctx context.Context, q queryRower, ref chainRef) (ledger.Head, err
 // an edited file, which the verifier reports).
 func readLastRecordedAt(ctx context.Context, q queryRower, ref chainRef) (uint64, error) {
 	var at uint64
-	err := q.QueryRowContext(ctx, ref.q.lastRecordedAt, ref.args()...).Scan(&at)
+	err := q.QueryRowContext(ctx, sqlLastRecordedAt, ref.args()...).Scan(&at)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, nil
@@ -437,7 +423,7 @@ func (db *fileChain) clock() uint64 {
 func checkDerived(ctx context.Context, q queryRower, ref chainRef, tail ledger.Head, flags string) error {
 	var rec ledger.Head
 	var hash []byte
-	err := q.QueryRowContext(ctx, ref.q.recordedHead, ref.args()...).Scan(&rec.Seq, &hash)
+	err := q.QueryRowContext(ctx, sqlRecordedHead, ref.args()...).Scan(&rec.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("%w: the recorded head is missing; run `ledgerctl rebuild-index %s` after checking the chain with `ledgerctl verify`",
 			ledger.ErrDerivedState, flags)
@@ -476,178 +462,6 @@ func shortHash(h chain.Hash) string {
 	return s[:12] + "…"
 }
 
-// sqlMigrateV2 turns a version 2 file into version 3: the settings table
-// and its triggers, as schema.sql makes them; migrate then inserts the row
-// with key_ttl_ms 0, the behaviour of every version 2 file.
-var sqlMigrateV2 = schemaStatements("TABLE settings", "TRIGGER settings_fixed", "TRIGGER settings_kept")
-
-// sqlInsertSettings stores the settings of a new or migrated file.
-const sqlInsertSettings = `INSERT INTO settings (id, key_ttl_ms) VALUES (1, ?)`
-
-// sqlMigrateV3 turns a version 3 file into version 4: the key state moves
-// to the key index (rebuilt from the receipts when the file is next
-// opened), except the token hashes of the reservations still open, which
-// move to reserve_tokens (made as schema.sql makes it). The pages the
-// indexes and the keys table held go to SQLite's free list, which later
-// appends reuse (VACUUM returns them to the file system).
-var sqlMigrateV3 = schemaStatements("TABLE reserve_tokens") + sqlDropKeys
-
-// sqlDropKeys keeps the open reservations' token hashes of a keys table
-// (schemas 1 to 3) and drops it with the receipts' indexes.
-const sqlDropKeys = `
-	INSERT INTO reserve_tokens (seq, token_hash)
-		SELECT reserve_seq, token_hash FROM keys WHERE length(token_hash) = 32 AND final_seq < reserve_seq
-		ORDER BY reserve_seq;
-	DROP TABLE keys;
-	DROP INDEX IF EXISTS receipts_by_key;
-	DROP INDEX IF EXISTS receipts_by_execution;
-	DROP INDEX IF EXISTS receipts_by_tool;
-	DROP INDEX IF EXISTS receipts_by_kind;`
-
-// sqlMigrateV1 turns a version 1 file into the current version in the transaction
-// that then applies schema.sql: the v1 receipts table (UNIQUE hash and
-// prev_hash) is set aside, and its rows are copied into the new table
-// through the linking trigger, so a v1 chain whose links are broken is
-// refused rather than carried over.
-const sqlMigrateV1 = `
-	DROP TRIGGER IF EXISTS receipts_no_update;
-	DROP TRIGGER IF EXISTS receipts_no_delete;
-	DROP INDEX IF EXISTS receipts_by_key;
-	DROP INDEX IF EXISTS receipts_by_execution;
-	DROP INDEX IF EXISTS receipts_by_tool;
-	DROP INDEX IF EXISTS receipts_by_kind;
-	ALTER TABLE receipts RENAME TO receipts_v1;
-	ALTER TABLE keys RENAME TO keys_v1;`
-
-const sqlMigrateV1Copy = `
-	INSERT INTO receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM receipts_v1 ORDER BY seq;
-	DROP TABLE receipts_v1;
-	ALTER TABLE keys_v1 RENAME TO keys;` + sqlDropKeys
-
-// migrate applies the schema to an empty file, migrates a file of an
-// older version in one transaction, and refuses a file with an unknown
-// schema version or that belongs to something else.
-func (db *fileChain) migrate(ctx context.Context, abs string) error {
-	tx, err := db.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", classify(err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	var version, tables, appID int
-	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
-		return fmt.Errorf("migrate: %w", classify(err))
-	}
-	if err := tx.QueryRowContext(ctx, `PRAGMA application_id`).Scan(&appID); err != nil {
-		return fmt.Errorf("migrate: %w", classify(err))
-	}
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
-		return fmt.Errorf("migrate: %w", classify(err))
-	}
-	var steps []migration
-	switch {
-	case version == SchemaVersion && appID == applicationID:
-		return nil
-	case version == 0 && tables == 0:
-		steps = []migration{{sql: schemaSQL, args: nil}, {sql: sqlInsertSettings, args: []any{db.newKeyTTL}}}
-	case version == 1 && appID == applicationID:
-		steps = []migration{{sql: sqlMigrateV1, args: nil}, {sql: schemaSQL, args: nil}, {sql: sqlMigrateV1Copy, args: nil}, {sql: sqlInsertSettings, args: []any{0}}}
-	case version == 2 && appID == applicationID:
-		steps = []migration{{sql: sqlMigrateV2, args: nil}, {sql: sqlInsertSettings, args: []any{0}}, {sql: sqlMigrateV3, args: nil}, migrateV4}
-	case version == 3 && appID == applicationID:
-		steps = []migration{{sql: sqlMigrateV3, args: nil}, migrateV4}
-	case version == 4 && appID == applicationID:
-		steps = []migration{migrateV4}
-	case version == 5 && appID == applicationID:
-		// Version 6 adds the shared tables of the namespaces, which a
-		// writing Store makes in the ledger file (ensureShared).
-	case version == 0 || appID != applicationID:
-		return ledger.ErrNotLedger
-	default:
-		return fmt.Errorf("%w: file has %d, this build knows %d", ledger.ErrSchemaVersion, version, SchemaVersion)
-	}
-	start := time.Now()
-	var n int64
-	if version > 0 {
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM receipts`).Scan(&n); err != nil {
-			return fmt.Errorf("migrate v%d: %w", version, classify(err))
-		}
-		db.logger.Info("migrating ledger database", "path", abs, "from", version, "to", SchemaVersion, "receipts", n)
-	}
-	steps = append(steps, migration{sql: fmt.Sprintf("PRAGMA user_version = %d", SchemaVersion)})
-	for _, m := range steps {
-		if m.fn != nil {
-			if err := m.fn(ctx, tx); err != nil {
-				return fmt.Errorf("migrate v%d: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", version, err)
-			}
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, m.sql, m.args...); err != nil {
-			return fmt.Errorf("migrate v%d: %w (nothing was changed; `ledgerctl verify --db FILE` checks the chain)", version, classify(err))
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("migrate v%d: %w", version, classify(err))
-	}
-	if version == 0 {
-		db.logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", db.newKeyTTL)
-		return nil
-	}
-	db.logger.Info("migrated ledger database", "path", abs, "from", version, "to", SchemaVersion, "receipts", n,
-		"duration", time.Since(start))
-	return nil
-}
-
-// migration is one statement of a migration and its arguments.
-type migration struct {
-	sql  string
-	args []any
-	fn   func(ctx context.Context, tx *sql.Tx) error // instead of sql, when set
-}
-
-// migrateV4 turns a version 4 file into version 5 (SPEC §13): the CHECKs
-// on receipts.kind and tokens.role admit the new kinds and the approver
-// role, and the policy index and the tables of the asked inputs and of
-// the state key are made as schema.sql makes them. A CHECK that only admits more values is widened
-// in place, by SQLite's documented procedure for changing constraints
-// (writable_schema, then a new schema_version), since every stored row
-// meets the wider CHECK; rebuilding the receipts table would copy the
-// whole chain.
-var migrateV4 = migration{fn: func(ctx context.Context, tx *sql.Tx) error {
-	var sv int64
-	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&sv); err != nil {
-		return classify(err)
-	}
-	stmts := []string{
-		`PRAGMA writable_schema = ON`,
-		`UPDATE sqlite_schema SET sql = replace(sql, '` + oldKindCheck + `', '` + newKindCheck + `') WHERE type = 'table' AND name = 'receipts'`,
-		`UPDATE sqlite_schema SET sql = replace(sql, '` + oldRoleCheck + `', '` + newRoleCheck + `') WHERE type = 'table' AND name = 'tokens'`,
-		fmt.Sprintf(`PRAGMA schema_version = %d`, sv+1),
-		`PRAGMA writable_schema = OFF`,
-		schemaStatements("INDEX receipts_policy", "TABLE approval_inputs", "TABLE state_key"),
-	}
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return classify(err)
-		}
-	}
-	var widened int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'receipts' AND instr(sql, '`+newKindCheck+`') > 0`).Scan(&widened); err != nil {
-		return classify(err)
-	}
-	if widened != 1 {
-		return errors.New("the receipts table's kind CHECK is not the one schema 4 made")
-	}
-	return nil
-}}
-
-// The CHECKs that version 5 widens, as SQL string literals' contents.
-const (
-	oldKindCheck = `kind IN (''reserve'', ''commit'', ''replay'', ''resolve'')`
-	newKindCheck = `kind IN (''reserve'', ''commit'', ''replay'', ''resolve'', ''policy'', ''ask'', ''approval'', ''deny'')`
-	oldRoleCheck = `role IN (''reader'', ''writer'', ''admin'')`
-	newRoleCheck = `role IN (''reader'', ''writer'', ''admin'', ''approver'')`
-)
-
 // Close waits for a running Update, checkpoints the WAL and closes both
 // connection pools.
 func (db *fileChain) Close() error {
@@ -667,11 +481,6 @@ func (db *fileChain) Close() error {
 	rerr := db.r.Close()
 	for _, st := range db.stmts.all() {
 		_ = st.Close()
-	}
-	if db.nsStmts != nil {
-		for _, st := range db.nsStmts.all() {
-			_ = st.Close()
-		}
 	}
 	if _, err := db.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); err != nil {
 		db.logger.Warn("checkpoint on close", "err", err)

@@ -13,22 +13,13 @@ import (
 
 // What the gate of SPEC §13 reads and writes (ledger.GateTx): the policy
 // in force, a key's receipts, a (tool, input)'s recent outcomes and the
-// asked inputs, which live in approval_inputs, off the chain.
-
-const (
-	sqlPolicySeq        = `SELECT coalesce(max(seq), 0) FROM receipts WHERE kind = 'policy'`
-	sqlRecordedAtOf     = `SELECT recorded_at FROM receipts WHERE seq = ?`
-	sqlPutAskInput      = `INSERT OR REPLACE INTO approval_inputs (ask_seq, input, delete_after) VALUES (?, ?, ?)`
-	sqlAskInputDeadline = `UPDATE approval_inputs SET delete_after = ? WHERE ask_seq = ?`
-	sqlPurgeAskInputs   = `DELETE FROM approval_inputs WHERE delete_after < ?`
-	sqlAskInput         = `SELECT input FROM approval_inputs WHERE ask_seq = ? AND delete_after >= ?`
-)
+// asked inputs, which live in ns_approval_inputs, off the chain.
 
 // readPolicySeq reads the seq of the chain's latest policy receipt (the
-// partial index receipts_policy answers it).
+// partial index ns_receipts_policy answers it).
 func readPolicySeq(ctx context.Context, q queryRower, ref chainRef) (uint64, error) {
 	var seq uint64
-	if err := q.QueryRowContext(ctx, ref.q.policySeq, ref.args()...).Scan(&seq); err != nil {
+	if err := q.QueryRowContext(ctx, sqlPolicySeq, ref.args()...).Scan(&seq); err != nil {
 		return 0, fmt.Errorf("read policy seq: %w", classify(err))
 	}
 	return seq, nil
@@ -97,7 +88,7 @@ func (t *writeTx) firstRecordedAt(ctx context.Context, at uint64) (uint64, error
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		var rec uint64
-		err := t.tx.QueryRowContext(ctx, t.ref.q.recordedAtOf, t.ref.args(mid)...).Scan(&rec)
+		err := t.tx.QueryRowContext(ctx, sqlRecordedAtOf, t.ref.args(mid)...).Scan(&rec)
 		if err != nil {
 			return 0, fmt.Errorf("read recorded_at of %d: %w", mid, classify(err))
 		}
@@ -130,10 +121,10 @@ func (t *writeTx) postings(ctx context.Context, f keyindex.Field, value string, 
 
 // PutAskInput keeps an ask's input and purges the expired ones.
 func (t *writeTx) PutAskInput(ctx context.Context, seq uint64, input string, deleteAfter, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
+	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
-	if _, err := t.tx.ExecContext(ctx, t.ref.q.putAskInput, t.ref.args(seq, input, deleteAfter)...); err != nil {
+	if _, err := t.tx.ExecContext(ctx, sqlPutAskInput, t.ref.args(seq, input, deleteAfter)...); err != nil {
 		return fmt.Errorf("keep asked input: %w", classify(err))
 	}
 	return nil
@@ -142,10 +133,10 @@ func (t *writeTx) PutAskInput(ctx context.Context, seq uint64, input string, del
 // SetAskInputDeadline moves an ask's input's deletion and purges the
 // expired ones.
 func (t *writeTx) SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, t.ref.q.askInputDeadline, t.ref.args(deleteAfter, seq)...); err != nil {
+	if _, err := t.tx.ExecContext(ctx, sqlAskInputDeadline, t.ref.args(deleteAfter, seq)...); err != nil {
 		return fmt.Errorf("set asked input deadline: %w", classify(err))
 	}
-	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
+	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
 	return nil
@@ -191,7 +182,7 @@ func (t *writeTx) gatedKeys(ctx context.Context) (map[string]struct{}, error) {
 
 // PurgeAskInputs deletes the asked inputs past their deadline.
 func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
-	if _, err := t.tx.ExecContext(ctx, t.ref.q.purgeAskInputs, t.ref.args(now)...); err != nil {
+	if _, err := t.tx.ExecContext(ctx, sqlPurgeAskInputs, t.ref.args(now)...); err != nil {
 		return fmt.Errorf("purge asked inputs: %w", classify(err))
 	}
 	return nil
@@ -201,7 +192,7 @@ func (t *writeTx) PurgeAskInputs(ctx context.Context, now uint64) error {
 // before version 5 has no inputs.
 func (rd *Reader) AskInput(ctx context.Context, seq, now uint64) (string, bool, error) {
 	var in string
-	err := rd.r.QueryRowContext(ctx, rd.q.askInput, rd.args(seq, now)...).Scan(&in)
+	err := rd.r.QueryRowContext(ctx, sqlAskInput, rd.args(seq, now)...).Scan(&in)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return "", false, nil

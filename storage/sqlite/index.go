@@ -282,10 +282,6 @@ func (c *fileChain) replay(ctx context.Context, from, head ledger.Head) error {
 
 var errStopScan = errors.New("stop scan")
 
-// sqlTokensAfter reads the reservations' token hashes after a seq, in
-// seq order.
-const sqlTokensAfter = `SELECT seq, token_hash FROM reserve_tokens WHERE seq > ? ORDER BY seq`
-
 // replaySource reads what a Deriver needs beside the receipts: receipts
 // named by ref_seq, and the token hashes in seq order from one cursor.
 type replaySource struct {
@@ -304,7 +300,7 @@ func (s *replaySource) Receipt(seq uint64) (*chain.Receipt, error) {
 
 // receiptOrNil reads the receipt at seq, or nil if there is none.
 func (rd *Reader) receiptOrNil(ctx context.Context, seq uint64) (*chain.Receipt, error) {
-	r, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(seq)...))
+	r, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, rd.args(seq)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -316,7 +312,7 @@ func (rd *Reader) receiptOrNil(ctx context.Context, seq uint64) (*chain.Receipt,
 
 func (s *replaySource) TokenHash(seq uint64) (string, error) {
 	if s.rows == nil && !s.done {
-		rows, err := s.rd.r.QueryContext(s.ctx, s.rd.q.tokensAfter, s.rd.args(s.after)...)
+		rows, err := s.rd.r.QueryContext(s.ctx, sqlTokensAfter, s.rd.args(s.after)...)
 		if err != nil {
 			return "", classify(err)
 		}

@@ -82,7 +82,7 @@ func (c *fileChain) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Rece
 		return nil, classify(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	st, err := tx.PrepareContext(ctx, c.q.receiptBySeq)
+	st, err := tx.PrepareContext(ctx, sqlReceiptBySeq)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -149,16 +149,13 @@ func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
 		(f.Tool == "" || r.Tool == f.Tool) && (f.Kind == "" || r.Kind == f.Kind)
 }
 
-// sqlFirstFields reads what a key record takes from its first reserve.
-const sqlFirstFields = `SELECT tool, effect, input_hash FROM receipts WHERE seq = ?`
-
 // Keys calls fn for every key record of the index, in key byte order,
 // with its fingerprint read from its first reserve.
 func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
 	if err := c.indexReadable(); err != nil {
 		return err
 	}
-	st, err := c.r.PrepareContext(ctx, c.q.firstFields)
+	st, err := c.r.PrepareContext(ctx, sqlFirstFields)
 	if err != nil {
 		return fmt.Errorf("keys: %w", classify(err))
 	}

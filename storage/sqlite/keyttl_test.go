@@ -46,13 +46,7 @@ func TestOpen_migratesV2(t *testing.T) {
 	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.Zero(t, db.KeyTTL(), "a migrated file keeps keys forever")
-	var fresh, migrated string
-	require.NoError(t, w.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&migrated))
-	newDB := ledgertest.Open(t, ledgertest.WithPath(filepath.Join(t.TempDir(), "new.db")))
-	nw, _ := newDB.Store.Pools()
-	require.NoError(t, nw.QueryRow(`SELECT sql FROM sqlite_schema WHERE name = 'settings'`).Scan(&fresh))
-	require.NoError(t, newDB.Close())
-	assert.Equal(t, normalizeSpace(fresh), normalizeSpace(migrated), "the migration creates the table of schema.sql")
+	assertNewSchema(t, w)
 	ledgertest.VerifyChain(t, db)
 
 	rp := ledgertest.MustReserve(t, db, ledger.ReserveRequest{IdempotencyKey: "report-2025-11-30", ExecutionID: "exec-9",
@@ -98,7 +92,7 @@ func TestOpen_keyTTL(t *testing.T) {
 	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL())
 	w, _ := db.Store.Pools()
-	_, err := w.Exec(`UPDATE settings SET key_ttl_ms = 0`)
+	_, err := w.Exec(`UPDATE ns_settings SET key_ttl_ms = 0`)
 	require.Error(t, err, "the settings are fixed at creation")
 	require.NoError(t, db.Ledger.CreateNamespace(ctx, "mail", 3_600_000))
 	require.NoError(t, db.Close())

@@ -67,8 +67,8 @@ func TestStore_migratesNamespaceFiles(t *testing.T) {
 				assert.Equal(t, want, formatHead(h), ns)
 			}
 			if ns != ledger.DefaultNamespace {
-				assert.NoFileExists(t, sqlite.NamespacePath(path, ns), "moved into the ledger file")
-				assert.FileExists(t, sqlite.NamespacePath(path, ns)+".migrated", "set aside, not deleted")
+				assert.NoFileExists(t, filepath.Join(path+".ns", "ns-"+ns+".db"), "moved into the ledger file")
+				assert.FileExists(t, filepath.Join(path+".ns", "ns-"+ns+".db")+".migrated", "set aside, not deleted")
 			}
 			if round == 0 {
 				// A replay of a key committed before the move.
@@ -95,7 +95,7 @@ func TestStore_migratesNamespaceFiles(t *testing.T) {
 		if round == 0 {
 			// A crash after the move's COMMIT, before the rename: the next
 			// start only sets the file aside again.
-			require.NoError(t, os.Rename(sqlite.NamespacePath(path, "alpha")+".migrated", sqlite.NamespacePath(path, "alpha")))
+			require.NoError(t, os.Rename(filepath.Join(path+".ns", "ns-"+"alpha"+".db")+".migrated", filepath.Join(path+".ns", "ns-"+"alpha"+".db")))
 		}
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	sumdb "golang.org/x/mod/sumdb/tlog"
-
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -30,37 +28,59 @@ func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error 
 	if ns == ledger.DefaultNamespace {
 		return ledger.ErrNamespaceExists
 	}
-	rd, err := OpenReader(ctx, abs, Options{}) // checks the schema version
-	if err != nil {
-		return err
-	}
-	_ = rd.Close()
-	w, err := openRegistryWriter(abs)
+	w, err := openRegistryWriter(ctx, abs, false)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w.Close() }()
-	if err := ensureRegistry(ctx, w); err != nil {
-		return err
-	}
-	if err := ensureShared(ctx, w); err != nil {
-		return err
-	}
 	if err := checkNoLegacyFile(ctx, abs, ns); err != nil {
 		return err
 	}
 	return createShared(ctx, w, ns, keyTTL)
 }
 
-// openRegistryWriter opens a one-connection writer of the ledger file's
-// registry for a command that runs beside (or instead of) ledgerd.
-func openRegistryWriter(abs string) (*sql.DB, error) {
+// openRegistryWriter opens a one-connection writer of the ledger file at
+// abs (which must exist) for a command that runs beside (or instead of)
+// ledgerd. A file of an older schema is migrated first, under the file's
+// lock (held by the caller when locked), so never beside a ledgerd.
+func openRegistryWriter(ctx context.Context, abs string, locked bool) (*sql.DB, error) {
+	if err := precheck(abs); err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
 	w, err := sql.Open("sqlite3", dsn(abs, "rw", 5*time.Second, DefaultCacheMiB))
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", abs, err)
 	}
 	w.SetMaxOpenConns(1)
+	var version int
+	if err := w.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
+	}
+	if version != SchemaVersion {
+		err = upgradeLocked(ctx, w, abs, locked)
+	}
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
+	}
 	return w, nil
+}
+
+// upgradeLocked migrates the file at abs through w, taking its lock unless
+// the caller holds it.
+func upgradeLocked(ctx context.Context, w *sql.DB, abs string, locked bool) error {
+	if !locked {
+		lock, err := acquireLock(abs)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.release() }()
+	}
+	return upgrade(ctx, w, abs, 0, slog.Default())
 }
 
 // removeFileSet removes a database file and the files SQLite and the lock
@@ -104,22 +124,16 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	if err := precheck(abs); err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
-	if _, err := os.Stat(abs); err != nil {
-		return nil, fmt.Errorf("forget: %w", err)
-	}
 	lock, err := acquireLock(abs)
 	if err != nil {
 		return nil, fmt.Errorf("forget (stop ledgerd first): %w", err)
 	}
 	defer func() { _ = lock.release() }()
-	w, err := openRegistryWriter(abs)
+	w, err := openRegistryWriter(ctx, abs, true)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("forget: %w", err)
 	}
 	defer func() { _ = w.Close() }()
-	if err := ensureRegistry(ctx, w); err != nil {
-		return nil, err
-	}
 	var n int
 	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); err != nil {
 		return nil, fmt.Errorf("forget: %w", classify(err))
@@ -131,7 +145,7 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	if err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
-	if id > 0 {
+	if id >= 0 {
 		return forgetShared(ctx, w, abs, ns, id, by, reason)
 	}
 	rec, err := recordedHead(ctx, w, ns)
@@ -139,7 +153,7 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 		return nil, err
 	}
 	res := &ForgetResult{Head: rec}
-	if res.MovedTo, err = moveAside(NamespacePath(abs, ns)); err != nil {
+	if res.MovedTo, err = moveAside(namespacePath(abs, ns)); err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
 	if err := recordForget(ctx, w, ns, by, reason, rec, res.MovedTo, nil); err != nil {
@@ -222,20 +236,20 @@ func dropFromIndex(abs, ns string) error {
 	return nil
 }
 
-// forgetShared forgets namespace ns (id) of the shared tables: its rows
+// forgetShared forgets namespace ns (id) of the ledger file: its rows
 // are copied into a ledger file of their own beside the ledger file,
 // <ledger file>.forgotten-NAME-UNIXMS, which ledgerctl verify --db reads
 // as any ledger file; then one transaction records the decision, removes
 // the registry row and deletes the rows (the append-only triggers let a
 // namespace's rows go only once it is no longer registered).
 func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, reason string) (*ForgetResult, error) {
-	ref := chainRef{q: sharedSQL, id: id}
+	ref := chainRef{id: id}
 	head, err := readTail(ctx, w, ref)
 	if err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
 	var ttl uint64
-	if err := w.QueryRowContext(ctx, sharedSQL.keyTTL, id).Scan(&ttl); err != nil {
+	if err := w.QueryRowContext(ctx, sqlKeyTTL, ref.args()...).Scan(&ttl); err != nil {
 		return nil, fmt.Errorf("forget: read key lifetime: %w", classify(err))
 	}
 	side := fmt.Sprintf("%s.forgotten-%s-%d", abs, ns, time.Now().UnixMilli())
@@ -268,7 +282,8 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 }
 
 // copyOut copies namespace id's rows into a new ledger file at path (with
-// key lifetime ttl), checks that it ends at head, and syncs it.
+// key lifetime ttl), as its default namespace, checks that it ends at head,
+// and syncs it.
 func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, head ledger.Head) error {
 	o := Options{}
 	o.defaults()
@@ -284,19 +299,7 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, 
 			return classify(err)
 		}
 		defer func() { _ = tx.Rollback() }()
-		for _, q := range []string{
-			`INSERT INTO out.receipts (` + receiptColumns + `) SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ? ORDER BY seq`,
-			`INSERT INTO out.checkpoints (size, root, note, signed_at) SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ? ORDER BY size`,
-			`INSERT OR REPLACE INTO out.reserve_tokens (seq, token_hash) SELECT r.seq, t.token_hash
-				FROM ns_receipts AS r JOIN ns_tokens AS t ON t.rid = r.rowid WHERE r.ns = ? ORDER BY r.seq`,
-			`INSERT INTO out.approval_inputs (ask_seq, input, delete_after) SELECT ask_seq, input, delete_after FROM ns_approval_inputs WHERE ns = ?`,
-			`INSERT INTO out.state_key (id, key) SELECT 1, key FROM ns_state_key WHERE ns = ?`,
-		} {
-			if _, err := tx.ExecContext(ctx, q, id); err != nil {
-				return classify(err)
-			}
-		}
-		if err := copyTreeOut(ctx, tx, id); err != nil {
+		if err := copyNamespace(ctx, tx, "main", id, "out", defaultID); err != nil {
 			return err
 		}
 		return classify(tx.Commit())
@@ -313,9 +316,9 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, 
 		return err
 	}
 	c.SetMaxOpenConns(1)
-	got, err := readTail(ctx, c, chainRef{q: defaultSQL})
+	got, err := readTail(ctx, c, chainRef{id: defaultID})
 	if err == nil {
-		err = checkDerived(ctx, c, chainRef{q: defaultSQL}, got, "--db "+path)
+		err = checkDerived(ctx, c, chainRef{id: defaultID}, got, "--db "+path)
 	}
 	if err == nil && got != head {
 		err = fmt.Errorf("the copy ends at %d, the namespace at %d", got.Seq, head.Seq)
@@ -333,34 +336,4 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, 
 		return err
 	}
 	return syncDir(filepath.Dir(path))
-}
-
-// copyTreeOut copies namespace id's tree, a row per leaf in ns_tree, into
-// the attached file out's tree_hashes, a row per hash.
-func copyTreeOut(ctx context.Context, tx *sql.Tx, id int64) error {
-	rows, err := tx.QueryContext(ctx, `SELECT r.seq, t.hashes FROM ns_receipts AS r JOIN ns_tree AS t ON t.rid = r.rowid
-		WHERE r.ns = ? ORDER BY r.seq`, id)
-	if err != nil {
-		return classify(err)
-	}
-	defer func() { _ = rows.Close() }()
-	st, err := tx.PrepareContext(ctx, `INSERT INTO out.tree_hashes (idx, hash) VALUES (?, ?)`)
-	if err != nil {
-		return classify(err)
-	}
-	defer func() { _ = st.Close() }()
-	for rows.Next() {
-		var seq int64
-		var hs []byte
-		if err := rows.Scan(&seq, &hs); err != nil {
-			return err
-		}
-		base := sumdb.StoredHashIndex(0, seq-1)
-		for i := 0; i+32 <= len(hs); i += 32 {
-			if _, err := st.ExecContext(ctx, base+int64(i/32), hs[i:i+32]); err != nil {
-				return classify(err)
-			}
-		}
-	}
-	return classify(rows.Err())
 }

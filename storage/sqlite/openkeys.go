@@ -20,10 +20,6 @@ import (
 // it up, and a count read in seq order cannot miss a batch committed
 // while it runs.
 
-// sqlOpenKeysAfter lists what changes whether a key is open, in seq order.
-const sqlOpenKeysAfter = `SELECT seq, kind, idempotency_key, idempotent, lease_expires_at, recorded_at
-	FROM receipts WHERE seq > ? AND kind IN ('reserve', 'commit', 'resolve') ORDER BY seq`
-
 // openKeys follows the open keys of every namespace of a Store.
 type openKeys struct {
 	mu     sync.Mutex // one count at a time; guards spaces
@@ -99,7 +95,7 @@ func (s *Store) followOpenKeys(ctx context.Context, ns string, set *openSet) err
 // follow applies the receipts after set.seq. Each row moves set.seq, so a
 // read cut short leaves a consistent prefix for the next to continue.
 func (set *openSet) follow(ctx context.Context, rd *Reader) error {
-	rows, err := rd.r.QueryContext(ctx, rd.q.openKeysAfter, rd.args(set.seq)...)
+	rows, err := rd.r.QueryContext(ctx, sqlOpenKeysAfter, rd.args(set.seq)...)
 	if err != nil {
 		return classify(err)
 	}

@@ -21,8 +21,10 @@ type Reader struct {
 	r        *sql.DB
 	now      func() time.Time
 	busy     time.Duration // the busy timeout of the scans' own connections
-	chainRef               // the chain's tables in the file (tables.go)
-	ns       string        // the namespace, for messages; "" for the file's own
+	chainRef               // the chain's rows in the file (tables.go)
+	ns       string        // the namespace, for messages; "" for default
+	borrowed bool          // r is another Reader's, which closes it
+	cleanup  func()        // removes a migrated copy, on Close
 }
 
 // ledgerPath is the absolute path of the ledger file named by path.
@@ -37,8 +39,9 @@ func ledgerPath(path string) (string, error) {
 	return abs, nil
 }
 
-// OpenReader opens the ledger at path read-only. The file must exist and
-// carry this build's schema version.
+// OpenReader opens the ledger at path read-only; the file must exist. A
+// file of an older schema is read through a migrated copy in a temporary
+// directory (migratedCopy), so that it is left exactly as it is.
 func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error) {
 	abs, err := ledgerPath(path)
 	if err != nil {
@@ -54,12 +57,15 @@ func OpenReader(ctx context.Context, path string, opts Options) (*Reader, error)
 		_ = rd.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, classify(err))
 	}
-	switch version {
-	case SchemaVersion, 1, 2, 3, 4, 5: // older files are read as they are
+	switch {
+	case version == SchemaVersion:
 		return rd, nil
-	case 0:
+	case version == 0:
 		_ = rd.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, ledger.ErrNotLedger)
+	case version < SchemaVersion:
+		_ = rd.Close()
+		return migratedCopy(ctx, abs, opts)
 	default:
 		_ = rd.Close()
 		return nil, fmt.Errorf("open ledger %s: %w: file has %d, this build knows %d", abs, ledger.ErrSchemaVersion, version, SchemaVersion)
@@ -77,15 +83,19 @@ func openReader(ctx context.Context, abs string, opts Options) (*Reader, error) 
 		_ = r.Close()
 		return nil, fmt.Errorf("open ledger %s: read pool: %w", abs, classify(err))
 	}
-	return &Reader{path: abs, r: r, now: opts.Now, busy: opts.BusyTimeout, chainRef: chainRef{q: defaultSQL}}, nil
+	return &Reader{path: abs, r: r, now: opts.Now, busy: opts.BusyTimeout}, nil
 }
 
 // Close closes the read pool.
 func (rd *Reader) Close() error {
-	if rd.q.shared {
+	if rd.borrowed {
 		return nil // the ledger file's pool, which its own Reader closes
 	}
-	return rd.r.Close()
+	err := rd.r.Close()
+	if rd.cleanup != nil {
+		rd.cleanup()
+	}
+	return err
 }
 
 // Path returns the absolute path of the database file.
@@ -95,7 +105,7 @@ func (rd *Reader) Path() string { return rd.path }
 func (rd *Reader) ReadHead(ctx context.Context) (ledger.Head, error) {
 	var h ledger.Head
 	var hash []byte
-	err := rd.r.QueryRowContext(ctx, rd.q.head, rd.args()...).Scan(&h.Seq, &hash)
+	err := rd.r.QueryRowContext(ctx, sqlHead, rd.args()...).Scan(&h.Seq, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return h, nil
 	}
@@ -108,18 +118,10 @@ func (rd *Reader) ReadHead(ctx context.Context) (ledger.Head, error) {
 	return h, nil
 }
 
-// KeyTTL reads the file's key_ttl_ms (SPEC §12); a file made before
-// schema 3 and not yet migrated has none: 0, keys never expire.
+// KeyTTL reads the namespace's key_ttl_ms (SPEC §12).
 func (rd *Reader) KeyTTL(ctx context.Context) (uint64, error) {
-	var n int
-	if err := rd.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'settings'`).Scan(&n); err != nil {
-		return 0, fmt.Errorf("read key ttl: %w", classify(err))
-	}
-	if n == 0 {
-		return 0, nil
-	}
 	var ttl uint64
-	err := rd.r.QueryRowContext(ctx, rd.q.keyTTL, rd.args()...).Scan(&ttl)
+	err := rd.r.QueryRowContext(ctx, sqlKeyTTL, rd.args()...).Scan(&ttl)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil
 	}
@@ -143,14 +145,14 @@ func (rd *Reader) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]c
 		{"idempotency_key", f.Key}, {"execution_id", f.ExecutionID}, {"tool", f.Tool}, {"kind", f.Kind},
 	} {
 		if c.v != "" {
-			where = append(where, " AND "+c.col+" = ?")
+			where = append(where, fmt.Sprintf(" AND %s = ?%d", c.col, len(args)+2))
 			args = append(args, c.v)
 		}
 	}
-	q := `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ?` + strings.Join(where, "") +
-		` ORDER BY seq LIMIT ?`
+	q := `SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ?1 AND seq > ?2` + strings.Join(where, "") +
+		fmt.Sprintf(` ORDER BY seq LIMIT ?%d`, len(args)+2)
 	args = append(args, f.Limit+1)
-	rs, err := queryReceipts(ctx, rd.r, rd.q.read(q), rd.args(args...)...)
+	rs, err := queryReceipts(ctx, rd.r, q, rd.args(args...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list receipts: %w", err)
 	}
@@ -172,7 +174,7 @@ func page(rs []chain.Receipt, limit int) ([]chain.Receipt, *uint64) {
 // GetReceipt returns the receipt at seq. Errors: *Error with
 // ECodeUnknownReceipt.
 func (rd *Reader) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
-	r, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(seq)...))
+	r, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, rd.args(seq)...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq %d", seq)
 	}

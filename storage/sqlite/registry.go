@@ -7,103 +7,56 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// The registry of namespaces lives in the ledger file (the default
-// namespace's). Besides the names it records each namespace's head (seq,
-// hash) as the namespace moves, so that a namespace file that is missing
-// or behind it — the ledger file restored without its namespace files, a
-// namespace file from an older backup — is refused instead of being served
-// empty or stale: serving it would run committed effects again.
-//
-// The recorded head is written after the namespace's own COMMIT (it can
-// lag, never lead): periodically while ledgerd runs, and exactly when a
-// namespace file is closed.
-
-// sqlNamespacesSchema is the registry.
-const sqlNamespacesSchema = `CREATE TABLE IF NOT EXISTS namespaces (
-	name       TEXT    PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64 AND name NOT GLOB '*[^a-z0-9._-]*'),
-	created_at INTEGER NOT NULL, -- unix ms
-	head_seq   INTEGER NOT NULL DEFAULT 0, -- the namespace's head as last recorded
-	head_hash  BLOB
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS namespace_events (
-	id         INTEGER PRIMARY KEY,
-	name       TEXT    NOT NULL,
-	action     TEXT    NOT NULL CHECK (action IN ('forget')),
-	decided_by TEXT    NOT NULL,
-	reason     TEXT    NOT NULL,
-	at         INTEGER NOT NULL, -- unix ms
-	head_seq   INTEGER NOT NULL, -- the head the registry had recorded
-	head_hash  BLOB,
-	moved_to   TEXT    NOT NULL  -- where the namespace's file was moved, or '' when it was missing
-)`
-
-// sqlRegistryHeadColumns adds the recorded head to a registry made before
-// it was kept.
-var sqlRegistryHeadColumns = []string{
-	`ALTER TABLE namespaces ADD COLUMN head_seq INTEGER NOT NULL DEFAULT 0`,
-	`ALTER TABLE namespaces ADD COLUMN head_hash BLOB`,
-}
+// The registry of namespaces (schema.sql's namespaces) lives in the
+// ledger file. For a ledger made before version 6, whose namespaces had
+// files of their own, it recorded each namespace's head as the namespace
+// moved, so that a namespace file that is missing or behind it — the
+// ledger file restored without its namespace files, a namespace file from
+// an older backup — is refused when it is moved in, instead of being
+// served empty or stale: serving it would run committed effects again.
 
 const (
-	sqlRegistryRows   = `SELECT name, head_seq, head_hash, coalesce(id, 0) FROM namespaces ORDER BY name`
+	sqlRegistryRows   = `SELECT name, head_seq, head_hash, coalesce(id, -1) FROM namespaces ORDER BY name`
 	sqlRegistryRow    = `SELECT head_seq, head_hash FROM namespaces WHERE name = ?`
-	sqlRecordHead     = `UPDATE namespaces SET head_seq = ?, head_hash = ? WHERE name = ? AND head_seq < ?`
-	sqlRegister       = `INSERT OR IGNORE INTO namespaces (name, created_at, head_seq) VALUES (?, ?, 0)`
 	sqlUnregister     = `DELETE FROM namespaces WHERE name = ?`
 	sqlNamespaceEvent = `INSERT INTO namespace_events (name, action, decided_by, reason, at, head_seq, head_hash, moved_to)
 		VALUES (?, 'forget', ?, ?, ?, ?, ?, ?)`
 )
 
-// ensureRegistry creates the registry in the ledger file, or adds the
-// recorded head to one that predates it.
-func ensureRegistry(ctx context.Context, w *sql.DB) error {
-	if _, err := w.ExecContext(ctx, sqlNamespacesSchema); err != nil {
-		return fmt.Errorf("namespaces: %w", classify(err))
-	}
-	// Seals of namespace files, which the layout before the shared
-	// tables kept; nothing reads them now.
-	if _, err := w.ExecContext(ctx, `DROP TABLE IF EXISTS namespace_seals`); err != nil {
-		return fmt.Errorf("namespaces: %w", classify(err))
-	}
-	var n int
-	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('namespaces') WHERE name = 'head_seq'`).Scan(&n); err != nil {
-		return fmt.Errorf("namespaces: %w", classify(err))
-	}
-	if n == 1 {
-		return nil
-	}
-	for _, q := range sqlRegistryHeadColumns {
-		if _, err := w.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("namespaces: %w", classify(err))
-		}
-	}
-	return nil
-}
-
 // registryRow is one registered namespace and its recorded head.
 type registryRow struct {
 	name string
-	head ledger.Head // recorded for a namespace file (the earlier layout)
-	id   int64       // in the shared tables; 0 while the namespace has a file
+	head ledger.Head // recorded for a namespace file (before version 6)
+	id   int64       // -1 while the namespace has a file of its own
 }
 
-// readRegistry lists the registered namespaces with their recorded heads.
-// A registry without the head columns (a file opened read-only that no
-// ledgerd of this version has written) records head 0.
+// readRegistry lists the registered namespaces with their recorded heads,
+// from a registry of any version (one made before the recorded heads or
+// the ids records none).
 func readRegistry(ctx context.Context, db *sql.DB) ([]registryRow, error) {
-	rows, err := db.QueryContext(ctx, sqlRegistryRows)
+	cols, err := tableColumns(ctx, db, "namespaces")
 	if err != nil {
-		rows, err = db.QueryContext(ctx, `SELECT name, head_seq, head_hash, 0 FROM namespaces ORDER BY name`)
+		return nil, fmt.Errorf("namespaces: %w", err)
 	}
-	if err != nil {
-		rows, err = db.QueryContext(ctx, `SELECT name, 0, NULL, 0 FROM namespaces ORDER BY name`)
+	if len(cols) == 0 {
+		return nil, nil // a file made before namespaces
 	}
+	q := sqlRegistryRows
+	if !slices.Contains(cols, "id") {
+		q = strings.Replace(q, "coalesce(id, -1)", "-1", 1)
+	}
+	if !slices.Contains(cols, "head_seq") {
+		q = strings.Replace(q, "head_seq, head_hash", "0, NULL", 1)
+	}
+	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("namespaces: %w", classify(err))
 	}
@@ -129,19 +82,11 @@ func readRegistry(ctx context.Context, db *sql.DB) ([]registryRow, error) {
 func recordedHead(ctx context.Context, db *sql.DB, ns string) (ledger.Head, error) {
 	var h ledger.Head
 	var hash []byte
-	err := db.QueryRowContext(ctx, sqlRegistryRow, ns).Scan(&h.Seq, &hash)
-	if err != nil {
-		// A registry without the head columns records nothing yet.
-		if n, e := db.QueryContext(ctx, `SELECT 1 FROM pragma_table_info('namespaces') WHERE name = 'head_seq'`); e == nil {
-			found := n.Next()
-			_ = n.Close()
-			if !found {
-				return h, nil
-			}
-		}
+	if err := db.QueryRowContext(ctx, sqlRegistryRow, ns).Scan(&h.Seq, &hash); err != nil {
 		return h, fmt.Errorf("namespaces: %w", classify(err))
 	}
 	if len(hash) > 0 {
+		var err error
 		if h.Hash, err = chain.HashFromBytes(hash); err != nil {
 			return h, fmt.Errorf("namespaces: %s: %w", ns, err)
 		}
@@ -157,60 +102,83 @@ func lostError(ledgerPath, ns, path, what string) error {
 		ledger.ErrNamespaceLost, ns, what, filepath.Dir(path), ledgerPath, ns, ledgerPath)
 }
 
-// nsState is what the check of a namespace's file learns of it.
-type nsState struct {
-	head ledger.Head
-	ttl  uint64 // key_ttl_ms, fixed at creation
-}
-
-// checkNamespaceFile compares namespace ns's file at path with the head
-// the registry recorded for it (the file must exist and hold that head),
-// checks its derived state, and returns its head and key lifetime.
-func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head, opts Options) (nsState, error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nsState{}, lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+// checkNamespaceFiles checks, reading only, every namespace of the ledger
+// at abs that still has a file of its own (checkNamespaceFile), so that a
+// start that is to be refused writes nothing.
+func checkNamespaceFiles(ctx context.Context, abs string) error {
+	if _, err := os.Stat(abs); err != nil {
+		return nil // a new ledger
 	}
-	opts.ReadConns = 1
-	rd, err := OpenReader(ctx, path, opts)
+	db, err := sql.Open("sqlite3", dsn(abs, "ro", 5*time.Second, 0))
 	if err != nil {
-		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
+		return err
 	}
-	defer func() { _ = rd.Close() }()
-	if err := checkAgainstRecorded(ctx, rd.r, ledgerPath, ns, path, rec); err != nil {
-		return nsState{}, err
-	}
-	tail, err := checkTail(ctx, rd.r, rd.chainRef, dbFlags(ledgerPath, ns))
+	defer func() { _ = db.Close() }()
+	regs, err := readRegistry(ctx, db)
 	if err != nil {
-		return nsState{}, fmt.Errorf("open ledger %s: %w", path, err)
+		return err
 	}
-	ttl, err := rd.KeyTTL(ctx)
-	if err != nil {
-		return nsState{}, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	return nsState{head: tail, ttl: ttl}, nil
-}
-
-// checkAgainstRecorded checks, through db (a pool or connection of the
-// namespace's file), that the file holds the recorded head.
-func checkAgainstRecorded(ctx context.Context, db *sql.DB, ledgerPath, ns, path string, rec ledger.Head) error {
-	if rec.Seq == 0 {
-		return nil
-	}
-	var hash []byte
-	err := db.QueryRowContext(ctx, sqlHashAt, rec.Seq).Scan(&hash) // a namespace's own file
-	if errors.Is(err, sql.ErrNoRows) {
-		tail, terr := readTail(ctx, db, chainRef{q: defaultSQL})
-		if terr != nil {
-			return fmt.Errorf("namespace %s: %w", ns, terr)
+	for _, r := range regs {
+		if r.id < 0 {
+			if err := checkNamespaceFile(ctx, abs, r.name, namespacePath(abs, r.name), r.head); err != nil {
+				return err
+			}
 		}
-		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s ends at receipt %d but the registry recorded %d (a file from an older backup?)", path, tail.Seq, rec.Seq))
 	}
+	return nil
+}
+
+// checkNamespaceFile checks, reading only, that namespace ns's file at
+// path (of a ledger made before version 6) holds the head rec the
+// registry recorded for it, and that its recorded head is its receipts'
+// tail. It reads the table receipts and the head row, which every
+// version of a ledger file has (a view and ns_head since version 7).
+func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+	}
+	db, err := sql.Open("sqlite3", dsn(path, "ro", 5*time.Second, 0))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = db.Close() }()
+	tx, err := db.BeginTx(ctx, nil) // one snapshot
 	if err != nil {
 		return fmt.Errorf("namespace %s: %w", ns, classify(err))
 	}
-	if h, _ := chain.HashFromBytes(hash); h != rec.Hash {
+	defer func() { _ = tx.Rollback() }()
+	headRow := `SELECT seq, hash FROM ns_head WHERE ns = 0`
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'head'`).Scan(&n); err == nil && n == 1 {
+		headRow = `SELECT seq, hash FROM head WHERE id = 1` // before version 7
+	}
+	var tail, recorded, atRec ledger.Head
+	for _, q := range []struct {
+		dst  *ledger.Head
+		sql  string
+		args []any
+	}{
+		{&tail, `SELECT seq, hash FROM receipts WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1`, nil},
+		{&recorded, headRow, nil},
+		{&atRec, `SELECT seq, hash FROM receipts WHERE seq = ?`, []any{rec.Seq}},
+	} {
+		if err := tx.QueryRowContext(ctx, q.sql, q.args...).Scan(&q.dst.Seq, hashScanner{&q.dst.Hash}); err != nil &&
+			!errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("namespace %s: %s: %w", ns, path, classify(err))
+		}
+	}
+	switch {
+	case rec.Seq > 0 && atRec.Seq == 0:
+		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s ends at receipt %d but the registry recorded %d (a file from an older backup?)", path, tail.Seq, rec.Seq))
+	case rec.Seq > 0 && atRec.Hash != rec.Hash:
 		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s holds another chain (receipt %d is %s, the registry recorded %s)",
-			path, rec.Seq, shortHash(h), shortHash(rec.Hash)))
+			path, rec.Seq, shortHash(atRec.Hash), shortHash(rec.Hash)))
+	case recorded != tail:
+		flags := dbFlags(ledgerPath, ns)
+		return fmt.Errorf("open ledger %s: %w: the last append recorded head %d but the receipts end at %d — "+
+			"receipts were removed or added outside ledgerd (a bad restore or a tampered file); "+
+			"check the chain with `ledgerctl verify %s`, then recompute the derived state with `ledgerctl rebuild-index %s`",
+			path, ledger.ErrDerivedState, recorded.Seq, tail.Seq, flags, flags)
 	}
 	return nil
 }

@@ -36,13 +36,13 @@ func TestReader_malformedRows(t *testing.T) {
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	raw.SetMaxOpenConns(1)
-	_, err = raw.Exec(`DROP TRIGGER receipts_no_update; PRAGMA ignore_check_constraints = ON;
-		UPDATE receipts SET attempt = 'a,b' || char(27) || '[2J' WHERE seq = 1;
-		UPDATE receipts SET attempt = -1, ref_seq = 1.5 WHERE seq = 2;
-		UPDATE receipts SET key_generated = 2 WHERE seq = 3;
-		UPDATE receipts SET prev_hash = x'00' WHERE seq = 4;
-		UPDATE receipts SET hash = zeroblob(40) WHERE seq = 5;
-		UPDATE receipts SET attempt = ? WHERE seq = 6;`, mimic)
+	_, err = raw.Exec(`DROP TRIGGER ns_receipts_no_update; PRAGMA ignore_check_constraints = ON;
+		UPDATE ns_receipts SET attempt = 'a,b' || char(27) || '[2J' WHERE ns = 0 AND seq = 1;
+		UPDATE ns_receipts SET attempt = -1, ref_seq = 1.5 WHERE ns = 0 AND seq = 2;
+		UPDATE ns_receipts SET key_generated = 2 WHERE ns = 0 AND seq = 3;
+		UPDATE ns_receipts SET prev_hash = x'00' WHERE ns = 0 AND seq = 4;
+		UPDATE ns_receipts SET hash = zeroblob(40) WHERE ns = 0 AND seq = 5;
+		UPDATE ns_receipts SET attempt = ? WHERE ns = 0 AND seq = 6;`, mimic)
 	require.NoError(t, err)
 	require.NoError(t, raw.Close())
 	wantBad := map[uint64][]chain.Malformed{

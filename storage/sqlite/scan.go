@@ -21,43 +21,42 @@ const keyScanColumns = `seq, kind, idempotency_key, key_generated, execution_id,
 // SQL of the verifier's scans; their columns are receiptColumns (see
 // cScan in cscan.go for how they are read).
 const (
-	sqlScanBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ? ORDER BY seq`
+	sqlScanBySeq = `SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ?1 AND seq > ?2 ORDER BY seq`
 
-	sqlScanBySeqRange = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq > ? AND seq <= ? ORDER BY seq`
+	sqlScanBySeqRange = `SELECT ` + receiptColumns + ` FROM ns_receipts WHERE ns = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq`
 
 	// The key-ordered scans sort (SQLite's external merge sort: the file
 	// has no index by key, its writes only append).
-	sqlScanByKey = `SELECT ` + keyScanColumns + ` FROM receipts
+	sqlScanByKey = `SELECT ` + keyScanColumns + ` FROM ns_receipts WHERE ns = ?1
 		ORDER BY idempotency_key, seq`
 
-	sqlScanByKeyAfter = `SELECT ` + keyScanColumns + ` FROM receipts
-		WHERE idempotency_key IN (SELECT idempotency_key FROM receipts WHERE seq > ?)
+	sqlScanByKeyAfter = `SELECT ` + keyScanColumns + ` FROM ns_receipts
+		WHERE ns = ?1 AND idempotency_key IN (SELECT idempotency_key FROM ns_receipts WHERE ns = ?1 AND seq > ?2)
 		ORDER BY idempotency_key, seq`
 
 	// The nth row (from 0) whose seq is not an integer, in the order of
 	// the seq-ordered scans and of the key-ordered ones: such a row (an
-	// edited file; only the shared tables can hold one, the default
-	// table's seq is its rowid) cannot be read again by its seq. It sorts
-	// after every integer seq, so every scan that reads one reads all of
-	// them, in this order.
-	sqlNonIntegerSeqBySeq = `SELECT ` + receiptColumns + ` FROM receipts
-		WHERE typeof(seq) != 'integer' ORDER BY seq LIMIT 1 OFFSET ?`
-	sqlNonIntegerSeqByKey = `SELECT ` + receiptColumns + ` FROM receipts
-		WHERE typeof(seq) != 'integer' ORDER BY idempotency_key, seq LIMIT 1 OFFSET ?`
+	// edited file) cannot be read again by its seq. It sorts after every
+	// integer seq, so every scan that reads one reads all of them, in this
+	// order.
+	sqlNonIntegerSeqBySeq = `SELECT ` + receiptColumns + ` FROM ns_receipts
+		WHERE ns = ?1 AND typeof(seq) != 'integer' ORDER BY seq LIMIT 1 OFFSET ?2`
+	sqlNonIntegerSeqByKey = `SELECT ` + receiptColumns + ` FROM ns_receipts
+		WHERE ns = ?1 AND typeof(seq) != 'integer' ORDER BY idempotency_key, seq LIMIT 1 OFFSET ?2`
 )
 
 // Receipts calls fn for every receipt with seq > after, in seq order,
 // streaming: memory does not grow with the ledger. fn must not retain the
 // pointer it is given.
 func (rd *Reader) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	return rd.scan(ctx, fn, rd.q.scanBySeq, after)
+	return rd.scan(ctx, fn, sqlScanBySeq, after)
 }
 
 // ReceiptsRange calls fn for every receipt with after < seq <= through,
 // in seq order, like Receipts. Ranges read concurrently each use a
 // connection (and a read snapshot) of their own.
 func (rd *Reader) ReceiptsRange(ctx context.Context, after, through uint64, fn func(*chain.Receipt) error) error {
-	return rd.scan(ctx, fn, rd.q.scanBySeqRange, after, through)
+	return rd.scan(ctx, fn, sqlScanBySeqRange, after, through)
 }
 
 // KeyReceipts calls fn for every receipt of each key that has a receipt
@@ -66,9 +65,9 @@ func (rd *Reader) ReceiptsRange(ctx context.Context, after, through uint64, fn f
 // The receipts lack their hashes (zero, and never listed in Malformed).
 func (rd *Reader) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
 	if after == 0 {
-		return rd.scan(ctx, fn, rd.q.scanByKey)
+		return rd.scan(ctx, fn, sqlScanByKey)
 	}
-	return rd.scan(ctx, fn, rd.q.scanByKeyAfter, after)
+	return rd.scan(ctx, fn, sqlScanByKeyAfter, after)
 }
 
 // scanCacheKiB sizes the page cache of a scanning connection. The
@@ -94,11 +93,11 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 	byKey := strings.Contains(query, "ORDER BY idempotency_key")
 	nonInteger := int64(0)
 	reread := func(seq uint64, r *chain.Receipt) error {
-		got, err := scanReceipt(rd.r.QueryRowContext(ctx, rd.q.receiptBySeq, rd.args(int64(seq))...)) // as stored, even negative
+		got, err := scanReceipt(rd.r.QueryRowContext(ctx, sqlReceiptBySeq, rd.args(int64(seq))...)) // as stored, even negative
 		if errors.Is(err, sql.ErrNoRows) {
-			q := rd.q.nonIntegerSeqBySeq
+			q := sqlNonIntegerSeqBySeq
 			if byKey {
-				q = rd.q.nonIntegerSeqByKey
+				q = sqlNonIntegerSeqByKey
 			}
 			got, err = scanReceipt(rd.r.QueryRowContext(ctx, q, rd.args(nonInteger)...))
 			nonInteger++
@@ -130,13 +129,6 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 // that differs from the receipts' tail (receipts removed or added behind
 // ledgerd's back), and ledger.ErrNoKeyTable otherwise.
 func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) error {
-	var heads int
-	if err := rd.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'head'`).Scan(&heads); err != nil {
-		return fmt.Errorf("read schema: %w", classify(err))
-	}
-	if heads == 0 { // a version 1 file, read as it is
-		return ledger.ErrNoKeyTable
-	}
 	if _, err := checkTail(ctx, rd.r, rd.chainRef, rd.flags()); err != nil {
 		return err
 	}
@@ -150,14 +142,14 @@ func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) err
 // keys (the usual case) the successes are not read a second time. A seq
 // or recorded_at that is not an unsigned integer (an edited file) reads
 // as 0 here; the chain pass reports it.
-const sqlDuplicateSuccesses = `
-	WITH dup(tool, input_hash) AS MATERIALIZED (
-		SELECT tool, input_hash FROM receipts
+const sqlDuplicateSuccesses = withChain + `,
+	dup(tool, input_hash) AS MATERIALIZED (
+		SELECT tool, input_hash FROM chain
 		WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
 		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
 	SELECT tool, input_hash, idempotency_key, CASE WHEN typeof(seq) = 'integer' AND seq >= 0 THEN seq ELSE 0 END,
 		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
-	FROM receipts
+	FROM chain
 	WHERE EXISTS (SELECT 1 FROM dup)
 	  AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
 	  AND (tool, input_hash) IN (SELECT tool, input_hash FROM dup)
@@ -166,7 +158,7 @@ const sqlDuplicateSuccesses = `
 // DuplicateSuccesses calls fn for each success whose tool and input_hash
 // another key also succeeded with, ordered by tool, input_hash and seq.
 func (rd *Reader) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
-	rows, err := rd.r.QueryContext(ctx, rd.q.duplicateSuccesses, rd.args()...)
+	rows, err := rd.r.QueryContext(ctx, sqlDuplicateSuccesses, rd.args()...)
 	if err != nil {
 		return fmt.Errorf("duplicate successes: %w", classify(err))
 	}

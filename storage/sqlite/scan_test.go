@@ -53,7 +53,7 @@ func TestReader_keys(t *testing.T) {
 		return rd.Keys(ctx, func(*ledger.KeyRecord) error { t.Fatal("no records expected"); return nil })
 	}
 	require.ErrorIs(t, keys(), ledger.ErrNoKeyTable)
-	execFile(t, path, `DROP TRIGGER receipts_no_delete; DELETE FROM receipts WHERE seq = 3`)
+	execFile(t, path, `DROP TRIGGER ns_receipts_no_delete; DELETE FROM ns_receipts WHERE ns = 0 AND seq = 3`)
 	err := keys()
 	require.ErrorIs(t, err, ledger.ErrDerivedState)
 	assert.Contains(t, err.Error(), "recorded head 3")
@@ -64,7 +64,7 @@ func TestReader_receiptLargerThanBatch(t *testing.T) {
 	db, path := openWithKeys(t, 3)
 	require.NoError(t, db.Close())
 	big := strings.Repeat("n", 3<<20)
-	execFile(t, path, `DROP TRIGGER receipts_no_update; UPDATE receipts SET note = ? WHERE seq = 2`, big)
+	execFile(t, path, `DROP TRIGGER ns_receipts_no_update; UPDATE ns_receipts SET note = ? WHERE ns = 0 AND seq = 2`, big)
 
 	rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
 	require.NoError(t, err)

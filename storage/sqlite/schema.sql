@@ -1,41 +1,73 @@
--- effect-ledger schema, version 6 (PRAGMA user_version = 6).
+-- effect-ledger schema, version 7 (PRAGMA user_version = 7).
 --
--- These are the tables of the namespace default. The other namespaces of
--- the ledger live in the same file, in shared tables with the same columns
--- plus ns, the namespace's id in the registry (ns_receipts, ns_head, …:
--- storage/sqlite/tables.go, made with the registry when ledgerd opens the
--- file). Version 6 added them; version 5 kept each namespace in a file of
--- its own.
+-- One layout for every namespace of a ledger. Each namespace has an id:
+-- default is 0, every other one the id the registry (namespaces) gave it
+-- when it was created, never used again. Every table of a chain has the
+-- namespace's id as its column ns, or is keyed by the row of a receipt.
 --
--- receipts is the ledger: one row per receipt, one column per field of
--- SPEC §2 with the same name and type, plus prev_hash and hash. It is
--- append-only: the triggers below reject UPDATE and DELETE, and a linking
--- trigger lets a row in only when it extends the head (seq = head + 1,
--- prev_hash = the head's hash), which rules out forks without the two
--- random-position UNIQUE indexes of version 1. Anyone with sqlite3 and
--- SHA-256 can recompute the chain from this table alone.
+-- ns_receipts is the ledger: one row per receipt, the namespace's id and
+-- then one column per field of SPEC §2 with the same name and type, plus
+-- prev_hash and hash. It is append-only: triggers reject UPDATE, and
+-- DELETE while the namespace is registered, and a linking trigger lets a
+-- row in only when it extends its namespace's head (seq = head + 1,
+-- prev_hash = the head's hash), which rules out forks. The view receipts
+-- is the default namespace's chain with exactly the columns of SPEC §2:
+-- anyone with sqlite3 and SHA-256 can recompute the chain from it, and any
+-- namespace's from
+--   SELECT * FROM ns_receipts WHERE ns = (SELECT id FROM namespaces WHERE name = 'NAME') ORDER BY seq
 --
--- A write transaction only appends: a receipts row (seq is the rowid, so
--- the row goes at the end of the table), the head row it moves, tree
--- hashes, and for a reserve its token hash. Nothing is written at a
--- random position. The state of each idempotency key and the lookups by
--- key, execution, tool and kind live in the key index beside the file
--- (<ledger file>.idx/, a Pebble LSM for every namespace of the ledger),
--- which ledgerd derives from these tables after each COMMIT and checks
--- against the chain on open (replaying what it lacks, rebuilding it when
--- it is missing or foreign; `ledgerctl rebuild-index`). Version 3 kept
--- that state here, in a keys table and four indexes on receipts.
+-- A write transaction only appends: receipts rows, the head rows they
+-- move (by trigger), a row of tree hashes per receipt and, for a reserve,
+-- its token hash. The tree and token rows are keyed by the rowid of their
+-- receipt, so they go at the end of their tables like the receipts, not in
+-- the middle of a (ns, …) key: a transaction that commits the batches of
+-- many namespaces dirties no page per namespace. The state of each
+-- idempotency key and the lookups by key, execution, tool and kind live in
+-- the key index beside the file (<ledger file>.idx/, a Pebble LSM), which
+-- ledgerd derives from these tables after each COMMIT and checks against
+-- the chain on open (replaying what it lacks, rebuilding it when it is
+-- missing or foreign; `ledgerctl rebuild-index`).
 --
--- head holds the chain head as of the last append: it moves in the same
--- transaction as every receipt (by trigger). On open, ledgerd compares it
--- with the receipts' actual tail: a difference (a tail removed by a bad
+-- ns_head holds each chain's head as of its last append: it moves in the
+-- same transaction as every receipt (by trigger). On open, ledgerd compares
+-- it with the receipts' actual tail: a difference (a tail removed by a bad
 -- restore or by hand) stops it until `ledgerctl rebuild-index` has
 -- recomputed the derived state.
 
 PRAGMA application_id = 1701209452; -- 0x6566656C
 
-CREATE TABLE receipts (
-	seq              INTEGER PRIMARY KEY CHECK (seq >= 1),
+-- The registry of the namespaces other than default. ids come from
+-- namespace_ids (AUTOINCREMENT: never used twice, even after a namespace
+-- is forgotten). head_seq and head_hash are the heads recorded for the
+-- namespace files of ledgers made before version 6, checked when such a
+-- file is moved in. namespace_events records each namespace forgotten.
+CREATE TABLE namespaces (
+	name       TEXT    PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 64 AND name NOT GLOB '*[^a-z0-9._-]*'),
+	created_at INTEGER NOT NULL, -- unix ms
+	head_seq   INTEGER NOT NULL DEFAULT 0,
+	head_hash  BLOB,
+	id         INTEGER
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX namespaces_by_id ON namespaces (id);
+CREATE TABLE namespace_ids (
+	id   INTEGER PRIMARY KEY AUTOINCREMENT,
+	name TEXT    NOT NULL
+);
+CREATE TABLE namespace_events (
+	id         INTEGER PRIMARY KEY,
+	name       TEXT    NOT NULL,
+	action     TEXT    NOT NULL CHECK (action IN ('forget')),
+	decided_by TEXT    NOT NULL,
+	reason     TEXT    NOT NULL,
+	at         INTEGER NOT NULL, -- unix ms
+	head_seq   INTEGER NOT NULL, -- the namespace's head when it was forgotten
+	head_hash  BLOB,
+	moved_to   TEXT    NOT NULL  -- the file its receipts were copied to, or ''
+);
+
+CREATE TABLE ns_receipts (
+	ns               INTEGER NOT NULL,
+	seq              INTEGER NOT NULL CHECK (seq >= 1),
 	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny')),
 	idempotency_key  TEXT    NOT NULL,
 	key_generated    INTEGER NOT NULL CHECK (key_generated IN (0, 1)),
@@ -57,101 +89,139 @@ CREATE TABLE receipts (
 	note             TEXT    NOT NULL,
 	recorded_at      INTEGER NOT NULL,
 	prev_hash        BLOB    NOT NULL CHECK (length(prev_hash) = 32),
-	hash             BLOB    NOT NULL CHECK (length(hash) = 32)
+	hash             BLOB    NOT NULL CHECK (length(hash) = 32),
+	UNIQUE (ns, seq)
 );
+-- The gate's policy in force is the latest policy receipt (SPEC §13): this
+-- small partial index finds it at open without reading the chain.
+CREATE INDEX ns_receipts_policy ON ns_receipts (ns, seq) WHERE kind = 'policy';
 
-CREATE TABLE head (
-	id   INTEGER PRIMARY KEY CHECK (id = 1),
+CREATE VIEW receipts AS SELECT seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
+	effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
+	retryable, lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash
+FROM ns_receipts WHERE ns = 0;
+
+CREATE TABLE ns_head (
+	ns   INTEGER PRIMARY KEY,
 	seq  INTEGER NOT NULL,
 	hash BLOB    NOT NULL CHECK (length(hash) = 32)
 );
-INSERT INTO head (id, seq, hash) VALUES (1, 0, zeroblob(32));
+INSERT INTO ns_head (ns, seq, hash) VALUES (0, 0, zeroblob(32));
 
-CREATE TRIGGER receipts_no_update BEFORE UPDATE ON receipts
-BEGIN
-	SELECT RAISE(ABORT, 'receipts are append-only');
-END;
-
-CREATE TRIGGER receipts_no_delete BEFORE DELETE ON receipts
-BEGIN
-	SELECT RAISE(ABORT, 'receipts are append-only');
-END;
-
-CREATE TRIGGER receipts_link BEFORE INSERT ON receipts
+-- A namespace's rows may go only once it is no longer registered
+-- (`ledgerctl namespace forget`, which copies them to a file of their own
+-- first); default's never.
+CREATE TRIGGER ns_receipts_no_update BEFORE UPDATE ON ns_receipts
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
+CREATE TRIGGER ns_receipts_no_delete BEFORE DELETE ON ns_receipts
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
+CREATE TRIGGER ns_receipts_link BEFORE INSERT ON ns_receipts
 BEGIN
 	SELECT RAISE(ABORT, 'a receipt must extend the head: seq = head seq + 1, prev_hash = head hash')
-	FROM head
-	WHERE id = 1 AND (NEW.seq IS NOT seq + 1 OR NEW.prev_hash IS NOT hash);
-	SELECT RAISE(ABORT, 'the head row is missing') WHERE NOT EXISTS (SELECT 1 FROM head WHERE id = 1);
+	FROM ns_head
+	WHERE ns = NEW.ns AND (NEW.seq IS NOT seq + 1 OR NEW.prev_hash IS NOT hash);
+	SELECT RAISE(ABORT, 'the head row is missing') WHERE NOT EXISTS (SELECT 1 FROM ns_head WHERE ns = NEW.ns);
 END;
-
-CREATE TRIGGER receipts_advance_head AFTER INSERT ON receipts
+CREATE TRIGGER ns_receipts_advance_head AFTER INSERT ON ns_receipts
 BEGIN
-	UPDATE head SET seq = NEW.seq, hash = NEW.hash WHERE id = 1;
+	UPDATE ns_head SET seq = NEW.seq, hash = NEW.hash WHERE ns = NEW.ns;
+END;
+CREATE TRIGGER ns_head_kept BEFORE DELETE ON ns_head
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'the head rows of the ledger are never removed'); END;
+
+-- The RFC 6962 tree over each chain's hashes (SPEC §9), one row per
+-- receipt: the stored hashes (golang.org/x/mod/sumdb/tlog's layout) that
+-- appending its leaf adds, from sumdb.StoredHashIndex(0, seq-1) on, in
+-- order. Written in the same transaction as the receipt, so the tree always
+-- has exactly the chain's receipts.
+CREATE TABLE ns_tree (
+	rid    INTEGER PRIMARY KEY, -- the rowid of the receipt in ns_receipts
+	hashes BLOB    NOT NULL CHECK (length(hashes) > 0 AND length(hashes) % 32 = 0)
+);
+CREATE TRIGGER ns_tree_no_update BEFORE UPDATE ON ns_tree
+BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
+CREATE TRIGGER ns_tree_no_delete BEFORE DELETE ON ns_tree
+WHEN EXISTS (SELECT 1 FROM ns_receipts AS r WHERE r.rowid = OLD.rid AND (r.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = r.ns)))
+BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
+
+-- Each signed checkpoint, stored before it is served; append-only.
+CREATE TABLE ns_checkpoints (
+	ns        INTEGER NOT NULL,
+	size      INTEGER NOT NULL CHECK (size >= 1),
+	root      BLOB    NOT NULL CHECK (length(root) = 32),
+	note      TEXT    NOT NULL, -- the signed note, as served
+	signed_at INTEGER NOT NULL, -- unix ms
+	PRIMARY KEY (ns, size)
+);
+CREATE TRIGGER ns_checkpoints_no_update BEFORE UPDATE ON ns_checkpoints
+BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+CREATE TRIGGER ns_checkpoints_no_delete BEFORE DELETE ON ns_checkpoints
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+CREATE TRIGGER ns_checkpoints_grow BEFORE INSERT ON ns_checkpoints
+BEGIN
+	SELECT RAISE(ABORT, 'a checkpoint must be larger than the last one')
+	WHERE NEW.size <= (SELECT coalesce(max(size), 0) FROM ns_checkpoints WHERE ns = NEW.ns);
 END;
 
--- The gate's policy in force is the latest policy receipt (SPEC §13): this
--- small partial index finds it at open without reading the chain.
-CREATE INDEX receipts_policy ON receipts (seq) WHERE kind = 'policy';
+-- The SHA-256 of each reservation's token, by the row of its reserve: the
+-- one part of a key's state the receipts cannot give back (tokens are
+-- secrets and never enter a receipt), kept so that the key index can be
+-- rebuilt with open reservations still committable. Never part of the
+-- chain.
+CREATE TABLE ns_tokens (
+	rid        INTEGER PRIMARY KEY, -- the rowid of the reserve in ns_receipts
+	token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
+);
+
+-- Settings fixed when the namespace was created (one row each, never
+-- changed): key_ttl_ms is how long a finalized idempotency key is
+-- remembered before a reserve starts a new generation of it (SPEC §12; 0:
+-- forever). The verifier reads it from here.
+CREATE TABLE ns_settings (
+	ns         INTEGER PRIMARY KEY,
+	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+);
+CREATE TRIGGER ns_settings_fixed BEFORE UPDATE ON ns_settings
+BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END;
+CREATE TRIGGER ns_settings_kept BEFORE DELETE ON ns_settings
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END;
 
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
 -- answer, plus the operator's retention. Never part of the chain.
-CREATE TABLE approval_inputs (
-	ask_seq      INTEGER PRIMARY KEY,
+CREATE TABLE ns_approval_inputs (
+	ns           INTEGER NOT NULL,
+	ask_seq      INTEGER NOT NULL,
 	input        TEXT    NOT NULL,
-	delete_after INTEGER NOT NULL
+	delete_after INTEGER NOT NULL,
+	PRIMARY KEY (ns, ask_seq)
 );
 
--- The namespace's secret, 32 random bytes made on first use: the MCP
+-- Each namespace's secret, 32 random bytes made on first use: the MCP
 -- gateways derive the key of their requestState envelopes from it (SPEC
 -- §11.1). Never part of the chain, never changed.
-CREATE TABLE state_key (
-	id  INTEGER PRIMARY KEY CHECK (id = 1),
+CREATE TABLE ns_state_key (
+	ns  INTEGER PRIMARY KEY,
 	key BLOB    NOT NULL CHECK (length(key) = 32)
 );
-
--- The SHA-256 of each reservation's token, by the reserve's seq: the
--- one part of a key's state the receipts cannot give back (tokens are
--- secrets and never enter a receipt), kept so that the key index can be
--- rebuilt with open reservations still committable. Rows are appended in
--- seq order; never part of the chain.
-CREATE TABLE reserve_tokens (
-	seq        INTEGER PRIMARY KEY,
-	token_hash BLOB    NOT NULL CHECK (length(token_hash) = 32)
-);
-
--- Settings fixed when the file was created (one row, never changed):
--- key_ttl_ms is how long a finalized idempotency key is remembered before
--- a reserve starts a new generation of it (SPEC §12; 0: forever). The
--- verifier reads it from here. Version 2 files get the row 0 when they are
--- migrated.
-CREATE TABLE settings (
-	id         INTEGER PRIMARY KEY CHECK (id = 1),
-	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
-);
-
-CREATE TRIGGER settings_fixed BEFORE UPDATE ON settings
-BEGIN
-	SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
-END;
-
-CREATE TRIGGER settings_kept BEFORE DELETE ON settings
-BEGIN
-	SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation');
-END;
 
 -- API bearer tokens (not part of the chain). A token is shown once, at
 -- creation; only its SHA-256 is kept. token_id is the public part of the
 -- token used to find its row; the whole token's hash is then compared in
--- constant time.
-CREATE TABLE IF NOT EXISTS tokens (
+-- constant time. namespaces lists the namespaces the token may use,
+-- separated by commas; '' is every namespace.
+CREATE TABLE tokens (
 	name       TEXT    PRIMARY KEY,
 	role       TEXT    NOT NULL CHECK (role IN ('reader', 'writer', 'admin', 'approver')),
 	token_id   TEXT    NOT NULL UNIQUE,
 	token_hash BLOB    NOT NULL,
 	created_at INTEGER NOT NULL, -- unix ms
-	revoked_at INTEGER NOT NULL DEFAULT 0 -- unix ms, 0 while valid
+	revoked_at INTEGER NOT NULL DEFAULT 0, -- unix ms, 0 while valid
+	namespaces TEXT    NOT NULL DEFAULT ''
 );
 
 -- The readiness probe writes here after a failed write transaction, to see
@@ -162,4 +232,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 6;
+PRAGMA user_version = 7;

@@ -11,50 +11,19 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// The namespaces other than default live in the shared tables of the
-// ledger file (tables.go). Each has an id in the registry, allocated once
-// from namespace_ids and never used again, even after the namespace is
-// forgotten. A namespace's chain is a fileChain that shares the ledger
+// Every namespace lives in the tables of the ledger file (schema.sql,
+// tables.go). Each but default (id 0) has an id in the registry, allocated
+// once from namespace_ids and never used again, even after the namespace
+// is forgotten. A namespace's chain is a fileChain that shares the ledger
 // file's writer connection, its lock (one writer for the whole file), read
-// pool and checkpointer, and has its own head, caches and tree.
+// pool, statements and checkpointer, and has its own head, caches and
+// tree.
 
 const (
-	sqlNamespaceIDs = `CREATE TABLE IF NOT EXISTS namespace_ids (
-	id   INTEGER PRIMARY KEY AUTOINCREMENT,
-	name TEXT    NOT NULL
-)`
-	sqlRegistryIDIndex = `CREATE UNIQUE INDEX IF NOT EXISTS namespaces_by_id ON namespaces (id)`
-	sqlAllocateID      = `INSERT INTO namespace_ids (name) VALUES (?)`
-	sqlNewHead         = `INSERT INTO ns_head (ns, seq, hash) VALUES (?, 0, zeroblob(32))`
-	sqlNewSettings     = `INSERT INTO ns_settings (ns, key_ttl_ms) VALUES (?, ?)`
-	sqlRegisterShared  = `INSERT INTO namespaces (name, created_at, head_seq, id) VALUES (?, ?, 0, ?)`
-	sqlNamespaceID     = `SELECT coalesce(id, 0) FROM namespaces WHERE name = ?`
+	sqlAllocateID     = `INSERT INTO namespace_ids (name) VALUES (?)`
+	sqlRegisterShared = `INSERT INTO namespaces (name, created_at, head_seq, id) VALUES (?, ?, 0, ?)`
+	sqlNamespaceID    = `SELECT coalesce(id, -1) FROM namespaces WHERE name = ?`
 )
-
-// ensureShared gives the registry its ids and makes the shared tables
-// (both only where missing), in one transaction of the ledger file's
-// writer w.
-func ensureShared(ctx context.Context, w *sql.DB) error {
-	tx, err := w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("shared tables: %w", classify(err))
-	}
-	defer func() { _ = tx.Rollback() }()
-	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('namespaces') WHERE name = 'id'`).Scan(&n); err != nil {
-		return fmt.Errorf("shared tables: %w", classify(err))
-	}
-	stmts := []string{sqlRegistryIDIndex, sqlNamespaceIDs, sqlSharedSchema}
-	if n == 0 {
-		stmts = append([]string{`ALTER TABLE namespaces ADD COLUMN id INTEGER`}, stmts...)
-	}
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("shared tables: %w", classify(err))
-		}
-	}
-	return classify(tx.Commit())
-}
 
 // allocateID takes the next namespace id for ns in tx.
 func allocateID(ctx context.Context, tx *sql.Tx, ns string) (int64, error) {
@@ -103,30 +72,31 @@ func createShared(ctx context.Context, w *sql.DB, ns string, keyTTL uint64) erro
 	return nil
 }
 
-// namespaceID returns ns's id in the registry read through db: 0 for a
+// namespaceID returns ns's id in the registry read through db: -1 for a
 // namespace that still has a file of its own (a ledger of the layout
-// before the shared tables, not yet opened by a writing ledgerd), and
-// found false for a name not registered.
+// before version 6, not yet opened by a writing ledgerd), and found false
+// for a name not registered.
 func namespaceID(ctx context.Context, db *sql.DB, ns string) (id int64, found bool, err error) {
 	err = db.QueryRowContext(ctx, sqlNamespaceID, ns).Scan(&id)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
 	case err != nil:
-		// A registry without ids (made before the shared tables) has only
+		// A registry without ids (made before version 6) has only
 		// namespaces with files.
 		var n int
 		if qerr := db.QueryRowContext(ctx, `SELECT count(*) FROM namespaces WHERE name = ?`, ns).Scan(&n); qerr == nil {
-			return 0, n == 1, nil
+			return -1, n == 1, nil
 		}
 		return 0, false, fmt.Errorf("namespaces: %w", classify(err))
 	}
 	return id, true, nil
 }
 
-// sharedReader reads namespace ns (id) of the ledger file that m reads.
-func sharedReader(m *Reader, ns string, id int64) *Reader {
-	return &Reader{path: m.path, r: m.r, now: m.now, busy: m.busy, chainRef: chainRef{q: sharedSQL, id: id}, ns: ns}
+// namespaceReader reads namespace ns (id) of the ledger file that m reads,
+// through m's pool.
+func namespaceReader(m *Reader, ns string, id int64) *Reader {
+	return &Reader{path: m.path, r: m.r, now: m.now, busy: m.busy, chainRef: chainRef{id: id}, ns: ns, borrowed: true}
 }
 
 // openShared opens namespace ns (id) of the shared tables for writing:
@@ -135,8 +105,8 @@ func sharedReader(m *Reader, ns string, id int64) *Reader {
 func (s *Store) openShared(ctx context.Context, ns string, id int64) (*fileChain, error) {
 	m := s.main
 	opts := s.opts
-	c := &fileChain{Reader: sharedReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
-		w: m.w, mu: m.mu, main: m, stmts: m.nsStmts, ckpt: m.ckpt, idx: m.idx,
+	c := &fileChain{Reader: namespaceReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
+		w: m.w, mu: m.mu, main: m, stmts: m.stmts, ckpt: m.ckpt, idx: m.idx,
 		cache: m.cache, onEnded: s.ended}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -225,10 +195,6 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 			_ = tx.Rollback()
 			return err
 		}
-		if err := t.flushTree(ctx); err != nil {
-			_ = tx.Rollback()
-			return &ledger.PartError{Part: i, Err: err}
-		}
 		appended += t.appended
 	}
 	if err := m.commit(tx); err != nil {
@@ -268,29 +234,34 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 	return nil
 }
 
-// HasOwnFile reports whether namespace ns of the ledger at path still has
-// a file of its own (a ledger of the layout before the shared tables that
-// no writing ledgerd of this version has opened yet).
-func HasOwnFile(ctx context.Context, path, ns string) (bool, error) {
-	if ns == ledger.DefaultNamespace {
-		return false, nil
+// NamespaceFile returns the file of its own that namespace ns of the
+// ledger at path still has, and true: a ledger made before version 6 that
+// no writing ledgerd of this version has opened yet (ledgerd moves each
+// into the ledger file). It returns false for every other namespace.
+func NamespaceFile(ctx context.Context, path, ns string) (string, bool, error) {
+	abs, err := ledgerPath(path)
+	if err != nil || ns == ledger.DefaultNamespace {
+		return "", false, err
 	}
-	rd, err := OpenReader(ctx, path, Options{ReadConns: 1})
-	if err != nil {
-		return false, err
+	if err := precheck(abs); err != nil {
+		return "", false, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
-	defer func() { _ = rd.Close() }()
-	id, found, err := namespaceID(ctx, rd.r, ns)
+	r, err := sql.Open("sqlite3", dsn(abs, "ro", 5*time.Second, 0))
 	if err != nil {
-		return false, err
+		return "", false, err
+	}
+	defer func() { _ = r.Close() }()
+	id, found, err := namespaceID(ctx, r, ns)
+	if err != nil {
+		return "", false, err
 	}
 	if !found {
-		return false, ledger.ErrUnknownNamespace
+		return "", false, ledger.ErrUnknownNamespace
 	}
-	return id == 0, nil
+	return namespacePath(abs, ns), id < 0, nil
 }
 
-// sqlHeadsOff lists the namespaces of the shared tables whose recorded
+// sqlHeadsOff lists the registered namespaces whose recorded
 // head is missing or is not their receipts' tail (receipts removed or
 // added, or the head edited or deleted, behind ledgerd's back): one
 // lookup of the (ns, seq) index per namespace.
@@ -332,7 +303,7 @@ func (s *Store) checkSharedHeads(ctx context.Context) error {
 // namespace was created, say): its keys would run again in a new, empty
 // namespace. An empty one (left by a creation that died) is no history.
 func checkNoLegacyFile(ctx context.Context, abs, ns string) error {
-	path := NamespacePath(abs, ns)
+	path := namespacePath(abs, ns)
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}

@@ -1,5 +1,6 @@
 // Package sqlite is the SQLite storage driver of the ledger (a
-// ledger.Store): one database file per namespace, each with a single
+// ledger.Store): every namespace in one database file, one layout for all
+// (schema.sql; the view receipts is the default chain), with a single
 // writer connection (BEGIN IMMEDIATE), a read-only pool, WAL mode and
 // synchronous=FULL. It owns the SQL, the schema (schema.sql), locks,
 // caches, backups and the repair of derived state; the domain (validation,

@@ -10,18 +10,14 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// The namespace's secret (ledger.Chain.StateKey) is the one row of its
-// file's state_key table, made by the first call: an INSERT OR IGNORE
-// then a read, so that whichever insert came first is the key.
-const (
-	sqlStateKey       = `SELECT key FROM state_key WHERE id = 1`
-	sqlInsertStateKey = `INSERT OR IGNORE INTO state_key (id, key) VALUES (1, ?)`
-)
+// The namespace's secret (ledger.Chain.StateKey) is its row of
+// ns_state_key, made by the first call: an INSERT OR IGNORE then a read,
+// so that whichever insert came first is the key.
 
 // readStateKey reads the secret from db, or returns nil when none was made.
 func readStateKey(ctx context.Context, db *sql.DB, ref chainRef) ([]byte, error) {
 	var key []byte
-	err := db.QueryRowContext(ctx, ref.q.stateKey, ref.args()...).Scan(&key)
+	err := db.QueryRowContext(ctx, sqlStateKey, ref.args()...).Scan(&key)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -45,7 +41,7 @@ func (c *fileChain) StateKey(ctx context.Context) ([]byte, error) {
 	key := make([]byte, ledger.StateKeyLen)
 	_, _ = rand.Read(key)
 	// Not ctx: a request's end must not interrupt the shared connection.
-	if _, err := c.w.ExecContext(context.Background(), c.q.insertStateKey, c.args(key)...); err != nil {
+	if _, err := c.w.ExecContext(context.Background(), sqlInsertStateKey, c.args(key)...); err != nil {
 		return nil, fmt.Errorf("make state key: %w", classify(err))
 	}
 	key, err := readStateKey(context.Background(), c.w, c.chainRef)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 
@@ -22,9 +21,10 @@ import (
 // of its own, <ledger file>.ns/ns-NAME.db; a writing Store moves each into
 // the shared tables when it opens (migratefiles.go).
 
-// NamespacePath returns the file that namespace ns of the ledger at path
-// had in the earlier layout (the ledger file itself for default).
-func NamespacePath(path, ns string) string {
+// namespacePath returns the file that namespace ns of the ledger at path
+// had in ledgers made before version 6 (the ledger file itself for
+// default).
+func namespacePath(path, ns string) string {
 	if ns == ledger.DefaultNamespace {
 		return path
 	}
@@ -82,6 +82,9 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	if err := precheck(abs); err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
 	}
+	if err := checkNamespaceFiles(ctx, abs); err != nil {
+		return nil, err
+	}
 	if err := bulkBuildIndex(ctx, abs, opts); err != nil {
 		return nil, err
 	}
@@ -100,18 +103,6 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 		_ = c.Close()
 		_ = ix.close()
 		return nil, fmt.Errorf("open ledger %s: %w", abs, err)
-	}
-	if err := ensureRegistry(ctx, c.w); err != nil {
-		return fail(err)
-	}
-	if err := ensureShared(ctx, c.w); err != nil {
-		return fail(err)
-	}
-	if c.nsStmts, err = prepareWrite(ctx, c.w, sharedSQL); err != nil {
-		return fail(err)
-	}
-	if err := addTokenNamespaces(ctx, c.w); err != nil {
-		return fail(err)
 	}
 	c.onEnded = s.ended
 	s.main, s.reader = c, c.Reader
@@ -149,24 +140,13 @@ func (s *Store) ended(ns string, keys []string) {
 // OnEnded registers the wake-up callback.
 func (s *Store) OnEnded(fn func(ns string, keys []string)) { s.onEnded = fn }
 
-// lookup returns ns's id in the registry (0: a namespace that still has a
-// file of its own, which only a read-only Store meets) and whether it is
-// registered.
+// lookup returns ns's id (-1: a namespace that still has a file of its
+// own, which no Store meets after its open) and whether it is registered.
 func (s *Store) lookup(ctx context.Context, ns string) (int64, bool, error) {
 	if ns == ledger.DefaultNamespace {
-		return 0, true, nil
+		return defaultID, true, nil
 	}
-	id, found, err := namespaceID(ctx, s.reader.r, ns)
-	if err != nil && s.readOnly && !s.hasRegistry(ctx) {
-		return 0, false, nil // a file made before namespaces
-	}
-	return id, found, err
-}
-
-func (s *Store) hasRegistry(ctx context.Context) bool {
-	var n int
-	err := s.reader.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE name = 'namespaces'`).Scan(&n)
-	return err == nil && n == 1
+	return namespaceID(ctx, s.reader.r, ns)
 }
 
 // Chain opens namespace ns's file on first use.
@@ -200,49 +180,26 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		return nil, ledger.ErrClosed
 	}
 	switch {
-	case id > 0 && s.readOnly:
-		c = readOnlyChain{sharedReader(s.reader, ns, id)}
-	case id > 0:
-		// Opened on first use (nsfile.go).
-		c = &nsFile{s: s, ns: ns, id: id, rd: sharedReader(s.reader, ns, id), mu: newChanMutex()}
-	case s.readOnly:
-		// A ledger of the earlier layout, read as it is.
-		if c, err = s.legacyChain(ctx, ns); err != nil {
-			return nil, err
+	case id < 0:
+		// Still in a file of its own (a ledger made before version 6)
+		// because moving it in was refused: say why.
+		path := namespacePath(s.path, ns)
+		rec, err := recordedHead(ctx, s.reader.r, ns)
+		if err == nil {
+			err = checkNamespaceFile(ctx, s.path, ns, path, rec)
 		}
+		if err == nil {
+			err = fmt.Errorf("namespace %s is still in a file of its own, %s: start ledgerd on %s to move it into the ledger file", ns, path, s.path)
+		}
+		return nil, err
+	case s.readOnly:
+		c = readOnlyChain{namespaceReader(s.reader, ns, id)}
 	default:
-		return nil, fmt.Errorf("namespace %s has no id in the registry after the start-up migration", ns)
+		// Opened on first use (nsfile.go).
+		c = &nsFile{s: s, ns: ns, id: id, rd: namespaceReader(s.reader, ns, id), mu: newChanMutex()}
 	}
 	s.chains[ns] = c
 	return c, nil
-}
-
-// legacyChain opens namespace ns of a ledger of the earlier layout, in a
-// file of its own, for reading.
-func (s *Store) legacyChain(ctx context.Context, ns string) (ledger.Chain, error) {
-	path := NamespacePath(s.path, ns)
-	rec, err := recordedHead(ctx, s.reader.r, ns)
-	if err != nil {
-		return nil, err
-	}
-	// A registered namespace always has a file: a missing one is lost,
-	// never started empty.
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, lostError(s.path, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
-	}
-	rd, err := OpenReader(ctx, path, s.opts)
-	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", ns, err)
-	}
-	// A read-only store may hand out thousands of namespaces (the periodic
-	// verification holds each): between uses their pools keep no
-	// connection, so no file descriptor, open.
-	rd.r.SetMaxIdleConns(0)
-	if err := checkAgainstRecorded(ctx, rd.r, s.path, ns, path, rec); err != nil {
-		_ = rd.Close()
-		return nil, err
-	}
-	return readOnlyChain{rd}, nil
 }
 
 // CreateNamespace registers ns, empty, with key lifetime keyTTL (ms; 0:
@@ -268,9 +225,6 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) e
 // Namespaces lists the registry, default included.
 func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
 	out := []string{ledger.DefaultNamespace}
-	if s.readOnly && !s.hasRegistry(ctx) {
-		return out, nil
-	}
 	rows, err := s.reader.r.QueryContext(ctx, `SELECT name FROM namespaces ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("namespaces: %w", classify(err))
@@ -365,7 +319,7 @@ func (rd *Reader) Head(ctx context.Context) (ledger.Head, error) { return rd.Rea
 // ReceiptHashes returns the chain hashes of receipts from+1 … from+n (fewer
 // at the chain's end).
 func (rd *Reader) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
-	rows, err := rd.r.QueryContext(ctx, rd.q.receiptHashes, rd.args(from, n)...)
+	rows, err := rd.r.QueryContext(ctx, sqlReceiptHashes, rd.args(from, n)...)
 	if err != nil {
 		return nil, fmt.Errorf("read receipt hashes: %w", classify(err))
 	}

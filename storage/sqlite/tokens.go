@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -15,31 +14,14 @@ import (
 )
 
 // sqliteTokens is the SQLite driver's TokenStore: the tokens table of the
-// default namespace's file. Reads go to the read pool, writes to w (nil
+// ledger file. Reads go to the read pool, writes to w (nil
 // when the store is read-only).
 type sqliteTokens struct {
-	rd     *Reader
-	w      *sql.DB
-	hasCol atomic.Bool // the namespaces column exists (it is never dropped)
+	rd *Reader
+	w  *sql.DB
 }
 
 var _ ledger.TokenStore = (*sqliteTokens)(nil)
-
-// addTokenNamespaces gives a tokens table made before namespaces its
-// namespaces column (comma-separated names, empty for every namespace).
-func addTokenNamespaces(ctx context.Context, w *sql.DB) error {
-	var n int
-	if err := w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('tokens') WHERE name = 'namespaces'`).Scan(&n); err != nil {
-		return fmt.Errorf("tokens: %w", classify(err))
-	}
-	if n == 1 {
-		return nil
-	}
-	if _, err := w.ExecContext(ctx, `ALTER TABLE tokens ADD COLUMN namespaces TEXT NOT NULL DEFAULT ''`); err != nil {
-		return fmt.Errorf("tokens: add namespaces: %w", classify(err))
-	}
-	return nil
-}
 
 func (t *sqliteTokens) writer() (*sql.DB, error) {
 	if t.w == nil {
@@ -75,28 +57,13 @@ func (t *sqliteTokens) InsertToken(ctx context.Context, r *ledger.TokenRow) erro
 	return nil
 }
 
-// columns names the namespaces column, or ” on a file made before
-// namespaces opened read-only.
-func (t *sqliteTokens) columns(ctx context.Context) string {
-	if t.hasCol.Load() {
-		return "namespaces"
-	}
-	var n int
-	err := t.rd.r.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('tokens') WHERE name = 'namespaces'`).Scan(&n)
-	if err == nil && n == 1 {
-		t.hasCol.Store(true)
-		return "namespaces"
-	}
-	return "''"
-}
-
 // ListTokens lists every token by name.
 func (t *sqliteTokens) ListTokens(ctx context.Context) ([]ledger.TokenRow, error) {
 	q := t.rd.r
 	if t.w != nil {
 		q = t.w // see the writes of this process at once
 	}
-	rows, err := q.QueryContext(ctx, `SELECT name, role, created_at, revoked_at, `+t.columns(ctx)+` FROM tokens ORDER BY name`)
+	rows, err := q.QueryContext(ctx, `SELECT name, role, created_at, revoked_at, namespaces FROM tokens ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", classify(err))
 	}
@@ -134,7 +101,7 @@ func (t *sqliteTokens) RevokeToken(ctx context.Context, name string, at int64) e
 func (t *sqliteTokens) LookupToken(ctx context.Context, id string) (*ledger.TokenRow, error) {
 	r := ledger.TokenRow{ID: id}
 	var ns string
-	err := t.rd.r.QueryRowContext(ctx, `SELECT name, role, token_hash, created_at, revoked_at, `+t.columns(ctx)+` FROM tokens WHERE token_id = ?`, id).
+	err := t.rd.r.QueryRowContext(ctx, `SELECT name, role, token_hash, created_at, revoked_at, namespaces FROM tokens WHERE token_id = ?`, id).
 		Scan(&r.Name, &r.Role, &r.Hash, &r.CreatedAt, &r.RevokedAt, &ns)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -169,11 +136,6 @@ func OpenTokens(ctx context.Context, path string) (*ledger.Tokens, error) {
 		return nil, fmt.Errorf("open tokens: %w", err)
 	}
 	db.SetMaxOpenConns(1)
-	if err := addTokenNamespaces(ctx, db); err != nil {
-		_ = rd.Close()
-		_ = db.Close()
-		return nil, err
-	}
 	return ledger.NewTokensCloser(&sqliteTokens{rd: rd, w: db}, closers{db, rd}), nil
 }
 

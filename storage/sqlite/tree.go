@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -13,50 +12,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
-)
-
-// sqlTreeSchema adds the verifiable log's tables (SPEC §9) to a ledger;
-// it is applied at every open, so that a ledger made by an earlier build
-// gains them (and its tree is then back-filled) without a schema version
-// change that would lock older builds out.
-//
-// tree_hashes holds the RFC 6962 tree over the receipts' chain hashes in
-// golang.org/x/mod/sumdb/tlog's stored-hash layout: the row idx is
-// sumdb.StoredHashIndex(level, n). Leaf seq-1's hashes are written in the
-// same transaction as receipt seq, so the tree always has exactly the
-// chain's receipts. checkpoints holds each signed checkpoint, stored
-// before it is served. Both are append-only. Each namespace is its own
-// file, so neither table names a namespace.
-const sqlTreeSchema = `
-CREATE TABLE IF NOT EXISTS tree_hashes (
-	idx  INTEGER PRIMARY KEY CHECK (idx >= 0),
-	hash BLOB    NOT NULL CHECK (length(hash) = 32)
-);
-CREATE TABLE IF NOT EXISTS checkpoints (
-	size      INTEGER PRIMARY KEY CHECK (size >= 1),
-	root      BLOB    NOT NULL CHECK (length(root) = 32),
-	note      TEXT    NOT NULL, -- the signed note, as served
-	signed_at INTEGER NOT NULL  -- unix ms
-);
-CREATE TRIGGER IF NOT EXISTS tree_hashes_no_update BEFORE UPDATE ON tree_hashes
-BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS tree_hashes_no_delete BEFORE DELETE ON tree_hashes
-BEGIN SELECT RAISE(ABORT, 'tree hashes are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints
-BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints
-BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS checkpoints_grow BEFORE INSERT ON checkpoints
-BEGIN
-	SELECT RAISE(ABORT, 'a checkpoint must be larger than the last one')
-	WHERE NEW.size <= (SELECT coalesce(max(size), 0) FROM checkpoints);
-END;`
-
-const (
-	sqlTreeHash      = `SELECT hash FROM tree_hashes WHERE idx = ?`
-	sqlTreeCount     = `SELECT coalesce(max(idx) + 1, 0) FROM tree_hashes`
-	sqlReceiptHashes = `SELECT seq, hash FROM receipts WHERE seq > ? ORDER BY seq LIMIT ?`
-	sqlHashAt        = `SELECT hash FROM receipts WHERE seq = ?`
 )
 
 // treeCacheMax bounds the writer's cache of tree hashes. The next leaf
@@ -85,15 +40,13 @@ type treeCache map[int64]tlog.Hash
 // treeTx is the tree part of one write batch: the hashes it stored, which
 // enter the writer's cache only after COMMIT.
 type treeTx struct {
-	read    *sql.Stmt // bound to the batch transaction on first use
-	cache   treeCache
-	added   map[int64]tlog.Hash
-	from    int64       // stored-hash index of pending[0]
-	pending []tlog.Hash // computed, stored by flushTree
+	read  *sql.Stmt // bound to the batch transaction on first use
+	cache treeCache
+	added map[int64]tlog.Hash
 }
 
 // ReadHashes reads stored tree hashes from the batch, the writer's cache
-// and the tree_hashes table.
+// and the ns_tree table.
 func (t *writeTx) ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(idx))
 	for i, x := range idx {
@@ -133,67 +86,17 @@ func (t *writeTx) addTreeHash(idx int64, h tlog.Hash) {
 	t.tree.added[idx] = h
 }
 
-// addLeaf takes the stored hashes of leaf seq-1, computed by the domain;
-// they are stored by flushTree before the batch commits. A leaf's stored
-// hashes directly follow the previous leaf's, so a batch's are one run.
+// addLeaf takes the stored hashes of leaf seq-1, computed by the domain
+// and stored with its receipt, into the batch's tree.
 func (t *writeTx) addLeaf(seq uint64, hs []tlog.Hash) error {
 	n := tlog.LeafIndex(seq)
 	base := sumdb.StoredHashIndex(0, n)
 	if want := sumdb.StoredHashIndex(0, n+1) - base; int64(len(hs)) != want {
 		return fmt.Errorf("tree leaf %d: %d stored hashes, want %d", n, len(hs), want)
 	}
-	if t.ref.q.shared { // stored with the receipt (Append, backfillTree)
-		for i := range hs {
-			t.addTreeHash(base+int64(i), hs[i])
-		}
-		return nil
-	}
-	if len(t.tree.pending) == 0 {
-		t.tree.from = base
-	} else if base != t.tree.from+int64(len(t.tree.pending)) {
-		return fmt.Errorf("tree leaf %d: stored hashes start at %d, want %d", n, base, t.tree.from+int64(len(t.tree.pending)))
-	}
 	for i := range hs {
 		t.addTreeHash(base+int64(i), hs[i])
 	}
-	t.tree.pending = append(t.tree.pending, hs...)
-	return nil
-}
-
-// treeInsertMax is 2^(len(writeStmts.treeInsert)-1): the most rows one
-// tree INSERT writes.
-const treeInsertMax = 1 << 7
-
-// sqlInsertTreeHashes returns the INSERT of n rows.
-func sqlInsertTreeHashes(n int) string {
-	return `INSERT INTO tree_hashes (idx, hash) VALUES ` + strings.TrimSuffix(strings.Repeat(`(?, ?), `, n), `, `)
-}
-
-// flushTree stores the batch's tree hashes with multi-row INSERTs of
-// 2^k rows (statements prepared at open), a few statements per batch
-// instead of about two per receipt.
-func (t *writeTx) flushTree(ctx context.Context) error {
-	rows := t.tree.pending
-	idx := t.tree.from
-	args := make([]any, 0, 1+2*min(len(rows), treeInsertMax))
-	for len(rows) > 0 {
-		k := len(t.stmts.treeInsert) - 1
-		for 1<<k > len(rows) {
-			k--
-		}
-		args = args[:0]
-		if t.ref.q.shared {
-			args = append(args, t.ref.id)
-		}
-		for i := range 1 << k {
-			args = append(args, idx+int64(i), rows[i][:])
-		}
-		if _, err := t.tx.StmtContext(ctx, t.stmts.treeInsert[k]).ExecContext(ctx, args...); err != nil {
-			return fmt.Errorf("store tree hashes %d…: %w", idx, classify(err))
-		}
-		rows, idx = rows[1<<k:], idx+int64(1<<k)
-	}
-	t.tree.pending = t.tree.pending[:0]
 	return nil
 }
 
@@ -279,7 +182,7 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 	x := sumdb.StoredHashIndex(0, size-1)
 	args, off := db.treeLoc(x)
 	var b []byte
-	if err := db.w.QueryRowContext(ctx, db.q.treeHash, args...).Scan(&b); err != nil {
+	if err := db.w.QueryRowContext(ctx, sqlTreeHash, args...).Scan(&b); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
 	}
 	b, err = treeHashIn(b, off, x)
@@ -289,7 +192,7 @@ func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, er
 	if err != nil {
 		return 0, fmt.Errorf("tree: %w", err)
 	}
-	if err := db.w.QueryRowContext(ctx, db.q.hashAt, db.args(size)...).Scan(hashScanner{&last}); err != nil {
+	if err := db.w.QueryRowContext(ctx, sqlHashAt, db.args(size)...).Scan(hashScanner{&last}); err != nil {
 		return 0, fmt.Errorf("tree: %w", classify(err))
 	}
 	if tlog.LeafHash(last) != tlog.Hash(stored) {
@@ -326,7 +229,7 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 		}
 		t := &writeTx{tx: tx, stmts: db.stmts, ref: db.chainRef}
 		t.tree.cache = db.tree
-		rows, err := tx.QueryContext(ctx, db.q.receiptHashes, db.args(n, backfillChunk)...)
+		rows, err := tx.QueryContext(ctx, sqlReceiptHashes, db.args(n, backfillChunk)...)
 		if err != nil {
 			_ = tx.Rollback()
 			return fmt.Errorf("tree back-fill: %w", classify(err))
@@ -354,18 +257,14 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 			if err == nil {
 				err = t.addLeaf(batch[i].Seq, hs)
 			}
-			if err == nil && db.q.shared {
-				_, err = tx.ExecContext(ctx, db.q.treeRowBySeq, db.id, batch[i].Seq, leafRow(hs))
+			if err == nil {
+				_, err = tx.ExecContext(ctx, sqlTreeRowBySeq, db.id, batch[i].Seq, leafRow(hs))
 			}
 			if err != nil {
 				_ = tx.Rollback()
 				return fmt.Errorf("tree back-fill: %w", err)
 			}
 			n++
-		}
-		if err := t.flushTree(ctx); err != nil {
-			_ = tx.Rollback()
-			return fmt.Errorf("tree back-fill: %w", err)
 		}
 		if err := tx.Commit(); err != nil {
 			return fmt.Errorf("tree back-fill: %w", classify(err))
@@ -379,44 +278,36 @@ func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) er
 
 // storedTreeSize is the number of leaves whose hashes are stored.
 func storedTreeSize(ctx context.Context, q queryRower, ref chainRef) (int64, error) {
-	var count int64
-	err := q.QueryRowContext(ctx, ref.q.treeCount, ref.args()...).Scan(&count)
-	if ref.q.shared { // the size in leaves
-		if errors.Is(err, sql.ErrNoRows) {
-			return 0, nil
-		}
-		if err != nil {
-			return 0, fmt.Errorf("tree size: %w", classify(err))
-		}
-		return count, nil
+	var n int64
+	err := q.QueryRowContext(ctx, sqlTreeSize, ref.args()...).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("tree size: %w", classify(err))
-	}
-	n, err := tlog.SizeFromStoredCount(count)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ledger.ErrDerivedState, err)
 	}
 	return n, nil
 }
 
 // dropTree removes the chain's stored tree hashes, for rebuild-index to
-// build them again: the default namespace drops its table and makes it
-// again; a namespace of the shared tables deletes its rows, in one
-// transaction that lifts the append-only trigger only meanwhile.
+// build them again, in one transaction that lifts the append-only trigger
+// only meanwhile.
 func (db *fileChain) dropTree(ctx context.Context) error {
-	stmts := []string{`DROP TABLE tree_hashes`, sqlTreeSchema}
-	if db.q.shared {
-		stmts = []string{`DROP TRIGGER ns_tree_no_delete`,
-			fmt.Sprintf(`DELETE FROM ns_tree WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = %d)`, db.id), sqlSharedSchema}
-	}
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("tree: %w", classify(err))
 	}
 	defer func() { _ = tx.Rollback() }()
-	for _, q := range stmts {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
+	var trigger string
+	if err := tx.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = 'ns_tree_no_delete'`).Scan(&trigger); err != nil {
+		return fmt.Errorf("tree: %w", classify(err))
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{{`DROP TRIGGER ns_tree_no_delete`, nil},
+		{`DELETE FROM ns_tree WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?1)`, db.args()}, {trigger, nil}} {
+		if _, err := tx.ExecContext(ctx, q.sql, q.args...); err != nil {
 			return fmt.Errorf("tree: %w", classify(err))
 		}
 	}

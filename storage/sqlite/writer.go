@@ -13,86 +13,30 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-// SQL of the write path.
-const (
-	// The chain's tail: its highest integer seq (a seq edited into text
-	// sorts after every integer; the verifier reports that row).
-	sqlHead = `SELECT seq, hash FROM receipts WHERE typeof(seq) = 'integer' ORDER BY seq DESC LIMIT 1`
-
-	receiptColumns = `seq, kind, idempotency_key, key_generated, execution_id, attempt, tool,
-		effect, idempotent, input_hash, outcome, external_ref, result, error_code, error_message,
-		retryable, lease_expires_at, ref_seq, actor, note, recorded_at, prev_hash, hash`
-
-	sqlInsertReceipt = `INSERT INTO receipts (` + receiptColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-	sqlReceiptBySeq = `SELECT ` + receiptColumns + ` FROM receipts WHERE seq = ?`
-
-	// The head recorded with the last append, and the settings row.
-	sqlRecordedHead = `SELECT seq, hash FROM head WHERE id = 1`
-	// headMissingAbort is the message of the linking triggers (schema.sql,
-	// tables.go) when the head row is gone.
-	headMissingAbort = "the head row is missing"
-	// The newest recorded_at of the chain (0 for an empty chain, or for a
-	// value that is not an unsigned integer: an edited file, which the
-	// verifier reports).
-	sqlLastRecordedAt = `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
-		THEN recorded_at ELSE 0 END FROM receipts ORDER BY seq DESC LIMIT 1`
-	sqlKeyTTL = `SELECT key_ttl_ms FROM settings WHERE id = 1`
-
-	// A reserve's token hash, written by the PutKey that follows it (the
-	// row goes at the end: seq is the rowid).
-	sqlInsertToken = `INSERT OR REPLACE INTO reserve_tokens (seq, token_hash) VALUES (?, ?)`
-)
-
 // writeStmts are the write path's statements, prepared once on the writer
-// connection.
+// connection for every chain of the file.
 type writeStmts struct {
-	insert, receipt, token *sql.Stmt
-	treeRead               *sql.Stmt    // tree.go
-	treeInsert             [8]*sql.Stmt // tree.go: 2^k rows each (default tables)
-	treeRow                *sql.Stmt    // a leaf's hashes by its receipt's rowid (shared tables)
+	insert, receipt, token, treeRead, treeRow *sql.Stmt
 }
 
-func prepareWrite(ctx context.Context, w *sql.DB, q *chainSQL) (*writeStmts, error) {
+func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 	var s writeStmts
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&s.insert, q.insertReceipt}, {&s.receipt, q.receiptBySeq}, {&s.token, q.insertToken}, {&s.treeRead, q.treeHash}} {
+	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}, {&s.treeRead, sqlTreeHash}, {&s.treeRow, sqlTreeRow}} {
 		st, err := w.PrepareContext(ctx, p.sql)
 		if err != nil {
 			return nil, fmt.Errorf("prepare: %w", classify(err))
 		}
 		*p.dst = st
 	}
-	if q.shared {
-		st, err := w.PrepareContext(ctx, q.treeRow)
-		if err != nil {
-			return nil, fmt.Errorf("prepare: %w", classify(err))
-		}
-		s.treeRow = st
-		return &s, nil
-	}
-	for k := range s.treeInsert {
-		st, err := w.PrepareContext(ctx, q.treeInsert[k])
-		if err != nil {
-			return nil, fmt.Errorf("prepare: %w", classify(err))
-		}
-		s.treeInsert[k] = st
-	}
 	return &s, nil
 }
 
 // all lists the statements, for Close.
 func (s *writeStmts) all() []*sql.Stmt {
-	out := []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead}
-	for _, st := range append(s.treeInsert[:], s.treeRow) {
-		if st != nil {
-			out = append(out, st)
-		}
-	}
-	return out
+	return []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow}
 }
 
 // Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
@@ -118,10 +62,6 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 	}
 	t.tx = tx
 	if err := fn(ctx, t); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := t.flushTree(ctx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -232,7 +172,7 @@ type writeTx struct {
 
 	stmts         *writeStmts
 	bound         [4]*sql.Stmt     // stmts bound to tx, made on first use
-	rids          map[uint64]int64 // shared tables: the rowid of each receipt appended, by seq
+	rids          map[uint64]int64 // the rowid of each receipt appended, by seq
 	cache         *keyCache
 	idx           *keyindex.Index
 	ns            string
@@ -379,8 +319,7 @@ func (t *writeTx) LastSeq(_ context.Context, key string) (uint64, error) {
 	return seq, nil
 }
 
-// Append stores a linked receipt and its tree hashes (flushed before
-// COMMIT).
+// Append stores a linked receipt and its tree hashes.
 func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Hash) error {
 	if r.Seq != t.head.Seq+1 || r.PrevHash != t.head.Hash {
 		return fmt.Errorf("append receipt %d: not linked to the head %d", r.Seq, t.head.Seq)
@@ -402,19 +341,17 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if err := t.addLeaf(r.Seq, hashes); err != nil {
 		return err
 	}
-	if t.ref.q.shared {
-		// The leaf's hashes in one row keyed by the receipt's rowid.
-		rid, err := res.LastInsertId()
-		if err != nil {
-			return fmt.Errorf("append receipt %d: %w", r.Seq, err)
-		}
-		if t.rids == nil {
-			t.rids = map[uint64]int64{}
-		}
-		t.rids[r.Seq] = rid
-		if _, err := t.stmt(ctx, stTreeRow).ExecContext(ctx, rid, leafRow(hashes)); err != nil {
-			return fmt.Errorf("store tree hashes of receipt %d: %w", r.Seq, classify(err))
-		}
+	// The leaf's hashes in one row keyed by the receipt's rowid.
+	rid, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("append receipt %d: %w", r.Seq, err)
+	}
+	if t.rids == nil {
+		t.rids = map[uint64]int64{}
+	}
+	t.rids[r.Seq] = rid
+	if _, err := t.stmt(ctx, stTreeRow).ExecContext(ctx, rid, leafRow(hashes)); err != nil {
+		return fmt.Errorf("store tree hashes of receipt %d: %w", r.Seq, classify(err))
 	}
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
@@ -437,15 +374,11 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 // goes to the key index after COMMIT.
 func (t *writeTx) PutKey(ctx context.Context, k *ledger.KeyRecord) error {
 	if k.TokenHash != "" && k.ReserveSeq > t.base {
-		args := t.ref.args(k.ReserveSeq, []byte(k.TokenHash))
-		if t.ref.q.shared { // keyed by the reserve's row, appended in this batch
-			rid, ok := t.rids[k.ReserveSeq]
-			if !ok {
-				return fmt.Errorf("write reservation token: receipt %d was not appended in this batch", k.ReserveSeq)
-			}
-			args = []any{rid, []byte(k.TokenHash)}
+		rid, ok := t.rids[k.ReserveSeq] // keyed by the reserve's row, appended in this batch
+		if !ok {
+			return fmt.Errorf("write reservation token: receipt %d was not appended in this batch", k.ReserveSeq)
 		}
-		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, args...); err != nil {
+		if _, err := t.stmt(ctx, stToken).ExecContext(ctx, rid, []byte(k.TokenHash)); err != nil {
 			return fmt.Errorf("write reservation token: %w", classify(err))
 		}
 	}
