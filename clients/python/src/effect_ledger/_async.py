@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Awaitable, Callable, Optional, Tuple, TypeVar, Union
 
 import httpx
 
@@ -24,25 +23,14 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class AsyncLedger(_Core["AsyncEffectScope"]):
+class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
     """A client of one ledger for asyncio code; the arguments are those of
     ``Ledger`` (``client`` is an ``httpx.AsyncClient``). Every method is a
     coroutine; ``effect(...)`` gives an ``async with`` context manager and a
     decorator of ``async def`` functions. Use ``async with AsyncLedger(...)``
     or ``await ledger.aclose()``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Optional[str] = None,
-        *,
-        client: Optional[httpx.AsyncClient] = None,
-        verify: Any = True,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, token, **options)
-        self._own = client is None
-        self._client = client if client is not None else httpx.AsyncClient(verify=verify)
+    _new_client = httpx.AsyncClient
 
     async def aclose(self) -> None:
         """Close the HTTP connections (unless the client was passed in)."""
@@ -85,20 +73,17 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
         """Commit a reservation as succeeded; see ``Ledger.succeed``."""
-        body = self._success_body(reservation.reservation, result, external_ref)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._succeed_flow(reservation, result, external_ref))
 
     async def fail(
         self, reservation: Reservation, code: str, message: str = "", retryable: bool = False
     ) -> Committed:
         """Commit a reservation as failed; see ``Ledger.fail``."""
-        body = self._failure_body(reservation.reservation, code, message, retryable)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._fail_flow(reservation, code, message, retryable))
 
     async def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
         """Commit a reservation as ``not_applied``; see ``Ledger.not_applied``."""
-        body = self._not_applied_body(reservation.reservation, code, message)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._not_applied_flow(reservation, code, message))
 
     async def resolve(
         self,
@@ -119,19 +104,15 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts; see ``Ledger.get_effect``."""
-        params = {"history": "true"} if history else None
-        return await self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
+        return await self._run(self._effect_flow(key, history))
 
     async def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts; see ``Ledger.receipts``."""
-        params: Dict[str, Any] = {"after": after, "limit": limit}
-        params.update({k: v for k, v in filters.items() if v is not None})
-        return await self._run(self._get_flow("/receipts", params))
+        return await self._run(self._receipts_flow(after, limit, filters))
 
     async def head(self) -> ReceiptRef:
         """Return the chain's latest receipt (seq 0 when empty)."""
-        data = await self._run(self._get_flow("/head"))
-        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+        return await self._run(self._head_flow())
 
     # -- policy and approvals (SPEC §13) --------------------------------------
 
@@ -141,9 +122,7 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def set_policy(self, policy: Any) -> dict:
         """Set the namespace's policy (an ``admin`` token); see ``Ledger.set_policy``."""
-        if policy is None:
-            raise ValueError("set_policy: policy is required ({} for the empty one)")
-        return await self._run(self._policy_flow(policy))
+        return await self._run(self._set_policy_flow(policy))
 
     async def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
         """Return one page of the namespace's asks; see ``Ledger.approvals``."""
@@ -151,7 +130,7 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def approval(self, seq: int) -> dict:
         """Return the ask at ``seq``; see ``Ledger.approval``."""
-        return await self._run(self._get_flow("/approvals/%d" % int(seq)))
+        return await self._run(self._approval_flow(seq))
 
     async def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
         """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"``; see

@@ -5,8 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 import httpx
 
@@ -20,7 +19,7 @@ __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Ledger(_Core["EffectScope"]):
+class Ledger(_Core["EffectScope", httpx.Client]):
     """A client of one ledger (``ledgerd``), for synchronous code.
 
     Args:
@@ -54,18 +53,7 @@ class Ledger(_Core["EffectScope"]):
     Use it as a context manager, or call ``close`` when done.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Optional[str] = None,
-        *,
-        client: Optional[httpx.Client] = None,
-        verify: Any = True,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, token, **options)
-        self._own = client is None
-        self._client = client if client is not None else httpx.Client(verify=verify)
+    _new_client = httpx.Client
 
     def close(self) -> None:
         """Close the HTTP connections (unless the client was passed in)."""
@@ -124,15 +112,13 @@ class Ledger(_Core["EffectScope"]):
         """Commit a reservation as succeeded with its result (any JSON) and
         downstream reference. Raises ``StaleReservationError`` (another
         reservation took over), ``AlreadyFinalizedError``, ..."""
-        body = self._success_body(reservation.reservation, result, external_ref)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._succeed_flow(reservation, result, external_ref))
 
     def fail(self, reservation: Reservation, code: str, message: str = "", retryable: bool = False) -> Committed:
         """Commit a reservation as failed with an error ``code`` (``A-Z0-9_``,
         1-64 characters). ``retryable`` with an idempotent handler lets the
         key be reserved again (``retry``)."""
-        body = self._failure_body(reservation.reservation, code, message, retryable)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._fail_flow(reservation, code, message, retryable))
 
     def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
         """Commit a reservation as ``not_applied`` (SPEC §4.1): the effect
@@ -140,8 +126,7 @@ class Ledger(_Core["EffectScope"]):
         found, declined), with an error ``code`` (``A-Z0-9_``, 1-64
         characters). The key may then be reserved again by any call, which
         runs the effect again."""
-        body = self._not_applied_body(reservation.reservation, code, message)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._not_applied_flow(reservation, code, message))
 
     def resolve(
         self,
@@ -172,20 +157,16 @@ class Ledger(_Core["EffectScope"]):
         ``expires_at`` (unix ms): a reserve from then on starts a new
         generation of the key. ``receipts`` are the current generation's,
         or every generation's with ``history=True``."""
-        params = {"history": "true"} if history else None
-        return self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
+        return self._run(self._effect_flow(key, history))
 
     def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts: ``{"receipts": [...], "next_after"}``.
         Filters: ``key``, ``execution_id``, ``tool``, ``kind``."""
-        params: Dict[str, Any] = {"after": after, "limit": limit}
-        params.update({k: v for k, v in filters.items() if v is not None})
-        return self._run(self._get_flow("/receipts", params))
+        return self._run(self._receipts_flow(after, limit, filters))
 
     def head(self) -> ReceiptRef:
         """Return the chain's latest receipt (seq 0 when empty)."""
-        data = self._run(self._get_flow("/head"))
-        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+        return self._run(self._head_flow())
 
     # -- policy and approvals (SPEC §13) --------------------------------------
 
@@ -200,9 +181,7 @@ class Ledger(_Core["EffectScope"]):
         Returns ``{"namespace", "policy", "seq", "changed", "receipt"}``; a
         policy equal to the one in force appends nothing (``changed`` False).
         Raises ``InvalidRequestError`` (``details["field"]``) for a bad one."""
-        if policy is None:
-            raise ValueError("set_policy: policy is required ({} for the empty one)")
-        return self._run(self._policy_flow(policy))
+        return self._run(self._set_policy_flow(policy))
 
     def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
         """Return one page of the namespace's asks, by seq:
@@ -213,7 +192,7 @@ class Ledger(_Core["EffectScope"]):
     def approval(self, seq: int) -> dict:
         """Return the ask at ``seq``; for approver and admin tokens with the
         asked ``input`` and ``input_verified``. Raises ``UnknownApprovalError``."""
-        return self._run(self._get_flow("/approvals/%d" % int(seq)))
+        return self._run(self._approval_flow(seq))
 
     def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
         """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"`` and an
