@@ -258,20 +258,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, n *ledger.Namesp
 		s.Error(w, r, err)
 		return
 	}
-	o, err := readBody(w, r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
-		Actor: ActorFromContext(r.Context())}
-	if viaClient {
-		if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
-			o.fail("client", "must name the MCP client (1–128 visible ASCII)")
+	req := ledger.AnswerRequest{Seq: seq, Actor: ActorFromContext(r.Context())}
+	if !s.decodeBody(w, r, func(o *object) {
+		req.Decision, req.Note = o.required("decision"), o.str("note")
+		if viaClient {
+			if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
+				o.fail("client", "must name the MCP client (1–128 visible ASCII)")
+			}
 		}
-	}
-	if err := o.done(); err != nil {
-		s.Error(w, r, err)
+	}) {
 		return
 	}
 	if p, authed := PrincipalFromContext(r.Context()); authed {
