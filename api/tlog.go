@@ -99,17 +99,24 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 	return n, nil
 }
 
-func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := queryInt(r, "seq", true)
+// proofQuery reads the query of a proof route: the required integer
+// first, and the optional tree size second (0 when absent; when given it
+// must name a checkpointed tree, so not 0).
+func proofQuery(r *http.Request, first, second string) (int64, int64, error) {
+	a, err := queryInt(r, first, true)
 	if err != nil {
-		s.Error(w, r, err)
-		return
+		return 0, 0, err
 	}
-	size, err := queryInt(r, "size", false)
-	if err == nil && size == 0 && r.URL.Query().Has("size") {
-		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "size must be a checkpointed tree size",
-			Details: map[string]any{"field": "size"}}
+	b, err := queryInt(r, second, false)
+	if err == nil && b == 0 && r.URL.Query().Has(second) {
+		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: second + " must be a checkpointed tree size",
+			Details: map[string]any{"field": second}}
 	}
+	return a, b, err
+}
+
+func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	seq, size, err := proofQuery(r, "seq", "size")
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -123,16 +130,7 @@ func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledg
 }
 
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	from, err := queryInt(r, "from", true)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	to, err := queryInt(r, "to", false)
-	if err == nil && to == 0 && r.URL.Query().Has("to") {
-		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "to must be a checkpointed tree size",
-			Details: map[string]any{"field": "to"}}
-	}
+	from, to, err := proofQuery(r, "from", "to")
 	if err != nil {
 		s.Error(w, r, err)
 		return
