@@ -12,7 +12,6 @@ import httpx
 from . import _core, _handle
 from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
-from .errors import LedgerError
 
 __all__ = ["AsyncLedger", "AsyncEffectHandle", "AsyncEffectScope"]
 
@@ -181,18 +180,10 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
         return _handle.recorded_result(res, out, committed)
 
     async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        try:
-            await self._run(self._failure_flow(res, exc, retry_on))
-        except LedgerError as err:
-            _handle.note_failure_not_recorded(exc, res.key, err)
+        await self._run(_handle.failure_flow(self, res, exc, retry_on))
 
     async def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
-        result, problem = _handle.result_problem(res.key, result)
-        with _handle.noting_outcome_not_recorded():
-            committed = await self.succeed(res, result, external_ref)
-        if problem is not None:
-            raise problem
-        return committed
+        return await self._run(_handle.success_flow(self, res, result, external_ref))
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "AsyncEffectScope":
         return AsyncEffectScope(self, spec, wait, retry_on)
@@ -267,12 +258,7 @@ class AsyncEffectScope:
         if h is None:
             return
         try:
-            res = h._commit_on_exit(exc)
-            if res is not None:
-                if exc is None:
-                    h.committed = await self._ledger._record_success(res, None, "")
-                else:
-                    await self._ledger._record_failure(res, exc, h.retry_on)
+            await self._ledger._run(_handle.exit_flow(self._ledger, h, exc))
         finally:
             h._release()
 

@@ -8,7 +8,7 @@ import logging
 from contextvars import Token
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from ._core import _current, check_code, check_result, outcome_of
+from ._core import Flow, _Core, _current, check_code, check_result, outcome_of
 from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
 from .errors import LedgerError
 
@@ -213,6 +213,37 @@ def noting_outcome_not_recorded() -> Iterator[None]:
     except LedgerError as err:
         note_outcome_not_recorded(err)
         raise
+
+
+def success_flow(ledger: _Core, res: Reservation, result: Any, external_ref: str) -> Flow:
+    """Commit the success of the effect run under res (a result that cannot
+    be stored: none, then raise ``ResultNotRecordedError``)."""
+    result, problem = result_problem(res.key, result)
+    with noting_outcome_not_recorded():
+        committed = yield from ledger._succeed_flow(res, result, external_ref)
+    if problem is not None:
+        raise problem
+    return committed
+
+
+def failure_flow(ledger: _Core, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> Flow:
+    """Commit the failure exc of the effect run under res, or note on exc
+    that it was not recorded."""
+    try:
+        yield from ledger._failure_flow(res, exc, retry_on)
+    except LedgerError as err:
+        note_failure_not_recorded(exc, res.key, err)
+
+
+def exit_flow(ledger: _Core, h: HandleBase, exc: Optional[BaseException]) -> Flow:
+    """Leaving an effect's block: commit what ``_commit_on_exit`` says."""
+    res = h._commit_on_exit(exc)
+    if res is None:
+        return
+    if exc is None:
+        h.committed = yield from success_flow(ledger, res, None, "")
+    else:
+        yield from failure_flow(ledger, res, exc, h.retry_on)
 
 
 def decorator_spec(

@@ -12,7 +12,6 @@ import httpx
 from . import _core, _handle
 from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
-from .errors import LedgerError
 
 __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 
@@ -259,18 +258,10 @@ class Ledger(_Core["EffectScope", httpx.Client]):
         return _handle.recorded_result(res, out, committed)
 
     def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        try:
-            self._run(self._failure_flow(res, exc, retry_on))
-        except LedgerError as err:
-            _handle.note_failure_not_recorded(exc, res.key, err)
+        self._run(_handle.failure_flow(self, res, exc, retry_on))
 
     def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
-        result, problem = _handle.result_problem(res.key, result)
-        with _handle.noting_outcome_not_recorded():
-            committed = self.succeed(res, result, external_ref)
-        if problem is not None:
-            raise problem
-        return committed
+        return self._run(_handle.success_flow(self, res, result, external_ref))
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "EffectScope":
         return EffectScope(self, spec, wait, retry_on)
@@ -346,12 +337,7 @@ class EffectScope:
         if h is None:
             return
         try:
-            res = h._commit_on_exit(exc)
-            if res is not None:
-                if exc is None:
-                    h.committed = self._ledger._record_success(res, None, "")
-                else:
-                    self._ledger._record_failure(res, exc, h.retry_on)
+            self._ledger._run(_handle.exit_flow(self._ledger, h, exc))
         finally:
             h._release()
 
