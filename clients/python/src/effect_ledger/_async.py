@@ -10,7 +10,7 @@ from typing import Any, Awaitable, Callable, Optional, Tuple, TypeVar, Union
 import httpx
 
 from . import _core, _handle
-from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
+from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
 
 __all__ = ["AsyncLedger", "AsyncEffectHandle", "AsyncEffectScope"]
@@ -43,17 +43,25 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
         await self.aclose()
 
     async def _run(self, flow: _core.Flow) -> Any:
-        reply: Any = None
+        step, reply = flow.send, None
         try:
             while True:
-                action = flow.send(reply)
+                action = step(reply)
+                step = flow.send
                 if isinstance(action, _Sleep):
                     await asyncio.sleep(action.seconds)
                     reply = None
-                    continue
-                reply = await self._send(action)
+                elif isinstance(action, _Call):
+                    try:
+                        reply = await _maybe_await(action.fn(action.key))
+                    except Exception as exc:
+                        step, reply = flow.throw, exc
+                else:
+                    reply = await self._send(action)
         except StopIteration as stop:
             return stop.value
+        finally:
+            flow.close()  # a flow left by a BaseException ends (its finally blocks run)
 
     async def _send(self, req: _Request) -> Union[_Reply, BaseException]:
         try:
@@ -159,31 +167,8 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
         for ``effect`` and record its outcome; see ``Ledger.do``. A
         cancellation while ``fn`` runs leaves the reservation to end as
         interrupted."""
-        retry = self._retry_types(retry_on)
-        if not effect.recorded:
-            return _handle.unrecorded_result(effect, await _maybe_await(fn(_handle.local_key(effect))))
-        res = await self.reserve(effect, wait=wait, approval_wait=approval_wait)
-        if isinstance(res, Replay):
-            return _handle.replay_result(res)
-        if isinstance(res, NotRecorded):
-            return _handle.unrecorded_result(effect, await _maybe_await(fn(res.key)))
-        token = _current.set(res)
-        try:
-            value = await _maybe_await(fn(res.key))
-        except Exception as exc:
-            await self._record_failure(res, exc, retry)
-            raise
-        finally:
-            _current.reset(token)
-        out = _handle.as_outcome(value)
-        committed = await self._record_success(res, out.result, out.external_ref)
-        return _handle.recorded_result(res, out, committed)
+        return await self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait))
 
-    async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        await self._run(_handle.failure_flow(self, res, exc, retry_on))
-
-    async def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
-        return await self._run(_handle.success_flow(self, res, result, external_ref))
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "AsyncEffectScope":
         return AsyncEffectScope(self, spec, wait, retry_on)
@@ -203,7 +188,7 @@ class AsyncEffectHandle(_handle.HandleBase):
         self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
         if res is None:
             return None
-        self.committed = await self._ledger._record_success(res, result, external_ref)
+        self.committed = await self._ledger._run(_handle.success_flow(self._ledger, res, result, external_ref))
         return self.committed
 
     async def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:

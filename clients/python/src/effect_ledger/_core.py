@@ -1,8 +1,8 @@
 """The protocol shared by the sync and async clients, without I/O.
 
-Each operation is a generator ("flow") that yields ``_Request`` and
-``_Sleep`` actions and receives the reply of each request (an ``_Reply``, or
-the transport exception). ``Ledger`` runs flows with ``httpx.Client`` and
+Each operation is a generator ("flow") that yields ``_Request``, ``_Sleep``
+and ``_Call`` actions and receives the reply of each request (an ``_Reply``,
+or the transport exception) and the value of each call. ``Ledger`` runs flows with ``httpx.Client`` and
 ``time.sleep``, ``AsyncLedger`` with ``httpx.AsyncClient`` and
 ``asyncio.sleep``, so retries, waiting and error mapping exist once.
 """
@@ -56,13 +56,21 @@ class _Sleep(NamedTuple):
     seconds: float
 
 
+class _Call(NamedTuple):
+    """Run the effect's function, ``fn(key)`` (awaited by ``AsyncLedger``
+    when it returns an awaitable); its exception is thrown into the flow."""
+
+    fn: Callable[[str], Any]
+    key: str
+
+
 class _Reply(NamedTuple):
     status: int
     headers: Mapping[str, str]
     content: bytes
 
 
-Flow = Generator[Union[_Request, _Sleep], Any, Any]
+Flow = Generator[Union[_Request, _Sleep, _Call], Any, Any]
 
 #: The reservation (or replay) the current ``do`` call or decorated function
 #: runs under; read with ``current_reservation()``.

@@ -8,7 +8,7 @@ import logging
 from contextvars import Token
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from ._core import Flow, _Core, _current, check_code, check_result, outcome_of
+from ._core import Flow, _Call, _Core, _current, check_code, check_result, outcome_of
 from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
 from .errors import LedgerError
 
@@ -213,6 +213,36 @@ def noting_outcome_not_recorded() -> Iterator[None]:
     except LedgerError as err:
         note_outcome_not_recorded(err)
         raise
+
+
+def do_flow(
+    ledger: _Core,
+    effect: Effect,
+    fn: Callable[[str], Any],
+    wait: Optional[float],
+    retry_on: Optional[Tuple[type, ...]],
+    approval_wait: Optional[float],
+) -> Flow:
+    """``do``: run fn at most once for effect and record its outcome."""
+    retry = ledger._retry_types(retry_on)
+    if not effect.recorded:
+        return unrecorded_result(effect, (yield _Call(fn, local_key(effect))))
+    res = yield from ledger._reserve_flow(effect, wait, approval_wait)
+    if isinstance(res, Replay):
+        return replay_result(res)
+    if isinstance(res, NotRecorded):
+        return unrecorded_result(effect, (yield _Call(fn, res.key)))
+    token = _current.set(res)
+    try:
+        value = yield _Call(fn, res.key)
+    except Exception as exc:
+        yield from failure_flow(ledger, res, exc, retry)
+        raise
+    finally:
+        _current.reset(token)
+    out = as_outcome(value)
+    committed = yield from success_flow(ledger, res, out.result, out.external_ref)
+    return recorded_result(res, out, committed)
 
 
 def success_flow(ledger: _Core, res: Reservation, result: Any, external_ref: str) -> Flow:
