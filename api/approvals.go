@@ -37,15 +37,9 @@ type consumedJSON struct {
 
 // changedOf reads a reserve's "changed" member (SPEC §13).
 func changedOf(o *object) *ledger.Changed {
-	c := o.sub("changed")
-	if c == nil {
-		return nil
-	}
-	out := &ledger.Changed{ContextHash: c.str("context_hash"), Component: c.str("component"), Strategy: c.str("strategy")}
-	if err := c.done(); err != nil && o.err == nil {
-		o.err = err
-	}
-	return out
+	return member(o, "changed", func(c *object) *ledger.Changed {
+		return &ledger.Changed{ContextHash: c.str("context_hash"), Component: c.str("component"), Strategy: c.str("strategy")}
+	})
 }
 
 // ApprovalView is an ask and what became of it, as /v1/approvals answers.
