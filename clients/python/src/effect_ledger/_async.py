@@ -184,30 +184,15 @@ class AsyncEffectHandle(_handle.HandleBase):
 
     async def succeed(self, result: Any = None, external_ref: str = "") -> Optional[Committed]:
         """Commit the effect as succeeded (now); see ``EffectHandle.succeed``."""
-        res = self._begin_commit("succeed")
-        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
-        if res is None:
-            return None
-        self.committed = await self._ledger._run(_handle.success_flow(self._ledger, res, result, external_ref))
-        return self.committed
+        return await self._ledger._run(self._succeed_flow(self._ledger, result, external_ref))
 
     async def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now); see ``EffectHandle.fail``."""
-        res = self._begin_failure("fail", code, "failed")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = await self._ledger.fail(res, code, message, retryable)
-        return self.committed
+        return await self._ledger._run(self._failure_flow(self._ledger, "failed", code, message, retryable))
 
     async def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now); see ``EffectHandle.not_applied``."""
-        res = self._begin_failure("not_applied", code, "not_applied")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = await self._ledger.not_applied(res, code, message)
-        return self.committed
+        return await self._ledger._run(self._failure_flow(self._ledger, "not_applied", code, message))
 
 
 class AsyncEffectScope:

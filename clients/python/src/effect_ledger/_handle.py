@@ -166,6 +166,29 @@ class HandleBase:
         self.outcome = outcome
         return res
 
+    def _succeed_flow(self, ledger: _Core, result: Any, external_ref: str) -> Flow:
+        """``succeed``: commit the effect as succeeded with result (None for
+        an unrecorded effect)."""
+        res = self._begin_commit("succeed")
+        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
+        if res is None:
+            return None
+        self.committed = yield from success_flow(ledger, res, result, external_ref)
+        return self.committed
+
+    def _failure_flow(self, ledger: _Core, outcome: str, code: str, message: str, retryable: bool = False) -> Flow:
+        """``fail`` (outcome ``failed``) and ``not_applied``: commit the
+        effect with the error code (None for an unrecorded effect)."""
+        res = self._begin_failure("fail" if outcome == "failed" else outcome, code, outcome)
+        if res is None:
+            return None
+        with noting_outcome_not_recorded():
+            if outcome == "failed":
+                self.committed = yield from ledger._fail_flow(res, code, message, retryable)
+            else:
+                self.committed = yield from ledger._not_applied_flow(res, code, message)
+        return self.committed
+
     def _commit_on_exit(self, exc: Optional[BaseException]) -> Optional[Reservation]:
         """Leaving the block: the reservation to commit (see
         ``_must_commit_on_exit``) with the outcome set, or None."""

@@ -268,31 +268,16 @@ class EffectHandle(_handle.HandleBase):
         for a ``none``/``read`` effect. Raises ``RuntimeError`` on a replay
         or a second call, and ``ResultNotRecordedError`` (after recording a
         success without result) when the result is not storable JSON."""
-        res = self._begin_commit("succeed")
-        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
-        if res is None:
-            return None
-        self.committed = self._ledger._run(_handle.success_flow(self._ledger, res, result, external_ref))
-        return self.committed
+        return self._ledger._run(self._succeed_flow(self._ledger, result, external_ref))
 
     def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now) with an error code (``A-Z0-9_``)."""
-        res = self._begin_failure("fail", code, "failed")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = self._ledger.fail(res, code, message, retryable)
-        return self.committed
+        return self._ledger._run(self._failure_flow(self._ledger, "failed", code, message, retryable))
 
     def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now): it failed and applied
         nothing, so the next call of the same effect runs again (SPEC §4.1)."""
-        res = self._begin_failure("not_applied", code, "not_applied")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = self._ledger.not_applied(res, code, message)
-        return self.committed
+        return self._ledger._run(self._failure_flow(self._ledger, "not_applied", code, message))
 
 
 class EffectScope:
