@@ -99,48 +99,40 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 	return n, nil
 }
 
-// proofQuery reads the query of a proof route: the required integer
-// first, and the optional tree size second (0 when absent; when given it
-// must name a checkpointed tree, so not 0).
-func proofQuery(r *http.Request, first, second string) (int64, int64, error) {
+// proof answers a proof route: its query holds the required integer
+// first and the optional tree size second (0 when absent; when given it
+// must name a checkpointed tree, so not 0), which prove is called with.
+func (s *Server) proof(w http.ResponseWriter, r *http.Request, first, second string, prove func(a, b int64) (any, error)) {
 	a, err := queryInt(r, first, true)
-	if err != nil {
-		return 0, 0, err
+	var b int64
+	if err == nil {
+		b, err = queryInt(r, second, false)
 	}
-	b, err := queryInt(r, second, false)
 	if err == nil && b == 0 && r.URL.Query().Has(second) {
 		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: second + " must be a checkpointed tree size",
 			Details: map[string]any{"field": second}}
 	}
-	return a, b, err
+	var p any
+	if err == nil {
+		p, err = prove(a, b)
+	}
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, p)
 }
 
 func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, size, err := proofQuery(r, "seq", "size")
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	p, err := n.InclusionProof(r.Context(), uint64(seq), size)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, p)
+	s.proof(w, r, "seq", "size", func(seq, size int64) (any, error) {
+		return n.InclusionProof(r.Context(), uint64(seq), size)
+	})
 }
 
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	from, to, err := proofQuery(r, "from", "to")
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	p, err := n.ConsistencyProof(r.Context(), from, to)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, p)
+	s.proof(w, r, "from", "to", func(from, to int64) (any, error) {
+		return n.ConsistencyProof(r.Context(), from, to)
+	})
 }
 
 func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
