@@ -37,15 +37,9 @@ type consumedJSON struct {
 
 // changedOf reads a reserve's "changed" member (SPEC §13).
 func changedOf(o *object) *ledger.Changed {
-	c := o.sub("changed")
-	if c == nil {
-		return nil
-	}
-	out := &ledger.Changed{ContextHash: c.str("context_hash"), Component: c.str("component"), Strategy: c.str("strategy")}
-	if err := c.done(); err != nil && o.err == nil {
-		o.err = err
-	}
-	return out
+	return member(o, "changed", func(c *object) *ledger.Changed {
+		return &ledger.Changed{ContextHash: c.str("context_hash"), Component: c.str("component"), Strategy: c.str("strategy")}
+	})
 }
 
 // ApprovalView is an ask and what became of it, as /v1/approvals answers.
@@ -258,20 +252,15 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, n *ledger.Namesp
 		s.Error(w, r, err)
 		return
 	}
-	o, err := readBody(w, r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	req := ledger.AnswerRequest{Seq: seq, Decision: o.required("decision"), Note: o.str("note"),
-		Actor: ActorFromContext(r.Context())}
-	if viaClient {
-		if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
-			o.fail("client", "must name the MCP client (1–128 visible ASCII)")
+	req := ledger.AnswerRequest{Seq: seq, Actor: ActorFromContext(r.Context())}
+	if !s.decodeBody(w, r, func(o *object) {
+		req.Decision, req.Note = o.required("decision"), o.str("note")
+		if viaClient {
+			if req.MCPClient = o.required("client"); req.MCPClient == "" && o.err == nil {
+				o.fail("client", "must name the MCP client (1–128 visible ASCII)")
+			}
 		}
-	}
-	if err := o.done(); err != nil {
-		s.Error(w, r, err)
+	}) {
 		return
 	}
 	if p, authed := PrincipalFromContext(r.Context()); authed {

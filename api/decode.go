@@ -242,6 +242,20 @@ func (o *object) sub(name string) *object {
 	return sub
 }
 
+// member reads the object member name of o with read (nil when absent);
+// the first problem in it, or an unknown member of it, becomes o's.
+func member[T any](o *object, name string, read func(m *object) *T) *T {
+	m := o.sub(name)
+	if m == nil {
+		return nil
+	}
+	v := read(m)
+	if err := m.done(); err != nil && o.err == nil {
+		o.err = err
+	}
+	return v
+}
+
 // done reports the first problem, or an unknown member.
 func (o *object) done() error {
 	if o.err != nil {
@@ -259,15 +273,9 @@ func (o *object) done() error {
 
 // failure reads the "error" member of a commit or resolve.
 func (o *object) failure() *ledger.FailureDetail {
-	e := o.sub("error")
-	if e == nil {
-		return nil
-	}
-	f := &ledger.FailureDetail{Code: e.required("code"), Message: e.str("message"), Retryable: e.boolean("retryable")}
-	if err := e.done(); err != nil && o.err == nil {
-		o.err = err
-	}
-	return f
+	return member(o, "error", func(e *object) *ledger.FailureDetail {
+		return &ledger.FailureDetail{Code: e.required("code"), Message: e.str("message"), Retryable: e.boolean("retryable")}
+	})
 }
 
 // headerKey reads the Idempotency-Key header: a bare token or a

@@ -9,9 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
+	"github.com/effect-ledger/effect-ledger/internal/metrics"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
@@ -60,10 +58,7 @@ var statusOf = map[string]int{
 // recovers it but an operator, so clients need not come back at once.
 const storageCorruptRetry = time.Minute
 
-var httpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ledger_http_errors_total",
-	Help: "Error responses by contract error code.",
-}, []string{"code"})
+var httpErrors = metrics.CounterVec("ledger_http_errors_total", "Error responses by contract error code.", "code")
 
 // Error writes err in the contract's error shape with the status of its
 // code. Internal errors are logged and shown generically.

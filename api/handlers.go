@@ -168,18 +168,30 @@ func pathKey(r *http.Request) (string, error) {
 	return k, nil
 }
 
-// keyAndBody reads the {key} of the path and the JSON body, answering
-// the error itself when either is bad.
-func (s *Server) keyAndBody(w http.ResponseWriter, r *http.Request) (string, *object, bool) {
-	key, err := pathKey(r)
+// decodeBody reads the JSON body and passes it to read, answering the
+// error itself (and returning false) when the body is bad, a member read
+// took is bad or the body holds a member read did not take.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, read func(o *object)) bool {
+	o, err := readBody(w, r)
 	if err == nil {
-		var o *object
-		if o, err = readBody(w, r); err == nil {
-			return key, o, true
-		}
+		read(o)
+		err = o.done()
 	}
-	s.Error(w, r, err)
-	return "", nil, false
+	if err != nil {
+		s.Error(w, r, err)
+		return false
+	}
+	return true
+}
+
+// decodeKeyed is decodeBody for a route with a {key}, passed to read too.
+func (s *Server) decodeKeyed(w http.ResponseWriter, r *http.Request, read func(key string, o *object)) bool {
+	key, err := pathKey(r)
+	if err != nil {
+		s.Error(w, r, err)
+		return false
+	}
+	return s.decodeBody(w, r, func(o *object) { read(key, o) })
 }
 
 type committedBody struct {
@@ -191,21 +203,18 @@ type committedBody struct {
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	key, o, ok := s.keyAndBody(w, r)
-	if !ok {
-		return
-	}
-	req := ledger.CommitRequest{
-		IdempotencyKey: key,
-		Reservation:    o.required("reservation"),
-		Outcome:        o.required("outcome"),
-		ExternalRef:    o.str("external_ref"),
-		Result:         o.json("result"),
-		Error:          o.failure(),
-		Actor:          ActorFromContext(r.Context()),
-	}
-	if err := o.done(); err != nil {
-		s.Error(w, r, err)
+	var req ledger.CommitRequest
+	if !s.decodeKeyed(w, r, func(key string, o *object) {
+		req = ledger.CommitRequest{
+			IdempotencyKey: key,
+			Reservation:    o.required("reservation"),
+			Outcome:        o.required("outcome"),
+			ExternalRef:    o.str("external_ref"),
+			Result:         o.json("result"),
+			Error:          o.failure(),
+			Actor:          ActorFromContext(r.Context()),
+		}
+	}) {
 		return
 	}
 	res, err := n.Commit(r.Context(), req)
@@ -230,22 +239,19 @@ type resolvedBody struct {
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	key, o, ok := s.keyAndBody(w, r)
-	if !ok {
-		return
-	}
-	req := ledger.ResolveRequest{
-		IdempotencyKey: key,
-		Outcome:        o.required("outcome"),
-		ExternalRef:    o.str("external_ref"),
-		Result:         o.json("result"),
-		Note:           o.required("note"),
-		Error:          o.failure(),
-		Actor:          ActorFromContext(r.Context()),
-		MayCorrect:     mayCorrect(r.Context()),
-	}
-	if err := o.done(); err != nil {
-		s.Error(w, r, err)
+	var req ledger.ResolveRequest
+	if !s.decodeKeyed(w, r, func(key string, o *object) {
+		req = ledger.ResolveRequest{
+			IdempotencyKey: key,
+			Outcome:        o.required("outcome"),
+			ExternalRef:    o.str("external_ref"),
+			Result:         o.json("result"),
+			Note:           o.required("note"),
+			Error:          o.failure(),
+			Actor:          ActorFromContext(r.Context()),
+			MayCorrect:     mayCorrect(r.Context()),
+		}
+	}) {
 		return
 	}
 	res, err := n.Resolve(r.Context(), req)
@@ -390,15 +396,9 @@ type namespaceJSON struct {
 }
 
 func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
-	o, err := readBody(w, r)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	name := o.required("name")
-	ttl := o.integer("key_ttl_ms")
-	if err := o.done(); err != nil {
-		s.Error(w, r, err)
+	var name string
+	var ttl *int64
+	if !s.decodeBody(w, r, func(o *object) { name, ttl = o.required("name"), o.integer("key_ttl_ms") }) {
 		return
 	}
 	var keyTTL uint64

@@ -99,22 +99,23 @@ func queryInt(r *http.Request, name string, required bool) (int64, error) {
 	return n, nil
 }
 
-func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := queryInt(r, "seq", true)
-	if err != nil {
-		s.Error(w, r, err)
-		return
+// proof answers a proof route: its query holds the required integer
+// first and the optional tree size second (0 when absent; when given it
+// must name a checkpointed tree, so not 0), which prove is called with.
+func (s *Server) proof(w http.ResponseWriter, r *http.Request, first, second string, prove func(a, b int64) (any, error)) {
+	a, err := queryInt(r, first, true)
+	var b int64
+	if err == nil {
+		b, err = queryInt(r, second, false)
 	}
-	size, err := queryInt(r, "size", false)
-	if err == nil && size == 0 && r.URL.Query().Has("size") {
-		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "size must be a checkpointed tree size",
-			Details: map[string]any{"field": "size"}}
+	if err == nil && b == 0 && r.URL.Query().Has(second) {
+		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: second + " must be a checkpointed tree size",
+			Details: map[string]any{"field": second}}
 	}
-	if err != nil {
-		s.Error(w, r, err)
-		return
+	var p any
+	if err == nil {
+		p, err = prove(a, b)
 	}
-	p, err := n.InclusionProof(r.Context(), uint64(seq), size)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -122,27 +123,16 @@ func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledg
 	s.writeJSON(w, http.StatusOK, p)
 }
 
+func (s *Server) handleInclusion(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	s.proof(w, r, "seq", "size", func(seq, size int64) (any, error) {
+		return n.InclusionProof(r.Context(), uint64(seq), size)
+	})
+}
+
 func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	from, err := queryInt(r, "from", true)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	to, err := queryInt(r, "to", false)
-	if err == nil && to == 0 && r.URL.Query().Has("to") {
-		err = &ledger.Error{Code: ledger.ECodeInvalidRequest, Message: "to must be a checkpointed tree size",
-			Details: map[string]any{"field": "to"}}
-	}
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	p, err := n.ConsistencyProof(r.Context(), from, to)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, p)
+	s.proof(w, r, "from", "to", func(from, to int64) (any, error) {
+		return n.ConsistencyProof(r.Context(), from, to)
+	})
 }
 
 func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {

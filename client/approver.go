@@ -74,11 +74,7 @@ func (c *Client) policyPath() string {
 // Policy returns the policy in force in the client's namespace (a reader
 // token suffices).
 func (c *Client) Policy(ctx context.Context) (*PolicyState, error) {
-	res, err := c.sendTo(ctx, http.MethodGet, c.policyPath(), nil)
-	if err != nil {
-		return nil, err
-	}
-	return decodePolicy(res)
+	return c.policy(ctx, http.MethodGet, nil)
 }
 
 // SetPolicy sets the policy of the client's namespace (an admin token):
@@ -89,17 +85,14 @@ func (c *Client) SetPolicy(ctx context.Context, policy any) (*PolicyState, error
 	if raw, ok := policy.(json.RawMessage); ok && !json.Valid(raw) {
 		return nil, errors.New("set policy: not valid JSON")
 	}
-	res, err := c.sendTo(ctx, http.MethodPut, c.policyPath(), policy)
-	if err != nil {
-		return nil, err
-	}
-	return decodePolicy(res)
+	return c.policy(ctx, http.MethodPut, policy)
 }
 
-func decodePolicy(res *response) (*PolicyState, error) {
+// policy gets (GET) or sets (PUT, body) the namespace's policy.
+func (c *Client) policy(ctx context.Context, method string, body any) (*PolicyState, error) {
 	var b policyReply
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("policy: decode response: %w", err)
+	if _, err := c.exchange(ctx, "policy", method, c.policyPath(), body, &b); err != nil {
+		return nil, err
 	}
 	return &PolicyState{Namespace: b.Namespace, Policy: b.Policy, Seq: b.Seq, Changed: b.Changed, Receipt: b.Receipt}, nil
 }
@@ -245,16 +238,12 @@ func (c *Client) Approvals(ctx context.Context, state string, after uint64, limi
 	if len(q) > 0 {
 		path += "?" + q.Encode()
 	}
-	res, err := c.send(ctx, http.MethodGet, path, nil)
-	if err != nil {
-		return nil, 0, err
-	}
 	var b struct {
 		Approvals []approvalJSON `json:"approvals"`
 		NextAfter *uint64        `json:"next_after"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, 0, fmt.Errorf("approvals: decode response: %w", err)
+	if _, err := c.exchange(ctx, "approvals", http.MethodGet, c.route(path), nil, &b); err != nil {
+		return nil, 0, err
 	}
 	list = make([]Approval, 0, len(b.Approvals))
 	for i := range b.Approvals {
@@ -269,11 +258,8 @@ func (c *Client) Approvals(ctx context.Context, state string, after uint64, limi
 // Approval returns the ask at seq, with its input when the token may see
 // it. Errors: ErrUnknownApproval.
 func (c *Client) Approval(ctx context.Context, seq uint64) (*Approval, error) {
-	res, err := c.send(ctx, http.MethodGet, "/v1/approvals/"+strconv.FormatUint(seq, 10), nil)
-	if err != nil {
-		return nil, err
-	}
-	return decodeApproval(res)
+	a, _, err := c.approval(ctx, http.MethodGet, seq, "", nil)
+	return a, err
 }
 
 // Answer records decision about the ask at seq, with an optional note
@@ -298,11 +284,7 @@ func (c *Client) answer(ctx context.Context, seq uint64, decision Decision, suff
 	if decision != Approve && decision != Reject {
 		return nil, fmt.Errorf("answer ask %d: decision %q is not approve or reject", seq, decision)
 	}
-	res, err := c.send(ctx, http.MethodPost, "/v1/approvals/"+strconv.FormatUint(seq, 10)+suffix, body)
-	if err != nil {
-		return nil, err
-	}
-	a, err := decodeApproval(res)
+	a, res, err := c.approval(ctx, http.MethodPost, seq, suffix, body)
 	if err != nil {
 		return nil, err
 	}
@@ -310,13 +292,16 @@ func (c *Client) answer(ctx context.Context, seq uint64, decision Decision, suff
 	return a, nil
 }
 
-func decodeApproval(res *response) (*Approval, error) {
+// approval sends a request to the ask at seq's route, suffix appended,
+// and decodes the ask it answers with.
+func (c *Client) approval(ctx context.Context, method string, seq uint64, suffix string, body any) (*Approval, *response, error) {
 	var b approvalJSON
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("approval: decode response: %w", err)
+	res, err := c.exchange(ctx, "approval", method, c.route("/v1/approvals/"+strconv.FormatUint(seq, 10)+suffix), body, &b)
+	if err != nil {
+		return nil, nil, err
 	}
 	a := b.approval()
-	return &a, nil
+	return &a, res, nil
 }
 
 // AnswerAsMCPClient relays the answer of an agent's own MCP client to the

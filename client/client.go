@@ -270,6 +270,20 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*resp
 	return c.sendTo(ctx, method, c.route(path), body)
 }
 
+// exchange makes one request to path as it is (sendTo) and decodes its
+// JSON answer into v; what names the call in a decode error. The answer
+// is returned for its status and headers.
+func (c *Client) exchange(ctx context.Context, what, method, path string, body, v any) (*response, error) {
+	res, err := c.sendTo(ctx, method, path, body)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(res.body, v); err != nil {
+		return nil, fmt.Errorf("%s: decode response: %w", what, err)
+	}
+	return res, nil
+}
+
 // sendTo makes one request to path as it is, which no namespace prefixes
 // (/v1/namespaces/{ns}/policy).
 func (c *Client) sendTo(ctx context.Context, method, path string, body any) (*response, error) {

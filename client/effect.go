@@ -6,7 +6,6 @@ import (
 	"encoding/base32"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -148,13 +147,10 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 		Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, Input: r.Input,
 		Summary: r.ApprovalSummary, Changed: r.Changed,
 		LeaseMS: r.Lease.Milliseconds(), WaitMS: r.Wait.Milliseconds()}
-	res, err := c.send(ctx, http.MethodPost, "/v1/effects/reserve", body)
+	var b reserveReply
+	res, err := c.exchange(ctx, "reserve", http.MethodPost, c.route("/v1/effects/reserve"), body, &b)
 	if err != nil {
 		return nil, err
-	}
-	var b reserveReply
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("reserve: decode response: %w", err)
 	}
 	if res.status == http.StatusAccepted || b.Status == statusApprovalRequired {
 		return nil, approvalRequired(&b, c.base, c.namespace)
@@ -251,18 +247,15 @@ func (c *Client) commitOnce(ctx context.Context, key, token string, cm *Commit) 
 	if cm.Failure != nil {
 		body.Error = &failureBody{Code: cm.Failure.Code, Message: cm.Failure.Message, Retryable: cm.Failure.Retryable}
 	}
-	res, err := c.send(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(key)+"/commit", body)
-	if err != nil {
-		return nil, err
-	}
 	var b struct {
 		IdempotencyKey string     `json:"idempotency_key"`
 		Outcome        string     `json:"outcome"`
 		Late           bool       `json:"late"`
 		Receipt        ReceiptRef `json:"receipt"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("commit: decode response: %w", err)
+	res, err := c.exchange(ctx, "commit", http.MethodPost, c.route("/v1/effects/"+url.PathEscape(key)+"/commit"), body, &b)
+	if err != nil {
+		return nil, err
 	}
 	return &CommitResult{Key: b.IdempotencyKey, Outcome: b.Outcome, Late: b.Late, Receipt: b.Receipt,
 		Repeat: res.header.Get("Idempotent-Replayed") == "true"}, nil

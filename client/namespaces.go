@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"net/http"
 )
 
@@ -32,13 +30,9 @@ func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint
 	if keyTTLMS != 0 {
 		body["key_ttl_ms"] = keyTTLMS
 	}
-	res, err := c.sendTo(ctx, http.MethodPost, "/v1/namespaces", body)
-	if err != nil {
-		return nil, err
-	}
 	var b namespaceJSON
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("create namespace: decode response: %w", err)
+	if _, err := c.exchange(ctx, "create namespace", http.MethodPost, "/v1/namespaces", body, &b); err != nil {
+		return nil, err
 	}
 	n := NamespaceInfo(b)
 	return &n, nil
@@ -47,15 +41,11 @@ func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint
 // Namespaces lists the namespaces with their heads, in name order; a
 // token limited to namespaces sees only those.
 func (c *Client) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
-	res, err := c.sendTo(ctx, http.MethodGet, "/v1/namespaces", nil)
-	if err != nil {
-		return nil, err
-	}
 	var b struct {
 		Namespaces []namespaceJSON `json:"namespaces"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("namespaces: decode response: %w", err)
+	if _, err := c.exchange(ctx, "namespaces", http.MethodGet, "/v1/namespaces", nil, &b); err != nil {
+		return nil, err
 	}
 	out := make([]NamespaceInfo, 0, len(b.Namespaces))
 	for _, n := range b.Namespaces {

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -38,16 +37,12 @@ func (c *Client) Receipts(ctx context.Context, f ReceiptFilter) (receipts []json
 			q.Set(name, v)
 		}
 	}
-	res, err := c.send(ctx, http.MethodGet, "/v1/receipts?"+q.Encode(), nil)
-	if err != nil {
-		return nil, 0, err
-	}
 	var b struct {
 		Receipts  []json.RawMessage `json:"receipts"`
 		NextAfter *uint64           `json:"next_after"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, 0, fmt.Errorf("receipts: decode response: %w", err)
+	if _, err := c.exchange(ctx, "receipts", http.MethodGet, c.route("/v1/receipts?"+q.Encode()), nil, &b); err != nil {
+		return nil, 0, err
 	}
 	if b.NextAfter != nil {
 		next = *b.NextAfter
@@ -58,13 +53,9 @@ func (c *Client) Receipts(ctx context.Context, f ReceiptFilter) (receipts []json
 // Head returns the latest receipt of the client's namespace (GET
 // /v1/head); seq 0 while the chain is empty.
 func (c *Client) Head(ctx context.Context) (ReceiptRef, error) {
-	res, err := c.send(ctx, http.MethodGet, "/v1/head", nil)
-	if err != nil {
-		return ReceiptRef{}, err
-	}
 	var b ReceiptRef
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return ReceiptRef{}, fmt.Errorf("head: decode response: %w", err)
+	if _, err := c.exchange(ctx, "head", http.MethodGet, c.route("/v1/head"), nil, &b); err != nil {
+		return ReceiptRef{}, err
 	}
 	return b, nil
 }

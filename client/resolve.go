@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 )
@@ -47,17 +46,13 @@ func (c *Client) Resolve(ctx context.Context, key string, r Resolution) (*Resolv
 			Retryable bool   `json:"retryable,omitempty"`
 		}{f.Code, f.Message, f.Retryable}
 	}
-	res, err := c.send(ctx, http.MethodPost, "/v1/effects/"+url.PathEscape(key)+"/resolve", body)
-	if err != nil {
-		return nil, err
-	}
 	var b struct {
 		IdempotencyKey string     `json:"idempotency_key"`
 		State          string     `json:"state"`
 		Receipt        ReceiptRef `json:"receipt"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("resolve: decode response: %w", err)
+	if _, err := c.exchange(ctx, "resolve", http.MethodPost, c.route("/v1/effects/"+url.PathEscape(key)+"/resolve"), body, &b); err != nil {
+		return nil, err
 	}
 	return &Resolved{Key: b.IdempotencyKey, State: b.State, Receipt: b.Receipt}, nil
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 )
@@ -15,15 +14,11 @@ import (
 // the same token gets the same key. It needs a writer (or admin) token.
 // A ledgerd older than the route answers ErrNotFound (404 not_found).
 func (c *Client) StateKey(ctx context.Context) ([]byte, error) {
-	res, err := c.send(ctx, http.MethodGet, "/v1/mcp/state-key", nil)
-	if err != nil {
-		return nil, err
-	}
 	var b struct {
 		Key string `json:"key"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("state key: decode response: %w", err)
+	if _, err := c.exchange(ctx, "state key", http.MethodGet, c.route("/v1/mcp/state-key"), nil, &b); err != nil {
+		return nil, err
 	}
 	key, err := hex.DecodeString(b.Key)
 	if err != nil || len(key) < 32 {

@@ -63,10 +63,6 @@ func (c *Client) Key(ctx context.Context, key string, history bool) (*KeyView, e
 	if history {
 		path += "?history=true"
 	}
-	res, err := c.send(ctx, http.MethodGet, path, nil)
-	if err != nil {
-		return nil, err
-	}
 	var b struct {
 		IdempotencyKey string            `json:"idempotency_key"`
 		State          string            `json:"state"`
@@ -77,8 +73,8 @@ func (c *Client) Key(ctx context.Context, key string, history bool) (*KeyView, e
 		ExpiresAt      int64             `json:"expires_at"`
 		Receipts       []json.RawMessage `json:"receipts"`
 	}
-	if err := json.Unmarshal(res.body, &b); err != nil {
-		return nil, fmt.Errorf("key: decode response: %w", err)
+	if _, err := c.exchange(ctx, "key", http.MethodGet, c.route(path), nil, &b); err != nil {
+		return nil, err
 	}
 	v := &KeyView{Key: b.IdempotencyKey, State: b.State, Tool: b.Tool, Class: b.Effect, Idempotent: b.Idempotent,
 		InputHash: b.InputHash}

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/metrics"
 )
 
 // A recorded outcome is served only after its receipt is checked against
@@ -20,10 +18,8 @@ import (
 // refused as integrity_error instead of replayed as if recorded.
 
 // integrityErrors counts the refusals.
-var integrityErrors = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ledger_integrity_errors_total",
-	Help: "Recorded values refused (integrity_error) because their stored receipt does not match the chain's hash of it, by namespace.",
-}, []string{"namespace"})
+var integrityErrors = metrics.CounterVec("ledger_integrity_errors_total",
+	"Recorded values refused (integrity_error) because their stored receipt does not match the chain's hash of it, by namespace.", "namespace")
 
 // IntegrityError is a stored receipt that is not the one the chain
 // recorded: the hash computed from its stored fields and prev_hash, its

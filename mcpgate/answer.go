@@ -101,6 +101,12 @@ func unchangedFailure(details map[string]any) string {
 	f, _ := details["failed"].(map[string]any)
 	code, _ := f["error_code"].(string)
 	msg, _ := f["error_message"].(string)
+	return failureNote(code, msg)
+}
+
+// failureNote renders a recorded failure's code and message, as the
+// answer names them: " (CODE: message)", " (CODE)", or "" without a code.
+func failureNote(code, msg string) string {
 	switch {
 	case code != "" && msg != "":
 		return fmt.Sprintf(" (%s: %s)", code, msg)
@@ -147,13 +153,7 @@ func recordedFailure(details map[string]any) string {
 			msg = s
 		}
 	}
-	switch {
-	case code != "" && msg != "":
-		return fmt.Sprintf(" (%s: %s)", code, msg)
-	case code != "":
-		return fmt.Sprintf(" (%s)", code)
-	}
-	return ""
+	return failureNote(code, msg)
 }
 
 func unavailableAnswer(key string) *mcp.CallToolResult {

@@ -1,9 +1,6 @@
 package mcpgate
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-)
+import "github.com/effect-ledger/effect-ledger/internal/metrics"
 
 // Decisions, the values of the decision label.
 const (
@@ -21,7 +18,5 @@ const unlistedToolLabel = "(unlisted)"
 // callsTotal counts tools/call requests by the ledger's tool name and
 // what the gateway did. The tool label takes only names the upstream
 // lists, so a client cannot grow it without bound.
-var callsTotal = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "ledger_mcp_calls_total",
-	Help: "tools/call requests through ledger-mcp by tool and decision (executed, replayed, refused, passed_through, unknown).",
-}, []string{"tool", "decision"})
+var callsTotal = metrics.CounterVec("ledger_mcp_calls_total",
+	"tools/call requests through ledger-mcp by tool and decision (executed, replayed, refused, passed_through, unknown).", "tool", "decision")

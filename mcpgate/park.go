@@ -547,9 +547,7 @@ func (p *peer) parkedAnswer(ctx context.Context, r *route, method string, req mc
 		missing = method
 	}
 	if missing != "" {
-		p.g.logger.InfoContext(ctx, "upstream request not forwarded: the client lacks the capability", "method", method)
-		p.markMissing(r, fmt.Errorf("%w: %s", errCapabilityMissing, missing))
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support " + missing}
+		return nil, p.refuseMissing(ctx, r, method, missing)
 	}
 	res, err := r.park.parkAsk(ctx, params)
 	if err != nil {

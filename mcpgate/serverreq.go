@@ -480,9 +480,7 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 			missing = method
 		}
 		if missing != "" {
-			p.g.logger.InfoContext(ctx, "upstream request not forwarded: the client lacks the capability", "method", method)
-			p.markMissing(r, fmt.Errorf("%w: %s", errCapabilityMissing, missing))
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support " + missing}
+			return nil, p.refuseMissing(ctx, r, method, missing)
 		}
 		if err != nil {
 			return nil, err
@@ -494,6 +492,15 @@ func (p *peer) answerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 		p.mu.Unlock()
 		return res, nil
 	}
+}
+
+// refuseMissing refuses an upstream request for method that the client
+// lacks the capability missing for: logged, marked on r, and answered
+// method not found.
+func (p *peer) refuseMissing(ctx context.Context, r *route, method, missing string) error {
+	p.g.logger.InfoContext(ctx, "upstream request not forwarded: the client lacks the capability", "method", method)
+	p.markMissing(r, fmt.Errorf("%w: %s", errCapabilityMissing, missing))
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support " + missing}
 }
 
 // markMissing notes on r a request its client could not answer.

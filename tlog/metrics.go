@@ -1,34 +1,21 @@
 package tlog
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+import "github.com/effect-ledger/effect-ledger/internal/metrics"
+
+var (
+	checkpointsSigned = metrics.CounterVec("ledger_tlog_checkpoints_signed_total",
+		"Checkpoints signed and stored by this process, by namespace.", "namespace")
+	checkpointSize = metrics.GaugeVec("ledger_tlog_checkpoint_size",
+		"Tree size of the latest signed checkpoint (the stored one at start; with replicas, the latest any of them stored), by namespace.", "namespace")
+	checkpointFailures = metrics.CounterVec("ledger_tlog_checkpoint_failures_total",
+		"Attempts to sign a checkpoint of a grown tree that failed (storage errors, or a tree that no longer extends the last checkpoint), by namespace; each is retried on the next interval. A checkpoint another replica stored first is not a failure.", "namespace")
 )
 
 var (
-	checkpointsSigned = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ledger_tlog_checkpoints_signed_total",
-		Help: "Checkpoints signed and stored by this process, by namespace.",
-	}, []string{"namespace"})
-	checkpointSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "ledger_tlog_checkpoint_size",
-		Help: "Tree size of the latest signed checkpoint (the stored one at start; with replicas, the latest any of them stored), by namespace.",
-	}, []string{"namespace"})
-	checkpointFailures = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ledger_tlog_checkpoint_failures_total",
-		Help: "Attempts to sign a checkpoint of a grown tree that failed (storage errors, or a tree that no longer extends the last checkpoint), by namespace; each is retried on the next interval. A checkpoint another replica stored first is not a failure.",
-	}, []string{"namespace"})
-)
-
-var (
-	witnessRequests = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "ledger_tlog_witness_requests_total",
-		Help: "add-checkpoint requests to witnesses by result: cosigned, conflict (409, retried from the witness's size), refused (another status), invalid_cosignature, error (no answer).",
-	}, []string{"result"})
-	witnessedSize = promauto.NewGauge(prometheus.GaugeOpts{
-		Name: "ledger_tlog_witnessed_checkpoint_size",
-		Help: "Tree size of the checkpoint served, the newest one cosigned by the witness quorum.",
-	})
+	witnessRequests = metrics.CounterVec("ledger_tlog_witness_requests_total",
+		"add-checkpoint requests to witnesses by result: cosigned, conflict (409, retried from the witness's size), refused (another status), invalid_cosignature, error (no answer).", "result")
+	witnessedSize = metrics.Gauge("ledger_tlog_witnessed_checkpoint_size",
+		"Tree size of the checkpoint served, the newest one cosigned by the witness quorum.")
 )
 
 func init() {

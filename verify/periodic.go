@@ -36,19 +36,16 @@ func newPeriodicMetrics(reg prometheus.Registerer) *periodicMetrics {
 	audit := func(name, help string) *prometheus.GaugeVec {
 		return register(reg, prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help + " As of the last verification run."}, nil))
 	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help}))
+	}
 	return &periodicMetrics{
-		lastSuccess: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ledger_verify_last_success_timestamp_seconds",
-			Help: "Unix time of the last verification run that found no violation (0: none yet).",
-		})),
-		violations: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ledger_verify_violations",
-			Help: "Violations found by the last verification run (0 when intact).",
-		})),
-		duration: register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "ledger_verify_duration_seconds",
-			Help: "Duration of the last verification run.",
-		})),
+		lastSuccess: gauge("ledger_verify_last_success_timestamp_seconds",
+			"Unix time of the last verification run that found no violation (0: none yet)."),
+		violations: gauge("ledger_verify_violations",
+			"Violations found by the last verification run (0 when intact)."),
+		duration: gauge("ledger_verify_duration_seconds",
+			"Duration of the last verification run."),
 		runs: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ledger_verify_runs_total",
 			Help: "Verification runs by result: ok, violations or error.",

@@ -15,6 +15,18 @@ import (
 	"github.com/effect-ledger/effect-ledger/verify"
 )
 
+// singleAndSpilled verifies db in the single pass with opts, and again
+// with a budget of one byte (every key beyond the third is spilled).
+func singleAndSpilled(t *testing.T, ctx context.Context, db verify.DB, opts verify.Opts) (single, spilled *verify.Report) {
+	t.Helper()
+	single, err := verify.New(db, opts).Check(ctx)
+	require.NoError(t, err)
+	opts.StateBudget = 1
+	spilled, err = verify.New(db, opts).Check(ctx)
+	require.NoError(t, err)
+	return single, spilled
+}
+
 // threeWays verifies path in the key-ordered passes, in the single pass
 // and in the single pass with a budget of one byte (four slots: every
 // key beyond the third is spilled, level after level), and requires the
@@ -31,12 +43,7 @@ func threeWays(t *testing.T, path string, opts verify.Opts) *verify.Report {
 
 	want, err := verify.NewKeyOrdered(rd, opts).Check(ctx)
 	require.NoError(t, err)
-	single, err := verify.New(rd, opts).Check(ctx)
-	require.NoError(t, err)
-	tiny := opts
-	tiny.StateBudget = 1
-	spilled, err := verify.New(rd, tiny).Check(ctx)
-	require.NoError(t, err)
+	single, spilled := singleAndSpilled(t, ctx, rd, opts)
 	assert.Equal(t, want, single, "single pass")
 	assert.Equal(t, want, spilled, "single pass, spilled")
 	left, err := os.ReadDir(tmp)
@@ -157,12 +164,7 @@ func TestVerifier_singlePassMixed(t *testing.T) {
 	require.NoError(t, err)
 	defer rd.Close()
 	few := verify.Opts{Now: func() time.Time { return now }, MaxViolations: 3}
-	single, err := verify.New(rd, few).Check(ctx)
-	require.NoError(t, err)
-	fewTiny := few
-	fewTiny.StateBudget = 1
-	spilled, err := verify.New(rd, fewTiny).Check(ctx)
-	require.NoError(t, err)
+	single, spilled := singleAndSpilled(t, ctx, rd, few)
 	assert.Equal(t, single, spilled)
 	require.Len(t, single.Violations, 3)
 	assert.Equal(t, rep.Violations[:3], single.Violations)

@@ -61,19 +61,15 @@ func (c *ApprovalsCommand) list(ctx context.Context, args []string) error {
 	state := fs.String("state", "", "only asks in this `state`: pending, approved, rejected, expired or consumed")
 	after := fs.Uint64("after", 0, "asks with seq greater than `SEQ`")
 	limit := fs.Int("limit", 0, "at most `N` asks (default: the server's)")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl approvals list --server URL [-n NS] [--state STATE] [--after SEQ] [--limit N] [--json]
+	if err := parseNoArgs(fs, c.Env, args, `Usage: ledgerctl approvals list --server URL [-n NS] [--state STATE] [--after SEQ] [--limit N] [--json]
 
 Lists the asks of the namespace by seq, with their state, the tool and key
 they would run, who asked, when they expire and the answer; the next page
 starts --after the last seq shown.`,
 		`  ledgerctl approvals list --server http://127.0.0.1:8080 --state pending
   ledgerctl approvals list --server http://127.0.0.1:8080 -n payments --json
-`)
-	if err != nil {
+`); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	if *state != "" && !contains(approvalStates, *state) {
 		return usageErr(fs, c.Env, "--state must be pending, approved, rejected, expired or consumed, got %q", *state)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -37,7 +36,7 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	if !ledger.ValidNamespace(*ns) {
 		return usageErr(fs, c.Env, "--namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", *ns)
 	}
-	v, err := readVerifier(*vkeyFlag)
+	v, err := readVerifier(*vkeyFlag, tlog.NewVerifier)
 	if err != nil {
 		return usageErr(fs, c.Env, "--vkey: %v", err)
 	}
@@ -114,7 +113,7 @@ const checkProofExamples = `  ledgerctl check-proof receipt-42.json --vkey 'ledg
 func (c *CheckProofCommand) witnesses(fs *flag.FlagSet, keys listFlag, quorum int) ([]note.Verifier, int, error) {
 	var witnesses []note.Verifier
 	for _, wk := range keys {
-		wv, err := readCosignatureVerifier(wk)
+		wv, err := readVerifier(wk, tlog.NewCosignatureVerifier)
 		if err != nil {
 			return nil, 0, usageErr(fs, c.Env, "--witness-vkey: %v", err)
 		}
@@ -194,17 +193,4 @@ func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
 		}
 		fmt.Fprintln(w)
 	}
-}
-
-// readCosignatureVerifier reads a witness verifier key given inline or as
-// a file.
-func readCosignatureVerifier(s string) (note.Verifier, error) {
-	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
-		b, err := os.ReadFile(s)
-		if err != nil {
-			return nil, err
-		}
-		s = strings.TrimSpace(string(b))
-	}
-	return tlog.NewCosignatureVerifier(s)
 }

@@ -52,12 +52,8 @@ func (c *RebuildIndexCommand) Run(ctx context.Context, args []string) error {
 	db := dbFlag(fs, "SQLite ledger `file` (opened for writing; ledgerd must be stopped)")
 	ns := namespaceFlag(fs, ledger.DefaultNamespace, "the namespace whose index to rebuild")
 	asJSON := jsonFlag(fs, "print JSON")
-	pos, err := parse(fs, c.Env, args, rebuildUsage, rebuildExamples)
-	if err != nil {
+	if err := parseNoArgs(fs, c.Env, args, rebuildUsage, rebuildExamples); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	if *db == "" {
 		return usageErr(fs, c.Env, "give --db FILE")

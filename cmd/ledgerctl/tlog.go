@@ -120,19 +120,15 @@ type CheckpointCommand struct{ Env *Env }
 // Run runs checkpoint.
 func (c *CheckpointCommand) Run(ctx context.Context, args []string) error {
 	fs, src := readFlags("checkpoint")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE|URL | --server URL)
+	if err := parseNoArgs(fs, c.Env, args, `Usage: ledgerctl checkpoint (--db FILE|URL | --server URL)
 
 Prints the latest signed checkpoint of the Merkle tree (a C2SP signed note:
 origin, tree size, base64 root, then the signature lines). Keep it: a later
 verify --checkpoint with it catches any rewrite of what it covers.`,
 		`  ledgerctl checkpoint --server http://127.0.0.1:8080 > checkpoint.txt
   ledgerctl checkpoint --db ledger.db
-`)
-	if err != nil {
+`); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	l, err := src.openLog(ctx, fs, c.Env)
 	if err != nil {

@@ -138,13 +138,9 @@ func (c *TokenCommand) create(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "`name` recorded as actor on the receipts the token causes (required)")
 	nsList := namespaceFlag(fs, "", "limit the token to these `namespaces` (comma-separated, e.g. payments,mail); default every namespace")
 	asJSON := jsonFlag(fs, "print JSON: name, role, namespaces and token")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, policy, and\neverything). With --namespace (-n) the token may use only those namespaces\n(any other, \"default\" included unless listed, is 403 forbidden). The first\nvalid token turns authentication on.",
-		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n")
-	if err != nil {
+	if err := parseNoArgs(fs, c.Env, args, "Usage: ledgerctl token create --db FILE|URL --role reader|writer|approver|admin --name NAME [--namespace NS,…] [--json]\n\nCreates an API bearer token and prints it once (on stdout; only its SHA-256\nis stored). Roles: writer (reserve, commit), reader (every GET), approver\n(every GET, and answering approvals), admin (resolve, policy, and\neverything). With --namespace (-n) the token may use only those namespaces\n(any other, \"default\" included unless listed, is 403 forbidden). The first\nvalid token turns authentication on.",
+		"  ledgerctl token create --db ledger.db --role writer --name gateway-eu\n  LEDGER_TOKEN=$(ledgerctl token create --db ledger.db --role admin --name ops-alice)\n  ledgerctl token create --db ledger.db --role writer --name payments-gw --namespace payments,refunds\n"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	if *name == "" || *role == "" {
 		return usageErr(fs, c.Env, "give --role and --name")
@@ -188,13 +184,9 @@ func (c *TokenCommand) list(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("token list", flag.ContinueOnError)
 	db := dbFlag(fs, tokenDBUsage)
 	asJSON := jsonFlag(fs, "print JSON")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl token list --db FILE|URL [--json]\n\nLists the API tokens: name, role, the namespaces it is limited to (* for\nevery namespace), creation time and whether revoked (never the tokens\nthemselves).",
-		"  ledgerctl token list --db ledger.db\n")
-	if err != nil {
+	if err := parseNoArgs(fs, c.Env, args, "Usage: ledgerctl token list --db FILE|URL [--json]\n\nLists the API tokens: name, role, the namespaces it is limited to (* for\nevery namespace), creation time and whether revoked (never the tokens\nthemselves).",
+		"  ledgerctl token list --db ledger.db\n"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	t, closeTokens, err := openTokens(ctx, fs, c.Env, *db)
 	if err != nil {

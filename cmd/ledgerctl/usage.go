@@ -15,6 +15,15 @@ func parse(fs *flag.FlagSet, env *Env, args []string, summary, examples string) 
 	return parseArgs(fs, args)
 }
 
+// parseNoArgs is parse for a command that takes no positional arguments.
+func parseNoArgs(fs *flag.FlagSet, env *Env, args []string, summary, examples string) error {
+	pos, err := parse(fs, env, args, summary, examples)
+	if err == nil && len(pos) > 0 {
+		err = usageErr(fs, env, "unexpected arguments %q", pos)
+	}
+	return err
+}
+
 // setUsage makes fs print its usage text, flags and examples on env.Stderr.
 func setUsage(fs *flag.FlagSet, env *Env, summary, examples string) {
 	fs.SetOutput(env.Stderr)

@@ -50,12 +50,8 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report, or {\"ok\": false, \"error\"} for one that could not be verified}}); exit 2 if any could not be verified, else 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
-	pos, err := parse(fs, c.Env, args, verifySummary, verifyExamples)
-	if err != nil {
+	if err := parseNoArgs(fs, c.Env, args, verifySummary, verifyExamples); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	if *all {
 		for _, f := range []string{"namespace", "expect-head", "state", "incremental", "checkpoint", "vkey"} {

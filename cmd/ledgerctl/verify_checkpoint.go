@@ -36,7 +36,7 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 	if f.vkey == "" {
 		return nil, usageErr(fs, env, "--checkpoint needs --vkey")
 	}
-	v, err := readVerifier(f.vkey)
+	v, err := readVerifier(f.vkey, tlog.NewVerifier)
 	if err != nil {
 		return nil, usageErr(fs, env, "--vkey: %v", err)
 	}
@@ -53,8 +53,10 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 	return cc, nil
 }
 
-// readVerifier parses a verifier key given inline or in a file.
-func readVerifier(s string) (note.Verifier, error) {
+// readVerifier parses with parse (tlog.NewVerifier, or
+// tlog.NewCosignatureVerifier for a witness) a verifier key given inline
+// or in a file.
+func readVerifier(s string, parse func(string) (note.Verifier, error)) (note.Verifier, error) {
 	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
 		b, err := os.ReadFile(s)
 		if err != nil {
@@ -62,7 +64,7 @@ func readVerifier(s string) (note.Verifier, error) {
 		}
 		s = strings.TrimSpace(string(b))
 	}
-	return tlog.NewVerifier(s)
+	return parse(s)
 }
 
 // readCheckpoint reads a signed note from a file or an http(s) URL.

@@ -15,19 +15,15 @@ type VersionCommand struct{ *Env }
 func (c *VersionCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	asJSON := jsonFlag(fs, "print JSON")
-	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl version [--json]\n\nPrints the build version (from the module's build info: the release, or the\nrevision it was built from) and the contract versions ledgerctl implements.",
-		"  ledgerctl version\n  ledgerctl --version\n  ledgerctl version --json\n")
-	if err != nil {
+	if err := parseNoArgs(fs, c.Env, args, "Usage: ledgerctl version [--json]\n\nPrints the build version (from the module's build info: the release, or the\nrevision it was built from) and the contract versions ledgerctl implements.",
+		"  ledgerctl version\n  ledgerctl --version\n  ledgerctl version --json\n"); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return usageErr(fs, c.Env, "unexpected arguments %q", pos)
 	}
 	info := version.Read("ledgerctl")
 	if *asJSON {
 		_, err := c.Stdout.Write(info.JSON())
 		return err
 	}
-	_, err = fmt.Fprint(c.Stdout, info.String())
+	_, err := fmt.Fprint(c.Stdout, info.String())
 	return err
 }

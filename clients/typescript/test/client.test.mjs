@@ -1,6 +1,6 @@
 // Client.do against a real ledgerd built from this repository.
 
-import { before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Client,
@@ -17,12 +17,9 @@ import {
   permanent,
   retryable,
 } from "../dist/index.js";
-import { ledgerctl, startLedgerd, uid } from "./ledgerd.mjs";
+import { ledgerctl, sharedLedgerd, startLedgerd, uid } from "./ledgerd.mjs";
 
-let server;
-before(async () => {
-  server = await startLedgerd();
-});
+const server = sharedLedgerd();
 
 const client = (opts = {}) => new Client(server.url, { backoffBaseMs: 10, ...opts });
 

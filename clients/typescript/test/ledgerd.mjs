@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { after } from "node:test";
+import { after, before } from "node:test";
 import { createInterface } from "node:readline";
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -101,6 +101,18 @@ export async function startWithTokens(tokens, args = []) {
     made[name] = ledgerctl("token", "create", "--db", first.db, "--role", role, "--name", name, ...more);
   }
   return [await startLedgerd({ db: first.db, args }), made];
+}
+
+/**
+ * The ledgerd a test file's tests share: {url, db, logs, stop()}, filled
+ * in before the first test runs.
+ */
+export function sharedLedgerd() {
+  const server = {};
+  before(async () => {
+    Object.assign(server, await startLedgerd());
+  });
+  return server;
 }
 
 let n = 0;

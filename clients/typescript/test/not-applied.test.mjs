@@ -1,7 +1,7 @@
 // The not_applied outcome (contract §4.1) against a real ledgerd: a
 // failure known to have applied nothing, after which the key runs again.
 
-import { before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   Client,
@@ -13,12 +13,9 @@ import {
   notApplied,
   permanent,
 } from "../dist/index.js";
-import { startLedgerd, uid } from "./ledgerd.mjs";
+import { sharedLedgerd, uid } from "./ledgerd.mjs";
 
-let server;
-before(async () => {
-  server = await startLedgerd();
-});
+const server = sharedLedgerd();
 
 const client = (opts = {}) => new Client(server.url, { backoffBaseMs: 10, ...opts });
 

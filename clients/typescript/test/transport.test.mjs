@@ -1,7 +1,7 @@
 // Transport: tokens, 429/503 retries honouring Retry-After, proxies'
 // pages, an unreachable ledger, and the traceparent header.
 
-import { before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
 import {
@@ -12,12 +12,9 @@ import {
   UnavailableError,
   parseRetryAfter,
 } from "../dist/index.js";
-import { startLedgerd, startWithTokens, uid } from "./ledgerd.mjs";
+import { sharedLedgerd, startWithTokens, uid } from "./ledgerd.mjs";
 
-let server;
-before(async () => {
-  server = await startLedgerd();
-});
+const server = sharedLedgerd();
 
 /**
  * Starts an HTTP proxy before target whose fault(req, res) may answer a

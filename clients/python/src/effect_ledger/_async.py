@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Awaitable, Callable, Dict, Optional, Tuple, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Awaitable, Callable, Optional, Tuple, TypeVar, Union
 
 import httpx
 
 from . import _core, _handle
-from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
+from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
-from .errors import LedgerError
 
 __all__ = ["AsyncLedger", "AsyncEffectHandle", "AsyncEffectScope"]
 
@@ -24,25 +22,14 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class AsyncLedger(_Core["AsyncEffectScope"]):
+class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
     """A client of one ledger for asyncio code; the arguments are those of
     ``Ledger`` (``client`` is an ``httpx.AsyncClient``). Every method is a
     coroutine; ``effect(...)`` gives an ``async with`` context manager and a
     decorator of ``async def`` functions. Use ``async with AsyncLedger(...)``
     or ``await ledger.aclose()``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Optional[str] = None,
-        *,
-        client: Optional[httpx.AsyncClient] = None,
-        verify: Any = True,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, token, **options)
-        self._own = client is None
-        self._client = client if client is not None else httpx.AsyncClient(verify=verify)
+    _new_client = httpx.AsyncClient
 
     async def aclose(self) -> None:
         """Close the HTTP connections (unless the client was passed in)."""
@@ -56,17 +43,25 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
         await self.aclose()
 
     async def _run(self, flow: _core.Flow) -> Any:
-        reply: Any = None
+        step, reply = flow.send, None
         try:
             while True:
-                action = flow.send(reply)
+                action = step(reply)
+                step = flow.send
                 if isinstance(action, _Sleep):
                     await asyncio.sleep(action.seconds)
                     reply = None
-                    continue
-                reply = await self._send(action)
+                elif isinstance(action, _Call):
+                    try:
+                        reply = await _maybe_await(action.fn(action.key))
+                    except Exception as exc:
+                        step, reply = flow.throw, exc
+                else:
+                    reply = await self._send(action)
         except StopIteration as stop:
             return stop.value
+        finally:
+            flow.close()  # a flow left by a BaseException ends (its finally blocks run)
 
     async def _send(self, req: _Request) -> Union[_Reply, BaseException]:
         try:
@@ -85,20 +80,17 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def succeed(self, reservation: Reservation, result: Any = None, external_ref: str = "") -> Committed:
         """Commit a reservation as succeeded; see ``Ledger.succeed``."""
-        body = self._success_body(reservation.reservation, result, external_ref)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._succeed_flow(reservation, result, external_ref))
 
     async def fail(
         self, reservation: Reservation, code: str, message: str = "", retryable: bool = False
     ) -> Committed:
         """Commit a reservation as failed; see ``Ledger.fail``."""
-        body = self._failure_body(reservation.reservation, code, message, retryable)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._fail_flow(reservation, code, message, retryable))
 
     async def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
         """Commit a reservation as ``not_applied``; see ``Ledger.not_applied``."""
-        body = self._not_applied_body(reservation.reservation, code, message)
-        return await self._run(self._commit_flow(reservation.key, body))
+        return await self._run(self._not_applied_flow(reservation, code, message))
 
     async def resolve(
         self,
@@ -119,19 +111,15 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts; see ``Ledger.get_effect``."""
-        params = {"history": "true"} if history else None
-        return await self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
+        return await self._run(self._effect_flow(key, history))
 
     async def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts; see ``Ledger.receipts``."""
-        params: Dict[str, Any] = {"after": after, "limit": limit}
-        params.update({k: v for k, v in filters.items() if v is not None})
-        return await self._run(self._get_flow("/receipts", params))
+        return await self._run(self._receipts_flow(after, limit, filters))
 
     async def head(self) -> ReceiptRef:
         """Return the chain's latest receipt (seq 0 when empty)."""
-        data = await self._run(self._get_flow("/head"))
-        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+        return await self._run(self._head_flow())
 
     # -- policy and approvals (SPEC §13) --------------------------------------
 
@@ -141,9 +129,7 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def set_policy(self, policy: Any) -> dict:
         """Set the namespace's policy (an ``admin`` token); see ``Ledger.set_policy``."""
-        if policy is None:
-            raise ValueError("set_policy: policy is required ({} for the empty one)")
-        return await self._run(self._policy_flow(policy))
+        return await self._run(self._set_policy_flow(policy))
 
     async def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
         """Return one page of the namespace's asks; see ``Ledger.approvals``."""
@@ -151,7 +137,7 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
 
     async def approval(self, seq: int) -> dict:
         """Return the ask at ``seq``; see ``Ledger.approval``."""
-        return await self._run(self._get_flow("/approvals/%d" % int(seq)))
+        return await self._run(self._approval_flow(seq))
 
     async def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
         """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"``; see
@@ -181,39 +167,8 @@ class AsyncLedger(_Core["AsyncEffectScope"]):
         for ``effect`` and record its outcome; see ``Ledger.do``. A
         cancellation while ``fn`` runs leaves the reservation to end as
         interrupted."""
-        retry = self._retry_types(retry_on)
-        if not effect.recorded:
-            return _handle.unrecorded_result(effect, await _maybe_await(fn(_handle.local_key(effect))))
-        res = await self.reserve(effect, wait=wait, approval_wait=approval_wait)
-        if isinstance(res, Replay):
-            return _handle.replay_result(res)
-        if isinstance(res, NotRecorded):
-            return _handle.unrecorded_result(effect, await _maybe_await(fn(res.key)))
-        token = _current.set(res)
-        try:
-            value = await _maybe_await(fn(res.key))
-        except Exception as exc:
-            await self._record_failure(res, exc, retry)
-            raise
-        finally:
-            _current.reset(token)
-        out = _handle.as_outcome(value)
-        committed = await self._record_success(res, out.result, out.external_ref)
-        return _handle.recorded_result(res, out, committed)
+        return await self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait))
 
-    async def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        try:
-            await self._run(self._failure_flow(res, exc, retry_on))
-        except LedgerError as err:
-            _handle.note_failure_not_recorded(exc, res.key, err)
-
-    async def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
-        result, problem = _handle.result_problem(res.key, result)
-        with _handle.noting_outcome_not_recorded():
-            committed = await self.succeed(res, result, external_ref)
-        if problem is not None:
-            raise problem
-        return committed
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "AsyncEffectScope":
         return AsyncEffectScope(self, spec, wait, retry_on)
@@ -229,30 +184,15 @@ class AsyncEffectHandle(_handle.HandleBase):
 
     async def succeed(self, result: Any = None, external_ref: str = "") -> Optional[Committed]:
         """Commit the effect as succeeded (now); see ``EffectHandle.succeed``."""
-        res = self._begin_commit("succeed")
-        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
-        if res is None:
-            return None
-        self.committed = await self._ledger._record_success(res, result, external_ref)
-        return self.committed
+        return await self._ledger._run(self._succeed_flow(self._ledger, result, external_ref))
 
     async def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now); see ``EffectHandle.fail``."""
-        res = self._begin_failure("fail", code, "failed")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = await self._ledger.fail(res, code, message, retryable)
-        return self.committed
+        return await self._ledger._run(self._failure_flow(self._ledger, "failed", code, message, retryable))
 
     async def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now); see ``EffectHandle.not_applied``."""
-        res = self._begin_failure("not_applied", code, "not_applied")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = await self._ledger.not_applied(res, code, message)
-        return self.committed
+        return await self._ledger._run(self._failure_flow(self._ledger, "not_applied", code, message))
 
 
 class AsyncEffectScope:
@@ -288,12 +228,7 @@ class AsyncEffectScope:
         if h is None:
             return
         try:
-            res = h._commit_on_exit(exc)
-            if res is not None:
-                if exc is None:
-                    h.committed = await self._ledger._record_success(res, None, "")
-                else:
-                    await self._ledger._record_failure(res, exc, h.retry_on)
+            await self._ledger._run(_handle.exit_flow(self._ledger, h, exc))
         finally:
             h._release()
 

@@ -1,8 +1,8 @@
 """The protocol shared by the sync and async clients, without I/O.
 
-Each operation is a generator ("flow") that yields ``_Request`` and
-``_Sleep`` actions and receives the reply of each request (an ``_Reply``, or
-the transport exception). ``Ledger`` runs flows with ``httpx.Client`` and
+Each operation is a generator ("flow") that yields ``_Request``, ``_Sleep``
+and ``_Call`` actions and receives the reply of each request (an ``_Reply``,
+or the transport exception) and the value of each call. ``Ledger`` runs flows with ``httpx.Client`` and
 ``time.sleep``, ``AsyncLedger`` with ``httpx.AsyncClient`` and
 ``asyncio.sleep``, so retries, waiting and error mapping exist once.
 """
@@ -56,13 +56,21 @@ class _Sleep(NamedTuple):
     seconds: float
 
 
+class _Call(NamedTuple):
+    """Run the effect's function, ``fn(key)`` (awaited by ``AsyncLedger``
+    when it returns an awaitable); its exception is thrown into the flow."""
+
+    fn: Callable[[str], Any]
+    key: str
+
+
 class _Reply(NamedTuple):
     status: int
     headers: Mapping[str, str]
     content: bytes
 
 
-Flow = Generator[Union[_Request, _Sleep], Any, Any]
+Flow = Generator[Union[_Request, _Sleep, _Call], Any, Any]
 
 #: The reservation (or replay) the current ``do`` call or decorated function
 #: runs under; read with ``current_reservation()``.
@@ -184,16 +192,23 @@ _NAMESPACE = re.compile(r"[a-z0-9._-]{1,64}")
 
 #: What ``effect(...)`` returns: ``EffectScope`` or ``AsyncEffectScope``.
 ScopeT = TypeVar("ScopeT")
+#: The HTTP client: ``httpx.Client`` or ``httpx.AsyncClient``.
+ClientT = TypeVar("ClientT")
 
 
-class _Core(Generic[ScopeT]):
+class _Core(Generic[ScopeT, ClientT]):
     """Configuration and flows shared by ``Ledger`` and ``AsyncLedger``."""
+
+    #: Makes the HTTP client when none is passed in (``verify=``).
+    _new_client: Callable[..., ClientT]
 
     def __init__(
         self,
         base_url: str,
         token: Optional[str] = None,
         *,
+        client: Optional[ClientT] = None,
+        verify: Any = True,
         namespace: Optional[str] = None,
         timeout: float = 10.0,
         wait: float = 30.0,
@@ -228,6 +243,8 @@ class _Core(Generic[ScopeT]):
         self._headers = {"Accept": "application/json", "User-Agent": "effect-ledger-python"}
         if token:
             self._headers["Authorization"] = "Bearer " + token
+        self._own = client is None
+        self._client: ClientT = client if client is not None else self._new_client(verify=verify)
 
     def _path(self, rest: str) -> str:
         if self.namespace:
@@ -511,6 +528,15 @@ class _Core(Generic[ScopeT]):
 
     # -- commit, resolve, reads ---------------------------------------------
 
+    def _succeed_flow(self, res: Reservation, result: Any, external_ref: str) -> Flow:
+        return self._commit_flow(res.key, self._success_body(res.reservation, result, external_ref))
+
+    def _fail_flow(self, res: Reservation, code: str, message: str, retryable: bool) -> Flow:
+        return self._commit_flow(res.key, self._failure_body(res.reservation, code, message, retryable))
+
+    def _not_applied_flow(self, res: Reservation, code: str, message: str) -> Flow:
+        return self._commit_flow(res.key, self._not_applied_body(res.reservation, code, message))
+
     def _commit_flow(self, key: str, body: dict) -> Flow:
         # A commit is safe to repeat: the same values are answered 200
         # with Idempotent-Replayed, so it is retried harder than a reserve.
@@ -583,13 +609,29 @@ class _Core(Generic[ScopeT]):
         data = yield from self._call("GET", self._path(rest), params=params)
         return data
 
+    def _effect_flow(self, key: str, history: bool) -> Flow:
+        params = {"history": "true"} if history else None
+        return self._get_flow("/effects/" + quote(key, safe=""), params)
+
+    def _receipts_flow(self, after: int, limit: int, filters: Dict[str, Optional[str]]) -> Flow:
+        params: Dict[str, Any] = {"after": after, "limit": limit}
+        params.update({k: v for k, v in filters.items() if v is not None})
+        return self._get_flow("/receipts", params)
+
+    def _head_flow(self) -> Flow:
+        data = yield from self._get_flow("/head")
+        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+
     # -- policy and approvals (SPEC §13) --------------------------------------
 
-    def _policy_flow(self, policy: Any = None) -> Flow:
+    def _policy_flow(self) -> Flow:
+        data = yield from self._call("GET", self._policy_path())
+        return data
+
+    def _set_policy_flow(self, policy: Any) -> Flow:
         if policy is None:
-            data = yield from self._call("GET", self._policy_path())
-        else:
-            data = yield from self._call("PUT", self._policy_path(), policy)
+            raise ValueError("set_policy: policy is required ({} for the empty one)")
+        data = yield from self._call("PUT", self._policy_path(), policy)
         return data
 
     def _approvals_flow(self, state: Optional[str], after: int, limit: Optional[int]) -> Flow:
@@ -602,6 +644,9 @@ class _Core(Generic[ScopeT]):
             params["limit"] = limit
         data = yield from self._call("GET", self._path("/approvals"), params=params or None)
         return data
+
+    def _approval_flow(self, seq: int) -> Flow:
+        return self._get_flow("/approvals/%d" % int(seq))
 
     def _answer_flow(self, seq: int, decision: str, note: Optional[str]) -> Flow:
         if decision not in ("approve", "reject"):

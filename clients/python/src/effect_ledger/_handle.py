@@ -8,7 +8,7 @@ import logging
 from contextvars import Token
 from typing import Any, Callable, Iterator, Optional, Tuple
 
-from ._core import _current, check_code, check_result, outcome_of
+from ._core import Flow, _Call, _Core, _current, check_code, check_result, outcome_of
 from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
 from .errors import LedgerError
 
@@ -166,6 +166,29 @@ class HandleBase:
         self.outcome = outcome
         return res
 
+    def _succeed_flow(self, ledger: _Core, result: Any, external_ref: str) -> Flow:
+        """``succeed``: commit the effect as succeeded with result (None for
+        an unrecorded effect)."""
+        res = self._begin_commit("succeed")
+        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
+        if res is None:
+            return None
+        self.committed = yield from success_flow(ledger, res, result, external_ref)
+        return self.committed
+
+    def _failure_flow(self, ledger: _Core, outcome: str, code: str, message: str, retryable: bool = False) -> Flow:
+        """``fail`` (outcome ``failed``) and ``not_applied``: commit the
+        effect with the error code (None for an unrecorded effect)."""
+        res = self._begin_failure("fail" if outcome == "failed" else outcome, code, outcome)
+        if res is None:
+            return None
+        with noting_outcome_not_recorded():
+            if outcome == "failed":
+                self.committed = yield from ledger._fail_flow(res, code, message, retryable)
+            else:
+                self.committed = yield from ledger._not_applied_flow(res, code, message)
+        return self.committed
+
     def _commit_on_exit(self, exc: Optional[BaseException]) -> Optional[Reservation]:
         """Leaving the block: the reservation to commit (see
         ``_must_commit_on_exit``) with the outcome set, or None."""
@@ -213,6 +236,67 @@ def noting_outcome_not_recorded() -> Iterator[None]:
     except LedgerError as err:
         note_outcome_not_recorded(err)
         raise
+
+
+def do_flow(
+    ledger: _Core,
+    effect: Effect,
+    fn: Callable[[str], Any],
+    wait: Optional[float],
+    retry_on: Optional[Tuple[type, ...]],
+    approval_wait: Optional[float],
+) -> Flow:
+    """``do``: run fn at most once for effect and record its outcome."""
+    retry = ledger._retry_types(retry_on)
+    if not effect.recorded:
+        return unrecorded_result(effect, (yield _Call(fn, local_key(effect))))
+    res = yield from ledger._reserve_flow(effect, wait, approval_wait)
+    if isinstance(res, Replay):
+        return replay_result(res)
+    if isinstance(res, NotRecorded):
+        return unrecorded_result(effect, (yield _Call(fn, res.key)))
+    token = _current.set(res)
+    try:
+        value = yield _Call(fn, res.key)
+    except Exception as exc:
+        yield from failure_flow(ledger, res, exc, retry)
+        raise
+    finally:
+        _current.reset(token)
+    out = as_outcome(value)
+    committed = yield from success_flow(ledger, res, out.result, out.external_ref)
+    return recorded_result(res, out, committed)
+
+
+def success_flow(ledger: _Core, res: Reservation, result: Any, external_ref: str) -> Flow:
+    """Commit the success of the effect run under res (a result that cannot
+    be stored: none, then raise ``ResultNotRecordedError``)."""
+    result, problem = result_problem(res.key, result)
+    with noting_outcome_not_recorded():
+        committed = yield from ledger._succeed_flow(res, result, external_ref)
+    if problem is not None:
+        raise problem
+    return committed
+
+
+def failure_flow(ledger: _Core, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> Flow:
+    """Commit the failure exc of the effect run under res, or note on exc
+    that it was not recorded."""
+    try:
+        yield from ledger._failure_flow(res, exc, retry_on)
+    except LedgerError as err:
+        note_failure_not_recorded(exc, res.key, err)
+
+
+def exit_flow(ledger: _Core, h: HandleBase, exc: Optional[BaseException]) -> Flow:
+    """Leaving an effect's block: commit what ``_commit_on_exit`` says."""
+    res = h._commit_on_exit(exc)
+    if res is None:
+        return
+    if exc is None:
+        h.committed = yield from success_flow(ledger, res, None, "")
+    else:
+        yield from failure_flow(ledger, res, exc, h.retry_on)
 
 
 def decorator_spec(

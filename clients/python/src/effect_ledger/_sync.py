@@ -5,22 +5,20 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from typing import Any, Callable, Dict, Optional, Tuple, TypeVar, Union
-from urllib.parse import quote
+from typing import Any, Callable, Optional, Tuple, TypeVar, Union
 
 import httpx
 
 from . import _core, _handle
-from ._core import _Core, _current, _Reply, _Request, _Sleep, effect_for_call
+from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
 from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
-from .errors import LedgerError
 
 __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Ledger(_Core["EffectScope"]):
+class Ledger(_Core["EffectScope", httpx.Client]):
     """A client of one ledger (``ledgerd``), for synchronous code.
 
     Args:
@@ -54,18 +52,7 @@ class Ledger(_Core["EffectScope"]):
     Use it as a context manager, or call ``close`` when done.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        token: Optional[str] = None,
-        *,
-        client: Optional[httpx.Client] = None,
-        verify: Any = True,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, token, **options)
-        self._own = client is None
-        self._client = client if client is not None else httpx.Client(verify=verify)
+    _new_client = httpx.Client
 
     def close(self) -> None:
         """Close the HTTP connections (unless the client was passed in)."""
@@ -79,17 +66,25 @@ class Ledger(_Core["EffectScope"]):
         self.close()
 
     def _run(self, flow: _core.Flow) -> Any:
-        reply: Any = None
+        step, reply = flow.send, None
         try:
             while True:
-                action = flow.send(reply)
+                action = step(reply)
+                step = flow.send
                 if isinstance(action, _Sleep):
                     time.sleep(action.seconds)
                     reply = None
-                    continue
-                reply = self._send(action)
+                elif isinstance(action, _Call):
+                    try:
+                        reply = action.fn(action.key)
+                    except Exception as exc:
+                        step, reply = flow.throw, exc
+                else:
+                    reply = self._send(action)
         except StopIteration as stop:
             return stop.value
+        finally:
+            flow.close()  # a flow left by a BaseException ends (its finally blocks run)
 
     def _send(self, req: _Request) -> Union[_Reply, BaseException]:
         try:
@@ -124,15 +119,13 @@ class Ledger(_Core["EffectScope"]):
         """Commit a reservation as succeeded with its result (any JSON) and
         downstream reference. Raises ``StaleReservationError`` (another
         reservation took over), ``AlreadyFinalizedError``, ..."""
-        body = self._success_body(reservation.reservation, result, external_ref)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._succeed_flow(reservation, result, external_ref))
 
     def fail(self, reservation: Reservation, code: str, message: str = "", retryable: bool = False) -> Committed:
         """Commit a reservation as failed with an error ``code`` (``A-Z0-9_``,
         1-64 characters). ``retryable`` with an idempotent handler lets the
         key be reserved again (``retry``)."""
-        body = self._failure_body(reservation.reservation, code, message, retryable)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._fail_flow(reservation, code, message, retryable))
 
     def not_applied(self, reservation: Reservation, code: str, message: str = "") -> Committed:
         """Commit a reservation as ``not_applied`` (SPEC §4.1): the effect
@@ -140,8 +133,7 @@ class Ledger(_Core["EffectScope"]):
         found, declined), with an error ``code`` (``A-Z0-9_``, 1-64
         characters). The key may then be reserved again by any call, which
         runs the effect again."""
-        body = self._not_applied_body(reservation.reservation, code, message)
-        return self._run(self._commit_flow(reservation.key, body))
+        return self._run(self._not_applied_flow(reservation, code, message))
 
     def resolve(
         self,
@@ -172,20 +164,16 @@ class Ledger(_Core["EffectScope"]):
         ``expires_at`` (unix ms): a reserve from then on starts a new
         generation of the key. ``receipts`` are the current generation's,
         or every generation's with ``history=True``."""
-        params = {"history": "true"} if history else None
-        return self._run(self._get_flow("/effects/" + quote(key, safe=""), params))
+        return self._run(self._effect_flow(key, history))
 
     def receipts(self, after: int = 0, limit: int = 100, **filters: str) -> dict:
         """Return one page of receipts: ``{"receipts": [...], "next_after"}``.
         Filters: ``key``, ``execution_id``, ``tool``, ``kind``."""
-        params: Dict[str, Any] = {"after": after, "limit": limit}
-        params.update({k: v for k, v in filters.items() if v is not None})
-        return self._run(self._get_flow("/receipts", params))
+        return self._run(self._receipts_flow(after, limit, filters))
 
     def head(self) -> ReceiptRef:
         """Return the chain's latest receipt (seq 0 when empty)."""
-        data = self._run(self._get_flow("/head"))
-        return ReceiptRef(seq=int(data["seq"]), hash=data["hash"])
+        return self._run(self._head_flow())
 
     # -- policy and approvals (SPEC §13) --------------------------------------
 
@@ -200,9 +188,7 @@ class Ledger(_Core["EffectScope"]):
         Returns ``{"namespace", "policy", "seq", "changed", "receipt"}``; a
         policy equal to the one in force appends nothing (``changed`` False).
         Raises ``InvalidRequestError`` (``details["field"]``) for a bad one."""
-        if policy is None:
-            raise ValueError("set_policy: policy is required ({} for the empty one)")
-        return self._run(self._policy_flow(policy))
+        return self._run(self._set_policy_flow(policy))
 
     def approvals(self, state: Optional[str] = None, after: int = 0, limit: Optional[int] = None) -> dict:
         """Return one page of the namespace's asks, by seq:
@@ -213,7 +199,7 @@ class Ledger(_Core["EffectScope"]):
     def approval(self, seq: int) -> dict:
         """Return the ask at ``seq``; for approver and admin tokens with the
         asked ``input`` and ``input_verified``. Raises ``UnknownApprovalError``."""
-        return self._run(self._get_flow("/approvals/%d" % int(seq)))
+        return self._run(self._approval_flow(seq))
 
     def answer(self, seq: int, decision: str, note: Optional[str] = None) -> dict:
         """Answer the ask at ``seq`` with ``"approve"`` or ``"reject"`` and an
@@ -259,39 +245,8 @@ class Ledger(_Core["EffectScope"]):
         without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
         leaves the reservation to end as interrupted.
         """
-        retry = self._retry_types(retry_on)
-        if not effect.recorded:
-            return _handle.unrecorded_result(effect, fn(_handle.local_key(effect)))
-        res = self.reserve(effect, wait=wait, approval_wait=approval_wait)
-        if isinstance(res, Replay):
-            return _handle.replay_result(res)
-        if isinstance(res, NotRecorded):
-            return _handle.unrecorded_result(effect, fn(res.key))
-        token = _current.set(res)
-        try:
-            value = fn(res.key)
-        except Exception as exc:
-            self._record_failure(res, exc, retry)
-            raise
-        finally:
-            _current.reset(token)
-        out = _handle.as_outcome(value)
-        committed = self._record_success(res, out.result, out.external_ref)
-        return _handle.recorded_result(res, out, committed)
+        return self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait))
 
-    def _record_failure(self, res: Reservation, exc: BaseException, retry_on: Tuple[type, ...]) -> None:
-        try:
-            self._run(self._failure_flow(res, exc, retry_on))
-        except LedgerError as err:
-            _handle.note_failure_not_recorded(exc, res.key, err)
-
-    def _record_success(self, res: Reservation, result: Any, external_ref: str) -> Committed:
-        result, problem = _handle.result_problem(res.key, result)
-        with _handle.noting_outcome_not_recorded():
-            committed = self.succeed(res, result, external_ref)
-        if problem is not None:
-            raise problem
-        return committed
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "EffectScope":
         return EffectScope(self, spec, wait, retry_on)
@@ -313,31 +268,16 @@ class EffectHandle(_handle.HandleBase):
         for a ``none``/``read`` effect. Raises ``RuntimeError`` on a replay
         or a second call, and ``ResultNotRecordedError`` (after recording a
         success without result) when the result is not storable JSON."""
-        res = self._begin_commit("succeed")
-        self.outcome, self.result, self.external_ref = "succeeded", result, external_ref
-        if res is None:
-            return None
-        self.committed = self._ledger._record_success(res, result, external_ref)
-        return self.committed
+        return self._ledger._run(self._succeed_flow(self._ledger, result, external_ref))
 
     def fail(self, code: str, message: str = "", retryable: bool = False) -> Optional[Committed]:
         """Commit the effect as failed (now) with an error code (``A-Z0-9_``)."""
-        res = self._begin_failure("fail", code, "failed")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = self._ledger.fail(res, code, message, retryable)
-        return self.committed
+        return self._ledger._run(self._failure_flow(self._ledger, "failed", code, message, retryable))
 
     def not_applied(self, code: str, message: str = "") -> Optional[Committed]:
         """Commit the effect as ``not_applied`` (now): it failed and applied
         nothing, so the next call of the same effect runs again (SPEC §4.1)."""
-        res = self._begin_failure("not_applied", code, "not_applied")
-        if res is None:
-            return None
-        with _handle.noting_outcome_not_recorded():
-            self.committed = self._ledger.not_applied(res, code, message)
-        return self.committed
+        return self._ledger._run(self._failure_flow(self._ledger, "not_applied", code, message))
 
 
 class EffectScope:
@@ -367,12 +307,7 @@ class EffectScope:
         if h is None:
             return
         try:
-            res = h._commit_on_exit(exc)
-            if res is not None:
-                if exc is None:
-                    h.committed = self._ledger._record_success(res, None, "")
-                else:
-                    self._ledger._record_failure(res, exc, h.retry_on)
+            self._ledger._run(_handle.exit_flow(self._ledger, h, exc))
         finally:
             h._release()
 
