@@ -60,6 +60,6 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
 		return openPostgres(ctx, dsn, opts)
 	}
 	so := sqlite.Options{Logger: opts.Logger, KeyTTL: opts.KeyTTL, Now: opts.Now, CacheMiB: opts.CacheMiB,
-		MaxOpenFiles: opts.MaxOpenNamespaces, AfterCommit: opts.AfterCommit, IndexWriteFault: opts.IndexWriteFault}
+		MaxOpenNamespaces: opts.MaxOpenNamespaces, AfterCommit: opts.AfterCommit, IndexWriteFault: opts.IndexWriteFault}
 	return sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
 }

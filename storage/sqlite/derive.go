@@ -89,7 +89,7 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 		return head, err
 	}
 	opts.Repair, opts.rebuildIndex = false, false
-	check, err := openFileChain(ctx, file, ns, opts)
+	check, err := openChainWriter(ctx, file, ns, opts)
 	if err != nil {
 		return head, fmt.Errorf("after rebuilding: %w", err)
 	}
@@ -99,7 +99,7 @@ func RebuildIndex(ctx context.Context, path, ns string, opts Options) (ledger.He
 // rebuildFile rebuilds the index of the namespace file at file and
 // compacts the index.
 func rebuildFile(ctx context.Context, ix *ledgerIndex, file, ns string, opts Options) (ledger.Head, error) {
-	c, err := openFileChain(ctx, file, ns, opts)
+	c, err := openChainWriter(ctx, file, ns, opts)
 	if err != nil {
 		return ledger.Head{}, err
 	}
@@ -119,7 +119,7 @@ func rebuildFile(ctx context.Context, ix *ledgerIndex, file, ns string, opts Opt
 // tail was removed outside ledgerd), for RebuildIndex. The tree and token
 // rows of receipts removed outside ledgerd go too: a receipt appended
 // later may take the row id of one.
-func (db *fileChain) repairHead(ctx context.Context) error {
+func (db *chainWriter) repairHead(ctx context.Context) error {
 	tail, err := readTail(ctx, db.w, db.chainRef)
 	if err != nil {
 		return fmt.Errorf("repair head: %w", err)
@@ -154,7 +154,7 @@ func rebuildShared(ctx context.Context, abs, ns string, opts Options) (ledger.He
 	}
 	defer func() { _ = ix.close() }()
 	opts.index = ix.Index
-	m, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
+	m, err := openChainWriter(ctx, abs, ledger.DefaultNamespace, opts)
 	if err != nil {
 		return ledger.Head{}, err
 	}

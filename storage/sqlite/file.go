@@ -22,11 +22,13 @@ import (
 	"github.com/mattn/go-sqlite3"
 )
 
-// fileChain is one SQLite ledger file opened for writing: one namespace's
-// chain. Its single writer connection runs one Update at a time; it is
-// the only writer of the file (the lock file), so it keeps the head, the
-// key records and the tree hashes it wrote in memory.
-type fileChain struct {
+// chainWriter is one namespace's chain opened for writing: its head,
+// caches and tree. The default namespace's also owns the ledger file's
+// single writer connection, lock, read pool and checkpointer, which the
+// other namespaces' share (main). The writer runs one Update at a time and
+// is the only writer of the file (the lock file), so it keeps the head,
+// the key records and the tree hashes it wrote in memory.
+type chainWriter struct {
 	*Reader // mode=ro pool for queries
 
 	ns        string
@@ -59,7 +61,7 @@ type fileChain struct {
 	// main is the ledger file's own chain (namespace default) for a
 	// namespace of the shared tables, which uses its writer connection,
 	// read pool, lock and checkpointer; nil for the file's own chain.
-	main  *fileChain
+	main  *chainWriter
 	stmts *writeStmts // the file's, used under mu
 	tree  treeCache   // used under mu (tree.go)
 	cache *keyCache   // used under mu
@@ -170,11 +172,11 @@ func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
 	return "file:" + p + "?" + q.Encode()
 }
 
-// openFileChain opens the ledger file at path for writing as namespace
+// openChainWriter opens the ledger file at path for writing as namespace
 // ns, creating it with the schema if it does not exist. A file that is not
 // an effect-ledger database, or has a newer schema, is refused before
 // anything is written to it or created beside it.
-func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileChain, error) {
+func openChainWriter(ctx context.Context, path, ns string, opts Options) (*chainWriter, error) {
 	abs, err := ledgerPath(path)
 	if err != nil {
 		return nil, err
@@ -194,7 +196,7 @@ func openFileChain(ctx context.Context, path, ns string, opts Options) (*fileCha
 		}
 		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
 	}
-	db := &fileChain{ns: ns, lock: lock, mu: new(sync.Mutex), now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+	db := &chainWriter{ns: ns, lock: lock, mu: new(sync.Mutex), now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
 		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.AfterCommit}
 
 	ok := false
@@ -310,7 +312,7 @@ func precheck(abs string) error {
 // init checks the connection settings, applies, migrates or checks the
 // schema, checks the derived state against the chain (unless repairing)
 // and loads the chain head.
-func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
+func (db *chainWriter) init(ctx context.Context, abs string, repair bool) error {
 	var version string
 	if err := db.w.QueryRowContext(ctx, `SELECT sqlite_version()`).Scan(&version); err != nil {
 		return classify(err)
@@ -337,7 +339,7 @@ func (db *fileChain) init(ctx context.Context, abs string, repair bool) error {
 // loadHead reads the chain's head, checks it against the recorded one
 // (unless repairing), and reads the chain's newest recorded_at and latest
 // policy receipt, through the writer connection.
-func (db *fileChain) loadHead(ctx context.Context, ref chainRef, flags string, repair bool) error {
+func (db *chainWriter) loadHead(ctx context.Context, ref chainRef, flags string, repair bool) error {
 	tail, err := readTail(ctx, db.w, ref)
 	if err != nil {
 		return fmt.Errorf("load head: %w", err)
@@ -413,7 +415,7 @@ func readLastRecordedAt(ctx context.Context, q queryRower, ref chainRef) (uint64
 // recorded_at of the chain when the clock reads earlier (a clock stepped
 // back). Decisions (leases, key lifetimes) and the key views of this
 // process use it, so they agree with the receipts' times.
-func (db *fileChain) clock() uint64 {
+func (db *chainWriter) clock() uint64 {
 	return max(uint64(db.now().UnixMilli()), db.held.Load())
 }
 
@@ -464,7 +466,7 @@ func shortHash(h chain.Hash) string {
 
 // Close waits for a running Update, checkpoints the WAL and closes both
 // connection pools.
-func (db *fileChain) Close() error {
+func (db *chainWriter) Close() error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {
@@ -490,7 +492,7 @@ func (db *fileChain) Close() error {
 
 // Head returns the durable head of the chain (this process is its only
 // writer).
-func (db *fileChain) Head(context.Context) (ledger.Head, error) { return *db.head.Load(), nil }
+func (db *chainWriter) Head(context.Context) (ledger.Head, error) { return *db.head.Load(), nil }
 
 // classify maps SQLite failures that mean "cannot write now" onto the
 // ErrUnavailable family, and a corrupt page or file onto

@@ -203,12 +203,12 @@ func (rd *Reader) AskInput(ctx context.Context, seq, now uint64) (string, bool, 
 }
 
 // AskInput reads the input kept for the ask at seq.
-func (f *nsFile) AskInput(ctx context.Context, seq, now uint64) (string, bool, error) {
+func (f *lazyChain) AskInput(ctx context.Context, seq, now uint64) (string, bool, error) {
 	type res struct {
 		in    string
 		found bool
 	}
-	r, err := use(ctx, f, func(fc *fileChain) (res, error) {
+	r, err := use(ctx, f, func(fc *chainWriter) (res, error) {
 		in, found, err := fc.AskInput(ctx, seq, now)
 		return res{in, found}, err
 	})

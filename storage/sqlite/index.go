@@ -98,7 +98,7 @@ func openIndex(abs string, opts Options) (*ledgerIndex, error) {
 // openIndex brings the index up to the file as the file opens; with
 // opts.rebuildIndex it repairs the recorded head first and rebuilds the
 // namespace's index.
-func (db *fileChain) openIndex(ctx context.Context, opts Options) error {
+func (db *chainWriter) openIndex(ctx context.Context, opts Options) error {
 	if db.idx == nil {
 		return nil
 	}
@@ -156,7 +156,7 @@ func bulkBuildIndex(ctx context.Context, abs string, opts Options) error {
 		return err
 	}
 	opts.index, opts.rebuildIndex = ix.Index, false
-	c, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
+	c, err := openChainWriter(ctx, abs, ledger.DefaultNamespace, opts)
 	if err == nil {
 		err = c.Close()
 		if err == nil {
@@ -186,7 +186,7 @@ func bulkBuildIndex(ctx context.Context, abs string, opts Options) error {
 // without a watermark, ahead of the chain, or on another chain (the hash
 // differs) is rebuilt from every receipt, as is any index when rebuild is
 // set. The index is never trusted past what the chain proves.
-func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
+func (c *chainWriter) syncIndex(ctx context.Context, rebuild bool) error {
 	head := *c.head.Load()
 	wm, found, err := c.idx.Watermark(c.ns)
 	if errors.Is(err, keyindex.ErrUnusable) {
@@ -239,7 +239,7 @@ func (c *fileChain) syncIndex(ctx context.Context, rebuild bool) error {
 }
 
 // replay applies the receipts after from up to head to the index.
-func (c *fileChain) replay(ctx context.Context, from, head ledger.Head) error {
+func (c *chainWriter) replay(ctx context.Context, from, head ledger.Head) error {
 	start := time.Now()
 	ttl, err := c.KeyTTL(ctx)
 	if err != nil {
@@ -348,7 +348,7 @@ func (s *replaySource) close() {
 // from the index could otherwise run a committed key's effect again, and
 // the reads that go through the index answer unavailable meanwhile
 // (indexReadable) rather than an outdated state.
-func (c *fileChain) applyIndex(t *writeTx) {
+func (c *chainWriter) applyIndex(t *writeTx) {
 	if t.appended == 0 {
 		return
 	}
@@ -365,7 +365,7 @@ func (c *fileChain) applyIndex(t *writeTx) {
 
 // addToIndex adds c's part t of a committed transaction to b: its
 // receipts, key records and watermark.
-func (c *fileChain) addToIndex(b *keyindex.Batch, t *writeTx) error {
+func (c *chainWriter) addToIndex(b *keyindex.Batch, t *writeTx) error {
 	b.For(c.ns)
 	for _, r := range t.receipts {
 		if err := b.Receipt(r); err != nil {
@@ -390,7 +390,7 @@ func (c *fileChain) addToIndex(b *keyindex.Batch, t *writeTx) error {
 }
 
 // indexFailed records that the index lacks c's committed part t.
-func (c *fileChain) indexFailed(t *writeTx, err error) {
+func (c *chainWriter) indexFailed(t *writeTx, err error) {
 	c.stale.Store(true)
 	c.logger.Error("applying a committed batch to the key index failed; the namespace takes no writes until the index is replayed",
 		"namespace", c.ns, "head_seq", t.head.Seq, "err", err)
@@ -415,7 +415,7 @@ var (
 )
 
 // failed records a failed replay (or open) of c's index.
-func (r *indexRetry) failed(c *fileChain, err error) {
+func (r *indexRetry) failed(c *chainWriter, err error) {
 	r.delay = min(max(2*r.delay, retryMin), retryMax)
 	r.next, r.lastErr = time.Now().Add(r.delay), err
 	if time.Since(r.logged) < retryMax {
@@ -430,14 +430,14 @@ func (r *indexRetry) failed(c *fileChain, err error) {
 // needsSync reports whether the index may lack committed batches of c:
 // an apply failed, the index failed (its disk, its files), or it was
 // reopened (Repair) since c synced.
-func (c *fileChain) needsSync() bool {
+func (c *chainWriter) needsSync() bool {
 	return c.stale.Load() || (c.idx != nil && (c.idx.Gen() != c.idxGen.Load() || c.idx.Err() != nil))
 }
 
 // indexUsable returns nil when the index holds every committed batch,
 // replaying the ones it lacks first (after reopening a failed index), at
 // most as often as c.retry allows. Called with c.mu held.
-func (c *fileChain) indexUsable(ctx context.Context) error {
+func (c *chainWriter) indexUsable(ctx context.Context) error {
 	if c.idx == nil {
 		return fmt.Errorf("%w: the file was opened without its key index", ledger.ErrUnavailable)
 	}
@@ -474,7 +474,7 @@ func (c *fileChain) indexUsable(ctx context.Context) error {
 
 // RebuildIndex rebuilds the namespace's part of the key index from its
 // receipts.
-func (c *fileChain) RebuildIndex(ctx context.Context) error {
+func (c *chainWriter) RebuildIndex(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.idx.Repair(); err != nil {
@@ -494,7 +494,7 @@ func (c *fileChain) RebuildIndex(ctx context.Context) error {
 // indexReadable returns ErrUnavailable while the index may lack a
 // committed batch (an apply failed, or the index was reopened, and no
 // replay has succeeded yet).
-func (c *fileChain) indexReadable() error {
+func (c *chainWriter) indexReadable() error {
 	if c.needsSync() {
 		return fmt.Errorf("%w: the key index lacks committed receipts; the next write replays them", ledger.ErrUnavailable)
 	}

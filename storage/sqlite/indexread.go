@@ -15,7 +15,7 @@ import (
 // Reader alone (reader.go) scans the receipts for the same answers.
 
 // GetKey returns a key's state and receipts from the index and the file.
-func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+func (c *chainWriter) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
 	if err := ledger.CheckKeyPath(key); err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (c *fileChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, er
 
 // fillFingerprint sets the fingerprint of an index record from its first
 // reserve: among receipts when it is there, else read from the file.
-func (c *fileChain) fillFingerprint(ctx context.Context, k *ledger.KeyRecord, receipts []chain.Receipt) error {
+func (c *chainWriter) fillFingerprint(ctx context.Context, k *ledger.KeyRecord, receipts []chain.Receipt) error {
 	for i := range receipts {
 		if receipts[i].Seq == k.FirstSeq {
 			k.Tool, k.Effect, k.InputHash = receipts[i].Tool, receipts[i].Effect, receipts[i].InputHash
@@ -73,7 +73,7 @@ func keyView(k *ledger.KeyRecord, receipts []chain.Receipt, now uint64) *ledger.
 }
 
 // receiptsAt reads the receipts at seqs in one read transaction.
-func (c *fileChain) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Receipt, error) {
+func (c *chainWriter) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Receipt, error) {
 	if len(seqs) == 0 {
 		return nil, nil
 	}
@@ -101,7 +101,7 @@ func (c *fileChain) receiptsAt(ctx context.Context, seqs []uint64) ([]chain.Rece
 // ListReceipts answers a filtered page from the most selective posting
 // list of the filters (key, execution, tool, kind), checking the other
 // filters on each receipt; an unfiltered page is a range of the file.
-func (c *fileChain) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+func (c *chainWriter) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
 	if err := f.Check(); err != nil {
 		return nil, nil, err
 	}
@@ -151,7 +151,7 @@ func matches(r *chain.Receipt, f ledger.ReceiptFilter) bool {
 
 // Keys calls fn for every key record of the index, in key byte order,
 // with its fingerprint read from its first reserve.
-func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+func (c *chainWriter) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
 	if err := c.indexReadable(); err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func (c *fileChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) 
 
 // KeyDrift compares key's record in the index with what its receipts
 // give, read from one snapshot of the index.
-func (c *fileChain) KeyDrift(ctx context.Context, key string) ([]string, error) {
+func (c *chainWriter) KeyDrift(ctx context.Context, key string) ([]string, error) {
 	if err := c.indexReadable(); err != nil {
 		return nil, err
 	}

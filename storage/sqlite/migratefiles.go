@@ -86,7 +86,7 @@ func (s *Store) migrateFile(ctx context.Context, r registryRow, path string) err
 	opts := s.opts
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts.index, opts.ReadConns = nil, 1
-	fc, err := openFileChain(ctx, path, r.name, opts)
+	fc, err := openChainWriter(ctx, path, r.name, opts)
 	if err != nil {
 		return err
 	}

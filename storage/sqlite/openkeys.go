@@ -80,9 +80,9 @@ func (s *Store) followOpenKeys(ctx context.Context, ns string, set *openSet) err
 		return err
 	}
 	switch c := c.(type) {
-	case *nsFile:
-		_, err = use(ctx, c, func(fc *fileChain) (struct{}, error) { return struct{}{}, set.follow(ctx, fc.Reader) })
-	case *fileChain:
+	case *lazyChain:
+		_, err = use(ctx, c, func(fc *chainWriter) (struct{}, error) { return struct{}{}, set.follow(ctx, fc.Reader) })
+	case *chainWriter:
 		err = set.follow(ctx, c.Reader)
 	case readOnlyChain:
 		err = set.follow(ctx, c.Reader)

@@ -19,7 +19,7 @@ import (
 
 // TestStore_OpenKeys: the count of open keys follows the receipts of
 // namespaces whose files the Store closed (more namespaces than
-// MaxOpenFiles) and is rebuilt from the chains after a restart, so a key
+// MaxOpenNamespaces) and is rebuilt from the chains after a restart, so a key
 // interrupted before the restart is counted without any write to its
 // namespace.
 func TestStore_OpenKeys(t *testing.T) {
@@ -28,7 +28,7 @@ func TestStore_OpenKeys(t *testing.T) {
 	clock := testkit.NewClock()
 	open := func() (*ledger.Ledger, *sqlite.Store) {
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, MaxOpenFiles: 2, Now: clock.Now}, false)
+		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, MaxOpenNamespaces: 2, Now: clock.Now}, false)
 		require.NoError(t, err)
 		return ledger.New(st, ledger.Config{Logger: quiet, Now: clock.Now}), st
 	}
@@ -58,7 +58,7 @@ func TestStore_OpenKeys(t *testing.T) {
 			require.Empty(t, storetest.OpenKeys(t, st), "every key of round 0 committed")
 		}
 	}
-	require.LessOrEqual(t, st.OpenFiles(), 2)
+	require.LessOrEqual(t, st.OpenNamespaces(), 2)
 	require.Equal(t, want, storetest.OpenKeys(t, st), "closed files' receipts are read too")
 	require.NoError(t, l.Close())
 

@@ -124,7 +124,7 @@ func (rd *Reader) scan(ctx context.Context, fn func(*chain.Receipt) error, query
 }
 
 // Keys lists no key records: their state is in the key index, which only
-// the writer opens (fileChain.Keys reads it there). What the file itself
+// the writer opens (chainWriter.Keys reads it there). What the file itself
 // derives is its recorded head: Keys returns ledger.ErrDerivedState when
 // that differs from the receipts' tail (receipts removed or added behind
 // ledgerd's back), and ledger.ErrNoKeyTable otherwise.

@@ -14,7 +14,7 @@ import (
 // Every namespace lives in the tables of the ledger file (schema.sql,
 // tables.go). Each but default (id 0) has an id in the registry, allocated
 // once from namespace_ids and never used again, even after the namespace
-// is forgotten. A namespace's chain is a fileChain that shares the ledger
+// is forgotten. A namespace's chain is a chainWriter that shares the ledger
 // file's writer connection, its lock (one writer for the whole file), read
 // pool, statements and checkpointer, and has its own head, caches and
 // tree.
@@ -102,10 +102,10 @@ func namespaceReader(m *Reader, ns string, id int64) *Reader {
 // openShared opens namespace ns (id) of the shared tables for writing:
 // its head checked against the recorded one, its tree checked, and the key
 // index brought up to its chain.
-func (s *Store) openShared(ctx context.Context, ns string, id int64) (*fileChain, error) {
+func (s *Store) openShared(ctx context.Context, ns string, id int64) (*chainWriter, error) {
 	m := s.main
 	opts := s.opts
-	c := &fileChain{Reader: namespaceReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
+	c := &chainWriter{Reader: namespaceReader(m.Reader, ns, id), ns: ns, now: opts.Now, logger: opts.Logger,
 		w: m.w, mu: m.mu, main: m, stmts: m.stmts, ckpt: m.ckpt, idx: m.idx,
 		cache: m.cache, onEnded: s.ended}
 	m.mu.Lock()
@@ -139,7 +139,7 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
-	chains := make([]*fileChain, len(parts))
+	chains := make([]*chainWriter, len(parts))
 	seen := make(map[ledger.Chain]bool, len(parts))
 	for i, p := range parts {
 		if seen[p.Chain] {
@@ -147,12 +147,12 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 		}
 		seen[p.Chain] = true
 		switch c := p.Chain.(type) {
-		case *fileChain:
+		case *chainWriter:
 			if c != s.main {
 				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
 			}
 			chains[i] = c
-		case *nsFile:
+		case *lazyChain:
 			if c.s != s {
 				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
 			}

@@ -53,10 +53,10 @@ type Options struct {
 	// Repair skips the check that the recorded head matches the chain, so
 	// that RebuildIndex can repair it.
 	Repair bool
-	// MaxOpenFiles bounds the namespaces a writing Store keeps open (their
+	// MaxOpenNamespaces bounds the namespaces a writing Store keeps open (their
 	// caches in memory) at once, the least recently used closed first
 	// (default: 32 per MiB of CacheMiB, 64 to 1,024; nsfile.go).
-	MaxOpenFiles int
+	MaxOpenNamespaces int
 	// HeadRecordEvery is how often a writing Store looks whether the key
 	// index lacks committed batches of the default namespace, to replay
 	// them (default DefaultHeadRecordInterval; the name is from when it
@@ -99,8 +99,8 @@ func (o *Options) defaults() {
 	if o.CacheMiB <= 0 {
 		o.CacheMiB = DefaultCacheMiB
 	}
-	if o.MaxOpenFiles <= 0 {
-		o.MaxOpenFiles = maxOpenFiles(o.CacheMiB)
+	if o.MaxOpenNamespaces <= 0 {
+		o.MaxOpenNamespaces = maxOpenNamespaces(o.CacheMiB)
 	}
 	if o.HeadRecordEvery <= 0 {
 		o.HeadRecordEvery = DefaultHeadRecordInterval

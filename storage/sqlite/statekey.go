@@ -29,7 +29,7 @@ func readStateKey(ctx context.Context, db *sql.DB, ref chainRef) ([]byte, error)
 
 // StateKey implements ledger.Chain: read from the read pool, made on the
 // writer's connection (under the writer's lock) when there is none yet.
-func (c *fileChain) StateKey(ctx context.Context) ([]byte, error) {
+func (c *chainWriter) StateKey(ctx context.Context) ([]byte, error) {
 	if key, err := readStateKey(ctx, c.r, c.chainRef); err != nil || key != nil {
 		return key, err
 	}
@@ -52,8 +52,8 @@ func (c *fileChain) StateKey(ctx context.Context) ([]byte, error) {
 }
 
 // StateKey implements ledger.Chain on the namespace's open file.
-func (f *nsFile) StateKey(ctx context.Context) ([]byte, error) {
-	return use(ctx, f, func(fc *fileChain) ([]byte, error) { return fc.StateKey(ctx) })
+func (f *lazyChain) StateKey(ctx context.Context) ([]byte, error) {
+	return use(ctx, f, func(fc *chainWriter) ([]byte, error) { return fc.StateKey(ctx) })
 }
 
 // StateKey implements ledger.Chain: a file opened for reading cannot make

@@ -42,13 +42,13 @@ type Store struct {
 	closed  bool
 	onEnded func(ns string, keys []string)
 
-	main   *fileChain   // nil when read-only
+	main   *chainWriter   // nil when read-only
 	index  *ledgerIndex // the key index of every namespace; nil when read-only
 	reader *Reader      // the default file's read pool
 	tokens *sqliteTokens
 
 	lruMu sync.Mutex // guards lru
-	lru   *list.List // open *nsFile, most recently used first
+	lru   *list.List // open *lazyChain, most recently used first
 
 	stopHeal context.CancelFunc
 	healDone chan struct{}
@@ -94,7 +94,7 @@ func OpenStore(ctx context.Context, path string, opts Options, readOnly bool) (*
 	}
 	s.index, s.opts.index, opts.index = ix, ix.Index, ix.Index
 	setIndexMetrics(ix.Index)
-	c, err := openFileChain(ctx, abs, ledger.DefaultNamespace, opts)
+	c, err := openChainWriter(ctx, abs, ledger.DefaultNamespace, opts)
 	if err != nil {
 		_ = ix.close()
 		return nil, err
@@ -196,7 +196,7 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 		c = readOnlyChain{namespaceReader(s.reader, ns, id)}
 	default:
 		// Opened on first use (nsfile.go).
-		c = &nsFile{s: s, ns: ns, id: id, rd: namespaceReader(s.reader, ns, id), mu: newChanMutex()}
+		c = &lazyChain{s: s, ns: ns, id: id, rd: namespaceReader(s.reader, ns, id), mu: newChanMutex()}
 	}
 	s.chains[ns] = c
 	return c, nil
@@ -270,7 +270,7 @@ func (s *Store) Close() error {
 	var errs []error
 	for ns, c := range s.chains {
 		switch c := c.(type) {
-		case *nsFile:
+		case *lazyChain:
 			errs = append(errs, c.close())
 		case readOnlyChain:
 			if ns != ledger.DefaultNamespace {
@@ -345,7 +345,7 @@ func (rd *Reader) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chai
 }
 
 // RebuildIndex rebuilds the default file's part of the key index from its
-// receipts, while the Store serves (fileChain.RebuildIndex).
+// receipts, while the Store serves (chainWriter.RebuildIndex).
 func (s *Store) RebuildIndex(ctx context.Context) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly

@@ -25,7 +25,7 @@ const treeCacheMax = 4096
 const sharedTreeCacheMax = 128
 
 // treeMax is the bound of the chain's tree cache.
-func (db *fileChain) treeMax() int {
+func (db *chainWriter) treeMax() int {
 	if db.main != nil {
 		return sharedTreeCacheMax
 	}
@@ -103,7 +103,7 @@ func (t *writeTx) addLeaf(seq uint64, hs []tlog.Hash) error {
 // commitTree merges a committed batch's tree hashes into the writer's
 // cache; past its bound, the cache keeps only the frontier of the tree of
 // t.head.Seq leaves.
-func (db *fileChain) commitTree(t *writeTx) {
+func (db *chainWriter) commitTree(t *writeTx) {
 	if len(db.tree)+len(t.tree.added) <= db.treeMax() {
 		for k, v := range t.tree.added {
 			db.tree[k] = v
@@ -140,7 +140,7 @@ func frontier(n int64) []int64 {
 // chain's last receipt, and back-fills the hashes of receipts that have
 // none (a ledger made before the tree existed), in batches, before the
 // writer starts.
-func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool) error {
+func (db *chainWriter) initTree(ctx context.Context, head ledger.Head, repair bool) error {
 	db.tree = make(treeCache, db.treeMax())
 	size, err := db.checkTree(ctx, head)
 	if errors.Is(err, ledger.ErrDerivedState) && repair {
@@ -166,7 +166,7 @@ func (db *fileChain) initTree(ctx context.Context, head ledger.Head, repair bool
 // checkTree returns the stored tree's size after checking that it is no
 // larger than the chain and that its last leaf is the hash of the
 // receipt at its size (both index lookups).
-func (db *fileChain) checkTree(ctx context.Context, head ledger.Head) (int64, error) {
+func (db *chainWriter) checkTree(ctx context.Context, head ledger.Head) (int64, error) {
 	size, err := storedTreeSize(ctx, db.w, db.chainRef)
 	if err != nil {
 		return 0, err
@@ -219,7 +219,7 @@ func (s hashScanner) Scan(v any) error {
 // variable for tests).
 var backfillChunk = 10_000
 
-func (db *fileChain) backfillTree(ctx context.Context, from int64, to uint64) error {
+func (db *chainWriter) backfillTree(ctx context.Context, from int64, to uint64) error {
 	start := time.Now()
 	db.logger.Info("building the Merkle tree of existing receipts", "from_leaf", from, "receipts", to)
 	for n := from; uint64(n) < to; {
@@ -292,7 +292,7 @@ func storedTreeSize(ctx context.Context, q queryRower, ref chainRef) (int64, err
 // dropTree removes the chain's stored tree hashes, for rebuild-index to
 // build them again, in one transaction that lifts the append-only trigger
 // only meanwhile.
-func (db *fileChain) dropTree(ctx context.Context) error {
+func (db *chainWriter) dropTree(ctx context.Context) error {
 	tx, err := db.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("tree: %w", classify(err))

@@ -109,7 +109,7 @@ func (c *checkpointer) close() error {
 }
 
 // kickCheckpoint wakes the checkpointer without ever blocking the writer.
-func (db *fileChain) kickCheckpoint() {
+func (db *chainWriter) kickCheckpoint() {
 	if db.ckpt == nil {
 		return
 	}
@@ -136,6 +136,6 @@ func (s WriterStats) PerOp() time.Duration {
 
 // WriterStats returns the writer's cumulative busy time, operations
 // (transactions plus receipts appended) and committed transactions.
-func (db *fileChain) WriterStats() WriterStats {
+func (db *chainWriter) WriterStats() WriterStats {
 	return WriterStats{Ops: db.opsDone.Load(), Batches: db.batches.Load(), Busy: time.Duration(db.busyNanos.Load())}
 }

@@ -45,7 +45,7 @@ func (s *writeStmts) all() []*sql.Stmt {
 // batch read or wrote enters the head, key and tree caches and the key
 // index only after COMMIT, so a failed batch leaves them exactly as the
 // database is.
-func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
+func (c *chainWriter) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -75,7 +75,7 @@ func (c *fileChain) Update(ctx context.Context, fn func(ctx context.Context, tx 
 
 // file is the chain that owns the file's writer: c itself, or the ledger
 // file's chain for a namespace of the shared tables.
-func (c *fileChain) file() *fileChain {
+func (c *chainWriter) file() *chainWriter {
 	if c.main != nil {
 		return c.main
 	}
@@ -84,7 +84,7 @@ func (c *fileChain) file() *fileChain {
 
 // newTx starts c's part of a batch (its sql.Tx is set by the caller).
 // Called with c.mu held.
-func (c *fileChain) newTx() *writeTx {
+func (c *chainWriter) newTx() *writeTx {
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
 		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated}
 	t.base = t.head.Seq
@@ -93,7 +93,7 @@ func (c *fileChain) newTx() *writeTx {
 }
 
 // commit runs the test hook, then COMMITs tx (rolled back if that fails).
-func (c *fileChain) commit(tx *sql.Tx) error {
+func (c *chainWriter) commit(tx *sql.Tx) error {
 	if f := c.file().beforeCommit; f != nil {
 		if err := f(); err != nil {
 			_ = tx.Rollback()
@@ -109,7 +109,7 @@ func (c *fileChain) commit(tx *sql.Tx) error {
 
 // committed takes a committed batch's part t into c's head, caches and
 // key index, and wakes those waiting on the keys it ended.
-func (c *fileChain) committed(t *writeTx) {
+func (c *chainWriter) committed(t *writeTx) {
 	c.record(t)
 	if f := c.file().afterCommit; f != nil {
 		f()
@@ -119,7 +119,7 @@ func (c *fileChain) committed(t *writeTx) {
 }
 
 // record takes a committed part t into c's head and gate state.
-func (c *fileChain) record(t *writeTx) {
+func (c *chainWriter) record(t *writeTx) {
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
 	c.gated = t.gated // loaded by this batch, or the file's (a map: shared)
@@ -139,7 +139,7 @@ func (c *fileChain) record(t *writeTx) {
 
 // settle takes a committed part t (already in the key index) into c's
 // caches and wakes those waiting on the keys it ended.
-func (c *fileChain) settle(t *writeTx) {
+func (c *chainWriter) settle(t *writeTx) {
 	c.cache.merge(c.id, t.dirtyKeys, t.dirtyReceipts)
 	c.commitTree(t)
 	if c.onEnded != nil && len(t.ended) > 0 {
@@ -149,7 +149,7 @@ func (c *fileChain) settle(t *writeTx) {
 
 // counted adds a committed transaction to the writer's work and wakes the
 // checkpointer.
-func (c *fileChain) counted(start time.Time, appended int) {
+func (c *chainWriter) counted(start time.Time, appended int) {
 	c.busyNanos.Add(int64(time.Since(start)))
 	c.opsDone.Add(int64(appended) + 1)
 	c.batches.Add(1)

@@ -11,8 +11,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-// A writing Store keeps at most Options.MaxOpenFiles namespaces open at
-// once: a namespace is handed out as an nsFile, a stable ledger.Chain that
+// A writing Store keeps at most Options.MaxOpenNamespaces namespaces open at
+// once: a namespace is handed out as an lazyChain, a stable ledger.Chain that
 // opens its chain (head, caches, tree, key index sync) when a write or a
 // key read needs it, and that the Store closes again when it is the least
 // recently used of too many open ones. Its rows are in the ledger file's
@@ -20,23 +20,23 @@ import (
 // one nothing but its registry row. So thousands of namespaces cost memory
 // only while they are in use, and a start-up does not open them.
 //
-// Lock order: Store.mu, then nsFile.mu, then the ledger file's writer
-// lock (fileChain.mu), then Store.lruMu.
+// Lock order: Store.mu, then lazyChain.mu, then the ledger file's writer
+// lock (chainWriter.mu), then Store.lruMu.
 
-// nsFile is one namespace behind the open-namespaces bound.
-type nsFile struct {
+// lazyChain is one namespace behind the open-namespaces bound.
+type lazyChain struct {
 	s  *Store
 	ns string
 	id int64   // in the registry and the shared tables
 	rd *Reader // the namespace's rows through the ledger file's read pool
 
 	mu    chanMutex  // guards the fields below; waits honour contexts
-	fc    *fileChain // nil while closed
+	fc    *chainWriter // nil while closed
 	users int
 	elem  *list.Element // in s.lru while open
 }
 
-var _ ledger.Chain = (*nsFile)(nil)
+var _ ledger.Chain = (*lazyChain)(nil)
 
 // chanMutex is a mutex whose Lock gives up when a context ends (opening a
 // file can take a while; a request must not wait past its deadline).
@@ -64,22 +64,22 @@ func (m chanMutex) tryLock() bool {
 
 func (m chanMutex) unlock() { <-m }
 
-// DefaultMaxOpenFiles is the most namespaces a writing Store keeps open
+// DefaultMaxOpenNamespaces is the most namespaces a writing Store keeps open
 // by default.
-const DefaultMaxOpenFiles = 1024
+const DefaultMaxOpenNamespaces = 1024
 
-// maxOpenFiles is the default bound on open namespaces. An open namespace
+// maxOpenNamespaces is the default bound on open namespaces. An open namespace
 // holds a few KiB (its head, its tree cache of at most 128 hashes; the
 // key cache is the ledger file's, shared by every namespace), so the
 // memory budget allows 32 per MiB of cacheMiB. At least 64, at most
-// DefaultMaxOpenFiles.
-func maxOpenFiles(cacheMiB int) int {
-	return max(64, min(DefaultMaxOpenFiles, cacheMiB*32))
+// DefaultMaxOpenNamespaces.
+func maxOpenNamespaces(cacheMiB int) int {
+	return max(64, min(DefaultMaxOpenNamespaces, cacheMiB*32))
 }
 
-// acquire opens the file if it is closed and marks it in use until
+// acquire opens the namespace if it is closed and marks it in use until
 // release.
-func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
+func (f *lazyChain) acquire(ctx context.Context) (*chainWriter, error) {
 	if err := f.mu.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
 	} else {
 		f.s.lru.MoveToFront(f.elem)
 	}
-	over := f.s.lru.Len() - f.s.opts.MaxOpenFiles
+	over := f.s.lru.Len() - f.s.opts.MaxOpenNamespaces
 	f.s.lruMu.Unlock()
 	fc := f.fc
 	f.mu.unlock()
@@ -109,7 +109,7 @@ func (f *nsFile) acquire(ctx context.Context) (*fileChain, error) {
 }
 
 // release ends a use that acquire began.
-func (f *nsFile) release() {
+func (f *lazyChain) release() {
 	f.mu <- struct{}{}
 	f.users--
 	f.mu.unlock()
@@ -117,7 +117,7 @@ func (f *nsFile) release() {
 
 // closeIdle closes the namespace if it is open and nobody uses it. It
 // reports whether it closed it.
-func (f *nsFile) closeIdle() bool {
+func (f *lazyChain) closeIdle() bool {
 	if !f.mu.tryLock() {
 		return false
 	}
@@ -138,9 +138,9 @@ func (f *nsFile) closeIdle() bool {
 // idle.
 func (s *Store) evict(n int) {
 	s.lruMu.Lock()
-	var victims []*nsFile
+	var victims []*lazyChain
 	for e := s.lru.Back(); e != nil && len(victims) < n; e = e.Prev() {
-		victims = append(victims, e.Value.(*nsFile))
+		victims = append(victims, e.Value.(*lazyChain))
 	}
 	s.lruMu.Unlock()
 	for _, f := range victims {
@@ -148,16 +148,16 @@ func (s *Store) evict(n int) {
 	}
 }
 
-// OpenFiles returns how many namespace files are open now (the ledger
-// file not counted).
-func (s *Store) OpenFiles() int {
+// OpenNamespaces returns how many namespaces other than default are open
+// now.
+func (s *Store) OpenNamespaces() int {
 	s.lruMu.Lock()
 	defer s.lruMu.Unlock()
 	return s.lru.Len()
 }
 
 // use runs fn on the open file.
-func use[T any](ctx context.Context, f *nsFile, fn func(*fileChain) (T, error)) (T, error) {
+func use[T any](ctx context.Context, f *lazyChain, fn func(*chainWriter) (T, error)) (T, error) {
 	fc, err := f.acquire(ctx)
 	if err != nil {
 		var zero T
@@ -168,7 +168,7 @@ func use[T any](ctx context.Context, f *nsFile, fn func(*fileChain) (T, error)) 
 }
 
 // Update runs fn in one write transaction of the namespace's file.
-func (f *nsFile) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
+func (f *lazyChain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
 	fc, err := f.acquire(ctx)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (f *nsFile) Update(ctx context.Context, fn func(ctx context.Context, tx led
 }
 
 // Head returns the durable head without opening a closed file.
-func (f *nsFile) Head(ctx context.Context) (ledger.Head, error) {
+func (f *lazyChain) Head(ctx context.Context) (ledger.Head, error) {
 	if err := f.mu.lock(ctx); err != nil {
 		return ledger.Head{}, err
 	}
@@ -190,19 +190,19 @@ func (f *nsFile) Head(ctx context.Context) (ledger.Head, error) {
 }
 
 // GetKey implements ledger.ChainReader.
-func (f *nsFile) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
-	return use(ctx, f, func(fc *fileChain) (*ledger.KeyView, error) { return fc.GetKey(ctx, key) })
+func (f *lazyChain) GetKey(ctx context.Context, key string) (*ledger.KeyView, error) {
+	return use(ctx, f, func(fc *chainWriter) (*ledger.KeyView, error) { return fc.GetKey(ctx, key) })
 }
 
 // GetReceipt implements ledger.ChainReader.
-func (f *nsFile) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
-	return use(ctx, f, func(fc *fileChain) (*chain.Receipt, error) { return fc.GetReceipt(ctx, seq) })
+func (f *lazyChain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	return use(ctx, f, func(fc *chainWriter) (*chain.Receipt, error) { return fc.GetReceipt(ctx, seq) })
 }
 
 // ListReceipts implements ledger.ChainReader.
-func (f *nsFile) ListReceipts(ctx context.Context, rf ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+func (f *lazyChain) ListReceipts(ctx context.Context, rf ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
 	var next *uint64
-	rs, err := use(ctx, f, func(fc *fileChain) ([]chain.Receipt, error) {
+	rs, err := use(ctx, f, func(fc *chainWriter) ([]chain.Receipt, error) {
 		rs, n, err := fc.ListReceipts(ctx, rf)
 		next = n
 		return rs, err
@@ -211,75 +211,75 @@ func (f *nsFile) ListReceipts(ctx context.Context, rf ledger.ReceiptFilter) ([]c
 }
 
 // Receipts implements ledger.ChainReader.
-func (f *nsFile) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Receipts(ctx, after, fn) })
+func (f *lazyChain) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	_, err := use(ctx, f, func(fc *chainWriter) (struct{}, error) { return struct{}{}, fc.Receipts(ctx, after, fn) })
 	return err
 }
 
 // KeyReceipts implements ledger.ChainReader.
-func (f *nsFile) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.KeyReceipts(ctx, after, fn) })
+func (f *lazyChain) KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	_, err := use(ctx, f, func(fc *chainWriter) (struct{}, error) { return struct{}{}, fc.KeyReceipts(ctx, after, fn) })
 	return err
 }
 
 // Keys implements ledger.ChainReader.
-func (f *nsFile) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.Keys(ctx, fn) })
+func (f *lazyChain) Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error {
+	_, err := use(ctx, f, func(fc *chainWriter) (struct{}, error) { return struct{}{}, fc.Keys(ctx, fn) })
 	return err
 }
 
 // DuplicateSuccesses implements ledger.ChainReader.
-func (f *nsFile) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.DuplicateSuccesses(ctx, fn) })
+func (f *lazyChain) DuplicateSuccesses(ctx context.Context, fn func(*ledger.Success) error) error {
+	_, err := use(ctx, f, func(fc *chainWriter) (struct{}, error) { return struct{}{}, fc.DuplicateSuccesses(ctx, fn) })
 	return err
 }
 
 // RepeatedFailures implements ledger.ChainReader.
-func (f *nsFile) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
-	_, err := use(ctx, f, func(fc *fileChain) (struct{}, error) { return struct{}{}, fc.RepeatedFailures(ctx, tool, fn) })
+func (f *lazyChain) RepeatedFailures(ctx context.Context, tool string, fn func(*ledger.CallAfterFailure) error) error {
+	_, err := use(ctx, f, func(fc *chainWriter) (struct{}, error) { return struct{}{}, fc.RepeatedFailures(ctx, tool, fn) })
 	return err
 }
 
 // KeyDrift implements ledger.ChainReader.
-func (f *nsFile) KeyDrift(ctx context.Context, key string) ([]string, error) {
-	return use(ctx, f, func(fc *fileChain) ([]string, error) { return fc.KeyDrift(ctx, key) })
+func (f *lazyChain) KeyDrift(ctx context.Context, key string) ([]string, error) {
+	return use(ctx, f, func(fc *chainWriter) ([]string, error) { return fc.KeyDrift(ctx, key) })
 }
 
 // TreeSize implements ledger.ChainReader.
-func (f *nsFile) TreeSize(ctx context.Context) (int64, error) {
-	return use(ctx, f, func(fc *fileChain) (int64, error) { return fc.TreeSize(ctx) })
+func (f *lazyChain) TreeSize(ctx context.Context) (int64, error) {
+	return use(ctx, f, func(fc *chainWriter) (int64, error) { return fc.TreeSize(ctx) })
 }
 
 // HashReader implements ledger.ChainReader: each read opens the file if
 // it was closed in between.
-func (f *nsFile) HashReader(ctx context.Context) sumdb.HashReader {
+func (f *lazyChain) HashReader(ctx context.Context) sumdb.HashReader {
 	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
-		return use(ctx, f, func(fc *fileChain) ([]tlog.Hash, error) { return fc.HashReader(ctx).ReadHashes(idx) })
+		return use(ctx, f, func(fc *chainWriter) ([]tlog.Hash, error) { return fc.HashReader(ctx).ReadHashes(idx) })
 	})
 }
 
 // ReceiptHashes implements ledger.ChainReader.
-func (f *nsFile) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
-	return use(ctx, f, func(fc *fileChain) ([]chain.Hash, error) { return fc.ReceiptHashes(ctx, from, n) })
+func (f *lazyChain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	return use(ctx, f, func(fc *chainWriter) ([]chain.Hash, error) { return fc.ReceiptHashes(ctx, from, n) })
 }
 
 // LatestCheckpoint implements ledger.ChainReader.
-func (f *nsFile) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
-	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.LatestCheckpoint(ctx) })
+func (f *lazyChain) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *chainWriter) (*tlog.Signed, error) { return fc.LatestCheckpoint(ctx) })
 }
 
 // CheckpointAt implements ledger.ChainReader.
-func (f *nsFile) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error) {
-	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.CheckpointAt(ctx, n) })
+func (f *lazyChain) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *chainWriter) (*tlog.Signed, error) { return fc.CheckpointAt(ctx, n) })
 }
 
 // CheckpointCovering implements ledger.ChainReader.
-func (f *nsFile) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
-	return use(ctx, f, func(fc *fileChain) (*tlog.Signed, error) { return fc.CheckpointCovering(ctx, n) })
+func (f *lazyChain) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *chainWriter) (*tlog.Signed, error) { return fc.CheckpointCovering(ctx, n) })
 }
 
 // close closes the namespace if open (the Store is closing).
-func (f *nsFile) close() error {
+func (f *lazyChain) close() error {
 	f.mu <- struct{}{}
 	defer f.mu.unlock()
 	if f.fc == nil {
@@ -291,4 +291,4 @@ func (f *nsFile) close() error {
 }
 
 // KeyTTL returns the namespace's key_ttl_ms.
-func (f *nsFile) KeyTTL(ctx context.Context) (uint64, error) { return f.rd.KeyTTL(ctx) }
+func (f *lazyChain) KeyTTL(ctx context.Context) (uint64, error) { return f.rd.KeyTTL(ctx) }

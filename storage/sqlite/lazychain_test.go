@@ -22,14 +22,14 @@ import (
 func openLedger(tb testing.TB, path string, maxOpen int, idle time.Duration) (*ledger.Ledger, *sqlite.Store) {
 	tb.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := sqlite.OpenStore(context.Background(), path, sqlite.Options{Logger: quiet, MaxOpenFiles: maxOpen}, false)
+	st, err := sqlite.OpenStore(context.Background(), path, sqlite.Options{Logger: quiet, MaxOpenNamespaces: maxOpen}, false)
 	require.NoError(tb, err)
 	l := ledger.New(st, ledger.Config{Logger: quiet, WriterIdle: idle})
 	return l, st
 }
 
 // TestStore_openFilesBounded: with more namespaces in use than
-// MaxOpenFiles, the least recently used files are closed and reopened on
+// MaxOpenNamespaces, the least recently used files are closed and reopened on
 // use; every write stays, heads are exact while closed and after a
 // restart, and the registry records each head.
 func TestStore_openFilesBounded(t *testing.T) {
@@ -40,14 +40,14 @@ func TestStore_openFilesBounded(t *testing.T) {
 	for i := range spaces {
 		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i), 0))
 	}
-	assert.Zero(t, st.OpenFiles(), "creating a namespace leaves its file closed")
+	assert.Zero(t, st.OpenNamespaces(), "creating a namespace leaves its file closed")
 	for round := range 3 {
 		for i := range spaces {
 			n, err := l.NS(ctx, fmt.Sprintf("ns%d", i))
 			require.NoError(t, err)
 			_, err = n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("key-%d-%d-abcdef", round, i), "exec-1"))
 			require.NoError(t, err)
-			assert.LessOrEqual(t, st.OpenFiles(), 2)
+			assert.LessOrEqual(t, st.OpenNamespaces(), 2)
 		}
 	}
 	infos, err := l.Namespaces(ctx)
@@ -64,7 +64,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 	infos2, err := l.Namespaces(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, infos, infos2, "heads after a restart, without opening the files")
-	assert.Zero(t, st.OpenFiles())
+	assert.Zero(t, st.OpenNamespaces())
 	n, err := l.NS(ctx, "ns0")
 	require.NoError(t, err)
 	_, err = n.Reserve(ctx, testkit.ReserveReq("key-0-0-abcdef", "exec-2"))
