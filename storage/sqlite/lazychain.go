@@ -30,7 +30,7 @@ type lazyChain struct {
 	id int64   // in the registry and the shared tables
 	rd *Reader // the namespace's rows through the ledger file's read pool
 
-	mu    chanMutex  // guards the fields below; waits honour contexts
+	mu    chanMutex    // guards the fields below; waits honour contexts
 	fc    *chainWriter // nil while closed
 	users int
 	elem  *list.Element // in s.lru while open

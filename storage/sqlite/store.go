@@ -42,7 +42,7 @@ type Store struct {
 	closed  bool
 	onEnded func(ns string, keys []string)
 
-	main   *chainWriter   // nil when read-only
+	main   *chainWriter // nil when read-only
 	index  *ledgerIndex // the key index of every namespace; nil when read-only
 	reader *Reader      // the default file's read pool
 	tokens *sqliteTokens
