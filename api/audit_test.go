@@ -15,6 +15,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -49,7 +50,9 @@ func tamperFile(t *testing.T, path string, seq int) {
 	sdb, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	defer sdb.Close()
-	_, err = sdb.Exec(`DROP TRIGGER IF EXISTS receipts_no_update; UPDATE receipts SET external_ref = '<b>forged</b>' WHERE seq = ?`, seq)
+	sdb.SetMaxOpenConns(1)
+	testkit.EditableReceipts(t, sdb)
+	_, err = sdb.Exec(`UPDATE receipts SET external_ref = '<b>forged</b>' WHERE seq = ?`, seq)
 	require.NoError(t, err)
 }
 

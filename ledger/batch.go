@@ -10,247 +10,206 @@ import (
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/internal/metrics"
+	"github.com/effect-ledger/effect-ledger/ledger/sched"
 	"github.com/effect-ledger/effect-ledger/tlog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// writeOp is one queued write: fn runs inside a batch transaction and its
-// error (nil, a domain *Error, or an internal failure) is sent on done
-// only after the transaction has committed or rolled back.
+// The write path: a request's write is an Op queued in the ledger's
+// scheduler (package sched), which forms groups across namespaces and
+// returns a future; the group goes to the driver's one write port,
+// Store.Write, as a Batch per namespace. The driver runs each batch's ops
+// in one transaction with the group's other batches and returns after a
+// durable COMMIT; then the futures complete and each request gets its
+// answer.
+
+// Batch is one namespace's share of a Store.Write: its operations, in the
+// order they were queued.
+type Batch struct {
+	NS string
+	// Keys are the keys the operations decide about: a driver may read
+	// their records ahead with the head.
+	Keys []string
+	Ops  []Op
+}
+
+// Op is one write operation of a batch: Decide reads and writes tx (the
+// batch's transaction, with the writes of the operations before it), and
+// may run more than once (a driver's retry); each run starts afresh.
+type Op interface {
+	Decide(ctx context.Context, tx Tx) error
+}
+
+// OpFunc is a function as an Op.
+type OpFunc func(ctx context.Context, tx Tx) error
+
+// Decide calls f.
+func (f OpFunc) Decide(ctx context.Context, tx Tx) error { return f(ctx, tx) }
+
+// Run runs the batch's operations in order in tx, as a driver's Write does
+// for each batch (again in each run). A domain refusal (*Error) is its
+// operation's answer and writes nothing; any other failure ends the run
+// and is returned.
+func (b Batch) Run(ctx context.Context, tx Tx) error {
+	for _, op := range b.Ops {
+		var de *Error
+		if err := op.Decide(ctx, tx); err != nil && !errors.As(err, &de) {
+			return err
+		}
+	}
+	return nil
+}
+
+// PartError is a failure of a Store.Write that rolled it back and that
+// may not be every batch's: Part (an index into its batches) caused it, or
+// -1 when the driver cannot tell which did.
+type PartError struct {
+	Part int
+	Err  error
+}
+
+func (e *PartError) Error() string { return e.Err.Error() }
+func (e *PartError) Unwrap() error { return e.Err }
+
+// writeOp is one queued write of the domain: fn decides, in a batch's
+// transaction, about key ("" for none). Its answer (nil or a domain
+// *Error) is read only once the batch's future completes.
 type writeOp struct {
-	key  string // the idempotency key the op decides about, "" for none
+	n    *Namespace
+	key  string
 	ctx  context.Context
 	fn   func(ctx context.Context, t *batchTx) error
-	done chan error
 	err  error
+	head uint64   // the head after the op's last run
+	kind []string // the kinds the op's last run appended
 	// observe is the request's BatchObserver, nil without one (tracing off).
 	observe BatchObserver
 }
 
-// submit queues fn, which decides about key ("" for none), for the
-// namespace's writer and waits for the durable outcome.
+// Decide runs the op, unless its request has ended meanwhile.
+func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
+	if err := o.ctx.Err(); err != nil {
+		o.err = err
+		return nil
+	}
+	t := &batchTx{Tx: tx, n: o.n}
+	o.err = o.fn(ctx, t)
+	o.head, o.kind = t.Head().Seq, t.kinds
+	return o.err
+}
+
+// submit queues fn, which decides about key ("" for none), and waits for
+// its durable outcome.
 func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.Context, t *batchTx) error) error {
-	op := &writeOp{key: key, ctx: ctx, fn: fn, done: make(chan error, 1), observe: batchObserverFromContext(ctx)}
-	n.mu.RLock()
-	if n.closed {
-		n.mu.RUnlock()
+	op := &writeOp{n: n, key: key, ctx: ctx, fn: fn, observe: batchObserverFromContext(ctx)}
+	f, err := n.l.queue.Add(ctx, n.name, op)
+	if errors.Is(err, sched.ErrClosed) {
 		return ErrClosed
 	}
-	select {
-	case n.ops <- op:
-	case <-ctx.Done():
-		n.mu.RUnlock()
-		return ctx.Err()
-	}
-	n.mu.RUnlock()
-	if g := n.l.group; g != nil {
-		// Counted once in the queue, not while waiting for room in it: a
-		// request blocked on a full queue joins no group before the next
-		// one starts, and the group must not wait for it. (The writer
-		// may take the op first: queued dips below the truth for a moment.)
-		g.queued.Add(1)
-		g.signal()
-	}
-	n.wake()
-	select {
-	case err := <-op.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// writer drains the namespace's queue in batches: each batch is one
-// Chain.Update in which the ops run in order, so each decision sees the
-// effects of the ones before it. It never waits for a batch to fill: a
-// lone request is written at once.
-//
-// It exits after Config.WriterIdle without work. An op queued then is
-// never stranded: submit queues before it reads running, and the writer
-// clears running before it looks at the queue (and at closedFlag) one
-// last time, so either submit sees running false and starts a writer, or
-// the exiting writer sees the op and carries on.
-func (n *Namespace) writer() {
-	max := n.l.cfg.MaxBatch
-	linger := n.l.cfg.Linger
-	if n.l.group != nil {
-		linger = 0 // the group lingers for every namespace's (group.go)
-	}
-	batch := make([]*writeOp, 0, max)
-	var timer *time.Timer
-	idle := time.NewTimer(n.l.cfg.WriterIdle)
-	defer idle.Stop()
-	last := 0 // size of the previous batch
-	for {
-		var op *writeOp
-		var ok bool
-		select {
-		case op, ok = <-n.ops:
-			n.took(ok)
-		case <-idle.C:
-			n.running.Store(false)
-			if (len(n.ops) > 0 || n.closedFlag.Load()) && n.running.CompareAndSwap(false, true) {
-				idle.Reset(n.l.cfg.WriterIdle)
-				continue
-			}
-			return
-		}
-		if !ok {
-			close(n.done)
-			return
-		}
-		idle.Reset(n.l.cfg.WriterIdle)
-		batch = append(batch[:0], op)
-		// Under load (the previous batch held more than one op), wait up
-		// to linger for the requests answered by that batch to come back,
-		// so that a batch is not spent on the first of them; a lone request
-		// on an idle ledger never waits.
-		var deadline <-chan time.Time
-		if linger > 0 && last > 1 {
-			if timer == nil {
-				timer = time.NewTimer(linger)
-			} else {
-				timer.Reset(linger)
-			}
-			deadline = timer.C
-		}
-	fill:
-		for len(batch) < max {
-			select {
-			case op, ok := <-n.ops:
-				n.took(ok)
-				if !ok {
-					break fill
-				}
-				batch = append(batch, op)
-				continue
-			default:
-			}
-			if deadline == nil || len(batch) >= last {
-				break fill
-			}
-			select {
-			case op, ok := <-n.ops:
-				n.took(ok)
-				if !ok {
-					break fill
-				}
-				batch = append(batch, op)
-			case <-deadline:
-				deadline = nil
-				break fill
-			}
-		}
-		if deadline != nil {
-			timer.Stop() // no stale tick after Stop (Go ≥ 1.23 timers)
-		}
-		batch = n.runBatch(batch)
-		last = len(batch)
-		clear(batch)
-	}
-}
-
-// took counts an op taken from the queue (ok) out of the group's queued.
-func (n *Namespace) took(ok bool) {
-	if ok && n.l.group != nil {
-		n.l.group.queued.Add(-1)
-	}
-}
-
-// runBatch runs ops in one Update (or, on a store that can, in a group
-// with other namespaces' batches: group.go) and replies to each after
-// COMMIT; it returns ops with those the group added (more). A
-// domain error of one op touches nothing (decisions are made before any
-// write); any other failure rolls back the whole batch and fails every op
-// in it. The driver may run the batch more than once (retries): each run
-// decides every op afresh.
-func (n *Namespace) runBatch(ops []*writeOp) []*writeOp {
-	ctx := context.Background() // request contexts must not interrupt a shared transaction
-	start := time.Now()
-	var last *batchTx
-	keys := make([]string, 0, len(ops))
-	for _, op := range ops {
-		if op.key != "" {
-			keys = append(keys, op.key)
-		}
-	}
-	// more runs in the group's goroutine while this batch waits for its
-	// group (the writer is blocked in update meanwhile): the ops queued
-	// since join the batch, after the ones it holds, in queue order. It
-	// returns the keys of the whole batch.
-	more := func() []string {
-		for len(ops) < n.l.cfg.MaxBatch {
-			select {
-			case op, ok := <-n.ops:
-				n.took(ok)
-				if !ok {
-					return keys
-				}
-				ops = append(ops, op)
-				if op.key != "" {
-					keys = append(keys, op.key)
-				}
-			default:
-				return keys
-			}
-		}
-		return keys
-	}
-	err := n.l.update(ctx, n.chain, keys, func(ctx context.Context, tx Tx) error {
-		t := &batchTx{Tx: tx, n: n}
-		last = t
-		if p, ok := tx.(Preloader); ok && len(ops) > 1 {
-			if err := p.Preload(ctx, keys); err != nil {
-				return err
-			}
-		}
-		for _, op := range ops {
-			if err := op.ctx.Err(); err != nil {
-				op.err = err
-				continue
-			}
-			op.err = op.fn(ctx, t)
-			var de *Error
-			if op.err != nil && !errors.As(op.err, &de) {
-				return op.err
-			}
-		}
-		return nil
-	}, queueJoiner{take: more, n: n})
 	if err != nil {
-		n.l.lastWriteErr.Store(&err)
-		n.l.Fault(err)
+		return err
+	}
+	if err := f.Wait(ctx); err != nil {
+		var de *Error
+		if errors.As(op.err, &de) && !errors.Is(err, ctx.Err()) {
+			return op.err // a refusal writes nothing, whatever became of its batch
+		}
+		return err
+	}
+	return op.err
+}
+
+// flush writes a group formed by the scheduler: one Store.Write for all
+// its batches. When one batch failed (an internal failure of its
+// namespace: domain refusals never fail a batch) the write rolled back:
+// that batch gets its error and the others are written again, each alone,
+// so that one namespace's failure is not another's; when the driver cannot
+// tell which batch the database refused, every batch is written again
+// alone. A failure of the database itself fails every batch.
+func (l *Ledger) flush(group []sched.Batch[*writeOp]) []error {
+	ctx := context.Background() // no request may interrupt a shared transaction
+	start := time.Now()
+	groupParts.Observe(float64(len(group)))
+	batches := make([]Batch, len(group))
+	for i, g := range group {
+		b := Batch{NS: g.NS, Ops: make([]Op, len(g.Items))}
+		for j, op := range g.Items {
+			b.Ops[j] = op
+			if op.key != "" {
+				b.Keys = append(b.Keys, op.key)
+			}
+		}
+		batches[i] = b
+	}
+	errs := make([]error, len(group))
+	err := l.store.Write(ctx, batches)
+	var pe *PartError
+	if len(group) > 1 && errors.As(err, &pe) && pe.Part < len(group) {
+		for i := range batches {
+			if i == pe.Part {
+				errs[i] = pe.Err
+			} else {
+				errs[i] = unwrapPart(l.store.Write(ctx, batches[i:i+1]))
+			}
+		}
+	} else {
+		for i := range errs {
+			errs[i] = unwrapPart(err)
+		}
+	}
+	for i, g := range group {
+		l.settle(g.NS, g.Items, errs[i], start)
+	}
+	return errs
+}
+
+// unwrapPart returns the error of a Write of one batch as that batch's.
+func unwrapPart(err error) error {
+	var pe *PartError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// settle records a batch's end: readiness, metrics, the requests'
+// observers, and a log line for a failure.
+func (l *Ledger) settle(ns string, ops []*writeOp, err error, start time.Time) {
+	end := time.Now()
+	observeBatch(ops, BatchInfo{Namespace: ns, Size: len(ops), Start: start, End: end, Err: err})
+	if err != nil {
+		l.lastWriteErr.Store(&err)
+		l.Fault(err)
 		writerReady.Set(0)
 		batchFailures.Inc()
-		if quiet, ok := n.failLog.allow(err); ok {
-			n.l.logger.Error("write batch failed", "namespace", n.name, "ops", len(ops), "err", err, "failures_not_logged", quiet)
+		if quiet, ok := ops[0].n.failLog.allow(err); ok {
+			l.logger.Error("write batch failed", "namespace", ns, "ops", len(ops), "err", err, "failures_not_logged", quiet)
 		}
-		observeBatch(ops, BatchInfo{Namespace: n.name, Size: len(ops), Start: start, End: time.Now(), Err: err})
-		for _, op := range ops {
-			var de *Error
-			if !errors.As(op.err, &de) {
-				op.err = err
-			}
-			op.done <- op.err
-		}
-		return ops
+		return
 	}
-	n.l.lastWriteErr.Store(nil)
+	l.lastWriteErr.Store(nil)
 	writerReady.Set(1)
-	observeBatch(ops, BatchInfo{Namespace: n.name, Size: len(ops), Start: start, End: time.Now()})
-	for _, op := range ops {
-		op.done <- op.err
-	}
-	busy := time.Since(start)
+	busy := end.Sub(start)
 	batchSize.Observe(float64(len(ops)))
 	batchSeconds.Observe(busy.Seconds())
 	writerBusy.Add(busy.Seconds())
 	writerOps.Add(float64(len(ops)))
-	if last != nil {
-		countKinds(n.name, last.kinds)
-		headSeq.WithLabelValues(n.name).Set(float64(last.Head().Seq))
+	var kinds []string
+	var head uint64
+	for _, op := range ops {
+		kinds = append(kinds, op.kind...)
+		head = max(head, op.head)
 	}
-	return ops
+	countKinds(ns, kinds)
+	if head > 0 {
+		headSeq.WithLabelValues(ns).Set(float64(head))
+	}
 }
+
+var groupParts = metrics.Histogram("ledger_writer_group_namespaces",
+	"Namespaces whose batches shared one transaction (group commit across namespaces; 1: a batch alone).",
+	prometheus.ExponentialBuckets(1, 2, 8))
 
 // countKinds adds a batch's appended receipts, of kinds, to
 // ledger_receipts_appended_total: one look-up of the labels per kind, not
@@ -344,13 +303,3 @@ func (f *failLog) allow(err error) (quiet int, ok bool) {
 	}
 	return quiet, true
 }
-
-// queueJoiner is a namespace's queue as a batch waiting for its group
-// sees it (joiner).
-type queueJoiner struct {
-	n    *Namespace
-	take func() []string
-}
-
-func (q queueJoiner) more() []string { return q.take() }
-func (q queueJoiner) backlog() int   { return len(q.n.ops) }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/ledger/sched"
 )
 
 // Config configures the domain service.
@@ -14,7 +16,7 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// MaxBatch bounds how many queued writes of one namespace share one
-	// transaction (default 256).
+	// transaction, and how many wait for one (default 256).
 	MaxBatch int
 	// MaxWaiters bounds the reserves parked waiting for another
 	// reservation of their key (wait_ms) at once; beyond it a reserve is
@@ -22,21 +24,17 @@ type Config struct {
 	MaxWaiters int
 	// Now is the clock of waits (lease ends); decisions use Tx.Now.
 	Now func() time.Time
-	// Linger, when positive, lets a namespace's writer under load wait up
-	// to this long for as many requests as the previous batch held before
-	// it starts the next batch. Worth it where a transaction has a high
-	// fixed cost (PostgreSQL: round trips and a COMMIT per batch); an idle
-	// ledger never waits. 0 (the default) starts every batch at once.
+	// Linger, when positive, lets a write group under load wait up to
+	// this long for as many requests as the previous group held before it
+	// starts (package sched). Worth it where a transaction has a high fixed
+	// cost (PostgreSQL: round trips and a COMMIT per group); an idle ledger
+	// never waits. 0 (the default) starts every group at once.
 	Linger time.Duration
 	// MaxNamespaces bounds how many namespaces CreateNamespace lets exist,
 	// default included (0: no bound). Replicas of one database each
 	// enforce it, so two creations at once on two replicas may pass it by
 	// one.
 	MaxNamespaces int
-	// WriterIdle is how long a namespace's writer goroutine waits for
-	// work before it exits; the next write starts it again, so idle
-	// namespaces hold no goroutine (default DefaultWriterIdle).
-	WriterIdle time.Duration
 	// ApprovalInputRetention is how long an ask's input is kept after its
 	// answer or expiry (SPEC §13; default DefaultApprovalInputRetention).
 	ApprovalInputRetention time.Duration
@@ -46,12 +44,9 @@ type Config struct {
 // Config.ApprovalInputRetention: 7 days.
 const DefaultApprovalInputRetention = 7 * 24 * time.Hour
 
-// DefaultWriterIdle is the default of Config.WriterIdle.
-const DefaultWriterIdle = 5 * time.Second
-
 // Ledger is the domain service: validation, the SPEC §4 state machine,
-// chain linking and Merkle hashing, one batching queue per namespace and
-// the waits of SPEC §8, over a Store.
+// chain linking and Merkle hashing, the write scheduler and the waits of
+// SPEC §8, over a Store.
 type Ledger struct {
 	store  Store
 	cfg    Config
@@ -67,7 +62,7 @@ type Ledger struct {
 	lastWriteErr atomic.Pointer[error] // nil after a successful batch
 	fault        atomic.Pointer[Error] // set once stored data is found damaged (Fault)
 
-	group *groupCommit // nil unless the store is a GroupUpdater
+	queue *sched.Queue[*writeOp] // the write groups (batch.go)
 }
 
 // New starts the domain service over store. Close closes both.
@@ -81,33 +76,17 @@ func New(store Store, cfg Config) *Ledger {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.WriterIdle <= 0 {
-		cfg.WriterIdle = DefaultWriterIdle
-	}
 	if cfg.ApprovalInputRetention <= 0 {
 		cfg.ApprovalInputRetention = DefaultApprovalInputRetention
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}
-	if gu, ok := store.(GroupUpdater); ok {
-		l.group = newGroupCommit(gu, cfg.Linger)
-	}
+	l.queue = sched.New(l.flush, sched.Options{MaxOps: cfg.MaxBatch, Linger: cfg.Linger})
 	store.OnEnded(l.waits.notify)
 	writerReady.Set(1)
 	keysWaiting.serve(l)
 	approvalsPending.serve(l)
 	return l
-}
-
-// update runs fn, which decides about keys, in a write transaction of c:
-// c's own Update, or a group's share of one (group.go). While the batch
-// waits for its group, join.more may add operations to it and returns
-// the batch's keys.
-func (l *Ledger) update(ctx context.Context, c Chain, keys []string, fn func(ctx context.Context, tx Tx) error, join joiner) error {
-	if l.group != nil {
-		return l.group.update(ctx, c, keys, fn, join)
-	}
-	return c.Update(ctx, fn)
 }
 
 // Store returns the storage driver.
@@ -154,23 +133,15 @@ func (l *Ledger) Waiting() int { return l.waits.waiting() }
 // parked requests do not hold the shutdown up; Close calls it too.
 func (l *Ledger) EndWaits() { l.waits.end() }
 
-// Close stops accepting writes, lets every queue finish what it holds and
-// closes the store.
+// Close stops accepting writes, writes what is queued and closes the
+// store.
 func (l *Ledger) Close() error {
 	keysWaiting.stop(l)
 	approvalsPending.stop(l)
 	l.EndWaits()
 	l.mu.Lock()
-	spaces := l.spaces
-	if !l.closed {
-		l.closed = true
-		for _, n := range spaces {
-			n.close()
-		}
-	}
+	l.closed = true
 	l.mu.Unlock()
-	for _, n := range spaces {
-		<-n.done
-	}
+	l.queue.Close()
 	return l.store.Close()
 }

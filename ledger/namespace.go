@@ -63,7 +63,7 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl, ops: make(chan *writeOp, l.cfg.MaxBatch), done: make(chan struct{})}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl}
 	l.spaces[name] = n
 	return n, nil
 }
@@ -154,7 +154,7 @@ func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 	return out, nil
 }
 
-// Namespace is one namespace of a Ledger: its write queue and reads.
+// Namespace is one namespace of a Ledger: its writes and reads.
 type Namespace struct {
 	Log // reads and proofs, without the head lock
 
@@ -162,17 +162,6 @@ type Namespace struct {
 	name   string
 	chain  Chain
 	keyTTL uint64 // key_ttl_ms, fixed at creation
-
-	mu     sync.RWMutex // guards closed and sends on ops
-	closed bool
-	ops    chan *writeOp
-	done   chan struct{} // closed when the writer has exited for good
-
-	// running is true while a writer goroutine runs (or is starting): it
-	// exits after Config.WriterIdle without work and the next submit
-	// starts another, so an idle namespace holds no goroutine.
-	running    atomic.Bool
-	closedFlag atomic.Bool // closed, readable without mu
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
 
@@ -199,26 +188,3 @@ func (n *Namespace) Name() string { return n.name }
 
 // Reader reads the namespace without its head lock.
 func (n *Namespace) Reader() ChainReader { return n.chain }
-
-func (n *Namespace) close() {
-	n.mu.Lock()
-	if !n.closed {
-		n.closed = true
-		n.closedFlag.Store(true)
-		close(n.ops)
-	}
-	n.mu.Unlock()
-	n.wake() // a writer drains the queue and closes done
-}
-
-// wake starts the writer if none runs. See writer for why no queued op
-// is ever left without one.
-func (n *Namespace) wake() {
-	if !n.running.Load() && n.running.CompareAndSwap(false, true) {
-		go n.writer()
-	}
-}
-
-// WriterRunning reports whether the namespace's writer goroutine runs now
-// (it exits after Config.WriterIdle without work).
-func (n *Namespace) WriterRunning() bool { return n.running.Load() }

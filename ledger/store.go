@@ -43,6 +43,16 @@ var (
 // Store is a storage driver's handle on one database (a SQLite file and
 // its namespace files, or a PostgreSQL database).
 type Store interface {
+	// Write is the one write port: it runs each batch's operations
+	// (Batch.Run, which may run more than once: each run starts from the
+	// database and keeps nothing from an earlier one) in one write
+	// transaction that holds every batch's head exclusively, and returns
+	// after one durable COMMIT. The batches are of distinct namespaces. A
+	// failure of one batch's run rolls the whole write back and comes back
+	// as a *PartError naming it; so does a refusal by the database that may
+	// be some batches' own, not all of theirs (Part -1 when the driver
+	// cannot tell whose). Any other error means nothing persisted.
+	Write(ctx context.Context, batches []Batch) error
 	// Chain returns the namespace ns, or ErrUnknownNamespace.
 	Chain(ctx context.Context, ns string) (Chain, error)
 	// CreateNamespace creates an empty namespace whose keys expire after
@@ -57,7 +67,7 @@ type Store interface {
 	// database the driver can hear) with the keys of ns whose reservation
 	// that transaction ended. Calls are hints for waiting reserves: they
 	// may be spurious, late or (after a lost connection) missing, and
-	// fn must not block. Register before the first Update.
+	// fn must not block. Register before the first Write.
 	OnEnded(fn func(ns string, keys []string))
 	// OpenKeys counts the keys whose latest reservation has no outcome,
 	// by namespace, state (StateReserved or StateInterrupted, on the
@@ -65,25 +75,16 @@ type Store interface {
 	// It is called on scrapes of /metrics (openkeys.go), so it must not
 	// read every key record of a large ledger.
 	OpenKeys(ctx context.Context) ([]OpenKeyCount, error)
-	// Ready reports whether the database can be written now.
-	Ready(ctx context.Context) error
 	// Describe names the database for logs and errors (never a password).
 	Describe() string
 	Close() error
 }
 
 // Chain is one namespace: a chain of receipts, its key records, its
-// Merkle tree and checkpoints.
+// Merkle tree and checkpoints, read without its head lock (writes go
+// through Store.Write).
 type Chain interface {
 	ChainReader
-	// Update runs fn in one write transaction that holds the namespace's
-	// head exclusively, and returns after a durable COMMIT. fn may run
-	// more than once (the driver retries serialization failures, dead
-	// connections and COMMITs whose outcome it resolved as not done);
-	// each run starts from the database and keeps nothing from an earlier
-	// one. An error from fn rolls back and is returned as is. Any other
-	// error means nothing of this Update persisted.
-	Update(ctx context.Context, fn func(ctx context.Context, tx Tx) error) error
 	// StateKey returns the namespace's secret: 32 random bytes made on
 	// the first call and the same for every later one, from any writer of
 	// the database (concurrent first calls agree). It is kept off the
@@ -94,45 +95,7 @@ type Chain interface {
 	StateKey(ctx context.Context) ([]byte, error)
 }
 
-// GroupUpdater is a Store whose namespaces can share a transaction: the
-// batches of several namespaces then cost one durable COMMIT, not one
-// each (the domain's group commit, group.go).
-type GroupUpdater interface {
-	// UpdateGroup runs each part's Fn on its Chain, in order, in one write
-	// transaction that holds every part's head exclusively, and returns
-	// after one durable COMMIT; each Fn sees its own chain's Tx as in
-	// Update. The chains are distinct and come from this Store's Chain.
-	// Retries and failures are Update's: the Fns may run more than once,
-	// an error from one rolls the whole group back and is returned as
-	// is, and any other error means nothing of the group persisted. A
-	// failure that may be some parts' own, not all of theirs (an Fn's
-	// error, writes the database refused for good), comes back as a
-	// *PartError, so that the domain can run the others again alone.
-	UpdateGroup(ctx context.Context, parts []GroupPart) error
-}
-
-// PartError is a failure of an UpdateGroup that rolled it back and that
-// may not be every part's: Part (an index into its parts) caused it, or
-// -1 when the driver cannot tell which did.
-type PartError struct {
-	Part int
-	Err  error
-}
-
-func (e *PartError) Error() string { return e.Err.Error() }
-func (e *PartError) Unwrap() error { return e.Err }
-
-// GroupPart is one namespace's share of an UpdateGroup.
-type GroupPart struct {
-	Chain Chain
-	Fn    func(ctx context.Context, tx Tx) error
-	// Keys are the keys Fn decides about: the driver may read their
-	// records ahead with the heads, as a Preloader's Preload would (Fn
-	// may still call Preload; keys read ahead are not read again).
-	Keys []string
-}
-
-// Tx is what the domain reads and writes in one Update. Reads see the
+// Tx is what the domain reads and writes in one batch of a Store.Write. Reads see the
 // writes made earlier in the same transaction.
 type Tx interface {
 	// Head is the chain's head including this transaction's appends.
@@ -205,14 +168,6 @@ type GateTx interface {
 	// has none, which spares the gate the key's history when no rule
 	// gates the request. A driver that cannot tell cheaply says true.
 	MayHaveGateReceipts(ctx context.Context, key string) (bool, error)
-}
-
-// Preloader is a Tx that can read the records of a batch's keys (and the
-// receipts they point at) ahead, in a few round trips, before the batch's
-// operations read them one by one. The domain calls it once per batch run
-// of more than one operation.
-type Preloader interface {
-	Preload(ctx context.Context, keys []string) error
 }
 
 // ChainReader is what the domain reads of one namespace without taking

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -100,4 +101,10 @@ func CreateSchemaV2(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// Update runs fn in one write transaction of the chain, as a Write of one
+// batch does (the drivers' own tests write through raw transactions).
+func (c *Chain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
+	return c.s.update(ctx, []part{{c: c, fn: fn}})
 }

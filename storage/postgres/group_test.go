@@ -19,29 +19,29 @@ import (
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
-// groupOf makes a group appending n reserves to each chain.
-func groupOf(chains []ledger.Chain, n int, tag string) []ledger.GroupPart {
-	parts := make([]ledger.GroupPart, len(chains))
+// groupOf makes a write appending n reserves to each chain.
+func groupOf(chains []*postgres.Chain, n int, tag string) []ledger.Batch {
+	batches := make([]ledger.Batch, len(chains))
 	for i, c := range chains {
-		parts[i] = ledger.GroupPart{Chain: c, Fn: func(ctx context.Context, tx ledger.Tx) error {
+		batches[i] = ledger.Batch{NS: c.Namespace(), Ops: []ledger.Op{ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
 			for j := range n {
 				if err := reserveKey(ctx, tx, fmt.Sprintf("%s-%d-%d", tag, i, j), "e"); err != nil {
 					return err
 				}
 			}
 			return nil
-		}}
+		})}}
 	}
-	return parts
+	return batches
 }
 
-func TestStore_UpdateGroup(t *testing.T) {
+func TestStore_Write(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{})
 	names := []string{"zeta", ledger.DefaultNamespace, "alpha"}
-	var chains []ledger.Chain
+	var chains []*postgres.Chain
 	for _, ns := range names {
 		if ns != ledger.DefaultNamespace {
 			if err := s.CreateNamespace(ctx, ns, 0); err != nil {
@@ -52,44 +52,44 @@ func TestStore_UpdateGroup(t *testing.T) {
 	}
 
 	// One transaction, each chain its own seq and head.
-	if err := s.UpdateGroup(ctx, groupOf(chains, 2, "first")); err != nil {
+	if err := s.Write(ctx, groupOf(chains, 2, "first")); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range chains {
 		requireReceipts(t, c, 2)
 	}
 
-	// A part that fails rolls the whole group back.
+	// A batch that fails rolls the whole write back, and is named.
 	parts := groupOf(chains, 1, "second")
 	boom := errors.New("boom")
-	parts = append(parts[:2], ledger.GroupPart{Chain: chains[2], Fn: func(ctx context.Context, tx ledger.Tx) error {
+	parts = append(parts[:2], ledger.Batch{NS: chains[2].Namespace(), Ops: []ledger.Op{ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
 		if err := reserveKey(ctx, tx, "second-doomed", "e"); err != nil {
 			return err
 		}
 		return boom
-	}})
-	if err := s.UpdateGroup(ctx, parts); err != boom {
-		t.Fatalf("a failing part: got %v, want its error as is", err)
+	})}})
+	var pe *ledger.PartError
+	if err := s.Write(ctx, parts); !errors.As(err, &pe) || pe.Part != 2 || pe.Err != boom {
+		t.Fatalf("a failing batch: got %v, want its error as is, naming it", err)
 	}
 	for _, c := range chains {
 		requireReceipts(t, c, 2)
 	}
 
-	// Refused: a chain twice, a chain of another store.
-	if err := s.UpdateGroup(ctx, []ledger.GroupPart{{Chain: chains[0]}, {Chain: chains[0]}}); err == nil {
-		t.Fatal("a group with one namespace twice ran")
+	// Refused: a namespace twice, a namespace that does not exist.
+	if err := s.Write(ctx, []ledger.Batch{{NS: "zeta"}, {NS: "zeta"}}); err == nil {
+		t.Fatal("a write with one namespace twice ran")
 	}
-	other := mustOpen(t, u, postgres.Options{})
-	if err := s.UpdateGroup(ctx, []ledger.GroupPart{{Chain: mustChain(t, other, ledger.DefaultNamespace)}}); err == nil {
-		t.Fatal("a group with another store's chain ran")
+	if err := s.Write(ctx, []ledger.Batch{{NS: "nowhere"}}); !errors.Is(err, ledger.ErrUnknownNamespace) {
+		t.Fatalf("a write to an unknown namespace: got %v", err)
 	}
 }
 
-// TestStore_UpdateGroup_Races: groups over overlapping namespaces, in
+// TestStore_Write_Races: groups over overlapping namespaces, in
 // every order, from two stores (replicas), beside single Updates: the
 // head locks are taken in one order, so no deadlock, and every chain
 // holds exactly what was acknowledged.
-func TestStore_UpdateGroup_Races(t *testing.T) {
+func TestStore_Write_Races(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	u := pgtest.URL(t)
@@ -112,17 +112,17 @@ func TestStore_UpdateGroup_Races(t *testing.T) {
 					idx = append(idx, (w+i+k*(1+w%3))%4)
 				}
 				idx = unique(idx)
-				chains := make([]ledger.Chain, len(idx))
+				chains := make([]*postgres.Chain, len(idx))
 				for k, j := range idx {
 					chains[k] = mustChain(t, s, names[j])
 				}
 				parts := groupOf(chains, 1+i%2, fmt.Sprintf("w%d-i%d", w, i))
 				var err error
 				if i%3 == 2 {
-					err = chains[0].Update(ctx, parts[0].Fn)
+					err = chains[0].Update(ctx, parts[0].Ops[0].Decide)
 					idx = idx[:1]
 				} else {
-					err = s.UpdateGroup(ctx, parts)
+					err = s.Write(ctx, parts)
 				}
 				if err != nil {
 					t.Error(err)
@@ -245,11 +245,11 @@ func groupsOfMany(t *testing.T) uint64 {
 	return 0
 }
 
-// TestStore_UpdateGroup_LostCommit: a group's COMMIT whose reply is lost
+// TestStore_Write_LostCommit: a group's COMMIT whose reply is lost
 // is resolved by its first part's batch row for the whole group: found,
 // no part runs again; not found (the COMMIT never arrived), every part
 // runs again, once.
-func TestStore_UpdateGroup_LostCommit(t *testing.T) {
+func TestStore_Write_LostCommit(t *testing.T) {
 	ctx := context.Background()
 	for _, committed := range []bool{true, false} {
 		t.Run(fmt.Sprint("committed=", committed), func(t *testing.T) {
@@ -260,15 +260,15 @@ func TestStore_UpdateGroup_LostCommit(t *testing.T) {
 			if err := s.CreateNamespace(ctx, "other", 0); err != nil {
 				t.Fatal(err)
 			}
-			chains := []ledger.Chain{mustChain(t, s, "other"), mustChain(t, s, ledger.DefaultNamespace)}
+			chains := []*postgres.Chain{mustChain(t, s, "other"), mustChain(t, s, ledger.DefaultNamespace)}
 			var runs atomic.Int64
 			parts := groupOf(chains, 1, "lost")
 			for i := range parts {
-				fn := parts[i].Fn
-				parts[i].Fn = func(ctx context.Context, tx ledger.Tx) error { runs.Add(1); return fn(ctx, tx) }
+				op := parts[i].Ops[0]
+				parts[i].Ops[0] = ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error { runs.Add(1); return op.Decide(ctx, tx) })
 			}
 			proxy.armed.Store(true)
-			if err := s.UpdateGroup(ctx, parts); err != nil {
+			if err := s.Write(ctx, parts); err != nil {
 				t.Fatal(err)
 			}
 			want := int64(2)

@@ -176,7 +176,7 @@ func reserveKey(ctx context.Context, tx ledger.Tx, key, exec string) error {
 // update runs fn in c.Update and fails tb on error.
 func update(tb testing.TB, c ledger.Chain, fn func(ctx context.Context, tx ledger.Tx) error) {
 	tb.Helper()
-	if err := c.Update(context.Background(), fn); err != nil {
+	if err := c.(*postgres.Chain).Update(context.Background(), fn); err != nil {
 		tb.Fatalf("update: %v", err)
 	}
 }

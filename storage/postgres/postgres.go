@@ -96,7 +96,6 @@ var (
 	_ ledger.Store       = (*Store)(nil)
 	_ ledger.Chain       = (*Chain)(nil)
 	_ ledger.Tx          = (*tx)(nil)
-	_ ledger.Preloader   = (*tx)(nil)
 	_ ledger.TokenStore  = tokenStore{}
 	_ ledger.ChainReader = (*Chain)(nil)
 )

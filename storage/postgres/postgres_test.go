@@ -350,7 +350,7 @@ func TestChain_Update_TwoStores(t *testing.T) {
 					return
 				}
 				n := 1 + (w+i)%3
-				err = c.Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
+				err = c.(*postgres.Chain).Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
 					for j := range n {
 						if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%d-%d-%d", w, i, j), exec: "e", tool: "t"}, 1000); err != nil {
 							return err

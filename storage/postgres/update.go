@@ -48,34 +48,34 @@ const (
 	sqlPruneBatches = `DELETE FROM batches WHERE committed_at < $1`
 )
 
-// Update runs fn in one write transaction holding the namespace's head
-// row FOR UPDATE, and returns after COMMIT. fn runs again, from a fresh
-// transaction, after a serialization failure, a deadlock, a connection
-// lost before COMMIT, or a COMMIT whose lost reply was resolved as not
-// committed. An error from fn is returned as is; a COMMIT whose outcome
-// could not be learnt returns ledger.ErrCommitUnknown; a database that
-// stays unreachable wraps ledger.ErrUnavailable.
-func (c *Chain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	return c.s.update(ctx, []part{{c: c, fn: fn}})
-}
-
-// UpdateGroup runs the parts, each on its namespace, in one transaction
-// that locks their head rows in the order of their names (so that two
-// groups never deadlock), with one COMMIT: Update's retries and errors
-// for all of them at once (ledger.GroupUpdater).
-func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error {
-	ps := make([]part, len(parts))
-	seen := make(map[string]bool, len(parts))
-	for i, p := range parts {
-		c, ok := p.Chain.(*Chain)
-		if !ok || c.s != s {
-			return fmt.Errorf("update group: part %d is not a chain of this store", i)
+// Write runs the batches, each on its namespace, in one transaction that
+// holds their head rows FOR UPDATE, locked in the order of their names
+// (so that two writes never deadlock), with one COMMIT
+// (ledger.Store.Write). The batches run again, from a fresh transaction,
+// after a serialization failure, a deadlock, a connection lost before
+// COMMIT, or a COMMIT whose lost reply was resolved as not committed. A
+// batch's own failure comes back as a *ledger.PartError naming it; a
+// COMMIT whose outcome could not be learnt returns
+// ledger.ErrCommitUnknown; a database that stays unreachable wraps
+// ledger.ErrUnavailable.
+func (s *Store) Write(ctx context.Context, batches []ledger.Batch) error {
+	ps := make([]part, len(batches))
+	seen := make(map[string]bool, len(batches))
+	for i, b := range batches {
+		if seen[b.NS] {
+			return &ledger.PartError{Part: i, Err: fmt.Errorf("write: namespace %s twice in one write", b.NS)}
 		}
-		if seen[c.ns] {
-			return fmt.Errorf("update group: namespace %s twice", c.ns)
+		seen[b.NS] = true
+		c, err := s.chain(ctx, b.NS)
+		if err != nil {
+			return &ledger.PartError{Part: i, Err: err}
 		}
-		seen[c.ns] = true
-		ps[i] = part{c, p.Fn, p.Keys}
+		ps[i] = part{c: c, keys: b.Keys, fn: func(ctx context.Context, tx ledger.Tx) error {
+			if err := b.Run(ctx, tx); err != nil {
+				return &ledger.PartError{Part: i, Err: err}
+			}
+			return nil
+		}}
 	}
 	return s.update(ctx, ps)
 }

@@ -38,32 +38,33 @@ func appendReserve(ctx context.Context, tx ledger.Tx, key string) error {
 		ReserveSeq: l.Seq, LeaseExpiresAt: r.LeaseExpiresAt, TokenHash: fmt.Sprintf("%032x", len(key))})
 }
 
-// groupOf makes a group appending n reserves to each chain.
-func groupOf(chains []ledger.Chain, n int, tag string) []ledger.GroupPart {
-	parts := make([]ledger.GroupPart, len(chains))
-	for i, c := range chains {
-		parts[i] = ledger.GroupPart{Chain: c, Fn: func(ctx context.Context, tx ledger.Tx) error {
+// groupOf makes a write appending n reserves to each namespace.
+func groupOf(names []string, n int, tag string) []ledger.Batch {
+	batches := make([]ledger.Batch, len(names))
+	for i, ns := range names {
+		batches[i] = ledger.Batch{NS: ns, Ops: []ledger.Op{ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
 			for j := range n {
 				if err := appendReserve(ctx, tx, fmt.Sprintf("%s-%d-%d", tag, i, j)); err != nil {
 					return err
 				}
 			}
 			return nil
-		}}
+		})}}
 	}
-	return parts
+	return batches
 }
 
-// TestStore_UpdateGroup: the batches of several namespaces, default
-// included, commit in one transaction of the ledger file, each on its own
-// chain, with one COMMIT; a failing part or COMMIT leaves every chain as it
-// was; a namespace twice, or another store's, is refused.
-func TestStore_UpdateGroup(t *testing.T) {
+// TestStore_Write: the batches of several namespaces, default included,
+// commit in one transaction of the ledger file, each on its own chain,
+// with one COMMIT; a failing batch or COMMIT leaves every chain as it
+// was; a namespace twice, or one that does not exist, is refused.
+func TestStore_Write(t *testing.T) {
 	ctx := context.Background()
 	db := ledgertest.Open(t)
 	s := db.Store
+	names := []string{"zeta", ledger.DefaultNamespace, "alpha"}
 	var chains []ledger.Chain
-	for _, ns := range []string{"zeta", ledger.DefaultNamespace, "alpha"} {
+	for _, ns := range names {
 		if ns != ledger.DefaultNamespace {
 			require.NoError(t, s.CreateNamespace(ctx, ns, 0))
 		}
@@ -82,35 +83,32 @@ func TestStore_UpdateGroup(t *testing.T) {
 	}
 
 	before := s.WriterStats().Batches
-	require.NoError(t, s.UpdateGroup(ctx, groupOf(chains, 2, "first")))
+	require.NoError(t, s.Write(ctx, groupOf(names, 2, "first")))
 	assert.Equal(t, before+1, s.WriterStats().Batches, "one transaction for every namespace")
 	assert.Equal(t, []uint64{2, 2, 2}, heads())
 
 	boom := errors.New("boom")
-	parts := groupOf(chains, 1, "second")
-	parts[2].Fn = func(ctx context.Context, tx ledger.Tx) error {
+	parts := groupOf(names, 1, "second")
+	parts[2].Ops[0] = ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
 		if err := appendReserve(ctx, tx, "second-doomed"); err != nil {
 			return err
 		}
 		return boom
-	}
-	assert.ErrorIs(t, s.UpdateGroup(ctx, parts), boom)
+	})
+	assert.ErrorIs(t, s.Write(ctx, parts), boom)
 	assert.Equal(t, []uint64{2, 2, 2}, heads(), "a failing part rolls the group back")
 
 	s.SetBeforeCommit(func() error { return errInjected })
-	assert.ErrorIs(t, s.UpdateGroup(ctx, groupOf(chains, 1, "third")), ledger.ErrIO)
+	assert.ErrorIs(t, s.Write(ctx, groupOf(names, 1, "third")), ledger.ErrIO)
 	s.SetBeforeCommit(nil)
 	assert.Equal(t, []uint64{2, 2, 2}, heads(), "a failed COMMIT appends nothing")
-	require.NoError(t, s.UpdateGroup(ctx, groupOf(chains, 1, "fourth")), "the caches were left as the file is")
+	require.NoError(t, s.Write(ctx, groupOf(names, 1, "fourth")), "the caches were left as the file is")
 	assert.Equal(t, []uint64{3, 3, 3}, heads())
 
 	var pe *ledger.PartError
-	require.ErrorAs(t, s.UpdateGroup(ctx, []ledger.GroupPart{{Chain: chains[0]}, {Chain: chains[0]}}), &pe)
+	require.ErrorAs(t, s.Write(ctx, []ledger.Batch{{NS: "zeta"}, {NS: "zeta"}}), &pe)
 	assert.Equal(t, 1, pe.Part, "a namespace twice")
-	other := ledgertest.Open(t)
-	oc, err := other.Store.Chain(ctx, ledger.DefaultNamespace)
-	require.NoError(t, err)
-	require.ErrorAs(t, s.UpdateGroup(ctx, []ledger.GroupPart{{Chain: oc}}), &pe, "another store's chain")
+	require.ErrorIs(t, s.Write(ctx, []ledger.Batch{{NS: "nowhere"}}), ledger.ErrUnknownNamespace)
 
 	require.NoError(t, db.Close())
 	ro, err := sqlite.OpenStore(ctx, db.Path(), sqlite.Options{}, true)

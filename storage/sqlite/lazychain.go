@@ -167,16 +167,6 @@ func use[T any](ctx context.Context, f *lazyChain, fn func(*chainWriter) (T, err
 	return fn(fc)
 }
 
-// Update runs fn in one write transaction of the namespace's file.
-func (f *lazyChain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
-	fc, err := f.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer f.release()
-	return fc.Update(ctx, fn)
-}
-
 // Head returns the durable head without opening a closed file.
 func (f *lazyChain) Head(ctx context.Context) (ledger.Head, error) {
 	if err := f.mu.lock(ctx); err != nil {

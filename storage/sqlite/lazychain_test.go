@@ -17,14 +17,14 @@ import (
 	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
-// openLedger opens the ledger at path with at most maxOpen namespace files
-// open and a writer that goes idle after idle.
-func openLedger(tb testing.TB, path string, maxOpen int, idle time.Duration) (*ledger.Ledger, *sqlite.Store) {
+// openLedger opens the ledger at path with at most maxOpen namespaces
+// open.
+func openLedger(tb testing.TB, path string, maxOpen int) (*ledger.Ledger, *sqlite.Store) {
 	tb.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	st, err := sqlite.OpenStore(context.Background(), path, sqlite.Options{Logger: quiet, MaxOpenNamespaces: maxOpen}, false)
 	require.NoError(tb, err)
-	l := ledger.New(st, ledger.Config{Logger: quiet, WriterIdle: idle})
+	l := ledger.New(st, ledger.Config{Logger: quiet})
 	return l, st
 }
 
@@ -35,7 +35,7 @@ func openLedger(tb testing.TB, path string, maxOpen int, idle time.Duration) (*l
 func TestStore_openFilesBounded(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	l, st := openLedger(t, path, 2, time.Hour)
+	l, st := openLedger(t, path, 2)
 	const spaces = 6
 	for i := range spaces {
 		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i), 0))
@@ -59,7 +59,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 	}
 	require.NoError(t, l.Close())
 
-	l, st = openLedger(t, path, 2, time.Hour)
+	l, st = openLedger(t, path, 2)
 	defer func() { _ = l.Close() }()
 	infos2, err := l.Namespaces(ctx)
 	require.NoError(t, err)
@@ -69,25 +69,6 @@ func TestStore_openFilesBounded(t *testing.T) {
 	require.NoError(t, err)
 	_, err = n.Reserve(ctx, testkit.ReserveReq("key-0-0-abcdef", "exec-2"))
 	assert.Equal(t, ledger.ECodeInProgress, ledger.ErrorCode(err), "a reopened file still knows its keys: %v", err)
-}
-
-// TestNamespace_writerIdle: a namespace's writer goroutine exits when
-// idle and the next write starts another; closing the ledger with idle
-// writers does not hang.
-func TestNamespace_writerIdle(t *testing.T) {
-	ctx := context.Background()
-	l, _ := openLedger(t, filepath.Join(t.TempDir(), "ledger.db"), 4, time.Millisecond)
-	require.NoError(t, l.CreateNamespace(ctx, "a", 0))
-	n, err := l.NS(ctx, "a")
-	require.NoError(t, err)
-	for i := range 20 {
-		_, err := n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("idle-key-%03d", i), "exec-1"))
-		require.NoError(t, err)
-		if i%5 == 0 {
-			require.Eventually(t, func() bool { return !n.WriterRunning() }, 10*time.Second, time.Millisecond)
-		}
-	}
-	require.NoError(t, l.Close())
 }
 
 // TestStore_closeWhileRecording: closing the store while its loop records

@@ -212,5 +212,5 @@ func (s *Store) healIndex(ctx context.Context) {
 	if s.main == nil || !s.main.needsSync() {
 		return
 	}
-	_ = s.main.Update(ctx, func(context.Context, ledger.Tx) error { return nil })
+	_ = s.main.update(ctx, func(context.Context, ledger.Tx) error { return nil })
 }

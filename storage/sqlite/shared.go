@@ -125,46 +125,30 @@ func (s *Store) openShared(ctx context.Context, ns string, id int64) (*chainWrit
 	return c, nil
 }
 
-var _ ledger.GroupUpdater = (*Store)(nil)
-
-// UpdateGroup runs every part in one transaction of the ledger file's
-// single writer, with one COMMIT: the batches of any number of namespaces
-// cost one durable write (ledger.GroupUpdater). Each part has its own Tx
-// over its own chain. A part whose Fn fails rolls the group back and the
-// error is returned as is; one whose tree hashes cannot be stored, or
-// whose namespace cannot be opened, is named in a *ledger.PartError
-// (SQLite runs one statement at a time, so the failure is that part's).
-// A failed COMMIT is every part's.
-func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error {
+// Write runs every batch in one transaction of the ledger file's single
+// writer, with one COMMIT: the batches of any number of namespaces cost
+// one durable write (ledger.Store.Write). Each batch has its own Tx over
+// its own chain. A batch whose run fails, or whose namespace cannot be
+// opened, rolls the write back and is named in a *ledger.PartError
+// (SQLite runs one statement at a time, so the failure is that batch's).
+// A failed COMMIT is every batch's.
+func (s *Store) Write(ctx context.Context, batches []ledger.Batch) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
-	chains := make([]*chainWriter, len(parts))
-	seen := make(map[ledger.Chain]bool, len(parts))
-	for i, p := range parts {
-		if seen[p.Chain] {
-			return &ledger.PartError{Part: i, Err: errors.New("update group: a namespace twice in one group")}
+	chains := make([]*chainWriter, len(batches))
+	seen := make(map[string]bool, len(batches))
+	for i, b := range batches {
+		if seen[b.NS] {
+			return &ledger.PartError{Part: i, Err: fmt.Errorf("write: namespace %s twice in one write", b.NS)}
 		}
-		seen[p.Chain] = true
-		switch c := p.Chain.(type) {
-		case *chainWriter:
-			if c != s.main {
-				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
-			}
-			chains[i] = c
-		case *lazyChain:
-			if c.s != s {
-				return &ledger.PartError{Part: i, Err: errors.New("update group: a chain of another store")}
-			}
-			fc, err := c.acquire(ctx)
-			if err != nil {
-				return &ledger.PartError{Part: i, Err: err}
-			}
-			defer c.release()
-			chains[i] = fc
-		default:
-			return &ledger.PartError{Part: i, Err: fmt.Errorf("update group: chain %T is not of this store", p.Chain)}
+		seen[b.NS] = true
+		c, release, err := s.writer(ctx, b.NS)
+		if err != nil {
+			return &ledger.PartError{Part: i, Err: err}
 		}
+		defer release()
+		chains[i] = c
 	}
 	m := s.main
 	m.mu.Lock()
@@ -173,7 +157,7 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 		return ledger.ErrClosed
 	}
 	start := time.Now()
-	txs := make([]*writeTx, len(parts))
+	txs := make([]*writeTx, len(batches))
 	for i, c := range chains {
 		if c.closed {
 			return &ledger.PartError{Part: i, Err: ledger.ErrClosed}
@@ -188,12 +172,12 @@ func (s *Store) UpdateGroup(ctx context.Context, parts []ledger.GroupPart) error
 		return fmt.Errorf("begin: %w", classify(err))
 	}
 	appended := 0
-	for i, p := range parts {
+	for i, b := range batches {
 		t := txs[i]
 		t.tx = tx
-		if err := p.Fn(ctx, t); err != nil {
+		if err := b.Run(ctx, t); err != nil {
 			_ = tx.Rollback()
-			return err
+			return &ledger.PartError{Part: i, Err: err}
 		}
 		appended += t.appended
 	}

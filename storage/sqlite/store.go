@@ -243,13 +243,13 @@ func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
 // Tokens is the tokens table of the default file.
 func (s *Store) Tokens() ledger.TokenStore { return s.tokens }
 
-// Ready reports whether the default file can be written (Ledger.Ready
-// probes through the queue; this is the driver's own check).
+// Ready reports whether the ledger file can be written now: an empty
+// write transaction (Ledger.Ready probes through its queue instead).
 func (s *Store) Ready(ctx context.Context) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
-	return s.main.Update(ctx, func(context.Context, ledger.Tx) error { return nil })
+	return s.main.update(ctx, func(context.Context, ledger.Tx) error { return nil })
 }
 
 // Close closes every file.
@@ -306,12 +306,8 @@ func (s *Store) WriterStats() WriterStats {
 	return s.main.WriterStats()
 }
 
-// readOnlyChain is a file opened for reading: every Update fails.
+// readOnlyChain is a namespace of a Store opened for reading.
 type readOnlyChain struct{ *Reader }
-
-func (readOnlyChain) Update(context.Context, func(context.Context, ledger.Tx) error) error {
-	return ledger.ErrOpenedReadOnly
-}
 
 // Head reads the head from the file.
 func (rd *Reader) Head(ctx context.Context) (ledger.Head, error) { return rd.ReadHead(ctx) }
@@ -351,4 +347,24 @@ func (s *Store) RebuildIndex(ctx context.Context) error {
 		return ledger.ErrOpenedReadOnly
 	}
 	return s.main.RebuildIndex(ctx)
+}
+
+// writer returns namespace ns open for writing, and the function that
+// ends its use.
+func (s *Store) writer(ctx context.Context, ns string) (*chainWriter, func(), error) {
+	c, err := s.Chain(ctx, ns)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch c := c.(type) {
+	case *chainWriter:
+		return c, func() {}, nil
+	case *lazyChain:
+		w, err := c.acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return w, c.release, nil
+	}
+	return nil, nil, fmt.Errorf("namespace %s: %T is not written by this store", ns, c)
 }

@@ -39,13 +39,13 @@ func (s *writeStmts) all() []*sql.Stmt {
 	return []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow}
 }
 
-// Update runs fn in one BEGIN IMMEDIATE transaction of the file's single
+// update runs fn in one BEGIN IMMEDIATE transaction of the file's single
 // writer connection and returns after COMMIT. SQLite runs it once: the
 // file has one writer (the lock file), so nothing can conflict. What the
 // batch read or wrote enters the head, key and tree caches and the key
 // index only after COMMIT, so a failed batch leaves them exactly as the
 // database is.
-func (c *chainWriter) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
+func (c *chainWriter) update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
