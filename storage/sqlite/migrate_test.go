@@ -130,3 +130,23 @@ func TestOpen_migrationRefusesBrokenChain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, before, after)
 }
+
+// TestOpenTokens_migratesOlderFile: a token made on a ledger of schema 6
+// is kept: the file is migrated in place first, under its lock.
+func TestOpenTokens_migratesOlderFile(t *testing.T) {
+	ctx := context.Background()
+	path := v6Ledger(t)
+	tk, err := sqlite.OpenTokens(ctx, path)
+	require.NoError(t, err)
+	_, err = tk.Create(ctx, "probe", "reader")
+	require.NoError(t, err)
+	require.NoError(t, tk.Close())
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
+	var version, n int
+	require.NoError(t, db.QueryRow(`PRAGMA user_version`).Scan(&version))
+	require.NoError(t, db.QueryRow(`SELECT count(*) FROM tokens WHERE name = 'probe'`).Scan(&n))
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.Equal(t, 1, n, "the token is in the ledger file")
+}

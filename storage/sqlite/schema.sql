@@ -13,7 +13,7 @@
 -- prev_hash = the head's hash), which rules out forks. The view receipts
 -- is the default namespace's chain with exactly the columns of SPEC §2:
 -- anyone with sqlite3 and SHA-256 can recompute the chain from it, and any
--- namespace's from
+-- other namespace's from (the namespace's id, then the same columns)
 --   SELECT * FROM ns_receipts WHERE ns = (SELECT id FROM namespaces WHERE name = 'NAME') ORDER BY seq
 --
 -- A write transaction only appends: receipts rows, the head rows they

@@ -13,13 +13,13 @@ import (
 )
 
 // The SQLite driver keeps every namespace in the ledger file named by
-// --db: the namespace default in the file's own tables, the others in its
-// shared tables (tables.go), all written by one writer connection, so that
-// a batch of any number of namespaces commits with one durable write
-// (UpdateGroup). The file also holds the registry of namespaces and the
-// API tokens. Ledgers of the earlier layout kept namespace NAME in a file
-// of its own, <ledger file>.ns/ns-NAME.db; a writing Store moves each into
-// the shared tables when it opens (migratefiles.go).
+// --db, in the same tables (schema.sql, tables.go), all written by one
+// writer connection, so that the batches of any number of namespaces
+// commit with one durable write (Write). The file also holds the registry
+// of namespaces and the API tokens. Ledgers made before schema 6 kept
+// namespace NAME in a file of its own, <ledger file>.ns/ns-NAME.db; a
+// writing Store moves each into the ledger file when it opens
+// (migratefiles.go).
 
 // namespacePath returns the file that namespace ns of the ledger at path
 // had in ledgers made before version 6 (the ledger file itself for

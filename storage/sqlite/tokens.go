@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/mattn/go-sqlite3"
@@ -124,19 +123,23 @@ func (t *sqliteTokens) AnyValidToken(ctx context.Context) (bool, error) {
 
 // OpenTokens opens the tokens table of the SQLite ledger at path for
 // management. It writes only the tokens table, so it may run beside a
-// ledgerd on the same file.
+// ledgerd on the same file; a file of an older schema is migrated first,
+// under its lock (so never beside a ledgerd).
 func OpenTokens(ctx context.Context, path string) (*ledger.Tokens, error) {
-	rd, err := OpenReader(ctx, path, Options{}) // checks the schema version
+	abs, err := ledgerPath(path)
 	if err != nil {
 		return nil, err
 	}
-	db, err := sql.Open("sqlite3", dsn(rd.Path(), "rw", 5*time.Second, DefaultCacheMiB))
+	w, err := openRegistryWriter(ctx, abs, false)
 	if err != nil {
-		_ = rd.Close()
-		return nil, fmt.Errorf("open tokens: %w", err)
+		return nil, err
 	}
-	db.SetMaxOpenConns(1)
-	return ledger.NewTokensCloser(&sqliteTokens{rd: rd, w: db}, closers{db, rd}), nil
+	rd, err := OpenReader(ctx, abs, Options{})
+	if err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return ledger.NewTokensCloser(&sqliteTokens{rd: rd, w: w}, closers{w, rd}), nil
 }
 
 type closers []io.Closer
