@@ -28,11 +28,11 @@ its own verifiable log. The namespace "default" always exists and is what the
 unprefixed API routes serve; namespace NAME is served under /v1/ns/NAME/… and
 /log/NAME/. Names are 1–64 bytes of a-z 0-9 . _ -.
 
-On SQLite every namespace lives in the ledger file itself: "default" in the
-file's own tables, each other namespace in its shared tables (ns_receipts,
-ns_head, …), its rows keyed by the namespace's id in the file's registry. One
-file holds them all: "ledgerctl backup" copies and verifies it as one
-snapshot. "namespace create --db" may run while ledgerd serves the file;
+On SQLite every namespace lives in the ledger file itself, in the file's
+shared tables (ns_receipts, ns_head, …), its rows keyed by its id: "default"
+is 0 (the view receipts is its chain), each other namespace has the id the
+file's registry gave it. One file holds them all: "ledgerctl backup" copies
+and verifies it as one snapshot. "namespace create --db" may run while ledgerd serves the file;
 "namespace forget" gives a namespace up, keeping its receipts in a ledger file
 of their own. On PostgreSQL every namespace lives in the same tables, keyed
 by name. "ledgerctl namespace <create|list|forget> --help" shows each one's
