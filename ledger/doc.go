@@ -4,6 +4,7 @@
 // through the ports in store.go). It has no SQL of its own.
 //
 // Every decision and the receipt it appends happen in one write
-// transaction of the driver (Chain.Update), run by one writer goroutine
-// per namespace, so a race can never give two winners or fork the chain.
+// transaction of the driver (Store.Write) that holds the namespace's head,
+// in the order the writes were queued (package sched), so a race can never
+// give two winners or fork the chain.
 package ledger

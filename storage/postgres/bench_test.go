@@ -32,28 +32,28 @@ func BenchmarkUpdate(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			s := mustOpen(b, pgtest.URL(b), postgres.Options{})
-			c := mustChain(b, s, ledger.DefaultNamespace)
 			i := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				update(b, c, func(ctx context.Context, tx ledger.Tx) error {
-					if tc.preload {
-						keys := make([]string, n)
-						for j := range keys {
-							keys[j] = fmt.Sprintf("key-%08d", i+j+1)
-						}
-						if err := tx.(preloader).Preload(ctx, keys); err != nil {
-							return err
-						}
+				var keys []string
+				if tc.preload { // read with the head, in the first round trip
+					for j := range n {
+						keys = append(keys, fmt.Sprintf("key-%08d", i+j+1))
 					}
-					for range n {
-						i++
-						if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%08d", i), exec: "e", tool: "t"}, 1000); err != nil {
-							return err
+				}
+				err := s.Write(context.Background(), []ledger.Batch{{NS: ledger.DefaultNamespace, Keys: keys,
+					Ops: []ledger.Op{ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
+						for range n {
+							i++
+							if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%08d", i), exec: "e", tool: "t"}, 1000); err != nil {
+								return err
+							}
 						}
-					}
-					return nil
-				})
+						return nil
+					})}}})
+				if err != nil {
+					b.Fatal(err)
+				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/receipt")
 		})
@@ -115,10 +115,6 @@ func BenchmarkInsertReceipts(b *testing.B) {
 			})
 		}
 	}
-}
-
-type preloader interface {
-	Preload(ctx context.Context, keys []string) error
 }
 
 // BenchmarkLedger_Namespaces measures the domain on PostgreSQL with 32

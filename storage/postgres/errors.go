@@ -60,7 +60,7 @@ func isConnErr(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed)
 }
 
-// retryable reports whether an Update run that failed with err (before
+// retryable reports whether a Write run that failed with err (before
 // COMMIT was sent) may simply run again.
 func retryable(err error) bool {
 	switch pgCode(err) {

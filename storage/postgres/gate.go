@@ -13,7 +13,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// What the gate of SPEC §13 reads and writes in an Update (ledger.GateTx),
+// What the gate of SPEC §13 reads and writes in a Write (ledger.GateTx),
 // and the asked inputs' read (ledger.ChainReader.AskInput).
 
 var _ ledger.GateTx = (*tx)(nil)

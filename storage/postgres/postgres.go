@@ -3,7 +3,7 @@
 // processes (replicas) may share at once (SPEC §10).
 //
 // Each namespace's chain is serialised by its row in the head table:
-// Chain.Update locks it FOR UPDATE, runs the domain's function, writes the
+// Store.Write locks it FOR UPDATE, runs the batch's operations, writes the
 // batch's receipts, key records, tree hashes and checkpoint in one
 // pipelined round trip ending with a compare-and-set of the head row, and
 // commits. Serialization failures, deadlocks and connections lost before
@@ -37,7 +37,7 @@ import (
 // Options configure Open.
 type Options struct {
 	// ReadOnly opens the store for reading: no schema is created and
-	// Update returns ledger.ErrOpenedReadOnly.
+	// Write returns ledger.ErrOpenedReadOnly.
 	ReadOnly bool
 	// Logger receives the driver's logs; nil discards them.
 	Logger *slog.Logger

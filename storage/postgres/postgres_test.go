@@ -262,7 +262,7 @@ func TestChain_Update(t *testing.T) {
 
 func TestTx_Preload(t *testing.T) {
 	t.Parallel()
-	_, c := mustOpenDefault(t, pgtest.URL(t), postgres.Options{})
+	s, c := mustOpenDefault(t, pgtest.URL(t), postgres.Options{})
 	var reserved chain.Receipt
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		var err error
@@ -272,35 +272,32 @@ func TestTx_Preload(t *testing.T) {
 		_, err = finish(ctx, tx, "key-00001", chain.OutcomeSucceeded, "")
 		return err
 	})
-	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-		p, ok := tx.(interface {
-			Preload(context.Context, []string) error
-		})
-		if !ok {
-			return errors.New("the Tx has no Preload")
-		}
-		if err := p.Preload(ctx, []string{"key-00001", "key-absent"}); err != nil {
-			return err
-		}
-		k, found, err := tx.Key(ctx, "key-00001")
-		if err != nil || !found || k.ReserveSeq != 1 || k.FinalSeq != 2 || k.TokenHash != "token-e" {
-			return fmt.Errorf("preloaded key = %+v %v %v", k, found, err)
-		}
-		if r, err := tx.Receipt(ctx, 1); err != nil || r.Hash != reserved.Hash {
-			return fmt.Errorf("preloaded receipt = %+v %v", r, err)
-		}
-		if _, found, err := tx.Key(ctx, "key-absent"); err != nil || found {
-			return fmt.Errorf("absent key: found %v, %v", found, err)
-		}
-		// Writes of the transaction win over what was preloaded.
-		if _, err := reserve(ctx, tx, call{key: "key-absent", exec: "e2", tool: "t"}, 1000); err != nil {
-			return err
-		}
-		if k, found, err := tx.Key(ctx, "key-absent"); err != nil || !found || k.ReserveSeq != 3 {
-			return fmt.Errorf("key written after preload = %+v %v %v", k, found, err)
-		}
-		return nil
-	})
+	// The keys of a batch are read with its head, in the transaction's
+	// first round trip.
+	err := s.Write(context.Background(), []ledger.Batch{{NS: ledger.DefaultNamespace, Keys: []string{"key-00001", "key-absent"},
+		Ops: []ledger.Op{ledger.OpFunc(func(ctx context.Context, tx ledger.Tx) error {
+			k, found, err := tx.Key(ctx, "key-00001")
+			if err != nil || !found || k.ReserveSeq != 1 || k.FinalSeq != 2 || k.TokenHash != "token-e" {
+				return fmt.Errorf("preloaded key = %+v %v %v", k, found, err)
+			}
+			if r, err := tx.Receipt(ctx, 1); err != nil || r.Hash != reserved.Hash {
+				return fmt.Errorf("preloaded receipt = %+v %v", r, err)
+			}
+			if _, found, err := tx.Key(ctx, "key-absent"); err != nil || found {
+				return fmt.Errorf("absent key: found %v, %v", found, err)
+			}
+			// Writes of the transaction win over what was preloaded.
+			if _, err := reserve(ctx, tx, call{key: "key-absent", exec: "e2", tool: "t"}, 1000); err != nil {
+				return err
+			}
+			if k, found, err := tx.Key(ctx, "key-absent"); err != nil || !found || k.ReserveSeq != 3 {
+				return fmt.Errorf("key written after preload = %+v %v %v", k, found, err)
+			}
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkChain(t, c)
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Chain is one namespace of a Store: its reads run on the pool without
-// the head lock; Update takes it.
+// the head lock; Write takes it.
 type Chain struct {
 	s  *Store
 	ns string
@@ -70,7 +70,7 @@ const (
 
 	sqlScanKeys = `SELECT ` + keysColumns + ` FROM keys WHERE namespace = $1 ORDER BY idempotency_key`
 
-	// One index lookup per hash (see sqlPreloadKeys on "= ANY($2)").
+	// One index lookup per hash (see sqlPreloadGroupKeys on "= ANY").
 	sqlTreeHashes = `SELECT t.* FROM unnest($2::bigint[]) AS u(idx), LATERAL (
 		SELECT idx, hash FROM tree_hashes WHERE namespace = $1 AND idx = u.idx LIMIT 1) AS t`
 

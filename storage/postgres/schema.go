@@ -230,7 +230,7 @@ CREATE TRIGGER namespaces_key_ttl_fixed BEFORE UPDATE ON namespaces
 //
 // head.policy_seq is the seq of the namespace's latest policy receipt (0:
 // none; every namespace of schema 2 has none), read with the head row an
-// Update locks and written by its compare-and-set, so the gate's policy
+// Write locks and written by its compare-and-set, so the gate's policy
 // costs no round trip. ledger_head_moves now also refuses a policy_seq that
 // moves back, names anything but a stored policy receipt of the chain, or
 // stays behind a policy receipt the same write appended (one probe of

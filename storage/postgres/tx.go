@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +31,7 @@ const (
 		ON CONFLICT (namespace) DO UPDATE SET probed_at = EXCLUDED.probed_at`
 )
 
-// tx is one run of an Update: the head as locked, the reads made on the
+// tx is one namespace's part of one run of a Write: the head as locked, the reads made on the
 // transaction's connection, and the writes buffered until write.
 type tx struct {
 	c            *Chain
@@ -51,7 +50,7 @@ type tx struct {
 	bySeq       map[uint64]int // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
-	loaded      map[string]*ledger.KeyRecord // Preload: nil value = no such key
+	loaded      map[string]*ledger.KeyRecord // read with the head (begin): nil value = no such key
 	loadedRcpt  map[uint64]chain.Receipt
 	hashFrom    int64
 	hashes      []tlog.Hash
@@ -128,8 +127,9 @@ func (t *tx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
 	return rs[0], nil
 }
 
-// sqlPreloadKeys reads the records of the keys $2 and
-// sqlPreloadReceipts the receipts their decisions read (the latest
+// sqlPreloadGroupKeys reads the records of the keys of a write's batches,
+// by (namespace, key), sent with the head locks (begin), and
+// sqlPreloadGroupReceipts the receipts their decisions read (the latest
 // reserve, the latest outcome and the receipt after it, whose prev_hash
 // the outcome is checked against). Each looks its rows up one by one in a
 // LATERAL subquery (LIMIT 1 keeps it from being flattened into a join):
@@ -137,16 +137,6 @@ func (t *tx) Receipt(ctx context.Context, seq uint64) (chain.Receipt, error) {
 // that compares every row with every key (seen on a young table: a
 // 256-key batch took 3× longer with it than with a round trip per key).
 const (
-	sqlPreloadKeys = `SELECT k.* FROM unnest($2::text[]) AS u(key), LATERAL (
-		SELECT idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq,
-			reserve_seq, lease_expires_at, final_seq, token_hash FROM keys
-		WHERE namespace = $1 AND idempotency_key = u.key LIMIT 1) AS k`
-	sqlPreloadReceipts = `SELECT r.* FROM unnest($2::bigint[]) AS u(seq), LATERAL (
-		SELECT ` + receiptColumns + ` FROM receipts WHERE namespace = $1 AND seq = u.seq LIMIT 1) AS r`
-
-	// The same for the keys of a group's parts, by (namespace, key), sent
-	// with the head locks (begin): the records, and the receipts at their
-	// reserve_seq, final_seq and final_seq + 1.
 	sqlPreloadGroupKeys = `SELECT u.ns, k.* FROM unnest($1::text[], $2::text[]) AS u(ns, key), LATERAL (
 		SELECT idempotency_key, key_generated, tool, effect, input_hash, idempotent, first_seq,
 			reserve_seq, lease_expires_at, final_seq, token_hash FROM keys
@@ -167,7 +157,7 @@ type prefixed struct {
 
 func (p prefixed) Scan(dest ...any) error { return p.Row.Scan(append([]any{p.first}, dest...)...) }
 
-// preloaded records, as Preload does, that keys were read: found or not.
+// preloaded records that keys were read: found or not.
 func (t *tx) preloaded(keys []string) {
 	if t.loaded == nil {
 		t.loaded = make(map[string]*ledger.KeyRecord, len(keys))
@@ -177,66 +167,6 @@ func (t *tx) preloaded(keys []string) {
 			t.loaded[k] = nil
 		}
 	}
-}
-
-// Preload reads the records of keys, and the receipts at their
-// ReserveSeq and FinalSeq (and the one after FinalSeq), in two round trips, so that Key and Receipt
-// answer them without one round trip each while the head lock is held
-// (ledger.Preloader). Reads stay exact: every write of the namespace's
-// keys and receipts holds the head lock this transaction holds.
-func (t *tx) Preload(ctx context.Context, keys []string) error {
-	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool { _, ok := t.loaded[k]; return ok })
-	if len(keys) == 0 {
-		return nil // none, or all read with the heads (begin)
-	}
-	rows, err := t.conn.Query(ctx, sqlPreloadKeys, t.c.ns, keys)
-	if err != nil {
-		return t.dbFail("preload keys", err)
-	}
-	if t.loaded == nil {
-		t.loaded = make(map[string]*ledger.KeyRecord, len(keys))
-	}
-	for _, k := range keys {
-		t.loaded[k] = nil
-	}
-	var seqs []int64
-	for rows.Next() {
-		var k ledger.KeyRecord
-		var token []byte
-		if err := scanKey(rows, &k, true, &token); err != nil {
-			rows.Close()
-			return t.dbFail("preload keys", err)
-		}
-		k.TokenHash = string(token)
-		t.loaded[k.Key] = &k
-		seqs = append(seqs, int64(k.ReserveSeq))
-		if k.FinalSeq > 0 {
-			// and the receipt after the outcome: its prev_hash is what
-			// the domain checks the outcome against before serving it
-			seqs = append(seqs, int64(k.FinalSeq), int64(k.FinalSeq)+1)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return t.dbFail("preload keys", err)
-	}
-	if len(seqs) == 0 {
-		return nil
-	}
-	rows, err = t.conn.Query(ctx, sqlPreloadReceipts, t.c.ns, seqs)
-	if err != nil {
-		return t.dbFail("preload receipts", err)
-	}
-	rs, err := collectReceipts(rows)
-	if err != nil {
-		return t.dbFail("preload receipts", err)
-	}
-	if t.loadedRcpt == nil {
-		t.loadedRcpt = make(map[uint64]chain.Receipt, len(rs))
-	}
-	for _, r := range rs {
-		t.loadedRcpt[r.Seq] = r
-	}
-	return nil
 }
 
 // LastSeq returns the seq of key's latest receipt, this transaction's

@@ -16,7 +16,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// Retry bounds of Update: a run that failed with a serialization failure,
+// Retry bounds of Write: a run that failed with a serialization failure,
 // a deadlock or a lost connection (before COMMIT) runs again after a
 // jittered backoff of retryBase·2ⁿ (at most retryMaxWait), at most
 // retryRuns runs within retryBudget. A lost COMMIT reply is resolved
@@ -37,7 +37,7 @@ const (
 	pruneEvery    = 256
 )
 
-// SQL of an Update's transaction and of the batches it leaves.
+// SQL of a Write's transaction and of the batches it leaves.
 const (
 	// The heads of an update's namespaces, locked in the order of their
 	// names (LockRows runs above the Sort).
@@ -251,8 +251,7 @@ func missingHead(ns string) *lostHead {
 // begin starts the transaction on conn and reads, in one round trip, the
 // parts' heads under their row locks (taken in the order of the
 // namespaces' names), the database clock, and then, under those locks,
-// the records of the parts' keys and the receipts they point at (as
-// Preload would).
+// the records of the parts' keys and the receipts they point at.
 func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	names := make([]string, len(parts))
 	ts := make([]*tx, len(parts))

@@ -25,7 +25,7 @@ import (
 // chainWriter is one namespace's chain opened for writing: its head,
 // caches and tree. The default namespace's also owns the ledger file's
 // single writer connection, lock, read pool and checkpointer, which the
-// other namespaces' share (main). The writer runs one Update at a time and
+// other namespaces' share (main). The writer runs one transaction at a time and
 // is the only writer of the file (the lock file), so it keeps the head,
 // the key records and the tree hashes it wrote in memory.
 type chainWriter struct {
@@ -464,7 +464,7 @@ func shortHash(h chain.Hash) string {
 	return s[:12] + "…"
 }
 
-// Close waits for a running Update, checkpoints the WAL and closes both
+// Close waits for a running transaction, checkpoints the WAL and closes both
 // connection pools.
 func (db *chainWriter) Close() error {
 	db.mu.Lock()

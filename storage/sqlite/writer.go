@@ -157,7 +157,7 @@ func (c *chainWriter) counted(start time.Time, appended int) {
 }
 
 // writeTx is the writer's view of one batch transaction: the ledger.Tx
-// of an Update. Reads look at this batch's own writes first, then the
+// of a Write. Reads look at this batch's own writes first, then the
 // writer's key cache, then the key index (which holds every committed
 // batch: the writer applies each after its COMMIT); what the batch reads
 // or writes is merged into the cache and the index only after COMMIT, so
