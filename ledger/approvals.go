@@ -75,9 +75,10 @@ type AnswerRequest struct {
 	MCPClient string
 }
 
-// policyAt returns the policy recorded at seq, parsed once.
+// policyAt returns the policy recorded at seq: from the cache of the
+// committed ones, else read with read and parsed (the caller caches it
+// once it knows it committed).
 func (n *Namespace) policyAt(ctx context.Context, seq uint64, read func(context.Context, uint64) (chain.Receipt, error)) (*Policy, error) {
-	n.lastPolicy.Store(seq)
 	if p, ok := n.policies.Load(seq); ok {
 		return p.(*Policy), nil
 	}
@@ -92,8 +93,15 @@ func (n *Namespace) policyAt(ctx context.Context, seq uint64, read func(context.
 	if err != nil {
 		return nil, fmt.Errorf("policy receipt %d does not parse: %w", seq, err)
 	}
-	n.policies.Store(seq, p)
 	return p, nil
+}
+
+// policyCommitted caches the committed policy p at seq, the latest the
+// namespace has seen.
+func (n *Namespace) policyCommitted(seq uint64, p *Policy) {
+	n.policies.Store(seq, p)
+	for last := n.lastPolicy.Load(); seq > last && !n.lastPolicy.CompareAndSwap(last, seq); last = n.lastPolicy.Load() {
+	}
 }
 
 // Policy returns the namespace's policy in force and its receipt's seq
@@ -110,6 +118,9 @@ func (n *Namespace) Policy(ctx context.Context) (*Policy, uint64, error) {
 		}
 		return *r, nil
 	})
+	if err == nil {
+		n.policyCommitted(seq, p)
+	}
 	return p, seq, err
 }
 
@@ -210,8 +221,7 @@ func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor st
 		return nil, err
 	}
 	if res.Changed {
-		n.policies.Store(res.Seq, p)
-		n.lastPolicy.Store(res.Seq) // none and read calls see it at once (gatesNoEffect)
+		n.policyCommitted(res.Seq, p) // none and read calls see it at once (gatesNoEffect)
 	}
 	return res, nil
 }

@@ -83,6 +83,7 @@ type writeOp struct {
 	err  error
 	head uint64   // the head after the op's last run
 	kind []string // the kinds the op's last run appended
+	run  *batchTx // the op's last run
 	// observe is the request's BatchObserver, nil without one (tracing off).
 	observe BatchObserver
 }
@@ -95,7 +96,7 @@ func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
 	}
 	t := &batchTx{Tx: tx, n: o.n}
 	o.err = o.fn(ctx, t)
-	o.head, o.kind = t.Head().Seq, t.kinds
+	o.head, o.kind, o.run = t.Head().Seq, t.kinds, t
 	return o.err
 }
 
@@ -200,6 +201,14 @@ func (l *Ledger) settle(ns string, ops []*writeOp, err error, start time.Time) {
 	for _, op := range ops {
 		kinds = append(kinds, op.kind...)
 		head = max(head, op.head)
+		if op.run != nil {
+			for _, e := range op.run.events {
+				approvalEvents.WithLabelValues(e).Inc()
+			}
+			for seq, p := range op.run.policies {
+				op.n.policyCommitted(seq, p)
+			}
+		}
 	}
 	countKinds(ns, kinds)
 	if head > 0 {
@@ -236,14 +245,22 @@ next:
 	}
 }
 
-// batchTx is the domain's view of one run of a batch: the driver's Tx,
-// plus the linking and Merkle hashing of appends (the driver never
-// hashes): what the state machine reads and writes in one run.
+// batchTx is the domain's view of one run of an operation: the driver's
+// Tx, plus the linking and Merkle hashing of appends (the driver never
+// hashes): what the state machine reads and writes in one run. What a
+// run learns for the namespace (the policies it parsed, the gate's
+// events to count) is kept here and taken in only once the batch has
+// committed: a run may be rolled back or run again.
 type batchTx struct {
 	Tx
-	n     *Namespace // the namespace (policy cache, configuration)
-	kinds []string
+	n        *Namespace // the namespace (policy cache, configuration)
+	kinds    []string
+	events   []string           // approval events (approvals.go), counted after COMMIT
+	policies map[uint64]*Policy // policies parsed by seq, cached after COMMIT
 }
+
+// event records an approval event of the run.
+func (t *batchTx) event(name string) { t.events = append(t.events, name) }
 
 // append links r to the head, computes its Merkle leaf's stored hashes
 // and hands both to the driver.

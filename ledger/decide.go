@@ -265,7 +265,7 @@ func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, 
 		return nil, err
 	}
 	if g.consumed != nil {
-		approvalEvents.WithLabelValues("consume").Inc()
+		s.event("consume")
 	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		Reservation: token, Attempt: a.attempt, LeaseExpiresAt: lease, Approval: g.consumed,

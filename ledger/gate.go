@@ -278,7 +278,7 @@ func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, k *KeyRec
 	if err := s.PutAskInput(ctx, r.Seq, a.input, expires+s.retentionMS(), now); err != nil {
 		return nil, err
 	}
-	approvalEvents.WithLabelValues("ask").Inc()
+	s.event("ask")
 	return askResult(a, &r), nil
 }
 
@@ -302,7 +302,7 @@ func (s *batchTx) deny(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 		}
 		r = &nr
 	}
-	approvalEvents.WithLabelValues("deny").Inc()
+	s.event("deny")
 	return &Error{Code: ECodeDeniedByPolicy, Message: "the namespace's policy denies this tool; nothing ran",
 		Details: map[string]any{"rule": g.DenyRule, "tool": p.Rules[g.DenyRule].Tool,
 			"receipt": map[string]any{"seq": r.Seq, "hash": r.Hash.String()}}}
@@ -348,7 +348,7 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 	if failed == nil {
 		return nil
 	}
-	approvalEvents.WithLabelValues("unchanged_retry").Inc()
+	s.event("unchanged_retry")
 	return &Error{Code: ECodeUnchangedRetry,
 		Message: "the same call failed recently and nothing in it changed; a retry must change something (changed: context_hash, component or strategy)",
 		Details: map[string]any{"failed": map[string]any{"idempotency_key": failed.IdempotencyKey, "seq": failed.Seq,
@@ -381,8 +381,18 @@ func (s *batchTx) policy(ctx context.Context) (*Policy, uint64, error) {
 	if s.n == nil {
 		return nil, 0, fmt.Errorf("policy: no namespace")
 	}
+	if p, ok := s.policies[seq]; ok {
+		return p, seq, nil
+	}
 	p, err := s.n.policyAt(ctx, seq, s.Receipt)
-	return p, seq, err
+	if err != nil {
+		return nil, 0, err
+	}
+	if s.policies == nil {
+		s.policies = map[uint64]*Policy{}
+	}
+	s.policies[seq] = p // cached for the namespace once the batch commits
+	return p, seq, nil
 }
 
 // retentionMS is how long asked inputs are kept after the answer or the
