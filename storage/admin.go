@@ -58,7 +58,7 @@ func OpenTokens(ctx context.Context, dsn string, opts Options) (*ledger.Tokens, 
 		return sqlite.OpenTokens(ctx, dsn)
 	}
 	opts.ReadOnly = false
-	st, err := openPostgres(ctx, dsn, opts)
+	st, _, err := openPostgres(ctx, dsn, opts)
 	if err != nil {
 		return nil, RedactError(dsn, fmt.Errorf("open %s: %w", Describe(dsn), err))
 	}
@@ -77,7 +77,7 @@ func CreateNamespace(ctx context.Context, dsn, name string, keyTTL uint64, opts 
 		return sqlite.CreateNamespace(ctx, dsn, name, keyTTL)
 	}
 	opts.ReadOnly = false
-	st, err := openPostgres(ctx, dsn, opts)
+	st, _, err := openPostgres(ctx, dsn, opts)
 	if err != nil {
 		return RedactError(dsn, fmt.Errorf("open %s: %w", Describe(dsn), err))
 	}

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func newSQLite(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ledger.db")
-	st, err := storage.Open(context.Background(), path, storage.Options{})
+	st, _, err := storage.Open(context.Background(), path, storage.Options{})
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 	return path
@@ -104,7 +104,7 @@ func TestOpenTokens_CreateNamespace_Postgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn := pgtest.URL(t)
-	st, err := storage.Open(ctx, dsn, storage.Options{})
+	st, _, err := storage.Open(ctx, dsn, storage.Options{})
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 
@@ -138,7 +138,7 @@ func TestOpenTokens_Postgres_unreachable(t *testing.T) {
 func assertNamespace(t *testing.T, dsn, ns string, ttl uint64) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: true})
+	st, _, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: true})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.Close()) }()
 	c, err := st.Chain(ctx, ns)

@@ -7,12 +7,12 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/postgres"
 )
 
-// openPostgres opens the PostgreSQL driver.
-func openPostgres(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
+// openPostgres opens the PostgreSQL driver, which replicas share.
+func openPostgres(ctx context.Context, dsn string, opts Options) (ledger.Store, Shared, error) {
 	s, err := postgres.Open(ctx, dsn, postgres.Options{ReadOnly: opts.ReadOnly, Logger: opts.Logger,
 		KeyTTL: opts.KeyTTL, Now: opts.Now})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return s, nil
+	return s, s, nil
 }

@@ -51,8 +51,21 @@ func IsPostgres(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
-// Open opens the store named by dsn.
-func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
+// Shared is what a database that several processes share (PostgreSQL)
+// offers them besides the ledger's ports: locks held while a process
+// lives, and a count of the live ledgerd replicas.
+type Shared interface {
+	// TrySignerLock elects one checkpoint signer of namespace ns.
+	TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error)
+	// TryRunLock holds run (a ledger-mcp run id) while the process lives.
+	TryRunLock(ctx context.Context, run string) (release func(), ok bool, err error)
+	// LiveReplicas counts the ledgerd processes serving the database.
+	LiveReplicas(ctx context.Context) (int, error)
+}
+
+// Open opens the store named by dsn, and what it offers the processes
+// that share it (nil for a SQLite file, which one process writes).
+func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, Shared, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -61,5 +74,9 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, error) {
 	}
 	so := sqlite.Options{Logger: opts.Logger, KeyTTL: opts.KeyTTL, Now: opts.Now, CacheMiB: opts.CacheMiB,
 		MaxOpenNamespaces: opts.MaxOpenNamespaces, AfterCommit: opts.AfterCommit, IndexWriteFault: opts.IndexWriteFault}
-	return sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
+	st, err := sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, nil, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/storage"
 )
 
 func main() {
@@ -114,8 +115,8 @@ type Main struct {
 	ledger    *ledger.Ledger // the embedded ledger, for --admin-listen
 	remote    *client.Client // the --ledger's client
 	ns        *ledger.Namespace
-	store     any    // the embedded ledger's store
-	dbFile    string // the embedded ledger's SQLite file
+	shared    storage.Shared // what the embedded ledger's database offers the gateways sharing it; nil on SQLite
+	dbFile    string         // the embedded ledger's SQLite file
 }
 
 // NewMain returns a Main logging to stderr and serving MCP on the

@@ -164,8 +164,8 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 		}
 	}
 	ttl := uint64(m.KeyTTL.Milliseconds())
-	store, err := storage.Open(ctx, db, storage.Options{Logger: m.Logger, KeyTTL: ttl})
-	m.store = store
+	store, shared, err := storage.Open(ctx, db, storage.Options{Logger: m.Logger, KeyTTL: ttl})
+	m.shared = shared
 	if errors.Is(err, sqlite.ErrLocked) {
 		return nil, "", fmt.Errorf("%w: for several gateways on one ledger, run ledgerd on it and give each --ledger URL", err)
 	}
@@ -205,8 +205,8 @@ func (m *Main) endDeadLeases(ctx context.Context, run string) string {
 	}
 	dead := mcpgate.EarlierRun(run)
 	if m.dbFile == "" {
-		rl, ok := m.store.(runLocker)
-		if !ok {
+		rl := m.shared
+		if rl == nil {
 			return ""
 		}
 		release, held, err := rl.TryRunLock(ctx, run)
@@ -228,14 +228,9 @@ func (m *Main) endDeadLeases(ctx context.Context, run string) string {
 	return run
 }
 
-// runLocker is a PostgreSQL store's run locks.
-type runLocker interface {
-	TryRunLock(ctx context.Context, run string) (release func(), ok bool, err error)
-}
-
 // liveRunsExcluded narrows earlier to the runs whose lock no live
 // process holds.
-func liveRunsExcluded(ctx context.Context, rl runLocker, earlier func(*chain.Receipt) bool) func(*chain.Receipt) bool {
+func liveRunsExcluded(ctx context.Context, rl storage.Shared, earlier func(*chain.Receipt) bool) func(*chain.Receipt) bool {
 	gone := map[string]bool{}
 	return func(r *chain.Receipt) bool {
 		if !earlier(r) {

@@ -287,7 +287,7 @@ func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.St
 	if err := checkDB(dsn); err != nil {
 		return nil, err
 	}
-	st, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: readOnly, Logger: warnLogger(env)})
+	st, _, err := storage.Open(ctx, dsn, storage.Options{ReadOnly: readOnly, Logger: warnLogger(env)})
 	if err != nil {
 		return nil, storage.RedactError(dsn, fmt.Errorf("open %s: %w", storage.Describe(dsn), err))
 	}

@@ -189,7 +189,7 @@ func (m *Main) Run(ctx context.Context) error {
 		defer stopPprof()
 	}
 	m.Addr <- ln.Addr()
-	cfg, closeCfg, err := m.apiConfig(ctx, o.store, o.rstore, svc, key)
+	cfg, closeCfg, err := m.apiConfig(ctx, o, svc, key)
 	if err != nil {
 		return err
 	}
@@ -205,6 +205,7 @@ func (m *Main) Run(ctx context.Context) error {
 // opened is what Run serves from.
 type opened struct {
 	store  ledger.Store   // the read-write store
+	shared storage.Shared // what its database offers replicas; nil on SQLite
 	l      *ledger.Ledger // the domain service over store
 	rstore ledger.Store   // a read-only store for the verifier and GET /v1/audit
 	head   ledger.Head    // the default namespace's head at start
@@ -220,13 +221,13 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 		return nil, fmt.Errorf("--default-key-ttl: %w", err)
 	}
 	now := m.Now
-	store, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
+	store, shared, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
 		CacheMiB: m.CacheMiB, MaxOpenNamespaces: m.MaxOpenNamespaces, AfterCommit: m.AfterCommit,
 		IndexWriteFault: m.IndexWriteFault})
 	if err != nil {
 		return nil, err
 	}
-	o := &opened{store: store, logger: m.Logger}
+	o := &opened{store: store, shared: shared, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
 		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention})
 	defer func() {
@@ -245,7 +246,7 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 	// file against the registry and its derived state, a few at a time, so
 	// a damaged one stops the start naming the repair); the files open on
 	// first use.
-	if o.rstore, err = storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true, Now: now}); err != nil {
+	if o.rstore, _, err = storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, ReadOnly: true, Now: now}); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -421,11 +422,11 @@ func (f *witnessFlag) parse() error {
 // apiConfig configures the API server from the flags. close, after the
 // server has shut down, stops sharing the rate limit and flushes the
 // spans of the last requests.
-func (m *Main) apiConfig(ctx context.Context, store, audit ledger.Store, svc *nsservices.Services,
+func (m *Main) apiConfig(ctx context.Context, o *opened, svc *nsservices.Services,
 	key *signingKey) (cfg api.Config, close func(), err error) {
 	cfg = api.Config{Logger: m.Logger, MaxInFlight: m.MaxInFlight, MaxInFlightPerClient: m.MaxInFlightPerClient,
 		OpenMetrics: !m.MetricsAuth, RateLimit: m.RateLimit, RateBurst: m.RateBurst,
-		AuditStore: audit, PublicLog: m.PublicLog}
+		AuditStore: o.rstore, PublicLog: m.PublicLog}
 	if m.MaxInFlight == 0 {
 		cfg.MaxInFlight = -1 // --max-inflight 0: no bound
 	}
@@ -446,13 +447,13 @@ func (m *Main) apiConfig(ctx context.Context, store, audit ledger.Store, svc *ns
 		m.Logger.Info("tracing on: exporting OpenTelemetry spans over OTLP/HTTP")
 	}
 	stopShare := func() {}
-	if lr, ok := store.(liveReplicas); ok && m.RateLimit > 0 {
+	if o.shared != nil && m.RateLimit > 0 {
 		every := m.ReplicaCountEvery
 		if every <= 0 {
 			every = DefaultReplicaCountEvery
 		}
 		// Replicas on one database share the limit: each enforces its part.
-		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, lr, every, m.Logger)
+		cfg.RateLimitShare, stopShare = shareRateLimit(ctx, o.shared, every, m.Logger)
 	}
 	if svc != nil && key != nil && len(m.Witnesses.list) > 0 {
 		cfg.Witnessing = svc
@@ -465,14 +466,9 @@ func (m *Main) apiConfig(ctx context.Context, store, audit ledger.Store, svc *ns
 	return cfg, func() { stopShare(); flush() }, nil
 }
 
-// liveReplicas is a store shared by replicas that can count them.
-type liveReplicas interface {
-	LiveReplicas(ctx context.Context) (int, error)
-}
-
 // shareRateLimit returns the rate limit's share (api.Config.RateLimitShare):
 // the number of live replicas, read every period until stop is called.
-func shareRateLimit(ctx context.Context, lr liveReplicas, every time.Duration, logger *slog.Logger) (share func() int, stop func()) {
+func shareRateLimit(ctx context.Context, lr storage.Shared, every time.Duration, logger *slog.Logger) (share func() int, stop func()) {
 	var n atomic.Int64
 	n.Store(1)
 	read := func(ctx context.Context) {

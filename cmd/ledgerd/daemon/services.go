@@ -6,13 +6,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 )
 
-// signerLocker is a store shared by replicas that elects one checkpoint
-// signer per namespace (the PostgreSQL driver: a session advisory lock,
-// freed when the holder's connection ends).
-type signerLocker interface {
-	TrySignerLock(ctx context.Context, ns string) (release func(), ok bool, err error)
-}
-
 // startNsServices starts the per-namespace services of the flags: with
 // --signing-key the verifiable log, with --verify-every the periodic
 // verification over the read-only store.
@@ -22,8 +15,8 @@ func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) 
 		cfg.Signer, cfg.VerifierKey = key.signer, key.vkey
 		cfg.OriginPrefix, cfg.CheckpointInterval = m.LogOrigin, m.CheckpointInterval
 		cfg.Witnesses, cfg.WitnessQuorum = m.Witnesses.list, m.WitnessQuorum
-		if sl, ok := o.store.(signerLocker); ok {
-			cfg.SignerLock = sl.TrySignerLock
+		if o.shared != nil { // one signer per namespace among the replicas
+			cfg.SignerLock = o.shared.TrySignerLock
 		}
 	}
 	if m.VerifyEvery > 0 {
