@@ -1,0 +1,203 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// unliftTask puts a tools/call's params.task, carried in
+// _meta[metaParamsTask], back where the upstream reads it.
+func unliftTask(params json.RawMessage) json.RawMessage {
+	if !bytes.Contains(params, []byte(metaParamsTask)) {
+		return params
+	}
+	var p map[string]json.RawMessage
+	if json.Unmarshal(params, &p) != nil {
+		return params
+	}
+	var meta map[string]json.RawMessage
+	if json.Unmarshal(p["_meta"], &meta) != nil || meta[metaParamsTask] == nil {
+		return params
+	}
+	p["task"] = meta[metaParamsTask]
+	delete(meta, metaParamsTask)
+	if len(meta) == 0 {
+		delete(p, "_meta")
+	} else if b, err := json.Marshal(meta); err == nil {
+		p["_meta"] = b
+	}
+	out, err := json.Marshal(p)
+	if err != nil {
+		return params
+	}
+	return out
+}
+
+// stashTasks moves the capabilities.tasks of an upstream's initialize
+// result to capabilities.experimental[expTasks], where the SDK keeps it.
+func stashTasks(result json.RawMessage) json.RawMessage {
+	if !bytes.Contains(result, []byte(`"tasks"`)) {
+		return result
+	}
+	var r map[string]json.RawMessage
+	if json.Unmarshal(result, &r) != nil {
+		return result
+	}
+	var caps map[string]json.RawMessage
+	if json.Unmarshal(r["capabilities"], &caps) != nil || caps["tasks"] == nil {
+		return result
+	}
+	exp := map[string]json.RawMessage{}
+	if raw, ok := caps["experimental"]; ok && json.Unmarshal(raw, &exp) != nil {
+		return result
+	}
+	exp[expTasks] = caps["tasks"]
+	delete(caps, "tasks")
+	var err error
+	if caps["experimental"], err = json.Marshal(exp); err != nil {
+		return result
+	}
+	if r["capabilities"], err = json.Marshal(caps); err != nil {
+		return result
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		return result
+	}
+	return out
+}
+
+// takeTasks removes the upstream's tasks capability from the
+// capabilities the SDK decoded, and returns it.
+func takeTasks(caps *mcp.ServerCapabilities) any {
+	t, ok := caps.Experimental[expTasks]
+	if !ok {
+		return nil
+	}
+	exp := make(map[string]any, len(caps.Experimental))
+	for k, v := range caps.Experimental {
+		if k != expTasks {
+			exp[k] = v
+		}
+	}
+	caps.Experimental = exp
+	if len(exp) == 0 {
+		caps.Experimental = nil
+	}
+	return t
+}
+
+// rawInit is an initialize result with members the SDK's type lacks.
+type rawInit struct {
+	*mcp.InitializeResult
+	raw json.RawMessage
+}
+
+func (r rawInit) MarshalJSON() ([]byte, error) { return r.raw, nil }
+
+// withTasksCapability gives a 2025-11-25 client the upstream's
+// capabilities.tasks in the answer to initialize.
+func (g *Gateway) withTasksCapability(res mcp.Result) mcp.Result {
+	ir, ok := res.(*mcp.InitializeResult)
+	if !ok || g.upTasks == nil || ir.ProtocolVersion != "2025-11-25" {
+		return res
+	}
+	b, err := json.Marshal(ir)
+	if err != nil {
+		return res
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return res
+	}
+	caps, _ := m["capabilities"].(map[string]any)
+	if caps == nil {
+		caps = map[string]any{}
+	}
+	caps["tasks"] = g.upTasks
+	m["capabilities"] = caps
+	if b, err = json.Marshal(m); err != nil {
+		return res
+	}
+	return rawInit{ir, b}
+}
+
+// unliftRequest applies unliftTask to a tools/call POSTed to a
+// Streamable HTTP upstream (on a copy of req), and reports whether the POST is an
+// initialize request.
+func unliftRequest(req *http.Request) (out *http.Request, init bool, err error) {
+	if req.Method != http.MethodPost || req.Body == nil || req.Body == http.NoBody {
+		return req, false, nil
+	}
+	body, err := io.ReadAll(req.Body)
+	_ = req.Body.Close()
+	if err != nil {
+		return nil, false, err
+	}
+	req = req.Clone(req.Context())
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) == nil {
+		var method string
+		_ = json.Unmarshal(m["method"], &method)
+		switch method {
+		case "initialize":
+			init = true
+		case "tools/call":
+			if p := unliftTask(m["params"]); !bytes.Equal(p, m["params"]) {
+				m["params"] = p
+				if b, err := json.Marshal(m); err == nil {
+					body = b
+				}
+			}
+		}
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return req, init, nil
+}
+
+// stashTasksHTTP applies stashTasks to the answer to initialize in an
+// HTTP response: one JSON-RPC message, or server-sent events.
+func stashTasksHTTP(res *http.Response) {
+	if res.StatusCode != http.StatusOK || res.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	_ = res.Body.Close()
+	if err == nil && bytes.Contains(body, []byte(`"tasks"`)) {
+		if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
+			lines := bytes.Split(body, []byte("\n"))
+			for i, l := range lines {
+				if d, ok := bytes.CutPrefix(l, []byte("data:")); ok {
+					lines[i] = append([]byte("data: "), stashMessage(bytes.TrimSpace(d))...)
+				}
+			}
+			body = bytes.Join(lines, []byte("\n"))
+		} else {
+			body = stashMessage(body)
+		}
+	}
+	res.Body = io.NopCloser(bytes.NewReader(body))
+	res.ContentLength = int64(len(body))
+	res.Header.Del("Content-Length")
+}
+
+// stashMessage applies stashTasks to a JSON-RPC response's result.
+func stashMessage(msg []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil || m["result"] == nil {
+		return msg
+	}
+	m["result"] = stashTasks(m["result"])
+	b, err := json.Marshal(m)
+	if err != nil {
+		return msg
+	}
+	return b
+}
