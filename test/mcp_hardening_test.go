@@ -5,16 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,14 +26,7 @@ import (
 
 // mcpHostileBin is the hand-written MCP server of testdata/mcp-hostile,
 // built once.
-var mcpHostileBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "mcp-hostile")
-	out, err := exec.Command("go", "build", "-o", bin, "./testdata/mcp-hostile").CombinedOutput()
-	if err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return bin, nil
-})
+var mcpHostileBin = builtOnce("mcp-hostile", "./testdata/mcp-hostile")
 
 // newHostile is a shop whose server is mcp-hostile: the same executions
 // file, the same command line.

@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -23,22 +23,7 @@ import (
 
 // mcpUpstreamBin is the test MCP server (testdata/mcp-upstream), built
 // once.
-var mcpUpstreamBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "mcp-upstream")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/mcp-upstream")
-	out, err := build.CombinedOutput()
-	if err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return bin, nil
-})
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+var mcpUpstreamBin = builtOnce("mcp-upstream", "./testdata/mcp-upstream")
 
 // shop is one test upstream's directory: its executions file and the
 // release files of its slow tool.
