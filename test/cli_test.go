@@ -132,9 +132,7 @@ func TestLedgerctl_missingDB(t *testing.T) {
 // stderr, whichever command fails and how.
 func TestLedgerctl_errorsPrintOnce(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	dir := t.TempDir()
 	notLedger := filepath.Join(dir, "other.db")
 	sdb, err := sql.Open("sqlite3", notLedger)
@@ -185,9 +183,7 @@ func closedAddr(t *testing.T) string {
 // what it cannot use.
 func TestLedgerctl_serverURL(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	want, stderr, code := ledgerctl(t, "head", "--server", l.URL)
 	require.Equal(t, 0, code, stderr)
 	bare := strings.TrimPrefix(l.URL, "http://")
@@ -289,9 +285,7 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 // that name the flag, for a file and for a server alike.
 func TestLedgerctl_flagValues(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	for _, src := range [][]string{{"--db", l.DB}, {"--server", l.URL}} {
 		for _, tc := range []struct {
 			args []string

@@ -170,9 +170,7 @@ func TestLedgerd_invalidValuesServed(t *testing.T) {
 // their tail or had the pinned receipt edited in place.
 func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	require.NoError(t, l.Stop())
 	state := filepath.Join(t.TempDir(), "state.json")
 	rep, code := verifyJSON(t, "--db", l.DB, "--state", state)
@@ -215,9 +213,7 @@ func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 // (no false "last success 0"); with it they appear after the first run.
 func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	r := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, r.Status)
 	require.Contains(t, r.Raw, "ledger_", "the ledger's own metrics are there")
