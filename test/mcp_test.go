@@ -80,18 +80,24 @@ func startGateway(t *testing.T, args ...string) *gateway {
 // startGatewayEnv is startGateway with extra environment variables.
 func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 	t.Helper()
+	return startAgentEnv(t, env, "", nil, args...)
+}
+
+// startAgentEnv runs ledger-mcp with env and args and connects to it over
+// stdio at revision rev (the latest if "") with the client options o.
+func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions, args ...string) *gateway {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := c.Connect(ctx, &keyTransport{&mcp.CommandTransport{Command: cmd}}, nil)
+	s, err := c.Connect(ctx, &keyTransport{&mcp.CommandTransport{Command: cmd}}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
 	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
-	g := &gateway{ClientSession: s, logs: logs}
 	t.Cleanup(func() { _ = s.Close() })
-	return g
+	return &gateway{ClientSession: s, logs: logs}
 }
 
 // stop disconnects, which ends ledger-mcp.
