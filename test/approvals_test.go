@@ -56,10 +56,10 @@ func newGateFixture(t *testing.T, clock *testClock, db string) *gateFixture {
 	f := &gateFixture{t: t, clock: clock, db: db}
 	l := clock.start(t, db) // creates the database
 	require.NoError(t, l.Stop())
-	f.admin = createTokenDB(t, db, "ops", "admin")
-	f.agent = createTokenDB(t, db, "agent", "writer")
-	f.alice = createTokenDB(t, db, "alice", "approver")
-	f.reader = createTokenDB(t, db, "auditor", "reader")
+	f.admin = createToken(t, db, "ops", "admin")
+	f.agent = createToken(t, db, "agent", "writer")
+	f.alice = createToken(t, db, "alice", "approver")
+	f.reader = createToken(t, db, "auditor", "reader")
 	f.l = clock.start(t, db)
 	require.Equal(t, 401, f.l.Do("GET", "/v1/head", "").Status)
 	return f

@@ -111,10 +111,3 @@ func TestGateway_withLedgerd(t *testing.T) {
 	assert.Equal(t, "gateway", r.Body["receipts"].([]any)[0].(map[string]any)["actor"])
 }
 
-// createToken makes an API token with ledgerctl, as an operator would.
-func createToken(t *testing.T, db, name, role string) string {
-	t.Helper()
-	out, stderr, code := ledgerctl(t, "token", "create", "--db", db, "--role", role, "--name", name)
-	require.Equal(t, 0, code, stderr)
-	return strings.TrimSpace(out)
-}

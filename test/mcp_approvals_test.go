@@ -322,9 +322,9 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	require.NoError(t, l.Stop())
-	adminTok := createTokenDB(t, db, "ops", "admin")
-	gw := createTokenDB(t, db, "gateway", "writer")
-	alice := createTokenDB(t, db, "alice", "approver")
+	adminTok := createToken(t, db, "ops", "admin")
+	gw := createToken(t, db, "gateway", "writer")
+	alice := createToken(t, db, "alice", "approver")
 	l = StartLedgerd(t, db)
 	r := l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [
 		{"tool": "test-shop.charge", "approval": "required", "approvers": ["role:approver"]},
