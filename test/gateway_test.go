@@ -110,4 +110,3 @@ func TestGateway_withLedgerd(t *testing.T) {
 	assert.Len(t, r.Body["receipts"], 2)
 	assert.Equal(t, "gateway", r.Body["receipts"].([]any)[0].(map[string]any)["actor"])
 }
-
