@@ -146,6 +146,28 @@ func TestLedgerMCP_onErrorRule(t *testing.T) {
 	verified(t, db)
 }
 
+// TestLedgerMCP_failedThenFixedAuditedOnce: the probe's case through
+// ledger-mcp — a tool that answers an error twice (recorded not_applied),
+// then succeeds once its cause is fixed — is one repeated failure naming
+// the call's key once, with its three runs.
+func TestLedgerMCP_failedThenFixedAuditedOnce(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	for range 2 {
+		require.True(t, g.call(t, "observe", map[string]any{"id": "alice"}, nil).IsError)
+	}
+	require.False(t, g.call(t, "create_entity", map[string]any{"id": "alice"}, nil).IsError)
+	require.False(t, g.call(t, "observe", map[string]any{"id": "alice"}, nil).IsError)
+	g.stop(t)
+	got := auditRepeats(t, "--db", db)
+	require.Len(t, got, 1)
+	assert.Len(t, got[0].Keys, 1, "one call, one key: %v", got[0])
+	assert.Len(t, got[0].Executions, 3, "%v", got[0])
+	assert.Len(t, got[0].Seqs, 3, "%v", got[0])
+}
+
 // TestLedgerMCP_adminListen: an interrupted call of a non-idempotent tool
 // is never run again without a person; with --admin-listen the embedded
 // ledger's API and page are served, the refusal names them, and a person

@@ -2,17 +2,22 @@ package test
 
 import (
 	"bufio"
+	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
@@ -328,4 +333,128 @@ func TestLedgerd_verifyEveryNamespace(t *testing.T) {
 			strings.Contains(m, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
 			strings.Contains(m, `ledger_verify_violations{namespace="ops"} 0`)
 	}, 60*time.Second, 50*time.Millisecond)
+}
+
+// fourNamespaces fills namespaces a, b, c and d of the ledger db with
+// three reserved keys each, through a ledgerd that is stopped again.
+func fourNamespaces(t *testing.T, db string) {
+	t.Helper()
+	l := StartLedgerd(t, db)
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"`+ns+`"}`).Status)
+		for i := 1; i <= 3; i++ {
+			r := l.Do("POST", "/v1/ns/"+ns+"/effects/reserve", nsReserve(fmt.Sprintf("key-%s-%04d", ns, i), "exec-"+ns, "tool."+ns))
+			require.Equal(t, 201, r.Status, r.Raw)
+		}
+	}
+	require.NoError(t, l.Stop())
+}
+
+// TestLedgerctl_verifyAllNamespacesReportsEach: of four namespaces, a
+// cannot be read (a value the verifier cannot scan on SQLite; a read that
+// fails on PostgreSQL), b is intact, c is tampered (a forged
+// external_ref) and d cannot be read either. verify --all-namespaces
+// reports every one of them, as text and as JSON, and exits with the
+// worst status (2), naming the namespaces it could not verify on stderr.
+func TestLedgerctl_verifyAllNamespacesReportsEach(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		fourNamespaces(t, db)
+		src := db
+		if storage.IsPostgres(db) {
+			src = unreadableNamespacesPG(t, db, "a", "d")
+		} else {
+			// (a seq edited into text is a violation, not an unreadable
+			// namespace: TestLedgerctl_textSeqReported)
+			editLedger(t, db, `DROP TRIGGER ns_receipts_no_update`, `DROP TRIGGER ns_settings_fixed`,
+				`UPDATE ns_settings SET key_ttl_ms = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'a')`,
+				`UPDATE ns_receipts SET external_ref = 'forged' WHERE ns = (SELECT id FROM namespaces WHERE name = 'c') AND seq = 1`,
+				`UPDATE ns_head SET seq = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'd')`)
+		}
+
+		out, stderr, code := ledgerctl(t, "verify", "--db", src, "--all-namespaces")
+		assert.Equal(t, 2, code, out+stderr)
+		for _, want := range []string{
+			"== namespace a ==\nERROR: could not be verified: ",
+			"== namespace b ==\nOK: 3 receipts",
+			"== namespace c ==\nFAILED: ",
+			"== namespace d ==\nERROR: could not be verified: ",
+			"== namespace default ==\nOK: 0 receipts",
+			"5 namespaces verified, 1 with violations, 2 could not be verified\n",
+		} {
+			assert.Contains(t, out, want)
+		}
+		assert.Contains(t, out, "hash_mismatch")
+		assert.Contains(t, stderr, "namespace a: ")
+		assert.Contains(t, stderr, "namespace d: ")
+		assert.NotContains(t, stderr, "namespace b")
+
+		out, _, code = ledgerctl(t, "verify", "--db", src, "--all-namespaces", "--json")
+		assert.Equal(t, 2, code, out)
+		var all struct {
+			OK         bool `json:"ok"`
+			Namespaces map[string]struct {
+				OK              bool   `json:"ok"`
+				Error           string `json:"error"`
+				ViolationsTotal int    `json:"violations_total"`
+			} `json:"namespaces"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &all), out)
+		assert.False(t, all.OK)
+		require.Len(t, all.Namespaces, 5, out)
+		for _, ns := range []string{"a", "d"} {
+			assert.False(t, all.Namespaces[ns].OK, ns)
+			assert.NotEmpty(t, all.Namespaces[ns].Error, ns)
+		}
+		assert.True(t, all.Namespaces["b"].OK)
+		assert.Empty(t, all.Namespaces["b"].Error)
+		assert.False(t, all.Namespaces["c"].OK)
+		assert.Positive(t, all.Namespaces["c"].ViolationsTotal)
+		assert.True(t, all.Namespaces["default"].OK)
+
+		// The tampered namespace alone: exit 1.
+		out, _, code = ledgerctl(t, "verify", "--db", src, "--namespace", "c")
+		assert.Equal(t, 1, code, out)
+	})
+}
+
+// unreadableNamespacesPG tampers namespace c of the PostgreSQL ledger db
+// (a forged external_ref) and returns the URL of a role that cannot read
+// the receipts of namespaces bad: a row-level policy divides by zero on
+// their rows (sequential scans off, so that another namespace's scan
+// never meets them).
+func unreadableNamespacesPG(t *testing.T, db string, bad ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(db)
+	require.NoError(t, err)
+	role := "auditor_" + strings.TrimPrefix(u.Path, "/")
+	conn, err := pgx.Connect(ctx, db)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, db)
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close(ctx) }()
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	for _, q := range []string{
+		`ALTER TABLE receipts DISABLE TRIGGER USER`,
+		`UPDATE receipts SET external_ref = 'forged' WHERE namespace = 'c' AND seq = 1`,
+		`ALTER TABLE receipts ENABLE TRIGGER USER`,
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO " + role,
+		"ALTER ROLE " + role + " IN DATABASE " + strings.TrimPrefix(u.Path, "/") + " SET enable_seqscan = off",
+		`ALTER TABLE receipts ENABLE ROW LEVEL SECURITY`,
+		`CREATE POLICY unreadable ON receipts FOR SELECT USING (CASE WHEN namespace IN ('` + strings.Join(bad, "', '") +
+			`') THEN 1 / (seq - seq) ELSE 1 END >= 0)`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	u.User = url.User(role)
+	return u.String()
 }
