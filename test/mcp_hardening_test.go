@@ -574,6 +574,39 @@ func TestLedgerMCP_upstreamStartsPerSession(t *testing.T) {
 	}
 }
 
+// TestLedgerMCP_upstreamRestartedOnce (issue 44, item 9): over stdio, a
+// stdio upstream of an older revision (a 2026-07-28 one always had one
+// session) that dies is started again once, for the next call: the
+// client's one session is the shared one, at every revision.
+func TestLedgerMCP_upstreamRestartedOnce(t *testing.T) {
+	t.Parallel()
+	for _, rev := range []string{mcpgate.Version20260728, "2025-11-25"} {
+		t.Run(rev, func(t *testing.T) {
+			t.Parallel()
+			sh := newShop(t)
+			starts := filepath.Join(sh.dir, "starts")
+			script := filepath.Join(t.TempDir(), "upstream.sh")
+			require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho started >> '"+starts+"'\nexec '"+sh.bin+"' --dir '"+sh.dir+"' --revision 2025-11-25\n"), 0o700))
+			g := startGatewayRev(t, rev, nil, "--db", filepath.Join(t.TempDir(), "mcp.db"), "--", script)
+			count := func() int {
+				b, err := os.ReadFile(starts)
+				require.NoError(t, err)
+				return strings.Count(string(b), "started\n")
+			}
+			res := g.call(t, "charge", map[string]any{"order": "before"}, nil)
+			require.False(t, res.IsError, text(t, res))
+			assert.Equal(t, 1, count(), "one upstream for the client")
+
+			res = g.call(t, "crash", map[string]any{"id": "C1"}, nil)
+			require.Equal(t, "outcome_unknown", status(res), text(t, res))
+			res = g.call(t, "charge", map[string]any{"order": "after"}, nil)
+			require.False(t, res.IsError, text(t, res))
+			assert.Equal(t, 1, sh.runs("charge", "after"))
+			assert.Equal(t, 2, count(), "started again once, after it died")
+		})
+	}
+}
+
 // TestLedgerMCP_replayOfResolved (issue 44, item 9): the replay of an
 // outcome a person resolved as succeeded says so — who decided and when,
 // with the note and the external reference — and points at no answer

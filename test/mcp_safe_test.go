@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,31 @@ func TestLedgerMCP_adminListen(t *testing.T) {
 	assert.Equal(t, 2, sh.runs("slow", "u1"), "resolved as not applied, the call runs again")
 	g.stop(t)
 	verified(t, db)
+}
+
+// TestLedgerMCP_resolveHowNamesToken (issue 44): the command the model is
+// given to have a key resolved names the admin token (never where it is
+// kept: the text reaches the agent), so that it works as printed with it.
+func TestLedgerMCP_resolveHowNamesToken(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		sh := newShop(t)
+		g := startAdminGateway(t, sh, db, "--lease", "300ms", "--wait", "0s")
+		key := g.interrupt(t, sh, "tok1")
+		refused := g.call(t, "slow", map[string]any{"id": "tok1"}, nil)
+		require.Equal(t, "unsafe_resume", status(refused), text(t, refused))
+		msg := text(t, refused)
+		assert.Contains(t, msg, "LEDGER_TOKEN=<admin token> ledgerctl resolve "+key+" --server "+g.url+" --outcome ")
+		assert.NotContains(t, msg, g.tokenFile, "the model is never told where the admin token is kept")
+		assert.NotContains(t, msg, filepath.Base(g.tokenFile))
+		assert.Contains(t, msg, "or the page "+g.url+"/ui/")
+
+		m := regexp.MustCompile(`LEDGER_TOKEN=<admin token> (ledgerctl resolve \S+ --server \S+) --outcome`).FindStringSubmatch(msg)
+		require.Len(t, m, 2, msg)
+		args := append(strings.Fields(m[1])[1:], "--outcome", "succeeded", "--note", "checked: it went through")
+		out, errOut, code := ledgerctlEnv(t, []string{"LEDGER_TOKEN=" + g.token(t)}, args...)
+		require.Equal(t, 0, code, out+errOut)
+	})
 }
 
 // httpGet is the status of a GET.
