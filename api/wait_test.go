@@ -3,10 +3,8 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
@@ -249,31 +248,13 @@ func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	token := reserveToken(t, srv, waitBody("exec-1", 0, ""))
 	ch := postWait(waitCtx(t), srv.Client(), srv.URL, waitBody("exec-2", 5_000, ""))
 	awaitParked(t, db, 1, ch)
-	readTimeoutPassed(t, srv) // past both timeouts
+	testkit.ReadTimeoutPassed(t, srv.Listener.Addr().String()) // past both timeouts
 	require.Equal(t, 1, db.Ledger.Waiting(), "still waiting")
 	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	r := awaitReply(t, ch, 60*time.Second)
 	assert.Equal(t, 200, r.status)
 	assert.Equal(t, "replayed", r.body["status"])
-}
-
-// readTimeoutPassed opens a connection whose request body never finishes
-// and returns once the server has cut it for its ReadTimeout: by then
-// that timeout, and a WriteTimeout no longer than it, has run out for
-// every request whose headers the server read before this one's.
-func readTimeoutPassed(t *testing.T, srv *httptest.Server) {
-	t.Helper()
-	c, err := net.Dial("tcp", srv.Listener.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
-	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 200\r\n\r\n{")
-	require.NoError(t, err)
-	_, err = io.Copy(io.Discard, c) // whatever the server answers, until it closes the connection
-	var ne net.Error
-	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server did not cut a request body that never came")
 }
 
 // TestServer_Reserve_thousandWaiters parks 1,000 reserves on one key;

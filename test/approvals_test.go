@@ -1,8 +1,12 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
@@ -56,10 +61,10 @@ func newGateFixture(t *testing.T, clock *testClock, db string) *gateFixture {
 	f := &gateFixture{t: t, clock: clock, db: db}
 	l := clock.start(t, db) // creates the database
 	require.NoError(t, l.Stop())
-	f.admin = createTokenDB(t, db, "ops", "admin")
-	f.agent = createTokenDB(t, db, "agent", "writer")
-	f.alice = createTokenDB(t, db, "alice", "approver")
-	f.reader = createTokenDB(t, db, "auditor", "reader")
+	f.admin = createToken(t, db, "ops", "admin")
+	f.agent = createToken(t, db, "agent", "writer")
+	f.alice = createToken(t, db, "alice", "approver")
+	f.reader = createToken(t, db, "auditor", "reader")
 	f.l = clock.start(t, db)
 	require.Equal(t, 401, f.l.Do("GET", "/v1/head", "").Status)
 	return f
@@ -347,4 +352,52 @@ func TestApprovals_replicasRaceToConsume(t *testing.T) {
 	}
 	out, stderr, code := ledgerctl(t, "verify", "--db", url)
 	require.Equal(t, 0, code, "%s\n%s", stderr, out)
+}
+
+// gatedLedgerd starts ledgerd on db with a policy that sends every
+// payments.* call in namespace default to a person.
+func gatedLedgerd(t *testing.T, db string) *Ledgerd {
+	t.Helper()
+	l := StartLedgerd(t, db)
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(policy, []byte(`{"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":600000}]}`), 0o600))
+	_, stderr, code := ledgerctl(t, "policy", "set", "--server", l.URL, "default", policy)
+	require.Equal(t, 0, code, stderr)
+	return l
+}
+
+// TestGoClient_approvalRequiredNamesThePage: a call the policy sends to
+// a person gives the Go client's ApprovalRequiredError the ask's seq, its
+// expiry and the page where a person answers it (<base>/ui/#approvals/SEQ,
+// as ledger-mcp names it), as fields and in its message.
+func TestGoClient_approvalRequiredNamesThePage(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		l := gatedLedgerd(t, db)
+		c, err := client.New(l.URL)
+		require.NoError(t, err)
+		_, err = c.Reserve(context.Background(), client.ReserveRequest{Key: "charge-order-0001", ExecutionID: "exec-1",
+			Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`)})
+		var are *client.ApprovalRequiredError
+		require.ErrorAs(t, err, &are)
+		require.NotZero(t, are.Seq)
+		assert.False(t, are.ExpiresAt.IsZero())
+		page := fmt.Sprintf("%s/ui/#approvals/%d", l.URL, are.Seq)
+		assert.Equal(t, page, are.URL)
+		for _, want := range []string{fmt.Sprintf("ask %d", are.Seq), "expires " + are.ExpiresAt.UTC().Format(time.RFC3339), page} {
+			assert.Contains(t, err.Error(), want)
+		}
+		r := l.Do("GET", fmt.Sprintf("/v1/approvals/%d", are.Seq), "")
+		assert.Equal(t, 200, r.Status, "the seq names the ask: %s", r.Raw)
+
+		// The command the message names answers the ask; the call then runs.
+		answer := fmt.Sprintf("ledgerctl approvals approve %d --server %s", are.Seq, l.URL)
+		require.Contains(t, err.Error(), "(or: "+answer+")")
+		_, stderr, code := ledgerctl(t, strings.Fields(answer)[1:]...)
+		require.Equal(t, 0, code, stderr)
+		rsv, err := c.Reserve(context.Background(), client.ReserveRequest{Key: "charge-order-0001", ExecutionID: "exec-1",
+			Tool: "payments.charge", Class: client.ClassExternal, Input: json.RawMessage(`{"amount":1200}`)})
+		require.NoError(t, err)
+		assert.Equal(t, &client.ApprovalUse{Seq: are.Seq + 1, AskSeq: are.Seq}, rsv.Approval)
+	})
 }

@@ -2,6 +2,7 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -139,6 +140,71 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 				strings.Contains(m, "ledger_audit_repeated_failure_keys{namespace=\"default\"} 3\n")
 		}, 60*time.Second, 50*time.Millisecond, "an incremental run adds the new repeat")
 		assert.Contains(t, l.Logs(), "failed calls run again unchanged under new keys")
+	})
+}
+
+// auditRepeats runs ledgerctl audit --json with args and returns its
+// repeated failures.
+func auditRepeats(t *testing.T, args ...string) []repeatedFailure {
+	t.Helper()
+	out, stderr, code := ledgerctl(t, append([]string{"audit", "--json"}, args...)...)
+	require.Equal(t, 0, code, stderr)
+	var a struct {
+		RepeatedFailures []repeatedFailure `json:"repeated_failures"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &a), out)
+	return a.RepeatedFailures
+}
+
+// TestLedgerctl_repeatedFailureListsAKeyOnce: a call that applied nothing
+// twice (not_applied, SPEC §4.1), then succeeded once fixed, all under one
+// key by three executions, is one repeated failure (§4.1: a rerun of the
+// same key by another execution is a repeat, whatever its outcome) whose
+// keys name that key once, with every run in executions and seqs — from
+// the file (the database's grouping) and from the server (the chain
+// pass), as JSON and as the table; verify --json's audit agrees.
+func TestLedgerctl_repeatedFailureListsAKeyOnce(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		l := StartLedgerd(t, db)
+		const key = "observe-alice-0001"
+		body := func(exec string) string {
+			return `{"idempotency_key":"` + key + `","execution_id":"` + exec + `","tool":"memory.observe","effect":"write","input":{"id":"alice"}}`
+		}
+		for i, outcome := range []string{"not_applied", "not_applied", "succeeded"} {
+			tok := l.Reserve(t, body(fmt.Sprintf("exec-%d", i+1)))
+			c := `{"reservation":"` + tok + `","outcome":"succeeded"}`
+			if outcome == "not_applied" {
+				c = `{"reservation":"` + tok + `","outcome":"not_applied","error":{"code":"NOT_FOUND"}}`
+			}
+			require.Equal(t, 201, l.Do("POST", "/v1/effects/"+key+"/commit", c).Status)
+		}
+		for _, src := range [][]string{{"--db", db}, {"--server", l.URL}} {
+			got := auditRepeats(t, src...)
+			require.Len(t, got, 1, "%v", src)
+			assert.Equal(t, []string{key}, got[0].Keys, "%v: the key once", src)
+			assert.Equal(t, []string{"exec-1", "exec-2", "exec-3"}, got[0].Executions, "%v: every run", src)
+			assert.Equal(t, []uint64{2, 3, 5}, got[0].Seqs, "%v: the failure, then each rerun's reserve", src)
+			assert.Equal(t, "NOT_FOUND", got[0].ErrorCode)
+
+			out, _, code := ledgerctl(t, append([]string{"audit"}, src...)...)
+			require.Equal(t, 0, code)
+			sec := out[strings.Index(out, "Repeated failures"):]
+			sec = sec[:strings.Index(sec, "\n\n")]
+			assert.Equal(t, 1, strings.Count(sec, key), "%v: %s", src, sec)
+			assert.Contains(t, sec, "(the same key again)")
+			assert.Contains(t, sec, "exec-1, exec-2, exec-3")
+
+			out, _, code = ledgerctl(t, append([]string{"verify", "--json"}, src...)...)
+			require.Equal(t, 0, code, out)
+			var v struct {
+				Audit struct {
+					RepeatedFailures []repeatedFailure `json:"repeated_failures"`
+				} `json:"audit"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &v))
+			assert.Equal(t, got, v.Audit.RepeatedFailures, "%v", src)
+		}
 	})
 }
 

@@ -31,9 +31,7 @@ type backupReport struct {
 // --out is kept unless --force, and ledgerd starts on the copy.
 func TestLedgerctl_backup(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	w := startLoad(t, l, 4, "backup-load", `"execution_id":"e","tool":"t","effect":"write","idempotent":true`,
 		func(int) string { return `"outcome":"succeeded"` })
 	require.Eventually(t, func() bool { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) >= 60 }, 60*time.Second, 20*time.Millisecond)
@@ -110,9 +108,7 @@ func TestLedgerctl_backup(t *testing.T) {
 // not verify, 2 for usage and I/O errors.
 func TestLedgerctl_backupErrors(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 

@@ -103,6 +103,90 @@ func TestLedgerctl_help(t *testing.T) {
 	assert.NotContains(t, string(help), "shared/")
 }
 
+// TestLedgerctl_namespaceShortFlag: every command that takes a namespace
+// by flag takes -n as it takes --namespace (verify and audit refused it),
+// from the file and from the server, and lists both on one line of its
+// help; verify --all-namespaces refuses -n as it refuses --namespace.
+func TestLedgerctl_namespaceShortFlag(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"pay"}`).Status)
+	r := l.Do("POST", "/v1/ns/pay/effects/reserve", nsReserve("short-flag-0001", "exec-1", "tool.pay"))
+	require.Equal(t, 201, r.Status, r.Raw)
+	r = l.Do("POST", "/v1/ns/pay/effects/short-flag-0001/commit", `{"reservation":"`+r.Body["reservation"].(string)+`","outcome":"succeeded"}`)
+	require.Equal(t, 201, r.Status, r.Raw) // no lease to end between two runs
+
+	for _, src := range [][]string{{"--db", db}, {"--server", l.URL}} {
+		for _, tc := range []struct {
+			cmd  []string
+			want string // in what -n pay prints
+		}{
+			{[]string{"verify", "--json"}, `"receipts":2,`}, {[]string{"audit", "--json"}, `"runtime_retries":[]`},
+			{[]string{"receipts", "--json"}, "short-flag-0001"}, {[]string{"show", "short-flag-0001", "--json"}, "short-flag-0001"},
+			{[]string{"head"}, "2:"}, {[]string{"export"}, "short-flag-0001"},
+		} {
+			args := append(slices.Clone(tc.cmd), src...)
+			long, lerr, lcode := ledgerctl(t, append(args, "--namespace", "pay")...)
+			short, serr, scode := ledgerctl(t, append(args, "-n", "pay")...)
+			require.Equal(t, 0, lcode, "%q --namespace pay: %s", args, lerr)
+			require.Equal(t, 0, scode, "%q -n pay: %s", args, serr)
+			assert.Contains(t, short, tc.want, "%q", args)
+			if tc.cmd[0] != "verify" { // verify reports how long it took
+				assert.Equal(t, long, short, "%q", args)
+			}
+			_, serr, scode = ledgerctl(t, append(args, "-n", "nope")...)
+			assert.Equal(t, 2, scode, "%q -n nope", args)
+			assert.Contains(t, serr, "nope", "%q", args)
+		}
+	}
+	out, _, code := ledgerctl(t, "verify", "--db", db, "-n", "pay")
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, "OK: 2 receipts,")
+	out, _, code = ledgerctl(t, "approvals", "list", "--server", l.URL, "-n", "pay", "--json")
+	assert.Equal(t, 0, code, out)
+	_, stderr, code := ledgerctl(t, "verify", "--db", db, "--all-namespaces", "-n", "pay")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "leave out --namespace")
+
+	for _, cmd := range [][]string{
+		{"verify"}, {"audit"}, {"receipts"}, {"show"}, {"head"}, {"export"}, {"checkpoint"}, {"prove"}, {"resolve"},
+		{"check-proof"}, {"rebuild-index"}, {"token", "create"},
+		{"approvals", "list"}, {"approvals", "show"}, {"approvals", "approve"}, {"approvals", "reject"},
+	} {
+		_, help, code := ledgerctl(t, append(cmd, "--help")...)
+		assert.Equal(t, 0, code, "%q", cmd)
+		assert.Regexp(t, `(?m)^  --namespace \S+, -n \S+$`, help, "%q lists -n with --namespace", cmd)
+		assert.NotRegexp(t, `(?m)^  -n`, help, "%q lists -n once", cmd)
+	}
+}
+
+// TestLedgerctl_helpTellsTheLayoutAndRoles: the namespace, backup and
+// rebuild-index help describe namespaces as they are stored now (in the
+// ledger file's shared tables, never <db>.ns/ns-NAME.db), and the token
+// help names the approver role.
+func TestLedgerctl_helpTellsTheLayoutAndRoles(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{
+		{"namespace"}, {"namespace", "create"}, {"namespace", "list"}, {"namespace", "forget"}, {"backup"}, {"rebuild-index"},
+	} {
+		_, help, code := ledgerctl(t, append(cmd, "--help")...)
+		assert.Equal(t, 0, code, "%q", cmd)
+		assert.NotContains(t, help, ".ns/", "%q", cmd)
+		assert.NotContains(t, help, "ns-NAME", "%q", cmd)
+	}
+	_, help, _ := ledgerctl(t, "namespace", "--help")
+	assert.Contains(t, help, "shared tables")
+	for _, cmd := range [][]string{{"token"}, {"token", "create"}} {
+		_, help, code := ledgerctl(t, append(cmd, "--help")...)
+		assert.Equal(t, 0, code, "%q", cmd)
+		assert.Regexp(t, `approver\s+\(every GET, and answering`, help, "%q says what an approver may do", cmd)
+	}
+	out, _, _ := ledgerctl(t, "--help")
+	assert.Contains(t, out, "approver")
+	assert.NotContains(t, out, "namespace files")
+}
+
 // TestLedgerctl_missingDB gives every command that reads a file a --db
 // that does not exist, in an existing and in a missing directory: one
 // clear line, exit 2, and nothing created.
@@ -132,9 +216,7 @@ func TestLedgerctl_missingDB(t *testing.T) {
 // stderr, whichever command fails and how.
 func TestLedgerctl_errorsPrintOnce(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	dir := t.TempDir()
 	notLedger := filepath.Join(dir, "other.db")
 	sdb, err := sql.Open("sqlite3", notLedger)
@@ -185,9 +267,7 @@ func closedAddr(t *testing.T) string {
 // what it cannot use.
 func TestLedgerctl_serverURL(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	want, stderr, code := ledgerctl(t, "head", "--server", l.URL)
 	require.Equal(t, 0, code, stderr)
 	bare := strings.TrimPrefix(l.URL, "http://")
@@ -289,9 +369,7 @@ func TestLedgerctl_resolveNamesFlags(t *testing.T) {
 // that name the flag, for a file and for a server alike.
 func TestLedgerctl_flagValues(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	for _, src := range [][]string{{"--db", l.DB}, {"--server", l.URL}} {
 		for _, tc := range []struct {
 			args []string

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -25,9 +24,7 @@ import (
 // (promtool checks the rules' syntax and runs their unit tests in CI.)
 func TestDeploy_metricNames(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "1h")
-	populate(t, l, clock)
+	l := startPopulated(t, "--verify-every", "1h")
 	r := l.Do("POST", "/v1/effects/charge-0003/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	require.Equal(t, 404, l.Do("GET", "/v1/effects/no-such-key-1", "").Status)

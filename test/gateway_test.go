@@ -2,7 +2,6 @@ package test
 
 import (
 	"encoding/json"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -14,19 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/testkit"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // gatewayBin is examples/gateway, built once in binDir.
-var gatewayBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "gateway")
-	build := exec.Command("go", "build", "-o", bin, "../examples/gateway")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return bin, nil
-})
+var gatewayBin = builtOnce("gateway", "../examples/gateway")
 
 // StartGateway runs examples/gateway (built once) against the ledger at
 // ledgerURL (without scheme, as a user may write it), returning its URL.
@@ -115,12 +109,4 @@ func TestGateway_withLedgerd(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Len(t, r.Body["receipts"], 2)
 	assert.Equal(t, "gateway", r.Body["receipts"].([]any)[0].(map[string]any)["actor"])
-}
-
-// createToken makes an API token with ledgerctl, as an operator would.
-func createToken(t *testing.T, db, name, role string) string {
-	t.Helper()
-	out, stderr, code := ledgerctl(t, "token", "create", "--db", db, "--role", role, "--name", name)
-	require.Equal(t, 0, code, stderr)
-	return strings.TrimSpace(out)
 }

@@ -236,7 +236,7 @@ func testApprovalViews(t *testing.T, db string) {
 	clock := newWallClock(t)
 	f := newGateFixture(t, clock, db)
 	require.NoError(t, f.l.Stop())
-	bob := createTokenDB(t, db, "bob", "approver")
+	bob := createToken(t, db, "bob", "approver")
 	f.l = clock.start(t, db)
 	policy := strings.Replace(approvalPolicy, `"expires_in_ms":60000`, `"expires_in_ms":3600000`, 1)
 	r := f.l.Do("PUT", "/v1/namespaces/default/policy", policy, f.as(f.admin)...)

@@ -174,3 +174,14 @@ func verified(t *testing.T, db string) {
 	out, errOut, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, out+errOut)
 }
+
+// createToken makes an API token with ledgerctl on the database db (a
+// file or a PostgreSQL URL), as an operator would, and returns it.
+func createToken(t *testing.T, db, name, role string, extra ...string) string {
+	t.Helper()
+	out, stderr, code := ledgerctl(t, append([]string{"token", "create", "--db", db, "--name", name, "--role", role}, extra...)...)
+	require.Equal(t, 0, code, stderr)
+	tok := strings.TrimSpace(out)
+	require.True(t, strings.HasPrefix(tok, "elt_"), out)
+	return tok
+}

@@ -40,6 +40,16 @@ func runCmd(t *testing.T, cmd *exec.Cmd) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
+// startPopulated starts ledgerd (with args) on a new file and a clock an
+// hour in the past, and populates it.
+func startPopulated(t *testing.T, args ...string) *Ledgerd {
+	t.Helper()
+	clock := newPastClock(t)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), args...)
+	populate(t, l, clock)
+	return l
+}
+
 // populate drives a ledger through every kind of receipt; l runs on clock,
 // which populate moves past the lease of the reservation it leaves
 // interrupted.
@@ -59,9 +69,7 @@ func populate(t *testing.T, l *Ledgerd, clock *testClock) {
 
 func TestLedgerctl(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	srv := []string{"--server", l.URL}
 	db := []string{"--db", l.DB}
 
@@ -153,9 +161,7 @@ func TestLedgerctl(t *testing.T) {
 // and the rule named; a state file pins the head across runs.
 func TestLedgerctl_tampered(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state.json")
@@ -213,9 +219,7 @@ func TestLedgerctl_tampered(t *testing.T) {
 // TestLedgerd_verifyEvery runs the periodic verifier inside ledgerd.
 func TestLedgerd_verifyEvery(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
-	populate(t, l, clock)
+	l := startPopulated(t, "--verify-every", "100ms")
 	require.Eventually(t, func() bool {
 		res := l.Do("GET", "/metrics", "")
 		return strings.Contains(res.Raw, `ledger_verify_violations{namespace="default"} 0`) &&
@@ -229,9 +233,7 @@ func TestLedgerd_verifyEvery(t *testing.T) {
 // copy) on a read-only file, pinned to the head read before the backup.
 func TestLedgerctl_backupCopy(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	head, _, code := ledgerctl(t, "head", "--db", l.DB)
 	require.Equal(t, 0, code)
 	backup := filepath.Join(t.TempDir(), "backup.db")

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -25,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/testkit"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
@@ -32,6 +33,26 @@ import (
 
 // binDir holds the binaries built once for all tests.
 var binDir string
+
+// builtOnce returns a function that builds the package pkg (a path
+// relative to test/) into binDir/name at its first call and returns the
+// binary's path, the same at every later call.
+func builtOnce(name, pkg string) func() (string, error) {
+	return sync.OnceValues(func() (string, error) {
+		bin := filepath.Join(binDir, name)
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", &buildError{out: string(out), err: err}
+		}
+		return bin, nil
+	})
+}
+
+type buildError struct {
+	out string
+	err error
+}
+
+func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
 
 func TestMain(m *testing.M) {
 	flag.Parse()

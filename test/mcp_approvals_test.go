@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"
@@ -323,9 +322,9 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	l := StartLedgerd(t, db)
 	require.NoError(t, l.Stop())
-	adminTok := createTokenDB(t, db, "ops", "admin")
-	gw := createTokenDB(t, db, "gateway", "writer")
-	alice := createTokenDB(t, db, "alice", "approver")
+	adminTok := createToken(t, db, "ops", "admin")
+	gw := createToken(t, db, "gateway", "writer")
+	alice := createToken(t, db, "alice", "approver")
 	l = StartLedgerd(t, db)
 	r := l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [
 		{"tool": "test-shop.charge", "approval": "required", "approvers": ["role:approver"]},
@@ -471,21 +470,4 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 		seq, _ := approvalMeta(t, g.call(t, "charge", map[string]any{"order": "B3"}, nil))
 		assert.NotZero(t, seq)
 	})
-}
-
-// startAgentEnv runs ledger-mcp with env and args and connects to it over
-// stdio at revision rev with the client options o.
-func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions, args ...string) *gateway {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	logs := &testkit.Buffer{}
-	cmd.Stderr = logs
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
-	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
-	t.Cleanup(func() { _ = s.Close() })
-	return &gateway{ClientSession: s, logs: logs}
 }

@@ -143,20 +143,7 @@ func TestLedgerMCP_remoteLedger(t *testing.T) {
 func TestLedgerMCP_commandLine(t *testing.T) {
 	t.Parallel()
 	bin := filepath.Join(binDir, "ledger-mcp")
-	run := func(args ...string) (string, string, int) {
-		cmd := exec.Command(bin, args...)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		cmd.Stdin = strings.NewReader("")
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else {
-			require.NoError(t, err)
-		}
-		return out.String(), errb.String(), code
-	}
+	run := func(args ...string) (string, string, int) { return runCmd(t, exec.Command(bin, args...)) }
 	t.Run("Help", func(t *testing.T) {
 		out, errOut, code := run("--help")
 		assert.Equal(t, 0, code)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,69 @@ func TestLedgerMCP_failedThenFixed(t *testing.T) {
 	assert.Equal(t, 1, sh.runs("observe", "bob"))
 }
 
+// TestLedgerMCP_onErrorRule: a --policy rule whose only member is
+// "on_error" (docs/mcp.md's "a rule with \"on_error\": \"failed\"") is
+// taken, not refused at start: the tool keeps the class of its
+// annotations (observe: write, not idempotent) and its error answers are
+// recorded failed, so the same call is refused (retry_not_allowed) and the
+// upstream ran it once. It sets no member of the gate: no policy receipt.
+func TestLedgerMCP_onErrorRule(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	policy := writePolicy(t, `[{"tool": "observe", "on_error": "failed"}]`)
+	g := startGateway(t, append([]string{"--db", db, "--policy", policy}, sh.command()...)...)
+	fail := g.call(t, "observe", map[string]any{"id": "bob"}, nil)
+	require.True(t, fail.IsError)
+	assert.Contains(t, text(t, fail), "not found (run 1)")
+	refused := g.call(t, "observe", map[string]any{"id": "bob"}, nil)
+	assert.Equal(t, "retry_not_allowed", status(refused), text(t, refused))
+	assert.Equal(t, 1, sh.runs("observe", "bob"))
+	// Another tool keeps the default: its error applied nothing.
+	declined := g.call(t, "refund", map[string]any{"order": "R1"}, nil)
+	require.True(t, declined.IsError)
+	g.stop(t)
+
+	var commits []map[string]any
+	for _, r := range dbReceipts(t, db) {
+		if r["kind"] == "commit" {
+			commits = append(commits, r)
+		}
+	}
+	require.Len(t, commits, 2)
+	assert.Equal(t, "test-shop.observe", commits[0]["tool"])
+	assert.Equal(t, "write", commits[0]["effect"], "the class of its annotations")
+	assert.Equal(t, false, commits[0]["idempotent"])
+	assert.Equal(t, "failed", commits[0]["outcome"])
+	assert.Equal(t, "TOOL_ERROR", commits[0]["error_code"])
+	assert.Equal(t, "test-shop.refund", commits[1]["tool"])
+	assert.Equal(t, "not_applied", commits[1]["outcome"], "the default for the other tools")
+	assert.Zero(t, kinds(t, db)["policy"], "on_error is no member of the gate")
+	verified(t, db)
+}
+
+// TestLedgerMCP_failedThenFixedAuditedOnce: the probe's case through
+// ledger-mcp — a tool that answers an error twice (recorded not_applied),
+// then succeeds once its cause is fixed — is one repeated failure naming
+// the call's key once, with its three runs.
+func TestLedgerMCP_failedThenFixedAuditedOnce(t *testing.T) {
+	t.Parallel()
+	sh := newShop(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	for range 2 {
+		require.True(t, g.call(t, "observe", map[string]any{"id": "alice"}, nil).IsError)
+	}
+	require.False(t, g.call(t, "create_entity", map[string]any{"id": "alice"}, nil).IsError)
+	require.False(t, g.call(t, "observe", map[string]any{"id": "alice"}, nil).IsError)
+	g.stop(t)
+	got := auditRepeats(t, "--db", db)
+	require.Len(t, got, 1)
+	assert.Len(t, got[0].Keys, 1, "one call, one key: %v", got[0])
+	assert.Len(t, got[0].Executions, 3, "%v", got[0])
+	assert.Len(t, got[0].Seqs, 3, "%v", got[0])
+}
+
 // TestLedgerMCP_adminListen: an interrupted call of a non-idempotent tool
 // is never run again without a person; with --admin-listen the embedded
 // ledger's API and page are served, the refusal names them, and a person
@@ -143,6 +207,31 @@ func TestLedgerMCP_adminListen(t *testing.T) {
 	assert.Equal(t, 2, sh.runs("slow", "u1"), "resolved as not applied, the call runs again")
 	g.stop(t)
 	verified(t, db)
+}
+
+// TestLedgerMCP_resolveHowNamesToken (issue 44): the command the model is
+// given to have a key resolved names the admin token (never where it is
+// kept: the text reaches the agent), so that it works as printed with it.
+func TestLedgerMCP_resolveHowNamesToken(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		sh := newShop(t)
+		g := startAdminGateway(t, sh, db, "--lease", "300ms", "--wait", "0s")
+		key := g.interrupt(t, sh, "tok1")
+		refused := g.call(t, "slow", map[string]any{"id": "tok1"}, nil)
+		require.Equal(t, "unsafe_resume", status(refused), text(t, refused))
+		msg := text(t, refused)
+		assert.Contains(t, msg, "LEDGER_TOKEN=<admin token> ledgerctl resolve "+key+" --server "+g.url+" --outcome ")
+		assert.NotContains(t, msg, g.tokenFile, "the model is never told where the admin token is kept")
+		assert.NotContains(t, msg, filepath.Base(g.tokenFile))
+		assert.Contains(t, msg, "or the page "+g.url+"/ui/")
+
+		m := regexp.MustCompile(`LEDGER_TOKEN=<admin token> (ledgerctl resolve \S+ --server \S+) --outcome`).FindStringSubmatch(msg)
+		require.Len(t, m, 2, msg)
+		args := append(strings.Fields(m[1])[1:], "--outcome", "succeeded", "--note", "checked: it went through")
+		out, errOut, code := ledgerctlEnv(t, []string{"LEDGER_TOKEN=" + g.token(t)}, args...)
+		require.Equal(t, 0, code, out+errOut)
+	})
 }
 
 // httpGet is the status of a GET.

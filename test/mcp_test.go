@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -23,22 +23,7 @@ import (
 
 // mcpUpstreamBin is the test MCP server (testdata/mcp-upstream), built
 // once.
-var mcpUpstreamBin = sync.OnceValues(func() (string, error) {
-	bin := filepath.Join(binDir, "mcp-upstream")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/mcp-upstream")
-	out, err := build.CombinedOutput()
-	if err != nil {
-		return "", &buildError{out: string(out), err: err}
-	}
-	return bin, nil
-})
-
-type buildError struct {
-	out string
-	err error
-}
-
-func (e *buildError) Error() string { return e.err.Error() + "\n" + e.out }
+var mcpUpstreamBin = builtOnce("mcp-upstream", "./testdata/mcp-upstream")
 
 // shop is one test upstream's directory: its executions file and the
 // release files of its slow tool.
@@ -95,18 +80,24 @@ func startGateway(t *testing.T, args ...string) *gateway {
 // startGatewayEnv is startGateway with extra environment variables.
 func startGatewayEnv(t *testing.T, env []string, args ...string) *gateway {
 	t.Helper()
+	return startAgentEnv(t, env, "", nil, args...)
+}
+
+// startAgentEnv runs ledger-mcp with env and args and connects to it over
+// stdio at revision rev (the latest if "") with the client options o.
+func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions, args ...string) *gateway {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), append([]string{"--log-format", "json"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := c.Connect(ctx, &keyTransport{&mcp.CommandTransport{Command: cmd}}, nil)
+	s, err := c.Connect(ctx, &keyTransport{&mcp.CommandTransport{Command: cmd}}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
 	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
-	g := &gateway{ClientSession: s, logs: logs}
 	t.Cleanup(func() { _ = s.Close() })
-	return g
+	return &gateway{ClientSession: s, logs: logs}
 }
 
 // stop disconnects, which ends ledger-mcp.

@@ -260,8 +260,8 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 func TestReplicas_tokensAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	admin := createTokenDB(t, url, "ops", "admin")
-	scoped := createTokenDB(t, url, "gw", "writer", "--namespace", "alpha")
+	admin := createToken(t, url, "ops", "admin")
+	scoped := createToken(t, url, "gw", "writer", "--namespace", "alpha")
 	a, b := startReplicas(t, url)
 	bearer := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
 	r := a.Do("POST", "/v1/namespaces", `{"name":"alpha"}`, bearer(admin)...)
@@ -279,17 +279,6 @@ func TestReplicas_tokensAcrossReplicas(t *testing.T) {
 		r = l.Do("POST", "/v1/ns/alpha/effects/reserve", refundBody(randomKey(), "e", 7, ""), bearer(scoped)...)
 		require.Equal(t, 401, r.Status, "a revoked token is refused at once on every replica: %s", r.Raw)
 	}
-}
-
-// createTokenDB creates a token with ledgerctl on the database url and
-// returns it.
-func createTokenDB(t *testing.T, url, name, role string, extra ...string) string {
-	t.Helper()
-	out, stderr, code := ledgerctl(t, append([]string{"token", "create", "--db", url, "--name", name, "--role", role}, extra...)...)
-	require.Equal(t, 0, code, stderr)
-	tok := strings.TrimSpace(out)
-	require.True(t, strings.HasPrefix(tok, "elt_"), out)
-	return tok
 }
 
 func TestReplicas_databaseLostAndBack(t *testing.T) {
@@ -368,7 +357,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 func TestReplicas_rateLimitIsATotal(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
-	tok := createTokenDB(t, url, "bot", "reader")
+	tok := createToken(t, url, "bot", "reader")
 	a, b := startReplicasEnv(t, []string{"LEDGERD_TEST_REPLICA_COUNT_EVERY=10ms"}, url, "--rate-limit", "0.2", "--rate-burst", "4")
 	for _, l := range []*Ledgerd{a, b} {
 		require.Eventually(t, func() bool {

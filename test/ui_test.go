@@ -603,3 +603,62 @@ func TestUI_token(t *testing.T) {
 	b.clean()
 	assert.True(t, strings.HasPrefix(reader, ledger.TokenPrefix))
 }
+
+// TestUI_keyLifetime: the web page shows when a finalized key expires,
+// marks the reserve that renewed an expired key, and lists renewed keys
+// in the audit.
+func TestUI_keyLifetime(t *testing.T) {
+	t.Parallel()
+	browser := newBrowser(t)
+	clock := newTestClock(t, t0)
+	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-key-ttl", "1h")
+	for _, key := range []string{"daily-report", "kept-report"} {
+		tok := l.Reserve(t, ttlReserve(key, "exec-1", false, ""))
+		l.Commit(t, key, `{"reservation":"`+tok+`","outcome":"succeeded"}`)
+	}
+	clock.set(t0 + hourMS)
+	r := l.Do("POST", "/v1/effects/reserve", ttlReserve("daily-report", "exec-2", false, ""))
+	require.Equal(t, 201, r.Status, r.Raw)
+
+	b := newTab(t, browser)
+	b.do(chromedp.Navigate(l.URL + "/ui/"))
+	b.goHash("#key/kept-report")
+	b.wait(`document.querySelector('#key-expires')`)
+	assert.Contains(t, b.str(`document.querySelector('#key-expires').textContent`), "2025-11-30 05:00:00 UTC")
+
+	b.goHash("#key/daily-report")
+	b.wait(`document.querySelector('#key-name') && document.querySelector('#key-name').textContent === 'daily-report' && document.querySelectorAll('#timeline li').length === 2`)
+	assert.Equal(t, "Reserved again after the key expirednew generation", b.str(`document.querySelector('#timeline li .ev-title').textContent`))
+	assert.Equal(t, 0, b.num(`document.querySelectorAll('#key-expires').length`), "a reserved key does not expire")
+
+	b.goHash("#audit")
+	b.wait(`document.querySelector('#audit-renewed_keys')`)
+	assert.Contains(t, b.str(`document.querySelector('#audit-renewed_keys').textContent`), "daily-report")
+}
+
+// TestUI_resultFromResultText: the web page shows a receipt's result from
+// result_text (SPEC §9.1), numbers as recorded; JSON.parse of result
+// would show 9007199254740992 for the 9007199254740993 recorded.
+func TestUI_resultFromResultText(t *testing.T) {
+	t.Parallel()
+	browser := newBrowser(t)
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	tok := l.Reserve(t, `{"idempotency_key":"portable-ui-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
+	l.Commit(t, "portable-ui-0001", `{"reservation":"`+tok+`","outcome":"succeeded","result":`+portableBig+`}`)
+
+	b := newTab(t, browser)
+	b.do(chromedp.Navigate(l.URL + "/ui/"))
+	b.goHash("#receipts?key=portable-ui-0001")
+	b.wait(`document.querySelectorAll('#receipts-table tbody tr.row').length === 2`)
+	b.do(chromedp.Click(chromedp.CSS("#receipts-table tbody tr.row:nth-child(2) td:first-child")))
+	b.wait(`document.querySelector('#receipts-table tr.detail')`)
+	detail := b.str(`document.querySelector('#receipts-table tr.detail pre').textContent`)
+	assert.Equal(t, "{\n  \"id\": 9007199254740993,\n  \"big\": 123456789012345678901234567890,\n  \"ok\": true\n}", detail)
+
+	b.goHash("#key/portable-ui-0001")
+	b.wait(`document.querySelectorAll('#timeline li').length === 2`)
+	body := b.str(`document.querySelector('#key-view').textContent`)
+	assert.Contains(t, body, `"id": 9007199254740993`)
+	assert.NotContains(t, body, "9007199254740992")
+	b.clean()
+}

@@ -1,17 +1,23 @@
 package test
 
 import (
+	"bufio"
+	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
@@ -170,9 +176,7 @@ func TestLedgerd_invalidValuesServed(t *testing.T) {
 // their tail or had the pinned receipt edited in place.
 func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	require.NoError(t, l.Stop())
 	state := filepath.Join(t.TempDir(), "state.json")
 	rep, code := verifyJSON(t, "--db", l.DB, "--state", state)
@@ -210,14 +214,90 @@ func TestLedgerctl_incrementalAfterTruncation(t *testing.T) {
 	})
 }
 
+// liveRun is what one `ledgerctl verify --json` run reported of interest.
+type liveRun struct {
+	OK   bool `json:"ok"`
+	Head struct {
+		Seq uint64 `json:"seq"`
+	} `json:"head"`
+	Audit struct {
+		Failed []struct {
+			Seq uint64 `json:"seq"`
+		} `json:"failed"`
+	} `json:"audit"`
+}
+
+// TestLedgerctl_incrementalVerifyWhileWriting: `verify --state
+// --incremental` beside a running ledgerd checks each receipt once, up to
+// the head it pins. Every key is reserved and then fails; a run from pin
+// P to head H lists as failed exactly the keys whose commit is in (P, H]:
+// a key left out is never checked (the next run starts after H), one past
+// H is listed twice.
+func TestLedgerctl_incrementalVerifyWhileWriting(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	state := filepath.Join(t.TempDir(), "verify-state.json")
+	w := startLoad(t, l, 4, "live", `"execution_id":"e","tool":"t","effect":"write"`,
+		func(int) string { return `"outcome":"failed","error":{"code":"T"}` })
+	require.Eventually(t, func() bool { return w.written.Load() >= 20 }, 60*time.Second, time.Millisecond, "the clients write")
+	var runs []liveRun
+	for range 8 {
+		out, stderr, code := ledgerctl(t, "verify", "--db", l.DB, "--state", state, "--incremental", "--json")
+		require.Equal(t, 0, code, "%s%s", out, stderr)
+		var r liveRun
+		require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+		runs = append(runs, r)
+	}
+	w.Stop()
+	assert.Zero(t, w.failures.Load(), "writes kept succeeding while verifying")
+
+	failed := failedCommits(t, l.DB)
+	var pin uint64
+	for i, r := range runs {
+		var want, got []uint64
+		for _, seq := range failed {
+			if seq > pin && seq <= r.Head.Seq {
+				want = append(want, seq)
+			}
+		}
+		for _, f := range r.Audit.Failed {
+			got = append(got, f.Seq)
+		}
+		assert.Equal(t, want, got, "run %d from %d to %d", i, pin, r.Head.Seq)
+		pin = r.Head.Seq
+	}
+}
+
+// failedCommits returns the seqs of the failed commits of the ledger at
+// db, in order, as ledgerctl export prints them.
+func failedCommits(t *testing.T, db string) []uint64 {
+	t.Helper()
+	out, stderr, code := ledgerctl(t, "export", "--db", db)
+	require.Equal(t, 0, code, stderr)
+	var seqs []uint64
+	sc := bufio.NewScanner(strings.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r struct {
+			Seq     uint64 `json:"seq"`
+			Kind    string `json:"kind"`
+			Outcome string `json:"outcome"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &r))
+		if r.Kind == "commit" && r.Outcome == "failed" {
+			seqs = append(seqs, r.Seq)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return seqs
+}
+
 // TestLedgerd_verifyMetricsOnlyWhenVerifying scrapes the real ledgerd's
 // /metrics: without --verify-every there is no ledger_verify_* metric
 // (no false "last success 0"); with it they appear after the first run.
 func TestLedgerd_verifyMetricsOnlyWhenVerifying(t *testing.T) {
 	t.Parallel()
-	clock := newPastClock(t)
-	l := clock.start(t, filepath.Join(t.TempDir(), "ledger.db"))
-	populate(t, l, clock)
+	l := startPopulated(t)
 	r := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, r.Status)
 	require.Contains(t, r.Raw, "ledger_", "the ledger's own metrics are there")
@@ -253,4 +333,128 @@ func TestLedgerd_verifyEveryNamespace(t *testing.T) {
 			strings.Contains(m, `ledger_verify_runs_total{namespace="default",result="ok"}`) &&
 			strings.Contains(m, `ledger_verify_violations{namespace="ops"} 0`)
 	}, 60*time.Second, 50*time.Millisecond)
+}
+
+// fourNamespaces fills namespaces a, b, c and d of the ledger db with
+// three reserved keys each, through a ledgerd that is stopped again.
+func fourNamespaces(t *testing.T, db string) {
+	t.Helper()
+	l := StartLedgerd(t, db)
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"`+ns+`"}`).Status)
+		for i := 1; i <= 3; i++ {
+			r := l.Do("POST", "/v1/ns/"+ns+"/effects/reserve", nsReserve(fmt.Sprintf("key-%s-%04d", ns, i), "exec-"+ns, "tool."+ns))
+			require.Equal(t, 201, r.Status, r.Raw)
+		}
+	}
+	require.NoError(t, l.Stop())
+}
+
+// TestLedgerctl_verifyAllNamespacesReportsEach: of four namespaces, a
+// cannot be read (a value the verifier cannot scan on SQLite; a read that
+// fails on PostgreSQL), b is intact, c is tampered (a forged
+// external_ref) and d cannot be read either. verify --all-namespaces
+// reports every one of them, as text and as JSON, and exits with the
+// worst status (2), naming the namespaces it could not verify on stderr.
+func TestLedgerctl_verifyAllNamespacesReportsEach(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		fourNamespaces(t, db)
+		src := db
+		if storage.IsPostgres(db) {
+			src = unreadableNamespacesPG(t, db, "a", "d")
+		} else {
+			// (a seq edited into text is a violation, not an unreadable
+			// namespace: TestLedgerctl_textSeqReported)
+			editLedger(t, db, `DROP TRIGGER ns_receipts_no_update`, `DROP TRIGGER ns_settings_fixed`,
+				`UPDATE ns_settings SET key_ttl_ms = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'a')`,
+				`UPDATE ns_receipts SET external_ref = 'forged' WHERE ns = (SELECT id FROM namespaces WHERE name = 'c') AND seq = 1`,
+				`UPDATE ns_head SET seq = 'x' WHERE ns = (SELECT id FROM namespaces WHERE name = 'd')`)
+		}
+
+		out, stderr, code := ledgerctl(t, "verify", "--db", src, "--all-namespaces")
+		assert.Equal(t, 2, code, out+stderr)
+		for _, want := range []string{
+			"== namespace a ==\nERROR: could not be verified: ",
+			"== namespace b ==\nOK: 3 receipts",
+			"== namespace c ==\nFAILED: ",
+			"== namespace d ==\nERROR: could not be verified: ",
+			"== namespace default ==\nOK: 0 receipts",
+			"5 namespaces verified, 1 with violations, 2 could not be verified\n",
+		} {
+			assert.Contains(t, out, want)
+		}
+		assert.Contains(t, out, "hash_mismatch")
+		assert.Contains(t, stderr, "namespace a: ")
+		assert.Contains(t, stderr, "namespace d: ")
+		assert.NotContains(t, stderr, "namespace b")
+
+		out, _, code = ledgerctl(t, "verify", "--db", src, "--all-namespaces", "--json")
+		assert.Equal(t, 2, code, out)
+		var all struct {
+			OK         bool `json:"ok"`
+			Namespaces map[string]struct {
+				OK              bool   `json:"ok"`
+				Error           string `json:"error"`
+				ViolationsTotal int    `json:"violations_total"`
+			} `json:"namespaces"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &all), out)
+		assert.False(t, all.OK)
+		require.Len(t, all.Namespaces, 5, out)
+		for _, ns := range []string{"a", "d"} {
+			assert.False(t, all.Namespaces[ns].OK, ns)
+			assert.NotEmpty(t, all.Namespaces[ns].Error, ns)
+		}
+		assert.True(t, all.Namespaces["b"].OK)
+		assert.Empty(t, all.Namespaces["b"].Error)
+		assert.False(t, all.Namespaces["c"].OK)
+		assert.Positive(t, all.Namespaces["c"].ViolationsTotal)
+		assert.True(t, all.Namespaces["default"].OK)
+
+		// The tampered namespace alone: exit 1.
+		out, _, code = ledgerctl(t, "verify", "--db", src, "--namespace", "c")
+		assert.Equal(t, 1, code, out)
+	})
+}
+
+// unreadableNamespacesPG tampers namespace c of the PostgreSQL ledger db
+// (a forged external_ref) and returns the URL of a role that cannot read
+// the receipts of namespaces bad: a row-level policy divides by zero on
+// their rows (sequential scans off, so that another namespace's scan
+// never meets them).
+func unreadableNamespacesPG(t *testing.T, db string, bad ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(db)
+	require.NoError(t, err)
+	role := "auditor_" + strings.TrimPrefix(u.Path, "/")
+	conn, err := pgx.Connect(ctx, db)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(ctx) }()
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, db)
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close(ctx) }()
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	for _, q := range []string{
+		`ALTER TABLE receipts DISABLE TRIGGER USER`,
+		`UPDATE receipts SET external_ref = 'forged' WHERE namespace = 'c' AND seq = 1`,
+		`ALTER TABLE receipts ENABLE TRIGGER USER`,
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT SELECT ON ALL TABLES IN SCHEMA public TO " + role,
+		"ALTER ROLE " + role + " IN DATABASE " + strings.TrimPrefix(u.Path, "/") + " SET enable_seqscan = off",
+		`ALTER TABLE receipts ENABLE ROW LEVEL SECURITY`,
+		`CREATE POLICY unreadable ON receipts FOR SELECT USING (CASE WHEN namespace IN ('` + strings.Join(bad, "', '") +
+			`') THEN 1 / (seq - seq) ELSE 1 END >= 0)`,
+	} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	u.User = url.User(role)
+	return u.String()
 }

@@ -2,9 +2,6 @@ package test
 
 import (
 	"bufio"
-	"errors"
-	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -12,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,24 +50,6 @@ func asyncPost(url, body string) <-chan asyncReply {
 	return out
 }
 
-// readTimeoutPassed opens a connection whose request body never finishes
-// and returns once ledgerd has cut it for --read-timeout: by then that
-// timeout, and a --write-timeout no longer than it, has run out for every
-// request whose headers ledgerd read before this one's.
-func readTimeoutPassed(t *testing.T, l *Ledgerd) {
-	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
-	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 200\r\n\r\n{")
-	require.NoError(t, err)
-	_, err = io.Copy(io.Discard, c) // whatever ledgerd answers, until it closes the connection
-	var ne net.Error
-	require.False(t, errors.As(err, &ne) && ne.Timeout(), "ledgerd did not cut a request body that never came")
-}
-
 func waitReserve(exec string, waitMS int) string {
 	return `{"idempotency_key":"refund-wait-0001","execution_id":"` + exec + `","tool":"payments.refund","effect":"write","input":{"order":9},"wait_ms":` + strconv.Itoa(waitMS) + `}`
 }
@@ -93,7 +73,7 @@ func TestLedgerd_wait(t *testing.T) {
 	assert.GreaterOrEqual(t, s.elapsed, 300*time.Millisecond)
 
 	require.Eventually(t, func() bool { return l.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 10*time.Millisecond)
-	readTimeoutPassed(t, l) // past --read-timeout and --write-timeout
+	testkit.ReadTimeoutPassed(t, strings.TrimPrefix(l.URL, "http://")) // past --read-timeout and --write-timeout
 	l.Commit(t, "refund-wait-0001", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"re_w1"}`)
 	g := <-long
 	require.NoError(t, g.err)

@@ -12,6 +12,9 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"errors"
+	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -143,4 +146,23 @@ func EditableReceipts(t testing.TB, db *sql.DB) {
 		CREATE TEMP TRIGGER receipts_insert INSTEAD OF INSERT ON receipts
 		BEGIN INSERT INTO ns_receipts VALUES (0, ` + strings.Join(news, ", ") + `); END;`)
 	require.NoError(t, err)
+}
+
+// ReadTimeoutPassed opens a connection to the HTTP server at addr whose
+// request body never finishes and returns once the server has cut it for
+// its read timeout: by then that timeout, and a write timeout no longer
+// than it, has run out for every request whose headers the server read
+// before this one's.
+func ReadTimeoutPassed(t testing.TB, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
+	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\n\r\n{")
+	require.NoError(t, err)
+	_, err = io.Copy(io.Discard, c) // whatever the server answers, until it closes the connection
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the server did not cut a request body that never came")
 }
