@@ -52,7 +52,7 @@ type call struct {
 	exec    string
 	attempt uint64
 	hash    string
-	// lease: a task-augmented call's is its task's ttl (tasks.go).
+	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
 	lease time.Duration
 	up    *mcp.ClientSession // the upstream session the call went to
 	// On a session of its own upstream (serverreq.go): where the

@@ -61,12 +61,7 @@ func withoutMeta(raw json.RawMessage) json.RawMessage {
 	if _, ok := m["_meta"]; !ok {
 		return raw
 	}
-	delete(m, "_meta")
-	b, err := json.Marshal(m)
-	if err != nil {
-		return raw
-	}
-	return b
+	return withMeta(m, nil, raw)
 }
 
 // withoutRelatedTask drops _meta[metaRelatedTask] from a result, so the
@@ -84,6 +79,12 @@ func withoutRelatedTask(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	delete(meta, metaRelatedTask)
+	return withMeta(m, meta, raw)
+}
+
+// withMeta is the object m with meta as its _meta member (none when meta
+// is empty), or orig when m does not marshal.
+func withMeta(m, meta map[string]json.RawMessage, orig json.RawMessage) json.RawMessage {
 	if len(meta) == 0 {
 		delete(m, "_meta")
 	} else if b, err := json.Marshal(meta); err == nil {
@@ -91,7 +92,7 @@ func withoutRelatedTask(raw json.RawMessage) json.RawMessage {
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return raw
+		return orig
 	}
 	return b
 }

@@ -26,16 +26,7 @@ func unliftTask(params json.RawMessage) json.RawMessage {
 	}
 	p["task"] = meta[metaParamsTask]
 	delete(meta, metaParamsTask)
-	if len(meta) == 0 {
-		delete(p, "_meta")
-	} else if b, err := json.Marshal(meta); err == nil {
-		p["_meta"] = b
-	}
-	out, err := json.Marshal(p)
-	if err != nil {
-		return params
-	}
-	return out
+	return withMeta(p, meta, params)
 }
 
 // stashTasks moves the capabilities.tasks of an upstream's initialize
