@@ -25,7 +25,6 @@ func readPolicySeq(ctx context.Context, q queryRower, ref chainRef) (uint64, err
 	return seq, nil
 }
 
-
 // KeyHistory reads key's receipts from since on: the key index's
 // postings, then this batch's appends.
 func (t *writeTx) KeyHistory(ctx context.Context, key string, since uint64) ([]chain.Receipt, error) {
