@@ -94,7 +94,11 @@ func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
 		o.err = err
 		return nil
 	}
-	t := &batchTx{Tx: tx, n: o.n}
+	at, err := tx.Locked(ctx)
+	if err != nil {
+		return err
+	}
+	t := &batchTx{Tx: tx, n: o.n, at: at}
 	o.err = o.fn(ctx, t)
 	o.head, o.kind, o.run = t.Head().Seq, t.kinds, t
 	return o.err
@@ -112,8 +116,11 @@ func (n *Namespace) submit(ctx context.Context, key string, fn func(ctx context.
 		return err
 	}
 	if err := f.Wait(ctx); err != nil {
+		if !f.Done() {
+			return err // the request ended first: its op's answer is still being written
+		}
 		var de *Error
-		if errors.As(op.err, &de) && !errors.Is(err, ctx.Err()) {
+		if errors.As(op.err, &de) {
 			return op.err // a refusal writes nothing, whatever became of its batch
 		}
 		return err
@@ -253,11 +260,22 @@ next:
 // committed: a run may be rolled back or run again.
 type batchTx struct {
 	Tx
+	at       Locked     // the head, time and policy, this op's appends included
 	n        *Namespace // the namespace (policy cache, configuration)
 	kinds    []string
 	events   []string           // approval events (approvals.go), counted after COMMIT
 	policies map[uint64]*Policy // policies parsed by seq, cached after COMMIT
 }
+
+// Head is the chain's head, the batch's appends included.
+func (t *batchTx) Head() Head { return t.at.Head }
+
+// Now is the run's time, unix ms (Locked.Now).
+func (t *batchTx) Now() uint64 { return t.at.Now }
+
+// PolicySeq is the seq of the latest policy receipt, the batch's appends
+// included.
+func (t *batchTx) PolicySeq(context.Context) (uint64, error) { return t.at.PolicySeq, nil }
 
 // event records an approval event of the run.
 func (t *batchTx) event(name string) { t.events = append(t.events, name) }
@@ -273,6 +291,10 @@ func (t *batchTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, e
 	}
 	if err := t.Append(ctx, &r, hs); err != nil {
 		return r, err
+	}
+	t.at.Head = Head{Seq: r.Seq, Hash: r.Hash}
+	if r.Kind == chain.KindPolicy {
+		t.at.PolicySeq = r.Seq
 	}
 	t.kinds = append(t.kinds, r.Kind)
 	return r, nil

@@ -22,7 +22,7 @@ type Config struct {
 	// reservation of their key (wait_ms) at once; beyond it a reserve is
 	// answered without waiting (default DefaultMaxWaiters).
 	MaxWaiters int
-	// Now is the clock of waits (lease ends); decisions use Tx.Now.
+	// Now is the clock of waits (lease ends); decisions use Locked.Now.
 	Now func() time.Time
 	// Linger, when positive, lets a write group under load wait up to
 	// this long for as many requests as the previous group held before it

@@ -95,11 +95,19 @@ type Chain interface {
 	StateKey(ctx context.Context) ([]byte, error)
 }
 
-// Tx is what the domain reads and writes in one batch of a Store.Write. Reads see the
-// writes made earlier in the same transaction.
+// Tx is a batch's transaction in a Store.Write: what the decisions read
+// (StateReader) and write (TxWriter). Reads see the writes made earlier in
+// the same transaction.
 type Tx interface {
-	// Head is the chain's head including this transaction's appends.
-	Head() Head
+	StateReader
+	TxWriter
+}
+
+// Locked is what a batch's transaction holds when one of its operations
+// starts.
+type Locked struct {
+	// Head is the chain's head, the batch's appends so far included.
+	Head Head
 	// Now is the time of this run, unix ms, the same for every operation
 	// of the run, and never before the recorded_at of the chain's head:
 	// a clock that steps back (across a restart too) is held at the last
@@ -108,7 +116,19 @@ type Tx interface {
 	// are decided on that held time. Drivers shared by replicas use the
 	// database's clock, so that leases do not depend on the clock of one
 	// machine.
-	Now() uint64
+	Now uint64
+	// PolicySeq is the seq of the chain's latest policy receipt, the
+	// batch's appends included; 0 when the chain has none (SPEC §13).
+	PolicySeq uint64
+}
+
+// StateReader is what the decisions of SPEC §4 and the gate of SPEC §13
+// read in a batch's transaction. A namespace without a policy reads none
+// of the gate's part (KeyHistory, RecentOutcomes, MayHaveGateReceipts).
+type StateReader interface {
+	// Locked returns the head, the time and the policy in force; it must
+	// cost no round trip of its own (it is read by every operation).
+	Locked(ctx context.Context) (Locked, error)
 	// Key returns the record of key, or found false.
 	Key(ctx context.Context, key string) (k KeyRecord, found bool, err error)
 	// Receipt returns the receipt at seq, which must exist.
@@ -119,40 +139,37 @@ type Tx interface {
 	// LastSeq returns the seq of key's latest receipt of any kind (replays
 	// included); the key has one.
 	LastSeq(ctx context.Context, key string) (uint64, error)
-	// Append stores r, already linked to Head(), with the stored Merkle
+	// ReadHashes reads stored tree hashes, this transaction's included.
+	ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error)
+	// KeyHistory returns key's receipts (every kind) with seq >= since,
+	// in seq order.
+	KeyHistory(ctx context.Context, key string, since uint64) ([]chain.Receipt, error)
+	// RecentOutcomes calls fn, in seq order, for each commit and resolve
+	// receipt whose tool and input_hash are these and whose recorded_at
+	// is at least notBefore, until fn returns false.
+	RecentOutcomes(ctx context.Context, tool, inputHash string, notBefore uint64, fn func(*chain.Receipt) bool) error
+	// MayHaveGateReceipts reports whether key may have ask or deny
+	// receipts: false only when it surely has none, which spares the gate
+	// the key's history when no rule gates the request. A driver that
+	// cannot tell cheaply says true.
+	MayHaveGateReceipts(ctx context.Context, key string) (bool, error)
+}
+
+// TxWriter is what a batch writes.
+type TxWriter interface {
+	// Append stores r, already linked to the head, with the stored Merkle
 	// hashes of leaf r.Seq-1 (sumdb.StoredHashes order, starting at index
-	// sumdb.StoredHashIndex(0, r.Seq-1)). Head() becomes r.
+	// sumdb.StoredHashIndex(0, r.Seq-1)). The head becomes r.
 	Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Hash) error
 	// PutKey inserts or replaces a key record.
 	PutKey(ctx context.Context, k *KeyRecord) error
-	// ReadHashes reads stored tree hashes, this transaction's included.
-	ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error)
-	// PutCheckpoint stores a signed checkpoint, setting c.SignedAt to
-	// Now(); ErrStaleCheckpoint unless c is larger than every stored one.
+	// PutCheckpoint stores a signed checkpoint, setting c.SignedAt to the
+	// run's time; ErrStaleCheckpoint unless c is larger than every stored
+	// one.
 	PutCheckpoint(ctx context.Context, c *tlog.Signed) error
 	// Probe makes a small real durable write outside the chain (the
 	// readiness probe after a failed write).
 	Probe(ctx context.Context) error
-	GateTx
-}
-
-// GateTx is what the gate of SPEC §13 reads and writes in a transaction
-// besides the key records: the policy in force, a key's receipts, the
-// recent failures of a (tool, input) and the asked inputs kept off the
-// chain. A namespace without a policy (PolicySeq 0) reads none of it.
-type GateTx interface {
-	// PolicySeq is the seq of the chain's latest policy receipt, this
-	// transaction's appends included; 0 when the chain has none. It is
-	// read on every reserve, so it must cost no round trip of its own.
-	PolicySeq(ctx context.Context) (uint64, error)
-	// KeyHistory returns key's receipts (every kind) with seq >= since,
-	// in seq order, this transaction's appends included.
-	KeyHistory(ctx context.Context, key string, since uint64) ([]chain.Receipt, error)
-	// RecentOutcomes calls fn, in seq order, for each commit and resolve
-	// receipt whose tool and input_hash are these and whose recorded_at
-	// is at least notBefore, this transaction's appends included, until
-	// fn returns false.
-	RecentOutcomes(ctx context.Context, tool, inputHash string, notBefore uint64, fn func(*chain.Receipt) bool) error
 	// PutAskInput keeps the input of the ask at seq off the chain until
 	// deleteAfter (unix ms), and deletes the inputs whose deleteAfter is
 	// before now.
@@ -163,11 +180,6 @@ type GateTx interface {
 	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
 	// PurgeAskInputs deletes the inputs whose deleteAfter is before now.
 	PurgeAskInputs(ctx context.Context, now uint64) error
-	// MayHaveGateReceipts reports whether key may have ask or deny
-	// receipts (this transaction's included): false only when it surely
-	// has none, which spares the gate the key's history when no rule
-	// gates the request. A driver that cannot tell cheaply says true.
-	MayHaveGateReceipts(ctx context.Context, key string) (bool, error)
 }
 
 // ChainReader is what the domain reads of one namespace without taking

@@ -59,6 +59,17 @@ func (f *Future) Wait(ctx context.Context) error {
 	}
 }
 
+// Done reports whether the operation's batch has been flushed (its
+// answer known).
+func (f *Future) Done() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Queue holds the operations waiting for a group.
 type Queue[T any] struct {
 	flush Flush[T]

@@ -13,10 +13,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// What the gate of SPEC §13 reads and writes in a Write (ledger.GateTx),
-// and the asked inputs' read (ledger.ChainReader.AskInput).
-
-var _ ledger.GateTx = (*tx)(nil)
+// What the gate of SPEC §13 reads and writes in a Write (its part of
+// ledger.StateReader and ledger.TxWriter), and the asked inputs' read
+// (ledger.ChainReader.AskInput).
 
 const (
 	// sqlTxKeyHistory reads on receipts_by_key.
@@ -40,11 +39,6 @@ type askInputOp struct {
 	input       string
 	deleteAfter uint64
 }
-
-// PolicySeq is the seq of the chain's latest policy receipt, this
-// transaction's appends included: read with the head row at BEGIN, so it
-// costs no round trip.
-func (t *tx) PolicySeq(ctx context.Context) (uint64, error) { return t.policySeq, nil }
 
 // KeyHistory returns key's receipts with seq >= since, in seq order, this
 // transaction's appends included, in one query.

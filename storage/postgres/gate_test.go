@@ -46,7 +46,7 @@ func reserveRef(ctx context.Context, tx ledger.Tx, c call, leaseMS, ref uint64, 
 		return chain.Receipt{}, err
 	}
 	r := c.receipt(chain.KindReserve)
-	r.LeaseExpiresAt, r.RefSeq = tx.Now()+leaseMS, ref
+	r.LeaseExpiresAt, r.RefSeq = locked(tx).Now+leaseMS, ref
 	l, err := appendReceipt(ctx, tx, r)
 	if err != nil {
 		return l, err
@@ -63,7 +63,7 @@ func policySeq(tb testing.TB, c ledger.Chain) uint64 {
 	var got uint64
 	update(tb, c, func(ctx context.Context, tx ledger.Tx) error {
 		var err error
-		got, err = tx.PolicySeq(ctx)
+		got, err = txPolicySeq(ctx, tx)
 		return err
 	})
 	return got
@@ -203,7 +203,7 @@ func TestOpen_migratesV2(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got, err := tx.PolicySeq(ctx); err != nil || got != p.Seq {
+		if got, err := txPolicySeq(ctx, tx); err != nil || got != p.Seq {
 			return fmt.Errorf("PolicySeq after appending %d = %d, %v", p.Seq, got, err)
 		}
 		var n int
@@ -250,7 +250,7 @@ func TestSchema_newKinds(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		a, err := appendReceipt(ctx, tx, askReceipt(pay, 0, tx.Now()+3_600_000))
+		a, err := appendReceipt(ctx, tx, askReceipt(pay, 0, locked(tx).Now+3_600_000))
 		if err != nil {
 			return err
 		}
@@ -323,7 +323,7 @@ func TestTx_PolicySeq(t *testing.T) {
 		if _, err := appendReceipt(ctx, tx, r); err != nil {
 			return err
 		}
-		if got, err := tx.PolicySeq(ctx); err != nil || got != want {
+		if got, err := txPolicySeq(ctx, tx); err != nil || got != want {
 			return fmt.Errorf("PolicySeq after appending %s = %d, %v; want %d", r.Kind, got, err, want)
 		}
 		return nil
@@ -394,7 +394,7 @@ func TestTx_KeyHistory(t *testing.T) {
 		if _, err := appendReceipt(ctx, tx, policyReceipt(`{}`)); err != nil { // 1
 			return err
 		}
-		a, err := appendReceipt(ctx, tx, askReceipt(pay, 0, tx.Now()+1000)) // 2
+		a, err := appendReceipt(ctx, tx, askReceipt(pay, 0, locked(tx).Now+1000)) // 2
 		if err != nil {
 			return err
 		}
@@ -573,17 +573,17 @@ func TestTx_AskInputs(t *testing.T) {
 	var t0 uint64
 	input := `{"amount":1200,"currency":"eur","memo":"café \u2028"}`
 	ask := func(ctx context.Context, tx ledger.Tx, key, in string, deleteAfter uint64) (chain.Receipt, error) {
-		a, err := appendReceipt(ctx, tx, askReceipt(call{key: key, exec: "e", tool: "pay", input: "sha256:aa"}, 0, tx.Now()+1000))
+		a, err := appendReceipt(ctx, tx, askReceipt(call{key: key, exec: "e", tool: "pay", input: "sha256:aa"}, 0, locked(tx).Now+1000))
 		if err != nil {
 			return a, err
 		}
-		return a, tx.PutAskInput(ctx, a.Seq, in, deleteAfter, tx.Now())
+		return a, tx.PutAskInput(ctx, a.Seq, in, deleteAfter, locked(tx).Now)
 	}
 	injectOnce(t, u, "40001") // the first run fails at write time and runs again
 	var runs int
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		runs++
-		t0 = tx.Now()
+		t0 = locked(tx).Now
 		if _, err := ask(ctx, tx, "key-00001", input, t0+day); err != nil { // 1
 			return err
 		}
@@ -646,7 +646,7 @@ func TestTx_AskInputs(t *testing.T) {
 	}
 	// The next ask, at a time past input 2's deadline, deletes it.
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-		a, err := appendReceipt(ctx, tx, askReceipt(call{key: "key-00004", exec: "e", tool: "pay"}, 0, tx.Now()+1000))
+		a, err := appendReceipt(ctx, tx, askReceipt(call{key: "key-00004", exec: "e", tool: "pay"}, 0, locked(tx).Now+1000))
 		if err != nil {
 			return err
 		}
@@ -704,7 +704,7 @@ func TestStore_OnEndedApproval(t *testing.T) {
 			return err
 		}
 		var err error
-		ask, err = appendReceipt(ctx, tx, askReceipt(pay, 0, tx.Now()+1000))
+		ask, err = appendReceipt(ctx, tx, askReceipt(pay, 0, locked(tx).Now+1000))
 		return err
 	})
 	select {
@@ -754,7 +754,7 @@ func TestChain_KeyDriftApprovals(t *testing.T) {
 	take := call{key: "key-take", exec: "e2", tool: "pay", input: "sha256:bb"}
 	first := call{key: "key-first", exec: "e3", tool: "pay", input: "sha256:cc"}
 	consume := func(ctx context.Context, tx ledger.Tx, cl call, ref uint64, newGen bool) error {
-		a, err := appendReceipt(ctx, tx, askReceipt(cl, ref, tx.Now()+60_000))
+		a, err := appendReceipt(ctx, tx, askReceipt(cl, ref, locked(tx).Now+60_000))
 		if err != nil {
 			return err
 		}

@@ -94,9 +94,9 @@ func txReader(ctx context.Context, tx ledger.Tx) sumdb.HashReader {
 // appendReceipt links r to the head, computes its leaf's tree hashes over
 // the transaction and appends it, as the domain does.
 func appendReceipt(ctx context.Context, tx ledger.Tx, r chain.Receipt) (chain.Receipt, error) {
-	h := tx.Head()
+	h := locked(tx).Head
 	if r.RecordedAt == 0 {
-		r.RecordedAt = tx.Now()
+		r.RecordedAt = locked(tx).Now
 	}
 	l := chain.Link(h.Seq, h.Hash, r)
 	hs, err := sumdb.StoredHashes(tlog.LeafIndex(l.Seq), l.Hash[:], txReader(ctx, tx))
@@ -125,7 +125,7 @@ func reserve(ctx context.Context, tx ledger.Tx, c call, leaseMS uint64) (chain.R
 		return chain.Receipt{}, err
 	}
 	r := c.receipt(chain.KindReserve)
-	r.LeaseExpiresAt = tx.Now() + leaseMS
+	r.LeaseExpiresAt = locked(tx).Now + leaseMS
 	if found {
 		r.RefSeq = k.ReserveSeq
 	}
@@ -403,4 +403,16 @@ func (p *commitDropper) serve(client, server net.Conn) {
 	_ = server.Close()
 	_ = client.Close()
 	<-done
+}
+
+// locked is tx.Locked, which never fails on this driver.
+func locked(tx ledger.Tx) ledger.Locked {
+	l, _ := tx.Locked(context.Background())
+	return l
+}
+
+// txPolicySeq is the latest policy receipt's seq in tx.
+func txPolicySeq(ctx context.Context, tx ledger.Tx) (uint64, error) {
+	l, err := tx.Locked(ctx)
+	return l.PolicySeq, err
 }

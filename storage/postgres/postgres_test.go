@@ -132,11 +132,11 @@ func TestChain_Update(t *testing.T) {
 	var runs int
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 		runs++
-		if h := tx.Head(); h.Seq != 0 || h.Hash != (chain.Hash{}) {
+		if h := locked(tx).Head; h.Seq != 0 || h.Hash != (chain.Hash{}) {
 			return fmt.Errorf("empty head = %+v", h)
 		}
-		if tx.Now() == 0 || tx.Now() > uint64(time.Now().Add(time.Minute).UnixMilli()) {
-			return fmt.Errorf("Now = %d", tx.Now())
+		if locked(tx).Now == 0 || locked(tx).Now > uint64(time.Now().Add(time.Minute).UnixMilli()) {
+			return fmt.Errorf("Now = %d", locked(tx).Now)
 		}
 		for i := range 5 {
 			if _, err := reserve(ctx, tx, call{key: fmt.Sprintf("key-%05d", i), exec: "e", tool: "t"}, 60000); err != nil {
@@ -146,8 +146,8 @@ func TestChain_Update(t *testing.T) {
 		if _, err := finish(ctx, tx, "key-00001", chain.OutcomeSucceeded, ""); err != nil {
 			return err
 		}
-		if tx.Head().Seq != 6 {
-			return fmt.Errorf("head in tx = %d", tx.Head().Seq)
+		if locked(tx).Head.Seq != 6 {
+			return fmt.Errorf("head in tx = %d", locked(tx).Head.Seq)
 		}
 		return nil
 	})
@@ -182,7 +182,7 @@ func TestChain_Update(t *testing.T) {
 	})
 	t.Run("ErrNotLinked", func(t *testing.T) {
 		err := c.Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
-			r := chain.Link(tx.Head().Seq+1, tx.Head().Hash, chain.Receipt{Kind: chain.KindReserve})
+			r := chain.Link(locked(tx).Head.Seq+1, locked(tx).Head.Hash, chain.Receipt{Kind: chain.KindReserve})
 			return tx.Append(ctx, &r, nil)
 		})
 		if err == nil {
@@ -307,16 +307,16 @@ func TestChain_Update_Now(t *testing.T) {
 	fixed := time.UnixMilli(testkit.T0)
 	_, c := mustOpenDefault(t, u, postgres.Options{Now: func() time.Time { return fixed }})
 	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
-		if tx.Now() != testkit.T0 {
-			return fmt.Errorf("Now = %d with Options.Now", tx.Now())
+		if locked(tx).Now != testkit.T0 {
+			return fmt.Errorf("Now = %d with Options.Now", locked(tx).Now)
 		}
 		return reserveKey(ctx, tx, "key-00001", "e")
 	})
 	// The database clock is later, and never before the last receipt.
 	s2 := mustOpen(t, u, postgres.Options{})
 	update(t, mustChain(t, s2, ledger.DefaultNamespace), func(ctx context.Context, tx ledger.Tx) error {
-		if tx.Now() < testkit.T0 || tx.Now() < uint64(time.Now().Add(-time.Minute).UnixMilli()) {
-			return fmt.Errorf("database Now = %d", tx.Now())
+		if locked(tx).Now < testkit.T0 || locked(tx).Now < uint64(time.Now().Add(-time.Minute).UnixMilli()) {
+			return fmt.Errorf("database Now = %d", locked(tx).Now)
 		}
 		return nil
 	})
@@ -429,8 +429,8 @@ func TestChain_Update_Retry(t *testing.T) {
 			var runs int
 			update(t, c, func(ctx context.Context, tx ledger.Tx) error {
 				runs++
-				if tx.Head().Seq != 0 {
-					return fmt.Errorf("run %d starts at head %d", runs, tx.Head().Seq)
+				if locked(tx).Head.Seq != 0 {
+					return fmt.Errorf("run %d starts at head %d", runs, locked(tx).Head.Seq)
 				}
 				return reserveKey(ctx, tx, "key-00001", "e")
 			})

@@ -73,13 +73,11 @@ func (t *tx) dbFail(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, classify(err))
 }
 
-// Head is the chain's head including this transaction's appends.
-func (t *tx) Head() ledger.Head { return t.head }
-
-// Now is the time of this run in unix ms: the database clock (or
-// Options.Now) read when the head was locked, never before the head's
-// recorded_at.
-func (t *tx) Now() uint64 { return t.now }
+// Locked returns the head as locked (this transaction's appends
+// included), the batch's time and the latest policy receipt's seq.
+func (t *tx) Locked(context.Context) (ledger.Locked, error) {
+	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq}, nil
+}
 
 // Key returns the record of key, this transaction's writes included.
 func (t *tx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, error) {

@@ -11,7 +11,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
-// What the gate of SPEC §13 reads and writes (ledger.GateTx): the policy
+// What the gate of SPEC §13 reads and writes (its part of ledger.Tx): the policy
 // in force, a key's receipts, a (tool, input)'s recent outcomes and the
 // asked inputs, which live in ns_approval_inputs, off the chain.
 
@@ -24,10 +24,6 @@ func readPolicySeq(ctx context.Context, q queryRower, ref chainRef) (uint64, err
 	}
 	return seq, nil
 }
-
-// PolicySeq is the file's latest policy seq as of the last COMMIT (the
-// file has one writer), or this batch's latest policy receipt.
-func (t *writeTx) PolicySeq(context.Context) (uint64, error) { return t.policySeq, nil }
 
 // KeyHistory reads key's receipts from since on: the key index's
 // postings, then this batch's appends.

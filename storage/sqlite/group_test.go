@@ -21,9 +21,9 @@ import (
 // appendReserve links a reserve of key to tx's head, appends it with its
 // tree hashes and writes its key record, as the domain does for a new key.
 func appendReserve(ctx context.Context, tx ledger.Tx, key string) error {
-	h := tx.Head()
+	h := locked(tx).Head
 	r := chain.Receipt{Kind: chain.KindReserve, IdempotencyKey: key, ExecutionID: "exec-" + key, Attempt: 1,
-		Tool: "t", Effect: chain.EffectWrite, LeaseExpiresAt: tx.Now() + 1000, RecordedAt: tx.Now()}
+		Tool: "t", Effect: chain.EffectWrite, LeaseExpiresAt: locked(tx).Now + 1000, RecordedAt: locked(tx).Now}
 	l := chain.Link(h.Seq, h.Hash, r)
 	hs, err := sumdb.StoredHashes(tlog.LeafIndex(l.Seq), l.Hash[:], sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
 		return tx.ReadHashes(ctx, idx)
@@ -122,4 +122,10 @@ func TestStore_Write(t *testing.T) {
 		assert.True(t, rep.OK, "%s: %+v", ns, rep.Violations)
 		assert.EqualValues(t, 3, rep.Receipts, ns)
 	}
+}
+
+// locked is tx.Locked, which never fails on this driver.
+func locked(tx ledger.Tx) ledger.Locked {
+	l, _ := tx.Locked(context.Background())
+	return l
 }

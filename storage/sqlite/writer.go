@@ -188,11 +188,11 @@ type writeTx struct {
 
 var _ ledger.Tx = (*writeTx)(nil)
 
-// Head is the head including this transaction's appends.
-func (t *writeTx) Head() ledger.Head { return t.head }
-
-// Now is the batch's time, unix ms.
-func (t *writeTx) Now() uint64 { return t.now }
+// Locked returns the head (this transaction's appends included), the
+// batch's time and the latest policy receipt's seq.
+func (t *writeTx) Locked(context.Context) (ledger.Locked, error) {
+	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq}, nil
+}
 
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {

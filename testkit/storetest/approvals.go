@@ -16,7 +16,7 @@ import (
 )
 
 // RunApprovals runs the cases of SPEC §13 that depend on the driver's
-// GateTx: the policy in force across batches and restarts of the domain,
+// transaction: the policy in force across batches and restarts of the domain,
 // a key's history with this batch's appends, recent outcomes, asked
 // inputs off the chain, and the wake-up of a reserve waiting for an
 // answer.
