@@ -86,7 +86,7 @@ func (t *batchTx) checkRecorded(ctx context.Context, r *chain.Receipt) error {
 // the head's hash. The other receipts of a key (reserves, replays) hold
 // no recorded value, and a hot key has many of them: reading each one's
 // successor would cost a query per replay. nil or an *IntegrityError.
-func CheckReceipts(ctx context.Context, c ChainReader, rs []chain.Receipt) error {
+func CheckReceipts(ctx context.Context, c KeyReader, rs []chain.Receipt) error {
 	if len(rs) == 0 {
 		return nil
 	}

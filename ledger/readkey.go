@@ -13,7 +13,7 @@ import (
 // of the key with history; now is the clock (unix ms). Each receipt served
 // is checked against the chain first (CheckReceipts). Errors: *Error with
 // ECodeUnknownKey or ECodeInvalidKey; *IntegrityError.
-func ReadKey(ctx context.Context, c ChainReader, key string, ttl, now uint64, history bool) (*KeyView, error) {
+func ReadKey(ctx context.Context, c KeyReader, key string, ttl, now uint64, history bool) (*KeyView, error) {
 	v, err := c.GetKey(ctx, key)
 	var e *Error
 	if errors.As(err, &e) && e.Code == ECodeUnknownKey {
@@ -33,7 +33,7 @@ func ReadKey(ctx context.Context, c ChainReader, key string, ttl, now uint64, hi
 
 // askedKey is the view of a key that only asks (and their answers and
 // denies) name, or notFound when it has none.
-func askedKey(ctx context.Context, c ChainReader, key string, notFound error) (*KeyView, error) {
+func askedKey(ctx context.Context, c KeyReader, key string, notFound error) (*KeyView, error) {
 	rs, _, err := c.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: MaxPageLimit})
 	if err != nil {
 		return nil, err

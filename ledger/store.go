@@ -183,12 +183,19 @@ type TxWriter interface {
 }
 
 // ChainReader is what the domain reads of one namespace without taking
-// its head lock: keys and receipts for the API, the asked inputs of
-// SPEC §13, and the verifiable log (LogReader). The verifier's queries
-// (receipts grouped by key, the key records, the audit's groupings) are
-// not part of it: each driver's chain also implements verify.DB, which
-// the audit paths ask of it directly (verify.Of).
+// its head lock: keys and receipts (KeyReader) and the verifiable log
+// (LogReader). The verifier's queries (receipts grouped by key, the key
+// records, the audit's groupings) are not part of it: each driver's
+// chain also implements verify.DB, which the audit paths ask of it
+// directly (verify.Of).
 type ChainReader interface {
+	KeyReader
+	LogReader
+}
+
+// KeyReader reads a namespace's keys and receipts, for the API, and the
+// asked inputs of SPEC §13.
+type KeyReader interface {
 	// Head reads the durable head; it can fail.
 	Head(ctx context.Context) (Head, error)
 	// KeyTTL is the namespace's key_ttl_ms, stored with its chain when
@@ -202,7 +209,6 @@ type ChainReader interface {
 	// AskInput returns the input kept for the ask at seq (SPEC §13), or
 	// found false once it is deleted or past its deleteAfter at now.
 	AskInput(ctx context.Context, seq, now uint64) (input string, found bool, err error)
-	LogReader
 }
 
 // LogReader reads a namespace's Merkle tree and signed checkpoints
