@@ -47,13 +47,10 @@ func fillAudit(t *testing.T, post func(path, body string) response) {
 // edits one receipt, breaking its hash.
 func tamperFile(t *testing.T, path string, seq int) {
 	t.Helper()
-	sdb, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	defer sdb.Close()
-	sdb.SetMaxOpenConns(1)
-	testkit.EditableReceipts(t, sdb)
-	_, err = sdb.Exec(`UPDATE receipts SET external_ref = '<b>forged</b>' WHERE seq = ?`, seq)
-	require.NoError(t, err)
+	testkit.EditLedger(t, path, func(db *sql.DB) {
+		_, err := db.Exec(`UPDATE receipts SET external_ref = '<b>forged</b>' WHERE seq = ?`, seq)
+		require.NoError(t, err)
+	})
 }
 
 func TestServer_audit(t *testing.T) {

@@ -68,15 +68,12 @@ func copyLedger(t *testing.T, src string, stmts ...string) string {
 // append-only triggers dropped), as someone with sqlite3 would.
 func editLedger(t *testing.T, path string, stmts ...string) {
 	t.Helper()
-	db, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	testkit.EditableReceipts(t, db)
-	for _, q := range stmts {
-		_, err := db.Exec(strings.Replace(q, "DROP TRIGGER ns_", "DROP TRIGGER IF EXISTS ns_", 1))
-		require.NoError(t, err, q)
-	}
+	testkit.EditLedger(t, path, func(db *sql.DB) {
+		for _, q := range stmts {
+			_, err := db.Exec(strings.Replace(q, "DROP TRIGGER ns_", "DROP TRIGGER IF EXISTS ns_", 1))
+			require.NoError(t, err, q)
+		}
+	})
 }
 
 // TestLedgerd_invalidValuesServed edits a copy of a real ledger so that

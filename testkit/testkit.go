@@ -115,12 +115,26 @@ func CopyFile(tb testing.TB, src, dst string) {
 	}
 }
 
+// EditLedger edits the stopped SQLite ledger file at path as someone with
+// sqlite3 would: fn runs on one connection to it, with the append-only
+// triggers dropped and the table receipts that SPEC §2 names editable
+// (EditableReceipts). The caller imports the SQLite driver.
+func EditLedger(t testing.TB, path string, fn func(db *sql.DB)) {
+	t.Helper()
+	db, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	db.SetMaxOpenConns(1)
+	EditableReceipts(t, db)
+	fn(db)
+}
+
 // EditableReceipts drops the append-only triggers of the SQLite ledger
 // file open on db (one connection: the temp triggers below live on it)
-// and makes its table receipts editable as SPEC §2 names it, as someone
-// with sqlite3 edits a ledger file: since schema 7 receipts is a view of
-// the default chain in ns_receipts, so temp triggers carry its UPDATEs,
-// DELETEs and INSERTs to the rows it shows.
+// and makes its table receipts editable as SPEC §2 names it: since
+// schema 7 receipts is a view of the default chain in ns_receipts, so
+// temp triggers carry its UPDATEs, DELETEs and INSERTs to the rows it
+// shows.
 func EditableReceipts(t testing.TB, db *sql.DB) {
 	t.Helper()
 	for _, q := range []string{`DROP TRIGGER IF EXISTS receipts_no_update`, `DROP TRIGGER IF EXISTS receipts_no_delete`,

@@ -100,24 +100,21 @@ type tamperCase struct {
 // recorded head is set to the forged tail, so that ledgerd serves the file.
 func tamper(t *testing.T, path string, tc tamperCase) {
 	t.Helper()
-	db, err := sql.Open("sqlite3", path)
-	require.NoError(t, err)
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	testkit.EditableReceipts(t, db)
-	_, err = db.Exec(`DROP TRIGGER ns_receipts_link; DROP TRIGGER ns_receipts_advance_head;`)
-	require.NoError(t, err)
-	for _, s := range tc.Steps {
-		if s.SQL != "" {
-			_, err := db.Exec(s.SQL)
-			require.NoError(t, err, s.SQL)
+	testkit.EditLedger(t, path, func(db *sql.DB) {
+		_, err := db.Exec(`DROP TRIGGER ns_receipts_link; DROP TRIGGER ns_receipts_advance_head;`)
+		require.NoError(t, err)
+		for _, s := range tc.Steps {
+			if s.SQL != "" {
+				_, err := db.Exec(s.SQL)
+				require.NoError(t, err, s.SQL)
+			}
+			if s.RehashFrom > 0 {
+				rehash(t, db, s.RehashFrom)
+			}
 		}
-		if s.RehashFrom > 0 {
-			rehash(t, db, s.RehashFrom)
-		}
-	}
-	_, err = db.Exec(`UPDATE ns_head SET seq = t.seq, hash = t.hash FROM (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) AS t WHERE ns = 0`)
-	require.NoError(t, err)
+		_, err = db.Exec(`UPDATE ns_head SET seq = t.seq, hash = t.hash FROM (SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1) AS t WHERE ns = 0`)
+		require.NoError(t, err)
+	})
 }
 
 // rehash recomputes prev_hash and hash from seq on, as a forger would.
