@@ -81,9 +81,7 @@ type writeOp struct {
 	ctx  context.Context
 	fn   func(ctx context.Context, t *batchTx) error
 	err  error
-	head uint64   // the head after the op's last run
-	kind []string // the kinds the op's last run appended
-	run  *batchTx // the op's last run
+	run  *batchTx // the op's last run: its appends, events and parsed policies
 	// observe is the request's BatchObserver, nil without one (tracing off).
 	observe BatchObserver
 }
@@ -91,7 +89,7 @@ type writeOp struct {
 // Decide runs the op, unless its request has ended meanwhile.
 func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
 	if err := o.ctx.Err(); err != nil {
-		o.err = err
+		o.err, o.run = err, nil
 		return nil
 	}
 	at, err := tx.Locked(ctx)
@@ -100,7 +98,7 @@ func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
 	}
 	t := &batchTx{Tx: tx, n: o.n, at: at}
 	o.err = o.fn(ctx, t)
-	o.head, o.kind, o.run = t.Head().Seq, t.kinds, t
+	o.run = t
 	return o.err
 }
 
@@ -206,15 +204,16 @@ func (l *Ledger) settle(ns string, ops []*writeOp, err error, start time.Time) {
 	var kinds []string
 	var head uint64
 	for _, op := range ops {
-		kinds = append(kinds, op.kind...)
-		head = max(head, op.head)
-		if op.run != nil {
-			for _, e := range op.run.events {
-				approvalEvents.WithLabelValues(e).Inc()
-			}
-			for seq, p := range op.run.policies {
-				op.n.policyCommitted(seq, p)
-			}
+		if op.run == nil {
+			continue // its request ended before it was decided
+		}
+		kinds = append(kinds, op.run.kinds...)
+		head = max(head, op.run.at.Head.Seq)
+		for _, e := range op.run.events {
+			approvalEvents.WithLabelValues(e).Inc()
+		}
+		for seq, p := range op.run.policies {
+			op.n.policyCommitted(seq, p)
 		}
 	}
 	countKinds(ns, kinds)
