@@ -18,9 +18,11 @@ import (
 // such namespace into the shared tables when it opens, one namespace per
 // transaction:
 //
-//  0. read only, the file must hold the head the registry recorded for
-//     it, and its recorded head must be its receipts' tail; a file that
-//     is missing, behind or edited stops the start, naming the ways out;
+//  0. read only, before the Store writes anything (checkNamespaceFiles,
+//     for every such namespace): the file must hold the head the registry
+//     recorded for it, and its recorded head must be its receipts' tail;
+//     a file that is missing, behind or edited stops the start, naming
+//     the ways out;
 //  1. the namespace's file is opened on its own, under its lock, as
 //     ledgerd always opened it: its schema brought to this version, its
 //     Merkle tree checked (and built if it has none), its write-ahead log
@@ -71,17 +73,7 @@ func (s *Store) migrateFiles(ctx context.Context) error {
 // into the shared tables.
 func (s *Store) migrateFile(ctx context.Context, r registryRow, path string) error {
 	start := time.Now()
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return lostError(s.path, r.name, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, r.head.Seq))
-	}
-	if err := precheck(path); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	// 0. Read only: the file holds the head the registry recorded, and its
-	// recorded head is its tail. A refused file is left as it was.
-	if err := checkNamespaceFile(ctx, s.path, r.name, path, r.head); err != nil {
-		return err
-	}
+	// 0 was done when the Store opened (checkNamespaceFiles).
 	// 1. The file on its own: migrated, checked, its WAL folded in.
 	opts := s.opts
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -24,7 +23,6 @@ import (
 // served empty or stale: serving it would run committed effects again.
 
 const (
-	sqlRegistryRows   = `SELECT name, head_seq, head_hash, coalesce(id, -1) FROM namespaces ORDER BY name`
 	sqlRegistryRow    = `SELECT head_seq, head_hash FROM namespaces WHERE name = ?`
 	sqlUnregister     = `DELETE FROM namespaces WHERE name = ?`
 	sqlNamespaceEvent = `INSERT INTO namespace_events (name, action, decided_by, reason, at, head_seq, head_hash, moved_to)
@@ -49,14 +47,14 @@ func readRegistry(ctx context.Context, db *sql.DB) ([]registryRow, error) {
 	if len(cols) == 0 {
 		return nil, nil // a file made before namespaces
 	}
-	q := sqlRegistryRows
-	if !slices.Contains(cols, "id") {
-		q = strings.Replace(q, "coalesce(id, -1)", "-1", 1)
+	col := func(name, absent string) string { // a column of the registry, or what its absence means
+		if slices.Contains(cols, name) {
+			return name
+		}
+		return absent
 	}
-	if !slices.Contains(cols, "head_seq") {
-		q = strings.Replace(q, "head_seq, head_hash", "0, NULL", 1)
-	}
-	rows, err := db.QueryContext(ctx, q)
+	rows, err := db.QueryContext(ctx, fmt.Sprintf(`SELECT name, %s, %s, coalesce(%s, -1) FROM namespaces ORDER BY name`,
+		col("head_seq", "0"), col("head_hash", "NULL"), col("id", "NULL")))
 	if err != nil {
 		return nil, fmt.Errorf("namespaces: %w", classify(err))
 	}
@@ -136,6 +134,9 @@ func checkNamespaceFiles(ctx context.Context, abs string) error {
 func checkNamespaceFile(ctx context.Context, ledgerPath, ns, path string, rec ledger.Head) error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return lostError(ledgerPath, ns, path, fmt.Sprintf("its file %s is missing (the registry recorded %d receipts)", path, rec.Seq))
+	}
+	if err := precheck(path); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite3", dsn(path, "ro", 5*time.Second, 0))
 	if err != nil {
