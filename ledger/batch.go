@@ -76,12 +76,12 @@ func (e *PartError) Unwrap() error { return e.Err }
 // transaction, about key ("" for none). Its answer (nil or a domain
 // *Error) is read only once the batch's future completes.
 type writeOp struct {
-	n    *Namespace
-	key  string
-	ctx  context.Context
-	fn   func(ctx context.Context, t *batchTx) error
-	err  error
-	run  *batchTx // the op's last run: its appends, events and parsed policies
+	n   *Namespace
+	key string
+	ctx context.Context
+	fn  func(ctx context.Context, t *batchTx) error
+	err error
+	run *batchTx // the op's last run: its appends, events and parsed policies
 	// observe is the request's BatchObserver, nil without one (tracing off).
 	observe BatchObserver
 }
