@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +26,10 @@ import (
 
 func init() {
 	sql.Register("sqlite3", newDriver(nil))
+	sql.Register(writerDriver, newDriver(writerPragmas))
 }
+
+func writerDriverName() string { return writerDriver }
 
 // newDriver returns a driver that runs pragmas, and the DSN's _cache_size
 // (which modernc does not read), on every new connection.
@@ -39,7 +43,11 @@ func newDriver(pragmas []string) *sqlite.Driver {
 				return fmt.Errorf("dsn: %w", err)
 			}
 			if v := q.Get("_cache_size"); v != "" {
-				all = append([]string{"PRAGMA cache_size = " + v}, pragmas...)
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return fmt.Errorf("dsn: _cache_size: %w", err)
+				}
+				all = append([]string{fmt.Sprintf("PRAGMA cache_size = %d", n)}, pragmas...)
 			}
 		}
 		for _, p := range all {
@@ -51,11 +59,6 @@ func newDriver(pragmas []string) *sqlite.Driver {
 	})
 	return d
 }
-
-var writerDriverName = func() func() string {
-	sql.Register(writerDriver, newDriver(writerPragmas))
-	return func() string { return writerDriver }
-}()
 
 // sqliteCode returns the primary result code of an SQLite error in err.
 func sqliteCode(err error) (int, bool) {
