@@ -88,6 +88,12 @@ export class LedgerGate {
     }
   }
 
+  /** The ask the ledger recorded for the call, when needsApproval made one. */
+  ask(callId: string): ApprovalRequiredError | undefined {
+    const early = this.early.get(callId);
+    return early instanceof ApprovalRequiredError ? early : undefined;
+  }
+
   /**
    * Runs fn once for the call's key and returns its result, or the
    * recorded result of an earlier call; a failure of fn is committed as
