@@ -76,6 +76,9 @@ func (s *State) write(path string, v any) error {
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("hook state: %w", err)
 	}
+	if err := os.Chmod(s.Dir, 0o700); err != nil { // made before, by another hand
+		return fmt.Errorf("hook state: %w", err)
+	}
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("hook state: %w", err)
