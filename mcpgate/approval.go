@@ -60,7 +60,7 @@ func (g *Gateway) policy(ctx context.Context, fresh bool) *ledger.Policy {
 	if !fresh && !g.pol.at.IsZero() && time.Since(g.pol.at) < policyTTL {
 		return g.pol.p
 	}
-	p, err := g.cfg.Ledger.Policy(ctx)
+	p, err := g.readPolicy(ctx)
 	if err != nil && (g.pol.at.IsZero() || g.pol.p != nil) {
 		g.logger.InfoContext(ctx, "the ledger's policy cannot be read: a call that needs approval asks a client that can answer, "+
 			"and the ledger decides whether its answer counts", "err", err)
@@ -117,8 +117,6 @@ type caller struct {
 	caps *mcp.ClientCapabilities
 }
 
-type callerKey struct{}
-
 // describeCaller reads the calling client's name and whether it takes
 // form elicitations: from a 2026-07-28 request's _meta, else from its
 // session's initialize. It runs before describeClient rewrites _meta.
@@ -147,15 +145,6 @@ func describeCaller(req mcp.Request, version string) caller {
 		_, url := e["url"]
 		c.elicitForm = form || !url // an empty elicitation capability is form's
 		c.elicitURL = url
-	}
-	return c
-}
-
-// callerOf is the caller describeCaller stored in ctx.
-func callerOf(ctx context.Context) caller {
-	c, _ := ctx.Value(callerKey{}).(caller)
-	if c.name == "" {
-		c.name = clientName("")
 	}
 	return c
 }
@@ -235,7 +224,7 @@ func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reserv
 	r := g.reserveOf(c, key)
 	if r.Wait > 0 && (g.clientApproves(ctx, c, false) || g.pageable(c)) {
 		r.Wait = 0
-		rsv, err := g.cfg.Ledger.Reserve(ctx, r)
+		rsv, err := g.reserve(ctx, r)
 		var refusal *Refusal
 		if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInProgress {
 			c.unwaited = err == nil && rsv.Status == ledger.StatusApprovalRequired
@@ -243,7 +232,7 @@ func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reserv
 		}
 		r.Wait = g.cfg.Wait
 	}
-	return g.cfg.Ledger.Reserve(ctx, r)
+	return g.reserve(ctx, r)
 }
 
 // approvalRequired answers a call the ledger sent to approval: its client
@@ -255,12 +244,12 @@ func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c 
 		if g.sendToPage(ctx, c, rsv) {
 			// The user went to the page: wait (--wait) for the person's
 			// answer, which the same reserve then consumes.
-			next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+			next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
 			return g.decided(ctx, s, c, rsv.Key, next, err, "")
 		}
 		if c.unwaited {
 			// A person answers: the same reserve again waits for it.
-			next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+			next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
 			return g.decided(ctx, s, c, rsv.Key, next, err, "")
 		}
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
@@ -385,7 +374,7 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 			decision = ledger.DecisionReject
 		}
 		note, _ := res.Content["note"].(string)
-		aerr := g.cfg.Ledger.AnswerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen))
+		aerr := g.answerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen))
 		switch {
 		case notClients(aerr):
 			// The policy does not let the client answer (one the gateway
@@ -413,7 +402,7 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 	if !wait {
 		r.Wait = 0
 	}
-	next, err := g.cfg.Ledger.Reserve(ctx, r)
+	next, err := g.reserve(ctx, r)
 	return g.decided(ctx, s, c, rsv.Key, next, err, why)
 }
 

@@ -78,10 +78,15 @@ type call struct {
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
-func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
+func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
+	who := describeCaller(req, version) // before describeClient rewrites _meta
+	if err := g.describeClient(ctx, req); err != nil {
+		return nil, err
+	}
+	ss, _ := req.GetSession().(*mcp.ServerSession)
 	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
 		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
-		lease: taskLease(p.Meta, g.cfg.Lease), caller: callerOf(ctx)}
+		lease: taskLease(p.Meta, g.cfg.Lease), caller: who}
 	if len(c.args) == 0 || string(c.args) == "null" {
 		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -218,7 +223,7 @@ func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, err
 	if g.cfg.ExactReplays {
 		return replayAnswer(rsv, "")
 	}
-	rec, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
+	rec, err := g.recorded(ctx, rsv.Key, rsv.Original.Seq)
 	if err != nil {
 		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
 	}
@@ -351,7 +356,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
 	}
 	c.inputResponses, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
-	next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
+	next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
 	var refusal *Refusal
 	switch {
 	case errors.As(err, &refusal):
@@ -375,17 +380,17 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 }
 
 // reserveOf is the reserve of a call's current round.
-func (g *Gateway) reserveOf(c *call, key string) Reserve {
-	r := Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
-		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait,
-		Summary: truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
+func (g *Gateway) reserveOf(c *call, key string) client.ReserveRequest {
+	r := client.ReserveRequest{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
+		Class: client.Class(c.class.Effect), Idempotent: c.class.Idempotent, InputHash: c.hash,
+		Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait, ApprovalSummary: truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
 			ledger.MaxApprovalSummary)}
 	// The arguments themselves, which the ledger fingerprints as the
 	// gateway does (client.Fingerprint: SHA-256 of RFC 8785) and keeps
 	// off the chain for the approver when the policy asks (SPEC §13).
 	// Arguments beyond what an ask keeps go as their fingerprint.
 	if input := compactJSON(c.args); len(input) <= ledger.MaxAskInput {
-		r.Input = input
+		r.Input, r.InputHash = input, ""
 	}
 	return r
 }
@@ -439,20 +444,6 @@ func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, 
 	}
 	res.RequestState = state
 	return res, nil
-}
-
-// commit records an outcome. A success whose result the ledger refuses
-// (it checks more than the gateway can) is recorded with a note in its
-// place, so the success is on the chain all the same.
-func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error {
-	err := g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
-	var refusal *Refusal
-	if !o.Succeeded || !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInvalidRequest {
-		return err
-	}
-	g.logger.WarnContext(ctx, "result refused by the ledger: a note is recorded in its place", "key", rsv.Key, "err", err)
-	o.Result = resultNote(fmt.Sprintf("The call succeeded; the ledger refused to record its result (%s), so it is not replayed.", refusal.Message))
-	return g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
 }
 
 // verdict is what an upstream's answer to a forwarded call came to.

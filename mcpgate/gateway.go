@@ -7,7 +7,7 @@
 //
 // One decision path (call.go) runs over a Ledger in this process
 // (NewLocal, the service the REST API uses) or behind a ledgerd
-// (NewRemote, the Go client). Downstream it serves MCP over stdio or
+// (a *client.Client, the Go client). Downstream it serves MCP over stdio or
 // Streamable HTTP; upstream it talks to a server it starts over stdio or
 // one it reaches over Streamable HTTP, both with the official Go SDK.
 package mcpgate
@@ -45,6 +45,10 @@ const (
 // Config configures a Gateway.
 type Config struct {
 	Ledger Ledger
+	// LedgerTimeout bounds each request to the ledger, a reserve's beyond
+	// its wait; 0: none (an embedded ledger). ledger-mcp gives a remote
+	// one --ledger-timeout (DefaultLedgerTimeout).
+	LedgerTimeout time.Duration
 	// ServerName prefixes the ledger's tool names, <server-name>.<tool>.
 	ServerName string
 	// Scope goes into every derived key: the same call in another scope
@@ -255,7 +259,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	return s
 }
 
-// forward is the receiving middleware: tools/call is decided, the other
+// forward is the receiving middleware: tools/call is decided (callTool), the other
 // requests the SDK lets a server answer generically go to the upstream
 // as they are; the rest (initialize, notifications, logging level) is
 // the SDK's.
@@ -263,7 +267,13 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
 		ctx = g.withOwner(ctx, req)
-		res, err := g.route(ctx, method, req, next, version)
+		var res mcp.Result
+		var err error
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+			res, err = g.callTool(ctx, req, p, version)
+		} else {
+			res, err = g.route(ctx, method, req, next, version)
+		}
 		if err != nil || res == nil {
 			return res, err
 		}
@@ -271,13 +281,9 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// route sends each request where forward says; version is the client's
-// protocol revision.
+// route sends each request but tools/call where forward says; version is
+// the client's protocol revision.
 func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
-	var who caller
-	if _, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
-		who = describeCaller(req, version) // before describeClient rewrites _meta
-	}
 	if forwarded(req.GetParams()) {
 		if err := g.describeClient(ctx, req); err != nil {
 			return nil, err
@@ -295,9 +301,6 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 	}
 	up := g.sessionFor(req, version)
 	switch p := req.GetParams().(type) {
-	case *mcp.CallToolParamsRaw:
-		ss, _ := req.GetSession().(*mcp.ServerSession)
-		return g.callTool(context.WithValue(ctx, callerKey{}, who), ss, p, version)
 	case *mcp.ListToolsParams:
 		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 			res, err := s.ListTools(ctx, p)
