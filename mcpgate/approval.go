@@ -345,7 +345,7 @@ func (g *Gateway) approvalRound(c *call, rsv *Reservation) (mcp.Result, error) {
 // again.
 func (g *Gateway) clientRound(ctx context.Context, s *mcp.ClientSession, c *call, key string, ask uint64) (mcp.Result, error) {
 	res, _ := c.inputResponses[approvalInputID].(*mcp.ElicitResult)
-	c.inputResponses, c.upState = nil, "" // the upstream never saw this call
+	c.upInput, c.upState = nil, "" // the upstream never saw this call
 	var err error
 	if res == nil {
 		err = errors.New("the client's answer to the approval is missing")

@@ -30,41 +30,48 @@ const (
 // however the caller's request ends.
 const commitTimeout = 30 * time.Second
 
-// call is one tools/call being decided.
-type call struct {
+// request is one tools/call as the client sent it, classified: made once
+// by callTool and never changed, it is what the core decides on.
+type request struct {
 	name       string // the upstream's tool name
 	ledgerTool string // <server-name>.<tool>, LedgerToolName
 	toolLabel  string // the metrics label
 	args       json.RawMessage
 	meta       mcp.Meta // as the client sent it
 	session    *mcp.ServerSession
+	version    string // the client's protocol revision
+	caller     caller // the client that made the call (approval.go)
 	class      Class
+	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
+	lease time.Duration
 	// A round of a multi round-trip call (SPEC §11.1): the client's
-	// answers to the last round's inputRequests, its requestState (the
-	// gateway's envelope, for a recorded call), and the upstream's state
-	// sent on.
+	// answers to the last round's inputRequests and its requestState (the
+	// gateway's envelope, for a recorded call).
 	inputResponses mcp.InputResponseMap
 	state          string
-	upState        string
-	version        string // the client's protocol revision
-	// Of a reserved call: its execution and attempt, what the next
-	// round's envelope names.
+}
+
+// call is a request on its way: the round sent upstream, and what the
+// extensions that take part in it keep of it.
+type call struct {
+	request
+	// The round sent upstream (SPEC §11.1): the answers and the upstream's
+	// own requestState; of a reserved call, its execution and attempt
+	// (what the next round's envelope names) and its fingerprint.
+	upInput mcp.InputResponseMap
+	upState string
 	exec    string
 	attempt uint64
 	hash    string
-	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
-	lease time.Duration
-	up    *mcp.ClientSession // the upstream session the call went to
+	up      *mcp.ClientSession // the upstream session the call went to
 	// On a session of its own upstream (serverreq.go): where the
 	// upstream's requests during the call go.
 	peer  *peer
 	route *route
-	// caller is the client that made the call (approval.go); ask is the
-	// ask a 2026-07-28 round asked the client to answer.
-	caller caller
-	ask    uint64
-	// unwaited: the first reserve did not wait for an approval's answer
-	// (approval.go), so that the client could be asked at once.
+	// Approvals (approval.go): ask is the ask a 2026-07-28 round asked the
+	// client to answer; unwaited, the first reserve did not wait for an
+	// approval's answer, so that the client could be asked at once.
+	ask      uint64
 	unwaited bool
 	// parked: a 2026-07-28 client's call to an older upstream, whose
 	// requests become rounds (park.go); park is its parked call.
@@ -83,37 +90,28 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 	if err := g.describeClient(ctx, req); err != nil {
 		return nil, err
 	}
-	ss, _ := req.GetSession().(*mcp.ServerSession)
-	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
+	r := request{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
+		toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
 		lease: taskLease(p.Meta, g.cfg.Lease), caller: who}
-	if len(c.args) == 0 || string(c.args) == "null" {
-		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
+	r.session, _ = req.GetSession().(*mcp.ServerSession)
+	if len(r.args) == 0 || string(r.args) == "null" {
+		r.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
-	s, err := g.up.Session(ctx)
+	s, peer, err := g.toolSession(ctx, r.session, version)
 	if err != nil {
-		g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+		g.logger.WarnContext(ctx, "upstream unavailable", "tool", r.name, "err", err)
 		return nil, err
 	}
-	if g.usesPeer(ss, version) {
-		// The client's own upstream session, whose tools are the ones
-		// offered to a client with its capabilities.
-		c.peer = g.peerOf(ss)
-		if s, err = c.peer.session(ctx); err != nil {
-			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
-			return nil, err
-		}
-	}
-	tool, err := g.tools.lookup(ctx, s, c.name)
+	tool, err := g.tools.lookup(ctx, s, r.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
 	}
 	var ann *mcp.ToolAnnotations
 	if tool != nil {
-		ann, c.toolLabel = tool.Annotations, c.ledgerTool
+		ann, r.toolLabel = tool.Annotations, r.ledgerTool
 	}
-	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
-	c.parked = g.parks(ctx, version)
+	r.class = Classify(g.cfg.Policy, r.name, r.ledgerTool, ann)
+	c := &call{request: r, upInput: r.inputResponses, peer: peer, parked: g.parks(ctx, version)}
 	if c.peer != nil {
 		// The call's own upstream session: what the upstream asks on it
 		// is this call's (serverreq.go).
@@ -131,6 +129,20 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 		return g.forwardCall(ctx, s, c)
 	}
 	return g.guarded(ctx, s, c)
+}
+
+// toolSession is the upstream session whose tools a call of session ss
+// sees: the shared one, or the client's own (serverreq.go), with its peer.
+func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *peer, error) {
+	s, err := g.up.Session(ctx)
+	if err != nil || !g.usesPeer(ss, version) {
+		return s, nil, err
+	}
+	// The client's own upstream session, whose tools are the ones offered
+	// to a client with its capabilities.
+	p := g.peerOf(ss)
+	s, err = p.session(ctx)
+	return s, p, err
 }
 
 // guarded runs an effect through the ledger.
@@ -355,7 +367,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 		return nil, answer(ledger.CodeInputRequired, rsv.Key, fmt.Sprintf("This call was not run: the tool asked for input "+
 			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
 	}
-	c.inputResponses, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
+	c.upInput, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
 	next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
 	var refusal *Refusal
 	switch {
@@ -566,7 +578,7 @@ func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*m
 	defer release()
 	rctx, slot := withRawSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
-		InputResponses: c.inputResponses, RequestState: c.upState})
+		InputResponses: c.upInput, RequestState: c.upState})
 	return res, slot, err
 }
 

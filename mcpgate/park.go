@@ -372,9 +372,9 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx), slot: slot, stop: cancel}
 	r.park = p
 	c.peer, c.route, c.park = pp, r, p
-	up := *c
-	up.upState, up.inputResponses = "", nil // the upstream knows no rounds
-	up.meta = withoutParamsTask(c.meta)     // nor tasks: the call runs as a plain call
+	up := *c                            // what the upstream is sent: a copy
+	up.upState, up.upInput = "", nil    // the upstream knows no rounds
+	up.meta = withoutParamsTask(c.meta) // nor tasks: the call runs as a plain call
 	go func() {
 		defer cancel()
 		defer done()

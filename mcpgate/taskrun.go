@@ -57,10 +57,12 @@ func (g *Gateway) takeUp(ctx context.Context, handle string) (*runningTask, erro
 	if err != nil {
 		return nil, err
 	}
-	c := &call{name: h.Tool, ledgerTool: LedgerToolName(g.cfg.ServerName, h.Tool), toolLabel: unlistedToolLabel}
+	var class Class
 	if h.Failed {
-		c.class.OnError = OnErrorFailed
+		class.OnError = OnErrorFailed
 	}
+	c := &call{request: request{name: h.Tool, ledgerTool: LedgerToolName(g.cfg.ServerName, h.Tool),
+		toolLabel: unlistedToolLabel, class: class}}
 	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key, takenUp: true}
 	if h.Key != "" {
 		r.rsv = &Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}
