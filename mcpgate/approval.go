@@ -15,6 +15,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Approvals on the MCP path (SPEC §13): a call the namespace's policy
@@ -60,7 +61,7 @@ func (g *Gateway) policy(ctx context.Context, fresh bool) *ledger.Policy {
 	if !fresh && !g.pol.at.IsZero() && time.Since(g.pol.at) < policyTTL {
 		return g.pol.p
 	}
-	p, err := g.readPolicy(ctx)
+	p, err := g.port.Policy(ctx)
 	if err != nil && (g.pol.at.IsZero() || g.pol.p != nil) {
 		g.logger.InfoContext(ctx, "the ledger's policy cannot be read: a call that needs approval asks a client that can answer, "+
 			"and the ledger decides whether its answer counts", "err", err)
@@ -99,7 +100,7 @@ func (g *Gateway) refuseClient(tool string) {
 // agent's client by the policy: the rule does not list mcp-client, or
 // self-approval is denied.
 func notClients(err error) bool {
-	var r *Refusal
+	var r *ledgerport.Refusal
 	if errors.As(err, &r) {
 		return r.Code == ledger.ECodeForbidden || r.Code == ledger.ECodeSelfApproval
 	}
@@ -220,36 +221,36 @@ func (g *Gateway) clientApproves(ctx context.Context, c *call, fresh bool) bool 
 // would keep the client from being asked: it waits only for a duplicate
 // in flight, and, sent to a person, waits for the answer after all
 // (approvalRequired).
-func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*Reservation, error) {
+func (g *Gateway) reserveCall(ctx context.Context, c *call, key string) (*ledgerport.Reservation, error) {
 	r := g.reserveOf(c, key)
 	if r.Wait > 0 && (g.clientApproves(ctx, c, false) || g.pageable(c)) {
 		r.Wait = 0
-		rsv, err := g.reserve(ctx, r)
-		var refusal *Refusal
+		rsv, err := g.port.Reserve(ctx, r)
+		var refusal *ledgerport.Refusal
 		if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInProgress {
 			c.unwaited = err == nil && rsv.Status == ledger.StatusApprovalRequired
 			return rsv, err
 		}
 		r.Wait = g.cfg.Wait
 	}
-	return g.reserve(ctx, r)
+	return g.port.Reserve(ctx, r)
 }
 
 // approvalRequired answers a call the ledger sent to approval: its client
 // is asked when it may answer, else the model is told that a person
 // must.
-func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) approvalRequired(ctx context.Context, s *mcp.ClientSession, c *call, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	g.logger.InfoContext(ctx, "call awaits approval", "tool", c.ledgerTool, "key", rsv.Key, "ask", rsv.Ask.Seq)
 	if !g.clientApproves(ctx, c, true) {
 		if g.sendToPage(ctx, c, rsv) {
 			// The user went to the page: wait (--wait) for the person's
 			// answer, which the same reserve then consumes.
-			next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
+			next, err := g.port.Reserve(ctx, g.reserveOf(c, rsv.Key))
 			return g.decided(ctx, s, c, rsv.Key, next, err, "")
 		}
 		if c.unwaited {
 			// A person answers: the same reserve again waits for it.
-			next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
+			next, err := g.port.Reserve(ctx, g.reserveOf(c, rsv.Key))
 			return g.decided(ctx, s, c, rsv.Key, next, err, "")
 		}
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
@@ -274,7 +275,7 @@ func (g *Gateway) pageable(c *call) bool {
 // with a URL elicitation (SPEC §13), when the call's client takes them and
 // the page is known; it reports whether the user accepted to go there.
 // Clients of 2026-07-28 are told the URL in the answer instead.
-func (g *Gateway) sendToPage(ctx context.Context, c *call, rsv *Reservation) bool {
+func (g *Gateway) sendToPage(ctx context.Context, c *call, rsv *ledgerport.Reservation) bool {
 	url := g.approvalURL(rsv.Ask.Seq)
 	if !g.pageable(c) || url == "" {
 		return false
@@ -291,7 +292,7 @@ func (g *Gateway) sendToPage(ctx context.Context, c *call, rsv *Reservation) boo
 }
 
 // approvalElicit is the form the client shows its user.
-func approvalElicit(c *call, rsv *Reservation) *mcp.ElicitParams {
+func approvalElicit(c *call, rsv *ledgerport.Reservation) *mcp.ElicitParams {
 	msg := fmt.Sprintf("Approve this tool call? %s with arguments %s\n\n"+
 		"Accept runs it once; decline rejects it for good (recorded in the effect ledger as approved or rejected by %s). "+
 		"Approval request %d, expires %s.", c.ledgerTool, summarize(c.args, 600), c.caller.name,
@@ -317,7 +318,7 @@ func summarize(args json.RawMessage, n int) string {
 // approvalRound asks a 2026-07-28 client with an input_required round: a
 // form elicitation and an envelope naming the ask, which the client's
 // next round brings back with its answer (clientRound).
-func (g *Gateway) approvalRound(c *call, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	key, err := g.stateKey()
 	if err != nil {
 		return nil, err
@@ -350,14 +351,14 @@ func (g *Gateway) clientRound(ctx context.Context, s *mcp.ClientSession, c *call
 	if res == nil {
 		err = errors.New("the client's answer to the approval is missing")
 	}
-	return g.clientAnswered(ctx, s, c, &Reservation{Key: key, Ask: &Ask{Seq: ask}}, res, err)
+	return g.clientAnswered(ctx, s, c, &ledgerport.Reservation{Key: key, Ask: &ledgerport.Ask{Seq: ask}}, res, err)
 }
 
 // clientAnswered relays the client's answer to an ask and decides the
 // call again: accept approves (the reserve then consumes the approval and
 // the call runs), decline rejects (approval_rejected), cancel records
 // nothing and leaves the ask to a person.
-func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation, res *mcp.ElicitResult, err error) (mcp.Result, error) {
+func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *call, rsv *ledgerport.Reservation, res *mcp.ElicitResult, err error) (mcp.Result, error) {
 	var why string
 	wait := false // for a person's answer
 	switch {
@@ -374,7 +375,7 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 			decision = ledger.DecisionReject
 		}
 		note, _ := res.Content["note"].(string)
-		aerr := g.answerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen))
+		aerr := g.port.AnswerAsClient(ctx, rsv.Ask.Seq, decision, c.caller.name, truncate(note, ledger.MaxNoteLen))
 		switch {
 		case notClients(aerr):
 			// The policy does not let the client answer (one the gateway
@@ -402,14 +403,14 @@ func (g *Gateway) clientAnswered(ctx context.Context, s *mcp.ClientSession, c *c
 	if !wait {
 		r.Wait = 0
 	}
-	next, err := g.reserve(ctx, r)
+	next, err := g.port.Reserve(ctx, r)
 	return g.decided(ctx, s, c, rsv.Key, next, err, why)
 }
 
 // personAnswer tells the model that a person must approve the call
 // first: the ask, when it expires, where a person answers it, and that
 // the same call made again then runs once.
-func (g *Gateway) personAnswer(rsv *Reservation, why string) *mcp.CallToolResult {
+func (g *Gateway) personAnswer(rsv *ledgerport.Reservation, why string) *mcp.CallToolResult {
 	ask := rsv.Ask
 	where := "at the effect ledger (ledgerctl approvals approve --server URL " + strconv.FormatUint(ask.Seq, 10) + ", or its web page)"
 	url := g.approvalURL(ask.Seq)

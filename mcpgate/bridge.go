@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // A client of a revision before 2026-07-28 cannot answer input_required:
@@ -82,7 +83,7 @@ func hasRoots(c *mcp.ClientCapabilities) bool {
 // capabilityMissing is the outcome of a call whose input the client
 // cannot give: nothing was applied, and nothing was attempted.
 func capabilityMissing(err error) Outcome {
-	return Outcome{NotApplied: true, ErrorCode: ledger.CodeClientCapabilityMissing, ErrorMessage: truncate(err.Error(), maxFailureMessage)}
+	return Outcome{NotApplied: true, ErrorCode: ledger.CodeClientCapabilityMissing, ErrorMessage: truncate(err.Error(), ledgerport.MaxFailureMessage)}
 }
 
 // capabilityAnswer tells the model that the call needs what its client
@@ -95,7 +96,7 @@ func capabilityAnswer(key string, err error) *mcp.CallToolResult {
 // bridgeRound asks an older client for a round's input on the upstream's
 // behalf (bridge.go): the round is committed, and the next attempt of the
 // execution reserved with the answers. A reply ends the call instead.
-func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, round int) (*Reservation, mcp.Result) {
+func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, round int) (*ledgerport.Reservation, mcp.Result) {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	answers, err := fulfil(ctx, c.session, res.InputRequests)
 	if err == nil && round >= maxBridgedRounds {
@@ -107,7 +108,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 	}
 	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cmcancel()
-	if cerr := g.commit(cmctx, rsv, o); cerr != nil {
+	if cerr := g.port.Commit(cmctx, rsv, o); cerr != nil {
 		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	}
 	switch {
@@ -120,8 +121,8 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, re
 			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
 	}
 	c.upInput, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
-	next, err := g.reserve(ctx, g.reserveOf(c, rsv.Key))
-	var refusal *Refusal
+	next, err := g.port.Reserve(ctx, g.reserveOf(c, rsv.Key))
+	var refusal *ledgerport.Refusal
 	switch {
 	case errors.As(err, &refusal):
 		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Failure codes a forwarded call is committed with (SPEC §11).
@@ -79,7 +80,7 @@ type call struct {
 	park   *parkedCall
 	// rsv is the reservation a round runs under, reserved at reservedAt
 	// (at most: the first time execute saw it).
-	rsv        *Reservation
+	rsv        *ledgerport.Reservation
 	reservedAt time.Time
 }
 
@@ -199,8 +200,8 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 // a replay is answered, a reservation runs the call. An ask still
 // pending is the person's to answer (why says why the client's answer
 // did not settle it).
-func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, key string, rsv *Reservation, err error, why string) (mcp.Result, error) {
-	var refusal *Refusal
+func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, key string, rsv *ledgerport.Reservation, err error, why string) (mcp.Result, error) {
+	var refusal *ledgerport.Refusal
 	switch {
 	case errors.As(err, &refusal):
 		g.logger.InfoContext(ctx, "call refused", "tool", c.ledgerTool, "key", key, "code", refusal.Code)
@@ -231,11 +232,11 @@ func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, ke
 // ExactReplays, else after a text block that tells the model it is a
 // replay (SPEC §11's _meta marks it either way, but most hosts never show
 // _meta to the model).
-func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) replay(ctx context.Context, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	if g.cfg.ExactReplays {
 		return replayAnswer(rsv, "")
 	}
-	rec, err := g.recorded(ctx, rsv.Key, rsv.Original.Seq)
+	rec, err := g.port.Recorded(ctx, rsv.Key, rsv.Original.Seq)
 	if err != nil {
 		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
 	}
@@ -245,7 +246,7 @@ func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, err
 // execute forwards a reserved call and records what it came to. An
 // answer that never came leaves the reservation to run out: the outcome
 // is unknown, and the ledger decides the next identical call.
-func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	// Once forwarded, the call runs to its answer and that answer is
 	// recorded, whatever becomes of the caller's request (a cancellation,
 	// a client gone): the effect may happen either way. It gets no longer
@@ -278,7 +279,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 }
 
 // finish records what a round of a reserved call came to and answers.
-func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
+func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
 	if v.taskID != "" {
 		return g.startTask(ctx, c, rsv, v.taskID, v.task, v.reply), nil // committed when the task ends
 	}
@@ -286,7 +287,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
 	if errors.Is(err, errNotSent) {
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), maxFailureMessage)},
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), ledgerport.MaxFailureMessage)},
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
@@ -323,12 +324,12 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cmcancel()
-	if cerr := g.commit(cmctx, rsv, v.outcome); cerr != nil {
+	if cerr := g.port.Commit(cmctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	} else {
-		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "outcome", v.outcome.outcomeName(),
+		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "outcome", v.outcome.Name(),
 			"takeover", rsv.Takeover, "retry", rsv.Retry)
 	}
 	if v.rpcErr != nil {

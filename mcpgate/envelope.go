@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // The rounds of one MCP call (SPEC §11.1) are one execution: the
@@ -193,7 +195,7 @@ func (g *Gateway) continueRound(c *call, key string) error {
 // askClient answers a round that asked for input: the upstream's answer
 // as it came, with its requestState sealed in an envelope that names the
 // call's execution and next attempt.
-func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
+func (g *Gateway) askClient(c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
 	key, err := g.stateKey()
 	if err != nil {
 		return nil, err

@@ -5,11 +5,13 @@
 // runs once, a repeat gets the recorded result, and an effect whose
 // outcome is unknown is never run again blindly.
 //
-// One decision path (call.go) runs over a Ledger in this process
-// (NewLocal, the service the REST API uses) or behind a ledgerd
-// (a *client.Client, the Go client). Downstream it serves MCP over stdio or
-// Streamable HTTP; upstream it talks to a server it starts over stdio or
-// one it reaches over Streamable HTTP, both with the official Go SDK.
+// One decision path (call.go) runs over one Ledger port (ledgerport): a
+// ledger in this process (NewLocal, the service the REST API uses) or a
+// ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
+// stdio or Streamable HTTP; upstream it talks to a server it starts over
+// stdio or one it reaches over Streamable HTTP, both with the official Go
+// SDK. docs/mcp.md ("How a call flows") draws the path and where each
+// extension (rounds, tasks, server requests, approvals) joins it.
 package mcpgate
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Defaults of Config.
@@ -41,6 +44,18 @@ const (
 	DefaultUpstreamTimeout = 2 * time.Minute
 	MaxWait                = 60 * time.Second // the ledger's largest wait_ms
 )
+
+// Ledger is the gateway's port to the effect ledger (ledgerport): a
+// *client.Client for a ledgerd, NewLocal for a ledger in this process.
+type Ledger = ledgerport.Ledger
+
+// NewLocal returns the Ledger port over one namespace of a ledger in this
+// process, the same service the REST API calls.
+func NewLocal(ns *ledger.Namespace) Ledger { return ledgerport.NewLocal(ns) }
+
+// DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
+// reserve's wait (ledger-mcp's --ledger-timeout).
+const DefaultLedgerTimeout = ledgerport.DefaultTimeout
 
 // Config configures a Gateway.
 type Config struct {
@@ -98,7 +113,8 @@ type Config struct {
 
 // Gateway is the MCP proxy.
 type Gateway struct {
-	cfg Config
+	cfg  Config
+	port ledgerport.Port // the calls to cfg.Ledger
 	// process is the scope of a stdio session under ScopeSession: one
 	// process, one session.
 	process  string
@@ -152,7 +168,7 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		_, _ = rand.Read(key)
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
-	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
+	g := &Gateway{cfg: cfg, port: ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
 		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
 		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
 	g.server = g.newServer(info)

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
@@ -121,7 +122,7 @@ type parkedCall struct {
 	// held: the execution's reservation, kept (uncommitted) across a
 	// round asked after an answer; settle commits the call's final
 	// answer with it if no round comes for it. Under parkTable.mu.
-	held   *Reservation
+	held   *ledgerport.Reservation
 	settle func(parkedEnd)
 	heldAt time.Time // when held was reserved (at most)
 	owner  string    // taskOwner of the call's client
@@ -206,7 +207,7 @@ func (t *parkTable) drop(id string, gen int) *parkedCall {
 }
 
 // holds reports whether the parked call p holds rsv.
-func (t *parkTable) holds(p *parkedCall, rsv *Reservation) bool {
+func (t *parkTable) holds(p *parkedCall, rsv *ledgerport.Reservation) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return p != nil && rsv != nil && p.held == rsv
@@ -228,7 +229,7 @@ func (t *parkTable) remove(p *parkedCall) {
 // commit its final answer should that round not come. It reports false,
 // keeping nothing, when p's client already has maxParkedPerClient
 // parked calls.
-func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *Reservation, settle func(parkedEnd)) bool {
+func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *ledgerport.Reservation, settle func(parkedEnd)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byOwner[p.owner] >= maxParkedPerClient {
@@ -386,7 +387,7 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 
 // settleParked is how a held parked call's final answer is committed
 // when no round comes for it (park.go): as a round's would be.
-func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *Reservation) func(parkedEnd) {
+func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *ledgerport.Reservation) func(parkedEnd) {
 	ctx = context.WithoutCancel(ctx)
 	return func(e parkedEnd) {
 		v := judge(e.res, e.slot, e.err)
@@ -446,7 +447,7 @@ func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallT
 func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *rawSlot, error) {
 	p.ask = ask
 	timeout := parkTimeout
-	var held *Reservation
+	var held *ledgerport.Reservation
 	var settle func(parkedEnd)
 	if p.answered > 0 && c.rsv != nil {
 		held, settle, p.heldAt = c.rsv, g.settleParked(ctx, c, c.rsv), c.reservedAt

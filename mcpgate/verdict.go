@@ -7,7 +7,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
+
+// Outcome is what a forwarded call came to, as the ledger records it.
+type Outcome = ledgerport.Outcome
 
 // verdict is what an upstream's answer to a forwarded call came to.
 type verdict struct {
@@ -51,7 +55,7 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	case err == nil:
 		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
 	case rpcErr != nil:
-		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(rpcErr.Message, maxFailureMessage)},
+		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(rpcErr.Message, ledgerport.MaxFailureMessage)},
 			rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
@@ -73,7 +77,7 @@ func judgeRaw(raw json.RawMessage) verdict {
 	if json.Unmarshal(raw, &loose) != nil {
 		// Not even an object with content: record what came, noted.
 		return verdict{known: true, outcome: Outcome{Succeeded: true,
-			Result: resultNote("The call's answer could not be read, so it is not replayed.")}, reply: rawCall{&mcp.CallToolResult{}, raw}}
+			Result: ledgerport.ResultNote("The call's answer could not be read, so it is not replayed.")}, reply: rawCall{&mcp.CallToolResult{}, raw}}
 	}
 	reply := rawCall{&mcp.CallToolResult{IsError: loose.IsError}, raw}
 	if loose.IsError {
@@ -91,5 +95,5 @@ func judgeRaw(raw json.RawMessage) verdict {
 
 // toolError is the outcome of an answer with isError: true.
 func toolError(text string) Outcome {
-	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, maxFailureMessage)}
+	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, ledgerport.MaxFailureMessage)}
 }

@@ -1,12 +1,21 @@
-package mcpgate
+// Package ledgerport is the MCP gateway's one port to the effect ledger:
+// the Ledger interface in the Go client's terms (a *client.Client is a
+// ledgerd's port as it is, NewLocal a ledger's in this process), and Port,
+// the calls the gateway's path makes through it: a reserve read as the
+// Reservation the gateway decides on, a commit, the words of a replay,
+// the policy, a client's answer to an ask.
+package ledgerport
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -22,7 +31,7 @@ import (
 // the agent's own MCP client to an ask.
 //
 // Refusals of the contract are *client.Error with their code; anything
-// else means nothing was recorded (ledgerError sorts them).
+// else means nothing was recorded (Error sorts them).
 type Ledger interface {
 	Reserve(ctx context.Context, r client.ReserveRequest) (*client.Reservation, error)
 	Commit(ctx context.Context, key, token string, c client.Commit) (*client.CommitResult, error)
@@ -35,7 +44,7 @@ type Ledger interface {
 var _ Ledger = (*client.Client)(nil)
 
 // Reservation is what the gateway decides on: the ledger's answer to a
-// reserve, an approval_required one included (reserve).
+// reserve, an approval_required one included (Port.Reserve).
 type Reservation struct {
 	Status   string // ledger.StatusReserved, ledger.StatusReplayed or ledger.StatusApprovalRequired
 	Key      string
@@ -88,8 +97,8 @@ type Outcome struct {
 	ErrorMessage string
 }
 
-// outcomeName is o's outcome as the ledger names it.
-func (o Outcome) outcomeName() string {
+// Name is o's outcome as the ledger names it.
+func (o Outcome) Name() string {
 	switch {
 	case o.Succeeded:
 		return "succeeded"
@@ -112,38 +121,47 @@ func (r *Refusal) Error() string { return fmt.Sprintf("ledger: %s: %s", r.Code, 
 // nothing was recorded, so no effect may run.
 var ErrUnavailable = errors.New("the effect ledger is unavailable")
 
-// maxFailureMessage bounds a recorded error message (SPEC §4: ≤ 1024).
-const maxFailureMessage = 1024
+// MaxFailureMessage bounds a recorded error message (SPEC §4: ≤ 1024).
+const MaxFailureMessage = 1024
 
-// DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
+// DefaultTimeout bounds each request to a remote ledger, beyond a
 // reserve's wait (ledger-mcp's --ledger-timeout).
-const DefaultLedgerTimeout = 10 * time.Second
+const DefaultTimeout = 10 * time.Second
 
-// bounded is ctx bounded by Config.LedgerTimeout beyond extra (none
+// Port makes the gateway's calls to the ledger.
+type Port struct {
+	Ledger Ledger
+	// Timeout bounds each request, a reserve's beyond its wait; 0: none
+	// (an embedded ledger answers or fails on its own).
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// bounded is ctx bounded by the Timeout beyond extra (none
 // without a timeout): a ledger that does not answer makes the call
 // ledger_unavailable, and an answer that comes later is not waited for,
 // so no effect runs after the caller was told it did not.
-func (g *Gateway) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
-	if g.cfg.LedgerTimeout <= 0 {
+func (p Port) bounded(ctx context.Context, extra time.Duration) (context.Context, context.CancelFunc) {
+	if p.Timeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, extra+g.cfg.LedgerTimeout)
+	return context.WithTimeout(ctx, extra+p.Timeout)
 }
 
-// reserve asks the ledger for the right to run one round of a call. A
+// Reserve asks the ledger for the right to run one round of a call. A
 // call sent to approval is a Reservation naming its ask; a refusal of
 // the contract is a *Refusal; any other error wraps ErrUnavailable.
-func (g *Gateway) reserve(ctx context.Context, r client.ReserveRequest) (*Reservation, error) {
-	ctx, cancel := g.bounded(ctx, r.Wait)
+func (p Port) Reserve(ctx context.Context, r client.ReserveRequest) (*Reservation, error) {
+	ctx, cancel := p.bounded(ctx, r.Wait)
 	defer cancel()
-	res, err := g.cfg.Ledger.Reserve(ctx, r)
+	res, err := p.Ledger.Reserve(ctx, r)
 	var are *client.ApprovalRequiredError
 	if errors.As(err, &are) {
 		return &Reservation{Status: ledger.StatusApprovalRequired, Key: are.IdempotencyKey,
 			Ask: &Ask{Seq: are.Seq, ExpiresAt: are.ExpiresAt.UTC()}, Receipt: are.Receipt}, nil
 	}
 	if err != nil {
-		return nil, ledgerError("reserve", err)
+		return nil, Error("reserve", err)
 	}
 	out := &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
 		Retry: res.Retry, Result: res.Result, Original: res.Original, Receipt: res.Receipt}
@@ -153,37 +171,37 @@ func (g *Gateway) reserve(ctx context.Context, r client.ReserveRequest) (*Reserv
 	return out, nil
 }
 
-// commit records an outcome. A success whose result the ledger refuses
+// Commit records an outcome. A success whose result the ledger refuses
 // (it checks more than the gateway can) is recorded with a note in its
 // place, so the success is on the chain all the same.
-func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error {
+func (p Port) Commit(ctx context.Context, rsv *Reservation, o Outcome) error {
 	for noted := false; ; noted = true {
-		cm := client.Commit{Outcome: o.outcomeName(), Result: o.Result}
+		cm := client.Commit{Outcome: o.Name(), Result: o.Result}
 		if !o.Succeeded {
 			cm.Failure = &client.Failure{Code: o.ErrorCode, Message: o.ErrorMessage}
 		}
-		bctx, cancel := g.bounded(ctx, 0)
-		_, err := g.cfg.Ledger.Commit(bctx, rsv.Key, rsv.Token, cm)
+		bctx, cancel := p.bounded(ctx, 0)
+		_, err := p.Ledger.Commit(bctx, rsv.Key, rsv.Token, cm)
 		cancel()
-		err = ledgerError("commit", err)
+		err = Error("commit", err)
 		var refusal *Refusal
 		if noted || !o.Succeeded || !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInvalidRequest {
 			return err
 		}
-		g.logger.WarnContext(ctx, "result refused by the ledger: a note is recorded in its place", "key", rsv.Key, "err", err)
-		o.Result = resultNote(fmt.Sprintf("The call succeeded; the ledger refused to record its result (%s), so it is not replayed.", refusal.Message))
+		p.logger().WarnContext(ctx, "result refused by the ledger: a note is recorded in its place", "key", rsv.Key, "err", err)
+		o.Result = ResultNote(fmt.Sprintf("The call succeeded; the ledger refused to record its result (%s), so it is not replayed.", refusal.Message))
 	}
 }
 
-// recorded tells of key's receipt seq (when it was recorded, its kind,
+// Recorded tells of key's receipt seq (when it was recorded, its kind,
 // and a resolve's actor, note and external_ref) and when the key expires,
 // for the words of a replay.
-func (g *Gateway) recorded(ctx context.Context, key string, seq uint64) (Record, error) {
-	ctx, cancel := g.bounded(ctx, 0)
+func (p Port) Recorded(ctx context.Context, key string, seq uint64) (Record, error) {
+	ctx, cancel := p.bounded(ctx, 0)
 	defer cancel()
-	v, err := g.cfg.Ledger.Key(ctx, key, true)
+	v, err := p.Ledger.Key(ctx, key, true)
 	if err != nil {
-		return Record{}, ledgerError("read key", err)
+		return Record{}, Error("read key", err)
 	}
 	rec := Record{Expires: v.ExpiresAt}
 	for _, rc := range v.Receipts {
@@ -197,37 +215,37 @@ func (g *Gateway) recorded(ctx context.Context, key string, seq uint64) (Record,
 	return rec, nil
 }
 
-// readPolicy is the namespace's policy in force.
-func (g *Gateway) readPolicy(ctx context.Context) (*ledger.Policy, error) {
-	ctx, cancel := g.bounded(ctx, 0)
+// Policy is the namespace's policy in force.
+func (p Port) Policy(ctx context.Context) (*ledger.Policy, error) {
+	ctx, cancel := p.bounded(ctx, 0)
 	defer cancel()
-	st, err := g.cfg.Ledger.Policy(ctx)
+	st, err := p.Ledger.Policy(ctx)
 	if err != nil {
-		return nil, ledgerError("read the policy", err)
+		return nil, Error("read the policy", err)
 	}
-	p, err := ledger.ParsePolicy(st.Policy)
+	pol, err := ledger.ParsePolicy(st.Policy)
 	if err != nil {
 		return nil, fmt.Errorf("read the policy: %w", err)
 	}
-	return p, nil
+	return pol, nil
 }
 
-// answerAsClient records the answer of the agent's own MCP client to an
+// AnswerAsClient records the answer of the agent's own MCP client to an
 // ask (a self-approval the ledger accepts only from the gateway that
 // asked).
-func (g *Gateway) answerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error {
-	ctx, cancel := g.bounded(ctx, 0)
+func (p Port) AnswerAsClient(ctx context.Context, seq uint64, decision, clientName, note string) error {
+	ctx, cancel := p.bounded(ctx, 0)
 	defer cancel()
-	_, err := g.cfg.Ledger.AnswerAsMCPClient(ctx, seq, client.Decision(decision), clientName, note)
-	return ledgerError("answer", err)
+	_, err := p.Ledger.AnswerAsMCPClient(ctx, seq, client.Decision(decision), clientName, note)
+	return Error("answer", err)
 }
 
-// ledgerError sorts the port's errors: the ledger's refusals keep their
+// Error sorts the port's errors: the ledger's refusals keep their
 // code (a *Refusal); transport errors, 5xx answers, rate limits and auth
 // failures mean nothing was recorded (ErrUnavailable). A 403 is a refusal
 // of the contract when its code is one of the gate's (denied_by_policy,
 // self_approval), an auth failure otherwise.
-func ledgerError(op string, err error) error {
+func Error(op string, err error) error {
 	if err == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
@@ -238,4 +256,18 @@ func ledgerError(op string, err error) error {
 		return &Refusal{Code: e.Code, Message: e.Message, Details: e.Details}
 	}
 	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}
+
+// ResultNote is a recorded result that says why the call's own result is
+// not recorded.
+func ResultNote(text string) json.RawMessage {
+	b, _ := json.Marshal(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
+	return b
+}
+
+func (p Port) logger() *slog.Logger {
+	if p.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Logger
 }

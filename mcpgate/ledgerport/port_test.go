@@ -1,4 +1,4 @@
-package mcpgate
+package ledgerport
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func TestLedgerError(t *testing.T) {
 		{"the embedded ledger unavailable", embeddedError("commit", &ledger.Error{Code: ledger.ECodeUnavailable}), ""},
 		{"a transport error", errors.New("connection refused"), ""},
 	} {
-		err := ledgerError("reserve", tc.err)
+		err := Error("reserve", tc.err)
 		var r *Refusal
 		if tc.refusal != "" {
 			require.ErrorAs(t, err, &r, tc.name)
@@ -47,9 +47,10 @@ func TestLedgerError(t *testing.T) {
 		assert.ErrorIs(t, err, ErrUnavailable, tc.name)
 		assert.False(t, errors.As(err, &r), tc.name)
 	}
-	assert.NoError(t, ledgerError("commit", nil))
-	assert.True(t, notClients(ledgerError("answer", &client.Error{Status: http.StatusForbidden, Code: ledger.ECodeForbidden})),
-		"a 403 forbidden to the client's answer is the policy's, not an outage")
+	assert.NoError(t, Error("commit", nil))
+	var ce *client.Error
+	assert.True(t, errors.As(Error("answer", &client.Error{Status: http.StatusForbidden, Code: ledger.ECodeForbidden}), &ce),
+		"an auth 403 keeps the client's error, which tells a policy refusing the client's answer")
 }
 
 // TestNewLocal_approvalRequired: the embedded port answers a reserve the
@@ -70,32 +71,10 @@ func TestNewLocal_approvalRequired(t *testing.T) {
 	assert.Equal(t, "approval-key-1", are.IdempotencyKey)
 	assert.NotZero(t, are.Seq)
 
-	g := &Gateway{cfg: Config{Ledger: port}}
-	rsv, err := g.reserve(ctx, r)
+	rsv, err := Port{Ledger: port}.Reserve(ctx, r)
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StatusApprovalRequired, rsv.Status)
 	require.NotNil(t, rsv.Ask)
 	assert.Equal(t, are.Seq, rsv.Ask.Seq)
 	assert.False(t, rsv.Ask.ExpiresAt.IsZero())
-}
-
-// TestReserveOf_input: a round's reserve carries the arguments as its
-// input and no fingerprint beside them (the ledger refuses both), and
-// arguments too large for an ask as their fingerprint only.
-func TestReserveOf_input(t *testing.T) {
-	t.Parallel()
-	g := &Gateway{}
-	c := &call{request: request{name: "charge", ledgerTool: "shop.charge", args: json.RawMessage(`{ "amount": 12 }`)}, hash: "h"}
-	r := g.reserveOf(c, "key-1")
-	assert.JSONEq(t, `{"amount":12}`, string(r.Input))
-	assert.Empty(t, r.InputHash)
-
-	big := make([]byte, ledger.MaxAskInput+16)
-	for i := range big {
-		big[i] = 'x'
-	}
-	c.args = json.RawMessage(`"` + string(big) + `"`)
-	r = g.reserveOf(c, "key-1")
-	assert.Empty(t, r.Input)
-	assert.Equal(t, "h", r.InputHash)
 }
