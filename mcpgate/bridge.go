@@ -83,7 +83,7 @@ func hasRoots(c *mcp.ClientCapabilities) bool {
 // capabilityMissing is the outcome of a call whose input the client
 // cannot give: nothing was applied, and nothing was attempted.
 func capabilityMissing(err error) Outcome {
-	return Outcome{NotApplied: true, ErrorCode: ledger.CodeClientCapabilityMissing, ErrorMessage: truncate(err.Error(), ledgerport.MaxFailureMessage)}
+	return Outcome{NotApplied: true, ErrorCode: ledger.CodeClientCapabilityMissing, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)}
 }
 
 // capabilityAnswer tells the model that the call needs what its client

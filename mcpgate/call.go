@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -41,7 +40,7 @@ type request struct {
 	meta       mcp.Meta // as the client sent it
 	session    *mcp.ServerSession
 	version    string // the client's protocol revision
-	caller     caller // the client that made the call (approval.go)
+	caller     caller // the client that made the call (caller.go)
 	class      Class
 	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
 	lease time.Duration
@@ -69,11 +68,9 @@ type call struct {
 	// upstream's requests during the call go.
 	peer  *peer
 	route *route
-	// Approvals (approval.go): ask is the ask a 2026-07-28 round asked the
-	// client to answer; unwaited, the first reserve did not wait for an
-	// approval's answer, so that the client could be asked at once.
-	ask      uint64
-	unwaited bool
+	// ask is the ask a 2026-07-28 round asked the client to answer
+	// (approvals.go).
+	ask uint64
 	// parked: a 2026-07-28 client's call to an older upstream, whose
 	// requests become rounds (park.go); park is its parked call.
 	parked bool
@@ -173,7 +170,8 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return reply, nil // a repeat while the call's task runs
 	}
 	if c.ask != 0 {
-		return g.clientRound(ctx, s, c, key, c.ask)
+		c.upInput, c.upState = nil, "" // the upstream never saw this call
+		return g.approvals.Answered(ctx, approval(c, key), approvalCore{g, s, c, key}, c.ask, c.inputResponses)
 	}
 	if p, gone := g.heldRound(c, key); p != nil {
 		// The execution's reservation, held by its parked call since the
@@ -189,9 +187,9 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 			"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
 			"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key)), nil
 	}
-	rsv, err := g.reserveCall(ctx, c, key)
+	rsv, unwaited, err := g.approvals.Reserve(ctx, approval(c, key), g.reserveOf(c, key))
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
-		return g.approvalRequired(ctx, s, c, rsv)
+		return g.approvals.Required(ctx, approval(c, key), approvalCore{g, s, c, key}, rsv, unwaited)
 	}
 	return g.decided(ctx, s, c, key, rsv, err, "")
 }
@@ -287,7 +285,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
 	if errors.Is(err, errNotSent) {
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), ledgerport.MaxFailureMessage)},
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
@@ -345,7 +343,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 func (g *Gateway) reserveOf(c *call, key string) client.ReserveRequest {
 	r := client.ReserveRequest{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
 		Class: client.Class(c.class.Effect), Idempotent: c.class.Idempotent, InputHash: c.hash,
-		Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait, ApprovalSummary: truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
+		Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait, ApprovalSummary: ledgerport.Truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
 			ledger.MaxApprovalSummary)}
 	// The arguments themselves, which the ledger fingerprints as the
 	// gateway does (client.Fingerprint: SHA-256 of RFC 8785) and keeps
@@ -404,16 +402,4 @@ func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*m
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
 		InputResponses: c.upInput, RequestState: c.upState})
 	return res, slot, err
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

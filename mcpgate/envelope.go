@@ -46,7 +46,7 @@ type envelope struct {
 	Input   string `json:"input"`   // the fingerprint of the call's arguments
 	Up      string `json:"up,omitempty"`
 	// Ask is set on a round that asked the client to approve the call
-	// (approval.go): the ask's seq, which its answer goes to.
+	// (approvals.go): the ask's seq, which its answer goes to.
 	Ask uint64 `json:"ask,omitempty"`
 	Exp int64  `json:"exp"` // unix ms after which it is refused
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
@@ -128,10 +129,10 @@ type Gateway struct {
 	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
 	// peers are the downstream sessions' own upstream sessions
 	// (serverreq.go).
-	peersMu sync.Mutex
-	peers   map[*mcp.ServerSession]*peer
-	parked  *parkTable  // the parked calls of 2026-07-28 clients (park.go)
-	pol     policyCache // the ledger's policy, for approvals (approval.go)
+	peersMu   sync.Mutex
+	peers     map[*mcp.ServerSession]*peer
+	parked    *parkTable         // the parked calls of 2026-07-28 clients (park.go)
+	approvals *approve.Approvals // approvals through the client (approvals.go)
 }
 
 // New returns a gateway in front of up.
@@ -168,7 +169,8 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		_, _ = rand.Read(key)
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
-	g := &Gateway{cfg: cfg, port: ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
+	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
+	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
 		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
 		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
 	g.server = g.newServer(info)

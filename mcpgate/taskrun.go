@@ -142,7 +142,7 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 		if message == "" {
 			message = "the task failed"
 		}
-		o = Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(message, ledgerport.MaxFailureMessage)}
+		o = Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(message, ledgerport.MaxFailureMessage)}
 	case "cancelled":
 		o = Outcome{NotApplied: true, ErrorCode: CodeCancelled, ErrorMessage: "the task was cancelled"}
 	default:

@@ -437,7 +437,7 @@ func (w *watchdog) release() {
 // (verdict.unsent): nothing was applied.
 func unsentVerdict(key string, err error) verdict {
 	return verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
-		ErrorMessage: truncate("not sent to the upstream: "+err.Error(), ledgerport.MaxFailureMessage)},
+		ErrorMessage: ledgerport.Truncate("not sent to the upstream: "+err.Error(), ledgerport.MaxFailureMessage)},
 		reply: answer(CodeUpstreamUnavailable, key, fmt.Sprintf("This call was not run: the connection to the "+
 			"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
 			"Nothing was applied; call it again (idempotency key %s).", err, key))}

@@ -55,7 +55,7 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	case err == nil:
 		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
 	case rpcErr != nil:
-		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(rpcErr.Message, ledgerport.MaxFailureMessage)},
+		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(rpcErr.Message, ledgerport.MaxFailureMessage)},
 			rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
@@ -95,5 +95,5 @@ func judgeRaw(raw json.RawMessage) verdict {
 
 // toolError is the outcome of an answer with isError: true.
 func toolError(text string) Outcome {
-	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, ledgerport.MaxFailureMessage)}
+	return Outcome{ErrorCode: CodeToolError, ErrorMessage: ledgerport.Truncate(text, ledgerport.MaxFailureMessage)}
 }

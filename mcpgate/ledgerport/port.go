@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -270,4 +271,17 @@ func (p Port) logger() *slog.Logger {
 		return slog.New(slog.DiscardHandler)
 	}
 	return p.Logger
+}
+
+// Truncate cuts s to at most n bytes on a rune boundary: a text the
+// ledger bounds (an error message, a note, a summary).
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
