@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -75,7 +76,7 @@ func driveMCP(ctx context.Context, dir string, clients int, d time.Duration) (Re
 	var wg sync.WaitGroup
 	all := make([]*stats, clients)
 	run := fmt.Sprintf("%x", time.Now().UnixNano())
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for ci, s := range sessions {
 		st := &stats{errors: map[string]int{}, lat: make([]time.Duration, 0, 1<<14)}
 		all[ci] = st
@@ -103,9 +104,21 @@ func driveMCP(ctx context.Context, dir string, clients int, d time.Duration) (Re
 	stop.Store(true)
 	wg.Wait()
 	res := summarize("mcp", clients, time.Since(start).Seconds(), all)
+	if res.Requests > 0 {
+		res.CPUPerCallMs = float64(cpuTime()-cpu0) / float64(time.Millisecond) / float64(res.Requests)
+	}
 	res.PairsPerS = float64(runs.Load()) / res.Seconds // calls the upstream ran
 	if h, err := ns.Head(ctx); err == nil {
 		res.Receipts = h.Seq
 	}
 	return res, nil
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
