@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
@@ -66,7 +67,7 @@ func (g *Gateway) takeUp(ctx context.Context, handle string) (*runningTask, erro
 		toolLabel: unlistedToolLabel, class: class}}
 	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key, takenUp: true}
 	if h.Key != "" {
-		r.rsv = &ledgerport.Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}
+		r.rsv = &ledgerport.Reservation{Reservation: client.Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}}
 	}
 	g.tasks.addHandle(r)
 	g.logger.InfoContext(ctx, "task taken up", "tool", c.ledgerTool, "key", h.Key)

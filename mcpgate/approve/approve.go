@@ -226,7 +226,7 @@ func (a *Approvals) Answered(ctx context.Context, c Call, core Core, ask uint64,
 	if res == nil {
 		err = errors.New("the client's answer to the approval is missing")
 	}
-	return a.answered(ctx, c, core, &ledgerport.Reservation{Key: c.Key, Ask: &ledgerport.Ask{Seq: ask}}, res, err)
+	return a.answered(ctx, c, core, &ledgerport.Reservation{Reservation: client.Reservation{Key: c.Key}, Ask: &ledgerport.Ask{Seq: ask}}, res, err)
 }
 
 // pageable reports whether the call's client can be sent to the

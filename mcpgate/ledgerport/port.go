@@ -45,34 +45,18 @@ type Ledger interface {
 var _ Ledger = (*client.Client)(nil)
 
 // Reservation is what the gateway decides on: the ledger's answer to a
-// reserve, an approval_required one included (Port.Reserve).
+// reserve as the client gives it (StatusReserved, StatusReplayed), or,
+// for a call the policy sends to approval, StatusApprovalRequired with
+// the pending ask (SPEC §13) and its receipt.
 type Reservation struct {
-	Status   string // ledger.StatusReserved, ledger.StatusReplayed or ledger.StatusApprovalRequired
-	Key      string
-	Token    string // StatusReserved: the reservation that commits
-	Takeover bool
-	Retry    bool
-	// StatusReplayed: the recorded result, the receipt of the outcome it
-	// came from, and the replay receipt appended.
-	Result   json.RawMessage
-	Original Receipt
-	Receipt  Receipt
-	// StatusApprovalRequired: the pending ask (SPEC §13).
+	client.Reservation
 	Ask *Ask
-	// StatusReserved: the approval this reservation consumed, if any.
-	Approval *ApprovalUse
 }
 
 // Ask names an ask that awaits an approver's answer.
 type Ask struct {
 	Seq       uint64
 	ExpiresAt time.Time
-}
-
-// ApprovalUse names the approval a reservation consumed and its ask.
-type ApprovalUse struct {
-	Seq    uint64 `json:"seq"`
-	AskSeq uint64 `json:"ask_seq"`
 }
 
 // Record is what a replay tells of the receipt of a key's outcome.
@@ -83,9 +67,6 @@ type Record struct {
 	// Of a resolve: who decided, their note, and the external_ref given.
 	Actor, Note, ExternalRef string
 }
-
-// Receipt names a receipt of the chain, as the gateway's _meta shows it.
-type Receipt = client.ReceiptRef
 
 // Outcome is what a forwarded call came to.
 type Outcome struct {
@@ -158,18 +139,13 @@ func (p Port) Reserve(ctx context.Context, r client.ReserveRequest) (*Reservatio
 	res, err := p.Ledger.Reserve(ctx, r)
 	var are *client.ApprovalRequiredError
 	if errors.As(err, &are) {
-		return &Reservation{Status: ledger.StatusApprovalRequired, Key: are.IdempotencyKey,
-			Ask: &Ask{Seq: are.Seq, ExpiresAt: are.ExpiresAt.UTC()}, Receipt: are.Receipt}, nil
+		rsv := client.Reservation{Status: ledger.StatusApprovalRequired, Key: are.IdempotencyKey, Receipt: are.Receipt}
+		return &Reservation{Reservation: rsv, Ask: &Ask{Seq: are.Seq, ExpiresAt: are.ExpiresAt.UTC()}}, nil
 	}
 	if err != nil {
 		return nil, Error("reserve", err)
 	}
-	out := &Reservation{Status: res.Status, Key: res.Key, Token: res.Token, Takeover: res.Takeover,
-		Retry: res.Retry, Result: res.Result, Original: res.Original, Receipt: res.Receipt}
-	if res.Approval != nil {
-		out.Approval = &ApprovalUse{Seq: res.Approval.Seq, AskSeq: res.Approval.AskSeq}
-	}
-	return out, nil
+	return &Reservation{Reservation: *res}, nil
 }
 
 // Commit records an outcome. A success whose result the ledger refuses
