@@ -169,9 +169,10 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if reply := g.runningAnswer(ctx, c, key); reply != nil {
 		return reply, nil // a repeat while the call's task runs
 	}
+	ac, core := approval(c, key), approvalCore{g, s, c, key}
 	if c.ask != 0 {
 		c.upInput, c.upState = nil, "" // the upstream never saw this call
-		return g.approvals.Answered(ctx, approval(c, key), approvalCore{g, s, c, key}, c.ask, c.inputResponses)
+		return g.approvals.Answered(ctx, ac, core, c.ask, c.inputResponses)
 	}
 	if p, gone := g.heldRound(c, key); p != nil {
 		// The execution's reservation, held by its parked call since the
@@ -182,14 +183,11 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return g.execute(ctx, s, c, p.held)
 	} else if gone {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
-		return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This answer was not delivered: the tool, which had "+
-			"been answered before and may have acted, no longer waits for it here (it was answered already, it gave "+
-			"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
-			"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key)), nil
+		return heldGoneAnswer(key), nil
 	}
-	rsv, unwaited, err := g.approvals.Reserve(ctx, approval(c, key), g.reserveOf(c, key))
+	rsv, unwaited, err := g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
-		return g.approvals.Required(ctx, approval(c, key), approvalCore{g, s, c, key}, rsv, unwaited)
+		return g.approvals.Required(ctx, ac, core, rsv, unwaited)
 	}
 	return g.decided(ctx, s, c, key, rsv, err, "")
 }

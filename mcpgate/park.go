@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
@@ -398,20 +399,6 @@ func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *ledgerport.Res
 	}
 }
 
-// withoutParamsTask is meta without a 2025-11-25 client's params.task.
-func withoutParamsTask(meta mcp.Meta) mcp.Meta {
-	if _, ok := meta[metaParamsTask]; !ok {
-		return meta
-	}
-	out := make(mcp.Meta, len(meta))
-	for k, v := range meta {
-		if k != metaParamsTask {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // await waits for a parked call's answer, or its next request, which it
 // parks and turns into an input_required round. A round of a recorded
 // call whose upstream already had an answer holds the execution's
@@ -479,6 +466,16 @@ func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *pa
 	slot := &rawSlot{}
 	slot.put(raw, nil)
 	return &res, slot, nil
+}
+
+// heldGoneAnswer answers a round whose state says its parked call held
+// the execution's reservation, when that parked call is gone: nothing is
+// run, and the ledger tells the outcome once the call is made afresh.
+func heldGoneAnswer(key string) *mcp.CallToolResult {
+	return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This answer was not delivered: the tool, which had "+
+		"been answered before and may have acted, no longer waits for it here (it was answered already, it gave "+
+		"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
+		"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key))
 }
 
 // heldRound is a round's parked call holding the execution's reservation
