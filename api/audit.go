@@ -49,19 +49,14 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request, n *ledger.N
 	case <-r.Context().Done():
 		return
 	}
-	var rd ledger.ChainReader = n.Reader()
+	src := n.Audit()
 	if s.auditStore != nil {
 		c, err := s.auditStore.Chain(r.Context(), n.Name())
 		if err != nil {
 			s.Error(w, r, err)
 			return
 		}
-		rd = c
-	}
-	src, err := verify.Of(rd)
-	if err != nil {
-		s.Error(w, r, err)
-		return
+		src = c
 	}
 	rep, err := verify.New(src, verify.Opts{Filter: filter}).Check(r.Context())
 	if err != nil {

@@ -188,3 +188,6 @@ func (n *Namespace) Name() string { return n.name }
 
 // Reader reads the namespace without its head lock.
 func (n *Namespace) Reader() ChainReader { return n.chain }
+
+// Audit reads the namespace as the verifier does (verify.DB).
+func (n *Namespace) Audit() AuditReader { return n.chain }

@@ -85,6 +85,7 @@ type Store interface {
 // through Store.Write).
 type Chain interface {
 	ChainReader
+	AuditReader
 	// StateKey returns the namespace's secret: 32 random bytes made on
 	// the first call and the same for every later one, from any writer of
 	// the database (concurrent first calls agree). It is kept off the
@@ -184,13 +185,48 @@ type TxWriter interface {
 
 // ChainReader is what the domain reads of one namespace without taking
 // its head lock: keys and receipts (KeyReader) and the verifiable log
-// (LogReader). The verifier's queries (receipts grouped by key, the key
-// records, the audit's groupings) are not part of it: each driver's
-// chain also implements verify.DB, which the audit paths ask of it
-// directly (verify.Of).
+// (LogReader). The verifier's queries are a port of their own
+// (AuditReader), which every Chain also is.
 type ChainReader interface {
 	KeyReader
 	LogReader
+}
+
+// AuditReader is a namespace read by the verifier (verify.DB) without its
+// write lock: the chain in seq order, and the queries that bound a check's
+// memory: receipts grouped by key, one receipt by seq, the key records and
+// the audit's duplicate and repeated-failure groupings.
+type AuditReader interface {
+	// Receipts yields the receipts after seq in seq order; fn must not
+	// retain the pointer it is given.
+	Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+	// KeyReceipts yields every reserve, commit and resolve after a seq,
+	// grouped by key in key byte order and in seq order within a key.
+	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
+	// Keys yields the key records in key byte order (ErrNoKeyTable: the
+	// store keeps none).
+	Keys(ctx context.Context, fn func(*KeyRecord) error) error
+	// KeyDrift compares one key's record with its receipts in one
+	// snapshot: the scan and the receipts are read in different
+	// snapshots, so while a writer runs a key can look different in the
+	// two, and the verifier re-checks such a key before it counts.
+	KeyDrift(ctx context.Context, key string) ([]string, error)
+	// DuplicateSuccesses lists, in constant memory, the successes of
+	// distinct keys that share a tool and input, ordered by tool,
+	// input_hash and seq.
+	DuplicateSuccesses(ctx context.Context, fn func(*Success) error) error
+	// RepeatedFailures lists the calls after a failure of tool ("": every
+	// tool), grouped by (tool, input_hash).
+	RepeatedFailures(ctx context.Context, tool string, fn func(*CallAfterFailure) error) error
+	// GetReceipt reads the receipt at seq.
+	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
+	// ListReceipts lists receipts by filter (the verifier asks whether
+	// any policy receipt exists).
+	ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error)
+	// Head sizes a full run's key state table.
+	Head(ctx context.Context) (Head, error)
+	// KeyTTL is the key_ttl_ms stored with the namespace (SPEC §12).
+	KeyTTL(ctx context.Context) (uint64, error)
 }
 
 // KeyReader reads a namespace's keys and receipts, for the API, and the

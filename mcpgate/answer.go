@@ -11,6 +11,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Statuses the gateway puts in _meta["io.effect-ledger/status"] of the
@@ -32,7 +33,7 @@ func answer(status, key, text string) *mcp.CallToolResult {
 
 // refusalAnswer tells the model why the ledger refused a call (SPEC §11's
 // table), in words that say what to do next.
-func refusalAnswer(r *Refusal, key, adminURL string) *mcp.CallToolResult {
+func refusalAnswer(r *ledgerport.Refusal, key, adminURL string) *mcp.CallToolResult {
 	var text string
 	switch r.Code {
 	case "retry_not_allowed":
@@ -172,7 +173,7 @@ func unknownAnswer(key string, err error) *mcp.CallToolResult {
 // An outcome a person resolved (ledgerctl resolve) did not run here: the
 // notice says who decided and when, with their note and external_ref,
 // and points below only at a result that was recorded.
-func replayNotice(rsv *Reservation, rec Record, sessionScope bool) string {
+func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionScope bool) string {
 	when := ""
 	if !rec.At.IsZero() {
 		when = " at " + rec.At.Format(time.RFC3339)
@@ -225,7 +226,7 @@ func hasContent(result json.RawMessage) bool {
 // as it was recorded, with _meta marking it replayed and naming the
 // receipt the replay appended; a non-empty notice goes before its content
 // as a text block.
-func replayAnswer(rsv *Reservation, notice string) (mcp.Result, error) {
+func replayAnswer(rsv *ledgerport.Reservation, notice string) (mcp.Result, error) {
 	obj := map[string]json.RawMessage{}
 	if len(rsv.Result) > 0 {
 		if err := json.Unmarshal(rsv.Result, &obj); err != nil {
@@ -285,17 +286,17 @@ const maxResult = 64 << 10
 func recordedResult(res *mcp.CallToolResult, raw json.RawMessage) json.RawMessage {
 	b, err := recordedJSON(res, raw)
 	if err != nil {
-		return resultNote(fmt.Sprintf("The call succeeded; its result could not be encoded (%v), so it is not replayed.", err))
+		return ledgerport.ResultNote(fmt.Sprintf("The call succeeded; its result could not be encoded (%v), so it is not replayed.", err))
 	}
 	if ledger.CheckIJSON(b) != nil {
 		clean, ok := reencoded(b)
 		if !ok {
-			return resultNote("The call succeeded; its result is not I-JSON (RFC 7493), which the ledger records, so it is not replayed.")
+			return ledgerport.ResultNote("The call succeeded; its result is not I-JSON (RFC 7493), which the ledger records, so it is not replayed.")
 		}
 		b = clean
 	}
 	if len(b) > maxResult {
-		return resultNote(fmt.Sprintf(
+		return ledgerport.ResultNote(fmt.Sprintf(
 			"The call succeeded; its result (%d bytes) is larger than the ledger records (%d bytes), so it is not replayed.", len(b), maxResult))
 	}
 	return b
@@ -316,13 +317,6 @@ func reencoded(b []byte) (json.RawMessage, bool) {
 		return nil, false
 	}
 	return out, true
-}
-
-// resultNote is a recorded result that says why the call's own result is
-// not recorded.
-func resultNote(text string) json.RawMessage {
-	b, _ := json.Marshal(&mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}})
-	return b
 }
 
 func recordedJSON(res *mcp.CallToolResult, raw json.RawMessage) (json.RawMessage, error) {

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Failure codes a forwarded call is committed with (SPEC §11).
@@ -30,85 +30,86 @@ const (
 // however the caller's request ends.
 const commitTimeout = 30 * time.Second
 
-// call is one tools/call being decided.
-type call struct {
+// request is one tools/call as the client sent it, classified: made once
+// by callTool and never changed, it is what the core decides on.
+type request struct {
 	name       string // the upstream's tool name
 	ledgerTool string // <server-name>.<tool>, LedgerToolName
 	toolLabel  string // the metrics label
 	args       json.RawMessage
 	meta       mcp.Meta // as the client sent it
 	session    *mcp.ServerSession
+	version    string // the client's protocol revision
+	caller     caller // the client that made the call (caller.go)
 	class      Class
+	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
+	lease time.Duration
 	// A round of a multi round-trip call (SPEC §11.1): the client's
-	// answers to the last round's inputRequests, its requestState (the
-	// gateway's envelope, for a recorded call), and the upstream's state
-	// sent on.
+	// answers to the last round's inputRequests and its requestState (the
+	// gateway's envelope, for a recorded call).
 	inputResponses mcp.InputResponseMap
 	state          string
-	upState        string
-	version        string // the client's protocol revision
-	// Of a reserved call: its execution and attempt, what the next
-	// round's envelope names.
+}
+
+// call is a request on its way: the round sent upstream, and what the
+// extensions that take part in it keep of it.
+type call struct {
+	request
+	// The round sent upstream (SPEC §11.1): the answers and the upstream's
+	// own requestState; of a reserved call, its execution and attempt
+	// (what the next round's envelope names) and its fingerprint.
+	upInput mcp.InputResponseMap
+	upState string
 	exec    string
 	attempt uint64
 	hash    string
-	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
-	lease time.Duration
-	up    *mcp.ClientSession // the upstream session the call went to
+	up      *mcp.ClientSession // the upstream session the call went to
 	// On a session of its own upstream (serverreq.go): where the
 	// upstream's requests during the call go.
 	peer  *peer
 	route *route
-	// caller is the client that made the call (approval.go); ask is the
-	// ask a 2026-07-28 round asked the client to answer.
-	caller caller
-	ask    uint64
-	// unwaited: the first reserve did not wait for an approval's answer
-	// (approval.go), so that the client could be asked at once.
-	unwaited bool
+	// ask is the ask a 2026-07-28 round asked the client to answer
+	// (approvals.go).
+	ask uint64
 	// parked: a 2026-07-28 client's call to an older upstream, whose
 	// requests become rounds (park.go); park is its parked call.
 	parked bool
 	park   *parkedCall
 	// rsv is the reservation a round runs under, reserved at reservedAt
 	// (at most: the first time execute saw it).
-	rsv        *Reservation
+	rsv        *ledgerport.Reservation
 	reservedAt time.Time
 }
 
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
-func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
-	c := &call{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
-		session: ss, toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
-		lease: taskLease(p.Meta, g.cfg.Lease), caller: callerOf(ctx)}
-	if len(c.args) == 0 || string(c.args) == "null" {
-		c.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
-	}
-	s, err := g.up.Session(ctx)
-	if err != nil {
-		g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
+func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
+	who := describeCaller(req, version) // before describeClient rewrites _meta
+	if err := g.describeClient(ctx, req); err != nil {
 		return nil, err
 	}
-	if g.usesPeer(ss, version) {
-		// The client's own upstream session, whose tools are the ones
-		// offered to a client with its capabilities.
-		c.peer = g.peerOf(ss)
-		if s, err = c.peer.session(ctx); err != nil {
-			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
-			return nil, err
-		}
+	r := request{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
+		toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
+		lease: taskLease(p.Meta, g.cfg.Lease), caller: who}
+	r.session, _ = req.GetSession().(*mcp.ServerSession)
+	if len(r.args) == 0 || string(r.args) == "null" {
+		r.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
-	tool, err := g.tools.lookup(ctx, s, c.name)
+	s, peer, err := g.toolSession(ctx, r.session, version)
+	if err != nil {
+		g.logger.WarnContext(ctx, "upstream unavailable", "tool", r.name, "err", err)
+		return nil, err
+	}
+	tool, err := g.tools.lookup(ctx, s, r.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
 	}
 	var ann *mcp.ToolAnnotations
 	if tool != nil {
-		ann, c.toolLabel = tool.Annotations, c.ledgerTool
+		ann, r.toolLabel = tool.Annotations, r.ledgerTool
 	}
-	c.class = Classify(g.cfg.Policy, c.name, c.ledgerTool, ann)
-	c.parked = g.parks(ctx, version)
+	r.class = Classify(g.cfg.Policy, r.name, r.ledgerTool, ann)
+	c := &call{request: r, upInput: r.inputResponses, peer: peer, parked: g.parks(ctx, version)}
 	if c.peer != nil {
 		// The call's own upstream session: what the upstream asks on it
 		// is this call's (serverreq.go).
@@ -126,6 +127,20 @@ func (g *Gateway) callTool(ctx context.Context, ss *mcp.ServerSession, p *mcp.Ca
 		return g.forwardCall(ctx, s, c)
 	}
 	return g.guarded(ctx, s, c)
+}
+
+// toolSession is the upstream session whose tools a call of session ss
+// sees: the shared one, or the client's own (serverreq.go), with its peer.
+func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *peer, error) {
+	s, err := g.up.Session(ctx)
+	if err != nil || !g.usesPeer(ss, version) {
+		return s, nil, err
+	}
+	// The client's own upstream session, whose tools are the ones offered
+	// to a client with its capabilities.
+	p := g.peerOf(ss)
+	s, err = p.session(ctx)
+	return s, p, err
 }
 
 // guarded runs an effect through the ledger.
@@ -154,8 +169,10 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if reply := g.runningAnswer(ctx, c, key); reply != nil {
 		return reply, nil // a repeat while the call's task runs
 	}
+	ac, core := approval(c, key), approvalCore{g, s, c, key}
 	if c.ask != 0 {
-		return g.clientRound(ctx, s, c, key, c.ask)
+		c.upInput, c.upState = nil, "" // the upstream never saw this call
+		return g.approvals.Answered(ctx, ac, core, c.ask, c.inputResponses)
 	}
 	if p, gone := g.heldRound(c, key); p != nil {
 		// The execution's reservation, held by its parked call since the
@@ -166,14 +183,11 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return g.execute(ctx, s, c, p.held)
 	} else if gone {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
-		return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This answer was not delivered: the tool, which had "+
-			"been answered before and may have acted, no longer waits for it here (it was answered already, it gave "+
-			"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
-			"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key)), nil
+		return heldGoneAnswer(key), nil
 	}
-	rsv, err := g.reserveCall(ctx, c, key)
+	rsv, unwaited, err := g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
-		return g.approvalRequired(ctx, s, c, rsv)
+		return g.approvals.Required(ctx, ac, core, rsv, unwaited)
 	}
 	return g.decided(ctx, s, c, key, rsv, err, "")
 }
@@ -182,8 +196,8 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 // a replay is answered, a reservation runs the call. An ask still
 // pending is the person's to answer (why says why the client's answer
 // did not settle it).
-func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, key string, rsv *Reservation, err error, why string) (mcp.Result, error) {
-	var refusal *Refusal
+func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, key string, rsv *ledgerport.Reservation, err error, why string) (mcp.Result, error) {
+	var refusal *ledgerport.Refusal
 	switch {
 	case errors.As(err, &refusal):
 		g.logger.InfoContext(ctx, "call refused", "tool", c.ledgerTool, "key", key, "code", refusal.Code)
@@ -214,11 +228,11 @@ func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, ke
 // ExactReplays, else after a text block that tells the model it is a
 // replay (SPEC §11's _meta marks it either way, but most hosts never show
 // _meta to the model).
-func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) replay(ctx context.Context, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	if g.cfg.ExactReplays {
 		return replayAnswer(rsv, "")
 	}
-	rec, err := g.cfg.Ledger.Recorded(ctx, rsv.Key, rsv.Original.Seq)
+	rec, err := g.port.Recorded(ctx, rsv.Key, rsv.Original.Seq)
 	if err != nil {
 		g.logger.WarnContext(ctx, "replay: when the call ran is unknown", "key", rsv.Key, "err", err)
 	}
@@ -228,7 +242,7 @@ func (g *Gateway) replay(ctx context.Context, rsv *Reservation) (mcp.Result, err
 // execute forwards a reserved call and records what it came to. An
 // answer that never came leaves the reservation to run out: the outcome
 // is unknown, and the ledger decides the next identical call.
-func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rsv *Reservation) (mcp.Result, error) {
+func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rsv *ledgerport.Reservation) (mcp.Result, error) {
 	// Once forwarded, the call runs to its answer and that answer is
 	// recorded, whatever becomes of the caller's request (a cancellation,
 	// a client gone): the effect may happen either way. It gets no longer
@@ -261,7 +275,7 @@ func (g *Gateway) execute(ctx context.Context, s *mcp.ClientSession, c *call, rs
 }
 
 // finish records what a round of a reserved call came to and answers.
-func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
+func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, v verdict, err error) (mcp.Result, error) {
 	if v.taskID != "" {
 		return g.startTask(ctx, c, rsv, v.taskID, v.task, v.reply), nil // committed when the task ends
 	}
@@ -269,7 +283,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
 	if errors.Is(err, errNotSent) {
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: truncate(err.Error(), maxFailureMessage)},
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
 			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
@@ -306,12 +320,12 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cmcancel()
-	if cerr := g.commit(cmctx, rsv, v.outcome); cerr != nil {
+	if cerr := g.port.Commit(cmctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	} else {
-		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "outcome", v.outcome.outcomeName(),
+		g.logger.InfoContext(ctx, "call executed", "tool", c.ledgerTool, "key", rsv.Key, "outcome", v.outcome.Name(),
 			"takeover", rsv.Takeover, "retry", rsv.Retry)
 	}
 	if v.rpcErr != nil {
@@ -323,69 +337,18 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *Reservation, res *mc
 	return v.reply, nil
 }
 
-// bridgeRound asks an older client for a round's input on the upstream's
-// behalf (bridge.go): the round is committed, and the next attempt of the
-// execution reserved with the answers. A reply ends the call instead.
-func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *Reservation, res *mcp.CallToolResult, round int) (*Reservation, mcp.Result) {
-	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	answers, err := fulfil(ctx, c.session, res.InputRequests)
-	if err == nil && round >= maxBridgedRounds {
-		err = fmt.Errorf("the tool asked for input more than %d times", maxBridgedRounds)
-	}
-	o := Outcome{NotApplied: true, ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}
-	if errors.Is(err, errCapabilityMissing) {
-		o = capabilityMissing(err)
-	}
-	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cmcancel()
-	if cerr := g.commit(cmctx, rsv, o); cerr != nil {
-		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
-	}
-	switch {
-	case errors.Is(err, errCapabilityMissing):
-		g.logger.InfoContext(ctx, "call not run: the client cannot answer", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
-		return nil, capabilityAnswer(rsv.Key, err)
-	case err != nil:
-		g.logger.InfoContext(ctx, "call not run: no input from the client", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
-		return nil, answer(ledger.CodeInputRequired, rsv.Key, fmt.Sprintf("This call was not run: the tool asked for input "+
-			"and none came (%v). Nothing was applied (idempotency key %s).", err, rsv.Key))
-	}
-	c.inputResponses, c.upState, c.attempt = answers, res.RequestState, c.attempt+1
-	next, err := g.cfg.Ledger.Reserve(ctx, g.reserveOf(c, rsv.Key))
-	var refusal *Refusal
-	switch {
-	case errors.As(err, &refusal):
-		return nil, refusalAnswer(refusal, rsv.Key, g.cfg.AdminURL)
-	case err != nil:
-		return nil, unavailableAnswer(rsv.Key)
-	case next.Status == ledger.StatusReplayed:
-		reply, err := g.replay(ctx, next)
-		if err != nil {
-			return nil, unavailableAnswer(rsv.Key)
-		}
-		return nil, reply
-	case next.Status == ledger.StatusApprovalRequired && next.Ask != nil:
-		// The execution's rounds are covered by the approval it consumed
-		// (SPEC §13); one asked here is for a person (a policy changed).
-		return nil, g.personAnswer(next, "")
-	case next.Status != ledger.StatusReserved:
-		return nil, unavailableAnswer(rsv.Key)
-	}
-	return next, nil
-}
-
 // reserveOf is the reserve of a call's current round.
-func (g *Gateway) reserveOf(c *call, key string) Reserve {
-	r := Reserve{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool, Class: c.class.Effect,
-		Idempotent: c.class.Idempotent, InputHash: c.hash, Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait,
-		Summary: truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
+func (g *Gateway) reserveOf(c *call, key string) client.ReserveRequest {
+	r := client.ReserveRequest{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
+		Class: client.Class(c.class.Effect), Idempotent: c.class.Idempotent, InputHash: c.hash,
+		Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait, ApprovalSummary: ledgerport.Truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
 			ledger.MaxApprovalSummary)}
 	// The arguments themselves, which the ledger fingerprints as the
 	// gateway does (client.Fingerprint: SHA-256 of RFC 8785) and keeps
 	// off the chain for the approver when the policy asks (SPEC §13).
 	// Arguments beyond what an ask keeps go as their fingerprint.
 	if input := compactJSON(c.args); len(input) <= ledger.MaxAskInput {
-		r.Input = input
+		r.Input, r.InputHash = input, ""
 	}
 	return r
 }
@@ -398,146 +361,6 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	return b.Bytes()
-}
-
-// continueRound opens the envelope of a call's next round: the round is
-// the envelope's execution at its next attempt, and the upstream gets its
-// own state back. An envelope issued for another call is refused.
-func (g *Gateway) continueRound(c *call, key string) error {
-	sk, err := g.stateKey()
-	if err != nil {
-		return err
-	}
-	e, err := open(sk, c.state, time.Now())
-	if err != nil {
-		return err
-	}
-	if e.Key != key || e.Tool != c.ledgerTool || e.Input != c.hash {
-		return fmt.Errorf("%w: issued for another call", errEnvelope)
-	}
-	c.exec, c.attempt, c.upState, c.ask = e.Exec, e.Attempt, e.Up, e.Ask
-	return nil
-}
-
-// askClient answers a round that asked for input: the upstream's answer
-// as it came, with its requestState sealed in an envelope that names the
-// call's execution and next attempt.
-func (g *Gateway) askClient(c *call, rsv *Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
-	key, err := g.stateKey()
-	if err != nil {
-		return nil, err
-	}
-	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
-		Input: c.hash, Up: res.RequestState, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := reply.(rawResult); ok {
-		if b, err := withMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
-			return r.withRaw(b), nil
-		}
-	}
-	res.RequestState = state
-	return res, nil
-}
-
-// commit records an outcome. A success whose result the ledger refuses
-// (it checks more than the gateway can) is recorded with a note in its
-// place, so the success is on the chain all the same.
-func (g *Gateway) commit(ctx context.Context, rsv *Reservation, o Outcome) error {
-	err := g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
-	var refusal *Refusal
-	if !o.Succeeded || !errors.As(err, &refusal) || refusal.Code != ledger.ECodeInvalidRequest {
-		return err
-	}
-	g.logger.WarnContext(ctx, "result refused by the ledger: a note is recorded in its place", "key", rsv.Key, "err", err)
-	o.Result = resultNote(fmt.Sprintf("The call succeeded; the ledger refused to record its result (%s), so it is not replayed.", refusal.Message))
-	return g.cfg.Ledger.Commit(ctx, rsv.Key, rsv.Token, o)
-}
-
-// verdict is what an upstream's answer to a forwarded call came to.
-type verdict struct {
-	known   bool    // the upstream answered: the outcome is known
-	outcome Outcome // known: what is recorded
-	// inputRequired: the upstream asked for input (SPEC §11.1); nothing
-	// was applied, and the next round continues the execution.
-	inputRequired bool
-	reply         mcp.Result
-	rpcErr        *jsonrpc.Error // the upstream's JSON-RPC error, passed on as it came
-	// taskID: the call answered a task (tasks.go), task as it came; its
-	// outcome is the task's terminal status.
-	taskID string
-	task   json.RawMessage
-	// unsent: no answer, and the request never went to the upstream's
-	// connection (the SDK refused it first: "client is closing"), so the
-	// upstream cannot have acted on it.
-	unsent bool
-	// strays: ids of answers that matched no request, seen while the
-	// call waited (an upstream that answers with a wrong id).
-	strays []any
-}
-
-// judge reads an upstream's answer. Only an answer the upstream sent is
-// an outcome (SPEC §11): the SDK reports a connection that dropped, or an
-// HTTP 5xx, as a JSON-RPC error too, and those leave the outcome unknown.
-// An answer the SDK could not decode (a number out of range, an unknown
-// content type) is still the upstream's answer, read from its text.
-func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
-	raw := slot.get()
-	rpcErr, answered := slot.answer()
-	if id, task, ok := taskOf(raw); err == nil && ok {
-		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
-	}
-	switch {
-	case err == nil && res.NeedsInput():
-		return verdict{known: true, inputRequired: true, reply: asRaw(res, raw), outcome: Outcome{NotApplied: true,
-			ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}}
-	case err == nil && !res.IsError:
-		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: asRaw(res, raw)}
-	case err == nil:
-		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
-	case rpcErr != nil:
-		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(rpcErr.Message, maxFailureMessage)},
-			rpcErr: rpcErr}
-	case answered && len(raw) > 0:
-		return judgeRaw(raw)
-	case err != nil && !slot.wasWritten():
-		return verdict{unsent: true}
-	}
-	return verdict{strays: slot.strayIDs()}
-}
-
-// judgeRaw reads a result the SDK could not decode from its text.
-func judgeRaw(raw json.RawMessage) verdict {
-	var loose struct {
-		IsError bool `json:"isError"`
-		Content []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"content"`
-	}
-	if json.Unmarshal(raw, &loose) != nil {
-		// Not even an object with content: record what came, noted.
-		return verdict{known: true, outcome: Outcome{Succeeded: true,
-			Result: resultNote("The call's answer could not be read, so it is not replayed.")}, reply: rawCall{&mcp.CallToolResult{}, raw}}
-	}
-	reply := rawCall{&mcp.CallToolResult{IsError: loose.IsError}, raw}
-	if loose.IsError {
-		var first string
-		for _, c := range loose.Content {
-			if c.Type == "text" {
-				first = c.Text
-				break
-			}
-		}
-		return verdict{known: true, outcome: toolError(first), reply: reply}
-	}
-	return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(&mcp.CallToolResult{}, raw)}, reply: reply}
-}
-
-// toolError is the outcome of an answer with isError: true.
-func toolError(text string) Outcome {
-	return Outcome{ErrorCode: CodeToolError, ErrorMessage: truncate(text, maxFailureMessage)}
 }
 
 // forwardCall passes a read through unrecorded.
@@ -575,18 +398,6 @@ func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*m
 	defer release()
 	rctx, slot := withRawSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
-		InputResponses: c.inputResponses, RequestState: c.upState})
+		InputResponses: c.upInput, RequestState: c.upState})
 	return res, slot, err
-}
-
-// truncate cuts s to at most n bytes on a rune boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[:n]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s
 }

@@ -14,6 +14,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // The rounds of one MCP call (SPEC §11.1) are one execution: the
@@ -42,7 +46,7 @@ type envelope struct {
 	Input   string `json:"input"`   // the fingerprint of the call's arguments
 	Up      string `json:"up,omitempty"`
 	// Ask is set on a round that asked the client to approve the call
-	// (approval.go): the ask's seq, which its answer goes to.
+	// (approvals.go): the ask's seq, which its answer goes to.
 	Ask uint64 `json:"ask,omitempty"`
 	Exp int64  `json:"exp"` // unix ms after which it is refused
 }
@@ -167,4 +171,45 @@ func createStateKey(path string) error {
 		return fmt.Errorf("state key: %w", err)
 	}
 	return nil
+}
+
+// continueRound opens the envelope of a call's next round: the round is
+// the envelope's execution at its next attempt, and the upstream gets its
+// own state back. An envelope issued for another call is refused.
+func (g *Gateway) continueRound(c *call, key string) error {
+	sk, err := g.stateKey()
+	if err != nil {
+		return err
+	}
+	e, err := open(sk, c.state, time.Now())
+	if err != nil {
+		return err
+	}
+	if e.Key != key || e.Tool != c.ledgerTool || e.Input != c.hash {
+		return fmt.Errorf("%w: issued for another call", errEnvelope)
+	}
+	c.exec, c.attempt, c.upState, c.ask = e.Exec, e.Attempt, e.Up, e.Ask
+	return nil
+}
+
+// askClient answers a round that asked for input: the upstream's answer
+// as it came, with its requestState sealed in an envelope that names the
+// call's execution and next attempt.
+func (g *Gateway) askClient(c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, reply mcp.Result) (mcp.Result, error) {
+	key, err := g.stateKey()
+	if err != nil {
+		return nil, err
+	}
+	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt + 1, Tool: c.ledgerTool,
+		Input: c.hash, Up: res.RequestState, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := reply.(rawResult); ok {
+		if b, err := withMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
+			return r.withRaw(b), nil
+		}
+	}
+	res.RequestState = state
+	return res, nil
 }

@@ -5,11 +5,13 @@
 // runs once, a repeat gets the recorded result, and an effect whose
 // outcome is unknown is never run again blindly.
 //
-// One decision path (call.go) runs over a Ledger in this process
-// (NewLocal, the service the REST API uses) or behind a ledgerd
-// (NewRemote, the Go client). Downstream it serves MCP over stdio or
-// Streamable HTTP; upstream it talks to a server it starts over stdio or
-// one it reaches over Streamable HTTP, both with the official Go SDK.
+// One decision path (call.go) runs over one Ledger port (ledgerport): a
+// ledger in this process (NewLocal, the service the REST API uses) or a
+// ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
+// stdio or Streamable HTTP; upstream it talks to a server it starts over
+// stdio or one it reaches over Streamable HTTP, both with the official Go
+// SDK. docs/mcp.md ("How a call flows") draws the path and where each
+// extension (rounds, tasks, server requests, approvals) joins it.
 package mcpgate
 
 import (
@@ -29,6 +31,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Defaults of Config.
@@ -42,9 +46,25 @@ const (
 	MaxWait                = 60 * time.Second // the ledger's largest wait_ms
 )
 
+// Ledger is the gateway's port to the effect ledger (ledgerport): a
+// *client.Client for a ledgerd, NewLocal for a ledger in this process.
+type Ledger = ledgerport.Ledger
+
+// NewLocal returns the Ledger port over one namespace of a ledger in this
+// process, the same service the REST API calls.
+func NewLocal(ns *ledger.Namespace) Ledger { return ledgerport.NewLocal(ns) }
+
+// DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
+// reserve's wait (ledger-mcp's --ledger-timeout).
+const DefaultLedgerTimeout = ledgerport.DefaultTimeout
+
 // Config configures a Gateway.
 type Config struct {
 	Ledger Ledger
+	// LedgerTimeout bounds each request to the ledger, a reserve's beyond
+	// its wait; 0: none (an embedded ledger). ledger-mcp gives a remote
+	// one --ledger-timeout (DefaultLedgerTimeout).
+	LedgerTimeout time.Duration
 	// ServerName prefixes the ledger's tool names, <server-name>.<tool>.
 	ServerName string
 	// Scope goes into every derived key: the same call in another scope
@@ -94,7 +114,8 @@ type Config struct {
 
 // Gateway is the MCP proxy.
 type Gateway struct {
-	cfg Config
+	cfg  Config
+	port ledgerport.Port // the calls to cfg.Ledger
 	// process is the scope of a stdio session under ScopeSession: one
 	// process, one session.
 	process  string
@@ -108,10 +129,10 @@ type Gateway struct {
 	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
 	// peers are the downstream sessions' own upstream sessions
 	// (serverreq.go).
-	peersMu sync.Mutex
-	peers   map[*mcp.ServerSession]*peer
-	parked  *parkTable  // the parked calls of 2026-07-28 clients (park.go)
-	pol     policyCache // the ledger's policy, for approvals (approval.go)
+	peersMu   sync.Mutex
+	peers     map[*mcp.ServerSession]*peer
+	parked    *parkTable         // the parked calls of 2026-07-28 clients (park.go)
+	approvals *approve.Approvals // approvals through the client (approvals.go)
 }
 
 // New returns a gateway in front of up.
@@ -148,7 +169,8 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		_, _ = rand.Read(key)
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
-	g := &Gateway{cfg: cfg, up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
+	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
+	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
 		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
 		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
 	g.server = g.newServer(info)
@@ -255,7 +277,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	return s
 }
 
-// forward is the receiving middleware: tools/call is decided, the other
+// forward is the receiving middleware: tools/call is decided (callTool), the other
 // requests the SDK lets a server answer generically go to the upstream
 // as they are; the rest (initialize, notifications, logging level) is
 // the SDK's.
@@ -263,7 +285,13 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
 		ctx = g.withOwner(ctx, req)
-		res, err := g.route(ctx, method, req, next, version)
+		var res mcp.Result
+		var err error
+		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+			res, err = g.callTool(ctx, req, p, version)
+		} else {
+			res, err = g.route(ctx, method, req, next, version)
+		}
 		if err != nil || res == nil {
 			return res, err
 		}
@@ -271,13 +299,9 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// route sends each request where forward says; version is the client's
-// protocol revision.
+// route sends each request but tools/call where forward says; version is
+// the client's protocol revision.
 func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
-	var who caller
-	if _, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
-		who = describeCaller(req, version) // before describeClient rewrites _meta
-	}
 	if forwarded(req.GetParams()) {
 		if err := g.describeClient(ctx, req); err != nil {
 			return nil, err
@@ -295,9 +319,6 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 	}
 	up := g.sessionFor(req, version)
 	switch p := req.GetParams().(type) {
-	case *mcp.CallToolParamsRaw:
-		ss, _ := req.GetSession().(*mcp.ServerSession)
-		return g.callTool(context.WithValue(ctx, callerKey{}, who), ss, p, version)
 	case *mcp.ListToolsParams:
 		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
 			res, err := s.ListTools(ctx, p)

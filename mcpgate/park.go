@@ -18,6 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
@@ -121,7 +123,7 @@ type parkedCall struct {
 	// held: the execution's reservation, kept (uncommitted) across a
 	// round asked after an answer; settle commits the call's final
 	// answer with it if no round comes for it. Under parkTable.mu.
-	held   *Reservation
+	held   *ledgerport.Reservation
 	settle func(parkedEnd)
 	heldAt time.Time // when held was reserved (at most)
 	owner  string    // taskOwner of the call's client
@@ -206,7 +208,7 @@ func (t *parkTable) drop(id string, gen int) *parkedCall {
 }
 
 // holds reports whether the parked call p holds rsv.
-func (t *parkTable) holds(p *parkedCall, rsv *Reservation) bool {
+func (t *parkTable) holds(p *parkedCall, rsv *ledgerport.Reservation) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return p != nil && rsv != nil && p.held == rsv
@@ -228,7 +230,7 @@ func (t *parkTable) remove(p *parkedCall) {
 // commit its final answer should that round not come. It reports false,
 // keeping nothing, when p's client already has maxParkedPerClient
 // parked calls.
-func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *Reservation, settle func(parkedEnd)) bool {
+func (t *parkTable) park(p *parkedCall, timeout time.Duration, held *ledgerport.Reservation, settle func(parkedEnd)) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byOwner[p.owner] >= maxParkedPerClient {
@@ -372,9 +374,9 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx), slot: slot, stop: cancel}
 	r.park = p
 	c.peer, c.route, c.park = pp, r, p
-	up := *c
-	up.upState, up.inputResponses = "", nil // the upstream knows no rounds
-	up.meta = withoutParamsTask(c.meta)     // nor tasks: the call runs as a plain call
+	up := *c                            // what the upstream is sent: a copy
+	up.upState, up.upInput = "", nil    // the upstream knows no rounds
+	up.meta = withoutParamsTask(c.meta) // nor tasks: the call runs as a plain call
 	go func() {
 		defer cancel()
 		defer done()
@@ -386,7 +388,7 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 
 // settleParked is how a held parked call's final answer is committed
 // when no round comes for it (park.go): as a round's would be.
-func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *Reservation) func(parkedEnd) {
+func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *ledgerport.Reservation) func(parkedEnd) {
 	ctx = context.WithoutCancel(ctx)
 	return func(e parkedEnd) {
 		v := judge(e.res, e.slot, e.err)
@@ -395,20 +397,6 @@ func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *Reservation) f
 		}
 		_, _ = g.finish(ctx, c, rsv, e.res, v, e.err)
 	}
-}
-
-// withoutParamsTask is meta without a 2025-11-25 client's params.task.
-func withoutParamsTask(meta mcp.Meta) mcp.Meta {
-	if _, ok := meta[metaParamsTask]; !ok {
-		return meta
-	}
-	out := make(mcp.Meta, len(meta))
-	for k, v := range meta {
-		if k != metaParamsTask {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // await waits for a parked call's answer, or its next request, which it
@@ -446,7 +434,7 @@ func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallT
 func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *rawSlot, error) {
 	p.ask = ask
 	timeout := parkTimeout
-	var held *Reservation
+	var held *ledgerport.Reservation
 	var settle func(parkedEnd)
 	if p.answered > 0 && c.rsv != nil {
 		held, settle, p.heldAt = c.rsv, g.settleParked(ctx, c, c.rsv), c.reservedAt
@@ -478,6 +466,16 @@ func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *pa
 	slot := &rawSlot{}
 	slot.put(raw, nil)
 	return &res, slot, nil
+}
+
+// heldGoneAnswer answers a round whose state says its parked call held
+// the execution's reservation, when that parked call is gone: nothing is
+// run, and the ledger tells the outcome once the call is made afresh.
+func heldGoneAnswer(key string) *mcp.CallToolResult {
+	return answer(ledger.ECodeInProgress, key, fmt.Sprintf("This answer was not delivered: the tool, which had "+
+		"been answered before and may have acted, no longer waits for it here (it was answered already, it gave "+
+		"up, or the gateway restarted), so nothing was run (idempotency key %s). Call it again without "+
+		"requestState: the ledger answers with its recorded outcome, or says the call is still open.", key))
 }
 
 // heldRound is a round's parked call holding the execution's reservation

@@ -172,3 +172,17 @@ func (r *taskResult) MarshalJSON() ([]byte, error) {
 	}
 	return r.raw, nil
 }
+
+// withoutParamsTask is meta without a 2025-11-25 client's params.task.
+func withoutParamsTask(meta mcp.Meta) mcp.Meta {
+	if _, ok := meta[metaParamsTask]; !ok {
+		return meta
+	}
+	out := make(mcp.Meta, len(meta))
+	for k, v := range meta {
+		if k != metaParamsTask {
+			out[k] = v
+		}
+	}
+	return out
+}

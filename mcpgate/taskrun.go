@@ -11,12 +11,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // startTask keeps the task a reserved call answered: nothing is
 // committed until the task ends.
-func (g *Gateway) startTask(ctx context.Context, c *call, rsv *Reservation, id string, obj json.RawMessage, reply mcp.Result) mcp.Result {
+func (g *Gateway) startTask(ctx context.Context, c *call, rsv *ledgerport.Reservation, id string, obj json.RawMessage, reply mcp.Result) mcp.Result {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	// Only the extension's task handle has a resultType among its
 	// members (2025-11-25's is {"task": {…}}).
@@ -57,13 +59,15 @@ func (g *Gateway) takeUp(ctx context.Context, handle string) (*runningTask, erro
 	if err != nil {
 		return nil, err
 	}
-	c := &call{name: h.Tool, ledgerTool: LedgerToolName(g.cfg.ServerName, h.Tool), toolLabel: unlistedToolLabel}
+	var class Class
 	if h.Failed {
-		c.class.OnError = OnErrorFailed
+		class.OnError = OnErrorFailed
 	}
+	c := &call{request: request{name: h.Tool, ledgerTool: LedgerToolName(g.cfg.ServerName, h.Tool),
+		toolLabel: unlistedToolLabel, class: class}}
 	r := &runningTask{id: h.ID, handle: handle, c: c, owner: h.Owner, up: s, ext: h.Ext, key: h.Key, takenUp: true}
 	if h.Key != "" {
-		r.rsv = &Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}
+		r.rsv = &ledgerport.Reservation{Reservation: client.Reservation{Status: ledger.StatusReserved, Key: h.Key, Token: h.Token}}
 	}
 	g.tasks.addHandle(r)
 	g.logger.InfoContext(ctx, "task taken up", "tool", c.ledgerTool, "key", h.Key)
@@ -139,7 +143,7 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 		if message == "" {
 			message = "the task failed"
 		}
-		o = Outcome{ErrorCode: CodeMCPError, ErrorMessage: truncate(message, maxFailureMessage)}
+		o = Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(message, ledgerport.MaxFailureMessage)}
 	case "cancelled":
 		o = Outcome{NotApplied: true, ErrorCode: CodeCancelled, ErrorMessage: "the task was cancelled"}
 	default:
@@ -150,8 +154,8 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 	}
 	cmctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
 	defer cancel()
-	err := g.commit(cmctx, r.rsv, o)
-	var refusal *Refusal
+	err := g.port.Commit(cmctx, r.rsv, o)
+	var refusal *ledgerport.Refusal
 	if err != nil && !errors.As(err, &refusal) {
 		// The ledger could not be reached: the next poll tries again.
 		g.logger.ErrorContext(ctx, "task outcome not recorded", "tool", r.c.ledgerTool, "key", r.key, "err", err)
@@ -164,7 +168,7 @@ func (g *Gateway) settle(ctx context.Context, s *mcp.ClientSession, r *runningTa
 		g.logger.ErrorContext(ctx, "task outcome refused by the ledger", "tool", r.c.ledgerTool, "key", r.key, "err", err)
 		return
 	}
-	g.logger.InfoContext(ctx, "task executed", "tool", r.c.ledgerTool, "key", r.key, "outcome", o.outcomeName())
+	g.logger.InfoContext(ctx, "task executed", "tool", r.c.ledgerTool, "key", r.key, "outcome", o.Name())
 }
 
 // addTaskMethods makes the downstream server answer tasks/*, and the

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Tasks (SPEC §11.1, MCP 2025-11-25 "tasks"): a task-augmented
@@ -70,7 +71,7 @@ type runningTask struct {
 	id     string // the upstream's task id
 	handle string // the client's taskId (taskhandle.go)
 	key    string // the call's idempotency key; "" for a read
-	rsv    *Reservation
+	rsv    *ledgerport.Reservation
 	c      *call
 	owner  string             // taskOwner of the call
 	up     *mcp.ClientSession // the upstream session that owns the task

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // toolCache holds the upstream's tools by name, for their annotations.
@@ -87,7 +89,7 @@ func listTools(ctx context.Context, s *mcp.ClientSession) (map[string]*mcp.Tool,
 		case res.NextCursor == "":
 			return tools, nil
 		case seen[res.NextCursor]:
-			return nil, fmt.Errorf("tools/list: the upstream repeated the cursor %q: its list never ends", truncate(res.NextCursor, 64))
+			return nil, fmt.Errorf("tools/list: the upstream repeated the cursor %q: its list never ends", ledgerport.Truncate(res.NextCursor, 64))
 		case page == maxToolPages:
 			return nil, fmt.Errorf("tools/list: more than %d pages", maxToolPages)
 		}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
 // Upstream is the connection to the real MCP server, shared by every
@@ -435,7 +437,7 @@ func (w *watchdog) release() {
 // (verdict.unsent): nothing was applied.
 func unsentVerdict(key string, err error) verdict {
 	return verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamUnavailable,
-		ErrorMessage: truncate("not sent to the upstream: "+err.Error(), maxFailureMessage)},
+		ErrorMessage: ledgerport.Truncate("not sent to the upstream: "+err.Error(), ledgerport.MaxFailureMessage)},
 		reply: answer(CodeUpstreamUnavailable, key, fmt.Sprintf("This call was not run: the connection to the "+
 			"tool's server failed before the call could be sent (%v), and is made again for the next call. "+
 			"Nothing was applied; call it again (idempotency key %s).", err, key))}

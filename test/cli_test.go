@@ -39,6 +39,7 @@ func helpFlags(help string) []string {
 func TestLedgerctl_help(t *testing.T) {
 	t.Parallel()
 	source := []string{"db", "server", "token", "namespace"}
+	hookFlags := []string{"agent", "server", "token", "namespace", "policy", "scope", "fail-open", "lease", "timeout"}
 	for _, tc := range []struct {
 		cmd  []string
 		want []string
@@ -68,6 +69,8 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"approvals", "show"}, []string{"server", "token", "namespace", "json"}},
 		{[]string{"approvals", "approve"}, []string{"server", "token", "namespace", "json", "note"}},
 		{[]string{"approvals", "reject"}, []string{"server", "token", "namespace", "json", "note"}},
+		{[]string{"hook"}, hookFlags},
+		{[]string{"hook", "install"}, append([]string{"project", "user", "command"}, hookFlags...)},
 	} {
 		t.Run(strings.Join(tc.cmd, " "), func(t *testing.T) {
 			out, help, code := ledgerctlEnv(t, []string{"LEDGERCTL_TOKEN=elt_secret_in_env"}, append(tc.cmd, "--help")...)

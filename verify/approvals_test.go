@@ -3,6 +3,7 @@ package verify_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
@@ -182,9 +184,21 @@ func (m memRemote) KeyHistory(_ context.Context, key string, fn func(*chain.Rece
 
 func (memRemote) KeyTTL(context.Context) (uint64, error) { return 0, nil }
 
-// onlyDB hides the reader's other methods (ListReceipts): an incremental
-// run then reads the trusted prefix for the gate.
+// ListReceipts cannot tell whether a policy receipt exists: a run then
+// reads the trusted prefix for the gate.
+func (memRemote) ListReceipts(context.Context, ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	return nil, nil, errCannotList
+}
+
+var errCannotList = errors.New("this source lists no receipts by kind")
+
+// onlyDB cannot tell either (ListReceipts), so an incremental run reads
+// the trusted prefix for the gate.
 type onlyDB struct{ verify.DB }
+
+func (onlyDB) ListReceipts(context.Context, ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	return nil, nil, errCannotList
+}
 
 // everyMode verifies the chain in every strategy: the database in key
 // order, in the single pass and spilled (threeWays requires them equal),

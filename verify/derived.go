@@ -14,17 +14,10 @@ import (
 // DerivedSource can list the ledger's derived keys table in key byte
 // order, the order of DB.KeyReceipts, so that the verifier can
 // cross-check it against the replayed state with a merge join (or say
-// that it has none: ledger.ErrNoKeyTable).
+// that it has none: ledger.ErrNoKeyTable), and re-check one key in one
+// snapshot (KeyDrift) before a difference counts as a violation.
 type DerivedSource interface {
 	Keys(ctx context.Context, fn func(*ledger.KeyRecord) error) error
-}
-
-// DriftSource is a DerivedSource that can compare one key's record with
-// its receipts in one snapshot. The scan and the receipts are read in
-// different snapshots, so while ledgerd writes a key can look different
-// in the two; KeyDrift re-checks such a key before it counts as a
-// violation. A source without it lists no records to compare.
-type DriftSource interface {
 	KeyDrift(ctx context.Context, key string) ([]string, error)
 }
 
@@ -203,13 +196,8 @@ func (d *driftChecker) finish(ctx context.Context) error {
 	// The merge join finds suspects in key order; a single pass finds
 	// them level by level.
 	slices.SortStableFunc(d.suspect, func(a, b suspect) int { return strings.Compare(a.key, b.key) })
-	ds, recheck := d.src.(DriftSource)
 	for _, s := range d.suspect {
-		if !recheck {
-			d.col.addf(s.seq, RuleDerivedState, "%s", s.detail)
-			continue
-		}
-		drift, err := ds.KeyDrift(ctx, s.key)
+		drift, err := d.src.KeyDrift(ctx, s.key)
 		if err != nil {
 			d.stop()
 			return err

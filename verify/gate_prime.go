@@ -8,13 +8,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// receiptLister can list receipts of one kind (ledger.ChainReader,
-// Server): it tells an incremental run whether the ledger has any
-// policy receipt at all.
-type receiptLister interface {
-	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
-}
-
 // primeGate gives the gate checker of an incremental run the receipts up
 // to the pinned head, which it trusts: the policy in force, the asks and
 // answers, the consumed approvals and the recent failures come from
@@ -39,11 +32,7 @@ func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 
 // mayHavePolicy reports whether the ledger may hold a policy receipt.
 func (v *Verifier) mayHavePolicy(ctx context.Context) bool {
-	l, ok := v.src.(receiptLister)
-	if !ok {
-		return true
-	}
-	page, _, err := l.ListReceipts(ctx, ledger.ReceiptFilter{Kind: chain.KindPolicy, Limit: 1})
+	page, _, err := v.list(ctx, ledger.ReceiptFilter{Kind: chain.KindPolicy, Limit: 1})
 	var e *ledger.Error
 	switch {
 	case err == nil:

@@ -18,10 +18,7 @@ import (
 // server sent. Errors the server answers come back as *ServerError.
 type Server struct{ Client *client.Client }
 
-var (
-	_ Remote        = Server{}
-	_ receiptLister = Server{}
-)
+var _ Remote = Server{}
 
 // ListReceipts returns one page of receipts; next is nil on the last.
 func (s Server) ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {

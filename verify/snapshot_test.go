@@ -86,7 +86,7 @@ func TestVerifier_fullBesideWriter(t *testing.T) {
 	first := ledgertest.MustReserve(t, db, testkit.ReserveReq("key-first", "exec-1"))
 	ledgertest.MustCommit(t, db, testkit.Fail("key-first", first.Reservation, false))
 	storetest.UntilDone(t, storetest.AppendFailures(t, db.Namespace, 600), func(runs int) {
-		rep, err := verify.New(must(verify.Of(db.Namespace.Reader())), verify.Opts{}).Check(ctx)
+		rep, err := verify.New(db.Namespace.Audit(), verify.Opts{}).Check(ctx)
 		require.NoError(t, err)
 		require.True(t, rep.OK, "run %d to %d: %+v", runs, rep.Head.Seq, rep.Violations)
 		checkRepeats(t, rep, 0, runs)
@@ -110,12 +110,4 @@ func checkRepeats(t *testing.T, rep *verify.Report, pin uint64, run int) {
 	g := rep.Audit.RepeatedFailures[0]
 	require.Len(t, g.Keys, 1+repeatsTo(head), "run %d from %d to %d: seqs %v", run, pin, head, g.Seqs)
 	require.LessOrEqual(t, g.Seqs[len(g.Seqs)-1], head, "run %d from %d to %d", run, pin, head)
-}
-
-// must returns v, failing the test run on err.
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }

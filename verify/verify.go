@@ -36,27 +36,11 @@ type Source interface {
 }
 
 // DB is a ledger database read without its write lock: a namespace of
-// either driver (ledger.ChainReader) or a SQLite file (*sqlite.Reader).
-// Besides the chain it answers the queries that bound a check's memory:
-// receipts grouped by key, one receipt by seq, the derived keys table and
-// the duplicate and repeated-failure groupings.
-type DB interface {
-	Source
-	DerivedSource
-	DuplicateSource
-	RepeatSource
-	// KeyReceipts yields every reserve, commit and resolve after a seq,
-	// grouped by key in key byte order and in seq order within a key.
-	KeyReceipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error
-	// GetReceipt reads the receipt at seq, for the key states a full run
-	// holds as hashes and seqs.
-	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
-	// Head sizes a full run's key state table (at most one key per
-	// receipt); a failed read only leaves the table to grow.
-	Head(ctx context.Context) (ledger.Head, error)
-	// KeyTTL is the key_ttl_ms stored with the ledger (SPEC §12).
-	KeyTTL(ctx context.Context) (uint64, error)
-}
+// either driver (every ledger.Chain is one). Besides the chain it answers
+// the queries that bound a check's memory: receipts grouped by key, one
+// receipt by seq, the derived keys table and the duplicate and
+// repeated-failure groupings.
+type DB = ledger.AuditReader
 
 // Remote is a ledger served over the API (Server): its chain in seq
 // order, one key's receipts at a time for incremental runs, and the
@@ -66,17 +50,9 @@ type Remote interface {
 	// KeyHistory yields one key's receipts in seq order.
 	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
 	KeyTTL(ctx context.Context) (uint64, error)
-}
-
-// Of returns the verify.DB of a namespace's reader: each driver's chain
-// implements it beside ledger.ChainReader (the domain's narrower port).
-// An error for a reader that does not (a test double).
-func Of(r ledger.ChainReader) (DB, error) {
-	db, ok := r.(DB)
-	if !ok {
-		return nil, fmt.Errorf("verify: %T cannot be audited: it reads no receipts by key", r)
-	}
-	return db, nil
+	// ListReceipts lists receipts by filter: it tells an incremental run
+	// whether the ledger has any policy receipt at all.
+	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
 }
 
 // Opts configure a Verifier.
@@ -112,6 +88,7 @@ type Verifier struct {
 	remote Remote // set by NewRemote
 	src    Source // the one of them that is set
 	keyTTL func(context.Context) (uint64, error)
+	list   func(context.Context, ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
 	opts   Opts
 	// keyOrder makes a full run of a database read the key states in key
 	// order, as an incremental run does (the tests compare the two).
@@ -120,12 +97,12 @@ type Verifier struct {
 
 // New returns a Verifier of a ledger database.
 func New(db DB, opts Opts) *Verifier {
-	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, opts: defaults(opts)}
+	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, list: db.ListReceipts, opts: defaults(opts)}
 }
 
 // NewRemote returns a Verifier of a ledger served over the API.
 func NewRemote(src Remote, opts Opts) *Verifier {
-	return &Verifier{remote: src, src: src, keyTTL: src.KeyTTL, opts: defaults(opts)}
+	return &Verifier{remote: src, src: src, keyTTL: src.KeyTTL, list: src.ListReceipts, opts: defaults(opts)}
 }
 
 func defaults(opts Opts) Opts {

@@ -74,7 +74,11 @@ func (m *Main) Run(ctx context.Context) error {
 	if approvalURL == "" && adminURL != "" {
 		approvalURL = strings.TrimSuffix(adminURL, "/") + "/ui/#approvals/{seq}"
 	}
-	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, ServerName: name, Scope: m.Scope, Lease: m.Lease,
+	var ledgerTimeout time.Duration // an embedded ledger answers or fails on its own
+	if m.remote != nil {
+		ledgerTimeout = m.LedgerTimeout
+	}
+	g, err := mcpgate.New(up, mcpgate.Config{Ledger: led, LedgerTimeout: ledgerTimeout, ServerName: name, Scope: m.Scope, Lease: m.Lease,
 		UpstreamTimeout: m.UpstreamTimeout, RunID: run, Wait: m.Wait, Policy: m.Policy, Logger: m.Logger, Version: version.Read("ledger-mcp").Short(),
 		ExactReplays: m.ExactReplays, AdminURL: adminURL, ApprovalURL: approvalURL, StateKey: stateKey})
 	if err != nil {
@@ -148,7 +152,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 			return nil, "", fmt.Errorf("--ledger: %w", err)
 		}
 		m.remote = c
-		return mcpgate.NewRemote(c, m.LedgerTimeout), c.BaseURL(), nil
+		return c, c.BaseURL(), nil
 	}
 	db := m.DB
 	if db == "" {

@@ -255,11 +255,7 @@ func verifyInCopy(ctx context.Context, path, ns string) (*verify.Report, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open the copy: %w", err)
 	}
-	ac, ok := c.(auditChain)
-	if !ok {
-		return nil, fmt.Errorf("namespace %s of the copy cannot be audited", ns)
-	}
-	rep, err := verify.New(ac, verify.Opts{}).Check(ctx)
+	rep, err := verify.New(c, verify.Opts{}).Check(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("verify the copy: %w", err)
 	}

@@ -45,6 +45,7 @@ Commands:
   namespace    create and list namespaces (independent chains), with their heads
   policy       set and show a namespace's gate policy: approvals, denials, the repeat guard (server only)
   approvals    list and show the asks awaiting a person, approve or reject them (server only)
+  hook         the PreToolUse/PostToolUse command of coding agents (Claude Code, Codex); "hook install" writes their settings
 
 The read commands take either the database (--db FILE for SQLite, or
 --db postgres://… for PostgreSQL; opened read-only, safe while ledgerd runs)
@@ -109,6 +110,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &PolicyCommand{Env: env}
 	case "approvals":
 		cmd = &ApprovalsCommand{Env: env}
+	case "hook":
+		cmd = &HookCommand{Env: env, Stdin: os.Stdin}
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return ExitOK
@@ -118,6 +121,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	err := cmd.Run(ctx, args[1:])
 	var ve *ViolationsError
+	var code exitCode
 	switch {
 	case err == nil:
 		return ExitOK
@@ -125,6 +129,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitOK
 	case errors.As(err, &ve):
 		return ExitViolations
+	case errors.As(err, &code):
+		return int(code)
 	case errors.Is(err, errUsage):
 		return ExitUsage
 	default:

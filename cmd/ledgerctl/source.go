@@ -139,19 +139,12 @@ type store interface {
 
 // fileStore adapts one namespace of a database opened read-only.
 type fileStore struct {
-	auditChain
+	ledger.Chain
 	db ledger.Store // closed by Close; nil when someone else closes it
 }
 
-// auditChain is a driver's chain as ledgerctl reads it: the domain's port
-// and what the verifier reads (every driver's chain implements both).
-type auditChain interface {
-	ledger.ChainReader
-	verify.DB
-}
-
 func (f fileStore) verifier(opts verify.Opts) *verify.Verifier {
-	return verify.New(f.auditChain, opts)
+	return verify.New(f.Chain, opts)
 }
 
 // Close closes the database.
@@ -169,7 +162,7 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 	if err != nil {
 		return nil, err
 	}
-	return ledger.ReadKey(ctx, f.auditChain, key, ttl, uint64(time.Now().UnixMilli()), history)
+	return ledger.ReadKey(ctx, f.Chain, key, ttl, uint64(time.Now().UnixMilli()), history)
 }
 
 var (
@@ -273,7 +266,7 @@ func (s *sourceFlags) openEither(ctx context.Context, fs *flag.FlagSet, env *Env
 			_ = st.Close()
 			return fileStore{}, nil, err
 		}
-		return fileStore{auditChain: c, db: st}, nil, nil
+		return fileStore{Chain: c, db: st}, nil, nil
 	}
 	c, err := s.client(fs, env)
 	return fileStore{}, c, err
@@ -295,7 +288,7 @@ func openDB(ctx context.Context, dsn string, env *Env, readOnly bool) (ledger.St
 }
 
 // chainOf returns namespace ns of st, saying clearly when it does not exist.
-func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (auditChain, error) {
+func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (ledger.Chain, error) {
 	c, err := st.Chain(ctx, ns)
 	if errors.Is(err, ledger.ErrUnknownNamespace) {
 		return nil, fmt.Errorf("no namespace %q in %s (ledgerctl namespace list shows the namespaces)", ns, storage.Describe(dsn))
@@ -303,11 +296,7 @@ func chainOf(ctx context.Context, st ledger.Store, dsn, ns string) (auditChain, 
 	if err != nil {
 		return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: %w", ns, err))
 	}
-	ac, ok := c.(auditChain)
-	if !ok {
-		return nil, fmt.Errorf("namespace %s of %s cannot be audited (%T)", ns, storage.Describe(dsn), c)
-	}
-	return ac, nil
+	return c, nil
 }
 
 // client returns the server of --server in --namespace.

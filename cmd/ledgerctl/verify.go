@@ -193,7 +193,7 @@ func (c *VerifyCommand) all(ctx context.Context, fs *flag.FlagSet, src *sourceFl
 		}
 		open = func(ns string) (store, error) {
 			ch, err := chainOf(ctx, st, src.db, ns)
-			return fileStore{auditChain: ch}, err
+			return fileStore{Chain: ch}, err
 		}
 	}
 	slices.Sort(names)

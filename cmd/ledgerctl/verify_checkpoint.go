@@ -99,7 +99,7 @@ func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
 func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, error) {
 	switch s := st.(type) {
 	case fileStore:
-		cc.Prover = readerProver{s.auditChain}
+		cc.Prover = readerProver{s.Chain}
 	case *server:
 		cc.Prover = s
 	}

@@ -1,6 +1,6 @@
 // Command bench load-tests a real ledgerd over HTTP.
 //
-//	go run ./scripts/bench [--mode pairs|reserve|replay|mixed|all] [--clients 32] [--duration 10s] [--namespaces 1] [--json]
+//	go run ./scripts/bench [--mode pairs|reserve|replay|mixed|mcp|all] [--clients 32] [--duration 10s] [--namespaces 1] [--json]
 //
 // It builds ./cmd/ledgerd, starts it on a temporary database, drives it
 // with N concurrent keep-alive clients for D seconds, and prints requests/s,
@@ -8,7 +8,9 @@
 // same run it measures the machine's HTTP ceiling (a trivial JSON handler
 // driven by the same client code) and prints the ledger's ratio to it, so
 // figures compare across noisy machines. All traffic stays on loopback and
-// every loop is bounded by --duration.
+// every loop is bounded by --duration. Mode mcp (not part of all) measures
+// tools/call through the MCP gateway instead, in this process: an embedded
+// ledger, an in-process upstream and random arguments (one new key a call).
 package main
 
 import (
@@ -44,7 +46,7 @@ func run(ctx context.Context, args []string) error {
 	if !o.keep {
 		defer os.RemoveAll(dir)
 	}
-	if o.bin == "" {
+	if o.bin == "" && !o.mcpOnly() {
 		o.bin = filepath.Join(dir, "ledgerd")
 		build := exec.Command("go", "build", "-o", o.bin, "./cmd/ledgerd")
 		build.Stderr = os.Stderr
@@ -95,7 +97,7 @@ type options struct {
 
 func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	mode := fs.String("mode", "all", "pairs, reserve, replay, mixed or all")
+	mode := fs.String("mode", "all", "pairs, reserve, replay, mixed, all, or mcp (tools/call through the MCP gateway; not in all)")
 	var o options
 	fs.IntVar(&o.clients, "clients", 32, "concurrent HTTP clients")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "how long each mode runs")
@@ -142,6 +144,12 @@ func parseOptions(args []string) (options, error) {
 	return o, nil
 }
 
+// mcpOnly reports whether the run measures the MCP gateway alone, which
+// needs no ledgerd.
+func (o options) mcpOnly() bool {
+	return len(o.modes) == 1 && o.modes[0] == "mcp" && !o.backends && !o.withBaselines
+}
+
 // measure runs what the options ask for in dir: the storage matrix, each mode on a fresh
 // ledger, and the baselines.
 func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
@@ -162,6 +170,14 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 		defer pg.stop()
 	}
 	for _, m := range o.modes {
+		if m == "mcp" {
+			res, err := driveMCP(ctx, dir, o.clients, o.duration)
+			if err != nil {
+				return nil, fmt.Errorf("mcp: %w", err)
+			}
+			out = append(out, res)
+			continue
+		}
 		if o.rounds > 0 {
 			for r := 1; r <= o.rounds; r++ {
 				// One namespace first in odd rounds, last in even ones: an

@@ -26,6 +26,10 @@ type Result struct {
 	PeakRSSMiB   float64        `json:"ledgerd_peak_rss_mib,omitempty"`
 	Receipts     uint64         `json:"receipts,omitempty"`
 	CeilingRatio float64        `json:"ratio_to_http_ceiling,omitempty"`
+	// CPUPerCallMs is the CPU time (user and system) of the whole process
+	// per call in mode mcp, where the gateway, its ledger, the upstream
+	// and the clients all run: steadier than calls/s on a shared machine.
+	CPUPerCallMs float64 `json:"cpu_ms_per_call,omitempty"`
 	// StartupS is how long ledgerd took to be ready when it was started
 	// again on the ledger just before the run (--registered).
 	StartupS float64 `json:"startup_s,omitempty"`
@@ -138,6 +142,9 @@ func printTable(rep Report) {
 	}
 	_ = tw.Flush()
 	for _, r := range rep.Results {
+		if r.CPUPerCallMs > 0 {
+			fmt.Printf("%s: %.3f ms of CPU per call (gateway, ledger, upstream and clients, one process)\n", r.Mode, r.CPUPerCallMs)
+		}
 		if r.StartupS > 0 {
 			fmt.Printf("%s: ledgerd restarted on the ledger was ready in %.2f s\n", r.Mode, r.StartupS)
 		}

@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -107,4 +109,24 @@ func CreateSchemaV2(ctx context.Context, conn *pgx.Conn) error {
 // batch does (the drivers' own tests write through raw transactions).
 func (c *Chain) Update(ctx context.Context, fn func(ctx context.Context, tx ledger.Tx) error) error {
 	return c.s.update(ctx, []part{{c: c, fn: fn}})
+}
+
+// Ready, for the drivers' tests, reports whether the database answers and the default namespace's
+// head row is readable; for a writable store, also that the server is
+// not a read-only standby (ledger.ErrReadOnly).
+func (s *Store) Ready(ctx context.Context) error {
+	var seq int64
+	var standby bool
+	err := s.pool.QueryRow(ctx, `SELECT seq, pg_is_in_recovery() FROM head WHERE namespace = $1`,
+		ledger.DefaultNamespace).Scan(&seq, &standby)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("ready: the head row of %s is missing", ledger.DefaultNamespace)
+	}
+	if err != nil {
+		return fmt.Errorf("ready: %w", classify(err))
+	}
+	if standby && !s.opts.ReadOnly {
+		return fmt.Errorf("ready: %s is a standby: %w", s.desc, ledger.ErrReadOnly)
+	}
+	return nil
 }

@@ -332,26 +332,6 @@ func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Ready reports whether the database answers and the default namespace's
-// head row is readable; for a writable store, also that the server is
-// not a read-only standby (ledger.ErrReadOnly).
-func (s *Store) Ready(ctx context.Context) error {
-	var seq int64
-	var standby bool
-	err := s.pool.QueryRow(ctx, `SELECT seq, pg_is_in_recovery() FROM head WHERE namespace = $1`,
-		ledger.DefaultNamespace).Scan(&seq, &standby)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("ready: the head row of %s is missing", ledger.DefaultNamespace)
-	}
-	if err != nil {
-		return fmt.Errorf("ready: %w", classify(err))
-	}
-	if standby && !s.opts.ReadOnly {
-		return fmt.Errorf("ready: %s is a standby: %w", s.desc, ledger.ErrReadOnly)
-	}
-	return nil
-}
-
 // Tokens is the table of API tokens.
 func (s *Store) Tokens() ledger.TokenStore { return tokenStore{s} }
 

@@ -1,8 +1,11 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // Pools exposes the connection pools to the black-box tests.
@@ -43,4 +46,13 @@ func SetIndexRetry(lo, hi time.Duration) func() {
 	oldLo, oldHi := retryMin, retryMax
 	retryMin, retryMax = lo, hi
 	return func() { retryMin, retryMax = oldLo, oldHi }
+}
+
+// Ready, for the drivers' tests, reports whether the ledger file can be written now: an empty
+// write transaction (Ledger.Ready probes through its queue instead).
+func (s *Store) Ready(ctx context.Context) error {
+	if s.readOnly {
+		return ledger.ErrOpenedReadOnly
+	}
+	return s.main.update(ctx, func(context.Context, ledger.Tx) error { return nil })
 }

@@ -135,6 +135,12 @@ func (rd *Reader) Keys(ctx context.Context, _ func(*ledger.KeyRecord) error) err
 	return ledger.ErrNoKeyTable
 }
 
+// KeyDrift has no key record to compare, for the same reason
+// (chainWriter.KeyDrift reads the index).
+func (rd *Reader) KeyDrift(context.Context, string) ([]string, error) {
+	return nil, ledger.ErrNoKeyTable
+}
+
 // sqlDuplicateSuccesses lists the successes (commit or resolve) of keys
 // that share their tool and non-empty input_hash with another key that
 // also succeeded, grouped by (tool, input_hash). SQLite groups with a temp

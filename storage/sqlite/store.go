@@ -243,15 +243,6 @@ func (s *Store) Namespaces(ctx context.Context) ([]string, error) {
 // Tokens is the tokens table of the default file.
 func (s *Store) Tokens() ledger.TokenStore { return s.tokens }
 
-// Ready reports whether the ledger file can be written now: an empty
-// write transaction (Ledger.Ready probes through its queue instead).
-func (s *Store) Ready(ctx context.Context) error {
-	if s.readOnly {
-		return ledger.ErrOpenedReadOnly
-	}
-	return s.main.update(ctx, func(context.Context, ledger.Tx) error { return nil })
-}
-
 // Close closes every file.
 func (s *Store) Close() error {
 	s.mu.Lock()

@@ -52,7 +52,7 @@ func mustCommit(t *testing.T, n *ledger.Namespace, c ledger.CommitRequest) *ledg
 // noDrift checks that the stored key record is what the receipts derive.
 func noDrift(t *testing.T, n *ledger.Namespace, key string) {
 	t.Helper()
-	drift, err := auditDB(t, n).(driftDB).KeyDrift(context.Background(), key)
+	drift, err := auditDB(t, n).KeyDrift(context.Background(), key)
 	require.NoError(t, err)
 	require.Empty(t, drift)
 }
@@ -217,7 +217,7 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	noDrift(t, n, "daily-report")
 
 	// Read with a TTL of 0, the same chain breaks the rule of §4.
-	rep, err := verify.New(noTTL{auditDB(t, n).(driftDB)}, verify.Opts{Now: clock.Now}).Check(ctx)
+	rep, err := verify.New(noTTL{auditDB(t, n)}, verify.Opts{Now: clock.Now}).Check(ctx)
 	require.NoError(t, err)
 	require.False(t, rep.OK)
 	assert.Equal(t, verify.RuleReserveAfterSuccess, rep.Violations[0].Rule)
@@ -225,13 +225,6 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 
 // noTTL is a reader whose key TTL reads 0, as a ledger made before key
 // lifetimes would.
-type noTTL struct{ driftDB }
-
-// driftDB is a driver's chain as the verifier reads it, with the
-// one-snapshot recheck of a key's record.
-type driftDB interface {
-	verify.DB
-	verify.DriftSource
-}
+type noTTL struct{ verify.DB }
 
 func (noTTL) KeyTTL(context.Context) (uint64, error) { return 0, nil }

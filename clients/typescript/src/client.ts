@@ -370,7 +370,7 @@ export class Client {
    * be recorded.
    */
   async do(e: Effect, fn: EffectFunction): Promise<DoResult> {
-    const req = this.prepare(e);
+    const req = this.reserveRequest(e);
     if (e.effect === "none" || e.effect === "read") {
       const o = (await fn(req.key!, { signal: e.signal, reservation: "" })) ?? {};
       return { result: o.result ?? null, replayed: false, key: req.key!, receipt: { seq: 0, hash: "" },
@@ -383,6 +383,18 @@ export class Client {
       if (!(err instanceof ApprovalRequiredError) || (e.approvalWaitMs ?? this.opts.approvalWaitMs) <= 0) throw err;
       rsv = await this.awaitApproval(req, e, err);
     }
+    return this.run(rsv, fn, e.signal);
+  }
+
+  /**
+   * Runs fn under a reservation that reserve() returned and commits its
+   * outcome, as do() does after its reserve: for status "replayed" it
+   * returns the recorded result without calling fn; for "reserved" it
+   * calls fn with the key and commits what fn returned, or records its
+   * failure (EffectError, as do()). For integrations whose framework
+   * asks before it runs (a tool's approval check) and runs later.
+   */
+  async run(rsv: Reservation, fn: EffectFunction, signal?: AbortSignal): Promise<DoResult> {
     if (rsv.status === "replayed") {
       if (rsv.resultEncoding) {
         throw new Error(`replay of ${rsv.key}: the recorded result is not JSON (result_encoding ${rsv.resultEncoding}); run ledgerctl verify`);
@@ -391,11 +403,11 @@ export class Client {
         original: rsv.original, notRecorded: false, takeover: false, retry: false, late: false };
     }
     if (rsv.status !== "reserved" || !rsv.reservation) {
-      throw new Error(`reserve ${req.key}: unexpected status ${JSON.stringify(rsv.status)}`);
+      throw new Error(`reserve ${rsv.key}: unexpected status ${JSON.stringify(rsv.status)}`);
     }
     let outcome: Outcome;
     try {
-      outcome = (await fn(rsv.key, { signal: e.signal, reservation: rsv.reservation })) ?? {};
+      outcome = (await fn(rsv.key, { signal, reservation: rsv.reservation })) ?? {};
     } catch (err) {
       return this.recordFailure(rsv, err);
     }
@@ -549,7 +561,12 @@ export class Client {
     }
   }
 
-  private prepare(e: Effect): ReserveRequest {
+  /**
+   * The reserve request do() makes for e: its key (derived from tool and
+   * input when none is given), fingerprint or input, and a fresh
+   * execution id when e has none.
+   */
+  reserveRequest(e: Effect): ReserveRequest {
     if (!["none", "read", "write", "destructive", "external"].includes(e.effect)) {
       throw new TypeError(`effect ${e.tool}: unknown class ${JSON.stringify(e.effect)}`);
     }

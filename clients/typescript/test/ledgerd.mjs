@@ -5,12 +5,11 @@
 import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { after, before } from "node:test";
 import { createInterface } from "node:readline";
+import { buildBinaries } from "./build.mjs";
 
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 let bins;
 const started = [];
 const dirs = [];
@@ -24,18 +23,13 @@ after(() => {
 /**
  * Returns the folder holding freshly built ledgerd (its test build, whose
  * clock a test moves through LEDGERD_TEST_CLOCK_FILE; the released binary
- * reads no test variable) and ledgerctl.
+ * reads no test variable) and ledgerctl: LEDGER_TEST_BINS when test/run.mjs
+ * built them once for every test file, else built now and removed at the
+ * end.
  */
 export function buildLedger() {
-  if (bins) return bins;
-  bins = mkdtempSync(join(tmpdir(), "ledger-ts-bin-"));
-  for (const [cmd, pkg] of [["ledgerd", "./test/testdata/ledgerd-test"], ["ledgerctl", "./cmd/ledgerctl"]]) {
-    execFileSync("go", ["build", "-o", join(bins, cmd), pkg], {
-      cwd: REPO,
-      env: { ...process.env, CGO_ENABLED: "1" },
-      stdio: ["ignore", "inherit", "inherit"],
-    });
-  }
+  if (process.env.LEDGER_TEST_BINS) return process.env.LEDGER_TEST_BINS;
+  if (!bins) bins = buildBinaries();
   return bins;
 }
 

@@ -170,11 +170,7 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 		if err != nil {
 			return err
 		}
-		src, err := verify.Of(c)
-		if err != nil {
-			return err
-		}
-		p := &verify.Periodic{Src: src, Every: s.cfg.VerifyEvery, Logger: logger.With("component", "verify"),
+		p := &verify.Periodic{Src: c, Every: s.cfg.VerifyEvery, Logger: logger.With("component", "verify"),
 			Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"namespace": n.Name()}, s.cfg.Registerer)}
 		s.mu.Lock()
 		s.periodic[n.Name()] = p

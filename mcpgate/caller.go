@@ -1,0 +1,90 @@
+package mcpgate
+
+import (
+	"encoding/json"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// caller is what the gateway knows of the client that made a call.
+type caller struct {
+	name       string // clientInfo.name, as the ledger records it
+	elicitForm bool   // it takes form elicitations
+	elicitURL  bool   // it takes URL elicitations (MCP 2025-11-25)
+	// caps: a 2026-07-28 client's capabilities, from its request's _meta
+	// (for a parked call, park.go).
+	caps *mcp.ClientCapabilities
+}
+
+// describeCaller reads the calling client's name and whether it takes
+// form elicitations: from a 2026-07-28 request's _meta, else from its
+// session's initialize. It runs before describeClient rewrites _meta.
+func describeCaller(req mcp.Request, version string) caller {
+	var name string
+	var caps map[string]any
+	if statelessRevision(version) {
+		if p := req.GetParams(); p != nil {
+			meta := p.GetMeta()
+			name = jsonField(meta[mcp.MetaKeyClientInfo], "name")
+			caps, _ = asMap(meta[mcp.MetaKeyClientCapabilities])
+		}
+	} else if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
+		ip := ss.InitializeParams()
+		if ip.ClientInfo != nil {
+			name = ip.ClientInfo.Name
+		}
+		caps = wireCapabilities(ip.Capabilities)
+	}
+	c := caller{name: clientName(name)}
+	if statelessRevision(version) {
+		c.caps = wireClientCapabilities(caps)
+	}
+	if e, ok := asMap(caps["elicitation"]); ok {
+		_, form := e["form"]
+		_, url := e["url"]
+		c.elicitForm = form || !url // an empty elicitation capability is form's
+		c.elicitURL = url
+	}
+	return c
+}
+
+// asMap reads a JSON object decoded into any (or a struct, through JSON).
+func asMap(v any) (map[string]any, bool) {
+	if m, ok := v.(map[string]any); ok {
+		return m, true
+	}
+	if v == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m) == nil && m != nil
+}
+
+// jsonField is the string member name of a JSON object v.
+func jsonField(v any, name string) string {
+	m, _ := asMap(v)
+	s, _ := m[name].(string)
+	return s
+}
+
+// clientName is a client's name as the ledger takes it in an actor: 1–128
+// visible ASCII bytes, others replaced with '_'; "unknown" for none.
+func clientName(name string) string {
+	b := []byte(name)
+	for i := range b {
+		if b[i] < 0x21 || b[i] > 0x7E {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 128 {
+		b = b[:128]
+	}
+	if len(b) == 0 {
+		return "unknown"
+	}
+	return string(b)
+}
