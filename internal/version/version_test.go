@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/semver"
 
 	"github.com/effect-ledger/effect-ledger/internal/version"
@@ -175,4 +176,39 @@ func TestRelease_clientsInStep(t *testing.T) {
 	initPy, err := os.ReadFile("../../clients/python/src/effect_ledger/__init__.py")
 	require.NoError(t, err)
 	assert.Contains(t, string(initPy), "\n__version__ = \""+want+"\"\n", "effect_ledger.__version__")
+}
+
+// TestRelease_modulesInStep: the main module requires the client module at
+// the release it is (the two are tagged together, docs/release.md), with no
+// replace or exclude directive, which go install …@version refuses; the
+// workspace (go.work) builds the client from ./client meanwhile. The npm
+// package of ledger-mcp and its platform packages carry the release too.
+func TestRelease_modulesInStep(t *testing.T) {
+	b, err := os.ReadFile("../../go.mod")
+	require.NoError(t, err)
+	mf, err := modfile.Parse("go.mod", b, nil)
+	require.NoError(t, err)
+	assert.Empty(t, mf.Replace, "go.mod: go install …@version refuses a module with replace directives")
+	assert.Empty(t, mf.Exclude, "go.mod: go install …@version refuses a module with exclude directives")
+	client := ""
+	for _, r := range mf.Require {
+		if r.Mod.Path == "github.com/effect-ledger/effect-ledger/client" {
+			client = r.Mod.Version
+		}
+	}
+	assert.Equal(t, version.Release, client, "go.mod: the client module at the release beside it")
+
+	want := strings.TrimPrefix(version.Release, "v")
+	b, err = os.ReadFile("../../packaging/npm/ledger-mcp/package.json")
+	require.NoError(t, err)
+	var p struct {
+		Version              string
+		OptionalDependencies map[string]string
+	}
+	require.NoError(t, json.Unmarshal(b, &p))
+	assert.Equal(t, want, p.Version, "packaging/npm/ledger-mcp/package.json")
+	assert.Len(t, p.OptionalDependencies, 5)
+	for name, v := range p.OptionalDependencies {
+		assert.Equal(t, want, v, "packaging/npm/ledger-mcp/package.json: %s", name)
+	}
 }

@@ -122,8 +122,7 @@ func (f indexFS) Lock(name string) (io.Closer, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart}
-	if err := syscall.FcntlFlock(l.Fd(), syscall.F_SETLK, &spec); err != nil {
+	if err := lockFile(l); err != nil {
 		_ = l.Close()
 		return nil, fmt.Errorf("lock %s: %w", name, err)
 	}

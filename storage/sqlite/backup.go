@@ -8,11 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/mattn/go-sqlite3"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -101,7 +99,7 @@ func Backup(ctx context.Context, src, dst string, opts BackupOptions) (*BackupRe
 	tmp := tmpFile.Name()
 	// The lock marks the temporary as in use until this call returns; one
 	// left unlocked belongs to a backup that was killed.
-	_ = syscall.Flock(int(tmpFile.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	_, _ = tryLock(tmpFile)
 	defer func() { _ = tmpFile.Close() }()
 	done := false
 	defer func() {
@@ -152,7 +150,7 @@ func sweepTemporaries(dir, pattern string) {
 		if err != nil {
 			continue
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+		if ok, _ := tryLock(f); ok {
 			removeTemporary(tmp)
 		}
 		_ = f.Close()
@@ -187,7 +185,8 @@ func copyDatabase(ctx context.Context, rd *Reader, tmp string, opts BackupOption
 
 	// No journal mode in the DSN: the copy gets a rollback journal below.
 	p := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(tmp)
-	dstDB, err := sql.Open("sqlite3", "file:"+p+"?mode=rw&_synchronous=FULL")
+	dst := "file:" + p + "?mode=rw&_synchronous=FULL"
+	dstDB, err := sql.Open("sqlite3", dst)
 	if err != nil {
 		return fmt.Errorf("destination: %w", err)
 	}
@@ -198,16 +197,7 @@ func copyDatabase(ctx context.Context, rd *Reader, tmp string, opts BackupOption
 	}
 	defer func() { _ = dstConn.Close() }()
 
-	err = srcConn.Raw(func(s any) error {
-		return dstConn.Raw(func(d any) error {
-			sc, ok1 := s.(*sqlite3.SQLiteConn)
-			dc, ok2 := d.(*sqlite3.SQLiteConn)
-			if !ok1 || !ok2 {
-				return errors.New("not an SQLite connection")
-			}
-			return stepBackup(ctx, dc, sc, opts, res)
-		})
-	})
+	err = withBackup(srcConn, dstConn, dst, func(b pageCopier) error { return stepBackup(ctx, b, opts, res) })
 	if err != nil {
 		return err
 	}
@@ -225,13 +215,20 @@ func copyDatabase(ctx context.Context, rd *Reader, tmp string, opts BackupOption
 	return dstDB.Close()
 }
 
-// stepBackup runs SQLite's backup from sc to dc in steps of
-// opts.PagesPerStep pages, checking ctx between steps.
-func stepBackup(ctx context.Context, dc, sc *sqlite3.SQLiteConn, opts BackupOptions, res *BackupResult) error {
-	b, err := dc.Backup("main", sc, "main")
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
+// pageCopier is SQLite's online backup as the driver exposes it
+// (withBackup starts one).
+type pageCopier interface {
+	// Step copies up to n pages; finished is true once every page is
+	// copied. A busy or locked source copies none and is no error.
+	Step(n int) (finished bool, err error)
+	PageCount() int
+	Remaining() int
+	Finish() error
+}
+
+// stepBackup runs the backup b in steps of opts.PagesPerStep pages,
+// checking ctx between steps.
+func stepBackup(ctx context.Context, b pageCopier, opts BackupOptions, res *BackupResult) error {
 	for {
 		before := res.Pages
 		finished, err := b.Step(opts.PagesPerStep)
@@ -298,8 +295,13 @@ func syncFile(path string) (int64, error) {
 	return fi.Size(), f.Close()
 }
 
-// syncDir fsyncs a directory, so that a rename in it is durable.
+// syncDir fsyncs a directory, so that a rename in it is durable. Windows
+// cannot flush a directory (FlushFileBuffers needs a handle open for
+// writing, which a directory's is not); NTFS journals the rename itself.
 func syncDir(dir string) error {
+	if runtime.GOOS == "windows" {
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

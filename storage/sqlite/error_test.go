@@ -1,3 +1,5 @@
+//go:build cgo && !modernc
+
 package sqlite_test
 
 import (

@@ -19,7 +19,6 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
-	"github.com/mattn/go-sqlite3"
 )
 
 // chainWriter is one namespace's chain opened for writing: its head,
@@ -498,24 +497,40 @@ func (db *chainWriter) Head(context.Context) (ledger.Head, error) { return *db.h
 // ErrUnavailable family, and a corrupt page or file onto
 // ErrStorageCorrupt, using the driver's error codes.
 func classify(err error) error {
-	var se sqlite3.Error
-	if !errors.As(err, &se) {
+	code, ok := sqliteCode(err)
+	if !ok {
 		return err
 	}
-	switch se.Code {
-	case sqlite3.ErrBusy, sqlite3.ErrLocked:
+	switch code {
+	case codeBusy, codeLocked:
 		return fmt.Errorf("%w: %w", ledger.ErrBusy, err)
-	case sqlite3.ErrReadonly:
+	case codeReadonly:
 		return fmt.Errorf("%w: %w", ledger.ErrReadOnly, err)
-	case sqlite3.ErrFull:
+	case codeFull:
 		return fmt.Errorf("%w: %w", ledger.ErrDiskFull, err)
-	case sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrProtocol:
+	case codeIOErr, codeCantOpen, codeProtocol:
 		return fmt.Errorf("%w: %w", ledger.ErrIO, err)
-	case sqlite3.ErrCorrupt, sqlite3.ErrNotADB:
+	case codeCorrupt, codeNotADB:
 		return fmt.Errorf("%w: %w", ledger.ErrStorageCorrupt, err)
 	}
 	return err
 }
+
+// SQLite's primary result codes that classify and the callers tell apart
+// (https://sqlite.org/rescode.html); sqliteCode reads them from either
+// driver's errors.
+const (
+	codeBusy       = 5
+	codeLocked     = 6
+	codeReadonly   = 8
+	codeIOErr      = 10
+	codeCorrupt    = 11
+	codeFull       = 13
+	codeCantOpen   = 14
+	codeProtocol   = 15
+	codeConstraint = 19
+	codeNotADB     = 26
+)
 
 // sqlReadyProbe is a durable write of real size (1 MiB, more than a large
 // batch writes) outside the chain, to see whether the disk takes writes

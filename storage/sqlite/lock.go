@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // ErrLocked means another process has the ledger open for writing. Two
@@ -24,7 +23,7 @@ func acquireLock(dbPath string) (*lockFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+	if ok, err := tryLock(f); !ok {
 		holder := ""
 		if b, rerr := os.ReadFile(path); rerr == nil {
 			if pid := strings.TrimSpace(string(b)); pid != "" {
@@ -32,7 +31,7 @@ func acquireLock(dbPath string) (*lockFile, error) {
 			}
 		}
 		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if err == nil {
 			return nil, fmt.Errorf("%w%s: %s", ErrLocked, holder, dbPath)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)

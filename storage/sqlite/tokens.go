@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/mattn/go-sqlite3"
 )
 
 // sqliteTokens is the SQLite driver's TokenStore: the tokens table of the
@@ -46,8 +45,7 @@ func (t *sqliteTokens) InsertToken(ctx context.Context, r *ledger.TokenRow) erro
 	}
 	_, err = w.ExecContext(ctx, `INSERT INTO tokens (name, role, token_id, token_hash, created_at, namespaces) VALUES (?, ?, ?, ?, ?, ?)`,
 		r.Name, r.Role, r.ID, r.Hash, r.CreatedAt, joinNamespaces(r.Namespaces))
-	var se sqlite3.Error
-	if errors.As(err, &se) && se.Code == sqlite3.ErrConstraint {
+	if code, ok := sqliteCode(err); ok && code == codeConstraint {
 		return fmt.Errorf("%w: %s", ledger.ErrTokenExists, r.Name)
 	}
 	if err != nil {

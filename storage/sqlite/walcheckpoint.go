@@ -3,37 +3,22 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 	"time"
-
-	"github.com/mattn/go-sqlite3"
 )
 
 // writerDriver opens the writer's connection with automatic WAL
 // checkpoints off: SQLite would otherwise run them inside the COMMIT of
 // whichever batch crosses the threshold, on the single writer's path. The
 // checkpointer below runs them on a connection of its own instead.
+// writerDriverName (driver_cgo.go, driver_modernc.go) registers it: it
+// runs writerPragmas on every new connection.
 const writerDriver = "sqlite3-ledger-writer"
 
-var registerWriter sync.Once
-
-func writerDriverName() string {
-	registerWriter.Do(func() {
-		sql.Register(writerDriver, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
-			for _, p := range []string{
-				`PRAGMA wal_autocheckpoint = 0`,
-				// Keep the WAL file from staying huge after a burst.
-				`PRAGMA journal_size_limit = 67108864`,
-			} {
-				if _, err := c.Exec(p, nil); err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-			}
-			return nil
-		}})
-	})
-	return writerDriver
+var writerPragmas = []string{
+	`PRAGMA wal_autocheckpoint = 0`,
+	// Keep the WAL file from staying huge after a burst.
+	`PRAGMA journal_size_limit = 67108864`,
 }
 
 // Checkpointing policy: a PASSIVE checkpoint (never blocks the writer or

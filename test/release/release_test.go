@@ -58,12 +58,17 @@ func copyTree(t *testing.T, src string) string {
 	return dst
 }
 
-// release runs scripts/release in tree for the host's architecture into
-// a new folder and returns it; env adds to the environment.
-func release(t *testing.T, tree string, env ...string) string {
+// release runs scripts/release in tree with args into a new folder and
+// returns it.
+func release(t *testing.T, tree string, args ...string) string {
+	return releaseEnv(t, tree, nil, args...)
+}
+
+// releaseEnv is release with env added to the environment.
+func releaseEnv(t *testing.T, tree string, env []string, args ...string) string {
 	t.Helper()
 	out := t.TempDir()
-	cmd := exec.Command("bash", filepath.Join(tree, "scripts", "release"), "-o", out, "-a", runtime.GOARCH)
+	cmd := exec.Command("bash", append([]string{filepath.Join(tree, "scripts", "release"), "-o", out}, args...)...)
 	cmd.Dir = tree
 	cmd.Env = append(os.Environ(), append([]string{"REVISION=" + rev, "MODIFIED=false"}, env...)...)
 	var stderr bytes.Buffer
@@ -83,8 +88,10 @@ func TestRelease_reproducible(t *testing.T) {
 		t.Skip("scripts/release builds Linux binaries")
 	}
 	src := root(t)
-	first := release(t, src)
-	second := release(t, copyTree(t, src), "GOCACHE="+t.TempDir())
+	// The host's architecture, with cgo and in pure Go.
+	args := []string{"-a", runtime.GOARCH, "-t", "linux/" + runtime.GOARCH}
+	first := release(t, src, args...)
+	second := releaseEnv(t, copyTree(t, src), []string{"GOCACHE=" + t.TempDir()}, args...)
 
 	sums1, err := os.ReadFile(filepath.Join(first, "SHA256SUMS"))
 	require.NoError(t, err)
@@ -97,8 +104,9 @@ func TestRelease_reproducible(t *testing.T) {
 	for i := 1; i < len(names); i += 2 {
 		bins = append(bins, names[i])
 	}
-	for _, cmd := range []string{"ledgerd", "ledgerctl"} {
+	for _, cmd := range commands {
 		assert.Contains(t, bins, cmd+"_"+version.Release+"_linux_"+runtime.GOARCH)
+		assert.Contains(t, bins, cmd+"_"+version.Release+"_linux_"+runtime.GOARCH+"_static")
 	}
 	for _, bin := range bins {
 		b1, err := os.ReadFile(filepath.Join(first, bin))
@@ -114,8 +122,9 @@ func TestRelease_reproducible(t *testing.T) {
 	assert.NoError(t, err, "sha256sum -c:\n%s", outp)
 
 	t.Run("VersionWithoutVCS", func(t *testing.T) {
-		for _, cmd := range []string{"ledgerd", "ledgerctl"} {
-			out, err := exec.Command(filepath.Join(first, cmd+"_"+version.Release+"_linux_"+runtime.GOARCH), "--version").Output()
+		for _, bin := range bins {
+			cmd := strings.SplitN(bin, "_", 2)[0]
+			out, err := exec.Command(filepath.Join(first, bin), "--version").Output()
 			require.NoError(t, err, cmd)
 			lines := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
 			want := cmd + " " + version.Release

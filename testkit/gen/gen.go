@@ -15,8 +15,6 @@ import (
 	"log/slog"
 	"strconv"
 
-	_ "github.com/mattn/go-sqlite3" // the SQLite driver
-
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
