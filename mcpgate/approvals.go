@@ -11,6 +11,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Approvals through the agent's own client (SPEC §13) are the extension
@@ -90,7 +91,7 @@ func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation, form *mcp.
 	if err != nil {
 		return nil, fmt.Errorf("encode the approval round: %w", err)
 	}
-	b, err = withMembers(b, map[string]any{"resultType": "input_required", "content": nil})
+	b, err = wire.WithMembers(b, map[string]any{"resultType": "input_required", "content": nil})
 	if err != nil {
 		return nil, fmt.Errorf("encode the approval round: %w", err)
 	}

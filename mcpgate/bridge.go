@@ -106,9 +106,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *ledgerport.Rese
 	if errors.Is(err, errCapabilityMissing) {
 		o = capabilityMissing(err)
 	}
-	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cmcancel()
-	if cerr := g.port.Commit(cmctx, rsv, o); cerr != nil {
+	if cerr := g.commit(ctx, rsv, o); cerr != nil {
 		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	}
 	switch {

@@ -15,6 +15,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // Failure codes a forwarded call is committed with (SPEC §11).
@@ -42,7 +43,7 @@ type request struct {
 	version    string // the client's protocol revision
 	caller     caller // the client that made the call (caller.go)
 	class      Class
-	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
+	// lease: a task-augmented call's is its task's ttl (tasks.Lease).
 	lease time.Duration
 	// A round of a multi round-trip call (SPEC §11.1): the client's
 	// answers to the last round's inputRequests and its requestState (the
@@ -90,7 +91,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 	}
 	r := request{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
 		toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
-		lease: taskLease(p.Meta, g.cfg.Lease), caller: who}
+		lease: tasks.Lease(p.Meta, g.cfg.Lease), caller: who}
 	r.session, _ = req.GetSession().(*mcp.ServerSession)
 	if len(r.args) == 0 || string(r.args) == "null" {
 		r.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
@@ -318,9 +319,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		return unknownAnswer(rsv.Key, err), nil
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cmcancel()
-	if cerr := g.port.Commit(cmctx, rsv, v.outcome); cerr != nil {
+	if cerr := g.commit(ctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
@@ -335,6 +334,14 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		return g.askClient(c, rsv, res, v.reply)
 	}
 	return v.reply, nil
+}
+
+// commit records the outcome of rsv's call, however the caller's request
+// ends, within commitTimeout.
+func (g *Gateway) commit(ctx context.Context, rsv *ledgerport.Reservation, o Outcome) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	return g.port.Commit(ctx, rsv, o)
 }
 
 // reserveOf is the reserve of a call's current round.
@@ -367,7 +374,7 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
-		if id, task, ok := taskOf(slot.get()); ok {
+		if id, task, ok := tasks.Of(slot.get()); ok {
 			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil
 		}
 		return asRaw(res, slot.get()), nil

@@ -18,6 +18,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // The rounds of one MCP call (SPEC §11.1) are one execution: the
@@ -206,7 +207,7 @@ func (g *Gateway) askClient(c *call, rsv *ledgerport.Reservation, res *mcp.CallT
 		return nil, err
 	}
 	if r, ok := reply.(rawResult); ok {
-		if b, err := withMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
+		if b, err := wire.WithMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
 			return r.withRaw(b), nil
 		}
 	}

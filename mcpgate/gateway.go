@@ -33,6 +33,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // Defaults of Config.
@@ -125,8 +126,7 @@ type Gateway struct {
 	server   *mcp.Server
 	logger   *slog.Logger
 	stateKey func() ([]byte, error)
-	tasks    *taskTable
-	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
+	tasks    *tasks.Tasks // tasks (tasks.go)
 	// peers are the downstream sessions' own upstream sessions
 	// (serverreq.go).
 	peersMu   sync.Mutex
@@ -171,8 +171,9 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
 	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
+		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey),
 		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
+	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
 	up.onClose(g.closeParking)
@@ -268,12 +269,12 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	if info.Capabilities != nil {
 		c := *info.Capabilities
 		caps = &c
-		g.upTasks = takeTasks(caps)
+		g.tasks.Take(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
 		InitializedHandler: g.initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
-	g.addTaskMethods(s)
+	g.tasks.AddMethods(s, g.up.client)
 	return s
 }
 
@@ -284,7 +285,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		version := requestVersion(req) // before describeClient rewrites _meta
-		ctx = g.withOwner(ctx, req)
+		ctx = tasks.WithOwner(ctx, req)
 		var res mcp.Result
 		var err error
 		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
@@ -312,7 +313,7 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		if err != nil {
 			return nil, err
 		}
-		return g.withTasksCapability(res), nil
+		return g.tasks.WithCapability(res), nil
 	}
 	if err := g.relayLogLevel(ctx, req, version); err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
@@ -371,12 +372,12 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
 	uctx, slot := withRawSlot(uctx)
 	p = &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
-		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: ownerOf(ctx), slot: slot, stop: cancel}
+		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: tasks.OwnerOf(ctx), slot: slot, stop: cancel}
 	r.park = p
 	c.peer, c.route, c.park = pp, r, p
-	up := *c                            // what the upstream is sent: a copy
-	up.upState, up.upInput = "", nil    // the upstream knows no rounds
-	up.meta = withoutParamsTask(c.meta) // nor tasks: the call runs as a plain call
+	up := *c                                  // what the upstream is sent: a copy
+	up.upState, up.upInput = "", nil          // the upstream knows no rounds
+	up.meta = tasks.WithoutParamsTask(c.meta) // nor tasks: the call runs as a plain call
 	go func() {
 		defer cancel()
 		defer done()

@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // The SDK decodes an upstream's answers into its own types and encodes
@@ -158,7 +160,7 @@ func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if req, ok := msg.(*jsonrpc.Request); ok {
 		switch req.Method {
 		case "tools/call":
-			if p := unliftTask(req.Params); !bytes.Equal(p, req.Params) {
+			if p := tasks.UnliftParams(req.Params); !bytes.Equal(p, req.Params) {
 				r := *req
 				r.Params = p
 				msg = &r
@@ -212,7 +214,7 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		delete(c.sent, res.ID)
 		c.mu.Unlock()
 		if init && res.Error == nil {
-			res.Result = stashTasks(res.Result)
+			res.Result = tasks.Stash(res.Result)
 		}
 		if s != nil {
 			s.put(res.Result, wireError(res.Error))

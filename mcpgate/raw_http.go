@@ -8,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // rawRoundTripper keeps raw results for a Streamable HTTP upstream. The
@@ -18,7 +21,7 @@ import (
 type rawRoundTripper struct{ next http.RoundTripper }
 
 func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, init, err := unliftRequest(req)
+	req, init, err := tasks.UnliftRequest(req)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +33,7 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res, err := t.next.RoundTrip(req)
 	if init && err == nil {
-		stashTasksHTTP(res)
+		tasks.StashHTTP(res)
 	}
 	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
 		return res, err
@@ -63,7 +66,7 @@ func (b *rawBody) Read(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p[:n]...)
 	switch {
-	case len(b.buf) > maxBody:
+	case len(b.buf) > wire.MaxBody:
 		b.done, b.buf = true, nil
 	case b.sse:
 		b.scanEvents()

@@ -7,6 +7,8 @@ import (
 	"reflect"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Protocol revisions the gateway tells apart (SPEC §11.1).
@@ -62,7 +64,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		return res, nil
 	}
 	if statelessRevision(version) {
-		if hasMember(raw, "resultType") {
+		if wire.HasMember(raw, "resultType") {
 			return res, nil
 		}
 		b, ok := prepend(raw, `"resultType":"complete"`)
@@ -73,14 +75,14 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	}
 	set := map[string]any{}
 	for _, m := range newerResultMembers {
-		if hasMember(raw, m) {
+		if wire.HasMember(raw, m) {
 			set[m] = nil
 		}
 	}
 	if len(set) == 0 {
 		return res, nil
 	}
-	b, err := withMembers(raw, set)
+	b, err := wire.WithMembers(raw, set)
 	if err != nil {
 		return res, nil // not an object: passed on as it came
 	}
@@ -100,38 +102,4 @@ func prepend(raw json.RawMessage, member string) (json.RawMessage, bool) {
 		out = out[:len(out)-1]
 	}
 	return append(out, rest...), true
-}
-
-// hasMember reports whether the JSON object raw has the member name.
-func hasMember(raw json.RawMessage, name string) bool {
-	if !bytes.Contains(raw, []byte(`"`+name+`"`)) {
-		return false
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
-		return false
-	}
-	_, ok := obj[name]
-	return ok
-}
-
-// withMembers returns the JSON object raw with the members of set set to
-// their values, or removed where the value is nil.
-func withMembers(raw json.RawMessage, set map[string]any) (json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	for name, v := range set {
-		if v == nil {
-			delete(obj, name)
-			continue
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		obj[name] = b
-	}
-	return json.Marshal(obj)
 }

@@ -15,6 +15,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // An upstream that negotiated a revision before 2026-07-28 asks its
@@ -293,8 +295,8 @@ func (p *peer) newClient() *mcp.Client {
 		MultiRoundTrip:        &mcp.MultiRoundTripOptions{Disabled: true},
 	})
 	c.AddReceivingMiddleware(p.answerUpstream)
-	for _, m := range taskMethods { // a task made on a session is polled on it (tasks.go)
-		_ = mcp.AddSendingCustomMethod[*taskParams, *taskResult](c, m)
+	for _, m := range tasks.Methods { // a task made on a session is polled on it (tasks.go)
+		_ = mcp.AddSendingCustomMethod[*tasks.Params, *tasks.Result](c, m)
 	}
 	return c
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
 // Outcome is what a forwarded call came to, as the ledger records it.
@@ -43,7 +44,7 @@ type verdict struct {
 func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	raw := slot.get()
 	rpcErr, answered := slot.answer()
-	if id, task, ok := taskOf(raw); err == nil && ok {
+	if id, task, ok := tasks.Of(raw); err == nil && ok {
 		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
 	}
 	switch {
@@ -55,8 +56,7 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	case err == nil:
 		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
 	case rpcErr != nil:
-		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(rpcErr.Message, ledgerport.MaxFailureMessage)},
-			rpcErr: rpcErr}
+		return verdict{known: true, outcome: rpcFailure(rpcErr.Message), rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
 	case err != nil && !slot.wasWritten():
@@ -91,6 +91,24 @@ func judgeRaw(raw json.RawMessage) verdict {
 		return verdict{known: true, outcome: toolError(first), reply: reply}
 	}
 	return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(&mcp.CallToolResult{}, raw)}, reply: reply}
+}
+
+// finalOutcome is what an upstream's final answer came to (a task's
+// end): its result, or (failure != "") the error it failed with.
+func finalOutcome(result json.RawMessage, failure string) Outcome {
+	if failure != "" {
+		return rpcFailure(failure)
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(result, &res); err == nil && res.IsError {
+		return toolError(firstText(&res))
+	}
+	return Outcome{Succeeded: true, Result: recordedResult(&res, result)}
+}
+
+// rpcFailure is the outcome of an answer with a JSON-RPC error.
+func rpcFailure(message string) Outcome {
+	return Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(message, ledgerport.MaxFailureMessage)}
 }
 
 // toolError is the outcome of an answer with isError: true.

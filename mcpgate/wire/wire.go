@@ -1,0 +1,47 @@
+// Package wire is the MCP gateway's shared vocabulary for JSON-RPC
+// messages as they come: the members of a JSON object read and set
+// without decoding the rest, and the bound on a message's size. The core
+// package mcpgate and its extensions import it; it imports neither.
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// MaxBody bounds a POSTed MCP message.
+const MaxBody = 8 << 20
+
+// HasMember reports whether the JSON object raw has the member name.
+func HasMember(raw json.RawMessage, name string) bool {
+	if !bytes.Contains(raw, []byte(`"`+name+`"`)) {
+		return false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return false
+	}
+	_, ok := obj[name]
+	return ok
+}
+
+// WithMembers returns the JSON object raw with the members of set set to
+// their values, or removed where the value is nil.
+func WithMembers(raw json.RawMessage, set map[string]any) (json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	for name, v := range set {
+		if v == nil {
+			delete(obj, name)
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		obj[name] = b
+	}
+	return json.Marshal(obj)
+}
