@@ -28,7 +28,7 @@ const MetaApproval = "io.effect-ledger/approval"
 func approval(c *call, key string) approve.Call {
 	return approve.Call{Key: key, LedgerTool: c.ledgerTool, Effect: c.class.Effect, Args: c.args, Client: c.caller.name,
 		ElicitForm: c.caller.elicitForm, ElicitURL: c.caller.elicitURL, Session: c.session,
-		Stateless: statelessRevision(c.version)}
+		Stateless: wire.Stateless(c.version)}
 }
 
 // approvalCore is the call's path as the approvals extension reaches it

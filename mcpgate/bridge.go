@@ -11,6 +11,8 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // A client of a revision before 2026-07-28 cannot answer input_required:
@@ -25,13 +27,9 @@ import (
 // older client (the SDK's client allows as many).
 const maxBridgedRounds = 10
 
-// errCapabilityMissing is an input request the client cannot answer: it
-// did not declare the capability.
-var errCapabilityMissing = errors.New("the client lacks the capability")
-
 // bridges reports whether the gateway asks the client for a round's
 // input itself.
-func (c *call) bridges() bool { return !statelessRevision(c.version) && c.session != nil }
+func (c *call) bridges() bool { return !wire.Stateless(c.version) && c.session != nil }
 
 // fulfil asks the client each input request of a round, with ctx of the
 // client's request (over HTTP, the request goes on its stream).
@@ -49,21 +47,21 @@ func fulfil(ctx context.Context, ss *mcp.ServerSession, reqs mcp.InputRequestMap
 		switch p := r.(type) {
 		case *mcp.ElicitParams:
 			if caps.Elicitation == nil {
-				return nil, fmt.Errorf("%w: elicitation", errCapabilityMissing)
+				return nil, fmt.Errorf("%w: elicitation", serverreq.ErrCapabilityMissing)
 			}
 			res, err = ss.Elicit(ctx, p)
 		case *mcp.CreateMessageWithToolsParams:
 			if caps.Sampling == nil {
-				return nil, fmt.Errorf("%w: sampling", errCapabilityMissing)
+				return nil, fmt.Errorf("%w: sampling", serverreq.ErrCapabilityMissing)
 			}
 			res, err = ss.CreateMessageWithTools(ctx, p)
 		case *mcp.ListRootsParams:
-			if !hasRoots(caps) {
-				return nil, fmt.Errorf("%w: roots", errCapabilityMissing)
+			if !serverreq.HasRoots(caps) {
+				return nil, fmt.Errorf("%w: roots", serverreq.ErrCapabilityMissing)
 			}
 			res, err = ss.ListRoots(ctx, p)
 		default:
-			return nil, fmt.Errorf("%w: input request %q of type %T", errCapabilityMissing, id, r)
+			return nil, fmt.Errorf("%w: input request %q of type %T", serverreq.ErrCapabilityMissing, id, r)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("ask the client (%s): %w", id, err)
@@ -71,13 +69,6 @@ func fulfil(ctx context.Context, ss *mcp.ServerSession, reqs mcp.InputRequestMap
 		out[id] = res
 	}
 	return out, nil
-}
-
-// hasRoots reports whether a client declared roots, as far as the SDK
-// lets a server tell (see wireCapabilities).
-func hasRoots(c *mcp.ClientCapabilities) bool {
-	_, ok := wireCapabilities(c)["roots"]
-	return ok
 }
 
 // capabilityMissing is the outcome of a call whose input the client
@@ -103,14 +94,14 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *ledgerport.Rese
 		err = fmt.Errorf("the tool asked for input more than %d times", maxBridgedRounds)
 	}
 	o := Outcome{NotApplied: true, ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}
-	if errors.Is(err, errCapabilityMissing) {
+	if errors.Is(err, serverreq.ErrCapabilityMissing) {
 		o = capabilityMissing(err)
 	}
 	if cerr := g.commit(ctx, rsv, o); cerr != nil {
 		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	}
 	switch {
-	case errors.Is(err, errCapabilityMissing):
+	case errors.Is(err, serverreq.ErrCapabilityMissing):
 		g.logger.InfoContext(ctx, "call not run: the client cannot answer", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
 		return nil, capabilityAnswer(rsv.Key, err)
 	case err != nil:

@@ -15,6 +15,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 )
 
@@ -65,10 +66,10 @@ type call struct {
 	attempt uint64
 	hash    string
 	up      *mcp.ClientSession // the upstream session the call went to
-	// On a session of its own upstream (serverreq.go): where the
+	// On a session of its own upstream (package serverreq): where the
 	// upstream's requests during the call go.
-	peer  *peer
-	route *route
+	peer  *serverreq.Peer
+	route *serverreq.Route
 	// ask is the ask a 2026-07-28 round asked the client to answer
 	// (approvals.go).
 	ask uint64
@@ -85,8 +86,8 @@ type call struct {
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
 func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
-	who := describeCaller(req, version) // before describeClient rewrites _meta
-	if err := g.describeClient(ctx, req); err != nil {
+	who := describeCaller(req, version) // before DescribeClient rewrites _meta
+	if err := g.peers.DescribeClient(ctx, req); err != nil {
 		return nil, err
 	}
 	r := request{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
@@ -113,9 +114,9 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 	c := &call{request: r, upInput: r.inputResponses, peer: peer, parked: g.parks(ctx, version)}
 	if c.peer != nil {
 		// The call's own upstream session: what the upstream asks on it
-		// is this call's (serverreq.go).
+		// is this call's (package serverreq).
 		var done func()
-		if s, c.route, done, err = c.peer.acquire(ctx); err != nil {
+		if s, c.route, done, err = c.peer.Acquire(ctx); err != nil {
 			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
 			return nil, err
 		}
@@ -131,16 +132,16 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 }
 
 // toolSession is the upstream session whose tools a call of session ss
-// sees: the shared one, or the client's own (serverreq.go), with its peer.
-func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *peer, error) {
+// sees: the shared one, or the client's own (package serverreq), with its peer.
+func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *serverreq.Peer, error) {
 	s, err := g.up.Session(ctx)
-	if err != nil || !g.usesPeer(ss, version) {
+	if err != nil || !g.peers.UsesPeer(ss, version) {
 		return s, nil, err
 	}
 	// The client's own upstream session, whose tools are the ones offered
 	// to a client with its capabilities.
-	p := g.peerOf(ss)
-	s, err = p.session(ctx)
+	p := g.peers.Of(ss)
+	s, err = p.Session(ctx)
 	return s, p, err
 }
 
@@ -298,7 +299,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		g.logger.InfoContext(ctx, "parked round held: the call's outcome is its final answer", "tool", c.ledgerTool, "key", rsv.Key)
 		return g.askClient(c, rsv, res, v.reply)
 	}
-	if first, merr := missingCapability(c.peer, c.route, v); merr != nil {
+	if first, merr := serverreq.MissingCapability(c.peer, c.route, v.known && !v.outcome.Succeeded && !v.inputRequired, v.outcome.ErrorMessage); merr != nil {
 		// The upstream failed the call for want of what the client
 		// cannot give: nothing applied if it had asked nothing before,
 		// else it may have acted and the outcome is unknown.

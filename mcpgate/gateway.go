@@ -24,7 +24,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -33,7 +32,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Defaults of Config.
@@ -128,9 +129,8 @@ type Gateway struct {
 	stateKey func() ([]byte, error)
 	tasks    *tasks.Tasks // tasks (tasks.go)
 	// peers are the downstream sessions' own upstream sessions
-	// (serverreq.go).
-	peersMu   sync.Mutex
-	peers     map[*mcp.ServerSession]*peer
+	// (package serverreq).
+	peers     *serverreq.Peers
 	parked    *parkTable         // the parked calls of 2026-07-28 clients (park.go)
 	approvals *approve.Approvals // approvals through the client (approvals.go)
 }
@@ -172,7 +172,9 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
 	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
 		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey),
-		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
+		parked: newParkTable()}
+	g.peers = serverreq.New(upstreamHost{up}, serverreq.Config{Name: up.name, Version: cfg.Version, SpeaksFor: up.speaksFor != nil,
+		Logger: g.logger, Progress: g.progress.deliver})
 	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
@@ -272,7 +274,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 		g.tasks.Take(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
-		InitializedHandler: g.initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
+		InitializedHandler: g.peers.Initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
 	g.tasks.AddMethods(s, g.up.client)
 	return s
@@ -284,7 +286,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 // the SDK's.
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		version := requestVersion(req) // before describeClient rewrites _meta
+		version := requestVersion(req) // before DescribeClient rewrites _meta
 		ctx = tasks.WithOwner(ctx, req)
 		var res mcp.Result
 		var err error
@@ -304,7 +306,7 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 // the client's protocol revision.
 func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
 	if forwarded(req.GetParams()) {
-		if err := g.describeClient(ctx, req); err != nil {
+		if err := g.peers.DescribeClient(ctx, req); err != nil {
 			return nil, err
 		}
 	}
@@ -315,10 +317,10 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		}
 		return g.tasks.WithCapability(res), nil
 	}
-	if err := g.relayLogLevel(ctx, req, version); err != nil {
+	if err := g.peers.RelayLogLevel(ctx, req, version); err != nil {
 		return nil, err
 	}
-	up := g.sessionFor(req, version)
+	up := g.peers.SessionFor(req, version)
 	switch p := req.GetParams().(type) {
 	case *mcp.ListToolsParams:
 		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
@@ -443,7 +445,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 // later, which belongs to no session.
 func statelessRequest(r *http.Request) bool {
 	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
-		statelessRevision(r.Header.Get("Mcp-Protocol-Version"))
+		wire.Stateless(r.Header.Get("Mcp-Protocol-Version"))
 }
 
 // boundSessions refuses a request that would open a session (one without

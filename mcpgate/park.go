@@ -20,7 +20,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Parked calls (SPEC §11.1): a client of 2026-07-28 is sent no requests,
@@ -115,8 +117,8 @@ type parkedCall struct {
 	ask   *parkedAsk      // the request the client is asked now
 	timer *time.Timer
 	// Where the call runs, for what its client could not answer.
-	peer  *peer
-	route *route
+	peer  *serverreq.Peer
+	route *serverreq.Route
 	// What it belongs to: a requestState naming it serves this call only.
 	tool, hash string
 	recorded   bool
@@ -152,12 +154,12 @@ type parkedEnd struct {
 type parkTable struct {
 	mu      sync.Mutex
 	calls   map[string]*parkedCall
-	byOwner map[string]int   // parked calls by owner
-	peers   map[string]*peer // parking peers, by their client's capabilities
+	byOwner map[string]int             // parked calls by owner
+	peers   map[string]*serverreq.Peer // parking peers, by their client's capabilities
 }
 
 func newParkTable() *parkTable {
-	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*peer{}, byOwner: map[string]int{}}
+	return &parkTable{calls: map[string]*parkedCall{}, peers: map[string]*serverreq.Peer{}, byOwner: map[string]int{}}
 }
 
 // take removes and returns the parked call id if it still waits, holds
@@ -270,7 +272,7 @@ func (t *parkTable) abandon(p *parkedCall, wait time.Duration) {
 // parks reports whether a call of a client of revision version goes on
 // a parking peer: a 2026-07-28 client, an upstream of an older revision.
 func (g *Gateway) parks(ctx context.Context, version string) bool {
-	if !statelessRevision(version) {
+	if !wire.Stateless(version) {
 		return false
 	}
 	s, err := g.up.Session(ctx)
@@ -278,22 +280,20 @@ func (g *Gateway) parks(ctx context.Context, version string) bool {
 		return false
 	}
 	ir := s.InitializeResult()
-	return ir != nil && !statelessRevision(ir.ProtocolVersion)
+	return ir != nil && !wire.Stateless(ir.ProtocolVersion)
 }
 
 // parkingPeer is the peer whose upstream sessions introduce the
 // gateway as a client with the capabilities caps.
-func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities) *peer {
-	relay := relayable(caps)
-	b, _ := json.Marshal(wireCapabilities(relay))
+func (g *Gateway) parkingPeer(caps *mcp.ClientCapabilities) *serverreq.Peer {
+	relay := serverreq.Relayable(caps)
+	b, _ := json.Marshal(serverreq.WireCapabilities(relay))
 	g.parked.mu.Lock()
 	defer g.parked.mu.Unlock()
 	if p, ok := g.parked.peers[string(b)]; ok {
 		return p
 	}
-	p := &peer{g: g, caps: relay, impl: &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version},
-		slots: make(chan struct{}, maxParkingCalls), busy: map[*mcp.ClientSession]*route{}, maxSpare: maxParkingSpare}
-	p.shared = g.up.adopt(p)
+	p := g.peers.NewParking(relay, maxParkingCalls, maxParkingSpare)
 	g.parked.peers[string(b)] = p
 	return p
 }
@@ -315,7 +315,7 @@ const maxParkingSpare = 2
 func (g *Gateway) closeParking() {
 	g.parked.mu.Lock()
 	peers, calls := g.parked.peers, g.parked.calls
-	g.parked.peers, g.parked.calls, g.parked.byOwner = map[string]*peer{}, map[string]*parkedCall{}, map[string]int{}
+	g.parked.peers, g.parked.calls, g.parked.byOwner = map[string]*serverreq.Peer{}, map[string]*parkedCall{}, map[string]int{}
 	g.parked.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, c := range calls {
@@ -324,7 +324,7 @@ func (g *Gateway) closeParking() {
 	}
 	wg.Wait()
 	for _, p := range peers {
-		p.close()
+		p.Close()
 	}
 }
 
@@ -365,7 +365,7 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 	pp := g.parkingPeer(c.caller.caps)
 	// A session within the round's lease; the upstream's call outlives
 	// the round's request.
-	s, r, done, err := pp.acquire(ctx)
+	s, r, done, err := pp.Acquire(ctx)
 	if err != nil {
 		return nil, &rawSlot{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
@@ -373,7 +373,7 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 	uctx, slot := withRawSlot(uctx)
 	p = &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
 		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: tasks.OwnerOf(ctx), slot: slot, stop: cancel}
-	r.park = p
+	r.Park = p
 	c.peer, c.route, c.park = pp, r, p
 	up := *c                                  // what the upstream is sent: a copy
 	up.upState, up.upInput = "", nil          // the upstream knows no rounds
@@ -496,9 +496,9 @@ func (g *Gateway) heldRound(c *call, key string) (p *parkedCall, gone bool) {
 	return p, p == nil
 }
 
-// parkAsk hands a request of the upstream during a parked call to the
+// Ask hands a request of the upstream during a parked call to the
 // call's client, as its next round, and waits for the answer.
-func (p *parkedCall) parkAsk(ctx context.Context, params mcp.InputRequest) (mcp.Result, error) {
+func (p *parkedCall) Ask(ctx context.Context, params mcp.InputRequest) (mcp.Result, error) {
 	n := p.n.Add(1)
 	if n > maxParkedRounds {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("more than %d requests in one call", maxParkedRounds)}
@@ -518,71 +518,4 @@ func (p *parkedCall) parkAsk(ctx context.Context, params mcp.InputRequest) (mcp.
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-}
-
-// parkedAnswer answers a request of the upstream on a parking peer's
-// session: the call's client answers it in its next round; one outside
-// a call, or one the client lacks the capability for, is refused.
-func (p *peer) parkedAnswer(ctx context.Context, r *route, method string, req mcp.Request) (mcp.Result, error) {
-	params, ok := req.GetParams().(mcp.InputRequest)
-	missing := ""
-	switch req.GetParams().(type) {
-	case *mcp.ElicitParams:
-		if p.caps.Elicitation == nil {
-			missing = "elicitation"
-		}
-	case *mcp.CreateMessageWithToolsParams, *mcp.CreateMessageParams:
-		if p.caps.Sampling == nil {
-			missing = "sampling"
-		}
-	case *mcp.ListRootsParams:
-		if !hasRoots(p.caps) {
-			missing = "roots"
-		}
-	default:
-		missing = method
-	}
-	if !ok || r == nil || r.park == nil {
-		missing = method
-	}
-	if missing != "" {
-		return nil, p.refuseMissing(ctx, r, method, missing)
-	}
-	res, err := r.park.parkAsk(ctx, params)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	r.answered++
-	p.mu.Unlock()
-	return res, nil
-}
-
-// wireClientCapabilities reads a 2026-07-28 request's client
-// capabilities (_meta) into the SDK's type: the ones the gateway relays.
-func wireClientCapabilities(m map[string]any) *mcp.ClientCapabilities {
-	out := &mcp.ClientCapabilities{}
-	decode := func(v any, dst any) bool {
-		b, err := json.Marshal(v)
-		return err == nil && json.Unmarshal(b, dst) == nil
-	}
-	if v, ok := m["elicitation"]; ok {
-		e := &mcp.ElicitationCapabilities{}
-		if decode(v, e) {
-			out.Elicitation = e
-		}
-	}
-	if v, ok := m["sampling"]; ok {
-		s := &mcp.SamplingCapabilities{}
-		if decode(v, s) {
-			out.Sampling = s
-		}
-	}
-	if v, ok := m["roots"]; ok {
-		rc := &mcp.RootCapabilities{}
-		if decode(v, rc) {
-			out.RootsV2 = rc
-		}
-	}
-	return out
 }

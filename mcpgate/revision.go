@@ -16,7 +16,7 @@ const (
 	// Version20260728 is the stateless revision: no initialize, every
 	// request carries its version in _meta, and a call may answer
 	// input_required (multi round-trip requests).
-	Version20260728 = "2026-07-28"
+	Version20260728 = wire.Version20260728
 )
 
 // requestVersion is the protocol revision of a downstream request: the
@@ -35,10 +35,6 @@ func requestVersion(req mcp.Request) string {
 	return ""
 }
 
-// statelessRevision reports whether version has multi round-trip
-// requests and resultType.
-func statelessRevision(version string) bool { return version >= Version20260728 }
-
 // newerResultMembers are the members of a result that a client on a
 // revision before 2026-07-28 does not know.
 var newerResultMembers = []string{"resultType", "inputRequests", "requestState"}
@@ -52,7 +48,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	case rawResult:
 		raw = r.rawJSON()
 	case *mcp.CallToolResult:
-		if !statelessRevision(version) {
+		if !wire.Stateless(version) {
 			return res, nil // the SDK writes no resultType it did not read
 		}
 		b, err := json.Marshal(r)
@@ -63,7 +59,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	default:
 		return res, nil
 	}
-	if statelessRevision(version) {
+	if wire.Stateless(version) {
 		if wire.HasMember(raw, "resultType") {
 			return res, nil
 		}

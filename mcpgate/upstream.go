@@ -11,17 +11,18 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Upstream is the connection to the real MCP server, shared by every
 // downstream session (a session of an older revision also gets one of its
-// own for its calls, serverreq.go; over stdio the shared one is the one
+// own for its calls, package serverreq; over stdio the shared one is the one
 // client's own, UpstreamOptions.Client). A connection that ends (a stdio server that died,
 // a Streamable HTTP session that broke) is made again on the next use.
 type Upstream struct {
@@ -47,12 +48,12 @@ type Upstream struct {
 	// speaksFor are the capabilities the shared session advertises for
 	// the one client it speaks for (UpstreamOptions.Client), nil: none.
 	// The peer of that client, owner, takes the shared session as its own
-	// first session (serverreq.go); adopted is closed once that is
+	// first session (package serverreq); adopted is closed once that is
 	// decided, or on Close. waitOwner: the client initializes, and what
 	// the upstream asks before waits for its session.
 	speaksFor *mcp.ClientCapabilities
 	waitOwner bool
-	owner     *peer
+	owner     *serverreq.Peer
 	adopted   chan struct{}
 	decided   bool
 }
@@ -122,8 +123,8 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 		progress: func(*mcp.ProgressNotificationParams) {}, adopted: make(chan struct{})}
 	impl, caps := &mcp.Implementation{Name: "ledger-mcp", Version: o.Version}, &mcp.ClientCapabilities{}
 	if o.Client != nil {
-		caps = relayable(o.Client.Capabilities)
-		u.speaksFor, u.waitOwner = caps, !statelessRevision(o.Client.ProtocolVersion)
+		caps = serverreq.Relayable(o.Client.Capabilities)
+		u.speaksFor, u.waitOwner = caps, !wire.Stateless(o.Client.ProtocolVersion)
 		if o.Client.ClientInfo != nil && u.waitOwner {
 			impl = o.Client.ClientInfo
 		}
@@ -141,7 +142,7 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 		//lint:ignore SA1019 logging is deprecated (SEP-2577), not gone: the client is relayed it
 		LoggingMessageHandler: func(ctx context.Context, r *mcp.LoggingMessageRequest) {
 			if p := u.ownerPeer(); p != nil {
-				p.log(ctx, r)
+				p.Log(ctx, r)
 			}
 		},
 		// A round that asks for input goes back to the client that made
@@ -164,14 +165,14 @@ func dial(ctx context.Context, name string, newConn func() mcp.Transport, o Upst
 // are p's client's. A client session's peer is the only one asked; of
 // parking peers (a 2026-07-28 client's), the first with those
 // capabilities. nil: the client gets no peer (a 2026-07-28 upstream).
-func (u *Upstream) adopt(p *peer) bool {
+func (u *Upstream) adopt(p *serverreq.Peer) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.speaksFor == nil || u.decided {
 		return false
 	}
-	ok := p != nil && sameCapabilities(u.speaksFor, relayable(p.clientCaps()))
-	if !ok && p != nil && p.ss == nil {
+	ok := p != nil && serverreq.SameCapabilities(u.speaksFor, serverreq.Relayable(p.Caps()))
+	if !ok && p != nil && p.Parking() {
 		return false
 	}
 	u.decided = true
@@ -183,7 +184,7 @@ func (u *Upstream) adopt(p *peer) bool {
 }
 
 // ownerPeer is the peer that took the shared session as its own, if any.
-func (u *Upstream) ownerPeer() *peer {
+func (u *Upstream) ownerPeer() *serverreq.Peer {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.owner
@@ -210,7 +211,7 @@ func (u *Upstream) toOwner(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		if p := u.ownerPeer(); p != nil {
-			return p.answerUpstream(next)(ctx, method, req)
+			return p.AnswerUpstream(next)(ctx, method, req)
 		}
 		if method == "roots/list" {
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "client does not support roots"}
@@ -373,7 +374,8 @@ var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
 // never answers (or answers another id) leaves the call's outcome unknown
 // then, not at the end of its lease. The time counts while the upstream
 // owes the answer: not while a request of its to the client (an
-// elicitation a person answers) waits on the call's route (serverreq.go).
+// elicitation a person answers) waits on the call's route (package
+// serverreq).
 // A parked call (park.go) waits for its client's rounds as well, and is
 // bounded in await.
 func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
@@ -384,12 +386,9 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 	defer cancel(nil)
 	tctx, slot := withRawSlot(tctx) // the one send uses
 	defer context.AfterFunc(tctx, slot.abandon)()
-	w := &watchdog{d: g.cfg.UpstreamTimeout}
-	w.t = time.AfterFunc(w.d, func() { cancel(errUpstreamTimeout) })
-	defer w.t.Stop()
-	if c.route != nil {
-		c.route.watch.Store(w)
-	}
+	w := serverreq.NewWatchdog(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
+	defer w.Stop()
+	c.route.Watch(w)
 	res, slot, err := g.send(tctx, s, c)
 	if _, answered := slot.answer(); err == nil && !answered && tctx.Err() != nil {
 		// The SDK took an answer that came after the wait ended: none.
@@ -399,38 +398,6 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
 	}
 	return res, slot, err
-}
-
-// watchdog is a call's upstream timeout, held while the upstream waits
-// for the client.
-type watchdog struct {
-	d    time.Duration
-	t    *time.Timer
-	mu   sync.Mutex
-	held int
-}
-
-// hold stops the clock until release.
-func (w *watchdog) hold() {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.held++
-	w.t.Stop()
-}
-
-// release gives the upstream the whole timeout again, once nothing holds.
-func (w *watchdog) release() {
-	if w == nil {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.held--; w.held == 0 {
-		w.t.Reset(w.d)
-	}
 }
 
 // unsentVerdict is the outcome of a call never written to the upstream

@@ -1,5 +1,5 @@
 // Package wire is the MCP gateway's shared vocabulary for JSON-RPC
-// messages as they come: the members of a JSON object read and set
+// messages as they come: the protocol revisions told apart, the members of a JSON object read and set
 // without decoding the rest, and the bound on a message's size. The core
 // package mcpgate and its extensions import it; it imports neither.
 package wire
@@ -8,6 +8,15 @@ import (
 	"bytes"
 	"encoding/json"
 )
+
+// Version20260728 is the stateless revision: no initialize, every
+// request carries its version in _meta, and a call may answer
+// input_required (multi round-trip requests).
+const Version20260728 = "2026-07-28"
+
+// Stateless reports whether version has multi round-trip requests and
+// resultType.
+func Stateless(version string) bool { return version >= Version20260728 }
 
 // MaxBody bounds a POSTed MCP message.
 const MaxBody = 8 << 20
