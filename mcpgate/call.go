@@ -17,6 +17,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Failure codes a forwarded call is committed with (SPEC §11).
@@ -375,10 +376,10 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
-		if id, task, ok := tasks.Of(slot.get()); ok {
-			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil
+		if id, task, ok := tasks.Of(slot.Get()); ok {
+			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.Get())), nil
 		}
-		return asRaw(res, slot.get()), nil
+		return asRaw(res, slot.Get()), nil
 	}
 	v := judge(res, slot, err)
 	switch {
@@ -393,7 +394,7 @@ func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call
 // send makes the upstream call, with the client's progress token routed
 // back to it, and returns the typed result and the slot that saw the
 // upstream's answer.
-func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	if c.parked {
 		return g.sendParked(ctx, c)
 	}
@@ -401,10 +402,10 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 }
 
 // sendOn makes the upstream call on s.
-func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
-	rctx, slot := withRawSlot(ctx)
+	rctx, slot := wire.WithSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
 		InputResponses: c.upInput, RequestState: c.upState})
 	return res, slot, err

@@ -386,12 +386,12 @@ func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mc
 	if err != nil {
 		return nil, err
 	}
-	rctx, slot := withRawSlot(ctx)
+	rctx, slot := wire.WithSlot(ctx)
 	res, err := f(rctx, s)
 	if err != nil {
 		return nil, err
 	}
-	return asRaw(res, slot.get()), nil
+	return asRaw(res, slot.Get()), nil
 }
 
 // Server is the downstream MCP server, for transports of the caller's

@@ -133,7 +133,7 @@ type parkedCall struct {
 	gen    int       // times parked, under parkTable.mu: a timer serves its own
 	// slot sees the upstream call's answer (and the stray ones, for the
 	// log); stop gives the upstream call up.
-	slot *rawSlot
+	slot *wire.Slot
 	stop context.CancelFunc
 }
 
@@ -146,7 +146,7 @@ type parkedAsk struct {
 
 type parkedEnd struct {
 	res  *mcp.CallToolResult
-	slot *rawSlot
+	slot *wire.Slot
 	err  error
 }
 
@@ -338,16 +338,16 @@ func (g *Gateway) Close() error {
 // request, or the call itself on a parking peer's session. It returns
 // the call's answer, or an input_required round for the upstream's
 // next request.
-func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	hash, err := client.Fingerprint(c.args)
 	if err != nil {
-		return nil, &rawSlot{}, err
+		return nil, &wire.Slot{}, err
 	}
 	p := c.park // claimed with its held reservation (guarded)
 	if id, question, _, ok := parsePark(c.upState); ok && p == nil {
 		var bound bool
 		if p, bound = g.parked.take(id, question, c, hash); bound {
-			return nil, &rawSlot{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState: issued for another call"}
+			return nil, &wire.Slot{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "requestState: issued for another call"}
 		}
 		if p == nil {
 			g.logger.InfoContext(ctx, "parked call gone (timed out, or another process): the call runs afresh", "tool", c.ledgerTool)
@@ -367,10 +367,10 @@ func (g *Gateway) sendParked(ctx context.Context, c *call) (*mcp.CallToolResult,
 	// the round's request.
 	s, r, done, err := pp.Acquire(ctx)
 	if err != nil {
-		return nil, &rawSlot{}, fmt.Errorf("%w: %w", errNotSent, err)
+		return nil, &wire.Slot{}, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), parkTimeout+g.cfg.Lease)
-	uctx, slot := withRawSlot(uctx)
+	uctx, slot := wire.WithSlot(uctx)
 	p = &parkedCall{id: rand.Text(), asks: make(chan *parkedAsk), end: make(chan parkedEnd, 1), peer: pp, route: r,
 		tool: c.ledgerTool, hash: hash, recorded: c.class.Recorded(), owner: tasks.OwnerOf(ctx), slot: slot, stop: cancel}
 	r.Park = p
@@ -407,7 +407,7 @@ func (g *Gateway) settleParked(ctx context.Context, c *call, rsv *ledgerport.Res
 // the reservation's lease.
 // The upstream gets Config.UpstreamTimeout to send either: then its call
 // is given up, and the outcome is unknown.
-func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallToolResult, *wire.Slot, error) {
 	timer := time.NewTimer(g.cfg.UpstreamTimeout)
 	defer timer.Stop()
 	for {
@@ -415,7 +415,7 @@ func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallT
 		case e := <-p.end:
 			return e.res, e.slot, e.err
 		case <-ctx.Done():
-			return nil, &rawSlot{}, ctx.Err()
+			return nil, &wire.Slot{}, ctx.Err()
 		case <-timer.C:
 			p.stop()
 			return nil, p.slot, fmt.Errorf("%w (%s)", errUpstreamTimeout, g.cfg.UpstreamTimeout)
@@ -432,7 +432,7 @@ func (g *Gateway) await(ctx context.Context, c *call, p *parkedCall) (*mcp.CallT
 // parkRound parks p with its request ask and returns the round that asks
 // the client; nothing when the client has too many parked calls (ask is
 // then answered with an error).
-func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *parkedAsk) (*mcp.CallToolResult, *wire.Slot, error) {
 	p.ask = ask
 	timeout := parkTimeout
 	var held *ledgerport.Reservation
@@ -456,7 +456,7 @@ func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *pa
 	}
 	if err != nil {
 		ask.answer <- nil
-		return nil, &rawSlot{}, fmt.Errorf("park: %w", err)
+		return nil, &wire.Slot{}, fmt.Errorf("park: %w", err)
 	}
 	if !g.parked.park(p, timeout, held, settle) {
 		g.logger.WarnContext(ctx, "upstream request refused: the client has too many calls waiting for its answers",
@@ -464,8 +464,8 @@ func (g *Gateway) parkRound(ctx context.Context, c *call, p *parkedCall, ask *pa
 		ask.answer <- nil
 		return nil, nil, nil
 	}
-	slot := &rawSlot{}
-	slot.put(raw, nil)
+	slot := &wire.Slot{}
+	slot.Put(raw, nil)
 	return &res, slot, nil
 }
 

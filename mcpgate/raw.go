@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // The SDK decodes an upstream's answers into its own types and encodes
@@ -21,109 +22,8 @@ import (
 // protocol revisions, such as a tool's "execution") and adds empty ones.
 // So that tools/list and the other forwarded answers reach the client as
 // the upstream sent them, the upstream connection keeps the raw result of
-// each request made with a rawSlot in its context, and the gateway
+// each request made with a wire.Slot in its context, and the gateway
 // answers with that text.
-
-// rawSlot receives the raw result of one upstream request, and whether
-// the upstream answered it at all: the SDK reports a transport's failure
-// (a dropped connection, an HTTP 500) as a JSON-RPC error too, and only
-// an answer the upstream sent is an outcome (SPEC §11).
-type rawSlot struct {
-	mu       sync.Mutex
-	raw      json.RawMessage
-	answered bool
-	rpcErr   *jsonrpc.Error // the upstream's JSON-RPC error answer
-	// written: the request went to the connection's Write (it may have
-	// reached the upstream); a request never written cannot have acted.
-	written bool
-	// strays are ids of answers that came while the request waited and
-	// matched no request sent (at most maxStrays), for the log.
-	strays []jsonrpc.ID
-	// abandoned: the wait for the answer ended (sendBounded); an answer
-	// after it is not taken.
-	abandoned bool
-}
-
-// abandon ends the wait for the answer: one that comes later is dropped.
-// The wait ends with a cancellation sent upstream, and the upstream may
-// answer that ("context canceled"): such an answer is no outcome.
-func (s *rawSlot) abandon() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.abandoned = true
-}
-
-// maxStrays bounds the unmatched answer ids a slot keeps.
-const maxStrays = 8
-
-// wasWritten reports whether the request was handed to the connection.
-func (s *rawSlot) wasWritten() bool {
-	if s == nil {
-		return true // unknown: assume it went
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.written
-}
-
-// strayIDs are the unmatched answer ids seen while the request waited.
-func (s *rawSlot) strayIDs() []any {
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ids := make([]any, len(s.strays))
-	for i, id := range s.strays {
-		ids[i] = id.Raw()
-	}
-	return ids
-}
-
-func (s *rawSlot) get() json.RawMessage {
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.raw
-}
-
-// answer reports what the upstream answered: its JSON-RPC error, if it
-// sent one, and whether any answer came.
-func (s *rawSlot) answer() (rpcErr *jsonrpc.Error, answered bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.rpcErr, s.answered
-}
-
-// put records an answer of the upstream: a result or a JSON-RPC error.
-func (s *rawSlot) put(result json.RawMessage, rpcErr *jsonrpc.Error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.abandoned {
-		return
-	}
-	s.answered = true
-	if rpcErr != nil {
-		s.rpcErr = rpcErr
-		return
-	}
-	s.raw = bytes.Clone(result)
-}
-
-type rawSlotKey struct{}
-
-// withRawSlot returns a context whose upstream request keeps its raw
-// result in the returned slot.
-// A context that has one already (a parked call's, park.go) keeps it.
-func withRawSlot(ctx context.Context) (context.Context, *rawSlot) {
-	if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
-		return ctx, s
-	}
-	s := &rawSlot{}
-	return context.WithValue(ctx, rawSlotKey{}, s), s
-}
 
 // rawTransport keeps raw results on a stream transport's connection
 // (stdio). A Streamable HTTP connection is not wrapped, since the SDK
@@ -143,14 +43,14 @@ func (t rawTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*rawSlot{}, inits: map[jsonrpc.ID]bool{},
+	return &rawConn{Connection: c, pending: map[jsonrpc.ID]*wire.Slot{}, inits: map[jsonrpc.ID]bool{},
 		sent: map[jsonrpc.ID]bool{}, broken: t.broken}, nil
 }
 
 type rawConn struct {
 	mcp.Connection
 	mu      sync.Mutex
-	pending map[jsonrpc.ID]*rawSlot
+	pending map[jsonrpc.ID]*wire.Slot
 	inits   map[jsonrpc.ID]bool // initialize requests awaiting their answer
 	sent    map[jsonrpc.ID]bool // every request awaiting its answer
 	broken  *atomic.Bool
@@ -173,11 +73,9 @@ func (c *rawConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.ID.IsValid() {
 		c.mu.Lock()
-		if s, ok := ctx.Value(rawSlotKey{}).(*rawSlot); ok {
+		if s, ok := wire.SlotOf(ctx); ok {
 			c.pending[req.ID] = s
-			s.mu.Lock()
-			s.written = true
-			s.mu.Unlock()
+			s.MarkWritten()
 		}
 		c.sent[req.ID] = true
 		c.mu.Unlock()
@@ -217,7 +115,7 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			res.Result = tasks.Stash(res.Result)
 		}
 		if s != nil {
-			s.put(res.Result, wireError(res.Error))
+			s.Put(res.Result, wireError(res.Error))
 		}
 	}
 	return msg, err
@@ -227,11 +125,7 @@ func (c *rawConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // matches no request sent (the SDK drops it). c.mu is held.
 func (c *rawConn) stray(id jsonrpc.ID) {
 	for _, s := range c.pending {
-		s.mu.Lock()
-		if len(s.strays) < maxStrays {
-			s.strays = append(s.strays, id)
-		}
-		s.mu.Unlock()
+		s.Stray(id)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // rawRoundTripper keeps raw results for a Streamable HTTP upstream. The
 // SDK's own connection type must stay unwrapped there, so the raw answer
 // is read off the HTTP response of the POST that carried the request:
-// its context holds the rawSlot, and its body is one JSON-RPC message or
+// its context holds a wire.Slot, and its body is one JSON-RPC message or
 // a stream of server-sent events ending with the answer.
 type rawRoundTripper struct{ next http.RoundTripper }
 
@@ -25,11 +25,9 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
+	slot, ok := wire.SlotOf(req.Context())
 	if ok && req.Method == http.MethodPost {
-		slot.mu.Lock()
-		slot.written = true // it may reach the server from here on
-		slot.mu.Unlock()
+		slot.MarkWritten() // it may reach the server from here on
 	}
 	res, err := t.next.RoundTrip(req)
 	if init && err == nil {
@@ -53,7 +51,7 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // sees that response.
 type rawBody struct {
 	io.ReadCloser
-	slot *rawSlot
+	slot *wire.Slot
 	sse  bool
 	buf  []byte
 	done bool
@@ -106,6 +104,6 @@ func (b *rawBody) take(msg []byte) {
 	if json.Unmarshal(msg, &m) != nil || m.Method != "" || (m.Result == nil && m.Error == nil) {
 		return
 	}
-	b.slot.put(m.Result, m.Error)
+	b.slot.Put(m.Result, m.Error)
 	b.done, b.buf = true, nil
 }

@@ -378,19 +378,19 @@ var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
 // serverreq).
 // A parked call (park.go) waits for its client's rounds as well, and is
 // bounded in await.
-func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	if c.parked {
 		return g.send(ctx, s, c)
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	tctx, slot := withRawSlot(tctx) // the one send uses
-	defer context.AfterFunc(tctx, slot.abandon)()
+	tctx, slot := wire.WithSlot(tctx) // the one send uses
+	defer context.AfterFunc(tctx, slot.Abandon)()
 	w := serverreq.NewWatchdog(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
 	defer w.Stop()
 	c.route.Watch(w)
 	res, slot, err := g.send(tctx, s, c)
-	if _, answered := slot.answer(); err == nil && !answered && tctx.Err() != nil {
+	if _, answered := slot.Answer(); err == nil && !answered && tctx.Err() != nil {
 		// The SDK took an answer that came after the wait ended: none.
 		res, err = nil, context.Cause(tctx)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Outcome is what a forwarded call came to, as the ledger records it.
@@ -41,9 +42,9 @@ type verdict struct {
 // HTTP 5xx, as a JSON-RPC error too, and those leave the outcome unknown.
 // An answer the SDK could not decode (a number out of range, an unknown
 // content type) is still the upstream's answer, read from its text.
-func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
-	raw := slot.get()
-	rpcErr, answered := slot.answer()
+func judge(res *mcp.CallToolResult, slot *wire.Slot, err error) verdict {
+	raw := slot.Get()
+	rpcErr, answered := slot.Answer()
 	if id, task, ok := tasks.Of(raw); err == nil && ok {
 		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
 	}
@@ -59,10 +60,10 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 		return verdict{known: true, outcome: rpcFailure(rpcErr.Message), rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
-	case err != nil && !slot.wasWritten():
+	case err != nil && !slot.WasWritten():
 		return verdict{unsent: true}
 	}
-	return verdict{strays: slot.strayIDs()}
+	return verdict{strays: slot.StrayIDs()}
 }
 
 // judgeRaw reads a result the SDK could not decode from its text.
