@@ -11,6 +11,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
@@ -80,8 +81,8 @@ func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation, form *mcp.
 	if err != nil {
 		return nil, err
 	}
-	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
-		Input: c.hash, Ask: rsv.Ask.Seq, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
+	state, err := rounds.Seal(key, rounds.Envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
+		Input: c.hash, Ask: rsv.Ask.Seq, Exp: time.Now().Add(rounds.MaxEnvelopeAge).UnixMilli()})
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 sampling and roots are deprecated (SEP-2577), not gone: a client that has them is asked
-
 package mcpgate
 
 import (
@@ -11,71 +9,18 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
-// A client of a revision before 2026-07-28 cannot answer input_required:
-// the gateway asks it instead with the server→client request of its
-// revision (elicitation/create, sampling/createMessage, roots/list), on
-// the session that made the call, and sends the call again with the
-// answers (SPEC §11.1). Each round is one attempt of the call's
-// execution, committed not_applied INPUT_REQUIRED like a 2026-07-28
-// client's.
-
-// maxBridgedRounds bounds the rounds of one call the gateway asks for an
-// older client (the SDK's client allows as many).
-const maxBridgedRounds = 10
+// A client of a revision before 2026-07-28 is asked a round's input by
+// the gateway (rounds.Fulfil, SPEC §11.1); here the round is committed
+// and the execution's next attempt reserved with the answers.
 
 // bridges reports whether the gateway asks the client for a round's
 // input itself.
 func (c *call) bridges() bool { return !wire.Stateless(c.version) && c.session != nil }
-
-// fulfil asks the client each input request of a round, with ctx of the
-// client's request (over HTTP, the request goes on its stream).
-func fulfil(ctx context.Context, ss *mcp.ServerSession, reqs mcp.InputRequestMap) (mcp.InputResponseMap, error) {
-	caps := &mcp.ClientCapabilities{}
-	if ip := ss.InitializeParams(); ip != nil && ip.Capabilities != nil {
-		caps = ip.Capabilities
-	}
-	out := mcp.InputResponseMap{}
-	for id, r := range reqs {
-		var (
-			res mcp.InputResponse
-			err error
-		)
-		switch p := r.(type) {
-		case *mcp.ElicitParams:
-			if caps.Elicitation == nil {
-				return nil, fmt.Errorf("%w: elicitation", serverreq.ErrCapabilityMissing)
-			}
-			res, err = ss.Elicit(ctx, p)
-		case *mcp.CreateMessageWithToolsParams:
-			if caps.Sampling == nil {
-				return nil, fmt.Errorf("%w: sampling", serverreq.ErrCapabilityMissing)
-			}
-			res, err = ss.CreateMessageWithTools(ctx, p)
-		case *mcp.ListRootsParams:
-			if !serverreq.HasRoots(caps) {
-				return nil, fmt.Errorf("%w: roots", serverreq.ErrCapabilityMissing)
-			}
-			res, err = ss.ListRoots(ctx, p)
-		default:
-			return nil, fmt.Errorf("%w: input request %q of type %T", serverreq.ErrCapabilityMissing, id, r)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("ask the client (%s): %w", id, err)
-		}
-		out[id] = res
-	}
-	return out, nil
-}
-
-// capabilityMissing is the outcome of a call whose input the client
-// cannot give: nothing was applied, and nothing was attempted.
-func capabilityMissing(err error) Outcome {
-	return Outcome{NotApplied: true, ErrorCode: ledger.CodeClientCapabilityMissing, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)}
-}
 
 // capabilityAnswer tells the model that the call needs what its client
 // cannot give.
@@ -89,13 +34,13 @@ func capabilityAnswer(key string, err error) *mcp.CallToolResult {
 // execution reserved with the answers. A reply ends the call instead.
 func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *ledgerport.Reservation, res *mcp.CallToolResult, round int) (*ledgerport.Reservation, mcp.Result) {
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	answers, err := fulfil(ctx, c.session, res.InputRequests)
-	if err == nil && round >= maxBridgedRounds {
-		err = fmt.Errorf("the tool asked for input more than %d times", maxBridgedRounds)
+	answers, err := rounds.Fulfil(ctx, c.session, res.InputRequests)
+	if err == nil && round >= rounds.MaxBridgedRounds {
+		err = fmt.Errorf("the tool asked for input more than %d times", rounds.MaxBridgedRounds)
 	}
 	o := Outcome{NotApplied: true, ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}
 	if errors.Is(err, serverreq.ErrCapabilityMissing) {
-		o = capabilityMissing(err)
+		o = rounds.CapabilityMissing(err)
 	}
 	if cerr := g.commit(ctx, rsv, o); cerr != nil {
 		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)

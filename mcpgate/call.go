@@ -15,6 +15,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
@@ -77,7 +78,7 @@ type call struct {
 	// parked: a 2026-07-28 client's call to an older upstream, whose
 	// requests become rounds (park.go); park is its parked call.
 	parked bool
-	park   *parkedCall
+	park   *rounds.Parked
 	// rsv is the reservation a round runs under, reserved at reservedAt
 	// (at most: the first time execute saw it).
 	rsv        *ledgerport.Reservation
@@ -161,7 +162,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	c.exec, c.attempt, c.hash = executionOf(g.runOf(c)), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
-			if !errors.Is(err, errEnvelope) {
+			if !errors.Is(err, rounds.ErrEnvelope) {
 				return nil, err
 			}
 			g.logger.WarnContext(ctx, "call refused: requestState", "tool", c.ledgerTool, "key", key, "err", err)
@@ -182,8 +183,9 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		// upstream had an answer (park.go): this round runs under it, as
 		// the attempt that reserved it.
 		c.attempt--
-		c.park, c.reservedAt = p, p.heldAt
-		return g.execute(ctx, s, c, p.held)
+		held, heldAt := p.Held()
+		c.park, c.reservedAt = p, heldAt
+		return g.execute(ctx, s, c, held)
 	} else if gone {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
 		return heldGoneAnswer(key), nil
@@ -285,15 +287,15 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
-	if errors.Is(err, errNotSent) {
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
-			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
+	if errors.Is(err, rounds.ErrNotSent) {
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: rounds.CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
+			reply: answer(rounds.CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
 		g.logger.WarnContext(ctx, "call not sent: the upstream connection refused it", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
 		v = unsentVerdict(rsv.Key, err)
 	}
-	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
+	if v.inputRequired && c.parked && g.parked.Holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
 		// acted, so the round is not an outcome; the reservation stays
 		// with the parked call for the next round (park.go).
@@ -305,14 +307,14 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		// cannot give: nothing applied if it had asked nothing before,
 		// else it may have acted and the outcome is unknown.
 		if first {
-			v.outcome, v.rpcErr, v.reply = capabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
+			v.outcome, v.rpcErr, v.reply = rounds.CapabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
 		} else {
 			v, err = verdict{}, merr
 		}
 	}
 	if !v.known {
 		msg := "outcome unknown: no answer from the upstream"
-		if errors.Is(err, errUpstreamTimeout) {
+		if errors.Is(err, wire.ErrUpstreamTimeout) {
 			msg = "outcome unknown: the upstream did not answer within --upstream-timeout"
 		}
 		g.logger.WarnContext(ctx, msg, "tool", c.ledgerTool, "key", rsv.Key, "err", err,

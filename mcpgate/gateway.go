@@ -32,6 +32,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
@@ -107,7 +108,7 @@ type Config struct {
 	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes:
 	// every gateway on one ledger needs the same key, kept across
 	// restarts — the one kept in the ledger (ledger.MCPStateKey), or a
-	// file's (LoadStateKey). It is called when the first envelope is made
+	// file's (rounds.LoadStateKey). It is called when the first envelope is made
 	// or opened, and again after a failure until it succeeds. Without it
 	// a random key of this process is used, and a call's next round must
 	// come back to this process.
@@ -131,7 +132,7 @@ type Gateway struct {
 	// peers are the downstream sessions' own upstream sessions
 	// (package serverreq).
 	peers     *serverreq.Peers
-	parked    *parkTable         // the parked calls of 2026-07-28 clients (park.go)
+	parked    *rounds.Parking    // the parked calls of 2026-07-28 clients (park.go)
 	approvals *approve.Approvals // approvals through the client (approvals.go)
 }
 
@@ -165,20 +166,20 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
 	if cfg.StateKey == nil {
-		key := make([]byte, stateKeyLen)
+		key := make([]byte, rounds.StateKeyLen)
 		_, _ = rand.Read(key)
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
-	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey),
-		parked: newParkTable()}
+	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(),
+		progress: newProgressRoutes(), logger: cfg.Logger, process: "process:" + rand.Text(), stateKey: rounds.OnceKey(cfg.StateKey)}
 	g.peers = serverreq.New(upstreamHost{up}, serverreq.Config{Name: up.name, Version: cfg.Version, SpeaksFor: up.speaksFor != nil,
 		Logger: g.logger, Progress: g.progress.deliver})
+	g.parked = rounds.NewParking(g.peers, cfg.UpstreamTimeout, g.logger)
 	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
 	g.server = g.newServer(info)
 	up.onChanged(g.listChanged)
-	up.onClose(g.closeParking)
+	up.onClose(g.parked.Close)
 	up.onProgress(g.progress.deliver)
 	return g, nil
 }

@@ -366,10 +366,6 @@ func (u *Upstream) Close() error {
 	return nil
 }
 
-// errUpstreamTimeout is a call the upstream did not answer within
-// Config.UpstreamTimeout.
-var errUpstreamTimeout = errors.New("no answer within the upstream timeout")
-
 // sendBounded is send within Config.UpstreamTimeout: an upstream that
 // never answers (or answers another id) leaves the call's outcome unknown
 // then, not at the end of its lease. The time counts while the upstream
@@ -386,7 +382,7 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 	defer cancel(nil)
 	tctx, slot := wire.WithSlot(tctx) // the one send uses
 	defer context.AfterFunc(tctx, slot.Abandon)()
-	w := serverreq.NewWatchdog(g.cfg.UpstreamTimeout, func() { cancel(errUpstreamTimeout) })
+	w := serverreq.NewWatchdog(g.cfg.UpstreamTimeout, func() { cancel(wire.ErrUpstreamTimeout) })
 	defer w.Stop()
 	c.route.Watch(w)
 	res, slot, err := g.send(tctx, s, c)
@@ -394,8 +390,8 @@ func (g *Gateway) sendBounded(ctx context.Context, s *mcp.ClientSession, c *call
 		// The SDK took an answer that came after the wait ended: none.
 		res, err = nil, context.Cause(tctx)
 	}
-	if err != nil && errors.Is(context.Cause(tctx), errUpstreamTimeout) {
-		err = fmt.Errorf("%w (%s): %w", errUpstreamTimeout, g.cfg.UpstreamTimeout, err)
+	if err != nil && errors.Is(context.Cause(tctx), wire.ErrUpstreamTimeout) {
+		err = fmt.Errorf("%w (%s): %w", wire.ErrUpstreamTimeout, g.cfg.UpstreamTimeout, err)
 	}
 	return res, slot, err
 }

@@ -7,6 +7,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 )
 
 // Version20260728 is the stateless revision: no initialize, every
@@ -17,6 +18,10 @@ const Version20260728 = "2026-07-28"
 // Stateless reports whether version has multi round-trip requests and
 // resultType.
 func Stateless(version string) bool { return version >= Version20260728 }
+
+// ErrUpstreamTimeout is a call the upstream did not answer within the
+// gateway's upstream timeout.
+var ErrUpstreamTimeout = errors.New("no answer within the upstream timeout")
 
 // MaxBody bounds a POSTed MCP message.
 const MaxBody = 8 << 20
