@@ -10,8 +10,12 @@
 // ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
 // stdio or Streamable HTTP; upstream it talks to a server it starts over
 // stdio or one it reaches over Streamable HTTP, both with the official Go
-// SDK. docs/mcp.md ("How a call flows") draws the path and where each
-// extension (rounds, tasks, server requests, approvals) joins it.
+// SDK. The extensions are packages beside it, each with its own state,
+// joined to the path through a small interface: rounds (multi round-trip
+// input, parked calls), tasks, serverreq (requests from an older
+// upstream) and approve (approvals through the client); wire is the
+// JSON-RPC vocabulary they share with the core. docs/mcp.md ("How a call
+// flows") draws the path and where each extension joins it.
 package mcpgate
 
 import (

@@ -46,7 +46,7 @@ type taskHandle struct {
 	// not_applied.
 	Failed bool   `json:"failed,omitempty"`
 	Ext    bool   `json:"ext,omitempty"` // a task of the 2026-07-28 extension
-	Owner  string `json:"owner"`         // taskOwner of the call
+	Owner  string `json:"owner"`         // owner of the call
 	Exp    int64  `json:"exp"`           // unix ms after which it is refused
 }
 

@@ -15,7 +15,7 @@
 //
 // MCP 2026-07-28 moved tasks into an extension (io.modelcontextprotocol/
 // tasks, SEP-2663): the client declares it in its request's capabilities
-// (describeClient forwards them), the server decides to answer a task
+// (serverreq.Peers.DescribeClient forwards them), the server decides to answer a task
 // (resultType "task", the task's members at the top), tasks/get carries
 // the terminal result or error inline, tasks/update delivers the answers
 // to a task's inputRequests, tasks/cancel is an empty acknowledgement and
@@ -124,7 +124,7 @@ type runningTask struct {
 	last   json.RawMessage // the task as last seen: {taskId, status, …}
 	done   bool            // its terminal status is committed
 	ext    bool            // a task of the 2026-07-28 extension
-	// takenUp: made from a handle (taskhandle.go), not yet seen running;
+	// takenUp: made from a handle (handle.go), not yet seen running;
 	// watching: a goroutine polls it after a cancel. Under mu.
 	takenUp, watching bool
 	settledAt         atomic.Int64 // unix ms when done, for prune
