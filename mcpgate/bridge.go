@@ -42,7 +42,7 @@ func (g *Gateway) bridgeRound(ctx context.Context, c *call, rsv *ledgerport.Rese
 	if errors.Is(err, serverreq.ErrCapabilityMissing) {
 		o = rounds.CapabilityMissing(err)
 	}
-	if cerr := g.commit(ctx, rsv, o); cerr != nil {
+	if cerr := g.port.Commit(ctx, rsv, o); cerr != nil {
 		g.logger.ErrorContext(ctx, "round not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
 	}
 	switch {

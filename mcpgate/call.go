@@ -30,10 +30,6 @@ const (
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 )
 
-// commitTimeout bounds recording an outcome once the upstream answered,
-// however the caller's request ends.
-const commitTimeout = 30 * time.Second
-
 // request is one tools/call as the client sent it, classified: made once
 // by callTool and never changed, it is what the core decides on.
 type request struct {
@@ -323,7 +319,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		return unknownAnswer(rsv.Key, err), nil
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	if cerr := g.commit(ctx, rsv, v.outcome); cerr != nil {
+	if cerr := g.port.Commit(ctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
@@ -338,14 +334,6 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		return g.askClient(c, rsv, res, v.reply)
 	}
 	return v.reply, nil
-}
-
-// commit records the outcome of rsv's call, however the caller's request
-// ends, within commitTimeout.
-func (g *Gateway) commit(ctx context.Context, rsv *ledgerport.Reservation, o Outcome) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cancel()
-	return g.port.Commit(ctx, rsv, o)
 }
 
 // reserveOf is the reserve of a call's current round.

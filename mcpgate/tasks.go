@@ -31,7 +31,7 @@ func (h taskCore) Outcome(result json.RawMessage, failure string) Outcome {
 }
 
 func (h taskCore) Commit(ctx context.Context, rsv *ledgerport.Reservation, o Outcome) error {
-	return h.g.commit(ctx, rsv, o)
+	return h.g.port.Commit(ctx, rsv, o)
 }
 
 // startTask hands out the task a call answered (rsv: its reservation,
