@@ -13,8 +13,9 @@
 // SDK. The extensions are packages beside it, each with its own state,
 // joined to the path through a small interface: rounds (multi round-trip
 // input, parked calls), tasks, serverreq (requests from an older
-// upstream) and approve (approvals through the client); wire is the
-// JSON-RPC vocabulary they share with the core. docs/mcp.md ("How a call
+// upstream) and approve (approvals through the client); upstream is the
+// connection to the real server, and wire the JSON-RPC vocabulary they
+// share with the core. docs/mcp.md ("How a call
 // flows") draws the path and where each extension joins it.
 package mcpgate
 
@@ -177,14 +178,14 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
 	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(),
 		progress: newProgressRoutes(), logger: cfg.Logger, process: "process:" + rand.Text(), stateKey: rounds.OnceKey(cfg.StateKey)}
-	g.peers = serverreq.New(upstreamHost{up}, serverreq.Config{Name: up.name, Version: cfg.Version, SpeaksFor: up.speaksFor != nil,
+	g.peers = serverreq.New(up, serverreq.Config{Name: up.Name(), Version: cfg.Version, SpeaksFor: up.SpeaksFor(),
 		Logger: g.logger, Progress: g.progress.deliver})
 	g.parked = rounds.NewParking(g.peers, cfg.UpstreamTimeout, g.logger)
 	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
 	g.server = g.newServer(info)
-	up.onChanged(g.listChanged)
-	up.onClose(g.parked.Close)
-	up.onProgress(g.progress.deliver)
+	up.OnChanged(g.listChanged)
+	up.OnClose(g.parked.Close)
+	up.OnProgress(g.progress.deliver)
 	return g, nil
 }
 
@@ -281,7 +282,7 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
 		InitializedHandler: g.peers.Initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
-	g.tasks.AddMethods(s, g.up.client)
+	g.tasks.AddMethods(s, g.up.Client())
 	return s
 }
 

@@ -1,4 +1,4 @@
-package mcpgate
+package upstream
 
 import (
 	"bytes"
