@@ -20,7 +20,7 @@ import (
 // gateway returns with an input_required answer is an
 // envelope that names the execution and its next attempt and carries the
 // upstream's own state, authenticated with a key kept in the ledger
-// (Config.StateKey: derived from the namespace's secret, for a --ledger
+// (mcpgate.Config.StateKey: derived from the namespace's secret, for a --ledger
 // per token, ledger.MCPStateKey), so the next round continues the same
 // execution even on another replica of the gateway or after a restart.
 //
