@@ -11,6 +11,8 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Approvals through the agent's own client (SPEC §13) are the extension
@@ -27,7 +29,7 @@ const MetaApproval = "io.effect-ledger/approval"
 func approval(c *call, key string) approve.Call {
 	return approve.Call{Key: key, LedgerTool: c.ledgerTool, Effect: c.class.Effect, Args: c.args, Client: c.caller.name,
 		ElicitForm: c.caller.elicitForm, ElicitURL: c.caller.elicitURL, Session: c.session,
-		Stateless: statelessRevision(c.version)}
+		Stateless: wire.Stateless(c.version)}
 }
 
 // approvalCore is the call's path as the approvals extension reaches it
@@ -79,8 +81,8 @@ func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation, form *mcp.
 	if err != nil {
 		return nil, err
 	}
-	state, err := seal(key, envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
-		Input: c.hash, Ask: rsv.Ask.Seq, Exp: time.Now().Add(maxEnvelopeAge).UnixMilli()})
+	state, err := rounds.Seal(key, rounds.Envelope{Key: rsv.Key, Exec: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
+		Input: c.hash, Ask: rsv.Ask.Seq, Exp: time.Now().Add(rounds.MaxEnvelopeAge).UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +92,7 @@ func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation, form *mcp.
 	if err != nil {
 		return nil, fmt.Errorf("encode the approval round: %w", err)
 	}
-	b, err = withMembers(b, map[string]any{"resultType": "input_required", "content": nil})
+	b, err = wire.WithMembers(b, map[string]any{"resultType": "input_required", "content": nil})
 	if err != nil {
 		return nil, fmt.Errorf("encode the approval round: %w", err)
 	}

@@ -15,6 +15,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Failure codes a forwarded call is committed with (SPEC §11).
@@ -25,10 +29,6 @@ const (
 	// the upstream (its connection had failed).
 	CodeUpstreamUnavailable = "UPSTREAM_UNAVAILABLE"
 )
-
-// commitTimeout bounds recording an outcome once the upstream answered,
-// however the caller's request ends.
-const commitTimeout = 30 * time.Second
 
 // request is one tools/call as the client sent it, classified: made once
 // by callTool and never changed, it is what the core decides on.
@@ -42,7 +42,7 @@ type request struct {
 	version    string // the client's protocol revision
 	caller     caller // the client that made the call (caller.go)
 	class      Class
-	// lease: a task-augmented call's is its task's ttl (taskLease, taskjson.go).
+	// lease: a task-augmented call's is its task's ttl (tasks.Lease).
 	lease time.Duration
 	// A round of a multi round-trip call (SPEC §11.1): the client's
 	// answers to the last round's inputRequests and its requestState (the
@@ -64,17 +64,17 @@ type call struct {
 	attempt uint64
 	hash    string
 	up      *mcp.ClientSession // the upstream session the call went to
-	// On a session of its own upstream (serverreq.go): where the
+	// On a session of its own upstream (package serverreq): where the
 	// upstream's requests during the call go.
-	peer  *peer
-	route *route
+	peer  *serverreq.Peer
+	route *serverreq.Route
 	// ask is the ask a 2026-07-28 round asked the client to answer
 	// (approvals.go).
 	ask uint64
 	// parked: a 2026-07-28 client's call to an older upstream, whose
 	// requests become rounds (park.go); park is its parked call.
 	parked bool
-	park   *parkedCall
+	park   *rounds.Parked
 	// rsv is the reservation a round runs under, reserved at reservedAt
 	// (at most: the first time execute saw it).
 	rsv        *ledgerport.Reservation
@@ -84,13 +84,13 @@ type call struct {
 // callTool decides one tools/call (SPEC §11): reads are forwarded,
 // effects are reserved first and forwarded only on a new reservation.
 func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallToolParamsRaw, version string) (mcp.Result, error) {
-	who := describeCaller(req, version) // before describeClient rewrites _meta
-	if err := g.describeClient(ctx, req); err != nil {
+	who := describeCaller(req, version) // before DescribeClient rewrites _meta
+	if err := g.peers.DescribeClient(ctx, req); err != nil {
 		return nil, err
 	}
 	r := request{name: p.Name, ledgerTool: LedgerToolName(g.cfg.ServerName, p.Name), args: p.Arguments, meta: p.Meta,
 		toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
-		lease: taskLease(p.Meta, g.cfg.Lease), caller: who}
+		lease: tasks.Lease(p.Meta, g.cfg.Lease), caller: who}
 	r.session, _ = req.GetSession().(*mcp.ServerSession)
 	if len(r.args) == 0 || string(r.args) == "null" {
 		r.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
@@ -112,9 +112,9 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 	c := &call{request: r, upInput: r.inputResponses, peer: peer, parked: g.parks(ctx, version)}
 	if c.peer != nil {
 		// The call's own upstream session: what the upstream asks on it
-		// is this call's (serverreq.go).
+		// is this call's (package serverreq).
 		var done func()
-		if s, c.route, done, err = c.peer.acquire(ctx); err != nil {
+		if s, c.route, done, err = c.peer.Acquire(ctx); err != nil {
 			g.logger.WarnContext(ctx, "upstream unavailable", "tool", c.name, "err", err)
 			return nil, err
 		}
@@ -130,16 +130,16 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 }
 
 // toolSession is the upstream session whose tools a call of session ss
-// sees: the shared one, or the client's own (serverreq.go), with its peer.
-func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *peer, error) {
+// sees: the shared one, or the client's own (package serverreq), with its peer.
+func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, version string) (*mcp.ClientSession, *serverreq.Peer, error) {
 	s, err := g.up.Session(ctx)
-	if err != nil || !g.usesPeer(ss, version) {
+	if err != nil || !g.peers.UsesPeer(ss, version) {
 		return s, nil, err
 	}
 	// The client's own upstream session, whose tools are the ones offered
 	// to a client with its capabilities.
-	p := g.peerOf(ss)
-	s, err = p.session(ctx)
+	p := g.peers.Of(ss)
+	s, err = p.Session(ctx)
 	return s, p, err
 }
 
@@ -158,7 +158,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	c.exec, c.attempt, c.hash = executionOf(g.runOf(c)), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
-			if !errors.Is(err, errEnvelope) {
+			if !errors.Is(err, rounds.ErrEnvelope) {
 				return nil, err
 			}
 			g.logger.WarnContext(ctx, "call refused: requestState", "tool", c.ledgerTool, "key", key, "err", err)
@@ -179,8 +179,9 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		// upstream had an answer (park.go): this round runs under it, as
 		// the attempt that reserved it.
 		c.attempt--
-		c.park, c.reservedAt = p, p.heldAt
-		return g.execute(ctx, s, c, p.held)
+		held, heldAt := p.Held()
+		c.park, c.reservedAt = p, heldAt
+		return g.execute(ctx, s, c, held)
 	} else if gone {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionUnknown).Inc()
 		return heldGoneAnswer(key), nil
@@ -282,34 +283,34 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 	if v.known && !v.outcome.Succeeded && !v.inputRequired {
 		v.outcome.NotApplied = c.class.errorsApplyNothing()
 	}
-	if errors.Is(err, errNotSent) {
-		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
-			reply: answer(CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
+	if errors.Is(err, rounds.ErrNotSent) {
+		v = verdict{known: true, outcome: Outcome{NotApplied: true, ErrorCode: rounds.CodeUpstreamBusy, ErrorMessage: ledgerport.Truncate(err.Error(), ledgerport.MaxFailureMessage)},
+			reply: answer(rounds.CodeUpstreamBusy, rsv.Key, fmt.Sprintf("This call was not run: %v. Nothing was applied; "+
 				"call it again later (idempotency key %s).", err, rsv.Key))}
 	} else if v.unsent && !c.parked {
 		g.logger.WarnContext(ctx, "call not sent: the upstream connection refused it", "tool", c.ledgerTool, "key", rsv.Key, "err", err)
 		v = unsentVerdict(rsv.Key, err)
 	}
-	if v.inputRequired && c.parked && g.parked.holds(c.park, rsv) {
+	if v.inputRequired && c.parked && g.parked.Holds(c.park, rsv) {
 		// The upstream had an answer before it asked again: it may have
 		// acted, so the round is not an outcome; the reservation stays
 		// with the parked call for the next round (park.go).
 		g.logger.InfoContext(ctx, "parked round held: the call's outcome is its final answer", "tool", c.ledgerTool, "key", rsv.Key)
 		return g.askClient(c, rsv, res, v.reply)
 	}
-	if first, merr := missingCapability(c.peer, c.route, v); merr != nil {
+	if first, merr := serverreq.MissingCapability(c.peer, c.route, v.known && !v.outcome.Succeeded && !v.inputRequired, v.outcome.ErrorMessage); merr != nil {
 		// The upstream failed the call for want of what the client
 		// cannot give: nothing applied if it had asked nothing before,
 		// else it may have acted and the outcome is unknown.
 		if first {
-			v.outcome, v.rpcErr, v.reply = capabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
+			v.outcome, v.rpcErr, v.reply = rounds.CapabilityMissing(merr), nil, capabilityAnswer(rsv.Key, merr)
 		} else {
 			v, err = verdict{}, merr
 		}
 	}
 	if !v.known {
 		msg := "outcome unknown: no answer from the upstream"
-		if errors.Is(err, errUpstreamTimeout) {
+		if errors.Is(err, wire.ErrUpstreamTimeout) {
 			msg = "outcome unknown: the upstream did not answer within --upstream-timeout"
 		}
 		g.logger.WarnContext(ctx, msg, "tool", c.ledgerTool, "key", rsv.Key, "err", err,
@@ -318,9 +319,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 		return unknownAnswer(rsv.Key, err), nil
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
-	cmctx, cmcancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-	defer cmcancel()
-	if cerr := g.port.Commit(cmctx, rsv, v.outcome); cerr != nil {
+	if cerr := g.port.Commit(ctx, rsv, v.outcome); cerr != nil {
 		// The effect ran; its answer still goes back. Unrecorded, the key
 		// becomes interrupted when the lease ends and a person decides.
 		g.logger.ErrorContext(ctx, "outcome not recorded", "tool", c.ledgerTool, "key", rsv.Key, "err", cerr)
@@ -367,10 +366,10 @@ func compactJSON(raw json.RawMessage) json.RawMessage {
 func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
-		if id, task, ok := taskOf(slot.get()); ok {
-			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.get())), nil
+		if id, task, ok := tasks.Of(slot.Get()); ok {
+			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.Get())), nil
 		}
-		return asRaw(res, slot.get()), nil
+		return asRaw(res, slot.Get()), nil
 	}
 	v := judge(res, slot, err)
 	switch {
@@ -385,7 +384,7 @@ func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call
 // send makes the upstream call, with the client's progress token routed
 // back to it, and returns the typed result and the slot that saw the
 // upstream's answer.
-func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	if c.parked {
 		return g.sendParked(ctx, c)
 	}
@@ -393,10 +392,10 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 }
 
 // sendOn makes the upstream call on s.
-func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *rawSlot, error) {
+func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
 	meta, release := g.progress.open(ctx, c.session, c.meta)
 	defer release()
-	rctx, slot := withRawSlot(ctx)
+	rctx, slot := wire.WithSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,
 		InputResponses: c.upInput, RequestState: c.upState})
 	return res, slot, err

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // caller is what the gateway knows of the client that made a call.
@@ -18,11 +21,11 @@ type caller struct {
 
 // describeCaller reads the calling client's name and whether it takes
 // form elicitations: from a 2026-07-28 request's _meta, else from its
-// session's initialize. It runs before describeClient rewrites _meta.
+// session's initialize. It runs before DescribeClient rewrites _meta.
 func describeCaller(req mcp.Request, version string) caller {
 	var name string
 	var caps map[string]any
-	if statelessRevision(version) {
+	if wire.Stateless(version) {
 		if p := req.GetParams(); p != nil {
 			meta := p.GetMeta()
 			name = jsonField(meta[mcp.MetaKeyClientInfo], "name")
@@ -33,11 +36,11 @@ func describeCaller(req mcp.Request, version string) caller {
 		if ip.ClientInfo != nil {
 			name = ip.ClientInfo.Name
 		}
-		caps = wireCapabilities(ip.Capabilities)
+		caps = serverreq.WireCapabilities(ip.Capabilities)
 	}
 	c := caller{name: clientName(name)}
-	if statelessRevision(version) {
-		c.caps = wireClientCapabilities(caps)
+	if wire.Stateless(version) {
+		c.caps = serverreq.WireClientCapabilities(caps)
 	}
 	if e, ok := asMap(caps["elicitation"]); ok {
 		_, form := e["form"]

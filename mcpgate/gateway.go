@@ -10,8 +10,13 @@
 // ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
 // stdio or Streamable HTTP; upstream it talks to a server it starts over
 // stdio or one it reaches over Streamable HTTP, both with the official Go
-// SDK. docs/mcp.md ("How a call flows") draws the path and where each
-// extension (rounds, tasks, server requests, approvals) joins it.
+// SDK. The extensions are packages beside it, each with its own state,
+// joined to the path through a small interface: rounds (multi round-trip
+// input, parked calls), tasks, serverreq (requests from an older
+// upstream) and approve (approvals through the client); upstream is the
+// connection to the real server, and wire the JSON-RPC vocabulary they
+// share with the core. docs/mcp.md ("How a call
+// flows") draws the path and where each extension joins it.
 package mcpgate
 
 import (
@@ -24,7 +29,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -33,6 +37,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Defaults of Config.
@@ -105,7 +113,7 @@ type Config struct {
 	// envelopes of multi round-trip calls (SPEC §11.1), at least 32 bytes:
 	// every gateway on one ledger needs the same key, kept across
 	// restarts — the one kept in the ledger (ledger.MCPStateKey), or a
-	// file's (LoadStateKey). It is called when the first envelope is made
+	// file's (rounds.LoadStateKey). It is called when the first envelope is made
 	// or opened, and again after a failure until it succeeds. Without it
 	// a random key of this process is used, and a call's next round must
 	// come back to this process.
@@ -125,13 +133,11 @@ type Gateway struct {
 	server   *mcp.Server
 	logger   *slog.Logger
 	stateKey func() ([]byte, error)
-	tasks    *taskTable
-	upTasks  any // the upstream's capabilities.tasks, which the SDK drops
+	tasks    *tasks.Tasks // tasks (tasks.go)
 	// peers are the downstream sessions' own upstream sessions
-	// (serverreq.go).
-	peersMu   sync.Mutex
-	peers     map[*mcp.ServerSession]*peer
-	parked    *parkTable         // the parked calls of 2026-07-28 clients (park.go)
+	// (package serverreq).
+	peers     *serverreq.Peers
+	parked    *rounds.Parking    // the parked calls of 2026-07-28 clients (park.go)
 	approvals *approve.Approvals // approvals through the client (approvals.go)
 }
 
@@ -165,18 +171,21 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 	}
 	cfg.ServerName = ToolNamePart(cfg.ServerName)
 	if cfg.StateKey == nil {
-		key := make([]byte, stateKeyLen)
+		key := make([]byte, rounds.StateKeyLen)
 		_, _ = rand.Read(key)
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
-	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(), progress: newProgressRoutes(), logger: cfg.Logger,
-		process: "process:" + rand.Text(), stateKey: onceKey(cfg.StateKey), tasks: newTaskTable(),
-		peers: map[*mcp.ServerSession]*peer{}, parked: newParkTable()}
+	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(),
+		progress: newProgressRoutes(), logger: cfg.Logger, process: "process:" + rand.Text(), stateKey: rounds.OnceKey(cfg.StateKey)}
+	g.peers = serverreq.New(up, serverreq.Config{Name: up.Name(), Version: cfg.Version, SpeaksFor: up.SpeaksFor(),
+		Logger: g.logger, Progress: g.progress.deliver})
+	g.parked = rounds.NewParking(g.peers, cfg.UpstreamTimeout, g.logger)
+	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
 	g.server = g.newServer(info)
-	up.onChanged(g.listChanged)
-	up.onClose(g.closeParking)
-	up.onProgress(g.progress.deliver)
+	up.OnChanged(g.listChanged)
+	up.OnClose(g.parked.Close)
+	up.OnProgress(g.progress.deliver)
 	return g, nil
 }
 
@@ -268,12 +277,12 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 	if info.Capabilities != nil {
 		c := *info.Capabilities
 		caps = &c
-		g.upTasks = takeTasks(caps)
+		g.tasks.Take(caps)
 	}
 	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
-		InitializedHandler: g.initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
+		InitializedHandler: g.peers.Initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
 	s.AddReceivingMiddleware(g.forward)
-	g.addTaskMethods(s)
+	g.tasks.AddMethods(s, g.up.Client())
 	return s
 }
 
@@ -283,8 +292,8 @@ func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
 // the SDK's.
 func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		version := requestVersion(req) // before describeClient rewrites _meta
-		ctx = g.withOwner(ctx, req)
+		version := requestVersion(req) // before DescribeClient rewrites _meta
+		ctx = tasks.WithOwner(ctx, req)
 		var res mcp.Result
 		var err error
 		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
@@ -303,7 +312,7 @@ func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
 // the client's protocol revision.
 func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
 	if forwarded(req.GetParams()) {
-		if err := g.describeClient(ctx, req); err != nil {
+		if err := g.peers.DescribeClient(ctx, req); err != nil {
 			return nil, err
 		}
 	}
@@ -312,12 +321,12 @@ func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, nex
 		if err != nil {
 			return nil, err
 		}
-		return g.withTasksCapability(res), nil
+		return g.tasks.WithCapability(res), nil
 	}
-	if err := g.relayLogLevel(ctx, req, version); err != nil {
+	if err := g.peers.RelayLogLevel(ctx, req, version); err != nil {
 		return nil, err
 	}
-	up := g.sessionFor(req, version)
+	up := g.peers.SessionFor(req, version)
 	switch p := req.GetParams().(type) {
 	case *mcp.ListToolsParams:
 		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
@@ -383,12 +392,12 @@ func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mc
 	if err != nil {
 		return nil, err
 	}
-	rctx, slot := withRawSlot(ctx)
+	rctx, slot := wire.WithSlot(ctx)
 	res, err := f(rctx, s)
 	if err != nil {
 		return nil, err
 	}
-	return asRaw(res, slot.get()), nil
+	return asRaw(res, slot.Get()), nil
 }
 
 // Server is the downstream MCP server, for transports of the caller's
@@ -442,7 +451,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 // later, which belongs to no session.
 func statelessRequest(r *http.Request) bool {
 	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
-		statelessRevision(r.Header.Get("Mcp-Protocol-Version"))
+		wire.Stateless(r.Header.Get("Mcp-Protocol-Version"))
 }
 
 // boundSessions refuses a request that would open a session (one without

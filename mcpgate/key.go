@@ -12,6 +12,8 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Keys of _meta the gateway reads and writes (SPEC §11).
@@ -85,7 +87,7 @@ func forwardMeta(meta mcp.Meta) mcp.Meta {
 }
 
 // liftParamsKey moves params.idempotencyKey of a tools/call into _meta
-// under metaParamsKey, and params.task under metaParamsTask, where the
+// under metaParamsKey, and params.task under tasks.MetaParamsTask, where the
 // typed request keeps them. Anything it cannot parse is returned
 // unchanged, for the SDK to answer.
 func liftParamsKey(params json.RawMessage) json.RawMessage {
@@ -111,7 +113,7 @@ func liftParamsKey(params json.RawMessage) json.RawMessage {
 	}
 	if hasTask {
 		delete(p, "task")
-		meta[metaParamsTask] = task
+		meta[tasks.MetaParamsTask] = task
 	}
 	b, err := json.Marshal(meta)
 	if err != nil {
@@ -151,7 +153,7 @@ func liftHTTP(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, wire.MaxBody))
 		if err != nil {
 			http.Error(w, "request body too large or unreadable", http.StatusRequestEntityTooLarge)
 			return
@@ -172,9 +174,6 @@ func liftHTTP(next http.Handler) http.Handler {
 func mayNameParamsKey(b []byte) bool {
 	return bytes.Contains(b, []byte(`"idempotencyKey"`)) || bytes.Contains(b, []byte(`"task"`)) || bytes.Contains(b, []byte(`\u`))
 }
-
-// maxBody bounds a POSTed MCP message.
-const maxBody = 8 << 20
 
 func liftBody(body []byte) []byte {
 	trimmed := bytes.TrimSpace(body)

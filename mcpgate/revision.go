@@ -7,6 +7,8 @@ import (
 	"reflect"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Protocol revisions the gateway tells apart (SPEC §11.1).
@@ -14,7 +16,7 @@ const (
 	// Version20260728 is the stateless revision: no initialize, every
 	// request carries its version in _meta, and a call may answer
 	// input_required (multi round-trip requests).
-	Version20260728 = "2026-07-28"
+	Version20260728 = wire.Version20260728
 )
 
 // requestVersion is the protocol revision of a downstream request: the
@@ -33,10 +35,6 @@ func requestVersion(req mcp.Request) string {
 	return ""
 }
 
-// statelessRevision reports whether version has multi round-trip
-// requests and resultType.
-func statelessRevision(version string) bool { return version >= Version20260728 }
-
 // newerResultMembers are the members of a result that a client on a
 // revision before 2026-07-28 does not know.
 var newerResultMembers = []string{"resultType", "inputRequests", "requestState"}
@@ -50,7 +48,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	case rawResult:
 		raw = r.rawJSON()
 	case *mcp.CallToolResult:
-		if !statelessRevision(version) {
+		if !wire.Stateless(version) {
 			return res, nil // the SDK writes no resultType it did not read
 		}
 		b, err := json.Marshal(r)
@@ -61,8 +59,8 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	default:
 		return res, nil
 	}
-	if statelessRevision(version) {
-		if hasMember(raw, "resultType") {
+	if wire.Stateless(version) {
+		if wire.HasMember(raw, "resultType") {
 			return res, nil
 		}
 		b, ok := prepend(raw, `"resultType":"complete"`)
@@ -73,14 +71,14 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	}
 	set := map[string]any{}
 	for _, m := range newerResultMembers {
-		if hasMember(raw, m) {
+		if wire.HasMember(raw, m) {
 			set[m] = nil
 		}
 	}
 	if len(set) == 0 {
 		return res, nil
 	}
-	b, err := withMembers(raw, set)
+	b, err := wire.WithMembers(raw, set)
 	if err != nil {
 		return res, nil // not an object: passed on as it came
 	}
@@ -100,38 +98,4 @@ func prepend(raw json.RawMessage, member string) (json.RawMessage, bool) {
 		out = out[:len(out)-1]
 	}
 	return append(out, rest...), true
-}
-
-// hasMember reports whether the JSON object raw has the member name.
-func hasMember(raw json.RawMessage, name string) bool {
-	if !bytes.Contains(raw, []byte(`"`+name+`"`)) {
-		return false
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
-		return false
-	}
-	_, ok := obj[name]
-	return ok
-}
-
-// withMembers returns the JSON object raw with the members of set set to
-// their values, or removed where the value is nil.
-func withMembers(raw json.RawMessage, set map[string]any) (json.RawMessage, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	for name, v := range set {
-		if v == nil {
-			delete(obj, name)
-			continue
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		obj[name] = b
-	}
-	return json.Marshal(obj)
 }

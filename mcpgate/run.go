@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // A gateway's executions are named mcp-<run>-<random>: run is the
@@ -23,7 +25,7 @@ func NewRunID() string { return rand.Text()[:13] }
 // reservation, so that reservation is not dead work, and its execution
 // names no run.
 func (g *Gateway) runOf(c *call) string {
-	if _, task := c.meta[metaParamsTask]; task || (statelessRevision(c.version) && !c.parked) {
+	if _, task := c.meta[tasks.MetaParamsTask]; task || (wire.Stateless(c.version) && !c.parked) {
 		return ""
 	}
 	return g.cfg.RunID

@@ -9,6 +9,9 @@ import (
 	"io"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // PeekInitialize reads the first message a stdio client sends and
@@ -39,10 +42,10 @@ func PeekInitialize(in io.ReadCloser) (*mcp.InitializeParams, io.ReadCloser) {
 		_ = json.Unmarshal(msg.Params, &stateless)
 		v, _ := stateless.Meta[mcp.MetaKeyProtocolVersion].(string)
 		caps, ok := asMap(stateless.Meta[mcp.MetaKeyClientCapabilities])
-		if !statelessRevision(v) || !ok {
+		if !wire.Stateless(v) || !ok {
 			return nil, rest
 		}
-		return &mcp.InitializeParams{ProtocolVersion: v, Capabilities: wireClientCapabilities(caps)}, rest
+		return &mcp.InitializeParams{ProtocolVersion: v, Capabilities: serverreq.WireClientCapabilities(caps)}, rest
 	}
 	var p mcp.InitializeParams
 	var roots struct { // which the SDK's type cannot tell absent (as its server reads it)

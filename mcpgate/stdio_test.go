@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 )
 
 // TestPeekInitialize: the first message tells who the one stdio client
@@ -41,7 +43,7 @@ func TestPeekInitialize(t *testing.T) {
 			}
 			require.NotNil(t, p)
 			assert.Equal(t, tc.version, p.ProtocolVersion)
-			assert.Equal(t, tc.roots, hasRoots(p.Capabilities))
+			assert.Equal(t, tc.roots, serverreq.HasRoots(p.Capabilities))
 			assert.Equal(t, tc.elicit, p.Capabilities.Elicitation != nil)
 		})
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Outcome is what a forwarded call came to, as the ledger records it.
@@ -40,10 +42,10 @@ type verdict struct {
 // HTTP 5xx, as a JSON-RPC error too, and those leave the outcome unknown.
 // An answer the SDK could not decode (a number out of range, an unknown
 // content type) is still the upstream's answer, read from its text.
-func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
-	raw := slot.get()
-	rpcErr, answered := slot.answer()
-	if id, task, ok := taskOf(raw); err == nil && ok {
+func judge(res *mcp.CallToolResult, slot *wire.Slot, err error) verdict {
+	raw := slot.Get()
+	rpcErr, answered := slot.Answer()
+	if id, task, ok := tasks.Of(raw); err == nil && ok {
 		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
 	}
 	switch {
@@ -55,14 +57,13 @@ func judge(res *mcp.CallToolResult, slot *rawSlot, err error) verdict {
 	case err == nil:
 		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
 	case rpcErr != nil:
-		return verdict{known: true, outcome: Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(rpcErr.Message, ledgerport.MaxFailureMessage)},
-			rpcErr: rpcErr}
+		return verdict{known: true, outcome: rpcFailure(rpcErr.Message), rpcErr: rpcErr}
 	case answered && len(raw) > 0:
 		return judgeRaw(raw)
-	case err != nil && !slot.wasWritten():
+	case err != nil && !slot.WasWritten():
 		return verdict{unsent: true}
 	}
-	return verdict{strays: slot.strayIDs()}
+	return verdict{strays: slot.StrayIDs()}
 }
 
 // judgeRaw reads a result the SDK could not decode from its text.
@@ -91,6 +92,24 @@ func judgeRaw(raw json.RawMessage) verdict {
 		return verdict{known: true, outcome: toolError(first), reply: reply}
 	}
 	return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(&mcp.CallToolResult{}, raw)}, reply: reply}
+}
+
+// finalOutcome is what an upstream's final answer came to (a task's
+// end): its result, or (failure != "") the error it failed with.
+func finalOutcome(result json.RawMessage, failure string) Outcome {
+	if failure != "" {
+		return rpcFailure(failure)
+	}
+	var res mcp.CallToolResult
+	if err := json.Unmarshal(result, &res); err == nil && res.IsError {
+		return toolError(firstText(&res))
+	}
+	return Outcome{Succeeded: true, Result: recordedResult(&res, result)}
+}
+
+// rpcFailure is the outcome of an answer with a JSON-RPC error.
+func rpcFailure(message string) Outcome {
+	return Outcome{ErrorCode: CodeMCPError, ErrorMessage: ledgerport.Truncate(message, ledgerport.MaxFailureMessage)}
 }
 
 // toolError is the outcome of an answer with isError: true.

@@ -20,6 +20,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
@@ -326,7 +327,7 @@ func (m *Main) loadStateKey() ([]byte, error) {
 
 // stateKeyFile reads (or creates) the key file path.
 func (m *Main) stateKeyFile(path string) ([]byte, error) {
-	key, err := mcpgate.LoadStateKey(path)
+	key, err := rounds.LoadStateKey(path)
 	if err != nil {
 		return nil, fmt.Errorf("--state-key-file: %w", err)
 	}

@@ -148,10 +148,18 @@ func (p Port) Reserve(ctx context.Context, r client.ReserveRequest) (*Reservatio
 	return &Reservation{Reservation: *res}, nil
 }
 
-// Commit records an outcome. A success whose result the ledger refuses
-// (it checks more than the gateway can) is recorded with a note in its
-// place, so the success is on the chain all the same.
+// CommitTimeout bounds recording an outcome once the upstream answered,
+// however the caller's request ends.
+const CommitTimeout = 30 * time.Second
+
+// Commit records an outcome, however ctx ends (a cancellation, a client
+// gone: the effect may have happened either way), within CommitTimeout.
+// A success whose result the ledger refuses (it checks more than the
+// gateway can) is recorded with a note in its place, so the success is on
+// the chain all the same.
 func (p Port) Commit(ctx context.Context, rsv *Reservation, o Outcome) error {
+	ctx, detach := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeout)
+	defer detach()
 	for noted := false; ; noted = true {
 		cm := client.Commit{Outcome: o.Name(), Result: o.Result}
 		if !o.Succeeded {

@@ -1,4 +1,4 @@
-package mcpgate
+package rounds
 
 import (
 	"bytes"
@@ -20,10 +20,10 @@ func TestOnceKey(t *testing.T) {
 	}{
 		{nil, errors.New("ledger out of reach")},
 		{[]byte("short"), nil},
-		{bytes.Repeat([]byte{7}, stateKeyLen), nil},
-		{bytes.Repeat([]byte{8}, stateKeyLen), nil},
+		{bytes.Repeat([]byte{7}, StateKeyLen), nil},
+		{bytes.Repeat([]byte{8}, StateKeyLen), nil},
 	}
-	get := onceKey(func() ([]byte, error) {
+	get := OnceKey(func() ([]byte, error) {
 		r := results[calls]
 		calls++
 		return r.key, r.err

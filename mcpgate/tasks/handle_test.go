@@ -1,4 +1,4 @@
-package mcpgate
+package tasks
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // it expires; anything else is errHandle, and the reservation it carries
 // cannot be read from it.
 func TestTaskHandle(t *testing.T) {
-	key := bytes.Repeat([]byte{7}, stateKeyLen)
+	key := bytes.Repeat([]byte{7}, 32)
 	now := time.UnixMilli(1764475200000)
 	h := taskHandle{ID: "up-1", Key: "dk_1", Token: "rsv_secret", Tool: "job", Owner: "stdio", Exp: now.Add(time.Hour).UnixMilli()}
 	s, err := sealHandle(key, h)
@@ -44,7 +44,7 @@ func TestTaskHandle(t *testing.T) {
 	}
 }
 
-// renameTask swaps the upstream's task id for the handle wherever an
+// Rename swaps the upstream's task id for the handle wherever an
 // answer names the task, and leaves numbers as they came.
 func TestRenameTask(t *testing.T) {
 	for in, want := range map[string]string{
@@ -53,10 +53,10 @@ func TestRenameTask(t *testing.T) {
 		`{"content":[],"_meta":{"io.modelcontextprotocol/related-task":{"taskId":"up-1"}}}`: `{"taskId":"H"}`,
 		`{"taskId":"up-1","n":12345678901234567890}`:                                        `"n":12345678901234567890`,
 	} {
-		got := string(renameTask(json.RawMessage(in), "up-1", "H"))
+		got := string(Rename(json.RawMessage(in), "up-1", "H"))
 		assert.Contains(t, got, want, in)
 		assert.NotContains(t, got, "up-1", in)
 	}
 	other := json.RawMessage(`{"taskId":"up-2"}`)
-	assert.Equal(t, other, renameTask(other, "up-1", "H"))
+	assert.Equal(t, other, Rename(other, "up-1", "H"))
 }

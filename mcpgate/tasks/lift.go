@@ -1,4 +1,4 @@
-package mcpgate
+package tasks
 
 import (
 	"bytes"
@@ -8,12 +8,14 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
-// unliftTask puts a tools/call's params.task, carried in
-// _meta[metaParamsTask], back where the upstream reads it.
-func unliftTask(params json.RawMessage) json.RawMessage {
-	if !bytes.Contains(params, []byte(metaParamsTask)) {
+// UnliftParams puts a tools/call's params.task, carried in
+// _meta[MetaParamsTask], back where the upstream reads it.
+func UnliftParams(params json.RawMessage) json.RawMessage {
+	if !bytes.Contains(params, []byte(MetaParamsTask)) {
 		return params
 	}
 	var p map[string]json.RawMessage
@@ -21,17 +23,17 @@ func unliftTask(params json.RawMessage) json.RawMessage {
 		return params
 	}
 	var meta map[string]json.RawMessage
-	if json.Unmarshal(p["_meta"], &meta) != nil || meta[metaParamsTask] == nil {
+	if json.Unmarshal(p["_meta"], &meta) != nil || meta[MetaParamsTask] == nil {
 		return params
 	}
-	p["task"] = meta[metaParamsTask]
-	delete(meta, metaParamsTask)
+	p["task"] = meta[MetaParamsTask]
+	delete(meta, MetaParamsTask)
 	return withMeta(p, meta, params)
 }
 
-// stashTasks moves the capabilities.tasks of an upstream's initialize
+// Stash moves the capabilities.tasks of an upstream's initialize
 // result to capabilities.experimental[expTasks], where the SDK keeps it.
-func stashTasks(result json.RawMessage) json.RawMessage {
+func Stash(result json.RawMessage) json.RawMessage {
 	if !bytes.Contains(result, []byte(`"tasks"`)) {
 		return result
 	}
@@ -63,8 +65,14 @@ func stashTasks(result json.RawMessage) json.RawMessage {
 	return out
 }
 
-// takeTasks removes the upstream's tasks capability from the
-// capabilities the SDK decoded, and returns it.
+// Take removes the upstream's tasks capability from the capabilities
+// the SDK decoded, and keeps it for WithCapability.
+func (t *Tasks) Take(caps *mcp.ServerCapabilities) {
+	t.upTasks = takeTasks(caps)
+}
+
+// takeTasks removes the upstream's tasks capability from caps, and
+// returns it.
 func takeTasks(caps *mcp.ServerCapabilities) any {
 	t, ok := caps.Experimental[expTasks]
 	if !ok {
@@ -91,11 +99,11 @@ type rawInit struct {
 
 func (r rawInit) MarshalJSON() ([]byte, error) { return r.raw, nil }
 
-// withTasksCapability gives a 2025-11-25 client the upstream's
+// WithCapability gives a 2025-11-25 client the upstream's
 // capabilities.tasks in the answer to initialize.
-func (g *Gateway) withTasksCapability(res mcp.Result) mcp.Result {
+func (t *Tasks) WithCapability(res mcp.Result) mcp.Result {
 	ir, ok := res.(*mcp.InitializeResult)
-	if !ok || g.upTasks == nil || ir.ProtocolVersion != "2025-11-25" {
+	if !ok || t.upTasks == nil || ir.ProtocolVersion != "2025-11-25" {
 		return res
 	}
 	b, err := json.Marshal(ir)
@@ -110,7 +118,7 @@ func (g *Gateway) withTasksCapability(res mcp.Result) mcp.Result {
 	if caps == nil {
 		caps = map[string]any{}
 	}
-	caps["tasks"] = g.upTasks
+	caps["tasks"] = t.upTasks
 	m["capabilities"] = caps
 	if b, err = json.Marshal(m); err != nil {
 		return res
@@ -118,10 +126,10 @@ func (g *Gateway) withTasksCapability(res mcp.Result) mcp.Result {
 	return rawInit{ir, b}
 }
 
-// unliftRequest applies unliftTask to a tools/call POSTed to a
+// UnliftRequest applies UnliftParams to a tools/call POSTed to a
 // Streamable HTTP upstream (on a copy of req), and reports whether the POST is an
 // initialize request.
-func unliftRequest(req *http.Request) (out *http.Request, init bool, err error) {
+func UnliftRequest(req *http.Request) (out *http.Request, init bool, err error) {
 	if req.Method != http.MethodPost || req.Body == nil || req.Body == http.NoBody {
 		return req, false, nil
 	}
@@ -139,7 +147,7 @@ func unliftRequest(req *http.Request) (out *http.Request, init bool, err error) 
 		case "initialize":
 			init = true
 		case "tools/call":
-			if p := unliftTask(m["params"]); !bytes.Equal(p, m["params"]) {
+			if p := UnliftParams(m["params"]); !bytes.Equal(p, m["params"]) {
 				m["params"] = p
 				if b, err := json.Marshal(m); err == nil {
 					body = b
@@ -153,13 +161,13 @@ func unliftRequest(req *http.Request) (out *http.Request, init bool, err error) 
 	return req, init, nil
 }
 
-// stashTasksHTTP applies stashTasks to the answer to initialize in an
+// StashHTTP applies Stash to the answer to initialize in an
 // HTTP response: one JSON-RPC message, or server-sent events.
-func stashTasksHTTP(res *http.Response) {
+func StashHTTP(res *http.Response) {
 	if res.StatusCode != http.StatusOK || res.Body == nil {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(res.Body, wire.MaxBody))
 	_ = res.Body.Close()
 	if err == nil && bytes.Contains(body, []byte(`"tasks"`)) {
 		if strings.HasPrefix(res.Header.Get("Content-Type"), "text/event-stream") {
@@ -179,13 +187,13 @@ func stashTasksHTTP(res *http.Response) {
 	res.Header.Del("Content-Length")
 }
 
-// stashMessage applies stashTasks to a JSON-RPC response's result.
+// stashMessage applies Stash to a JSON-RPC response's result.
 func stashMessage(msg []byte) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(msg, &m) != nil || m["result"] == nil {
 		return msg
 	}
-	m["result"] = stashTasks(m["result"])
+	m["result"] = Stash(m["result"])
 	b, err := json.Marshal(m)
 	if err != nil {
 		return msg

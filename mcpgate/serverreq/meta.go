@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 roots are deprecated (SEP-2577), not gone: a client that has them is relayed them
 
-package mcpgate
+package serverreq
 
 import (
 	"context"
@@ -8,21 +8,23 @@ import (
 	"reflect"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
-// describeClient makes the per-request _meta of a forwarded request
+// DescribeClient makes the per-request _meta of a forwarded request
 // (SEP-2575) describe the downstream client, for the revision the
 // upstream negotiated (SPEC §11.1): an upstream before 2026-07-28 gets
 // none of it (its session's initialize said who the client is); a
 // 2026-07-28 upstream gets its own version and the client's info and
 // capabilities, from the request or from the client's session, never
 // the gateway's.
-func (g *Gateway) describeClient(ctx context.Context, req mcp.Request) error {
+func (ps *Peers) DescribeClient(ctx context.Context, req mcp.Request) error {
 	p := req.GetParams()
 	if p == nil || reflect.ValueOf(p).IsNil() {
 		return nil
 	}
-	s, err := g.up.Session(ctx)
+	s, err := ps.up.Session(ctx)
 	if err != nil {
 		return err
 	}
@@ -31,7 +33,7 @@ func (g *Gateway) describeClient(ctx context.Context, req mcp.Request) error {
 		upVersion = ir.ProtocolVersion
 	}
 	meta := p.GetMeta()
-	if !statelessRevision(upVersion) {
+	if !wire.Stateless(upVersion) {
 		if meta == nil {
 			return nil
 		}
@@ -55,21 +57,21 @@ func (g *Gateway) describeClient(ctx context.Context, req mcp.Request) error {
 	}
 	caps, ok := out[mcp.MetaKeyClientCapabilities]
 	if !ok && ip != nil {
-		caps = wireCapabilities(ip.Capabilities)
+		caps = WireCapabilities(ip.Capabilities)
 	}
 	if caps == nil {
 		caps = map[string]any{}
 	}
 	// The client's capabilities as they are, the tasks extension
-	// included: the gateway forwards its tasks (tasks.go).
+	// included: the gateway forwards its tasks (package tasks).
 	out[mcp.MetaKeyClientCapabilities] = caps
 	p.SetMeta(out)
 	return nil
 }
 
-// wireCapabilities is a session's client capabilities in the form of
+// WireCapabilities is a session's client capabilities in the form of
 // 2026-07-28's _meta: roots only if the client declared them.
-func wireCapabilities(c *mcp.ClientCapabilities) map[string]any {
+func WireCapabilities(c *mcp.ClientCapabilities) map[string]any {
 	out := map[string]any{}
 	if c == nil {
 		return out

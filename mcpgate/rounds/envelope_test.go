@@ -1,4 +1,4 @@
-package mcpgate_test
+package rounds_test
 
 import (
 	"os"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 )
 
 // TestLoadStateKey: the key is created on first use, mode 0600, and read
@@ -16,20 +16,20 @@ import (
 func TestLoadStateKey(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "state", "mcp.db.mcp-key")
-		first, err := mcpgate.LoadStateKey(path)
+		first, err := rounds.LoadStateKey(path)
 		require.NoError(t, err)
 		assert.Len(t, first, 32)
 		fi, err := os.Stat(path)
 		require.NoError(t, err)
 		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-		again, err := mcpgate.LoadStateKey(path)
+		again, err := rounds.LoadStateKey(path)
 		require.NoError(t, err)
 		assert.Equal(t, first, again)
 	})
 	t.Run("ErrNotAKey", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "key")
 		require.NoError(t, os.WriteFile(path, []byte("short\n"), 0o600))
-		_, err := mcpgate.LoadStateKey(path)
+		_, err := rounds.LoadStateKey(path)
 		assert.Error(t, err)
 	})
 }

@@ -1,4 +1,4 @@
-package mcpgate
+package tasks
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // A task's handle — the taskId the client sees — is not the upstream's
@@ -44,7 +46,7 @@ type taskHandle struct {
 	// not_applied.
 	Failed bool   `json:"failed,omitempty"`
 	Ext    bool   `json:"ext,omitempty"` // a task of the 2026-07-28 extension
-	Owner  string `json:"owner"`         // taskOwner of the call
+	Owner  string `json:"owner"`         // owner of the call
 	Exp    int64  `json:"exp"`           // unix ms after which it is refused
 }
 
@@ -110,11 +112,11 @@ func openHandle(stateKey []byte, s, owner string, now time.Time) (*taskHandle, e
 	return &h, nil
 }
 
-// renameTask replaces the upstream's task id in an answer with the
+// Rename replaces the upstream's task id in an answer with the
 // handle the client sees, wherever the answer names it: a task's
 // taskId (at the top, or in 2025-11-25's {"task": {…}}) and
 // _meta[metaRelatedTask].taskId.
-func renameTask(raw json.RawMessage, from, to string) json.RawMessage {
+func Rename(raw json.RawMessage, from, to string) json.RawMessage {
 	if from == "" || !bytes.Contains(raw, []byte(from)) {
 		return raw
 	}
@@ -147,7 +149,7 @@ func withTaskID(params json.RawMessage, id string) json.RawMessage {
 	if len(params) == 0 {
 		params = json.RawMessage(`{}`)
 	}
-	b, err := withMembers(params, map[string]any{"taskId": id})
+	b, err := wire.WithMembers(params, map[string]any{"taskId": id})
 	if err != nil {
 		return params
 	}

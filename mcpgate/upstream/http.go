@@ -1,4 +1,4 @@
-package mcpgate
+package upstream
 
 import (
 	"bytes"
@@ -8,29 +8,30 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // rawRoundTripper keeps raw results for a Streamable HTTP upstream. The
 // SDK's own connection type must stay unwrapped there, so the raw answer
 // is read off the HTTP response of the POST that carried the request:
-// its context holds the rawSlot, and its body is one JSON-RPC message or
+// its context holds a wire.Slot, and its body is one JSON-RPC message or
 // a stream of server-sent events ending with the answer.
 type rawRoundTripper struct{ next http.RoundTripper }
 
 func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	req, init, err := unliftRequest(req)
+	req, init, err := tasks.UnliftRequest(req)
 	if err != nil {
 		return nil, err
 	}
-	slot, ok := req.Context().Value(rawSlotKey{}).(*rawSlot)
+	slot, ok := wire.SlotOf(req.Context())
 	if ok && req.Method == http.MethodPost {
-		slot.mu.Lock()
-		slot.written = true // it may reach the server from here on
-		slot.mu.Unlock()
+		slot.MarkWritten() // it may reach the server from here on
 	}
 	res, err := t.next.RoundTrip(req)
 	if init && err == nil {
-		stashTasksHTTP(res)
+		tasks.StashHTTP(res)
 	}
 	if err != nil || !ok || req.Method != http.MethodPost || res.Body == nil {
 		return res, err
@@ -50,7 +51,7 @@ func (t rawRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // sees that response.
 type rawBody struct {
 	io.ReadCloser
-	slot *rawSlot
+	slot *wire.Slot
 	sse  bool
 	buf  []byte
 	done bool
@@ -63,7 +64,7 @@ func (b *rawBody) Read(p []byte) (int, error) {
 	}
 	b.buf = append(b.buf, p[:n]...)
 	switch {
-	case len(b.buf) > maxBody:
+	case len(b.buf) > wire.MaxBody:
 		b.done, b.buf = true, nil
 	case b.sse:
 		b.scanEvents()
@@ -103,6 +104,6 @@ func (b *rawBody) take(msg []byte) {
 	if json.Unmarshal(msg, &m) != nil || m.Method != "" || (m.Result == nil && m.Error == nil) {
 		return
 	}
-	b.slot.put(m.Result, m.Error)
+	b.slot.Put(m.Result, m.Error)
 	b.done, b.buf = true, nil
 }

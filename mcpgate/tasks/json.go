@@ -1,4 +1,4 @@
-package mcpgate
+package tasks
 
 import (
 	"bytes"
@@ -10,10 +10,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// taskOf reads the task of an answer: a 2025-11-25 CreateTaskResult
+// Of reads the task of an answer: a 2025-11-25 CreateTaskResult
 // ({"task": {taskId, status, …}}) or a 2026-07-28 one (resultType
 // "task", the task's members at the top).
-func taskOf(raw json.RawMessage) (id string, obj json.RawMessage, ok bool) {
+func Of(raw json.RawMessage) (id string, obj json.RawMessage, ok bool) {
 	if len(raw) == 0 || !bytes.Contains(raw, []byte(`task`)) {
 		return "", nil, false
 	}
@@ -97,11 +97,11 @@ func withMeta(m, meta map[string]json.RawMessage, orig json.RawMessage) json.Raw
 	return b
 }
 
-// taskLease is the lease of a call: a task-augmented call's is its task's
+// Lease is the lease of a call: a task-augmented call's is its task's
 // ttl, at most maxTaskLease; a task without ttl, or a plain call, has the
 // gateway's.
-func taskLease(meta mcp.Meta, def time.Duration) time.Duration {
-	t, ok := meta[metaParamsTask].(map[string]any)
+func Lease(meta mcp.Meta, def time.Duration) time.Duration {
+	t, ok := meta[MetaParamsTask].(map[string]any)
 	if !ok {
 		return def
 	}
@@ -119,13 +119,13 @@ func taskLease(meta mcp.Meta, def time.Duration) time.Duration {
 	return d
 }
 
-// taskParams are the params of a tasks/* request, kept as they came.
-type taskParams struct {
+// Params are the params of a tasks/* request, kept as they came.
+type Params struct {
 	mcp.ParamsBase
 	raw json.RawMessage
 }
 
-func (p *taskParams) UnmarshalJSON(b []byte) error {
+func (p *Params) UnmarshalJSON(b []byte) error {
 	p.raw = bytes.Clone(b)
 	var m struct {
 		Meta mcp.Meta `json:"_meta"`
@@ -135,14 +135,14 @@ func (p *taskParams) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (p *taskParams) MarshalJSON() ([]byte, error) {
+func (p *Params) MarshalJSON() ([]byte, error) {
 	if len(p.raw) == 0 {
 		return []byte(`{}`), nil
 	}
 	return p.raw, nil
 }
 
-func (p *taskParams) taskID() string {
+func (p *Params) taskID() string {
 	var m struct {
 		TaskID string `json:"taskId"`
 	}
@@ -150,37 +150,37 @@ func (p *taskParams) taskID() string {
 	return m.TaskID
 }
 
-func taskRequest(id string) *taskParams {
+func taskRequest(id string) *Params {
 	b, _ := json.Marshal(map[string]string{"taskId": id})
-	return &taskParams{raw: b}
+	return &Params{raw: b}
 }
 
-// taskResult is the answer of a tasks/* request, kept as it came.
-type taskResult struct {
+// Result is the answer of a tasks/* request, kept as it came.
+type Result struct {
 	mcp.ResultBase
 	raw json.RawMessage
 }
 
-func (r *taskResult) UnmarshalJSON(b []byte) error {
+func (r *Result) UnmarshalJSON(b []byte) error {
 	r.raw = bytes.Clone(b)
 	return nil
 }
 
-func (r *taskResult) MarshalJSON() ([]byte, error) {
+func (r *Result) MarshalJSON() ([]byte, error) {
 	if len(r.raw) == 0 {
 		return []byte(`{}`), nil
 	}
 	return r.raw, nil
 }
 
-// withoutParamsTask is meta without a 2025-11-25 client's params.task.
-func withoutParamsTask(meta mcp.Meta) mcp.Meta {
-	if _, ok := meta[metaParamsTask]; !ok {
+// WithoutParamsTask is meta without a 2025-11-25 client's params.task.
+func WithoutParamsTask(meta mcp.Meta) mcp.Meta {
+	if _, ok := meta[MetaParamsTask]; !ok {
 		return meta
 	}
 	out := make(mcp.Meta, len(meta))
 	for k, v := range meta {
-		if k != metaParamsTask {
+		if k != MetaParamsTask {
 			out[k] = v
 		}
 	}
