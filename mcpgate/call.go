@@ -367,9 +367,9 @@ func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call
 	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
 		if id, task, ok := tasks.Of(slot.Get()); ok {
-			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.Get())), nil
+			return g.startTask(ctx, c, nil, id, task, wire.AsRaw(res, slot.Get())), nil
 		}
-		return asRaw(res, slot.Get()), nil
+		return wire.AsRaw(res, slot.Get()), nil
 	}
 	v := judge(res, slot, err)
 	switch {

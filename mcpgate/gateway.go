@@ -397,7 +397,7 @@ func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mc
 	if err != nil {
 		return nil, err
 	}
-	return asRaw(res, slot.Get()), nil
+	return wire.AsRaw(res, slot.Get()), nil
 }
 
 // Server is the downstream MCP server, for transports of the caller's

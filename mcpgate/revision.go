@@ -45,8 +45,8 @@ var newerResultMembers = []string{"resultType", "inputRequests", "requestState"}
 func present(version string, res mcp.Result) (mcp.Result, error) {
 	var raw json.RawMessage
 	switch r := res.(type) {
-	case rawResult:
-		raw = r.rawJSON()
+	case wire.RawResult:
+		raw = r.RawJSON()
 	case *mcp.CallToolResult:
 		if !wire.Stateless(version) {
 			return res, nil // the SDK writes no resultType it did not read
@@ -55,7 +55,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode result: %w", err)
 		}
-		res, raw = rawCall{r, b}, b
+		res, raw = wire.AsRaw(r, b), b
 	default:
 		return res, nil
 	}
@@ -67,7 +67,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		if !ok {
 			return res, nil
 		}
-		return res.(rawResult).withRaw(b), nil
+		return res.(wire.RawResult).WithRaw(b), nil
 	}
 	set := map[string]any{}
 	for _, m := range newerResultMembers {
@@ -82,7 +82,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	if err != nil {
 		return res, nil // not an object: passed on as it came
 	}
-	return res.(rawResult).withRaw(b), nil
+	return res.(wire.RawResult).WithRaw(b), nil
 }
 
 // prepend puts member first in the JSON object raw, leaving the rest of

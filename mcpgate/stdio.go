@@ -41,7 +41,7 @@ func PeekInitialize(in io.ReadCloser) (*mcp.InitializeParams, io.ReadCloser) {
 		}
 		_ = json.Unmarshal(msg.Params, &stateless)
 		v, _ := stateless.Meta[mcp.MetaKeyProtocolVersion].(string)
-		caps, ok := asMap(stateless.Meta[mcp.MetaKeyClientCapabilities])
+		caps, ok := wire.AsMap(stateless.Meta[mcp.MetaKeyClientCapabilities])
 		if !wire.Stateless(v) || !ok {
 			return nil, rest
 		}
