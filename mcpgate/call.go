@@ -100,7 +100,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 		g.logger.WarnContext(ctx, "upstream unavailable", "tool", r.name, "err", err)
 		return nil, err
 	}
-	tool, err := g.tools.lookup(ctx, s, r.name)
+	tool, err := g.tools.Lookup(ctx, s, r.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
 	}
@@ -393,7 +393,7 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 
 // sendOn makes the upstream call on s.
 func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
-	meta, release := g.progress.open(ctx, c.session, c.meta)
+	meta, release := g.progress.Open(ctx, c.session, forwardMeta(c.meta))
 	defer release()
 	rctx, slot := wire.WithSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,

@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"bytes"
@@ -9,14 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
-)
-
-// Protocol revisions the gateway tells apart (SPEC §11.1).
-const (
-	// Version20260728 is the stateless revision: no initialize, every
-	// request carries its version in _meta, and a call may answer
-	// input_required (multi round-trip requests).
-	Version20260728 = wire.Version20260728
 )
 
 // requestVersion is the protocol revision of a downstream request: the

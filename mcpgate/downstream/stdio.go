@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 roots are deprecated (SEP-2577), not gone: a client that has them is relayed them
 
-package mcpgate
+package downstream
 
 import (
 	"bufio"
