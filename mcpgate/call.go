@@ -145,7 +145,7 @@ func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, versio
 
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	ctx = withTraceContext(ctx, c.meta)
+	ctx = ledgerport.WithTraceContext(ctx, c.meta)
 	key, err := callKey(c.meta, c.ledgerTool, c.args, g.scopeOf(c.session))
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()

@@ -66,6 +66,12 @@ type Ledger = ledgerport.Ledger
 // process, the same service the REST API calls.
 func NewLocal(ns *ledger.Namespace) Ledger { return ledgerport.NewLocal(ns) }
 
+// InjectTraceContext sets the traceparent (and tracestate) headers of a
+// request to the ledger from the trace context of the call that ctx
+// belongs to: the remote ledger client's propagator
+// (client.WithPropagator; ledgerport.InjectTraceContext).
+func InjectTraceContext(ctx context.Context, h http.Header) { ledgerport.InjectTraceContext(ctx, h) }
+
 // DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
 // reserve's wait (ledger-mcp's --ledger-timeout).
 const DefaultLedgerTimeout = ledgerport.DefaultTimeout
