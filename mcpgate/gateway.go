@@ -7,16 +7,18 @@
 //
 // One decision path (call.go) runs over one Ledger port (ledgerport): a
 // ledger in this process (NewLocal, the service the REST API uses) or a
-// ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
-// stdio or Streamable HTTP; upstream it talks to a server it starts over
-// stdio or one it reaches over Streamable HTTP, both with the official Go
-// SDK. The extensions are packages beside it, each with its own state,
-// joined to the path through a small interface: rounds (multi round-trip
-// input, parked calls), tasks, serverreq (requests from an older
-// upstream) and approve (approvals through the client); upstream is the
-// connection to the real server, and wire the JSON-RPC vocabulary they
-// share with the core. docs/mcp.md ("How a call
-// flows") draws the path and where each extension joins it.
+// ledgerd (a *client.Client, the Go client). Downstream (package
+// downstream) it serves MCP over stdio or Streamable HTTP and passes every
+// request but tools/call through; upstream (package upstream) it talks to
+// a server it starts over stdio or one it reaches over Streamable HTTP,
+// both with the official Go SDK. A call's class comes from the tool's
+// annotations and the --policy file (package policy). The extensions are
+// packages beside it, each with its own state, joined to the path through
+// a small interface: rounds (multi round-trip input, parked calls), tasks,
+// serverreq (requests from an older upstream) and approve (approvals
+// through the client); wire is the JSON-RPC vocabulary they share with
+// the core. docs/mcp.md ("How a call flows") draws the path and where
+// each extension joins it.
 package mcpgate
 
 import (
