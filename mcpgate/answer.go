@@ -12,6 +12,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Statuses the gateway puts in _meta["io.effect-ledger/status"] of the
@@ -271,7 +272,7 @@ func replayAnswer(rsv *ledgerport.Reservation, notice string) (mcp.Result, error
 	if err := json.Unmarshal(raw, res); err != nil {
 		return nil, fmt.Errorf("replay %s: recorded result: %w", rsv.Key, err)
 	}
-	return rawCall{res, raw}, nil
+	return wire.RawCall(res, raw), nil
 }
 
 // maxResult is the ledger's bound on a recorded result (SPEC §4).

@@ -96,5 +96,5 @@ func (g *Gateway) approvalRound(c *call, rsv *ledgerport.Reservation, form *mcp.
 	if err != nil {
 		return nil, fmt.Errorf("encode the approval round: %w", err)
 	}
-	return rawCall{res, b}, nil
+	return wire.RawCall(res, b), nil
 }

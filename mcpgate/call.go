@@ -100,7 +100,7 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 		g.logger.WarnContext(ctx, "upstream unavailable", "tool", r.name, "err", err)
 		return nil, err
 	}
-	tool, err := g.tools.lookup(ctx, s, r.name)
+	tool, err := g.tools.Lookup(ctx, s, r.name)
 	if err != nil {
 		return nil, fmt.Errorf("list the upstream's tools: %w", err)
 	}
@@ -145,7 +145,7 @@ func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, versio
 
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
-	ctx = withTraceContext(ctx, c.meta)
+	ctx = ledgerport.WithTraceContext(ctx, c.meta)
 	key, err := callKey(c.meta, c.ledgerTool, c.args, g.scopeOf(c.session))
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
@@ -367,9 +367,9 @@ func (g *Gateway) forwardCall(ctx context.Context, s *mcp.ClientSession, c *call
 	res, slot, err := g.sendBounded(ctx, s, c)
 	if err == nil {
 		if id, task, ok := tasks.Of(slot.Get()); ok {
-			return g.startTask(ctx, c, nil, id, task, asRaw(res, slot.Get())), nil
+			return g.startTask(ctx, c, nil, id, task, wire.AsRaw(res, slot.Get())), nil
 		}
-		return asRaw(res, slot.Get()), nil
+		return wire.AsRaw(res, slot.Get()), nil
 	}
 	v := judge(res, slot, err)
 	switch {
@@ -393,7 +393,7 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 
 // sendOn makes the upstream call on s.
 func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
-	meta, release := g.progress.open(ctx, c.session, c.meta)
+	meta, release := g.progress.Open(ctx, c.session, forwardMeta(c.meta))
 	defer release()
 	rctx, slot := wire.WithSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,

@@ -1,8 +1,6 @@
 package mcpgate
 
 import (
-	"encoding/json"
-
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
@@ -29,7 +27,7 @@ func describeCaller(req mcp.Request, version string) caller {
 		if p := req.GetParams(); p != nil {
 			meta := p.GetMeta()
 			name = jsonField(meta[mcp.MetaKeyClientInfo], "name")
-			caps, _ = asMap(meta[mcp.MetaKeyClientCapabilities])
+			caps, _ = wire.AsMap(meta[mcp.MetaKeyClientCapabilities])
 		}
 	} else if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() != nil {
 		ip := ss.InitializeParams()
@@ -42,7 +40,7 @@ func describeCaller(req mcp.Request, version string) caller {
 	if wire.Stateless(version) {
 		c.caps = serverreq.WireClientCapabilities(caps)
 	}
-	if e, ok := asMap(caps["elicitation"]); ok {
+	if e, ok := wire.AsMap(caps["elicitation"]); ok {
 		_, form := e["form"]
 		_, url := e["url"]
 		c.elicitForm = form || !url // an empty elicitation capability is form's
@@ -51,25 +49,9 @@ func describeCaller(req mcp.Request, version string) caller {
 	return c
 }
 
-// asMap reads a JSON object decoded into any (or a struct, through JSON).
-func asMap(v any) (map[string]any, bool) {
-	if m, ok := v.(map[string]any); ok {
-		return m, true
-	}
-	if v == nil {
-		return nil, false
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, false
-	}
-	var m map[string]any
-	return m, json.Unmarshal(b, &m) == nil && m != nil
-}
-
 // jsonField is the string member name of a JSON object v.
 func jsonField(v any, name string) string {
-	m, _ := asMap(v)
+	m, _ := wire.AsMap(v)
 	s, _ := m[name].(string)
 	return s
 }

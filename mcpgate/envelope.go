@@ -47,9 +47,9 @@ func (g *Gateway) askClient(c *call, rsv *ledgerport.Reservation, res *mcp.CallT
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := reply.(rawResult); ok {
-		if b, err := wire.WithMembers(r.rawJSON(), map[string]any{"requestState": state}); err == nil {
-			return r.withRaw(b), nil
+	if r, ok := reply.(wire.RawResult); ok {
+		if b, err := wire.WithMembers(r.RawJSON(), map[string]any{"requestState": state}); err == nil {
+			return r.WithRaw(b), nil
 		}
 	}
 	res.RequestState = state

@@ -7,23 +7,23 @@
 //
 // One decision path (call.go) runs over one Ledger port (ledgerport): a
 // ledger in this process (NewLocal, the service the REST API uses) or a
-// ledgerd (a *client.Client, the Go client). Downstream it serves MCP over
-// stdio or Streamable HTTP; upstream it talks to a server it starts over
-// stdio or one it reaches over Streamable HTTP, both with the official Go
-// SDK. The extensions are packages beside it, each with its own state,
-// joined to the path through a small interface: rounds (multi round-trip
-// input, parked calls), tasks, serverreq (requests from an older
-// upstream) and approve (approvals through the client); upstream is the
-// connection to the real server, and wire the JSON-RPC vocabulary they
-// share with the core. docs/mcp.md ("How a call
-// flows") draws the path and where each extension joins it.
+// ledgerd (a *client.Client, the Go client). Downstream (package
+// downstream) it serves MCP over stdio or Streamable HTTP and passes every
+// request but tools/call through; upstream (package upstream) it talks to
+// a server it starts over stdio or one it reaches over Streamable HTTP,
+// both with the official Go SDK. A call's class comes from the tool's
+// annotations and the --policy file (package policy). The extensions are
+// packages beside it, each with its own state, joined to the path through
+// a small interface: rounds (multi round-trip input, parked calls), tasks,
+// serverreq (requests from an older upstream) and approve (approvals
+// through the client); wire is the JSON-RPC vocabulary they share with
+// the core. docs/mcp.md ("How a call flows") draws the path and where
+// each extension joins it.
 package mcpgate
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -31,17 +31,23 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/approve"
+	"github.com/effect-ledger/effect-ledger/mcpgate/downstream"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/policy"
 	"github.com/effect-ledger/effect-ledger/mcpgate/rounds"
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
+
+// Version20260728 is the stateless revision (SPEC §11.1): no
+// initialize, every request carries its version in _meta, and a call may
+// answer input_required (multi round-trip requests).
+const Version20260728 = wire.Version20260728
 
 // Defaults of Config.
 const (
@@ -61,6 +67,12 @@ type Ledger = ledgerport.Ledger
 // NewLocal returns the Ledger port over one namespace of a ledger in this
 // process, the same service the REST API calls.
 func NewLocal(ns *ledger.Namespace) Ledger { return ledgerport.NewLocal(ns) }
+
+// InjectTraceContext sets the traceparent (and tracestate) headers of a
+// request to the ledger from the trace context of the call that ctx
+// belongs to: the remote ledger client's propagator
+// (client.WithPropagator; ledgerport.InjectTraceContext).
+func InjectTraceContext(ctx context.Context, h http.Header) { ledgerport.InjectTraceContext(ctx, h) }
 
 // DefaultLedgerTimeout bounds each request to a remote ledger, beyond a
 // reserve's wait (ledger-mcp's --ledger-timeout).
@@ -128,9 +140,9 @@ type Gateway struct {
 	// process, one session.
 	process  string
 	up       *Upstream
-	tools    *toolCache
-	progress *progressRoutes
-	server   *mcp.Server
+	tools    *downstream.Tools    // the upstream's tools, for their annotations
+	progress *downstream.Progress // progress routed back to the calling session
+	down     *downstream.Server   // the MCP server the client talks to
 	logger   *slog.Logger
 	stateKey func() ([]byte, error)
 	tasks    *tasks.Tasks // tasks (tasks.go)
@@ -176,16 +188,17 @@ func New(up *Upstream, cfg Config) (*Gateway, error) {
 		cfg.StateKey = func() ([]byte, error) { return key, nil }
 	}
 	port := ledgerport.Port{Ledger: cfg.Ledger, Timeout: cfg.LedgerTimeout, Logger: cfg.Logger}
-	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: newToolCache(),
-		progress: newProgressRoutes(), logger: cfg.Logger, process: "process:" + rand.Text(), stateKey: rounds.OnceKey(cfg.StateKey)}
+	g := &Gateway{cfg: cfg, port: port, approvals: approve.New(port, cfg.ApprovalURL, cfg.Wait, cfg.Logger), up: up, tools: downstream.NewTools(),
+		progress: downstream.NewProgress(), logger: cfg.Logger, process: "process:" + rand.Text(), stateKey: rounds.OnceKey(cfg.StateKey)}
 	g.peers = serverreq.New(up, serverreq.Config{Name: up.Name(), Version: cfg.Version, SpeaksFor: up.SpeaksFor(),
-		Logger: g.logger, Progress: g.progress.deliver})
+		Logger: g.logger, Progress: g.progress.Deliver})
 	g.parked = rounds.NewParking(g.peers, cfg.UpstreamTimeout, g.logger)
 	g.tasks = tasks.New(taskCore{g}, g.stateKey, func(tool string) string { return LedgerToolName(g.cfg.ServerName, tool) }, g.logger)
-	g.server = g.newServer(info)
-	up.OnChanged(g.listChanged)
+	g.down = downstream.New(downstream.Config{Info: info, Version: cfg.Version, Up: up, Peers: g.peers, Tasks: g.tasks,
+		Tools: g.tools, Logger: g.logger, CallTool: g.callTool})
+	up.OnChanged(g.down.ListChanged)
 	up.OnClose(g.parked.Close)
-	up.OnProgress(g.progress.deliver)
+	up.OnProgress(g.progress.Deliver)
 	return g, nil
 }
 
@@ -210,299 +223,42 @@ func (g *Gateway) scopeOf(ss *mcp.ServerSession) string {
 func (g *Gateway) ServerName() string { return g.cfg.ServerName }
 
 // ToolNamePart makes a server name usable in the ledger's tool names and
-// in a file name: anything but ASCII letters, digits, '.', '_' and '-'
-// becomes '_'; an empty name is "mcp".
-func ToolNamePart(name string) string {
-	if name == "" {
-		return "mcp"
-	}
-	b := []byte(name)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			b[i] = '_'
-		}
-	}
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return string(b)
-}
+// in a file name (policy.ToolNamePart).
+func ToolNamePart(name string) string { return policy.ToolNamePart(name) }
 
-// LedgerToolName is the ledger's tool name for an upstream's tool:
-// <server-name>.<tool> when the ledger can hold it (1–128 bytes of
-// visible ASCII, SPEC §4). A longer name, or one with other bytes (MCP
-// allows tool names of 128 characters, so <server-name>.<tool> may reach
-// 193 bytes), maps to its printable prefix, "~" and 16 hex digits of the
-// SHA-256 of the tool's exact name: one tool, one ledger name, and given
-// the upstream's tools/list the tool a ledger name stands for is found by
-// mapping each name again.
-func LedgerToolName(serverName, tool string) string {
-	name := serverName + "." + tool
-	if len(name) <= ledger.MaxIDLen && printable(name) {
-		return name
-	}
-	sum := sha256.Sum256([]byte(tool))
-	suffix := "~" + hex.EncodeToString(sum[:8])
-	b := []byte(name)
-	for i, c := range b {
-		if c < 0x21 || c > 0x7E {
-			b[i] = '_'
-		}
-	}
-	if keep := ledger.MaxIDLen - len(suffix); len(b) > keep {
-		b = b[:keep]
-	}
-	return string(b) + suffix
-}
+// LedgerToolName is the ledger's tool name for an upstream's tool,
+// <server-name>.<tool> when the ledger can hold it (policy.LedgerToolName).
+func LedgerToolName(serverName, tool string) string { return policy.LedgerToolName(serverName, tool) }
 
-// printable reports whether s is made of visible ASCII (0x21–0x7E).
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7E {
-			return false
-		}
-	}
-	return true
-}
-
-// newServer builds the downstream server: the upstream's serverInfo,
-// capabilities and instructions, and a middleware that forwards every
-// request it can and decides tools/call.
-func (g *Gateway) newServer(info *mcp.InitializeResult) *mcp.Server {
-	impl := &mcp.Implementation{Name: "ledger-mcp", Version: g.cfg.Version}
-	if info.ServerInfo != nil {
-		impl = info.ServerInfo
-	}
-	caps := &mcp.ServerCapabilities{}
-	if info.Capabilities != nil {
-		c := *info.Capabilities
-		caps = &c
-		g.tasks.Take(caps)
-	}
-	s := mcp.NewServer(impl, &mcp.ServerOptions{Instructions: info.Instructions, Capabilities: caps,
-		InitializedHandler: g.peers.Initialized, Logger: slog.New(quietHandler{g.logger.Handler(), slog.LevelWarn})})
-	s.AddReceivingMiddleware(g.forward)
-	g.tasks.AddMethods(s, g.up.Client())
-	return s
-}
-
-// forward is the receiving middleware: tools/call is decided (callTool), the other
-// requests the SDK lets a server answer generically go to the upstream
-// as they are; the rest (initialize, notifications, logging level) is
-// the SDK's.
-func (g *Gateway) forward(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		version := requestVersion(req) // before DescribeClient rewrites _meta
-		ctx = tasks.WithOwner(ctx, req)
-		var res mcp.Result
-		var err error
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
-			res, err = g.callTool(ctx, req, p, version)
-		} else {
-			res, err = g.route(ctx, method, req, next, version)
-		}
-		if err != nil || res == nil {
-			return res, err
-		}
-		return present(version, res)
-	}
-}
-
-// route sends each request but tools/call where forward says; version is
-// the client's protocol revision.
-func (g *Gateway) route(ctx context.Context, method string, req mcp.Request, next mcp.MethodHandler, version string) (mcp.Result, error) {
-	if forwarded(req.GetParams()) {
-		if err := g.peers.DescribeClient(ctx, req); err != nil {
-			return nil, err
-		}
-	}
-	if method == "initialize" {
-		res, err := next(ctx, method, req)
-		if err != nil {
-			return nil, err
-		}
-		return g.tasks.WithCapability(res), nil
-	}
-	if err := g.peers.RelayLogLevel(ctx, req, version); err != nil {
-		return nil, err
-	}
-	up := g.peers.SessionFor(req, version)
-	switch p := req.GetParams().(type) {
-	case *mcp.ListToolsParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-			res, err := s.ListTools(ctx, p)
-			if err == nil {
-				g.tools.merge(res.Tools)
-			}
-			return res, err
-		})
-	case *mcp.ListPromptsParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-			return s.ListPrompts(ctx, p)
-		})
-	case *mcp.GetPromptParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-			return s.GetPrompt(ctx, p)
-		})
-	case *mcp.ListResourcesParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-			return s.ListResources(ctx, p)
-		})
-	case *mcp.ListResourceTemplatesParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-			return s.ListResourceTemplates(ctx, p)
-		})
-	case *mcp.ReadResourceParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-			return s.ReadResource(ctx, p)
-		})
-	case *mcp.CompleteParams:
-		return forwardRaw(ctx, up, func(ctx context.Context, s *mcp.ClientSession) (*mcp.CompleteResult, error) {
-			return s.Complete(ctx, p)
-		})
-	case *mcp.PingParams:
-		// A ping checks the whole path: the SDK answers it once the
-		// upstream has.
-		s, err := g.up.Session(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.Ping(ctx, p); err != nil {
-			return nil, err
-		}
-	}
-	return next(ctx, method, req)
-}
-
-// forwarded reports whether a request with params p goes upstream.
-func forwarded(p mcp.Params) bool {
-	switch p.(type) {
-	case *mcp.CallToolParamsRaw, *mcp.ListToolsParams, *mcp.ListPromptsParams, *mcp.GetPromptParams,
-		*mcp.ListResourcesParams, *mcp.ListResourceTemplatesParams, *mcp.ReadResourceParams, *mcp.CompleteParams:
-		return true
-	}
-	return false
-}
-
-// forwardRaw runs f on the upstream session up returns and answers with the
-// upstream's result as it was sent, where the connection keeps it.
-func forwardRaw[R mcp.Result](ctx context.Context, up func(context.Context) (*mcp.ClientSession, error),
-	f func(context.Context, *mcp.ClientSession) (R, error)) (mcp.Result, error) {
-	s, err := up(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rctx, slot := wire.WithSlot(ctx)
-	res, err := f(rctx, s)
-	if err != nil {
-		return nil, err
-	}
-	return asRaw(res, slot.Get()), nil
-}
+// The downstream side (package downstream): the server the agent's
+// client talks to, over the transport of the caller's choice.
 
 // Server is the downstream MCP server, for transports of the caller's
 // choice.
-func (g *Gateway) Server() *mcp.Server { return g.server }
+func (g *Gateway) Server() *mcp.Server { return g.down.MCP() }
 
 // ServeStdio serves one MCP client on newline-delimited JSON streams
 // (the process's stdin and stdout) until it disconnects or ctx ends.
 func (g *Gateway) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	err := g.server.Run(ctx, cancelTransport{&mcp.IOTransport{Reader: newLiftReader(in), Writer: out}})
-	if err != nil && errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return g.down.ServeStdio(ctx, in, out)
 }
+
+// HTTPOptions bounds the sessions of Handler (downstream.HTTPOptions).
+type HTTPOptions = downstream.HTTPOptions
 
 // Defaults of HTTPOptions.
 const (
-	DefaultSessionTimeout = 30 * time.Minute
-	DefaultMaxSessions    = 1000
+	DefaultSessionTimeout = downstream.DefaultSessionTimeout
+	DefaultMaxSessions    = downstream.DefaultMaxSessions
 )
 
-// HTTPOptions bounds the sessions of Handler: an idle session is closed
-// after SessionTimeout (0: never), and a new session beyond MaxSessions
-// open at once is refused with 503 (0: no bound).
-type HTTPOptions struct {
-	SessionTimeout time.Duration
-	MaxSessions    int
-}
-
 // Handler serves Streamable HTTP (mount it at /mcp); every session shares
-// the one upstream connection. Revisions before 2026-07-28 get sessions
-// (Mcp-Session-Id); a 2026-07-28 request is served statelessly, as that
-// revision requires: the SDK's stateful handler would refuse it, and its
-// client would silently fall back to 2025-11-25.
-func (g *Gateway) Handler(o HTTPOptions) http.Handler {
-	server := func(*http.Request) *mcp.Server { return g.server }
-	stateful := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{SessionTimeout: o.SessionTimeout})
-	stateless := mcp.NewStreamableHTTPHandler(server, &mcp.StreamableHTTPOptions{Stateless: true})
-	byRevision := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if statelessRequest(r) {
-			stateless.ServeHTTP(w, r)
-			return
-		}
-		stateful.ServeHTTP(w, r)
-	})
-	return liftHTTP(g.boundSessions(byRevision, o.MaxSessions))
-}
+// the one upstream connection (downstream.Server.Handler).
+func (g *Gateway) Handler(o HTTPOptions) http.Handler { return g.down.Handler(o) }
 
-// statelessRequest reports whether r is a POST of revision 2026-07-28 or
-// later, which belongs to no session.
-func statelessRequest(r *http.Request) bool {
-	return r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" &&
-		wire.Stateless(r.Header.Get("Mcp-Protocol-Version"))
-}
-
-// boundSessions refuses a request that would open a session (one without
-// Mcp-Session-Id) while max sessions are open. A stateless request opens
-// none.
-func (g *Gateway) boundSessions(next http.Handler, max int) http.Handler {
-	if max <= 0 {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" && !statelessRequest(r) && g.sessions() >= max {
-			g.logger.WarnContext(r.Context(), "session refused: too many open", "max_sessions", max)
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":%d,"message":"too many open sessions (at most %d): try again later"}}`,
-				jsonrpc.CodeInternalError, max)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// sessions counts the downstream sessions open now; a stateless
-// request's session (no id, gone with its answer) is none.
-func (g *Gateway) sessions() int {
-	n := 0
-	for ss := range g.server.Sessions() {
-		if ss.ID() != "" {
-			n++
-		}
-	}
-	return n
-}
-
-// quietHandler passes on records of at least min: the SDK logs every
-// session's start and end at info, which would drown the gateway's own
-// lines.
-type quietHandler struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h quietHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return quietHandler{h.Handler.WithAttrs(attrs), h.min}
-}
-
-func (h quietHandler) WithGroup(name string) slog.Handler {
-	return quietHandler{h.Handler.WithGroup(name), h.min}
+// PeekInitialize reads the first message a stdio client sends and
+// returns who the client is, and the stream to serve
+// (downstream.PeekInitialize).
+func PeekInitialize(in io.ReadCloser) (*mcp.InitializeParams, io.ReadCloser) {
+	return downstream.PeekInitialize(in)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 	"github.com/effect-ledger/effect-ledger/mcpgate/tasks"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Tasks (SPEC §11.1: 2025-11-25 tasks and the 2026-07-28 extension) are
@@ -40,8 +41,8 @@ func (g *Gateway) startTask(ctx context.Context, c *call, rsv *ledgerport.Reserv
 	callsTotal.WithLabelValues(c.toolLabel, DecisionExecuted).Inc()
 	handle := g.tasks.Start(ctx, tasks.Call{Name: c.name, LedgerTool: c.ledgerTool, Failed: !c.class.errorsApplyNothing(),
 		Up: c.up, Rsv: rsv}, id, obj)
-	if rr, ok := reply.(rawResult); ok {
-		reply = rr.withRaw(tasks.Rename(rr.rawJSON(), id, handle))
+	if rr, ok := reply.(wire.RawResult); ok {
+		reply = rr.WithRaw(tasks.Rename(rr.RawJSON(), id, handle))
 	}
 	return reply
 }
@@ -55,7 +56,7 @@ func (g *Gateway) runningAnswer(ctx context.Context, c *call, key string) mcp.Re
 	}
 	callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 	if again != nil {
-		return rawCall{&mcp.CallToolResult{}, again}
+		return wire.RawCall(&mcp.CallToolResult{}, again)
 	}
 	return answer(ledger.ECodeInProgress, key, fmt.Sprintf("The same call is still running as a task; it was not "+
 		"started again (idempotency key %s). Call it again once it has finished to get its result.", key))

@@ -46,16 +46,16 @@ func judge(res *mcp.CallToolResult, slot *wire.Slot, err error) verdict {
 	raw := slot.Get()
 	rpcErr, answered := slot.Answer()
 	if id, task, ok := tasks.Of(raw); err == nil && ok {
-		return verdict{known: true, taskID: id, task: task, reply: asRaw(res, raw)}
+		return verdict{known: true, taskID: id, task: task, reply: wire.AsRaw(res, raw)}
 	}
 	switch {
 	case err == nil && res.NeedsInput():
-		return verdict{known: true, inputRequired: true, reply: asRaw(res, raw), outcome: Outcome{NotApplied: true,
+		return verdict{known: true, inputRequired: true, reply: wire.AsRaw(res, raw), outcome: Outcome{NotApplied: true,
 			ErrorCode: ledger.CodeInputRequired, ErrorMessage: "the call asked the client for input"}}
 	case err == nil && !res.IsError:
-		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: asRaw(res, raw)}
+		return verdict{known: true, outcome: Outcome{Succeeded: true, Result: recordedResult(res, raw)}, reply: wire.AsRaw(res, raw)}
 	case err == nil:
-		return verdict{known: true, outcome: toolError(firstText(res)), reply: asRaw(res, raw)}
+		return verdict{known: true, outcome: toolError(firstText(res)), reply: wire.AsRaw(res, raw)}
 	case rpcErr != nil:
 		return verdict{known: true, outcome: rpcFailure(rpcErr.Message), rpcErr: rpcErr}
 	case answered && len(raw) > 0:
@@ -78,9 +78,9 @@ func judgeRaw(raw json.RawMessage) verdict {
 	if json.Unmarshal(raw, &loose) != nil {
 		// Not even an object with content: record what came, noted.
 		return verdict{known: true, outcome: Outcome{Succeeded: true,
-			Result: ledgerport.ResultNote("The call's answer could not be read, so it is not replayed.")}, reply: rawCall{&mcp.CallToolResult{}, raw}}
+			Result: ledgerport.ResultNote("The call's answer could not be read, so it is not replayed.")}, reply: wire.RawCall(&mcp.CallToolResult{}, raw)}
 	}
-	reply := rawCall{&mcp.CallToolResult{IsError: loose.IsError}, raw}
+	reply := wire.RawCall(&mcp.CallToolResult{IsError: loose.IsError}, raw)
 	if loose.IsError {
 		var first string
 		for _, c := range loose.Content {

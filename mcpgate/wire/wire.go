@@ -59,3 +59,19 @@ func WithMembers(raw json.RawMessage, set map[string]any) (json.RawMessage, erro
 	}
 	return json.Marshal(obj)
 }
+
+// AsMap reads a JSON object decoded into any (or a struct, through JSON).
+func AsMap(v any) (map[string]any, bool) {
+	if m, ok := v.(map[string]any); ok {
+		return m, true
+	}
+	if v == nil {
+		return nil, false
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	var m map[string]any
+	return m, json.Unmarshal(b, &m) == nil && m != nil
+}

@@ -1,4 +1,4 @@
-package mcpgate
+package ledgerport
 
 import (
 	"context"
@@ -27,10 +27,10 @@ type traceKey struct{}
 
 type traceContext struct{ parent, state string }
 
-// withTraceContext returns ctx carrying the trace context of a call's
+// WithTraceContext returns ctx carrying the trace context of a call's
 // _meta, if it has a well-formed traceparent (anything else is dropped,
 // not passed on).
-func withTraceContext(ctx context.Context, meta mcp.Meta) context.Context {
+func WithTraceContext(ctx context.Context, meta mcp.Meta) context.Context {
 	parent, _ := meta[MetaTraceparent].(string)
 	if !traceparentForm.MatchString(parent) {
 		return ctx

@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"io"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/serverreq"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // TestPeekInitialize: the first message tells who the one stdio client
@@ -26,7 +27,7 @@ func TestPeekInitialize(t *testing.T) {
 			`"capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}`, "2025-06-18", false, false},
 		"stateless": {`{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{` +
 			`"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":{"listChanged":true}}}}}`,
-			Version20260728, true, false},
+			wire.Version20260728, true, false},
 		"other":    {`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`, "", false, false},
 		"not json": {`hello`, "", false, false},
 		"nothing":  {``, "", false, false},

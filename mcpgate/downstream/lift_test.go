@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"encoding/json"

@@ -1,4 +1,10 @@
-package mcpgate
+// Package policy is ledger-mcp's --policy file (SPEC §11, §13): rules
+// that override the upstream's tool annotations (the effect class, its
+// idempotence, how error answers are recorded) and carry the members of
+// the ledger's gate, which an embedded ledger records as its namespace's
+// policy (LedgerPolicy). The core (mcpgate.Classify) reads a call's rule
+// from it.
+package policy
 
 import (
 	"bytes"
@@ -7,8 +13,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/internal/glob"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -35,20 +39,6 @@ const (
 	OnErrorFailed     = "failed"
 )
 
-// Class is how the gateway treats a tool's calls.
-type Class struct {
-	Effect     string
-	Idempotent bool
-	OnError    string // "" (OnErrorNotApplied) or OnErrorFailed, from the first matching rule that sets it
-}
-
-// errorsApplyNothing reports whether the tool's error answers are
-// recorded not_applied.
-func (c Class) errorsApplyNothing() bool { return c.OnError != OnErrorFailed }
-
-// Recorded reports whether calls of this class go through the ledger.
-func (c Class) Recorded() bool { return c.Effect != ClassNone && c.Effect != ClassRead }
-
 // Rule is one entry of a --policy file: the tools it matches (a name or a
 // glob, tried against the upstream's tool name and the ledger's
 // <server-name>.<tool>; `*` matches any bytes, `/` included, see
@@ -73,7 +63,7 @@ type Rule struct {
 	RepeatFailure  string   `json:"repeat_failure,omitempty"` // "refuse" or "allow"
 	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
 
-	glob *glob.Glob // Tool compiled, by ParsePolicy
+	glob *glob.Glob // Tool compiled, by Parse
 }
 
 // gates reports whether r sets a member of the ledger's gate.
@@ -108,21 +98,21 @@ func (p Policy) HasGate() bool {
 	return false
 }
 
-// LoadPolicy reads a policy file: a JSON list of rules, or an object
+// Load reads a policy file: a JSON list of rules, or an object
 // {"rules": [...], "self_approval": "allow"|"deny"}.
-func LoadPolicy(file string) (Policy, error) {
+func Load(file string) (Policy, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return Policy{}, fmt.Errorf("policy: %w", err)
 	}
-	return ParsePolicy(b)
+	return Parse(b)
 }
 
-// ParsePolicy parses and checks a policy, a list of rules or an object
+// Parse parses and checks a policy, a list of rules or an object
 // with rules and self_approval: unknown fields, an empty or malformed
 // glob, an unknown effect class and a gate member out of its range are
 // errors.
-func ParsePolicy(b []byte) (Policy, error) {
+func Parse(b []byte) (Policy, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var p Policy
@@ -195,8 +185,8 @@ func (r *Rule) matches(tool, ledgerTool string) bool {
 	return g.Match(tool) || g.Match(ledgerTool)
 }
 
-// match returns the first rule with an effect matching a tool, if any.
-func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
+// Match returns the first rule with an effect matching a tool, if any.
+func (p Policy) Match(tool, ledgerTool string) (Rule, bool) {
 	for _, r := range p.Rules {
 		if r.Effect != "" && r.matches(tool, ledgerTool) { // a rule without effect only gates or sets on_error
 			return r, true
@@ -205,11 +195,11 @@ func (p Policy) match(tool, ledgerTool string) (Rule, bool) {
 	return Rule{}, false
 }
 
-// onError is how a tool's error answers are recorded: the on_error of the
+// OnError is how a tool's error answers are recorded: the on_error of the
 // first matching rule that sets it (as each member of the gate, SPEC
 // §13), so a rule of its own, {"tool": …, "on_error": "failed"}, applies
 // beside a class from the annotations or a later rule.
-func (p Policy) onError(tool, ledgerTool string) string {
+func (p Policy) OnError(tool, ledgerTool string) string {
 	for _, r := range p.Rules {
 		if r.OnError != "" && r.matches(tool, ledgerTool) {
 			return r.OnError
@@ -218,45 +208,10 @@ func (p Policy) onError(tool, ledgerTool string) string {
 	return ""
 }
 
-// Classify decides the class of a tool's calls (SPEC §11): a policy rule
-// first, else the tool's annotations with MCP's defaults for absent hints
-// (readOnlyHint false, destructiveHint true, idempotentHint false,
-// openWorldHint true). A tool without annotations, or one the upstream
-// does not list, is therefore a non-idempotent destructive effect. How
-// its error answers are recorded is the policy's onError.
-func Classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
-	c := classify(p, tool, ledgerTool, ann)
-	if c.Recorded() {
-		c.OnError = p.onError(tool, ledgerTool)
-	}
-	return c
-}
-
-// classify is Classify's effect class and idempotence.
-func classify(p Policy, tool, ledgerTool string, ann *mcp.ToolAnnotations) Class {
-	if r, ok := p.match(tool, ledgerTool); ok {
-		return Class{Effect: r.Effect, Idempotent: r.Idempotent}
-	}
-	if ann == nil {
-		ann = &mcp.ToolAnnotations{}
-	}
-	if ann.ReadOnlyHint {
-		return Class{Effect: ClassRead}
-	}
-	c := Class{Effect: ClassWrite, Idempotent: ann.IdempotentHint}
-	switch {
-	case ann.DestructiveHint == nil || *ann.DestructiveHint:
-		c.Effect = ClassDestructive
-	case ann.OpenWorldHint == nil || *ann.OpenWorldHint:
-		c.Effect = ClassExternal
-	}
-	return c
-}
-
 // LedgerPolicy is the gate's part of the policy as the ledger's policy
 // of a namespace (SPEC §13), for a gateway whose ledger tool names are
 // <serverName>.<tool>, or nil when the policy sets no member of the gate.
-// Each rule's glob matches the tool's name or its ledger name (match);
+// Each rule's glob matches the tool's name or its ledger name (Match);
 // the ledger matches ledger names only, so a rule becomes two: its glob
 // as written (a ledger name) and the glob under the server's prefix (the
 // upstream's name), adjacent, so that the first rule setting a member is

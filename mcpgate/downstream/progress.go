@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// progressRoutes carries the upstream's progress notifications of a
+// Progress carries the upstream's progress notifications of a
 // forwarded tools/call back to the session that made the call. Each
 // forwarded call gets a token of the gateway's own, because two sessions
 // may well both use progress token 1.
-type progressRoutes struct {
+type Progress struct {
 	mu     sync.Mutex
 	next   uint64
 	routes map[string]progressRoute
@@ -25,13 +25,14 @@ type progressRoute struct {
 	token any // the client's own token
 }
 
-func newProgressRoutes() *progressRoutes { return &progressRoutes{routes: map[string]progressRoute{}} }
+// NewProgress returns no routes yet.
+func NewProgress() *Progress { return &Progress{routes: map[string]progressRoute{}} }
 
-// open returns the _meta to forward: the client's, with its progress
-// token replaced by one that routes back to ss. release forgets the route
-// once the call has been answered.
-func (p *progressRoutes) open(ctx context.Context, ss *mcp.ServerSession, meta mcp.Meta) (mcp.Meta, func()) {
-	meta = forwardMeta(meta)
+// Open returns the _meta to forward: meta (the client's as it goes
+// upstream, a copy of its own), with its progress token replaced by one
+// that routes back to ss. release forgets the route once the call has
+// been answered.
+func (p *Progress) Open(ctx context.Context, ss *mcp.ServerSession, meta mcp.Meta) (mcp.Meta, func()) {
 	token, ok := meta["progressToken"]
 	if !ok || token == nil || ss == nil {
 		return meta, func() {}
@@ -57,9 +58,9 @@ func (p *progressRoutes) open(ctx context.Context, ss *mcp.ServerSession, meta m
 // progressGrace is how long a route outlives its call.
 const progressGrace = 2 * time.Second
 
-// deliver passes one upstream progress notification on, with the
+// Deliver passes one upstream progress notification on, with the
 // client's own token; a notification for no open call is dropped.
-func (p *progressRoutes) deliver(params *mcp.ProgressNotificationParams) {
+func (p *Progress) Deliver(params *mcp.ProgressNotificationParams) {
 	id, ok := params.ProgressToken.(string)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"context"
@@ -20,12 +20,12 @@ const (
 
 var errPlaceholder = errors.New("not a tool of the upstream server")
 
-// listChanged relays the upstream's list_changed of one list and, for
+// ListChanged relays the upstream's list_changed of one list and, for
 // tools, drops the annotations the gateway decides by.
-func (g *Gateway) listChanged(list string) {
+func (g *Server) ListChanged(list string) {
 	switch list {
 	case "tools":
-		g.tools.invalidate()
+		g.tools.Invalidate()
 		g.server.AddTool(&mcp.Tool{Name: placeholderName, InputSchema: map[string]any{"type": "object"}},
 			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return nil, errPlaceholder })
 		g.server.RemoveTools(placeholderName)

@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"context"
@@ -11,25 +11,27 @@ import (
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 )
 
-// toolCache holds the upstream's tools by name, for their annotations.
+// Tools holds the upstream's tools by name, for their annotations.
 // It is refreshed when a call names a tool it does not hold, after a
 // list_changed notification and after the upstream connects again.
-type toolCache struct {
+type Tools struct {
 	mu    sync.Mutex
 	tools map[string]*mcp.Tool
 	stale bool
 }
 
-func newToolCache() *toolCache { return &toolCache{tools: map[string]*mcp.Tool{}, stale: true} }
+// NewTools returns a cache to fill.
+func NewTools() *Tools { return &Tools{tools: map[string]*mcp.Tool{}, stale: true} }
 
-func (c *toolCache) invalidate() {
+// Invalidate has the next lookup list the upstream's tools again.
+func (c *Tools) Invalidate() {
 	c.mu.Lock()
 	c.stale = true
 	c.mu.Unlock()
 }
 
-// merge adds tools seen in a tools/list answer.
-func (c *toolCache) merge(tools []*mcp.Tool) {
+// Merge adds tools seen in a tools/list answer.
+func (c *Tools) Merge(tools []*mcp.Tool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, t := range tools {
@@ -39,10 +41,10 @@ func (c *toolCache) merge(tools []*mcp.Tool) {
 	}
 }
 
-// lookup returns the named tool, listing the upstream's tools first when
+// Lookup returns the named tool, listing the upstream's tools first when
 // the cache is stale or does not hold it. A tool the upstream does not
 // list comes back nil.
-func (c *toolCache) lookup(ctx context.Context, s *mcp.ClientSession, name string) (*mcp.Tool, error) {
+func (c *Tools) Lookup(ctx context.Context, s *mcp.ClientSession, name string) (*mcp.Tool, error) {
 	c.mu.Lock()
 	t, ok := c.tools[name]
 	stale := c.stale

@@ -1,4 +1,4 @@
-package mcpgate
+package downstream
 
 import (
 	"bytes"
@@ -9,14 +9,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
-)
-
-// Protocol revisions the gateway tells apart (SPEC §11.1).
-const (
-	// Version20260728 is the stateless revision: no initialize, every
-	// request carries its version in _meta, and a call may answer
-	// input_required (multi round-trip requests).
-	Version20260728 = wire.Version20260728
 )
 
 // requestVersion is the protocol revision of a downstream request: the
@@ -45,8 +37,8 @@ var newerResultMembers = []string{"resultType", "inputRequests", "requestState"}
 func present(version string, res mcp.Result) (mcp.Result, error) {
 	var raw json.RawMessage
 	switch r := res.(type) {
-	case rawResult:
-		raw = r.rawJSON()
+	case wire.RawResult:
+		raw = r.RawJSON()
 	case *mcp.CallToolResult:
 		if !wire.Stateless(version) {
 			return res, nil // the SDK writes no resultType it did not read
@@ -55,7 +47,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encode result: %w", err)
 		}
-		res, raw = rawCall{r, b}, b
+		res, raw = wire.AsRaw(r, b), b
 	default:
 		return res, nil
 	}
@@ -67,7 +59,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 		if !ok {
 			return res, nil
 		}
-		return res.(rawResult).withRaw(b), nil
+		return res.(wire.RawResult).WithRaw(b), nil
 	}
 	set := map[string]any{}
 	for _, m := range newerResultMembers {
@@ -82,7 +74,7 @@ func present(version string, res mcp.Result) (mcp.Result, error) {
 	if err != nil {
 		return res, nil // not an object: passed on as it came
 	}
-	return res.(rawResult).withRaw(b), nil
+	return res.(wire.RawResult).WithRaw(b), nil
 }
 
 // prepend puts member first in the JSON object raw, leaving the rest of

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 roots are deprecated (SEP-2577), not gone: a client that has them is relayed them
 
-package mcpgate
+package downstream
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ func PeekInitialize(in io.ReadCloser) (*mcp.InitializeParams, io.ReadCloser) {
 		}
 		_ = json.Unmarshal(msg.Params, &stateless)
 		v, _ := stateless.Meta[mcp.MetaKeyProtocolVersion].(string)
-		caps, ok := asMap(stateless.Meta[mcp.MetaKeyClientCapabilities])
+		caps, ok := wire.AsMap(stateless.Meta[mcp.MetaKeyClientCapabilities])
 		if !wire.Stateless(v) || !ok {
 			return nil, rest
 		}
