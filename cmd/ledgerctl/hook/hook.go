@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/effect-ledger/effect-ledger/client"
 )
@@ -155,10 +156,8 @@ func truncate(s string, n int) string {
 	}
 	const mark = "…"
 	cut := n - len(mark)
-	for cut > 0 && !utf8Start(s[cut]) {
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + mark
 }
-
-func utf8Start(b byte) bool { return b&0xc0 != 0x80 }
