@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/effect-ledger/effect-ledger/internal/atomicfile"
 )
 
 // ReadState reads the head pinned in a --state file; nil when the file
@@ -38,33 +39,11 @@ func WriteState(path string, head Pin) error { return writeJSONAtomic(path, head
 // writeJSONAtomic writes v as JSON to path atomically (see WriteState).
 func writeJSONAtomic(path string, v any) error {
 	b, err := json.Marshal(v)
+	if err == nil {
+		err = atomicfile.Write(path, append(b, '\n'), 0o600)
+	}
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
-	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }()
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
 	}
 	return nil
 }

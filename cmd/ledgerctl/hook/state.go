@@ -1,7 +1,6 @@
 package hook
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/effect-ledger/effect-ledger/internal/atomicfile"
 )
 
 // State is the directory where a hook keeps what its next run needs: the
@@ -80,26 +81,10 @@ func (s *State) write(path string, v any) error {
 		return fmt.Errorf("hook state: %w", err)
 	}
 	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("hook state: %w", err)
-	}
-	tmp := path + "." + rand.Text() + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("hook state: %w", err)
-	}
-	_, err = f.Write(data)
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
+		err = atomicfile.Write(path, data, 0o600)
 	}
 	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("hook state: %w", err)
 	}
 	return nil
