@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -113,6 +114,14 @@ func FuzzReceiptJSON(f *testing.F) {
 	// SPEC §9.1: result_text, equal to the result as JSON or not.
 	f.Add([]byte(strings.Replace(string(b), `"result":{"a":[1,2]}`, `"result":{"a":[1.0,2e0]}`, 1)))
 	f.Add([]byte(strings.Replace(string(b), `"result_text":"{"a":[1,2]}"`, `"result_text":"{"a":[2,1]}"`, 1)))
+	// SPEC §14: a committed receipt shown with its values, one erased.
+	c := chain.Receipt{Kind: "commit", IdempotencyKey: "k", Attempt: 1, ExternalRef: "ch_1", Result: `{"a":1}`, Note: "n"}
+	open := chain.CommitFields(&c)
+	open.Set(chain.FieldNote, &chain.Payload{ErasedBy: 7})
+	c = chain.Link(1, chain.ZeroHash, c)
+	c.Open = &open
+	b, _ = json.Marshal(c)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r chain.Receipt
 		if err := json.Unmarshal(data, &r); err != nil {
@@ -126,8 +135,27 @@ func FuzzReceiptJSON(f *testing.F) {
 		if err := json.Unmarshal(out, &back); err != nil {
 			t.Fatalf("re-decode %s: %v", out, err)
 		}
-		if back.Hash != r.Hash || back.Seq != r.Seq || back.IdempotencyKey != r.IdempotencyKey {
+		if back.Hash != r.Hash || back.Seq != r.Seq || back.IdempotencyKey != r.IdempotencyKey ||
+			back.Result != r.Result || back.Note != r.Note || (r.Open == nil) != (back.Open == nil) ||
+			(r.Open != nil && !reflect.DeepEqual(*r.Open, *back.Open)) {
 			t.Fatalf("round trip changed the receipt")
 		}
+	})
+}
+
+// FuzzEraseDecoders: the parsers of an erase receipt's result and of its
+// ranges accept only the RFC 8785 form they print.
+func FuzzEraseDecoders(f *testing.F) {
+	f.Add(`{"count":2,"fields":["result","note"],"set":"sha256:` + strings.Repeat("0", 64) + `"}`)
+	f.Add(`[[1,3],[7,7]]`)
+	f.Add(`[[1,3],[2,7]]`)
+	f.Fuzz(func(t *testing.T, text string) {
+		if e, _, err := chain.ParseEraseResult(text); err == nil && e.Text() != text {
+			t.Fatalf("accepted %q, prints %q", text, e.Text())
+		}
+		if rs, err := chain.ParseRanges(text); err == nil && chain.RangesText(rs) != text {
+			t.Fatalf("accepted %q, prints %q", text, chain.RangesText(rs))
+		}
+		_ = chain.IsCommitment(text)
 	})
 }

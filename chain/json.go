@@ -91,21 +91,22 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	b = r.appendBool(b, "idempotent", r.Idempotent, bad)
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
-	b = appendField(b, "external_ref", r.ExternalRef)
-	b, enc := receiptResultJSON(appendKey(b, "result"), r.Result)
+	b = appendField(b, "external_ref", r.shown(FieldExternalRef))
+	result := r.shown(FieldResult)
+	b, enc := receiptResultJSON(appendKey(b, "result"), result)
 	if enc != "" {
 		b = appendField(b, "result_encoding", enc)
 	}
 	if enc != ResultBase64 {
-		b = appendField(b, "result_text", r.Result)
+		b = appendField(b, "result_text", result)
 	}
 	b = appendField(b, "error_code", r.ErrorCode)
-	b = appendField(b, "error_message", r.ErrorMessage)
+	b = appendField(b, "error_message", r.shown(FieldErrorMessage))
 	b = r.appendBool(b, "retryable", r.Retryable, bad)
 	b = r.appendU64(b, "lease_expires_at", r.LeaseExpiresAt, bad)
 	b = r.appendU64(b, "ref_seq", r.RefSeq, bad)
 	b = appendField(b, "actor", r.Actor)
-	b = appendField(b, "note", r.Note)
+	b = appendField(b, "note", r.shown(FieldNote))
 	b = r.appendU64(b, "recorded_at", r.RecordedAt, bad)
 	b = r.appendHash(b, "prev_hash", r.PrevHash, bad)
 	b = r.appendHash(b, "hash", r.Hash, bad)
@@ -121,7 +122,56 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, '}')
 	}
+	if r.Open != nil {
+		b = r.appendOpening(b)
+	}
 	return append(b, '}')
+}
+
+// shown is the text the JSON form shows for payload field f: its value
+// when r.Open holds one, "" once erased, else the chain text.
+func (r *Receipt) shown(f PayloadField) string {
+	if p := r.Open.Get(f); p != nil {
+		return p.Value
+	}
+	return r.Field(f)
+}
+
+// appendOpening appends the members of a receipt shown with its values
+// (SPEC §14): "commitments" (each committed field's chain text, erased
+// ones too), "erased" (field → seq of the erase receipt) and "salts"
+// (field → hex, for each value shown).
+func (r *Receipt) appendOpening(b []byte) []byte {
+	members := [3]struct {
+		name string
+		val  func(f PayloadField, p *Payload) ([]byte, bool)
+	}{
+		{"commitments", func(f PayloadField, _ *Payload) ([]byte, bool) {
+			return AppendJSONString(nil, r.Field(f)), true
+		}},
+		{"erased", func(_ PayloadField, p *Payload) ([]byte, bool) {
+			return strconv.AppendUint(nil, p.ErasedBy, 10), p.ErasedBy > 0
+		}},
+		{"salts", func(_ PayloadField, p *Payload) ([]byte, bool) {
+			return AppendJSONString(nil, p.Salt.String()), p.ErasedBy == 0
+		}},
+	}
+	for _, m := range members {
+		b = appendKey(b, m.name)
+		b = append(b, '{')
+		for _, f := range PayloadFields {
+			p := r.Open.Get(f)
+			if p == nil {
+				continue
+			}
+			if v, ok := m.val(f, p); ok {
+				b = appendKey(b, f.Name())
+				b = append(b, v...)
+			}
+		}
+		b = append(b, '}')
+	}
+	return b
 }
 
 // appendU64, appendBool and appendHash append the member name with the
@@ -185,6 +235,9 @@ type jsonReceipt struct {
 	PrevHash       *string           `json:"prev_hash"`
 	Hash           *string           `json:"hash"`
 	Malformed      map[string]string `json:"malformed"`
+	Commitments    map[string]string `json:"commitments"`
+	Erased         map[string]uint64 `json:"erased"`
+	Salts          map[string]string `json:"salts"`
 }
 
 // nonStringFields are the fields whose stored value can be malformed, in
@@ -250,6 +303,11 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 		out.Result = *j.ResultText
 	}
 	out.PrevHash, out.Hash = d.hash("prev_hash", j.PrevHash), d.hash("hash", j.Hash)
+	if j.Commitments != nil {
+		if err := out.decodeOpening(&j); err != nil {
+			return fmt.Errorf("decode receipt: %w", err)
+		}
+	}
 	if d.missing != "" {
 		return fmt.Errorf("decode receipt: missing field %q", d.missing)
 	}
@@ -257,6 +315,47 @@ func (r *Receipt) UnmarshalJSON(data []byte) error {
 		return d.err
 	}
 	*r = out
+	return nil
+}
+
+// decodeOpening moves the values of the fields j's commitments name into
+// r.Open, and puts each commitment in its field: r becomes the chain form
+// with its opening. Each committed field has a salt or an erased mark; an
+// erased field shows no value. Whether a value opens its commitment is for
+// the caller to check (Opening.Check).
+func (r *Receipt) decodeOpening(j *jsonReceipt) error {
+	r.Open = new(Opening)
+	for name, text := range j.Commitments {
+		f, ok := ParsePayloadField(name)
+		if !ok {
+			return fmt.Errorf("commitments: %q is not a payload field", name)
+		}
+		p := &Payload{Value: r.Field(f), ErasedBy: j.Erased[name]}
+		salt, salted := j.Salts[name]
+		switch {
+		case p.ErasedBy > 0 && (salted || p.Value != ""):
+			return fmt.Errorf("%s: erased, yet shown with a value or a salt", name)
+		case p.ErasedBy == 0 && !salted:
+			return fmt.Errorf("%s: committed, with neither a salt nor an erased mark", name)
+		case salted:
+			var err error
+			if p.Salt, err = ParseSalt(salt); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		r.Open.Set(f, p)
+		r.SetField(f, text)
+	}
+	for name := range j.Erased {
+		if _, ok := j.Commitments[name]; !ok {
+			return fmt.Errorf("erased: %q has no commitment", name)
+		}
+	}
+	for name := range j.Salts {
+		if _, ok := j.Commitments[name]; !ok {
+			return fmt.Errorf("salts: %q has no commitment", name)
+		}
+	}
 	return nil
 }
 

@@ -61,6 +61,12 @@ const (
 	KindAsk      = "ask"
 	KindApproval = "approval"
 	KindDeny     = "deny"
+	// v1.4: a signing key announced (SPEC §9.2), payloads erased (§14), an
+	// unknown outcome reconciled (§15), receipt bodies pruned (§16).
+	KindKey       = "key"
+	KindErase     = "erase"
+	KindReconcile = "reconcile"
+	KindPrune     = "prune"
 )
 
 // Effect classes. EffectNone and EffectRead are not effects and never
@@ -122,6 +128,12 @@ type Receipt struct {
 	// with a malformed field has no canonical body, so its hash cannot be
 	// recomputed. Nil for every receipt a ledger wrote.
 	Malformed []Malformed
+
+	// Open holds the values of the receipt's committed payload fields
+	// (SPEC §14), whose texts above are their commitments; nil for a
+	// receipt read in its chain form. It is not hashed. Only answers carry
+	// it: a receipt with Open set is never cached.
+	Open *Opening
 }
 
 // Malformed is a stored value that the receipt format cannot carry.
