@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
@@ -133,7 +134,7 @@ func TestServer_auditStore(t *testing.T) {
 	ctx := context.Background()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
 	path := db.Path()
-	require.NoError(t, db.Ledger.CreateNamespace(ctx, "pay", 0))
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "pay", ledger.NamespaceSettings{}))
 	rs, err := sqlite.OpenStore(ctx, path, sqlite.Options{}, true)
 	require.NoError(t, err)
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, AuditStore: rs})

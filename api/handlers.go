@@ -393,12 +393,20 @@ type namespaceJSON struct {
 	Name     string     `json:"name"`
 	Head     receiptRef `json:"head"`
 	KeyTTLMS uint64     `json:"key_ttl_ms"`
+	Payloads string     `json:"payloads"`
 }
 
 func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
-	var name string
+	var name, payloads string
 	var ttl *int64
-	if !s.decodeBody(w, r, func(o *object) { name, ttl = o.required("name"), o.integer("key_ttl_ms") }) {
+	if !s.decodeBody(w, r, func(o *object) {
+		name, ttl, payloads = o.required("name"), o.integer("key_ttl_ms"), o.str("payloads")
+	}) {
+		return
+	}
+	mode, err := ledger.ParsePayloadMode(payloads, ledger.DefaultPayloads)
+	if err != nil {
+		s.Error(w, r, err)
 		return
 	}
 	var keyTTL uint64
@@ -415,7 +423,7 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 			Details: map[string]any{"namespace": truncate(name, 64)}})
 		return
 	}
-	if err := s.l.CreateNamespace(r.Context(), name, keyTTL); err != nil {
+	if err := s.l.CreateNamespace(r.Context(), name, ledger.NamespaceSettings{KeyTTL: keyTTL, Payloads: mode}); err != nil {
 		s.Error(w, r, err)
 		return
 	}
@@ -429,7 +437,8 @@ func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: headRef(h), KeyTTLMS: n.KeyTTL()})
+	s.writeJSON(w, http.StatusCreated, namespaceJSON{Name: n.Name(), Head: headRef(h), KeyTTLMS: n.KeyTTL(),
+		Payloads: string(n.Payloads())})
 }
 
 func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
@@ -444,7 +453,7 @@ func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 		if authed && !p.AllowsNamespace(ns.Name) {
 			continue // a token limited to namespaces sees only those
 		}
-		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL})
+		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL, Payloads: string(ns.Payloads)})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

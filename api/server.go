@@ -35,7 +35,7 @@ type Ledger interface {
 	// NS returns a namespace: 400 for an invalid name, 404
 	// unknown_namespace for one never created.
 	NS(ctx context.Context, name string) (*ledger.Namespace, error)
-	CreateNamespace(ctx context.Context, name string, keyTTL uint64) error
+	CreateNamespace(ctx context.Context, name string, s ledger.NamespaceSettings) error
 	Namespaces(ctx context.Context) ([]ledger.NamespaceInfo, error)
 	Ready(ctx context.Context) error
 	// Fault records an error showing damaged stored data (a corrupt

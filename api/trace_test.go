@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
@@ -34,7 +35,7 @@ func spanAttrs(s sdktrace.ReadOnlySpan) map[string]string {
 func TestServer_tracing(t *testing.T) {
 	t.Parallel()
 	db := ledgertest.Open(t, ledgertest.WithNow(time.Now))
-	require.NoError(t, db.Ledger.CreateNamespace(context.Background(), "payments", 0))
+	require.NoError(t, db.Ledger.CreateNamespace(context.Background(), "payments", ledger.NamespaceSettings{}))
 	rec := tracetest.NewSpanRecorder()
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet,
 		TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})

@@ -91,8 +91,8 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	b = r.appendBool(b, "idempotent", r.Idempotent, bad)
 	b = appendField(b, "input_hash", r.InputHash)
 	b = appendField(b, "outcome", r.Outcome)
-	b = appendField(b, "external_ref", r.shown(FieldExternalRef))
-	result := r.shown(FieldResult)
+	b = appendField(b, "external_ref", r.Value(FieldExternalRef))
+	result := r.Value(FieldResult)
 	b, enc := receiptResultJSON(appendKey(b, "result"), result)
 	if enc != "" {
 		b = appendField(b, "result_encoding", enc)
@@ -101,12 +101,12 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 		b = appendField(b, "result_text", result)
 	}
 	b = appendField(b, "error_code", r.ErrorCode)
-	b = appendField(b, "error_message", r.shown(FieldErrorMessage))
+	b = appendField(b, "error_message", r.Value(FieldErrorMessage))
 	b = r.appendBool(b, "retryable", r.Retryable, bad)
 	b = r.appendU64(b, "lease_expires_at", r.LeaseExpiresAt, bad)
 	b = r.appendU64(b, "ref_seq", r.RefSeq, bad)
 	b = appendField(b, "actor", r.Actor)
-	b = appendField(b, "note", r.shown(FieldNote))
+	b = appendField(b, "note", r.Value(FieldNote))
 	b = r.appendU64(b, "recorded_at", r.RecordedAt, bad)
 	b = r.appendHash(b, "prev_hash", r.PrevHash, bad)
 	b = r.appendHash(b, "hash", r.Hash, bad)
@@ -128,9 +128,10 @@ func (r *Receipt) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// shown is the text the JSON form shows for payload field f: its value
-// when r.Open holds one, "" once erased, else the chain text.
-func (r *Receipt) shown(f PayloadField) string {
+// Value is the value of payload field f: the opened value when r.Open
+// holds one ("" once erased), else the chain text (an inline value, or a
+// commitment whose value was not read). The JSON form shows it.
+func (r *Receipt) Value(f PayloadField) string {
 	if p := r.Open.Get(f); p != nil {
 		return p.Value
 	}

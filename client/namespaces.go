@@ -12,12 +12,25 @@ type NamespaceInfo struct {
 	// KeyTTLMS is the namespace's key_ttl_ms (SPEC §12): how long a
 	// finished key is remembered, in milliseconds; 0 forever.
 	KeyTTLMS uint64
+	// Payloads is how the namespace keeps its payload fields (SPEC §14):
+	// "inline" or "committed" ("" from a server before v1.4).
+	Payloads string
 }
 
 type namespaceJSON struct {
 	Name     string     `json:"name"`
 	Head     ReceiptRef `json:"head"`
 	KeyTTLMS uint64     `json:"key_ttl_ms"`
+	Payloads string     `json:"payloads,omitempty"`
+}
+
+// NamespaceOption is an option of CreateNamespace.
+type NamespaceOption func(body map[string]any)
+
+// WithPayloads creates the namespace with payload mode mode (SPEC §14):
+// "inline" or "committed".
+func WithPayloads(mode string) NamespaceOption {
+	return func(body map[string]any) { body["payloads"] = mode }
 }
 
 // CreateNamespace creates the namespace name whose keys are forgotten
@@ -25,10 +38,13 @@ type namespaceJSON struct {
 // tokens exist), and returns it with its empty head. The client's own
 // namespace does not matter. Errors: ErrNamespaceExists,
 // ErrNamespaceLimit, ErrInvalidRequest.
-func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint64) (*NamespaceInfo, error) {
+func (c *Client) CreateNamespace(ctx context.Context, name string, keyTTLMS uint64, opts ...NamespaceOption) (*NamespaceInfo, error) {
 	body := map[string]any{"name": name}
 	if keyTTLMS != 0 {
 		body["key_ttl_ms"] = keyTTLMS
+	}
+	for _, o := range opts {
+		o(body)
 	}
 	var b namespaceJSON
 	if _, err := c.exchange(ctx, "create namespace", http.MethodPost, "/v1/namespaces", body, &b); err != nil {

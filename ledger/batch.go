@@ -280,9 +280,17 @@ func (t *batchTx) PolicySeq(context.Context) (uint64, error) { return t.at.Polic
 func (t *batchTx) event(name string) { t.events = append(t.events, name) }
 
 // append links r to the head, computes its Merkle leaf's stored hashes
-// and hands both to the driver.
+// and hands both to the driver. In a committed namespace the payload
+// fields are committed first (SPEC §14): the receipt returned carries its
+// values in Open, for the answer.
 func (t *batchTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
 	h := t.Head()
+	r.Open = nil
+	if t.n.committed() {
+		if o := chain.CommitFields(&r); !o.Empty() {
+			r.Open = &o
+		}
+	}
 	r = chain.Link(h.Seq, h.Hash, r)
 	hs, err := LeafHashes(ctx, r.Seq, r.Hash, t.ReadHashes)
 	if err != nil {

@@ -70,6 +70,9 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 		if err := s.checkRecorded(ctx, &final); err != nil {
 			return nil, err
 		}
+		if err := s.shown(ctx, &final); err != nil {
+			return nil, err
+		}
 	}
 	switch StateOf(&k, &final, now) {
 	case StateSucceeded:
@@ -102,7 +105,7 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 				Message: "retry not allowed: " + why,
 				Details: map[string]any{"failure": map[string]any{
 					"seq": final.Seq, "kind": final.Kind, "error_code": final.ErrorCode,
-					"error_message": final.ErrorMessage, "retryable": final.Retryable},
+					"error_message": final.Value(chain.FieldErrorMessage), "retryable": final.Retryable},
 					"idempotent": k.Idempotent}}
 		}
 		return appendReserve(ctx, s, now, a, &k, final.Seq, reserveRetry)
@@ -122,7 +125,7 @@ func appendReplay(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k
 		return nil, err
 	}
 	return &ReserveResult{Status: StatusReplayed, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
-		Outcome: final.Outcome, ExternalRef: final.ExternalRef, Result: final.Result,
+		Outcome: final.Outcome, ExternalRef: final.Value(chain.FieldExternalRef), Result: final.Value(chain.FieldResult),
 		Original: refOf(final), Receipt: refOf(&replay)}, nil
 }
 
@@ -295,6 +298,9 @@ func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor
 	}
 	if k.finalized() {
 		final, err := s.Receipt(ctx, k.FinalSeq)
+		if err == nil {
+			err = s.shown(ctx, &final)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -391,7 +397,7 @@ func appendOutcome(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, re
 // sameOutcome reports whether a recorded commit has the values of o:
 // outcome, external_ref and error fields equal, result equal as JSON.
 func sameOutcome(r *chain.Receipt, o *outcomeArgs) bool {
-	return r.Outcome == o.outcome && r.ExternalRef == o.externalRef &&
-		r.ErrorCode == o.failure.Code && r.ErrorMessage == o.failure.Message &&
-		r.Retryable == o.failure.Retryable && sameJSON(r.Result, o.result)
+	return r.Outcome == o.outcome && r.Value(chain.FieldExternalRef) == o.externalRef &&
+		r.ErrorCode == o.failure.Code && r.Value(chain.FieldErrorMessage) == o.failure.Message &&
+		r.Retryable == o.failure.Retryable && sameJSON(r.Value(chain.FieldResult), o.result)
 }

@@ -123,6 +123,13 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	if err != nil {
 		return d, err
 	}
+	if kg.rejected() { // the refusal quotes the answer's note
+		shown := *kg.answer
+		if err := s.shown(ctx, &shown); err != nil {
+			return d, err
+		}
+		kg.answer = &shown
+	}
 	if err := checkAsked(&kg, a, now); err != nil {
 		return d, err
 	}
@@ -219,7 +226,7 @@ func checkAsked(kg *keyGate, a *reserveArgs, now uint64) error {
 		return &Error{Code: ECodeApprovalRejected,
 			Message: "a person rejected this effect; the key stays rejected",
 			Details: map[string]any{"approval": map[string]any{"seq": kg.answer.Seq, "ask_seq": kg.ask.Seq,
-				"note": kg.answer.Note, "actor": kg.answer.Actor}}}
+				"note": kg.answer.Value(chain.FieldNote), "actor": kg.answer.Actor}}}
 	}
 	return nil
 }
@@ -349,10 +356,14 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 		return nil
 	}
 	s.event("unchanged_retry")
+	shown := *failed // the refusal quotes its error message
+	if err := s.shown(ctx, &shown); err != nil {
+		return err
+	}
 	return &Error{Code: ECodeUnchangedRetry,
 		Message: "the same call failed recently and nothing in it changed; a retry must change something (changed: context_hash, component or strategy)",
 		Details: map[string]any{"failed": map[string]any{"idempotency_key": failed.IdempotencyKey, "seq": failed.Seq,
-			"error_code": failed.ErrorCode, "error_message": failed.ErrorMessage}}}
+			"error_code": failed.ErrorCode, "error_message": shown.Value(chain.FieldErrorMessage)}}}
 }
 
 // attemptOf returns the reserve of the attempt an outcome ended (a

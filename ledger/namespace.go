@@ -55,6 +55,13 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if err != nil {
 		return nil, err
 	}
+	mode, err := c.Payloads(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if mode != PayloadsInline && mode != PayloadsCommitted {
+		return nil, fmt.Errorf("namespace %q: payload mode %q: %w (use a newer ledgerd)", name, mode, ErrUnsupported)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if n := l.spaces[name]; n != nil {
@@ -63,7 +70,7 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl}
+	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl, payloads: mode}
 	l.spaces[name] = n
 	return n, nil
 }
@@ -77,13 +84,19 @@ func (l *Ledger) Default(ctx context.Context) (*Namespace, error) {
 // JSON client.
 const MaxKeyTTL = 1<<53 - 1
 
-// CreateNamespace creates an empty namespace whose keys expire keyTTL ms
-// after their outcome (0: never; SPEC §12): 400 for an invalid name or
-// TTL, 409 namespace_exists for one that exists.
-func (l *Ledger) CreateNamespace(ctx context.Context, name string, keyTTL uint64) error {
+// CreateNamespace creates an empty namespace whose keys expire s.KeyTTL ms
+// after their outcome (0: never; SPEC §12) and whose payloads are kept as
+// s.Payloads says ("": DefaultPayloads, SPEC §14): 400 for an invalid name, TTL
+// or mode, 409 namespace_exists for one that exists.
+func (l *Ledger) CreateNamespace(ctx context.Context, name string, s NamespaceSettings) error {
 	if err := CheckNamespace(name); err != nil {
 		return err
 	}
+	var err error
+	if s.Payloads, err = ParsePayloadMode(string(s.Payloads), DefaultPayloads); err != nil {
+		return err
+	}
+	keyTTL := s.KeyTTL
 	if keyTTL > MaxKeyTTL {
 		return Invalid("key_ttl_ms", "key_ttl_ms must be an integer from 0 to %d", uint64(MaxKeyTTL))
 	}
@@ -100,7 +113,7 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string, keyTTL uint64
 				Details: map[string]any{"namespace": name, "max_namespaces": max}}
 		}
 	}
-	err := l.store.CreateNamespace(ctx, name, keyTTL)
+	err = l.store.CreateNamespace(ctx, name, s)
 	switch {
 	case errors.Is(err, ErrNamespaceExists):
 		return &Error{Code: ECodeNamespaceExists, Message: fmt.Sprintf("namespace %q exists", name),
@@ -113,16 +126,18 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string, keyTTL uint64
 			Details: map[string]any{"namespace": name}}
 	}
 	if err == nil {
-		l.logger.Info("namespace created", "namespace", name, "key_ttl_ms", keyTTL)
+		l.logger.Info("namespace created", "namespace", name, "key_ttl_ms", keyTTL, "payloads", s.Payloads)
 	}
 	return err
 }
 
-// NamespaceInfo is one namespace, its head and its key_ttl_ms.
+// NamespaceInfo is one namespace, its head, its key_ttl_ms and its
+// payload mode.
 type NamespaceInfo struct {
-	Name   string
-	Head   Head
-	KeyTTL uint64 // ms; 0: keys never expire
+	Name     string
+	Head     Head
+	KeyTTL   uint64 // ms; 0: keys never expire
+	Payloads PayloadMode
 }
 
 // Namespaces lists every namespace with its head, by name.
@@ -149,7 +164,11 @@ func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
+		mode, err := c.Payloads(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode})
 	}
 	return out, nil
 }
@@ -158,10 +177,11 @@ func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 type Namespace struct {
 	Log // reads and proofs, without the head lock
 
-	l      *Ledger
-	name   string
-	chain  Chain
-	keyTTL uint64 // key_ttl_ms, fixed at creation
+	l        *Ledger
+	name     string
+	chain    Chain
+	keyTTL   uint64      // key_ttl_ms, fixed at creation
+	payloads PayloadMode // fixed at creation (SPEC §14)
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
 
@@ -190,4 +210,4 @@ func (n *Namespace) Name() string { return n.name }
 func (n *Namespace) Reader() ChainReader { return n.chain }
 
 // Audit reads the namespace as the verifier does (verify.DB).
-func (n *Namespace) Audit() AuditReader { return n.chain }
+func (n *Namespace) Audit() Audited { return n.chain }

@@ -82,7 +82,7 @@ func TestLedger_keysWaitingGauge(t *testing.T) {
 	r.LeaseMS = i64(1000)
 	_, err = n.Reserve(ctx, r)
 	require.NoError(t, err)
-	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
+	require.NoError(t, l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
 	require.Equal(t, zeros("default"), gatherKeysWaiting(t), "the count of a moment ago is served")
 
 	clock.Advance(ledger.OpenKeysMaxAge)

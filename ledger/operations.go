@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -169,6 +170,10 @@ func (n *Namespace) Key(ctx context.Context, key string, history bool) (*KeyView
 	if err != nil {
 		n.l.Fault(err)
 		return nil, n.refuseTampered(ctx, err)
+	}
+	v.Receipts = slices.Clone(v.Receipts) // with their values: never a cache's
+	if err := n.shown(ctx, v.Receipts, n.chain.Openings); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

@@ -55,10 +55,9 @@ type Store interface {
 	Write(ctx context.Context, batches []Batch) error
 	// Chain returns the namespace ns, or ErrUnknownNamespace.
 	Chain(ctx context.Context, ns string) (Chain, error)
-	// CreateNamespace creates an empty namespace whose keys expire after
-	// keyTTL ms (0: never; SPEC §12), or returns ErrNamespaceExists. The
-	// name is valid (ValidNamespace).
-	CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error
+	// CreateNamespace creates an empty namespace with settings s (valid),
+	// or returns ErrNamespaceExists. The name is valid (ValidNamespace).
+	CreateNamespace(ctx context.Context, ns string, s NamespaceSettings) error
 	// Namespaces lists the namespaces by name, DefaultNamespace included.
 	Namespaces(ctx context.Context) ([]string, error)
 	// Tokens is the table of API tokens, shared by all namespaces.
@@ -86,6 +85,7 @@ type Store interface {
 type Chain interface {
 	ChainReader
 	AuditReader
+	PayloadReader
 	// StateKey returns the namespace's secret: 32 random bytes made on
 	// the first call and the same for every later one, from any writer of
 	// the database (concurrent first calls agree). It is kept off the
@@ -149,6 +149,9 @@ type StateReader interface {
 	// receipt whose tool and input_hash are these and whose recorded_at
 	// is at least notBefore, until fn returns false.
 	RecentOutcomes(ctx context.Context, tool, inputHash string, notBefore uint64, fn func(*chain.Receipt) bool) error
+	// Openings returns the openings of the receipts at seqs that have
+	// values kept (SPEC §14), this transaction's appends included.
+	Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error)
 	// MayHaveGateReceipts reports whether key may have ask or deny
 	// receipts: false only when it surely has none, which spares the gate
 	// the key's history when no rule gates the request. A driver that
@@ -160,7 +163,9 @@ type StateReader interface {
 type TxWriter interface {
 	// Append stores r, already linked to the head, with the stored Merkle
 	// hashes of leaf r.Seq-1 (sumdb.StoredHashes order, starting at index
-	// sumdb.StoredHashIndex(0, r.Seq-1)). The head becomes r.
+	// sumdb.StoredHashIndex(0, r.Seq-1)), and the values of its committed
+	// fields (r.Open, SPEC §14) beside it. The head becomes r. A driver
+	// that keeps appended receipts keeps them without r.Open.
 	Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Hash) error
 	// PutKey inserts or replaces a key record.
 	PutKey(ctx context.Context, k *KeyRecord) error

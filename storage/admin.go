@@ -65,23 +65,23 @@ func OpenTokens(ctx context.Context, dsn string, opts Options) (*ledger.Tokens, 
 	return ledger.NewTokensCloser(st.Tokens(), st), nil
 }
 
-// CreateNamespace creates namespace name, whose keys expire keyTTL ms
-// after their outcome (0: never), in the database dsn, which must exist;
+// CreateNamespace creates namespace name with settings st (a payload
+// mode "" is ledger.DefaultPayloads), in the database dsn, which must exist;
 // ledger.ErrNamespaceExists if it does. On SQLite it only adds the
 // namespace's file and registry row, so it may run beside ledgerd.
-func CreateNamespace(ctx context.Context, dsn, name string, keyTTL uint64, opts Options) error {
+func CreateNamespace(ctx context.Context, dsn, name string, st ledger.NamespaceSettings, opts Options) error {
 	if !IsPostgres(dsn) {
 		if err := CheckFile(dsn); err != nil {
 			return err
 		}
-		return sqlite.CreateNamespace(ctx, dsn, name, keyTTL)
+		return sqlite.CreateNamespace(ctx, dsn, name, st.Resolved())
 	}
 	opts.ReadOnly = false
-	st, _, err := openPostgres(ctx, dsn, opts)
+	s, _, err := openPostgres(ctx, dsn, opts)
 	if err != nil {
 		return RedactError(dsn, fmt.Errorf("open %s: %w", Describe(dsn), err))
 	}
-	return errors.Join(st.CreateNamespace(ctx, name, keyTTL), st.Close())
+	return errors.Join(s.CreateNamespace(ctx, name, st.Resolved()), s.Close())
 }
 
 // NamespaceFile returns the file that holds namespace ns of the SQLite

@@ -86,8 +86,8 @@ func TestCreateNamespace_SQLite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	path := newSQLite(t)
-	require.NoError(t, storage.CreateNamespace(ctx, path, "payments", 60_000, storage.Options{}))
-	err := storage.CreateNamespace(ctx, path, "payments", 0, storage.Options{})
+	require.NoError(t, storage.CreateNamespace(ctx, path, "payments", ledger.NamespaceSettings{KeyTTL: 60_000}, storage.Options{}))
+	err := storage.CreateNamespace(ctx, path, "payments", ledger.NamespaceSettings{}, storage.Options{})
 	assert.ErrorIs(t, err, ledger.ErrNamespaceExists)
 
 	file, ok := storage.NamespaceFile(path, "payments")
@@ -96,7 +96,7 @@ func TestCreateNamespace_SQLite(t *testing.T) {
 	assert.NoDirExists(t, path+".ns")
 	assertNamespace(t, path, "payments", 60_000)
 
-	err = storage.CreateNamespace(ctx, filepath.Join(t.TempDir(), "none.db"), "x", 0, storage.Options{})
+	err = storage.CreateNamespace(ctx, filepath.Join(t.TempDir(), "none.db"), "x", ledger.NamespaceSettings{}, storage.Options{})
 	assert.ErrorIs(t, err, storage.ErrNoDatabase)
 }
 
@@ -110,8 +110,8 @@ func TestOpenTokens_CreateNamespace_Postgres(t *testing.T) {
 
 	_, ok := storage.NamespaceFile(dsn, "payments")
 	assert.False(t, ok, "PostgreSQL keeps every namespace in one database")
-	require.NoError(t, storage.CreateNamespace(ctx, dsn, "payments", 60_000, storage.Options{}))
-	err = storage.CreateNamespace(ctx, dsn, "payments", 0, storage.Options{})
+	require.NoError(t, storage.CreateNamespace(ctx, dsn, "payments", ledger.NamespaceSettings{KeyTTL: 60_000}, storage.Options{}))
+	err = storage.CreateNamespace(ctx, dsn, "payments", ledger.NamespaceSettings{}, storage.Options{})
 	assert.ErrorIs(t, err, ledger.ErrNamespaceExists)
 	assertNamespace(t, dsn, "payments", 60_000)
 

@@ -10,7 +10,7 @@ import (
 // openPostgres opens the PostgreSQL driver, which replicas share.
 func openPostgres(ctx context.Context, dsn string, opts Options) (ledger.Store, Shared, error) {
 	s, err := postgres.Open(ctx, dsn, postgres.Options{ReadOnly: opts.ReadOnly, Logger: opts.Logger,
-		KeyTTL: opts.KeyTTL, Now: opts.Now})
+		KeyTTL: opts.KeyTTL, Payloads: opts.Payloads, Now: opts.Now})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -25,6 +25,10 @@ type Options struct {
 	// KeyTTL is the key_ttl_ms (SPEC §12) of the default namespace when
 	// Open creates the ledger; an existing ledger keeps its own.
 	KeyTTL uint64
+	// Payloads is the payload mode (SPEC §14) of the default namespace when
+	// Open creates the ledger ("": committed); an existing ledger keeps
+	// its own.
+	Payloads ledger.PayloadMode
 	// Now replaces the clock of decisions and reads (tests only; nil: the
 	// machine's clock on SQLite, the database's on PostgreSQL).
 	Now func() time.Time
@@ -72,7 +76,7 @@ func Open(ctx context.Context, dsn string, opts Options) (ledger.Store, Shared, 
 	if IsPostgres(dsn) {
 		return openPostgres(ctx, dsn, opts)
 	}
-	so := sqlite.Options{Logger: opts.Logger, KeyTTL: opts.KeyTTL, Now: opts.Now, CacheMiB: opts.CacheMiB,
+	so := sqlite.Options{Logger: opts.Logger, KeyTTL: opts.KeyTTL, Payloads: opts.Payloads, Now: opts.Now, CacheMiB: opts.CacheMiB,
 		MaxOpenNamespaces: opts.MaxOpenNamespaces, AfterCommit: opts.AfterCommit, IndexWriteFault: opts.IndexWriteFault}
 	st, err := sqlite.OpenStore(ctx, dsn, so, opts.ReadOnly)
 	if err != nil {

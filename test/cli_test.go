@@ -61,7 +61,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"checkpoint"}, append(source, "json")},
 		{[]string{"prove"}, append(source, "json")},
 		{[]string{"check-proof"}, []string{"vkey", "namespace", "witness-vkey", "quorum", "json"}},
-		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl"}},
+		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl", "payloads"}},
 		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},
 		{[]string{"policy", "set"}, []string{"server", "token", "json"}},
 		{[]string{"policy", "show"}, []string{"server", "token", "json"}},

@@ -184,6 +184,10 @@ func (m memRemote) KeyHistory(_ context.Context, key string, fn func(*chain.Rece
 
 func (memRemote) KeyTTL(context.Context) (uint64, error) { return 0, nil }
 
+func (memRemote) Payloads(context.Context) (ledger.PayloadMode, error) {
+	return ledger.PayloadsInline, nil
+}
+
 // ListReceipts cannot tell whether a policy receipt exists: a run then
 // reads the trusted prefix for the gate.
 func (memRemote) ListReceipts(context.Context, ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {

@@ -12,6 +12,9 @@ type chainChecker struct {
 	col    *collector
 	hasher chain.Hasher
 	gate   *gateChecker // the rules of SPEC §13, on the same pass
+	// payloads checks the values of a committed namespace (SPEC §14);
+	// nil for an inline one.
+	payloads *payloadChecker
 
 	pins []pinCheck
 
@@ -95,9 +98,10 @@ func (c *chainChecker) add(r *chain.Receipt) {
 			next, nextOK = got, true
 		}
 	}
-	checkFields(c.col, r)
+	v := c.payloads.check(r) // r with its values, in a committed namespace
+	checkFields(c.col, v)
 	if c.gate != nil {
-		c.gate.add(r)
+		c.gate.add(v)
 	}
 	c.checkRecordedAt(r)
 	c.checkPins(r)

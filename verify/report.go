@@ -58,6 +58,22 @@ const (
 	RuleUnchangedRetry = "unchanged_retry"
 	// RulePolicyUnknown: a policy receipt whose text does not parse.
 	RulePolicyUnknown = "policy_unknown"
+
+	// The rules of committed payloads (contract v1.4, SPEC §14), checked
+	// from the chain and the values kept beside it. Details name the seq
+	// and the field, never a value.
+
+	// RulePayloadMismatch: a kept value does not open its commitment.
+	RulePayloadMismatch = "payload_mismatch"
+	// RulePayloadMissing: a commitment without its value (and no erase
+	// receipt lists it).
+	RulePayloadMissing = "payload_missing"
+	// RulePayloadUncommitted: in a committed namespace, a non-empty payload
+	// field that is not a commitment, or an exempt one that is.
+	RulePayloadUncommitted = "payload_uncommitted"
+	// RulePayloadUnexpected: a value kept for a field whose chain text is
+	// empty, exempt or inline.
+	RulePayloadUnexpected = "payload_unexpected"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.

@@ -79,17 +79,40 @@ func (s Server) each(ctx context.Context, f ledger.ReceiptFilter, fn func(*chain
 // KeyTTL returns the key_ttl_ms of the client's namespace as GET
 // /v1/namespaces lists it (SPEC §12): what an online verifier applies.
 func (s Server) KeyTTL(ctx context.Context) (uint64, error) {
+	n, err := s.namespace(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("key ttl: %w", err)
+	}
+	return n.KeyTTLMS, nil
+}
+
+// Payloads returns the payload mode of the client's namespace as GET
+// /v1/namespaces lists it (SPEC §14); a server before v1.4 lists none:
+// inline.
+func (s Server) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
+	n, err := s.namespace(ctx)
+	if err != nil {
+		return "", fmt.Errorf("payload mode: %w", err)
+	}
+	if n.Payloads == "" {
+		return ledger.PayloadsInline, nil
+	}
+	return ledger.PayloadMode(n.Payloads), nil
+}
+
+// namespace is the client's namespace as GET /v1/namespaces lists it.
+func (s Server) namespace(ctx context.Context) (*client.NamespaceInfo, error) {
 	list, err := s.Client.Namespaces(ctx)
 	if err != nil {
-		return 0, ServerErr(err)
+		return nil, ServerErr(err)
 	}
 	ns := s.Client.Namespace()
-	for _, n := range list {
-		if n.Name == ns {
-			return n.KeyTTLMS, nil
+	for i := range list {
+		if list[i].Name == ns {
+			return &list[i], nil
 		}
 	}
-	return 0, fmt.Errorf("key ttl: the server does not list namespace %q", ns)
+	return nil, fmt.Errorf("the server does not list namespace %q", ns)
 }
 
 // ServerError is an error answer of a server as the verifier and

@@ -39,8 +39,9 @@ type Source interface {
 // either driver (every ledger.Chain is one). Besides the chain it answers
 // the queries that bound a check's memory: receipts grouped by key, one
 // receipt by seq, the derived keys table and the duplicate and
-// repeated-failure groupings.
-type DB = ledger.AuditReader
+// repeated-failure groupings; and the values of committed payloads (SPEC
+// §14).
+type DB = ledger.Audited
 
 // Remote is a ledger served over the API (Server): its chain in seq
 // order, one key's receipts at a time for incremental runs, and the
@@ -50,6 +51,9 @@ type Remote interface {
 	// KeyHistory yields one key's receipts in seq order.
 	KeyHistory(ctx context.Context, key string, fn func(*chain.Receipt) error) error
 	KeyTTL(ctx context.Context) (uint64, error)
+	// Payloads is the namespace's payload mode (SPEC §14); its receipts
+	// carry their values (chain.Receipt.Open) in a committed namespace.
+	Payloads(ctx context.Context) (ledger.PayloadMode, error)
 	// ListReceipts lists receipts by filter: it tells an incremental run
 	// whether the ledger has any policy receipt at all.
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
@@ -89,7 +93,11 @@ type Verifier struct {
 	src    Source // the one of them that is set
 	keyTTL func(context.Context) (uint64, error)
 	list   func(context.Context, ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
-	opts   Opts
+	mode   func(context.Context) (ledger.PayloadMode, error)
+	// rows yields the kept values in seq order (a database); nil when the
+	// receipts carry them (a server).
+	rows func(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error
+	opts Opts
 	// keyOrder makes a full run of a database read the key states in key
 	// order, as an incremental run does (the tests compare the two).
 	keyOrder bool
@@ -97,12 +105,13 @@ type Verifier struct {
 
 // New returns a Verifier of a ledger database.
 func New(db DB, opts Opts) *Verifier {
-	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, list: db.ListReceipts, opts: defaults(opts)}
+	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, list: db.ListReceipts, mode: db.Payloads, rows: db.PayloadRows,
+		opts: defaults(opts)}
 }
 
 // NewRemote returns a Verifier of a ledger served over the API.
 func NewRemote(src Remote, opts Opts) *Verifier {
-	return &Verifier{remote: src, src: src, keyTTL: src.KeyTTL, list: src.ListReceipts, opts: defaults(opts)}
+	return &Verifier{remote: src, src: src, keyTTL: src.KeyTTL, list: src.ListReceipts, mode: src.Payloads, opts: defaults(opts)}
 }
 
 func defaults(opts Opts) Opts {
@@ -136,7 +145,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	default:
 		err = v.keyPasses(ctx, r)
 	}
-	if err != nil {
+	if err = errors.Join(err, r.cc.payloads.close()); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	return r.report(v.opts.MaxViolations), nil
@@ -189,8 +198,11 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
 	r.gate = newGateChecker(r.chainCol, r.from, r.ttl, v.opts.Filter)
 	r.cc.gate = r.gate
-	if err := v.primeGate(ctx, r); err != nil {
+	if r.cc.payloads, err = v.payloadChecker(ctx, r.chainCol, r.from); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
+	}
+	if err := v.primeGate(ctx, r); err != nil {
+		return nil, fmt.Errorf("verify: %w", errors.Join(err, r.cc.payloads.close()))
 	}
 	return r, nil
 }

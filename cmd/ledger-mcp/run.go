@@ -182,7 +182,7 @@ func (m *Main) openLedger(ctx context.Context, serverName string) (mcpgate.Ledge
 	m.ledger = l
 	ns, err := l.NS(ctx, m.Namespace)
 	if ledger.ErrorCode(err) == ledger.ECodeUnknownNamespace {
-		if err = l.CreateNamespace(ctx, m.Namespace, ttl); err == nil {
+		if err = l.CreateNamespace(ctx, m.Namespace, ledger.NamespaceSettings{KeyTTL: ttl}); err == nil {
 			ns, err = l.NS(ctx, m.Namespace)
 		}
 	}

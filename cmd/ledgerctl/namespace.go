@@ -63,7 +63,8 @@ func (c *NamespaceCommand) create(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("namespace create", flag.ContinueOnError)
 	src := namespaceSource(fs, true)
 	ttl := fs.Duration("key-ttl", 0, "forget a finalized key this long after its outcome, e.g. 24h (0: never); fixed at creation")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--key-ttl DURATION] [--json]
+	payloads := fs.String("payloads", "", "inline or committed: how the payload fields are kept (docs/privacy.md; default "+string(ledger.DefaultPayloads)+"); fixed at creation")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl namespace create (--db FILE|URL | --server URL) NAME [--key-ttl DURATION] [--payloads MODE] [--json]
 
 Creates the empty namespace NAME (1–64 bytes of a-z 0-9 . _ -). With --server
 it needs an admin token when tokens exist. With --db it registers NAME in
@@ -73,9 +74,15 @@ tables); a running ledgerd serves it at once. Exit 2 if NAME exists.
 --key-ttl sets the namespace's key lifetime: a reserve of a key whose
 outcome (success or failure) is at least that old starts a new generation
 of the key instead of replaying or refusing it. Reserved and interrupted
-keys never expire. It is fixed when the namespace is created.`,
+keys never expire. It is fixed when the namespace is created.
+
+--payloads committed keeps the values of external_ref, result,
+error_message and note beside the chain, which holds salted commitments
+to them (docs/privacy.md); inline keeps them in the receipts. Fixed when
+the namespace is created.`,
 		`  ledgerctl namespace create --db ledger.db payments
   ledgerctl namespace create --db ledger.db reports --key-ttl 24h
+  ledgerctl namespace create --db ledger.db customers --payloads committed
   ledgerctl namespace create --server http://127.0.0.1:8080 payments
   ledgerctl namespace create --db postgres://ledger@db.internal/ledger payments
 `)
@@ -96,16 +103,21 @@ keys never expire. It is fixed when the namespace is created.`,
 	if err != nil {
 		return usageErr(fs, c.Env, "--key-ttl: %v", err)
 	}
-	info := ledger.NamespaceInfo{Name: name, KeyTTL: keyTTL}
+	mode, err := ledger.ParsePayloadMode(*payloads, ledger.DefaultPayloads)
+	if err != nil {
+		return usageErr(fs, c.Env, "--payloads: want inline or committed")
+	}
+	st := ledger.NamespaceSettings{KeyTTL: keyTTL, Payloads: mode}
+	info := ledger.NamespaceInfo{Name: name, KeyTTL: keyTTL, Payloads: mode}
 	if src.server != "" {
 		client, err := src.client(fs, c.Env)
 		if err != nil {
 			return err
 		}
-		if info, err = client.createNamespace(ctx, name, keyTTL); err != nil {
+		if info, err = client.createNamespace(ctx, name, st); err != nil {
 			return err
 		}
-	} else if err := createNamespaceDB(ctx, c.Env, src.db, name, keyTTL); err != nil {
+	} else if err := createNamespaceDB(ctx, c.Env, src.db, name, st); err != nil {
 		return err
 	}
 	if src.json {
@@ -131,11 +143,11 @@ func keyTTLMS(d time.Duration) (uint64, error) {
 }
 
 // createNamespaceDB creates namespace name in the database dsn.
-func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, keyTTL uint64) error {
+func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, st ledger.NamespaceSettings) error {
 	if err := checkDB(dsn); err != nil {
 		return err
 	}
-	err := storage.CreateNamespace(ctx, dsn, name, keyTTL, storage.Options{Logger: warnLogger(env)})
+	err := storage.CreateNamespace(ctx, dsn, name, st, storage.Options{Logger: warnLogger(env)})
 	if errors.Is(err, ledger.ErrNamespaceExists) {
 		return fmt.Errorf("namespace %q exists in %s", name, storage.Describe(dsn))
 	}
@@ -145,7 +157,7 @@ func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, keyTTL u
 // namespaceJSON is a namespace as the API and --json show it.
 func namespaceJSON(n ledger.NamespaceInfo) map[string]any {
 	return map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()},
-		"key_ttl_ms": n.KeyTTL}
+		"key_ttl_ms": n.KeyTTL, "payloads": n.Payloads}
 }
 
 func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
@@ -155,8 +167,8 @@ func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
 
 Lists the namespaces by name, "default" included, with their heads (SEQ:HASH,
 the form verify --expect-head takes), their key lifetimes (KEY_TTL, "-" for
-keys that never expire). Through --server a token limited to namespaces sees
-only those.`,
+keys that never expire) and payload modes (PAYLOADS: inline or committed).
+Through --server a token limited to namespaces sees only those.`,
 		`  ledgerctl namespace list --db ledger.db
   ledgerctl namespace list --server http://127.0.0.1:8080 --json
 `)
@@ -186,13 +198,13 @@ only those.`,
 		return writeJSON(c.Stdout, map[string]any{"namespaces": out})
 	}
 	tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSEQ\tHASH\tKEY_TTL")
+	fmt.Fprintln(tw, "NAME\tSEQ\tHASH\tKEY_TTL\tPAYLOADS")
 	for _, n := range list {
 		ttl := "-"
 		if n.KeyTTL != 0 {
 			ttl = ledger.MsDuration(n.KeyTTL).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n.Name, n.Head.Seq, n.Head.Hash, ttl)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.Name, n.Head.Seq, n.Head.Hash, ttl, n.Payloads)
 	}
 	return tw.Flush()
 }
@@ -224,7 +236,11 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 		if err != nil {
 			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: key ttl: %w", name, err))
 		}
-		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl})
+		mode, err := ch.Payloads(ctx)
+		if err != nil {
+			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: payload mode: %w", name, err))
+		}
+		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode})
 	}
 	return out, nil
 }

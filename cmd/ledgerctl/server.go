@@ -130,10 +130,14 @@ func (s *server) resolve(ctx context.Context, key string, r client.Resolution) (
 		Receipt: ledger.ReceiptRef{Seq: res.Receipt.Seq, Hash: h}}, nil
 }
 
-// createNamespace creates namespace name whose keys expire after keyTTL
-// ms, 0 never, and returns it with its empty head.
-func (s *server) createNamespace(ctx context.Context, name string, keyTTL uint64) (ledger.NamespaceInfo, error) {
-	n, err := s.Client.CreateNamespace(ctx, name, keyTTL)
+// createNamespace creates namespace name with settings st and returns it
+// with its empty head.
+func (s *server) createNamespace(ctx context.Context, name string, st ledger.NamespaceSettings) (ledger.NamespaceInfo, error) {
+	var opts []client.NamespaceOption
+	if st.Payloads != "" {
+		opts = append(opts, client.WithPayloads(string(st.Payloads)))
+	}
+	n, err := s.Client.CreateNamespace(ctx, name, st.KeyTTL, opts...)
 	if err != nil {
 		return ledger.NamespaceInfo{}, verify.ServerErr(err)
 	}
@@ -162,7 +166,8 @@ func namespaceInfo(n client.NamespaceInfo) (ledger.NamespaceInfo, error) {
 	if err != nil {
 		return ledger.NamespaceInfo{}, fmt.Errorf("namespace %s: head: %w", n.Name, err)
 	}
-	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}, KeyTTL: n.KeyTTLMS}, nil
+	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}, KeyTTL: n.KeyTTLMS,
+		Payloads: ledger.PayloadMode(n.Payloads)}, nil
 }
 
 // unixMS is t in unix milliseconds, 0 for the zero time.

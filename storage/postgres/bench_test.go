@@ -135,7 +135,7 @@ func BenchmarkLedger_Namespaces(b *testing.B) {
 				name := ledger.DefaultNamespace
 				if i > 0 {
 					name = fmt.Sprintf("ns-%d", i+1)
-					if err := l.CreateNamespace(ctx, name, 0); err != nil {
+					if err := l.CreateNamespace(ctx, name, ledger.NamespaceSettings{}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -99,7 +99,9 @@ func CreateSchemaV2(ctx context.Context, conn *pgx.Conn) error {
 			return err
 		}
 	}
-	if err := createNamespace(ctx, tx, "default", 0); err != nil {
+	// the default namespace as schema 2 made it: no payload mode
+	if _, err := tx.Exec(ctx, `WITH ns AS (INSERT INTO namespaces (name, created_at, key_ttl_ms) VALUES ('default', 0, 0) RETURNING name)
+		INSERT INTO head (namespace, seq, hash, recorded_at) SELECT name, 0, '\x`+zeroHashHex+`'::bytea, 0 FROM ns`); err != nil {
 		return err
 	}
 	return tx.Commit(ctx)

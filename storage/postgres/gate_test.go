@@ -213,9 +213,9 @@ func TestOpen_migratesV2(t *testing.T) {
 		t.Fatalf("PolicySeq = %d, want 6", got)
 	}
 	psql(t, u, `INSERT INTO tokens (token_id, name, role, token_hash, created_at) VALUES ('t2', 'alice', 'approver', '\x02', 1)`)
-	// Reopening finds schema 3 and changes nothing.
+	// Reopening finds the current schema and changes nothing.
 	again := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if got := policySeq(t, mustChain(t, again, ledger.DefaultNamespace)); got != 6 || schemaVersion(t, u) != 3 {
+	if got := policySeq(t, mustChain(t, again, ledger.DefaultNamespace)); got != 6 || schemaVersion(t, u) != postgres.SchemaVersion {
 		t.Fatalf("after reopening: PolicySeq %d, version %d", got, schemaVersion(t, u))
 	}
 	// One CHECK per column, the new one.
@@ -548,7 +548,7 @@ func TestTx_RecentOutcomes(t *testing.T) {
 func openWithOther(t *testing.T, dbURL string) (*postgres.Store, *postgres.Chain) {
 	t.Helper()
 	s := mustOpen(t, dbURL, postgres.Options{Logger: quiet})
-	if err := s.CreateNamespace(context.Background(), "other", 0); err != nil {
+	if err := s.CreateNamespace(context.Background(), "other", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	return s, mustChain(t, s, ledger.DefaultNamespace)
@@ -746,7 +746,7 @@ func TestChain_KeyDriftApprovals(t *testing.T) {
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{Logger: quiet, Now: clock.Now})
 	const ttl = 1000
-	if err := s.CreateNamespace(ctx, "ttl", ttl); err != nil {
+	if err := s.CreateNamespace(ctx, "ttl", ledger.NamespaceSettings{KeyTTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	c := mustChain(t, s, "ttl")

@@ -44,7 +44,7 @@ func TestStore_Write(t *testing.T) {
 	var chains []*postgres.Chain
 	for _, ns := range names {
 		if ns != ledger.DefaultNamespace {
-			if err := s.CreateNamespace(ctx, ns, 0); err != nil {
+			if err := s.CreateNamespace(ctx, ns, ledger.NamespaceSettings{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -96,7 +96,7 @@ func TestStore_Write_Races(t *testing.T) {
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
 	names := []string{ledger.DefaultNamespace, "n1", "n2", "n3"}
 	for _, ns := range names[1:] {
-		if err := a.CreateNamespace(ctx, ns, 0); err != nil {
+		if err := a.CreateNamespace(ctx, ns, ledger.NamespaceSettings{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +199,7 @@ func refusingLedger(t *testing.T) (good, bad *ledger.Namespace) {
 	l := ledger.New(mustOpen(t, u, postgres.Options{}), ledger.Config{})
 	t.Cleanup(func() { _ = l.Close() })
 	for _, ns := range []string{"good", "bad"} {
-		if err := l.CreateNamespace(ctx, ns, 0); err != nil {
+		if err := l.CreateNamespace(ctx, ns, ledger.NamespaceSettings{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestStore_Write_LostCommit(t *testing.T) {
 			proxy, pu := newCommitDropper(t, u)
 			proxy.swallow = !committed
 			s := mustOpen(t, pu, postgres.Options{})
-			if err := s.CreateNamespace(ctx, "other", 0); err != nil {
+			if err := s.CreateNamespace(ctx, "other", ledger.NamespaceSettings{}); err != nil {
 				t.Fatal(err)
 			}
 			chains := []*postgres.Chain{mustChain(t, s, "other"), mustChain(t, s, ledger.DefaultNamespace)}
@@ -321,7 +321,7 @@ func TestLedger_GroupTakesLateOps(t *testing.T) {
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{})
-	if err := s.CreateNamespace(ctx, "late", 0); err != nil {
+	if err := s.CreateNamespace(ctx, "late", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	held, release := make(chan struct{}), make(chan struct{})

@@ -31,7 +31,7 @@ func TestOpen_keyTTL(t *testing.T) {
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{Logger: quiet, KeyTTL: 86_400_000})
-	if err := s.CreateNamespace(ctx, "reports", 60_000); err != nil {
+	if err := s.CreateNamespace(ctx, "reports", ledger.NamespaceSettings{KeyTTL: 60_000}); err != nil {
 		t.Fatal(err)
 	}
 	again := mustOpen(t, u, postgres.Options{Logger: quiet, KeyTTL: 5})
@@ -54,7 +54,7 @@ func TestOpen_migratesV1KeyTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateNamespace(ctx, "reports", 0); err != nil {
+	if err := s.CreateNamespace(ctx, "reports", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	_ = s.Close()

@@ -22,7 +22,7 @@ func TestChain_namespacesCommitInParallel(t *testing.T) {
 	u := pgtest.URL(t)
 	s := mustOpen(t, u, postgres.Options{})
 	for _, ns := range []string{"a", "b"} {
-		if err := s.CreateNamespace(ctx, ns, 0); err != nil {
+		if err := s.CreateNamespace(ctx, ns, ledger.NamespaceSettings{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// Open creates the schema (ledgerd --default-key-ttl); an existing
 	// database keeps its own. 0: keys never expire.
 	KeyTTL uint64
+	// Payloads is the payload mode (SPEC §14) of the default namespace when
+	// Open creates the schema ("": ledger.DefaultPayloads).
+	Payloads ledger.PayloadMode
 }
 
 // Store is a ledger.Store on a PostgreSQL database.
@@ -186,7 +189,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("open postgres %s: %w", desc, safeErr(classify(err), dsn))
 	}
-	s.version, err = migrate(ctx, conn.Conn(), opts.ReadOnly, opts.KeyTTL)
+	s.version, err = migrate(ctx, conn.Conn(), opts.ReadOnly, ledger.NamespaceSettings{KeyTTL: opts.KeyTTL, Payloads: opts.Payloads})
 	if err == nil && !opts.ReadOnly {
 		err = checkHeads(ctx, conn.Conn())
 	}
@@ -300,13 +303,13 @@ func (s *Store) chain(ctx context.Context, ns string) (*Chain, error) {
 	return c, nil
 }
 
-// CreateNamespace creates an empty namespace whose keys expire after
-// keyTTL ms (0: never), or returns ledger.ErrNamespaceExists.
-func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
+// CreateNamespace creates an empty namespace with settings st, or returns
+// ledger.ErrNamespaceExists.
+func (s *Store) CreateNamespace(ctx context.Context, ns string, st ledger.NamespaceSettings) error {
 	if s.opts.ReadOnly {
 		return ledger.ErrOpenedReadOnly
 	}
-	err := createNamespace(ctx, s.pool, ns, keyTTL)
+	err := createNamespace(ctx, s.pool, ns, st)
 	if isCode(err, codeUniqueViolation) {
 		return fmt.Errorf("%w: %s", ledger.ErrNamespaceExists, ns)
 	}

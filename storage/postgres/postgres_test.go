@@ -327,7 +327,7 @@ func TestChain_Update_TwoStores(t *testing.T) {
 	u := pgtest.URL(t)
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
 	ctx := context.Background()
-	if err := a.CreateNamespace(ctx, "other", 0); err != nil {
+	if err := a.CreateNamespace(ctx, "other", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	const workers, batches = 4, 12
@@ -378,13 +378,13 @@ func TestStore_Namespaces(t *testing.T) {
 	if _, err := s.Chain(ctx, "nope"); !errors.Is(err, ledger.ErrUnknownNamespace) {
 		t.Fatalf("Chain(nope): got %v, want ErrUnknownNamespace", err)
 	}
-	if err := s.CreateNamespace(ctx, "pay.ments_1-x", 0); err != nil {
+	if err := s.CreateNamespace(ctx, "pay.ments_1-x", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateNamespace(ctx, "pay.ments_1-x", 0); !errors.Is(err, ledger.ErrNamespaceExists) {
+	if err := s.CreateNamespace(ctx, "pay.ments_1-x", ledger.NamespaceSettings{}); !errors.Is(err, ledger.ErrNamespaceExists) {
 		t.Fatalf("second create: got %v, want ErrNamespaceExists", err)
 	}
-	if err := s.CreateNamespace(ctx, "Bad!", 0); err == nil {
+	if err := s.CreateNamespace(ctx, "Bad!", ledger.NamespaceSettings{}); err == nil {
 		t.Fatal("created namespace Bad!")
 	}
 	names, err := s.Namespaces(ctx)

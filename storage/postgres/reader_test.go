@@ -315,7 +315,7 @@ func TestStore_OnEnded(t *testing.T) {
 	ctx := context.Background()
 	u := pgtest.URL(t)
 	a, b := mustOpen(t, u, postgres.Options{}), mustOpen(t, u, postgres.Options{})
-	if err := a.CreateNamespace(ctx, "other", 0); err != nil {
+	if err := a.CreateNamespace(ctx, "other", ledger.NamespaceSettings{}); err != nil {
 		t.Fatal(err)
 	}
 	type event struct {

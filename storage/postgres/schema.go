@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is the schema version this build creates and serves.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // schemaLockKey is the pg_advisory_xact_lock key held while the schema is
 // checked and created, so that replicas starting together create it once.
@@ -22,8 +22,8 @@ const schemaLockKey int64 = 0x6566656C00000001
 
 // schemaSQL is the PostgreSQL schema, version 2 (version 1 without
 // namespaces.key_ttl_ms; sqlKeyTTLColumn adds it). Version 3 is this plus
-// sqlApprovals: a new database runs both, so that a created schema and a
-// migrated one are the same.
+// sqlApprovals, version 4 plus sqlPayloads: a new database runs them all,
+// so that a created schema and a migrated one are the same.
 //
 // receipts holds every namespace's chain: one row per receipt, the
 // namespace and then one column per field of SPEC §2 with the same name
@@ -303,7 +303,60 @@ CREATE INDEX IF NOT EXISTS receipts_outcomes_by_input ON receipts (namespace, to
 `
 
 // migrations[v] takes a writable database from schema v to v+1.
-var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals}
+var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlPayloads}
+
+// sqlPayloads adds the payload mode of each namespace (SPEC §14; fixed at
+// creation like key_ttl_ms; every namespace made before is inline) and the
+// table of the values of committed payload fields, with their salts. A
+// value is only ever erased (set to NULL with its salt, *_erased naming
+// the erase receipt), inside the ledger's own writes (sqlWriterMark).
+// Idempotent, like sqlApprovals.
+const sqlPayloads = `
+ALTER TABLE namespaces ADD COLUMN IF NOT EXISTS payloads text NOT NULL DEFAULT 'inline';
+CREATE OR REPLACE FUNCTION ledger_key_ttl_fixed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.key_ttl_ms IS DISTINCT FROM OLD.key_ttl_ms OR NEW.payloads IS DISTINCT FROM OLD.payloads THEN
+		RAISE EXCEPTION 'the settings of % are fixed at creation', OLD.name USING ERRCODE = 'restrict_violation';
+	END IF;
+	RETURN NEW;
+END $$;
+CREATE TABLE IF NOT EXISTS payloads (
+	namespace            text COLLATE "C" NOT NULL,
+	seq                  bigint NOT NULL CHECK (seq >= 1),
+	external_ref         text,
+	external_ref_salt    bytea CHECK (octet_length(external_ref_salt) = 16),
+	external_ref_erased  bigint NOT NULL DEFAULT 0,
+	result               text,
+	result_salt          bytea CHECK (octet_length(result_salt) = 16),
+	result_erased        bigint NOT NULL DEFAULT 0,
+	error_message        text,
+	error_message_salt   bytea CHECK (octet_length(error_message_salt) = 16),
+	error_message_erased bigint NOT NULL DEFAULT 0,
+	note                 text,
+	note_salt            bytea CHECK (octet_length(note_salt) = 16),
+	note_erased          bigint NOT NULL DEFAULT 0,
+	PRIMARY KEY (namespace, seq),
+	CHECK ((external_ref IS NULL) = (external_ref_salt IS NULL) AND (result IS NULL) = (result_salt IS NULL)
+		AND (error_message IS NULL) = (error_message_salt IS NULL) AND (note IS NULL) = (note_salt IS NULL))
+);
+CREATE OR REPLACE FUNCTION ledger_payloads_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'UPDATE' AND current_setting('effect_ledger.writer', true) = 'on'
+		AND NEW.namespace = OLD.namespace AND NEW.seq = OLD.seq
+		AND (NEW.external_ref IS NOT DISTINCT FROM OLD.external_ref OR (NEW.external_ref IS NULL AND NEW.external_ref_erased > 0))
+		AND (NEW.result IS NOT DISTINCT FROM OLD.result OR (NEW.result IS NULL AND NEW.result_erased > 0))
+		AND (NEW.error_message IS NOT DISTINCT FROM OLD.error_message OR (NEW.error_message IS NULL AND NEW.error_message_erased > 0))
+		AND (NEW.note IS NOT DISTINCT FROM OLD.note OR (NEW.note IS NULL AND NEW.note_erased > 0)) THEN
+		RETURN NEW;
+	END IF;
+	RAISE EXCEPTION 'a kept value can only be erased, through the ledger (% refused)', TG_OP
+		USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER payloads_guard BEFORE UPDATE OR DELETE ON payloads
+	FOR EACH ROW EXECUTE FUNCTION ledger_payloads_guard();
+CREATE OR REPLACE TRIGGER payloads_no_truncate BEFORE TRUNCATE ON payloads
+	FOR EACH STATEMENT EXECUTE FUNCTION ledger_payloads_guard();
+`
 
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
@@ -314,7 +367,7 @@ const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
 // an advisory lock. readOnly stores never create or migrate it: they read
 // a version 1 or 2 schema as it is. It returns the version of the schema
 // in the database.
-func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) (int, error) {
+func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.NamespaceSettings) (int, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return 0, err
@@ -369,13 +422,13 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlPayloads); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
-	if err := createNamespace(ctx, tx, ledger.DefaultNamespace, keyTTL); err != nil {
+	if err := createNamespace(ctx, tx, ledger.DefaultNamespace, def); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if err := ensureKeysGuard(ctx, tx); err != nil {
@@ -430,10 +483,10 @@ func ensureKeysGuard(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// sqlCreateNamespace inserts a namespace with its key_ttl_ms and its
-// empty head in one statement.
+// sqlCreateNamespace inserts a namespace with its settings and its empty
+// head in one statement.
 const sqlCreateNamespace = `WITH ns AS (
-		INSERT INTO namespaces (name, created_at, key_ttl_ms) VALUES ($1, ` + sqlNowMS + `, $2) RETURNING name)
+		INSERT INTO namespaces (name, created_at, key_ttl_ms, payloads) VALUES ($1, ` + sqlNowMS + `, $2, $3) RETURNING name)
 	INSERT INTO head (namespace, seq, hash, recorded_at) SELECT name, 0, '\x` + zeroHashHex + `'::bytea, 0 FROM ns`
 
 const zeroHashHex = "0000000000000000000000000000000000000000000000000000000000000000"
@@ -442,7 +495,8 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-func createNamespace(ctx context.Context, q execer, ns string, keyTTL uint64) error {
-	_, err := q.Exec(ctx, sqlCreateNamespace, ns, int64(keyTTL))
+func createNamespace(ctx context.Context, q execer, ns string, st ledger.NamespaceSettings) error {
+	st = st.Resolved()
+	_, err := q.Exec(ctx, sqlCreateNamespace, ns, int64(st.KeyTTL), string(st.Payloads))
 	return err
 }

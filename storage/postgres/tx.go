@@ -46,8 +46,9 @@ type tx struct {
 	policySeq     uint64 // the latest policy receipt's seq, this transaction's appends included
 	dbErr         error  // the first failed database call
 
-	receipts    []chain.Receipt
-	bySeq       map[uint64]int // index into receipts
+	receipts    []chain.Receipt           // in the chain form (Open nil)
+	openings    map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
+	bySeq       map[uint64]int            // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
 	loaded      map[string]*ledger.KeyRecord // read with the head (begin): nil value = no such key
@@ -213,7 +214,10 @@ func (t *tx) Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Has
 	if r.Seq != t.head.Seq+1 || r.PrevHash != t.head.Hash {
 		return fmt.Errorf("append receipt %d: it does not extend the head (%d)", r.Seq, t.head.Seq)
 	}
-	if field, ok := nulField(r); ok {
+	if field, ok := nulField(r); ok || (r.Open != nil && nulValue(r.Open)) {
+		if !ok {
+			field = "a payload field"
+		}
 		// PostgreSQL text cannot hold NUL; refuse here rather than fail
 		// the whole batch at COMMIT time.
 		return &ledger.Error{Code: ledger.ECodeInvalidRequest,
@@ -233,7 +237,15 @@ func (t *tx) Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Has
 		t.bySeq = map[uint64]int{}
 	}
 	t.bySeq[r.Seq] = len(t.receipts)
-	t.receipts = append(t.receipts, *r)
+	c := *r
+	if !c.Open.Empty() {
+		if t.openings == nil {
+			t.openings = map[uint64]*chain.Opening{}
+		}
+		t.openings[r.Seq] = c.Open
+	}
+	c.Open = nil
+	t.receipts = append(t.receipts, c)
 	t.hashes = append(t.hashes, treeHashes...)
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	switch r.Kind {
@@ -260,6 +272,16 @@ func nulField(r *chain.Receipt) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// nulValue reports whether a value of o holds a NUL byte.
+func nulValue(o *chain.Opening) bool {
+	for _, f := range chain.PayloadFields {
+		if p := o.Get(f); p != nil && strings.IndexByte(p.Value, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // PutKey buffers an insert or replacement of a key record.

@@ -80,6 +80,7 @@ const (
 // returns the batch id of ts[0]; send sends it all in one round trip.
 func queueWrites(b *pgx.Batch, ts []*tx) string {
 	var rs receiptRows
+	var ps payloadRows
 	var ks keyRows
 	var treeNS []string
 	var treeIdx []int64
@@ -91,6 +92,7 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 	for _, t := range ts {
 		ns := t.c.ns
 		rs.add(ns, t.receipts)
+		ps.add(ns, t)
 		ks.add(t)
 		for i := range t.hashes {
 			treeNS, treeIdx, treeHash = append(treeNS, ns), append(treeIdx, t.hashFrom+int64(i)), append(treeHash, t.hashes[i][:])
@@ -115,6 +117,9 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 	}
 	if len(rs.ns) > 0 {
 		b.Queue(sqlInsertReceipts, rs.args()...)
+	}
+	if len(ps.ns) > 0 {
+		b.Queue(sqlInsertPayloads, ps.args()...)
 	}
 	if len(ks.ns) > 0 {
 		b.Queue(sqlUpsertKeys, ks.args()...)

@@ -30,10 +30,10 @@ import (
 type chainWriter struct {
 	*Reader // mode=ro pool for queries
 
-	ns        string
-	now       func() time.Time
-	logger    *slog.Logger
-	newKeyTTL uint64 // key_ttl_ms stored if this open creates the file
+	ns          string
+	now         func() time.Time
+	logger      *slog.Logger
+	newSettings ledger.NamespaceSettings // default's, stored if this open creates the file
 
 	w *sql.DB // one connection, BEGIN IMMEDIATE
 
@@ -91,13 +91,13 @@ type chainWriter struct {
 // temporary name (page size set before WAL mode, which fixes it; the
 // schema applied) and renamed into place, so that a crash never leaves a
 // half-made file where a ledger belongs. The caller holds abs's lock.
-func createFile(ctx context.Context, abs string, pageSize int, keyTTL uint64) error {
+func createFile(ctx context.Context, abs string, pageSize int, st ledger.NamespaceSettings) error {
 	if pageSize < 512 || pageSize > 65536 || pageSize&(pageSize-1) != 0 {
 		return fmt.Errorf("page size %d is not a power of two from 512 to 65536", pageSize)
 	}
 	tmp := abs + ".new"
 	removeFileSet(tmp)
-	if err := initFile(ctx, tmp, pageSize, keyTTL); err != nil {
+	if err := initFile(ctx, tmp, pageSize, st); err != nil {
 		removeFileSet(tmp)
 		return err
 	}
@@ -110,7 +110,7 @@ func createFile(ctx context.Context, abs string, pageSize int, keyTTL uint64) er
 
 // initFile creates the ledger file at path with the schema and its
 // settings.
-func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) error {
+func initFile(ctx context.Context, path string, pageSize int, st ledger.NamespaceSettings) error {
 	q := url.Values{}
 	q.Set("mode", "rwc")
 	q.Set("_synchronous", "FULL")
@@ -128,7 +128,7 @@ func initFile(ctx context.Context, path string, pageSize int, keyTTL uint64) err
 	if err := c.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode); err != nil {
 		return classify(err)
 	}
-	if err := upgrade(ctx, c, path, keyTTL, slog.New(slog.DiscardHandler)); err != nil {
+	if err := upgrade(ctx, c, path, st, slog.New(slog.DiscardHandler)); err != nil {
 		return err
 	}
 	// Closing the only connection checkpoints the WAL into the file and
@@ -189,13 +189,14 @@ func openChainWriter(ctx context.Context, path, ns string, opts Options) (*chain
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	if _, err := os.Stat(abs); errors.Is(err, os.ErrNotExist) {
-		if err := createFile(ctx, abs, opts.PageSize, opts.KeyTTL); err != nil {
+		if err := createFile(ctx, abs, opts.PageSize, opts.defaultSettings()); err != nil {
 			_ = lock.release()
 			return nil, fmt.Errorf("open ledger %s: create: %w", abs, err)
 		}
-		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL)
+		opts.Logger.Info("created ledger database", "path", abs, "schema_version", SchemaVersion, "key_ttl_ms", opts.KeyTTL,
+			"payloads", opts.defaultSettings().Payloads)
 	}
-	db := &chainWriter{ns: ns, lock: lock, mu: new(sync.Mutex), now: opts.Now, logger: opts.Logger, newKeyTTL: opts.KeyTTL,
+	db := &chainWriter{ns: ns, lock: lock, mu: new(sync.Mutex), now: opts.Now, logger: opts.Logger, newSettings: opts.defaultSettings(),
 		cache: newKeyCache(opts.CacheKeys, opts.CacheBytes), idx: opts.index, afterCommit: opts.AfterCommit}
 
 	ok := false
@@ -323,7 +324,7 @@ func (db *chainWriter) init(ctx context.Context, abs string, repair bool) error 
 	if mode != "wal" {
 		return fmt.Errorf("journal_mode is %q, want wal", mode)
 	}
-	if err := upgrade(ctx, db.w, abs, db.newKeyTTL, db.logger); err != nil {
+	if err := upgrade(ctx, db.w, abs, db.newSettings, db.logger); err != nil {
 		return err
 	}
 	if err := db.loadHead(ctx, db.chainRef, dbFlags(abs, db.ns), repair); err != nil {

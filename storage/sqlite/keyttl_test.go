@@ -94,10 +94,10 @@ func TestOpen_keyTTL(t *testing.T) {
 	w, _ := db.Store.Pools()
 	_, err := w.Exec(`UPDATE ns_settings SET key_ttl_ms = 0`)
 	require.Error(t, err, "the settings are fixed at creation")
-	require.NoError(t, db.Ledger.CreateNamespace(ctx, "mail", 3_600_000))
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "mail", ledger.NamespaceSettings{KeyTTL: 3_600_000}))
 	require.NoError(t, db.Close())
 
-	require.NoError(t, sqlite.CreateNamespace(ctx, path, "reports", 60_000), "ledgerctl's way, beside the file")
+	require.NoError(t, sqlite.CreateNamespace(ctx, path, "reports", ledger.NamespaceSettings{KeyTTL: 60_000}), "ledgerctl's way, beside the file")
 	opts.KeyTTL = 5
 	db = ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(opts))
 	assert.Equal(t, uint64(86_400_000), db.KeyTTL(), "an existing file keeps its own")

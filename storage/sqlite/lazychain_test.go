@@ -38,7 +38,7 @@ func TestStore_openFilesBounded(t *testing.T) {
 	l, st := openLedger(t, path, 2)
 	const spaces = 6
 	for i := range spaces {
-		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i), 0))
+		require.NoError(t, l.CreateNamespace(ctx, fmt.Sprintf("ns%d", i), ledger.NamespaceSettings{}))
 	}
 	assert.Zero(t, st.OpenNamespaces(), "creating a namespace leaves its file closed")
 	for round := range 3 {
@@ -81,7 +81,7 @@ func TestStore_closeWhileRecording(t *testing.T) {
 		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, HeadRecordEvery: time.Millisecond}, false)
 		require.NoError(t, err)
 		l := ledger.New(st, ledger.Config{Logger: quiet})
-		require.NoError(t, l.CreateNamespace(ctx, "a", 0))
+		require.NoError(t, l.CreateNamespace(ctx, "a", ledger.NamespaceSettings{}))
 		n, err := l.NS(ctx, "a")
 		require.NoError(t, err)
 		_, err = n.Reserve(ctx, testkit.ReserveReq(fmt.Sprintf("close-key-%04d", i), "exec-1"))

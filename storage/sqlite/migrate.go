@@ -42,7 +42,6 @@ var upgradeCopies = []struct {
 }{
 	{[]string{"receipts"}, `INSERT INTO ns_receipts (ns, ` + receiptColumns + `) SELECT 0, ` + receiptColumns + ` FROM old_receipts ORDER BY seq`},
 	{[]string{"settings"}, `INSERT INTO ns_settings (ns, key_ttl_ms) SELECT 0, key_ttl_ms FROM old_settings WHERE id = 1`},
-	{nil, `INSERT OR IGNORE INTO ns_settings (ns, key_ttl_ms) VALUES (0, 0)`}, // keys of a file before key lifetimes never expire
 	{[]string{"reserve_tokens"}, `INSERT INTO ns_tokens (rid, token_hash) SELECT r.rowid, t.token_hash
 		FROM old_reserve_tokens AS t JOIN ns_receipts AS r ON r.ns = 0 AND r.seq = t.seq ORDER BY t.seq`},
 	{[]string{"keys"}, `INSERT INTO ns_tokens (rid, token_hash) SELECT r.rowid, k.token_hash
@@ -65,7 +64,16 @@ var upgradeCopies = []struct {
 		JOIN old_ns_receipts AS o ON o.rowid = t.rid JOIN ns_receipts AS n ON n.ns = o.ns AND n.seq = o.seq ORDER BY n.rowid`},
 	{[]string{"ns_checkpoints"}, `INSERT INTO ns_checkpoints (ns, size, root, note, signed_at)
 		SELECT ns, size, root, note, signed_at FROM old_ns_checkpoints ORDER BY ns, size`},
-	{[]string{"ns_settings"}, `INSERT INTO ns_settings (ns, key_ttl_ms) SELECT ns, key_ttl_ms FROM old_ns_settings WHERE ns != 0`},
+	// Version 7 keeps default's settings (ns 0) here too; namespaces made
+	// before version 8 keep their payloads inline (the column's default).
+	// A migration from version 8 on must copy payloads as well.
+	{[]string{"ns_settings"}, `INSERT INTO ns_settings (ns, key_ttl_ms) SELECT ns, key_ttl_ms FROM old_ns_settings
+		WHERE ns NOT IN (SELECT ns FROM ns_settings)`},
+	{nil, `INSERT OR IGNORE INTO ns_settings (ns, key_ttl_ms) VALUES (0, 0)`}, // keys of a file before key lifetimes never expire
+	{[]string{"ns_payloads"}, `INSERT INTO ns_payloads SELECT n.rowid, p.external_ref, p.external_ref_salt, p.external_ref_erased,
+		p.result, p.result_salt, p.result_erased, p.error_message, p.error_message_salt, p.error_message_erased,
+		p.note, p.note_salt, p.note_erased FROM old_ns_payloads AS p
+		JOIN old_ns_receipts AS o ON o.rowid = p.rid JOIN ns_receipts AS n ON n.ns = o.ns AND n.seq = o.seq ORDER BY n.rowid`},
 	{[]string{"ns_approval_inputs"}, `INSERT INTO ns_approval_inputs (ns, ask_seq, input, delete_after)
 		SELECT ns, ask_seq, input, delete_after FROM old_ns_approval_inputs`},
 	{[]string{"ns_state_key"}, `INSERT INTO ns_state_key (ns, key) SELECT ns, key FROM old_ns_state_key`},
@@ -78,8 +86,8 @@ var upgradeCommon = []string{"namespaces", "tokens"}
 // upgrade applies the schema to an empty file, brings a file of an older
 // version to this one, and refuses a file with an unknown schema version
 // or that belongs to something else, through the writer w. A new file's
-// default namespace keeps keys for keyTTL ms (0: forever).
-func upgrade(ctx context.Context, w *sql.DB, abs string, keyTTL uint64, logger *slog.Logger) error {
+// default namespace has settings st.
+func upgrade(ctx context.Context, w *sql.DB, abs string, st ledger.NamespaceSettings, logger *slog.Logger) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", classify(err))
@@ -99,7 +107,7 @@ func upgrade(ctx context.Context, w *sql.DB, abs string, keyTTL uint64, logger *
 		if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
 			return fmt.Errorf("create: %w", classify(err))
 		}
-		if _, err := tx.ExecContext(ctx, sqlNewSettings, defaultID, keyTTL); err != nil {
+		if _, err := tx.ExecContext(ctx, sqlNewSettings, defaultID, st.KeyTTL, string(st.Payloads)); err != nil {
 			return fmt.Errorf("create: %w", classify(err))
 		}
 		return classify(tx.Commit())

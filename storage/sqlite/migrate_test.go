@@ -259,3 +259,47 @@ func TestSchema_versionStamped(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.EqualFold(string(top), string(raw)), "the top-level schema.sql is the driver's")
 }
+
+// TestOpen_migratesV7: a ledger of schema 7 — made by ledgerd of schema 7
+// with --default-key-ttl 2h and a namespace beta with --key-ttl 1h, a key
+// committed and one left open in each (testdata/v7.db) — opens with the
+// schema of a new file, every key lifetime as it was (default's too),
+// every namespace inline (SPEC §14: a ledger made before v1.4 keeps its
+// payloads in its receipts), its open reservations committable with their
+// tokens, and verifies.
+func TestOpen_migratesV7(t *testing.T) {
+	ctx := context.Background()
+	b, err := os.ReadFile("testdata/v7.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	w, _ := db.Store.Pools()
+	assertNewSchema(t, w)
+	list, err := db.Ledger.Namespaces(ctx)
+	require.NoError(t, err)
+	got := map[string]string{}
+	for _, n := range list {
+		got[n.Name] = fmt.Sprintf("%d %s %d", n.KeyTTL, n.Payloads, n.Head.Seq)
+	}
+	assert.Equal(t, map[string]string{"default": "7200000 inline 3", "beta": "3600000 inline 3"}, got)
+	for ns, token := range map[string]string{
+		"default": "rsv_06cf757a970bd9569abf97332f2ebe0942e78023bb6db00006faa20d6ce6fb9f",
+		"beta":    "rsv_28f70ff8a53ecf227b8158c488afb62ed06772800c4bb3c72ff677a49e59cfdc",
+	} {
+		n, err := db.Ledger.NS(ctx, ns)
+		require.NoError(t, err)
+		r, err := n.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: "order-0000001", ExecutionID: "e2",
+			Tool: "payments.refund", Effect: "write", Input: []byte(`{"order":1}`)})
+		require.NoError(t, err, ns)
+		assert.Equal(t, ledger.StatusReplayed, r.Status, ns)
+		assert.Equal(t, `{"ok":true}`, r.Result, ns)
+		_, err = n.Commit(ctx, ledger.CommitRequest{IdempotencyKey: "open-0000001", Reservation: token, Outcome: "succeeded"})
+		require.NoError(t, err, "%s: the reservation made before the migration commits with its token", ns)
+		rep, err := verify.New(chainOf(t, db.Store, ns), verify.Opts{}).Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, rep.OK, "%s: %+v", ns, rep.Violations)
+	}
+	require.NoError(t, db.Close())
+}

@@ -163,7 +163,7 @@ func copyNamespace(ctx context.Context, tx *sql.Tx, from string, fromID int64, t
 	r := strings.NewReplacer("FROM.", from+".", "TO.", to+".")
 	for _, q := range []string{
 		`INSERT OR IGNORE INTO TO.ns_head (ns, seq, hash) VALUES (?2, 0, zeroblob(32))`,
-		`INSERT OR IGNORE INTO TO.ns_settings (ns, key_ttl_ms) SELECT ?2, key_ttl_ms FROM FROM.ns_settings WHERE ns = ?1`,
+		`INSERT OR IGNORE INTO TO.ns_settings (ns, key_ttl_ms, payloads) SELECT ?2, key_ttl_ms, payloads FROM FROM.ns_settings WHERE ns = ?1`,
 		`INSERT INTO TO.ns_receipts (ns, ` + receiptColumns + `) SELECT ?2, ` + receiptColumns + `
 			FROM FROM.ns_receipts WHERE ns = ?1 ORDER BY seq`,
 		`INSERT INTO TO.ns_tree (rid, hashes) SELECT n.rowid, t.hashes FROM FROM.ns_receipts AS o
@@ -171,6 +171,9 @@ func copyNamespace(ctx context.Context, tx *sql.Tx, from string, fromID int64, t
 			WHERE o.ns = ?1 ORDER BY o.seq`,
 		`INSERT INTO TO.ns_tokens (rid, token_hash) SELECT n.rowid, t.token_hash FROM FROM.ns_receipts AS o
 			JOIN FROM.ns_tokens AS t ON t.rid = o.rowid JOIN TO.ns_receipts AS n ON n.ns = ?2 AND n.seq = o.seq
+			WHERE o.ns = ?1 ORDER BY o.seq`,
+		`INSERT INTO TO.ns_payloads SELECT n.rowid, ` + payloadColumns + ` FROM FROM.ns_receipts AS o
+			JOIN FROM.ns_payloads AS p ON p.rid = o.rowid JOIN TO.ns_receipts AS n ON n.ns = ?2 AND n.seq = o.seq
 			WHERE o.ns = ?1 ORDER BY o.seq`,
 		`INSERT INTO TO.ns_checkpoints (ns, size, root, note, signed_at) SELECT ?2, size, root, note, signed_at
 			FROM FROM.ns_checkpoints WHERE ns = ?1 ORDER BY size`,

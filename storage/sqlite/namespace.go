@@ -14,10 +14,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// CreateNamespace creates namespace ns of the ledger at path, whose keys
-// expire after keyTTL ms (0: never), and registers it. It may run beside
+// CreateNamespace creates namespace ns of the ledger at path with
+// settings st, and registers it. It may run beside
 // a ledgerd serving the file (it writes only the registry and a new file).
-func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error {
+func CreateNamespace(ctx context.Context, path, ns string, st ledger.NamespaceSettings) error {
 	if err := ledger.CheckNamespace(ns); err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func CreateNamespace(ctx context.Context, path, ns string, keyTTL uint64) error 
 	if err := checkNoLegacyFile(ctx, abs, ns); err != nil {
 		return err
 	}
-	return createShared(ctx, w, ns, keyTTL)
+	return createShared(ctx, w, ns, st)
 }
 
 // openRegistryWriter opens a one-connection writer of the ledger file at
@@ -80,7 +80,7 @@ func upgradeLocked(ctx context.Context, w *sql.DB, abs string, locked bool) erro
 		}
 		defer func() { _ = lock.release() }()
 	}
-	return upgrade(ctx, w, abs, 0, slog.Default())
+	return upgrade(ctx, w, abs, ledger.NamespaceSettings{}.Resolved(), slog.Default())
 }
 
 // removeFileSet removes a database file and the files SQLite and the lock
@@ -248,12 +248,12 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 	if err != nil {
 		return nil, fmt.Errorf("forget: %w", err)
 	}
-	var ttl uint64
-	if err := w.QueryRowContext(ctx, sqlKeyTTL, ref.args()...).Scan(&ttl); err != nil {
-		return nil, fmt.Errorf("forget: read key lifetime: %w", classify(err))
+	var st ledger.NamespaceSettings
+	if err := w.QueryRowContext(ctx, sqlSettings, ref.args()...).Scan(&st.KeyTTL, &st.Payloads); err != nil {
+		return nil, fmt.Errorf("forget: read settings: %w", classify(err))
 	}
 	side := fmt.Sprintf("%s.forgotten-%s-%d", abs, ns, time.Now().UnixMilli())
-	if err := copyOut(ctx, w, side, id, ttl, head); err != nil {
+	if err := copyOut(ctx, w, side, id, st, head); err != nil {
 		removeFileSet(side)
 		return nil, fmt.Errorf("forget: keep the namespace's receipts in %s: %w (nothing was forgotten)", side, err)
 	}
@@ -261,6 +261,7 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 		for _, q := range []string{
 			`DELETE FROM ns_tree WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?)`,
 			`DELETE FROM ns_tokens WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?)`,
+			`DELETE FROM ns_payloads WHERE rid IN (SELECT rowid FROM ns_receipts WHERE ns = ?)`,
 			`DELETE FROM ns_receipts WHERE ns = ?`, `DELETE FROM ns_checkpoints WHERE ns = ?`,
 			`DELETE FROM ns_approval_inputs WHERE ns = ?`, `DELETE FROM ns_state_key WHERE ns = ?`,
 			`DELETE FROM ns_settings WHERE ns = ?`, `DELETE FROM ns_head WHERE ns = ?`,
@@ -282,12 +283,12 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 }
 
 // copyOut copies namespace id's rows into a new ledger file at path (with
-// key lifetime ttl), as its default namespace, checks that it ends at head,
+// its settings st), as its default namespace, checks that it ends at head,
 // and syncs it.
-func copyOut(ctx context.Context, w *sql.DB, path string, id int64, ttl uint64, head ledger.Head) error {
+func copyOut(ctx context.Context, w *sql.DB, path string, id int64, st ledger.NamespaceSettings, head ledger.Head) error {
 	o := Options{}
 	o.defaults()
-	if err := createFile(ctx, path, o.PageSize, ttl); err != nil {
+	if err := createFile(ctx, path, o.PageSize, st); err != nil {
 		return err
 	}
 	if _, err := w.ExecContext(ctx, `ATTACH DATABASE ? AS out`, path); err != nil {

@@ -37,7 +37,7 @@ func TestStore_OpenKeys(t *testing.T) {
 	want := map[string]int{}
 	for i := range spaces {
 		name := fmt.Sprintf("ns%d", i)
-		require.NoError(t, l.CreateNamespace(ctx, name, 0))
+		require.NoError(t, l.CreateNamespace(ctx, name, ledger.NamespaceSettings{}))
 		want[name+"/reserved/not-idempotent"] = 1
 	}
 	require.Empty(t, storetest.OpenKeys(t, st))

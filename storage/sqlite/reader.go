@@ -187,6 +187,7 @@ func (rd *Reader) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, e
 // querier is *sql.DB or *sql.Tx.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
 func queryReceipts(ctx context.Context, q querier, query string, args ...any) ([]chain.Receipt, error) {

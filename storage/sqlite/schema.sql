@@ -1,4 +1,4 @@
--- effect-ledger schema, version 7 (PRAGMA user_version = 7).
+-- effect-ledger schema, version 8 (PRAGMA user_version = 8).
 --
 -- One layout for every namespace of a ledger. Each namespace has an id:
 -- default is 0, every other one the id the registry (namespaces) gave it
@@ -179,16 +179,58 @@ CREATE TABLE ns_tokens (
 -- Settings fixed when the namespace was created (one row each, never
 -- changed): key_ttl_ms is how long a finalized idempotency key is
 -- remembered before a reserve starts a new generation of it (SPEC §12; 0:
--- forever). The verifier reads it from here.
+-- forever); payloads is how the payload fields are kept (SPEC §14:
+-- 'inline' in the receipts, or 'committed': the receipts hold salted
+-- commitments and ns_payloads the values). The verifier reads them from
+-- here. Namespaces made before version 8 are inline.
 CREATE TABLE ns_settings (
 	ns         INTEGER PRIMARY KEY,
-	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0)
+	key_ttl_ms INTEGER NOT NULL CHECK (key_ttl_ms >= 0),
+	payloads   TEXT    NOT NULL DEFAULT 'inline'
 );
 CREATE TRIGGER ns_settings_fixed BEFORE UPDATE ON ns_settings
 BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END;
 CREATE TRIGGER ns_settings_kept BEFORE DELETE ON ns_settings
 WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
 BEGIN SELECT RAISE(ABORT, 'the settings of a ledger are fixed at creation'); END;
+
+-- The values of the committed payload fields of a receipt (SPEC §14), with
+-- their salts, keyed by the rowid of the receipt (appended at the end of the
+-- table, like ns_tree): the receipt's field holds 'pc1:' and the hex of
+-- SHA-256('effect-receipt-ledger/payload/v1' ‖ field number ‖ salt ‖
+-- value). A value is only ever erased: set to NULL with its salt, its
+-- *_erased column then naming the erase receipt. Never part of the chain.
+CREATE TABLE ns_payloads (
+	rid                  INTEGER PRIMARY KEY, -- the rowid of the receipt in ns_receipts
+	external_ref         TEXT,
+	external_ref_salt    BLOB CHECK (external_ref_salt IS NULL OR length(external_ref_salt) = 16),
+	external_ref_erased  INTEGER NOT NULL DEFAULT 0,
+	result               TEXT,
+	result_salt          BLOB CHECK (result_salt IS NULL OR length(result_salt) = 16),
+	result_erased        INTEGER NOT NULL DEFAULT 0,
+	error_message        TEXT,
+	error_message_salt   BLOB CHECK (error_message_salt IS NULL OR length(error_message_salt) = 16),
+	error_message_erased INTEGER NOT NULL DEFAULT 0,
+	note                 TEXT,
+	note_salt            BLOB CHECK (note_salt IS NULL OR length(note_salt) = 16),
+	note_erased          INTEGER NOT NULL DEFAULT 0,
+	CHECK ((external_ref IS NULL) = (external_ref_salt IS NULL) AND (result IS NULL) = (result_salt IS NULL)
+		AND (error_message IS NULL) = (error_message_salt IS NULL) AND (note IS NULL) = (note_salt IS NULL))
+);
+CREATE TRIGGER ns_payloads_erase_only BEFORE UPDATE ON ns_payloads
+WHEN NEW.rid IS NOT OLD.rid
+	OR (NEW.external_ref IS NOT OLD.external_ref AND NOT (NEW.external_ref IS NULL AND OLD.external_ref_erased = 0 AND NEW.external_ref_erased > 0))
+	OR (NEW.result IS NOT OLD.result AND NOT (NEW.result IS NULL AND OLD.result_erased = 0 AND NEW.result_erased > 0))
+	OR (NEW.error_message IS NOT OLD.error_message AND NOT (NEW.error_message IS NULL AND OLD.error_message_erased = 0 AND NEW.error_message_erased > 0))
+	OR (NEW.note IS NOT OLD.note AND NOT (NEW.note IS NULL AND OLD.note_erased = 0 AND NEW.note_erased > 0))
+	OR (NEW.external_ref_erased IS NOT OLD.external_ref_erased AND NEW.external_ref IS NOT NULL)
+	OR (NEW.result_erased IS NOT OLD.result_erased AND NEW.result IS NOT NULL)
+	OR (NEW.error_message_erased IS NOT OLD.error_message_erased AND NEW.error_message IS NOT NULL)
+	OR (NEW.note_erased IS NOT OLD.note_erased AND NEW.note IS NOT NULL)
+BEGIN SELECT RAISE(ABORT, 'a kept value can only be erased'); END;
+CREATE TRIGGER ns_payloads_no_delete BEFORE DELETE ON ns_payloads
+WHEN EXISTS (SELECT 1 FROM ns_receipts AS r WHERE r.rowid = OLD.rid AND (r.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = r.ns)))
+BEGIN SELECT RAISE(ABORT, 'a kept value can only be erased'); END;
 
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
@@ -232,4 +274,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;

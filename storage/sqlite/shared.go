@@ -37,7 +37,7 @@ func allocateID(ctx context.Context, tx *sql.Tx, ns string) (int64, error) {
 // createShared registers namespace ns in the shared tables, empty, with
 // key lifetime keyTTL, in one transaction of w: once it returns, the
 // namespace exists.
-func createShared(ctx context.Context, w *sql.DB, ns string, keyTTL uint64) error {
+func createShared(ctx context.Context, w *sql.DB, ns string, st ledger.NamespaceSettings) error {
 	tx, err := w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("create namespace: %w", classify(err))
@@ -59,7 +59,7 @@ func createShared(ctx context.Context, w *sql.DB, ns string, keyTTL uint64) erro
 		args []any
 	}{
 		{sqlNewHead, []any{id}},
-		{sqlNewSettings, []any{id, keyTTL}},
+		{sqlNewSettings, []any{id, st.KeyTTL, string(st.Resolved().Payloads)}},
 		{sqlRegisterShared, []any{ns, time.Now().UnixMilli(), id}},
 	} {
 		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {

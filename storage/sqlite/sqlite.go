@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/keyindex"
 )
 
@@ -66,6 +67,9 @@ type Options struct {
 	// namespace's file when OpenStore creates it (ledgerd --default-key-ttl);
 	// an existing file keeps its own. 0: keys never expire.
 	KeyTTL uint64
+	// Payloads is the payload mode (SPEC §14) of the default namespace when
+	// OpenStore creates the file (ledgerd --default-payloads; "": committed).
+	Payloads ledger.PayloadMode
 
 	// AfterCommit, if set, runs right after each durable COMMIT, before
 	// the batch is applied to the key index: a hook for the crash tests.
@@ -120,3 +124,9 @@ const DefaultCacheMiB = 32
 // a batch dirties the last pages of its tables, each written whole to the
 // WAL at COMMIT and again by the checkpoint (BENCHMARKS.md).
 const DefaultPageSize = 4096
+
+// defaultSettings are the settings of the default namespace of a file this
+// open creates.
+func (o *Options) defaultSettings() ledger.NamespaceSettings {
+	return ledger.NamespaceSettings{KeyTTL: o.KeyTTL, Payloads: o.Payloads}.Resolved()
+}

@@ -202,9 +202,9 @@ func (s *Store) Chain(ctx context.Context, ns string) (ledger.Chain, error) {
 	return c, nil
 }
 
-// CreateNamespace registers ns, empty, with key lifetime keyTTL (ms; 0:
-// keys never expire): once it returns, the namespace exists.
-func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) error {
+// CreateNamespace registers ns, empty, with settings st: once it returns,
+// the namespace exists.
+func (s *Store) CreateNamespace(ctx context.Context, ns string, st ledger.NamespaceSettings) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
 	}
@@ -219,7 +219,7 @@ func (s *Store) CreateNamespace(ctx context.Context, ns string, keyTTL uint64) e
 	if s.main.closed {
 		return ledger.ErrClosed
 	}
-	return createShared(ctx, s.main.w, ns, keyTTL)
+	return createShared(ctx, s.main.w, ns, st)
 }
 
 // Namespaces lists the registry, default included.

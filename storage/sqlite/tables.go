@@ -40,7 +40,19 @@ const (
 	sqlLastRecordedAt = `SELECT CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0
 		THEN recorded_at ELSE 0 END FROM ns_receipts WHERE ns = ?1 ORDER BY seq DESC LIMIT 1`
 	sqlKeyTTL      = `SELECT key_ttl_ms FROM ns_settings WHERE ns = ?1`
-	sqlNewSettings = `INSERT INTO ns_settings (ns, key_ttl_ms) VALUES (?1, ?2)`
+	sqlNewSettings = `INSERT INTO ns_settings (ns, key_ttl_ms, payloads) VALUES (?1, ?2, ?3)`
+	sqlSettings    = `SELECT key_ttl_ms, payloads FROM ns_settings WHERE ns = ?1`
+
+	// The values of committed payload fields (SPEC §14), keyed by the row
+	// of their receipt.
+	sqlInsertPayload = `INSERT INTO ns_payloads (rid, external_ref, external_ref_salt, result, result_salt,
+		error_message, error_message_salt, note, note_salt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+	payloadColumns = `p.external_ref, p.external_ref_salt, p.external_ref_erased, p.result, p.result_salt, p.result_erased,
+		p.error_message, p.error_message_salt, p.error_message_erased, p.note, p.note_salt, p.note_erased`
+	sqlOpening = `SELECT ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid
+		WHERE r.ns = ?1 AND r.seq = ?2`
+	sqlPayloadRows = `SELECT r.seq, ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid
+		WHERE r.ns = ?1 AND r.seq > ?2 ORDER BY r.seq`
 
 	sqlInsertReceipt = `INSERT INTO ns_receipts (ns, ` + receiptColumns + `)
 		VALUES (?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

@@ -69,7 +69,7 @@ func TestStore_Write(t *testing.T) {
 	var chains []ledger.Chain
 	for _, ns := range names {
 		if ns != ledger.DefaultNamespace {
-			require.NoError(t, s.CreateNamespace(ctx, ns, 0))
+			require.NoError(t, s.CreateNamespace(ctx, ns, ledger.NamespaceSettings{}))
 		}
 		c, err := s.Chain(ctx, ns)
 		require.NoError(t, err)

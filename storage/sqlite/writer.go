@@ -248,6 +248,7 @@ func (t *writeTx) markReceipt(r *chain.Receipt) {
 		t.dirtyReceipts = map[uint64]*chain.Receipt{}
 	}
 	c := *r
+	c.Open = nil
 	t.dirtyReceipts[r.Seq] = &c
 }
 
@@ -353,6 +354,11 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	if _, err := t.stmt(ctx, stTreeRow).ExecContext(ctx, rid, leafRow(hashes)); err != nil {
 		return fmt.Errorf("store tree hashes of receipt %d: %w", r.Seq, classify(err))
 	}
+	if !r.Open.Empty() {
+		if err := t.putOpening(ctx, rid, r.Open); err != nil {
+			return fmt.Errorf("receipt %d: %w", r.Seq, err)
+		}
+	}
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
 	switch r.Kind {
@@ -362,6 +368,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 		t.policySeq = r.Seq
 	}
 	c := *r
+	c.Open = nil // kept receipts are in the chain form (SPEC §14)
 	t.receipts = append(t.receipts, &c)
 	if r.Kind != chain.KindReplay { // decisions read reserves and outcomes, never replays
 		t.markReceipt(r)

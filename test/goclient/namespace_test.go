@@ -17,7 +17,7 @@ func TestClient_WithNamespace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	l := MustOpenLedger(t)
-	require.NoError(t, l.DB.Ledger.CreateNamespace(ctx, "payments", 0))
+	require.NoError(t, l.DB.Ledger.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
 
 	t.Run("OK a key per namespace", func(t *testing.T) {
 		pay := MustClient(t, l.HTTP.URL, client.WithNamespace("payments"))
@@ -62,7 +62,7 @@ func TestClient_WithNamespace(t *testing.T) {
 
 	t.Run("ErrForbidden outside the token's namespaces", func(t *testing.T) {
 		l := MustOpenLedger(t)
-		require.NoError(t, l.DB.Ledger.CreateNamespace(ctx, "payments", 0))
+		require.NoError(t, l.DB.Ledger.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
 		toks, err := sqlite.OpenTokens(ctx, l.Path)
 		require.NoError(t, err)
 		tok, err := toks.Create(ctx, "pay-gw", ledger.RoleWriter, "payments")

@@ -205,7 +205,7 @@ func testApprovalWait(t *testing.T, f Factory) {
 func testApprovalNamespaces(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
-	require.NoError(t, l.CreateNamespace(ctx, "gated", 0))
+	require.NoError(t, l.CreateNamespace(ctx, "gated", ledger.NamespaceSettings{}))
 	g := ns(t, l, "gated")
 	setPolicy(t, g, gatePolicy)
 	d := ns(t, l, ledger.DefaultNamespace)

@@ -31,7 +31,7 @@ func RunKeyLifetime(t *testing.T, f Factory) {
 // ttlNS creates namespace "reports" with the key lifetime ttl.
 func ttlNS(t *testing.T, l *ledger.Ledger) *ledger.Namespace {
 	t.Helper()
-	require.NoError(t, l.CreateNamespace(context.Background(), "reports", uint64(ttl.Milliseconds())))
+	require.NoError(t, l.CreateNamespace(context.Background(), "reports", ledger.NamespaceSettings{KeyTTL: uint64(ttl.Milliseconds())}))
 	return ns(t, l, "reports")
 }
 

@@ -76,7 +76,7 @@ func testOpenKeys(t *testing.T, f Factory) {
 	require.NoError(t, err, "a replay")
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a replay opens nothing")
 
-	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
+	require.NoError(t, l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
 	p := ns(t, l, "payments")
 	rl := mustReserve(t, p, leased("pay-key-02", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1, "payments/reserved/not-idempotent": 1},

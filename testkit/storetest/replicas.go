@@ -73,7 +73,7 @@ func replicasOneWinnerAcrossReplicas(t *testing.T, open2 openPair) {
 
 func replicasNoForkUnderMixedLoad(t *testing.T, open2 openPair) {
 	a, b, _ := open2(t)
-	require.NoError(t, a.CreateNamespace(context.Background(), "other", 0))
+	require.NoError(t, a.CreateNamespace(context.Background(), "other", ledger.NamespaceSettings{}))
 	var total, other uint64
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -17,8 +17,8 @@ import (
 func testStateKey(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, _ := open(t, f)
-	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
-	require.NoError(t, l.CreateNamespace(ctx, "mail", 0))
+	require.NoError(t, l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
+	require.NoError(t, l.CreateNamespace(ctx, "mail", ledger.NamespaceSettings{}))
 	def, pay, mail := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments"), ns(t, l, "mail")
 
 	k1, err := def.StateKey(ctx)

@@ -345,11 +345,11 @@ func testNamespaces(t *testing.T, f Factory) {
 	require.Equal(t, ledger.ECodeUnknownNamespace, code(err))
 	_, err = l.NS(ctx, "A!")
 	require.Equal(t, ledger.ECodeInvalidRequest, code(err))
-	require.Equal(t, ledger.ECodeInvalidRequest, code(l.CreateNamespace(ctx, "", 0)))
-	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, ledger.DefaultNamespace, 0)))
-	require.NoError(t, l.CreateNamespace(ctx, "payments", 0))
-	require.NoError(t, l.CreateNamespace(ctx, "mail.v2_x-1", 0))
-	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, "payments", 0)))
+	require.Equal(t, ledger.ECodeInvalidRequest, code(l.CreateNamespace(ctx, "", ledger.NamespaceSettings{})))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, ledger.DefaultNamespace, ledger.NamespaceSettings{})))
+	require.NoError(t, l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
+	require.NoError(t, l.CreateNamespace(ctx, "mail.v2_x-1", ledger.NamespaceSettings{}))
+	require.Equal(t, ledger.ECodeNamespaceExists, code(l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{})))
 
 	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
 	for i, n := range []*ledger.Namespace{def, pay, def} {
@@ -431,7 +431,7 @@ func load(t *testing.T, n *ledger.Namespace, workers, pairs int, prefix string) 
 
 func testMixedLoad(t *testing.T, f Factory) {
 	l, _ := open(t, f)
-	require.NoError(t, l.CreateNamespace(context.Background(), "b", 0))
+	require.NoError(t, l.CreateNamespace(context.Background(), "b", ledger.NamespaceSettings{}))
 	a, b := ns(t, l, ledger.DefaultNamespace), ns(t, l, "b")
 	var na, nb uint64
 	var wg sync.WaitGroup

@@ -88,7 +88,10 @@ type Main struct {
 	// DefaultKeyTTL is the key lifetime of the default namespace when
 	// this start creates the ledger (SPEC §12); 0: keys never expire.
 	DefaultKeyTTL time.Duration
-	OTLPEndpoint  string // otel.go
+	// DefaultPayloads is the payload mode of the default namespace when
+	// this start creates the ledger (SPEC §14).
+	DefaultPayloads string
+	OTLPEndpoint    string // otel.go
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -220,8 +223,12 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--default-key-ttl: %w", err)
 	}
+	payloads, err := ledger.ParsePayloadMode(m.DefaultPayloads, ledger.DefaultPayloads)
+	if err != nil {
+		return nil, fmt.Errorf("--default-payloads: want inline or committed, got %q", m.DefaultPayloads)
+	}
 	now := m.Now
-	store, shared, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Now: now,
+	store, shared, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Payloads: payloads, Now: now,
 		CacheMiB: m.CacheMiB, MaxOpenNamespaces: m.MaxOpenNamespaces, AfterCommit: m.AfterCommit,
 		IndexWriteFault: m.IndexWriteFault})
 	if err != nil {

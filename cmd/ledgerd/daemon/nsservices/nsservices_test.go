@@ -61,7 +61,7 @@ func TestStart_OK(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, int64(1), checkpointSize(t, db, ledger.DefaultNamespace), "signed at start")
 
-		require.NoError(t, db.Ledger.CreateNamespace(t.Context(), "pay", 0))
+		require.NoError(t, db.Ledger.CreateNamespace(t.Context(), "pay", ledger.NamespaceSettings{}))
 		pay, err := db.Ledger.NS(t.Context(), "pay")
 		require.NoError(t, err)
 		_, err = pay.Reserve(t.Context(), testkit.ReserveReq("key-pay-1", "exec-2"))

@@ -1,0 +1,193 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Payloads that can be erased (SPEC §14). A namespace's payload mode is
+// fixed when it is created: inline (the values in the receipts, as before
+// v1.4) or committed (the four payload fields hold salted commitments, and
+// the values with their salts live beside the chain, where they can be
+// deleted). The domain makes the commitments (batchTx.append) and attaches
+// the values to the copies of receipts it answers with (the opening):
+// drivers store and read rows, caches keep the chain form.
+
+// PayloadMode is how a namespace keeps its payload fields.
+type PayloadMode string
+
+// The payload modes.
+const (
+	PayloadsInline    PayloadMode = "inline"
+	PayloadsCommitted PayloadMode = "committed"
+)
+
+// ParsePayloadMode returns the mode named s; "" is def.
+func ParsePayloadMode(s string, def PayloadMode) (PayloadMode, error) {
+	switch m := PayloadMode(s); m {
+	case "":
+		return def, nil
+	case PayloadsInline, PayloadsCommitted:
+		return m, nil
+	}
+	return "", Invalid("payloads", "payloads must be %q or %q", PayloadsInline, PayloadsCommitted)
+}
+
+// DefaultPayloads is the payload mode of a namespace created without one.
+//
+// SPEC §14 makes new namespaces and ledgers committed by default. Until
+// erasure (the reason to commit) is built on both drivers, the default
+// stays inline and committed is chosen explicitly.
+const DefaultPayloads = PayloadsInline
+
+// NamespaceSettings are fixed when a namespace is created.
+type NamespaceSettings struct {
+	// KeyTTL: keys expire this many ms after their outcome (SPEC §12; 0:
+	// never).
+	KeyTTL uint64
+	// Payloads is the payload mode (SPEC §14).
+	Payloads PayloadMode
+}
+
+// Resolved returns s with an empty payload mode replaced by
+// DefaultPayloads.
+func (s NamespaceSettings) Resolved() NamespaceSettings {
+	if s.Payloads == "" {
+		s.Payloads = DefaultPayloads
+	}
+	return s
+}
+
+// ErrUnsupported: the storage holds something this build does not know (a
+// payload mode, a kind); a verifier exits 2 on it, never 1.
+var ErrUnsupported = errors.New("unsupported")
+
+// PayloadReader reads the values kept beside a chain (SPEC §14) without
+// its head lock.
+type PayloadReader interface {
+	// Payloads is the namespace's payload mode, stored when it was created.
+	// A mode the driver does not know is returned as it is stored.
+	Payloads(ctx context.Context) (PayloadMode, error)
+	// Openings returns the openings of the receipts at seqs that have
+	// values kept (receipts without any are left out).
+	Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error)
+	// PayloadRows yields the openings of the receipts after seq that have
+	// one, in seq order.
+	PayloadRows(ctx context.Context, after uint64, fn func(seq uint64, o *chain.Opening) error) error
+}
+
+// Audited is what the verifier reads of a namespace (verify.DB): the
+// chain's queries and the values kept beside it.
+type Audited interface {
+	AuditReader
+	PayloadReader
+}
+
+// committed reports whether the namespace commits its payloads.
+func (n *Namespace) committed() bool { return n.payloads == PayloadsCommitted }
+
+// Payloads is the namespace's payload mode.
+func (n *Namespace) Payloads() PayloadMode { return n.payloads }
+
+// shown attaches their openings to receipts read from the chain, for an
+// answer: each value is checked against its commitment first (a value that
+// does not open it is an integrity error, as a changed receipt is). The
+// receipts are copies: they never go back to a cache.
+func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
+	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) error {
+	if !n.committed() || len(rs) == 0 {
+		return nil
+	}
+	seqs := make([]uint64, 0, len(rs))
+	for i := range rs {
+		if hasCommitment(&rs[i]) {
+			seqs = append(seqs, rs[i].Seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	open, err := read(ctx, seqs)
+	if err != nil {
+		return fmt.Errorf("read payloads: %w", err)
+	}
+	for i := range rs {
+		r := &rs[i]
+		o := open[r.Seq]
+		if o == nil {
+			if hasCommitment(r) {
+				r.Open = new(chain.Opening) // every value missing: shown as the chain text
+			}
+			continue
+		}
+		if faults := o.Check(r); len(faults) > 0 {
+			return n.payloadTampered(ctx, r.Seq, faults[0].Field)
+		}
+		r.Open = o
+	}
+	return nil
+}
+
+// hasCommitment reports whether a payload field of r holds a commitment.
+func hasCommitment(r *chain.Receipt) bool {
+	for _, f := range chain.PayloadFields {
+		if !chain.Exempt(r.Kind, f) && chain.IsCommitment(r.Field(f)) {
+			return true
+		}
+	}
+	return false
+}
+
+// shownOne is shown for one receipt read in a batch's transaction.
+func (t *batchTx) shown(ctx context.Context, r *chain.Receipt) error {
+	rs := []chain.Receipt{*r}
+	if err := t.n.shown(ctx, rs, t.Openings); err != nil {
+		return err
+	}
+	*r = rs[0]
+	return nil
+}
+
+// GetReceipt reads the receipt at seq, with its values.
+func (n *Namespace) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	r, err := n.chain.GetReceipt(ctx, seq)
+	if err != nil || r == nil {
+		return r, err
+	}
+	c := *r
+	rs := []chain.Receipt{c}
+	if err := n.shown(ctx, rs, n.chain.Openings); err != nil {
+		return nil, err
+	}
+	return &rs[0], nil
+}
+
+// ListReceipts lists receipts by filter, with their values.
+func (n *Namespace) ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	rs, next, err := n.chain.ListReceipts(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs = append([]chain.Receipt(nil), rs...)
+	if err := n.shown(ctx, rs, n.chain.Openings); err != nil {
+		return nil, nil, err
+	}
+	return rs, next, nil
+}
+
+// payloadTampered is the integrity_error of a kept value that does not
+// open its receipt's commitment: logged without the value, counted, and
+// the ledger stops reporting ready.
+func (n *Namespace) payloadTampered(ctx context.Context, seq uint64, f chain.PayloadField) error {
+	n.l.logger.ErrorContext(ctx, "stored value does not match its commitment on the chain; it is not served",
+		"namespace", n.name, "seq", seq, "field", f.Name())
+	integrityErrors.WithLabelValues(n.name).Inc()
+	refusal := &Error{Code: ECodeIntegrityError,
+		Message: fmt.Sprintf("the %s of receipt %d of namespace %s does not match the commitment the chain recorded for it, so it is not served; `ledgerctl verify` shows what changed", f.Name(), seq, n.name),
+		Details: map[string]any{"seq": seq, "field": f.Name()}}
+	n.l.Fault(refusal)
+	return refusal
+}

@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// The values of committed payload fields (SPEC §14) live in the payloads
+// table, one row per receipt that has any, written in the same round trip
+// as the receipts.
+
+const (
+	payloadColumns = `external_ref, external_ref_salt, external_ref_erased, result, result_salt, result_erased,
+		error_message, error_message_salt, error_message_erased, note, note_salt, note_erased`
+	sqlOpenings       = `SELECT seq, ` + payloadColumns + ` FROM payloads WHERE namespace = $1 AND seq = ANY($2::bigint[])`
+	sqlPayloadRows    = `SELECT seq, ` + payloadColumns + ` FROM payloads WHERE namespace = $1 AND seq > $2 ORDER BY seq`
+	sqlInsertPayloads = `INSERT INTO payloads (namespace, seq, external_ref, external_ref_salt, result, result_salt,
+			error_message, error_message_salt, note, note_salt)
+		SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::bytea[]), unnest($5::text[]),
+			unnest($6::bytea[]), unnest($7::text[]), unnest($8::bytea[]), unnest($9::text[]), unnest($10::bytea[])`
+)
+
+// Payloads reads the namespace's payload mode; a schema before version 4,
+// read as it is, has none: inline.
+func (c *Chain) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
+	if c.s.version < 4 {
+		return ledger.PayloadsInline, nil
+	}
+	var mode string
+	err := c.s.pool.QueryRow(ctx, `SELECT payloads FROM namespaces WHERE name = $1`, c.ns).Scan(&mode)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("read payload mode: %w: %s", ledger.ErrUnknownNamespace, c.ns)
+	}
+	if err != nil {
+		return "", fmt.Errorf("read payload mode: %w", classify(err))
+	}
+	return ledger.PayloadMode(mode), nil
+}
+
+// Openings reads the openings of the receipts at seqs.
+func (c *Chain) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	out := map[uint64]*chain.Opening{}
+	if c.s.version < 4 || len(seqs) == 0 {
+		return out, nil
+	}
+	err := scanOpenings(ctx, c.s.pool, func(seq uint64, o *chain.Opening) error { out[seq] = o; return nil },
+		sqlOpenings, c.ns, seqArgs(seqs))
+	return out, err
+}
+
+// PayloadRows yields the openings after seq in seq order.
+func (c *Chain) PayloadRows(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error {
+	if c.s.version < 4 {
+		return nil
+	}
+	return scanOpenings(ctx, c.s.pool, fn, sqlPayloadRows, c.ns, int64(after))
+}
+
+// Openings reads the openings of the receipts at seqs, this transaction's
+// appends included.
+func (t *tx) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	out := map[uint64]*chain.Opening{}
+	var stored []uint64
+	for _, seq := range seqs {
+		if _, ok := t.bySeq[seq]; ok {
+			if o := t.openings[seq]; o != nil {
+				out[seq] = o
+			}
+			continue
+		}
+		stored = append(stored, seq)
+	}
+	if len(stored) == 0 {
+		return out, nil
+	}
+	err := scanOpenings(ctx, t.conn, func(seq uint64, o *chain.Opening) error { out[seq] = o; return nil },
+		sqlOpenings, t.c.ns, seqArgs(stored))
+	if err != nil {
+		return nil, t.dbFail("read payloads", err)
+	}
+	return out, nil
+}
+
+func seqArgs(seqs []uint64) []int64 {
+	out := make([]int64, len(seqs))
+	for i, s := range seqs {
+		out[i] = int64(s)
+	}
+	return out
+}
+
+type rowQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// scanOpenings runs query and yields each row (seq, then payloadColumns).
+func scanOpenings(ctx context.Context, q rowQuerier, fn func(uint64, *chain.Opening) error, query string, args ...any) error {
+	rows, err := q.Query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("read payloads: %w", classify(err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		var vals [4]*string
+		var salts [4][]byte
+		var erased [4]int64
+		dest := []any{&seq}
+		for i := range vals {
+			dest = append(dest, &vals[i], &salts[i], &erased[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("read payloads: %w", classify(err))
+		}
+		var o chain.Opening
+		for i, f := range chain.PayloadFields {
+			switch {
+			case vals[i] != nil:
+				s, err := chain.SaltFromBytes(salts[i])
+				if err != nil {
+					return fmt.Errorf("read payloads of receipt %d: %s: %w", seq, f.Name(), err)
+				}
+				o.Set(f, &chain.Payload{Value: *vals[i], Salt: s})
+			case erased[i] > 0:
+				o.Set(f, &chain.Payload{ErasedBy: uint64(erased[i])})
+			}
+		}
+		if err := fn(uint64(seq), &o); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read payloads: %w", classify(err))
+	}
+	return nil
+}
+
+// payloadRows are the payload rows of a write, one array per column.
+type payloadRows struct {
+	ns    []string
+	seq   []int64
+	vals  [4][]*string
+	salts [4][][]byte
+}
+
+// add appends the openings of namespace ns's receipts appended in t.
+func (p *payloadRows) add(ns string, t *tx) {
+	for _, r := range t.receipts {
+		o := t.openings[r.Seq]
+		if o.Empty() {
+			continue
+		}
+		p.ns, p.seq = append(p.ns, ns), append(p.seq, int64(r.Seq))
+		for i, f := range chain.PayloadFields {
+			if v := o.Get(f); v != nil && v.ErasedBy == 0 {
+				val := v.Value
+				p.vals[i], p.salts[i] = append(p.vals[i], &val), append(p.salts[i], v.Salt[:])
+			} else {
+				p.vals[i], p.salts[i] = append(p.vals[i], nil), append(p.salts[i], nil)
+			}
+		}
+	}
+}
+
+func (p *payloadRows) args() []any {
+	return []any{p.ns, p.seq, p.vals[0], p.salts[0], p.vals[1], p.salts[1], p.vals[2], p.salts[2], p.vals[3], p.salts[3]}
+}

@@ -1,0 +1,141 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// The values of committed payload fields (SPEC §14) live in ns_payloads,
+// one row per receipt that has any, keyed by the receipt's row. The domain
+// makes the commitments and checks the values; the driver stores and reads
+// rows.
+
+// Payloads reads the namespace's payload mode.
+func (rd *Reader) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
+	var st ledger.NamespaceSettings
+	err := rd.r.QueryRowContext(ctx, sqlSettings, rd.args()...).Scan(&st.KeyTTL, &st.Payloads)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ledger.PayloadsInline, nil
+	case err != nil:
+		return "", fmt.Errorf("read payload mode: %w", classify(err))
+	}
+	return st.Payloads, nil
+}
+
+// Openings reads the openings of the receipts at seqs.
+func (rd *Reader) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	return openings(ctx, rd.r, rd.chainRef, seqs)
+}
+
+// PayloadRows yields the openings after seq in seq order.
+func (rd *Reader) PayloadRows(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error {
+	rows, err := rd.r.QueryContext(ctx, sqlPayloadRows, rd.args(after)...)
+	if err != nil {
+		return fmt.Errorf("read payloads: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var seq uint64
+		o, err := scanOpening(rows, &seq)
+		if err != nil {
+			return fmt.Errorf("read payloads: %w", err)
+		}
+		if err := fn(seq, o); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read payloads: %w", classify(err))
+	}
+	return nil
+}
+
+// Payloads reads the namespace's payload mode.
+func (f *lazyChain) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
+	return f.rd.Payloads(ctx)
+}
+
+// Openings reads the openings of the receipts at seqs.
+func (f *lazyChain) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	return f.rd.Openings(ctx, seqs)
+}
+
+// PayloadRows yields the openings after seq in seq order.
+func (f *lazyChain) PayloadRows(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error {
+	return f.rd.PayloadRows(ctx, after, fn)
+}
+
+// Openings reads the openings of the receipts at seqs, this transaction's
+// appends included.
+func (t *writeTx) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	return openings(ctx, t.tx, t.ref, seqs)
+}
+
+func openings(ctx context.Context, q querier, ref chainRef, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	out := make(map[uint64]*chain.Opening, len(seqs))
+	for _, seq := range seqs {
+		o, err := scanOpening(q.QueryRowContext(ctx, sqlOpening, ref.args(seq)...), nil)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read payloads of receipt %d: %w", seq, err)
+		}
+		out[seq] = o
+	}
+	return out, nil
+}
+
+// scanOpening reads a row of payloadColumns (after the seq, when seq is
+// not nil).
+func scanOpening(row rowScanner, seq *uint64) (*chain.Opening, error) {
+	var vals [4]sql.NullString
+	var salts [4][]byte
+	var erased [4]uint64
+	dest := make([]any, 0, 13)
+	if seq != nil {
+		dest = append(dest, seq)
+	}
+	for i := range vals {
+		dest = append(dest, &vals[i], &salts[i], &erased[i])
+	}
+	if err := row.Scan(dest...); err != nil {
+		return nil, classify(err)
+	}
+	var o chain.Opening
+	for i, f := range chain.PayloadFields {
+		switch {
+		case vals[i].Valid:
+			s, err := chain.SaltFromBytes(salts[i])
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f.Name(), err)
+			}
+			o.Set(f, &chain.Payload{Value: vals[i].String, Salt: s})
+		case erased[i] > 0:
+			o.Set(f, &chain.Payload{ErasedBy: erased[i]})
+		}
+	}
+	return &o, nil
+}
+
+// putOpening stores the values of receipt rid's committed fields.
+func (t *writeTx) putOpening(ctx context.Context, rid int64, o *chain.Opening) error {
+	args := []any{rid}
+	for _, f := range chain.PayloadFields {
+		if p := o.Get(f); p != nil && p.ErasedBy == 0 {
+			args = append(args, p.Value, p.Salt[:])
+		} else {
+			args = append(args, nil, nil)
+		}
+	}
+	if _, err := t.tx.ExecContext(ctx, sqlInsertPayload, args...); err != nil {
+		return fmt.Errorf("store payloads: %w", classify(err))
+	}
+	return nil
+}

@@ -1,0 +1,234 @@
+package test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
+)
+
+// TestCommitted_chainHoldsCommitments drives SPEC §14's committed payloads
+// through the real binaries on SQLite and PostgreSQL: namespaces created
+// with each mode, the chain (read with SQL) holding pc1: commitments and
+// never the values, the API answering with the values, their commitments
+// and salts (receipts, keys, replays, refusals), `ledgerctl verify --db`
+// clean, and a value changed in storage found by verify and refused by
+// ledgerd.
+func TestCommitted_chainHoldsCommitments(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		testCommitted(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		testCommitted(t, pgtest.URL(t))
+	})
+}
+
+func testCommitted(t *testing.T, db string) {
+	marker := randomMarker(t)
+	l := startLedgerdEnv(t, nil, db, "--default-payloads", "committed")
+
+	// Modes: the default namespace is committed, others as asked.
+	for _, c := range []struct{ body, want string }{
+		{`{"name":"plain","payloads":"inline"}`, "inline"},
+		{`{"name":"people","payloads":"committed"}`, "committed"},
+	} {
+		r := l.Do("POST", "/v1/namespaces", c.body)
+		require.Equal(t, 201, r.Status, r.Raw)
+		assert.Equal(t, c.want, r.Body["payloads"])
+	}
+	r := l.Do("POST", "/v1/namespaces", `{"name":"bad","payloads":"sealed"}`)
+	require.Equal(t, 400, r.Status, r.Raw)
+	assert.Equal(t, "payloads", r.Body["error"].(map[string]any)["details"].(map[string]any)["field"])
+	r = l.Do("GET", "/v1/namespaces", "")
+	require.Equal(t, 200, r.Status, r.Raw)
+	modes := map[string]any{}
+	for _, n := range r.Body["namespaces"].([]any) {
+		m := n.(map[string]any)
+		modes[m["name"].(string)] = m["payloads"]
+	}
+	assert.Equal(t, map[string]any{"default": "committed", "plain": "inline", "people": "committed"}, modes)
+
+	result := `{"to":"` + marker + `"}`
+	for _, ns := range []string{"", "plain"} {
+		prefix := "/v1"
+		if ns != "" {
+			prefix = "/v1/ns/" + ns
+		}
+		// A success with a result and a reference, then its replay.
+		body := `{"idempotency_key":"mail-0000001","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"x"}}`
+		rr := l.Do("POST", prefix+"/effects/reserve", body)
+		require.Equal(t, 201, rr.Status, rr.Raw)
+		c := l.Do("POST", prefix+"/effects/mail-0000001/commit", `{"reservation":"`+rr.Body["reservation"].(string)+
+			`","outcome":"succeeded","external_ref":"ref-`+marker+`","result":`+result+`}`)
+		require.Equal(t, 201, c.Status, c.Raw)
+		rp := l.Do("POST", prefix+"/effects/reserve", strings.Replace(body, `"e1"`, `"e2"`, 1))
+		require.Equal(t, 200, rp.Status, rp.Raw)
+		assert.Equal(t, "ref-"+marker, rp.Body["external_ref"], "the replay answers the value")
+		assert.Equal(t, map[string]any{"to": marker}, rp.Body["result"])
+
+		// A failure whose message a refusal quotes.
+		f := `{"idempotency_key":"mail-0000002","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"y"}}`
+		rr = l.Do("POST", prefix+"/effects/reserve", f)
+		require.Equal(t, 201, rr.Status, rr.Raw)
+		c = l.Do("POST", prefix+"/effects/mail-0000002/commit", `{"reservation":"`+rr.Body["reservation"].(string)+
+			`","outcome":"failed","error":{"code":"BOUNCED","message":"no mailbox `+marker+`","retryable":false}}`)
+		require.Equal(t, 201, c.Status, c.Raw)
+		refused := l.Do("POST", prefix+"/effects/reserve", strings.Replace(f, `"e1"`, `"e2"`, 1))
+		require.Equal(t, 409, refused.Status, refused.Raw)
+		assert.Contains(t, refused.Raw, "no mailbox "+marker, "the refusal quotes the value")
+
+		// The key's receipts show the values, with commitments and salts in a committed namespace.
+		k := l.Do("GET", prefix+"/effects/mail-0000001", "")
+		require.Equal(t, 200, k.Status, k.Raw)
+		var commit map[string]any
+		for _, rc := range k.Body["receipts"].([]any) {
+			if m := rc.(map[string]any); m["kind"] == "commit" {
+				commit = m
+			}
+		}
+		require.NotNil(t, commit, k.Raw)
+		assert.Equal(t, "ref-"+marker, commit["external_ref"])
+		assert.Equal(t, result, commit["result_text"])
+		if ns == "" {
+			commitments := commit["commitments"].(map[string]any)
+			salts := commit["salts"].(map[string]any)
+			for _, f := range []string{"external_ref", "result"} {
+				assert.True(t, chain.IsCommitment(commitments[f].(string)), "%s: %v", f, commitments)
+				assert.Len(t, salts[f], 32, f)
+			}
+			// The salt opens the commitment: a reader can check the value.
+			salt, err := chain.ParseSalt(salts["result"].(string))
+			require.NoError(t, err)
+			assert.Equal(t, commitments["result"], chain.Commit(chain.FieldResult, salt, result))
+		} else {
+			assert.NotContains(t, commit, "commitments", "an inline namespace shows the chain as it is")
+		}
+	}
+
+	// The chain holds commitments, never the values; the inline namespace the values.
+	chainTexts := readChainTexts(t, db)
+	for ns, texts := range chainTexts {
+		for _, s := range texts {
+			if ns == "plain" {
+				continue
+			}
+			assert.NotContains(t, s, marker, "namespace %s: a value on the chain", ns)
+		}
+	}
+	assert.Contains(t, strings.Join(chainTexts["plain"], " "), marker)
+	assert.Contains(t, strings.Join(chainTexts["default"], " "), chain.CommitmentPrefix)
+
+	require.NoError(t, l.Stop())
+	for _, ns := range []string{"default", "plain"} {
+		out, stderr, code := ledgerctl(t, "verify", "--db", db, "--namespace", ns)
+		require.Equal(t, 0, code, "verify %s: %s%s", ns, out, stderr)
+	}
+
+	// A value changed beside the chain: verify names the rule, ledgerd refuses to serve it.
+	tamperPayload(t, db, `{"to":"someone else"}`)
+	out, stderr, code := ledgerctl(t, "verify", "--db", db, "--json")
+	require.Equal(t, 1, code, "%s%s", out, stderr)
+	assert.Contains(t, out, `"payload_mismatch"`)
+	assert.NotContains(t, out, "someone else", "a verifier never quotes a value")
+	l = startLedgerdEnv(t, nil, db)
+	g := l.Do("GET", "/v1/effects/mail-0000001", "")
+	require.Equal(t, 500, g.Status, g.Raw)
+	assert.Equal(t, "integrity_error", g.Code())
+	assert.NotContains(t, g.Raw, "someone else")
+	assert.NotContains(t, l.Logs(), "someone else")
+}
+
+// randomMarker is 32 random hex digits, to find a value in files and answers.
+func randomMarker(t *testing.T) string {
+	var b [16]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return hex.EncodeToString(b[:])
+}
+
+// readChainTexts reads the four payload fields of every receipt, by
+// namespace, straight from the receipts table.
+func readChainTexts(t *testing.T, db string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	const cols = `external_ref || ' ' || result || ' ' || error_message || ' ' || note`
+	if strings.HasPrefix(db, "postgres") {
+		conn, err := pgx.Connect(context.Background(), db)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		rows, err := conn.Query(context.Background(), `SELECT namespace, `+cols+` FROM receipts ORDER BY namespace, seq`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var ns, s string
+			require.NoError(t, rows.Scan(&ns, &s))
+			out[ns] = append(out[ns], s)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	sdb, err := sql.Open("sqlite3", "file:"+db+"?mode=ro")
+	require.NoError(t, err)
+	defer sdb.Close()
+	rows, err := sdb.Query(`SELECT coalesce(n.name, 'default'), ` + cols + ` FROM ns_receipts AS r
+		LEFT JOIN namespaces AS n ON n.id = r.ns ORDER BY r.ns, r.seq`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var ns, s string
+		require.NoError(t, rows.Scan(&ns, &s))
+		out[ns] = append(out[ns], s)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// tamperPayload sets the kept result of the default namespace's first
+// commit to value, past the table's guard.
+func tamperPayload(t *testing.T, db, value string) {
+	t.Helper()
+	if strings.HasPrefix(db, "postgres") {
+		conn, err := pgx.Connect(context.Background(), db)
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		for _, q := range []string{`ALTER TABLE payloads DISABLE TRIGGER USER`,
+			`UPDATE payloads SET result = $1 WHERE namespace = 'default' AND seq = (SELECT min(seq) FROM receipts WHERE namespace = 'default' AND kind = 'commit')`,
+			`ALTER TABLE payloads ENABLE TRIGGER USER`} {
+			var args []any
+			if strings.HasPrefix(q, "UPDATE") {
+				args = []any{value}
+			}
+			_, err := conn.Exec(context.Background(), q, args...)
+			require.NoError(t, err, q)
+		}
+		return
+	}
+	sdb, err := sql.Open("sqlite3", "file:"+db)
+	require.NoError(t, err)
+	defer sdb.Close()
+	var trigger string
+	require.NoError(t, sdb.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'ns_payloads_erase_only'`).Scan(&trigger))
+	for _, q := range []string{`DROP TRIGGER ns_payloads_erase_only`,
+		`UPDATE ns_payloads SET result = ? WHERE rid = (SELECT rowid FROM ns_receipts WHERE ns = 0 AND kind = 'commit' ORDER BY seq LIMIT 1)`,
+		trigger} {
+		var args []any
+		if strings.HasPrefix(q, "UPDATE") {
+			args = []any{value}
+		}
+		_, err := sdb.Exec(q, args...)
+		require.NoError(t, err, q)
+	}
+}
