@@ -262,14 +262,14 @@ func TestSchema_versionStamped(t *testing.T) {
 
 // TestOpen_migratesV7: a ledger of schema 7 — made by ledgerd of schema 7
 // with --default-key-ttl 2h and a namespace beta with --key-ttl 1h, a key
-// committed and one left open in each (testdata/v7.db) — opens with the
+// committed and one left open in each (testdata/v7-keyttl.db) — opens with the
 // schema of a new file, every key lifetime as it was (default's too),
 // every namespace inline (SPEC §14: a ledger made before v1.4 keeps its
 // payloads in its receipts), its open reservations committable with their
 // tokens, and verifies.
 func TestOpen_migratesV7(t *testing.T) {
 	ctx := context.Background()
-	b, err := os.ReadFile("testdata/v7.db")
+	b, err := os.ReadFile("testdata/v7-keyttl.db")
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	require.NoError(t, os.WriteFile(path, b, 0o644))
