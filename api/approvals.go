@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/verify"
 )
@@ -154,7 +155,7 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 			d = ledger.DecisionReject
 		}
 		out.Answer = &ApprovalAnswer{Seq: ans.Seq, Decision: d, Actor: ans.Actor, Role: v.AnswerRole,
-			Note: ans.Note, RecordedAt: ans.RecordedAt}
+			Note: ans.Value(chain.FieldNote), RecordedAt: ans.RecordedAt}
 	}
 	if c := v.Consumer; c != nil {
 		out.ConsumedBy = &ApprovalConsumer{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}
@@ -163,9 +164,7 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 		out.Input = json.RawMessage("null") // deleted: nothing to verify either
 		if v.Input != "" {
 			out.Input = json.RawMessage(v.Input)
-			fp, err := ledger.Fingerprint([]byte(v.Input))
-			ok := err == nil && fp == a.InputHash
-			out.InputVerified = &ok
+			out.InputVerified = v.InputVerified
 		}
 	}
 	return out

@@ -89,8 +89,8 @@ func (s *Server) roleFor(route, method string) string {
 		}
 	case mcpClientRoute:
 		return ledger.RoleWriter // ledger-mcp's own token; the ledger checks it asked
-	case stateKeyRoute:
-		return ledger.RoleWriter // ledger-mcp's own token (or an admin's)
+	case stateKeyRoute, derivationKeyRoute:
+		return ledger.RoleWriter // a writer's (ledger-mcp's, a client's) or an admin's
 	case "/v1/openapi.json":
 		return "" // public: the API's description holds no data
 	}

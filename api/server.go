@@ -164,6 +164,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle("/v1/approvals/{seq}", s.handleAnswer, http.MethodPost)
 	s.handle(mcpClientRoute, s.handleMCPClientAnswer, http.MethodPost)
 	s.handle(stateKeyRoute, s.handleStateKey, http.MethodGet)
+	s.handle(derivationKeyRoute, s.handleDerivationKey, http.MethodGet)
 	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)

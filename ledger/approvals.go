@@ -55,6 +55,9 @@ type ApprovalView struct {
 	Consumer   *chain.Receipt // the reserve that consumed the approval
 	// Input is the asked input when requested and still kept ("" else).
 	Input string
+	// InputVerified tells, with Input, whether its fingerprint is the
+	// ask's input_hash.
+	InputVerified *bool
 }
 
 // AnswerRequest is an approver's decision about an ask.
@@ -365,7 +368,7 @@ func viewOf(ask *chain.Receipt, hist []chain.Receipt, now uint64) *ApprovalView 
 	var s struct {
 		Summary string `json:"summary"`
 	}
-	_ = json.Unmarshal([]byte(ask.Result), &s) // a malformed result shows no summary
+	_ = json.Unmarshal([]byte(ask.Value(chain.FieldResult)), &s) // a malformed (or erased) result shows no summary
 	v.Summary = s.Summary
 	for i := range hist {
 		r := &hist[i]
@@ -395,7 +398,7 @@ func viewOf(ask *chain.Receipt, hist []chain.Receipt, now uint64) *ApprovalView 
 // Approval returns the ask at seq with its state, and its input when
 // withInput (approvers and admins). Errors: *Error ECodeUnknownApproval.
 func (n *Namespace) Approval(ctx context.Context, seq uint64, withInput bool) (*ApprovalView, error) {
-	ask, err := n.chain.GetReceipt(ctx, seq)
+	ask, err := n.GetReceipt(ctx, seq)
 	if err != nil || ask.Kind != chain.KindAsk {
 		var e *Error
 		if err == nil || errors.As(err, &e) {
@@ -413,6 +416,12 @@ func (n *Namespace) Approval(ctx context.Context, seq uint64, withInput bool) (*
 	}
 	if found {
 		v.Input = in
+		fp, err := Fingerprint([]byte(in))
+		if err == nil {
+			fp, err = n.StoredInputHash(ctx, fp)
+		}
+		ok := err == nil && fp == ask.InputHash
+		v.InputVerified = &ok
 	}
 	return v, nil
 }
@@ -423,7 +432,7 @@ func (n *Namespace) view(ctx context.Context, ask *chain.Receipt) (*ApprovalView
 	f := ReceiptFilter{Key: ask.IdempotencyKey, After: ask.Seq - 1, Limit: MaxPageLimit}
 	var hist []chain.Receipt
 	for range 10 { // an ask is answered and consumed within its key's next receipts
-		rs, next, err := n.chain.ListReceipts(ctx, f)
+		rs, next, err := n.ListReceipts(ctx, f) // with their values: an answer's note
 		if err != nil {
 			return nil, err
 		}
@@ -457,7 +466,7 @@ func (n *Namespace) Approvals(ctx context.Context, state string, after uint64, l
 	f := ReceiptFilter{Kind: chain.KindAsk, After: after, Limit: limit}
 	var out []ApprovalView
 	for {
-		asks, next, err := n.chain.ListReceipts(ctx, f)
+		asks, next, err := n.ListReceipts(ctx, f) // with the asks' summaries
 		if err != nil {
 			return nil, nil, err
 		}

@@ -182,6 +182,7 @@ type Namespace struct {
 	chain    Chain
 	keyTTL   uint64      // key_ttl_ms, fixed at creation
 	payloads PayloadMode // fixed at creation (SPEC §14)
+	fpKey    atomic.Pointer[[]byte] // the fingerprint key, once read (fingerprint.go)
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
 

@@ -23,6 +23,9 @@ import (
 // A ctx that ends during the wait ends it, and nothing is appended.
 func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
 	a, err := req.validate()
+	if err == nil {
+		a.inputHash, err = n.StoredInputHash(ctx, a.inputHash)
+	}
 	if err != nil {
 		return nil, err
 	}

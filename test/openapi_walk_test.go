@@ -254,6 +254,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(r, 200, "")
 				assert.Len(t, r.Body["key"], 64)
 				assert.Equal(t, r.Body["key"], a.Do("GET", n.v1+"/mcp/state-key", "").Body["key"], "the same key each time")
+				r = a.Do("GET", n.v1+"/derivation-key", "")
+				expect(r, 200, "")
+				assert.Len(t, r.Body["key"], 64)
+				assert.Equal(t, "inline", r.Body["payloads"])
 
 				r = a.Do("GET", n.v1+"/audit", "")
 				expect(r, 200, "")
@@ -471,6 +475,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/receipts/1", "", "writer"},
 					{"GET", n.v1 + "/head", "", ""}, // and the head
 					{"GET", n.v1 + "/mcp/state-key", "", "reader"},
+					{"GET", n.v1 + "/derivation-key", "", "reader"},
 					{"GET", n.v1 + "/audit", "", "writer"},
 					{"GET", n.log + "/checkpoint", "", "writer"}, // without --public-log
 					{"GET", n.log + "/tile/0/000", "", "writer"},
@@ -503,6 +508,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				ka := b.Do("GET", n.v1+"/mcp/state-key", "", "Authorization", tok["admin"])
 				expect(ka, 200, "")
 				assert.NotEqual(t, kw.Body["key"], ka.Body["key"], "each token its own key")
+				dw := b.Do("GET", n.v1+"/derivation-key", "", "Authorization", tok["writer"])
+				expect(dw, 200, "")
+				assert.Equal(t, dw.Body["key"], b.Do("GET", n.v1+"/derivation-key", "", "Authorization", tok["admin"]).Body["key"],
+					"one key per namespace, whoever asks")
 			})
 		}
 		expect(b.Do("GET", "/metrics", "", "Authorization", tok["reader"]), 200, "")
@@ -563,8 +572,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		}
 		expect(a.Do("GET", "/v1/ns//head", ""), 404, "not_found")
 		expect(a.Do("GET", "/v1/ns/nope/mcp/state-key", ""), 404, "unknown_namespace")
+		expect(a.Do("GET", "/v1/ns/nope/derivation-key", ""), 404, "unknown_namespace")
 		for _, name := range bad {
 			expect(a.Do("GET", "/v1/ns/"+name+"/mcp/state-key", ""), 400, "invalid_request")
+			expect(a.Do("GET", "/v1/ns/"+name+"/derivation-key", ""), 400, "invalid_request")
 		}
 
 		// B has tokens: creating needs an admin, listing a reader.
@@ -634,6 +645,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/receipts/1", ""},
 				{"GET", n.v1 + "/head", ""},
 				{"GET", n.v1 + "/mcp/state-key", ""},
+				{"GET", n.v1 + "/derivation-key", ""},
 				{"GET", n.v1 + "/audit", ""},
 				{"GET", n.log + "/checkpoint", ""},
 				{"GET", n.log + "/tile/0/000", ""},

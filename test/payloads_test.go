@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
@@ -61,6 +62,18 @@ func testCommitted(t *testing.T, db string) {
 	}
 	assert.Equal(t, map[string]any{"default": "committed", "plain": "inline", "people": "committed"}, modes)
 
+	// The fingerprint key: input_hash is keyed in a committed namespace.
+	dk := l.Do("GET", "/v1/derivation-key", "")
+	require.Equal(t, 200, dk.Status, dk.Raw)
+	assert.Equal(t, "committed", dk.Body["payloads"])
+	key, err := hex.DecodeString(dk.Body["key"].(string))
+	require.NoError(t, err)
+	require.Len(t, key, 32)
+	plainKey := l.Do("GET", "/v1/ns/plain/derivation-key", "")
+	require.Equal(t, 200, plainKey.Status, plainKey.Raw)
+	assert.Equal(t, "inline", plainKey.Body["payloads"])
+	assert.NotEqual(t, dk.Body["key"], plainKey.Body["key"], "each namespace has its own")
+
 	result := `{"to":"` + marker + `"}`
 	for _, ns := range []string{"", "plain"} {
 		prefix := "/v1"
@@ -93,6 +106,13 @@ func testCommitted(t *testing.T, db string) {
 		// The key's receipts show the values, with commitments and salts in a committed namespace.
 		k := l.Do("GET", prefix+"/effects/mail-0000001", "")
 		require.Equal(t, 200, k.Status, k.Raw)
+		fp, err := ledger.Fingerprint([]byte(`{"to":"x"}`))
+		require.NoError(t, err)
+		if ns == "" {
+			fp = ledger.KeyedHash(key, fp)
+			assert.True(t, strings.HasPrefix(fp, "hk1:"), fp)
+		}
+		assert.Equal(t, fp, k.Body["input_hash"], "the input_hash recorded")
 		var commit map[string]any
 		for _, rc := range k.Body["receipts"].([]any) {
 			if m := rc.(map[string]any); m["kind"] == "commit" {
