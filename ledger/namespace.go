@@ -180,8 +180,8 @@ type Namespace struct {
 	l        *Ledger
 	name     string
 	chain    Chain
-	keyTTL   uint64      // key_ttl_ms, fixed at creation
-	payloads PayloadMode // fixed at creation (SPEC §14)
+	keyTTL   uint64                 // key_ttl_ms, fixed at creation
+	payloads PayloadMode            // fixed at creation (SPEC §14)
 	fpKey    atomic.Pointer[[]byte] // the fingerprint key, once read (fingerprint.go)
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
