@@ -211,9 +211,7 @@ func runLedgerdBounded(t *testing.T, args ...string) (string, int) {
 func TestLedgerd_signingKeyFileRules(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := filepath.Join(dir, "log.key")
-	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
-	require.Equal(t, 0, code, stderr)
+	key, _ := keygen(t, dir, "ex.test")
 	base := []string{"--db", filepath.Join(dir, "ledger.db"), "--listen", "127.0.0.1:0", "--log-origin", "ex.test"}
 
 	fifo := filepath.Join(dir, "key.fifo")

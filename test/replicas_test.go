@@ -314,10 +314,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "log.key")
-	out, stderr, code := ledgerctl(t, "keygen", "--origin", "replicas.test", "--out", keyFile)
-	require.Equal(t, 0, code, stderr)
-	vkey := strings.TrimSpace(out)
+	keyFile, vkey := keygen(t, dir, "replicas.test")
 	args := []string{"--signing-key", keyFile, "--log-origin", "replicas.test", "--checkpoint-interval", "100ms"}
 	a, b := startReplicas(t, url, args...)
 	var last int
@@ -345,7 +342,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	proof := filepath.Join(dir, "proof.json")
 	require.NoError(t, os.WriteFile(proof, []byte(r.Raw), 0o600))
-	_, stderr, code = ledgerctl(t, "check-proof", proof, "--vkey", vkey)
+	_, stderr, code := ledgerctl(t, "check-proof", proof, "--vkey", vkey)
 	require.Equal(t, 0, code, stderr)
 	for _, l := range []*Ledgerd{a, b} {
 		m := l.Do("GET", "/metrics", "")
