@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -26,9 +27,7 @@ type Asker interface {
 // itself; one the client lacks the capability for is refused.
 func (p *Peer) AnswerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "elicitation/create", "sampling/createMessage", "roots/list":
-		default:
+		if !wire.AsksClient(method) {
 			return next(ctx, method, req)
 		}
 		cs, _ := req.GetSession().(*mcp.ClientSession)

@@ -1,6 +1,7 @@
 // Package wire is the MCP gateway's shared vocabulary for JSON-RPC
-// messages as they come: the protocol revisions told apart, the members of a JSON object read and set
-// without decoding the rest, and the bound on a message's size. The core
+// messages as they come: the protocol revisions told apart, the members of
+// a JSON object (and of its _meta) read and set without decoding the rest,
+// the requests a server sends its client, and the bound on a message's size. The core
 // package mcpgate and its extensions import it; it imports neither.
 package wire
 
@@ -22,6 +23,17 @@ func Stateless(version string) bool { return version >= Version20260728 }
 // ErrUpstreamTimeout is a call the upstream did not answer within the
 // gateway's upstream timeout.
 var ErrUpstreamTimeout = errors.New("no answer within the upstream timeout")
+
+// AsksClient reports whether method is one of the requests a server
+// sends its client: elicitation/create, sampling/createMessage and
+// roots/list.
+func AsksClient(method string) bool {
+	switch method {
+	case "elicitation/create", "sampling/createMessage", "roots/list":
+		return true
+	}
+	return false
+}
 
 // MaxBody bounds a POSTed MCP message.
 const MaxBody = 8 << 20
