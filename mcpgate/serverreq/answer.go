@@ -9,9 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Asker answers the requests of the upstream asked on a parked call's
