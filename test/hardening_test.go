@@ -6,7 +6,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/effect-ledger/effect-ledger/testkit"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
@@ -244,11 +244,8 @@ func TestLedgerd_badFlagValues(t *testing.T) {
 // rawHTTP sends a raw request and returns the status line, headers and body.
 func rawHTTP(t *testing.T, l *Ledgerd, req string) (int, http.Header, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	_, err = io.WriteString(c, req)
+	c := testkit.Dial(t, strings.TrimPrefix(l.URL, "http://"), 10*time.Second)
+	_, err := io.WriteString(c, req)
 	require.NoError(t, err)
 	res, err := http.ReadResponse(bufio.NewReader(c), nil)
 	require.NoError(t, err)
@@ -299,11 +296,8 @@ func TestLedgerd_httpEdges(t *testing.T) {
 		assert.Equal(t, float64(1), r.Body["seq"])
 	})
 	t.Run("declared oversize body is 413 without 100 Continue", func(t *testing.T) {
-		c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-		require.NoError(t, err)
-		defer c.Close()
-		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		c := testkit.Dial(t, strings.TrimPrefix(l.URL, "http://"), 10*time.Second)
+		_, err := io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 			"Content-Length: 5000000\r\nExpect: 100-continue\r\n\r\n")
 		require.NoError(t, err)
 		res, err := http.ReadResponse(bufio.NewReader(c), nil)
