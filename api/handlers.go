@@ -345,24 +345,25 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request, n *l
 	s.writeRaw(w, http.StatusOK, append(AppendReceiptPage(nil, rs, next), '\n'))
 }
 
-// pathSeq reads the {seq} of a receipt route, percent-decoded the same
-// way for every route that names a receipt (the router keeps paths
-// encoded so that keys may hold '/').
-func pathSeq(r *http.Request) (uint64, error) {
+// pathSeq reads the {seq} of a route that names a receipt or an approval,
+// percent-decoded the same way for every such route (the router keeps
+// paths encoded so that keys may hold '/'); one that is not a seq is an
+// error with code (unknown_receipt, or unknown_approval for an approval).
+func pathSeq(r *http.Request, code string) (uint64, error) {
 	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
 	var seq uint64
 	if err == nil {
 		seq, err = strconv.ParseUint(raw, 10, 63)
 	}
 	if err != nil {
-		return 0, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
+		return 0, &ledger.Error{Code: code, Message: "seq must be a positive integer",
 			Details: map[string]any{"field": "seq"}}
 	}
 	return seq, nil
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := pathSeq(r)
+	seq, err := pathSeq(r, ledger.ECodeUnknownReceipt)
 	if err != nil {
 		s.Error(w, r, err)
 		return

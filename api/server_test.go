@@ -260,6 +260,8 @@ func TestServer_badInput(t *testing.T) {
 		{"bad kind", "GET", "/v1/receipts?kind=delete", ``, "", 400, "invalid_request", "kind"},
 		{"unknown receipt", "GET", "/v1/receipts/1", ``, "", 404, "unknown_receipt", ""},
 		{"non-numeric receipt", "GET", "/v1/receipts/abc", ``, "", 404, "unknown_receipt", ""},
+		{"non-numeric approval", "GET", "/v1/approvals/abc", ``, "", 404, "unknown_approval", ""},
+		{"answer to a non-numeric approval", "POST", "/v1/approvals/abc", `{"decision":"approve"}`, "", 404, "unknown_approval", ""},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			req, err := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
