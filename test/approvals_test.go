@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
@@ -50,7 +51,7 @@ func (f *gateFixture) answer(tok string, seq int64, decision, note string) Resp 
 
 func (f *gateFixture) commit(tok, key, rsv, outcome, extra string) Resp {
 	f.t.Helper()
-	return f.l.Do("POST", "/v1/effects/"+key+"/commit", commitBody(rsv, outcome, extra), f.as(tok)...)
+	return f.l.Do("POST", "/v1/effects/"+key+"/commit", testkit.CommitBody(rsv, outcome, extra), f.as(tok)...)
 }
 
 // newGateFixture starts ledgerd on db with clock and the tokens ops

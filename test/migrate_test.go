@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // growV6 appends n reserves to the default chain of the schema 6 ledger
@@ -101,7 +102,7 @@ func TestLedgerd_migrationKilled(t *testing.T) {
 	}
 
 	l := StartLedgerd(t, db)
-	l.Commit(t, "default-open-0001", commitBody("rsv_5a295254c4f9e154832792dbd3c758104db97634f1e7cb4f8f7a5160ac10e94b", "succeeded", ""))
+	l.Commit(t, "default-open-0001", testkit.CommitBody("rsv_5a295254c4f9e154832792dbd3c758104db97634f1e7cb4f8f7a5160ac10e94b", "succeeded", ""))
 	r := l.Do("GET", "/v1/effects/grow-0039999", "")
 	require.Equal(t, 200, r.Status, r.Raw)
 	require.NoError(t, l.Stop())

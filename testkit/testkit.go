@@ -14,6 +14,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -80,6 +81,13 @@ func Succeed(key, token string) ledger.CommitRequest {
 func Fail(key, token string, retryable bool) ledger.CommitRequest {
 	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
 		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
+}
+
+// CommitBody is the JSON body of a commit over HTTP of the reservation
+// token with outcome and the further members extra
+// (`,"external_ref":"re_1"`).
+func CommitBody(token, outcome, extra string) string {
+	return fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, token, outcome, extra)
 }
 
 // Buffer is a bytes.Buffer that goroutines may share: the log
