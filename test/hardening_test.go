@@ -205,10 +205,8 @@ func TestLedgerd_noDatabaseBeforeBind(t *testing.T) {
 // TestLedgerd_migratesV1 serves a file written by schema 1.
 func TestLedgerd_migratesV1(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("../storage/sqlite/testdata/v1.db")
-	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "v1.db")
-	require.NoError(t, os.WriteFile(db, src, 0o644))
+	testkit.CopyFile(t, "../storage/sqlite/testdata/v1.db", db)
 	_, _, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)

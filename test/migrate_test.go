@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"database/sql"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -59,10 +58,8 @@ func growV6(t *testing.T, db string, n int) uint64 {
 // the chain verifying.
 func TestLedgerd_migrationKilled(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("../storage/sqlite/testdata/v6.db")
-	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	require.NoError(t, os.WriteFile(db, src, 0o644))
+	testkit.CopyFile(t, "../storage/sqlite/testdata/v6.db", db)
 	want := growV6(t, db, 40_000)
 
 	for _, delay := range []time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond, 150 * time.Millisecond} {
