@@ -11,6 +11,7 @@ package testkit
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -81,6 +82,29 @@ func Succeed(key, token string) ledger.CommitRequest {
 func Fail(key, token string, retryable bool) ledger.CommitRequest {
 	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
 		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
+}
+
+// Writer is what tests reserve and commit on: a ledger.Namespace, or a
+// test ledger through its default namespace.
+type Writer interface {
+	Reserve(ctx context.Context, r ledger.ReserveRequest) (*ledger.ReserveResult, error)
+	Commit(ctx context.Context, c ledger.CommitRequest) (*ledger.CommitResult, error)
+}
+
+// MustReserve reserves on w and fails tb on error.
+func MustReserve(tb testing.TB, w Writer, req ledger.ReserveRequest) *ledger.ReserveResult {
+	tb.Helper()
+	res, err := w.Reserve(context.Background(), req)
+	require.NoError(tb, err)
+	return res
+}
+
+// MustCommit commits on w and fails tb on error.
+func MustCommit(tb testing.TB, w Writer, req ledger.CommitRequest) *ledger.CommitResult {
+	tb.Helper()
+	res, err := w.Commit(context.Background(), req)
+	require.NoError(tb, err)
+	return res
 }
 
 // CommitBody is the JSON body of a commit over HTTP of the reservation
