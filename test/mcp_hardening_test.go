@@ -38,6 +38,17 @@ func newHostile(t *testing.T) *shop {
 	return &shop{t: t, dir: t.TempDir(), bin: bin}
 }
 
+// hostileCallKey is the key ledger-mcp derives for a call of the hostile
+// server's tool with arguments {"id": id}.
+func hostileCallKey(t *testing.T, tool, id string) string {
+	t.Helper()
+	args, err := json.Marshal(map[string]string{"id": id})
+	require.NoError(t, err)
+	key, err := mcpgate.DeriveKey("hostile."+tool, args, "")
+	require.NoError(t, err)
+	return key
+}
+
 // keyState is a key's state in a ledger file, read with ledgerctl.
 func keyState(t *testing.T, db, key string) string {
 	t.Helper()
@@ -157,9 +168,7 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 		require.Error(t, err, tool)
 		_, _ = g.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "g1"}})
 		assert.Equal(t, 1, sh.runs(tool, "g1"), tool)
-		key, err := mcpgate.DeriveKey("hostile."+tool, json.RawMessage(`{"id":"g1"}`), "")
-		require.NoError(t, err)
-		keys = append(keys, key)
+		keys = append(keys, hostileCallKey(t, tool, "g1"))
 	}
 	assert.NotContains(t, g.logs.String(), "did not answer")
 	g.stop(t)
