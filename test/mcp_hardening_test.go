@@ -677,3 +677,25 @@ func TestLedgerMCP_remoteLedgerNamesNoRun(t *testing.T) {
 		assert.Empty(t, mcpgate.RunOf(exec), "execution %s names a run", exec)
 	}
 }
+
+// TestLedgerMCP_nullMetaParamsKey: a tools/call whose params carry an
+// idempotencyKey beside a null _meta is lifted like any other (the key is
+// the call's key), not a crash of the gateway's stdio reader.
+func TestLedgerMCP_nullMetaParamsKey(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startRawGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	g.initialize("2025-11-25")
+	params := map[string]any{"name": "job", "arguments": map[string]any{"id": "nm1"},
+		"idempotencyKey": "null-meta-key-0001", "_meta": nil}
+	res, e := g.request("tools/call", params)
+	require.Nil(t, e, "%v\n%s", e, g.logs.String())
+	assert.NotEqual(t, true, res["isError"], res)
+	again, e := g.request("tools/call", params)
+	require.Nil(t, e)
+	assert.Equal(t, true, again["_meta"].(map[string]any)[mcpgate.MetaReplayed], again)
+	assert.Equal(t, 1, sh.runs("job", "nm1"))
+	g.stop()
+	assert.Equal(t, "succeeded", keyState(t, db, "null-meta-key-0001"))
+}
