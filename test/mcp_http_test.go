@@ -48,24 +48,14 @@ func startHTTPGateway(t *testing.T, args ...string) (string, *testkit.Buffer) {
 // connectHTTP is an MCP client session over Streamable HTTP.
 func connectHTTP(t *testing.T, url string, logs *testkit.Buffer) *gateway {
 	t.Helper()
-	return connectOver(t, &mcp.StreamableClientTransport{Endpoint: url}, logs)
+	return connectAgent(t, &mcp.StreamableClientTransport{Endpoint: url}, logs, "", nil)
 }
 
 // connectHTTPWithKeys is connectHTTP that sends the keys of
 // paramsKeyMeta as params.idempotencyKey (keyTransport).
 func connectHTTPWithKeys(t *testing.T, url string, logs *testkit.Buffer) *gateway {
 	t.Helper()
-	return connectOver(t, &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, logs)
-}
-
-// connectOver is an MCP client session over tr, closed when t ends.
-func connectOver(t *testing.T, tr mcp.Transport, logs *testkit.Buffer) *gateway {
-	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
-	s, err := c.Connect(context.Background(), tr, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return &gateway{ClientSession: s, logs: logs}
+	return connectAgent(t, &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, logs, "", nil)
 }
 
 // TestLedgerMCP_http: Streamable HTTP on both sides; two agent sessions
