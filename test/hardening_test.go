@@ -24,7 +24,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
-	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
