@@ -35,7 +35,8 @@ const maxTraced = 80 << 10
 var tracedRoutes = map[string]bool{
 	"/v1/effects/reserve":       true,
 	"/v1/effects/{key}/commit":  true,
-	"/v1/effects/{key}/resolve": true,
+	"/v1/effects/{key}/resolve":   true,
+	"/v1/effects/{key}/reconcile": true,
 }
 
 // requestSpan is the server span of one request, and what it reads its
