@@ -33,8 +33,8 @@ const maxTraced = 80 << 10
 // tracedRoutes are the routes whose answers name a key, a decision and a
 // receipt.
 var tracedRoutes = map[string]bool{
-	"/v1/effects/reserve":       true,
-	"/v1/effects/{key}/commit":  true,
+	"/v1/effects/reserve":         true,
+	"/v1/effects/{key}/commit":    true,
 	"/v1/effects/{key}/resolve":   true,
 	"/v1/effects/{key}/reconcile": true,
 }

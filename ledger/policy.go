@@ -94,12 +94,12 @@ type Gate struct {
 	Deny     bool
 	DenyRule int // index of the rule that set Deny, -1 if none
 	// Approval is true when a person must approve.
-	Approval      bool
-	Approvers     []string // empty: any approver or admin token
-	ExpiresInMS   uint64
-	RepeatRefuse  bool
-	RepeatWindow  uint64
-	SelfApproval  bool // self-approval allowed
+	Approval     bool
+	Approvers    []string // empty: any approver or admin token
+	ExpiresInMS  uint64
+	RepeatRefuse bool
+	RepeatWindow uint64
+	SelfApproval bool // self-approval allowed
 	// Reconcile is true when the actor of an interrupted reserve may
 	// reconcile it (SPEC §15); SettleMS is its settle time.
 	Reconcile     bool
