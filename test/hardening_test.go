@@ -16,14 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
-	"github.com/effect-ledger/effect-ledger/testkit"
-
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
