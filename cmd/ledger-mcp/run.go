@@ -46,6 +46,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if name == "" && up.Info().ServerInfo != nil {
 		name = up.Info().ServerInfo.Name
 	}
+	if err := mcpgate.CheckLookups(ctx, up, m.Policy, name); err != nil {
+		return fmt.Errorf("--policy %s: %w", m.PolicyFile, err)
+	}
 	led, desc, err := m.openLedger(ctx, mcpgate.ToolNamePart(name))
 	if err != nil {
 		return err

@@ -52,6 +52,9 @@ type Rule struct {
 	// OnError says how the tool's error answers are recorded:
 	// "not_applied" (the default) or "failed".
 	OnError string `json:"on_error,omitempty"`
+	// Lookup asks the upstream whether an interrupted call applied (SPEC
+	// §15, lookup.go).
+	Lookup *Lookup `json:"lookup,omitempty"`
 
 	// The gate's members (SPEC §13), which an embedded ledger records as
 	// its namespace's policy (LedgerPolicy): each is taken from the first
@@ -159,8 +162,8 @@ func (r *Rule) check() error {
 	switch r.Effect {
 	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 	case "":
-		if !r.gates() && r.OnError == "" {
-			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
+		if !r.gates() && r.OnError == "" && r.Lookup == nil {
+			return errors.New("no \"effect\", no \"on_error\", no \"lookup\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
 		}
 	default:
 		return fmt.Errorf("effect %q is not one of none, read, write, destructive, external", r.Effect)
@@ -168,6 +171,14 @@ func (r *Rule) check() error {
 	if (r.Effect == ClassNone || r.Effect == ClassRead) && (r.Approval == "required" || r.Deny != nil && *r.Deny) {
 		return fmt.Errorf("effect %q is not recorded, so the ledger's gate (approval, deny) never sees its calls: "+
 			"give the tool an effect class (write, destructive, external) to gate it", r.Effect)
+	}
+	if r.Lookup != nil {
+		if r.Effect == ClassNone || r.Effect == ClassRead {
+			return fmt.Errorf("effect %q is not recorded, so its calls are never interrupted: a lookup needs an effect class", r.Effect)
+		}
+		if err := r.Lookup.check(); err != nil {
+			return err
+		}
 	}
 	return r.checkGate()
 }
