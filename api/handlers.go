@@ -200,6 +200,9 @@ type committedBody struct {
 	Outcome        string     `json:"outcome"`
 	Late           bool       `json:"late"`
 	Receipt        receiptRef `json:"receipt"`
+	// ReconciledEarlier names the reconcile that finalized the
+	// reservation before this, its original call's commit (SPEC §15).
+	ReconciledEarlier *reconciledJSON `json:"reconciled_earlier,omitempty"`
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
@@ -227,8 +230,12 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.
 		w.Header().Set("Idempotent-Replayed", "true")
 		status = http.StatusOK
 	}
-	s.writeJSON(w, status, committedBody{Status: ledger.StatusCommitted, IdempotencyKey: res.IdempotencyKey,
-		Outcome: res.Outcome, Late: res.Late, Receipt: refJSON(res.Receipt)})
+	body := committedBody{Status: ledger.StatusCommitted, IdempotencyKey: res.IdempotencyKey,
+		Outcome: res.Outcome, Late: res.Late, Receipt: refJSON(res.Receipt)}
+	if e := res.ReconciledEarlier; e != nil {
+		body.ReconciledEarlier = &reconciledJSON{Seq: e.Seq, Hash: e.Hash.String(), Outcome: e.Outcome, ExternalRef: e.ExternalRef}
+	}
+	s.writeJSON(w, status, body)
 }
 
 type resolvedBody struct {
@@ -249,7 +256,7 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger
 			Note:           o.required("note"),
 			Error:          o.failure(),
 			Actor:          ActorFromContext(r.Context()),
-			MayCorrect:     mayCorrect(r.Context()),
+			MayCorrect:     actsAsAdmin(r.Context()),
 		}
 	}) {
 		return
@@ -263,10 +270,12 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger
 		State: string(res.State), Receipt: refJSON(res.Receipt)})
 }
 
-// mayCorrect reports whether the request may correct a failed key to
-// not_applied (SPEC §4.1): its token is an admin's, or the ledger serves
-// without tokens (no principal), where every caller is one.
-func mayCorrect(ctx context.Context) bool {
+// actsAsAdmin reports whether the request may do what only an admin may
+// beside the route's role — correct a failed key to not_applied (SPEC
+// §4.1), reconcile another actor's reserve (§15): its token is an
+// admin's, or the ledger serves without tokens (no principal), where
+// every caller is one.
+func actsAsAdmin(ctx context.Context) bool {
 	p, ok := PrincipalFromContext(ctx)
 	return !ok || p.Role == ledger.RoleAdmin
 }

@@ -48,6 +48,15 @@ type Effect struct {
 	// (SPEC §13: a namespace's repeat_failure rule refuses an unchanged
 	// retry with ErrUnchangedRetry).
 	Changed *Changed
+	// Reconcile, when set, is called when the reserve answers
+	// unsafe_resume (an earlier attempt was interrupted and may have
+	// happened): it asks the downstream, by the key, whether the effect
+	// happened (SPEC §15). A definite answer is recorded with
+	// Client.Reconcile: "succeeded" returns the found outcome as a replay
+	// (Result.Reconciled; fn does not run), "not_applied" reserves again
+	// and runs fn. An error leaves ErrUnsafeResume; reconcile_too_early is
+	// waited out within ctx.
+	Reconcile func(ctx context.Context, key string) (Reconciled, error)
 }
 
 // Outcome is what an effect function reports on success.
@@ -67,8 +76,11 @@ type Func func(ctx context.Context, key string) (Outcome, error)
 
 // Result is what Do returns for an effect that succeeded, now or before.
 type Result struct {
-	Key         string
-	Replayed    bool // an earlier attempt's recorded result; the function did not run
+	Key      string
+	Replayed bool // an earlier attempt's recorded result; the function did not run
+	// Reconciled is set on a replay of what Effect.Reconcile found: the
+	// interrupted attempt's effect happened (SPEC §15).
+	Reconciled  bool
 	NotRecorded bool // a none or read effect: the function ran without the ledger
 	Takeover    bool // this run took over an interrupted idempotent attempt
 	Retry       bool // this run retried a retryable failure
@@ -146,6 +158,12 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 		rsv, err = c.awaitApproval(ctx, are, req, func(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
 			return c.reserveWaiting(ctx, r, auto)
 		})
+	}
+	if errors.Is(err, ErrUnsafeResume) && e.Reconcile != nil {
+		var res *Result
+		if rsv, res, err = c.reconcileUnsafe(ctx, req, auto, e.Reconcile, err); res != nil {
+			return res, nil
+		}
 	}
 	if err != nil {
 		return nil, err

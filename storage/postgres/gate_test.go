@@ -213,9 +213,9 @@ func TestOpen_migratesV2(t *testing.T) {
 		t.Fatalf("PolicySeq = %d, want 6", got)
 	}
 	psql(t, u, `INSERT INTO tokens (token_id, name, role, token_hash, created_at) VALUES ('t2', 'alice', 'approver', '\x02', 1)`)
-	// Reopening finds schema 3 and changes nothing.
+	// Reopening finds the current schema and changes nothing.
 	again := mustOpen(t, u, postgres.Options{Logger: quiet})
-	if got := policySeq(t, mustChain(t, again, ledger.DefaultNamespace)); got != 6 || schemaVersion(t, u) != 3 {
+	if got := policySeq(t, mustChain(t, again, ledger.DefaultNamespace)); got != 6 || schemaVersion(t, u) != postgres.SchemaVersion {
 		t.Fatalf("after reopening: PolicySeq %d, version %d", got, schemaVersion(t, u))
 	}
 	// One CHECK per column, the new one.
@@ -232,6 +232,18 @@ func TestOpen_migratesV2(t *testing.T) {
 	}
 	if len(defs) != 2 || !strings.Contains(defs[0], "'deny'") || !strings.Contains(defs[1], "'approver'") {
 		t.Fatalf("constraints %q", defs)
+	}
+	// Schema 4 (contract v1.4): the four new kinds at once, and the
+	// repeat guard's index counts a reconcile as an outcome.
+	for _, k := range []string{"'key'", "'erase'", "'reconcile'", "'prune'"} {
+		if !strings.Contains(defs[0], k) {
+			t.Fatalf("receipts_kind_check %q lacks %s", defs[0], k)
+		}
+	}
+	var idx string
+	if err := conn.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'receipts_outcomes_by_input'`).Scan(&idx); err != nil ||
+		!strings.Contains(idx, "'reconcile'") {
+		t.Fatalf("receipts_outcomes_by_input = %q, %v", idx, err)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is the schema version this build creates and serves.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // schemaLockKey is the pg_advisory_xact_lock key held while the schema is
 // checked and created, so that replicas starting together create it once.
@@ -302,8 +302,22 @@ CREATE INDEX IF NOT EXISTS receipts_outcomes_by_input ON receipts (namespace, to
 	WHERE kind IN ('commit', 'resolve');
 `
 
+// sqlV14Kinds widens the receipt kinds for contract v1.4 at once — key
+// (SPEC §9.2), erase (§14), reconcile (§15), prune (§16) — and counts a
+// reconcile, which finalizes a key as a resolve does, in
+// receipts_outcomes_by_input (the repeat guard reads it to know a key's
+// last outcome).
+const sqlV14Kinds = `
+ALTER TABLE receipts DROP CONSTRAINT IF EXISTS receipts_kind_check,
+	ADD CONSTRAINT receipts_kind_check CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve',
+		'policy', 'ask', 'approval', 'deny', 'key', 'erase', 'reconcile', 'prune'));
+DROP INDEX IF EXISTS receipts_outcomes_by_input;
+CREATE INDEX receipts_outcomes_by_input ON receipts (namespace, tool, input_hash, recorded_at)
+	WHERE kind IN ('commit', 'resolve', 'reconcile');
+`
+
 // migrations[v] takes a writable database from schema v to v+1.
-var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals}
+var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlV14Kinds}
 
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
@@ -369,7 +383,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, keyTTL uint64) 
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {

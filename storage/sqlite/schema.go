@@ -9,4 +9,4 @@ import _ "embed"
 var schemaSQL string
 
 // SchemaVersion is the user_version that schema.sql stamps.
-const SchemaVersion = 7
+const SchemaVersion = 8

@@ -1,4 +1,4 @@
--- effect-ledger schema, version 7 (PRAGMA user_version = 7).
+-- effect-ledger schema, version 8 (PRAGMA user_version = 8).
 --
 -- One layout for every namespace of a ledger. Each namespace has an id:
 -- default is 0, every other one the id the registry (namespaces) gave it
@@ -68,7 +68,8 @@ CREATE TABLE namespace_events (
 CREATE TABLE ns_receipts (
 	ns               INTEGER NOT NULL,
 	seq              INTEGER NOT NULL CHECK (seq >= 1),
-	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny')),
+	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny',
+	                                          'key', 'erase', 'reconcile', 'prune')),
 	idempotency_key  TEXT    NOT NULL,
 	key_generated    INTEGER NOT NULL CHECK (key_generated IN (0, 1)),
 	execution_id     TEXT    NOT NULL,
@@ -232,4 +233,4 @@ CREATE TABLE ready_probe (
 	pad BLOB    NOT NULL
 );
 
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;
