@@ -188,6 +188,14 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return heldGoneAnswer(key), nil
 	}
 	rsv, unwaited, err := g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
+	if reply, again := g.reconcileUnknown(ctx, s, c, key, err); reply != nil {
+		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+		return reply, nil
+	} else if again {
+		// The lookup's finding is on the chain: the ledger decides the
+		// call again, a replay of the reconciled outcome or a reserve.
+		rsv, unwaited, err = g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
+	}
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
 		return g.approvals.Required(ctx, ac, core, rsv, unwaited)
 	}

@@ -2,7 +2,19 @@ package mcpgate
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
+	"github.com/effect-ledger/effect-ledger/mcpgate/policy"
+	"github.com/effect-ledger/effect-ledger/mcpgate/template"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 
 	"github.com/effect-ledger/effect-ledger/mcpgate/downstream"
 	"github.com/effect-ledger/effect-ledger/mcpgate/reconcile"
@@ -40,4 +52,137 @@ func CheckLookups(ctx context.Context, up *Upstream, p Policy, serverName string
 		}
 	}
 	return nil
+}
+
+// reconcileUnknown acts on a reserve's refusal err when it is
+// unsafe_resume for a tool whose rule names a lookup: it asks the lookup
+// once and records what it found. again: the reserve is to be made again
+// (the ledger recorded a reconcile, or the key is no longer interrupted);
+// reply: the model's answer instead (a not_applied the ledger finds too
+// early). Neither: the refusal stands, nothing was recorded.
+func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c *call, key string, err error) (reply mcp.Result, again bool) {
+	var refusal *ledgerport.Refusal
+	if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeUnsafeResume {
+		return nil, false
+	}
+	l, ok := g.cfg.Policy.Lookup(c.name, c.ledgerTool)
+	if !ok {
+		return nil, false
+	}
+	for asked := 0; ; asked++ {
+		r, ok := g.askLookup(ctx, s, c, key, l)
+		if !ok {
+			return nil, false
+		}
+		err := g.port.Reconcile(ctx, key, r)
+		if errors.As(err, &refusal) && refusal.Code == ledger.ECodeNotInterrupted {
+			return nil, true // decided meanwhile (a person, another gateway): the reserve says how
+		}
+		wait, early := tooEarly(err)
+		switch {
+		case err == nil:
+			g.logger.InfoContext(ctx, "interrupted call reconciled by its lookup", "tool", c.ledgerTool, "key", key,
+				"outcome", r.Outcome, "lookup", r.Lookup)
+			return nil, true
+		case early && asked == 0 && wait <= g.cfg.Wait:
+			// The original call may still land until the settle time:
+			// ask again once it has passed, so that what is recorded was
+			// seen after it.
+			if !sleep(ctx, wait) {
+				return nil, false
+			}
+			continue
+		case early:
+			return tooEarlyAnswer(key, wait), false
+		}
+		g.logger.WarnContext(ctx, "lookup found, but the ledger did not record it: the key waits for a person",
+			"tool", c.ledgerTool, "key", key, "err", err)
+		return nil, false
+	}
+}
+
+// askLookup calls the lookup l about a call's key once, within
+// UpstreamTimeout, and reads its answer as evidence; ok false: no
+// evidence (the tool no longer read-only, an argument missing, an error,
+// no answer, or an answer that says neither), logged.
+func (g *Gateway) askLookup(ctx context.Context, s *mcp.ClientSession, c *call, key string, l *policy.Lookup) (client.Reconciled, bool) {
+	log := func(msg string, err error) {
+		lookupsTotal.WithLabelValues(c.toolLabel, LookupNone).Inc()
+		g.logger.WarnContext(ctx, msg+": the key waits for a person", "tool", c.ledgerTool, "key", key, "lookup", l.Tool, "err", err)
+	}
+	t, err := g.tools.Lookup(ctx, s, l.Tool)
+	if err == nil {
+		err = reconcile.CheckTool(l.Tool, t)
+	}
+	if err != nil {
+		log("lookup not asked", err)
+		return client.Reconciled{}, false
+	}
+	var args map[string]json.RawMessage
+	_ = json.Unmarshal(c.args, &args)
+	input, err := template.Render(l.Arguments, template.Vars{Key: key, Arguments: args})
+	if err != nil {
+		log("lookup not asked", err)
+		return client.Reconciled{}, false
+	}
+	lctx, cancel := context.WithTimeout(ctx, g.cfg.UpstreamTimeout)
+	defer cancel()
+	lctx, slot := wire.WithSlot(lctx)
+	res, err := s.CallTool(lctx, &mcp.CallToolParams{Name: l.Tool, Arguments: input, Meta: mcp.Meta{MetaKey: key}})
+	raw := slot.Get()
+	if err == nil && raw == nil {
+		raw, err = json.Marshal(res)
+	}
+	if err != nil {
+		log("lookup failed", err)
+		return client.Reconciled{}, false
+	}
+	f, err := reconcile.Judge(raw, l.ByKey())
+	if err != nil {
+		log("lookup answered no evidence", err)
+		return client.Reconciled{}, false
+	}
+	r := client.Reconciled{Outcome: client.OutcomeNotApplied, Lookup: LedgerToolName(g.cfg.ServerName, l.Tool), Answer: f.Answer,
+		Failure: &client.Failure{Code: reconcile.CodeNotFound, Message: fmt.Sprintf("the lookup %q found no effect under the key", l.Tool)}}
+	if f.Applied {
+		lookupsTotal.WithLabelValues(c.toolLabel, LookupApplied).Inc()
+		r.Outcome, r.ExternalRef, r.Failure = client.OutcomeSucceeded, f.ExternalRef, nil
+		r.Result = ledgerport.ResultNote(fmt.Sprintf("Reconciled, not run again: an earlier identical call was interrupted, "+
+			"and the tool server's read-only lookup %q found that it applied, external reference %q.", l.Tool, f.ExternalRef))
+	} else {
+		lookupsTotal.WithLabelValues(c.toolLabel, LookupNotApplied).Inc()
+	}
+	return r, true
+}
+
+// tooEarly reports whether err is the ledger's reconcile_too_early, and
+// how long until the settle time it names has passed.
+func tooEarly(err error) (time.Duration, bool) {
+	var refusal *ledgerport.Refusal
+	if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeReconcileTooEarly {
+		return 0, false
+	}
+	return time.Until(refusal.NotBefore()), true
+}
+
+// tooEarlyAnswer tells the model that the lookup found nothing yet, but
+// the interrupted call may still land for a while.
+func tooEarlyAnswer(key string, wait time.Duration) *mcp.CallToolResult {
+	at := time.Now().Add(wait).UTC().Truncate(time.Second).Add(time.Second)
+	return answer(ledger.ECodeReconcileTooEarly, key, fmt.Sprintf("An earlier identical call was interrupted and its "+
+		"outcome is unknown. The tool server's lookup finds no sign of it yet, but the interrupted call may still take "+
+		"effect until %s, so this call was NOT run. Call it again after that time: it runs then if the lookup still "+
+		"finds nothing (idempotency key %s).", at.Format(time.RFC3339), key))
+}
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
