@@ -321,9 +321,10 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 			awaiting++
 		}
 	}
-	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s, %s\n",
+	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s, %s, %s, %d reconcile contradicted\n",
 		plural(len(a.RuntimeRetries), "runtime retry", "runtime retries"), plural(len(a.ReInvocations), "re-invocation", "re-invocations"),
 		plural(len(a.DuplicateEffects), "duplicate effect", "duplicate effects"), plural(len(a.RepeatedFailures), "repeated failure", "repeated failures"),
 		len(a.Interrupted), awaiting, len(a.Failed), plural(len(a.Resolutions), "resolution", "resolutions"),
-		plural(len(a.NotAppliedReruns), "not-applied rerun", "not-applied reruns"))
+		plural(len(a.NotAppliedReruns), "not-applied rerun", "not-applied reruns"),
+		plural(len(a.Reconciliations), "reconciliation", "reconciliations"), len(a.ReconcileContradicted))
 }
