@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +59,22 @@ func interrupt(t *testing.T, g *gateway, sh payShop, order, crash string) string
 	return key
 }
 
+// keyReceipt is the first receipt of kind of key in the ledger db.
+func keyReceipt(t *testing.T, db, key, kind string) map[string]any {
+	t.Helper()
+	out, errOut, code := ledgerctl(t, "receipts", "--db", db, "--json")
+	require.Equal(t, 0, code, errOut)
+	var all struct{ Receipts []map[string]any }
+	require.NoError(t, json.Unmarshal([]byte(out), &all))
+	for _, r := range all.Receipts {
+		if r["idempotency_key"] == key && r["kind"] == kind {
+			return r
+		}
+	}
+	t.Fatalf("no %s receipt of %s in\n%s", kind, key, out)
+	return nil
+}
+
 // TestLedgerMCP_reconcile (SPEC §15, issue 48): a pay interrupted with no
 // outcome is decided by its lookup, find_payment by the idempotency key
 // ledger-mcp passed to the upstream in _meta: found → the recorded
@@ -92,10 +109,10 @@ func reconcileByLookup(t *testing.T, db string) {
 		assert.Contains(t, text(t, res), "pay_F1_1")
 		assert.Equal(t, 1, sh.runs("pay", "F1"), "not run again")
 		assert.Equal(t, 1, sh.runs("find_payment", key), "the lookup is asked once")
-		out, _, code := ledgerctl(t, "show", key, "--db", db, "--json")
-		require.Equal(t, 0, code)
-		assert.Contains(t, out, `"succeeded"`)
-		assert.Contains(t, out, `"reconcile"`)
+		rc := keyReceipt(t, db, key, "reconcile")
+		assert.Equal(t, "succeeded", rc["outcome"])
+		assert.Equal(t, "pay_F1_1", rc["external_ref"])
+		assert.JSONEq(t, `{"lookup": "test-shop.find_payment", "answer": {"applied": true, "external_ref": "pay_F1_1"}}`, rc["note"].(string))
 		again := g.call(t, "pay", map[string]any{"order": "F1"}, nil)
 		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"], text(t, again))
 		assert.Equal(t, 1, sh.runs("find_payment", key), "a final key needs no lookup")
@@ -111,6 +128,10 @@ func reconcileByLookup(t *testing.T, db string) {
 		assert.Equal(t, 2, sh.runs("pay", "N1"))
 		assert.Less(t, time.Since(start), 5*time.Second)
 		assert.GreaterOrEqual(t, sh.runs("find_payment", key), 1)
+		rc, rsv := keyReceipt(t, db, key, "reconcile"), keyReceipt(t, db, key, "reserve")
+		assert.Equal(t, "not_applied", rc["outcome"])
+		assert.Equal(t, "LOOKUP_NOT_FOUND", rc["error_code"])
+		assert.GreaterOrEqual(t, rc["recorded_at"].(float64), rsv["lease_expires_at"].(float64)+300, "recorded settle_ms after the lease")
 		again := g.call(t, "pay", map[string]any{"order": "N1"}, nil)
 		assert.Equal(t, true, again.Meta["io.effect-ledger/replayed"], text(t, again))
 		assert.Equal(t, 2, sh.runs("pay", "N1"))
@@ -250,4 +271,44 @@ func TestLedgerMCP_lookupReadOnly(t *testing.T) {
 	cmd, logs = start("get-structured-content")
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	(&gateway{logs: logs}).logAddr(t, "ledger-mcp ready")
+}
+
+// TestLedgerMCP_reconcileRemote: with --ledger the reconcile goes through
+// the Go client as the gateway's token, the actor of its reserve; the
+// ledgerd's policy decides whether it may: without a rule that allows it
+// the lookup's finding is refused (reconcile_not_allowed) and the key
+// waits for a person, with one the next try reconciles it.
+func TestLedgerMCP_reconcileRemote(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := StartLedgerd(t, db)
+	require.NoError(t, l.Stop())
+	adminTok := createToken(t, db, "ops", "admin")
+	gw := createToken(t, db, "gateway", "writer")
+	l = StartLedgerd(t, db)
+
+	sh := newPayShop(t)
+	file := filepath.Join(t.TempDir(), "policy.json")
+	require.NoError(t, os.WriteFile(file, []byte(`[{"tool": "pay", "lookup": {"tool": "find_payment", "arguments": {"key": "{{key}}"}}}]`), 0o600))
+	g := startGatewayEnv(t, []string{"LEDGER_TOKEN=" + gw},
+		append([]string{"--ledger", l.URL, "--lease", "300ms", "--wait", "5s", "--policy", file}, sh.command()...)...)
+	key := interrupt(t, g, sh, "R1", "after")
+	res := g.call(t, "pay", map[string]any{"order": "R1"}, nil)
+	assert.Equal(t, "unsafe_resume", status(res), "no rule allows the reconcile: %s", text(t, res))
+	assert.Equal(t, 1, sh.runs("find_payment", key))
+
+	r := l.Do("PUT", "/v1/namespaces/default/policy", `{"rules": [{"tool": "test-shop.pay", "reconcile": {"allow": true}}]}`,
+		"Authorization", "Bearer "+adminTok)
+	require.Equal(t, 200, r.Status, r.Raw)
+	res = g.call(t, "pay", map[string]any{"order": "R1"}, nil)
+	require.False(t, res.IsError, text(t, res))
+	assert.Equal(t, true, res.Meta["io.effect-ledger/replayed"], text(t, res))
+	assert.Equal(t, 1, sh.runs("pay", "R1"))
+	out, _, code := ledgerctlEnv(t, []string{"LEDGER_TOKEN=" + adminTok}, "audit", "--server", l.URL, "--json")
+	require.Equal(t, 0, code, out)
+	assert.Contains(t, out, `"reconciliations"`)
+	assert.Contains(t, out, `"gateway"`, "the gateway's token reconciled")
+	g.stop(t)
+	require.NoError(t, l.Stop())
+	verified(t, db)
 }
