@@ -249,11 +249,13 @@ func TestLedgerMCP_lookupReadOnly(t *testing.T) {
 	t.Parallel()
 	node, dir := nodeInstall(t)
 	everything := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a gateway that does not refuse is killed
+	t.Cleanup(cancel)
 	start := func(lookup string) (*exec.Cmd, *testkit.Buffer) {
 		file := filepath.Join(t.TempDir(), "policy.json")
 		require.NoError(t, os.WriteFile(file, []byte(`[{"tool": "toggle-subscriber-updates", "lookup": {"tool": "`+lookup+
 			`", "arguments": {"ref": "{{key}}"}}}]`), 0o600))
-		cmd := exec.Command(filepath.Join(binDir, "ledger-mcp"), "--log-format", "json", "--listen", "127.0.0.1:0",
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ledger-mcp"), "--log-format", "json", "--listen", "127.0.0.1:0",
 			"--db", filepath.Join(t.TempDir(), "mcp.db"), "--policy", file, "--", node, everything, "stdio")
 		logs := &testkit.Buffer{}
 		cmd.Stderr = logs
