@@ -124,7 +124,7 @@ type Result struct {
 // Retry-After. Errors:
 //   - *Error for the ledger's refusals, matching ErrFingerprintMismatch,
 //     ErrUnsafeResume (interrupted, not idempotent: a person must resolve
-//     it), ErrRetryNotAllowed, ErrInProgress (still held when the wait
+//     it, unless Effect.Reconcile finds the answer), ErrRetryNotAllowed, ErrInProgress (still held when the wait
 //     ran out), ErrAttemptConflict, ErrUnauthorized, … with errors.Is;
 //   - *ApprovalRequiredError when the namespace's policy sends the call
 //     to approval: fn did not run (WithApprovalWait waits for the answer);

@@ -52,9 +52,8 @@ type Reconciliation struct {
 // ErrNotInterrupted, ErrReconcileTooEarly (a not_applied before the
 // settle time; RetryAfter says when), ErrUnknownKey, ErrInvalidRequest.
 func (c *Client) Reconcile(ctx context.Context, key string, req Reconciled) (*Reconciliation, error) {
-	answer := req.Answer
-	if len(answer) == 0 {
-		answer = json.RawMessage("null")
+	if len(req.Answer) == 0 || req.Lookup == "" {
+		return nil, fmt.Errorf("reconcile %s: the evidence, Lookup and Answer, is required", key)
 	}
 	body := struct {
 		Outcome     string          `json:"outcome"`
@@ -66,7 +65,7 @@ func (c *Client) Reconcile(ctx context.Context, key string, req Reconciled) (*Re
 			Answer json.RawMessage `json:"answer"`
 		} `json:"evidence"`
 	}{Outcome: req.Outcome, ExternalRef: req.ExternalRef, Result: req.Result}
-	body.Evidence.Lookup, body.Evidence.Answer = req.Lookup, answer
+	body.Evidence.Lookup, body.Evidence.Answer = req.Lookup, req.Answer
 	if f := req.Failure; f != nil {
 		body.Error = &failureBody{Code: f.Code, Message: f.Message}
 	}

@@ -88,6 +88,13 @@ type ReconcileRule struct {
 	SettleMS *uint64 `json:"settle_ms,omitempty"`
 }
 
+// UnmarshalJSON decodes the member strictly, naming a bad member by its
+// path under reconcile.
+func (r *ReconcileRule) UnmarshalJSON(raw []byte) error {
+	type plain ReconcileRule
+	return decodeStrict(raw, (*plain)(r), "reconcile.")
+}
+
 // Gate is what a policy decides for one (tool, effect): each member from
 // the first matching rule that sets it.
 type Gate struct {
@@ -150,11 +157,15 @@ func decodeStrict(raw []byte, v any, at string) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	var ute *json.UnmarshalTypeError
+	var nested *Error
 	switch {
 	case err == nil && dec.More():
 		return Invalid("policy", "trailing data after the policy")
 	case err == nil:
 		return nil
+	case errors.As(err, &nested): // a member's own decoder (ReconcileRule)
+		field, _ := nested.Details["field"].(string)
+		return Invalid(at+field, "%s (in %s)", nested.Message, strings.TrimSuffix(at, "."))
 	case errors.As(err, &ute) && ute.Field != "":
 		return Invalid(at+ute.Field, "%s%s must be a JSON %s", at, ute.Field, jsonKind(ute.Type.Kind().String()))
 	}

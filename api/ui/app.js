@@ -638,7 +638,7 @@
   }
 
   function kindClass(r) {
-    if (r.kind === 'commit' || r.kind === 'resolve') return r.outcome;
+    if (r.kind === 'commit' || r.kind === 'resolve' || r.kind === 'reconcile') return r.outcome;
     if (r.kind === 'replay') return 'ok';
     return 'info';
   }
@@ -660,7 +660,7 @@
       ['result', resultCell(r)],
       ['error code', r.error_code],
       ['error message', r.error_message],
-      ['retryable', r.kind === 'commit' || r.kind === 'resolve' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
+      ['retryable', r.kind === 'commit' || r.kind === 'resolve' || r.kind === 'reconcile' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
       ['lease expires', r.lease_expires_at ? timeEl(r.lease_expires_at) : ''],
       ['ref seq', r.ref_seq ? String(r.ref_seq) : ''],
       ['actor', r.actor],

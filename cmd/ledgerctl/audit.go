@@ -60,7 +60,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	rep, err := st.verifier(verify.Opts{Filter: filter}).Check(ctx)
+	rep, err := checkWith(ctx, st, verify.Opts{Filter: filter})
 	if err != nil {
 		return err
 	}

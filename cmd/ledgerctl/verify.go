@@ -121,7 +121,7 @@ func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *source
 		}
 	}
 	start := time.Now()
-	rep, err := st.verifier(opts).Check(ctx)
+	rep, err := checkWith(ctx, st, opts)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func checkNamespace(ctx context.Context, open func(ns string) (store, error), ns
 	if err != nil {
 		return nsResult{err: err}
 	}
-	rep, err := st.verifier(opts).Check(ctx)
+	rep, err := checkWith(ctx, st, opts)
 	return nsResult{rep: rep, err: err, elapsed: time.Since(start)}
 }
 

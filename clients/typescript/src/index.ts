@@ -32,6 +32,7 @@ export type {
   Reservation,
   ReserveRequest,
 } from "./client.js";
+export type { Reconciled, Reconciliation, ReconcileFunction } from "./reconcile.js";
 export { canonicalJSON, deriveKey, fingerprint, DERIVED_KEY_PREFIX } from "./canonical.js";
 export * from "./errors.js";
 export { parseRetryAfter } from "./transport.js";
