@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/internal/glob"
@@ -73,9 +74,13 @@ type Rule struct {
 }
 
 // gates reports whether r sets a member of the ledger's gate.
-func (r *Rule) gates() bool {
+func (r *Rule) gates() bool { return r.holds() || r.Reconcile != nil }
+
+// holds reports whether r sets a member of the gate that holds or
+// refuses a reserve (SPEC §13): any but reconcile.
+func (r *Rule) holds() bool {
 	return r.Approval != "" || r.Approvers != nil || r.ExpiresInMS != nil || r.Deny != nil ||
-		r.RepeatFailure != "" || r.RepeatWindowMS != nil || r.Reconcile != nil
+		r.RepeatFailure != "" || r.RepeatWindowMS != nil
 }
 
 // toLedger reports whether r becomes rules of the ledger's policy: it
@@ -98,11 +103,17 @@ type Policy struct {
 // (SPEC §13, §15): a rule's approval, approvers, expires_in_ms, deny,
 // repeat_failure, repeat_window_ms or reconcile, or self_approval.
 func (p Policy) HasGate() bool {
+	return p.holds() || slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Reconcile != nil })
+}
+
+// holds reports whether the policy sets a member of the gate that holds
+// or refuses a reserve, or self_approval.
+func (p Policy) holds() bool {
 	if p.SelfApproval != "" {
 		return true
 	}
 	for i := range p.Rules {
-		if p.Rules[i].gates() {
+		if p.Rules[i].holds() {
 			return true
 		}
 	}
@@ -245,10 +256,12 @@ func (p Policy) LedgerPolicy(serverName string) (json.RawMessage, error) {
 }
 
 // LedgerPolicyOver is LedgerPolicy for a namespace whose policy in force
-// is inForce: a policy that sets members of the gate replaces it; one
-// that only names lookups keeps it, with the lookups' reconcile rules
-// first (those of an earlier start, rules of the same glob that set only
-// reconcile, replaced), so that a policy set by a person stays in force.
+// is inForce: a policy that sets members of the gate that hold or refuse
+// a reserve (SPEC §13), or self_approval, replaces it; one that only
+// names lookups (and their reconcile) keeps it, with the lookups'
+// reconcile rules first (those of an earlier start, rules of the same
+// glob that set only reconcile, replaced), so that a policy set by a
+// person stays in force.
 func (p Policy) LedgerPolicyOver(serverName string, inForce *ledger.Policy) (json.RawMessage, error) {
 	out := ledger.Policy{SelfApproval: p.SelfApproval}
 	prefix := globEscape(ToolNamePart(serverName)) + "."
@@ -270,7 +283,7 @@ func (p Policy) LedgerPolicyOver(serverName string, inForce *ledger.Policy) (jso
 	if len(out.Rules) == 0 && !p.HasGate() {
 		return nil, nil
 	}
-	if !p.HasGate() && inForce != nil {
+	if !p.holds() && inForce != nil {
 		out.SelfApproval = inForce.SelfApproval
 		for _, r := range inForce.Rules {
 			if !(ours[r.Tool] && onlyReconciles(r)) {
