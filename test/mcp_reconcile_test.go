@@ -156,15 +156,17 @@ func reconcileByLookup(t *testing.T, db string) {
 	verified(t, db)
 }
 
-// TestLedgerMCP_reconcileNotByKey: a lookup by other arguments than the
-// key that finds nothing is no evidence that nothing applied: the key
-// waits for a person. One that finds the payment reconciles it.
-func TestLedgerMCP_reconcileNotByKey(t *testing.T) {
+// TestLedgerMCP_reconcileNoEvidence: a lookup by other arguments than
+// the key that finds nothing is no evidence that nothing applied, nor is
+// a lookup that does not answer within --upstream-timeout: the key waits
+// for a person. A lookup by order that finds the payment reconciles it.
+func TestLedgerMCP_reconcileNoEvidence(t *testing.T) {
 	t.Parallel()
 	sh := newPayShop(t)
 	db := filepath.Join(t.TempDir(), "mcp.db")
 	policy := payPolicy(t, `{"order": "{{arguments.order}}"}`, 0)
-	g := startGateway(t, append([]string{"--db", db, "--lease", "300ms", "--wait", "5s", "--policy", policy}, sh.command()...)...)
+	g := startGateway(t, append([]string{"--db", db, "--lease", "300ms", "--wait", "5s", "--upstream-timeout", "1s",
+		"--policy", policy}, sh.command()...)...)
 	interrupt(t, g, sh, "O1", "before")
 	res := g.call(t, "pay", map[string]any{"order": "O1"}, nil)
 	assert.Equal(t, "unsafe_resume", status(res), text(t, res))
@@ -172,9 +174,14 @@ func TestLedgerMCP_reconcileNotByKey(t *testing.T) {
 	assert.Equal(t, 1, sh.runs("pay", "O1"))
 
 	interrupt(t, g, sh, "O2", "after")
+	sh.touch("lookup-hold", "")
+	res = g.call(t, "pay", map[string]any{"order": "O2"}, nil)
+	assert.Equal(t, "unsafe_resume", status(res), "the lookup timed out: %s", text(t, res))
+	sh.unlink("lookup-hold")
 	res = g.call(t, "pay", map[string]any{"order": "O2"}, nil)
 	assert.Equal(t, true, res.Meta["io.effect-ledger/replayed"], text(t, res))
 	assert.Equal(t, 1, sh.runs("pay", "O2"))
+	assert.Equal(t, 2, sh.runs("find_payment", "O2"), "asked again on the next try")
 	g.stop(t)
 	verified(t, db)
 }
