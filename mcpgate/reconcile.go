@@ -11,13 +11,12 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/downstream"
 	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 	"github.com/effect-ledger/effect-ledger/mcpgate/policy"
+	"github.com/effect-ledger/effect-ledger/mcpgate/reconcile"
 	"github.com/effect-ledger/effect-ledger/mcpgate/template"
 	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
-
-	"github.com/effect-ledger/effect-ledger/mcpgate/downstream"
-	"github.com/effect-ledger/effect-ledger/mcpgate/reconcile"
 )
 
 // The reconcile extension (SPEC §15, package reconcile) joins the path
@@ -54,15 +53,15 @@ func CheckLookups(ctx context.Context, up *Upstream, p Policy, serverName string
 	return nil
 }
 
-// reconcileUnknown acts on a reserve's refusal err when it is
+// reconcileUnknown acts on a reserve's refusal refused when it is
 // unsafe_resume for a tool whose rule names a lookup: it asks the lookup
 // once and records what it found. again: the reserve is to be made again
 // (the ledger recorded a reconcile, or the key is no longer interrupted);
 // reply: the model's answer instead (a not_applied the ledger finds too
 // early). Neither: the refusal stands, nothing was recorded.
-func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c *call, key string, err error) (reply mcp.Result, again bool) {
+func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c *call, key string, refused error) (reply mcp.Result, again bool) {
 	var refusal *ledgerport.Refusal
-	if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeUnsafeResume {
+	if !errors.As(refused, &refusal) || refusal.Code != ledger.ECodeUnsafeResume {
 		return nil, false
 	}
 	l, ok := g.cfg.Policy.Lookup(c.name, c.ledgerTool)
@@ -78,13 +77,14 @@ func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c 
 		if errors.As(err, &refusal) && refusal.Code == ledger.ECodeNotInterrupted {
 			return nil, true // decided meanwhile (a person, another gateway): the reserve says how
 		}
-		wait, early := tooEarly(err)
+		notBefore, early := tooEarly(err)
+		wait := time.Until(notBefore)
 		switch {
 		case err == nil:
 			g.logger.InfoContext(ctx, "interrupted call reconciled by its lookup", "tool", c.ledgerTool, "key", key,
 				"outcome", r.Outcome, "lookup", r.Lookup)
 			return nil, true
-		case early && asked == 0 && wait <= g.cfg.Wait:
+		case early && asked == 0 && !notBefore.IsZero() && wait <= g.cfg.Wait:
 			// The original call may still land until the settle time:
 			// ask again once it has passed, so that what is recorded was
 			// seen after it.
@@ -93,7 +93,7 @@ func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c 
 			}
 			continue
 		case early:
-			return tooEarlyAnswer(key, wait), false
+			return tooEarlyAnswer(key, notBefore), false
 		}
 		g.logger.WarnContext(ctx, "lookup found, but the ledger did not record it: the key waits for a person",
 			"tool", c.ledgerTool, "key", key, "err", err)
@@ -106,7 +106,7 @@ func (g *Gateway) reconcileUnknown(ctx context.Context, s *mcp.ClientSession, c 
 // evidence (the tool no longer read-only, an argument missing, an error,
 // no answer, or an answer that says neither), logged.
 func (g *Gateway) askLookup(ctx context.Context, s *mcp.ClientSession, c *call, key string, l *policy.Lookup) (client.Reconciled, bool) {
-	log := func(msg string, err error) {
+	noEvidence := func(msg string, err error) {
 		lookupsTotal.WithLabelValues(c.toolLabel, LookupNone).Inc()
 		g.logger.WarnContext(ctx, msg+": the key waits for a person", "tool", c.ledgerTool, "key", key, "lookup", l.Tool, "err", err)
 	}
@@ -115,14 +115,14 @@ func (g *Gateway) askLookup(ctx context.Context, s *mcp.ClientSession, c *call, 
 		err = reconcile.CheckTool(l.Tool, t)
 	}
 	if err != nil {
-		log("lookup not asked", err)
+		noEvidence("lookup not asked", err)
 		return client.Reconciled{}, false
 	}
 	var args map[string]json.RawMessage
 	_ = json.Unmarshal(c.args, &args)
 	input, err := template.Render(l.Arguments, template.Vars{Key: key, Arguments: args})
 	if err != nil {
-		log("lookup not asked", err)
+		noEvidence("lookup not asked", err)
 		return client.Reconciled{}, false
 	}
 	lctx, cancel := context.WithTimeout(ctx, g.cfg.UpstreamTimeout)
@@ -134,12 +134,12 @@ func (g *Gateway) askLookup(ctx context.Context, s *mcp.ClientSession, c *call, 
 		raw, err = json.Marshal(res)
 	}
 	if err != nil {
-		log("lookup failed", err)
+		noEvidence("lookup failed", err)
 		return client.Reconciled{}, false
 	}
 	f, err := reconcile.Judge(raw, l.ByKey())
 	if err != nil {
-		log("lookup answered no evidence", err)
+		noEvidence("lookup answered no evidence", err)
 		return client.Reconciled{}, false
 	}
 	r := client.Reconciled{Outcome: client.OutcomeNotApplied, Lookup: LedgerToolName(g.cfg.ServerName, l.Tool), Answer: f.Answer,
@@ -156,23 +156,26 @@ func (g *Gateway) askLookup(ctx context.Context, s *mcp.ClientSession, c *call, 
 }
 
 // tooEarly reports whether err is the ledger's reconcile_too_early, and
-// how long until the settle time it names has passed.
-func tooEarly(err error) (time.Duration, bool) {
+// when the settle time it names has passed (zero: not named).
+func tooEarly(err error) (time.Time, bool) {
 	var refusal *ledgerport.Refusal
 	if !errors.As(err, &refusal) || refusal.Code != ledger.ECodeReconcileTooEarly {
-		return 0, false
+		return time.Time{}, false
 	}
-	return time.Until(refusal.NotBefore()), true
+	return refusal.NotBefore(), true
 }
 
 // tooEarlyAnswer tells the model that the lookup found nothing yet, but
-// the interrupted call may still land for a while.
-func tooEarlyAnswer(key string, wait time.Duration) *mcp.CallToolResult {
-	at := time.Now().Add(wait).UTC().Truncate(time.Second).Add(time.Second)
+// the interrupted call may still land until notBefore.
+func tooEarlyAnswer(key string, notBefore time.Time) *mcp.CallToolResult {
+	until := "for a while"
+	if !notBefore.IsZero() {
+		until = "until " + notBefore.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
+	}
 	return answer(ledger.ECodeReconcileTooEarly, key, fmt.Sprintf("An earlier identical call was interrupted and its "+
 		"outcome is unknown. The tool server's lookup finds no sign of it yet, but the interrupted call may still take "+
-		"effect until %s, so this call was NOT run. Call it again after that time: it runs then if the lookup still "+
-		"finds nothing (idempotency key %s).", at.Format(time.RFC3339), key))
+		"effect %s, so this call was NOT run. Call it again after that time: it runs then if the lookup still "+
+		"finds nothing (idempotency key %s).", until, key))
 }
 
 // sleep waits d, or until ctx ends (false).
