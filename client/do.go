@@ -351,7 +351,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 	if ferr != nil {
 		cm := Commit{Outcome: "failed", Failure: failureOf(f, ferr)}
 		if cm.Failure.NotApplied {
-			cm.Outcome = "not_applied"
+			cm.Outcome = OutcomeNotApplied
 		}
 		cr, err := c.commitRetry(cctx, rsv.Key, rsv.Token, &cm, 1<<30)
 		if err != nil {
@@ -360,7 +360,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 		return nil, &EffectError{Key: rsv.Key, Failure: *cm.Failure, Receipt: cr.Receipt, Err: ferr}
 	}
 	raw, encErr := encodeResult(o.Result)
-	cm := Commit{Outcome: "succeeded", ExternalRef: o.ExternalRef, Result: raw}
+	cm := Commit{Outcome: OutcomeSucceeded, ExternalRef: o.ExternalRef, Result: raw}
 	cr, err := c.commitRetry(cctx, rsv.Key, rsv.Token, &cm, 1<<30)
 	var le *Error
 	if err != nil && raw != nil && errors.As(err, &le) && le.Code == string(ErrInvalidRequest.(code)) && le.Details["field"] == "result" {

@@ -28,7 +28,8 @@ type Reconciled struct {
 	Answer json.RawMessage
 }
 
-// Outcomes of a reconcile.
+// Outcomes a commit or a reconcile records (a commit may also record
+// "failed").
 const (
 	OutcomeSucceeded  = "succeeded"
 	OutcomeNotApplied = "not_applied"

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
@@ -213,7 +214,7 @@ func TestLedgerd_migratesV1(t *testing.T) {
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
 	assert.Contains(t, l.Logs(), "migrated ledger database")
-	assert.Contains(t, l.Logs(), `"from":1,"to":7`)
+	assert.Contains(t, l.Logs(), fmt.Sprintf(`"from":1,"to":%d`, sqlite.SchemaVersion))
 	r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"refund-order-1234","execution_id":"exec-7","tool":"payments.refund","effect":"write","input":{"order":1234}}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "replayed", r.Body["status"])

@@ -909,6 +909,11 @@
         e.badge = badge(r.outcome, r.outcome);
         e.body = kv([...outcome(), ['note', r.note], ['interrupted reserve', '#' + r.ref_seq]]);
         break;
+      case 'reconcile':
+        e.title = 'Reconciled from the downstream\'s answer';
+        e.badge = badge(r.outcome, r.outcome);
+        e.body = kv([...outcome(), ['evidence', r.note], ['by', r.actor], ['interrupted reserve', '#' + r.ref_seq]]);
+        break;
     }
     return e;
   }

@@ -199,6 +199,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })
 	t.Run("KeyLifetime", func(t *testing.T) { RunKeyLifetime(t, f) })
 	t.Run("NotApplied", func(t *testing.T) { RunNotApplied(t, f) })
+	t.Run("Reconcile", func(t *testing.T) { RunReconcile(t, f) })
 	t.Run("VerifyBesideWriter", func(t *testing.T) { testVerifyBesideWriter(t, f) })
 	t.Run("ClockStepsBack", func(t *testing.T) { testClockStepsBack(t, f) })
 	t.Run("OpenKeys", func(t *testing.T) { testOpenKeys(t, f) })
