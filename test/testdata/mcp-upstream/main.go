@@ -24,12 +24,14 @@ import (
 var (
 	dir      string
 	revision string
+	payments bool
 )
 
 func main() {
 	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
 	flag.StringVar(&dir, "dir", "", "directory of the executions file and release files")
 	flag.StringVar(&revision, "revision", "", "negotiate only this protocol revision (default: the SDK's)")
+	flag.BoolVar(&payments, "payments", false, "also serve the payment tools of reconciliation (payments.go)")
 	flag.Parse()
 	s := newServer()
 	if *httpAddr == "" {
@@ -157,6 +159,9 @@ func newServer() *mcp.Server {
 				caps != nil && caps.Elicitation != nil)), nil, nil
 		})
 	addAskingTools(s)
+	if payments {
+		addPaymentTools(s)
+	}
 	addLaterTools(s)
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
