@@ -88,13 +88,11 @@ func (c *Client) Reconcile(ctx context.Context, key string, req Reconciled) (*Re
 // unsafe_resume error.
 func (c *Client) reconcileUnsafe(ctx context.Context, req *ReserveRequest, auto bool, lookup ReconcileFunc,
 	unsafe error) (*Reservation, *Result, error) {
-	found, err := lookup(ctx, req.Key)
-	if err != nil {
+	found, rec, err := c.reconcileWaiting(ctx, req.Key, lookup)
+	switch {
+	case errors.Is(err, errNoAnswer):
 		c.logger.WarnContext(ctx, "ledger: lookup found no definite answer; the key waits for a person", "key", req.Key, "err", err)
 		return nil, nil, unsafe
-	}
-	rec, err := c.reconcileWaiting(ctx, req.Key, found)
-	switch {
 	case errors.Is(err, ErrNotInterrupted):
 		// Someone ended the key meanwhile: decide again.
 	case err != nil:
@@ -107,36 +105,48 @@ func (c *Client) reconcileUnsafe(ctx context.Context, req *ReserveRequest, auto 
 	return rsv, nil, err
 }
 
-// reconcileWaiting records found, waiting out reconcile_too_early within
-// ctx's deadline (or WithMaxWait without one) and retrying what the
-// server did not record.
-func (c *Client) reconcileWaiting(ctx context.Context, key string, found Reconciled) (*Reconciliation, error) {
+// errNoAnswer wraps a lookup's failure: no definite answer.
+var errNoAnswer = errors.New("the lookup gave no definite answer")
+
+// reconcileWaiting asks lookup and records its answer. A reconcile_too_early
+// (the original call may still land) is waited out within ctx's deadline
+// (or WithMaxWait without one), and then the lookup is asked again: an
+// answer from before the settle time is never recorded after it. A
+// transient failure of the ledger sends the same answer again.
+func (c *Client) reconcileWaiting(ctx context.Context, key string, lookup ReconcileFunc) (Reconciled, *Reconciliation, error) {
 	until, ok := ctx.Deadline()
 	if !ok {
 		until = time.Now().Add(c.maxWait)
+	}
+	found, err := lookup(ctx, key)
+	if err != nil {
+		return found, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
 	}
 	for retries := 0; ; {
 		rec, err := c.Reconcile(ctx, key, found)
 		var le *Error
 		switch {
 		case err == nil:
-			return rec, nil
+			return found, rec, nil
 		case errors.Is(err, ErrReconcileTooEarly) && errors.As(err, &le):
 			d := max(le.RetryAfter, c.pollInterval/10, time.Millisecond)
 			if time.Until(until) < d {
-				return nil, err // the settle time ends after the caller's deadline
+				return found, nil, err // the settle time ends after the caller's deadline
 			}
-			c.logger.DebugContext(ctx, "ledger: reconcile too early, waiting", "key", key, "after", d)
+			c.logger.DebugContext(ctx, "ledger: reconcile too early, waiting to ask again", "key", key, "after", d)
 			if serr := c.sleep(ctx, d); serr != nil {
-				return nil, errors.Join(err, serr)
+				return found, nil, errors.Join(err, serr)
+			}
+			if found, err = lookup(ctx, key); err != nil {
+				return found, nil, fmt.Errorf("%w: %w", errNoAnswer, err)
 			}
 		case retryable(err) && retries < c.maxRetries:
 			if perr := c.pause(ctx, retries, err, "reconcile"); perr != nil {
-				return nil, perr
+				return found, nil, perr
 			}
 			retries++
 		default:
-			return nil, err
+			return found, nil, err
 		}
 	}
 }

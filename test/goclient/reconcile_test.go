@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +95,31 @@ func TestClient_Do_reconcile(t *testing.T) {
 		mu.Lock()
 		assert.GreaterOrEqual(t, waited, 4*time.Second, "reconcile_too_early waited out")
 		mu.Unlock()
+		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, e)))
+	})
+	t.Run("OK the original call lands during the settle time: asked again, not run", func(t *testing.T) {
+		l, clock := MustOpenLedgerClock(t)
+		c := MustClient(t, l.HTTP.URL, client.WithSleep(func(ctx context.Context, d time.Duration) error {
+			clock.Advance(d)
+			return ctx.Err()
+		}))
+		var asks atomic.Int32
+		// Nothing at first; the charge has landed by the time the settle time is over.
+		e := charge(6, func(ctx context.Context, key string) (client.Reconciled, error) {
+			if asks.Add(1) == 1 {
+				return nothing(ctx, key)
+			}
+			return found(ctx, key)
+		})
+		interrupted(t, c, l, clock.Advance, e, 5000)
+		var fx counter
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		res, err := c.Do(dctx, e, fx.fn)
+		require.NoError(t, err)
+		assert.True(t, res.Replayed && res.Reconciled, "the answer after the settle time is recorded")
+		assert.Zero(t, fx.runs.Load(), "never charged twice")
+		assert.Equal(t, int32(2), asks.Load(), "asked again after waiting")
 		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, e)))
 	})
 	t.Run("ErrUnsafeResume when the lookup has no answer", func(t *testing.T) {

@@ -110,7 +110,7 @@ def test_refusals(rec_server: Any, uid: str) -> None:
         # Too early, and the wait is shorter than the settle time.
         eff = interrupted(ledger, "payments.charge", uid)
         with pytest.raises(ReconcileTooEarlyError) as early:
-            ledger.reconcile(eff.resolved_key(), nothing(eff.resolved_key()), wait=0)
+            ledger.reconcile(eff.resolved_key(), nothing(eff.resolved_key()))
         assert early.value.retry_after is not None
         with pytest.raises(InvalidRequestError):
             ledger.reconcile(eff.resolved_key(), Reconciled(outcome="failed", error_code="X", lookup="q", answer={}))

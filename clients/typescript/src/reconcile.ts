@@ -84,6 +84,12 @@ export async function settleUnsafe(
       await sleep(d, signal).catch(() => {
         throw withCause(unsafe, err);
       });
+      // Ask again: an answer from before the settle time is never recorded after it.
+      try {
+        found = await lookup(key, { signal });
+      } catch (err2) {
+        throw withCause(unsafe, err2);
+      }
     }
   }
 }

@@ -109,9 +109,9 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
-    async def reconcile(self, key: str, found: Reconciled, *, wait: Optional[float] = None) -> dict:
+    async def reconcile(self, key: str, found: Reconciled) -> dict:
         """Record what a lookup found about the interrupted key; see ``Ledger.reconcile``."""
-        return await self._run(self._reconcile_flow(key, found, wait))
+        return await self._run(self._reconcile_flow(key, found))
 
     async def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts; see ``Ledger.get_effect``."""

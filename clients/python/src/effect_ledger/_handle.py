@@ -306,7 +306,7 @@ def reconcile_flow(
     except Exception as exc:
         raise unsafe from exc
     try:
-        data = yield from ledger._reconcile_flow(key, found, wait)
+        data = yield from ledger._reconcile_flow(key, found, wait, ask=lookup)
     except NotInterruptedError:
         data = None  # ended meanwhile: decide again
     except (LedgerError, TypeError, ValueError) as exc:

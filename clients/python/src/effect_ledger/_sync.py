@@ -157,17 +157,18 @@ class Ledger(_Core["EffectScope", httpx.Client]):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
-    def reconcile(self, key: str, found: Reconciled, *, wait: Optional[float] = None) -> dict:
+    def reconcile(self, key: str, found: Reconciled) -> dict:
         """Record what a lookup of the downstream found about the interrupted
         key (SPEC §15): the caller must be the actor of the interrupted
         reserve (or an admin), and a rule of the namespace's policy must
         allow it for the tool. A ``not_applied`` before the lease's end plus
-        the rule's ``settle_ms`` is waited out up to ``wait`` seconds
-        (default: the client's). Returns ``{"status": "reconciled", "state",
+        the rule's ``settle_ms`` is refused with ``ReconcileTooEarlyError``
+        (its ``retry_after`` says when): the original call may still land,
+        so ask the downstream again then, never send an earlier answer. Returns ``{"status": "reconciled", "state",
         "receipt", ...}``. Raises ``ReconcileNotAllowedError``,
         ``NotInterruptedError``, ``ReconcileTooEarlyError``,
         ``InvalidRequestError``, ``UnknownKeyError``."""
-        return self._run(self._reconcile_flow(key, found, wait))
+        return self._run(self._reconcile_flow(key, found))
 
     def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts (``GET /v1/effects/{key}``).
@@ -264,7 +265,8 @@ class Ledger(_Core["EffectScope", httpx.Client]):
         happened and returns a ``Reconciled`` (SPEC §15). ``succeeded`` is
         recorded and returned as a replay (``reconciled`` set; ``fn`` does
         not run); ``not_applied`` is recorded and the key reserved again,
-        ``reconcile_too_early`` waited out within ``wait``. An exception
+        ``reconcile_too_early`` waited out within ``wait``, then the downstream
+        asked again. An exception
         from it, or a reconcile the ledger refuses, raises the
         ``UnsafeResumeError`` (with the refusal as its ``__cause__``).
         """
