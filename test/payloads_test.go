@@ -1,14 +1,17 @@
 package test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -299,4 +302,62 @@ func tamperPayload(t *testing.T, db, value, key string) {
 		_, err := sdb.Exec(q, args...)
 		require.NoError(t, err, q)
 	}
+}
+
+// TestErasure_goneFromFiles (SPEC §14, "gone means gone"): a random marker
+// in every payload field of a committed namespace is found in the ledger's
+// files first, then erased; once the erasure reports purged, no byte of it
+// is left in the ledger file, its WAL and shared memory, the key index, or
+// ledgerd's log — nor after a clean stop.
+func TestErasure_goneFromFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	marker := randomMarker(t)
+	l := startLedgerdEnv(t, nil, db, "--default-payloads", "committed")
+	// Values large enough to overflow a page, and enough rows to split some.
+	big := strings.Repeat(marker, 200)
+	for i := range 40 {
+		key := fmt.Sprintf("gone-%08d", i)
+		rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e1","tool":"mail.send","effect":"external","input":{"i":`+fmt.Sprint(i)+`}}`)
+		require.Equal(t, 201, rr.Status, rr.Raw)
+		body := `{"reservation":"` + rr.Body["reservation"].(string) + `","outcome":"succeeded","external_ref":"ref-` + marker + `","result":{"to":"` + big + `"}}`
+		if i%2 == 1 {
+			body = `{"reservation":"` + rr.Body["reservation"].(string) + `","outcome":"failed","error":{"code":"BOUNCED","message":"no mailbox ` + marker + `"}}`
+		}
+		l.Commit(t, key, body)
+	}
+	found := func() []string {
+		var where []string
+		_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err == nil && bytes.Contains(b, []byte(marker)) {
+				where = append(where, path)
+			}
+			return nil
+		})
+		return where
+	}
+	require.NotEmpty(t, found(), "the test can fail: the values are in the files before the erasure")
+
+	keys := make([]string, 40)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%q", fmt.Sprintf("gone-%08d", i))
+	}
+	er := l.Do("POST", "/v1/erasures", `{"keys":[`+strings.Join(keys, ",")+`]}`)
+	require.Equal(t, 201, er.Status, er.Raw)
+	assert.Equal(t, false, er.Body["purged"])
+	seq := int(er.Body["receipt"].(map[string]any)["seq"].(float64))
+	require.Eventually(t, func() bool {
+		return l.Do("GET", fmt.Sprintf("/v1/erasures/%d", seq), "").Body["purged"] == true
+	}, 30*time.Second, 50*time.Millisecond, "the erasure is purged: %s", l.Logs())
+	assert.Empty(t, found(), "once purged, no file holds an erased value")
+	assert.NotContains(t, l.Logs(), marker)
+	require.NoError(t, l.Stop())
+	assert.Empty(t, found(), "nor after a clean stop")
+	out, stderr, code := ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, "%s%s", out, stderr)
 }

@@ -47,7 +47,10 @@ func newDriver(pragmas []string) *sqlite.Driver {
 				if err != nil {
 					return fmt.Errorf("dsn: _cache_size: %w", err)
 				}
-				all = append([]string{fmt.Sprintf("PRAGMA cache_size = %d", n)}, pragmas...)
+				all = append([]string{fmt.Sprintf("PRAGMA cache_size = %d", n)}, all...)
+			}
+			if q.Get("_secure_delete") == "on" { // which modernc does not read either
+				all = append([]string{"PRAGMA secure_delete = ON"}, all...)
 			}
 		}
 		for _, p := range all {

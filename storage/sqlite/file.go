@@ -161,6 +161,11 @@ func dsn(path, mode string, busy time.Duration, cacheMiB int) string {
 	q.Set("_synchronous", "FULL")
 	q.Set("_busy_timeout", fmt.Sprint(busy.Milliseconds()))
 	q.Set("_foreign_keys", "1")
+	if mode != "ro" {
+		// An erased value (SPEC §14) is overwritten with zeros in its
+		// page, not left in free space: every connection that writes.
+		q.Set("_secure_delete", "on")
+	}
 	if cacheMiB > 0 {
 		q.Set("_txlock", "immediate")
 		// The writer reads receipts by seq (a key's first reserve, its
@@ -250,6 +255,10 @@ func openChainWriter(ctx context.Context, path, ns string, opts Options) (*chain
 	db.ckpt = newCheckpointer(ck, db.opsDone.Load, func(err error) {
 		db.logger.Warn("background WAL checkpoint failed", "err", err)
 	})
+	var unpurged int
+	if err := db.r.QueryRowContext(ctx, `SELECT count(*) FROM ns_erasures WHERE purged_at = 0`).Scan(&unpurged); err == nil && unpurged > 0 {
+		db.kickPurge() // erasures committed before a stop or crash: purge now
+	}
 	ok = true
 	return db, nil
 }

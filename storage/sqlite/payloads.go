@@ -164,6 +164,7 @@ func (t *writeTx) PutErasure(ctx context.Context, e *ledger.Erasure) error {
 	if _, err := t.tx.ExecContext(ctx, sqlInsertErasure, t.ref.args(e.Seq, e.Salt[:], chain.RangesText(e.Ranges))...); err != nil {
 		return fmt.Errorf("store erasure %d: %w", e.Seq, classify(err))
 	}
+	t.erased = true
 	return nil
 }
 

@@ -145,6 +145,9 @@ func (c *chainWriter) settle(t *writeTx) {
 	if c.onEnded != nil && len(t.ended) > 0 {
 		c.onEnded(c.ns, t.ended) // after COMMIT: a woken reserve sees the outcome
 	}
+	if t.erased {
+		c.file().kickPurge() // the file's checkpointer
+	}
 }
 
 // counted adds a committed transaction to the writer's work and wakes the
@@ -163,6 +166,7 @@ func (c *chainWriter) counted(start time.Time, appended int) {
 // or writes is merged into the cache and the index only after COMMIT, so
 // a failed batch leaves both exactly as the database is.
 type writeTx struct {
+	erased   bool // the batch erased payloads: purge the WAL after COMMIT (SPEC §14)
 	tx       *sql.Tx
 	now      uint64      // unix ms, read once per batch, never before the chain's last recorded_at
 	head     ledger.Head // head including this batch's appends
