@@ -154,7 +154,7 @@ func textOf(t *testing.T, res *mcp.CallToolResult) string {
 // mustDeriveKey is the derived key of a call without arguments.
 func mustDeriveKey(t *testing.T, ledgerTool string) string {
 	t.Helper()
-	key, err := mcpgate.DeriveKey(ledgerTool, json.RawMessage(`{}`), "")
+	key, err := mcpgate.DeriveKey(nil, ledgerTool, json.RawMessage(`{}`), "")
 	require.NoError(t, err)
 	return key
 }

@@ -157,7 +157,7 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 		require.Error(t, err, tool)
 		_, _ = g.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "g1"}})
 		assert.Equal(t, 1, sh.runs(tool, "g1"), tool)
-		key, err := mcpgate.DeriveKey("hostile."+tool, json.RawMessage(`{"id":"g1"}`), "")
+		key, err := mcpgate.DeriveKey(nil, "hostile."+tool, json.RawMessage(`{"id":"g1"}`), "")
 		require.NoError(t, err)
 		keys = append(keys, key)
 	}
