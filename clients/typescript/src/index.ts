@@ -17,6 +17,7 @@ export type {
   ClientOptions,
   CommitResult,
   Decision,
+  DerivationKey,
   DoResult,
   Effect,
   EffectClass,
@@ -32,7 +33,7 @@ export type {
   Reservation,
   ReserveRequest,
 } from "./client.js";
-export { canonicalJSON, deriveKey, fingerprint, DERIVED_KEY_PREFIX } from "./canonical.js";
+export { canonicalJSON, deriveKey, deriveKeyWith, fingerprint, DERIVED_KEY_PREFIX, DERIVED_KEY2_PREFIX } from "./canonical.js";
 export * from "./errors.js";
 export { parseRetryAfter } from "./transport.js";
 export type { TransportOptions } from "./transport.js";
