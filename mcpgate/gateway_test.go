@@ -235,12 +235,21 @@ func TestGateway_CallTool(t *testing.T) {
 		ns, err := l.Default(context.Background())
 		require.NoError(t, err)
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
+		other := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+		cold := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(other.Namespace)})
+		require.NoError(t, other.Ledger.Close())
+		call(t, s, "charge") // the gateway has the namespace's derivation key from now on
 		require.NoError(t, l.Close())
 		res := call(t, s, "charge")
 		assert.True(t, res.IsError)
 		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
-		assert.NotEmpty(t, res.Meta[mcpgate.MetaKey])
-		assert.Equal(t, 0, runs.get("charge"))
+		assert.Equal(t, mustDeriveKey(t, "shop.charge"), res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, 1, runs.get("charge"), "not run again")
+		// Without the derivation key no key can be derived, and nothing runs.
+		res = call(t, cold, "charge")
+		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
+		assert.Nil(t, res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, 1, runs.get("charge"))
 		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")), "reads still pass")
 	})
 }
