@@ -421,8 +421,6 @@ class _Core(Generic[ScopeT, ClientT]):
         return effect.resolved_key(derivation)
 
     def _reserve_body(self, effect: Effect, key: str) -> Tuple[dict, str]:
-        if effect.effect not in EFFECT_CLASSES:
-            raise ValueError("effect must be one of %s, got %r" % (", ".join(EFFECT_CLASSES), effect.effect))
         execution_id, attempt = _execution_for(effect)
         body: dict = {
             "idempotency_key": key,
