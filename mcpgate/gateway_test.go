@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
@@ -179,6 +181,25 @@ func TestGateway_CallTool(t *testing.T) {
 		h, err := ns.Head(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, uint64(3), h.Seq, "reserve, commit, replay; reads leave nothing")
+	})
+
+	t.Run("OK a committed namespace derives dk2_ keys", func(t *testing.T) {
+		ctx := context.Background()
+		url, runs := MustStartUpstream(t)
+		l := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Ledger
+		require.NoError(t, l.CreateNamespace(ctx, "people", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+		ns, err := l.NS(ctx, "people")
+		require.NoError(t, err)
+		fpKey, err := ns.FingerprintKey(ctx)
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
+		call(t, s, "charge")
+		again := call(t, s, "charge")
+		want, err := client.DeriveKeyWith(fpKey, "shop.charge", map[string]any{"arguments": json.RawMessage(`{}`), "scope": ""})
+		require.NoError(t, err)
+		assert.Equal(t, want, again.Meta[mcpgate.MetaKey])
+		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
+		assert.Equal(t, 1, runs.get("charge"))
 	})
 
 	t.Run("ErrMCPError", func(t *testing.T) {
