@@ -209,18 +209,8 @@ func (s *Server) handleListApprovals(w http.ResponseWriter, r *http.Request, n *
 	s.writeJSON(w, http.StatusOK, map[string]any{"approvals": out, "next_after": next})
 }
 
-// approvalSeq reads the {seq} of an approvals route.
-func approvalSeq(r *http.Request) (uint64, error) {
-	seq, err := pathSeq(r)
-	if err != nil {
-		return 0, &ledger.Error{Code: ledger.ECodeUnknownApproval, Message: "seq must be a positive integer",
-			Details: map[string]any{"field": "seq"}}
-	}
-	return seq, nil
-}
-
 func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := approvalSeq(r)
+	seq, err := pathSeq(r, ledger.ECodeUnknownApproval)
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -246,7 +236,7 @@ func (s *Server) handleMCPClientAnswer(w http.ResponseWriter, r *http.Request, n
 }
 
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, n *ledger.Namespace, viaClient bool) {
-	seq, err := approvalSeq(r)
+	seq, err := pathSeq(r, ledger.ECodeUnknownApproval)
 	if err != nil {
 		s.Error(w, r, err)
 		return

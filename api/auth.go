@@ -79,8 +79,8 @@ func (s *Server) roleFor(route, method string) string {
 			return ledger.RoleReader
 		}
 		return ""
-	case "/v1/effects/reserve", "/v1/effects/{key}/commit":
-		return ledger.RoleWriter
+	case "/v1/effects/reserve", "/v1/effects/{key}/commit", "/v1/effects/{key}/reconcile":
+		return ledger.RoleWriter // reconcile: the reserve's own actor, or an admin (SPEC §15)
 	case "/v1/effects/{key}/resolve":
 		return ledger.RoleAdmin
 	case "/v1/approvals/{seq}":

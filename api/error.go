@@ -52,6 +52,8 @@ var statusOf = map[string]int{
 	ledger.ECodeApprovalExpired:     http.StatusGone,
 	ledger.ECodeSelfApproval:        http.StatusForbidden,
 	ledger.ECodeUnknownApproval:     http.StatusNotFound,
+	ledger.ECodeReconcileNotAllowed: http.StatusForbidden,
+	ledger.ECodeReconcileTooEarly:   http.StatusConflict,
 }
 
 // storageCorruptRetry is the Retry-After of storage_corrupt: nothing

@@ -184,14 +184,25 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, read func(o 
 	return true
 }
 
-// decodeKeyed is decodeBody for a route with a {key}, passed to read too.
-func (s *Server) decodeKeyed(w http.ResponseWriter, r *http.Request, read func(key string, o *object)) bool {
+// keyedWrite runs a write on a {key} route: the request build reads from
+// the key and the body, passed to run. A bad request or run's error is
+// answered as the contract's error, and ok is false.
+func keyedWrite[Req, Res any](s *Server, w http.ResponseWriter, r *http.Request,
+	build func(key string, o *object) Req, run func(context.Context, Req) (Res, error)) (res Res, ok bool) {
 	key, err := pathKey(r)
 	if err != nil {
 		s.Error(w, r, err)
-		return false
+		return res, false
 	}
-	return s.decodeBody(w, r, func(o *object) { read(key, o) })
+	var req Req
+	if !s.decodeBody(w, r, func(o *object) { req = build(key, o) }) {
+		return res, false
+	}
+	if res, err = run(r.Context(), req); err != nil {
+		s.Error(w, r, err)
+		return res, false
+	}
+	return res, true
 }
 
 type committedBody struct {
@@ -200,12 +211,14 @@ type committedBody struct {
 	Outcome        string     `json:"outcome"`
 	Late           bool       `json:"late"`
 	Receipt        receiptRef `json:"receipt"`
+	// ReconciledEarlier names the reconcile that finalized the
+	// reservation before this, its original call's commit (SPEC §15).
+	ReconciledEarlier *reconciledJSON `json:"reconciled_earlier,omitempty"`
 }
 
 func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	var req ledger.CommitRequest
-	if !s.decodeKeyed(w, r, func(key string, o *object) {
-		req = ledger.CommitRequest{
+	res, ok := keyedWrite(s, w, r, func(key string, o *object) ledger.CommitRequest {
+		return ledger.CommitRequest{
 			IdempotencyKey: key,
 			Reservation:    o.required("reservation"),
 			Outcome:        o.required("outcome"),
@@ -214,12 +227,8 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.
 			Error:          o.failure(),
 			Actor:          ActorFromContext(r.Context()),
 		}
-	}) {
-		return
-	}
-	res, err := n.Commit(r.Context(), req)
-	if err != nil {
-		s.Error(w, r, err)
+	}, n.Commit)
+	if !ok {
 		return
 	}
 	status := http.StatusCreated
@@ -227,8 +236,12 @@ func (s *Server) handleCommit(w http.ResponseWriter, r *http.Request, n *ledger.
 		w.Header().Set("Idempotent-Replayed", "true")
 		status = http.StatusOK
 	}
-	s.writeJSON(w, status, committedBody{Status: ledger.StatusCommitted, IdempotencyKey: res.IdempotencyKey,
-		Outcome: res.Outcome, Late: res.Late, Receipt: refJSON(res.Receipt)})
+	body := committedBody{Status: ledger.StatusCommitted, IdempotencyKey: res.IdempotencyKey,
+		Outcome: res.Outcome, Late: res.Late, Receipt: refJSON(res.Receipt)}
+	if e := res.ReconciledEarlier; e != nil {
+		body.ReconciledEarlier = &reconciledJSON{Seq: e.Seq, Hash: e.Hash.String(), Outcome: e.Outcome, ExternalRef: e.ExternalRef}
+	}
+	s.writeJSON(w, status, body)
 }
 
 type resolvedBody struct {
@@ -239,9 +252,8 @@ type resolvedBody struct {
 }
 
 func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	var req ledger.ResolveRequest
-	if !s.decodeKeyed(w, r, func(key string, o *object) {
-		req = ledger.ResolveRequest{
+	res, ok := keyedWrite(s, w, r, func(key string, o *object) ledger.ResolveRequest {
+		return ledger.ResolveRequest{
 			IdempotencyKey: key,
 			Outcome:        o.required("outcome"),
 			ExternalRef:    o.str("external_ref"),
@@ -249,24 +261,21 @@ func (s *Server) handleResolve(w http.ResponseWriter, r *http.Request, n *ledger
 			Note:           o.required("note"),
 			Error:          o.failure(),
 			Actor:          ActorFromContext(r.Context()),
-			MayCorrect:     mayCorrect(r.Context()),
+			MayCorrect:     actsAsAdmin(r.Context()),
 		}
-	}) {
-		return
+	}, n.Resolve)
+	if ok {
+		s.writeJSON(w, http.StatusCreated, resolvedBody{Status: ledger.StatusResolved, IdempotencyKey: res.IdempotencyKey,
+			State: string(res.State), Receipt: refJSON(res.Receipt)})
 	}
-	res, err := n.Resolve(r.Context(), req)
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusCreated, resolvedBody{Status: ledger.StatusResolved, IdempotencyKey: res.IdempotencyKey,
-		State: string(res.State), Receipt: refJSON(res.Receipt)})
 }
 
-// mayCorrect reports whether the request may correct a failed key to
-// not_applied (SPEC §4.1): its token is an admin's, or the ledger serves
-// without tokens (no principal), where every caller is one.
-func mayCorrect(ctx context.Context) bool {
+// actsAsAdmin reports whether the request may do what only an admin may
+// beside the route's role — correct a failed key to not_applied (SPEC
+// §4.1), reconcile another actor's reserve (§15): its token is an
+// admin's, or the ledger serves without tokens (no principal), where
+// every caller is one.
+func actsAsAdmin(ctx context.Context) bool {
 	p, ok := PrincipalFromContext(ctx)
 	return !ok || p.Role == ledger.RoleAdmin
 }
@@ -345,24 +354,25 @@ func (s *Server) handleListReceipts(w http.ResponseWriter, r *http.Request, n *l
 	s.writeRaw(w, http.StatusOK, append(AppendReceiptPage(nil, rs, next), '\n'))
 }
 
-// pathSeq reads the {seq} of a receipt route, percent-decoded the same
-// way for every route that names a receipt (the router keeps paths
-// encoded so that keys may hold '/').
-func pathSeq(r *http.Request) (uint64, error) {
+// pathSeq reads the {seq} of a route that names a receipt or an approval,
+// percent-decoded the same way for every such route (the router keeps
+// paths encoded so that keys may hold '/'); one that is not a seq is an
+// error with code (unknown_receipt, or unknown_approval for an approval).
+func pathSeq(r *http.Request, code string) (uint64, error) {
 	raw, err := url.PathUnescape(mux.Vars(r)["seq"])
 	var seq uint64
 	if err == nil {
 		seq, err = strconv.ParseUint(raw, 10, 63)
 	}
 	if err != nil {
-		return 0, &ledger.Error{Code: ledger.ECodeUnknownReceipt, Message: "seq must be a positive integer",
+		return 0, &ledger.Error{Code: code, Message: "seq must be a positive integer",
 			Details: map[string]any{"field": "seq"}}
 	}
 	return seq, nil
 }
 
 func (s *Server) handleGetReceipt(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := pathSeq(r)
+	seq, err := pathSeq(r, ledger.ECodeUnknownReceipt)
 	if err != nil {
 		s.Error(w, r, err)
 		return

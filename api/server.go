@@ -149,6 +149,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	r.HandleFunc(nsPrefix+"/effects/reserve", notPost)
 	s.handle("/v1/effects/{key}/commit", s.handleCommit, http.MethodPost)
 	s.handle("/v1/effects/{key}/resolve", s.handleResolve, http.MethodPost)
+	s.handle("/v1/effects/{key}/reconcile", s.handleReconcile, http.MethodPost)
 	s.handle("/v1/effects/{key}", s.handleGetKey, http.MethodGet, http.MethodHead)
 	s.handle("/v1/receipts", s.handleListReceipts, http.MethodGet, http.MethodHead)
 	s.handle("/v1/receipts/{seq}", s.handleGetReceipt, http.MethodGet, http.MethodHead)

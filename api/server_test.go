@@ -1,13 +1,11 @@
 package api_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
@@ -261,6 +260,8 @@ func TestServer_badInput(t *testing.T) {
 		{"bad kind", "GET", "/v1/receipts?kind=delete", ``, "", 400, "invalid_request", "kind"},
 		{"unknown receipt", "GET", "/v1/receipts/1", ``, "", 404, "unknown_receipt", ""},
 		{"non-numeric receipt", "GET", "/v1/receipts/abc", ``, "", 404, "unknown_receipt", ""},
+		{"non-numeric approval", "GET", "/v1/approvals/abc", ``, "", 404, "unknown_approval", ""},
+		{"answer to a non-numeric approval", "POST", "/v1/approvals/abc", `{"decision":"approve"}`, "", 404, "unknown_approval", ""},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			req, err := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
@@ -427,30 +428,13 @@ func TestServer_maxInFlight_slowBodiesHoldNoPlace(t *testing.T) {
 	s := api.NewServer(db.Ledger, api.Config{Logger: quiet, MaxInFlight: 1, MaxInFlightPerClient: 1})
 	srv := MustServe(t, s)
 	for range 3 {
-		slowBody(t, srv.Listener.Addr().String())
+		c := testkit.SlowBody(t, srv.Listener.Addr().String(), "")
+		_, err := io.WriteString(c, `{"execution_id":`)
+		require.NoError(t, err)
 	}
 	assert.Equal(t, 200, do(t, srv, "GET", "/v1/head", "").status)
 	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"fast-key-0001","execution_id":"e","tool":"t","effect":"write"}`)
 	assert.Equal(t, 201, r.status, r.raw)
-}
-
-// slowBody starts a reserve whose body never finishes arriving and
-// returns once the server has begun to read it (its 100 Continue). The
-// connection closes when the test ends, before the server does.
-func slowBody(t *testing.T, addr string) {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
-	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 200\r\nExpect: 100-continue\r\n\r\n")
-	require.NoError(t, err)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
-	_, err = io.WriteString(c, `{"execution_id":`)
-	require.NoError(t, err)
 }
 
 // TestServer_maxInFlightPerClient: one client at its bound is refused

@@ -136,7 +136,7 @@ func (s *Server) handleConsistency(w http.ResponseWriter, r *http.Request, n *le
 }
 
 func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	seq, err := pathSeq(r)
+	seq, err := pathSeq(r, ledger.ECodeUnknownReceipt)
 	if err == nil && seq == 0 {
 		err = ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq 0")
 	}

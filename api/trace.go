@@ -33,9 +33,10 @@ const maxTraced = 80 << 10
 // tracedRoutes are the routes whose answers name a key, a decision and a
 // receipt.
 var tracedRoutes = map[string]bool{
-	"/v1/effects/reserve":       true,
-	"/v1/effects/{key}/commit":  true,
-	"/v1/effects/{key}/resolve": true,
+	"/v1/effects/reserve":         true,
+	"/v1/effects/{key}/commit":    true,
+	"/v1/effects/{key}/resolve":   true,
+	"/v1/effects/{key}/reconcile": true,
 }
 
 // requestSpan is the server span of one request, and what it reads its

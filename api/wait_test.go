@@ -84,10 +84,6 @@ func reserveToken(t *testing.T, srv *httptest.Server, body string) string {
 	return r.body["reservation"].(string)
 }
 
-func commitBody(token, outcome, extra string) string {
-	return fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, token, outcome, extra)
-}
-
 func awaitReply(t *testing.T, ch <-chan waitReply, d time.Duration) waitReply {
 	t.Helper()
 	select {
@@ -186,7 +182,7 @@ func TestServer_Reserve_waitDisconnect(t *testing.T) {
 	r := <-ch
 	require.ErrorIs(t, r.err, context.Canceled)
 	require.Eventually(t, func() bool { return db.Ledger.Waiting() == 0 }, 60*time.Second, time.Millisecond, "the server ends the wait")
-	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
+	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", testkit.CommitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	// Close returns once every request's handler has: a leaked waiter,
 	// woken by the commit, would have appended its replay by then.
@@ -227,7 +223,7 @@ func TestServer_Reserve_waitInFlight(t *testing.T) {
 	assert.Equal(t, n, db.Ledger.Waiting())
 	require.Eventually(t, func() bool { return do(t, srv, "GET", "/v1/head", "").status == 200 }, 60*time.Second,
 		10*time.Millisecond, "slots are free while reserves wait")
-	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
+	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", testkit.CommitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	for _, ch := range chans {
 		r := awaitReply(t, ch, 60*time.Second)
@@ -250,7 +246,7 @@ func TestServer_Reserve_waitDeadlines(t *testing.T) {
 	awaitParked(t, db, 1, ch)
 	testkit.ReadTimeoutPassed(t, srv.Listener.Addr().String()) // past both timeouts
 	require.Equal(t, 1, db.Ledger.Waiting(), "still waiting")
-	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", ""))
+	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", testkit.CommitBody(token, "succeeded", ""))
 	require.Equal(t, 201, c.status, c.raw)
 	r := awaitReply(t, ch, 60*time.Second)
 	assert.Equal(t, 200, r.status)
@@ -283,7 +279,7 @@ func TestServer_Reserve_thousandWaiters(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return db.Ledger.Waiting() == n }, 60*time.Second, 10*time.Millisecond, "all parked")
 	peakG := runtime.NumGoroutine()
-	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", commitBody(token, "succeeded", `,"result":{"ok":true}`))
+	c := do(t, srv, "POST", "/v1/effects/refund-order-1234/commit", testkit.CommitBody(token, "succeeded", `,"result":{"ok":true}`))
 	require.Equal(t, 201, c.status, c.raw)
 	original := c.body["receipt"]
 	var wg sync.WaitGroup

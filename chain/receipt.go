@@ -61,8 +61,10 @@ const (
 	KindAsk      = "ask"
 	KindApproval = "approval"
 	KindDeny     = "deny"
-	// v1.4: a signing key announced (SPEC §9.2), payloads erased (§14), an
-	// unknown outcome reconciled (§15), receipt bodies pruned (§16).
+	// v1.4: a rotation of the log's signing key (SPEC §9.2), an erasure
+	// of payloads (§14), the end of an interrupted key by the actor of
+	// its reserve from a downstream's answer (§15), and a prune of
+	// archived receipt bodies (§16).
 	KindKey       = "key"
 	KindErase     = "erase"
 	KindReconcile = "reconcile"

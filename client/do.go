@@ -51,6 +51,15 @@ type Effect struct {
 	// (SPEC §13: a namespace's repeat_failure rule refuses an unchanged
 	// retry with ErrUnchangedRetry).
 	Changed *Changed
+	// Reconcile, when set, is called when the reserve answers
+	// unsafe_resume (an earlier attempt was interrupted and may have
+	// happened): it asks the downstream, by the key, whether the effect
+	// happened (SPEC §15). A definite answer is recorded with
+	// Client.Reconcile: "succeeded" returns the found outcome as a replay
+	// (Result.Reconciled; fn does not run), "not_applied" reserves again
+	// and runs fn. An error leaves ErrUnsafeResume; reconcile_too_early is
+	// waited out within ctx.
+	Reconcile func(ctx context.Context, key string) (Reconciled, error)
 }
 
 // Outcome is what an effect function reports on success.
@@ -70,8 +79,11 @@ type Func func(ctx context.Context, key string) (Outcome, error)
 
 // Result is what Do returns for an effect that succeeded, now or before.
 type Result struct {
-	Key         string
-	Replayed    bool // an earlier attempt's recorded result; the function did not run
+	Key      string
+	Replayed bool // an earlier attempt's recorded result; the function did not run
+	// Reconciled is set on a replay of what Effect.Reconcile found: the
+	// interrupted attempt's effect happened (SPEC §15).
+	Reconciled  bool
 	NotRecorded bool // a none or read effect: the function ran without the ledger
 	Takeover    bool // this run took over an interrupted idempotent attempt
 	Retry       bool // this run retried a retryable failure
@@ -115,7 +127,7 @@ type Result struct {
 // Retry-After. Errors:
 //   - *Error for the ledger's refusals, matching ErrFingerprintMismatch,
 //     ErrUnsafeResume (interrupted, not idempotent: a person must resolve
-//     it), ErrRetryNotAllowed, ErrInProgress (still held when the wait
+//     it, unless Effect.Reconcile finds the answer), ErrRetryNotAllowed, ErrInProgress (still held when the wait
 //     ran out), ErrAttemptConflict, ErrUnauthorized, … with errors.Is;
 //   - *ApprovalRequiredError when the namespace's policy sends the call
 //     to approval: fn did not run (WithApprovalWait waits for the answer);
@@ -149,6 +161,12 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 		rsv, err = c.awaitApproval(ctx, are, req, func(ctx context.Context, r *ReserveRequest) (*Reservation, error) {
 			return c.reserveWaiting(ctx, r, auto)
 		})
+	}
+	if errors.Is(err, ErrUnsafeResume) && e.Reconcile != nil {
+		var res *Result
+		if rsv, res, err = c.reconcileUnsafe(ctx, req, auto, e.Reconcile, err); res != nil {
+			return res, nil
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -351,7 +369,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 	if ferr != nil {
 		cm := Commit{Outcome: "failed", Failure: failureOf(f, ferr)}
 		if cm.Failure.NotApplied {
-			cm.Outcome = "not_applied"
+			cm.Outcome = OutcomeNotApplied
 		}
 		cr, err := c.commitRetry(cctx, rsv.Key, rsv.Token, &cm, 1<<30)
 		if err != nil {
@@ -360,7 +378,7 @@ func (c *Client) record(ctx context.Context, rsv *Reservation, o Outcome, ferr e
 		return nil, &EffectError{Key: rsv.Key, Failure: *cm.Failure, Receipt: cr.Receipt, Err: ferr}
 	}
 	raw, encErr := encodeResult(o.Result)
-	cm := Commit{Outcome: "succeeded", ExternalRef: o.ExternalRef, Result: raw}
+	cm := Commit{Outcome: OutcomeSucceeded, ExternalRef: o.ExternalRef, Result: raw}
 	cr, err := c.commitRetry(cctx, rsv.Key, rsv.Token, &cm, 1<<30)
 	var le *Error
 	if err != nil && raw != nil && errors.As(err, &le) && le.Code == string(ErrInvalidRequest.(code)) && le.Details["field"] == "result" {

@@ -44,6 +44,10 @@ var (
 	ErrNotInterrupted   error = code("not_interrupted")
 	ErrUnknownReceipt   error = code("unknown_receipt")
 
+	// Reconcile (SPEC §15).
+	ErrReconcileNotAllowed error = code("reconcile_not_allowed") // no rule allows it, or the key's reserve is another actor's
+	ErrReconcileTooEarly   error = code("reconcile_too_early")   // not_applied before the lease's end plus settle_ms
+
 	// Generic.
 	ErrInvalidJSON      error = code("invalid_json")
 	ErrInvalidRequest   error = code("invalid_request")

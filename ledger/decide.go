@@ -187,7 +187,9 @@ func renewExpired(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reserv
 
 // lastOfKey returns the seq of k's latest receipt that a renewal names
 // (SPEC §12): its latest receipt, the gate's asks, answers and denies
-// after the outcome aside (SPEC §13: an ask names what the reserve would).
+// after the outcome aside (SPEC §13: an ask names what the reserve would),
+// and a late commit after a reconcile (SPEC §15: not the key's outcome).
+// Both exist only in a namespace with a policy.
 func (s *batchTx) lastOfKey(ctx context.Context, k *KeyRecord) (uint64, error) {
 	last, err := s.LastSeq(ctx, k.Key)
 	if err != nil || last == k.FinalSeq {
@@ -202,7 +204,7 @@ func (s *batchTx) lastOfKey(ctx context.Context, k *KeyRecord) (uint64, error) {
 	}
 	last = k.FinalSeq
 	for _, r := range hist {
-		if r.Kind != chain.KindAsk && r.Kind != chain.KindApproval && r.Kind != chain.KindDeny {
+		if r.Kind != chain.KindAsk && r.Kind != chain.KindApproval && r.Kind != chain.KindDeny && r.Kind != chain.KindCommit {
 			last = r.Seq
 		}
 	}
@@ -304,6 +306,9 @@ func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor
 		if err != nil {
 			return nil, err
 		}
+		if final.Kind == chain.KindReconcile && final.RefSeq == reserve.Seq {
+			return lateCommit(ctx, s, now, &k, &reserve, &final, actor, o)
+		}
 		if final.Kind == chain.KindCommit && sameOutcome(&final, o) {
 			return &CommitResult{IdempotencyKey: k.Key, Outcome: final.Outcome, Receipt: refOf(&final),
 				Late: final.RecordedAt >= reserve.LeaseExpiresAt, Replayed: true}, nil
@@ -374,24 +379,31 @@ func outcomeState(outcome string) State {
 	return StateFailed
 }
 
-// appendOutcome appends a commit or resolve receipt for the reserve,
+// appendOutcome appends a commit, resolve or reconcile receipt for the reserve,
 // naming refSeq (the reserve, or the failure a correction corrects), and
 // records it as the key's final receipt.
 func appendOutcome(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, reserve *chain.Receipt,
 	refSeq uint64, kind, actor, note string, o *outcomeArgs) (chain.Receipt, error) {
-	r, err := s.append(ctx, chain.Receipt{
+	r, err := s.append(ctx, outcomeReceipt(now, k, reserve, refSeq, kind, actor, note, o))
+	if err != nil {
+		return r, err
+	}
+	k.FinalSeq = r.Seq
+	return r, s.PutKey(ctx, k)
+}
+
+// outcomeReceipt is the commit, resolve or reconcile receipt of o for
+// the reserve: it repeats the reserve's execution, attempt and fingerprint
+// (SPEC §3) and names refSeq.
+func outcomeReceipt(now uint64, k *KeyRecord, reserve *chain.Receipt, refSeq uint64, kind, actor, note string, o *outcomeArgs) chain.Receipt {
+	return chain.Receipt{
 		Kind: kind, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		ExecutionID: reserve.ExecutionID, Attempt: reserve.Attempt, Tool: reserve.Tool,
 		Effect: reserve.Effect, Idempotent: reserve.Idempotent, InputHash: reserve.InputHash,
 		Outcome: o.outcome, ExternalRef: o.externalRef, Result: o.result,
 		ErrorCode: o.failure.Code, ErrorMessage: o.failure.Message, Retryable: o.failure.Retryable,
 		RefSeq: refSeq, Actor: actor, Note: note, RecordedAt: now,
-	})
-	if err != nil {
-		return r, err
 	}
-	k.FinalSeq = r.Seq
-	return r, s.PutKey(ctx, k)
 }
 
 // sameOutcome reports whether a recorded commit has the values of o:

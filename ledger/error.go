@@ -65,6 +65,10 @@ const (
 	ECodeApprovalExpired     = "approval_expired"
 	ECodeSelfApproval        = "self_approval"
 	ECodeUnknownApproval     = "unknown_approval"
+
+	// Reconciling an unknown outcome (SPEC §15).
+	ECodeReconcileNotAllowed = "reconcile_not_allowed"
+	ECodeReconcileTooEarly   = "reconcile_too_early"
 )
 
 // Error is a domain error: a contract error code, a human message and

@@ -338,7 +338,7 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 	var failed *chain.Receipt
 	for _, key := range order {
 		r := last[key]
-		if !CountsAsFailure(r.Outcome, r.ErrorCode) {
+		if r.Kind == chain.KindReconcile || !CountsAsFailure(r.Outcome, r.ErrorCode) { // SPEC §15: exempt
 			continue
 		}
 		reserve, err := s.attemptOf(ctx, r)

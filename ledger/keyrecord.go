@@ -32,8 +32,11 @@ func NextRecord(k *KeyRecord, found bool, r *chain.Receipt, ttl uint64, ref func
 		}
 		k.ReserveSeq, k.LeaseExpiresAt = r.Seq, r.LeaseExpiresAt
 		return true, nil
-	case chain.KindCommit, chain.KindResolve:
-		if !found || r.Seq <= k.FirstSeq {
+	case chain.KindCommit, chain.KindResolve, chain.KindReconcile:
+		// A commit of a reservation that already has an outcome is the
+		// original call's late commit after a reconcile (SPEC §15): the
+		// key's state does not change.
+		if !found || r.Seq <= k.FirstSeq || r.Kind == chain.KindCommit && k.finalized() {
 			return false, nil
 		}
 		k.FinalSeq = r.Seq
@@ -68,7 +71,7 @@ func StartsGeneration(r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Rec
 	switch p.Kind {
 	case chain.KindReplay:
 		return true, nil
-	case chain.KindCommit, chain.KindResolve:
+	case chain.KindCommit, chain.KindResolve, chain.KindReconcile:
 		return ttl > 0 && r.RecordedAt >= p.RecordedAt+ttl, nil
 	}
 	return false, nil

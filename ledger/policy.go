@@ -36,6 +36,12 @@ const (
 	MaxApprovalSummary = 1024
 	// MaxAskInput bounds the input kept for the approvers, in bytes.
 	MaxAskInput = 64 << 10
+	// DefaultSettleMS is how long past a lease's end a reconcile
+	// not_applied waits when the rule sets no settle_ms (SPEC §15): 60 s.
+	DefaultSettleMS = 60_000
+	// MaxSettleMS bounds settle_ms: 30 days, so that a lease's end plus
+	// it never overflows.
+	MaxSettleMS = 30 * 86_400_000
 )
 
 // Approvers entries with a meaning of their own.
@@ -68,8 +74,25 @@ type PolicyRule struct {
 	Deny           *bool    `json:"deny,omitempty"`
 	RepeatFailure  *string  `json:"repeat_failure,omitempty"`
 	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
+	// Reconcile lets the actor of an interrupted reserve end it from a
+	// downstream's answer (SPEC §15).
+	Reconcile *ReconcileRule `json:"reconcile,omitempty"`
 
 	glob *glob.Glob
+}
+
+// ReconcileRule is a rule's reconcile member (SPEC §15): allow, and how
+// long past the lease a not_applied waits (nil: DefaultSettleMS).
+type ReconcileRule struct {
+	Allow    bool    `json:"allow"`
+	SettleMS *uint64 `json:"settle_ms,omitempty"`
+}
+
+// UnmarshalJSON decodes the member strictly, naming a bad member by its
+// path under reconcile.
+func (r *ReconcileRule) UnmarshalJSON(raw []byte) error {
+	type plain ReconcileRule
+	return decodeStrict(raw, (*plain)(r), "reconcile.")
 }
 
 // Gate is what a policy decides for one (tool, effect): each member from
@@ -78,12 +101,16 @@ type Gate struct {
 	Deny     bool
 	DenyRule int // index of the rule that set Deny, -1 if none
 	// Approval is true when a person must approve.
-	Approval      bool
-	Approvers     []string // empty: any approver or admin token
-	ExpiresInMS   uint64
-	RepeatRefuse  bool
-	RepeatWindow  uint64
-	SelfApproval  bool // self-approval allowed
+	Approval     bool
+	Approvers    []string // empty: any approver or admin token
+	ExpiresInMS  uint64
+	RepeatRefuse bool
+	RepeatWindow uint64
+	SelfApproval bool // self-approval allowed
+	// Reconcile is true when the actor of an interrupted reserve may
+	// reconcile it (SPEC §15); SettleMS is its settle time.
+	Reconcile     bool
+	SettleMS      uint64
 	approvalsRule int
 }
 
@@ -130,11 +157,15 @@ func decodeStrict(raw []byte, v any, at string) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	var ute *json.UnmarshalTypeError
+	var nested *Error
 	switch {
 	case err == nil && dec.More():
 		return Invalid("policy", "trailing data after the policy")
 	case err == nil:
 		return nil
+	case errors.As(err, &nested): // a member's own decoder (ReconcileRule)
+		field, _ := nested.Details["field"].(string)
+		return Invalid(at+field, "%s (in %s)", nested.Message, strings.TrimSuffix(at, "."))
 	case errors.As(err, &ute) && ute.Field != "":
 		return Invalid(at+ute.Field, "%s%s must be a JSON %s", at, ute.Field, jsonKind(ute.Type.Kind().String()))
 	}
@@ -214,6 +245,9 @@ func (r *PolicyRule) check(at string) error {
 	if r.RepeatWindowMS != nil && (*r.RepeatWindowMS < 1 || *r.RepeatWindowMS > 366*86_400_000) {
 		return Invalid(at+".repeat_window_ms", "repeat_window_ms must be from 1 to %d", uint64(366*86_400_000))
 	}
+	if r.Reconcile != nil && r.Reconcile.SettleMS != nil && *r.Reconcile.SettleMS > MaxSettleMS {
+		return Invalid(at+".reconcile.settle_ms", "settle_ms must be from 0 to %d", uint64(MaxSettleMS))
+	}
 	return nil
 }
 
@@ -238,12 +272,12 @@ func (p *Policy) Empty() bool {
 // GateFor resolves the members that apply to (tool, effect).
 func (p *Policy) GateFor(tool, effect string) Gate {
 	g := Gate{DenyRule: -1, approvalsRule: -1, ExpiresInMS: DefaultApprovalExpiryMS,
-		RepeatWindow: DefaultRepeatWindowMS}
+		RepeatWindow: DefaultRepeatWindowMS, SettleMS: DefaultSettleMS}
 	if p == nil {
 		return g
 	}
 	g.SelfApproval = p.SelfApproval == SelfApprovalAllow
-	var approval, approvers, expires, deny, repeat, window bool
+	var approval, approvers, expires, deny, repeat, window, reconcile bool
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if !r.matches(tool, effect) {
@@ -270,6 +304,12 @@ func (p *Policy) GateFor(tool, effect string) Gate {
 		}
 		if !window && r.RepeatWindowMS != nil {
 			window, g.RepeatWindow = true, *r.RepeatWindowMS
+		}
+		if !reconcile && r.Reconcile != nil {
+			reconcile, g.Reconcile = true, r.Reconcile.Allow
+			if r.Reconcile.SettleMS != nil {
+				g.SettleMS = *r.Reconcile.SettleMS
+			}
 		}
 	}
 	return g

@@ -87,3 +87,38 @@ func FuzzParsePolicy(f *testing.F) {
 		_ = q.GateFor("payments.charge", "external")
 	})
 }
+
+// TestPolicy_reconcile: the reconcile member (SPEC §15) is taken from the
+// first matching rule that sets it; settle_ms defaults to 60 s; its
+// canonical text keeps what was set.
+func TestPolicy_reconcile(t *testing.T) {
+	p, err := ledger.ParsePolicy([]byte(`{"rules":[
+		{"tool":"payments.refund","reconcile":{"allow":false}},
+		{"tool":"payments.*","reconcile":{"allow":true,"settle_ms":0}},
+		{"tool":"*","reconcile":{"allow":true}}]}`))
+	require.NoError(t, err)
+	assert.False(t, p.GateFor("payments.refund", "write").Reconcile)
+	g := p.GateFor("payments.charge", "external")
+	assert.True(t, g.Reconcile)
+	assert.Equal(t, uint64(0), g.SettleMS)
+	m := p.GateFor("email.send", "external")
+	assert.True(t, m.Reconcile)
+	assert.Equal(t, uint64(ledger.DefaultSettleMS), m.SettleMS)
+	assert.False(t, (*ledger.Policy)(nil).GateFor("x", "write").Reconcile, "no policy allows nothing")
+	c, err := p.Canonical()
+	require.NoError(t, err)
+	assert.Contains(t, c, `{"reconcile":{"allow":true,"settle_ms":0},"tool":"payments.*"}`)
+	assert.Contains(t, c, `{"reconcile":{"allow":true},"tool":"*"}`)
+	for raw, field := range map[string]string{
+		`{"rules":[{"tool":"x","reconcile":{"allow":"yes"}}]}`:                       "rules[0].reconcile.allow",
+		`{"rules":[{"tool":"x","reconcile":{"allow":true,"settle_ms":-1}}]}`:         "rules[0].reconcile.settle_ms",
+		`{"rules":[{"tool":"x","reconcile":{"allow":true,"settle_ms":2592000001}}]}`: "rules[0].reconcile.settle_ms",
+		`{"rules":[{"tool":"x","reconcile":true}]}`:                                  "rules[0].reconcile",
+		`{"rules":[{"tool":"x","reconcile":{"allow":true,"lookup":"y"}}]}`:           "rules[0].reconcile.lookup",
+	} {
+		_, err := ledger.ParsePolicy([]byte(raw))
+		var e *ledger.Error
+		require.ErrorAs(t, err, &e, raw)
+		assert.Equal(t, field, e.Details["field"], raw)
+	}
+}

@@ -54,7 +54,7 @@ func askedKey(ctx context.Context, c KeyReader, key string, notFound error) (*Ke
 func gateState(v *KeyView, now uint64) {
 	var bound uint64
 	for _, r := range v.Receipts {
-		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve {
+		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile {
 			bound = r.Seq
 		}
 	}

@@ -185,6 +185,10 @@ type CommitResult struct {
 	// Replayed is true when the same commit was recorded before and
 	// nothing was appended now.
 	Replayed bool
+	// ReconciledEarlier is set on the original call's commit of a
+	// reservation a reconcile finalized (SPEC §15): appended, the key's
+	// state unchanged.
+	ReconciledEarlier *ReconciledRef
 }
 
 // ResolveRequest is an operator's decision about an interrupted key.
@@ -280,7 +284,7 @@ func (f *ReceiptFilter) Check() error {
 		return Invalid("limit", "limit must be from 1 to %d", MaxPageLimit)
 	}
 	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve,
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
 		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny:
 	default:
 		return Invalid("kind", "kind must be reserve, commit, replay, resolve, policy, ask, approval or deny")

@@ -173,7 +173,9 @@ func unknownAnswer(key string, err error) *mcp.CallToolResult {
 // model is told so that it does not take a recorded answer for a new run.
 // An outcome a person resolved (ledgerctl resolve) did not run here: the
 // notice says who decided and when, with their note and external_ref,
-// and points below only at a result that was recorded.
+// and points below only at a result that was recorded. One the gateway
+// reconciled by its lookup (SPEC §15) says so, with the external_ref the
+// lookup found.
 func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionScope bool) string {
 	when := ""
 	if !rec.At.IsZero() {
@@ -209,6 +211,11 @@ func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionSco
 		} else {
 			ran += "; no answer of the tool was recorded, so none follows"
 		}
+	}
+	if rec.Kind == chain.KindReconcile {
+		ran = fmt.Sprintf("this exact call was NOT run again. An earlier run of it was interrupted with no recorded answer; "+
+			"the tool server's read-only lookup found that it applied, so its outcome was reconciled as succeeded%s "+
+			"(receipt %d), external reference %q, not re-run", when, rsv.Original.Seq, rec.ExternalRef)
 	}
 	return fmt.Sprintf("[Replayed: %s. If the world may have changed since and you mean to do it again, "+
 		"%s, or tell the user. Idempotency key %s.]", ran, again, rsv.Key)

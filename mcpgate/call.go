@@ -60,6 +60,7 @@ type call struct {
 	// (what the next round's envelope names) and its fingerprint.
 	upInput mcp.InputResponseMap
 	upState string
+	key     string // the idempotency key of a recorded call, sent upstream in _meta
 	exec    string
 	attempt uint64
 	hash    string
@@ -164,7 +165,7 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 	if err != nil {
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
-	c.exec, c.attempt, c.hash = executionOf(g.runOf(c)), 1, hash
+	c.key, c.exec, c.attempt, c.hash = key, executionOf(g.runOf(c)), 1, hash
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
 			if !errors.Is(err, rounds.ErrEnvelope) {
@@ -196,6 +197,14 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return heldGoneAnswer(key), nil
 	}
 	rsv, unwaited, err := g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
+	if reply, again := g.reconcileUnknown(ctx, s, c, key, err); reply != nil {
+		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+		return reply, nil
+	} else if again {
+		// The lookup's finding is on the chain: the ledger decides the
+		// call again, a replay of the reconciled outcome or a reserve.
+		rsv, unwaited, err = g.approvals.Reserve(ctx, ac, g.reserveOf(c, key))
+	}
 	if err == nil && rsv.Status == ledger.StatusApprovalRequired {
 		return g.approvals.Required(ctx, ac, core, rsv, unwaited)
 	}
@@ -402,7 +411,7 @@ func (g *Gateway) send(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp
 
 // sendOn makes the upstream call on s.
 func (g *Gateway) sendOn(ctx context.Context, s *mcp.ClientSession, c *call) (*mcp.CallToolResult, *wire.Slot, error) {
-	meta, release := g.progress.Open(ctx, c.session, forwardMeta(c.meta))
+	meta, release := g.progress.Open(ctx, c.session, forwardMeta(c.meta, c.key))
 	defer release()
 	rctx, slot := wire.WithSlot(ctx)
 	res, err := s.CallTool(rctx, &mcp.CallToolParams{Meta: meta, Name: c.name, Arguments: c.args,

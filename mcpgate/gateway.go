@@ -15,9 +15,10 @@
 // annotations and the --policy file (package policy). The extensions are
 // packages beside it, each with its own state, joined to the path through
 // a small interface: rounds (multi round-trip input, parked calls), tasks,
-// serverreq (requests from an older upstream) and approve (approvals
-// through the client); wire is the JSON-RPC vocabulary they share with
-// the core. docs/mcp.md ("How a call flows") draws the path and where
+// serverreq (requests from an older upstream), approve (approvals
+// through the client) and reconcile (a rule's lookup asked about an
+// interrupted call, SPEC §15); wire is the JSON-RPC vocabulary they share
+// with the core, template the placeholders of a rule's JSON. docs/mcp.md ("How a call flows") draws the path and where
 // each extension joins it.
 package mcpgate
 

@@ -70,16 +70,22 @@ func DeriveKey(dk *client.DerivationKey, ledgerTool string, args json.RawMessage
 }
 
 // forwardMeta is the _meta a forwarded call carries upstream: the
-// client's own, without what only the gateway reads.
-func forwardMeta(meta mcp.Meta) mcp.Meta {
-	if len(meta) == 0 {
+// client's own, without what only the gateway reads, and the call's
+// idempotency key as MetaKey when it has one (SPEC §15), so that a tool
+// can store it where a lookup finds it. The gateway's key replaces any
+// MetaKey the client sent.
+func forwardMeta(meta mcp.Meta, key string) mcp.Meta {
+	if len(meta) == 0 && key == "" {
 		return nil
 	}
 	out := mcp.Meta{}
 	for k, v := range meta {
-		if k != MetaIdempotencyKey && k != metaParamsKey {
+		if k != MetaIdempotencyKey && k != metaParamsKey && k != MetaKey {
 			out[k] = v
 		}
+	}
+	if key != "" {
+		out[MetaKey] = key
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
@@ -50,7 +51,7 @@ func (f *gateFixture) answer(tok string, seq int64, decision, note string) Resp 
 
 func (f *gateFixture) commit(tok, key, rsv, outcome, extra string) Resp {
 	f.t.Helper()
-	return f.l.Do("POST", "/v1/effects/"+key+"/commit", commitBody(rsv, outcome, extra), f.as(tok)...)
+	return f.l.Do("POST", "/v1/effects/"+key+"/commit", testkit.CommitBody(rsv, outcome, extra), f.as(tok)...)
 }
 
 // newGateFixture starts ledgerd on db with clock and the tokens ops
@@ -350,8 +351,7 @@ func TestApprovals_replicasRaceToConsume(t *testing.T) {
 		}
 		assert.Equal(t, 1, won, "round %d: one reserve consumes the approval: %v", round, codes)
 	}
-	out, stderr, code := ledgerctl(t, "verify", "--db", url)
-	require.Equal(t, 0, code, "%s\n%s", stderr, out)
+	verified(t, url)
 }
 
 // gatedLedgerd starts ledgerd on db with a policy that sends every

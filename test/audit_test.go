@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // declined is a failed commit's error.
@@ -31,13 +33,13 @@ type repeatedFailure struct {
 func TestLedgerctl_repeatedFailures(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--verify-every", "100ms")
-	tok := l.Reserve(t, refundBody("refund-a-0001", "exec-1", 1234, "")) // seq 1
-	l.Commit(t, "refund-a-0001", commitBody(tok, "failed", declined))    // seq 2
-	tok = l.Reserve(t, refundBody("refund-b-0002", "exec-2", 1234, ""))  // seq 3: the same call again
-	l.Commit(t, "refund-b-0002", commitBody(tok, "succeeded", ""))       // seq 4
-	tok = l.Reserve(t, refundBody("refund-x-0001", "exec-3", 99, ""))    // seq 5: another input
-	l.Commit(t, "refund-x-0001", commitBody(tok, "failed", declined))    // seq 6
-	l.Reserve(t, refundBody("refund-c-0003", "exec-4", 1234, ""))        // seq 7: and again
+	tok := l.Reserve(t, refundBody("refund-a-0001", "exec-1", 1234, ""))      // seq 1
+	l.Commit(t, "refund-a-0001", testkit.CommitBody(tok, "failed", declined)) // seq 2
+	tok = l.Reserve(t, refundBody("refund-b-0002", "exec-2", 1234, ""))       // seq 3: the same call again
+	l.Commit(t, "refund-b-0002", testkit.CommitBody(tok, "succeeded", ""))    // seq 4
+	tok = l.Reserve(t, refundBody("refund-x-0001", "exec-3", 99, ""))         // seq 5: another input
+	l.Commit(t, "refund-x-0001", testkit.CommitBody(tok, "failed", declined)) // seq 6
+	l.Reserve(t, refundBody("refund-c-0003", "exec-4", 1234, ""))             // seq 7: and again
 
 	srv := []string{"--server", l.URL}
 	db := []string{"--db", l.DB}
@@ -214,7 +216,7 @@ func TestLedgerd_auditMetricsNeedVerification(t *testing.T) {
 	t.Parallel()
 	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 	tok := l.Reserve(t, refundBody("refund-a-0001", "exec-1", 1, ""))
-	l.Commit(t, "refund-a-0001", commitBody(tok, "failed", declined))
+	l.Commit(t, "refund-a-0001", testkit.CommitBody(tok, "failed", declined))
 	l.Reserve(t, refundBody("refund-b-0002", "exec-2", 1, ""))
 	m := l.Do("GET", "/metrics", "")
 	require.Equal(t, 200, m.Status)

@@ -28,6 +28,9 @@ func TestDeploy_metricNames(t *testing.T) {
 	r := l.Do("POST", "/v1/effects/charge-0003/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	require.Equal(t, 404, l.Do("GET", "/v1/effects/no-such-key-1", "").Status)
+	// A reconcile (SPEC §15) no rule allows.
+	r = l.Do("POST", "/v1/effects/charge-0003/reconcile", `{"outcome":"succeeded","external_ref":"ch_1","evidence":{"lookup":"q","answer":{}}}`)
+	require.Equal(t, 403, r.Status, r.Raw)
 	// A reserve that waits (wait_ms) for a busy key and gives up.
 	r = l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"deploy-busy-0001","execution_id":"e1","tool":"t.x","effect":"write"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -54,7 +57,8 @@ func TestDeploy_metricNames(t *testing.T) {
 	}, 60*time.Second, 100*time.Millisecond, "the first verification run, its audit and a WAL checkpoint are exported")
 	for _, name := range []string{"ledger_reserve_outcomes_total", "ledger_commit_outcomes_total",
 		"ledger_resolve_outcomes_total", "ledger_receipts_appended_total", "ledger_http_errors_total",
-		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total", "ledger_approvals_total"} {
+		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total", "ledger_approvals_total",
+		"ledger_reconciliations_total"} {
 		require.NotNil(t, exported[name], "%s is exported after this traffic", name)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // Issue 44, the ledger's items: a stored result is served only as the
@@ -31,7 +32,7 @@ const integrityResult = `{"amount":1200,"currency":"eur"}`
 func commitRefund(t *testing.T, l *Ledgerd, key string) chain.Receipt {
 	t.Helper()
 	tok := l.Reserve(t, reserve(key, "exec-1", 1, false))
-	c := l.Commit(t, key, commitBody(tok, "succeeded", `,"external_ref":"re_3Pq9","result":`+integrityResult))
+	c := l.Commit(t, key, testkit.CommitBody(tok, "succeeded", `,"external_ref":"re_3Pq9","result":`+integrityResult))
 	g := l.Do("GET", "/v1/receipts/"+jsonNum(c.Body["receipt"].(map[string]any)["seq"]), "")
 	require.Equal(t, 200, g.Status, g.Raw)
 	var rc chain.Receipt
@@ -188,7 +189,7 @@ func TestHardening4_corruptPage(t *testing.T) {
 	for i := range 60 {
 		key := fmt.Sprintf("page-key-%04d", i)
 		tok := l.Reserve(t, reserve(key, "exec-1", 1, false))
-		l.Commit(t, key, commitBody(tok, "succeeded", `,"result":{"pad":"`+pad+`"}`))
+		l.Commit(t, key, testkit.CommitBody(tok, "succeeded", `,"result":{"pad":"`+pad+`"}`))
 	}
 	require.NoError(t, l.Stop())
 

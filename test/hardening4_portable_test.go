@@ -43,10 +43,8 @@ func startPortable(t *testing.T, backend string) portableLedger {
 	if backend == "sqlite" {
 		l, vkey, _ = startSigned(t, dir)
 	} else {
-		key := filepath.Join(dir, "log.key")
-		out, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
-		require.Equal(t, 0, code, stderr)
-		vkey = strings.TrimSpace(out)
+		var key string
+		key, vkey = keygen(t, dir, "ex.test")
 		l = StartLedgerd(t, pgtest.URL(t), "--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms")
 	}
 	for _, kr := range [][2]string{{"portable-0001", portableResult}, {"portable-0002", portableBig}} {

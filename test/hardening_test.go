@@ -16,14 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/effect-ledger/effect-ledger/storage/sqlite"
-	"github.com/effect-ledger/effect-ledger/testkit"
-
 	_ "github.com/mattn/go-sqlite3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // runLedgerd runs ledgerd's Main in-process, as the binary does, to its
@@ -207,10 +206,8 @@ func TestLedgerd_noDatabaseBeforeBind(t *testing.T) {
 // TestLedgerd_migratesV1 serves a file written by schema 1.
 func TestLedgerd_migratesV1(t *testing.T) {
 	t.Parallel()
-	src, err := os.ReadFile("../storage/sqlite/testdata/v1.db")
-	require.NoError(t, err)
 	db := filepath.Join(t.TempDir(), "v1.db")
-	require.NoError(t, os.WriteFile(db, src, 0o644))
+	testkit.CopyFile(t, "../storage/sqlite/testdata/v1.db", db)
 	_, _, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "a v1 file verifies as it is")
 	l := StartLedgerd(t, db)
@@ -246,11 +243,8 @@ func TestLedgerd_badFlagValues(t *testing.T) {
 // rawHTTP sends a raw request and returns the status line, headers and body.
 func rawHTTP(t *testing.T, l *Ledgerd, req string) (int, http.Header, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-	_, err = io.WriteString(c, req)
+	c := testkit.Dial(t, strings.TrimPrefix(l.URL, "http://"), 10*time.Second)
+	_, err := io.WriteString(c, req)
 	require.NoError(t, err)
 	res, err := http.ReadResponse(bufio.NewReader(c), nil)
 	require.NoError(t, err)
@@ -301,11 +295,8 @@ func TestLedgerd_httpEdges(t *testing.T) {
 		assert.Equal(t, float64(1), r.Body["seq"])
 	})
 	t.Run("declared oversize body is 413 without 100 Continue", func(t *testing.T) {
-		c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-		require.NoError(t, err)
-		defer c.Close()
-		require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
-		_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		c := testkit.Dial(t, strings.TrimPrefix(l.URL, "http://"), 10*time.Second)
+		_, err := io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 			"Content-Length: 5000000\r\nExpect: 100-continue\r\n\r\n")
 		require.NoError(t, err)
 		res, err := http.ReadResponse(bufio.NewReader(c), nil)

@@ -44,12 +44,6 @@ func refundBody(key, exec string, order int, extra string) string {
 		key, exec, order, extra)
 }
 
-// commitBody is the body of a commit of the reservation token with
-// outcome and the further fields extra (`,"external_ref":"re_1"`).
-func commitBody(token, outcome, extra string) string {
-	return fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, token, outcome, extra)
-}
-
 // onSQLiteAndPostgres runs test in two parallel subtests: "sqlite" with
 // db a new file, and "postgres" with db a new PostgreSQL database's URL.
 func onSQLiteAndPostgres(t *testing.T, test func(t *testing.T, db string)) {

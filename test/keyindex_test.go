@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
@@ -202,9 +203,7 @@ func copyDir(t *testing.T, src, dst string) {
 		if !e.Type().IsRegular() || e.Name() == "LOCK" {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644))
+		testkit.CopyFile(t, filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()))
 	}
 }
 
@@ -311,8 +310,7 @@ func TestLedgerd_indexDiskFull(t *testing.T) {
 	pair(t, l, "", "after-full-1")
 	assert.Contains(t, l.Logs(), "key index replayed")
 	require.NoError(t, l.Stop())
-	out, _, code := ledgerctl(t, "verify", "--db", l.DB)
-	assert.Equal(t, 0, code, out)
+	verified(t, l.DB)
 }
 
 // TestLedgerd_indexDiskFullAtStart starts ledgerd on a ledger whose key

@@ -38,6 +38,17 @@ func newHostile(t *testing.T) *shop {
 	return &shop{t: t, dir: t.TempDir(), bin: bin}
 }
 
+// hostileCallKey is the key ledger-mcp derives for a call of the hostile
+// server's tool with arguments {"id": id}.
+func hostileCallKey(t *testing.T, tool, id string) string {
+	t.Helper()
+	args, err := json.Marshal(map[string]string{"id": id})
+	require.NoError(t, err)
+	key, err := mcpgate.DeriveKey(nil, "hostile."+tool, args, "")
+	require.NoError(t, err)
+	return key
+}
+
 // keyState is a key's state in a ledger file, read with ledgerctl.
 func keyState(t *testing.T, db, key string) string {
 	t.Helper()
@@ -157,9 +168,7 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 		require.Error(t, err, tool)
 		_, _ = g.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "g1"}})
 		assert.Equal(t, 1, sh.runs(tool, "g1"), tool)
-		key, err := mcpgate.DeriveKey(nil, "hostile."+tool, json.RawMessage(`{"id":"g1"}`), "")
-		require.NoError(t, err)
-		keys = append(keys, key)
+		keys = append(keys, hostileCallKey(t, tool, "g1"))
 	}
 	assert.NotContains(t, g.logs.String(), "did not answer")
 	g.stop(t)
@@ -667,4 +676,26 @@ func TestLedgerMCP_remoteLedgerNamesNoRun(t *testing.T) {
 		assert.True(t, strings.HasPrefix(exec, "mcp-"), exec)
 		assert.Empty(t, mcpgate.RunOf(exec), "execution %s names a run", exec)
 	}
+}
+
+// TestLedgerMCP_nullMetaParamsKey: a tools/call whose params carry an
+// idempotencyKey beside a null _meta is lifted like any other (the key is
+// the call's key), not a crash of the gateway's stdio reader.
+func TestLedgerMCP_nullMetaParamsKey(t *testing.T) {
+	t.Parallel()
+	sh := newHostile(t)
+	db := filepath.Join(t.TempDir(), "mcp.db")
+	g := startRawGateway(t, append([]string{"--db", db}, sh.command()...)...)
+	g.initialize("2025-11-25")
+	params := map[string]any{"name": "job", "arguments": map[string]any{"id": "nm1"},
+		"idempotencyKey": "null-meta-key-0001", "_meta": nil}
+	res, e := g.request("tools/call", params)
+	require.Nil(t, e, "%v\n%s", e, g.logs.String())
+	assert.NotEqual(t, true, res["isError"], res)
+	again, e := g.request("tools/call", params)
+	require.Nil(t, e)
+	assert.Equal(t, true, again["_meta"].(map[string]any)[mcpgate.MetaReplayed], again)
+	assert.Equal(t, 1, sh.runs("job", "nm1"))
+	g.stop()
+	assert.Equal(t, "succeeded", keyState(t, db, "null-meta-key-0001"))
 }

@@ -48,11 +48,14 @@ func startHTTPGateway(t *testing.T, args ...string) (string, *testkit.Buffer) {
 // connectHTTP is an MCP client session over Streamable HTTP.
 func connectHTTP(t *testing.T, url string, logs *testkit.Buffer) *gateway {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
-	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return &gateway{ClientSession: s, logs: logs}
+	return connectAgent(t, &mcp.StreamableClientTransport{Endpoint: url}, logs, "", nil)
+}
+
+// connectHTTPWithKeys is connectHTTP that sends the keys of
+// paramsKeyMeta as params.idempotencyKey (keyTransport).
+func connectHTTPWithKeys(t *testing.T, url string, logs *testkit.Buffer) *gateway {
+	t.Helper()
+	return connectAgent(t, &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, logs, "", nil)
 }
 
 // TestLedgerMCP_http: Streamable HTTP on both sides; two agent sessions
@@ -86,15 +89,6 @@ func TestLedgerMCP_http(t *testing.T) {
 	r2 := k.call(t, "charge", map[string]any{"order": "H3"}, mcp.Meta{paramsKeyMeta: "http-key-H2"})
 	assert.Equal(t, "fingerprint_mismatch", status(r2))
 	assert.Equal(t, "http-key-H2", r2.Meta["io.effect-ledger/key"])
-}
-
-func connectHTTPWithKeys(t *testing.T, url string, logs *testkit.Buffer) *gateway {
-	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, nil)
-	s, err := c.Connect(context.Background(), &keyTransport{&mcp.StreamableClientTransport{Endpoint: url}}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return &gateway{ClientSession: s, logs: logs}
 }
 
 // TestLedgerMCP_remoteLedger: ledger-mcp --ledger URL over a real

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // TestLedgerMCP_node runs code nobody here wrote through ledger-mcp: the
@@ -61,9 +63,7 @@ func nodeInstall(t *testing.T) (node, dir string) {
 	}
 	dir = t.TempDir()
 	for _, f := range []string{"package.json", "package-lock.json", "mcp.test.mjs", "everything.test.mjs"} {
-		b, err := os.ReadFile(filepath.Join("mcp-node", f))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+		testkit.CopyFile(t, filepath.Join("mcp-node", f), filepath.Join(dir, f))
 	}
 	install := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
 	install.Dir = dir

@@ -123,25 +123,16 @@ func startGatewayRevEnv(t *testing.T, env []string, rev string, o *mcp.ClientOpt
 	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
 	tp := &tap{}
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := c.Connect(ctx, tapTransport{&mcp.CommandTransport{Command: cmd}, tp}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
-	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
-	t.Cleanup(func() { _ = s.Close() })
-	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp, cmd: cmd}
+	g := connectAgent(t, tapTransport{&mcp.CommandTransport{Command: cmd}, tp}, logs, rev, o)
+	return &revClient{gateway: g, tap: tp, cmd: cmd}
 }
 
 // connectHTTPRev connects to a ledger-mcp --listen at revision rev.
 func connectHTTPRev(t *testing.T, url string, logs *testkit.Buffer, rev string, o *mcp.ClientOptions) *revClient {
 	t.Helper()
 	tp := &tap{}
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
-	s, err := c.Connect(context.Background(), tapTransport{&mcp.StreamableClientTransport{Endpoint: url}, tp},
-		&mcp.ClientSessionOptions{ProtocolVersion: rev})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return &revClient{gateway: &gateway{ClientSession: s, logs: logs}, tap: tp}
+	g := connectAgent(t, tapTransport{&mcp.StreamableClientTransport{Endpoint: url}, tp}, logs, rev, o)
+	return &revClient{gateway: g, tap: tp}
 }
 
 // Transports the agent's client reaches ledger-mcp over.

@@ -91,10 +91,18 @@ func startAgentEnv(t *testing.T, env []string, rev string, o *mcp.ClientOptions,
 	cmd.Env = append(os.Environ(), env...)
 	logs := &testkit.Buffer{}
 	cmd.Stderr = logs
+	return connectAgent(t, &keyTransport{&mcp.CommandTransport{Command: cmd}}, logs, rev, o)
+}
+
+// connectAgent is the e2e agent's MCP client session with ledger-mcp over
+// tr, at revision rev (the latest if "") with the client options o,
+// closed when t ends; logs are ledger-mcp's.
+func connectAgent(t *testing.T, tr mcp.Transport, logs *testkit.Buffer, rev string, o *mcp.ClientOptions) *gateway {
+	t.Helper()
 	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-agent", Version: "1"}, o)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := c.Connect(ctx, &keyTransport{&mcp.CommandTransport{Command: cmd}}, &mcp.ClientSessionOptions{ProtocolVersion: rev})
+	s, err := c.Connect(ctx, tr, &mcp.ClientSessionOptions{ProtocolVersion: rev})
 	require.NoError(t, err, "ledger-mcp logs:\n%s", logs.String())
 	t.Cleanup(func() { _ = s.Close() })
 	return &gateway{ClientSession: s, logs: logs}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
 // succeedIn reserves and commits key in namespace ns of l.
@@ -20,14 +22,6 @@ func succeedIn(t *testing.T, l *Ledgerd, ns, key string) {
 	require.Equal(t, 201, r.Status, r.Raw)
 }
 
-// copyFile copies src to dst.
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(dst, b, 0o644))
-}
-
 // v5Ledger copies the ledger of storage/sqlite/testdata/v5ns — written by
 // ledgerd v0.4.0 over HTTP, schema 5, a file per namespace: default, alpha
 // and beta (11 receipts each, the registry recording 11) — into dir and
@@ -37,7 +31,7 @@ func v5Ledger(t *testing.T, dir string) string {
 	src := filepath.Join("..", "storage", "sqlite", "testdata", "v5ns")
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "ledger.db.ns"), 0o755))
 	for _, f := range []string{"ledger.db", "ledger.db.ns/ns-alpha.db", "ledger.db.ns/ns-beta.db"} {
-		copyFile(t, filepath.Join(src, f), filepath.Join(dir, f))
+		testkit.CopyFile(t, filepath.Join(src, f), filepath.Join(dir, f))
 	}
 	return filepath.Join(dir, "ledger.db")
 }
@@ -73,7 +67,7 @@ func TestLedgerd_lostNamespaceRefused(t *testing.T) {
 
 	t.Run("ErrBehind", func(t *testing.T) {
 		current := filepath.Join(dir, "ns-alpha.db.current")
-		copyFile(t, nsFile, current)
+		testkit.CopyFile(t, nsFile, current)
 		editLedger(t, nsFile, `DELETE FROM receipts WHERE seq > 8`, `UPDATE head SET seq = 8, hash = (SELECT hash FROM receipts WHERE seq = 8)`)
 		edited, err := os.ReadFile(nsFile)
 		require.NoError(t, err)
@@ -159,7 +153,7 @@ func TestLedgerd_unknownNamespaceFileRefused(t *testing.T) {
 	dir := t.TempDir()
 	db := v5Ledger(t, dir)
 	nsDir := db + ".ns"
-	copyFile(t, filepath.Join(nsDir, "ns-alpha.db"), filepath.Join(nsDir, "ns-c.db"))
+	testkit.CopyFile(t, filepath.Join(nsDir, "ns-alpha.db"), filepath.Join(nsDir, "ns-c.db"))
 	before, err := os.ReadFile(filepath.Join(nsDir, "ns-c.db"))
 	require.NoError(t, err)
 

@@ -470,6 +470,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"POST", n.v1 + "/effects/reserve", reserveBody, "reader"},
 					{"POST", n.v1 + "/effects/walk-auth-0001/commit", `{"reservation":"` + res(r) + `","outcome":"succeeded"}`, "reader"},
 					{"POST", n.v1 + "/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`, "writer"},
+					{"POST", n.v1 + "/effects/walk-auth-0001/reconcile", walkReconciled, "reader"},
 					{"GET", n.v1 + "/effects/walk-auth-0001", "", ""}, // a writer reads its keys
 					{"GET", n.v1 + "/receipts", "", "writer"},
 					{"GET", n.v1 + "/receipts/1", "", "writer"},
@@ -624,6 +625,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		}
 	})
 
+	t.Run("reconcile", func(t *testing.T) {
+		walkReconcile(t, a, aClock, spaces, huge, expect)
+	})
+
 	t.Run("approvals", func(t *testing.T) {
 		walkApprovals(t, a, b, aClock, spaces, tok, huge, expect)
 	})
@@ -640,6 +645,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"POST", n.v1 + "/effects/reserve", rsv("walk-rate-0001", "e1", 1, true, "")},
 				{"POST", n.v1 + "/effects/walk-rate-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
 				{"POST", n.v1 + "/effects/walk-rate-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
+				{"POST", n.v1 + "/effects/walk-rate-0001/reconcile", walkReconciled},
 				{"GET", n.v1 + "/effects/walk-rate-0001", ""},
 				{"GET", n.v1 + "/receipts", ""},
 				{"GET", n.v1 + "/receipts/1", ""},
@@ -689,6 +695,7 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"POST", "/effects/reserve", `{"idempotency_key":"walk-auth-0001","execution_id":"e1","tool":"walk.tool","effect":"write"}`},
 	{"POST", "/effects/walk-auth-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
 	{"POST", "/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
+	{"POST", "/effects/walk-auth-0001/reconcile", walkReconciled},
 	{"GET", "/effects/walk-auth-0001", ""},
 	{"GET", "/receipts", ""},
 	{"GET", "/receipts/1", ""},
@@ -895,6 +902,46 @@ func walkApprovals(t *testing.T, a, b *Ledgerd, aClock *testClock, spaces []walk
 			if n.name == "default" { // the scoped token may use walk only
 				expect(b.Do("GET", policy, "", "Authorization", tok["scoped"]), 403, "forbidden")
 			}
+		})
+	}
+}
+
+// walkReconciled is a reconcile body: a lookup found the effect.
+const walkReconciled = `{"outcome":"succeeded","external_ref":"ch_1","evidence":{"lookup":"walk.find","answer":{"applied":true}}}`
+
+// walkReconcile drives POST …/reconcile (SPEC §15) on the open ledger a:
+// no rule, then a rule for walk.rec*; a leased, an early and an unknown
+// key; a reconcile, and the original call's late commit after it.
+func walkReconcile(t *testing.T, a *Ledgerd, aClock *testClock, spaces []walkNS, huge string, expect func(Resp, int, string)) {
+	t.Helper()
+	rsv := func(key, lease string) string {
+		return `{"idempotency_key":"` + key + `","execution_id":"e1","tool":"walk.rec","effect":"external","input":{"k":"` + key + `"},"lease_ms":` + lease + `}`
+	}
+	notApplied := `{"outcome":"not_applied","error":{"code":"NOT_FOUND"},"evidence":{"lookup":"walk.find","answer":{"applied":false}}}`
+	for _, n := range spaces {
+		t.Run(n.name, func(t *testing.T) {
+			r := a.Do("POST", n.v1+"/effects/reserve", rsv("walk-rec-0001", "10"))
+			expect(r, 201, "")
+			token, _ := r.Body["reservation"].(string)
+			expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-rec-0002", "10")), 201, "")
+			expect(a.Do("POST", n.v1+"/effects/reserve", rsv("walk-rec-0003", "600000")), 201, "")
+			aClock.advance(20 * time.Millisecond)
+			expect(a.Do("POST", n.v1+"/effects/walk-rec-0001/reconcile", walkReconciled), 403, "reconcile_not_allowed")
+			expect(a.Do("PUT", "/v1/namespaces/"+n.name+"/policy", `{"rules":[{"tool":"walk.rec*","reconcile":{"allow":true}}]}`), 200, "")
+			expect(a.Do("POST", n.v1+"/effects/walk-rec-0003/reconcile", walkReconciled), 409, "not_interrupted")
+			r = a.Do("POST", n.v1+"/effects/walk-rec-0002/reconcile", notApplied)
+			expect(r, 409, "reconcile_too_early")
+			assert.NotEmpty(t, r.Header.Get("Retry-After"))
+			expect(a.Do("POST", n.v1+"/effects/walk-none-0001/reconcile", walkReconciled), 404, "unknown_key")
+			expect(a.Do("POST", n.v1+"/effects/walk-rec-0001/reconcile", `{"outcome":"failed","error":{"code":"X"},"evidence":{"lookup":"q","answer":1}}`), 400, "invalid_request")
+			expect(a.Do("POST", n.v1+"/effects/walk-rec-0001/reconcile", huge), 413, "body_too_large")
+			expect(a.Do("POST", n.v1+"/effects/walk-rec-0001/reconcile", walkReconciled, "Content-Type", "text/csv"), 415, "unsupported_media_type")
+			r = a.Do("POST", n.v1+"/effects/walk-rec-0001/reconcile", walkReconciled)
+			expect(r, 201, "")
+			assert.Equal(t, "succeeded", r.Body["state"])
+			r = a.Do("POST", n.v1+"/effects/walk-rec-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"ch_2"}`)
+			expect(r, 201, "")
+			assert.NotNil(t, r.Body["reconciled_earlier"], "the original call's late commit")
 		})
 	}
 }

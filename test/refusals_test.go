@@ -1,11 +1,8 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -31,25 +29,6 @@ func pollUntil(t *testing.T, cond func() bool, msg string, args ...any) {
 	}
 }
 
-// slowBody sends a reserve whose body never finishes arriving, and
-// returns once ledgerd has begun to read it (its 100 Continue); the
-// connection closes when the test ends.
-func slowBody(t *testing.T, l *Ledgerd, header string) {
-	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(l.URL, "http://"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
-	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
-	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
-		"Content-Length: 200\r\nExpect: 100-continue\r\n"+header+"\r\n")
-	require.NoError(t, err)
-	line, err := bufio.NewReader(c).ReadString('\n')
-	require.NoError(t, err, "no 100 Continue")
-	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
-	_, err = io.WriteString(c, `{"execution_id":`)
-	require.NoError(t, err)
-}
-
 // TestLedgerd_slowClientsDoNotStarveOthers: bodies that arrive slowly
 // hold no --max-inflight place, from the same address or the same token.
 func TestLedgerd_slowClientsDoNotStarveOthers(t *testing.T) {
@@ -57,7 +36,7 @@ func TestLedgerd_slowClientsDoNotStarveOthers(t *testing.T) {
 	t.Run("open, on loopback", func(t *testing.T) {
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--max-inflight", "3")
 		for range 3 {
-			slowBody(t, l, "")
+			testkit.SlowBody(t, strings.TrimPrefix(l.URL, "http://"), "")
 		}
 		r := l.Do("GET", "/v1/head", "")
 		assert.Equal(t, 200, r.Status, "the slow bodies hold no place: %s", r.Raw)
@@ -71,7 +50,7 @@ func TestLedgerd_slowClientsDoNotStarveOthers(t *testing.T) {
 		fast := createToken(t, db, "fast", "writer")
 		l := StartLedgerd(t, db, "--max-inflight", "4")
 		for range 4 {
-			slowBody(t, l, "Authorization: Bearer "+slow+"\r\n")
+			testkit.SlowBody(t, strings.TrimPrefix(l.URL, "http://"), "Authorization: Bearer "+slow+"\r\n")
 		}
 		r := l.Do("POST", "/v1/effects/reserve", reserve("fast-key-0001", "exec-1", 1, false), "Authorization", "Bearer "+fast)
 		assert.Equal(t, 201, r.Status, "another token is served: %s", r.Raw)
@@ -211,9 +190,7 @@ func runLedgerdBounded(t *testing.T, args ...string) (string, int) {
 func TestLedgerd_signingKeyFileRules(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := filepath.Join(dir, "log.key")
-	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
-	require.Equal(t, 0, code, stderr)
+	key, _ := keygen(t, dir, "ex.test")
 	base := []string{"--db", filepath.Join(dir, "ledger.db"), "--listen", "127.0.0.1:0", "--log-origin", "ex.test"}
 
 	fifo := filepath.Join(dir, "key.fifo")

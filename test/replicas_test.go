@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
@@ -107,7 +108,7 @@ func TestReplicas_noForkUnderMixedLoad(t *testing.T) {
 				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
 					return
 				}
-				status, body, err = rawPost(l.URL+prefix+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
+				status, body, err = rawPost(l.URL+prefix+"/effects/"+key+"/commit", testkit.CommitBody(field(body, "reservation"), "succeeded", refunded))
 				if !assert.NoError(t, err) || !assert.Equal(t, 201, status, "%s", body) {
 					return
 				}
@@ -195,7 +196,7 @@ func TestReplicas_killOneUnderLoad(t *testing.T) {
 			return true
 		}
 		recordAck(&mu, acks[ns], body, key)
-		status, body, err = rawPost(base+"/effects/"+key+"/commit", commitBody(field(body, "reservation"), "succeeded", refunded))
+		status, body, err = rawPost(base+"/effects/"+key+"/commit", testkit.CommitBody(field(body, "reservation"), "succeeded", refunded))
 		if err == nil && status == 201 {
 			recordAck(&mu, acks[ns], body, key)
 			if l == a {
@@ -246,7 +247,7 @@ func TestReplicas_waitWakesAcrossReplicas(t *testing.T) {
 	require.Eventually(t, func() bool { return b.metric("ledger_reserve_waiting") == 1 }, 60*time.Second, 5*time.Millisecond,
 		"the reserve parks on b")
 	start := time.Now()
-	a.Commit(t, key, commitBody(token, "succeeded", refunded))
+	a.Commit(t, key, testkit.CommitBody(token, "succeeded", refunded))
 	select {
 	case got := <-done:
 		require.Equal(t, 200, got.Status, got.Raw)
@@ -314,10 +315,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "log.key")
-	out, stderr, code := ledgerctl(t, "keygen", "--origin", "replicas.test", "--out", keyFile)
-	require.Equal(t, 0, code, stderr)
-	vkey := strings.TrimSpace(out)
+	keyFile, vkey := keygen(t, dir, "replicas.test")
 	args := []string{"--signing-key", keyFile, "--log-origin", "replicas.test", "--checkpoint-interval", "100ms"}
 	a, b := startReplicas(t, url, args...)
 	var last int
@@ -345,7 +343,7 @@ func TestReplicas_oneSignerPerNamespace(t *testing.T) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	proof := filepath.Join(dir, "proof.json")
 	require.NoError(t, os.WriteFile(proof, []byte(r.Raw), 0o600))
-	_, stderr, code = ledgerctl(t, "check-proof", proof, "--vkey", vkey)
+	_, stderr, code := ledgerctl(t, "check-proof", proof, "--vkey", vkey)
 	require.Equal(t, 0, code, stderr)
 	for _, l := range []*Ledgerd{a, b} {
 		m := l.Do("GET", "/metrics", "")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -19,10 +18,7 @@ import (
 func TestVerifiableLog_postgresTamper(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	keyFile := filepath.Join(dir, "log.key")
-	out, stderr, code := ledgerctl(t, "keygen", "--origin", "pg.test", "--out", keyFile)
-	require.Equal(t, 0, code, stderr)
-	vkey := strings.TrimSpace(out)
+	keyFile, vkey := keygen(t, dir, "pg.test")
 	for _, tt := range []struct {
 		desc      string
 		tamper    []string

@@ -35,13 +35,21 @@ func startSigned(t *testing.T, dir string, extra ...string) (*Ledgerd, string, s
 	return startSignedEnv(t, dir, nil, extra...)
 }
 
+// keygen makes a signing key for origin prefix origin in dir/log.key with
+// ledgerctl keygen, failing t unless it exits 0; it returns the key's
+// file and the verifier key.
+func keygen(t *testing.T, dir, origin string) (key, vkey string) {
+	t.Helper()
+	key = filepath.Join(dir, "log.key")
+	out, stderr, code := ledgerctl(t, "keygen", "--origin", origin, "--out", key)
+	require.Equal(t, 0, code, stderr)
+	return key, strings.TrimSpace(out)
+}
+
 // startSignedEnv is startSigned with env added to ledgerd's environment.
 func startSignedEnv(t *testing.T, dir string, env []string, extra ...string) (*Ledgerd, string, string) {
 	t.Helper()
-	key := filepath.Join(dir, "log.key")
-	out, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
-	require.Equal(t, 0, code, stderr)
-	vkey := strings.TrimSpace(out)
+	key, vkey := keygen(t, dir, "ex.test")
 	fi, err := os.Stat(key)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the private key is readable only by its owner")
@@ -638,12 +646,10 @@ func TestVerifiableLog_sshKeys(t *testing.T) {
 func TestVerifiableLog_keyErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	key := filepath.Join(dir, "log.key")
-	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
-	require.Equal(t, 0, code, stderr)
+	key, _ := keygen(t, dir, "ex.test")
 	before, err := os.ReadFile(key)
 	require.NoError(t, err)
-	_, stderr, code = ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
+	_, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", key)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "exists")
 	after, err := os.ReadFile(key)

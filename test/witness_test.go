@@ -31,10 +31,7 @@ type witnessSetup struct {
 func newWitnessSetup(t *testing.T, names ...string) *witnessSetup {
 	t.Helper()
 	s := &witnessSetup{dir: t.TempDir()}
-	s.key = filepath.Join(s.dir, "log.key")
-	out, stderr, code := ledgerctl(t, "keygen", "--origin", "ex.test", "--out", s.key)
-	require.Equal(t, 0, code, stderr)
-	s.vkey = strings.TrimSpace(out)
+	s.key, s.vkey = keygen(t, s.dir, "ex.test")
 	for _, n := range names {
 		w, err := testwitness.New(n, s.vkey, "ex.test/default")
 		require.NoError(t, err)

@@ -9,10 +9,13 @@
 package testkit
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -79,6 +82,36 @@ func Succeed(key, token string) ledger.CommitRequest {
 func Fail(key, token string, retryable bool) ledger.CommitRequest {
 	return ledger.CommitRequest{IdempotencyKey: key, Reservation: token, Outcome: chain.OutcomeFailed,
 		Error: &ledger.FailureDetail{Code: "TIMEOUT", Message: "gateway timed out", Retryable: retryable}}
+}
+
+// Writer is what tests reserve and commit on: a ledger.Namespace, or a
+// test ledger through its default namespace.
+type Writer interface {
+	Reserve(ctx context.Context, r ledger.ReserveRequest) (*ledger.ReserveResult, error)
+	Commit(ctx context.Context, c ledger.CommitRequest) (*ledger.CommitResult, error)
+}
+
+// MustReserve reserves on w and fails tb on error.
+func MustReserve(tb testing.TB, w Writer, req ledger.ReserveRequest) *ledger.ReserveResult {
+	tb.Helper()
+	res, err := w.Reserve(context.Background(), req)
+	require.NoError(tb, err)
+	return res
+}
+
+// MustCommit commits on w and fails tb on error.
+func MustCommit(tb testing.TB, w Writer, req ledger.CommitRequest) *ledger.CommitResult {
+	tb.Helper()
+	res, err := w.Commit(context.Background(), req)
+	require.NoError(tb, err)
+	return res
+}
+
+// CommitBody is the JSON body of a commit over HTTP of the reservation
+// token with outcome and the further members extra
+// (`,"external_ref":"re_1"`).
+func CommitBody(token, outcome, extra string) string {
+	return fmt.Sprintf(`{"reservation":%q,"outcome":%q%s}`, token, outcome, extra)
 }
 
 // Buffer is a bytes.Buffer that goroutines may share: the log
@@ -165,6 +198,34 @@ func EditableReceipts(t testing.TB, db *sql.DB) {
 	require.NoError(t, err)
 }
 
+// Dial opens a TCP connection to addr for a raw HTTP exchange, its reads
+// and writes bounded by d from now; it closes when the test ends.
+func Dial(t testing.TB, addr string, d time.Duration) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(d)))
+	return c
+}
+
+// SlowBody starts a reserve, with the further header lines header
+// ("Name: value\r\n"), whose body never finishes arriving, at the HTTP
+// server at addr, and returns its connection once the server has begun
+// to read the body (its 100 Continue). The connection closes when the
+// test ends, before a server started earlier in the test is stopped.
+func SlowBody(t testing.TB, addr, header string) net.Conn {
+	t.Helper()
+	c := Dial(t, addr, 60*time.Second)
+	_, err := io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 200\r\nExpect: 100-continue\r\n"+header+"\r\n")
+	require.NoError(t, err)
+	line, err := bufio.NewReader(c).ReadString('\n')
+	require.NoError(t, err, "no 100 Continue")
+	require.Equal(t, "HTTP/1.1 100 Continue\r\n", line)
+	return c
+}
+
 // ReadTimeoutPassed opens a connection to the HTTP server at addr whose
 // request body never finishes and returns once the server has cut it for
 // its read timeout: by then that timeout, and a write timeout no longer
@@ -172,11 +233,8 @@ func EditableReceipts(t testing.TB, db *sql.DB) {
 // before this one's.
 func ReadTimeoutPassed(t testing.TB, addr string) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.SetDeadline(time.Now().Add(60*time.Second)))
-	_, err = io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+	c := Dial(t, addr, 60*time.Second)
+	_, err := io.WriteString(c, "POST /v1/effects/reserve HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
 		"Content-Length: 200\r\n\r\n{")
 	require.NoError(t, err)
 	_, err = io.Copy(io.Discard, c) // whatever the server answers, until it closes the connection

@@ -63,6 +63,12 @@ type Audit struct {
 	Denied []DeniedEffect `json:"denied"`
 	// UnauthenticatedApprovals lists the approvals without an actor.
 	UnauthenticatedApprovals []UnauthenticatedApproval `json:"unauthenticated_approvals"`
+	// Reconciliations (SPEC §15) are the keys ended by the actor of their
+	// reserve from a downstream's answer, apart from Resolutions.
+	Reconciliations []Reconciliation `json:"reconciliations"`
+	// ReconcileContradicted lists the original calls' late commits whose
+	// outcome or external_ref differs from the reconciled one.
+	ReconcileContradicted []ReconcileContradiction `json:"reconcile_contradicted"`
 }
 
 // NotAppliedRerun is a reserve of a key whose last outcome was not_applied
@@ -358,6 +364,10 @@ func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) 
 	slices.SortFunc(a.Resolutions, func(x, y Resolution) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.RenewedKeys, func(x, y RenewedKey) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.NotAppliedReruns, func(x, y NotAppliedRerun) int { return cmp.Compare(x.Seq, y.Seq) })
+	slices.SortFunc(a.Reconciliations, func(x, y Reconciliation) int { return cmp.Compare(x.Seq, y.Seq) })
+	slices.SortFunc(a.ReconcileContradicted, func(x, y ReconcileContradiction) int { return cmp.Compare(x.CommitSeq, y.CommitSeq) })
+	ensure(&a.Reconciliations)
+	ensure(&a.ReconcileContradicted)
 	ensure(&a.RenewedKeys)
 	ensure(&a.NotAppliedReruns)
 	ensure(&a.RuntimeRetries)

@@ -34,7 +34,7 @@ func checkFields(col *collector, r *chain.Receipt) {
 		bad("ref_seq %d does not name an earlier receipt", r.RefSeq)
 	}
 	checkKindFields(bad, r)
-	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Outcome == chain.OutcomeNotApplied && r.ExternalRef != "" {
+	if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile) && r.Outcome == chain.OutcomeNotApplied && r.ExternalRef != "" {
 		col.addf(r.Seq, RuleNotAppliedWithRef, "not_applied %s with external_ref %q: an effect that applied nothing has no downstream reference",
 			r.Kind, truncate(r.ExternalRef))
 	}
@@ -90,7 +90,7 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "external_ref", r.ExternalRef)
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
-	case chain.KindCommit, chain.KindResolve:
+	case chain.KindCommit, chain.KindResolve, chain.KindReconcile:
 		checkText(bad, "external_ref", r.ExternalRef, ledger.MaxExternalRefLen)
 		checkResult(bad, r.Result)
 		switch r.Outcome {
@@ -119,7 +119,7 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
 	default:
-		bad("kind %q is not reserve, commit, replay, resolve, policy, ask, approval or deny", truncate(r.Kind))
+		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval or deny", truncate(r.Kind))
 		return // which fields belong is unknown
 	}
 	checkLease(bad, r)
@@ -164,6 +164,8 @@ func checkNote(bad func(string, ...any), r *chain.Receipt) {
 		checkText(bad, "note", r.Note, ledger.MaxNoteLen)
 	case chain.KindReserve:
 		checkChanged(bad, r.Note)
+	case chain.KindReconcile:
+		checkEvidence(bad, r.Note)
 	default:
 		notOn(bad, r.Kind, "note", r.Note)
 	}

@@ -112,6 +112,9 @@ func (g *gateChecker) add(r *chain.Receipt) {
 		g.reserve(r)
 	case chain.KindCommit, chain.KindResolve:
 		g.outcome(r)
+	case chain.KindReconcile:
+		g.reconcile(r)
+		g.outcome(r)
 	}
 	if g.swept++; g.swept == failureSweep {
 		g.sweep(r.RecordedAt)
@@ -169,6 +172,15 @@ func approverRole(result string) string {
 	}
 	_ = json.Unmarshal([]byte(result), &v)
 	return v.Role
+}
+
+// reconcile checks a reconcile against the policy in force (SPEC §15):
+// a rule matching its tool must allow it.
+func (g *gateChecker) reconcile(r *chain.Receipt) {
+	if !g.unknown && !g.policy.match(r.Tool, r.Effect).reconcile {
+		g.violation(r, RuleReconcileNotAllowed, "key %q: reconcile of %s, which no rule of the policy in force allows",
+			r.IdempotencyKey, r.Tool)
+	}
 }
 
 func (g *gateChecker) deny(r *chain.Receipt) {

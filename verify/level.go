@@ -150,15 +150,14 @@ func (l *level) hydrate(s *slot) (*keyState, error) {
 		if err != nil {
 			return nil, err
 		}
-		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+		k.latest = reserveOf(r)
 	}
 	if finalSeq != 0 {
 		r, err := p.read(finalSeq)
 		if err != nil {
 			return nil, err
 		}
-		k.final = finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
-			code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
+		k.final = finalOf(r)
 	}
 	k.gate = l.table.gates[keyHashes{s.key0, s.key1}]
 	if s.flags&slotMore != 0 {

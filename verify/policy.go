@@ -42,6 +42,7 @@ type policyRule struct {
 	repeatWindow  *uint64
 	expiresInMS   *uint64
 	approvalValue string
+	reconcile     *bool // the reconcile member's allow (SPEC §15)
 }
 
 // gateRule is what a policy decides for one request: each member taken
@@ -52,6 +53,7 @@ type gateRule struct {
 	deny         bool
 	repeatRefuse bool
 	repeatWindow uint64
+	reconcile    bool
 }
 
 // parsePolicy parses a policy receipt's result. Unknown members, values
@@ -170,8 +172,39 @@ func (r *policyRule) set(name string, raw json.RawMessage) error {
 	case "expires_in_ms":
 		r.expiresInMS = new(uint64)
 		return parseMS(raw, r.expiresInMS)
+	case "reconcile":
+		return r.setReconcile(raw)
 	}
 	return errors.New("unknown member")
+}
+
+// setReconcile takes {"allow": bool, "settle_ms": N} (SPEC §15); both
+// members are optional, and allow defaults to false.
+func (r *policyRule) setReconcile(raw json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := strictUnmarshal(string(raw), &m); err != nil {
+		return err
+	}
+	if m == nil {
+		return errors.New("not an object")
+	}
+	r.reconcile = new(bool)
+	for name, v := range m {
+		var err error
+		switch name {
+		case "allow":
+			err = strictUnmarshal(string(v), r.reconcile)
+		case "settle_ms":
+			var ms uint64
+			err = parseMS(v, &ms)
+		default:
+			err = errors.New("unknown member")
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 func (r *policyRule) setTool(raw json.RawMessage) error {
@@ -255,7 +288,7 @@ func (p *gatePolicy) match(tool, effect string) gateRule {
 	if p == nil {
 		return g
 	}
-	var approval, approvers, deny, repeat, window bool
+	var approval, approvers, deny, repeat, window, reconcile bool
 	for i := range p.rules {
 		r := &p.rules[i]
 		if !r.tool.Match(tool) || r.effect != "" && r.effect != effect {
@@ -275,6 +308,9 @@ func (p *gatePolicy) match(tool, effect string) gateRule {
 		}
 		if !window && r.repeatWindow != nil {
 			window, g.repeatWindow = true, *r.repeatWindow
+		}
+		if !reconcile && r.reconcile != nil {
+			reconcile, g.reconcile = true, *r.reconcile
 		}
 	}
 	return g

@@ -74,6 +74,18 @@ const (
 	// RulePayloadUnexpected: a value kept for a field whose chain text is
 	// empty, exempt or inline.
 	RulePayloadUnexpected = "payload_unexpected"
+
+	// Reconciling an unknown outcome (contract v1.4, SPEC §15).
+
+	// RuleReconcileInvalid: a reconcile of a key not interrupted at that
+	// point of the chain, whose fields differ from its reserve's, or with
+	// an outcome other than succeeded (with an external_ref) or
+	// not_applied.
+	RuleReconcileInvalid = "reconcile_invalid"
+	// RuleReconcileNotAllowed: a reconcile the policy in force did not
+	// allow for its tool, or whose actor is neither its reserve's actor
+	// nor an admin the verifier knows.
+	RuleReconcileNotAllowed = "reconcile_not_allowed"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.

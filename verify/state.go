@@ -103,13 +103,32 @@ func (k *keyState) record(execution string, attempt uint64) {
 
 type reserveInfo struct {
 	seq, attempt, lease, recordedAt uint64
-	execution                       string
+	execution, actor                string
+}
+
+// reserveOf is what the key state keeps of reserve r.
+func reserveOf(r *chain.Receipt) reserveInfo {
+	return reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt,
+		execution: r.ExecutionID, actor: r.Actor}
 }
 
 type finalInfo struct {
 	seq, recordedAt      uint64
 	kind, outcome, code  string
 	retryable, succeeded bool
+	// reconciledRef is a reconcile's external_ref (SPEC §15), which a late
+	// commit is compared with; empty for the other kinds.
+	reconciledRef string
+}
+
+// finalOf is what the key state keeps of the outcome r.
+func finalOf(r *chain.Receipt) finalInfo {
+	f := finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
+		code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
+	if r.Kind == chain.KindReconcile {
+		f.reconciledRef = r.ExternalRef
+	}
+	return f
 }
 
 // state is the key's state at unix ms t (SPEC §3).
@@ -147,6 +166,10 @@ type stateChecker struct {
 	grouped keyState
 	fresh   bool
 	drift   *driftChecker // cross-checks the keys table, in grouped full runs
+	// admin reports whether an actor is an admin token (Opts.Admin); nil:
+	// unknown, and a reconcile by another actor than its reserve's is
+	// accepted (SPEC §15).
+	admin func(actor string) bool
 }
 
 func newStateChecker(col *collector, audit *auditBuilder, from, ttl uint64) *stateChecker {
@@ -264,6 +287,8 @@ func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
 		s.reserve(k, r)
 	case chain.KindCommit, chain.KindResolve:
 		s.finalize(k, r)
+	case chain.KindReconcile:
+		s.reconcile(k, r)
 	case chain.KindReplay:
 		s.replay(k, r)
 	case chain.KindAsk:
@@ -281,17 +306,20 @@ func (s *stateChecker) first(k *keyState, r *chain.Receipt) {
 	switch {
 	case r.Kind == chain.KindReserve && r.RefSeq == 0:
 		k.hasReserve = true
-		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+		k.latest = reserveOf(r)
 	case r.Kind == chain.KindReserve:
 		s.violation(r, RuleRetryNotAllowed, "key %q: first reserve claims to retry seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
 		k.hasReserve = true
-		k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+		k.latest = reserveOf(r)
 	case r.Kind == chain.KindReplay:
 		s.violation(r, RuleReplayWithoutSuccess, "key %q: replay of seq %d, but the key has no earlier receipt", k.key, r.RefSeq)
 	case r.Kind == chain.KindAsk:
 		// SPEC §2.1: the first ask fixes the fingerprint; the reserve
 		// that consumes its answer starts the key's state.
 		k.gate = gateLink{askSeq: r.Seq, askRef: r.RefSeq}
+	case r.Kind == chain.KindReconcile:
+		s.violation(r, RuleReconcileInvalid, "key %q: reconcile of reserve %d, but the key has no earlier reserve", k.key, r.RefSeq)
+		s.setFinal(k, r)
 	case r.Kind != chain.KindCommit && r.Kind != chain.KindResolve:
 		// an unknown kind changes no state: checkFields reports it
 	default:
@@ -323,7 +351,7 @@ func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
 	k.first.Result, k.first.Note, k.first.ErrorMessage, k.first.ExternalRef = "", "", "", ""
 	k.attempts = k.attempts[:0]
 	k.hasReserve, k.finalized, k.final = true, false, finalInfo{}
-	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+	k.latest = reserveOf(r)
 }
 
 func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
@@ -347,7 +375,7 @@ func (s *stateChecker) reserve(k *keyState, r *chain.Receipt) {
 		s.audit.notAppliedRerun(k, r)
 	}
 	k.hasReserve, k.finalized = true, false
-	k.latest = reserveInfo{seq: r.Seq, attempt: r.Attempt, lease: r.LeaseExpiresAt, recordedAt: r.RecordedAt, execution: r.ExecutionID}
+	k.latest = reserveOf(r)
 }
 
 // endsOwnLease reports whether r, a reserve while the key's reserve holds
@@ -403,6 +431,10 @@ func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
 		s.correction(k, r)
 		return
 	}
+	if k.finalized && r.Kind == chain.KindCommit && k.final.kind == chain.KindReconcile && k.hasReserve && r.RefSeq == k.latest.seq {
+		s.lateCommit(k, r)
+		return
+	}
 	switch {
 	case !k.hasReserve || r.RefSeq != k.latest.seq:
 		s.violation(r, RuleCommitWithoutReserve, "key %q: %s names reserve %d, but the key's latest reserve is %d", k.key, r.Kind, r.RefSeq, k.latest.seq)
@@ -439,8 +471,7 @@ func (s *stateChecker) correction(k *keyState, r *chain.Receipt) {
 
 func (s *stateChecker) setFinal(k *keyState, r *chain.Receipt) {
 	k.finalized = true
-	k.final = finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
-		code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
+	k.final = finalOf(r)
 }
 
 func (s *stateChecker) replay(k *keyState, r *chain.Receipt) {

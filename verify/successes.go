@@ -40,7 +40,7 @@ func (s *successSet) add(r *chain.Receipt) {
 	if len(r.Malformed) > 0 {
 		s.unsure = true
 	}
-	if (r.Kind != chain.KindCommit && r.Kind != chain.KindResolve) || r.Outcome != chain.OutcomeSucceeded || r.InputHash == "" {
+	if (r.Kind != chain.KindCommit && r.Kind != chain.KindResolve && r.Kind != chain.KindReconcile) || r.Outcome != chain.OutcomeSucceeded || r.InputHash == "" {
 		return
 	}
 	h := fingerprintHash(r.Tool, "", r.InputHash, false, false)

@@ -84,6 +84,10 @@ type Opts struct {
 	// database (bytes; 0: DefaultStateBudget). Keys beyond it are spilled
 	// to temporary files and replayed from there: slower, same report.
 	StateBudget int
+	// Admin reports whether an actor is a token the ledger records as
+	// admin, which may reconcile another actor's reserve (SPEC §15). Nil:
+	// unknown, and such a reconcile is not reported.
+	Admin func(actor string) bool
 }
 
 // Verifier checks one ledger: a database or a server.
@@ -195,6 +199,7 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	r.stateCol = &collector{max: v.opts.MaxViolations}
 	r.audit = newAuditBuilder(v.opts.Filter, r.from)
 	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
+	r.state.admin = v.opts.Admin
 	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
 	r.gate = newGateChecker(r.chainCol, r.from, r.ttl, v.opts.Filter)
 	r.cc.gate = r.gate

@@ -423,3 +423,34 @@ func TestVerifier_incremental(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifier_reconcileByAnotherActor: a reconcile by another actor than
+// its reserve's is reconcile_not_allowed unless the verifier knows the
+// actor as an admin (Opts.Admin), and not decided without Opts.Admin.
+func TestVerifier_reconcileByAnotherActor(t *testing.T) {
+	base, now := buildLedger(t)
+	path := filepath.Join(t.TempDir(), "tampered.db")
+	testkit.CopyFile(t, base, path)
+	var tc tamperCase
+	require.NoError(t, json.Unmarshal([]byte(`{"steps": [
+		{"sql": "INSERT INTO receipts VALUES (11, 'policy', '', 0, '', 0, '', '', 0, '', '', '', '{\"rules\":[{\"reconcile\":{\"allow\":true},\"tool\":\"payments.*\"}]}', '', '', 0, 0, 0, '', '', (SELECT max(recorded_at) FROM receipts) + 1000, randomblob(32), randomblob(32))"},
+		{"sql": "INSERT INTO receipts SELECT 12, 'reconcile', idempotency_key, key_generated, execution_id, attempt, tool, effect, idempotent, input_hash, 'succeeded', 'ch_1', '', '', '', 0, 0, 10, 'mallory', '{\"answer\":{},\"lookup\":\"q\"}', (SELECT max(recorded_at) FROM receipts) + 2000, randomblob(32), randomblob(32) FROM receipts WHERE seq = 10"},
+		{"rehash_from": 11}]}`), &tc))
+	tamper(t, path, tc)
+	rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+	require.NoError(t, err)
+	defer rd.Close()
+	for _, c := range []struct {
+		desc  string
+		admin func(string) bool
+		want  []string
+	}{
+		{"admins unknown", nil, nil},
+		{"not an admin", func(a string) bool { return a == "ops" }, []string{verify.RuleReconcileNotAllowed}},
+		{"an admin", func(a string) bool { return a == "mallory" }, nil},
+	} {
+		rep, err := verify.New(rd, verify.Opts{Now: func() time.Time { return now }, Admin: c.admin}).Check(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, c.want, rules(rep), "%s: %+v", c.desc, rep.Violations)
+	}
+}

@@ -638,7 +638,7 @@
   }
 
   function kindClass(r) {
-    if (r.kind === 'commit' || r.kind === 'resolve') return r.outcome;
+    if (r.kind === 'commit' || r.kind === 'resolve' || r.kind === 'reconcile') return r.outcome;
     if (r.kind === 'replay') return 'ok';
     return 'info';
   }
@@ -660,7 +660,7 @@
       ['result', resultCell(r)],
       ['error code', r.error_code],
       ['error message', r.error_message],
-      ['retryable', r.kind === 'commit' || r.kind === 'resolve' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
+      ['retryable', r.kind === 'commit' || r.kind === 'resolve' || r.kind === 'reconcile' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
       ['lease expires', r.lease_expires_at ? timeEl(r.lease_expires_at) : ''],
       ['ref seq', r.ref_seq ? String(r.ref_seq) : ''],
       ['actor', r.actor],
@@ -908,6 +908,11 @@
         e.title = 'Resolved by an operator';
         e.badge = badge(r.outcome, r.outcome);
         e.body = kv([...outcome(), ['note', r.note], ['interrupted reserve', '#' + r.ref_seq]]);
+        break;
+      case 'reconcile':
+        e.title = 'Reconciled from the downstream\'s answer';
+        e.badge = badge(r.outcome, r.outcome);
+        e.body = kv([...outcome(), ['evidence', r.note], ['by', r.actor], ['interrupted reserve', '#' + r.ref_seq]]);
         break;
     }
     return e;

@@ -172,7 +172,7 @@ func (m *Main) ParseFlags(_ context.Context, args []string) error {
 	fs.DurationVar(&m.KeyTTL, "key-ttl", DefaultKeyTTL, "embedded ledger: how long a finished call's key is remembered, for a ledger or --namespace this start creates (0: forever); an existing one keeps its own")
 	fs.DurationVar(&m.Wait, "wait", mcpgate.DefaultWait, "how long a duplicate call waits for the same call in flight (at most 60s)")
 	fs.StringVar(&m.ServerName, "server-name", "", "`name` that prefixes the ledger's tool names, <name>.<tool> (default: the upstream's serverInfo.name)")
-	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations; rules may carry the gate's approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms ({\"rules\": [...], \"self_approval\": ...}), which an embedded ledger records as its policy")
+	fs.StringVar(&m.PolicyFile, "policy", "", "JSON `file`: [{\"tool\": NAME_OR_GLOB, \"effect\": CLASS, \"idempotent\": BOOL}], first match overrides the tool's annotations; rules may carry the gate's approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms, reconcile ({\"rules\": [...], \"self_approval\": ...}), which an embedded ledger records as its policy, and a lookup {\"tool\": READ_ONLY_TOOL, \"arguments\": {...}} asked about an interrupted call")
 	fs.StringVar(&m.ApprovalURL, "approval-url", "", "the web page where a person answers a call's approval, named to the model: `URL` with {seq} replaced by the ask's seq, or #approvals/SEQ appended (default: the --ledger's or --admin-listen's /ui/)")
 	fs.StringVar(&m.Listen, "listen", "", "serve MCP over Streamable HTTP at http://`ADDR`/mcp instead of stdio")
 	fs.DurationVar(&m.SessionTimeout, "session-timeout", mcpgate.DefaultSessionTimeout, "--listen: close a session that sent no request for this long (0: never)")
@@ -258,8 +258,8 @@ func (m *Main) check() error {
 		m.Policy = p
 		if m.LedgerURL != "" && p.HasGate() {
 			return fmt.Errorf("--policy %s sets members of the ledger's gate (approval, approvers, expires_in_ms, deny, "+
-				"repeat_failure, repeat_window_ms, self_approval): with --ledger the gate is the ledgerd's policy, "+
-				"set there with ledgerctl policy set %s FILE; keep only tool, effect, idempotent and on_error here", m.PolicyFile, m.Namespace)
+				"repeat_failure, repeat_window_ms, reconcile, self_approval): with --ledger the gate is the ledgerd's policy, "+
+				"set there with ledgerctl policy set %s FILE; keep only tool, effect, idempotent, on_error and lookup here", m.PolicyFile, m.Namespace)
 		}
 	}
 	return nil

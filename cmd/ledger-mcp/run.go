@@ -46,6 +46,9 @@ func (m *Main) Run(ctx context.Context) error {
 	if name == "" && up.Info().ServerInfo != nil {
 		name = up.Info().ServerInfo.Name
 	}
+	if err := mcpgate.CheckLookups(ctx, up, m.Policy, name); err != nil {
+		return fmt.Errorf("--policy %s: %w", m.PolicyFile, err)
+	}
 	led, desc, err := m.openLedger(ctx, mcpgate.ToolNamePart(name))
 	if err != nil {
 		return err
@@ -254,18 +257,28 @@ func liveRunsExcluded(ctx context.Context, rl storage.Shared, earlier func(*chai
 	}
 }
 
-// setGate records the gate's members of the --policy file as the embedded
-// ledger's namespace policy (SPEC §13), with the tools' ledger names
+// setGate records the gate's members of the --policy file, and the
+// reconcile its lookups need (SPEC §15), as the embedded ledger's
+// namespace policy (SPEC §13), with the tools' ledger names
 // <server-name>.<tool>: a policy receipt, unless the same policy is in
-// force. A file without them leaves the policy in force as it is (one set
-// at --admin-listen, say). With --ledger, check refused such a file.
+// force. A file with lookups but no gate member keeps the policy in force
+// (one set at --admin-listen, say) and puts their reconcile rules first;
+// a file with neither leaves it as it is. With --ledger, check refused
+// gate members.
 func (m *Main) setGate(ctx context.Context, serverName string) error {
-	if m.ns == nil || !m.Policy.HasGate() {
+	if m.ns == nil {
 		return nil
 	}
-	raw, err := m.Policy.LedgerPolicy(serverName)
+	inForce, _, err := m.ns.Policy(ctx)
+	if err != nil {
+		return fmt.Errorf("--policy %s: read the policy in force: %w", m.PolicyFile, err)
+	}
+	raw, err := m.Policy.LedgerPolicyOver(serverName, inForce)
 	if err != nil {
 		return fmt.Errorf("--policy %s: %w", m.PolicyFile, err)
+	}
+	if raw == nil {
+		return nil
 	}
 	res, err := m.ns.SetPolicy(ctx, raw, "")
 	if err != nil {

@@ -60,7 +60,7 @@ func (c *AuditCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	rep, err := st.verifier(verify.Opts{Filter: filter}).Check(ctx)
+	rep, err := checkWith(ctx, st, verify.Opts{Filter: filter})
 	if err != nil {
 		return err
 	}
@@ -148,6 +148,17 @@ func printAudit(w io.Writer, a *verify.Audit) {
 	section("Resolutions by operators", len(a.Resolutions), "SEQ\tKEY\tOUTCOME\tACTOR\tAT\tNOTE", func(tw io.Writer) {
 		for _, r := range a.Resolutions {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(r.Note))
+		}
+	})
+	section("Reconciliations: interrupted keys ended from a downstream's answer", len(a.Reconciliations), "SEQ\tKEY\tTOOL\tOUTCOME\tLOOKUP\tACTOR\tAT", func(tw io.Writer) {
+		for _, r := range a.Reconciliations {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), r.Outcome, cell(r.Lookup), cell(r.Actor), ms(r.RecordedAt))
+		}
+	})
+	section("Reconcile contradicted: the original call landed with another outcome (a person should look)", len(a.ReconcileContradicted), "COMMIT\tKEY\tTOOL\tRECONCILED\tAS\tCOMMITTED\tEXTERNAL REF", func(tw io.Writer) {
+		for _, r := range a.ReconcileContradicted {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.CommitSeq, keyCell(r.Key), cell(r.Tool), r.ReconcileSeq,
+				cell(r.ReconciledOutcome+" "+r.ReconciledExternalRef), r.Outcome, cell(r.ExternalRef))
 		}
 	})
 	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME\tPREVIOUS SEQ", func(tw io.Writer) {

@@ -35,9 +35,9 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 		return usageErr(fs, c.Env, "--limit must be from 1 to %d, got %d", ledger.MaxPageLimit, f.Limit)
 	}
 	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve:
+	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile:
 	default:
-		return usageErr(fs, c.Env, "--kind must be reserve, commit, replay or resolve, got %q", f.Kind)
+		return usageErr(fs, c.Env, "--kind must be reserve, commit, replay, resolve or reconcile, got %q", f.Kind)
 	}
 	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
@@ -140,8 +140,8 @@ func describe(r *chain.Receipt) string {
 	case r.ErrorCode != "":
 		s += fmt.Sprintf(" error=%s retryable=%t", cell(r.ErrorCode), r.Retryable)
 	}
-	if r.Kind == chain.KindResolve {
-		s += fmt.Sprintf(" by %s: %s", cell(r.Actor), cell(r.Note))
+	if r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile {
+		s += fmt.Sprintf(" by %s: %s", cell(r.Actor), cell(r.Note)) // a reconcile's note is its evidence
 	}
 	return s
 }

@@ -128,7 +128,7 @@ type store interface {
 	verify.Source
 	// verifier returns a Verifier of the store: of a database, or of a
 	// server, each with what it can answer.
-	verifier(opts verify.Opts) *verify.Verifier
+	verifier(ctx context.Context, opts verify.Opts) (*verify.Verifier, error)
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
 	// Key returns a key's state with its expiry and the current
 	// generation's receipts, or all of them with history (SPEC §12).
@@ -137,14 +137,39 @@ type store interface {
 	Close() error
 }
 
+// checkWith runs st's verifier with opts.
+func checkWith(ctx context.Context, st store, opts verify.Opts) (*verify.Report, error) {
+	v, err := st.verifier(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return v.Check(ctx)
+}
+
 // fileStore adapts one namespace of a database opened read-only.
 type fileStore struct {
 	ledger.Chain
 	db ledger.Store // closed by Close; nil when someone else closes it
 }
 
-func (f fileStore) verifier(opts verify.Opts) *verify.Verifier {
-	return verify.New(f.Chain, opts)
+// verifier tells the verifier which actors are admin tokens of the
+// database (revoked ones too: what they did stays theirs), who may
+// reconcile another actor's reserve (SPEC §15).
+func (f fileStore) verifier(ctx context.Context, opts verify.Opts) (*verify.Verifier, error) {
+	if f.db != nil {
+		rows, err := f.db.Tokens().ListTokens(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the tokens: %w", err)
+		}
+		admins := map[string]bool{}
+		for _, t := range rows {
+			if t.Role == ledger.RoleAdmin {
+				admins[t.Name] = true
+			}
+		}
+		opts.Admin = func(actor string) bool { return admins[actor] }
+	}
+	return verify.New(f.Chain, opts), nil
 }
 
 // Close closes the database.

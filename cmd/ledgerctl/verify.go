@@ -121,7 +121,7 @@ func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *source
 		}
 	}
 	start := time.Now()
-	rep, err := st.verifier(opts).Check(ctx)
+	rep, err := checkWith(ctx, st, opts)
 	if err != nil {
 		return err
 	}
@@ -225,7 +225,7 @@ func checkNamespace(ctx context.Context, open func(ns string) (store, error), ns
 	if err != nil {
 		return nsResult{err: err}
 	}
-	rep, err := st.verifier(opts).Check(ctx)
+	rep, err := checkWith(ctx, st, opts)
 	return nsResult{rep: rep, err: err, elapsed: time.Since(start)}
 }
 
@@ -321,9 +321,10 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 			awaiting++
 		}
 	}
-	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s, %s\n",
+	fmt.Fprintf(w, "audit: %s, %s, %s, %s, %d interrupted (%d awaiting a person), %d failed, %s, %s, %s, %d reconcile contradicted\n",
 		plural(len(a.RuntimeRetries), "runtime retry", "runtime retries"), plural(len(a.ReInvocations), "re-invocation", "re-invocations"),
 		plural(len(a.DuplicateEffects), "duplicate effect", "duplicate effects"), plural(len(a.RepeatedFailures), "repeated failure", "repeated failures"),
 		len(a.Interrupted), awaiting, len(a.Failed), plural(len(a.Resolutions), "resolution", "resolutions"),
-		plural(len(a.NotAppliedReruns), "not-applied rerun", "not-applied reruns"))
+		plural(len(a.NotAppliedReruns), "not-applied rerun", "not-applied reruns"),
+		plural(len(a.Reconciliations), "reconciliation", "reconciliations"), len(a.ReconcileContradicted))
 }

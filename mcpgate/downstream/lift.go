@@ -60,55 +60,31 @@ func liftParamsKey(params json.RawMessage) json.RawMessage {
 	if !mayNameParamsKey(params) {
 		return params
 	}
-	var p map[string]json.RawMessage
-	if json.Unmarshal(params, &p) != nil {
-		return params
-	}
-	key, hasKey := p["idempotencyKey"]
-	task, hasTask := p["task"]
-	if !hasKey && !hasTask {
-		return params
-	}
-	meta := map[string]json.RawMessage{}
-	if raw, ok := p["_meta"]; ok && json.Unmarshal(raw, &meta) != nil {
-		return params
-	}
-	if hasKey {
-		delete(p, "idempotencyKey")
-		meta[MetaParamsKey] = key
-	}
-	if hasTask {
-		delete(p, "task")
-		meta[tasks.MetaParamsTask] = task
-	}
-	b, err := json.Marshal(meta)
-	if err != nil {
-		return params
-	}
-	p["_meta"] = b
-	out, err := json.Marshal(p)
-	if err != nil {
-		return params
-	}
-	return out
+	return wire.EditMeta(params, func(p, meta map[string]json.RawMessage) bool {
+		key, hasKey := p["idempotencyKey"]
+		task, hasTask := p["task"]
+		if hasKey {
+			delete(p, "idempotencyKey")
+			meta[MetaParamsKey] = key
+		}
+		if hasTask {
+			delete(p, "task")
+			meta[tasks.MetaParamsTask] = task
+		}
+		return hasKey || hasTask
+	})
 }
 
 // liftMessage applies liftParamsKey to one JSON-RPC message's text.
 func liftMessage(raw json.RawMessage) json.RawMessage {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil || m["params"] == nil {
-		return raw
-	}
-	var method string
-	if json.Unmarshal(m["method"], &method) != nil || method != "tools/call" {
-		return raw
-	}
-	m["params"] = liftParamsKey(m["params"])
-	out, err := json.Marshal(m)
-	if err != nil {
-		return raw
-	}
-	return out
+	return wire.EditObject(raw, func(m map[string]json.RawMessage) bool {
+		var method string
+		if m["params"] == nil || json.Unmarshal(m["method"], &method) != nil || method != "tools/call" {
+			return false
+		}
+		m["params"] = liftParamsKey(m["params"])
+		return true
+	})
 }
 
 // liftHTTP lifts params.idempotencyKey in the JSON-RPC bodies POSTed to a

@@ -31,3 +31,9 @@ func TestTaskParamsRoundTrip(t *testing.T) {
 	plain := json.RawMessage(`{"name":"job","arguments":{}}`)
 	assert.Equal(t, plain, tasks.UnliftParams(plain))
 }
+
+// A _meta of null is no _meta: the key is lifted into a new one.
+func TestLiftParamsKey_nullMeta(t *testing.T) {
+	lifted := liftParamsKey(json.RawMessage(`{"name":"job","idempotencyKey":"k-0001","_meta":null}`))
+	assert.JSONEq(t, `{"name":"job","_meta":{"`+MetaParamsKey+`":"k-0001"}}`, string(lifted))
+}

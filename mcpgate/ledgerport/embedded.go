@@ -113,6 +113,26 @@ func (l embedded) AnswerAsMCPClient(ctx context.Context, seq uint64, decision cl
 	return &client.Approval{Seq: seq}, nil
 }
 
+// Reconcile records a lookup's finding in-process, as the actor of the
+// gateway's own reserves (the embedded ledger has no tokens: "").
+func (l embedded) Reconcile(ctx context.Context, key string, r client.Reconciled) (*client.Reconciliation, error) {
+	evidence, err := json.Marshal(map[string]any{"lookup": r.Lookup, "answer": r.Answer})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	req := ledger.ReconcileRequest{IdempotencyKey: key, Outcome: r.Outcome, ExternalRef: r.ExternalRef, Result: r.Result,
+		Evidence: evidence}
+	if r.Failure != nil {
+		req.Error = &ledger.FailureDetail{Code: r.Failure.Code, Message: r.Failure.Message}
+	}
+	res, err := l.ns.Reconcile(ctx, req)
+	if err != nil {
+		return nil, embeddedError("reconcile", err)
+	}
+	return &client.Reconciliation{Key: res.IdempotencyKey, State: string(res.State),
+		Receipt: client.ReceiptRef{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash.String()}}, nil
+}
+
 // DerivationKey answers from the namespace: its payload mode and its
 // fingerprint key, which it keeps once read.
 func (l embedded) DerivationKey(ctx context.Context) (*client.DerivationKey, error) {

@@ -28,10 +28,11 @@ import (
 // the methods the gateway's path needs: a reserve that may wait for an
 // in-flight reservation of the same key (SPEC §8) or answer
 // *client.ApprovalRequiredError (SPEC §13), a commit, a key's receipts
-// for the words of a replay, the namespace's policy, and the answer of
-// the agent's own MCP client to an ask, and the namespace's derivation
-// key for the keys of calls that name none (SPEC §14; the client asks
-// the ledger once and keeps it).
+// for the words of a replay, the namespace's policy, the answer of the
+// agent's own MCP client to an ask, a lookup's finding about an
+// interrupted key (SPEC §15), and the namespace's derivation key for the
+// keys of calls that name none (SPEC §14; the client asks the ledger
+// once and keeps it).
 //
 // Refusals of the contract are *client.Error with their code; anything
 // else means nothing was recorded (Error sorts them).
@@ -41,6 +42,7 @@ type Ledger interface {
 	Key(ctx context.Context, key string, history bool) (*client.KeyView, error)
 	Policy(ctx context.Context) (*client.PolicyState, error)
 	AnswerAsMCPClient(ctx context.Context, seq uint64, d client.Decision, clientName, note string) (*client.Approval, error)
+	Reconcile(ctx context.Context, key string, r client.Reconciled) (*client.Reconciliation, error)
 	DerivationKey(ctx context.Context) (*client.DerivationKey, error)
 }
 
@@ -66,7 +68,7 @@ type Ask struct {
 type Record struct {
 	At      time.Time // when it was recorded (zero: unknown)
 	Expires time.Time // when the key is forgotten (zero: never)
-	Kind    string    // commit, or resolve: a person's decision
+	Kind    string    // commit, resolve (a person's decision) or reconcile (a lookup's finding)
 	// Of a resolve: who decided, their note, and the external_ref given.
 	Actor, Note, ExternalRef string
 }
@@ -283,4 +285,35 @@ func Truncate(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// Reconcile records what a lookup found about the interrupted key (SPEC
+// §15), within the timeout and however ctx ends, as a commit is: a
+// refusal of the contract is a *Refusal (reconcile_too_early among them,
+// NotBefore says until when), any other error wraps ErrUnavailable.
+func (p Port) Reconcile(ctx context.Context, key string, r client.Reconciled) error {
+	ctx, detach := context.WithTimeout(context.WithoutCancel(ctx), CommitTimeout)
+	defer detach()
+	ctx, cancel := p.bounded(ctx, 0)
+	defer cancel()
+	_, err := p.Ledger.Reconcile(ctx, key, r)
+	return Error("reconcile", err)
+}
+
+// NotBefore is when the settle time of a reconcile_too_early has passed
+// (its details.not_before, unix ms; zero: unknown).
+func (r *Refusal) NotBefore() time.Time {
+	var ms float64
+	switch v := r.Details["not_before"].(type) {
+	case float64:
+		ms = v
+	case uint64:
+		ms = float64(v)
+	case json.Number:
+		ms, _ = v.Float64()
+	}
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(int64(ms))
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/internal/glob"
@@ -52,6 +53,9 @@ type Rule struct {
 	// OnError says how the tool's error answers are recorded:
 	// "not_applied" (the default) or "failed".
 	OnError string `json:"on_error,omitempty"`
+	// Lookup asks the upstream whether an interrupted call applied (SPEC
+	// §15, lookup.go).
+	Lookup *Lookup `json:"lookup,omitempty"`
 
 	// The gate's members (SPEC §13), which an embedded ledger records as
 	// its namespace's policy (LedgerPolicy): each is taken from the first
@@ -62,15 +66,27 @@ type Rule struct {
 	Deny           *bool    `json:"deny,omitempty"`
 	RepeatFailure  string   `json:"repeat_failure,omitempty"` // "refuse" or "allow"
 	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
+	// Reconcile is the ledger's own member (SPEC §15), as the ledger
+	// reads it; a rule with a lookup and without it gets {"allow": true}.
+	Reconcile *ledger.ReconcileRule `json:"reconcile,omitempty"`
 
 	glob *glob.Glob // Tool compiled, by Parse
 }
 
 // gates reports whether r sets a member of the ledger's gate.
-func (r *Rule) gates() bool {
+func (r *Rule) gates() bool { return r.holds() || r.Reconcile != nil }
+
+// holds reports whether r sets a member of the gate that holds or
+// refuses a reserve (SPEC §13): any but reconcile.
+func (r *Rule) holds() bool {
 	return r.Approval != "" || r.Approvers != nil || r.ExpiresInMS != nil || r.Deny != nil ||
 		r.RepeatFailure != "" || r.RepeatWindowMS != nil
 }
+
+// toLedger reports whether r becomes rules of the ledger's policy: it
+// sets a member of the gate, or names a lookup (whose reconcile the
+// ledger must allow).
+func (r *Rule) toLedger() bool { return r.gates() || r.Lookup != nil }
 
 // Policy is a --policy file: rules that override the tools' annotations
 // (the first matching rule with an effect wins) and carry the gate's
@@ -84,14 +100,20 @@ type Policy struct {
 }
 
 // HasGate reports whether the policy sets any member of the ledger's gate
-// (SPEC §13): a rule's approval, approvers, expires_in_ms, deny,
-// repeat_failure or repeat_window_ms, or self_approval.
+// (SPEC §13, §15): a rule's approval, approvers, expires_in_ms, deny,
+// repeat_failure, repeat_window_ms or reconcile, or self_approval.
 func (p Policy) HasGate() bool {
+	return p.holds() || slices.ContainsFunc(p.Rules, func(r Rule) bool { return r.Reconcile != nil })
+}
+
+// holds reports whether the policy sets a member of the gate that holds
+// or refuses a reserve, or self_approval.
+func (p Policy) holds() bool {
 	if p.SelfApproval != "" {
 		return true
 	}
 	for i := range p.Rules {
-		if p.Rules[i].gates() {
+		if p.Rules[i].holds() {
 			return true
 		}
 	}
@@ -159,8 +181,8 @@ func (r *Rule) check() error {
 	switch r.Effect {
 	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 	case "":
-		if !r.gates() && r.OnError == "" {
-			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms)")
+		if !r.gates() && r.OnError == "" && r.Lookup == nil {
+			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms, reconcile), nor a \"lookup\"")
 		}
 	default:
 		return fmt.Errorf("effect %q is not one of none, read, write, destructive, external", r.Effect)
@@ -168,6 +190,17 @@ func (r *Rule) check() error {
 	if (r.Effect == ClassNone || r.Effect == ClassRead) && (r.Approval == "required" || r.Deny != nil && *r.Deny) {
 		return fmt.Errorf("effect %q is not recorded, so the ledger's gate (approval, deny) never sees its calls: "+
 			"give the tool an effect class (write, destructive, external) to gate it", r.Effect)
+	}
+	if r.Lookup != nil {
+		if r.Reconcile != nil && !r.Reconcile.Allow {
+			return errors.New("a rule with a lookup cannot deny its reconcile (\"reconcile\": {\"allow\": false})")
+		}
+		if r.Effect == ClassNone || r.Effect == ClassRead {
+			return fmt.Errorf("effect %q is not recorded, so its calls are never interrupted: a lookup needs an effect class", r.Effect)
+		}
+		if err := r.Lookup.check(); err != nil {
+			return err
+		}
 	}
 	return r.checkGate()
 }
@@ -209,8 +242,9 @@ func (p Policy) OnError(tool, ledgerTool string) string {
 }
 
 // LedgerPolicy is the gate's part of the policy as the ledger's policy
-// of a namespace (SPEC §13), for a gateway whose ledger tool names are
-// <serverName>.<tool>, or nil when the policy sets no member of the gate.
+// of a namespace (SPEC §13), with the reconcile each lookup needs (SPEC
+// §15), for a gateway whose ledger tool names are <serverName>.<tool>, or
+// nil when the policy sets no member of the gate and names no lookup.
 // Each rule's glob matches the tool's name or its ledger name (Match);
 // the ledger matches ledger names only, so a rule becomes two: its glob
 // as written (a ledger name) and the glob under the server's prefix (the
@@ -218,22 +252,47 @@ func (p Policy) OnError(tool, ledgerTool string) string {
 // the same for every ledger name. The ledger's own parser checks the
 // result, and its error names the member at fault.
 func (p Policy) LedgerPolicy(serverName string) (json.RawMessage, error) {
-	if !p.HasGate() {
-		return nil, nil
-	}
-	out := ledgerPolicy{Rules: []ledgerRule{}, SelfApproval: p.SelfApproval}
+	return p.LedgerPolicyOver(serverName, nil)
+}
+
+// LedgerPolicyOver is LedgerPolicy for a namespace whose policy in force
+// is inForce: a policy that sets members of the gate that hold or refuse
+// a reserve (SPEC §13), or self_approval, replaces it; one that only
+// names lookups (and their reconcile) keeps it, with the lookups'
+// reconcile rules first (those of an earlier start, rules of the same
+// glob that set only reconcile, replaced), so that a policy set by a
+// person stays in force.
+func (p Policy) LedgerPolicyOver(serverName string, inForce *ledger.Policy) (json.RawMessage, error) {
+	out := ledger.Policy{SelfApproval: p.SelfApproval}
 	prefix := globEscape(ToolNamePart(serverName)) + "."
+	ours := map[string]bool{}
 	for i := range p.Rules {
 		r := &p.Rules[i]
-		if !r.gates() {
+		if !r.toLedger() {
 			continue
 		}
 		lr := r.ledgerRule()
 		out.Rules = append(out.Rules, lr)
+		ours[lr.Tool] = true
 		if r.Tool != "*" { // "*" matches every ledger name already
 			lr.Tool = prefix + r.Tool
 			out.Rules = append(out.Rules, lr)
+			ours[lr.Tool] = true
 		}
+	}
+	if len(out.Rules) == 0 && !p.HasGate() {
+		return nil, nil
+	}
+	if !p.holds() && inForce != nil {
+		out.SelfApproval = inForce.SelfApproval
+		for _, r := range inForce.Rules {
+			if !(ours[r.Tool] && onlyReconciles(r)) {
+				out.Rules = append(out.Rules, r)
+			}
+		}
+	}
+	if out.Rules == nil {
+		out.Rules = []ledger.PolicyRule{}
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -245,26 +304,27 @@ func (p Policy) LedgerPolicy(serverName string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// ledgerPolicy and ledgerRule are the ledger's policy as JSON (SPEC §13).
-type ledgerPolicy struct {
-	Rules        []ledgerRule `json:"rules"`
-	SelfApproval string       `json:"self_approval,omitempty"`
-}
-
-type ledgerRule struct {
-	Tool           string   `json:"tool"`
-	Approval       string   `json:"approval,omitempty"`
-	Approvers      []string `json:"approvers,omitempty"`
-	ExpiresInMS    *uint64  `json:"expires_in_ms,omitempty"`
-	Deny           *bool    `json:"deny,omitempty"`
-	RepeatFailure  string   `json:"repeat_failure,omitempty"`
-	RepeatWindowMS *uint64  `json:"repeat_window_ms,omitempty"`
+// onlyReconciles reports whether a rule of the ledger's policy sets
+// reconcile and no other member: the rule a lookup adds.
+func onlyReconciles(r ledger.PolicyRule) bool {
+	return r.Reconcile != nil && r.Effect == "" && r.Approval == nil && r.Approvers == nil && r.ExpiresInMS == nil &&
+		r.Deny == nil && r.RepeatFailure == nil && r.RepeatWindowMS == nil
 }
 
 // ledgerRule is the rule's gate members as a rule of the ledger's policy.
-func (r *Rule) ledgerRule() ledgerRule {
-	return ledgerRule{Tool: r.Tool, Approval: r.Approval, Approvers: r.Approvers, ExpiresInMS: r.ExpiresInMS,
-		Deny: r.Deny, RepeatFailure: r.RepeatFailure, RepeatWindowMS: r.RepeatWindowMS}
+func (r *Rule) ledgerRule() ledger.PolicyRule {
+	lr := ledger.PolicyRule{Tool: r.Tool, Approvers: r.Approvers, ExpiresInMS: r.ExpiresInMS, Deny: r.Deny,
+		RepeatWindowMS: r.RepeatWindowMS, Reconcile: r.Reconcile}
+	if r.Approval != "" {
+		lr.Approval = &r.Approval
+	}
+	if r.RepeatFailure != "" {
+		lr.RepeatFailure = &r.RepeatFailure
+	}
+	if r.Lookup != nil && lr.Reconcile == nil {
+		lr.Reconcile = &ledger.ReconcileRule{Allow: true}
+	}
+	return lr
 }
 
 // checkGate checks the rule's gate members by the ledger's rules.
@@ -272,7 +332,7 @@ func (r *Rule) checkGate() error {
 	if !r.gates() {
 		return nil
 	}
-	b, err := json.Marshal(ledgerPolicy{Rules: []ledgerRule{r.ledgerRule()}})
+	b, err := json.Marshal(ledger.Policy{Rules: []ledger.PolicyRule{r.ledgerRule()}})
 	if err != nil {
 		return err
 	}

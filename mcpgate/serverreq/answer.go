@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Asker answers the requests of the upstream asked on a parked call's
@@ -26,9 +28,7 @@ type Asker interface {
 // itself; one the client lacks the capability for is refused.
 func (p *Peer) AnswerUpstream(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "elicitation/create", "sampling/createMessage", "roots/list":
-		default:
+		if !wire.AsksClient(method) {
 			return next(ctx, method, req)
 		}
 		cs, _ := req.GetSession().(*mcp.ClientSession)

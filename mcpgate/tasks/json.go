@@ -8,6 +8,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/mcpgate/wire"
 )
 
 // Of reads the task of an answer: a 2025-11-25 CreateTaskResult
@@ -54,14 +55,11 @@ func terminal(status string) bool {
 
 // withoutMeta is a JSON object without its _meta member.
 func withoutMeta(raw json.RawMessage) json.RawMessage {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return raw
-	}
-	if _, ok := m["_meta"]; !ok {
-		return raw
-	}
-	return withMeta(m, nil, raw)
+	return wire.EditObject(raw, func(m map[string]json.RawMessage) bool {
+		_, ok := m["_meta"]
+		delete(m, "_meta")
+		return ok
+	})
 }
 
 // withoutRelatedTask drops _meta[metaRelatedTask] from a result, so the
@@ -70,31 +68,11 @@ func withoutRelatedTask(raw json.RawMessage) json.RawMessage {
 	if !bytes.Contains(raw, []byte(metaRelatedTask)) {
 		return raw
 	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) != nil {
-		return raw
-	}
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(m["_meta"], &meta) != nil {
-		return raw
-	}
-	delete(meta, metaRelatedTask)
-	return withMeta(m, meta, raw)
-}
-
-// withMeta is the object m with meta as its _meta member (none when meta
-// is empty), or orig when m does not marshal.
-func withMeta(m, meta map[string]json.RawMessage, orig json.RawMessage) json.RawMessage {
-	if len(meta) == 0 {
-		delete(m, "_meta")
-	} else if b, err := json.Marshal(meta); err == nil {
-		m["_meta"] = b
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return orig
-	}
-	return b
+	return wire.EditMeta(raw, func(m, meta map[string]json.RawMessage) bool {
+		_, ok := m["_meta"]
+		delete(meta, metaRelatedTask)
+		return ok
+	})
 }
 
 // Lease is the lease of a call: a task-augmented call's is its task's

@@ -18,17 +18,14 @@ func UnliftParams(params json.RawMessage) json.RawMessage {
 	if !bytes.Contains(params, []byte(MetaParamsTask)) {
 		return params
 	}
-	var p map[string]json.RawMessage
-	if json.Unmarshal(params, &p) != nil {
-		return params
-	}
-	var meta map[string]json.RawMessage
-	if json.Unmarshal(p["_meta"], &meta) != nil || meta[MetaParamsTask] == nil {
-		return params
-	}
-	p["task"] = meta[MetaParamsTask]
-	delete(meta, MetaParamsTask)
-	return withMeta(p, meta, params)
+	return wire.EditMeta(params, func(p, meta map[string]json.RawMessage) bool {
+		if meta[MetaParamsTask] == nil {
+			return false
+		}
+		p["task"] = meta[MetaParamsTask]
+		delete(meta, MetaParamsTask)
+		return true
+	})
 }
 
 // Stash moves the capabilities.tasks of an upstream's initialize
@@ -37,32 +34,28 @@ func Stash(result json.RawMessage) json.RawMessage {
 	if !bytes.Contains(result, []byte(`"tasks"`)) {
 		return result
 	}
-	var r map[string]json.RawMessage
-	if json.Unmarshal(result, &r) != nil {
-		return result
-	}
-	var caps map[string]json.RawMessage
-	if json.Unmarshal(r["capabilities"], &caps) != nil || caps["tasks"] == nil {
-		return result
-	}
-	exp := map[string]json.RawMessage{}
-	if raw, ok := caps["experimental"]; ok && json.Unmarshal(raw, &exp) != nil {
-		return result
-	}
-	exp[expTasks] = caps["tasks"]
-	delete(caps, "tasks")
-	var err error
-	if caps["experimental"], err = json.Marshal(exp); err != nil {
-		return result
-	}
-	if r["capabilities"], err = json.Marshal(caps); err != nil {
-		return result
-	}
-	out, err := json.Marshal(r)
-	if err != nil {
-		return result
-	}
-	return out
+	return wire.EditObject(result, func(r map[string]json.RawMessage) bool {
+		moved := false
+		r["capabilities"] = wire.EditObject(r["capabilities"], func(caps map[string]json.RawMessage) bool {
+			if caps["tasks"] == nil {
+				return false
+			}
+			var exp map[string]json.RawMessage
+			if raw, ok := caps["experimental"]; ok && json.Unmarshal(raw, &exp) != nil {
+				return false
+			}
+			if exp == nil {
+				exp = map[string]json.RawMessage{}
+			}
+			exp[expTasks] = caps["tasks"]
+			delete(caps, "tasks")
+			var err error
+			caps["experimental"], err = json.Marshal(exp)
+			moved = err == nil
+			return moved
+		})
+		return moved
+	})
 }
 
 // Take removes the upstream's tasks capability from the capabilities
@@ -139,22 +132,17 @@ func UnliftRequest(req *http.Request) (out *http.Request, init bool, err error) 
 		return nil, false, err
 	}
 	req = req.Clone(req.Context())
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) == nil {
+	body = wire.EditObject(body, func(m map[string]json.RawMessage) bool {
 		var method string
 		_ = json.Unmarshal(m["method"], &method)
-		switch method {
-		case "initialize":
-			init = true
-		case "tools/call":
-			if p := UnliftParams(m["params"]); !bytes.Equal(p, m["params"]) {
-				m["params"] = p
-				if b, err := json.Marshal(m); err == nil {
-					body = b
-				}
-			}
+		init = method == "initialize"
+		if method != "tools/call" {
+			return false
 		}
-	}
+		p := m["params"]
+		m["params"] = UnliftParams(p)
+		return !bytes.Equal(m["params"], p)
+	})
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
@@ -189,14 +177,11 @@ func StashHTTP(res *http.Response) {
 
 // stashMessage applies Stash to a JSON-RPC response's result.
 func stashMessage(msg []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(msg, &m) != nil || m["result"] == nil {
-		return msg
-	}
-	m["result"] = Stash(m["result"])
-	b, err := json.Marshal(m)
-	if err != nil {
-		return msg
-	}
-	return b
+	return wire.EditObject(msg, func(m map[string]json.RawMessage) bool {
+		if m["result"] == nil {
+			return false
+		}
+		m["result"] = Stash(m["result"])
+		return true
+	})
 }

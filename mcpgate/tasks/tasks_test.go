@@ -30,6 +30,9 @@ func TestStashTasks(t *testing.T) {
 	assert.Empty(t, caps.Experimental, "not shown to the client as experimental")
 	none := json.RawMessage(`{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}`)
 	assert.Equal(t, none, Stash(none))
+	nullExp := json.RawMessage(`{"capabilities":{"tasks":{"list":{}},"experimental":null}}`)
+	assert.JSONEq(t, `{"capabilities":{"experimental":{"`+expTasks+`":{"list":{}}}}}`, string(Stash(nullExp)),
+		"a null experimental is none")
 }
 
 func TestTaskOf(t *testing.T) {

@@ -204,9 +204,7 @@ func (u *Upstream) ownerPeer() *serverreq.Peer {
 // list).
 func (u *Upstream) toOwner(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		switch method {
-		case "elicitation/create", "sampling/createMessage", "roots/list":
-		default:
+		if !wire.AsksClient(method) {
 			return next(ctx, method, req)
 		}
 		if u.waitOwner {

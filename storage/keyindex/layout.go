@@ -70,6 +70,14 @@ func kindByte(kind string) byte {
 		return 'v'
 	case chain.KindDeny:
 		return 'd'
+	case chain.KindKey:
+		return 'k'
+	case chain.KindErase:
+		return 'x'
+	case chain.KindReconcile:
+		return 'n'
+	case chain.KindPrune:
+		return 'u'
 	}
 	return '?'
 }

@@ -25,7 +25,7 @@ const (
 	// sqlTxRecentOutcomes reads on receipts_outcomes_by_input, whose
 	// predicate the kind clause repeats word for word.
 	sqlTxRecentOutcomes = `SELECT ` + receiptColumns + ` FROM receipts
-		WHERE namespace = $1 AND tool = $2 AND input_hash = $3 AND kind IN ('commit', 'resolve')
+		WHERE namespace = $1 AND tool = $2 AND input_hash = $3 AND kind IN ('commit', 'resolve', 'reconcile')
 		AND recorded_at >= $4 ORDER BY seq`
 
 	sqlAskInput = `SELECT input, delete_after FROM approval_inputs WHERE namespace = $1 AND ask_seq = $2`
@@ -61,8 +61,8 @@ func (t *tx) KeyHistory(ctx context.Context, key string, since uint64) ([]chain.
 	return out, nil
 }
 
-// RecentOutcomes calls fn, in seq order, for the commit and resolve
-// receipts of tool and inputHash recorded at notBefore or later, this
+// RecentOutcomes calls fn, in seq order, for the commit, resolve and
+// reconcile receipts of tool and inputHash recorded at notBefore or later, this
 // transaction's appends included, until fn returns false. The stored ones
 // are read in one query and in full before fn runs, so that fn may use
 // the transaction.
@@ -82,7 +82,7 @@ func (t *tx) RecentOutcomes(ctx context.Context, tool, inputHash string, notBefo
 	}
 	for i := range t.receipts {
 		r := t.receipts[i] // a copy: fn must not change the buffered receipt
-		if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Tool == tool &&
+		if (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile) && r.Tool == tool &&
 			r.InputHash == inputHash && r.RecordedAt >= notBefore && !fn(&r) {
 			return nil
 		}

@@ -233,6 +233,18 @@ func TestOpen_migratesV2(t *testing.T) {
 	if len(defs) != 2 || !strings.Contains(defs[0], "'deny'") || !strings.Contains(defs[1], "'approver'") {
 		t.Fatalf("constraints %q", defs)
 	}
+	// Schema 4 (contract v1.4): the four new kinds at once, and the
+	// repeat guard's index counts a reconcile as an outcome.
+	for _, k := range []string{"'key'", "'erase'", "'reconcile'", "'prune'"} {
+		if !strings.Contains(defs[0], k) {
+			t.Fatalf("receipts_kind_check %q lacks %s", defs[0], k)
+		}
+	}
+	var idx string
+	if err := conn.QueryRow(ctx, `SELECT indexdef FROM pg_indexes WHERE indexname = 'receipts_outcomes_by_input'`).Scan(&idx); err != nil ||
+		!strings.Contains(idx, "'reconcile'") {
+		t.Fatalf("receipts_outcomes_by_input = %q, %v", idx, err)
+	}
 }
 
 // TestSchema_newKinds: the receipts of the new kinds, with their field

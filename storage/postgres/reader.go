@@ -88,10 +88,10 @@ const (
 	// and non-empty input_hash with another key that also succeeded.
 	sqlDuplicateSuccesses = `
 	SELECT tool, input_hash, idempotency_key, seq, recorded_at FROM receipts
-	WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+	WHERE namespace = $1 AND kind IN ('commit', 'resolve', 'reconcile') AND outcome = 'succeeded' AND input_hash != ''
 	  AND (tool, input_hash) IN (
 		SELECT tool, input_hash FROM receipts
-		WHERE namespace = $1 AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+		WHERE namespace = $1 AND kind IN ('commit', 'resolve', 'reconcile') AND outcome = 'succeeded' AND input_hash != ''
 		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
 	ORDER BY tool, input_hash, seq`
 
@@ -101,8 +101,9 @@ const (
 	// first reserve (ref_seq 0) of every key reserved after it, and every
 	// reserve after a counted not_applied of its own key by another
 	// execution (a rerun, SPEC §4.1); a reserve that consumed an approval
-	// is judged by what its ask references (SPEC §13). $2 is the tool to
-	// keep, or ''.
+	// is judged by what its ask references (SPEC §13). A reconcile
+	// not_applied (SPEC §15) is exempt: the kind clauses leave it out. $2
+	// is the tool to keep, or ''.
 	sqlRepeatedFailures = `
 	WITH first_failure AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) AS seq FROM receipts

@@ -22,7 +22,7 @@ const schemaLockKey int64 = 0x6566656C00000001
 
 // schemaSQL is the PostgreSQL schema, version 2 (version 1 without
 // namespaces.key_ttl_ms; sqlKeyTTLColumn adds it). Version 3 is this plus
-// sqlApprovals, version 4 plus sqlPayloads: a new database runs them all,
+// sqlApprovals, version 4 plus sqlV14Kinds and sqlPayloads: a new database runs them all,
 // so that a created schema and a migrated one are the same.
 //
 // receipts holds every namespace's chain: one row per receipt, the
@@ -302,8 +302,22 @@ CREATE INDEX IF NOT EXISTS receipts_outcomes_by_input ON receipts (namespace, to
 	WHERE kind IN ('commit', 'resolve');
 `
 
+// sqlV14Kinds widens the receipt kinds for contract v1.4 at once — key
+// (SPEC §9.2), erase (§14), reconcile (§15), prune (§16) — and counts a
+// reconcile, which finalizes a key as a resolve does, in
+// receipts_outcomes_by_input (the repeat guard reads it to know a key's
+// last outcome).
+const sqlV14Kinds = `
+ALTER TABLE receipts DROP CONSTRAINT IF EXISTS receipts_kind_check,
+	ADD CONSTRAINT receipts_kind_check CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve',
+		'policy', 'ask', 'approval', 'deny', 'key', 'erase', 'reconcile', 'prune'));
+DROP INDEX IF EXISTS receipts_outcomes_by_input;
+CREATE INDEX receipts_outcomes_by_input ON receipts (namespace, tool, input_hash, recorded_at)
+	WHERE kind IN ('commit', 'resolve', 'reconcile');
+`
+
 // migrations[v] takes a writable database from schema v to v+1.
-var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlPayloads}
+var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlV14Kinds + sqlPayloads}
 
 // sqlPayloads adds the payload mode of each namespace (SPEC §14; fixed at
 // creation like key_ttl_ms; every namespace made before is inline) and the
@@ -422,7 +436,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlPayloads); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {

@@ -23,7 +23,7 @@ const (
 	// The gate's receipts (SPEC §2.1) do not count for the attempt rule.
 	sqlTxMaxAttempt = `SELECT max(attempt) FROM receipts
 		WHERE namespace = $1 AND execution_id = $2 AND idempotency_key = $3 AND seq >= $4
-		AND kind IN ('reserve', 'commit', 'replay', 'resolve')`
+		AND kind IN ('reserve', 'commit', 'replay', 'resolve', 'reconcile')`
 
 	sqlTxLastSeq = `SELECT max(seq) FROM receipts WHERE namespace = $1 AND idempotency_key = $2`
 
@@ -249,7 +249,7 @@ func (t *tx) Append(ctx context.Context, r *chain.Receipt, treeHashes []tlog.Has
 	t.hashes = append(t.hashes, treeHashes...)
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	switch r.Kind {
-	case chain.KindCommit, chain.KindResolve, chain.KindApproval:
+	case chain.KindCommit, chain.KindResolve, chain.KindReconcile, chain.KindApproval:
 		// An approval ends a wait too: a reserve waiting for the answer
 		// to its ask (SPEC §13, wait_ms).
 		t.ended = append(t.ended, r.IdempotencyKey)

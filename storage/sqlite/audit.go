@@ -29,6 +29,9 @@ import (
 // failure row alone; the reader drops it. A seq or recorded_at that is
 // not an unsigned integer (an edited file) reads as 0; the chain pass
 // reports it.
+//
+// A reconcile not_applied (SPEC §15) is exempt, like INPUT_REQUIRED: the
+// kind clauses leave reconcile receipts out.
 const sqlRepeatedFailures = withChain + `,
 	first_failure(tool, input_hash, seq) AS MATERIALIZED (
 		SELECT tool, input_hash, min(seq) FROM chain

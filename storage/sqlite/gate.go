@@ -53,7 +53,7 @@ func (t *writeTx) RecentOutcomes(ctx context.Context, tool, inputHash string, no
 		return err
 	}
 	match := func(r *chain.Receipt) bool {
-		return (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve) && r.Tool == tool &&
+		return (r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile) && r.Tool == tool &&
 			r.InputHash == inputHash && r.RecordedAt >= notBefore
 	}
 	more := true

@@ -14,7 +14,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// A ledger file of an older schema (1 to 6) is brought to this one in one
+// A ledger file of an older schema (1 to 7) is brought to this one in one
 // transaction, by the same steps whatever its version:
 //
 //  1. every trigger, view and index goes, and every table T is set aside

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
@@ -260,14 +262,14 @@ func TestSchema_versionStamped(t *testing.T) {
 	assert.True(t, strings.EqualFold(string(top), string(raw)), "the top-level schema.sql is the driver's")
 }
 
-// TestOpen_migratesV7: a ledger of schema 7 — made by ledgerd of schema 7
+// TestOpen_migratesV7KeyTTL: a ledger of schema 7 — made by ledgerd of schema 7
 // with --default-key-ttl 2h and a namespace beta with --key-ttl 1h, a key
 // committed and one left open in each (testdata/v7-keyttl.db) — opens with the
 // schema of a new file, every key lifetime as it was (default's too),
 // every namespace inline (SPEC §14: a ledger made before v1.4 keeps its
 // payloads in its receipts), its open reservations committable with their
 // tokens, and verifies.
-func TestOpen_migratesV7(t *testing.T) {
+func TestOpen_migratesV7KeyTTL(t *testing.T) {
 	ctx := context.Background()
 	b, err := os.ReadFile("testdata/v7-keyttl.db")
 	require.NoError(t, err)
@@ -302,4 +304,36 @@ func TestOpen_migratesV7(t *testing.T) {
 		assert.True(t, rep.OK, "%s: %+v", ns, rep.Violations)
 	}
 	require.NoError(t, db.Close())
+}
+
+// TestOpen_migratesV7: testdata/v7.db — what ledgerd of schema 7 wrote
+// over HTTP (a charge committed, another reserved with a 10 ms lease) and
+// left at a clean stop — opens as schema 8, its chain as it was, and
+// takes the kinds of contract v1.4: a reconcile (SPEC §15) of the
+// interrupted charge, which verifies.
+func TestOpen_migratesV7(t *testing.T) {
+	ctx := context.Background()
+	b, err := os.ReadFile("testdata/v7.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithNow(time.Now))
+	w, _ := db.Store.Pools()
+	assertNewSchema(t, w)
+	var version int
+	require.NoError(t, w.QueryRow(`PRAGMA user_version`).Scan(&version))
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.Equal(t, "3:07675b2d2ceb71a6511493f141ec18fa2099a49eb78dba643868ad97d465ffd0", formatHead(db.Head()))
+	n, err := db.Ledger.NS(ctx, ledger.DefaultNamespace)
+	require.NoError(t, err)
+	_, err = n.SetPolicy(ctx, json.RawMessage(`{"rules":[{"tool":"payments.*","reconcile":{"allow":true}}]}`), "")
+	require.NoError(t, err)
+	res, err := n.Reconcile(ctx, ledger.ReconcileRequest{IdempotencyKey: "pay-key-0002", Outcome: "succeeded",
+		ExternalRef: "ch_2", Evidence: json.RawMessage(`{"lookup":"payments.find_charge","answer":{"applied":true}}`)})
+	require.NoError(t, err)
+	assert.Equal(t, ledger.StateSucceeded, res.State)
+	rep, err := verify.New(chainOf(t, db.Store, ledger.DefaultNamespace), verify.Opts{}).Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, rep.OK, "%+v", rep.Violations)
+	assert.Len(t, rep.Audit.Reconciliations, 1)
 }

@@ -109,7 +109,7 @@ func (set *openSet) follow(ctx context.Context, rd *Reader) error {
 		}
 		if kind == "reserve" {
 			set.keys[key] = openKey{leaseEnd: lease, idempotent: idem}
-		} else { // a commit or resolve: the outcome of the latest reservation
+		} else { // a commit, resolve or reconcile: the outcome of the latest reservation
 			delete(set.keys, key)
 		}
 		set.seq, set.held = seq, max(set.held, at)

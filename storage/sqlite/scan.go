@@ -151,13 +151,13 @@ func (rd *Reader) KeyDrift(context.Context, string) ([]string, error) {
 const sqlDuplicateSuccesses = withChain + `,
 	dup(tool, input_hash) AS MATERIALIZED (
 		SELECT tool, input_hash FROM chain
-		WHERE kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+		WHERE kind IN ('commit', 'resolve', 'reconcile') AND outcome = 'succeeded' AND input_hash != ''
 		GROUP BY tool, input_hash HAVING count(DISTINCT idempotency_key) > 1)
 	SELECT tool, input_hash, idempotency_key, CASE WHEN typeof(seq) = 'integer' AND seq >= 0 THEN seq ELSE 0 END,
 		CASE WHEN typeof(recorded_at) = 'integer' AND recorded_at >= 0 THEN recorded_at ELSE 0 END
 	FROM chain
 	WHERE EXISTS (SELECT 1 FROM dup)
-	  AND kind IN ('commit', 'resolve') AND outcome = 'succeeded' AND input_hash != ''
+	  AND kind IN ('commit', 'resolve', 'reconcile') AND outcome = 'succeeded' AND input_hash != ''
 	  AND (tool, input_hash) IN (SELECT tool, input_hash FROM dup)
 	ORDER BY tool, input_hash, seq`
 

@@ -68,7 +68,8 @@ CREATE TABLE namespace_events (
 CREATE TABLE ns_receipts (
 	ns               INTEGER NOT NULL,
 	seq              INTEGER NOT NULL CHECK (seq >= 1),
-	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny')),
+	kind             TEXT    NOT NULL CHECK (kind IN ('reserve', 'commit', 'replay', 'resolve', 'policy', 'ask', 'approval', 'deny',
+	                                          'key', 'erase', 'reconcile', 'prune')),
 	idempotency_key  TEXT    NOT NULL,
 	key_generated    INTEGER NOT NULL CHECK (key_generated IN (0, 1)),
 	execution_id     TEXT    NOT NULL,

@@ -66,7 +66,7 @@ const (
 	sqlPolicySeq   = `SELECT coalesce(max(seq), 0) FROM ns_receipts WHERE ns = ?1 AND kind = 'policy'`
 	// What changes whether a key is open, in seq order (openkeys.go).
 	sqlOpenKeysAfter = `SELECT seq, kind, idempotency_key, idempotent, lease_expires_at, recorded_at
-		FROM ns_receipts WHERE ns = ?1 AND seq > ?2 AND kind IN ('reserve', 'commit', 'resolve') ORDER BY seq`
+		FROM ns_receipts WHERE ns = ?1 AND seq > ?2 AND kind IN ('reserve', 'commit', 'resolve', 'reconcile') ORDER BY seq`
 
 	// A reserve's token hash, keyed by the row of the reserve appended in
 	// the same batch (?1 is that rowid).

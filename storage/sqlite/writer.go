@@ -362,7 +362,7 @@ func (t *writeTx) Append(ctx context.Context, r *chain.Receipt, hashes []tlog.Ha
 	t.head = ledger.Head{Seq: r.Seq, Hash: r.Hash}
 	t.appended++
 	switch r.Kind {
-	case chain.KindCommit, chain.KindResolve, chain.KindApproval:
+	case chain.KindCommit, chain.KindResolve, chain.KindReconcile, chain.KindApproval:
 		t.ended = append(t.ended, r.IdempotencyKey)
 	case chain.KindPolicy:
 		t.policySeq = r.Seq

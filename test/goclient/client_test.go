@@ -38,6 +38,16 @@ func (c *counter) fn(ctx context.Context, key string) (client.Outcome, error) {
 	return client.Outcome{ExternalRef: fmt.Sprintf("re_%d", n), Result: map[string]any{"refunded": 1200, "key": key}}, nil
 }
 
+// doRuns runs e through c with a counter, fails t unless Do succeeds,
+// and returns Do's result and the counter's runs.
+func doRuns(t *testing.T, c *client.Client, e client.Effect) (*client.Result, int32) {
+	t.Helper()
+	var fx counter
+	res, err := c.Do(context.Background(), e, fx.fn)
+	require.NoError(t, err)
+	return res, fx.runs.Load()
+}
+
 // keyState reads a key's state from the ledger.
 func keyState(t *testing.T, l *ledgertest.DB, key string) ledger.State {
 	t.Helper()
@@ -110,11 +120,9 @@ func TestClient_Do(t *testing.T) {
 		assert.True(t, ee.Failure.Retryable)
 		assert.Equal(t, ledger.StateFailed, keyState(t, l.DB, ee.Key))
 
-		var fx counter
-		res, err := c.Do(ctx, refund(1), fx.fn)
-		require.NoError(t, err)
+		res, runs := doRuns(t, c, refund(1))
 		assert.True(t, res.Retry)
-		assert.Equal(t, int32(1), fx.runs.Load())
+		assert.Equal(t, int32(1), runs)
 	})
 	t.Run("OK NotApplied commits not_applied and the key runs again", func(t *testing.T) {
 		l := MustOpenLedger(t)
@@ -136,10 +144,8 @@ func TestClient_Do(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "not_applied", v.State)
 
-		var fx counter
-		res, err := c.Do(ctx, e, fx.fn)
-		require.NoError(t, err)
-		assert.Equal(t, int32(1), fx.runs.Load(), "the function ran again")
+		res, runs := doRuns(t, c, e)
+		assert.Equal(t, int32(1), runs, "the function ran again")
 		require.NotNil(t, res.AfterNotApplied)
 		assert.Equal(t, client.NotAppliedRef{Seq: ee.Receipt.Seq, ErrorCode: "CARD_EXPIRED"}, *res.AfterNotApplied)
 		assert.False(t, res.Retry || res.Takeover)
@@ -249,20 +255,16 @@ func TestClient_Do(t *testing.T) {
 		e := refund(1)
 		hold(t, c, e, 20*time.Millisecond)
 		clock.Advance(50 * time.Millisecond)
-		var fx counter
-		res, err := c.Do(ctx, e, fx.fn)
-		require.NoError(t, err)
+		res, runs := doRuns(t, c, e)
 		assert.True(t, res.Takeover)
-		assert.Equal(t, int32(1), fx.runs.Load())
+		assert.Equal(t, int32(1), runs)
 	})
 	t.Run("OK none and read effects skip the ledger", func(t *testing.T) {
 		l := MustOpenLedger(t)
 		c := MustClient(t, l.HTTP.URL)
-		var fx counter
-		res, err := c.Do(ctx, client.Effect{Tool: "orders.get", Class: client.ClassRead, Input: 1}, fx.fn)
-		require.NoError(t, err)
+		res, runs := doRuns(t, c, client.Effect{Tool: "orders.get", Class: client.ClassRead, Input: 1})
 		assert.True(t, res.NotRecorded)
-		assert.Equal(t, int32(1), fx.runs.Load())
+		assert.Equal(t, int32(1), runs)
 		assert.Zero(t, l.DB.Head().Seq)
 	})
 	t.Run("ErrInvalid effects are refused before any call", func(t *testing.T) {

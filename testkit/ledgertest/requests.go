@@ -8,23 +8,15 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/testkit"
 )
 
-// MustReserve reserves and fails tb on error.
-func MustReserve(tb testing.TB, db *DB, req ledger.ReserveRequest) *ledger.ReserveResult {
-	tb.Helper()
-	res, err := db.Reserve(context.Background(), req)
-	require.NoError(tb, err)
-	return res
-}
-
-// MustCommit commits and fails tb on error.
-func MustCommit(tb testing.TB, db *DB, req ledger.CommitRequest) *ledger.CommitResult {
-	tb.Helper()
-	res, err := db.Commit(context.Background(), req)
-	require.NoError(tb, err)
-	return res
-}
+// MustReserve and MustCommit are testkit's, on a DB's default namespace
+// as on any other.
+var (
+	MustReserve = testkit.MustReserve
+	MustCommit  = testkit.MustCommit
+)
 
 // VerifyChain recomputes the default namespace's whole chain from the
 // file and checks seq contiguity, links and hashes, and the head.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -153,6 +154,25 @@ type Exchange struct {
 	ReqBody  []byte
 	Resp     *http.Response
 	RespBody []byte
+}
+
+// JSONExchange is an exchange written out, for checking the document
+// without a server: a request method path (on http://127.0.0.1:8080)
+// with reqBody, answered with status, respBody and the response headers
+// header (name, value, …). A body that is not empty is application/json.
+func JSONExchange(method, path, reqBody string, status int, respBody string, header ...string) Exchange {
+	req := httptest.NewRequest(method, "http://127.0.0.1:8080"+path, strings.NewReader(reqBody))
+	if reqBody != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp := &http.Response{StatusCode: status, Header: http.Header{}}
+	if respBody != "" {
+		resp.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		resp.Header.Set(header[i], header[i+1])
+	}
+	return Exchange{Req: req, ReqBody: []byte(reqBody), Resp: resp, RespBody: []byte(respBody)}
 }
 
 // Check validates one exchange against the document and returns the

@@ -42,21 +42,6 @@ func errorBody(code string) string {
 	return `{"error":{"code":"` + code + `","message":"m","details":{}}}`
 }
 
-func exchange(method, path, reqBody string, status int, respBody string, header ...string) openapicheck.Exchange {
-	req := httptest.NewRequest(method, "http://127.0.0.1:8080"+path, strings.NewReader(reqBody))
-	if reqBody != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp := &http.Response{StatusCode: status, Header: http.Header{}}
-	if respBody != "" {
-		resp.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		resp.Header.Set(header[i], header[i+1])
-	}
-	return openapicheck.Exchange{Req: req, ReqBody: []byte(reqBody), Resp: resp, RespBody: []byte(respBody)}
-}
-
 func TestLoad(t *testing.T) {
 	doc, err := openapicheck.Load()
 	require.NoError(t, err, "api/openapi.yaml is a valid OpenAPI document")
@@ -91,178 +76,178 @@ func TestDoc_Check(t *testing.T) {
 		wantOp  string
 		wantErr string
 	}{
-		{desc: "OK reserved", x: exchange("POST", "/v1/effects/reserve", reserveBody, 201, reserved), wantOp: "POST /v1/effects/reserve"},
-		{desc: "OK error", x: exchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("in_progress"), "Retry-After", "3"), wantOp: "POST /v1/effects/reserve"},
-		{desc: "OK key with slash", x: exchange("GET", "/v1/effects/a%2Fb-0000001", "", 404, errorBody("unknown_key")), wantOp: "GET /v1/effects/{key}"},
-		{desc: "OK not found", x: exchange("GET", "/v2/nothing", "", 404, errorBody("not_found"))},
-		{desc: "OK method not allowed", x: exchange("DELETE", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET, HEAD")},
-		{desc: "OK head", x: exchange("HEAD", "/v1/head", "", 200, ""), wantOp: "HEAD /v1/head"},
-		{desc: "OK receipt", x: exchange("GET", "/v1/receipts/1", "", 200, receipt), wantOp: "GET /v1/receipts/{seq}"},
+		{desc: "OK reserved", x: openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 201, reserved), wantOp: "POST /v1/effects/reserve"},
+		{desc: "OK error", x: openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("in_progress"), "Retry-After", "3"), wantOp: "POST /v1/effects/reserve"},
+		{desc: "OK key with slash", x: openapicheck.JSONExchange("GET", "/v1/effects/a%2Fb-0000001", "", 404, errorBody("unknown_key")), wantOp: "GET /v1/effects/{key}"},
+		{desc: "OK not found", x: openapicheck.JSONExchange("GET", "/v2/nothing", "", 404, errorBody("not_found"))},
+		{desc: "OK method not allowed", x: openapicheck.JSONExchange("DELETE", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET, HEAD")},
+		{desc: "OK head", x: openapicheck.JSONExchange("HEAD", "/v1/head", "", 200, ""), wantOp: "HEAD /v1/head"},
+		{desc: "OK receipt", x: openapicheck.JSONExchange("GET", "/v1/receipts/1", "", 200, receipt), wantOp: "GET /v1/receipts/{seq}"},
 		{
 			desc: "OK malformed receipt",
-			x: exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(strings.Replace(receipt, `"seq":1`, `"seq":null`, 1),
+			x: openapicheck.JSONExchange("GET", "/v1/receipts/1", "", 200, strings.Replace(strings.Replace(receipt, `"seq":1`, `"seq":null`, 1),
 				`"hash":"`+hash+`"}`, `"hash":"`+hash+`","malformed":{"seq":"'x'"}}`, 1)),
 			wantOp: "GET /v1/receipts/{seq}",
 		},
 		{
 			desc:   "OK result as text",
-			x:      exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"result":null`, `"result":"{ \"a\": 1 }","result_encoding":"text"`, 1)),
+			x:      openapicheck.JSONExchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"result":null`, `"result":"{ \"a\": 1 }","result_encoding":"text"`, 1)),
 			wantOp: "GET /v1/receipts/{seq}",
 		},
 		{
 			desc:    "ErrNullWithoutMalformed",
-			x:       exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"seq":1`, `"seq":null`, 1)),
+			x:       openapicheck.JSONExchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"seq":1`, `"seq":null`, 1)),
 			wantOp:  "GET /v1/receipts/{seq}",
 			wantErr: "seq",
 		},
 		{
 			desc:    "ErrMalformedNamesAString",
-			x:       exchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"hash":"`+hash+`"}`, `"hash":"`+hash+`","malformed":{"tool":"x"}}`, 1)),
+			x:       openapicheck.JSONExchange("GET", "/v1/receipts/1", "", 200, strings.Replace(receipt, `"hash":"`+hash+`"}`, `"hash":"`+hash+`","malformed":{"tool":"x"}}`, 1)),
 			wantOp:  "GET /v1/receipts/{seq}",
 			wantErr: "malformed",
 		},
 		{
 			desc:    "ErrMissingField",
-			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"takeover":false,`, "", 1)),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"takeover":false,`, "", 1)),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "takeover",
 		},
 		{
 			desc:    "ErrExtraField",
-			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"retry":false`, `"retry":false,"secret":1`, 1)),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, `"retry":false`, `"retry":false,"secret":1`, 1)),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "secret",
 		},
 		{
 			desc:    "ErrBadHash",
-			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, hash, "XYZ", 1)),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 201, strings.Replace(reserved, hash, "XYZ", 1)),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "hash",
 		},
 		{
 			desc:    "ErrUndeclaredStatus",
-			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 418, errorBody("internal")),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 418, errorBody("internal")),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "status",
 		},
 		{
 			desc:    "ErrCodeNotForStatus",
-			x:       exchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("unknown_key")),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", reserveBody, 409, errorBody("unknown_key")),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "code",
 		},
 		{
 			desc:    "ErrMissingRetryAfter",
-			x:       exchange("GET", "/v1/head", "", 429, errorBody("rate_limited")),
+			x:       openapicheck.JSONExchange("GET", "/v1/head", "", 429, errorBody("rate_limited")),
 			wantOp:  "GET /v1/head",
 			wantErr: "Retry-After",
 		},
 		{
 			desc:    "ErrNotJSON",
-			x:       exchange("GET", "/v1/head", "", 200, "", "Content-Type", "text/plain"),
+			x:       openapicheck.JSONExchange("GET", "/v1/head", "", 200, "", "Content-Type", "text/plain"),
 			wantOp:  "GET /v1/head",
 			wantErr: "Content-Type",
 		},
 		{
 			desc:    "ErrAcceptedForbiddenRequest",
-			x:       exchange("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","wait_ms":999999}`, 201, reserved),
+			x:       openapicheck.JSONExchange("POST", "/v1/effects/reserve", `{"execution_id":"e","tool":"t","effect":"write","wait_ms":999999}`, 201, reserved),
 			wantOp:  "POST /v1/effects/reserve",
 			wantErr: "request the document forbids",
 		},
 		{
 			desc:    "ErrUnknownPathNot404",
-			x:       exchange("GET", "/v2/nothing", "", 200, `{}`),
+			x:       openapicheck.JSONExchange("GET", "/v2/nothing", "", 200, `{}`),
 			wantErr: "404",
 		},
 		{
 			desc:    "ErrWrongAllow",
-			x:       exchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET"),
+			x:       openapicheck.JSONExchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed"), "Allow", "GET"),
 			wantErr: "Allow",
 		},
 		{
 			desc:    "ErrMissingAllow",
-			x:       exchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed")),
+			x:       openapicheck.JSONExchange("PUT", "/v1/head", "", 405, errorBody("method_not_allowed")),
 			wantErr: "Allow",
 		},
 		{
 			desc:   "OK tile of several segments",
-			x:      exchange("GET", "/log/default/tile/0/x001/234.p/5", "", 200, strings.Repeat("\x00\xff", 80), "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			x:      openapicheck.JSONExchange("GET", "/log/default/tile/0/x001/234.p/5", "", 200, strings.Repeat("\x00\xff", 80), "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
 			wantOp: "GET /log/{ns}/{tile}",
 		},
 		{
 			desc:   "OK full tile",
-			x:      exchange("GET", "/log/default/tile/entries/000", "", 200, "\x00\x20", "Content-Type", "application/octet-stream", "Cache-Control", "public, max-age=31536000, immutable", "X-Content-Type-Options", "nosniff"),
+			x:      openapicheck.JSONExchange("GET", "/log/default/tile/entries/000", "", 200, "\x00\x20", "Content-Type", "application/octet-stream", "Cache-Control", "public, max-age=31536000, immutable", "X-Content-Type-Options", "nosniff"),
 			wantOp: "GET /log/{ns}/{tile}",
 		},
 		{
 			desc:   "OK tile beyond the tree",
-			x:      exchange("GET", "/log/default/tile/1/x002/000", "", 404, errorBody("not_found")),
+			x:      openapicheck.JSONExchange("GET", "/log/default/tile/1/x002/000", "", 404, errorBody("not_found")),
 			wantOp: "GET /log/{ns}/{tile}",
 		},
 		{
 			desc:    "ErrTileWithoutCacheControl",
-			x:       exchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "X-Content-Type-Options", "nosniff"),
+			x:       openapicheck.JSONExchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "X-Content-Type-Options", "nosniff"),
 			wantOp:  "GET /log/{ns}/{tile}",
 			wantErr: "Cache-Control",
 		},
 		{
 			desc:    "ErrTileCachedBriefly",
-			x:       exchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "max-age=60", "X-Content-Type-Options", "nosniff"),
+			x:       openapicheck.JSONExchange("GET", "/log/default/tile/0/000", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "max-age=60", "X-Content-Type-Options", "nosniff"),
 			wantOp:  "GET /log/{ns}/{tile}",
 			wantErr: "Cache-Control",
 		},
 		{
 			desc:    "ErrMalformedTileServed",
-			x:       exchange("GET", "/log/default/tile/0/abc", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			x:       openapicheck.JSONExchange("GET", "/log/default/tile/0/abc", "", 200, "x", "Content-Type", "application/octet-stream", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
 			wantOp:  "GET /log/{ns}/{tile}",
 			wantErr: "request the document forbids",
 		},
 		{
 			desc:    "ErrTileNotCheckpointed",
-			x:       exchange("GET", "/log/default/tile/0/000", "", 404, errorBody("not_checkpointed")),
+			x:       openapicheck.JSONExchange("GET", "/log/default/tile/0/000", "", 404, errorBody("not_checkpointed")),
 			wantOp:  "GET /log/{ns}/{tile}",
 			wantErr: "code",
 		},
 		{
 			desc:   "OK checkpoint",
-			x:      exchange("GET", "/log/default/checkpoint", "", 200, checkpoint, "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			x:      openapicheck.JSONExchange("GET", "/log/default/checkpoint", "", 200, checkpoint, "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
 			wantOp: "GET /log/{ns}/checkpoint",
 		},
 		{
 			desc:   "OK no checkpoint yet",
-			x:      exchange("GET", "/log/default/checkpoint", "", 404, errorBody("not_checkpointed")),
+			x:      openapicheck.JSONExchange("GET", "/log/default/checkpoint", "", 404, errorBody("not_checkpointed")),
 			wantOp: "GET /log/{ns}/checkpoint",
 		},
 		{
 			desc:    "ErrCheckpointNotANote",
-			x:       exchange("GET", "/log/default/checkpoint", "", 200, "ex.test/default\n3\n", "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
+			x:       openapicheck.JSONExchange("GET", "/log/default/checkpoint", "", 200, "ex.test/default\n3\n", "Content-Type", "text/plain; charset=utf-8", "Cache-Control", "no-cache", "X-Content-Type-Options", "nosniff"),
 			wantOp:  "GET /log/{ns}/checkpoint",
 			wantErr: "pattern",
 		},
 		{
 			desc:   "OK portable receipt",
-			x:      exchange("GET", "/v1/receipts/1/proof", "", 200, `{"receipt":`+receipt+`,"leaf_index":0,"inclusion":[],"checkpoint":"`+strings.ReplaceAll(checkpoint, "\n", `\n`)+`"}`),
+			x:      openapicheck.JSONExchange("GET", "/v1/receipts/1/proof", "", 200, `{"receipt":`+receipt+`,"leaf_index":0,"inclusion":[],"checkpoint":"`+strings.ReplaceAll(checkpoint, "\n", `\n`)+`"}`),
 			wantOp: "GET /v1/receipts/{seq}/proof",
 		},
 		{
 			desc:   "OK portable receipt not checkpointed",
-			x:      exchange("GET", "/v1/receipts/1/proof", "", 404, errorBody("not_checkpointed")),
+			x:      openapicheck.JSONExchange("GET", "/v1/receipts/1/proof", "", 404, errorBody("not_checkpointed")),
 			wantOp: "GET /v1/receipts/{seq}/proof",
 		},
 		{
 			desc:    "ErrInclusionUpperHex",
-			x:       exchange("GET", "/v1/proof/inclusion?seq=1", "", 200, `{"seq":1,"leaf_index":0,"tree_size":2,"root":"`+hash+`","hashes":["`+strings.ToUpper(hash)+`"]}`),
+			x:       openapicheck.JSONExchange("GET", "/v1/proof/inclusion?seq=1", "", 200, `{"seq":1,"leaf_index":0,"tree_size":2,"root":"`+hash+`","hashes":["`+strings.ToUpper(hash)+`"]}`),
 			wantOp:  "GET /v1/proof/inclusion",
 			wantErr: "hashes",
 		},
 		{
 			desc:   "OK consistency",
-			x:      exchange("GET", "/v1/proof/consistency?from=0", "", 200, `{"from":0,"to":2,"root_from":"`+hash+`","root_to":"`+hash+`","hashes":[]}`),
+			x:      openapicheck.JSONExchange("GET", "/v1/proof/consistency?from=0", "", 200, `{"from":0,"to":2,"root_from":"`+hash+`","root_to":"`+hash+`","hashes":[]}`),
 			wantOp: "GET /v1/proof/consistency",
 		},
 		{
 			desc:    "ErrNotFoundShape",
-			x:       exchange("GET", "/v2/nothing", "", 404, `{"error":"nope"}`),
+			x:       openapicheck.JSONExchange("GET", "/v2/nothing", "", 404, `{"error":"nope"}`),
 			wantErr: "error",
 		},
 	} {

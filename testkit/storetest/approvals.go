@@ -43,13 +43,13 @@ func RunApprovals(t *testing.T, f Factory) {
 // next reserve asks again.
 func testApprovalKeyStates(t *testing.T, f Factory) {
 	clock, n := openGated(t, f)
-	r := mustReserve(t, n, charge("charge-0009", "exec-1"))
+	r := testkit.MustReserve(t, n, charge("charge-0009", "exec-1"))
 	assert.Equal(t, ledger.StateAwaitingApproval, keyView(t, n, "charge-0009").State)
 	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
 	assert.Equal(t, ledger.StateApproved, keyView(t, n, "charge-0009").State)
 	clock.Advance(61 * time.Second)
 	assert.Equal(t, ledger.StateApprovalExpired, keyView(t, n, "charge-0009").State)
-	again := mustReserve(t, n, charge("charge-0009", "exec-1"))
+	again := testkit.MustReserve(t, n, charge("charge-0009", "exec-1"))
 	require.Equal(t, ledger.StatusApprovalRequired, again.Status, "an unused approval past the expiry asks again")
 	assert.Equal(t, ledger.StateAwaitingApproval, keyView(t, n, "charge-0009").State)
 }
@@ -85,7 +85,7 @@ func openGated(t *testing.T, f Factory) (*testkit.Clock, *ledger.Namespace) {
 // returns the asking reserve's result.
 func askApproved(t *testing.T, n *ledger.Namespace, r ledger.ReserveRequest) *ledger.ReserveResult {
 	t.Helper()
-	a := mustReserve(t, n, r)
+	a := testkit.MustReserve(t, n, r)
 	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
 	return a
 }
@@ -101,22 +101,22 @@ func answer(t *testing.T, n *ledger.Namespace, seq uint64, decision string) *led
 func testApprovalConsume(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, n := openGated(t, f)
-	r := mustReserve(t, n, charge("charge-0001", "exec-1"))
+	r := testkit.MustReserve(t, n, charge("charge-0001", "exec-1"))
 	require.Equal(t, ledger.StatusApprovalRequired, r.Status)
-	again := mustReserve(t, n, charge("charge-0001", "exec-1"))
+	again := testkit.MustReserve(t, n, charge("charge-0001", "exec-1"))
 	assert.Equal(t, r.Ask.Seq, again.Ask.Seq, "one pending ask per key")
 	kv := keyView(t, n, "charge-0001")
 	assert.Equal(t, ledger.StateAwaitingApproval, kv.State)
 	v := answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
 	assert.Equal(t, ledger.ApprovalApproved, v.State)
-	c := mustReserve(t, n, charge("charge-0001", "exec-1"))
+	c := testkit.MustReserve(t, n, charge("charge-0001", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, c.Status)
 	require.NotNil(t, c.Approval)
 	assert.Equal(t, v.Answer.Seq, c.Approval.Seq)
 	got := receipt(t, n, c.Receipt.Seq)
 	assert.Equal(t, v.Answer.Seq, got.RefSeq, "the consuming reserve names the approval")
 	assert.Equal(t, ledger.ECodeInProgress, reserveCode(n, charge("charge-0001", "exec-2")), "decided by §4 first")
-	mustCommit(t, n, testkit.Succeed("charge-0001", c.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("charge-0001", c.Reservation))
 	list, _, err := n.Approvals(ctx, ledger.ApprovalConsumed, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
@@ -127,20 +127,20 @@ func testApprovalConsume(t *testing.T, f Factory) {
 func testApprovalCovered(t *testing.T, f Factory) {
 	_, n := openGated(t, f)
 	askApproved(t, n, charge("charge-0002", "exec-1"))
-	c := mustReserve(t, n, charge("charge-0002", "exec-1"))
-	mustCommit(t, n, testkit.Fail("charge-0002", c.Reservation, true))
+	c := testkit.MustReserve(t, n, charge("charge-0002", "exec-1"))
+	testkit.MustCommit(t, n, testkit.Fail("charge-0002", c.Reservation, true))
 	retry := charge("charge-0002", "exec-1")
 	retry.Attempt = i64(2)
-	rr := mustReserve(t, n, retry)
+	rr := testkit.MustReserve(t, n, retry)
 	require.Equal(t, ledger.StatusReserved, rr.Status, "a runtime retry of the consuming execution needs no approval")
 	assert.True(t, rr.Retry)
-	mustCommit(t, n, testkit.Fail("charge-0002", rr.Reservation, true))
-	other := mustReserve(t, n, charge("charge-0002", "exec-2"))
+	testkit.MustCommit(t, n, testkit.Fail("charge-0002", rr.Reservation, true))
+	other := testkit.MustReserve(t, n, charge("charge-0002", "exec-2"))
 	require.Equal(t, ledger.StatusApprovalRequired, other.Status, "another execution asks again")
 	answer(t, n, other.Ask.Seq, ledger.DecisionApprove)
-	oc := mustReserve(t, n, charge("charge-0002", "exec-2"))
+	oc := testkit.MustReserve(t, n, charge("charge-0002", "exec-2"))
 	require.Equal(t, ledger.StatusReserved, oc.Status, "the ask's attempt does not count for the attempt rule")
-	mustCommit(t, n, testkit.Succeed("charge-0002", oc.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("charge-0002", oc.Reservation))
 	verifyHead(t, n)
 }
 
@@ -163,15 +163,15 @@ func testApprovalDeny(t *testing.T, f Factory) {
 
 func testApprovalRepeat(t *testing.T, f Factory) {
 	_, n := openGated(t, f)
-	r := mustReserve(t, n, gateReq("mail-0001", "exec-1", "mail.send"))
-	mustCommit(t, n, testkit.Fail("mail-0001", r.Reservation, true))
+	r := testkit.MustReserve(t, n, gateReq("mail-0001", "exec-1", "mail.send"))
+	testkit.MustCommit(t, n, testkit.Fail("mail-0001", r.Reservation, true))
 	assert.Equal(t, ledger.ECodeUnchangedRetry, reserveCode(n, gateReq("mail-0002", "exec-2", "mail.send")),
 		"the same call by another execution, unchanged")
 	same := gateReq("mail-0003", "exec-1", "mail.send")
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, same).Status, "the execution that failed may repeat")
+	assert.Equal(t, ledger.StatusReserved, testkit.MustReserve(t, n, same).Status, "the execution that failed may repeat")
 	changed := gateReq("mail-0004", "exec-3", "mail.send")
 	changed.Changed = &ledger.Changed{Strategy: "another relay"}
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, changed).Status, "a changed strategy passes")
+	assert.Equal(t, ledger.StatusReserved, testkit.MustReserve(t, n, changed).Status, "a changed strategy passes")
 }
 
 func testApprovalInput(t *testing.T, f Factory) {
@@ -180,7 +180,7 @@ func testApprovalInput(t *testing.T, f Factory) {
 	noInput := charge("charge-0003", "exec-1")
 	noInput.Input, noInput.InputHash = nil, "sha256:"+strings.Repeat("0", 64)
 	assert.Equal(t, ledger.ECodeInvalidRequest, reserveCode(n, noInput), "an ask needs the input")
-	r := mustReserve(t, n, charge("charge-0003", "exec-1"))
+	r := testkit.MustReserve(t, n, charge("charge-0003", "exec-1"))
 	v, err := n.Approval(ctx, r.Ask.Seq, true)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"order":7}`, v.Input)
@@ -194,7 +194,7 @@ func testApprovalInput(t *testing.T, f Factory) {
 
 func testApprovalWait(t *testing.T, f Factory) {
 	_, n := openGated(t, f)
-	r := mustReserve(t, n, charge("charge-0004", "exec-1"))
+	r := testkit.MustReserve(t, n, charge("charge-0004", "exec-1"))
 	done := reserveWaiting(t, n, charge("charge-0004", "exec-1"), 10_000)
 	time.Sleep(50 * time.Millisecond)
 	answer(t, n, r.Ask.Seq, ledger.DecisionApprove)
@@ -209,9 +209,9 @@ func testApprovalNamespaces(t *testing.T, f Factory) {
 	g := ns(t, l, "gated")
 	setPolicy(t, g, gatePolicy)
 	d := ns(t, l, ledger.DefaultNamespace)
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, d, charge("charge-0005", "exec-1")).Status,
+	assert.Equal(t, ledger.StatusReserved, testkit.MustReserve(t, d, charge("charge-0005", "exec-1")).Status,
 		"another namespace's policy does not apply")
-	assert.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, g, charge("charge-0005", "exec-1")).Status)
+	assert.Equal(t, ledger.StatusApprovalRequired, testkit.MustReserve(t, g, charge("charge-0005", "exec-1")).Status)
 	p, seq, err := g.Policy(ctx)
 	require.NoError(t, err)
 	assert.NotZero(t, seq)
@@ -229,10 +229,10 @@ func testApprovalRepeatAudit(t *testing.T, f Factory) {
 	setPolicy(t, n, `{"rules":[{"tool":"payments.*","approval":"required"}]}`)
 	run := func(key, exec string) *ledger.ReserveResult {
 		askApproved(t, n, charge(key, exec))
-		return mustReserve(t, n, charge(key, exec))
+		return testkit.MustReserve(t, n, charge(key, exec))
 	}
 	first := run("charge-0010", "exec-1")
-	c := mustCommit(t, n, testkit.Fail("charge-0010", first.Reservation, false))
+	c := testkit.MustCommit(t, n, testkit.Fail("charge-0010", first.Reservation, false))
 	second := run("charge-0011", "exec-2")
 	verifyHead(t, n)
 	rep := audit(t, n, clock.Now)
@@ -249,17 +249,17 @@ func testApprovalOpenKeys(t *testing.T, f Factory) {
 	l, clock, n := openDefault(t, f)
 	first := charge("charge-0020", "exec-1")
 	first.LeaseMS = i64(1000)
-	mustReserve(t, n, first) // before the policy: reserved at once
+	testkit.MustReserve(t, n, first) // before the policy: reserved at once
 	setPolicy(t, n, gatePolicy)
 	clock.Advance(1500 * time.Millisecond)
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()))
-	a := mustReserve(t, n, charge("charge-0020", "exec-2"))
+	a := testkit.MustReserve(t, n, charge("charge-0020", "exec-2"))
 	require.Equal(t, ledger.StatusApprovalRequired, a.Status, "a takeover by another execution asks")
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()),
 		"the ask leaves the interrupted reservation open")
 	answer(t, n, a.Ask.Seq, ledger.DecisionApprove)
 	require.Equal(t, map[string]int{"default/interrupted/idempotent": 1}, OpenKeys(t, l.Store()), "so does the answer")
-	tk := mustReserve(t, n, charge("charge-0020", "exec-2"))
+	tk := testkit.MustReserve(t, n, charge("charge-0020", "exec-2"))
 	require.True(t, tk.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1}, OpenKeys(t, l.Store()))
 }
@@ -274,17 +274,17 @@ func testApprovalFingerprints(t *testing.T, f Factory) {
 	a := askApproved(t, n, charge("charge-0030", "exec-1"))
 	bare := charge("charge-0030", "exec-1")
 	bare.Input, bare.Idempotent = nil, false
-	c := mustReserve(t, n, bare)
+	c := testkit.MustReserve(t, n, bare)
 	require.Equal(t, ledger.StatusReserved, c.Status)
 	got := receipt(t, n, c.Receipt.Seq)
 	ask := receipt(t, n, a.Ask.Seq)
 	assert.Equal(t, ask.InputHash, got.InputHash, "the reserve carries the asked input's hash")
 	assert.True(t, got.Idempotent, "and the ask's idempotent")
-	mustCommit(t, n, testkit.Succeed("charge-0030", c.Reservation))
-	assert.Equal(t, ledger.StatusReplayed, mustReserve(t, n, charge("charge-0030", "exec-2")).Status)
+	testkit.MustCommit(t, n, testkit.Succeed("charge-0030", c.Reservation))
+	assert.Equal(t, ledger.StatusReplayed, testkit.MustReserve(t, n, charge("charge-0030", "exec-2")).Status)
 
 	// An expired ask still fixes the fingerprint.
-	e := mustReserve(t, n, charge("charge-0031", "exec-1"))
+	e := testkit.MustReserve(t, n, charge("charge-0031", "exec-1"))
 	require.Equal(t, ledger.StatusApprovalRequired, e.Status)
 	clock.Advance(61 * time.Second)
 	other := charge("charge-0031", "exec-1")
@@ -295,11 +295,11 @@ func testApprovalFingerprints(t *testing.T, f Factory) {
 	first := charge("charge-0032", "exec-1")
 	first.LeaseMS = i64(1000)
 	askApproved(t, n, first)
-	mustReserve(t, n, first)
+	testkit.MustReserve(t, n, first)
 	clock.Advance(2 * time.Second)
 	take := charge("charge-0032", "exec-2")
 	take.Idempotent = false
-	ta := mustReserve(t, n, take)
+	ta := testkit.MustReserve(t, n, take)
 	require.Equal(t, ledger.StatusApprovalRequired, ta.Status)
 	tr := receipt(t, n, ta.Ask.Seq)
 	assert.True(t, tr.Idempotent, "the ask carries the key's idempotent")
@@ -314,15 +314,15 @@ func testApprovalOwners(t *testing.T, f Factory) {
 	a := askApproved(t, n, charge("charge-0040", "exec-1"))
 	intruder := charge("charge-0040", "exec-9")
 	intruder.Actor = "mallory"
-	b := mustReserve(t, n, intruder)
+	b := testkit.MustReserve(t, n, intruder)
 	require.Equal(t, ledger.StatusApprovalRequired, b.Status)
 	assert.Equal(t, a.Ask.Seq, b.Ask.Seq, "the approved ask stays the key's one ask")
-	c := mustReserve(t, n, charge("charge-0040", "exec-1"))
+	c := testkit.MustReserve(t, n, charge("charge-0040", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, c.Status, "its asker consumes it")
-	mustCommit(t, n, testkit.Fail("charge-0040", c.Reservation, true))
+	testkit.MustCommit(t, n, testkit.Fail("charge-0040", c.Reservation, true))
 	spoof := charge("charge-0040", "exec-1")
 	spoof.Actor, spoof.Attempt = "mallory", i64(2)
-	s := mustReserve(t, n, spoof)
+	s := testkit.MustReserve(t, n, spoof)
 	assert.Equal(t, ledger.StatusApprovalRequired, s.Status, "another principal reusing the execution id asks")
 	verifyHead(t, n)
 }
@@ -337,7 +337,7 @@ func testApprovalPolicyText(t *testing.T, f Factory) {
 	p, _, err := n.Policy(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"carol"}, p.GateFor("pay.x", chain.EffectExternal).Approvers)
-	a := mustReserve(t, n, gateReq("pay-key-0050", "exec-1", "pay.x"))
+	a := testkit.MustReserve(t, n, gateReq("pay-key-0050", "exec-1", "pay.x"))
 	_, _, err = n.Answer(ctx, ledger.AnswerRequest{Seq: a.Ask.Seq, Decision: ledger.DecisionApprove, Actor: "alice",
 		Role: ledger.RoleApprover, Authenticated: true})
 	assert.Equal(t, ledger.ECodeForbidden, code(err), "alice is not carol")
@@ -357,12 +357,12 @@ func testApprovalPolicyText(t *testing.T, f Factory) {
 // fingerprint its ask fixed after the policy stops gating its tool.
 func testApprovalAskOutlivesPolicy(t *testing.T, f Factory) {
 	_, n := openGated(t, f)
-	require.Equal(t, ledger.StatusApprovalRequired, mustReserve(t, n, charge("charge-0060", "exec-1")).Status)
+	require.Equal(t, ledger.StatusApprovalRequired, testkit.MustReserve(t, n, charge("charge-0060", "exec-1")).Status)
 	setPolicy(t, n, `{"rules":[{"tool":"mail.*","repeat_failure":"refuse"}]}`)
 	other := charge("charge-0060", "exec-1")
 	other.Input = json.RawMessage(`{"order":61}`)
 	assert.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other), "the ask fixed the fingerprint")
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, charge("charge-0060", "exec-1")).Status,
+	assert.Equal(t, ledger.StatusReserved, testkit.MustReserve(t, n, charge("charge-0060", "exec-1")).Status,
 		"no rule gates it now")
-	assert.Equal(t, ledger.StatusReserved, mustReserve(t, n, charge("charge-0061", "exec-1")).Status)
+	assert.Equal(t, ledger.StatusReserved, testkit.MustReserve(t, n, charge("charge-0061", "exec-1")).Status)
 }

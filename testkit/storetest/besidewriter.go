@@ -22,8 +22,8 @@ import (
 func testVerifyBesideWriter(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("key-first", "exec"))
-	mustCommit(t, n, testkit.Fail("key-first", r.Reservation, false))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("key-first", "exec"))
+	testkit.MustCommit(t, n, testkit.Fail("key-first", r.Reservation, false))
 	rep, err := verify.New(auditDB(t, n), verify.Opts{}).Check(ctx)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep.Violations)

@@ -35,20 +35,6 @@ func ttlNS(t *testing.T, l *ledger.Ledger) *ledger.Namespace {
 	return ns(t, l, "reports")
 }
 
-func mustReserve(t *testing.T, n *ledger.Namespace, r ledger.ReserveRequest) *ledger.ReserveResult {
-	t.Helper()
-	res, err := n.Reserve(context.Background(), r)
-	require.NoError(t, err)
-	return res
-}
-
-func mustCommit(t *testing.T, n *ledger.Namespace, c ledger.CommitRequest) *ledger.CommitResult {
-	t.Helper()
-	res, err := n.Commit(context.Background(), c)
-	require.NoError(t, err)
-	return res
-}
-
 // noDrift checks that the stored key record is what the receipts derive.
 func noDrift(t *testing.T, n *ledger.Namespace, key string) {
 	t.Helper()
@@ -68,21 +54,21 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	assert.Equal(t, uint64(0), list[0].KeyTTL, "default keeps keys forever")
 	assert.Equal(t, uint64(ttl.Milliseconds()), list[1].KeyTTL)
 
-	r := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-1"))
-	c := mustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("daily-report", "exec-1"))
+	c := testkit.MustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
 	v := keyView(t, n, "daily-report")
 	final := uint64(clock.Now().UnixMilli())
 	assert.Equal(t, final+uint64(ttl.Milliseconds()), v.ExpiresAt, "expires_at is the outcome's time plus the TTL")
 
 	clock.Advance(ttl - time.Millisecond)
-	rp := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-2"))
+	rp := testkit.MustReserve(t, n, testkit.ReserveReq("daily-report", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status, "one millisecond short of the TTL the key is remembered")
 	require.Equal(t, c.Receipt.Seq, rp.Original.Seq)
 
 	clock.Advance(time.Millisecond)
 	other := testkit.ReserveReq("daily-report", "exec-3")
 	other.Input = json.RawMessage(`{"order":8}`) // the earlier generation's fingerprint does not apply
-	nr := mustReserve(t, n, other)
+	nr := testkit.MustReserve(t, n, other)
 	require.Equal(t, ledger.StatusReserved, nr.Status, "at the TTL the key is decided as new")
 	require.NotNil(t, nr.Renewed)
 	assert.Equal(t, rp.Receipt.Seq, nr.Renewed.Seq, "the new generation links to the key's latest receipt (the replay)")
@@ -101,8 +87,8 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	assert.Len(t, all.Receipts, 4, "history: both generations")
 
-	c2 := mustCommit(t, n, testkit.Succeed("daily-report", nr.Reservation))
-	rp2 := mustReserve(t, n, other)
+	c2 := testkit.MustCommit(t, n, testkit.Succeed("daily-report", nr.Reservation))
+	rp2 := testkit.MustReserve(t, n, other)
 	require.Equal(t, ledger.StatusReplayed, rp2.Status, "the new generation dedupes as before")
 	assert.Equal(t, c2.Receipt.Seq, rp2.Original.Seq)
 	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, testkit.ReserveReq("daily-report", "exec-4")),
@@ -116,12 +102,12 @@ func testFailedExpires(t *testing.T, f Factory) {
 	n := ttlNS(t, l)
 
 	// A non-retryable failure is refused until the TTL, then renewed.
-	r := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1"))
-	mustCommit(t, n, testkit.Fail("final-fail", r.Reservation, false))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1"))
+	testkit.MustCommit(t, n, testkit.Fail("final-fail", r.Reservation, false))
 	clock.Advance(ttl - time.Millisecond)
 	require.Equal(t, ledger.ECodeRetryNotAllowed, reserveCode(n, testkit.ReserveReq("final-fail", "exec-2")))
 	clock.Advance(time.Millisecond)
-	nr := mustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1")) // the same execution and attempt: a new generation
+	nr := testkit.MustReserve(t, n, testkit.ReserveReq("final-fail", "exec-1")) // the same execution and attempt: a new generation
 	require.NotNil(t, nr.Renewed)
 	assert.Equal(t, uint64(2), nr.Renewed.Seq)
 
@@ -129,15 +115,15 @@ func testFailedExpires(t *testing.T, f Factory) {
 	// and renewed (not retried) at it.
 	a := testkit.ReserveReq("soft-fail", "exec-1")
 	a.Idempotent = true
-	r = mustReserve(t, n, a)
-	mustCommit(t, n, testkit.Fail("soft-fail", r.Reservation, true))
+	r = testkit.MustReserve(t, n, a)
+	testkit.MustCommit(t, n, testkit.Fail("soft-fail", r.Reservation, true))
 	a.Attempt = i64(2)
-	rt := mustReserve(t, n, a)
+	rt := testkit.MustReserve(t, n, a)
 	require.True(t, rt.Retry)
-	mustCommit(t, n, testkit.Fail("soft-fail", rt.Reservation, true))
+	testkit.MustCommit(t, n, testkit.Fail("soft-fail", rt.Reservation, true))
 	clock.Advance(ttl)
 	a.Attempt = i64(1) // attempts are compared within one generation only
-	nr = mustReserve(t, n, a)
+	nr = testkit.MustReserve(t, n, a)
 	require.NotNil(t, nr.Renewed)
 	assert.False(t, nr.Retry)
 	noDrift(t, n, "final-fail")
@@ -149,8 +135,8 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
-	mustReserve(t, n, leased("lost-call", "exec-1", 1000))
-	mustReserve(t, n, leased("long-call", "exec-1", ledger.MaxLeaseMS))
+	testkit.MustReserve(t, n, leased("lost-call", "exec-1", 1000))
+	testkit.MustReserve(t, n, leased("long-call", "exec-1", ledger.MaxLeaseMS))
 	clock.Advance(2 * ttl)
 	require.Equal(t, ledger.ECodeUnsafeResume, reserveCode(n, testkit.ReserveReq("lost-call", "exec-2")),
 		"an interrupted key past the TTL still waits for a person")
@@ -164,11 +150,11 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "lost-call", Outcome: chain.OutcomeSucceeded,
 		Note: "checked by hand"})
 	require.NoError(t, err)
-	rp := mustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
+	rp := testkit.MustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	assert.Equal(t, res.Receipt.Seq, rp.Original.Seq)
 	clock.Advance(ttl)
-	nr := mustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
+	nr := testkit.MustReserve(t, n, testkit.ReserveReq("lost-call", "exec-3"))
 	require.NotNil(t, nr.Renewed)
 	noDrift(t, n, "lost-call")
 	verifyClean(t, n, 5)
@@ -177,10 +163,10 @@ func testUnfinishedNeverExpire(t *testing.T, f Factory) {
 func testTTLZero(t *testing.T, f Factory) {
 	_, clock, n := openDefault(t, f)
 	require.Zero(t, n.KeyTTL())
-	r := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-1"))
-	mustCommit(t, n, testkit.Succeed("forever-key", r.Reservation))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("forever-key", "exec-1"))
+	testkit.MustCommit(t, n, testkit.Succeed("forever-key", r.Reservation))
 	clock.Advance(10 * 365 * ttl)
-	rp := mustReserve(t, n, testkit.ReserveReq("forever-key", "exec-2"))
+	rp := testkit.MustReserve(t, n, testkit.ReserveReq("forever-key", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status, "with no TTL a key is remembered forever")
 	v := keyView(t, n, "forever-key")
 	assert.Zero(t, v.ExpiresAt, "no expires_at without a TTL")
@@ -194,12 +180,12 @@ func testGenerationsAudit(t *testing.T, f Factory) {
 	n := ttlNS(t, l)
 	var finals, renewals []uint64
 	for day := range 3 {
-		r := mustReserve(t, n, testkit.ReserveReq("daily-report", "exec-day"))
+		r := testkit.MustReserve(t, n, testkit.ReserveReq("daily-report", "exec-day"))
 		if day > 0 {
 			require.NotNil(t, r.Renewed)
 			renewals = append(renewals, r.Receipt.Seq)
 		}
-		c := mustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
+		c := testkit.MustCommit(t, n, testkit.Succeed("daily-report", r.Reservation))
 		finals = append(finals, c.Receipt.Seq)
 		clock.Advance(ttl)
 	}

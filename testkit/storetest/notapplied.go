@@ -43,10 +43,10 @@ func keyState(t *testing.T, n *ledger.Namespace, key string) ledger.State {
 
 func testNotAppliedReserve(t *testing.T, f Factory) {
 	_, clock, n := openDefault(t, f)
-	r1 := mustReserve(t, n, testkit.ReserveReq("send-mail-1", "exec-1")) // not idempotent
-	c := mustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
+	r1 := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-1", "exec-1")) // not idempotent
+	c := testkit.MustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
 	assert.Equal(t, chain.OutcomeNotApplied, c.Outcome)
-	again := mustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
+	again := testkit.MustCommit(t, n, notApplied("send-mail-1", r1.Reservation, "VALIDATION"))
 	assert.True(t, again.Replayed, "an identical not_applied commit appends nothing")
 	got := receipt(t, n, c.Receipt.Seq)
 	assert.False(t, got.Retryable, "retryable is ignored on not_applied")
@@ -55,7 +55,7 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 
 	second := testkit.ReserveReq("send-mail-1", "exec-2")
 	second.Idempotent = true // cannot change the key's flag
-	r2 := mustReserve(t, n, second)
+	r2 := testkit.MustReserve(t, n, second)
 	require.Equal(t, ledger.StatusReserved, r2.Status, "a not_applied key is reservable by any execution")
 	require.NotNil(t, r2.AfterNotApplied)
 	assert.Equal(t, ledger.NotAppliedRef{Seq: c.Receipt.Seq, ErrorCode: "VALIDATION"}, *r2.AfterNotApplied)
@@ -65,7 +65,7 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 	assert.False(t, rs.Idempotent, "idempotent is the key's first reserve's")
 	assert.Equal(t, got.InputHash, rs.InputHash)
 	assert.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("send-mail-1", r1.Reservation)))
-	mustCommit(t, n, testkit.Succeed("send-mail-1", r2.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("send-mail-1", r2.Reservation))
 	assert.Equal(t, ledger.StateSucceeded, keyState(t, n, "send-mail-1"))
 	noDrift(t, n, "send-mail-1")
 	verifyClean(t, n, 4)
@@ -80,7 +80,7 @@ func testNotAppliedReserve(t *testing.T, f Factory) {
 func testNotAppliedInvalid(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-2", "exec-1"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-2", "exec-1"))
 	withRef := notApplied("send-mail-2", r.Reservation, "VALIDATION")
 	withRef.ExternalRef = "msg-1"
 	_, err := n.Commit(ctx, withRef)
@@ -111,13 +111,13 @@ func requireInvalid(t *testing.T, err error, field string) {
 
 func testNotAppliedAttempt(t *testing.T, f Factory) {
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-3", "exec-1"))
-	mustCommit(t, n, notApplied("send-mail-3", r.Reservation, "NOT_FOUND"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-3", "exec-1"))
+	testkit.MustCommit(t, n, notApplied("send-mail-3", r.Reservation, "NOT_FOUND"))
 	require.Equal(t, ledger.ECodeAttemptConflict, reserveCode(n, testkit.ReserveReq("send-mail-3", "exec-1")),
 		"the same execution must raise its attempt")
 	next := testkit.ReserveReq("send-mail-3", "exec-1")
 	next.Attempt = i64(2)
-	r2 := mustReserve(t, n, next)
+	r2 := testkit.MustReserve(t, n, next)
 	require.NotNil(t, r2.AfterNotApplied)
 	assert.Equal(t, uint64(2), r2.Attempt)
 	verifyClean(t, n, 3)
@@ -125,8 +125,8 @@ func testNotAppliedAttempt(t *testing.T, f Factory) {
 
 func testNotAppliedFingerprint(t *testing.T, f Factory) {
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-4", "exec-1"))
-	mustCommit(t, n, notApplied("send-mail-4", r.Reservation, "REFUSED"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-4", "exec-1"))
+	testkit.MustCommit(t, n, notApplied("send-mail-4", r.Reservation, "REFUSED"))
 	other := testkit.ReserveReq("send-mail-4", "exec-2")
 	other.Input = json.RawMessage(`{"order":8}`)
 	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other), "the fingerprint stays the key's")
@@ -136,14 +136,14 @@ func testNotAppliedFingerprint(t *testing.T, f Factory) {
 func testNotAppliedResolve(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, clock, n := openDefault(t, f)
-	mustReserve(t, n, leased("send-mail-5", "exec-1", 100))
+	testkit.MustReserve(t, n, leased("send-mail-5", "exec-1", 100))
 	clock.Advance(time.Second)
 	res, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "send-mail-5", Outcome: chain.OutcomeNotApplied,
 		Error: &ledger.FailureDetail{Code: "NOT_SENT"}, Note: "checked the outbox: nothing was sent", Actor: "ops"})
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateNotApplied, res.State)
 	assert.Equal(t, ledger.StateNotApplied, keyState(t, n, "send-mail-5"))
-	requireAfterNotApplied(t, mustReserve(t, n, testkit.ReserveReq("send-mail-5", "exec-2")), res.Receipt.Seq)
+	requireAfterNotApplied(t, testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-5", "exec-2")), res.Receipt.Seq)
 	noDrift(t, n, "send-mail-5")
 	verifyClean(t, n, 3)
 }
@@ -151,8 +151,8 @@ func testNotAppliedResolve(t *testing.T, f Factory) {
 func testNotAppliedCorrection(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-1"))
-	failed := mustCommit(t, n, testkit.Fail("send-mail-6", r.Reservation, false))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-1"))
+	failed := testkit.MustCommit(t, n, testkit.Fail("send-mail-6", r.Reservation, false))
 	correct := ledger.ResolveRequest{IdempotencyKey: "send-mail-6", Outcome: chain.OutcomeNotApplied,
 		Error: &ledger.FailureDetail{Code: "CARD_DECLINED"}, Note: "the bank confirms: no charge", Actor: "admin-1"}
 	_, err := n.Resolve(ctx, correct)
@@ -173,17 +173,17 @@ func testNotAppliedCorrection(t *testing.T, f Factory) {
 	_, err = n.Resolve(ctx, correct)
 	require.Equal(t, ledger.ECodeNotInterrupted, code(err), "a not_applied key is not corrected again")
 
-	requireAfterNotApplied(t, mustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-2")), res.Receipt.Seq)
+	requireAfterNotApplied(t, testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-6", "exec-2")), res.Receipt.Seq)
 	noDrift(t, n, "send-mail-6")
 	verifyClean(t, n, 4)
 }
 
 func testNotAppliedWait(t *testing.T, f Factory) {
 	l, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-7", "e1"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-7", "e1"))
 	done := reserveWaiting(t, n, testkit.ReserveReq("send-mail-7", "e2"), 20_000)
 	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
-	c := mustCommit(t, n, notApplied("send-mail-7", r.Reservation, "REFUSED"))
+	c := testkit.MustCommit(t, n, notApplied("send-mail-7", r.Reservation, "REFUSED"))
 	res := woken(t, done, 10*time.Second, "the not_applied commit")
 	require.Equal(t, ledger.StatusReserved, res.Status, "the waiter is decided again: reserved")
 	requireAfterNotApplied(t, res, c.Receipt.Seq)
@@ -192,8 +192,8 @@ func testNotAppliedWait(t *testing.T, f Factory) {
 func testNotAppliedExpires(t *testing.T, f Factory) {
 	l, clock := open(t, f)
 	n := ttlNS(t, l)
-	r := mustReserve(t, n, testkit.ReserveReq("nightly-mail", "exec-1"))
-	c := mustCommit(t, n, notApplied("nightly-mail", r.Reservation, "REFUSED"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("nightly-mail", "exec-1"))
+	c := testkit.MustCommit(t, n, notApplied("nightly-mail", r.Reservation, "REFUSED"))
 	v := keyView(t, n, "nightly-mail")
 	assert.Equal(t, ledger.StateNotApplied, v.State)
 	assert.Equal(t, uint64(clock.Now().Add(ttl).UnixMilli()), v.ExpiresAt, "a not_applied key is finalized: it expires")
@@ -201,7 +201,7 @@ func testNotAppliedExpires(t *testing.T, f Factory) {
 	clock.Advance(ttl)
 	other := testkit.ReserveReq("nightly-mail", "exec-2")
 	other.Input = json.RawMessage(`{"order":8}`)
-	nr := mustReserve(t, n, other)
+	nr := testkit.MustReserve(t, n, other)
 	require.NotNil(t, nr.Renewed, "after expiry a reserve starts a new generation")
 	assert.Nil(t, nr.AfterNotApplied)
 	assert.Equal(t, c.Receipt.Seq, nr.Renewed.Seq)
@@ -215,20 +215,20 @@ func testNotAppliedExpires(t *testing.T, f Factory) {
 // not_applied whose code says nothing was attempted.
 func testNotAppliedRepeats(t *testing.T, f Factory) {
 	_, clock, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("send-mail-8", "exec-1"))
-	c1 := mustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-8", "exec-1"))
+	c1 := testkit.MustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
 	same := testkit.ReserveReq("send-mail-8", "exec-1")
 	same.Attempt = i64(2)
-	r = mustReserve(t, n, same)
-	mustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
-	rerun := mustReserve(t, n, testkit.ReserveReq("send-mail-8", "exec-2"))
-	other := mustReserve(t, n, testkit.ReserveReq("send-mail-9", "exec-3"))
+	r = testkit.MustReserve(t, n, same)
+	testkit.MustCommit(t, n, notApplied("send-mail-8", r.Reservation, "REFUSED"))
+	rerun := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-8", "exec-2"))
+	other := testkit.MustReserve(t, n, testkit.ReserveReq("send-mail-9", "exec-3"))
 	asks := testkit.ReserveReq("send-mail-10", "exec-4")
 	asks.Input = json.RawMessage(`{"order":8}`)
-	r = mustReserve(t, n, asks)
-	mustCommit(t, n, notApplied("send-mail-10", r.Reservation, ledger.CodeInputRequired))
+	r = testkit.MustReserve(t, n, asks)
+	testkit.MustCommit(t, n, notApplied("send-mail-10", r.Reservation, ledger.CodeInputRequired))
 	asks.ExecutionID = "exec-5"
-	mustReserve(t, n, asks)
+	testkit.MustReserve(t, n, asks)
 	verifyClean(t, n, 9)
 
 	rep := audit(t, n, clock.Now)

@@ -45,8 +45,8 @@ func testOpenKeys(t *testing.T, f Factory) {
 
 	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
-	r1 := mustReserve(t, n, idem)
-	mustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
+	r1 := testkit.MustReserve(t, n, idem)
+	testkit.MustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/reserved/not-idempotent": 1},
 		OpenKeys(t, s), "reserved while the leases run")
 
@@ -56,29 +56,29 @@ func testOpenKeys(t *testing.T, f Factory) {
 
 	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
-	r2 := mustReserve(t, n, take)
+	r2 := testkit.MustReserve(t, n, take)
 	require.True(t, r2.Takeover)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a takeover reserves the key again")
 	require.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("idem-key-1", r1.Reservation)))
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a refused commit changes nothing")
-	mustCommit(t, n, testkit.Fail("idem-key-1", r2.Reservation, true))
+	testkit.MustCommit(t, n, testkit.Fail("idem-key-1", r2.Reservation, true))
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a commit closes the key")
 	retry := testkit.ReserveReq("idem-key-1", "exec-2")
 	retry.Idempotent, retry.Attempt = true, i64(2)
-	r3 := mustReserve(t, n, retry)
+	r3 := testkit.MustReserve(t, n, retry)
 	require.True(t, r3.Retry)
 	require.Equal(t, map[string]int{"default/reserved/idempotent": 1, "default/interrupted/not-idempotent": 1},
 		OpenKeys(t, s), "a retry after a failure reserves the key again")
-	mustCommit(t, n, testkit.Succeed("idem-key-1", r3.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("idem-key-1", r3.Reservation))
 	_, err := n.Reserve(ctx, retry)
 	require.NoError(t, err, "a replay")
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, s), "a replay opens nothing")
 
 	require.NoError(t, l.CreateNamespace(ctx, "payments", ledger.NamespaceSettings{}))
 	p := ns(t, l, "payments")
-	rl := mustReserve(t, p, leased("pay-key-02", "exec-1", 1000))
+	rl := testkit.MustReserve(t, p, leased("pay-key-02", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1, "payments/reserved/not-idempotent": 1},
 		OpenKeys(t, s), "counted by namespace")
 	clock.Advance(2 * time.Second)

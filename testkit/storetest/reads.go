@@ -19,8 +19,8 @@ func testReads(t *testing.T, f Factory) {
 	_, _, n := openDefault(t, f)
 	for i := range 5 {
 		key := fmt.Sprintf("read-key-%d", i)
-		r := mustReserve(t, n, testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i%2)))
-		mustCommit(t, n, testkit.Succeed(key, r.Reservation))
+		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, fmt.Sprintf("exec-%d", i%2)))
+		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
 	}
 	page, next, err := n.Reader().ListReceipts(ctx, ledger.ReceiptFilter{Limit: 4})
 	require.NoError(t, err)
@@ -58,7 +58,7 @@ func testCheckpoints(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, _, n := openDefault(t, f)
 	for i := range 3 {
-		mustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ckpt-key-%d", i), "e"))
+		testkit.MustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ckpt-key-%d", i), "e"))
 	}
 	c, err := n.LatestCheckpoint(ctx)
 	require.NoError(t, err)

@@ -154,7 +154,7 @@ func replicasRevocationAcrossReplicas(t *testing.T, open2 openPair) {
 func replicasOpenKeysAcrossReplicas(t *testing.T, open2 openPair) {
 	a, b, clock := open2(t)
 	na := ns(t, a, ledger.DefaultNamespace)
-	mustReserve(t, na, leased("pay-key-01", "exec-1", 1000))
+	testkit.MustReserve(t, na, leased("pay-key-01", "exec-1", 1000))
 	require.Equal(t, map[string]int{"default/reserved/not-idempotent": 1}, OpenKeys(t, b.Store()))
 	clock.Advance(2 * time.Second)
 	require.Equal(t, map[string]int{"default/interrupted/not-idempotent": 1}, OpenKeys(t, b.Store()))

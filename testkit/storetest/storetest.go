@@ -199,6 +199,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })
 	t.Run("KeyLifetime", func(t *testing.T) { RunKeyLifetime(t, f) })
 	t.Run("NotApplied", func(t *testing.T) { RunNotApplied(t, f) })
+	t.Run("Reconcile", func(t *testing.T) { RunReconcile(t, f) })
 	t.Run("VerifyBesideWriter", func(t *testing.T) { testVerifyBesideWriter(t, f) })
 	t.Run("ClockStepsBack", func(t *testing.T) { testClockStepsBack(t, f) })
 	t.Run("OpenKeys", func(t *testing.T) { testOpenKeys(t, f) })
@@ -212,13 +213,13 @@ func Run(t *testing.T, f Factory) {
 func testClockStepsBack(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, clock, n := openDefault(t, f)
-	r1 := mustReserve(t, n, testkit.ReserveReq("back-key-1", "exec-1"))
+	r1 := testkit.MustReserve(t, n, testkit.ReserveReq("back-key-1", "exec-1"))
 	clock.Advance(time.Minute)
-	mustCommit(t, n, testkit.Succeed("back-key-1", r1.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("back-key-1", r1.Reservation))
 	held := uint64(clock.Now().UnixMilli())
 
 	clock.Advance(-time.Hour)
-	r2 := mustReserve(t, n, leased("back-key-2", "exec-2", 1000))
+	r2 := testkit.MustReserve(t, n, leased("back-key-2", "exec-2", 1000))
 	assert.Equal(t, held+1000, r2.LeaseExpiresAt, "the lease runs from the held time, not from the clock an hour back")
 	v, err := n.GetKey(ctx, "back-key-2")
 	require.NoError(t, err)
@@ -240,7 +241,7 @@ func testClockStepsBack(t *testing.T, f Factory) {
 func testReserveCommitReplay(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-1"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-1"))
 	require.Equal(t, ledger.StatusReserved, r.Status)
 	require.Equal(t, uint64(1), r.Receipt.Seq)
 
@@ -250,15 +251,15 @@ func testReserveCommitReplay(t *testing.T, f Factory) {
 	other.Tool = "payments.charge"
 	require.Equal(t, ledger.ECodeFingerprintMismatch, reserveCode(n, other))
 
-	c := mustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
+	c := testkit.MustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
 	require.Equal(t, uint64(2), c.Receipt.Seq)
-	again := mustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
+	again := testkit.MustCommit(t, n, testkit.Succeed("order-7-refund", r.Reservation))
 	require.True(t, again.Replayed, "an identical commit appends nothing")
 
 	_, err := n.Commit(ctx, testkit.Succeed("order-7-refund", "rsv_"+fmt.Sprintf("%064x", 1)))
 	require.Error(t, err)
 
-	rp := mustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-3"))
+	rp := testkit.MustReserve(t, n, testkit.ReserveReq("order-7-refund", "exec-3"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	require.Equal(t, "re_1", rp.ExternalRef)
 	require.JSONEq(t, `{"amount":1200}`, string(rp.Result))
@@ -269,7 +270,7 @@ func testReserveCommitReplay(t *testing.T, f Factory) {
 	require.Equal(t, ledger.ECodeUnknownKey, code(err))
 
 	short := testkit.ReserveReq("abc", "exec-9") // shorter than 8 bytes: replaced by a generated key
-	g := mustReserve(t, n, short)
+	g := testkit.MustReserve(t, n, short)
 	require.True(t, g.KeyGenerated)
 	verifyClean(t, n, 4)
 }
@@ -279,11 +280,11 @@ func testLeases(t *testing.T, f Factory) {
 	_, clock, n := openDefault(t, f)
 	idem := testkit.ReserveReq("idem-key-1", "exec-1")
 	idem.Idempotent, idem.LeaseMS = true, i64(1000)
-	r1 := mustReserve(t, n, idem)
+	r1 := testkit.MustReserve(t, n, idem)
 	clock.Advance(1500 * time.Millisecond)
 	take := testkit.ReserveReq("idem-key-1", "exec-2")
 	take.Idempotent = true
-	r2 := mustReserve(t, n, take)
+	r2 := testkit.MustReserve(t, n, take)
 	require.True(t, r2.Takeover)
 	require.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("idem-key-1", r1.Reservation)),
 		"the taken-over reservation is stale")
@@ -294,7 +295,7 @@ func testLeases(t *testing.T, f Factory) {
 	same.Idempotent = true
 	require.Equal(t, ledger.ECodeAttemptConflict, reserveCode(n, same))
 
-	mustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
+	testkit.MustReserve(t, n, leased("pay-key-01", "exec-1", 1000))
 	clock.Advance(2 * time.Second)
 	require.Equal(t, ledger.ECodeUnsafeResume, reserveCode(n, testkit.ReserveReq("pay-key-01", "exec-2")),
 		"an interrupted non-idempotent effect waits for a person")
@@ -308,15 +309,15 @@ func testFailures(t *testing.T, f Factory) {
 	_, _, n := openDefault(t, f)
 	a := testkit.ReserveReq("retry-key-1", "exec-1")
 	a.Idempotent = true
-	r := mustReserve(t, n, a)
-	mustCommit(t, n, testkit.Fail("retry-key-1", r.Reservation, true))
+	r := testkit.MustReserve(t, n, a)
+	testkit.MustCommit(t, n, testkit.Fail("retry-key-1", r.Reservation, true))
 	a.ExecutionID, a.Attempt = "exec-1", i64(2)
-	r2 := mustReserve(t, n, a)
+	r2 := testkit.MustReserve(t, n, a)
 	require.True(t, r2.Retry)
 
 	b := testkit.ReserveReq("noretry-key", "exec-1")
-	rb := mustReserve(t, n, b)
-	mustCommit(t, n, testkit.Fail("noretry-key", rb.Reservation, false))
+	rb := testkit.MustReserve(t, n, b)
+	testkit.MustCommit(t, n, testkit.Fail("noretry-key", rb.Reservation, false))
 	require.Equal(t, ledger.ECodeRetryNotAllowed, reserveCode(n, testkit.ReserveReq("noretry-key", "exec-2")))
 	verifyClean(t, n, 5)
 }
@@ -324,7 +325,7 @@ func testFailures(t *testing.T, f Factory) {
 func testResolve(t *testing.T, f Factory) {
 	ctx := context.Background()
 	_, clock, n := openDefault(t, f)
-	mustReserve(t, n, leased("resolve-key", "exec-1", 100))
+	testkit.MustReserve(t, n, leased("resolve-key", "exec-1", 100))
 	_, err := n.Resolve(ctx, ledger.ResolveRequest{IdempotencyKey: "resolve-key", Outcome: chain.OutcomeSucceeded,
 		Note: "checked the bank"})
 	require.Equal(t, ledger.ECodeNotInterrupted, code(err))
@@ -333,7 +334,7 @@ func testResolve(t *testing.T, f Factory) {
 		ExternalRef: "bank-1", Note: "checked the bank", Actor: "ops"})
 	require.NoError(t, err)
 	require.Equal(t, ledger.StateSucceeded, res.State)
-	rp := mustReserve(t, n, testkit.ReserveReq("resolve-key", "exec-2"))
+	rp := testkit.MustReserve(t, n, testkit.ReserveReq("resolve-key", "exec-2"))
 	require.Equal(t, ledger.StatusReplayed, rp.Status)
 	verifyClean(t, n, 3)
 }
@@ -353,11 +354,11 @@ func testNamespaces(t *testing.T, f Factory) {
 
 	def, pay := ns(t, l, ledger.DefaultNamespace), ns(t, l, "payments")
 	for i, n := range []*ledger.Namespace{def, pay, def} {
-		mustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ns-key-%d", i), "e"))
+		testkit.MustReserve(t, n, testkit.ReserveReq(fmt.Sprintf("ns-key-%d", i), "e"))
 	}
 	// One key in two namespaces names two effects.
-	r1 := mustReserve(t, def, testkit.ReserveReq("shared-key", "e"))
-	r2 := mustReserve(t, pay, testkit.ReserveReq("shared-key", "e"))
+	r1 := testkit.MustReserve(t, def, testkit.ReserveReq("shared-key", "e"))
+	r2 := testkit.MustReserve(t, pay, testkit.ReserveReq("shared-key", "e"))
 	require.Equal(t, ledger.StatusReserved, r2.Status)
 	require.Equal(t, uint64(2), r2.Receipt.Seq, "each namespace has its own seq 1, 2, …")
 	require.Equal(t, uint64(3), r1.Receipt.Seq)
@@ -479,11 +480,11 @@ func testCancelled(t *testing.T, f Factory) {
 
 func testWait(t *testing.T, f Factory) {
 	l, _, n := openDefault(t, f)
-	r := mustReserve(t, n, testkit.ReserveReq("wait-key-1", "e1"))
+	r := testkit.MustReserve(t, n, testkit.ReserveReq("wait-key-1", "e1"))
 	done := reserveWaiting(t, n, testkit.ReserveReq("wait-key-1", "e2"), 20_000)
 	require.Eventually(t, func() bool { return l.Waiting() == 1 }, 5*time.Second, 5*time.Millisecond)
 	start := time.Now()
-	mustCommit(t, n, testkit.Succeed("wait-key-1", r.Reservation))
+	testkit.MustCommit(t, n, testkit.Succeed("wait-key-1", r.Reservation))
 	res := woken(t, done, 10*time.Second, "the commit")
 	require.Equal(t, ledger.StatusReplayed, res.Status)
 	require.Less(t, time.Since(start), 5*time.Second)

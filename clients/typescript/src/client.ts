@@ -17,10 +17,12 @@ import {
   LedgerError,
   OutcomeUnknown,
   UnknownOutcomeError,
+  UnsafeResumeError,
   type CommitOutcome,
   type CommitRequest,
   type ReceiptRef,
 } from "./errors.js";
+import { reconcileBody, settleUnsafe, type ReconcileFunction, type Reconciled, type Reconciliation } from "./reconcile.js";
 import { sleep, Transport, unsent, type TransportOptions } from "./transport.js";
 
 export { sleep };
@@ -116,6 +118,16 @@ export interface Effect {
   approvalWaitMs?: number;
   /** Aborts the waits and retries, and is passed to the effect function. */
   signal?: AbortSignal;
+  /**
+   * Called when the reserve answers unsafe_resume (an earlier attempt was
+   * interrupted and may have happened): asks the downstream, by the key,
+   * whether the effect happened (SPEC §15). "succeeded" is recorded and
+   * returned as a replay (reconciled set; fn does not run); "not_applied"
+   * is recorded and the key reserved again; reconcile_too_early is waited
+   * out within maxWaitMs and signal. A throw, or a reconcile the ledger
+   * refuses, leaves the UnsafeResumeError (the refusal as its cause).
+   */
+  reconcile?: ReconcileFunction;
 }
 
 /** What an effect function returns on success. */
@@ -141,6 +153,8 @@ export interface DoResult {
   result: unknown;
   /** An earlier attempt's recorded result; the function did not run. */
   replayed: boolean;
+  /** A replay of what Effect.reconcile found: the interrupted attempt's effect happened (SPEC §15). */
+  reconciled?: boolean;
   key: string;
   /** The commit receipt, or for a replay the replay receipt. */
   receipt: ReceiptRef;
@@ -267,6 +281,8 @@ export interface PolicyRule {
   deny?: boolean;
   repeat_failure?: "refuse" | string;
   repeat_window_ms?: number;
+  /** SPEC §15: the actor of an interrupted reserve may reconcile it; settle_ms (default 60 000) before a not_applied. */
+  reconcile?: { allow: boolean; settle_ms?: number };
 }
 
 /** A namespace's policy as GET/PUT /v1/namespaces/{ns}/policy answer it. */
@@ -400,10 +416,34 @@ export class Client {
     try {
       rsv = await this.reserveWaiting(req, e);
     } catch (err) {
-      if (!(err instanceof ApprovalRequiredError) || (e.approvalWaitMs ?? this.opts.approvalWaitMs) <= 0) throw err;
-      rsv = await this.awaitApproval(req, e, err);
+      if (err instanceof UnsafeResumeError && e.reconcile) {
+        const until = Date.now() + (e.maxWaitMs ?? this.opts.maxWaitMs);
+        const settled = await settleUnsafe(this, req.key!, e.reconcile, err, until, e.signal);
+        if (settled?.found.outcome === "succeeded") {
+          const { found, receipt } = settled;
+          return { result: found.result ?? null, replayed: true, reconciled: true, key: req.key!, receipt,
+            externalRef: found.externalRef ?? "", original: receipt, notRecorded: false, takeover: false, retry: false, late: false };
+        }
+        rsv = await this.reserveWaiting(req, e);
+      } else {
+        if (!(err instanceof ApprovalRequiredError) || (e.approvalWaitMs ?? this.opts.approvalWaitMs) <= 0) throw err;
+        rsv = await this.awaitApproval(req, e, err);
+      }
     }
     return this.run(rsv, fn, e.signal);
+  }
+
+  /**
+   * Records what a lookup of the downstream found about the interrupted
+   * key (POST /v1/effects/{key}/reconcile, SPEC §15): the caller must be
+   * the actor of the interrupted reserve (or an admin), and a rule of the
+   * namespace's policy must allow it for the tool. Throws
+   * ReconcileNotAllowedError, NotInterruptedError, ReconcileTooEarlyError
+   * (retryAfterMs says when), InvalidRequestError, UnknownKeyError.
+   */
+  async reconcile(key: string, r: Reconciled, signal?: AbortSignal): Promise<Reconciliation> {
+    const b = (await this.http.send("POST", `/v1/effects/${encodeURIComponent(key)}/reconcile`, reconcileBody(r), { signal, retrySent: false })).body;
+    return { key: b.idempotency_key, state: b.state, receipt: b.receipt };
   }
 
   /**

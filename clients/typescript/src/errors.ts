@@ -78,6 +78,16 @@ export class NotInterruptedError extends LedgerError {
   override name = "NotInterruptedError";
 }
 
+/** No rule of the namespace's policy allows reconciling the tool, or the interrupted reserve is another actor's (SPEC §15). */
+export class ReconcileNotAllowedError extends LedgerError {
+  override name = "ReconcileNotAllowedError";
+}
+
+/** A not_applied reconcile before the lease's end plus settle_ms (details.not_before; retryAfterMs says when). */
+export class ReconcileTooEarlyError extends LedgerError {
+  override name = "ReconcileTooEarlyError";
+}
+
 /** No such receipt. */
 export class UnknownReceiptError extends LedgerError {
   override name = "UnknownReceiptError";
@@ -310,6 +320,8 @@ const errorClasses = new Map<string, typeof LedgerError>([
   ["approval_expired", ApprovalExpiredError],
   ["self_approval", SelfApprovalError],
   ["unknown_approval", UnknownApprovalError],
+  ["reconcile_not_allowed", ReconcileNotAllowedError],
+  ["reconcile_too_early", ReconcileTooEarlyError],
 ]);
 
 /** Returns the LedgerError (of the code's class) for an error answer. */

@@ -33,6 +33,7 @@ export type {
   Reservation,
   ReserveRequest,
 } from "./client.js";
+export type { Reconciled, Reconciliation, ReconcileFunction } from "./reconcile.js";
 export { canonicalJSON, deriveKey, deriveKeyWith, fingerprint, DERIVED_KEY_PREFIX, DERIVED_KEY2_PREFIX } from "./canonical.js";
 export * from "./errors.js";
 export { parseRetryAfter } from "./transport.js";

@@ -28,6 +28,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 	"github.com/effect-ledger/effect-ledger/internal/logging"
+	"github.com/effect-ledger/effect-ledger/internal/tick"
 	"github.com/effect-ledger/effect-ledger/internal/version"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage"
@@ -493,16 +494,7 @@ func shareRateLimit(ctx context.Context, lr storage.Shared, every time.Duration,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-				read(sctx)
-			}
-		}
+		tick.Every(sctx, every, read)
 	}()
 	return func() int { return int(n.Load()) }, func() { cancel(); <-done }
 }

@@ -25,9 +25,7 @@ func addLaterTools(s *mcp.Server) {
 			}
 			record("ask_twice_draft", a.ID) // acts before the second question
 			if ok, err := ask("Send"); err != nil || !ok {
-				out := text(fmt.Sprintf("draft of %s kept, not sent (%v)", a.ID, err))
-				out.IsError = true
-				return out, nil, nil
+				return errorText(fmt.Sprintf("draft of %s kept, not sent (%v)", a.ID, err)), nil, nil
 			}
 			n := record("ask_twice", a.ID)
 			return text(fmt.Sprintf("sent %s, run %d", a.ID, n)), nil, nil

@@ -24,12 +24,14 @@ import (
 var (
 	dir      string
 	revision string
+	payments bool
 )
 
 func main() {
 	httpAddr := flag.String("http", "", "serve Streamable HTTP on this address instead of stdio")
 	flag.StringVar(&dir, "dir", "", "directory of the executions file and release files")
 	flag.StringVar(&revision, "revision", "", "negotiate only this protocol revision (default: the SDK's)")
+	flag.BoolVar(&payments, "payments", false, "also serve the payment tools of reconciliation (payments.go)")
 	flag.Parse()
 	s := newServer()
 	if *httpAddr == "" {
@@ -87,9 +89,7 @@ func newServer() *mcp.Server {
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false)}},
 		func(_ context.Context, _ *mcp.CallToolRequest, a orderArgs) (*mcp.CallToolResult, any, error) {
 			n := record("refund", a.Order)
-			res := text(fmt.Sprintf("card declined for %s (run %d)", a.Order, n))
-			res.IsError = true
-			return res, nil, nil
+			return errorText(fmt.Sprintf("card declined for %s (run %d)", a.Order, n)), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "slow", Description: "finishes once the file release-ID exists in --dir",
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}},
@@ -126,9 +126,7 @@ func newServer() *mcp.Server {
 		func(_ context.Context, _ *mcp.CallToolRequest, a idArgs) (*mcp.CallToolResult, any, error) {
 			n := record("observe", a.ID)
 			if !exists("entity-" + a.ID) {
-				res := text(fmt.Sprintf("Entity with name %s not found (run %d)", a.ID, n))
-				res.IsError = true
-				return res, nil, nil
+				return errorText(fmt.Sprintf("Entity with name %s not found (run %d)", a.ID, n)), nil, nil
 			}
 			return text(fmt.Sprintf("observation added to %s (run %d)", a.ID, n)), nil, nil
 		})
@@ -161,6 +159,9 @@ func newServer() *mcp.Server {
 				caps != nil && caps.Elicitation != nil)), nil, nil
 		})
 	addAskingTools(s)
+	if payments {
+		addPaymentTools(s)
+	}
 	addLaterTools(s)
 	s.AddPrompt(&mcp.Prompt{Name: "greet", Description: "a greeting"},
 		func(_ context.Context, r *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
@@ -186,14 +187,10 @@ func confirm(r *mcp.CallToolRequest, id string) *mcp.CallToolResult {
 		}}}
 	}
 	if r.Params.RequestState != "state-"+id {
-		res := text(fmt.Sprintf("lost requestState: %q", r.Params.RequestState))
-		res.IsError = true
-		return res
+		return errorText(fmt.Sprintf("lost requestState: %q", r.Params.RequestState))
 	}
 	if answer.Action != "accept" {
-		res := text(fmt.Sprintf("the user answered %s: nothing done", answer.Action))
-		res.IsError = true
-		return res
+		return errorText(fmt.Sprintf("the user answered %s: nothing done", answer.Action))
 	}
 	for exists("hold-" + id) { // a test holds the acting round (a gateway killed meanwhile)
 		time.Sleep(5 * time.Millisecond)
@@ -204,6 +201,13 @@ func confirm(r *mcp.CallToolRequest, id string) *mcp.CallToolResult {
 
 func text(s string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// errorText is a tool's error answer with the text s.
+func errorText(s string) *mcp.CallToolResult {
+	res := text(s)
+	res.IsError = true
+	return res
 }
 
 func exists(name string) bool {
@@ -257,9 +261,7 @@ func addAskingTools(s *mcp.Server) {
 				return nil, nil, fmt.Errorf("elicit: %w", err)
 			}
 			if res.Action != "accept" {
-				out := text(fmt.Sprintf("the user answered %s: nothing done", res.Action))
-				out.IsError = true
-				return out, nil, nil
+				return errorText(fmt.Sprintf("the user answered %s: nothing done", res.Action)), nil, nil
 			}
 			n := record("ask_elicit", a.ID)
 			return text(fmt.Sprintf("elicited %s, run %d", a.ID, n)), nil, nil

@@ -11,7 +11,7 @@ import httpx
 
 from . import _core, _handle
 from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
-from ._types import Committed, DerivationKey, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
+from ._types import Committed, DerivationKey, Effect, EffectResult, NotRecorded, ReceiptRef, Reconciled, Replay, Reservation
 
 __all__ = ["AsyncLedger", "AsyncEffectHandle", "AsyncEffectScope"]
 
@@ -109,6 +109,10 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
+    async def reconcile(self, key: str, found: Reconciled) -> dict:
+        """Record what a lookup found about the interrupted key; see ``Ledger.reconcile``."""
+        return await self._run(self._reconcile_flow(key, found))
+
     async def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts; see ``Ledger.get_effect``."""
         return await self._run(self._effect_flow(key, history))
@@ -169,12 +173,14 @@ class AsyncLedger(_Core["AsyncEffectScope", httpx.AsyncClient]):
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
         approval_wait: Optional[float] = None,
+        reconcile: Optional[Callable[[str], Union[Reconciled, Awaitable[Reconciled]]]] = None,
     ) -> EffectResult:
         """Run ``fn(key)`` (a coroutine function or a plain one) at most once
-        for ``effect`` and record its outcome; see ``Ledger.do``. A
+        for ``effect`` and record its outcome; see ``Ledger.do`` (and its
+        ``reconcile``, here a coroutine function or a plain one). A
         cancellation while ``fn`` runs leaves the reservation to end as
         interrupted."""
-        return await self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait))
+        return await self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait, reconcile))
 
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "AsyncEffectScope":

@@ -29,6 +29,7 @@ from ._types import (
     Effect,
     NotRecorded,
     ReceiptRef,
+    Reconciled,
     Replay,
     Reservation,
     _execution_for,
@@ -634,6 +635,31 @@ class _Core(Generic[ScopeT, ClientT]):
             body["error"] = {"code": error_code or "", "message": error_message, "retryable": retryable}
         data = yield from self._call("POST", self._path("/effects/%s/resolve" % quote(key, safe="")), body)
         return data
+
+    def _reconcile_flow(self, key: str, found: Reconciled, wait: Optional[float] = None,
+                        ask: Optional[Callable[[str], Any]] = None) -> Flow:
+        """Record what a lookup found about the interrupted key (SPEC §15);
+        return the answer's JSON. With ``ask`` (the lookup), a
+        ``reconcile_too_early`` is waited out up to ``wait`` seconds
+        (default: the client's) and the lookup asked again: an answer from
+        before the settle time is never recorded after it. Without it,
+        ``ReconcileTooEarlyError`` is raised."""
+        deadline = time.monotonic() + max(0.0, self.wait if wait is None else wait)
+        path = self._path("/effects/%s/reconcile" % quote(key, safe=""))
+        while True:
+            if not isinstance(found, Reconciled):
+                raise TypeError("reconcile: expected a Reconciled, got %s" % type(found).__name__)
+            if found.error_code:
+                check_code(found.error_code)
+            try:
+                data = yield from self._call("POST", path, found._json())
+                return data
+            except errors.ReconcileTooEarlyError as e:
+                delay = e.retry_after if e.retry_after is not None else 1.0
+                if ask is None or time.monotonic() + delay > deadline:
+                    raise
+            yield _Sleep(delay)
+            found = yield _Call(ask, key)
 
     def _get_flow(self, rest: str, params: Optional[dict] = None) -> Flow:
         data = yield from self._call("GET", self._path(rest), params=params)

@@ -9,8 +9,18 @@ from contextvars import Token
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from ._core import Flow, _Call, _Core, _current, check_code, check_result, outcome_of
-from ._types import Committed, Effect, EffectResult, NotAppliedRef, NotRecorded, Outcome, Replay, Reservation
-from .errors import LedgerError
+from ._types import (
+    Committed,
+    Effect,
+    EffectResult,
+    NotAppliedRef,
+    NotRecorded,
+    Outcome,
+    ReceiptRef,
+    Replay,
+    Reservation,
+)
+from .errors import LedgerError, NotInterruptedError, UnsafeResumeError
 
 log = logging.getLogger("effect_ledger")
 
@@ -245,12 +255,21 @@ def do_flow(
     wait: Optional[float],
     retry_on: Optional[Tuple[type, ...]],
     approval_wait: Optional[float],
+    reconcile: Optional[Callable[[str], Any]] = None,
 ) -> Flow:
-    """``do``: run fn at most once for effect and record its outcome."""
+    """``do``: run fn at most once for effect and record its outcome; on
+    ``unsafe_resume``, ask ``reconcile`` first (``reconcile_flow``)."""
     retry = ledger._retry_types(retry_on)
     if not effect.recorded:
         return unrecorded_result(effect, (yield _Call(fn, local_key(effect))))
-    res = yield from ledger._reserve_flow(effect, wait, approval_wait)
+    try:
+        res = yield from ledger._reserve_flow(effect, wait, approval_wait)
+    except UnsafeResumeError as unsafe:
+        if reconcile is None:
+            raise
+        res = yield from reconcile_flow(ledger, effect, reconcile, unsafe, wait, approval_wait)
+    if isinstance(res, EffectResult):
+        return res
     if isinstance(res, Replay):
         return replay_result(res)
     if isinstance(res, NotRecorded):
@@ -266,6 +285,38 @@ def do_flow(
     out = as_outcome(value)
     committed = yield from success_flow(ledger, res, out.result, out.external_ref)
     return recorded_result(res, out, committed)
+
+
+def reconcile_flow(
+    ledger: _Core,
+    effect: Effect,
+    lookup: Callable[[str], Any],
+    unsafe: UnsafeResumeError,
+    wait: Optional[float],
+    approval_wait: Optional[float],
+) -> Flow:
+    """Settle an ``unsafe_resume`` with the effect's lookup (SPEC §15): a
+    definite answer is recorded; ``succeeded`` returns the found outcome as
+    a replay (an ``EffectResult``), ``not_applied`` reserves again. A lookup
+    that raises, or a reconcile the ledger refuses, re-raises ``unsafe``
+    (the refusal as its cause)."""
+    key = effect.resolved_key()
+    try:
+        found = yield _Call(lookup, key)
+    except Exception as exc:
+        raise unsafe from exc
+    try:
+        data = yield from ledger._reconcile_flow(key, found, wait, ask=lookup)
+    except NotInterruptedError:
+        data = None  # ended meanwhile: decide again
+    except (LedgerError, TypeError, ValueError) as exc:
+        raise unsafe from exc
+    if data is not None and found.outcome == "succeeded":
+        ref = ReceiptRef._from(data.get("receipt"))
+        return EffectResult(key=key, result=found.result, external_ref=found.external_ref, replayed=True,
+                            recorded=True, receipt=ref, original=ref, reconciled=True)
+    res = yield from ledger._reserve_flow(effect, wait, approval_wait)
+    return res
 
 
 def success_flow(ledger: _Core, res: Reservation, result: Any, external_ref: str) -> Flow:

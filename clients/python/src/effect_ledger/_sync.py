@@ -11,7 +11,7 @@ import httpx
 
 from . import _core, _handle
 from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
-from ._types import Committed, DerivationKey, Effect, EffectResult, NotRecorded, ReceiptRef, Replay, Reservation
+from ._types import Committed, DerivationKey, Effect, EffectResult, NotRecorded, ReceiptRef, Reconciled, Replay, Reservation
 
 __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 
@@ -157,6 +157,19 @@ class Ledger(_Core["EffectScope", httpx.Client]):
             self._resolve_flow(key, note, outcome, result, external_ref, error_code, error_message, retryable)
         )
 
+    def reconcile(self, key: str, found: Reconciled) -> dict:
+        """Record what a lookup of the downstream found about the interrupted
+        key (SPEC §15): the caller must be the actor of the interrupted
+        reserve (or an admin), and a rule of the namespace's policy must
+        allow it for the tool. A ``not_applied`` before the lease's end plus
+        the rule's ``settle_ms`` is refused with ``ReconcileTooEarlyError``
+        (its ``retry_after`` says when): the original call may still land,
+        so ask the downstream again then, never send an earlier answer. Returns ``{"status": "reconciled", "state",
+        "receipt", ...}``. Raises ``ReconcileNotAllowedError``,
+        ``NotInterruptedError``, ``ReconcileTooEarlyError``,
+        ``InvalidRequestError``, ``UnknownKeyError``."""
+        return self._run(self._reconcile_flow(key, found))
+
     def get_effect(self, key: str, history: bool = False) -> dict:
         """Return a key's state and receipts (``GET /v1/effects/{key}``).
 
@@ -235,6 +248,7 @@ class Ledger(_Core["EffectScope", httpx.Client]):
         wait: Optional[float] = None,
         retry_on: Optional[Tuple[type, ...]] = None,
         approval_wait: Optional[float] = None,
+        reconcile: Optional[Callable[[str], Reconciled]] = None,
     ) -> EffectResult:
         """Run ``fn(key)`` at most once for ``effect`` and record its outcome.
 
@@ -251,8 +265,19 @@ class Ledger(_Core["EffectScope", httpx.Client]):
         answer), a rejected one ``ApprovalRejectedError``. ``none``/``read`` effects run ``fn``
         without the ledger. A ``KeyboardInterrupt`` or other non-``Exception``
         leaves the reservation to end as interrupted.
+
+        ``reconcile(key)``, when given, is called when the reserve answers
+        ``unsafe_resume`` (an earlier attempt was interrupted and may have
+        happened): it asks the downstream, by the key, whether the effect
+        happened and returns a ``Reconciled`` (SPEC §15). ``succeeded`` is
+        recorded and returned as a replay (``reconciled`` set; ``fn`` does
+        not run); ``not_applied`` is recorded and the key reserved again,
+        ``reconcile_too_early`` waited out within ``wait``, then the downstream
+        asked again. An exception
+        from it, or a reconcile the ledger refuses, raises the
+        ``UnsafeResumeError`` (with the refusal as its ``__cause__``).
         """
-        return self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait))
+        return self._run(_handle.do_flow(self, effect, fn, wait, retry_on, approval_wait, reconcile))
 
 
     def _scope(self, spec: Effect, wait: Optional[float], retry_on: Tuple[type, ...]) -> "EffectScope":

@@ -329,6 +329,44 @@ class Committed:
 
 
 @dataclass(frozen=True)
+class Reconciled:
+    """What a lookup of the downstream found about an interrupted effect
+    (SPEC §15), returned by ``do``'s ``reconcile`` function and recorded by
+    ``reconcile``.
+
+    Attributes:
+        outcome: ``"succeeded"`` (the effect happened: ``external_ref`` is
+            what the lookup found) or ``"not_applied"`` (it did not:
+            ``error_code`` says why). Any other answer is no answer: raise
+            from the lookup instead, and the key waits for a person.
+        lookup: what was asked (a tool or endpoint name).
+        answer: the lookup's answer, any JSON of at most 16 KiB.
+        external_ref: required with ``succeeded``.
+        result: with ``succeeded``, what a replay returns.
+        error_code: required with ``not_applied`` (``A-Z0-9_``).
+        error_message: with ``not_applied``.
+    """
+
+    outcome: str
+    lookup: str
+    answer: Any
+    external_ref: str = ""
+    result: Any = None
+    error_code: str = ""
+    error_message: str = ""
+
+    def _json(self) -> dict:
+        body: dict = {"outcome": self.outcome, "evidence": {"lookup": self.lookup, "answer": self.answer}}
+        if self.external_ref:
+            body["external_ref"] = self.external_ref
+        if self.result is not None:
+            body["result"] = self.result
+        if self.outcome == "not_applied" or self.error_code:
+            body["error"] = {"code": self.error_code, "message": self.error_message}
+        return body
+
+
+@dataclass(frozen=True)
 class EffectResult:
     """What ``do`` returns.
 
@@ -347,6 +385,8 @@ class EffectResult:
         after_not_applied: the key's last outcome was ``not_applied`` and the
             function ran again (the reservation's ``after_not_applied``).
         approval: the approval the run consumed (the reservation's).
+        reconciled: a replay of what ``do``'s ``reconcile`` lookup found:
+            the interrupted attempt's effect happened (SPEC §15).
     """
 
     key: str
@@ -357,6 +397,7 @@ class EffectResult:
     receipt: Optional[ReceiptRef] = None
     original: Optional[ReceiptRef] = None
     reservation: Optional[Reservation] = None
+    reconciled: bool = False
 
     @property
     def renewed(self) -> Optional[Renewal]:

@@ -59,6 +59,8 @@ __all__ = [
     "ApprovalExpiredError",
     "SelfApprovalError",
     "UnknownApprovalError",
+    "ReconcileNotAllowedError",
+    "ReconcileTooEarlyError",
     "ApprovalRequiredError",
     "ConnectionFailedError",
     "BadResponseError",
@@ -324,6 +326,21 @@ class UnknownApprovalError(LedgerError):
     """404: no ask at that seq."""
 
     code_name = "unknown_approval"
+
+
+class ReconcileNotAllowedError(LedgerError):
+    """403: no rule of the namespace's policy allows reconciling the tool, or
+    the interrupted reserve is another actor's (SPEC §15)."""
+
+    code_name = "reconcile_not_allowed"
+
+
+class ReconcileTooEarlyError(LedgerError):
+    """409: a ``not_applied`` reconcile before the lease's end plus the
+    rule's ``settle_ms`` (the original call may still land);
+    ``details["not_before"]`` (unix ms) and ``retry_after`` say when."""
+
+    code_name = "reconcile_too_early"
 
 
 _BY_CODE: dict[str, type[LedgerError]] = {

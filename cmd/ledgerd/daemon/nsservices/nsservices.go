@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/effect-ledger/effect-ledger/internal/tick"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 	"github.com/effect-ledger/effect-ledger/verify"
@@ -115,24 +116,15 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.rescan(sctx)
+		tick.Every(sctx, s.cfg.ScanEvery, s.rescan)
 	}()
 	return s, nil
 }
 
-// rescan scans every ScanEvery until ctx is done.
+// rescan scans once more, logging a failure.
 func (s *Services) rescan(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ScanEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.scan(ctx); err != nil && ctx.Err() == nil {
-				s.cfg.Logger.Warn("namespace services: listing namespaces", "err", err)
-			}
-		}
+	if err := s.scan(ctx); err != nil && ctx.Err() == nil {
+		s.cfg.Logger.Warn("namespace services: listing namespaces", "err", err)
 	}
 }
 
