@@ -54,6 +54,8 @@ var statusOf = map[string]int{
 	ledger.ECodeUnknownApproval:     http.StatusNotFound,
 	ledger.ECodeReconcileNotAllowed: http.StatusForbidden,
 	ledger.ECodeReconcileTooEarly:   http.StatusConflict,
+	ledger.ECodePayloadsInline:      http.StatusConflict,
+	ledger.ECodeUnknownErasure:      http.StatusNotFound,
 }
 
 // storageCorruptRetry is the Retry-After of storage_corrupt: nothing

@@ -72,6 +72,9 @@ type replayedBody struct {
 	ResultEncoding string          `json:"result_encoding,omitempty"`
 	Original       receiptRef      `json:"original"`
 	Receipt        receiptRef      `json:"receipt"`
+	// Erased names the recorded fields an erasure removed (SPEC §14):
+	// field → the erase receipt's seq.
+	Erased map[string]uint64 `json:"erased,omitempty"`
 }
 
 type notRecordedBody struct {
@@ -132,7 +135,8 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		result, enc := storedResult(res.Result)
 		s.writeJSON(w, http.StatusOK, replayedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated, Outcome: res.Outcome, ExternalRef: res.ExternalRef,
-			Result: result, ResultEncoding: enc, Original: refJSON(res.Original), Receipt: refJSON(res.Receipt)})
+			Result: result, ResultEncoding: enc, Original: refJSON(res.Original), Receipt: refJSON(res.Receipt),
+			Erased: res.Erased})
 	case ledger.StatusNotRecorded:
 		s.writeJSON(w, http.StatusOK, notRecordedBody{Status: res.Status, IdempotencyKey: res.IdempotencyKey,
 			KeyGenerated: res.KeyGenerated})

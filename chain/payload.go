@@ -130,6 +130,13 @@ type Salt [SaltSize]byte
 // String returns the salt as lowercase hex.
 func (s Salt) String() string { return hex.EncodeToString(s[:]) }
 
+// NewSalt draws a salt from the system's CSPRNG.
+func NewSalt() Salt {
+	var s Salt
+	_, _ = rand.Read(s[:]) // crypto/rand.Read never fails (it crashes the program instead)
+	return s
+}
+
 // ParseSalt parses 32 hex digits into a Salt.
 func ParseSalt(text string) (Salt, error) {
 	var s Salt
@@ -254,6 +261,9 @@ func (o *Opening) Empty() bool {
 // of each, or nil when none is erased.
 func (o *Opening) Erased() map[PayloadField]uint64 {
 	var out map[PayloadField]uint64
+	if o == nil {
+		return nil
+	}
 	for i, p := range o {
 		if p != nil && p.ErasedBy > 0 {
 			if out == nil {

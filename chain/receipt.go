@@ -71,6 +71,13 @@ const (
 	KindPrune     = "prune"
 )
 
+// Keyless reports whether receipts of kind name no idempotency key and fix
+// nothing for any key: the namespace's policy, an erasure, a signing key,
+// a prune.
+func Keyless(kind string) bool {
+	return kind == KindPolicy || kind == KindErase || kind == KindKey || kind == KindPrune
+}
+
 // Effect classes. EffectNone and EffectRead are not effects and never
 // appear on a receipt.
 const (

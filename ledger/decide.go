@@ -126,6 +126,7 @@ func appendReplay(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, k
 	}
 	return &ReserveResult{Status: StatusReplayed, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		Outcome: final.Outcome, ExternalRef: final.Value(chain.FieldExternalRef), Result: final.Value(chain.FieldResult),
+		Erased:   erasedNames(final.Open),
 		Original: refOf(final), Receipt: refOf(&replay)}, nil
 }
 
@@ -409,6 +410,11 @@ func outcomeReceipt(now uint64, k *KeyRecord, reserve *chain.Receipt, refSeq uin
 // sameOutcome reports whether a recorded commit has the values of o:
 // outcome, external_ref and error fields equal, result equal as JSON.
 func sameOutcome(r *chain.Receipt, o *outcomeArgs) bool {
+	if r.Open.Erased() != nil {
+		// Values erased (SPEC §14): outcome and error code only, so that
+		// a committer can re-send, and a probe confirms no guessed value.
+		return r.Outcome == o.outcome && r.ErrorCode == o.failure.Code
+	}
 	return r.Outcome == o.outcome && r.Value(chain.FieldExternalRef) == o.externalRef &&
 		r.ErrorCode == o.failure.Code && r.Value(chain.FieldErrorMessage) == o.failure.Message &&
 		r.Retryable == o.failure.Retryable && sameJSON(r.Value(chain.FieldResult), o.result)

@@ -69,6 +69,10 @@ const (
 	// Reconciling an unknown outcome (SPEC §15).
 	ECodeReconcileNotAllowed = "reconcile_not_allowed"
 	ECodeReconcileTooEarly   = "reconcile_too_early"
+
+	// Erasure (SPEC §14).
+	ECodePayloadsInline = "payloads_inline"
+	ECodeUnknownErasure = "unknown_erasure"
 )
 
 // Error is a domain error: a contract error code, a human message and

@@ -38,6 +38,10 @@ type Config struct {
 	// ApprovalInputRetention is how long an ask's input is kept after its
 	// answer or expiry (SPEC §13; default DefaultApprovalInputRetention).
 	ApprovalInputRetention time.Duration
+	// CanPurge: the store can tell when an erasure's values are gone from
+	// its files (SQLite), so erasures answer purged true or false; false
+	// answers null (PostgreSQL, SPEC §14).
+	CanPurge bool
 }
 
 // DefaultApprovalInputRetention is the default of

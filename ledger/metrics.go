@@ -31,6 +31,8 @@ var (
 		"Time the single writer spent running batches (BEGIN to durable COMMIT); divided by ledger_writer_ops_total it is the writer's cost per request.")
 	writerOps = metrics.Counter("ledger_writer_ops_total",
 		"Write operations run by the writer (requests and probes).")
+	erasures = metrics.CounterVec("ledger_erasures_total",
+		"Erase receipts appended (SPEC §14), by namespace and trigger (request).", "namespace", "trigger")
 )
 
 // SetHeadMetric sets the ledger_chain_head_seq gauge of namespace ns to

@@ -77,6 +77,25 @@ type PayloadReader interface {
 	// PayloadRows yields the openings of the receipts after seq that have
 	// one, in seq order.
 	PayloadRows(ctx context.Context, after uint64, fn func(seq uint64, o *chain.Opening) error) error
+	// Erasure returns the opening of the erase receipt at seq, or nil.
+	Erasure(ctx context.Context, seq uint64) (*Erasure, error)
+}
+
+// ErrBadErasure: a stored erasure whose salt or ranges do not parse (an
+// edited table); the verifier reports it as erase_invalid.
+var ErrBadErasure = errors.New("the erasure's stored opening does not parse")
+
+// Erasure is the opening of an erase receipt's set (SPEC §14): the
+// erased ranges of seqs and the salt; SetDigest(Salt, Ranges) is the
+// receipt's set. Kept beside the chain, never erased; readable by admins
+// and the verifier.
+type Erasure struct {
+	Seq    uint64
+	Salt   chain.Salt
+	Ranges []chain.Range
+	// PurgedAt is when the files were rid of the erased values (unix ms;
+	// 0: not yet; SQLite only).
+	PurgedAt uint64
 }
 
 // Audited is what the verifier reads of a namespace (verify.DB): the

@@ -59,10 +59,10 @@ func CountsAsFailure(outcome, code string) bool {
 // receipts do not (SPEC §2.1).
 func CountsForAttempts(kind string) bool {
 	switch kind {
-	case chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny:
+	case chain.KindAsk, chain.KindApproval, chain.KindDeny:
 		return false
 	}
-	return true
+	return !chain.Keyless(kind)
 }
 
 // Reserve statuses (the body "status" of a successful reserve).
@@ -137,6 +137,9 @@ type ReserveResult struct {
 	ExternalRef string
 	Result      string // compact JSON text, empty if none
 	Original    ReceiptRef
+	// Erased names the recorded fields an erasure removed (SPEC §14), by
+	// field name: the seq of the erase receipt; nil when none was.
+	Erased map[string]uint64
 
 	// Approval is the approval a reserve consumed (SPEC §13), nil if none.
 	Approval *ApprovalRef

@@ -45,7 +45,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	// Each runs on a test clock, moved past leases and the token-existence
 	// re-read instead of waiting them out.
 	aClock := newPastClock(t)
-	a := aClock.start(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h")
+	// Its namespaces keep their payloads committed (SPEC §14); B's inline.
+	a := aClock.start(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h", "--default-payloads", "committed")
 	observeHost(t, a.URL, cov.observe)
 	// B: tokens, /metrics needs a reader.
 	clock := newWallClock(t) // B, C and D's
@@ -67,7 +68,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	// The namespace "walk" on every server: through the open API on A, C
 	// and D (no tokens yet), with an admin token on B.
 	for _, l := range []*Ledgerd{a, c, d} {
-		r := l.Do("POST", "/v1/namespaces", `{"name":"walk"}`)
+		body := `{"name":"walk"}`
+		if l == a {
+			body = `{"name":"walk","payloads":"committed"}`
+		}
+		r := l.Do("POST", "/v1/namespaces", body)
 		require.Equal(t, 201, r.Status, r.Raw)
 	}
 	r := b.Do("POST", "/v1/namespaces", `{"name":"walk"}`, "Authorization", tok["admin"])
@@ -257,7 +262,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				r = a.Do("GET", n.v1+"/derivation-key", "")
 				expect(r, 200, "")
 				assert.Len(t, r.Body["key"], 64)
-				assert.Equal(t, "inline", r.Body["payloads"])
+				assert.Equal(t, "committed", r.Body["payloads"])
 
 				r = a.Do("GET", n.v1+"/audit", "")
 				expect(r, 200, "")
@@ -477,6 +482,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/head", "", ""}, // and the head
 					{"GET", n.v1 + "/mcp/state-key", "", "reader"},
 					{"GET", n.v1 + "/derivation-key", "", "reader"},
+					{"POST", n.v1 + "/erasures", `{"keys":["walk-auth-0001"]}`, "writer"},
+					{"GET", n.v1 + "/erasures/1", "", ""},
 					{"GET", n.v1 + "/audit", "", "writer"},
 					{"GET", n.log + "/checkpoint", "", "writer"}, // without --public-log
 					{"GET", n.log + "/tile/0/000", "", "writer"},
@@ -629,6 +636,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		walkReconcile(t, a, aClock, spaces, huge, expect)
 	})
 
+	t.Run("erasures", func(t *testing.T) {
+		walkErase(t, a, b, tok, spaces, huge, expect)
+	})
+
 	t.Run("approvals", func(t *testing.T) {
 		walkApprovals(t, a, b, aClock, spaces, tok, huge, expect)
 	})
@@ -652,6 +663,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/head", ""},
 				{"GET", n.v1 + "/mcp/state-key", ""},
 				{"GET", n.v1 + "/derivation-key", ""},
+				{"POST", n.v1 + "/erasures", `{"keys":["walk-rate-0001"]}`},
+				{"GET", n.v1 + "/erasures/1", ""},
 				{"GET", n.v1 + "/audit", ""},
 				{"GET", n.log + "/checkpoint", ""},
 				{"GET", n.log + "/tile/0/000", ""},
@@ -696,6 +709,8 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"POST", "/effects/walk-auth-0001/commit", `{"reservation":"rsv_x","outcome":"succeeded"}`},
 	{"POST", "/effects/walk-auth-0001/resolve", `{"outcome":"succeeded","note":"n"}`},
 	{"POST", "/effects/walk-auth-0001/reconcile", walkReconciled},
+	{"POST", "/erasures", `{"keys":["walk-auth-0001"]}`},
+	{"GET", "/erasures/1", ""},
 	{"GET", "/effects/walk-auth-0001", ""},
 	{"GET", "/receipts", ""},
 	{"GET", "/receipts/1", ""},
@@ -942,6 +957,44 @@ func walkReconcile(t *testing.T, a *Ledgerd, aClock *testClock, spaces []walkNS,
 			r = a.Do("POST", n.v1+"/effects/walk-rec-0001/commit", `{"reservation":"`+token+`","outcome":"succeeded","external_ref":"ch_2"}`)
 			expect(r, 201, "")
 			assert.NotNil(t, r.Body["reconciled_earlier"], "the original call's late commit")
+		})
+	}
+}
+
+// walkErase drives POST …/erasures and GET …/erasures/{seq} (SPEC §14):
+// on A (committed) every refusal, nothing to erase, an erasure of the
+// reconciled key and its reading; on B (inline, an admin token) the
+// refusal of inline payloads.
+func walkErase(t *testing.T, a, b *Ledgerd, tok map[string]string, spaces []walkNS, huge string, expect func(Resp, int, string)) {
+	t.Helper()
+	for _, n := range spaces {
+		t.Run(n.name, func(t *testing.T) {
+			for _, body := range []string{`{}`, `{"keys":["walk-rec-0001"],"subject":"s"}`, `{"keys":[]}`,
+				`{"keys":["walk-rec-0001"],"fields":["tool"]}`, `{"keys":"walk-rec-0001"}`, `{"keys":["walk-rec-0001"],"x":1}`} {
+				expect(a.Do("POST", n.v1+"/erasures", body), 400, "invalid_request")
+			}
+			expect(a.Do("POST", n.v1+"/erasures", huge), 413, "body_too_large")
+			expect(a.Do("POST", n.v1+"/erasures", `{"keys":["walk-rec-0001"]}`, "Content-Type", "text/csv"), 415, "unsupported_media_type")
+			r := a.Do("POST", n.v1+"/erasures", `{"keys":["walk-none-0001"]}`)
+			expect(r, 200, "")
+			assert.Equal(t, "nothing_to_erase", r.Body["status"])
+			r = a.Do("POST", n.v1+"/erasures", `{"keys":["walk-rec-0001"],"reason":"walk"}`)
+			expect(r, 201, "")
+			seq := r.Body["receipt"].(map[string]any)["seq"].(float64)
+			r = a.Do("GET", fmt.Sprintf("%s/erasures/%d", n.v1, int(seq)), "")
+			expect(r, 200, "")
+			assert.NotEmpty(t, r.Body["ranges"])
+			expect(a.Do("HEAD", fmt.Sprintf("%s/erasures/%d", n.v1, int(seq)), ""), 200, "")
+			expect(a.Do("GET", n.v1+"/erasures/1", ""), 404, "unknown_erasure")
+			expect(a.Do("GET", n.v1+"/erasures/x", ""), 404, "unknown_erasure")
+
+			// B keeps its payloads inline: they cannot be erased.
+			rr := b.Do("POST", n.v1+"/effects/reserve", `{"idempotency_key":"walk-inl-0001","execution_id":"e1","tool":"walk.tool","effect":"write"}`,
+				"Authorization", tok["writer"])
+			expect(rr, 201, "")
+			expect(b.Do("POST", n.v1+"/effects/walk-inl-0001/commit", `{"reservation":"`+rr.Body["reservation"].(string)+
+				`","outcome":"succeeded","external_ref":"r1"}`, "Authorization", tok["writer"]), 201, "")
+			expect(b.Do("POST", n.v1+"/erasures", `{"keys":["walk-inl-0001"]}`, "Authorization", tok["admin"]), 409, "payloads_inline")
 		})
 	}
 }

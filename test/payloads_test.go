@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -157,14 +158,61 @@ func testCommitted(t *testing.T, db string) {
 		require.Equal(t, 0, code, "verify %s: %s%s", ns, out, stderr)
 	}
 
+	// Erase by keys (SPEC §14): the values go, one erase receipt, proofs stay.
+	l = startLedgerdEnv(t, nil, db)
+	for _, bad := range []struct{ body, field string }{
+		{`{}`, "keys"}, {`{"keys":["mail-0000001"],"subject":"c-1"}`, "keys"}, {`{"keys":["mail-0000001"],"fields":["tool"]}`, "fields"},
+		{`{"keys":[]}`, "keys"}, {`{"keys":["x"]}`, "idempotency_key"},
+	} {
+		r := l.Do("POST", "/v1/erasures", bad.body)
+		require.Equal(t, 400, r.Status, "%s: %s", bad.body, r.Raw)
+	}
+	r = l.Do("POST", "/v1/ns/plain/erasures", `{"keys":["mail-0000001"]}`)
+	require.Equal(t, 409, r.Status, r.Raw)
+	assert.Equal(t, "payloads_inline", r.Code())
+	r = l.Do("POST", "/v1/erasures", `{"keys":["no-such-key-01"]}`)
+	require.Equal(t, 200, r.Status, r.Raw)
+	assert.Equal(t, "nothing_to_erase", r.Body["status"])
+	er := l.Do("POST", "/v1/erasures", `{"keys":["mail-0000001","mail-0000002"],"reason":"GDPR request 17"}`)
+	require.Equal(t, 201, er.Status, er.Raw)
+	assert.Equal(t, "erased", er.Body["status"])
+	assert.Equal(t, float64(2), er.Body["count"], er.Raw)
+	eraseSeq := uint64(er.Body["receipt"].(map[string]any)["seq"].(float64))
+	ge := l.Do("GET", fmt.Sprintf("/v1/erasures/%d", eraseSeq), "")
+	require.Equal(t, 200, ge.Status, ge.Raw)
+	assert.Equal(t, []any{"external_ref", "result", "error_message", "note"}, ge.Body["fields"])
+	assert.Contains(t, ge.Body, "ranges", "an admin (no tokens) sees the ranges")
+	if strings.HasPrefix(db, "postgres") {
+		assert.Nil(t, ge.Body["purged"], "PostgreSQL cannot tell")
+	}
+	require.Equal(t, 404, l.Do("GET", "/v1/erasures/1", "").Status, "not an erase receipt")
+	// The replay still replays, without the value, naming the erase.
+	rp := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000001","execution_id":"e3","tool":"email.send","effect":"external","input":{"to":"x"}}`)
+	require.Equal(t, 200, rp.Status, rp.Raw)
+	assert.Equal(t, "true", rp.Header.Get("Idempotent-Replayed"))
+	assert.Nil(t, rp.Body["result"])
+	assert.Equal(t, "", rp.Body["external_ref"])
+	assert.Equal(t, map[string]any{"external_ref": float64(eraseSeq), "result": float64(eraseSeq)}, rp.Body["erased"])
+	k := l.Do("GET", "/v1/effects/mail-0000002?history=true", "")
+	require.Equal(t, 200, k.Status, k.Raw)
+	assert.NotContains(t, k.Raw, marker, "no answer shows an erased value")
+	assert.Contains(t, k.Raw, `"erased":{"error_message":`)
+	// A key committed after the erasure keeps its values.
+	rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000003","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"z"}}`)
+	require.Equal(t, 201, rr.Status, rr.Raw)
+	l.Commit(t, "mail-0000003", `{"reservation":"`+rr.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
+	require.NoError(t, l.Stop())
+	out, stderr, code := ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, "verify after the erasure: %s%s", out, stderr)
+
 	// A value changed beside the chain: verify names the rule, ledgerd refuses to serve it.
-	tamperPayload(t, db, `{"to":"someone else"}`)
-	out, stderr, code := ledgerctl(t, "verify", "--db", db, "--json")
+	tamperPayload(t, db, `{"to":"someone else"}`, "mail-0000003")
+	out, stderr, code = ledgerctl(t, "verify", "--db", db, "--json")
 	require.Equal(t, 1, code, "%s%s", out, stderr)
 	assert.Contains(t, out, `"payload_mismatch"`)
 	assert.NotContains(t, out, "someone else", "a verifier never quotes a value")
 	l = startLedgerdEnv(t, nil, db)
-	g := l.Do("GET", "/v1/effects/mail-0000001", "")
+	g := l.Do("GET", "/v1/effects/mail-0000003", "")
 	require.Equal(t, 500, g.Status, g.Raw)
 	assert.Equal(t, "integrity_error", g.Code())
 	assert.NotContains(t, g.Raw, "someone else")
@@ -216,20 +264,20 @@ func readChainTexts(t *testing.T, db string) map[string][]string {
 	return out
 }
 
-// tamperPayload sets the kept result of the default namespace's first
-// commit to value, past the table's guard.
-func tamperPayload(t *testing.T, db, value string) {
+// tamperPayload sets the kept result of key's commit in the default
+// namespace to value, past the table's guard.
+func tamperPayload(t *testing.T, db, value, key string) {
 	t.Helper()
 	if strings.HasPrefix(db, "postgres") {
 		conn, err := pgx.Connect(context.Background(), db)
 		require.NoError(t, err)
 		defer conn.Close(context.Background())
 		for _, q := range []string{`ALTER TABLE payloads DISABLE TRIGGER USER`,
-			`UPDATE payloads SET result = $1 WHERE namespace = 'default' AND seq = (SELECT min(seq) FROM receipts WHERE namespace = 'default' AND kind = 'commit')`,
+			`UPDATE payloads SET result = $1 WHERE namespace = 'default' AND seq = (SELECT seq FROM receipts WHERE namespace = 'default' AND kind = 'commit' AND idempotency_key = $2)`,
 			`ALTER TABLE payloads ENABLE TRIGGER USER`} {
 			var args []any
 			if strings.HasPrefix(q, "UPDATE") {
-				args = []any{value}
+				args = []any{value, key}
 			}
 			_, err := conn.Exec(context.Background(), q, args...)
 			require.NoError(t, err, q)
@@ -242,11 +290,11 @@ func tamperPayload(t *testing.T, db, value string) {
 	var trigger string
 	require.NoError(t, sdb.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'ns_payloads_erase_only'`).Scan(&trigger))
 	for _, q := range []string{`DROP TRIGGER ns_payloads_erase_only`,
-		`UPDATE ns_payloads SET result = ? WHERE rid = (SELECT rowid FROM ns_receipts WHERE ns = 0 AND kind = 'commit' ORDER BY seq LIMIT 1)`,
+		`UPDATE ns_payloads SET result = ? WHERE rid = (SELECT rowid FROM ns_receipts WHERE ns = 0 AND kind = 'commit' AND idempotency_key = ?)`,
 		trigger} {
 		var args []any
 		if strings.HasPrefix(q, "UPDATE") {
-			args = []any{value}
+			args = []any{value, key}
 		}
 		_, err := sdb.Exec(q, args...)
 		require.NoError(t, err, q)

@@ -98,6 +98,9 @@ func (c *chainChecker) add(r *chain.Receipt) {
 			next, nextOK = got, true
 		}
 	}
+	if r.Kind == chain.KindErase && c.payloads == nil {
+		c.col.addf(r.Seq, RuleEraseInvalid, "an erase receipt in a namespace that keeps its payloads inline")
+	}
 	v := c.payloads.check(r) // r with its values, in a committed namespace
 	checkFields(c.col, v)
 	if c.gate != nil {

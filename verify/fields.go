@@ -25,9 +25,12 @@ func checkFields(col *collector, r *chain.Receipt) {
 		}
 	}
 
-	if r.Kind == chain.KindPolicy {
+	switch r.Kind {
+	case chain.KindPolicy:
 		checkPolicyFields(bad, r)
-	} else {
+	case chain.KindErase:
+		checkEraseFields(bad, r)
+	default:
 		checkKeyFields(bad, r)
 	}
 	if r.RefSeq >= r.Seq && r.RefSeq != 0 {
@@ -107,8 +110,8 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		default: // which error fields belong is unknown
 			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
-	case chain.KindPolicy:
-		return // checkPolicyFields checked every field
+	case chain.KindPolicy, chain.KindErase:
+		return // checkPolicyFields or checkEraseFields checked every field
 	case chain.KindAsk:
 		checkAskFields(bad, r)
 	case chain.KindApproval:
@@ -119,7 +122,7 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
 	default:
-		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval or deny", truncate(r.Kind))
+		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny or erase", truncate(r.Kind))
 		return // which fields belong is unknown
 	}
 	checkLease(bad, r)

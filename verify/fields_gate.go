@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
 // maxChangedValue bounds each value of a reserve's changed object
@@ -99,4 +100,21 @@ func checkChanged(bad func(string, ...any), note string) {
 			bad("reserve whose changed %s is over %d bytes", k, maxChangedValue)
 		}
 	}
+}
+
+// checkEraseFields checks an erase receipt (SPEC §14): no key and no
+// outcome, attempt 0, a reason in note (the result's set is checked
+// against the stored ranges by the payload checks).
+func checkEraseFields(bad func(string, ...any), r *chain.Receipt) {
+	for _, f := range [...]struct{ name, v string }{
+		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
+		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
+	} {
+		notOn(bad, r.Kind, f.name, f.v)
+	}
+	noFailure(bad, r.Kind, r)
+	if r.Attempt != 0 || r.LeaseExpiresAt != 0 || r.RefSeq != 0 || r.KeyGenerated || r.Idempotent {
+		bad("erase with an attempt, lease, ref_seq, key_generated or idempotent")
+	}
+	checkText(bad, "note", r.Note, ledger.MaxEraseReason)
 }

@@ -17,10 +17,15 @@ import (
 // come with its receipts (chain.Receipt.Open). Details name the seq and
 // the field, never a value.
 type payloadChecker struct {
-	col  *collector
-	next func() (uint64, *chain.Opening, bool) // the database's rows; nil for a server
-	stop func()
-	err  error // the database's rows could not be read
+	ctx context.Context
+	col *collector
+	db  DB // nil for a server
+	// expect holds the erased fields seen, by the erase receipt they name:
+	// that receipt must list them.
+	expect map[uint64][]erasedField
+	next   func() (uint64, *chain.Opening, bool) // the database's rows; nil for a server
+	stop   func()
+	err    error // the database's rows could not be read
 	// the next row not yet matched with a receipt
 	rowSeq uint64
 	row    *chain.Opening
@@ -42,7 +47,7 @@ func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint
 	default:
 		return nil, fmt.Errorf("payload mode %q: %w", mode, ledger.ErrUnsupported)
 	}
-	p := &payloadChecker{col: col}
+	p := &payloadChecker{ctx: ctx, col: col, db: v.db, expect: map[uint64][]erasedField{}}
 	if v.rows != nil {
 		p.next, p.stop = iter.Pull2(func(yield func(uint64, *chain.Opening) bool) {
 			err := v.rows(ctx, from, func(seq uint64, o *chain.Opening) error {
@@ -77,13 +82,29 @@ func (p *payloadChecker) opening(seq uint64) *chain.Opening {
 	return nil
 }
 
-// close ends the database's rows and returns the error that stopped them.
+// close ends the database's rows and returns the error that stopped them;
+// an erased field whose erase receipt never came is payload_missing.
 func (p *payloadChecker) close() error {
-	if p == nil || p.stop == nil {
+	if p == nil {
+		return nil
+	}
+	for by, fs := range p.expect {
+		for _, e := range fs {
+			p.col.addf(e.seq, RulePayloadMissing, "%s is marked erased by receipt %d, which is not an erase receipt of the chain",
+				e.field.Name(), by)
+		}
+	}
+	if p.stop == nil {
 		return nil
 	}
 	p.stop()
 	return p.err
+}
+
+// erasedField is a field of the receipt at seq marked erased.
+type erasedField struct {
+	seq   uint64
+	field chain.PayloadField
 }
 
 // check checks r's payload fields and returns r as the field checks see
@@ -118,6 +139,8 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 		case present && chain.Commit(f, val.Salt, val.Value) != text:
 			bad(RulePayloadMismatch, "the value kept for %s does not open its commitment", f.Name())
 			present = false
+		case committed && val != nil && val.ErasedBy > r.Seq:
+			p.expect[val.ErasedBy] = append(p.expect[val.ErasedBy], erasedField{r.Seq, f}) // checked at that receipt
 		case committed && !present:
 			bad(RulePayloadMissing, "%s is committed, and its value is not kept", f.Name())
 		}
@@ -136,8 +159,75 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 			view.SetField(f, "{}")
 		}
 	}
+	if r.Kind == chain.KindErase {
+		p.checkErase(r)
+	}
 	if view == nil {
 		return r
 	}
 	return view
+}
+
+// checkErase checks an erase receipt: its result, its stored ranges
+// against its set (a database), the fields marked erased by it, and (a
+// database) that no listed value is still kept.
+func (p *payloadChecker) checkErase(r *chain.Receipt) {
+	bad := func(format string, args ...any) { p.col.addf(r.Seq, RuleEraseInvalid, format, args...) }
+	expected := p.expect[r.Seq]
+	delete(p.expect, r.Seq)
+	res, fields, err := chain.ParseEraseResult(r.Result)
+	if err != nil {
+		bad("%v", err)
+		return
+	}
+	var ranges []chain.Range
+	if p.db != nil {
+		e, err := p.db.Erasure(p.ctx, r.Seq)
+		switch {
+		case errors.Is(err, ledger.ErrBadErasure):
+			bad("its stored ranges or salt do not parse")
+			return
+		case err != nil:
+			p.err = errors.Join(p.err, err)
+			return
+		case e == nil:
+			bad("its ranges are not stored")
+			return
+		}
+		ranges = e.Ranges
+		switch {
+		case chain.SetDigest(e.Salt, ranges) != res.Set:
+			bad("its set does not match its stored ranges")
+		case len(ranges) > 0 && ranges[len(ranges)-1][1] >= r.Seq:
+			bad("a range reaches its own seq")
+		case chain.RangesCount(ranges) != res.Count:
+			bad("count %d, but its ranges hold %d receipts", res.Count, chain.RangesCount(ranges))
+		}
+	}
+	for _, e := range expected {
+		if !fields.Has(e.field) || (p.db != nil && !chain.RangesHold(ranges, e.seq)) {
+			p.col.addf(e.seq, RulePayloadMissing, "%s is marked erased by receipt %d, which does not list it", e.field.Name(), r.Seq)
+		}
+	}
+	if p.db == nil || len(ranges) == 0 {
+		return
+	}
+	var seqs []uint64
+	for _, rg := range ranges {
+		for s := rg[0]; s <= rg[1]; s++ {
+			seqs = append(seqs, s)
+		}
+	}
+	open, err := p.db.Openings(p.ctx, seqs)
+	if err != nil {
+		p.err = errors.Join(p.err, err)
+		return
+	}
+	for _, seq := range seqs {
+		for _, f := range chain.PayloadFields {
+			if v := open[seq].Get(f); fields.Has(f) && v != nil && v.ErasedBy == 0 {
+				p.col.addf(seq, RuleEraseIncomplete, "%s is still kept, though erase receipt %d lists it", f.Name(), r.Seq)
+			}
+		}
+	}
 }

@@ -74,6 +74,14 @@ const (
 	// RulePayloadUnexpected: a value kept for a field whose chain text is
 	// empty, exempt or inline.
 	RulePayloadUnexpected = "payload_unexpected"
+	// RuleEraseIncomplete: a value still kept for a seq and field an erase
+	// receipt lists.
+	RuleEraseIncomplete = "erase_incomplete"
+	// RuleEraseInvalid: an erase receipt in an inline namespace, whose set
+	// does not match its stored ranges, with a range not below its own
+	// seq, a count that is not the ranges' size, or fields that are not
+	// payload fields.
+	RuleEraseInvalid = "erase_invalid"
 
 	// Reconciling an unknown outcome (contract v1.4, SPEC §15).
 

@@ -44,8 +44,8 @@ func eventOf(r *chain.Receipt) event {
 		e.kind = evCommit
 	case chain.KindReplay:
 		e.kind = evReplay
-	case chain.KindPolicy:
-		e.kind = evPolicy
+	case chain.KindPolicy, chain.KindErase:
+		e.kind = evPolicy // keyless: no key state
 	case chain.KindDeny, chain.KindApproval:
 		e.kind = evNoState
 	}

@@ -50,7 +50,7 @@ func (g gateLink) reused(refSeq uint64) bool {
 // it is the key's first: policy, deny and approval receipts fix nothing
 // (SPEC §2.1).
 func holdsNoState(kind string) bool {
-	return kind == chain.KindPolicy || kind == chain.KindDeny || kind == chain.KindApproval
+	return chain.Keyless(kind) || kind == chain.KindDeny || kind == chain.KindApproval
 }
 
 // countsForAttempts reports whether a receipt of kind counts for the
@@ -58,7 +58,7 @@ func holdsNoState(kind string) bool {
 // ask stands for a reserve not appended, and the reserve that consumes
 // its approval may be the same request, waiting (SPEC §13).
 func countsForAttempts(kind string) bool {
-	return kind != chain.KindPolicy && kind != chain.KindAsk && kind != chain.KindApproval && kind != chain.KindDeny
+	return !chain.Keyless(kind) && kind != chain.KindAsk && kind != chain.KindApproval && kind != chain.KindDeny
 }
 
 // execAttempt is the highest attempt of an execution, which is named by
@@ -251,7 +251,7 @@ func (s *stateChecker) finish(now uint64) {
 // add applies one receipt to its key's state, held in a map.
 func (s *stateChecker) add(r *chain.Receipt) {
 	k := s.keys[r.IdempotencyKey]
-	if k == nil && holdsNoState(r.Kind) || r.Kind == chain.KindPolicy {
+	if k == nil && holdsNoState(r.Kind) || chain.Keyless(r.Kind) {
 		return
 	}
 	if k == nil {

@@ -171,3 +171,85 @@ func (p *payloadRows) add(ns string, t *tx) {
 func (p *payloadRows) args() []any {
 	return []any{p.ns, p.seq, p.vals[0], p.salts[0], p.vals[1], p.salts[1], p.vals[2], p.salts[2], p.vals[3], p.salts[3]}
 }
+
+// eraseOp is an erasure buffered by a transaction: the receipts' fields to
+// erase, and the opening of its set.
+type eraseOp struct {
+	seq    uint64
+	fields map[uint64]chain.FieldSet
+}
+
+// ErasePayloads buffers the erasure of the given fields of each receipt;
+// the write sends it after the batch's payload rows. The values appended
+// in this transaction are erased in its buffer too.
+func (t *tx) ErasePayloads(_ context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error {
+	t.erases = append(t.erases, eraseOp{seq: eraseSeq, fields: fields})
+	for seq, set := range fields {
+		if o := t.openings[seq]; o != nil {
+			c := *o
+			for _, f := range chain.PayloadFields {
+				if set.Has(f) && c.Get(f) != nil {
+					c.Set(f, &chain.Payload{ErasedBy: eraseSeq})
+				}
+			}
+			t.openings[seq] = &c
+		}
+	}
+	return nil
+}
+
+// PutErasure buffers the opening of an erase receipt's set.
+func (t *tx) PutErasure(_ context.Context, e *ledger.Erasure) error {
+	t.erasures = append(t.erasures, *e)
+	return nil
+}
+
+// queueErases adds the erasures of ts to b: per field, one UPDATE of the
+// receipts listed, and the erasures' rows.
+func queueErases(b *pgx.Batch, ns string, t *tx) {
+	for _, op := range t.erases {
+		for _, f := range chain.PayloadFields {
+			var seqs []int64
+			for seq, set := range op.fields {
+				if set.Has(f) {
+					seqs = append(seqs, int64(seq))
+				}
+			}
+			if len(seqs) == 0 {
+				continue
+			}
+			col := f.Name()
+			b.Queue(`UPDATE payloads SET `+col+` = NULL, `+col+`_salt = NULL, `+col+`_erased = $3
+				WHERE namespace = $1 AND seq = ANY($2::bigint[]) AND `+col+` IS NOT NULL`, ns, seqs, int64(op.seq))
+		}
+	}
+	for _, e := range t.erasures {
+		b.Queue(`INSERT INTO erasures (namespace, seq, salt, ranges) VALUES ($1, $2, $3, $4)`,
+			ns, int64(e.Seq), e.Salt[:], chain.RangesText(e.Ranges))
+	}
+}
+
+// Erasure reads the opening of the erase receipt at seq, or nil.
+func (c *Chain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
+	if c.s.version < 4 {
+		return nil, nil
+	}
+	var salt []byte
+	var ranges string
+	err := c.s.pool.QueryRow(ctx, `SELECT salt, ranges FROM erasures WHERE namespace = $1 AND seq = $2`, c.ns, int64(seq)).
+		Scan(&salt, &ranges)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read erasure %d: %w", seq, classify(err))
+	}
+	e := &ledger.Erasure{Seq: seq}
+	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
+		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	}
+	if e.Ranges, err = chain.ParseRanges(ranges); err != nil {
+		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	}
+	return e, nil
+}

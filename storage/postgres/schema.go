@@ -370,6 +370,15 @@ CREATE OR REPLACE TRIGGER payloads_guard BEFORE UPDATE OR DELETE ON payloads
 	FOR EACH ROW EXECUTE FUNCTION ledger_payloads_guard();
 CREATE OR REPLACE TRIGGER payloads_no_truncate BEFORE TRUNCATE ON payloads
 	FOR EACH STATEMENT EXECUTE FUNCTION ledger_payloads_guard();
+CREATE TABLE IF NOT EXISTS erasures (
+	namespace text COLLATE "C" NOT NULL,
+	seq       bigint NOT NULL CHECK (seq >= 1),
+	salt      bytea  NOT NULL CHECK (octet_length(salt) = 16),
+	ranges    text   NOT NULL,
+	PRIMARY KEY (namespace, seq)
+);
+CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasures
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
 `
 
 // sqlNowMS is the database clock in unix milliseconds.

@@ -48,6 +48,8 @@ type tx struct {
 
 	receipts    []chain.Receipt           // in the chain form (Open nil)
 	openings    map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
+	erases      []eraseOp                 // sent after the payload rows
+	erasures    []ledger.Erasure          // the erase receipts\' openings
 	bySeq       map[uint64]int            // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
@@ -63,7 +65,8 @@ type tx struct {
 }
 
 func (t *tx) dirty() bool {
-	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0
+	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0 ||
+		len(t.erases) > 0
 }
 
 // dbFail records the first failed database call and classifies it.

@@ -121,6 +121,9 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 	if len(ps.ns) > 0 {
 		b.Queue(sqlInsertPayloads, ps.args()...)
 	}
+	for _, t := range ts {
+		queueErases(b, t.c.ns, t)
+	}
 	if len(ks.ns) > 0 {
 		b.Queue(sqlUpsertKeys, ks.args()...)
 	}

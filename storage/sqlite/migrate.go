@@ -70,6 +70,8 @@ var upgradeCopies = []struct {
 	{[]string{"ns_settings"}, `INSERT INTO ns_settings (ns, key_ttl_ms) SELECT ns, key_ttl_ms FROM old_ns_settings
 		WHERE ns NOT IN (SELECT ns FROM ns_settings)`},
 	{nil, `INSERT OR IGNORE INTO ns_settings (ns, key_ttl_ms) VALUES (0, 0)`}, // keys of a file before key lifetimes never expire
+	{[]string{"ns_erasures"}, `INSERT INTO ns_erasures (ns, seq, salt, ranges, purged_at)
+		SELECT ns, seq, salt, ranges, purged_at FROM old_ns_erasures`},
 	{[]string{"ns_payloads"}, `INSERT INTO ns_payloads SELECT n.rowid, p.external_ref, p.external_ref_salt, p.external_ref_erased,
 		p.result, p.result_salt, p.result_erased, p.error_message, p.error_message_salt, p.error_message_erased,
 		p.note, p.note_salt, p.note_erased FROM old_ns_payloads AS p

@@ -139,3 +139,56 @@ func (t *writeTx) putOpening(ctx context.Context, rid int64, o *chain.Opening) e
 	}
 	return nil
 }
+
+// ErasePayloads deletes the values of the given fields of each receipt,
+// marking them erased by eraseSeq.
+func (t *writeTx) ErasePayloads(ctx context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error {
+	for seq, set := range fields {
+		for _, f := range chain.PayloadFields {
+			if !set.Has(f) {
+				continue
+			}
+			col := f.Name()
+			q := `UPDATE ns_payloads SET ` + col + ` = NULL, ` + col + `_salt = NULL, ` + col + `_erased = ?3
+				WHERE rid = (SELECT rowid FROM ns_receipts WHERE ns = ?1 AND seq = ?2) AND ` + col + ` IS NOT NULL`
+			if _, err := t.tx.ExecContext(ctx, q, t.ref.args(seq, eraseSeq)...); err != nil {
+				return fmt.Errorf("erase payloads of receipt %d: %w", seq, classify(err))
+			}
+		}
+	}
+	return nil
+}
+
+// PutErasure stores the opening of an erase receipt's set.
+func (t *writeTx) PutErasure(ctx context.Context, e *ledger.Erasure) error {
+	if _, err := t.tx.ExecContext(ctx, sqlInsertErasure, t.ref.args(e.Seq, e.Salt[:], chain.RangesText(e.Ranges))...); err != nil {
+		return fmt.Errorf("store erasure %d: %w", e.Seq, classify(err))
+	}
+	return nil
+}
+
+// Erasure reads the opening of the erase receipt at seq, or nil.
+func (rd *Reader) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
+	var salt []byte
+	var ranges string
+	e := &ledger.Erasure{Seq: seq}
+	err := rd.r.QueryRowContext(ctx, sqlErasure, rd.args(seq)...).Scan(&salt, &ranges, &e.PurgedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read erasure %d: %w", seq, classify(err))
+	}
+	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
+		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	}
+	if e.Ranges, err = chain.ParseRanges(ranges); err != nil {
+		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	}
+	return e, nil
+}
+
+// Erasure reads the opening of the erase receipt at seq, or nil.
+func (f *lazyChain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
+	return f.rd.Erasure(ctx, seq)
+}

@@ -233,6 +233,27 @@ CREATE TRIGGER ns_payloads_no_delete BEFORE DELETE ON ns_payloads
 WHEN EXISTS (SELECT 1 FROM ns_receipts AS r WHERE r.rowid = OLD.rid AND (r.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = r.ns)))
 BEGIN SELECT RAISE(ABORT, 'a kept value can only be erased'); END;
 
+-- One row per erase receipt (SPEC §14): the opening of its set, the erased
+-- ranges of seqs ([[from,to],…] in RFC 8785 form) and their salt, so that
+-- the chain does not publish which receipts belonged to one person. Never
+-- erased; read by admins and the verifier. purged_at is when the file and
+-- its write-ahead log were rid of the erased values (0: not yet).
+CREATE TABLE ns_erasures (
+	ns        INTEGER NOT NULL,
+	seq       INTEGER NOT NULL,
+	salt      BLOB    NOT NULL CHECK (length(salt) = 16),
+	ranges    TEXT    NOT NULL,
+	purged_at INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (ns, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER ns_erasures_kept BEFORE DELETE ON ns_erasures
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
+CREATE TRIGGER ns_erasures_fixed BEFORE UPDATE ON ns_erasures
+WHEN NEW.ns IS NOT OLD.ns OR NEW.seq IS NOT OLD.seq OR NEW.salt IS NOT OLD.salt OR NEW.ranges IS NOT OLD.ranges
+	OR OLD.purged_at != 0
+BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
+
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
 -- answer, plus the operator's retention. Never part of the chain.

@@ -237,7 +237,7 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 	}
 	o := &opened{store: store, shared: shared, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
-		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention})
+		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention, CanPurge: !storage.IsPostgres(m.DBPath)})
 	defer func() {
 		if err != nil {
 			o.close()

@@ -1,0 +1,225 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Erasure of payloads (SPEC §14): in one write, the values of the selected
+// receipts' committed fields are deleted and one erase receipt is
+// appended, whose set commits to the erased ranges without publishing
+// them.
+
+// MaxEraseKeys bounds the keys one erase names.
+const MaxEraseKeys = 1000
+
+// MaxEraseReason bounds an erase's reason, in characters.
+const MaxEraseReason = 256
+
+// Erase statuses.
+const (
+	StatusErased         = "erased"
+	StatusNothingToErase = "nothing_to_erase"
+)
+
+// EraseRequest selects what to erase: every generation of each key.
+type EraseRequest struct {
+	Keys   []string
+	Fields chain.FieldSet // 0: all four
+	Reason string
+	Actor  string
+}
+
+// EraseResult is the outcome of an Erase.
+type EraseResult struct {
+	Status  string      // StatusErased or StatusNothingToErase
+	Receipt *ReceiptRef // the erase receipt; nil when nothing was erased
+	Count   uint64      // receipts whose values were erased
+	Keys    int         // keys with a value erased
+	Inline  int         // selected receipts kept inline, which cannot be erased
+}
+
+func (req *EraseRequest) validate() error {
+	if len(req.Keys) == 0 || len(req.Keys) > MaxEraseKeys {
+		return Invalid("keys", "keys must name 1 to %d idempotency keys", MaxEraseKeys)
+	}
+	for _, k := range req.Keys {
+		if len(k) < MinKeyLen {
+			return Invalid("keys", "keys must be idempotency keys of %d–%d bytes", MinKeyLen, MaxKeyLen)
+		}
+		if err := ValidateKey(k); err != nil {
+			return err
+		}
+	}
+	if n := len([]rune(req.Reason)); n > MaxEraseReason {
+		return Invalid("reason", "reason must be at most %d characters", MaxEraseReason)
+	}
+	if req.Fields == 0 {
+		req.Fields = chain.AllFields
+	}
+	return nil
+}
+
+// Erase erases the payloads of the selected keys' receipts. Errors: *Error
+// ECodeInvalidRequest, ECodePayloadsInline (every selected receipt holding
+// a value is inline); ErrUnavailable.
+func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	var res *EraseResult
+	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
+		var err error
+		res, err = decideErase(ctx, t, &req)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if res.Receipt != nil {
+		erasures.WithLabelValues(n.name, "request").Inc()
+		n.l.logger.InfoContext(ctx, "payloads erased", "namespace", n.name, "seq", res.Receipt.Seq, "count", res.Count)
+	}
+	return res, nil
+}
+
+// decideErase selects, erases and appends the erase receipt.
+func decideErase(ctx context.Context, t *batchTx, req *EraseRequest) (*EraseResult, error) {
+	res := &EraseResult{Status: StatusNothingToErase}
+	var cand []uint64
+	keyOf := map[uint64]string{}
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(req.Keys))) {
+		hist, err := t.KeyHistory(ctx, key, 0)
+		if err != nil {
+			return nil, err
+		}
+		for i := range hist {
+			r := &hist[i]
+			switch {
+			case hasCommitment(r):
+				cand = append(cand, r.Seq)
+				keyOf[r.Seq] = key
+			case hasInlinePayload(r):
+				res.Inline++
+			}
+		}
+	}
+	open, err := t.Openings(ctx, cand)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[uint64]chain.FieldSet{}
+	keys := map[string]bool{}
+	for _, seq := range cand {
+		var set chain.FieldSet
+		for _, f := range chain.PayloadFields {
+			if p := open[seq].Get(f); p != nil && p.ErasedBy == 0 && req.Fields.Has(f) {
+				set = set.With(f)
+			}
+		}
+		if set != 0 {
+			fields[seq] = set
+			keys[keyOf[seq]] = true
+		}
+	}
+	if len(fields) == 0 {
+		if res.Inline > 0 {
+			return nil, &Error{Code: ECodePayloadsInline,
+				Message: "every selected receipt keeps its payloads inline: they are part of the chain and cannot be erased",
+				Details: map[string]any{"inline": res.Inline}}
+		}
+		return res, nil
+	}
+	eraseSeq := t.Head().Seq + 1
+	if err := t.ErasePayloads(ctx, eraseSeq, fields); err != nil {
+		return nil, err
+	}
+	ranges := chain.Ranges(slices.Collect(mapKeys(fields)))
+	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
+	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: chain.RangesCount(ranges), Fields: req.Fields.Names()}
+	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Note: req.Reason,
+		Actor: req.Actor, RecordedAt: t.Now()})
+	if err != nil {
+		return nil, err
+	}
+	if r.Seq != eraseSeq {
+		return nil, fmt.Errorf("erase: appended at %d, not %d", r.Seq, eraseSeq)
+	}
+	if err := t.PutErasure(ctx, e); err != nil {
+		return nil, err
+	}
+	ref := refOf(&r)
+	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, result.Count, len(keys)
+	return res, nil
+}
+
+// erasedNames is o's erased fields by name, or nil.
+func erasedNames(o *chain.Opening) map[string]uint64 {
+	var out map[string]uint64
+	for f, seq := range o.Erased() {
+		if out == nil {
+			out = map[string]uint64{}
+		}
+		out[f.Name()] = seq
+	}
+	return out
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// hasInlinePayload reports whether r holds a payload value in the chain
+// itself (an inline receipt that could not be erased).
+func hasInlinePayload(r *chain.Receipt) bool {
+	for _, f := range chain.PayloadFields {
+		if v := r.Field(f); v != "" && !chain.Exempt(r.Kind, f) && !chain.IsCommitment(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// PurgedAnswer is the "purged" of an erasure as the API shows it: whether
+// the files were rid of the erased values (SQLite), or null where the
+// ledger cannot tell (PostgreSQL: its WAL, archives and standbys are the
+// operator's; docs/privacy.md).
+func (n *Namespace) PurgedAnswer(purged bool) *bool {
+	if !n.l.cfg.CanPurge {
+		return nil
+	}
+	return &purged
+}
+
+// Erasure returns the opening of the erase receipt at seq: 404
+// unknown_erasure when seq is not an erase receipt.
+func (n *Namespace) Erasure(ctx context.Context, seq uint64) (*Erasure, *chain.EraseResult, error) {
+	r, err := n.chain.GetReceipt(ctx, seq)
+	if ErrorCode(err) == ECodeUnknownReceipt || (err == nil && (r == nil || r.Kind != chain.KindErase)) {
+		return nil, nil, &Error{Code: ECodeUnknownErasure, Message: fmt.Sprintf("no erase receipt at seq %d", seq)}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	res, _, err := chain.ParseEraseResult(r.Result)
+	if err != nil {
+		return nil, nil, fmt.Errorf("erase receipt %d: %w", seq, err)
+	}
+	e, err := n.chain.Erasure(ctx, seq)
+	if err != nil {
+		return nil, nil, err
+	}
+	if e == nil {
+		return nil, nil, fmt.Errorf("erase receipt %d: its erasure row is missing", seq)
+	}
+	return e, res, nil
+}
