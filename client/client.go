@@ -38,6 +38,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -80,6 +81,8 @@ type Client struct {
 	// noServerWait is set once a server refuses wait_ms (a ledger without
 	// SPEC §8): reserves then poll instead.
 	noServerWait atomic.Bool
+	dkMu         sync.Mutex     // held while the derivation key is fetched
+	dk           *DerivationKey // DerivationKey's answer, kept once fetched
 }
 
 // Option configures a Client.

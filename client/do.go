@@ -21,8 +21,11 @@ type Effect struct {
 	// InputHash is a fingerprint computed elsewhere; when set, Input is
 	// used only to derive a missing Key.
 	InputHash string
-	// Key is the idempotency key. Empty: DeriveKey(Tool, Input), which
-	// needs an Input.
+	// Key is the idempotency key. Empty: derived from Tool and Input,
+	// which needs an Input: in a namespace that commits its payloads
+	// DeriveKeyWith the namespace's derivation key (dk2_, fetched once per
+	// Client), else DeriveKey (dk_). None and read calls, which skip the
+	// ledger, get DeriveKey's.
 	Key string
 	// ExecutionID names the invocation (the model's tool-call id, say);
 	// empty: a fresh one per Do.
@@ -139,7 +142,7 @@ type Result struct {
 // panics again with a *PanicError carrying the key and reservation; the
 // reservation becomes interrupted when its lease ends.
 func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
-	req, err := c.prepare(&e)
+	req, err := c.prepare(ctx, &e)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +187,7 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 }
 
 // prepare validates e and builds its reserve request.
-func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
+func (c *Client) prepare(ctx context.Context, e *Effect) (*ReserveRequest, error) {
 	switch e.Class {
 	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 	default:
@@ -201,7 +204,7 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 			// Every call of the tool would be one effect.
 			return nil, fmt.Errorf("effect %s: no Key, and no Input to derive one from", e.Tool)
 		}
-		k, err := DeriveKey(e.Tool, e.Input)
+		k, err := c.deriveKey(ctx, e)
 		if err != nil {
 			return nil, fmt.Errorf("effect %s: %w", e.Tool, err)
 		}
@@ -230,6 +233,21 @@ func (c *Client) prepare(e *Effect) (*ReserveRequest, error) {
 		req.Attempt = 1
 	}
 	return req, nil
+}
+
+// deriveKey derives e's key: with the namespace's derivation key for a
+// call the ledger records (fetched once; a failure fails the call as an
+// unreachable ledger does), as DeriveKey for a none or read call, which
+// never asks the ledger.
+func (c *Client) deriveKey(ctx context.Context, e *Effect) (string, error) {
+	if e.Class == ClassNone || e.Class == ClassRead {
+		return DeriveKey(e.Tool, e.Input)
+	}
+	dk, err := c.DerivationKey(ctx)
+	if err != nil {
+		return "", err
+	}
+	return dk.DeriveKey(e.Tool, e.Input)
 }
 
 // waitMargin is kept between a server-side wait and the caller's

@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -51,6 +53,79 @@ func TestDeriveKey_crossLanguage(t *testing.T) {
 	fp, err := client.Fingerprint(json.RawMessage(crossInput))
 	require.NoError(t, err)
 	assert.Equal(t, crossFP, fp)
+}
+
+// crossDerivationKey is the derivation key of the dk2_ vector the three
+// clients pin alike (bytes 0x00 … 0x1f), and crossKey2 the key of the
+// crossLanguage call derived with it in a committed namespace.
+const (
+	crossDerivationKey = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+	crossKey2          = "dk2_1eb893d57b5576d26f89a6673c6f2fafae5af686fdf85712bf1f729206e3dd17"
+)
+
+// TestDeriveKeyWith_knownAnswer pins the dk2_ derivation (SPEC §14), the
+// same in the Python and TypeScript clients. Reproduce with
+//
+//	printf 'payments.refund\0{"amount":1200,"order":1234}' |
+//	  openssl dgst -sha256 -mac HMAC -macopt hexkey:000102…1e1f
+func TestDeriveKeyWith_knownAnswer(t *testing.T) {
+	key, err := hex.DecodeString(crossDerivationKey)
+	require.NoError(t, err)
+	k, err := client.DeriveKeyWith(key, crossTool, json.RawMessage(crossInput))
+	require.NoError(t, err)
+	assert.Equal(t, crossKey2, k)
+	k, err = client.DeriveKeyWith(key, "payments.refund", map[string]any{"order": 1234, "amount": 1200})
+	require.NoError(t, err)
+	assert.Equal(t, "dk2_0a9d3f77240a6a4953cce53ebbe391bc1175c9d02f0e90a28852fdf59524370c", k)
+	// printf 't\0null' | openssl dgst -sha256 -mac HMAC -macopt hexkey:…
+	k, err = client.DeriveKeyWith(key, "t", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "dk2_ba5650b624f400768aeca378e635bd33868970589c2564363a5483287279ff18", k)
+	assert.NoError(t, validKey(k))
+
+	other := append([]byte(nil), key...)
+	other[0] ^= 1
+	k2, err := client.DeriveKeyWith(other, "t", nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, k, k2, "another namespace's key, another derived key")
+
+	_, err = client.DeriveKeyWith(nil, "t", nil)
+	assert.ErrorContains(t, err, "empty derivation key")
+	_, err = client.DeriveKeyWith(key, "", nil)
+	assert.ErrorContains(t, err, "empty tool")
+}
+
+// TestDerivationKey_DeriveKey: a committed namespace's key derives dk2_,
+// an inline one's (or none) dk_.
+func TestDerivationKey_DeriveKey(t *testing.T) {
+	key, err := hex.DecodeString(crossDerivationKey)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		dk   *client.DerivationKey
+		want string
+	}{
+		{&client.DerivationKey{Payloads: client.PayloadsCommitted, Key: key}, crossKey2},
+		{&client.DerivationKey{Payloads: client.PayloadsInline, Key: key}, crossKey},
+		{&client.DerivationKey{Payloads: client.PayloadsInline}, crossKey},
+		{nil, crossKey},
+	} {
+		got, err := tt.dk.DeriveKey(crossTool, json.RawMessage(crossInput))
+		require.NoError(t, err)
+		assert.Equal(t, tt.want, got)
+	}
+}
+
+// validKey checks a key as the ledger does: 8–255 bytes of visible ASCII.
+func validKey(k string) error {
+	if len(k) < client.MinKeyLen || len(k) > client.MaxKeyLen {
+		return fmt.Errorf("%d bytes", len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return fmt.Errorf("byte %d", i)
+		}
+	}
+	return nil
 }
 
 // TestDeriveKey_stable: the same call gives the same key whatever the

@@ -147,7 +147,16 @@ func (g *Gateway) toolSession(ctx context.Context, ss *mcp.ServerSession, versio
 // guarded runs an effect through the ledger.
 func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (mcp.Result, error) {
 	ctx = ledgerport.WithTraceContext(ctx, c.meta)
-	key, err := callKey(c.meta, c.ledgerTool, c.args, g.scopeOf(c.session))
+	key, err := explicitKey(c.meta)
+	if err == nil && key == "" {
+		// The namespace's derivation key: the remote port asks the ledger
+		// once and keeps it. Without it no key, and no effect runs.
+		dk, derr := g.port.DerivationKey(ctx)
+		if derr != nil {
+			return g.decided(ctx, s, c, "", nil, derr, "")
+		}
+		key, err = DeriveKey(dk, c.ledgerTool, c.args, g.scopeOf(c.session))
+	}
 	if err != nil {
 		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
 		return answer(ledger.ECodeInvalidKey, "", fmt.Sprintf("This call was not run: %v.", err)), nil

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/client"
+	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
@@ -154,7 +156,7 @@ func textOf(t *testing.T, res *mcp.CallToolResult) string {
 // mustDeriveKey is the derived key of a call without arguments.
 func mustDeriveKey(t *testing.T, ledgerTool string) string {
 	t.Helper()
-	key, err := mcpgate.DeriveKey(ledgerTool, json.RawMessage(`{}`), "")
+	key, err := mcpgate.DeriveKey(nil, ledgerTool, json.RawMessage(`{}`), "")
 	require.NoError(t, err)
 	return key
 }
@@ -179,6 +181,25 @@ func TestGateway_CallTool(t *testing.T) {
 		h, err := ns.Head(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, uint64(3), h.Seq, "reserve, commit, replay; reads leave nothing")
+	})
+
+	t.Run("OK a committed namespace derives dk2_ keys", func(t *testing.T) {
+		ctx := context.Background()
+		url, runs := MustStartUpstream(t)
+		l := ledgertest.Open(t, ledgertest.WithNow(time.Now)).Ledger
+		require.NoError(t, l.CreateNamespace(ctx, "people", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+		ns, err := l.NS(ctx, "people")
+		require.NoError(t, err)
+		fpKey, err := ns.FingerprintKey(ctx)
+		require.NoError(t, err)
+		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns), Wait: time.Second})
+		call(t, s, "charge")
+		again := call(t, s, "charge")
+		want, err := client.DeriveKeyWith(fpKey, "shop.charge", map[string]any{"arguments": json.RawMessage(`{}`), "scope": ""})
+		require.NoError(t, err)
+		assert.Equal(t, want, again.Meta[mcpgate.MetaKey])
+		assert.Equal(t, true, again.Meta[mcpgate.MetaReplayed])
+		assert.Equal(t, 1, runs.get("charge"))
 	})
 
 	t.Run("ErrMCPError", func(t *testing.T) {
@@ -235,12 +256,21 @@ func TestGateway_CallTool(t *testing.T) {
 		ns, err := l.Default(context.Background())
 		require.NoError(t, err)
 		s := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(ns)})
+		other := ledgertest.Open(t, ledgertest.WithNow(time.Now))
+		cold := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(other.Namespace)})
+		require.NoError(t, other.Ledger.Close())
+		call(t, s, "charge") // the gateway has the namespace's derivation key from now on
 		require.NoError(t, l.Close())
 		res := call(t, s, "charge")
 		assert.True(t, res.IsError)
 		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
-		assert.NotEmpty(t, res.Meta[mcpgate.MetaKey])
-		assert.Equal(t, 0, runs.get("charge"))
+		assert.Equal(t, mustDeriveKey(t, "shop.charge"), res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, 1, runs.get("charge"), "not run again")
+		// Without the derivation key no key can be derived, and nothing runs.
+		res = call(t, cold, "charge")
+		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
+		assert.Nil(t, res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, 1, runs.get("charge"))
 		assert.Equal(t, "got, run 1", textOf(t, call(t, s, "get")), "reads still pass")
 	})
 }

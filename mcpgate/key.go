@@ -25,11 +25,11 @@ const (
 // (package downstream lifts it) to the decision.
 const metaParamsKey = downstream.MetaParamsKey
 
-// callKey returns the idempotency key of a tools/call (SPEC §11), in this
-// order: _meta["io.effect-ledger/idempotency-key"], params.idempotencyKey,
-// else the clients' derived key over the ledger's tool name and
-// {"arguments": <arguments>, "scope": <scope>}.
-func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope string) (string, error) {
+// explicitKey returns the idempotency key a tools/call names (SPEC
+// §11), in this order: _meta["io.effect-ledger/idempotency-key"], then
+// params.idempotencyKey; "" when it names none (the gateway then derives
+// one, DeriveKey).
+func explicitKey(meta mcp.Meta) (string, error) {
 	for _, name := range []string{MetaIdempotencyKey, metaParamsKey} {
 		v, ok := meta[name]
 		if !ok || v == nil {
@@ -54,16 +54,19 @@ func callKey(meta mcp.Meta, ledgerTool string, args json.RawMessage, scope strin
 		}
 		return s, nil
 	}
-	return DeriveKey(ledgerTool, args, scope)
+	return "", nil
 }
 
 // DeriveKey is the key of a call that names none: the clients' derived
-// key (client.DeriveKey: "dk_" + hex SHA-256(tool ‖ 0x00 ‖ JCS(input)))
+// key in the namespace dk describes (client.DerivationKey.DeriveKey:
+// "dk2_" + hex HMAC-SHA-256(the namespace's key, tool ‖ 0x00 ‖
+// JCS(input)) in a namespace that commits its payloads, "dk_" + hex
+// SHA-256(tool ‖ 0x00 ‖ JCS(input)) in an inline one or with dk nil)
 // over the ledger's tool name and {"arguments": args, "scope": scope}, so
 // the same call with the same arguments in the same scope is the same
-// effect across retries and restarts.
-func DeriveKey(ledgerTool string, args json.RawMessage, scope string) (string, error) {
-	return client.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
+// effect across retries, restarts and gateways.
+func DeriveKey(dk *client.DerivationKey, ledgerTool string, args json.RawMessage, scope string) (string, error) {
+	return dk.DeriveKey(ledgerTool, map[string]any{"arguments": args, "scope": scope})
 }
 
 // forwardMeta is the _meta a forwarded call carries upstream: the

@@ -44,7 +44,7 @@ func hostileCallKey(t *testing.T, tool, id string) string {
 	t.Helper()
 	args, err := json.Marshal(map[string]string{"id": id})
 	require.NoError(t, err)
-	key, err := mcpgate.DeriveKey("hostile."+tool, args, "")
+	key, err := mcpgate.DeriveKey(nil, "hostile."+tool, args, "")
 	require.NoError(t, err)
 	return key
 }

@@ -195,8 +195,8 @@ func TestLedgerMCP_commandLine(t *testing.T) {
 }
 
 // TestLedgerMCP_traceContext: a call's W3C trace context in _meta reaches
-// the remote ledgerd, whose spans of the call's reserve and commit then
-// continue the agent's trace.
+// the remote ledgerd, whose spans of the call's derivation key, reserve
+// and commit then continue the agent's trace.
 func TestLedgerMCP_traceContext(t *testing.T) {
 	t.Parallel()
 	rc := startOTLPReceiver(t)
@@ -216,5 +216,6 @@ func TestLedgerMCP_traceContext(t *testing.T) {
 			names = append(names, s.Name)
 		}
 	}
-	assert.ElementsMatch(t, []string{"POST /v1/effects/reserve", "POST /v1/effects/{key}/commit"}, names)
+	// The first guarded call also asks for the derivation key (SPEC §14), within the call's trace.
+	assert.ElementsMatch(t, []string{"GET /v1/derivation-key", "POST /v1/effects/reserve", "POST /v1/effects/{key}/commit"}, names)
 }

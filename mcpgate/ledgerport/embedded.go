@@ -133,6 +133,16 @@ func (l embedded) Reconcile(ctx context.Context, key string, r client.Reconciled
 		Receipt: client.ReceiptRef{Seq: res.Receipt.Seq, Hash: res.Receipt.Hash.String()}}, nil
 }
 
+// DerivationKey answers from the namespace: its payload mode and its
+// fingerprint key, which it keeps once read.
+func (l embedded) DerivationKey(ctx context.Context) (*client.DerivationKey, error) {
+	key, err := l.ns.FingerprintKey(ctx)
+	if err != nil {
+		return nil, embeddedError("read the derivation key", err)
+	}
+	return &client.DerivationKey{Payloads: string(l.ns.Payloads()), Key: key}, nil
+}
+
 // embeddedError turns the domain's errors into the client's: a contract
 // refusal is an *client.Error with its code (Status 0: no HTTP went
 // between), everything else means the ledger cannot be written.

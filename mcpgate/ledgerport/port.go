@@ -29,8 +29,10 @@ import (
 // in-flight reservation of the same key (SPEC §8) or answer
 // *client.ApprovalRequiredError (SPEC §13), a commit, a key's receipts
 // for the words of a replay, the namespace's policy, the answer of the
-// agent's own MCP client to an ask, and a lookup's finding about an
-// interrupted key (SPEC §15).
+// agent's own MCP client to an ask, a lookup's finding about an
+// interrupted key (SPEC §15), and the namespace's derivation key for the
+// keys of calls that name none (SPEC §14; the client asks the ledger
+// once and keeps it).
 //
 // Refusals of the contract are *client.Error with their code; anything
 // else means nothing was recorded (Error sorts them).
@@ -41,6 +43,7 @@ type Ledger interface {
 	Policy(ctx context.Context) (*client.PolicyState, error)
 	AnswerAsMCPClient(ctx context.Context, seq uint64, d client.Decision, clientName, note string) (*client.Approval, error)
 	Reconcile(ctx context.Context, key string, r client.Reconciled) (*client.Reconciliation, error)
+	DerivationKey(ctx context.Context) (*client.DerivationKey, error)
 }
 
 // The client satisfies the port as it is.
@@ -215,6 +218,18 @@ func (p Port) Policy(ctx context.Context) (*ledger.Policy, error) {
 		return nil, fmt.Errorf("read the policy: %w", err)
 	}
 	return pol, nil
+}
+
+// DerivationKey is what the namespace derives the keys of calls with
+// (SPEC §14): its payload mode in force and its fingerprint key.
+func (p Port) DerivationKey(ctx context.Context) (*client.DerivationKey, error) {
+	ctx, cancel := p.bounded(ctx, 0)
+	defer cancel()
+	dk, err := p.Ledger.DerivationKey(ctx)
+	if err != nil {
+		return nil, Error("read the derivation key", err)
+	}
+	return dk, nil
 }
 
 // AnswerAsClient records the answer of the agent's own MCP client to an

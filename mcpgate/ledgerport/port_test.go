@@ -78,3 +78,25 @@ func TestNewLocal_approvalRequired(t *testing.T) {
 	assert.Equal(t, are.Seq, rsv.Ask.Seq)
 	assert.False(t, rsv.Ask.ExpiresAt.IsZero())
 }
+
+// TestNewLocal_derivationKey: the embedded port answers a namespace's
+// payload mode and fingerprint key, as GET /v1/derivation-key does.
+func TestNewLocal_derivationKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := ledgertest.Open(t)
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "people", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	people, err := db.Ledger.NS(ctx, "people")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		ns   *ledger.Namespace
+		mode string
+	}{{db.Namespace, client.PayloadsInline}, {people, client.PayloadsCommitted}} {
+		dk, err := Port{Ledger: NewLocal(tc.ns)}.DerivationKey(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, tc.mode, dk.Payloads)
+		want, err := tc.ns.FingerprintKey(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, want, dk.Key)
+	}
+}

@@ -127,6 +127,24 @@ def test_derived_key_same_as_go_and_typescript() -> None:
     assert fingerprint(CROSS_INPUT) == "sha256:849fddd7ea461d28838de74ba790297d074cc85558d3ee82c3050320ec388b44"
 
 
+# The dk2_ vector (SPEC §14) pinned alike: a derivation key of bytes 0x00 ... 0x1f.
+CROSS_DERIVATION_KEY = bytes(range(32))
+
+
+def test_derived_key2_same_as_go_and_typescript() -> None:
+    k = CROSS_DERIVATION_KEY
+    assert derive_key(CROSS_TOOL, CROSS_INPUT, k) == "dk2_1eb893d57b5576d26f89a6673c6f2fafae5af686fdf85712bf1f729206e3dd17"
+    # printf 'payments.refund\0{"amount":1200,"order":1234}' | openssl dgst -sha256 -mac HMAC -macopt hexkey:0001...1f
+    assert (
+        derive_key("payments.refund", {"order": 1234, "amount": 1200}, k)
+        == "dk2_0a9d3f77240a6a4953cce53ebbe391bc1175c9d02f0e90a28852fdf59524370c"
+    )
+    assert derive_key("t", None, k) == "dk2_ba5650b624f400768aeca378e635bd33868970589c2564363a5483287279ff18"
+    assert derive_key("t", None, bytes(32)) != derive_key("t", None, k), "another namespace, another key"
+    with pytest.raises(ValueError):
+        derive_key("t", None, b"")
+
+
 def test_replay_with_a_damaged_result_is_an_error():
     from effect_ledger._types import Replay
     from effect_ledger.errors import BadResponseError

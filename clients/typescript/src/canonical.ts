@@ -2,10 +2,13 @@
 // the same bytes, fingerprints and keys as the Go client (client/key.go)
 // and the Python client (effect_ledger.canonical).
 
-import { createHash } from "node:crypto";
+import { createHash, webcrypto } from "node:crypto";
 
 /** Prefix of every key made by {@link deriveKey}. */
 export const DERIVED_KEY_PREFIX = "dk_";
+
+/** Prefix of every key made by {@link deriveKeyWith}: a key derived in a namespace that commits its payloads. */
+export const DERIVED_KEY2_PREFIX = "dk2_";
 
 /**
  * Returns the RFC 8785 (JSON Canonicalization Scheme) text of a JSON
@@ -47,6 +50,37 @@ export function deriveKey(tool: string, input?: unknown): string {
   h.update(new Uint8Array([0]));
   h.update(canonicalJSON(input === undefined ? null : input), "utf8");
   return DERIVED_KEY_PREFIX + h.digest("hex");
+}
+
+/**
+ * Returns the derived key of a call of `tool` with `input` in a namespace
+ * that commits its payloads (contract §14), whose derivation key is `key`
+ * (Client.derivationKey()):
+ *
+ *     "dk2_" + hex(HMAC-SHA-256(key, tool ‖ 0x00 ‖ JCS(input)))
+ *
+ * computed with Web Crypto. The same as the Go client's DeriveKeyWith and
+ * the Python client's derive_key(tool, input, key). The namespace's
+ * writers know the key, a reader of the chain does not: a dk2_ key does
+ * not let a reader confirm a guessed input, as a dk_ key does.
+ */
+export async function deriveKeyWith(key: Uint8Array, tool: string, input?: unknown): Promise<string> {
+  if (!(key instanceof Uint8Array) || key.length === 0) {
+    throw new TypeError("deriveKeyWith: the derivation key is required");
+  }
+  if (typeof tool !== "string" || tool === "") {
+    throw new TypeError("deriveKeyWith: tool is required");
+  }
+  const enc = new TextEncoder();
+  const t = enc.encode(tool);
+  const c = enc.encode(canonicalJSON(input === undefined ? null : input));
+  const msg = new Uint8Array(t.length + 1 + c.length);
+  msg.set(t, 0);
+  msg.set(c, t.length + 1);
+  const subtle = webcrypto.subtle;
+  const k = await subtle.importKey("raw", key, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = new Uint8Array(await subtle.sign("HMAC", k, msg));
+  return DERIVED_KEY2_PREFIX + Buffer.from(mac).toString("hex");
 }
 
 function write(v: unknown, out: string[], path: string): void {

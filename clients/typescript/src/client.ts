@@ -3,7 +3,7 @@
 // Ledger.do do.
 
 import { randomBytes } from "node:crypto";
-import { deriveKey, fingerprint } from "./canonical.js";
+import { deriveKey, deriveKeyWith, fingerprint } from "./canonical.js";
 import {
   ApprovalRequiredError,
   approvalPageURL,
@@ -13,6 +13,7 @@ import {
   EffectFailure,
   InProgressError,
   InvalidRequestError,
+  NotFoundError,
   LedgerError,
   OutcomeUnknown,
   UnknownOutcomeError,
@@ -63,6 +64,17 @@ export interface ApprovalUse {
   askSeq: number;
 }
 
+/**
+ * What a namespace derives idempotency keys with (contract §14, GET
+ * /v1/derivation-key): the payload mode in force and the namespace's
+ * fingerprint key (32 bytes; empty from a ledgerd before v1.4, whose
+ * namespaces are all inline).
+ */
+export interface DerivationKey {
+  payloads: "inline" | "committed";
+  key: Uint8Array;
+}
+
 /** One side effect for do(). */
 export interface Effect {
   /** The tool or capability, 1–128 bytes of visible ASCII. */
@@ -71,7 +83,13 @@ export interface Effect {
   effect: EffectClass;
   /** What the call does, as JSON: fingerprinted locally (only the fingerprint is sent) and, without a key, the source of the derived key. */
   input?: unknown;
-  /** The idempotency key; default deriveKey(tool, input). */
+  /**
+   * The idempotency key; default derived from tool and input: in a
+   * namespace that commits its payloads deriveKeyWith(the namespace's
+   * derivation key, tool, input) (dk2_, the key fetched once per Client),
+   * else deriveKey(tool, input) (dk_). None and read calls, which skip the
+   * ledger, get deriveKey's.
+   */
   key?: string;
   /** The effect dedupes downstream (it passes the key on): an interrupted attempt may be taken over and a retryable failure retried. */
   idempotent?: boolean;
@@ -342,6 +360,8 @@ export class Client {
   private readonly http: Transport;
   private readonly opts: typeof DEFAULTS;
   private serverWaits = true;
+  /** The namespace's derivation key: being fetched, or fetched (kept for the client's life). */
+  private derivation?: Promise<DerivationKey>;
 
   constructor(baseURL: string, options: ClientOptions = {}) {
     const ns = options.namespace ?? "default";
@@ -386,7 +406,7 @@ export class Client {
    * be recorded.
    */
   async do(e: Effect, fn: EffectFunction): Promise<DoResult> {
-    const req = this.reserveRequest(e);
+    const req = await this.reserveRequest(e);
     if (e.effect === "none" || e.effect === "read") {
       const o = (await fn(req.key!, { signal: e.signal, reservation: "" })) ?? {};
       return { result: o.result ?? null, replayed: false, key: req.key!, receipt: { seq: 0, hash: "" },
@@ -602,11 +622,47 @@ export class Client {
   }
 
   /**
-   * The reserve request do() makes for e: its key (derived from tool and
-   * input when none is given), fingerprint or input, and a fresh
-   * execution id when e has none.
+   * Returns the namespace's derivation key (GET /v1/derivation-key, a
+   * writer or admin token): asked of the ledger the first time and kept
+   * for the client's life, so a namespace that switches to committed
+   * derives dk2_ keys from the client's next start. A failed request is
+   * not kept: the next call asks again. A ledgerd before v1.4 (404
+   * not_found) has inline namespaces only.
    */
-  reserveRequest(e: Effect): ReserveRequest {
+  derivationKey(signal?: AbortSignal): Promise<DerivationKey> {
+    if (!this.derivation) {
+      this.derivation = this.fetchDerivationKey(signal);
+      this.derivation.catch(() => {
+        this.derivation = undefined;
+      });
+    }
+    return this.derivation;
+  }
+
+  private async fetchDerivationKey(signal?: AbortSignal): Promise<DerivationKey> {
+    let b: { payloads?: unknown; key?: unknown };
+    try {
+      b = (await this.http.send("GET", "/v1/derivation-key", undefined, { signal, retrySent: true })).body ?? {};
+    } catch (err) {
+      if (err instanceof NotFoundError) return { payloads: "inline", key: new Uint8Array() };
+      throw err;
+    }
+    if (b.payloads !== "inline" && b.payloads !== "committed") {
+      throw new Error(`derivation key: unknown payload mode ${JSON.stringify(b.payloads)}`);
+    }
+    if (typeof b.key !== "string" || !/^[0-9a-f]{64}$/i.test(b.key)) {
+      throw new Error("derivation key: not 32 hex-encoded bytes");
+    }
+    return { payloads: b.payloads, key: new Uint8Array(Buffer.from(b.key, "hex")) };
+  }
+
+  /**
+   * The reserve request do() makes for e: its key (derived from tool and
+   * input when none is given, with the namespace's derivation key for a
+   * call the ledger records), fingerprint or input, and a fresh execution
+   * id when e has none.
+   */
+  async reserveRequest(e: Effect): Promise<ReserveRequest> {
     if (!["none", "read", "write", "destructive", "external"].includes(e.effect)) {
       throw new TypeError(`effect ${e.tool}: unknown class ${JSON.stringify(e.effect)}`);
     }
@@ -620,7 +676,12 @@ export class Client {
         // Every call of the tool would be one effect.
         throw new TypeError(`effect ${e.tool}: no key, and no input to derive one from`);
       }
-      key = deriveKey(e.tool, e.input);
+      if (e.effect === "none" || e.effect === "read") {
+        key = deriveKey(e.tool, e.input);
+      } else {
+        const dk = await this.derivationKey(e.signal);
+        key = dk.payloads === "committed" ? await deriveKeyWith(dk.key, e.tool, e.input) : deriveKey(e.tool, e.input);
+      }
     }
     return {
       key,

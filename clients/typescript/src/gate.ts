@@ -17,7 +17,7 @@ export interface LedgerToolOptions {
   /** The tool dedupes downstream (it passes the key on): an interrupted call may be taken over. */
   idempotent?: boolean;
   /**
-   * The idempotency key of a call; default deriveKey(tool, input), so the
+   * The idempotency key of a call; default derived from the tool and its input as do() derives it, so the
    * same tool called twice with the same input runs once and the second
    * call gets the recorded result.
    */
@@ -68,7 +68,7 @@ export class LedgerGate {
   async needsApproval(input: unknown, callId: string): Promise<boolean> {
     const c = this.o.client;
     if (!approvalRequired((await c.policy()).policy, this.tool, this.o.effect ?? "write")) return false;
-    const req = c.reserveRequest(this.effect(input, callId));
+    const req = await c.reserveRequest(this.effect(input, callId));
     const state = await c.getEffect(req.key!).then((v) => v.state, (err) => {
       if (err instanceof UnknownKeyError) return "unknown";
       throw err;
@@ -86,6 +86,11 @@ export class LedgerGate {
       }
       return true; // a refusal: execute decides again, and throws it
     }
+  }
+
+  /** The idempotency key of the call (derived as do() derives it when the options give no key function). */
+  async key(input: unknown, callId: string): Promise<string> {
+    return (await this.o.client.reserveRequest(this.effect(input, callId))).key!;
   }
 
   /** The ask the ledger recorded for the call, when needsApproval made one. */

@@ -17,6 +17,7 @@ export type {
   ClientOptions,
   CommitResult,
   Decision,
+  DerivationKey,
   DoResult,
   Effect,
   EffectClass,
@@ -33,7 +34,7 @@ export type {
   ReserveRequest,
 } from "./client.js";
 export type { Reconciled, Reconciliation, ReconcileFunction } from "./reconcile.js";
-export { canonicalJSON, deriveKey, fingerprint, DERIVED_KEY_PREFIX } from "./canonical.js";
+export { canonicalJSON, deriveKey, deriveKeyWith, fingerprint, DERIVED_KEY_PREFIX, DERIVED_KEY2_PREFIX } from "./canonical.js";
 export * from "./errors.js";
 export { parseRetryAfter } from "./transport.js";
 export type { TransportOptions } from "./transport.js";

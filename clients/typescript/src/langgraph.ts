@@ -17,7 +17,6 @@
 import { interrupt } from "@langchain/langgraph";
 import { ToolNode } from "@langchain/langgraph/prebuilt";
 import { tool, type StructuredToolInterface, type ToolRunnableConfig } from "@langchain/core/tools";
-import { deriveKey } from "./canonical.js";
 import { LedgerGate, type LedgerToolOptions } from "./gate.js";
 
 export type { LedgerToolOptions } from "./gate.js";
@@ -47,7 +46,7 @@ export function ledgerTools(tools: StructuredToolInterface[], options: LedgerToo
       if (await gate.needsApproval(input, callId)) {
         const ask = gate.ask(callId);
         interrupt<LedgerApprovalInterrupt, unknown>({ type: "ledger_approval", tool: name,
-          key: ask?.key ?? (options.key ? options.key(input) : deriveKey(name, input ?? null)),
+          key: ask?.key ?? (await gate.key(input, callId)),
           seq: ask?.seq ?? 0, url: ask?.url ?? "", expiresAt: ask?.expiresAt ?? 0 });
       }
       return gate.execute(input, callId, () => t.invoke(input as never, { ...config, toolCall: undefined }), config.signal);

@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { canonicalJSON, deriveKey, fingerprint } from "../dist/index.js";
+import { canonicalJSON, deriveKey, deriveKeyWith, fingerprint } from "../dist/index.js";
 
 const sha256 = (s) => createHash("sha256").update(s).digest("hex");
 
@@ -26,6 +26,22 @@ test("deriveKey: the value pinned in all three clients", () => {
   };
   assert.equal(deriveKey("crm.contact.upsert", input), "dk_469d84d0f62eb0da9f12f4e7322f1679998e36bc1fa682f55edb5e6c5457724a");
   assert.equal(fingerprint(input), "sha256:849fddd7ea461d28838de74ba790297d074cc85558d3ee82c3050320ec388b44");
+});
+
+test("deriveKeyWith: the dk2_ values pinned in all three clients", async () => {
+  const key = Uint8Array.from({ length: 32 }, (_, i) => i); // 0x00 … 0x1f
+  const input = {
+    name: "Zoë Ünal", emails: ["zoe@example.com"], age: 41, score: 0.1, big: 1e21, small: 1e-7, neg: -0, ok: true,
+    none: null, "€": "euro", "é": "e-acute", "a\nb": "tab\t\u0001",
+  };
+  assert.equal(await deriveKeyWith(key, "crm.contact.upsert", input), "dk2_1eb893d57b5576d26f89a6673c6f2fafae5af686fdf85712bf1f729206e3dd17");
+  // printf 'payments.refund\0{"amount":1200,"order":1234}' | openssl dgst -sha256 -mac HMAC -macopt hexkey:0001…1f
+  assert.equal(await deriveKeyWith(key, "payments.refund", { order: 1234, amount: 1200 }),
+    "dk2_0a9d3f77240a6a4953cce53ebbe391bc1175c9d02f0e90a28852fdf59524370c");
+  assert.equal(await deriveKeyWith(key, "t"), "dk2_ba5650b624f400768aeca378e635bd33868970589c2564363a5483287279ff18");
+  assert.notEqual(await deriveKeyWith(new Uint8Array(32), "t"), await deriveKeyWith(key, "t"));
+  await assert.rejects(deriveKeyWith(new Uint8Array(), "t"), TypeError);
+  await assert.rejects(deriveKeyWith(key, ""), TypeError);
 });
 
 test("deriveKey: the Go client's known answers", () => {

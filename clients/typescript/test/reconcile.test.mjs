@@ -32,7 +32,7 @@ function withPolicy(c) {
 async function interrupted(c, tool) {
   await withPolicy(c);
   const effect = { tool, effect: "external", input: { order: uid() } };
-  const req = c.reserveRequest({ ...effect, leaseMs: 10 });
+  const req = await c.reserveRequest({ ...effect, leaseMs: 10 });
   await c.reserve(req);
   await sleep(50); // the crashed attempt's lease ends
   return effect;

@@ -113,7 +113,7 @@ test("traceparent is sent with every request", async () => {
   const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
   try {
     await new Client(f.url, { traceparent: () => tp }).do({ tool: "t.trace", effect: "write", input: uid() }, () => ({}));
-    assert.equal(f.seen.length, 2);
+    assert.equal(f.seen.length, 3, "the derivation key (fetched once), the reserve and the commit");
     for (const s of f.seen) assert.equal(s.headers.traceparent, tp);
   } finally {
     await f.close();

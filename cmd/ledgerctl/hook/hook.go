@@ -52,7 +52,13 @@ func (h *Hook) Pre(ctx context.Context, in *Input) *Answer {
 	}
 	key := prior.Key
 	if !remembered {
-		if key, err = h.key(in, tool, rule); err != nil {
+		var dk *client.DerivationKey
+		if rule.Dedupe {
+			if dk, err = h.derivationKey(ctx); err != nil {
+				return h.refused("", err)
+			}
+		}
+		if key, err = h.key(in, tool, rule, dk); err != nil {
 			return Deny(fmt.Sprintf("effect-ledger: the hook could not key this call (%v), so it was not run.", err))
 		}
 	}
@@ -91,8 +97,9 @@ func (h *Hook) Pre(ctx context.Context, in *Input) *Answer {
 
 // key is the idempotency key of a call: tu_ + its tool_use_id (recorded
 // once, never replayed), or with dedupe a key derived from what it does
-// within the scope.
-func (h *Hook) key(in *Input, tool string, rule Rule) (string, error) {
+// within the scope, with the namespace's derivation key dk (dk2_ in a
+// namespace that commits its payloads, SPEC §14).
+func (h *Hook) key(in *Input, tool string, rule Rule, dk *client.DerivationKey) (string, error) {
 	if !rule.Dedupe {
 		return visible(in.ToolUseID, client.MaxKeyLen, "tu_"), nil
 	}
@@ -100,7 +107,7 @@ func (h *Hook) key(in *Input, tool string, rule Rule) (string, error) {
 	if scope == "" {
 		scope = in.SessionID
 	}
-	return client.DeriveKey(tool, map[string]any{"tool_input": in.ToolInput, "scope": scope})
+	return dk.DeriveKey(tool, map[string]any{"tool_input": in.ToolInput, "scope": scope})
 }
 
 // visible is prefix + id when that is at most max bytes of visible ASCII

@@ -54,7 +54,10 @@ func (h *Hook) refused(key string, err error) *Answer {
 	if !ok {
 		what = "the ledger refused this call"
 	}
-	return Deny(fmt.Sprintf("%s%s (%s: %s; key %s). It was not run.", prefix, what, e.Code, e.Message, key))
+	if key != "" {
+		key = "; key " + key
+	}
+	return Deny(fmt.Sprintf("%s%s (%s: %s%s). It was not run.", prefix, what, e.Code, e.Message, key))
 }
 
 // unavailable is the deny when the ledger cannot be reached or fails:

@@ -52,6 +52,12 @@ type asked struct {
 	Ask uint64 `json:"ask"`
 }
 
+// derivation is the namespace's derivation key as the hook keeps it.
+type derivation struct {
+	Payloads string `json:"payloads"`
+	Key      string `json:"key"` // hex
+}
+
 // name returns the file name for kind and the parts that identify it:
 // a hash, so that no session or tool id becomes a path.
 func (s *State) name(kind string, parts ...string) string {
@@ -67,6 +73,10 @@ func (s *State) name(kind string, parts ...string) string {
 func (s *State) reservation(session, toolUseID string) string {
 	return s.name("rsv", session, toolUseID)
 }
+
+// derivationKey is the file of the ledger's derivation key: one per
+// server and namespace (the State's Scope).
+func (s *State) derivationKey() string { return s.name("dk") }
 
 func (s *State) ask(session, tool, fingerprint string) string {
 	return s.name("ask", session, tool, fingerprint)

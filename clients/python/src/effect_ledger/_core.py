@@ -25,6 +25,7 @@ from ._types import (
     EFFECT_CLASSES,
     Changed,
     Committed,
+    DerivationKey,
     Effect,
     NotRecorded,
     ReceiptRef,
@@ -33,8 +34,6 @@ from ._types import (
     Reservation,
     _execution_for,
 )
-from .canonical import derive_key
-
 #: Largest ``wait_ms`` the ledger accepts (SPEC §8).
 MAX_WAIT_MS = 60_000
 #: Largest committed result, as compact JSON (SPEC §4).
@@ -244,6 +243,8 @@ class _Core(Generic[ScopeT, ClientT]):
         self._headers = {"Accept": "application/json", "User-Agent": "effect-ledger-python"}
         if token:
             self._headers["Authorization"] = "Bearer " + token
+        # The namespace's derivation key, once fetched (_derivation_flow).
+        self._derivation: Optional[DerivationKey] = None
         self._own = client is None
         self._client: ClientT = client if client is not None else self._new_client(verify=verify)
 
@@ -392,12 +393,38 @@ class _Core(Generic[ScopeT, ClientT]):
 
     # -- reserve -----------------------------------------------------------
 
-    def _reserve_body(self, effect: Effect) -> Tuple[dict, str]:
-        if effect.effect not in EFFECT_CLASSES:
-            raise ValueError("effect must be one of %s, got %r" % (", ".join(EFFECT_CLASSES), effect.effect))
+    def _derivation_flow(self) -> Flow:
+        """Return the namespace's ``DerivationKey``: asked of the ledger the
+        first time (``GET /v1/derivation-key``, a writer or admin token) and
+        kept for the client's life, so a namespace that switches to
+        committed derives ``dk2_`` keys from the client's next start. A
+        failure is raised and not kept. A ledgerd before v1.4 (404
+        ``not_found``) has inline namespaces only."""
+        if self._derivation is None:
+            try:
+                data = yield from self._call("GET", self._path("/derivation-key"))
+                dk = DerivationKey._from(data)
+            except errors.NotFoundError:
+                dk = DerivationKey(payloads="inline", key=b"")
+            except ValueError as e:
+                raise errors.BadResponseError("bad_response", str(e)) from e
+            self._derivation = dk
+        return self._derivation
+
+    def _key_flow(self, effect: Effect) -> Flow:
+        """Return the key to reserve for effect: its own, or derived with the
+        namespace's derivation key (fetched once) when the ledger records
+        the call; a ``none``/``read`` call, which skips the ledger, gets the
+        ``dk_`` key without asking."""
+        derivation = None
+        if effect.key is None and effect.input is not None and effect.recorded:
+            derivation = yield from self._derivation_flow()
+        return effect.resolved_key(derivation)
+
+    def _reserve_body(self, effect: Effect, key: str) -> Tuple[dict, str]:
         execution_id, attempt = _execution_for(effect)
         body: dict = {
-            "idempotency_key": effect.resolved_key(),
+            "idempotency_key": key,
             "execution_id": execution_id,
             "attempt": attempt,
             "tool": effect.tool,
@@ -426,7 +453,10 @@ class _Core(Generic[ScopeT, ClientT]):
         ``ApprovalRequiredError``, after waiting up to ``approval_wait``
         seconds for the answer. Returns a Reservation, Replay or
         NotRecorded."""
-        body, execution_id = self._reserve_body(effect)
+        if effect.effect not in EFFECT_CLASSES:
+            raise ValueError("effect must be one of %s, got %r" % (", ".join(EFFECT_CLASSES), effect.effect))
+        key = yield from self._key_flow(effect)
+        body, execution_id = self._reserve_body(effect, key)
         data = yield from self._reserve_loop(body, wait)
         if data.get("status") == "approval_required":
             ask = approval_required(data, self.base_url, self.namespace)
@@ -733,5 +763,5 @@ def effect_for_call(
     """Return the Effect of one call of a decorated function: input from
     ``input_fn`` or the bound arguments, key from ``key_fn`` or derived."""
     value = input_fn(*args, **kwargs) if input_fn is not None else bind_input(fn, args, kwargs)
-    key = key_fn(*args, **kwargs) if key_fn is not None else derive_key(spec.tool, value)
+    key = key_fn(*args, **kwargs) if key_fn is not None else None  # None: derived at the reserve
     return dataclasses.replace(spec, input=value, key=key)

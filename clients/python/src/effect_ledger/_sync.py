@@ -11,7 +11,7 @@ import httpx
 
 from . import _core, _handle
 from ._core import _Call, _Core, _Reply, _Request, _Sleep, effect_for_call
-from ._types import Committed, Effect, EffectResult, NotRecorded, ReceiptRef, Reconciled, Replay, Reservation
+from ._types import Committed, DerivationKey, Effect, EffectResult, NotRecorded, ReceiptRef, Reconciled, Replay, Reservation
 
 __all__ = ["Ledger", "EffectHandle", "EffectScope"]
 
@@ -187,6 +187,13 @@ class Ledger(_Core["EffectScope", httpx.Client]):
     def head(self) -> ReceiptRef:
         """Return the chain's latest receipt (seq 0 when empty)."""
         return self._run(self._head_flow())
+
+    def derivation_key(self) -> DerivationKey:
+        """Return the namespace's ``DerivationKey`` (SPEC §14): its payload
+        mode and fingerprint key, with which calls without a key derive
+        theirs (``dk2_`` when committed). Asked of the ledger once (a writer
+        or admin token) and kept for the client's life."""
+        return self._run(self._derivation_flow())
 
     # -- policy and approvals (SPEC §13) --------------------------------------
 

@@ -6,7 +6,7 @@ import contextlib
 import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, NamedTuple, Optional, Tuple
 
 from .canonical import derive_key
 
@@ -23,6 +23,7 @@ __all__ = [
     "NotRecorded",
     "Committed",
     "EffectResult",
+    "DerivationKey",
     "execution",
     "current_execution",
 ]
@@ -31,6 +32,35 @@ __all__ = [
 #: the high-level calls run them without touching the ledger.
 EFFECT_CLASSES = ("none", "read", "write", "destructive", "external")
 NOT_EFFECTS = ("none", "read")
+
+
+class DerivationKey(NamedTuple):
+    """What a namespace derives idempotency keys with (SPEC §14), from
+    ``GET /v1/derivation-key``: ``payloads``, the payload mode in force
+    (``"inline"`` or ``"committed"``), and ``key``, the namespace's
+    fingerprint key (32 bytes; empty from a ledgerd before v1.4, whose
+    namespaces are all inline). In a committed namespace derived keys are
+    ``dk2_`` keys made with it, in an inline one ``dk_`` keys."""
+
+    payloads: str
+    key: bytes
+
+    @property
+    def committed(self) -> bool:
+        return self.payloads == "committed"
+
+    @classmethod
+    def _from(cls, d: Any) -> "DerivationKey":
+        payloads = d.get("payloads") if isinstance(d, dict) else None
+        if payloads not in ("inline", "committed"):
+            raise ValueError("derivation key: unknown payload mode %r" % (payloads,))
+        try:
+            key = bytes.fromhex(str(d.get("key", "")))
+        except ValueError:
+            key = b""
+        if len(key) != 32:
+            raise ValueError("derivation key: not 32 hex-encoded bytes")
+        return cls(payloads=payloads, key=key)
 
 
 @dataclass(frozen=True)
@@ -91,8 +121,10 @@ class Effect:
     approval_summary: Optional[str] = None
     changed: Any = None
 
-    def resolved_key(self) -> str:
-        """Return the key to reserve: ``key``, or the derived one."""
+    def resolved_key(self, derivation: Optional[DerivationKey] = None) -> str:
+        """Return the key to reserve: ``key``, or the one derived in the
+        namespace ``derivation`` describes (``dk2_`` when it commits its
+        payloads; ``dk_`` when inline or None)."""
         if self.key is not None:
             return self.key
         if self.input is None:
@@ -100,7 +132,8 @@ class Effect:
                 "effect %r: pass key= or input= (a key derived from the tool alone would make every call "
                 "one effect); pass key='' for a generated key that never deduplicates" % self.tool
             )
-        return derive_key(self.tool, self.input)
+        key = derivation.key if derivation is not None and derivation.committed else None
+        return derive_key(self.tool, self.input, key)
 
     @property
     def recorded(self) -> bool:

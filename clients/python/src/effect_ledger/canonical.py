@@ -4,20 +4,25 @@ The ledger fingerprints a reserve's ``input`` as ``sha256:`` + the hex
 SHA-256 of its RFC 8785 (JSON Canonicalization Scheme) form; ``fingerprint``
 computes the same value on the client. ``derive_key`` turns what a call does
 (its tool and canonical input) into a stable idempotency key, for callers
-that have none (the decorator uses it).
+that have none (the decorator uses it): ``dk_`` in an inline namespace,
+``dk2_`` with the namespace's derivation key in one that commits its
+payloads (SPEC §14).
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
-from typing import Any
+from typing import Any, Optional
 
-__all__ = ["canonical_json", "fingerprint", "derive_key", "DERIVED_KEY_PREFIX"]
+__all__ = ["canonical_json", "fingerprint", "derive_key", "DERIVED_KEY_PREFIX", "DERIVED_KEY2_PREFIX"]
 
-#: Prefix of every key made by ``derive_key``.
+#: Prefix of every key made by ``derive_key`` without a derivation key.
 DERIVED_KEY_PREFIX = "dk_"
+#: Prefix of every key made by ``derive_key`` with a derivation key.
+DERIVED_KEY2_PREFIX = "dk2_"
 
 
 def canonical_json(value: Any) -> bytes:
@@ -46,23 +51,29 @@ def fingerprint(value: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-def derive_key(tool: str, value: Any = None) -> str:
+def derive_key(tool: str, value: Any = None, key: Optional[bytes] = None) -> str:
     """Return a stable idempotency key for calling ``tool`` with ``value``.
 
-    The key is ``dk_`` followed by the lowercase hex SHA-256 of the UTF-8
-    tool name, one 0x00 byte, and the RFC 8785 canonical form of the input
-    (``null`` when there is none): 67 bytes of visible ASCII, so it is a
-    valid key for any tool. The same tool and the same input (whatever the
-    order of object members or the spelling of numbers) give the same key,
-    so a repeated call is recognised as the same effect.
+    The message is the UTF-8 tool name, one 0x00 byte, and the RFC 8785
+    canonical form of the input (``null`` when there is none). Without
+    ``key`` the result is ``dk_`` followed by the lowercase hex SHA-256 of
+    the message; with ``key``, a namespace's derivation key (the clients
+    fetch it once, SPEC §14), it is ``dk2_`` followed by the lowercase hex
+    HMAC-SHA-256 of the message under ``key``, so a reader of the chain
+    cannot confirm a guessed input from the key. Either is visible ASCII,
+    a valid key for any tool, and the same in the Go and TypeScript
+    clients. The same tool and the same input (whatever the order of
+    object members or the spelling of numbers) give the same key, so a
+    repeated call is recognised as the same effect.
     """
     if not tool:
         raise ValueError("derive_key: tool is required")
-    h = hashlib.sha256()
-    h.update(tool.encode("utf-8"))
-    h.update(b"\x00")
-    h.update(canonical_json(value))
-    return DERIVED_KEY_PREFIX + h.hexdigest()
+    message = tool.encode("utf-8") + b"\x00" + canonical_json(value)
+    if key is None:
+        return DERIVED_KEY_PREFIX + hashlib.sha256(message).hexdigest()
+    if not key:
+        raise ValueError("derive_key: the derivation key is empty")
+    return DERIVED_KEY2_PREFIX + hmac.new(bytes(key), message, hashlib.sha256).hexdigest()
 
 
 def _write(v: Any, out: list[str]) -> None:
