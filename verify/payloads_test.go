@@ -1,0 +1,126 @@
+package verify_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/ledger"
+	"github.com/effect-ledger/effect-ledger/storage/sqlite"
+	"github.com/effect-ledger/effect-ledger/testkit"
+	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
+	"github.com/effect-ledger/effect-ledger/verify"
+)
+
+// buildCommitted writes a committed default namespace (SPEC §14): seq 1–2
+// a success with a reference and a result, 3–4 a failure with a message,
+// 5–6 a success with a result, 7 the erase of the third key (seq 6's
+// values).
+func buildCommitted(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(sqlite.Options{Payloads: ledger.PayloadsCommitted}))
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
+	defer func() { srv.Close(); require.NoError(t, db.Close()) }()
+	r := post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0001","execution_id":"e1","tool":"payments.refund","effect":"write","input":{"order":7}}`, 201)
+	post(t, srv, "/v1/effects/pay-key-0001/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"succeeded","external_ref":"re_1","result":{"to":"Jane"}}`, 201)
+	r = post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"mail-key-001","execution_id":"e2","tool":"email.send","effect":"external","input":{"to":"a@b.c"}}`, 201)
+	post(t, srv, "/v1/effects/mail-key-001/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"failed","error":{"code":"BOUNCED","message":"no mailbox a@b.c"}}`, 201)
+	r = post(t, srv, "/v1/effects/reserve", `{"idempotency_key":"pay-key-0003","execution_id":"e3","tool":"payments.refund","effect":"write","input":{"order":9}}`, 201)
+	post(t, srv, "/v1/effects/pay-key-0003/commit", `{"reservation":"`+r["reservation"].(string)+`","outcome":"succeeded","result":{"to":"John"}}`, 201)
+	post(t, srv, "/v1/erasures", `{"keys":["pay-key-0003"],"reason":"request 17"}`, 201)
+	return path
+}
+
+// rid is the row of the default namespace's receipt at seq, for the
+// tables keyed by it.
+func rid(seq string) string {
+	return "(SELECT rowid FROM ns_receipts WHERE ns = 0 AND seq = " + seq + ")"
+}
+
+// TestVerifier_payloadTamper: each rule of SPEC §14 caught on a tampered
+// copy of a committed ledger, offline (the file and its payload table) and,
+// where the server can show it, online.
+func TestVerifier_payloadTamper(t *testing.T) {
+	base := buildCommitted(t)
+	unguard := []string{`DROP TRIGGER ns_payloads_erase_only`, `DROP TRIGGER ns_erasures_fixed`}
+	cases := []struct {
+		desc    string
+		steps   []string
+		rehash  uint64
+		want    []string
+		offline bool // the server refuses to serve the tampered value (integrity_error) or cannot show it
+	}{
+		{"intact", nil, 0, nil, false},
+		{"a value edited", []string{`UPDATE ns_payloads SET result = '{"to":"Joe"}' WHERE rid = ` + rid("2")}, 0,
+			[]string{verify.RulePayloadMismatch}, true},
+		{"a value deleted without a mark", []string{`UPDATE ns_payloads SET error_message = NULL, error_message_salt = NULL WHERE rid = ` + rid("4")}, 0,
+			[]string{verify.RulePayloadMissing}, false},
+		{"a mark naming an erase that does not list it", []string{`UPDATE ns_payloads SET error_message = NULL, error_message_salt = NULL, error_message_erased = 7 WHERE rid = ` + rid("4")}, 0,
+			[]string{verify.RulePayloadMissing}, true}, // a server shows the mark, not the erasure's ranges
+		{"a value put back after its erasure", []string{`UPDATE ns_payloads SET result = '{"to":"John"}', result_salt = randomblob(16), result_erased = 0 WHERE rid = ` + rid("6")}, 0,
+			[]string{verify.RuleEraseIncomplete, verify.RulePayloadMismatch}, true},
+		{"a commitment replaced by its value, the chain rehashed", []string{`UPDATE receipts SET external_ref = 're_1' WHERE seq = 2`}, 2,
+			[]string{verify.RulePayloadUncommitted, verify.RulePayloadUnexpected}, true},
+		{"a value kept for a field the chain has empty", []string{`UPDATE ns_payloads SET note = 'x', note_salt = randomblob(16) WHERE rid = ` + rid("2")}, 0,
+			[]string{verify.RulePayloadUnexpected}, true},
+		{"an erasure's ranges edited", []string{`UPDATE ns_erasures SET ranges = '[[5,6]]' WHERE seq = 7`}, 0,
+			[]string{verify.RuleEraseInvalid}, true},
+		{"an erasure's ranges unreadable", []string{`UPDATE ns_erasures SET ranges = 'x' WHERE seq = 7`}, 0,
+			[]string{verify.RuleEraseInvalid}, true},
+		{"an erase of a field that is not a payload field, rehashed", []string{`UPDATE receipts SET result = '{"count":1,"fields":["tool"],"set":"sha256:` +
+			"0000000000000000000000000000000000000000000000000000000000000000" + `"}' WHERE seq = 7`}, 7,
+			[]string{verify.RuleEraseInvalid}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.desc, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tampered.db")
+			testkit.CopyFile(t, base, path)
+			if len(tc.steps) > 0 {
+				steps := append(stepsOf(unguard), stepsOf(tc.steps)...)
+				if tc.rehash > 0 {
+					steps = append(steps, stepsOf([]string{""})...)
+					steps[len(steps)-1].RehashFrom = tc.rehash
+				}
+				tamper(t, path, tamperCase{Steps: steps})
+			}
+			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			rep, err := verify.New(rd, verify.Opts{}).Check(context.Background())
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
+			for _, v := range rep.Violations {
+				assert.NotContains(t, v.Detail, "Jane", "a detail never quotes a value")
+			}
+			if tc.offline {
+				return
+			}
+			db := openForServing(t, path)
+			srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
+			defer func() { srv.Close(); _ = db.Close() }()
+			rep, err = verify.NewRemote(server(t, srv.URL), verify.Opts{}).Check(context.Background())
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tc.want, rules(rep), "online: %+v", rep.Violations)
+		})
+	}
+}
+
+func stepsOf(sqls []string) []struct {
+	SQL        string `json:"sql"`
+	RehashFrom uint64 `json:"rehash_from"`
+} {
+	out := make([]struct {
+		SQL        string `json:"sql"`
+		RehashFrom uint64 `json:"rehash_from"`
+	}, len(sqls))
+	for i, q := range sqls {
+		out[i].SQL = q
+	}
+	return out
+}
