@@ -43,7 +43,7 @@ func (s *Server) handleErase(w http.ResponseWriter, r *http.Request, n *ledger.N
 	if !s.decodeBody(w, r, func(o *object) {
 		req.Keys, hasKeys = o.strings("keys")
 		hasSubject = o.has("subject")
-		_ = o.str("subject")
+		req.Subject = o.str("subject")
 		fields, _ := o.strings("fields")
 		req.Fields, fieldErr = chain.ParseFieldSet(fields)
 		req.Reason = o.str("reason")
@@ -54,8 +54,8 @@ func (s *Server) handleErase(w http.ResponseWriter, r *http.Request, n *ledger.N
 	case hasKeys == hasSubject:
 		s.Error(w, r, ledger.Invalid("keys", "give exactly one selector: keys or subject"))
 		return
-	case hasSubject:
-		s.Error(w, r, ledger.Invalid("subject", "erasure by subject is not supported by this ledgerd yet; erase by keys"))
+	case hasSubject && req.Subject == "":
+		s.Error(w, r, ledger.Invalid("subject", "subject must be 1–%d bytes of UTF-8", ledger.MaxSubjectLen))
 		return
 	case fieldErr != nil:
 		s.Error(w, r, ledger.Invalid("fields", "%v", fieldErr))

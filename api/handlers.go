@@ -104,6 +104,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 	}
 	req.ApprovalSummary = o.str("approval_summary")
 	req.Changed = changedOf(o)
+	req.Subjects, _ = o.strings("subjects")
 	if err := o.done(); err != nil {
 		s.Error(w, r, err)
 		return

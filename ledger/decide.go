@@ -264,6 +264,11 @@ func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, 
 	}
 	if why == reserveNew || why == reserveRenewal {
 		k.FirstSeq = r.Seq
+		if len(a.subjects) > 0 { // fixed by the generation's first reserve (SPEC §14)
+			if err := s.PutSubjects(ctx, k.Key, r.Seq, a.subjects); err != nil {
+				return nil, err
+			}
+		}
 	}
 	token := newReservationToken()
 	k.ReserveSeq, k.LeaseExpiresAt, k.TokenHash = r.Seq, lease, string(tokenHash(token))

@@ -25,9 +25,11 @@ const (
 	StatusNothingToErase = "nothing_to_erase"
 )
 
-// EraseRequest selects what to erase: every generation of each key.
+// EraseRequest selects what to erase: every generation of each key, or
+// the key generations of a subject.
 type EraseRequest struct {
-	Keys   []string
+	Keys    []string
+	Subject string // exclusive with Keys
 	Fields chain.FieldSet // 0: all four
 	Reason string
 	Actor  string
@@ -43,7 +45,14 @@ type EraseResult struct {
 }
 
 func (req *EraseRequest) validate() error {
-	if len(req.Keys) == 0 || len(req.Keys) > MaxEraseKeys {
+	if req.Subject != "" {
+		if len(req.Keys) > 0 {
+			return Invalid("keys", "give exactly one selector: keys or subject")
+		}
+		if err := CheckSubjects([]string{req.Subject}); err != nil {
+			return Invalid("subject", "subject must be 1–%d bytes of UTF-8", MaxSubjectLen)
+		}
+	} else if len(req.Keys) == 0 || len(req.Keys) > MaxEraseKeys {
 		return Invalid("keys", "keys must name 1 to %d idempotency keys", MaxEraseKeys)
 	}
 	for _, k := range req.Keys {
@@ -70,10 +79,19 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
+	var mac *SubjectMAC
+	if req.Subject != "" {
+		macs, err := n.subjectMACs(ctx, []string{req.Subject})
+		if err != nil {
+			return nil, err
+		}
+		mac = &macs[0]
+		req.Subject = "" // the subject goes no further than its MAC
+	}
 	var res *EraseResult
 	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideErase(ctx, t, &req)
+		res, err = decideErase(ctx, t, &req, mac)
 		return err
 	})
 	if err != nil {
@@ -86,16 +104,25 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 	return res, nil
 }
 
-// decideErase selects, erases and appends the erase receipt.
-func decideErase(ctx context.Context, t *batchTx, req *EraseRequest) (*EraseResult, error) {
+// decideErase selects, erases and appends the erase receipt; with mac,
+// the generations indexed under the subject, whose rows go too.
+func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *SubjectMAC) (*EraseResult, error) {
 	res := &EraseResult{Status: StatusNothingToErase}
+	gens, err := t.selected(ctx, req.Keys, mac)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.DeleteSubjects(ctx, mac, req.Keys); err != nil {
+		return nil, err
+	}
 	var cand []uint64
 	keyOf := map[uint64]string{}
-	for _, key := range slices.Compact(slices.Sorted(slices.Values(req.Keys))) {
-		hist, err := t.KeyHistory(ctx, key, 0)
+	for _, g := range gens {
+		hist, err := t.generation(ctx, g)
 		if err != nil {
 			return nil, err
 		}
+		key := g.Key
 		for i := range hist {
 			r := &hist[i]
 			switch {
@@ -154,6 +181,47 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest) (*EraseResu
 	ref := refOf(&r)
 	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, result.Count, len(keys)
 	return res, nil
+}
+
+// selected lists the generations an erase selects: every generation of
+// each key (from seq 1), or those indexed under the subject's mac.
+func (t *batchTx) selected(ctx context.Context, keys []string, mac *SubjectMAC) ([]Generation, error) {
+	if mac != nil {
+		return t.SubjectGenerations(ctx, *mac)
+	}
+	var out []Generation
+	for _, key := range slices.Compact(slices.Sorted(slices.Values(keys))) {
+		out = append(out, Generation{Key: key})
+	}
+	return out, nil
+}
+
+// generation returns the receipts of g: from its first reserve up to the
+// reserve that starts the key's next generation (SPEC §12), or every
+// receipt of the key when g names none.
+func (t *batchTx) generation(ctx context.Context, g Generation) ([]chain.Receipt, error) {
+	hist, err := t.KeyHistory(ctx, g.Key, g.FirstSeq)
+	if err != nil || g.FirstSeq == 0 {
+		return hist, err
+	}
+	ref := func(seq uint64) (*chain.Receipt, error) {
+		r, err := t.Receipt(ctx, seq)
+		return &r, err
+	}
+	for i := range hist {
+		r := &hist[i]
+		if r.Seq == g.FirstSeq || r.Kind != chain.KindReserve {
+			continue
+		}
+		next, err := StartsGeneration(r, t.n.keyTTL, ref)
+		if err != nil {
+			return nil, err
+		}
+		if next {
+			return hist[:i], nil
+		}
+	}
+	return hist, nil
 }
 
 // erasedNames is o's erased fields by name, or nil.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Keyed fingerprints (SPEC §14). In a committed namespace a request's
@@ -68,4 +69,52 @@ func (n *Namespace) StoredInputHash(ctx context.Context, fp string) (string, err
 		return "", err
 	}
 	return KeyedHash(k, fp), nil
+}
+
+// Subjects of a reserve (SPEC §14): opaque ids of the people an effect
+// concerns, fixed by the first reserve of a key's generation, kept only as
+// their MACs in a side index and deleted when the subject is erased.
+const (
+	MaxSubjects   = 8
+	MaxSubjectLen = 128
+)
+
+// CheckSubjects validates a reserve's subjects: at most MaxSubjects
+// strings of 1–MaxSubjectLen bytes of UTF-8. The message names the index,
+// never the text.
+func CheckSubjects(subjects []string) error {
+	if len(subjects) > MaxSubjects {
+		return Invalid("subjects", "subjects: at most %d", MaxSubjects)
+	}
+	for i, s := range subjects {
+		if len(s) == 0 || len(s) > MaxSubjectLen || !utf8.ValidString(s) {
+			return Invalid("subjects", "subjects[%d] must be 1–%d bytes of UTF-8", i, MaxSubjectLen)
+		}
+	}
+	return nil
+}
+
+// SubjectMACOf is the MAC of subject under the fingerprint key.
+func SubjectMACOf(key []byte, subject string) SubjectMAC {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(subject))
+	var out SubjectMAC
+	copy(out[:], m.Sum(nil))
+	return out
+}
+
+// subjectMACs are the MACs of a request's subjects, in the namespace's key.
+func (n *Namespace) subjectMACs(ctx context.Context, subjects []string) ([]SubjectMAC, error) {
+	if len(subjects) == 0 {
+		return nil, nil
+	}
+	k, err := n.FingerprintKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SubjectMAC, 0, len(subjects))
+	for _, s := range subjects {
+		out = append(out, SubjectMACOf(k, s))
+	}
+	return out, nil
 }

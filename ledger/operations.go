@@ -24,7 +24,13 @@ import (
 func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveResult, error) {
 	a, err := req.validate()
 	if err == nil {
+		err = CheckSubjects(req.Subjects)
+	}
+	if err == nil {
 		a.inputHash, err = n.StoredInputHash(ctx, a.inputHash)
+	}
+	if err == nil {
+		a.subjects, err = n.subjectMACs(ctx, req.Subjects)
 	}
 	if err != nil {
 		return nil, err

@@ -81,6 +81,39 @@ type PayloadReader interface {
 	Erasure(ctx context.Context, seq uint64) (*Erasure, error)
 }
 
+// PayloadTx is what a batch writes beside a committed chain (SPEC §14):
+// erasures and the subject index. A batch that erases nothing and names no
+// subject calls none of it.
+type PayloadTx interface {
+	// ErasePayloads deletes the kept values (and salts) of the fields of
+	// each receipt (seq → fields), this transaction's appends included,
+	// marking them erased by the erase receipt at eraseSeq.
+	ErasePayloads(ctx context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error
+	// PutErasure stores the opening of an erase receipt's set: its
+	// ranges and salt, never erased.
+	PutErasure(ctx context.Context, e *Erasure) error
+	// PutSubjects indexes the generation of key that starts at firstSeq
+	// under each subject's MAC.
+	PutSubjects(ctx context.Context, key string, firstSeq uint64, macs []SubjectMAC) error
+	// SubjectGenerations lists the key generations indexed under mac.
+	SubjectGenerations(ctx context.Context, mac SubjectMAC) ([]Generation, error)
+	// DeleteSubjects deletes the rows of mac (when not nil) and every row
+	// of the keys.
+	DeleteSubjects(ctx context.Context, mac *SubjectMAC, keys []string) error
+}
+
+// SubjectMAC is a subject as the ledger keeps it: HMAC-SHA-256 of the
+// subject under the namespace's fingerprint key. The subject itself is
+// never stored, logged or put on the chain.
+type SubjectMAC [32]byte
+
+// Generation is a generation of a key: the key and the seq of the reserve
+// that started it.
+type Generation struct {
+	Key      string
+	FirstSeq uint64
+}
+
 // ErrBadErasure: a stored erasure whose salt or ranges do not parse (an
 // edited table); the verifier reports it as erase_invalid.
 var ErrBadErasure = errors.New("the erasure's stored opening does not parse")

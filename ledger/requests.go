@@ -96,6 +96,10 @@ type ReserveRequest struct {
 	ApprovalSummary string
 	// Changed is what differs from a failed attempt (SPEC §13 repeat guard).
 	Changed *Changed
+	// Subjects are the people the effect concerns (SPEC §14): opaque ids,
+	// at most MaxSubjects, fixed by the first reserve of the key's
+	// generation and kept only as MACs, never on the chain.
+	Subjects []string
 }
 
 // Lease bounds in milliseconds.

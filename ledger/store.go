@@ -102,6 +102,7 @@ type Chain interface {
 type Tx interface {
 	StateReader
 	TxWriter
+	PayloadTx
 }
 
 // Locked is what a batch's transaction holds when one of its operations
@@ -186,13 +187,6 @@ type TxWriter interface {
 	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
 	// PurgeAskInputs deletes the inputs whose deleteAfter is before now.
 	PurgeAskInputs(ctx context.Context, now uint64) error
-	// ErasePayloads deletes the kept values (and salts) of the fields of
-	// each receipt (seq → fields), this transaction's appends included,
-	// marking them erased by the erase receipt at eraseSeq (SPEC §14).
-	ErasePayloads(ctx context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error
-	// PutErasure stores the opening of an erase receipt's set: its
-	// ranges and salt, never erased.
-	PutErasure(ctx context.Context, e *Erasure) error
 }
 
 // ChainReader is what the domain reads of one namespace without taking

@@ -70,6 +70,7 @@ type reserveArgs struct {
 	input      string   // the input's compact JSON when the request gave it (SPEC §13 asks keep it)
 	summary    string   // approval_summary
 	changed    *Changed // SPEC §13 repeat guard
+	subjects   []SubjectMAC // SPEC §14, the MACs of the request's subjects
 }
 
 // outcomeArgs is a validated outcome of a commit or resolve.

@@ -200,6 +200,27 @@ func testCommitted(t *testing.T, db string) {
 	require.Equal(t, 200, k.Status, k.Raw)
 	assert.NotContains(t, k.Raw, marker, "no answer shows an erased value")
 	assert.Contains(t, k.Raw, `"erased":{"error_message":`)
+	// Subjects (SPEC §14): validated, never on the chain, erased by subject.
+	for _, subj := range []string{`["a","b","c","d","e","f","g","h","i"]`, `[""]`, `["` + strings.Repeat("s", 129) + `"]`, `[1]`, `"c-1"`} {
+		r := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000004","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"w"},"subjects":`+subj+`}`)
+		require.Equal(t, 400, r.Status, "%s: %s", subj, r.Raw)
+		assert.Equal(t, "subjects", r.Body["error"].(map[string]any)["details"].(map[string]any)["field"], r.Raw)
+		assert.NotContains(t, r.Raw, strings.Repeat("s", 129), "the refusal never quotes a subject")
+	}
+	subject := "customer-" + marker
+	rr0 := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000004","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"w"},"subjects":["`+subject+`","team-7"]}`)
+	require.Equal(t, 201, rr0.Status, rr0.Raw)
+	l.Commit(t, "mail-0000004", `{"reservation":"`+rr0.Body["reservation"].(string)+`","outcome":"succeeded","result":`+result+`}`)
+	es := l.Do("POST", "/v1/erasures", `{"subject":"`+subject+`"}`)
+	require.Equal(t, 201, es.Status, es.Raw)
+	assert.Equal(t, float64(1), es.Body["count"], es.Raw)
+	k4 := l.Do("GET", "/v1/effects/mail-0000004", "")
+	assert.NotContains(t, k4.Raw, marker)
+	assert.Contains(t, k4.Raw, `"erased":{"result":`)
+	again := l.Do("POST", "/v1/erasures", `{"subject":"`+subject+`"}`)
+	require.Equal(t, 200, again.Status, again.Raw)
+	assert.Equal(t, "nothing_to_erase", again.Body["status"], "the subject's index rows went with the erasure")
+
 	// A key committed after the erasure keeps its values.
 	rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000003","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"z"}}`)
 	require.Equal(t, 201, rr.Status, rr.Raw)
@@ -305,8 +326,9 @@ func tamperPayload(t *testing.T, db, value, key string) {
 }
 
 // TestErasure_goneFromFiles (SPEC §14, "gone means gone"): a random marker
-// in every payload field of a committed namespace is found in the ledger's
-// files first, then erased; once the erasure reports purged, no byte of it
+// in every payload field of a committed namespace (and in the subject the
+// reserves name, which only its MAC reaches) is found in the ledger's files
+// first, then erased by subject; once the erasure reports purged, no byte of it
 // is left in the ledger file, its WAL and shared memory, the key index, or
 // ledgerd's log — nor after a clean stop.
 func TestErasure_goneFromFiles(t *testing.T) {
@@ -319,7 +341,7 @@ func TestErasure_goneFromFiles(t *testing.T) {
 	big := strings.Repeat(marker, 200)
 	for i := range 40 {
 		key := fmt.Sprintf("gone-%08d", i)
-		rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e1","tool":"mail.send","effect":"external","input":{"i":`+fmt.Sprint(i)+`}}`)
+		rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e1","tool":"mail.send","effect":"external","input":{"i":`+fmt.Sprint(i)+`},"subjects":["person-`+marker+`"]}`)
 		require.Equal(t, 201, rr.Status, rr.Raw)
 		body := `{"reservation":"` + rr.Body["reservation"].(string) + `","outcome":"succeeded","external_ref":"ref-` + marker + `","result":{"to":"` + big + `"}}`
 		if i%2 == 1 {
@@ -343,13 +365,10 @@ func TestErasure_goneFromFiles(t *testing.T) {
 	}
 	require.NotEmpty(t, found(), "the test can fail: the values are in the files before the erasure")
 
-	keys := make([]string, 40)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("%q", fmt.Sprintf("gone-%08d", i))
-	}
-	er := l.Do("POST", "/v1/erasures", `{"keys":[`+strings.Join(keys, ",")+`]}`)
+	er := l.Do("POST", "/v1/erasures", `{"subject":"person-`+marker+`"}`)
 	require.Equal(t, 201, er.Status, er.Raw)
 	assert.Equal(t, false, er.Body["purged"])
+	assert.Equal(t, float64(40), er.Body["count"], "every generation the subject named")
 	seq := int(er.Body["receipt"].(map[string]any)["seq"].(float64))
 	require.Eventually(t, func() bool {
 		return l.Do("GET", fmt.Sprintf("/v1/erasures/%d", seq), "").Body["purged"] == true

@@ -253,3 +253,77 @@ func (c *Chain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error
 	}
 	return e, nil
 }
+
+// PutSubjects buffers the index of a key generation under each subject MAC.
+func (t *tx) PutSubjects(_ context.Context, key string, firstSeq uint64, macs []ledger.SubjectMAC) error {
+	for _, m := range macs {
+		t.subjectOps = append(t.subjectOps, subjectOp{mac: m, key: key, firstSeq: firstSeq})
+	}
+	return nil
+}
+
+// SubjectGenerations lists the key generations indexed under mac: the
+// stored rows, then this transaction's.
+func (t *tx) SubjectGenerations(ctx context.Context, mac ledger.SubjectMAC) ([]ledger.Generation, error) {
+	rows, err := t.conn.Query(ctx, `SELECT idempotency_key, first_seq FROM subjects WHERE namespace = $1 AND mac = $2
+		ORDER BY idempotency_key, first_seq`, t.c.ns, mac[:])
+	if err != nil {
+		return nil, t.dbFail("read subjects", err)
+	}
+	var out []ledger.Generation
+	for rows.Next() {
+		var g ledger.Generation
+		var first int64
+		if err := rows.Scan(&g.Key, &first); err != nil {
+			rows.Close()
+			return nil, t.dbFail("read subjects", err)
+		}
+		g.FirstSeq = uint64(first)
+		out = append(out, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, t.dbFail("read subjects", err)
+	}
+	for _, op := range t.subjectOps {
+		if !op.del && op.mac == mac {
+			out = append(out, ledger.Generation{Key: op.key, FirstSeq: op.firstSeq})
+		}
+	}
+	return out, nil
+}
+
+// DeleteSubjects buffers the deletion of the rows of mac and of the keys.
+func (t *tx) DeleteSubjects(_ context.Context, mac *ledger.SubjectMAC, keys []string) error {
+	if mac != nil {
+		t.subjectOps = append(t.subjectOps, subjectOp{del: true, mac: *mac, byMAC: true})
+	}
+	for _, k := range keys {
+		t.subjectOps = append(t.subjectOps, subjectOp{del: true, key: k})
+	}
+	return nil
+}
+
+// subjectOp is a buffered change of the subject index.
+type subjectOp struct {
+	del      bool
+	byMAC    bool // a deletion by mac (else by key)
+	mac      ledger.SubjectMAC
+	key      string
+	firstSeq uint64
+}
+
+// queueSubjects adds t's changes of the subject index to b, in order.
+func queueSubjects(b *pgx.Batch, ns string, t *tx) {
+	for _, op := range t.subjectOps {
+		switch {
+		case !op.del:
+			b.Queue(`INSERT INTO subjects (namespace, mac, idempotency_key, first_seq) VALUES ($1, $2, $3, $4)
+				ON CONFLICT DO NOTHING`, ns, op.mac[:], op.key, int64(op.firstSeq))
+		case op.byMAC:
+			b.Queue(`DELETE FROM subjects WHERE namespace = $1 AND mac = $2`, ns, op.mac[:])
+		default:
+			b.Queue(`DELETE FROM subjects WHERE namespace = $1 AND idempotency_key = $2`, ns, op.key)
+		}
+	}
+}

@@ -379,6 +379,14 @@ CREATE TABLE IF NOT EXISTS erasures (
 );
 CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasures
 	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+CREATE TABLE IF NOT EXISTS subjects (
+	namespace       text COLLATE "C" NOT NULL,
+	mac             bytea  NOT NULL CHECK (octet_length(mac) = 32),
+	idempotency_key text COLLATE "C" NOT NULL,
+	first_seq       bigint NOT NULL,
+	PRIMARY KEY (namespace, mac, idempotency_key, first_seq)
+);
+CREATE INDEX IF NOT EXISTS subjects_by_key ON subjects (namespace, idempotency_key);
 `
 
 // sqlNowMS is the database clock in unix milliseconds.

@@ -50,6 +50,7 @@ type tx struct {
 	openings    map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
 	erases      []eraseOp                 // sent after the payload rows
 	erasures    []ledger.Erasure          // the erase receipts\' openings
+	subjectOps  []subjectOp               // the subject index\'s changes, sent in order
 	bySeq       map[uint64]int            // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
@@ -66,7 +67,7 @@ type tx struct {
 
 func (t *tx) dirty() bool {
 	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0 ||
-		len(t.erases) > 0
+		len(t.erases) > 0 || len(t.subjectOps) > 0
 }
 
 // dbFail records the first failed database call and classifies it.

@@ -193,3 +193,48 @@ func (rd *Reader) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, err
 func (f *lazyChain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
 	return f.rd.Erasure(ctx, seq)
 }
+
+// PutSubjects indexes a key generation under each subject MAC.
+func (t *writeTx) PutSubjects(ctx context.Context, key string, firstSeq uint64, macs []ledger.SubjectMAC) error {
+	for _, m := range macs {
+		if _, err := t.tx.ExecContext(ctx, `INSERT OR IGNORE INTO ns_subjects (ns, mac, key, first_seq) VALUES (?1, ?2, ?3, ?4)`,
+			t.ref.args(m[:], key, firstSeq)...); err != nil {
+			return fmt.Errorf("index subjects: %w", classify(err))
+		}
+	}
+	return nil
+}
+
+// SubjectGenerations lists the key generations indexed under mac.
+func (t *writeTx) SubjectGenerations(ctx context.Context, mac ledger.SubjectMAC) ([]ledger.Generation, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT key, first_seq FROM ns_subjects WHERE ns = ?1 AND mac = ?2 ORDER BY key, first_seq`,
+		t.ref.args(mac[:])...)
+	if err != nil {
+		return nil, fmt.Errorf("read subjects: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var out []ledger.Generation
+	for rows.Next() {
+		var g ledger.Generation
+		if err := rows.Scan(&g.Key, &g.FirstSeq); err != nil {
+			return nil, fmt.Errorf("read subjects: %w", classify(err))
+		}
+		out = append(out, g)
+	}
+	return out, classify(rows.Err())
+}
+
+// DeleteSubjects deletes the rows of mac and every row of the keys.
+func (t *writeTx) DeleteSubjects(ctx context.Context, mac *ledger.SubjectMAC, keys []string) error {
+	if mac != nil {
+		if _, err := t.tx.ExecContext(ctx, `DELETE FROM ns_subjects WHERE ns = ?1 AND mac = ?2`, t.ref.args(mac[:])...); err != nil {
+			return fmt.Errorf("delete subjects: %w", classify(err))
+		}
+	}
+	for _, k := range keys {
+		if _, err := t.tx.ExecContext(ctx, `DELETE FROM ns_subjects WHERE ns = ?1 AND key = ?2`, t.ref.args(k)...); err != nil {
+			return fmt.Errorf("delete subjects: %w", classify(err))
+		}
+	}
+	return nil
+}

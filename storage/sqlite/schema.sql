@@ -254,6 +254,19 @@ WHEN NEW.ns IS NOT OLD.ns OR NEW.seq IS NOT OLD.seq OR NEW.salt IS NOT OLD.salt 
 	OR OLD.purged_at != 0
 BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
 
+-- The subject index (SPEC §14): HMAC-SHA-256(the namespace's fingerprint
+-- key, subject) → the key generations a reserve named it for (the reserve
+-- that started each). Never part of the chain; rows go when the subject,
+-- or the key, is erased.
+CREATE TABLE ns_subjects (
+	ns        INTEGER NOT NULL,
+	mac       BLOB    NOT NULL CHECK (length(mac) = 32),
+	key       TEXT    NOT NULL,
+	first_seq INTEGER NOT NULL,
+	PRIMARY KEY (ns, mac, key, first_seq)
+) WITHOUT ROWID;
+CREATE INDEX ns_subjects_by_key ON ns_subjects (ns, key);
+
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
 -- answer, plus the operator's retention. Never part of the chain.
