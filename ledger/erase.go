@@ -29,10 +29,10 @@ const (
 // the key generations of a subject.
 type EraseRequest struct {
 	Keys    []string
-	Subject string // exclusive with Keys
-	Fields chain.FieldSet // 0: all four
-	Reason string
-	Actor  string
+	Subject string         // exclusive with Keys
+	Fields  chain.FieldSet // 0: all four
+	Reason  string
+	Actor   string
 }
 
 // EraseResult is the outcome of an Erase.

@@ -67,9 +67,9 @@ type reserveArgs struct {
 	leaseMS    uint64
 	waitMS     uint64
 	actor      string
-	input      string   // the input's compact JSON when the request gave it (SPEC §13 asks keep it)
-	summary    string   // approval_summary
-	changed    *Changed // SPEC §13 repeat guard
+	input      string       // the input's compact JSON when the request gave it (SPEC §13 asks keep it)
+	summary    string       // approval_summary
+	changed    *Changed     // SPEC §13 repeat guard
 	subjects   []SubjectMAC // SPEC §14, the MACs of the request's subjects
 }
 
