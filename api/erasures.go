@@ -67,7 +67,7 @@ func (s *Server) handleErase(w http.ResponseWriter, r *http.Request, n *ledger.N
 		s.Error(w, r, err)
 		return
 	}
-	body := erasedBody{Status: res.Status, Count: res.Count, Keys: res.Keys, Inline: res.Inline, Pending: []string{},
+	body := erasedBody{Status: res.Status, Count: res.Count, Keys: res.Keys, Inline: res.Inline, Pending: append([]string{}, res.Pending...),
 		Purged: n.PurgedAnswer(false)}
 	status := http.StatusOK
 	if res.Receipt != nil {

@@ -395,7 +395,10 @@ func appendOutcome(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, re
 		return r, err
 	}
 	k.FinalSeq = r.Seq
-	return r, s.PutKey(ctx, k)
+	if err := s.PutKey(ctx, k); err != nil {
+		return r, err
+	}
+	return r, s.completePending(ctx, k, &r)
 }
 
 // outcomeReceipt is the commit, resolve or reconcile receipt of o for

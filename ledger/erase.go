@@ -42,6 +42,9 @@ type EraseResult struct {
 	Count   uint64      // receipts whose values were erased
 	Keys    int         // keys with a value erased
 	Inline  int         // selected receipts kept inline, which cannot be erased
+	// Pending are the selected keys still in flight: the receipt that
+	// finalizes each is followed by an erase covering it.
+	Pending []string
 }
 
 func (req *EraseRequest) validate() error {
@@ -152,8 +155,18 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 			keys[keyOf[seq]] = true
 		}
 	}
+	pending, err := t.inFlight(ctx, gens)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range pending {
+		res.Pending = append(res.Pending, g.Key)
+	}
 	if len(fields) == 0 {
-		if res.Inline > 0 {
+		if err := t.markPending(ctx, pending, 0, req); err != nil {
+			return nil, err
+		}
+		if res.Inline > 0 && len(pending) == 0 {
 			return nil, &Error{Code: ECodePayloadsInline,
 				Message: "every selected receipt keeps its payloads inline: they are part of the chain and cannot be erased",
 				Details: map[string]any{"inline": res.Inline}}
@@ -178,9 +191,82 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 	if err := t.PutErasure(ctx, e); err != nil {
 		return nil, err
 	}
+	if err := t.markPending(ctx, pending, r.Seq, req); err != nil {
+		return nil, err
+	}
 	ref := refOf(&r)
 	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, result.Count, len(keys)
 	return res, nil
+}
+
+// inFlight returns the selected generations that are the current one of
+// their key and not final (reserved or interrupted).
+func (t *batchTx) inFlight(ctx context.Context, gens []Generation) ([]Generation, error) {
+	var out []Generation
+	if !t.n.committed() {
+		return nil, nil
+	}
+	for _, g := range gens {
+		k, found, err := t.Key(ctx, g.Key)
+		if err != nil {
+			return nil, err
+		}
+		if found && !k.finalized() && (g.FirstSeq == 0 || g.FirstSeq == k.FirstSeq) {
+			out = append(out, Generation{Key: g.Key, FirstSeq: k.FirstSeq})
+		}
+	}
+	return out, nil
+}
+
+// markPending marks the in-flight generations for the erase at eraseSeq.
+func (t *batchTx) markPending(ctx context.Context, gens []Generation, eraseSeq uint64, req *EraseRequest) error {
+	for _, g := range gens {
+		if err := t.PutPending(ctx, &PendingErase{Key: g.Key, FirstSeq: g.FirstSeq, EraseSeq: eraseSeq,
+			Fields: req.Fields, Actor: req.Actor}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// completePending follows final, the receipt that finalized k's
+// generation, by the erase its pending mark asks for (SPEC §14): in the
+// same transaction, so that its values never stay.
+func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chain.Receipt) error {
+	if !t.n.committed() {
+		return nil // nothing is ever erased, or marked, in an inline namespace
+	}
+	p, err := t.Pending(ctx, k.Key, k.FirstSeq)
+	if err != nil || p == nil {
+		return err
+	}
+	if err := t.DeletePending(ctx, k.Key, k.FirstSeq); err != nil {
+		return err
+	}
+	var set chain.FieldSet
+	for _, f := range chain.PayloadFields {
+		if p.Fields.Has(f) && final.Open.Get(f) != nil {
+			set = set.With(f)
+		}
+	}
+	if set == 0 {
+		return nil // nothing committed to erase
+	}
+	eraseSeq := t.Head().Seq + 1
+	if err := t.ErasePayloads(ctx, eraseSeq, map[uint64]chain.FieldSet{final.Seq: set}); err != nil {
+		return err
+	}
+	ranges := []chain.Range{{final.Seq, final.Seq}}
+	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
+	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: 1, Fields: p.Fields.Names()}
+	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Actor: p.Actor, RecordedAt: t.Now()})
+	if err != nil {
+		return err
+	}
+	if r.Seq != eraseSeq {
+		return fmt.Errorf("erase: appended at %d, not %d", r.Seq, eraseSeq)
+	}
+	return t.PutErasure(ctx, e)
 }
 
 // selected lists the generations an erase selects: every generation of

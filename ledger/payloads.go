@@ -100,6 +100,24 @@ type PayloadTx interface {
 	// DeleteSubjects deletes the rows of mac (when not nil) and every row
 	// of the keys.
 	DeleteSubjects(ctx context.Context, mac *SubjectMAC, keys []string) error
+	// PutPending marks a key generation still in flight for erasure.
+	PutPending(ctx context.Context, p *PendingErase) error
+	// Pending returns the mark of a key generation, or nil; this
+	// transaction's marks included.
+	Pending(ctx context.Context, key string, firstSeq uint64) (*PendingErase, error)
+	// DeletePending deletes the mark of a key generation.
+	DeletePending(ctx context.Context, key string, firstSeq uint64) error
+}
+
+// PendingErase marks a key generation that an erase selected while it was
+// still in flight (reserved or interrupted): the receipt that finalizes it
+// is followed, in its transaction, by an erase covering it (SPEC §14).
+type PendingErase struct {
+	Key      string
+	FirstSeq uint64
+	EraseSeq uint64 // the erase that marked it; 0: an erase that erased nothing
+	Fields   chain.FieldSet
+	Actor    string
 }
 
 // SubjectMAC is a subject as the ledger keeps it: HMAC-SHA-256 of the

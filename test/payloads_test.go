@@ -221,6 +221,22 @@ func testCommitted(t *testing.T, db string) {
 	require.Equal(t, 200, again.Status, again.Raw)
 	assert.Equal(t, "nothing_to_erase", again.Body["status"], "the subject's index rows went with the erasure")
 
+	// A key in flight is marked: the commit that finalizes it is erased in its transaction.
+	rr5 := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000005","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"v"}}`)
+	require.Equal(t, 201, rr5.Status, rr5.Raw)
+	ep := l.Do("POST", "/v1/erasures", `{"keys":["mail-0000005"]}`)
+	require.Equal(t, 200, ep.Status, ep.Raw)
+	assert.Equal(t, "nothing_to_erase", ep.Body["status"])
+	assert.Equal(t, []any{"mail-0000005"}, ep.Body["pending"])
+	c5 := l.Commit(t, "mail-0000005", `{"reservation":"`+rr5.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"ref-`+marker+`","result":`+result+`}`)
+	k5 := l.Do("GET", "/v1/effects/mail-0000005", "")
+	assert.NotContains(t, k5.Raw, marker, "the commit of a pending key keeps no value")
+	assert.Contains(t, k5.Raw, `"erased":{"external_ref":`)
+	commitSeq := c5.Body["receipt"].(map[string]any)["seq"].(float64)
+	follow := l.Do("GET", fmt.Sprintf("/v1/erasures/%d", int(commitSeq)+1), "")
+	require.Equal(t, 200, follow.Status, "an erase receipt follows the commit: %s", follow.Raw)
+	assert.Equal(t, []any{[]any{commitSeq, commitSeq}}, follow.Body["ranges"])
+
 	// A key committed after the erasure keeps its values.
 	rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"mail-0000003","execution_id":"e1","tool":"email.send","effect":"external","input":{"to":"z"}}`)
 	require.Equal(t, 201, rr.Status, rr.Raw)

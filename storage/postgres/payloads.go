@@ -21,9 +21,11 @@ const (
 	sqlOpenings       = `SELECT seq, ` + payloadColumns + ` FROM payloads WHERE namespace = $1 AND seq = ANY($2::bigint[])`
 	sqlPayloadRows    = `SELECT seq, ` + payloadColumns + ` FROM payloads WHERE namespace = $1 AND seq > $2 ORDER BY seq`
 	sqlInsertPayloads = `INSERT INTO payloads (namespace, seq, external_ref, external_ref_salt, result, result_salt,
-			error_message, error_message_salt, note, note_salt)
+			error_message, error_message_salt, note, note_salt,
+			external_ref_erased, result_erased, error_message_erased, note_erased)
 		SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::bytea[]), unnest($5::text[]),
-			unnest($6::bytea[]), unnest($7::text[]), unnest($8::bytea[]), unnest($9::text[]), unnest($10::bytea[])`
+			unnest($6::bytea[]), unnest($7::text[]), unnest($8::bytea[]), unnest($9::text[]), unnest($10::bytea[]),
+			unnest($11::bigint[]), unnest($12::bigint[]), unnest($13::bigint[]), unnest($14::bigint[])`
 )
 
 // Payloads reads the namespace's payload mode; a schema before version 4,
@@ -143,10 +145,11 @@ func scanOpenings(ctx context.Context, q rowQuerier, fn func(uint64, *chain.Open
 
 // payloadRows are the payload rows of a write, one array per column.
 type payloadRows struct {
-	ns    []string
-	seq   []int64
-	vals  [4][]*string
-	salts [4][][]byte
+	ns     []string
+	seq    []int64
+	vals   [4][]*string
+	salts  [4][][]byte
+	erased [4][]int64 // erased in the transaction that appended them (a pending erasure)
 }
 
 // add appends the openings of namespace ns's receipts appended in t.
@@ -158,18 +161,24 @@ func (p *payloadRows) add(ns string, t *tx) {
 		}
 		p.ns, p.seq = append(p.ns, ns), append(p.seq, int64(r.Seq))
 		for i, f := range chain.PayloadFields {
+			var erased int64
 			if v := o.Get(f); v != nil && v.ErasedBy == 0 {
 				val := v.Value
 				p.vals[i], p.salts[i] = append(p.vals[i], &val), append(p.salts[i], v.Salt[:])
 			} else {
 				p.vals[i], p.salts[i] = append(p.vals[i], nil), append(p.salts[i], nil)
+				if v != nil {
+					erased = int64(v.ErasedBy)
+				}
 			}
+			p.erased[i] = append(p.erased[i], erased)
 		}
 	}
 }
 
 func (p *payloadRows) args() []any {
-	return []any{p.ns, p.seq, p.vals[0], p.salts[0], p.vals[1], p.salts[1], p.vals[2], p.salts[2], p.vals[3], p.salts[3]}
+	return []any{p.ns, p.seq, p.vals[0], p.salts[0], p.vals[1], p.salts[1], p.vals[2], p.salts[2], p.vals[3], p.salts[3],
+		p.erased[0], p.erased[1], p.erased[2], p.erased[3]}
 }
 
 // eraseOp is an erasure buffered by a transaction: the receipts' fields to
@@ -324,6 +333,58 @@ func queueSubjects(b *pgx.Batch, ns string, t *tx) {
 			b.Queue(`DELETE FROM subjects WHERE namespace = $1 AND mac = $2`, ns, op.mac[:])
 		default:
 			b.Queue(`DELETE FROM subjects WHERE namespace = $1 AND idempotency_key = $2`, ns, op.key)
+		}
+	}
+}
+
+// PutPending buffers a mark of a key generation in flight for erasure.
+func (t *tx) PutPending(_ context.Context, p *ledger.PendingErase) error {
+	if t.pending == nil {
+		t.pending = map[ledger.Generation]*ledger.PendingErase{}
+	}
+	c := *p
+	t.pending[ledger.Generation{Key: p.Key, FirstSeq: p.FirstSeq}] = &c
+	return nil
+}
+
+// Pending returns the mark of a key generation: this transaction's, else
+// the stored one.
+func (t *tx) Pending(ctx context.Context, key string, firstSeq uint64) (*ledger.PendingErase, error) {
+	if p, ok := t.pending[ledger.Generation{Key: key, FirstSeq: firstSeq}]; ok {
+		return p, nil // nil: deleted in this transaction
+	}
+	p := &ledger.PendingErase{Key: key, FirstSeq: firstSeq}
+	var eraseSeq int64
+	var fields int16
+	err := t.conn.QueryRow(ctx, `SELECT erase_seq, fields, actor FROM pending_erasures
+		WHERE namespace = $1 AND idempotency_key = $2 AND first_seq = $3`, t.c.ns, key, int64(firstSeq)).Scan(&eraseSeq, &fields, &p.Actor)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, t.dbFail("read pending erasure", err)
+	}
+	p.EraseSeq, p.Fields = uint64(eraseSeq), chain.FieldSet(fields)
+	return p, nil
+}
+
+// DeletePending buffers the deletion of a key generation's mark.
+func (t *tx) DeletePending(_ context.Context, key string, firstSeq uint64) error {
+	if t.pending == nil {
+		t.pending = map[ledger.Generation]*ledger.PendingErase{}
+	}
+	t.pending[ledger.Generation{Key: key, FirstSeq: firstSeq}] = nil
+	return nil
+}
+
+// queuePending adds t's marks (and their deletions) to b.
+func queuePending(b *pgx.Batch, ns string, t *tx) {
+	for g, p := range t.pending {
+		b.Queue(`DELETE FROM pending_erasures WHERE namespace = $1 AND idempotency_key = $2 AND first_seq = $3`,
+			ns, g.Key, int64(g.FirstSeq))
+		if p != nil {
+			b.Queue(`INSERT INTO pending_erasures (namespace, idempotency_key, first_seq, erase_seq, fields, actor)
+				VALUES ($1, $2, $3, $4, $5, $6)`, ns, p.Key, int64(p.FirstSeq), int64(p.EraseSeq), int16(p.Fields), p.Actor)
 		}
 	}
 }

@@ -387,6 +387,15 @@ CREATE TABLE IF NOT EXISTS subjects (
 	PRIMARY KEY (namespace, mac, idempotency_key, first_seq)
 );
 CREATE INDEX IF NOT EXISTS subjects_by_key ON subjects (namespace, idempotency_key);
+CREATE TABLE IF NOT EXISTS pending_erasures (
+	namespace       text COLLATE "C" NOT NULL,
+	idempotency_key text COLLATE "C" NOT NULL,
+	first_seq       bigint NOT NULL,
+	erase_seq       bigint NOT NULL,
+	fields          smallint NOT NULL,
+	actor           text NOT NULL,
+	PRIMARY KEY (namespace, idempotency_key, first_seq)
+);
 `
 
 // sqlNowMS is the database clock in unix milliseconds.

@@ -46,12 +46,13 @@ type tx struct {
 	policySeq     uint64 // the latest policy receipt's seq, this transaction's appends included
 	dbErr         error  // the first failed database call
 
-	receipts    []chain.Receipt           // in the chain form (Open nil)
-	openings    map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
-	erases      []eraseOp                 // sent after the payload rows
-	erasures    []ledger.Erasure          // the erase receipts\' openings
-	subjectOps  []subjectOp               // the subject index\'s changes, sent in order
-	bySeq       map[uint64]int            // index into receipts
+	receipts    []chain.Receipt                            // in the chain form (Open nil)
+	openings    map[uint64]*chain.Opening                  // the values of the appended committed receipts (SPEC §14)
+	erases      []eraseOp                                  // sent after the payload rows
+	erasures    []ledger.Erasure                           // the erase receipts\' openings
+	subjectOps  []subjectOp                                // the subject index\'s changes, sent in order
+	pending     map[ledger.Generation]*ledger.PendingErase // pending erasure marks (nil: deleted)
+	bySeq       map[uint64]int                             // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
 	loaded      map[string]*ledger.KeyRecord // read with the head (begin): nil value = no such key
@@ -67,7 +68,7 @@ type tx struct {
 
 func (t *tx) dirty() bool {
 	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0 ||
-		len(t.erases) > 0 || len(t.subjectOps) > 0
+		len(t.erases) > 0 || len(t.subjectOps) > 0 || len(t.pending) > 0
 }
 
 // dbFail records the first failed database call and classifies it.

@@ -124,6 +124,7 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 	for _, t := range ts {
 		queueErases(b, t.c.ns, t)
 		queueSubjects(b, t.c.ns, t)
+		queuePending(b, t.c.ns, t)
 	}
 	if len(ks.ns) > 0 {
 		b.Queue(sqlUpsertKeys, ks.args()...)

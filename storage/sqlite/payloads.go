@@ -238,3 +238,37 @@ func (t *writeTx) DeleteSubjects(ctx context.Context, mac *ledger.SubjectMAC, ke
 	}
 	return nil
 }
+
+// PutPending marks a key generation in flight for erasure.
+func (t *writeTx) PutPending(ctx context.Context, p *ledger.PendingErase) error {
+	if _, err := t.tx.ExecContext(ctx, `INSERT OR REPLACE INTO ns_pending_erasures (ns, key, first_seq, erase_seq, fields, actor)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6)`, t.ref.args(p.Key, p.FirstSeq, p.EraseSeq, int(p.Fields), p.Actor)...); err != nil {
+		return fmt.Errorf("mark pending erasure: %w", classify(err))
+	}
+	return nil
+}
+
+// Pending returns the mark of a key generation, or nil.
+func (t *writeTx) Pending(ctx context.Context, key string, firstSeq uint64) (*ledger.PendingErase, error) {
+	p := &ledger.PendingErase{Key: key, FirstSeq: firstSeq}
+	var fields int
+	err := t.tx.QueryRowContext(ctx, `SELECT erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`,
+		t.ref.args(key, firstSeq)...).Scan(&p.EraseSeq, &fields, &p.Actor)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read pending erasure: %w", classify(err))
+	}
+	p.Fields = chain.FieldSet(fields)
+	return p, nil
+}
+
+// DeletePending deletes the mark of a key generation.
+func (t *writeTx) DeletePending(ctx context.Context, key string, firstSeq uint64) error {
+	if _, err := t.tx.ExecContext(ctx, `DELETE FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`,
+		t.ref.args(key, firstSeq)...); err != nil {
+		return fmt.Errorf("delete pending erasure: %w", classify(err))
+	}
+	return nil
+}

@@ -267,6 +267,19 @@ CREATE TABLE ns_subjects (
 ) WITHOUT ROWID;
 CREATE INDEX ns_subjects_by_key ON ns_subjects (ns, key);
 
+-- Pending erasures (SPEC §14): a key generation an erase selected while it
+-- was in flight. The receipt that finalizes it is followed, in its
+-- transaction, by an erase covering it, and the mark goes.
+CREATE TABLE ns_pending_erasures (
+	ns        INTEGER NOT NULL,
+	key       TEXT    NOT NULL,
+	first_seq INTEGER NOT NULL,
+	erase_seq INTEGER NOT NULL,
+	fields    INTEGER NOT NULL,
+	actor     TEXT    NOT NULL,
+	PRIMARY KEY (ns, key, first_seq)
+) WITHOUT ROWID;
+
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
 -- answer, plus the operator's retention. Never part of the chain.
