@@ -30,6 +30,11 @@ import (
 type chainWriter struct {
 	*Reader // mode=ro pool for queries
 
+	// pending tells whether the chain may have pending erasure marks
+	// (SPEC §14): read once, set by every mark, so that a commit of a
+	// namespace with none reads nothing.
+	pending pendingFlag
+
 	ns          string
 	now         func() time.Time
 	logger      *slog.Logger

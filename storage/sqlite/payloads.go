@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -134,7 +135,7 @@ func (t *writeTx) putOpening(ctx context.Context, rid int64, o *chain.Opening) e
 			args = append(args, nil, nil)
 		}
 	}
-	if _, err := t.tx.ExecContext(ctx, sqlInsertPayload, args...); err != nil {
+	if _, err := t.stmt(ctx, stPayload).ExecContext(ctx, args...); err != nil {
 		return fmt.Errorf("store payloads: %w", classify(err))
 	}
 	return nil
@@ -239,8 +240,15 @@ func (t *writeTx) DeleteSubjects(ctx context.Context, mac *ledger.SubjectMAC, ke
 	return nil
 }
 
+// pendingFlag tells whether a chain may have pending erasure marks.
+type pendingFlag struct {
+	known, may atomic.Bool
+}
+
 // PutPending marks a key generation in flight for erasure.
 func (t *writeTx) PutPending(ctx context.Context, p *ledger.PendingErase) error {
+	t.pending.may.Store(true) // before the write: a rolled-back mark only costs reads
+	t.pending.known.Store(true)
 	if _, err := t.tx.ExecContext(ctx, `INSERT OR REPLACE INTO ns_pending_erasures (ns, key, first_seq, erase_seq, fields, actor)
 		VALUES (?1, ?2, ?3, ?4, ?5, ?6)`, t.ref.args(p.Key, p.FirstSeq, p.EraseSeq, int(p.Fields), p.Actor)...); err != nil {
 		return fmt.Errorf("mark pending erasure: %w", classify(err))
@@ -250,10 +258,20 @@ func (t *writeTx) PutPending(ctx context.Context, p *ledger.PendingErase) error 
 
 // Pending returns the mark of a key generation, or nil.
 func (t *writeTx) Pending(ctx context.Context, key string, firstSeq uint64) (*ledger.PendingErase, error) {
+	if !t.pending.known.Load() {
+		var any bool
+		if err := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ns_pending_erasures WHERE ns = ?1)`, t.ref.args()...).Scan(&any); err != nil {
+			return nil, fmt.Errorf("read pending erasures: %w", classify(err))
+		}
+		t.pending.may.Store(any)
+		t.pending.known.Store(true)
+	}
+	if !t.pending.may.Load() {
+		return nil, nil
+	}
 	p := &ledger.PendingErase{Key: key, FirstSeq: firstSeq}
 	var fields int
-	err := t.tx.QueryRowContext(ctx, `SELECT erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`,
-		t.ref.args(key, firstSeq)...).Scan(&p.EraseSeq, &fields, &p.Actor)
+	err := t.stmt(ctx, stPending).QueryRowContext(ctx, t.ref.args(key, firstSeq)...).Scan(&p.EraseSeq, &fields, &p.Actor)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil

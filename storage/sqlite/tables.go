@@ -53,6 +53,7 @@ const (
 		WHERE r.ns = ?1 AND r.seq = ?2`
 	sqlPayloadRows = `SELECT r.seq, ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid
 		WHERE r.ns = ?1 AND r.seq > ?2 ORDER BY r.seq`
+	sqlPending       = `SELECT erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`
 	sqlInsertErasure = `INSERT INTO ns_erasures (ns, seq, salt, ranges) VALUES (?1, ?2, ?3, ?4)`
 	sqlErasure       = `SELECT salt, ranges, purged_at FROM ns_erasures WHERE ns = ?1 AND seq = ?2`
 

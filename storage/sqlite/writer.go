@@ -16,7 +16,7 @@ import (
 // writeStmts are the write path's statements, prepared once on the writer
 // connection for every chain of the file.
 type writeStmts struct {
-	insert, receipt, token, treeRead, treeRow *sql.Stmt
+	insert, receipt, token, treeRead, treeRow, payload, pending *sql.Stmt
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
@@ -24,7 +24,8 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 	for _, p := range []struct {
 		dst **sql.Stmt
 		sql string
-	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}, {&s.treeRead, sqlTreeHash}, {&s.treeRow, sqlTreeRow}} {
+	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}, {&s.treeRead, sqlTreeHash},
+		{&s.treeRow, sqlTreeRow}, {&s.payload, sqlInsertPayload}, {&s.pending, sqlPending}} {
 		st, err := w.PrepareContext(ctx, p.sql)
 		if err != nil {
 			return nil, fmt.Errorf("prepare: %w", classify(err))
@@ -36,7 +37,7 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 
 // all lists the statements, for Close.
 func (s *writeStmts) all() []*sql.Stmt {
-	return []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow}
+	return []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow, s.payload, s.pending}
 }
 
 // update runs fn in one BEGIN IMMEDIATE transaction of the file's single
@@ -86,7 +87,7 @@ func (c *chainWriter) file() *chainWriter {
 // Called with c.mu held.
 func (c *chainWriter) newTx() *writeTx {
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated}
+		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated, pending: &c.pending}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	return t
@@ -166,7 +167,8 @@ func (c *chainWriter) counted(start time.Time, appended int) {
 // or writes is merged into the cache and the index only after COMMIT, so
 // a failed batch leaves both exactly as the database is.
 type writeTx struct {
-	erased   bool // the batch erased payloads: purge the WAL after COMMIT (SPEC §14)
+	erased   bool         // the batch erased payloads: purge the WAL after COMMIT (SPEC §14)
+	pending  *pendingFlag // the chain's: may it have pending erasure marks
 	tx       *sql.Tx
 	now      uint64      // unix ms, read once per batch, never before the chain's last recorded_at
 	head     ledger.Head // head including this batch's appends
@@ -175,7 +177,7 @@ type writeTx struct {
 	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
-	bound         [4]*sql.Stmt     // stmts bound to tx, made on first use
+	bound         [6]*sql.Stmt     // stmts bound to tx, made on first use
 	rids          map[uint64]int64 // the rowid of each receipt appended, by seq
 	cache         *keyCache
 	idx           *keyindex.Index
@@ -201,7 +203,7 @@ func (t *writeTx) Locked(context.Context) (ledger.Locked, error) {
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
 	if t.bound[i] == nil {
-		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token, t.stmts.treeRow}[i]
+		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token, t.stmts.treeRow, t.stmts.payload, t.stmts.pending}[i]
 		t.bound[i] = t.tx.StmtContext(ctx, st)
 	}
 	return t.bound[i]
@@ -212,6 +214,8 @@ const (
 	stReceipt
 	stToken
 	stTreeRow
+	stPayload
+	stPending
 )
 
 // Key reads a key record: this batch's writes, the key cache, the index
