@@ -190,6 +190,9 @@ func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor st
 	if err != nil {
 		return nil, err
 	}
+	if p.Retention != nil && !n.committed() {
+		return nil, Invalid("retention", "retention erases payloads, and this namespace keeps them inline (in its chain): create a committed namespace (docs/privacy.md)")
+	}
 	text, err := p.Canonical()
 	if err != nil {
 		return nil, err

@@ -173,30 +173,41 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		}
 		return res, nil
 	}
-	eraseSeq := t.Head().Seq + 1
-	if err := t.ErasePayloads(ctx, eraseSeq, fields); err != nil {
-		return nil, err
-	}
-	ranges := chain.Ranges(slices.Collect(mapKeys(fields)))
-	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
-	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: chain.RangesCount(ranges), Fields: req.Fields.Names()}
-	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Note: req.Reason,
-		Actor: req.Actor, RecordedAt: t.Now()})
+	r, count, err := t.appendErase(ctx, fields, req.Fields, false, req.Actor, req.Reason)
 	if err != nil {
-		return nil, err
-	}
-	if r.Seq != eraseSeq {
-		return nil, fmt.Errorf("erase: appended at %d, not %d", r.Seq, eraseSeq)
-	}
-	if err := t.PutErasure(ctx, e); err != nil {
 		return nil, err
 	}
 	if err := t.markPending(ctx, pending, r.Seq, req); err != nil {
 		return nil, err
 	}
 	ref := refOf(&r)
-	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, result.Count, len(keys)
+	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, count, len(keys)
 	return res, nil
+}
+
+// appendErase erases the values of fields (seq → fields) and appends the
+// erase receipt: fieldSet in its result, the erased ranges' salted set,
+// retention when a sweep erased them, and stores the ranges' opening. It
+// returns the receipt and how many receipts it erased.
+func (t *batchTx) appendErase(ctx context.Context, fields map[uint64]chain.FieldSet, fieldSet chain.FieldSet,
+	retention bool, actor, reason string) (chain.Receipt, uint64, error) {
+	eraseSeq := t.Head().Seq + 1
+	if err := t.ErasePayloads(ctx, eraseSeq, fields); err != nil {
+		return chain.Receipt{}, 0, err
+	}
+	ranges := chain.Ranges(slices.Collect(mapKeys(fields)))
+	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
+	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: chain.RangesCount(ranges),
+		Fields: fieldSet.Names(), Retention: retention}
+	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Note: reason,
+		Actor: actor, RecordedAt: t.Now()})
+	if err != nil {
+		return r, 0, err
+	}
+	if r.Seq != eraseSeq {
+		return r, 0, fmt.Errorf("erase: appended at %d, not %d", r.Seq, eraseSeq)
+	}
+	return r, result.Count, t.PutErasure(ctx, e)
 }
 
 // inFlight returns the selected generations that are the current one of
@@ -252,21 +263,8 @@ func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chai
 	if set == 0 {
 		return nil // nothing committed to erase
 	}
-	eraseSeq := t.Head().Seq + 1
-	if err := t.ErasePayloads(ctx, eraseSeq, map[uint64]chain.FieldSet{final.Seq: set}); err != nil {
-		return err
-	}
-	ranges := []chain.Range{{final.Seq, final.Seq}}
-	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
-	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: 1, Fields: p.Fields.Names()}
-	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Actor: p.Actor, RecordedAt: t.Now()})
-	if err != nil {
-		return err
-	}
-	if r.Seq != eraseSeq {
-		return fmt.Errorf("erase: appended at %d, not %d", r.Seq, eraseSeq)
-	}
-	return t.PutErasure(ctx, e)
+	_, _, err = t.appendErase(ctx, map[uint64]chain.FieldSet{final.Seq: set}, p.Fields, false, p.Actor, "")
+	return err
 }
 
 // selected lists the generations an erase selects: every generation of

@@ -62,7 +62,17 @@ const (
 type Policy struct {
 	Rules        []PolicyRule `json:"rules,omitempty"`
 	SelfApproval string       `json:"self_approval,omitempty"`
+	// Retention erases the payloads of finished keys this old (SPEC §14).
+	Retention *Retention `json:"retention,omitempty"`
 }
+
+// Retention is the policy's retention member (SPEC §14).
+type Retention struct {
+	PayloadsMS uint64 `json:"payloads_ms"`
+}
+
+// MinRetentionMS is the shortest payload retention a policy may set.
+const MinRetentionMS = 60_000
 
 // PolicyRule is one rule; nil members are not set by it.
 type PolicyRule struct {
@@ -132,11 +142,12 @@ func ParsePolicy(raw []byte) (*Policy, error) {
 	var top struct {
 		Rules        []json.RawMessage `json:"rules"`
 		SelfApproval string            `json:"self_approval"`
+		Retention    *Retention        `json:"retention"`
 	}
 	if err := decodeStrict(raw, &top, ""); err != nil {
 		return nil, err
 	}
-	p.SelfApproval = top.SelfApproval
+	p.SelfApproval, p.Retention = top.SelfApproval, top.Retention
 	p.Rules = make([]PolicyRule, len(top.Rules))
 	for i, r := range top.Rules {
 		if err := decodeStrict(r, &p.Rules[i], fmt.Sprintf("rules[%d].", i)); err != nil {
@@ -205,6 +216,9 @@ func (p *Policy) check() error {
 	if len(p.Rules) > MaxPolicyRules {
 		return Invalid("rules", "at most %d rules", MaxPolicyRules)
 	}
+	if r := p.Retention; r != nil && (r.PayloadsMS < MinRetentionMS || r.PayloadsMS > MaxKeyTTL) {
+		return Invalid("retention.payloads_ms", "retention.payloads_ms must be from %d to %d", MinRetentionMS, uint64(MaxKeyTTL))
+	}
 	for i := range p.Rules {
 		if err := p.Rules[i].check(fmt.Sprintf("rules[%d]", i)); err != nil {
 			return err
@@ -264,9 +278,10 @@ func (p *Policy) Canonical() (string, error) {
 	return string(c), nil
 }
 
-// Empty reports whether p has no rules and the default self-approval.
+// Empty reports whether p has no rules, the default self-approval and no
+// retention.
 func (p *Policy) Empty() bool {
-	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow
+	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow && p.Retention == nil
 }
 
 // GateFor resolves the members that apply to (tool, effect).

@@ -396,3 +396,63 @@ func TestErasure_goneFromFiles(t *testing.T) {
 	out, stderr, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "%s%s", out, stderr)
 }
+
+// TestRetention_sweeps drives SPEC §14's retention through the real
+// binaries on SQLite and PostgreSQL, on ledgerd's test clock: the policy
+// member's refusals, one erase receipt per sweep that finds something
+// (retention: true, actor ledgerd), none when idle, a key still in flight
+// kept, and verify clean.
+func TestRetention_sweeps(t *testing.T) {
+	t.Parallel()
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		testRetention(t, filepath.Join(t.TempDir(), "ledger.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		testRetention(t, pgtest.URL(t))
+	})
+}
+
+func testRetention(t *testing.T, db string) {
+	clock := newTestClock(t, t0)
+	l := clock.start(t, db, "--default-payloads", "committed", "--retention-interval", "20ms")
+	marker := randomMarker(t)
+	for _, bad := range []string{`{"retention":{"payloads_ms":59999}}`, `{"retention":{"payloads_ms":"1d"}}`, `{"retention":{"days":1}}`} {
+		r := l.Do("PUT", "/v1/namespaces/default/policy", bad)
+		require.Equal(t, 400, r.Status, "%s: %s", bad, r.Raw)
+	}
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"plain","payloads":"inline"}`).Status)
+	r := l.Do("PUT", "/v1/namespaces/plain/policy", `{"retention":{"payloads_ms":60000}}`)
+	require.Equal(t, 400, r.Status, r.Raw)
+	assert.Equal(t, "retention", r.Body["error"].(map[string]any)["details"].(map[string]any)["field"])
+
+	rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"old-00000001","execution_id":"e1","tool":"mail.send","effect":"external","input":{"to":"a"}}`)
+	require.Equal(t, 201, rr.Status, rr.Raw)
+	l.Commit(t, "old-00000001", `{"reservation":"`+rr.Body["reservation"].(string)+`","outcome":"succeeded","result":{"to":"`+marker+`"}}`)
+	open := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"open-0000001","execution_id":"e1","tool":"mail.send","effect":"external","input":{"to":"b"},"lease_ms":86400000}`)
+	require.Equal(t, 201, open.Status, open.Raw)
+	r = l.Do("PUT", "/v1/namespaces/default/policy", `{"retention":{"payloads_ms":60000}}`)
+	require.Equal(t, 200, r.Status, r.Raw)
+	head := func() float64 { return l.Do("GET", "/v1/head", "").Body["seq"].(float64) }
+	before := head()
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, before, head(), "nothing has expired: a sweep appends nothing")
+
+	clock.advance(61 * time.Second)
+	require.Eventually(t, func() bool { return head() == before+1 }, 20*time.Second, 20*time.Millisecond, "one sweep erased")
+	time.Sleep(200 * time.Millisecond)
+	assert.Equal(t, before+1, head(), "the next sweeps find nothing and append nothing")
+	e := l.Do("GET", fmt.Sprintf("/v1/erasures/%d", int(before+1)), "")
+	require.Equal(t, 200, e.Status, e.Raw)
+	assert.Equal(t, true, e.Body["retention"])
+	rec := l.Do("GET", fmt.Sprintf("/v1/receipts/%d", int(before+1)), "")
+	assert.Equal(t, "ledgerd", rec.Body["actor"])
+	k := l.Do("GET", "/v1/effects/old-00000001", "")
+	assert.NotContains(t, k.Raw, marker)
+	assert.Contains(t, k.Raw, `"erased":{"result":`)
+	assert.Equal(t, []any{[]any{float64(2), float64(2)}}, e.Body["ranges"], "only the finished key's commit; the open key and the policy kept")
+	require.NoError(t, l.Stop())
+	out, stderr, code := ledgerctl(t, "verify", "--db", db)
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+}

@@ -28,6 +28,7 @@ const (
 type gatePolicy struct {
 	rules             []policyRule
 	allowSelfApproval bool
+	retentionMS       uint64 // SPEC §14; 0: none
 }
 
 // policyRule is one rule; a nil member is one the rule does not set.
@@ -72,6 +73,12 @@ func parsePolicy(text string) (*gatePolicy, error) {
 			p.rules, err = parseRules(raw)
 		case "self_approval":
 			p.allowSelfApproval, err = parseSelfApproval(raw)
+		case "retention": // SPEC §14: checked by the retention erasures' rules
+			var r struct {
+				PayloadsMS uint64 `json:"payloads_ms"`
+			}
+			err = strictUnmarshal(string(raw), &r)
+			p.retentionMS = r.PayloadsMS
 		default:
 			err = fmt.Errorf("unknown member %q", name)
 		}

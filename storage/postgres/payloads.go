@@ -388,3 +388,38 @@ func queuePending(b *pgx.Batch, ns string, t *tx) {
 		}
 	}
 }
+
+// KeptPayloads lists the stored receipts up to through that still keep a
+// value (a sweep's own transaction appends none before it reads).
+func (t *tx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]ledger.KeptPayload, error) {
+	rows, err := t.conn.Query(ctx, `SELECT p.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
+		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
+		FROM payloads AS p JOIN receipts AS r ON r.namespace = p.namespace AND r.seq = p.seq
+		WHERE p.namespace = $1 AND p.seq <= $2 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
+			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
+		ORDER BY p.seq LIMIT $3`, t.c.ns, int64(through), limit)
+	if err != nil {
+		return nil, t.dbFail("read kept payloads", err)
+	}
+	defer rows.Close()
+	var out []ledger.KeptPayload
+	for rows.Next() {
+		var kp ledger.KeptPayload
+		var seq int64
+		var has [4]bool
+		if err := rows.Scan(&seq, &kp.Kind, &kp.Key, &has[0], &has[1], &has[2], &has[3]); err != nil {
+			return nil, t.dbFail("read kept payloads", err)
+		}
+		kp.Seq = uint64(seq)
+		for i, f := range chain.PayloadFields {
+			if has[i] {
+				kp.Fields = kp.Fields.With(f)
+			}
+		}
+		out = append(out, kp)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, t.dbFail("read kept payloads", err)
+	}
+	return out, nil
+}

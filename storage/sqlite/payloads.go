@@ -290,3 +290,32 @@ func (t *writeTx) DeletePending(ctx context.Context, key string, firstSeq uint64
 	}
 	return nil
 }
+
+// KeptPayloads lists the receipts up to through that still keep a value.
+func (t *writeTx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]ledger.KeptPayload, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT r.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
+		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
+		FROM ns_payloads AS p JOIN ns_receipts AS r ON r.rowid = p.rid
+		WHERE r.ns = ?1 AND r.seq <= ?2 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
+			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
+		ORDER BY p.rid LIMIT ?3`, t.ref.args(through, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("read kept payloads: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var out []ledger.KeptPayload
+	for rows.Next() {
+		var kp ledger.KeptPayload
+		var has [4]bool
+		if err := rows.Scan(&kp.Seq, &kp.Kind, &kp.Key, &has[0], &has[1], &has[2], &has[3]); err != nil {
+			return nil, fmt.Errorf("read kept payloads: %w", classify(err))
+		}
+		for i, f := range chain.PayloadFields {
+			if has[i] {
+				kp.Fields = kp.Fields.With(f)
+			}
+		}
+		out = append(out, kp)
+	}
+	return out, classify(rows.Err())
+}

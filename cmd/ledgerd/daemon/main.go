@@ -61,11 +61,14 @@ const DefaultReplicaCountEvery = 2 * time.Second
 // Main is the ledgerd program. ParseFlags sets the fields of the flags;
 // the seams after them are for tests and stay zero in the binary.
 type Main struct {
-	DBPath               string
-	Listen               string
-	Log                  logging.Flags // --log-level, --log-format
-	ShutdownTimeout      time.Duration
-	VerifyEvery          time.Duration
+	DBPath          string
+	Listen          string
+	Log             logging.Flags // --log-level, --log-format
+	ShutdownTimeout time.Duration
+	VerifyEvery     time.Duration
+	// RetentionEvery is how often each committed namespace's retention
+	// policy is swept (SPEC §14); 0: never.
+	RetentionEvery       time.Duration
 	PprofAddr            string
 	MaxInFlight          int
 	MaxInFlightPerClient int
@@ -179,7 +182,7 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	defer o.close()
 	var svc *nsservices.Services
-	if key != nil || m.VerifyEvery > 0 {
+	if key != nil || m.VerifyEvery > 0 || m.RetentionEvery > 0 {
 		if svc, err = m.startNsServices(ctx, o, key); err != nil {
 			return err
 		}

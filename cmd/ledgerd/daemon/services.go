@@ -22,5 +22,6 @@ func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) 
 	if m.VerifyEvery > 0 {
 		cfg.VerifyStore, cfg.VerifyEvery = o.rstore, m.VerifyEvery
 	}
+	cfg.RetentionEvery = m.RetentionEvery
 	return nsservices.Start(ctx, cfg)
 }

@@ -62,6 +62,11 @@ type Config struct {
 	// ScanEvery is how often new namespaces are looked for (default
 	// DefaultScanEvery).
 	ScanEvery time.Duration
+
+	// RetentionEvery is how often each namespace's payload retention is
+	// swept (SPEC §14; 0: never). Every replica sweeps: a sweep runs under
+	// the namespace's head lock, so a second one at once finds nothing.
+	RetentionEvery time.Duration
 }
 
 // Services are the running per-namespace services.
@@ -157,6 +162,16 @@ func (s *Services) scan(ctx context.Context) error {
 // start starts the services of namespace n.
 func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.cfg.Logger.With("namespace", n.Name())
+	if s.cfg.RetentionEvery > 0 && n.Payloads() == ledger.PayloadsCommitted {
+		s.mu.Lock()
+		s.running[n.Name()] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			tick.Every(ctx, s.cfg.RetentionEvery, func(ctx context.Context) { sweep(ctx, n, logger) })
+		}()
+	}
 	if s.cfg.VerifyStore != nil {
 		c, err := s.cfg.VerifyStore.Chain(ctx, n.Name())
 		if err != nil {
@@ -176,6 +191,20 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	}
 	s.startLog(ctx, n, logger)
 	return nil
+}
+
+// sweep runs n's retention sweeps until one finds less than a full sweep.
+func sweep(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
+	for ctx.Err() == nil {
+		res, err := n.Sweep(ctx)
+		if err != nil {
+			logger.Warn("retention sweep failed", "err", err)
+			return
+		}
+		if res == nil || res.Count < ledger.MaxSweep {
+			return
+		}
+	}
 }
 
 // startLog starts namespace n's checkpoint signer and, with witnesses,

@@ -1,0 +1,101 @@
+package ledger
+
+import (
+	"context"
+	"sort"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// Retention (SPEC §14): a policy's "retention": {"payloads_ms": N} erases,
+// sweep by sweep, the payloads of receipts more than N ms old whose key
+// generation is finished, erase receipts excepted. A sweep that finds
+// something appends one erase receipt ("retention": true, actor ledgerd,
+// no note); a sweep that finds nothing appends nothing.
+
+// MaxSweep bounds the receipts one sweep erases: each transaction stays
+// short; the next sweep goes on.
+const MaxSweep = 10_000
+
+// RetentionActor is the actor of the erase receipts of sweeps.
+const RetentionActor = "ledgerd"
+
+// Sweep runs one retention sweep. It returns nil when the namespace has
+// no retention in force or nothing had expired.
+func (n *Namespace) Sweep(ctx context.Context) (*EraseResult, error) {
+	if !n.committed() {
+		return nil, nil
+	}
+	var res *EraseResult
+	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
+		var err error
+		res, err = decideSweep(ctx, t)
+		return err
+	})
+	if err != nil || res == nil {
+		return nil, err
+	}
+	erasures.WithLabelValues(n.name, "retention").Inc()
+	n.l.logger.InfoContext(ctx, "payloads erased by retention", "namespace", n.name, "seq", res.Receipt.Seq, "count", res.Count)
+	return res, nil
+}
+
+// decideSweep erases what the policy in force has expired.
+func decideSweep(ctx context.Context, t *batchTx) (*EraseResult, error) {
+	p, _, err := t.policy(ctx)
+	if err != nil || p == nil || p.Retention == nil || t.Now() <= p.Retention.PayloadsMS {
+		return nil, err
+	}
+	through, err := t.recordedThrough(ctx, t.Now()-p.Retention.PayloadsMS)
+	if err != nil || through == 0 {
+		return nil, err
+	}
+	kept, err := t.KeptPayloads(ctx, through, MaxSweep)
+	if err != nil {
+		return nil, err
+	}
+	fields := map[uint64]chain.FieldSet{}
+	for _, kp := range kept {
+		if kp.Kind == chain.KindErase {
+			continue // its reason is the audit's
+		}
+		if kp.Key != "" {
+			k, found, err := t.Key(ctx, kp.Key)
+			if err != nil {
+				return nil, err
+			}
+			if found && !k.finalized() && kp.Seq >= k.FirstSeq {
+				continue // a person may still need the values to resolve it
+			}
+		}
+		fields[kp.Seq] = kp.Fields
+	}
+	if len(fields) == 0 {
+		return nil, nil
+	}
+	r, count, err := t.appendErase(ctx, fields, chain.AllFields, true, RetentionActor, "")
+	if err != nil {
+		return nil, err
+	}
+	ref := refOf(&r)
+	return &EraseResult{Status: StatusErased, Receipt: &ref, Count: count}, nil
+}
+
+// recordedThrough returns the last seq recorded at or before cutoff (unix
+// ms): recorded_at never decreases within a chain, so a search by seq.
+func (t *batchTx) recordedThrough(ctx context.Context, cutoff uint64) (uint64, error) {
+	head := t.Head().Seq
+	var ferr error
+	i := sort.Search(int(head), func(i int) bool {
+		if ferr != nil {
+			return true
+		}
+		r, err := t.Receipt(ctx, uint64(i)+1)
+		if err != nil {
+			ferr = err
+			return true
+		}
+		return r.RecordedAt > cutoff
+	})
+	return uint64(i), ferr
+}
