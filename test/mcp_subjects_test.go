@@ -27,16 +27,21 @@ import (
 func TestLedgerMCP_subjects(t *testing.T) {
 	t.Parallel()
 	policy := writePolicy(t, `[{"tool": "charge", "subjects": ["cust-{{arguments.order}}", "{{arguments.amount}}", "{{arguments.missing}}"]}]`)
-	t.Run("Remote", func(t *testing.T) {
-		t.Parallel()
-		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-payloads", "committed")
-		sh := newShop(t)
-		g := startGateway(t, append([]string{"--ledger", l.URL, "--policy", policy}, sh.command()...)...)
-		checkMCPSubjects(t, g, sh, func(path, body string) (int, map[string]any, string) {
-			r := l.Do(map[bool]string{true: "GET", false: "POST"}[body == ""], path, body)
-			return r.Status, r.Body, r.Raw
+	for name, extra := range map[string][]string{"Remote": nil, "RemoteExactReplays": {"--exact-replays"}} {
+		// With --exact-replays too, an erased result is told in words:
+		// nothing recorded is left to replay exactly.
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-payloads", "committed")
+			sh := newShop(t)
+			args := append(append([]string{"--ledger", l.URL, "--policy", policy}, extra...), sh.command()...)
+			g := startGateway(t, args...)
+			checkMCPSubjects(t, g, sh, func(path, body string) (int, map[string]any, string) {
+				r := l.Do(map[bool]string{true: "GET", false: "POST"}[body == ""], path, body)
+				return r.Status, r.Body, r.Raw
+			})
 		})
-	})
+	}
 	t.Run("Embedded", func(t *testing.T) {
 		t.Parallel()
 		db := filepath.Join(t.TempDir(), "mcp.db")
