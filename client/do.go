@@ -51,6 +51,13 @@ type Effect struct {
 	// (SPEC §13: a namespace's repeat_failure rule refuses an unchanged
 	// retry with ErrUnchangedRetry).
 	Changed *Changed
+	// Subjects are opaque ids of the people the effect concerns (a
+	// customer id, a recipient id), at most 8 of 1–128 bytes: an erasure
+	// by subject (POST /v1/ns/{ns}/erasures {"subject"}) then removes the
+	// recorded values of this key (SPEC §14). Only their HMACs are kept,
+	// never on the chain; the first reserve of a key's generation fixes
+	// them. Never put names, addresses or other personal data in them.
+	Subjects []string
 	// Reconcile, when set, is called when the reserve answers
 	// unsafe_resume (an earlier attempt was interrupted and may have
 	// happened): it asks the downstream, by the key, whether the effect
@@ -106,6 +113,10 @@ type Result struct {
 	Receipt       ReceiptRef // the commit, or for a replay the replay receipt
 	Original      ReceiptRef // for a replay: the receipt of the recorded outcome
 	Late          bool       // committed after the lease had ended
+	// Erased is set on a replay whose recorded values an erasure removed
+	// (SPEC §14): field ("result", "external_ref", …) → the seq of the
+	// erase receipt. An erased Result is nil, an erased ExternalRef "".
+	Erased map[string]uint64
 }
 
 // Do runs the effect e at most once per key across every gateway that
@@ -177,7 +188,7 @@ func (c *Client) Do(ctx context.Context, e Effect, fn Func) (*Result, error) {
 				rsv.Key, rsv.Original.Seq, ErrMalformedResult, rsv.ResultEncoding)
 		}
 		return &Result{Key: rsv.Key, Replayed: true, ExternalRef: rsv.ExternalRef, Result: rsv.Result,
-			Receipt: rsv.Receipt, Original: rsv.Original}, nil
+			Receipt: rsv.Receipt, Original: rsv.Original, Erased: rsv.Erased}, nil
 	}
 	if rsv.Status != "reserved" || rsv.Token == "" {
 		return nil, fmt.Errorf("reserve %s: unexpected status %q", req.Key, rsv.Status)
@@ -198,7 +209,7 @@ func (c *Client) prepare(ctx context.Context, e *Effect) (*ReserveRequest, error
 	}
 	req := &ReserveRequest{Key: e.Key, ExecutionID: e.ExecutionID, Attempt: e.Attempt, Tool: e.Tool,
 		Class: e.Class, Idempotent: e.Idempotent, InputHash: e.InputHash, Lease: e.Lease,
-		ApprovalSummary: e.ApprovalSummary, Changed: e.Changed}
+		ApprovalSummary: e.ApprovalSummary, Changed: e.Changed, Subjects: e.Subjects}
 	if req.Key == "" {
 		if e.Input == nil {
 			// Every call of the tool would be one effect.

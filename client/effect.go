@@ -50,7 +50,13 @@ type ReserveRequest struct {
 	// Changed says what a retry of a failed call changed (SPEC §13: under
 	// a repeat_failure rule, a retry must change something).
 	Changed *Changed
-	Lease   time.Duration
+	// Subjects are opaque ids of the people the effect concerns (a
+	// customer, a recipient: never names or addresses themselves), at most
+	// 8 of 1–128 bytes, so that an erasure by subject finds the key (SPEC
+	// §14). The ledger keeps only their HMACs, never on the chain, fixed
+	// by the first reserve of the key's generation.
+	Subjects []string
+	Lease    time.Duration
 	// Wait lets the server hold the request up to this long while another
 	// attempt holds the key, or while the call's ask awaits its answer
 	// (wait_ms; whole milliseconds, at most 60 s).
@@ -95,6 +101,11 @@ type Reservation struct {
 	// ("text") or its base64 ("base64").
 	ResultEncoding string
 	Original       ReceiptRef // the receipt of the recorded outcome
+	// Erased names the recorded fields an erasure removed (SPEC §14):
+	// field ("result", "external_ref", "error_message", "note") → the seq
+	// of the erase receipt. An erased result is nil, an erased
+	// external_ref "". Nil when nothing was erased.
+	Erased map[string]uint64
 
 	Receipt ReceiptRef // the reserve or replay receipt appended
 }
@@ -110,6 +121,7 @@ type reserveBody struct {
 	Input          json.RawMessage `json:"input,omitempty"`
 	Summary        string          `json:"approval_summary,omitempty"`
 	Changed        *Changed        `json:"changed,omitempty"`
+	Subjects       []string        `json:"subjects,omitempty"`
 	LeaseMS        int64           `json:"lease_ms,omitempty"`
 	WaitMS         int64           `json:"wait_ms,omitempty"`
 }
@@ -127,14 +139,15 @@ type reserveReply struct {
 		Seq        uint64 `json:"seq"`
 		RecordedAt int64  `json:"recorded_at"`
 	} `json:"renewed"`
-	AfterNotApplied *NotAppliedRef  `json:"after_not_applied"`
-	Approval        *approvalReply  `json:"approval"`
-	Outcome         string          `json:"outcome"`
-	ExternalRef     string          `json:"external_ref"`
-	Result          json.RawMessage `json:"result"`
-	ResultEncoding  string          `json:"result_encoding"`
-	Original        ReceiptRef      `json:"original"`
-	Receipt         ReceiptRef      `json:"receipt"`
+	AfterNotApplied *NotAppliedRef    `json:"after_not_applied"`
+	Approval        *approvalReply    `json:"approval"`
+	Outcome         string            `json:"outcome"`
+	ExternalRef     string            `json:"external_ref"`
+	Result          json.RawMessage   `json:"result"`
+	ResultEncoding  string            `json:"result_encoding"`
+	Original        ReceiptRef        `json:"original"`
+	Receipt         ReceiptRef        `json:"receipt"`
+	Erased          map[string]uint64 `json:"erased"`
 }
 
 // reserveOnce makes one reserve request.
@@ -145,7 +158,7 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 	}
 	body := reserveBody{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: attempt, Tool: r.Tool,
 		Effect: r.Class, Idempotent: r.Idempotent, InputHash: r.InputHash, Input: r.Input,
-		Summary: r.ApprovalSummary, Changed: r.Changed,
+		Summary: r.ApprovalSummary, Changed: r.Changed, Subjects: r.Subjects,
 		LeaseMS: r.Lease.Milliseconds(), WaitMS: r.Wait.Milliseconds()}
 	var b reserveReply
 	res, err := c.exchange(ctx, "reserve", http.MethodPost, c.route("/v1/effects/reserve"), body, &b)
@@ -158,7 +171,7 @@ func (c *Client) reserveOnce(ctx context.Context, r *ReserveRequest) (*Reservati
 	out := &Reservation{Status: b.Status, Key: b.IdempotencyKey, KeyGenerated: b.KeyGenerated,
 		Token: b.Reservation, Attempt: b.Attempt, Takeover: b.Takeover, Retry: b.Retry, AfterNotApplied: b.AfterNotApplied,
 		Outcome: b.Outcome, ExternalRef: b.ExternalRef, ResultEncoding: b.ResultEncoding,
-		Original: b.Original, Receipt: b.Receipt}
+		Original: b.Original, Receipt: b.Receipt, Erased: b.Erased}
 	if b.LeaseExpiresAt > 0 {
 		out.LeaseExpiresAt = time.UnixMilli(b.LeaseExpiresAt)
 	}

@@ -189,7 +189,11 @@ func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionSco
 		again += fmt.Sprintf(", or call it after %s, when the ledger forgets this one", rec.Expires.Format(time.RFC3339))
 	}
 	below := "below is the answer recorded then"
-	if !hasContent(rsv.Result) {
+	erased, wasErased := rsv.Erased[erasedResult]
+	switch {
+	case wasErased:
+		below = fmt.Sprintf("its recorded answer was erased (erase receipt %d: the ledger no longer holds it), so none follows", erased)
+	case !hasContent(rsv.Result):
 		below = "no answer of the tool was recorded, so none follows"
 	}
 	ran := fmt.Sprintf("this exact call already ran%s (receipt %d) and was NOT run again; %s", when, rsv.Original.Seq, below)
@@ -206,9 +210,12 @@ func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionSco
 		if rec.Note != "" {
 			ran += fmt.Sprintf(", with the note %q", rec.Note)
 		}
-		if hasContent(rsv.Result) {
+		switch {
+		case wasErased:
+			ran += fmt.Sprintf("; the result recorded with that decision was erased (erase receipt %d), so none follows", erased)
+		case hasContent(rsv.Result):
 			ran += "; below is the result recorded with that decision"
-		} else {
+		default:
 			ran += "; no answer of the tool was recorded, so none follows"
 		}
 	}
@@ -220,6 +227,10 @@ func replayNotice(rsv *ledgerport.Reservation, rec ledgerport.Record, sessionSco
 	return fmt.Sprintf("[Replayed: %s. If the world may have changed since and you mean to do it again, "+
 		"%s, or tell the user. Idempotency key %s.]", ran, again, rsv.Key)
 }
+
+// erasedResult is the name of the result field in a replay's erased
+// object (SPEC §14).
+const erasedResult = "result"
 
 // hasContent reports whether a recorded result has content blocks.
 func hasContent(result json.RawMessage) bool {
@@ -266,6 +277,9 @@ func replayAnswer(rsv *ledgerport.Reservation, notice string) (mcp.Result, error
 	meta[MetaReplayed] = true
 	meta[MetaReceipt] = rsv.Receipt
 	meta[MetaKey] = rsv.Key
+	if len(rsv.Erased) > 0 {
+		meta[MetaErased] = rsv.Erased
+	}
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return nil, fmt.Errorf("replay %s: %w", rsv.Key, err)

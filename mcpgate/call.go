@@ -38,10 +38,12 @@ type request struct {
 	toolLabel  string // the metrics label
 	args       json.RawMessage
 	meta       mcp.Meta // as the client sent it
-	session    *mcp.ServerSession
-	version    string // the client's protocol revision
-	caller     caller // the client that made the call (caller.go)
-	class      Class
+	// metaSubjects are the client's _meta subjects (subjects.go).
+	metaSubjects []string
+	session      *mcp.ServerSession
+	version      string // the client's protocol revision
+	caller       caller // the client that made the call (caller.go)
+	class        Class
 	// lease: a task-augmented call's is its task's ttl (tasks.Lease).
 	lease time.Duration
 	// A round of a multi round-trip call (SPEC §11.1): the client's
@@ -64,7 +66,9 @@ type call struct {
 	exec    string
 	attempt uint64
 	hash    string
-	up      *mcp.ClientSession // the upstream session the call went to
+	// subjects: the reserve's, the rule's and the client's (subjects.go).
+	subjects []string
+	up       *mcp.ClientSession // the upstream session the call went to
 	// On a session of its own upstream (package serverreq): where the
 	// upstream's requests during the call go.
 	peer  *serverreq.Peer
@@ -93,6 +97,11 @@ func (g *Gateway) callTool(ctx context.Context, req mcp.Request, p *mcp.CallTool
 		toolLabel: unlistedToolLabel, inputResponses: p.InputResponses, state: p.RequestState, version: version,
 		lease: tasks.Lease(p.Meta, g.cfg.Lease), caller: who}
 	r.session, _ = req.GetSession().(*mcp.ServerSession)
+	subjects, err := metaSubjects(r.meta)
+	if err != nil {
+		return nil, err
+	}
+	r.metaSubjects = subjects
 	if len(r.args) == 0 || string(r.args) == "null" {
 		r.args = json.RawMessage("{}") // what MCP clients send for a call without arguments
 	}
@@ -166,6 +175,10 @@ func (g *Gateway) guarded(ctx context.Context, s *mcp.ClientSession, c *call) (m
 		return nil, fmt.Errorf("fingerprint arguments: %w", err)
 	}
 	c.key, c.exec, c.attempt, c.hash = key, executionOf(g.runOf(c)), 1, hash
+	if c.subjects, err = g.subjectsOf(ctx, c, key); err != nil {
+		callsTotal.WithLabelValues(c.toolLabel, DecisionRefused).Inc()
+		return nil, err
+	}
 	if c.state != "" {
 		if err := g.continueRound(c, key); err != nil {
 			if !errors.Is(err, rounds.ErrEnvelope) {
@@ -246,9 +259,10 @@ func (g *Gateway) decided(ctx context.Context, s *mcp.ClientSession, c *call, ke
 // replay answers with a key's recorded result: as it was recorded with
 // ExactReplays, else after a text block that tells the model it is a
 // replay (SPEC §11's _meta marks it either way, but most hosts never show
-// _meta to the model).
+// _meta to the model). A result an erasure removed (SPEC §14) is always
+// told in words: there is nothing recorded to replay exactly.
 func (g *Gateway) replay(ctx context.Context, rsv *ledgerport.Reservation) (mcp.Result, error) {
-	if g.cfg.ExactReplays {
+	if _, erased := rsv.Erased[erasedResult]; g.cfg.ExactReplays && !erased {
 		return replayAnswer(rsv, "")
 	}
 	rec, err := g.port.Recorded(ctx, rsv.Key, rsv.Original.Seq)
@@ -357,7 +371,7 @@ func (g *Gateway) finish(ctx context.Context, c *call, rsv *ledgerport.Reservati
 // reserveOf is the reserve of a call's current round.
 func (g *Gateway) reserveOf(c *call, key string) client.ReserveRequest {
 	r := client.ReserveRequest{Key: key, ExecutionID: c.exec, Attempt: c.attempt, Tool: c.ledgerTool,
-		Class: client.Class(c.class.Effect), Idempotent: c.class.Idempotent, InputHash: c.hash,
+		Class: client.Class(c.class.Effect), Idempotent: c.class.Idempotent, InputHash: c.hash, Subjects: c.subjects,
 		Lease: cmp.Or(c.lease, g.cfg.Lease), Wait: g.cfg.Wait, ApprovalSummary: ledgerport.Truncate(fmt.Sprintf("MCP tools/call of %q by the client %q, through ledger-mcp", c.name, c.caller.name),
 			ledger.MaxApprovalSummary)}
 	// The arguments themselves, which the ledger fingerprints as the

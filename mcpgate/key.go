@@ -19,6 +19,11 @@ const (
 	MetaKey            = "io.effect-ledger/key"
 	MetaReplayed       = "io.effect-ledger/replayed"
 	MetaReceipt        = "io.effect-ledger/receipt"
+	// MetaSubjects, read from a call: the people it concerns (SPEC §14,
+	// subjects.go); MetaErased, on a replay: the recorded fields an
+	// erasure removed, field → the erase receipt's seq.
+	MetaSubjects = "io.effect-ledger/subjects"
+	MetaErased   = "io.effect-ledger/erased"
 )
 
 // metaParamsKey carries a call's params.idempotencyKey from the transport
@@ -80,7 +85,7 @@ func forwardMeta(meta mcp.Meta, key string) mcp.Meta {
 	}
 	out := mcp.Meta{}
 	for k, v := range meta {
-		if k != MetaIdempotencyKey && k != metaParamsKey && k != MetaKey {
+		if k != MetaIdempotencyKey && k != metaParamsKey && k != MetaKey && k != MetaSubjects {
 			out[k] = v
 		}
 	}

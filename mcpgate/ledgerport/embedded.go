@@ -27,7 +27,7 @@ func (l embedded) Reserve(ctx context.Context, r client.ReserveRequest) (*client
 	lease, wait, attempt := r.Lease.Milliseconds(), r.Wait.Milliseconds(), int64(max(r.Attempt, 1))
 	req := ledger.ReserveRequest{IdempotencyKey: r.Key, ExecutionID: r.ExecutionID, Attempt: &attempt,
 		Tool: r.Tool, Effect: string(r.Class), Idempotent: r.Idempotent, InputHash: r.InputHash, LeaseMS: &lease,
-		WaitMS: &wait, ApprovalSummary: r.ApprovalSummary}
+		WaitMS: &wait, ApprovalSummary: r.ApprovalSummary, Subjects: r.Subjects}
 	if len(r.Input) > 0 {
 		req.Input, req.InputHash = r.Input, ""
 	}
@@ -43,7 +43,7 @@ func (l embedded) Reserve(ctx context.Context, r client.ReserveRequest) (*client
 	out := &client.Reservation{Status: res.Status, Key: res.IdempotencyKey, KeyGenerated: res.KeyGenerated,
 		Token: res.Reservation, Attempt: res.Attempt, Takeover: res.Takeover, Retry: res.Retry,
 		Outcome: res.Outcome, ExternalRef: res.ExternalRef, Receipt: receipt,
-		Original: client.ReceiptRef{Seq: res.Original.Seq, Hash: res.Original.Hash.String()}}
+		Original: client.ReceiptRef{Seq: res.Original.Seq, Hash: res.Original.Hash.String()}, Erased: res.Erased}
 	if res.LeaseExpiresAt > 0 {
 		out.LeaseExpiresAt = time.UnixMilli(int64(res.LeaseExpiresAt))
 	}

@@ -56,6 +56,11 @@ type Rule struct {
 	// Lookup asks the upstream whether an interrupted call applied (SPEC
 	// §15, lookup.go).
 	Lookup *Lookup `json:"lookup,omitempty"`
+	// Subjects are templates (package template) of the subjects of the
+	// calls (SPEC §14), e.g. "{{arguments.customer_id}}": opaque ids of
+	// the people a call concerns, so that an erasure by subject finds its
+	// key. At most 8; the gateway adds them to the client's own (subjects.go).
+	Subjects []string `json:"subjects,omitempty"`
 
 	// The gate's members (SPEC §13), which an embedded ledger records as
 	// its namespace's policy (LedgerPolicy): each is taken from the first
@@ -181,8 +186,8 @@ func (r *Rule) check() error {
 	switch r.Effect {
 	case ClassNone, ClassRead, ClassWrite, ClassDestructive, ClassExternal:
 	case "":
-		if !r.gates() && r.OnError == "" && r.Lookup == nil {
-			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms, reconcile), nor a \"lookup\"")
+		if !r.gates() && r.OnError == "" && r.Lookup == nil && r.Subjects == nil {
+			return errors.New("no \"effect\", no \"on_error\" and no member of the gate (approval, approvers, expires_in_ms, deny, repeat_failure, repeat_window_ms, reconcile), nor a \"lookup\" or \"subjects\"")
 		}
 	default:
 		return fmt.Errorf("effect %q is not one of none, read, write, destructive, external", r.Effect)
@@ -201,6 +206,9 @@ func (r *Rule) check() error {
 		if err := r.Lookup.check(); err != nil {
 			return err
 		}
+	}
+	if err := r.checkSubjects(); err != nil {
+		return err
 	}
 	return r.checkGate()
 }

@@ -114,6 +114,15 @@ export interface Effect {
   approvalSummary?: string;
   /** What this call changed since the same call failed: a repeat_failure rule refuses an unchanged retry (UnchangedRetryError). */
   changed?: Changed;
+  /**
+   * Opaque ids of the people the effect concerns (a customer id, a
+   * recipient id; never names or addresses themselves), at most 8 strings
+   * of 1–128 bytes: an erasure by subject (POST /v1/ns/{ns}/erasures
+   * {"subject"}) then removes the recorded values of this key (SPEC §14).
+   * The ledger keeps only their HMACs, never on the chain; the first
+   * reserve of a key's generation fixes them.
+   */
+  subjects?: string[];
   /** How long to wait for an approver's answer; default the client's approvalWaitMs. */
   approvalWaitMs?: number;
   /** Aborts the waits and retries, and is passed to the effect function. */
@@ -161,6 +170,12 @@ export interface DoResult {
   externalRef: string;
   /** For a replay: the receipt of the recorded outcome. */
   original?: ReceiptRef;
+  /**
+   * For a replay whose recorded values an erasure removed (SPEC §14):
+   * field ("result", "external_ref", …) → the seq of the erase receipt.
+   * An erased result is null, an erased externalRef "".
+   */
+  erased?: Record<string, number>;
   /** A "none" or "read" effect: the function ran without the ledger. */
   notRecorded: boolean;
   /** This run took over an interrupted idempotent attempt. */
@@ -186,6 +201,8 @@ export interface ReserveRequest {
   input?: unknown;
   approvalSummary?: string;
   changed?: Changed;
+  /** Opaque ids of the people the effect concerns (SPEC §14): at most 8 strings of 1–128 bytes. */
+  subjects?: string[];
   leaseMs?: number;
   /** How long the ledger may hold the request while another attempt holds the key, or the call's ask awaits its answer. */
   waitMs?: number;
@@ -259,6 +276,8 @@ export interface Reservation {
   result: unknown;
   resultEncoding?: string;
   original?: ReceiptRef;
+  /** Status "replayed": the recorded fields an erasure removed, field → the erase receipt's seq (SPEC §14). */
+  erased?: Record<string, number>;
   receipt: ReceiptRef;
 }
 
@@ -460,7 +479,7 @@ export class Client {
         throw new Error(`replay of ${rsv.key}: the recorded result is not JSON (result_encoding ${rsv.resultEncoding}); run ledgerctl verify`);
       }
       return { result: rsv.result, replayed: true, key: rsv.key, receipt: rsv.receipt, externalRef: rsv.externalRef,
-        original: rsv.original, notRecorded: false, takeover: false, retry: false, late: false };
+        original: rsv.original, erased: rsv.erased, notRecorded: false, takeover: false, retry: false, late: false };
     }
     if (rsv.status !== "reserved" || !rsv.reservation) {
       throw new Error(`reserve ${rsv.key}: unexpected status ${JSON.stringify(rsv.status)}`);
@@ -495,6 +514,7 @@ export class Client {
       input: r.input,
       approval_summary: r.approvalSummary || undefined,
       changed: r.changed,
+      subjects: r.subjects,
       lease_ms: r.leaseMs || undefined,
       wait_ms: r.waitMs || undefined,
     };
@@ -510,6 +530,7 @@ export class Client {
       attempt: b.attempt ?? 0, leaseExpiresAt: b.lease_expires_at ?? 0, takeover: !!b.takeover, retry: !!b.retry,
       outcome: b.outcome, externalRef: b.external_ref ?? "", result: b.result ?? null, resultEncoding: b.result_encoding,
       original: b.original, receipt: b.receipt ?? { seq: 0, hash: "" },
+      erased: b.erased && typeof b.erased === "object" ? b.erased : undefined,
       renewed: b.renewed ? { seq: b.renewed.seq, recordedAt: b.renewed.recorded_at } : undefined,
       afterNotApplied: b.after_not_applied ? { seq: b.after_not_applied.seq, errorCode: b.after_not_applied.error_code ?? "" } : undefined,
       approval: b.approval ? { seq: b.approval.seq, askSeq: b.approval.ask_seq } : undefined,
@@ -694,6 +715,7 @@ export class Client {
       input: e.sendInput ? e.input : undefined,
       approvalSummary: e.approvalSummary,
       changed: e.changed,
+      subjects: e.subjects,
       leaseMs: e.leaseMs,
     };
   }

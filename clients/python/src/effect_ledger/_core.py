@@ -17,7 +17,7 @@ import random
 import re
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Dict, Generator, Generic, Mapping, NamedTuple, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, Generic, Mapping, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import quote
 
 from . import errors
@@ -293,6 +293,7 @@ class _Core(Generic[ScopeT, ClientT]):
         retry_on: Optional[Tuple[type, ...]] = None,
         approval_summary: Optional[str] = None,
         changed: Any = None,
+        subjects: Optional[Sequence[str]] = None,
     ) -> ScopeT:
         """Describe an effect, to use as a context manager or a decorator.
 
@@ -338,6 +339,7 @@ class _Core(Generic[ScopeT, ClientT]):
             lease_ms=lease_ms,
             approval_summary=approval_summary,
             changed=changed,
+            subjects=subjects,
         )
         return self._scope(spec, wait, self._retry_types(retry_on))
 
@@ -442,6 +444,10 @@ class _Core(Generic[ScopeT, ClientT]):
             body["approval_summary"] = effect.approval_summary
         if effect.changed is not None:
             body["changed"] = effect.changed._json() if isinstance(effect.changed, Changed) else dict(effect.changed)
+        if effect.subjects is not None:
+            if isinstance(effect.subjects, (str, bytes)):
+                raise TypeError("subjects must be a sequence of strings, not a single string")
+            body["subjects"] = list(effect.subjects)
         return body, execution_id
 
     def _reserve_flow(self, effect: Effect, wait: Optional[float], approval_wait: Optional[float] = None) -> Flow:

@@ -54,6 +54,7 @@ def replay_result(res: Replay) -> EffectResult:
         recorded=True,
         receipt=res.receipt,
         original=res.original,
+        erased=dict(res.erased),
     )
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import uuid
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Sequence, Tuple
 
 from .canonical import derive_key
 
@@ -107,6 +107,13 @@ class Effect:
             ``Changed`` or a dict with ``context_hash``, ``component``,
             ``strategy``): a namespace's ``repeat_failure`` rule refuses an
             unchanged retry (``UnchangedRetryError``).
+        subjects: opaque ids of the people the effect concerns (a customer
+            id, a recipient id; never names or addresses themselves), at
+            most 8 strings of 1-128 bytes: an erasure by subject (``POST
+            /v1/ns/{ns}/erasures {"subject"}``) then removes the recorded
+            values of this key (SPEC §14). The ledger keeps only their
+            HMACs, never on the chain; the first reserve of a key's
+            generation fixes them.
     """
 
     tool: str
@@ -120,6 +127,7 @@ class Effect:
     lease_ms: Optional[int] = None
     approval_summary: Optional[str] = None
     changed: Any = None
+    subjects: Optional[Sequence[str]] = None
 
     def resolved_key(self, derivation: Optional[DerivationKey] = None) -> str:
         """Return the key to reserve: ``key``, or the one derived in the
@@ -262,7 +270,11 @@ class Reservation:
 class Replay:
     """The key already succeeded (200 ``replayed``): the recorded outcome,
     returned instead of running the effect again. ``original`` is the
-    success receipt, ``receipt`` the ``replay`` receipt just appended."""
+    success receipt, ``receipt`` the ``replay`` receipt just appended.
+    ``erased`` names the recorded fields an erasure removed (SPEC §14):
+    field (``result``, ``external_ref``, ...) -> the erase receipt's seq;
+    an erased result is None, an erased external_ref ``""``; empty when
+    nothing was erased."""
 
     key: str
     key_generated: bool
@@ -271,6 +283,7 @@ class Replay:
     result: Any
     original: Optional[ReceiptRef]
     receipt: Optional[ReceiptRef]
+    erased: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def _from(cls, d: dict) -> "Replay":
@@ -294,7 +307,15 @@ class Replay:
             result=d.get("result"),
             original=ReceiptRef._from(d.get("original")),
             receipt=ReceiptRef._from(d.get("receipt")),
+            erased=_erased(d.get("erased")),
         )
+
+
+def _erased(v: Any) -> Dict[str, int]:
+    """A body's ``erased`` object: field -> the erase receipt's seq."""
+    if not isinstance(v, dict):
+        return {}
+    return {str(k): int(n) for k, n in v.items() if isinstance(n, int) and not isinstance(n, bool)}
 
 
 @dataclass(frozen=True)
@@ -387,6 +408,9 @@ class EffectResult:
         approval: the approval the run consumed (the reservation's).
         reconciled: a replay of what ``do``'s ``reconcile`` lookup found:
             the interrupted attempt's effect happened (SPEC §15).
+        erased: on a replay, the recorded fields an erasure removed (SPEC
+            §14): field -> the erase receipt's seq (``result`` None,
+            ``external_ref`` ``""``); empty otherwise.
     """
 
     key: str
@@ -398,6 +422,7 @@ class EffectResult:
     original: Optional[ReceiptRef] = None
     reservation: Optional[Reservation] = None
     reconciled: bool = False
+    erased: Dict[str, int] = field(default_factory=dict)
 
     @property
     def renewed(self) -> Optional[Renewal]:
