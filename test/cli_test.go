@@ -51,6 +51,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"head"}, append(source, "json")},
 		{[]string{"export"}, append(source, "json", "after")},
 		{[]string{"resolve"}, []string{"server", "token", "namespace", "json", "outcome", "ref", "result", "error-code", "error-message", "retryable", "note"}},
+		{[]string{"erase"}, []string{"server", "token", "namespace", "json", "key", "subject", "field", "reason"}},
 		{[]string{"token", "create"}, []string{"db", "role", "name", "namespace", "json"}},
 		{[]string{"token", "list"}, []string{"db", "json"}},
 		{[]string{"token", "revoke"}, []string{"db"}},
@@ -154,7 +155,7 @@ func TestLedgerctl_namespaceShortFlag(t *testing.T) {
 
 	for _, cmd := range [][]string{
 		{"verify"}, {"audit"}, {"receipts"}, {"show"}, {"head"}, {"export"}, {"checkpoint"}, {"prove"}, {"resolve"},
-		{"check-proof"}, {"rebuild-index"}, {"token", "create"},
+		{"erase"}, {"check-proof"}, {"rebuild-index"}, {"token", "create"},
 		{"approvals", "list"}, {"approvals", "show"}, {"approvals", "approve"}, {"approvals", "reject"},
 	} {
 		_, help, code := ledgerctl(t, append(cmd, "--help")...)

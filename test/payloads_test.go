@@ -456,3 +456,38 @@ func testRetention(t *testing.T, db string) {
 	out, stderr, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "%s%s", out, stderr)
 }
+
+// TestLedgerctl_erase: `ledgerctl erase` through a running ledgerd, by key
+// and by subject, its usage errors, and the refusal of an inline
+// namespace's payloads.
+func TestLedgerctl_erase(t *testing.T) {
+	t.Parallel()
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	l := startLedgerdEnv(t, nil, db, "--default-payloads", "committed")
+	for i, subj := range []string{"c-1", "c-2"} {
+		key := fmt.Sprintf("cli-erase-%04d", i)
+		rr := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e1","tool":"mail.send","effect":"external","input":{"i":`+fmt.Sprint(i)+`},"subjects":["`+subj+`"]}`)
+		require.Equal(t, 201, rr.Status, rr.Raw)
+		l.Commit(t, key, `{"reservation":"`+rr.Body["reservation"].(string)+`","outcome":"succeeded","result":{"n":1}}`)
+	}
+	out, stderr, code := ledgerctl(t, "erase", "--server", l.URL, "--key", "cli-erase-0000", "--reason", "request 1")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^erased the payloads of 1 receipts of 1 keys \(erase receipt \d+:[0-9a-f]{64}\)\n$`, out)
+	out, stderr, code = ledgerctl(t, "erase", "--server", l.URL, "--subject", "c-2", "--field", "result", "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, out, `"status":"erased"`)
+	out, _, code = ledgerctl(t, "erase", "--server", l.URL, "--subject", "c-2")
+	require.Equal(t, 0, code)
+	assert.Equal(t, "nothing to erase\n", out)
+	for _, args := range [][]string{{}, {"--key", "cli-erase-0000", "--subject", "c-1"}, {"--db", db, "--key", "cli-erase-0000"}, {"extra"}} {
+		_, stderr, code := ledgerctl(t, append([]string{"erase", "--server", l.URL}, args...)...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+	}
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"plain","payloads":"inline"}`).Status)
+	rr := l.Do("POST", "/v1/ns/plain/effects/reserve", `{"idempotency_key":"cli-erase-0009","execution_id":"e1","tool":"mail.send","effect":"external"}`)
+	require.Equal(t, 201, rr.Status, rr.Raw)
+	require.Equal(t, 201, l.Do("POST", "/v1/ns/plain/effects/cli-erase-0009/commit", `{"reservation":"`+rr.Body["reservation"].(string)+`","outcome":"succeeded","external_ref":"r"}`).Status)
+	_, stderr, code = ledgerctl(t, "erase", "--server", l.URL, "-n", "plain", "--key", "cli-erase-0009")
+	assert.NotEqual(t, 0, code)
+	assert.Contains(t, stderr, "payloads_inline")
+}

@@ -34,6 +34,7 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
+  erase     erase the payloads of keys or of a subject in a committed namespace (server only)
   token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
   backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
@@ -88,6 +89,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ExportCommand{Env: env}
 	case "resolve":
 		cmd = &ResolveCommand{Env: env}
+	case "erase":
+		cmd = &EraseCommand{Env: env}
 	case "token":
 		cmd = &TokenCommand{Env: env}
 	case "rebuild-index", "rebuild-keys": // rebuild-keys: its name before the key index
