@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -244,6 +245,22 @@ func testCommitted(t *testing.T, db string) {
 	require.NoError(t, l.Stop())
 	out, stderr, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "verify after the erasure: %s%s", out, stderr)
+	out, stderr, code = ledgerctl(t, "audit", "--db", db, "--json")
+	require.Equal(t, 0, code, stderr)
+	var audit struct {
+		Erasures []struct {
+			Seq    uint64   `json:"seq"`
+			Count  uint64   `json:"count"`
+			Fields []string `json:"fields"`
+			Reason string   `json:"reason"`
+		} `json:"erasures"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &audit), out)
+	require.NotEmpty(t, audit.Erasures, out)
+	assert.Equal(t, eraseSeq, audit.Erasures[0].Seq)
+	assert.Equal(t, uint64(2), audit.Erasures[0].Count)
+	assert.Equal(t, "GDPR request 17", audit.Erasures[0].Reason, "the audit shows the reason")
+	assert.NotContains(t, out, marker, "the audit shows no erased value")
 
 	// A value changed beside the chain: verify names the rule, ledgerd refuses to serve it.
 	tamperPayload(t, db, `{"to":"someone else"}`, "mail-0000003")

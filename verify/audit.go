@@ -69,6 +69,21 @@ type Audit struct {
 	// ReconcileContradicted lists the original calls' late commits whose
 	// outcome or external_ref differs from the reconciled one.
 	ReconcileContradicted []ReconcileContradiction `json:"reconcile_contradicted"`
+	// Erasures (SPEC §14) lists the erase receipts: who erased how many
+	// receipts' payloads, which fields, and why (the reason unless it was
+	// itself erased or is not kept).
+	Erasures []ErasureEntry `json:"erasures"`
+}
+
+// ErasureEntry is one erase receipt in the audit.
+type ErasureEntry struct {
+	Seq        uint64   `json:"seq"`
+	Actor      string   `json:"actor"`
+	RecordedAt uint64   `json:"recorded_at"`
+	Count      uint64   `json:"count"`
+	Fields     []string `json:"fields"`
+	Retention  bool     `json:"retention,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
 }
 
 // NotAppliedRerun is a reserve of a key whose last outcome was not_applied
@@ -367,6 +382,7 @@ func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) 
 	slices.SortFunc(a.Reconciliations, func(x, y Reconciliation) int { return cmp.Compare(x.Seq, y.Seq) })
 	slices.SortFunc(a.ReconcileContradicted, func(x, y ReconcileContradiction) int { return cmp.Compare(x.CommitSeq, y.CommitSeq) })
 	ensure(&a.Reconciliations)
+	ensure(&a.Erasures)
 	ensure(&a.ReconcileContradicted)
 	ensure(&a.RenewedKeys)
 	ensure(&a.NotAppliedReruns)

@@ -23,6 +23,8 @@ type payloadChecker struct {
 	// expect holds the erased fields seen, by the erase receipt they name:
 	// that receipt must list them.
 	expect map[uint64][]erasedField
+	// erasures are the erase receipts seen, for the audit.
+	erasures []ErasureEntry
 	next   func() (uint64, *chain.Opening, bool) // the database's rows; nil for a server
 	stop   func()
 	err    error // the database's rows could not be read
@@ -161,6 +163,14 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 	}
 	if r.Kind == chain.KindErase {
 		p.checkErase(r)
+		if res, _, err := chain.ParseEraseResult(r.Result); err == nil {
+			e := ErasureEntry{Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt, Count: res.Count, Fields: res.Fields,
+				Retention: res.Retention}
+			if note := o.Get(chain.FieldNote); note != nil && note.ErasedBy == 0 && view != nil {
+				e.Reason = view.Note
+			}
+			p.erasures = append(p.erasures, e)
+		}
 	}
 	if view == nil {
 		return r

@@ -218,6 +218,9 @@ func (r *run) report(maxViolations int) *Report {
 	violations := mergeViolations(maxViolations, r.chainCol, r.stateCol)
 	audit := r.audit.build(r.dups, r.repeats)
 	r.gate.fill(audit, r.now)
+	if r.cc.payloads != nil && len(r.cc.payloads.erasures) > 0 {
+		audit.Erasures = r.cc.payloads.erasures
+	}
 	return &Report{
 		OK:              len(violations) == 0,
 		Receipts:        r.cc.count,

@@ -161,6 +161,12 @@ func printAudit(w io.Writer, a *verify.Audit) {
 				cell(r.ReconciledOutcome+" "+r.ReconciledExternalRef), r.Outcome, cell(r.ExternalRef))
 		}
 	})
+	section("Erasures: payloads erased (docs/privacy.md)", len(a.Erasures), "SEQ\tACTOR\tAT\tRECEIPTS\tFIELDS\tRETENTION\tREASON", func(tw io.Writer) {
+		for _, e := range a.Erasures {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%t\t%s\n", e.Seq, cell(e.Actor), ms(e.RecordedAt), e.Count,
+				strings.Join(e.Fields, ","), e.Retention, cell(e.Reason))
+		}
+	})
 	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME\tPREVIOUS SEQ", func(tw io.Writer) {
 		for _, r := range a.RenewedKeys {
 			// A server before contract v1.3 sends no previous_outcome: "-".
