@@ -25,9 +25,9 @@ type payloadChecker struct {
 	expect map[uint64][]erasedField
 	// erasures are the erase receipts seen, for the audit.
 	erasures []ErasureEntry
-	next   func() (uint64, *chain.Opening, bool) // the database's rows; nil for a server
-	stop   func()
-	err    error // the database's rows could not be read
+	next     func() (uint64, *chain.Opening, bool) // the database's rows; nil for a server
+	stop     func()
+	err      error // the database's rows could not be read
 	// the next row not yet matched with a receipt
 	rowSeq uint64
 	row    *chain.Opening
