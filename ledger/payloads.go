@@ -36,12 +36,11 @@ func ParsePayloadMode(s string, def PayloadMode) (PayloadMode, error) {
 	return "", Invalid("payloads", "payloads must be %q or %q", PayloadsInline, PayloadsCommitted)
 }
 
-// DefaultPayloads is the payload mode of a namespace created without one.
-//
-// SPEC §14 makes new namespaces and ledgers committed by default. Until
-// erasure (the reason to commit) is built on both drivers, the default
-// stays inline and committed is chosen explicitly.
-const DefaultPayloads = PayloadsInline
+// DefaultPayloads is the payload mode of a namespace created without one,
+// and of the default namespace of a new ledger (SPEC §14: committed, so
+// that what an effect carries can be erased; ledgerd --default-payloads
+// and the namespace's settings choose inline instead).
+const DefaultPayloads = PayloadsCommitted
 
 // NamespaceSettings are fixed when a namespace is created.
 type NamespaceSettings struct {
@@ -143,6 +142,10 @@ type Generation struct {
 	Key      string
 	FirstSeq uint64
 }
+
+// ErrNoPayloadTable: the database has no table of payload values (a copy
+// of the receipts alone); a verifier reports payloads_absent (SPEC §14).
+var ErrNoPayloadTable = errors.New("the ledger has no payload table")
 
 // ErrBadErasure: a stored erasure whose salt or ranges do not parse (an
 // edited table); the verifier reports it as erase_invalid.

@@ -61,7 +61,7 @@ func TestLedgerctl_repeatedFailures(t *testing.T) {
 			require.Len(t, got, 1, "%v", src)
 			r := got[0]
 			assert.Equal(t, "payments.refund", r.Tool)
-			assert.True(t, strings.HasPrefix(r.InputHash, "sha256:"), r.InputHash)
+			assert.True(t, strings.HasPrefix(r.InputHash, "hk1:"), "keyed in a committed namespace (SPEC §14): %s", r.InputHash)
 			assert.Equal(t, "DECLINED", r.ErrorCode)
 			assert.Equal(t, []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"}, r.Keys)
 			assert.Equal(t, []string{"exec-1", "exec-2", "exec-4"}, r.Executions)

@@ -108,7 +108,7 @@ func TestLedgerctl_backup(t *testing.T) {
 // not verify, 2 for usage and I/O errors.
 func TestLedgerctl_backupErrors(t *testing.T) {
 	t.Parallel()
-	l := startPopulated(t)
+	l := startPopulated(t, "--default-payloads", "inline") // external_ref is edited in the chain
 	require.NoError(t, l.Stop())
 	dir := t.TempDir()
 

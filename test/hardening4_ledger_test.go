@@ -117,7 +117,7 @@ func TestHardening4_replayIntegrity(t *testing.T) {
 }
 
 func testReplayIntegrity(t *testing.T, db string, rehash, follows bool) {
-	l := StartLedgerd(t, db)
+	l := StartLedgerd(t, db, "--default-payloads", "inline") // the result is edited in the chain
 	const key = "refund-order-1234"
 	rc := commitRefund(t, l, key)
 	if follows {

@@ -373,7 +373,7 @@ func TestLedgerMCP_approvalRemote(t *testing.T) {
 			_, list := getAuthJSON(t, l.URL+"/v1/approvals?state=pending", alice)
 			as, _ := list["approvals"].([]any)
 			for _, a := range as {
-				if m := a.(map[string]any); strings.Contains(fmt.Sprint(m["input_hash"]), "sha256:") && m["tool"] == "test-shop.charge" {
+				if m := a.(map[string]any); strings.HasPrefix(fmt.Sprint(m["input_hash"]), "hk1:") && m["tool"] == "test-shop.charge" {
 					pending = m["seq"].(float64)
 					return true
 				}

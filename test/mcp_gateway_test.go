@@ -56,7 +56,7 @@ func TestLedgerMCP_stdio(t *testing.T) {
 		assert.Equal(t, first.Content, second.Content[1:], "the recorded content after the replay's notice")
 		assert.Equal(t, first.StructuredContent, second.StructuredContent)
 		assert.Equal(t, true, second.Meta["io.effect-ledger/replayed"])
-		assert.Contains(t, second.Meta["io.effect-ledger/key"], "dk_")
+		assert.Contains(t, second.Meta["io.effect-ledger/key"], "dk2_", "a new ledger is committed: keyed derived keys (SPEC §14)")
 		receipt, _ := second.Meta["io.effect-ledger/receipt"].(map[string]any)
 		assert.NotZero(t, receipt["seq"])
 		assert.Len(t, receipt["hash"], 64)

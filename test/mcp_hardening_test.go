@@ -38,13 +38,13 @@ func newHostile(t *testing.T) *shop {
 	return &shop{t: t, dir: t.TempDir(), bin: bin}
 }
 
-// hostileCallKey is the key ledger-mcp derives for a call of the hostile
-// server's tool with arguments {"id": id}.
-func hostileCallKey(t *testing.T, tool, id string) string {
+// hostileCallKey is the key ledger-mcp on the ledger database db derives
+// for a call of the hostile server's tool with arguments {"id": id}.
+func hostileCallKey(t *testing.T, db, tool, id string) string {
 	t.Helper()
 	args, err := json.Marshal(map[string]string{"id": id})
 	require.NoError(t, err)
-	key, err := mcpgate.DeriveKey(nil, "hostile."+tool, args, "")
+	key, err := mcpgate.DeriveKey(fileDerivationKey(t, db), "hostile."+tool, args, "")
 	require.NoError(t, err)
 	return key
 }
@@ -168,7 +168,7 @@ func TestLedgerMCP_hostileHTTPUpstream(t *testing.T) {
 		require.Error(t, err, tool)
 		_, _ = g.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "g1"}})
 		assert.Equal(t, 1, sh.runs(tool, "g1"), tool)
-		keys = append(keys, hostileCallKey(t, tool, "g1"))
+		keys = append(keys, hostileCallKey(t, db, tool, "g1"))
 	}
 	assert.NotContains(t, g.logs.String(), "did not answer")
 	g.stop(t)

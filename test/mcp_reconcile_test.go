@@ -94,7 +94,7 @@ func reconcileByLookup(t *testing.T, db string) {
 	t.Run("KeyGoesUpstream", func(t *testing.T) {
 		res := g.call(t, "pay", map[string]any{"order": "M1"}, nil)
 		require.False(t, res.IsError, text(t, res))
-		key, err := mcpgate.DeriveKey(nil, "test-shop.pay", []byte(`{"order":"M1"}`), "")
+		key, err := mcpgate.DeriveKey(fileDerivationKey(t, db), "test-shop.pay", []byte(`{"order":"M1"}`), "")
 		require.NoError(t, err)
 		assert.Equal(t, key, res.StructuredContent.(map[string]any)["key"], "pay got the key in _meta")
 	})

@@ -260,9 +260,9 @@ func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	assert.Equal(t, "completed", got["status"])
 
 	g.stop()
-	keyLate := hostileCallKey(t, "job", "late")
+	keyLate := hostileCallKey(t, db, "job", "late")
 	assert.Equal(t, "succeeded", keyState(t, db, keyLate), "committed after the lease")
-	key1 := hostileCallKey(t, "job", "t1")
+	key1 := hostileCallKey(t, db, "job", "t1")
 	assert.Equal(t, "succeeded", keyState(t, db, key1))
 	out, errOut, code := ledgerctl(t, "show", key1, "--db", db, "--json")
 	require.Equal(t, 0, code, errOut)
@@ -279,7 +279,7 @@ func testTasks(t *testing.T, sh *shop, db string, g *rawMCP) {
 	assert.Equal(t, "reserve", shown.Receipts[0].Kind)
 	assert.EqualValues(t, 600000, shown.Receipts[0].LeaseExpiresAt-shown.Receipts[0].RecordedAt, "the task's ttl is the lease")
 	assert.NotContains(t, out, "hostile-task-", "the task id stays off the chain")
-	key2 := hostileCallKey(t, "job", "t2")
+	key2 := hostileCallKey(t, db, "job", "t2")
 	out, _, _ = ledgerctl(t, "show", key2, "--db", db, "--json")
 	assert.Contains(t, out, `"error_code":"CANCELLED"`)
 	verified(t, db)
@@ -484,7 +484,7 @@ func testTasksExtension(t *testing.T, sh *shop, db string, g *rawMCP) {
 
 	g.stop()
 	for arg, want := range map[string]string{"e1": "succeeded", "ask-1": "succeeded", "fail-1": "not_applied", "c1": "not_applied", "p1": "succeeded"} {
-		key := hostileCallKey(t, "job", arg)
+		key := hostileCallKey(t, db, "job", arg)
 		out, errOut, code := ledgerctl(t, "show", key, "--db", db, "--json")
 		require.Equal(t, 0, code, errOut)
 		assert.Contains(t, out, `"outcome":"`+want+`"`, arg)
@@ -542,7 +542,7 @@ func TestLedgerMCP_taskAfterRestart(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(g.logs.String(), "task taken up"), g.logs.String())
 	assert.Equal(t, 1, strings.Count(g.logs.String(), "task executed"), g.logs.String())
 
-	key := hostileCallKey(t, "job", "r1")
+	key := hostileCallKey(t, db, "job", "r1")
 	assert.Equal(t, "succeeded", keyState(t, db, key))
 	verified(t, db)
 }
@@ -595,6 +595,6 @@ func TestLedgerMCP_parkedCallNoTask(t *testing.T) {
 	assert.NotContains(t, res, "taskId")
 	assert.Contains(t, fmt.Sprint(res["content"]), "job pt1 done")
 	g.stop()
-	key := hostileCallKey(t, "job", "pt1")
+	key := hostileCallKey(t, db, "job", "pt1")
 	assert.Equal(t, "succeeded", keyState(t, db, key))
 }

@@ -42,7 +42,7 @@ func TestNamespaces(t *testing.T) {
 	assert.Equal(t, float64(0), r.Body["seq"])
 	out, stderr, code = ledgerctl(t, "namespace", "create", "--server", l.URL, "c", "--json")
 	require.Equal(t, 0, code, stderr)
-	assert.JSONEq(t, `{"name":"c","head":{"seq":0,"hash":"`+strings.Repeat("0", 64)+`"},"key_ttl_ms":0,"payloads":"inline"}`, out)
+	assert.JSONEq(t, `{"name":"c","head":{"seq":0,"hash":"`+strings.Repeat("0", 64)+`"},"key_ttl_ms":0,"payloads":"committed"}`, out)
 
 	t.Run("ErrCreate", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -163,8 +163,8 @@ func TestNamespaces(t *testing.T) {
 		out, _, code := ledgerctl(t, "namespace", "list", "--db", db)
 		require.Equal(t, 0, code)
 		assert.Regexp(t, `(?m)^NAME +SEQ +HASH +KEY_TTL +PAYLOADS$`, out)
-		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +- +inline$`, out)
-		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +- +inline$`, out)
+		assert.Regexp(t, `(?m)^b +1 +[0-9a-f]{64} +- +committed$`, out)
+		assert.Regexp(t, `(?m)^default +2 +[0-9a-f]{64} +- +committed$`, out)
 
 		out, _, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
 		assert.Equal(t, 0, code, out)

@@ -50,7 +50,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	observeHost(t, a.URL, cov.observe)
 	// B: tokens, /metrics needs a reader.
 	clock := newWallClock(t) // B, C and D's
-	b := clock.start(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth")
+	b := clock.start(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth", "--default-payloads", "inline") // B keeps its payloads inline
 	observeHost(t, b.URL, cov.observe)
 	tok := map[string]string{}
 	for _, role := range []string{"reader", "writer", "admin"} {
@@ -75,7 +75,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		r := l.Do("POST", "/v1/namespaces", body)
 		require.Equal(t, 201, r.Status, r.Raw)
 	}
-	r := b.Do("POST", "/v1/namespaces", `{"name":"walk"}`, "Authorization", tok["admin"])
+	r := b.Do("POST", "/v1/namespaces", `{"name":"walk","payloads":"inline"}`, "Authorization", tok["admin"])
 	require.Equal(t, 201, r.Status, r.Raw)
 	// A token of B limited to the namespace walk.
 	out, stderr, code := ledgerctl(t, "token", "create", "--db", b.DB, "--role", "admin", "--name", "walk-scoped", "--namespace", "walk")

@@ -310,7 +310,7 @@ func TestVerifiableLog_tilesNeedTokenUnlessPublic(t *testing.T) {
 func TestVerifiableLog_portableReceipt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	l, vkey, _ := startSigned(t, dir)
+	l, vkey, _ := startSigned(t, dir, "--default-payloads", "inline") // a committed namespace's: TestPortableReceipt_committed
 	tok := l.Reserve(t, `{"idempotency_key":"refund-order-1234","execution_id":"exec-1","tool":"payments.refund","effect":"write"}`)
 	l.Commit(t, "refund-order-1234", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"re_3Pq9","result":{"amount":1200,"currency":"eur"}}`)
 	appendN(t, l, "other", 5)
@@ -469,7 +469,7 @@ func TestVerifiableLog_tamperCaughtByCheckpoint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	clock := newPastClock(t)
-	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()})
+	l, vkey, _ := startSignedEnv(t, dir, []string{clock.env()}, "--default-payloads", "inline") // the values are edited in the chain
 	populate(t, l, clock)
 	appendN(t, l, "bulk", 20)
 	note, c := waitCheckpoint(t, l, vkey, 26)

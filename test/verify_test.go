@@ -84,7 +84,7 @@ func editLedger(t *testing.T, path string, stmts ...string) {
 // file and from the server.
 func TestLedgerd_invalidValuesServed(t *testing.T) {
 	t.Parallel()
-	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-payloads", "inline") // the result is edited in the chain
 	tok := l.Reserve(t, `{"idempotency_key":"refund-0001","execution_id":"exec-1","tool":"payments.refund","effect":"write","input":{"order":7}}`)
 	l.Commit(t, "refund-0001", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"re_1","result":{"amount":1200}}`)
 	r := l.Do("POST", "/v1/effects/reserve", reserve("mail-0002-abc", "exec-2", 1, false))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -34,6 +35,9 @@ type payloadChecker struct {
 	more    bool
 	started bool   // the rows are read from the first receipt on
 	last    uint64 // the seq of the last receipt checked
+	// absent: the database has no payload table; only the chain's forms
+	// are checked.
+	absent bool
 }
 
 // payloadChecker returns the checker of the ledger's payloads, or nil for
@@ -53,6 +57,19 @@ func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint
 	}
 	p := &payloadChecker{ctx: ctx, col: col, db: v.db, expect: map[uint64][]erasedField{}}
 	if v.rows != nil {
+		// A database without its payload table (a copy of the receipts
+		// alone): payloads_absent, unless the chain alone is asked for.
+		err := v.rows(ctx, math.MaxInt64, func(uint64, *chain.Opening) error { return nil })
+		switch {
+		case errors.Is(err, ledger.ErrNoPayloadTable):
+			p.absent, p.db = true, nil
+			if !v.opts.ReceiptsOnly {
+				col.addf(from, RulePayloadsAbsent, "the namespace is committed, and the database has no payload table: its values cannot be checked (--receipts-only checks the chain alone)")
+			}
+			return p, nil
+		case err != nil:
+			return nil, err
+		}
 		p.next, p.stop = iter.Pull2(func(yield func(uint64, *chain.Opening) bool) {
 			err := v.rows(ctx, from, func(seq uint64, o *chain.Opening) error {
 				if !yield(seq, o) {
@@ -101,6 +118,9 @@ func (p *payloadChecker) close() error {
 		return nil
 	}
 	for by, fs := range p.expect {
+		if p.absent {
+			break
+		}
 		if by > p.last && p.db != nil {
 			// Erased after the pass's read of the chain: the erasure's
 			// stored ranges (written with its receipt, never erased)
@@ -171,7 +191,7 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 			present = false
 		case committed && val != nil && val.ErasedBy > r.Seq:
 			p.expect[val.ErasedBy] = append(p.expect[val.ErasedBy], erasedField{r.Seq, f}) // checked at that receipt
-		case committed && !present:
+		case committed && !present && !p.absent:
 			bad(RulePayloadMissing, "%s is committed, and its value is not kept", f.Name())
 		}
 		if !committed {
@@ -274,7 +294,7 @@ func (p *payloadChecker) checkErase(r *chain.Receipt) {
 // from the database's payload table in a committed namespace, nil where
 // receipts carry them or the namespace is inline.
 func (v *Verifier) opener(ctx context.Context, r *run) func(*chain.Receipt) (*chain.Receipt, error) {
-	if r.cc.payloads == nil || v.db == nil {
+	if r.cc.payloads == nil || r.cc.payloads.absent || v.db == nil {
 		return nil
 	}
 	return func(rc *chain.Receipt) (*chain.Receipt, error) {

@@ -124,3 +124,33 @@ func stepsOf(sqls []string) []struct {
 	}
 	return out
 }
+
+// TestVerifier_payloadsAbsent: a committed namespace read without its
+// payload table (a copy of the receipts alone) fails with payloads_absent,
+// and with ReceiptsOnly its chain alone is checked and the payloads
+// reported unchecked; a changed receipt is still caught.
+func TestVerifier_payloadsAbsent(t *testing.T) {
+	for _, tc := range []struct {
+		desc         string
+		steps        []string
+		receiptsOnly bool
+		want         []string
+	}{
+		{"payload table dropped", nil, false, []string{verify.RulePayloadsAbsent}},
+		{"receipts only", nil, true, nil},
+		{"receipts only, a receipt changed", []string{`UPDATE ns_receipts SET actor = 'forged' WHERE ns = 0 AND seq = 2`}, true,
+			[]string{verify.RuleHashMismatch}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			path := buildCommitted(t)
+			tamper(t, path, tamperCase{Steps: stepsOf(append([]string{`DROP TABLE ns_payloads`, `DROP TABLE ns_erasures`}, tc.steps...))})
+			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			rep, err := verify.New(rd, verify.Opts{ReceiptsOnly: tc.receiptsOnly}).Check(context.Background())
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
+			assert.True(t, rep.PayloadsUnchecked)
+		})
+	}
+}

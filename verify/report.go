@@ -82,6 +82,9 @@ const (
 	// seq, a count that is not the ranges' size, or fields that are not
 	// payload fields.
 	RuleEraseInvalid = "erase_invalid"
+	// RulePayloadsAbsent: a committed namespace read without its payload
+	// table (a copy of the receipts alone), unless Opts.ReceiptsOnly.
+	RulePayloadsAbsent = "payloads_absent"
 
 	// Reconciling an unknown outcome (contract v1.4, SPEC §15).
 
@@ -121,7 +124,10 @@ type Report struct {
 	// Checked is how many receipts were rehashed (fewer than Receipts on
 	// an incremental run).
 	Checked uint64 `json:"checked"`
-	Audit   *Audit `json:"audit"`
+	// PayloadsUnchecked: a committed namespace read without its payload
+	// table with Opts.ReceiptsOnly: the chain alone was checked.
+	PayloadsUnchecked bool   `json:"payloads_unchecked,omitempty"`
+	Audit             *Audit `json:"audit"`
 }
 
 // mergeViolations orders the violations of both passes by seq and keeps

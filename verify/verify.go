@@ -88,6 +88,10 @@ type Opts struct {
 	// admin, which may reconcile another actor's reserve (SPEC §15). Nil:
 	// unknown, and such a reconcile is not reported.
 	Admin func(actor string) bool
+	// ReceiptsOnly checks a committed namespace whose payload table is
+	// missing from the chain alone (--receipts-only), reporting its
+	// payloads unchecked instead of payloads_absent (SPEC §14).
+	ReceiptsOnly bool
 }
 
 // Verifier checks one ledger: a database or a server.
@@ -223,13 +227,14 @@ func (r *run) report(maxViolations int) *Report {
 		audit.Erasures = r.cc.payloads.erasures
 	}
 	return &Report{
-		OK:              len(violations) == 0,
-		Receipts:        r.cc.count,
-		Head:            Pin{Seq: r.cc.lastSeq, Hash: r.cc.prev.String()},
-		Violations:      violations,
-		ViolationsTotal: r.chainCol.total + r.stateCol.total,
-		Checked:         r.cc.checked,
-		Audit:           audit,
+		OK:                len(violations) == 0,
+		Receipts:          r.cc.count,
+		Head:              Pin{Seq: r.cc.lastSeq, Hash: r.cc.prev.String()},
+		Violations:        violations,
+		ViolationsTotal:   r.chainCol.total + r.stateCol.total,
+		Checked:           r.cc.checked,
+		PayloadsUnchecked: r.cc.payloads != nil && r.cc.payloads.absent,
+		Audit:             audit,
 	}
 }
 

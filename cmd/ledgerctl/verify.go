@@ -47,6 +47,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	incremental := fs.Bool("incremental", false, "with --state: check only receipts after the pinned head (a full run now and then catches in-place edits)")
 	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
+	receiptsOnly := fs.Bool("receipts-only", false, "a committed namespace whose payload table is missing (a copy of the receipts alone): check the chain alone and report the payloads unchecked, instead of failing with payloads_absent")
 	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report, or {\"ok\": false, \"error\"} for one that could not be verified}}); exit 2 if any could not be verified, else 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
@@ -62,7 +63,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		if *maxV < 1 {
 			return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
 		}
-		return c.all(ctx, fs, src, verify.Opts{MaxViolations: *maxV})
+		return c.all(ctx, fs, src, verify.Opts{MaxViolations: *maxV, ReceiptsOnly: *receiptsOnly})
 	}
 	if *maxV < 1 {
 		return usageErr(fs, c.Env, "--max-violations must be at least 1, got %d", *maxV)
@@ -74,7 +75,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts.MaxViolations = *maxV
+	opts.MaxViolations, opts.ReceiptsOnly = *maxV, *receiptsOnly
 	return c.check(ctx, fs, src, &cf, opts, *stateFile, !*noProgress)
 }
 
@@ -313,6 +314,9 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 		fmt.Fprintf(w, "FAILED: %s in %s, head %d:%s\n\n", plural(rep.ViolationsTotal, "violation", "violations"), plural(rep.Receipts, "receipt", "receipts"),
 			rep.Head.Seq, rep.Head.Hash)
 		printViolations(w, rep)
+	}
+	if rep.PayloadsUnchecked {
+		fmt.Fprintln(w, "payloads: unchecked — the database has no payload table; the chain alone was checked")
 	}
 	a := rep.Audit
 	awaiting := 0

@@ -31,7 +31,17 @@ const (
 	codeIOError          = "58030"
 	codeDataCorrupted    = "XX001"
 	codeIndexCorrupted   = "XX002"
+	codeUndefinedTable   = "42P01"
 )
+
+// payloadTable wraps an error of a query of the payload or erasure tables
+// that do not exist with ledger.ErrNoPayloadTable.
+func payloadTable(err error) error {
+	if isCode(err, codeUndefinedTable) {
+		return fmt.Errorf("%w: %w", ledger.ErrNoPayloadTable, err)
+	}
+	return err
+}
 
 func pgCode(err error) string {
 	var pe *pgconn.PgError

@@ -105,7 +105,7 @@ type rowQuerier interface {
 func scanOpenings(ctx context.Context, q rowQuerier, fn func(uint64, *chain.Opening) error, query string, args ...any) error {
 	rows, err := q.Query(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("read payloads: %w", classify(err))
+		return fmt.Errorf("read payloads: %w", payloadTable(classify(err)))
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -251,7 +251,7 @@ func (c *Chain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error
 	case errors.Is(err, pgx.ErrNoRows):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("read erasure %d: %w", seq, classify(err))
+		return nil, fmt.Errorf("read erasure %d: %w", seq, payloadTable(classify(err)))
 	}
 	e := &ledger.Erasure{Seq: seq}
 	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {

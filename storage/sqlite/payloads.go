@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -38,7 +39,7 @@ func (rd *Reader) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chai
 func (rd *Reader) PayloadRows(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error {
 	rows, err := rd.r.QueryContext(ctx, sqlPayloadRows, rd.args(after)...)
 	if err != nil {
-		return fmt.Errorf("read payloads: %w", classify(err))
+		return fmt.Errorf("read payloads: %w", payloadTable(classify(err)))
 	}
 	defer func() { _ = rows.Close() }()
 	for rows.Next() {
@@ -86,7 +87,7 @@ func openings(ctx context.Context, q querier, ref chainRef, seqs []uint64) (map[
 		case errors.Is(err, sql.ErrNoRows):
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("read payloads of receipt %d: %w", seq, err)
+			return nil, fmt.Errorf("read payloads of receipt %d: %w", seq, payloadTable(err))
 		}
 		out[seq] = o
 	}
@@ -179,7 +180,7 @@ func (rd *Reader) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, err
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("read erasure %d: %w", seq, classify(err))
+		return nil, fmt.Errorf("read erasure %d: %w", seq, payloadTable(classify(err)))
 	}
 	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
 		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
@@ -318,4 +319,15 @@ func (t *writeTx) KeptPayloads(ctx context.Context, through uint64, limit int) (
 		out = append(out, kp)
 	}
 	return out, classify(rows.Err())
+}
+
+// payloadTable wraps the error of a query of a payload or erasure table
+// that does not exist (a copy of the receipts alone) with
+// ledger.ErrNoPayloadTable.
+func payloadTable(err error) error {
+	if err != nil && (strings.Contains(err.Error(), "no such table: ns_payloads") ||
+		strings.Contains(err.Error(), "no such table: ns_erasures")) {
+		return fmt.Errorf("%w: %w", ledger.ErrNoPayloadTable, err)
+	}
+	return err
 }

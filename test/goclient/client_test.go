@@ -104,7 +104,9 @@ func TestClient_Do(t *testing.T) {
 		require.NoError(t, err)
 		fp, err := client.Fingerprint(e.Input)
 		require.NoError(t, err)
-		assert.Equal(t, fp, v.InputHash, "the client's fingerprint is the ledger's")
+		stored, err := l.DB.StoredInputHash(ctx, fp)
+		require.NoError(t, err)
+		assert.Equal(t, stored, v.InputHash, "the client's fingerprint is the ledger's (keyed in a committed namespace)")
 	})
 	t.Run("OK retryable failure of an idempotent effect runs again", func(t *testing.T) {
 		l := MustOpenLedger(t)
@@ -523,7 +525,7 @@ func TestClient_Do_retries(t *testing.T) {
 		assert.GreaterOrEqual(t, waited, 4*time.Second, "paced by Retry-After")
 		mu.Unlock()
 		assert.Equal(t, int32(3), fx.runs.Load())
-		v, err := l.DB.GetKey(ctx, mustKey(t, refund(0)))
+		v, err := l.DB.GetKey(ctx, mustKey(t, l, refund(0)))
 		require.NoError(t, err)
 		assert.Equal(t, "gateway", v.Receipts[0].Actor)
 
@@ -596,7 +598,11 @@ func hold(t *testing.T, cl *client.Client, e client.Effect, lease time.Duration)
 	t.Helper()
 	fp, err := client.Fingerprint(e.Input)
 	require.NoError(t, err)
-	r, err := cl.Reserve(context.Background(), client.ReserveRequest{Key: mustKey(t, e), ExecutionID: "exec-other",
+	dk, err := cl.DerivationKey(context.Background())
+	require.NoError(t, err)
+	key, err := dk.DeriveKey(e.Tool, e.Input)
+	require.NoError(t, err)
+	r, err := cl.Reserve(context.Background(), client.ReserveRequest{Key: key, ExecutionID: "exec-other",
 		Tool: e.Tool, Class: e.Class, Idempotent: e.Idempotent, InputHash: fp, Lease: lease})
 	require.NoError(t, err)
 	require.Equal(t, "reserved", r.Status)
@@ -605,9 +611,18 @@ func hold(t *testing.T, cl *client.Client, e client.Effect, lease time.Duration)
 
 func c(t *testing.T, l *Ledger) *client.Client { return MustClient(t, l.HTTP.URL) }
 
-func mustKey(t *testing.T, e client.Effect) string {
+// mustKey is the key the client derives for e in l's default namespace
+// (SPEC §14: dk2_ in a committed one, dk_ in an inline one).
+func mustKey(t *testing.T, l *Ledger, e client.Effect) string {
 	t.Helper()
-	k, err := client.DeriveKey(e.Tool, e.Input)
+	ctx := context.Background()
+	dk := &client.DerivationKey{Payloads: string(l.DB.Payloads())}
+	if l.DB.Payloads() == ledger.PayloadsCommitted {
+		k, err := l.DB.FingerprintKey(ctx)
+		require.NoError(t, err)
+		dk.Key = k
+	}
+	k, err := dk.DeriveKey(e.Tool, e.Input)
 	require.NoError(t, err)
 	return k
 }

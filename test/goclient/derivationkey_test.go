@@ -65,7 +65,14 @@ func TestClient_Do_derivedKey2(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ledger.StateSucceeded, v.State)
 
-	inline, err := MustClient(t, l.HTTP.URL).Do(ctx, refund(7), fx.fn)
+	require.NoError(t, l.DB.Ledger.CreateNamespace(ctx, "older", ledger.NamespaceSettings{Payloads: ledger.PayloadsInline}))
+	inline, err := MustClient(t, l.HTTP.URL, client.WithNamespace("older")).Do(ctx, refund(7), fx.fn)
 	require.NoError(t, err)
-	assert.Equal(t, mustKey(t, refund(7)), inline.Key, "the default namespace is inline: dk_")
+	plain, err := client.DeriveKey(refund(7).Tool, refund(7).Input)
+	require.NoError(t, err)
+	assert.Equal(t, plain, inline.Key, "an inline namespace: dk_")
+	def, err := MustClient(t, l.HTTP.URL).Do(ctx, refund(7), fx.fn)
+	require.NoError(t, err)
+	assert.Equal(t, mustKey(t, l, refund(7)), def.Key, "the default namespace of a new ledger is committed: dk2_")
+	assert.True(t, strings.HasPrefix(def.Key, "dk2_"), def.Key)
 }

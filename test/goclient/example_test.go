@@ -54,7 +54,9 @@ func Example_do() {
 	}
 	for call := 1; call <= 2; call++ {
 		res, err := ledgerClient.Do(context.Background(), refund, func(ctx context.Context, key string) (client.Outcome, error) {
-			fmt.Println("refunding, Idempotency-Key:", key)
+			// A new ledger keys its derived keys (dk2_ + an HMAC under the
+			// namespace's own key, contract §14), so they differ by ledger.
+			fmt.Println("refunding, Idempotency-Key:", key[:len("dk2_")]+"…")
 			return client.Outcome{ExternalRef: "re_3Pq9", Result: map[string]any{"amount": 1200, "currency": "eur"}}, nil
 		})
 		if err != nil {
@@ -63,7 +65,7 @@ func Example_do() {
 		fmt.Printf("call %d: replayed=%t ref=%s result=%s\n", call, res.Replayed, res.ExternalRef, res.Result)
 	}
 	// Output:
-	// refunding, Idempotency-Key: dk_31e288fb6af29670771000949272b245789abeec76d397b530b10fb4990778eb
+	// refunding, Idempotency-Key: dk2_…
 	// call 1: replayed=false ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
 	// call 2: replayed=true ref=re_3Pq9 result={"amount":1200,"currency":"eur"}
 }

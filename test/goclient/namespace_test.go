@@ -34,8 +34,8 @@ func TestClient_WithNamespace(t *testing.T) {
 
 		other, err := def.Do(ctx, refund(1), fx.fn)
 		require.NoError(t, err)
-		assert.False(t, other.Replayed, "the same key in default is another effect")
-		assert.Equal(t, first.Key, other.Key)
+		assert.False(t, other.Replayed, "the same call in default is another effect")
+		assert.NotEqual(t, first.Key, other.Key, "each committed namespace derives keys with its own key (SPEC §14)")
 		assert.Equal(t, uint64(2), other.Receipt.Seq)
 		assert.Equal(t, int32(2), fx.runs.Load())
 

@@ -32,7 +32,7 @@ func interrupted(t *testing.T, c *client.Client, l *Ledger, advance func(time.Du
 	require.NoError(t, err)
 	hold(t, c, e, 20*time.Millisecond)
 	advance(50 * time.Millisecond)
-	require.Equal(t, ledger.StateInterrupted, keyState(t, l.DB, mustKey(t, e)))
+	require.Equal(t, ledger.StateInterrupted, keyState(t, l.DB, mustKey(t, l, e)))
 }
 
 func TestClient_Do_reconcile(t *testing.T) {
@@ -63,8 +63,8 @@ func TestClient_Do_reconcile(t *testing.T) {
 		assert.Equal(t, "ch_1", res.ExternalRef)
 		assert.JSONEq(t, `{"amount":1200}`, string(res.Result))
 		assert.Zero(t, fx.runs.Load(), "the function did not run")
-		assert.Equal(t, []string{mustKey(t, e)}, asked, "the lookup is asked by the key, once")
-		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, e)))
+		assert.Equal(t, []string{mustKey(t, l, e)}, asked, "the lookup is asked by the key, once")
+		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, l, e)))
 		again, err := c.Do(ctx, charge(1, nil), fx.fn)
 		require.NoError(t, err)
 		assert.True(t, again.Replayed)
@@ -95,7 +95,7 @@ func TestClient_Do_reconcile(t *testing.T) {
 		mu.Lock()
 		assert.GreaterOrEqual(t, waited, 4*time.Second, "reconcile_too_early waited out")
 		mu.Unlock()
-		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, e)))
+		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, l, e)))
 	})
 	t.Run("OK the original call lands during the settle time: asked again, not run", func(t *testing.T) {
 		l, clock := MustOpenLedgerClock(t)
@@ -120,7 +120,7 @@ func TestClient_Do_reconcile(t *testing.T) {
 		assert.True(t, res.Replayed && res.Reconciled, "the answer after the settle time is recorded")
 		assert.Zero(t, fx.runs.Load(), "never charged twice")
 		assert.Equal(t, int32(2), asks.Load(), "asked again after waiting")
-		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, e)))
+		assert.Equal(t, ledger.StateSucceeded, keyState(t, l.DB, mustKey(t, l, e)))
 	})
 	t.Run("ErrUnsafeResume when the lookup has no answer", func(t *testing.T) {
 		l, clock := MustOpenLedgerClock(t)
@@ -133,7 +133,7 @@ func TestClient_Do_reconcile(t *testing.T) {
 		_, err := c.Do(ctx, e, fx.fn)
 		assert.ErrorIs(t, err, client.ErrUnsafeResume)
 		assert.Zero(t, fx.runs.Load())
-		assert.Equal(t, ledger.StateInterrupted, keyState(t, l.DB, mustKey(t, e)), "nothing recorded")
+		assert.Equal(t, ledger.StateInterrupted, keyState(t, l.DB, mustKey(t, l, e)), "nothing recorded")
 	})
 	t.Run("ErrReconcileTooEarly past the caller's deadline", func(t *testing.T) {
 		l, clock := MustOpenLedgerClock(t)
@@ -168,15 +168,15 @@ func TestClient_Reconcile(t *testing.T) {
 	c := MustClient(t, l.HTTP.URL)
 	e := charge(1, nil)
 	interrupted(t, c, l, clock.Advance, e, 0)
-	_, err := c.Reconcile(ctx, mustKey(t, e), client.Reconciled{Outcome: "failed", Failure: &client.Failure{Code: "X"},
+	_, err := c.Reconcile(ctx, mustKey(t, l, e), client.Reconciled{Outcome: "failed", Failure: &client.Failure{Code: "X"},
 		Lookup: "q", Answer: json.RawMessage(`{}`)})
 	assert.ErrorIs(t, err, client.ErrInvalidRequest)
-	rec, err := c.Reconcile(ctx, mustKey(t, e), client.Reconciled{Outcome: client.OutcomeNotApplied,
+	rec, err := c.Reconcile(ctx, mustKey(t, l, e), client.Reconciled{Outcome: client.OutcomeNotApplied,
 		Failure: &client.Failure{Code: "NOT_FOUND"}, Lookup: "payments.find_charge", Answer: json.RawMessage(`{"applied":false}`)})
 	require.NoError(t, err)
 	assert.Equal(t, "not_applied", rec.State)
-	assert.Equal(t, mustKey(t, e), rec.Key)
-	_, err = c.Reconcile(ctx, mustKey(t, e), client.Reconciled{Outcome: client.OutcomeNotApplied,
+	assert.Equal(t, mustKey(t, l, e), rec.Key)
+	_, err = c.Reconcile(ctx, mustKey(t, l, e), client.Reconciled{Outcome: client.OutcomeNotApplied,
 		Failure: &client.Failure{Code: "NOT_FOUND"}, Lookup: "payments.find_charge", Answer: json.RawMessage(`{}`)})
 	assert.ErrorIs(t, err, client.ErrNotInterrupted)
 	_, err = c.Reconcile(ctx, "no-such-key-1", client.Reconciled{Outcome: client.OutcomeSucceeded, ExternalRef: "x",

@@ -48,7 +48,7 @@ test('a repeated create_entities is replayed, not run again', async () => {
   assert.deepEqual(again.content.slice(1), first.content);
   assert.deepEqual(again.structuredContent, first.structuredContent);
   assert.equal(again._meta['io.effect-ledger/replayed'], true);
-  assert.match(again._meta['io.effect-ledger/key'], /^dk_[0-9a-f]{64}$/);
+  assert.match(again._meta['io.effect-ledger/key'], /^dk2_[0-9a-f]{64}$/);
   assert.equal(typeof again._meta['io.effect-ledger/receipt'].seq, 'number');
 });
 

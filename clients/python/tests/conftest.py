@@ -46,6 +46,11 @@ class Ledgerd:
     """A running ledgerd process."""
 
     def __init__(self, bins: Path, db: Path, *args: str) -> None:
+        if "--default-payloads" not in args:
+            # Most tests check keys and fingerprints of an inline namespace
+            # (dk_, sha256:); a new ledger is committed by default (contract
+            # §14), which test_derived_keys and test_subjects start.
+            args = ("--default-payloads", "inline") + args
         self.db = db
         self.logs: List[str] = []
         self.proc = subprocess.Popen(

@@ -13,7 +13,9 @@ from effect_ledger import AsyncLedger, Effect, ForbiddenError, Ledger, UnknownNa
 
 def test_namespace_is_its_own_chain(server: Any, bins: Any, uid: str) -> None:
     ns = "pay-" + uid
-    ledgerctl(bins, "namespace", "create", "--db", str(server.db), ns)  # beside the running ledgerd
+    # beside the running ledgerd; inline like its default namespace, so that
+    # both derive the same dk_ key (a committed one keys its own, §14)
+    ledgerctl(bins, "namespace", "create", "--db", str(server.db), ns, "--payloads", "inline")
     runs: List[str] = []
     effect = Effect(tool="payments.refund", input={"order": uid})
     with Ledger(server.url, namespace=ns) as pay, Ledger(server.url, namespace="default") as dflt:

@@ -172,7 +172,8 @@ test("errors: typed, with the contract's code and status", async () => {
 
 test("namespaces: each is its own chain", async () => {
   const ns = "pay-" + uid().replace(/[^a-z0-9]/g, "");
-  ledgerctl("namespace", "create", "--db", server.db, ns);
+  // inline like the default namespace, so both derive the same dk_ key
+  ledgerctl("namespace", "create", "--db", server.db, ns, "--payloads", "inline");
   const pay = client({ namespace: ns });
   const dflt = client();
   const effect = { tool: "payments.refund", effect: "write", input: { order: uid() } };

@@ -50,6 +50,12 @@ export function tempDB() {
  * resolves once it logs that it is ready: {url, db, logs, stop()}.
  */
 export async function startLedgerd({ db = tempDB(), args = [], env = {} } = {}) {
+  if (!args.includes("--default-payloads")) {
+    // Most tests check keys and fingerprints of an inline namespace (dk_,
+    // sha256:); a new ledger is committed by default (contract §14), which
+    // the derived-key and subject tests start.
+    args = ["--default-payloads", "inline", ...args];
+  }
   const proc = spawn(join(buildLedger(), "ledgerd"), ["--db", db, "--listen", "127.0.0.1:0", "--log-format", "json", ...args], {
     stdio: ["ignore", "ignore", "pipe"],
     env: { ...process.env, ...env },
