@@ -49,7 +49,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 	a := aClock.start(t, filepath.Join(t.TempDir(), "open.db"), "--verify-every", "1h", "--default-payloads", "committed")
 	observeHost(t, a.URL, cov.observe)
 	// B: tokens, /metrics needs a reader.
-	clock := newWallClock(t) // B, C and D's
+	clock := newWallClock(t)                                                                                     // B, C and D's
 	b := clock.start(t, filepath.Join(t.TempDir(), "auth.db"), "--metrics-auth", "--default-payloads", "inline") // B keeps its payloads inline
 	observeHost(t, b.URL, cov.observe)
 	tok := map[string]string{}
