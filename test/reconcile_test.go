@@ -146,6 +146,23 @@ func testReconcile(t *testing.T, db string) {
 	requireCode(l.Do("POST", "/v1/effects/pay-key-0003/commit", testkit.CommitBody(token, "failed", `,"error":{"code":"X"}`), as(agent)...),
 		409, "already_finalized")
 
+	// The original call lands after a not_applied and the key's rerun
+	// (its token no longer the latest): appended and flagged all the same.
+	r = reserve("pay-key-0006", "exec-10", "payments.charge", `,"lease_ms":10`)
+	require.Equal(t, 201, r.Status, r.Raw)
+	original := r.Body["reservation"].(string)
+	clock.advance(61 * time.Second)
+	require.Equal(t, 201, reconcile("pay-key-0006", agent, nothing).Status)
+	rerun6 := reserve("pay-key-0006", "exec-11", "payments.charge", "")
+	require.Equal(t, 201, rerun6.Status, rerun6.Raw)
+	late6 := l.Do("POST", "/v1/effects/pay-key-0006/commit", testkit.CommitBody(original, "succeeded", `,"external_ref":"ch_twice"`), as(agent)...)
+	require.Equal(t, 201, late6.Status, "the original call's commit after a rerun: %s", late6.Raw)
+	require.NotNil(t, late6.Body["reconciled_earlier"], late6.Raw)
+	c = l.Do("POST", "/v1/effects/pay-key-0006/commit", testkit.CommitBody(rerun6.Body["reservation"].(string), "succeeded", `,"external_ref":"ch_44"`), as(agent)...)
+	require.Equal(t, 201, c.Status, "the rerun commits as usual: %s", c.Raw)
+	requireCode(l.Do("POST", "/v1/effects/pay-key-0006/commit", testkit.CommitBody("rsv_"+strings.Repeat("0", 64), "succeeded", ""), as(agent)...),
+		409, "stale_reservation")
+
 	// An admin may reconcile another actor's reserve.
 	r = reserve("pay-key-0004", "exec-7", "payments.charge", `,"lease_ms":10`)
 	require.Equal(t, 201, r.Status, r.Raw)
@@ -171,7 +188,7 @@ func testReconcile(t *testing.T, db string) {
 	// apart from resolutions, and the contradicted one.
 	out, stderr, code := ledgerctl(t, "verify", "--db", db)
 	require.Equal(t, 0, code, "%s %s", out, stderr)
-	assert.Contains(t, out, "5 reconciliations, 1 reconcile contradicted")
+	assert.Contains(t, out, "6 reconciliations, 2 reconcile contradicted")
 	out, stderr, code = ledgerctl(t, "audit", "--db", db, "--json")
 	require.Equal(t, 0, code, stderr)
 	var audit struct {
@@ -189,17 +206,17 @@ func testReconcile(t *testing.T, db string) {
 		Resolutions []any `json:"resolutions"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &audit), out)
-	require.Len(t, audit.Reconciliations, 5, out)
+	require.Len(t, audit.Reconciliations, 6, out)
 	assert.Equal(t, "pay-key-0001", audit.Reconciliations[0].Key)
 	assert.Equal(t, "payments.find_charge", audit.Reconciliations[0].Lookup)
 	assert.Equal(t, "agent", audit.Reconciliations[0].Actor)
-	assert.Equal(t, "ops", audit.Reconciliations[3].Actor)
+	assert.Equal(t, "ops", audit.Reconciliations[4].Actor)
 	assert.Empty(t, audit.Resolutions, "a reconcile is not a person's resolution")
-	require.Len(t, audit.Contradicted, 1, out)
+	require.Len(t, audit.Contradicted, 2, out)
 	assert.Equal(t, "pay-key-0003", audit.Contradicted[0].Key)
 	assert.Equal(t, "not_applied", audit.Contradicted[0].ReconciledOutcome)
 	assert.Equal(t, "ch_late", audit.Contradicted[0].ExternalRef)
 	out, _, _ = ledgerctl(t, "audit", "--db", db)
-	assert.True(t, strings.Contains(out, "Reconciliations: interrupted keys ended from a downstream's answer (5)"), out)
+	assert.True(t, strings.Contains(out, "Reconciliations: interrupted keys ended from a downstream's answer (6)"), out)
 	assert.Contains(t, out, "Reconcile contradicted")
 }

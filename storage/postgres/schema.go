@@ -387,6 +387,13 @@ CREATE TABLE IF NOT EXISTS subjects (
 	PRIMARY KEY (namespace, mac, idempotency_key, first_seq)
 );
 CREATE INDEX IF NOT EXISTS subjects_by_key ON subjects (namespace, idempotency_key);
+CREATE TABLE IF NOT EXISTS reconciled_tokens (
+	namespace       text COLLATE "C" NOT NULL,
+	idempotency_key text COLLATE "C" NOT NULL,
+	token_hash      bytea  NOT NULL CHECK (octet_length(token_hash) = 32),
+	reserve_seq     bigint NOT NULL,
+	PRIMARY KEY (namespace, idempotency_key, token_hash)
+);
 CREATE TABLE IF NOT EXISTS pending_erasures (
 	namespace       text COLLATE "C" NOT NULL,
 	idempotency_key text COLLATE "C" NOT NULL,
