@@ -379,6 +379,14 @@ CREATE TABLE IF NOT EXISTS erasures (
 );
 CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasures
 	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+`
+
+// sqlSideTables are the side tables that schema 4 gained after databases
+// of it were made: the subject index and the pending erasure marks (SPEC
+// §14), the tokens of reconciled reservations (§15). Applied on every
+// writable open, under migrate's advisory lock, so that a database of
+// schema 4 made before them gets them; idempotent.
+const sqlSideTables = `
 CREATE TABLE IF NOT EXISTS subjects (
 	namespace       text COLLATE "C" NOT NULL,
 	mac             bytea  NOT NULL CHECK (octet_length(mac) = 32),
@@ -455,6 +463,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 				return 0, fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
 			}
 		}
+		if _, err := tx.Exec(ctx, sqlSideTables); err != nil {
+			return 0, fmt.Errorf("side tables: %w", err)
+		}
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
 		}
@@ -469,7 +480,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads+sqlSideTables); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {

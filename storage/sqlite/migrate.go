@@ -107,7 +107,12 @@ func upgrade(ctx context.Context, w *sql.DB, abs string, st ledger.NamespaceSett
 	}
 	switch {
 	case version == SchemaVersion && appID == applicationID:
-		return nil
+		added, err := addSideTables(ctx, tx)
+		if err != nil || !added {
+			return err
+		}
+		logger.Info("added side tables to ledger database", "path", abs, "schema_version", version)
+		return classify(tx.Commit())
 	case version == 0 && objects == 0:
 		if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
 			return fmt.Errorf("create: %w", classify(err))
