@@ -383,9 +383,9 @@ CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasur
 
 // sqlSideTables are the side tables that schema 4 gained after databases
 // of it were made: the subject index and the pending erasure marks (SPEC
-// §14), the tokens of reconciled reservations (§15). Applied on every
-// writable open, under migrate's advisory lock, so that a database of
-// schema 4 made before them gets them; idempotent.
+// §14), the tokens of reconciled reservations (§15). A writable open
+// applies it where one is missing (ensureSideTables), so that a database
+// of schema 4 made before them gets them; idempotent.
 const sqlSideTables = `
 CREATE TABLE IF NOT EXISTS subjects (
 	namespace       text COLLATE "C" NOT NULL,
@@ -412,6 +412,24 @@ CREATE TABLE IF NOT EXISTS pending_erasures (
 	PRIMARY KEY (namespace, idempotency_key, first_seq)
 );
 `
+
+// ensureSideTables makes the side tables of sqlSideTables where one is
+// missing, under migrate's advisory lock. It looks first: a role that may
+// write the ledger's tables but not create any opens a complete database.
+func ensureSideTables(ctx context.Context, tx pgx.Tx) error {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
+		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`).Scan(&n); err != nil {
+		return fmt.Errorf("side tables: %w", err)
+	}
+	if n == 4 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlSideTables); err != nil {
+		return fmt.Errorf("side tables: %w", err)
+	}
+	return nil
+}
 
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
@@ -463,8 +481,8 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 				return 0, fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, sqlSideTables); err != nil {
-			return 0, fmt.Errorf("side tables: %w", err)
+		if err := ensureSideTables(ctx, tx); err != nil {
+			return 0, err
 		}
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
