@@ -240,10 +240,7 @@ func lateCommitOfReconciled(ctx context.Context, s *batchTx, now uint64, k *KeyR
 	}
 	for i := range hist {
 		if r := &hist[i]; r.Kind == chain.KindReconcile && r.RefSeq == seq {
-			if err := s.shown(ctx, r); err != nil {
-				return nil, err
-			}
-			return lateCommit(ctx, s, now, k, &reserve, r, actor, o)
+			return lateCommit(ctx, s, now, k, &reserve, r, actor, o) // it reads the reconcile's values
 		}
 	}
 	return nil, nil
@@ -254,14 +251,21 @@ func lateCommitOfReconciled(ctx context.Context, s *batchTx, now uint64, k *KeyR
 // repeat of the same late commit appends nothing; another one is refused.
 func lateCommit(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, reserve, reconciled *chain.Receipt,
 	actor string, o *outcomeArgs) (*CommitResult, error) {
+	shown := *reconciled
+	if err := s.shown(ctx, &shown); err != nil {
+		return nil, err
+	}
 	earlier := &ReconciledRef{Seq: reconciled.Seq, Hash: reconciled.Hash, Outcome: reconciled.Outcome,
-		ExternalRef: reconciled.ExternalRef}
+		ExternalRef: shown.Value(chain.FieldExternalRef)}
 	hist, err := s.KeyHistory(ctx, k.Key, reconciled.Seq+1)
 	if err != nil {
 		return nil, err
 	}
 	for i := range hist {
 		if c := &hist[i]; c.Kind == chain.KindCommit && c.RefSeq == reserve.Seq {
+			if err := s.shown(ctx, c); err != nil {
+				return nil, err
+			}
 			if !sameOutcome(c, o) {
 				return nil, &Error{Code: ECodeAlreadyFinalized,
 					Message: "this reservation already has a different recorded late commit",

@@ -63,10 +63,11 @@ func (s *stateChecker) reconcile(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleReconcileNotAllowed, "key %q: reconcile by %q of reserve %d by %q; only the reserve's actor or an admin may",
 			k.key, truncate(r.Actor), k.latest.seq, truncate(k.latest.actor))
 	}
+	r = s.shown(r)
 	if k.hasReserve && r.RefSeq == k.latest.seq && !k.finalized {
 		k.reconciled = append(k.reconciled, reconciledReserve{reserve: k.latest,
 			fp:           fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
-			reconcileSeq: r.Seq, outcome: r.Outcome, ref: r.ExternalRef})
+			reconcileSeq: r.Seq, outcome: r.Outcome, ref: r.Value(chain.FieldExternalRef)})
 	}
 	s.setFinal(k, r)
 	s.audit.reconciliation(k, r)
@@ -135,7 +136,7 @@ func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt, rr *reconciledR
 			k.key, rr.reserve.seq, rr.reconcileSeq, rr.commitSeq)
 	default:
 		rr.commitSeq = r.Seq
-		if r.Outcome != rr.outcome || r.ExternalRef != rr.ref {
+		if r = s.shown(r); r.Outcome != rr.outcome || r.Value(chain.FieldExternalRef) != rr.ref {
 			s.audit.contradicted(k, r, rr)
 		}
 	}
@@ -163,7 +164,7 @@ func checkEvidence(bad func(string, ...any), note string) {
 
 func (b *auditBuilder) reconciliation(k *keyState, r *chain.Receipt) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
-		lookup, _ := evidenceLookup(r.Note)
+		lookup, _ := evidenceLookup(r.Value(chain.FieldNote))
 		b.a.Reconciliations = append(b.a.Reconciliations, Reconciliation{Key: k.key, Tool: k.first.Tool,
 			Outcome: r.Outcome, Lookup: lookup, Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt})
 	}
@@ -174,6 +175,6 @@ func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt, rr *reconcile
 		b.a.ReconcileContradicted = append(b.a.ReconcileContradicted, ReconcileContradiction{Key: k.key,
 			Tool: k.first.Tool, ReconcileSeq: rr.reconcileSeq, ReconciledOutcome: rr.outcome,
 			ReconciledExternalRef: rr.ref, CommitSeq: r.Seq, Outcome: r.Outcome,
-			ExternalRef: r.ExternalRef, RecordedAt: r.RecordedAt})
+			ExternalRef: r.Value(chain.FieldExternalRef), RecordedAt: r.RecordedAt})
 	}
 }

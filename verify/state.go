@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"hash/maphash"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -168,6 +169,25 @@ type stateChecker struct {
 	// unknown, and a reconcile by another actor than its reserve's is
 	// accepted (SPEC §15).
 	admin func(actor string) bool
+	// open returns a committed receipt with its values (SPEC §14), for
+	// the few checks that compare values: a reconcile's and a late
+	// commit's external_ref, the evidence's lookup. nil: receipts carry
+	// them (a server's) or the namespace is inline.
+	open func(r *chain.Receipt) (*chain.Receipt, error)
+	err  error // the first value that could not be read
+}
+
+// shown returns r with its values (open).
+func (s *stateChecker) shown(r *chain.Receipt) *chain.Receipt {
+	if s.open == nil {
+		return r
+	}
+	v, err := s.open(r)
+	if err != nil {
+		s.err = cmp.Or(s.err, err)
+		return r
+	}
+	return v
 }
 
 func newStateChecker(col *collector, audit *auditBuilder, from, ttl uint64) *stateChecker {
@@ -446,7 +466,7 @@ func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
 	}
 	s.setFinal(k, r)
 	if r.Kind == chain.KindResolve {
-		s.audit.resolution(k, r)
+		s.audit.resolution(k, s.shown(r))
 	}
 }
 
@@ -464,7 +484,7 @@ func (s *stateChecker) correction(k *keyState, r *chain.Receipt) {
 			k.key, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
 	}
 	s.setFinal(k, r)
-	s.audit.resolution(k, r)
+	s.audit.resolution(k, s.shown(r))
 }
 
 func (s *stateChecker) setFinal(k *keyState, r *chain.Receipt) {

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
@@ -97,7 +98,11 @@ and its embedded result must be the same JSON value (numbers as exact
 decimals), so a file re-encoded by jq or any JSON library still checks; a
 receipt without result_text is hashed with its result's exact bytes. A
 receipt with a field the format does not have, a field given twice or data
-after it is invalid. With --witness-vkey,
+after it is invalid. A receipt of a committed namespace (contract §14) holds
+commitments in its payload fields and opens the disclosed ones in
+"payloads": each disclosed value must open its commitment, a plain value in a
+payload field is invalid, and each field is shown as disclosed or not
+disclosed (a holder may drop a "payloads" entry before handing it on). With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
 ignored.
@@ -137,8 +142,11 @@ type proofVerdict struct {
 	Origin   string `json:"origin,omitempty"`
 	TreeSize int64  `json:"tree_size,omitempty"`
 	// Cosigners is how many --witness-vkey witnesses cosigned.
-	Cosigners int    `json:"cosigners,omitempty"`
-	Error     string `json:"error,omitempty"`
+	Cosigners int `json:"cosigners,omitempty"`
+	// Fields says of each committed payload field (SPEC §14) whether its
+	// value is disclosed (and opens its commitment) or not.
+	Fields map[string]string `json:"fields,omitempty"`
+	Error  string            `json:"error,omitempty"`
 }
 
 // proofChecker judges portable receipts with the log's key, for one
@@ -166,6 +174,10 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 		return proofVerdict{Seq: named.Receipt.Seq, Key: named.Receipt.Key, Error: err.Error()}
 	}
 	cp, err := tlog.CheckPortable(p, c.v, c.ns)
+	var fields map[string]string
+	if err == nil {
+		fields, err = tlog.CheckDisclosures(p)
+	}
 	cosigners := 0
 	if err == nil && len(c.witnesses) > 0 {
 		cosigners = tlog.CountCosigners([]byte(p.Checkpoint), c.witnesses)
@@ -173,7 +185,8 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 			err = fmt.Errorf("%w: %d of the %d witnesses cosigned the checkpoint, %d needed", tlog.ErrCosignature, cosigners, len(c.witnesses), c.need)
 		}
 	}
-	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin, TreeSize: cp.Size}
+	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin,
+		TreeSize: cp.Size, Fields: fields}
 	if err != nil {
 		r.Error = err.Error()
 	}
@@ -190,6 +203,11 @@ func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
 		fmt.Fprintf(w, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, keyCell(r.Key), r.Origin, r.TreeSize)
 		if witnesses > 0 {
 			fmt.Fprintf(w, ", cosigned by %d of %d witnesses", r.Cosigners, witnesses)
+		}
+		for _, f := range chain.PayloadFields {
+			if v, ok := r.Fields[f.Name()]; ok {
+				fmt.Fprintf(w, "; %s %s", f.Name(), v)
+			}
 		}
 		fmt.Fprintln(w)
 	}
