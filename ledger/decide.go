@@ -296,6 +296,9 @@ func decideCommit(ctx context.Context, s *batchTx, now uint64, key, token, actor
 		return nil, err
 	}
 	if subtle.ConstantTimeCompare([]byte(k.TokenHash), tokenHash(token)) != 1 {
+		if late, err := lateCommitOfReconciled(ctx, s, now, &k, token, actor, o); late != nil || err != nil {
+			return late, err
+		}
 		return nil, &Error{Code: ECodeStaleReservation,
 			Message: "this reservation token is not the key's latest reservation (it was taken over, retried, or never issued for this key)",
 			Details: map[string]any{"latest_reserve_seq": k.ReserveSeq}}

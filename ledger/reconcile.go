@@ -208,11 +208,42 @@ func decideReconcile(ctx context.Context, s *batchTx, now uint64, req *Reconcile
 				RetryAfter: MsDuration((wait + 999) / 1000 * 1000)}
 		}
 	}
+	token := k.TokenHash // the interrupted reservation's: the latest
 	r, err := appendOutcome(ctx, s, now, &k, &reserve, reserve.Seq, chain.KindReconcile, req.Actor, note, o)
 	if err != nil {
 		return nil, err
 	}
+	if token != "" {
+		if err := s.PutReconciledToken(ctx, k.Key, token, reserve.Seq); err != nil {
+			return nil, err
+		}
+	}
 	return &ReconcileResult{IdempotencyKey: k.Key, State: outcomeState(r.Outcome), Receipt: refOf(&r)}, nil
+}
+
+// lateCommitOfReconciled is the late commit of a reservation a reconcile
+// finalized whose key was reserved again since (SPEC §15: appended, not
+// refused), or nil when token is no reconciled reservation's of k.
+func lateCommitOfReconciled(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, token, actor string,
+	o *outcomeArgs) (*CommitResult, error) {
+	seq, err := s.ReconciledReserve(ctx, k.Key, string(tokenHash(token)))
+	if err != nil || seq == 0 {
+		return nil, err
+	}
+	reserve, err := s.Receipt(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	hist, err := s.KeyHistory(ctx, k.Key, seq+1)
+	if err != nil {
+		return nil, err
+	}
+	for i := range hist {
+		if r := &hist[i]; r.Kind == chain.KindReconcile && r.RefSeq == seq {
+			return lateCommit(ctx, s, now, k, &reserve, r, actor, o) // it reads the reconcile's values
+		}
+	}
+	return nil, nil
 }
 
 // lateCommit records the original call's commit of a reservation that a

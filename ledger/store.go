@@ -103,6 +103,19 @@ type Tx interface {
 	StateReader
 	TxWriter
 	PayloadTx
+	ReconcileTx
+}
+
+// ReconcileTx keeps the token of each reservation a reconcile finalized
+// (SPEC §15), so that the original call's late commit is appended even
+// after the key was reserved again (its token is then not the latest).
+type ReconcileTx interface {
+	// PutReconciledToken records that the reservation at reserveSeq of key,
+	// whose token hashes to tokenHash, was finalized by a reconcile.
+	PutReconciledToken(ctx context.Context, key, tokenHash string, reserveSeq uint64) error
+	// ReconciledReserve returns the seq of the reconciled reservation of
+	// key whose token hashes to tokenHash, or 0.
+	ReconciledReserve(ctx context.Context, key, tokenHash string) (uint64, error)
 }
 
 // Locked is what a batch's transaction holds when one of its operations

@@ -118,7 +118,7 @@ func (l *level) slow(s *slot, e *event, r *chain.Receipt, first bool) error {
 		}
 		p.state.next(k, r)
 	}
-	if countsForAttempts(r.Kind) {
+	if k.countsForAttempts(r) {
 		k.record(r.ExecutionID, r.Attempt)
 	}
 	l.compact(s, k)
@@ -160,6 +160,7 @@ func (l *level) hydrate(s *slot) (*keyState, error) {
 		k.final = finalOf(r)
 	}
 	k.gate = l.table.gates[keyHashes{s.key0, s.key1}]
+	k.reconciled = append(k.reconciled, l.table.reconciled[keyHashes{s.key0, s.key1}]...)
 	if s.flags&slotMore != 0 {
 		k.attempts = append(k.attempts, l.table.more[keyHashes{s.key0, s.key1}]...)
 	} else {
@@ -180,6 +181,11 @@ func (l *level) compact(s *slot, k *keyState) {
 		l.table.gates[h] = k.gate
 	} else {
 		delete(l.table.gates, h)
+	}
+	if len(k.reconciled) > 0 {
+		l.table.reconciled[h] = append(l.table.reconciled[h][:0], k.reconciled...)
+	} else {
+		delete(l.table.reconciled, h)
 	}
 	for _, f := range []struct {
 		on   bool

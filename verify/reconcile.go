@@ -64,21 +64,81 @@ func (s *stateChecker) reconcile(k *keyState, r *chain.Receipt) {
 			k.key, truncate(r.Actor), k.latest.seq, truncate(k.latest.actor))
 	}
 	r = s.shown(r)
+	if k.hasReserve && r.RefSeq == k.latest.seq && !k.finalized {
+		k.reconciled = append(k.reconciled, reconciledReserve{reserve: k.latest,
+			fp:           fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
+			reconcileSeq: r.Seq, outcome: r.Outcome, ref: r.Value(chain.FieldExternalRef)})
+	}
 	s.setFinal(k, r)
 	s.audit.reconciliation(k, r)
 }
 
-// lateCommit checks the commit of a reservation a reconcile finalized:
-// the original call landing late, appended and exempt from
-// double_finalization (SPEC §15). One whose outcome or external_ref
-// differs from the reconciled one is listed as contradicted.
-func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt) {
-	if r.ExecutionID != k.latest.execution || r.Attempt != k.latest.attempt {
-		s.violation(r, RuleCommitWithoutReserve, "key %q: commit carries execution %q attempt %d, but reserve %d is execution %q attempt %d",
-			k.key, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
+// reconciledReserve is a reserve a reconcile finalized, and what the
+// original call's late commit of it is checked against: the reserve's
+// execution, attempt and fingerprint, the reconcile's outcome and
+// external_ref. The key may have been reserved again since (a rerun
+// after not_applied, or a new generation): the late commit names this
+// reserve all the same, and the ledger appends it (SPEC §15).
+type reconciledReserve struct {
+	reserve      reserveInfo
+	fp           uint64 // fingerprintHash of the reserve's generation
+	reconcileSeq uint64
+	outcome, ref string // the reconcile's outcome and external_ref
+	commitSeq    uint64 // the late commit, once one is seen
+}
+
+// reconciledOf returns the reconciled reserve that r, a commit, names;
+// nil when r is no commit or names no reserve a reconcile finalized.
+func (k *keyState) reconciledOf(r *chain.Receipt) *reconciledReserve {
+	if r.Kind != chain.KindCommit {
+		return nil
 	}
-	if r = s.shown(r); r.Outcome != k.final.outcome || r.Value(chain.FieldExternalRef) != k.final.reconciledRef {
-		s.audit.contradicted(k, r)
+	for i := range k.reconciled {
+		if k.reconciled[i].reserve.seq == r.RefSeq {
+			return &k.reconciled[i]
+		}
+	}
+	return nil
+}
+
+// countsForAttempts reports whether r counts for the attempts of the
+// key's generation: as countsForAttempts says, except the late commit of
+// a reserve of an earlier generation, whose attempt is that one's.
+func (k *keyState) countsForAttempts(r *chain.Receipt) bool {
+	if !countsForAttempts(r.Kind) {
+		return false
+	}
+	if r.Kind == chain.KindCommit && r.RefSeq < k.first.Seq && k.reconciledOf(r) != nil {
+		return false
+	}
+	return true
+}
+
+// lateCommit checks the commit of a reserve a reconcile finalized: the
+// original call landing late, appended and exempt from
+// double_finalization, the key's state unchanged, even when the key was
+// reserved again since (SPEC §15). It must carry the reserve's
+// execution, attempt and fingerprint; a second commit of the reserve
+// finalizes it twice, as the ledger refuses one. One whose outcome or
+// external_ref differs from the reconciled one is listed as contradicted.
+func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt, rr *reconciledReserve) {
+	if fingerprintHash(r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated) != rr.fp {
+		s.violation(r, RuleFingerprintChanged,
+			"key %q: the late commit of reserve %d has tool=%s effect=%s input_hash=%s idempotent=%t key_generated=%t, another fingerprint than that reserve's",
+			k.key, rr.reserve.seq, r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated)
+	}
+	switch {
+	case r.ExecutionID != rr.reserve.execution || r.Attempt != rr.reserve.attempt:
+		s.violation(r, RuleCommitWithoutReserve, "key %q: commit carries execution %q attempt %d, but reserve %d is execution %q attempt %d",
+			k.key, r.ExecutionID, r.Attempt, rr.reserve.seq, rr.reserve.execution, rr.reserve.attempt)
+	case rr.commitSeq != 0:
+		s.violation(r, RuleDoubleFinalization, "key %q: reserve %d, reconciled by %d, already has the late commit %d",
+			k.key, rr.reserve.seq, rr.reconcileSeq, rr.commitSeq)
+	default:
+		rr.commitSeq = r.Seq
+		if r = s.shown(r); r.Outcome != rr.outcome || r.Value(chain.FieldExternalRef) != rr.ref {
+			s.audit.contradicted(k, r, rr)
+		}
 	}
 }
 
@@ -110,11 +170,11 @@ func (b *auditBuilder) reconciliation(k *keyState, r *chain.Receipt) {
 	}
 }
 
-func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt) {
+func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt, rr *reconciledReserve) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
 		b.a.ReconcileContradicted = append(b.a.ReconcileContradicted, ReconcileContradiction{Key: k.key,
-			Tool: k.first.Tool, ReconcileSeq: k.final.seq, ReconciledOutcome: k.final.outcome,
-			ReconciledExternalRef: k.final.reconciledRef, CommitSeq: r.Seq, Outcome: r.Outcome,
+			Tool: k.first.Tool, ReconcileSeq: rr.reconcileSeq, ReconciledOutcome: rr.outcome,
+			ReconciledExternalRef: rr.ref, CommitSeq: r.Seq, Outcome: r.Outcome,
 			ExternalRef: r.Value(chain.FieldExternalRef), RecordedAt: r.RecordedAt})
 	}
 }

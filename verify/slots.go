@@ -87,6 +87,10 @@ type stateTable struct {
 	more     map[keyHashes][]execAttempt
 	far      map[keyHashes][2]uint64 // latest reserve, final seqs of slotFar slots
 	gates    map[keyHashes]gateLink  // the keys with an ask (keyState.gate)
+	// reconciled holds keyState.reconciled of the keys with a reserve a
+	// reconcile finalized (SPEC §15): few, and kept whole, strings and
+	// all, since a late commit of one may come after the key's rerun.
+	reconciled map[keyHashes][]reconciledReserve
 	// held, once the table is full (no key is added after that), has a
 	// bit set for each key in it, by the low bits of key0: a key whose
 	// bit is clear is not in the table, known without a search (which
@@ -100,7 +104,7 @@ type stateTable struct {
 func newStateTable(budget int, hint uint64) (*stateTable, error) {
 	maxSlots := max(budget/slotBytes, 4)
 	t := &stateTable{maxSlots: maxSlots, more: map[keyHashes][]execAttempt{}, far: map[keyHashes][2]uint64{},
-		gates: map[keyHashes]gateLink{}}
+		gates: map[keyHashes]gateLink{}, reconciled: map[keyHashes][]reconciledReserve{}}
 	n := min(uint64(maxSlots), max(hint+hint/3, 1024))
 	if err := t.alloc(int(n)); err != nil {
 		return nil, err
@@ -120,7 +124,7 @@ func (t *stateTable) alloc(n int) error {
 // release returns the table's memory.
 func (t *stateTable) release() {
 	t.mem.free()
-	t.slots, t.mem, t.held, t.more, t.far, t.gates = nil, slotMemory{}, nil, nil, nil, nil
+	t.slots, t.mem, t.held, t.more, t.far, t.gates, t.reconciled = nil, slotMemory{}, nil, nil, nil, nil, nil
 }
 
 // seqs returns the seqs of a slot's latest reserve and final receipt (0:

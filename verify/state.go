@@ -21,6 +21,11 @@ type keyState struct {
 
 	attempts []execAttempt // highest attempt per execution; usually one
 
+	// reconciled are the key's reserves a reconcile finalized, whose
+	// original call's commit may still land, after the key's rerun too
+	// (SPEC §15). Usually none.
+	reconciled []reconciledReserve
+
 	gate gateLink // the key's latest ask and its answer
 }
 
@@ -117,19 +122,12 @@ type finalInfo struct {
 	seq, recordedAt      uint64
 	kind, outcome, code  string
 	retryable, succeeded bool
-	// reconciledRef is a reconcile's external_ref (SPEC §15), which a late
-	// commit is compared with; empty for the other kinds.
-	reconciledRef string
 }
 
 // finalOf is what the key state keeps of the outcome r.
 func finalOf(r *chain.Receipt) finalInfo {
-	f := finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
+	return finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
 		code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
-	if r.Kind == chain.KindReconcile {
-		f.reconciledRef = r.Value(chain.FieldExternalRef)
-	}
-	return f
 }
 
 // state is the key's state at unix ms t (SPEC §3).
@@ -219,7 +217,7 @@ func (s *stateChecker) addGrouped(r *chain.Receipt, now uint64) {
 		s.next(k, r)
 	}
 	s.fresh = s.fresh || s.from == 0 || r.Seq > s.from
-	if countsForAttempts(r.Kind) {
+	if k.countsForAttempts(r) {
 		k.record(r.ExecutionID, r.Attempt)
 	}
 }
@@ -281,7 +279,7 @@ func (s *stateChecker) add(r *chain.Receipt) {
 	} else {
 		s.next(k, r)
 	}
-	if countsForAttempts(r.Kind) {
+	if k.countsForAttempts(r) {
 		k.record(r.ExecutionID, r.Attempt)
 	}
 }
@@ -290,6 +288,10 @@ func (s *stateChecker) add(r *chain.Receipt) {
 func (s *stateChecker) next(k *keyState, r *chain.Receipt) {
 	if r.Kind == chain.KindReserve && s.expired(k, r.RecordedAt) {
 		s.renew(k, r)
+		return
+	}
+	if rr := k.reconciledOf(r); rr != nil {
+		s.lateCommit(k, r, rr) // checked against its reserve, wherever the key is now
 		return
 	}
 	// The gate's receipts of an expired key belong to its next generation,
@@ -449,10 +451,6 @@ func (s *stateChecker) checkReserve(k *keyState, r *chain.Receipt, st string, re
 func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
 	if k.finalized && r.Kind == chain.KindResolve && r.RefSeq == k.final.seq && k.hasReserve {
 		s.correction(k, r)
-		return
-	}
-	if k.finalized && r.Kind == chain.KindCommit && k.final.kind == chain.KindReconcile && k.hasReserve && r.RefSeq == k.latest.seq {
-		s.lateCommit(k, r)
 		return
 	}
 	switch {

@@ -379,6 +379,14 @@ CREATE TABLE IF NOT EXISTS erasures (
 );
 CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasures
 	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+`
+
+// sqlSideTables are the side tables that schema 4 gained after databases
+// of it were made: the subject index and the pending erasure marks (SPEC
+// §14), the tokens of reconciled reservations (§15). A writable open
+// applies it where one is missing (ensureSideTables), so that a database
+// of schema 4 made before them gets them; idempotent.
+const sqlSideTables = `
 CREATE TABLE IF NOT EXISTS subjects (
 	namespace       text COLLATE "C" NOT NULL,
 	mac             bytea  NOT NULL CHECK (octet_length(mac) = 32),
@@ -387,6 +395,13 @@ CREATE TABLE IF NOT EXISTS subjects (
 	PRIMARY KEY (namespace, mac, idempotency_key, first_seq)
 );
 CREATE INDEX IF NOT EXISTS subjects_by_key ON subjects (namespace, idempotency_key);
+CREATE TABLE IF NOT EXISTS reconciled_tokens (
+	namespace       text COLLATE "C" NOT NULL,
+	idempotency_key text COLLATE "C" NOT NULL,
+	token_hash      bytea  NOT NULL CHECK (octet_length(token_hash) = 32),
+	reserve_seq     bigint NOT NULL,
+	PRIMARY KEY (namespace, idempotency_key, token_hash)
+);
 CREATE TABLE IF NOT EXISTS pending_erasures (
 	namespace       text COLLATE "C" NOT NULL,
 	idempotency_key text COLLATE "C" NOT NULL,
@@ -397,6 +412,24 @@ CREATE TABLE IF NOT EXISTS pending_erasures (
 	PRIMARY KEY (namespace, idempotency_key, first_seq)
 );
 `
+
+// ensureSideTables makes the side tables of sqlSideTables where one is
+// missing, under migrate's advisory lock. It looks first: a role that may
+// write the ledger's tables but not create any opens a complete database.
+func ensureSideTables(ctx context.Context, tx pgx.Tx) error {
+	var n int
+	if err := tx.QueryRow(ctx, `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
+		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`).Scan(&n); err != nil {
+		return fmt.Errorf("side tables: %w", err)
+	}
+	if n == 4 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlSideTables); err != nil {
+		return fmt.Errorf("side tables: %w", err)
+	}
+	return nil
+}
 
 // sqlNowMS is the database clock in unix milliseconds.
 const sqlNowMS = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
@@ -448,6 +481,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 				return 0, fmt.Errorf("migrate schema %d to %d: %w", v, v+1, err)
 			}
 		}
+		if err := ensureSideTables(ctx, tx); err != nil {
+			return 0, err
+		}
 		if err := ensureKeysGuard(ctx, tx); err != nil {
 			return 0, err
 		}
@@ -462,7 +498,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads+sqlSideTables); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {

@@ -52,6 +52,7 @@ type tx struct {
 	erasures    []ledger.Erasure                           // the erase receipts\' openings
 	subjectOps  []subjectOp                                // the subject index\'s changes, sent in order
 	pending     map[ledger.Generation]*ledger.PendingErase // pending erasure marks (nil: deleted)
+	reconciled  []reconciledToken                          // tokens of reconciled reservations (SPEC §15)
 	bySeq       map[uint64]int                             // index into receipts
 	keys        map[string]*ledger.KeyRecord
 	keyOrder    []string
@@ -68,7 +69,7 @@ type tx struct {
 
 func (t *tx) dirty() bool {
 	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0 ||
-		len(t.erases) > 0 || len(t.subjectOps) > 0 || len(t.pending) > 0
+		len(t.erases) > 0 || len(t.subjectOps) > 0 || len(t.pending) > 0 || len(t.reconciled) > 0
 }
 
 // dbFail records the first failed database call and classifies it.

@@ -125,6 +125,7 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 		queueErases(b, t.c.ns, t)
 		queueSubjects(b, t.c.ns, t)
 		queuePending(b, t.c.ns, t)
+		queueReconciled(b, t.c.ns, t)
 	}
 	if len(ks.ns) > 0 {
 		b.Queue(sqlUpsertKeys, ks.args()...)

@@ -70,6 +70,7 @@ var upgradeCopies = []struct {
 	{[]string{"ns_settings"}, `INSERT INTO ns_settings (ns, key_ttl_ms) SELECT ns, key_ttl_ms FROM old_ns_settings
 		WHERE ns NOT IN (SELECT ns FROM ns_settings)`},
 	{nil, `INSERT OR IGNORE INTO ns_settings (ns, key_ttl_ms) VALUES (0, 0)`}, // keys of a file before key lifetimes never expire
+	{[]string{"ns_reconciled_tokens"}, `INSERT INTO ns_reconciled_tokens SELECT * FROM old_ns_reconciled_tokens`},
 	{[]string{"ns_pending_erasures"}, `INSERT INTO ns_pending_erasures SELECT * FROM old_ns_pending_erasures`},
 	{[]string{"ns_subjects"}, `INSERT INTO ns_subjects (ns, mac, key, first_seq) SELECT ns, mac, key, first_seq FROM old_ns_subjects`},
 	{[]string{"ns_erasures"}, `INSERT INTO ns_erasures (ns, seq, salt, ranges, purged_at)
@@ -106,7 +107,12 @@ func upgrade(ctx context.Context, w *sql.DB, abs string, st ledger.NamespaceSett
 	}
 	switch {
 	case version == SchemaVersion && appID == applicationID:
-		return nil
+		added, err := addSideTables(ctx, tx)
+		if err != nil || !added {
+			return err
+		}
+		logger.Info("added side tables to ledger database", "path", abs, "schema_version", version)
+		return classify(tx.Commit())
 	case version == 0 && objects == 0:
 		if _, err := tx.ExecContext(ctx, schemaSQL); err != nil {
 			return fmt.Errorf("create: %w", classify(err))

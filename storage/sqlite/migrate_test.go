@@ -337,3 +337,52 @@ func TestOpen_migratesV7(t *testing.T) {
 	assert.True(t, rep.OK, "%+v", rep.Violations)
 	assert.Len(t, rep.Audit.Reconciliations, 1)
 }
+
+// TestOpen_addsSideTables: a file of schema 8 made before the side tables
+// that schema gained (the subject index, the pending erasure marks, the
+// tokens of reconciled reservations) opens with the schema of a new file,
+// and the original call's commit after a not_applied reconcile and the
+// key's rerun is appended on it (SPEC §15) and verifies.
+func TestOpen_addsSideTables(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	require.NoError(t, ledgertest.Open(t, ledgertest.WithPath(path)).Close())
+	raw, err := sql.Open("sqlite3", path)
+	require.NoError(t, err)
+	for _, table := range []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens"} {
+		_, err := raw.Exec(`DROP TABLE ` + table)
+		require.NoError(t, err)
+	}
+	require.NoError(t, raw.Close())
+
+	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	w, _ := db.Store.Pools()
+	assertNewSchema(t, w)
+	_, err = db.SetPolicy(ctx, json.RawMessage(`{"rules":[{"tool":"payments.*","reconcile":{"allow":true,"settle_ms":0}}]}`), "")
+	require.NoError(t, err)
+	reserve := func(exec string, leaseMS int64) *ledger.ReserveResult {
+		r, err := db.Reserve(ctx, ledger.ReserveRequest{IdempotencyKey: "pay-key-0001", ExecutionID: exec,
+			Tool: "payments.charge", Effect: "external", Input: []byte(`{"order":1}`), LeaseMS: &leaseMS})
+		require.NoError(t, err)
+		require.Equal(t, ledger.StatusReserved, r.Status)
+		return r
+	}
+	original := reserve("e1", 10)
+	db.Clock.Advance(time.Second)
+	_, err = db.Reconcile(ctx, ledger.ReconcileRequest{IdempotencyKey: "pay-key-0001", Outcome: "not_applied",
+		Error: &ledger.FailureDetail{Code: "NOT_FOUND"}, Evidence: json.RawMessage(`{"lookup":"payments.find_charge","answer":{}}`)})
+	require.NoError(t, err)
+	rerun := reserve("e2", 60_000)
+	_, err = db.Commit(ctx, ledger.CommitRequest{IdempotencyKey: "pay-key-0001", Reservation: rerun.Reservation,
+		Outcome: "succeeded", ExternalRef: "ch_2"})
+	require.NoError(t, err)
+	late, err := db.Commit(ctx, ledger.CommitRequest{IdempotencyKey: "pay-key-0001", Reservation: original.Reservation,
+		Outcome: "succeeded", ExternalRef: "ch_1"})
+	require.NoError(t, err, "the original call's commit after the rerun")
+	require.NotNil(t, late.ReconciledEarlier)
+	rep, err := verify.New(chainOf(t, db.Store, ledger.DefaultNamespace), verify.Opts{Now: db.Clock.Now}).Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, rep.OK, "%+v", rep.Violations)
+	assert.Len(t, rep.Audit.ReconcileContradicted, 1)
+	require.NoError(t, db.Close())
+}

@@ -280,6 +280,17 @@ CREATE TABLE ns_pending_erasures (
 	PRIMARY KEY (ns, key, first_seq)
 ) WITHOUT ROWID;
 
+-- The token hash of each reservation a reconcile finalized (SPEC §15), so
+-- that the original call's late commit is appended even after the key was
+-- reserved again. Never part of the chain.
+CREATE TABLE ns_reconciled_tokens (
+	ns          INTEGER NOT NULL,
+	key         TEXT    NOT NULL,
+	token_hash  BLOB    NOT NULL CHECK (length(token_hash) = 32),
+	reserve_seq INTEGER NOT NULL,
+	PRIMARY KEY (ns, key, token_hash)
+) WITHOUT ROWID;
+
 -- The input of each ask (SPEC §13), kept off the chain for the approvers
 -- and deleted after delete_after (unix ms): the ask's expiry, or its
 -- answer, plus the operator's retention. Never part of the chain.

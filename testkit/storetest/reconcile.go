@@ -21,6 +21,10 @@ import (
 func RunReconcile(t *testing.T, f Factory) {
 	t.Run("SucceededThenLateCommit", func(t *testing.T) { testReconcileLate(t, f, ledger.PayloadsInline) })
 	t.Run("SucceededThenLateCommitCommitted", func(t *testing.T) { testReconcileLate(t, f, ledger.PayloadsCommitted) })
+	t.Run("NotAppliedRerunThenLateCommit", func(t *testing.T) { testReconcileLateAfterRerun(t, f, ledger.PayloadsInline) })
+	t.Run("NotAppliedRerunThenLateCommitCommitted", func(t *testing.T) {
+		testReconcileLateAfterRerun(t, f, ledger.PayloadsCommitted)
+	})
 	t.Run("NotAppliedExempt", func(t *testing.T) { testReconcileExempt(t, f) })
 	t.Run("KeyExpires", func(t *testing.T) { testReconcileExpires(t, f) })
 }
@@ -98,6 +102,51 @@ func testReconcileLate(t *testing.T, f Factory, mode ledger.PayloadMode) {
 	assert.Equal(t, "payments.find", rep.Audit.Reconciliations[0].Lookup)
 	require.Len(t, rep.Audit.ReconcileContradicted, 1, "re_1 is not the re_found reconciled")
 	assert.Equal(t, late.Receipt.Seq, rep.Audit.ReconcileContradicted[0].CommitSeq)
+}
+
+// testReconcileLateAfterRerun: after a reconcile not_applied and the
+// key's rerun, the original call's commit with its old token is appended
+// all the same (SPEC §15), the key's record and state stay the rerun's,
+// and the verifier takes it as a late commit, contradicted; only a
+// reconciled reservation's token gets through.
+func testReconcileLateAfterRerun(t *testing.T, f Factory, mode ledger.PayloadMode) {
+	l, clock := open(t, f)
+	require.NoError(t, l.CreateNamespace(context.Background(), "late", ledger.NamespaceSettings{Payloads: mode}))
+	n := ns(t, l, "late")
+	r := interruptedKey(t, n, clock, "charge-1", "exec-1")
+	clock.Advance(time.Second)
+	rec := mustReconcile(t, n, reconcileReq("charge-1", chain.OutcomeNotApplied))
+	rerun := testkit.MustReserve(t, n, testkit.ReserveReq("charge-1", "exec-2"))
+	require.Equal(t, ledger.StatusReserved, rerun.Status)
+	require.NotNil(t, rerun.AfterNotApplied)
+	done := testkit.MustCommit(t, n, ledger.CommitRequest{IdempotencyKey: "charge-1", Reservation: rerun.Reservation,
+		Outcome: chain.OutcomeSucceeded, ExternalRef: "re_rerun"})
+
+	late := testkit.MustCommit(t, n, testkit.Succeed("charge-1", r.Reservation))
+	require.NotNil(t, late.ReconciledEarlier, "the old token after the rerun")
+	assert.Equal(t, rec.Receipt.Seq, late.ReconciledEarlier.Seq)
+	assert.Equal(t, chain.OutcomeNotApplied, late.ReconciledEarlier.Outcome)
+	assert.False(t, late.Replayed)
+	assert.Equal(t, ledger.StateSucceeded, keyState(t, n, "charge-1"))
+	noDrift(t, n, "charge-1")
+	replay := testkit.MustReserve(t, n, testkit.ReserveReq("charge-1", "exec-3"))
+	assert.Equal(t, done.Receipt.Seq, replay.Original.Seq, "replays serve the rerun's outcome")
+	assert.Equal(t, "re_rerun", replay.ExternalRef)
+	again := testkit.MustCommit(t, n, testkit.Succeed("charge-1", r.Reservation))
+	assert.True(t, again.Replayed, "the same late commit appends nothing")
+	assert.Equal(t, late.Receipt, again.Receipt)
+	assert.Equal(t, ledger.ECodeAlreadyFinalized, commitCode(n, testkit.Fail("charge-1", r.Reservation, false)))
+	// A reservation that no reconcile ended is stale as ever.
+	other := testkit.MustReserve(t, n, testkit.ReserveReq("charge-2", "exec-4"))
+	assert.Equal(t, ledger.ECodeStaleReservation, commitCode(n, testkit.Succeed("charge-1", other.Reservation)))
+	verifyClean(t, n, 8)
+
+	rep := audit(t, n, clock.Now)
+	require.Len(t, rep.Audit.ReconcileContradicted, 1, "re_1 is not the not_applied reconciled")
+	got := rep.Audit.ReconcileContradicted[0]
+	assert.Equal(t, late.Receipt.Seq, got.CommitSeq)
+	assert.Equal(t, rec.Receipt.Seq, got.ReconcileSeq)
+	assert.Equal(t, "re_1", got.ExternalRef, "the value, in a committed namespace too")
 }
 
 func testReconcileExempt(t *testing.T, f Factory) {
