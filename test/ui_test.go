@@ -480,7 +480,7 @@ func TestUI_violations(t *testing.T) {
 	browser := newBrowser(t)
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	clock := newWallClock(t)
-	l := clock.start(t, db)
+	l := clock.start(t, db, "--default-payloads", "inline") // external_ref is edited in the chain below
 	fillForUI(t, l, clock)
 	require.NoError(t, l.Stop())
 	sdb, err := sql.Open("sqlite3", db)
@@ -660,5 +660,40 @@ func TestUI_resultFromResultText(t *testing.T) {
 	body := b.str(`document.querySelector('#key-view').textContent`)
 	assert.Contains(t, body, `"id": 9007199254740993`)
 	assert.NotContains(t, body, "9007199254740992")
+	b.clean()
+}
+
+// TestUI_erased: in a committed namespace (contract §14) the web page shows
+// a receipt's values, and once they are erased says which erase receipt
+// took them, with no trace of the value.
+func TestUI_erased(t *testing.T) {
+	t.Parallel()
+	browser := newBrowser(t)
+	marker := randomMarker(t)
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
+	tok := l.Reserve(t, `{"idempotency_key":"mail-ui-0001","execution_id":"exec-1","tool":"email.send","effect":"external"}`)
+	l.Commit(t, "mail-ui-0001", `{"reservation":"`+tok+`","outcome":"succeeded","external_ref":"msg-`+marker+`","result":{"to":"`+marker+`"}}`)
+
+	b := newTab(t, browser)
+	b.do(chromedp.Navigate(l.URL + "/ui/"))
+	b.goHash("#key/mail-ui-0001")
+	b.wait(`document.querySelectorAll('#timeline li').length === 2`)
+	assert.Contains(t, b.str(`document.querySelector('#key-view').textContent`), "msg-"+marker, "the value, not its commitment")
+
+	er := l.Do("POST", "/v1/erasures", `{"keys":["mail-ui-0001"],"reason":"request 4"}`)
+	require.Equal(t, 201, er.Status, er.Raw)
+	b.do(chromedp.Navigate(l.URL + "/ui/"))
+	b.goHash("#key/mail-ui-0001")
+	b.wait(`document.querySelectorAll('#timeline li').length === 2`)
+	body := b.str(`document.querySelector('#key-view').textContent`)
+	assert.Contains(t, body, "erased by receipt 3")
+	assert.NotContains(t, body, marker)
+	b.goHash("#receipts?key=mail-ui-0001")
+	b.wait(`document.querySelectorAll('#receipts-table tbody tr.row').length === 2`)
+	b.do(chromedp.Click(chromedp.CSS("#receipts-table tbody tr.row:nth-child(2) td:first-child")))
+	b.wait(`document.querySelector('#receipts-table tr.detail')`)
+	detail := b.str(`document.querySelector('#receipts-table tr.detail').textContent`)
+	assert.Contains(t, detail, "erased by receipt 3")
+	assert.NotContains(t, detail, marker)
 	b.clean()
 }

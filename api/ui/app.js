@@ -643,6 +643,15 @@
     return 'info';
   }
 
+  // payload shows a payload field of r (contract §14): what shown makes of
+  // its value, or, once erased, which erase receipt took it.
+  function payload(r, field, shown) {
+    if (r.erased && r.erased[field]) {
+      return el('span', { class: 'erased' }, 'erased by receipt ' + r.erased[field]);
+    }
+    return shown;
+  }
+
   function receiptDetail(r) {
     return kv([
       ['seq', String(r.seq)],
@@ -656,15 +665,15 @@
       ['idempotent', yesNo(r.idempotent)],
       ['input hash', r.input_hash ? el('span', { class: 'mono' }, r.input_hash) : ''],
       ['outcome', r.outcome],
-      ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', resultCell(r)],
+      ['external ref', payload(r, 'external_ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : '')],
+      ['result', payload(r, 'result', resultCell(r))],
       ['error code', r.error_code],
-      ['error message', r.error_message],
+      ['error message', payload(r, 'error_message', r.error_message)],
       ['retryable', r.kind === 'commit' || r.kind === 'resolve' || r.kind === 'reconcile' ? (r.outcome === 'failed' ? yesNo(r.retryable) : '') : ''],
       ['lease expires', r.lease_expires_at ? timeEl(r.lease_expires_at) : ''],
       ['ref seq', r.ref_seq ? String(r.ref_seq) : ''],
       ['actor', r.actor],
-      ['note', r.note],
+      ['note', payload(r, 'note', r.note)],
       ['recorded', timeEl(r.recorded_at)],
       ['prev hash', el('span', { class: 'hash' }, r.prev_hash)],
       ['hash', el('span', { class: 'hash' }, r.hash)],
@@ -859,9 +868,10 @@
     const byNew = r.execution_id !== firstExec;
     const e = { r, cls: r.kind, title: r.kind, body: null, runtimeRetry: false, reInvocation: false };
     const outcome = () => [
-      ['external ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : ''],
-      ['result', resultCell(r)],
-      ['error', r.error_code ? el('span', null, el('span', { class: 'mono' }, r.error_code), r.error_message ? ' — ' : '', r.error_message) : ''],
+      ['external ref', payload(r, 'external_ref', r.external_ref ? el('span', { class: 'mono' }, r.external_ref) : '')],
+      ['result', payload(r, 'result', resultCell(r))],
+      ['error', r.error_code ? el('span', null, el('span', { class: 'mono' }, r.error_code), r.error_message || (r.erased && r.erased.error_message) ? ' — ' : '',
+        payload(r, 'error_message', r.error_message)) : ''],
       ['retryable', r.outcome === 'failed' ? yesNo(r.retryable) : ''],
     ];
     switch (r.kind) {
@@ -902,17 +912,17 @@
         if (ref && ref.kind !== 'reserve') {
           e.title = 'Corrected by an admin: the failure applied nothing';
           e.badge = badge(r.outcome, r.outcome);
-          e.body = kv([...outcome(), ['note', r.note], ['corrects', '#' + r.ref_seq]]);
+          e.body = kv([...outcome(), ['note', payload(r, 'note', r.note)], ['corrects', '#' + r.ref_seq]]);
           break;
         }
         e.title = 'Resolved by an operator';
         e.badge = badge(r.outcome, r.outcome);
-        e.body = kv([...outcome(), ['note', r.note], ['interrupted reserve', '#' + r.ref_seq]]);
+        e.body = kv([...outcome(), ['note', payload(r, 'note', r.note)], ['interrupted reserve', '#' + r.ref_seq]]);
         break;
       case 'reconcile':
         e.title = 'Reconciled from the downstream\'s answer';
         e.badge = badge(r.outcome, r.outcome);
-        e.body = kv([...outcome(), ['evidence', r.note], ['by', r.actor], ['interrupted reserve', '#' + r.ref_seq]]);
+        e.body = kv([...outcome(), ['evidence', payload(r, 'note', r.note)], ['by', r.actor], ['interrupted reserve', '#' + r.ref_seq]]);
         break;
     }
     return e;
