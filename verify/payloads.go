@@ -38,6 +38,9 @@ type payloadChecker struct {
 	// absent: the database has no payload table; only the chain's forms
 	// are checked.
 	absent bool
+	// gate knows the policy in force, whose retention a sweep's erase
+	// must keep to.
+	gate *gateChecker
 }
 
 // payloadChecker returns the checker of the ledger's payloads, or nil for
@@ -270,6 +273,9 @@ func (p *payloadChecker) checkErase(r *chain.Receipt) {
 	if p.db == nil || len(ranges) == 0 {
 		return
 	}
+	if res.Retention {
+		p.checkRetention(r, ranges)
+	}
 	var seqs []uint64
 	for _, rg := range ranges {
 		for s := rg[0]; s <= rg[1]; s++ {
@@ -305,5 +311,33 @@ func (v *Verifier) opener(ctx context.Context, r *run) func(*chain.Receipt) (*ch
 		c := *rc
 		c.Open = open[rc.Seq]
 		return &c, nil
+	}
+}
+
+// checkRetention checks a retention sweep's erase against the policy in
+// force at its seq (SPEC §14): there must be a retention, and no receipt
+// it lists may be younger than its payloads_ms. recorded_at never
+// decreases within a chain, so the last receipt listed is the youngest.
+func (p *payloadChecker) checkRetention(r *chain.Receipt, ranges []chain.Range) {
+	if p.gate == nil || p.gate.unknown {
+		return // the policy in force did not parse: nothing is checked against it
+	}
+	var ms uint64
+	if p.gate.policy != nil {
+		ms = p.gate.policy.retentionMS
+	}
+	if ms == 0 {
+		p.col.addf(r.Seq, RuleEraseInvalid, "a retention erase, but no retention is in force")
+		return
+	}
+	last := ranges[len(ranges)-1][1]
+	young, err := p.db.GetReceipt(p.ctx, last)
+	if err != nil {
+		p.err = errors.Join(p.err, err)
+		return
+	}
+	if young != nil && young.RecordedAt+ms > r.RecordedAt {
+		p.col.addf(r.Seq, RuleEraseInvalid, "a retention erase lists receipt %d, recorded less than the %d ms the retention in force keeps payloads",
+			last, ms)
 	}
 }

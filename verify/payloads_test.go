@@ -2,9 +2,11 @@ package verify_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -151,6 +153,55 @@ func TestVerifier_payloadsAbsent(t *testing.T) {
 			require.NoError(t, err)
 			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
 			assert.True(t, rep.PayloadsUnchecked)
+		})
+	}
+}
+
+// TestVerifier_retentionErase: a retention sweep's erase must keep to the
+// retention in force at its seq (SPEC §14): one that lists a receipt
+// younger than payloads_ms, or that no retention allowed, is
+// erase_invalid.
+func TestVerifier_retentionErase(t *testing.T) {
+	build := func(t *testing.T) string {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(sqlite.Options{Payloads: ledger.PayloadsCommitted}))
+		ctx := context.Background()
+		_, err := db.SetPolicy(ctx, json.RawMessage(`{"retention":{"payloads_ms":60000}}`), "admin") // seq 1
+		require.NoError(t, err)
+		res := testkit.MustReserve(t, db, testkit.ReserveReq("pay-key-0001", "exec-1")) // 2
+		testkit.MustCommit(t, db, testkit.Succeed("pay-key-0001", res.Reservation))     // 3
+		db.Clock.Advance(61 * time.Second)
+		swept, err := db.Sweep(ctx) // 4
+		require.NoError(t, err)
+		require.NotNil(t, swept)
+		require.Equal(t, uint64(4), swept.Receipt.Seq)
+		require.NoError(t, db.Close())
+		return path
+	}
+	for _, tc := range []struct {
+		desc  string
+		steps []string
+		want  []string
+	}{
+		{"intact", nil, nil},
+		{"a longer retention in force", []string{`UPDATE ns_receipts SET result = replace(result, '60000', '3600000') WHERE ns = 0 AND seq = 1`},
+			[]string{verify.RuleEraseInvalid}},
+		{"no retention in force", []string{`UPDATE ns_receipts SET result = '{}' WHERE ns = 0 AND seq = 1`},
+			[]string{verify.RuleEraseInvalid}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			path := build(t)
+			if tc.steps != nil {
+				steps := stepsOf(tc.steps)
+				steps[len(steps)-1].RehashFrom = 1
+				tamper(t, path, tamperCase{Steps: steps})
+			}
+			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			rep, err := verify.New(rd, verify.Opts{}).Check(context.Background())
+			require.NoError(t, err)
+			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
 		})
 	}
 }

@@ -210,6 +210,9 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if r.cc.payloads, err = v.payloadChecker(ctx, r.chainCol, r.from); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	if r.cc.payloads != nil {
+		r.cc.payloads.gate = r.gate
+	}
 	r.state.open = v.opener(ctx, r)
 	if err := v.primeGate(ctx, r); err != nil {
 		return nil, fmt.Errorf("verify: %w", errors.Join(err, r.cc.payloads.close()))
