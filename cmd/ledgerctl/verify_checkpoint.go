@@ -57,14 +57,23 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 // tlog.NewCosignatureVerifier for a witness) a verifier key given inline
 // or in a file.
 func readVerifier(s string, parse func(string) (note.Verifier, error)) (note.Verifier, error) {
+	text, err := readKeyText(s)
+	if err != nil {
+		return nil, err
+	}
+	return parse(text)
+}
+
+// readKeyText returns a verifier key given inline or in a file.
+func readKeyText(s string) (string, error) {
 	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
 		b, err := os.ReadFile(s)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		s = strings.TrimSpace(string(b))
 	}
-	return parse(s)
+	return s, nil
 }
 
 // readCheckpoint reads a signed note from a file or an http(s) URL.

@@ -1,0 +1,194 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// Rotating the log's signing key (SPEC §9.2), through the real binaries.
+
+// rotationKey is a signing key made with ledgerctl keygen.
+type rotationKey struct {
+	file, vkey, id string
+	vkeyFile       string // the verifier key, in a file
+}
+
+// newRotationKey makes a key for origin prefix origin in dir/name.
+func newRotationKey(t *testing.T, dir, name, origin string) rotationKey {
+	t.Helper()
+	file := filepath.Join(dir, name)
+	out, stderr, code := ledgerctl(t, "keygen", "--origin", origin, "--out", file)
+	require.Equal(t, 0, code, stderr)
+	vkey := strings.TrimSpace(out)
+	v, err := tlog.NewVerifier(vkey)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file+".vkey", []byte(vkey+"\n"), 0o644))
+	return rotationKey{file: file, vkey: vkey, id: tlog.KeyID(v), vkeyFile: file + ".vkey"}
+}
+
+// rotationLedger is a ledgerd with tokens, restarted with other keys.
+type rotationLedger struct {
+	t             *testing.T
+	l             *Ledgerd
+	db            string
+	admin, writer string
+	n             int // keys appended so far
+}
+
+func (rl *rotationLedger) start(keys ...string) {
+	rl.t.Helper()
+	if rl.l != nil {
+		require.NoError(rl.t, rl.l.Stop())
+	}
+	args := append([]string{"--log-origin", "ex.test", "--checkpoint-interval", "20ms"}, keys...)
+	rl.l = StartLedgerd(rl.t, rl.db, args...)
+}
+
+// grow appends a receipt and waits for a checkpoint that covers it,
+// returning its note.
+func (rl *rotationLedger) grow() string {
+	rl.t.Helper()
+	rl.n++
+	r := rl.l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":"rot-key-%04d","execution_id":"e","tool":"mail.send","effect":"write"}`, rl.n),
+		"Authorization", "Bearer "+rl.writer)
+	require.Equal(rl.t, 201, r.Status, r.Raw)
+	seq := int64(r.Body["receipt"].(map[string]any)["seq"].(float64))
+	return rl.checkpointAt(seq)
+}
+
+// checkpointAt waits for a served checkpoint of at least size leaves.
+func (rl *rotationLedger) checkpointAt(size int64) string {
+	rl.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		r := rl.l.Do("GET", "/log/default/checkpoint", "", "Authorization", "Bearer "+rl.admin)
+		if r.Status == 200 {
+			c, err := tlog.ParseCheckpoint(tlog.NoteText([]byte(r.Raw)))
+			require.NoError(rl.t, err)
+			if c.Size >= size {
+				return r.Raw
+			}
+		}
+		require.True(rl.t, time.Now().Before(deadline), "no checkpoint of size %d in 60s:\n%s", size, rl.l.Logs())
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitLog waits until ledgerd has logged msg.
+func (rl *rotationLedger) waitLog(msg string) {
+	rl.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(rl.l.Logs(), msg) {
+		require.True(rl.t, time.Now().Before(deadline), "ledgerd did not log %q in 30s:\n%s", msg, rl.l.Logs())
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rotate runs ledgerctl keys rotate with the admin token.
+func (rl *rotationLedger) rotate(vkey string, extra ...string) (string, string, int) {
+	rl.t.Helper()
+	return ledgerctl(rl.t, append([]string{"keys", "rotate", "--server", rl.l.URL, "--token", rl.admin, "--new-vkey", vkey}, extra...)...)
+}
+
+// newRotationLedger starts ledgerd on db with keys, then makes its
+// admin and writer tokens.
+func newRotationLedger(t *testing.T, db string, keys ...string) *rotationLedger {
+	rl := &rotationLedger{t: t, db: db}
+	rl.start(keys...)
+	rl.admin = createToken(t, db, "admin", "admin")
+	rl.writer = createToken(t, db, "writer", "writer")
+	deadline := time.Now().Add(30 * time.Second)
+	for rl.l.Do("GET", "/v1/head", "").Status != 401 { // the server sees the tokens within a second
+		require.True(t, time.Now().Before(deadline), "auth not on in 30s")
+		time.Sleep(20 * time.Millisecond)
+	}
+	return rl
+}
+
+// TestKeyRotation_handover: a key receipt announces NEW; a ledgerd holding
+// only OLD keeps signing with OLD, one started with --signing-key NEW
+// --handover-key OLD signs with both, and one with NEW alone with NEW; a
+// second rotation of the same key is 409, a writer may not rotate, and a
+// ledgerd holding a key the chain never announced signs nothing.
+func TestKeyRotation_handover(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		dir := t.TempDir()
+		old := newRotationKey(t, dir, "old.key", "ex.test")
+		rl := newRotationLedger(t, db, "--signing-key", old.file)
+		assert.Equal(t, []string{old.id}, tlog.SignatureKeys([]byte(rl.grow()), "ex.test"))
+
+		next := newRotationKey(t, dir, "new.key", "ex.test")
+		other := newRotationKey(t, dir, "other.key", "other.test")
+		auth := func(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+		r := rl.l.Do("POST", "/v1/ns/default/signing-keys", `{"vkey":"`+next.vkey+`"}`, auth(rl.writer)...)
+		assert.Equal(t, 403, r.Status, "a writer may not rotate: %s", r.Raw)
+		for _, body := range []string{`{"vkey":"` + other.vkey + `"}`, `{"vkey":"ex.test+00000000+AAAA"}`, `{}`, `{"vkey":"` + next.vkey + `","retires":"XYZ"}`} {
+			r = rl.l.Do("POST", "/v1/ns/default/signing-keys", body, auth(rl.admin)...)
+			assert.Equal(t, 400, r.Status, "%s: %s", body, r.Raw)
+			assert.Equal(t, "invalid_request", r.Code(), r.Raw)
+		}
+
+		out, stderr, code := rl.rotate(next.vkeyFile)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, "key "+next.id+" announced in default, retiring key "+old.id)
+		_, stderr, code = rl.rotate(next.vkey)
+		assert.Equal(t, 2, code)
+		assert.Contains(t, stderr, "key_rotation_conflict")
+		third := newRotationKey(t, dir, "third.key", "ex.test")
+		r = rl.l.Do("POST", "/v1/signing-keys", `{"vkey":"`+third.vkey+`","retires":"`+old.id+`"}`, auth(rl.admin)...)
+		assert.Equal(t, 409, r.Status, r.Raw)
+		assert.Equal(t, "key_rotation_conflict", r.Code(), r.Raw)
+
+		if strings.HasPrefix(db, "postgres") {
+			// A replica without the announced key does not take the signer
+			// lock.
+			rl.waitLog("does not hold the signing key the chain announced last")
+		} else {
+			// OLD alone keeps signing (verifiers will call it retired).
+			assert.Equal(t, []string{old.id}, tlog.SignatureKeys([]byte(rl.grow()), "ex.test"))
+		}
+		// The handover: both keys sign.
+		rl.start("--signing-key", next.file, "--handover-key", old.file)
+		assert.Equal(t, []string{next.id, old.id}, tlog.SignatureKeys([]byte(rl.grow()), "ex.test"))
+		keys := rl.l.Do("GET", "/v1/signing-keys", "", auth(rl.writer)...)
+		require.Equal(t, 403, keys.Status, "a writer reads no key history")
+		out, stderr, code = ledgerctl(t, "keys", "list", "--server", rl.l.URL, "--token", rl.admin)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, next.id+"  "+old.id)
+		assert.Contains(t, out, "signed by: "+next.id+", "+old.id)
+		// NEW alone.
+		rl.start("--signing-key", next.file)
+		assert.Equal(t, []string{next.id}, tlog.SignatureKeys([]byte(rl.grow()), "ex.test"))
+
+		out, stderr, code = ledgerctl(t, "verify", "--db", db)
+		require.Equal(t, 0, code, out+stderr)
+		out, stderr, code = ledgerctl(t, "receipts", "--db", db, "--kind", "key", "--json")
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, out, `"retires\":\"`+old.id)
+
+		// A key the chain never announced signs nothing.
+		rl.start("--signing-key", third.file)
+		rl.n++
+		r = rl.l.Do("POST", "/v1/effects/reserve", fmt.Sprintf(`{"idempotency_key":"rot-key-%04d","execution_id":"e","tool":"mail.send","effect":"write"}`, rl.n), auth(rl.writer)...)
+		require.Equal(t, 201, r.Status, r.Raw)
+		if strings.HasPrefix(db, "postgres") {
+			rl.waitLog("does not hold the signing key the chain announced last")
+		} else {
+			rl.waitLog("no signing key of this process is in the chain's active key set")
+		}
+		cp := rl.l.Do("GET", "/log/default/checkpoint", "", auth(rl.admin)...)
+		require.Equal(t, 200, cp.Status, cp.Raw)
+		assert.Equal(t, []string{next.id}, tlog.SignatureKeys([]byte(cp.Raw), "ex.test"), "the last checkpoint is NEW's")
+		_ = os.Remove(third.file)
+	})
+}
