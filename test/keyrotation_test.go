@@ -192,3 +192,110 @@ func TestKeyRotation_handover(t *testing.T) {
 		_ = os.Remove(third.file)
 	})
 }
+
+// signAs signs the body of the checkpoint note with the private key of
+// k alone, into a file of dir.
+func signAs(t *testing.T, dir, note string, k rotationKey) string {
+	t.Helper()
+	skey, err := os.ReadFile(k.file)
+	require.NoError(t, err)
+	signer, _, _, err := tlog.LoadSignerText(strings.TrimSpace(string(skey)), "ex.test")
+	require.NoError(t, err)
+	c, err := tlog.ParseCheckpoint(tlog.NoteText([]byte(note)))
+	require.NoError(t, err)
+	msg, err := tlog.Sign(c, signer)
+	require.NoError(t, err)
+	path := filepath.Join(dir, "by-"+k.id+".txt")
+	require.NoError(t, os.WriteFile(path, msg, 0o644))
+	return path
+}
+
+// TestKeyRotation_verifiers: verify --state learns NEW only through the
+// key receipt proven under a checkpoint OLD signed, then calls a
+// checkpoint OLD signs alone checkpoint_key_retired and one by a key never
+// announced checkpoint_key_unknown; check-proof accepts a receipt under
+// NEW's checkpoint given OLD and the bundle's key receipts.
+func TestKeyRotation_verifiers(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		dir := t.TempDir()
+		old := newRotationKey(t, dir, "old.key", "ex.test")
+		next := newRotationKey(t, dir, "new.key", "ex.test")
+		stranger := newRotationKey(t, dir, "stranger.key", "ex.test")
+		rl := newRotationLedger(t, db, "--signing-key", old.file)
+		save := func(name, note string) string {
+			p := filepath.Join(dir, name)
+			require.NoError(t, os.WriteFile(p, []byte(note), 0o644))
+			return p
+		}
+		cp0 := save("cp0.txt", rl.grow())
+		state := filepath.Join(dir, "state.json")
+		out, stderr, code := ledgerctl(t, "verify", "--db", db, "--checkpoint", cp0, "--vkey", old.vkeyFile, "--state", state)
+		require.Equal(t, 0, code, out+stderr)
+		st, err := os.ReadFile(state)
+		require.NoError(t, err)
+		assert.Contains(t, string(st), `"keys":{"current":["`+old.vkey+`"]}`, "the state keeps the full key")
+
+		// The order docs/operations.md gives: both keys, announce, NEW alone.
+		rl.start("--signing-key", next.file, "--handover-key", old.file)
+		_, stderr, code = rl.rotate(next.vkey)
+		require.Equal(t, 0, code, stderr)
+		rl.grow()
+		rl.start("--signing-key", next.file)
+		note2 := rl.grow()
+		cp2 := save("cp2.txt", note2)
+		require.Equal(t, []string{next.id}, tlog.SignatureKeys([]byte(note2), "ex.test"))
+
+		// Without the state, OLD alone does not verify NEW's checkpoint
+		// unless the chain proves the handover: it does.
+		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp2, "--vkey", old.vkey)
+		require.Equal(t, 0, code, out+stderr)
+		// With the state: learnt and kept.
+		out, stderr, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", cp2, "--state", state)
+		require.Equal(t, 0, code, out+stderr)
+		st, err = os.ReadFile(state)
+		require.NoError(t, err)
+		assert.Contains(t, string(st), `"current":["`+next.vkey+`"],"retired":["`+old.vkey+`"]`)
+		assert.Contains(t, string(st), `"retires":"`+old.id+`"`)
+
+		// OLD alone after the handover: retired; a key never announced:
+		// unknown, named.
+		out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", signAs(t, dir, note2, old), "--state", state, "--json")
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, `"rule":"checkpoint_key_retired"`)
+		out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", signAs(t, dir, note2, stranger), "--state", state, "--json")
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, `"rule":"checkpoint_key_unknown"`)
+		assert.Contains(t, out, stranger.id)
+		// With nothing pinned but OLD given, the chain teaches NEW, and a
+		// stranger's checkpoint is still unknown.
+		out, _, code = ledgerctl(t, "verify", "--db", db, "--checkpoint", signAs(t, dir, note2, stranger), "--vkey", old.vkey, "--json")
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, `"rule":"checkpoint_key_unknown"`)
+
+		// Online, the server's portable receipts hold the proof of the
+		// handover.
+		st2 := filepath.Join(dir, "state2.json")
+		out, stderr, code = ledgerctl(t, "verify", "--server", rl.l.URL, "--token", rl.admin, "--checkpoint", cp0, "--vkey", old.vkey, "--state", st2)
+		require.Equal(t, 0, code, out+stderr)
+		out, stderr, code = ledgerctl(t, "verify", "--server", rl.l.URL, "--token", rl.admin, "--checkpoint", cp2, "--state", st2)
+		require.Equal(t, 0, code, out+stderr)
+
+		// check-proof: the bundle carries the key receipt.
+		c, err := tlog.ParseCheckpoint(tlog.NoteText([]byte(note2)))
+		require.NoError(t, err)
+		bundle, stderr, code := ledgerctl(t, "prove", "--db", db, fmt.Sprint(c.Size))
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, bundle, `"keys":[`)
+		bf := save("bundle.json", bundle)
+		out, stderr, code = ledgerctl(t, "check-proof", bf, "--vkey", old.vkey)
+		require.Equal(t, 0, code, out+stderr)
+		assert.Contains(t, out, "signed by key "+next.id+" announced on the chain")
+		out, stderr, code = ledgerctl(t, "check-proof", bf, "--vkey", stranger.vkey, "--vkey", next.vkey)
+		require.Equal(t, 0, code, out+stderr, "any one key suffices")
+		stripped := save("stripped.json", bundle[:strings.Index(bundle, `,"keys":[`)]+"}\n")
+		out, _, code = ledgerctl(t, "check-proof", stripped, "--vkey", old.vkey)
+		assert.Equal(t, 1, code, out)
+		assert.Contains(t, out, next.id, "the error names the key that signed")
+	})
+}

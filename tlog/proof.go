@@ -74,6 +74,11 @@ type PortableReceipt struct {
 	LeafIndex  int64         `json:"leaf_index"`
 	Inclusion  []HexHash     `json:"inclusion"`
 	Checkpoint string        `json:"checkpoint"`
+	// Keys are the namespace's key receipts (SPEC §9.2), each proven
+	// under the first checkpoint that covers it (signed by the key it
+	// retires), so that a verifier who trusts an older key can accept a
+	// checkpoint signed by a later one.
+	Keys []PortableReceipt `json:"keys,omitempty"`
 }
 
 // ProveInclusion returns the proof that leaf index is in the tree of size
