@@ -49,7 +49,7 @@ func fillAudit(t *testing.T, post func(path, body string) response) {
 func tamperFile(t *testing.T, path string, seq int) {
 	t.Helper()
 	testkit.EditLedger(t, path, func(db *sql.DB) {
-		_, err := db.Exec(`UPDATE receipts SET external_ref = '<b>forged</b>' WHERE seq = ?`, seq)
+		_, err := db.Exec(`UPDATE receipts SET actor = '<b>forged</b>' WHERE seq = ?`, seq)
 		require.NoError(t, err)
 	})
 }

@@ -70,7 +70,7 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	n = &Namespace{Log: Log{c}, l: l, name: name, chain: c, keyTTL: ttl, payloads: mode}
+	n = &Namespace{Log: Log{ChainReader: c, Payloads: c}, l: l, name: name, chain: c, keyTTL: ttl, payloads: mode}
 	l.spaces[name] = n
 	return n, nil
 }

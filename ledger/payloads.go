@@ -180,9 +180,43 @@ func (n *Namespace) Payloads() PayloadMode { return n.payloads }
 // receipts are copies: they never go back to a cache.
 func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
 	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) error {
-	if !n.committed() || len(rs) == 0 {
+	if !n.committed() {
 		return nil
 	}
+	seq, fault, err := openReceipts(ctx, rs, read)
+	if fault != nil {
+		return n.payloadTampered(ctx, seq, fault.Field)
+	}
+	return err
+}
+
+// ShowPayloads attaches to receipts read from c (copies, never a cache's)
+// the values their payload fields commit to, as the API shows them, for
+// the tools that read a database directly. A value that does not open
+// its commitment is an *Error with ECodeIntegrityError. Receipts of an
+// inline namespace are left as they are.
+func ShowPayloads(ctx context.Context, c PayloadReader, rs []chain.Receipt) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	mode, err := c.Payloads(ctx)
+	if err != nil || mode != PayloadsCommitted {
+		return err
+	}
+	seq, fault, err := openReceipts(ctx, rs, c.Openings)
+	if fault != nil {
+		return &Error{Code: ECodeIntegrityError,
+			Message: fmt.Sprintf("the %s of receipt %d does not match the commitment the chain recorded for it; `ledgerctl verify` shows what changed", fault.Field.Name(), seq),
+			Details: map[string]any{"seq": seq, "field": fault.Field.Name()}}
+	}
+	return err
+}
+
+// openReceipts attaches the openings read to rs; the first value that does
+// not open its commitment is returned with its seq, and nothing more is
+// attached.
+func openReceipts(ctx context.Context, rs []chain.Receipt,
+	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) (uint64, *chain.PayloadFault, error) {
 	seqs := make([]uint64, 0, len(rs))
 	for i := range rs {
 		if hasCommitment(&rs[i]) {
@@ -190,11 +224,11 @@ func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
 		}
 	}
 	if len(seqs) == 0 {
-		return nil
+		return 0, nil, nil
 	}
 	open, err := read(ctx, seqs)
 	if err != nil {
-		return fmt.Errorf("read payloads: %w", err)
+		return 0, nil, fmt.Errorf("read payloads: %w", err)
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -206,11 +240,11 @@ func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
 			continue
 		}
 		if faults := o.Check(r); len(faults) > 0 {
-			return n.payloadTampered(ctx, r.Seq, faults[0].Field)
+			return r.Seq, &faults[0], nil
 		}
 		r.Open = o
 	}
-	return nil
+	return 0, nil, nil
 }
 
 // hasCommitment reports whether a payload field of r holds a commitment.

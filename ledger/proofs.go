@@ -15,7 +15,12 @@ import (
 
 // Log serves the proofs and tiles of one namespace's Merkle tree (SPEC
 // §9) from its reader: a Namespace, or a store opened read-only.
-type Log struct{ ChainReader }
+type Log struct {
+	ChainReader
+	// Payloads reads a committed namespace's values for its portable
+	// receipts (SPEC §14); nil: no values are disclosed.
+	Payloads PayloadReader
+}
 
 // TileHeight is the height of the tlog-tiles the ledger serves (C2SP).
 const TileHeight = 8
@@ -216,7 +221,53 @@ func (ns Log) bare(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog
 	if err != nil {
 		return nil, err
 	}
-	return &tlog.PortableReceipt{Receipt: *r, LeafIndex: idx, Inclusion: tlog.HexHashes(p), Checkpoint: c.Note}, nil
+	out := &tlog.PortableReceipt{Receipt: *r, LeafIndex: idx, Inclusion: tlog.HexHashes(p), Checkpoint: c.Note}
+	out.Receipt.Open = nil // the chain's text: the values go in Payloads
+	if err := ns.disclose(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// disclose adds to a committed namespace's portable receipt the openings
+// of its payload fields, and the fields erased with the seq of each
+// erase (SPEC §14). A kept value that does not open its commitment is an
+// integrity error, as in every answer.
+func (ns Log) disclose(ctx context.Context, p *tlog.PortableReceipt) error {
+	if ns.Payloads == nil {
+		return nil
+	}
+	mode, err := ns.Payloads.Payloads(ctx)
+	if err != nil || mode != PayloadsCommitted {
+		return err
+	}
+	r := &p.Receipt
+	open, err := ns.Payloads.Openings(ctx, []uint64{r.Seq})
+	if err != nil {
+		return fmt.Errorf("read payloads: %w", err)
+	}
+	o := open[r.Seq]
+	if faults := o.Check(r); len(faults) > 0 {
+		f := faults[0].Field
+		return &Error{Code: ECodeIntegrityError,
+			Message: fmt.Sprintf("the %s of receipt %d does not match the commitment the chain recorded for it; `ledgerctl verify` shows what changed", f.Name(), r.Seq),
+			Details: map[string]any{"seq": r.Seq, "field": f.Name()}}
+	}
+	d := tlog.Disclosures{}
+	for _, f := range chain.PayloadFields {
+		switch v := o.Get(f); {
+		case v == nil:
+		case v.ErasedBy > 0:
+			if p.Erased == nil {
+				p.Erased = map[string]uint64{}
+			}
+			p.Erased[f.Name()] = v.ErasedBy
+		default:
+			d[f.Name()] = tlog.Disclosed{Value: v.Value, Salt: v.Salt.String()}
+		}
+	}
+	p.Payloads = &d
+	return nil
 }
 
 // Tile is a tlog-tiles tile: its data and whether it is full (immutable).

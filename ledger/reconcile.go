@@ -220,14 +220,21 @@ func decideReconcile(ctx context.Context, s *batchTx, now uint64, req *Reconcile
 // repeat of the same late commit appends nothing; another one is refused.
 func lateCommit(ctx context.Context, s *batchTx, now uint64, k *KeyRecord, reserve, reconciled *chain.Receipt,
 	actor string, o *outcomeArgs) (*CommitResult, error) {
+	shown := *reconciled
+	if err := s.shown(ctx, &shown); err != nil {
+		return nil, err
+	}
 	earlier := &ReconciledRef{Seq: reconciled.Seq, Hash: reconciled.Hash, Outcome: reconciled.Outcome,
-		ExternalRef: reconciled.ExternalRef}
+		ExternalRef: shown.Value(chain.FieldExternalRef)}
 	hist, err := s.KeyHistory(ctx, k.Key, reconciled.Seq+1)
 	if err != nil {
 		return nil, err
 	}
 	for i := range hist {
 		if c := &hist[i]; c.Kind == chain.KindCommit && c.RefSeq == reserve.Seq {
+			if err := s.shown(ctx, c); err != nil {
+				return nil, err
+			}
 			if !sameOutcome(c, o) {
 				return nil, &Error{Code: ECodeAlreadyFinalized,
 					Message: "this reservation already has a different recorded late commit",

@@ -19,6 +19,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/mcpgate"
+	"github.com/effect-ledger/effect-ledger/mcpgate/ledgerport"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
 )
 
@@ -154,9 +155,14 @@ func textOf(t *testing.T, res *mcp.CallToolResult) string {
 }
 
 // mustDeriveKey is the derived key of a call without arguments.
-func mustDeriveKey(t *testing.T, ledgerTool string) string {
+// mustDeriveKey derives the key of a call of ledgerTool with no
+// arguments, as the gateway does in ns (SPEC §14: dk2_ in a committed
+// namespace).
+func mustDeriveKey(t *testing.T, ns *ledger.Namespace, ledgerTool string) string {
 	t.Helper()
-	key, err := mcpgate.DeriveKey(nil, ledgerTool, json.RawMessage(`{}`), "")
+	dk, err := ledgerport.Port{Ledger: mcpgate.NewLocal(ns)}.DerivationKey(context.Background())
+	require.NoError(t, err)
+	key, err := mcpgate.DeriveKey(dk, ledgerTool, json.RawMessage(`{}`), "")
 	require.NoError(t, err)
 	return key
 }
@@ -211,7 +217,7 @@ func TestGateway_CallTool(t *testing.T) {
 		// Recorded not_applied (the default), so it is asked again.
 		_, err = s.CallTool(context.Background(), &mcp.CallToolParams{Name: "no_such_tool"})
 		require.Error(t, err)
-		v, err := ns.Key(context.Background(), mustDeriveKey(t, "shop.no_such_tool"), false)
+		v, err := ns.Key(context.Background(), mustDeriveKey(t, ns, "shop.no_such_tool"), false)
 		require.NoError(t, err)
 		assert.Equal(t, "not_applied", v.Receipts[len(v.Receipts)-1].Outcome)
 	})
@@ -260,11 +266,12 @@ func TestGateway_CallTool(t *testing.T) {
 		cold := MustStartGateway(t, url, mcpgate.Config{Ledger: mcpgate.NewLocal(other.Namespace)})
 		require.NoError(t, other.Ledger.Close())
 		call(t, s, "charge") // the gateway has the namespace's derivation key from now on
+		want := mustDeriveKey(t, ns, "shop.charge")
 		require.NoError(t, l.Close())
 		res := call(t, s, "charge")
 		assert.True(t, res.IsError)
 		assert.Equal(t, mcpgate.StatusLedgerUnavailable, res.Meta[mcpgate.MetaStatus])
-		assert.Equal(t, mustDeriveKey(t, "shop.charge"), res.Meta[mcpgate.MetaKey])
+		assert.Equal(t, want, res.Meta[mcpgate.MetaKey])
 		assert.Equal(t, 1, runs.get("charge"), "not run again")
 		// Without the derivation key no key can be derived, and nothing runs.
 		res = call(t, cold, "charge")

@@ -156,11 +156,24 @@ func testCommitted(t *testing.T, db string) {
 	assert.Contains(t, strings.Join(chainTexts["plain"], " "), marker)
 	assert.Contains(t, strings.Join(chainTexts["default"], " "), chain.CommitmentPrefix)
 
+	serverExport, stderr, code := ledgerctl(t, "export", "--server", l.URL)
+	require.Equal(t, 0, code, stderr)
 	require.NoError(t, l.Stop())
 	for _, ns := range []string{"default", "plain"} {
 		out, stderr, code := ledgerctl(t, "verify", "--db", db, "--namespace", ns)
 		require.Equal(t, 0, code, "verify %s: %s%s", ns, out, stderr)
 	}
+	// Read from the file, ledgerctl shows the values as the API does.
+	fileExport, stderr, code := ledgerctl(t, "export", "--db", db)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, serverExport, fileExport, "the file and the server export the same receipts, with their values")
+	assert.Contains(t, fileExport, `"external_ref":"ref-`+marker+`"`)
+	shown, stderr, code := ledgerctl(t, "show", "--db", db, "mail-0000001")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, shown, "ref=ref-"+marker, "the value, not its commitment")
+	listed, stderr, code := ledgerctl(t, "receipts", "--db", db, "--json")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, listed, `"result_text":"{\"to\":\"`+marker)
 
 	// Erase by keys (SPEC §14): the values go, one erase receipt, proofs stay.
 	l = startLedgerdEnv(t, nil, db)

@@ -19,7 +19,8 @@ import (
 var ErrPortableForm = errors.New("portable receipt is not in its exact form")
 
 // portableFields are the members of a portable receipt.
-var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true, "keys": true}
+var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true,
+	"payloads": true, "erased": true, "keys": true}
 
 // receiptFields are the members of a receipt's JSON form (SPEC §2), with
 // the optional result_encoding, result_text (SPEC §9.1) and malformed.
@@ -59,6 +60,14 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 	if _, err := checkMembers(receipt, receiptFields, ""); err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
+	var env struct {
+		Payloads json.RawMessage `json:"payloads"`
+	}
+	if err := json.Unmarshal(data, &env); err == nil && env.Payloads != nil {
+		if err := parseDisclosures(env.Payloads); err != nil {
+			return nil, err
+		}
+	}
 	var p PortableReceipt
 	if err := json.Unmarshal(data, &p); err != nil {
 		if errors.Is(err, chain.ErrResultMismatch) {
@@ -90,7 +99,7 @@ func checkKeys(raw json.RawMessage) error {
 
 // checkMembers checks that the valid JSON data is an object whose
 // members are all in known, each once, and returns the raw value of the
-// member keep (nil if absent).
+// member keep (nil if absent). A nil known accepts every name.
 func checkMembers(data []byte, known map[string]bool, keep string) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -109,7 +118,7 @@ func checkMembers(data []byte, known map[string]bool, keep string) (json.RawMess
 			return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
 		}
 		switch {
-		case !known[name]:
+		case known != nil && !known[name]:
 			return nil, fmt.Errorf("%w: unknown field %s", ErrPortableForm, strconv.Quote(name))
 		case seen[name]:
 			return nil, fmt.Errorf("%w: field %s appears twice", ErrPortableForm, strconv.Quote(name))

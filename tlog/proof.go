@@ -74,6 +74,13 @@ type PortableReceipt struct {
 	LeafIndex  int64         `json:"leaf_index"`
 	Inclusion  []HexHash     `json:"inclusion"`
 	Checkpoint string        `json:"checkpoint"`
+	// Payloads, in a committed namespace (SPEC §14), opens the disclosed
+	// payload fields ({} when every one is withheld); nil for a receipt
+	// of an inline namespace.
+	Payloads *Disclosures `json:"payloads,omitempty"`
+	// Erased names the fields the issuer erased, with the seq of the
+	// erase receipt of each.
+	Erased map[string]uint64 `json:"erased,omitempty"`
 	// Keys are the namespace's key receipts (SPEC §9.2), each proven
 	// under the first checkpoint that covers it (signed by the key it
 	// retires), so that a verifier who trusts an older key can accept a

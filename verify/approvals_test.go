@@ -134,7 +134,7 @@ func (c *gateChain) write(t *testing.T) string {
 	t.Helper()
 	c.rehash()
 	path := filepath.Join(t.TempDir(), "gate.db")
-	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.Inline())
 	require.NoError(t, db.Close())
 	sdb, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)

@@ -308,7 +308,7 @@ func (b *auditBuilder) reInvocation(k *keyState, r *chain.Receipt, outcome strin
 func (b *auditBuilder) resolution(k *keyState, r *chain.Receipt) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
 		b.a.Resolutions = append(b.a.Resolutions, Resolution{Key: k.key, Tool: k.first.Tool, Seq: r.Seq,
-			Outcome: r.Outcome, ErrorCode: r.ErrorCode, Note: r.Note, Actor: r.Actor, RecordedAt: r.RecordedAt})
+			Outcome: r.Outcome, ErrorCode: r.ErrorCode, Note: r.Value(chain.FieldNote), Actor: r.Actor, RecordedAt: r.RecordedAt})
 	}
 }
 

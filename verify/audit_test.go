@@ -243,12 +243,15 @@ func (c *calls) audits(opts verify.Opts) (offline, online *verify.Audit) {
 	return rep.Audit, orep.Audit
 }
 
-// hash is the input_hash of input n.
-func hash(t *testing.T, n int) string {
-	t.Helper()
+// hash is the input_hash c's ledger records for input n (keyed in a
+// committed namespace, SPEC §14).
+func (c *calls) hash(n int) string {
+	c.t.Helper()
 	h, err := ledger.Fingerprint(input(n))
-	require.NoError(t, err)
-	return h
+	require.NoError(c.t, err)
+	stored, err := c.db.StoredInputHash(context.Background(), h)
+	require.NoError(c.t, err)
+	return stored
 }
 
 // TestVerifier_repeatedFailures: SPEC §5 repeated_failures, offline (the
@@ -268,7 +271,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.reserve("refund-b-0002", "exec-2", refund, 7)
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: refund, InputHash: hash(t, 7), ErrorCode: "DECLINED",
+			return []verify.RepeatedFailure{{Tool: refund, InputHash: c.hash(7), ErrorCode: "DECLINED",
 				Keys: []string{"refund-a-0001", "refund-b-0002"}, Executions: []string{"exec-1", "exec-2"}, Seqs: []uint64{2, 3}}}
 		},
 	}, {
@@ -309,7 +312,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.succeed("refund-b-0002")
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: refund, InputHash: hash(t, 7), ErrorCode: "TIMEOUT",
+			return []verify.RepeatedFailure{{Tool: refund, InputHash: c.hash(7), ErrorCode: "TIMEOUT",
 				Keys: []string{"refund-a-0001", "refund-b-0002"}, Executions: []string{"exec-1", "exec-1"}, Seqs: []uint64{2, 3}}}
 		},
 	}, {
@@ -324,7 +327,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.reserve("refund-b-0004", "exec-4", refund, 7)
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: refund, InputHash: hash(t, 7), ErrorCode: "DECLINED",
+			return []verify.RepeatedFailure{{Tool: refund, InputHash: c.hash(7), ErrorCode: "DECLINED",
 				Keys:       []string{"refund-a-0001", "refund-z-0002", "refund-m-0003", "refund-b-0004"},
 				Executions: []string{"exec-1", "exec-2", "exec-3", "exec-4"}, Seqs: []uint64{2, 3, 5, 7}}}
 		},
@@ -344,7 +347,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.reserve("charge-b-0002", "exec-2", "payments.charge", 9)
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: "payments.charge", InputHash: hash(t, 9), ErrorCode: "NOT_CHARGED",
+			return []verify.RepeatedFailure{{Tool: "payments.charge", InputHash: c.hash(9), ErrorCode: "NOT_CHARGED",
 				Keys: []string{"charge-a-0001", "charge-b-0002"}, Executions: []string{"exec-1", "exec-2"}, Seqs: []uint64{2, 3}}}
 		},
 	}, {
@@ -357,7 +360,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.reserve("refund-c-0003", "exec-3", refund, 7)
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: refund, InputHash: hash(t, 7), ErrorCode: "DECLINED",
+			return []verify.RepeatedFailure{{Tool: refund, InputHash: c.hash(7), ErrorCode: "DECLINED",
 				Keys: []string{"refund-a-0001", "refund-b-0002", "refund-c-0003"}, Executions: []string{"exec-1", "exec-2", "exec-3"},
 				Seqs: []uint64{2, 3, 5}}}
 		},
@@ -378,7 +381,7 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 			c.reserve("", "exec-2", refund, 7)
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
-			return []verify.RepeatedFailure{{Tool: refund, InputHash: hash(t, 7), ErrorCode: "DECLINED",
+			return []verify.RepeatedFailure{{Tool: refund, InputHash: c.hash(7), ErrorCode: "DECLINED",
 				Keys: c.keys, Executions: []string{"exec-1", "exec-2"}, Seqs: []uint64{2, 3}}}
 		},
 	}, {
@@ -393,9 +396,9 @@ func TestVerifier_repeatedFailures(t *testing.T) {
 		},
 		want: func(t *testing.T, c *calls) []verify.RepeatedFailure {
 			return []verify.RepeatedFailure{
-				{Tool: "payments.charge", InputHash: hash(t, 7), ErrorCode: "DECLINED",
+				{Tool: "payments.charge", InputHash: c.hash(7), ErrorCode: "DECLINED",
 					Keys: []string{"charge-a-0001", "charge-b-0002"}, Executions: []string{"exec-1", "exec-2"}, Seqs: []uint64{4, 6}},
-				{Tool: refund, InputHash: hash(t, 7), ErrorCode: "DECLINED",
+				{Tool: refund, InputHash: c.hash(7), ErrorCode: "DECLINED",
 					Keys: []string{"refund-a-0001", "refund-b-0002"}, Executions: []string{"exec-1", "exec-2"}, Seqs: []uint64{3, 5}},
 			}
 		},
@@ -559,10 +562,10 @@ func TestVerifier_repeatedFailuresNotApplied(t *testing.T) {
 	c.reserve("mail-key-0005", "exec-9", mail, 3) // 16
 	c.succeed("mail-key-0005")                    // 17
 	offline, online := c.audits(verify.Opts{})
-	want := []verify.RepeatedFailure{{Tool: mail, InputHash: hash(t, 1), ErrorCode: "REFUSED",
+	want := []verify.RepeatedFailure{{Tool: mail, InputHash: c.hash(1), ErrorCode: "REFUSED",
 		Keys:       []string{"mail-key-0001", "mail-key-0002"}, // each key once
 		Executions: []string{"exec-1", "exec-2", "exec-3"}, Seqs: []uint64{2, 5, 7}},
-		{Tool: mail, InputHash: hash(t, 3), ErrorCode: "NOT_FOUND", Keys: []string{"mail-key-0005"},
+		{Tool: mail, InputHash: c.hash(3), ErrorCode: "NOT_FOUND", Keys: []string{"mail-key-0005"},
 			Executions: []string{"exec-7", "exec-8", "exec-9"}, Seqs: []uint64{13, 14, 16}}}
 	slices.SortFunc(want, func(x, y verify.RepeatedFailure) int { return strings.Compare(x.InputHash, y.InputHash) })
 	for src, a := range map[string]*verify.Audit{"offline": offline, "online": online} {

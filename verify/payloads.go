@@ -29,9 +29,11 @@ type payloadChecker struct {
 	stop     func()
 	err      error // the database's rows could not be read
 	// the next row not yet matched with a receipt
-	rowSeq uint64
-	row    *chain.Opening
-	more   bool
+	rowSeq  uint64
+	row     *chain.Opening
+	more    bool
+	started bool   // the rows are read from the first receipt on
+	last    uint64 // the seq of the last receipt checked
 }
 
 // payloadChecker returns the checker of the ledger's payloads, or nil for
@@ -62,7 +64,6 @@ func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint
 				p.err = err
 			}
 		})
-		p.advance()
 	}
 	return p, nil
 }
@@ -72,7 +73,16 @@ func (p *payloadChecker) advance() {
 }
 
 // opening returns the database's row of the receipt at seq, or nil.
+//
+// The rows are read from the first receipt checked on, never before: the
+// receipts' read began first, so every receipt it returns has its row in
+// the later read (a receipt and its values are written in one
+// transaction).
 func (p *payloadChecker) opening(seq uint64) *chain.Opening {
+	if !p.started {
+		p.started = true
+		p.advance()
+	}
 	for p.more && p.rowSeq < seq {
 		p.advance() // a row of no receipt of the pass (the chain pass reports gaps)
 	}
@@ -91,6 +101,23 @@ func (p *payloadChecker) close() error {
 		return nil
 	}
 	for by, fs := range p.expect {
+		if by > p.last && p.db != nil {
+			// Erased after the pass's read of the chain: the erasure's
+			// stored ranges (written with its receipt, never erased)
+			// must hold each seq; the next pass checks the receipt.
+			e, err := p.db.Erasure(p.ctx, by)
+			if err != nil && !errors.Is(err, ledger.ErrBadErasure) {
+				p.err = errors.Join(p.err, err)
+				continue
+			}
+			var kept []erasedField
+			for _, f := range fs {
+				if e == nil || !chain.RangesHold(e.Ranges, f.seq) {
+					kept = append(kept, f)
+				}
+			}
+			fs = kept
+		}
 		for _, e := range fs {
 			p.col.addf(e.seq, RulePayloadMissing, "%s is marked erased by receipt %d, which is not an erase receipt of the chain",
 				e.field.Name(), by)
@@ -117,6 +144,7 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 	if p == nil {
 		return r
 	}
+	p.last = r.Seq
 	o := r.Open
 	if p.next != nil {
 		o = p.opening(r.Seq)
@@ -239,5 +267,23 @@ func (p *payloadChecker) checkErase(r *chain.Receipt) {
 				p.col.addf(seq, RuleEraseIncomplete, "%s is still kept, though erase receipt %d lists it", f.Name(), r.Seq)
 			}
 		}
+	}
+}
+
+// opener returns how the state checks read a receipt's values (SPEC §14):
+// from the database's payload table in a committed namespace, nil where
+// receipts carry them or the namespace is inline.
+func (v *Verifier) opener(ctx context.Context, r *run) func(*chain.Receipt) (*chain.Receipt, error) {
+	if r.cc.payloads == nil || v.db == nil {
+		return nil
+	}
+	return func(rc *chain.Receipt) (*chain.Receipt, error) {
+		open, err := v.db.Openings(ctx, []uint64{rc.Seq})
+		if err != nil {
+			return nil, fmt.Errorf("read the values of receipt %d: %w", rc.Seq, err)
+		}
+		c := *rc
+		c.Open = open[rc.Seq]
+		return &c, nil
 	}
 }

@@ -63,6 +63,7 @@ func (s *stateChecker) reconcile(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleReconcileNotAllowed, "key %q: reconcile by %q of reserve %d by %q; only the reserve's actor or an admin may",
 			k.key, truncate(r.Actor), k.latest.seq, truncate(k.latest.actor))
 	}
+	r = s.shown(r)
 	s.setFinal(k, r)
 	s.audit.reconciliation(k, r)
 }
@@ -76,7 +77,7 @@ func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt) {
 		s.violation(r, RuleCommitWithoutReserve, "key %q: commit carries execution %q attempt %d, but reserve %d is execution %q attempt %d",
 			k.key, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
 	}
-	if r.Outcome != k.final.outcome || r.ExternalRef != k.final.reconciledRef {
+	if r = s.shown(r); r.Outcome != k.final.outcome || r.Value(chain.FieldExternalRef) != k.final.reconciledRef {
 		s.audit.contradicted(k, r)
 	}
 }
@@ -103,7 +104,7 @@ func checkEvidence(bad func(string, ...any), note string) {
 
 func (b *auditBuilder) reconciliation(k *keyState, r *chain.Receipt) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
-		lookup, _ := evidenceLookup(r.Note)
+		lookup, _ := evidenceLookup(r.Value(chain.FieldNote))
 		b.a.Reconciliations = append(b.a.Reconciliations, Reconciliation{Key: k.key, Tool: k.first.Tool,
 			Outcome: r.Outcome, Lookup: lookup, Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt})
 	}
@@ -114,6 +115,6 @@ func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt) {
 		b.a.ReconcileContradicted = append(b.a.ReconcileContradicted, ReconcileContradiction{Key: k.key,
 			Tool: k.first.Tool, ReconcileSeq: k.final.seq, ReconciledOutcome: k.final.outcome,
 			ReconciledExternalRef: k.final.reconciledRef, CommitSeq: r.Seq, Outcome: r.Outcome,
-			ExternalRef: r.ExternalRef, RecordedAt: r.RecordedAt})
+			ExternalRef: r.Value(chain.FieldExternalRef), RecordedAt: r.RecordedAt})
 	}
 }

@@ -120,6 +120,7 @@ func (v *Verifier) finishStates(ctx context.Context, r *run, sp *singlePass, top
 		r.audit.dups = nil
 		r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
 		r.state.admin = v.opts.Admin
+		r.state.open = v.opener(ctx, r)
 		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
 	}
 	sp.drift.through = r.through

@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"cmp"
 	"hash/maphash"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -126,7 +127,7 @@ func finalOf(r *chain.Receipt) finalInfo {
 	f := finalInfo{seq: r.Seq, recordedAt: r.RecordedAt, kind: r.Kind, outcome: r.Outcome,
 		code: r.ErrorCode, retryable: r.Retryable, succeeded: r.Outcome == chain.OutcomeSucceeded}
 	if r.Kind == chain.KindReconcile {
-		f.reconciledRef = r.ExternalRef
+		f.reconciledRef = r.Value(chain.FieldExternalRef)
 	}
 	return f
 }
@@ -170,6 +171,25 @@ type stateChecker struct {
 	// unknown, and a reconcile by another actor than its reserve's is
 	// accepted (SPEC §15).
 	admin func(actor string) bool
+	// open returns a committed receipt with its values (SPEC §14), for
+	// the few checks that compare values: a reconcile's and a late
+	// commit's external_ref, the evidence's lookup. nil: receipts carry
+	// them (a server's) or the namespace is inline.
+	open func(r *chain.Receipt) (*chain.Receipt, error)
+	err  error // the first value that could not be read
+}
+
+// shown returns r with its values (open).
+func (s *stateChecker) shown(r *chain.Receipt) *chain.Receipt {
+	if s.open == nil {
+		return r
+	}
+	v, err := s.open(r)
+	if err != nil {
+		s.err = cmp.Or(s.err, err)
+		return r
+	}
+	return v
 }
 
 func newStateChecker(col *collector, audit *auditBuilder, from, ttl uint64) *stateChecker {
@@ -448,7 +468,7 @@ func (s *stateChecker) finalize(k *keyState, r *chain.Receipt) {
 	}
 	s.setFinal(k, r)
 	if r.Kind == chain.KindResolve {
-		s.audit.resolution(k, r)
+		s.audit.resolution(k, s.shown(r))
 	}
 }
 
@@ -466,7 +486,7 @@ func (s *stateChecker) correction(k *keyState, r *chain.Receipt) {
 			k.key, r.ExecutionID, r.Attempt, k.latest.seq, k.latest.execution, k.latest.attempt)
 	}
 	s.setFinal(k, r)
-	s.audit.resolution(k, r)
+	s.audit.resolution(k, s.shown(r))
 }
 
 func (s *stateChecker) setFinal(k *keyState, r *chain.Receipt) {

@@ -149,7 +149,7 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	default:
 		err = v.keyPasses(ctx, r)
 	}
-	if err = errors.Join(err, r.cc.payloads.close()); err != nil {
+	if err = errors.Join(err, r.cc.payloads.close(), r.state.err); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	return r.report(v.opts.MaxViolations), nil
@@ -206,6 +206,7 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if r.cc.payloads, err = v.payloadChecker(ctx, r.chainCol, r.from); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
+	r.state.open = v.opener(ctx, r)
 	if err := v.primeGate(ctx, r); err != nil {
 		return nil, fmt.Errorf("verify: %w", errors.Join(err, r.cc.payloads.close()))
 	}

@@ -62,7 +62,7 @@ func post(t *testing.T, srv *httptest.Server, path, body string, wantStatus int)
 func buildLedger(t *testing.T) (path string, now time.Time) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), "ledger.db")
-	db := ledgertest.Open(t, ledgertest.WithPath(path))
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.Inline())
 	c := db.Clock
 	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
 	defer func() { srv.Close(); require.NoError(t, db.Close()) }()

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
@@ -103,7 +104,11 @@ and its embedded result must be the same JSON value (numbers as exact
 decimals), so a file re-encoded by jq or any JSON library still checks; a
 receipt without result_text is hashed with its result's exact bytes. A
 receipt with a field the format does not have, a field given twice or data
-after it is invalid. With --witness-vkey,
+after it is invalid. A receipt of a committed namespace (contract §14) holds
+commitments in its payload fields and opens the disclosed ones in
+"payloads": each disclosed value must open its commitment, a plain value in a
+payload field is invalid, and each field is shown as disclosed or not
+disclosed (a holder may drop a "payloads" entry before handing it on). With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
 ignored. --vkey may be given more than once: a checkpoint signed by any one
@@ -151,7 +156,10 @@ type proofVerdict struct {
 	// KeysLearnt are the ids of the keys the bundle's key receipts
 	// announced that were used.
 	KeysLearnt []string `json:"keys_learnt,omitempty"`
-	Error      string   `json:"error,omitempty"`
+	// Fields says of each committed payload field (SPEC §14) whether its
+	// value is disclosed (and opens its commitment) or not.
+	Fields map[string]string `json:"fields,omitempty"`
+	Error  string            `json:"error,omitempty"`
 }
 
 // proofChecker judges portable receipts with the log's key, for one
@@ -179,6 +187,10 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 		return proofVerdict{Seq: named.Receipt.Seq, Key: named.Receipt.Key, Error: err.Error()}
 	}
 	cp, learnt, err := tlog.CheckPortableKeys(p, c.vs, c.ns)
+	var fields map[string]string
+	if err == nil {
+		fields, err = tlog.CheckDisclosures(p)
+	}
 	cosigners := 0
 	if err == nil && len(c.witnesses) > 0 {
 		cosigners = tlog.CountCosigners([]byte(p.Checkpoint), c.witnesses)
@@ -186,8 +198,8 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 			err = fmt.Errorf("%w: %d of the %d witnesses cosigned the checkpoint, %d needed", tlog.ErrCosignature, cosigners, len(c.witnesses), c.need)
 		}
 	}
-	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin, TreeSize: cp.Size,
-		KeysLearnt: learnt}
+	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin,
+		TreeSize: cp.Size, KeysLearnt: learnt, Fields: fields}
 	if err != nil {
 		r.Error = err.Error()
 	}
@@ -207,6 +219,11 @@ func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
 		}
 		if len(r.KeysLearnt) > 0 {
 			fmt.Fprintf(w, ", signed by key %s announced on the chain", strings.Join(r.KeysLearnt, ", "))
+		}
+		for _, f := range chain.PayloadFields {
+			if v, ok := r.Fields[f.Name()]; ok {
+				fmt.Fprintf(w, "; %s %s", f.Name(), v)
+			}
 		}
 		fmt.Fprintln(w)
 	}

@@ -64,7 +64,7 @@ func printReceipts(w io.Writer, rs []chain.Receipt) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tKIND\tKEY\tEXECUTION\tATTEMPT\tTOOL\tOUTCOME\tREF/ERROR\tREF_SEQ\tRECORDED\tHASH")
 	for _, r := range rs {
-		detail := r.ExternalRef
+		detail := r.Value(chain.FieldExternalRef)
 		if r.ErrorCode != "" {
 			detail = r.ErrorCode
 		}
@@ -132,8 +132,8 @@ func describe(r *chain.Receipt) string {
 		return fmt.Sprintf("replayed the outcome of seq %d", r.RefSeq)
 	}
 	s := r.Outcome
-	if r.ExternalRef != "" {
-		s += " ref=" + cell(r.ExternalRef)
+	if ref := r.Value(chain.FieldExternalRef); ref != "" {
+		s += " ref=" + cell(ref)
 	}
 	switch {
 	case r.Outcome == chain.OutcomeNotApplied:
@@ -142,7 +142,7 @@ func describe(r *chain.Receipt) string {
 		s += fmt.Sprintf(" error=%s retryable=%t", cell(r.ErrorCode), r.Retryable)
 	}
 	if r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile {
-		s += fmt.Sprintf(" by %s: %s", cell(r.Actor), cell(r.Note)) // a reconcile's note is its evidence
+		s += fmt.Sprintf(" by %s: %s", cell(r.Actor), cell(r.Value(chain.FieldNote))) // a reconcile's note is its evidence
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -187,7 +188,55 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 	if err != nil {
 		return nil, err
 	}
-	return ledger.ReadKey(ctx, f.Chain, key, ttl, uint64(time.Now().UnixMilli()), history)
+	v, err := ledger.ReadKey(ctx, f.Chain, key, ttl, uint64(time.Now().UnixMilli()), history)
+	if err != nil {
+		return nil, err
+	}
+	v.Receipts = slices.Clone(v.Receipts)
+	return v, ledger.ShowPayloads(ctx, f.Chain, v.Receipts)
+}
+
+// The read commands show a committed namespace's receipts with their
+// values, as the API does (SPEC §14); the verifier reads f.Chain, in its
+// chain form.
+
+// ListReceipts lists receipts by filter, with their values.
+func (f fileStore) ListReceipts(ctx context.Context, flt ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	rs, next, err := f.Chain.ListReceipts(ctx, flt)
+	if err != nil {
+		return nil, nil, err
+	}
+	return rs, next, ledger.ShowPayloads(ctx, f.Chain, rs)
+}
+
+// exportBatch is how many receipts Receipts reads the values of at once.
+const exportBatch = 512
+
+// Receipts yields the receipts after seq with their values.
+func (f fileStore) Receipts(ctx context.Context, after uint64, fn func(*chain.Receipt) error) error {
+	batch := make([]chain.Receipt, 0, exportBatch)
+	flush := func() error {
+		if err := ledger.ShowPayloads(ctx, f.Chain, batch); err != nil {
+			return err
+		}
+		for i := range batch {
+			if err := fn(&batch[i]); err != nil {
+				return err
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
+	if err := f.Chain.Receipts(ctx, after, func(r *chain.Receipt) error {
+		batch = append(batch, *r)
+		if len(batch) == exportBatch {
+			return flush()
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return flush()
 }
 
 var (

@@ -95,7 +95,7 @@ func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 }
 
 func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	return ledger.Log{ChainReader: f.Chain}.PortableReceipt(ctx, seq)
+	return ledger.Log{ChainReader: f.Chain, Payloads: f.Chain}.PortableReceipt(ctx, seq)
 }
 
 func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/client"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -83,7 +84,7 @@ func (l embedded) Key(ctx context.Context, key string, history bool) (*client.Ke
 	for i := range v.Receipts {
 		r := &v.Receipts[i]
 		out.Receipts = append(out.Receipts, client.KeyReceipt{Seq: r.Seq, Kind: r.Kind, ExecutionID: r.ExecutionID,
-			Attempt: r.Attempt, Outcome: r.Outcome, ExternalRef: r.ExternalRef, ErrorCode: r.ErrorCode,
+			Attempt: r.Attempt, Outcome: r.Outcome, ExternalRef: r.Value(chain.FieldExternalRef), ErrorCode: r.ErrorCode,
 			Retryable: r.Retryable, LeaseExpiresAt: int64(r.LeaseExpiresAt), RefSeq: r.RefSeq,
 			RecordedAt: int64(r.RecordedAt), Hash: r.Hash.String(), JSON: r.AppendJSON(nil)})
 	}

@@ -85,13 +85,16 @@ func TestNewLocal_derivationKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := ledgertest.Open(t)
+	require.NoError(t, db.Ledger.CreateNamespace(ctx, "older", ledger.NamespaceSettings{Payloads: ledger.PayloadsInline}))
+	older, err := db.Ledger.NS(ctx, "older")
+	require.NoError(t, err)
 	require.NoError(t, db.Ledger.CreateNamespace(ctx, "people", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
 	people, err := db.Ledger.NS(ctx, "people")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		ns   *ledger.Namespace
 		mode string
-	}{{db.Namespace, client.PayloadsInline}, {people, client.PayloadsCommitted}} {
+	}{{older, client.PayloadsInline}, {people, client.PayloadsCommitted}} {
 		dk, err := Port{Ledger: NewLocal(tc.ns)}.DerivationKey(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, tc.mode, dk.Payloads)

@@ -514,6 +514,9 @@ func (db *chainWriter) Head(context.Context) (ledger.Head, error) { return *db.h
 func classify(err error) error {
 	code, ok := sqliteCode(err)
 	if !ok {
+		if err != nil && err.Error() == errDBClosed {
+			return fmt.Errorf("%w: %w", ledger.ErrClosed, err)
+		}
 		return err
 	}
 	switch code {
@@ -530,6 +533,10 @@ func classify(err error) error {
 	}
 	return err
 }
+
+// errDBClosed is the text of database/sql's error for a use of a closed
+// *sql.DB, which it does not export.
+const errDBClosed = "sql: database is closed"
 
 // SQLite's primary result codes that classify and the callers tell apart
 // (https://sqlite.org/rescode.html); sqliteCode reads them from either

@@ -52,7 +52,7 @@ const (
 	sqlOpening = `SELECT ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid
 		WHERE r.ns = ?1 AND r.seq = ?2`
 	sqlPayloadRows = `SELECT r.seq, ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid
-		WHERE r.ns = ?1 AND r.seq > ?2 ORDER BY r.seq`
+		WHERE r.ns = ?1 AND r.seq > ?2 AND typeof(r.seq) = 'integer' ORDER BY r.seq` // a malformed seq is the chain pass's to report
 	sqlPending       = `SELECT erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`
 	sqlInsertErasure = `INSERT INTO ns_erasures (ns, seq, salt, ranges) VALUES (?1, ?2, ?3, ?4)`
 	sqlErasure       = `SELECT salt, ranges, purged_at FROM ns_erasures WHERE ns = ?1 AND seq = ?2`
@@ -75,7 +75,7 @@ const (
 	// the same batch (?1 is that rowid).
 	sqlInsertToken = `INSERT OR REPLACE INTO ns_tokens (rid, token_hash) VALUES (?1, ?2)`
 	sqlTokensAfter = `SELECT r.seq, t.token_hash FROM ns_receipts AS r JOIN ns_tokens AS t ON t.rid = r.rowid
-		WHERE r.ns = ?1 AND r.seq > ?2 ORDER BY r.seq`
+		WHERE r.ns = ?1 AND r.seq > ?2 AND typeof(r.seq) = 'integer' ORDER BY r.seq` // a malformed seq is the chain pass's to report
 
 	// The asked inputs kept off the chain (SPEC §13).
 	sqlPutAskInput      = `INSERT OR REPLACE INTO ns_approval_inputs (ns, ask_seq, input, delete_after) VALUES (?1, ?2, ?3, ?4)`

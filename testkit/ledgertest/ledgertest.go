@@ -53,6 +53,11 @@ func WithPath(path string) Option { return func(s *setup) { s.path = path } }
 // unset, is Quiet.
 func WithStore(opts sqlite.Options) Option { return func(s *setup) { s.store = opts } }
 
+// Inline makes the default namespace of a new file keep its payloads
+// inline (SPEC §14; new ledgers are committed by default): for the tests
+// that write or edit the chain's own values.
+func Inline() Option { return func(s *setup) { s.store.Payloads = ledger.PayloadsInline } }
+
 // WithConfig sets the domain's settings. Their Now, if set, is the clock
 // both read (as WithNow); their Logger, if unset, is the driver's.
 func WithConfig(cfg ledger.Config) Option { return func(s *setup) { s.cfg = cfg } }

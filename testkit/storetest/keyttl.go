@@ -76,7 +76,11 @@ func testSucceededExpires(t *testing.T, f Factory) {
 	assert.False(t, nr.Takeover || nr.Retry)
 	got := receipt(t, n, nr.Receipt.Seq)
 	assert.Equal(t, rp.Receipt.Seq, got.RefSeq)
-	assert.Equal(t, `sha256:`, got.InputHash[:7])
+	fp, err := ledger.Fingerprint(other.Input)
+	require.NoError(t, err)
+	stored, err := n.StoredInputHash(context.Background(), fp)
+	require.NoError(t, err)
+	assert.Equal(t, stored, got.InputHash, "the new generation's own fingerprint (keyed in a committed namespace)")
 
 	v = keyView(t, n, "daily-report")
 	assert.Equal(t, ledger.StateReserved, v.State)

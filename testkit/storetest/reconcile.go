@@ -19,7 +19,8 @@ import (
 // the original call's late commit leaves the record as it was, and a
 // reconcile not_applied is no failure for the repeat guard or the audit.
 func RunReconcile(t *testing.T, f Factory) {
-	t.Run("SucceededThenLateCommit", func(t *testing.T) { testReconcileLate(t, f) })
+	t.Run("SucceededThenLateCommit", func(t *testing.T) { testReconcileLate(t, f, ledger.PayloadsInline) })
+	t.Run("SucceededThenLateCommitCommitted", func(t *testing.T) { testReconcileLate(t, f, ledger.PayloadsCommitted) })
 	t.Run("NotAppliedExempt", func(t *testing.T) { testReconcileExempt(t, f) })
 	t.Run("KeyExpires", func(t *testing.T) { testReconcileExpires(t, f) })
 }
@@ -58,8 +59,13 @@ func mustReconcile(t *testing.T, n *ledger.Namespace, r ledger.ReconcileRequest)
 	return res
 }
 
-func testReconcileLate(t *testing.T, f Factory) {
-	_, clock, n := openDefault(t, f)
+// testReconcileLate runs in a namespace of payload mode mode (SPEC §14: in
+// a committed one the late commit is compared by its values, not by the
+// commitments, whose salts differ).
+func testReconcileLate(t *testing.T, f Factory, mode ledger.PayloadMode) {
+	l, clock := open(t, f)
+	require.NoError(t, l.CreateNamespace(context.Background(), "late", ledger.NamespaceSettings{Payloads: mode}))
+	n := ns(t, l, "late")
 	r := interruptedKey(t, n, clock, "charge-1", "exec-1")
 	rec := mustReconcile(t, n, reconcileReq("charge-1", chain.OutcomeSucceeded))
 	assert.Equal(t, ledger.StateSucceeded, rec.State)
