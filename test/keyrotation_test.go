@@ -299,3 +299,54 @@ func TestKeyRotation_verifiers(t *testing.T) {
 		assert.Contains(t, out, next.id, "the error names the key that signed")
 	})
 }
+
+func mustVerifier(t *testing.T, vkey string) interface{ KeyHash() uint32 } {
+	t.Helper()
+	v, err := tlog.NewVerifier(vkey)
+	require.NoError(t, err)
+	return v
+}
+
+// TestKeyRotation_witness: a witness that knows only OLD cosigns the
+// handover's checkpoints (OLD's signature is there) and refuses NEW's
+// alone with 403, which ledgerd logs and counts as witness_key_unknown.
+func TestKeyRotation_witness(t *testing.T) {
+	t.Parallel()
+	s := newWitnessSetup(t, "w1.test")
+	next := newRotationKey(t, s.dir, "new.key", "ex.test")
+	witness := "--witness=" + s.witnesses[0].VerifierKey() + "=" + s.servers[0].URL
+	l := s.start(t)
+	appendN(t, l, "a", 2)
+	_, _, n := waitCosigned(t, l, s.vkey, 2, s.witnesses[0].VerifierKey())
+	require.Equal(t, 1, n)
+	require.NoError(t, l.Stop())
+
+	l = StartLedgerd(t, l.DB, "--signing-key", next.file, "--handover-key", s.key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms", witness)
+	_, stderr, code := ledgerctl(t, "keys", "rotate", "--server", l.URL, "--new-vkey", next.vkey)
+	require.Equal(t, 0, code, stderr)
+	appendN(t, l, "b", 2)
+	raw, _, n := waitCosigned(t, l, s.vkey, 5, s.witnesses[0].VerifierKey())
+	assert.Equal(t, 1, n, "the witness verifies OLD's signature of the handover's checkpoint")
+	assert.Equal(t, []string{next.id, tlog.KeyID(mustVerifier(t, s.vkey))}, tlog.SignatureKeys([]byte(raw), "ex.test"))
+	require.NoError(t, l.Stop())
+
+	l = StartLedgerd(t, l.DB, "--signing-key", next.file, "--log-origin", "ex.test", "--checkpoint-interval", "20ms", witness)
+	appendN(t, l, "c", 2)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(l.Logs(), "witness_key_unknown") {
+		require.True(t, time.Now().Before(deadline), l.Logs())
+		time.Sleep(20 * time.Millisecond)
+	}
+	fams := metricFamilies(t, l)
+	f := fams["ledger_witness_errors_total"]
+	require.NotNil(t, f, "ledger_witness_errors_total is exported")
+	found := false
+	for _, m := range f.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "error" && lp.GetValue() == "witness_key_unknown" && m.GetCounter().GetValue() >= 1 {
+				found = true
+			}
+		}
+	}
+	assert.True(t, found, "%v", f)
+}
