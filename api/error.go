@@ -40,6 +40,7 @@ var statusOf = map[string]int{
 	ledger.ECodeNotInterrupted:      http.StatusConflict,
 	ledger.ECodeUnknownReceipt:      http.StatusNotFound,
 	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
+	ledger.ECodeKeyRotationConflict: http.StatusConflict,
 	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
 	ledger.ECodeNamespaceExists:     http.StatusConflict,
 	ledger.ECodeNamespaceLimit:      http.StatusInsufficientStorage,

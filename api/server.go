@@ -168,6 +168,8 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle(derivationKeyRoute, s.handleDerivationKey, http.MethodGet)
 	s.handle("/v1/erasures", s.handleErase, http.MethodPost)
 	s.handle("/v1/erasures/{seq}", s.handleGetErasure, http.MethodGet, http.MethodHead)
+	s.handle("/v1/signing-keys", s.handleRotateKey, http.MethodPost)
+	s.handle("/v1/signing-keys", s.handleSigningKeys, http.MethodGet, http.MethodHead)
 	s.routeLog(r)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/ui/{file:.*}", s.handleUI).Methods(http.MethodGet, http.MethodHead)

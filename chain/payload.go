@@ -183,12 +183,12 @@ func IsCommitment(s string) bool {
 
 // Exempt reports whether field f of a receipt of kind stays inline in a
 // committed namespace, because verifier rules read it: the result of
-// policy, approval and erase receipts, and the note of reserve receipts
-// (SPEC §13's changed object).
+// policy, approval, erase and key receipts (SPEC §9.2), and the note of
+// reserve receipts (SPEC §13's changed object).
 func Exempt(kind string, f PayloadField) bool {
 	switch f {
 	case FieldResult:
-		return kind == KindPolicy || kind == KindApproval || kind == KindErase
+		return kind == KindPolicy || kind == KindApproval || kind == KindErase || kind == KindKey
 	case FieldNote:
 		return kind == KindReserve
 	}

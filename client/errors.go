@@ -48,6 +48,9 @@ var (
 	ErrReconcileNotAllowed error = code("reconcile_not_allowed") // no rule allows it, or the key's reserve is another actor's
 	ErrReconcileTooEarly   error = code("reconcile_too_early")   // not_applied before the lease's end plus settle_ms
 
+	// Rotating the log's signing key (SPEC §9.2).
+	ErrKeyRotationConflict error = code("key_rotation_conflict") // the key retired or announced was named by a key receipt before
+
 	// Generic.
 	ErrInvalidJSON      error = code("invalid_json")
 	ErrInvalidRequest   error = code("invalid_request")

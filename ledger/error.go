@@ -46,6 +46,9 @@ const (
 
 	// Verifiable log (SPEC §9).
 	ECodeNotCheckpointed = "not_checkpointed"
+	// ECodeKeyRotationConflict: a second key receipt retiring the same
+	// signing key, or announcing a key announced before (SPEC §9.2); 409.
+	ECodeKeyRotationConflict = "key_rotation_conflict"
 
 	// Namespaces (SPEC §7).
 	ECodeUnknownNamespace = "unknown_namespace"

@@ -42,6 +42,14 @@ type Config struct {
 	// its files (SQLite), so erasures answer purged true or false; false
 	// answers null (PostgreSQL, SPEC §14).
 	CanPurge bool
+	// LogKeyPrefix is the name of the log's signing keys, its origin
+	// prefix (SPEC §9): a key receipt's new key must bear it. Empty
+	// accepts any name.
+	LogKeyPrefix string
+	// LogKeyBase is the id of the key this ledger signed with before any
+	// rotation (ledgerd's --handover-key, else its --signing-key): the key
+	// a first rotation retires. Empty without a signing key.
+	LogKeyBase string
 }
 
 // DefaultApprovalInputRetention is the default of

@@ -192,6 +192,8 @@ type Namespace struct {
 	lastPolicy atomic.Uint64
 	policySeen atomic.Bool   // lastPolicy was read from the chain once
 	lastPurge  atomic.Uint64 // unix ms of the last purge of asked inputs (gate.go)
+
+	keys keyHistoryCache // the key receipts read so far (signingkeys.go)
 }
 
 // purgeEvery is how often a namespace's writes purge its asked inputs.

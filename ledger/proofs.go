@@ -161,6 +161,53 @@ func (ns Log) PortableReceiptAt(ctx context.Context, seq uint64, n int64) (*tlog
 }
 
 func (ns Log) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog.PortableReceipt, error) {
+	p, err := ns.bare(ctx, r, c)
+	if err != nil {
+		return nil, err
+	}
+	if p.Keys, err = ns.keyProofs(ctx, c.Size); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// keyProofs returns the portable receipts of the key receipts in the tree
+// of size n (SPEC §9.2), each against the first checkpoint that covers it:
+// one signed while the key it retires still signed.
+func (ns Log) keyProofs(ctx context.Context, n int64) ([]tlog.PortableReceipt, error) {
+	var out []tlog.PortableReceipt
+	f := ReceiptFilter{Kind: chain.KindKey, Limit: MaxPageLimit}
+	for {
+		rs, next, err := ns.ChainReader.ListReceipts(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for i := range rs {
+			if int64(rs[i].Seq) > n {
+				return out, nil
+			}
+			c, err := ns.ChainReader.FirstCheckpointCovering(ctx, int64(rs[i].Seq))
+			if err != nil {
+				return nil, err
+			}
+			if c == nil || c.Size > n {
+				continue
+			}
+			p, err := ns.bare(ctx, &rs[i], c)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, *p)
+		}
+		if next == nil {
+			return out, nil
+		}
+		f.After = *next
+	}
+}
+
+// bare is the portable receipt of r against c, without key receipts.
+func (ns Log) bare(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*tlog.PortableReceipt, error) {
 	seq := r.Seq
 	if c == nil {
 		return nil, &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("receipt %d is not covered by a signed checkpoint yet; retry after the next one", seq),

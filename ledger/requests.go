@@ -292,9 +292,9 @@ func (f *ReceiptFilter) Check() error {
 	}
 	switch f.Kind {
 	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
-		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny:
+		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindKey, chain.KindErase:
 	default:
-		return Invalid("kind", "kind must be reserve, commit, replay, resolve, policy, ask, approval or deny")
+		return Invalid("kind", "kind must be reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key or erase")
 	}
 	return nil
 }

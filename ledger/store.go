@@ -278,6 +278,10 @@ type LogReader interface {
 	LatestCheckpoint(ctx context.Context) (*tlog.Signed, error)
 	CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error)
 	CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
+	// FirstCheckpointCovering is the smallest stored checkpoint of size
+	// at least n, nil if none: the first to prove receipt n included (a
+	// key receipt under the key it retires, SPEC §9.2).
+	FirstCheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error)
 }
 
 // KeyRecord is the derived state of one idempotency key, which the

@@ -484,6 +484,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/derivation-key", "", "reader"},
 					{"POST", n.v1 + "/erasures", `{"keys":["walk-auth-0001"]}`, "writer"},
 					{"GET", n.v1 + "/erasures/1", "", ""},
+					{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`, "writer"},
+					{"GET", n.v1 + "/signing-keys", "", "writer"},
 					{"GET", n.v1 + "/audit", "", "writer"},
 					{"GET", n.log + "/checkpoint", "", "writer"}, // without --public-log
 					{"GET", n.log + "/tile/0/000", "", "writer"},
@@ -640,6 +642,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		walkErase(t, a, b, tok, spaces, huge, expect)
 	})
 
+	t.Run("signing keys", func(t *testing.T) {
+		walkSigningKeys(t, d, vkey, spaces, huge, expect)
+	})
+
 	t.Run("approvals", func(t *testing.T) {
 		walkApprovals(t, a, b, aClock, spaces, tok, huge, expect)
 	})
@@ -665,6 +671,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/derivation-key", ""},
 				{"POST", n.v1 + "/erasures", `{"keys":["walk-rate-0001"]}`},
 				{"GET", n.v1 + "/erasures/1", ""},
+				{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`},
+				{"GET", n.v1 + "/signing-keys", ""},
 				{"GET", n.v1 + "/audit", ""},
 				{"GET", n.log + "/checkpoint", ""},
 				{"GET", n.log + "/tile/0/000", ""},
@@ -711,6 +719,8 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"POST", "/effects/walk-auth-0001/reconcile", walkReconciled},
 	{"POST", "/erasures", `{"keys":["walk-auth-0001"]}`},
 	{"GET", "/erasures/1", ""},
+	{"POST", "/signing-keys", `{"vkey":"x"}`},
+	{"GET", "/signing-keys", ""},
 	{"GET", "/effects/walk-auth-0001", ""},
 	{"GET", "/receipts", ""},
 	{"GET", "/receipts/1", ""},

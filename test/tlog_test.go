@@ -669,6 +669,9 @@ func TestVerifiableLog_keyErrors(t *testing.T) {
 		{"missing key file", []string{"--signing-key", filepath.Join(dir, "nope.key")}, "no such file"},
 		{"not a key", []string{"--signing-key", junk}, "neither a note key nor an OpenSSH private key"},
 		{"bad interval", []string{"--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "1ms"}, "--checkpoint-interval"},
+		{"handover key without a signing key", []string{"--handover-key", key, "--log-origin", "ex.test"}, "--handover-key needs --signing-key"},
+		{"handover key is the signing key", []string{"--signing-key", key, "--handover-key", key, "--log-origin", "ex.test"}, "--handover-key is the --signing-key"},
+		{"handover key of another origin", []string{"--signing-key", key, "--handover-key", junk, "--log-origin", "ex.test"}, "--handover-key: signing key"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			out, code := runLedgerd(t, append([]string{"--db", filepath.Join(dir, "l.db"), "--listen", "127.0.0.1:0"}, tt.args...)...)

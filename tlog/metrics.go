@@ -14,6 +14,8 @@ var (
 var (
 	witnessRequests = metrics.CounterVec("ledger_tlog_witness_requests_total",
 		"add-checkpoint requests to witnesses by result: cosigned, conflict (409, retried from the witness's size), refused (another status), invalid_cosignature, error (no answer).", "result")
+	witnessErrors = metrics.CounterVec("ledger_witness_errors_total",
+		"add-checkpoint requests a witness refused, by witness (its key name) and error: witness_key_unknown (403: the witness knows none of the keys that signed, e.g. after a key rotation it was not told of), refused (another status).", "witness", "error")
 	witnessedSize = metrics.Gauge("ledger_tlog_witnessed_checkpoint_size",
 		"Tree size of the checkpoint served, the newest one cosigned by the witness quorum.")
 )

@@ -20,7 +20,7 @@ var ErrPortableForm = errors.New("portable receipt is not in its exact form")
 
 // portableFields are the members of a portable receipt.
 var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true,
-	"payloads": true, "erased": true}
+	"payloads": true, "erased": true, "keys": true}
 
 // receiptFields are the members of a receipt's JSON form (SPEC §2), with
 // the optional result_encoding, result_text (SPEC §9.1) and malformed.
@@ -45,6 +45,15 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 	if err != nil {
 		return nil, err
 	}
+	keys, err := checkMembers(data, portableFields, "keys")
+	if err != nil {
+		return nil, err
+	}
+	if keys != nil {
+		if err := checkKeys(keys); err != nil {
+			return nil, err
+		}
+	}
 	if receipt == nil {
 		return nil, fmt.Errorf("%w: no receipt", ErrPortableForm)
 	}
@@ -67,6 +76,25 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 		return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
 	}
 	return &p, nil
+}
+
+// checkKeys checks each portable receipt of a bundle's keys in its
+// exact form, with no keys of its own.
+func checkKeys(raw json.RawMessage) error {
+	var list []json.RawMessage
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("%w: keys: not an array", ErrPortableForm)
+	}
+	for i, k := range list {
+		p, err := ParsePortable(k)
+		if err != nil {
+			return fmt.Errorf("keys[%d]: %w", i, err)
+		}
+		if len(p.Keys) > 0 {
+			return fmt.Errorf("%w: keys[%d] has keys of its own", ErrPortableForm, i)
+		}
+	}
+	return nil
 }
 
 // checkMembers checks that the valid JSON data is an object whose

@@ -81,6 +81,11 @@ type PortableReceipt struct {
 	// Erased names the fields the issuer erased, with the seq of the
 	// erase receipt of each.
 	Erased map[string]uint64 `json:"erased,omitempty"`
+	// Keys are the namespace's key receipts (SPEC §9.2), each proven
+	// under the first checkpoint that covers it (signed by the key it
+	// retires), so that a verifier who trusts an older key can accept a
+	// checkpoint signed by a later one.
+	Keys []PortableReceipt `json:"keys,omitempty"`
 }
 
 // ProveInclusion returns the proof that leaf index is in the tree of size

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -42,10 +43,22 @@ var ErrFork = errors.New("the tree does not extend the last signed checkpoint")
 // size first. The signer treats it as done elsewhere, not as a failure.
 var ErrStale = errors.New("a checkpoint of that size or larger is stored")
 
+// ErrKeyNotActive means none of the signer's keys is in the chain's
+// active key set (SPEC §9.2): it does not sign rather than switch keys
+// silently.
+var ErrKeyNotActive = errors.New("no signing key of this process is in the chain's active key set")
+
 // Checkpointer signs a new checkpoint when the tree has grown.
 type Checkpointer struct {
-	Store    Store
-	Signer   note.Signer
+	Store  Store
+	Signer note.Signer
+	// Handover, when set, is the key the log hands over from (SPEC §9.2):
+	// every checkpoint carries its signature after Signer's.
+	Handover note.Signer
+	// Active, when set, is asked before each signing which key ids may
+	// sign (the chain's active key set); a checkpoint is signed only when
+	// one of the held keys may, and then by every held key.
+	Active   func(ctx context.Context) (func(id string) bool, error)
 	Origin   string
 	Interval time.Duration
 	Logger   *slog.Logger
@@ -94,7 +107,11 @@ func (c *Checkpointer) SignOnce(ctx context.Context) (*Signed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
-	msg, err := Sign(Checkpoint{Origin: c.Origin, Size: n, Root: root}, c.Signer)
+	signers, err := c.signers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := SignCheckpoint(Checkpoint{Origin: c.Origin, Size: n, Root: root}, signers)
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +120,32 @@ func (c *Checkpointer) SignOnce(ctx context.Context) (*Signed, error) {
 		return nil, fmt.Errorf("sign checkpoint: %w", err)
 	}
 	return s, nil
+}
+
+// signers returns the held keys, once the chain's active key set (read
+// after the tree size, so it covers every key receipt in the tree) holds
+// one of them.
+func (c *Checkpointer) signers(ctx context.Context) ([]note.Signer, error) {
+	held := []note.Signer{c.Signer}
+	if c.Handover != nil {
+		held = append(held, c.Handover)
+	}
+	if c.Active == nil {
+		return held, nil
+	}
+	active, err := c.Active(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sign checkpoint: %w", err)
+	}
+	var ids []string
+	for _, s := range held {
+		if active(KeyID(s)) {
+			return held, nil
+		}
+		ids = append(ids, KeyID(s))
+	}
+	return nil, fmt.Errorf("%w: it holds %s; the chain's key receipts announce others (announce the key with ledgerctl keys rotate, or start with the announced key)",
+		ErrKeyNotActive, strings.Join(ids, " and "))
 }
 
 // Run signs checkpoints every Interval until ctx ends. Failures are

@@ -69,9 +69,23 @@ type WitnessError struct {
 	Body    string
 }
 
+// Code names the refusal for ledger_witness_errors_total: a 403 is
+// witness_key_unknown (the witness knows no key that signed the
+// checkpoint: after a rotation, its operator has not added the new key
+// yet, SPEC §9.2), anything else refused.
+func (e *WitnessError) Code() string {
+	if e.Status == http.StatusForbidden {
+		return WitnessKeyUnknown
+	}
+	return "refused"
+}
+
+// WitnessKeyUnknown is the code of a witness's 403.
+const WitnessKeyUnknown = "witness_key_unknown"
+
 func (e *WitnessError) Error() string {
 	what := map[int]string{
-		http.StatusForbidden:           "the witness does not verify the log's signature",
+		http.StatusForbidden:           "witness_key_unknown: the witness verifies none of the log's signatures (its operator must add the log's current key for this origin)",
 		http.StatusNotFound:            "the witness does not know the log's origin",
 		http.StatusUnprocessableEntity: "the witness rejected the consistency proof",
 		http.StatusBadRequest:          "the witness rejected the request",
@@ -144,7 +158,9 @@ func (w *Witness) AddCheckpoint(ctx context.Context, msg []byte, c Checkpoint, h
 			old = n
 		default:
 			witnessRequests.WithLabelValues("refused").Inc()
-			return nil, &WitnessError{Witness: w.Name(), Status: status, Body: truncateBody(resp)}
+			e := &WitnessError{Witness: w.Name(), Status: status, Body: truncateBody(resp)}
+			witnessErrors.WithLabelValues(w.Name(), e.Code()).Inc()
+			return nil, e
 		}
 	}
 }
@@ -187,8 +203,11 @@ type CheckpointSource interface {
 // them, with their cosignature lines appended to the log's signature.
 // Until a newer checkpoint reaches the quorum, the previous one is served.
 type Witnessing struct {
-	Source    CheckpointSource
-	Verifier  note.Verifier // the log's key, to parse stored checkpoints
+	Source   CheckpointSource
+	Verifier note.Verifier // the log's key, to parse stored checkpoints
+	// Handover is the key the log hands over from (SPEC §9.2), nil if
+	// none: a stored checkpoint signed by either is sent.
+	Handover  note.Verifier
 	Witnesses []*Witness
 	Quorum    int
 	Interval  time.Duration
@@ -218,7 +237,11 @@ func (ws *Witnessing) Once(ctx context.Context) (int, error) {
 	if s := ws.Served(); s != nil && s.Size >= latest.Size {
 		return len(ws.Witnesses), nil
 	}
-	c, err := OpenCheckpoint([]byte(latest.Note), ws.Verifier, "")
+	vs := []note.Verifier{ws.Verifier}
+	if ws.Handover != nil {
+		vs = append(vs, ws.Handover)
+	}
+	c, _, err := OpenCheckpointAny([]byte(latest.Note), vs, "")
 	if err != nil {
 		return 0, fmt.Errorf("witness: stored checkpoint %d: %w", latest.Size, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -227,7 +228,32 @@ func TestWitnessing_Once(t *testing.T) {
 		var we *tlog.WitnessError
 		require.ErrorAs(t, err, &we)
 		require.Equal(t, http.StatusForbidden, we.Status)
+		require.Equal(t, tlog.WitnessKeyUnknown, we.Code(), "a 403 is the witness not knowing the log's key (SPEC §9.2)")
+		require.Contains(t, err.Error(), "witness_key_unknown")
+		require.Equal(t, 1.0, witnessErrorCount(t, "w.test", tlog.WitnessKeyUnknown), "ledger_witness_errors_total")
 	})
+}
+
+// witnessErrorCount reads ledger_witness_errors_total{witness, error}.
+func witnessErrorCount(t *testing.T, witness, code string) float64 {
+	t.Helper()
+	fams, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	for _, f := range fams {
+		if f.GetName() != "ledger_witness_errors_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			if got["witness"] == witness && got["error"] == code {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func mustParse(t *testing.T, msg string) tlog.Checkpoint {

@@ -17,6 +17,7 @@ type chainChecker struct {
 	payloads *payloadChecker
 
 	pins []pinCheck
+	keys rotations // the key receipts seen (keys.go)
 
 	next        uint64     // the seq the next receipt must have
 	prev        chain.Hash // stored hash of the previous receipt
@@ -103,6 +104,9 @@ func (c *chainChecker) add(r *chain.Receipt) {
 	}
 	v := c.payloads.check(r) // r with its values, in a committed namespace
 	checkFields(c.col, v)
+	if r.Kind == chain.KindKey {
+		c.keys.add(c.col, r)
+	}
 	if c.gate != nil {
 		c.gate.add(v)
 	}

@@ -30,6 +30,8 @@ func checkFields(col *collector, r *chain.Receipt) {
 		checkPolicyFields(bad, r)
 	case chain.KindErase:
 		checkEraseFields(bad, r)
+	case chain.KindKey:
+		checkKeyReceiptFields(bad, r)
 	default:
 		checkKeyFields(bad, r)
 	}
@@ -110,8 +112,8 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		default: // which error fields belong is unknown
 			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
-	case chain.KindPolicy, chain.KindErase:
-		return // checkPolicyFields or checkEraseFields checked every field
+	case chain.KindPolicy, chain.KindErase, chain.KindKey:
+		return // checkPolicyFields, checkEraseFields or checkKeyReceiptFields checked every field
 	case chain.KindAsk:
 		checkAskFields(bad, r)
 	case chain.KindApproval:
@@ -122,7 +124,7 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
 	default:
-		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny or erase", truncate(r.Kind))
+		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase or key", truncate(r.Kind))
 		return // which fields belong is unknown
 	}
 	checkLease(bad, r)

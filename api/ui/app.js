@@ -461,7 +461,7 @@
     await Promise.all([
       settle(api('v1/receipts' + query({ after: Math.max(0, head.seq - RECENT), limit: RECENT })),
         (page) => $('recent').replaceChildren(page.receipts.length ? receiptTable(page.receipts.reverse(), 'recent-table') : empty('The ledger is empty.')), $('recent')),
-      settle(loadCheckpoint(), (cp) => renderCheckpoint(cp, head), $('checkpoint')),
+      settle(Promise.all([loadCheckpoint(), loadSigningKeys()]), ([cp, keys]) => renderCheckpoint(cp, head, keys), $('checkpoint')),
       settle(api('v1/verification'), renderVerification, $('verification')),
       settle(loadAudit({}), renderAuditTiles, $('audit-tiles')),
     ]);
@@ -477,7 +477,34 @@
     }
   }
 
-  function renderCheckpoint(text, head) {
+  // The namespace's key history (SPEC §9.2); null where it cannot be read.
+  async function loadSigningKeys() {
+    try {
+      return await api('v1/signing-keys');
+    } catch (err) {
+      if (err.status === 401) throw err;
+      return null;
+    }
+  }
+
+  // keyRows shows which keys signed the latest checkpoint and the
+  // namespace's rotations, newest first.
+  function keyRows(keys) {
+    if (!keys) return [];
+    const signed = keys.checkpoint_keys.length ? keys.checkpoint_keys.map((id) => el('span', { class: 'mono' }, id + ' ')) : '—';
+    const rows = [kv([['signed by key', el('span', { id: 'checkpoint-keys' }, signed)]])];
+    if (keys.rotations.length) {
+      const tbody = el('tbody', null, keys.rotations.slice().reverse().map((r) => el('tr', null,
+        el('td', { class: 'num' }, String(r.seq)), el('td', null, timeEl(r.recorded_at)),
+        el('td', { class: 'mono' }, r.key_id), el('td', { class: 'mono' }, r.retires), el('td', null, r.actor))));
+      rows.push(el('details', { id: 'key-rotations' }, el('summary', { class: 'small' }, plural(keys.rotations.length, 'key rotation')),
+        el('div', { class: 'table-wrap' }, el('table', null,
+          el('thead', null, el('tr', null, ['seq', 'recorded (UTC)', 'new key', 'retired key', 'actor'].map((c) => el('th', null, c)))), tbody))));
+    }
+    return rows;
+  }
+
+  function renderCheckpoint(text, head, keys) {
     const box = $('checkpoint');
     if (text === null) {
       box.replaceChildren(
@@ -492,6 +519,7 @@
     box.replaceChildren(
       el('div', { class: 'status-line' }, badge('signed', 'ok'), el('strong', null, covers)),
       kv([['origin', el('span', { class: 'mono' }, lines[0] || '')], ['root', el('span', { class: 'mono', title: lines[2] || '' }, short(lines[2] || '', 24))]]),
+      ...keyRows(keys),
       el('details', null, el('summary', { class: 'small' }, 'Signed note'), el('pre', null, text)),
     );
   }

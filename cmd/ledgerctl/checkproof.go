@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"golang.org/x/mod/sumdb/note"
 
@@ -21,7 +22,8 @@ type CheckProofCommand struct{ Env *Env }
 // Run runs check-proof.
 func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("check-proof", flag.ContinueOnError)
-	vkeyFlag := fs.String("vkey", "", "the log's verifier `key` (NAME+HASH+BASE64, as ledgerctl keygen prints it), or a file holding it")
+	var vkeys listFlag
+	fs.Var(&vkeys, "vkey", "the log's verifier `key` (NAME+HASH+BASE64, as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices)")
 	var witnessKeys listFlag
 	fs.Var(&witnessKeys, "witness-vkey", "a witness's cosignature verifier `key` (NAME+HASH+BASE64 with key type 0x04), or a file holding it; repeatable")
 	quorum := fs.Int("quorum", 0, "require valid cosignatures by at least this many of the --witness-vkey witnesses (default: all of them)")
@@ -31,15 +33,19 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || *vkeyFlag == "" {
+	if len(pos) != 1 || len(vkeys) == 0 {
 		return usageErr(fs, c.Env, "give one FILE and --vkey")
 	}
 	if !ledger.ValidNamespace(*ns) {
 		return usageErr(fs, c.Env, "--namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", *ns)
 	}
-	v, err := readVerifier(*vkeyFlag, tlog.NewVerifier)
-	if err != nil {
-		return usageErr(fs, c.Env, "--vkey: %v", err)
+	var vs []note.Verifier
+	for _, k := range vkeys {
+		v, err := readVerifier(k, tlog.NewVerifier)
+		if err != nil {
+			return usageErr(fs, c.Env, "--vkey: %v", err)
+		}
+		vs = append(vs, v)
 	}
 	witnesses, need, err := c.witnesses(fs, witnessKeys, *quorum)
 	if err != nil {
@@ -54,7 +60,7 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 		defer func() { _ = f.Close() }()
 		in = f
 	}
-	chk := proofChecker{v: v, ns: *ns, witnesses: witnesses, need: need}
+	chk := proofChecker{vs: vs, ns: *ns, witnesses: witnesses, need: need}
 	var results []proofVerdict
 	err = tlog.ReadPortables(in, func(raw []byte) error {
 		results = append(results, chk.check(raw))
@@ -87,7 +93,7 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	return nil
 }
 
-const checkProofUsage = `Usage: ledgerctl check-proof FILE --vkey VKEY [--namespace NS] [--witness-vkey V … [--quorum K]]
+const checkProofUsage = `Usage: ledgerctl check-proof FILE --vkey VKEY… [--namespace NS] [--witness-vkey V … [--quorum K]]
 
 Checks portable receipts (from ledgerctl prove or GET /v1/receipts/{seq}/proof;
 FILE may hold several, "-" is stdin) with nothing but the log's verifier key:
@@ -105,7 +111,11 @@ payload field is invalid, and each field is shown as disclosed or not
 disclosed (a holder may drop a "payloads" entry before handing it on). With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
-ignored.
+ignored. --vkey may be given more than once: a checkpoint signed by any one
+of the keys is accepted. A checkpoint signed by a later key is accepted
+when the bundle's "keys" (ledgerctl prove adds them) hold the key receipts
+that announced it, each proven included in a checkpoint signed by the key
+it retired (docs/operations.md).
 Exit 0: every receipt is proven; 1: one is not; 2: usage or I/O error.`
 
 const checkProofExamples = `  ledgerctl check-proof receipt-42.json --vkey 'ledger.example.com+1a2b3c4d+AW…'
@@ -143,6 +153,9 @@ type proofVerdict struct {
 	TreeSize int64  `json:"tree_size,omitempty"`
 	// Cosigners is how many --witness-vkey witnesses cosigned.
 	Cosigners int `json:"cosigners,omitempty"`
+	// KeysLearnt are the ids of the keys the bundle's key receipts
+	// announced that were used.
+	KeysLearnt []string `json:"keys_learnt,omitempty"`
 	// Fields says of each committed payload field (SPEC §14) whether its
 	// value is disclosed (and opens its commitment) or not.
 	Fields map[string]string `json:"fields,omitempty"`
@@ -152,7 +165,7 @@ type proofVerdict struct {
 // proofChecker judges portable receipts with the log's key, for one
 // namespace, and the witnesses' keys with their quorum.
 type proofChecker struct {
-	v         note.Verifier
+	vs        []note.Verifier
 	ns        string
 	witnesses []note.Verifier
 	need      int
@@ -173,7 +186,7 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 		_ = json.Unmarshal(raw, &named)
 		return proofVerdict{Seq: named.Receipt.Seq, Key: named.Receipt.Key, Error: err.Error()}
 	}
-	cp, err := tlog.CheckPortable(p, c.v, c.ns)
+	cp, learnt, err := tlog.CheckPortableKeys(p, c.vs, c.ns)
 	var fields map[string]string
 	if err == nil {
 		fields, err = tlog.CheckDisclosures(p)
@@ -186,7 +199,7 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 		}
 	}
 	r := proofVerdict{Cosigners: cosigners, Seq: p.Receipt.Seq, Key: p.Receipt.IdempotencyKey, Valid: err == nil, Origin: cp.Origin,
-		TreeSize: cp.Size, Fields: fields}
+		TreeSize: cp.Size, KeysLearnt: learnt, Fields: fields}
 	if err != nil {
 		r.Error = err.Error()
 	}
@@ -203,6 +216,9 @@ func printVerdicts(w io.Writer, results []proofVerdict, witnesses int) {
 		fmt.Fprintf(w, "valid: receipt %d (key %s) is in %s at tree size %d", r.Seq, keyCell(r.Key), r.Origin, r.TreeSize)
 		if witnesses > 0 {
 			fmt.Fprintf(w, ", cosigned by %d of %d witnesses", r.Cosigners, witnesses)
+		}
+		if len(r.KeysLearnt) > 0 {
+			fmt.Fprintf(w, ", signed by key %s announced on the chain", strings.Join(r.KeysLearnt, ", "))
 		}
 		for _, f := range chain.PayloadFields {
 			if v, ok := r.Fields[f.Name()]; ok {

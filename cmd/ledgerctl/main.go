@@ -40,6 +40,7 @@ Commands:
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
+  keys         announce a new checkpoint signing key on the chain (rotate) and list the rotations (server only)
   checkpoint   print the latest signed checkpoint of the Merkle tree
   prove        print the portable receipt (receipt + inclusion proof + checkpoint) of a SEQ or KEY
   check-proof  check portable receipts with only the verifier key (exit 1 if one is not proven)
@@ -101,6 +102,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &VersionCommand{Env: env}
 	case "keygen":
 		cmd = &KeygenCommand{Env: env}
+	case "keys":
+		cmd = &KeysCommand{Env: env}
 	case "checkpoint":
 		cmd = &CheckpointCommand{Env: env}
 	case "prove":

@@ -103,6 +103,26 @@ func (s *server) portable(ctx context.Context, seq uint64) (*tlog.PortableReceip
 	return &p, nil
 }
 
+// firstCheckpointCovering returns the checkpoint a key receipt at seq is
+// proven under in the server's portable receipts (the first that covers
+// it: SPEC §9.2), nil if none (verify.Covering).
+func (s *server) firstCheckpointCovering(ctx context.Context, seq int64) (*tlog.Signed, error) {
+	p, err := s.portable(ctx, uint64(seq))
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range p.Keys {
+		if k.Receipt.Seq == uint64(seq) {
+			c, err := tlog.ParseCheckpoint(tlog.NoteText([]byte(k.Checkpoint)))
+			if err != nil {
+				return nil, fmt.Errorf("receipt proof %d: %w", seq, err)
+			}
+			return &tlog.Signed{Size: c.Size, Root: c.Root, Note: k.Checkpoint}, nil
+		}
+	}
+	return nil, nil
+}
+
 // ConsistencyProof returns the proof between two checkpointed sizes
 // (verify.ConsistencyProver).
 func (s *server) ConsistencyProof(ctx context.Context, from, to int64) ([]tlog.Hash, error) {

@@ -127,14 +127,15 @@ func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *source
 		return err
 	}
 	var latest []byte
+	var keys *verify.KeyTrust
 	if cc != nil {
-		if latest, err = checkCheckpoint(ctx, cc, st, rep); err != nil {
+		if latest, keys, err = checkCheckpoint(ctx, cc, st, rep); err != nil {
 			return err
 		}
 	}
 	elapsed := time.Since(start)
 	if rep.OK && stateFile != "" {
-		if err := writeState(stateFile, rep.Head, latest); err != nil {
+		if err := writeState(stateFile, rep.Head, latest, keys); err != nil {
 			return err
 		}
 	}

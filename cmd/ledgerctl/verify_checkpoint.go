@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
@@ -17,34 +18,55 @@ import (
 )
 
 // checkpointFlags are verify's --checkpoint and --vkey.
-type checkpointFlags struct{ checkpoint, vkey string }
+type checkpointFlags struct {
+	checkpoint string
+	vkeys      listFlag
+}
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "check the chain against this signed checkpoint: a `FILE` or an http(s) URL (e.g. SERVER/log/default/checkpoint)")
-	fs.StringVar(&f.vkey, "vkey", "", "the log's verifier `key` for --checkpoint (as ledgerctl keygen prints it), or a file holding it")
+	fs.Var(&f.vkeys, "vkey", "the log's verifier `key` for --checkpoint (as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices). With --state, the keys the state file trusts (learnt from key receipts) are used too")
 }
 
-// load reads the checkpoint, the verifier key and the state file's
-// checkpoint; nil without --checkpoint.
+// load reads the checkpoint, the verifier keys and the state file's
+// checkpoint and keys; nil without --checkpoint.
 func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, src *sourceFlags, stateFile string) (*verify.CheckpointCheck, error) {
 	if f.checkpoint == "" {
-		if f.vkey != "" {
+		if len(f.vkeys) > 0 {
 			return nil, usageErr(fs, env, "--vkey goes with --checkpoint")
 		}
 		return nil, nil
 	}
-	if f.vkey == "" {
-		return nil, usageErr(fs, env, "--checkpoint needs --vkey")
+	trust := &verify.KeyTrust{}
+	if stateFile != "" {
+		kept, err := verify.ReadStateKeys(stateFile)
+		if err != nil {
+			return nil, err
+		}
+		if kept != nil {
+			trust = kept
+		}
 	}
-	v, err := readVerifier(f.vkey, tlog.NewVerifier)
-	if err != nil {
-		return nil, usageErr(fs, env, "--vkey: %v", err)
+	for _, s := range f.vkeys {
+		text, err := readKeyText(s)
+		if err == nil {
+			_, err = tlog.NewVerifier(text)
+		}
+		if err != nil {
+			return nil, usageErr(fs, env, "--vkey: %v", err)
+		}
+		if !slices.Contains(trust.Current, text) && !slices.Contains(trust.Retired, text) {
+			trust.Current = append(trust.Current, text) // a retired key stays retired
+		}
+	}
+	if len(trust.Current) == 0 {
+		return nil, usageErr(fs, env, "--checkpoint needs --vkey (or a --state file that keeps the keys)")
 	}
 	note, err := readCheckpoint(ctx, f.checkpoint, src.token)
 	if err != nil {
 		return nil, fmt.Errorf("--checkpoint: %w", err)
 	}
-	cc := &verify.CheckpointCheck{Note: note, Verifier: v, Namespace: src.ns()}
+	cc := &verify.CheckpointCheck{Note: note, Trust: trust, Namespace: src.ns()}
 	if stateFile != "" {
 		if cc.Previous, err = verify.ReadStateCheckpoint(stateFile); err != nil {
 			return nil, err
@@ -57,14 +79,23 @@ func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, 
 // tlog.NewCosignatureVerifier for a witness) a verifier key given inline
 // or in a file.
 func readVerifier(s string, parse func(string) (note.Verifier, error)) (note.Verifier, error) {
+	text, err := readKeyText(s)
+	if err != nil {
+		return nil, err
+	}
+	return parse(text)
+}
+
+// readKeyText returns a verifier key given inline or in a file.
+func readKeyText(s string) (string, error) {
 	if fi, err := os.Stat(s); err == nil && !fi.IsDir() || !strings.Contains(s, "+") {
 		b, err := os.ReadFile(s)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		s = strings.TrimSpace(string(b))
 	}
-	return parse(s)
+	return s, nil
 }
 
 // readCheckpoint reads a signed note from a file or an http(s) URL.
@@ -95,37 +126,46 @@ func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
 }
 
 // checkCheckpoint runs cc on st and adds its violations to rep; it
-// returns the checkpoint to keep in the state file.
-func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, error) {
+// returns the checkpoint and the keys to keep in the state file.
+func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, *verify.KeyTrust, error) {
 	switch s := st.(type) {
 	case fileStore:
 		cc.Prover = readerProver{s.Chain}
+		cc.Covering = s.FirstCheckpointCovering
 	case *server:
 		cc.Prover = s
+		cc.Covering = s.firstCheckpointCovering
 	}
 	res, err := cc.Check(ctx, st)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(res.Violations) > 0 {
 		rep.OK = false
 		rep.ViolationsTotal += len(res.Violations)
 		rep.Violations = append(rep.Violations, res.Violations...)
 	}
-	return res.Latest, nil
+	return res.Latest, res.Trust, nil
 }
 
-// writeState pins the head, and the latest verified checkpoint if any.
-func writeState(path string, head verify.Pin, checkpoint []byte) error {
+// writeState pins the head, and the latest verified checkpoint and the
+// keys trusted if any.
+func writeState(path string, head verify.Pin, checkpoint []byte, keys *verify.KeyTrust) error {
 	if checkpoint == nil {
-		if prev, err := verify.ReadStateCheckpoint(path); err == nil && prev != nil {
-			checkpoint = prev // a run without --checkpoint keeps the one verified before
+		// A run without --checkpoint keeps what was verified before.
+		prev, err := verify.ReadStateCheckpoint(path)
+		if err == nil && prev != nil {
+			checkpoint = prev
+			keys, err = verify.ReadStateKeys(path)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if checkpoint == nil {
 		return verify.WriteState(path, head)
 	}
-	return verify.WriteStateCheckpoint(path, head, checkpoint)
+	return verify.WriteStateCheckpoint(path, head, checkpoint, keys)
 }
 
 type readerProver struct{ rd ledger.ChainReader }

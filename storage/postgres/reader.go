@@ -83,6 +83,8 @@ const (
 	sqlCheckpointAt     = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 AND size = $2`
 	sqlCheckpointCover  = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 AND size >= $2
 		ORDER BY size DESC LIMIT 1`
+	sqlCheckpointFirst = `SELECT ` + checkpointColumns + ` FROM checkpoints WHERE namespace = $1 AND size >= $2
+		ORDER BY size LIMIT 1`
 
 	// sqlDuplicateSuccesses: the successes of keys that share their tool
 	// and non-empty input_hash with another key that also succeeded.

@@ -148,3 +148,9 @@ func (c *Chain) CheckpointAt(ctx context.Context, n int64) (*tlog.Signed, error)
 func (c *Chain) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
 	return c.checkpoint(ctx, sqlCheckpointCover, c.ns, n)
 }
+
+// FirstCheckpointCovering returns the smallest stored checkpoint of size
+// at least n, or nil if none.
+func (c *Chain) FirstCheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return c.checkpoint(ctx, sqlCheckpointFirst, c.ns, n)
+}

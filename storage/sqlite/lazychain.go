@@ -268,6 +268,11 @@ func (f *lazyChain) CheckpointCovering(ctx context.Context, n int64) (*tlog.Sign
 	return use(ctx, f, func(fc *chainWriter) (*tlog.Signed, error) { return fc.CheckpointCovering(ctx, n) })
 }
 
+// FirstCheckpointCovering implements ledger.ChainReader.
+func (f *lazyChain) FirstCheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return use(ctx, f, func(fc *chainWriter) (*tlog.Signed, error) { return fc.FirstCheckpointCovering(ctx, n) })
+}
+
 // close closes the namespace if open (the Store is closing).
 func (f *lazyChain) close() error {
 	f.mu <- struct{}{}

@@ -99,6 +99,7 @@ const (
 	sqlLatestCheckpoint = `SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ?1 ORDER BY size DESC LIMIT 1`
 	sqlCheckpointAt     = `SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ?1 AND size = ?2`
 	sqlCheckpointCover  = `SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ?1 AND size >= ?2 ORDER BY size DESC LIMIT 1`
+	sqlCheckpointFirst  = `SELECT size, root, note, signed_at FROM ns_checkpoints WHERE ns = ?1 AND size >= ?2 ORDER BY size LIMIT 1`
 	sqlInsertCheckpoint = `INSERT INTO ns_checkpoints (ns, size, root, note, signed_at) VALUES (?1, ?2, ?3, ?4, ?5)`
 	sqlMaxCheckpoint    = `SELECT coalesce(max(size), 0) FROM ns_checkpoints WHERE ns = ?1`
 )

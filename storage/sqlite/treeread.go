@@ -67,6 +67,12 @@ func (rd *Reader) CheckpointCovering(ctx context.Context, n int64) (*tlog.Signed
 	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlCheckpointCover, rd.args(n)...))
 }
 
+// FirstCheckpointCovering returns the smallest stored checkpoint of
+// size at least n, or nil if none.
+func (rd *Reader) FirstCheckpointCovering(ctx context.Context, n int64) (*tlog.Signed, error) {
+	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlCheckpointFirst, rd.args(n)...))
+}
+
 // LatestCheckpoint returns the largest stored checkpoint, or nil if none.
 func (rd *Reader) LatestCheckpoint(ctx context.Context) (*tlog.Signed, error) {
 	return rd.scanCheckpoint(rd.r.QueryRowContext(ctx, sqlLatestCheckpoint, rd.args()...))

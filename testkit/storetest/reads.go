@@ -81,6 +81,34 @@ func testCheckpoints(t *testing.T, f Factory) {
 		hs[i] = tlog.Hash(h)
 	}
 	require.NoError(t, sumdb.CheckRecord(hs, 3, root, 1, tlog.LeafHash(r.Hash)))
+
+	// The first and the largest checkpoint covering a receipt (SPEC §9.2:
+	// a key receipt is proven under the first).
+	testkit.MustReserve(t, n, testkit.ReserveReq("ckpt-key-3", "e"))
+	root4, err := sumdb.TreeHash(4, n.HashReader(ctx))
+	require.NoError(t, err)
+	require.NoError(t, n.StoreCheckpoint(ctx, &tlog.Signed{Size: 4, Root: root4, Note: "note 4\n"}))
+	chainOf := n.Reader()
+	for _, tt := range []struct {
+		seq         int64
+		first, last int64
+	}{{1, 3, 4}, {3, 3, 4}, {4, 4, 4}, {5, 0, 0}} {
+		first, err := chainOf.FirstCheckpointCovering(ctx, tt.seq)
+		require.NoError(t, err)
+		last, err := chainOf.CheckpointCovering(ctx, tt.seq)
+		require.NoError(t, err)
+		for _, c := range []struct {
+			got  *tlog.Signed
+			want int64
+		}{{first, tt.first}, {last, tt.last}} {
+			if c.want == 0 {
+				require.Nil(t, c.got, "seq %d", tt.seq)
+			} else {
+				require.NotNil(t, c.got, "seq %d", tt.seq)
+				require.Equal(t, c.want, c.got.Size, "seq %d", tt.seq)
+			}
+		}
+	}
 }
 
 func testTokens(t *testing.T, f Factory) {

@@ -99,6 +99,7 @@ func (m *Main) limitFlags(fs *flag.FlagSet) {
 // checkpoints and witnesses.
 func (m *Main) logFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.SigningKey, "signing-key", "", "sign checkpoints of the Merkle tree with this key: a `FILE` from ledgerctl keygen, an OpenSSH Ed25519 private key file, or ssh-agent:<fingerprint>")
+	fs.StringVar(&m.HandoverKey, "handover-key", "", "while the log hands over from an old signing key to --signing-key (docs/operations.md), the old key's `FILE` (same forms as --signing-key): checkpoints carry both signatures until ledgerd restarts with the new key alone")
 	fs.BoolVar(&m.AllowReadableKey, "allow-readable-signing-key", false, "use a --signing-key file that group or others may read, with a warning, instead of refusing it")
 	fs.StringVar(&m.LogOrigin, "log-origin", tlog.DefaultOriginPrefix, "checkpoint origin `prefix`: namespace NS has origin PREFIX/NS; the key's name")
 	fs.DurationVar(&m.CheckpointInterval, "checkpoint-interval", time.Second, "sign a new checkpoint at most this often when the tree has grown")
@@ -215,6 +216,9 @@ func (m *Main) checkLog() error {
 	}
 	if err := m.Witnesses.parse(); err != nil {
 		return err
+	}
+	if m.HandoverKey != "" && m.SigningKey == "" {
+		return errors.New("--handover-key needs --signing-key: the key the log hands over to")
 	}
 	if len(m.Witnesses.specs) > 0 && m.SigningKey == "" {
 		return errors.New("--witness needs --signing-key: witnesses cosign signed checkpoints")

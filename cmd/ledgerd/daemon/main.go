@@ -23,7 +23,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
-	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/api"
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
@@ -99,6 +98,7 @@ type Main struct {
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
+	HandoverKey        string // keys.go
 	AllowReadableKey   bool
 	LogOrigin          string
 	CheckpointInterval time.Duration
@@ -171,12 +171,12 @@ func (m *Main) Run(ctx context.Context) error {
 	// key that cannot sign stops ledgerd before anything is written.
 	var key *signingKey
 	if m.SigningKey != "" {
-		if key, err = m.loadKey(); err != nil {
+		if key, err = m.loadKeys(); err != nil {
 			return err
 		}
 		defer key.close()
 	}
-	o, err := m.open(ctx)
+	o, err := m.open(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ type opened struct {
 // open opens the database (creating it on first start) twice: read-write
 // under the ledger, and read-only, so that the verifier and GET /v1/audit
 // never take connections from the API or the writers.
-func (m *Main) open(ctx context.Context) (_ *opened, err error) {
+func (m *Main) open(ctx context.Context, key *signingKey) (_ *opened, err error) {
 	keyTTL, err := keyTTLMS(m.DefaultKeyTTL)
 	if err != nil {
 		return nil, fmt.Errorf("--default-key-ttl: %w", err)
@@ -240,7 +240,8 @@ func (m *Main) open(ctx context.Context) (_ *opened, err error) {
 	}
 	o := &opened{store: store, shared: shared, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
-		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention, CanPurge: !storage.IsPostgres(m.DBPath)})
+		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention, CanPurge: !storage.IsPostgres(m.DBPath),
+		LogKeyPrefix: m.LogOrigin, LogKeyBase: key.baseID()})
 	defer func() {
 		if err != nil {
 			o.close()
@@ -366,27 +367,6 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// signingKey is a loaded checkpoint signing key.
-type signingKey struct {
-	signer note.Signer
-	vkey   string
-	close  func()
-}
-
-// loadKey loads --signing-key with --log-origin as its name.
-func (m *Main) loadKey() (*signingKey, error) {
-	signer, vkey, closeKey, err := tlog.LoadSigner(m.SigningKey, m.LogOrigin,
-		tlog.KeyOptions{AllowReadable: m.AllowReadableKey, Logger: m.Logger})
-	if err != nil {
-		return nil, err
-	}
-	return &signingKey{signer: signer, vkey: vkey, close: func() {
-		if err := closeKey(); err != nil {
-			m.Logger.Warn("close signing key", "err", err)
-		}
-	}}, nil
 }
 
 // witnessFlag is the repeatable --witness VKEY=URL.

@@ -12,7 +12,7 @@ import (
 func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) (*nsservices.Services, error) {
 	cfg := nsservices.Config{Ledger: o.l, Logger: m.Logger, ScanEvery: m.NamespaceScanEvery}
 	if key != nil {
-		cfg.Signer, cfg.VerifierKey = key.signer, key.vkey
+		cfg.Signers, cfg.VerifierKeys = key.signers, key.vkeys
 		cfg.OriginPrefix, cfg.CheckpointInterval = m.LogOrigin, m.CheckpointInterval
 		cfg.Witnesses, cfg.WitnessQuorum = m.Witnesses.list, m.WitnessQuorum
 		if o.shared != nil { // one signer per namespace among the replicas

@@ -32,12 +32,14 @@ type Config struct {
 	Ledger *ledger.Ledger
 	Logger *slog.Logger
 
-	// Signer signs each namespace's checkpoints; nil: no checkpoints,
-	// and none of the fields up to VerifyStore matter.
-	Signer note.Signer
-	// VerifierKey is Signer's verifier key, with which the witnessing
-	// parses stored checkpoints.
-	VerifierKey string
+	// Signers sign each namespace's checkpoints: the signing key, then,
+	// while the log hands over from it (SPEC §9.2), the key it replaces.
+	// None: no checkpoints, and none of the fields up to VerifyStore
+	// matter.
+	Signers []note.Signer
+	// VerifierKeys are the Signers' verifier keys, with which the
+	// witnessing parses stored checkpoints.
+	VerifierKeys []string
 	// OriginPrefix names the logs: namespace NS has origin PREFIX/NS.
 	OriginPrefix       string
 	CheckpointInterval time.Duration
@@ -47,7 +49,8 @@ type Config struct {
 	WitnessQuorum int
 	// SignerLock, when set, elects one signer per namespace among
 	// replicas on one database: a replica signs only while it holds the
-	// namespace's lock (see election).
+	// namespace's lock (see election), and takes it only while it holds
+	// the key the chain announced last (SPEC §9.2).
 	SignerLock func(ctx context.Context, ns string) (release func(), ok bool, err error)
 
 	// VerifyStore is the read-only store the periodic verifications read
@@ -72,7 +75,7 @@ type Config struct {
 // Services are the running per-namespace services.
 type Services struct {
 	cfg Config
-	v   note.Verifier // nil: no witnesses
+	vs  []note.Verifier // the Signers' verifiers; nil: no witnesses
 
 	mu         sync.Mutex
 	elections  []*election
@@ -96,20 +99,26 @@ func Start(ctx context.Context, cfg Config) (*Services, error) {
 	}
 	s := &Services{cfg: cfg, running: map[string]bool{},
 		witnessing: map[string]*tlog.Witnessing{}, periodic: map[string]*verify.Periodic{}}
-	if cfg.Signer != nil && len(cfg.Witnesses) > 0 {
-		v, err := tlog.NewVerifier(cfg.VerifierKey)
-		if err != nil {
-			return nil, fmt.Errorf("witness: %w", err)
+	if len(cfg.Signers) > 0 && len(cfg.Witnesses) > 0 {
+		for _, vkey := range cfg.VerifierKeys {
+			v, err := tlog.NewVerifier(vkey)
+			if err != nil {
+				return nil, fmt.Errorf("witness: %w", err)
+			}
+			s.vs = append(s.vs, v)
 		}
-		s.v = v
 		names := make([]string, len(cfg.Witnesses))
 		for i, w := range cfg.Witnesses {
 			names[i] = w.Name() + "=" + w.URL
 		}
 		cfg.Logger.Info("witnessing checkpoints", "witnesses", names, "quorum", cfg.WitnessQuorum)
 	}
-	if cfg.Signer != nil {
-		cfg.Logger.Info("signing checkpoints", "origin_prefix", cfg.OriginPrefix, "verifier_key", cfg.VerifierKey, "interval", cfg.CheckpointInterval)
+	if len(cfg.Signers) > 0 {
+		cfg.Logger.Info("signing checkpoints", "origin_prefix", cfg.OriginPrefix, "verifier_key", cfg.VerifierKeys[0], "interval", cfg.CheckpointInterval)
+	}
+	if len(cfg.Signers) > 1 {
+		cfg.Logger.Info("handing over: checkpoints carry the signatures of both keys", "handover_key", cfg.VerifierKeys[1],
+			"key_id", tlog.KeyID(cfg.Signers[0]), "handover_key_id", tlog.KeyID(cfg.Signers[1]))
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
@@ -186,7 +195,7 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); p.Run(ctx) }()
 	}
-	if s.cfg.Signer == nil {
+	if len(s.cfg.Signers) == 0 {
 		return nil
 	}
 	s.startLog(ctx, n, logger)
@@ -211,11 +220,19 @@ func sweep(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
 // its witnessing.
 func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
 	origin := tlog.Origin(s.cfg.OriginPrefix, n.Name())
-	cp := &tlog.Checkpointer{Store: n, Signer: s.cfg.Signer, Origin: origin, Interval: s.cfg.CheckpointInterval,
-		Logger: logger.With("component", "checkpoint"), Namespace: n.Name()}
+	cp := &tlog.Checkpointer{Store: n, Signer: s.cfg.Signers[0], Origin: origin, Interval: s.cfg.CheckpointInterval,
+		Logger: logger.With("component", "checkpoint"), Namespace: n.Name(),
+		Active: func(ctx context.Context) (func(string) bool, error) {
+			h, err := n.KeyHistory(ctx)
+			return h.Active, err
+		}}
+	if len(s.cfg.Signers) > 1 {
+		cp.Handover = s.cfg.Signers[1]
+	}
 	if s.cfg.SignerLock != nil {
-		// Replicas on one database: one signer per namespace at a time.
-		e := &election{try: s.cfg.SignerLock, ns: n.Name(), logger: logger}
+		// Replicas on one database: one signer per namespace at a time,
+		// among those that hold the chain's current key.
+		e := &election{try: s.cfg.SignerLock, ns: n.Name(), logger: logger, eligible: s.holdsCurrent(n)}
 		cp.Lead = e.lead
 		s.mu.Lock()
 		s.elections = append(s.elections, e)
@@ -224,9 +241,12 @@ func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *sl
 	s.mu.Lock()
 	s.running[n.Name()] = true
 	var ws *tlog.Witnessing
-	if s.v != nil {
-		ws = &tlog.Witnessing{Source: n, Verifier: s.v, Witnesses: s.cfg.Witnesses, Quorum: s.cfg.WitnessQuorum,
+	if s.vs != nil {
+		ws = &tlog.Witnessing{Source: n, Verifier: s.vs[0], Witnesses: s.cfg.Witnesses, Quorum: s.cfg.WitnessQuorum,
 			Interval: s.cfg.CheckpointInterval, Logger: logger.With("component", "witness")}
+		if len(s.vs) > 1 {
+			ws.Handover = s.vs[1]
+		}
 		s.witnessing[n.Name()] = ws
 	}
 	s.mu.Unlock()
@@ -235,6 +255,23 @@ func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *sl
 	if ws != nil {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); ws.Run(ctx) }()
+	}
+}
+
+// holdsCurrent returns whether this process holds the key namespace n's
+// chain announced last (any key while it announces none).
+func (s *Services) holdsCurrent(n *ledger.Namespace) func(ctx context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		h, err := n.KeyHistory(ctx)
+		if err != nil || h.Current() == "" {
+			return err == nil, err
+		}
+		for _, k := range s.cfg.Signers {
+			if tlog.KeyID(k) == h.Current() {
+				return true, nil
+			}
+		}
+		return false, nil
 	}
 }
 

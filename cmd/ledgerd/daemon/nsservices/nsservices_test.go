@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -32,7 +33,7 @@ func newConfig(t *testing.T) (nsservices.Config, *ledgertest.DB) {
 	require.NoError(t, err)
 	signer, _, _, err := tlog.LoadSignerText(skey, origin)
 	require.NoError(t, err)
-	return nsservices.Config{Ledger: db.Ledger, Logger: ledgertest.Quiet, Signer: signer, VerifierKey: vkey,
+	return nsservices.Config{Ledger: db.Ledger, Logger: ledgertest.Quiet, Signers: []note.Signer{signer}, VerifierKeys: []string{vkey},
 		OriginPrefix: origin, CheckpointInterval: time.Second, ScanEvery: 2 * time.Second}, db
 }
 
@@ -81,7 +82,7 @@ func TestStart_OK(t *testing.T) {
 func TestStart_verification(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, db := newConfig(t)
-		cfg.Signer = nil
+		cfg.Signers = nil
 		cfg.VerifyStore, cfg.VerifyEvery, cfg.Registerer = db.Store, time.Minute, prometheus.NewRegistry()
 		s, err := nsservices.Start(t.Context(), cfg)
 		require.NoError(t, err)
@@ -157,7 +158,7 @@ func TestStart_signerElection(t *testing.T) {
 func TestStart_ErrWitnessKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _ := newConfig(t)
-		cfg.Witnesses, cfg.VerifierKey = []*tlog.Witness{{URL: "http://127.0.0.1:1"}}, "not a key"
+		cfg.Witnesses, cfg.VerifierKeys = []*tlog.Witness{{URL: "http://127.0.0.1:1"}}, []string{"not a key"}
 		_, err := nsservices.Start(t.Context(), cfg)
 		assert.ErrorContains(t, err, "witness:")
 	})
