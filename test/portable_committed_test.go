@@ -9,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // TestPortableReceipt_committed: a portable receipt of a committed
@@ -21,14 +19,7 @@ import (
 // receipt the issuer names.
 func TestPortableReceipt_committed(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testPortableCommitted(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testPortableCommitted(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testPortableCommitted)
 }
 
 func testPortableCommitted(t *testing.T, db string) {
