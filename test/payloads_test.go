@@ -20,7 +20,6 @@ import (
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
-	"github.com/effect-ledger/effect-ledger/testkit/pgtest"
 )
 
 // TestCommitted_chainHoldsCommitments drives SPEC §14's committed payloads
@@ -32,14 +31,7 @@ import (
 // ledgerd.
 func TestCommitted_chainHoldsCommitments(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testCommitted(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testCommitted(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testCommitted)
 }
 
 func testCommitted(t *testing.T, db string) {
@@ -434,14 +426,7 @@ func TestErasure_goneFromFiles(t *testing.T) {
 // kept, and verify clean.
 func TestRetention_sweeps(t *testing.T) {
 	t.Parallel()
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		testRetention(t, filepath.Join(t.TempDir(), "ledger.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		testRetention(t, pgtest.URL(t))
-	})
+	onSQLiteAndPostgres(t, testRetention)
 }
 
 func testRetention(t *testing.T, db string) {

@@ -417,16 +417,22 @@ CREATE TABLE IF NOT EXISTS pending_erasures (
 // missing, under migrate's advisory lock. It looks first: a role that may
 // write the ledger's tables but not create any opens a complete database.
 func ensureSideTables(ctx context.Context, tx pgx.Tx) error {
+	return ensure(ctx, tx, "side tables", `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
+		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`, 4, sqlSideTables)
+}
+
+// ensure runs ddl unless probe, a count of what ddl makes, already
+// counts want of them: a database made complete needs no right to create.
+func ensure(ctx context.Context, tx pgx.Tx, what, probe string, want int, ddl string) error {
 	var n int
-	if err := tx.QueryRow(ctx, `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
-		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`).Scan(&n); err != nil {
-		return fmt.Errorf("side tables: %w", err)
+	if err := tx.QueryRow(ctx, probe).Scan(&n); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if n == 4 {
+	if n == want {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, sqlSideTables); err != nil {
-		return fmt.Errorf("side tables: %w", err)
+	if _, err := tx.Exec(ctx, ddl); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -546,17 +552,7 @@ const sqlWriterMark = `SELECT set_config('effect_ledger.writer', 'on', true)`
 // ensureKeysGuard installs sqlKeysGuard where it is missing (a database
 // made by an earlier build), under migrate's advisory lock.
 func ensureKeysGuard(ctx context.Context, tx pgx.Tx) error {
-	var n int
-	if err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = 'keys_guard' AND tgrelid = 'keys'::regclass`).Scan(&n); err != nil {
-		return fmt.Errorf("keys guard: %w", err)
-	}
-	if n == 1 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, sqlKeysGuard); err != nil {
-		return fmt.Errorf("keys guard: %w", err)
-	}
-	return nil
+	return ensure(ctx, tx, "keys guard", `SELECT count(*) FROM pg_trigger WHERE tgname = 'keys_guard' AND tgrelid = 'keys'::regclass`, 1, sqlKeysGuard)
 }
 
 // sqlCreateNamespace inserts a namespace with its settings and its empty
