@@ -21,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
@@ -99,6 +98,3 @@ func digest(sum []byte) string { return "sha256:" + fmt.Sprintf("%x", sum) }
 func validName(ns string) bool {
 	return ns != "" && !strings.ContainsAny(ns, `/\`) && !strings.HasPrefix(ns, ".")
 }
-
-// zeroHash is the prev_hash of seq 1.
-var zeroHash = chain.ZeroHash

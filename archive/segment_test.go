@@ -160,7 +160,9 @@ func TestSegment_tampered(t *testing.T) {
 		"through": func(t *testing.T, seg string) {
 			editManifest(t, seg, func(m *archive.Manifest) { m.Through, m.Receipts = m.Through-1, m.Receipts-1 })
 		},
-		"manifest missing": func(t *testing.T, seg string) { require.NoError(t, os.Remove(filepath.Join(seg, archive.ManifestFile))) },
+		"manifest missing": func(t *testing.T, seg string) {
+			require.NoError(t, os.Remove(filepath.Join(seg, archive.ManifestFile)))
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			seg := l.write(t, t.TempDir(), 5, 12)

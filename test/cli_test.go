@@ -44,7 +44,7 @@ func TestLedgerctl_help(t *testing.T) {
 		cmd  []string
 		want []string
 	}{
-		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "receipts-only", "all-namespaces", "checkpoint", "vkey")},
+		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "receipts-only", "all-namespaces", "checkpoint", "vkey", "segment")},
 		{[]string{"audit"}, append(source, "json", "since", "tool")},
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
 		{[]string{"show"}, append(source, "json", "history")},
@@ -56,6 +56,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"token", "list"}, []string{"db", "json"}},
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
+		{[]string{"archive"}, []string{"db", "namespace", "json", "from", "through", "dir", "vkey"}},
 		{[]string{"rebuild-index"}, []string{"db", "namespace", "json"}},
 		{[]string{"rebuild-keys"}, []string{"db", "namespace", "json"}},
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},

@@ -37,6 +37,7 @@ Commands:
   erase     erase the payloads of keys or of a subject in a committed namespace (server only)
   token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
   backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
+  archive   write a verifiable segment of a namespace's receipts into an archive directory (--db only; deletes nothing)
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
@@ -98,6 +99,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &RebuildIndexCommand{Env: env, name: args[0]}
 	case "backup":
 		cmd = &BackupCommand{Env: env}
+	case "archive":
+		cmd = &ArchiveCommand{Env: env}
 	case "version", "--version", "-version":
 		cmd = &VersionCommand{Env: env}
 	case "keygen":
