@@ -25,6 +25,10 @@ func checkFields(col *collector, r *chain.Receipt) {
 		}
 	}
 
+	if !knownKind(r.Kind) {
+		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase, key): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind))
+		return // which fields belong is unknown
+	}
 	switch r.Kind {
 	case chain.KindPolicy:
 		checkPolicyFields(bad, r)
@@ -86,6 +90,16 @@ func checkKeyFields(bad func(string, ...any), r *chain.Receipt) {
 	}
 }
 
+// knownKind reports whether this verifier knows kind.
+func knownKind(kind string) bool {
+	switch kind {
+	case chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
+		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindErase, chain.KindKey:
+		return true
+	}
+	return false
+}
+
 // checkKindFields reports the fields r's kind never carries or carries
 // with a value no ledger writes (SPEC §2).
 func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
@@ -123,9 +137,6 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "external_ref", r.ExternalRef)
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
-	default:
-		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase or key", truncate(r.Kind))
-		return // which fields belong is unknown
 	}
 	checkLease(bad, r)
 	checkNote(bad, r)

@@ -157,10 +157,24 @@ func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *source
 	} else {
 		printReport(c.Stdout, rep, elapsed)
 	}
+	if err := unsupported(rep); err != nil {
+		return err
+	}
 	if !rep.OK {
 		return &ViolationsError{Count: rep.ViolationsTotal}
 	}
 	return nil
+}
+
+// unsupported is the error (exit 2) of a report that met receipts this
+// verifier does not know (docs/spec.md §14): it cannot vouch for the
+// chain either way.
+func unsupported(rep *verify.Report) error {
+	if rep.Unsupported == 0 {
+		return nil
+	}
+	return fmt.Errorf("unsupported: %s of a kind this verifier does not know; a newer ledgerctl may check them",
+		plural(rep.Unsupported, "receipt", "receipts"))
 }
 
 const verifySummary = `Usage: ledgerctl verify (--db FILE|URL | --server URL) [--namespace NS | --all-namespaces] [flags]
@@ -254,6 +268,9 @@ func (c *VerifyCommand) printAll(asJSON bool, names []string, results []nsResult
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Sprintf("namespace %s: %v", names[i], r.err))
+		case unsupported(r.rep) != nil:
+			errs = append(errs, fmt.Sprintf("namespace %s: %v", names[i], unsupported(r.rep)))
+			violations += r.rep.ViolationsTotal
 		case !r.rep.OK:
 			violations += r.rep.ViolationsTotal
 			bad++
