@@ -208,6 +208,7 @@ func TestParsePortable_erasedBy(t *testing.T) {
 		{"no ranges at all", strings.Replace(good, ranges, `"ranges":[]`, 1)},
 		{"ranges null", strings.Replace(good, ranges, `"ranges":null`, 1)},
 		{"erased_by an array", strings.Replace(good[:len(good)-1], `"erased_by":{`, `"erased_by":[{`, 1) + "]}"},
+		{"erased_by in a key receipt", good[:len(good)-1] + `,"keys":[` + good + "]}"},
 	} {
 		t.Run(tt.desc, func(t *testing.T) {
 			require.NotEqual(t, good, tt.doc)

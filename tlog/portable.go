@@ -78,7 +78,7 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 }
 
 // checkKeys checks each portable receipt of a bundle's keys in its
-// exact form, with no keys of its own.
+// exact form, with no keys or erased_by of its own.
 func checkKeys(raw json.RawMessage) error {
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil {
@@ -89,8 +89,8 @@ func checkKeys(raw json.RawMessage) error {
 		if err != nil {
 			return fmt.Errorf("keys[%d]: %w", i, err)
 		}
-		if len(p.Keys) > 0 {
-			return fmt.Errorf("%w: keys[%d] has keys of its own", ErrPortableForm, i)
+		if len(p.Keys) > 0 || p.ErasedBy != nil {
+			return fmt.Errorf("%w: keys[%d] has keys or erased_by of its own", ErrPortableForm, i)
 		}
 	}
 	return nil
