@@ -61,7 +61,7 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"rebuild-keys"}, []string{"db", "namespace", "json"}},
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},
 		{[]string{"checkpoint"}, append(source, "json")},
-		{[]string{"prove"}, append(source, "json")},
+		{[]string{"prove"}, append(source, "json", "erased-by")},
 		{[]string{"check-proof"}, []string{"vkey", "namespace", "witness-vkey", "quorum", "json"}},
 		{[]string{"namespace", "create"}, []string{"db", "server", "token", "json", "key-ttl", "payloads"}},
 		{[]string{"namespace", "list"}, []string{"db", "server", "token", "json"}},

@@ -377,6 +377,9 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(d.Do("GET", n.v1+"/receipts/258/proof", ""), 404, "unknown_receipt")
 				expect(d.Do("GET", n.v1+"/receipts/0/proof", ""), 404, "unknown_receipt")
 				expect(d.Do("GET", n.v1+"/receipts/abc/proof", ""), 404, "unknown_receipt")
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=true", ""), 200, "") // nothing erased: no erased_by
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=maybe", ""), 400, "invalid_request")
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?size=1", ""), 400, "invalid_request")
 
 				for _, path := range []string{n.log + "/checkpoint", n.log + "/tile/0/000", n.v1 + "/proof/inclusion", n.v1 + "/proof/consistency", n.v1 + "/receipts/1/proof"} {
 					r := d.Do("POST", path, "")
@@ -400,6 +403,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(d.Do("GET", n.v1+path, ""), 401, "unauthorized")
 				expect(d.Do("GET", n.v1+path, "", "Authorization", reader), 200, "")
 			}
+			// erased_by discloses which receipts were erased together: admins only.
+			expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=true", "", "Authorization", reader), 403, "forbidden")
 		}
 	})
 
