@@ -26,7 +26,7 @@ func checkFields(col *collector, r *chain.Receipt) {
 	}
 
 	if !knownKind(r.Kind) {
-		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase, key): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind))
+		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase, key, prune): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind))
 		return // which fields belong is unknown
 	}
 	switch r.Kind {
@@ -36,6 +36,8 @@ func checkFields(col *collector, r *chain.Receipt) {
 		checkEraseFields(bad, r)
 	case chain.KindKey:
 		checkKeyReceiptFields(bad, r)
+	case chain.KindPrune:
+		checkPruneFields(bad, r)
 	default:
 		checkKeyFields(bad, r)
 	}
@@ -94,7 +96,7 @@ func checkKeyFields(bad func(string, ...any), r *chain.Receipt) {
 func knownKind(kind string) bool {
 	switch kind {
 	case chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
-		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindErase, chain.KindKey:
+		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindErase, chain.KindKey, chain.KindPrune:
 		return true
 	}
 	return false
@@ -126,8 +128,8 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		default: // which error fields belong is unknown
 			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
-	case chain.KindPolicy, chain.KindErase, chain.KindKey:
-		return // checkPolicyFields, checkEraseFields or checkKeyReceiptFields checked every field
+	case chain.KindPolicy, chain.KindErase, chain.KindKey, chain.KindPrune:
+		return // checkPolicyFields, checkEraseFields, checkKeyReceiptFields or checkPruneFields checked every field
 	case chain.KindAsk:
 		checkAskFields(bad, r)
 	case chain.KindApproval:

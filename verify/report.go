@@ -98,6 +98,11 @@ const (
 	// nor an admin the verifier knows.
 	RuleReconcileNotAllowed = "reconcile_not_allowed"
 
+	// RulePruneInvalid: a prune receipt (SPEC §16) whose result is not a
+	// prune result, whose range is not below it, or does not follow the
+	// range the earlier prune receipts pruned (the first from receipt 1).
+	RulePruneInvalid = "prune_invalid"
+
 	// RuleUnsupported: a receipt of a kind this verifier does not know
 	// (SPEC §14: a verifier that meets a kind, a policy member or a
 	// payload mode it does not know exits 2, never 1): a newer ledger
