@@ -349,7 +349,7 @@ func TestOpen_addsSideTables(t *testing.T) {
 	require.NoError(t, ledgertest.Open(t, ledgertest.WithPath(path)).Close())
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
-	for _, table := range []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens"} {
+	for _, table := range []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens", "ns_erasure_subjects"} {
 		_, err := raw.Exec(`DROP TABLE ` + table)
 		require.NoError(t, err)
 	}
