@@ -42,3 +42,42 @@ func (c *Client) Erase(ctx context.Context, e Erasure) (*Erased, error) {
 	}
 	return &out, nil
 }
+
+// NamespaceErasures are a namespace's erasures, its part of an erasures
+// file (format effect-ledger/erasures/v1, docs/privacy.md): what a ledger
+// restored from a backup taken before them needs to erase the same values
+// (ledgerctl erase --replay).
+type NamespaceErasures struct {
+	Namespace string          `json:"namespace"`
+	Erasures  []ErasureRecord `json:"erasures"`
+}
+
+// ErasureRecord is one erase receipt: its seq and chain hash, its fields,
+// whether a retention sweep appended it, the MACs (hex) of the subjects it
+// was asked for, and each receipt it erased.
+type ErasureRecord struct {
+	Seq       uint64         `json:"seq"`
+	Hash      string         `json:"hash"`
+	Fields    []string       `json:"fields"`
+	Retention bool           `json:"retention"`
+	Subjects  []string       `json:"subjects"`
+	Erased    []ErasedRecord `json:"erased"`
+}
+
+// ErasedRecord is a receipt an erasure erased: seq, chain hash (hex) and
+// the fields whose values it deleted.
+type ErasedRecord struct {
+	Seq    uint64   `json:"seq"`
+	Hash   string   `json:"hash"`
+	Fields []string `json:"fields"`
+}
+
+// Erasures lists every erasure of the client's namespace (GET
+// /v1/ns/{ns}/erasures; an admin token when tokens exist).
+func (c *Client) Erasures(ctx context.Context) (*NamespaceErasures, error) {
+	var out NamespaceErasures
+	if _, err := c.exchange(ctx, "erasures", http.MethodGet, c.route("/v1/erasures"), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
