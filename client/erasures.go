@@ -50,6 +50,19 @@ func (c *Client) Erase(ctx context.Context, e Erasure) (*Erased, error) {
 type NamespaceErasures struct {
 	Namespace string          `json:"namespace"`
 	Erasures  []ErasureRecord `json:"erasures"`
+	Pending   []PendingRecord `json:"pending"`
+}
+
+// PendingRecord is a key generation an erase selected while it was in
+// flight: the receipt that finalizes it is to be erased. FirstSeq and Hash
+// are the seq and chain hash of the reserve that started it, EraseSeq the
+// erase that marked it (0: one that erased nothing).
+type PendingRecord struct {
+	Key      string   `json:"key"`
+	FirstSeq uint64   `json:"first_seq"`
+	Hash     string   `json:"hash"`
+	EraseSeq uint64   `json:"erase_seq"`
+	Fields   []string `json:"fields"`
 }
 
 // ErasureRecord is one erase receipt: its seq and chain hash, its fields,

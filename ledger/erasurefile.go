@@ -36,10 +36,25 @@ type ErasureFile struct {
 }
 
 // NamespaceErasures are the erasures of one namespace, in seq order of
-// their erase receipts. It is also the answer of GET /v1/ns/{ns}/erasures.
+// their erase receipts, and its pending marks. It is also the answer of
+// GET /v1/ns/{ns}/erasures.
 type NamespaceErasures struct {
 	Namespace string          `json:"namespace"`
 	Erasures  []ErasureRecord `json:"erasures"`
+	Pending   []PendingRecord `json:"pending"`
+}
+
+// PendingRecord is a pending mark of the exporting ledger: a key
+// generation an erase selected while it was in flight, by key, the seq
+// and chain hash (hex) of the reserve that started it, the erase that
+// marked it (0: one that erased nothing) and the fields to erase when it
+// is finalized.
+type PendingRecord struct {
+	Key      string   `json:"key"`
+	FirstSeq uint64   `json:"first_seq"`
+	Hash     string   `json:"hash"`
+	EraseSeq uint64   `json:"erase_seq"`
+	Fields   []string `json:"fields"`
 }
 
 // ErasureRecord is one erase receipt of the exporting ledger: its seq and
@@ -69,7 +84,7 @@ var ErrBadErasureFile = errors.New("bad erasures file")
 
 // ParseErasureFile reads and checks an erasures file: exactly the members
 // of the format, format ErasureFileFormat, valid and distinct namespace
-// names, erase receipts in increasing seq order, each with its fields
+// names, pending marks of valid keys and distinct generations, erase receipts in increasing seq order, each with its fields
 // payload field names in canonical order, subject MACs of 64 lowercase
 // hex digits without repeats, and erased receipts in increasing seq
 // order below the erase receipt's, each with 64-hex chain hash and a
@@ -123,8 +138,28 @@ func (f *ErasureFile) check() error {
 }
 
 func (ns *NamespaceErasures) check() error {
-	if ns.Erasures == nil {
-		return errors.New(`"erasures" is missing`)
+	if ns.Erasures == nil || ns.Pending == nil {
+		return errors.New(`"erasures" and "pending" are required (empty arrays when none)`)
+	}
+	seen := map[Generation]bool{}
+	for i := range ns.Pending {
+		p := &ns.Pending[i]
+		g := Generation{Key: p.Key, FirstSeq: p.FirstSeq}
+		switch {
+		case ValidateKey(p.Key) != nil || len(p.Key) < MinKeyLen:
+			return fmt.Errorf("pending[%d]: not an idempotency key", i)
+		case p.FirstSeq == 0:
+			return fmt.Errorf("pending[%d]: first_seq must be at least 1", i)
+		case seen[g]:
+			return fmt.Errorf("pending[%d]: the generation is listed twice", i)
+		}
+		seen[g] = true
+		if _, err := chain.ParseHash(p.Hash); err != nil || !isLowerHexText(p.Hash) {
+			return fmt.Errorf("pending[%d]: hash: want 64 lowercase hex digits", i)
+		}
+		if _, err := canonicalFields(p.Fields); err != nil {
+			return fmt.Errorf("pending[%d]: %w", i, err)
+		}
 	}
 	var last uint64
 	for i := range ns.Erasures {

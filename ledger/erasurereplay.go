@@ -18,6 +18,7 @@ import (
 // they erased.
 type ErasureSource interface {
 	Erasures(ctx context.Context, fn func(*Erasure) error) error
+	PendingErasures(ctx context.Context, fn func(*PendingErase) error) error
 	GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error)
 	ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error)
 	Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error)
@@ -30,8 +31,20 @@ const exportChunk = 512
 // erase receipt with the receipts it erased (seq, chain hash, the fields
 // whose values it deleted) and the MACs of the subjects it was asked for.
 func ExportErasures(ctx context.Context, c ErasureSource, ns string) (*NamespaceErasures, error) {
-	out := &NamespaceErasures{Namespace: ns, Erasures: []ErasureRecord{}}
-	err := c.Erasures(ctx, func(e *Erasure) error {
+	out := &NamespaceErasures{Namespace: ns, Erasures: []ErasureRecord{}, Pending: []PendingRecord{}}
+	err := c.PendingErasures(ctx, func(p *PendingErase) error {
+		h, err := c.ReceiptHashes(ctx, p.FirstSeq-1, 1)
+		if err != nil || len(h) != 1 {
+			return fmt.Errorf("pending mark of %s at %d: the reserve's hash: %w", p.Key, p.FirstSeq, err)
+		}
+		out.Pending = append(out.Pending, PendingRecord{Key: p.Key, FirstSeq: p.FirstSeq, Hash: h[0].String(),
+			EraseSeq: p.EraseSeq, Fields: p.Fields.Names()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export erasures of %s: %w", ns, err)
+	}
+	err = c.Erasures(ctx, func(e *Erasure) error {
 		rec, err := exportErasure(ctx, c, e)
 		if err != nil {
 			return fmt.Errorf("erasure %d: %w", e.Seq, err)
@@ -104,6 +117,22 @@ const (
 	ReplayAbsent       = "absent"        // no receipt at that seq: skipped
 )
 
+// Replay statuses of a listed pending mark, besides absent and
+// hash_mismatch.
+const (
+	ReplayMarked = "marked" // the generation is in flight here: marked
+	ReplayFinal  = "final"  // the generation is finalized here: skipped
+)
+
+// ReplayPending is what a replay did with one listed pending mark:
+// ReplayMarked, ReplayAlready (marked before), ReplayFinal, ReplayAbsent
+// or ReplayHashMismatch (the reserve at first_seq is not the same).
+type ReplayPending struct {
+	Key      string
+	FirstSeq uint64
+	Status   string
+}
+
 // ReplayItem is what a replay did with one listed receipt.
 type ReplayItem struct {
 	Erasure uint64 // the erase receipt of the file that lists it
@@ -121,6 +150,8 @@ type ReplayResult struct {
 	Replayed map[uint64]uint64
 	Count    uint64       // receipts whose values were erased
 	Items    []ReplayItem // every listed receipt, in the file's order
+	// Pending are the listed pending marks, in the file's order.
+	Pending []ReplayPending
 }
 
 // Skipped are the listed receipts that were not this ledger's.
@@ -154,6 +185,13 @@ func (n *Namespace) ReplayErasures(ctx context.Context, f *NamespaceErasures, ac
 			if err := t.replayErasure(ctx, &f.Erasures[i], head, actor, reason, res); err != nil {
 				return fmt.Errorf("replay erasure %d: %w", f.Erasures[i].Seq, err)
 			}
+		}
+		for i := range f.Pending {
+			st, err := t.replayPending(ctx, &f.Pending[i], head, actor)
+			if err != nil {
+				return fmt.Errorf("replay the pending mark of %s: %w", f.Pending[i].Key, err)
+			}
+			res.Pending = append(res.Pending, ReplayPending{Key: f.Pending[i].Key, FirstSeq: f.Pending[i].FirstSeq, Status: st})
 		}
 		return nil
 	})
@@ -247,4 +285,37 @@ func (t *batchTx) replayErasure(ctx context.Context, e *ErasureRecord, head uint
 // ExportErasures over its chain).
 func (n *Namespace) ExportErasures(ctx context.Context) (*NamespaceErasures, error) {
 	return ExportErasures(ctx, n.chain, n.name)
+}
+
+// replayPending marks the generation of a listed pending mark when it is
+// the same here (the reserve at first_seq has the listed chain hash) and
+// still in flight, so that the receipt that finalizes it is erased as it
+// is appended. It returns the mark's ReplayPending status.
+func (t *batchTx) replayPending(ctx context.Context, p *PendingRecord, head uint64, actor string) (string, error) {
+	if p.FirstSeq > head {
+		return ReplayAbsent, nil
+	}
+	r, err := t.Receipt(ctx, p.FirstSeq)
+	if err != nil {
+		return "", err
+	}
+	if r.Hash.String() != p.Hash || r.IdempotencyKey != p.Key {
+		return ReplayHashMismatch, nil
+	}
+	k, found, err := t.Key(ctx, p.Key)
+	if err != nil {
+		return "", err
+	}
+	if !found || k.FirstSeq != p.FirstSeq || k.finalized() {
+		return ReplayFinal, nil // this generation is over here
+	}
+	had, err := t.Pending(ctx, p.Key, p.FirstSeq)
+	if err != nil || had != nil {
+		return ReplayAlready, err
+	}
+	fields, err := canonicalFields(p.Fields)
+	if err != nil {
+		return "", err
+	}
+	return ReplayMarked, t.PutPending(ctx, &PendingErase{Key: p.Key, FirstSeq: p.FirstSeq, Fields: fields, Actor: actor})
 }

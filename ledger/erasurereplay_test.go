@@ -25,7 +25,7 @@ var (
 // those given (JSON text after "seq":9,).
 func erasureFile(members string) string {
 	return `{"format":"effect-ledger/erasures/v1","exported_at":1,"namespaces":[{"namespace":"default","erasures":[` +
-		`{"seq":9,` + members + `}]}]}`
+		`{"seq":9,` + members + `}],"pending":[]}]}`
 }
 
 // TestParseErasureFile: a valid file parses; every broken rule of the
@@ -45,7 +45,7 @@ func TestParseErasureFile(t *testing.T) {
 		{"unknown member", strings.Replace(erasureFile(ok), `"exported_at":1`, `"exported_at":1,"x":1`, 1)},
 		{"no namespaces", `{"format":"effect-ledger/erasures/v1","exported_at":1}`},
 		{"bad namespace name", strings.Replace(erasureFile(ok), `"namespace":"default"`, `"namespace":"Default!"`, 1)},
-		{"namespace twice", `{"format":"effect-ledger/erasures/v1","exported_at":1,"namespaces":[{"namespace":"a","erasures":[]},{"namespace":"a","erasures":[]}]}`},
+		{"namespace twice", `{"format":"effect-ledger/erasures/v1","exported_at":1,"namespaces":[{"namespace":"a","erasures":[],"pending":[]},{"namespace":"a","erasures":[],"pending":[]}]}`},
 		{"erasures out of order", `{"format":"effect-ledger/erasures/v1","exported_at":1,"namespaces":[{"namespace":"a","erasures":[` +
 			`{"seq":9,` + ok + `},{"seq":9,` + ok + `}]}]}`},
 		{"upper-case hash", strings.Replace(erasureFile(ok), hashA, strings.ToUpper(hashA), 1)},
@@ -59,6 +59,10 @@ func TestParseErasureFile(t *testing.T) {
 		{"no subjects", strings.Replace(erasureFile(ok), `"subjects":["`+hashB+`"],`, ``, 1)},
 		{"erased out of order", strings.Replace(erasureFile(ok), `"seq":4`, `"seq":2`, 1)},
 		{"erased at the erasure's seq", strings.Replace(erasureFile(ok), `"seq":4`, `"seq":9`, 1)},
+		{"no pending", strings.Replace(erasureFile(ok), `,"pending":[]`, ``, 1)},
+		{"pending of a bad key", strings.Replace(erasureFile(ok), `"pending":[]`, `"pending":[{"key":"x","first_seq":1,"hash":"`+hashA+`","erase_seq":0,"fields":["result"]}]`, 1)},
+		{"pending at seq 0", strings.Replace(erasureFile(ok), `"pending":[]`, `"pending":[{"key":"refund-order-1","first_seq":0,"hash":"`+hashA+`","erase_seq":0,"fields":["result"]}]`, 1)},
+		{"pending twice", strings.Replace(erasureFile(ok), `"pending":[]`, `"pending":[{"key":"refund-order-1","first_seq":1,"hash":"`+hashA+`","erase_seq":0,"fields":["result"]},{"key":"refund-order-1","first_seq":1,"hash":"`+hashA+`","erase_seq":0,"fields":["result"]}]`, 1)},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			_, err := ledger.ParseErasureFile(strings.NewReader(tc.text))
@@ -107,6 +111,9 @@ func TestNamespace_ReplayErasures(t *testing.T) {
 		res := testkit.MustReserve(t, a, req)
 		testkit.MustCommit(t, a, testkit.Succeed(k, res.Reservation))
 	}
+	req := testkit.ReserveReq("refund-order-0003", "e1")
+	req.Subjects = []string{"customer-42"}
+	open := testkit.MustReserve(t, a, req) // still in flight when the subject is erased
 	copyPath := filepath.Join(t.TempDir(), "copy.db")
 	_, err := sqlite.Backup(ctx, a.Path(), copyPath, sqlite.BackupOptions{})
 	require.NoError(t, err)
@@ -120,6 +127,8 @@ func TestNamespace_ReplayErasures(t *testing.T) {
 	assert.Len(t, e.Subjects, 1, "the subject's MAC is recorded")
 	require.Len(t, e.Erased, 2)
 	assert.Equal(t, []string{"external_ref", "result"}, e.Erased[0].Fields)
+	require.Len(t, exp.Pending, 1)
+	assert.Equal(t, "refund-order-0003", exp.Pending[0].Key)
 
 	b := ledgertest.Open(t, ledgertest.WithPath(copyPath))
 	tampered := *exp
@@ -131,6 +140,7 @@ func TestNamespace_ReplayErasures(t *testing.T) {
 	require.Len(t, res.Receipts, 1)
 	assert.Equal(t, uint64(1), res.Count)
 	assert.Equal(t, []ledger.ReplayItem{{Erasure: e.Seq, Seq: e.Erased[1].Seq, Status: ledger.ReplayHashMismatch}}, res.Skipped())
+	assert.Equal(t, []ledger.ReplayPending{{Key: "refund-order-0003", FirstSeq: open.Receipt.Seq, Status: ledger.ReplayMarked}}, res.Pending)
 
 	res, err = b.ReplayErasures(ctx, exp, "ops", "")
 	require.NoError(t, err)
@@ -141,11 +151,17 @@ func TestNamespace_ReplayErasures(t *testing.T) {
 	res, err = b.ReplayErasures(ctx, exp, "ops", "")
 	require.NoError(t, err)
 	assert.Empty(t, res.Receipts)
+	assert.Equal(t, ledger.ReplayAlready, res.Pending[0].Status)
 	assert.Equal(t, head, b.Head(), "a second replay appends nothing")
+
+	// The key marked in the copy is erased as it finishes there.
+	c := testkit.MustCommit(t, b, testkit.Succeed("refund-order-0003", open.Reservation))
+	assert.Equal(t, c.Receipt.Seq+1, b.Head().Seq, "an erase receipt follows the commit")
 
 	got, err := b.ExportErasures(ctx)
 	require.NoError(t, err)
-	require.Len(t, got.Erasures, 2)
+	require.Len(t, got.Erasures, 3)
+	assert.Empty(t, got.Pending)
 	assert.Equal(t, e.Subjects, got.Erasures[0].Subjects, "the replay records the subject too")
 	verifyClean(t, b)
 }

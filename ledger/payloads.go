@@ -80,6 +80,9 @@ type PayloadReader interface {
 	Erasure(ctx context.Context, seq uint64) (*Erasure, error)
 	// Erasures yields the opening of every erase receipt in seq order.
 	Erasures(ctx context.Context, fn func(*Erasure) error) error
+	// PendingErasures yields every pending erasure mark, by key and
+	// generation.
+	PendingErasures(ctx context.Context, fn func(*PendingErase) error) error
 }
 
 // PayloadTx is what a batch writes beside a committed chain (SPEC §14):

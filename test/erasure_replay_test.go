@@ -50,6 +50,8 @@ func testErasureReplay(t *testing.T, dbA string) {
 	write("/v1", "subj-0000001", `,"subjects":["person-`+gone+`"]`, gone, gone)
 	write("/v1", "subj-0000002", `,"subjects":["person-`+gone+`","other"]`, gone, gone)
 	write("/v1/ns/people", "ppl-0000001", "", gone, kept) // only its result is erased
+	open := l.Do("POST", "/v1/effects/reserve", `{"idempotency_key":"open-0000001","execution_id":"e1","tool":"mail.send","effect":"external","lease_ms":86400000,"subjects":["person-`+gone+`"]}`)
+	require.Equal(t, 201, open.Status, open.Raw) // in flight when the subject is erased: pending
 	require.NoError(t, l.Stop())
 
 	// The backup, taken before any erasure; then the tokens of A.
@@ -105,6 +107,9 @@ func testErasureReplay(t *testing.T, dbA string) {
 					Fields []string `json:"fields"`
 				} `json:"erased"`
 			} `json:"erasures"`
+			Pending []struct {
+				Key string `json:"key"`
+			} `json:"pending"`
 		} `json:"namespaces"`
 	}
 	require.NoError(t, json.Unmarshal(raw, &doc))
@@ -116,13 +121,15 @@ func testErasureReplay(t *testing.T, dbA string) {
 	assert.Empty(t, def.Erasures[0].Subjects)
 	assert.Len(t, def.Erasures[1].Subjects, 1, "the erased subject's MAC")
 	assert.Len(t, def.Erasures[1].Erased, 2, "the two keys' commits")
+	require.Len(t, def.Pending, 1, string(raw))
+	assert.Equal(t, "open-0000001", def.Pending[0].Key)
 	require.Len(t, ppl.Erasures, 1)
 	assert.Equal(t, []string{"result"}, ppl.Erasures[0].Erased[0].Fields)
 	verified(t, dbA)
 
 	// B, as restored, still holds the values and the subject's rows.
 	require.Positive(t, payloadsHolding(t, dbB, gone))
-	require.Equal(t, 3, subjectRows(t, dbB))
+	require.Equal(t, 4, subjectRows(t, dbB))
 
 	// A tampered hash is skipped; the rest is erased.
 	tampered := filepath.Join(dir, "tampered.json")
@@ -143,6 +150,10 @@ func testErasureReplay(t *testing.T, dbA string) {
 				Seq     uint64 `json:"seq"`
 				Reason  string `json:"reason"`
 			} `json:"skipped"`
+			Pending []struct {
+				Key    string `json:"key"`
+				Status string `json:"status"`
+			} `json:"pending"`
 			Purged *bool `json:"purged"`
 		} `json:"namespaces"`
 	}
@@ -156,6 +167,8 @@ func testErasureReplay(t *testing.T, dbA string) {
 		reasons[s.Seq] = s.Reason
 	}
 	assert.Equal(t, "hash_mismatch", reasons[victim.Seq], out)
+	require.Len(t, d.Pending, 1, out)
+	assert.Equal(t, "marked", d.Pending[0].Status, "open-0000001 is in flight in B too: %s", out)
 	for _, x := range def.Erasures[2].Erased {
 		assert.Equal(t, "absent", reasons[x.Seq], "late-0000001 is not in the backup: %s", out)
 	}
@@ -200,6 +213,16 @@ func testErasureReplay(t *testing.T, dbA string) {
 	require.Equal(t, 200, k.Status, k.Raw)
 	assert.NotContains(t, k.Raw, gone)
 	assert.Contains(t, k.Raw, `"erased":{"external_ref":`)
+
+	// The key marked pending in B is erased as it finishes there.
+	c := b.Do("POST", "/v1/effects/open-0000001/commit", `{"reservation":"`+open.Body["reservation"].(string)+
+		`","outcome":"succeeded","result":{"to":"`+gone+`"}}`)
+	require.Equal(t, 201, c.Status, c.Raw)
+	k = b.Do("GET", "/v1/effects/open-0000001", "")
+	require.Equal(t, 200, k.Status, k.Raw)
+	assert.NotContains(t, k.Raw, gone, "the pending mark replayed into B erased the outcome")
+	require.NoError(t, b.Stop())
+	verified(t, dbB)
 }
 
 // backupLedger copies the stopped ledger db as a backup would and returns

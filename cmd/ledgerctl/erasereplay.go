@@ -30,6 +30,7 @@ type replayedNamespace struct {
 	Receipts  []replayedErasure `json:"receipts"`
 	Count     uint64            `json:"count"`
 	Skipped   []skippedItem     `json:"skipped"`
+	Pending   []pendingItem     `json:"pending"`
 	Purged    *bool             `json:"purged"`
 }
 
@@ -37,6 +38,12 @@ type replayedErasure struct {
 	Seq      uint64 `json:"seq"`
 	Hash     string `json:"hash"`
 	Replayed uint64 `json:"replays"` // the seq of the file's erasure
+}
+
+type pendingItem struct {
+	Key      string `json:"key"`
+	FirstSeq uint64 `json:"first_seq"`
+	Status   string `json:"status"`
 }
 
 type skippedItem struct {
@@ -92,7 +99,7 @@ func replayParts(ctx context.Context, l *ledger.Ledger, parts []ledger.Namespace
 	out := make([]replayedNamespace, 0, len(parts))
 	for i := range parts {
 		p := &parts[i]
-		rn := replayedNamespace{Namespace: p.Namespace, Receipts: []replayedErasure{}, Skipped: []skippedItem{}}
+		rn := replayedNamespace{Namespace: p.Namespace, Receipts: []replayedErasure{}, Skipped: []skippedItem{}, Pending: []pendingItem{}}
 		n, err := l.NS(ctx, p.Namespace)
 		if errors.Is(err, ledger.ErrUnknownNamespace) || ledger.ErrorCode(err) == ledger.ECodeUnknownNamespace {
 			rn.Absent = true
@@ -110,6 +117,9 @@ func replayParts(ctx context.Context, l *ledger.Ledger, parts []ledger.Namespace
 			rn.Receipts = append(rn.Receipts, replayedErasure{Seq: r.Seq, Hash: r.Hash.String(), Replayed: res.Replayed[r.Seq]})
 		}
 		rn.Count = res.Count
+		for _, pm := range res.Pending {
+			rn.Pending = append(rn.Pending, pendingItem{Key: pm.Key, FirstSeq: pm.FirstSeq, Status: pm.Status})
+		}
 		for _, it := range res.Skipped() {
 			rn.Skipped = append(rn.Skipped, skippedItem{Erasure: it.Erasure, Seq: it.Seq, Reason: it.Status})
 		}
@@ -178,6 +188,14 @@ func printReplay(env *Env, out []replayedNamespace) error {
 				why = "no receipt at that seq here"
 			}
 			fmt.Fprintf(&b, "  skipped seq %d (erasure %d): %s\n", s.Seq, s.Erasure, why)
+		}
+		for _, pm := range rn.Pending {
+			switch pm.Status {
+			case ledger.ReplayMarked:
+				fmt.Fprintf(&b, "  pending: %s (reserved at %d) is in flight; its outcome will be erased as it is recorded\n", pm.Key, pm.FirstSeq)
+			case ledger.ReplayAbsent, ledger.ReplayHashMismatch, ledger.ReplayFinal:
+				fmt.Fprintf(&b, "  pending mark of %s (reserved at %d) skipped: %s\n", pm.Key, pm.FirstSeq, strings.ReplaceAll(pm.Status, "_", " "))
+			}
 		}
 		if rn.Purged != nil && !*rn.Purged {
 			fmt.Fprintf(&b, "  not purged yet: the next start of ledgerd purges the WAL\n")

@@ -257,6 +257,37 @@ func (c *Chain) Erasures(ctx context.Context, fn func(*ledger.Erasure) error) er
 	return c.erasures(ctx, `WHERE namespace = $1`, []any{c.ns}, fn)
 }
 
+// PendingErasures yields every pending erasure mark of the namespace, by
+// key and generation; a database made before pending_erasures, read as it
+// is, has none.
+func (c *Chain) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
+	if c.s.version < 4 {
+		return nil
+	}
+	rows, err := c.s.pool.Query(ctx, `SELECT idempotency_key, first_seq, erase_seq, fields, actor FROM pending_erasures
+		WHERE namespace = $1 ORDER BY idempotency_key, first_seq`, c.ns)
+	var out []ledger.PendingErase
+	if err == nil {
+		var p ledger.PendingErase
+		var first, eraseSeq int64
+		var fields int16
+		_, err = pgx.ForEachRow(rows, []any{&p.Key, &first, &eraseSeq, &fields, &p.Actor}, func() error {
+			p.FirstSeq, p.EraseSeq, p.Fields = uint64(first), uint64(eraseSeq), chain.FieldSet(fields)
+			out = append(out, p)
+			return nil
+		})
+	}
+	if err != nil && !isCode(err, codeUndefinedTable) {
+		return fmt.Errorf("read pending erasures: %w", classify(err))
+	}
+	for i := range out {
+		if err := fn(&out[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // erasures yields the erasures that where selects, in seq order, each
 // with its subjects (none in a database made before erasure_subjects,
 // read as it is).

@@ -231,6 +231,40 @@ func (rd *Reader) Erasures(ctx context.Context, fn func(*ledger.Erasure) error) 
 	return nil
 }
 
+// PendingErasures yields every pending erasure mark of the namespace, by
+// key and generation; a file made before ns_pending_erasures, read as it
+// is, has none.
+func (rd *Reader) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
+	rows, err := rd.r.QueryContext(ctx, sqlAllPending, rd.args()...)
+	if err != nil {
+		if noSuchTable(err, "ns_pending_erasures") {
+			return nil
+		}
+		return fmt.Errorf("read pending erasures: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var p ledger.PendingErase
+		var fields int
+		if err := rows.Scan(&p.Key, &p.FirstSeq, &p.EraseSeq, &fields, &p.Actor); err != nil {
+			return fmt.Errorf("read pending erasures: %w", classify(err))
+		}
+		p.Fields = chain.FieldSet(fields)
+		if err := fn(&p); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read pending erasures: %w", classify(err))
+	}
+	return nil
+}
+
+// PendingErasures yields every pending erasure mark of the namespace.
+func (f *lazyChain) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
+	return f.rd.PendingErasures(ctx, fn)
+}
+
 // erasureSubjects yields the rows (seq, mac) of query; a file of schema 8
 // made before ns_erasure_subjects, read as it is, has none.
 func (rd *Reader) erasureSubjects(ctx context.Context, query string, args []any, fn func(uint64, ledger.SubjectMAC)) error {

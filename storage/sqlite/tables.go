@@ -61,6 +61,7 @@ const (
 	sqlInsertErasureSubject = `INSERT OR IGNORE INTO ns_erasure_subjects (ns, seq, mac) VALUES (?1, ?2, ?3)`
 	sqlErasureSubjects      = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 AND seq = ?2 ORDER BY mac`
 	sqlAllErasureSubjects   = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 ORDER BY seq, mac`
+	sqlAllPending           = `SELECT key, first_seq, erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 ORDER BY key, first_seq`
 
 	sqlInsertReceipt = `INSERT INTO ns_receipts (ns, ` + receiptColumns + `)
 		VALUES (?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
