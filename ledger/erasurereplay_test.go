@@ -37,6 +37,10 @@ func TestParseErasureFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, f.Namespaces, 1)
 	assert.Len(t, f.Namespaces[0].Erasures[0].Erased, 2)
+	f, err = ledger.ParseErasureFile(strings.NewReader(strings.Replace(erasureFile(ok), `"pending":[]`,
+		`"pending":[{"key":"refund-order-1","first_seq":1,"hash":"`+hashA+`","erase_seq":0,"fields":["result"]}]`, 1)))
+	require.NoError(t, err)
+	assert.Len(t, f.Namespaces[0].Pending, 1)
 
 	for _, tc := range []struct{ desc, text string }{
 		{"not JSON", `{`},
