@@ -24,11 +24,10 @@ const erasuresUsage = `Usage:
 
 Lists what the ledger erased (docs/privacy.md, "Backups"): per namespace
 (every namespace unless --namespace is given), each erase receipt with each
-receipt it erased by seq, chain hash and fields, and the MACs of the subjects
+receipt it erased by seq, chain hash and fields and the MACs of the subjects
 it was asked for, and the keys marked pending, as one JSON document of format
-effect-ledger/erasures/v1.
-It holds no value, but it says which receipts were erased together: keep it
-as you keep the ledger. ledgerctl erase --replay FILE applies it to a ledger
+effect-ledger/erasures/v1. It holds no value, but it says which receipts were
+erased together: keep it as you keep the ledger. ledgerctl erase --replay FILE applies it to a ledger
 restored from a backup taken before those erasures. With --server it needs an
 admin token when tokens exist.`
 
