@@ -34,7 +34,8 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
-  erase     erase the payloads of keys or of a subject in a committed namespace (server only)
+  erase     erase the payloads of keys or of a subject in a committed namespace (server only); --replay FILE erases them again in a restored backup (--db)
+  erasures  export what was erased (erasures export), for erase --replay on a restored backup
   token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
   backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
   archive   write a verifiable segment of a namespace's receipts into an archive directory (--db only; deletes nothing)
@@ -93,6 +94,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ResolveCommand{Env: env}
 	case "erase":
 		cmd = &EraseCommand{Env: env}
+	case "erasures":
+		cmd = &ErasuresCommand{Env: env}
 	case "token":
 		cmd = &TokenCommand{Env: env}
 	case "rebuild-index", "rebuild-keys": // rebuild-keys: its name before the key index
