@@ -128,6 +128,9 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		key := g.Key
 		for i := range hist {
 			r := &hist[i]
+			if err := t.eraseAskInput(ctx, r); err != nil {
+				return nil, err
+			}
 			switch {
 			case hasCommitment(r):
 				cand = append(cand, r.Seq)
@@ -187,6 +190,30 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 	ref := refOf(&r)
 	res.Status, res.Receipt, res.Count, res.Keys = StatusErased, &ref, count, len(keys)
 	return res, nil
+}
+
+// eraseAskInput deletes the input an approver was shown (§13) for the ask
+// r is, or for the ask whose approval the reserve r consumed (the ask then
+// precedes the generation's first reserve): §14's erase takes the keys'
+// approval inputs with their values.
+func (t *batchTx) eraseAskInput(ctx context.Context, r *chain.Receipt) error {
+	ask := uint64(0)
+	switch {
+	case r.Kind == chain.KindAsk:
+		ask = r.Seq
+	case r.Kind == chain.KindReserve && r.RefSeq > 0:
+		p, err := t.Receipt(ctx, r.RefSeq)
+		if err != nil {
+			return err
+		}
+		if p.Kind == chain.KindApproval && p.IdempotencyKey == r.IdempotencyKey {
+			ask = p.RefSeq
+		}
+	}
+	if ask == 0 {
+		return nil
+	}
+	return t.SetAskInputDeadline(ctx, ask, 0, t.Now())
 }
 
 // appendErase erases the values of fields (seq → fields) and appends the

@@ -26,6 +26,7 @@ func RunApprovals(t *testing.T, f Factory) {
 	t.Run("DenyOncePerPolicy", func(t *testing.T) { testApprovalDeny(t, f) })
 	t.Run("RepeatGuard", func(t *testing.T) { testApprovalRepeat(t, f) })
 	t.Run("InputKeptAndDeleted", func(t *testing.T) { testApprovalInput(t, f) })
+	t.Run("InputErasedWithTheKey", func(t *testing.T) { testApprovalInputErased(t, f) })
 	t.Run("WaiterConsumes", func(t *testing.T) { testApprovalWait(t, f) })
 	t.Run("PolicyPerNamespace", func(t *testing.T) { testApprovalNamespaces(t, f) })
 	t.Run("RepeatedFailuresAudit", func(t *testing.T) { testApprovalRepeatAudit(t, f) })
@@ -190,6 +191,27 @@ func testApprovalInput(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	assert.Empty(t, v.Input, "deleted after the answer plus the retention")
 	assert.Equal(t, ledger.ECodeApprovalRejected, reserveCode(n, charge("charge-0003", "exec-1")))
+}
+
+// testApprovalInputErased: an erase of a key (SPEC §14) takes the input
+// its approver was shown with its values, though the ask precedes the
+// reserve that consumed it, and before the input's own deadline.
+func testApprovalInputErased(t *testing.T, f Factory) {
+	ctx := context.Background()
+	_, n := openGated(t, f)
+	a := askApproved(t, n, charge("charge-0010", "exec-1"))
+	r := testkit.MustReserve(t, n, charge("charge-0010", "exec-1"))
+	require.Equal(t, ledger.StatusReserved, r.Status)
+	testkit.MustCommit(t, n, testkit.Succeed("charge-0010", r.Reservation))
+	v, err := n.Approval(ctx, a.Ask.Seq, true)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"order":7}`, v.Input)
+	res, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{"charge-0010"}, Reason: "erasure request", Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusErased, res.Status)
+	v, err = n.Approval(ctx, a.Ask.Seq, true)
+	require.NoError(t, err)
+	assert.Empty(t, v.Input, "erased with the key")
 }
 
 func testApprovalWait(t *testing.T, f Factory) {
