@@ -236,7 +236,7 @@ func (r *run) report(maxViolations int) *Report {
 		Violations:        violations,
 		ViolationsTotal:   r.chainCol.total + r.stateCol.total,
 		Checked:           r.cc.checked,
-		PayloadsUnchecked: r.cc.payloads != nil && r.cc.payloads.absent,
+		PayloadsUnchecked: r.cc.payloads.unchecked(),
 		Audit:             audit,
 	}
 }
