@@ -50,6 +50,9 @@ func TestPolicy_refusals(t *testing.T) {
 		`{"rules":[{"tool":"x","color":"red"}]}`:         "rules[0].color",
 		`{"rules":[]} {}`:                                "policy",
 		`{"rules":[{"tool":"x","deny":"yes"}]}`:          "rules[0].deny",
+		`{"payloads":"inline"}`:                          "payloads",
+		`{"payloads":"sealed"}`:                          "payloads",
+		`{"payloads":true}`:                              "payloads",
 	} {
 		_, err := ledger.ParsePolicy([]byte(raw))
 		var e *ledger.Error
