@@ -195,16 +195,17 @@ func (t *batchTx) committed(ctx context.Context) (bool, error) {
 }
 
 // committedFrom is committedFrom for receipts read in the run's
-// transaction: from the switch the namespace knows of, or, when it knows
-// none while the policy in force is committed (the switch is this batch's,
-// or another replica's not yet searched for), every receipt with a
-// commitment.
+// transaction: from the switch, searched for in the committed chain when
+// the policy in force is committed and the namespace knows of none yet
+// (another replica switched it); when the switch is this batch's own, not
+// committed yet, every receipt with a commitment.
 func (t *batchTx) committedFrom(ctx context.Context) (uint64, bool, error) {
 	c, err := t.committed(ctx)
 	if err != nil || !c || t.n.committed() {
 		return 0, c, err
 	}
-	return t.n.knownSwitch(), true, nil
+	at, err := t.n.PayloadSwitch(ctx)
+	return at, true, err
 }
 
 // keyedHash returns the keyed form of the fingerprint fp (SPEC §14).
