@@ -8,8 +8,9 @@ import (
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
 
-// Erasure of payloads (SPEC §14): POST /v1/ns/{ns}/erasures (admin) and
-// GET /v1/ns/{ns}/erasures/{seq}.
+// Erasure of payloads (SPEC §14): POST /v1/ns/{ns}/erasures (admin), GET
+// /v1/ns/{ns}/erasures (admin: the export for a restored backup) and GET
+// /v1/ns/{ns}/erasures/{seq}.
 
 // strings reads an optional member that must be an array of strings.
 func (o *object) strings(name string) ([]string, bool) {
@@ -107,6 +108,17 @@ func (s *Server) handleGetErasure(w http.ResponseWriter, r *http.Request, n *led
 			body.Ranges = append(body.Ranges, [2]uint64(rg))
 		}
 		body.Salt = e.Salt.String()
+	}
+	s.writeJSON(w, http.StatusOK, body)
+}
+
+// handleListErasures is GET /v1/ns/{ns}/erasures (admin): the namespace's
+// part of an erasures file (ledgerctl erasures export, docs/privacy.md).
+func (s *Server) handleListErasures(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	body, err := n.ExportErasures(r.Context())
+	if err != nil {
+		s.Error(w, r, err)
+		return
 	}
 	s.writeJSON(w, http.StatusOK, body)
 }

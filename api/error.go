@@ -41,6 +41,7 @@ var statusOf = map[string]int{
 	ledger.ECodeUnknownReceipt:      http.StatusNotFound,
 	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
 	ledger.ECodeKeyRotationConflict: http.StatusConflict,
+	ledger.ECodeNotPrunable:         http.StatusConflict,
 	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
 	ledger.ECodeNamespaceExists:     http.StatusConflict,
 	ledger.ECodeNamespaceLimit:      http.StatusInsufficientStorage,

@@ -167,6 +167,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle(stateKeyRoute, s.handleStateKey, http.MethodGet)
 	s.handle(derivationKeyRoute, s.handleDerivationKey, http.MethodGet)
 	s.handle("/v1/erasures", s.handleErase, http.MethodPost)
+	s.handle("/v1/erasures", s.handleListErasures, http.MethodGet, http.MethodHead)
 	s.handle("/v1/erasures/{seq}", s.handleGetErasure, http.MethodGet, http.MethodHead)
 	s.handle("/v1/signing-keys", s.handleRotateKey, http.MethodPost)
 	s.handle("/v1/signing-keys", s.handleSigningKeys, http.MethodGet, http.MethodHead)

@@ -140,6 +140,10 @@ func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledge
 	if err == nil && seq == 0 {
 		err = ledger.Errorf(ledger.ECodeUnknownReceipt, "no receipt with seq 0")
 	}
+	var erasedBy bool
+	if err == nil {
+		erasedBy, err = portableErasedBy(r)
+	}
 	if err != nil {
 		s.Error(w, r, err)
 		return
@@ -157,9 +161,34 @@ func (s *Server) handlePortable(w http.ResponseWriter, r *http.Request, n *ledge
 	} else {
 		p, err = n.PortableReceipt(r.Context(), seq)
 	}
+	if err == nil && erasedBy {
+		err = n.AddErasedBy(r.Context(), p)
+	}
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
 	s.writeJSON(w, http.StatusOK, p)
+}
+
+// portableQuery is the set of query parameters GET
+// /v1/receipts/{seq}/proof accepts.
+var portableQuery = map[string]bool{"erased_by": true}
+
+// portableErasedBy reads ?erased_by=true: the bundle also proves the
+// erasure of its erased fields (SPEC §14). Its ranges name every receipt
+// erased together, which only admins may read: 403 forbidden for others.
+func portableErasedBy(r *http.Request) (bool, error) {
+	q, err := parseQuery(r, portableQuery)
+	if err != nil {
+		return false, err
+	}
+	erasedBy, err := boolParam(q.Get("erased_by"), "erased_by")
+	if err != nil || !erasedBy || actsAsAdmin(r.Context()) {
+		return erasedBy, err
+	}
+	p, _ := PrincipalFromContext(r.Context())
+	return false, &ledger.Error{Code: ledger.ECodeForbidden,
+		Message: "only an admin token may ask for erased_by: its ranges say which receipts were erased together",
+		Details: map[string]any{"role": p.Role, "required": ledger.RoleAdmin}}
 }

@@ -183,12 +183,12 @@ func IsCommitment(s string) bool {
 
 // Exempt reports whether field f of a receipt of kind stays inline in a
 // committed namespace, because verifier rules read it: the result of
-// policy, approval, erase and key receipts (SPEC §9.2), and the note of
-// reserve receipts (SPEC §13's changed object).
+// policy, approval, erase, key (SPEC §9.2) and prune (SPEC §16) receipts,
+// and the note of reserve receipts (SPEC §13's changed object).
 func Exempt(kind string, f PayloadField) bool {
 	switch f {
 	case FieldResult:
-		return kind == KindPolicy || kind == KindApproval || kind == KindErase || kind == KindKey
+		return kind == KindPolicy || kind == KindApproval || kind == KindErase || kind == KindKey || kind == KindPrune
 	case FieldNote:
 		return kind == KindReserve
 	}

@@ -29,7 +29,21 @@ func (c *Client) Checkpoint(ctx context.Context) ([]byte, error) {
 // as JSON (GET /v1/receipts/{seq}/proof). Errors: ErrUnknownReceipt, and
 // not_checkpointed while no checkpoint covers it yet.
 func (c *Client) ReceiptProof(ctx context.Context, seq uint64) (json.RawMessage, error) {
-	res, err := c.send(ctx, http.MethodGet, "/v1/receipts/"+strconv.FormatUint(seq, 10)+"/proof", nil)
+	return c.receiptProof(ctx, seq, "")
+}
+
+// ReceiptProofErasedBy is ReceiptProof with "erased_by" (SPEC §14): when
+// fields of the receipt were erased, the erase receipt, its inclusion
+// proof and the erased ranges' opening, so that check-proof shows them
+// "erased by S". The ranges name every receipt erased together: an admin
+// token only (ErrForbidden otherwise), and not_checkpointed until a
+// checkpoint covers the erase receipt.
+func (c *Client) ReceiptProofErasedBy(ctx context.Context, seq uint64) (json.RawMessage, error) {
+	return c.receiptProof(ctx, seq, "?erased_by=true")
+}
+
+func (c *Client) receiptProof(ctx context.Context, seq uint64, query string) (json.RawMessage, error) {
+	res, err := c.send(ctx, http.MethodGet, "/v1/receipts/"+strconv.FormatUint(seq, 10)+"/proof"+query, nil)
 	if err != nil {
 		return nil, err
 	}

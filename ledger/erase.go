@@ -177,7 +177,11 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		}
 		return res, nil
 	}
-	r, count, err := t.appendErase(ctx, fields, req.Fields, false, req.Actor, req.Reason)
+	var subjects []SubjectMAC
+	if mac != nil {
+		subjects = []SubjectMAC{*mac}
+	}
+	r, count, err := t.appendErase(ctx, fields, req.Fields, false, req.Actor, req.Reason, subjects)
 	if err != nil {
 		return nil, err
 	}
@@ -191,16 +195,17 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 
 // appendErase erases the values of fields (seq → fields) and appends the
 // erase receipt: fieldSet in its result, the erased ranges' salted set,
-// retention when a sweep erased them, and stores the ranges' opening. It
-// returns the receipt and how many receipts it erased.
+// retention when a sweep erased them, and stores the ranges' opening with
+// the MACs of the subjects erased. It returns the receipt and how many
+// receipts it erased.
 func (t *batchTx) appendErase(ctx context.Context, fields map[uint64]chain.FieldSet, fieldSet chain.FieldSet,
-	retention bool, actor, reason string) (chain.Receipt, uint64, error) {
+	retention bool, actor, reason string, subjects []SubjectMAC) (chain.Receipt, uint64, error) {
 	eraseSeq := t.Head().Seq + 1
 	if err := t.ErasePayloads(ctx, eraseSeq, fields); err != nil {
 		return chain.Receipt{}, 0, err
 	}
 	ranges := chain.Ranges(slices.Collect(mapKeys(fields)))
-	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges}
+	e := &Erasure{Seq: eraseSeq, Salt: chain.NewSalt(), Ranges: ranges, Subjects: subjects}
 	result := chain.EraseResult{Set: chain.SetDigest(e.Salt, ranges), Count: chain.RangesCount(ranges),
 		Fields: fieldSet.Names(), Retention: retention}
 	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindErase, Result: result.Text(), Note: reason,
@@ -267,7 +272,7 @@ func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chai
 	if set == 0 {
 		return nil // nothing committed to erase
 	}
-	_, _, err = t.appendErase(ctx, map[uint64]chain.FieldSet{final.Seq: set}, p.Fields, false, p.Actor, "")
+	_, _, err = t.appendErase(ctx, map[uint64]chain.FieldSet{final.Seq: set}, p.Fields, false, p.Actor, "", nil)
 	return err
 }
 

@@ -50,6 +50,11 @@ const (
 	// signing key, or announcing a key announced before (SPEC §9.2); 409.
 	ECodeKeyRotationConflict = "key_rotation_conflict"
 
+	// Bounded disk (SPEC §16). ECodeNotPrunable: nothing up to the seq
+	// asked may be pruned yet (details name the pinning key and its
+	// state), or the namespace has no key TTL; 409.
+	ECodeNotPrunable = "not_prunable"
+
 	// Namespaces (SPEC §7).
 	ECodeUnknownNamespace = "unknown_namespace"
 	ECodeNamespaceExists  = "namespace_exists"

@@ -32,7 +32,7 @@ var (
 	writerOps = metrics.Counter("ledger_writer_ops_total",
 		"Write operations run by the writer (requests and probes).")
 	erasures = metrics.CounterVec("ledger_erasures_total",
-		"Erase receipts appended (SPEC §14), by namespace and trigger (request).", "namespace", "trigger")
+		"Erase receipts appended (SPEC §14), by namespace and trigger (request, retention, replay).", "namespace", "trigger")
 )
 
 // SetHeadMetric sets the ledger_chain_head_seq gauge of namespace ns to

@@ -78,6 +78,11 @@ type PayloadReader interface {
 	PayloadRows(ctx context.Context, after uint64, fn func(seq uint64, o *chain.Opening) error) error
 	// Erasure returns the opening of the erase receipt at seq, or nil.
 	Erasure(ctx context.Context, seq uint64) (*Erasure, error)
+	// Erasures yields the opening of every erase receipt in seq order.
+	Erasures(ctx context.Context, fn func(*Erasure) error) error
+	// PendingErasures yields every pending erasure mark, by key and
+	// generation.
+	PendingErasures(ctx context.Context, fn func(*PendingErase) error) error
 }
 
 // PayloadTx is what a batch writes beside a committed chain (SPEC §14):
@@ -162,6 +167,10 @@ type Erasure struct {
 	// PurgedAt is when the files were rid of the erased values (unix ms;
 	// 0: not yet; SQLite only).
 	PurgedAt uint64
+	// Subjects are the MACs of the subjects an erase by subject was asked
+	// for, kept so that a backup restored from before it loses their
+	// index rows too (ErasureExport, ReplayErasures).
+	Subjects []SubjectMAC
 }
 
 // Audited is what the verifier reads of a namespace (verify.DB): the

@@ -73,7 +73,7 @@ func decideSweep(ctx context.Context, t *batchTx) (*EraseResult, error) {
 	if len(fields) == 0 {
 		return nil, nil
 	}
-	r, count, err := t.appendErase(ctx, fields, chain.AllFields, true, RetentionActor, "")
+	r, count, err := t.appendErase(ctx, fields, chain.AllFields, true, RetentionActor, "", nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -15,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/effect-ledger/effect-ledger/testkit/testwitness"
 )
 
 // TestDeploy_metricNames checks that the Grafana dashboard and the
@@ -24,7 +27,18 @@ import (
 // (promtool checks the rules' syntax and runs their unit tests in CI.)
 func TestDeploy_metricNames(t *testing.T) {
 	t.Parallel()
-	l := startPopulated(t, "--verify-every", "1h")
+	// A witness that knows none of the log's keys (403), so that the
+	// witness errors are exported too.
+	dir := t.TempDir()
+	key := newRotationKey(t, dir, "log.key", "ex.test")
+	other := newRotationKey(t, dir, "other.key", "ex.test")
+	w, err := testwitness.New("w.test", other.vkey, "ex.test/default")
+	require.NoError(t, err)
+	refusing := httptest.NewServer(w)
+	t.Cleanup(refusing.Close)
+	wvkey := w.VerifierKey()
+	l := startPopulated(t, "--verify-every", "1h", "--signing-key", key.file, "--log-origin", "ex.test",
+		"--checkpoint-interval", "50ms", "--witness", wvkey+"="+refusing.URL)
 	r := l.Do("POST", "/v1/effects/charge-0003/resolve", `{"outcome":"failed","error":{"code":"NOT_CHARGED"},"note":"checked"}`)
 	require.Equal(t, 201, r.Status, r.Raw)
 	require.Equal(t, 404, l.Do("GET", "/v1/effects/no-such-key-1", "").Status)
@@ -53,8 +67,8 @@ func TestDeploy_metricNames(t *testing.T) {
 		exported = scrape(t, l)
 		return exported["ledger_verify_runs_total"] != nil && exported["ledger_audit_repeated_failure_keys"] != nil &&
 			exported["ledger_approvals_pending"] != nil &&
-			exported["ledger_wal_checkpoints_total"] != nil
-	}, 60*time.Second, 100*time.Millisecond, "the first verification run, its audit and a WAL checkpoint are exported")
+			exported["ledger_wal_checkpoints_total"] != nil && exported["ledger_witness_errors_total"] != nil
+	}, 60*time.Second, 100*time.Millisecond, "the first verification run, its audit, a WAL checkpoint and a witness's refusal are exported")
 	for _, name := range []string{"ledger_reserve_outcomes_total", "ledger_commit_outcomes_total",
 		"ledger_resolve_outcomes_total", "ledger_receipts_appended_total", "ledger_http_errors_total",
 		"ledger_writer_ready", "ledger_build_info", "ledger_reserve_waits_total", "ledger_approvals_total",

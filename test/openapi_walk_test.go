@@ -377,6 +377,9 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(d.Do("GET", n.v1+"/receipts/258/proof", ""), 404, "unknown_receipt")
 				expect(d.Do("GET", n.v1+"/receipts/0/proof", ""), 404, "unknown_receipt")
 				expect(d.Do("GET", n.v1+"/receipts/abc/proof", ""), 404, "unknown_receipt")
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=true", ""), 200, "") // nothing erased: no erased_by
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=maybe", ""), 400, "invalid_request")
+				expect(d.Do("GET", n.v1+"/receipts/1/proof?size=1", ""), 400, "invalid_request")
 
 				for _, path := range []string{n.log + "/checkpoint", n.log + "/tile/0/000", n.v1 + "/proof/inclusion", n.v1 + "/proof/consistency", n.v1 + "/receipts/1/proof"} {
 					r := d.Do("POST", path, "")
@@ -400,6 +403,8 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				expect(d.Do("GET", n.v1+path, ""), 401, "unauthorized")
 				expect(d.Do("GET", n.v1+path, "", "Authorization", reader), 200, "")
 			}
+			// erased_by discloses which receipts were erased together: admins only.
+			expect(d.Do("GET", n.v1+"/receipts/1/proof?erased_by=true", "", "Authorization", reader), 403, "forbidden")
 		}
 	})
 
@@ -484,6 +489,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/derivation-key", "", "reader"},
 					{"POST", n.v1 + "/erasures", `{"keys":["walk-auth-0001"]}`, "writer"},
 					{"GET", n.v1 + "/erasures/1", "", ""},
+					{"GET", n.v1 + "/erasures", "", "reader"}, // an admin's: which receipts went together
 					{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`, "writer"},
 					{"GET", n.v1 + "/signing-keys", "", "writer"},
 					{"GET", n.v1 + "/audit", "", "writer"},
@@ -671,6 +677,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/derivation-key", ""},
 				{"POST", n.v1 + "/erasures", `{"keys":["walk-rate-0001"]}`},
 				{"GET", n.v1 + "/erasures/1", ""},
+				{"GET", n.v1 + "/erasures", ""},
 				{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`},
 				{"GET", n.v1 + "/signing-keys", ""},
 				{"GET", n.v1 + "/audit", ""},
@@ -719,6 +726,7 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"POST", "/effects/walk-auth-0001/reconcile", walkReconciled},
 	{"POST", "/erasures", `{"keys":["walk-auth-0001"]}`},
 	{"GET", "/erasures/1", ""},
+	{"GET", "/erasures", ""},
 	{"POST", "/signing-keys", `{"vkey":"x"}`},
 	{"GET", "/signing-keys", ""},
 	{"GET", "/effects/walk-auth-0001", ""},
@@ -997,6 +1005,11 @@ func walkErase(t *testing.T, a, b *Ledgerd, tok map[string]string, spaces []walk
 			expect(a.Do("HEAD", fmt.Sprintf("%s/erasures/%d", n.v1, int(seq)), ""), 200, "")
 			expect(a.Do("GET", n.v1+"/erasures/1", ""), 404, "unknown_erasure")
 			expect(a.Do("GET", n.v1+"/erasures/x", ""), 404, "unknown_erasure")
+			r = a.Do("GET", n.v1+"/erasures", "")
+			expect(r, 200, "")
+			assert.Equal(t, n.name, r.Body["namespace"])
+			assert.NotEmpty(t, r.Body["erasures"])
+			expect(a.Do("HEAD", n.v1+"/erasures", ""), 200, "")
 
 			// B keeps its payloads inline: they cannot be erased.
 			rr := b.Do("POST", n.v1+"/effects/reserve", `{"idempotency_key":"walk-inl-0001","execution_id":"e1","tool":"walk.tool","effect":"write"}`,

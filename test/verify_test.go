@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/storage"
 	"github.com/effect-ledger/effect-ledger/testkit"
 )
@@ -454,4 +455,46 @@ func unreadableNamespacesPG(t *testing.T, db string, bad ...string) string {
 	}
 	u.User = url.User(role)
 	return u.String()
+}
+
+// TestLedgerctl_unknownKindUnsupported: a receipt of a kind this verifier
+// does not know, correctly hashed and linked (a newer ledger wrote it, or
+// a forger rehashed it), makes ledgerctl verify exit 2 naming unsupported,
+// never 1 (SPEC §14), from the file and from a server.
+func TestLedgerctl_unknownKindUnsupported(t *testing.T) {
+	t.Parallel()
+	l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"), "--default-payloads", "inline")
+	for _, k := range []string{"mail-0001-abc", "mail-0002-abc"} {
+		r := l.Do("POST", "/v1/effects/reserve", reserve(k, "exec-1", 1, false))
+		require.Equal(t, 201, r.Status, r.Raw)
+	}
+	require.NoError(t, l.Stop())
+	out, _, code := ledgerctl(t, "export", "--db", l.DB)
+	require.Equal(t, 0, code)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last chain.Receipt
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last))
+	last.Kind = "refund"
+	h := last.ComputeHash(last.PrevHash)
+	edited := copyLedger(t, l.DB, "PRAGMA ignore_check_constraints = ON",
+		"DROP TRIGGER ns_receipts_link", "DROP TRIGGER ns_receipts_advance_head",
+		fmt.Sprintf(`UPDATE receipts SET kind = 'refund', hash = x'%x' WHERE seq = %d`, h[:], last.Seq),
+		fmt.Sprintf(`UPDATE ns_head SET hash = x'%x' WHERE ns = 0`, h[:]))
+
+	rep, code := verifyJSON(t, "--db", edited)
+	assert.Equal(t, 2, code, "unsupported exits 2, never 1")
+	assert.Equal(t, map[string]int{"unsupported": 1}, rep.rules(), "%+v", rep.Violations)
+	out, stderr, code := ledgerctl(t, "verify", "--db", edited)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, "unsupported")
+	assert.Contains(t, stderr, "unsupported: 1 receipt of a kind this verifier does not know")
+	out, _, code = ledgerctl(t, "verify", "--db", edited, "--all-namespaces")
+	assert.Equal(t, 2, code, out)
+
+	_, stderr, code = ledgerctl(t, "rebuild-index", "--db", edited) // the tree, as the forger would
+	require.Equal(t, 0, code, stderr)
+	l = StartLedgerd(t, edited)
+	rep, code = verifyJSON(t, "--server", l.URL)
+	assert.Equal(t, 2, code)
+	assert.Equal(t, map[string]int{"unsupported": 1}, rep.rules(), "%+v", rep.Violations)
 }

@@ -35,18 +35,15 @@ var ErrDisclosure = fmt.Errorf("%w: payload disclosure", ErrProof)
 // object of payload field names, each an object of exactly "value" and
 // "salt".
 func parseDisclosures(raw json.RawMessage) error {
-	var entries map[string]json.RawMessage
-	if _, err := checkMembers(raw, nil, ""); err != nil {
+	entries, err := checkMembers(raw, nil)
+	if err != nil {
 		return fmt.Errorf("payloads: %w", err)
-	}
-	if err := json.Unmarshal(raw, &entries); err != nil {
-		return fmt.Errorf("%w: payloads: %w", ErrPortableForm, err)
 	}
 	for name, e := range entries {
 		if _, ok := chain.ParsePayloadField(name); !ok {
 			return fmt.Errorf("%w: payloads: %s is not a payload field", ErrPortableForm, strconv.Quote(name))
 		}
-		if _, err := checkMembers(e, disclosedFields, ""); err != nil {
+		if _, err := checkMembers(e, disclosedFields); err != nil {
 			return fmt.Errorf("payloads: %s: %w", name, err)
 		}
 		var d struct{ Value, Salt *string }
@@ -59,14 +56,23 @@ func parseDisclosures(raw json.RawMessage) error {
 
 var disclosedFields = map[string]bool{"value": true, "salt": true}
 
-// CheckDisclosures checks the payload fields of a portable receipt and
-// returns each committed field's verdict (FieldDisclosed, FieldNotDisclosed,
-// or "not disclosed (issuer says erased by S)"). In a committed receipt
-// (p.Payloads set) a payload field that is neither empty, exempt nor a
-// commitment is refused, and each disclosed value must open its field's
-// commitment. Errors wrap ErrDisclosure.
-func CheckDisclosures(p *PortableReceipt) (map[string]string, error) {
+// CheckDisclosures checks the payload fields of a portable receipt, whose
+// checkpoint c is verified, and returns each committed field's verdict
+// (FieldDisclosed, FieldNotDisclosed, "erased by S" when the bundle's
+// erased_by proves it, or "not disclosed (issuer says erased by S)"). In
+// a committed receipt (p.Payloads set) a payload field that is neither
+// empty, exempt nor a commitment is refused, and each disclosed value must
+// open its field's commitment. Errors wrap ErrDisclosure, or, for
+// erased_by, ErrErasureProof, ErrReceiptHash or ErrProof.
+func CheckDisclosures(p *PortableReceipt, c Checkpoint) (map[string]string, error) {
 	r := &p.Receipt
+	var proven uint64
+	if p.ErasedBy != nil {
+		var err error
+		if proven, err = checkErasedBy(p, c); err != nil {
+			return nil, err
+		}
+	}
 	var out map[string]string
 	for _, f := range chain.PayloadFields {
 		text, name := r.Field(f), f.Name()
@@ -89,10 +95,7 @@ func CheckDisclosures(p *PortableReceipt) (map[string]string, error) {
 			out = map[string]string{}
 		}
 		if d == nil {
-			out[name] = FieldNotDisclosed
-			if by, ok := p.Erased[name]; ok {
-				out[name] = fmt.Sprintf("%s (issuer says erased by %d)", FieldNotDisclosed, by)
-			}
+			out[name] = notDisclosed(p.Erased, name, proven)
 			continue
 		}
 		salt, err := chain.ParseSalt(d.Salt)
@@ -105,4 +108,18 @@ func CheckDisclosures(p *PortableReceipt) (map[string]string, error) {
 		out[name] = FieldDisclosed
 	}
 	return out, nil
+}
+
+// notDisclosed is the verdict of a committed field whose value the bundle
+// does not open: erased by S when the bundle proves erase S, the issuer's
+// word when it only names it.
+func notDisclosed(erased map[string]uint64, name string, proven uint64) string {
+	by, ok := erased[name]
+	switch {
+	case !ok:
+		return FieldNotDisclosed
+	case proven != 0 && by == proven:
+		return fmt.Sprintf("%s %d", FieldErasedBy, by)
+	}
+	return fmt.Sprintf("%s (issuer says erased by %d)", FieldNotDisclosed, by)
 }

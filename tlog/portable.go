@@ -20,7 +20,7 @@ var ErrPortableForm = errors.New("portable receipt is not in its exact form")
 
 // portableFields are the members of a portable receipt.
 var portableFields = map[string]bool{"receipt": true, "leaf_index": true, "inclusion": true, "checkpoint": true,
-	"payloads": true, "erased": true, "keys": true}
+	"payloads": true, "erased": true, "erased_by": true, "keys": true}
 
 // receiptFields are the members of a receipt's JSON form (SPEC §2), with
 // the optional result_encoding, result_text (SPEC §9.1) and malformed.
@@ -41,30 +41,29 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 	if !json.Valid(data) {
 		return nil, fmt.Errorf("%w: not one JSON value (trailing data or a syntax error)", ErrPortableForm)
 	}
-	receipt, err := checkMembers(data, portableFields, "receipt")
+	members, err := checkMembers(data, portableFields)
 	if err != nil {
 		return nil, err
 	}
-	keys, err := checkMembers(data, portableFields, "keys")
-	if err != nil {
-		return nil, err
-	}
-	if keys != nil {
+	if keys, ok := members["keys"]; ok {
 		if err := checkKeys(keys); err != nil {
 			return nil, err
 		}
 	}
-	if receipt == nil {
+	receipt, ok := members["receipt"]
+	if !ok {
 		return nil, fmt.Errorf("%w: no receipt", ErrPortableForm)
 	}
-	if _, err := checkMembers(receipt, receiptFields, ""); err != nil {
+	if _, err := checkMembers(receipt, receiptFields); err != nil {
 		return nil, fmt.Errorf("receipt: %w", err)
 	}
-	var env struct {
-		Payloads json.RawMessage `json:"payloads"`
+	if payloads, ok := members["payloads"]; ok {
+		if err := parseDisclosures(payloads); err != nil {
+			return nil, err
+		}
 	}
-	if err := json.Unmarshal(data, &env); err == nil && env.Payloads != nil {
-		if err := parseDisclosures(env.Payloads); err != nil {
+	if erasedBy, ok := members["erased_by"]; ok {
+		if err := parseErasedBy(erasedBy); err != nil {
 			return nil, err
 		}
 	}
@@ -79,7 +78,7 @@ func ParsePortable(data []byte) (*PortableReceipt, error) {
 }
 
 // checkKeys checks each portable receipt of a bundle's keys in its
-// exact form, with no keys of its own.
+// exact form, with no keys or erased_by of its own.
 func checkKeys(raw json.RawMessage) error {
 	var list []json.RawMessage
 	if err := json.Unmarshal(raw, &list); err != nil {
@@ -90,23 +89,22 @@ func checkKeys(raw json.RawMessage) error {
 		if err != nil {
 			return fmt.Errorf("keys[%d]: %w", i, err)
 		}
-		if len(p.Keys) > 0 {
-			return fmt.Errorf("%w: keys[%d] has keys of its own", ErrPortableForm, i)
+		if len(p.Keys) > 0 || p.ErasedBy != nil {
+			return fmt.Errorf("%w: keys[%d] has keys or erased_by of its own", ErrPortableForm, i)
 		}
 	}
 	return nil
 }
 
 // checkMembers checks that the valid JSON data is an object whose
-// members are all in known, each once, and returns the raw value of the
-// member keep (nil if absent). A nil known accepts every name.
-func checkMembers(data []byte, known map[string]bool, keep string) (json.RawMessage, error) {
+// members are all in known, each once, and returns their raw values by
+// name. A nil known accepts every name.
+func checkMembers(data []byte, known map[string]bool) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrPortableForm)
 	}
-	seen := map[string]bool{}
-	var kept json.RawMessage
+	members := map[string]json.RawMessage{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -117,18 +115,15 @@ func checkMembers(data []byte, known map[string]bool, keep string) (json.RawMess
 		if err := dec.Decode(&raw); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrPortableForm, err)
 		}
-		switch {
-		case known != nil && !known[name]:
+		if known != nil && !known[name] {
 			return nil, fmt.Errorf("%w: unknown field %s", ErrPortableForm, strconv.Quote(name))
-		case seen[name]:
+		}
+		if _, ok := members[name]; ok {
 			return nil, fmt.Errorf("%w: field %s appears twice", ErrPortableForm, strconv.Quote(name))
 		}
-		seen[name] = true
-		if name == keep {
-			kept = raw
-		}
+		members[name] = raw
 	}
-	return kept, nil
+	return members, nil
 }
 
 // ReadPortables reads the portable receipts of r, one JSON object after

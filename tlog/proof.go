@@ -81,6 +81,11 @@ type PortableReceipt struct {
 	// Erased names the fields the issuer erased, with the seq of the
 	// erase receipt of each.
 	Erased map[string]uint64 `json:"erased,omitempty"`
+	// ErasedBy proves the erasure of the fields Erased names with its
+	// seq: the erase receipt, its inclusion under Checkpoint and the
+	// opening of its set. Only on request, by an admin: its ranges say
+	// which receipts were erased together.
+	ErasedBy *ErasureProof `json:"erased_by,omitempty"`
 	// Keys are the namespace's key receipts (SPEC §9.2), each proven
 	// under the first checkpoint that covers it (signed by the key it
 	// retires), so that a verifier who trusts an older key can accept a

@@ -9,6 +9,8 @@ package tlog
 import (
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 
 	sumdb "golang.org/x/mod/sumdb/tlog"
 
@@ -47,6 +49,42 @@ func (f *Frontier) AppendLeafHash(h Hash) {
 	f.nodes = append(f.nodes, h)
 	f.size++
 }
+
+// NewFrontier is the frontier of a tree of size leaves whose complete
+// subtrees have the roots nodes, largest (leftmost) first: one for each
+// one bit of size (FrontierNodes). Appending leaves to it gives the roots
+// of the larger trees without the first size leaves themselves.
+func NewFrontier(size int64, nodes []Hash) (*Frontier, error) {
+	if size < 0 || len(nodes) != bits.OnesCount64(uint64(size)) {
+		return nil, fmt.Errorf("%w: a tree of %d leaves has %d complete subtrees, not %d",
+			ErrPartialTree, size, bits.OnesCount64(uint64(max(size, 0))), len(nodes))
+	}
+	return &Frontier{size: size, nodes: slices.Clone(nodes)}, nil
+}
+
+// FrontierNodes reads from stored hashes the roots of the complete
+// subtrees of the first n leaves, largest (leftmost) first: the nodes of
+// NewFrontier(n, …).
+func FrontierNodes(n int64, r sumdb.HashReader) ([]Hash, error) {
+	var idx []int64
+	for start, level := int64(0), 62; level >= 0; level-- {
+		if n&(1<<level) != 0 {
+			idx = append(idx, sumdb.StoredHashIndex(level, start>>level))
+			start += 1 << level
+		}
+	}
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	hs, err := r.ReadHashes(idx)
+	if err != nil {
+		return nil, fmt.Errorf("frontier of %d leaves: %w", n, err)
+	}
+	return hs, nil
+}
+
+// Nodes are the roots of the complete subtrees, largest (leftmost) first.
+func (f *Frontier) Nodes() []Hash { return slices.Clone(f.nodes) }
 
 // Size is the number of leaves appended.
 func (f *Frontier) Size() int64 { return f.size }

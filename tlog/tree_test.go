@@ -172,3 +172,26 @@ func BenchmarkStoredHashes(b *testing.B) {
 		m.appendLeafHash(b, tlog.LeafHash(h))
 	}
 }
+
+// A frontier read from stored hashes at any size m, with the leaves after
+// m appended, gives the root of the whole tree; a wrong number of nodes
+// is refused.
+func TestFrontierNodes_resume(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	leaves, m, ref, _ := randomTree(t, r, 70)
+	for size := range int64(len(leaves)) + 1 {
+		nodes, err := tlog.FrontierNodes(size, m)
+		require.NoError(t, err)
+		f, err := tlog.NewFrontier(size, nodes)
+		require.NoError(t, err)
+		for _, l := range leaves[size:] {
+			f.Append(l)
+		}
+		require.Equal(t, tlog.Hash(ref.Hash()), f.Root(), "resumed at %d", size)
+		require.Equal(t, int64(len(leaves)), f.Size())
+	}
+	_, err := tlog.NewFrontier(5, make([]tlog.Hash, 1))
+	require.ErrorIs(t, err, tlog.ErrPartialTree)
+	_, err = tlog.NewFrontier(-1, nil)
+	require.Error(t, err)
+}

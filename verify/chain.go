@@ -16,8 +16,9 @@ type chainChecker struct {
 	// nil for an inline one.
 	payloads *payloadChecker
 
-	pins []pinCheck
-	keys rotations // the key receipts seen (keys.go)
+	pins   []pinCheck
+	keys   rotations   // the key receipts seen (keys.go)
+	pruned pruneRanges // the prune receipts seen (prune.go)
 
 	next        uint64     // the seq the next receipt must have
 	prev        chain.Hash // stored hash of the previous receipt
@@ -104,8 +105,11 @@ func (c *chainChecker) add(r *chain.Receipt) {
 	}
 	v := c.payloads.check(r) // r with its values, in a committed namespace
 	checkFields(c.col, v)
-	if r.Kind == chain.KindKey {
+	switch r.Kind {
+	case chain.KindKey:
 		c.keys.add(c.col, r)
+	case chain.KindPrune:
+		c.pruned.add(c.col, r)
 	}
 	if c.gate != nil {
 		c.gate.add(v)

@@ -25,6 +25,10 @@ func checkFields(col *collector, r *chain.Receipt) {
 		}
 	}
 
+	if !knownKind(r.Kind) {
+		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase, key, prune): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind))
+		return // which fields belong is unknown
+	}
 	switch r.Kind {
 	case chain.KindPolicy:
 		checkPolicyFields(bad, r)
@@ -32,6 +36,8 @@ func checkFields(col *collector, r *chain.Receipt) {
 		checkEraseFields(bad, r)
 	case chain.KindKey:
 		checkKeyReceiptFields(bad, r)
+	case chain.KindPrune:
+		checkPruneFields(bad, r)
 	default:
 		checkKeyFields(bad, r)
 	}
@@ -86,6 +92,16 @@ func checkKeyFields(bad func(string, ...any), r *chain.Receipt) {
 	}
 }
 
+// knownKind reports whether this verifier knows kind.
+func knownKind(kind string) bool {
+	switch kind {
+	case chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
+		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindErase, chain.KindKey, chain.KindPrune:
+		return true
+	}
+	return false
+}
+
 // checkKindFields reports the fields r's kind never carries or carries
 // with a value no ledger writes (SPEC §2).
 func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
@@ -112,8 +128,8 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		default: // which error fields belong is unknown
 			bad("%s with outcome %q, not succeeded, failed or not_applied", r.Kind, truncate(r.Outcome))
 		}
-	case chain.KindPolicy, chain.KindErase, chain.KindKey:
-		return // checkPolicyFields, checkEraseFields or checkKeyReceiptFields checked every field
+	case chain.KindPolicy, chain.KindErase, chain.KindKey, chain.KindPrune:
+		return // checkPolicyFields, checkEraseFields, checkKeyReceiptFields or checkPruneFields checked every field
 	case chain.KindAsk:
 		checkAskFields(bad, r)
 	case chain.KindApproval:
@@ -123,9 +139,6 @@ func checkKindFields(bad func(string, ...any), r *chain.Receipt) {
 		notOn(bad, r.Kind, "external_ref", r.ExternalRef)
 		notOn(bad, r.Kind, "result", r.Result)
 		noFailure(bad, r.Kind, r)
-	default:
-		bad("kind %q is not reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase or key", truncate(r.Kind))
-		return // which fields belong is unknown
 	}
 	checkLease(bad, r)
 	checkNote(bad, r)

@@ -97,6 +97,18 @@ const (
 	// allow for its tool, or whose actor is neither its reserve's actor
 	// nor an admin the verifier knows.
 	RuleReconcileNotAllowed = "reconcile_not_allowed"
+
+	// RulePruneInvalid: a prune receipt (SPEC §16) whose result is not a
+	// prune result, whose range is not below it, or does not follow the
+	// range the earlier prune receipts pruned (the first from receipt 1).
+	RulePruneInvalid = "prune_invalid"
+
+	// RuleUnsupported: a receipt of a kind this verifier does not know
+	// (SPEC §14: a verifier that meets a kind, a policy member or a
+	// payload mode it does not know exits 2, never 1): a newer ledger
+	// wrote it, or it was altered; either way this build cannot vouch for
+	// the chain. Report.Unsupported counts them.
+	RuleUnsupported = "unsupported"
 )
 
 // Pin is a verified head: the chain must keep the receipt at Seq with Hash.
@@ -121,6 +133,9 @@ type Report struct {
 	// counts them all.
 	Violations      []Violation `json:"violations"`
 	ViolationsTotal int         `json:"violations_total"`
+	// Unsupported counts the violations of RuleUnsupported among them:
+	// any makes ledgerctl verify exit 2.
+	Unsupported int `json:"unsupported,omitempty"`
 	// Checked is how many receipts were rehashed (fewer than Receipts on
 	// an incremental run).
 	Checked uint64 `json:"checked"`
@@ -149,14 +164,18 @@ func mergeViolations(max int, cols ...*collector) []Violation {
 // single pass replayed from spill files come after later receipts): it
 // keeps the max with the lowest seq, in the order found among equal seqs.
 type collector struct {
-	max   int
-	list  []Violation
-	total int
-	bySeq bool
+	max         int
+	list        []Violation
+	total       int
+	unsupported int // of RuleUnsupported
+	bySeq       bool
 }
 
 func (c *collector) add(seq uint64, rule, detail string) {
 	c.total++
+	if rule == RuleUnsupported {
+		c.unsupported++
+	}
 	switch {
 	case len(c.list) < c.max:
 	case !c.bySeq:

@@ -44,7 +44,7 @@ func eventOf(r *chain.Receipt) event {
 		e.kind = evCommit
 	case chain.KindReplay:
 		e.kind = evReplay
-	case chain.KindPolicy, chain.KindErase, chain.KindKey:
+	case chain.KindPolicy, chain.KindErase, chain.KindKey, chain.KindPrune:
 		e.kind = evPolicy // keyless: no key state
 	case chain.KindDeny, chain.KindApproval:
 		e.kind = evNoState

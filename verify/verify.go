@@ -235,6 +235,7 @@ func (r *run) report(maxViolations int) *Report {
 		Head:              Pin{Seq: r.cc.lastSeq, Hash: r.cc.prev.String()},
 		Violations:        violations,
 		ViolationsTotal:   r.chainCol.total + r.stateCol.total,
+		Unsupported:       r.chainCol.unsupported + r.stateCol.unsupported,
 		Checked:           r.cc.checked,
 		PayloadsUnchecked: r.cc.payloads.unchecked(),
 		Audit:             audit,

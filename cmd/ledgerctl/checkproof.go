@@ -108,7 +108,13 @@ after it is invalid. A receipt of a committed namespace (contract §14) holds
 commitments in its payload fields and opens the disclosed ones in
 "payloads": each disclosed value must open its commitment, a plain value in a
 payload field is invalid, and each field is shown as disclosed or not
-disclosed (a holder may drop a "payloads" entry before handing it on). With --witness-vkey,
+disclosed (a holder may drop a "payloads" entry before handing it on). A
+field the issuer names in "erased" is shown "erased by S" when the bundle
+carries "erased_by" (ledgerctl prove --erased-by): erase receipt S, included
+in the same signed tree, of kind erase, after the receipt, whose set the
+ranges and salt open, with a range holding the receipt and the field in its
+fields (any mismatch makes the receipt invalid); without it, "not disclosed
+(issuer says erased by S)". A holder may drop "erased_by". With --witness-vkey,
 the checkpoint must also carry valid C2SP cosignatures by at least --quorum of
 those witnesses (all of them without --quorum); other signature lines are
 ignored. --vkey may be given more than once: a checkpoint signed by any one
@@ -157,7 +163,8 @@ type proofVerdict struct {
 	// announced that were used.
 	KeysLearnt []string `json:"keys_learnt,omitempty"`
 	// Fields says of each committed payload field (SPEC §14) whether its
-	// value is disclosed (and opens its commitment) or not.
+	// value is disclosed (and opens its commitment), not disclosed, or
+	// erased by an erase receipt the bundle proves.
 	Fields map[string]string `json:"fields,omitempty"`
 	Error  string            `json:"error,omitempty"`
 }
@@ -189,7 +196,7 @@ func (c proofChecker) check(raw []byte) proofVerdict {
 	cp, learnt, err := tlog.CheckPortableKeys(p, c.vs, c.ns)
 	var fields map[string]string
 	if err == nil {
-		fields, err = tlog.CheckDisclosures(p)
+		fields, err = tlog.CheckDisclosures(p, cp)
 	}
 	cosigners := 0
 	if err == nil && len(c.witnesses) > 0 {

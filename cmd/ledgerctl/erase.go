@@ -25,19 +25,33 @@ func (c *EraseCommand) Run(ctx context.Context, args []string) error {
 	subject := fs.String("subject", "", "erase what this `SUBJECT` concerns (the key generations reserved with it)")
 	fs.Var(&fields, "field", "only this payload `FIELD`: external_ref, result, error_message or note (repeat; default all four)")
 	reason := fs.String("reason", "", "why, as `TEXT` (at most 256 characters; keep personal data out)")
-	setUsage(fs, c.Env, "Usage: ledgerctl erase --server URL (--key KEY… | --subject SUBJECT) [--field FIELD…] --reason TEXT [--namespace NS] [--json]\n\nErases the payload values (external_ref, result, error_message, note) of a\ncommitted namespace's receipts: every generation of the keys given, or the\nkey generations reserved with a subject. The chain, its Merkle tree and every\nproof stay valid; one erase receipt records the erasure. Keys still in\nflight are listed as pending: the receipt that finalizes each is erased as\nit is appended. Server only (an admin token when tokens exist).\nSee docs/privacy.md.",
-		"  ledgerctl erase --server http://127.0.0.1:8080 --namespace customers --key refund-order-1234 --reason \"GDPR request 118\"\n  ledgerctl erase --server http://127.0.0.1:8080 --namespace customers --subject customer-42 --reason \"GDPR request 119\"\n")
-	for _, a := range args {
-		if a == "--db" || a == "-db" || strings.HasPrefix(a, "--db=") || strings.HasPrefix(a, "-db=") {
-			return usageErr(fs, c.Env, "erase appends a receipt, which only ledgerd does: give --server URL, not --db")
-		}
-	}
+	replay := fs.String("replay", "", "erase again in a restored ledger (--db) what an erasures `FILE` lists (ledgerctl erasures export)")
+	db := dbFlag(fs, "with --replay: the restored ledger's `database`, a SQLite file (ledgerd stopped) or a PostgreSQL URL")
+	by := fs.String("by", "ledgerctl", "with --replay: the actor of the erase receipts appended, as `WHO`")
+	setUsage(fs, c.Env, "Usage: ledgerctl erase --server URL (--key KEY… | --subject SUBJECT) [--field FIELD…] --reason TEXT [--namespace NS] [--json]\n"+
+		"       ledgerctl erase --replay FILE --db FILE|URL [--namespace NS] [--by WHO] [--reason TEXT] [--json]\n\n"+
+		"Erases the payload values (external_ref, result, error_message, note) of a\ncommitted namespace's receipts: every generation of the keys given, or the\nkey generations reserved with a subject. The chain, its Merkle tree and every\nproof stay valid; one erase receipt records the erasure. Keys still in\nflight are listed as pending: the receipt that finalizes each is erased as\nit is appended. Server only (an admin token when tokens exist).\n\n"+
+		"With --replay, erases again, in a ledger restored from a backup taken\nbefore them, the erasures an erasures file lists (ledgerctl erasures export\non the ledger that erased): a listed receipt whose chain hash here is the\nsame loses the listed values, and each erasure that finds values appends an\nerase receipt; a receipt with another hash, or none, is skipped and reported.\nA second replay of the same file changes nothing. On SQLite it returns once\nthe file and its WAL are rid of the values.\nSee docs/privacy.md.",
+		"  ledgerctl erase --server http://127.0.0.1:8080 --namespace customers --key refund-order-1234 --reason \"GDPR request 118\"\n  ledgerctl erase --server http://127.0.0.1:8080 --namespace customers --subject customer-42 --reason \"GDPR request 119\"\n  ledgerctl erase --replay erasures.json --db restored.db\n")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
 		return usageErr(fs, c.Env, "unexpected arguments %q: give keys with --key", pos)
+	}
+	if *replay != "" {
+		if len(keys) > 0 || *subject != "" || len(fields) > 0 || src.server != "" {
+			return usageErr(fs, c.Env, "--replay takes the erasures from its file: give --db, not --server, --key, --subject or --field")
+		}
+		if *db == "" {
+			return usageErr(fs, c.Env, "--replay needs --db FILE|URL: the restored ledger")
+		}
+		return replayErasures(ctx, c.Env, replayOpts{file: *replay, db: *db, ns: src.namespace, actor: *by,
+			reason: *reason, json: src.json, nsGiven: flagSet(fs, "namespace")})
+	}
+	if *db != "" {
+		return usageErr(fs, c.Env, "erase appends a receipt, which only ledgerd does: give --server URL, not --db (--db is for --replay)")
 	}
 	if err := src.check(); err != nil {
 		return usageErr(fs, c.Env, "%v", err)

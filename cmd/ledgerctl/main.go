@@ -34,9 +34,11 @@ Commands:
   head      print the chain head
   export    print every receipt as JSON lines
   resolve   record an operator's decision about an interrupted key (server only)
-  erase     erase the payloads of keys or of a subject in a committed namespace (server only)
+  erase     erase the payloads of keys or of a subject in a committed namespace (server only); --replay FILE erases them again in a restored backup (--db)
+  erasures  export what was erased (erasures export), for erase --replay on a restored backup
   token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
   backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
+  archive   write a verifiable segment of a namespace's receipts into an archive directory (--db only; deletes nothing)
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
@@ -92,12 +94,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &ResolveCommand{Env: env}
 	case "erase":
 		cmd = &EraseCommand{Env: env}
+	case "erasures":
+		cmd = &ErasuresCommand{Env: env}
 	case "token":
 		cmd = &TokenCommand{Env: env}
 	case "rebuild-index", "rebuild-keys": // rebuild-keys: its name before the key index
 		cmd = &RebuildIndexCommand{Env: env, name: args[0]}
 	case "backup":
 		cmd = &BackupCommand{Env: env}
+	case "archive":
+		cmd = &ArchiveCommand{Env: env}
 	case "version", "--version", "-version":
 		cmd = &VersionCommand{Env: env}
 	case "keygen":

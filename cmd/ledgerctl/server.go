@@ -90,9 +90,14 @@ func (s *server) checkpoint(ctx context.Context) ([]byte, error) {
 	return note, verify.ServerErr(err)
 }
 
-// portable returns receipt seq with its inclusion proof.
-func (s *server) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	raw, err := s.Client.ReceiptProof(ctx, seq)
+// portable returns receipt seq with its inclusion proof; with erasedBy,
+// and the proof of its fields' erasure (an admin token's request).
+func (s *server) portable(ctx context.Context, seq uint64, erasedBy bool) (*tlog.PortableReceipt, error) {
+	proof := s.Client.ReceiptProof
+	if erasedBy {
+		proof = s.Client.ReceiptProofErasedBy
+	}
+	raw, err := proof(ctx, seq)
 	if err != nil {
 		return nil, verify.ServerErr(err)
 	}
@@ -107,7 +112,7 @@ func (s *server) portable(ctx context.Context, seq uint64) (*tlog.PortableReceip
 // proven under in the server's portable receipts (the first that covers
 // it: SPEC §9.2), nil if none (verify.Covering).
 func (s *server) firstCheckpointCovering(ctx context.Context, seq int64) (*tlog.Signed, error) {
-	p, err := s.portable(ctx, uint64(seq))
+	p, err := s.portable(ctx, uint64(seq), false)
 	if err != nil {
 		return nil, err
 	}

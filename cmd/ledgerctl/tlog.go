@@ -76,7 +76,9 @@ the verifier key of an OpenSSH Ed25519 key or an ssh-agent identity.`,
 // logSource is what checkpoint and prove read, from a file or a server.
 type logSource interface {
 	checkpoint(ctx context.Context) ([]byte, error)
-	portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error)
+	// portable returns receipt seq with its inclusion proof; with
+	// erasedBy, and the proof of its fields' erasure (SPEC §14).
+	portable(ctx context.Context, seq uint64, erasedBy bool) (*tlog.PortableReceipt, error)
 	key(ctx context.Context, key string) (*ledger.KeyView, error)
 	Close() error
 }
@@ -94,8 +96,13 @@ func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 	return []byte(c.Note), nil
 }
 
-func (f fileLog) portable(ctx context.Context, seq uint64) (*tlog.PortableReceipt, error) {
-	return ledger.Log{ChainReader: f.Chain, Payloads: f.Chain}.PortableReceipt(ctx, seq)
+func (f fileLog) portable(ctx context.Context, seq uint64, erasedBy bool) (*tlog.PortableReceipt, error) {
+	l := ledger.Log{ChainReader: f.Chain, Payloads: f.Chain}
+	p, err := l.PortableReceipt(ctx, seq)
+	if err == nil && erasedBy {
+		err = l.AddErasedBy(ctx, p)
+	}
+	return p, err
 }
 
 func (f fileLog) key(ctx context.Context, key string) (*ledger.KeyView, error) {
@@ -161,16 +168,22 @@ func (c *ProveCommand) Run(ctx context.Context, args []string) error {
 	src.registerSource(fs)
 	src.registerNamespace(fs)
 	declareJSON(fs, &src.json, true, "print JSON (always: a portable receipt is JSON; accepted like every read command's --json)")
-	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE|URL | --server URL) SEQ|KEY
+	erasedBy := fs.Bool("erased-by", false, "also prove the erasure of erased fields (\"erased_by\": the erase receipt, its inclusion proof and the erased ranges' opening); discloses which receipts were erased together; --server needs an admin token")
+	pos, err := parse(fs, c.Env, args, `Usage: ledgerctl prove (--db FILE|URL | --server URL) [--erased-by] SEQ|KEY
 
 Prints the portable receipt of receipt SEQ, or of every receipt of the
 idempotency key KEY (one JSON object a line): the receipt, its leaf index,
 its inclusion proof and the signed checkpoint it is proven against. Anyone
 with the log's verifier key can check it with ledgerctl check-proof, with no
 access to the ledger. An argument of digits only is a seq unless a key of
-that name exists.`,
+that name exists. In a committed namespace (contract §14) the receipt opens
+its payload fields in "payloads" and names erased ones in "erased"; with
+--erased-by it also carries "erased_by", which check-proof verifies to print
+"erased by S". Its ranges name every receipt erased with this one (the chain
+keeps them secret), so hand it only to whom may know that.`,
 		`  ledgerctl prove --server http://127.0.0.1:8080 42 > receipt-42.json
   ledgerctl prove --db ledger.db refund-order-1234 > refund.jsonl
+  ledgerctl prove --db ledger.db --erased-by 42 > receipt-42-erased.json
 `)
 	if err != nil {
 		return err
@@ -201,7 +214,7 @@ that name exists.`,
 		return kerr
 	}
 	for _, seq := range seqs {
-		p, err := l.portable(ctx, seq)
+		p, err := l.portable(ctx, seq, *erasedBy)
 		if err != nil {
 			return fmt.Errorf("prove receipt %d: %w", seq, err)
 		}

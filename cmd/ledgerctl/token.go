@@ -52,7 +52,10 @@ func dispatch(ctx context.Context, env *Env, group, usage string, args []string,
 	for i, sc := range subs {
 		names[i] = sc.name
 	}
-	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	want := names[0]
+	if len(names) > 1 {
+		want = strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	}
 	if len(args) == 0 {
 		fmt.Fprintf(env.Stderr, "ledgerctl %s: want %s\n\n%s", group, want, usage)
 		return errUsage

@@ -37,6 +37,8 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
   # one namespace, or every one (each reported; exit 2 if any could not be verified, else 1 if any has violations)
   ledgerctl verify --db ledger.db --namespace payments
   ledgerctl verify --db postgres://auditor@db.internal/ledger --all-namespaces --json
+  # an archived segment alone (ledgerctl archive writes them)
+  ledgerctl verify --segment /srv/ledger-archive/payments-1-100000 --vkey ./log.vkey
 `
 
 // Run verifies the ledger and prints the report.
@@ -48,11 +50,20 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	maxV := fs.Int("max-violations", 100, "list at most `N` violations (all are counted)")
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
 	receiptsOnly := fs.Bool("receipts-only", false, "a committed namespace whose payload table is missing (a copy of the receipts alone): check the chain alone and report the payloads unchecked, instead of failing with payloads_absent")
+	segment := fs.String("segment", "", "check the archived segment in `DIR` alone (docs/spec.md §16: its receipts rehashed and chained, its digests, payloads and tree against its checkpoint; the signature too, given --vkey); exit 1 segment_invalid")
 	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report, or {\"ok\": false, \"error\"} for one that could not be verified}}); exit 2 if any could not be verified, else 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
 	if err := parseNoArgs(fs, c.Env, args, verifySummary, verifyExamples); err != nil {
 		return err
+	}
+	if *segment != "" {
+		for _, f := range []string{"db", "server", "namespace", "n", "expect-head", "state", "incremental", "checkpoint", "all-namespaces", "receipts-only"} {
+			if flagSet(fs, f) {
+				return usageErr(fs, c.Env, "--segment checks a segment alone: leave out --%s", f)
+			}
+		}
+		return c.verifySegment(fs, src.json, *segment, cf.vkeys)
 	}
 	if *all {
 		for _, f := range []string{"namespace", "expect-head", "state", "incremental", "checkpoint", "vkey"} {
@@ -146,10 +157,24 @@ func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *source
 	} else {
 		printReport(c.Stdout, rep, elapsed)
 	}
+	if err := unsupported(rep); err != nil {
+		return err
+	}
 	if !rep.OK {
 		return &ViolationsError{Count: rep.ViolationsTotal}
 	}
 	return nil
+}
+
+// unsupported is the error (exit 2) of a report that met receipts this
+// verifier does not know (docs/spec.md §14): it cannot vouch for the
+// chain either way.
+func unsupported(rep *verify.Report) error {
+	if rep.Unsupported == 0 {
+		return nil
+	}
+	return fmt.Errorf("unsupported: %s of a kind this verifier does not know; a newer ledgerctl may check them",
+		plural(rep.Unsupported, "receipt", "receipts"))
 }
 
 const verifySummary = `Usage: ledgerctl verify (--db FILE|URL | --server URL) [--namespace NS | --all-namespaces] [flags]
@@ -243,6 +268,9 @@ func (c *VerifyCommand) printAll(asJSON bool, names []string, results []nsResult
 		switch {
 		case r.err != nil:
 			errs = append(errs, fmt.Sprintf("namespace %s: %v", names[i], r.err))
+		case unsupported(r.rep) != nil:
+			errs = append(errs, fmt.Sprintf("namespace %s: %v", names[i], unsupported(r.rep)))
+			violations += r.rep.ViolationsTotal
 		case !r.rep.OK:
 			violations += r.rep.ViolationsTotal
 			bad++

@@ -25,7 +25,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "check the chain against this signed checkpoint: a `FILE` or an http(s) URL (e.g. SERVER/log/default/checkpoint)")
-	fs.Var(&f.vkeys, "vkey", "the log's verifier `key` for --checkpoint (as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices). With --state, the keys the state file trusts (learnt from key receipts) are used too")
+	fs.Var(&f.vkeys, "vkey", "the log's verifier `key` for --checkpoint or --segment (as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices). With --state, the keys the state file trusts (learnt from key receipts) are used too")
 }
 
 // load reads the checkpoint, the verifier keys and the state file's

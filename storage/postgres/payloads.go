@@ -235,32 +235,112 @@ func queueErases(b *pgx.Batch, ns string, t *tx) {
 	for _, e := range t.erasures {
 		b.Queue(`INSERT INTO erasures (namespace, seq, salt, ranges) VALUES ($1, $2, $3, $4)`,
 			ns, int64(e.Seq), e.Salt[:], chain.RangesText(e.Ranges))
+		for _, m := range e.Subjects {
+			b.Queue(`INSERT INTO erasure_subjects (namespace, seq, mac) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`,
+				ns, int64(e.Seq), m[:])
+		}
 	}
 }
 
 // Erasure reads the opening of the erase receipt at seq, or nil.
 func (c *Chain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
+	var out *ledger.Erasure
+	err := c.erasures(ctx, `WHERE namespace = $1 AND seq = $2`, []any{c.ns, int64(seq)}, func(e *ledger.Erasure) error {
+		out = e
+		return nil
+	})
+	return out, err
+}
+
+// Erasures yields every erasure of the namespace in seq order.
+func (c *Chain) Erasures(ctx context.Context, fn func(*ledger.Erasure) error) error {
+	return c.erasures(ctx, `WHERE namespace = $1`, []any{c.ns}, fn)
+}
+
+// PendingErasures yields every pending erasure mark of the namespace, by
+// key and generation; a database made before pending_erasures, read as it
+// is, has none.
+func (c *Chain) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
 	if c.s.version < 4 {
-		return nil, nil
+		return nil
 	}
-	var salt []byte
-	var ranges string
-	err := c.s.pool.QueryRow(ctx, `SELECT salt, ranges FROM erasures WHERE namespace = $1 AND seq = $2`, c.ns, int64(seq)).
-		Scan(&salt, &ranges)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("read erasure %d: %w", seq, payloadTable(classify(err)))
+	rows, err := c.s.pool.Query(ctx, `SELECT idempotency_key, first_seq, erase_seq, fields, actor FROM pending_erasures
+		WHERE namespace = $1 ORDER BY idempotency_key, first_seq`, c.ns)
+	var out []ledger.PendingErase
+	if err == nil {
+		var p ledger.PendingErase
+		var first, eraseSeq int64
+		var fields int16
+		_, err = pgx.ForEachRow(rows, []any{&p.Key, &first, &eraseSeq, &fields, &p.Actor}, func() error {
+			p.FirstSeq, p.EraseSeq, p.Fields = uint64(first), uint64(eraseSeq), chain.FieldSet(fields)
+			out = append(out, p)
+			return nil
+		})
 	}
-	e := &ledger.Erasure{Seq: seq}
-	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
-		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	if err != nil && !isCode(err, codeUndefinedTable) {
+		return fmt.Errorf("read pending erasures: %w", classify(err))
 	}
-	if e.Ranges, err = chain.ParseRanges(ranges); err != nil {
-		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+	for i := range out {
+		if err := fn(&out[i]); err != nil {
+			return err
+		}
 	}
-	return e, nil
+	return nil
+}
+
+// erasures yields the erasures that where selects, in seq order, each
+// with its subjects (none in a database made before erasure_subjects,
+// read as it is).
+func (c *Chain) erasures(ctx context.Context, where string, args []any, fn func(*ledger.Erasure) error) error {
+	if c.s.version < 4 {
+		return nil
+	}
+	subjects := map[int64][]ledger.SubjectMAC{}
+	rows, err := c.s.pool.Query(ctx, `SELECT seq, mac FROM erasure_subjects `+where+` ORDER BY seq, mac`, args...)
+	if err == nil {
+		var seq int64
+		var mac []byte
+		_, err = pgx.ForEachRow(rows, []any{&seq, &mac}, func() error {
+			var m ledger.SubjectMAC
+			if len(mac) != len(m) {
+				return fmt.Errorf("erasure %d: %w: a subject MAC of %d bytes", seq, ledger.ErrBadErasure, len(mac))
+			}
+			copy(m[:], mac)
+			subjects[seq] = append(subjects[seq], m)
+			return nil
+		})
+	}
+	if err != nil && !isCode(err, codeUndefinedTable) {
+		return fmt.Errorf("read erased subjects: %w", classify(err))
+	}
+	var out []*ledger.Erasure
+	rows, err = c.s.pool.Query(ctx, `SELECT seq, salt, ranges FROM erasures `+where+` ORDER BY seq`, args...)
+	if err == nil {
+		var seq int64
+		var salt []byte
+		var ranges string
+		_, err = pgx.ForEachRow(rows, []any{&seq, &salt, &ranges}, func() error {
+			e := &ledger.Erasure{Seq: uint64(seq), Subjects: subjects[seq]}
+			var err error
+			if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
+				return fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+			}
+			if e.Ranges, err = chain.ParseRanges(ranges); err != nil {
+				return fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
+			}
+			out = append(out, e)
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("read erasures: %w", payloadTable(classify(err)))
+	}
+	for _, e := range out {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // PutSubjects buffers the index of a key generation under each subject MAC.

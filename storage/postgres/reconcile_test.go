@@ -15,7 +15,8 @@ import (
 func sideTables(tb testing.TB, dbURL string) int {
 	tb.Helper()
 	return queryInt(tb, dbURL, `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
-		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`)
+		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int
+		+ (to_regclass('erasure_subjects') IS NOT NULL)::int`)
 }
 
 // TestOpen_addsSideTables: a database of schema 4 made before the side
@@ -29,16 +30,16 @@ func TestOpen_addsSideTables(t *testing.T) {
 	t.Parallel()
 	u := pgtest.URL(t)
 	_ = mustOpen(t, u, postgres.Options{Logger: quiet}).Close()
-	if n := sideTables(t, u); n != 4 {
-		t.Fatalf("a new database has %d of the 4 side tables and index", n)
+	if n := sideTables(t, u); n != 5 {
+		t.Fatalf("a new database has %d of the 5 side tables and index", n)
 	}
-	psql(t, u, `DROP TABLE subjects, pending_erasures, reconciled_tokens`)
+	psql(t, u, `DROP TABLE subjects, pending_erasures, reconciled_tokens, erasure_subjects`)
 	_ = mustOpen(t, u, postgres.Options{Logger: quiet, ReadOnly: true}).Close()
 	if n := sideTables(t, u); n != 0 {
 		t.Fatalf("a read-only store made %d side tables", n)
 	}
 	_, c := mustOpenDefault(t, u, postgres.Options{Logger: quiet})
-	if n, v := sideTables(t, u), schemaVersion(t, u); n != 4 || v != postgres.SchemaVersion {
+	if n, v := sideTables(t, u), schemaVersion(t, u); n != 5 || v != postgres.SchemaVersion {
 		t.Fatalf("after a writer opened it: %d side tables and index, schema %d", n, v)
 	}
 	hash, other := strings.Repeat("a", 32), strings.Repeat("b", 32)

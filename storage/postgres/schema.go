@@ -382,8 +382,11 @@ CREATE OR REPLACE TRIGGER erasures_append_only BEFORE UPDATE OR DELETE ON erasur
 `
 
 // sqlSideTables are the side tables that schema 4 gained after databases
-// of it were made: the subject index and the pending erasure marks (SPEC
-// §14), the tokens of reconciled reservations (§15). A writable open
+// of it were made: the subject index, the pending erasure marks and the
+// erased subjects (SPEC §14), the tokens of reconciled reservations (§15).
+// erasure_subjects keeps, beside each erasure by subject and like it
+// never erased, the subject's MAC: ledgerctl erasures export lists it, so
+// that a restored backup loses the subject's index rows too. A writable open
 // applies it where one is missing (ensureSideTables), so that a database
 // of schema 4 made before them gets them; idempotent.
 const sqlSideTables = `
@@ -411,6 +414,14 @@ CREATE TABLE IF NOT EXISTS pending_erasures (
 	actor           text NOT NULL,
 	PRIMARY KEY (namespace, idempotency_key, first_seq)
 );
+CREATE TABLE IF NOT EXISTS erasure_subjects (
+	namespace text COLLATE "C" NOT NULL,
+	seq       bigint NOT NULL CHECK (seq >= 1),
+	mac       bytea  NOT NULL CHECK (octet_length(mac) = 32),
+	PRIMARY KEY (namespace, seq, mac)
+);
+CREATE OR REPLACE TRIGGER erasure_subjects_append_only BEFORE UPDATE OR DELETE ON erasure_subjects
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
 `
 
 // ensureSideTables makes the side tables of sqlSideTables where one is
@@ -418,7 +429,8 @@ CREATE TABLE IF NOT EXISTS pending_erasures (
 // write the ledger's tables but not create any opens a complete database.
 func ensureSideTables(ctx context.Context, tx pgx.Tx) error {
 	return ensure(ctx, tx, "side tables", `SELECT (to_regclass('subjects') IS NOT NULL)::int + (to_regclass('subjects_by_key') IS NOT NULL)::int
-		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int`, 4, sqlSideTables)
+		+ (to_regclass('pending_erasures') IS NOT NULL)::int + (to_regclass('reconciled_tokens') IS NOT NULL)::int
+		+ (to_regclass('erasure_subjects') IS NOT NULL)::int`, 5, sqlSideTables)
 }
 
 // ensure runs ddl unless probe, a count of what ddl makes, already

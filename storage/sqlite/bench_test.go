@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/effect-ledger/effect-ledger/testkit"
 	"github.com/effect-ledger/effect-ledger/testkit/gen"
 	"github.com/effect-ledger/effect-ledger/testkit/ledgertest"
+	"github.com/effect-ledger/effect-ledger/testkit/storetest"
 )
 
 // BenchmarkDB_ReserveCommit measures one reserve+commit pair at a time
@@ -162,35 +162,12 @@ func BenchmarkDB_PairsRandom(b *testing.B) {
 			}
 			db := ledgertest.Open(b, ledgertest.WithPath(path), ledgertest.WithStore(opts), ledgertest.WithNow(time.Now))
 			defer db.Close()
-			ctx := context.Background()
-			var seq atomic.Uint64
-			salt := strconv.FormatInt(time.Now().UnixNano(), 10)
 			before := db.WriterStats()
 			clients := 32
 			if v := os.Getenv("LEDGER_BENCH_CLIENTS"); v != "" {
 				clients, _ = strconv.Atoi(v)
 			}
-			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := seq.Add(1)
-					k := gen.UUIDLike("bench-key-"+salt, i)
-					req := testkit.ReserveReq(k, gen.UUIDLike("bench-exec-"+salt, i))
-					res, err := db.Reserve(ctx, req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if _, err := db.Commit(ctx, testkit.Succeed(k, res.Reservation)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+			storetest.BenchPairs(b, db, clients, testkit.Succeed)
 			st := db.WriterStats()
 			st.Ops -= before.Ops
 			st.Busy -= before.Busy

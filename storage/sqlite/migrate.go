@@ -75,6 +75,7 @@ var upgradeCopies = []struct {
 	{[]string{"ns_subjects"}, `INSERT INTO ns_subjects (ns, mac, key, first_seq) SELECT ns, mac, key, first_seq FROM old_ns_subjects`},
 	{[]string{"ns_erasures"}, `INSERT INTO ns_erasures (ns, seq, salt, ranges, purged_at)
 		SELECT ns, seq, salt, ranges, purged_at FROM old_ns_erasures`},
+	{[]string{"ns_erasure_subjects"}, `INSERT INTO ns_erasure_subjects (ns, seq, mac) SELECT ns, seq, mac FROM old_ns_erasure_subjects`},
 	{[]string{"ns_payloads"}, `INSERT INTO ns_payloads SELECT n.rowid, p.external_ref, p.external_ref_salt, p.external_ref_erased,
 		p.result, p.result_salt, p.result_erased, p.error_message, p.error_message_salt, p.error_message_erased,
 		p.note, p.note_salt, p.note_erased FROM old_ns_payloads AS p

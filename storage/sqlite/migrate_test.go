@@ -349,11 +349,20 @@ func TestOpen_addsSideTables(t *testing.T) {
 	require.NoError(t, ledgertest.Open(t, ledgertest.WithPath(path)).Close())
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
-	for _, table := range []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens"} {
+	for _, table := range []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens", "ns_erasure_subjects"} {
 		_, err := raw.Exec(`DROP TABLE ` + table)
 		require.NoError(t, err)
 	}
 	require.NoError(t, raw.Close())
+
+	// Read as it is, such a file has no erased subjects and no pending marks.
+	ro, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: ledgertest.Quiet}, true)
+	require.NoError(t, err)
+	c, err := ro.Chain(ctx, ledger.DefaultNamespace)
+	require.NoError(t, err)
+	require.NoError(t, c.Erasures(ctx, func(*ledger.Erasure) error { return nil }))
+	require.NoError(t, c.PendingErasures(ctx, func(*ledger.PendingErase) error { return nil }))
+	require.NoError(t, ro.Close())
 
 	db := ledgertest.Open(t, ledgertest.WithPath(path))
 	w, _ := db.Store.Pools()

@@ -182,6 +182,7 @@ func copyNamespace(ctx context.Context, tx *sql.Tx, from string, fromID int64, t
 		`INSERT INTO TO.ns_state_key (ns, key) SELECT ?2, key FROM FROM.ns_state_key WHERE ns = ?1`,
 		`INSERT INTO TO.ns_erasures (ns, seq, salt, ranges, purged_at) SELECT ?2, seq, salt, ranges, purged_at
 			FROM FROM.ns_erasures WHERE ns = ?1`,
+		`INSERT INTO TO.ns_erasure_subjects (ns, seq, mac) SELECT ?2, seq, mac FROM FROM.ns_erasure_subjects WHERE ns = ?1`,
 	} {
 		if _, err := tx.ExecContext(ctx, r.Replace(q), fromID, toID); err != nil {
 			return classify(err)

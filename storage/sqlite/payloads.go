@@ -166,6 +166,11 @@ func (t *writeTx) PutErasure(ctx context.Context, e *ledger.Erasure) error {
 	if _, err := t.tx.ExecContext(ctx, sqlInsertErasure, t.ref.args(e.Seq, e.Salt[:], chain.RangesText(e.Ranges))...); err != nil {
 		return fmt.Errorf("store erasure %d: %w", e.Seq, classify(err))
 	}
+	for _, m := range e.Subjects {
+		if _, err := t.tx.ExecContext(ctx, sqlInsertErasureSubject, t.ref.args(e.Seq, m[:])...); err != nil {
+			return fmt.Errorf("store erasure %d: %w", e.Seq, classify(err))
+		}
+	}
 	t.erased = true
 	return nil
 }
@@ -174,14 +179,126 @@ func (t *writeTx) PutErasure(ctx context.Context, e *ledger.Erasure) error {
 func (rd *Reader) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
 	var salt []byte
 	var ranges string
-	e := &ledger.Erasure{Seq: seq}
-	err := rd.r.QueryRowContext(ctx, sqlErasure, rd.args(seq)...).Scan(&salt, &ranges, &e.PurgedAt)
+	var purged uint64
+	err := rd.r.QueryRowContext(ctx, sqlErasure, rd.args(seq)...).Scan(&salt, &ranges, &purged)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("read erasure %d: %w", seq, payloadTable(classify(err)))
 	}
+	e, err := erasureOf(seq, salt, ranges, purged)
+	if err != nil {
+		return nil, err
+	}
+	return e, rd.erasureSubjects(ctx, sqlErasureSubjects, rd.args(seq), func(_ uint64, m ledger.SubjectMAC) {
+		e.Subjects = append(e.Subjects, m)
+	})
+}
+
+// Erasures yields every erasure of the namespace in seq order.
+func (rd *Reader) Erasures(ctx context.Context, fn func(*ledger.Erasure) error) error {
+	subjects := map[uint64][]ledger.SubjectMAC{}
+	if err := rd.erasureSubjects(ctx, sqlAllErasureSubjects, rd.args(), func(seq uint64, m ledger.SubjectMAC) {
+		subjects[seq] = append(subjects[seq], m)
+	}); err != nil {
+		return err
+	}
+	rows, err := rd.r.QueryContext(ctx, sqlErasures, rd.args()...)
+	if err != nil {
+		return fmt.Errorf("read erasures: %w", payloadTable(classify(err)))
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var seq, purged uint64
+		var salt []byte
+		var ranges string
+		if err := rows.Scan(&seq, &salt, &ranges, &purged); err != nil {
+			return fmt.Errorf("read erasures: %w", classify(err))
+		}
+		e, err := erasureOf(seq, salt, ranges, purged)
+		if err != nil {
+			return err
+		}
+		e.Subjects = subjects[seq]
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read erasures: %w", classify(err))
+	}
+	return nil
+}
+
+// PendingErasures yields every pending erasure mark of the namespace, by
+// key and generation; a file made before ns_pending_erasures, read as it
+// is, has none.
+func (rd *Reader) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
+	rows, err := rd.r.QueryContext(ctx, sqlAllPending, rd.args()...)
+	if err != nil {
+		if noSuchTable(err, "ns_pending_erasures") {
+			return nil
+		}
+		return fmt.Errorf("read pending erasures: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var p ledger.PendingErase
+		var fields int
+		if err := rows.Scan(&p.Key, &p.FirstSeq, &p.EraseSeq, &fields, &p.Actor); err != nil {
+			return fmt.Errorf("read pending erasures: %w", classify(err))
+		}
+		p.Fields = chain.FieldSet(fields)
+		if err := fn(&p); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read pending erasures: %w", classify(err))
+	}
+	return nil
+}
+
+// PendingErasures yields every pending erasure mark of the namespace.
+func (f *lazyChain) PendingErasures(ctx context.Context, fn func(*ledger.PendingErase) error) error {
+	return f.rd.PendingErasures(ctx, fn)
+}
+
+// erasureSubjects yields the rows (seq, mac) of query; a file of schema 8
+// made before ns_erasure_subjects, read as it is, has none.
+func (rd *Reader) erasureSubjects(ctx context.Context, query string, args []any, fn func(uint64, ledger.SubjectMAC)) error {
+	rows, err := rd.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		if noSuchTable(err, "ns_erasure_subjects") {
+			return nil
+		}
+		return fmt.Errorf("read erased subjects: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var seq uint64
+		var mac []byte
+		if err := rows.Scan(&seq, &mac); err != nil {
+			return fmt.Errorf("read erased subjects: %w", classify(err))
+		}
+		var m ledger.SubjectMAC
+		if len(mac) != len(m) {
+			return fmt.Errorf("erasure %d: %w: a subject MAC of %d bytes", seq, ledger.ErrBadErasure, len(mac))
+		}
+		copy(m[:], mac)
+		fn(seq, m)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read erased subjects: %w", classify(err))
+	}
+	return nil
+}
+
+// erasureOf parses a row of ns_erasures.
+func erasureOf(seq uint64, salt []byte, ranges string, purged uint64) (*ledger.Erasure, error) {
+	e := &ledger.Erasure{Seq: seq, PurgedAt: purged}
+	var err error
 	if e.Salt, err = chain.SaltFromBytes(salt); err != nil {
 		return nil, fmt.Errorf("erasure %d: %w: %w", seq, ledger.ErrBadErasure, err)
 	}
@@ -194,6 +311,11 @@ func (rd *Reader) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, err
 // Erasure reads the opening of the erase receipt at seq, or nil.
 func (f *lazyChain) Erasure(ctx context.Context, seq uint64) (*ledger.Erasure, error) {
 	return f.rd.Erasure(ctx, seq)
+}
+
+// Erasures yields every erasure of the namespace in seq order.
+func (f *lazyChain) Erasures(ctx context.Context, fn func(*ledger.Erasure) error) error {
+	return f.rd.Erasures(ctx, fn)
 }
 
 // PutSubjects indexes a key generation under each subject MAC.
@@ -321,12 +443,17 @@ func (t *writeTx) KeptPayloads(ctx context.Context, through uint64, limit int) (
 	return out, classify(rows.Err())
 }
 
+// noSuchTable reports whether err is SQLite's refusal of a query of a
+// table the file lacks.
+func noSuchTable(err error, table string) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table: "+table)
+}
+
 // payloadTable wraps the error of a query of a payload or erasure table
 // that does not exist (a copy of the receipts alone) with
 // ledger.ErrNoPayloadTable.
 func payloadTable(err error) error {
-	if err != nil && (strings.Contains(err.Error(), "no such table: ns_payloads") ||
-		strings.Contains(err.Error(), "no such table: ns_erasures")) {
+	if noSuchTable(err, "ns_payloads") || noSuchTable(err, "ns_erasures") {
 		return fmt.Errorf("%w: %w", ledger.ErrNoPayloadTable, err)
 	}
 	return err

@@ -254,6 +254,23 @@ WHEN NEW.ns IS NOT OLD.ns OR NEW.seq IS NOT OLD.seq OR NEW.salt IS NOT OLD.salt 
 	OR OLD.purged_at != 0
 BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
 
+-- The subjects an erase by subject was asked for (SPEC §14), as their MACs
+-- (see ns_subjects), one row each, beside the erase's ns_erasures row and,
+-- like it, never erased: ledgerctl erasures export lists them, so that a
+-- backup restored from before the erase loses the subject's index rows too
+-- (ledgerctl erase --replay). Read by admins only.
+CREATE TABLE ns_erasure_subjects (
+	ns  INTEGER NOT NULL,
+	seq INTEGER NOT NULL,
+	mac BLOB    NOT NULL CHECK (length(mac) = 32),
+	PRIMARY KEY (ns, seq, mac)
+) WITHOUT ROWID;
+CREATE TRIGGER ns_erasure_subjects_kept BEFORE DELETE ON ns_erasure_subjects
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
+CREATE TRIGGER ns_erasure_subjects_fixed BEFORE UPDATE ON ns_erasure_subjects
+BEGIN SELECT RAISE(ABORT, 'erasures are kept'); END;
+
 -- The subject index (SPEC §14): HMAC-SHA-256(the namespace's fingerprint
 -- key, subject) → the key generations a reserve named it for (the reserve
 -- that started each). Never part of the chain; rows go when the subject,

@@ -8,11 +8,11 @@ import (
 )
 
 // sideTables are the tables schema 8 gained after files of it were made:
-// the subject index and the pending erasure marks (SPEC §14), the tokens
-// of reconciled reservations (§15). None is part of the chain, and a file
+// the subject index, the pending erasure marks and the erased subjects
+// (SPEC §14), the tokens of reconciled reservations (§15). None is part of the chain, and a file
 // without them is otherwise of this schema: a writer that opens such a
 // file makes the ones it lacks, as schema.sql makes them (addSideTables).
-var sideTables = []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens"}
+var sideTables = []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_tokens", "ns_erasure_subjects"}
 
 // addSideTables makes, in tx, each side table the file lacks, with its
 // indexes, and reports whether it made one.
@@ -39,15 +39,16 @@ func addSideTables(ctx context.Context, tx *sql.Tx) (bool, error) {
 	return added, nil
 }
 
-// schemaOf returns the statements of schema.sql that make table and its
-// indexes, as schema.sql writes them.
+// schemaOf returns the statements of schema.sql that make table, its
+// indexes and its triggers, as schema.sql writes them.
 func schemaOf(table string) string {
 	var b strings.Builder
 	for _, st := range strings.Split(schemaSQL, ";\n") {
 		st = withoutComments(st)
 		head, _, _ := strings.Cut(st, "\n")
 		if strings.HasPrefix(st, "CREATE TABLE "+table+" (") ||
-			strings.HasPrefix(head, "CREATE INDEX ") && strings.Contains(head, " ON "+table+" (") {
+			strings.HasPrefix(head, "CREATE INDEX ") && strings.Contains(head, " ON "+table+" (") ||
+			strings.HasPrefix(head, "CREATE TRIGGER ") && strings.HasSuffix(head, " ON "+table) {
 			b.WriteString(st + ";\n")
 		}
 	}

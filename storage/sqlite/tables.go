@@ -56,6 +56,12 @@ const (
 	sqlPending       = `SELECT erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 AND key = ?2 AND first_seq = ?3`
 	sqlInsertErasure = `INSERT INTO ns_erasures (ns, seq, salt, ranges) VALUES (?1, ?2, ?3, ?4)`
 	sqlErasure       = `SELECT salt, ranges, purged_at FROM ns_erasures WHERE ns = ?1 AND seq = ?2`
+	sqlErasures      = `SELECT seq, salt, ranges, purged_at FROM ns_erasures WHERE ns = ?1 ORDER BY seq`
+
+	sqlInsertErasureSubject = `INSERT OR IGNORE INTO ns_erasure_subjects (ns, seq, mac) VALUES (?1, ?2, ?3)`
+	sqlErasureSubjects      = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 AND seq = ?2 ORDER BY mac`
+	sqlAllErasureSubjects   = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 ORDER BY seq, mac`
+	sqlAllPending           = `SELECT key, first_seq, erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 ORDER BY key, first_seq`
 
 	sqlInsertReceipt = `INSERT INTO ns_receipts (ns, ` + receiptColumns + `)
 		VALUES (?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

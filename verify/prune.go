@@ -1,0 +1,44 @@
+package verify
+
+import (
+	"github.com/effect-ledger/effect-ledger/chain"
+)
+
+// checkPruneFields checks a prune receipt's fields other than its result
+// (SPEC §16): attempt 0 and nothing else but an actor; pruneRanges checks
+// the result.
+func checkPruneFields(bad func(string, ...any), r *chain.Receipt) {
+	for _, f := range [...]struct{ name, v string }{
+		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
+		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
+		{"note", r.Note},
+	} {
+		notOn(bad, r.Kind, f.name, f.v)
+	}
+	noFailure(bad, r.Kind, r)
+	if r.Attempt != 0 || r.LeaseExpiresAt != 0 || r.RefSeq != 0 || r.KeyGenerated || r.Idempotent {
+		bad("prune with an attempt, lease, ref_seq, key_generated or idempotent")
+	}
+}
+
+// pruneRanges follows the chain's prune receipts: each prunes the range
+// that follows the previous one's, the first from receipt 1.
+type pruneRanges struct {
+	through uint64 // the last prune's
+}
+
+// add checks the prune receipt r's result (chain.ParsePruneResult), its
+// range below r itself and following the earlier prunes' (prune_invalid).
+func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
+	res, err := chain.ParsePruneResult(r.Result)
+	switch {
+	case err != nil:
+		col.addf(r.Seq, RulePruneInvalid, "%v", err)
+		return
+	case res.Through >= r.Seq || res.Policy.Seq >= r.Seq:
+		col.addf(r.Seq, RulePruneInvalid, "the range %d…%d (policy %d) is not below the prune receipt itself", res.From, res.Through, res.Policy.Seq)
+	case res.From != p.through+1:
+		col.addf(r.Seq, RulePruneInvalid, "the range %d…%d does not follow the pruned range 1…%d", res.From, res.Through, p.through)
+	}
+	p.through = max(p.through, res.Through)
+}
