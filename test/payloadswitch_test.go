@@ -2,7 +2,9 @@ package test
 
 import (
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -216,4 +218,49 @@ func TestPayloadSwitch_replicas(t *testing.T) {
 	require.NoError(t, b.Stop())
 	out, stderr, code := ledgerctl(t, "verify", "--db", url)
 	require.Equal(t, 0, code, "%s%s", out, stderr)
+}
+
+// TestPayloadSwitch_portable: portable receipts of a switched namespace
+// (SPEC §14): one of the inline part is as inline (its values in the
+// receipt, no "payloads"), one of the committed part carries commitments
+// and opens them in "payloads"; check-proof accepts both.
+func TestPayloadSwitch_portable(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		dir := t.TempDir()
+		marker := randomMarker(t)
+		key, vkey := keygen(t, dir, "ex.test")
+		l := startLedgerdEnv(t, nil, db, "--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms",
+			"--default-payloads", "inline")
+		tok := l.Reserve(t, switchResv("port-before1", "e1", "a", ""))
+		l.Commit(t, "port-before1", `{"reservation":"`+tok+`","outcome":"succeeded","result":{"to":"a-`+marker+`"}}`) // 2
+		require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/default/policy", `{"payloads":"committed"}`).Status)        // 3
+		tok = l.Reserve(t, switchResv("port-after01", "e1", "b", ""))
+		l.Commit(t, "port-after01", `{"reservation":"`+tok+`","outcome":"succeeded","result":{"to":"b-`+marker+`"}}`) // 5
+		waitCheckpoint(t, l, vkey, 5)
+		for _, c := range []struct {
+			seq       string
+			committed bool
+		}{{"2", false}, {"5", true}} {
+			out, stderr, code := ledgerctl(t, "prove", "--server", l.URL, c.seq)
+			require.Equal(t, 0, code, stderr)
+			var p struct {
+				Receipt  map[string]any               `json:"receipt"`
+				Payloads map[string]map[string]string `json:"payloads"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &p), out)
+			if c.committed {
+				assert.Regexp(t, `^pc1:`, p.Receipt["result_text"], out)
+				assert.Equal(t, `{"to":"b-`+marker+`"}`, p.Payloads["result"]["value"], out)
+			} else {
+				assert.Nil(t, p.Payloads, out)
+				assert.Contains(t, out, "a-"+marker)
+			}
+			f := filepath.Join(t.TempDir(), "p.json")
+			require.NoError(t, os.WriteFile(f, []byte(out), 0o644))
+			got, stderr, code := ledgerctl(t, "check-proof", f, "--vkey", vkey)
+			require.Equal(t, 0, code, got+stderr)
+			assert.Contains(t, got, "valid: receipt "+c.seq)
+		}
+	})
 }
