@@ -22,10 +22,15 @@ type derivationKeyJSON struct {
 
 // handleDerivationKey answers the namespace's fingerprint key.
 func (s *Server) handleDerivationKey(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	mode, _, err := n.PayloadsNow(r.Context()) // another replica may have switched it
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
 	key, err := n.FingerprintKey(r.Context())
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, derivationKeyJSON{Payloads: string(n.Payloads()), Key: hex.EncodeToString(key)})
+	s.writeJSON(w, http.StatusOK, derivationKeyJSON{Payloads: string(mode), Key: hex.EncodeToString(key)})
 }

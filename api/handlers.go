@@ -409,6 +409,9 @@ type namespaceJSON struct {
 	Head     receiptRef `json:"head"`
 	KeyTTLMS uint64     `json:"key_ttl_ms"`
 	Payloads string     `json:"payloads"`
+	// CommittedAfter is the seq of the policy receipt that switched an
+	// inline namespace to committed payloads (SPEC §14); omitted when none.
+	CommittedAfter uint64 `json:"committed_after,omitempty"`
 }
 
 func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
@@ -468,7 +471,8 @@ func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 		if authed && !p.AllowsNamespace(ns.Name) {
 			continue // a token limited to namespaces sees only those
 		}
-		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL, Payloads: string(ns.Payloads)})
+		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL, Payloads: string(ns.Payloads),
+			CommittedAfter: ns.SwitchedAt})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

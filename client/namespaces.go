@@ -15,13 +15,18 @@ type NamespaceInfo struct {
 	// Payloads is how the namespace keeps its payload fields (SPEC §14):
 	// "inline" or "committed" ("" from a server before v1.4).
 	Payloads string
+	// CommittedAfter is the seq of the policy receipt that switched the
+	// namespace from inline to committed payloads: its receipts up to it
+	// stay inline, later ones are committed (0: no switch).
+	CommittedAfter uint64
 }
 
 type namespaceJSON struct {
-	Name     string     `json:"name"`
-	Head     ReceiptRef `json:"head"`
-	KeyTTLMS uint64     `json:"key_ttl_ms"`
-	Payloads string     `json:"payloads,omitempty"`
+	Name           string     `json:"name"`
+	Head           ReceiptRef `json:"head"`
+	KeyTTLMS       uint64     `json:"key_ttl_ms"`
+	Payloads       string     `json:"payloads,omitempty"`
+	CommittedAfter uint64     `json:"committed_after,omitempty"`
 }
 
 // NamespaceOption is an option of CreateNamespace.

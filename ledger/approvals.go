@@ -183,41 +183,64 @@ func (n *Namespace) gatesNoEffect(ctx context.Context, tool string) (bool, error
 }
 
 // SetPolicy records raw as the namespace's policy (SPEC §13): a policy
-// receipt by actor, unless it equals the policy in force. Errors: *Error
-// with ECodeInvalidRequest naming the member.
+// receipt by actor, unless it equals the policy in force. A policy with
+// "payloads": "committed" switches an inline namespace to committed
+// payloads (SPEC §14), one way: every later policy records the member too.
+// Errors: *Error with ECodeInvalidRequest naming the member.
 func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor string) (*PolicyResult, error) {
 	p, err := ParsePolicy(raw)
 	if err != nil {
 		return nil, err
 	}
-	if p.Retention != nil && !n.committed() {
-		return nil, Invalid("retention", "retention erases payloads, and this namespace keeps them inline (in its chain): create a committed namespace (docs/privacy.md)")
-	}
-	text, err := p.Canonical()
-	if err != nil {
-		return nil, err
-	}
-	if len(text) > MaxPolicyBytes {
-		return nil, Invalid("policy", "the policy is larger than %d bytes", MaxPolicyBytes)
+	if p.Payloads == PayloadsCommitted && !n.committed() {
+		// The switch's receipts are keyed with the fingerprint key: it
+		// exists before the switch does.
+		if _, err := n.FingerprintKey(ctx); err != nil {
+			return nil, err
+		}
 	}
 	var res *PolicyResult
+	var set *Policy // the policy recorded
+	switchAt := uint64(0)
 	err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
-		res = &PolicyResult{Policy: json.RawMessage(text)}
+		set, switchAt = p, 0
 		cur, seq, err := t.policy(ctx)
 		if err != nil {
 			return err
 		}
-		res.Seq = seq
+		committed, err := t.committed(ctx)
+		if err != nil {
+			return err
+		}
+		if committed && !n.committed() && p.Payloads == "" {
+			c := *p // switched: a policy that omits the member does not switch back
+			c.Payloads = PayloadsCommitted
+			set = &c
+		}
+		if set.Retention != nil && !committed && set.Payloads != PayloadsCommitted {
+			return Invalid("retention", "retention erases payloads, and this namespace keeps them inline (in its chain): switch it with \"payloads\": \"committed\" in the same policy, or create a committed namespace (docs/privacy.md)")
+		}
+		text, err := set.Canonical()
+		if err != nil {
+			return err
+		}
+		if len(text) > MaxPolicyBytes {
+			return Invalid("policy", "the policy is larger than %d bytes", MaxPolicyBytes)
+		}
+		res = &PolicyResult{Policy: json.RawMessage(text), Seq: seq}
 		if seq > 0 {
 			if c, err := cur.Canonical(); err == nil && c == text {
 				return nil
 			}
-		} else if p.Empty() {
+		} else if set.Empty() {
 			return nil // no policy and an empty one: nothing changes
 		}
 		r, err := t.append(ctx, chain.Receipt{Kind: chain.KindPolicy, Result: text, Actor: actor, RecordedAt: t.Now()})
 		if err != nil {
 			return err
+		}
+		if !committed && set.Payloads == PayloadsCommitted {
+			switchAt = r.Seq
 		}
 		ref := refOf(&r)
 		res.Seq, res.Changed, res.Receipt = r.Seq, true, &ref
@@ -227,7 +250,11 @@ func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor st
 		return nil, err
 	}
 	if res.Changed {
-		n.policyCommitted(res.Seq, p) // none and read calls see it at once (gatesNoEffect)
+		n.policyCommitted(res.Seq, set) // none and read calls see it at once (gatesNoEffect)
+	}
+	if switchAt > 0 {
+		n.learnSwitch(switchAt, switchAt)
+		n.l.logger.InfoContext(ctx, "namespace switched to committed payloads", "namespace", n.name, "seq", switchAt)
 	}
 	return res, nil
 }
@@ -421,7 +448,7 @@ func (n *Namespace) Approval(ctx context.Context, seq uint64, withInput bool) (*
 		v.Input = in
 		fp, err := Fingerprint([]byte(in))
 		if err == nil {
-			fp, err = n.StoredInputHash(ctx, fp)
+			fp, err = n.hashLike(ctx, fp, ask.InputHash)
 		}
 		ok := err == nil && fp == ask.InputHash
 		v.InputVerified = &ok

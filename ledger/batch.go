@@ -280,13 +280,17 @@ func (t *batchTx) PolicySeq(context.Context) (uint64, error) { return t.at.Polic
 func (t *batchTx) event(name string) { t.events = append(t.events, name) }
 
 // append links r to the head, computes its Merkle leaf's stored hashes
-// and hands both to the driver. In a committed namespace the payload
-// fields are committed first (SPEC §14): the receipt returned carries its
+// and hands both to the driver. In a committed namespace (or part: after
+// a switch) the payload fields are committed first (SPEC §14): the receipt returned carries its
 // values in Open, for the answer.
 func (t *batchTx) append(ctx context.Context, r chain.Receipt) (chain.Receipt, error) {
 	h := t.Head()
 	r.Open = nil
-	if t.n.committed() {
+	committed, err := t.committed(ctx)
+	if err != nil {
+		return r, err
+	}
+	if committed {
 		if o := chain.CommitFields(&r); !o.Empty() {
 			r.Open = &o
 		}

@@ -37,6 +37,9 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 	if a.effect == chain.EffectNone || a.effect == chain.EffectRead {
 		return &ReserveResult{Status: StatusNotRecorded, IdempotencyKey: a.key, KeyGenerated: a.generated}, nil
 	}
+	if err := s.settleInputHash(ctx, a); err != nil {
+		return nil, err
+	}
 	k, found, err := s.Key(ctx, a.key)
 	if err != nil {
 		return nil, err
@@ -54,6 +57,9 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 	}
 	if res, renewed, err := renewExpired(ctx, s, now, keyTTL, a, &k); renewed || err != nil {
 		return res, err
+	}
+	if err := s.inputHashLike(ctx, a, k.InputHash); err != nil {
+		return nil, err
 	}
 	if a.tool != k.Tool || a.effect != k.Effect || (a.inputHash != "" && a.inputHash != k.InputHash) {
 		return nil, &Error{Code: ECodeFingerprintMismatch,

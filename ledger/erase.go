@@ -118,6 +118,10 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 	if err := t.DeleteSubjects(ctx, mac, req.Keys); err != nil {
 		return nil, err
 	}
+	from, committed, err := t.committedFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var cand []uint64
 	keyOf := map[uint64]string{}
 	for _, g := range gens {
@@ -132,7 +136,7 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 				return nil, err
 			}
 			switch {
-			case hasCommitment(r):
+			case committed && r.Seq > from && hasCommitment(r): // after a switch, if any
 				cand = append(cand, r.Seq)
 				keyOf[r.Seq] = key
 			case hasInlinePayload(r):
@@ -246,8 +250,8 @@ func (t *batchTx) appendErase(ctx context.Context, fields map[uint64]chain.Field
 // their key and not final (reserved or interrupted).
 func (t *batchTx) inFlight(ctx context.Context, gens []Generation) ([]Generation, error) {
 	var out []Generation
-	if !t.n.committed() {
-		return nil, nil
+	if c, err := t.committed(ctx); err != nil || !c {
+		return nil, err // an inline namespace's keys end inline
 	}
 	for _, g := range gens {
 		k, found, err := t.Key(ctx, g.Key)
@@ -276,8 +280,8 @@ func (t *batchTx) markPending(ctx context.Context, gens []Generation, eraseSeq u
 // generation, by the erase its pending mark asks for (SPEC §14): in the
 // same transaction, so that its values never stay.
 func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chain.Receipt) error {
-	if !t.n.committed() {
-		return nil // nothing is ever erased, or marked, in an inline namespace
+	if c, err := t.committed(ctx); err != nil || !c {
+		return err // nothing is ever erased, or marked, in an inline namespace
 	}
 	p, err := t.Pending(ctx, k.Key, k.FirstSeq)
 	if err != nil || p == nil {

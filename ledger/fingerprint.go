@@ -58,10 +58,10 @@ func (n *Namespace) FingerprintKey(ctx context.Context) ([]byte, error) {
 }
 
 // StoredInputHash is the input_hash the namespace records for the
-// fingerprint fp: fp itself inline, its keyed form in a committed
-// namespace ("" stays "").
+// fingerprint fp of a new key: fp itself inline, its keyed form in a
+// committed namespace (as last known: Payloads) ("" stays "").
 func (n *Namespace) StoredInputHash(ctx context.Context, fp string) (string, error) {
-	if fp == "" || !n.committed() {
+	if fp == "" || n.Payloads() != PayloadsCommitted {
 		return fp, nil
 	}
 	k, err := n.FingerprintKey(ctx)

@@ -123,6 +123,12 @@ func (s *batchTx) gate(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 	if err != nil {
 		return d, err
 	}
+	if (why == reserveNew || why == reserveRenewal) && kg.first != nil {
+		// An ask made before a switch holds the plain fingerprint.
+		if err := s.inputHashLike(ctx, a, kg.first.InputHash); err != nil {
+			return d, err
+		}
+	}
 	if kg.rejected() { // the refusal quotes the answer's note
 		shown := *kg.answer
 		if err := s.shown(ctx, &shown); err != nil {
@@ -322,16 +328,30 @@ func (s *batchTx) deny(ctx context.Context, now uint64, a *reserveArgs, k *KeyRe
 func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, window uint64) error {
 	last := map[string]*chain.Receipt{}
 	var order []string
-	err := s.RecentOutcomes(ctx, a.tool, a.inputHash, now-min(now, window), func(r *chain.Receipt) bool {
-		if _, ok := last[r.IdempotencyKey]; !ok {
+	collect := func(r *chain.Receipt) bool {
+		prev, ok := last[r.IdempotencyKey]
+		if !ok {
 			order = append(order, r.IdempotencyKey)
 		}
-		c := *r
-		last[r.IdempotencyKey] = &c
+		if !ok || r.Seq > prev.Seq {
+			c := *r
+			last[r.IdempotencyKey] = &c
+		}
 		return true
-	})
+	}
+	// After a switch (SPEC §14) the same input is recorded plain by the
+	// keys reserved before it and keyed by later ones: both count.
+	other, err := s.otherInputHash(ctx, a)
 	if err != nil {
 		return err
+	}
+	for _, h := range []string{a.inputHash, other} {
+		if h == "" {
+			continue
+		}
+		if err := s.RecentOutcomes(ctx, a.tool, h, now-min(now, window), collect); err != nil {
+			return err
+		}
 	}
 	// Every failure in the window must let the reserve through: made by
 	// this execution, or differing from what the request changed.

@@ -132,12 +132,16 @@ func (l *Ledger) CreateNamespace(ctx context.Context, name string, s NamespaceSe
 }
 
 // NamespaceInfo is one namespace, its head, its key_ttl_ms and its
-// payload mode.
+// payload mode in force.
 type NamespaceInfo struct {
 	Name     string
 	Head     Head
 	KeyTTL   uint64 // ms; 0: keys never expire
 	Payloads PayloadMode
+	// SwitchedAt is the seq of the policy receipt that switched the
+	// namespace from inline to committed payloads: the receipts after it
+	// are committed (0: created committed, or inline).
+	SwitchedAt uint64
 }
 
 // Namespaces lists every namespace with its head, by name.
@@ -164,11 +168,11 @@ func (l *Ledger) Namespaces(ctx context.Context) ([]NamespaceInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		mode, err := c.Payloads(ctx)
+		mode, at, err := PayloadsOf(ctx, c)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode})
+		out = append(out, NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode, SwitchedAt: at})
 	}
 	return out, nil
 }
@@ -183,6 +187,9 @@ type Namespace struct {
 	keyTTL   uint64                 // key_ttl_ms, fixed at creation
 	payloads PayloadMode            // fixed at creation (SPEC §14)
 	fpKey    atomic.Pointer[[]byte] // the fingerprint key, once read (fingerprint.go)
+	// sw is what an inline namespace knows of its switch to committed
+	// payloads (payloadswitch.go).
+	sw atomic.Pointer[switchState]
 
 	failLog failLog // spaces the log lines of a batch failure that repeats
 

@@ -27,7 +27,14 @@ func (n *Namespace) Reserve(ctx context.Context, req ReserveRequest) (*ReserveRe
 		err = CheckSubjects(req.Subjects)
 	}
 	if err == nil {
-		a.inputHash, err = n.StoredInputHash(ctx, a.inputHash)
+		// The form recorded is decided under the head lock
+		// (settleInputHash); the keyed one is made here when it will
+		// likely serve.
+		a.fp = a.inputHash
+		if a.fp != "" && n.Payloads() == PayloadsCommitted {
+			a.keyed, err = n.keyedHash(ctx, a.fp)
+			a.inputHash = a.keyed
+		}
 	}
 	if err == nil {
 		a.subjects, err = n.subjectMACs(ctx, req.Subjects)

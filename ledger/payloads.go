@@ -180,11 +180,19 @@ type Audited interface {
 	PayloadReader
 }
 
-// committed reports whether the namespace commits its payloads.
+// committed reports whether the namespace was created committed: all its
+// receipts are.
 func (n *Namespace) committed() bool { return n.payloads == PayloadsCommitted }
 
-// Payloads is the namespace's payload mode.
-func (n *Namespace) Payloads() PayloadMode { return n.payloads }
+// Payloads is the namespace's payload mode in force as last known: the
+// mode it was created with, or committed once it knows of a switch
+// (PayloadsNow reads the chain again).
+func (n *Namespace) Payloads() PayloadMode {
+	if n.knownSwitch() > 0 {
+		return PayloadsCommitted
+	}
+	return n.payloads
+}
 
 // shown attaches their openings to receipts read from the chain, for an
 // answer: each value is checked against its commitment first (a value that
@@ -192,10 +200,25 @@ func (n *Namespace) Payloads() PayloadMode { return n.payloads }
 // receipts are copies: they never go back to a cache.
 func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
 	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) error {
-	if !n.committed() {
+	from, ok := uint64(0), n.committed()
+	if !ok && anyCommitment(rs) { // the receipts after a switch, if any
+		at, err := n.PayloadSwitch(ctx)
+		if err != nil {
+			return err
+		}
+		from, ok = at, at > 0
+	}
+	return n.open(ctx, rs, from, ok, read)
+}
+
+// open attaches their openings to the receipts of rs after from (when ok:
+// the committed part), as shown does.
+func (n *Namespace) open(ctx context.Context, rs []chain.Receipt, from uint64, ok bool,
+	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) error {
+	if !ok {
 		return nil
 	}
-	seq, fault, err := openReceipts(ctx, rs, read)
+	seq, fault, err := openReceipts(ctx, rs, from, read)
 	if fault != nil {
 		return n.payloadTampered(ctx, seq, fault.Field)
 	}
@@ -206,16 +229,17 @@ func (n *Namespace) shown(ctx context.Context, rs []chain.Receipt,
 // the values their payload fields commit to, as the API shows them, for
 // the tools that read a database directly. A value that does not open
 // its commitment is an *Error with ECodeIntegrityError. Receipts of an
-// inline namespace are left as they are.
-func ShowPayloads(ctx context.Context, c PayloadReader, rs []chain.Receipt) error {
+// inline namespace, or of the inline part of a switched one, are left as
+// they are.
+func ShowPayloads(ctx context.Context, c ShownReader, rs []chain.Receipt) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	mode, err := c.Payloads(ctx)
-	if err != nil || mode != PayloadsCommitted {
+	from, ok, err := committedFrom(ctx, c, rs)
+	if err != nil || !ok {
 		return err
 	}
-	seq, fault, err := openReceipts(ctx, rs, c.Openings)
+	seq, fault, err := openReceipts(ctx, rs, from, c.Openings)
 	if fault != nil {
 		return &Error{Code: ECodeIntegrityError,
 			Message: fmt.Sprintf("the %s of receipt %d does not match the commitment the chain recorded for it; `ledgerctl verify` shows what changed", fault.Field.Name(), seq),
@@ -224,14 +248,21 @@ func ShowPayloads(ctx context.Context, c PayloadReader, rs []chain.Receipt) erro
 	return err
 }
 
-// openReceipts attaches the openings read to rs; the first value that does
-// not open its commitment is returned with its seq, and nothing more is
-// attached.
-func openReceipts(ctx context.Context, rs []chain.Receipt,
+// ShownReader is what ShowPayloads reads: the values, the payload mode and
+// the policy receipts (where a switch is).
+type ShownReader interface {
+	PayloadReader
+	PolicyLister
+}
+
+// openReceipts attaches the openings read to the receipts of rs after
+// from; the first value that does not open its commitment is returned
+// with its seq, and nothing more is attached.
+func openReceipts(ctx context.Context, rs []chain.Receipt, from uint64,
 	read func(context.Context, []uint64) (map[uint64]*chain.Opening, error)) (uint64, *chain.PayloadFault, error) {
 	seqs := make([]uint64, 0, len(rs))
 	for i := range rs {
-		if hasCommitment(&rs[i]) {
+		if rs[i].Seq > from && hasCommitment(&rs[i]) {
 			seqs = append(seqs, rs[i].Seq)
 		}
 	}
@@ -244,6 +275,9 @@ func openReceipts(ctx context.Context, rs []chain.Receipt,
 	}
 	for i := range rs {
 		r := &rs[i]
+		if r.Seq <= from {
+			continue // the inline part of a switched namespace
+		}
 		o := open[r.Seq]
 		if o == nil {
 			if hasCommitment(r) {
@@ -272,7 +306,11 @@ func hasCommitment(r *chain.Receipt) bool {
 // shownOne is shown for one receipt read in a batch's transaction.
 func (t *batchTx) shown(ctx context.Context, r *chain.Receipt) error {
 	rs := []chain.Receipt{*r}
-	if err := t.n.shown(ctx, rs, t.Openings); err != nil {
+	from, ok, err := t.committedFrom(ctx)
+	if err != nil {
+		return err
+	}
+	if err := t.n.open(ctx, rs, from, ok, t.Openings); err != nil {
 		return err
 	}
 	*r = rs[0]

@@ -64,6 +64,10 @@ type Policy struct {
 	SelfApproval string       `json:"self_approval,omitempty"`
 	// Retention erases the payloads of finished keys this old (SPEC §14).
 	Retention *Retention `json:"retention,omitempty"`
+	// Payloads "committed" switches an inline namespace, one way, to
+	// committed payloads from the next receipt on (SPEC §14); "" leaves
+	// the mode as it is.
+	Payloads PayloadMode `json:"payloads,omitempty"`
 }
 
 // Retention is the policy's retention member (SPEC §14).
@@ -143,11 +147,18 @@ func ParsePolicy(raw []byte) (*Policy, error) {
 		Rules        []json.RawMessage `json:"rules"`
 		SelfApproval string            `json:"self_approval"`
 		Retention    *Retention        `json:"retention"`
+		Payloads     *string           `json:"payloads"`
 	}
 	if err := decodeStrict(raw, &top, ""); err != nil {
 		return nil, err
 	}
 	p.SelfApproval, p.Retention = top.SelfApproval, top.Retention
+	if top.Payloads != nil {
+		if PayloadMode(*top.Payloads) != PayloadsCommitted {
+			return nil, Invalid("payloads", `payloads can only be "committed": a namespace switches one way, from inline to committed, and never back (docs/privacy.md)`)
+		}
+		p.Payloads = PayloadsCommitted
+	}
 	p.Rules = make([]PolicyRule, len(top.Rules))
 	for i, r := range top.Rules {
 		if err := decodeStrict(r, &p.Rules[i], fmt.Sprintf("rules[%d].", i)); err != nil {
@@ -278,10 +289,10 @@ func (p *Policy) Canonical() (string, error) {
 	return string(c), nil
 }
 
-// Empty reports whether p has no rules, the default self-approval and no
-// retention.
+// Empty reports whether p has no rules, the default self-approval, no
+// retention and no payloads member.
 func (p *Policy) Empty() bool {
-	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow && p.Retention == nil
+	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow && p.Retention == nil && p.Payloads == ""
 }
 
 // GateFor resolves the members that apply to (tool, effect).

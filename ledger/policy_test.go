@@ -50,6 +50,9 @@ func TestPolicy_refusals(t *testing.T) {
 		`{"rules":[{"tool":"x","color":"red"}]}`:         "rules[0].color",
 		`{"rules":[]} {}`:                                "policy",
 		`{"rules":[{"tool":"x","deny":"yes"}]}`:          "rules[0].deny",
+		`{"payloads":"inline"}`:                          "payloads",
+		`{"payloads":"sealed"}`:                          "payloads",
+		`{"payloads":true}`:                              "payloads",
 	} {
 		_, err := ledger.ParsePolicy([]byte(raw))
 		var e *ledger.Error
@@ -120,5 +123,25 @@ func TestPolicy_reconcile(t *testing.T) {
 		var e *ledger.Error
 		require.ErrorAs(t, err, &e, raw)
 		assert.Equal(t, field, e.Details["field"], raw)
+	}
+}
+
+// TestSwitchesPayloads: only a JSON object whose member "payloads" (that
+// exact name) is "committed" switches a namespace (SPEC §14).
+func TestSwitchesPayloads(t *testing.T) {
+	for _, tc := range []struct {
+		desc, text string
+		want       bool
+	}{
+		{"the member", `{"payloads":"committed"}`, true},
+		{"beside others", `{"retention":{"payloads_ms":60000},"payloads":"committed","rules":[]}`, true},
+		{"inline", `{"payloads":"inline"}`, false},
+		{"another name's case", `{"Payloads":"committed"}`, false},
+		{"not a string", `{"payloads":1}`, false},
+		{"omitted", `{"rules":[]}`, false},
+		{"not an object", `["payloads","committed"]`, false},
+		{"not JSON", `payloads: committed`, false},
+	} {
+		assert.Equal(t, tc.want, ledger.SwitchesPayloads(tc.text), tc.desc)
 	}
 }

@@ -237,11 +237,17 @@ func (ns Log) disclose(ctx context.Context, p *tlog.PortableReceipt) error {
 	if ns.Payloads == nil {
 		return nil
 	}
+	r := &p.Receipt
 	mode, err := ns.Payloads.Payloads(ctx)
-	if err != nil || mode != PayloadsCommitted {
+	if err != nil {
 		return err
 	}
-	r := &p.Receipt
+	if mode != PayloadsCommitted {
+		at, _, err := FindPayloadSwitch(ctx, ns.ChainReader, 0)
+		if err != nil || at == 0 || r.Seq <= at {
+			return err // inline, or in the inline part of a switched namespace
+		}
+	}
 	open, err := ns.Payloads.Openings(ctx, []uint64{r.Seq})
 	if err != nil {
 		return fmt.Errorf("read payloads: %w", err)

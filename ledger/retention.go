@@ -23,8 +23,8 @@ const RetentionActor = "ledgerd"
 // Sweep runs one retention sweep. It returns nil when the namespace has
 // no retention in force or nothing had expired.
 func (n *Namespace) Sweep(ctx context.Context) (*EraseResult, error) {
-	if !n.committed() {
-		return nil, nil
+	if mode, _, err := n.PayloadsNow(ctx); err != nil || mode != PayloadsCommitted {
+		return nil, err // an inline namespace has no retention; a switched one sweeps its committed part
 	}
 	var res *EraseResult
 	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {

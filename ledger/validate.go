@@ -63,7 +63,9 @@ type reserveArgs struct {
 	tool       string
 	effect     string
 	idempotent bool
-	inputHash  string
+	inputHash  string // as recorded: fp, or keyed in a committed namespace (SPEC §14)
+	fp         string // the sha256: fingerprint of the request ("" without one)
+	keyed      string // fp's keyed form, once made ("" until then)
 	leaseMS    uint64
 	waitMS     uint64
 	actor      string

@@ -22,6 +22,9 @@ func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 			return errStop
 		}
 		r.gate.add(rc)
+		if r.cc.payloads != nil {
+			r.cc.payloads.learn(rc) // a switch in the trusted prefix
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {

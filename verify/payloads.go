@@ -41,32 +41,39 @@ type payloadChecker struct {
 	// gate knows the policy in force, whose retention a sweep's erase
 	// must keep to.
 	gate *gateChecker
+	// inline: the receipts checked are the inline part of a namespace
+	// created inline, which a policy may switch (payloadswitch.go) at
+	// switchAt.
+	inline       bool
+	switchAt     uint64
+	receiptsOnly bool
 }
 
-// payloadChecker returns the checker of the ledger's payloads, or nil for
-// an inline namespace. A payload mode the verifier does not know is an
-// error wrapping ledger.ErrUnsupported.
+// payloadChecker returns the checker of the ledger's payloads: of a
+// committed namespace, or of an inline one, whose part after a switch is
+// committed. A payload mode the verifier does not know is an error
+// wrapping ledger.ErrUnsupported.
 func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint64) (*payloadChecker, error) {
 	mode, err := v.mode(ctx)
 	if err != nil {
 		return nil, err
 	}
 	switch mode {
-	case ledger.PayloadsInline:
-		return nil, nil
-	case ledger.PayloadsCommitted:
+	case ledger.PayloadsInline, ledger.PayloadsCommitted:
 	default:
 		return nil, fmt.Errorf("payload mode %q: %w", mode, ledger.ErrUnsupported)
 	}
-	p := &payloadChecker{ctx: ctx, col: col, db: v.db, expect: map[uint64][]erasedField{}}
+	p := &payloadChecker{ctx: ctx, col: col, db: v.db, expect: map[uint64][]erasedField{},
+		inline: mode == ledger.PayloadsInline, receiptsOnly: v.opts.ReceiptsOnly}
 	if v.rows != nil {
 		// A database without its payload table (a copy of the receipts
-		// alone): payloads_absent, unless the chain alone is asked for.
+		// alone): payloads_absent where a committed part starts, unless
+		// the chain alone is asked for.
 		err := v.rows(ctx, math.MaxInt64, func(uint64, *chain.Opening) error { return nil })
 		switch {
 		case errors.Is(err, ledger.ErrNoPayloadTable):
 			p.absent, p.db = true, nil
-			if !v.opts.ReceiptsOnly {
+			if !v.opts.ReceiptsOnly && !p.inline {
 				col.addf(from, RulePayloadsAbsent, "the namespace is committed, and the database has no payload table: its values cannot be checked (--receipts-only checks the chain alone)")
 			}
 			return p, nil
@@ -167,6 +174,10 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 	if p == nil {
 		return r
 	}
+	if p.inline {
+		p.checkInline(r)
+		return r
+	}
 	p.last = r.Seq
 	o := r.Open
 	if p.next != nil {
@@ -261,6 +272,8 @@ func (p *payloadChecker) checkErase(r *chain.Receipt) {
 			bad("its set does not match its stored ranges")
 		case len(ranges) > 0 && ranges[len(ranges)-1][1] >= r.Seq:
 			bad("a range reaches its own seq")
+		case len(ranges) > 0 && ranges[0][0] <= p.switchAt:
+			bad("it lists receipt %d, of the inline part (up to the switch at %d)", ranges[0][0], p.switchAt)
 		case chain.RangesCount(ranges) != res.Count:
 			bad("count %d, but its ranges hold %d receipts", res.Count, chain.RangesCount(ranges))
 		}
@@ -304,6 +317,9 @@ func (v *Verifier) opener(ctx context.Context, r *run) func(*chain.Receipt) (*ch
 		return nil
 	}
 	return func(rc *chain.Receipt) (*chain.Receipt, error) {
+		if !mayHoldValues(rc) {
+			return rc, nil // inline, or nothing committed
+		}
 		open, err := v.db.Openings(ctx, []uint64{rc.Seq})
 		if err != nil {
 			return nil, fmt.Errorf("read the values of receipt %d: %w", rc.Seq, err)

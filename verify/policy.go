@@ -73,6 +73,11 @@ func parsePolicy(text string) (*gatePolicy, error) {
 			p.rules, err = parseRules(raw)
 		case "self_approval":
 			p.allowSelfApproval, err = parseSelfApproval(raw)
+		case "payloads": // SPEC §14: switches an inline namespace, one way (payloadswitch.go)
+			var mode string
+			if err = strictUnmarshal(string(raw), &mode); err == nil && mode != "committed" {
+				err = fmt.Errorf("payloads %q: a namespace switches one way, to committed, never back", mode)
+			}
 		case "retention": // SPEC §14: checked by the retention erasures' rules
 			var r struct {
 				PayloadsMS uint64 `json:"payloads_ms"`

@@ -86,15 +86,16 @@ func (s Server) KeyTTL(ctx context.Context) (uint64, error) {
 	return n.KeyTTLMS, nil
 }
 
-// Payloads returns the payload mode of the client's namespace as GET
-// /v1/namespaces lists it (SPEC §14); a server before v1.4 lists none:
-// inline.
+// Payloads returns the payload mode the client's namespace was created
+// with, from GET /v1/namespaces (SPEC §14): a namespace a policy switched
+// (committed_after) was created inline, and the verifier finds the switch
+// on the chain. A server before v1.4 lists none: inline.
 func (s Server) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
 	n, err := s.namespace(ctx)
 	if err != nil {
 		return "", fmt.Errorf("payload mode: %w", err)
 	}
-	if n.Payloads == "" {
+	if n.Payloads == "" || n.CommittedAfter > 0 {
 		return ledger.PayloadsInline, nil
 	}
 	return ledger.PayloadMode(n.Payloads), nil

@@ -237,7 +237,7 @@ func (r *run) report(maxViolations int) *Report {
 		ViolationsTotal:   r.chainCol.total + r.stateCol.total,
 		Unsupported:       r.chainCol.unsupported + r.stateCol.unsupported,
 		Checked:           r.cc.checked,
-		PayloadsUnchecked: r.cc.payloads != nil && r.cc.payloads.absent,
+		PayloadsUnchecked: r.cc.payloads.unchecked(),
 		Audit:             audit,
 	}
 }

@@ -156,8 +156,12 @@ func createNamespaceDB(ctx context.Context, env *Env, dsn, name string, st ledge
 
 // namespaceJSON is a namespace as the API and --json show it.
 func namespaceJSON(n ledger.NamespaceInfo) map[string]any {
-	return map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()},
+	out := map[string]any{"name": n.Name, "head": map[string]any{"seq": n.Head.Seq, "hash": n.Head.Hash.String()},
 		"key_ttl_ms": n.KeyTTL, "payloads": n.Payloads}
+	if n.SwitchedAt > 0 {
+		out["committed_after"] = n.SwitchedAt
+	}
+	return out
 }
 
 func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
@@ -167,7 +171,9 @@ func (c *NamespaceCommand) list(ctx context.Context, args []string) error {
 
 Lists the namespaces by name, "default" included, with their heads (SEQ:HASH,
 the form verify --expect-head takes), their key lifetimes (KEY_TTL, "-" for
-keys that never expire) and payload modes (PAYLOADS: inline or committed).
+keys that never expire) and payload modes (PAYLOADS: inline or committed;
+"committed after S" for a namespace a policy switched from inline at seq S,
+whose receipts up to S stay inline).
 Through --server a token limited to namespaces sees only those.`,
 		`  ledgerctl namespace list --db ledger.db
   ledgerctl namespace list --server http://127.0.0.1:8080 --json
@@ -204,7 +210,11 @@ Through --server a token limited to namespaces sees only those.`,
 		if n.KeyTTL != 0 {
 			ttl = ledger.MsDuration(n.KeyTTL).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.Name, n.Head.Seq, n.Head.Hash, ttl, n.Payloads)
+		mode := string(n.Payloads)
+		if n.SwitchedAt > 0 {
+			mode = fmt.Sprintf("%s after %d", mode, n.SwitchedAt)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", n.Name, n.Head.Seq, n.Head.Hash, ttl, mode)
 	}
 	return tw.Flush()
 }
@@ -236,11 +246,11 @@ func listNamespacesDB(ctx context.Context, env *Env, dsn string) ([]ledger.Names
 		if err != nil {
 			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: key ttl: %w", name, err))
 		}
-		mode, err := ch.Payloads(ctx)
+		mode, at, err := ledger.PayloadsOf(ctx, ch)
 		if err != nil {
 			return nil, storage.RedactError(dsn, fmt.Errorf("namespace %s: payload mode: %w", name, err))
 		}
-		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode})
+		out = append(out, ledger.NamespaceInfo{Name: name, Head: h, KeyTTL: ttl, Payloads: mode, SwitchedAt: at})
 	}
 	return out, nil
 }

@@ -196,7 +196,7 @@ func namespaceInfo(n client.NamespaceInfo) (ledger.NamespaceInfo, error) {
 		return ledger.NamespaceInfo{}, fmt.Errorf("namespace %s: head: %w", n.Name, err)
 	}
 	return ledger.NamespaceInfo{Name: n.Name, Head: ledger.Head{Seq: n.Head.Seq, Hash: h}, KeyTTL: n.KeyTTLMS,
-		Payloads: ledger.PayloadMode(n.Payloads)}, nil
+		Payloads: ledger.PayloadMode(n.Payloads), SwitchedAt: n.CommittedAfter}, nil
 }
 
 // unixMS is t in unix milliseconds, 0 for the zero time.

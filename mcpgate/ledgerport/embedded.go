@@ -137,11 +137,15 @@ func (l embedded) Reconcile(ctx context.Context, key string, r client.Reconciled
 // DerivationKey answers from the namespace: its payload mode and its
 // fingerprint key, which it keeps once read.
 func (l embedded) DerivationKey(ctx context.Context) (*client.DerivationKey, error) {
+	mode, _, err := l.ns.PayloadsNow(ctx)
+	if err != nil {
+		return nil, embeddedError("read the payload mode", err)
+	}
 	key, err := l.ns.FingerprintKey(ctx)
 	if err != nil {
 		return nil, embeddedError("read the derivation key", err)
 	}
-	return &client.DerivationKey{Payloads: string(l.ns.Payloads()), Key: key}, nil
+	return &client.DerivationKey{Payloads: string(mode), Key: key}, nil
 }
 
 // embeddedError turns the domain's errors into the client's: a contract

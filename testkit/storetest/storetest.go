@@ -206,6 +206,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("OpenKeys", func(t *testing.T) { testOpenKeys(t, f) })
 	t.Run("Approvals", func(t *testing.T) { RunApprovals(t, f) })
 	t.Run("StateKey", func(t *testing.T) { testStateKey(t, f) })
+	t.Run("PayloadSwitch", func(t *testing.T) { RunPayloadSwitch(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last

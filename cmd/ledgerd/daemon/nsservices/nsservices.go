@@ -67,7 +67,8 @@ type Config struct {
 	ScanEvery time.Duration
 
 	// RetentionEvery is how often each namespace's payload retention is
-	// swept (SPEC §14; 0: never). Every replica sweeps: a sweep runs under
+	// swept (SPEC §14; 0: never), once it is committed (created so, or
+	// switched by a policy since). Every replica sweeps: a sweep runs under
 	// the namespace's head lock, so a second one at once finds nothing.
 	RetentionEvery time.Duration
 }
@@ -171,7 +172,9 @@ func (s *Services) scan(ctx context.Context) error {
 // start starts the services of namespace n.
 func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.cfg.Logger.With("namespace", n.Name())
-	if s.cfg.RetentionEvery > 0 && n.Payloads() == ledger.PayloadsCommitted {
+	if s.cfg.RetentionEvery > 0 {
+		// Every namespace: an inline one's sweep only reads whether a
+		// policy has switched it to committed payloads since (SPEC §14).
 		s.mu.Lock()
 		s.running[n.Name()] = true
 		s.mu.Unlock()
