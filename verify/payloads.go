@@ -80,6 +80,11 @@ func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint
 		case err != nil:
 			return nil, err
 		}
+		if from > 0 { // an incremental run: the trusted part's rows too
+			if err := p.checkTrustedRows(ctx, v.rows, from); err != nil {
+				return nil, err
+			}
+		}
 		p.next, p.stop = iter.Pull2(func(yield func(uint64, *chain.Opening) bool) {
 			err := v.rows(ctx, from, func(seq uint64, o *chain.Opening) error {
 				if !yield(seq, o) {

@@ -205,3 +205,44 @@ func TestVerifier_retentionErase(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifier_incrementalScansEveryPayloadRow: an incremental run trusts
+// the receipts up to its pinned head, not their values (SPEC §14:
+// --incremental still scans every payload row): a value edited, or put
+// in a field the chain holds empty, before the pin is found.
+func TestVerifier_incrementalScansEveryPayloadRow(t *testing.T) {
+	base := buildCommitted(t)
+	unguard := []string{`DROP TRIGGER ns_payloads_erase_only`}
+	for _, tc := range []struct {
+		desc  string
+		steps []string
+		want  []string
+	}{
+		{"intact", nil, nil},
+		{"a value edited before the pin", []string{`UPDATE ns_payloads SET result = '{"to":"Joe"}' WHERE rid = ` + rid("2")},
+			[]string{verify.RulePayloadMismatch}},
+		{"a value kept for a field the chain has empty, before the pin", []string{`UPDATE ns_payloads SET note = 'x', note_salt = randomblob(16) WHERE rid = ` + rid("4")},
+			[]string{verify.RulePayloadUnexpected}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tampered.db")
+			testkit.CopyFile(t, base, path)
+			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			require.NoError(t, err)
+			head, err := rd.ReadHead(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, rd.Close())
+			if len(tc.steps) > 0 {
+				tamper(t, path, tamperCase{Steps: stepsOf(append(unguard, tc.steps...))})
+			}
+			rd, err = sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			require.NoError(t, err)
+			defer rd.Close()
+			pin := &verify.Pin{Seq: head.Seq, Hash: head.Hash.String()}
+			rep, err := verify.New(rd, verify.Opts{Pinned: pin, Incremental: true}).Check(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, uint64(0), rep.Checked, "nothing after the pin is rehashed")
+			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
+		})
+	}
+}
