@@ -322,6 +322,14 @@ func TestVerifier_gateTamper(t *testing.T) {
 			c.rs[14].Result = `{"rules":[{"approval":"sometimes","tool":"payments.*"}]}`
 			return 15
 		}},
+		{verify.RuleUnsupported, "a policy member this verifier does not know", func(c *gateChain) uint64 {
+			c.rs[14].Result = `{"rules":[{"approval":"required","quorum":2,"tool":"payments.*"}]}`
+			return 15
+		}},
+		{verify.RuleUnsupported, "a top-level policy member this verifier does not know", func(c *gateChain) uint64 {
+			c.rs[14].Result = `{"budget":{"per_day":10},"rules":[{"approval":"required","tool":"payments.*"}]}`
+			return 15
+		}},
 		{verify.RuleNotAppliedWithRef, "a not_applied failure with a downstream reference", func(c *gateChain) uint64 {
 			c.rs[4].Outcome, c.rs[4].Retryable, c.rs[4].ExternalRef = chain.OutcomeNotApplied, false, "ch_1"
 			return 5

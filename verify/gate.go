@@ -2,6 +2,7 @@ package verify
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -125,6 +126,11 @@ func (g *gateChecker) add(r *chain.Receipt) {
 // text does not parse).
 func (g *gateChecker) setPolicy(r *chain.Receipt) {
 	p, err := parsePolicy(r.Result)
+	if errors.Is(err, errUnknownMember) {
+		g.violation(r, RuleUnsupported, "the policy has a member this verifier does not know (%v): a newer ledger wrote it, or it was altered; the reserves under it cannot be checked (a newer ledgerctl may)", err)
+		g.policy, g.unknown = nil, true
+		return
+	}
 	if err != nil {
 		g.violation(r, RulePolicyUnknown, "the policy's text does not parse (%v): the reserves under it cannot be checked", err)
 		g.policy, g.unknown = nil, true

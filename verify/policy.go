@@ -57,6 +57,11 @@ type gateRule struct {
 	reconcile    bool
 }
 
+// errUnknownMember: a policy member (of the policy, a rule or a rule's
+// reconcile) this verifier does not know — a newer ledger's, SPEC §14:
+// unsupported (exit 2), not policy_unknown.
+var errUnknownMember = errors.New("unknown member")
+
 // parsePolicy parses a policy receipt's result. Unknown members, values
 // of the wrong type and bad globs are errors: the verifier cannot check a
 // policy it does not understand.
@@ -85,7 +90,7 @@ func parsePolicy(text string) (*gatePolicy, error) {
 			err = strictUnmarshal(string(raw), &r)
 			p.retentionMS = r.PayloadsMS
 		default:
-			err = fmt.Errorf("unknown member %q", name)
+			err = fmt.Errorf("%w %q", errUnknownMember, name)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("policy: %w", err)
@@ -187,7 +192,7 @@ func (r *policyRule) set(name string, raw json.RawMessage) error {
 	case "reconcile":
 		return r.setReconcile(raw)
 	}
-	return errors.New("unknown member")
+	return errUnknownMember
 }
 
 // setReconcile takes {"allow": bool, "settle_ms": N} (SPEC §15); both
@@ -210,7 +215,7 @@ func (r *policyRule) setReconcile(raw json.RawMessage) error {
 			var ms uint64
 			err = parseMS(v, &ms)
 		default:
-			err = errors.New("unknown member")
+			err = errUnknownMember
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
