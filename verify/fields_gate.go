@@ -106,15 +106,26 @@ func checkChanged(bad func(string, ...any), note string) {
 // outcome, attempt 0, a reason in note (the result's set is checked
 // against the stored ranges by the payload checks).
 func checkEraseFields(bad func(string, ...any), r *chain.Receipt) {
+	checkKeyless(bad, r, true)
+	checkText(bad, "note", r.Note, ledger.MaxEraseReason)
+}
+
+// checkKeyless checks what a keyless receipt of the erase, key and prune
+// kinds leaves empty: every field of a key and an effect, the failure
+// fields, attempt, lease, ref_seq and both flags, and the note unless
+// withNote. Their result is checked by the kind's own parser.
+func checkKeyless(bad func(string, ...any), r *chain.Receipt, withNote bool) {
 	for _, f := range [...]struct{ name, v string }{
 		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
 		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
 	} {
 		notOn(bad, r.Kind, f.name, f.v)
 	}
+	if !withNote {
+		notOn(bad, r.Kind, "note", r.Note)
+	}
 	noFailure(bad, r.Kind, r)
 	if r.Attempt != 0 || r.LeaseExpiresAt != 0 || r.RefSeq != 0 || r.KeyGenerated || r.Idempotent {
-		bad("erase with an attempt, lease, ref_seq, key_generated or idempotent")
+		bad("%s with an attempt, lease, ref_seq, key_generated or idempotent", r.Kind)
 	}
-	checkText(bad, "note", r.Note, ledger.MaxEraseReason)
 }

@@ -14,17 +14,7 @@ const RuleKeyRotationConflict = "key_rotation_conflict"
 // only kind, result (its RFC 8785 {"retires", "vkey"}), actor and
 // recorded_at are set (SPEC §2.1, §9.2).
 func checkKeyReceiptFields(bad func(string, ...any), r *chain.Receipt) {
-	for _, f := range [...]struct{ name, v string }{
-		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
-		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
-		{"note", r.Note},
-	} {
-		notOn(bad, r.Kind, f.name, f.v)
-	}
-	noFailure(bad, r.Kind, r)
-	if r.Attempt != 0 || r.LeaseExpiresAt != 0 || r.RefSeq != 0 || r.KeyGenerated || r.Idempotent {
-		bad("key with an attempt, lease, ref_seq, key_generated or idempotent")
-	}
+	checkKeyless(bad, r, false)
 	if _, err := chain.ParseKeyResult(r.Result); err != nil {
 		bad("key receipt: %v", err)
 	}

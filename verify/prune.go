@@ -8,17 +8,7 @@ import (
 // (SPEC §16): attempt 0 and nothing else but an actor; pruneRanges checks
 // the result.
 func checkPruneFields(bad func(string, ...any), r *chain.Receipt) {
-	for _, f := range [...]struct{ name, v string }{
-		{"idempotency_key", r.IdempotencyKey}, {"execution_id", r.ExecutionID}, {"tool", r.Tool},
-		{"effect", r.Effect}, {"input_hash", r.InputHash}, {"outcome", r.Outcome}, {"external_ref", r.ExternalRef},
-		{"note", r.Note},
-	} {
-		notOn(bad, r.Kind, f.name, f.v)
-	}
-	noFailure(bad, r.Kind, r)
-	if r.Attempt != 0 || r.LeaseExpiresAt != 0 || r.RefSeq != 0 || r.KeyGenerated || r.Idempotent {
-		bad("prune with an attempt, lease, ref_seq, key_generated or idempotent")
-	}
+	checkKeyless(bad, r, false)
 }
 
 // pruneRanges follows the chain's prune receipts: each prunes the range
