@@ -47,6 +47,7 @@ type payloadChecker struct {
 	inline       bool
 	switchAt     uint64
 	receiptsOnly bool
+	ttl          uint64 // the namespace's key_ttl_ms, for the generations of retention erases
 }
 
 // payloadChecker returns the checker of the ledger's payloads: of a
@@ -65,6 +66,9 @@ func (v *Verifier) payloadChecker(ctx context.Context, col *collector, from uint
 	}
 	p := &payloadChecker{ctx: ctx, col: col, db: v.db, expect: map[uint64][]erasedField{},
 		inline: mode == ledger.PayloadsInline, receiptsOnly: v.opts.ReceiptsOnly}
+	if p.ttl, err = v.keyTTL(ctx); err != nil {
+		return nil, err
+	}
 	if v.rows != nil {
 		// A database without its payload table (a copy of the receipts
 		// alone): payloads_absent where a committed part starts, unless
@@ -361,4 +365,5 @@ func (p *payloadChecker) checkRetention(r *chain.Receipt, ranges []chain.Range) 
 		p.col.addf(r.Seq, RuleEraseInvalid, "a retention erase lists receipt %d, recorded less than the %d ms the retention in force keeps payloads",
 			last, ms)
 	}
+	p.checkRetentionKeys(r, ranges)
 }

@@ -2,6 +2,7 @@ package verify_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/effect-ledger/effect-ledger/api"
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/testkit"
@@ -245,4 +247,57 @@ func TestVerifier_incrementalScansEveryPayloadRow(t *testing.T) {
 			assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
 		})
 	}
+}
+
+// TestVerifier_retentionEraseOfKeyInFlight: a retention sweep erases the
+// values of finished keys only (SPEC §14). A sweep's erase forged to list
+// the not_applied outcome of a key that was reserved again — in flight
+// when the sweep ran — is erase_invalid, though its set, count and the
+// payload marks agree with the forged ranges.
+func TestVerifier_retentionEraseOfKeyInFlight(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db := ledgertest.Open(t, ledgertest.WithPath(path), ledgertest.WithStore(sqlite.Options{Payloads: ledger.PayloadsCommitted}))
+	ctx := context.Background()
+	_, err := db.SetPolicy(ctx, json.RawMessage(`{"retention":{"payloads_ms":60000}}`), "admin") // 1
+	require.NoError(t, err)
+	a := testkit.MustReserve(t, db, testkit.ReserveReq("pay-key-0001", "exec-1"))                              // 2
+	testkit.MustCommit(t, db, testkit.Succeed("pay-key-0001", a.Reservation))                                  // 3
+	b := testkit.MustReserve(t, db, testkit.ReserveReq("pay-key-0002", "exec-1"))                              // 4
+	testkit.MustCommit(t, db, ledger.CommitRequest{IdempotencyKey: "pay-key-0002", Reservation: b.Reservation, // 5
+		Outcome: chain.OutcomeNotApplied, Error: &ledger.FailureDetail{Code: "DECLINED", Message: "card declined"}})
+	testkit.MustReserve(t, db, testkit.ReserveReq("pay-key-0002", "exec-2")) // 6: in flight again
+	db.Clock.Advance(61 * time.Second)
+	swept, err := db.Sweep(ctx) // 7: erases 3 only
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), swept.Receipt.Seq)
+	require.Equal(t, uint64(1), swept.Count)
+	require.NoError(t, db.Close())
+
+	intact := func(path string) []string {
+		rd, err := sqlite.OpenReader(ctx, path, sqlite.Options{})
+		require.NoError(t, err)
+		defer rd.Close()
+		rep, err := verify.New(rd, verify.Opts{}).Check(ctx)
+		require.NoError(t, err)
+		return rules(rep)
+	}
+	require.Empty(t, intact(path), "the sweep as the ledger made it")
+
+	var saltBytes []byte
+	testkit.EditLedger(t, path, func(sdb *sql.DB) {
+		require.NoError(t, sdb.QueryRow(`SELECT salt FROM ns_erasures WHERE ns = 0 AND seq = 7`).Scan(&saltBytes))
+	})
+	salt, err := chain.SaltFromBytes(saltBytes)
+	require.NoError(t, err)
+	ranges := []chain.Range{{3, 3}, {5, 5}}
+	res := chain.EraseResult{Set: chain.SetDigest(salt, ranges), Count: 2, Fields: chain.AllFields.Names(), Retention: true}
+	steps := stepsOf([]string{
+		`DROP TRIGGER ns_payloads_erase_only`, `DROP TRIGGER ns_erasures_fixed`,
+		`UPDATE ns_erasures SET ranges = '` + chain.RangesText(ranges) + `' WHERE ns = 0 AND seq = 7`,
+		`UPDATE ns_payloads SET error_message = NULL, error_message_salt = NULL, error_message_erased = 7 WHERE rid = ` + rid("5"),
+		`UPDATE ns_receipts SET result = '` + res.Text() + `' WHERE ns = 0 AND seq = 7`,
+	})
+	steps[len(steps)-1].RehashFrom = 7
+	tamper(t, path, tamperCase{Steps: steps})
+	assert.Equal(t, []string{verify.RuleEraseInvalid}, intact(path))
 }
