@@ -39,13 +39,9 @@ func (c *CheckProofCommand) Run(_ context.Context, args []string) error {
 	if !ledger.ValidNamespace(*ns) {
 		return usageErr(fs, c.Env, "--namespace %q: names are 1–64 bytes of a-z 0-9 . _ -", *ns)
 	}
-	var vs []note.Verifier
-	for _, k := range vkeys {
-		v, err := readVerifier(k, tlog.NewVerifier)
-		if err != nil {
-			return usageErr(fs, c.Env, "--vkey: %v", err)
-		}
-		vs = append(vs, v)
+	vs, err := verifiers(fs, c.Env, vkeys)
+	if err != nil {
+		return err
 	}
 	witnesses, need, err := c.witnesses(fs, witnessKeys, *quorum)
 	if err != nil {

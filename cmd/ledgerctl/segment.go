@@ -137,15 +137,12 @@ func (c *VerifyCommand) verifySegment(fs *flag.FlagSet, asJSON bool, path string
 	return &ViolationsError{Count: 1}
 }
 
-// verifiers parses --vkey values (keys or files holding them).
+// verifiers parses --vkey values (keys or files holding them): a usage
+// error names the one that does not parse.
 func verifiers(fs *flag.FlagSet, env *Env, vkeys listFlag) ([]note.Verifier, error) {
 	var vs []note.Verifier
 	for _, s := range vkeys {
-		text, err := readKeyText(s)
-		var v note.Verifier
-		if err == nil {
-			v, err = tlog.NewVerifier(text)
-		}
+		v, err := readVerifier(s, tlog.NewVerifier)
 		if err != nil {
 			return nil, usageErr(fs, env, "--vkey: %v", err)
 		}
