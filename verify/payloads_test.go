@@ -83,16 +83,7 @@ func TestVerifier_payloadTamper(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "tampered.db")
-			testkit.CopyFile(t, base, path)
-			if len(tc.steps) > 0 {
-				steps := append(stepsOf(unguard), stepsOf(tc.steps)...)
-				if tc.rehash > 0 {
-					steps = append(steps, stepsOf([]string{""})...)
-					steps[len(steps)-1].RehashFrom = tc.rehash
-				}
-				tamper(t, path, tamperCase{Steps: steps})
-			}
+			path := tamperedCopy(t, base, unguard, tc.steps, tc.rehash)
 			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 			require.NoError(t, err)
 			defer rd.Close()
@@ -113,6 +104,26 @@ func TestVerifier_payloadTamper(t *testing.T) {
 			assert.ElementsMatch(t, tc.want, rules(rep), "online: %+v", rep.Violations)
 		})
 	}
+}
+
+// tamperedCopy is a copy of the ledger at base with the SQL steps applied
+// after the unguard statements and, when rehash is not 0, the chain
+// recomputed from that seq, as a forger would (tamper); with no steps, an
+// intact copy.
+func tamperedCopy(t *testing.T, base string, unguard, steps []string, rehash uint64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tampered.db")
+	testkit.CopyFile(t, base, path)
+	if len(steps) == 0 {
+		return path
+	}
+	all := append(stepsOf(unguard), stepsOf(steps)...)
+	if rehash > 0 {
+		all = append(all, stepsOf([]string{""})...)
+		all[len(all)-1].RehashFrom = rehash
+	}
+	tamper(t, path, tamperCase{Steps: all})
+	return path
 }
 
 func stepsOf(sqls []string) []struct {
@@ -227,16 +238,12 @@ func TestVerifier_incrementalScansEveryPayloadRow(t *testing.T) {
 			[]string{verify.RulePayloadUnexpected}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "tampered.db")
-			testkit.CopyFile(t, base, path)
-			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
+			rd, err := sqlite.OpenReader(context.Background(), base, sqlite.Options{})
 			require.NoError(t, err)
 			head, err := rd.ReadHead(context.Background())
 			require.NoError(t, err)
 			require.NoError(t, rd.Close())
-			if len(tc.steps) > 0 {
-				tamper(t, path, tamperCase{Steps: stepsOf(append(unguard, tc.steps...))})
-			}
+			path := tamperedCopy(t, base, unguard, tc.steps, 0)
 			rd, err = sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 			require.NoError(t, err)
 			defer rd.Close()

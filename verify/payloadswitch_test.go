@@ -76,16 +76,7 @@ func TestVerifier_payloadSwitchTamper(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.desc, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "tampered.db")
-			testkit.CopyFile(t, base, path)
-			if len(tc.steps) > 0 {
-				steps := append(stepsOf(unguard), stepsOf(tc.steps)...)
-				if tc.rehash > 0 {
-					steps = append(steps, stepsOf([]string{""})...)
-					steps[len(steps)-1].RehashFrom = tc.rehash
-				}
-				tamper(t, path, tamperCase{Steps: steps})
-			}
+			path := tamperedCopy(t, base, unguard, tc.steps, tc.rehash)
 			rd, err := sqlite.OpenReader(context.Background(), path, sqlite.Options{})
 			require.NoError(t, err)
 			defer rd.Close()
