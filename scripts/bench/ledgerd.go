@@ -58,6 +58,16 @@ feed:
 	return prefixes, err
 }
 
+// switchCommitted switches the default namespace to committed payloads
+// by policy (SPEC §14's one-way switch).
+func switchCommitted(url string) error {
+	st, b, err := call(newClient(1), "PUT", url+"/v1/namespaces/default/policy", []byte(`{"payloads":"committed"}`))
+	if err != nil || st != http.StatusOK {
+		return fmt.Errorf("switch to committed payloads: %d %v %s", st, err, b)
+	}
+	return nil
+}
+
 // prefilled copies a generated ledger of n receipts and its key index to
 // path, generating both once into the temp directory (the files
 // BenchmarkDB_PairsRandom uses).

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -69,7 +70,8 @@ func run(ctx context.Context, args []string) error {
 		rep.Results = append(rep.Results, r)
 	}
 	if o.rounds > 0 {
-		rep.Rounds = summarizeRounds(rep.Results, o.namespaces)
+		a, b := o.variants()
+		rep.Rounds = summarizeRounds(rep.Results, a.label, b.label)
 	}
 	if o.asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -93,6 +95,7 @@ type options struct {
 	backends, withBaselines bool
 	postgres                bool
 	rounds                  int
+	payloads                bool
 }
 
 func parseOptions(args []string) (options, error) {
@@ -108,7 +111,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.namespaces, "namespaces", 1, "spread the clients' requests evenly over this many namespaces of the one ledgerd (default, ns-2, ns-3, …; created through the API)")
 	fs.IntVar(&o.registered, "registered", 0, "create this many namespaces in all (at least --namespaces; the load goes to the first --namespaces of them), then restart ledgerd and report its start-up time")
 	fs.IntVar(&o.prefill, "prefill", 0, "run each mode on a copy of a ledger that already holds this many receipts (UUID-like keys and execution ids, generated once and cached in the temp directory, shared with the Go benchmarks)")
-	fs.IntVar(&o.rounds, "rounds", 0, "with --namespaces N: run this many rounds, each one namespace and N (a fresh ledger each; one namespace first in odd rounds, last in even ones), and print the median of each and of the rounds' ratios N:1 (a noisy machine's speed drifts between runs: compare within rounds)")
+	fs.IntVar(&o.rounds, "rounds", 0, "with --namespaces N: run this many rounds, each one namespace and N (a fresh ledger each; one namespace first in odd rounds, last in even ones), and print the median of each and of the rounds' ratios N:1 (a noisy machine's speed drifts between runs: compare within rounds); with --payloads, each round runs inline and committed instead")
+	fs.BoolVar(&o.payloads, "payloads", false, "with --rounds: compare payload modes, inline against committed (the default namespace and the created ones; on a --prefill ledger, committed switches it by policy first)")
 	fs.BoolVar(&o.postgres, "postgres", false, "run the modes on PostgreSQL (a throwaway cluster, fsync on, a fresh database per mode) instead of a SQLite file")
 	fs.BoolVar(&o.backends, "backends", false, "only the storage matrix: ledgerd on SQLite and on PostgreSQL (1 and 2 replicas) with 1 and 16 namespaces, pairs mode, and the hand-built PostgreSQL idempotency tables with pgbench, on one throwaway cluster (fsync on)")
 	fs.BoolVar(&o.withBaselines, "baselines", false, "also measure, in the same run with the same client, an HTTP idempotency service on Redis and raw Redis pairs (appendfsync always; installs redis-server from Debian's packages when run as root), and the hand-built PostgreSQL idempotency tables, unchained and chained, with pgbench on a throwaway cluster (fsync on)")
@@ -127,8 +131,11 @@ func parseOptions(args []string) (options, error) {
 	if o.rounds < 0 {
 		return options{}, fmt.Errorf("--rounds must not be negative, not %d", o.rounds)
 	}
-	if o.rounds > 0 && (o.namespaces < 2 || o.registered != 0 || o.backends || o.withBaselines || *mode == "all") {
-		return options{}, errors.New("--rounds compares one namespace with --namespaces N (at least 2) in one --mode, without --registered, --backends or --baselines")
+	if o.payloads && o.rounds == 0 {
+		return options{}, errors.New("--payloads compares payload modes in --rounds: give --rounds K")
+	}
+	if o.rounds > 0 && ((o.namespaces < 2 && !o.payloads) || o.registered != 0 || o.backends || o.withBaselines || *mode == "all") {
+		return options{}, errors.New("--rounds compares one namespace with --namespaces N (at least 2), or inline with committed (--payloads), in one --mode, without --registered, --backends or --baselines")
 	}
 	if o.registered != 0 && o.registered < o.namespaces {
 		return options{}, fmt.Errorf("--registered (%d) must be at least --namespaces (%d)", o.registered, o.namespaces)
@@ -179,28 +186,29 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 			continue
 		}
 		if o.rounds > 0 {
+			a, b := o.variants()
 			for r := 1; r <= o.rounds; r++ {
-				// One namespace first in odd rounds, last in even ones: an
-				// effect of the order cancels out. pair is (1, N) either way.
-				counts, order := [2]int{1, o.namespaces}, [2]int{0, 1}
+				// The first variant first in odd rounds, last in even ones:
+				// an effect of the order cancels out. pair is (a, b) either way.
+				vs, order := [2]variant{a, b}, [2]int{0, 1}
 				if r%2 == 0 {
 					order = [2]int{1, 0}
 				}
 				var pair [2]Result
 				for _, i := range order {
-					n := counts[i]
-					res, err := o.runMode(ctx, dir, pg, m, n, fmt.Sprintf("r%d_%d", r, n))
+					v := vs[i]
+					res, err := o.runMode(ctx, dir, pg, m, v, fmt.Sprintf("r%d_%s", r, v.tag))
 					if err != nil {
 						return nil, err
 					}
-					res.Mode = fmt.Sprintf("%s, %d ns, round %d", m, n, r)
+					res.Mode = fmt.Sprintf("%s, %s, round %d", m, v.label, r)
 					pair[i] = res
 				}
 				out = append(out, pair[:]...)
 			}
 			continue
 		}
-		res, err := o.runMode(ctx, dir, pg, m, o.namespaces, "")
+		res, err := o.runMode(ctx, dir, pg, m, variant{namespaces: o.namespaces}, "")
 		if err != nil {
 			return nil, err
 		}
@@ -216,9 +224,27 @@ func (o options) measure(ctx context.Context, dir string) ([]Result, error) {
 	return out, nil
 }
 
+// variant is one side of a --rounds comparison.
+type variant struct {
+	label, tag string
+	namespaces int
+	payloads   string // "" or a payload mode
+}
+
+// variants are the two sides --rounds compares: one namespace and
+// --namespaces, or inline and committed payloads.
+func (o options) variants() (variant, variant) {
+	if o.payloads {
+		return variant{"inline", "inline", o.namespaces, "inline"}, variant{"committed", "committed", o.namespaces, "committed"}
+	}
+	many := fmt.Sprintf("%d ns", o.namespaces)
+	return variant{"1 ns", "1", 1, ""}, variant{many, strconv.Itoa(o.namespaces), o.namespaces, ""}
+}
+
 // runMode runs mode m on a fresh ledger (named for m and tag) with the
-// load spread over namespaces namespaces.
-func (o options) runMode(ctx context.Context, dir string, pg *pgCluster, m string, namespaces int, tag string) (Result, error) {
+// load spread over v's namespaces, in v's payload mode.
+func (o options) runMode(ctx context.Context, dir string, pg *pgCluster, m string, v variant, tag string) (Result, error) {
+	namespaces := v.namespaces
 	name := m
 	if tag != "" {
 		name += "_" + tag
@@ -235,9 +261,19 @@ func (o options) runMode(ctx context.Context, dir string, pg *pgCluster, m strin
 			return Result{}, err
 		}
 	}
-	l, err := startLedgerd(o.bin, db, o.extra)
+	extra := o.extra
+	if v.payloads != "" {
+		extra = append([]string{"--default-payloads", v.payloads}, extra...)
+	}
+	l, err := startLedgerd(o.bin, db, extra)
 	if err != nil {
 		return Result{}, err
+	}
+	if o.prefill > 0 && v.payloads == "committed" { // the generated ledger is inline
+		if err := switchCommitted(l.url); err != nil {
+			l.stop()
+			return Result{}, err
+		}
 	}
 	prefixes, err := createNamespaces(l.url, max(namespaces, o.registered))
 	if err != nil {
@@ -249,7 +285,7 @@ func (o options) runMode(ctx context.Context, dir string, pg *pgCluster, m strin
 	if o.registered > 0 {
 		l.stop()
 		start := time.Now()
-		if l, err = startLedgerd(o.bin, db, o.extra); err != nil {
+		if l, err = startLedgerd(o.bin, db, extra); err != nil {
 			return Result{}, fmt.Errorf("restart with %d namespaces: %w", o.registered, err)
 		}
 		startup = time.Since(start)

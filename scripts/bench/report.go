@@ -45,28 +45,30 @@ type Report struct {
 	Rounds *Rounds `json:"rounds,omitempty"`
 }
 
-// Rounds compares, round by round, one namespace with Namespaces.
+// Rounds compares, round by round, two variants: one namespace and N, or
+// inline and committed payloads.
 type Rounds struct {
-	Namespaces  int       `json:"namespaces"`
-	MedianOne   float64   `json:"median_requests_per_s_1_ns"`
-	MedianMany  float64   `json:"median_requests_per_s_n_ns"`
-	Ratios      []float64 `json:"ratios"` // each round's N:1
+	A           string    `json:"a"`
+	B           string    `json:"b"`
+	MedianA     float64   `json:"median_requests_per_s_a"`
+	MedianB     float64   `json:"median_requests_per_s_b"`
+	Ratios      []float64 `json:"ratios"` // each round's B:A
 	MedianRatio float64   `json:"median_ratio"`
 }
 
-// summarizeRounds pairs the results of --rounds (1 namespace, then N, for
-// each round, whatever order they ran in).
-func summarizeRounds(results []Result, n int) *Rounds {
-	sum := &Rounds{Namespaces: n}
-	var one, many []float64
+// summarizeRounds pairs the results of --rounds (a, then b, for each
+// round, whatever order they ran in).
+func summarizeRounds(results []Result, a, b string) *Rounds {
+	sum := &Rounds{A: a, B: b}
+	var as, bs []float64
 	for i := 0; i+1 < len(results); i += 2 {
-		a, b := results[i].RequestsPerS, results[i+1].RequestsPerS
-		one, many = append(one, a), append(many, b)
-		if a > 0 {
-			sum.Ratios = append(sum.Ratios, b/a)
+		x, y := results[i].RequestsPerS, results[i+1].RequestsPerS
+		as, bs = append(as, x), append(bs, y)
+		if x > 0 {
+			sum.Ratios = append(sum.Ratios, y/x)
 		}
 	}
-	sum.MedianOne, sum.MedianMany, sum.MedianRatio = median(one), median(many), median(sum.Ratios)
+	sum.MedianA, sum.MedianB, sum.MedianRatio = median(as), median(bs), median(sum.Ratios)
 	return sum
 }
 
@@ -154,7 +156,7 @@ func printTable(rep Report) {
 		for i, r := range s.Ratios {
 			ratios[i] = fmt.Sprintf("%.2f", r)
 		}
-		fmt.Printf("\n%d rounds: median requests/s 1 ns %.0f, %d ns %.0f; ratio %d:1 per round %s, median %.2f\n",
-			len(s.Ratios), s.MedianOne, s.Namespaces, s.MedianMany, s.Namespaces, strings.Join(ratios, " "), s.MedianRatio)
+		fmt.Printf("\n%d rounds: median requests/s %s %.0f, %s %.0f; ratio %s:%s per round %s, median %.2f\n",
+			len(s.Ratios), s.A, s.MedianA, s.B, s.MedianB, s.B, s.A, strings.Join(ratios, " "), s.MedianRatio)
 	}
 }

@@ -76,6 +76,9 @@ func (f *lazyChain) PayloadRows(ctx context.Context, after uint64, fn func(uint6
 // Openings reads the openings of the receipts at seqs, this transaction's
 // appends included.
 func (t *writeTx) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Opening, error) {
+	if err := t.flushPayloads(ctx); err != nil {
+		return nil, err
+	}
 	return openings(ctx, t.tx, t.ref, seqs)
 }
 
@@ -126,25 +129,50 @@ func scanOpening(row rowScanner, seq *uint64) (*chain.Opening, error) {
 	return &o, nil
 }
 
-// putOpening stores the values of receipt rid's committed fields.
+// payloadBatch is the most rows one INSERT of ns_payloads carries.
+const payloadBatch = 32
+
+// putOpening queues the values of receipt rid's committed fields; the
+// batch's rows go in one INSERT per payloadBatch rows (flushPayloads),
+// one cgo call where there were one per commit.
 func (t *writeTx) putOpening(ctx context.Context, rid int64, o *chain.Opening) error {
-	args := []any{rid}
+	t.payloadArgs = append(t.payloadArgs, rid)
 	for _, f := range chain.PayloadFields {
 		if p := o.Get(f); p != nil && p.ErasedBy == 0 {
-			args = append(args, p.Value, p.Salt[:])
+			t.payloadArgs = append(t.payloadArgs, p.Value, p.Salt[:])
 		} else {
-			args = append(args, nil, nil)
+			t.payloadArgs = append(t.payloadArgs, nil, nil)
 		}
 	}
-	if _, err := t.stmt(ctx, stPayload).ExecContext(ctx, args...); err != nil {
+	if len(t.payloadArgs) == payloadBatch*payloadRowArgs {
+		return t.flushPayloads(ctx)
+	}
+	return nil
+}
+
+// payloadRowArgs is the number of values of one row of ns_payloads.
+const payloadRowArgs = 1 + 2*len(chain.PayloadFields)
+
+// flushPayloads writes the queued payload rows. Every read of ns_payloads
+// in the transaction, and the end of the batch, runs it first.
+func (t *writeTx) flushPayloads(ctx context.Context) error {
+	n := len(t.payloadArgs) / payloadRowArgs
+	if n == 0 {
+		return nil
+	}
+	if _, err := t.tx.StmtContext(ctx, t.stmts.payloads[n]).ExecContext(ctx, t.payloadArgs...); err != nil {
 		return fmt.Errorf("store payloads: %w", classify(err))
 	}
+	t.payloadArgs = t.payloadArgs[:0]
 	return nil
 }
 
 // ErasePayloads deletes the values of the given fields of each receipt,
 // marking them erased by eraseSeq.
 func (t *writeTx) ErasePayloads(ctx context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error {
+	if err := t.flushPayloads(ctx); err != nil {
+		return err
+	}
 	for seq, set := range fields {
 		for _, f := range chain.PayloadFields {
 			if !set.Has(f) {
@@ -416,6 +444,9 @@ func (t *writeTx) DeletePending(ctx context.Context, key string, firstSeq uint64
 
 // KeptPayloads lists the receipts up to through that still keep a value.
 func (t *writeTx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]ledger.KeptPayload, error) {
+	if err := t.flushPayloads(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := t.tx.QueryContext(ctx, `SELECT r.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
 		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
 		FROM ns_payloads AS p JOIN ns_receipts AS r ON r.rowid = p.rid

@@ -175,7 +175,11 @@ func (s *Store) Write(ctx context.Context, batches []ledger.Batch) error {
 	for i, b := range batches {
 		t := txs[i]
 		t.tx = tx
-		if err := b.Run(ctx, t); err != nil {
+		err := b.Run(ctx, t)
+		if err == nil {
+			err = t.flushPayloads(ctx)
+		}
+		if err != nil {
 			_ = tx.Rollback()
 			return &ledger.PartError{Part: i, Err: err}
 		}

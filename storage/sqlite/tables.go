@@ -45,8 +45,8 @@ const (
 
 	// The values of committed payload fields (SPEC §14), keyed by the row
 	// of their receipt.
-	sqlInsertPayload = `INSERT INTO ns_payloads (rid, external_ref, external_ref_salt, result, result_salt,
-		error_message, error_message_salt, note, note_salt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
+	sqlInsertPayloads = `INSERT INTO ns_payloads (rid, external_ref, external_ref_salt, result, result_salt,
+		error_message, error_message_salt, note, note_salt) VALUES `
 	payloadColumns = `p.external_ref, p.external_ref_salt, p.external_ref_erased, p.result, p.result_salt, p.result_erased,
 		p.error_message, p.error_message_salt, p.error_message_erased, p.note, p.note_salt, p.note_erased`
 	sqlOpening = `SELECT ` + payloadColumns + ` FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid

@@ -251,3 +251,89 @@ func TestStore_readyMetric(t *testing.T) {
 	require.NoError(t, db.Ledger.Ready(ctx))
 	assert.Equal(t, 1.0, metricValue(t, "ledger_writer_ready"))
 }
+
+// TestStore_payloadRowsInGroup: the payload rows of a batch go in
+// multi-row INSERTs (at most 32 rows each, the rest at the batch's end),
+// and a read or an erase in the same batch sees every row appended
+// before it; a failed batch leaves no row behind.
+func TestStore_payloadRowsInGroup(t *testing.T) {
+	ctx := context.Background()
+	db := ledgertest.Open(t, ledgertest.WithStore(sqlite.Options{Payloads: ledger.PayloadsCommitted}))
+	s := db.Store
+	appendCommitted := func(ctx context.Context, tx ledger.Tx, i int) (uint64, error) {
+		h := locked(tx).Head
+		r := chain.Receipt{Kind: chain.KindCommit, IdempotencyKey: fmt.Sprintf("key-%08d", i), ExecutionID: "e", Attempt: 1,
+			Tool: "t", Effect: chain.EffectWrite, Outcome: chain.OutcomeSucceeded, Result: fmt.Sprintf(`{"n":%d}`, i),
+			ExternalRef: fmt.Sprintf("ref-%d", i), RecordedAt: locked(tx).Now}
+		o := chain.CommitFields(&r)
+		l := chain.Link(h.Seq, h.Hash, r)
+		l.Open = &o
+		hs, err := sumdb.StoredHashes(tlog.LeafIndex(l.Seq), l.Hash[:], sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+			return tx.ReadHashes(ctx, idx)
+		}))
+		if err != nil {
+			return 0, err
+		}
+		return l.Seq, tx.Append(ctx, &l, hs)
+	}
+	const n = 70
+	require.NoError(t, s.Write(ctx, []ledger.Batch{{NS: ledger.DefaultNamespace, Ops: []ledger.Op{ledger.OpFunc(
+		func(ctx context.Context, tx ledger.Tx) error {
+			var seqs []uint64
+			for i := 1; i <= n; i++ {
+				seq, err := appendCommitted(ctx, tx, i)
+				if err != nil {
+					return err
+				}
+				seqs = append(seqs, seq)
+				if i == 40 { // the batch's own rows: the first 32 inserted, 8 still queued
+					got, err := tx.Openings(ctx, seqs)
+					if err != nil {
+						return err
+					}
+					if len(got) != 40 || got[40].Get(chain.FieldResult).Value != `{"n":40}` {
+						return fmt.Errorf("openings in the batch: %d rows", len(got))
+					}
+					if err := tx.ErasePayloads(ctx, 999, map[uint64]chain.FieldSet{3: chain.FieldSet(0).With(chain.FieldResult)}); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})}}}))
+	c, err := s.Chain(ctx, ledger.DefaultNamespace)
+	require.NoError(t, err)
+	pr := c.(ledger.PayloadReader)
+	var all []uint64
+	for i := uint64(1); i <= n; i++ {
+		all = append(all, i)
+	}
+	got, err := pr.Openings(ctx, all)
+	require.NoError(t, err)
+	require.Len(t, got, n, "every row, the last 6 written at the batch's end")
+	assert.EqualValues(t, 999, got[3].Get(chain.FieldResult).ErasedBy, "erased in the same batch")
+	assert.Equal(t, "ref-3", got[3].Get(chain.FieldExternalRef).Value)
+	assert.Equal(t, `{"n":70}`, got[70].Get(chain.FieldResult).Value)
+
+	boom := errors.New("boom")
+	require.ErrorIs(t, s.Write(ctx, []ledger.Batch{{NS: ledger.DefaultNamespace, Ops: []ledger.Op{ledger.OpFunc(
+		func(ctx context.Context, tx ledger.Tx) error {
+			for i := n + 1; i <= n+5; i++ {
+				if _, err := appendCommitted(ctx, tx, i); err != nil {
+					return err
+				}
+			}
+			return boom
+		})}}}), boom)
+	got, err = pr.Openings(ctx, []uint64{n + 1})
+	require.NoError(t, err)
+	assert.Empty(t, got, "a failed batch leaves no payload row")
+	require.NoError(t, s.Write(ctx, []ledger.Batch{{NS: ledger.DefaultNamespace, Ops: []ledger.Op{ledger.OpFunc(
+		func(ctx context.Context, tx ledger.Tx) error {
+			_, err := appendCommitted(ctx, tx, n+1)
+			return err
+		})}}}))
+	got, err = pr.Openings(ctx, []uint64{n + 1})
+	require.NoError(t, err)
+	assert.Equal(t, `{"n":71}`, got[n+1].Get(chain.FieldResult).Value)
+}

@@ -16,16 +16,22 @@ import (
 // writeStmts are the write path's statements, prepared once on the writer
 // connection for every chain of the file.
 type writeStmts struct {
-	insert, receipt, token, treeRead, treeRow, payload, pending *sql.Stmt
+	insert, receipt, token, treeRead, treeRow, pending *sql.Stmt
+	payloads                                           [payloadBatch + 1]*sql.Stmt // [n]: the INSERT of n rows of ns_payloads
 }
 
 func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
-	var s writeStmts
-	for _, p := range []struct {
+	type prep struct {
 		dst **sql.Stmt
 		sql string
-	}{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}, {&s.treeRead, sqlTreeHash},
-		{&s.treeRow, sqlTreeRow}, {&s.payload, sqlInsertPayload}, {&s.pending, sqlPending}} {
+	}
+	var s writeStmts
+	stmts := []prep{{&s.insert, sqlInsertReceipt}, {&s.receipt, sqlReceiptBySeq}, {&s.token, sqlInsertToken}, {&s.treeRead, sqlTreeHash},
+		{&s.treeRow, sqlTreeRow}, {&s.pending, sqlPending}}
+	for n := 1; n <= payloadBatch; n++ {
+		stmts = append(stmts, prep{&s.payloads[n], insertPayloads(n)})
+	}
+	for _, p := range stmts {
 		st, err := w.PrepareContext(ctx, p.sql)
 		if err != nil {
 			return nil, fmt.Errorf("prepare: %w", classify(err))
@@ -37,7 +43,21 @@ func prepareWrite(ctx context.Context, w *sql.DB) (*writeStmts, error) {
 
 // all lists the statements, for Close.
 func (s *writeStmts) all() []*sql.Stmt {
-	return []*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow, s.payload, s.pending}
+	return append([]*sql.Stmt{s.insert, s.receipt, s.token, s.treeRead, s.treeRow, s.pending}, s.payloads[1:]...)
+}
+
+// insertPayloads is the INSERT of n rows of ns_payloads (1 ≤ n ≤
+// payloadBatch).
+func insertPayloads(n int) string {
+	var b strings.Builder
+	b.WriteString(sqlInsertPayloads)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
 }
 
 // update runs fn in one BEGIN IMMEDIATE transaction of the file's single
@@ -62,7 +82,11 @@ func (c *chainWriter) update(ctx context.Context, fn func(ctx context.Context, t
 		return fmt.Errorf("begin: %w", classify(err))
 	}
 	t.tx = tx
-	if err := fn(ctx, t); err != nil {
+	err = fn(ctx, t)
+	if err == nil {
+		err = t.flushPayloads(ctx)
+	}
+	if err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -177,7 +201,8 @@ type writeTx struct {
 	ended    []string // keys whose reservation this batch committed or resolved
 
 	stmts         *writeStmts
-	bound         [6]*sql.Stmt     // stmts bound to tx, made on first use
+	bound         [5]*sql.Stmt     // stmts bound to tx, made on first use
+	payloadArgs   []any            // the payload rows not yet inserted (putOpening)
 	rids          map[uint64]int64 // the rowid of each receipt appended, by seq
 	cache         *keyCache
 	idx           *keyindex.Index
@@ -203,7 +228,7 @@ func (t *writeTx) Locked(context.Context) (ledger.Locked, error) {
 // stmt returns statement i of stmts bound to the transaction.
 func (t *writeTx) stmt(ctx context.Context, i int) *sql.Stmt {
 	if t.bound[i] == nil {
-		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token, t.stmts.treeRow, t.stmts.payload, t.stmts.pending}[i]
+		st := [...]*sql.Stmt{t.stmts.insert, t.stmts.receipt, t.stmts.token, t.stmts.treeRow, t.stmts.pending}[i]
 		t.bound[i] = t.tx.StmtContext(ctx, st)
 	}
 	return t.bound[i]
@@ -214,7 +239,6 @@ const (
 	stReceipt
 	stToken
 	stTreeRow
-	stPayload
 	stPending
 )
 

@@ -14,7 +14,7 @@ import (
 // the temp directory, generating both once (logf, if set, says so): the
 // benchmarks and scripts/bench share it.
 func Cached(ctx context.Context, n int, logf func(format string, args ...any)) (string, error) {
-	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d.db", n, sqlite.SchemaVersion))
+	cached := filepath.Join(os.TempDir(), fmt.Sprintf("effect-ledger-bench-%d-schema%d-inline.db", n, sqlite.SchemaVersion))
 	if _, err := os.Stat(sqlite.IndexPath(cached)); err == nil {
 		return cached, nil
 	}

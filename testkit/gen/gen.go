@@ -24,10 +24,11 @@ import (
 const T0 = 1764475200000
 
 // Ledger writes a new ledger of n receipts at path (which must not exist)
-// and returns its head. progress, if set, is called every million receipts.
+// and returns its head. Its default namespace is inline (SPEC §14): the
+// receipts carry their values. progress, if set, is called every million receipts.
 func Ledger(ctx context.Context, path string, n int, progress func(done int)) (ledger.Head, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet}, false)
+	db, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, Payloads: ledger.PayloadsInline}, false)
 	if err != nil {
 		return ledger.Head{}, err
 	}
