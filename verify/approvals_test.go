@@ -184,6 +184,8 @@ func (m memRemote) KeyHistory(_ context.Context, key string, fn func(*chain.Rece
 
 func (memRemote) KeyTTL(context.Context) (uint64, error) { return 0, nil }
 
+func (memRemote) SwitchedAt(context.Context) (uint64, error) { return 0, nil }
+
 func (memRemote) Payloads(context.Context) (ledger.PayloadMode, error) {
 	return ledger.PayloadsInline, nil
 }

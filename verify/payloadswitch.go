@@ -2,7 +2,9 @@ package verify
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -78,4 +80,28 @@ func mayHoldValues(r *chain.Receipt) bool {
 		}
 	}
 	return false
+}
+
+// checkSwitch compares the switch to committed payloads that a server
+// lists (committed_after) with the one its chain shows. It reads the list
+// after the chain pass, so a switch the pass read must be listed; one
+// listed beyond the pass's last receipt was appended since. A difference
+// is derived_state: what the server derives from its chain is wrong.
+func (v *Verifier) checkSwitch(ctx context.Context, r *run) error {
+	p := r.cc.payloads
+	if p == nil {
+		return nil
+	}
+	listed, err := v.remote.SwitchedAt(ctx)
+	if err != nil {
+		return fmt.Errorf("payload switch: %w", err)
+	}
+	if listed > r.through {
+		listed = 0
+	}
+	if listed != p.switchAt {
+		r.stateCol.addf(max(listed, p.switchAt), RuleDerivedState,
+			"the server lists the switch to committed payloads at receipt %d (committed_after, 0: none); the chain switches at %d", listed, p.switchAt)
+	}
+	return nil
 }

@@ -106,6 +106,33 @@ func TestVerifier_payloadSwitchTamper(t *testing.T) {
 	}
 }
 
+// listedSwitch is a server that lists another committed_after than its own.
+type listedSwitch struct {
+	verify.Server
+	at uint64
+}
+
+func (l listedSwitch) SwitchedAt(context.Context) (uint64, error) { return l.at, nil }
+
+// TestVerifier_payloadSwitchListed: an online run compares the switch the
+// server lists (committed_after) with the chain's: the real server's
+// agrees (the intact case above); one that lists none, or another seq, is
+// derived_state; one listed beyond the chain the run read was appended
+// since.
+func TestVerifier_payloadSwitchListed(t *testing.T) {
+	db := openForServing(t, buildSwitched(t))
+	srv := httptest.NewServer(api.NewServer(db.Ledger, api.Config{Logger: quiet}))
+	defer func() { srv.Close(); _ = db.Close() }()
+	for _, tc := range []struct {
+		at   uint64
+		want []string
+	}{{3, nil}, {0, []string{verify.RuleDerivedState}}, {5, []string{verify.RuleDerivedState}}, {1000, []string{verify.RuleDerivedState}}} {
+		rep, err := verify.NewRemote(listedSwitch{server(t, srv.URL), tc.at}, verify.Opts{}).Check(context.Background())
+		require.NoError(t, err)
+		assert.ElementsMatch(t, tc.want, rules(rep), "listed at %d: %+v", tc.at, rep.Violations)
+	}
+}
+
 // TestVerifier_payloadSwitchAbsent: a switched namespace read without its
 // payload table is payloads_absent at the switch, not before; with
 // ReceiptsOnly its committed part is reported unchecked.

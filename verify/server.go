@@ -101,6 +101,17 @@ func (s Server) Payloads(ctx context.Context) (ledger.PayloadMode, error) {
 	return ledger.PayloadMode(n.Payloads), nil
 }
 
+// SwitchedAt returns the seq of the policy receipt that switched the
+// client's namespace to committed payloads, as GET /v1/namespaces lists it
+// (committed_after; SPEC §14), 0 for none.
+func (s Server) SwitchedAt(ctx context.Context) (uint64, error) {
+	n, err := s.namespace(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("payload switch: %w", err)
+	}
+	return n.CommittedAfter, nil
+}
+
 // namespace is the client's namespace as GET /v1/namespaces lists it.
 func (s Server) namespace(ctx context.Context) (*client.NamespaceInfo, error) {
 	list, err := s.Client.Namespaces(ctx)

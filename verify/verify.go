@@ -57,6 +57,10 @@ type Remote interface {
 	// ListReceipts lists receipts by filter: it tells an incremental run
 	// whether the ledger has any policy receipt at all.
 	ListReceipts(ctx context.Context, f ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error)
+	// SwitchedAt is the seq of the policy receipt that the server lists
+	// as having switched the namespace to committed payloads
+	// (committed_after), 0 for none.
+	SwitchedAt(ctx context.Context) (uint64, error)
 }
 
 // Opts configure a Verifier.
@@ -147,7 +151,9 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	}
 	switch {
 	case v.remote != nil:
-		err = v.memoryPass(ctx, r)
+		if err = v.memoryPass(ctx, r); err == nil {
+			err = v.checkSwitch(ctx, r)
+		}
 	case r.from == 0 && !v.keyOrder:
 		err = v.seqPass(ctx, r)
 	default:
