@@ -81,6 +81,7 @@ type policyJSON struct {
 	Seq       uint64          `json:"seq"`
 	Changed   *bool           `json:"changed,omitempty"`
 	Receipt   *receiptRef     `json:"receipt"`
+	Warnings  []string        `json:"warnings,omitempty"`
 }
 
 func (s *Server) handleGetPolicy(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
@@ -112,7 +113,7 @@ func (s *Server) handlePutPolicy(w http.ResponseWriter, r *http.Request, n *ledg
 		s.Error(w, r, err)
 		return
 	}
-	body := policyJSON{Namespace: n.Name(), Policy: res.Policy, Seq: res.Seq, Changed: &res.Changed}
+	body := policyJSON{Namespace: n.Name(), Policy: res.Policy, Seq: res.Seq, Changed: &res.Changed, Warnings: res.Warnings}
 	if res.Receipt != nil {
 		ref := refJSON(*res.Receipt)
 		body.Receipt = &ref

@@ -43,6 +43,8 @@ type PolicyResult struct {
 	Seq     uint64          // the policy receipt in force
 	Changed bool
 	Receipt *ReceiptRef // the policy receipt appended, nil when unchanged
+	// Warnings say what the policy cannot do in this namespace.
+	Warnings []string
 }
 
 // ApprovalView is one ask with its answer and its consumer.
@@ -251,6 +253,9 @@ func (n *Namespace) SetPolicy(ctx context.Context, raw json.RawMessage, actor st
 	}
 	if res.Changed {
 		n.policyCommitted(res.Seq, set) // none and read calls see it at once (gatesNoEffect)
+	}
+	if set.Archive != nil && n.KeyTTL() == 0 {
+		res.Warnings = append(res.Warnings, "this namespace has no key TTL: its receipts can be archived, never pruned (docs/operations.md)")
 	}
 	if switchAt > 0 {
 		n.learnSwitch(switchAt, switchAt)

@@ -68,7 +68,20 @@ type Policy struct {
 	// committed payloads from the next receipt on (SPEC §14); "" leaves
 	// the mode as it is.
 	Payloads PayloadMode `json:"payloads,omitempty"`
+	// Archive is when receipts are archived and pruned (SPEC §16).
+	Archive *Archive `json:"archive,omitempty"`
 }
+
+// Archive is the policy's archive member (SPEC §16): the receipts of
+// finished keys are archived and pruned once KeepMS old, and none younger
+// than MinKeepMS ever is, even when asked.
+type Archive struct {
+	KeepMS    uint64 `json:"keep_ms"`
+	MinKeepMS uint64 `json:"min_keep_ms"`
+}
+
+// MinArchiveKeepMS is the shortest archive.min_keep_ms a policy may set.
+const MinArchiveKeepMS = 60_000
 
 // Retention is the policy's retention member (SPEC §14).
 type Retention struct {
@@ -148,9 +161,16 @@ func ParsePolicy(raw []byte) (*Policy, error) {
 		SelfApproval string            `json:"self_approval"`
 		Retention    *Retention        `json:"retention"`
 		Payloads     *string           `json:"payloads"`
+		Archive      json.RawMessage   `json:"archive"`
 	}
 	if err := decodeStrict(raw, &top, ""); err != nil {
 		return nil, err
+	}
+	if !isNull(top.Archive) {
+		var err error
+		if p.Archive, err = parseArchive(top.Archive); err != nil {
+			return nil, err
+		}
 	}
 	p.SelfApproval, p.Retention = top.SelfApproval, top.Retention
 	if top.Payloads != nil {
@@ -169,6 +189,29 @@ func ParsePolicy(raw []byte) (*Policy, error) {
 		p.Rules = nil
 	}
 	return &p, p.check()
+}
+
+// parseArchive decodes the archive member: both of its members are
+// required, 60,000 ≤ min_keep_ms ≤ keep_ms ≤ MaxKeyTTL.
+func parseArchive(raw json.RawMessage) (*Archive, error) {
+	var a struct {
+		KeepMS    *uint64 `json:"keep_ms"`
+		MinKeepMS *uint64 `json:"min_keep_ms"`
+	}
+	if err := decodeStrict(raw, &a, "archive."); err != nil {
+		return nil, err
+	}
+	switch {
+	case a.KeepMS == nil:
+		return nil, Invalid("archive.keep_ms", "archive.keep_ms is required: how old a finished key's receipts are when they are archived and pruned")
+	case a.MinKeepMS == nil:
+		return nil, Invalid("archive.min_keep_ms", "archive.min_keep_ms is required: the age below which no receipt is ever pruned, even when asked")
+	case *a.MinKeepMS < MinArchiveKeepMS || *a.MinKeepMS > MaxKeyTTL:
+		return nil, Invalid("archive.min_keep_ms", "archive.min_keep_ms must be from %d to %d", MinArchiveKeepMS, uint64(MaxKeyTTL))
+	case *a.KeepMS < *a.MinKeepMS || *a.KeepMS > MaxKeyTTL:
+		return nil, Invalid("archive.keep_ms", "archive.keep_ms must be from archive.min_keep_ms (%d) to %d", *a.MinKeepMS, uint64(MaxKeyTTL))
+	}
+	return &Archive{KeepMS: *a.KeepMS, MinKeepMS: *a.MinKeepMS}, nil
 }
 
 // decodeStrict decodes one JSON value into v, refusing unknown members
@@ -290,9 +333,10 @@ func (p *Policy) Canonical() (string, error) {
 }
 
 // Empty reports whether p has no rules, the default self-approval, no
-// retention and no payloads member.
+// retention, payloads or archive member.
 func (p *Policy) Empty() bool {
-	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow && p.Retention == nil && p.Payloads == ""
+	return p == nil || len(p.Rules) == 0 && p.SelfApproval != SelfApprovalAllow && p.Retention == nil && p.Payloads == "" &&
+		p.Archive == nil
 }
 
 // GateFor resolves the members that apply to (tool, effect).

@@ -126,6 +126,38 @@ func TestPolicy_reconcile(t *testing.T) {
 	}
 }
 
+// TestParsePolicy_archive: the archive member (SPEC §16) needs both of
+// its members, 60,000 ≤ min_keep_ms ≤ keep_ms ≤ 2^53−1, and nothing else;
+// its canonical text keeps both.
+func TestParsePolicy_archive(t *testing.T) {
+	p, err := ledger.ParsePolicy([]byte(`{"archive":{"min_keep_ms":60000,"keep_ms":2592000000}}`))
+	require.NoError(t, err)
+	assert.Equal(t, &ledger.Archive{KeepMS: 2592000000, MinKeepMS: 60000}, p.Archive)
+	assert.False(t, p.Empty())
+	text, err := p.Canonical()
+	require.NoError(t, err)
+	assert.Equal(t, `{"archive":{"keep_ms":2592000000,"min_keep_ms":60000}}`, text)
+	p, err = ledger.ParsePolicy([]byte(`{"archive":null}`))
+	require.NoError(t, err)
+	assert.True(t, p.Empty(), "null is no member")
+	for raw, field := range map[string]string{
+		`{"archive":{"keep_ms":86400000}}`:                             "archive.min_keep_ms",
+		`{"archive":{"min_keep_ms":86400000}}`:                         "archive.keep_ms",
+		`{"archive":{"keep_ms":86400000,"min_keep_ms":59999}}`:         "archive.min_keep_ms",
+		`{"archive":{"keep_ms":60000,"min_keep_ms":60001}}`:            "archive.keep_ms",
+		`{"archive":{"keep_ms":9007199254740992,"min_keep_ms":60000}}`: "archive.keep_ms",
+		`{"archive":{"keep_ms":-1,"min_keep_ms":60000}}`:               "archive.keep_ms",
+		`{"archive":{"keep_ms":"1d","min_keep_ms":60000}}`:             "archive.keep_ms",
+		`{"archive":{"keep_ms":86400000,"min_keep_ms":60000,"x":1}}`:   "archive.x",
+		`{"archive":true}`: "archive",
+	} {
+		_, err := ledger.ParsePolicy([]byte(raw))
+		var e *ledger.Error
+		require.ErrorAs(t, err, &e, raw)
+		assert.Equal(t, field, e.Details["field"], raw)
+	}
+}
+
 // TestSwitchesPayloads: only a JSON object whose member "payloads" (that
 // exact name) is "committed" switches a namespace (SPEC §14).
 func TestSwitchesPayloads(t *testing.T) {

@@ -332,6 +332,18 @@ func TestVerifier_gateTamper(t *testing.T) {
 			c.rs[14].Result = `{"budget":{"per_day":10},"rules":[{"approval":"required","tool":"payments.*"}]}`
 			return 15
 		}},
+		{verify.RuleUnsupported, "an archive member this verifier does not know", func(c *gateChain) uint64 {
+			c.rs[14].Result = `{"archive":{"keep_ms":86400000,"min_keep_ms":60000,"tier":"cold"},"rules":[{"approval":"required","tool":"payments.*"}]}`
+			return 15
+		}},
+		{verify.RulePolicyUnknown, "an archive member without min_keep_ms", func(c *gateChain) uint64 {
+			c.rs[14].Result = `{"archive":{"keep_ms":86400000},"rules":[{"approval":"required","tool":"payments.*"}]}`
+			return 15
+		}},
+		{verify.RulePolicyUnknown, "an archive member keeping less than its floor", func(c *gateChain) uint64 {
+			c.rs[14].Result = `{"archive":{"keep_ms":60000,"min_keep_ms":86400000},"rules":[{"approval":"required","tool":"payments.*"}]}`
+			return 15
+		}},
 		{verify.RuleNotAppliedWithRef, "a not_applied failure with a downstream reference", func(c *gateChain) uint64 {
 			c.rs[4].Outcome, c.rs[4].Retryable, c.rs[4].ExternalRef = chain.OutcomeNotApplied, false, "ch_1"
 			return 5

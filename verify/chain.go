@@ -110,6 +110,7 @@ func (c *chainChecker) add(r *chain.Receipt) {
 		c.keys.add(c.col, r)
 	case chain.KindPrune:
 		c.pruned.add(c.col, r)
+		c.gate.checkPruneAllowed(r)
 	}
 	if c.gate != nil {
 		c.gate.add(v)

@@ -83,6 +83,8 @@ func parsePolicy(text string) (*gatePolicy, error) {
 			if err = strictUnmarshal(string(raw), &mode); err == nil && mode != "committed" {
 				err = fmt.Errorf("payloads %q: a namespace switches one way, to committed, never back", mode)
 			}
+		case "archive": // SPEC §16: the prune receipts' floor
+			err = checkArchive(raw)
 		case "retention": // SPEC §14: checked by the retention erasures' rules
 			var r struct {
 				PayloadsMS uint64 `json:"payloads_ms"`
@@ -97,6 +99,35 @@ func parsePolicy(text string) (*gatePolicy, error) {
 		}
 	}
 	return p, nil
+}
+
+// checkArchive parses the archive member (SPEC §16): both members,
+// numbers, with min_keep_ms ≤ keep_ms; a member this verifier does not
+// know is errUnknownMember.
+func checkArchive(raw json.RawMessage) error {
+	var m map[string]json.RawMessage
+	if err := strictUnmarshal(string(raw), &m); err != nil {
+		return fmt.Errorf("archive: %w", err)
+	}
+	var ms [2]uint64 // keep_ms, min_keep_ms
+	for i, name := range []string{"keep_ms", "min_keep_ms"} {
+		v, ok := m[name]
+		if !ok {
+			return fmt.Errorf("archive: %s missing", name)
+		}
+		if err := strictUnmarshal(string(v), &ms[i]); err != nil {
+			return fmt.Errorf("archive.%s: %w", name, err)
+		}
+	}
+	for name := range m {
+		if name != "keep_ms" && name != "min_keep_ms" {
+			return fmt.Errorf("archive: %w %q", errUnknownMember, name)
+		}
+	}
+	if ms[1] > ms[0] {
+		return fmt.Errorf("archive: min_keep_ms %d above keep_ms %d", ms[1], ms[0])
+	}
+	return nil
 }
 
 // strictUnmarshal decodes one JSON value with nothing after it; a null

@@ -32,3 +32,12 @@ func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
 	}
 	p.through = max(p.through, res.Through)
 }
+
+// checkPruneAllowed reports a prune receipt in a namespace without a key
+// TTL, whose receipts can be archived but never pruned (SPEC §16):
+// prune_invalid.
+func (g *gateChecker) checkPruneAllowed(r *chain.Receipt) {
+	if g != nil && r.Seq > g.from && g.ttl == 0 {
+		g.col.addf(r.Seq, RulePruneInvalid, "a prune in a namespace without a key TTL: its receipts can be archived, never pruned")
+	}
+}

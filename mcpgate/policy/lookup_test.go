@@ -89,6 +89,19 @@ func TestPolicy_LedgerPolicyOver(t *testing.T) {
 	assert.Empty(t, got.SelfApproval)
 	assert.Equal(t, &ledger.ReconcileRule{Allow: true}, got.Rules[2].Reconcile, "a lookup without reconcile allows it, settling by default")
 
+	// The namespace's own members (retention, archive) stay whatever the file sets.
+	own, err := ledger.ParsePolicy([]byte(`{"rules": [{"tool": "x", "deny": true}], "payloads": "committed",
+		"retention": {"payloads_ms": 60000}, "archive": {"keep_ms": 86400000, "min_keep_ms": 60000}}`))
+	require.NoError(t, err)
+	for _, file := range []policy.Policy{lookups, gated} {
+		raw, err = file.LedgerPolicyOver("shop", own)
+		require.NoError(t, err)
+		var kept ledger.Policy
+		require.NoError(t, json.Unmarshal(raw, &kept))
+		assert.Equal(t, own.Retention, kept.Retention, "%s", raw)
+		assert.Equal(t, own.Archive, kept.Archive, "%s", raw)
+	}
+
 	plain, err := policy.Parse([]byte(`[{"tool": "pay", "effect": "write"}]`))
 	require.NoError(t, err)
 	raw, err = plain.LedgerPolicyOver("shop", inForce)

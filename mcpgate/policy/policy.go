@@ -291,6 +291,9 @@ func (p Policy) LedgerPolicyOver(serverName string, inForce *ledger.Policy) (jso
 	if len(out.Rules) == 0 && !p.HasGate() {
 		return nil, nil
 	}
+	if inForce != nil { // the namespace's own members: a gateway's file never sets them
+		out.Retention, out.Archive = inForce.Retention, inForce.Archive
+	}
 	if !p.holds() && inForce != nil {
 		out.SelfApproval = inForce.SelfApproval
 		for _, r := range inForce.Rules {
