@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Prefix is the domain-separation prefix hashed in front of every link.
@@ -70,6 +72,18 @@ const (
 	KindReconcile = "reconcile"
 	KindPrune     = "prune"
 )
+
+// Kinds are the receipt kinds of this contract, in the order they came.
+var Kinds = []string{KindReserve, KindCommit, KindReplay, KindResolve, KindReconcile, KindPolicy, KindAsk, KindApproval,
+	KindDeny, KindKey, KindErase, KindPrune}
+
+// KnownKind reports whether kind is one of Kinds.
+func KnownKind(kind string) bool { return slices.Contains(Kinds, kind) }
+
+// KindList names Kinds for a message: "reserve, commit, …, erase or prune".
+func KindList() string {
+	return strings.Join(Kinds[:len(Kinds)-1], ", ") + " or " + Kinds[len(Kinds)-1]
+}
 
 // Keyless reports whether receipts of kind name no idempotency key and fix
 // nothing for any key: the namespace's policy, an erasure, a signing key,

@@ -290,11 +290,8 @@ func (f *ReceiptFilter) Check() error {
 	if f.Limit < 1 || f.Limit > MaxPageLimit {
 		return Invalid("limit", "limit must be from 1 to %d", MaxPageLimit)
 	}
-	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
-		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindKey, chain.KindErase:
-	default:
-		return Invalid("kind", "kind must be reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key or erase")
+	if f.Kind != "" && !chain.KnownKind(f.Kind) {
+		return Invalid("kind", "kind must be %s", chain.KindList())
 	}
 	return nil
 }

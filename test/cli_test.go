@@ -384,7 +384,7 @@ func TestLedgerctl_flagValues(t *testing.T) {
 			{[]string{"receipts", "--limit", "0"}, "--limit must be from 1 to 1000, got 0"},
 			{[]string{"receipts", "--limit", "-1"}, "--limit must be from 1 to 1000, got -1"},
 			{[]string{"receipts", "--limit", "1001"}, "--limit must be from 1 to 1000, got 1001"},
-			{[]string{"receipts", "--kind", "bogus"}, `--kind must be reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key or erase, got "bogus"`},
+			{[]string{"receipts", "--kind", "bogus"}, `--kind must be reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key, erase or prune, got "bogus"`},
 			{[]string{"verify", "--max-violations", "0"}, "--max-violations must be at least 1"},
 			{[]string{"audit", "--since", "yesterday"}, "--since: want an RFC 3339 time"},
 		} {

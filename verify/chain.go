@@ -105,6 +105,7 @@ func (c *chainChecker) add(r *chain.Receipt) {
 	}
 	v := c.payloads.check(r) // r with its values, in a committed namespace
 	checkFields(c.col, v)
+	c.pruned.checkReference(c.col, r)
 	switch r.Kind {
 	case chain.KindKey:
 		c.keys.add(c.col, r)

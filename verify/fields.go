@@ -25,8 +25,8 @@ func checkFields(col *collector, r *chain.Receipt) {
 		}
 	}
 
-	if !knownKind(r.Kind) {
-		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, erase, key, prune): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind))
+	if !chain.KnownKind(r.Kind) {
+		col.addf(r.Seq, RuleUnsupported, "kind %q is not one this verifier knows (%s): a newer ledger wrote it, or the receipt was altered; a newer ledgerctl may check it", truncate(r.Kind), chain.KindList())
 		return // which fields belong is unknown
 	}
 	switch r.Kind {
@@ -90,16 +90,6 @@ func checkKeyFields(bad func(string, ...any), r *chain.Receipt) {
 	if len(r.InputHash) > ledger.MaxInputHashLen || !visibleASCII(r.InputHash) {
 		bad("input_hash %q is not at most %d bytes of visible ASCII", truncate(r.InputHash), ledger.MaxInputHashLen)
 	}
-}
-
-// knownKind reports whether this verifier knows kind.
-func knownKind(kind string) bool {
-	switch kind {
-	case chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
-		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindErase, chain.KindKey, chain.KindPrune:
-		return true
-	}
-	return false
 }
 
 // checkKindFields reports the fields r's kind never carries or carries

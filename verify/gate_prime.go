@@ -11,10 +11,11 @@ import (
 // primeGate gives the gate checker of an incremental run the receipts up
 // to the pinned head, which it trusts: the policy in force, the asks and
 // answers, the consumed approvals and the recent failures come from
-// there. A ledger that can tell it has no policy receipt (or does not
-// know the kind: it predates contract v1.3) has nothing there to prime.
+// there, and the ranges pruned (SPEC §16). A ledger that can tell it has
+// no policy and no prune receipt (or does not know the kinds: it
+// predates them) has nothing there to prime.
 func (v *Verifier) primeGate(ctx context.Context, r *run) error {
-	if r.from == 0 || !v.mayHavePolicy(ctx) {
+	if r.from == 0 || !v.mayHold(ctx, chain.KindPolicy) && !v.mayHold(ctx, chain.KindPrune) {
 		return nil
 	}
 	err := v.src.Receipts(ctx, 0, func(rc *chain.Receipt) error {
@@ -25,6 +26,9 @@ func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 		if r.cc.payloads != nil {
 			r.cc.payloads.learn(rc) // a switch in the trusted prefix
 		}
+		if rc.Kind == chain.KindPrune {
+			r.cc.pruned.learn(rc)
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStop) {
@@ -33,9 +37,9 @@ func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 	return nil
 }
 
-// mayHavePolicy reports whether the ledger may hold a policy receipt.
-func (v *Verifier) mayHavePolicy(ctx context.Context) bool {
-	page, _, err := v.list(ctx, ledger.ReceiptFilter{Kind: chain.KindPolicy, Limit: 1})
+// mayHold reports whether the ledger may hold a receipt of kind.
+func (v *Verifier) mayHold(ctx context.Context, kind string) bool {
+	page, _, err := v.list(ctx, ledger.ReceiptFilter{Kind: kind, Limit: 1})
 	var e *ledger.Error
 	switch {
 	case err == nil:

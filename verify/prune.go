@@ -33,6 +33,22 @@ func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
 	p.through = max(p.through, res.Through)
 }
 
+// learn takes a prune receipt of the trusted prefix of an incremental run:
+// its range, unchecked.
+func (p *pruneRanges) learn(r *chain.Receipt) {
+	if res, err := chain.ParsePruneResult(r.Result); err == nil {
+		p.through = max(p.through, res.Through)
+	}
+}
+
+// checkReference reports a receipt whose ref_seq names a pruned receipt
+// (pruned_reference). A prune receipt's own ref_seq is invalid_field's.
+func (p *pruneRanges) checkReference(col *collector, r *chain.Receipt) {
+	if r.RefSeq > 0 && r.RefSeq <= p.through && r.Kind != chain.KindPrune {
+		col.addf(r.Seq, RulePrunedReference, "ref_seq %d names a receipt pruned (1…%d): a key pruned whole is a new key, with ref_seq 0", r.RefSeq, p.through)
+	}
+}
+
 // checkPruneAllowed reports a prune receipt in a namespace without a key
 // TTL, whose receipts can be archived but never pruned (SPEC §16):
 // prune_invalid.

@@ -103,6 +103,11 @@ const (
 	// range the earlier prune receipts pruned (the first from receipt 1).
 	RulePruneInvalid = "prune_invalid"
 
+	// RulePrunedReference: a receipt after a prune receipt whose ref_seq
+	// names a receipt that prune pruned (SPEC §16): a key pruned whole is
+	// a new key (ref_seq 0), so nothing later may point into the range.
+	RulePrunedReference = "pruned_reference"
+
 	// RuleUnsupported: a receipt of a kind this verifier does not know
 	// (SPEC §14: a verifier that meets a kind, a policy member or a
 	// payload mode it does not know exits 2, never 1): a newer ledger

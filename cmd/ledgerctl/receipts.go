@@ -25,7 +25,7 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&f.Key, "key", "", "only this idempotency `key`")
 	fs.StringVar(&f.ExecutionID, "execution-id", "", "only this `execution`")
 	fs.StringVar(&f.Tool, "tool", "", "only this `tool`")
-	fs.StringVar(&f.Kind, "kind", "", "only this `kind`: reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key or erase")
+	fs.StringVar(&f.Kind, "kind", "", "only this `kind`: "+chain.KindList())
 	pos, err := parse(fs, c.Env, args, "Usage: ledgerctl receipts (--db FILE|URL | --server URL) [flags]\n\nLists receipts oldest first; the next page starts --after the last seq shown.",
 		"  ledgerctl receipts --db ledger.db --limit 20\n  ledgerctl receipts --server http://127.0.0.1:8080 --kind commit --tool payments.refund --json\n")
 	if err != nil {
@@ -34,11 +34,8 @@ func (c *ReceiptsCommand) Run(ctx context.Context, args []string) error {
 	if f.Limit < 1 || f.Limit > ledger.MaxPageLimit {
 		return usageErr(fs, c.Env, "--limit must be from 1 to %d, got %d", ledger.MaxPageLimit, f.Limit)
 	}
-	switch f.Kind {
-	case "", chain.KindReserve, chain.KindCommit, chain.KindReplay, chain.KindResolve, chain.KindReconcile,
-		chain.KindPolicy, chain.KindAsk, chain.KindApproval, chain.KindDeny, chain.KindKey, chain.KindErase:
-	default:
-		return usageErr(fs, c.Env, "--kind must be reserve, commit, replay, resolve, reconcile, policy, ask, approval, deny, key or erase, got %q", f.Kind)
+	if f.Kind != "" && !chain.KnownKind(f.Kind) {
+		return usageErr(fs, c.Env, "--kind must be %s, got %q", chain.KindList(), f.Kind)
 	}
 	st, err := src.openNoArgs(ctx, fs, c.Env, pos)
 	if err != nil {
