@@ -73,6 +73,19 @@ type Audit struct {
 	// receipts' payloads, which fields, and why (the reason unless it was
 	// itself erased or is not kept).
 	Erasures []ErasureEntry `json:"erasures"`
+	// PrunedRanges (SPEC §16) lists the prune receipts: who pruned which
+	// range, and the digest of its archived segment.
+	PrunedRanges []PrunedRange `json:"pruned_ranges"`
+}
+
+// PrunedRange is one prune receipt in the audit.
+type PrunedRange struct {
+	Seq        uint64 `json:"seq"`
+	Actor      string `json:"actor"`
+	RecordedAt uint64 `json:"recorded_at"`
+	From       uint64 `json:"from"`
+	Through    uint64 `json:"through"`
+	Digest     string `json:"digest"`
 }
 
 // ErasureEntry is one erase receipt in the audit.
@@ -383,6 +396,7 @@ func (b *auditBuilder) build(dups []DuplicateEffect, repeats []RepeatedFailure) 
 	slices.SortFunc(a.ReconcileContradicted, func(x, y ReconcileContradiction) int { return cmp.Compare(x.CommitSeq, y.CommitSeq) })
 	ensure(&a.Reconciliations)
 	ensure(&a.Erasures)
+	ensure(&a.PrunedRanges)
 	ensure(&a.ReconcileContradicted)
 	ensure(&a.RenewedKeys)
 	ensure(&a.NotAppliedReruns)

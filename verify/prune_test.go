@@ -54,6 +54,13 @@ func TestVerifier_pruneIncremental(t *testing.T) {
 			inc, err := verify.New(rd, opts).Check(context.Background())
 			require.NoError(t, err)
 			assert.ElementsMatch(t, tc.want, rules(inc), "incremental: %+v", inc.Violations)
+			if tc.want == nil { // the audit lists the prunes checked, with their ranges
+				digest := fmt.Sprintf("sha256:%064x", 0xab)
+				require.Len(t, full.Audit.PrunedRanges, 2)
+				assert.Equal(t, verify.PrunedRange{Seq: 12, Actor: "admin", RecordedAt: full.Audit.PrunedRanges[1].RecordedAt,
+					From: 3, Through: 3, Digest: digest}, full.Audit.PrunedRanges[1])
+				assert.Equal(t, []verify.PrunedRange{full.Audit.PrunedRanges[1]}, inc.Audit.PrunedRanges, "after the pin only")
+			}
 		})
 	}
 }

@@ -235,6 +235,9 @@ func (r *run) report(maxViolations int) *Report {
 	if r.cc.payloads != nil && len(r.cc.payloads.erasures) > 0 {
 		audit.Erasures = r.cc.payloads.erasures
 	}
+	if len(r.cc.pruned.audit) > 0 {
+		audit.PrunedRanges = r.cc.pruned.audit
+	}
 	return &Report{
 		OK:                len(violations) == 0,
 		Receipts:          r.cc.count,

@@ -167,6 +167,11 @@ func printAudit(w io.Writer, a *verify.Audit) {
 				strings.Join(e.Fields, ","), e.Retention, cell(e.Reason))
 		}
 	})
+	section("Pruned ranges: receipt bodies archived and pruned (docs/operations.md)", len(a.PrunedRanges), "SEQ\tACTOR\tAT\tFROM\tTHROUGH\tDIGEST", func(tw io.Writer) {
+		for _, p := range a.PrunedRanges {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%d\t%s\n", p.Seq, cell(p.Actor), ms(p.RecordedAt), p.From, p.Through, cell(p.Digest))
+		}
+	})
 	section("Renewed keys: a new generation after the key's lifetime", len(a.RenewedKeys), "SEQ\tKEY\tTOOL\tEXECUTION\tAT\tPREVIOUS OUTCOME\tPREVIOUS SEQ", func(tw io.Writer) {
 		for _, r := range a.RenewedKeys {
 			// A server before contract v1.3 sends no previous_outcome: "-".
