@@ -15,6 +15,15 @@ func checkPruneFields(bad func(string, ...any), r *chain.Receipt) {
 // that follows the previous one's, the first from receipt 1.
 type pruneRanges struct {
 	through uint64 // the last prune's
+	// list holds every prune receipt whose result parses, in seq order:
+	// --segments joins a segment to each (segments.go).
+	list []pruned
+}
+
+// pruned is one prune receipt's seq and result.
+type pruned struct {
+	seq uint64
+	res chain.PruneResult
 }
 
 // add checks the prune receipt r's result (chain.ParsePruneResult), its
@@ -31,4 +40,5 @@ func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
 		col.addf(r.Seq, RulePruneInvalid, "the range %d…%d does not follow the pruned range 1…%d", res.From, res.Through, p.through)
 	}
 	p.through = max(p.through, res.Through)
+	p.list = append(p.list, pruned{seq: r.Seq, res: *res})
 }
