@@ -128,26 +128,25 @@ func (v *Verifier) compareHashes(ctx context.Context, got *archive.Checked) (str
 	}
 	var detail string
 	next, wantPrev := got.From, got.From > 1
-	noHash := func(seq uint64) error {
-		detail = fmt.Sprintf("the ledger keeps no hash of receipt %d", seq)
+	stop := func(format string, args ...any) error {
+		detail = fmt.Sprintf(format, args...)
 		return errStop
 	}
+	const noHash = "the ledger keeps no hash of receipt %d"
 	err = v.kept(ctx, max(got.From-1, 1), got.Through, func(seq uint64, h chain.Hash) error {
 		switch {
 		case wantPrev && seq != got.From-1:
-			return noHash(got.From - 1)
+			return stop(noHash, got.From-1)
 		case wantPrev:
 			wantPrev = false
 			if h != prev {
-				detail = fmt.Sprintf("its prev_hash %s is not the ledger's hash %s of receipt %d", prev, h, seq)
-				return errStop
+				return stop("its prev_hash %s is not the ledger's hash %s of receipt %d", prev, h, seq)
 			}
 			return nil
 		case seq != next:
-			return noHash(next)
+			return stop(noHash, next)
 		case got.Hashes[seq-got.From] != h:
-			detail = fmt.Sprintf("receipt %d has hash %s, the ledger keeps %s", seq, got.Hashes[seq-got.From], h)
-			return errStop
+			return stop("receipt %d has hash %s, the ledger keeps %s", seq, got.Hashes[seq-got.From], h)
 		}
 		next++
 		return nil
@@ -158,9 +157,9 @@ func (v *Verifier) compareHashes(ctx context.Context, got *archive.Checked) (str
 	case detail != "":
 		return detail, nil
 	case wantPrev:
-		_ = noHash(got.From - 1)
+		return fmt.Sprintf(noHash, got.From-1), nil
 	case next <= got.Through:
-		_ = noHash(next)
+		return fmt.Sprintf(noHash, next), nil
 	}
-	return detail, nil
+	return "", nil
 }
