@@ -44,7 +44,7 @@ func TestLedgerctl_help(t *testing.T) {
 		cmd  []string
 		want []string
 	}{
-		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "receipts-only", "all-namespaces", "checkpoint", "vkey", "segment")},
+		{[]string{"verify"}, append(source, "json", "expect-head", "state", "incremental", "max-violations", "no-progress", "receipts-only", "all-namespaces", "checkpoint", "vkey", "segment", "segments")},
 		{[]string{"audit"}, append(source, "json", "since", "tool")},
 		{[]string{"receipts"}, append(source, "json", "after", "limit", "key", "execution-id", "tool", "kind")},
 		{[]string{"show"}, append(source, "json", "history")},

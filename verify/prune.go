@@ -14,8 +14,11 @@ func checkPruneFields(bad func(string, ...any), r *chain.Receipt) {
 // pruneRanges follows the chain's prune receipts: each prunes the range
 // that follows the previous one's, the first from receipt 1.
 type pruneRanges struct {
-	through uint64        // the last prune's
-	audit   []PrunedRange // the well-formed prunes checked, for the audit
+	through uint64 // the last prune's
+	// list holds every prune receipt checked whose result parses, in seq
+	// order: the audit's pruned_ranges, and --segments joins a segment
+	// to each (segments.go).
+	list []PrunedRange
 }
 
 // add checks the prune receipt r's result (chain.ParsePruneResult), its
@@ -32,7 +35,7 @@ func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
 		col.addf(r.Seq, RulePruneInvalid, "the range %d…%d does not follow the pruned range 1…%d", res.From, res.Through, p.through)
 	}
 	p.through = max(p.through, res.Through)
-	p.audit = append(p.audit, PrunedRange{Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt, From: res.From,
+	p.list = append(p.list, PrunedRange{Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt, From: res.From,
 		Through: res.Through, Digest: res.Digest})
 }
 

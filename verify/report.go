@@ -102,6 +102,14 @@ const (
 	// prune result, whose range is not below it, or does not follow the
 	// range the earlier prune receipts pruned (the first from receipt 1).
 	RulePruneInvalid = "prune_invalid"
+	// RuleSegmentMissing: with Opts.Segments, a prune receipt's range
+	// that no segment in the archive directory covers (SPEC §16).
+	RuleSegmentMissing = "segment_missing"
+	// RuleSegmentMismatch: with Opts.Segments, a prune receipt's segment
+	// that does not check alone (archive.Check), whose manifest names
+	// another range or digest than the receipt, or whose hashes differ
+	// from the ones the ledger keeps for its seqs and the seq before.
+	RuleSegmentMismatch = "segment_mismatch"
 
 	// RulePrunedReference: a receipt after a prune receipt whose ref_seq
 	// names a receipt that prune pruned (SPEC §16): a key pruned whole is
@@ -146,8 +154,11 @@ type Report struct {
 	Checked uint64 `json:"checked"`
 	// PayloadsUnchecked: a committed namespace read without its payload
 	// table with Opts.ReceiptsOnly: the chain alone was checked.
-	PayloadsUnchecked bool   `json:"payloads_unchecked,omitempty"`
-	Audit             *Audit `json:"audit"`
+	PayloadsUnchecked bool `json:"payloads_unchecked,omitempty"`
+	// SegmentsJoined counts the segments Opts.Segments found joined to
+	// the ledger: one per prune receipt, each checked whole.
+	SegmentsJoined int    `json:"segments_joined,omitempty"`
+	Audit          *Audit `json:"audit"`
 }
 
 // mergeViolations orders the violations of both passes by seq and keeps

@@ -96,6 +96,11 @@ type Opts struct {
 	// missing from the chain alone (--receipts-only), reporting its
 	// payloads unchecked instead of payloads_absent (SPEC §14).
 	ReceiptsOnly bool
+	// Segments, if set, joins the archived segments to the ledger (SPEC
+	// §16): each prune receipt's segment, checked whole and against the
+	// hashes the ledger keeps (segment_missing, segment_mismatch). A full
+	// run of a database only (ErrSegmentsNeedFullRun).
+	Segments *Segments
 }
 
 // Verifier checks one ledger: a database or a server.
@@ -109,6 +114,9 @@ type Verifier struct {
 	// rows yields the kept values in seq order (a database); nil when the
 	// receipts carry them (a server).
 	rows func(ctx context.Context, after uint64, fn func(uint64, *chain.Opening) error) error
+	// kept reads the chain hashes the ledger keeps, which Opts.Segments
+	// joins the segments to (a database).
+	kept KeptHashes
 	opts Opts
 	// keyOrder makes a full run of a database read the key states in key
 	// order, as an incremental run does (the tests compare the two).
@@ -118,7 +126,7 @@ type Verifier struct {
 // New returns a Verifier of a ledger database.
 func New(db DB, opts Opts) *Verifier {
 	return &Verifier{db: db, src: db, keyTTL: db.KeyTTL, list: db.ListReceipts, mode: db.Payloads, rows: db.PayloadRows,
-		opts: defaults(opts)}
+		kept: liveHashes(db), opts: defaults(opts)}
 }
 
 // NewRemote returns a Verifier of a ledger served over the API.
@@ -159,6 +167,9 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	default:
 		err = v.keyPasses(ctx, r)
 	}
+	if err == nil && v.opts.Segments != nil {
+		r.segments, err = v.joinSegments(ctx, r)
+	}
 	if err = errors.Join(err, r.cc.payloads.close(), r.state.err); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -178,12 +189,16 @@ type run struct {
 	gate     *gateChecker
 	dups     []DuplicateEffect
 	repeats  []RepeatedFailure
+	segments int // joined (Opts.Segments)
 }
 
 // begin decides what an incremental run may trust and sets up the checks.
 func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if v.opts.Incremental && v.opts.Pinned == nil {
 		return nil, ErrIncrementalNeedsPin
+	}
+	if v.opts.Segments != nil && (v.db == nil || v.opts.Incremental) {
+		return nil, ErrSegmentsNeedFullRun
 	}
 	r := &run{}
 	var fromHash chain.Hash
@@ -235,8 +250,8 @@ func (r *run) report(maxViolations int) *Report {
 	if r.cc.payloads != nil && len(r.cc.payloads.erasures) > 0 {
 		audit.Erasures = r.cc.payloads.erasures
 	}
-	if len(r.cc.pruned.audit) > 0 {
-		audit.PrunedRanges = r.cc.pruned.audit
+	if len(r.cc.pruned.list) > 0 {
+		audit.PrunedRanges = r.cc.pruned.list
 	}
 	return &Report{
 		OK:                len(violations) == 0,
@@ -247,6 +262,7 @@ func (r *run) report(maxViolations int) *Report {
 		Unsupported:       r.chainCol.unsupported + r.stateCol.unsupported,
 		Checked:           r.cc.checked,
 		PayloadsUnchecked: r.cc.payloads.unchecked(),
+		SegmentsJoined:    r.segments,
 		Audit:             audit,
 	}
 }

@@ -39,6 +39,8 @@ const verifyExamples = `  ledgerctl verify --db ledger.db
   ledgerctl verify --db postgres://auditor@db.internal/ledger --all-namespaces --json
   # an archived segment alone (ledgerctl archive writes them)
   ledgerctl verify --segment /srv/ledger-archive/payments-1-100000 --vkey ./log.vkey
+  # every archived segment joined to the ledger it was pruned from
+  ledgerctl verify --db ledger.db --namespace payments --segments /srv/ledger-archive --vkey ./log.vkey
 `
 
 // Run verifies the ledger and prints the report.
@@ -51,6 +53,7 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 	noProgress := fs.Bool("no-progress", false, "never show a progress bar")
 	receiptsOnly := fs.Bool("receipts-only", false, "a committed namespace whose payload table is missing (a copy of the receipts alone): check the chain alone and report the payloads unchecked, instead of failing with payloads_absent")
 	segment := fs.String("segment", "", "check the archived segment in `DIR` alone (docs/spec.md §16: its receipts rehashed and chained, its digests, payloads and tree against its checkpoint; the signature too, given --vkey); exit 1 segment_invalid")
+	segments := fs.String("segments", "", "with --db: join the archive `DIR`'s segments to the ledger (docs/spec.md §16): each prune receipt's segment NS-FROM-THROUGH must be there, check alone and hold the receipts whose hashes the ledger keeps; exit 1 segment_missing or segment_mismatch. --vkey checks the segments' checkpoint signatures too")
 	all := fs.Bool("all-namespaces", false, "verify every namespace, one report each (--json: {\"ok\", \"namespaces\": {NAME: report, or {\"ok\": false, \"error\"} for one that could not be verified}}); exit 2 if any could not be verified, else 1 if any has violations")
 	var cf checkpointFlags
 	cf.register(fs)
@@ -58,12 +61,22 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if *segment != "" {
-		for _, f := range []string{"db", "server", "namespace", "n", "expect-head", "state", "incremental", "checkpoint", "all-namespaces", "receipts-only"} {
+		for _, f := range []string{"db", "server", "namespace", "n", "expect-head", "state", "incremental", "checkpoint", "all-namespaces", "receipts-only", "segments"} {
 			if flagSet(fs, f) {
 				return usageErr(fs, c.Env, "--segment checks a segment alone: leave out --%s", f)
 			}
 		}
 		return c.verifySegment(fs, src.json, *segment, cf.vkeys)
+	}
+	if *segments != "" {
+		for _, f := range []string{"server", "all-namespaces", "incremental"} {
+			if flagSet(fs, f) {
+				return usageErr(fs, c.Env, "--segments joins the segments to a database on a full run of one namespace: leave out --%s", f)
+			}
+		}
+		if src.db == "" {
+			return usageErr(fs, c.Env, "--segments needs --db (the database whose prune receipts the segments are joined to)")
+		}
 	}
 	if *all {
 		for _, f := range []string{"namespace", "expect-head", "state", "incremental", "checkpoint", "vkey"} {
@@ -87,6 +100,13 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	opts.MaxViolations, opts.ReceiptsOnly = *maxV, *receiptsOnly
+	if *segments != "" {
+		vs, err := verifiers(fs, c.Env, cf.vkeys)
+		if err != nil {
+			return err
+		}
+		opts.Segments = &verify.Segments{Dir: *segments, Namespace: src.ns(), Keys: vs}
+	}
 	return c.check(ctx, fs, src, &cf, opts, *stateFile, !*noProgress)
 }
 
@@ -116,7 +136,7 @@ func (c *VerifyCommand) pins(fs *flag.FlagSet, expect, stateFile string, increme
 // rewrites the state file after a clean run and prints the report.
 func (c *VerifyCommand) check(ctx context.Context, fs *flag.FlagSet, src *sourceFlags, cf *checkpointFlags,
 	opts verify.Opts, stateFile string, progress bool) error {
-	cc, err := cf.load(ctx, fs, c.Env, src, stateFile)
+	cc, err := cf.load(ctx, fs, c.Env, src, stateFile, opts.Segments != nil)
 	if err != nil {
 		return err
 	}
@@ -343,6 +363,9 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 		fmt.Fprintf(w, "FAILED: %s in %s, head %d:%s\n\n", plural(rep.ViolationsTotal, "violation", "violations"), plural(rep.Receipts, "receipt", "receipts"),
 			rep.Head.Seq, rep.Head.Hash)
 		printViolations(w, rep)
+	}
+	if rep.SegmentsJoined > 0 {
+		fmt.Fprintf(w, "segments: %s joined to the ledger\n", plural(rep.SegmentsJoined, "segment", "segments"))
 	}
 	if rep.PayloadsUnchecked {
 		fmt.Fprintln(w, "payloads: unchecked — the database has no payload table; the chain alone was checked")
