@@ -81,9 +81,10 @@ func (s *Server) roleFor(route, method string) string {
 		return ""
 	case "/v1/effects/reserve", "/v1/effects/{key}/commit", "/v1/effects/{key}/reconcile":
 		return ledger.RoleWriter // reconcile: the reserve's own actor, or an admin (SPEC §15)
-	case "/v1/effects/{key}/resolve", "/v1/erasures":
+	case "/v1/effects/{key}/resolve", "/v1/erasures", "/v1/prune":
 		// The erasures listing says which receipts were erased together
-		// and the erased subjects' MACs (SPEC §14): admins only.
+		// and the erased subjects' MACs (SPEC §14); the prune status
+		// scans the chain (§16): admins only.
 		return ledger.RoleAdmin
 	case "/v1/approvals/{seq}":
 		if method == http.MethodPost {

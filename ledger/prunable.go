@@ -213,3 +213,31 @@ func (n *Namespace) Prunable(ctx context.Context, after, minKeepMS uint64) (*Wat
 	}
 	return watermark(s.gens, after, floor, head, now, n.keyTTL, p), nil
 }
+
+// PruneStatus is what a namespace could prune now (SPEC §16): the
+// policy's archive member (nil: none, and a prune needs one) and the
+// prunable watermark under its min_keep_ms (MinArchiveKeepMS without one).
+type PruneStatus struct {
+	Namespace string     `json:"namespace"`
+	Archive   *Archive   `json:"archive"`
+	Watermark *Watermark `json:"watermark"`
+}
+
+// PruneStatus reads the namespace's archive member and prunable
+// watermark. It scans the chain (about 100 bytes of memory per key seen):
+// an admin's question. Errors as Prunable's.
+func (n *Namespace) PruneStatus(ctx context.Context) (*PruneStatus, error) {
+	p, _, err := n.Policy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	floor := uint64(MinArchiveKeepMS)
+	if p.Archive != nil {
+		floor = p.Archive.MinKeepMS
+	}
+	w, err := n.Prunable(ctx, 0, floor)
+	if err != nil {
+		return nil, err
+	}
+	return &PruneStatus{Namespace: n.name, Archive: p.Archive, Watermark: w}, nil
+}

@@ -490,6 +490,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"POST", n.v1 + "/erasures", `{"keys":["walk-auth-0001"]}`, "writer"},
 					{"GET", n.v1 + "/erasures/1", "", ""},
 					{"GET", n.v1 + "/erasures", "", "reader"}, // an admin's: which receipts went together
+					{"GET", n.v1 + "/prune", "", "reader"},    // an admin's: it scans the chain
 					{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`, "writer"},
 					{"GET", n.v1 + "/signing-keys", "", "writer"},
 					{"GET", n.v1 + "/audit", "", "writer"},
@@ -648,6 +649,22 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		walkErase(t, a, b, tok, spaces, huge, expect)
 	})
 
+	t.Run("prune status", func(t *testing.T) {
+		// F: the default namespace has a key TTL, so it can prune (SPEC §16).
+		f := StartLedgerd(t, filepath.Join(t.TempDir(), "aged.db"), "--default-key-ttl", "24h")
+		observeHost(t, f.URL, cov.observe)
+		for _, path := range []string{"/v1/prune", "/v1/ns/default/prune"} {
+			r := f.Do("GET", path, "")
+			expect(r, 200, "")
+			assert.Nil(t, r.Body["archive"], path)
+			assert.NotNil(t, r.Body["watermark"], path)
+			expect(f.Do("HEAD", path, ""), 200, "")
+		}
+		for _, n := range spaces {
+			expect(a.Do("GET", n.v1+"/prune", ""), 409, "not_prunable") // no key TTL
+		}
+	})
+
 	t.Run("signing keys", func(t *testing.T) {
 		walkSigningKeys(t, d, vkey, spaces, huge, expect)
 	})
@@ -678,6 +695,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"POST", n.v1 + "/erasures", `{"keys":["walk-rate-0001"]}`},
 				{"GET", n.v1 + "/erasures/1", ""},
 				{"GET", n.v1 + "/erasures", ""},
+				{"GET", n.v1 + "/prune", ""},
 				{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`},
 				{"GET", n.v1 + "/signing-keys", ""},
 				{"GET", n.v1 + "/audit", ""},
@@ -727,6 +745,7 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"POST", "/erasures", `{"keys":["walk-auth-0001"]}`},
 	{"GET", "/erasures/1", ""},
 	{"GET", "/erasures", ""},
+	{"GET", "/prune", ""},
 	{"POST", "/signing-keys", `{"vkey":"x"}`},
 	{"GET", "/signing-keys", ""},
 	{"GET", "/effects/walk-auth-0001", ""},
