@@ -81,8 +81,15 @@ func (t *tx) Openings(ctx context.Context, seqs []uint64) (map[uint64]*chain.Ope
 	if len(stored) == 0 {
 		return out, nil
 	}
-	err := scanOpenings(ctx, t.conn, func(seq uint64, o *chain.Opening) error { out[seq] = o; return nil },
-		sqlOpenings, t.c.ns, seqArgs(stored))
+	err := scanOpenings(ctx, t.conn, func(seq uint64, o *chain.Opening) error {
+		for f, by := range t.erasedStored[seq] {
+			if p := o.Get(f); p != nil && p.ErasedBy == 0 {
+				o.Set(f, &chain.Payload{ErasedBy: by})
+			}
+		}
+		out[seq] = o
+		return nil
+	}, sqlOpenings, t.c.ns, seqArgs(stored))
 	if err != nil {
 		return nil, t.dbFail("read payloads", err)
 	}
@@ -194,6 +201,22 @@ type eraseOp struct {
 func (t *tx) ErasePayloads(_ context.Context, eraseSeq uint64, fields map[uint64]chain.FieldSet) error {
 	t.erases = append(t.erases, eraseOp{seq: eraseSeq, fields: fields})
 	for seq, set := range fields {
+		if _, appended := t.bySeq[seq]; !appended {
+			if t.erasedStored == nil {
+				t.erasedStored = map[uint64]map[chain.PayloadField]uint64{}
+			}
+			m := t.erasedStored[seq]
+			if m == nil {
+				m = map[chain.PayloadField]uint64{}
+				t.erasedStored[seq] = m
+			}
+			for _, f := range chain.PayloadFields {
+				if _, done := m[f]; set.Has(f) && !done {
+					m[f] = eraseSeq
+				}
+			}
+			continue
+		}
 		if o := t.openings[seq]; o != nil {
 			c := *o
 			for _, f := range chain.PayloadFields {
@@ -492,11 +515,13 @@ func (t *tx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]led
 		}
 		kp.Seq = uint64(seq)
 		for i, f := range chain.PayloadFields {
-			if has[i] {
+			if _, erased := t.erasedStored[kp.Seq][f]; has[i] && !erased { // not by an erase of this batch
 				kp.Fields = kp.Fields.With(f)
 			}
 		}
-		out = append(out, kp)
+		if kp.Fields != 0 {
+			out = append(out, kp)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, t.dbFail("read kept payloads", err)

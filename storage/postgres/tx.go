@@ -46,25 +46,29 @@ type tx struct {
 	policySeq     uint64 // the latest policy receipt's seq, this transaction's appends included
 	dbErr         error  // the first failed database call
 
-	receipts    []chain.Receipt                            // in the chain form (Open nil)
-	openings    map[uint64]*chain.Opening                  // the values of the appended committed receipts (SPEC §14)
-	erases      []eraseOp                                  // sent after the payload rows
-	erasures    []ledger.Erasure                           // the erase receipts\' openings
-	subjectOps  []subjectOp                                // the subject index\'s changes, sent in order
-	pending     map[ledger.Generation]*ledger.PendingErase // pending erasure marks (nil: deleted)
-	reconciled  []reconciledToken                          // tokens of reconciled reservations (SPEC §15)
-	bySeq       map[uint64]int                             // index into receipts
-	keys        map[string]*ledger.KeyRecord
-	keyOrder    []string
-	loaded      map[string]*ledger.KeyRecord // read with the head (begin): nil value = no such key
-	loadedRcpt  map[uint64]chain.Receipt
-	hashFrom    int64
-	hashes      []tlog.Hash
-	checkpoint  *tlog.Signed
-	probed      bool
-	ended       []string
-	askInputs   []askInputOp // sent in order by write
-	purgeBefore uint64       // write deletes the asked inputs whose delete_after is before it
+	receipts []chain.Receipt           // in the chain form (Open nil)
+	openings map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
+	erases   []eraseOp                 // sent after the payload rows
+	// erasedStored are the fields of stored receipts that this batch's
+	// erases took (seq → field → erase seq): reads in the batch apply
+	// them, since the UPDATEs go out at COMMIT.
+	erasedStored map[uint64]map[chain.PayloadField]uint64
+	erasures     []ledger.Erasure                           // the erase receipts\' openings
+	subjectOps   []subjectOp                                // the subject index\'s changes, sent in order
+	pending      map[ledger.Generation]*ledger.PendingErase // pending erasure marks (nil: deleted)
+	reconciled   []reconciledToken                          // tokens of reconciled reservations (SPEC §15)
+	bySeq        map[uint64]int                             // index into receipts
+	keys         map[string]*ledger.KeyRecord
+	keyOrder     []string
+	loaded       map[string]*ledger.KeyRecord // read with the head (begin): nil value = no such key
+	loadedRcpt   map[uint64]chain.Receipt
+	hashFrom     int64
+	hashes       []tlog.Hash
+	checkpoint   *tlog.Signed
+	probed       bool
+	ended        []string
+	askInputs    []askInputOp // sent in order by write
+	purgeBefore  uint64       // write deletes the asked inputs whose delete_after is before it
 }
 
 func (t *tx) dirty() bool {

@@ -207,6 +207,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Approvals", func(t *testing.T) { RunApprovals(t, f) })
 	t.Run("StateKey", func(t *testing.T) { testStateKey(t, f) })
 	t.Run("PayloadSwitch", func(t *testing.T) { RunPayloadSwitch(t, f) })
+	t.Run("OverlappingErasures", func(t *testing.T) { RunOverlappingErasures(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
