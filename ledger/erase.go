@@ -129,6 +129,9 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		if err != nil {
 			return nil, err
 		}
+		if hist, err = t.withConsumed(ctx, hist); err != nil {
+			return nil, err
+		}
 		key := g.Key
 		for i := range hist {
 			r := &hist[i]
@@ -196,28 +199,50 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 	return res, nil
 }
 
-// eraseAskInput deletes the input an approver was shown (§13) for the ask
-// r is, or for the ask whose approval the reserve r consumed (the ask then
-// precedes the generation's first reserve): §14's erase takes the keys'
-// approval inputs with their values.
-func (t *batchTx) eraseAskInput(ctx context.Context, r *chain.Receipt) error {
-	ask := uint64(0)
-	switch {
-	case r.Kind == chain.KindAsk:
-		ask = r.Seq
-	case r.Kind == chain.KindReserve && r.RefSeq > 0:
-		p, err := t.Receipt(ctx, r.RefSeq)
-		if err != nil {
-			return err
+// withConsumed adds to a generation's receipts the ask and the approval
+// that one of its reserves consumed (SPEC §13), when they are not among
+// them: they precede the generation's first reserve, and §14's erase
+// takes their values (the ask's summary, the approver's note) with the
+// key's.
+func (t *batchTx) withConsumed(ctx context.Context, hist []chain.Receipt) ([]chain.Receipt, error) {
+	have := make(map[uint64]bool, len(hist))
+	for _, r := range hist {
+		have[r.Seq] = true
+	}
+	var extra []chain.Receipt
+	for _, r := range hist {
+		if r.Kind != chain.KindReserve || r.RefSeq == 0 || have[r.RefSeq] {
+			continue
 		}
-		if p.Kind == chain.KindApproval && p.IdempotencyKey == r.IdempotencyKey {
-			ask = p.RefSeq
+		approval, err := t.Receipt(ctx, r.RefSeq)
+		if err != nil {
+			return nil, err
+		}
+		if approval.Kind != chain.KindApproval || approval.IdempotencyKey != r.IdempotencyKey {
+			continue // a renewal's ref_seq: the previous generation's
+		}
+		have[approval.Seq] = true
+		extra = append(extra, approval)
+		if !have[approval.RefSeq] {
+			ask, err := t.Receipt(ctx, approval.RefSeq)
+			if err != nil {
+				return nil, err
+			}
+			have[ask.Seq] = true
+			extra = append(extra, ask)
 		}
 	}
-	if ask == 0 {
+	return append(hist, extra...), nil
+}
+
+// eraseAskInput deletes the input an approver was shown (§13) for the ask
+// r is: §14's erase takes the keys' approval inputs with their values
+// (withConsumed brings in the ask a reserve consumed).
+func (t *batchTx) eraseAskInput(ctx context.Context, r *chain.Receipt) error {
+	if r.Kind != chain.KindAsk {
 		return nil
 	}
-	return t.SetAskInputDeadline(ctx, ask, 0, t.Now())
+	return t.SetAskInputDeadline(ctx, r.Seq, 0, t.Now())
 }
 
 // appendErase erases the values of fields (seq → fields) and appends the

@@ -291,6 +291,11 @@ func (s *batchTx) ask(ctx context.Context, now uint64, a *reserveArgs, k *KeyRec
 	if err := s.PutAskInput(ctx, r.Seq, a.input, expires+s.retentionMS(), now); err != nil {
 		return nil, err
 	}
+	if len(a.subjects) > 0 { // the ask, its answer and input go with the subject (SPEC §14)
+		if err := s.PutSubjects(ctx, a.key, r.Seq, a.subjects); err != nil {
+			return nil, err
+		}
+	}
 	s.event("ask")
 	return askResult(a, &r), nil
 }

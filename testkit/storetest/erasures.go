@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/testkit"
 )
@@ -59,5 +61,58 @@ func RunOverlappingErasures(t *testing.T, f Factory) {
 		r, err := n.GetReceipt(ctx, seq)
 		require.NoError(t, err)
 		assert.Len(t, r.Open.Erased(), 2, "receipt %d: external_ref and result erased, once", seq)
+	}
+}
+
+// RunSubjectErasesApprovals: an erase by subject takes the values of the
+// ask and the approval of the subject's keys (SPEC §13, §14): those of an
+// ask a later reserve consumed, and those of an ask that was rejected
+// (its reserve held, never reserved), with the asks' inputs.
+func RunSubjectErasesApprovals(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	require.NoError(t, l.CreateNamespace(ctx, "subj", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	n := ns(t, l, "subj")
+	setPolicy(t, n, gatePolicy)
+	held := func(key string) uint64 {
+		req := charge(key, "exec-1")
+		req.Input, req.ApprovalSummary, req.Subjects = json.RawMessage(`{"card":"4242"}`), "refund for "+key, []string{"person-7"}
+		r := testkit.MustReserve(t, n, req)
+		require.NotNil(t, r.Ask, key)
+		return r.Ask.Seq
+	}
+	decide := func(seq uint64, decision string) uint64 {
+		v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: seq, Decision: decision, Note: "checked " + decision,
+			Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+		require.NoError(t, err)
+		return v.Answer.Seq
+	}
+	consumedAsk := held("subj-key-0001")
+	consumedApproval := decide(consumedAsk, ledger.DecisionApprove)
+	req := charge("subj-key-0001", "exec-1")
+	req.Input, req.Subjects = json.RawMessage(`{"card":"4242"}`), []string{"person-7"}
+	r := testkit.MustReserve(t, n, req)
+	require.NotNil(t, r.Approval, "the reserve consumes the approval")
+	testkit.MustCommit(t, n, testkit.Succeed("subj-key-0001", r.Reservation))
+	rejectedAsk := held("subj-key-0002")
+	rejection := decide(rejectedAsk, ledger.DecisionReject)
+
+	res, err := n.Erase(ctx, ledger.EraseRequest{Subject: "person-7", Actor: "ops", Reason: "request 1"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusErased, res.Status)
+	for _, seq := range []uint64{consumedAsk, consumedApproval, rejectedAsk, rejection} {
+		rc, err := n.GetReceipt(ctx, seq)
+		require.NoError(t, err)
+		assert.NotEmpty(t, rc.Open.Erased(), "receipt %d (%s): its values erased", seq, rc.Kind)
+		for _, f := range chain.PayloadFields {
+			if p := rc.Open.Get(f); p != nil {
+				assert.NotZero(t, p.ErasedBy, "receipt %d (%s) keeps %s", seq, rc.Kind, f.Name())
+			}
+		}
+	}
+	for _, ask := range []uint64{consumedAsk, rejectedAsk} {
+		v, err := n.Approval(ctx, ask, true)
+		require.NoError(t, err)
+		assert.Empty(t, v.Input, "the input shown to the approver of ask %d", ask)
 	}
 }

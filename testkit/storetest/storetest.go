@@ -208,6 +208,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("StateKey", func(t *testing.T) { testStateKey(t, f) })
 	t.Run("PayloadSwitch", func(t *testing.T) { RunPayloadSwitch(t, f) })
 	t.Run("OverlappingErasures", func(t *testing.T) { RunOverlappingErasures(t, f) })
+	t.Run("SubjectErasesApprovals", func(t *testing.T) { RunSubjectErasesApprovals(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
