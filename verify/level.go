@@ -55,8 +55,16 @@ func (l *level) add(e *event, r *chain.Receipt) error {
 		return l.spillEvent(e)
 	}
 	s, found := t.find(e.key)
+	if !found && t.held != nil {
+		// The table is full and the key is not in it, though its bit
+		// (shared with another key) did not say so: its earlier receipts
+		// went to the spill files, and this one follows them, whatever
+		// its kind (an approval dropped here would leave the reserve
+		// that consumes it naming an unknown receipt).
+		return l.spillEvent(e)
+	}
 	if !found && e.kind == evNoState {
-		return nil
+		return nil // the key's first receipt, which holds no state
 	}
 	if !found {
 		var err error
