@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 // namespace, the UTF-8 bytes of the payload values kept beside the chain
 // (salts not counted), rising with commits, falling by the erased values'
 // bytes after an erase by key (the erase receipt's reason is itself a kept
-// value), 0 for an inline namespace, and never an erased value anywhere in
-// the scrape.
+// value), 0 for an inline namespace, never an erased value anywhere in the
+// scrape, and on PostgreSQL the same value from another replica.
 func TestMetrics_payloadBytes(t *testing.T) {
 	t.Parallel()
 	onSQLiteAndPostgres(t, testPayloadBytes)
@@ -27,7 +28,7 @@ func testPayloadBytes(t *testing.T, db string) {
 	l := startLedgerdEnv(t, nil, db, "--default-payloads", "committed", "--retention-interval", "50ms")
 	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"plain","payloads":"inline"}`).Status)
 	marker := randomMarker(t)
-	gauge := func(ns string) float64 {
+	gauge := func(l *Ledgerd, ns string) float64 {
 		fam := metricFamilies(t, l)["ledger_payload_bytes"]
 		if fam == nil {
 			return -1
@@ -43,8 +44,8 @@ func testPayloadBytes(t *testing.T, db string) {
 	}
 	settles := func(ns string, want float64, msg string) {
 		t.Helper()
-		require.Eventually(t, func() bool { return gauge(ns) == want }, 20*time.Second, 20*time.Millisecond,
-			"%s: ledger_payload_bytes{namespace=%q} = %v, want %v", msg, ns, gauge(ns), want)
+		require.Eventually(t, func() bool { return gauge(l, ns) == want }, 20*time.Second, 20*time.Millisecond,
+			"%s: ledger_payload_bytes{namespace=%q} = %v, want %v", msg, ns, gauge(l, ns), want)
 	}
 	settles("default", 0, "an empty committed namespace keeps nothing")
 
@@ -72,4 +73,10 @@ func testPayloadBytes(t *testing.T, db string) {
 	require.Equal(t, 201, er.Status, er.Raw)
 	settles("default", per+float64(len(reason)), "the erased values' bytes are gone (the erase's reason is kept)")
 	assert.NotContains(t, l.Do("GET", "/metrics", "").Raw, marker, "no value is a label")
+	if strings.HasPrefix(db, "postgres") {
+		// A gauge of the shared database: another replica reports the same.
+		b := startLedgerdEnv(t, nil, db, "--retention-interval", "50ms")
+		require.Eventually(t, func() bool { return gauge(b, "default") == per+float64(len(reason)) }, 20*time.Second, 20*time.Millisecond,
+			"the other replica: %v", gauge(b, "default"))
+	}
 }
