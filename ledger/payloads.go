@@ -83,6 +83,11 @@ type PayloadReader interface {
 	// PendingErasures yields every pending erasure mark, by key and
 	// generation.
 	PendingErasures(ctx context.Context, fn func(*PendingErase) error) error
+	// PayloadBytes is the sum of the lengths in bytes of the values the
+	// namespace still keeps beside its chain (the four payload fields of
+	// its committed receipts; salts not counted, erased values gone): 0
+	// for an inline namespace or a database without a payload table.
+	PayloadBytes(ctx context.Context) (uint64, error)
 }
 
 // PayloadTx is what a batch writes beside a committed chain (SPEC §14):

@@ -311,6 +311,22 @@ func (c *Chain) PendingErasures(ctx context.Context, fn func(*ledger.PendingEras
 	return nil
 }
 
+// PayloadBytes sums the bytes of the values the namespace keeps (salts
+// not counted); a schema before version 4, read as it is, keeps none.
+func (c *Chain) PayloadBytes(ctx context.Context) (uint64, error) {
+	if c.s.version < 4 {
+		return 0, nil
+	}
+	var n int64
+	err := c.s.pool.QueryRow(ctx, `SELECT coalesce(sum(coalesce(octet_length(external_ref), 0)
+		+ coalesce(octet_length(result), 0) + coalesce(octet_length(error_message), 0)
+		+ coalesce(octet_length(note), 0)), 0)::bigint FROM payloads WHERE namespace = $1`, c.ns).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read payload bytes: %w", classify(err))
+	}
+	return uint64(max(n, 0)), nil
+}
+
 // erasures yields the erasures that where selects, in seq order, each
 // with its subjects (none in a database made before erasure_subjects,
 // read as it is).

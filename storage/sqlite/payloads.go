@@ -293,6 +293,25 @@ func (f *lazyChain) PendingErasures(ctx context.Context, fn func(*ledger.Pending
 	return f.rd.PendingErasures(ctx, fn)
 }
 
+// PayloadBytes sums the bytes of the values the namespace keeps (salts
+// not counted); a file made before ns_payloads, read as it is, keeps none.
+func (rd *Reader) PayloadBytes(ctx context.Context) (uint64, error) {
+	var n int64
+	err := rd.r.QueryRowContext(ctx, sqlPayloadBytes, rd.args()...).Scan(&n)
+	switch {
+	case noSuchTable(err, "ns_payloads"):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read payload bytes: %w", classify(err))
+	}
+	return uint64(max(n, 0)), nil
+}
+
+// PayloadBytes sums the bytes of the values the namespace keeps.
+func (f *lazyChain) PayloadBytes(ctx context.Context) (uint64, error) {
+	return f.rd.PayloadBytes(ctx)
+}
+
 // erasureSubjects yields the rows (seq, mac) of query; a file of schema 8
 // made before ns_erasure_subjects, read as it is, has none.
 func (rd *Reader) erasureSubjects(ctx context.Context, query string, args []any, fn func(uint64, ledger.SubjectMAC)) error {

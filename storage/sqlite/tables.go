@@ -62,6 +62,12 @@ const (
 	sqlErasureSubjects      = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 AND seq = ?2 ORDER BY mac`
 	sqlAllErasureSubjects   = `SELECT seq, mac FROM ns_erasure_subjects WHERE ns = ?1 ORDER BY seq, mac`
 	sqlAllPending           = `SELECT key, first_seq, erase_seq, fields, actor FROM ns_pending_erasures WHERE ns = ?1 ORDER BY key, first_seq`
+	// The bytes of the values kept (ledger_payload_bytes): a TEXT value's
+	// length() counts characters, its cast to BLOB's counts UTF-8 bytes.
+	sqlPayloadBytes = `SELECT coalesce(sum(coalesce(length(CAST(p.external_ref AS BLOB)), 0)
+		+ coalesce(length(CAST(p.result AS BLOB)), 0) + coalesce(length(CAST(p.error_message AS BLOB)), 0)
+		+ coalesce(length(CAST(p.note AS BLOB)), 0)), 0)
+		FROM ns_receipts AS r JOIN ns_payloads AS p ON p.rid = r.rowid WHERE r.ns = ?1`
 
 	sqlInsertReceipt = `INSERT INTO ns_receipts (ns, ` + receiptColumns + `)
 		VALUES (?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`

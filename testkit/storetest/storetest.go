@@ -194,6 +194,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("MixedLoadVerifies", func(t *testing.T) { testMixedLoad(t, f) })
 	t.Run("ContextCancelled", func(t *testing.T) { testCancelled(t, f) })
 	t.Run("Reads", func(t *testing.T) { testReads(t, f) })
+	t.Run("PayloadBytes", func(t *testing.T) { testPayloadBytes(t, f) })
 	t.Run("Checkpoints", func(t *testing.T) { testCheckpoints(t, f) })
 	t.Run("Tokens", func(t *testing.T) { testTokens(t, f) })
 	t.Run("WaitWakesOnCommit", func(t *testing.T) { testWait(t, f) })

@@ -75,7 +75,7 @@ func (m *Main) serveFlags(fs *flag.FlagSet) {
 	fs.StringVar(&m.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces over OTLP/HTTP to this `URL` (e.g. http://127.0.0.1:4318/v1/traces); the OTEL_EXPORTER_OTLP_* variables work too; off by default")
 	fs.StringVar(&m.PprofAddr, "pprof", "", "serve net/http/pprof on this loopback `address` (e.g. 127.0.0.1:6060); off by default")
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
-	fs.DurationVar(&m.RetentionEvery, "retention-interval", time.Minute, "sweep each committed namespace's payload retention (its policy's retention.payloads_ms) every `DURATION`; 0 disables (docs/privacy.md)")
+	fs.DurationVar(&m.RetentionEvery, "retention-interval", time.Minute, "sweep each committed namespace's payload retention (its policy's retention.payloads_ms) every `DURATION`, and read the ledger_payload_bytes gauge as often (every minute when 0); 0 disables the sweeps (docs/privacy.md)")
 	fs.DurationVar(&m.DefaultKeyTTL, "default-key-ttl", 0, "when this start creates the ledger, forget a finalized key of the default namespace this long after its outcome, e.g. 24h; 0: never. Fixed once the ledger exists (namespaces set their own: ledgerctl namespace create --key-ttl)")
 	fs.StringVar(&m.DefaultPayloads, "default-payloads", string(ledger.DefaultPayloads), "when this start creates the ledger, how the default namespace keeps its payload fields: inline, or committed (salted commitments on the chain, the values beside it, where they can be erased: docs/privacy.md). Fixed once the ledger exists (namespaces set their own: ledgerctl namespace create --payloads)")
 }

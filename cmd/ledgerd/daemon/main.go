@@ -181,13 +181,13 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	defer o.close()
-	var svc *nsservices.Services
-	if key != nil || m.VerifyEvery > 0 || m.RetentionEvery > 0 {
-		if svc, err = m.startNsServices(ctx, o, key); err != nil {
-			return err
-		}
-		defer svc.Stop()
+	// Always: every namespace's ledger_payload_bytes gauge is refreshed
+	// (SPEC §14).
+	svc, err := m.startNsServices(ctx, o, key)
+	if err != nil {
+		return err
 	}
+	defer svc.Stop()
 	if m.PprofAddr != "" {
 		stopPprof, err := servePprof(m.PprofAddr, m.Logger)
 		if err != nil {

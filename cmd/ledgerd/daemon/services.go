@@ -2,13 +2,15 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/effect-ledger/effect-ledger/cmd/ledgerd/daemon/nsservices"
 )
 
 // startNsServices starts the per-namespace services of the flags: with
 // --signing-key the verifiable log, with --verify-every the periodic
-// verification over the read-only store.
+// verification over the read-only store, with --retention-interval the
+// retention sweeps, and always the ledger_payload_bytes gauge.
 func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) (*nsservices.Services, error) {
 	cfg := nsservices.Config{Ledger: o.l, Logger: m.Logger, ScanEvery: m.NamespaceScanEvery}
 	if key != nil {
@@ -23,5 +25,11 @@ func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) 
 		cfg.VerifyStore, cfg.VerifyEvery = o.rstore, m.VerifyEvery
 	}
 	cfg.RetentionEvery = m.RetentionEvery
+	// ledger_payload_bytes is read as often as retention is swept (what
+	// the sweeps delete shows at once), every minute when they are off.
+	cfg.PayloadBytesEvery = m.RetentionEvery
+	if cfg.PayloadBytesEvery <= 0 {
+		cfg.PayloadBytesEvery = time.Minute
+	}
 	return nsservices.Start(ctx, cfg)
 }

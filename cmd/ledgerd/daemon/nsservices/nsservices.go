@@ -2,8 +2,9 @@
 // when its namespace is first seen: with a signing key the verifiable log
 // (SPEC §9: a checkpoint signer and, with witnesses, the witnessing of its
 // checkpoints), with a verification period the periodic verification (its
-// metrics labelled by namespace). New namespaces are looked for every
-// ScanEvery.
+// metrics labelled by namespace), with a retention interval the payload
+// retention sweeps, and the refresh of the ledger_payload_bytes gauge. New
+// namespaces are looked for every ScanEvery.
 package nsservices
 
 import (
@@ -71,6 +72,13 @@ type Config struct {
 	// switched by a policy since). Every replica sweeps: a sweep runs under
 	// the namespace's head lock, so a second one at once finds nothing.
 	RetentionEvery time.Duration
+
+	// PayloadBytesEvery is how often each namespace's ledger_payload_bytes
+	// gauge is read from the store (SPEC §14; 0: never), the first time at
+	// once. Every namespace reports it, an inline one 0 (its values are in
+	// the chain; a policy may switch it to committed since). Every replica
+	// reports it: it is a gauge of the shared database's state.
+	PayloadBytesEvery time.Duration
 }
 
 // Services are the running per-namespace services.
@@ -184,6 +192,17 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 			tick.Every(ctx, s.cfg.RetentionEvery, func(ctx context.Context) { sweep(ctx, n, logger) })
 		}()
 	}
+	if s.cfg.PayloadBytesEvery > 0 {
+		s.mu.Lock()
+		s.running[n.Name()] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			refreshPayloadBytes(ctx, n, logger)
+			tick.Every(ctx, s.cfg.PayloadBytesEvery, func(ctx context.Context) { refreshPayloadBytes(ctx, n, logger) })
+		}()
+	}
 	if s.cfg.VerifyStore != nil {
 		c, err := s.cfg.VerifyStore.Chain(ctx, n.Name())
 		if err != nil {
@@ -216,6 +235,14 @@ func sweep(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
 		if res == nil || res.Count < ledger.MaxSweep {
 			return
 		}
+	}
+}
+
+// refreshPayloadBytes sets n's ledger_payload_bytes gauge from the store,
+// logging a failure (the gauge then keeps its last value).
+func refreshPayloadBytes(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
+	if _, err := n.RefreshPayloadBytes(ctx); err != nil && ctx.Err() == nil {
+		logger.Warn("reading the payload bytes kept failed", "err", err)
 	}
 }
 

@@ -163,3 +163,52 @@ func TestStart_ErrWitnessKey(t *testing.T) {
 		assert.ErrorContains(t, err, "witness:")
 	})
 }
+
+// payloadBytes is the ledger_payload_bytes gauge of namespace ns on the
+// default registry, or -1 when it has none.
+func payloadBytes(t *testing.T, ns string) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != "ledger_payload_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "namespace" && lp.GetValue() == ns {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// TestStart_payloadBytes: each namespace's ledger_payload_bytes is read
+// at once, then every PayloadBytesEvery, and follows commits and erasures.
+func TestStart_payloadBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, db := newConfig(t)
+		cfg.Signers, cfg.PayloadBytesEvery = nil, time.Minute
+		n := db.Namespace
+		r := testkit.MustReserve(t, n, testkit.ReserveReq("key-bytes-1", "exec-1"))
+		testkit.MustCommit(t, n, testkit.Succeed("key-bytes-1", r.Reservation))
+		s, err := nsservices.Start(t.Context(), cfg)
+		require.NoError(t, err)
+		defer s.Stop()
+		synctest.Wait()
+		first := payloadBytes(t, ledger.DefaultNamespace)
+		assert.Equal(t, float64(len("re_1")+len(`{"amount":1200}`)), first, "read at start")
+
+		const reason = "erasure request"
+		_, err = n.Erase(t.Context(), ledger.EraseRequest{Keys: []string{"key-bytes-1"}, Reason: reason, Actor: "ops"})
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.Equal(t, first, payloadBytes(t, ledger.DefaultNamespace), "not before the next refresh")
+		time.Sleep(cfg.PayloadBytesEvery)
+		synctest.Wait()
+		assert.Equal(t, float64(len(reason)), payloadBytes(t, ledger.DefaultNamespace),
+			"the erased values are gone, the erase receipt's reason is kept")
+	})
+}
