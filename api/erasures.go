@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
@@ -39,19 +41,29 @@ type erasedBody struct {
 // subject.
 func (s *Server) handleErase(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
 	var req ledger.EraseRequest
-	var hasKeys, hasSubject bool
+	var hasKeys, hasSubject, hasReason bool
 	var fieldErr error
 	if !s.decodeBody(w, r, func(o *object) {
 		req.Keys, hasKeys = o.strings("keys")
 		hasSubject = o.has("subject")
 		req.Subject = o.str("subject")
-		fields, _ := o.strings("fields")
+		fields, hasFields := o.strings("fields")
 		req.Fields, fieldErr = chain.ParseFieldSet(fields)
+		switch {
+		case hasFields && len(fields) == 0:
+			fieldErr = errors.New("fields must name at least one payload field; leave it out for all four")
+		case len(slices.Compact(slices.Sorted(slices.Values(fields)))) != len(fields):
+			fieldErr = errors.New("fields names a field twice")
+		}
+		hasReason = o.has("reason")
 		req.Reason = o.str("reason")
 	}) {
 		return
 	}
 	switch {
+	case hasReason && req.Reason == "":
+		s.Error(w, r, ledger.Invalid("reason", "reason must be 1–%d characters; leave it out for none", ledger.MaxEraseReason))
+		return
 	case hasKeys == hasSubject:
 		s.Error(w, r, ledger.Invalid("keys", "give exactly one selector: keys or subject"))
 		return

@@ -1007,7 +1007,9 @@ func walkErase(t *testing.T, a, b *Ledgerd, tok map[string]string, spaces []walk
 	for _, n := range spaces {
 		t.Run(n.name, func(t *testing.T) {
 			for _, body := range []string{`{}`, `{"keys":["walk-rec-0001"],"subject":"s"}`, `{"keys":[]}`,
-				`{"keys":["walk-rec-0001"],"fields":["tool"]}`, `{"keys":"walk-rec-0001"}`, `{"keys":["walk-rec-0001"],"x":1}`} {
+				`{"keys":["walk-rec-0001"],"fields":["tool"]}`, `{"keys":"walk-rec-0001"}`, `{"keys":["walk-rec-0001"],"x":1}`,
+				`{"keys":["walk-rec-0001"],"fields":[]}`, `{"keys":["walk-rec-0001"],"fields":["result","result"]}`,
+				`{"keys":["walk-rec-0001"],"reason":""}`} {
 				expect(a.Do("POST", n.v1+"/erasures", body), 400, "invalid_request")
 			}
 			expect(a.Do("POST", n.v1+"/erasures", huge), 413, "body_too_large")
