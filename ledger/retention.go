@@ -67,6 +67,15 @@ func decideSweep(ctx context.Context, t *batchTx) (*EraseResult, error) {
 			if found && !k.finalized() && kp.Seq >= k.FirstSeq {
 				continue // a person may still need the values to resolve it
 			}
+			if kp.Kind == chain.KindAsk || kp.Kind == chain.KindApproval {
+				waits, err := t.awaitsApproval(ctx, kp.Key, kp.Seq)
+				if err != nil {
+					return nil, err
+				}
+				if waits {
+					continue // the approver, or the reserve that consumes it, still reads it
+				}
+			}
 		}
 		fields[kp.Seq] = kp.Fields
 	}
@@ -79,6 +88,40 @@ func decideSweep(ctx context.Context, t *batchTx) (*EraseResult, error) {
 	}
 	ref := refOf(&r)
 	return &EraseResult{Status: StatusErased, Receipt: &ref, Count: count}, nil
+}
+
+// awaitsApproval reports whether the ask or approval at seq of key is
+// still in use (SPEC §13): an ask unanswered and not expired, or an
+// approval not consumed yet. Its key is not final.
+func (t *batchTx) awaitsApproval(ctx context.Context, key string, seq uint64) (bool, error) {
+	hist, err := t.KeyHistory(ctx, key, 0)
+	if err != nil {
+		return false, err
+	}
+	answered, consumed := map[uint64]*chain.Receipt{}, map[uint64]bool{}
+	for i := range hist {
+		switch r := &hist[i]; r.Kind {
+		case chain.KindApproval:
+			answered[r.RefSeq] = r
+		case chain.KindReserve:
+			consumed[r.RefSeq] = true
+		}
+	}
+	for i := range hist {
+		r := &hist[i]
+		if r.Kind != chain.KindAsk || (r.Seq != seq && (answered[r.Seq] == nil || answered[r.Seq].Seq != seq)) {
+			continue
+		}
+		a := answered[r.Seq]
+		switch {
+		case a == nil:
+			return t.Now() < r.LeaseExpiresAt, nil // unanswered: until it expires
+		case a.Outcome == chain.OutcomeApproved:
+			return !consumed[a.Seq], nil
+		}
+		return false, nil // rejected
+	}
+	return false, nil
 }
 
 // recordedThrough returns the last seq recorded at or before cutoff (unix

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -115,4 +116,43 @@ func RunSubjectErasesApprovals(t *testing.T, f Factory) {
 		require.NoError(t, err)
 		assert.Empty(t, v.Input, "the input shown to the approver of ask %d", ask)
 	}
+}
+
+// RunRetentionSparesPendingAsks: a retention sweep (SPEC §14) leaves the
+// ask of a key still waiting for its approver, and an approval not yet
+// consumed, whatever their age; once the key is final, they go.
+func RunRetentionSparesPendingAsks(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, clock := open(t, f)
+	require.NoError(t, l.CreateNamespace(ctx, "ret", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	n := ns(t, l, "ret")
+	setPolicy(t, n, `{"retention":{"payloads_ms":60000},"rules":[{"tool":"payments.*","approval":"required","expires_in_ms":86400000}]}`)
+	req := charge("ret-key-0001", "exec-1")
+	req.Input, req.ApprovalSummary = json.RawMessage(`{"card":"4242"}`), "a refund"
+	r := testkit.MustReserve(t, n, req)
+	require.NotNil(t, r.Ask)
+	kept := func(seq uint64) bool {
+		rc, err := n.GetReceipt(ctx, seq)
+		require.NoError(t, err)
+		return len(rc.Open.Erased()) == 0
+	}
+	sweep := func() {
+		clock.Advance(2 * 60_000 * time.Millisecond)
+		_, err := n.Sweep(ctx)
+		require.NoError(t, err)
+	}
+	sweep()
+	assert.True(t, kept(r.Ask.Seq), "an ask waiting for its approver keeps its summary")
+	v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: r.Ask.Seq, Decision: ledger.DecisionApprove, Note: "fine",
+		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+	require.NoError(t, err)
+	sweep()
+	assert.True(t, kept(r.Ask.Seq), "approved, not consumed: the ask stays")
+	assert.True(t, kept(v.Answer.Seq), "approved, not consumed: the approval stays")
+	c := testkit.MustReserve(t, n, req)
+	require.NotNil(t, c.Approval)
+	testkit.MustCommit(t, n, testkit.Succeed("ret-key-0001", c.Reservation))
+	sweep()
+	assert.False(t, kept(r.Ask.Seq), "the key is final: its ask goes")
+	assert.False(t, kept(v.Answer.Seq), "and its approval")
 }

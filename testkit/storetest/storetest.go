@@ -210,6 +210,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("PayloadSwitch", func(t *testing.T) { RunPayloadSwitch(t, f) })
 	t.Run("OverlappingErasures", func(t *testing.T) { RunOverlappingErasures(t, f) })
 	t.Run("SubjectErasesApprovals", func(t *testing.T) { RunSubjectErasesApprovals(t, f) })
+	t.Run("RetentionSparesPendingAsks", func(t *testing.T) { RunRetentionSparesPendingAsks(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
