@@ -177,31 +177,32 @@ func (s *Services) scan(ctx context.Context) error {
 	return nil
 }
 
+// every runs fn for namespace n every d (first at once when now is set)
+// until ctx ends, and marks n's services running.
+func (s *Services) every(ctx context.Context, n *ledger.Namespace, d time.Duration, now bool, fn func(context.Context)) {
+	s.mu.Lock()
+	s.running[n.Name()] = true
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if now {
+			fn(ctx)
+		}
+		tick.Every(ctx, d, fn)
+	}()
+}
+
 // start starts the services of namespace n.
 func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.cfg.Logger.With("namespace", n.Name())
 	if s.cfg.RetentionEvery > 0 {
 		// Every namespace: an inline one's sweep only reads whether a
 		// policy has switched it to committed payloads since (SPEC §14).
-		s.mu.Lock()
-		s.running[n.Name()] = true
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			tick.Every(ctx, s.cfg.RetentionEvery, func(ctx context.Context) { sweep(ctx, n, logger) })
-		}()
+		s.every(ctx, n, s.cfg.RetentionEvery, false, func(ctx context.Context) { sweep(ctx, n, logger) })
 	}
 	if s.cfg.PayloadBytesEvery > 0 {
-		s.mu.Lock()
-		s.running[n.Name()] = true
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			refreshPayloadBytes(ctx, n, logger)
-			tick.Every(ctx, s.cfg.PayloadBytesEvery, func(ctx context.Context) { refreshPayloadBytes(ctx, n, logger) })
-		}()
+		s.every(ctx, n, s.cfg.PayloadBytesEvery, true, func(ctx context.Context) { refreshPayloadBytes(ctx, n, logger) })
 	}
 	if s.cfg.VerifyStore != nil {
 		c, err := s.cfg.VerifyStore.Chain(ctx, n.Name())
