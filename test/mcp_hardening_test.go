@@ -2,6 +2,7 @@ package test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -254,8 +255,10 @@ func TestLedgerMCP_ledgerHangs(t *testing.T) {
 	g := startGateway(t, append([]string{"--ledger", l.URL, "--ledger-timeout", "500ms", "--wait", "0s"}, sh.command()...)...)
 	warm := g.call(t, "charge", map[string]any{"order": "H0"}, nil)
 	require.False(t, warm.IsError, text(t, warm))
-	// Seen once in CI (not reproduced since): H1 ran, as if the ledgerd
-	// had answered its reserve while stopped. Keep both sides' logs.
+	// Seen twice in CI: H1 ran because the ledgerd answered its reserve
+	// after kill(SIGSTOP) returned but before its threads had stopped (the
+	// stop is taken when a thread is next scheduled, which on a loaded
+	// machine can be many milliseconds later). freeze waits for the stop.
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("SIGSTOP sent at %s\nledgerd logs:\n%s\nledger-mcp logs:\n%s",
@@ -264,7 +267,7 @@ func TestLedgerMCP_ledgerHangs(t *testing.T) {
 	})
 
 	stoppedAt = time.Now()
-	require.NoError(t, l.cmd.Process.Signal(syscall.SIGSTOP))
+	freeze(t, l.cmd.Process.Pid)
 	stopped := true
 	defer func() {
 		if stopped {
@@ -282,6 +285,32 @@ func TestLedgerMCP_ledgerHangs(t *testing.T) {
 	ping := g.call(t, "charge", map[string]any{"order": "H2"}, nil)
 	require.False(t, ping.IsError, text(t, ping))
 	assert.Equal(t, 0, sh.runs("charge", "H1"))
+}
+
+// freeze sends SIGSTOP to pid and waits until every one of its threads
+// is stopped: kill returns once the signal is queued, and a thread
+// already running goes on serving until the stop reaches it.
+func freeze(t *testing.T, pid int) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil || len(tasks) == 0 {
+			return false
+		}
+		for _, task := range tasks {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return false
+			}
+			// The state follows the parenthesised command name.
+			i := bytes.LastIndexByte(stat, ')')
+			if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, time.Millisecond, "ledgerd %d did not stop", pid)
 }
 
 // TestLedgerMCP_httpSessions: --listen closes idle sessions after
