@@ -283,6 +283,9 @@ func appendReserve(ctx context.Context, s *batchTx, now uint64, a *reserveArgs, 
 	}
 	if g.consumed != nil {
 		s.event("consume")
+		if err := s.carryPending(ctx, k, g.consumed.AskSeq); err != nil {
+			return nil, err
+		}
 	}
 	return &ReserveResult{Status: StatusReserved, IdempotencyKey: k.Key, KeyGenerated: k.Generated,
 		Reservation: token, Attempt: a.attempt, LeaseExpiresAt: lease, Approval: g.consumed,

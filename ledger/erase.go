@@ -123,11 +123,15 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		return nil, err
 	}
 	var cand []uint64
+	var asks []Generation
 	keyOf := map[uint64]string{}
 	for _, g := range gens {
 		hist, err := t.generation(ctx, g)
 		if err != nil {
 			return nil, err
+		}
+		if a := waitingAsk(hist, t.Now()); a != nil && (g.FirstSeq == 0 || g.FirstSeq == a.Seq) {
+			asks = append(asks, Generation{Key: g.Key, FirstSeq: a.Seq})
 		}
 		if hist, err = t.withConsumed(ctx, hist); err != nil {
 			return nil, err
@@ -165,13 +169,14 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 			keys[keyOf[seq]] = true
 		}
 	}
-	pending, err := t.inFlight(ctx, gens)
+	pending, err := t.inFlight(ctx, gens, asks)
 	if err != nil {
 		return nil, err
 	}
 	for _, g := range pending {
 		res.Pending = append(res.Pending, g.Key)
 	}
+	res.Pending = slices.Compact(slices.Sorted(slices.Values(res.Pending)))
 	if len(fields) == 0 {
 		if err := t.markPending(ctx, pending, 0, req); err != nil {
 			return nil, err
@@ -272,11 +277,21 @@ func (t *batchTx) appendErase(ctx context.Context, fields map[uint64]chain.Field
 }
 
 // inFlight returns the selected generations that are the current one of
-// their key and not final (reserved or interrupted).
-func (t *batchTx) inFlight(ctx context.Context, gens []Generation) ([]Generation, error) {
-	var out []Generation
+// their key and not final (reserved or interrupted), then asks: the
+// selected keys' asks still waiting for an approval or its consumption
+// (awaiting_approval), each marked by the ask's seq until the reserve
+// that consumes its approval carries the mark to its generation.
+func (t *batchTx) inFlight(ctx context.Context, gens, asks []Generation) ([]Generation, error) {
 	if c, err := t.committed(ctx); err != nil || !c {
 		return nil, err // an inline namespace's keys end inline
+	}
+	var out []Generation
+	seen := map[Generation]bool{}
+	for _, a := range asks {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
 	}
 	for _, g := range gens {
 		k, found, err := t.Key(ctx, g.Key)
@@ -301,9 +316,33 @@ func (t *batchTx) markPending(ctx context.Context, gens []Generation, eraseSeq u
 	return nil
 }
 
+// carryPending moves the mark of the ask at askSeq (its key was erased
+// while it waited for its approval) to the generation of the reserve that
+// has just consumed the approval, k's, so that the receipt finalizing it
+// is erased too (SPEC §14).
+func (t *batchTx) carryPending(ctx context.Context, k *KeyRecord, askSeq uint64) error {
+	if c, err := t.committed(ctx); err != nil || !c {
+		return err
+	}
+	p, err := t.Pending(ctx, k.Key, askSeq)
+	if err != nil || p == nil {
+		return err
+	}
+	if err := t.DeletePending(ctx, k.Key, askSeq); err != nil {
+		return err
+	}
+	if q, err := t.Pending(ctx, k.Key, k.FirstSeq); err != nil || q != nil {
+		return err // the generation is marked already
+	}
+	p.FirstSeq = k.FirstSeq
+	return t.PutPending(ctx, p)
+}
+
 // completePending follows final, the receipt that finalized k's
 // generation, by the erase its pending mark asks for (SPEC §14): in the
-// same transaction, so that its values never stay.
+// same transaction, so that its values never stay. It takes every value
+// the generation gained after the marking erase: the final receipt's, and
+// those of a takeover's reserve or of the approval its reserve consumed.
 func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chain.Receipt) error {
 	if c, err := t.committed(ctx); err != nil || !c {
 		return err // nothing is ever erased, or marked, in an inline namespace
@@ -315,16 +354,39 @@ func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chai
 	if err := t.DeletePending(ctx, k.Key, k.FirstSeq); err != nil {
 		return err
 	}
-	var set chain.FieldSet
-	for _, f := range chain.PayloadFields {
-		if p.Fields.Has(f) && final.Open.Get(f) != nil {
-			set = set.With(f)
+	hist, err := t.generation(ctx, Generation{Key: k.Key, FirstSeq: k.FirstSeq})
+	if err == nil {
+		hist, err = t.withConsumed(ctx, hist)
+	}
+	if err != nil {
+		return err
+	}
+	cand := []uint64{final.Seq}
+	for i := range hist {
+		if r := &hist[i]; r.Seq > p.EraseSeq && r.Seq != final.Seq && hasCommitment(r) {
+			cand = append(cand, r.Seq)
 		}
 	}
-	if set == 0 {
+	open, err := t.Openings(ctx, cand)
+	if err != nil {
+		return err
+	}
+	fields := map[uint64]chain.FieldSet{}
+	for _, seq := range cand {
+		var set chain.FieldSet
+		for _, f := range chain.PayloadFields {
+			if o := open[seq].Get(f); o != nil && o.ErasedBy == 0 && p.Fields.Has(f) {
+				set = set.With(f)
+			}
+		}
+		if set != 0 {
+			fields[seq] = set
+		}
+	}
+	if len(fields) == 0 {
 		return nil // nothing committed to erase
 	}
-	_, _, err = t.appendErase(ctx, map[uint64]chain.FieldSet{final.Seq: set}, p.Fields, false, p.Actor, "", nil)
+	_, _, err = t.appendErase(ctx, fields, p.Fields, false, p.Actor, "", nil)
 	return err
 }
 

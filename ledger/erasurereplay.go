@@ -289,7 +289,8 @@ func (n *Namespace) ExportErasures(ctx context.Context) (*NamespaceErasures, err
 
 // replayPending marks the generation of a listed pending mark when it is
 // the same here (the reserve at first_seq has the listed chain hash) and
-// still in flight, so that the receipt that finalizes it is erased as it
+// still in flight, or the ask of one (at first_seq) still waits for its
+// approval or its consumption, so that the receipt that finalizes it is erased as it
 // is appended. It returns the mark's ReplayPending status.
 func (t *batchTx) replayPending(ctx context.Context, p *PendingRecord, head uint64, actor string) (string, error) {
 	if p.FirstSeq > head {
@@ -302,12 +303,22 @@ func (t *batchTx) replayPending(ctx context.Context, p *PendingRecord, head uint
 	if r.Hash.String() != p.Hash || r.IdempotencyKey != p.Key {
 		return ReplayHashMismatch, nil
 	}
-	k, found, err := t.Key(ctx, p.Key)
-	if err != nil {
-		return "", err
-	}
-	if !found || k.FirstSeq != p.FirstSeq || k.finalized() {
-		return ReplayFinal, nil // this generation is over here
+	if r.Kind == chain.KindAsk { // a key that waited for its approval
+		hist, err := t.KeyHistory(ctx, p.Key, 0)
+		if err != nil {
+			return "", err
+		}
+		if a := waitingAsk(hist, t.Now()); a == nil || a.Seq != p.FirstSeq {
+			return ReplayFinal, nil // answered no, expired, or consumed here
+		}
+	} else {
+		k, found, err := t.Key(ctx, p.Key)
+		if err != nil {
+			return "", err
+		}
+		if !found || k.FirstSeq != p.FirstSeq || k.finalized() {
+			return ReplayFinal, nil // this generation is over here
+		}
 	}
 	had, err := t.Pending(ctx, p.Key, p.FirstSeq)
 	if err != nil || had != nil {

@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -179,4 +180,47 @@ func verifyClean(t *testing.T, db *ledgertest.DB) {
 	rep, err := verify.New(c, verify.Opts{}).Check(context.Background())
 	require.NoError(t, err)
 	assert.Empty(t, rep.Violations)
+}
+
+// TestNamespace_ReplayErasuresAwaitingApproval: the pending mark of a key
+// erased while it waited for its approval is exported as its ask's, and
+// replayed into a copy where that ask still waits: there the approval is
+// consumed and the commit erased as it is appended, and the copy
+// verifies.
+func TestNamespace_ReplayErasuresAwaitingApproval(t *testing.T) {
+	ctx := context.Background()
+	a := ledgertest.Open(t)
+	_, err := a.SetPolicy(ctx, json.RawMessage(`{"rules":[{"tool":"payments.charge","approval":"required"}]}`), "ops")
+	require.NoError(t, err)
+	req := testkit.ReserveReq("refund-order-0009", "e1")
+	req.Tool = "payments.charge"
+	req.ApprovalSummary = "refund the order"
+	held := ledgertest.MustReserve(t, a, req)
+	require.NotNil(t, held.Ask)
+	copyPath := filepath.Join(t.TempDir(), "copy.db")
+	_, err = sqlite.Backup(ctx, a.Path(), copyPath, sqlite.BackupOptions{})
+	require.NoError(t, err)
+	er, err := a.Erase(ctx, ledger.EraseRequest{Keys: []string{"refund-order-0009"}, Actor: "ops"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"refund-order-0009"}, er.Pending)
+	exp, err := a.ExportErasures(ctx)
+	require.NoError(t, err)
+	require.Len(t, exp.Pending, 1)
+	assert.Equal(t, held.Ask.Seq, exp.Pending[0].FirstSeq, "the ask's mark")
+
+	b := ledgertest.Open(t, ledgertest.WithPath(copyPath))
+	res, err := b.ReplayErasures(ctx, exp, "ops", "")
+	require.NoError(t, err)
+	assert.Equal(t, []ledger.ReplayPending{{Key: "refund-order-0009", FirstSeq: held.Ask.Seq, Status: ledger.ReplayMarked}}, res.Pending)
+	_, _, err = b.Answer(ctx, ledger.AnswerRequest{Seq: held.Ask.Seq, Decision: ledger.DecisionApprove, Note: "fine",
+		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+	require.NoError(t, err)
+	r := ledgertest.MustReserve(t, b, req)
+	require.NotNil(t, r.Approval)
+	c := testkit.MustCommit(t, b, testkit.Succeed("refund-order-0009", r.Reservation))
+	assert.Equal(t, c.Receipt.Seq+1, b.Head().Seq, "an erase receipt follows the commit")
+	got, err := b.ExportErasures(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, got.Pending)
+	verifyClean(t, b)
 }

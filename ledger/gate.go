@@ -89,6 +89,29 @@ func (g *keyGate) approvedFor(now uint64) bool {
 		g.answer.RecordedAt < g.ask.LeaseExpiresAt && now < g.ask.LeaseExpiresAt
 }
 
+// waitingAsk returns the latest ask of hist (a key's receipts in seq
+// order) that a reserve may still consume at now: unanswered, or approved
+// and not consumed, and not expired; nil if none.
+func waitingAsk(hist []chain.Receipt, now uint64) *chain.Receipt {
+	kg := readKeyGate(hist, gateBound(hist), 0)
+	if kg.pending(now) || kg.approvedFor(now) {
+		return kg.ask
+	}
+	return nil
+}
+
+// gateBound is the seq of the latest reserve or outcome of hist, after
+// which a key's asks are current (0 for none).
+func gateBound(hist []chain.Receipt) uint64 {
+	var bound uint64
+	for _, r := range hist {
+		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile {
+			bound = r.Seq
+		}
+	}
+	return bound
+}
+
 // sameFingerprint reports whether receipt r (an ask or deny) was made for
 // the request's tool, effect and input.
 func sameFingerprint(r *chain.Receipt, a *reserveArgs) bool {

@@ -52,13 +52,7 @@ func askedKey(ctx context.Context, c KeyReader, key string, notFound error) (*Ke
 // approved and not consumed yet (approved); a key that never ran and whose
 // only ask ended unused is approval_expired.
 func gateState(v *KeyView, now uint64) {
-	var bound uint64
-	for _, r := range v.Receipts {
-		if r.Kind == chain.KindReserve || r.Kind == chain.KindCommit || r.Kind == chain.KindResolve || r.Kind == chain.KindReconcile {
-			bound = r.Seq
-		}
-	}
-	kg := readKeyGate(v.Receipts, bound, 0)
+	kg := readKeyGate(v.Receipts, gateBound(v.Receipts), 0)
 	switch {
 	case kg.ask == nil:
 		if v.State == StateAwaitingApproval {

@@ -156,3 +156,86 @@ func RunRetentionSparesPendingAsks(t *testing.T, f Factory) {
 	assert.False(t, kept(r.Ask.Seq), "the key is final: its ask goes")
 	assert.False(t, kept(v.Answer.Seq), "and its approval")
 }
+
+// RunEraseAwaitingApproval: an erase that selects a key waiting for its
+// approval (awaiting_approval, or approved and not consumed yet) lists
+// it as pending (SPEC §14), and the receipts its approval and run add
+// later — the approver's note, the commit's values — are erased in the
+// transaction that finalizes the key. A rejected ask leaves nothing
+// pending.
+func RunEraseAwaitingApproval(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	require.NoError(t, l.CreateNamespace(ctx, "await", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	n := ns(t, l, "await")
+	setPolicy(t, n, gatePolicy)
+	answer := func(seq uint64, decision string) uint64 {
+		v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: seq, Decision: decision, Note: "note of " + decision,
+			Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+		require.NoError(t, err)
+		return v.Answer.Seq
+	}
+	allErased := func(seq uint64) {
+		t.Helper()
+		rc, err := n.GetReceipt(ctx, seq)
+		require.NoError(t, err)
+		assert.NotEmpty(t, rc.Open.Erased(), "receipt %d (%s): its values erased", seq, rc.Kind)
+		for _, f := range chain.PayloadFields {
+			if p := rc.Open.Get(f); p != nil {
+				assert.NotZero(t, p.ErasedBy, "receipt %d (%s) keeps %s", seq, rc.Kind, f.Name())
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name           string
+		approvedBefore bool
+		bySubject      bool
+	}{{"unanswered, by key", false, false}, {"approved, by key", true, false}, {"unanswered, by subject", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("await-key-%t-%t", tc.approvedBefore, tc.bySubject)
+			subject := "person-" + key
+			req := charge(key, "exec-1")
+			req.Input, req.ApprovalSummary, req.Subjects = json.RawMessage(`{"card":"4242"}`), "refund for "+key, []string{subject}
+			held := testkit.MustReserve(t, n, req)
+			require.NotNil(t, held.Ask)
+			var approval uint64
+			if tc.approvedBefore {
+				approval = answer(held.Ask.Seq, ledger.DecisionApprove)
+			}
+			er := ledger.EraseRequest{Keys: []string{key}, Actor: "ops", Reason: "request"}
+			if tc.bySubject {
+				er = ledger.EraseRequest{Subject: subject, Actor: "ops", Reason: "request"}
+			}
+			res, err := n.Erase(ctx, er)
+			require.NoError(t, err)
+			assert.Equal(t, []string{key}, res.Pending, "the key waits for its approval: pending")
+			if !tc.approvedBefore {
+				approval = answer(held.Ask.Seq, ledger.DecisionApprove)
+			}
+			r := testkit.MustReserve(t, n, req)
+			require.NotNil(t, r.Approval, "the reserve consumes the approval")
+			c := testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+			for _, seq := range []uint64{held.Ask.Seq, approval, c.Receipt.Seq} {
+				allErased(seq)
+			}
+			rc, err := n.GetReceipt(ctx, r.Receipt.Seq)
+			require.NoError(t, err)
+			for _, f := range chain.PayloadFields {
+				if p := rc.Open.Get(f); p != nil {
+					assert.NotZero(t, p.ErasedBy, "the reserve keeps %s", f.Name())
+				}
+			}
+		})
+	}
+	t.Run("rejected", func(t *testing.T) {
+		key := "await-key-rejected"
+		req := charge(key, "exec-1")
+		req.ApprovalSummary = "refund for " + key
+		held := testkit.MustReserve(t, n, req)
+		require.NotNil(t, held.Ask)
+		answer(held.Ask.Seq, ledger.DecisionReject)
+		res, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{key}, Actor: "ops", Reason: "request"})
+		require.NoError(t, err)
+		assert.Empty(t, res.Pending, "a rejected ask is final")
+	})
+}

@@ -211,6 +211,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("OverlappingErasures", func(t *testing.T) { RunOverlappingErasures(t, f) })
 	t.Run("SubjectErasesApprovals", func(t *testing.T) { RunSubjectErasesApprovals(t, f) })
 	t.Run("RetentionSparesPendingAsks", func(t *testing.T) { RunRetentionSparesPendingAsks(t, f) })
+	t.Run("EraseAwaitingApproval", func(t *testing.T) { RunEraseAwaitingApproval(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
