@@ -42,6 +42,9 @@ type EraseResult struct {
 	Count   uint64      // receipts whose values were erased
 	Keys    int         // keys with a value erased
 	Inline  int         // selected receipts kept inline, which cannot be erased
+	// More: a sweep erased as many as it may (Config.MaxSweep); the next
+	// may find more at once.
+	More bool
 	// Pending are the selected keys still in flight: the receipt that
 	// finalizes each is followed by an erase covering it.
 	Pending []string

@@ -42,6 +42,10 @@ type Config struct {
 	// its files (SQLite), so erasures answer purged true or false; false
 	// answers null (PostgreSQL, SPEC §14).
 	CanPurge bool
+	// MaxSweep bounds the receipts one erase of a retention sweep, or of
+	// EraseAll, lists: each transaction stays short, and the next goes on
+	// (default DefaultMaxSweep).
+	MaxSweep int
 	// LogKeyPrefix is the name of the log's signing keys, its origin
 	// prefix (SPEC §9): a key receipt's new key must bear it. Empty
 	// accepts any name.
@@ -90,6 +94,9 @@ func New(store Store, cfg Config) *Ledger {
 	}
 	if cfg.ApprovalInputRetention <= 0 {
 		cfg.ApprovalInputRetention = DefaultApprovalInputRetention
+	}
+	if cfg.MaxSweep <= 0 {
+		cfg.MaxSweep = DefaultMaxSweep
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}

@@ -116,9 +116,10 @@ type PayloadTx interface {
 	Pending(ctx context.Context, key string, firstSeq uint64) (*PendingErase, error)
 	// DeletePending deletes the mark of a key generation.
 	DeletePending(ctx context.Context, key string, firstSeq uint64) error
-	// KeptPayloads lists, in seq order, up to limit receipts with seq ≤
-	// through that still keep a value, with the fields that do.
-	KeptPayloads(ctx context.Context, through uint64, limit int) ([]KeptPayload, error)
+	// KeptPayloads lists, in seq order, up to limit receipts with
+	// after < seq ≤ through that still keep a value, with the fields that
+	// do.
+	KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]KeptPayload, error)
 }
 
 // KeptPayload is a receipt that still keeps values: its seq, kind and key,

@@ -13,9 +13,8 @@ import (
 // something appends one erase receipt ("retention": true, actor ledgerd,
 // no note); a sweep that finds nothing appends nothing.
 
-// MaxSweep bounds the receipts one sweep erases: each transaction stays
-// short; the next sweep goes on.
-const MaxSweep = 10_000
+// DefaultMaxSweep is the default of Config.MaxSweep.
+const DefaultMaxSweep = 10_000
 
 // RetentionActor is the actor of the erase receipts of sweeps.
 const RetentionActor = "ledgerd"
@@ -50,44 +49,82 @@ func decideSweep(ctx context.Context, t *batchTx) (*EraseResult, error) {
 	if err != nil || through == 0 {
 		return nil, err
 	}
-	kept, err := t.KeptPayloads(ctx, through, MaxSweep)
-	if err != nil {
+	fields, full, err := t.collectKept(ctx, through, t.sparedBySweep)
+	if err != nil || len(fields) == 0 {
 		return nil, err
 	}
+	return t.eraseCollected(ctx, fields, full, true, RetentionActor, "")
+}
+
+// collectKept pages through the receipts up to through that keep values,
+// in seq order, and returns up to Config.MaxSweep of them that spare does
+// not keep, with their fields; full when it stopped at that bound. It
+// pages past the ones spared, however many there are.
+func (t *batchTx) collectKept(ctx context.Context, through uint64,
+	spare func(context.Context, *KeptPayload) (bool, error)) (map[uint64]chain.FieldSet, bool, error) {
 	fields := map[uint64]chain.FieldSet{}
-	for _, kp := range kept {
-		if kp.Kind == chain.KindErase {
-			continue // its reason is the audit's
+	limit := t.maxSweep()
+	for after := uint64(0); len(fields) < limit; {
+		kept, err := t.KeptPayloads(ctx, after, through, limit-len(fields))
+		if err != nil || len(kept) == 0 {
+			return fields, false, err
 		}
-		if kp.Key != "" {
-			k, found, err := t.Key(ctx, kp.Key)
+		for _, kp := range kept {
+			after = kp.Seq
+			keep, err := spare(ctx, &kp)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
-			if found && !k.finalized() && kp.Seq >= k.FirstSeq {
-				continue // a person may still need the values to resolve it
-			}
-			if kp.Kind == chain.KindAsk || kp.Kind == chain.KindApproval {
-				waits, err := t.awaitsApproval(ctx, kp.Key, kp.Seq)
-				if err != nil {
-					return nil, err
-				}
-				if waits {
-					continue // the approver, or the reserve that consumes it, still reads it
-				}
+			if !keep {
+				fields[kp.Seq] = kp.Fields
 			}
 		}
-		fields[kp.Seq] = kp.Fields
 	}
-	if len(fields) == 0 {
-		return nil, nil
+	return fields, true, nil
+}
+
+// maxSweep is Config.MaxSweep.
+func (t *batchTx) maxSweep() int {
+	if t.n == nil {
+		return DefaultMaxSweep
 	}
-	r, count, err := t.appendErase(ctx, fields, chain.AllFields, true, RetentionActor, "", nil)
+	return t.n.l.cfg.MaxSweep
+}
+
+// sparedBySweep reports whether a sweep keeps kp's values though they
+// expired: an erase receipt's reason, a key still in flight, an ask or
+// approval still in use.
+func (t *batchTx) sparedBySweep(ctx context.Context, kp *KeptPayload) (bool, error) {
+	if kp.Kind == chain.KindErase {
+		return true, nil // its reason is the audit's
+	}
+	if kp.Key == "" {
+		return false, nil
+	}
+	k, found, err := t.Key(ctx, kp.Key)
+	if err != nil {
+		return false, err
+	}
+	if found && !k.finalized() && kp.Seq >= k.FirstSeq {
+		return true, nil // a person may still need the values to resolve it
+	}
+	if kp.Kind == chain.KindAsk || kp.Kind == chain.KindApproval {
+		// The approver, or the reserve that consumes it, still reads it.
+		return t.awaitsApproval(ctx, kp.Key, kp.Seq)
+	}
+	return false, nil
+}
+
+// eraseCollected appends the erase of fields (collectKept's); more: the
+// next one may find more at once.
+func (t *batchTx) eraseCollected(ctx context.Context, fields map[uint64]chain.FieldSet, more, retention bool,
+	actor, reason string) (*EraseResult, error) {
+	r, count, err := t.appendErase(ctx, fields, chain.AllFields, retention, actor, reason, nil)
 	if err != nil {
 		return nil, err
 	}
 	ref := refOf(&r)
-	return &EraseResult{Status: StatusErased, Receipt: &ref, Count: count}, nil
+	return &EraseResult{Status: StatusErased, Receipt: &ref, Count: count, More: more}, nil
 }
 
 // awaitsApproval reports whether the ask or approval at seq of key is

@@ -1,7 +1,11 @@
 package test
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,4 +53,60 @@ func TestErasure_awaitingApproval(t *testing.T) {
 		out, stderr, code := ledgerctl(t, "verify", "--db", db)
 		require.Equal(t, 0, code, "%s%s", out, stderr)
 	})
+}
+
+// TestNamespaceForget_erasesPayloadsFirst (SPEC §14): `ledgerctl namespace
+// forget` of a committed namespace erases its values before its rows
+// leave the ledger file: no file beside the ledger — the kept copy, the
+// ledger file, its WAL — holds them after, and both verify.
+func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	marker := randomMarker(t)
+	l := StartLedgerd(t, db)
+	require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"tenant","payloads":"committed"}`).Status)
+	for i := range 30 {
+		key := fmt.Sprintf("tenant-%08d", i)
+		lease := ""
+		if i == 29 {
+			lease = `,"lease_ms":86400000` // still in flight when forgotten
+		}
+		rr := l.Do("POST", "/v1/ns/tenant/effects/reserve", `{"idempotency_key":"`+key+`","execution_id":"e1","tool":"mail.send","effect":"external","input":{"i":`+fmt.Sprint(i)+`}`+lease+`}`)
+		require.Equal(t, 201, rr.Status, rr.Raw)
+		if i < 29 {
+			c := l.Do("POST", "/v1/ns/tenant/effects/"+key+"/commit", `{"reservation":"`+rr.Body["reservation"].(string)+
+				`","outcome":"succeeded","external_ref":"ref-`+marker+`","result":{"to":"`+strings.Repeat(marker, 50)+`"}}`)
+			require.Equal(t, 201, c.Status, c.Raw)
+		}
+	}
+	e := l.Do("POST", "/v1/ns/tenant/erasures", `{"keys":["tenant-00000000"],"reason":"request 1"}`)
+	require.Equal(t, 201, e.Status, e.Raw)
+	require.NoError(t, l.Stop())
+	found := func() []string {
+		var where []string
+		_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+			if b, rerr := os.ReadFile(path); err == nil && !d.IsDir() && rerr == nil && bytes.Contains(b, []byte(marker)) {
+				where = append(where, path)
+			}
+			return nil
+		})
+		return where
+	}
+	require.NotEmpty(t, found(), "the test can fail: the values are in the files before")
+
+	stdout, stderr, code := ledgerctl(t, "namespace", "forget", "--db", db, "tenant", "--by", "alice", "--reason", "tenant left (INC-7)")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "its payloads erased first")
+	assert.Empty(t, found(), "no file holds a value of the forgotten namespace")
+	kept, err := filepath.Glob(db + ".forgotten-tenant-*")
+	require.NoError(t, err)
+	require.Len(t, kept, 1)
+	out, stderr, code := ledgerctl(t, "verify", "--db", kept[0])
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	out, stderr, code = ledgerctl(t, "audit", "--db", kept[0], "--json")
+	require.Equal(t, 0, code, "%s%s", out, stderr)
+	assert.Contains(t, out, `"actor":"alice"`, "the erase receipt names who forgot it")
+	out, stderr, code = ledgerctl(t, "verify", "--db", db, "--all-namespaces")
+	require.Equal(t, 0, code, "%s%s", out, stderr)
 }

@@ -265,7 +265,8 @@ func (c *NamespaceCommand) forget(ctx context.Context, args []string) error {
 
 Gives up namespace NAME of a SQLite ledger that is no longer wanted: its
 receipts are first copied to a ledger file of their own beside the ledger
-file, <db>.forgotten-NAME-UNIXMS (ledgerctl verify --db reads it), then its
+file (a namespace whose payloads can be erased has every value erased
+before, by erase receipts of actor WHO with note TEXT), <db>.forgotten-NAME-UNIXMS (ledgerctl verify --db reads it), then its
 rows leave the ledger file's shared tables and the name its registry, and the
 decision — who, why, and the head the registry had recorded — is kept in the
 ledger file's namespace_events table. NAME can then be created again, empty:
@@ -293,6 +294,10 @@ is the other way out. Needs ledgerd stopped. Exit 2 on any error.`,
 	if err := checkDB(*db); err != nil {
 		return err
 	}
+	erased, err := eraseBeforeForget(ctx, c.Env, *db, pos[0], *by, *reason)
+	if err != nil {
+		return fmt.Errorf("forget: erasing the namespace's payloads first: %w (nothing was forgotten)", err)
+	}
 	res, err := sqlite.ForgetNamespace(ctx, *db, pos[0], *by, *reason)
 	if errors.Is(err, ledger.ErrUnknownNamespace) {
 		return fmt.Errorf("no namespace %q in %s", pos[0], *db)
@@ -301,8 +306,18 @@ is the other way out. Needs ledgerd stopped. Exit 2 on any error.`,
 		return err
 	}
 	if *asJSON {
+		seqs := make([]uint64, 0, len(erased))
+		for _, r := range erased {
+			seqs = append(seqs, r.Seq)
+		}
 		return writeJSON(c.Stdout, map[string]any{"name": pos[0], "forgotten": true, "moved_to": res.MovedTo,
-			"recorded_head": map[string]any{"seq": res.Head.Seq, "hash": res.Head.Hash.String()}})
+			"recorded_head": map[string]any{"seq": res.Head.Seq, "hash": res.Head.Hash.String()}, "erased_by": seqs})
+	}
+	if len(erased) > 0 {
+		if _, err := fmt.Fprintf(c.Stdout, "namespace %s: its payloads erased first (erase receipts %d–%d)\n",
+			pos[0], erased[0].Seq, erased[len(erased)-1].Seq); err != nil {
+			return err
+		}
 	}
 	moved := "its file was missing"
 	switch {
@@ -314,4 +329,40 @@ is the other way out. Needs ledgerd stopped. Exit 2 on any error.`,
 	_, err = fmt.Fprintf(c.Stdout, "namespace %s forgotten (%s; the registry had recorded %d receipts); decided by %s: %s\n",
 		pos[0], moved, res.Head.Seq, *by, *reason)
 	return err
+}
+
+// eraseBeforeForget erases every value namespace ns of the SQLite ledger
+// db keeps (SPEC §14: forget of a committed namespace erases its payloads
+// first), so that neither the copy forget keeps nor the ledger file holds
+// them, and waits until the file and its WAL are rid of them. It returns
+// the erase receipts, none when the namespace kept no value.
+func eraseBeforeForget(ctx context.Context, env *Env, db, ns, by, reason string) ([]ledger.ReceiptRef, error) {
+	keeps, err := sqlite.NamespaceKeepsPayloads(ctx, db, ns)
+	if err != nil || !keeps {
+		return nil, err
+	}
+	st, err := openDB(ctx, db, env, false)
+	if err != nil {
+		return nil, err
+	}
+	l := ledger.New(st, ledger.Config{Logger: warnLogger(env), CanPurge: true})
+	erased, err := func() ([]ledger.ReceiptRef, error) {
+		n, err := l.NS(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		erased, err := n.EraseAll(ctx, by, reason)
+		if err != nil || len(erased) == 0 {
+			return erased, err
+		}
+		purged, err := waitPurged(ctx, n, erased)
+		if err == nil && !purged {
+			err = fmt.Errorf("the values are erased, but the file's log still held them after %s", purgeWait)
+		}
+		return erased, err
+	}()
+	if cerr := l.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return erased, err
 }

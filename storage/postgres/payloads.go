@@ -508,15 +508,15 @@ func queuePending(b *pgx.Batch, ns string, t *tx) {
 	}
 }
 
-// KeptPayloads lists the stored receipts up to through that still keep a
+// KeptPayloads lists the stored receipts after after, up to through, that still keep a
 // value (a sweep's own transaction appends none before it reads).
-func (t *tx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]ledger.KeptPayload, error) {
+func (t *tx) KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]ledger.KeptPayload, error) {
 	rows, err := t.conn.Query(ctx, `SELECT p.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
 		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
 		FROM payloads AS p JOIN receipts AS r ON r.namespace = p.namespace AND r.seq = p.seq
-		WHERE p.namespace = $1 AND p.seq <= $2 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
+		WHERE p.namespace = $1 AND p.seq > $2 AND p.seq <= $3 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
 			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
-		ORDER BY p.seq LIMIT $3`, t.c.ns, int64(through), limit)
+		ORDER BY p.seq LIMIT $4`, t.c.ns, int64(after), int64(through), limit)
 	if err != nil {
 		return nil, t.dbFail("read kept payloads", err)
 	}

@@ -165,6 +165,35 @@ func ForgetNamespace(ctx context.Context, path, ns, by, reason string) (*ForgetR
 	return res, nil
 }
 
+// NamespaceKeepsPayloads reports whether namespace ns of the ledger at
+// path keeps a value an erase would take (SPEC §14): a payload of a
+// receipt other than an erase receipt.
+// `ledgerctl namespace forget` erases them before the namespace's rows
+// leave the file. A namespace of the earlier layout keeps none.
+func NamespaceKeepsPayloads(ctx context.Context, path, ns string) (bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	w, err := openRegistryWriter(ctx, abs, false)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = w.Close() }()
+	id, found, err := namespaceID(ctx, w, ns)
+	if err != nil || !found || id < 0 {
+		return false, err
+	}
+	var keeps bool
+	err = w.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ns_payloads AS p JOIN ns_receipts AS r ON r.rowid = p.rid
+		WHERE r.ns = ?1 AND r.kind <> 'erase' AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
+			OR p.error_message IS NOT NULL OR p.note IS NOT NULL))`, id).Scan(&keeps)
+	if err != nil {
+		return false, fmt.Errorf("read namespace %s's payloads: %w", ns, classify(err))
+	}
+	return keeps, nil
+}
+
 // moveAside renames a forgotten namespace's file (with its -wal and -shm) to
 // <file>.forgotten-<unix ms> under the file's own lock, and returns the new name; "" when the
 // file does not exist.

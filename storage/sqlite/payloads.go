@@ -461,17 +461,18 @@ func (t *writeTx) DeletePending(ctx context.Context, key string, firstSeq uint64
 	return nil
 }
 
-// KeptPayloads lists the receipts up to through that still keep a value.
-func (t *writeTx) KeptPayloads(ctx context.Context, through uint64, limit int) ([]ledger.KeptPayload, error) {
+// KeptPayloads lists the receipts after after, up to through, that still
+// keep a value.
+func (t *writeTx) KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]ledger.KeptPayload, error) {
 	if err := t.flushPayloads(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := t.tx.QueryContext(ctx, `SELECT r.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
 		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
 		FROM ns_payloads AS p JOIN ns_receipts AS r ON r.rowid = p.rid
-		WHERE r.ns = ?1 AND r.seq <= ?2 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
+		WHERE r.ns = ?1 AND r.seq > ?2 AND r.seq <= ?3 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
 			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
-		ORDER BY p.rid LIMIT ?3`, t.ref.args(through, limit)...)
+		ORDER BY p.rid LIMIT ?4`, t.ref.args(after, through, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read kept payloads: %w", classify(err))
 	}

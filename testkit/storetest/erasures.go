@@ -239,3 +239,39 @@ func RunEraseAwaitingApproval(t *testing.T, f Factory) {
 		assert.Empty(t, res.Pending, "a rejected ask is final")
 	})
 }
+
+// RunRetentionPagesPastKept: a retention sweep (SPEC §14) pages past the
+// values it keeps whatever their number — here more erase receipts'
+// reasons than one sweep may erase receipts (Config.MaxSweep) — and
+// erases the expired values behind them.
+func RunRetentionPagesPastKept(t *testing.T, f Factory) {
+	ctx := context.Background()
+	clock := testkit.NewClock()
+	l := ledger.New(f(t, clock.Now), ledger.Config{Now: clock.Now, MaxSweep: 3})
+	t.Cleanup(func() { _ = l.Close() })
+	require.NoError(t, l.CreateNamespace(ctx, "pages", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	n := ns(t, l, "pages")
+	commit := func(key string) uint64 {
+		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "exec-1"))
+		return testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation)).Receipt.Seq
+	}
+	for i := range 5 {
+		key := fmt.Sprintf("pages-erased-%d", i)
+		commit(key)
+		_, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{key}, Actor: "ops", Reason: "request " + key})
+		require.NoError(t, err)
+	}
+	late := []uint64{commit("pages-late-0001"), commit("pages-late-0002")}
+	setPolicy(t, n, `{"retention":{"payloads_ms":60000}}`)
+	clock.Advance(2 * 60_000 * time.Millisecond)
+	res, err := n.Sweep(ctx)
+	require.NoError(t, err)
+	require.NotNil(t, res, "the sweep finds the expired values behind five kept reasons")
+	assert.Equal(t, uint64(2), res.Count)
+	assert.False(t, res.More)
+	for _, seq := range late {
+		rc, err := n.GetReceipt(ctx, seq)
+		require.NoError(t, err)
+		assert.NotEmpty(t, rc.Open.Erased(), "receipt %d", seq)
+	}
+}

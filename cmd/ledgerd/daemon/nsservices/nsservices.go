@@ -233,7 +233,7 @@ func sweep(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
 			logger.Warn("retention sweep failed", "err", err)
 			return
 		}
-		if res == nil || res.Count < ledger.MaxSweep {
+		if res == nil || !res.More {
 			return
 		}
 	}
