@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -21,8 +22,13 @@ func (o *object) strings(name string) ([]string, bool) {
 		return nil, false
 	}
 	var out []string
-	if raw[0] != '[' || json.Unmarshal(raw, &out) != nil {
+	switch {
+	case raw[0] != '[' || json.Unmarshal(raw, &out) != nil:
 		o.fail(name, "must be an array of strings")
+	case bytes.Contains(raw, []byte(`\u`)) && ledger.CheckIJSON(raw) != nil:
+		// A lone surrogate would be read as U+FFFD: two such subjects
+		// would be one person.
+		o.fail(name, "must be an array of I-JSON strings (RFC 7493): no lone surrogate escapes")
 	}
 	return out, true
 }

@@ -594,3 +594,43 @@ func TestServer_metricsScoped(t *testing.T) {
 	assert.NotContains(t, body, `namespace="hidden"`)
 	assert.Contains(t, body, "go_goroutines", "series about no namespace stay")
 }
+
+// TestServer_subjectsAreIJSON: a subject with a lone surrogate escape is
+// refused on reserve as on erase (SPEC §14): read as U+FFFD, two such
+// subjects would be one person.
+func TestServer_subjectsAreIJSON(t *testing.T) {
+	t.Parallel()
+	srv, _ := MustOpenServer(t)
+	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"subj-key-0001","execution_id":"e","tool":"t","effect":"write","subjects":["a\ud800"]}`)
+	assert.Equal(t, 400, r.status, r.raw)
+	assert.Equal(t, "subjects", r.body["error"].(map[string]any)["details"].(map[string]any)["field"])
+	r = do(t, srv, "POST", "/v1/erasures", `{"subject":"a\ud800","reason":"r"}`)
+	assert.Equal(t, 400, r.status, r.raw)
+	r = do(t, srv, "POST", "/v1/erasures", `{"keys":["subj-key-\udc00"],"reason":"r"}`)
+	assert.Equal(t, 400, r.status, r.raw)
+	r = do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"subj-key-0002","execution_id":"e","tool":"t","effect":"write","subjects":["caf\u00e9"]}`)
+	assert.Equal(t, 201, r.status, "an escape of a whole character is fine: %s", r.raw)
+}
+
+// TestServer_refusalShowsErased: the failure a retry_not_allowed refusal
+// shows carries `erased` for its erased message (SPEC §14: the one shape,
+// refusals included), never the value.
+func TestServer_refusalShowsErased(t *testing.T) {
+	t.Parallel()
+	srv, _ := MustOpenServer(t)
+	body := `{"idempotency_key":"fail-key-0001","execution_id":"e","tool":"t","effect":"write"}`
+	r := do(t, srv, "POST", "/v1/effects/reserve", body)
+	require.Equal(t, 201, r.status, r.raw)
+	r = do(t, srv, "POST", "/v1/effects/fail-key-0001/commit", `{"reservation":"`+r.body["reservation"].(string)+
+		`","outcome":"failed","error":{"code":"DECLINED","message":"card of alice declined"}}`)
+	require.Equal(t, 201, r.status, r.raw)
+	e := do(t, srv, "POST", "/v1/erasures", `{"keys":["fail-key-0001"],"reason":"request"}`)
+	require.Equal(t, 201, e.status, e.raw)
+	seq := e.body["receipt"].(map[string]any)["seq"].(float64)
+	r = do(t, srv, "POST", "/v1/effects/reserve", body)
+	require.Equal(t, 409, r.status, r.raw)
+	assert.NotContains(t, r.raw, "alice")
+	failure := r.body["error"].(map[string]any)["details"].(map[string]any)["failure"].(map[string]any)
+	assert.Equal(t, map[string]any{"error_message": seq}, failure["erased"], r.raw)
+	assert.Equal(t, "", failure["error_message"])
+}
