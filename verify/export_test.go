@@ -16,3 +16,11 @@ func SetMaxSuspects(t interface{ Cleanup(func()) }, n int) {
 	maxSuspects = n
 	t.Cleanup(func() { maxSuspects = old })
 }
+
+// SetRetentionClaimBudget bounds the listed receipts a run holds before
+// it checks them at n until the test ends.
+func SetRetentionClaimBudget(t interface{ Cleanup(func()) }, n int) {
+	old := retentionClaimBudget
+	retentionClaimBudget = n
+	t.Cleanup(func() { retentionClaimBudget = old })
+}

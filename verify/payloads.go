@@ -48,6 +48,9 @@ type payloadChecker struct {
 	switchAt     uint64
 	receiptsOnly bool
 	ttl          uint64 // the namespace's key_ttl_ms, for the generations of retention erases
+	// claims are the receipts retention erases list, checked against
+	// their keys in one read (retention.go).
+	claims retentionClaims
 }
 
 // payloadChecker returns the checker of the ledger's payloads: of a
@@ -135,6 +138,9 @@ func (p *payloadChecker) opening(seq uint64) *chain.Opening {
 func (p *payloadChecker) close() error {
 	if p == nil {
 		return nil
+	}
+	if p.db != nil {
+		p.checkClaims()
 	}
 	for by, fs := range p.expect {
 		if p.absent {
@@ -365,5 +371,5 @@ func (p *payloadChecker) checkRetention(r *chain.Receipt, ranges []chain.Range) 
 		p.col.addf(r.Seq, RuleEraseInvalid, "a retention erase lists receipt %d, recorded less than the %d ms the retention in force keeps payloads",
 			last, ms)
 	}
-	p.checkRetentionKeys(r, ranges)
+	p.claimRetention(r, ranges)
 }

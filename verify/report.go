@@ -80,7 +80,9 @@ const (
 	// RuleEraseInvalid: an erase receipt in an inline namespace, whose set
 	// does not match its stored ranges, with a range not below its own
 	// seq, a count that is not the ranges' size, or fields that are not
-	// payload fields.
+	// payload fields; a retention sweep without a retention in force, or
+	// listing a receipt younger than it or of a key not final at the
+	// sweep (retention.go).
 	RuleEraseInvalid = "erase_invalid"
 	// RulePayloadsAbsent: a committed namespace read without its payload
 	// table (a copy of the receipts alone), unless Opts.ReceiptsOnly.

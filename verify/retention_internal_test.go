@@ -38,3 +38,42 @@ func TestOpenGeneration(t *testing.T) {
 		}
 	}
 }
+
+// keyHistory.inUse follows SPEC §13's asks and approvals as of a sweep:
+// an ask waiting for its answer, or approved and not consumed, and such
+// an approval, are in use until the ask expires.
+func TestKeyHistory_inUse(t *testing.T) {
+	const expiry = 1000
+	ask := chain.Receipt{Seq: 2, Kind: chain.KindAsk, LeaseExpiresAt: expiry}
+	approved := chain.Receipt{Seq: 3, Kind: chain.KindApproval, RefSeq: 2, Outcome: chain.OutcomeApproved}
+	rejected := chain.Receipt{Seq: 3, Kind: chain.KindApproval, RefSeq: 2, Outcome: chain.OutcomeRejected}
+	consumer := chain.Receipt{Seq: 4, Kind: chain.KindReserve, RefSeq: 3}
+	final := chain.Receipt{Seq: 5, Kind: chain.KindCommit, RefSeq: 4}
+	for _, tc := range []struct {
+		desc   string
+		rs     []chain.Receipt
+		sweep  uint64 // the sweep's seq: the receipts before it apply
+		at     uint64 // and its recorded_at
+		listed uint64
+		inUse  bool
+	}{
+		{"an ask waiting", []chain.Receipt{ask}, 9, 500, 2, true},
+		{"an ask expired unanswered", []chain.Receipt{ask}, 9, expiry, 2, false},
+		{"an ask answered after the sweep", []chain.Receipt{ask, approved}, 3, 500, 2, true},
+		{"an ask approved, not consumed", []chain.Receipt{ask, approved}, 9, 500, 2, true},
+		{"its approval", []chain.Receipt{ask, approved}, 9, 500, 3, true},
+		{"the approval, its ask expired", []chain.Receipt{ask, approved}, 9, expiry, 3, false},
+		{"an ask rejected", []chain.Receipt{ask, rejected}, 9, 500, 2, false},
+		{"the rejection", []chain.Receipt{ask, rejected}, 9, 500, 3, false},
+		{"an ask consumed, the key in flight", []chain.Receipt{ask, approved, consumer}, 9, 500, 2, false},
+		{"the approval consumed", []chain.Receipt{ask, approved, consumer, final}, 9, 500, 3, false},
+		{"the consumer in flight", []chain.Receipt{ask, approved, consumer}, 9, 500, 4, true},
+		{"the approval consumed after the sweep", []chain.Receipt{ask, approved, consumer, final}, 4, 500, 3, true},
+	} {
+		k := newKeyHistory(tc.rs, 0)
+		k.through(tc.sweep)
+		if got := k.inUse(tc.listed, tc.at) != ""; got != tc.inUse {
+			t.Errorf("%s: in use %v, want %v (%q)", tc.desc, got, tc.inUse, k.inUse(tc.listed, tc.at))
+		}
+	}
+}

@@ -220,7 +220,9 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	r.now = uint64(v.opts.Now().UnixMilli())
-	r.chainCol = &collector{max: v.opts.MaxViolations}
+	// By seq: the retention sweeps' lists are checked after the chain
+	// pass (retention.go).
+	r.chainCol = &collector{max: v.opts.MaxViolations, bySeq: true}
 	r.stateCol = &collector{max: v.opts.MaxViolations}
 	r.audit = newAuditBuilder(v.opts.Filter, r.from)
 	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
