@@ -105,12 +105,17 @@ func (t *batchTx) sparedBySweep(ctx context.Context, kp *KeptPayload) (bool, err
 	if err != nil {
 		return false, err
 	}
-	if found && !k.finalized() && kp.Seq >= k.FirstSeq {
+	var inFlight uint64 // the first reserve of the key's generation in flight, if any
+	if found && !k.finalized() {
+		inFlight = k.FirstSeq
+	}
+	if inFlight > 0 && kp.Seq >= inFlight {
 		return true, nil // a person may still need the values to resolve it
 	}
 	if kp.Kind == chain.KindAsk || kp.Kind == chain.KindApproval {
-		// The approver, or the reserve that consumes it, still reads it.
-		return t.awaitsApproval(ctx, kp.Key, kp.Seq)
+		// The approver, or the reserve that consumes it, still reads it;
+		// or it belongs to the generation in flight that consumed it.
+		return t.awaitsApproval(ctx, kp.Key, kp.Seq, inFlight)
 	}
 	return false, nil
 }
@@ -128,20 +133,23 @@ func (t *batchTx) eraseCollected(ctx context.Context, fields map[uint64]chain.Fi
 }
 
 // awaitsApproval reports whether the ask or approval at seq of key is
-// still in use (SPEC §13): an ask unanswered and not expired, or an
-// approval not consumed yet. Its key is not final.
-func (t *batchTx) awaitsApproval(ctx context.Context, key string, seq uint64) (bool, error) {
+// still in use (SPEC §13): an ask unanswered and not expired, an approval
+// not consumed yet, or one consumed by the reserve that started the
+// key's generation in flight (inFlight, that reserve's seq; 0 for none),
+// whose values the ask's and approval's are (SPEC §14). Its key is not
+// final.
+func (t *batchTx) awaitsApproval(ctx context.Context, key string, seq, inFlight uint64) (bool, error) {
 	hist, err := t.KeyHistory(ctx, key, 0)
 	if err != nil {
 		return false, err
 	}
-	answered, consumed := map[uint64]*chain.Receipt{}, map[uint64]bool{}
+	answered, consumed := map[uint64]*chain.Receipt{}, map[uint64]uint64{}
 	for i := range hist {
 		switch r := &hist[i]; r.Kind {
 		case chain.KindApproval:
 			answered[r.RefSeq] = r
 		case chain.KindReserve:
-			consumed[r.RefSeq] = true
+			consumed[r.RefSeq] = r.Seq
 		}
 	}
 	for i := range hist {
@@ -154,7 +162,8 @@ func (t *batchTx) awaitsApproval(ctx context.Context, key string, seq uint64) (b
 		case a == nil:
 			return t.Now() < r.LeaseExpiresAt, nil // unanswered: until it expires
 		case a.Outcome == chain.OutcomeApproved:
-			return !consumed[a.Seq], nil
+			by, ok := consumed[a.Seq]
+			return !ok || (inFlight > 0 && by >= inFlight), nil
 		}
 		return false, nil // rejected
 	}

@@ -119,8 +119,9 @@ func RunSubjectErasesApprovals(t *testing.T, f Factory) {
 }
 
 // RunRetentionSparesPendingAsks: a retention sweep (SPEC §14) leaves the
-// ask of a key still waiting for its approver, and an approval not yet
-// consumed, whatever their age; once the key is final, they go.
+// ask of a key still waiting for its approver, an approval not yet
+// consumed, and both once consumed by a generation still in flight,
+// whatever their age; once the key is final, they go.
 func RunRetentionSparesPendingAsks(t *testing.T, f Factory) {
 	ctx := context.Background()
 	l, clock := open(t, f)
@@ -151,6 +152,9 @@ func RunRetentionSparesPendingAsks(t *testing.T, f Factory) {
 	assert.True(t, kept(v.Answer.Seq), "approved, not consumed: the approval stays")
 	c := testkit.MustReserve(t, n, req)
 	require.NotNil(t, c.Approval)
+	sweep()
+	assert.True(t, kept(r.Ask.Seq), "consumed by the generation in flight: the ask stays")
+	assert.True(t, kept(v.Answer.Seq), "consumed by the generation in flight: the approval stays")
 	testkit.MustCommit(t, n, testkit.Succeed("ret-key-0001", c.Reservation))
 	sweep()
 	assert.False(t, kept(r.Ask.Seq), "the key is final: its ask goes")
