@@ -134,7 +134,7 @@ func (t *batchTx) eraseCollected(ctx context.Context, fields map[uint64]chain.Fi
 
 // awaitsApproval reports whether the ask or approval at seq of key is
 // still in use (SPEC §13): an ask unanswered and not expired, an approval
-// not consumed yet, or one consumed by the reserve that started the
+// not consumed yet before its ask expires, or one consumed by the reserve that started the
 // key's generation in flight (inFlight, that reserve's seq; 0 for none),
 // whose values the ask's and approval's are (SPEC §14). Its key is not
 // final.
@@ -163,7 +163,10 @@ func (t *batchTx) awaitsApproval(ctx context.Context, key string, seq, inFlight 
 			return t.Now() < r.LeaseExpiresAt, nil // unanswered: until it expires
 		case a.Outcome == chain.OutcomeApproved:
 			by, ok := consumed[a.Seq]
-			return !ok || (inFlight > 0 && by >= inFlight), nil
+			if !ok { // until the ask expires: then nothing can consume it (approval_expired)
+				return t.Now() < r.LeaseExpiresAt, nil
+			}
+			return inFlight > 0 && by >= inFlight, nil
 		}
 		return false, nil // rejected
 	}

@@ -69,8 +69,10 @@ type Config struct {
 
 	// RetentionEvery is how often each namespace's payload retention is
 	// swept (SPEC §14; 0: never), once it is committed (created so, or
-	// switched by a policy since). Every replica sweeps: a sweep runs under
-	// the namespace's head lock, so a second one at once finds nothing.
+	// switched by a policy since). With a SignerLock and signers, the
+	// replica holding the namespace's signer lock sweeps (SPEC §14);
+	// without, every replica does: a sweep runs under the namespace's head
+	// lock, so a second one at once finds nothing.
 	RetentionEvery time.Duration
 
 	// PayloadBytesEvery is how often each namespace's ledger_payload_bytes
@@ -196,10 +198,27 @@ func (s *Services) every(ctx context.Context, n *ledger.Namespace, d time.Durati
 // start starts the services of namespace n.
 func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	logger := s.cfg.Logger.With("namespace", n.Name())
+	var e *election
+	if len(s.cfg.Signers) > 0 && s.cfg.SignerLock != nil {
+		// Replicas on one database: one signer per namespace at a time,
+		// among those that hold the chain's current key.
+		e = &election{try: s.cfg.SignerLock, ns: n.Name(), logger: logger, eligible: s.holdsCurrent(n)}
+		s.mu.Lock()
+		s.elections = append(s.elections, e)
+		s.mu.Unlock()
+	}
 	if s.cfg.RetentionEvery > 0 {
 		// Every namespace: an inline one's sweep only reads whether a
 		// policy has switched it to committed payloads since (SPEC §14).
-		s.every(ctx, n, s.cfg.RetentionEvery, false, func(ctx context.Context) { sweep(ctx, n, logger) })
+		// Replicas with a signer lock: its holder sweeps.
+		s.every(ctx, n, s.cfg.RetentionEvery, false, func(ctx context.Context) {
+			if e != nil {
+				if lead, err := e.lead(ctx); err != nil || !lead {
+					return
+				}
+			}
+			sweep(ctx, n, logger)
+		})
 	}
 	if s.cfg.PayloadBytesEvery > 0 {
 		s.every(ctx, n, s.cfg.PayloadBytesEvery, true, func(ctx context.Context) { refreshPayloadBytes(ctx, n, logger) })
@@ -221,7 +240,7 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 	if len(s.cfg.Signers) == 0 {
 		return nil
 	}
-	s.startLog(ctx, n, logger)
+	s.startLog(ctx, n, logger, e)
 	return nil
 }
 
@@ -249,7 +268,7 @@ func refreshPayloadBytes(ctx context.Context, n *ledger.Namespace, logger *slog.
 
 // startLog starts namespace n's checkpoint signer and, with witnesses,
 // its witnessing.
-func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *slog.Logger) {
+func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *slog.Logger, e *election) {
 	origin := tlog.Origin(s.cfg.OriginPrefix, n.Name())
 	cp := &tlog.Checkpointer{Store: n, Signer: s.cfg.Signers[0], Origin: origin, Interval: s.cfg.CheckpointInterval,
 		Logger: logger.With("component", "checkpoint"), Namespace: n.Name(),
@@ -260,14 +279,8 @@ func (s *Services) startLog(ctx context.Context, n *ledger.Namespace, logger *sl
 	if len(s.cfg.Signers) > 1 {
 		cp.Handover = s.cfg.Signers[1]
 	}
-	if s.cfg.SignerLock != nil {
-		// Replicas on one database: one signer per namespace at a time,
-		// among those that hold the chain's current key.
-		e := &election{try: s.cfg.SignerLock, ns: n.Name(), logger: logger, eligible: s.holdsCurrent(n)}
+	if e != nil {
 		cp.Lead = e.lead
-		s.mu.Lock()
-		s.elections = append(s.elections, e)
-		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	s.running[n.Name()] = true
