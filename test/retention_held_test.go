@@ -21,9 +21,11 @@ import (
 // TestVerify_retentionOfHeldCalls (SPEC §13, §14) through the real
 // binaries on SQLite and PostgreSQL: ledgerd's sweep spares an ask still
 // waiting for its approver, an ask approved and not consumed, and that
-// approval, and erases a consumed one's; `ledgerctl verify --db`, full and
-// --incremental, finds the ledger clean. A sweep forged to list the
-// spared receipts is erase_invalid, once per key, on both runs.
+// approval, and an ask and approval consumed by a reserve not committed
+// yet (its generation's), and erases those a committed reserve consumed;
+// `ledgerctl verify --db`, full and --incremental, finds the ledger
+// clean. A sweep forged to list the spared receipts is erase_invalid,
+// once per key, on both runs.
 func TestVerify_retentionOfHeldCalls(t *testing.T) {
 	t.Parallel()
 	onSQLiteAndPostgres(t, testRetentionOfHeldCalls)
@@ -52,6 +54,9 @@ func testRetentionOfHeldCalls(t *testing.T, db string) {
 	consumed := approve(consumedAsk)
 	tok := l.Reserve(t, refundBody("held-key-0003", "exec-1", 7, ""))
 	l.Commit(t, "held-key-0003", `{"reservation":"`+tok+`","outcome":"succeeded","result":{"to":"Jane"}}`)
+	inFlightAsk := held("held-key-0004")
+	inFlightApproval := approve(inFlightAsk)
+	l.Reserve(t, refundBody("held-key-0004", "exec-1", 7, "")) // consumes it; never committed
 
 	state := filepath.Join(t.TempDir(), "state.json")
 	rep, code := verifyJSON(t, "--db", db, "--state", state)
@@ -72,21 +77,26 @@ func testRetentionOfHeldCalls(t *testing.T, db string) {
 		}
 	}
 	assert.Subset(t, listed, []uint64{consumedAsk, consumed}, "a consumed ask and approval are erased")
-	for _, s := range []uint64{waiting, approvedAsk, approval} {
+	for _, s := range []uint64{waiting, approvedAsk, approval, inFlightAsk, inFlightApproval} {
 		assert.NotContains(t, listed, s, "receipt %d is spared", s)
 	}
 	require.NoError(t, l.Stop())
 	rep, code = verifyJSON(t, "--db", db)
 	require.Equal(t, 0, code, "the ledger's own sweep: %+v", rep.Violations)
 
-	forgeRetentionSweep(t, db, sweep, listed, waiting, approvedAsk, approval)
+	forgeRetentionSweep(t, db, sweep, listed, waiting, approvedAsk, approval, inFlightAsk, inFlightApproval)
 	for _, args := range [][]string{{"--db", db}, {"--db", db, "--state", state, "--incremental"}} {
 		rep, code := verifyJSON(t, args...)
 		assert.Equal(t, 1, code, "%v", args)
-		assert.Equal(t, map[string]int{"erase_invalid": 2}, rep.rules(), "%v: one per key: %+v", args, rep.Violations)
+		assert.Equal(t, map[string]int{"erase_invalid": 3}, rep.rules(), "%v: one per key: %+v", args, rep.Violations)
+		consumedBy := 0
 		for _, v := range rep.Violations {
 			assert.Equal(t, sweep, v.Seq)
+			if strings.Contains(v.Detail, `"held-key-0004"`) && strings.Contains(v.Detail, "consumed, whose generation") {
+				consumedBy++
+			}
 		}
+		assert.Equal(t, 1, consumedBy, "%v: the consumed ask and approval of the key in flight: %+v", args, rep.Violations)
 		if len(args) > 2 {
 			assert.Equal(t, uint64(1), rep.Checked, "the incremental run checks the sweep alone")
 		}

@@ -13,9 +13,11 @@ import (
 // every receipt the erase at r lists must be of a key that was final at
 // r, or of an earlier generation of its key; and an ask or approval of
 // SPEC §13 still in use at r (an ask waiting for its answer, an approval
-// no reserve has consumed yet) keeps its values whatever its age. Each
-// key's state at r is derived here from its own receipts, independently
-// of the ledger's code (as the state checks are).
+// no reserve has consumed yet, an ask and approval a reserve consumed
+// while that reserve's generation is in flight) keeps its values
+// whatever its age. Each key's state at r is derived here from its own
+// receipts, independently of the ledger's code (as the state checks
+// are).
 //
 // The receipts a sweep lists belong to many keys, and a database need not
 // index its receipts by key (SQLite keeps no such index): a read per
@@ -144,12 +146,12 @@ type keyHistory struct {
 	// reserve the latest reserve, final the latest outcome that counts.
 	first, reserve, final uint64
 	answer                map[uint64]*chain.Receipt // ask seq → its approval receipt
-	consumed              map[uint64]bool           // approval seqs a reserve named
+	consumed              map[uint64]uint64         // approval seq → the latest reserve naming it
 }
 
 func newKeyHistory(rs []chain.Receipt, ttl uint64) *keyHistory {
 	k := &keyHistory{rs: rs, bySeq: make(map[uint64]*chain.Receipt, len(rs)), ttl: ttl,
-		answer: map[uint64]*chain.Receipt{}, consumed: map[uint64]bool{}}
+		answer: map[uint64]*chain.Receipt{}, consumed: map[uint64]uint64{}}
 	for i := range rs {
 		k.bySeq[rs[i].Seq] = &rs[i]
 	}
@@ -176,7 +178,7 @@ func (k *keyHistory) apply(r *chain.Receipt) {
 			k.first, k.final = r.Seq, 0
 		}
 		k.reserve = r.Seq
-		k.consumed[r.RefSeq] = true
+		k.consumed[r.RefSeq] = r.Seq
 	case chain.KindCommit, chain.KindResolve, chain.KindReconcile:
 		if k.first == 0 || r.Seq <= k.first || r.Kind == chain.KindCommit && k.final > k.reserve {
 			return
@@ -194,25 +196,38 @@ func (k *keyHistory) open() bool { return k.first != 0 && k.final < k.reserve }
 // inUse says why the receipt at seq, as of the receipts applied and the
 // time at (unix ms), was not the key's to erase: it belongs to the
 // generation in flight, or it is an ask waiting for its answer or whose
-// approval is not consumed yet, or such an approval. "" when it was.
-// An ask past its expiry can no longer be answered or consumed (SPEC §13,
+// approval is not consumed yet, or such an approval, or an ask or
+// approval a reserve of the generation in flight consumed (they belong
+// to that generation, SPEC §13, §14). "" when it was. An ask past its
+// expiry can no longer be answered or consumed (SPEC §13,
 // approval_expired): it waits for nothing.
 func (k *keyHistory) inUse(seq, at uint64) string {
 	if k.open() && seq >= k.first {
 		return fmt.Sprintf("which was still in flight (its generation from seq %d has no outcome)", k.first)
 	}
 	r := k.bySeq[seq]
-	switch {
-	case r == nil:
+	if r == nil {
 		return ""
+	}
+	approval := r // the approval of the ask at seq, or seq's approval
+	if r.Kind == chain.KindAsk {
+		approval = k.answer[r.Seq]
+	}
+	if approval != nil && approval.Kind == chain.KindApproval && approval.Outcome == chain.OutcomeApproved {
+		if c := k.consumed[approval.Seq]; k.open() && c >= k.first {
+			return fmt.Sprintf("an %s the reserve at seq %d consumed, whose generation (from seq %d) was still in flight",
+				r.Kind, c, k.first)
+		}
+	}
+	switch {
 	case r.Kind == chain.KindAsk && at < r.LeaseExpiresAt:
 		switch a := k.answer[r.Seq]; {
 		case a == nil:
 			return "an ask still waiting for its answer (awaiting_approval)"
-		case a.Outcome == chain.OutcomeApproved && !k.consumed[a.Seq]:
+		case a.Outcome == chain.OutcomeApproved && k.consumed[a.Seq] == 0:
 			return fmt.Sprintf("an ask whose approval (seq %d) no reserve had consumed yet", a.Seq)
 		}
-	case r.Kind == chain.KindApproval && r.Outcome == chain.OutcomeApproved && !k.consumed[r.Seq]:
+	case r.Kind == chain.KindApproval && r.Outcome == chain.OutcomeApproved && k.consumed[r.Seq] == 0:
 		if ask := k.bySeq[r.RefSeq]; ask != nil && ask.Kind == chain.KindAsk && at < ask.LeaseExpiresAt {
 			return "an approval no reserve had consumed yet"
 		}

@@ -41,7 +41,9 @@ func TestOpenGeneration(t *testing.T) {
 
 // keyHistory.inUse follows SPEC §13's asks and approvals as of a sweep:
 // an ask waiting for its answer, or approved and not consumed, and such
-// an approval, are in use until the ask expires.
+// an approval, are in use until the ask expires; an ask and approval a
+// reserve consumed belong to that reserve's generation, in use until it
+// has an outcome, whatever the ask's expiry.
 func TestKeyHistory_inUse(t *testing.T) {
 	const expiry = 1000
 	ask := chain.Receipt{Seq: 2, Kind: chain.KindAsk, LeaseExpiresAt: expiry}
@@ -49,6 +51,10 @@ func TestKeyHistory_inUse(t *testing.T) {
 	rejected := chain.Receipt{Seq: 3, Kind: chain.KindApproval, RefSeq: 2, Outcome: chain.OutcomeRejected}
 	consumer := chain.Receipt{Seq: 4, Kind: chain.KindReserve, RefSeq: 3}
 	final := chain.Receipt{Seq: 5, Kind: chain.KindCommit, RefSeq: 4}
+	// A replay of the success, and a reserve renewing the key from it
+	// (SPEC §12): a generation of its own, in flight.
+	replay := chain.Receipt{Seq: 6, Kind: chain.KindReplay, RefSeq: 5}
+	renewal := chain.Receipt{Seq: 7, Kind: chain.KindReserve, RefSeq: 6}
 	for _, tc := range []struct {
 		desc   string
 		rs     []chain.Receipt
@@ -65,8 +71,15 @@ func TestKeyHistory_inUse(t *testing.T) {
 		{"the approval, its ask expired", []chain.Receipt{ask, approved}, 9, expiry, 3, false},
 		{"an ask rejected", []chain.Receipt{ask, rejected}, 9, 500, 2, false},
 		{"the rejection", []chain.Receipt{ask, rejected}, 9, 500, 3, false},
-		{"an ask consumed, the key in flight", []chain.Receipt{ask, approved, consumer}, 9, 500, 2, false},
+		{"an ask consumed, the key in flight", []chain.Receipt{ask, approved, consumer}, 9, 500, 2, true},
+		{"its approval", []chain.Receipt{ask, approved, consumer}, 9, 500, 3, true},
+		{"both, past the ask's expiry", []chain.Receipt{ask, approved, consumer}, 9, expiry, 3, true},
+		{"the ask consumed, the key final", []chain.Receipt{ask, approved, consumer, final}, 9, 500, 2, false},
 		{"the approval consumed", []chain.Receipt{ask, approved, consumer, final}, 9, 500, 3, false},
+		{"the ask consumed, the key renewed since", []chain.Receipt{ask, approved, consumer, final, replay, renewal}, 9, 500, 2, false},
+		{"its approval, the key renewed since", []chain.Receipt{ask, approved, consumer, final, replay, renewal}, 9, 500, 3, false},
+		{"a rejection a reserve in flight named", []chain.Receipt{ask, rejected, consumer}, 9, 500, 2, false},
+		{"the renewal in flight", []chain.Receipt{ask, approved, consumer, final, replay, renewal}, 9, 500, 7, true},
 		{"the consumer in flight", []chain.Receipt{ask, approved, consumer}, 9, 500, 4, true},
 		{"the approval consumed after the sweep", []chain.Receipt{ask, approved, consumer, final}, 4, 500, 3, true},
 	} {

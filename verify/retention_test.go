@@ -25,15 +25,21 @@ import (
 )
 
 // heldCalls is a committed ledger with a retention of 60 s and calls held
-// for approval (SPEC §13), swept once by the ledger 61 s later. Its
-// receipts, by seq: 1 the policy; 2 the ask of a key still waiting for its
-// approver; 3 an ask approved at 4, not consumed yet; 5 an ask approved at
-// 6, consumed by the reserve 7, committed at 8; 9 an ask of mail.* that
-// expired unanswered (after 60 s); 10 the sweep, which lists 5, 6, 8 and 9
-// only.
+// for approval (SPEC §13), swept by the ledger 61 s later. Its receipts,
+// by seq: 1 the policy; 2 the ask of a key still waiting for its
+// approver; 3 an ask approved at 4, not consumed yet; 5 an ask approved
+// at 6, consumed by the reserve 7, committed at 8; 9 an ask of mail.*
+// that expired unanswered (after 60 s); 10 an ask approved at 11,
+// consumed by the reserve 12; 13 the first sweep, which lists 5, 6, 8
+// and 9 only (10 and 11 belong to the generation 12 started, in
+// flight); 14 the commit of 12; 15 the second sweep, which lists 10 and
+// 11, now of a finished generation.
 type heldCalls struct {
 	path                                  string
 	waiting, approvedAsk, approval, sweep uint64
+	// consumedAsk and consumedApproval were consumed by the reserve
+	// inFlight, committed at commit, between sweep and lateSweep.
+	consumedAsk, consumedApproval, inFlight, commit, lateSweep uint64
 }
 
 func buildHeldCalls(t *testing.T) heldCalls {
@@ -67,12 +73,26 @@ func buildHeldCalls(t *testing.T) heldCalls {
 	require.NotNil(t, r.Approval, "the reserve consumes the approval")
 	testkit.MustCommit(t, db, testkit.Succeed("held-key-0003", r.Reservation))
 	held("mail-key-0001", "mail.send")
+	h.consumedAsk = held("held-key-0004", "payments.refund")
+	h.consumedApproval = approve(h.consumedAsk)
+	r = testkit.MustReserve(t, db, testkit.ReserveReq("held-key-0004", "exec-1"))
+	require.NotNil(t, r.Approval, "the reserve consumes the approval")
+	h.inFlight = r.Receipt.Seq
 	db.Clock.Advance(61 * time.Second)
-	swept, err := db.Sweep(ctx)
-	require.NoError(t, err)
-	require.NotNil(t, swept)
-	h.sweep = swept.Receipt.Seq
-	require.Equal(t, []uint64{1, 2, 3, 4, 10}, []uint64{1, h.waiting, h.approvedAsk, h.approval, h.sweep})
+	sweep := func(want ...uint64) uint64 {
+		swept, err := db.Sweep(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, swept)
+		e, _, err := db.Erasure(ctx, swept.Receipt.Seq)
+		require.NoError(t, err)
+		require.Equal(t, chain.Ranges(want), e.Ranges)
+		return swept.Receipt.Seq
+	}
+	h.sweep = sweep(5, 6, 8, 9)
+	h.commit = testkit.MustCommit(t, db, testkit.Succeed("held-key-0004", r.Reservation)).Receipt.Seq
+	h.lateSweep = sweep(10, 11)
+	require.Equal(t, []uint64{1, 2, 3, 4, 10, 11, 12, 13, 14, 15},
+		[]uint64{1, h.waiting, h.approvedAsk, h.approval, h.consumedAsk, h.consumedApproval, h.inFlight, h.sweep, h.commit, h.lateSweep})
 	require.NoError(t, db.Close())
 	return h
 }
@@ -142,10 +162,13 @@ func strategies(t *testing.T, path string, seq uint64) map[string]func(verify.DB
 // TestVerifier_retentionEraseOfHeldCall: a retention sweep spares what
 // SPEC §13 still uses (SPEC §14: only receipts of keys final at the
 // sweep): an ask waiting for its approver (awaiting_approval), an ask
-// whose approval no reserve consumed yet, and that approval. A sweep
-// forged to list one of them is erase_invalid, on every strategy and
-// whatever the claim budget; the ledger's own sweep (an ask and approval
-// consumed, an ask expired unanswered) is clean.
+// whose approval no reserve consumed yet, and that approval; and an ask
+// and approval a reserve consumed while that reserve's generation is in
+// flight (they belong to it). A sweep forged to list one of them is
+// erase_invalid, on every strategy and whatever the claim budget; the
+// ledger's own sweeps (an ask and approval consumed by a committed
+// reserve, an ask expired unanswered; later, the consumed ask and
+// approval of the generation committed since) are clean.
 func TestVerifier_retentionEraseOfHeldCall(t *testing.T) {
 	base := buildHeldCalls(t)
 	for _, tc := range []struct {
@@ -153,11 +176,15 @@ func TestVerifier_retentionEraseOfHeldCall(t *testing.T) {
 		extra []uint64
 		want  []string
 	}{
-		{"the ledger's sweep", nil, nil},
+		{"the ledger's sweeps", nil, nil},
 		{"an ask waiting for its approver", []uint64{base.waiting}, []string{verify.RuleEraseInvalid}},
 		{"an approved ask not consumed", []uint64{base.approvedAsk}, []string{verify.RuleEraseInvalid}},
 		{"an approval not consumed", []uint64{base.approval}, []string{verify.RuleEraseInvalid}},
+		{"an ask consumed by a reserve not committed", []uint64{base.consumedAsk}, []string{verify.RuleEraseInvalid}},
+		{"an approval consumed by a reserve not committed", []uint64{base.consumedApproval}, []string{verify.RuleEraseInvalid}},
+		{"both, one key", []uint64{base.consumedAsk, base.consumedApproval}, []string{verify.RuleEraseInvalid}},
 	} {
+		consumed := slices.Contains(tc.extra, base.consumedAsk) || slices.Contains(tc.extra, base.consumedApproval)
 		t.Run(tc.desc, func(t *testing.T) {
 			path := tamperedCopy(t, base.path, nil, nil, 0)
 			if tc.extra != nil {
@@ -177,6 +204,9 @@ func TestVerifier_retentionEraseOfHeldCall(t *testing.T) {
 						assert.ElementsMatch(t, tc.want, rules(rep), "%+v", rep.Violations)
 						for _, v := range rep.Violations {
 							assert.Equal(t, base.sweep, v.Seq, "reported at the sweep")
+							if consumed {
+								assert.Contains(t, v.Detail, fmt.Sprintf("the reserve at seq %d consumed", base.inFlight))
+							}
 						}
 					})
 				}
