@@ -349,6 +349,9 @@ func decideAnswer(ctx context.Context, t *batchTx, now uint64, req *AnswerReques
 	if err := t.SetAskInputDeadline(ctx, ask.Seq, now+t.retentionMS(), now); err != nil {
 		return nil, false, err
 	}
+	if err := t.answerPending(ctx, &ask, &r); err != nil {
+		return nil, false, err
+	}
 	v.Answer, v.AnswerRole, v.State = &r, role, outcome
 	return v, false, nil
 }

@@ -311,12 +311,30 @@ func (t *batchTx) inFlight(ctx context.Context, gens, asks []Generation) ([]Gene
 // markPending marks the in-flight generations for the erase at eraseSeq.
 func (t *batchTx) markPending(ctx context.Context, gens []Generation, eraseSeq uint64, req *EraseRequest) error {
 	for _, g := range gens {
-		if err := t.PutPending(ctx, &PendingErase{Key: g.Key, FirstSeq: g.FirstSeq, EraseSeq: eraseSeq,
+		if err := t.addPending(ctx, &PendingErase{Key: g.Key, FirstSeq: g.FirstSeq, EraseSeq: eraseSeq,
 			Fields: req.Fields, Actor: req.Actor}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// addPending stores mark p, merged with the generation's mark if it has
+// one: a later erase of other fields adds to what an earlier one asked
+// (never narrows it), and the merged mark covers what the generation
+// gained after the earlier erase (the lower erase seq; 0, an erase that
+// erased nothing, is the lowest).
+func (t *batchTx) addPending(ctx context.Context, p *PendingErase) error {
+	had, err := t.Pending(ctx, p.Key, p.FirstSeq)
+	if err != nil {
+		return err
+	}
+	if had != nil {
+		p.Fields |= had.Fields
+		p.EraseSeq = min(p.EraseSeq, had.EraseSeq)
+		p.Actor = had.Actor
+	}
+	return t.PutPending(ctx, p)
 }
 
 // carryPending moves the mark of the ask at askSeq (its key was erased
@@ -334,11 +352,44 @@ func (t *batchTx) carryPending(ctx context.Context, k *KeyRecord, askSeq uint64)
 	if err := t.DeletePending(ctx, k.Key, askSeq); err != nil {
 		return err
 	}
-	if q, err := t.Pending(ctx, k.Key, k.FirstSeq); err != nil || q != nil {
-		return err // the generation is marked already
-	}
 	p.FirstSeq = k.FirstSeq
-	return t.PutPending(ctx, p)
+	return t.addPending(ctx, p)
+}
+
+// answerPending erases at once the values of r, the answer to an ask
+// marked pending (its key was erased while it waited, SPEC §14), so that
+// the approver's note is not kept; r is then shown erased. A rejection
+// ends the key: its mark goes, with the ask's input. An approval's mark
+// waits for the reserve that consumes it (carryPending).
+func (t *batchTx) answerPending(ctx context.Context, ask, r *chain.Receipt) error {
+	if c, err := t.committed(ctx); err != nil || !c {
+		return err
+	}
+	p, err := t.Pending(ctx, ask.IdempotencyKey, ask.Seq)
+	if err != nil || p == nil {
+		return err
+	}
+	if r.Outcome == chain.OutcomeRejected {
+		if err := t.DeletePending(ctx, ask.IdempotencyKey, ask.Seq); err != nil {
+			return err
+		}
+		if err := t.eraseAskInput(ctx, ask); err != nil {
+			return err
+		}
+	}
+	var set chain.FieldSet
+	for _, f := range chain.PayloadFields {
+		if p.Fields.Has(f) && r.Open.Get(f) != nil {
+			set = set.With(f)
+		}
+	}
+	if set == 0 {
+		return nil
+	}
+	if _, _, err := t.appendErase(ctx, map[uint64]chain.FieldSet{r.Seq: set}, p.Fields, false, p.Actor, "", nil); err != nil {
+		return err
+	}
+	return t.shown(ctx, r)
 }
 
 // completePending follows final, the receipt that finalized k's
@@ -366,7 +417,11 @@ func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chai
 	}
 	cand := []uint64{final.Seq}
 	for i := range hist {
-		if r := &hist[i]; r.Seq > p.EraseSeq && r.Seq != final.Seq && hasCommitment(r) {
+		r := &hist[i]
+		if err := t.eraseAskInput(ctx, r); err != nil { // a takeover's ask, made after the erase
+			return err
+		}
+		if r.Seq > p.EraseSeq && r.Seq != final.Seq && hasCommitment(r) {
 			cand = append(cand, r.Seq)
 		}
 	}

@@ -279,3 +279,48 @@ func RunRetentionPagesPastKept(t *testing.T, f Factory) {
 		assert.NotEmpty(t, rc.Open.Erased(), "receipt %d", seq)
 	}
 }
+
+// RunPendingMarksMerge: a second erase of a key in flight, of fewer
+// fields, adds to the first one's mark and never narrows it; an ask
+// marked pending and then rejected has its rejection's note erased at
+// once, and leaves no mark (SPEC §13, §14).
+func RunPendingMarksMerge(t *testing.T, f Factory) {
+	ctx := context.Background()
+	l, _ := open(t, f)
+	require.NoError(t, l.CreateNamespace(ctx, "merge", ledger.NamespaceSettings{Payloads: ledger.PayloadsCommitted}))
+	n := ns(t, l, "merge")
+	setPolicy(t, n, gatePolicy)
+	erase := func(key string, fields ...string) *ledger.EraseResult {
+		set, err := chain.ParseFieldSet(fields)
+		require.NoError(t, err)
+		res, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{key}, Fields: set, Actor: "ops", Reason: "request"})
+		require.NoError(t, err)
+		return res
+	}
+	free := testkit.ReserveReq("merge-key-0001", "exec-1")
+	free.Tool = "mail.send" // not held by the policy
+	r := testkit.MustReserve(t, n, free)
+	require.NotEmpty(t, r.Reservation)
+	assert.Equal(t, []string{"merge-key-0001"}, erase("merge-key-0001").Pending)
+	assert.Equal(t, []string{"merge-key-0001"}, erase("merge-key-0001", "note").Pending)
+	c := testkit.MustCommit(t, n, testkit.Succeed("merge-key-0001", r.Reservation))
+	rc, err := n.GetReceipt(ctx, c.Receipt.Seq)
+	require.NoError(t, err)
+	assert.Len(t, rc.Open.Erased(), 2, "external_ref and result erased: the narrower erase did not replace the first")
+
+	req := charge("merge-key-0002", "exec-1")
+	req.ApprovalSummary = "a refund"
+	held := testkit.MustReserve(t, n, req)
+	require.NotNil(t, held.Ask)
+	assert.Equal(t, []string{"merge-key-0002"}, erase("merge-key-0002").Pending)
+	v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: held.Ask.Seq, Decision: ledger.DecisionReject, Note: "no, says alice",
+		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+	require.NoError(t, err)
+	assert.Empty(t, v.Answer.Value(chain.FieldNote), "the answer shows the note erased")
+	rc, err = n.GetReceipt(ctx, v.Answer.Seq)
+	require.NoError(t, err)
+	assert.NotEmpty(t, rc.Open.Erased(), "the rejection's note is erased at once")
+	exp, err := n.ExportErasures(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, exp.Pending, "a rejected key is final: no mark stays")
+}

@@ -213,6 +213,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("RetentionSparesPendingAsks", func(t *testing.T) { RunRetentionSparesPendingAsks(t, f) })
 	t.Run("EraseAwaitingApproval", func(t *testing.T) { RunEraseAwaitingApproval(t, f) })
 	t.Run("RetentionPagesPastKept", func(t *testing.T) { RunRetentionPagesPastKept(t, f) })
+	t.Run("PendingMarksMerge", func(t *testing.T) { RunPendingMarksMerge(t, f) })
 }
 
 // testClockStepsBack: a clock that steps back is held at the chain's last
