@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/effect-ledger/effect-ledger/chain"
 )
@@ -69,11 +70,21 @@ func (req *EraseRequest) validate() error {
 			return err
 		}
 	}
-	if n := len([]rune(req.Reason)); n > MaxEraseReason {
-		return Invalid("reason", "reason must be at most %d characters", MaxEraseReason)
+	if err := CheckEraseReason(req.Reason); err != nil {
+		return err
 	}
 	if req.Fields == 0 {
 		req.Fields = chain.AllFields
+	}
+	return nil
+}
+
+// CheckEraseReason checks an erase receipt's reason (its note): UTF-8 of
+// at most MaxEraseReason characters, "" for none. Errors: *Error
+// ECodeInvalidRequest.
+func CheckEraseReason(reason string) error {
+	if !utf8.ValidString(reason) || utf8.RuneCountInString(reason) > MaxEraseReason {
+		return Invalid("reason", "reason must be UTF-8 of at most %d characters", MaxEraseReason)
 	}
 	return nil
 }

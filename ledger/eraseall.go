@@ -14,6 +14,9 @@ import (
 // Config.MaxSweep receipts; it returns the receipts, none when nothing
 // kept a value.
 func (n *Namespace) EraseAll(ctx context.Context, actor, reason string) ([]ReceiptRef, error) {
+	if err := CheckEraseReason(reason); err != nil {
+		return nil, err
+	}
 	var out []ReceiptRef
 	for {
 		var res *EraseResult

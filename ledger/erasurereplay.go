@@ -174,8 +174,8 @@ func (r *ReplayResult) Skipped() []ReplayItem {
 // skipped and reported; a replay that finds nothing to erase appends
 // nothing, so replaying a file twice changes nothing the second time.
 func (n *Namespace) ReplayErasures(ctx context.Context, f *NamespaceErasures, actor, reason string) (*ReplayResult, error) {
-	if len([]rune(reason)) > MaxEraseReason {
-		return nil, Invalid("reason", "reason must be at most %d characters", MaxEraseReason)
+	if err := CheckEraseReason(reason); err != nil {
+		return nil, err
 	}
 	var res *ReplayResult
 	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {

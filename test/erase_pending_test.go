@@ -58,7 +58,9 @@ func TestErasure_awaitingApproval(t *testing.T) {
 // TestNamespaceForget_erasesPayloadsFirst (SPEC §14): `ledgerctl namespace
 // forget` of a committed namespace erases its values before its rows
 // leave the ledger file: no file beside the ledger — the kept copy, the
-// ledger file, its WAL — holds them after, and both verify.
+// ledger file, its WAL — holds them after, an approver's input included,
+// and both verify. A reason that cannot be an erase's note is refused
+// first.
 func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -82,6 +84,11 @@ func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
 	}
 	e := l.Do("POST", "/v1/ns/tenant/erasures", `{"keys":["tenant-00000000"],"reason":"request 1"}`)
 	require.Equal(t, 201, e.Status, e.Raw)
+	// A held call: the input shown to its approver is a value too.
+	p := l.Do("PUT", "/v1/namespaces/tenant/policy", `{"rules":[{"tool":"payments.*","approval":"required"}]}`)
+	require.Equal(t, 200, p.Status, p.Raw)
+	ask := l.Do("POST", "/v1/ns/tenant/effects/reserve", `{"idempotency_key":"tenant-held-01","execution_id":"e1","tool":"payments.charge","effect":"external","input":{"card":"`+marker+`"}}`)
+	require.Equal(t, 202, ask.Status, ask.Raw)
 	require.NoError(t, l.Stop())
 	found := func() []string {
 		var where []string
@@ -95,6 +102,9 @@ func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
 	}
 	require.NotEmpty(t, found(), "the test can fail: the values are in the files before")
 
+	_, stderr, code := ledgerctl(t, "namespace", "forget", "--db", db, "tenant", "--by", "alice", "--reason", strings.Repeat("R", 257))
+	require.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "--reason must be UTF-8 of at most 256 characters")
 	stdout, stderr, code := ledgerctl(t, "namespace", "forget", "--db", db, "tenant", "--by", "alice", "--reason", "tenant left (INC-7)")
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "its payloads erased first")

@@ -290,6 +290,9 @@ is the other way out. Needs ledgerd stopped. Exit 2 on any error.`,
 		return usageErr(fs, c.Env, "forget is for SQLite ledgers: a PostgreSQL namespace has no file to lose")
 	case *by == "" || *reason == "":
 		return usageErr(fs, c.Env, "--by and --reason are required: the decision is recorded")
+	case ledger.CheckEraseReason(*reason) != nil:
+		// The note of the erase receipts a committed namespace gets first.
+		return usageErr(fs, c.Env, "--reason must be UTF-8 of at most 256 characters")
 	}
 	if err := checkDB(*db); err != nil {
 		return err

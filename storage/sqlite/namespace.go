@@ -334,6 +334,12 @@ func copyOut(ctx context.Context, w *sql.DB, path string, id int64, st ledger.Na
 		if err := copyNamespace(ctx, tx, "main", id, "out", defaultID); err != nil {
 			return err
 		}
+		// The inputs shown to approvers are values beside the chain, kept
+		// only until their asks are answered (SPEC §13): a namespace given
+		// up has no approver left, and its copy keeps none (SPEC §14).
+		if _, err := tx.ExecContext(ctx, `DELETE FROM out.ns_approval_inputs`); err != nil {
+			return classify(err)
+		}
 		return classify(tx.Commit())
 	}()
 	if _, derr := w.ExecContext(context.Background(), `DETACH DATABASE out`); err == nil && derr != nil {
