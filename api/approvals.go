@@ -45,21 +45,24 @@ func changedOf(o *object) *ledger.Changed {
 
 // ApprovalView is an ask and what became of it, as /v1/approvals answers.
 type ApprovalView struct {
-	Seq            uint64            `json:"seq"`
-	IdempotencyKey string            `json:"idempotency_key"`
-	ExecutionID    string            `json:"execution_id"`
-	Attempt        uint64            `json:"attempt"`
-	Tool           string            `json:"tool"`
-	Effect         string            `json:"effect"`
-	Idempotent     bool              `json:"idempotent"`
-	InputHash      string            `json:"input_hash"`
-	Summary        string            `json:"summary"`
-	Actor          string            `json:"actor"`
-	AskedAt        uint64            `json:"asked_at"`
-	ExpiresAt      uint64            `json:"expires_at"`
-	State          string            `json:"state"` // pending, approved, rejected, expired or consumed
-	Answer         *ApprovalAnswer   `json:"answer"`
-	ConsumedBy     *ApprovalConsumer `json:"consumed_by"`
+	Seq            uint64 `json:"seq"`
+	IdempotencyKey string `json:"idempotency_key"`
+	ExecutionID    string `json:"execution_id"`
+	Attempt        uint64 `json:"attempt"`
+	Tool           string `json:"tool"`
+	Effect         string `json:"effect"`
+	Idempotent     bool   `json:"idempotent"`
+	InputHash      string `json:"input_hash"`
+	Summary        string `json:"summary"`
+	// Erased: {"summary": seq of the erase receipt} once the ask's
+	// summary is erased (SPEC §14's one shape).
+	Erased     map[string]uint64 `json:"erased,omitempty"`
+	Actor      string            `json:"actor"`
+	AskedAt    uint64            `json:"asked_at"`
+	ExpiresAt  uint64            `json:"expires_at"`
+	State      string            `json:"state"` // pending, approved, rejected, expired or consumed
+	Answer     *ApprovalAnswer   `json:"answer"`
+	ConsumedBy *ApprovalConsumer `json:"consumed_by"`
 	// One ask's view only: the asked input (for approver and admin
 	// tokens; null once deleted) and whether it matches InputHash.
 	Input         json.RawMessage `json:"input,omitempty"`
@@ -150,6 +153,9 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 	out := ApprovalView{Seq: a.Seq, IdempotencyKey: a.IdempotencyKey, ExecutionID: a.ExecutionID,
 		Attempt: a.Attempt, Tool: a.Tool, Effect: a.Effect, Idempotent: a.Idempotent, InputHash: a.InputHash,
 		Summary: v.Summary, Actor: a.Actor, AskedAt: a.RecordedAt, ExpiresAt: a.LeaseExpiresAt, State: v.State}
+	if seq := a.Open.Get(chain.FieldResult); seq != nil && seq.ErasedBy > 0 {
+		out.Erased = map[string]uint64{"summary": seq.ErasedBy}
+	}
 	if ans := v.Answer; ans != nil {
 		d := ledger.DecisionApprove
 		if ans.Outcome != "approved" {

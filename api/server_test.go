@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -633,4 +634,51 @@ func TestServer_refusalShowsErased(t *testing.T) {
 	failure := r.body["error"].(map[string]any)["details"].(map[string]any)["failure"].(map[string]any)
 	assert.Equal(t, map[string]any{"error_message": seq}, failure["erased"], r.raw)
 	assert.Equal(t, "", failure["error_message"])
+}
+
+// TestServer_refusalsShowErased: the approval_rejected and unchanged_retry
+// refusals quote their receipt in §14's one shape once its values are
+// erased — "" and "erased", never the value — and an ask's view shows its
+// summary erased.
+func TestServer_refusalsShowErased(t *testing.T) {
+	t.Parallel()
+	srv, _ := MustOpenServer(t)
+	r := do(t, srv, "PUT", "/v1/namespaces/default/policy",
+		`{"rules":[{"tool":"pay.*","approval":"required"},{"tool":"flaky.*","repeat_failure":"refuse"}]}`)
+	require.Equal(t, 200, r.status, r.raw)
+
+	held := `{"idempotency_key":"held-key-0001","execution_id":"e","tool":"pay.charge","effect":"write","input":{"n":2},"approval_summary":"refund alice"}`
+	ask := do(t, srv, "POST", "/v1/effects/reserve", held)
+	require.Equal(t, 202, ask.status, ask.raw)
+	askSeq := ask.body["approval"].(map[string]any)["seq"].(float64)
+	r = do(t, srv, "POST", fmt.Sprintf("/v1/approvals/%d", int(askSeq)), `{"decision":"reject","note":"no, alice"}`)
+	require.Equal(t, 201, r.status, r.raw)
+
+	flaky := `{"idempotency_key":"flaky-key-001","execution_id":"e","tool":"flaky.call","effect":"write","input":{"n":1}}`
+	r = do(t, srv, "POST", "/v1/effects/reserve", flaky)
+	require.Equal(t, 201, r.status, r.raw)
+	r = do(t, srv, "POST", "/v1/effects/flaky-key-001/commit", `{"reservation":"`+r.body["reservation"].(string)+
+		`","outcome":"failed","error":{"code":"TIMEOUT","message":"timeout for alice","retryable":true}}`)
+	require.Equal(t, 201, r.status, r.raw)
+
+	e := do(t, srv, "POST", "/v1/erasures", `{"keys":["held-key-0001","flaky-key-001"],"reason":"request"}`)
+	require.Equal(t, 201, e.status, e.raw)
+	seq := e.body["receipt"].(map[string]any)["seq"].(float64)
+
+	r = do(t, srv, "POST", "/v1/effects/reserve", held)
+	require.Equal(t, 409, r.status, r.raw)
+	assert.NotContains(t, r.raw, "alice")
+	approval := r.body["error"].(map[string]any)["details"].(map[string]any)["approval"].(map[string]any)
+	assert.Equal(t, map[string]any{"note": seq}, approval["erased"], r.raw)
+
+	r = do(t, srv, "POST", "/v1/effects/reserve", strings.NewReplacer("flaky-key-001", "flaky-key-002", `"e"`, `"e2"`).Replace(flaky))
+	require.Equal(t, 409, r.status, r.raw)
+	assert.NotContains(t, r.raw, "alice")
+	failed := r.body["error"].(map[string]any)["details"].(map[string]any)["failed"].(map[string]any)
+	assert.Equal(t, map[string]any{"error_message": seq}, failed["erased"], r.raw)
+
+	r = do(t, srv, "GET", fmt.Sprintf("/v1/approvals/%d", int(askSeq)), "")
+	require.Equal(t, 200, r.status, r.raw)
+	assert.NotContains(t, r.raw, "alice")
+	assert.Equal(t, map[string]any{"summary": seq}, r.body["erased"], r.raw)
 }

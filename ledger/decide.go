@@ -107,11 +107,8 @@ func decideReserve(ctx context.Context, s *batchTx, now, keyTTL uint64, a *reser
 			if final.Retryable {
 				why = "the key was not declared idempotent"
 			}
-			failure := map[string]any{"seq": final.Seq, "kind": final.Kind, "error_code": final.ErrorCode,
-				"error_message": final.Value(chain.FieldErrorMessage), "retryable": final.Retryable}
-			if erased := erasedNames(final.Open); erased != nil {
-				failure["erased"] = erased // SPEC §14: the one shape, refusals included
-			}
+			failure := quoted(map[string]any{"seq": final.Seq, "kind": final.Kind, "error_code": final.ErrorCode,
+				"error_message": final.Value(chain.FieldErrorMessage), "retryable": final.Retryable}, &final)
 			return nil, &Error{Code: ECodeRetryNotAllowed, Message: "retry not allowed: " + why,
 				Details: map[string]any{"failure": failure, "idempotent": k.Idempotent}}
 		}

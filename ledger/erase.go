@@ -500,6 +500,15 @@ func (t *batchTx) generation(ctx context.Context, g Generation) ([]chain.Receipt
 	return hist, nil
 }
 
+// quoted is m, a refusal's quote of receipt r (SPEC §14: the one shape,
+// refusals included), with "erased" when a field of r is erased.
+func quoted(m map[string]any, r *chain.Receipt) map[string]any {
+	if erased := erasedNames(r.Open); erased != nil {
+		m["erased"] = erased
+	}
+	return m
+}
+
 // erasedNames is o's erased fields by name, or nil.
 func erasedNames(o *chain.Opening) map[string]uint64 {
 	var out map[string]uint64

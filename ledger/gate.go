@@ -254,8 +254,8 @@ func checkAsked(kg *keyGate, a *reserveArgs, now uint64) error {
 	if kg.rejected() {
 		return &Error{Code: ECodeApprovalRejected,
 			Message: "a person rejected this effect; the key stays rejected",
-			Details: map[string]any{"approval": map[string]any{"seq": kg.answer.Seq, "ask_seq": kg.ask.Seq,
-				"note": kg.answer.Value(chain.FieldNote), "actor": kg.answer.Actor}}}
+			Details: map[string]any{"approval": quoted(map[string]any{"seq": kg.answer.Seq, "ask_seq": kg.ask.Seq,
+				"note": kg.answer.Value(chain.FieldNote), "actor": kg.answer.Actor}, kg.answer)}}
 	}
 	return nil
 }
@@ -410,8 +410,8 @@ func (s *batchTx) repeatGuard(ctx context.Context, now uint64, a *reserveArgs, w
 	}
 	return &Error{Code: ECodeUnchangedRetry,
 		Message: "the same call failed recently and nothing in it changed; a retry must change something (changed: context_hash, component or strategy)",
-		Details: map[string]any{"failed": map[string]any{"idempotency_key": failed.IdempotencyKey, "seq": failed.Seq,
-			"error_code": failed.ErrorCode, "error_message": shown.Value(chain.FieldErrorMessage)}}}
+		Details: map[string]any{"failed": quoted(map[string]any{"idempotency_key": failed.IdempotencyKey, "seq": failed.Seq,
+			"error_code": failed.ErrorCode, "error_message": shown.Value(chain.FieldErrorMessage)}, &shown)}}
 }
 
 // attemptOf returns the reserve of the attempt an outcome ended (a
