@@ -167,19 +167,34 @@ func (o *object) has(name string) bool { return o.get(name) != nil }
 
 // str reads an optional string member.
 func (o *object) str(name string) string {
+	s, raw := o.text(name)
+	if raw != nil && bytes.Contains(raw, []byte(`\u`)) && ledger.CheckIJSON(raw) != nil {
+		// A lone surrogate would be stored as U+FFFD: not what was sent.
+		o.fail(name, "must be an I-JSON string (RFC 7493): no lone surrogate escapes")
+	}
+	return s
+}
+
+// text reads an optional string member, with its JSON text (nil when
+// absent or not a string).
+func (o *object) text(name string) (string, []byte) {
 	raw := o.get(name)
 	if raw == nil {
-		return ""
+		return "", nil
 	}
 	var s string
 	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
 		o.fail(name, "must be a string")
-		return s
+		return s, nil
 	}
-	if bytes.Contains(raw, []byte(`\u`)) && ledger.CheckIJSON(raw) != nil {
-		// A lone surrogate would be stored as U+FFFD: not what was sent.
-		o.fail(name, "must be an I-JSON string (RFC 7493): no lone surrogate escapes")
-	}
+	return s, raw
+}
+
+// key reads the idempotency_key member: what the string holds is the
+// domain's to judge (invalid_key, SPEC §4), a lone surrogate escape too
+// (read as U+FFFD, which is not visible ASCII).
+func (o *object) key() string {
+	s, _ := o.text("idempotency_key")
 	return s
 }
 

@@ -90,7 +90,7 @@ func (s *Server) handleReserve(w http.ResponseWriter, r *http.Request, n *ledger
 		return
 	}
 	req := ledger.ReserveRequest{
-		IdempotencyKey: o.str("idempotency_key"),
+		IdempotencyKey: o.key(),
 		ExecutionID:    o.required("execution_id"),
 		Attempt:        o.integer("attempt"),
 		Tool:           o.required("tool"),

@@ -682,3 +682,13 @@ func TestServer_refusalsShowErased(t *testing.T) {
 	assert.NotContains(t, r.raw, "alice")
 	assert.Equal(t, map[string]any{"summary": seq}, r.body["erased"], r.raw)
 }
+
+// TestServer_keyWithLoneSurrogate: a body's idempotency key with a lone
+// surrogate escape is invalid_key (SPEC §4), as in the header.
+func TestServer_keyWithLoneSurrogate(t *testing.T) {
+	t.Parallel()
+	srv, _ := MustOpenServer(t)
+	r := do(t, srv, "POST", "/v1/effects/reserve", `{"idempotency_key":"key-\ud800-0001","execution_id":"e","tool":"t","effect":"write"}`)
+	require.Equal(t, 400, r.status, r.raw)
+	assert.Equal(t, "invalid_key", r.body["error"].(map[string]any)["code"], r.raw)
+}
