@@ -102,6 +102,11 @@ func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
 	}
 	require.NotEmpty(t, found(), "the test can fail: the values are in the files before")
 
+	// What a forget killed before it recorded its decision leaves, and a
+	// copy of another namespace whose name starts alike.
+	for _, stray := range []string{".forgotten-tenant-123", ".forgotten-tenant-124.new", ".forgotten-tenant-x-125"} {
+		require.NoError(t, os.WriteFile(db+stray, []byte("stray"), 0o600))
+	}
 	_, stderr, code := ledgerctl(t, "namespace", "forget", "--db", db, "tenant", "--by", "alice", "--reason", strings.Repeat("R", 257))
 	require.Equal(t, 2, code, stderr)
 	assert.Contains(t, stderr, "--reason must be UTF-8 of at most 256 characters")
@@ -109,6 +114,10 @@ func TestNamespaceForget_erasesPayloadsFirst(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, "its payloads erased first")
 	assert.Empty(t, found(), "no file holds a value of the forgotten namespace")
+	assert.NoFileExists(t, db+".forgotten-tenant-123", "a killed forget's copy goes")
+	assert.NoFileExists(t, db+".forgotten-tenant-124.new")
+	assert.FileExists(t, db+".forgotten-tenant-x-125", "another namespace's stays")
+	require.NoError(t, os.Remove(db+".forgotten-tenant-x-125"))
 	kept, err := filepath.Glob(db + ".forgotten-tenant-*")
 	require.NoError(t, err)
 	require.Len(t, kept, 1)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -281,6 +282,9 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 	if err := w.QueryRowContext(ctx, sqlSettings, ref.args()...).Scan(&st.KeyTTL, &st.Payloads); err != nil {
 		return nil, fmt.Errorf("forget: read settings: %w", classify(err))
 	}
+	if err := removeUnrecordedCopies(ctx, w, abs, ns); err != nil {
+		return nil, fmt.Errorf("forget: %w", err)
+	}
 	side := fmt.Sprintf("%s.forgotten-%s-%d", abs, ns, time.Now().UnixMilli())
 	if err := copyOut(ctx, w, side, id, st, head); err != nil {
 		removeFileSet(side)
@@ -311,6 +315,34 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 		return res, fmt.Errorf("forget: recorded, but %w (it is dropped when the name is used again)", err)
 	}
 	return res, nil
+}
+
+// removeUnrecordedCopies removes the copies of namespace ns that a forget
+// killed before it recorded its decision left beside the ledger file at
+// abs (its half-made `.new` files too): a copy is the forget's only when
+// namespace_events names it. The next forget makes its own.
+func removeUnrecordedCopies(ctx context.Context, w *sql.DB, abs, ns string) error {
+	found, err := filepath.Glob(fmt.Sprintf("%s.forgotten-%s-*", abs, ns))
+	if err != nil {
+		return err
+	}
+	for _, path := range found {
+		base, _, _ := strings.Cut(path, ".new")
+		base = strings.TrimSuffix(strings.TrimSuffix(base, "-wal"), "-shm")
+		if _, err := strconv.ParseUint(strings.TrimPrefix(base, abs+".forgotten-"+ns+"-"), 10, 64); err != nil {
+			continue // not ns's (another namespace's, whose name starts with ns and a dash)
+		}
+		var recorded bool
+		if err := w.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM namespace_events WHERE moved_to = ?)`, base).Scan(&recorded); err != nil {
+			return classify(err)
+		}
+		if !recorded {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // copyOut copies namespace id's rows into a new ledger file at path (with
