@@ -224,6 +224,7 @@ func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, fro
 	win := f.window()
 	var out []DuplicateEffect
 	var cur *DuplicateEffect
+	var seen map[string]bool // cur's keys: a group may hold many
 	var latestSeq, latestAt uint64
 	flush := func() {
 		if cur != nil && len(cur.Keys) > 1 && latestSeq > from && win.has(cur.Tool, latestSeq, latestAt) {
@@ -237,8 +238,10 @@ func readDuplicates(ctx context.Context, src DuplicateSource, f AuditFilter, fro
 		if cur == nil || cur.Tool != s.Tool || cur.InputHash != s.InputHash {
 			flush()
 			cur, latestSeq, latestAt = &DuplicateEffect{Tool: s.Tool, InputHash: s.InputHash}, 0, 0
+			seen = map[string]bool{}
 		}
-		if !slices.Contains(cur.Keys, s.Key) {
+		if !seen[s.Key] {
+			seen[s.Key] = true
 			cur.Keys = append(cur.Keys, s.Key)
 			cur.Seqs = append(cur.Seqs, s.Seq)
 		}
