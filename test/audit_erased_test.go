@@ -103,8 +103,13 @@ func TestAudit_committedValues(t *testing.T) {
 			assert.Equal(t, map[string]uint64{"note": eraseSeq}, got.Resolutions[0].Erased, src)
 			assert.True(t, strings.Contains(raw, `"erasures":[{`), "%s lists the erasure", src)
 		}
+		out, stderr, code := ledgerctl(t, "audit", "--db", db)
+		require.Equal(t, 0, code, "%s%s", out, stderr)
+		assert.Equal(t, 2, strings.Count(out, fmt.Sprintf("(erased by %d)", eraseSeq)), "the table marks the two notes: %s", out)
+		assert.NotContains(t, out, marker)
+		assert.NotContains(t, out, "pc1:")
 		require.NoError(t, l.Stop())
-		out, stderr, code := ledgerctl(t, "verify", "--db", db)
+		out, stderr, code = ledgerctl(t, "verify", "--db", db)
 		require.Equal(t, 0, code, "%s%s", out, stderr)
 	})
 }
