@@ -224,6 +224,43 @@ type Resolution struct {
 	Note       string `json:"note"`
 	Actor      string `json:"actor"`
 	RecordedAt uint64 `json:"recorded_at"`
+	Erased     Erased `json:"erased,omitempty"` // note
+}
+
+// Erased names the members of an audit entry whose values were erased
+// (SPEC §14), each with the seq of the erase receipt; such a member is
+// "". Nil when none was.
+type Erased map[string]uint64
+
+// add records that member's value was erased by receipt by; by 0 adds
+// nothing.
+func (e *Erased) add(member string, by uint64) {
+	if by == 0 {
+		return
+	}
+	if *e == nil {
+		*e = Erased{}
+	}
+	(*e)[member] = by
+}
+
+// payloadValue is what the audit shows of payload field f of r (SPEC
+// §14): the value (r.Open's, or the field's text), or, once erased, ""
+// and the seq of the erase receipt. known is false when the value is not
+// there to show: erased, or a commitment whose value was not read (a copy
+// without its payload table, a value that does not open it), which shows
+// as "", never as its chain text.
+func payloadValue(r *chain.Receipt, f chain.PayloadField) (value string, erasedBy uint64, known bool) {
+	if p := r.Open.Get(f); p != nil {
+		if p.ErasedBy > 0 {
+			return "", p.ErasedBy, false
+		}
+		return p.Value, 0, true
+	}
+	if text := r.Field(f); !chain.IsCommitment(text) {
+		return text, 0, true
+	}
+	return "", 0, false
 }
 
 // auditBuilder collects audit entries while the state checker runs.
@@ -318,10 +355,14 @@ func (b *auditBuilder) reInvocation(k *keyState, r *chain.Receipt, outcome strin
 		RecordedAt: r.RecordedAt})
 }
 
+// resolution records the resolve r of k, shown with its values.
 func (b *auditBuilder) resolution(k *keyState, r *chain.Receipt) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
-		b.a.Resolutions = append(b.a.Resolutions, Resolution{Key: k.key, Tool: k.first.Tool, Seq: r.Seq,
-			Outcome: r.Outcome, ErrorCode: r.ErrorCode, Note: r.Value(chain.FieldNote), Actor: r.Actor, RecordedAt: r.RecordedAt})
+		note, erasedBy, _ := payloadValue(r, chain.FieldNote)
+		res := Resolution{Key: k.key, Tool: k.first.Tool, Seq: r.Seq, Outcome: r.Outcome, ErrorCode: r.ErrorCode,
+			Note: note, Actor: r.Actor, RecordedAt: r.RecordedAt}
+		res.Erased.add("note", erasedBy)
+		b.a.Resolutions = append(b.a.Resolutions, res)
 	}
 }
 

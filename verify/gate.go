@@ -38,16 +38,20 @@ type gateChecker struct {
 
 // askEntry is an ask and what became of it.
 type askEntry struct {
-	r          chain.Receipt // Result and Note dropped
+	r          chain.Receipt // Result, Note and Open dropped
 	answer     *approvalEntry
 	consumedBy *chain.Receipt // the reserve that consumed its answer first
 }
 
 // approvalEntry is an approval receipt.
 type approvalEntry struct {
-	r          chain.Receipt
+	r          chain.Receipt // Result, Note and Open dropped
 	role       string
 	consumedBy uint64
+	// note is what the audit shows of the approver's note (SPEC §14):
+	// its value, or "" and the erase receipt that erased it.
+	note       string
+	noteErased uint64
 }
 
 // consumer is the execution that consumed a key's last approval, for the
@@ -103,7 +107,7 @@ func (g *gateChecker) add(r *chain.Receipt) {
 		g.setPolicy(r)
 	case chain.KindAsk:
 		e := &askEntry{r: *r}
-		e.r.Result, e.r.Note = "", ""
+		e.r.Result, e.r.Note, e.r.Open = "", "", nil
 		g.asks[r.Seq] = e
 	case chain.KindApproval:
 		g.approval(r)
@@ -152,7 +156,8 @@ func (g *gateChecker) rule(r *chain.Receipt) gateRule {
 // policy in force when it was given.
 func (g *gateChecker) approval(r *chain.Receipt) {
 	e := &approvalEntry{r: *r, role: approverRole(r.Result)}
-	e.r.Result = ""
+	e.note, e.noteErased, _ = payloadValue(r, chain.FieldNote)
+	e.r.Result, e.r.Note, e.r.Open = "", "", nil
 	g.approvals[r.Seq] = e
 	ask := g.asks[r.RefSeq]
 	if ask != nil && ask.answer == nil {
@@ -258,7 +263,7 @@ func (g *gateChecker) consume(r *chain.Receipt, ap *approvalEntry, rule gateRule
 	ask := g.asks[ap.r.RefSeq]
 	if ask != nil && ask.consumedBy == nil {
 		c := *r
-		c.Result, c.Note = "", ""
+		c.Result, c.Note, c.Open = "", "", nil
 		ask.consumedBy = &c
 	}
 	if why := mismatch(r, ap, ask, rule); why != "" {

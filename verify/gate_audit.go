@@ -31,6 +31,7 @@ type ApprovalAnswer struct {
 	Role       string `json:"role"`
 	Note       string `json:"note"`
 	RecordedAt uint64 `json:"recorded_at"`
+	Erased     Erased `json:"erased,omitempty"` // note
 }
 
 // ApprovalConsumer is the reserve that consumed an approval.
@@ -112,7 +113,8 @@ func (e *askEntry) record(now uint64) ApprovalRecord {
 			decision = "approve"
 		}
 		rec.Answer = &ApprovalAnswer{Seq: a.r.Seq, Decision: decision, Actor: a.r.Actor, Role: a.role,
-			Note: a.r.Note, RecordedAt: a.r.RecordedAt}
+			Note: a.note, RecordedAt: a.r.RecordedAt}
+		rec.Answer.Erased.add("note", a.noteErased)
 	}
 	if c := e.consumedBy; c != nil {
 		rec.ConsumedBy = &ApprovalConsumer{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}

@@ -11,9 +11,11 @@ import (
 // primeGate gives the gate checker of an incremental run the receipts up
 // to the pinned head, which it trusts: the policy in force, the asks and
 // answers, the consumed approvals and the recent failures come from
-// there, and the ranges pruned (SPEC §16). A ledger that can tell it has
-// no policy and no prune receipt (or does not know the kinds: it
-// predates them) has nothing there to prime.
+// there, and the ranges pruned (SPEC §16). An approval is read with its
+// values (SPEC §14): the audit shows its note when its ask is consumed
+// after the pin. A ledger that can tell it has no policy and no prune
+// receipt (or does not know the kinds: it predates them) has nothing
+// there to prime.
 func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 	if r.from == 0 || !v.mayHold(ctx, chain.KindPolicy) && !v.mayHold(ctx, chain.KindPrune) {
 		return nil
@@ -21,6 +23,12 @@ func (v *Verifier) primeGate(ctx context.Context, r *run) error {
 	err := v.src.Receipts(ctx, 0, func(rc *chain.Receipt) error {
 		if rc.Seq > r.from {
 			return errStop
+		}
+		if rc.Kind == chain.KindApproval && r.state.open != nil {
+			var err error
+			if rc, err = r.state.open(rc); err != nil { // its note, for the audit's approvals
+				return err
+			}
 		}
 		r.gate.add(rc)
 		if r.cc.payloads != nil {

@@ -184,7 +184,8 @@ type erasedField struct {
 // check checks r's payload fields and returns r as the field checks see
 // it: each committed field holding its value, or, where the value is not
 // there to check, a stand-in of the same emptiness (the commitment text; a
-// result "{}"). An inline namespace's receipt is returned as it is.
+// result "{}"), with an Open holding each value shown and each erasure,
+// for the audit. An inline namespace's receipt is returned as it is.
 func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 	if p == nil {
 		return r
@@ -228,7 +229,7 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 		}
 		if view == nil {
 			c := *r
-			c.Open = nil
+			c.Open = new(chain.Opening)
 			view = &c
 		}
 		switch {
@@ -237,15 +238,21 @@ func (p *payloadChecker) check(r *chain.Receipt) *chain.Receipt {
 		case f == chain.FieldResult:
 			view.SetField(f, "{}")
 		}
+		if present || val != nil && val.ErasedBy > 0 {
+			view.Open.Set(f, val) // what the audit shows: the value, or its erasure
+		}
 	}
 	if r.Kind == chain.KindErase {
 		p.checkErase(r)
 		if res, _, err := chain.ParseEraseResult(r.Result); err == nil {
 			e := ErasureEntry{Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt, Count: res.Count, Fields: res.Fields,
 				Retention: res.Retention}
-			if note := o.Get(chain.FieldNote); note != nil && note.ErasedBy == 0 && view != nil {
-				e.Reason = view.Note
+			shown := r
+			if view != nil {
+				shown = view
 			}
+			e.Reason, _, _ = payloadValue(shown, chain.FieldNote) // "" once erased
+
 			p.erasures = append(p.erasures, e)
 		}
 	}

@@ -22,6 +22,7 @@ type Reconciliation struct {
 	Seq        uint64 `json:"seq"`
 	Actor      string `json:"actor"`
 	RecordedAt uint64 `json:"recorded_at"`
+	Erased     Erased `json:"erased,omitempty"` // lookup: the note it is read from was erased
 }
 
 // ReconcileContradiction is the original call's commit of a reconciled
@@ -37,6 +38,7 @@ type ReconcileContradiction struct {
 	Outcome               string `json:"outcome"`
 	ExternalRef           string `json:"external_ref"`
 	RecordedAt            uint64 `json:"recorded_at"`
+	Erased                Erased `json:"erased,omitempty"` // reconciled_external_ref, external_ref
 }
 
 // reconcile checks a reconcile receipt against the key's state: it must
@@ -65,9 +67,11 @@ func (s *stateChecker) reconcile(k *keyState, r *chain.Receipt) {
 	}
 	r = s.shown(r)
 	if k.hasReserve && r.RefSeq == k.latest.seq && !k.finalized {
-		k.reconciled = append(k.reconciled, reconciledReserve{reserve: k.latest,
+		rr := reconciledReserve{reserve: k.latest,
 			fp:           fingerprintHash(k.first.Tool, k.first.Effect, k.first.InputHash, k.first.Idempotent, k.first.KeyGenerated),
-			reconcileSeq: r.Seq, outcome: r.Outcome, ref: r.Value(chain.FieldExternalRef)})
+			reconcileSeq: r.Seq, outcome: r.Outcome}
+		rr.ref, rr.refErased, rr.refKnown = payloadValue(r, chain.FieldExternalRef)
+		k.reconciled = append(k.reconciled, rr)
 	}
 	s.setFinal(k, r)
 	s.audit.reconciliation(k, r)
@@ -84,6 +88,8 @@ type reconciledReserve struct {
 	fp           uint64 // fingerprintHash of the reserve's generation
 	reconcileSeq uint64
 	outcome, ref string // the reconcile's outcome and external_ref
+	refErased    uint64 // the erase receipt of the external_ref, 0 if none
+	refKnown     bool   // ref is the value, neither erased nor unread
 	commitSeq    uint64 // the late commit, once one is seen
 }
 
@@ -120,7 +126,9 @@ func (k *keyState) countsForAttempts(r *chain.Receipt) bool {
 // reserved again since (SPEC §15). It must carry the reserve's
 // execution, attempt and fingerprint; a second commit of the reserve
 // finalizes it twice, as the ledger refuses one. One whose outcome or
-// external_ref differs from the reconciled one is listed as contradicted.
+// external_ref differs from the reconciled one is listed as contradicted;
+// an external_ref erased on either side (or not read) is not compared, as
+// the ledger compares a commit re-sent after erasure (SPEC §14).
 func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt, rr *reconciledReserve) {
 	if fingerprintHash(r.Tool, r.Effect, r.InputHash, r.Idempotent, r.KeyGenerated) != rr.fp {
 		s.violation(r, RuleFingerprintChanged,
@@ -136,8 +144,10 @@ func (s *stateChecker) lateCommit(k *keyState, r *chain.Receipt, rr *reconciledR
 			k.key, rr.reserve.seq, rr.reconcileSeq, rr.commitSeq)
 	default:
 		rr.commitSeq = r.Seq
-		if r = s.shown(r); r.Outcome != rr.outcome || r.Value(chain.FieldExternalRef) != rr.ref {
-			s.audit.contradicted(k, r, rr)
+		r = s.shown(r)
+		ref, refErased, known := payloadValue(r, chain.FieldExternalRef)
+		if r.Outcome != rr.outcome || known && rr.refKnown && ref != rr.ref {
+			s.audit.contradicted(k, r, rr, ref, refErased)
 		}
 	}
 }
@@ -162,19 +172,27 @@ func checkEvidence(bad func(string, ...any), note string) {
 	}
 }
 
+// reconciliation records the reconcile r of k, shown with its values.
 func (b *auditBuilder) reconciliation(k *keyState, r *chain.Receipt) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
-		lookup, _ := evidenceLookup(r.Value(chain.FieldNote))
-		b.a.Reconciliations = append(b.a.Reconciliations, Reconciliation{Key: k.key, Tool: k.first.Tool,
-			Outcome: r.Outcome, Lookup: lookup, Seq: r.Seq, Actor: r.Actor, RecordedAt: r.RecordedAt})
+		note, erasedBy, _ := payloadValue(r, chain.FieldNote)
+		lookup, _ := evidenceLookup(note)
+		rc := Reconciliation{Key: k.key, Tool: k.first.Tool, Outcome: r.Outcome, Lookup: lookup, Seq: r.Seq,
+			Actor: r.Actor, RecordedAt: r.RecordedAt}
+		rc.Erased.add("lookup", erasedBy)
+		b.a.Reconciliations = append(b.a.Reconciliations, rc)
 	}
 }
 
-func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt, rr *reconciledReserve) {
+// contradicted records the late commit r of the reserve rr reconciled,
+// whose external_ref shows as ref (erased by refErased).
+func (b *auditBuilder) contradicted(k *keyState, r *chain.Receipt, rr *reconciledReserve, ref string, refErased uint64) {
 	if b.wants(k, r.Seq, r.RecordedAt) {
-		b.a.ReconcileContradicted = append(b.a.ReconcileContradicted, ReconcileContradiction{Key: k.key,
-			Tool: k.first.Tool, ReconcileSeq: rr.reconcileSeq, ReconciledOutcome: rr.outcome,
-			ReconciledExternalRef: rr.ref, CommitSeq: r.Seq, Outcome: r.Outcome,
-			ExternalRef: r.Value(chain.FieldExternalRef), RecordedAt: r.RecordedAt})
+		c := ReconcileContradiction{Key: k.key, Tool: k.first.Tool, ReconcileSeq: rr.reconcileSeq,
+			ReconciledOutcome: rr.outcome, ReconciledExternalRef: rr.ref, CommitSeq: r.Seq, Outcome: r.Outcome,
+			ExternalRef: ref, RecordedAt: r.RecordedAt}
+		c.Erased.add("reconciled_external_ref", rr.refErased)
+		c.Erased.add("external_ref", refErased)
+		b.a.ReconcileContradicted = append(b.a.ReconcileContradicted, c)
 	}
 }

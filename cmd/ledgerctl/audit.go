@@ -147,18 +147,19 @@ func printAudit(w io.Writer, a *verify.Audit) {
 	})
 	section("Resolutions by operators", len(a.Resolutions), "SEQ\tKEY\tOUTCOME\tACTOR\tAT\tNOTE", func(tw io.Writer) {
 		for _, r := range a.Resolutions {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(r.Note))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), r.Outcome, cell(r.Actor), ms(r.RecordedAt), cell(erasedOr(r.Note, r.Erased, "note")))
 		}
 	})
 	section("Reconciliations: interrupted keys ended from a downstream's answer", len(a.Reconciliations), "SEQ\tKEY\tTOOL\tOUTCOME\tLOOKUP\tACTOR\tAT", func(tw io.Writer) {
 		for _, r := range a.Reconciliations {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), r.Outcome, cell(r.Lookup), cell(r.Actor), ms(r.RecordedAt))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, keyCell(r.Key), cell(r.Tool), r.Outcome, cell(erasedOr(r.Lookup, r.Erased, "lookup")), cell(r.Actor), ms(r.RecordedAt))
 		}
 	})
 	section("Reconcile contradicted: the original call landed with another outcome (a person should look)", len(a.ReconcileContradicted), "COMMIT\tKEY\tTOOL\tRECONCILED\tAS\tCOMMITTED\tEXTERNAL REF", func(tw io.Writer) {
 		for _, r := range a.ReconcileContradicted {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s\n", r.CommitSeq, keyCell(r.Key), cell(r.Tool), r.ReconcileSeq,
-				cell(r.ReconciledOutcome+" "+r.ReconciledExternalRef), r.Outcome, cell(r.ExternalRef))
+				cell(r.ReconciledOutcome+" "+erasedOr(r.ReconciledExternalRef, r.Erased, "reconciled_external_ref")), r.Outcome,
+				cell(erasedOr(r.ExternalRef, r.Erased, "external_ref")))
 		}
 	})
 	section("Erasures: payloads erased (docs/privacy.md)", len(a.Erasures), "SEQ\tACTOR\tAT\tRECEIPTS\tFIELDS\tRETENTION\tREASON", func(tw io.Writer) {
@@ -189,7 +190,8 @@ func printAudit(w io.Writer, a *verify.Audit) {
 		for _, r := range a.Approvals {
 			answer, approver, note, consumer := "-", "-", "", "-"
 			if r.Answer != nil {
-				answer, approver, note = fmt.Sprintf("%d %s", r.Answer.Seq, r.Answer.Decision), cell(r.Answer.Actor+" ("+r.Answer.Role+")"), r.Answer.Note
+				answer, approver, note = fmt.Sprintf("%d %s", r.Answer.Seq, r.Answer.Decision), cell(r.Answer.Actor+" ("+r.Answer.Role+")"),
+					erasedOr(r.Answer.Note, r.Answer.Erased, "note")
 			}
 			if r.ConsumedBy != nil {
 				consumer = fmt.Sprintf("%d %s", r.ConsumedBy.Seq, r.ConsumedBy.ExecutionID)
@@ -208,4 +210,13 @@ func printAudit(w io.Writer, a *verify.Audit) {
 			fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\n", r.Seq, r.AskSeq, keyCell(r.Key), cell(r.Tool), r.Outcome, ms(r.RecordedAt))
 		}
 	})
+}
+
+// erasedOr is the cell of an audit member whose value may have been
+// erased (SPEC §14): the value, or which erase receipt took it.
+func erasedOr(value string, erased verify.Erased, member string) string {
+	if by := erased[member]; by > 0 {
+		return fmt.Sprintf("(erased by %d)", by)
+	}
+	return value
 }
