@@ -163,6 +163,9 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 		}
 		out.Answer = &ApprovalAnswer{Seq: ans.Seq, Decision: d, Actor: ans.Actor, Role: v.AnswerRole,
 			Note: ans.Value(chain.FieldNote), RecordedAt: ans.RecordedAt}
+		if p := ans.Open.Get(chain.FieldNote); p != nil && p.ErasedBy > 0 {
+			out.Answer.Erased = verify.Erased{"note": p.ErasedBy}
+		}
 	}
 	if c := v.Consumer; c != nil {
 		out.ConsumedBy = &ApprovalConsumer{Seq: c.Seq, ExecutionID: c.ExecutionID, Attempt: c.Attempt}

@@ -681,6 +681,7 @@ func TestServer_refusalsShowErased(t *testing.T) {
 	require.Equal(t, 200, r.status, r.raw)
 	assert.NotContains(t, r.raw, "alice")
 	assert.Equal(t, map[string]any{"summary": seq}, r.body["erased"], r.raw)
+	assert.Equal(t, map[string]any{"note": seq}, r.body["answer"].(map[string]any)["erased"], r.raw)
 }
 
 // TestServer_keyWithLoneSurrogate: a body's idempotency key with a lone

@@ -36,6 +36,8 @@ func TestErasure_awaitingApproval(t *testing.T) {
 		a := l.Do("POST", fmt.Sprintf("/v1/approvals/%d", num(t, ask.Body, "approval", "seq")),
 			fmt.Sprintf(`{"decision":"approve","note":"approved for %s"}`, marker))
 		require.Equal(t, 201, a.Status, a.Raw)
+		assert.NotContains(t, a.Raw, marker, "the answer to a marked ask is erased as it is recorded")
+		assert.Contains(t, a.Raw, `"erased":{"note":`)
 		rr := l.Do("POST", "/v1/effects/reserve", body)
 		require.Equal(t, 201, rr.Status, rr.Raw)
 		c := l.Commit(t, key, fmt.Sprintf(`{"reservation":%q,"outcome":"succeeded","result":{"charged":%q},"external_ref":"ch_%s"}`,
