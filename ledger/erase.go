@@ -172,13 +172,7 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 	fields := map[uint64]chain.FieldSet{}
 	keys := map[string]bool{}
 	for _, seq := range cand {
-		var set chain.FieldSet
-		for _, f := range chain.PayloadFields {
-			if p := open[seq].Get(f); p != nil && p.ErasedBy == 0 && req.Fields.Has(f) {
-				set = set.With(f)
-			}
-		}
-		if set != 0 {
+		if set := keptOf(open[seq], req.Fields); set != 0 {
 			fields[seq] = set
 			keys[keyOf[seq]] = true
 		}
@@ -388,12 +382,7 @@ func (t *batchTx) answerPending(ctx context.Context, ask, r *chain.Receipt) erro
 			return err
 		}
 	}
-	var set chain.FieldSet
-	for _, f := range chain.PayloadFields {
-		if p.Fields.Has(f) && r.Open.Get(f) != nil {
-			set = set.With(f)
-		}
-	}
+	set := keptOf(r.Open, p.Fields)
 	if set == 0 {
 		return nil
 	}
@@ -442,13 +431,7 @@ func (t *batchTx) completePending(ctx context.Context, k *KeyRecord, final *chai
 	}
 	fields := map[uint64]chain.FieldSet{}
 	for _, seq := range cand {
-		var set chain.FieldSet
-		for _, f := range chain.PayloadFields {
-			if o := open[seq].Get(f); o != nil && o.ErasedBy == 0 && p.Fields.Has(f) {
-				set = set.With(f)
-			}
-		}
-		if set != 0 {
+		if set := keptOf(open[seq], p.Fields); set != 0 {
 			fields[seq] = set
 		}
 	}
@@ -498,6 +481,17 @@ func (t *batchTx) generation(ctx context.Context, g Generation) ([]chain.Receipt
 		}
 	}
 	return hist, nil
+}
+
+// keptOf returns the fields of want whose values o still keeps.
+func keptOf(o *chain.Opening, want chain.FieldSet) chain.FieldSet {
+	var set chain.FieldSet
+	for _, f := range chain.PayloadFields {
+		if p := o.Get(f); p != nil && p.ErasedBy == 0 && want.Has(f) {
+			set = set.With(f)
+		}
+	}
+	return set
 }
 
 // quoted is m, a refusal's quote of receipt r (SPEC §14: the one shape,
