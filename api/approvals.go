@@ -154,7 +154,7 @@ func approvalOf(v *ledger.ApprovalView, withInput bool) ApprovalView {
 		Attempt: a.Attempt, Tool: a.Tool, Effect: a.Effect, Idempotent: a.Idempotent, InputHash: a.InputHash,
 		Summary: v.Summary, Actor: a.Actor, AskedAt: a.RecordedAt, ExpiresAt: a.LeaseExpiresAt, State: v.State}
 	if seq := a.Open.Get(chain.FieldResult); seq != nil && seq.ErasedBy > 0 {
-		out.Erased = map[string]uint64{"summary": seq.ErasedBy}
+		out.Erased = verify.Erased{"summary": seq.ErasedBy}
 	}
 	if ans := v.Answer; ans != nil {
 		d := ledger.DecisionApprove

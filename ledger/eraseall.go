@@ -40,13 +40,11 @@ func (n *Namespace) EraseAll(ctx context.Context, actor, reason string) ([]Recei
 	}
 }
 
-// sparedByForget keeps only the erase receipts' reasons (the audit's),
-// and deletes the input of each ask it meets.
+// sparedByForget spares nothing (KeptPayloads leaves out the erase
+// receipts, whose reasons are the audit's), and deletes the input of
+// each ask it meets.
 func (t *batchTx) sparedByForget(ctx context.Context, kp *KeptPayload) (bool, error) {
-	switch kp.Kind {
-	case chain.KindErase:
-		return true, nil
-	case chain.KindAsk:
+	if kp.Kind == chain.KindAsk {
 		return false, t.SetAskInputDeadline(ctx, kp.Seq, 0, t.Now())
 	}
 	return false, nil

@@ -227,6 +227,9 @@ func (t *batchTx) replayErasure(ctx context.Context, e *ErasureRecord, head uint
 			}
 			item.Status = ReplayHashMismatch
 			if r.Hash.String() == x.Hash {
+				if err := t.eraseAskInput(ctx, &r); err != nil { // as the erase did there
+					return err
+				}
 				set, _ := canonicalFields(x.Fields)
 				matched[x.Seq], item.Status = set, ReplayAlready
 				seqs = append(seqs, x.Seq)
@@ -250,13 +253,7 @@ func (t *batchTx) replayErasure(ctx context.Context, e *ErasureRecord, head uint
 	}
 	fields := map[uint64]chain.FieldSet{}
 	for seq, listed := range matched {
-		var set chain.FieldSet
-		for _, f := range chain.PayloadFields {
-			if p := open[seq].Get(f); listed.Has(f) && p != nil && p.ErasedBy == 0 {
-				set = set.With(f)
-			}
-		}
-		if set != 0 {
+		if set := keptOf(open[seq], listed); set != 0 {
 			fields[seq] = set
 		}
 	}
@@ -310,6 +307,9 @@ func (t *batchTx) replayPending(ctx context.Context, p *PendingRecord, head uint
 		}
 		if a := waitingAsk(hist, t.Now()); a == nil || a.Seq != p.FirstSeq {
 			return ReplayFinal, nil // answered no, expired, or consumed here
+		}
+		if err := t.eraseAskInput(ctx, &r); err != nil {
+			return "", err
 		}
 	} else {
 		k, found, err := t.Key(ctx, p.Key)

@@ -212,6 +212,9 @@ func TestNamespace_ReplayErasuresAwaitingApproval(t *testing.T) {
 	res, err := b.ReplayErasures(ctx, exp, "ops", "")
 	require.NoError(t, err)
 	assert.Equal(t, []ledger.ReplayPending{{Key: "refund-order-0009", FirstSeq: held.Ask.Seq, Status: ledger.ReplayMarked}}, res.Pending)
+	v, err := b.Approval(ctx, held.Ask.Seq, true)
+	require.NoError(t, err)
+	assert.Empty(t, v.Input, "the input shown to the approver goes as it went in the erasing ledger")
 	_, _, err = b.Answer(ctx, ledger.AnswerRequest{Seq: held.Ask.Seq, Decision: ledger.DecisionApprove, Note: "fine",
 		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
 	require.NoError(t, err)

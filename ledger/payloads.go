@@ -117,8 +117,10 @@ type PayloadTx interface {
 	// DeletePending deletes the mark of a key generation.
 	DeletePending(ctx context.Context, key string, firstSeq uint64) error
 	// KeptPayloads lists, in seq order, up to limit receipts with
-	// after < seq ≤ through that still keep a value, with the fields that
-	// do.
+	// after < seq ≤ through that still keep a value, erase receipts
+	// aside (their reasons are never erased), with the fields that do;
+	// a driver may list one whose values this transaction erased with
+	// no fields.
 	KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]KeptPayload, error)
 }
 

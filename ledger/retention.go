@@ -71,6 +71,9 @@ func (t *batchTx) collectKept(ctx context.Context, through uint64,
 		}
 		for _, kp := range kept {
 			after = kp.Seq
+			if kp.Fields == 0 {
+				continue
+			}
 			keep, err := spare(ctx, &kp)
 			if err != nil {
 				return nil, false, err
@@ -95,9 +98,6 @@ func (t *batchTx) maxSweep() int {
 // expired: an erase receipt's reason, a key still in flight, an ask or
 // approval still in use.
 func (t *batchTx) sparedBySweep(ctx context.Context, kp *KeptPayload) (bool, error) {
-	if kp.Kind == chain.KindErase {
-		return true, nil // its reason is the audit's
-	}
 	if kp.Key == "" {
 		return false, nil
 	}

@@ -509,13 +509,15 @@ func queuePending(b *pgx.Batch, ns string, t *tx) {
 }
 
 // KeptPayloads lists the stored receipts after after, up to through, that still keep a
-// value (a sweep's own transaction appends none before it reads).
+// value, but erase receipts (a sweep's own transaction appends none before it reads). A
+// row whose values an erase of this batch took comes with no fields: the caller pages on
+// past it.
 func (t *tx) KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]ledger.KeptPayload, error) {
 	rows, err := t.conn.Query(ctx, `SELECT p.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
 		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
 		FROM payloads AS p JOIN receipts AS r ON r.namespace = p.namespace AND r.seq = p.seq
-		WHERE p.namespace = $1 AND p.seq > $2 AND p.seq <= $3 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
-			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
+		WHERE p.namespace = $1 AND p.seq > $2 AND p.seq <= $3 AND r.kind <> 'erase' AND (p.external_ref IS NOT NULL
+			OR p.result IS NOT NULL OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
 		ORDER BY p.seq LIMIT $4`, t.c.ns, int64(after), int64(through), limit)
 	if err != nil {
 		return nil, t.dbFail("read kept payloads", err)
@@ -535,9 +537,7 @@ func (t *tx) KeptPayloads(ctx context.Context, after, through uint64, limit int)
 				kp.Fields = kp.Fields.With(f)
 			}
 		}
-		if kp.Fields != 0 {
-			out = append(out, kp)
-		}
+		out = append(out, kp) // Fields 0: all erased in this batch, still a step of the page
 	}
 	if err := rows.Err(); err != nil {
 		return nil, t.dbFail("read kept payloads", err)

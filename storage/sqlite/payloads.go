@@ -462,7 +462,8 @@ func (t *writeTx) DeletePending(ctx context.Context, key string, firstSeq uint64
 }
 
 // KeptPayloads lists the receipts after after, up to through, that still
-// keep a value.
+// keep a value, but erase receipts (their reasons stay, SPEC §14). In seq
+// order: the receipts index's range, stopped at limit.
 func (t *writeTx) KeptPayloads(ctx context.Context, after, through uint64, limit int) ([]ledger.KeptPayload, error) {
 	if err := t.flushPayloads(ctx); err != nil {
 		return nil, err
@@ -470,9 +471,9 @@ func (t *writeTx) KeptPayloads(ctx context.Context, after, through uint64, limit
 	rows, err := t.tx.QueryContext(ctx, `SELECT r.seq, r.kind, r.idempotency_key, p.external_ref IS NOT NULL,
 		p.result IS NOT NULL, p.error_message IS NOT NULL, p.note IS NOT NULL
 		FROM ns_payloads AS p JOIN ns_receipts AS r ON r.rowid = p.rid
-		WHERE r.ns = ?1 AND r.seq > ?2 AND r.seq <= ?3 AND (p.external_ref IS NOT NULL OR p.result IS NOT NULL
-			OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
-		ORDER BY p.rid LIMIT ?4`, t.ref.args(after, through, limit)...)
+		WHERE r.ns = ?1 AND r.seq > ?2 AND r.seq <= ?3 AND r.kind <> 'erase' AND (p.external_ref IS NOT NULL
+			OR p.result IS NOT NULL OR p.error_message IS NOT NULL OR p.note IS NOT NULL)
+		ORDER BY r.seq LIMIT ?4`, t.ref.args(after, through, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read kept payloads: %w", classify(err))
 	}

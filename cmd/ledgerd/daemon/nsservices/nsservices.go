@@ -213,7 +213,11 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 		// Replicas with a signer lock: its holder sweeps.
 		s.every(ctx, n, s.cfg.RetentionEvery, false, func(ctx context.Context) {
 			if e != nil {
-				if lead, err := e.lead(ctx); err != nil || !lead {
+				lead, err := e.lead(ctx)
+				if err != nil {
+					logger.Warn("retention sweep: the signer election failed", "err", err)
+				}
+				if !lead {
 					return
 				}
 			}
