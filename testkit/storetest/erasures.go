@@ -83,10 +83,7 @@ func RunSubjectErasesApprovals(t *testing.T, f Factory) {
 		return r.Ask.Seq
 	}
 	decide := func(seq uint64, decision string) uint64 {
-		v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: seq, Decision: decision, Note: "checked " + decision,
-			Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
-		require.NoError(t, err)
-		return v.Answer.Seq
+		return answerAsk(t, n, seq, decision, "checked "+decision).Seq
 	}
 	consumedAsk := held("subj-key-0001")
 	consumedApproval := decide(consumedAsk, ledger.DecisionApprove)
@@ -144,21 +141,19 @@ func RunRetentionSparesPendingAsks(t *testing.T, f Factory) {
 	}
 	sweep()
 	assert.True(t, kept(r.Ask.Seq), "an ask waiting for its approver keeps its summary")
-	v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: r.Ask.Seq, Decision: ledger.DecisionApprove, Note: "fine",
-		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
-	require.NoError(t, err)
+	answer := answerAsk(t, n, r.Ask.Seq, ledger.DecisionApprove, "fine")
 	sweep()
 	assert.True(t, kept(r.Ask.Seq), "approved, not consumed: the ask stays")
-	assert.True(t, kept(v.Answer.Seq), "approved, not consumed: the approval stays")
+	assert.True(t, kept(answer.Seq), "approved, not consumed: the approval stays")
 	c := testkit.MustReserve(t, n, req)
 	require.NotNil(t, c.Approval)
 	sweep()
 	assert.True(t, kept(r.Ask.Seq), "consumed by the generation in flight: the ask stays")
-	assert.True(t, kept(v.Answer.Seq), "consumed by the generation in flight: the approval stays")
+	assert.True(t, kept(answer.Seq), "consumed by the generation in flight: the approval stays")
 	testkit.MustCommit(t, n, testkit.Succeed("ret-key-0001", c.Reservation))
 	sweep()
 	assert.False(t, kept(r.Ask.Seq), "the key is final: its ask goes")
-	assert.False(t, kept(v.Answer.Seq), "and its approval")
+	assert.False(t, kept(answer.Seq), "and its approval")
 }
 
 // RunEraseAwaitingApproval: an erase that selects a key waiting for its
@@ -174,10 +169,7 @@ func RunEraseAwaitingApproval(t *testing.T, f Factory) {
 	n := ns(t, l, "await")
 	setPolicy(t, n, gatePolicy)
 	answer := func(seq uint64, decision string) uint64 {
-		v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: seq, Decision: decision, Note: "note of " + decision,
-			Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
-		require.NoError(t, err)
-		return v.Answer.Seq
+		return answerAsk(t, n, seq, decision, "note of "+decision).Seq
 	}
 	allErased := func(seq uint64) {
 		t.Helper()
@@ -313,14 +305,22 @@ func RunPendingMarksMerge(t *testing.T, f Factory) {
 	held := testkit.MustReserve(t, n, req)
 	require.NotNil(t, held.Ask)
 	assert.Equal(t, []string{"merge-key-0002"}, erase("merge-key-0002").Pending)
-	v, _, err := n.Answer(ctx, ledger.AnswerRequest{Seq: held.Ask.Seq, Decision: ledger.DecisionReject, Note: "no, says alice",
-		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
-	require.NoError(t, err)
-	assert.Empty(t, v.Answer.Value(chain.FieldNote), "the answer shows the note erased")
-	rc, err = n.GetReceipt(ctx, v.Answer.Seq)
+	rejection := answerAsk(t, n, held.Ask.Seq, ledger.DecisionReject, "no, says alice")
+	assert.Empty(t, rejection.Value(chain.FieldNote), "the answer shows the note erased")
+	rc, err = n.GetReceipt(ctx, rejection.Seq)
 	require.NoError(t, err)
 	assert.NotEmpty(t, rc.Open.Erased(), "the rejection's note is erased at once")
 	exp, err := n.ExportErasures(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, exp.Pending, "a rejected key is final: no mark stays")
+}
+
+// answerAsk records alice's answer (an approver) with note to the ask at
+// seq, and returns the approval receipt as answered.
+func answerAsk(t *testing.T, n *ledger.Namespace, seq uint64, decision, note string) *chain.Receipt {
+	t.Helper()
+	v, _, err := n.Answer(context.Background(), ledger.AnswerRequest{Seq: seq, Decision: decision, Note: note,
+		Actor: "alice", Role: ledger.RoleApprover, Authenticated: true})
+	require.NoError(t, err)
+	return v.Answer
 }
