@@ -261,6 +261,10 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 	if err != nil {
 		return err
 	}
+	thin, err := json.Marshal(append([]int64{}, b.Thin...))
+	if err != nil {
+		return err
+	}
 	for _, st := range []struct {
 		q    string
 		args []any
@@ -271,6 +275,7 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 		{`DELETE FROM ns_tokens WHERE rid IN (SELECT value FROM json_each(?1))`, []any{string(list)}},
 		{`DELETE FROM ns_approval_inputs WHERE ns = ?1 AND ask_seq BETWEEN ?2 AND ?3`, ref.args(b.From, b.To)},
 		{`DELETE FROM ns_reconciled_tokens WHERE ns = ?1 AND reserve_seq BETWEEN ?2 AND ?3`, ref.args(b.From, b.To)},
+		{`DELETE FROM ns_checkpoints WHERE ns = ?1 AND size IN (SELECT value FROM json_each(?2)) AND size <= ?3`, ref.args(string(thin), b.To)},
 		{sqlPruneMoved, ref.args(b.Prune, b.To)},
 	} {
 		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
@@ -361,4 +366,27 @@ func (f *lazyChain) WasPruned(ctx context.Context, mac uint64) (uint64, error) {
 }
 func (f *lazyChain) KeysIn(ctx context.Context, from, to uint64) ([]string, error) {
 	return f.rd.KeysIn(ctx, from, to)
+}
+
+// CheckpointTimes lists the sizes and signing times of the stored
+// checkpoints of size at most n.
+func (rd *Reader) CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error) {
+	rows, err := rd.r.QueryContext(ctx, `SELECT size, signed_at FROM ns_checkpoints WHERE ns = ?1 AND size <= ?2 ORDER BY size`, rd.args(n)...)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var out []tlog.Signed
+	for rows.Next() {
+		var c tlog.Signed
+		if err := rows.Scan(&c.Size, &c.SignedAt); err != nil {
+			return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+		}
+		out = append(out, c)
+	}
+	return out, classify(rows.Err())
+}
+
+func (f *lazyChain) CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error) {
+	return f.rd.CheckpointTimes(ctx, n)
 }

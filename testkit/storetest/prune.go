@@ -64,6 +64,10 @@ func testPrune(t *testing.T, f Factory) {
 		key := fmt.Sprintf("prune-%03d", i)
 		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "e1"))
 		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+		if i%100 == 99 { // checkpoints 201, 401, 601 in one hour
+			_, err := cp.SignOnce(ctx)
+			require.NoError(t, err)
+		}
 	}
 	clock.Advance(ttl + 2*time.Minute)
 	open := testkit.MustReserve(t, n, testkit.ReserveReq("prune-open", "e1")) // 602: pins
@@ -98,6 +102,11 @@ func testPrune(t *testing.T, f Factory) {
 			require.NoError(t, err)
 			require.Len(t, ps, 1)
 			require.Equal(t, uint64(601), ps[0].DeletedThrough)
+			for size, kept := range map[int64]bool{201: true, 401: false, 601: true, 602: true} {
+				c, err := n.CheckpointAt(ctx, size)
+				require.NoError(t, err)
+				require.Equal(t, kept, c != nil, "checkpoint %d: thinned to the first in each hour, the last pruned, the latest", size)
+			}
 		}
 		tree, chs := storedHashes(t, n, 602)
 		require.Equal(t, beforeTree, tree, "deleted %v", deleted)
