@@ -61,8 +61,12 @@ func (l *Ledger) kickDeletion(n *Namespace) {
 }
 
 // ResumeDeletion starts, in the background, the deletion of every prune
-// of the namespace not finished (at start).
+// of the namespace not finished, and erases the archived values an erase
+// named that a segment still holds (at start).
 func (n *Namespace) ResumeDeletion(ctx context.Context) error {
+	if err := n.purgeArchive(ctx); err != nil {
+		return err
+	}
 	ps, err := n.chain.Prunes(ctx)
 	if err != nil {
 		return err
