@@ -132,6 +132,21 @@ func TestVerifier_pruned(t *testing.T) {
 	assert.Equal(t, uint64(606), after.Receipts)
 	assert.Equal(t, uint64(5), after.Checked, "602 … 606 rehashed")
 
+	// docs/auditing.md's recipe: the first live receipt's prev_hash is
+	// the kept hash of K.
+	db, err := sql.Open("sqlite3", "file:"+pf.path+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
+	const ns = `(SELECT id FROM namespaces WHERE name = 'reports')`
+	var k uint64
+	var kept, prev string
+	require.NoError(t, db.QueryRow(`SELECT max(deleted_through) FROM ns_prunes WHERE ns = `+ns).Scan(&k))
+	require.Equal(t, uint64(601), k)
+	require.NoError(t, db.QueryRow(fmt.Sprintf(`SELECT hex(substr(hashes, ((%d - 1) %% 256) * 32 + 1, 32)) FROM ns_kept
+		WHERE ns = %s AND tile = (%d - 1) / 256`, k, ns, k)).Scan(&kept))
+	require.NoError(t, db.QueryRow(`SELECT hex(prev_hash) FROM ns_receipts WHERE ns = `+ns+` ORDER BY seq LIMIT 1`).Scan(&prev))
+	require.Equal(t, prev, kept)
+
 	// Pins taken before the prune.
 	for _, tc := range []struct {
 		desc string
