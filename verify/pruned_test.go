@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
 	"github.com/effect-ledger/effect-ledger/testkit"
@@ -30,6 +31,8 @@ type prunedFile struct {
 	path, beforeDelete, archive string
 	now                         time.Time
 	pin300, pin602              verify.Pin
+	vkey                        string
+	before, after               []byte // the checkpoints at 602 (before the prune) and 606
 }
 
 // buildPruned makes a prunedFile: 300 finished keys (2 … 601), an open
@@ -52,7 +55,7 @@ func buildPruned(t *testing.T) *prunedFile {
 	require.NoError(t, err)
 	_, err = n.SetPolicy(ctx, []byte(`{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`), "ops") // 1
 	require.NoError(t, err)
-	skey, _, err := tlog.GenerateKey("ex.test")
+	skey, vkey, err := tlog.GenerateKey("ex.test")
 	require.NoError(t, err)
 	signer, err := note.NewSigner(skey)
 	require.NoError(t, err)
@@ -64,8 +67,9 @@ func buildPruned(t *testing.T) *prunedFile {
 	}
 	clock.Advance(time.Hour + 2*time.Minute)
 	open := testkit.MustReserve(t, n, testkit.ReserveReq("prune-open", "e1")) // 602
-	_, err = cp.SignOnce(ctx)
+	before, err := cp.SignOnce(ctx)
 	require.NoError(t, err)
+	pf.vkey, pf.before = vkey, []byte(before.Note)
 	for _, p := range []struct {
 		pin *verify.Pin
 		seq uint64
@@ -83,8 +87,9 @@ func buildPruned(t *testing.T) *prunedFile {
 	testkit.MustCommit(t, n, testkit.Succeed("prune-open", open.Reservation)) // 604
 	again := testkit.MustReserve(t, n, testkit.ReserveReq("prune-007", "e2")) // 605
 	testkit.MustCommit(t, n, testkit.Succeed("prune-007", again.Reservation)) // 606
-	_, err = cp.SignOnce(ctx)
+	after, err := cp.SignOnce(ctx)
 	require.NoError(t, err)
+	pf.after = []byte(after.Note)
 	require.NoError(t, l.Close())
 	pf.now = clock.Now()
 	return pf
@@ -245,7 +250,104 @@ func TestVerifier_prunedTampered(t *testing.T) {
 			}
 		})
 	}
-	// The swapped hash is not the kept hash a pin holds.
-	_, err := os.Stat(pf.archive)
+}
+
+// TestCheckpointCheck_pruned: a signed checkpoint is checked against the
+// tree of the kept hashes and the live ones; a kept hash swapped changes
+// the roots.
+func TestCheckpointCheck_pruned(t *testing.T) {
+	pf := buildPruned(t)
+	ctx := context.Background()
+	v, err := tlog.NewVerifier(pf.vkey)
 	require.NoError(t, err)
+	check := func(path string) *verify.CheckpointResult {
+		st, err := sqlite.OpenStore(ctx, path, sqlite.Options{}, true)
+		require.NoError(t, err)
+		defer st.Close()
+		c, err := st.Chain(ctx, "reports")
+		require.NoError(t, err)
+		cc := &verify.CheckpointCheck{Note: pf.after, Previous: pf.before, Verifier: v, Namespace: "reports"}
+		res, err := cc.Check(ctx, c)
+		require.NoError(t, err)
+		return res
+	}
+	res := check(pf.path)
+	assert.Empty(t, res.Violations)
+	assert.Equal(t, int64(606), res.Checkpoint.Size)
+
+	path := filepath.Join(t.TempDir(), "tampered.db")
+	testkit.CopyFile(t, pf.path, path)
+	testkit.EditLedger(t, path, func(db *sql.DB) {
+		var hs []byte
+		require.NoError(t, db.QueryRow(`SELECT hashes FROM ns_kept WHERE tile = 0`).Scan(&hs))
+		hs[5*32] ^= 1
+		_, err := db.Exec(`DROP TRIGGER ns_kept_grows`)
+		require.NoError(t, err)
+		_, err = db.Exec(`UPDATE ns_kept SET hashes = ? WHERE tile = 0`, hs)
+		require.NoError(t, err)
+	})
+	res = check(path)
+	require.Len(t, res.Violations, 2, "%+v", res.Violations)
+	assert.Equal(t, verify.RuleCheckpointMismatch, res.Violations[0].Rule)
+}
+
+// TestVerifier_forgedPrune: a prune receipt forged after the head over
+// receipts 602 … 604, their hashes copied into the kept tiles and their
+// rows deleted (the delete trigger lets a covered, kept row go), hides
+// them from every check but the segments': --segments finds no segment
+// for the range (segment_missing).
+func TestVerifier_forgedPrune(t *testing.T) {
+	pf := buildPruned(t)
+	ctx := context.Background()
+	now := func() time.Time { return pf.now }
+	st, err := sqlite.OpenStore(ctx, pf.path, sqlite.Options{}, true)
+	require.NoError(t, err)
+	c, err := st.Chain(ctx, "reports")
+	require.NoError(t, err)
+	real, err := c.GetReceipt(ctx, 603)
+	require.NoError(t, err)
+	head, err := c.GetReceipt(ctx, 606)
+	require.NoError(t, err)
+	res, err := chain.ParsePruneResult(real.Result)
+	require.NoError(t, err)
+	hidden, err := c.ReceiptHashes(ctx, 601, 3)
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	forged := *real
+	forged.Seq, forged.RecordedAt = 607, head.RecordedAt
+	res.From, res.Through = 602, 604
+	forged.Result = res.Text()
+	forged.PrevHash = head.Hash
+	forged.Hash = forged.ComputeHash(head.Hash)
+
+	const ns = `(SELECT id FROM namespaces WHERE name = 'reports')`
+	testkit.EditLedger(t, pf.path, func(db *sql.DB) {
+		var kept []byte
+		require.NoError(t, db.QueryRow(`SELECT hashes FROM ns_kept WHERE ns = `+ns+` AND tile = 2`).Scan(&kept))
+		for _, h := range hidden {
+			kept = append(kept, h[:]...)
+		}
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`INSERT INTO ns_receipts SELECT ns, 607, kind, idempotency_key, key_generated, execution_id, attempt, tool, effect,
+				idempotent, input_hash, outcome, external_ref, ?, error_code, error_message, retryable, lease_expires_at, ref_seq,
+				actor, note, ?, ?, ? FROM ns_receipts WHERE ns = ` + ns + ` AND seq = 603`,
+				[]any{forged.Result, forged.RecordedAt, forged.PrevHash[:], forged.Hash[:]}},
+			{`UPDATE ns_kept SET hashes = ? WHERE ns = ` + ns + ` AND tile = 2`, []any{kept}},
+			{`INSERT INTO ns_prunes VALUES (` + ns + `, 607, 602, 604, ?, 'reports-602-604', 604)`, []any{res.Digest}},
+			{`DELETE FROM ns_receipts WHERE ns = ` + ns + ` AND seq BETWEEN 602 AND 604`, nil},
+		} {
+			_, err := db.Exec(q.sql, q.args...)
+			require.NoError(t, err, q.sql)
+		}
+	})
+	rep := checkPruned(t, pf.path, verify.Opts{Now: now})
+	require.True(t, rep.OK, "only the segments tell: %+v", rep.Violations)
+	assert.Equal(t, uint64(607), rep.Head.Seq)
+	rep = checkPruned(t, pf.path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: pf.archive, Namespace: "reports"}})
+	assert.Equal(t, []string{verify.RuleSegmentMissing}, rules(rep), "%+v", rep.Violations)
+	assert.Equal(t, uint64(607), rep.Violations[0].Seq)
+	assert.Equal(t, 1, rep.SegmentsJoined, "the real prune's segment joins")
 }
