@@ -167,12 +167,14 @@ func TestVerifier_pruned(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			tc.opts.Now = now
-			rep := checkPruned(t, pf.path, tc.opts)
-			require.True(t, rep.OK, "%+v", rep.Violations)
-			assert.Equal(t, tc.want, rep.UnverifiedPruned)
-			assert.Equal(t, uint64(606), rep.Head.Seq)
-			if tc.opts.Incremental {
-				assert.Less(t, rep.Checked, uint64(10), "an incremental run rehashes the new receipts only")
+			for path, head := range map[string]uint64{pf.path: 606, pf.beforeDelete: 603} {
+				rep := checkPruned(t, path, tc.opts)
+				require.True(t, rep.OK, "%s: %+v", path, rep.Violations)
+				assert.Equal(t, tc.want, rep.UnverifiedPruned, path)
+				assert.Equal(t, head, rep.Head.Seq)
+				if tc.opts.Incremental && path == pf.path {
+					assert.Less(t, rep.Checked, uint64(10), "an incremental run rehashes the new receipts only")
+				}
 			}
 		})
 	}
