@@ -188,9 +188,21 @@ func TestVerifier_pruned(t *testing.T) {
 	assert.Equal(t, []string{verify.RuleHeadMismatch}, rules(rep), "a pin whose kept hash differs: a full run, %+v", rep.Violations)
 
 	// --segments: joined, or missing.
+	live := checkPruned(t, pf.path, verify.Opts{Now: now})
 	rep = checkPruned(t, pf.path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: pf.archive, Namespace: "reports"}})
 	require.True(t, rep.OK, "%+v", rep.Violations)
 	assert.Equal(t, 1, rep.SegmentsJoined)
+	// Joined, the audit covers the pruned receipts too: the 300 keys of
+	// one call are duplicate effects of the two live ones, and the key
+	// pruned whole and reserved anew is a renewal of its first generation.
+	require.Len(t, live.Audit.DuplicateEffects, 1)
+	assert.Len(t, live.Audit.DuplicateEffects[0].Keys, 2)
+	require.Len(t, rep.Audit.DuplicateEffects, 1)
+	assert.Len(t, rep.Audit.DuplicateEffects[0].Keys, 301, "prune-007 once")
+	assert.Empty(t, live.Audit.RenewedKeys)
+	require.Len(t, rep.Audit.RenewedKeys, 1)
+	assert.Equal(t, "prune-007", rep.Audit.RenewedKeys[0].Key)
+	assert.Equal(t, live.Audit.PrunedRanges, rep.Audit.PrunedRanges)
 	rep = checkPruned(t, pf.path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: t.TempDir(), Namespace: "reports"}})
 	assert.Equal(t, []string{verify.RuleSegmentMissing}, rules(rep), "%+v", rep.Violations)
 }

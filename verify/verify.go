@@ -175,6 +175,9 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	}
 	if err == nil && v.opts.Segments != nil {
 		r.segments, err = v.joinSegments(ctx, r)
+		if dirs := r.segmentsCover(v.opts.Segments); err == nil && dirs != nil {
+			err = v.joinedPass(ctx, r, dirs)
+		}
 	}
 	r.unverifiedPruned(v.opts)
 	if err = errors.Join(err, r.cc.payloads.close(), r.state.err); err != nil {
