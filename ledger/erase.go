@@ -463,10 +463,7 @@ func (t *batchTx) generation(ctx context.Context, g Generation) ([]chain.Receipt
 	if err != nil || g.FirstSeq == 0 {
 		return hist, err
 	}
-	ref := func(seq uint64) (*chain.Receipt, error) {
-		r, err := t.Receipt(ctx, seq)
-		return &r, err
-	}
+	ref := t.refReader(ctx)
 	for i := range hist {
 		r := &hist[i]
 		if r.Seq == g.FirstSeq || r.Kind != chain.KindReserve {

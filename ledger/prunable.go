@@ -198,6 +198,9 @@ func (n *Namespace) Prunable(ctx context.Context, after, minKeepMS uint64) (*Wat
 		cutoff = now - minKeepMS
 	}
 	s := genScan{ttl: n.keyTTL, current: map[string]*generation{}, ref: func(seq uint64) (*chain.Receipt, error) {
+		if seq <= after {
+			return nil, ErrPrunedRef
+		}
 		return n.chain.GetReceipt(ctx, seq)
 	}}
 	floor, head := after, after

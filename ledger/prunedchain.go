@@ -1,0 +1,161 @@
+package ledger
+
+import (
+	"context"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	sumdb "golang.org/x/mod/sumdb/tlog"
+
+	"github.com/effect-ledger/effect-ledger/chain"
+	"github.com/effect-ledger/effect-ledger/tlog"
+)
+
+// KeptChain wraps a namespace's chain with the reads of its pruned prefix
+// (SPEC §16): a receipt or key pruned is 410 pruned, listings start after
+// it, and tree and chain hashes over deleted bodies come from the kept
+// tiles. Every reader of a namespace goes through it: the API, the proofs
+// and tiles, the signer and witnesses, ledgerctl. The verifier reads the
+// driver itself.
+func KeptChain(c Chain) Chain {
+	if k, ok := c.(keptChain); ok {
+		return k
+	}
+	return keptChain{c}
+}
+
+type keptChain struct{ Chain }
+
+// pruned reads the pruned prefix; a read that races a prune sees the one
+// before or after it, both consistent with what the driver answers.
+func (c keptChain) pruned(ctx context.Context) (PruneMark, error) { return c.Chain.Pruned(ctx) }
+
+// HashReader reads stored tree hashes, those over deleted bodies
+// recomputed from the kept tiles.
+func (c keptChain) HashReader(ctx context.Context) sumdb.HashReader {
+	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		m, err := c.pruned(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, func(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
+			return c.Chain.HashReader(ctx).ReadHashes(idx)
+		})
+	})
+}
+
+// ReceiptHashes returns chain hashes, those of deleted bodies kept.
+func (c keptChain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	m, err := c.pruned(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+}
+
+// GetReceipt is 410 pruned for a receipt of the pruned prefix.
+func (c keptChain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, error) {
+	m, err := c.pruned(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if seq <= m.Through && seq > 0 {
+		return nil, prunedReceipt(m, seq)
+	}
+	return c.Chain.GetReceipt(ctx, seq)
+}
+
+// ListReceipts lists the receipts after the pruned prefix (SPEC §16: a
+// listing starts after it and says where it starts).
+func (c keptChain) ListReceipts(ctx context.Context, f ReceiptFilter) ([]chain.Receipt, *uint64, error) {
+	m, err := c.pruned(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.After = max(f.After, m.Through)
+	return c.Chain.ListReceipts(ctx, f)
+}
+
+// GetKey is 410 pruned for a key whose current generation was pruned, or
+// whose receipts were all deleted; a live generation's view leaves out
+// the pruned receipts of earlier ones.
+func (c keptChain) GetKey(ctx context.Context, key string) (*KeyView, error) {
+	v, err := c.Chain.GetKey(ctx, key)
+	var e *Error
+	if err != nil && !(errors.As(err, &e) && e.Code == ECodeUnknownKey) {
+		return nil, err
+	}
+	m, merr := c.pruned(ctx)
+	if merr != nil {
+		return nil, merr
+	}
+	if m.Seq == 0 {
+		return v, err
+	}
+	if err == nil {
+		if v.FirstSeq <= m.Through && v.FirstSeq > 0 {
+			return nil, prunedKey(key, m, m.Seq)
+		}
+		live := v.Receipts[:0:0]
+		for _, r := range v.Receipts {
+			if r.Seq > m.Through {
+				live = append(live, r)
+			}
+		}
+		v.Receipts = live
+		return v, nil
+	}
+	if rs, _, lerr := c.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: 1}); lerr != nil || len(rs) > 0 {
+		return v, err // the gate's receipts only (askedKey): live
+	}
+	secret, serr := c.Chain.StateKey(ctx)
+	if errors.Is(serr, ErrOpenedReadOnly) {
+		return v, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	by, perr := c.Chain.WasPruned(ctx, PrunedKeyMAC(secret, key))
+	if perr != nil {
+		return nil, perr
+	}
+	if by > 0 {
+		return nil, prunedKey(key, m, by)
+	}
+	return v, err
+}
+
+// prunedReceipt is the 410 of a pruned receipt.
+func prunedReceipt(m PruneMark, seq uint64) *Error {
+	return &Error{Code: ECodePruned,
+		Message: fmt.Sprintf("receipt %d was pruned by receipt %d; its body is in the archived segment %s", seq, m.Seq, m.Segment),
+		Details: map[string]any{"seq": seq, "pruned_through": m.Through, "prune": m.Seq, "segment": m.Segment}}
+}
+
+// prunedKey is the 410 of a pruned key; by is the prune that deleted it.
+func prunedKey(key string, m PruneMark, by uint64) *Error {
+	return &Error{Code: ECodePruned,
+		Message: fmt.Sprintf("the receipts of this key were pruned (receipt %d); a reserve of it starts anew", by),
+		Details: map[string]any{"pruned_through": m.Through, "prune": by, "segment": m.Segment}}
+}
+
+// prunedKeyInfo is the HKDF info of the key of PrunedKeyMAC.
+const prunedKeyInfo = "effect-ledger pruned keys"
+
+// PrunedKeyMAC is what a ledger keeps of a key whose receipts were all
+// pruned: the first 8 bytes of HMAC-SHA-256 under a key derived from the
+// namespace's secret (Chain.StateKey), so that the table does not confirm
+// a guessed key to a reader of the file.
+func PrunedKeyMAC(secret []byte, key string) uint64 {
+	k, err := hkdf.Key(sha256.New, secret, nil, prunedKeyInfo, 32)
+	if err != nil {
+		panic(err) // 32 bytes of SHA-256's HKDF cannot fail
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(key))
+	return binary.BigEndian.Uint64(m.Sum(nil))
+}
