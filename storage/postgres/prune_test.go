@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -495,4 +497,72 @@ func TestPrune_unfinishedEarlier(t *testing.T) {
 		return tx.PutPrune(ctx, &ledger.Prune{Seq: locked(tx).Head.Seq, From: 21, Through: 30})
 	})
 	require.ErrorContains(t, err, "not a prune receipt")
+}
+
+// TestPrune_markAfterLockWait: a write that waited for the head lock of a
+// write recording a prune reads that prune in its Locked.Pruned. (Read in
+// the head statement itself, the prunes row would come from the snapshot
+// taken before the wait: the row locked is re-read, the other tables not.)
+func TestPrune_markAfterLockWait(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	a := mustOpen(t, u, postgres.Options{Logger: quiet})
+	require.NoError(t, a.CreateNamespace(ctx, "w", ledger.NamespaceSettings{KeyTTL: 1000}))
+	update(t, mustChain(t, a, "w"), func(ctx context.Context, tx ledger.Tx) error { return pairs(ctx, tx, keyNames(0, 4)) })
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	postgres.SetBeforeCommit(a, func(uint32) { once.Do(func() { close(held); <-release }) })
+	pruned := make(chan error, 1)
+	go func() {
+		pruned <- mustChain(t, a, "w").Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
+			_, err := prune(ctx, tx, 1, 6, nil)
+			return err
+		})
+	}()
+	<-held // the prune's write holds the head row, before its COMMIT
+	b := mustOpen(t, u, postgres.Options{Logger: quiet})
+	seen := make(chan ledger.PruneMark, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- mustChain(t, b, "w").Update(ctx, func(ctx context.Context, tx ledger.Tx) error {
+			seen <- locked(tx).Pruned
+			return nil
+		})
+	}()
+	require.Eventually(t, func() bool {
+		return queryInt(t, u, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE '%FROM head%'`) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the second write waits for the head lock")
+	close(release)
+	require.NoError(t, <-pruned)
+	require.NoError(t, <-done)
+	require.Equal(t, ledger.PruneMark{Through: 6, Kept: 0, Seq: 9, Segment: "p-1-6"}, <-seen)
+}
+
+// TestOpen_migratesV4Prunes: a schema 4 database migrates to 5, and the
+// migration runs again unharmed (its statements are idempotent).
+func TestOpen_migratesV4Prunes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{Logger: quiet})
+	c := mustChain(t, s, ledger.DefaultNamespace)
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error { return pairs(ctx, tx, keyNames(0, 2)) })
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		_, err := prune(ctx, tx, 1, 2, nil)
+		return err
+	})
+	require.NoError(t, s.Close())
+	psql(t, u, `UPDATE schema_version SET version = 4`)
+	again := mustOpen(t, u, postgres.Options{Logger: quiet})
+	require.Equal(t, postgres.SchemaVersion, schemaVersion(t, u))
+	require.NoError(t, again.DeletePruned(ctx, ledger.DefaultNamespace, ledger.DeleteBatch{Prune: 5, From: 1, To: 2}))
+	m, err := mustChain(t, again, ledger.DefaultNamespace).Pruned(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ledger.PruneMark{Through: 2, Kept: 2, Seq: 5, Segment: "p-1-2"}, m)
+	for _, trigger := range []string{"receipts_guard", "receipts_append_only", "tree_hashes_guard", "keys_guard", "prunes_guard", "kept_tiles_guard"} {
+		require.Equal(t, 1, queryInt(t, u, `SELECT count(*) FROM pg_trigger WHERE tgname = '`+trigger+`'`), trigger)
+	}
+	refused(t, u, true, `DELETE FROM receipts WHERE seq = 3`)
 }
