@@ -561,7 +561,8 @@ func TestOpen_migratesV4Prunes(t *testing.T) {
 	m, err := mustChain(t, again, ledger.DefaultNamespace).Pruned(ctx)
 	require.NoError(t, err)
 	require.Equal(t, ledger.PruneMark{Through: 2, Kept: 2, Seq: 5, Segment: "p-1-2"}, m)
-	for _, trigger := range []string{"receipts_guard", "receipts_append_only", "tree_hashes_guard", "keys_guard", "prunes_guard", "kept_tiles_guard"} {
+	for _, trigger := range []string{"receipts_guard", "receipts_pruned", "receipts_append_only", "tree_hashes_guard",
+		"keys_guard", "prunes_guard", "kept_tiles_guard", "payloads_guard", "payloads_kept", "payloads_pruned"} {
 		require.Equal(t, 1, queryInt(t, u, `SELECT count(*) FROM pg_trigger WHERE tgname = '`+trigger+`'`), trigger)
 	}
 	refused(t, u, true, `DELETE FROM receipts WHERE seq = 3`)
