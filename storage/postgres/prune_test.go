@@ -632,3 +632,44 @@ func TestPrune_keyHeldByWriter(t *testing.T) {
 	require.Equal(t, 5, count(t, u, `SELECT count(*) FROM keys WHERE namespace = 'h'`))
 	checkKeptTree(t, c, 30)
 }
+
+// TestPrune_thinCheckpoints: a batch deletes the checkpoints it is given
+// to thin; the guard refuses the others (not covered by a prune, or the
+// latest one) and any without the pruner mark.
+func TestPrune_thinCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{Logger: quiet})
+	require.NoError(t, s.CreateNamespace(ctx, "c", ledger.NamespaceSettings{KeyTTL: 1000}))
+	c := mustChain(t, s, "c")
+	for i := 0; i < 4; i++ {
+		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+			if err := pairs(ctx, tx, keyNames(3*i, 3)); err != nil {
+				return err
+			}
+			return tx.PutCheckpoint(ctx, &tlog.Signed{Size: int64(locked(tx).Head.Seq), Note: "n"})
+		})
+	}
+	var p uint64
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		var err error
+		p, err = prune(ctx, tx, 1, 18, nil)
+		return err
+	})
+	cs, err := c.CheckpointTimes(ctx, 18)
+	require.NoError(t, err)
+	require.Len(t, cs, 3)
+	for i, size := range []int64{6, 12, 18} {
+		require.Equal(t, size, cs[i].Size)
+		require.NotZero(t, cs[i].SignedAt)
+	}
+	refused(t, u, false, `DELETE FROM checkpoints WHERE namespace = 'c' AND size = 6`)
+	refused(t, u, true, `DELETE FROM checkpoints WHERE namespace = 'c' AND size = 24`) // not pruned, and the latest
+	refused(t, u, true, `UPDATE checkpoints SET note = 'x' WHERE namespace = 'c' AND size = 6`)
+	require.NoError(t, s.DeletePruned(ctx, "c", ledger.DeleteBatch{Prune: p, From: 1, To: 18, Thin: []int64{6, 12, 24}}))
+	cs, err = c.CheckpointTimes(ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	require.Equal(t, []int64{18, 24}, []int64{cs[0].Size, cs[1].Size})
+}
