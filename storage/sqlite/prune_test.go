@@ -19,10 +19,10 @@ import (
 	"github.com/effect-ledger/effect-ledger/tlog"
 )
 
-// prunedFile makes a ledger file at path whose default namespace (keys
-// expire after an hour) pruned its first 2×pairs+1 receipts, bodies
-// deleted; the namespace's open key "pruned-open" pins the rest.
-func prunedFile(t *testing.T, path string, pairs int) {
+// prunedFile makes a ledger file at path whose namespace ns (keys expire
+// after an hour) pruned its first 2×pairs+1 receipts, bodies deleted; the
+// namespace's open key "pruned-open" pins the rest.
+func prunedFile(t *testing.T, path, ns string, pairs int) {
 	t.Helper()
 	ctx := context.Background()
 	clock := testkit.NewClock()
@@ -33,7 +33,10 @@ func prunedFile(t *testing.T, path string, pairs int) {
 	archive := filepath.Join(filepath.Dir(path), "archive")
 	require.NoError(t, os.MkdirAll(archive, 0o755))
 	l := ledger.New(st, ledger.Config{Now: clock.Now, ArchiveDir: archive, Logger: quiet.Logger})
-	n, err := l.Default(ctx)
+	if ns != ledger.DefaultNamespace {
+		require.NoError(t, l.CreateNamespace(ctx, ns, ledger.NamespaceSettings{KeyTTL: opts.KeyTTL}))
+	}
+	n, err := l.NS(ctx, ns)
 	require.NoError(t, err)
 	_, err = n.SetPolicy(ctx, json.RawMessage(`{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`), "ops")
 	require.NoError(t, err)
@@ -48,7 +51,7 @@ func prunedFile(t *testing.T, path string, pairs int) {
 	require.NoError(t, err)
 	signer, err := note.NewSigner(skey)
 	require.NoError(t, err)
-	_, err = (&tlog.Checkpointer{Store: n, Signer: signer, Origin: "ex.test/default"}).SignOnce(ctx)
+	_, err = (&tlog.Checkpointer{Store: n, Signer: signer, Origin: "ex.test/" + ns}).SignOnce(ctx)
 	require.NoError(t, err)
 	res, err := n.Prune(ctx, ledger.PruneRequest{Actor: "ops"})
 	require.NoError(t, err)
@@ -62,7 +65,7 @@ func prunedFile(t *testing.T, path string, pairs int) {
 // prune covers.
 func TestPrune_triggers(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l.db")
-	prunedFile(t, path, 300)
+	prunedFile(t, path, ledger.DefaultNamespace, 300)
 	raw, err := sql.Open("sqlite3", path)
 	require.NoError(t, err)
 	defer raw.Close()
@@ -87,7 +90,7 @@ func TestPrune_triggers(t *testing.T) {
 func TestPrune_reopenAndRebuild(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "l.db")
-	prunedFile(t, path, 300)
+	prunedFile(t, path, ledger.DefaultNamespace, 300)
 	for _, rebuild := range []bool{false, true} {
 		if rebuild {
 			require.NoError(t, os.RemoveAll(sqlite.IndexPath(path)))
@@ -113,4 +116,29 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestPrune_forget: a pruned namespace forgotten is copied to a ledger
+// file of its own that opens, pruned as it was.
+func TestPrune_forget(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "l.db")
+	prunedFile(t, path, "reports", 100)
+	res, err := sqlite.ForgetNamespace(ctx, path, "reports", "ops", "moved out")
+	require.NoError(t, err)
+	require.True(t, res.Kept)
+	st, err := sqlite.OpenStore(ctx, res.MovedTo, quiet, false)
+	require.NoError(t, err)
+	l := ledger.New(st, ledger.Config{Logger: quiet.Logger})
+	defer l.Close()
+	n, err := l.Default(ctx)
+	require.NoError(t, err)
+	h, err := n.Head(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(203), h.Seq)
+	_, err = n.GetReceipt(ctx, 7)
+	require.Equal(t, ledger.ECodePruned, ledger.ErrorCode(err))
+	v, err := n.Key(ctx, "pruned-open", false)
+	require.NoError(t, err)
+	require.Equal(t, uint64(202), v.FirstSeq)
 }
