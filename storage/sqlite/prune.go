@@ -18,8 +18,13 @@ import (
 // hashes and deletes rows.
 
 const (
+	// Kept is the deleted prefix: the progress of the first prune not
+	// finished (a later one's row starts after bodies still stored), else
+	// of the latest.
 	sqlPruned = `SELECT seq, segment, (SELECT max(through) FROM ns_prunes WHERE ns = ?1),
-		(SELECT max(deleted_through) FROM ns_prunes WHERE ns = ?1) FROM ns_prunes WHERE ns = ?1 ORDER BY seq DESC LIMIT 1`
+		coalesce((SELECT deleted_through FROM ns_prunes WHERE ns = ?1 AND deleted_through < through ORDER BY seq LIMIT 1),
+			(SELECT max(deleted_through) FROM ns_prunes WHERE ns = ?1))
+		FROM ns_prunes WHERE ns = ?1 ORDER BY seq DESC LIMIT 1`
 	sqlPrunes       = `SELECT seq, from_seq, through, digest, segment, deleted_through FROM ns_prunes WHERE ns = ?1 ORDER BY seq`
 	sqlInsertPrune  = `INSERT INTO ns_prunes (ns, seq, from_seq, through, digest, segment, deleted_through) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?3 - 1)`
 	sqlPruneRow     = `SELECT from_seq, through, deleted_through FROM ns_prunes WHERE ns = ?1 AND seq = ?2`
@@ -278,6 +283,14 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 	}
 	if b.From != done+1 || b.To < b.From || b.To > through {
 		return fmt.Errorf("prune %d has deleted through %d of %d…%d: %w", b.Prune, done, from, through, ledger.ErrStorageCorrupt)
+	}
+	var earlier bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ns_prunes WHERE ns = ?1 AND seq < ?2 AND deleted_through < through)`,
+		ref.args(b.Prune)...).Scan(&earlier); err != nil {
+		return classify(err)
+	}
+	if earlier {
+		return fmt.Errorf("prune %d: an earlier prune's deletion is not finished: %w", b.Prune, ledger.ErrStorageCorrupt)
 	}
 	rids, err := keepHashes(ctx, tx, ref, b.From, b.To)
 	if err != nil {
