@@ -70,7 +70,7 @@ func buildPrunedSQLite(t *testing.T) *prunedSQLite {
 	require.NoError(t, err)
 	require.Equal(t, uint64(601), res.Through)
 	require.NoError(t, n.DeletePruned(ctx))
-	testkit.MustCommit(t, n, testkit.Succeed("prune-open", open.Reservation))  // 604
+	testkit.MustCommit(t, n, testkit.Succeed("prune-open", open.Reservation)) // 604
 	again := testkit.MustReserve(t, n, testkit.ReserveReq("prune-007", "e2")) // 605: a key pruned whole is new
 	testkit.MustCommit(t, n, testkit.Succeed("prune-007", again.Reservation)) // 606
 	s, err := cp.SignOnce(ctx)
