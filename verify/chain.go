@@ -130,6 +130,7 @@ func (c *chainChecker) add(r *chain.Receipt) {
 	case chain.KindPrune:
 		c.pruned.add(c.col, r)
 		c.gate.checkPruneAllowed(r)
+		c.gate.checkPrunePolicy(r)
 	}
 	if c.gate != nil {
 		c.gate.add(v)

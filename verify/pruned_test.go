@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/effect-ledger/effect-ledger/archive"
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 	"github.com/effect-ledger/effect-ledger/storage/sqlite"
@@ -305,16 +306,20 @@ func TestCheckpointCheck_pruned(t *testing.T) {
 	assert.Equal(t, verify.RuleCheckpointMismatch, res.Violations[0].Rule)
 }
 
-// TestVerifier_forgedPrune: a prune receipt forged after the head over
-// receipts 602 … 604, their hashes copied into the kept tiles and their
-// rows deleted (the delete trigger lets a covered, kept row go), hides
-// them from every check but the segments': --segments finds no segment
-// for the range (segment_missing).
-func TestVerifier_forgedPrune(t *testing.T) {
-	pf := buildPruned(t)
+// forgePrune appends to a copy of pf's file a prune receipt forged over
+// receipts 602 … 604 (carrying policy), copies their hashes into the kept
+// tiles and deletes their rows (the delete trigger lets a covered, kept
+// row go). With segment, their segment is written first into a copy of
+// the archive directory, and the forged receipt carries its digest. It
+// returns the file and the archive directory.
+func forgePrune(t *testing.T, pf *prunedFile, policy *chain.PrunePolicy, segment bool) (string, string) {
+	t.Helper()
 	ctx := context.Background()
-	now := func() time.Time { return pf.now }
-	st, err := sqlite.OpenStore(ctx, pf.path, sqlite.Options{}, true)
+	dir := t.TempDir()
+	path, arch := filepath.Join(dir, "forged.db"), filepath.Join(dir, "archive")
+	testkit.CopyFile(t, pf.path, path)
+	require.NoError(t, os.CopyFS(arch, os.DirFS(pf.archive)))
+	st, err := sqlite.OpenStore(ctx, path, sqlite.Options{}, true)
 	require.NoError(t, err)
 	c, err := st.Chain(ctx, "reports")
 	require.NoError(t, err)
@@ -326,16 +331,26 @@ func TestVerifier_forgedPrune(t *testing.T) {
 	require.NoError(t, err)
 	hidden, err := c.ReceiptHashes(ctx, 601, 3)
 	require.NoError(t, err)
+	if segment {
+		seg, err := ledger.Log{ChainReader: ledger.KeptChain(c), Payloads: c}.WriteSegment(ctx, "reports", arch, 602, 604, nil)
+		require.NoError(t, err)
+		checked, err := archive.Check(seg, nil)
+		require.NoError(t, err)
+		res.Digest = checked.Digest
+	}
 	require.NoError(t, st.Close())
 	forged := *real
 	forged.Seq, forged.RecordedAt = 607, head.RecordedAt
 	res.From, res.Through = 602, 604
+	if policy != nil {
+		res.Policy = *policy
+	}
 	forged.Result = res.Text()
 	forged.PrevHash = head.Hash
 	forged.Hash = forged.ComputeHash(head.Hash)
 
 	const ns = `(SELECT id FROM namespaces WHERE name = 'reports')`
-	testkit.EditLedger(t, pf.path, func(db *sql.DB) {
+	testkit.EditLedger(t, path, func(db *sql.DB) {
 		var kept []byte
 		require.NoError(t, db.QueryRow(`SELECT hashes FROM ns_kept WHERE ns = `+ns+` AND tile = 2`).Scan(&kept))
 		for _, h := range hidden {
@@ -357,11 +372,34 @@ func TestVerifier_forgedPrune(t *testing.T) {
 			require.NoError(t, err, q.sql)
 		}
 	})
-	rep := checkPruned(t, pf.path, verify.Opts{Now: now})
+	return path, arch
+}
+
+// TestVerifier_forgedPrune: a prune receipt forged after the head over
+// receipts 602 … 604 hides them from every check but the segments':
+// --segments finds no segment for the range (segment_missing). With a
+// segment of the range, the pass joined from seq 1 checks the policy the
+// prune carries against the one in force after its range.
+func TestVerifier_forgedPrune(t *testing.T) {
+	pf := buildPruned(t)
+	now := func() time.Time { return pf.now }
+	path, arch := forgePrune(t, pf, nil, false)
+	rep := checkPruned(t, path, verify.Opts{Now: now})
 	require.True(t, rep.OK, "only the segments tell: %+v", rep.Violations)
 	assert.Equal(t, uint64(607), rep.Head.Seq)
-	rep = checkPruned(t, pf.path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: pf.archive, Namespace: "reports"}})
+	rep = checkPruned(t, path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: arch, Namespace: "reports"}})
 	assert.Equal(t, []string{verify.RuleSegmentMissing}, rules(rep), "%+v", rep.Violations)
 	assert.Equal(t, uint64(607), rep.Violations[0].Seq)
 	assert.Equal(t, 1, rep.SegmentsJoined, "the real prune's segment joins")
+
+	path, arch = forgePrune(t, pf, nil, true)
+	rep = checkPruned(t, path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: arch, Namespace: "reports"}})
+	require.True(t, rep.OK, "a prune with its segment: %+v", rep.Violations)
+	assert.Equal(t, 2, rep.SegmentsJoined)
+	path, arch = forgePrune(t, pf, &chain.PrunePolicy{}, true)
+	rep = checkPruned(t, path, verify.Opts{Now: now})
+	require.True(t, rep.OK, "the policy in force after 604 is pruned: %+v", rep.Violations)
+	rep = checkPruned(t, path, verify.Opts{Now: now, Segments: &verify.Segments{Dir: arch, Namespace: "reports"}})
+	assert.Equal(t, []string{verify.RulePruneInvalid}, rules(rep), "%+v", rep.Violations)
+	assert.Contains(t, rep.Violations[0].Detail, "the policy in force after its range (602…604) is receipt 1's")
 }

@@ -159,6 +159,7 @@ func (v *Verifier) joinedPass(ctx context.Context, r *run, dirs []string) error 
 		return err
 	}
 	jr.state.pruned = r.pruned.mark.Through
+	jr.gate.policies, jr.gate.policyCol = &[]chain.PrunePolicy{}, r.chainCol
 	err = jv.memoryPass(ctx, jr)
 	if jr.cc.payloads != nil {
 		err = errors.Join(err, jr.cc.payloads.close())
