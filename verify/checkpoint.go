@@ -220,7 +220,7 @@ func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.
 		maxSize = max(maxSize, prev.Size)
 		want[prev.Size] = true
 	}
-	err := src.Receipts(ctx, 0, func(r *chain.Receipt) error {
+	leaf := func(r *chain.Receipt) error {
 		f.Append(r.Hash)
 		if k != nil {
 			if n := k.receipt(ctx, r); n > 0 {
@@ -234,7 +234,13 @@ func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.
 			return errStop
 		}
 		return nil
-	})
+	}
+	// A pruned ledger (SPEC §16): the kept hashes of the deleted bodies
+	// first, with the key receipts whose bodies it keeps.
+	after, err := keptLeaves(ctx, src, leaf)
+	if err == nil {
+		err = src.Receipts(ctx, after, leaf)
+	}
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, 0, err
 	}

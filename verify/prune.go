@@ -63,3 +63,26 @@ func (g *gateChecker) checkPruneAllowed(r *chain.Receipt) {
 		g.col.addf(r.Seq, RulePruneInvalid, "a prune in a namespace without a key TTL: its receipts can be archived, never pruned")
 	}
 }
+
+// checkPrunePolicy reports a prune receipt whose policy is not the one in
+// force after its range (the latest policy receipt at or before its
+// through), on a run that met every policy receipt (prune_invalid).
+func (g *gateChecker) checkPrunePolicy(r *chain.Receipt) {
+	if g == nil || g.policies == nil {
+		return
+	}
+	res, err := chain.ParsePruneResult(r.Result)
+	if err != nil {
+		return // prune_invalid already
+	}
+	var want chain.PrunePolicy
+	for _, p := range *g.policies {
+		if p.Seq <= res.Through {
+			want = p
+		}
+	}
+	if res.Policy != want {
+		g.policyCol.addf(r.Seq, RulePruneInvalid, "it carries policy receipt %d, but the policy in force after its range (%d…%d) is receipt %d's",
+			res.Policy.Seq, res.From, res.Through, want.Seq)
+	}
+}

@@ -159,8 +159,12 @@ type Report struct {
 	PayloadsUnchecked bool `json:"payloads_unchecked,omitempty"`
 	// SegmentsJoined counts the segments Opts.Segments found joined to
 	// the ledger: one per prune receipt, each checked whole.
-	SegmentsJoined int    `json:"segments_joined,omitempty"`
-	Audit          *Audit `json:"audit"`
+	SegmentsJoined int `json:"segments_joined,omitempty"`
+	// UnverifiedPruned is [from, through]: the receipts after the pinned
+	// head (--state, --expect-head) that were pruned (SPEC §16) and that
+	// no segment joined covers, whose bodies this run could not check.
+	UnverifiedPruned []uint64 `json:"unverified_pruned,omitempty"`
+	Audit            *Audit   `json:"audit"`
 }
 
 // mergeViolations orders the violations of both passes by seq and keeps

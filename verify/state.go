@@ -175,6 +175,10 @@ type stateChecker struct {
 	// them (a server's) or the namespace is inline.
 	open func(r *chain.Receipt) (*chain.Receipt, error)
 	err  error // the first value that could not be read
+	// pruned is P on a run joined to the segments (segjoin.go): a key
+	// whose generation ended at or before it was pruned whole, and a
+	// reserve after P starts it anew with ref_seq 0 (SPEC §16).
+	pruned uint64
 }
 
 // shown returns r with its values (open).
@@ -364,7 +368,8 @@ func (s *stateChecker) expired(k *keyState, t uint64) bool {
 // the state start again from r. Its ref_seq must name a receipt of the
 // previous generation from its outcome on (the key's latest receipt).
 func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
-	if ref := k.gate.ref(r.RefSeq); ref < k.final.seq || ref >= r.Seq {
+	prunedWhole := r.RefSeq == 0 && k.final.seq <= s.pruned && r.Seq > s.pruned
+	if ref := k.gate.ref(r.RefSeq); !prunedWhole && (ref < k.final.seq || ref >= r.Seq) {
 		s.violation(r, RuleRetryNotAllowed, "key %q: the reserve renewing it names ref_seq %d, but its previous generation ended at seq %d",
 			k.key, ref, k.final.seq)
 	}

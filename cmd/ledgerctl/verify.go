@@ -367,6 +367,9 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 	if rep.SegmentsJoined > 0 {
 		fmt.Fprintf(w, "segments: %s joined to the ledger\n", plural(rep.SegmentsJoined, "segment", "segments"))
 	}
+	if u := rep.UnverifiedPruned; len(u) == 2 {
+		fmt.Fprintf(w, "pruned: receipts %d…%d after the pinned head were pruned (docs/spec.md §16) before this run could check them; --segments DIR joins their segments\n", u[0], u[1])
+	}
 	if rep.PayloadsUnchecked {
 		fmt.Fprintln(w, "payloads: unchecked — the database has no payload table; the chain alone was checked")
 	}
