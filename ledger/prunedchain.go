@@ -30,17 +30,43 @@ func KeptChain(c Chain) Chain {
 
 type keptChain struct{ Chain }
 
-// pruned reads the pruned prefix.
+// PrunedLog is a namespace's log and its pruned prefix, as a driver
+// reads them.
+type PrunedLog interface {
+	LogReader
+	PruneReader
+}
+
+// KeptLog wraps c so that its tree and chain hashes over deleted bodies
+// come from the kept tiles (the verifier's reader of a pruned ledger).
+func KeptLog(c PrunedLog) PrunedLog { return keptLog{c} }
+
+type keptLog struct{ PrunedLog }
+
 func (c keptChain) pruned(ctx context.Context) (PruneMark, error) { return c.Chain.Pruned(ctx) }
+func (c keptChain) again(ctx context.Context, m *PruneMark, err error) bool {
+	return keptLog{c.Chain}.again(ctx, m, err)
+}
+
+// HashReader reads stored tree hashes, those over deleted bodies
+// recomputed from the kept tiles.
+func (c keptChain) HashReader(ctx context.Context) sumdb.HashReader {
+	return keptLog{c.Chain}.HashReader(ctx)
+}
+
+// ReceiptHashes returns chain hashes, those of deleted bodies kept.
+func (c keptChain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	return keptLog{c.Chain}.ReceiptHashes(ctx, from, n)
+}
 
 // again reports, after a read that failed with err under the pruned
 // prefix m, whether a deletion batch that committed between the two
 // reads explains it: then the read is made again under the new prefix.
-func (c keptChain) again(ctx context.Context, m *PruneMark, err error) bool {
+func (c keptLog) again(ctx context.Context, m *PruneMark, err error) bool {
 	if err == nil {
 		return false
 	}
-	now, merr := c.pruned(ctx)
+	now, merr := c.Pruned(ctx)
 	if merr != nil || now.Kept == m.Kept && now.Through == m.Through {
 		return false
 	}
@@ -50,32 +76,32 @@ func (c keptChain) again(ctx context.Context, m *PruneMark, err error) bool {
 
 // HashReader reads stored tree hashes, those over deleted bodies
 // recomputed from the kept tiles.
-func (c keptChain) HashReader(ctx context.Context) sumdb.HashReader {
+func (c keptLog) HashReader(ctx context.Context) sumdb.HashReader {
 	return sumdb.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
-		m, err := c.pruned(ctx)
+		m, err := c.Pruned(ctx)
 		if err != nil {
 			return nil, err
 		}
 		read := func(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
-			return c.Chain.HashReader(ctx).ReadHashes(idx)
+			return c.PrunedLog.HashReader(ctx).ReadHashes(idx)
 		}
-		hs, err := keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, read)
+		hs, err := keptStoredHashes(ctx, m.Kept, idx, c.KeptTiles, read)
 		if c.again(ctx, &m, err) {
-			hs, err = keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, read)
+			hs, err = keptStoredHashes(ctx, m.Kept, idx, c.KeptTiles, read)
 		}
 		return hs, err
 	})
 }
 
 // ReceiptHashes returns chain hashes, those of deleted bodies kept.
-func (c keptChain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
-	m, err := c.pruned(ctx)
+func (c keptLog) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
+	m, err := c.Pruned(ctx)
 	if err != nil {
 		return nil, err
 	}
-	hs, err := keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+	hs, err := keptReceiptHashes(ctx, m.Kept, from, n, c.KeptTiles, c.PrunedLog.ReceiptHashes)
 	if c.again(ctx, &m, err) {
-		hs, err = keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+		hs, err = keptReceiptHashes(ctx, m.Kept, from, n, c.KeptTiles, c.PrunedLog.ReceiptHashes)
 	}
 	return hs, err
 }

@@ -33,11 +33,11 @@ const keptTileHeight = 8
 // keptTileBatch is how many kept tiles are read at once (≤ 2 MiB).
 const keptTileBatch = 256
 
-// pruneMark reads the pruned prefix of a database whose driver keeps one
-// (every ledger.Chain): nil and zero for a server or another DB.
-func (v *Verifier) pruneMark(ctx context.Context) (ledger.Chain, ledger.PruneMark, error) {
-	c, ok := v.db.(ledger.Chain)
-	if !ok {
+// pruneMark reads the pruned prefix of a database: nil and zero for a
+// server.
+func (v *Verifier) pruneMark(ctx context.Context) (DB, ledger.PruneMark, error) {
+	c := v.db
+	if v.db == nil {
 		return nil, ledger.PruneMark{}, nil
 	}
 	m, err := c.Pruned(ctx)
@@ -50,7 +50,7 @@ func (v *Verifier) pruneMark(ctx context.Context) (ledger.Chain, ledger.PruneMar
 // keptTiles reads the kept chain hashes of seqs from…through (1 ≤ from,
 // through ≤ kept) tile by tile, in seq order. A seq no tile holds is a
 // read error: the pruned prefix says it is kept.
-func keptTiles(ctx context.Context, c ledger.Chain, from, through uint64, fn func(seq uint64, h chain.Hash) error) error {
+func keptTiles(ctx context.Context, c DB, from, through uint64, fn func(seq uint64, h chain.Hash) error) error {
 	if from == 0 || through < from {
 		return nil
 	}
@@ -87,7 +87,7 @@ func keptTiles(ctx context.Context, c ledger.Chain, from, through uint64, fn fun
 }
 
 // keptHash reads the kept chain hash of one seq ≤ K.
-func keptHash(ctx context.Context, c ledger.Chain, seq uint64) (chain.Hash, error) {
+func keptHash(ctx context.Context, c DB, seq uint64) (chain.Hash, error) {
 	var h chain.Hash
 	err := keptTiles(ctx, c, seq, seq, func(_ uint64, k chain.Hash) error { h = k; return nil })
 	return h, err
@@ -96,7 +96,7 @@ func keptHash(ctx context.Context, c ledger.Chain, seq uint64) (chain.Hash, erro
 // prunedHashes are the chain hashes a pruned ledger keeps: those of
 // seqs ≤ K from the kept tiles, the rest from the live receipts. A seq it
 // does not hold is left out (KeptHashes).
-func prunedHashes(c ledger.Chain, kept uint64) KeptHashes {
+func prunedHashes(c DB, kept uint64) KeptHashes {
 	live := liveHashes(c)
 	return func(ctx context.Context, from, through uint64, fn func(uint64, chain.Hash) error) error {
 		if from <= kept {
@@ -116,7 +116,7 @@ func prunedHashes(c ledger.Chain, kept uint64) KeptHashes {
 // with the stored checkpoints and the stored tree.
 type keptTree struct {
 	ctx  context.Context
-	c    ledger.Chain
+	c    DB
 	kept uint64
 	col  *collector
 	f    tlog.Frontier
@@ -141,7 +141,7 @@ type tileRoot struct {
 }
 
 // newKeptTree absorbs the kept hashes 1…kept.
-func newKeptTree(ctx context.Context, c ledger.Chain, kept uint64, col *collector) (*keptTree, error) {
+func newKeptTree(ctx context.Context, c DB, kept uint64, col *collector) (*keptTree, error) {
 	t := &keptTree{ctx: ctx, c: c, kept: kept, col: col, bad: -1}
 	var err error
 	if t.treeSize, err = c.TreeSize(ctx); err != nil {
@@ -209,7 +209,7 @@ func (t *keptTree) compareTiles() {
 	for i, tr := range stored {
 		idx[i] = sumdb.StoredHashIndex(keptTileHeight, tr.tile)
 	}
-	hs, err := ledger.KeptChain(t.c).HashReader(t.ctx).ReadHashes(idx)
+	hs, err := ledger.KeptLog(t.c).HashReader(t.ctx).ReadHashes(idx)
 	if err != nil {
 		t.err = fmt.Errorf("read the level-8 hashes of kept tiles %d…%d: %w", stored[0].tile, stored[len(stored)-1].tile, err)
 		return
@@ -232,7 +232,7 @@ func (t *keptTree) finish() error {
 		return t.err
 	}
 	if t.treeRooted && t.treeSize > 0 {
-		root, err := tlog.TreeHash(t.treeSize, ledger.KeptChain(t.c).HashReader(t.ctx))
+		root, err := tlog.TreeHash(t.treeSize, ledger.KeptLog(t.c).HashReader(t.ctx))
 		if err != nil {
 			return fmt.Errorf("read the stored tree's root at %d: %w", t.treeSize, err)
 		}
@@ -266,9 +266,8 @@ func (t *keptTree) finish() error {
 // (SPEC §9.2) their kept bodies when these hash to it. It returns K, the
 // seq after which the live receipts follow (0 for src that is not a
 // pruned ledger's chain).
-func keptLeaves(ctx context.Context, src Source, leaf func(*chain.Receipt) error) (uint64, error) {
-	c, ok := src.(ledger.Chain)
-	if !ok {
+func keptLeaves(ctx context.Context, c DB, leaf func(*chain.Receipt) error) (uint64, error) {
+	if c == nil {
 		return 0, nil
 	}
 	m, err := c.Pruned(ctx)

@@ -17,7 +17,7 @@ import (
 
 // pruned is what a run knows of the ledger's pruned prefix.
 type pruned struct {
-	c    ledger.Chain // nil: the ledger keeps no pruned prefix
+	c    DB // nil: the ledger keeps no pruned prefix
 	mark ledger.PruneMark
 	rows []ledger.Prune
 }

@@ -281,7 +281,7 @@ func TestCheckpointCheck_pruned(t *testing.T) {
 		defer st.Close()
 		c, err := st.Chain(ctx, "reports")
 		require.NoError(t, err)
-		cc := &verify.CheckpointCheck{Note: pf.after, Previous: pf.before, Verifier: v, Namespace: "reports"}
+		cc := &verify.CheckpointCheck{Note: pf.after, Previous: pf.before, Verifier: v, Namespace: "reports", Pruned: c}
 		res, err := cc.Check(ctx, c)
 		require.NoError(t, err)
 		return res

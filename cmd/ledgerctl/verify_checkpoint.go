@@ -133,6 +133,7 @@ func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, 
 	case fileStore:
 		cc.Prover = readerProver{s.Chain}
 		cc.Covering = s.FirstCheckpointCovering
+		cc.Pruned = s.Chain
 	case *server:
 		cc.Prover = s
 		cc.Covering = s.firstCheckpointCovering
