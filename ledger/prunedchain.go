@@ -30,9 +30,23 @@ func KeptChain(c Chain) Chain {
 
 type keptChain struct{ Chain }
 
-// pruned reads the pruned prefix; a read that races a prune sees the one
-// before or after it, both consistent with what the driver answers.
+// pruned reads the pruned prefix.
 func (c keptChain) pruned(ctx context.Context) (PruneMark, error) { return c.Chain.Pruned(ctx) }
+
+// again reports, after a read that failed with err under the pruned
+// prefix m, whether a deletion batch that committed between the two
+// reads explains it: then the read is made again under the new prefix.
+func (c keptChain) again(ctx context.Context, m *PruneMark, err error) bool {
+	if err == nil {
+		return false
+	}
+	now, merr := c.pruned(ctx)
+	if merr != nil || now.Kept == m.Kept && now.Through == m.Through {
+		return false
+	}
+	*m = now
+	return true
+}
 
 // HashReader reads stored tree hashes, those over deleted bodies
 // recomputed from the kept tiles.
@@ -42,9 +56,14 @@ func (c keptChain) HashReader(ctx context.Context) sumdb.HashReader {
 		if err != nil {
 			return nil, err
 		}
-		return keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, func(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
+		read := func(ctx context.Context, idx []int64) ([]tlog.Hash, error) {
 			return c.Chain.HashReader(ctx).ReadHashes(idx)
-		})
+		}
+		hs, err := keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, read)
+		if c.again(ctx, &m, err) {
+			hs, err = keptStoredHashes(ctx, m.Kept, idx, c.Chain.KeptTiles, read)
+		}
+		return hs, err
 	})
 }
 
@@ -54,7 +73,11 @@ func (c keptChain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]cha
 	if err != nil {
 		return nil, err
 	}
-	return keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+	hs, err := keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+	if c.again(ctx, &m, err) {
+		hs, err = keptReceiptHashes(ctx, m.Kept, from, n, c.Chain.KeptTiles, c.Chain.ReceiptHashes)
+	}
+	return hs, err
 }
 
 // GetReceipt is 410 pruned for a receipt of the pruned prefix.
@@ -66,7 +89,11 @@ func (c keptChain) GetReceipt(ctx context.Context, seq uint64) (*chain.Receipt, 
 	if seq <= m.Through && seq > 0 {
 		return nil, prunedReceipt(m, seq)
 	}
-	return c.Chain.GetReceipt(ctx, seq)
+	r, err := c.Chain.GetReceipt(ctx, seq)
+	if c.again(ctx, &m, err) && seq <= m.Through {
+		return nil, prunedReceipt(m, seq)
+	}
+	return r, err
 }
 
 // ListReceipts lists the receipts after the pruned prefix (SPEC §16: a

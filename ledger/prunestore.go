@@ -68,4 +68,3 @@ type PruneReader interface {
 	// KeysIn lists the distinct keys of the stored receipts from … to.
 	KeysIn(ctx context.Context, from, to uint64) ([]string, error)
 }
-

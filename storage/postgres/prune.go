@@ -48,7 +48,7 @@ const (
 	sqlChainPruned = `SELECT n.ns, p.seq, p.through, p.segment, k.kept FROM (VALUES ($1::text))` + sqlPruneMarkFrom
 
 	sqlInsertPrune = `INSERT INTO prunes (namespace, seq, from_seq, through, digest, segment, deleted_through)
-		VALUES ($1, $2, $3, $4, $5, $6, $3 - 1)`
+		VALUES ($1, $2, $3::bigint, $4, $5, $6, $3::bigint - 1)`
 
 	sqlInsertKeptReceipts = `INSERT INTO kept_receipts (namespace, seq, body)
 		SELECT $1, unnest($2::bigint[]), unnest($3::text[])`

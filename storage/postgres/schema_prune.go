@@ -28,10 +28,11 @@ package postgres
 //
 // The guards: receipts rows go only under the pruner mark, when a prunes
 // row covers the seq and the kept tile holds the row's own hash at its
-// place (ledger_receipts_guard; UPDATE and TRUNCATE stay refused);
-// tree_hashes rows and keys rows (ledger_keys_guard, sqlKeysGuard) under
-// the pruner mark once a prune covers them; payloads rows under the
-// pruner mark once their receipt is gone.
+// place (ledger_receipts_pruned; UPDATE and TRUNCATE stay refused);
+// tree_hashes rows under the pruner mark; keys rows (ledger_keys_guard,
+// sqlKeysGuard) under the pruner mark once a prune covers their
+// generation; payloads rows under the pruner mark once a prune covers them
+// and their receipt is gone.
 const sqlPrunes = `
 CREATE TABLE IF NOT EXISTS prunes (
 	namespace       text COLLATE "C" NOT NULL,
@@ -126,56 +127,63 @@ CREATE OR REPLACE TRIGGER kept_receipts_append_only BEFORE UPDATE OR DELETE ON k
 CREATE OR REPLACE TRIGGER kept_receipts_no_truncate BEFORE TRUNCATE ON kept_receipts
 	FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
 
-CREATE OR REPLACE FUNCTION ledger_receipts_guard() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-	IF current_setting('effect_ledger.pruner', true) = 'on'
-		AND EXISTS (SELECT 1 FROM prunes WHERE namespace = OLD.namespace AND from_seq <= OLD.seq AND through >= OLD.seq)
-		AND EXISTS (SELECT 1 FROM kept_tiles WHERE namespace = OLD.namespace AND tile = (OLD.seq - 1) / 256
-			AND substring(hashes FROM ((OLD.seq - 1) % 256)::int * 32 + 1 FOR 32) = OLD.hash) THEN
-		RETURN OLD;
-	END IF;
-	RAISE EXCEPTION 'receipts are append-only; only a pruned receipt whose hash is kept may go (receipt % of %)',
-		OLD.seq, OLD.namespace USING ERRCODE = 'restrict_violation';
-END $$;
+-- Deletes of receipts, tree hashes and payloads: refused row by row
+-- without the pruner mark (WHEN is evaluated without calling a function,
+-- so a deletion pays nothing per row for it), checked per statement with
+-- it, over the deleted rows at once.
 CREATE OR REPLACE TRIGGER receipts_append_only BEFORE UPDATE ON receipts
 	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
 CREATE OR REPLACE TRIGGER receipts_guard BEFORE DELETE ON receipts
-	FOR EACH ROW EXECUTE FUNCTION ledger_receipts_guard();
-
-CREATE OR REPLACE FUNCTION ledger_tree_hashes_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+	FOR EACH ROW WHEN (current_setting('effect_ledger.pruner', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION ledger_append_only();
+-- Each tile's deleted rows, in seq order, must be contiguous, covered by
+-- one prune, and their hashes the kept tile's bytes at their place.
+CREATE OR REPLACE FUNCTION ledger_receipts_pruned() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	bad record;
 BEGIN
-	IF current_setting('effect_ledger.pruner', true) = 'on'
-		AND EXISTS (SELECT 1 FROM prunes WHERE namespace = OLD.namespace) THEN
-		RETURN OLD;
+	SELECT g.namespace, g.lo INTO bad FROM (
+		SELECT namespace, (seq - 1) / 256 AS tile, min(seq) AS lo, max(seq) AS hi, count(*) AS n,
+			string_agg(hash, ''::bytea ORDER BY seq) AS hashes
+		FROM gone GROUP BY namespace, (seq - 1) / 256) AS g
+	LEFT JOIN kept_tiles AS k ON k.namespace = g.namespace AND k.tile = g.tile
+	WHERE current_setting('effect_ledger.pruner', true) IS DISTINCT FROM 'on' OR g.n <> g.hi - g.lo + 1
+		OR substring(k.hashes FROM ((g.lo - 1) % 256)::int * 32 + 1 FOR g.n::int * 32) IS DISTINCT FROM g.hashes
+		OR NOT EXISTS (SELECT 1 FROM prunes AS p WHERE p.namespace = g.namespace AND p.from_seq <= g.lo AND p.through >= g.hi)
+	LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'receipts are append-only; only a pruned receipt whose hash is kept may go (receipts from % of %)',
+			bad.lo, bad.namespace USING ERRCODE = 'restrict_violation';
 	END IF;
-	RAISE EXCEPTION 'tree hashes are append-only; only those a prune recomputes from kept tiles may go'
-		USING ERRCODE = 'restrict_violation';
+	RETURN NULL;
 END $$;
+CREATE OR REPLACE TRIGGER receipts_pruned AFTER DELETE ON receipts REFERENCING OLD TABLE AS gone
+	FOR EACH STATEMENT EXECUTE FUNCTION ledger_receipts_pruned();
+
 CREATE OR REPLACE TRIGGER tree_hashes_append_only BEFORE UPDATE ON tree_hashes
 	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
 CREATE OR REPLACE TRIGGER tree_hashes_guard BEFORE DELETE ON tree_hashes
-	FOR EACH ROW EXECUTE FUNCTION ledger_tree_hashes_guard();
+	FOR EACH ROW WHEN (current_setting('effect_ledger.pruner', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION ledger_append_only();
 CREATE OR REPLACE TRIGGER tree_hashes_no_truncate BEFORE TRUNCATE ON tree_hashes
 	FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
 
-CREATE OR REPLACE FUNCTION ledger_payloads_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE TRIGGER payloads_guard BEFORE UPDATE ON payloads
+	FOR EACH ROW EXECUTE FUNCTION ledger_payloads_guard();
+CREATE OR REPLACE TRIGGER payloads_kept BEFORE DELETE ON payloads
+	FOR EACH ROW WHEN (current_setting('effect_ledger.pruner', true) IS DISTINCT FROM 'on')
+	EXECUTE FUNCTION ledger_payloads_guard();
+CREATE OR REPLACE FUNCTION ledger_payloads_pruned() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-	IF TG_OP = 'UPDATE' AND current_setting('effect_ledger.writer', true) = 'on'
-		AND NEW.namespace = OLD.namespace AND NEW.seq = OLD.seq
-		AND (NEW.external_ref IS NOT DISTINCT FROM OLD.external_ref OR (NEW.external_ref IS NULL AND NEW.external_ref_erased > 0))
-		AND (NEW.result IS NOT DISTINCT FROM OLD.result OR (NEW.result IS NULL AND NEW.result_erased > 0))
-		AND (NEW.error_message IS NOT DISTINCT FROM OLD.error_message OR (NEW.error_message IS NULL AND NEW.error_message_erased > 0))
-		AND (NEW.note IS NOT DISTINCT FROM OLD.note OR (NEW.note IS NULL AND NEW.note_erased > 0)) THEN
-		RETURN NEW;
+	IF current_setting('effect_ledger.pruner', true) IS DISTINCT FROM 'on' OR EXISTS (SELECT 1 FROM gone AS g
+		WHERE EXISTS (SELECT 1 FROM receipts AS r WHERE r.namespace = g.namespace AND r.seq = g.seq)
+		OR NOT EXISTS (SELECT 1 FROM prunes AS p WHERE p.namespace = g.namespace AND p.from_seq <= g.seq AND p.through >= g.seq)) THEN
+		RAISE EXCEPTION 'a kept value goes only with its pruned receipt' USING ERRCODE = 'restrict_violation';
 	END IF;
-	IF TG_OP = 'DELETE' AND current_setting('effect_ledger.pruner', true) = 'on'
-		AND NOT EXISTS (SELECT 1 FROM receipts WHERE namespace = OLD.namespace AND seq = OLD.seq)
-		AND EXISTS (SELECT 1 FROM prunes WHERE namespace = OLD.namespace AND from_seq <= OLD.seq AND through >= OLD.seq) THEN
-		RETURN OLD;
-	END IF;
-	RAISE EXCEPTION 'a kept value can only be erased, through the ledger (% refused)', TG_OP
-		USING ERRCODE = 'restrict_violation';
+	RETURN NULL;
 END $$;
+CREATE OR REPLACE TRIGGER payloads_pruned AFTER DELETE ON payloads REFERENCING OLD TABLE AS gone
+	FOR EACH STATEMENT EXECUTE FUNCTION ledger_payloads_pruned();
 ` + sqlKeysGuard
 
 // sqlPrunerMark marks a transaction as the ledger's deletion of pruned
