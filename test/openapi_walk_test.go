@@ -491,6 +491,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/erasures/1", "", ""},
 					{"GET", n.v1 + "/erasures", "", "reader"}, // an admin's: which receipts went together
 					{"GET", n.v1 + "/prune", "", "reader"},    // an admin's: it scans the chain
+					{"POST", n.v1 + "/prune", `{}`, "writer"},
 					{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`, "writer"},
 					{"GET", n.v1 + "/signing-keys", "", "writer"},
 					{"GET", n.v1 + "/audit", "", "writer"},
@@ -665,6 +666,10 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		}
 	})
 
+	t.Run("prune", func(t *testing.T) {
+		walkPrune(t, a, cov.observe, spaces, huge, expect)
+	})
+
 	t.Run("signing keys", func(t *testing.T) {
 		walkSigningKeys(t, d, vkey, spaces, huge, expect)
 	})
@@ -696,6 +701,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/erasures/1", ""},
 				{"GET", n.v1 + "/erasures", ""},
 				{"GET", n.v1 + "/prune", ""},
+				{"POST", n.v1 + "/prune", `{}`},
 				{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`},
 				{"GET", n.v1 + "/signing-keys", ""},
 				{"GET", n.v1 + "/audit", ""},
@@ -746,6 +752,7 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"GET", "/erasures/1", ""},
 	{"GET", "/erasures", ""},
 	{"GET", "/prune", ""},
+	{"POST", "/prune", `{}`},
 	{"POST", "/signing-keys", `{"vkey":"x"}`},
 	{"GET", "/signing-keys", ""},
 	{"GET", "/effects/walk-auth-0001", ""},
