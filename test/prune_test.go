@@ -295,3 +295,60 @@ func appendPairs(t *testing.T, l *Ledgerd, v1, prefix string, n int) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestPrune_scheduled: with --archive-dir and the test build's short
+// prune interval (LEDGERD_TEST_PRUNE_EVERY), ledgerd prunes by itself,
+// as actor "ledgerd", each namespace whose policy has an archive member
+// once its keys have aged, and only those: a namespace with a key TTL and
+// no archive member is left alone, one with an archive member and no key
+// TTL is refused (logged at info) at every interval, and nothing is
+// appended there. On SQLite and PostgreSQL.
+func TestPrune_scheduled(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, testPruneScheduled)
+}
+
+func testPruneScheduled(t *testing.T, db string) {
+	clock := newTestClock(t, t0)
+	key, vkey := keygen(t, t.TempDir(), "ex.test")
+	archiveDir := t.TempDir()
+	l := startLedgerdEnv(t, []string{clock.env(), "LEDGERD_TEST_PRUNE_EVERY=50ms"}, db, "--signing-key", key, "--log-origin", "ex.test",
+		"--checkpoint-interval", "20ms", "--archive-dir", archiveDir)
+	for _, body := range []string{`{"name":"aged","key_ttl_ms":60000}`, `{"name":"nopol","key_ttl_ms":60000}`, `{"name":"nottl"}`} {
+		require.Equal(t, 201, l.Do("POST", "/v1/namespaces", body).Status)
+	}
+	const archive = `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`
+	require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/aged/policy", archive).Status)
+	require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/nottl/policy", archive).Status)
+	heads := map[string]int64{}
+	for _, ns := range []string{"aged", "nopol", "nottl"} {
+		appendPairs(t, l, "/v1/ns/"+ns, "sched", 20)
+		heads[ns] = num(t, l.Do("GET", "/v1/ns/"+ns+"/head", "").Body, "seq")
+		waitCheckpointNS(t, l, vkey, ns, heads[ns])
+	}
+	clock.advance(3 * time.Minute)
+	var r Resp
+	require.Eventually(t, func() bool {
+		r = l.Do("GET", "/v1/ns/aged/prune", "")
+		ps, _ := r.Body["prunes"].([]any)
+		return r.Status == 200 && len(ps) == 1
+	}, 60*time.Second, 20*time.Millisecond, "a scheduled prune: %s", r.Raw)
+	p := r.Body["prunes"].([]any)[0].(map[string]any)
+	assert.Equal(t, float64(heads["aged"]), p["through"], "every key aged, the checkpoint covers them: %s", r.Raw)
+	rc := l.Do("GET", fmt.Sprintf("/v1/ns/aged/receipts/%d", int64(p["seq"].(float64))), "")
+	require.Equal(t, 200, rc.Status, rc.Raw)
+	assert.Equal(t, "prune", rc.Body["kind"])
+	assert.Equal(t, "ledgerd", rc.Body["actor"])
+	_, err := os.Stat(filepath.Join(archiveDir, p["segment"].(string), "manifest.json"))
+	assert.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(l.Logs(), `"reason":"no_key_ttl"`) }, 60*time.Second, 20*time.Millisecond,
+		"the namespace without a key TTL is refused, at info: %s", l.Logs())
+	assert.Contains(t, l.Logs(), `"level":"INFO","msg":"prune: not prunable now; retrying next interval","namespace":"nottl"`)
+	time.Sleep(200 * time.Millisecond) // a few more intervals
+	for _, ns := range []string{"nopol", "nottl"} {
+		assert.Equal(t, float64(heads[ns]), l.Do("GET", "/v1/ns/"+ns+"/head", "").Body["seq"], "nothing appended in %s", ns)
+	}
+	r = l.Do("GET", "/v1/ns/aged/prune", "")
+	assert.Len(t, r.Body["prunes"], 1, "nothing new to prune: %s", r.Raw)
+	assert.NotContains(t, l.Logs(), `"namespace":"nopol","reason"`, "no archive member: not even tried")
+}
