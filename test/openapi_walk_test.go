@@ -664,6 +664,11 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		for _, n := range spaces {
 			expect(a.Do("GET", n.v1+"/prune", ""), 409, "not_prunable") // no key TTL
 		}
+		// F has no --archive-dir: a prune is refused even with a policy.
+		expect(f.Do("PUT", "/v1/namespaces/default/policy", `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`), 200, "")
+		r := f.Do("POST", "/v1/prune", `{}`)
+		expect(r, 409, "not_prunable")
+		assert.Equal(t, "no_archive_dir", r.Body["error"].(map[string]any)["details"].(map[string]any)["reason"], r.Raw)
 	})
 
 	t.Run("prune", func(t *testing.T) {

@@ -352,3 +352,26 @@ func testPruneScheduled(t *testing.T, db string) {
 	assert.Len(t, r.Body["prunes"], 1, "nothing new to prune: %s", r.Raw)
 	assert.NotContains(t, l.Logs(), `"namespace":"nopol","reason"`, "no archive member: not even tried")
 }
+
+// TestPrune_notCheckpointed: a ledgerd that signs no checkpoints cannot
+// prune: a through is 409 not_prunable, reason not_checkpointed; {} finds
+// nothing to prune (the latest checkpoint bounds it). Nothing appended.
+func TestPrune_notCheckpointed(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		clock := newTestClock(t, t0)
+		l := clock.start(t, db, "--archive-dir", t.TempDir(), "--prune-interval", "0")
+		require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"aged","key_ttl_ms":60000}`).Status)
+		require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/aged/policy", `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`).Status)
+		appendPairs(t, l, "/v1/ns/aged", "unsigned", 5)
+		clock.advance(3 * time.Minute)
+		r := l.Do("POST", "/v1/ns/aged/prune", `{"through":4}`)
+		require.Equal(t, 409, r.Status, r.Raw)
+		d := r.Body["error"].(map[string]any)["details"].(map[string]any)
+		assert.Equal(t, "not_checkpointed", d["reason"], r.Raw)
+		r = l.Do("POST", "/v1/ns/aged/prune", `{}`)
+		require.Equal(t, 200, r.Status, r.Raw)
+		assert.Equal(t, "nothing_to_prune", r.Body["status"], r.Raw)
+		assert.Equal(t, 11.0, l.Do("GET", "/v1/ns/aged/head", "").Body["seq"], "the policy and 10 receipts, nothing more")
+	})
+}
