@@ -57,6 +57,10 @@ type Config struct {
 	// ArchiveDir is where prunes write their segments (SPEC §16; ledgerd
 	// --archive-dir); empty: this ledger does not prune.
 	ArchiveDir string
+	// PruneStep, a test seam (nil in the shipped binaries), is called at
+	// each step of a prune: "segment-written", "receipt-committed", and
+	// "batch" after each deletion batch commits.
+	PruneStep func(step string)
 }
 
 // DefaultApprovalInputRetention is the default of

@@ -93,6 +93,7 @@ func (n *Namespace) Prune(ctx context.Context, req PruneRequest) (*PruneResult, 
 		if err != nil || res != nil {
 			return res, err
 		}
+		n.l.pruneStep("segment-written")
 		err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
 			var err error
 			res, err = t.decidePrune(ctx, plan)
@@ -109,6 +110,7 @@ func (n *Namespace) Prune(ctx context.Context, req PruneRequest) (*PruneResult, 
 			return nil, err
 		}
 		if res.Status == PruneStatusPruned {
+			n.l.pruneStep("receipt-committed")
 			prunesTotal.Inc()
 			n.l.kickDeletion(n)
 		}

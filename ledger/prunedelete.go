@@ -35,6 +35,13 @@ var (
 		"Deletions of pruned bodies that stopped on an error; they resume at the next prune or start.")
 )
 
+// pruneStep calls the PruneStep seam.
+func (l *Ledger) pruneStep(step string) {
+	if l.cfg.PruneStep != nil {
+		l.cfg.PruneStep(step)
+	}
+}
+
 // kickDeletion deletes n's pruned bodies in the background.
 func (l *Ledger) kickDeletion(n *Namespace) {
 	l.mu.Lock()
@@ -54,8 +61,12 @@ func (l *Ledger) kickDeletion(n *Namespace) {
 }
 
 // ResumeDeletion starts, in the background, the deletion of every prune
-// of the namespace not finished (at start).
+// of the namespace not finished, and erases the archived values an erase
+// named that a segment still holds (at start).
 func (n *Namespace) ResumeDeletion(ctx context.Context) error {
+	if err := n.purgeArchive(ctx); err != nil {
+		return err
+	}
 	ps, err := n.chain.Prunes(ctx)
 	if err != nil {
 		return err
@@ -107,11 +118,17 @@ func (n *Namespace) DeletePruned(ctx context.Context) error {
 		for i, k := range keys {
 			b.KeyMACs[i] = PrunedKeyMAC(secret, k)
 		}
+		if to == p.Through {
+			if b.Thin, err = n.thinned(ctx, to); err != nil {
+				return err
+			}
+		}
 		start := time.Now()
 		if err := n.l.store.DeletePruned(ctx, n.name, b); err != nil {
 			return err
 		}
 		prunedReceipts.Add(float64(to - from + 1))
+		n.l.pruneStep("batch")
 		if d := time.Since(start); d > 0 {
 			next := uint64(float64(size) * float64(deleteTarget) / float64(d))
 			size = max(deleteMin, min(deleteMax, next/tlog.KeptLeaves*tlog.KeptLeaves))
@@ -122,4 +139,40 @@ func (n *Namespace) DeletePruned(ctx context.Context) error {
 		case <-time.After(deletePause):
 		}
 	}
+}
+
+// thinned lists the checkpoints of size at most through that the last
+// batch of a prune deletes (SPEC §16: thinned to one per hour): it keeps
+// the first signed in each hour, the last one, and the first covering
+// each key receipt (SPEC §9.2: a portable receipt proves a rotation under
+// a checkpoint the retired key signed).
+func (n *Namespace) thinned(ctx context.Context, through uint64) ([]int64, error) {
+	cs, err := n.chain.CheckpointTimes(ctx, int64(through))
+	if err != nil || len(cs) < 2 {
+		return nil, err
+	}
+	keep := map[int64]bool{cs[len(cs)-1].Size: true, int64(through): true}
+	hist, err := n.KeyHistory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range hist {
+		if c, err := n.chain.FirstCheckpointCovering(ctx, int64(k.Seq)); err != nil {
+			return nil, err
+		} else if c != nil {
+			keep[c.Size] = true
+		}
+	}
+	var out []int64
+	hour := uint64(1<<64 - 1)
+	for _, c := range cs {
+		if h := c.SignedAt / 3_600_000; h != hour {
+			hour = h
+			continue
+		}
+		if !keep[c.Size] {
+			out = append(out, c.Size)
+		}
+	}
+	return out, nil
 }

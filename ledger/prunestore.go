@@ -50,6 +50,9 @@ type DeleteBatch struct {
 	Prune    uint64 // the prune receipt whose range holds From … To
 	From, To uint64
 	KeyMACs  []uint64
+	// Thin are the sizes of stored checkpoints, none above To, that the
+	// batch deletes (the last batch of a prune: one per hour is kept).
+	Thin []int64
 }
 
 // PruneReader reads a namespace's pruned prefix.
@@ -67,4 +70,7 @@ type PruneReader interface {
 	WasPruned(ctx context.Context, mac uint64) (uint64, error)
 	// KeysIn lists the distinct keys of the stored receipts from … to.
 	KeysIn(ctx context.Context, from, to uint64) ([]string, error)
+	// CheckpointTimes lists the sizes and signing times of the stored
+	// checkpoints of size at most n, by size.
+	CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error)
 }

@@ -64,6 +64,8 @@ const (
 
 	sqlWasPruned = `SELECT prune_seq FROM pruned_keys WHERE namespace = $1 AND h = $2`
 
+	sqlCheckpointTimes = `SELECT size, signed_at FROM checkpoints WHERE namespace = $1 AND size <= $2 ORDER BY size`
+
 	sqlKeysIn = `SELECT DISTINCT idempotency_key FROM receipts
 		WHERE namespace = $1 AND seq BETWEEN $2 AND $3 AND idempotency_key != '' ORDER BY idempotency_key`
 )
@@ -385,4 +387,28 @@ func (c *Chain) KeysIn(ctx context.Context, from, to uint64) ([]string, error) {
 		return nil, fmt.Errorf("read keys of receipts %d…%d: %w", from, to, classify(err))
 	}
 	return keys, nil
+}
+
+// CheckpointTimes lists the sizes and signing times of the stored
+// checkpoints of size at most n, by size.
+func (c *Chain) CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error) {
+	rows, err := c.s.pool.Query(ctx, sqlCheckpointTimes, c.ns, n)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+	}
+	defer rows.Close()
+	var out []tlog.Signed
+	for rows.Next() {
+		var s tlog.Signed
+		var at int64
+		if err := rows.Scan(&s.Size, &at); err != nil {
+			return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+		}
+		s.SignedAt = uint64(at)
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+	}
+	return out, nil
 }

@@ -385,8 +385,28 @@ func TestPrune_deleteInBatches(t *testing.T) {
 		if _, found, err := tx.MaxAttempt(ctx, "key-000000000001", "e", 1); found || err != nil {
 			return fmt.Errorf("MaxAttempt of a pruned key: %v, %v", found, err)
 		}
+		if seq, err := tx.LastSeq(ctx, "key-000000000000"); seq != 602 || err != nil {
+			return fmt.Errorf("LastSeq = %d, %v", seq, err)
+		}
+		var outcomes []uint64
+		if err := tx.RecentOutcomes(ctx, "t", "in-key-000000000000", 0, func(r *chain.Receipt) bool {
+			outcomes = append(outcomes, r.Seq)
+			return true
+		}); err != nil || len(outcomes) != 1 || outcomes[0] != 602 {
+			return fmt.Errorf("RecentOutcomes = %v, %v", outcomes, err)
+		}
+		if o, err := tx.Openings(ctx, []uint64{2, 602}); err != nil || len(o) != 1 || o[602] == nil {
+			return fmt.Errorf("Openings = %v, %v", o, err)
+		}
 		return nil
 	})
+	page, next, err := c.ListReceipts(ctx, ledger.ReceiptFilter{Limit: 10})
+	require.NoError(t, err)
+	require.Equal(t, uint64(521), page[0].Seq)
+	require.NotNil(t, next)
+	page, _, err = c.ListReceipts(ctx, ledger.ReceiptFilter{Key: "key-000000000000", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, page, 2)
 	checkKeptTree(t, c, 520)
 
 	// After the deletion, the guards still refuse.
@@ -566,4 +586,90 @@ func TestOpen_migratesV4Prunes(t *testing.T) {
 		require.Equal(t, 1, queryInt(t, u, `SELECT count(*) FROM pg_trigger WHERE tgname = '`+trigger+`'`), trigger)
 	}
 	refused(t, u, true, `DELETE FROM receipts WHERE seq = 3`)
+}
+
+// TestPrune_keyHeldByWriter: a key record that a writer holds is left by
+// the deletion, which does not wait for it; its record reads with no
+// receipts, and the next prune's last batch deletes it.
+func TestPrune_keyHeldByWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{Logger: quiet})
+	require.NoError(t, s.CreateNamespace(ctx, "h", ledger.NamespaceSettings{KeyTTL: 1000}))
+	c := mustChain(t, s, "h")
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error { return pairs(ctx, tx, keyNames(0, 20)) })
+	var first uint64
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		var err error
+		first, err = prune(ctx, tx, 1, 20, nil)
+		return err
+	})
+	conn := connect(t, u)
+	defer func() { _ = conn.Close(ctx) }()
+	held, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = held.Exec(ctx, `SELECT 1 FROM keys WHERE namespace = 'h' AND idempotency_key = 'key-000000000001' FOR UPDATE`)
+	require.NoError(t, err)
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.DeletePruned(short, "h", ledger.DeleteBatch{Prune: first, From: 1, To: 20}))
+	require.NoError(t, held.Rollback(ctx))
+	require.Equal(t, 1, count(t, u, `SELECT count(*) FROM keys WHERE namespace = 'h' AND first_seq <= 20`))
+	v, err := c.GetKey(ctx, "key-000000000001")
+	require.NoError(t, err)
+	require.Empty(t, v.Receipts)
+	require.Equal(t, uint64(3), v.FirstSeq)
+
+	var second uint64
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		var err error
+		second, err = prune(ctx, tx, 21, 30, nil)
+		return err
+	})
+	require.NoError(t, s.DeletePruned(ctx, "h", ledger.DeleteBatch{Prune: second, From: 21, To: 30}))
+	require.Zero(t, count(t, u, `SELECT count(*) FROM keys WHERE namespace = 'h' AND first_seq <= 30`))
+	require.Equal(t, 5, count(t, u, `SELECT count(*) FROM keys WHERE namespace = 'h'`))
+	checkKeptTree(t, c, 30)
+}
+
+// TestPrune_thinCheckpoints: a batch deletes the checkpoints it is given
+// to thin; the guard refuses the others (not covered by a prune, or the
+// latest one) and any without the pruner mark.
+func TestPrune_thinCheckpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	u := pgtest.URL(t)
+	s := mustOpen(t, u, postgres.Options{Logger: quiet})
+	require.NoError(t, s.CreateNamespace(ctx, "c", ledger.NamespaceSettings{KeyTTL: 1000}))
+	c := mustChain(t, s, "c")
+	for i := 0; i < 4; i++ {
+		update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+			if err := pairs(ctx, tx, keyNames(3*i, 3)); err != nil {
+				return err
+			}
+			return tx.PutCheckpoint(ctx, &tlog.Signed{Size: int64(locked(tx).Head.Seq), Note: "n"})
+		})
+	}
+	var p uint64
+	update(t, c, func(ctx context.Context, tx ledger.Tx) error {
+		var err error
+		p, err = prune(ctx, tx, 1, 18, nil)
+		return err
+	})
+	cs, err := c.CheckpointTimes(ctx, 18)
+	require.NoError(t, err)
+	require.Len(t, cs, 3)
+	for i, size := range []int64{6, 12, 18} {
+		require.Equal(t, size, cs[i].Size)
+		require.NotZero(t, cs[i].SignedAt)
+	}
+	refused(t, u, false, `DELETE FROM checkpoints WHERE namespace = 'c' AND size = 6`)
+	refused(t, u, true, `DELETE FROM checkpoints WHERE namespace = 'c' AND size = 24`) // not pruned, and the latest
+	refused(t, u, true, `UPDATE checkpoints SET note = 'x' WHERE namespace = 'c' AND size = 6`)
+	require.NoError(t, s.DeletePruned(ctx, "c", ledger.DeleteBatch{Prune: p, From: 1, To: 18, Thin: []int64{6, 12, 24}}))
+	cs, err = c.CheckpointTimes(ctx, 100)
+	require.NoError(t, err)
+	require.Len(t, cs, 2)
+	require.Equal(t, []int64{18, 24}, []int64{cs[0].Size, cs[1].Size})
 }

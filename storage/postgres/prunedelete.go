@@ -74,6 +74,9 @@ const (
 	sqlSweepPrunedKeys = `DELETE FROM keys WHERE namespace = $1 AND idempotency_key IN (
 		SELECT idempotency_key FROM keys WHERE namespace = $1 AND first_seq <= $2 FOR UPDATE SKIP LOCKED)`
 
+	sqlThinCheckpoints = `DELETE FROM checkpoints AS c USING unnest($2::bigint[]) AS u(size)
+		WHERE c.namespace = $1 AND c.size = u.size AND c.size <= $3`
+
 	sqlDeletedThrough = `UPDATE prunes SET deleted_through = $3 WHERE namespace = $1 AND seq = $2`
 )
 
@@ -81,9 +84,10 @@ const (
 // … b.To of namespace ns, pruned by the prune receipt b.Prune whose
 // deletion has reached b.From-1, and the rows derived from them: their
 // payloads, asked inputs and reconciled tokens, their tree hashes of
-// levels 0–7, and the key records whose generation the prune covers. It
-// keeps their chain hashes in kept tiles and b.KeyMACs in pruned_keys,
-// and moves the prune's deleted_through to b.To. The subject index and the
+// levels 0–7, and the key records whose generation the prune covers, and
+// the stored checkpoints of sizes b.Thin (none above b.To). It keeps their
+// chain hashes in kept tiles and b.KeyMACs in pruned_keys, and moves the
+// prune's deleted_through to b.To. The subject index and the
 // erasure tables keep their rows (SPEC §14 outlives a prune).
 func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatch) error {
 	what := fmt.Sprintf("delete pruned receipts %d…%d of %s", b.From, b.To, ns)
@@ -180,6 +184,9 @@ func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatc
 	if b.To == uint64(through) {
 		keyStmts[q.Len()] = true
 		q.Queue(sqlSweepPrunedKeys, ns, through)
+	}
+	if len(b.Thin) > 0 {
+		q.Queue(sqlThinCheckpoints, ns, b.Thin, to)
 	}
 	q.Queue(sqlDeletedThrough, ns, int64(b.Prune), to)
 	br = tx.SendBatch(ctx, &q)

@@ -29,7 +29,9 @@ const schemaLockKey int64 = 0x6566656C00000001
 // receipts holds every namespace's chain: one row per receipt, the
 // namespace and then one column per field of SPEC §2 with the same name
 // (integers as bigint ≥ 0, booleans as boolean), plus prev_hash and hash.
-// It is append-only (triggers refuse UPDATE, DELETE and TRUNCATE). Forks
+// It is append-only (triggers refuse UPDATE, DELETE and TRUNCATE), but
+// for the ledger's deletion of pruned bodies whose hashes it kept (SPEC
+// §16, schema 5: sqlPrunes). Forks
 // are ruled out by the primary key (one row per seq) and by the head row:
 // every write transaction locks its namespace's head row FOR UPDATE and
 // ends with a compare-and-set of it, and a trigger lets the head move only

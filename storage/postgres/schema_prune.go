@@ -32,7 +32,8 @@ package postgres
 // tree_hashes rows under the pruner mark; keys rows (ledger_keys_guard,
 // sqlKeysGuard) under the pruner mark once a prune covers their
 // generation; payloads rows under the pruner mark once a prune covers them
-// and their receipt is gone.
+// and their receipt is gone; checkpoints rows under the pruner mark once a
+// prune covers their size, the latest one never.
 const sqlPrunes = `
 CREATE TABLE IF NOT EXISTS prunes (
 	namespace       text COLLATE "C" NOT NULL,
@@ -184,6 +185,23 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER payloads_pruned AFTER DELETE ON payloads REFERENCING OLD TABLE AS gone
 	FOR EACH STATEMENT EXECUTE FUNCTION ledger_payloads_pruned();
+
+-- A prune's last batch thins the stored checkpoints it covers; the latest
+-- one stays (checkpoints_grow compares with it).
+CREATE OR REPLACE TRIGGER checkpoints_append_only BEFORE UPDATE ON checkpoints
+	FOR EACH ROW EXECUTE FUNCTION ledger_append_only();
+CREATE OR REPLACE FUNCTION ledger_checkpoints_thinned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF current_setting('effect_ledger.pruner', true) = 'on'
+		AND EXISTS (SELECT 1 FROM prunes WHERE namespace = OLD.namespace AND through >= OLD.size)
+		AND EXISTS (SELECT 1 FROM checkpoints WHERE namespace = OLD.namespace AND size > OLD.size) THEN
+		RETURN OLD;
+	END IF;
+	RAISE EXCEPTION 'checkpoints are append-only; only those a prune covers may be thinned'
+		USING ERRCODE = 'restrict_violation';
+END $$;
+CREATE OR REPLACE TRIGGER checkpoints_thinned BEFORE DELETE ON checkpoints
+	FOR EACH ROW EXECUTE FUNCTION ledger_checkpoints_thinned();
 ` + sqlKeysGuard
 
 // sqlPrunerMark marks a transaction as the ledger's deletion of pruned

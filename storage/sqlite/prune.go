@@ -196,9 +196,11 @@ func (t *writeTx) PutPrune(ctx context.Context, p *ledger.Prune) error {
 }
 
 // DeletePruned deletes a batch of pruned bodies in one write transaction
-// on the writer connection, between batches (SPEC §16). The key index is
-// synced first: its watermark, durable, never falls below the bodies
-// kept, so an open never replays from a deleted receipt.
+// on the writer connection, between batches (SPEC §16). The key index
+// loses the batch's postings first, durably: its watermark never falls
+// below the bodies kept, so an open never replays from a deleted receipt,
+// and postings of receipts still in the file but pruned are never read
+// (every read starts after the pruned prefix).
 func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatch) error {
 	if s.readOnly {
 		return ledger.ErrOpenedReadOnly
@@ -214,8 +216,8 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 	if m.closed || c.closed {
 		return ledger.ErrClosed
 	}
-	if err := c.idx.Sync(); err != nil {
-		return fmt.Errorf("delete pruned: sync the key index: %w: %w", ledger.ErrIO, err)
+	if err := c.pruneIndex(ctx, m.w, b); err != nil {
+		return err
 	}
 	tx, err := m.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -232,6 +234,35 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 	mark.Kept = max(mark.Kept, b.To)
 	c.pruned.Store(&mark)
 	c.cache.drop(c.id) // records and receipts of pruned keys
+	return nil
+}
+
+// pruneIndex deletes the key index's entries of b's receipts.
+func (c *chainWriter) pruneIndex(ctx context.Context, w *sql.DB, b ledger.DeleteBatch) error {
+	var from, through, done uint64
+	if err := w.QueryRowContext(ctx, sqlPruneRow, c.args(b.Prune)...).Scan(&from, &through, &done); err != nil {
+		return fmt.Errorf("delete pruned: prune %d: %w", b.Prune, classify(err))
+	}
+	rows, err := w.QueryContext(ctx, `SELECT seq, kind, idempotency_key, execution_id, tool FROM ns_receipts
+		WHERE ns = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq`, c.args(b.From, b.To)...)
+	if err != nil {
+		return fmt.Errorf("delete pruned: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var rs []chain.Receipt
+	for rows.Next() {
+		var r chain.Receipt
+		if err := rows.Scan(&r.Seq, &r.Kind, &r.IdempotencyKey, &r.ExecutionID, &r.Tool); err != nil {
+			return fmt.Errorf("delete pruned: %w", classify(err))
+		}
+		rs = append(rs, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("delete pruned: %w", classify(err))
+	}
+	if err := c.idx.Prune(c.ns, rs, through); err != nil {
+		return fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
+	}
 	return nil
 }
 
@@ -261,6 +292,10 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 	if err != nil {
 		return err
 	}
+	thin, err := json.Marshal(append([]int64{}, b.Thin...))
+	if err != nil {
+		return err
+	}
 	for _, st := range []struct {
 		q    string
 		args []any
@@ -271,6 +306,7 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 		{`DELETE FROM ns_tokens WHERE rid IN (SELECT value FROM json_each(?1))`, []any{string(list)}},
 		{`DELETE FROM ns_approval_inputs WHERE ns = ?1 AND ask_seq BETWEEN ?2 AND ?3`, ref.args(b.From, b.To)},
 		{`DELETE FROM ns_reconciled_tokens WHERE ns = ?1 AND reserve_seq BETWEEN ?2 AND ?3`, ref.args(b.From, b.To)},
+		{`DELETE FROM ns_checkpoints WHERE ns = ?1 AND size IN (SELECT value FROM json_each(?2)) AND size <= ?3`, ref.args(string(thin), b.To)},
 		{sqlPruneMoved, ref.args(b.Prune, b.To)},
 	} {
 		if _, err := tx.ExecContext(ctx, st.q, st.args...); err != nil {
@@ -361,4 +397,27 @@ func (f *lazyChain) WasPruned(ctx context.Context, mac uint64) (uint64, error) {
 }
 func (f *lazyChain) KeysIn(ctx context.Context, from, to uint64) ([]string, error) {
 	return f.rd.KeysIn(ctx, from, to)
+}
+
+// CheckpointTimes lists the sizes and signing times of the stored
+// checkpoints of size at most n.
+func (rd *Reader) CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error) {
+	rows, err := rd.r.QueryContext(ctx, `SELECT size, signed_at FROM ns_checkpoints WHERE ns = ?1 AND size <= ?2 ORDER BY size`, rd.args(n)...)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+	}
+	defer func() { _ = rows.Close() }()
+	var out []tlog.Signed
+	for rows.Next() {
+		var c tlog.Signed
+		if err := rows.Scan(&c.Size, &c.SignedAt); err != nil {
+			return nil, fmt.Errorf("read checkpoints: %w", classify(err))
+		}
+		out = append(out, c)
+	}
+	return out, classify(rows.Err())
+}
+
+func (f *lazyChain) CheckpointTimes(ctx context.Context, n int64) ([]tlog.Signed, error) {
+	return f.rd.CheckpointTimes(ctx, n)
 }

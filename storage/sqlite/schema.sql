@@ -163,9 +163,11 @@ CREATE TABLE ns_checkpoints (
 );
 CREATE TRIGGER ns_checkpoints_no_update BEFORE UPDATE ON ns_checkpoints
 BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+-- A prune (SPEC §16) thins the checkpoints its range covers.
 CREATE TRIGGER ns_checkpoints_no_delete BEFORE DELETE ON ns_checkpoints
-WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
-BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+WHEN (OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns))
+ AND NOT EXISTS (SELECT 1 FROM ns_prunes AS p WHERE p.ns = OLD.ns AND OLD.size <= p.through)
+BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only; only those a prune covers may be thinned'); END;
 CREATE TRIGGER ns_checkpoints_grow BEFORE INSERT ON ns_checkpoints
 BEGIN
 	SELECT RAISE(ABORT, 'a checkpoint must be larger than the last one')

@@ -19,8 +19,9 @@ var sideTables = []string{"ns_subjects", "ns_pending_erasures", "ns_reconciled_t
 	"ns_prunes", "ns_kept", "ns_pruned_keys", "ns_kept_receipts"}
 
 // sideTriggers are the triggers of schema 8 changed since files of it
-// were made: a receipt may go once pruned (§16).
-var sideTriggers = []string{"ns_receipts_no_delete"}
+// were made: a receipt may go once pruned, a checkpoint once thinned
+// (§16).
+var sideTriggers = []string{"ns_receipts_no_delete", "ns_checkpoints_no_delete"}
 
 // addSideTables makes, in tx, each side table the file lacks, with its
 // indexes, and reports whether it made one.

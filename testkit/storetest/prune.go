@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	sumdb "golang.org/x/mod/sumdb/tlog"
 	"golang.org/x/mod/sumdb/note"
+	sumdb "golang.org/x/mod/sumdb/tlog"
 
 	"github.com/effect-ledger/effect-ledger/archive"
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -64,6 +64,10 @@ func testPrune(t *testing.T, f Factory) {
 		key := fmt.Sprintf("prune-%03d", i)
 		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "e1"))
 		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+		if i%100 == 99 { // checkpoints 201, 401, 601 in one hour
+			_, err := cp.SignOnce(ctx)
+			require.NoError(t, err)
+		}
 	}
 	clock.Advance(ttl + 2*time.Minute)
 	open := testkit.MustReserve(t, n, testkit.ReserveReq("prune-open", "e1")) // 602: pins
@@ -98,6 +102,11 @@ func testPrune(t *testing.T, f Factory) {
 			require.NoError(t, err)
 			require.Len(t, ps, 1)
 			require.Equal(t, uint64(601), ps[0].DeletedThrough)
+			for size, kept := range map[int64]bool{201: true, 401: false, 601: true, 602: true} {
+				c, err := n.CheckpointAt(ctx, size)
+				require.NoError(t, err)
+				require.Equal(t, kept, c != nil, "checkpoint %d: thinned to the first in each hour, the last pruned, the latest", size)
+			}
 		}
 		tree, chs := storedHashes(t, n, 602)
 		require.Equal(t, beforeTree, tree, "deleted %v", deleted)
@@ -161,4 +170,64 @@ func requireNotPrunable(t *testing.T, err error, reason string) {
 	require.True(t, errors.As(err, &e), "%v", err)
 	require.Equal(t, ledger.ECodeNotPrunable, e.Code)
 	require.Equal(t, reason, e.Details["reason"])
+}
+
+// testPruneErasure erases, by key and by subject, values of generations
+// whose bodies were pruned: the segment's payloads.jsonl loses them and
+// still checks, and the erase receipt names them.
+func testPruneErasure(t *testing.T, f Factory) {
+	ctx := context.Background()
+	n, clock, cp, dir := pruneNS(t, f)
+	for i := range 20 { // 2 … 41
+		key := fmt.Sprintf("erase-%02d", i)
+		req := testkit.ReserveReq(key, "e1")
+		if i%5 == 0 {
+			req.Subjects = []string{"person-1"}
+		}
+		r := testkit.MustReserve(t, n, req)
+		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+	}
+	clock.Advance(ttl + 2*time.Minute)
+	testkit.MustReserve(t, n, testkit.ReserveReq("erase-open", "e1")) // 42
+	_, err := cp.SignOnce(ctx)
+	require.NoError(t, err)
+	res, err := n.Prune(ctx, ledger.PruneRequest{Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(41), res.Through)
+	require.NoError(t, n.DeletePruned(ctx))
+	seg := filepath.Join(dir, res.Segment)
+	values := func() map[uint64]int {
+		out := map[uint64]int{}
+		require.NoError(t, archive.Payloads(seg, func(p *archive.Payload) error { out[p.Seq]++; return nil }))
+		return out
+	}
+	before := values()
+	require.Equal(t, 2, before[3], "erase-00's commit keeps external_ref and result")
+
+	byKey, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{"erase-03"}, Reason: "asked", Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusErased, byKey.Status)
+	require.Equal(t, 1, byKey.Keys)
+	after := values()
+	require.Zero(t, after[9], "erase-03's commit (9): its values are gone from the segment")
+	require.Equal(t, before[3], after[3], "erase-00's are not")
+
+	bySubject, err := n.Erase(ctx, ledger.EraseRequest{Subject: "person-1", Reason: "asked", Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusErased, bySubject.Status)
+	require.Equal(t, 4, bySubject.Keys, "erase-00, -05, -10, -15")
+	after = values()
+	for _, seq := range []uint64{3, 13, 23, 33} {
+		require.Zero(t, after[seq], "receipt %d", seq)
+	}
+	require.Equal(t, before[5], after[5], "erase-01 had no subject")
+	_, err = archive.Check(seg, nil)
+	require.NoError(t, err, "the rewritten segment still checks")
+	e, _, err := n.Erasure(ctx, bySubject.Receipt.Seq)
+	require.NoError(t, err)
+	require.Equal(t, []chain.Range{{3, 3}, {13, 13}, {23, 23}, {33, 33}}, e.Ranges)
+
+	again, err := n.Erase(ctx, ledger.EraseRequest{Subject: "person-1", Reason: "asked", Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.StatusNothingToErase, again.Status)
 }

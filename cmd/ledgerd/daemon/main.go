@@ -131,6 +131,9 @@ type Main struct {
 	// IndexWriteFault, when set, is asked before each write of the SQLite
 	// key index's files; an error fails that write (a full disk).
 	IndexWriteFault func() error
+	// PruneStep, when set, is called at each step of a prune
+	// (ledger.Config.PruneStep; the crash tests kill the process there).
+	PruneStep func(step string)
 	// ReplicaCountEvery is how often the replicas sharing the rate limit
 	// are counted (0: DefaultReplicaCountEvery).
 	ReplicaCountEvery time.Duration
@@ -255,7 +258,7 @@ func (m *Main) open(ctx context.Context, key *signingKey) (_ *opened, err error)
 	o := &opened{store: store, shared: shared, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
 		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention, CanPurge: !storage.IsPostgres(m.DBPath),
-		LogKeyPrefix: m.LogOrigin, LogKeyBase: key.baseID(), ArchiveDir: m.ArchiveDir})
+		LogKeyPrefix: m.LogOrigin, LogKeyBase: key.baseID(), ArchiveDir: m.ArchiveDir, PruneStep: m.PruneStep})
 	defer func() {
 		if err != nil {
 			o.close()

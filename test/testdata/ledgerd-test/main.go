@@ -40,6 +40,10 @@ const (
 	// indexFullEnv names a file: while it exists, every write to the key
 	// index's files fails with ENOSPC, as on a full disk.
 	indexFullEnv = "LEDGERD_TEST_INDEX_FULL_IF"
+	// killAtEnv names a step of a prune (segment-written,
+	// receipt-committed, batch-N for the Nth deletion batch): ledgerd
+	// kills itself (SIGKILL) right after it.
+	killAtEnv = "LEDGERD_TEST_KILL_AT"
 	// replicaCountEnv and namespaceScanEnv hold durations (e.g. 10ms)
 	// that shorten ledgerd's background periods, so that a test sees a
 	// new replica counted or a new namespace served without waiting.
@@ -63,6 +67,9 @@ func setSeams(m *daemon.Main) error {
 		if m.AfterCommit, err = killAfterCommit(v); err != nil {
 			return fmt.Errorf("%s: %w", killAfterCommitEnv, err)
 		}
+	}
+	if v := os.Getenv(killAtEnv); v != "" {
+		m.PruneStep = killAt(v)
 	}
 	if path := os.Getenv(indexFullEnv); path != "" {
 		m.IndexWriteFault = fullIf(path)
