@@ -100,25 +100,22 @@ func pruneStatus(ctx context.Context, n *ledger.Namespace) (*pruneStatusBody, er
 	if p.Archive != nil {
 		floor = p.Archive.MinKeepMS
 	}
-	m, err := n.Reader().Pruned(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The watermark above the pruned prefix: the receipts at or below it
-	// are gone, or going.
-	wm, err := n.Prunable(ctx, m.Through, floor)
-	if err != nil {
-		return nil, err
-	}
+	// The marks from the rows listed, in one read: a deletion batch may
+	// commit between two.
 	ps, err := n.Reader().Prunes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	body := &pruneStatusBody{Namespace: n.Name(), Archive: p.Archive, Watermark: wm, PrunedThrough: m.Through,
-		KeptThrough: m.Kept, Prunes: make([]pruneJSON, 0, len(ps))}
+	body := &pruneStatusBody{Namespace: n.Name(), Archive: p.Archive, Prunes: make([]pruneJSON, 0, len(ps))}
 	for _, pr := range ps {
+		body.PrunedThrough, body.KeptThrough = max(body.PrunedThrough, pr.Through), max(body.KeptThrough, pr.DeletedThrough)
 		body.Prunes = append(body.Prunes, pruneJSON{Seq: pr.Seq, From: pr.From, Through: pr.Through, Segment: pr.Segment,
 			Digest: pr.Digest, Deleting: pr.DeletedThrough < pr.Through})
+	}
+	// The watermark above the pruned prefix: the receipts at or below it
+	// are gone, or going.
+	if body.Watermark, err = n.Prunable(ctx, body.PrunedThrough, floor); err != nil {
+		return nil, err
 	}
 	return body, nil
 }

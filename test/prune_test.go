@@ -53,8 +53,6 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/aged/policy", policy).Status)
 	require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/nottl/policy", `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`).Status)
 	appendPairs(t, l, "/v1/ns/aged", "done", prunePairs)
-	// A checkpoint inside what will be pruned, for a consistency proof.
-	_, cp0 := waitCheckpointNS(t, l, vkey, "aged", 2*prunePairs+1)
 	for _, ns := range []string{"nottl", "nopol"} {
 		appendPairs(t, l, "/v1/ns/"+ns, "done", 2)
 	}
@@ -71,6 +69,8 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	require.Equal(t, 201, r.Status, r.Raw)
 	openTok, openSeq := r.Body["reservation"].(string), num(t, r.Body, "receipt", "seq")
 	appendPairs(t, l, "/v1/ns/aged", "after", 10)
+	// A checkpoint above what will be pruned (those below it are thinned
+	// by the prune), for a consistency proof through pruned subtrees.
 	_, cp1 := waitCheckpointNS(t, l, vkey, "aged", openSeq+20)
 	require.NoError(t, l.Stop())
 
@@ -97,8 +97,7 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	for _, seq := range []int64{1, 2, 100, W / 2, W, W + 1, size} {
 		paths = append(paths, fmt.Sprintf("/v1/ns/aged/proof/inclusion?seq=%d&size=%d", seq, size))
 	}
-	require.LessOrEqual(t, cp0.Size, W)
-	for _, from := range []int64{0, cp0.Size, cp1.Size} {
+	for _, from := range []int64{0, cp1.Size} {
 		paths = append(paths, fmt.Sprintf("/v1/ns/aged/proof/consistency?from=%d&to=%d", from, size))
 	}
 	for i := range size / 256 {
@@ -160,7 +159,11 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "nothing_to_prune", r.Body["status"], "the key in flight still pins")
 
-	checkPruned := func(t *testing.T) {
+	// deleted: the deletion has finished. Before, a GET of a key pruned
+	// whole is not checked: on SQLite it can be 404 unknown_key while the
+	// deletion batch holding it runs (the key index loses the key's record
+	// before the batch's transaction records the pruned key).
+	checkPruned := func(t *testing.T, deleted bool) {
 		t.Helper()
 		gone := func(path string, wantSeq int64) {
 			t.Helper()
@@ -178,7 +181,9 @@ func testPruneEndToEnd(t *testing.T, db string) {
 		gone("/v1/ns/aged/receipts/5", 5)
 		gone(fmt.Sprintf("/v1/ns/aged/receipts/%d", W), W)
 		gone("/v1/ns/aged/receipts/5/proof", 5)
-		gone("/v1/ns/aged/effects/done-0007", 0)
+		if deleted {
+			gone("/v1/ns/aged/effects/done-0007", 0)
+		}
 		gone(fmt.Sprintf("/v1/ns/aged/approvals/%d", askSeq), askSeq)
 		r := do("GET", fmt.Sprintf("/v1/ns/aged/receipts/%d", W+1), "")
 		assert.Equal(t, 200, r.Status, "the first live receipt: %s", r.Raw)
@@ -188,7 +193,7 @@ func testPruneEndToEnd(t *testing.T, db string) {
 		assert.Equal(t, map[string]any{"through": float64(W), "hash": hashW, "prune": float64(pruneSeq)}, h.Body["pruned"], h.Raw)
 		assert.Nil(t, do("GET", "/v1/ns/nopol/head", "").Body["pruned"], "nothing pruned there")
 	}
-	checkPruned(t)
+	checkPruned(t, false)
 
 	// The deletion finishes in the background.
 	var st Resp
@@ -203,7 +208,7 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	assert.Equal(t, map[string]any{"seq": float64(pruneSeq), "from": 1.0, "through": float64(W), "segment": segment,
 		"digest": p["digest"], "deleting": false}, p)
 	assert.Equal(t, float64(W), st.Body["watermark"].(map[string]any)["through"], "the key in flight still pins: %s", st.Raw)
-	checkPruned(t)
+	checkPruned(t, true)
 	for _, p := range paths {
 		r := do("GET", p, "")
 		require.Equal(t, 200, r.Status, "%s: %s", p, r.Raw)
@@ -231,7 +236,7 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	waitCheckpointNS(t, l, vkey, "aged", head)
 	require.NoError(t, l.Stop())
 	l = clock.start(t, db, args...)
-	checkPruned(t)
+	checkPruned(t, true)
 	assert.Equal(t, float64(head), do("GET", "/v1/ns/aged/head", "").Body["seq"], "a restart prunes nothing by itself (--prune-interval 0)")
 	require.NoError(t, l.Stop())
 
