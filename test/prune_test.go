@@ -141,6 +141,7 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	// The prune.
 	r = do("POST", "/v1/ns/aged/prune", `{}`)
 	require.Equal(t, 201, r.Status, "%s\n%s", r.Raw, l.Logs())
+	r0 := r
 	assert.Equal(t, "pruned", r.Body["status"])
 	assert.Equal(t, 1.0, r.Body["from"])
 	assert.Equal(t, float64(W), r.Body["through"])
@@ -158,6 +159,17 @@ func testPruneEndToEnd(t *testing.T, db string) {
 	r = do("POST", "/v1/ns/aged/prune", `{}`)
 	require.Equal(t, 200, r.Status, r.Raw)
 	assert.Equal(t, "nothing_to_prune", r.Body["status"], "the key in flight still pins")
+	out, stderr, code = ledgerctl(t, "prune", "--server", l.URL, "--token", admin, "--namespace", "aged", "--through", fmt.Sprint(W-1))
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, fmt.Sprintf("already pruned: receipts 1–%d by prune receipt %d:%s (segment %s)\n", W, pruneSeq,
+		r0.Body["receipt"].(map[string]any)["hash"], segment), out)
+	out, stderr, code = ledgerctl(t, "prune", "--server", l.URL, "--token", admin, "--namespace", "aged", "--through", fmt.Sprint(openSeq))
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, stderr, "prune refused (pinned)")
+	assert.Contains(t, stderr, "pinned by key open-0000001 (reserved, from seq "+fmt.Sprint(openSeq)+")")
+	out, stderr, code = ledgerctl(t, "prune", "--server", l.URL, "--token", writer, "--namespace", "aged", "--auto")
+	assert.Equal(t, 2, code, out)
+	assert.Contains(t, stderr, "forbidden")
 
 	// deleted: the deletion has finished. Before, a GET of a key pruned
 	// whole is not checked: on SQLite it can be 404 unknown_key while the
