@@ -392,3 +392,45 @@ func TestPrune_notCheckpointed(t *testing.T) {
 		assert.Equal(t, 11.0, l.Do("GET", "/v1/ns/aged/head", "").Body["seq"], "the policy and 10 receipts, nothing more")
 	})
 }
+
+// TestPrune_resumesAtStart: ledgerd killed (kill -9, the test build's
+// LEDGERD_TEST_KILL_AT) right after the first deletion batch of a prune
+// resumes the deletion at its next start by itself, through the prune's
+// range: pruned_through and kept_through meet, the receipts stay 410
+// pruned and nothing else is appended. On SQLite and PostgreSQL.
+func TestPrune_resumesAtStart(t *testing.T) {
+	t.Parallel()
+	onSQLiteAndPostgres(t, func(t *testing.T, db string) {
+		clock := newTestClock(t, t0)
+		key, vkey := keygen(t, t.TempDir(), "ex.test")
+		args := []string{"--signing-key", key, "--log-origin", "ex.test", "--checkpoint-interval", "20ms",
+			"--archive-dir", t.TempDir(), "--prune-interval", "0"}
+		l := startLedgerdEnv(t, []string{clock.env(), "LEDGERD_TEST_KILL_AT=batch-1"}, db, args...)
+		require.Equal(t, 201, l.Do("POST", "/v1/namespaces", `{"name":"aged","key_ttl_ms":60000}`).Status)
+		require.Equal(t, 200, l.Do("PUT", "/v1/namespaces/aged/policy", `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`).Status)
+		appendPairs(t, l, "/v1/ns/aged", "resume", prunePairs) // 601 receipts: three deletion batches or more
+		clock.advance(3 * time.Minute)
+		head := num(t, l.Do("GET", "/v1/ns/aged/head", "").Body, "seq")
+		waitCheckpointNS(t, l, vkey, "aged", head)
+		r := l.Do("POST", "/v1/ns/aged/prune", `{}`)
+		require.Equal(t, 201, r.Status, r.Raw)
+		require.Equal(t, float64(head), r.Body["through"])
+		select {
+		case <-l.exit:
+			l.exit <- nil
+		case <-time.After(60 * time.Second):
+			t.Fatalf("ledgerd was not killed after the first deletion batch:\n%s", l.Logs())
+		}
+		l = clock.start(t, db, args...)
+		var st Resp
+		require.Eventually(t, func() bool {
+			st = l.Do("GET", "/v1/ns/aged/prune", "")
+			return st.Status == 200 && st.Body["kept_through"] == float64(head)
+		}, 60*time.Second, 20*time.Millisecond, "the deletion resumes at start: %s", st.Raw)
+		assert.Equal(t, float64(head), st.Body["pruned_through"], st.Raw)
+		assert.Equal(t, false, st.Body["prunes"].([]any)[0].(map[string]any)["deleting"], st.Raw)
+		assert.Equal(t, 410, l.Do("GET", fmt.Sprintf("/v1/ns/aged/receipts/%d", head), "").Status)
+		assert.Equal(t, 410, l.Do("GET", "/v1/ns/aged/effects/resume-0299", "").Status)
+		assert.Equal(t, float64(head+1), l.Do("GET", "/v1/ns/aged/head", "").Body["seq"], "the prune receipt, nothing more")
+	})
+}
