@@ -337,11 +337,11 @@ func TestPrune_deleteInBatches(t *testing.T) {
 	}
 	want := 0
 	for x := range tree {
-		if level, n := sumdb.SplitStoredHashIndex(int64(x)); level < 8 && (n+1)<<level <= 520 {
+		if level, n := sumdb.SplitStoredHashIndex(int64(x)); level < 8 && (n+1)<<level <= 512 {
 			want++
 		}
 	}
-	require.Equal(t, want, gone, "levels 0–7 of leaves 0 … 519 are gone, the rest stay")
+	require.Equal(t, want, gone, "levels 0–7 of the full tiles pruned (leaves 0 … 511) are gone, the rest stay")
 	got, err := c.ReceiptHashes(ctx, 0, int(size))
 	require.NoError(t, err)
 	require.Equal(t, hashes, got)

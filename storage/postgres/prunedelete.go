@@ -218,17 +218,23 @@ func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatc
 }
 
 // prunedTreeIndexes lists the stored tree hashes of levels 0–7 that the
-// leaves of receipts from … to completed: the hashes that go with them.
+// leaves of the tiles a batch of receipts from … to completes stored: the
+// hashes that go with them.
 // Leaf n completes the nodes at StoredHashIndex(0, n) onwards, one a
 // level (sumdb.StoredHashes), and a node's leaves are all ≤ the leaf that
 // completes it, so the kept tiles recompute every one of them.
 func prunedTreeIndexes(from, to uint64) []int64 {
-	out := make([]int64, 0, 2*(to-from+1))
-	for n := int64(from - 1); n < int64(to); n++ {
-		base := sumdb.StoredHashIndex(0, n)
-		count := sumdb.StoredHashCount(n+1) - sumdb.StoredHashCount(n)
-		for l := int64(0); l < min(count, keptLevels); l++ {
-			out = append(out, base+l)
+	// Only the tiles this batch completes: a writer that read the kept
+	// prefix before this batch committed may still read the hashes of
+	// the tile it appends in, which a later batch completes.
+	var out []int64
+	for t := int64(from-1) / tlog.KeptLeaves; (t+1)*tlog.KeptLeaves <= int64(to); t++ {
+		for n := t * tlog.KeptLeaves; n < (t+1)*tlog.KeptLeaves; n++ {
+			base := sumdb.StoredHashIndex(0, n)
+			count := sumdb.StoredHashCount(n+1) - sumdb.StoredHashCount(n)
+			for l := int64(0); l < min(count, keptLevels); l++ {
+				out = append(out, base+l)
+			}
 		}
 	}
 	return out

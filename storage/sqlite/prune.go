@@ -18,8 +18,13 @@ import (
 // hashes and deletes rows.
 
 const (
+	// Kept is the deleted prefix: the progress of the first prune not
+	// finished (a later one's row starts after bodies still stored), else
+	// of the latest.
 	sqlPruned = `SELECT seq, segment, (SELECT max(through) FROM ns_prunes WHERE ns = ?1),
-		(SELECT max(deleted_through) FROM ns_prunes WHERE ns = ?1) FROM ns_prunes WHERE ns = ?1 ORDER BY seq DESC LIMIT 1`
+		coalesce((SELECT deleted_through FROM ns_prunes WHERE ns = ?1 AND deleted_through < through ORDER BY seq LIMIT 1),
+			(SELECT max(deleted_through) FROM ns_prunes WHERE ns = ?1))
+		FROM ns_prunes WHERE ns = ?1 ORDER BY seq DESC LIMIT 1`
 	sqlPrunes       = `SELECT seq, from_seq, through, digest, segment, deleted_through FROM ns_prunes WHERE ns = ?1 ORDER BY seq`
 	sqlInsertPrune  = `INSERT INTO ns_prunes (ns, seq, from_seq, through, digest, segment, deleted_through) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?3 - 1)`
 	sqlPruneRow     = `SELECT from_seq, through, deleted_through FROM ns_prunes WHERE ns = ?1 AND seq = ?2`
@@ -210,14 +215,20 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 		return err
 	}
 	defer release()
+	// Off the writer's lock: the postings of pruned receipts are never
+	// read, so they may go first (and must, before the bodies).
+	keys, through, err := c.pruneIndex(ctx, c.r, b)
+	if err != nil {
+		return err
+	}
 	m := s.main
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed || c.closed {
 		return ledger.ErrClosed
 	}
-	if err := c.pruneIndex(ctx, m.w, b); err != nil {
-		return err
+	if err := c.idx.ForgetKeys(c.ns, keys, through); err != nil {
+		return fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
 	}
 	tx, err := m.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -237,33 +248,40 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 	return nil
 }
 
-// pruneIndex deletes the key index's entries of b's receipts.
-func (c *chainWriter) pruneIndex(ctx context.Context, w *sql.DB, b ledger.DeleteBatch) error {
+// pruneIndex deletes the key index's postings of b's receipts; it
+// returns their keys and the prune's last seq.
+func (c *chainWriter) pruneIndex(ctx context.Context, r *sql.DB, b ledger.DeleteBatch) ([]string, uint64, error) {
 	var from, through, done uint64
-	if err := w.QueryRowContext(ctx, sqlPruneRow, c.args(b.Prune)...).Scan(&from, &through, &done); err != nil {
-		return fmt.Errorf("delete pruned: prune %d: %w", b.Prune, classify(err))
+	if err := r.QueryRowContext(ctx, sqlPruneRow, c.args(b.Prune)...).Scan(&from, &through, &done); err != nil {
+		return nil, 0, fmt.Errorf("delete pruned: prune %d: %w", b.Prune, classify(err))
 	}
-	rows, err := w.QueryContext(ctx, `SELECT seq, kind, idempotency_key, execution_id, tool FROM ns_receipts
+	rows, err := r.QueryContext(ctx, `SELECT seq, kind, idempotency_key, execution_id, tool FROM ns_receipts
 		WHERE ns = ?1 AND seq BETWEEN ?2 AND ?3 ORDER BY seq`, c.args(b.From, b.To)...)
 	if err != nil {
-		return fmt.Errorf("delete pruned: %w", classify(err))
+		return nil, 0, fmt.Errorf("delete pruned: %w", classify(err))
 	}
 	defer func() { _ = rows.Close() }()
 	var rs []chain.Receipt
+	var keys []string
+	seen := map[string]bool{}
 	for rows.Next() {
 		var r chain.Receipt
 		if err := rows.Scan(&r.Seq, &r.Kind, &r.IdempotencyKey, &r.ExecutionID, &r.Tool); err != nil {
-			return fmt.Errorf("delete pruned: %w", classify(err))
+			return nil, 0, fmt.Errorf("delete pruned: %w", classify(err))
 		}
 		rs = append(rs, r)
+		if r.IdempotencyKey != "" && !seen[r.IdempotencyKey] {
+			seen[r.IdempotencyKey] = true
+			keys = append(keys, r.IdempotencyKey)
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("delete pruned: %w", classify(err))
+		return nil, 0, fmt.Errorf("delete pruned: %w", classify(err))
 	}
-	if err := c.idx.Prune(c.ns, rs, through); err != nil {
-		return fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
+	if err := c.idx.PrunePostings(c.ns, rs); err != nil {
+		return nil, 0, fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
 	}
-	return nil
+	return keys, through, nil
 }
 
 // deleteBatch copies the chain hashes of b's receipts into kept tiles
@@ -278,6 +296,14 @@ func deleteBatch(ctx context.Context, tx *sql.Tx, ref chainRef, b ledger.DeleteB
 	}
 	if b.From != done+1 || b.To < b.From || b.To > through {
 		return fmt.Errorf("prune %d has deleted through %d of %d…%d: %w", b.Prune, done, from, through, ledger.ErrStorageCorrupt)
+	}
+	var earlier bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM ns_prunes WHERE ns = ?1 AND seq < ?2 AND deleted_through < through)`,
+		ref.args(b.Prune)...).Scan(&earlier); err != nil {
+		return classify(err)
+	}
+	if earlier {
+		return fmt.Errorf("prune %d: an earlier prune's deletion is not finished: %w", b.Prune, ledger.ErrStorageCorrupt)
 	}
 	rids, err := keepHashes(ctx, tx, ref, b.From, b.To)
 	if err != nil {

@@ -142,3 +142,78 @@ func TestPrune_forget(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(202), v.FirstSeq)
 }
+
+// TestPrune_secondWhileDeleting: a prune recorded while an earlier one's
+// deletion is unfinished keeps the deleted prefix at the earlier one's
+// progress (the later row starts after bodies still stored), and reads
+// stay right throughout.
+func TestPrune_secondWhileDeleting(t *testing.T) {
+	ctx := context.Background()
+	clock := testkit.NewClock()
+	opts := quiet
+	opts.Now, opts.KeyTTL = clock.Now, uint64(time.Hour.Milliseconds())
+	st, err := sqlite.OpenStore(ctx, filepath.Join(t.TempDir(), "l.db"), opts, false)
+	require.NoError(t, err)
+	gate := make(chan struct{})
+	batches := 0
+	l := ledger.New(st, ledger.Config{Now: clock.Now, ArchiveDir: t.TempDir(), Logger: quiet.Logger, PruneStep: func(step string) {
+		if step == "batch" {
+			if batches++; batches == 1 {
+				<-gate // the first deletion stops after its first batch
+			}
+		}
+	}})
+	defer l.Close()
+	n, err := l.Default(ctx)
+	require.NoError(t, err)
+	_, err = n.SetPolicy(ctx, json.RawMessage(`{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`), "ops")
+	require.NoError(t, err)
+	pairs := func(from, to int) {
+		for i := from; i < to; i++ {
+			key := fmt.Sprintf("second-%04d", i)
+			r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "e1"))
+			testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+		}
+	}
+	skey, _, err := tlog.GenerateKey("ex.test")
+	require.NoError(t, err)
+	signer, err := note.NewSigner(skey)
+	require.NoError(t, err)
+	cp := &tlog.Checkpointer{Store: n, Signer: signer, Origin: "ex.test/default"}
+	pairs(0, 600) // 2 … 1201
+	clock.Advance(time.Hour + 2*time.Minute)
+	testkit.MustReserve(t, n, testkit.ReserveReq("second-open", "e1")) // 1202
+	_, err = cp.SignOnce(ctx)
+	require.NoError(t, err)
+	first, err := n.Prune(ctx, ledger.PruneRequest{Through: 700, Actor: "ops"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, err := n.Reader().Pruned(ctx)
+		return err == nil && m.Kept > 0
+	}, 5*time.Second, 5*time.Millisecond)
+	m, err := n.Reader().Pruned(ctx)
+	require.NoError(t, err)
+	require.Less(t, m.Kept, uint64(700), "one batch deleted")
+	_, err = cp.SignOnce(ctx)
+	require.NoError(t, err)
+	second, err := n.Prune(ctx, ledger.PruneRequest{Through: 1201, Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(701), second.From)
+	m2, err := n.Reader().Pruned(ctx)
+	require.NoError(t, err)
+	require.Equal(t, m.Kept, m2.Kept, "the deleted prefix is still the first prune's progress")
+	require.Equal(t, uint64(1201), m2.Through)
+	tree, err := tlog.TreeHash(1203, n.HashReader(ctx))
+	require.NoError(t, err)
+	close(gate)
+	require.NoError(t, n.DeletePruned(ctx))
+	m3, err := n.Reader().Pruned(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1201), m3.Kept)
+	after, err := tlog.TreeHash(1203, n.HashReader(ctx))
+	require.NoError(t, err)
+	require.Equal(t, tree, after)
+	_, err = n.GetReceipt(ctx, 900)
+	require.Equal(t, ledger.ECodePruned, ledger.ErrorCode(err))
+	require.Equal(t, uint64(1203), first.Receipt.Seq)
+}
