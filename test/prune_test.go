@@ -173,8 +173,8 @@ func testPruneEndToEnd(t *testing.T, db string) {
 
 	// deleted: the deletion has finished. Before, a GET of a key pruned
 	// whole is not checked: on SQLite it can be 404 unknown_key while the
-	// deletion batch holding it runs (the key index loses the key's record
-	// before the batch's transaction records the pruned key).
+	// deletion batch holding the key runs (the key index forgets the key's
+	// record before the batch's transaction records the key as pruned).
 	checkPruned := func(t *testing.T, deleted bool) {
 		t.Helper()
 		gone := func(path string, wantSeq int64) {
