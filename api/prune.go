@@ -107,10 +107,17 @@ func pruneStatus(ctx context.Context, n *ledger.Namespace) (*pruneStatusBody, er
 		return nil, err
 	}
 	body := &pruneStatusBody{Namespace: n.Name(), Archive: p.Archive, Prunes: make([]pruneJSON, 0, len(ps))}
+	unfinished := false
 	for _, pr := range ps {
-		body.PrunedThrough, body.KeptThrough = max(body.PrunedThrough, pr.Through), max(body.KeptThrough, pr.DeletedThrough)
+		deleting := pr.DeletedThrough < pr.Through
+		body.PrunedThrough = max(body.PrunedThrough, pr.Through)
+		if !unfinished {
+			// The deleted prefix: up to the first prune whose deletion is
+			// unfinished (a later one starts at its through, not deleted).
+			body.KeptThrough, unfinished = pr.DeletedThrough, deleting
+		}
 		body.Prunes = append(body.Prunes, pruneJSON{Seq: pr.Seq, From: pr.From, Through: pr.Through, Segment: pr.Segment,
-			Digest: pr.Digest, Deleting: pr.DeletedThrough < pr.Through})
+			Digest: pr.Digest, Deleting: deleting})
 	}
 	// The watermark above the pruned prefix: the receipts at or below it
 	// are gone, or going.
