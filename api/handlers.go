@@ -396,7 +396,19 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, n *ledger.Na
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, headRef(h))
+	p, err := prunedOf(r.Context(), n)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if p == nil {
+		s.writeJSON(w, http.StatusOK, headRef(h))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		receiptRef
+		Pruned *prunedHead `json:"pruned"`
+	}{headRef(h), p})
 }
 
 // headRef is a chain head in the form of a receipt reference.

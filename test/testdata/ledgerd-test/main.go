@@ -49,6 +49,10 @@ const (
 	// new replica counted or a new namespace served without waiting.
 	replicaCountEnv  = "LEDGERD_TEST_REPLICA_COUNT_EVERY"
 	namespaceScanEnv = "LEDGERD_TEST_NAMESPACE_SCAN_EVERY"
+	// pruneEveryEnv holds a duration that replaces --prune-interval (which
+	// is at least a minute in ledgerd), so that a test sees scheduled
+	// prunes (SPEC §16) at once.
+	pruneEveryEnv = "LEDGERD_TEST_PRUNE_EVERY"
 )
 
 // setSeams sets m's seams from the environment.
@@ -74,6 +78,9 @@ func setSeams(m *daemon.Main) error {
 		return err
 	}
 	if m.NamespaceScanEvery, err = period(namespaceScanEnv); err != nil {
+		return err
+	}
+	if m.PruneEvery, err = period(pruneEveryEnv); err != nil {
 		return err
 	}
 	return nil

@@ -1,0 +1,154 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/effect-ledger/effect-ledger/ledger"
+)
+
+// Archive, then prune (SPEC §16): POST /v1/ns/{ns}/prune (admin) prunes,
+// GET /v1/ns/{ns}/prune (admin: it scans the chain) says what could be
+// pruned and what was.
+
+// pruneBody is the answer of POST …/prune.
+type pruneBody struct {
+	Status   string      `json:"status"`
+	Receipt  *receiptRef `json:"receipt,omitempty"`
+	From     uint64      `json:"from,omitempty"`
+	Through  uint64      `json:"through"`
+	Segment  string      `json:"segment,omitempty"`
+	Digest   string      `json:"digest,omitempty"`
+	Deleting bool        `json:"deleting"`
+}
+
+// handlePrune is POST /v1/ns/{ns}/prune: {"through": SEQ}, or {} for as
+// far as the policy's archive.keep_ms, the watermark and the latest
+// checkpoint allow. 201 with the prune receipt; 200 already_pruned (with
+// the prune that covers through) or nothing_to_prune.
+func (s *Server) handlePrune(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	var through *int64
+	if !s.decodeBody(w, r, func(o *object) { through = o.integer("through") }) {
+		return
+	}
+	req := ledger.PruneRequest{Actor: ActorFromContext(r.Context())}
+	if through != nil {
+		if *through < 1 {
+			s.Error(w, r, ledger.Invalid("through", "through must be the seq of a receipt (1 or more); leave it out to prune as far as the policy allows"))
+			return
+		}
+		req.Through = uint64(*through)
+	}
+	res, err := n.Prune(r.Context(), req)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	body := pruneBody{Status: res.Status, From: res.From, Through: res.Through, Segment: res.Segment, Digest: res.Digest,
+		Deleting: res.Deleting}
+	if res.Receipt != nil {
+		ref := refJSON(*res.Receipt)
+		body.Receipt = &ref
+	}
+	status := http.StatusOK
+	if res.Status == ledger.PruneStatusPruned {
+		status = http.StatusCreated
+	}
+	s.writeJSON(w, status, body)
+}
+
+// pruneStatusBody is the answer of GET …/prune.
+type pruneStatusBody struct {
+	Namespace     string            `json:"namespace"`
+	Archive       *ledger.Archive   `json:"archive"`
+	Watermark     *ledger.Watermark `json:"watermark"`
+	PrunedThrough uint64            `json:"pruned_through"`
+	KeptThrough   uint64            `json:"kept_through"`
+	Prunes        []pruneJSON       `json:"prunes"`
+}
+
+// pruneJSON is one prune as GET …/prune lists it.
+type pruneJSON struct {
+	Seq      uint64 `json:"seq"`
+	From     uint64 `json:"from"`
+	Through  uint64 `json:"through"`
+	Segment  string `json:"segment"`
+	Digest   string `json:"digest"`
+	Deleting bool   `json:"deleting"`
+}
+
+// handlePruneStatus is GET /v1/ns/{ns}/prune: the archive member, the
+// prunable watermark above the pruned prefix (under the policy's
+// min_keep_ms, ledger.MinArchiveKeepMS without one), and the prunes.
+func (s *Server) handlePruneStatus(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
+	body, err := pruneStatus(r.Context(), n)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	s.writeJSON(w, http.StatusOK, body)
+}
+
+// pruneStatus reads what GET …/prune answers.
+func pruneStatus(ctx context.Context, n *ledger.Namespace) (*pruneStatusBody, error) {
+	p, _, err := n.Policy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	floor := uint64(ledger.MinArchiveKeepMS)
+	if p.Archive != nil {
+		floor = p.Archive.MinKeepMS
+	}
+	// The marks from the rows listed, in one read: a deletion batch may
+	// commit between two.
+	ps, err := n.Reader().Prunes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	body := &pruneStatusBody{Namespace: n.Name(), Archive: p.Archive, Prunes: make([]pruneJSON, 0, len(ps))}
+	unfinished := false
+	for _, pr := range ps {
+		deleting := pr.DeletedThrough < pr.Through
+		body.PrunedThrough = max(body.PrunedThrough, pr.Through)
+		if !unfinished {
+			// The deleted prefix: up to the first prune whose deletion is
+			// unfinished (a later one starts at its through, not deleted).
+			body.KeptThrough, unfinished = pr.DeletedThrough, deleting
+		}
+		body.Prunes = append(body.Prunes, pruneJSON{Seq: pr.Seq, From: pr.From, Through: pr.Through, Segment: pr.Segment,
+			Digest: pr.Digest, Deleting: deleting})
+	}
+	// The watermark above the pruned prefix: the receipts at or below it
+	// are gone, or going.
+	if body.Watermark, err = n.Prunable(ctx, body.PrunedThrough, floor); err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
+// prunedHead is what GET /v1/head says of the pruned prefix: its last
+// seq, that receipt's kept chain hash (from which the live chain goes on)
+// and the latest prune receipt.
+type prunedHead struct {
+	Through uint64 `json:"through"`
+	Hash    string `json:"hash"`
+	Prune   uint64 `json:"prune"`
+}
+
+// prunedOf reads n's pruned prefix for GET /v1/head; nil when nothing is
+// pruned.
+func prunedOf(ctx context.Context, n *ledger.Namespace) (*prunedHead, error) {
+	m, err := n.Reader().Pruned(ctx)
+	if err != nil || m.Seq == 0 {
+		return nil, err
+	}
+	hs, err := n.Reader().ReceiptHashes(ctx, m.Through-1, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(hs) != 1 {
+		return nil, fmt.Errorf("no kept chain hash of pruned receipt %d: %w", m.Through, ledger.ErrStorageCorrupt)
+	}
+	return &prunedHead{Through: m.Through, Hash: hs[0].String(), Prune: m.Seq}, nil
+}
