@@ -58,73 +58,16 @@ func (s *Server) handlePrune(w http.ResponseWriter, r *http.Request, n *ledger.N
 	s.writeJSON(w, status, body)
 }
 
-// pruneStatusBody is the answer of GET …/prune.
-type pruneStatusBody struct {
-	Namespace     string            `json:"namespace"`
-	Archive       *ledger.Archive   `json:"archive"`
-	Watermark     *ledger.Watermark `json:"watermark"`
-	PrunedThrough uint64            `json:"pruned_through"`
-	KeptThrough   uint64            `json:"kept_through"`
-	Prunes        []pruneJSON       `json:"prunes"`
-}
-
-// pruneJSON is one prune as GET …/prune lists it.
-type pruneJSON struct {
-	Seq      uint64 `json:"seq"`
-	From     uint64 `json:"from"`
-	Through  uint64 `json:"through"`
-	Segment  string `json:"segment"`
-	Digest   string `json:"digest"`
-	Deleting bool   `json:"deleting"`
-}
-
 // handlePruneStatus is GET /v1/ns/{ns}/prune: the archive member, the
 // prunable watermark above the pruned prefix (under the policy's
 // min_keep_ms, ledger.MinArchiveKeepMS without one), and the prunes.
 func (s *Server) handlePruneStatus(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	body, err := pruneStatus(r.Context(), n)
+	body, err := n.PruneStatus(r.Context())
 	if err != nil {
 		s.Error(w, r, err)
 		return
 	}
 	s.writeJSON(w, http.StatusOK, body)
-}
-
-// pruneStatus reads what GET …/prune answers.
-func pruneStatus(ctx context.Context, n *ledger.Namespace) (*pruneStatusBody, error) {
-	p, _, err := n.Policy(ctx)
-	if err != nil {
-		return nil, err
-	}
-	floor := uint64(ledger.MinArchiveKeepMS)
-	if p.Archive != nil {
-		floor = p.Archive.MinKeepMS
-	}
-	// The marks from the rows listed, in one read: a deletion batch may
-	// commit between two.
-	ps, err := n.Reader().Prunes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	body := &pruneStatusBody{Namespace: n.Name(), Archive: p.Archive, Prunes: make([]pruneJSON, 0, len(ps))}
-	unfinished := false
-	for _, pr := range ps {
-		deleting := pr.DeletedThrough < pr.Through
-		body.PrunedThrough = max(body.PrunedThrough, pr.Through)
-		if !unfinished {
-			// The deleted prefix: up to the first prune whose deletion is
-			// unfinished (a later one starts at its through, not deleted).
-			body.KeptThrough, unfinished = pr.DeletedThrough, deleting
-		}
-		body.Prunes = append(body.Prunes, pruneJSON{Seq: pr.Seq, From: pr.From, Through: pr.Through, Segment: pr.Segment,
-			Digest: pr.Digest, Deleting: deleting})
-	}
-	// The watermark above the pruned prefix: the receipts at or below it
-	// are gone, or going.
-	if body.Watermark, err = n.Prunable(ctx, body.PrunedThrough, floor); err != nil {
-		return nil, err
-	}
-	return body, nil
 }
 
 // prunedHead is what GET /v1/head says of the pruned prefix: its last

@@ -437,12 +437,13 @@ func viewOf(ask *chain.Receipt, hist []chain.Receipt, now uint64) *ApprovalView 
 }
 
 // Approval returns the ask at seq with its state, and its input when
-// withInput (approvers and admins). Errors: *Error ECodeUnknownApproval.
+// withInput (approvers and admins). Errors: *Error ECodeUnknownApproval,
+// ECodePruned (SPEC §16).
 func (n *Namespace) Approval(ctx context.Context, seq uint64, withInput bool) (*ApprovalView, error) {
 	ask, err := n.GetReceipt(ctx, seq)
 	if err != nil || ask.Kind != chain.KindAsk {
 		var e *Error
-		if err == nil || errors.As(err, &e) {
+		if err == nil || errors.As(err, &e) && e.Code != ECodePruned {
 			return nil, &Error{Code: ECodeUnknownApproval, Message: fmt.Sprintf("no ask at seq %d", seq)}
 		}
 		return nil, err
