@@ -276,6 +276,9 @@ func TestPrune_deleteInBatches(t *testing.T) {
 	require.NoError(t, s.DeletePruned(ctx, "p", batch(257, 300))) // a partial tile
 	require.NoError(t, s.DeletePruned(ctx, "p", batch(301, 515))) // extended, and the next one begun
 	require.NoError(t, s.DeletePruned(ctx, "p", batch(516, 520)))
+	require.Eventually(t, func() bool { // the last batch vacuums the tables it deleted from
+		return count(t, u, `SELECT count(*) FROM pg_stat_user_tables WHERE relname = 'receipts' AND last_vacuum IS NOT NULL`) == 1
+	}, 20*time.Second, 50*time.Millisecond)
 
 	// What was written.
 	m, err = c.Pruned(ctx)

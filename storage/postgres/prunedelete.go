@@ -102,10 +102,10 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	start := time.Now()
-	var keys int64
+	var keys, through int64
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		var err error
-		keys, err = c.deletePruned(ctx, tx, b)
+		keys, through, err = c.deletePruned(ctx, tx, b)
 		return err
 	})
 	if err != nil {
@@ -113,14 +113,44 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 	}
 	s.log.Debug("postgres: deleted pruned receipts", "ns", ns, "prune", b.Prune, "from", b.From, "to", b.To,
 		"keys", keys, "took", time.Since(start))
+	if int64(b.To) == through {
+		s.vacuumPruned()
+	}
 	return nil
+}
+
+// vacuumPruned runs VACUUM (ANALYZE) on the tables a prune deleted from,
+// in the background and at most one at a time, once a prune's deletion
+// has finished (SPEC §16: PostgreSQL's tables are vacuumed), so that the
+// space of the deleted rows is reused without waiting for autovacuum. A
+// role that does not own the tables cannot vacuum them: autovacuum then
+// does it alone (logged).
+func (s *Store) vacuumPruned() {
+	if !s.vacuuming.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.vacuuming.Store(false)
+		ctx, cancel := context.WithTimeout(s.bgCtx, time.Hour)
+		defer cancel()
+		for _, table := range []string{"receipts", "tree_hashes", "keys", "payloads"} {
+			start := time.Now()
+			if _, err := s.pool.Exec(ctx, "VACUUM (ANALYZE) "+table); err != nil { // a name from the fixed list
+				if !s.isClosed() {
+					s.log.Info("postgres: vacuum after a prune failed; autovacuum will do it", "table", table, "err", err)
+				}
+				return
+			}
+			s.log.Debug("postgres: vacuumed after a prune", "table", table, "took", time.Since(start))
+		}
+	}()
 }
 
 // deletePruned is DeletePruned's transaction: one round trip to check
 // the batch against the prune row (locked) and read the range, one to
 // keep, delete and record progress. It returns how many key records it
-// deleted.
-func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatch) (int64, error) {
+// deleted and the prune's last seq.
+func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatch) (int64, int64, error) {
 	var q pgx.Batch
 	q.Queue(sqlPrunerMark)
 	q.Queue(sqlDeletePruneRow, c.ns, int64(b.Prune))
@@ -150,20 +180,20 @@ func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatc
 		err = cerr
 	}
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	switch n := b.To - b.From + 1; {
 	case uint64(deleted) != b.From-1:
-		return 0, fmt.Errorf("prune %d has deleted through %d, the batch starts at %d", b.Prune, deleted, b.From)
+		return 0, 0, fmt.Errorf("prune %d has deleted through %d, the batch starts at %d", b.Prune, deleted, b.From)
 	case b.To > uint64(through):
-		return 0, fmt.Errorf("prune %d covers receipts through %d", b.Prune, through)
+		return 0, 0, fmt.Errorf("prune %d covers receipts through %d", b.Prune, through)
 	case earlier != 0:
-		return 0, fmt.Errorf("the deletion of the earlier prune %d is unfinished", earlier)
+		return 0, 0, fmt.Errorf("the deletion of the earlier prune %d is unfinished", earlier)
 	case keptLen != int64((b.From-1)%tlog.KeptLeaves)*32:
-		return 0, fmt.Errorf("kept tile %d holds %d bytes, want %d", (b.From-1)/tlog.KeptLeaves, keptLen,
+		return 0, 0, fmt.Errorf("kept tile %d holds %d bytes, want %d", (b.From-1)/tlog.KeptLeaves, keptLen,
 			int64((b.From-1)%tlog.KeptLeaves)*32)
 	case uint64(count) != n:
-		return 0, fmt.Errorf("%d of the %d receipts are stored", count, n)
+		return 0, 0, fmt.Errorf("%d of the %d receipts are stored", count, n)
 	}
 
 	macs := make([]int64, len(b.KeyMACs))
@@ -195,16 +225,16 @@ func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatc
 	for i := range q.QueuedQueries {
 		tag, err := br.Exec()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		switch i {
 		case 0:
 			if tiles := (b.To-1)/tlog.KeptLeaves - (b.From-1)/tlog.KeptLeaves + 1; uint64(tag.RowsAffected()) != tiles {
-				return 0, fmt.Errorf("kept %d tiles of %d", tag.RowsAffected(), tiles)
+				return 0, 0, fmt.Errorf("kept %d tiles of %d", tag.RowsAffected(), tiles)
 			}
 		case 2:
 			if tag.RowsAffected() != count {
-				return 0, fmt.Errorf("deleted %d receipts of %d", tag.RowsAffected(), count)
+				return 0, 0, fmt.Errorf("deleted %d receipts of %d", tag.RowsAffected(), count)
 			}
 		}
 		if keyStmts[i] {
@@ -212,9 +242,9 @@ func (c *Chain) deletePruned(ctx context.Context, tx pgx.Tx, b ledger.DeleteBatc
 		}
 	}
 	if err := br.Close(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return gone, nil
+	return gone, through, nil
 }
 
 // prunedTreeIndexes lists the stored tree hashes of levels 0–7 that the
