@@ -232,11 +232,8 @@ func (n *Namespace) alreadyPruned(ctx context.Context, through uint64) (*PruneRe
 // after checking that nothing appended since the scan joins a generation
 // of the range (errMoved) and that no other prune came first.
 func (t *batchTx) decidePrune(ctx context.Context, plan *prunePlan) (*PruneResult, error) {
-	if got := t.at.Pruned.Through; got != plan.from-1 {
-		if got >= plan.through {
-			return nil, errMoved // another prune covers it: the next scan answers already_pruned
-		}
-		return nil, errMoved
+	if t.at.Pruned.Through != plan.from-1 {
+		return nil, errMoved // another prune came first: the next scan answers already_pruned, or goes on from it
 	}
 	ref := t.refReader(ctx)
 	var kept []KeptBody
