@@ -102,30 +102,44 @@ func (t *batchTx) Key(ctx context.Context, key string) (KeyRecord, bool, error) 
 }
 
 // keptKeyReceipts reads the rotations of the pruned key receipts (SPEC
-// §9.2, §16), each checked against its kept chain hash.
+// §9.2, §16).
 func (n *Namespace) keptKeyReceipts(ctx context.Context) ([]KeyRotation, error) {
-	bodies, err := n.chain.KeptReceipts(ctx)
+	rs, err := keptKeyBodies(ctx, n.chain)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]KeyRotation, 0, len(rs))
+	for i := range rs {
+		rot, err := RotationOf(&rs[i])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rot)
+	}
+	return out, nil
+}
+
+// keptKeyBodies reads the kept bodies of the pruned key receipts, each
+// checked against its kept chain hash (a mismatch is ErrStorageCorrupt).
+func keptKeyBodies(ctx context.Context, c ChainReader) ([]chain.Receipt, error) {
+	bodies, err := c.KeptReceipts(ctx)
 	if err != nil || len(bodies) == 0 {
 		return nil, err
 	}
-	var out []KeyRotation
+	out := make([]chain.Receipt, 0, len(bodies))
 	for _, b := range bodies {
 		var r chain.Receipt
 		if err := r.UnmarshalJSON([]byte(b.Body)); err != nil {
 			return nil, fmt.Errorf("kept key receipt %d: %w: %w", b.Seq, err, ErrStorageCorrupt)
 		}
-		hs, err := n.chain.ReceiptHashes(ctx, b.Seq-1, 1)
+		hs, err := c.ReceiptHashes(ctx, b.Seq-1, 1)
 		if err != nil {
 			return nil, err
 		}
 		if r.Seq != b.Seq || r.Check() != nil || len(hs) != 1 || hs[0] != r.Hash {
 			return nil, fmt.Errorf("kept key receipt %d does not match its kept chain hash: %w", b.Seq, ErrStorageCorrupt)
 		}
-		rot, err := RotationOf(&r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rot)
+		out = append(out, r)
 	}
 	return out, nil
 }

@@ -231,3 +231,40 @@ func testPruneErasure(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.StatusNothingToErase, again.Status)
 }
+
+// testPruneKeyReceipt prunes a key receipt (SPEC §9.2): the namespace's
+// key history still has its rotation, and a portable receipt still
+// carries it, proven under the first checkpoint that covers it.
+func testPruneKeyReceipt(t *testing.T, f Factory) {
+	ctx := context.Background()
+	n, clock, cp, _ := pruneNS(t, f)
+	_, newV, err := tlog.GenerateKey("ex.test")
+	require.NoError(t, err)
+	for i := range 10 { // 2 … 21
+		key := fmt.Sprintf("rotation-%02d", i)
+		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "e1"))
+		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+	}
+	rot, err := n.RotateKey(ctx, ledger.RotateRequest{VKey: newV, Retires: "00000000", Actor: "ops"}) // 22
+	require.NoError(t, err)
+	_, err = cp.SignOnce(ctx) // the first checkpoint covering 22
+	require.NoError(t, err)
+	clock.Advance(ttl + 2*time.Minute)
+	open := testkit.MustReserve(t, n, testkit.ReserveReq("rotation-open", "e1")) // 23
+	_, err = cp.SignOnce(ctx)
+	require.NoError(t, err)
+	res, err := n.Prune(ctx, ledger.PruneRequest{Actor: "ops"})
+	require.NoError(t, err)
+	require.Equal(t, uint64(22), res.Through)
+	require.NoError(t, n.DeletePruned(ctx))
+	_, err = n.GetReceipt(ctx, 22)
+	requirePruned(t, err)
+	hist, err := n.KeyHistory(ctx)
+	require.NoError(t, err)
+	require.Len(t, hist, 1)
+	require.Equal(t, rot.Rotation.VKey, hist[0].VKey)
+	p, err := n.PortableReceipt(ctx, open.Receipt.Seq)
+	require.NoError(t, err)
+	require.Len(t, p.Keys, 1, "the bundle carries the pruned key receipt")
+	require.Equal(t, uint64(22), p.Keys[0].Receipt.Seq)
+}
