@@ -158,7 +158,7 @@ func (v *Verifier) joinedPass(ctx context.Context, r *run, dirs []string) error 
 	if err != nil {
 		return err
 	}
-	jr.state.pruned = r.pruned.mark.Through
+	jr.state.prunes = r.pruned.rows
 	jr.gate.policies, jr.gate.policyCol = &[]chain.PrunePolicy{}, r.chainCol
 	err = jv.memoryPass(ctx, jr)
 	if jr.cc.payloads != nil {

@@ -131,7 +131,7 @@ func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
 func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, *verify.KeyTrust, error) {
 	switch s := st.(type) {
 	case fileStore:
-		cc.Prover = readerProver{s.Chain}
+		cc.Prover = readerProver{s.kept()}
 		cc.Covering = s.FirstCheckpointCovering
 		cc.Pruned = s.Chain
 	case *server:
