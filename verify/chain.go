@@ -106,7 +106,7 @@ func (c *chainChecker) add(r *chain.Receipt) {
 		}
 	}
 	c.tree.add(r.Hash)
-	if r.Seq <= c.prunedThrough { // pruned: its chain only, and the prunes
+	if c.isPruned(r) { // its chain only, and the prunes
 		if r.Kind == chain.KindPrune && bodyOK {
 			c.pruned.add(c.col, r)
 		}
@@ -186,4 +186,10 @@ func (c *chainChecker) finish() {
 	if c.progress != nil {
 		c.progress(c.lastSeq)
 	}
+}
+
+// isPruned reports whether r is a receipt of the pruned prefix, which the
+// chain pass checks for its links only (a seq that is not a number is not).
+func (c *chainChecker) isPruned(r *chain.Receipt) bool {
+	return c.prunedThrough > 0 && r.Seq <= c.prunedThrough && !r.IsMalformed("seq")
 }

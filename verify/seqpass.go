@@ -76,10 +76,10 @@ func (v *Verifier) seqPass(ctx context.Context, r *run) error {
 // state checks to the key-ordered pass.
 func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *successSet, fails *failureGate) (*level, error) {
 	var spErr error
-	pruned := r.cc.prunedThrough // chain-checked only (SPEC §16)
+	pruned := func(rc *chain.Receipt) bool { return r.cc.isPruned(rc) } // chain-checked only (SPEC §16)
 	replay := newBatcher(func(rc *chain.Receipt) {
 		r.cc.add(rc)
-		if rc.Seq <= pruned {
+		if pruned(rc) {
 			return
 		}
 		if succ != nil {
@@ -87,7 +87,7 @@ func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *su
 		}
 		fails.see(rc)
 	}, func(rc *chain.Receipt) {
-		if top == nil || spErr != nil || rc.Seq <= pruned {
+		if top == nil || spErr != nil || pruned(rc) {
 			return
 		}
 		if len(rc.Malformed) > 0 {
