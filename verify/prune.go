@@ -19,12 +19,23 @@ type pruneRanges struct {
 	// order: the audit's pruned_ranges, and --segments joins a segment
 	// to each (segments.go).
 	list []PrunedRange
+	// open: the prunes up to floor (a server's P) went with their
+	// receipts, unread; the first prune read is taken to follow them when
+	// its range starts at or below floor+1.
+	open  bool
+	floor uint64
 }
 
 // add checks the prune receipt r's result (chain.ParsePruneResult), its
 // range below r itself and following the earlier prunes' (prune_invalid).
 func (p *pruneRanges) add(col *collector, r *chain.Receipt) {
 	res, err := chain.ParsePruneResult(r.Result)
+	if err == nil && p.open {
+		p.open = false
+		if res.From >= 1 && res.From-1 <= p.floor {
+			p.through = res.From - 1
+		}
+	}
 	switch {
 	case err != nil:
 		col.addf(r.Seq, RulePruneInvalid, "%v", err)
@@ -50,8 +61,8 @@ func (p *pruneRanges) learn(r *chain.Receipt) {
 // checkReference reports a receipt whose ref_seq names a pruned receipt
 // (pruned_reference). A prune receipt's own ref_seq is invalid_field's.
 func (p *pruneRanges) checkReference(col *collector, r *chain.Receipt) {
-	if r.RefSeq > 0 && r.RefSeq <= p.through && r.Kind != chain.KindPrune {
-		col.addf(r.Seq, RulePrunedReference, "ref_seq %d names a receipt pruned (1…%d): a key pruned whole is a new key, with ref_seq 0", r.RefSeq, p.through)
+	if through := max(p.through, p.floor); r.RefSeq > 0 && r.RefSeq <= through && r.Kind != chain.KindPrune {
+		col.addf(r.Seq, RulePrunedReference, "ref_seq %d names a receipt pruned (1…%d): a key pruned whole is a new key, with ref_seq 0", r.RefSeq, through)
 	}
 }
 

@@ -20,6 +20,29 @@ type pruned struct {
 	c    DB // nil: the ledger keeps no pruned prefix
 	mark ledger.PruneMark
 	rows []ledger.Prune
+	// served is a server's pruned prefix (served.go): its bodies ≤ P are
+	// unreadable, K is P; proof says how its hash was proven, bad is the
+	// violation if it was not.
+	served *ServedPrune
+	proof  *PrunedProof
+	bad    *Violation
+	src    Source // reads the live receipts: the database's, or the server's
+}
+
+// any reports whether the ledger keeps a pruned prefix: a database's or
+// a server's.
+func (p *pruned) any() bool { return p.c != nil || p.served != nil }
+
+// hashAt is the chain hash of receipt seq ≤ K: kept by a database, or
+// the one a server proved (of P alone).
+func (p *pruned) hashAt(ctx context.Context, seq uint64) (chain.Hash, error) {
+	if p.served == nil {
+		return keptHash(ctx, p.c, seq)
+	}
+	if seq != p.served.Through {
+		return chain.Hash{}, fmt.Errorf("the server proves the chain hash of pruned receipt %d only, not of %d", p.served.Through, seq)
+	}
+	return p.served.Hash, nil
 }
 
 // livePart is the database as the state checks read it: the keys and
@@ -61,11 +84,20 @@ func (d livePart) RepeatedFailures(ctx context.Context, tool string, fn func(*le
 	})
 }
 
-// readPruned reads the pruned prefix and the prune rows of a database
-// (zero for a server, or a ledger never pruned), and points the state
-// checks at the live range.
+// readPruned reads the pruned prefix and the prune rows of a database, or
+// a server's pruned prefix and the proof of its hash (zero for a ledger
+// never pruned), and points the state checks at the live range.
 func (v *Verifier) readPruned(ctx context.Context) (*pruned, error) {
-	p := &pruned{}
+	p := &pruned{src: v.src}
+	if v.remote != nil {
+		sp, err := v.remote.Pruned(ctx)
+		if err != nil || sp == nil {
+			return p, err
+		}
+		p.served, p.mark = sp, ledger.PruneMark{Through: sp.Through, Kept: sp.Through, Seq: sp.Prune}
+		p.proof, p.bad = sp.prove(v.opts.Keys)
+		return p, nil
+	}
 	if v.db == nil {
 		return p, nil
 	}
@@ -76,7 +108,7 @@ func (v *Verifier) readPruned(ctx context.Context) (*pruned, error) {
 	if err != nil || c == nil {
 		return p, err
 	}
-	p.c, p.mark = c, mark
+	p.c, p.mark, p.src = c, mark, c
 	if p.rows, err = c.Prunes(ctx); err != nil {
 		return nil, fmt.Errorf("read the prune rows: %w", err)
 	}
@@ -120,9 +152,13 @@ func (p *pruned) standing(ctx context.Context) (uint64, error) {
 }
 
 // pinIntact compares a pin at or below K with the kept hash: the body is
-// gone, the hash the tree binds is the check.
+// gone, the hash the tree binds is the check. A server proves the hash of
+// P alone: a pin below it cannot be checked, and is not intact.
 func (p *pruned) pinIntact(ctx context.Context, pin *Pin) (bool, error) {
-	h, err := keptHash(ctx, p.c, pin.Seq)
+	if p.served != nil && (pin.Seq != p.served.Through || !p.proof.Proven) {
+		return false, nil
+	}
+	h, err := p.hashAt(ctx, pin.Seq)
 	if err != nil {
 		return false, err
 	}
@@ -136,10 +172,10 @@ func (p *pruned) checkKeptPins(ctx context.Context, col *collector, opts Opts) e
 		pin  *Pin
 		what string
 	}{{opts.ExpectHead, "expected head"}, {opts.Pinned, "pinned head"}} {
-		if c.pin == nil || c.pin.Seq == 0 || c.pin.Seq > p.mark.Kept {
-			continue
+		if c.pin == nil || c.pin.Seq == 0 || c.pin.Seq > p.mark.Kept || p.served != nil && c.pin.Seq != p.served.Through {
+			continue // below a server's P: unverified_pruned
 		}
-		h, err := keptHash(ctx, p.c, c.pin.Seq)
+		h, err := p.hashAt(ctx, c.pin.Seq)
 		if err != nil {
 			return err
 		}
@@ -205,18 +241,21 @@ func (p *pruned) checkRows(col *collector, pr *pruneRanges, from, through uint64
 // policyAtP is the policy the latest prune carries (SPEC §16: the policy
 // in force at P+1), as a policy receipt for the gate; nil without one.
 func (p *pruned) policyAtP(ctx context.Context) (*chain.Receipt, error) {
-	var latest *ledger.Prune
+	var latest uint64
 	for i := range p.rows {
 		if p.rows[i].Through == p.mark.Through {
-			latest = &p.rows[i]
+			latest = p.rows[i].Seq
 		}
 	}
-	if latest == nil || p.mark.Through == 0 {
+	if p.served != nil {
+		latest = p.served.Prune // checkServedPrune checks it prunes through P
+	}
+	if latest == 0 || p.mark.Through == 0 {
 		return nil, nil
 	}
-	r, err := readReceipt(ctx, p.c, latest.Seq) // above P: live
+	r, err := readReceipt(ctx, p.src, latest) // above P: live
 	if err != nil {
-		return nil, fmt.Errorf("read prune receipt %d: %w", latest.Seq, err)
+		return nil, fmt.Errorf("read prune receipt %d: %w", latest, err)
 	}
 	if r == nil || r.Kind != chain.KindPrune {
 		return nil, nil // a row without its receipt: checkRows reports it
@@ -234,7 +273,13 @@ func (p *pruned) policyAtP(ctx context.Context) (*chain.Receipt, error) {
 // and on a full run after a deletion the kept hashes against the tree.
 func (v *Verifier) beginPruned(ctx context.Context, r *run) error {
 	pr := r.pruned
-	if pr.c == nil || pr.mark.Through == 0 && len(pr.rows) == 0 {
+	if pr.bad != nil {
+		r.chainCol.addf(pr.bad.Seq, pr.bad.Rule, "%s", pr.bad.Detail)
+	}
+	if pr.served != nil { // the prunes ≤ P went with their receipts
+		r.cc.pruned.open, r.cc.pruned.floor = true, pr.mark.Through
+	}
+	if !pr.any() || pr.mark.Through == 0 && len(pr.rows) == 0 {
 		return nil
 	}
 	if err := pr.checkKeptPins(ctx, r.chainCol, v.opts); err != nil {
@@ -248,7 +293,7 @@ func (v *Verifier) beginPruned(ctx context.Context, r *run) error {
 	if pol != nil {
 		r.gate.add(pol)
 	}
-	if !r.trusted && pr.mark.Kept > 0 {
+	if !r.trusted && pr.mark.Kept > 0 && pr.c != nil {
 		if r.tree, err = newKeptTree(ctx, pr.c, pr.mark.Kept, r.chainCol); err != nil {
 			return err
 		}
@@ -266,7 +311,7 @@ func (r *run) unverifiedPruned(opts Opts) {
 		pin = opts.ExpectHead
 	}
 	through := r.pruned.mark.Through
-	if pin == nil || r.pruned.c == nil || pin.Seq >= through {
+	if pin == nil || !r.pruned.any() || pin.Seq >= through {
 		return
 	}
 	from := pin.Seq + 1

@@ -164,7 +164,11 @@ type Report struct {
 	// head (--state, --expect-head) that were pruned (SPEC §16) and that
 	// no segment joined covers, whose bodies this run could not check.
 	UnverifiedPruned []uint64 `json:"unverified_pruned,omitempty"`
-	Audit            *Audit   `json:"audit"`
+	// Pruned says how a run over a server's pruned namespace proved the
+	// hash of the last pruned receipt, from which its chain pass started
+	// (SPEC §16); nil for a database or a namespace never pruned.
+	Pruned *PrunedProof `json:"pruned,omitempty"`
+	Audit  *Audit       `json:"audit"`
 }
 
 // mergeViolations orders the violations of both passes by seq and keeps

@@ -118,6 +118,9 @@ func (s *joinedSource) ListReceipts(ctx context.Context, f ledger.ReceiptFilter)
 }
 func (s *joinedSource) SwitchedAt(context.Context) (uint64, error) { return 0, nil }
 
+// Pruned: the segments stand for the pruned prefix, read from seq 1.
+func (s *joinedSource) Pruned(context.Context) (*ServedPrune, error) { return nil, nil }
+
 // segmentsCover returns the directories of the joined segments when they
 // cover 1…P without a gap, else nil.
 func (r *run) segmentsCover(s *Segments) []string {

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -61,6 +63,9 @@ type Remote interface {
 	// as having switched the namespace to committed payloads
 	// (committed_after), 0 for none.
 	SwitchedAt(ctx context.Context) (uint64, error)
+	// Pruned is the namespace's pruned prefix (SPEC §16) with the proof
+	// of its hash; nil when nothing is pruned.
+	Pruned(ctx context.Context) (*ServedPrune, error)
 }
 
 // Opts configure a Verifier.
@@ -101,6 +106,10 @@ type Opts struct {
 	// hashes the ledger keeps (segment_missing, segment_mismatch). A full
 	// run of a database only (ErrSegmentsNeedFullRun).
 	Segments *Segments
+	// Keys, if any, check the signature of the checkpoint that proves the
+	// hash a server says its last pruned receipt has (Report.Pruned);
+	// without them it is the latest checkpoint the server serves.
+	Keys []note.Verifier
 }
 
 // Verifier checks one ledger: a database or a server.
@@ -173,6 +182,9 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 	if err == nil && r.pruned.c != nil {
 		r.pruned.checkRows(r.chainCol, &r.cc.pruned, r.from, r.through)
 	}
+	if err == nil && r.pruned.served != nil {
+		r.pruned.checkServedPrune(r.chainCol, &r.cc.pruned)
+	}
 	if err == nil && v.opts.Segments != nil {
 		r.segments, err = v.joinSegments(ctx, r)
 		if dirs := r.segmentsCover(v.opts.Segments); err == nil && dirs != nil {
@@ -243,7 +255,7 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if K := pr.mark.Kept; K > 0 && r.from < K {
 		// The bodies up to K are deleted: the chain starts at K, from its
 		// kept hash; K's recorded_at is gone.
-		if fromHash, err = keptHash(ctx, pr.c, K); err != nil {
+		if fromHash, err = pr.hashAt(ctx, K); err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		r.from, fromAt = K, 0
@@ -303,6 +315,7 @@ func (r *run) report(maxViolations int) *Report {
 		Checked:           r.cc.checked,
 		PayloadsUnchecked: r.cc.payloads.unchecked(),
 		UnverifiedPruned:  r.unverified,
+		Pruned:            r.pruned.proof,
 		SegmentsJoined:    r.segments,
 		Audit:             audit,
 	}
@@ -340,7 +353,7 @@ func (v *Verifier) prefixIntact(ctx context.Context, pr *pruned) (ok bool, pinne
 		if p == nil || p.Seq == 0 || p.Seq > v.opts.Pinned.Seq {
 			continue
 		}
-		if pr.c != nil && p.Seq <= pr.mark.Kept { // its body is gone: its kept hash
+		if pr.any() && p.Seq <= pr.mark.Kept { // its body is gone: its kept hash
 			if ok, err := pr.pinIntact(ctx, p); err != nil || !ok {
 				return false, 0, err
 			}
