@@ -8,7 +8,10 @@
 -- ns_receipts is the ledger: one row per receipt, the namespace's id and
 -- then one column per field of SPEC §2 with the same name and type, plus
 -- prev_hash and hash. It is append-only: triggers reject UPDATE, and
--- DELETE while the namespace is registered, and a linking trigger lets a
+-- DELETE while the namespace is registered — but of a receipt a prune
+-- covers whose chain hash ns_kept holds (SPEC §16: its body goes, its
+-- hash stays; the view then starts after the pruned prefix, its first
+-- prev_hash the kept hash of the last deleted receipt) —, and a linking trigger lets a
 -- row in only when it extends its namespace's head (seq = head + 1,
 -- prev_hash = the head's hash), which rules out forks. The view receipts
 -- is the default namespace's chain with exactly the columns of SPEC §2:
