@@ -227,6 +227,12 @@ func (s *Server) handleGetApproval(w http.ResponseWriter, r *http.Request, n *le
 	}
 	withInput := mayReadInput(r)
 	v, err := n.Approval(r.Context(), seq, withInput)
+	if ledger.ErrorCode(err) == ledger.ECodeUnknownApproval {
+		// An ask pruned (SPEC §16) is 410 pruned, as its receipt is.
+		if _, rerr := n.GetReceipt(r.Context(), seq); ledger.ErrorCode(rerr) == ledger.ECodePruned {
+			err = rerr
+		}
+	}
 	if err != nil {
 		s.Error(w, r, err)
 		return

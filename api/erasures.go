@@ -140,14 +140,3 @@ func (s *Server) handleListErasures(w http.ResponseWriter, r *http.Request, n *l
 	}
 	s.writeJSON(w, http.StatusOK, body)
 }
-
-// handlePruneStatus is GET /v1/ns/{ns}/prune (admin: it scans the chain):
-// the archive member and the prunable watermark (SPEC §16).
-func (s *Server) handlePruneStatus(w http.ResponseWriter, r *http.Request, n *ledger.Namespace) {
-	st, err := n.PruneStatus(r.Context())
-	if err != nil {
-		s.Error(w, r, err)
-		return
-	}
-	s.writeJSON(w, http.StatusOK, st)
-}

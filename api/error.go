@@ -42,6 +42,7 @@ var statusOf = map[string]int{
 	ledger.ECodeNotCheckpointed:     http.StatusNotFound,
 	ledger.ECodeKeyRotationConflict: http.StatusConflict,
 	ledger.ECodeNotPrunable:         http.StatusConflict,
+	ledger.ECodePruned:              http.StatusGone,
 	ledger.ECodeUnknownNamespace:    http.StatusNotFound,
 	ledger.ECodeNamespaceExists:     http.StatusConflict,
 	ledger.ECodeNamespaceLimit:      http.StatusInsufficientStorage,

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -396,7 +397,19 @@ func (s *Server) handleHead(w http.ResponseWriter, r *http.Request, n *ledger.Na
 		s.Error(w, r, err)
 		return
 	}
-	s.writeJSON(w, http.StatusOK, headRef(h))
+	p, err := prunedOf(r.Context(), n)
+	if err != nil {
+		s.Error(w, r, err)
+		return
+	}
+	if p == nil {
+		s.writeJSON(w, http.StatusOK, headRef(h))
+		return
+	}
+	s.writeJSON(w, http.StatusOK, struct {
+		receiptRef
+		Pruned *prunedHead `json:"pruned"`
+	}{headRef(h), p})
 }
 
 // headRef is a chain head in the form of a receipt reference.
@@ -412,6 +425,9 @@ type namespaceJSON struct {
 	// CommittedAfter is the seq of the policy receipt that switched an
 	// inline namespace to committed payloads (SPEC §14); omitted when none.
 	CommittedAfter uint64 `json:"committed_after,omitempty"`
+	// PrunedThrough is the namespace's pruned prefix (SPEC §16): receipts
+	// 1…PrunedThrough are pruned, 0 when none.
+	PrunedThrough uint64 `json:"pruned_through"`
 }
 
 func (s *Server) handleCreateNamespace(w http.ResponseWriter, r *http.Request) {
@@ -471,8 +487,17 @@ func (s *Server) handleListNamespaces(w http.ResponseWriter, r *http.Request) {
 		if authed && !p.AllowsNamespace(ns.Name) {
 			continue // a token limited to namespaces sees only those
 		}
+		n, err := s.l.NS(r.Context(), ns.Name)
+		var m ledger.PruneMark
+		if err == nil {
+			m, err = n.Reader().Pruned(r.Context())
+		}
+		if err != nil {
+			s.Error(w, r, fmt.Errorf("namespace %s: the pruned prefix: %w", ns.Name, err))
+			return
+		}
 		out = append(out, namespaceJSON{Name: ns.Name, Head: headRef(ns.Head), KeyTTLMS: ns.KeyTTL, Payloads: string(ns.Payloads),
-			CommittedAfter: ns.SwitchedAt})
+			CommittedAfter: ns.SwitchedAt, PrunedThrough: m.Through})
 	}
 	s.writeJSON(w, http.StatusOK, map[string]any{"namespaces": out})
 }

@@ -170,6 +170,7 @@ func NewServer(l Ledger, cfg Config) *Server {
 	s.handle("/v1/erasures", s.handleListErasures, http.MethodGet, http.MethodHead)
 	s.handle("/v1/erasures/{seq}", s.handleGetErasure, http.MethodGet, http.MethodHead)
 	s.handle("/v1/prune", s.handlePruneStatus, http.MethodGet, http.MethodHead)
+	s.handle("/v1/prune", s.handlePrune, http.MethodPost)
 	s.handle("/v1/signing-keys", s.handleRotateKey, http.MethodPost)
 	s.handle("/v1/signing-keys", s.handleSigningKeys, http.MethodGet, http.MethodHead)
 	s.routeLog(r)

@@ -189,6 +189,9 @@ func (w *Writer) Finish(checkpoint string, consistency []tlog.Hash, vs []note.Ve
 	return path, nil
 }
 
+// Digest is the digest of the receipts written (set by Finish).
+func (w *Writer) Digest() string { return w.m.Digest }
+
 // Abort removes the temporary directory of a segment not finished.
 func (w *Writer) Abort() {
 	for _, s := range w.files {

@@ -51,6 +51,10 @@ var (
 	// Rotating the log's signing key (SPEC §9.2).
 	ErrKeyRotationConflict error = code("key_rotation_conflict") // the key retired or announced was named by a key receipt before
 
+	// Bounded disk (SPEC §16).
+	ErrPruned      error = code("pruned")       // 410: the receipt, key or ask was pruned; its body is in an archived segment (see PrunedOf)
+	ErrNotPrunable error = code("not_prunable") // 409: the prune was refused; Details["reason"] says why
+
 	// Generic.
 	ErrInvalidJSON      error = code("invalid_json")
 	ErrInvalidRequest   error = code("invalid_request")

@@ -67,3 +67,22 @@ func (c *Client) ConsistencyProof(ctx context.Context, from, to int64) (json.Raw
 	}
 	return res.body, nil
 }
+
+// InclusionProof returns the proof that receipt seq is in the
+// checkpointed tree of size size (the latest checkpoint when 0), as JSON
+// (GET /v1/proof/inclusion): it answers for a pruned receipt too, whose
+// hash the ledger keeps (SPEC §16).
+func (c *Client) InclusionProof(ctx context.Context, seq uint64, size int64) (json.RawMessage, error) {
+	path := fmt.Sprintf("/v1/proof/inclusion?seq=%d", seq)
+	if size > 0 {
+		path += fmt.Sprintf("&size=%d", size)
+	}
+	res, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(res.body) {
+		return nil, fmt.Errorf("inclusion proof %d: the response is not JSON", seq)
+	}
+	return res.body, nil
+}

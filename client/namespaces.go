@@ -19,6 +19,10 @@ type NamespaceInfo struct {
 	// namespace from inline to committed payloads: its receipts up to it
 	// stay inline, later ones are committed (0: no switch).
 	CommittedAfter uint64
+	// PrunedThrough is the namespace's pruned prefix (SPEC §16): receipts
+	// 1…PrunedThrough were archived and pruned (0: none, or a server
+	// before v1.4).
+	PrunedThrough uint64
 }
 
 type namespaceJSON struct {
@@ -27,6 +31,7 @@ type namespaceJSON struct {
 	KeyTTLMS       uint64     `json:"key_ttl_ms"`
 	Payloads       string     `json:"payloads,omitempty"`
 	CommittedAfter uint64     `json:"committed_after,omitempty"`
+	PrunedThrough  uint64     `json:"pruned_through,omitempty"`
 }
 
 // NamespaceOption is an option of CreateNamespace.

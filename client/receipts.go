@@ -59,3 +59,25 @@ func (c *Client) Head(ctx context.Context) (ReceiptRef, error) {
 	}
 	return b, nil
 }
+
+// PrunedPrefix is what GET /v1/head says of a pruned namespace's pruned
+// prefix (SPEC §16): receipts 1…Through are pruned, Hash is the chain
+// hash of receipt Through (from which the live chain goes on), Prune the
+// latest prune receipt.
+type PrunedPrefix struct {
+	Through uint64 `json:"through"`
+	Hash    string `json:"hash"`
+	Prune   uint64 `json:"prune"`
+}
+
+// PrunedPrefix returns the pruned prefix of the client's namespace as GET
+// /v1/head says it, nil when nothing is pruned.
+func (c *Client) PrunedPrefix(ctx context.Context) (*PrunedPrefix, error) {
+	var b struct {
+		Pruned *PrunedPrefix `json:"pruned"`
+	}
+	if _, err := c.exchange(ctx, "head", http.MethodGet, c.route("/v1/head"), nil, &b); err != nil {
+		return nil, err
+	}
+	return b.Pruned, nil
+}

@@ -113,8 +113,11 @@ func (n *Namespace) policyCommitted(seq uint64, p *Policy) {
 // (an empty policy and 0 without one).
 func (n *Namespace) Policy(ctx context.Context) (*Policy, uint64, error) {
 	seq, err := n.latestPolicySeq(ctx)
-	if err != nil || seq == 0 {
+	if err != nil {
 		return &Policy{}, 0, err
+	}
+	if seq == 0 {
+		return n.policyOfPruned(ctx) // the latest policy receipt may be pruned (SPEC §16)
 	}
 	p, err := n.policyAt(ctx, seq, func(ctx context.Context, seq uint64) (chain.Receipt, error) {
 		r, err := n.chain.GetReceipt(ctx, seq)
@@ -156,7 +159,7 @@ func (n *Namespace) latestPolicySeq(ctx context.Context) (uint64, error) {
 func (n *Namespace) gatesNoEffect(ctx context.Context, tool string) (bool, error) {
 	seq := n.lastPolicy.Load()
 	if !n.policySeen.Load() {
-		s, err := n.latestPolicySeq(ctx)
+		_, s, err := n.Policy(ctx) // a pruned one too (prune.go)
 		if err != nil {
 			return false, err
 		}
@@ -434,12 +437,13 @@ func viewOf(ask *chain.Receipt, hist []chain.Receipt, now uint64) *ApprovalView 
 }
 
 // Approval returns the ask at seq with its state, and its input when
-// withInput (approvers and admins). Errors: *Error ECodeUnknownApproval.
+// withInput (approvers and admins). Errors: *Error ECodeUnknownApproval,
+// ECodePruned (SPEC §16).
 func (n *Namespace) Approval(ctx context.Context, seq uint64, withInput bool) (*ApprovalView, error) {
 	ask, err := n.GetReceipt(ctx, seq)
 	if err != nil || ask.Kind != chain.KindAsk {
 		var e *Error
-		if err == nil || errors.As(err, &e) {
+		if err == nil || errors.As(err, &e) && e.Code != ECodePruned {
 			return nil, &Error{Code: ECodeUnknownApproval, Message: fmt.Sprintf("no ask at seq %d", seq)}
 		}
 		return nil, err

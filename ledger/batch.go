@@ -97,6 +97,9 @@ func (o *writeOp) Decide(ctx context.Context, tx Tx) error {
 		return err
 	}
 	t := &batchTx{Tx: tx, n: o.n, at: at}
+	if err := t.prunedPolicy(ctx); err != nil {
+		return err
+	}
 	o.err = o.fn(ctx, t)
 	o.run = t
 	return o.err

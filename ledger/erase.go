@@ -105,14 +105,24 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 		mac = &macs[0]
 		req.Subject = "" // the subject goes no further than its MAC
 	}
+	arch, err := n.archived(ctx, req.Keys, mac, req.Fields) // pruned generations (SPEC §16)
+	if err != nil {
+		return nil, err
+	}
 	var res *EraseResult
-	err := n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
+	err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
 		var err error
-		res, err = decideErase(ctx, t, &req, mac)
+		res, err = decideErase(ctx, t, &req, mac, arch)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(arch) > 0 && res.Receipt != nil {
+		if err := n.purgeArchive(ctx); err != nil {
+			n.l.logger.ErrorContext(ctx, "erasing archived values failed; the erasure is not purged until a restart or the next erase redoes it",
+				"namespace", n.name, "seq", res.Receipt.Seq, "err", err)
+		}
 	}
 	if res.Receipt != nil {
 		erasures.WithLabelValues(n.name, "request").Inc()
@@ -122,8 +132,9 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 }
 
 // decideErase selects, erases and appends the erase receipt; with mac,
-// the generations indexed under the subject, whose rows go too.
-func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *SubjectMAC) (*EraseResult, error) {
+// the generations indexed under the subject, whose rows go too; arch are
+// the values of pruned generations their segments hold.
+func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *SubjectMAC, arch map[uint64]archivedValue) (*EraseResult, error) {
 	res := &EraseResult{Status: StatusNothingToErase}
 	gens, err := t.selected(ctx, req.Keys, mac)
 	if err != nil {
@@ -175,6 +186,12 @@ func decideErase(ctx context.Context, t *batchTx, req *EraseRequest, mac *Subjec
 		if set := keptOf(open[seq], req.Fields); set != 0 {
 			fields[seq] = set
 			keys[keyOf[seq]] = true
+		}
+	}
+	for seq, v := range arch {
+		if seq <= t.at.Pruned.Through {
+			fields[seq] |= v.fields
+			keys[v.key] = true
 		}
 	}
 	pending, err := t.inFlight(ctx, gens, asks)
@@ -463,10 +480,7 @@ func (t *batchTx) generation(ctx context.Context, g Generation) ([]chain.Receipt
 	if err != nil || g.FirstSeq == 0 {
 		return hist, err
 	}
-	ref := func(seq uint64) (*chain.Receipt, error) {
-		r, err := t.Receipt(ctx, seq)
-		return &r, err
-	}
+	ref := t.refReader(ctx)
 	for i := range hist {
 		r := &hist[i]
 		if r.Seq == g.FirstSeq || r.Kind != chain.KindReserve {
@@ -567,6 +581,15 @@ func (n *Namespace) Erasure(ctx context.Context, seq uint64) (*Erasure, *chain.E
 	}
 	if e == nil {
 		return nil, nil, fmt.Errorf("erase receipt %d: its erasure row is missing", seq)
+	}
+	if e.PurgedAt != 0 {
+		if done, err := n.archivePurged(ctx, e); err != nil {
+			return nil, nil, err
+		} else if !done {
+			c := *e
+			c.PurgedAt = 0 // the archive still holds some of its values
+			e = &c
+		}
 	}
 	return e, res, nil
 }

@@ -54,6 +54,10 @@ const (
 	// asked may be pruned yet (details name the pinning key and its
 	// state), or the namespace has no key TTL; 409.
 	ECodeNotPrunable = "not_prunable"
+	// ECodePruned: the receipt or key asked for was pruned; its body is
+	// in an archived segment (details: the prune receipt and the
+	// segment's name); 410.
+	ECodePruned = "pruned"
 
 	// Namespaces (SPEC §7).
 	ECodeUnknownNamespace = "unknown_namespace"

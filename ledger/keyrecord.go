@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -45,9 +46,14 @@ func NextRecord(k *KeyRecord, found bool, r *chain.Receipt, ttl uint64, ref func
 	return false, nil
 }
 
+// ErrPrunedRef is what a ref function of StartsGeneration returns for a
+// pruned receipt: a reserve naming one starts a generation (SPEC §16).
+var ErrPrunedRef = errors.New("the receipt named was pruned")
+
 // StartsGeneration reports whether the reserve r of a known key starts a
-// new generation of it: it names nothing, a replay (SPEC §12's renewal
-// of a succeeded key), or an outcome at least ttl older than itself. A
+// new generation of it: it names nothing, a pruned receipt, a replay (SPEC
+// §12's renewal of a succeeded key), or an outcome at least ttl older than
+// itself. A
 // reserve that consumed an approval (SPEC §13) names the approval, which
 // names its ask, which names what the reserve would otherwise have named.
 func StartsGeneration(r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Receipt, error)) (bool, error) {
@@ -57,7 +63,9 @@ func StartsGeneration(r *chain.Receipt, ttl uint64, ref func(uint64) (*chain.Rec
 			return true, nil
 		}
 		var err error
-		if p, err = ref(named); err != nil {
+		if p, err = ref(named); errors.Is(err, ErrPrunedRef) {
+			return true, nil // a generation never straddles a prune (SPEC §16)
+		} else if err != nil {
 			return false, fmt.Errorf("receipt %d named by %d: %w", named, r.Seq, err)
 		}
 		if p == nil || p.IdempotencyKey != r.IdempotencyKey {

@@ -54,6 +54,13 @@ type Config struct {
 	// rotation (ledgerd's --handover-key, else its --signing-key): the key
 	// a first rotation retires. Empty without a signing key.
 	LogKeyBase string
+	// ArchiveDir is where prunes write their segments (SPEC §16; ledgerd
+	// --archive-dir); empty: this ledger does not prune.
+	ArchiveDir string
+	// PruneStep, a test seam (nil in the shipped binaries), is called at
+	// each step of a prune: "segment-written", "receipt-committed", and
+	// "batch" after each deletion batch commits.
+	PruneStep func(step string)
 }
 
 // DefaultApprovalInputRetention is the default of
@@ -79,6 +86,12 @@ type Ledger struct {
 	fault        atomic.Pointer[Error] // set once stored data is found damaged (Fault)
 
 	queue *sched.Queue[*writeOp] // the write groups (batch.go)
+
+	// bg counts the background deletions of pruned bodies (prunedelete.go),
+	// which stop when bgCtx ends (Close).
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 // New starts the domain service over store. Close closes both.
@@ -100,6 +113,7 @@ func New(store Store, cfg Config) *Ledger {
 	}
 	l := &Ledger{store: store, cfg: cfg, logger: cfg.Logger, waits: newWaitRegistry(cfg.MaxWaiters),
 		spaces: map[string]*Namespace{}}
+	l.bgCtx, l.bgCancel = context.WithCancel(context.Background())
 	l.queue = sched.New(l.flush, sched.Options{MaxOps: cfg.MaxBatch, Linger: cfg.Linger})
 	store.OnEnded(l.waits.notify)
 	writerReady.Set(1)
@@ -161,6 +175,8 @@ func (l *Ledger) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+	l.bgCancel()
+	l.bg.Wait()
 	l.queue.Close()
 	return l.store.Close()
 }

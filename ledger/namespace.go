@@ -70,6 +70,7 @@ func (l *Ledger) NS(ctx context.Context, name string) (*Namespace, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
+	c = KeptChain(c)
 	n = &Namespace{Log: Log{ChainReader: c, Payloads: c}, l: l, name: name, chain: c, keyTTL: ttl, payloads: mode}
 	l.spaces[name] = n
 	return n, nil
@@ -201,6 +202,11 @@ type Namespace struct {
 	lastPurge  atomic.Uint64 // unix ms of the last purge of asked inputs (gate.go)
 
 	keys keyHistoryCache // the key receipts read so far (signingkeys.go)
+
+	// prunedPol is the policy the latest committed prune receipt carries
+	// (prune.go), once read; deleting serialises the deletion of bodies.
+	prunedPol atomic.Pointer[prunedPolicy]
+	deleting  sync.Mutex
 }
 
 // purgeEvery is how often a namespace's writes purge its asked inputs.
@@ -220,4 +226,9 @@ func (n *Namespace) Name() string { return n.name }
 func (n *Namespace) Reader() ChainReader { return n.chain }
 
 // Audit reads the namespace as the verifier does (verify.DB).
-func (n *Namespace) Audit() Audited { return n.chain }
+func (n *Namespace) Audit() Audited {
+	if k, ok := n.chain.(keptChain); ok {
+		return k.Chain
+	}
+	return n.chain
+}

@@ -186,6 +186,7 @@ type Erasure struct {
 type Audited interface {
 	AuditReader
 	PayloadReader
+	PrunedLog
 }
 
 // committed reports whether the namespace was created committed: all its

@@ -177,11 +177,19 @@ func (ns Log) portable(ctx context.Context, r *chain.Receipt, c *tlog.Signed) (*
 func (ns Log) keyProofs(ctx context.Context, n int64) ([]tlog.PortableReceipt, error) {
 	var out []tlog.PortableReceipt
 	f := ReceiptFilter{Kind: chain.KindKey, Limit: MaxPageLimit}
+	kept, err := keptKeyBodies(ctx, ns.ChainReader) // pruned ones first (SPEC §16)
+	if err != nil {
+		return nil, err
+	}
+	if len(kept) > 0 {
+		f.After = kept[len(kept)-1].Seq
+	}
 	for {
 		rs, next, err := ns.ChainReader.ListReceipts(ctx, f)
 		if err != nil {
 			return nil, err
 		}
+		rs, kept = append(kept, rs...), nil
 		for i := range rs {
 			if int64(rs[i].Seq) > n {
 				return out, nil

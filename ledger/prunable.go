@@ -198,6 +198,9 @@ func (n *Namespace) Prunable(ctx context.Context, after, minKeepMS uint64) (*Wat
 		cutoff = now - minKeepMS
 	}
 	s := genScan{ttl: n.keyTTL, current: map[string]*generation{}, ref: func(seq uint64) (*chain.Receipt, error) {
+		if seq <= after {
+			return nil, ErrPrunedRef
+		}
 		return n.chain.GetReceipt(ctx, seq)
 	}}
 	floor, head := after, after
@@ -214,18 +217,33 @@ func (n *Namespace) Prunable(ctx context.Context, after, minKeepMS uint64) (*Wat
 	return watermark(s.gens, after, floor, head, now, n.keyTTL, p), nil
 }
 
-// PruneStatus is what a namespace could prune now (SPEC §16): the
-// policy's archive member (nil: none, and a prune needs one) and the
-// prunable watermark under its min_keep_ms (MinArchiveKeepMS without one).
+// PruneStatus is a namespace's pruning (SPEC §16): the policy's archive
+// member (nil: none, and a prune needs one), the pruned prefix and its
+// prunes, and the prunable watermark above it under the policy's
+// min_keep_ms (MinArchiveKeepMS without one).
 type PruneStatus struct {
 	Namespace string     `json:"namespace"`
 	Archive   *Archive   `json:"archive"`
 	Watermark *Watermark `json:"watermark"`
+	// PrunedThrough is P; KeptThrough the deleted prefix K.
+	PrunedThrough uint64       `json:"pruned_through"`
+	KeptThrough   uint64       `json:"kept_through"`
+	Prunes        []PruneEntry `json:"prunes"`
 }
 
-// PruneStatus reads the namespace's archive member and prunable
-// watermark. It scans the chain (about 100 bytes of memory per key seen):
-// an admin's question. Errors as Prunable's.
+// PruneEntry is one prune as PruneStatus lists it.
+type PruneEntry struct {
+	Seq      uint64 `json:"seq"`
+	From     uint64 `json:"from"`
+	Through  uint64 `json:"through"`
+	Segment  string `json:"segment"`
+	Digest   string `json:"digest"`
+	Deleting bool   `json:"deleting"`
+}
+
+// PruneStatus reads the namespace's pruning. It scans the receipts above
+// the pruned prefix (about 100 bytes of memory per key seen): an admin's
+// question. Errors as Prunable's.
 func (n *Namespace) PruneStatus(ctx context.Context) (*PruneStatus, error) {
 	p, _, err := n.Policy(ctx)
 	if err != nil {
@@ -235,9 +253,27 @@ func (n *Namespace) PruneStatus(ctx context.Context) (*PruneStatus, error) {
 	if p.Archive != nil {
 		floor = p.Archive.MinKeepMS
 	}
-	w, err := n.Prunable(ctx, 0, floor)
+	// Both marks from the rows of one read: a deletion batch may commit
+	// between two.
+	ps, err := n.chain.Prunes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &PruneStatus{Namespace: n.name, Archive: p.Archive, Watermark: w}, nil
+	st := &PruneStatus{Namespace: n.name, Archive: p.Archive, Prunes: make([]PruneEntry, 0, len(ps))}
+	unfinished := false
+	for _, pr := range ps {
+		deleting := pr.DeletedThrough < pr.Through
+		st.PrunedThrough = max(st.PrunedThrough, pr.Through)
+		if !unfinished {
+			// The deleted prefix stops at the first prune whose deletion is
+			// unfinished (a later one's row starts after bodies still stored).
+			st.KeptThrough, unfinished = pr.DeletedThrough, deleting
+		}
+		st.Prunes = append(st.Prunes, PruneEntry{Seq: pr.Seq, From: pr.From, Through: pr.Through, Segment: pr.Segment,
+			Digest: pr.Digest, Deleting: deleting})
+	}
+	if st.Watermark, err = n.Prunable(ctx, st.PrunedThrough, floor); err != nil {
+		return nil, err
+	}
+	return st, nil
 }

@@ -22,47 +22,54 @@ import (
 // ECodeInvalidRequest for a range outside the tree, ECodeNotCheckpointed
 // while no checkpoint covers through.
 func (ns Log) WriteSegment(ctx context.Context, name, dir string, from, through uint64, vs []note.Verifier) (string, error) {
+	path, _, err := ns.writeSegment(ctx, name, dir, from, through, vs)
+	return path, err
+}
+
+// writeSegment is WriteSegment, which also returns the segment's digest.
+func (ns Log) writeSegment(ctx context.Context, name, dir string, from, through uint64, vs []note.Verifier) (path, digest string, err error) {
 	size, err := ns.TreeSize(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if from == 0 || through < from || through > uint64(size) {
-		return "", Invalid("through", "the range %d…%d is not within the chain's receipts 1…%d", from, through, size)
+		return "", "", Invalid("through", "the range %d…%d is not within the chain's receipts 1…%d", from, through, size)
 	}
 	c, err := ns.LatestCheckpoint(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if c == nil || c.Size < int64(through) {
-		return "", &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("no signed checkpoint covers receipt %d yet; retry after the next one (ledgerd --signing-key signs them)", through),
+		return "", "", &Error{Code: ECodeNotCheckpointed, Message: fmt.Sprintf("no signed checkpoint covers receipt %d yet; retry after the next one (ledgerd --signing-key signs them)", through),
 			Details: map[string]any{"seq": through}}
 	}
 	hr := ns.HashReader(ctx)
 	proof, err := tlog.ProveConsistency(c.Size, int64(through), hr)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	frontier, err := tlog.FrontierNodes(int64(from-1), hr)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	prev := chain.ZeroHash
 	if from > 1 {
 		hs, err := ns.ReceiptHashes(ctx, from-2, 1)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		prev = hs[0]
 	}
 	w, err := archive.Create(dir, name, from, prev, frontier)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if err := ns.segmentBodies(ctx, w, from, through); err != nil {
 		w.Abort()
-		return "", err
+		return "", "", err
 	}
-	return w.Finish(c.Note, proof, vs)
+	path, err = w.Finish(c.Note, proof, vs)
+	return path, w.Digest(), err
 }
 
 // segmentBodies writes the receipts from … through, and their kept

@@ -95,6 +95,13 @@ func (n *Namespace) KeyHistory(ctx context.Context) (KeyHistory, error) {
 	n.keys.mu.Lock()
 	defer n.keys.mu.Unlock()
 	f := ReceiptFilter{Kind: chain.KindKey, Limit: MaxPageLimit}
+	if len(n.keys.hist) == 0 {
+		kept, err := n.keptKeyReceipts(ctx) // pruned ones (SPEC §16)
+		if err != nil {
+			return nil, fmt.Errorf("key history: %w", err)
+		}
+		n.keys.hist = kept
+	}
 	if len(n.keys.hist) > 0 {
 		f.After = n.keys.hist[len(n.keys.hist)-1].Seq
 	}

@@ -74,6 +74,12 @@ type Store interface {
 	// It is called on scrapes of /metrics (openkeys.go), so it must not
 	// read every key record of a large ledger.
 	OpenKeys(ctx context.Context) ([]OpenKeyCount, error)
+	// DeletePruned deletes, in one transaction, the bodies of receipts
+	// b.From … b.To of namespace ns (all pruned by prune b.Prune, From =
+	// its DeletedThrough+1) and their derived rows, keeping their chain
+	// hashes and upper tree hashes in kept tiles and b.KeyMACs, and moves
+	// the prune's DeletedThrough to b.To (SPEC §16).
+	DeletePruned(ctx context.Context, ns string, b DeleteBatch) error
 	// Describe names the database for logs and errors (never a password).
 	Describe() string
 	Close() error
@@ -135,6 +141,8 @@ type Locked struct {
 	// PolicySeq is the seq of the chain's latest policy receipt, the
 	// batch's appends included; 0 when the chain has none (SPEC §13).
 	PolicySeq uint64
+	// Pruned is the chain's pruned prefix (SPEC §16).
+	Pruned PruneMark
 }
 
 // StateReader is what the decisions of SPEC §4 and the gate of SPEC §13
@@ -154,8 +162,11 @@ type StateReader interface {
 	// LastSeq returns the seq of key's latest receipt of any kind (replays
 	// included); the key has one.
 	LastSeq(ctx context.Context, key string) (uint64, error)
-	// ReadHashes reads stored tree hashes, this transaction's included.
+	// ReadHashes reads stored tree hashes, this transaction's included;
+	// the hashes of pruned leaves are in KeptTiles instead.
 	ReadHashes(ctx context.Context, idx []int64) ([]tlog.Hash, error)
+	// KeptTiles reads the kept tiles of the pruned prefix (SPEC §16).
+	KeptTiles(ctx context.Context, tiles []int64) ([]tlog.KeptTile, error)
 	// KeyHistory returns key's receipts (every kind) with seq >= since,
 	// in seq order.
 	KeyHistory(ctx context.Context, key string, since uint64) ([]chain.Receipt, error)
@@ -200,6 +211,10 @@ type TxWriter interface {
 	SetAskInputDeadline(ctx context.Context, seq, deleteAfter, now uint64) error
 	// PurgeAskInputs deletes the inputs whose deleteAfter is before now.
 	PurgeAskInputs(ctx context.Context, now uint64) error
+	// PutPrune records the prune receipt p.Seq, just appended (SPEC §16):
+	// its row (DeletedThrough = p.From-1) and the bodies of the key
+	// receipts in its range (p.Kept).
+	PutPrune(ctx context.Context, p *Prune) error
 }
 
 // ChainReader is what the domain reads of one namespace without taking
@@ -209,6 +224,7 @@ type TxWriter interface {
 type ChainReader interface {
 	KeyReader
 	LogReader
+	PruneReader
 }
 
 // AuditReader is a namespace read by the verifier (verify.DB) without its

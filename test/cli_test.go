@@ -58,6 +58,8 @@ func TestLedgerctl_help(t *testing.T) {
 		{[]string{"token", "revoke"}, []string{"db"}},
 		{[]string{"backup"}, []string{"db", "json", "out", "force"}},
 		{[]string{"archive"}, []string{"db", "namespace", "json", "from", "through", "dir", "vkey"}},
+		{[]string{"prune"}, append(source, "json", "through", "auto", "dry-run", "archive-dir")},
+		{[]string{"compact"}, []string{"db", "json"}},
 		{[]string{"rebuild-index"}, []string{"db", "namespace", "json"}},
 		{[]string{"rebuild-keys"}, []string{"db", "namespace", "json"}},
 		{[]string{"keygen"}, []string{"origin", "out", "from"}},

@@ -491,6 +491,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 					{"GET", n.v1 + "/erasures/1", "", ""},
 					{"GET", n.v1 + "/erasures", "", "reader"}, // an admin's: which receipts went together
 					{"GET", n.v1 + "/prune", "", "reader"},    // an admin's: it scans the chain
+					{"POST", n.v1 + "/prune", `{}`, "writer"},
 					{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`, "writer"},
 					{"GET", n.v1 + "/signing-keys", "", "writer"},
 					{"GET", n.v1 + "/audit", "", "writer"},
@@ -663,6 +664,15 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 		for _, n := range spaces {
 			expect(a.Do("GET", n.v1+"/prune", ""), 409, "not_prunable") // no key TTL
 		}
+		// F has no --archive-dir: a prune is refused even with a policy.
+		expect(f.Do("PUT", "/v1/namespaces/default/policy", `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`), 200, "")
+		r := f.Do("POST", "/v1/prune", `{}`)
+		expect(r, 409, "not_prunable")
+		assert.Equal(t, "no_archive_dir", r.Body["error"].(map[string]any)["details"].(map[string]any)["reason"], r.Raw)
+	})
+
+	t.Run("prune", func(t *testing.T) {
+		walkPrune(t, a, cov.observe, spaces, huge, expect)
 	})
 
 	t.Run("signing keys", func(t *testing.T) {
@@ -696,6 +706,7 @@ func TestOpenAPI_EveryRoute(t *testing.T) {
 				{"GET", n.v1 + "/erasures/1", ""},
 				{"GET", n.v1 + "/erasures", ""},
 				{"GET", n.v1 + "/prune", ""},
+				{"POST", n.v1 + "/prune", `{}`},
 				{"POST", n.v1 + "/signing-keys", `{"vkey":"x"}`},
 				{"GET", n.v1 + "/signing-keys", ""},
 				{"GET", n.v1 + "/audit", ""},
@@ -746,6 +757,7 @@ var nsRoutes = []struct{ method, path, body string }{
 	{"GET", "/erasures/1", ""},
 	{"GET", "/erasures", ""},
 	{"GET", "/prune", ""},
+	{"POST", "/prune", `{}`},
 	{"POST", "/signing-keys", `{"vkey":"x"}`},
 	{"GET", "/signing-keys", ""},
 	{"GET", "/effects/walk-auth-0001", ""},

@@ -64,7 +64,7 @@ func wantFirstLine(t *testing.T, name string) string {
 func wantVersionLines(t *testing.T, name string) []string {
 	module, version, settings := buildInfo(t, filepath.Join(binDir, name))
 	want := []string{
-		"contract v1.3 (implements v1, v1.1, v1.2, v1.3)",
+		"contract v1.4 (implements v1, v1.1, v1.2, v1.3, v1.4)",
 		"module " + module + " " + version,
 	}
 	if rev := settings["vcs.revision"]; rev != "" {
@@ -129,8 +129,8 @@ func TestVersion(t *testing.T) {
 		assert.Equal(t, buildversion.Release, got.Version, "this checkout carries no release tag: the tree's release")
 		assert.Equal(t, settings["vcs.revision"], got.Revision)
 		assert.Equal(t, settings["vcs.modified"] == "true", got.Modified)
-		assert.Equal(t, "v1.3", got.Contract)
-		assert.Equal(t, []string{"v1", "v1.1", "v1.2", "v1.3"}, got.Contracts)
+		assert.Equal(t, "v1.4", got.Contract)
+		assert.Equal(t, []string{"v1", "v1.1", "v1.2", "v1.3", "v1.4"}, got.Contracts)
 
 		_, stderr, code = ledgerctl(t, "version", "extra")
 		assert.Equal(t, 2, code, "a stray argument is a usage error")
@@ -143,6 +143,6 @@ func TestVersion(t *testing.T) {
 		t.Setenv("LEDGERD_VERSION", "true")
 		l := StartLedgerd(t, filepath.Join(t.TempDir(), "ledger.db"))
 		assert.Equal(t, 200, l.Do("GET", "/healthz", "").Status)
-		assert.Contains(t, l.Logs(), `"contract":"v1.3"`, "the ready line names the contract")
+		assert.Contains(t, l.Logs(), `"contract":"v1.4"`, "the ready line names the contract")
 	})
 }

@@ -186,6 +186,8 @@ func (memRemote) KeyTTL(context.Context) (uint64, error) { return 0, nil }
 
 func (memRemote) SwitchedAt(context.Context) (uint64, error) { return 0, nil }
 
+func (memRemote) Pruned(context.Context) (*verify.ServedPrune, error) { return nil, nil }
+
 func (memRemote) Payloads(context.Context) (ledger.PayloadMode, error) {
 	return ledger.PayloadsInline, nil
 }

@@ -86,6 +86,10 @@ type PrunedRange struct {
 	From       uint64 `json:"from"`
 	Through    uint64 `json:"through"`
 	Digest     string `json:"digest"`
+	// Segment is the segment's name, from the prune row (SPEC §16); the
+	// actor and recorded_at of a prune whose receipt was itself pruned
+	// are gone.
+	Segment string `json:"segment,omitempty"`
 }
 
 // ErasureEntry is one erase receipt in the audit.

@@ -19,6 +19,11 @@ type chainChecker struct {
 	pins   []pinCheck
 	keys   rotations   // the key receipts seen (keys.go)
 	pruned pruneRanges // the prune receipts seen (prune.go)
+	// prunedThrough is P: the receipts up to it are chain-checked only
+	// (SPEC §16); tree, on a full run after a deletion, rebuilds the
+	// Merkle tree over the kept and live hashes (kept.go).
+	prunedThrough uint64
+	tree          *keptTree
 
 	next        uint64     // the seq the next receipt must have
 	prev        chain.Hash // stored hash of the previous receipt
@@ -100,6 +105,19 @@ func (c *chainChecker) add(r *chain.Receipt) {
 			next, nextOK = got, true
 		}
 	}
+	c.tree.add(r.Hash)
+	if c.isPruned(r) { // its chain only, and the prunes
+		if r.Kind == chain.KindPrune && bodyOK {
+			c.pruned.add(c.col, r)
+		}
+		c.checkRecordedAt(r)
+		c.checkPins(r)
+		c.prev, c.prevUnknown, c.lastSeq, c.next = next, !nextOK, r.Seq, r.Seq+1
+		if c.progress != nil && c.count%65536 == 0 {
+			c.progress(r.Seq)
+		}
+		return
+	}
 	if r.Kind == chain.KindErase && c.payloads == nil {
 		c.col.addf(r.Seq, RuleEraseInvalid, "an erase receipt in a namespace that keeps its payloads inline")
 	}
@@ -112,6 +130,7 @@ func (c *chainChecker) add(r *chain.Receipt) {
 	case chain.KindPrune:
 		c.pruned.add(c.col, r)
 		c.gate.checkPruneAllowed(r)
+		c.gate.checkPrunePolicy(r)
 	}
 	if c.gate != nil {
 		c.gate.add(v)
@@ -167,4 +186,10 @@ func (c *chainChecker) finish() {
 	if c.progress != nil {
 		c.progress(c.lastSeq)
 	}
+}
+
+// isPruned reports whether r is a receipt of the pruned prefix, which the
+// chain pass checks for its links only (a seq that is not a number is not).
+func (c *chainChecker) isPruned(r *chain.Receipt) bool {
+	return c.prunedThrough > 0 && r.Seq <= c.prunedThrough && !r.IsMalformed("seq")
 }

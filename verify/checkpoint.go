@@ -54,6 +54,9 @@ type CheckpointCheck struct {
 	// Covering, with Trust, finds a stored checkpoint covering a key
 	// receipt that the checkpoint checked does not prove; nil: none.
 	Covering Covering
+	// Pruned, for a database, reads its pruned prefix (SPEC §16): the
+	// kept hashes of deleted bodies lead the chain. nil for a server.
+	Pruned DB
 }
 
 // CheckpointResult is the outcome of a CheckpointCheck.
@@ -86,7 +89,7 @@ func (c *CheckpointCheck) Check(ctx context.Context, src Source) (*CheckpointRes
 	if err != nil {
 		return nil, err
 	}
-	sizes, read, err := chainRoots(ctx, src, cp, prev, nil)
+	sizes, read, err := chainRoots(ctx, src, c.Pruned, cp, prev, nil)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -155,7 +158,7 @@ func (c *CheckpointCheck) checkTrust(ctx context.Context, src Source) (*Checkpoi
 	if k.covering == nil {
 		k.covering = func(context.Context, int64) (*tlog.Signed, error) { return nil, nil }
 	}
-	sizes, read, err := chainRoots(ctx, src, body, prev, k)
+	sizes, read, err := chainRoots(ctx, src, c.Pruned, body, prev, k)
 	if err == nil {
 		err = k.err
 	}
@@ -211,7 +214,7 @@ func (c *CheckpointCheck) open() (tlog.Checkpoint, *tlog.Checkpoint, error) {
 // returns its Merkle roots at 0 and at the checkpoints' sizes it reaches,
 // and how many receipts it read. k, if set, sees every receipt read and
 // may ask for the root at a further size.
-func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.Checkpoint, k *keyLearner) (map[int64]tlog.Hash, int64, error) {
+func chainRoots(ctx context.Context, src Source, pruned DB, cp tlog.Checkpoint, prev *tlog.Checkpoint, k *keyLearner) (map[int64]tlog.Hash, int64, error) {
 	sizes := map[int64]tlog.Hash{0: tlog.EmptyRoot}
 	want := map[int64]bool{cp.Size: true}
 	var f tlog.Frontier
@@ -220,7 +223,7 @@ func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.
 		maxSize = max(maxSize, prev.Size)
 		want[prev.Size] = true
 	}
-	err := src.Receipts(ctx, 0, func(r *chain.Receipt) error {
+	leaf := func(r *chain.Receipt) error {
 		f.Append(r.Hash)
 		if k != nil {
 			if n := k.receipt(ctx, r); n > 0 {
@@ -234,7 +237,13 @@ func chainRoots(ctx context.Context, src Source, cp tlog.Checkpoint, prev *tlog.
 			return errStop
 		}
 		return nil
-	})
+	}
+	// A pruned ledger (SPEC §16): the kept hashes of the deleted bodies
+	// first, with the key receipts whose bodies it keeps.
+	after, err := keptLeaves(ctx, pruned, leaf)
+	if err == nil {
+		err = src.Receipts(ctx, after, leaf)
+	}
 	if err != nil && !errors.Is(err, errStop) {
 		return nil, 0, err
 	}

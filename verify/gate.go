@@ -34,6 +34,12 @@ type gateChecker struct {
 
 	denied []DeniedEffect
 	unauth []UnauthenticatedApproval
+
+	// policies, on a run that reads the chain from seq 1 (segjoin.go),
+	// lists every policy receipt met, for checkPrunePolicy, which reports
+	// to policyCol; nil otherwise.
+	policies  *[]chain.PrunePolicy
+	policyCol *collector
 }
 
 // askEntry is an ask and what became of it.
@@ -129,6 +135,9 @@ func (g *gateChecker) add(r *chain.Receipt) {
 // setPolicy puts a policy receipt in force (rule policy_unknown when its
 // text does not parse).
 func (g *gateChecker) setPolicy(r *chain.Receipt) {
+	if g.policies != nil {
+		*g.policies = append(*g.policies, chain.PrunePolicy{Seq: r.Seq, Text: r.Result})
+	}
 	p, err := parsePolicy(r.Result)
 	if errors.Is(err, errUnknownMember) {
 		g.violation(r, RuleUnsupported, "the policy has a member this verifier does not know (%v): a newer ledger wrote it, or it was altered; the reserves under it cannot be checked (a newer ledgerctl may)", err)

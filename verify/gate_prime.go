@@ -11,16 +11,19 @@ import (
 // primeGate gives the gate checker of an incremental run the receipts up
 // to the pinned head, which it trusts: the policy in force, the asks and
 // answers, the consumed approvals and the recent failures come from
-// there, and the ranges pruned (SPEC §16). An approval is read with its
+// there, and the ranges pruned (SPEC §16). On a pruned ledger the scan
+// starts after the pruned prefix P: the policy in force at P+1 is the
+// latest prune receipt's (beginPruned). An approval is read with its
 // values (SPEC §14): the audit shows its note when its ask is consumed
 // after the pin. A ledger that can tell it has no policy and no prune
 // receipt (or does not know the kinds: it predates them) has nothing
 // there to prime.
 func (v *Verifier) primeGate(ctx context.Context, r *run) error {
-	if r.from == 0 || !v.mayHold(ctx, chain.KindPolicy) && !v.mayHold(ctx, chain.KindPrune) {
+	after := r.cc.prunedThrough
+	if !r.trusted || after >= r.from || !v.mayHold(ctx, chain.KindPolicy) && !v.mayHold(ctx, chain.KindPrune) {
 		return nil
 	}
-	err := v.src.Receipts(ctx, 0, func(rc *chain.Receipt) error {
+	err := v.src.Receipts(ctx, after, func(rc *chain.Receipt) error {
 		if rc.Seq > r.from {
 			return errStop
 		}

@@ -29,15 +29,16 @@ func (v *Verifier) keyPasses(ctx context.Context, r *run) error {
 	}
 	queryPass := make(chan error, 1)
 	go func() { queryPass <- v.readGroupings(ctx, r, true, nil, r.through) }()
-	err = keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
+	err = keyPass(ctx, v.db, r.state, r.stateCol, r.live, !r.trusted, r.through, r.now)
 	return errors.Join(err, <-queryPass)
 }
 
-// keyPass runs the state checks in key order on the receipts up to
-// through (the end of the chain pass), and on a full run cross-checks the
-// derived key records against the replayed state.
-func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from, through, now uint64) error {
-	if from == 0 {
+// keyPass runs the state checks in key order on the receipts after from
+// (the pinned head, or the pruned prefix: SPEC §16) up to through (the
+// end of the chain pass), and on a full run cross-checks the derived key
+// records against the replayed state.
+func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, from uint64, full bool, through, now uint64) error {
+	if full {
 		state.drift = newDriftChecker(ctx, col, db, through)
 	}
 	err := db.KeyReceipts(ctx, from, func(r *chain.Receipt) error {
@@ -63,10 +64,10 @@ func keyPass(ctx context.Context, db DB, state *stateChecker, col *collector, fr
 func (v *Verifier) readGroupings(ctx context.Context, r *run, dups bool, fails *failureGate, through uint64) error {
 	var errD, errR error
 	if dups {
-		r.dups, errD = readDuplicates(ctx, v.db, v.opts.Filter, r.from, through)
+		r.dups, errD = readDuplicates(ctx, v.db, v.opts.Filter, r.live, through)
 	}
 	if errD == nil && fails.wait() {
-		r.repeats, errR = readRepeats(ctx, v.db, v.opts.Filter, r.from, through)
+		r.repeats, errR = readRepeats(ctx, v.db, v.opts.Filter, r.live, through)
 	}
 	return errors.Join(errD, errR)
 }

@@ -18,7 +18,7 @@ import (
 func (v *Verifier) memoryPass(ctx context.Context, r *run) error {
 	finder := newRepeatFinder()
 	var touched map[string]uint64 // key → the last of its receipts the chain pass read
-	if r.from > 0 {
+	if r.trusted {
 		touched = map[string]uint64{}
 	}
 	r.through = r.from

@@ -159,8 +159,16 @@ type Report struct {
 	PayloadsUnchecked bool `json:"payloads_unchecked,omitempty"`
 	// SegmentsJoined counts the segments Opts.Segments found joined to
 	// the ledger: one per prune receipt, each checked whole.
-	SegmentsJoined int    `json:"segments_joined,omitempty"`
-	Audit          *Audit `json:"audit"`
+	SegmentsJoined int `json:"segments_joined,omitempty"`
+	// UnverifiedPruned is [from, through]: the receipts after the pinned
+	// head (--state, --expect-head) that were pruned (SPEC §16) and that
+	// no segment joined covers, whose bodies this run could not check.
+	UnverifiedPruned []uint64 `json:"unverified_pruned,omitempty"`
+	// Pruned says how a run over a server's pruned namespace proved the
+	// hash of the last pruned receipt, from which its chain pass started
+	// (SPEC §16); nil for a database or a namespace never pruned.
+	Pruned *PrunedProof `json:"pruned,omitempty"`
+	Audit  *Audit       `json:"audit"`
 }
 
 // mergeViolations orders the violations of both passes by seq and keeps

@@ -64,6 +64,7 @@ func (v *Verifier) joinSegments(ctx context.Context, r *run) (int, error) {
 		}
 		if ok {
 			joined++
+			r.joined = append(r.joined, p)
 		}
 	}
 	return joined, nil

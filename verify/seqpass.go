@@ -76,14 +76,18 @@ func (v *Verifier) seqPass(ctx context.Context, r *run) error {
 // state checks to the key-ordered pass.
 func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *successSet, fails *failureGate) (*level, error) {
 	var spErr error
+	pruned := func(rc *chain.Receipt) bool { return r.cc.isPruned(rc) } // chain-checked only (SPEC §16)
 	replay := newBatcher(func(rc *chain.Receipt) {
 		r.cc.add(rc)
+		if pruned(rc) {
+			return
+		}
 		if succ != nil {
 			succ.add(rc)
 		}
 		fails.see(rc)
 	}, func(rc *chain.Receipt) {
-		if top == nil || spErr != nil {
+		if top == nil || spErr != nil || pruned(rc) {
 			return
 		}
 		if len(rc.Malformed) > 0 {
@@ -116,12 +120,12 @@ func (v *Verifier) replayChain(ctx context.Context, r *run, top *level, succ *su
 func (v *Verifier) finishStates(ctx context.Context, r *run, sp *singlePass, top *level) error {
 	if top == nil {
 		r.stateCol = &collector{max: v.opts.MaxViolations}
-		r.audit = newAuditBuilder(v.opts.Filter, r.from)
+		r.audit = newAuditBuilder(v.opts.Filter, r.live)
 		r.audit.dups = nil
-		r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
+		r.state = newStateChecker(r.stateCol, r.audit, r.live, r.ttl)
 		r.state.admin = v.opts.Admin
 		r.state.open = v.opener(ctx, r)
-		return keyPass(ctx, v.db, r.state, r.stateCol, r.from, r.through, r.now)
+		return keyPass(ctx, v.db, r.state, r.stateCol, r.live, !r.trusted, r.through, r.now)
 	}
 	sp.drift.through = r.through
 	err := top.finish(func(fn func(*ledger.KeyRecord) error) error { return v.db.Keys(ctx, fn) })
@@ -138,6 +142,6 @@ func (v *Verifier) duplicatesIfAny(ctx context.Context, r *run, succ *successSet
 		return nil
 	}
 	var err error
-	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.from, r.through)
+	r.dups, err = readDuplicates(ctx, v.db, v.opts.Filter, r.live, r.through)
 	return err
 }

@@ -175,6 +175,22 @@ type stateChecker struct {
 	// them (a server's) or the namespace is inline.
 	open func(r *chain.Receipt) (*chain.Receipt, error)
 	err  error // the first value that could not be read
+	// prunes are the ledger's prunes on a run joined to the segments
+	// (segjoin.go): a key whose generation ended within a prune's range
+	// was pruned whole, and a reserve after that prune starts it anew
+	// with ref_seq 0 (SPEC §16).
+	prunes []ledger.Prune
+}
+
+// prunedAt is how far the prunes appended before receipt seq pruned.
+func (s *stateChecker) prunedAt(seq uint64) uint64 {
+	var p uint64
+	for _, pr := range s.prunes {
+		if pr.Seq < seq {
+			p = max(p, pr.Through)
+		}
+	}
+	return p
 }
 
 // shown returns r with its values (open).
@@ -364,7 +380,8 @@ func (s *stateChecker) expired(k *keyState, t uint64) bool {
 // the state start again from r. Its ref_seq must name a receipt of the
 // previous generation from its outcome on (the key's latest receipt).
 func (s *stateChecker) renew(k *keyState, r *chain.Receipt) {
-	if ref := k.gate.ref(r.RefSeq); ref < k.final.seq || ref >= r.Seq {
+	prunedWhole := r.RefSeq == 0 && k.final.seq > 0 && k.final.seq <= s.prunedAt(r.Seq)
+	if ref := k.gate.ref(r.RefSeq); !prunedWhole && (ref < k.final.seq || ref >= r.Seq) {
 		s.violation(r, RuleRetryNotAllowed, "key %q: the reserve renewing it names ref_seq %d, but its previous generation ended at seq %d",
 			k.key, ref, k.final.seq)
 	}

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/effect-ledger/effect-ledger/chain"
 	"github.com/effect-ledger/effect-ledger/ledger"
 )
@@ -61,6 +63,9 @@ type Remote interface {
 	// as having switched the namespace to committed payloads
 	// (committed_after), 0 for none.
 	SwitchedAt(ctx context.Context) (uint64, error)
+	// Pruned is the namespace's pruned prefix (SPEC §16) with the proof
+	// of its hash; nil when nothing is pruned.
+	Pruned(ctx context.Context) (*ServedPrune, error)
 }
 
 // Opts configure a Verifier.
@@ -101,6 +106,10 @@ type Opts struct {
 	// hashes the ledger keeps (segment_missing, segment_mismatch). A full
 	// run of a database only (ErrSegmentsNeedFullRun).
 	Segments *Segments
+	// Keys, if any, check the signature of the checkpoint that proves the
+	// hash a server says its last pruned receipt has (Report.Pruned);
+	// without them it is the latest checkpoint the server serves.
+	Keys []note.Verifier
 }
 
 // Verifier checks one ledger: a database or a server.
@@ -162,14 +171,27 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 		if err = v.memoryPass(ctx, r); err == nil {
 			err = v.checkSwitch(ctx, r)
 		}
-	case r.from == 0 && !v.keyOrder:
+	case !r.trusted && !v.keyOrder:
 		err = v.seqPass(ctx, r)
 	default:
 		err = v.keyPasses(ctx, r)
 	}
+	if err == nil && r.tree != nil {
+		err = r.tree.finish()
+	}
+	if err == nil && r.pruned.c != nil {
+		r.pruned.checkRows(r.chainCol, &r.cc.pruned, r.from, r.through)
+	}
+	if err == nil && r.pruned.served != nil {
+		r.pruned.checkServedPrune(r.chainCol, &r.cc.pruned)
+	}
 	if err == nil && v.opts.Segments != nil {
 		r.segments, err = v.joinSegments(ctx, r)
+		if dirs := r.segmentsCover(v.opts.Segments); err == nil && dirs != nil {
+			err = v.joinedPass(ctx, r, dirs)
+		}
 	}
+	r.unverifiedPruned(v.opts)
 	if err = errors.Join(err, r.cc.payloads.close(), r.state.err); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -178,7 +200,11 @@ func (v *Verifier) Check(ctx context.Context) (*Report, error) {
 
 // run is the state of one check, shared by the strategies.
 type run struct {
-	from     uint64 // receipts up to from are trusted
+	from uint64 // the chain pass starts after from: trusted, or the last deleted body (K)
+	// live is where the state checks, the gate and the audit start: after
+	// from and after the pruned prefix P (SPEC §16).
+	live     uint64
+	trusted  bool   // from is an incremental run's pinned head
 	through  uint64 // the highest seq the chain pass read: the key states stop there
 	ttl, now uint64
 	chainCol *collector
@@ -190,6 +216,12 @@ type run struct {
 	dups     []DuplicateEffect
 	repeats  []RepeatedFailure
 	segments int // joined (Opts.Segments)
+	joined   []PrunedRange
+	pruned   *pruned
+	tree     *keptTree // the kept hashes against the tree (a full run after a deletion)
+	// unverified is the range of pruned receipts after the pinned head
+	// that this run could not check (Report.UnverifiedPruned).
+	unverified []uint64
 }
 
 // begin decides what an incremental run may trust and sets up the checks.
@@ -200,22 +232,35 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	if v.opts.Segments != nil && (v.db == nil || v.opts.Incremental) {
 		return nil, ErrSegmentsNeedFullRun
 	}
-	r := &run{}
+	pr, err := v.readPruned(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	r := &run{pruned: pr}
 	var fromHash chain.Hash
 	var fromAt uint64
 	if v.opts.Incremental && v.opts.Pinned.Seq > 0 {
-		ok, at, err := v.prefixIntact(ctx)
+		ok, at, err := v.prefixIntact(ctx, pr)
 		if err != nil {
 			return nil, fmt.Errorf("verify: %w", err)
 		}
 		if ok {
+			r.trusted = true
 			r.from, fromAt = v.opts.Pinned.Seq, at
 			if fromHash, err = chain.ParseHash(v.opts.Pinned.Hash); err != nil {
 				return nil, fmt.Errorf("verify: pinned head: %w", err)
 			}
 		} // else nothing can be trusted: a full run finds what happened
 	}
-	var err error
+	if K := pr.mark.Kept; K > 0 && r.from < K {
+		// The bodies up to K are deleted: the chain starts at K, from its
+		// kept hash; K's recorded_at is gone.
+		if fromHash, err = pr.hashAt(ctx, K); err != nil {
+			return nil, fmt.Errorf("verify: %w", err)
+		}
+		r.from, fromAt = K, 0
+	}
+	r.live = max(r.from, pr.mark.Through)
 	if r.ttl, err = v.keyTTL(ctx); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -224,12 +269,17 @@ func (v *Verifier) begin(ctx context.Context) (*run, error) {
 	// pass (retention.go).
 	r.chainCol = &collector{max: v.opts.MaxViolations, bySeq: true}
 	r.stateCol = &collector{max: v.opts.MaxViolations}
-	r.audit = newAuditBuilder(v.opts.Filter, r.from)
-	r.state = newStateChecker(r.stateCol, r.audit, r.from, r.ttl)
+	r.audit = newAuditBuilder(v.opts.Filter, r.live)
+	r.state = newStateChecker(r.stateCol, r.audit, r.live, r.ttl)
 	r.state.admin = v.opts.Admin
 	r.cc = newChainChecker(r.chainCol, v.opts, r.from, fromHash, fromAt)
-	r.gate = newGateChecker(r.chainCol, r.from, r.ttl, v.opts.Filter)
+	r.cc.prevAtOK = fromAt > 0 // unknown at K without the segments
+	r.cc.prunedThrough = pr.mark.Through
+	r.gate = newGateChecker(r.chainCol, r.live, r.ttl, v.opts.Filter)
 	r.cc.gate = r.gate
+	if err := v.beginPruned(ctx, r); err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
 	if r.cc.payloads, err = v.payloadChecker(ctx, r.chainCol, r.from); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -264,6 +314,8 @@ func (r *run) report(maxViolations int) *Report {
 		Unsupported:       r.chainCol.unsupported + r.stateCol.unsupported,
 		Checked:           r.cc.checked,
 		PayloadsUnchecked: r.cc.payloads.unchecked(),
+		UnverifiedPruned:  r.unverified,
+		Pruned:            r.pruned.proof,
 		SegmentsJoined:    r.segments,
 		Audit:             audit,
 	}
@@ -296,9 +348,15 @@ func readReceipt(ctx context.Context, src Source, seq uint64) (*chain.Receipt, e
 // that it reports the real length and head and what else changed. It
 // returns the pinned receipt's recorded_at, which the first receipt after
 // it must not precede.
-func (v *Verifier) prefixIntact(ctx context.Context) (ok bool, pinnedAt uint64, err error) {
+func (v *Verifier) prefixIntact(ctx context.Context, pr *pruned) (ok bool, pinnedAt uint64, err error) {
 	for _, p := range []*Pin{v.opts.Pinned, v.opts.ExpectHead} {
 		if p == nil || p.Seq == 0 || p.Seq > v.opts.Pinned.Seq {
+			continue
+		}
+		if pr.any() && p.Seq <= pr.mark.Kept { // its body is gone: its kept hash
+			if ok, err := pr.pinIntact(ctx, p); err != nil || !ok {
+				return false, 0, err
+			}
 			continue
 		}
 		r, err := readReceipt(ctx, v.src, p.Seq)

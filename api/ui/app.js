@@ -349,12 +349,24 @@
     $('session-state').textContent = has ? 'token in use' : authSeen === false ? 'open ledger (no tokens)' : '';
   }
 
+  // prunedBy says where a 410 pruned went (contract §16): the prune
+  // receipt that pruned it and the segment that holds its body.
+  function prunedBy(err) {
+    const d = err.details || {};
+    return 'pruned by #' + d.prune + (d.segment ? ' (segment ' + d.segment + ')' : '');
+  }
+
   function showError(err) {
     if (err.status === 401 || err.status === 403) {
       showLogin(err);
       return;
     }
     const b = $('banner');
+    if (err.code === 'pruned') {
+      b.replaceChildren(el('strong', null, 'pruned'), ': ' + (err.details && err.details.seq ? 'receipt #' + err.details.seq + ' was ' : '') + prunedBy(err) + '.');
+      b.hidden = false;
+      return;
+    }
     b.replaceChildren(el('strong', null, err.code || 'error'), ': ', err.message || String(err));
     if (err.status === 429 || err.status === 503) b.append(' Try again in a moment.');
     b.hidden = false;
@@ -388,7 +400,8 @@
       else sessionStorage.setItem(NS_KEY, pick);
     }
     const sel = $('namespace');
-    sel.replaceChildren(...list.map((n) => el('option', { value: String(n.name) }, String(n.name) + ' (' + plural(n.head.seq, 'receipt') + ')')));
+    const pruned = (n) => (n.pruned_through > 0 ? ', 1–' + n.pruned_through + ' pruned' : '');
+    sel.replaceChildren(...list.map((n) => el('option', { value: String(n.name) }, String(n.name) + ' (' + plural(n.head.seq, 'receipt') + pruned(n) + ')')));
     sel.value = namespace();
     picker.hidden = names.length === 1 && names[0] === 'default';
   }
@@ -443,6 +456,8 @@
     if (!live()) return;
     $('head-seq').textContent = head.seq.toLocaleString('en-US');
     $('head-hash').replaceChildren(el('span', { class: 'hash', title: 'hash of receipt ' + head.seq }, head.hash));
+    $('head-pruned').hidden = !head.pruned;
+    $('head-pruned').textContent = head.pruned ? 'pruned through #' + head.pruned.through + ' by #' + head.pruned.prune + ': their hashes kept, their bodies in the archive' : '';
     $('checkpoint').replaceChildren(empty('Loading…'));
     $('verification').replaceChildren(empty('Loading…'));
     $('audit-tiles').replaceChildren(empty('Running the audit…'));
@@ -723,8 +738,9 @@
     try {
       v = await api('v1/effects/' + encodeURIComponent(key));
     } catch (err) {
-      if (err.code !== 'unknown_key' && err.code !== 'invalid_key') throw err;
-      if (live()) box.replaceChildren(el('div', { class: 'card' }, el('div', { class: 'key-name' }, key), empty(err.code === 'unknown_key' ? 'No receipt has this key.' : err.message)));
+      if (err.code !== 'unknown_key' && err.code !== 'invalid_key' && err.code !== 'pruned') throw err;
+      const why = err.code === 'unknown_key' ? 'No receipt has this key.' : err.code === 'pruned' ? 'Its receipts were ' + prunedBy(err) + '.' : err.message;
+      if (live()) box.replaceChildren(el('div', { class: 'card' }, el('div', { class: 'key-name' }, key), el('div', { class: 'empty', id: err.code === 'pruned' ? 'key-pruned' : null }, why)));
       return;
     }
     if (!live()) return;
@@ -1133,6 +1149,10 @@
     const form = $('approval-form');
     if (a instanceof Error) {
       if (a.status === 401) throw a;
+      if (a.code === 'pruned') {
+        box.replaceChildren(el('div', { class: 'muted', id: 'approval-pruned' }, 'Ask #' + seq + ' was ' + prunedBy(a) + '.'));
+        return;
+      }
       box.replaceChildren(el('div', { class: 'login-error' }, a.code === 'unknown_approval' ? APPROVAL_ERRORS.unknown_approval : 'Could not load: ' + a.code + ': ' + a.message));
       return;
     }

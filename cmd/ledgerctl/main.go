@@ -39,6 +39,8 @@ Commands:
   token     create, list and revoke API bearer tokens (reader, writer, approver, admin; --db only), optionally limited to namespaces
   backup    copy a live SQLite ledger (every namespace) consistently, and verify the copy
   archive   write a verifiable segment of a namespace's receipts into an archive directory (--db only; deletes nothing)
+  prune     archive, then prune, a namespace's old receipts (their hashes and every proof kept); --dry-run shows the watermark
+  compact   give the space a prune freed back to the file system (SQLite, ledgerd stopped)
   rebuild-index rebuild the key index of a SQLite ledger from its receipts (ledgerd stopped)
   version   print the build version and the contract versions implemented
   keygen       make a checkpoint signing key for ledgerd --signing-key; print its verifier key
@@ -104,6 +106,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmd = &BackupCommand{Env: env}
 	case "archive":
 		cmd = &ArchiveCommand{Env: env}
+	case "prune":
+		cmd = &PruneCommand{Env: env}
+	case "compact":
+		cmd = &CompactCommand{Env: env}
 	case "version", "--version", "-version":
 		cmd = &VersionCommand{Env: env}
 	case "keygen":

@@ -153,6 +153,11 @@ type fileStore struct {
 	db ledger.Store // closed by Close; nil when someone else closes it
 }
 
+// kept is the namespace as its readers see it once pruned (SPEC §16):
+// 410 for a pruned receipt or key, hashes over deleted bodies from the
+// kept ones. The verifier reads the chain itself.
+func (f fileStore) kept() ledger.Chain { return ledger.KeptChain(f.Chain) }
+
 // verifier tells the verifier which actors are admin tokens of the
 // database (revoked ones too: what they did stays theirs), who may
 // reconcile another actor's reserve (SPEC §15).
@@ -188,7 +193,7 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 	if err != nil {
 		return nil, err
 	}
-	v, err := ledger.ReadKey(ctx, f.Chain, key, ttl, uint64(time.Now().UnixMilli()), history)
+	v, err := ledger.ReadKey(ctx, f.kept(), key, ttl, uint64(time.Now().UnixMilli()), history)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func (f fileStore) Key(ctx context.Context, key string, history bool) (*ledger.K
 
 // ListReceipts lists receipts by filter, with their values.
 func (f fileStore) ListReceipts(ctx context.Context, flt ledger.ReceiptFilter) ([]chain.Receipt, *uint64, error) {
-	rs, next, err := f.Chain.ListReceipts(ctx, flt)
+	rs, next, err := f.kept().ListReceipts(ctx, flt)
 	if err != nil {
 		return nil, nil, err
 	}

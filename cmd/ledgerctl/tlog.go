@@ -97,7 +97,7 @@ func (f fileLog) checkpoint(ctx context.Context) ([]byte, error) {
 }
 
 func (f fileLog) portable(ctx context.Context, seq uint64, erasedBy bool) (*tlog.PortableReceipt, error) {
-	l := ledger.Log{ChainReader: f.Chain, Payloads: f.Chain}
+	l := ledger.Log{ChainReader: f.kept(), Payloads: f.Chain}
 	p, err := l.PortableReceipt(ctx, seq)
 	if err == nil && erasedBy {
 		err = l.AddErasedBy(ctx, p)

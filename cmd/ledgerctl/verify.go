@@ -100,6 +100,11 @@ func (c *VerifyCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	opts.MaxViolations, opts.ReceiptsOnly = *maxV, *receiptsOnly
+	if src.server != "" && len(cf.vkeys) > 0 { // the checkpoint that proves a pruned prefix (docs/spec.md §16)
+		if opts.Keys, err = verifiers(fs, c.Env, cf.vkeys); err != nil {
+			return err
+		}
+	}
 	if *segments != "" {
 		vs, err := verifiers(fs, c.Env, cf.vkeys)
 		if err != nil {
@@ -366,6 +371,21 @@ func printReport(w io.Writer, rep *verify.Report, elapsed time.Duration) {
 	}
 	if rep.SegmentsJoined > 0 {
 		fmt.Fprintf(w, "segments: %s joined to the ledger\n", plural(rep.SegmentsJoined, "segment", "segments"))
+	}
+	if p := rep.Pruned; p != nil {
+		against := "the latest checkpoint the server serves, its signature unchecked (--vkey checks it)"
+		if p.Signed {
+			against = "the latest checkpoint the server serves, signed by a key of --vkey"
+		}
+		proven := "proven"
+		if !p.Proven {
+			proven = "NOT proven"
+		}
+		fmt.Fprintf(w, "pruned: receipts 1…%d were pruned (docs/spec.md §16); the chain starts from hash %s of receipt %d, %s in %s (size %d)\n",
+			p.Through, p.Hash, p.Through, proven, against, p.TreeSize)
+	}
+	if u := rep.UnverifiedPruned; len(u) == 2 {
+		fmt.Fprintf(w, "pruned: receipts %d…%d after the pinned head were pruned (docs/spec.md §16) before this run could check them; --segments DIR joins their segments\n", u[0], u[1])
 	}
 	if rep.PayloadsUnchecked {
 		fmt.Fprintln(w, "payloads: unchecked — the database has no payload table; the chain alone was checked")

@@ -25,7 +25,7 @@ type checkpointFlags struct {
 
 func (f *checkpointFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.checkpoint, "checkpoint", "", "check the chain against this signed checkpoint: a `FILE` or an http(s) URL (e.g. SERVER/log/default/checkpoint)")
-	fs.Var(&f.vkeys, "vkey", "the log's verifier `key` for --checkpoint, --segment or --segments (as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices). With --state, the keys the state file trusts (learnt from key receipts) are used too")
+	fs.Var(&f.vkeys, "vkey", "the log's verifier `key` for --checkpoint, --segment or --segments, and with --server for the checkpoint that proves a pruned namespace's last pruned hash (as ledgerctl keygen prints it), or a file holding it; repeatable (any one suffices). With --state, the keys the state file trusts (learnt from key receipts) are used too")
 }
 
 // load reads the checkpoint, the verifier keys and the state file's
@@ -33,8 +33,8 @@ func (f *checkpointFlags) register(fs *flag.FlagSet) {
 // without --checkpoint (for the segments' checkpoints).
 func (f *checkpointFlags) load(ctx context.Context, fs *flag.FlagSet, env *Env, src *sourceFlags, stateFile string, segments bool) (*verify.CheckpointCheck, error) {
 	if f.checkpoint == "" {
-		if len(f.vkeys) > 0 && !segments {
-			return nil, usageErr(fs, env, "--vkey goes with --checkpoint, --segment or --segments")
+		if len(f.vkeys) > 0 && !segments && src.server == "" {
+			return nil, usageErr(fs, env, "--vkey goes with --checkpoint, --segment, --segments or --server")
 		}
 		return nil, nil
 	}
@@ -131,8 +131,9 @@ func readCheckpoint(ctx context.Context, from, token string) ([]byte, error) {
 func checkCheckpoint(ctx context.Context, cc *verify.CheckpointCheck, st store, rep *verify.Report) ([]byte, *verify.KeyTrust, error) {
 	switch s := st.(type) {
 	case fileStore:
-		cc.Prover = readerProver{s.Chain}
+		cc.Prover = readerProver{s.kept()}
 		cc.Covering = s.FirstCheckpointCovering
+		cc.Pruned = s.Chain
 	case *server:
 		cc.Prover = s
 		cc.Covering = s.firstCheckpointCovering

@@ -37,12 +37,12 @@ var (
 )
 
 // Contract is the newest contract version the binaries implement.
-const Contract = "v1.3"
+const Contract = "v1.4"
 
 // Contracts lists every contract version the binaries implement, oldest
-// first. v1.1, v1.2 and v1.3 only add to v1 (docs/spec.md, "Versions"), so a
-// v1 client talks to a v1.3 server unchanged.
-var Contracts = []string{"v1", "v1.1", "v1.2", "v1.3"}
+// first. v1.1 … v1.4 only add to v1 (docs/spec.md, "Versions"), so a v1
+// client talks to a v1.4 server unchanged.
+var Contracts = []string{"v1", "v1.1", "v1.2", "v1.3", "v1.4"}
 
 // Info is what a binary knows about its own build.
 type Info struct {

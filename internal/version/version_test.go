@@ -84,7 +84,7 @@ func TestFromBuildInfo(t *testing.T) {
 			for _, want := range tc.wantLines {
 				assert.Contains(t, lines, want, "got:\n%s", out)
 			}
-			assert.Contains(t, lines, "contract v1.3 (implements v1, v1.1, v1.2, v1.3)")
+			assert.Contains(t, lines, "contract v1.4 (implements v1, v1.1, v1.2, v1.3, v1.4)")
 			assert.True(t, strings.HasPrefix(lines[len(lines)-1], "go go1."), "last line names the toolchain: %q", lines[len(lines)-1])
 
 			var got version.Info
@@ -112,7 +112,7 @@ func TestRead(t *testing.T) {
 	info := version.Read("ledgerctl")
 	assert.Equal(t, "ledgerctl", info.Binary)
 	assert.Equal(t, version.Contract, info.Contract)
-	assert.Equal(t, []string{"v1", "v1.1", "v1.2", "v1.3"}, info.Contracts)
+	assert.Equal(t, []string{"v1", "v1.1", "v1.2", "v1.3", "v1.4"}, info.Contracts)
 	assert.NotEmpty(t, info.Short())
 }
 

@@ -185,7 +185,7 @@ func update(tb testing.TB, c ledger.Chain, fn func(ctx context.Context, tx ledge
 func allReceipts(tb testing.TB, c ledger.Chain) []chain.Receipt {
 	tb.Helper()
 	var out []chain.Receipt
-	if err := c.(*postgres.Chain).Receipts(context.Background(), 0, func(r *chain.Receipt) error {
+	if err := c.Receipts(context.Background(), 0, func(r *chain.Receipt) error {
 		out = append(out, *r)
 		return nil
 	}); err != nil {

@@ -79,6 +79,9 @@ type Store struct {
 	// analyzedAt (unix ns); noAnalyze: one failed, autovacuum alone keeps
 	// the statistics.
 	analyzing, noAnalyze atomic.Bool
+	vacuuming            atomic.Bool        // a VACUUM after a prune runs (prunedelete.go)
+	bgCtx                context.Context    // ends at Close: background work stops
+	bgCancel             context.CancelFunc //
 	analyzedAt           atomic.Int64
 	trees                map[string]*treeCache
 	testHook             testHooks
@@ -179,6 +182,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	_, _ = rand.Read(id[:])
 	s := &Store{cfg: cfg, opts: opts, log: log, desc: desc, id: hex.EncodeToString(id[:]),
 		known: map[string]*Chain{}, trees: map[string]*treeCache{}}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %s", desc, safeMessage(err, dsn))
@@ -266,6 +270,9 @@ func (s *Store) Close() error {
 	s.closed = true
 	l := s.listen
 	s.mu.Unlock()
+	if s.bgCancel != nil {
+		s.bgCancel()
+	}
 	if l != nil {
 		l.stop()
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // SchemaVersion is the schema version this build creates and serves.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // schemaLockKey is the pg_advisory_xact_lock key held while the schema is
 // checked and created, so that replicas starting together create it once.
@@ -22,13 +22,16 @@ const schemaLockKey int64 = 0x6566656C00000001
 
 // schemaSQL is the PostgreSQL schema, version 2 (version 1 without
 // namespaces.key_ttl_ms; sqlKeyTTLColumn adds it). Version 3 is this plus
-// sqlApprovals, version 4 plus sqlV14Kinds and sqlPayloads: a new database runs them all,
+// sqlApprovals, version 4 plus sqlV14Kinds and sqlPayloads, version 5 plus sqlPrunes
+// (schema_prune.go): a new database runs them all,
 // so that a created schema and a migrated one are the same.
 //
 // receipts holds every namespace's chain: one row per receipt, the
 // namespace and then one column per field of SPEC §2 with the same name
 // (integers as bigint ≥ 0, booleans as boolean), plus prev_hash and hash.
-// It is append-only (triggers refuse UPDATE, DELETE and TRUNCATE). Forks
+// It is append-only (triggers refuse UPDATE, DELETE and TRUNCATE), but
+// for the ledger's deletion of pruned bodies whose hashes it kept (SPEC
+// §16, schema 5: sqlPrunes). Forks
 // are ruled out by the primary key (one row per seq) and by the head row:
 // every write transaction locks its namespace's head row FOR UPDATE and
 // ends with a compare-and-set of it, and a trigger lets the head move only
@@ -317,7 +320,7 @@ CREATE INDEX receipts_outcomes_by_input ON receipts (namespace, tool, input_hash
 `
 
 // migrations[v] takes a writable database from schema v to v+1.
-var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlV14Kinds + sqlPayloads}
+var migrations = map[int]string{1: sqlKeyTTLColumn, 2: sqlApprovals, 3: sqlV14Kinds + sqlPayloads, 4: sqlPrunes}
 
 // sqlPayloads adds the payload mode of each namespace (SPEC §14; fixed at
 // creation like key_ttl_ms; every namespace made before is inline) and the
@@ -516,7 +519,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 	if readOnly {
 		return 0, fmt.Errorf("%w: no schema_version table (start ledgerd on it once to create the schema)", ledger.ErrNotLedger)
 	}
-	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads+sqlSideTables); err != nil {
+	if _, err := tx.Exec(ctx, schemaSQL+sqlApprovals+sqlV14Kinds+sqlPayloads+sqlSideTables+sqlPrunes); err != nil {
 		return 0, fmt.Errorf("create schema: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_version (id, version) VALUES (1, $1)`, SchemaVersion); err != nil {
@@ -539,15 +542,22 @@ func migrate(ctx context.Context, conn *pgx.Conn, readOnly bool, def ledger.Name
 
 // sqlKeysGuard protects the keys table, the state every decision reads:
 // a row deleted or changed by hand (a DBA's clean-up of "old keys") would
-// let a succeeded key be reserved and run again. Rows are never deleted,
-// and are updated only inside the ledger's own write transactions, which
-// set effect_ledger.writer for the transaction (sqlWriterMark). Giving a
-// key up is a decision for ledgerctl resolve, not for SQL.
+// let a succeeded key be reserved and run again. Rows are updated only
+// inside the ledger's own write transactions, which set
+// effect_ledger.writer for the transaction (sqlWriterMark), and deleted
+// only by its deletion of pruned bodies (sqlPrunerMark, DeletePruned), once
+// a prune covers their generation (SPEC §16). Giving a key up is a
+// decision for ledgerctl resolve, not for SQL.
 const sqlKeysGuard = `
 CREATE OR REPLACE FUNCTION ledger_keys_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF TG_OP = 'UPDATE' AND current_setting('effect_ledger.writer', true) = 'on' THEN
 		RETURN NEW;
+	END IF;
+	IF TG_OP = 'DELETE' AND current_setting('effect_ledger.pruner', true) = 'on' THEN
+		IF EXISTS (SELECT 1 FROM prunes WHERE namespace = OLD.namespace AND through >= OLD.first_seq) THEN
+			RETURN OLD;
+		END IF;
 	END IF;
 	RAISE EXCEPTION 'keys rows are derived from the receipts and change only through the ledger (% refused)', TG_OP
 		USING ERRCODE = 'restrict_violation';

@@ -85,31 +85,62 @@ func (c *Chain) HashReader(ctx context.Context) sumdb.HashReader {
 }
 
 // ReceiptHashes returns the chain hashes of receipts from+1 … from+n, or
-// fewer when the chain ends sooner.
+// fewer when the chain ends sooner: those of deleted receipts (SPEC §16)
+// from their kept tiles, the rest from receipts. The receipts are read
+// first: a receipt deleted after that read has its hash kept by then (the
+// deletion keeps it in the same transaction), and kept tiles only grow.
 func (c *Chain) ReceiptHashes(ctx context.Context, from uint64, n int) ([]chain.Hash, error) {
 	rows, err := c.s.pool.Query(ctx, sqlReceiptHashes, c.ns, int64(from), n)
 	if err != nil {
 		return nil, fmt.Errorf("receipt hashes: %w", classify(err))
 	}
 	defer rows.Close()
-	out := make([]chain.Hash, 0, n)
+	var seqs []uint64
+	var stored []chain.Hash
 	for rows.Next() {
 		var seq int64
 		var b []byte
 		if err := rows.Scan(&seq, &b); err != nil {
 			return nil, fmt.Errorf("receipt hashes: %w", classify(err))
 		}
-		if want := from + uint64(len(out)) + 1; uint64(seq) != want {
-			return nil, fmt.Errorf("receipt hashes: receipt %d follows %d", seq, want-1)
-		}
 		h, err := chain.HashFromBytes(b)
 		if err != nil {
 			return nil, fmt.Errorf("receipt hashes: receipt %d: %w", seq, err)
 		}
-		out = append(out, h)
+		seqs, stored = append(seqs, uint64(seq)), append(stored, h)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("receipt hashes: %w", classify(err))
+	}
+	rows.Close()
+	// Receipts from+1 … gap are deleted, their hashes kept.
+	gap := from
+	switch {
+	case len(seqs) > 0:
+		gap = min(seqs[0]-1, from+uint64(n))
+	case c.s.version >= pruneSchema && n > 0:
+		m, err := c.Pruned(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("receipt hashes: %w", err)
+		}
+		gap = max(from, min(m.Kept, from+uint64(n)))
+	}
+	out := make([]chain.Hash, 0, n)
+	if gap > from {
+		kept, err := keptHashes(ctx, c.s.pool, c.s.version, c.ns, from, gap)
+		if err != nil {
+			return nil, fmt.Errorf("receipt hashes: %w", classify(err))
+		}
+		out = append(out, kept...)
+	}
+	for i, seq := range seqs {
+		if len(out) == n {
+			break
+		}
+		if want := from + uint64(len(out)) + 1; seq != want {
+			return nil, fmt.Errorf("receipt hashes: receipt %d follows %d", seq, want-1)
+		}
+		out = append(out, stored[i])
 	}
 	return out, nil
 }

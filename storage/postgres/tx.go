@@ -43,8 +43,10 @@ type tx struct {
 	oldHead       ledger.Head
 	oldRecordedAt uint64
 	head          ledger.Head
-	policySeq     uint64 // the latest policy receipt's seq, this transaction's appends included
-	dbErr         error  // the first failed database call
+	policySeq     uint64           // the latest policy receipt's seq, this transaction's appends included
+	pruned        ledger.PruneMark // the pruned prefix, read with the head; this transaction's prune included
+	prunes        []ledger.Prune   // prune rows to insert (PutPrune)
+	dbErr         error            // the first failed database call
 
 	receipts []chain.Receipt           // in the chain form (Open nil)
 	openings map[uint64]*chain.Opening // the values of the appended committed receipts (SPEC §14)
@@ -73,7 +75,7 @@ type tx struct {
 
 func (t *tx) dirty() bool {
 	return len(t.receipts) > 0 || len(t.keys) > 0 || t.checkpoint != nil || t.probed || len(t.askInputs) > 0 ||
-		len(t.erases) > 0 || len(t.subjectOps) > 0 || len(t.pending) > 0 || len(t.reconciled) > 0
+		len(t.erases) > 0 || len(t.subjectOps) > 0 || len(t.pending) > 0 || len(t.reconciled) > 0 || len(t.prunes) > 0
 }
 
 // dbFail records the first failed database call and classifies it.
@@ -85,9 +87,10 @@ func (t *tx) dbFail(what string, err error) error {
 }
 
 // Locked returns the head as locked (this transaction's appends
-// included), the batch's time and the latest policy receipt's seq.
+// included), the batch's time, the latest policy receipt's seq and the
+// pruned prefix (this transaction's prune included).
 func (t *tx) Locked(context.Context) (ledger.Locked, error) {
-	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq}, nil
+	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq, Pruned: t.pruned}, nil
 }
 
 // Key returns the record of key, this transaction's writes included.

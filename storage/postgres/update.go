@@ -272,6 +272,12 @@ func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	b.Queue(sqlWriterMark)
 	b.Queue(sqlBeginHeads, names)
+	pruned := len(parts) > 0 && parts[0].c.s.version >= pruneSchema
+	if pruned {
+		// its own statement, so that it reads the prunes committed while
+		// it waited for the head locks (sqlBeginPruned)
+		b.Queue(sqlBeginPruned, names)
+	}
 	if len(keys) > 0 {
 		b.Queue(sqlPreloadGroupKeys, keyNS, keys)
 		b.Queue(sqlPreloadGroupReceipts, keyNS, keys)
@@ -283,6 +289,9 @@ func begin(ctx context.Context, conn *pgx.Conn, parts []part) ([]*tx, error) {
 	}
 	if err == nil {
 		err = readHeads(br, byNS)
+	}
+	if err == nil && pruned {
+		err = readPruned(br, ts, names)
 	}
 	if err == nil && len(keys) > 0 {
 		err = readPreload(br, ts, names)

@@ -126,6 +126,7 @@ func queueWrites(b *pgx.Batch, ts []*tx) string {
 		queueSubjects(b, t.c.ns, t)
 		queuePending(b, t.c.ns, t)
 		queueReconciled(b, t.c.ns, t)
+		queuePrunes(b, t.c.ns, t)
 	}
 	if len(ks.ns) > 0 {
 		b.Queue(sqlUpsertKeys, ks.args()...)

@@ -52,6 +52,9 @@ type chainWriter struct {
 	// policySeq is the seq of the latest policy receipt (SPEC §13), read
 	// at open and raised after each COMMIT that appended one.
 	policySeq atomic.Uint64
+	// pruned is the chain's pruned prefix (SPEC §16), read at open and
+	// moved after each COMMIT of a prune or of a deletion batch.
+	pruned atomic.Pointer[ledger.PruneMark]
 	// gated holds the keys that have an ask or a deny (SPEC §13), used
 	// under mu: a reserve of any other key skips the gate's read of its
 	// history when no rule gates it. nil until a batch first asks (read
@@ -373,6 +376,11 @@ func (db *chainWriter) loadHead(ctx context.Context, ref chainRef, flags string,
 		return err
 	}
 	db.policySeq.Store(ps)
+	pm, err := readPruned(ctx, db.w, ref)
+	if err != nil {
+		return err
+	}
+	db.pruned.Store(&pm)
 	h := tail
 	db.head.Store(&h)
 	ledger.SetHeadMetric(db.ns, h.Seq)

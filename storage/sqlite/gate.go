@@ -80,7 +80,7 @@ func (t *writeTx) RecentOutcomes(ctx context.Context, tool, inputHash string, no
 // firstRecordedAt returns the smallest committed seq whose recorded_at is
 // at least at (the base + 1 when none is).
 func (t *writeTx) firstRecordedAt(ctx context.Context, at uint64) (uint64, error) {
-	lo, hi := uint64(1), t.base+1 // the answer is in [lo, hi]
+	lo, hi := t.pruned.Kept+1, t.base+1 // the answer is in [lo, hi]
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		var rec uint64
@@ -101,7 +101,7 @@ func (t *writeTx) firstRecordedAt(ctx context.Context, at uint64) (uint64, error
 // value in f after seq after, until fn returns false.
 func (t *writeTx) postings(ctx context.Context, f keyindex.Field, value string, after uint64, fn func(*chain.Receipt) bool) error {
 	var readErr error
-	err := t.idx.Seqs(t.ns, f, value, after, func(seq uint64, _ []byte) (bool, error) {
+	err := t.idx.Seqs(t.ns, f, value, max(after, t.pruned.Through), func(seq uint64, _ []byte) (bool, error) {
 		r, err := t.Receipt(ctx, seq)
 		if err != nil {
 			readErr = err

@@ -29,6 +29,14 @@ func (c *chainWriter) GetKey(ctx context.Context, key string) (*ledger.KeyView, 
 	if !found {
 		return nil, ledger.Errorf(ledger.ECodeUnknownKey, "no such idempotency key")
 	}
+	if kept := c.prunedMark().Kept; kept > 0 {
+		if k.FirstSeq <= kept {
+			return keyView(&k, nil, c.clock()), nil // pruned (SPEC §16): the domain answers 410
+		}
+		for len(seqs) > 0 && seqs[0] <= kept {
+			seqs = seqs[1:] // an earlier generation's receipts
+		}
+	}
 	receipts, err := c.receiptsAt(ctx, seqs)
 	if err != nil {
 		return nil, fmt.Errorf("get key: %w", err)

@@ -161,6 +161,28 @@ func setMigratedAside(path string) error {
 // that every receipt arrived.
 func copyNamespace(ctx context.Context, tx *sql.Tx, from string, fromID int64, to string, toID int64) error {
 	r := strings.NewReplacer("FROM.", from+".", "TO.", to+".")
+	var pruned bool
+	if err := tx.QueryRowContext(ctx, r.Replace(`SELECT EXISTS (SELECT 1 FROM FROM.sqlite_schema WHERE type = 'table' AND name = 'ns_prunes')`)).Scan(&pruned); err != nil {
+		return classify(err)
+	}
+	if pruned {
+		// A pruned chain (SPEC §16) starts after its deleted bodies, from
+		// the kept hash of the last one; what the prunes keep goes along.
+		for _, q := range []string{
+			`INSERT INTO TO.ns_head (ns, seq, hash) SELECT ?2, p.k, substr(t.hashes, ((p.k - 1) % 256) * 32 + 1, 32)
+				FROM (SELECT max(deleted_through) AS k FROM FROM.ns_prunes WHERE ns = ?1) AS p
+				JOIN FROM.ns_kept AS t ON t.ns = ?1 AND t.tile = (p.k - 1) / 256 WHERE p.k > 0
+				ON CONFLICT (ns) DO UPDATE SET seq = excluded.seq, hash = excluded.hash`,
+			`INSERT INTO TO.ns_prunes SELECT ?2, seq, from_seq, through, digest, segment, deleted_through FROM FROM.ns_prunes WHERE ns = ?1`,
+			`INSERT INTO TO.ns_kept (ns, tile, hashes, upper) SELECT ?2, tile, hashes, upper FROM FROM.ns_kept WHERE ns = ?1 ORDER BY tile`,
+			`INSERT INTO TO.ns_pruned_keys SELECT ?2, h, prune_seq FROM FROM.ns_pruned_keys WHERE ns = ?1`,
+			`INSERT INTO TO.ns_kept_receipts SELECT ?2, seq, body FROM FROM.ns_kept_receipts WHERE ns = ?1`,
+		} {
+			if _, err := tx.ExecContext(ctx, r.Replace(q), fromID, toID); err != nil {
+				return classify(err)
+			}
+		}
+	}
 	for _, q := range []string{
 		`INSERT OR IGNORE INTO TO.ns_head (ns, seq, hash) VALUES (?2, 0, zeroblob(32))`,
 		`INSERT OR IGNORE INTO TO.ns_settings (ns, key_ttl_ms, payloads) SELECT ?2, key_ttl_ms, payloads FROM FROM.ns_settings WHERE ns = ?1`,

@@ -299,6 +299,8 @@ func forgetShared(ctx context.Context, w *sql.DB, abs, ns string, id int64, by, 
 			`DELETE FROM ns_pending_erasures WHERE ns = ?`, `DELETE FROM ns_reconciled_tokens WHERE ns = ?`,
 			`DELETE FROM ns_receipts WHERE ns = ?`, `DELETE FROM ns_checkpoints WHERE ns = ?`,
 			`DELETE FROM ns_approval_inputs WHERE ns = ?`, `DELETE FROM ns_state_key WHERE ns = ?`,
+			`DELETE FROM ns_prunes WHERE ns = ?`, `DELETE FROM ns_kept WHERE ns = ?`,
+			`DELETE FROM ns_pruned_keys WHERE ns = ?`, `DELETE FROM ns_kept_receipts WHERE ns = ?`,
 			`DELETE FROM ns_settings WHERE ns = ?`, `DELETE FROM ns_head WHERE ns = ?`,
 		} {
 			if _, err := tx.ExecContext(ctx, q, id); err != nil {

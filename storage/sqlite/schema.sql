@@ -8,7 +8,10 @@
 -- ns_receipts is the ledger: one row per receipt, the namespace's id and
 -- then one column per field of SPEC §2 with the same name and type, plus
 -- prev_hash and hash. It is append-only: triggers reject UPDATE, and
--- DELETE while the namespace is registered, and a linking trigger lets a
+-- DELETE while the namespace is registered — but of a receipt a prune
+-- covers whose chain hash ns_kept holds (SPEC §16: its body goes, its
+-- hash stays; the view then starts after the pruned prefix, its first
+-- prev_hash the kept hash of the last deleted receipt) —, and a linking trigger lets a
 -- row in only when it extends its namespace's head (seq = head + 1,
 -- prev_hash = the head's hash), which rules out forks. The view receipts
 -- is the default namespace's chain with exactly the columns of SPEC §2:
@@ -114,9 +117,14 @@ INSERT INTO ns_head (ns, seq, hash) VALUES (0, 0, zeroblob(32));
 -- first); default's never.
 CREATE TRIGGER ns_receipts_no_update BEFORE UPDATE ON ns_receipts
 BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
+-- A pruned receipt (SPEC §16) may go too, once its hash is kept: a prune
+-- covers its seq and its kept tile (ns_kept) holds its hash.
 CREATE TRIGGER ns_receipts_no_delete BEFORE DELETE ON ns_receipts
-WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
-BEGIN SELECT RAISE(ABORT, 'receipts are append-only'); END;
+WHEN (OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns))
+ AND NOT (EXISTS (SELECT 1 FROM ns_prunes AS p WHERE p.ns = OLD.ns AND OLD.seq BETWEEN p.from_seq AND p.through)
+      AND EXISTS (SELECT 1 FROM ns_kept AS k WHERE k.ns = OLD.ns AND k.tile = (OLD.seq - 1) / 256
+                  AND substr(k.hashes, ((OLD.seq - 1) % 256) * 32 + 1, 32) = OLD.hash))
+BEGIN SELECT RAISE(ABORT, 'receipts are append-only; only a pruned receipt whose hash is kept may go'); END;
 CREATE TRIGGER ns_receipts_link BEFORE INSERT ON ns_receipts
 BEGIN
 	SELECT RAISE(ABORT, 'a receipt must extend the head: seq = head seq + 1, prev_hash = head hash')
@@ -158,9 +166,11 @@ CREATE TABLE ns_checkpoints (
 );
 CREATE TRIGGER ns_checkpoints_no_update BEFORE UPDATE ON ns_checkpoints
 BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+-- A prune (SPEC §16) thins the checkpoints its range covers.
 CREATE TRIGGER ns_checkpoints_no_delete BEFORE DELETE ON ns_checkpoints
-WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
-BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only'); END;
+WHEN (OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns))
+ AND NOT EXISTS (SELECT 1 FROM ns_prunes AS p WHERE p.ns = OLD.ns AND OLD.size <= p.through)
+BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only; only those a prune covers may be thinned'); END;
 CREATE TRIGGER ns_checkpoints_grow BEFORE INSERT ON ns_checkpoints
 BEGIN
 	SELECT RAISE(ABORT, 'a checkpoint must be larger than the last one')
@@ -318,6 +328,68 @@ CREATE TABLE ns_approval_inputs (
 	delete_after INTEGER NOT NULL,
 	PRIMARY KEY (ns, ask_seq)
 );
+
+-- Bounded disk (SPEC §16). One row per prune receipt: its range, its
+-- segment, and the deletion's progress (the bodies ≤ deleted_through are
+-- gone). Rows are never removed while the namespace is registered; only
+-- deleted_through moves, upward, to at most through.
+CREATE TABLE ns_prunes (
+	ns              INTEGER NOT NULL,
+	seq             INTEGER NOT NULL,
+	from_seq        INTEGER NOT NULL CHECK (from_seq >= 1),
+	through         INTEGER NOT NULL CHECK (through >= from_seq AND through < seq),
+	digest          TEXT    NOT NULL,
+	segment         TEXT    NOT NULL,
+	deleted_through INTEGER NOT NULL CHECK (deleted_through BETWEEN from_seq - 1 AND through),
+	PRIMARY KEY (ns, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER ns_prunes_progress BEFORE UPDATE ON ns_prunes
+WHEN NEW.ns IS NOT OLD.ns OR NEW.seq IS NOT OLD.seq OR NEW.from_seq IS NOT OLD.from_seq OR NEW.through IS NOT OLD.through
+  OR NEW.digest IS NOT OLD.digest OR NEW.segment IS NOT OLD.segment OR NEW.deleted_through < OLD.deleted_through
+BEGIN SELECT RAISE(ABORT, 'a prune only records its deletion''s progress'); END;
+CREATE TRIGGER ns_prunes_kept BEFORE DELETE ON ns_prunes
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'prunes are kept'); END;
+
+-- The chain hashes of pruned receipts, 256 to a row: receipt seq's is at
+-- byte ((seq - 1) % 256) * 32 of tile (seq - 1) / 256. upper holds, once
+-- the tile is full, the tree hashes of level 8 and above that its last
+-- leaf completed (tlog.KeptUpperIndexes); those of levels 0–7 are
+-- recomputed from the chain hashes. A row only grows.
+CREATE TABLE ns_kept (
+	ns     INTEGER NOT NULL,
+	tile   INTEGER NOT NULL,
+	hashes BLOB    NOT NULL CHECK (length(hashes) BETWEEN 32 AND 8192 AND length(hashes) % 32 = 0),
+	upper  BLOB    NOT NULL DEFAULT x'' CHECK (length(upper) % 32 = 0),
+	UNIQUE (ns, tile)
+);
+CREATE TRIGGER ns_kept_grows BEFORE UPDATE ON ns_kept
+WHEN NEW.ns IS NOT OLD.ns OR NEW.tile IS NOT OLD.tile OR substr(NEW.hashes, 1, length(OLD.hashes)) IS NOT OLD.hashes
+  OR (length(OLD.upper) > 0 AND NEW.upper IS NOT OLD.upper)
+BEGIN SELECT RAISE(ABORT, 'kept hashes only grow'); END;
+CREATE TRIGGER ns_kept_kept BEFORE DELETE ON ns_kept
+WHEN OLD.ns = 0 OR EXISTS (SELECT 1 FROM namespaces WHERE id = OLD.ns)
+BEGIN SELECT RAISE(ABORT, 'kept hashes are kept'); END;
+
+-- The keys whose receipts were all pruned, as the first 8 bytes of a
+-- keyed hash (never the key): a read of one answers 410 pruned. Never
+-- part of the chain.
+CREATE TABLE ns_pruned_keys (
+	ns        INTEGER NOT NULL,
+	h         INTEGER NOT NULL,
+	prune_seq INTEGER NOT NULL,
+	PRIMARY KEY (ns, h)
+) WITHOUT ROWID;
+
+-- The bodies of pruned key receipts (SPEC §9.2), as JSON: the chain's
+-- active signing keys still need them. A reader rehashes each against
+-- its kept hash.
+CREATE TABLE ns_kept_receipts (
+	ns   INTEGER NOT NULL,
+	seq  INTEGER NOT NULL,
+	body TEXT    NOT NULL,
+	PRIMARY KEY (ns, seq)
+) WITHOUT ROWID;
 
 -- Each namespace's secret, 32 random bytes made on first use: the MCP
 -- gateways derive the key of their requestState envelopes from it (SPEC

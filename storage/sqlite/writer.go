@@ -111,7 +111,8 @@ func (c *chainWriter) file() *chainWriter {
 // Called with c.mu held.
 func (c *chainWriter) newTx() *writeTx {
 	t := &writeTx{now: c.clock(), head: *c.head.Load(), stmts: c.stmts, cache: c.cache,
-		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated, pending: &c.pending}
+		idx: c.idx, ns: c.ns, ref: c.chainRef, policySeq: c.policySeq.Load(), gated: c.gated, pending: &c.pending,
+		pruned: c.prunedMark()}
 	t.base = t.head.Seq
 	t.tree.cache = c.tree
 	return t
@@ -147,6 +148,9 @@ func (c *chainWriter) committed(t *writeTx) {
 func (c *chainWriter) record(t *writeTx) {
 	c.head.Store(&t.head)
 	c.policySeq.Store(t.policySeq)
+	if t.pruned != c.prunedMark() {
+		c.pruned.Store(&t.pruned)
+	}
 	c.gated = t.gated // loaded by this batch, or the file's (a map: shared)
 	for _, r := range t.receipts {
 		if (r.Kind == chain.KindAsk || r.Kind == chain.KindDeny) && c.gated != nil {
@@ -214,6 +218,7 @@ type writeTx struct {
 	receipts      []*chain.Receipt // every receipt appended, replays included
 	tree          treeTx
 	policySeq     uint64              // the latest policy receipt, this batch's included (gate.go)
+	pruned        ledger.PruneMark    // the pruned prefix, this batch's prune included (prune.go)
 	gated         map[string]struct{} // the keys with an ask or a deny before this batch (gate.go)
 }
 
@@ -222,7 +227,7 @@ var _ ledger.Tx = (*writeTx)(nil)
 // Locked returns the head (this transaction's appends included), the
 // batch's time and the latest policy receipt's seq.
 func (t *writeTx) Locked(context.Context) (ledger.Locked, error) {
-	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq}, nil
+	return ledger.Locked{Head: t.head, Now: t.now, PolicySeq: t.policySeq, Pruned: t.pruned}, nil
 }
 
 // stmt returns statement i of stmts bound to the transaction.
@@ -249,14 +254,14 @@ func (t *writeTx) Key(ctx context.Context, key string) (ledger.KeyRecord, bool, 
 		return *k, true, nil
 	}
 	if k, ok := t.cache.key(t.ref.id, key); ok {
-		return *k, true, nil
+		return *k, k.FirstSeq > t.pruned.Through, nil
 	}
 	k, found, err := t.idx.Key(t.ns, key)
 	if err != nil {
 		return k, false, fmt.Errorf("read key: %w: %w", ledger.ErrIO, err)
 	}
-	if !found {
-		return k, false, nil
+	if !found || k.FirstSeq <= t.pruned.Through {
+		return ledger.KeyRecord{}, false, nil // a pruned key is a new one (SPEC §16)
 	}
 	first, err := t.Receipt(ctx, k.FirstSeq)
 	if err != nil {

@@ -27,8 +27,14 @@ const T0 = 1764475200000
 // and returns its head. Its default namespace is inline (SPEC §14): the
 // receipts carry their values. progress, if set, is called every million receipts.
 func Ledger(ctx context.Context, path string, n int, progress func(done int)) (ledger.Head, error) {
+	return LedgerTTL(ctx, path, n, 0, progress)
+}
+
+// LedgerTTL is Ledger with a default namespace whose keys expire keyTTL ms
+// after their outcome (SPEC §12): one that can be pruned (§16).
+func LedgerTTL(ctx context.Context, path string, n int, keyTTL uint64, progress func(done int)) (ledger.Head, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	db, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, Payloads: ledger.PayloadsInline}, false)
+	db, err := sqlite.OpenStore(ctx, path, sqlite.Options{Logger: quiet, Payloads: ledger.PayloadsInline, KeyTTL: keyTTL}, false)
 	if err != nil {
 		return ledger.Head{}, err
 	}

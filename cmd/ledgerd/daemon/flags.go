@@ -77,6 +77,8 @@ func (m *Main) serveFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&m.VerifyEvery, "verify-every", 0, "verify the chain every `DURATION` (full at start, then incremental); 0 disables")
 	fs.DurationVar(&m.RetentionEvery, "retention-interval", time.Minute, "sweep each committed namespace's payload retention (its policy's retention.payloads_ms) every `DURATION`, and read the ledger_payload_bytes gauge as often (every minute when 0); 0 disables the sweeps (docs/privacy.md)")
 	fs.DurationVar(&m.DefaultKeyTTL, "default-key-ttl", 0, "when this start creates the ledger, forget a finalized key of the default namespace this long after its outcome, e.g. 24h; 0: never. Fixed once the ledger exists (namespaces set their own: ledgerctl namespace create --key-ttl)")
+	fs.StringVar(&m.ArchiveDir, "archive-dir", "", "archive receipt bodies into this `DIR` before pruning them (docs/spec.md §16, docs/operations.md): it must exist and be writable, on a file system that honours fsync (shared by every replica on PostgreSQL); it holds the only copy of the pruned bodies. Without it nothing is pruned")
+	fs.DurationVar(&m.PruneInterval, "prune-interval", DefaultPruneInterval, "with --archive-dir, archive and prune every `DURATION` each namespace whose policy has an archive member, as far as it allows (at least 1m); 0: only when asked (POST /v1/ns/NS/prune, ledgerctl prune)")
 	fs.StringVar(&m.DefaultPayloads, "default-payloads", string(ledger.DefaultPayloads), "when this start creates the ledger, how the default namespace keeps its payload fields: inline, or committed (salted commitments on the chain, the values beside it, where they can be erased: docs/privacy.md). Fixed once the ledger exists (namespaces set their own: ledgerctl namespace create --payloads)")
 }
 
@@ -164,6 +166,9 @@ func (m *Main) checkServe() error {
 	}
 	if m.MaxOpenNamespaces < 0 {
 		return fmt.Errorf("--max-open-namespaces must be 0 (automatic) or positive, not %d", m.MaxOpenNamespaces)
+	}
+	if m.PruneInterval < 0 || m.PruneInterval > 0 && m.PruneInterval < time.Minute {
+		return fmt.Errorf("--prune-interval must be 0 (only when asked) or at least 1m, not %s", m.PruneInterval)
 	}
 	if m.CacheMiB < 4 || m.CacheMiB > 1<<20 {
 		return fmt.Errorf("--cache-mib must be between 4 and 1048576, not %d", m.CacheMiB)

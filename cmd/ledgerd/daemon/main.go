@@ -48,6 +48,7 @@ const (
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultReadTimeout     = 30 * time.Second
 	DefaultWriteTimeout    = 30 * time.Second
+	DefaultPruneInterval   = 24 * time.Hour
 )
 
 // DefaultMaxNamespaces is the default of --max-namespaces.
@@ -95,6 +96,11 @@ type Main struct {
 	// this start creates the ledger (SPEC §14).
 	DefaultPayloads string
 	OTLPEndpoint    string // otel.go
+	// ArchiveDir is where prunes write their segments (SPEC §16); empty:
+	// nothing is pruned. PruneInterval is how often namespaces with an
+	// archive policy are pruned (0: only when asked).
+	ArchiveDir    string
+	PruneInterval time.Duration
 
 	// Verifiable log (SPEC §9).
 	SigningKey         string
@@ -125,12 +131,18 @@ type Main struct {
 	// IndexWriteFault, when set, is asked before each write of the SQLite
 	// key index's files; an error fails that write (a full disk).
 	IndexWriteFault func() error
+	// PruneStep, when set, is called at each step of a prune
+	// (ledger.Config.PruneStep; the crash tests kill the process there).
+	PruneStep func(step string)
 	// ReplicaCountEvery is how often the replicas sharing the rate limit
 	// are counted (0: DefaultReplicaCountEvery).
 	ReplicaCountEvery time.Duration
 	// NamespaceScanEvery is how often new namespaces are looked for, to
 	// start their services (0: nsservices.DefaultScanEvery).
 	NamespaceScanEvery time.Duration
+	// PruneEvery, when set, replaces --prune-interval (which is at least a
+	// minute), so that a test sees scheduled prunes without waiting.
+	PruneEvery time.Duration
 }
 
 // NewMain returns a Main writing logs to stderr.
@@ -231,6 +243,11 @@ func (m *Main) open(ctx context.Context, key *signingKey) (_ *opened, err error)
 	if err != nil {
 		return nil, fmt.Errorf("--default-payloads: want inline or committed, got %q", m.DefaultPayloads)
 	}
+	if m.ArchiveDir != "" {
+		if err := checkArchiveDir(m.ArchiveDir); err != nil {
+			return nil, err
+		}
+	}
 	now := m.Now
 	store, shared, err := storage.Open(ctx, m.DBPath, storage.Options{Logger: m.Logger, KeyTTL: keyTTL, Payloads: payloads, Now: now,
 		CacheMiB: m.CacheMiB, MaxOpenNamespaces: m.MaxOpenNamespaces, AfterCommit: m.AfterCommit,
@@ -241,7 +258,7 @@ func (m *Main) open(ctx context.Context, key *signingKey) (_ *opened, err error)
 	o := &opened{store: store, shared: shared, logger: m.Logger}
 	o.l = ledger.New(store, ledger.Config{Logger: m.Logger, MaxWaiters: m.MaxWaiters, Linger: m.BatchLinger, Now: now,
 		MaxNamespaces: m.MaxNamespaces, ApprovalInputRetention: m.ApprovalInputRetention, CanPurge: !storage.IsPostgres(m.DBPath),
-		LogKeyPrefix: m.LogOrigin, LogKeyBase: key.baseID()})
+		LogKeyPrefix: m.LogOrigin, LogKeyBase: key.baseID(), ArchiveDir: m.ArchiveDir, PruneStep: m.PruneStep})
 	defer func() {
 		if err != nil {
 			o.close()

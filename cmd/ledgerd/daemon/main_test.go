@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -85,4 +86,62 @@ func TestMain_Execute(t *testing.T) {
 			assert.Contains(t, out.String(), tt.want)
 		})
 	}
+}
+
+// TestMain_archiveDir: --archive-dir must name an existing directory
+// ledgerd can write and fsync a file in, checked before the database is
+// opened or created (exit 1, nothing created); one that is stops with a
+// probe file removed. --prune-interval is 0 or at least a minute.
+func TestMain_archiveDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for _, tt := range []struct {
+		desc, archive, want string
+		code                int
+	}{
+		{"missing", filepath.Join(dir, "none"), "does not exist", 1},
+		{"a file", file, "is not a directory", 1},
+	} {
+		t.Run(tt.desc, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "l.db")
+			out := &testkit.Buffer{}
+			m := daemon.NewMain(out)
+			assert.Equal(t, tt.code, m.Execute(t.Context(), []string{"--db", db, "--listen", "127.0.0.1:0", "--archive-dir", tt.archive}))
+			assert.Contains(t, out.String(), "--archive-dir")
+			assert.Contains(t, out.String(), tt.want)
+			_, err := os.Stat(db)
+			assert.ErrorIs(t, err, os.ErrNotExist, "no database created")
+		})
+	}
+	out := &testkit.Buffer{}
+	m := daemon.NewMain(out)
+	assert.Equal(t, 2, m.Execute(t.Context(), []string{"--prune-interval", "30s"}))
+	assert.Contains(t, out.String(), "--prune-interval must be 0 (only when asked) or at least 1m")
+
+	archive := t.TempDir()
+	logs := &testkit.Buffer{}
+	m = daemon.NewMain(logs)
+	require.NoError(t, m.ParseFlags(t.Context(), []string{"--db", filepath.Join(t.TempDir(), "ledger.db"), "--listen", "127.0.0.1:0",
+		"--archive-dir", archive}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	select {
+	case a := <-m.Addr:
+		require.Eventually(t, func() bool {
+			res, err := http.Get("http://" + a.String() + "/healthz")
+			if err == nil {
+				_ = res.Body.Close()
+			}
+			return err == nil && res.StatusCode == http.StatusOK
+		}, time.Minute, 10*time.Millisecond)
+	case err := <-done:
+		t.Fatalf("Run: %v\n%s", err, logs)
+	}
+	entries, err := os.ReadDir(archive)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the probe file is removed")
+	cancel()
+	assert.NoError(t, <-done)
 }

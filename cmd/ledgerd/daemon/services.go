@@ -10,7 +10,8 @@ import (
 // startNsServices starts the per-namespace services of the flags: with
 // --signing-key the verifiable log, with --verify-every the periodic
 // verification over the read-only store, with --retention-interval the
-// retention sweeps, and always the ledger_payload_bytes gauge.
+// retention sweeps, with --archive-dir the scheduled prunes, and always
+// the ledger_payload_bytes gauge and the resumption of unfinished prunes.
 func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) (*nsservices.Services, error) {
 	cfg := nsservices.Config{Ledger: o.l, Logger: m.Logger, ScanEvery: m.NamespaceScanEvery}
 	if key != nil {
@@ -25,6 +26,10 @@ func (m *Main) startNsServices(ctx context.Context, o *opened, key *signingKey) 
 		cfg.VerifyStore, cfg.VerifyEvery = o.rstore, m.VerifyEvery
 	}
 	cfg.RetentionEvery = m.RetentionEvery
+	cfg.Prune, cfg.PruneEvery = m.ArchiveDir != "", m.PruneInterval
+	if m.PruneEvery > 0 {
+		cfg.PruneEvery = m.PruneEvery
+	}
 	// ledger_payload_bytes is read as often as retention is swept (what
 	// the sweeps delete shows at once), every minute when they are off.
 	cfg.PayloadBytesEvery = m.RetentionEvery

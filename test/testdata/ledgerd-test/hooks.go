@@ -92,3 +92,18 @@ func period(env string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// killAt returns a prune-step hook that kills the process with SIGKILL
+// right after step v: a step name, or batch-N for the Nth deletion batch.
+func killAt(v string) func(string) {
+	var batches atomic.Int64
+	return func(step string) {
+		if step == "batch" {
+			step = fmt.Sprintf("batch-%d", batches.Add(1))
+		}
+		if step == v {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}

@@ -40,11 +40,19 @@ const (
 	// indexFullEnv names a file: while it exists, every write to the key
 	// index's files fails with ENOSPC, as on a full disk.
 	indexFullEnv = "LEDGERD_TEST_INDEX_FULL_IF"
+	// killAtEnv names a step of a prune (segment-written,
+	// receipt-committed, batch-N for the Nth deletion batch): ledgerd
+	// kills itself (SIGKILL) right after it.
+	killAtEnv = "LEDGERD_TEST_KILL_AT"
 	// replicaCountEnv and namespaceScanEnv hold durations (e.g. 10ms)
 	// that shorten ledgerd's background periods, so that a test sees a
 	// new replica counted or a new namespace served without waiting.
 	replicaCountEnv  = "LEDGERD_TEST_REPLICA_COUNT_EVERY"
 	namespaceScanEnv = "LEDGERD_TEST_NAMESPACE_SCAN_EVERY"
+	// pruneEveryEnv holds a duration that replaces --prune-interval (which
+	// is at least a minute in ledgerd), so that a test sees scheduled
+	// prunes (SPEC §16) at once.
+	pruneEveryEnv = "LEDGERD_TEST_PRUNE_EVERY"
 )
 
 // setSeams sets m's seams from the environment.
@@ -60,6 +68,9 @@ func setSeams(m *daemon.Main) error {
 			return fmt.Errorf("%s: %w", killAfterCommitEnv, err)
 		}
 	}
+	if v := os.Getenv(killAtEnv); v != "" {
+		m.PruneStep = killAt(v)
+	}
 	if path := os.Getenv(indexFullEnv); path != "" {
 		m.IndexWriteFault = fullIf(path)
 	}
@@ -67,6 +78,9 @@ func setSeams(m *daemon.Main) error {
 		return err
 	}
 	if m.NamespaceScanEvery, err = period(namespaceScanEnv); err != nil {
+		return err
+	}
+	if m.PruneEvery, err = period(pruneEveryEnv); err != nil {
 		return err
 	}
 	return nil

@@ -75,6 +75,14 @@ type Config struct {
 	// lock, so a second one at once finds nothing.
 	RetentionEvery time.Duration
 
+	// Prune says this ledger has an archive directory (SPEC §16): with
+	// PruneEvery, each namespace whose policy has an archive member is
+	// archived and pruned every PruneEvery (0: only when asked); with a
+	// SignerLock and signers, by the replica holding the namespace's
+	// signer lock only. Unfinished deletions resume at start either way.
+	Prune      bool
+	PruneEvery time.Duration
+
 	// PayloadBytesEvery is how often each namespace's ledger_payload_bytes
 	// gauge is read from the store (SPEC §14; 0: never), the first time at
 	// once. Every namespace reports it, an inline one 0 (its values are in
@@ -224,6 +232,7 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 			sweep(ctx, n, logger)
 		})
 	}
+	s.startPrune(ctx, n, logger, e)
 	if s.cfg.PayloadBytesEvery > 0 {
 		s.every(ctx, n, s.cfg.PayloadBytesEvery, true, func(ctx context.Context) { refreshPayloadBytes(ctx, n, logger) })
 	}
