@@ -66,3 +66,17 @@ func (e *election) resign() {
 		e.release = nil
 	}
 }
+
+// leads reports whether a replica's work for the namespace that only one
+// replica does (what, for the log) is this replica's: always without an
+// election (one ledgerd on a file), else while it holds the signer lock.
+func leads(ctx context.Context, e *election, logger *slog.Logger, what string) bool {
+	if e == nil {
+		return true
+	}
+	lead, err := e.lead(ctx)
+	if err != nil {
+		logger.Warn(what+": the signer election failed", "err", err)
+	}
+	return lead
+}

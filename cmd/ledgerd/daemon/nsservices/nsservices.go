@@ -220,16 +220,9 @@ func (s *Services) start(ctx context.Context, n *ledger.Namespace) error {
 		// policy has switched it to committed payloads since (SPEC §14).
 		// Replicas with a signer lock: its holder sweeps.
 		s.every(ctx, n, s.cfg.RetentionEvery, false, func(ctx context.Context) {
-			if e != nil {
-				lead, err := e.lead(ctx)
-				if err != nil {
-					logger.Warn("retention sweep: the signer election failed", "err", err)
-				}
-				if !lead {
-					return
-				}
+			if leads(ctx, e, logger, "retention sweep") {
+				sweep(ctx, n, logger)
 			}
-			sweep(ctx, n, logger)
 		})
 	}
 	s.startPrune(ctx, n, logger, e)

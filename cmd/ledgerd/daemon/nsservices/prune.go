@@ -44,16 +44,9 @@ func (s *Services) startPrune(ctx context.Context, n *ledger.Namespace, logger *
 				return
 			case <-time.After(d):
 			}
-			if e != nil {
-				lead, err := e.lead(ctx)
-				if err != nil {
-					logger.Warn("prune: the signer election failed", "err", err)
-				}
-				if !lead {
-					continue
-				}
+			if leads(ctx, e, logger, "prune") {
+				prune(ctx, n, logger)
 			}
-			prune(ctx, n, logger)
 		}
 	}()
 }
