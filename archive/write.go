@@ -168,16 +168,26 @@ func (w *Writer) Finish(checkpoint string, consistency []tlog.Hash, vs []note.Ve
 		return "", err
 	}
 	path = filepath.Join(w.dir, w.m.Name())
-	if old, err := Check(path, vs); err == nil && old.Digest == w.m.Digest && old.PayloadsDigest == w.m.PayloadsDigest {
+	old, err := Check(path, vs)
+	switch {
+	case err == nil && old.Digest == w.m.Digest && old.PayloadsDigest == w.m.PayloadsDigest:
 		w.Abort()
 		return path, nil
-	} else if !errors.Is(err, fs.ErrNotExist) && err != nil {
+	case err == nil && old.Digest == w.m.Digest:
+		// The same receipts, other values: an attempt that lost the race
+		// to an erasure (SPEC §14) left it; values only ever go, so the
+		// newer segment replaces it.
+		if err := w.replace(path); err != nil {
+			return "", err
+		}
+	case err == nil:
+		return "", fmt.Errorf("segment %s exists with other receipts (digest %s)", path, old.Digest)
+	case !errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("segment %s exists and does not check: %w", path, err)
-	} else if err == nil {
-		return "", fmt.Errorf("segment %s exists with other contents (digest %s)", path, old.Digest)
-	}
-	if err := os.Rename(w.tmp, path); err != nil {
-		return "", fmt.Errorf("segment: %w", err)
+	default:
+		if err := os.Rename(w.tmp, path); err != nil {
+			return "", fmt.Errorf("segment: %w", err)
+		}
 	}
 	w.tmp = ""
 	if err := syncDir(w.dir); err != nil {
@@ -187,6 +197,28 @@ func (w *Writer) Finish(checkpoint string, consistency []tlog.Hash, vs []note.Ve
 		return "", fmt.Errorf("segment %s does not read back: %w", path, err)
 	}
 	return path, nil
+}
+
+// replace puts the finished segment in place of the one at path: the old
+// one moved aside, the new one renamed in, the old one removed.
+func (w *Writer) replace(path string) error {
+	aside, err := os.MkdirTemp(w.dir, ".segment-replaced-*")
+	if err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if err := os.Remove(aside); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if err := os.Rename(path, aside); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if err := os.Rename(w.tmp, path); err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	if err := syncDir(w.dir); err != nil {
+		return err
+	}
+	return os.RemoveAll(aside)
 }
 
 // Digest is the digest of the receipts written (set by Finish).

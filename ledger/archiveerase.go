@@ -28,14 +28,16 @@ type archivedValue struct {
 // archived lists, by seq, the fields of want that the segments still hold
 // for the generations an erase selects: every generation of keys, or
 // those of the subject's mac, of the pruned prefix.
-func (n *Namespace) archived(ctx context.Context, keys []string, mac *SubjectMAC, want chain.FieldSet) (map[uint64]archivedValue, error) {
+// It returns the pruned prefix it read: an erase decided under another
+// one starts again (a prune committed meanwhile).
+func (n *Namespace) archived(ctx context.Context, keys []string, mac *SubjectMAC, want chain.FieldSet) (map[uint64]archivedValue, uint64, error) {
 	if want == 0 {
 		want = chain.AllFields
 	}
 	dir := n.l.cfg.ArchiveDir
 	m, err := n.chain.Pruned(ctx)
 	if err != nil || m.Seq == 0 || dir == "" {
-		return nil, err
+		return nil, m.Through, err
 	}
 	firsts := map[string][]uint64{} // key → the first seqs of its selected generations (0: all)
 	if mac != nil {
@@ -44,7 +46,7 @@ func (n *Namespace) archived(ctx context.Context, keys []string, mac *SubjectMAC
 			gens, err = t.SubjectGenerations(ctx, *mac)
 			return err
 		}); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, g := range gens {
 			if g.FirstSeq > 0 && g.FirstSeq <= m.Through {
@@ -57,17 +59,17 @@ func (n *Namespace) archived(ctx context.Context, keys []string, mac *SubjectMAC
 		}
 	}
 	if len(firsts) == 0 {
-		return nil, nil
+		return nil, m.Through, nil
 	}
 	ps, err := n.chain.Prunes(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	out := map[uint64]archivedValue{}
 	for _, p := range ps {
 		seqs, err := n.segmentGenerations(filepath.Join(dir, p.Segment), p, firsts)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if len(seqs) == 0 {
 			continue
@@ -80,10 +82,10 @@ func (n *Namespace) archived(ctx context.Context, keys []string, mac *SubjectMAC
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("erase: segment %s: %w", p.Segment, err)
+			return nil, 0, fmt.Errorf("erase: segment %s: %w", p.Segment, err)
 		}
 	}
-	return out, nil
+	return out, m.Through, nil
 }
 
 // segmentGenerations returns the seqs of the receipts of the selected

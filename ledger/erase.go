@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"unicode/utf8"
@@ -105,18 +106,29 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 		mac = &macs[0]
 		req.Subject = "" // the subject goes no further than its MAC
 	}
-	arch, err := n.archived(ctx, req.Keys, mac, req.Fields) // pruned generations (SPEC §16)
-	if err != nil {
-		return nil, err
-	}
 	var res *EraseResult
-	err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
-		var err error
-		res, err = decideErase(ctx, t, &req, mac, arch)
-		return err
-	})
-	if err != nil {
-		return nil, err
+	var arch map[uint64]archivedValue
+	for try := 0; ; try++ {
+		a, pruned, err := n.archived(ctx, req.Keys, mac, req.Fields) // pruned generations (SPEC §16)
+		if err != nil {
+			return nil, err
+		}
+		arch = a
+		err = n.submit(ctx, "", func(ctx context.Context, t *batchTx) error {
+			if t.at.Pruned.Through != pruned {
+				return errPrunedMeanwhile // the segments read are not the ones now
+			}
+			var err error
+			res, err = decideErase(ctx, t, &req, mac, arch)
+			return err
+		})
+		if errors.Is(err, errPrunedMeanwhile) && try < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
 	if len(arch) > 0 && res.Receipt != nil {
 		if err := n.purgeArchive(ctx); err != nil {
@@ -130,6 +142,11 @@ func (n *Namespace) Erase(ctx context.Context, req EraseRequest) (*EraseResult, 
 	}
 	return res, nil
 }
+
+// errPrunedMeanwhile: a prune committed between an erase's read of the
+// segments and its decision (a refusal: it writes nothing); the erase
+// starts again.
+var errPrunedMeanwhile = &Error{Code: ECodeUnavailable, Message: "a prune committed while the erase read the archive; retry"}
 
 // decideErase selects, erases and appends the erase receipt; with mac,
 // the generations indexed under the subject, whose rows go too; arch are

@@ -206,7 +206,8 @@ type Namespace struct {
 	// prunedPol is the policy the latest committed prune receipt carries
 	// (prune.go), once read; deleting serialises the deletion of bodies.
 	prunedPol atomic.Pointer[prunedPolicy]
-	deleting  sync.Mutex
+	pruning   sync.Mutex // one Prune at a time
+	deleting  sync.Mutex // one DeletePruned at a time
 }
 
 // purgeEvery is how often a namespace's writes purge its asked inputs.

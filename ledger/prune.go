@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/effect-ledger/effect-ledger/chain"
@@ -88,6 +87,8 @@ func (n *Namespace) Prune(ctx context.Context, req PruneRequest) (*PruneResult, 
 	case n.l.cfg.ArchiveDir == "":
 		return nil, notPrunable(pruneReasonNoDir, "this ledgerd has no archive directory (ledgerd --archive-dir)", nil)
 	}
+	n.pruning.Lock() // one prune of the namespace at a time in this process
+	defer n.pruning.Unlock()
 	for range pruneRescans {
 		plan, res, err := n.planPrune(ctx, req, p.Archive)
 		if err != nil || res != nil {
@@ -100,10 +101,9 @@ func (n *Namespace) Prune(ctx context.Context, req PruneRequest) (*PruneResult, 
 			return err
 		})
 		if errors.Is(err, errMoved) {
+			// The segment stays: another prune (another replica's) may
+			// name it, and a later prune of the same range reuses it.
 			n.l.logger.Info("prune: the watermark moved while the segment was written; scanning again", "namespace", n.name, "through", plan.through)
-			if res == nil {
-				_ = os.RemoveAll(filepath.Join(n.l.cfg.ArchiveDir, plan.segment)) // its own orphan: no prune names it
-			}
 			continue
 		}
 		if err != nil {
@@ -113,6 +113,9 @@ func (n *Namespace) Prune(ctx context.Context, req PruneRequest) (*PruneResult, 
 			n.l.pruneStep("receipt-committed")
 			prunesTotal.Inc()
 			n.l.kickDeletion(n)
+			if err := n.purgeArchive(ctx); err != nil { // an erase that raced the segment (redone at start)
+				n.l.logger.Error("erasing archived values after a prune failed", "namespace", n.name, "err", err)
+			}
 		}
 		return res, nil
 	}
@@ -242,8 +245,8 @@ func (t *batchTx) decidePrune(ctx context.Context, plan *prunePlan) (*PruneResul
 		if err != nil {
 			return nil, err
 		}
-		if r.Kind == chain.KindPolicy || r.Kind == chain.KindPrune {
-			return nil, errMoved
+		if r.Kind == chain.KindPolicy || r.Kind == chain.KindPrune || r.Kind == chain.KindErase {
+			return nil, errMoved // a policy to carry, another prune, or values the segment may still hold
 		}
 		if r.RefSeq == 0 || r.RefSeq > plan.through {
 			continue
@@ -258,14 +261,21 @@ func (t *batchTx) decidePrune(ctx context.Context, plan *prunePlan) (*PruneResul
 			return nil, errMoved
 		}
 	}
-	keys, _, err := t.n.chain.ListReceipts(ctx, ReceiptFilter{Kind: chain.KindKey, After: plan.from - 1, Limit: MaxPageLimit})
-	if err != nil {
-		return nil, err
-	}
-	for i := range keys {
-		if keys[i].Seq <= plan.through {
-			kept = append(kept, KeptBody{Seq: keys[i].Seq, Body: string(keys[i].AppendJSON(nil))})
+	f := ReceiptFilter{Kind: chain.KindKey, After: plan.from - 1, Limit: MaxPageLimit}
+	for {
+		keys, next, err := t.n.chain.ListReceipts(ctx, f)
+		if err != nil {
+			return nil, err
 		}
+		for i := range keys {
+			if keys[i].Seq <= plan.through {
+				kept = append(kept, KeptBody{Seq: keys[i].Seq, Body: string(keys[i].AppendJSON(nil))})
+			}
+		}
+		if next == nil || *next >= plan.through {
+			break
+		}
+		f.After = *next
 	}
 	res := chain.PruneResult{From: plan.from, Through: plan.through, Digest: plan.digest, Policy: plan.policy}
 	r, err := t.append(ctx, chain.Receipt{Kind: chain.KindPrune, Actor: plan.actor, Result: res.Text(), RecordedAt: t.Now()})

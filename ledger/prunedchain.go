@@ -162,7 +162,9 @@ func (c keptChain) GetKey(ctx context.Context, key string) (*KeyView, error) {
 		v.Receipts = live
 		return v, nil
 	}
-	if rs, _, lerr := c.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: 1}); lerr != nil || len(rs) > 0 {
+	if rs, _, lerr := c.ListReceipts(ctx, ReceiptFilter{Key: key, Limit: 1}); lerr != nil {
+		return nil, lerr
+	} else if len(rs) > 0 {
 		return v, err // the gate's receipts only (askedKey): live
 	}
 	secret, serr := c.Chain.StateKey(ctx)

@@ -125,6 +125,9 @@ func (n *Namespace) DeletePruned(ctx context.Context) error {
 		}
 		start := time.Now()
 		if err := n.l.store.DeletePruned(ctx, n.name, b); err != nil {
+			if n.deletedMeanwhile(ctx, p) {
+				continue // another replica deleted this batch first: go on from where it is
+			}
 			return err
 		}
 		prunedReceipts.Add(float64(to - from + 1))
@@ -139,6 +142,21 @@ func (n *Namespace) DeletePruned(ctx context.Context) error {
 		case <-time.After(deletePause):
 		}
 	}
+}
+
+// deletedMeanwhile reports whether prune p's deletion moved past where
+// this deletion read it (another replica's, on a shared database).
+func (n *Namespace) deletedMeanwhile(ctx context.Context, p *Prune) bool {
+	ps, err := n.chain.Prunes(ctx)
+	if err != nil {
+		return false
+	}
+	for _, q := range ps {
+		if q.Seq == p.Seq {
+			return q.DeletedThrough > p.DeletedThrough
+		}
+	}
+	return false
 }
 
 // thinned lists the checkpoints of size at most through that the last

@@ -170,7 +170,8 @@ func copyNamespace(ctx context.Context, tx *sql.Tx, from string, fromID int64, t
 		// the kept hash of the last one; what the prunes keep goes along.
 		for _, q := range []string{
 			`INSERT INTO TO.ns_head (ns, seq, hash) SELECT ?2, p.k, substr(t.hashes, ((p.k - 1) % 256) * 32 + 1, 32)
-				FROM (SELECT max(deleted_through) AS k FROM FROM.ns_prunes WHERE ns = ?1) AS p
+				FROM (SELECT coalesce((SELECT deleted_through FROM FROM.ns_prunes WHERE ns = ?1 AND deleted_through < through ORDER BY seq LIMIT 1),
+					(SELECT max(deleted_through) FROM FROM.ns_prunes WHERE ns = ?1)) AS k) AS p
 				JOIN FROM.ns_kept AS t ON t.ns = ?1 AND t.tile = (p.k - 1) / 256 WHERE p.k > 0
 				ON CONFLICT (ns) DO UPDATE SET seq = excluded.seq, hash = excluded.hash`,
 			`INSERT INTO TO.ns_prunes SELECT ?2, seq, from_seq, through, digest, segment, deleted_through FROM FROM.ns_prunes WHERE ns = ?1`,

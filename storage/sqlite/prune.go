@@ -238,15 +238,16 @@ func (s *Store) DeletePruned(ctx context.Context, ns string, b ledger.DeleteBatc
 	if err := m.commit(tx); err != nil {
 		return err
 	}
-	// The records of keys pruned whole go once their MACs are committed
-	// (a read between finds the record, of a pruned generation: 410).
-	if err := c.idx.ForgetKeys(c.ns, keys, through); err != nil {
-		return fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
-	}
 	mark := c.prunedMark()
 	mark.Kept = max(mark.Kept, b.To)
 	c.pruned.Store(&mark)
 	c.cache.drop(c.id) // records and receipts of pruned keys
+	// The records of keys pruned whole go once their MACs are committed
+	// (a read between finds the record, of a pruned generation: 410; one
+	// left by a failure here is of a pruned generation too).
+	if err := c.idx.ForgetKeys(c.ns, keys, through); err != nil {
+		return fmt.Errorf("delete pruned: %w: %w", ledger.ErrIO, err)
+	}
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 	sumdb "golang.org/x/mod/sumdb/tlog"
@@ -22,7 +23,7 @@ import (
 // pruneNS opens a ledger archiving into a temporary directory, with a
 // namespace of key lifetime ttl whose policy archives after a minute, and
 // a signer of its checkpoints.
-func pruneNS(t *testing.T, f Factory) (*ledger.Namespace, *testkit.Clock, *tlog.Checkpointer, string) {
+func pruneNS(t *testing.T, f Factory, step ...func(string)) (*ledger.Namespace, *testkit.Clock, *tlog.Checkpointer, string) {
 	t.Helper()
 	clock := testkit.NewClock()
 	dir := t.TempDir()
@@ -30,7 +31,11 @@ func pruneNS(t *testing.T, f Factory) (*ledger.Namespace, *testkit.Clock, *tlog.
 	require.NoError(t, err)
 	signer, err := note.NewSigner(skey)
 	require.NoError(t, err)
-	l := ledger.New(f(t, clock.Now), ledger.Config{Now: clock.Now, ArchiveDir: dir})
+	cfg := ledger.Config{Now: clock.Now, ArchiveDir: dir}
+	if len(step) > 0 {
+		cfg.PruneStep = step[0]
+	}
+	l := ledger.New(f(t, clock.Now), cfg)
 	t.Cleanup(func() { _ = l.Close() })
 	n := ttlNS(t, l)
 	setPolicy(t, n, `{"archive":{"keep_ms":60000,"min_keep_ms":60000}}`) // 1
@@ -267,4 +272,59 @@ func testPruneKeyReceipt(t *testing.T, f Factory) {
 	require.NoError(t, err)
 	require.Len(t, p.Keys, 1, "the bundle carries the pruned key receipt")
 	require.Equal(t, uint64(22), p.Keys[0].Receipt.Seq)
+}
+
+// testPruneRaces: two prunes of one range at once both answer (one
+// pruned, one already_pruned) and leave one checked segment; an erase
+// committed while a prune's segment was written makes the prune scan
+// again, and the segment it keeps holds none of the erased values.
+func testPruneRaces(t *testing.T, f Factory) {
+	ctx := context.Background()
+	var n *ledger.Namespace
+	erased := false
+	n, clock, cp, dir := pruneNS(t, f, func(step string) {
+		if step == "segment-written" && !erased {
+			erased = true
+			_, err := n.Erase(ctx, ledger.EraseRequest{Keys: []string{"race-0003"}, Reason: "asked", Actor: "ops"})
+			require.NoError(t, err)
+		}
+	})
+	for i := range 20 { // 2 … 41
+		key := fmt.Sprintf("race-%04d", i)
+		r := testkit.MustReserve(t, n, testkit.ReserveReq(key, "e1"))
+		testkit.MustCommit(t, n, testkit.Succeed(key, r.Reservation))
+	}
+	clock.Advance(ttl + 2*time.Minute)
+	testkit.MustReserve(t, n, testkit.ReserveReq("race-open", "e1")) // 42
+	_, err := cp.SignOnce(ctx)
+	require.NoError(t, err)
+	res, err := n.Prune(ctx, ledger.PruneRequest{Through: 30, Actor: "ops"})
+	require.NoError(t, err)
+	require.True(t, erased)
+	require.Equal(t, ledger.PruneStatusPruned, res.Status)
+	require.Equal(t, uint64(44), res.Receipt.Seq, "after the erase receipt (43): the prune scanned again")
+	seg := filepath.Join(dir, res.Segment)
+	_, err = archive.Check(seg, nil)
+	require.NoError(t, err)
+	held, err := archive.Holds(seg, map[uint64]chain.FieldSet{9: chain.AllFields})
+	require.NoError(t, err)
+	require.False(t, held, "race-0003's commit (9): erased before the prune committed")
+
+	_, err = cp.SignOnce(ctx)
+	require.NoError(t, err)
+	answers := make(chan *ledger.PruneResult, 2)
+	for range 2 {
+		go func() {
+			r, err := n.Prune(ctx, ledger.PruneRequest{Through: 41, Actor: "ops"})
+			assert.NoError(t, err)
+			answers <- r
+		}()
+	}
+	a, b := <-answers, <-answers
+	require.NotNil(t, a)
+	require.NotNil(t, b)
+	require.ElementsMatch(t, []string{ledger.PruneStatusPruned, ledger.PruneStatusAlready}, []string{a.Status, b.Status})
+	require.Equal(t, a.Receipt.Seq, b.Receipt.Seq)
+	_, err = archive.Check(filepath.Join(dir, a.Segment), nil)
+	require.NoError(t, err, "the segment both named is there")
 }

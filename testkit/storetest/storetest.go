@@ -203,6 +203,7 @@ func Run(t *testing.T, f Factory) {
 	t.Run("Prune", func(t *testing.T) { testPrune(t, f) })
 	t.Run("PruneErasure", func(t *testing.T) { testPruneErasure(t, f) })
 	t.Run("PruneKeyReceipt", func(t *testing.T) { testPruneKeyReceipt(t, f) })
+	t.Run("PruneRaces", func(t *testing.T) { testPruneRaces(t, f) })
 	t.Run("NotApplied", func(t *testing.T) { RunNotApplied(t, f) })
 	t.Run("Reconcile", func(t *testing.T) { RunReconcile(t, f) })
 	t.Run("VerifyBesideWriter", func(t *testing.T) { testVerifyBesideWriter(t, f) })
